@@ -1,0 +1,56 @@
+//! Build script: compiles the small MPI shim with the MPI C compiler, sets the shared library's
+//! soname, and generates `include/gpuwire.h` with cbindgen.
+
+use std::env;
+use std::path::PathBuf;
+
+fn main() {
+    println!("cargo:rerun-if-changed=src/shim.c");
+    println!("cargo:rerun-if-changed=cbindgen.toml");
+    println!("cargo:rerun-if-changed=src");
+    println!("cargo:rerun-if-env-changed=MPICC");
+
+    // MPI shim: MPI_IN_PLACE and friends are macros whose values differ between MPIs.
+    let mpi = build_probe_mpi::probe().unwrap_or_else(|errs| {
+        for e in errs {
+            println!("cargo:warning=MPI probe: {e}");
+        }
+        panic!("gpuwire needs an MPI installation (Debian/Ubuntu: apt-get install libopenmpi-dev openmpi-bin)");
+    });
+    let mut cc = cc::Build::new();
+    cc.file("src/shim.c");
+    if let Some(mpicc) = &mpi.mpicc {
+        cc.compiler(mpicc);
+    }
+    for inc in &mpi.include_paths {
+        cc.include(inc);
+    }
+    cc.compile("gpuwire_shim");
+
+    let version = env::var("CARGO_PKG_VERSION").unwrap();
+    let major = env::var("CARGO_PKG_VERSION_MAJOR").unwrap();
+    let minor = env::var("CARGO_PKG_VERSION_MINOR").unwrap();
+    let patch = env::var("CARGO_PKG_VERSION_PATCH").unwrap();
+
+    // The C header. It is committed; CI checks that a build leaves it unchanged.
+    let crate_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
+    let mut config = cbindgen::Config::from_file(crate_dir.join("cbindgen.toml"))
+        .expect("cbindgen.toml is readable");
+    config.after_includes = Some(format!(
+        "\n/** Version of the gpuwire headers (also returned by gpuwire_get_version at run time). */\n\
+         #define GPUWIRE_VERSION_MAJOR {major}\n\
+         #define GPUWIRE_VERSION_MINOR {minor}\n\
+         #define GPUWIRE_VERSION_PATCH {patch}\n\
+         #define GPUWIRE_VERSION_STRING \"{version}\"\n"
+    ));
+    match cbindgen::Builder::new()
+        .with_crate(&crate_dir)
+        .with_config(config)
+        .generate()
+    {
+        Ok(bindings) => {
+            bindings.write_to_file(crate_dir.join("include/gpuwire.h"));
+        }
+        Err(e) => panic!("cbindgen could not generate include/gpuwire.h: {e}"),
+    }
+}

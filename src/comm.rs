@@ -1,0 +1,307 @@
+//! Communicators: gpuwire's own duplicate of an MPI communicator, its node-local view, its
+//! configuration, and the backend chosen for device buffers.
+//!
+//! Creation, `split` and `dup` are collective over the parent communicator. gpuwire duplicates
+//! the caller's communicator and sets MPI_ERRORS_RETURN on its duplicate only, so the caller's
+//! communicator keeps its own error handler and gpuwire's traffic never matches the caller's.
+
+use std::ffi::c_int;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use crate::backend::{self, Choice};
+use crate::config::Config;
+use crate::error::{Error, Result, Status};
+use crate::handles::{Kind, Registry};
+use crate::mpisys::{self, MPI_Comm, RawComm, RawRequest, sys};
+use crate::runtime;
+use crate::types::BackendKind;
+
+/// All live communicators, by handle.
+pub static COMMS: Registry<Communicator> = Registry::new(Kind::Comm);
+
+/// A gpuwire communicator.
+#[derive(Debug)]
+pub struct Communicator {
+    raw: RawComm,
+    node: RawComm,
+    rank: i32,
+    size: i32,
+    local_rank: i32,
+    local_size: i32,
+    config: Config,
+    choice: Choice,
+    broken: Mutex<Option<String>>,
+    pub(crate) backend_state: backend::State,
+}
+
+/// MPI communicators being set up; freed if setup fails part-way.
+struct Owned(Vec<MPI_Comm>);
+
+impl Owned {
+    fn release(mut self) -> Vec<MPI_Comm> {
+        std::mem::take(&mut self.0)
+    }
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        for c in self.0.iter_mut() {
+            // SAFETY: each was created by MPI for us and is not used elsewhere.
+            unsafe { sys::MPI_Comm_free(c) };
+        }
+    }
+}
+
+impl Communicator {
+    /// Collective over `parent`: duplicates it and builds a communicator.
+    pub fn create(parent: MPI_Comm, config: Config) -> Result<Communicator> {
+        runtime::ensure_ready()?;
+        if parent == mpisys::comm_null() {
+            return Err(Error::InvalidArgument("the MPI communicator is MPI_COMM_NULL (or an invalid Fortran handle)".into()));
+        }
+        let mut dup = mpisys::comm_null();
+        // SAFETY: parent is a communicator of the caller.
+        mpisys::check(unsafe { sys::MPI_Comm_dup(parent, &mut dup) }, "MPI_Comm_dup")?;
+        Self::adopt(dup, config)
+    }
+
+    /// Collective over `comm`, which gpuwire now owns (freed on failure too).
+    fn adopt(comm: MPI_Comm, config: Config) -> Result<Communicator> {
+        let mut owned = Owned(vec![comm]);
+        // SAFETY: comm is a valid communicator owned by gpuwire.
+        unsafe {
+            mpisys::check(sys::MPI_Comm_set_errhandler(comm, sys::RSMPI_ERRORS_RETURN), "MPI_Comm_set_errhandler")?;
+        }
+        let (mut rank, mut size) = (0, 0);
+        let mut node = mpisys::comm_null();
+        // SAFETY: as above; outputs are plain ints and a communicator.
+        unsafe {
+            mpisys::check(sys::MPI_Comm_rank(comm, &mut rank), "MPI_Comm_rank")?;
+            mpisys::check(sys::MPI_Comm_size(comm, &mut size), "MPI_Comm_size")?;
+            mpisys::check(
+                sys::MPI_Comm_split_type(comm, sys::RSMPI_COMM_TYPE_SHARED, rank, sys::RSMPI_INFO_NULL, &mut node),
+                "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)",
+            )?;
+        }
+        owned.0.push(node);
+        let (mut local_rank, mut local_size) = (0, 0);
+        // SAFETY: node is valid.
+        unsafe {
+            mpisys::check(sys::MPI_Comm_rank(node, &mut local_rank), "MPI_Comm_rank")?;
+            mpisys::check(sys::MPI_Comm_size(node, &mut local_size), "MPI_Comm_size")?;
+        }
+        let mut c = Communicator {
+            raw: RawComm(comm),
+            node: RawComm(node),
+            rank,
+            size,
+            local_rank,
+            local_size,
+            config,
+            choice: Choice::default(),
+            broken: Mutex::new(None),
+            backend_state: backend::State::default(),
+        };
+        let local = backend::choose(&c);
+        let choice = c.agree_on_result(local, "choosing the backend")?;
+        c.choice = choice;
+        backend::setup(&mut c)?;
+        owned.release();
+        Ok(c)
+    }
+
+    /// Collective: MPI_Comm_split of this communicator; `None` for ranks whose color is
+    /// undefined. The new communicator inherits this one's configuration.
+    pub fn split(&self, color: Option<i32>, key: i32) -> Result<Option<Communicator>> {
+        self.ensure_usable()?;
+        let mut out = mpisys::comm_null();
+        let color = color.unwrap_or_else(mpisys::undefined);
+        // SAFETY: raw is valid.
+        mpisys::check(unsafe { sys::MPI_Comm_split(self.raw.0, color, key, &mut out) }, "MPI_Comm_split")?;
+        if out == mpisys::comm_null() {
+            return Ok(None);
+        }
+        Self::adopt(out, self.config.clone()).map(Some)
+    }
+
+    /// Collective: a new communicator with the same ranks and configuration.
+    pub fn dup(&self) -> Result<Communicator> {
+        self.ensure_usable()?;
+        let mut out = mpisys::comm_null();
+        // SAFETY: raw is valid.
+        mpisys::check(unsafe { sys::MPI_Comm_dup(self.raw.0, &mut out) }, "MPI_Comm_dup")?;
+        Self::adopt(out, self.config.clone())
+    }
+
+    pub fn raw(&self) -> MPI_Comm {
+        self.raw.0
+    }
+    pub fn node_comm(&self) -> MPI_Comm {
+        self.node.0
+    }
+    pub fn rank(&self) -> i32 {
+        self.rank
+    }
+    pub fn size(&self) -> i32 {
+        self.size
+    }
+    pub fn local_rank(&self) -> i32 {
+        self.local_rank
+    }
+    pub fn local_size(&self) -> i32 {
+        self.local_size
+    }
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+    /// The backend used for device buffers (host buffers always go through plain MPI).
+    pub fn backend(&self) -> BackendKind {
+        self.choice.kind
+    }
+    pub fn choice(&self) -> &Choice {
+        &self.choice
+    }
+    /// CUDA device of this rank, or -1 without one.
+    pub fn device(&self) -> i32 {
+        self.choice.device
+    }
+
+    /// The human-readable line of gpuwire_comm_describe.
+    pub fn describe(&self) -> String {
+        let info = runtime::ensure_ready().ok();
+        let device = if self.choice.device >= 0 { format!("cuda:{}", self.choice.device) } else { "none".into() };
+        format!(
+            "gpuwire {}: backend={} ({}); device={}; rank {}/{} (node-local {}/{}); mpi={}; thread level={}; check={}; timeout={}",
+            env!("CARGO_PKG_VERSION"),
+            self.choice.kind.name(),
+            self.choice.reason,
+            device,
+            self.rank,
+            self.size,
+            self.local_rank,
+            self.local_size,
+            info.map(|i| i.mpi_library.as_str()).unwrap_or("?"),
+            info.map(|i| i.thread_level.name()).unwrap_or("?"),
+            if self.config.check { "on" } else { "off" },
+            self.config.timeout.map(|t| format!("{:.3}s", t.as_secs_f64())).unwrap_or_else(|| "none".into()),
+        )
+    }
+
+    /// Fails if an earlier timeout or abort broke this communicator.
+    pub fn ensure_usable(&self) -> Result<()> {
+        runtime::ensure_ready()?;
+        match &*self.broken.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(why) => Err(Error::CommBroken(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Marks the communicator unusable; later calls return GPUWIRE_ERROR_COMM_BROKEN.
+    pub fn mark_broken(&self, why: String) {
+        *self.broken.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+    }
+
+    /// Element-wise MAX of `v` across ranks (in place). With a timeout configured, the
+    /// exchange is nonblocking and abandoned at the deadline: the communicator is then broken.
+    pub fn allreduce_max_i64(&self, v: &mut [i64], what: &str) -> Result<()> {
+        let n = v.len() as c_int;
+        let ptr = v.as_mut_ptr().cast();
+        // SAFETY: v is valid for n int64; in-place allreduce on our own communicator.
+        unsafe {
+            match self.config.timeout {
+                None => mpisys::check(
+                    sys::MPI_Allreduce(mpisys::in_place(), ptr, n, sys::RSMPI_INT64_T, sys::RSMPI_MAX, self.raw.0),
+                    "MPI_Allreduce",
+                ),
+                Some(t) => {
+                    let mut req = mpisys::request_null();
+                    mpisys::check(
+                        sys::MPI_Iallreduce(mpisys::in_place(), ptr, n, sys::RSMPI_INT64_T, sys::RSMPI_MAX, self.raw.0, &mut req),
+                        "MPI_Iallreduce",
+                    )?;
+                    self.wait_with_deadline(RawRequest(req), Instant::now() + t, what)
+                }
+            }
+        }
+    }
+
+    /// Waits for `req`, polling until the configured deadline.
+    pub fn wait_with_deadline(&self, req: RawRequest, deadline: Instant, what: &str) -> Result<()> {
+        let mut req = req.0;
+        let mut flag: c_int = 0;
+        let mut spins = 0u32;
+        loop {
+            // SAFETY: req is an active request of ours.
+            mpisys::check(unsafe { sys::MPI_Test(&mut req, &mut flag, mpisys::status_ignore()) }, "MPI_Test")?;
+            if flag != 0 {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                let t = self.config.timeout.map(|t| t.as_secs_f64()).unwrap_or(0.0);
+                let msg = format!(
+                    "{what} did not complete within the communicator's timeout of {t:.3} s (another rank did not make the matching call?); the communicator is now broken"
+                );
+                self.mark_broken(msg.clone());
+                return Err(Error::Timeout(msg));
+            }
+            spins += 1;
+            if spins > 1000 {
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// Collective: every rank learns whether any rank's `local` failed, and all return the same
+    /// outcome — the error of the lowest failing rank, with its message — or their own Ok value.
+    pub fn agree_on_result<T>(&self, local: Result<T>, what: &str) -> Result<T> {
+        let failed_rank = if local.is_err() { self.rank as i64 } else { i64::MAX };
+        // MAX of the negation is the minimum failing rank.
+        let mut v = [-failed_rank];
+        self.allreduce_max_i64(&mut v, what)?;
+        let lowest = -v[0];
+        if lowest == i64::MAX {
+            return local;
+        }
+        // The lowest failing rank broadcasts its status code and message.
+        let mut msg = [0u8; 1024];
+        let mut code: i32 = 0;
+        if lowest == self.rank as i64 {
+            if let Err(e) = &local {
+                code = e.status() as i32;
+                let text = e.to_string();
+                let n = text.len().min(msg.len() - 1);
+                msg[..n].copy_from_slice(&text.as_bytes()[..n]);
+            }
+        }
+        // SAFETY: fixed-size buffers on our own communicator; every rank calls.
+        unsafe {
+            mpisys::check(sys::MPI_Bcast((&mut code as *mut i32).cast(), 1, sys::RSMPI_INT32_T, lowest as c_int, self.raw.0), "MPI_Bcast")?;
+            mpisys::check(sys::MPI_Bcast(msg.as_mut_ptr().cast(), msg.len() as c_int, sys::RSMPI_UINT8_T, lowest as c_int, self.raw.0), "MPI_Bcast")?;
+        }
+        let end = msg.iter().position(|b| *b == 0).unwrap_or(msg.len());
+        let text = String::from_utf8_lossy(&msg[..end]).into_owned();
+        let status = Status::from_i32(code).unwrap_or(Status::GPUWIRE_ERROR_INTERNAL);
+        // The rank's message already names its kind ("backend unavailable: ..."): strip that.
+        let detail = text.split_once(": ").map(|(_, d)| d.to_string()).unwrap_or(text);
+        Err(Error::from_status(status, format!("{what} failed on rank {lowest}: {detail}")))
+    }
+}
+
+impl Drop for Communicator {
+    fn drop(&mut self) {
+        if runtime::mpi_finalized() {
+            return;
+        }
+        backend::teardown(self);
+        // SAFETY: both communicators are owned by this value and freed only here.
+        unsafe {
+            let mut node = self.node.0;
+            sys::MPI_Comm_free(&mut node);
+            let mut raw = self.raw.0;
+            sys::MPI_Comm_free(&mut raw);
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! Communicator configuration: defaults, then environment variables, then what the caller sets.
+//!
+//! | variable | values | default |
+//! | --- | --- | --- |
+//! | `GPUWIRE_BACKEND` | auto, host, mpi_staged (staged), mpi_cuda_aware (cuda_aware), nccl | auto |
+//! | `GPUWIRE_DEVICE` | CUDA device ordinal, or -1 = node-local rank modulo device count | -1 |
+//! | `GPUWIRE_CHECK` | 0 or 1: agree counts/datatypes/ops/roots across ranks before collectives | 0 |
+//! | `GPUWIRE_TIMEOUT` | seconds (decimal); 0 = no timeout | 0 |
+//! | `GPUWIRE_STAGING` | pinned or pageable | pinned |
+//! | `GPUWIRE_CHUNK_BYTES` | staging chunk size in bytes (>= 4096) | 4194304 |
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::types::{BackendKind, Staging};
+
+/// Default staging chunk (bytes).
+pub(crate) const DEFAULT_CHUNK_BYTES: usize = 4 << 20;
+
+/// A validated configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    pub backend: BackendKind,
+    /// Device ordinal; -1 = node-local rank modulo the number of visible devices.
+    pub device: i32,
+    pub check: bool,
+    pub timeout: Option<Duration>,
+    pub staging: Staging,
+    pub chunk_bytes: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            backend: BackendKind::GPUWIRE_BACKEND_AUTO,
+            device: -1,
+            check: false,
+            timeout: None,
+            staging: Staging::GPUWIRE_STAGING_PINNED,
+            chunk_bytes: DEFAULT_CHUNK_BYTES,
+        }
+    }
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn bad_env(name: &str, value: &str, expected: &str) -> Error {
+    Error::InvalidArgument(format!("environment variable {name}={value:?} is not valid: expected {expected}"))
+}
+
+impl Config {
+    /// Defaults overridden by the GPUWIRE_* environment variables.
+    pub fn from_env() -> Result<Config> {
+        Self::from_lookup(env)
+    }
+
+    /// As `from_env`, reading variables through `lookup` (tests use a map).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config> {
+        let mut c = Config::default();
+        if let Some(v) = lookup("GPUWIRE_BACKEND") {
+            c.backend = BackendKind::parse(&v)
+                .ok_or_else(|| bad_env("GPUWIRE_BACKEND", &v, "auto, host, mpi_staged, mpi_cuda_aware or nccl"))?;
+        }
+        if let Some(v) = lookup("GPUWIRE_DEVICE") {
+            c.device = v
+                .trim()
+                .parse::<i32>()
+                .ok()
+                .filter(|d| *d >= -1)
+                .ok_or_else(|| bad_env("GPUWIRE_DEVICE", &v, "a device ordinal >= 0, or -1"))?;
+        }
+        if let Some(v) = lookup("GPUWIRE_CHECK") {
+            c.check = parse_bool(&v).ok_or_else(|| bad_env("GPUWIRE_CHECK", &v, "0 or 1"))?;
+        }
+        if let Some(v) = lookup("GPUWIRE_TIMEOUT") {
+            let s = v
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|s| s.is_finite() && *s >= 0.0)
+                .ok_or_else(|| bad_env("GPUWIRE_TIMEOUT", &v, "a number of seconds >= 0"))?;
+            c.timeout = timeout_from_seconds(s)?;
+        }
+        if let Some(v) = lookup("GPUWIRE_STAGING") {
+            c.staging = match v.trim().to_ascii_lowercase().as_str() {
+                "pinned" => Staging::GPUWIRE_STAGING_PINNED,
+                "pageable" => Staging::GPUWIRE_STAGING_PAGEABLE,
+                _ => return Err(bad_env("GPUWIRE_STAGING", &v, "pinned or pageable")),
+            };
+        }
+        if let Some(v) = lookup("GPUWIRE_CHUNK_BYTES") {
+            c.chunk_bytes = v
+                .trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|n| *n >= 4096)
+                .ok_or_else(|| bad_env("GPUWIRE_CHUNK_BYTES", &v, "a number of bytes >= 4096"))?;
+        }
+        Ok(c)
+    }
+}
+
+fn parse_bool(v: &str) -> Option<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "on" | "yes" | "true" => Some(true),
+        "0" | "off" | "no" | "false" => Some(false),
+        _ => None,
+    }
+}
+
+/// Seconds to an optional timeout (0 = none); negative or non-finite values are refused.
+pub fn timeout_from_seconds(s: f64) -> Result<Option<Duration>> {
+    if !s.is_finite() || s < 0.0 {
+        return Err(Error::InvalidArgument(format!("timeout {s} s: must be a finite number of seconds >= 0")));
+    }
+    Ok(if s == 0.0 { None } else { Some(Duration::from_secs_f64(s)) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn with(pairs: &[(&str, &str)]) -> Result<Config> {
+        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::from_lookup(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn env_overrides_defaults() {
+        assert_eq!(with(&[]).unwrap(), Config::default());
+        let c = with(&[("GPUWIRE_BACKEND", "Staged"), ("GPUWIRE_CHECK", "1"), ("GPUWIRE_TIMEOUT", "2.5"), ("GPUWIRE_DEVICE", "3")]).unwrap();
+        assert_eq!(c.backend, BackendKind::GPUWIRE_BACKEND_MPI_STAGED);
+        assert!(c.check);
+        assert_eq!(c.timeout, Some(Duration::from_millis(2500)));
+        assert_eq!(c.device, 3);
+    }
+
+    #[test]
+    fn bad_env_values_name_the_variable() {
+        let e = with(&[("GPUWIRE_BACKEND", "gpu")]).unwrap_err();
+        assert!(e.to_string().contains("GPUWIRE_BACKEND"));
+        assert!(with(&[("GPUWIRE_CHECK", "maybe")]).is_err());
+        assert!(with(&[("GPUWIRE_TIMEOUT", "-1")]).is_err());
+        assert!(with(&[("GPUWIRE_DEVICE", "-2")]).is_err());
+        assert!(with(&[("GPUWIRE_CHUNK_BYTES", "12")]).is_err());
+        assert!(with(&[("GPUWIRE_STAGING", "mapped")]).is_err());
+    }
+}

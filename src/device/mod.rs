@@ -1,0 +1,253 @@
+//! CUDA through cudarc's driver API, loaded at run time.
+//!
+//! gpuwire builds and runs on machines without CUDA: [`cuda`] checks that libcuda can be loaded
+//! before any driver call (cudarc panics otherwise) and turns its absence into
+//! `Error::BackendUnavailable("no CUDA driver found ...")`.
+//!
+//! Contexts: gpuwire only uses each device's *primary* context. [`CtxGuard::enter`] makes it
+//! current on the calling thread and restores the caller's current context when dropped, so any
+//! host thread, also one that never touched CUDA, can call any gpuwire function.
+
+use std::ffi::c_void;
+use std::sync::OnceLock;
+
+use cudarc::driver::sys;
+
+use crate::error::{Error, Result};
+use crate::types::Space;
+
+/// Facts about the CUDA driver of this process.
+#[derive(Debug)]
+pub struct Cuda {
+    /// Visible devices.
+    pub device_count: i32,
+    /// cuDriverGetVersion (e.g. 13000 for CUDA 13.0).
+    pub driver_version: i32,
+}
+
+static CUDA: OnceLock<std::result::Result<Cuda, String>> = OnceLock::new();
+
+/// Formats a driver error with its name and description.
+pub fn driver_error(what: &str, e: cudarc::driver::DriverError) -> Error {
+    let name = e.error_name().map(|c| c.to_string_lossy().into_owned()).unwrap_or_default();
+    let text = e.error_string().map(|c| c.to_string_lossy().into_owned()).unwrap_or_default();
+    Error::Cuda(format!("{what} failed: {name} ({text})"))
+}
+
+/// Checks a raw `CUresult`.
+pub fn check(r: sys::CUresult, what: &str) -> Result<()> {
+    r.result().map_err(|e| driver_error(what, e))
+}
+
+fn load() -> std::result::Result<Cuda, String> {
+    // SAFETY: only tries to open the library.
+    if !unsafe { sys::is_culib_present() } {
+        return Err("no CUDA driver found (libcuda.so could not be loaded; is the NVIDIA driver installed and on the library path?)".into());
+    }
+    cudarc::driver::result::init().map_err(|e| format!("cuInit failed: {e:?} (no usable GPU, or the driver does not match)"))?;
+    let device_count = cudarc::driver::result::device::get_count().map_err(|e| format!("cuDeviceGetCount failed: {e:?}"))?;
+    let mut driver_version = 0;
+    // SAFETY: writes one int.
+    unsafe { sys::cuDriverGetVersion(&mut driver_version) };
+    Ok(Cuda { device_count, driver_version })
+}
+
+/// The CUDA driver, or `BackendUnavailable` saying why it cannot be used.
+pub fn cuda() -> Result<&'static Cuda> {
+    CUDA.get_or_init(load).as_ref().map_err(|m| Error::BackendUnavailable(m.clone()))
+}
+
+/// The CUDA driver when it loaded and sees at least one device.
+pub fn cuda_with_devices() -> Result<&'static Cuda> {
+    let c = cuda()?;
+    if c.device_count < 1 {
+        return Err(Error::BackendUnavailable("the CUDA driver loaded but sees no device (CUDA_VISIBLE_DEVICES?)".into()));
+    }
+    Ok(c)
+}
+
+struct Primary(sys::CUcontext);
+// SAFETY: a CUcontext is a handle usable from any thread.
+unsafe impl Send for Primary {}
+unsafe impl Sync for Primary {}
+
+static PRIMARY: OnceLock<Vec<OnceLock<std::result::Result<Primary, String>>>> = OnceLock::new();
+
+/// The primary context of `device` (retained once for the life of the process).
+pub fn primary_context(device: i32) -> Result<sys::CUcontext> {
+    let c = cuda_with_devices()?;
+    if device < 0 || device >= c.device_count {
+        return Err(Error::InvalidArgument(format!(
+            "CUDA device {device} does not exist (this process sees {} device(s))",
+            c.device_count
+        )));
+    }
+    let slots = PRIMARY.get_or_init(|| (0..c.device_count).map(|_| OnceLock::new()).collect());
+    let slot = slots[device as usize].get_or_init(|| {
+        let dev = cudarc::driver::result::device::get(device).map_err(|e| format!("cuDeviceGet({device}): {e:?}"))?;
+        // SAFETY: dev is a valid device.
+        let ctx = unsafe { cudarc::driver::result::primary_ctx::retain(dev) }
+            .map_err(|e| format!("cuDevicePrimaryCtxRetain({device}): {e:?}"))?;
+        Ok(Primary(ctx))
+    });
+    slot.as_ref().map(|p| p.0).map_err(|m| Error::Cuda(m.clone()))
+}
+
+/// Makes a device's primary context current on this thread for the guard's lifetime, then
+/// restores whatever was current before (nothing, or another context).
+pub struct CtxGuard {
+    pushed: bool,
+}
+
+impl CtxGuard {
+    pub fn enter(device: i32) -> Result<CtxGuard> {
+        let ctx = primary_context(device)?;
+        let mut cur: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: writes one handle.
+        check(unsafe { sys::cuCtxGetCurrent(&mut cur) }, "cuCtxGetCurrent")?;
+        if cur == ctx {
+            return Ok(CtxGuard { pushed: false });
+        }
+        // SAFETY: ctx is a retained primary context.
+        check(unsafe { sys::cuCtxPushCurrent_v2(ctx) }, "cuCtxPushCurrent")?;
+        Ok(CtxGuard { pushed: true })
+    }
+}
+
+impl Drop for CtxGuard {
+    fn drop(&mut self) {
+        if self.pushed {
+            let mut popped: sys::CUcontext = std::ptr::null_mut();
+            // SAFETY: pops the context this guard pushed on this thread.
+            unsafe { sys::cuCtxPopCurrent_v2(&mut popped) };
+        }
+    }
+}
+
+/// Memory gpuwire allocated with the CUDA driver; freed on drop.
+#[derive(Debug)]
+pub struct CudaAlloc {
+    pub ptr: usize,
+    pub bytes: usize,
+    pub device: i32,
+    pub space: Space,
+}
+
+impl CudaAlloc {
+    /// Allocates `bytes` (> 0) of `space` (DEVICE, PINNED or MANAGED) on `device`, zeroed.
+    pub fn new(space: Space, device: i32, bytes: usize) -> Result<CudaAlloc> {
+        let _g = CtxGuard::enter(device)?;
+        let ptr = match space {
+            Space::GPUWIRE_SPACE_DEVICE | Space::GPUWIRE_SPACE_MANAGED => {
+                let mut p: sys::CUdeviceptr = 0;
+                if space == Space::GPUWIRE_SPACE_DEVICE {
+                    // SAFETY: writes one pointer.
+                    check(unsafe { sys::cuMemAlloc_v2(&mut p, bytes) }, "cuMemAlloc")?;
+                } else {
+                    // SAFETY: as above; CU_MEM_ATTACH_GLOBAL = 1.
+                    check(unsafe { sys::cuMemAllocManaged(&mut p, bytes, 1) }, "cuMemAllocManaged")?;
+                }
+                // SAFETY: p is `bytes` long on the current context.
+                if let Err(e) = check(unsafe { sys::cuMemsetD8_v2(p, 0, bytes) }, "cuMemsetD8") {
+                    unsafe { sys::cuMemFree_v2(p) };
+                    return Err(e);
+                }
+                p as usize
+            }
+            Space::GPUWIRE_SPACE_PINNED => {
+                let mut p: *mut c_void = std::ptr::null_mut();
+                // SAFETY: writes one pointer; flags 0 = portable default.
+                check(unsafe { sys::cuMemAllocHost_v2(&mut p, bytes) }, "cuMemAllocHost")?;
+                // SAFETY: p is `bytes` of host memory.
+                unsafe { std::ptr::write_bytes(p.cast::<u8>(), 0, bytes) };
+                p as usize
+            }
+            _ => return Err(Error::Internal(format!("CudaAlloc of space {}", space.name()))),
+        };
+        Ok(CudaAlloc { ptr, bytes, device, space })
+    }
+}
+
+impl Drop for CudaAlloc {
+    fn drop(&mut self) {
+        let Ok(_g) = CtxGuard::enter(self.device) else { return };
+        // SAFETY: allocated by `new` and freed only here.
+        unsafe {
+            match self.space {
+                Space::GPUWIRE_SPACE_PINNED => {
+                    sys::cuMemFreeHost(self.ptr as *mut c_void);
+                }
+                _ => {
+                    sys::cuMemFree_v2(self.ptr as sys::CUdeviceptr);
+                }
+            }
+        }
+    }
+}
+
+/// A CUDA stream given by the caller as `void *` (NULL = the legacy default stream).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stream(pub usize);
+
+impl Stream {
+    pub fn raw(self) -> sys::CUstream {
+        self.0 as sys::CUstream
+    }
+}
+
+/// Copies `bytes` between any two spaces (unified addressing) after the work already enqueued on
+/// `stream`, and returns when the copy is complete.
+pub fn copy_sync(device: i32, dst: usize, src: usize, bytes: usize, stream: Stream) -> Result<()> {
+    if bytes == 0 {
+        return Ok(());
+    }
+    let _g = CtxGuard::enter(device)?;
+    // SAFETY: caller guarantees both ranges are valid for `bytes`.
+    unsafe {
+        check(sys::cuMemcpyAsync(dst as sys::CUdeviceptr, src as sys::CUdeviceptr, bytes, stream.raw()), "cuMemcpyAsync")?;
+        check(sys::cuStreamSynchronize(stream.raw()), "cuStreamSynchronize")
+    }
+}
+
+/// What CUDA knows of a pointer: its space and device (HOST and -1 for memory CUDA does not
+/// know, or when there is no CUDA driver at all).
+pub fn detect_space(ptr: usize) -> Result<(Space, i32)> {
+    if ptr == 0 || cuda_with_devices().is_err() {
+        return Ok((Space::GPUWIRE_SPACE_HOST, -1));
+    }
+    let mut mem_type: u32 = 0;
+    // SAFETY: writes one unsigned int; an unknown pointer yields CUDA_ERROR_INVALID_VALUE.
+    let r = unsafe {
+        sys::cuPointerGetAttribute(
+            (&mut mem_type as *mut u32).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            ptr as sys::CUdeviceptr,
+        )
+    };
+    if r != sys::CUresult::CUDA_SUCCESS {
+        return Ok((Space::GPUWIRE_SPACE_HOST, -1)); // ordinary host memory, unknown to CUDA
+    }
+    let mut managed: u32 = 0;
+    let mut ordinal: i32 = -1;
+    // SAFETY: as above.
+    unsafe {
+        sys::cuPointerGetAttribute(
+            (&mut managed as *mut u32).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_MANAGED,
+            ptr as sys::CUdeviceptr,
+        );
+        sys::cuPointerGetAttribute(
+            (&mut ordinal as *mut i32).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+            ptr as sys::CUdeviceptr,
+        );
+    }
+    let space = if managed != 0 {
+        Space::GPUWIRE_SPACE_MANAGED
+    } else if mem_type == sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 {
+        Space::GPUWIRE_SPACE_DEVICE
+    } else {
+        Space::GPUWIRE_SPACE_PINNED
+    };
+    Ok((space, ordinal))
+}

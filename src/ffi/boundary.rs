@@ -1,0 +1,111 @@
+//! The FFI boundary: panics caught, errors turned into status codes and the thread's last error,
+//! NULL pointers checked, handles resolved.
+
+use std::cell::RefCell;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use crate::buffer::{BUFFERS, Buffer};
+use crate::comm::{COMMS, Communicator};
+use crate::error::{Error, Result, Status};
+use crate::runtime;
+
+thread_local! {
+    static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+/// Records `msg` as this thread's last error.
+pub fn set_last_error(msg: String) {
+    LAST_ERROR.with(|e| *e.borrow_mut() = msg);
+}
+
+/// This thread's last error message ("" when none).
+pub fn last_error() -> String {
+    LAST_ERROR.with(|e| e.borrow().clone())
+}
+
+/// Runs an exported function's body: `Ok` is GPUWIRE_SUCCESS; an error becomes its code and the
+/// thread's last error "function: message"; a panic becomes GPUWIRE_ERROR_INTERNAL.
+pub fn call(name: &'static str, f: impl FnOnce() -> Result<()>) -> Status {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => Status::GPUWIRE_SUCCESS,
+        Ok(Err(e)) => {
+            set_last_error(format!("{name}: {e}"));
+            e.status()
+        }
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            set_last_error(format!("{name}: internal error (a bug in gpuwire, please report it): {what}"));
+            Status::GPUWIRE_ERROR_INTERNAL
+        }
+    }
+}
+
+/// Fails with GPUWIRE_ERROR_NULL_ARGUMENT naming `arg` when `p` is NULL.
+pub fn non_null<T>(p: *const T, arg: &str) -> Result<()> {
+    if p.is_null() {
+        return Err(Error::NullArgument(format!("`{arg}` must not be NULL")));
+    }
+    Ok(())
+}
+
+/// Writes an out-parameter already checked by `non_null`.
+pub fn write<T>(p: *mut T, v: T) {
+    // SAFETY: callers check `p` with `non_null` before doing any work; the C caller promises it
+    // points to writable storage for a T.
+    unsafe { p.write(v) }
+}
+
+/// The communicator behind a handle.
+pub fn comm(h: u64) -> Result<Arc<Communicator>> {
+    runtime::ensure_ready()?;
+    COMMS.get(h)
+}
+
+/// The buffer behind a handle.
+pub fn buffer(h: u64) -> Result<Arc<Buffer>> {
+    runtime::ensure_ready()?;
+    BUFFERS.get(h)
+}
+
+/// The buffer behind a handle, or `None` for the NULL handle (arguments that are not
+/// significant on this rank, such as a non-root's receive buffer of gather).
+pub fn buffer_opt(h: u64) -> Result<Option<Arc<Buffer>>> {
+    if h == 0 {
+        runtime::ensure_ready()?;
+        return Ok(None);
+    }
+    buffer(h).map(Some)
+}
+
+/// Copies `s` into a caller's `buf` of `len` bytes, truncated and always NUL-terminated.
+pub fn copy_str(s: &str, buf: *mut std::ffi::c_char, len: usize) {
+    if buf.is_null() || len == 0 {
+        return;
+    }
+    let n = s.len().min(len - 1);
+    // SAFETY: the caller promises `buf` holds `len` bytes.
+    unsafe {
+        std::ptr::copy_nonoverlapping(s.as_ptr(), buf.cast::<u8>(), n);
+        *buf.add(n) = 0;
+    }
+}
+
+/// A collective call: `prepare` resolves handles and enum values on this rank; if it fails,
+/// the communicator's checking mode still tells the other ranks (so none of them hangs) and
+/// every rank returns an error.
+pub fn collective<T>(
+    c: &Communicator,
+    what: &str,
+    prepare: impl FnOnce() -> Result<T>,
+    run: impl FnOnce(T) -> Result<()>,
+) -> Result<()> {
+    match prepare() {
+        Ok(args) => run(args),
+        Err(e) => Err(c.fail_collective(what, e)),
+    }
+}

@@ -1,0 +1,197 @@
+//! Buffers.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use crate::buffer::{BUFFERS, Buffer};
+use crate::device::Stream;
+use crate::error::gpuwire_status;
+use crate::ffi::boundary::{self, call, non_null, write};
+use crate::ffi::gpuwire_buffer;
+use crate::runtime;
+use crate::types::{Dtype, Space};
+
+/// Allocates an owned buffer of `count` elements of `dtype` (a gpuwire_dtype) in `space` (a
+/// gpuwire_space other than AUTO), zero-filled. `device` is the CUDA device for DEVICE, PINNED
+/// and MANAGED memory (-1 = device 0) and is ignored for HOST. Host memory is 64-byte aligned.
+/// The memory is freed when the handle is freed and no view or pending request uses it.
+///
+/// Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`out`),
+/// GPUWIRE_ERROR_INVALID_ARGUMENT (negative count, bad space, out of memory),
+/// GPUWIRE_ERROR_UNSUPPORTED_DTYPE (unknown datatype code), GPUWIRE_ERROR_BACKEND_UNAVAILABLE
+/// (device memory without a CUDA driver), GPUWIRE_ERROR_CUDA, GPUWIRE_ERROR_NOT_INITIALIZED.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_buffer_alloc(count: i64, dtype: i32, space: i32, device: i32, out: *mut gpuwire_buffer) -> gpuwire_status {
+    call("gpuwire_buffer_alloc", || {
+        non_null(out, "out")?;
+        runtime::ensure_ready()?;
+        let b = Buffer::alloc(count, Dtype::from_c(dtype)?, Space::from_c(space)?, device)?;
+        write(out, BUFFERS.insert(Arc::new(b)));
+        Ok(())
+    })
+}
+
+/// Wraps `count` elements of `dtype` at the caller's pointer `ptr` without copying; gpuwire
+/// never frees it, and the caller keeps it valid while the buffer (or a view or a pending
+/// request) is in use. `space` GPUWIRE_SPACE_AUTO asks CUDA where the memory lives (a
+/// cudaMalloc'ed pointer, a CuPy or PyTorch tensor's pointer, a host array all work); an
+/// explicit space is checked against CUDA's answer. `ptr` may be NULL only when `count` is 0.
+///
+/// Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`out`, or `ptr` NULL with
+/// count > 0), GPUWIRE_ERROR_INVALID_ARGUMENT (negative count, misaligned pointer, space that
+/// contradicts CUDA), GPUWIRE_ERROR_UNSUPPORTED_DTYPE, GPUWIRE_ERROR_NOT_INITIALIZED.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_buffer_wrap(ptr: *mut c_void, count: i64, dtype: i32, space: i32, out: *mut gpuwire_buffer) -> gpuwire_status {
+    call("gpuwire_buffer_wrap", || {
+        non_null(out, "out")?;
+        runtime::ensure_ready()?;
+        let b = Buffer::wrap(ptr as usize, count, Dtype::from_c(dtype)?, Space::from_c(space)?)?;
+        write(out, BUFFERS.insert(Arc::new(b)));
+        Ok(())
+    })
+}
+
+/// A buffer over elements [offset, offset + count) of `buf`, sharing its memory (no copy); it
+/// keeps the memory alive even if `buf` is freed first. Views of views refer to the original.
+///
+/// Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE,
+/// GPUWIRE_ERROR_INVALID_ARGUMENT (negative or out-of-range offset/count).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_buffer_view(buf: gpuwire_buffer, offset: i64, count: i64, out: *mut gpuwire_buffer) -> gpuwire_status {
+    call("gpuwire_buffer_view", || {
+        non_null(out, "out")?;
+        let parent = boundary::buffer(buf)?;
+        let v = Buffer::view(&parent, offset, count)?;
+        write(out, BUFFERS.insert(Arc::new(v)));
+        Ok(())
+    })
+}
+
+/// Frees a buffer handle; owned memory is released once no view or pending request uses it.
+/// Freeing twice, or a copy of a freed handle, returns GPUWIRE_ERROR_INVALID_HANDLE and touches
+/// nothing.
+///
+/// Local; thread-safe. Errors: GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_ALREADY_FINALIZED.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_buffer_free(buf: gpuwire_buffer) -> gpuwire_status {
+    call("gpuwire_buffer_free", || {
+        runtime::ensure_ready()?;
+        drop(BUFFERS.remove(buf)?);
+        Ok(())
+    })
+}
+
+/// Copies all of the buffer's elements (count x element size bytes) from host memory `src`
+/// into the buffer, after the work already enqueued on `stream` (a CUstream; NULL = the legacy
+/// default stream; ignored for host buffers). Blocks until the copy is complete.
+///
+/// Local. Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`src` NULL with count > 0),
+/// GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_CUDA.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_buffer_copy_from_host(buf: gpuwire_buffer, src: *const c_void, stream: *mut c_void) -> gpuwire_status {
+    call("gpuwire_buffer_copy_from_host", || {
+        let b = boundary::buffer(buf)?;
+        // SAFETY: the caller promises `src` holds the buffer's bytes.
+        unsafe { b.copy_from_host(src as usize, Stream(stream as usize)) }
+    })
+}
+
+/// Copies all of the buffer's elements into host memory `dst`, after the work already enqueued
+/// on `stream`. Blocks until the copy is complete.
+///
+/// Local. Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`dst` NULL with count > 0),
+/// GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_CUDA.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_buffer_copy_to_host(buf: gpuwire_buffer, dst: *mut c_void, stream: *mut c_void) -> gpuwire_status {
+    call("gpuwire_buffer_copy_to_host", || {
+        let b = boundary::buffer(buf)?;
+        // SAFETY: the caller promises `dst` holds the buffer's bytes.
+        unsafe { b.copy_to_host(dst as usize, Stream(stream as usize)) }
+    })
+}
+
+/// The address of the buffer's first element (NULL for an empty owned buffer).
+///
+/// Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_buffer_pointer(buf: gpuwire_buffer, ptr: *mut *mut c_void) -> gpuwire_status {
+    call("gpuwire_buffer_pointer", || {
+        non_null(ptr, "ptr")?;
+        let b = boundary::buffer(buf)?;
+        write(ptr, b.ptr() as *mut c_void);
+        Ok(())
+    })
+}
+/// The number of elements.
+///
+/// Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_buffer_count(buf: gpuwire_buffer, count: *mut i64) -> gpuwire_status {
+    call("gpuwire_buffer_count", || {
+        non_null(count, "count")?;
+        let b = boundary::buffer(buf)?;
+        write(count, b.count() as i64);
+        Ok(())
+    })
+}
+/// The datatype (a gpuwire_dtype).
+///
+/// Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_buffer_dtype(buf: gpuwire_buffer, dtype: *mut i32) -> gpuwire_status {
+    call("gpuwire_buffer_dtype", || {
+        non_null(dtype, "dtype")?;
+        let b = boundary::buffer(buf)?;
+        write(dtype, b.dtype() as i32);
+        Ok(())
+    })
+}
+/// The memory space (a gpuwire_space; never AUTO).
+///
+/// Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_buffer_space(buf: gpuwire_buffer, space: *mut i32) -> gpuwire_status {
+    call("gpuwire_buffer_space", || {
+        non_null(space, "space")?;
+        let b = boundary::buffer(buf)?;
+        write(space, b.space() as i32);
+        Ok(())
+    })
+}
+/// The CUDA device of the memory, or -1 for host memory.
+///
+/// Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_buffer_device(buf: gpuwire_buffer, device: *mut i32) -> gpuwire_status {
+    call("gpuwire_buffer_device", || {
+        non_null(device, "device")?;
+        let b = boundary::buffer(buf)?;
+        write(device, b.device());
+        Ok(())
+    })
+}
+/// 1 if gpuwire allocated the memory (a view reports its original's owner), 0 if borrowed.
+///
+/// Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_buffer_owned(buf: gpuwire_buffer, owned: *mut i32) -> gpuwire_status {
+    call("gpuwire_buffer_owned", || {
+        non_null(owned, "owned")?;
+        let b = boundary::buffer(buf)?;
+        write(owned, b.owned() as i32);
+        Ok(())
+    })
+}
+
+/// The size of one element of `dtype` in bytes (float16 2, complex128 16, ...). Works before
+/// gpuwire_init.
+///
+/// Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_UNSUPPORTED_DTYPE.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_dtype_size(dtype: i32, bytes: *mut i64) -> gpuwire_status {
+    call("gpuwire_dtype_size", || {
+        non_null(bytes, "bytes")?;
+        write(bytes, Dtype::from_c(dtype)?.size() as i64);
+        Ok(())
+    })
+}

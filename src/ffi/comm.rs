@@ -1,0 +1,317 @@
+//! Configuration and communicators.
+
+use std::ffi::c_char;
+use std::sync::Arc;
+
+use crate::comm::{COMMS, Communicator};
+use crate::config::{self, Config};
+use crate::error::{Result, gpuwire_status};
+use crate::ffi::boundary::{self, call, non_null, write};
+use crate::ffi::{GPUWIRE_UNDEFINED, gpuwire_comm};
+use crate::mpisys;
+use crate::runtime;
+use crate::types::{BackendKind, Staging};
+
+/// Configuration of a communicator. Fill it with gpuwire_config_init (defaults, then the
+/// GPUWIRE_* environment variables), then change fields as needed; fields you set win over the
+/// environment. Plain data: copy it freely.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpuwire_config {
+    /// Requested backend for device buffers (a gpuwire_backend; GPUWIRE_BACKEND).
+    pub backend: i32,
+    /// CUDA device ordinal of this rank, or -1 = node-local rank modulo the number of visible
+    /// devices (GPUWIRE_DEVICE).
+    pub device: i32,
+    /// 1 = before every collective, agree count, datatype, op and root across ranks and return
+    /// a mismatch error on every rank instead of hanging (GPUWIRE_CHECK). Costs one small
+    /// MPI_Allreduce per collective.
+    pub check: i32,
+    /// How the staged backend holds host copies (a gpuwire_staging; GPUWIRE_STAGING).
+    pub staging: i32,
+    /// Seconds after which a blocked agreement exchange (checking mode) or NCCL operation
+    /// returns GPUWIRE_ERROR_TIMEOUT and breaks the communicator; 0 = wait forever
+    /// (GPUWIRE_TIMEOUT).
+    pub timeout_seconds: f64,
+    /// Staging chunk size in bytes (>= 4096; GPUWIRE_CHUNK_BYTES). Large messages move in chunks
+    /// of this size so device copies overlap MPI transfers.
+    pub chunk_bytes: i64,
+}
+
+impl gpuwire_config {
+    fn from_core(c: &Config) -> gpuwire_config {
+        gpuwire_config {
+            backend: c.backend as i32,
+            device: c.device,
+            check: c.check as i32,
+            staging: c.staging as i32,
+            timeout_seconds: c.timeout.map(|t| t.as_secs_f64()).unwrap_or(0.0),
+            chunk_bytes: c.chunk_bytes as i64,
+        }
+    }
+
+    fn to_core(&self) -> Result<Config> {
+        use crate::error::Error;
+        if self.device < -1 {
+            return Err(Error::InvalidArgument(format!("config.device = {}: expected an ordinal >= 0, or -1", self.device)));
+        }
+        if self.check != 0 && self.check != 1 {
+            return Err(Error::InvalidArgument(format!("config.check = {}: expected 0 or 1", self.check)));
+        }
+        if self.chunk_bytes < 4096 {
+            return Err(Error::InvalidArgument(format!("config.chunk_bytes = {}: expected at least 4096", self.chunk_bytes)));
+        }
+        Ok(Config {
+            backend: BackendKind::from_c(self.backend)?,
+            device: self.device,
+            check: self.check == 1,
+            timeout: config::timeout_from_seconds(self.timeout_seconds)?,
+            staging: Staging::from_c(self.staging)?,
+            chunk_bytes: self.chunk_bytes as usize,
+        })
+    }
+}
+
+fn resolve_config(cfg: *const gpuwire_config) -> Result<Config> {
+    if cfg.is_null() {
+        return Config::from_env();
+    }
+    // SAFETY: the caller promises a readable gpuwire_config.
+    unsafe { &*cfg }.to_core()
+}
+
+/// Fills `*cfg` with the defaults (AUTO backend, device -1, checking off, pinned staging, no
+/// timeout, 4 MiB chunks), overridden by the GPUWIRE_* environment variables. Local; works
+/// before gpuwire_init.
+///
+/// Errors: GPUWIRE_ERROR_NULL_ARGUMENT; GPUWIRE_ERROR_INVALID_ARGUMENT when an environment
+/// variable has an invalid value (the message names it; `*cfg` is then untouched).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_config_init(cfg: *mut gpuwire_config) -> gpuwire_status {
+    call("gpuwire_config_init", || {
+        non_null(cfg, "cfg")?;
+        write(cfg, gpuwire_config::from_core(&Config::from_env()?));
+        Ok(())
+    })
+}
+
+fn register(c: Communicator, out: *mut gpuwire_comm) {
+    write(out, COMMS.insert(Arc::new(c)));
+}
+
+/// Creates a communicator over the MPI communicator `mpi_comm` (its Fortran handle: pass
+/// `MPI_Comm_c2f(comm)` from C, `comm%MPI_VAL` or an `integer` handle from Fortran). gpuwire
+/// duplicates it (MPI_Comm_dup) and sets MPI_ERRORS_RETURN on its duplicate only; the caller's
+/// communicator is not changed and may be freed at any time. `cfg` may be NULL (=
+/// gpuwire_config_init). Chooses the backend for device buffers (all ranks agree).
+///
+/// Collective over `mpi_comm`. Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`out`);
+/// GPUWIRE_ERROR_INVALID_ARGUMENT (MPI_COMM_NULL, a bad config field or environment variable);
+/// GPUWIRE_ERROR_BACKEND_UNAVAILABLE when the requested backend cannot be used on some rank
+/// (the same error and message on every rank); GPUWIRE_ERROR_MPI;
+/// GPUWIRE_ERROR_NOT_INITIALIZED.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_comm_create(mpi_comm: i32, cfg: *const gpuwire_config, out: *mut gpuwire_comm) -> gpuwire_status {
+    call("gpuwire_comm_create", || {
+        non_null(out, "out")?;
+        runtime::ensure_ready()?;
+        let config = resolve_config(cfg)?;
+        register(Communicator::create(mpisys::comm_f2c(mpi_comm), config)?, out);
+        Ok(())
+    })
+}
+
+/// gpuwire_comm_create over MPI_COMM_WORLD. Collective over MPI_COMM_WORLD; errors as
+/// gpuwire_comm_create.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_comm_world(cfg: *const gpuwire_config, out: *mut gpuwire_comm) -> gpuwire_status {
+    call("gpuwire_comm_world", || {
+        non_null(out, "out")?;
+        runtime::ensure_ready()?;
+        let config = resolve_config(cfg)?;
+        register(Communicator::create(mpisys::comm_world(), config)?, out);
+        Ok(())
+    })
+}
+
+/// Frees a communicator (as MPI_Comm_free: collective in principle; pending requests on it still
+/// complete). The handle, and every copy of it, becomes invalid.
+///
+/// Errors: GPUWIRE_ERROR_INVALID_HANDLE (NULL, already freed, or not a communicator; nothing
+/// is touched), GPUWIRE_ERROR_ALREADY_FINALIZED (after gpuwire_finalize; MPI is not called).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_comm_free(comm: gpuwire_comm) -> gpuwire_status {
+    call("gpuwire_comm_free", || {
+        runtime::ensure_ready()?;
+        drop(COMMS.remove(comm)?);
+        Ok(())
+    })
+}
+
+/// Splits a communicator as MPI_Comm_split: ranks with the same `color` (>= 0) form a new
+/// communicator, ordered by `key` then by old rank; it inherits `comm`'s configuration. Ranks
+/// passing GPUWIRE_UNDEFINED get GPUWIRE_COMM_NULL in `*out`.
+///
+/// Collective over `comm`. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE,
+/// GPUWIRE_ERROR_INVALID_ARGUMENT (a negative color other than GPUWIRE_UNDEFINED),
+/// GPUWIRE_ERROR_MPI, and the errors of gpuwire_comm_create.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_comm_split(comm: gpuwire_comm, color: i32, key: i32, out: *mut gpuwire_comm) -> gpuwire_status {
+    call("gpuwire_comm_split", || {
+        non_null(out, "out")?;
+        let c = boundary::comm(comm)?;
+        if color < 0 && color != GPUWIRE_UNDEFINED {
+            return Err(crate::error::Error::InvalidArgument(format!(
+                "color {color}: colors are >= 0, or GPUWIRE_UNDEFINED"
+            )));
+        }
+        let color = if color == GPUWIRE_UNDEFINED { None } else { Some(color) };
+        match c.split(color, key)? {
+            Some(n) => register(n, out),
+            None => write(out, 0),
+        }
+        Ok(())
+    })
+}
+
+/// Duplicates a communicator (same ranks and configuration, separate message space), as
+/// MPI_Comm_dup. Collective over `comm`. Errors as gpuwire_comm_split.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_comm_dup(comm: gpuwire_comm, out: *mut gpuwire_comm) -> gpuwire_status {
+    call("gpuwire_comm_dup", || {
+        non_null(out, "out")?;
+        let c = boundary::comm(comm)?;
+        register(c.dup()?, out);
+        Ok(())
+    })
+}
+
+/// This process's rank in the communicator (as MPI_Comm_rank).
+///
+/// Local. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_comm_rank(comm: gpuwire_comm, rank: *mut i32) -> gpuwire_status {
+    call("gpuwire_comm_rank", || {
+        non_null(rank, "rank")?;
+        let c = boundary::comm(comm)?;
+        write(rank, c.rank());
+        Ok(())
+    })
+}
+/// Number of ranks (as MPI_Comm_size).
+///
+/// Local. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_comm_size(comm: gpuwire_comm, size: *mut i32) -> gpuwire_status {
+    call("gpuwire_comm_size", || {
+        non_null(size, "size")?;
+        let c = boundary::comm(comm)?;
+        write(size, c.size());
+        Ok(())
+    })
+}
+/// This process's rank among the communicator's ranks on the same node
+/// (MPI_Comm_split_type with MPI_COMM_TYPE_SHARED).
+///
+/// Local. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_comm_local_rank(comm: gpuwire_comm, local_rank: *mut i32) -> gpuwire_status {
+    call("gpuwire_comm_local_rank", || {
+        non_null(local_rank, "local_rank")?;
+        let c = boundary::comm(comm)?;
+        write(local_rank, c.local_rank());
+        Ok(())
+    })
+}
+/// Number of the communicator's ranks on this node (MPI_COMM_TYPE_SHARED).
+///
+/// Local. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_comm_local_size(comm: gpuwire_comm, local_size: *mut i32) -> gpuwire_status {
+    call("gpuwire_comm_local_size", || {
+        non_null(local_size, "local_size")?;
+        let c = boundary::comm(comm)?;
+        write(local_size, c.local_size());
+        Ok(())
+    })
+}
+/// The backend this communicator uses for device buffers (a gpuwire_backend; host buffers
+/// always go through plain MPI). Never GPUWIRE_BACKEND_AUTO.
+///
+/// Local. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_comm_backend(comm: gpuwire_comm, backend: *mut i32) -> gpuwire_status {
+    call("gpuwire_comm_backend", || {
+        non_null(backend, "backend")?;
+        let c = boundary::comm(comm)?;
+        write(backend, c.backend() as i32);
+        Ok(())
+    })
+}
+/// The CUDA device ordinal this rank uses, or -1 when the communicator has none.
+///
+/// Local. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_comm_device(comm: gpuwire_comm, device: *mut i32) -> gpuwire_status {
+    call("gpuwire_comm_device", || {
+        non_null(device, "device")?;
+        let c = boundary::comm(comm)?;
+        write(device, c.device());
+        Ok(())
+    })
+}
+/// The Fortran handle (MPI_Fint) of gpuwire's own duplicate of the MPI communicator, for
+/// MPI calls that must not interfere with the caller's traffic. Owned by gpuwire: do not
+/// free it.
+///
+/// Local. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_comm_mpi(comm: gpuwire_comm, mpi_comm: *mut i32) -> gpuwire_status {
+    call("gpuwire_comm_mpi", || {
+        non_null(mpi_comm, "mpi_comm")?;
+        let c = boundary::comm(comm)?;
+        write(mpi_comm, mpisys::comm_c2f(c.raw()));
+        Ok(())
+    })
+}
+
+/// Writes a one-line, human-readable description of the communicator into `buf` (`buflen`
+/// bytes, truncated, always NUL-terminated; 1024 bytes hold it): the backend chosen for device
+/// buffers and why, the device, ranks, the MPI library and version, the MPI thread level,
+/// checking mode and timeout.
+///
+/// Local. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_ARGUMENT (`buflen` 0),
+/// GPUWIRE_ERROR_INVALID_HANDLE.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_comm_describe(comm: gpuwire_comm, buf: *mut c_char, buflen: usize) -> gpuwire_status {
+    call("gpuwire_comm_describe", || {
+        non_null(buf, "buf")?;
+        if buflen == 0 {
+            return Err(crate::error::Error::InvalidArgument("buflen is 0".into()));
+        }
+        let c = boundary::comm(comm)?;
+        boundary::copy_str(&c.describe(), buf, buflen);
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_roundtrip_and_validation() {
+        let core = Config::default();
+        let c = gpuwire_config::from_core(&core);
+        assert_eq!(c.to_core().unwrap(), core);
+        let mut bad = c;
+        bad.backend = 42;
+        assert!(bad.to_core().is_err());
+        let mut bad = c;
+        bad.timeout_seconds = f64::NAN;
+        assert!(bad.to_core().is_err());
+        let mut bad = c;
+        bad.check = 2;
+        assert!(bad.to_core().is_err());
+    }
+}

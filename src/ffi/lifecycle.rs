@@ -1,0 +1,72 @@
+//! gpuwire_init, gpuwire_finalize and their queries.
+
+use crate::error::gpuwire_status;
+use crate::ffi::boundary::{call, non_null, write};
+use crate::runtime;
+
+/// Initializes gpuwire. If MPI is not initialized yet, gpuwire initializes it asking for
+/// MPI_THREAD_MULTIPLE (see gpuwire_query_thread for what was provided) and will finalize it in
+/// gpuwire_finalize; if the program already initialized MPI, gpuwire adopts it and never
+/// finalizes it. Calling it again while initialized does nothing.
+///
+/// Collective over MPI_COMM_WORLD when it initializes MPI (as MPI_Init_thread); call it from one
+/// thread. Errors: GPUWIRE_ERROR_ALREADY_FINALIZED after gpuwire_finalize or after the program
+/// finalized MPI; GPUWIRE_ERROR_MPI if MPI fails to initialize.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_init() -> gpuwire_status {
+    call("gpuwire_init", runtime::init)
+}
+
+/// Finalizes gpuwire: every handle becomes invalid (communicators are freed, buffers and
+/// pending requests released), then MPI is finalized if and only if gpuwire initialized it.
+/// gpuwire cannot be initialized again in the same process.
+///
+/// Collective over MPI_COMM_WORLD (as MPI_Finalize); call it from one thread once no other thread
+/// uses gpuwire. Errors: GPUWIRE_ERROR_NOT_INITIALIZED, GPUWIRE_ERROR_ALREADY_FINALIZED,
+/// GPUWIRE_ERROR_MPI.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_finalize() -> gpuwire_status {
+    call("gpuwire_finalize", runtime::finalize)
+}
+
+/// Writes 1 to `*flag` if gpuwire is initialized and not finalized, else 0. Works at any time.
+///
+/// Errors: GPUWIRE_ERROR_NULL_ARGUMENT.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_initialized(flag: *mut i32) -> gpuwire_status {
+    call("gpuwire_initialized", || {
+        non_null(flag, "flag")?;
+        write(flag, runtime::is_ready() as i32);
+        Ok(())
+    })
+}
+
+/// Writes the MPI thread level in effect (a gpuwire_thread_level) to `*provided`: what
+/// MPI_Init_thread provided when gpuwire initialized MPI, else what MPI_Query_thread reports.
+///
+/// Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_NOT_INITIALIZED,
+/// GPUWIRE_ERROR_ALREADY_FINALIZED.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_query_thread(provided: *mut i32) -> gpuwire_status {
+    call("gpuwire_query_thread", || {
+        non_null(provided, "provided")?;
+        let info = runtime::ensure_ready()?;
+        write(provided, info.thread_level as i32);
+        Ok(())
+    })
+}
+
+/// Writes 1 to `*flag` if gpuwire initialized MPI itself (and will finalize it), 0 if it
+/// adopted an MPI the program initialized.
+///
+/// Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_NOT_INITIALIZED,
+/// GPUWIRE_ERROR_ALREADY_FINALIZED.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_owns_mpi(flag: *mut i32) -> gpuwire_status {
+    call("gpuwire_owns_mpi", || {
+        non_null(flag, "flag")?;
+        let info = runtime::ensure_ready()?;
+        write(flag, info.owns_mpi as i32);
+        Ok(())
+    })
+}

@@ -1,0 +1,53 @@
+//! The C ABI: the only place with `extern "C"`. Each function checks its arguments, resolves
+//! handles and calls the safe core inside `boundary::call`, which maps errors to status codes and
+//! never lets a panic cross into C.
+
+#![allow(non_camel_case_types)]
+
+pub mod boundary;
+pub mod buffer;
+pub mod comm;
+pub mod lifecycle;
+pub mod ops;
+pub mod status;
+
+/// A gpuwire communicator (0 = the NULL handle).
+///
+/// Lifecycle: 1. `gpuwire_comm_create` / `gpuwire_comm_world` / `gpuwire_comm_split` /
+/// `gpuwire_comm_dup` make one (collective); 2. operations use it; 3. `gpuwire_comm_free`
+/// releases it (collective, as MPI_Comm_free). Handles are plain integers: copy them freely;
+/// a copy of a freed handle is reported as GPUWIRE_ERROR_INVALID_HANDLE.
+pub type gpuwire_comm = u64;
+
+/// A gpuwire buffer: pointer, element count, datatype, memory space, device and owner
+/// (0 = the NULL handle).
+///
+/// Lifecycle: 1. `gpuwire_buffer_alloc` (owned, zeroed), `gpuwire_buffer_wrap` (borrows the
+/// caller's memory) or `gpuwire_buffer_view` (a slice of another buffer, which it keeps alive);
+/// 2. operations use it; 3. `gpuwire_buffer_free` releases the handle, and the memory once no
+/// view and no pending request uses it. Borrowed memory is never freed by gpuwire.
+pub type gpuwire_buffer = u64;
+
+/// A nonblocking operation in flight (0 = GPUWIRE_REQUEST_NULL).
+///
+/// Lifecycle: 1. `gpuwire_isend` / `gpuwire_irecv` make one; 2. `gpuwire_wait`, `gpuwire_waitall`
+/// or a `gpuwire_test` that reports completion finishes it and sets the caller's handle to
+/// GPUWIRE_REQUEST_NULL.
+pub type gpuwire_request = u64;
+
+/// The NULL request: waiting on it returns at once (as MPI_REQUEST_NULL).
+pub const GPUWIRE_REQUEST_NULL: gpuwire_request = 0;
+
+/// The NULL communicator handle (what `gpuwire_comm_split` returns for an undefined color).
+pub const GPUWIRE_COMM_NULL: gpuwire_comm = 0;
+
+/// The NULL buffer handle (accepted where a buffer is not significant, e.g. a non-root's
+/// receive buffer of gpuwire_gather).
+pub const GPUWIRE_BUFFER_NULL: gpuwire_buffer = 0;
+
+/// A rank that sends and receives nothing: point-to-point calls with it return at once (as
+/// MPI_PROC_NULL).
+pub const GPUWIRE_PROC_NULL: i32 = -1;
+
+/// Color for `gpuwire_comm_split` meaning "not in any new communicator" (as MPI_UNDEFINED).
+pub const GPUWIRE_UNDEFINED: i32 = -1;

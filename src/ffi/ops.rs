@@ -1,0 +1,411 @@
+//! Point-to-point operations, requests and collectives.
+//!
+//! Common to every function here: counts come from the buffers, in elements; `stream` is a
+//! CUstream (NULL = the legacy default stream). For device buffers the operation happens after
+//! all work enqueued earlier on `stream`, and work enqueued later on `stream` sees its result.
+//! For host buffers `stream` is ignored and the call is as its MPI counterpart. On the MPI paths
+//! (HOST, MPI_STAGED, MPI_CUDA_AWARE) a blocking call returns when its data is in place.
+//! Thread safety: as MPI_THREAD_MULTIPLE; calls on different communicators may run concurrently,
+//! collectives on one communicator must be called in the same order on every rank.
+
+use std::ffi::c_void;
+
+use crate::device::Stream;
+use crate::error::{Error, Result, gpuwire_status};
+use crate::ffi::boundary::{self, call, collective, non_null, write};
+use crate::ffi::{gpuwire_buffer, gpuwire_comm, gpuwire_request};
+use crate::request::{REQUESTS, Request};
+use crate::types::ReduceOp;
+use std::sync::Arc;
+
+fn st(stream: *mut c_void) -> Stream {
+    Stream(stream as usize)
+}
+
+/// Sends all of `buf`'s elements to rank `dest` with `tag` (0..MPI_TAG_UB), as MPI_Send.
+/// `dest` GPUWIRE_PROC_NULL does nothing. The receiver must post a receive of the same count.
+///
+/// Errors: GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_INVALID_ARGUMENT (rank or tag out of
+/// range), GPUWIRE_ERROR_BACKEND_UNAVAILABLE (a device buffer on a communicator whose backend
+/// cannot move it), GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_CUDA.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_send(comm: gpuwire_comm, buf: gpuwire_buffer, dest: i32, tag: i32, stream: *mut c_void) -> gpuwire_status {
+    call("gpuwire_send", || {
+        let b = boundary::buffer(buf)?;
+        boundary::comm(comm)?.send(&b, dest, tag, st(stream))
+    })
+}
+
+/// Receives exactly `buf`'s element count from rank `source` with `tag`, as MPI_Recv (a longer
+/// message is an MPI truncation error). `source` GPUWIRE_PROC_NULL does nothing and leaves the
+/// buffer untouched. Errors as gpuwire_send.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_recv(comm: gpuwire_comm, buf: gpuwire_buffer, source: i32, tag: i32, stream: *mut c_void) -> gpuwire_status {
+    call("gpuwire_recv", || {
+        let b = boundary::buffer(buf)?;
+        boundary::comm(comm)?.recv(&b, source, tag, st(stream))
+    })
+}
+
+/// Starts a send, as MPI_Isend, and writes its request to `*request`. The buffer must not be
+/// modified until the request completes (the request keeps the buffer and communicator handles'
+/// objects alive even if they are freed meanwhile). Errors as gpuwire_send, plus
+/// GPUWIRE_ERROR_NULL_ARGUMENT (`request`).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_isend(
+    comm: gpuwire_comm,
+    buf: gpuwire_buffer,
+    dest: i32,
+    tag: i32,
+    stream: *mut c_void,
+    request: *mut gpuwire_request,
+) -> gpuwire_status {
+    call("gpuwire_isend", || {
+        non_null(request, "request")?;
+        let r = boundary::comm(comm)?.isend(&boundary::buffer(buf)?, dest, tag, st(stream))?;
+        write(request, REQUESTS.insert(Arc::new(r)));
+        Ok(())
+    })
+}
+
+/// Starts a receive of exactly `buf`'s element count, as MPI_Irecv; the data is in place once
+/// the request completes. Errors as gpuwire_isend.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_irecv(
+    comm: gpuwire_comm,
+    buf: gpuwire_buffer,
+    source: i32,
+    tag: i32,
+    stream: *mut c_void,
+    request: *mut gpuwire_request,
+) -> gpuwire_status {
+    call("gpuwire_irecv", || {
+        non_null(request, "request")?;
+        let r = boundary::comm(comm)?.irecv(&boundary::buffer(buf)?, source, tag, st(stream))?;
+        write(request, REQUESTS.insert(Arc::new(r)));
+        Ok(())
+    })
+}
+
+fn finish(request: *mut gpuwire_request, wait: bool) -> Result<bool> {
+    // SAFETY: checked non-NULL by the caller.
+    let h = unsafe { *request };
+    if h == 0 {
+        crate::runtime::ensure_ready()?;
+        return Ok(true);
+    }
+    let r: Arc<Request> = {
+        crate::runtime::ensure_ready()?;
+        REQUESTS.get(h)?
+    };
+    let done = if wait {
+        r.wait().map(|_| true)
+    } else {
+        r.test()
+    };
+    match done {
+        Ok(true) | Err(_) => {
+            // A completed (or failed) request is gone, as MPI sets it to MPI_REQUEST_NULL.
+            let _ = REQUESTS.remove(h);
+            write(request, 0);
+        }
+        Ok(false) => {}
+    }
+    done
+}
+
+/// Blocks until the request completes (as MPI_Wait), then sets `*request` to
+/// GPUWIRE_REQUEST_NULL. Waiting on GPUWIRE_REQUEST_NULL returns at once. A request that
+/// failed is also released. Thread-safe for different requests.
+///
+/// Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE (freed or foreign handle),
+/// GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_CUDA.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_wait(request: *mut gpuwire_request) -> gpuwire_status {
+    call("gpuwire_wait", || {
+        non_null(request, "request")?;
+        finish(request, true).map(|_| ())
+    })
+}
+
+/// Writes 1 to `*flag` and sets `*request` to GPUWIRE_REQUEST_NULL if the request has
+/// completed, else writes 0 (as MPI_Test). Never blocks. Errors as gpuwire_wait.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_test(request: *mut gpuwire_request, flag: *mut i32) -> gpuwire_status {
+    call("gpuwire_test", || {
+        non_null(request, "request")?;
+        non_null(flag, "flag")?;
+        let done = finish(request, false)?;
+        write(flag, done as i32);
+        Ok(())
+    })
+}
+
+/// Waits for all `count` requests of the array `requests` (as MPI_Waitall), setting each to
+/// GPUWIRE_REQUEST_NULL. Every request is waited for even when one fails; the first failure is
+/// returned. NULL requests in the array are skipped.
+///
+/// Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`requests` NULL with count > 0),
+/// GPUWIRE_ERROR_INVALID_ARGUMENT (negative count), and those of gpuwire_wait.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_waitall(count: i32, requests: *mut gpuwire_request) -> gpuwire_status {
+    call("gpuwire_waitall", || {
+        if count < 0 {
+            return Err(Error::InvalidArgument(format!("count {count} is negative")));
+        }
+        if count == 0 {
+            return Ok(());
+        }
+        non_null(requests, "requests")?;
+        let mut first: Option<Error> = None;
+        for i in 0..count as usize {
+            // SAFETY: the caller promises `count` requests.
+            let r = unsafe { requests.add(i) };
+            if let Err(e) = finish(r, true) {
+                first.get_or_insert(Error::from_status(e.status(), format!("request {i}: {e}")));
+            }
+        }
+        first.map_or(Ok(()), Err)
+    })
+}
+
+/// Sends `sendbuf` to `dest` and receives `recvbuf` from `source` in one call, as MPI_Sendrecv
+/// (deadlock-free exchange; either rank may be GPUWIRE_PROC_NULL, e.g. at the edge of a halo
+/// exchange). The buffers must not overlap. Errors as gpuwire_send.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn gpuwire_sendrecv(
+    comm: gpuwire_comm,
+    sendbuf: gpuwire_buffer,
+    dest: i32,
+    sendtag: i32,
+    recvbuf: gpuwire_buffer,
+    source: i32,
+    recvtag: i32,
+    stream: *mut c_void,
+) -> gpuwire_status {
+    call("gpuwire_sendrecv", || {
+        let c = boundary::comm(comm)?;
+        let (s, r) = (boundary::buffer(sendbuf)?, boundary::buffer(recvbuf)?);
+        c.sendrecv(&s, dest, sendtag, &r, source, recvtag, st(stream))
+    })
+}
+
+/// Blocks until every rank has called it, as MPI_Barrier. Collective.
+///
+/// Errors: GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_TIMEOUT (checking mode
+/// with a timeout).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_barrier(comm: gpuwire_comm, stream: *mut c_void) -> gpuwire_status {
+    call("gpuwire_barrier", || boundary::comm(comm)?.barrier(st(stream)))
+}
+
+/// Broadcasts all of `buf`'s elements from `root` to every rank, as MPI_Bcast. Collective; every
+/// rank passes a buffer of the same count and datatype.
+///
+/// Errors: GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_INVALID_ARGUMENT (root out of range),
+/// GPUWIRE_ERROR_COUNT_MISMATCH / DTYPE_MISMATCH / ROOT_MISMATCH / REMOTE_ARGUMENT (checking
+/// mode, on every rank), GPUWIRE_ERROR_BACKEND_UNAVAILABLE, GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_CUDA.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_bcast(comm: gpuwire_comm, buf: gpuwire_buffer, root: i32, stream: *mut c_void) -> gpuwire_status {
+    call("gpuwire_bcast", || {
+        let c = boundary::comm(comm)?;
+        collective(&c, "bcast", || boundary::buffer(buf), |b| c.bcast(&b, root, st(stream)))
+    })
+}
+
+/// Reduces every rank's `sendbuf` element-wise with `op` (a gpuwire_op) into the root's
+/// `recvbuf`, as MPI_Reduce (AVG: the sum divided by the number of ranks). `recvbuf` is only
+/// significant at the root (others may pass GPUWIRE_BUFFER_NULL); at the root, passing the
+/// same buffer as `sendbuf` reduces in place. Both hold the same count and datatype.
+///
+/// Collective. Errors: those of gpuwire_bcast, plus GPUWIRE_ERROR_UNSUPPORTED_OP (MIN/MAX on
+/// complex, bitwise ops on floating point: on every rank, nothing sent) and
+/// GPUWIRE_ERROR_INVALID_ARGUMENT (unknown op code, overlapping buffers).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_reduce(
+    comm: gpuwire_comm,
+    sendbuf: gpuwire_buffer,
+    recvbuf: gpuwire_buffer,
+    op: i32,
+    root: i32,
+    stream: *mut c_void,
+) -> gpuwire_status {
+    call("gpuwire_reduce", || {
+        let c = boundary::comm(comm)?;
+        collective(
+            &c,
+            "reduce",
+            || Ok((boundary::buffer(sendbuf)?, boundary::buffer_opt(recvbuf)?, ReduceOp::from_c(op)?)),
+            |(s, r, op)| c.reduce(&s, r.as_deref(), op, root, st(stream)),
+        )
+    })
+}
+
+/// Reduces every rank's `sendbuf` element-wise with `op` and leaves the result in every rank's
+/// `recvbuf`, as MPI_Allreduce / ncclAllReduce. In place when `sendbuf` and `recvbuf` are the
+/// same buffer (or the same memory). Both hold the same count and datatype on every rank.
+///
+/// Collective. Errors as gpuwire_reduce.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_allreduce(
+    comm: gpuwire_comm,
+    sendbuf: gpuwire_buffer,
+    recvbuf: gpuwire_buffer,
+    op: i32,
+    stream: *mut c_void,
+) -> gpuwire_status {
+    call("gpuwire_allreduce", || {
+        let c = boundary::comm(comm)?;
+        collective(
+            &c,
+            "allreduce",
+            || Ok((boundary::buffer(sendbuf)?, boundary::buffer(recvbuf)?, ReduceOp::from_c(op)?)),
+            |(s, r, op)| c.allreduce(&s, &r, op, st(stream)),
+        )
+    })
+}
+
+/// Gathers every rank's `sendbuf` (n elements, the same n on every rank) into every rank's
+/// `recvbuf` (size x n elements, rank r's block at r x n), as MPI_Allgather / ncclAllGather.
+/// In place when `sendbuf` is a view of exactly this rank's block of `recvbuf`.
+///
+/// Collective. Errors as gpuwire_bcast (GPUWIRE_ERROR_COUNT_MISMATCH when recvbuf's count is
+/// not size x n).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_allgather(comm: gpuwire_comm, sendbuf: gpuwire_buffer, recvbuf: gpuwire_buffer, stream: *mut c_void) -> gpuwire_status {
+    call("gpuwire_allgather", || {
+        let c = boundary::comm(comm)?;
+        collective(
+            &c,
+            "allgather",
+            || Ok((boundary::buffer(sendbuf)?, boundary::buffer(recvbuf)?)),
+            |(s, r)| c.allgather(&s, &r, st(stream)),
+        )
+    })
+}
+
+/// Gathers blocks of different lengths into every rank's `recvbuf`, placed contiguously in rank
+/// order with no padding, as MPI_Allgatherv with displacements = prefix sums of the counts.
+/// `recvcounts` has one entry per rank (rank r sends recvcounts[r] elements, which must equal
+/// its sendbuf's count); pass NULL to let gpuwire exchange the counts (one extra
+/// MPI_Allgather). `recvbuf` holds the sum of the counts. In place when `sendbuf` is a view of
+/// exactly this rank's block of `recvbuf`.
+///
+/// Collective. Errors as gpuwire_allgather, plus GPUWIRE_ERROR_INVALID_ARGUMENT (a negative
+/// count).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_allgatherv(
+    comm: gpuwire_comm,
+    sendbuf: gpuwire_buffer,
+    recvbuf: gpuwire_buffer,
+    recvcounts: *const i64,
+    stream: *mut c_void,
+) -> gpuwire_status {
+    call("gpuwire_allgatherv", || {
+        let c = boundary::comm(comm)?;
+        let counts = if recvcounts.is_null() {
+            None
+        } else {
+            // SAFETY: the caller promises one entry per rank.
+            Some(unsafe { std::slice::from_raw_parts(recvcounts, c.size() as usize) })
+        };
+        collective(
+            &c,
+            "allgatherv",
+            || Ok((boundary::buffer(sendbuf)?, boundary::buffer(recvbuf)?)),
+            |(s, r)| c.allgatherv(&s, &r, counts, st(stream)),
+        )
+    })
+}
+
+/// Reduces every rank's `sendbuf` (size x n elements) element-wise with `op` and leaves block r
+/// of the result (n elements) in rank r's `recvbuf`, as MPI_Reduce_scatter_block /
+/// ncclReduceScatter. The buffers must not overlap.
+///
+/// Collective. Errors as gpuwire_reduce.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_reduce_scatter(
+    comm: gpuwire_comm,
+    sendbuf: gpuwire_buffer,
+    recvbuf: gpuwire_buffer,
+    op: i32,
+    stream: *mut c_void,
+) -> gpuwire_status {
+    call("gpuwire_reduce_scatter", || {
+        let c = boundary::comm(comm)?;
+        collective(
+            &c,
+            "reduce_scatter",
+            || Ok((boundary::buffer(sendbuf)?, boundary::buffer(recvbuf)?, ReduceOp::from_c(op)?)),
+            |(s, r, op)| c.reduce_scatter(&s, &r, op, st(stream)),
+        )
+    })
+}
+
+/// Sends block r of `sendbuf` to rank r and receives rank r's block into block r of `recvbuf`,
+/// as MPI_Alltoall: both hold size x n elements. In place when both are the same buffer.
+///
+/// Collective. Errors as gpuwire_allgather.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_alltoall(comm: gpuwire_comm, sendbuf: gpuwire_buffer, recvbuf: gpuwire_buffer, stream: *mut c_void) -> gpuwire_status {
+    call("gpuwire_alltoall", || {
+        let c = boundary::comm(comm)?;
+        collective(
+            &c,
+            "alltoall",
+            || Ok((boundary::buffer(sendbuf)?, boundary::buffer(recvbuf)?)),
+            |(s, r)| c.alltoall(&s, &r, st(stream)),
+        )
+    })
+}
+
+/// Gathers every rank's `sendbuf` (n elements) into the root's `recvbuf` (size x n elements,
+/// rank order), as MPI_Gather. `recvbuf` is only significant at the root (others may pass
+/// GPUWIRE_BUFFER_NULL). In place at the root when `sendbuf` is a view of exactly the root's
+/// block of `recvbuf`.
+///
+/// Collective. Errors as gpuwire_bcast.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_gather(
+    comm: gpuwire_comm,
+    sendbuf: gpuwire_buffer,
+    recvbuf: gpuwire_buffer,
+    root: i32,
+    stream: *mut c_void,
+) -> gpuwire_status {
+    call("gpuwire_gather", || {
+        let c = boundary::comm(comm)?;
+        collective(
+            &c,
+            "gather",
+            || Ok((boundary::buffer(sendbuf)?, boundary::buffer_opt(recvbuf)?)),
+            |(s, r)| c.gather(&s, r.as_deref(), root, st(stream)),
+        )
+    })
+}
+
+/// Sends block r of the root's `sendbuf` (size x n elements) to rank r's `recvbuf` (n
+/// elements), as MPI_Scatter. `sendbuf` is only significant at the root (others may pass
+/// GPUWIRE_BUFFER_NULL). In place at the root when `recvbuf` is a view of exactly the root's
+/// block of `sendbuf`.
+///
+/// Collective. Errors as gpuwire_bcast.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_scatter(
+    comm: gpuwire_comm,
+    sendbuf: gpuwire_buffer,
+    recvbuf: gpuwire_buffer,
+    root: i32,
+    stream: *mut c_void,
+) -> gpuwire_status {
+    call("gpuwire_scatter", || {
+        let c = boundary::comm(comm)?;
+        collective(
+            &c,
+            "scatter",
+            || Ok((boundary::buffer_opt(sendbuf)?, boundary::buffer(recvbuf)?)),
+            |(s, r)| c.scatter(s.as_deref(), &r, root, st(stream)),
+        )
+    })
+}

@@ -1,0 +1,38 @@
+//! gpuwire: communicators and distributed GPU buffers for C, C++ and Fortran MPI programs.
+//!
+//! One API moves host or device memory between MPI ranks (point-to-point and collectives) the
+//! fastest way the machine allows: NCCL where every rank has its own GPU, CUDA-aware MPI where
+//! the MPI supports it, staging through pinned host memory where it does not, and plain MPI for
+//! host memory. The backend is chosen automatically, explained by `gpuwire_comm_describe`, and
+//! can be forced by configuration or environment.
+//!
+//! Module tree:
+//! - [`error`]: the one error enum and its C status codes
+//! - [`types`]: datatypes, reduction ops, memory spaces, backends (the C enums)
+//! - [`config`]: communicator configuration and the GPUWIRE_* environment variables
+//! - [`runtime`]: init/finalize, who owns MPI, gpuwire's own MPI operations
+//! - [`handles`]: generation-checked handle registries
+//! - [`comm`], [`buffer`], [`request`]: the objects behind the handles
+//! - [`ops`]: validation, checking-mode agreement and dispatch of every operation
+//! - [`backend`]: one module per data path, and the choice among them
+//! - [`device`]: CUDA through cudarc (dynamically loaded)
+//! - [`reduce`]: host-side elementwise reductions
+//! - [`mpisys`]: checked helpers over the raw MPI API
+//! - [`ffi`]: the C ABI (the only `extern "C"` code)
+
+pub mod backend;
+pub mod buffer;
+pub mod comm;
+pub mod config;
+pub mod device;
+pub mod error;
+pub mod ffi;
+pub mod handles;
+pub mod mpisys;
+pub mod ops;
+pub mod reduce;
+pub mod request;
+pub mod runtime;
+pub mod types;
+
+pub use error::{Error, Result, Status};

@@ -1,0 +1,228 @@
+//! Library lifecycle: who owns MPI, the thread level, gpuwire's own MPI operations, finalize.
+//!
+//! `init` adopts an MPI the host program initialized (and then never finalizes it), or
+//! initializes MPI itself asking for MPI_THREAD_MULTIPLE. `finalize` invalidates every handle,
+//! frees gpuwire's MPI objects, and finalizes MPI only if gpuwire initialized it.
+
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use crate::error::{Error, Result};
+use crate::mpisys::{self, RawOp, sys};
+use crate::types::{Dtype, ReduceOp, ThreadLevel};
+
+const UNINIT: u8 = 0;
+const READY: u8 = 1;
+const FINALIZED: u8 = 2;
+
+static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+static INFO: OnceLock<RuntimeInfo> = OnceLock::new();
+static LIFECYCLE: Mutex<()> = Mutex::new(());
+
+/// Facts recorded at `init`.
+#[derive(Debug)]
+pub struct RuntimeInfo {
+    /// gpuwire called MPI_Init_thread (and so will call MPI_Finalize).
+    pub owns_mpi: bool,
+    /// Thread level MPI provides.
+    pub thread_level: ThreadLevel,
+    /// MPI_Get_library_version, first line.
+    pub mpi_library: String,
+    /// MPI_TAG_UB.
+    pub tag_ub: i32,
+    /// User-defined MPI operations for float16/bfloat16 x SUM/PROD/MAX/MIN.
+    half_ops: [[RawOp; 4]; 2],
+}
+
+/// Fails unless `init` ran and `finalize` did not.
+pub fn ensure_ready() -> Result<&'static RuntimeInfo> {
+    match STATE.load(Ordering::Acquire) {
+        READY => Ok(INFO.get().expect("INFO is set before READY")),
+        UNINIT => Err(Error::NotInitialized("call gpuwire_init before any other gpuwire function that takes or makes a handle".into())),
+        _ => Err(Error::AlreadyFinalized("gpuwire_finalize was called; no gpuwire handle is valid any more".into())),
+    }
+}
+
+/// Whether `init` ran and `finalize` did not.
+pub fn is_ready() -> bool {
+    STATE.load(Ordering::Acquire) == READY
+}
+
+fn thread_level_from_mpi(provided: c_int) -> ThreadLevel {
+    // SAFETY: reading constants.
+    unsafe {
+        if provided == sys::RSMPI_THREAD_MULTIPLE {
+            ThreadLevel::GPUWIRE_THREAD_MULTIPLE
+        } else if provided == sys::RSMPI_THREAD_SERIALIZED {
+            ThreadLevel::GPUWIRE_THREAD_SERIALIZED
+        } else if provided == sys::RSMPI_THREAD_FUNNELED {
+            ThreadLevel::GPUWIRE_THREAD_FUNNELED
+        } else {
+            ThreadLevel::GPUWIRE_THREAD_SINGLE
+        }
+    }
+}
+
+fn library_version() -> String {
+    let mut buf = vec![0u8; 8192];
+    let mut len: c_int = 0;
+    // SAFETY: MPI_MAX_LIBRARY_VERSION_STRING is 256 (Open MPI) or 8192 (MPICH).
+    let rc = unsafe { sys::MPI_Get_library_version(buf.as_mut_ptr().cast(), &mut len) };
+    if rc != 0 || len <= 0 {
+        return "unknown MPI".into();
+    }
+    buf.truncate(len as usize);
+    let s = String::from_utf8_lossy(&buf).replace(['\0', '\t'], " ");
+    // "Open MPI v4.1.4, package: ..." or "MPICH Version: 4.0.2\n...": the first line, first clause.
+    let first = s.lines().next().unwrap_or("").split(',').next().unwrap_or("").trim();
+    let first = first.replace("Version:", "").split_whitespace().collect::<Vec<_>>().join(" ");
+    if first.is_empty() { "unknown MPI".into() } else { first }
+}
+
+/// gpuwire_init.
+pub fn init() -> Result<()> {
+    let _guard = LIFECYCLE.lock().unwrap_or_else(|p| p.into_inner());
+    match STATE.load(Ordering::Acquire) {
+        READY => return Ok(()),
+        FINALIZED => {
+            return Err(Error::AlreadyFinalized(
+                "gpuwire_init after gpuwire_finalize: gpuwire cannot be initialized twice in one process".into(),
+            ));
+        }
+        _ => {}
+    }
+    let mut initialized: c_int = 0;
+    let mut finalized: c_int = 0;
+    // SAFETY: both may be called at any time.
+    unsafe {
+        mpisys::check(sys::MPI_Initialized(&mut initialized), "MPI_Initialized")?;
+        mpisys::check(sys::MPI_Finalized(&mut finalized), "MPI_Finalized")?;
+    }
+    if finalized != 0 {
+        return Err(Error::AlreadyFinalized("MPI was already finalized by the program; gpuwire cannot use it".into()));
+    }
+    let owns_mpi = initialized == 0;
+    let mut provided: c_int = 0;
+    if owns_mpi {
+        // SAFETY: MPI is not initialized; NULL argc/argv are allowed.
+        let rc = unsafe {
+            sys::MPI_Init_thread(std::ptr::null_mut(), std::ptr::null_mut(), sys::RSMPI_THREAD_MULTIPLE, &mut provided)
+        };
+        mpisys::check(rc, "MPI_Init_thread")?;
+    } else {
+        // SAFETY: MPI is initialized.
+        mpisys::check(unsafe { sys::MPI_Query_thread(&mut provided) }, "MPI_Query_thread")?;
+    }
+    let half_ops = create_half_ops()?;
+    let info = RuntimeInfo {
+        owns_mpi,
+        thread_level: thread_level_from_mpi(provided),
+        mpi_library: library_version(),
+        tag_ub: mpisys::tag_ub(),
+        half_ops,
+    };
+    // INFO can only be set once per process; a process initializes gpuwire once.
+    INFO.set(info).map_err(|_| Error::Internal("runtime info set twice".into()))?;
+    STATE.store(READY, Ordering::Release);
+    Ok(())
+}
+
+/// gpuwire_finalize.
+pub fn finalize() -> Result<()> {
+    let _guard = LIFECYCLE.lock().unwrap_or_else(|p| p.into_inner());
+    let info = ensure_ready()?;
+    // Invalidate every handle first; then objects release their MPI resources as their last
+    // reference drops (here, unless an operation on another thread still holds one).
+    STATE.store(FINALIZED, Ordering::Release);
+    drop(crate::request::REQUESTS.drain());
+    drop(crate::buffer::BUFFERS.drain());
+    drop(crate::comm::COMMS.drain());
+    let mut finalized: c_int = 0;
+    // SAFETY: may be called at any time.
+    unsafe { mpisys::check(sys::MPI_Finalized(&mut finalized), "MPI_Finalized")? };
+    if finalized != 0 {
+        return Ok(()); // the program finalized MPI already; nothing of ours is left to free
+    }
+    for op in info.half_ops.iter().flatten() {
+        let mut o = op.0;
+        // SAFETY: created by MPI_Op_create in init and freed only here.
+        unsafe { sys::MPI_Op_free(&mut o) };
+    }
+    if info.owns_mpi {
+        // SAFETY: gpuwire initialized MPI and nothing of gpuwire uses it any more.
+        mpisys::check(unsafe { sys::MPI_Finalize() }, "MPI_Finalize")?;
+    }
+    Ok(())
+}
+
+/// Whether MPI is finalized (objects check this before freeing MPI handles in `Drop`).
+pub fn mpi_finalized() -> bool {
+    let mut finalized: c_int = 0;
+    // SAFETY: may be called at any time.
+    unsafe { sys::MPI_Finalized(&mut finalized) };
+    finalized != 0
+}
+
+const HALF_BASE_OPS: [ReduceOp; 4] = [ReduceOp::GPUWIRE_SUM, ReduceOp::GPUWIRE_PROD, ReduceOp::GPUWIRE_MAX, ReduceOp::GPUWIRE_MIN];
+
+macro_rules! half_fn {
+    ($name:ident, $dtype:expr, $op:expr) => {
+        unsafe extern "C" fn $name(invec: *mut c_void, inoutvec: *mut c_void, len: *mut c_int, _dt: *mut sys::MPI_Datatype) {
+            // A panic must not unwind into MPI; the combination is always supported here.
+            let _ = std::panic::catch_unwind(|| {
+                // SAFETY: MPI passes `*len` elements of MPI_UINT16_T in both vectors.
+                let n = unsafe { *len } as usize;
+                let _ = unsafe { crate::reduce::combine($dtype, $op, inoutvec.cast(), invec.cast(), n) };
+            });
+        }
+    };
+}
+half_fn!(f16_sum, Dtype::GPUWIRE_FLOAT16, ReduceOp::GPUWIRE_SUM);
+half_fn!(f16_prod, Dtype::GPUWIRE_FLOAT16, ReduceOp::GPUWIRE_PROD);
+half_fn!(f16_max, Dtype::GPUWIRE_FLOAT16, ReduceOp::GPUWIRE_MAX);
+half_fn!(f16_min, Dtype::GPUWIRE_FLOAT16, ReduceOp::GPUWIRE_MIN);
+half_fn!(bf16_sum, Dtype::GPUWIRE_BFLOAT16, ReduceOp::GPUWIRE_SUM);
+half_fn!(bf16_prod, Dtype::GPUWIRE_BFLOAT16, ReduceOp::GPUWIRE_PROD);
+half_fn!(bf16_max, Dtype::GPUWIRE_BFLOAT16, ReduceOp::GPUWIRE_MAX);
+half_fn!(bf16_min, Dtype::GPUWIRE_BFLOAT16, ReduceOp::GPUWIRE_MIN);
+
+type UserFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut sys::MPI_Datatype);
+
+fn create_half_ops() -> Result<[[RawOp; 4]; 2]> {
+    let fns: [[UserFn; 4]; 2] = [[f16_sum, f16_prod, f16_max, f16_min], [bf16_sum, bf16_prod, bf16_max, bf16_min]];
+    let mut out = [[RawOp(unsafe { sys::RSMPI_SUM }); 4]; 2];
+    for (t, row) in fns.iter().enumerate() {
+        for (o, f) in row.iter().enumerate() {
+            let mut op = out[t][o].0;
+            // SAFETY: `f` has the MPI_User_function signature; commutative.
+            let rc = unsafe { sys::MPI_Op_create(Some(*f), 1, &mut op) };
+            mpisys::check(rc, "MPI_Op_create (float16/bfloat16 reduction)")?;
+            out[t][o] = RawOp(op);
+        }
+    }
+    Ok(out)
+}
+
+/// The MPI operation that performs `op` on `dtype` (AVG maps to its SUM step). The combination
+/// must have passed `ReduceOp::check_supported`.
+pub fn mpi_op(info: &RuntimeInfo, dtype: Dtype, op: ReduceOp) -> sys::MPI_Op {
+    let base = if op == ReduceOp::GPUWIRE_AVG { ReduceOp::GPUWIRE_SUM } else { op };
+    if dtype.is_half() {
+        let t = if dtype == Dtype::GPUWIRE_FLOAT16 { 0 } else { 1 };
+        let o = HALF_BASE_OPS.iter().position(|x| *x == base).expect("half ops cover SUM/PROD/MAX/MIN");
+        return info.half_ops[t][o].0;
+    }
+    // SAFETY: reading constants.
+    unsafe {
+        match base {
+            ReduceOp::GPUWIRE_SUM | ReduceOp::GPUWIRE_AVG => sys::RSMPI_SUM,
+            ReduceOp::GPUWIRE_PROD => sys::RSMPI_PROD,
+            ReduceOp::GPUWIRE_MAX => sys::RSMPI_MAX,
+            ReduceOp::GPUWIRE_MIN => sys::RSMPI_MIN,
+            ReduceOp::GPUWIRE_BAND => sys::RSMPI_BAND,
+            ReduceOp::GPUWIRE_BOR => sys::RSMPI_BOR,
+            ReduceOp::GPUWIRE_BXOR => sys::RSMPI_BXOR,
+        }
+    }
+}

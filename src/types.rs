@@ -1,0 +1,395 @@
+//! Datatypes, reduction operations, memory spaces and backends: the enums of the C API, their
+//! checked conversions from C integers, and their MPI mappings.
+//!
+//! The numeric values of `gpuwire_dtype` and `gpuwire_op` follow NCCL's `ncclDataType_t` and
+//! `ncclRedOp_t` where NCCL has the same item, so a value means the same thing in both APIs.
+
+#![allow(non_camel_case_types)]
+
+use crate::error::{Error, Result};
+
+/// Element datatype of a buffer (values as NCCL's `ncclDataType_t` where NCCL has the type).
+#[repr(i32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum gpuwire_dtype {
+    /// 8-bit signed integer.
+    GPUWIRE_INT8 = 0,
+    /// 8-bit unsigned integer.
+    GPUWIRE_UINT8 = 1,
+    /// 32-bit signed integer.
+    GPUWIRE_INT32 = 2,
+    /// 32-bit unsigned integer.
+    GPUWIRE_UINT32 = 3,
+    /// 64-bit signed integer.
+    GPUWIRE_INT64 = 4,
+    /// 64-bit unsigned integer.
+    GPUWIRE_UINT64 = 5,
+    /// IEEE 754 binary16. MPI has no such type: reductions go through a user-defined MPI
+    /// operation that computes each step in float32 and rounds the result to float16.
+    GPUWIRE_FLOAT16 = 6,
+    /// IEEE 754 binary32.
+    GPUWIRE_FLOAT32 = 7,
+    /// IEEE 754 binary64.
+    GPUWIRE_FLOAT64 = 8,
+    /// bfloat16 (8-bit exponent, 7-bit mantissa); reduced like GPUWIRE_FLOAT16.
+    GPUWIRE_BFLOAT16 = 9,
+    /// Complex of two float32 (real, imaginary), as C `float _Complex` and MPI_C_FLOAT_COMPLEX.
+    GPUWIRE_COMPLEX64 = 10,
+    /// Complex of two float64, as C `double _Complex` and MPI_C_DOUBLE_COMPLEX.
+    GPUWIRE_COMPLEX128 = 11,
+}
+
+/// Reduction operation (values as NCCL's `ncclRedOp_t` for SUM..AVG).
+#[repr(i32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum gpuwire_op {
+    /// Sum.
+    GPUWIRE_SUM = 0,
+    /// Product (complex multiplication on complex types).
+    GPUWIRE_PROD = 1,
+    /// Maximum (not defined on complex types).
+    GPUWIRE_MAX = 2,
+    /// Minimum (not defined on complex types).
+    GPUWIRE_MIN = 3,
+    /// Average: the sum divided by the number of ranks, in the datatype's arithmetic (integer
+    /// types divide with truncation toward zero), as ncclAvg.
+    GPUWIRE_AVG = 4,
+    /// Bitwise AND (integer types only).
+    GPUWIRE_BAND = 5,
+    /// Bitwise OR (integer types only).
+    GPUWIRE_BOR = 6,
+    /// Bitwise XOR (integer types only).
+    GPUWIRE_BXOR = 7,
+}
+
+/// Where a buffer's memory lives.
+#[repr(i32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum gpuwire_space {
+    /// Detect the space of a wrapped pointer (gpuwire_buffer_wrap only).
+    GPUWIRE_SPACE_AUTO = 0,
+    /// Ordinary (pageable) host memory.
+    GPUWIRE_SPACE_HOST = 1,
+    /// CUDA device memory (cuMemAlloc).
+    GPUWIRE_SPACE_DEVICE = 2,
+    /// Page-locked host memory (cuMemAllocHost), reachable by the device.
+    GPUWIRE_SPACE_PINNED = 3,
+    /// CUDA managed (unified) memory (cuMemAllocManaged).
+    GPUWIRE_SPACE_MANAGED = 4,
+}
+
+/// Data path of a communicator for device buffers (host buffers always use GPUWIRE_BACKEND_HOST).
+#[repr(i32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum gpuwire_backend {
+    /// Choose the fastest usable path (see the README's backend table).
+    GPUWIRE_BACKEND_AUTO = 0,
+    /// Plain MPI on host memory; device buffers are refused.
+    GPUWIRE_BACKEND_HOST = 1,
+    /// Device data staged through pinned host memory around a (not CUDA-aware) MPI.
+    GPUWIRE_BACKEND_MPI_STAGED = 2,
+    /// Device pointers handed to a CUDA-aware MPI.
+    GPUWIRE_BACKEND_MPI_CUDA_AWARE = 3,
+    /// NCCL, bootstrapped over MPI; every rank needs its own GPU.
+    GPUWIRE_BACKEND_NCCL = 4,
+}
+
+/// How the staged backend holds host copies of device data.
+#[repr(i32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum gpuwire_staging {
+    /// Page-locked staging buffers, allocated once and reused (default; fastest copies).
+    GPUWIRE_STAGING_PINNED = 0,
+    /// Ordinary pageable staging buffers.
+    GPUWIRE_STAGING_PAGEABLE = 1,
+}
+
+/// MPI thread support level, as MPI_THREAD_SINGLE .. MPI_THREAD_MULTIPLE.
+#[repr(i32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum gpuwire_thread_level {
+    /// MPI_THREAD_SINGLE.
+    GPUWIRE_THREAD_SINGLE = 0,
+    /// MPI_THREAD_FUNNELED.
+    GPUWIRE_THREAD_FUNNELED = 1,
+    /// MPI_THREAD_SERIALIZED.
+    GPUWIRE_THREAD_SERIALIZED = 2,
+    /// MPI_THREAD_MULTIPLE.
+    GPUWIRE_THREAD_MULTIPLE = 3,
+}
+
+pub use gpuwire_backend as BackendKind;
+pub use gpuwire_dtype as Dtype;
+pub use gpuwire_op as ReduceOp;
+pub use gpuwire_space as Space;
+pub use gpuwire_staging as Staging;
+pub use gpuwire_thread_level as ThreadLevel;
+
+impl Dtype {
+    pub const ALL: [Dtype; 12] = [
+        Dtype::GPUWIRE_INT8,
+        Dtype::GPUWIRE_UINT8,
+        Dtype::GPUWIRE_INT32,
+        Dtype::GPUWIRE_UINT32,
+        Dtype::GPUWIRE_INT64,
+        Dtype::GPUWIRE_UINT64,
+        Dtype::GPUWIRE_FLOAT16,
+        Dtype::GPUWIRE_FLOAT32,
+        Dtype::GPUWIRE_FLOAT64,
+        Dtype::GPUWIRE_BFLOAT16,
+        Dtype::GPUWIRE_COMPLEX64,
+        Dtype::GPUWIRE_COMPLEX128,
+    ];
+
+    /// Checked conversion from the C integer.
+    pub fn from_c(v: i32) -> Result<Dtype> {
+        Self::ALL.get(usize::try_from(v).unwrap_or(usize::MAX)).copied().ok_or_else(|| {
+            Error::UnsupportedDtype(format!(
+                "datatype code {v} is not a gpuwire_dtype (valid codes are 0..=11)"
+            ))
+        })
+    }
+
+    /// Size of one element in bytes.
+    pub fn size(self) -> usize {
+        use Dtype::*;
+        match self {
+            GPUWIRE_INT8 | GPUWIRE_UINT8 => 1,
+            GPUWIRE_FLOAT16 | GPUWIRE_BFLOAT16 => 2,
+            GPUWIRE_INT32 | GPUWIRE_UINT32 | GPUWIRE_FLOAT32 => 4,
+            GPUWIRE_INT64 | GPUWIRE_UINT64 | GPUWIRE_FLOAT64 | GPUWIRE_COMPLEX64 => 8,
+            GPUWIRE_COMPLEX128 => 16,
+        }
+    }
+
+    pub fn is_integer(self) -> bool {
+        (self as i32) <= Dtype::GPUWIRE_UINT64 as i32
+    }
+
+    pub fn is_complex(self) -> bool {
+        matches!(self, Dtype::GPUWIRE_COMPLEX64 | Dtype::GPUWIRE_COMPLEX128)
+    }
+
+    /// float16 and bfloat16: no MPI type, reduced through gpuwire's own MPI operations.
+    pub fn is_half(self) -> bool {
+        matches!(self, Dtype::GPUWIRE_FLOAT16 | Dtype::GPUWIRE_BFLOAT16)
+    }
+
+    /// Short lower-case name ("float32").
+    pub fn name(self) -> &'static str {
+        use Dtype::*;
+        match self {
+            GPUWIRE_INT8 => "int8",
+            GPUWIRE_UINT8 => "uint8",
+            GPUWIRE_INT32 => "int32",
+            GPUWIRE_UINT32 => "uint32",
+            GPUWIRE_INT64 => "int64",
+            GPUWIRE_UINT64 => "uint64",
+            GPUWIRE_FLOAT16 => "float16",
+            GPUWIRE_FLOAT32 => "float32",
+            GPUWIRE_FLOAT64 => "float64",
+            GPUWIRE_BFLOAT16 => "bfloat16",
+            GPUWIRE_COMPLEX64 => "complex64",
+            GPUWIRE_COMPLEX128 => "complex128",
+        }
+    }
+}
+
+impl ReduceOp {
+    pub const ALL: [ReduceOp; 8] = [
+        ReduceOp::GPUWIRE_SUM,
+        ReduceOp::GPUWIRE_PROD,
+        ReduceOp::GPUWIRE_MAX,
+        ReduceOp::GPUWIRE_MIN,
+        ReduceOp::GPUWIRE_AVG,
+        ReduceOp::GPUWIRE_BAND,
+        ReduceOp::GPUWIRE_BOR,
+        ReduceOp::GPUWIRE_BXOR,
+    ];
+
+    /// Checked conversion from the C integer.
+    pub fn from_c(v: i32) -> Result<ReduceOp> {
+        Self::ALL.get(usize::try_from(v).unwrap_or(usize::MAX)).copied().ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "reduction code {v} is not a gpuwire_op (valid codes are 0..=7)"
+            ))
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        use ReduceOp::*;
+        match self {
+            GPUWIRE_SUM => "SUM",
+            GPUWIRE_PROD => "PROD",
+            GPUWIRE_MAX => "MAX",
+            GPUWIRE_MIN => "MIN",
+            GPUWIRE_AVG => "AVG",
+            GPUWIRE_BAND => "BAND",
+            GPUWIRE_BOR => "BOR",
+            GPUWIRE_BXOR => "BXOR",
+        }
+    }
+
+    pub fn is_bitwise(self) -> bool {
+        matches!(self, ReduceOp::GPUWIRE_BAND | ReduceOp::GPUWIRE_BOR | ReduceOp::GPUWIRE_BXOR)
+    }
+
+    /// Whether this operation is defined on `dtype`. The same answer on every backend: MIN/MAX
+    /// have no meaning on complex numbers, bitwise operations none on floating point.
+    pub fn check_supported(self, dtype: Dtype) -> Result<()> {
+        if dtype.is_complex() && matches!(self, ReduceOp::GPUWIRE_MIN | ReduceOp::GPUWIRE_MAX) {
+            return Err(Error::UnsupportedOp(format!(
+                "{} is not defined on {} (complex numbers are not ordered)",
+                self.name(),
+                dtype.name()
+            )));
+        }
+        if self.is_bitwise() && !dtype.is_integer() {
+            return Err(Error::UnsupportedOp(format!(
+                "{} is defined on integer datatypes only, not on {}",
+                self.name(),
+                dtype.name()
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Space {
+    pub fn from_c(v: i32) -> Result<Space> {
+        use Space::*;
+        Ok(match v {
+            0 => GPUWIRE_SPACE_AUTO,
+            1 => GPUWIRE_SPACE_HOST,
+            2 => GPUWIRE_SPACE_DEVICE,
+            3 => GPUWIRE_SPACE_PINNED,
+            4 => GPUWIRE_SPACE_MANAGED,
+            _ => {
+                return Err(Error::InvalidArgument(format!(
+                    "memory space code {v} is not a gpuwire_space (valid codes are 0..=4)"
+                )));
+            }
+        })
+    }
+
+    /// Memory the CPU can read directly (MPI can take it on every backend).
+    pub fn is_host_accessible(self) -> bool {
+        matches!(self, Space::GPUWIRE_SPACE_HOST | Space::GPUWIRE_SPACE_PINNED)
+    }
+
+    pub fn name(self) -> &'static str {
+        use Space::*;
+        match self {
+            GPUWIRE_SPACE_AUTO => "auto",
+            GPUWIRE_SPACE_HOST => "host",
+            GPUWIRE_SPACE_DEVICE => "device",
+            GPUWIRE_SPACE_PINNED => "pinned",
+            GPUWIRE_SPACE_MANAGED => "managed",
+        }
+    }
+}
+
+impl BackendKind {
+    pub fn from_c(v: i32) -> Result<BackendKind> {
+        use BackendKind::*;
+        Ok(match v {
+            0 => GPUWIRE_BACKEND_AUTO,
+            1 => GPUWIRE_BACKEND_HOST,
+            2 => GPUWIRE_BACKEND_MPI_STAGED,
+            3 => GPUWIRE_BACKEND_MPI_CUDA_AWARE,
+            4 => GPUWIRE_BACKEND_NCCL,
+            _ => {
+                return Err(Error::InvalidArgument(format!(
+                    "backend code {v} is not a gpuwire_backend (valid codes are 0..=4)"
+                )));
+            }
+        })
+    }
+
+    /// Parses the value of GPUWIRE_BACKEND (case-insensitive; "auto", "host", "mpi_staged" or
+    /// "staged", "mpi_cuda_aware" or "cuda_aware", "nccl").
+    pub fn parse(s: &str) -> Option<BackendKind> {
+        use BackendKind::*;
+        Some(match s.trim().to_ascii_lowercase().replace('-', "_").as_str() {
+            "auto" => GPUWIRE_BACKEND_AUTO,
+            "host" => GPUWIRE_BACKEND_HOST,
+            "mpi_staged" | "staged" => GPUWIRE_BACKEND_MPI_STAGED,
+            "mpi_cuda_aware" | "cuda_aware" => GPUWIRE_BACKEND_MPI_CUDA_AWARE,
+            "nccl" => GPUWIRE_BACKEND_NCCL,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        use BackendKind::*;
+        match self {
+            GPUWIRE_BACKEND_AUTO => "AUTO",
+            GPUWIRE_BACKEND_HOST => "HOST",
+            GPUWIRE_BACKEND_MPI_STAGED => "MPI_STAGED",
+            GPUWIRE_BACKEND_MPI_CUDA_AWARE => "MPI_CUDA_AWARE",
+            GPUWIRE_BACKEND_NCCL => "NCCL",
+        }
+    }
+}
+
+impl Staging {
+    pub fn from_c(v: i32) -> Result<Staging> {
+        match v {
+            0 => Ok(Staging::GPUWIRE_STAGING_PINNED),
+            1 => Ok(Staging::GPUWIRE_STAGING_PAGEABLE),
+            _ => Err(Error::InvalidArgument(format!(
+                "staging code {v} is not a gpuwire_staging (0 = pinned, 1 = pageable)"
+            ))),
+        }
+    }
+}
+
+impl ThreadLevel {
+    pub fn name(self) -> &'static str {
+        match self {
+            ThreadLevel::GPUWIRE_THREAD_SINGLE => "MPI_THREAD_SINGLE",
+            ThreadLevel::GPUWIRE_THREAD_FUNNELED => "MPI_THREAD_FUNNELED",
+            ThreadLevel::GPUWIRE_THREAD_SERIALIZED => "MPI_THREAD_SERIALIZED",
+            ThreadLevel::GPUWIRE_THREAD_MULTIPLE => "MPI_THREAD_MULTIPLE",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dtype_codes_roundtrip_and_sizes() {
+        for (i, d) in Dtype::ALL.iter().enumerate() {
+            assert_eq!(*d as i32, i as i32);
+            assert_eq!(Dtype::from_c(i as i32).unwrap(), *d);
+        }
+        assert!(Dtype::from_c(999).is_err());
+        assert!(Dtype::from_c(-1).is_err());
+        assert_eq!(Dtype::GPUWIRE_COMPLEX128.size(), 16);
+        assert_eq!(Dtype::GPUWIRE_BFLOAT16.size(), 2);
+        assert!(Dtype::GPUWIRE_UINT64.is_integer());
+        assert!(!Dtype::GPUWIRE_FLOAT16.is_integer());
+    }
+
+    #[test]
+    fn op_support_matrix() {
+        use ReduceOp::*;
+        assert!(GPUWIRE_MAX.check_supported(Dtype::GPUWIRE_COMPLEX64).is_err());
+        assert!(GPUWIRE_PROD.check_supported(Dtype::GPUWIRE_COMPLEX64).is_ok());
+        assert!(GPUWIRE_BXOR.check_supported(Dtype::GPUWIRE_FLOAT32).is_err());
+        assert!(GPUWIRE_BXOR.check_supported(Dtype::GPUWIRE_INT8).is_ok());
+        assert!(ReduceOp::from_c(8).is_err());
+    }
+
+    #[test]
+    fn backend_names_parse() {
+        for b in 0..=4 {
+            let k = BackendKind::from_c(b).unwrap();
+            assert_eq!(BackendKind::parse(k.name()), Some(k));
+        }
+        assert_eq!(BackendKind::parse("Staged"), Some(BackendKind::GPUWIRE_BACKEND_MPI_STAGED));
+        assert_eq!(BackendKind::parse("gpu"), None);
+    }
+}
