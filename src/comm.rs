@@ -104,9 +104,24 @@ impl Communicator {
             backend_state: backend::State::default(),
         };
         let local = backend::choose(&c);
-        let choice = c.agree_on_result(local, "choosing the backend")?;
+        let mut choice = c.agree_on_result(local, "choosing the backend")?;
+        // Ranks may differ under AUTO (one without CUDA): all take the lowest common backend.
+        let k = choice.kind as i64;
+        let mut v = [k, -k];
+        c.allreduce_max_i64(&mut v, "agreeing on the backend")?;
+        if v[0] != -v[1] {
+            let lowest = BackendKind::from_c((-v[1]) as i32)?;
+            if lowest != choice.kind {
+                choice.reason = format!("auto: another rank can only use {}, so every rank does (this rank could use {})", lowest.name(), choice.kind.name());
+                choice.kind = lowest;
+                if lowest == BackendKind::GPUWIRE_BACKEND_HOST {
+                    choice.device = -1;
+                }
+            }
+        }
         c.choice = choice;
-        backend::setup(&mut c)?;
+        let set = backend::setup(&mut c);
+        c.agree_on_result(set, "setting up the backend")?;
         owned.release();
         Ok(c)
     }
@@ -162,6 +177,11 @@ impl Communicator {
     pub fn choice(&self) -> &Choice {
         &self.choice
     }
+    /// Adds to the backend's reason (setup notes such as where reductions run).
+    pub(crate) fn append_reason(&mut self, note: &str) {
+        self.choice.reason.push_str(note);
+    }
+
     /// CUDA device of this rank, or -1 without one.
     pub fn device(&self) -> i32 {
         self.choice.device

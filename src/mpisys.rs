@@ -163,3 +163,54 @@ pub fn wtime() -> f64 {
     // SAFETY: no arguments.
     unsafe { sys::RSMPI_Wtime() }
 }
+
+/// Whether this MPI accepts CUDA device pointers: `Some(yes)` when known, `None` when
+/// unknown, with where the answer came from. `GPUWIRE_CUDA_AWARE=0/1` overrides the library's
+/// own query (`MPIX_Query_cuda_support` of Open MPI, `MPIX_GPU_query_support` of MPICH, looked up
+/// at run time since not every MPI has them).
+pub fn cuda_support() -> (Option<bool>, String) {
+    match std::env::var("GPUWIRE_CUDA_AWARE").ok().as_deref().map(str::trim) {
+        Some("1") => return (Some(true), "GPUWIRE_CUDA_AWARE=1".into()),
+        Some("0") => return (Some(false), "GPUWIRE_CUDA_AWARE=0".into()),
+        _ => {}
+    }
+    type QueryCuda = unsafe extern "C" fn() -> c_int;
+    type QueryGpu = unsafe extern "C" fn(c_int, *mut c_int) -> c_int;
+    if let Some(f) = mpi_symbol(c"MPIX_Query_cuda_support") {
+        // SAFETY: Open MPI's int MPIX_Query_cuda_support(void).
+        let v = unsafe { std::mem::transmute::<*mut c_void, QueryCuda>(f)() };
+        return (Some(v == 1), format!("MPIX_Query_cuda_support() = {v}"));
+    }
+    if let Some(f) = mpi_symbol(c"MPIX_GPU_query_support") {
+        let mut v: c_int = 0;
+        // SAFETY: MPICH's int MPIX_GPU_query_support(int gpu_type, int *is_supported);
+        // MPIX_GPU_SUPPORT_CUDA is 0.
+        let rc = unsafe { std::mem::transmute::<*mut c_void, QueryGpu>(f)(0, &mut v) };
+        if rc == 0 {
+            return (Some(v != 0), format!("MPIX_GPU_query_support(CUDA) = {v}"));
+        }
+    }
+    (None, "the MPI offers no CUDA-support query and GPUWIRE_CUDA_AWARE is not set".into())
+}
+
+/// Looks a symbol up in the loaded MPI library (found through MPI_Init's address, so it works
+/// also when libmpi was loaded with RTLD_LOCAL, as by Python's ctypes).
+fn mpi_symbol(name: &std::ffi::CStr) -> Option<*mut c_void> {
+    // SAFETY: dladdr/dlopen/dlsym with valid arguments; RTLD_NOLOAD never loads anything new.
+    unsafe {
+        let mut info: libc::Dl_info = std::mem::zeroed();
+        let anchor = sys::MPI_Init as *const c_void;
+        if libc::dladdr(anchor, &mut info) != 0 && !info.dli_fname.is_null() {
+            let h = libc::dlopen(info.dli_fname, libc::RTLD_NOW | libc::RTLD_NOLOAD);
+            if !h.is_null() {
+                let f = libc::dlsym(h, name.as_ptr());
+                libc::dlclose(h);
+                if !f.is_null() {
+                    return Some(f);
+                }
+            }
+        }
+        let f = libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr());
+        if f.is_null() { None } else { Some(f) }
+    }
+}

@@ -27,6 +27,16 @@ pub struct Sig {
     pub dtype: Option<Dtype>,
     pub op: Option<ReduceOp>,
     pub root: Option<i32>,
+    /// Whether this rank's buffers need the device path (ranks must agree: the host and device
+    /// paths use different MPI message patterns).
+    pub device: Option<bool>,
+}
+
+impl Sig {
+    fn with_bufs(mut self, bufs: &[Option<&Buffer>]) -> Sig {
+        self.device = Some(bufs.iter().flatten().any(|b| !b.is_host()));
+        self
+    }
 }
 
 /// `GPUWIRE_PROC_NULL`: a send or receive to/from it does nothing (as MPI_PROC_NULL).
@@ -98,9 +108,10 @@ impl Communicator {
             opt(sig.dtype.map(|d| d as i64)),
             opt(sig.op.map(|o| o as i64)),
             opt(sig.root.map(|r| r as i64)),
+            opt(sig.device.map(|d| d as i64)),
         ];
         let err_flag = if local.is_err() { self.rank() as i64 + 1 } else { 0 };
-        let mut v = [err_flag, vals[0], -vals[0], vals[1], -vals[1], vals[2], -vals[2], vals[3], -vals[3]];
+        let mut v = [err_flag, vals[0], -vals[0], vals[1], -vals[1], vals[2], -vals[2], vals[3], -vals[3], vals[4], -vals[4]];
         self.allreduce_max_i64(&mut v, what)?;
         if v[0] != 0 {
             return match local {
@@ -139,6 +150,11 @@ impl Communicator {
                 "{what}: ranks passed different roots ({} and {}); nothing was done on any rank",
                 -v[8],
                 v[7]
+            )));
+        }
+        if v[9] != -v[10] {
+            return Err(Error::InvalidArgument(format!(
+                "{what}: some ranks passed device buffers and others host buffers; every rank of a collective must pass the same kind; nothing was done on any rank"
             )));
         }
         local
@@ -232,7 +248,7 @@ impl Communicator {
             self.check_rank("bcast", "root", root, false)?;
             self.path(&[Some(buf)])
         })();
-        let sig = Sig { count: Some(buf.count()), dtype: Some(buf.dtype()), root: Some(root), op: None };
+        let sig = Sig { count: Some(buf.count()), dtype: Some(buf.dtype()), root: Some(root), ..Sig::default() }.with_bufs(&[Some(buf)]);
         let path = self.agree("bcast", sig, local)?;
         path.bcast(self, buf, root, stream)
     }
@@ -259,7 +275,7 @@ impl Communicator {
             let recv = if is_root { recv } else { None };
             Ok((input, recv, self.path(&[Some(send), recv])?))
         })();
-        let sig = Sig { count: Some(send.count()), dtype: Some(send.dtype()), op: Some(op), root: Some(root) };
+        let sig = Sig { count: Some(send.count()), dtype: Some(send.dtype()), op: Some(op), root: Some(root), ..Sig::default() }.with_bufs(&[Some(send), if is_root { recv } else { None }]);
         let (input, recv, path) = self.agree(what, sig, local)?;
         path.reduce(self, input, recv, op, root, stream)
     }
@@ -275,7 +291,7 @@ impl Communicator {
             }
             Ok((input(what, send, recv, 0)?, self.path(&[Some(send), Some(recv)])?))
         })();
-        let sig = Sig { count: Some(recv.count()), dtype: Some(recv.dtype()), op: Some(op), root: None };
+        let sig = Sig { count: Some(recv.count()), dtype: Some(recv.dtype()), op: Some(op), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
         let (input, path) = self.agree(what, sig, local)?;
         path.allreduce(self, input, recv, op, stream)
     }
@@ -295,7 +311,7 @@ impl Communicator {
             }
             Ok((input(what, send, recv, self.rank() as usize * n)?, self.path(&[Some(send), Some(recv)])?))
         })();
-        let sig = Sig { count: Some(n), dtype: Some(send.dtype()), ..Sig::default() };
+        let sig = Sig { count: Some(n), dtype: Some(send.dtype()), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
         let (input, path) = self.agree(what, sig, local)?;
         path.allgather(self, input, recv, stream)
     }
@@ -351,7 +367,7 @@ impl Communicator {
             let block: usize = ucounts[..me].iter().sum();
             Ok((input(what, send, recv, block)?, ucounts, self.path(&[Some(send), Some(recv)])?))
         })();
-        let sig = Sig { count: Some(counts.iter().map(|c| *c as usize).fold(0usize, usize::wrapping_add)), dtype: Some(send.dtype()), ..Sig::default() };
+        let sig = Sig { count: Some(counts.iter().map(|c| *c as usize).fold(0usize, usize::wrapping_add)), dtype: Some(send.dtype()), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
         let (input, ucounts, path) = self.agree(what, sig, local)?;
         path.allgatherv(self, input, recv, &ucounts, stream)
     }
@@ -374,7 +390,7 @@ impl Communicator {
             }
             self.path(&[Some(send), Some(recv)])
         })();
-        let sig = Sig { count: Some(recv.count()), dtype: Some(recv.dtype()), op: Some(op), root: None };
+        let sig = Sig { count: Some(recv.count()), dtype: Some(recv.dtype()), op: Some(op), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
         let path = self.agree(what, sig, local)?;
         path.reduce_scatter(self, Input::Buf(send), recv, op, stream)
     }
@@ -394,7 +410,7 @@ impl Communicator {
             }
             Ok((input(what, send, recv, 0)?, self.path(&[Some(send), Some(recv)])?))
         })();
-        let sig = Sig { count: Some(recv.count()), dtype: Some(recv.dtype()), ..Sig::default() };
+        let sig = Sig { count: Some(recv.count()), dtype: Some(recv.dtype()), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
         let (input, path) = self.agree(what, sig, local)?;
         path.alltoall(self, input, recv, stream)
     }
@@ -424,7 +440,7 @@ impl Communicator {
             let recv = if is_root { recv } else { None };
             Ok((input, recv, self.path(&[Some(send), recv])?))
         })();
-        let sig = Sig { count: Some(n), dtype: Some(send.dtype()), root: Some(root), op: None };
+        let sig = Sig { count: Some(n), dtype: Some(send.dtype()), root: Some(root), ..Sig::default() }.with_bufs(&[Some(send), if is_root { recv } else { None }]);
         let (input, recv, path) = self.agree(what, sig, local)?;
         path.gather(self, input, recv, root, stream)
     }
@@ -454,7 +470,7 @@ impl Communicator {
             let send = if is_root { send } else { None };
             Ok((rinput, send, self.path(&[send, Some(recv)])?))
         })();
-        let sig = Sig { count: Some(n), dtype: Some(recv.dtype()), root: Some(root), op: None };
+        let sig = Sig { count: Some(n), dtype: Some(recv.dtype()), root: Some(root), ..Sig::default() }.with_bufs(&[if is_root { send } else { None }, Some(recv)]);
         let (rinput, send, path) = self.agree(what, sig, local)?;
         path.scatter(self, send, rinput, root, stream)
     }

@@ -4,11 +4,19 @@
 //! go through the communicator's chosen backend. The choice is made once, collectively, when the
 //! communicator is created, and recorded with its reason for `gpuwire_comm_describe`.
 
+pub mod devstate;
 pub mod host;
+pub mod mpi_cuda_aware;
+pub mod mpi_staged;
+pub mod ring;
+
+use std::sync::{Mutex, MutexGuard};
+
 
 use crate::buffer::Buffer;
 use crate::comm::Communicator;
 use crate::device::{self, Stream};
+use crate::mpisys;
 use crate::error::{Error, Result};
 use crate::request::Pending;
 use crate::types::{BackendKind, ReduceOp};
@@ -30,7 +38,21 @@ impl Default for Choice {
 
 /// Per-communicator state of the device backends (staging buffers, NCCL communicator, ...).
 #[derive(Debug, Default)]
-pub struct State {}
+pub struct State {
+    dev: Option<Mutex<devstate::DevState>>,
+    /// Host buffers of staged nonblocking requests.
+    pub pool: devstate::Pool,
+}
+
+impl State {
+    /// The device state (device backends only).
+    pub fn dev(&self) -> Result<MutexGuard<'_, devstate::DevState>> {
+        match &self.dev {
+            Some(m) => Ok(m.lock().unwrap_or_else(|p| p.into_inner())),
+            None => Err(Error::Internal("device path used on a communicator without device state".into())),
+        }
+    }
+}
 
 /// The send-side data of a collective: a buffer, or the receive buffer itself (MPI_IN_PLACE).
 #[derive(Clone, Copy, Debug)]
@@ -65,36 +87,57 @@ pub trait Path: Sync {
     fn scatter(&self, c: &Communicator, send: Option<&Buffer>, recv: Input, root: i32, stream: Stream) -> Result<()>;
 }
 
-/// Collective, at communicator creation: picks the backend for device buffers.
+/// At communicator creation (local; the caller agrees the outcome across ranks): picks the
+/// backend for device buffers and this rank's device.
 pub fn choose(c: &Communicator) -> Result<Choice> {
-    let requested = c.config().backend;
-    let cuda = device::cuda_with_devices();
-    match requested {
-        BackendKind::GPUWIRE_BACKEND_HOST => Ok(Choice {
-            kind: BackendKind::GPUWIRE_BACKEND_HOST,
-            reason: "requested; device buffers are refused".into(),
-            device: -1,
-        }),
-        BackendKind::GPUWIRE_BACKEND_AUTO => match cuda {
-            Err(e) => Ok(Choice {
-                kind: BackendKind::GPUWIRE_BACKEND_HOST,
-                reason: format!("auto: {}", strip_kind(&e)),
-                device: -1,
-            }),
-            Ok(_) => Ok(Choice {
-                kind: BackendKind::GPUWIRE_BACKEND_HOST,
-                reason: "auto: this build of gpuwire moves host memory only".into(),
-                device: -1,
-            }),
-        },
-        other => {
-            let e = match cuda {
-                Err(e) => strip_kind(&e),
-                Ok(_) => "this build of gpuwire moves host memory only".into(),
-            };
-            Err(Error::BackendUnavailable(format!("{} was requested but cannot be used: {e}", other.name())))
-        }
+    let cfg = c.config();
+    let requested = cfg.backend;
+    if requested == BackendKind::GPUWIRE_BACKEND_HOST {
+        return Ok(Choice { kind: BackendKind::GPUWIRE_BACKEND_HOST, reason: "requested; device buffers are refused".into(), device: -1 });
     }
+    let cuda = match device::cuda_with_devices() {
+        Ok(cuda) => cuda,
+        Err(e) if requested == BackendKind::GPUWIRE_BACKEND_AUTO => {
+            return Ok(Choice { kind: BackendKind::GPUWIRE_BACKEND_HOST, reason: format!("auto: {}", strip_kind(&e)), device: -1 });
+        }
+        Err(e) => {
+            return Err(Error::BackendUnavailable(format!("{} was requested but cannot be used: {}", requested.name(), strip_kind(&e))));
+        }
+    };
+    let device = if cfg.device >= 0 {
+        if cfg.device >= cuda.device_count {
+            return Err(Error::InvalidArgument(format!(
+                "device {} was requested but this process sees {} CUDA device(s)",
+                cfg.device, cuda.device_count
+            )));
+        }
+        cfg.device
+    } else {
+        c.local_rank() % cuda.device_count
+    };
+    let how = if cfg.device >= 0 { "as configured" } else { "node-local rank modulo device count" };
+    let (aware, source) = mpisys::cuda_support();
+    let (kind, reason) = match requested {
+        BackendKind::GPUWIRE_BACKEND_AUTO if aware == Some(true) => {
+            (BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE, format!("auto: the MPI is CUDA-aware ({source})"))
+        }
+        BackendKind::GPUWIRE_BACKEND_AUTO => (
+            BackendKind::GPUWIRE_BACKEND_MPI_STAGED,
+            format!("auto: the MPI is not known to be CUDA-aware ({source}), so device data is staged through host memory"),
+        ),
+        BackendKind::GPUWIRE_BACKEND_MPI_STAGED => (requested, "requested".into()),
+        BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE if aware == Some(true) => (requested, format!("requested; {source}")),
+        BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE => {
+            return Err(Error::BackendUnavailable(format!(
+                "MPI_CUDA_AWARE was requested but the MPI is not known to be CUDA-aware ({source}); gpuwire never gives a device pointer to such an MPI (use MPI_STAGED, or set GPUWIRE_CUDA_AWARE=1 if you know better)"
+            )));
+        }
+        BackendKind::GPUWIRE_BACKEND_NCCL => {
+            return Err(Error::BackendUnavailable("NCCL was requested but this build of gpuwire has no NCCL backend".into()));
+        }
+        BackendKind::GPUWIRE_BACKEND_HOST => unreachable!(),
+    };
+    Ok(Choice { kind, reason: format!("{reason}; device {device} by {how}"), device })
 }
 
 fn strip_kind(e: &Error) -> String {
@@ -102,23 +145,43 @@ fn strip_kind(e: &Error) -> String {
     s.split_once(": ").map(|(_, d)| d.to_string()).unwrap_or(s)
 }
 
-/// Sets up the chosen backend's state (collective; after `choose` agreed).
-pub fn setup(_c: &mut Communicator) -> Result<()> {
+/// Collective: sets up the chosen backend's state once every rank agreed on the choice.
+pub fn setup(c: &mut Communicator) -> Result<()> {
+    let kind = c.backend();
+    if matches!(kind, BackendKind::GPUWIRE_BACKEND_MPI_STAGED | BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE) {
+        let st = devstate::DevState::new(c, c.device())?;
+        let note = match &st.kernels {
+            Ok(()) => "; large reductions run on the GPU".to_string(),
+            Err(e) => format!("; reductions run on the host ({e})"),
+        };
+        c.append_reason(&note);
+        c.backend_state.dev = Some(Mutex::new(st));
+    }
     Ok(())
 }
 
 /// Releases backend state before the MPI communicators are freed.
-pub fn teardown(_c: &mut Communicator) {}
+pub fn teardown(c: &mut Communicator) {
+    if let Some(m) = c.backend_state.dev.take() {
+        let mut st = m.into_inner().unwrap_or_else(|p| p.into_inner());
+        st.free_comm();
+    }
+}
 
-/// The path that moves these buffers on this communicator.
+/// The path that moves these buffers on this communicator: plain MPI when every buffer is
+/// host-accessible, else the communicator's device backend.
 pub fn path_for(c: &Communicator, bufs: &[Option<&Buffer>]) -> Result<&'static dyn Path> {
-    if let Some(b) = bufs.iter().flatten().find(|b| !b.is_host()) {
-        return Err(Error::BackendUnavailable(format!(
+    let Some(b) = bufs.iter().flatten().find(|b| !b.is_host()) else {
+        return Ok(&host::HostPath);
+    };
+    match c.backend() {
+        BackendKind::GPUWIRE_BACKEND_MPI_STAGED => Ok(&mpi_staged::StagedPath),
+        BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE => Ok(&mpi_cuda_aware::CudaAwarePath),
+        other => Err(Error::BackendUnavailable(format!(
             "a {} buffer was given, but this communicator's backend is {} ({})",
             b.space().name(),
-            c.backend().name(),
+            other.name(),
             c.choice().reason
-        )));
+        ))),
     }
-    Ok(&host::HostPath)
 }

@@ -253,3 +253,87 @@ pub fn detect_space(ptr: usize) -> Result<(Space, i32)> {
     };
     Ok((space, ordinal))
 }
+
+/// Enqueues a copy of `bytes` on `stream` (any direction, unified addressing). Does not wait.
+pub fn copy_async(dst: usize, src: usize, bytes: usize, stream: Stream) -> Result<()> {
+    if bytes == 0 {
+        return Ok(());
+    }
+    // SAFETY: caller guarantees both ranges are valid for `bytes` until the copy completes, and
+    // that the right context is current.
+    check(unsafe { sys::cuMemcpyAsync(dst as sys::CUdeviceptr, src as sys::CUdeviceptr, bytes, stream.raw()) }, "cuMemcpyAsync")
+}
+
+/// Blocks until all work enqueued on `stream` is complete.
+pub fn sync(stream: Stream) -> Result<()> {
+    // SAFETY: a stream handle of the caller (or NULL).
+    check(unsafe { sys::cuStreamSynchronize(stream.raw()) }, "cuStreamSynchronize")
+}
+
+/// A CUDA event without timing, for ordering between the host and a stream.
+#[derive(Debug)]
+pub struct Event(sys::CUevent);
+// SAFETY: an event handle is usable from any thread.
+unsafe impl Send for Event {}
+
+impl Event {
+    pub fn new() -> Result<Event> {
+        let mut e: sys::CUevent = std::ptr::null_mut();
+        // SAFETY: writes one handle; CU_EVENT_DISABLE_TIMING = 2.
+        check(unsafe { sys::cuEventCreate(&mut e, 2) }, "cuEventCreate")?;
+        Ok(Event(e))
+    }
+    /// Marks the current end of `stream`'s work.
+    pub fn record(&self, stream: Stream) -> Result<()> {
+        // SAFETY: valid event and stream.
+        check(unsafe { sys::cuEventRecord(self.0, stream.raw()) }, "cuEventRecord")
+    }
+    /// Blocks the host until the recorded work is done.
+    pub fn wait_host(&self) -> Result<()> {
+        // SAFETY: valid event.
+        check(unsafe { sys::cuEventSynchronize(self.0) }, "cuEventSynchronize")
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: created in `new`, destroyed only here.
+        unsafe { sys::cuEventDestroy_v2(self.0) };
+    }
+}
+
+/// Grow-only scratch memory of one space, reused across calls (staging buffers, device
+/// temporaries). Never shrinks until dropped.
+#[derive(Debug)]
+pub struct Scratch {
+    space: Space,
+    device: i32,
+    alloc: Option<CudaAlloc>,
+    host: Vec<u64>,
+}
+
+impl Scratch {
+    /// `space` PINNED or DEVICE use the CUDA driver; HOST uses pageable memory.
+    pub fn new(space: Space, device: i32) -> Scratch {
+        Scratch { space, device, alloc: None, host: Vec::new() }
+    }
+
+    /// A pointer to at least `bytes` bytes (8-byte aligned; 256 for CUDA memory).
+    pub fn get(&mut self, bytes: usize) -> Result<usize> {
+        let bytes = bytes.max(8);
+        if self.space == Space::GPUWIRE_SPACE_HOST {
+            let words = bytes.div_ceil(8);
+            if self.host.len() < words {
+                self.host = vec![0u64; words];
+            }
+            return Ok(self.host.as_mut_ptr() as usize);
+        }
+        if self.alloc.as_ref().is_none_or(|a| a.bytes < bytes) {
+            self.alloc = None; // free the old one first
+            // Round up to limit regrowth: next power of two above 1 MiB granularity.
+            let want = bytes.max(1 << 20).next_power_of_two();
+            self.alloc = Some(CudaAlloc::new(self.space, self.device, want)?);
+        }
+        Ok(self.alloc.as_ref().map(|a| a.ptr).unwrap_or(0))
+    }
+}

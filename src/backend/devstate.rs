@@ -1,0 +1,194 @@
+//! Per-communicator state of the device backends (MPI_STAGED and MPI_CUDA_AWARE): the device,
+//! a private MPI communicator for gpuwire's own point-to-point traffic inside collectives,
+//! reusable staging and scratch memory, and a pool of pinned buffers for nonblocking requests.
+
+use std::ffi::c_int;
+use std::sync::Mutex;
+
+use crate::buffer::Buffer;
+use crate::comm::Communicator;
+use crate::device::{self, CtxGuard, CudaAlloc, Event, Scratch, Stream};
+use crate::error::{Error, Result};
+use crate::mpisys::{self, RawComm, sys};
+use crate::types::{Space, Staging};
+
+/// Messages at or below this size (bytes) reduce through one MPI collective on a host copy: it
+/// is latency-bound, and one MPI call beats 2(P-1) ring exchanges there.
+pub const SMALL_BYTES: usize = 64 << 10;
+
+/// Device state of one communicator.
+#[derive(Debug)]
+pub struct DevState {
+    pub device: i32,
+    /// Private duplicate for ring exchanges: never matches the caller's messages.
+    pub coll: RawComm,
+    /// Host staging: [0] outgoing, [1] incoming (pinned or pageable per config).
+    pub host: [Scratch; 2],
+    /// Device temporaries: [0] incoming chunks before reduction, [1] a working copy.
+    pub dev: [Scratch; 2],
+    /// Staging chunk size in bytes (agreed across ranks at creation).
+    pub chunk: usize,
+    /// Whether GPU reduction kernels work here, or why not.
+    pub kernels: std::result::Result<(), String>,
+    pub staging: Staging,
+    events: Vec<Event>,
+}
+
+impl DevState {
+    /// Collective over `c`: sets up the device state for a device backend.
+    pub fn new(c: &Communicator, device: i32) -> Result<DevState> {
+        let ctx = CtxGuard::enter(device);
+        let _g = c.agree_on_result(ctx, "entering the CUDA device")?;
+        let cfg = c.config();
+        // The chunk size must be the same everywhere: take the smallest asked for.
+        let mut chunk = [-(cfg.chunk_bytes as i64)];
+        c.allreduce_max_i64(&mut chunk, "agreeing on the staging chunk size")?;
+        let chunk = (-chunk[0]) as usize;
+        let mut coll = mpisys::comm_null();
+        // SAFETY: c.raw() is valid; every rank calls.
+        mpisys::check(unsafe { sys::MPI_Comm_dup(c.raw(), &mut coll) }, "MPI_Comm_dup")?;
+        let host_space = match cfg.staging {
+            Staging::GPUWIRE_STAGING_PINNED => Space::GPUWIRE_SPACE_PINNED,
+            Staging::GPUWIRE_STAGING_PAGEABLE => Space::GPUWIRE_SPACE_HOST,
+        };
+        let kernels = device::kernels::available(device);
+        // Every rank must take the same algorithm: kernels usable everywhere or nowhere.
+        let mut k = [kernels.is_err() as i64];
+        c.allreduce_max_i64(&mut k, "agreeing on GPU reductions")?;
+        let kernels = match (kernels, k[0]) {
+            (Err(e), _) => Err(e),
+            (Ok(()), 0) => Ok(()),
+            (Ok(()), _) => Err("another rank cannot run the GPU reduction kernels".into()),
+        };
+        Ok(DevState {
+            device,
+            coll: RawComm(coll),
+            host: [Scratch::new(host_space, device), Scratch::new(host_space, device)],
+            dev: [Scratch::new(Space::GPUWIRE_SPACE_DEVICE, device), Scratch::new(Space::GPUWIRE_SPACE_DEVICE, device)],
+            chunk,
+            kernels,
+            staging: cfg.staging,
+            events: Vec::new(),
+        })
+    }
+
+    /// Event `i` (created on first use).
+    pub fn event(&mut self, i: usize) -> Result<&Event> {
+        while self.events.len() <= i {
+            self.events.push(Event::new()?);
+        }
+        Ok(&self.events[i])
+    }
+
+    /// Whether host staging is page-locked.
+    pub fn pinned(&self) -> bool {
+        self.staging == Staging::GPUWIRE_STAGING_PINNED
+    }
+
+    /// Frees the private communicator (before MPI is finalized).
+    pub fn free_comm(&mut self) {
+        // SAFETY: created in `new`, freed only here.
+        unsafe { sys::MPI_Comm_free(&mut self.coll.0) };
+    }
+}
+
+/// A staging buffer for one nonblocking request, returned to the pool when done.
+pub struct PoolBuf {
+    pub ptr: usize,
+    pub bytes: usize,
+    inner: PoolMem,
+}
+
+enum PoolMem {
+    Pinned(#[allow(dead_code)] CudaAlloc),
+    Pageable(#[allow(dead_code)] Vec<u64>),
+}
+
+/// A pool of host staging buffers for isend/irecv.
+#[derive(Default)]
+pub struct Pool {
+    free: Mutex<Vec<PoolBuf>>,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Pool")
+    }
+}
+
+impl Pool {
+    /// A host buffer of at least `bytes`, pinned if `pinned`.
+    pub fn take(&self, bytes: usize, pinned: bool, device: i32) -> Result<PoolBuf> {
+        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        let fits = |b: &PoolBuf| b.bytes >= bytes && matches!(b.inner, PoolMem::Pinned(_)) == pinned;
+        if let Some(i) = free.iter().position(fits) {
+            return Ok(free.swap_remove(i));
+        }
+        drop(free);
+        let size = bytes.max(4096).next_power_of_two();
+        if pinned {
+            let a = CudaAlloc::new(Space::GPUWIRE_SPACE_PINNED, device, size)?;
+            Ok(PoolBuf { ptr: a.ptr, bytes: size, inner: PoolMem::Pinned(a) })
+        } else {
+            let mut v = vec![0u64; size / 8];
+            let ptr = v.as_mut_ptr() as usize;
+            Ok(PoolBuf { ptr, bytes: size, inner: PoolMem::Pageable(v) })
+        }
+    }
+
+    /// Returns a buffer for reuse (at most 8 are kept).
+    pub fn give(&self, b: PoolBuf) {
+        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        if free.len() < 8 {
+            free.push(b);
+        }
+    }
+}
+
+/// Checks that a device-resident buffer lives on the communicator's device.
+pub fn check_device(c: &Communicator, b: &Buffer) -> Result<()> {
+    if !b.is_host() && b.device() != c.device() {
+        return Err(Error::InvalidArgument(format!(
+            "the buffer lives on CUDA device {} but this communicator uses device {}",
+            b.device(),
+            c.device()
+        )));
+    }
+    Ok(())
+}
+
+/// MPI_Sendrecv of bytes on a raw communicator.
+#[allow(clippy::too_many_arguments)]
+pub fn sendrecv_bytes(comm: RawComm, src: usize, sbytes: usize, dest: i32, dst: usize, rbytes: usize, source: i32, tag: c_int) -> Result<()> {
+    let sn = mpisys::count_i32(sbytes, "ring exchange")?;
+    let rn = mpisys::count_i32(rbytes, "ring exchange")?;
+    // SAFETY: both ranges valid for their byte counts (checked by the callers).
+    mpisys::check(
+        unsafe {
+            sys::MPI_Sendrecv(
+                src as *const _,
+                sn,
+                sys::RSMPI_UINT8_T,
+                dest,
+                tag,
+                dst as *mut _,
+                rn,
+                sys::RSMPI_UINT8_T,
+                source,
+                tag,
+                comm.0,
+                mpisys::status_ignore(),
+            )
+        },
+        "MPI_Sendrecv",
+    )
+}
+
+/// Copies `bytes` from `src` to `dst` (any spaces) after `stream`'s earlier work and waits.
+pub fn copy_wait(src: usize, dst: usize, bytes: usize, stream: Stream) -> Result<()> {
+    if bytes == 0 || src == dst {
+        return Ok(());
+    }
+    device::copy_async(dst, src, bytes, stream)?;
+    device::sync(stream)
+}

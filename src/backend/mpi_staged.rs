@@ -1,0 +1,550 @@
+//! MPI_STAGED: device data staged through host memory around an MPI that is not CUDA-aware.
+//!
+//! Every call first waits for the work already enqueued on the caller's stream, so the data it
+//! reads is final; it returns when the result is in the caller's own buffer (the host is blocked
+//! for the duration, as MPI blocks). No device pointer is ever given to MPI.
+//!
+//! - Point-to-point: one MPI message per call, with the element datatype (so a device buffer on
+//!   one side matches a host buffer on the other); isend/irecv stage through pooled buffers.
+//! - bcast: pipelined in chunks: the device-to-host copy of chunk i+1 overlaps the MPI_Bcast of
+//!   chunk i (root), the host-to-device copy of chunk i the MPI_Bcast of chunk i+1 (others).
+//! - allreduce, reduce, reduce_scatter: up to 64 KiB, one MPI collective on a host copy
+//!   (latency-bound); above, a ring of pipelined staged exchanges with the reductions done by
+//!   GPU kernels (`ring`). Without NVRTC, MPI reduces a host copy at every size.
+//! - allgather(v), alltoall, gather, scatter: one MPI collective on host copies.
+//!
+//! The staging memory (page-locked by default, pageable on request) belongs to the
+//! communicator and is reused across calls.
+
+use std::sync::MutexGuard;
+
+use crate::backend::devstate::{self, DevState, PoolBuf, SMALL_BYTES};
+use crate::backend::host::{self, MpiPending, Src};
+use crate::backend::ring::{self, Loc};
+use crate::backend::{Input, Path};
+use crate::buffer::Buffer;
+use crate::comm::Communicator;
+use crate::device::{self, CtxGuard, Stream};
+use crate::error::{Error, Result};
+use crate::mpisys;
+use crate::request::Pending;
+use crate::types::{Dtype, ReduceOp};
+
+/// The staged path.
+pub struct StagedPath;
+
+/// What every device-path call holds: the context, the communicator's device state.
+pub struct Call<'a> {
+    pub c: &'a Communicator,
+    pub st: MutexGuard<'a, DevState>,
+    pub stream: Stream,
+    _ctx: CtxGuard,
+}
+
+impl<'a> Call<'a> {
+    /// Enters the communicator's device, checks the buffers' devices, and waits for the work
+    /// enqueued earlier on `stream`.
+    pub fn begin(c: &'a Communicator, bufs: &[Option<&Buffer>], stream: Stream) -> Result<Call<'a>> {
+        for b in bufs.iter().flatten() {
+            devstate::check_device(c, b)?;
+        }
+        let st = c.backend_state.dev()?;
+        let ctx = CtxGuard::enter(st.device)?;
+        device::sync(stream)?;
+        Ok(Call { c, st, stream, _ctx: ctx })
+    }
+
+    pub fn device(&self) -> i32 {
+        self.st.device
+    }
+
+    /// A host view of `bytes` at `src` (the memory itself when host-accessible, else a copy in
+    /// staging slot `slot`). Waits for the copy.
+    pub fn to_host(&mut self, src: Loc, bytes: usize, slot: usize) -> Result<usize> {
+        if src.host {
+            return Ok(src.ptr);
+        }
+        let h = self.st.host[slot].get(bytes)?;
+        ring::copy(Loc { ptr: h, host: true }, src, bytes, self.stream)?;
+        device::sync(self.stream)?;
+        Ok(h)
+    }
+
+    /// Host memory to receive `bytes` destined for `dst` (the memory itself when
+    /// host-accessible, else staging slot `slot`); `from_host` finishes the delivery.
+    pub fn host_for(&mut self, dst: Loc, bytes: usize, slot: usize) -> Result<usize> {
+        if dst.host {
+            return Ok(dst.ptr);
+        }
+        self.st.host[slot].get(bytes)
+    }
+
+    /// Copies `bytes` from host `h` to `dst` unless they are the same memory, and waits.
+    pub fn from_host(&mut self, dst: Loc, h: usize, bytes: usize) -> Result<()> {
+        if dst.ptr != h {
+            ring::copy(dst, Loc { ptr: h, host: true }, bytes, self.stream)?;
+        }
+        device::sync(self.stream)
+    }
+
+    /// Whether large reductions run on the GPU (NVRTC kernels available everywhere).
+    pub fn gpu_reduce(&self, bytes: usize) -> bool {
+        bytes > SMALL_BYTES && self.st.kernels.is_ok()
+    }
+}
+
+pub fn loc(b: &Buffer) -> Loc {
+    Loc { ptr: b.ptr(), host: b.is_host() }
+}
+
+/// Staged allreduce (also the small-message path of the CUDA-aware backend).
+pub fn allreduce_staged(call: &mut Call, send: Input, recv: &Buffer, op: ReduceOp) -> Result<()> {
+    let (n, dtype, bytes) = (recv.count(), recv.dtype(), recv.bytes());
+    let src = match send {
+        Input::InPlace => loc(recv),
+        Input::Buf(b) => loc(b),
+    };
+    let h_in = call.to_host(src, bytes, 0)?;
+    let h_out = call.host_for(loc(recv), bytes, 1)?;
+    let s = if h_in == h_out { Src::InPlace } else { Src::Ptr(h_in) };
+    host::allreduce(call.c, s, h_out, n, dtype, op, true)?;
+    call.from_host(loc(recv), h_out, bytes)
+}
+
+/// Large allreduce: copy to the receive buffer, ring reduce-scatter, ring allgather.
+pub fn allreduce_ring(call: &mut Call, send: Input, recv: &Buffer, op: ReduceOp, direct: bool) -> Result<()> {
+    let (n, dtype) = (recv.count(), recv.dtype());
+    if let Input::Buf(b) = send {
+        ring::copy(loc(recv), loc(b), recv.bytes(), call.stream)?;
+    }
+    let (c, stream, device) = (call.c, call.stream, call.device());
+    ring::reduce_scatter(&mut call.st, c, direct, loc(recv), n, dtype, op, stream)?;
+    if op == ReduceOp::GPUWIRE_AVG {
+        let b = ring::partition(n, c.size() as usize)[c.rank() as usize];
+        ring::divide(device, loc(recv).at(b.0 * dtype.size()), b.1, dtype, c.size() as usize, stream)?;
+    }
+    ring::allgather(&mut call.st, c, direct, loc(recv), n, dtype.size(), stream)?;
+    device::sync(stream)
+}
+
+/// A device working copy of `send` (n elements): the input of the ring algorithms that must
+/// not modify the caller's send buffer.
+fn working_copy(call: &mut Call, send: Loc, bytes: usize) -> Result<Loc> {
+    let w = Loc { ptr: call.st.dev[1].get(bytes)?, host: false };
+    ring::copy(w, send, bytes, call.stream)?;
+    Ok(w)
+}
+
+/// Large reduce_scatter: working copy, ring reduce-scatter, this rank's block to `recv`.
+pub fn reduce_scatter_ring(call: &mut Call, send: &Buffer, recv: &Buffer, op: ReduceOp, direct: bool) -> Result<()> {
+    let (n, dtype) = (send.count(), send.dtype());
+    let w = working_copy(call, loc(send), send.bytes())?;
+    let (c, stream, device) = (call.c, call.stream, call.device());
+    // The block partition of reduce_scatter is even (every rank recv.count()); the ring's
+    // default partition coincides with it exactly because n = size x recv.count().
+    let blocks = ring::reduce_scatter(&mut call.st, c, direct, w, n, dtype, op, stream)?;
+    let b = blocks[c.rank() as usize];
+    debug_assert_eq!(b.1, recv.count());
+    ring::copy(loc(recv), w.at(b.0 * dtype.size()), recv.bytes(), stream)?;
+    device::sync(stream)?;
+    if op == ReduceOp::GPUWIRE_AVG {
+        ring::divide(device, loc(recv), recv.count(), dtype, c.size() as usize, stream)?;
+    }
+    device::sync(stream)
+}
+
+/// Large reduce: working copy, ring reduce-scatter, blocks gathered at the root.
+pub fn reduce_ring(call: &mut Call, send: Input, recv: Option<&Buffer>, op: ReduceOp, root: i32, direct: bool) -> Result<()> {
+    let src = match (send, recv) {
+        (Input::Buf(b), _) => b,
+        (Input::InPlace, Some(r)) => r,
+        (Input::InPlace, None) => return Err(Error::Internal("in-place reduce off the root".into())),
+    };
+    let (n, dtype) = (src.count(), src.dtype());
+    let es = dtype.size();
+    let w = working_copy(call, loc(src), src.bytes())?;
+    let (c, stream, device) = (call.c, call.stream, call.device());
+    let blocks = ring::reduce_scatter(&mut call.st, c, direct, w, n, dtype, op, stream)?;
+    device::sync(stream)?;
+    let me = blocks[c.rank() as usize];
+    let counts: Vec<usize> = blocks.iter().map(|b| b.1 * es).collect();
+    if direct {
+        let r = recv.map_or(0, |r| r.ptr());
+        gatherv_bytes(c, w.ptr + me.0 * es, me.1 * es, r, &counts, root)?;
+    } else {
+        let h_me = call.to_host(w.at(me.0 * es), me.1 * es, 0)?;
+        let h_root = match recv {
+            Some(r) => call.host_for(loc(r), r.bytes(), 1)?,
+            None => 0,
+        };
+        gatherv_bytes(c, h_me, me.1 * es, h_root, &counts, root)?;
+        if let Some(r) = recv {
+            call.from_host(loc(r), h_root, r.bytes())?;
+        }
+    }
+    if let Some(r) = recv {
+        if op == ReduceOp::GPUWIRE_AVG {
+            ring::divide(device, loc(r), n, dtype, c.size() as usize, stream)?;
+        }
+    }
+    device::sync(stream)
+}
+
+/// MPI_Gatherv of byte blocks in rank order (`recv` significant at the root).
+fn gatherv_bytes(c: &Communicator, send: usize, sbytes: usize, recv: usize, counts: &[usize], root: i32) -> Result<()> {
+    let mut cs = Vec::with_capacity(counts.len());
+    let mut ds = Vec::with_capacity(counts.len());
+    let mut off = 0usize;
+    for &n in counts {
+        cs.push(mpisys::count_i32(n, "reduce")?);
+        ds.push(mpisys::count_i32(off, "reduce")?);
+        off += n;
+    }
+    let sn = mpisys::count_i32(sbytes, "reduce")?;
+    let u8t = unsafe { mpisys::sys::RSMPI_UINT8_T };
+    // SAFETY: ranges validated by the callers.
+    mpisys::check(
+        unsafe { mpisys::sys::MPI_Gatherv(send as *const _, sn, u8t, recv as *mut _, cs.as_ptr(), ds.as_ptr(), u8t, root, c.raw()) },
+        "MPI_Gatherv",
+    )
+}
+
+/// Small staged reduce: host copy, MPI_Reduce, copy back at the root.
+pub fn reduce_staged(call: &mut Call, send: Input, recv: Option<&Buffer>, op: ReduceOp, root: i32) -> Result<()> {
+    let src = match (send, recv) {
+        (Input::Buf(b), _) => loc(b),
+        (Input::InPlace, Some(r)) => loc(r),
+        (Input::InPlace, None) => return Err(Error::Internal("in-place reduce off the root".into())),
+    };
+    let (n, dtype) = match (send, recv) {
+        (Input::Buf(b), _) => (b.count(), b.dtype()),
+        (_, Some(r)) => (r.count(), r.dtype()),
+        _ => unreachable!(),
+    };
+    let bytes = n * dtype.size();
+    let h_in = call.to_host(src, bytes, 0)?;
+    let h_out = match recv {
+        Some(r) => call.host_for(loc(r), bytes, 1)?,
+        None => 0,
+    };
+    let s = if recv.is_some() && h_in == h_out { Src::InPlace } else { Src::Ptr(h_in) };
+    host::reduce(call.c, s, h_out, n, dtype, op, root, true)?;
+    if let Some(r) = recv {
+        call.from_host(loc(r), h_out, bytes)?;
+    }
+    Ok(())
+}
+
+/// Small staged reduce_scatter.
+pub fn reduce_scatter_staged(call: &mut Call, send: &Buffer, recv: &Buffer, op: ReduceOp) -> Result<()> {
+    let h_in = call.to_host(loc(send), send.bytes(), 0)?;
+    let h_out = call.host_for(loc(recv), recv.bytes(), 1)?;
+    host::reduce_scatter(call.c, Src::Ptr(h_in), h_out, recv.count(), recv.dtype(), op, true)?;
+    call.from_host(loc(recv), h_out, recv.bytes())
+}
+
+/// A staged isend: the data is copied to a pooled host buffer now; MPI sends it in the background.
+struct StagedSend {
+    inner: MpiPending,
+    buf: Option<PoolBuf>,
+    pool: *const devstate::Pool,
+}
+// SAFETY: the pool pointer refers to the communicator's state, which the request keeps alive.
+unsafe impl Send for StagedSend {}
+
+impl Pending for StagedSend {
+    fn wait(&mut self) -> Result<()> {
+        let r = self.inner.wait();
+        self.release();
+        r
+    }
+    fn test(&mut self) -> Result<bool> {
+        let done = self.inner.test()?;
+        if done {
+            self.release();
+        }
+        Ok(done)
+    }
+}
+
+impl StagedSend {
+    fn release(&mut self) {
+        if let Some(b) = self.buf.take() {
+            // SAFETY: see the Send impl.
+            unsafe { (*self.pool).give(b) };
+        }
+    }
+}
+
+/// A staged irecv: MPI receives into a pooled host buffer; completion copies it to the device.
+struct StagedRecv {
+    inner: MpiPending,
+    buf: Option<PoolBuf>,
+    pool: *const devstate::Pool,
+    dst: usize,
+    bytes: usize,
+    device: i32,
+    stream: Stream,
+}
+// SAFETY: as StagedSend.
+unsafe impl Send for StagedRecv {}
+
+impl StagedRecv {
+    fn finish(&mut self) -> Result<()> {
+        if let Some(b) = self.buf.take() {
+            let _g = CtxGuard::enter(self.device)?;
+            let r = devstate::copy_wait(b.ptr, self.dst, self.bytes, self.stream);
+            // SAFETY: see StagedSend.
+            unsafe { (*self.pool).give(b) };
+            r?;
+        }
+        Ok(())
+    }
+}
+
+impl Pending for StagedRecv {
+    fn wait(&mut self) -> Result<()> {
+        self.inner.wait()?;
+        self.finish()
+    }
+    fn test(&mut self) -> Result<bool> {
+        if !self.inner.test()? {
+            return Ok(false);
+        }
+        self.finish()?;
+        Ok(true)
+    }
+}
+
+impl Path for StagedPath {
+    fn send(&self, c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<()> {
+        let mut call = Call::begin(c, &[Some(buf)], stream)?;
+        let h = call.to_host(loc(buf), buf.bytes(), 0)?;
+        host::send(c, h, buf.count(), buf.dtype(), dest, tag)
+    }
+
+    fn recv(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<()> {
+        let mut call = Call::begin(c, &[Some(buf)], stream)?;
+        let h = call.host_for(loc(buf), buf.bytes(), 1)?;
+        host::recv(c, h, buf.count(), buf.dtype(), source, tag)?;
+        call.from_host(loc(buf), h, buf.bytes())
+    }
+
+    fn isend(&self, c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
+        let call = Call::begin(c, &[Some(buf)], stream)?;
+        let pool = &c.backend_state.pool;
+        let pb = pool.take(buf.bytes(), call.st.pinned(), call.device())?;
+        ring::copy(Loc { ptr: pb.ptr, host: true }, loc(buf), buf.bytes(), stream)?;
+        device::sync(stream)?;
+        let inner = host::isend(c, pb.ptr, buf.count(), buf.dtype(), dest, tag)?;
+        Ok(Box::new(StagedSend { inner, buf: Some(pb), pool }))
+    }
+
+    fn irecv(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
+        let call = Call::begin(c, &[Some(buf)], stream)?;
+        let pool = &c.backend_state.pool;
+        let pb = pool.take(buf.bytes(), call.st.pinned(), call.device())?;
+        let inner = host::irecv(c, pb.ptr, buf.count(), buf.dtype(), source, tag)?;
+        Ok(Box::new(StagedRecv { inner, buf: Some(pb), pool, dst: buf.ptr(), bytes: buf.bytes(), device: call.device(), stream }))
+    }
+
+    fn sendrecv(&self, c: &Communicator, s: &Buffer, dest: i32, stag: i32, r: &Buffer, source: i32, rtag: i32, stream: Stream) -> Result<()> {
+        let mut call = Call::begin(c, &[Some(s), Some(r)], stream)?;
+        let hs = call.to_host(loc(s), s.bytes(), 0)?;
+        let hr = call.host_for(loc(r), r.bytes(), 1)?;
+        host::sendrecv(c, hs, s.count(), s.dtype(), dest, stag, hr, r.count(), r.dtype(), source, rtag)?;
+        call.from_host(loc(r), hr, r.bytes())
+    }
+
+    fn barrier(&self, c: &Communicator, stream: Stream) -> Result<()> {
+        let _call = Call::begin(c, &[], stream)?;
+        host::barrier(c)
+    }
+
+    fn bcast(&self, c: &Communicator, buf: &Buffer, root: i32, stream: Stream) -> Result<()> {
+        let mut call = Call::begin(c, &[Some(buf)], stream)?;
+        bcast_pipelined(&mut call, buf, root)
+    }
+
+    fn reduce(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, op: ReduceOp, root: i32, stream: Stream) -> Result<()> {
+        let mut call = Call::begin(c, &[input_buf(send), recv], stream)?;
+        let bytes = reduce_bytes(send, recv);
+        if call.gpu_reduce(bytes) {
+            reduce_ring(&mut call, send, recv, op, root, false)
+        } else {
+            reduce_staged(&mut call, send, recv, op, root)
+        }
+    }
+
+    fn allreduce(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()> {
+        let mut call = Call::begin(c, &[input_buf(send), Some(recv)], stream)?;
+        if call.gpu_reduce(recv.bytes()) {
+            allreduce_ring(&mut call, send, recv, op, false)
+        } else {
+            allreduce_staged(&mut call, send, recv, op)
+        }
+    }
+
+    fn allgather(&self, c: &Communicator, send: Input, recv: &Buffer, stream: Stream) -> Result<()> {
+        let n = recv.count() / c.size() as usize;
+        let counts = vec![n; c.size() as usize];
+        let mut call = Call::begin(c, &[input_buf(send), Some(recv)], stream)?;
+        gatherv_staged(&mut call, send, recv, &counts, None)
+    }
+
+    fn allgatherv(&self, c: &Communicator, send: Input, recv: &Buffer, counts: &[usize], stream: Stream) -> Result<()> {
+        let mut call = Call::begin(c, &[input_buf(send), Some(recv)], stream)?;
+        gatherv_staged(&mut call, send, recv, counts, None)
+    }
+
+    fn reduce_scatter(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()> {
+        let Input::Buf(s) = send else { return Err(Error::Internal("in-place reduce_scatter".into())) };
+        let mut call = Call::begin(c, &[Some(s), Some(recv)], stream)?;
+        if call.gpu_reduce(s.bytes()) {
+            reduce_scatter_ring(&mut call, s, recv, op, false)
+        } else {
+            reduce_scatter_staged(&mut call, s, recv, op)
+        }
+    }
+
+    fn alltoall(&self, c: &Communicator, send: Input, recv: &Buffer, stream: Stream) -> Result<()> {
+        let mut call = Call::begin(c, &[input_buf(send), Some(recv)], stream)?;
+        let bytes = recv.bytes();
+        let h_out = call.host_for(loc(recv), bytes, 1)?;
+        let s = match send {
+            Input::InPlace => {
+                if h_out != recv.ptr() {
+                    ring::copy(Loc { ptr: h_out, host: true }, loc(recv), bytes, call.stream)?;
+                    device::sync(call.stream)?;
+                }
+                Src::InPlace
+            }
+            Input::Buf(b) => Src::Ptr(call.to_host(loc(b), bytes, 0)?),
+        };
+        host::alltoall(c, s, h_out, recv.count() / c.size() as usize, recv.dtype())?;
+        call.from_host(loc(recv), h_out, bytes)
+    }
+
+    fn gather(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, root: i32, stream: Stream) -> Result<()> {
+        let mut call = Call::begin(c, &[input_buf(send), recv], stream)?;
+        let n = match (send, recv) {
+            (Input::Buf(b), _) => b.count(),
+            (Input::InPlace, Some(r)) => r.count() / c.size() as usize,
+            _ => return Err(Error::Internal("in-place gather off the root".into())),
+        };
+        let counts = vec![n; c.size() as usize];
+        match recv {
+            Some(r) => gatherv_staged(&mut call, send, r, &counts, Some(root)),
+            None => {
+                let Input::Buf(b) = send else { unreachable!() };
+                let h = call.to_host(loc(b), b.bytes(), 0)?;
+                host::gather(c, Src::Ptr(h), 0, n, b.dtype(), root)
+            }
+        }
+    }
+
+    fn scatter(&self, c: &Communicator, send: Option<&Buffer>, recv: Input, root: i32, stream: Stream) -> Result<()> {
+        let mut call = Call::begin(c, &[send, input_buf(recv)], stream)?;
+        let (n, dtype) = match (recv, send) {
+            (Input::Buf(b), _) => (b.count(), b.dtype()),
+            (Input::InPlace, Some(s)) => (s.count() / c.size() as usize, s.dtype()),
+            _ => return Err(Error::Internal("in-place scatter off the root".into())),
+        };
+        let h_send = match send {
+            Some(s) => call.to_host(loc(s), s.bytes(), 0)?,
+            None => 0,
+        };
+        match recv {
+            Input::InPlace => host::scatter(c, h_send, Src::InPlace, n, dtype, root),
+            Input::Buf(r) => {
+                let h = call.host_for(loc(r), r.bytes(), 1)?;
+                host::scatter(c, h_send, Src::Ptr(h), n, dtype, root)?;
+                call.from_host(loc(r), h, r.bytes())
+            }
+        }
+    }
+}
+
+pub fn input_buf(i: Input<'_>) -> Option<&Buffer> {
+    match i {
+        Input::Buf(b) => Some(b),
+        Input::InPlace => None,
+    }
+}
+
+fn reduce_bytes(send: Input, recv: Option<&Buffer>) -> usize {
+    match (send, recv) {
+        (Input::Buf(b), _) => b.bytes(),
+        (Input::InPlace, Some(r)) => r.bytes(),
+        _ => 0,
+    }
+}
+
+/// Staged allgatherv (root None) or gatherv at `root` into `recv`, blocks contiguous in rank order.
+fn gatherv_staged(call: &mut Call, send: Input, recv: &Buffer, counts: &[usize], root: Option<i32>) -> Result<()> {
+    let c = call.c;
+    let dtype = recv.dtype();
+    let es = dtype.size();
+    let me = c.rank() as usize;
+    let block: usize = counts[..me].iter().sum();
+    let bytes = recv.bytes();
+    let h_out = call.host_for(loc(recv), bytes, 1)?;
+    let s = match send {
+        Input::InPlace => {
+            // The contribution already sits in this rank's block of recv: stage just that block.
+            let n = counts[me];
+            if h_out != recv.ptr() {
+                ring::copy(Loc { ptr: h_out + block * es, host: true }, loc(recv).at(block * es), n * es, call.stream)?;
+                device::sync(call.stream)?;
+            }
+            Src::InPlace
+        }
+        Input::Buf(b) => Src::Ptr(call.to_host(loc(b), b.bytes(), 0)?),
+    };
+    match root {
+        None => host::allgatherv(c, s, h_out, counts, dtype)?,
+        Some(root) => host::gather(c, s, h_out, counts[0], dtype, root)?,
+    }
+    call.from_host(loc(recv), h_out, bytes)
+}
+
+/// Bcast in chunks with the copies of one chunk overlapping the MPI_Bcast of the next.
+fn bcast_pipelined(call: &mut Call, buf: &Buffer, root: i32) -> Result<()> {
+    let c = call.c;
+    let bytes = buf.bytes();
+    if buf.is_host() {
+        return host::bcast(c, buf.ptr(), buf.count(), buf.dtype(), root);
+    }
+    let chunk = (call.st.chunk / 16 * 16).max(16);
+    let nchunks = bytes.div_ceil(chunk);
+    let slots = call.st.host[0].get(2 * chunk)?;
+    call.st.event(1)?;
+    let stream = call.stream;
+    let len = |i: usize| chunk.min(bytes - i * chunk);
+    let slot = |i: usize| slots + (i % 2) * chunk;
+    let u8t = Dtype::GPUWIRE_UINT8;
+    if c.rank() == root {
+        if nchunks > 0 {
+            device::copy_async(slot(0), buf.ptr(), len(0), stream)?;
+            call.st.event(0)?.record(stream)?;
+        }
+        for i in 0..nchunks {
+            call.st.event(i % 2)?.wait_host()?;
+            if i + 1 < nchunks {
+                device::copy_async(slot(i + 1), buf.ptr() + (i + 1) * chunk, len(i + 1), stream)?;
+                call.st.event((i + 1) % 2)?.record(stream)?;
+            }
+            host::bcast(c, slot(i), len(i), u8t, root)?;
+        }
+    } else {
+        for i in 0..nchunks {
+            if i >= 2 {
+                call.st.event(i % 2)?.wait_host()?;
+            }
+            host::bcast(c, slot(i), len(i), u8t, root)?;
+            device::copy_async(buf.ptr() + i * chunk, slot(i), len(i), stream)?;
+            call.st.event(i % 2)?.record(stream)?;
+        }
+    }
+    device::sync(stream)
+}
