@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (see scripts/gpu-test): the GPU tests with the stock Open MPI (not
+# CUDA-aware: AUTO must stage) and with the CUDA-aware Open MPI kit, then a pass/fail table.
+# Usage: bash scripts/gpu-run.sh [tests|bench|examples|nccl|all]...
+set -u
+cd "$(dirname "$0")/.."
+what=${*:-all}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+B=$PWD/.gpu/bin
+OUTDIR=${OUT:-/tmp/gpu-out}
+mkdir -p "$OUTDIR"
+LOG=$OUTDIR/gpu-run.log
+: > "$LOG"
+nvidia-smi -L | tee -a "$LOG"
+stock() { env -u OPAL_PREFIX PATH=/usr/bin:/bin LD_LIBRARY_PATH="$B" "$@"; }
+KIT=/tmp/k/ompi-cuda
+kit() {
+  [ -d "$KIT" ] || { mkdir -p /tmp/k && tar -C /tmp/k -xJf .gpu/ompi-cuda-4.1.4.tar.xz; }
+  OPAL_PREFIX=$KIT PATH=$KIT/bin:/usr/bin:/bin LD_LIBRARY_PATH=$KIT/lib:$B "$@"
+}
+np2="mpirun -np 2 --oversubscribe --bind-to none"
+gputest() { # label launcher cases [extra -x vars]
+  local label=$1 launcher=$2 cases=$3; shift 3
+  echo "=== $label: $cases" | tee -a "$LOG"
+  GPUWIRE_GPU_TEST=$cases $launcher $np2 -x GPUWIRE_GPU_TEST "$@" "$B/gpu-tests" 2>&1 | sed "s/^/[$label] /" | tee -a "$LOG"
+}
+has() { case " $what " in *" $1 "*|*" all "*) return 0;; esac; return 1; }
+if has tests; then
+  gputest stock-auto stock ops,c11,c12,c13,c14,c16,c17
+  GPUWIRE_BACKEND=mpi_staged gputest kit-staged kit ops,c13,c14,c17 -x GPUWIRE_BACKEND
+  GPUWIRE_BACKEND=mpi_cuda_aware gputest kit-cuda-aware kit ops,c12,c13,c14,c16,c17 -x GPUWIRE_BACKEND
+fi
+if has examples; then
+  for ex in cg_poisson cg_poisson_device isend_irecv vstack_matvec; do
+    [ -x "$B/$ex" ] || continue
+    echo "=== example $ex (stock)" | tee -a "$LOG"
+    stock $np2 "$B/$ex" 2>&1 | tail -15 | sed "s/^/[$ex] /" | tee -a "$LOG"
+  done
+fi
+if has bench && [ -x "$B/gpuwire-bench" ]; then
+  echo "=== bench" | tee -a "$LOG"
+  bash scripts/gpu-bench.sh 2>&1 | tee -a "$LOG"
+fi
+echo "=== summary"
+grep -h "RESULT" "$LOG" | sed 's/^\[\([^]]*\)\] RESULT \(PASS\|FAIL\) \([a-z0-9]*\) rank \([0-9]*\).*/\1 \3 \2/' | sort | uniq -c | sort -k2
+fails=$(grep -c "RESULT FAIL" "$LOG" || true)
+echo "failures: $fails"
+[ "$fails" = 0 ]

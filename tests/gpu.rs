@@ -1,0 +1,608 @@
+//! GPU tests: device buffers on the MPI_STAGED and MPI_CUDA_AWARE backends, and the device cases
+//! C11–C14, C16, C17 of the project's case list.
+//!
+//! They need a GPU, so CI cannot run them: without `GPUWIRE_GPU_TEST` set, this binary prints
+//! that it was NOT RUN and why. `scripts/gpu-test` runs it on the GPU machine under `mpirun -np 2`
+//! with `GPUWIRE_GPU_TEST=<comma-separated cases>`, once with the stock (not CUDA-aware) Open MPI
+//! and once with the CUDA-aware one, and prints a pass/fail table from the `RESULT` lines.
+
+use std::ffi::{c_char, c_void};
+use std::time::Instant;
+
+use cudarc::driver::sys as cu;
+use gpuwire::error::Status;
+use gpuwire::ffi::buffer::*;
+use gpuwire::ffi::comm::*;
+use gpuwire::ffi::lifecycle::*;
+use gpuwire::ffi::ops::*;
+use gpuwire::ffi::status::*;
+use gpuwire::ffi::{gpuwire_buffer, gpuwire_comm};
+use gpuwire::types::{BackendKind, Dtype, ReduceOp, Space};
+use half::{bf16, f16};
+
+fn last_error() -> String {
+    let mut buf = vec![0 as c_char; 1024];
+    gpuwire_last_error(buf.as_mut_ptr(), buf.len());
+    let bytes: Vec<u8> = buf.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+fn ok(s: Status, what: &str) {
+    if s != Status::GPUWIRE_SUCCESS {
+        panic!("{what}: {:?}: {}", s, last_error());
+    }
+}
+
+fn cuok(r: cu::CUresult, what: &str) {
+    if r != cu::CUresult::CUDA_SUCCESS {
+        panic!("{what}: {r:?}");
+    }
+}
+
+struct Ctx {
+    comm: gpuwire_comm,
+    rank: i32,
+    size: i32,
+    stream: cu::CUstream,
+    kernels: Kernels,
+}
+
+struct Kernels {
+    spin: cu::CUfunction,
+    fill_f32: cu::CUfunction,
+    scale_f32: cu::CUfunction,
+    scale_f64: cu::CUfunction,
+}
+
+const KERNELS: &str = r#"
+extern "C" __global__ void spin(unsigned long long ns) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
+}
+extern "C" __global__ void fill_f32(float *x, unsigned long long n, float v) {
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n; i += (unsigned long long)blockDim.x * gridDim.x) x[i] = v;
+}
+extern "C" __global__ void scale_f32(float *x, unsigned long long n, float a) {
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n; i += (unsigned long long)blockDim.x * gridDim.x) x[i] *= a;
+}
+extern "C" __global__ void scale_f64(double *x, unsigned long long n, double a) {
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n; i += (unsigned long long)blockDim.x * gridDim.x) x[i] *= a;
+}
+"#;
+
+fn load_kernels() -> Kernels {
+    let ptx = cudarc::nvrtc::compile_ptx(KERNELS).expect("NVRTC compiles the test kernels");
+    let image = std::ffi::CString::new(ptx.to_src()).unwrap();
+    let module = unsafe { cudarc::driver::result::module::load_data(image.as_ptr().cast()) }.expect("cuModuleLoadData");
+    let f = |n: &str| unsafe { cudarc::driver::result::module::get_function(module, std::ffi::CString::new(n).unwrap()) }.expect(n);
+    Kernels { spin: f("spin"), fill_f32: f("fill_f32"), scale_f32: f("scale_f32"), scale_f64: f("scale_f64") }
+}
+
+fn launch(f: cu::CUfunction, grid: u32, block: u32, stream: cu::CUstream, params: &mut [*mut c_void]) {
+    cuok(
+        unsafe { cu::cuLaunchKernel(f, grid, 1, 1, block, 1, 1, 0, stream, params.as_mut_ptr(), std::ptr::null_mut()) },
+        "cuLaunchKernel",
+    );
+}
+
+fn fill_f32(k: &Kernels, ptr: usize, n: usize, v: f32, stream: cu::CUstream) {
+    let (mut p, mut nn, mut vv) = (ptr as u64, n as u64, v);
+    launch(k.fill_f32, 1024, 256, stream, &mut [(&mut p as *mut u64).cast(), (&mut nn as *mut u64).cast(), (&mut vv as *mut f32).cast()]);
+}
+
+fn scale_f32(k: &Kernels, ptr: usize, n: usize, a: f32, stream: cu::CUstream) {
+    let (mut p, mut nn, mut aa) = (ptr as u64, n as u64, a);
+    launch(k.scale_f32, 1024, 256, stream, &mut [(&mut p as *mut u64).cast(), (&mut nn as *mut u64).cast(), (&mut aa as *mut f32).cast()]);
+}
+
+fn scale_f64(k: &Kernels, ptr: usize, n: usize, a: f64, stream: cu::CUstream) {
+    let (mut p, mut nn, mut aa) = (ptr as u64, n as u64, a);
+    launch(k.scale_f64, 1024, 256, stream, &mut [(&mut p as *mut u64).cast(), (&mut nn as *mut u64).cast(), (&mut aa as *mut f64).cast()]);
+}
+
+fn spin(k: &Kernels, ns: u64, stream: cu::CUstream) {
+    let mut t = ns;
+    launch(k.spin, 1, 1, stream, &mut [(&mut t as *mut u64).cast()]);
+}
+
+fn dev_alloc(count: usize, dtype: Dtype) -> gpuwire_buffer {
+    let mut b = 0;
+    ok(gpuwire_buffer_alloc(count as i64, dtype as i32, Space::GPUWIRE_SPACE_DEVICE as i32, -1, &mut b), "gpuwire_buffer_alloc(device)");
+    b
+}
+
+fn upload(b: gpuwire_buffer, bytes: &[u8]) {
+    ok(gpuwire_buffer_copy_from_host(b, bytes.as_ptr().cast(), std::ptr::null_mut()), "copy_from_host");
+}
+
+fn download(b: gpuwire_buffer, nbytes: usize) -> Vec<u8> {
+    let mut v = vec![0u8; nbytes];
+    ok(gpuwire_buffer_copy_to_host(b, v.as_mut_ptr().cast(), std::ptr::null_mut()), "copy_to_host");
+    v
+}
+
+fn ptr_of(b: gpuwire_buffer) -> usize {
+    let mut p: *mut c_void = std::ptr::null_mut();
+    ok(gpuwire_buffer_pointer(b, &mut p), "pointer");
+    p as usize
+}
+
+// ---- values: every dtype gets exactly representable values, checked against f64 math -------
+
+fn val(r: i32, i: usize) -> f64 {
+    (((r as usize) + i) % 4 + 1) as f64
+}
+
+fn imag(r: i32, i: usize) -> f64 {
+    (r as f64 + 1.0) - (i % 2) as f64
+}
+
+fn encode(d: Dtype, re: f64, im: f64, out: &mut Vec<u8>) {
+    use Dtype::*;
+    match d {
+        GPUWIRE_INT8 => out.extend((re as i64 as i8).to_le_bytes()),
+        GPUWIRE_UINT8 => out.extend((re as i64 as u8).to_le_bytes()),
+        GPUWIRE_INT32 => out.extend((re as i64 as i32).to_le_bytes()),
+        GPUWIRE_UINT32 => out.extend((re as i64 as u32).to_le_bytes()),
+        GPUWIRE_INT64 => out.extend((re as i64).to_le_bytes()),
+        GPUWIRE_UINT64 => out.extend((re as i64 as u64).to_le_bytes()),
+        GPUWIRE_FLOAT16 => out.extend(f16::from_f64(re).to_le_bytes()),
+        GPUWIRE_BFLOAT16 => out.extend(bf16::from_f64(re).to_le_bytes()),
+        GPUWIRE_FLOAT32 => out.extend((re as f32).to_le_bytes()),
+        GPUWIRE_FLOAT64 => out.extend(re.to_le_bytes()),
+        GPUWIRE_COMPLEX64 => {
+            out.extend((re as f32).to_le_bytes());
+            out.extend((im as f32).to_le_bytes());
+        }
+        GPUWIRE_COMPLEX128 => {
+            out.extend(re.to_le_bytes());
+            out.extend(im.to_le_bytes());
+        }
+    }
+}
+
+fn data(d: Dtype, r: i32, n: usize) -> Vec<u8> {
+    let mut v = Vec::with_capacity(n * d.size());
+    for i in 0..n {
+        encode(d, val(r, i), imag(r, i), &mut v);
+    }
+    v
+}
+
+/// The reduction of element i over ranks 0..p, computed here in f64.
+fn expected(d: Dtype, op: ReduceOp, p: i32, i: usize) -> (f64, f64) {
+    let vals: Vec<(f64, f64)> = (0..p).map(|r| (val(r, i), if d.is_complex() { imag(r, i) } else { 0.0 })).collect();
+    match op {
+        ReduceOp::GPUWIRE_SUM => vals.iter().fold((0.0, 0.0), |a, v| (a.0 + v.0, a.1 + v.1)),
+        ReduceOp::GPUWIRE_AVG => {
+            let s = vals.iter().fold((0.0, 0.0), |a, v| (a.0 + v.0, a.1 + v.1));
+            if d.is_integer() { ((s.0 / p as f64).trunc(), 0.0) } else { (s.0 / p as f64, s.1 / p as f64) }
+        }
+        ReduceOp::GPUWIRE_PROD => vals.iter().skip(1).fold(vals[0], |a, v| (a.0 * v.0 - a.1 * v.1, a.0 * v.1 + a.1 * v.0)),
+        ReduceOp::GPUWIRE_MAX => (vals.iter().map(|v| v.0).fold(f64::MIN, f64::max), 0.0),
+        ReduceOp::GPUWIRE_MIN => (vals.iter().map(|v| v.0).fold(f64::MAX, f64::min), 0.0),
+        ReduceOp::GPUWIRE_BAND => (vals.iter().map(|v| v.0 as i64).fold(-1, |a, v| a & v) as f64, 0.0),
+        ReduceOp::GPUWIRE_BOR => (vals.iter().map(|v| v.0 as i64).fold(0, |a, v| a | v) as f64, 0.0),
+        ReduceOp::GPUWIRE_BXOR => (vals.iter().map(|v| v.0 as i64).fold(0, |a, v| a ^ v) as f64, 0.0),
+    }
+}
+
+fn check_bytes(what: &str, got: &[u8], want: &[u8], d: Dtype) -> Result<(), String> {
+    if got == want {
+        return Ok(());
+    }
+    let es = d.size();
+    let i = got.chunks(es).zip(want.chunks(es)).position(|(a, b)| a != b).unwrap_or(0);
+    Err(format!("{what} {}: element {i} is {:?}, expected {:?}", d.name(), &got[i * es..(i + 1) * es], &want[i * es..(i + 1) * es]))
+}
+
+fn expected_bytes(d: Dtype, op: ReduceOp, p: i32, range: std::ops::Range<usize>) -> Vec<u8> {
+    let mut v = Vec::new();
+    for i in range {
+        let (re, im) = expected(d, op, p, i);
+        encode(d, re, im, &mut v);
+    }
+    v
+}
+
+// ---- the cases ---------------------------------------------------------------------------
+
+fn ops_matrix(cx: &Ctx) -> Result<(), String> {
+    let (r, p, s) = (cx.rank, cx.size, cx.stream as *mut c_void);
+    let mut checked = 0;
+    for n in [7usize, 100_003] {
+        for d in Dtype::ALL {
+            let es = d.size();
+            let mine = data(d, r, n);
+            // Reductions.
+            for op in ReduceOp::ALL {
+                let supported = op.check_supported(d).is_ok();
+                let send = dev_alloc(n, d);
+                let recv = dev_alloc(n, d);
+                upload(send, &mine);
+                let st = gpuwire_allreduce(cx.comm, send, recv, op as i32, s);
+                if !supported {
+                    if st != Status::GPUWIRE_ERROR_UNSUPPORTED_OP {
+                        return Err(format!("allreduce {} {}: expected UNSUPPORTED_OP, got {st:?}", d.name(), op.name()));
+                    }
+                    if download(recv, n * es).iter().any(|b| *b != 0) {
+                        return Err("unsupported allreduce touched the receive buffer".into());
+                    }
+                    gpuwire_buffer_free(send);
+                    gpuwire_buffer_free(recv);
+                    continue;
+                }
+                ok(st, "allreduce");
+                let want = expected_bytes(d, op, p, 0..n);
+                check_bytes(&format!("allreduce {} n={n}", op.name()), &download(recv, n * es), &want, d)?;
+                // In place.
+                upload(recv, &mine);
+                ok(gpuwire_allreduce(cx.comm, recv, recv, op as i32, s), "allreduce in place");
+                check_bytes(&format!("allreduce in place {} n={n}", op.name()), &download(recv, n * es), &want, d)?;
+                // Reduce to every root (recv only at the root).
+                for root in 0..p {
+                    let out = dev_alloc(n, d);
+                    let rh = if r == root { out } else { 0 };
+                    ok(gpuwire_reduce(cx.comm, send, rh, op as i32, root, s), "reduce");
+                    if r == root {
+                        check_bytes(&format!("reduce {} root {root} n={n}", op.name()), &download(out, n * es), &want, d)?;
+                    }
+                    gpuwire_buffer_free(out);
+                }
+                // reduce_scatter: n rounded down to a multiple of p.
+                let m = n / p as usize;
+                let rs_send = dev_alloc(m * p as usize, d);
+                upload(rs_send, &mine[..m * p as usize * es]);
+                let rs_recv = dev_alloc(m, d);
+                ok(gpuwire_reduce_scatter(cx.comm, rs_send, rs_recv, op as i32, s), "reduce_scatter");
+                let lo = r as usize * m;
+                check_bytes(&format!("reduce_scatter {} n={n}", op.name()), &download(rs_recv, m * es), &expected_bytes(d, op, p, lo..lo + m), d)?;
+                for b in [send, recv, rs_send, rs_recv] {
+                    gpuwire_buffer_free(b);
+                }
+                checked += 1;
+            }
+            // Data movement.
+            let buf = dev_alloc(n, d);
+            for root in 0..p {
+                upload(buf, &if r == root { data(d, root, n) } else { vec![0u8; n * es] });
+                ok(gpuwire_bcast(cx.comm, buf, root, s), "bcast");
+                check_bytes(&format!("bcast root {root} n={n}"), &download(buf, n * es), &data(d, root, n), d)?;
+            }
+            let all = dev_alloc(n * p as usize, d);
+            upload(buf, &mine);
+            ok(gpuwire_allgather(cx.comm, buf, all, s), "allgather");
+            let want_all: Vec<u8> = (0..p).flat_map(|q| data(d, q, n)).collect();
+            check_bytes(&format!("allgather n={n}"), &download(all, n * p as usize * es), &want_all, d)?;
+            // allgatherv with uneven counts: rank q gives n - q elements.
+            let counts: Vec<i64> = (0..p).map(|q| (n - q as usize) as i64).collect();
+            let total: usize = counts.iter().map(|c| *c as usize).sum();
+            let part = dev_alloc(counts[r as usize] as usize, d);
+            upload(part, &mine[..counts[r as usize] as usize * es]);
+            let gv = dev_alloc(total, d);
+            ok(gpuwire_allgatherv(cx.comm, part, gv, counts.as_ptr(), s), "allgatherv");
+            let want_v: Vec<u8> = (0..p).flat_map(|q| data(d, q, n)[..counts[q as usize] as usize * es].to_vec()).collect();
+            check_bytes(&format!("allgatherv n={n}"), &download(gv, total * es), &want_v, d)?;
+            // gather / scatter at root 0 and p-1.
+            for root in [0, p - 1] {
+                let g = if r == root { all } else { 0 };
+                if r == root {
+                    upload(all, &vec![0u8; n * p as usize * es]);
+                }
+                ok(gpuwire_gather(cx.comm, buf, g, root, s), "gather");
+                if r == root {
+                    check_bytes(&format!("gather root {root}"), &download(all, n * p as usize * es), &want_all, d)?;
+                }
+                let sc = if r == root { all } else { 0 };
+                upload(buf, &vec![0u8; n * es]);
+                ok(gpuwire_scatter(cx.comm, sc, buf, root, s), "scatter");
+                check_bytes(&format!("scatter root {root}"), &download(buf, n * es), &mine, d)?;
+            }
+            // alltoall: block q of rank r's send = data(d, r, n)'s block q.
+            let k = n / p as usize;
+            let a_send = dev_alloc(k * p as usize, d);
+            let a_recv = dev_alloc(k * p as usize, d);
+            upload(a_send, &mine[..k * p as usize * es]);
+            ok(gpuwire_alltoall(cx.comm, a_send, a_recv, s), "alltoall");
+            let want_a: Vec<u8> = (0..p).flat_map(|q| data(d, q, n)[r as usize * k * es..(r as usize + 1) * k * es].to_vec()).collect();
+            check_bytes(&format!("alltoall n={n}"), &download(a_recv, k * p as usize * es), &want_a, d)?;
+            // Point-to-point ring: send to r+1, receive from r-1.
+            let right = (r + 1) % p;
+            let left = (r + p - 1) % p;
+            let inbox = dev_alloc(n, d);
+            ok(gpuwire_sendrecv(cx.comm, buf, right, 3, inbox, left, 3, s), "sendrecv");
+            check_bytes(&format!("sendrecv n={n}"), &download(inbox, n * es), &data(d, left, n), d)?;
+            upload(inbox, &vec![0u8; n * es]);
+            let (mut rq, mut sq) = (0u64, 0u64);
+            ok(gpuwire_irecv(cx.comm, inbox, left, 4, s, &mut rq), "irecv");
+            ok(gpuwire_isend(cx.comm, buf, right, 4, s, &mut sq), "isend");
+            let mut reqs = [rq, sq];
+            ok(gpuwire_waitall(2, reqs.as_mut_ptr()), "waitall");
+            check_bytes(&format!("isend/irecv n={n}"), &download(inbox, n * es), &data(d, left, n), d)?;
+            if r % 2 == 0 {
+                ok(gpuwire_send(cx.comm, buf, right, 5, s), "send");
+                ok(gpuwire_recv(cx.comm, inbox, left, 5, s), "recv");
+            } else {
+                upload(inbox, &vec![0u8; n * es]);
+                ok(gpuwire_recv(cx.comm, inbox, left, 5, s), "recv");
+                ok(gpuwire_send(cx.comm, buf, right, 5, s), "send");
+            }
+            check_bytes(&format!("send/recv n={n}"), &download(inbox, n * es), &data(d, left, n), d)?;
+            for b in [buf, all, part, gv, a_send, a_recv, inbox] {
+                gpuwire_buffer_free(b);
+            }
+        }
+    }
+    println!("rank {r}: {checked} (dtype, op, size) reduction combinations and all data-movement ops checked");
+    Ok(())
+}
+
+fn c11_forced_cuda_aware(_cx: &Ctx) -> Result<(), String> {
+    let mut cfg: gpuwire_config = unsafe { std::mem::zeroed() };
+    ok(gpuwire_config_init(&mut cfg), "config_init");
+    cfg.backend = BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE as i32;
+    let mut c = 0;
+    let st = gpuwire_comm_world(&cfg, &mut c);
+    if st != Status::GPUWIRE_ERROR_BACKEND_UNAVAILABLE {
+        return Err(format!("forcing MPI_CUDA_AWARE on a non-CUDA-aware MPI gave {st:?}, expected BACKEND_UNAVAILABLE"));
+    }
+    let msg = last_error();
+    if !msg.contains("CUDA-aware") {
+        return Err(format!("message does not say why: {msg}"));
+    }
+    println!("C11 forced CUDA-aware message: {msg}");
+    // AUTO picks the staged path and an int32 allreduce is right.
+    let mut backend = 0;
+    ok(gpuwire_comm_backend(_cx.comm, &mut backend), "comm_backend");
+    if backend != BackendKind::GPUWIRE_BACKEND_MPI_STAGED as i32 && std::env::var("GPUWIRE_BACKEND").is_err() {
+        return Err(format!("AUTO chose backend {backend}, expected MPI_STAGED"));
+    }
+    let b = dev_alloc(10, Dtype::GPUWIRE_INT32);
+    let v: Vec<u8> = (0..10i32).flat_map(|i| i.to_le_bytes()).collect();
+    upload(b, &v);
+    ok(gpuwire_allreduce(_cx.comm, b, b, ReduceOp::GPUWIRE_SUM as i32, std::ptr::null_mut()), "allreduce");
+    let want: Vec<u8> = (0..10i32).flat_map(|i| (2 * i).to_le_bytes()).collect();
+    check_bytes("C11 allreduce", &download(b, 40), &want, Dtype::GPUWIRE_INT32)?;
+    gpuwire_buffer_free(b);
+    Ok(())
+}
+
+fn c12_stream_ordering(cx: &Ctx) -> Result<(), String> {
+    let n = 1usize << 24;
+    let buf = dev_alloc(n, Dtype::GPUWIRE_FLOAT32);
+    let p = ptr_of(buf);
+    let reps: usize = std::env::var("GPUWIRE_C12_REPS").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
+    let mut host = vec![0f32; n];
+    let t0 = Instant::now();
+    for rep in 0..reps {
+        if cx.rank == 0 {
+            spin(&cx.kernels, 50_000_000, cx.stream);
+            fill_f32(&cx.kernels, p, n, 7.0, cx.stream);
+            ok(gpuwire_send(cx.comm, buf, 1, 12, cx.stream as *mut c_void), "send");
+        } else if cx.rank == 1 {
+            cuok(unsafe { cu::cuMemsetD32Async(p as u64, 0, n, cx.stream) }, "memset");
+            ok(gpuwire_recv(cx.comm, buf, 0, 12, cx.stream as *mut c_void), "recv");
+            scale_f32(&cx.kernels, p, n, 2.0, cx.stream);
+            cuok(unsafe { cu::cuMemcpyDtoHAsync_v2(host.as_mut_ptr().cast(), p as u64, n * 4, cx.stream) }, "DtoH");
+            cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "sync");
+            if let Some(i) = host.iter().position(|v| *v != 14.0) {
+                return Err(format!("repetition {rep}: element {i} is {} (expected 14.0)", host[i]));
+            }
+        }
+    }
+    println!("rank {}: C12 {reps} repetitions in {:.1} s", cx.rank, t0.elapsed().as_secs_f64());
+    gpuwire_buffer_free(buf);
+    Ok(())
+}
+
+fn c13_staged_tails(cx: &Ctx) -> Result<(), String> {
+    for staging in [0, 1] {
+        let mut cfg: gpuwire_config = unsafe { std::mem::zeroed() };
+        ok(gpuwire_config_init(&mut cfg), "config_init");
+        cfg.staging = staging;
+        let mut comm = 0;
+        ok(gpuwire_comm_world(&cfg, &mut comm), "comm_world");
+        let n = 1usize << 22;
+        let x = dev_alloc(n, Dtype::GPUWIRE_FLOAT64);
+        let ones: Vec<u8> = (0..n).flat_map(|_| 1.0f64.to_le_bytes()).collect();
+        upload(x, &ones);
+        let p = ptr_of(x);
+        for _ in 0..50 {
+            scale_f64(&cx.kernels, p, n, -0.99, cx.stream);
+            ok(gpuwire_allreduce(comm, x, x, ReduceOp::GPUWIRE_AVG as i32, cx.stream as *mut c_void), "allreduce AVG");
+        }
+        let got = download(x, n * 8);
+        let want = 0.99f64.powi(50);
+        for (i, c) in got.chunks(8).enumerate() {
+            let v = f64::from_le_bytes(c.try_into().unwrap());
+            if ((v - want) / want).abs() >= 1e-12 {
+                return Err(format!("staging {}: element {i} = {v}, expected {want}", if staging == 0 { "pinned" } else { "pageable" }));
+            }
+        }
+        gpuwire_buffer_free(x);
+        gpuwire_comm_free(comm);
+    }
+    Ok(())
+}
+
+fn c14_results_in_callers_buffer(cx: &Ctx) -> Result<(), String> {
+    let (r, s) = (cx.rank, cx.stream as *mut c_void);
+    let mut raw: u64 = 0;
+    cuok(unsafe { cu::cuMemAlloc_v2(&mut raw, 8 * 4 * cx.size as usize) }, "cuMemAlloc");
+    let read = |n: usize| {
+        let mut h = vec![0f32; n];
+        cuok(unsafe { cu::cuMemcpyDtoH_v2(h.as_mut_ptr().cast(), raw, n * 4) }, "DtoH");
+        h
+    };
+    let set = |v: &[f32]| cuok(unsafe { cu::cuMemcpyHtoD_v2(raw, v.as_ptr().cast(), v.len() * 4) }, "HtoD");
+    let one_to_eight: Vec<f32> = (1..=8).map(|v| v as f32).collect();
+    let mut b = 0;
+    ok(gpuwire_buffer_wrap(raw as *mut c_void, 8, Dtype::GPUWIRE_FLOAT32 as i32, Space::GPUWIRE_SPACE_AUTO as i32, &mut b), "wrap");
+    let mut space = 0;
+    ok(gpuwire_buffer_space(b, &mut space), "space");
+    if space != Space::GPUWIRE_SPACE_DEVICE as i32 {
+        return Err(format!("a cuMemAlloc pointer was detected as space {space}"));
+    }
+    set(&if r == 0 { one_to_eight.clone() } else { vec![0.0; 8] });
+    ok(gpuwire_bcast(cx.comm, b, 0, s), "bcast");
+    if read(8) != one_to_eight {
+        return Err(format!("bcast: caller's pointer holds {:?}", read(8)));
+    }
+    set(&if r == 0 { one_to_eight.clone() } else { vec![0.0; 8] });
+    if r == 0 {
+        ok(gpuwire_send(cx.comm, b, 1, 14, s), "send");
+    } else if r == 1 {
+        ok(gpuwire_recv(cx.comm, b, 0, 14, s), "recv");
+        if read(8) != one_to_eight {
+            return Err(format!("recv: caller's pointer holds {:?}", read(8)));
+        }
+    }
+    // allgather into the wrapped pointer (size x 8 elements).
+    let mut all = 0;
+    ok(gpuwire_buffer_wrap(raw as *mut c_void, 8 * cx.size as i64, Dtype::GPUWIRE_FLOAT32 as i32, 0, &mut all), "wrap");
+    let mine = dev_alloc(8, Dtype::GPUWIRE_FLOAT32);
+    let v: Vec<f32> = (0..8).map(|i| (r * 8 + i) as f32).collect();
+    upload(mine, &v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>());
+    set(&vec![0.0; 8 * cx.size as usize]);
+    ok(gpuwire_allgather(cx.comm, mine, all, s), "allgather");
+    let want: Vec<f32> = (0..8 * cx.size).map(|i| i as f32).collect();
+    if read(8 * cx.size as usize) != want {
+        return Err("allgather: caller's pointer does not hold the gathered data".into());
+    }
+    // reduce into the wrapped pointer at root 0.
+    set(&vec![0.0; 8]);
+    let rb = if r == 0 { b } else { 0 };
+    ok(gpuwire_reduce(cx.comm, mine, rb, ReduceOp::GPUWIRE_SUM as i32, 0, s), "reduce");
+    if r == 0 {
+        let want: Vec<f32> = (0..8).map(|i| (0..cx.size).map(|q| (q * 8 + i) as f32).sum()).collect();
+        if read(8) != want {
+            return Err(format!("reduce: caller's pointer holds {:?}, expected {want:?}", read(8)));
+        }
+    }
+    for h in [b, all, mine] {
+        gpuwire_buffer_free(h);
+    }
+    cuok(unsafe { cu::cuMemFree_v2(raw) }, "cuMemFree");
+    Ok(())
+}
+
+fn c16_other_thread(cx: &Ctx) -> Result<(), String> {
+    let n = 1usize << 20;
+    let b = dev_alloc(n, Dtype::GPUWIRE_FLOAT32);
+    let v: Vec<u8> = (0..n).flat_map(|_| (cx.rank as f32 + 1.0).to_le_bytes()).collect();
+    upload(b, &v);
+    let comm = cx.comm;
+    let size = cx.size;
+    let res = std::thread::spawn(move || -> Result<(), String> {
+        let mut cur: cu::CUcontext = std::ptr::null_mut();
+        unsafe { cu::cuCtxGetCurrent(&mut cur) };
+        if !cur.is_null() {
+            return Err("the new thread already had a context".into());
+        }
+        let st = gpuwire_allreduce(comm, b, b, ReduceOp::GPUWIRE_SUM as i32, std::ptr::null_mut());
+        if st != Status::GPUWIRE_SUCCESS {
+            return Err(format!("allreduce from a new thread: {st:?}: {}", last_error()));
+        }
+        let mut after: cu::CUcontext = std::ptr::null_mut();
+        unsafe { cu::cuCtxGetCurrent(&mut after) };
+        if !after.is_null() {
+            return Err("gpuwire left a context current on the calling thread".into());
+        }
+        let got = download(b, n * 4);
+        let want: f32 = (1..=size).map(|q| q as f32).sum();
+        if got.chunks(4).any(|c| f32::from_le_bytes(c.try_into().unwrap()) != want) {
+            return Err(format!("allreduce from a new thread: wrong values (expected {want})"));
+        }
+        Ok(())
+    })
+    .join()
+    .map_err(|_| "thread panicked".to_string())?;
+    gpuwire_buffer_free(b);
+    res
+}
+
+fn c17_seed_demo(cx: &Ctx) -> Result<(), String> {
+    let b = dev_alloc(10, Dtype::GPUWIRE_FLOAT32);
+    let seed: Vec<f32> = (0..10).map(|i| 100.0 + 10.0 * i as f32).collect();
+    let bytes = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    upload(b, &bytes(&if cx.rank == 0 { seed.clone() } else { vec![0.0; 10] }));
+    let mut req = 0;
+    if cx.rank == 0 {
+        ok(gpuwire_isend(cx.comm, b, 1, 17, cx.stream as *mut c_void, &mut req), "isend");
+    } else if cx.rank == 1 {
+        ok(gpuwire_irecv(cx.comm, b, 0, 17, cx.stream as *mut c_void, &mut req), "irecv");
+    }
+    ok(gpuwire_wait(&mut req), "wait");
+    if cx.rank <= 1 {
+        check_bytes("C17", &download(b, 40), &bytes(&seed), Dtype::GPUWIRE_FLOAT32)?;
+    }
+    gpuwire_buffer_free(b);
+    Ok(())
+}
+
+fn main() {
+    let Ok(cases) = std::env::var("GPUWIRE_GPU_TEST") else {
+        println!(
+            "GPU tests NOT RUN here: they need a GPU. scripts/gpu-test runs them on the GPU machine (GPUWIRE_GPU_TEST=<cases> under mpirun)."
+        );
+        return;
+    };
+    ok(gpuwire_init(), "init");
+    let mut comm = 0;
+    ok(gpuwire_comm_world(std::ptr::null(), &mut comm), "comm_world");
+    let (mut rank, mut size) = (0, 0);
+    ok(gpuwire_comm_rank(comm, &mut rank), "rank");
+    ok(gpuwire_comm_size(comm, &mut size), "size");
+    let want: i32 = std::env::var("GPUWIRE_GPU_TEST_NP").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
+    if size != want {
+        eprintln!("RESULT FAIL setup rank {rank}: launched with {size} ranks, expected {want} (wrong launcher?)");
+        std::process::exit(1);
+    }
+    let mut desc = vec![0 as c_char; 1024];
+    ok(gpuwire_comm_describe(comm, desc.as_mut_ptr(), desc.len()), "describe");
+    let d: Vec<u8> = desc.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
+    println!("rank {rank}: {}", String::from_utf8_lossy(&d));
+    // This test program's own kernels and stream live in the device's primary context.
+    let mut dev_id = 0;
+    ok(gpuwire_comm_device(comm, &mut dev_id), "device");
+    let dev = cudarc::driver::result::device::get(dev_id.max(0)).expect("cuDeviceGet");
+    let ctx = unsafe { cudarc::driver::result::primary_ctx::retain(dev) }.expect("retain");
+    unsafe { cudarc::driver::result::ctx::set_current(ctx) }.expect("set_current");
+    let mut stream: cu::CUstream = std::ptr::null_mut();
+    cuok(unsafe { cu::cuStreamCreate(&mut stream, 1) }, "cuStreamCreate(non-blocking)");
+    let cx = Ctx { comm, rank, size, stream, kernels: load_kernels() };
+    let mut failed = false;
+    for case in cases.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+        let t0 = Instant::now();
+        let r = match case {
+            "ops" => ops_matrix(&cx),
+            "c11" => c11_forced_cuda_aware(&cx),
+            "c12" => c12_stream_ordering(&cx),
+            "c13" => c13_staged_tails(&cx),
+            "c14" => c14_results_in_callers_buffer(&cx),
+            "c16" => {
+                // The main thread must not hold a context for the test to mean anything.
+                unsafe { cudarc::driver::result::ctx::set_current(std::ptr::null_mut()) }.ok();
+                let r = c16_other_thread(&cx);
+                unsafe { cudarc::driver::result::ctx::set_current(ctx) }.ok();
+                r
+            }
+            "c17" => c17_seed_demo(&cx),
+            other => Err(format!("unknown case {other}")),
+        };
+        let ms = t0.elapsed().as_millis();
+        match r {
+            Ok(()) => println!("RESULT PASS {case} rank {rank} ({ms} ms)"),
+            Err(e) => {
+                println!("RESULT FAIL {case} rank {rank}: {e}");
+                failed = true;
+            }
+        }
+    }
+    ok(gpuwire_comm_free(comm), "comm_free");
+    ok(gpuwire_finalize(), "finalize");
+    if failed {
+        std::process::exit(1);
+    }
+}
