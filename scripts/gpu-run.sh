@@ -5,6 +5,7 @@
 set -u
 cd "$(dirname "$0")/.."
 what=${*:-all}
+export GPUWIRE_GPU_TEST_VERBOSE=${GPUWIRE_GPU_TEST_VERBOSE:-0} GPUWIRE_DEBUG=${GPUWIRE_DEBUG:-0}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 B=$PWD/.gpu/bin
 OUTDIR=${OUT:-/tmp/gpu-out}
@@ -19,14 +20,21 @@ kit() {
   OPAL_PREFIX=$KIT PATH=$KIT/bin:/usr/bin:/bin LD_LIBRARY_PATH=$KIT/lib:$B "$@"
 }
 np2="mpirun -np 2 --oversubscribe --bind-to none"
-gputest() { # label launcher cases [extra -x vars]
+LIMIT=${GPUWIRE_GPU_CASE_LIMIT:-150}
+gputest() { # label launcher cases [extra -x vars]: one mpirun, killed after $LIMIT s
   local label=$1 launcher=$2 cases=$3; shift 3
   echo "=== $label: $cases" | tee -a "$LOG"
-  GPUWIRE_GPU_TEST=$cases $launcher $np2 -x GPUWIRE_GPU_TEST "$@" "$B/gpu-tests" 2>&1 | sed "s/^/[$label] /" | tee -a "$LOG"
+  GPUWIRE_GPU_TEST=$cases timeout -k 5 "$LIMIT" $launcher $np2 -x GPUWIRE_GPU_TEST -x GPUWIRE_GPU_TEST_VERBOSE -x GPUWIRE_DEBUG "$@" "$B/gpu-tests" 2>&1 \
+    | stdbuf -oL sed -u "s/^/[$label] /" | tee -a "$LOG"
+  local rc=${PIPESTATUS[0]}
+  [ "$rc" = 0 ] || echo "[$label] RESULT FAIL run rank - exited with status $rc (124 = killed after ${LIMIT}s)" | tee -a "$LOG"
 }
 has() { case " $what " in *" $1 "*|*" all "*) return 0;; esac; return 1; }
+if has smoke; then
+  gputest stock-smoke stock c17,c14
+fi
 if has tests; then
-  gputest stock-auto stock ops,c11,c12,c13,c14,c16,c17
+  gputest stock-auto stock c17,c14,c16,c11,ops,c13,c12
   GPUWIRE_BACKEND=mpi_staged gputest kit-staged kit ops,c13,c14,c17 -x GPUWIRE_BACKEND
   GPUWIRE_BACKEND=mpi_cuda_aware gputest kit-cuda-aware kit ops,c12,c13,c14,c16,c17 -x GPUWIRE_BACKEND
 fi

@@ -103,7 +103,9 @@ impl Communicator {
             broken: Mutex::new(None),
             backend_state: backend::State::default(),
         };
+        crate::trace!("communicator: rank {rank}/{size}, node-local {local_rank}/{local_size}; choosing backend");
         let local = backend::choose(&c);
+        crate::trace!("local backend choice: {:?}", local.as_ref().map(|ch| (ch.kind.name(), ch.device, ch.reason.clone())));
         let mut choice = c.agree_on_result(local, "choosing the backend")?;
         // Ranks may differ under AUTO (one without CUDA): all take the lowest common backend.
         let k = choice.kind as i64;
@@ -120,8 +122,10 @@ impl Communicator {
             }
         }
         c.choice = choice;
+        crate::trace!("agreed backend {}; setting up", c.choice.kind.name());
         let set = backend::setup(&mut c);
         c.agree_on_result(set, "setting up the backend")?;
+        crate::trace!("communicator ready: {}", c.choice.reason);
         owned.release();
         Ok(c)
     }

@@ -20,6 +20,23 @@
 //! - [`mpisys`]: checked helpers over the raw MPI API
 //! - [`ffi`]: the C ABI (the only `extern "C"` code)
 
+/// Whether GPUWIRE_DEBUG=1: gpuwire then traces communicator setup and backend decisions to
+/// stderr, one line each, prefixed "gpuwire[pid]".
+pub fn debug_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("GPUWIRE_DEBUG").is_ok_and(|v| v.trim() == "1"))
+}
+
+/// Traces one line to stderr when GPUWIRE_DEBUG=1.
+#[macro_export]
+macro_rules! trace {
+    ($($arg:tt)*) => {
+        if $crate::debug_enabled() {
+            eprintln!("gpuwire[{}]: {}", std::process::id(), format_args!($($arg)*));
+        }
+    };
+}
+
 pub mod backend;
 pub mod buffer;
 pub mod comm;

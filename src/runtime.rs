@@ -123,6 +123,7 @@ pub fn init() -> Result<()> {
         half_ops,
     };
     // INFO can only be set once per process; a process initializes gpuwire once.
+    crate::trace!("init: MPI {} ({}), owns MPI: {owns_mpi}, thread level {}", info.mpi_library, if owns_mpi { "initialized by gpuwire" } else { "adopted" }, info.thread_level.name());
     INFO.set(info).map_err(|_| Error::Internal("runtime info set twice".into()))?;
     STATE.store(READY, Ordering::Release);
     Ok(())

@@ -208,15 +208,23 @@ fn expected_bytes(d: Dtype, op: ReduceOp, p: i32, range: std::ops::Range<usize>)
 
 // ---- the cases ---------------------------------------------------------------------------
 
+fn verbose(msg: impl FnOnce() -> String) {
+    if std::env::var("GPUWIRE_GPU_TEST_VERBOSE").as_deref() == Ok("1") {
+        eprintln!("  .. {}", msg());
+    }
+}
+
 fn ops_matrix(cx: &Ctx) -> Result<(), String> {
     let (r, p, s) = (cx.rank, cx.size, cx.stream as *mut c_void);
     let mut checked = 0;
     for n in [7usize, 100_003] {
         for d in Dtype::ALL {
+            verbose(|| format!("rank {r}: n={n} {}", d.name()));
             let es = d.size();
             let mine = data(d, r, n);
             // Reductions.
             for op in ReduceOp::ALL {
+                verbose(|| format!("rank {r}: n={n} {} {}", d.name(), op.name()));
                 let supported = op.check_supported(d).is_ok();
                 let send = dev_alloc(n, d);
                 let recv = dev_alloc(n, d);
@@ -264,6 +272,7 @@ fn ops_matrix(cx: &Ctx) -> Result<(), String> {
                 checked += 1;
             }
             // Data movement.
+            verbose(|| format!("rank {r}: n={n} {} data movement", d.name()));
             let buf = dev_alloc(n, d);
             for root in 0..p {
                 upload(buf, &if r == root { data(d, root, n) } else { vec![0u8; n * es] });
@@ -548,7 +557,10 @@ fn main() {
         );
         return;
     };
+    let v = |m: &str| verbose(|| m.to_string());
+    v("gpuwire_init");
     ok(gpuwire_init(), "init");
+    v("gpuwire_comm_world");
     let mut comm = 0;
     ok(gpuwire_comm_world(std::ptr::null(), &mut comm), "comm_world");
     let (mut rank, mut size) = (0, 0);
@@ -575,6 +587,7 @@ fn main() {
     let mut failed = false;
     for case in cases.split(',').map(str::trim).filter(|c| !c.is_empty()) {
         let t0 = Instant::now();
+        verbose(|| format!("rank {rank}: case {case}"));
         let r = match case {
             "ops" => ops_matrix(&cx),
             "c11" => c11_forced_cuda_aware(&cx),

@@ -37,6 +37,7 @@ pub struct DevState {
 impl DevState {
     /// Collective over `c`: sets up the device state for a device backend.
     pub fn new(c: &Communicator, device: i32) -> Result<DevState> {
+        crate::trace!("device state: entering device {device}");
         let ctx = CtxGuard::enter(device);
         let _g = c.agree_on_result(ctx, "entering the CUDA device")?;
         let cfg = c.config();
@@ -51,7 +52,9 @@ impl DevState {
             Staging::GPUWIRE_STAGING_PINNED => Space::GPUWIRE_SPACE_PINNED,
             Staging::GPUWIRE_STAGING_PAGEABLE => Space::GPUWIRE_SPACE_HOST,
         };
+        crate::trace!("device state: chunk {chunk} bytes; compiling GPU kernels");
         let kernels = device::kernels::available(device);
+        crate::trace!("device state: kernels {:?}", kernels);
         // Every rank must take the same algorithm: kernels usable everywhere or nowhere.
         let mut k = [kernels.is_err() as i64];
         c.allreduce_max_i64(&mut k, "agreeing on GPU reductions")?;

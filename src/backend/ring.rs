@@ -142,6 +142,7 @@ pub fn exchange(
     sink: Sink,
     stream: Stream,
 ) -> Result<()> {
+    crate::trace!("ring exchange ({}): send {sbytes} B to {dest}, receive {rbytes} B from {source}", if direct { "direct" } else { "staged" });
     if direct {
         exchange_direct(st, send, sbytes, dest, recv, rbytes, source, sink, stream)
     } else {
