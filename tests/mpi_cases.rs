@@ -269,7 +269,9 @@ fn c03_zero_counts(ctx: &Ctx) {
 /// allgather move special bit patterns unchanged.
 fn c04_half_precision(ctx: &Ctx) {
     let r = ctx.rank;
-    let halves: [(Dtype, fn(f32) -> u16, [u16; 8]); 2] = [
+    // (datatype, rounding of an f32 to its bits, special bit patterns)
+    type Half = (Dtype, fn(f32) -> u16, [u16; 8]);
+    let halves: [Half; 2] = [
         (Dtype::GPUWIRE_FLOAT16, |x| f16::from_f32(x).to_bits(), [0x7E01, 0x8000, 0x0001, 0x7C00, 0xFC00, 0x3C00, 0xFFFF, 0x7BFF]),
         (Dtype::GPUWIRE_BFLOAT16, |x| bf16::from_f32(x).to_bits(), [0x7FC1, 0x8000, 0x0001, 0x7F80, 0xFF80, 0x3F80, 0xFFFF, 0x7F7F]),
     ];
@@ -575,6 +577,35 @@ fn c08_mismatched_counts(ctx: &Ctx) {
         let h = if r == 2 { freed } else { four.h };
         gpuwire_allreduce(c, h, h, SUM, st())
     });
+
+    // The same for allgatherv with NULL counts, which exchanges the counts first: the rank that
+    // fails before the exchange must not leave the others in it.
+    let all = Buf::from_bytes(F64, &f64s(&vec![-1.0; 12]));
+    let (code, needles): (Status, &[&str]) =
+        if r == 2 { (Status::GPUWIRE_ERROR_INVALID_HANDLE, &["freed"]) } else { (Status::GPUWIRE_ERROR_REMOTE_ARGUMENT, &["rank 2"]) };
+    expect_error("allgatherv, NULL counts, with a freed buffer on rank 2 only", code, needles, &|| {
+        gpuwire_allgatherv(c, if r == 2 { freed } else { four.h }, all.h, std::ptr::null(), st())
+    });
+    ctx.check_eq(read_f64s(&all), vec![-1.0; 12], "allgatherv: nothing gathered");
+    let (code, needles): (Status, &[&str]) =
+        if r == 0 { (Status::GPUWIRE_ERROR_DTYPE_MISMATCH, &["float32"]) } else { (Status::GPUWIRE_ERROR_REMOTE_ARGUMENT, &["rank 0"]) };
+    let f32_recv = Buf::new(Dtype::GPUWIRE_FLOAT32, 12);
+    expect_error("allgatherv, NULL counts, float32 receive buffer on rank 0 only", code, needles, &|| {
+        gpuwire_allgatherv(c, four.h, if r == 0 { f32_recv.h } else { all.h }, std::ptr::null(), st())
+    });
+    ctx.check_eq(read_f64s(&all), vec![-1.0; 12], "allgatherv: nothing gathered");
+    // Counts given, and a receive buffer of the wrong length on rank 1 only.
+    let counts = [4i64, 4, 4];
+    let short = Buf::new(F64, 11);
+    let (code, needles): (Status, &[&str]) =
+        if r == 1 { (mismatch, &["12", "11"]) } else { (Status::GPUWIRE_ERROR_REMOTE_ARGUMENT, &["rank 1"]) };
+    expect_error("allgatherv, receive buffer too short on rank 1 only", code, needles, &|| {
+        gpuwire_allgatherv(c, four.h, if r == 1 { short.h } else { all.h }, counts.as_ptr(), st())
+    });
+    ctx.check_eq(read_f64s(&all), vec![-1.0; 12], "allgatherv: nothing gathered");
+    // And a valid allgatherv with NULL counts in checking mode.
+    ctx.ok(gpuwire_allgatherv(c, four.h, all.h, std::ptr::null(), st()), "valid allgatherv, NULL counts, checking on");
+    ctx.check_eq(read_f64s(&all), vec![5.0; 12], "valid allgatherv, NULL counts, checking on");
 
     // The ranks are still in step: a valid allreduce is right.
     let x = Buf::from_bytes(F64, &f64s(&[1.0 + r as f64]));

@@ -152,8 +152,8 @@ fn nonblocking(ctx: &Ctx) {
                 }
             }
             ctx.check(reqs.iter().all(|q| *q == GPUWIRE_REQUEST_NULL), || format!("{how}: completed requests must be set to NULL: {reqs:x?}"));
-            for s in 0..p {
-                check_bytes(ctx, d, &recvs[s].read(), &data(what, d, s, r, N), &format!("{how}: message from rank {s}"));
+            for (s, rb) in recvs.iter().enumerate() {
+                check_bytes(ctx, d, &rb.read(), &data(what, d, s, r, N), &format!("{how}: message from rank {s}"));
             }
             // The completed request's handle is gone: a stale copy is refused.
             let mut copy = stale;

@@ -107,7 +107,7 @@ pub fn linked_mpi() -> (Flavour, String) {
     unsafe { mpi::ffi::MPI_Get_library_version(buf.as_mut_ptr().cast(), &mut len) };
     buf.truncate(len.max(0) as usize);
     let text = String::from_utf8_lossy(&buf).into_owned();
-    let first = text.lines().next().unwrap_or("").trim().to_string();
+    let first = text.replace('\0', "").lines().next().unwrap_or("").trim().to_string();
     let flavour = if text.contains("Open MPI") {
         Flavour::OpenMpi
     } else if text.contains("MPICH") {
