@@ -25,6 +25,7 @@ fn main() {
     bad_colors(&ctx);
     dup(&ctx);
     create_from_mpi_comm(&ctx);
+    threads_on_separate_communicators(&ctx);
     ctx.finish();
 }
 
@@ -232,4 +233,45 @@ fn create_from_mpi_comm(ctx: &Ctx) {
     let mut bad = 5u64;
     ctx.error(gpuwire_comm_create(null_f, std::ptr::null(), &mut bad), Status::GPUWIRE_ERROR_INVALID_ARGUMENT, &["MPI_COMM_NULL"], "create over MPI_COMM_NULL");
     ctx.check_eq(bad, 5, "the out-parameter is not written on failure");
+}
+
+/// MPI_THREAD_MULTIPLE: two threads of every rank run collectives at the same time, each on its
+/// own communicator (a dup of world), and every result is right.
+fn threads_on_separate_communicators(ctx: &Ctx) {
+    ctx.section("two threads, two communicators");
+    let (r, p) = (ctx.rank, ctx.size);
+    let mut comms = [0u64; 2];
+    for c in comms.iter_mut() {
+        ctx.ok(gpuwire_comm_dup(ctx.world, c), "dup");
+    }
+    const ROUNDS: i128 = 200;
+    let results: Vec<Vec<String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = comms
+            .iter()
+            .enumerate()
+            .map(|(t, &c)| {
+                s.spawn(move || {
+                    let mut errors = Vec::new();
+                    for k in 0..ROUNDS {
+                        let mine = (t as i128 + 1) * 1000 + k + r as i128;
+                        let b = Buf::from_bytes(I64, &encode(I64, V::I(mine)));
+                        let st = gpuwire_allreduce(c, b.h, b.h, ReduceOp::GPUWIRE_SUM as i32, no_stream());
+                        let want: i128 = (0..p as i128).map(|q| (t as i128 + 1) * 1000 + k + q).sum();
+                        let got = decode(I64, &b.read());
+                        if st != Status::GPUWIRE_SUCCESS || got != V::I(want) {
+                            errors.push(format!("thread {t} round {k}: status {st:?}, expected {want}, got {got:?} ({})", last_error()));
+                        }
+                    }
+                    errors
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| vec!["thread panicked".into()])).collect()
+    });
+    for errors in results {
+        ctx.check(errors.is_empty(), || errors.join("; "));
+    }
+    for c in comms {
+        ctx.ok(gpuwire_comm_free(c), "free");
+    }
 }

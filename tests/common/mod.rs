@@ -262,10 +262,26 @@ pub fn parent_main(suite: &str, jobs: Vec<Job>) -> ! {
         }
         std::process::exit(0);
     }
-    // libtest-like: arguments that are not flags filter the jobs by name.
-    let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
-    let selected: Vec<&Job> =
-        jobs.iter().filter(|j| filters.is_empty() || filters.iter().any(|f| format!("{suite}::{}", j.name).contains(f.as_str()))).collect();
+    // libtest-like: arguments that are not flags (nor a flag's value) filter the jobs by name;
+    // `--skip NAME` leaves out the jobs whose name contains NAME.
+    let (mut filters, mut skips) = (Vec::new(), Vec::new());
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--skip" => skips.extend(it.next()),
+            "--test-threads" | "--format" | "--color" | "--logfile" | "-Z" => {
+                it.next();
+            }
+            f if !f.starts_with('-') => filters.push(f),
+            _ => {}
+        }
+    }
+    let full = |j: &Job| format!("{suite}::{}", j.name);
+    let selected: Vec<&Job> = jobs
+        .iter()
+        .filter(|j| filters.is_empty() || filters.iter().any(|f| full(j).contains(*f)))
+        .filter(|j| !skips.iter().any(|s| full(j).contains(s.as_str())))
+        .collect();
     let l = launcher();
     let verbose = std::env::var("GPUWIRE_TEST_VERBOSE").is_ok_and(|v| v == "1");
     println!("\nrunning {} MPI jobs of {suite} with `{}` ({})", selected.len(), l.argv.join(" "), l.flavour.name());
