@@ -218,6 +218,9 @@ impl Buffer {
 
     /// Whether the two buffers' memory overlaps (empty buffers overlap nothing).
     pub fn overlaps(&self, other: &Buffer) -> bool {
+        if self.bytes() == 0 || other.bytes() == 0 {
+            return false; // an empty range inside another one still shares no byte with it
+        }
         let (a0, a1) = self.range();
         let (b0, b1) = other.range();
         a0 < b1 && b0 < a1

@@ -326,7 +326,15 @@ impl Communicator {
         let counts: &[i64] = match counts {
             Some(c) => c,
             None => {
-                self.ensure_usable()?;
+                if self.config().check {
+                    // Agree before the exchange that every rank can make this call: a rank whose
+                    // arguments did not resolve takes part in one agreement only
+                    // (`fail_collective`), and must not leave the others in the exchange.
+                    let sig = Sig { dtype: Some(send.dtype()), ..Sig::default() };
+                    self.agree(what, sig, same_dtype(what, send, recv).map(|_| ()))?;
+                } else {
+                    self.ensure_usable()?;
+                }
                 let mut all = vec![0i64; size];
                 let mine = send.count() as i64;
                 // SAFETY: one int64 from each rank into `all` (size entries).

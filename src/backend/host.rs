@@ -110,6 +110,11 @@ pub fn irecv(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, source: i
     Ok(MpiPending(RawRequest(req)))
 }
 
+/// A peer rank as MPI takes it: GPUWIRE_PROC_NULL becomes this MPI's MPI_PROC_NULL.
+fn mpi_rank(r: i32) -> i32 {
+    if r == crate::ops::PROC_NULL { mpisys::proc_null() } else { r }
+}
+
 #[allow(clippy::too_many_arguments)]
 pub fn sendrecv(
     c: &Communicator,
@@ -126,6 +131,8 @@ pub fn sendrecv(
 ) -> Result<()> {
     let sn = mpisys::count_i32(scount, "sendrecv")?;
     let rn = mpisys::count_i32(rcount, "sendrecv")?;
+    // GPUWIRE_PROC_NULL (-1) is not MPI_PROC_NULL in every MPI (Open MPI's is -2).
+    let (dest, source) = (mpi_rank(dest), mpi_rank(source));
     // SAFETY: both ranges validated by the caller.
     mpisys::check(
         unsafe {
