@@ -126,6 +126,9 @@ pub fn sendrecv(
 ) -> Result<()> {
     let sn = mpisys::count_i32(scount, "sendrecv")?;
     let rn = mpisys::count_i32(rcount, "sendrecv")?;
+    // GPUWIRE_PROC_NULL (-1) is not MPI_PROC_NULL in every MPI (Open MPI's is -2).
+    let mpi_rank = |r: i32| if r == crate::ops::PROC_NULL { mpisys::proc_null() } else { r };
+    let (dest, source) = (mpi_rank(dest), mpi_rank(source));
     // SAFETY: both ranges validated by the caller.
     mpisys::check(
         unsafe {
