@@ -103,11 +103,12 @@ impl Communicator {
             broken: Mutex::new(None),
             backend_state: backend::State::default(),
         };
+        // From here on `c` frees both communicators when dropped (also on the error paths below).
+        owned.release();
         let local = backend::choose(&c);
         let choice = c.agree_on_result(local, "choosing the backend")?;
         c.choice = choice;
         backend::setup(&mut c)?;
-        owned.release();
         Ok(c)
     }
 
