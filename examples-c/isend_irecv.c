@@ -6,6 +6,9 @@
  * its buffer before and after; the program checks that rank 1 received 100..190 and that rank 0
  * still holds them. Ranks 2 and above take part in setup and teardown only.
  *
+ * Each rank formats its own line; gpuwire_gather brings the lines to rank 0, which prints them in
+ * rank order (lines that several ranks write at once can interleave in the launcher's output).
+ *
  * Usage: mpirun -n 2 isend_irecv [EXPECTED_RANKS]
  *   EXPECTED_RANKS (optional): fail unless the program runs on exactly this many ranks (a binary
  *   started by another MPI's launcher runs as N singletons; this catches it).
@@ -18,6 +21,7 @@
 #include "gpuwire.h"
 
 #define COUNT 10
+#define LINE 128 /* bytes per printed line */
 
 /* On failure: the status's static description, then this thread's detailed message. */
 static void die(const char *call, gpuwire_status st, int line)
@@ -36,15 +40,35 @@ static void die(const char *call, gpuwire_status st, int line)
             die(#call, st_, __LINE__);                \
     } while (0)
 
-static void print_buffer(const char *when, int rank, const float *v)
+/* Every rank's buffer, printed by rank 0 in rank order. Collective. */
+static void print_buffers(gpuwire_comm comm, int32_t rank, int32_t size, const char *when,
+                          const float *v)
 {
-    int i;
-    char line[256];
-    int n = snprintf(line, sizeof line, "rank %d %s:", rank, when);
-    for (i = 0; i < COUNT && n > 0 && n < (int)sizeof line; i++)
-        n += snprintf(line + n, sizeof line - (size_t)n, " %g", (double)v[i]);
-    printf("%s\n", line);
-    fflush(stdout);
+    gpuwire_buffer mine = GPUWIRE_BUFFER_NULL, all = GPUWIRE_BUFFER_NULL;
+    char *line, *lines;
+    void *p;
+    int i, n;
+
+    CHECK(gpuwire_buffer_alloc(LINE, GPUWIRE_INT8, GPUWIRE_SPACE_HOST, -1, &mine));
+    CHECK(gpuwire_buffer_pointer(mine, &p));
+    line = (char *)p;
+    n = snprintf(line, LINE, "rank %d %s:", (int)rank, when);
+    for (i = 0; i < COUNT && n > 0 && n < LINE; i++)
+        n += snprintf(line + n, LINE - (size_t)n, " %g", (double)v[i]);
+    if (rank == 0)
+        CHECK(gpuwire_buffer_alloc((int64_t)LINE * size, GPUWIRE_INT8, GPUWIRE_SPACE_HOST, -1,
+                                   &all));
+    /* Non-roots pass GPUWIRE_BUFFER_NULL: the receive buffer matters at the root only. */
+    CHECK(gpuwire_gather(comm, mine, all, 0, NULL));
+    if (rank == 0) {
+        CHECK(gpuwire_buffer_pointer(all, &p));
+        lines = (char *)p;
+        for (i = 0; i < size; i++)
+            printf("%s\n", lines + (size_t)i * LINE);
+        fflush(stdout);
+        CHECK(gpuwire_buffer_free(all));
+    }
+    CHECK(gpuwire_buffer_free(mine));
 }
 
 int main(int argc, char **argv)
@@ -83,8 +107,7 @@ int main(int argc, char **argv)
         for (i = 0; i < COUNT; i++)
             v[i] = (float)(100 + 10 * i);
 
-    print_buffer("before", rank, v);
-    CHECK(gpuwire_barrier(comm, NULL));
+    print_buffers(comm, rank, size, "before", v);
 
     if (rank == 0)
         CHECK(gpuwire_isend(comm, buf, 1, 0, NULL, &req));
@@ -97,8 +120,7 @@ int main(int argc, char **argv)
         wrong++;
     }
 
-    CHECK(gpuwire_barrier(comm, NULL));
-    print_buffer("after", rank, v);
+    print_buffers(comm, rank, size, "after", v);
 
     for (i = 0; i < COUNT; i++) {
         float expect = (rank <= 1) ? (float)(100 + 10 * i) : 0.0f;
@@ -118,7 +140,8 @@ int main(int argc, char **argv)
     bad_total = *bad;
     if (rank == 0) {
         if (bad_total == 0)
-            printf("isend_irecv: PASS (rank 1 received 100..190 from rank 0; %d ranks)\n", (int)size);
+            printf("isend_irecv: PASS (rank 1 received 100..190 from rank 0; %d ranks)\n",
+                   (int)size);
         else
             printf("isend_irecv: FAIL (%d wrong values)\n", (int)bad_total);
     }
