@@ -103,6 +103,8 @@ impl Communicator {
             broken: Mutex::new(None),
             backend_state: backend::State::default(),
         };
+        // From here on `c` frees both communicators when dropped (also on the error paths below).
+        owned.release();
         crate::trace!("communicator: rank {rank}/{size}, node-local {local_rank}/{local_size}; choosing backend");
         let local = backend::choose(&c);
         crate::trace!("local backend choice: {:?}", local.as_ref().map(|ch| (ch.kind.name(), ch.device, ch.reason.clone())));
@@ -126,7 +128,6 @@ impl Communicator {
         let set = backend::setup(&mut c);
         c.agree_on_result(set, "setting up the backend")?;
         crate::trace!("communicator ready: {}", c.choice.reason);
-        owned.release();
         Ok(c)
     }
 

@@ -95,10 +95,16 @@ pub fn status_ignore() -> *mut sys::MPI_Status {
     unsafe { sys::RSMPI_STATUS_IGNORE }
 }
 
-/// MPI_Comm_f2c.
+/// MPI_Comm_f2c; MPI_COMM_NULL for a Fortran handle that names no communicator.
 pub fn comm_f2c(f: i32) -> MPI_Comm {
     // SAFETY: MPI_Comm_f2c accepts any integer and returns MPI_COMM_NULL or a handle.
-    unsafe { sys::RSMPI_Comm_f2c(f) }
+    let c = unsafe { sys::RSMPI_Comm_f2c(f) };
+    // Open MPI returns a NULL pointer, not MPI_COMM_NULL, for an out-of-range or freed Fortran
+    // handle; passing that on to MPI_Comm_dup aborts the process. An all-zero handle is never
+    // a communicator (a NULL pointer in Open MPI, the "invalid" handle kind in MPICH).
+    // SAFETY: reads the bytes of a plain handle value (a pointer or an integer).
+    let bytes = unsafe { std::slice::from_raw_parts((&c as *const MPI_Comm).cast::<u8>(), std::mem::size_of::<MPI_Comm>()) };
+    if bytes.iter().all(|b| *b == 0) { comm_null() } else { c }
 }
 
 /// MPI_Comm_c2f.

@@ -1,0 +1,115 @@
+# gpuwire: the project's entry points.
+#
+#   make demo    release build, then cg_poisson, isend_irecv and vstack_matvec on 2 ranks
+#   make test    everything CI runs (.ci/run), debug builds throughout:
+#                  1. cargo build; the committed include/gpuwire.h must be unchanged by it
+#                  2. cargo test (Rust unit and MPI tests, launcher mpirun)
+#                  3. C tests and C examples with Open MPI on 1, 2 and 3 ranks
+#                  4. the same C programs built with -fsanitize=address,undefined
+#                  5. cargo test and the C tests and examples again against MPICH
+#   make deps    check prerequisites (scripts/deps.sh; installs Debian packages when root)
+#   make clean
+#
+# Steps of `make test` run one at a time (.NOTPARALLEL): the machine may have only 2 cores and
+# two cargo builds at once would fight over them.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.NOTPARALLEL:
+.DEFAULT_GOAL := help
+
+# Open MPI refuses to run as root unless told it is deliberate (containers, CI).
+ifeq ($(shell id -u),0)
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+endif
+
+# 3 ranks on 2 cores: allow oversubscription and do not pin ranks to cores.
+OMPI_RUN := mpirun --oversubscribe --bind-to none
+EXAMPLE_CFLAGS := -std=c99 -Wall -Wextra -Werror -pedantic -O2
+EXAMPLES := isend_irecv vstack_matvec cg_poisson
+DEMO_DIR := build/demo
+RESULTS := build/results
+MPICH_ENV := MPICC=mpicc.mpich CARGO_TARGET_DIR=target/mpich
+
+.PHONY: help deps demo test test-header test-rust test-c test-asan test-mpich clean
+
+help:
+	@sed -n '3,11s/^# \{0,1\}//p' Makefile
+
+deps:
+	@bash scripts/deps.sh
+
+# ---- demo ---------------------------------------------------------------------------------------
+
+demo: deps
+	cargo build --release
+	@mkdir -p $(DEMO_DIR)
+	@for e in $(EXAMPLES); do \
+	    echo "mpicc $(EXAMPLE_CFLAGS) -Iinclude examples-c/$$e.c -Ltarget/release -lgpuwire -Wl,-rpath,$(CURDIR)/target/release -lm -o $(DEMO_DIR)/$$e"; \
+	    mpicc $(EXAMPLE_CFLAGS) -Iinclude examples-c/$$e.c -Ltarget/release -lgpuwire \
+	        -Wl,-rpath,$(CURDIR)/target/release -lm -o $(DEMO_DIR)/$$e; \
+	done
+	@echo; echo "== cg_poisson: conjugate gradient for -Laplace(u) = f, 768 x 768 grid, 2 ranks =="
+	$(OMPI_RUN) -n 2 $(DEMO_DIR)/cg_poisson 768 2
+	@echo; echo "== isend_irecv: rank 0 sends ten float32 to rank 1 =="
+	$(OMPI_RUN) -n 2 $(DEMO_DIR)/isend_irecv 2
+	@echo; echo "== vstack_matvec: a block-row operator applied across ranks =="
+	$(OMPI_RUN) -n 2 $(DEMO_DIR)/vstack_matvec 2
+
+# ---- test ---------------------------------------------------------------------------------------
+
+test: deps
+	@rm -rf $(RESULTS) && mkdir -p $(RESULTS)
+	@$(MAKE) --no-print-directory test-header test-rust test-c test-asan test-mpich
+	@echo
+	@echo "== make test: every step passed =="
+	@echo "   header unchanged; cargo test with Open MPI and with MPICH;"
+	@echo "   C tests and examples with Open MPI, under ASan/UBSan, and with MPICH"
+	@awk '{p += $$1; f += $$2; s += $$3} END {printf "c-tests: %d passed, %d failed, %d skipped\n", p, f, s}' $(RESULTS)/c-*.txt
+
+# 1. The committed header is what the build generates.
+test-header:
+	@echo "== 1. cargo build; include/gpuwire.h must be unchanged =="
+	cargo build
+	@if git rev-parse --is-inside-work-tree > /dev/null 2>&1; then \
+	    if ! git ls-files --error-unmatch include/gpuwire.h > /dev/null 2>&1; then \
+	        echo "FAIL include/gpuwire.h is not committed"; exit 1; \
+	    elif git diff --exit-code -- include/gpuwire.h; then \
+	        echo "PASS include/gpuwire.h is unchanged by the build"; \
+	    else \
+	        echo "FAIL the build changed include/gpuwire.h (diff above): commit the regenerated header"; \
+	        exit 1; \
+	    fi; \
+	else \
+	    echo "SKIP header check: not a git checkout, nothing to compare include/gpuwire.h with"; \
+	    if [ -n "$${CI:-}" ]; then echo "FAIL CI must run from a git checkout"; exit 1; fi; \
+	fi
+
+# 2. Rust unit tests and MPI integration tests (they launch ranks with $GPUWIRE_MPIEXEC).
+test-rust:
+	@echo "== 2. cargo test (Open MPI) =="
+	GPUWIRE_MPIEXEC=mpirun cargo test
+
+# 3. C tests and examples against Open MPI.
+test-c:
+	@echo "== 3. C tests and examples (Open MPI) =="
+	cargo build
+	bash scripts/run-c-tests.sh openmpi
+
+# 4. The same C programs with AddressSanitizer and UndefinedBehaviorSanitizer.
+test-asan:
+	@echo "== 4. C tests and examples with -fsanitize=address,undefined (Open MPI) =="
+	cargo build
+	bash scripts/run-c-tests.sh openmpi --sanitize
+
+# 5. Everything again against MPICH (a separate target directory: the library links one MPI).
+test-mpich:
+	@echo "== 5. cargo test, C tests and examples (MPICH) =="
+	$(MPICH_ENV) cargo build
+	$(MPICH_ENV) GPUWIRE_MPIEXEC=mpiexec.mpich cargo test
+	bash scripts/run-c-tests.sh mpich
+
+clean:
+	cargo clean
+	rm -rf build target/mpich

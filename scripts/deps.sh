@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# deps.sh: checks that what gpuwire's build, demo and tests need is installed.
+#
+# Needed: cargo/rustc >= 1.85; Open MPI (mpicc, mpicxx, mpirun); MPICH (mpicc.mpich,
+# mpicxx.mpich, mpiexec.mpich); libclang (bindgen, used by the mpi crate); a C and C++ compiler;
+# gfortran; python3; cmake; pkg-config; make.
+#
+# When something is missing on Debian/Ubuntu: as root it runs
+#   apt-get update && apt-get install -y <packages>      (noninteractive)
+# and checks again; otherwise it prints that command and fails. Rust is not installed here
+# (the distribution's may be too old): install it with rustup.
+set -euo pipefail
+
+packages=(libopenmpi-dev openmpi-bin libclang-dev libmpich-dev mpich gfortran python3
+    python3-numpy python3-mpi4py cmake pkg-config g++ make)
+min_rust=1.85
+
+have() { command -v "$1" > /dev/null 2>&1; }
+is_open_mpi() { # mpicc and mpirun must be Open MPI's (an alternatives switch can point them at MPICH)
+    have mpicc && have mpirun && mpirun --version 2>&1 | grep -q "Open MPI" \
+        && mpicc --showme:version > /dev/null 2>&1
+}
+has_libclang() {
+    if [[ -n ${LIBCLANG_PATH:-} ]] && compgen -G "$LIBCLANG_PATH/libclang*.so*" > /dev/null; then
+        return 0
+    fi
+    compgen -G "/usr/lib/llvm-*/lib/libclang*.so*" > /dev/null \
+        || compgen -G "/usr/lib/*/libclang*.so*" > /dev/null \
+        || compgen -G "/usr/lib64/libclang*.so*" > /dev/null
+}
+
+missing=()
+check() { # DESCRIPTION COMMAND...
+    local what=$1
+    shift
+    "$@" || missing+=("$what")
+}
+check_all() {
+    missing=()
+    check "Open MPI (mpicc, mpirun)" is_open_mpi
+    check "mpicxx (Open MPI)" have mpicxx
+    check "mpicc.mpich" have mpicc.mpich
+    check "mpicxx.mpich" have mpicxx.mpich
+    check "mpiexec.mpich" have mpiexec.mpich
+    check "libclang (for bindgen)" has_libclang
+    check "cc" have cc
+    check "c++" have c++
+    check "gfortran" have gfortran
+    check "python3" have python3
+    check "cmake" have cmake
+    check "pkg-config" have pkg-config
+    check "make" have make
+}
+
+# Rust first: it cannot come from the distribution's packages here.
+if ! have cargo || ! have rustc; then
+    echo "deps: cargo and rustc >= $min_rust are needed: install Rust with rustup (https://rustup.rs)" >&2
+    exit 1
+fi
+rust_version=$(rustc --version | awk '{print $2}')
+if [[ $(printf '%s\n%s\n' "$min_rust" "$rust_version" | sort -V | head -n1) != "$min_rust" ]]; then
+    echo "deps: rustc $rust_version is older than $min_rust: run 'rustup update'" >&2
+    exit 1
+fi
+
+check_all
+if [[ ${#missing[@]} -eq 0 ]]; then
+    echo "deps: all prerequisites found (rustc $rust_version, Open MPI, MPICH, libclang, compilers, gfortran, python3, cmake, pkg-config)"
+    exit 0
+fi
+
+echo "deps: missing: ${missing[*]}"
+install_cmd="apt-get update && apt-get install -y ${packages[*]}"
+if ! have apt-get; then
+    echo "deps: this is not a Debian/Ubuntu system: install the equivalents of: ${packages[*]}" >&2
+    exit 1
+fi
+if [[ $(id -u) -ne 0 ]]; then
+    echo "deps: run as root (or with sudo):" >&2
+    echo "  sudo env DEBIAN_FRONTEND=noninteractive sh -c '$install_cmd'" >&2
+    exit 1
+fi
+
+echo "deps: installing: ${packages[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update
+apt-get install -y "${packages[@]}"
+
+check_all
+if [[ ${#missing[@]} -ne 0 ]]; then
+    echo "deps: still missing after installing packages: ${missing[*]}" >&2
+    exit 1
+fi
+echo "deps: all prerequisites installed"

@@ -1,0 +1,261 @@
+#!/usr/bin/env bash
+# run-c-tests.sh: builds gpuwire's C tests and C examples against one MPI and runs them on 1, 2
+# and 3 ranks. Prints one PASS/FAIL/SKIP line per test, then "c-FLAVOUR: N passed, N failed,
+# N skipped".
+#
+# usage: scripts/run-c-tests.sh openmpi|mpich [--sanitize]
+#   openmpi     mpicc, mpicxx, mpirun; links target/debug/libgpuwire.so (from `cargo build`)
+#   mpich       mpicc.mpich, mpicxx.mpich, mpiexec.mpich; links target/mpich/debug/libgpuwire.so
+#               (from `MPICC=mpicc.mpich CARGO_TARGET_DIR=target/mpich cargo build`)
+#   --sanitize  builds every C program with -fsanitize=address,undefined (Open MPI only)
+#
+# The library must be built first (the Makefile does it). Exits 1 if a test failed, or if one
+# was skipped while CI is set (on CI everything here must run). Logs: build/c/FLAVOUR/logs/.
+set -uo pipefail
+
+usage() { echo "usage: $0 openmpi|mpich [--sanitize]" >&2; exit 2; }
+[[ $# -ge 1 && $# -le 2 ]] || usage
+mpi=$1
+sanitize=0
+if [[ $# -eq 2 ]]; then
+    [[ $2 == --sanitize ]] || usage
+    sanitize=1
+fi
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+case $mpi in
+openmpi)
+    CC=mpicc CXX=mpicxx libdir=$root/target/debug
+    launcher=(mpirun --oversubscribe --bind-to none -n)
+    other_launcher=(mpiexec.mpich -n)
+    if [[ $(id -u) -eq 0 ]]; then
+        export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    fi
+    ;;
+mpich)
+    [[ $sanitize -eq 0 ]] || { echo "$0: --sanitize runs with Open MPI only" >&2; exit 2; }
+    CC=mpicc.mpich CXX=mpicxx.mpich libdir=$root/target/mpich/debug
+    launcher=(mpiexec.mpich -n)
+    other_launcher=(mpirun --oversubscribe --bind-to none -n)
+    if [[ $(id -u) -eq 0 ]]; then # for the wrong-launcher check, which uses Open MPI's mpirun
+        export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    fi
+    ;;
+*) usage ;;
+esac
+
+flavour=$mpi
+cflags=(-std=c99 -Wall -Wextra -Werror -pedantic -pthread -g -O2)
+cxxflags=(-std=c++17 -Wall -Wextra -Werror -pedantic -g)
+cg_n=96 # grid for the cg_poisson runs (a fraction of a second with a debug library)
+if [[ $sanitize -eq 1 ]]; then
+    flavour=$mpi-asan
+    san=(-fsanitize=address,undefined -fno-omit-frame-pointer)
+    cflags=(-std=c99 -Wall -Wextra -Werror -pedantic -pthread -g -O1 "${san[@]}")
+    cxxflags+=("${san[@]}")
+    cg_n=48
+    # Leak checking is off: at exit LeakSanitizer reports what MPI itself never frees (Open MPI's
+    # MCA components, its op tables, argv copies: no gpuwire frame in any of them), which would
+    # fail every run. Address errors (overflows, use after free, double free) and undefined
+    # behaviour are still checked, and stop the program at the first report.
+    export ASAN_OPTIONS=detect_leaks=0
+    export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+fi
+
+build=$root/build/c/$flavour
+logs=$build/logs
+results=$root/build/results
+mkdir -p "$build" "$logs" "$results"
+rm -f "$logs"/*.log
+timeout_s=${GPUWIRE_TEST_TIMEOUT:-300}
+
+passed=0 failed=0 skipped=0
+record() { # STATUS ID [DETAIL]
+    local status=$1 id=$2 detail=${3:-}
+    case $status in
+    PASS) passed=$((passed + 1)) ;;
+    FAIL) failed=$((failed + 1)) ;;
+    SKIP) skipped=$((skipped + 1)) ;;
+    esac
+    printf '%s %s%s\n' "$status" "[$flavour] $id" "${detail:+ ($detail)}"
+}
+show_log() { # LOG: the end of a failed step's output
+    sed -e 's/^/    | /' "$1" | tail -n 40
+}
+
+echo "== C tests and examples: $flavour ($CC, ${launcher[0]}, $libdir)"
+if [[ ! -f $libdir/libgpuwire.so ]]; then
+    record FAIL "library" "$libdir/libgpuwire.so is missing: build the library first"
+    echo "c-$flavour: $passed passed, $failed failed, $skipped skipped"
+    echo "$passed $failed $skipped" > "$results/c-$flavour.txt"
+    exit 1
+fi
+
+# ---- build ------------------------------------------------------------------------------------
+
+compile() { # ID OUTPUT COMPILER FLAGS... -- SOURCE
+    local id=$1 out=$2 compiler=$3 log=$logs/build-$1.log
+    shift 3
+    if "$compiler" "$@" -I"$root/include" -L"$libdir" -lgpuwire -Wl,-rpath,"$libdir" -lm \
+        -o "$out" > "$log" 2>&1; then
+        record PASS "build $id"
+    else
+        rm -f "$out"
+        record FAIL "build $id" "$compiler ${*}"
+        show_log "$log"
+    fi
+}
+
+for t in test_api test_comm; do
+    compile "$t" "$build/$t" "$CC" "${cflags[@]}" "$root/tests/c/$t.c"
+done
+for e in isend_irecv vstack_matvec cg_poisson; do
+    compile "$e" "$build/$e" "$CC" "${cflags[@]}" "$root/examples-c/$e.c"
+done
+compile "test_header (C++17)" "$build/test_header" "$CXX" "${cxxflags[@]}" "$root/tests/c/test_header.cpp"
+
+# The header alone, with the plain C compiler and no MPI include path, as C99, C11 and C17.
+for std in c99 c11 c17; do
+    log=$logs/header-$std.log
+    if cc -std=$std -Wall -Wextra -Werror -pedantic -I"$root/include" -c \
+        "$root/tests/c/header_only.c" -o "$build/header_only-$std.o" > "$log" 2>&1; then
+        record PASS "header alone as $std, without mpi.h"
+    else
+        record FAIL "header alone as $std, without mpi.h"
+        show_log "$log"
+    fi
+done
+
+# Every function the header declares is called by a C test.
+missing=()
+while read -r f; do
+    grep -qE "\\b$f\\(" "$root"/tests/c/*.c "$root"/tests/c/*.cpp || missing+=("$f")
+done < <(sed -nE 's/^(gpuwire_status|const char) \*?(gpuwire_[a-z0-9_]+)\(.*/\2/p' "$root/include/gpuwire.h")
+nfuncs=$(grep -cE '^(gpuwire_status|const char) \*?gpuwire_[a-z0-9_]+\(' "$root/include/gpuwire.h")
+if [[ ${#missing[@]} -eq 0 && $nfuncs -gt 0 ]]; then
+    record PASS "every header function ($nfuncs) is called from C"
+else
+    record FAIL "every header function is called from C" "not called: ${missing[*]:-<none found>}"
+fi
+
+# ---- run --------------------------------------------------------------------------------------
+
+# check ID WANT N PATTERNS PROGRAM ARGS...: runs PROGRAM on N ranks; passes when the exit status
+# is WANT ("0" or "nonzero") and the output matches every extended regex in PATTERNS (one per
+# line).
+check() {
+    local id=$1 want=$2 n=$3 patterns=$4 log=$logs/$1.log rc
+    shift 4
+    if [[ ! -x $1 ]]; then
+        record FAIL "$id" "not built"
+        return
+    fi
+    timeout -k 10 "$timeout_s" "${launcher[@]}" "$n" "$@" > "$log" 2>&1
+    rc=$?
+    local ok=1 why=""
+    if [[ $rc -eq 124 || $rc -eq 137 ]]; then
+        ok=0 why="timed out after ${timeout_s}s"
+    elif [[ $want == 0 && $rc -ne 0 ]]; then
+        ok=0 why="exit status $rc"
+    elif [[ $want == nonzero && $rc -eq 0 ]]; then
+        ok=0 why="exit status 0, expected a failure"
+    fi
+    if [[ $ok -eq 1 ]]; then
+        while IFS= read -r p; do
+            [[ -z $p ]] && continue
+            if ! grep -qE -- "$p" "$log"; then
+                ok=0 why="output lacks /$p/"
+                break
+            fi
+        done <<< "$patterns"
+    fi
+    if [[ $ok -eq 1 ]]; then
+        record PASS "$id"
+    else
+        record FAIL "$id" "$why; log $log"
+        show_log "$log"
+    fi
+}
+
+for n in 1 2 3; do
+    check "test_api -n $n" 0 "$n" "^test_api: PASS" "$build/test_api" "$n"
+    check "test_comm -n $n" 0 "$n" "^test_comm: PASS" "$build/test_comm" "$n"
+done
+
+if [[ -x $build/test_header ]]; then
+    if "$build/test_header" > "$logs/test_header.log" 2>&1 && grep -q "^test_header_cxx: PASS" "$logs/test_header.log"; then
+        record PASS "test_header (C++17) runs"
+    else
+        record FAIL "test_header (C++17) runs" "log $logs/test_header.log"
+        show_log "$logs/test_header.log"
+    fi
+else
+    record FAIL "test_header (C++17) runs" "not built"
+fi
+
+isend_ok='^rank 1 after: 100 110 120 130 140 150 160 170 180 190$
+^rank 0 after: 100 110 120 130 140 150 160 170 180 190$
+^isend_irecv: PASS'
+check "isend_irecv -n 2" 0 2 "$isend_ok" "$build/isend_irecv" 2
+check "isend_irecv -n 3" 0 3 "$isend_ok
+^rank 2 after: 0 0 0 0 0 0 0 0 0 0$" "$build/isend_irecv" 3
+check "isend_irecv -n 1 refuses to run" nonzero 1 "needs at least 2 ranks" "$build/isend_irecv" 1
+for n in 1 2 3; do
+    check "vstack_matvec -n $n" 0 "$n" "^vstack_matvec: PASS \\($n ranks: y = H d has $((400 * n)) entries, all equal to 20\\)" \
+        "$build/vstack_matvec" "$n"
+done
+for n in 1 2 3; do
+    check "cg_poisson $cg_n -n $n" 0 "$n" "^cg_poisson: PASS$
+^ranks: $n
+^backend: gpuwire " "$build/cg_poisson" "$cg_n" "$n"
+done
+
+# The same answer on 1, 2 and 3 ranks: the same iteration count, errors within 1e-10.
+cg_results=()
+for n in 1 2 3; do
+    log=$logs/cg_poisson\ $cg_n\ -n\ $n.log
+    it=$(sed -n 's/^iterations: //p' "$log" 2> /dev/null)
+    err=$(sed -n 's/^max error: //p' "$log" 2> /dev/null)
+    cg_results+=("$n:${it:-?}:${err:-?}")
+done
+if awk -v r="${cg_results[*]}" 'BEGIN {
+        n = split(r, a, " "); split(a[1], b, ":");
+        if (b[2] == "?" || b[3] == "?") exit 1;
+        for (i = 2; i <= n; i++) {
+            split(a[i], c, ":");
+            if (c[2] != b[2] || c[3] == "?") exit 1;
+            d = c[3] - b[3]; if (d < 0) d = -d;
+            if (d > 1e-10) exit 1;
+        }
+    }'; then
+    record PASS "cg_poisson agrees on 1, 2, 3 ranks" "ranks:iterations:error ${cg_results[*]}"
+else
+    record FAIL "cg_poisson agrees on 1, 2, 3 ranks" "ranks:iterations:error ${cg_results[*]}"
+fi
+
+# A binary started by the other MPI's launcher runs as N singletons: the rank-count check must
+# catch it (this is why every program takes the expected count).
+if command -v "${other_launcher[0]}" > /dev/null 2>&1; then
+    log=$logs/wrong-launcher.log
+    timeout -k 10 60 "${other_launcher[@]}" 2 "$build/vstack_matvec" 2 > "$log" 2>&1
+    rc=$?
+    if [[ $rc -ne 0 && $rc -ne 124 ]] && grep -q "launched on 1 ranks, expected 2" "$log"; then
+        record PASS "wrong launcher (${other_launcher[0]}) is detected"
+    else
+        record FAIL "wrong launcher (${other_launcher[0]}) is detected" "exit status $rc; log $log"
+        show_log "$log"
+    fi
+else
+    record SKIP "wrong launcher is detected" "${other_launcher[0]} is not installed"
+fi
+
+echo "c-$flavour: $passed passed, $failed failed, $skipped skipped"
+echo "$passed $failed $skipped" > "$results/c-$flavour.txt"
+if [[ $failed -gt 0 ]]; then
+    exit 1
+fi
+if [[ $skipped -gt 0 && -n ${CI:-} ]]; then
+    echo "c-$flavour: $skipped test(s) skipped on CI, where every test must run" >&2
+    exit 1
+fi
+exit 0

@@ -1,0 +1,835 @@
+/*
+ * test_comm.c: gpuwire communicators and data movement, from a program that owns MPI.
+ *
+ * The program initializes MPI itself; gpuwire_init adopts it, gpuwire_finalize leaves it up and
+ * the program finalizes it. Communicators enter through MPI_Comm_c2f (the path every C program
+ * uses); a split communicator is checked rank by rank. Every point-to-point operation and every
+ * collective is run on host buffers and its result compared with an answer this program
+ * computes independently; checking mode (config check = 1) is tested for each kind of
+ * cross-rank disagreement.
+ *
+ * Usage: mpirun -n P test_comm P   (any P >= 1; the argument is the rank count expected)
+ * Prints "test_comm: PASS (...)" from rank 0 and exits 0 when every check on every rank passed.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <complex.h>
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gwtest.h"
+
+static gpuwire_comm comm;
+static int rank, size;
+
+static gpuwire_buffer balloc(int64_t n, int32_t dtype)
+{
+    gpuwire_buffer b = GPUWIRE_BUFFER_NULL;
+    EXPECT_OK(gpuwire_buffer_alloc(n, dtype, GPUWIRE_SPACE_HOST, -1, &b));
+    return b;
+}
+
+static void *bptr(gpuwire_buffer b)
+{
+    void *p = NULL;
+    EXPECT_OK(gpuwire_buffer_pointer(b, &p));
+    return p;
+}
+
+static gpuwire_buffer bview(gpuwire_buffer b, int64_t off, int64_t n)
+{
+    gpuwire_buffer v = GPUWIRE_BUFFER_NULL;
+    EXPECT_OK(gpuwire_buffer_view(b, off, n, &v));
+    return v;
+}
+
+static void bfree(gpuwire_buffer b) { EXPECT_OK(gpuwire_buffer_free(b)); }
+
+static int32_t gw_thread_level(int mpi_level)
+{
+    if (mpi_level == MPI_THREAD_MULTIPLE)
+        return GPUWIRE_THREAD_MULTIPLE;
+    if (mpi_level == MPI_THREAD_SERIALIZED)
+        return GPUWIRE_THREAD_SERIALIZED;
+    if (mpi_level == MPI_THREAD_FUNNELED)
+        return GPUWIRE_THREAD_FUNNELED;
+    return GPUWIRE_THREAD_SINGLE;
+}
+
+/* ---- communicators from MPI handles ------------------------------------------------------- */
+
+static void from_mpi_handles(void)
+{
+    gpuwire_comm c;
+    MPI_Comm mine, theirs;
+    MPI_Errhandler eh;
+    int32_t r, s, fint;
+    int cmp, msize;
+    int64_t *v;
+    gpuwire_buffer b;
+
+    /* MPI_COMM_NULL is an argument error, not a crash. */
+    EXPECT_UNTOUCHED(gpuwire_comm_create(MPI_Comm_c2f(MPI_COMM_NULL), NULL, &c),
+                     GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
+    EXPECT_LAST_ERROR_HAS("MPI_COMM_NULL");
+#if defined(OPEN_MPI)
+    /* Fortran handles that name no communicator (Open MPI maps them to a NULL pointer). */
+    EXPECT_UNTOUCHED(gpuwire_comm_create(-7, NULL, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
+    EXPECT_UNTOUCHED(gpuwire_comm_create(123456, NULL, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c,
+                     77u);
+    MPI_Comm_dup(MPI_COMM_WORLD, &mine);
+    fint = (int32_t)MPI_Comm_c2f(mine);
+    MPI_Comm_free(&mine);
+    EXPECT_UNTOUCHED(gpuwire_comm_create(fint, NULL, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
+#else
+    if (rank == 0)
+        printf("test_comm: note: invalid-Fortran-handle checks run under Open MPI only (MPICH's "
+               "MPI_Comm_dup aborts on a garbage handle before gpuwire can tell)\n");
+#endif
+
+    /* The caller's communicator is duplicated: it keeps its error handler and may be freed
+     * while gpuwire's communicator lives on. */
+    MPI_Comm_dup(MPI_COMM_WORLD, &mine);
+    EXPECT_OK(gpuwire_comm_create((int32_t)MPI_Comm_c2f(mine), NULL, &c));
+    MPI_Comm_get_errhandler(mine, &eh);
+    EXPECT(eh == MPI_ERRORS_ARE_FATAL);
+    MPI_Errhandler_free(&eh);
+    MPI_Comm_free(&mine);
+    EXPECT_OK(gpuwire_comm_rank(c, &r));
+    EXPECT_OK(gpuwire_comm_size(c, &s));
+    EXPECT(r == rank && s == size);
+    b = balloc(1, GPUWIRE_INT64);
+    v = (int64_t *)bptr(b);
+    *v = rank + 1;
+    EXPECT_OK(gpuwire_allreduce(c, b, b, GPUWIRE_SUM, NULL));
+    EXPECT(*v == (int64_t)size * (size + 1) / 2);
+
+    /* gpuwire's own duplicate, usable with plain MPI: congruent with the world, not it. */
+    EXPECT_OK(gpuwire_comm_mpi(c, &fint));
+    theirs = MPI_Comm_f2c(fint);
+    EXPECT(theirs != MPI_COMM_NULL);
+    MPI_Comm_compare(theirs, MPI_COMM_WORLD, &cmp);
+    EXPECT(cmp == MPI_CONGRUENT);
+    MPI_Comm_size(theirs, &msize);
+    EXPECT(msize == size);
+    bfree(b);
+    EXPECT_OK(gpuwire_comm_free(c));
+    EXPECT_STATUS(gpuwire_comm_mpi(c, &fint), GPUWIRE_ERROR_INVALID_HANDLE);
+
+    /* The world's own error handler is untouched by gpuwire. */
+    MPI_Comm_get_errhandler(MPI_COMM_WORLD, &eh);
+    EXPECT(eh == MPI_ERRORS_ARE_FATAL);
+    MPI_Errhandler_free(&eh);
+}
+
+/* ---- point-to-point ----------------------------------------------------------------------- */
+
+static void point_to_point(void)
+{
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    gpuwire_buffer s = balloc(4, GPUWIRE_INT64), r = balloc(4, GPUWIRE_INT64), big, extra;
+    int64_t *sp = (int64_t *)bptr(s), *rp = (int64_t *)bptr(r);
+    gpuwire_request reqs[3], req;
+    int32_t flag;
+    int i, spins;
+
+    /* Periodic ring with sendrecv (on one rank, a rank sends to itself). */
+    for (i = 0; i < 4; i++) {
+        sp[i] = rank * 100 + i;
+        rp[i] = -1;
+    }
+    EXPECT_OK(gpuwire_sendrecv(comm, s, next, 3, r, prev, 3, NULL));
+    for (i = 0; i < 4; i++)
+        EXPECT(rp[i] == prev * 100 + i);
+
+    /* Open chain: GPUWIRE_PROC_NULL at the ends; a receive from it leaves the buffer alone. */
+    for (i = 0; i < 4; i++)
+        rp[i] = -1;
+    EXPECT_OK(gpuwire_sendrecv(comm, s, rank + 1 < size ? rank + 1 : GPUWIRE_PROC_NULL, 4, r,
+                               rank > 0 ? rank - 1 : GPUWIRE_PROC_NULL, 4, NULL));
+    for (i = 0; i < 4; i++)
+        EXPECT(rp[i] == (rank > 0 ? (rank - 1) * 100 + i : -1));
+    EXPECT_OK(gpuwire_sendrecv(comm, s, GPUWIRE_PROC_NULL, 4, r, GPUWIRE_PROC_NULL, 4, NULL));
+    EXPECT_STATUS(gpuwire_sendrecv(comm, s, next, 4, s, prev, 4, NULL),
+                  GPUWIRE_ERROR_INVALID_ARGUMENT); /* overlapping buffers, refused locally */
+
+    /* Blocking send/recv between pairs (0->1, 2->3, ...); PROC_NULL does nothing. */
+    for (i = 0; i < 4; i++)
+        rp[i] = -1;
+    if (rank % 2 == 0 && rank + 1 < size)
+        EXPECT_OK(gpuwire_send(comm, s, rank + 1, 5, NULL));
+    else if (rank % 2 == 1)
+        EXPECT_OK(gpuwire_recv(comm, r, rank - 1, 5, NULL));
+    for (i = 0; i < 4; i++)
+        EXPECT(rp[i] == (rank % 2 == 1 ? (rank - 1) * 100 + i : -1));
+    EXPECT_OK(gpuwire_send(comm, s, GPUWIRE_PROC_NULL, 5, NULL));
+    EXPECT_OK(gpuwire_recv(comm, r, GPUWIRE_PROC_NULL, 5, NULL));
+    EXPECT(rp[0] == (rank % 2 == 1 ? (rank - 1) * 100 : -1));
+
+    /* isend/irecv around the ring, completed by polling gpuwire_test and by waitall. */
+    for (i = 0; i < 4; i++)
+        rp[i] = -1;
+    EXPECT_OK(gpuwire_irecv(comm, r, prev, 6, NULL, &reqs[0]));
+    EXPECT_OK(gpuwire_isend(comm, s, next, 6, NULL, &reqs[1]));
+    EXPECT_OK(gpuwire_isend(comm, s, GPUWIRE_PROC_NULL, 6, NULL, &reqs[2]));
+    EXPECT(reqs[0] != GPUWIRE_REQUEST_NULL && reqs[1] != GPUWIRE_REQUEST_NULL);
+    flag = 0;
+    for (spins = 0; spins < 100000000 && !flag; spins++)
+        EXPECT_OK(gpuwire_test(&reqs[0], &flag));
+    EXPECT(flag == 1 && reqs[0] == GPUWIRE_REQUEST_NULL);
+    EXPECT_OK(gpuwire_waitall(3, reqs)); /* reqs[0] is NULL now: skipped */
+    EXPECT(reqs[1] == GPUWIRE_REQUEST_NULL && reqs[2] == GPUWIRE_REQUEST_NULL);
+    for (i = 0; i < 4; i++)
+        EXPECT(rp[i] == prev * 100 + i);
+    req = GPUWIRE_REQUEST_NULL;
+    EXPECT_OK(gpuwire_wait(&req)); /* the NULL request completes at once */
+    flag = 0;
+    EXPECT_OK(gpuwire_test(&req, &flag));
+    EXPECT(flag == 1);
+
+    /* A request keeps its buffer alive after the buffer's handle is freed. */
+    big = balloc(1000, GPUWIRE_INT32);
+    extra = balloc(1000, GPUWIRE_INT32);
+    {
+        int32_t *bp = (int32_t *)bptr(big), *ep = (int32_t *)bptr(extra);
+        for (i = 0; i < 1000; i++) {
+            bp[i] = rank * 7 + i;
+            ep[i] = -1;
+        }
+        EXPECT_OK(gpuwire_irecv(comm, extra, prev, 7, NULL, &reqs[0]));
+        EXPECT_OK(gpuwire_isend(comm, big, next, 7, NULL, &reqs[1]));
+        bfree(big);
+        EXPECT_OK(gpuwire_waitall(2, reqs));
+        for (i = 0; i < 1000; i++)
+            EXPECT(ep[i] == prev * 7 + i);
+    }
+    bfree(extra);
+    bfree(s);
+    bfree(r);
+}
+
+/* ---- allreduce, against answers computed here --------------------------------------------- */
+
+/* What rank q contributes at element i: small values, so every sum and product is exact. */
+static int contrib_signed(int q, int i) { return (q * 3 + i) % 4 - 1; } /* -1 .. 2 */
+static int contrib_unsigned(int q, int i) { return (q * 3 + i) % 4 + 1; } /* 1 .. 4 */
+
+#define DEFINE_ALLREDUCE_CHECK(FN, T, DT, CONTRIB)                                             \
+    static void FN(int32_t op)                                                                 \
+    {                                                                                          \
+        enum { n = 9 };                                                                        \
+        gpuwire_buffer s = balloc(n, DT), r = balloc(n, DT);                                   \
+        T *sp = (T *)bptr(s), *rp = (T *)bptr(r), want[n];                                     \
+        int i, q;                                                                              \
+        for (i = 0; i < n; i++) {                                                              \
+            T acc = (T)CONTRIB(0, i);                                                          \
+            for (q = 1; q < size; q++) {                                                       \
+                T v = (T)CONTRIB(q, i);                                                        \
+                if (op == GPUWIRE_SUM || op == GPUWIRE_AVG)                                    \
+                    acc = (T)(acc + v);                                                        \
+                else if (op == GPUWIRE_PROD)                                                   \
+                    acc = (T)(acc * v);                                                        \
+                else if (op == GPUWIRE_MAX)                                                    \
+                    acc = v > acc ? v : acc;                                                   \
+                else if (op == GPUWIRE_MIN)                                                    \
+                    acc = v < acc ? v : acc;                                                   \
+            }                                                                                  \
+            if (op == GPUWIRE_AVG)                                                             \
+                acc = (T)(acc / (T)size);                                                      \
+            want[i] = acc;                                                                     \
+            sp[i] = (T)CONTRIB(rank, i);                                                       \
+            rp[i] = (T)99;                                                                     \
+        }                                                                                      \
+        EXPECT_OK(gpuwire_allreduce(comm, s, r, op, NULL));                                    \
+        for (i = 0; i < n; i++)                                                                \
+            EXPECT(rp[i] == want[i] && sp[i] == (T)CONTRIB(rank, i));                          \
+        EXPECT_OK(gpuwire_allreduce(comm, s, s, op, NULL)); /* in place */                     \
+        for (i = 0; i < n; i++)                                                                \
+            EXPECT(sp[i] == want[i]);                                                          \
+        bfree(s);                                                                              \
+        bfree(r);                                                                              \
+    }
+
+DEFINE_ALLREDUCE_CHECK(allreduce_i8, int8_t, GPUWIRE_INT8, contrib_signed)
+DEFINE_ALLREDUCE_CHECK(allreduce_u8, uint8_t, GPUWIRE_UINT8, contrib_unsigned)
+DEFINE_ALLREDUCE_CHECK(allreduce_i32, int32_t, GPUWIRE_INT32, contrib_signed)
+DEFINE_ALLREDUCE_CHECK(allreduce_u32, uint32_t, GPUWIRE_UINT32, contrib_unsigned)
+DEFINE_ALLREDUCE_CHECK(allreduce_i64, int64_t, GPUWIRE_INT64, contrib_signed)
+DEFINE_ALLREDUCE_CHECK(allreduce_u64, uint64_t, GPUWIRE_UINT64, contrib_unsigned)
+DEFINE_ALLREDUCE_CHECK(allreduce_f32, float, GPUWIRE_FLOAT32, contrib_signed)
+DEFINE_ALLREDUCE_CHECK(allreduce_f64, double, GPUWIRE_FLOAT64, contrib_signed)
+
+static uint32_t contrib_bits(int q, int i)
+{
+    return (UINT32_C(1) << ((q * 5 + i) % 32)) | (UINT32_C(0x0F0F0F0F) ^ (uint32_t)(q * 0x1111));
+}
+
+static void allreduce_bitwise(void)
+{
+    static const int32_t ops[] = {GPUWIRE_BAND, GPUWIRE_BOR, GPUWIRE_BXOR};
+    enum { n = 6 };
+    gpuwire_buffer s = balloc(n, GPUWIRE_UINT32), r = balloc(n, GPUWIRE_UINT32);
+    uint32_t *sp = (uint32_t *)bptr(s), *rp = (uint32_t *)bptr(r), want;
+    size_t k;
+    int i, q;
+    for (k = 0; k < 3; k++) {
+        for (i = 0; i < n; i++)
+            sp[i] = contrib_bits(rank, i);
+        EXPECT_OK(gpuwire_allreduce(comm, s, r, ops[k], NULL));
+        for (i = 0; i < n; i++) {
+            want = contrib_bits(0, i);
+            for (q = 1; q < size; q++)
+                want = ops[k] == GPUWIRE_BAND  ? (want & contrib_bits(q, i))
+                       : ops[k] == GPUWIRE_BOR ? (want | contrib_bits(q, i))
+                                               : (want ^ contrib_bits(q, i));
+            EXPECT(rp[i] == want);
+        }
+    }
+    bfree(s);
+    bfree(r);
+}
+
+/* IEEE binary16 and bfloat16 encodings of a small positive integer k (exact). */
+static uint16_t f16_of(int k)
+{
+    int e = 0;
+    while ((k >> (e + 1)) != 0)
+        e++;
+    return (uint16_t)(((e + 15) << 10) | ((k - (1 << e)) << (10 - e)));
+}
+
+static uint16_t bf16_of(int k)
+{
+    float f = (float)k;
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return (uint16_t)(u >> 16);
+}
+
+static void allreduce_half(int32_t dtype)
+{
+    uint16_t (*enc)(int) = dtype == GPUWIRE_FLOAT16 ? f16_of : bf16_of;
+    gpuwire_buffer b = balloc(1, dtype);
+    uint16_t *v = (uint16_t *)bptr(b);
+    EXPECT(f16_of(1) == 0x3C00 && f16_of(3) == 0x4200 && bf16_of(1) == 0x3F80);
+    *v = enc(1);
+    EXPECT_OK(gpuwire_allreduce(comm, b, b, GPUWIRE_SUM, NULL));
+    EXPECT(*v == enc(size));
+    *v = enc(rank + 1);
+    EXPECT_OK(gpuwire_allreduce(comm, b, b, GPUWIRE_MAX, NULL));
+    EXPECT(*v == enc(size));
+    *v = enc(rank + 1);
+    EXPECT_OK(gpuwire_allreduce(comm, b, b, GPUWIRE_MIN, NULL));
+    EXPECT(*v == enc(1));
+    *v = enc(2);
+    EXPECT_OK(gpuwire_allreduce(comm, b, b, GPUWIRE_PROD, NULL));
+    EXPECT(*v == enc(1 << size));
+    *v = enc(2);
+    EXPECT_OK(gpuwire_allreduce(comm, b, b, GPUWIRE_AVG, NULL));
+    EXPECT(*v == enc(2));
+    bfree(b);
+}
+
+static void allreduce_complex(void)
+{
+    enum { n = 3 };
+    gpuwire_buffer s = balloc(n, GPUWIRE_COMPLEX128), r = balloc(n, GPUWIRE_COMPLEX128);
+    gpuwire_buffer s64 = balloc(n, GPUWIRE_COMPLEX64);
+    double complex *sp = (double complex *)bptr(s), *rp = (double complex *)bptr(r);
+    float complex *fp = (float complex *)bptr(s64);
+    double complex sum, prod, z;
+    int i, q;
+    for (i = 0; i < n; i++) {
+        sp[i] = (double)(rank + 1) + (double)(i - rank) * I;
+        fp[i] = (float)(rank + 1) + (float)(i - rank) * I;
+    }
+    EXPECT_OK(gpuwire_allreduce(comm, s, r, GPUWIRE_SUM, NULL));
+    EXPECT_OK(gpuwire_allreduce(comm, s64, s64, GPUWIRE_SUM, NULL));
+    for (i = 0; i < n; i++) {
+        sum = 0;
+        for (q = 0; q < size; q++)
+            sum += (double)(q + 1) + (double)(i - q) * I;
+        EXPECT(rp[i] == sum);
+        EXPECT(crealf(fp[i]) == (float)creal(sum) && cimagf(fp[i]) == (float)cimag(sum));
+    }
+    /* PROD is complex multiplication (exact on these small integers in any order). */
+    EXPECT_OK(gpuwire_allreduce(comm, s, r, GPUWIRE_PROD, NULL));
+    for (i = 0; i < n; i++) {
+        prod = 1;
+        for (q = 0; q < size; q++) {
+            z = (double)(q + 1) + (double)(i - q) * I;
+            prod *= z;
+        }
+        EXPECT(creal(rp[i]) == creal(prod) && cimag(rp[i]) == cimag(prod));
+    }
+    /* AVG divides both parts by the rank count. */
+    EXPECT_OK(gpuwire_allreduce(comm, s, r, GPUWIRE_AVG, NULL));
+    for (i = 0; i < n; i++) {
+        sum = 0;
+        for (q = 0; q < size; q++)
+            sum += (double)(q + 1) + (double)(i - q) * I;
+        EXPECT(creal(rp[i]) == creal(sum) / size && cimag(rp[i]) == cimag(sum) / size);
+    }
+    /* Complex numbers have no order: MIN/MAX are refused on every rank. */
+    EXPECT_STATUS(gpuwire_allreduce(comm, s, r, GPUWIRE_MAX, NULL), GPUWIRE_ERROR_UNSUPPORTED_OP);
+    bfree(s64);
+    bfree(s);
+    bfree(r);
+}
+
+static void allreduce_errors(void)
+{
+    gpuwire_buffer a = balloc(8, GPUWIRE_FLOAT64), f = balloc(8, GPUWIRE_FLOAT32);
+    gpuwire_buffer lo = bview(a, 0, 4), hi = bview(a, 2, 4), five = bview(a, 0, 5);
+    /* Local argument errors: every rank makes the same one, so none waits for the others. */
+    EXPECT_STATUS(gpuwire_allreduce(comm, a, a, GPUWIRE_BAND, NULL), GPUWIRE_ERROR_UNSUPPORTED_OP);
+    EXPECT_LAST_ERROR_HAS("BAND");
+    EXPECT_STATUS(gpuwire_allreduce(comm, a, a, 99, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT_STATUS(gpuwire_allreduce(comm, lo, hi, GPUWIRE_SUM, NULL),
+                  GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_HAS("overlap");
+    EXPECT_STATUS(gpuwire_allreduce(comm, lo, five, GPUWIRE_SUM, NULL),
+                  GPUWIRE_ERROR_COUNT_MISMATCH);
+    EXPECT_STATUS(gpuwire_allreduce(comm, a, f, GPUWIRE_SUM, NULL), GPUWIRE_ERROR_DTYPE_MISMATCH);
+    EXPECT_STATUS(gpuwire_allreduce(comm, a, GPUWIRE_BUFFER_NULL, GPUWIRE_SUM, NULL),
+                  GPUWIRE_ERROR_INVALID_HANDLE);
+    EXPECT_STATUS(gpuwire_bcast(comm, a, size, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    bfree(five);
+    bfree(hi);
+    bfree(lo);
+    bfree(f);
+    bfree(a);
+}
+
+/* ---- the other collectives ---------------------------------------------------------------- */
+
+static void bcast_reduce(void)
+{
+    gpuwire_buffer b = balloc(5, GPUWIRE_INT32), s = balloc(3, GPUWIRE_FLOAT64), r;
+    int32_t *bp = (int32_t *)bptr(b);
+    double *sp = (double *)bptr(s), *rp;
+    int root, i, q;
+
+    EXPECT_OK(gpuwire_barrier(comm, NULL));
+    for (root = 0; root < size; root++) {
+        for (i = 0; i < 5; i++)
+            bp[i] = rank == root ? root * 100 + i : -1;
+        EXPECT_OK(gpuwire_bcast(comm, b, root, NULL));
+        for (i = 0; i < 5; i++)
+            EXPECT(bp[i] == root * 100 + i);
+    }
+
+    /* reduce to the last rank; the others pass GPUWIRE_BUFFER_NULL. */
+    root = size - 1;
+    r = rank == root ? balloc(3, GPUWIRE_FLOAT64) : GPUWIRE_BUFFER_NULL;
+    for (i = 0; i < 3; i++)
+        sp[i] = (rank + 1) * (i + 0.5);
+    EXPECT_OK(gpuwire_reduce(comm, s, r, GPUWIRE_SUM, root, NULL));
+    if (rank == root) {
+        rp = (double *)bptr(r);
+        for (i = 0; i < 3; i++) {
+            double want = 0.0;
+            for (q = 0; q < size; q++)
+                want += (q + 1) * (i + 0.5);
+            EXPECT(rp[i] == want);
+        }
+        bfree(r);
+    }
+    for (i = 0; i < 3; i++)
+        EXPECT(sp[i] == (rank + 1) * (i + 0.5)); /* the send buffer is not changed */
+    /* reduce in place at root 0 (send == recv there), MAX. */
+    EXPECT_OK(gpuwire_reduce(comm, s, rank == 0 ? s : GPUWIRE_BUFFER_NULL, GPUWIRE_MAX, 0, NULL));
+    if (rank == 0)
+        for (i = 0; i < 3; i++)
+            EXPECT(sp[i] == size * (i + 0.5));
+    bfree(s);
+    bfree(b);
+}
+
+static void gathers(void)
+{
+    enum { n = 3 };
+    gpuwire_buffer s = balloc(n, GPUWIRE_INT64), all = balloc((int64_t)n * size, GPUWIRE_INT64);
+    gpuwire_buffer mine = bview(all, (int64_t)n * rank, n), g;
+    int64_t *sp = (int64_t *)bptr(s), *ap = (int64_t *)bptr(all), *gp;
+    int i, q, root;
+
+    for (i = 0; i < n; i++)
+        sp[i] = rank * 10 + i;
+    EXPECT_OK(gpuwire_allgather(comm, s, all, NULL));
+    for (q = 0; q < size; q++)
+        for (i = 0; i < n; i++)
+            EXPECT(ap[q * n + i] == q * 10 + i);
+    /* In place: the send buffer is this rank's block of the receive buffer. */
+    memset(ap, 0, sizeof(int64_t) * n * (size_t)size);
+    for (i = 0; i < n; i++)
+        ap[rank * n + i] = rank * 20 + i;
+    EXPECT_OK(gpuwire_allgather(comm, mine, all, NULL));
+    for (q = 0; q < size; q++)
+        for (i = 0; i < n; i++)
+            EXPECT(ap[q * n + i] == q * 20 + i);
+    EXPECT_STATUS(gpuwire_allgather(comm, s, s, NULL),
+                  size == 1 ? GPUWIRE_SUCCESS : GPUWIRE_ERROR_COUNT_MISMATCH);
+
+    /* gather to the first and to the last rank; non-roots pass GPUWIRE_BUFFER_NULL. */
+    for (root = 0; root < size; root += (size > 1 ? size - 1 : 1)) {
+        g = rank == root ? balloc((int64_t)n * size, GPUWIRE_INT64) : GPUWIRE_BUFFER_NULL;
+        EXPECT_OK(gpuwire_gather(comm, s, g, root, NULL));
+        if (rank == root) {
+            gp = (int64_t *)bptr(g);
+            for (q = 0; q < size; q++)
+                for (i = 0; i < n; i++)
+                    EXPECT(gp[q * n + i] == q * 10 + i);
+            bfree(g);
+        }
+    }
+    /* gather in place at the root. */
+    for (i = 0; i < n; i++)
+        ap[rank * n + i] = rank * 30 + i;
+    EXPECT_OK(gpuwire_gather(comm, rank == 0 ? mine : s, rank == 0 ? all : GPUWIRE_BUFFER_NULL, 0,
+                             NULL));
+    if (rank == 0)
+        for (q = 0; q < size; q++)
+            for (i = 0; i < n; i++)
+                EXPECT(ap[q * n + i] == (q == 0 ? 30 * q + i : q * 10 + i));
+    bfree(mine);
+    bfree(all);
+    bfree(s);
+}
+
+static void scatters_and_alltoall(void)
+{
+    enum { n = 2 };
+    gpuwire_buffer r = balloc(n, GPUWIRE_INT32), src, rs, a2a_s, a2a_r, mine;
+    int32_t *rp = (int32_t *)bptr(r), *p, *q2;
+    int root = size - 1, i, q, d;
+
+    /* scatter from the last rank; non-roots pass GPUWIRE_BUFFER_NULL. */
+    src = rank == root ? balloc((int64_t)n * size, GPUWIRE_INT32) : GPUWIRE_BUFFER_NULL;
+    if (rank == root) {
+        p = (int32_t *)bptr(src);
+        for (q = 0; q < size; q++)
+            for (i = 0; i < n; i++)
+                p[q * n + i] = q * 7 + i;
+    }
+    EXPECT_OK(gpuwire_scatter(comm, src, r, root, NULL));
+    for (i = 0; i < n; i++)
+        EXPECT(rp[i] == rank * 7 + i);
+    /* in place at the root: its receive buffer is its own block of the send buffer. */
+    if (rank == root) {
+        mine = bview(src, (int64_t)n * root, n);
+        p = (int32_t *)bptr(src);
+        for (q = 0; q < size; q++)
+            for (i = 0; i < n; i++)
+                p[q * n + i] = q * 9 + i;
+        EXPECT_OK(gpuwire_scatter(comm, src, mine, root, NULL));
+        for (i = 0; i < n; i++)
+            EXPECT(p[root * n + i] == root * 9 + i);
+        bfree(mine);
+        bfree(src);
+    } else {
+        EXPECT_OK(gpuwire_scatter(comm, GPUWIRE_BUFFER_NULL, r, root, NULL));
+        for (i = 0; i < n; i++)
+            EXPECT(rp[i] == rank * 9 + i);
+    }
+
+    /* reduce_scatter: block b of the sum goes to rank b. */
+    rs = balloc((int64_t)n * size, GPUWIRE_INT32);
+    p = (int32_t *)bptr(rs);
+    for (d = 0; d < size; d++)
+        for (i = 0; i < n; i++)
+            p[d * n + i] = (rank + 1) * (d * n + i + 1);
+    EXPECT_OK(gpuwire_reduce_scatter(comm, rs, r, GPUWIRE_SUM, NULL));
+    for (i = 0; i < n; i++)
+        EXPECT(rp[i] == (rank * n + i + 1) * size * (size + 1) / 2);
+    bfree(rs);
+
+    /* alltoall: block d of rank s's send buffer lands in block s of rank d's receive buffer. */
+    a2a_s = balloc((int64_t)n * size, GPUWIRE_INT32);
+    a2a_r = balloc((int64_t)n * size, GPUWIRE_INT32);
+    p = (int32_t *)bptr(a2a_s);
+    q2 = (int32_t *)bptr(a2a_r);
+    for (d = 0; d < size; d++)
+        for (i = 0; i < n; i++)
+            p[d * n + i] = rank * 1000 + d * 10 + i;
+    EXPECT_OK(gpuwire_alltoall(comm, a2a_s, a2a_r, NULL));
+    for (q = 0; q < size; q++)
+        for (i = 0; i < n; i++)
+            EXPECT(q2[q * n + i] == q * 1000 + rank * 10 + i);
+    EXPECT_OK(gpuwire_alltoall(comm, a2a_s, a2a_s, NULL)); /* in place */
+    for (q = 0; q < size; q++)
+        for (i = 0; i < n; i++)
+            EXPECT(p[q * n + i] == q * 1000 + rank * 10 + i);
+    bfree(a2a_r);
+    bfree(a2a_s);
+    bfree(r);
+}
+
+/* allgatherv with rank r sending count(r) elements; counts given, or exchanged by gpuwire. */
+static void allgatherv_with(int zero_first)
+{
+    int64_t counts[64], total = 0, off = 0, mycount, bad[64];
+    gpuwire_buffer s, all, mine;
+    double *sp, *ap;
+    int q, i;
+    for (q = 0; q < size; q++) {
+        counts[q] = (zero_first && q == 0) ? 0 : q + 1;
+        total += counts[q];
+        if (q < rank)
+            off += counts[q];
+    }
+    mycount = counts[rank];
+    s = balloc(mycount, GPUWIRE_FLOAT64);
+    all = balloc(total, GPUWIRE_FLOAT64);
+    sp = (double *)bptr(s);
+    ap = (double *)bptr(all);
+    for (i = 0; i < mycount; i++)
+        sp[i] = rank * 100 + i + 0.25;
+
+    EXPECT_OK(gpuwire_allgatherv(comm, s, all, counts, NULL));
+    for (q = 0, off = 0; q < size; off += counts[q], q++)
+        for (i = 0; i < counts[q]; i++)
+            EXPECT(ap[off + i] == q * 100 + i + 0.25);
+    if (total > 0) /* an empty buffer's pointer is NULL */
+        memset(ap, 0, sizeof(double) * (size_t)total);
+    EXPECT_OK(gpuwire_allgatherv(comm, s, all, NULL, NULL)); /* counts exchanged */
+    for (q = 0, off = 0; q < size; off += counts[q], q++)
+        for (i = 0; i < counts[q]; i++)
+            EXPECT(ap[off + i] == q * 100 + i + 0.25);
+
+    /* In place: this rank's block of the receive buffer is the send buffer. */
+    for (q = 0, off = 0; q < rank; q++)
+        off += counts[q];
+    if (total > 0) /* an empty buffer's pointer is NULL */
+        memset(ap, 0, sizeof(double) * (size_t)total);
+    for (i = 0; i < mycount; i++)
+        ap[off + i] = rank * 200 + i;
+    mine = bview(all, off, mycount);
+    EXPECT_OK(gpuwire_allgatherv(comm, mine, all, counts, NULL));
+    for (q = 0, off = 0; q < size; off += counts[q], q++)
+        for (i = 0; i < counts[q]; i++)
+            EXPECT(ap[off + i] == q * 200 + i);
+
+    /* Argument errors made alike on every rank. */
+    memcpy(bad, counts, sizeof(int64_t) * (size_t)size);
+    bad[size - 1] = -1;
+    EXPECT_STATUS(gpuwire_allgatherv(comm, s, all, bad, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_HAS("is negative");
+    memcpy(bad, counts, sizeof(int64_t) * (size_t)size);
+    bad[rank] += 1; /* every rank claims one element more than it sends */
+    EXPECT_STATUS(gpuwire_allgatherv(comm, s, all, bad, NULL), GPUWIRE_ERROR_COUNT_MISMATCH);
+    bfree(mine);
+    bfree(all);
+    bfree(s);
+}
+
+/* ---- split -------------------------------------------------------------------------------- */
+
+static void split(void)
+{
+    gpuwire_comm half = 77, sub = 77;
+    int32_t r, s;
+    int color = rank % 2, members = 0, my_index = 0, q;
+    int64_t sum = 0, *v;
+    gpuwire_buffer b;
+    char text[1024], want[64];
+
+    /* color = parity, key = -rank: each half in descending world-rank order. */
+    EXPECT_OK(gpuwire_comm_split(comm, color, -rank, &half));
+    for (q = size - 1; q >= 0; q--)
+        if (q % 2 == color) {
+            if (q == rank)
+                my_index = members;
+            members++;
+            sum += q;
+        }
+    EXPECT_OK(gpuwire_comm_rank(half, &r));
+    EXPECT_OK(gpuwire_comm_size(half, &s));
+    EXPECT(s == members && r == my_index);
+    b = balloc(1, GPUWIRE_INT64);
+    v = (int64_t *)bptr(b);
+    *v = rank;
+    EXPECT_OK(gpuwire_allreduce(half, b, b, GPUWIRE_SUM, NULL));
+    EXPECT(*v == sum); /* only the same-parity ranks took part */
+    EXPECT_OK(gpuwire_comm_describe(half, text, sizeof text));
+    snprintf(want, sizeof want, "rank %d/%d", my_index, members);
+    EXPECT(strstr(text, want) != NULL);
+
+    /* A split of the split, and GPUWIRE_UNDEFINED: the first rank of each half sits out. */
+    EXPECT_OK(gpuwire_comm_split(half, r == 0 ? GPUWIRE_UNDEFINED : 0, 0, &sub));
+    if (r == 0) {
+        EXPECT(sub == GPUWIRE_COMM_NULL);
+    } else {
+        EXPECT_OK(gpuwire_comm_size(sub, &s));
+        EXPECT(s == members - 1);
+        *v = 1;
+        EXPECT_OK(gpuwire_allreduce(sub, b, b, GPUWIRE_SUM, NULL));
+        EXPECT(*v == members - 1);
+        EXPECT_OK(gpuwire_comm_free(sub));
+    }
+    bfree(b);
+    EXPECT_OK(gpuwire_comm_free(half));
+}
+
+/* ---- checking mode ------------------------------------------------------------------------ */
+
+static void checking_mode(void)
+{
+    gpuwire_config cfg;
+    gpuwire_comm cc;
+    gpuwire_buffer a, b, f, stale;
+    double *ap, *bp;
+    int i;
+
+    EXPECT_OK(gpuwire_config_init(&cfg));
+    cfg.check = 1;
+    EXPECT_OK(gpuwire_comm_world(&cfg, &cc));
+    a = balloc(4, GPUWIRE_FLOAT64);
+    b = balloc(5, GPUWIRE_FLOAT64);
+    f = balloc(4, GPUWIRE_FLOAT32);
+    stale = balloc(4, GPUWIRE_FLOAT64);
+    bfree(stale);
+    ap = (double *)bptr(a);
+    bp = (double *)bptr(b);
+
+    for (i = 0; i < 4; i++)
+        ap[i] = rank + i;
+    EXPECT_OK(gpuwire_allreduce(cc, a, a, GPUWIRE_SUM, NULL)); /* agreed, then done */
+    EXPECT(ap[3] == size * 3.0 + size * (size - 1) / 2.0);
+
+    if (size < 2) {
+        printf("test_comm: note: cross-rank disagreement checks need >= 2 ranks (run with 2, 3)\n");
+    } else {
+        /* Different counts: every rank gets COUNT_MISMATCH and no data moves. */
+        for (i = 0; i < 5; i++)
+            bp[i] = -1.0;
+        EXPECT_STATUS(gpuwire_allreduce(cc, rank == 0 ? b : a, rank == 0 ? b : a, GPUWIRE_SUM,
+                                        NULL),
+                      GPUWIRE_ERROR_COUNT_MISMATCH);
+        EXPECT_LAST_ERROR_HAS("nothing was done on any rank");
+        EXPECT(bp[0] == -1.0);
+        EXPECT_STATUS(gpuwire_allreduce(cc, rank == 0 ? f : a, rank == 0 ? f : a, GPUWIRE_SUM,
+                                        NULL),
+                      GPUWIRE_ERROR_DTYPE_MISMATCH);
+        EXPECT_STATUS(gpuwire_allreduce(cc, a, a, rank == 0 ? GPUWIRE_MAX : GPUWIRE_SUM, NULL),
+                      GPUWIRE_ERROR_OP_MISMATCH);
+        EXPECT_STATUS(gpuwire_bcast(cc, a, rank % 2, NULL), GPUWIRE_ERROR_ROOT_MISMATCH);
+        /* One rank's bad argument: it gets its own error, the others REMOTE_ARGUMENT. */
+        EXPECT_STATUS(gpuwire_allreduce(cc, a, a, rank == 0 ? 99 : GPUWIRE_SUM, NULL),
+                      rank == 0 ? GPUWIRE_ERROR_INVALID_ARGUMENT : GPUWIRE_ERROR_REMOTE_ARGUMENT);
+        if (rank != 0)
+            EXPECT_LAST_ERROR_HAS("rank 0 rejected its arguments");
+        EXPECT_STATUS(gpuwire_bcast(cc, rank == size - 1 ? stale : a, 0, NULL),
+                      rank == size - 1 ? GPUWIRE_ERROR_INVALID_HANDLE
+                                       : GPUWIRE_ERROR_REMOTE_ARGUMENT);
+        EXPECT_STATUS(gpuwire_reduce(cc, a, GPUWIRE_BUFFER_NULL, GPUWIRE_SUM, 0, NULL),
+                      rank == 0 ? GPUWIRE_ERROR_INVALID_ARGUMENT : GPUWIRE_ERROR_REMOTE_ARGUMENT);
+    }
+    /* The communicator still works after refused calls. */
+    for (i = 0; i < 4; i++)
+        ap[i] = 1.0;
+    EXPECT_OK(gpuwire_allreduce(cc, a, a, GPUWIRE_SUM, NULL));
+    EXPECT(ap[0] == (double)size);
+
+    bfree(f);
+    bfree(b);
+    bfree(a);
+    EXPECT_OK(gpuwire_comm_free(cc));
+}
+
+int main(int argc, char **argv)
+{
+    int provided, finalized = -1, expected;
+    int32_t flag = -1, level = -1;
+    long failures, total = 0;
+
+    if (argc != 2) {
+        fprintf(stderr, "usage: test_comm EXPECTED_RANKS\n");
+        return 2;
+    }
+    expected = atoi(argv[1]);
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    gwt_rank = rank;
+    if (size != expected) {
+        fprintf(stderr, "test_comm: launched on %d ranks, expected %d (wrong launcher?)\n", size,
+                expected);
+        MPI_Finalize();
+        return 1;
+    }
+    if (size > 64) {
+        fprintf(stderr, "test_comm: at most 64 ranks\n");
+        MPI_Finalize();
+        return 1;
+    }
+
+    EXPECT_OK(gpuwire_init());
+    EXPECT_OK(gpuwire_owns_mpi(&flag));
+    EXPECT(flag == 0); /* the program initialized MPI: gpuwire adopted it */
+    EXPECT_OK(gpuwire_query_thread(&level));
+    EXPECT(level == gw_thread_level(provided));
+    EXPECT_OK(gpuwire_comm_create((int32_t)MPI_Comm_c2f(MPI_COMM_WORLD), NULL, &comm));
+
+    from_mpi_handles();
+    point_to_point();
+    allreduce_i8(GPUWIRE_SUM);
+    allreduce_i8(GPUWIRE_AVG);
+    allreduce_i8(GPUWIRE_MIN);
+    allreduce_u8(GPUWIRE_PROD);
+    allreduce_u8(GPUWIRE_MAX);
+    allreduce_i32(GPUWIRE_SUM);
+    allreduce_i32(GPUWIRE_PROD);
+    allreduce_i32(GPUWIRE_MAX);
+    allreduce_i32(GPUWIRE_MIN);
+    allreduce_i32(GPUWIRE_AVG);
+    allreduce_u32(GPUWIRE_SUM);
+    allreduce_u32(GPUWIRE_AVG);
+    allreduce_i64(GPUWIRE_SUM);
+    allreduce_i64(GPUWIRE_PROD);
+    allreduce_i64(GPUWIRE_AVG);
+    allreduce_u64(GPUWIRE_MIN);
+    allreduce_u64(GPUWIRE_SUM);
+    allreduce_f32(GPUWIRE_SUM);
+    allreduce_f32(GPUWIRE_PROD);
+    allreduce_f32(GPUWIRE_AVG);
+    allreduce_f64(GPUWIRE_SUM);
+    allreduce_f64(GPUWIRE_PROD);
+    allreduce_f64(GPUWIRE_MAX);
+    allreduce_f64(GPUWIRE_MIN);
+    allreduce_f64(GPUWIRE_AVG);
+    allreduce_bitwise();
+    allreduce_half(GPUWIRE_FLOAT16);
+    allreduce_half(GPUWIRE_BFLOAT16);
+    allreduce_complex();
+    allreduce_errors();
+    bcast_reduce();
+    gathers();
+    scatters_and_alltoall();
+    allgatherv_with(0);
+    allgatherv_with(1);
+    split();
+    checking_mode();
+
+    EXPECT_OK(gpuwire_comm_free(comm));
+    EXPECT_OK(gpuwire_finalize());
+    /* gpuwire did not own MPI: it is still up, and the world still works. */
+    MPI_Finalized(&finalized);
+    EXPECT(finalized == 0);
+    failures = gwt_failures();
+    MPI_Allreduce(&failures, &total, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+    if (failures > 0)
+        fprintf(stderr, "test_comm: rank %d: %ld of %ld checks failed\n", rank, failures,
+                gwt_checks);
+    if (rank == 0) {
+        if (total == 0)
+            printf("test_comm: PASS (%ld checks on rank 0, %d ranks)\n", gwt_checks, size);
+        else
+            printf("test_comm: FAIL (%ld failed checks over all ranks)\n", total);
+    }
+    MPI_Finalize();
+    return total == 0 ? 0 : 1;
+}
