@@ -24,7 +24,7 @@ LIMIT=${GPUWIRE_GPU_CASE_LIMIT:-150}
 gputest() { # label launcher cases [extra -x vars]: one mpirun, killed after $LIMIT s
   local label=$1 launcher=$2 cases=$3; shift 3
   echo "=== $label: $cases" | tee -a "$LOG"
-  GPUWIRE_GPU_TEST=$cases timeout -k 5 "$LIMIT" $launcher $np2 -x GPUWIRE_GPU_TEST -x GPUWIRE_GPU_TEST_VERBOSE -x GPUWIRE_DEBUG "$@" "$B/gpu-tests" 2>&1 \
+  GPUWIRE_GPU_TEST=$cases $launcher timeout -k 5 "$LIMIT" $np2 -x GPUWIRE_GPU_TEST -x GPUWIRE_GPU_TEST_VERBOSE -x GPUWIRE_DEBUG "$@" "$B/gpu-tests" 2>&1 \
     | stdbuf -oL sed -u "s/^/[$label] /" | tee -a "$LOG"
   local rc=${PIPESTATUS[0]}
   [ "$rc" = 0 ] || echo "[$label] RESULT FAIL run rank - exited with status $rc (124 = killed after ${LIMIT}s)" | tee -a "$LOG"

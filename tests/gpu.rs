@@ -584,7 +584,6 @@ fn main() {
     let mut stream: cu::CUstream = std::ptr::null_mut();
     cuok(unsafe { cu::cuStreamCreate(&mut stream, 1) }, "cuStreamCreate(non-blocking)");
     let cx = Ctx { comm, rank, size, stream, kernels: load_kernels() };
-    let mut failed = false;
     for case in cases.split(',').map(str::trim).filter(|c| !c.is_empty()) {
         let t0 = Instant::now();
         verbose(|| format!("rank {rank}: case {case}"));
@@ -609,13 +608,12 @@ fn main() {
             Ok(()) => println!("RESULT PASS {case} rank {rank} ({ms} ms)"),
             Err(e) => {
                 println!("RESULT FAIL {case} rank {rank}: {e}");
-                failed = true;
+                // The other ranks may be waiting in a collective this rank will never call: end the
+                // job now (mpirun then stops every rank) instead of hanging until the time limit.
+                std::process::exit(1);
             }
         }
     }
     ok(gpuwire_comm_free(comm), "comm_free");
     ok(gpuwire_finalize(), "finalize");
-    if failed {
-        std::process::exit(1);
-    }
 }

@@ -228,8 +228,12 @@ pub fn reduce_staged(call: &mut Call, send: Input, recv: Option<&Buffer>, op: Re
         None => 0,
     };
     let s = if recv.is_some() && h_in == h_out { Src::InPlace } else { Src::Ptr(h_in) };
+    crate::trace!("staged reduce: {n} x {} to root {root}, host in {h_in:#x} out {h_out:#x} in_place {}", dtype.name(), matches!(s, Src::InPlace));
     host::reduce(call.c, s, h_out, n, dtype, op, root, true)?;
     if let Some(r) = recv {
+        if crate::debug_enabled() && bytes >= 4 {
+            crate::trace!("staged reduce: root's host result starts with bytes {:?}", unsafe { std::slice::from_raw_parts(h_out as *const u8, 4) });
+        }
         call.from_host(loc(r), h_out, bytes)?;
     }
     Ok(())

@@ -149,8 +149,12 @@ impl CudaAlloc {
                     // SAFETY: as above; CU_MEM_ATTACH_GLOBAL = 1.
                     check(unsafe { sys::cuMemAllocManaged(&mut p, bytes, 1) }, "cuMemAllocManaged")?;
                 }
-                // SAFETY: p is `bytes` long on the current context.
-                if let Err(e) = check(unsafe { sys::cuMemsetD8_v2(p, 0, bytes) }, "cuMemsetD8") {
+                // SAFETY: p is `bytes` long on the current context. cuMemsetD8 runs on the legacy
+                // stream, which non-blocking streams do not wait for: finish it before returning, so
+                // the memory is zero for work on any stream.
+                let zeroed = check(unsafe { sys::cuMemsetD8_v2(p, 0, bytes) }, "cuMemsetD8")
+                    .and_then(|()| check(unsafe { sys::cuStreamSynchronize(std::ptr::null_mut()) }, "cuStreamSynchronize"));
+                if let Err(e) = zeroed {
                     unsafe { sys::cuMemFree_v2(p) };
                     return Err(e);
                 }
