@@ -444,7 +444,12 @@ fn c14_results_in_callers_buffer(cx: &Ctx) -> Result<(), String> {
         cuok(unsafe { cu::cuMemcpyDtoH_v2(h.as_mut_ptr().cast(), raw, n * 4) }, "DtoH");
         h
     };
-    let set = |v: &[f32]| cuok(unsafe { cu::cuMemcpyHtoD_v2(raw, v.as_ptr().cast(), v.len() * 4) }, "HtoD");
+    // A copy from pageable memory may still be in flight when cuMemcpyHtoD returns (and it runs on
+    // the legacy stream, which the test's non-blocking stream does not wait for): finish it.
+    let set = |v: &[f32]| {
+        cuok(unsafe { cu::cuMemcpyHtoD_v2(raw, v.as_ptr().cast(), v.len() * 4) }, "HtoD");
+        cuok(unsafe { cu::cuCtxSynchronize() }, "cuCtxSynchronize");
+    };
     let one_to_eight: Vec<f32> = (1..=8).map(|v| v as f32).collect();
     let mut b = 0;
     ok(gpuwire_buffer_wrap(raw as *mut c_void, 8, Dtype::GPUWIRE_FLOAT32 as i32, Space::GPUWIRE_SPACE_AUTO as i32, &mut b), "wrap");
