@@ -20,6 +20,7 @@ kit() {
   OPAL_PREFIX=$KIT PATH=$KIT/bin:/usr/bin:/bin LD_LIBRARY_PATH=$KIT/lib:$B "$@"
 }
 np2="mpirun -np 2 --oversubscribe --bind-to none"
+np1="mpirun -np 1 --oversubscribe --bind-to none"
 LIMIT=${GPUWIRE_GPU_CASE_LIMIT:-150}
 gputest() { # label launcher cases [extra -x vars]: one mpirun, killed after $LIMIT s
   local label=$1 launcher=$2 cases=$3; shift 3
@@ -34,16 +35,32 @@ if has smoke; then
   gputest stock-smoke stock c17,c14
 fi
 if has tests; then
-  gputest stock-auto stock c17,c14,c16,c11,ops,c13,c12
+  gputest stock-auto stock c17,c14,c16,c11,c15,ops,c13,c12
   GPUWIRE_BACKEND=mpi_staged gputest kit-staged kit ops,c13,c14,c17 -x GPUWIRE_BACKEND
   GPUWIRE_BACKEND=mpi_cuda_aware gputest kit-cuda-aware kit ops,c12,c13,c14,c16,c17 -x GPUWIRE_BACKEND
 fi
+if has nccl || has tests; then
+  # One GPU: NCCL on 1-rank communicators (every operation, datatype and op); C15 with 2 ranks.
+  GPUWIRE_BACKEND=nccl GPUWIRE_GPU_TEST_NP=1 np2=$np1 gputest nccl-1rank stock ops,c13,c14,c16,c17 -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP
+  gputest stock-c15 stock c15
+fi
+example() { # label launcher np binary args...
+  local label=$1 launcher=$2 np=$3; shift 3
+  echo "=== example $label" | tee -a "$LOG"
+  $launcher timeout -k 5 "$LIMIT" mpirun -np "$np" --oversubscribe --bind-to none -x GPUWIRE_BACKEND "$@" 2>&1 \
+    | grep -v "cuMemHostRegister\|^ *$" | tail -14 | sed "s/^/[$label] /" | tee -a "$LOG"
+  local rc=${PIPESTATUS[0]}
+  if [ "$rc" = 0 ]; then echo "[$label] RESULT PASS example rank - ok" | tee -a "$LOG"
+  else echo "[$label] RESULT FAIL example rank - exited with status $rc" | tee -a "$LOG"; fi
+}
 if has examples; then
-  for ex in cg_poisson cg_poisson_device isend_irecv vstack_matvec; do
-    [ -x "$B/$ex" ] || continue
-    echo "=== example $ex (stock)" | tee -a "$LOG"
-    stock $np2 "$B/$ex" 2>&1 | tail -15 | sed "s/^/[$ex] /" | tee -a "$LOG"
-  done
+  # The main job, host and device, on the same grid: iterations and error must agree.
+  example cg-host stock 2 "$B/cg_poisson" 768 2
+  example cg-device-staged stock 2 "$B/cg_poisson_device" 768 2
+  GPUWIRE_BACKEND=mpi_cuda_aware example cg-device-cuda-aware kit 2 "$B/cg_poisson_device" 768 2
+  example cg-device-nccl-1rank stock 1 "$B/cg_poisson_device" 768 1
+  example isend-irecv stock 2 "$B/isend_irecv" 2
+  example vstack-matvec stock 2 "$B/vstack_matvec" 2
 fi
 if has bench && [ -x "$B/gpuwire-bench" ]; then
   echo "=== bench" | tee -a "$LOG"

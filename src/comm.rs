@@ -222,6 +222,11 @@ impl Communicator {
         }
     }
 
+    /// Whether an earlier timeout or abort broke this communicator.
+    pub fn is_broken(&self) -> bool {
+        self.broken.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+    }
+
     /// Marks the communicator unusable; later calls return GPUWIRE_ERROR_COMM_BROKEN.
     pub fn mark_broken(&self, why: String) {
         *self.broken.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);

@@ -8,6 +8,7 @@ pub mod devstate;
 pub mod host;
 pub mod mpi_cuda_aware;
 pub mod mpi_staged;
+pub mod nccl;
 pub mod ring;
 
 use std::sync::{Mutex, MutexGuard};
@@ -40,6 +41,7 @@ impl Default for Choice {
 #[derive(Debug, Default)]
 pub struct State {
     dev: Option<Mutex<devstate::DevState>>,
+    nccl: Option<nccl::NcclState>,
     /// Host buffers of staged nonblocking requests.
     pub pool: devstate::Pool,
 }
@@ -51,6 +53,11 @@ impl State {
             Some(m) => Ok(m.lock().unwrap_or_else(|p| p.into_inner())),
             None => Err(Error::Internal("device path used on a communicator without device state".into())),
         }
+    }
+
+    /// The NCCL state (NCCL backend only).
+    pub fn nccl(&self) -> Result<&nccl::NcclState> {
+        self.nccl.as_ref().ok_or_else(|| Error::Internal("NCCL path used on a communicator without NCCL".into()))
     }
 }
 
@@ -95,7 +102,25 @@ pub fn choose(c: &Communicator) -> Result<Choice> {
     if requested == BackendKind::GPUWIRE_BACKEND_HOST {
         return Ok(Choice { kind: BackendKind::GPUWIRE_BACKEND_HOST, reason: "requested; device buffers are refused".into(), device: -1 });
     }
-    let cuda = match device::cuda_with_devices() {
+    let cuda = device::cuda_with_devices();
+    let device = match &cuda {
+        Ok(cuda) if cfg.device >= cuda.device_count => {
+            return Err(Error::InvalidArgument(format!(
+                "device {} was requested but this process sees {} CUDA device(s)",
+                cfg.device, cuda.device_count
+            )));
+        }
+        Ok(_) if cfg.device >= 0 => Some(cfg.device),
+        Ok(cuda) => Some(c.local_rank() % cuda.device_count),
+        Err(_) => None,
+    };
+    // Who shares a GPU: collective, so every rank asks, whatever its own state.
+    let shared = if matches!(requested, BackendKind::GPUWIRE_BACKEND_AUTO | BackendKind::GPUWIRE_BACKEND_NCCL) {
+        nccl::shared_gpus(c, device)?
+    } else {
+        None
+    };
+    let cuda = match cuda {
         Ok(cuda) => cuda,
         Err(e) if requested == BackendKind::GPUWIRE_BACKEND_AUTO => {
             return Ok(Choice { kind: BackendKind::GPUWIRE_BACKEND_HOST, reason: format!("auto: {}", strip_kind(&e)), device: -1 });
@@ -104,36 +129,37 @@ pub fn choose(c: &Communicator) -> Result<Choice> {
             return Err(Error::BackendUnavailable(format!("{} was requested but cannot be used: {}", requested.name(), strip_kind(&e))));
         }
     };
-    let device = if cfg.device >= 0 {
-        if cfg.device >= cuda.device_count {
-            return Err(Error::InvalidArgument(format!(
-                "device {} was requested but this process sees {} CUDA device(s)",
-                cfg.device, cuda.device_count
-            )));
-        }
-        cfg.device
-    } else {
-        c.local_rank() % cuda.device_count
-    };
+    let _ = cuda;
+    let device = device.unwrap_or(0);
     let how = if cfg.device >= 0 { "as configured" } else { "node-local rank modulo device count" };
+    let nccl_ok = match (&shared, nccl::available()) {
+        (Some(s), _) => Err(s.clone()),
+        (None, Err(e)) => Err(e),
+        (None, Ok(v)) => Ok(v),
+    };
     let (aware, source) = mpisys::cuda_support();
     let (kind, reason) = match requested {
-        BackendKind::GPUWIRE_BACKEND_AUTO if aware == Some(true) => {
-            (BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE, format!("auto: the MPI is CUDA-aware ({source})"))
-        }
-        BackendKind::GPUWIRE_BACKEND_AUTO => (
-            BackendKind::GPUWIRE_BACKEND_MPI_STAGED,
-            format!("auto: the MPI is not known to be CUDA-aware ({source}), so device data is staged through host memory"),
-        ),
+        BackendKind::GPUWIRE_BACKEND_NCCL => match nccl_ok {
+            Ok(v) => (requested, format!("requested; NCCL {v}")),
+            Err(e) => return Err(Error::BackendUnavailable(format!("NCCL was requested but cannot be used: {e}"))),
+        },
+        BackendKind::GPUWIRE_BACKEND_AUTO => match nccl_ok {
+            Ok(v) => (BackendKind::GPUWIRE_BACKEND_NCCL, format!("auto: every rank has its own GPU and NCCL {v} loads")),
+            Err(why) if aware == Some(true) => (
+                BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE,
+                format!("auto: NCCL not used ({why}); the MPI is CUDA-aware ({source})"),
+            ),
+            Err(why) => (
+                BackendKind::GPUWIRE_BACKEND_MPI_STAGED,
+                format!("auto: NCCL not used ({why}); the MPI is not known to be CUDA-aware ({source}), so device data is staged through host memory"),
+            ),
+        },
         BackendKind::GPUWIRE_BACKEND_MPI_STAGED => (requested, "requested".into()),
         BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE if aware == Some(true) => (requested, format!("requested; {source}")),
         BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE => {
             return Err(Error::BackendUnavailable(format!(
                 "MPI_CUDA_AWARE was requested but the MPI is not known to be CUDA-aware ({source}); gpuwire never gives a device pointer to such an MPI (use MPI_STAGED, or set GPUWIRE_CUDA_AWARE=1 if you know better)"
             )));
-        }
-        BackendKind::GPUWIRE_BACKEND_NCCL => {
-            return Err(Error::BackendUnavailable("NCCL was requested but this build of gpuwire has no NCCL backend".into()));
         }
         BackendKind::GPUWIRE_BACKEND_HOST => unreachable!(),
     };
@@ -148,7 +174,7 @@ fn strip_kind(e: &Error) -> String {
 /// Collective: sets up the chosen backend's state once every rank agreed on the choice.
 pub fn setup(c: &mut Communicator) -> Result<()> {
     let kind = c.backend();
-    if matches!(kind, BackendKind::GPUWIRE_BACKEND_MPI_STAGED | BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE) {
+    if kind != BackendKind::GPUWIRE_BACKEND_HOST {
         let st = devstate::DevState::new(c, c.device())?;
         let note = match &st.kernels {
             Ok(()) => "; large reductions run on the GPU".to_string(),
@@ -157,11 +183,17 @@ pub fn setup(c: &mut Communicator) -> Result<()> {
         c.append_reason(&note);
         c.backend_state.dev = Some(Mutex::new(st));
     }
+    if kind == BackendKind::GPUWIRE_BACKEND_NCCL {
+        c.backend_state.nccl = Some(nccl::NcclState::new(c, c.device())?);
+    }
     Ok(())
 }
 
 /// Releases backend state before the MPI communicators are freed.
 pub fn teardown(c: &mut Communicator) {
+    if let Some(mut n) = c.backend_state.nccl.take() {
+        n.destroy(c.is_broken());
+    }
     if let Some(m) = c.backend_state.dev.take() {
         let mut st = m.into_inner().unwrap_or_else(|p| p.into_inner());
         st.free_comm();
@@ -175,6 +207,10 @@ pub fn path_for(c: &Communicator, bufs: &[Option<&Buffer>]) -> Result<&'static d
         return Ok(&host::HostPath);
     };
     match c.backend() {
+        // NCCL needs every buffer of the call in device memory; a call that mixes in host memory
+        // takes the staged MPI path of the same communicator.
+        BackendKind::GPUWIRE_BACKEND_NCCL if bufs.iter().flatten().all(|b| !b.is_host()) => Ok(&nccl::NcclPath),
+        BackendKind::GPUWIRE_BACKEND_NCCL => Ok(&mpi_staged::StagedPath),
         BackendKind::GPUWIRE_BACKEND_MPI_STAGED => Ok(&mpi_staged::StagedPath),
         BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE => Ok(&mpi_cuda_aware::CudaAwarePath),
         other => Err(Error::BackendUnavailable(format!(

@@ -292,6 +292,15 @@ impl Event {
         // SAFETY: valid event and stream.
         check(unsafe { sys::cuEventRecord(self.0, stream.raw()) }, "cuEventRecord")
     }
+    /// Whether the recorded work is done (never blocks).
+    pub fn query(&self) -> Result<bool> {
+        // SAFETY: valid event.
+        match unsafe { sys::cuEventQuery(self.0) } {
+            sys::CUresult::CUDA_SUCCESS => Ok(true),
+            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            r => check(r, "cuEventQuery").map(|_| false),
+        }
+    }
     /// Blocks the host until the recorded work is done.
     pub fn wait_host(&self) -> Result<()> {
         // SAFETY: valid event.

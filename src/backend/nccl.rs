@@ -1,0 +1,750 @@
+//! NCCL: the fastest path when every rank has its own GPU.
+//!
+//! - Loading: libnccl is opened at run time (`libnccl.so`, else `libnccl.so.2`, the name most
+//!   installs ship); without it the backend is unavailable and says so.
+//! - Bootstrap: rank 0 makes the unique id, MPI broadcasts it, every rank joins with its device
+//!   (ncclCommInitRank). Split and dup communicators bootstrap their own NCCL communicator the
+//!   same way over their MPI communicator.
+//! - Before NCCL is called, the ranks exchange (host, device UUID) over MPI: two ranks on one GPU
+//!   make NCCL unusable (it refuses them); a requested NCCL backend then fails on every rank with
+//!   the same message naming the ranks and the device, and AUTO falls back to an MPI path.
+//! - Operations are enqueued on the caller's stream and return at once (asynchronous to the host,
+//!   as NCCL). isend/irecv join an open NCCL group that the next other call on the communicator
+//!   (or a wait/test) closes, so a send and a receive posted together progress together.
+//! - What NCCL cannot do correctly is routed: complex SUM/AVG run as float SUM on a real view of
+//!   twice the length; AVG is SUM then a division kernel (as on the MPI paths, so the results
+//!   are the same bits); complex PROD and bitwise ops go through the staged MPI path of the same
+//!   communicator.
+//! - With a timeout configured every operation waits for its completion, polling
+//!   ncclCommGetAsyncError; past the deadline gpuwire aborts the NCCL communicator, returns
+//!   GPUWIRE_ERROR_TIMEOUT and the communicator is broken from then on.
+
+use std::ffi::{CStr, c_char, c_int, c_void};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+use crate::backend::devstate;
+use crate::backend::mpi_staged;
+use crate::backend::ring::{self, Loc};
+use crate::backend::{Input, Path};
+use crate::buffer::Buffer;
+use crate::comm::Communicator;
+use crate::device::{self, CtxGuard, Event, Stream};
+use crate::error::{Error, Result};
+use crate::mpisys::{self, sys};
+use crate::request::Pending;
+use crate::types::{Dtype, ReduceOp};
+
+type NcclComm = *mut c_void;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct UniqueId {
+    internal: [c_char; 128],
+}
+
+/// The NCCL entry points gpuwire uses, resolved once.
+struct Api {
+    _lib: libloading::Library,
+    version: c_int,
+    get_unique_id: unsafe extern "C" fn(*mut UniqueId) -> c_int,
+    comm_init_rank: unsafe extern "C" fn(*mut NcclComm, c_int, UniqueId, c_int) -> c_int,
+    comm_destroy: unsafe extern "C" fn(NcclComm) -> c_int,
+    comm_abort: unsafe extern "C" fn(NcclComm) -> c_int,
+    comm_get_async_error: unsafe extern "C" fn(NcclComm, *mut c_int) -> c_int,
+    get_error_string: unsafe extern "C" fn(c_int) -> *const c_char,
+    get_last_error: Option<unsafe extern "C" fn(NcclComm) -> *const c_char>,
+    all_reduce: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, NcclComm, *mut c_void) -> c_int,
+    broadcast: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, NcclComm, *mut c_void) -> c_int,
+    reduce: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, c_int, NcclComm, *mut c_void) -> c_int,
+    all_gather: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, NcclComm, *mut c_void) -> c_int,
+    reduce_scatter: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, NcclComm, *mut c_void) -> c_int,
+    send: unsafe extern "C" fn(*const c_void, usize, c_int, c_int, NcclComm, *mut c_void) -> c_int,
+    recv: unsafe extern "C" fn(*mut c_void, usize, c_int, c_int, NcclComm, *mut c_void) -> c_int,
+    group_start: unsafe extern "C" fn() -> c_int,
+    group_end: unsafe extern "C" fn() -> c_int,
+}
+
+static API: OnceLock<std::result::Result<Api, String>> = OnceLock::new();
+
+fn load() -> std::result::Result<Api, String> {
+    let mut why = Vec::new();
+    for name in ["libnccl.so", "libnccl.so.2"] {
+        // SAFETY: loading NCCL runs its (trusted) initializers.
+        match unsafe { libloading::Library::new(name) } {
+            Ok(lib) => return resolve(lib).map_err(|e| format!("{name}: {e}")),
+            Err(e) => why.push(format!("{name}: {e}")),
+        }
+    }
+    Err(format!("libnccl could not be loaded ({})", why.join("; ")))
+}
+
+fn resolve(lib: libloading::Library) -> std::result::Result<Api, String> {
+    macro_rules! sym {
+        ($name:literal) => {
+            // SAFETY: the symbol has the signature of the field it is stored in (nccl.h).
+            *unsafe { lib.get(concat!($name, "\0").as_bytes()) }.map_err(|e| format!("missing {}: {e}", $name))?
+        };
+    }
+    let get_version: unsafe extern "C" fn(*mut c_int) -> c_int = sym!("ncclGetVersion");
+    let mut version = 0;
+    // SAFETY: writes one int.
+    unsafe { get_version(&mut version) };
+    // SAFETY: optional symbol (NCCL >= 2.13).
+    let get_last_error = unsafe { lib.get::<unsafe extern "C" fn(NcclComm) -> *const c_char>(b"ncclGetLastError\0") }.ok().map(|s| *s);
+    Ok(Api {
+        version,
+        get_unique_id: sym!("ncclGetUniqueId"),
+        comm_init_rank: sym!("ncclCommInitRank"),
+        comm_destroy: sym!("ncclCommDestroy"),
+        comm_abort: sym!("ncclCommAbort"),
+        comm_get_async_error: sym!("ncclCommGetAsyncError"),
+        get_error_string: sym!("ncclGetErrorString"),
+        get_last_error,
+        all_reduce: sym!("ncclAllReduce"),
+        broadcast: sym!("ncclBroadcast"),
+        reduce: sym!("ncclReduce"),
+        all_gather: sym!("ncclAllGather"),
+        reduce_scatter: sym!("ncclReduceScatter"),
+        send: sym!("ncclSend"),
+        recv: sym!("ncclRecv"),
+        group_start: sym!("ncclGroupStart"),
+        group_end: sym!("ncclGroupEnd"),
+        _lib: lib,
+    })
+}
+
+fn api() -> Result<&'static Api> {
+    API.get_or_init(load).as_ref().map_err(|e| Error::BackendUnavailable(e.clone()))
+}
+
+/// Whether NCCL can be loaded here, and its version ("2.28.3"), or why not.
+pub fn available() -> std::result::Result<String, String> {
+    API.get_or_init(load).as_ref().map(|a| format!("{}.{}.{}", a.version / 10000, (a.version / 100) % 100, a.version % 100)).map_err(|e| e.clone())
+}
+
+fn check(api: &Api, comm: NcclComm, r: c_int, what: &str) -> Result<()> {
+    if r == 0 {
+        return Ok(());
+    }
+    // SAFETY: NCCL returns static strings.
+    let text = unsafe { CStr::from_ptr((api.get_error_string)(r)) }.to_string_lossy().into_owned();
+    let last = match api.get_last_error {
+        Some(f) if !comm.is_null() => {
+            // SAFETY: as above.
+            let s = unsafe { CStr::from_ptr(f(comm)) }.to_string_lossy().into_owned();
+            if s.is_empty() { String::new() } else { format!(": {s}") }
+        }
+        _ => String::new(),
+    };
+    Err(Error::Nccl(format!("{what} failed: {text} (ncclResult {r}){last}")))
+}
+
+/// NCCL's datatype for `d` (complex types go as their real component type).
+fn nccl_dtype(d: Dtype) -> c_int {
+    use Dtype::*;
+    match d {
+        GPUWIRE_INT8 => 0,
+        GPUWIRE_UINT8 => 1,
+        GPUWIRE_INT32 => 2,
+        GPUWIRE_UINT32 => 3,
+        GPUWIRE_INT64 => 4,
+        GPUWIRE_UINT64 => 5,
+        GPUWIRE_FLOAT16 => 6,
+        GPUWIRE_FLOAT32 | GPUWIRE_COMPLEX64 => 7,
+        GPUWIRE_FLOAT64 | GPUWIRE_COMPLEX128 => 8,
+        GPUWIRE_BFLOAT16 => 9,
+    }
+}
+
+/// Elements NCCL sees for `n` elements of `d` (a complex is two reals).
+fn nccl_count(d: Dtype, n: usize) -> usize {
+    if d.is_complex() { 2 * n } else { n }
+}
+
+/// NCCL's op for a reduction it performs correctly, or None when gpuwire must route it.
+fn nccl_op(d: Dtype, op: ReduceOp) -> Option<c_int> {
+    match op {
+        ReduceOp::GPUWIRE_SUM | ReduceOp::GPUWIRE_AVG => Some(0), // AVG: SUM, then divide
+        ReduceOp::GPUWIRE_PROD if !d.is_complex() => Some(1),
+        ReduceOp::GPUWIRE_MAX if !d.is_complex() => Some(2),
+        ReduceOp::GPUWIRE_MIN if !d.is_complex() => Some(3),
+        _ => None, // complex PROD, bitwise ops
+    }
+}
+
+/// Per-communicator NCCL state.
+pub struct NcclState {
+    comm: Mutex<NcclComm>,
+    device: i32,
+    /// The NCCL group isend/irecv opened and the next call closes.
+    open: Mutex<Option<Arc<Group>>>,
+}
+
+// SAFETY: the NCCL communicator is only used under the mutex (NCCL allows one thread at a time).
+unsafe impl Send for NcclState {}
+unsafe impl Sync for NcclState {}
+
+impl std::fmt::Debug for NcclState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "NcclState(device {})", self.device)
+    }
+}
+
+/// A group of point-to-point operations launched together.
+pub struct Group {
+    streams: Mutex<Vec<Stream>>,
+    done: Mutex<Option<Vec<(Stream, Event)>>>,
+}
+
+/// Host name and device UUID of every rank: who shares a GPU.
+pub fn shared_gpus(c: &Communicator, device: Option<i32>) -> Result<Option<String>> {
+    const HOST: usize = 64;
+    let mut mine = [0u8; HOST + 16];
+    let mut host = [0 as c_char; HOST];
+    // SAFETY: writes at most HOST bytes.
+    unsafe { libc::gethostname(host.as_mut_ptr(), HOST - 1) };
+    for (i, b) in host.iter().enumerate() {
+        mine[i] = *b as u8;
+    }
+    let has_uuid = match device {
+        Some(d) => match cudarc::driver::result::device::get(d).and_then(cudarc::driver::result::device::get_uuid) {
+            Ok(u) => {
+                for (i, b) in u.bytes.iter().enumerate() {
+                    mine[HOST + i] = *b as u8;
+                }
+                true
+            }
+            Err(_) => false,
+        },
+        None => false,
+    };
+    if !has_uuid {
+        // No device: a unique marker so this rank never "shares" a GPU.
+        mine[HOST..HOST + 4].copy_from_slice(&c.rank().to_le_bytes());
+        mine[HOST + 4..].fill(0xFF);
+    }
+    let p = c.size() as usize;
+    let mut all = vec![0u8; p * mine.len()];
+    // SAFETY: fixed-size records, one per rank.
+    mpisys::check(
+        unsafe {
+            sys::MPI_Allgather(mine.as_ptr().cast(), mine.len() as c_int, sys::RSMPI_UINT8_T, all.as_mut_ptr().cast(), mine.len() as c_int, sys::RSMPI_UINT8_T, c.raw())
+        },
+        "MPI_Allgather (host and device of every rank)",
+    )?;
+    let recs: Vec<&[u8]> = all.chunks(mine.len()).collect();
+    for a in 0..p {
+        for b in a + 1..p {
+            if recs[a] == recs[b] {
+                let host = String::from_utf8_lossy(&recs[a][..HOST]).trim_end_matches('\0').to_string();
+                let uuid: String = recs[a][HOST..].iter().map(|x| format!("{x:02x}")).collect();
+                return Ok(Some(format!("ranks {a} and {b} share one GPU (host {host}, GPU-{uuid}); NCCL needs a GPU per rank")));
+            }
+        }
+    }
+    Ok(None)
+}
+
+impl NcclState {
+    /// Collective: bootstraps the NCCL communicator over MPI.
+    pub fn new(c: &Communicator, device: i32) -> Result<NcclState> {
+        let api = api()?;
+        let mut id = UniqueId { internal: [0; 128] };
+        let got = if c.rank() == 0 {
+            // SAFETY: writes the id.
+            check(api, std::ptr::null_mut(), unsafe { (api.get_unique_id)(&mut id) }, "ncclGetUniqueId")
+        } else {
+            Ok(())
+        };
+        c.agree_on_result(got, "making the NCCL unique id")?;
+        // SAFETY: 128 bytes from rank 0 to all.
+        mpisys::check(
+            unsafe { sys::MPI_Bcast(id.internal.as_mut_ptr().cast(), 128, sys::RSMPI_UINT8_T, 0, c.raw()) },
+            "MPI_Bcast (NCCL unique id)",
+        )?;
+        let _g = CtxGuard::enter(device)?;
+        let mut comm: NcclComm = std::ptr::null_mut();
+        crate::trace!("nccl: ncclCommInitRank rank {} of {} on device {device}", c.rank(), c.size());
+        // SAFETY: every rank calls with the same id; collective.
+        check(api, std::ptr::null_mut(), unsafe { (api.comm_init_rank)(&mut comm, c.size(), id, c.rank()) }, "ncclCommInitRank")?;
+        Ok(NcclState { comm: Mutex::new(comm), device, open: Mutex::new(None) })
+    }
+
+    fn comm(&self) -> std::sync::MutexGuard<'_, NcclComm> {
+        self.comm.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Closes the open isend/irecv group, if any: launches its operations and records their
+    /// completion events.
+    fn close_group(&self) -> Result<()> {
+        let Some(g) = self.open.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+            return Ok(());
+        };
+        let api = api()?;
+        let comm = self.comm();
+        // SAFETY: closes the group this state opened on this thread.
+        check(api, *comm, unsafe { (api.group_end)() }, "ncclGroupEnd")?;
+        let mut evs = Vec::new();
+        for s in g.streams.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            let e = Event::new()?;
+            e.record(*s)?;
+            evs.push((*s, e));
+        }
+        *g.done.lock().unwrap_or_else(|p| p.into_inner()) = Some(evs);
+        Ok(())
+    }
+
+    /// The async error of the NCCL communicator (ncclSuccess = 0).
+    pub fn async_error(&self) -> Result<c_int> {
+        let api = api()?;
+        let comm = self.comm();
+        let mut e: c_int = 0;
+        // SAFETY: valid communicator.
+        check(api, *comm, unsafe { (api.comm_get_async_error)(*comm, &mut e) }, "ncclCommGetAsyncError")?;
+        Ok(e)
+    }
+
+    /// Waits for `stream` (up to the communicator's timeout, polling NCCL's async error).
+    fn finish(&self, c: &Communicator, stream: Stream, what: &str) -> Result<()> {
+        let Some(t) = c.config().timeout else { return Ok(()) };
+        let ev = Event::new()?;
+        ev.record(stream)?;
+        wait_event(self, c, &ev, Instant::now() + t, what)
+    }
+
+    /// Releases the NCCL communicator.
+    pub fn destroy(&mut self, abort: bool) {
+        let Ok(api) = api() else { return };
+        let comm = std::mem::replace(&mut *self.comm(), std::ptr::null_mut());
+        if comm.is_null() {
+            return;
+        }
+        let _ = self.close_group();
+        let _g = CtxGuard::enter(self.device);
+        // SAFETY: the communicator is not used after this.
+        unsafe {
+            if abort {
+                (api.comm_abort)(comm);
+            } else {
+                (api.comm_destroy)(comm);
+            }
+        }
+    }
+}
+
+/// Polls an event until done, the deadline passes (abort, broken communicator), or NCCL reports
+/// an asynchronous error.
+fn wait_event(st: &NcclState, c: &Communicator, ev: &Event, deadline: Instant, what: &str) -> Result<()> {
+    loop {
+        if ev.query()? {
+            return Ok(());
+        }
+        let e = st.async_error()?;
+        if e != 0 && e != 7 {
+            let api = api()?;
+            let err = check(api, *st.comm(), e, what).err().unwrap_or_else(|| Error::Nccl(what.into()));
+            abort(st, c, format!("{what}: NCCL reported an asynchronous error: {err}"));
+            return Err(err);
+        }
+        if Instant::now() >= deadline {
+            let t = c.config().timeout.map(|t| t.as_secs_f64()).unwrap_or(0.0);
+            let msg = format!("{what} did not complete within the communicator's timeout of {t:.3} s (did every rank make the matching call?); the NCCL communicator was aborted and this communicator is now broken");
+            abort(st, c, msg.clone());
+            return Err(Error::Timeout(msg));
+        }
+        std::thread::sleep(std::time::Duration::from_micros(100));
+    }
+}
+
+fn abort(st: &NcclState, c: &Communicator, why: String) {
+    if let Ok(api) = api() {
+        let comm = std::mem::replace(&mut *st.comm(), std::ptr::null_mut());
+        if !comm.is_null() {
+            // SAFETY: aborting a communicator whose operations hang; never used again.
+            unsafe { (api.comm_abort)(comm) };
+        }
+    }
+    c.mark_broken(why);
+}
+
+/// The NCCL path.
+pub struct NcclPath;
+
+struct Ctx<'a> {
+    c: &'a Communicator,
+    st: &'a NcclState,
+    api: &'static Api,
+    stream: Stream,
+    _g: CtxGuard,
+}
+
+fn enter<'a>(c: &'a Communicator, bufs: &[Option<&Buffer>], stream: Stream) -> Result<Ctx<'a>> {
+    for b in bufs.iter().flatten() {
+        devstate::check_device(c, b)?;
+    }
+    let st = c.backend_state.nccl()?;
+    let g = CtxGuard::enter(st.device)?;
+    st.close_group()?;
+    if st.comm().is_null() {
+        return Err(Error::CommBroken("the NCCL communicator was aborted".into()));
+    }
+    Ok(Ctx { c, st, api: api()?, stream, _g: g })
+}
+
+impl Ctx<'_> {
+    fn call(&self, what: &str, f: impl FnOnce(NcclComm) -> c_int) -> Result<()> {
+        let comm = self.st.comm();
+        let r = f(*comm);
+        check(self.api, *comm, r, what)
+    }
+    fn done(&self, what: &str) -> Result<()> {
+        self.st.finish(self.c, self.stream, what)
+    }
+    fn s(&self) -> *mut c_void {
+        self.stream.0 as *mut c_void
+    }
+    /// AVG's division (device kernel) after a SUM.
+    fn divide(&self, b: &Buffer, op: ReduceOp) -> Result<()> {
+        if op == ReduceOp::GPUWIRE_AVG {
+            ring::divide(self.st.device, Loc { ptr: b.ptr(), host: false }, b.count(), b.dtype(), self.c.size() as usize, self.stream)?;
+        }
+        Ok(())
+    }
+    fn group<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        // SAFETY: paired with group_end below on this thread.
+        check(self.api, std::ptr::null_mut(), unsafe { (self.api.group_start)() }, "ncclGroupStart")?;
+        let r = f();
+        // SAFETY: closes the group opened above.
+        let e = check(self.api, std::ptr::null_mut(), unsafe { (self.api.group_end)() }, "ncclGroupEnd");
+        let v = r?;
+        e?;
+        Ok(v)
+    }
+    fn send(&self, ptr: usize, n: usize, d: Dtype, peer: i32) -> Result<()> {
+        // SAFETY: device memory of n elements, kept alive by the caller until the stream passes.
+        self.call("ncclSend", |c| unsafe { (self.api.send)(ptr as *const c_void, nccl_count(d, n), nccl_dtype(d), peer, c, self.s()) })
+    }
+    fn recv(&self, ptr: usize, n: usize, d: Dtype, peer: i32) -> Result<()> {
+        // SAFETY: as above.
+        self.call("ncclRecv", |c| unsafe { (self.api.recv)(ptr as *mut c_void, nccl_count(d, n), nccl_dtype(d), peer, c, self.s()) })
+    }
+}
+
+/// A request of a grouped NCCL send or receive.
+struct GroupedPending {
+    group: Arc<Group>,
+    stream: Stream,
+    state: *const NcclState,
+    device: i32,
+}
+// SAFETY: the NCCL state belongs to the communicator the request keeps alive.
+unsafe impl Send for GroupedPending {}
+
+impl GroupedPending {
+    fn closed_event(&self) -> Result<bool> {
+        // SAFETY: see the Send impl.
+        let st = unsafe { &*self.state };
+        st.close_group()?;
+        let done = self.group.done.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(evs) = done.as_ref() else { return Ok(false) };
+        for (s, e) in evs {
+            if *s == self.stream {
+                return e.query();
+            }
+        }
+        Ok(true)
+    }
+}
+
+impl Pending for GroupedPending {
+    fn wait(&mut self) -> Result<()> {
+        let _g = CtxGuard::enter(self.device)?;
+        // SAFETY: see the Send impl.
+        unsafe { &*self.state }.close_group()?;
+        let done = self.group.done.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(evs) = done.as_ref() {
+            for (s, e) in evs {
+                if *s == self.stream {
+                    e.wait_host()?;
+                }
+            }
+        }
+        Ok(())
+    }
+    fn test(&mut self) -> Result<bool> {
+        let _g = CtxGuard::enter(self.device)?;
+        self.closed_event()
+    }
+}
+
+fn grouped(c: &Communicator, stream: Stream, post: impl FnOnce(&Ctx) -> Result<()>) -> Result<Box<dyn Pending>> {
+    let st = c.backend_state.nccl()?;
+    let _g = CtxGuard::enter(st.device)?;
+    if st.comm().is_null() {
+        return Err(Error::CommBroken("the NCCL communicator was aborted".into()));
+    }
+    let api = api()?;
+    let mut open = st.open.lock().unwrap_or_else(|p| p.into_inner());
+    let group = match open.as_ref() {
+        Some(g) => g.clone(),
+        None => {
+            // SAFETY: closed by close_group (next call on this communicator, or a wait/test).
+            check(api, std::ptr::null_mut(), unsafe { (api.group_start)() }, "ncclGroupStart")?;
+            let g = Arc::new(Group { streams: Mutex::new(Vec::new()), done: Mutex::new(None) });
+            *open = Some(g.clone());
+            g
+        }
+    };
+    {
+        let mut ss = group.streams.lock().unwrap_or_else(|p| p.into_inner());
+        if !ss.contains(&stream) {
+            ss.push(stream);
+        }
+    }
+    drop(open);
+    let cx = Ctx { c, st, api, stream, _g: CtxGuard::enter(st.device)? };
+    post(&cx)?;
+    Ok(Box::new(GroupedPending { group, stream, state: st as *const NcclState, device: st.device }))
+}
+
+/// The staged MPI path of this communicator, for what NCCL cannot do correctly (after closing
+/// any open NCCL group, so stream order is kept).
+fn via_mpi(c: &Communicator) -> Result<&'static mpi_staged::StagedPath> {
+    c.backend_state.nccl()?.close_group()?;
+    Ok(&mpi_staged::StagedPath)
+}
+
+fn inp<'a>(i: Input<'a>, recv: &'a Buffer) -> &'a Buffer {
+    match i {
+        Input::InPlace => recv,
+        Input::Buf(b) => b,
+    }
+}
+
+impl Path for NcclPath {
+    fn send(&self, c: &Communicator, buf: &Buffer, dest: i32, _tag: i32, stream: Stream) -> Result<()> {
+        let cx = enter(c, &[Some(buf)], stream)?;
+        cx.group(|| cx.send(buf.ptr(), buf.count(), buf.dtype(), dest))?;
+        cx.done("ncclSend")
+    }
+    fn recv(&self, c: &Communicator, buf: &Buffer, source: i32, _tag: i32, stream: Stream) -> Result<()> {
+        let cx = enter(c, &[Some(buf)], stream)?;
+        cx.group(|| cx.recv(buf.ptr(), buf.count(), buf.dtype(), source))?;
+        cx.done("ncclRecv")
+    }
+    fn isend(&self, c: &Communicator, buf: &Buffer, dest: i32, _tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
+        devstate::check_device(c, buf)?;
+        grouped(c, stream, |cx| cx.send(buf.ptr(), buf.count(), buf.dtype(), dest))
+    }
+    fn irecv(&self, c: &Communicator, buf: &Buffer, source: i32, _tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
+        devstate::check_device(c, buf)?;
+        grouped(c, stream, |cx| cx.recv(buf.ptr(), buf.count(), buf.dtype(), source))
+    }
+    fn sendrecv(&self, c: &Communicator, s: &Buffer, dest: i32, _st: i32, r: &Buffer, source: i32, _rt: i32, stream: Stream) -> Result<()> {
+        let cx = enter(c, &[Some(s), Some(r)], stream)?;
+        let proc_null = crate::ops::PROC_NULL;
+        cx.group(|| {
+            if dest != proc_null {
+                cx.send(s.ptr(), s.count(), s.dtype(), dest)?;
+            }
+            if source != proc_null {
+                cx.recv(r.ptr(), r.count(), r.dtype(), source)?;
+            }
+            Ok(())
+        })?;
+        cx.done("ncclSend/ncclRecv")
+    }
+    fn barrier(&self, c: &Communicator, stream: Stream) -> Result<()> {
+        // An MPI barrier after the stream's earlier work (NCCL has none).
+        let st = c.backend_state.nccl()?;
+        st.close_group()?;
+        let _g = CtxGuard::enter(st.device)?;
+        device::sync(stream)?;
+        crate::backend::host::barrier(c)
+    }
+    fn bcast(&self, c: &Communicator, buf: &Buffer, root: i32, stream: Stream) -> Result<()> {
+        let cx = enter(c, &[Some(buf)], stream)?;
+        let (d, n) = (buf.dtype(), buf.count());
+        // SAFETY: device buffer of n elements on every rank.
+        cx.call("ncclBroadcast", |cm| unsafe {
+            (cx.api.broadcast)(buf.ptr() as *const c_void, buf.ptr() as *mut c_void, nccl_count(d, n), nccl_dtype(d), root, cm, cx.s())
+        })?;
+        cx.done("ncclBroadcast")
+    }
+    fn reduce(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, op: ReduceOp, root: i32, stream: Stream) -> Result<()> {
+        let sb = match (send, recv) {
+            (Input::Buf(b), _) => b,
+            (Input::InPlace, Some(r)) => r,
+            _ => return Err(Error::Internal("in-place reduce off the root".into())),
+        };
+        let (d, n) = (sb.dtype(), sb.count());
+        let Some(nop) = nccl_op(d, op) else {
+            return via_mpi(c)?.reduce(c, send, recv, op, root, stream);
+        };
+        let cx = enter(c, &[Some(sb), recv], stream)?;
+        let rp = recv.map_or(std::ptr::null_mut(), |r| r.ptr() as *mut c_void);
+        // SAFETY: device buffers of n elements (recv at the root).
+        cx.call("ncclReduce", |cm| unsafe { (cx.api.reduce)(sb.ptr() as *const c_void, rp, nccl_count(d, n), nccl_dtype(d), nop, root, cm, cx.s()) })?;
+        if let Some(r) = recv {
+            cx.divide(r, op)?;
+        }
+        cx.done("ncclReduce")
+    }
+    fn allreduce(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()> {
+        let sb = inp(send, recv);
+        let (d, n) = (recv.dtype(), recv.count());
+        let Some(nop) = nccl_op(d, op) else {
+            return via_mpi(c)?.allreduce(c, send, recv, op, stream);
+        };
+        let cx = enter(c, &[Some(sb), Some(recv)], stream)?;
+        // SAFETY: device buffers of n elements.
+        cx.call("ncclAllReduce", |cm| unsafe {
+            (cx.api.all_reduce)(sb.ptr() as *const c_void, recv.ptr() as *mut c_void, nccl_count(d, n), nccl_dtype(d), nop, cm, cx.s())
+        })?;
+        cx.divide(recv, op)?;
+        cx.done("ncclAllReduce")
+    }
+    fn allgather(&self, c: &Communicator, send: Input, recv: &Buffer, stream: Stream) -> Result<()> {
+        let n = recv.count() / c.size() as usize;
+        let d = recv.dtype();
+        let sp = match send {
+            Input::InPlace => recv.ptr() + c.rank() as usize * n * d.size(),
+            Input::Buf(b) => b.ptr(),
+        };
+        let cx = enter(c, &[mpi_staged::input_buf(send), Some(recv)], stream)?;
+        // SAFETY: send n elements, recv size x n (NCCL accepts the in-place layout).
+        cx.call("ncclAllGather", |cm| unsafe { (cx.api.all_gather)(sp as *const c_void, recv.ptr() as *mut c_void, nccl_count(d, n), nccl_dtype(d), cm, cx.s()) })?;
+        cx.done("ncclAllGather")
+    }
+    fn allgatherv(&self, c: &Communicator, send: Input, recv: &Buffer, counts: &[usize], stream: Stream) -> Result<()> {
+        let d = recv.dtype();
+        let es = d.size();
+        let me = c.rank() as usize;
+        let cx = enter(c, &[mpi_staged::input_buf(send), Some(recv)], stream)?;
+        let mut off = 0;
+        let mut offs = Vec::with_capacity(counts.len());
+        for n in counts {
+            offs.push(off);
+            off += n;
+        }
+        let (sp, sn) = match send {
+            Input::InPlace => (recv.ptr() + offs[me] * es, counts[me]),
+            Input::Buf(b) => (b.ptr(), b.count()),
+        };
+        cx.group(|| {
+            for (q, (&n, &o)) in counts.iter().zip(&offs).enumerate() {
+                if q != me && sn > 0 {
+                    cx.send(sp, sn, d, q as i32)?;
+                }
+                if q != me && n > 0 {
+                    cx.recv(recv.ptr() + o * es, n, d, q as i32)?;
+                }
+            }
+            Ok(())
+        })?;
+        if let Input::Buf(b) = send {
+            ring::copy(Loc { ptr: recv.ptr() + offs[me] * es, host: false }, Loc { ptr: b.ptr(), host: b.is_host() }, b.bytes(), stream)?;
+        }
+        cx.done("allgatherv")
+    }
+    fn reduce_scatter(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()> {
+        let Input::Buf(sb) = send else { return Err(Error::Internal("in-place reduce_scatter".into())) };
+        let (d, n) = (recv.dtype(), recv.count());
+        let Some(nop) = nccl_op(d, op) else {
+            return via_mpi(c)?.reduce_scatter(c, send, recv, op, stream);
+        };
+        let cx = enter(c, &[Some(sb), Some(recv)], stream)?;
+        // SAFETY: send size x n, recv n elements.
+        cx.call("ncclReduceScatter", |cm| unsafe {
+            (cx.api.reduce_scatter)(sb.ptr() as *const c_void, recv.ptr() as *mut c_void, nccl_count(d, n), nccl_dtype(d), nop, cm, cx.s())
+        })?;
+        cx.divide(recv, op)?;
+        cx.done("ncclReduceScatter")
+    }
+    fn alltoall(&self, c: &Communicator, send: Input, recv: &Buffer, stream: Stream) -> Result<()> {
+        let p = c.size() as usize;
+        let d = recv.dtype();
+        let k = recv.count() / p;
+        let bytes = k * d.size();
+        let cx = enter(c, &[mpi_staged::input_buf(send), Some(recv)], stream)?;
+        // In place: send from a device copy of the input.
+        let src = match send {
+            Input::Buf(b) => b.ptr(),
+            Input::InPlace => {
+                let mut st = c.backend_state.dev()?;
+                let tmp = st.dev[1].get(recv.bytes())?;
+                device::copy_async(tmp, recv.ptr(), recv.bytes(), stream)?;
+                tmp
+            }
+        };
+        cx.group(|| {
+            for q in 0..p {
+                cx.send(src + q * bytes, k, d, q as i32)?;
+                cx.recv(recv.ptr() + q * bytes, k, d, q as i32)?;
+            }
+            Ok(())
+        })?;
+        cx.done("alltoall")
+    }
+    fn gather(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, root: i32, stream: Stream) -> Result<()> {
+        let p = c.size() as usize;
+        let me = c.rank() as usize;
+        let (d, n) = match (send, recv) {
+            (Input::Buf(b), _) => (b.dtype(), b.count()),
+            (Input::InPlace, Some(r)) => (r.dtype(), r.count() / p),
+            _ => return Err(Error::Internal("in-place gather off the root".into())),
+        };
+        let bytes = n * d.size();
+        let cx = enter(c, &[mpi_staged::input_buf(send), recv], stream)?;
+        cx.group(|| {
+            if let Input::Buf(b) = send {
+                if me as i32 != root {
+                    cx.send(b.ptr(), n, d, root)?;
+                }
+            }
+            if let Some(r) = recv {
+                for q in 0..p {
+                    if q != me {
+                        cx.recv(r.ptr() + q * bytes, n, d, q as i32)?;
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        if let (Input::Buf(b), Some(r)) = (send, recv) {
+            ring::copy(Loc { ptr: r.ptr() + me * bytes, host: false }, Loc { ptr: b.ptr(), host: b.is_host() }, bytes, stream)?;
+        }
+        cx.done("gather")
+    }
+    fn scatter(&self, c: &Communicator, send: Option<&Buffer>, recv: Input, root: i32, stream: Stream) -> Result<()> {
+        let p = c.size() as usize;
+        let me = c.rank() as usize;
+        let (d, n) = match (recv, send) {
+            (Input::Buf(b), _) => (b.dtype(), b.count()),
+            (Input::InPlace, Some(s)) => (s.dtype(), s.count() / p),
+            _ => return Err(Error::Internal("in-place scatter off the root".into())),
+        };
+        let bytes = n * d.size();
+        let cx = enter(c, &[send, mpi_staged::input_buf(recv)], stream)?;
+        cx.group(|| {
+            if let Some(s) = send {
+                for q in 0..p {
+                    if q != me {
+                        cx.send(s.ptr() + q * bytes, n, d, q as i32)?;
+                    }
+                }
+            }
+            if let Input::Buf(r) = recv {
+                if me as i32 != root {
+                    cx.recv(r.ptr(), n, d, root)?;
+                }
+            }
+            Ok(())
+        })?;
+        if let (Some(s), Input::Buf(r)) = (send, recv) {
+            ring::copy(Loc { ptr: r.ptr(), host: r.is_host() }, Loc { ptr: s.ptr() + me * bytes, host: false }, bytes, stream)?;
+        }
+        cx.done("scatter")
+    }
+}
