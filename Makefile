@@ -90,6 +90,7 @@ test-header:
 test-rust:
 	@echo "== 2. cargo test (Open MPI) =="
 	GPUWIRE_MPIEXEC=mpirun cargo test
+	bash scripts/nvrtc-check.sh
 
 # 3. C tests and examples against Open MPI.
 test-c:

@@ -12,7 +12,7 @@
 set -euo pipefail
 
 packages=(libopenmpi-dev openmpi-bin libclang-dev libmpich-dev mpich gfortran python3
-    python3-numpy python3-mpi4py cmake pkg-config g++ make)
+    python3-numpy python3-mpi4py python3-pip cmake pkg-config g++ make)
 min_rust=1.85
 
 have() { command -v "$1" > /dev/null 2>&1; }
@@ -47,6 +47,7 @@ check_all() {
     check "c++" have c++
     check "gfortran" have gfortran
     check "python3" have python3
+    check "pip (python3 -m pip)" python3 -m pip --version
     check "cmake" have cmake
     check "pkg-config" have pkg-config
     check "make" have make
