@@ -16,6 +16,7 @@ packages=(libopenmpi-dev openmpi-bin libclang-dev libmpich-dev mpich gfortran py
 min_rust=1.85
 
 have() { command -v "$1" > /dev/null 2>&1; }
+has_pip() { python3 -m pip --version > /dev/null 2>&1; }
 is_open_mpi() { # mpicc and mpirun must be Open MPI's (an alternatives switch can point them at MPICH)
     have mpicc && have mpirun && mpirun --version 2>&1 | grep -q "Open MPI" \
         && mpicc --showme:version > /dev/null 2>&1
@@ -47,7 +48,7 @@ check_all() {
     check "c++" have c++
     check "gfortran" have gfortran
     check "python3" have python3
-    check "pip (python3 -m pip)" python3 -m pip --version
+    check "pip (python3 -m pip)" has_pip
     check "cmake" have cmake
     check "pkg-config" have pkg-config
     check "make" have make
