@@ -13,6 +13,11 @@ mkdir -p "$OUTDIR"
 LOG=$OUTDIR/gpu-run.log
 : > "$LOG"
 nvidia-smi -L | tee -a "$LOG"
+NGPU=$(nvidia-smi -L | grep -c '^GPU')
+# The single-GPU runs use GPU 0 only, also on a machine with more (then ranks share it, as the
+# one-GPU machine's tests expect). NCCL_NVLS_ENABLE=0 stays as the machine sets it.
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
+export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 stock() { env -u OPAL_PREFIX PATH=/usr/bin:/bin LD_LIBRARY_PATH="$B" "$@"; }
 KIT=/tmp/k/ompi-cuda
 kit() {
@@ -25,7 +30,7 @@ LIMIT=${GPUWIRE_GPU_CASE_LIMIT:-150}
 gputest() { # label launcher cases [extra -x vars]: one mpirun, killed after $LIMIT s
   local label=$1 launcher=$2 cases=$3; shift 3
   echo "=== $label: $cases" | tee -a "$LOG"
-  GPUWIRE_GPU_TEST=$cases $launcher timeout -k 5 "$LIMIT" $np2 -x GPUWIRE_GPU_TEST -x GPUWIRE_GPU_TEST_VERBOSE -x GPUWIRE_DEBUG "$@" "$B/gpu-tests" 2>&1 \
+  GPUWIRE_GPU_TEST=$cases $launcher timeout -k 5 "$LIMIT" $np2 -x GPUWIRE_GPU_TEST -x GPUWIRE_GPU_TEST_VERBOSE -x GPUWIRE_DEBUG -x CUDA_VISIBLE_DEVICES -x NCCL_NVLS_ENABLE "$@" "$B/gpu-tests" 2>&1 \
     | stdbuf -oL sed -u "s/^/[$label] /" | tee -a "$LOG"
   local rc=${PIPESTATUS[0]}
   [ "$rc" = 0 ] || echo "[$label] RESULT FAIL run rank - exited with status $rc (124 = killed after ${LIMIT}s)" | tee -a "$LOG"
@@ -47,12 +52,26 @@ fi
 example() { # label launcher np binary args...
   local label=$1 launcher=$2 np=$3; shift 3
   echo "=== example $label" | tee -a "$LOG"
-  $launcher timeout -k 5 "$LIMIT" mpirun -np "$np" --oversubscribe --bind-to none -x GPUWIRE_BACKEND "$@" 2>&1 \
+  $launcher timeout -k 5 "$LIMIT" mpirun -np "$np" --oversubscribe --bind-to none -x GPUWIRE_BACKEND -x CUDA_VISIBLE_DEVICES -x NCCL_NVLS_ENABLE "$@" 2>&1 \
     | grep -v "cuMemHostRegister\|^ *$" | tail -14 | sed "s/^/[$label] /" | tee -a "$LOG"
   local rc=${PIPESTATUS[0]}
   if [ "$rc" = 0 ]; then echo "[$label] RESULT PASS example rank - ok" | tee -a "$LOG"
   else echo "[$label] RESULT FAIL example rank - exited with status $rc" | tee -a "$LOG"; fi
 }
+if has multi; then
+  if [ "$NGPU" -lt 2 ]; then
+    echo "[multi] RESULT FAIL setup rank - this machine has $NGPU GPU(s); the multi-GPU runs need 2 or more" | tee -a "$LOG"
+  else
+    # One rank per GPU: AUTO picks NCCL. Every operation x datatype x op, the stream-ordering and
+    # other cases, mismatched counts with checking on, another device current, then a timeout.
+    all=$(seq -s, 0 $((NGPU - 1)))
+    CUDA_VISIBLE_DEVICES=$all GPUWIRE_GPU_TEST_NP=$NGPU np2="mpirun -np $NGPU --oversubscribe --bind-to none" \
+      gputest multi-nccl stock ops,c12,c13,c14,c16,c17,mismatch,otherdev,timeout -x GPUWIRE_GPU_TEST_NP
+    CUDA_VISIBLE_DEVICES=$all GPUWIRE_BACKEND=mpi_cuda_aware GPUWIRE_GPU_TEST_NP=$NGPU np2="mpirun -np $NGPU --oversubscribe --bind-to none" \
+      gputest multi-cuda-aware kit ops,c13 -x GPUWIRE_GPU_TEST_NP -x GPUWIRE_BACKEND
+    CUDA_VISIBLE_DEVICES=$all example cg-device-nccl-multi stock "$NGPU" "$B/cg_poisson_device" 768 "$NGPU"
+  fi
+fi
 if has examples; then
   # The main job, host and device, on the same grid: iterations and error must agree.
   example cg-host stock 2 "$B/cg_poisson" 768 2

@@ -423,6 +423,100 @@ fn c15_shared_gpu_nccl(cx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
+fn mismatch_checked(cx: &Ctx) -> Result<(), String> {
+    // Checking on: each rank passes its own length of the [4,3,3]-style split; every rank must get
+    // COUNT_MISMATCH quickly and nothing may be reduced.
+    let mut cfg: gpuwire_config = unsafe { std::mem::zeroed() };
+    ok(gpuwire_config_init(&mut cfg), "config_init");
+    cfg.check = 1;
+    let mut comm = 0;
+    ok(gpuwire_comm_world(&cfg, &mut comm), "comm_world");
+    let n = 10 / cx.size as usize + usize::from((cx.rank as usize) < 10 % cx.size as usize);
+    let n = if cx.size == 1 { n } else { n + cx.rank as usize }; // make the counts differ
+    let b = dev_alloc(n, Dtype::GPUWIRE_FLOAT64);
+    upload(b, &(0..n).flat_map(|_| 1.0f64.to_le_bytes()).collect::<Vec<u8>>());
+    let t0 = Instant::now();
+    let st = gpuwire_allreduce(comm, b, b, ReduceOp::GPUWIRE_SUM as i32, cx.stream as *mut c_void);
+    let secs = t0.elapsed().as_secs_f64();
+    if cx.size > 1 && st != Status::GPUWIRE_ERROR_COUNT_MISMATCH {
+        return Err(format!("mismatched counts gave {st:?}, expected COUNT_MISMATCH"));
+    }
+    if secs > 1.0 {
+        return Err(format!("the mismatch took {secs:.2} s to report"));
+    }
+    if download(b, n * 8).chunks(8).any(|c| f64::from_le_bytes(c.try_into().unwrap()) != 1.0) && cx.size > 1 {
+        return Err("data was reduced despite the mismatch".into());
+    }
+    gpuwire_buffer_free(b);
+    gpuwire_comm_free(comm);
+    Ok(())
+}
+
+fn timeout_skipped_collective(cx: &Ctx) -> Result<(), String> {
+    // Timeout 2 s: the last rank skips an allreduce; the others must get TIMEOUT within about the
+    // deadline (no hang), and the communicator is broken afterwards.
+    let mut cfg: gpuwire_config = unsafe { std::mem::zeroed() };
+    ok(gpuwire_config_init(&mut cfg), "config_init");
+    cfg.timeout_seconds = 2.0;
+    let mut comm = 0;
+    ok(gpuwire_comm_world(&cfg, &mut comm), "comm_world");
+    let b = dev_alloc(1 << 20, Dtype::GPUWIRE_FLOAT32);
+    let skipper = cx.size - 1;
+    if cx.rank != skipper {
+        let t0 = Instant::now();
+        let st = gpuwire_allreduce(comm, b, b, ReduceOp::GPUWIRE_SUM as i32, cx.stream as *mut c_void);
+        let secs = t0.elapsed().as_secs_f64();
+        if st != Status::GPUWIRE_ERROR_TIMEOUT {
+            return Err(format!("a skipped collective gave {st:?}, expected TIMEOUT"));
+        }
+        if !(1.5..10.0).contains(&secs) {
+            return Err(format!("the timeout came after {secs:.2} s (deadline 2 s)"));
+        }
+        println!("rank {}: timeout after {secs:.2} s: {}", cx.rank, last_error());
+        let st = gpuwire_allreduce(comm, b, b, ReduceOp::GPUWIRE_SUM as i32, cx.stream as *mut c_void);
+        if st != Status::GPUWIRE_ERROR_COMM_BROKEN {
+            return Err(format!("a call after the timeout gave {st:?}, expected COMM_BROKEN"));
+        }
+    }
+    gpuwire_buffer_free(b);
+    // The broken communicator is freed locally; MPI itself was never blocked.
+    gpuwire_comm_free(comm);
+    Ok(())
+}
+
+fn other_device_current(cx: &Ctx) -> Result<(), String> {
+    // The calling thread has another device's context current; gpuwire must use the
+    // communicator's own device and restore the caller's context.
+    let mut count = 0;
+    cuok(unsafe { cu::cuDeviceGetCount(&mut count) }, "cuDeviceGetCount");
+    let mut mine = 0;
+    ok(gpuwire_comm_device(cx.comm, &mut mine), "comm_device");
+    let other = (mine + 1) % count;
+    let b = dev_alloc(1000, Dtype::GPUWIRE_FLOAT32);
+    upload(b, &(0..1000).flat_map(|_| 2.0f32.to_le_bytes()).collect::<Vec<u8>>());
+    let odev = cudarc::driver::result::device::get(other).map_err(|e| format!("{e:?}"))?;
+    let octx = unsafe { cudarc::driver::result::primary_ctx::retain(odev) }.map_err(|e| format!("{e:?}"))?;
+    let mut before: cu::CUcontext = std::ptr::null_mut();
+    unsafe { cu::cuCtxGetCurrent(&mut before) };
+    unsafe { cudarc::driver::result::ctx::set_current(octx) }.map_err(|e| format!("{e:?}"))?;
+    let st = gpuwire_allreduce(cx.comm, b, b, ReduceOp::GPUWIRE_SUM as i32, std::ptr::null_mut());
+    let mut after: cu::CUcontext = std::ptr::null_mut();
+    unsafe { cu::cuCtxGetCurrent(&mut after) };
+    unsafe { cudarc::driver::result::ctx::set_current(before) }.ok();
+    if st != Status::GPUWIRE_SUCCESS {
+        return Err(format!("allreduce with device {other} current: {st:?}: {}", last_error()));
+    }
+    if after != octx {
+        return Err("gpuwire did not restore the caller's current context".into());
+    }
+    let want = 2.0f32 * cx.size as f32;
+    if download(b, 4000).chunks(4).any(|c| f32::from_le_bytes(c.try_into().unwrap()) != want) {
+        return Err("allreduce with another device current gave wrong values".into());
+    }
+    gpuwire_buffer_free(b);
+    Ok(())
+}
+
 fn c12_stream_ordering(cx: &Ctx) -> Result<(), String> {
     let n = 1usize << 24;
     let buf = dev_alloc(n, Dtype::GPUWIRE_FLOAT32);
@@ -652,6 +746,9 @@ fn main() {
                 r
             }
             "c15" => c15_shared_gpu_nccl(&cx),
+            "mismatch" => mismatch_checked(&cx),
+            "timeout" => timeout_skipped_collective(&cx),
+            "otherdev" => other_device_current(&cx),
             "c17" => c17_seed_demo(&cx),
             other => Err(format!("unknown case {other}")),
         };
