@@ -422,6 +422,8 @@ struct HostRow {
 }
 
 const SMALL_TARGET: usize = 8;
+/// Bytes in flight in one window of the bw test (at most 64 messages).
+const BW_WINDOW_BYTES: usize = 16 << 20;
 const LARGE_TARGET: usize = 64 << 10;
 
 /// Paired statistics of interleaved blocks: (median of gw_i / raw_i, median of gw_i - raw_i).
@@ -482,10 +484,11 @@ fn host_mode(o: &Opts) {
     if m.rank == 0 {
         out(&format!("# gpuwire-bench host: {} ranks, float32 host buffers, {} .. {}", m.size, human(o.min_bytes), human(max)));
         out(&format!("# gpuwire: {}", describe(comm)));
-        out(&format!("# each block about {:.1} ms of iterations (--iters-scale {}), {reps} repetitions per variant", target_s * 1e3, o.iters_scale));
+        out(&format!("# each block about {:.1} ms of iterations ({:.1} ms for bw; --iters-scale {}), {reps} repetitions per variant", target_s * 1e3, 3.0 * target_s * 1e3, o.iters_scale));
         out("# targets: at >= 64 KiB gpuwire within 3 % of raw MPI (ratio <= 1.03); at 8 B at most 0.5 us added");
     }
-    let n_max = max / 4;
+    // bw's window of messages takes up to 16 MiB (or one message of the largest size).
+    let n_max = if o.ops.contains(&"bw") { max.max(BW_WINDOW_BYTES) / 4 } else { max / 4 };
     let sb = alloc(n_max, Space::GPUWIRE_SPACE_HOST, -1);
     let rb = alloc(n_max, Space::GPUWIRE_SPACE_HOST, -1);
     fill_host(sb, n_max, (m.rank + 1) as f32);
@@ -567,7 +570,7 @@ fn host_mode(o: &Opts) {
                 "bw" => {
                     // OSU osu_bw: rank 0 streams a window of messages (distinct slices of one
                     // buffer), rank 1 acknowledges the window with one small message.
-                    let window = ((16usize << 20) / bytes).clamp(1, 64).min(n_max / n);
+                    let window = (BW_WINDOW_BYTES / bytes).clamp(1, 64);
                     extra = format!("{window:>6} ");
                     let (sv, rv): (Vec<gpuwire_buffer>, Vec<gpuwire_buffer>) = (0..window).map(|i| (view(sb, i * n, n), view(rb, i * n, n))).unzip();
                     let ack = view(sb, 0, 1);
@@ -611,7 +614,8 @@ fn host_mode(o: &Opts) {
                             }
                         }
                     };
-                    let iters = calibrate(&m, target_s, 100_000, &mut w);
+                    // Longer blocks: a window is one long burst, fewer of them fit in a block.
+                    let iters = calibrate(&m, 3.0 * target_s, 100_000, &mut w);
                     block(&m, iters.div_ceil(4), &mut g);
                     if rank == 1 && (host_value(rv[window - 1], 0) != 1.0 || host_value(rv[window - 1], n - 1) != 1.0) {
                         bad += 1;
