@@ -885,3 +885,50 @@ fn main() {
         Some(b) => device_mode(&o, b),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn byte_counts_take_suffixes() {
+        assert_eq!(parse_bytes("8").unwrap(), 8);
+        assert_eq!(parse_bytes("64K").unwrap(), 64 << 10);
+        assert_eq!(parse_bytes("256M").unwrap(), 256 << 20);
+        assert_eq!(parse_bytes("1MiB").unwrap(), 1 << 20);
+        assert_eq!(parse_bytes("2g").unwrap(), 2 << 30);
+        assert!(parse_bytes("lots").is_err());
+    }
+
+    #[test]
+    fn options_and_sizes() {
+        let o = parse(&args("host --op allreduce --max-bytes 64 --iters-scale 0.5")).unwrap();
+        assert_eq!(o.ops, vec!["allreduce"]);
+        assert_eq!(sizes(&o), vec![8, 16, 32, 64]);
+        assert_eq!(o.iters_scale, 0.5);
+        let o = parse(&args("host")).unwrap();
+        assert_eq!(o.ops, vec!["sendrecv", "allreduce", "bw"]);
+        assert_eq!(*sizes(&o).last().unwrap(), 64 << 20);
+        let o = parse(&args("device --backend raw-cuda-aware --op=sendrecv")).unwrap();
+        assert_eq!(o.device, Some(DevBackend::RawCudaAware));
+        assert_eq!(o.ops, vec!["sendrecv"]);
+        assert_eq!(*sizes(&o).last().unwrap(), 256 << 20);
+        assert!(parse(&args("device")).is_err(), "device mode needs --backend");
+        assert!(parse(&args("host --op bcast")).is_err());
+        assert!(parse(&args("host --backend staged")).is_err(), "--backend is for device mode");
+        assert!(parse(&args("host --min-bytes 6")).is_err());
+    }
+
+    #[test]
+    fn medians_and_pairs() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        let (ratio, added) = paired(&[1.0, 2.0, 4.0], &[1.1, 2.2, 4.4]);
+        assert!((ratio - 1.1).abs() < 1e-12);
+        assert!((added - 0.2).abs() < 1e-12);
+    }
+}
