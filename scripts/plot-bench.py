@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""Plots the GPU benchmark's CSV (scripts/gpu-bench.sh writes it as $OUT/bench.csv): bandwidth
+(bytes / median time) against message size, log-log, one line per method; one panel for
+allreduce and one for send/recv (one way).
+
+    python3 scripts/plot-bench.py bench.csv [-o docs/bench-device.png]
+
+Needs matplotlib (`python3 -m venv .venv && .venv/bin/pip install matplotlib`, then run it
+with .venv/bin/python).
+"""
+
+import argparse
+import csv
+import sys
+
+STYLE = {
+    "gpuwire-staged": dict(color="tab:blue", marker="o"),
+    "gpuwire-cuda_aware": dict(color="tab:green", marker="o"),
+    "raw-cuda-aware": dict(color="tab:red", marker="s"),
+    "mpi4py-cupy-plain": dict(color="tab:orange", marker="^"),
+    "mpi4py-cupy-careful": dict(color="tab:purple", marker="^"),
+    "host-gpuwire": dict(color="tab:gray", marker=".", linestyle="--"),
+    "host-raw": dict(color="black", marker=".", linestyle=":"),
+}
+OPS = [("allreduce", "allreduce (float32 sum)"), ("sendrecv", "send/recv, one way")]
+
+
+def size_label(b):
+    for unit, shift in (("G", 30), ("M", 20), ("K", 10)):
+        if b >= 1 << shift:
+            return f"{b >> shift}{unit}"
+    return str(b)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("csv")
+    ap.add_argument("-o", "--output", default="docs/bench-device.png")
+    ap.add_argument("--title", default="gpuwire-bench device: 2 ranks on one H200, float32, median")
+    args = ap.parse_args()
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("plot-bench.py needs matplotlib: python3 -m venv .venv && .venv/bin/pip install matplotlib", file=sys.stderr)
+        return 2
+    data = {}
+    with open(args.csv, newline="") as f:
+        for row in csv.DictReader(f):
+            b, us = int(row["bytes"]), float(row["median_us"])
+            if us > 0:
+                data.setdefault((row["op"], row["label"]), []).append((b, b / us / 1e3))  # GB/s
+    if not data:
+        print(f"plot-bench.py: no rows in {args.csv}", file=sys.stderr)
+        return 1
+    order = list(STYLE) + sorted({l for _, l in data} - set(STYLE))
+    fig, axes = plt.subplots(1, len(OPS), figsize=(13, 5.2), sharey=True)
+    for ax, (op, title) in zip(axes, OPS):
+        sizes = set()
+        for label in order:
+            pts = sorted(data.get((op, label), []))
+            if not pts:
+                continue
+            sizes.update(b for b, _ in pts)
+            ax.plot([b for b, _ in pts], [g for _, g in pts], label=label, linewidth=1.5, markersize=4, **STYLE.get(label, {}))
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ticks = sorted(sizes)[::2]
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([size_label(t) for t in ticks], rotation=45)
+        ax.set_xlabel("message size (bytes)")
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    axes[0].set_ylabel("bandwidth, bytes / median time (GB/s)")
+    fig.suptitle(args.title)
+    fig.tight_layout()
+    fig.savefig(args.output, dpi=120)
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
