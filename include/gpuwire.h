@@ -485,7 +485,8 @@ extern "C" {
 /**
  * Allocates an owned buffer of `count` elements of `dtype` (a gpuwire_dtype) in `space` (a
  * gpuwire_space other than AUTO), zero-filled. `device` is the CUDA device for DEVICE, PINNED
- * and MANAGED memory (-1 = device 0) and is ignored for HOST. Host memory is 64-byte aligned.
+ * and MANAGED memory (-1 = the device of the calling thread's current CUDA context, else device
+ * 0; pass `gpuwire_comm_device`'s answer to match a communicator) and is ignored for HOST. Host memory is 64-byte aligned.
  * The memory is freed when the handle is freed and no view or pending request uses it.
  *
  * Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`out`),

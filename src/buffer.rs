@@ -80,7 +80,7 @@ fn bytes_of(count: usize, dtype: Dtype) -> Result<usize> {
 
 impl Buffer {
     /// gpuwire_buffer_alloc: `count` zeroed elements of `dtype` in `space` on `device` (-1 = the
-    /// current device is not used: device 0 for DEVICE/PINNED/MANAGED, none for HOST).
+    /// device of the calling thread's current CUDA context, else device 0; ignored for HOST).
     pub fn alloc(count: i64, dtype: Dtype, space: Space, device: i32) -> Result<Buffer> {
         let count = count_from_c(count, "gpuwire_buffer_alloc")?;
         let bytes = bytes_of(count, dtype)?;
@@ -105,7 +105,7 @@ impl Buffer {
                     }
                     other => other,
                 })?;
-                let device = device.max(0);
+                let device = if device >= 0 { device } else { device::current_device()?.unwrap_or(0) };
                 if bytes == 0 {
                     device::primary_context(device)?; // validates the ordinal
                     return Ok(Buffer { ptr: 0, count: 0, dtype, space, device, storage: Storage::Empty });

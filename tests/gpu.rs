@@ -112,13 +112,19 @@ fn dev_alloc(count: usize, dtype: Dtype) -> gpuwire_buffer {
     b
 }
 
+/// The stream the cases run their operations on: uploads and downloads go on it too, so they
+/// are ordered after asynchronous (NCCL) operations, as a user's own copies would be.
+static STREAM: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 fn upload(b: gpuwire_buffer, bytes: &[u8]) {
-    ok(gpuwire_buffer_copy_from_host(b, bytes.as_ptr().cast(), std::ptr::null_mut()), "copy_from_host");
+    let s = STREAM.load(std::sync::atomic::Ordering::Relaxed) as *mut c_void;
+    ok(gpuwire_buffer_copy_from_host(b, bytes.as_ptr().cast(), s), "copy_from_host");
 }
 
 fn download(b: gpuwire_buffer, nbytes: usize) -> Vec<u8> {
     let mut v = vec![0u8; nbytes];
-    ok(gpuwire_buffer_copy_to_host(b, v.as_mut_ptr().cast(), std::ptr::null_mut()), "copy_to_host");
+    let s = STREAM.load(std::sync::atomic::Ordering::Relaxed) as *mut c_void;
+    ok(gpuwire_buffer_copy_to_host(b, v.as_mut_ptr().cast(), s), "copy_to_host");
     v
 }
 
@@ -414,7 +420,7 @@ fn c15_shared_gpu_nccl(cx: &Ctx) -> Result<(), String> {
     }
     let v = dev_alloc(1000, Dtype::GPUWIRE_FLOAT32);
     upload(v, &(0..1000).flat_map(|_| 1.5f32.to_le_bytes()).collect::<Vec<u8>>());
-    ok(gpuwire_allreduce(cx.comm, v, v, ReduceOp::GPUWIRE_SUM as i32, std::ptr::null_mut()), "allreduce");
+    ok(gpuwire_allreduce(cx.comm, v, v, ReduceOp::GPUWIRE_SUM as i32, cx.stream as *mut c_void), "allreduce");
     let want = 1.5f32 * cx.size as f32;
     if download(v, 4000).chunks(4).any(|c| f32::from_le_bytes(c.try_into().unwrap()) != want) {
         return Err("AUTO allreduce SUM is wrong".into());
@@ -499,7 +505,7 @@ fn other_device_current(cx: &Ctx) -> Result<(), String> {
     let mut before: cu::CUcontext = std::ptr::null_mut();
     unsafe { cu::cuCtxGetCurrent(&mut before) };
     unsafe { cudarc::driver::result::ctx::set_current(octx) }.map_err(|e| format!("{e:?}"))?;
-    let st = gpuwire_allreduce(cx.comm, b, b, ReduceOp::GPUWIRE_SUM as i32, std::ptr::null_mut());
+    let st = gpuwire_allreduce(cx.comm, b, b, ReduceOp::GPUWIRE_SUM as i32, cx.stream as *mut c_void);
     let mut after: cu::CUcontext = std::ptr::null_mut();
     unsafe { cu::cuCtxGetCurrent(&mut after) };
     unsafe { cudarc::driver::result::ctx::set_current(before) }.ok();
@@ -580,6 +586,8 @@ fn c14_results_in_callers_buffer(cx: &Ctx) -> Result<(), String> {
     let mut raw: u64 = 0;
     cuok(unsafe { cu::cuMemAlloc_v2(&mut raw, 8 * 4 * cx.size as usize) }, "cuMemAlloc");
     let read = |n: usize| {
+        // Operations are ordered on the case's stream (asynchronous on NCCL): wait for it.
+        cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
         let mut h = vec![0f32; n];
         cuok(unsafe { cu::cuMemcpyDtoH_v2(h.as_mut_ptr().cast(), raw, n * 4) }, "DtoH");
         h
@@ -654,7 +662,8 @@ fn c16_other_thread(cx: &Ctx) -> Result<(), String> {
         if !cur.is_null() {
             return Err("the new thread already had a context".into());
         }
-        let st = gpuwire_allreduce(comm, b, b, ReduceOp::GPUWIRE_SUM as i32, std::ptr::null_mut());
+        let stream = STREAM.load(std::sync::atomic::Ordering::Relaxed) as *mut c_void;
+        let st = gpuwire_allreduce(comm, b, b, ReduceOp::GPUWIRE_SUM as i32, stream);
         if st != Status::GPUWIRE_SUCCESS {
             return Err(format!("allreduce from a new thread: {st:?}: {}", last_error()));
         }
@@ -728,6 +737,7 @@ fn main() {
     unsafe { cudarc::driver::result::ctx::set_current(ctx) }.expect("set_current");
     let mut stream: cu::CUstream = std::ptr::null_mut();
     cuok(unsafe { cu::cuStreamCreate(&mut stream, 1) }, "cuStreamCreate(non-blocking)");
+    STREAM.store(stream as usize, std::sync::atomic::Ordering::Relaxed);
     let cx = Ctx { comm, rank, size, stream, kernels: load_kernels() };
     for case in cases.split(',').map(str::trim).filter(|c| !c.is_empty()) {
         let t0 = Instant::now();

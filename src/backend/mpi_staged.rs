@@ -354,9 +354,15 @@ impl Path for StagedPath {
 
     fn sendrecv(&self, c: &Communicator, s: &Buffer, dest: i32, stag: i32, r: &Buffer, source: i32, rtag: i32, stream: Stream) -> Result<()> {
         let mut call = Call::begin(c, &[Some(s), Some(r)], stream)?;
-        let hs = call.to_host(loc(s), s.bytes(), 0)?;
-        let hr = call.host_for(loc(r), r.bytes(), 1)?;
+        let proc_null = crate::ops::PROC_NULL;
+        // Nothing is sent to / received from GPUWIRE_PROC_NULL: no staging, and the receive
+        // buffer must stay untouched (a halo at the domain's edge).
+        let hs = if dest == proc_null { 0 } else { call.to_host(loc(s), s.bytes(), 0)? };
+        let hr = if source == proc_null { 0 } else { call.host_for(loc(r), r.bytes(), 1)? };
         host::sendrecv(c, hs, s.count(), s.dtype(), dest, stag, hr, r.count(), r.dtype(), source, rtag)?;
+        if source == proc_null {
+            return Ok(());
+        }
         call.from_host(loc(r), hr, r.bytes())
     }
 

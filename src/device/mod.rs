@@ -95,6 +95,21 @@ pub fn primary_context(device: i32) -> Result<sys::CUcontext> {
     slot.as_ref().map(|p| p.0).map_err(|m| Error::Cuda(m.clone()))
 }
 
+/// The device of the calling thread's current CUDA context, if one is current.
+pub fn current_device() -> Result<Option<i32>> {
+    cuda_with_devices()?;
+    let mut cur: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: writes one handle.
+    check(unsafe { sys::cuCtxGetCurrent(&mut cur) }, "cuCtxGetCurrent")?;
+    if cur.is_null() {
+        return Ok(None);
+    }
+    let mut dev: sys::CUdevice = 0;
+    // SAFETY: a context is current.
+    check(unsafe { sys::cuCtxGetDevice(&mut dev) }, "cuCtxGetDevice")?;
+    Ok(Some(dev))
+}
+
 /// Makes a device's primary context current on this thread for the guard's lifetime, then
 /// restores whatever was current before (nothing, or another context).
 pub struct CtxGuard {
