@@ -49,8 +49,9 @@ if has nccl || has tests; then
   GPUWIRE_BACKEND=nccl GPUWIRE_GPU_TEST_NP=1 np2=$np1 gputest nccl-1rank stock ops,c13,c14,c16,c17 -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP
   gputest stock-c15 stock c15
 fi
-example() { # label launcher np binary args...
+example() { # label launcher np binary args... (GPUWIRE_EXAMPLES=regex selects by label)
   local label=$1 launcher=$2 np=$3; shift 3
+  [[ $label =~ ${GPUWIRE_EXAMPLES:-.} ]] || return 0
   echo "=== example $label" | tee -a "$LOG"
   $launcher timeout -k 5 "$LIMIT" mpirun -np "$np" --oversubscribe --bind-to none -x GPUWIRE_BACKEND -x CUDA_VISIBLE_DEVICES -x NCCL_NVLS_ENABLE "$@" 2>&1 \
     | grep -v "cuMemHostRegister\|^ *$" | tail -14 | sed "s/^/[$label] /" | tee -a "$LOG"
@@ -66,7 +67,7 @@ if has multi; then
     # other cases, mismatched counts with checking on, another device current, then a timeout.
     all=$(seq -s, 0 $((NGPU - 1)))
     CUDA_VISIBLE_DEVICES=$all GPUWIRE_GPU_TEST_NP=$NGPU np2="mpirun -np $NGPU --oversubscribe --bind-to none" \
-      gputest multi-nccl stock ops,c12,c13,c14,c16,c17,mismatch,otherdev,timeout -x GPUWIRE_GPU_TEST_NP
+      gputest multi-nccl stock "${GPUWIRE_MULTI_CASES:-ops,c12,c13,c14,c16,c17,mismatch,otherdev,timeout}" -x GPUWIRE_GPU_TEST_NP
     CUDA_VISIBLE_DEVICES=$all GPUWIRE_BACKEND=mpi_cuda_aware GPUWIRE_GPU_TEST_NP=$NGPU np2="mpirun -np $NGPU --oversubscribe --bind-to none" \
       gputest multi-cuda-aware kit ops,c13 -x GPUWIRE_GPU_TEST_NP -x GPUWIRE_BACKEND
     CUDA_VISIBLE_DEVICES=$all example cg-device-nccl-multi stock "$NGPU" "$B/cg_poisson_device" 768 "$NGPU"

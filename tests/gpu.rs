@@ -106,9 +106,14 @@ fn spin(k: &Kernels, ns: u64, stream: cu::CUstream) {
     launch(k.spin, 1, 1, stream, &mut [(&mut t as *mut u64).cast()]);
 }
 
+/// The communicator's device: buffers are allocated there explicitly (also from threads that
+/// hold no CUDA context).
+static DEVICE: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
 fn dev_alloc(count: usize, dtype: Dtype) -> gpuwire_buffer {
     let mut b = 0;
-    ok(gpuwire_buffer_alloc(count as i64, dtype as i32, Space::GPUWIRE_SPACE_DEVICE as i32, -1, &mut b), "gpuwire_buffer_alloc(device)");
+    let dev = DEVICE.load(std::sync::atomic::Ordering::Relaxed);
+    ok(gpuwire_buffer_alloc(count as i64, dtype as i32, Space::GPUWIRE_SPACE_DEVICE as i32, dev, &mut b), "gpuwire_buffer_alloc(device)");
     b
 }
 
@@ -612,7 +617,9 @@ fn c14_results_in_callers_buffer(cx: &Ctx) -> Result<(), String> {
         return Err(format!("bcast: caller's pointer holds {:?}", read(8)));
     }
     set(&if r == 0 { one_to_eight.clone() } else { vec![0.0; 8] });
-    if r == 0 {
+    if cx.size == 1 {
+        // No peer to receive from on one rank.
+    } else if r == 0 {
         ok(gpuwire_send(cx.comm, b, 1, 14, s), "send");
     } else if r == 1 {
         ok(gpuwire_recv(cx.comm, b, 0, 14, s), "recv");
@@ -732,6 +739,7 @@ fn main() {
     // This test program's own kernels and stream live in the device's primary context.
     let mut dev_id = 0;
     ok(gpuwire_comm_device(comm, &mut dev_id), "device");
+    DEVICE.store(dev_id.max(0), std::sync::atomic::Ordering::Relaxed);
     let dev = cudarc::driver::result::device::get(dev_id.max(0)).expect("cuDeviceGet");
     let ctx = unsafe { cudarc::driver::result::primary_ctx::retain(dev) }.expect("retain");
     unsafe { cudarc::driver::result::ctx::set_current(ctx) }.expect("set_current");

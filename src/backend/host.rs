@@ -129,8 +129,11 @@ pub fn sendrecv(
     source: i32,
     rtag: i32,
 ) -> Result<()> {
-    let sn = mpisys::count_i32(scount, "sendrecv")?;
-    let rn = mpisys::count_i32(rcount, "sendrecv")?;
+    // Nothing moves to or from GPUWIRE_PROC_NULL: its side has count 0 (callers may then pass a
+    // NULL pointer, which MPI refuses with a count > 0 even for MPI_PROC_NULL).
+    let proc_null = crate::ops::PROC_NULL;
+    let sn = if dest == proc_null { 0 } else { mpisys::count_i32(scount, "sendrecv")? };
+    let rn = if source == proc_null { 0 } else { mpisys::count_i32(rcount, "sendrecv")? };
     // GPUWIRE_PROC_NULL (-1) is not MPI_PROC_NULL in every MPI (Open MPI's is -2).
     let (dest, source) = (mpi_rank(dest), mpi_rank(source));
     // SAFETY: both ranges validated by the caller.
