@@ -68,6 +68,13 @@ struct Api {
 static API: OnceLock<std::result::Result<Api, String>> = OnceLock::new();
 
 fn load() -> std::result::Result<Api, String> {
+    // NCCL >= 2.22 connects peers lazily, inside the first operation that needs them, and that
+    // call then blocks the host until the peer joins: no deadline could be kept. Ask for the
+    // connections at initialization (which is collective anyway) unless the user chose.
+    if std::env::var_os("NCCL_RUNTIME_CONNECT").is_none() {
+        // SAFETY: done once, before NCCL is loaded; gpuwire reads no environment concurrently.
+        unsafe { std::env::set_var("NCCL_RUNTIME_CONNECT", "0") };
+    }
     let mut why = Vec::new();
     for name in ["libnccl.so", "libnccl.so.2"] {
         // SAFETY: loading NCCL runs its (trusted) initializers.
