@@ -150,6 +150,7 @@ pub extern "C" fn gpuwire_test(request: *mut gpuwire_request, flag: *mut i32) ->
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_waitall(count: i32, requests: *mut gpuwire_request) -> gpuwire_status {
     call("gpuwire_waitall", || {
+        crate::runtime::ensure_ready()?;
         if count < 0 {
             return Err(Error::InvalidArgument(format!("count {count} is negative")));
         }
