@@ -68,6 +68,9 @@ if has multi; then
     all=$(seq -s, 0 $((NGPU - 1)))
     CUDA_VISIBLE_DEVICES=$all GPUWIRE_GPU_TEST_NP=$NGPU np2="mpirun -np $NGPU --oversubscribe --bind-to none" \
       gputest multi-nccl stock "${GPUWIRE_MULTI_CASES:-ops,c12,c13,c14,c16,c17,mismatch,otherdev,timeout}" -x GPUWIRE_GPU_TEST_NP
+    # The library loaded where libnccl is absent: AUTO falls back, NCCL requested says why.
+    CUDA_VISIBLE_DEVICES=$all GPUWIRE_NCCL_LIBRARY=/nonexistent/libnccl.so.2 GPUWIRE_GPU_TEST_NP=$NGPU np2="mpirun -np $NGPU --oversubscribe --bind-to none" \
+      gputest multi-no-nccl stock nonccl -x GPUWIRE_GPU_TEST_NP -x GPUWIRE_NCCL_LIBRARY
     CUDA_VISIBLE_DEVICES=$all GPUWIRE_BACKEND=mpi_cuda_aware GPUWIRE_GPU_TEST_NP=$NGPU np2="mpirun -np $NGPU --oversubscribe --bind-to none" \
       gputest multi-cuda-aware kit ops,c13 -x GPUWIRE_GPU_TEST_NP -x GPUWIRE_BACKEND
     CUDA_VISIBLE_DEVICES=$all example cg-device-nccl-multi stock "$NGPU" "$B/cg_poisson_device" 768 "$NGPU"

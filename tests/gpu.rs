@@ -528,6 +528,34 @@ fn other_device_current(cx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
+fn no_nccl_library(cx: &Ctx) -> Result<(), String> {
+    // Run with GPUWIRE_NCCL_LIBRARY pointing at a library that does not exist: NCCL requested is
+    // BACKEND_UNAVAILABLE saying libnccl could not be loaded; AUTO chose an MPI path and works.
+    let mut cfg: gpuwire_config = unsafe { std::mem::zeroed() };
+    ok(gpuwire_config_init(&mut cfg), "config_init");
+    cfg.backend = BackendKind::GPUWIRE_BACKEND_NCCL as i32;
+    let mut c = 0;
+    let st = gpuwire_comm_world(&cfg, &mut c);
+    let msg = last_error();
+    if st != Status::GPUWIRE_ERROR_BACKEND_UNAVAILABLE || !(msg.contains("libnccl") || msg.contains("share one GPU")) {
+        return Err(format!("NCCL without libnccl gave {st:?}: {msg}"));
+    }
+    let mut backend = 0;
+    ok(gpuwire_comm_backend(cx.comm, &mut backend), "comm_backend");
+    if backend == BackendKind::GPUWIRE_BACKEND_NCCL as i32 {
+        return Err("AUTO chose NCCL although libnccl cannot be loaded".into());
+    }
+    let v = dev_alloc(1000, Dtype::GPUWIRE_FLOAT32);
+    upload(v, &(0..1000).flat_map(|_| 1.0f32.to_le_bytes()).collect::<Vec<u8>>());
+    ok(gpuwire_allreduce(cx.comm, v, v, ReduceOp::GPUWIRE_SUM as i32, cx.stream as *mut c_void), "allreduce");
+    if download(v, 4000).chunks(4).any(|c| f32::from_le_bytes(c.try_into().unwrap()) != cx.size as f32) {
+        return Err("AUTO allreduce without NCCL is wrong".into());
+    }
+    gpuwire_buffer_free(v);
+    println!("rank {}: without libnccl: {msg}", cx.rank);
+    Ok(())
+}
+
 fn c12_stream_ordering(cx: &Ctx) -> Result<(), String> {
     let n = 1usize << 24;
     let buf = dev_alloc(n, Dtype::GPUWIRE_FLOAT32);
@@ -767,6 +795,7 @@ fn main() {
             }
             "c15" => c15_shared_gpu_nccl(&cx),
             "mismatch" => mismatch_checked(&cx),
+            "nonccl" => no_nccl_library(&cx),
             "timeout" => timeout_skipped_collective(&cx),
             "otherdev" => other_device_current(&cx),
             "c17" => c17_seed_demo(&cx),

@@ -1,7 +1,8 @@
 //! NCCL: the fastest path when every rank has its own GPU.
 //!
-//! - Loading: libnccl is opened at run time (`libnccl.so`, else `libnccl.so.2`, the name most
-//!   installs ship); without it the backend is unavailable and says so.
+//! - Loading: libnccl is opened at run time (`GPUWIRE_NCCL_LIBRARY` if set, else `libnccl.so`,
+//!   else `libnccl.so.2`, the name most installs ship); without it the backend is unavailable and
+//!   says so.
 //! - Bootstrap: rank 0 makes the unique id, MPI broadcasts it, every rank joins with its device
 //!   (ncclCommInitRank). Split and dup communicators bootstrap their own NCCL communicator the
 //!   same way over their MPI communicator.
@@ -76,7 +77,13 @@ fn load() -> std::result::Result<Api, String> {
         unsafe { std::env::set_var("NCCL_RUNTIME_CONNECT", "0") };
     }
     let mut why = Vec::new();
-    for name in ["libnccl.so", "libnccl.so.2"] {
+    // GPUWIRE_NCCL_LIBRARY names the library to load (a path or a soname) instead of the search.
+    let chosen = std::env::var("GPUWIRE_NCCL_LIBRARY").ok().filter(|v| !v.trim().is_empty());
+    let names: Vec<String> = match &chosen {
+        Some(v) => vec![v.trim().to_string()],
+        None => vec!["libnccl.so".into(), "libnccl.so.2".into()],
+    };
+    for name in &names {
         // SAFETY: loading NCCL runs its (trusted) initializers.
         match unsafe { libloading::Library::new(name) } {
             Ok(lib) => return resolve(lib).map_err(|e| format!("{name}: {e}")),
