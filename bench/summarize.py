@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
 """Turns BENCH lines (gpuwire-bench, bench/mpi4py_cupy.py) into a CSV, one combined table per
-operation (size x method, median time) and the ratios of the performance targets.
+operation (size x method, median time), bus bandwidth tables, the gpuwire-NCCL vs raw-NCCL
+tables and the checks of the performance targets.
 
     python3 bench/summarize.py bench.txt [more.txt ...] [--csv bench.csv]
 
-A BENCH line is `BENCH <label> <op> <bytes> <median_us> [<min_us> <samples>]`; other lines
-are ignored. Only the Python standard library is used (it runs on the GPU machine).
+A BENCH line is `BENCH <label> <op> <bytes> <median_us> [<min_us> <samples> [<busbw_GBps>
+<ranks>]]` (gpuwire-bench device mode writes the last two); a PAIR line (gpuwire-bench device
+--backend nccl) is `PAIR <gw_label> <raw_label> <op> <bytes> <ranks> <ratio> <added_us> <reps>`,
+the medians of the per-repetition pairs of an interleaved run. Other lines are ignored. Only
+the Python standard library is used (it runs on the GPU machine).
 """
 
 import argparse
@@ -13,6 +17,8 @@ import csv
 import sys
 
 ORDER = [
+    "gpuwire-nccl",
+    "raw-nccl",
     "gpuwire-staged",
     "gpuwire-cuda_aware",
     "raw-cuda-aware",
@@ -23,9 +29,15 @@ ORDER = [
 ]
 OP_TITLES = {
     "allreduce": "allreduce (float32 sum), median time per call",
+    "allgather": "allgather (bytes = the gathered buffer), median time per call",
+    "reduce_scatter": "reduce_scatter (float32 sum; bytes = the whole input), median time per call",
+    "exchange": "send/recv exchange (ring, grouped: each rank sends and receives bytes), median time per call",
     "sendrecv": "send/recv one way (ping-pong / 2), median time",
     "bw": "streaming bandwidth (OSU osu_bw), median time per message",
 }
+OPS = ["allreduce", "allgather", "reduce_scatter", "exchange", "sendrecv", "bw"]
+# The ops of issue 8 (several GPUs); issue 4 (one GPU) takes whatever ops the 1-rank run has.
+ISSUE8_OPS = ["allreduce", "allgather", "reduce_scatter", "exchange"]
 
 MIB = 1 << 20
 
@@ -60,13 +72,23 @@ def human_time(us):
 
 
 def parse(paths):
-    rows = {}
+    """(rows, pairs): rows[(label, op, bytes)] = (median_us, min_us, samples, busbw_GBps or None,
+    ranks or None); pairs[(gw_label, raw_label, op, bytes)] = (ranks, ratio, added_us, reps)."""
+    rows, pairs = {}, {}
     for path in paths:
         with open(path, errors="replace") as f:
             for line in f:
                 # Lines may carry a prefix (e.g. "[label] BENCH ...") from a tagged log.
                 i = line.find("BENCH ")
                 if i < 0:
+                    j = line.find("PAIR ")
+                    if j < 0:
+                        continue
+                    p = line[j:].split()
+                    try:
+                        pairs[(p[1], p[2], p[3], int(p[4]))] = (int(p[5]), float(p[6]), float(p[7]), int(p[8]))
+                    except (ValueError, IndexError):
+                        pass
                     continue
                 p = line[i:].split()
                 if len(p) < 5:
@@ -75,15 +97,22 @@ def parse(paths):
                     label, op, nbytes, med = p[1], p[2], int(p[3]), float(p[4])
                     mn = float(p[5]) if len(p) > 5 else med
                     samples = int(p[6]) if len(p) > 6 else 0
+                    busbw = float(p[7]) if len(p) > 7 else None
+                    ranks = int(p[8]) if len(p) > 8 else None
                 except ValueError:
                     continue
-                rows[(label, op, nbytes)] = (med, mn, samples)  # a later run of the same point wins
-    return rows
+                rows[(label, op, nbytes)] = (med, mn, samples, busbw, ranks)  # a later run of the same point wins
+    return rows, pairs
 
 
 def labels_of(rows):
-    found = {k[0] for k in rows}
-    return [l for l in ORDER if l in found] + sorted(found - set(ORDER))
+    """Labels in ORDER; a tagged label (gpuwire-nccl-2gpu) goes with its base (gpuwire-nccl)."""
+    def key(label):
+        for i, base in enumerate(ORDER):
+            if label == base or label.startswith(base + "-"):
+                return (i, label != base, label)
+        return (len(ORDER), True, label)
+    return sorted({k[0] for k in rows}, key=key)
 
 
 def table(rows, op):
@@ -99,7 +128,110 @@ def table(rows, op):
     return out
 
 
-def targets(rows):
+def busbw_tables(rows, op):
+    """Bus bandwidth (GB/s, nccl-tests) of the labels that report it, one table per rank count
+    >= 2 (one rank moves nothing over a bus)."""
+    out = []
+    by_ranks = {}
+    for (label, o, _), v in rows.items():
+        if o == op and v[3] is not None and v[4] is not None and v[4] >= 2:
+            by_ranks.setdefault(v[4], set()).add(label)
+    for n in sorted(by_ranks):
+        labels = [l for l in labels_of(rows) if l in by_ranks[n]]
+        sizes = sorted({k[2] for k, v in rows.items() if k[1] == op and k[0] in by_ranks[n] and v[4] == n})
+        w = max(12, max(len(l) for l in labels) + 1)
+        out += [f"## {op} bus bandwidth (GB/s, nccl-tests definition), {n} ranks",
+                f"{'size':>9} " + "".join(f"{l:>{w}}" for l in labels)]
+        for s in sizes:
+            cells = []
+            for l in labels:
+                v = rows.get((l, op, s))
+                cells.append("-" if v is None or v[3] is None or v[4] != n else f"{v[3]:.2f}")
+            out.append(f"{human_size(s):>9} " + "".join(f"{c:>{w}}" for c in cells))
+        out.append("")
+    return out
+
+
+def pair_groups(pairs):
+    """{(gw_label, raw_label, ranks): {op: {bytes: (ratio, added_us, reps)}}}"""
+    groups = {}
+    for (gw, raw, op, nbytes), (ranks, ratio, added, reps) in pairs.items():
+        groups.setdefault((gw, raw, ranks), {}).setdefault(op, {})[nbytes] = (ratio, added, reps)
+    return groups
+
+
+def pair_tables(rows, pairs):
+    out = []
+    for (gw, raw, ranks), ops in sorted(pair_groups(pairs).items(), key=lambda kv: (kv[0][2], kv[0][0])):
+        for op in [o for o in OPS if o in ops] + sorted(set(ops) - set(OPS)):
+            out += [f"## {op}: {gw} vs {raw}, {ranks} rank(s) (ratio, added: medians of per-repetition pairs; busbw GB/s)",
+                    f"{'size':>9} {'raw':>10} {'gpuwire':>10} {'ratio':>8} {'added us':>9} {'raw busbw':>10} {'gw busbw':>10}"]
+            for s in sorted(ops[op]):
+                ratio, added, _ = ops[op][s]
+                r, g = rows.get((raw, op, s)), rows.get((gw, op, s))
+                bw = lambda v: "-" if v is None or v[3] is None else f"{v[3]:.2f}"
+                out.append(f"{human_size(s):>9} {human_time(r and r[0]):>10} {human_time(g and g[0]):>10} {ratio:>8.4f} {added:>9.3f} {bw(r):>10} {bw(g):>10}")
+            out.append("")
+    return out
+
+
+def nccl_targets(pairs):
+    """Issue 4 (one GPU, 1 rank): added < 1 us at 8 B, < 1 % slower at >= 1 MiB, every op of the
+    run. Issue 8 (2-8 GPUs, one rank each): allreduce, allgather, reduce_scatter and the
+    send/recv exchange within 1 us at 8 B (the smallest size: allgather/reduce_scatter carry at
+    least one float per rank) and within 2 % (time ratio <= 1.02) at >= 64 MiB."""
+    out = []
+    groups = pair_groups(pairs)
+    one = {k: v for k, v in groups.items() if k[2] == 1}
+    many = {k: v for k, v in groups.items() if k[2] >= 2}
+
+    def check(ops, want_ops, big, ratio_ok, tol_text):
+        lines, verdicts = [], []
+        for op in want_ops:
+            pts = ops.get(op)
+            if not pts:
+                lines.append(f"  - {op}: NO DATA")
+                verdicts.append("NO DATA")
+                continue
+            smallest = min(pts)
+            if smallest <= 64:
+                added = pts[smallest][1]
+                v = "MET" if added < 1.0 else "MISSED"
+                lines.append(f"  - {op} {human_size(smallest)}: gpuwire adds {added:.3f} us; target < 1 us: {v}")
+            else:
+                v = "NO DATA"
+                lines.append(f"  - {op} 8 B: NO DATA (smallest size measured {human_size(smallest)})")
+            verdicts.append(v)
+            large = [(s, pts[s][0]) for s in sorted(pts) if s >= big]
+            if large:
+                worst = max(large, key=lambda x: x[1])
+                v = "MET" if all(ratio_ok(r) for _, r in large) else "MISSED"
+                lines.append(f"  - {op} >= {human_size(big)}: worst time ratio {worst[1]:.4f} at {human_size(worst[0])} "
+                             f"({len(large)} sizes); target ratio {tol_text}: {v}")
+            else:
+                v = "NO DATA"
+                lines.append(f"  - {op} >= {human_size(big)}: NO DATA")
+            verdicts.append(v)
+        overall = "MISSED" if "MISSED" in verdicts else ("NO DATA" if "NO DATA" in verdicts else "MET")
+        return overall, lines
+
+    if not one:
+        out.append("- issue 4 (gpuwire-NCCL vs raw NCCL, one GPU): NO DATA (no PAIR lines from a 1-rank run: "
+                   "mpirun -np 1 gpuwire-bench device --backend nccl)")
+    for (gw, raw, _), ops in sorted(one.items()):
+        overall, lines = check(ops, [o for o in OPS if o in ops], 1 << 20, lambda r: r < 1.01, "< 1.01")
+        out.append(f"- issue 4 (one GPU, 1 rank; {gw} vs {raw}): < 1 us added at 8 B, < 1 % at >= 1 MiB: {overall}")
+        out += lines
+    if not many:
+        out.append("- issue 8 (gpuwire-NCCL vs raw NCCL, 2-8 GPUs): NO DATA (no PAIR lines from a run with one rank per GPU)")
+    for (gw, raw, ranks), ops in sorted(many.items(), key=lambda kv: (kv[0][2], kv[0][0])):
+        overall, lines = check(ops, ISSUE8_OPS, 64 << 20, lambda r: r <= 1.02, "<= 1.02")
+        out.append(f"- issue 8 ({ranks} GPUs, one rank each; {gw} vs {raw}): within 1 us at 8 B, within 2 % at >= 64 MiB: {overall}")
+        out += lines
+    return out
+
+
+def targets(rows, pairs=None):
     out = ["## targets (ratios of median times)"]
     for name, num, den, op, nbytes, need, what in TARGETS:
         a, b = rows.get((num, op, nbytes)), rows.get((den, op, nbytes))
@@ -123,6 +255,7 @@ def targets(rows):
             worst = max(big, key=lambda x: x[1])
             n_ok = sum(1 for _, r in big if r <= 1.03)
             out.append(f"- host {op} >= 64 KiB: {n_ok}/{len(big)} sizes within 3 % of raw MPI (worst {worst[1]:.4f} at {human_size(worst[0])})")
+    out += nccl_targets(pairs or {})
     return out
 
 
@@ -131,23 +264,27 @@ def main():
     ap.add_argument("files", nargs="+")
     ap.add_argument("--csv", help="write label,op,bytes,median_us,min_us,samples here")
     args = ap.parse_args()
-    rows = parse(args.files)
+    rows, pairs = parse(args.files)
     if not rows:
         print("summarize.py: no BENCH lines found", file=sys.stderr)
         return 1
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             w = csv.writer(f)
-            w.writerow(["label", "op", "bytes", "median_us", "min_us", "samples"])
+            w.writerow(["label", "op", "bytes", "median_us", "min_us", "samples", "busbw_GBps", "ranks"])
             order = {l: i for i, l in enumerate(labels_of(rows))}
-            for (label, op, nbytes), (med, mn, n) in sorted(rows.items(), key=lambda kv: (kv[0][1], order[kv[0][0]], kv[0][2])):
-                w.writerow([label, op, nbytes, f"{med:.3f}", f"{mn:.3f}", n])
+            for (label, op, nbytes), (med, mn, n, bb, ranks) in sorted(rows.items(), key=lambda kv: (kv[0][1], order[kv[0][0]], kv[0][2])):
+                w.writerow([label, op, nbytes, f"{med:.3f}", f"{mn:.3f}", n, "" if bb is None else f"{bb:.3f}", "" if ranks is None else ranks])
     lines = []
-    for op in ("allreduce", "sendrecv", "bw"):
+    ops = [o for o in OPS if any(k[1] == o for k in rows)] + sorted({k[1] for k in rows} - set(OPS))
+    for op in ops:
         t = table(rows, op)
         if t:
             lines += t + [""]
-    lines += targets(rows)
+    for op in ops:
+        lines += busbw_tables(rows, op)
+    lines += pair_tables(rows, pairs)
+    lines += targets(rows, pairs)
     print("\n".join(lines))
     return 0
 

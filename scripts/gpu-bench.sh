@@ -4,23 +4,39 @@
 # packs into .gpu/: bin/gpuwire-bench, the CUDA-aware Open MPI kit ompi-cuda-4.1.4.tar.xz, and
 # bench/ (mpi4py_cupy.py, summarize.py).
 #
-# One mpirun -np 2 (one H200, two ranks) per method, in this order:
+# Steps, in this order (GPUWIRE_BENCH_STEPS picks groups: nccl, multi, single; default all):
+#
+# nccl (one GPU, CUDA_VISIBLE_DEVICES=0, mpirun -np 1: NCCL refuses two ranks on one GPU):
+#   nccl-1gpu             gpuwire-bench device --backend nccl: gpuwire-nccl-1gpu beside raw-nccl-1gpu
+#                         (raw NCCL in the same run), allreduce, allgather, reduce_scatter, exchange
+#   nccl-1gpu-synced      the same for allreduce up to 1 MiB with a stream sync after every call
+# multi (only when nvidia-smi -L lists >= 2 GPUs; one rank per GPU, CUDA_VISIBLE_DEVICES = all,
+#   -x NCCL_NVLS_ENABLE, which stays 0):
+#   nccl-<N>gpu           gpuwire-nccl-<N>gpu and raw-nccl-<N>gpu, every op, up to 1 GiB    stock
+#   cuda_aware-<N>gpu     gpuwire-cuda_aware-<N>gpu, allreduce up to 256 MiB                the kit
+#   staged-<N>gpu         gpuwire-staged-<N>gpu, allreduce up to 256 MiB                    stock
+# single (one H200 shared by two ranks: CUDA_VISIBLE_DEVICES=0, mpirun -np 2):
 #   gpuwire-staged        gpuwire, backend MPI_STAGED            stock Open MPI (/usr, not CUDA-aware)
 #   mpi4py-cupy-plain     cp.asnumpy -> Allreduce -> cp.asarray  stock
 #   mpi4py-cupy-careful   pinned buffers, halves, sum on the GPU stock
 #   gpuwire-cuda_aware    gpuwire, backend MPI_CUDA_AWARE        the CUDA-aware kit
 #   raw-cuda-aware        MPI_Allreduce/Send/Recv on device ptrs the CUDA-aware kit
 #   host-raw/host-gpuwire gpuwire-bench host (host memory)       stock
-# then one combined table (size x method, median) and the target ratios.
+# then one combined table (size x method, median), bus bandwidth tables, the gpuwire-nccl vs
+# raw-nccl tables and the target checks (bench/summarize.py).
 #
 # Output: everything on stdout; with $OUT set (the device tool), the raw lines in
 # $OUT/bench.txt, the CSV in $OUT/bench.csv and the table in $OUT/bench-summary.txt (else in
 # /tmp/gpu-bench-out). Plot the CSV here with scripts/plot-bench.py.
 #
 # Knobs (environment): GPUWIRE_BENCH_BUDGET seconds for the whole run (default 360; a step that
-# would not fit is shortened or skipped), GPUWIRE_BENCH_MAX_BYTES (default 256M; e.g. 1M for a
-# smoke run), GPUWIRE_BENCH_PY_EXTRA (extra arguments for mpi4py_cupy.py, e.g. --numpy for a dry
-# run without a GPU), PYTHON (the interpreter with mpi4py and CuPy; default: python3 on PATH).
+# would not fit is shortened or skipped), GPUWIRE_BENCH_STEPS (default "nccl multi single"),
+# GPUWIRE_BENCH_MAX_BYTES (default 256M; the one-GPU steps; e.g. 1M for a smoke run),
+# GPUWIRE_BENCH_NCCL_MAX_BYTES (default 1G: multi-GPU NCCL), GPUWIRE_BENCH_MPI_MAX_BYTES (default
+# 256M: multi-GPU staged and CUDA-aware, which are slow at large sizes), GPUWIRE_BENCH_MPI_OPS
+# (default allreduce; e.g. allreduce,allgather,reduce_scatter,exchange), GPUWIRE_BENCH_PY_EXTRA
+# (extra arguments for mpi4py_cupy.py, e.g. --numpy for a dry run without a GPU), PYTHON (the
+# interpreter with mpi4py and CuPy; default: python3 on PATH).
 set -u
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -51,13 +67,25 @@ kit() {
 # CUDA libraries may be found through them).
 stock_py() { env -u OPAL_PREFIX PATH="/usr/bin:/bin:$ORIG_PATH" LD_LIBRARY_PATH="$B${ORIG_LD:+:$ORIG_LD}" "$@"; }
 np2="mpirun -np 2 --oversubscribe --bind-to none"
+np1="mpirun -np 1 --oversubscribe --bind-to none"
+STEPS=${GPUWIRE_BENCH_STEPS:-nccl multi single}
+NCCL_MAXB=${GPUWIRE_BENCH_NCCL_MAX_BYTES:-1G}
+MPI_MAXB=${GPUWIRE_BENCH_MPI_MAX_BYTES:-256M}
+MPI_OPS=${GPUWIRE_BENCH_MPI_OPS:-allreduce}
+# NCCL_NVLS_ENABLE=0 stays as the machine sets it (NVLink multicast off); passed on with -x.
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+ALL_GPUS=$(seq -s, 0 $((NGPU > 0 ? NGPU - 1 : 0)))
 
 log() { echo "$*" | tee -a "$RAW"; }
 START=$SECONDS
 declare -a SUMMARY=()
-step() { # label limit_s launcher command...: one mpirun, cut to what is left of the budget
+# step label limit_s launcher command...: one mpirun, cut to what is left of the budget. The
+# caller sets CUDA_VISIBLE_DEVICES (passed on with -x) and MPIRUN (default: mpirun -np 2).
+step() {
   local label=$1 limit=$2 launcher=$3
   shift 3
+  local mpirun=${MPIRUN:-$np2}
   local left=$((BUDGET - (SECONDS - START) - 10))
   [ "$left" -lt "$limit" ] && limit=$left
   if [ "$limit" -lt 15 ]; then
@@ -65,45 +93,68 @@ step() { # label limit_s launcher command...: one mpirun, cut to what is left of
     SUMMARY+=("$label: skipped (time budget)")
     return
   fi
-  log "=== $label (limit ${limit}s): $*"
+  log "=== $label (limit ${limit}s; CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-unset}): $mpirun $*"
   local t0=$SECONDS
-  $launcher timeout -k 5 "$limit" $np2 "$@" 2>&1 | tee -a "$RAW"
+  # shellcheck disable=SC2086
+  $launcher timeout -k 5 "$limit" $mpirun -x CUDA_VISIBLE_DEVICES -x NCCL_NVLS_ENABLE "$@" 2>&1 | tee -a "$RAW"
   local rc=${PIPESTATUS[0]}
   local what="exit $rc"
   [ "$rc" = 124 ] && what="KILLED after ${limit}s (the BENCH lines before that are kept)"
   log "=== $label: $what, $((SECONDS - t0)) s"
   SUMMARY+=("$label: $what, $((SECONDS - t0)) s")
 }
+want() { case " ${STEPS//,/ } " in *" $1 "* | *" all "*) return 0 ;; esac; return 1; }
 
 log "# gpu-bench.sh $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
 if command -v nvidia-smi >/dev/null; then
-  log "# $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)"
+  log "# $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1); $NGPU GPU(s)"
 else
   log "# nvidia-smi: not found"
 fi
-log "# python: $PY; sizes 8 B .. $MAXB; budget ${BUDGET}s"
+log "# python: $PY; steps: $STEPS; sizes 8 B .. $MAXB (one GPU), .. $NCCL_MAXB (multi-GPU NCCL), .. $MPI_MAXB (multi-GPU $MPI_OPS, staged and CUDA-aware); NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE; budget ${BUDGET}s"
 [ -x "$B/gpuwire-bench" ] || log "=== .gpu/bin/gpuwire-bench is missing: run scripts/gpu-test on the build machine first"
 
-step gpuwire-staged 90 stock "$B/gpuwire-bench" device --backend staged --max-bytes "$MAXB"
-# shellcheck disable=SC2086
-step mpi4py-cupy-plain 90 stock_py "$PY" "$BENCH_DIR/mpi4py_cupy.py" --method plain --max-bytes "$MAXB" $PY_EXTRA
-# shellcheck disable=SC2086
-step mpi4py-cupy-careful 90 stock_py "$PY" "$BENCH_DIR/mpi4py_cupy.py" --method careful --max-bytes "$MAXB" $PY_EXTRA
-step gpuwire-cuda_aware 90 kit "$B/gpuwire-bench" device --backend cuda_aware --max-bytes "$MAXB"
-step raw-cuda-aware 120 kit "$B/gpuwire-bench" device --backend raw-cuda-aware --max-bytes "$MAXB"
-to_bytes() { # 256M, 1MiB, 4096 -> bytes
-  local v=${1%[Bb]}
-  v=${v%[iI]}
-  case $v in
-    *[Kk]) echo $((${v%?} << 10)) ;;
-    *[Mm]) echo $((${v%?} << 20)) ;;
-    *[Gg]) echo $((${v%?} << 30)) ;;
-    *) echo "$v" ;;
-  esac
-}
-HOSTMAX=$(to_bytes "$MAXB")
-[ "$HOSTMAX" -gt $((64 << 20)) ] && HOSTMAX=$((64 << 20)) # host mode: 8 B .. 64 MiB
-step host 60 stock "$B/gpuwire-bench" host --max-bytes "$HOSTMAX"
+if want nccl; then
+  # One GPU: NCCL needs a GPU per rank, so 1 rank. Enqueued back to back (as nccl-tests), then
+  # the per-call latency view (a sync after every call) for the small sizes.
+  CUDA_VISIBLE_DEVICES=0 MPIRUN=$np1 step nccl-1gpu 90 stock "$B/gpuwire-bench" device --backend nccl --max-bytes "$MAXB" --target-ms 10 --tag 1gpu
+  CUDA_VISIBLE_DEVICES=0 MPIRUN=$np1 step nccl-1gpu-synced 45 stock "$B/gpuwire-bench" device --backend nccl --op allreduce --max-bytes 1M --sync each --target-ms 10 --tag 1gpu-synced
+fi
+if want multi; then
+  if [ "$NGPU" -lt 2 ]; then
+    log "=== multi-GPU steps: SKIPPED (nvidia-smi -L lists $NGPU GPU(s); they need 2 or more)"
+    SUMMARY+=("multi-GPU steps: skipped ($NGPU GPU)")
+  else
+    npN="mpirun -np $NGPU --oversubscribe --bind-to none"
+    CUDA_VISIBLE_DEVICES=$ALL_GPUS MPIRUN=$npN step "nccl-${NGPU}gpu" 150 stock "$B/gpuwire-bench" device --backend nccl --max-bytes "$NCCL_MAXB" --target-ms 10 --tag "${NGPU}gpu"
+    CUDA_VISIBLE_DEVICES=$ALL_GPUS MPIRUN=$npN step "cuda_aware-${NGPU}gpu" 90 kit "$B/gpuwire-bench" device --backend cuda_aware --op "$MPI_OPS" --max-bytes "$MPI_MAXB" --tag "${NGPU}gpu"
+    CUDA_VISIBLE_DEVICES=$ALL_GPUS MPIRUN=$npN step "staged-${NGPU}gpu" 90 stock "$B/gpuwire-bench" device --backend staged --op "$MPI_OPS" --max-bytes "$MPI_MAXB" --tag "${NGPU}gpu"
+  fi
+fi
+if want single; then
+  # Two ranks sharing GPU 0, also on a machine with more.
+  export CUDA_VISIBLE_DEVICES=0
+  step gpuwire-staged 90 stock "$B/gpuwire-bench" device --backend staged --op allreduce,sendrecv --max-bytes "$MAXB"
+  # shellcheck disable=SC2086
+  step mpi4py-cupy-plain 90 stock_py "$PY" "$BENCH_DIR/mpi4py_cupy.py" --method plain --max-bytes "$MAXB" $PY_EXTRA
+  # shellcheck disable=SC2086
+  step mpi4py-cupy-careful 90 stock_py "$PY" "$BENCH_DIR/mpi4py_cupy.py" --method careful --max-bytes "$MAXB" $PY_EXTRA
+  step gpuwire-cuda_aware 90 kit "$B/gpuwire-bench" device --backend cuda_aware --op allreduce,sendrecv --max-bytes "$MAXB"
+  step raw-cuda-aware 120 kit "$B/gpuwire-bench" device --backend raw-cuda-aware --op allreduce,sendrecv --max-bytes "$MAXB"
+  to_bytes() { # 256M, 1MiB, 4096 -> bytes
+    local v=${1%[Bb]}
+    v=${v%[iI]}
+    case $v in
+      *[Kk]) echo $((${v%?} << 10)) ;;
+      *[Mm]) echo $((${v%?} << 20)) ;;
+      *[Gg]) echo $((${v%?} << 30)) ;;
+      *) echo "$v" ;;
+    esac
+  }
+  HOSTMAX=$(to_bytes "$MAXB")
+  [ "$HOSTMAX" -gt $((64 << 20)) ] && HOSTMAX=$((64 << 20)) # host mode: 8 B .. 64 MiB
+  step host 60 stock "$B/gpuwire-bench" host --max-bytes "$HOSTMAX"
+fi
 
 echo
 echo "=== steps"

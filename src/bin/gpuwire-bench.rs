@@ -1,11 +1,17 @@
-//! gpuwire-bench: OSU-style latency and bandwidth of gpuwire against the raw MPI calls it wraps.
+//! gpuwire-bench: OSU-style latency and bandwidth of gpuwire against the raw MPI and NCCL calls
+//! it wraps.
 //!
 //! ```text
 //! mpirun -np 2 gpuwire-bench host   [--op sendrecv|allreduce|bw|all] [--max-bytes N] [--min-bytes N]
 //!                                   [--iters-scale F] [--reps R]
 //! mpirun -np 2 gpuwire-bench device --backend staged|cuda_aware|raw-cuda-aware
-//!                                   [--op allreduce|sendrecv|all] [--max-bytes N] [--min-bytes N]
-//!                                   [--target-ms T] [--reps R] [--label L]
+//!                                   [--op allreduce,allgather,reduce_scatter,sendrecv,exchange|all]
+//!                                   [--max-bytes N] [--min-bytes N] [--target-ms T] [--reps R]
+//!                                   [--sync each|end] [--label L | --tag T]
+//! mpirun -np N gpuwire-bench device --backend nccl      (N = 1 on one GPU; one rank per GPU)
+//!                                   [--op allreduce,allgather,reduce_scatter,sendrecv|all]
+//!                                   [--max-bytes N] [--min-bytes N] [--target-ms T] [--reps R]
+//!                                   [--sync end|each] [--tag T]
 //! ```
 //!
 //! **host**: host float32 buffers; for every size, gpuwire's call (through its C ABI) and the
@@ -16,16 +22,35 @@
 //! Send/recv is a ping-pong (one-way time = half the round trip); `bw` streams a window of
 //! isends (OSU's osu_bw) and waits for an acknowledgement.
 //!
-//! **device**: device float32 buffers on the GPU machine; one backend per run (`staged` and
-//! `cuda_aware` force gpuwire's backend in `gpuwire_config.backend`; `raw-cuda-aware` calls
-//! MPI_Allreduce / MPI_Send / MPI_Recv on the device pointers, valid only under a CUDA-aware
-//! MPI). Every timed call is followed by a synchronization of the stream it ran on, so the
-//! result is complete when the clock stops.
+//! **device**: device float32 buffers on the GPU machine. `staged` and `cuda_aware` force
+//! gpuwire's backend in `gpuwire_config.backend`; `raw-cuda-aware` calls MPI_Allreduce,
+//! MPI_Allgather, MPI_Reduce_scatter_block, MPI_Sendrecv, MPI_Send/MPI_Recv on the device
+//! pointers (valid only under a CUDA-aware MPI). One variant per run; every call is followed by
+//! a synchronization of the stream it ran on (`--sync each`), so the result is complete when
+//! the clock stops.
+//!
+//! **device --backend nccl**: gpuwire with `gpuwire_config.backend = NCCL` *and* raw NCCL in the
+//! same run: the benchmark loads libnccl itself, bootstraps its own NCCL communicator over MPI on
+//! the device of gpuwire's communicator (`gpuwire_comm_device`), and times gpuwire's call and
+//! the raw NCCL call on the same buffers and stream in interleaved blocks, as host mode does
+//! (per-repetition pairs give the median ratio and added µs). A block enqueues its calls back
+//! to back and synchronizes the stream once at the end (`--sync end`, how nccl-tests measures).
+//! NCCL needs a GPU per rank: on one GPU run 1 rank.
+//!
+//! Device ops, with bytes as nccl-tests counts them: `allreduce` (one rank's buffer, sum),
+//! `allgather` (the gathered buffer; each rank sends bytes / ranks), `reduce_scatter` (the whole
+//! input; each rank receives bytes / ranks), `exchange` (ring: every rank sends to rank + 1 and
+//! receives from rank - 1 at once; gpuwire_sendrecv, grouped ncclSend/ncclRecv, MPI_Sendrecv;
+//! `--op sendrecv` means this for NCCL), `sendrecv` (MPI backends: ping-pong between ranks 0 and
+//! 1, one-way time).
 //!
 //! Both modes print one machine-readable line per measurement (rank 0 only):
-//! `BENCH <label> <op> <bytes> <median_us> <min_us> <samples>`, where `op` is `allreduce`,
-//! `sendrecv` (one-way time) or `bw` (time per message of the window). Lines starting with `#`
-//! are comments; the host mode also prints human-readable tables.
+//! `BENCH <label> <op> <bytes> <median_us> <min_us> <samples>`; device mode appends
+//! `<busbw_GBps> <ranks>` (nccl-tests' bus bandwidth of the median time: allreduce
+//! bytes/t x 2(n-1)/n, allgather and reduce_scatter bytes/t x (n-1)/n, point-to-point bytes/t).
+//! NCCL mode also prints `PAIR <gw_label> <raw_label> <op> <bytes> <ranks> <ratio> <added_us>
+//! <reps>` (medians of the per-repetition pairs). Lines starting with `#` are comments; host
+//! mode and NCCL mode also print human-readable tables.
 
 use std::ffi::{c_char, c_int, c_void};
 use std::io::Write;
@@ -47,10 +72,18 @@ const USAGE: &str = "usage:
   mpirun -np 2 gpuwire-bench host [--op sendrecv|allreduce|bw|all] [--max-bytes N] [--min-bytes N]
                                   [--iters-scale F] [--reps R]
   mpirun -np 2 gpuwire-bench device --backend staged|cuda_aware|raw-cuda-aware
-                                  [--op allreduce|sendrecv|all] [--max-bytes N] [--min-bytes N]
-                                  [--target-ms T] [--reps R] [--label L]
+                                  [--op allreduce,allgather,reduce_scatter,sendrecv,exchange|all]
+                                  [--max-bytes N] [--min-bytes N] [--target-ms T] [--reps R]
+                                  [--sync each|end] [--label L | --tag T]
+  mpirun -np N gpuwire-bench device --backend nccl   (gpuwire-nccl and raw-nccl in one run;
+                                  one rank per GPU: -np 1 on a machine with one GPU)
+                                  [--op allreduce,allgather,reduce_scatter,sendrecv|all]
+                                  [--max-bytes N] [--min-bytes N] [--target-ms T] [--reps R]
+                                  [--sync end|each] [--tag T]
 Sizes are bytes of float32 data, powers of two from --min-bytes (default 8) to --max-bytes
-(default 64 MiB on the host, 256 MiB on the device); N takes K, M, G suffixes (powers of 1024).";
+(default 64 MiB on the host, 256 MiB on the device; 1G is fine on the GPU machine); N takes
+K, M, G suffixes (powers of 1024). --tag T appends -T to the labels (e.g. --tag 2gpu).
+For NCCL, sendrecv is the grouped ring exchange (reported as op exchange).";
 
 // ---- errors and MPI helpers ----------------------------------------------------------------
 
@@ -212,6 +245,8 @@ enum DevBackend {
     Staged,
     CudaAware,
     RawCudaAware,
+    /// gpuwire on NCCL, always beside raw NCCL in the same run.
+    Nccl,
 }
 
 #[derive(Debug)]
@@ -224,6 +259,11 @@ struct Opts {
     reps: Option<usize>,
     target_ms: f64,
     label: Option<String>,
+    /// Appended to the labels ("-TAG"), e.g. the GPU count of the run.
+    tag: Option<String>,
+    /// Device mode: synchronize the stream after every call (true) or once per block (false);
+    /// None = the backend's default (NCCL: once per block; the MPI backends: every call).
+    sync_each: Option<bool>,
 }
 
 fn parse(args: &[String]) -> Result<Opts, String> {
@@ -243,6 +283,8 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         reps: None,
         target_ms: 20.0,
         label: None,
+        tag: None,
+        sync_each: None,
     };
     let mut op = "all".to_string();
     let mut backend: Option<DevBackend> = None;
@@ -273,29 +315,62 @@ fn parse(args: &[String]) -> Result<Opts, String> {
                 o.target_ms = v.parse::<f64>().ok().filter(|f| f.is_finite() && *f > 0.0).ok_or(format!("--target-ms {v:?}: expected a number > 0"))?
             }
             "--label" if device.is_some() => o.label = Some(val()?),
+            "--tag" if device.is_some() => {
+                let v = val()?;
+                if v.is_empty() || v.contains(char::is_whitespace) {
+                    return Err(format!("--tag {v:?}: expected a word without spaces"));
+                }
+                o.tag = Some(v)
+            }
+            "--sync" if device.is_some() => {
+                let v = val()?;
+                o.sync_each = Some(match v.as_str() {
+                    "each" => true,
+                    "end" | "block" => false,
+                    _ => return Err(format!("--sync {v:?}: expected each or end")),
+                })
+            }
             "--backend" if device.is_some() => {
                 let v = val()?;
                 backend = Some(match v.to_ascii_lowercase().replace('-', "_").as_str() {
                     "staged" | "mpi_staged" => DevBackend::Staged,
                     "cuda_aware" | "mpi_cuda_aware" => DevBackend::CudaAware,
                     "raw_cuda_aware" | "raw" => DevBackend::RawCudaAware,
-                    _ => return Err(format!("--backend {v:?}: expected staged, cuda_aware or raw-cuda-aware")),
+                    "nccl" => DevBackend::Nccl,
+                    _ => return Err(format!("--backend {v:?}: expected staged, cuda_aware, raw-cuda-aware or nccl")),
                 })
             }
             other => return Err(format!("unknown option {other:?} for mode {mode}")),
         }
     }
     if device.is_some() {
-        o.device = Some(backend.ok_or("device mode needs --backend staged|cuda_aware|raw-cuda-aware")?);
+        o.device = Some(backend.ok_or("device mode needs --backend staged|cuda_aware|raw-cuda-aware|nccl")?);
     }
-    let valid: &[&'static str] = if device.is_some() { &["allreduce", "sendrecv"] } else { &["sendrecv", "allreduce", "bw"] };
-    o.ops = if op == "all" {
-        valid.to_vec()
-    } else {
-        op.split(',')
-            .map(|x| valid.iter().copied().find(|v| *v == x.trim()).ok_or(format!("--op {x:?}: expected one of {} or all", valid.join(", "))))
-            .collect::<Result<_, _>>()?
+    let nccl = o.device == Some(DevBackend::Nccl);
+    if nccl && o.label.is_some() {
+        return Err("--label does not apply to --backend nccl (it prints two labels, gpuwire-nccl and raw-nccl): use --tag".into());
+    }
+    let valid: &[&'static str] = match o.device {
+        None => &["sendrecv", "allreduce", "bw"],
+        // NCCL's send/recv is the grouped ring exchange (nccl-tests' sendrecv): op `exchange`.
+        Some(DevBackend::Nccl) => &["allreduce", "allgather", "reduce_scatter", "exchange"],
+        Some(_) => &["allreduce", "allgather", "reduce_scatter", "sendrecv", "exchange"],
     };
+    o.ops = vec![];
+    if op == "all" {
+        o.ops = valid.to_vec();
+    } else {
+        for x in op.split(',') {
+            let mut x = x.trim().replace('-', "_");
+            if nccl && x == "sendrecv" {
+                x = "exchange".into();
+            }
+            let v = valid.iter().copied().find(|v| *v == x).ok_or(format!("--op {x:?}: expected one of {} or all", valid.join(", ")))?;
+            if !o.ops.contains(&v) {
+                o.ops.push(v);
+            }
+        }
+    }
     if o.min_bytes < 8 || o.min_bytes % 4 != 0 || o.min_bytes > o.max_bytes {
         return Err(format!("--min-bytes {} / --max-bytes {}: need 8 <= min <= max, multiples of 4", o.min_bytes, o.max_bytes));
     }
@@ -666,6 +741,318 @@ fn host_mode(o: &Opts) {
 
 // ---- device mode ---------------------------------------------------------------------------
 
+/// Element counts of one measurement and the bytes it reports: (send count, receive count,
+/// bytes). As nccl-tests: allreduce, sendrecv and exchange report one rank's message; allgather
+/// the whole gathered buffer (each rank sends bytes / ranks); reduce_scatter the whole input
+/// (each rank receives bytes / ranks). Those two round down to whole float32 per rank, at least
+/// one, so with ranks that do not divide the size the reported bytes differ from the nominal.
+fn layout(op: &str, bytes: usize, ranks: usize) -> (usize, usize, usize) {
+    let c = bytes / 4;
+    match op {
+        "allgather" => {
+            let k = (c / ranks).max(1);
+            (k, k * ranks, k * ranks * 4)
+        }
+        "reduce_scatter" => {
+            let k = (c / ranks).max(1);
+            (k * ranks, k, k * ranks * 4)
+        }
+        _ => (c, c, bytes),
+    }
+}
+
+/// nccl-tests' bus bandwidth factor: allreduce 2(n-1)/n, allgather and reduce_scatter (n-1)/n,
+/// point-to-point 1.
+fn busbw_factor(op: &str, ranks: usize) -> f64 {
+    let n = ranks as f64;
+    match op {
+        "allreduce" => 2.0 * (n - 1.0) / n,
+        "allgather" | "reduce_scatter" => (n - 1.0) / n,
+        _ => 1.0,
+    }
+}
+
+/// Bus bandwidth in GB/s (10^9 bytes per second) of `bytes` (as `layout` reports them) moved in
+/// `seconds`.
+fn busbw(op: &str, bytes: usize, ranks: usize, seconds: f64) -> f64 {
+    bytes as f64 / seconds / 1e9 * busbw_factor(op, ranks)
+}
+
+/// What element `i` of the receive buffer (`recv` elements) holds after `op` on rank `rank` of
+/// `ranks` when every rank sends (rank + 1.0); None where this rank receives nothing (the
+/// ping-pong involves ranks 0 and 1 only).
+fn expected(op: &str, rank: usize, ranks: usize, recv: usize, i: usize) -> Option<f32> {
+    let all = (ranks * (ranks + 1) / 2) as f32;
+    match op {
+        "allreduce" | "reduce_scatter" => Some(all),
+        "allgather" => Some((i / (recv / ranks)) as f32 + 1.0),
+        // Ring exchange: rank r receives from r - 1.
+        "exchange" => Some(((rank + ranks - 1) % ranks) as f32 + 1.0),
+        "sendrecv" if rank <= 1 => Some(1.0),
+        _ => None,
+    }
+}
+
+/// The receive-buffer elements the data check reads: the first and the last, and for allgather
+/// the first and last of every rank's block.
+fn check_points(op: &str, ranks: usize, recv: usize) -> Vec<usize> {
+    let mut v = if op == "allgather" {
+        let k = recv / ranks;
+        (0..ranks).flat_map(|q| [q * k, q * k + k - 1]).collect()
+    } else {
+        vec![0, recv - 1]
+    };
+    v.dedup();
+    v
+}
+
+/// NCCL mode's targets for one row of the gpuwire-nccl / raw-nccl comparison. One rank (issue
+/// 4): at 8 B less than 1 us added, at >= 1 MiB less than 1 % slower. Several ranks (issue 8):
+/// at 8 B less than 1 us added, at >= 64 MiB within 2 % (time ratio <= 1.02). `nominal` is the
+/// size asked for (allgather and reduce_scatter may report more: one float per rank at least).
+fn nccl_target(ranks: usize, nominal: usize, ratio: f64, added_us: f64) -> Option<(bool, &'static str)> {
+    if nominal == 8 {
+        return Some(if added_us < 1.0 { (true, "ok (< 1 us added)") } else { (false, "MISSED (>= 1 us added)") });
+    }
+    if ranks == 1 && nominal >= 1 << 20 {
+        return Some(if ratio < 1.01 { (true, "ok (< 1 % slower)") } else { (false, "MISSED (>= 1 % slower)") });
+    }
+    if ranks > 1 && nominal >= 64 << 20 {
+        return Some(if ratio <= 1.02 { (true, "ok (within 2 %)") } else { (false, "MISSED (> 2 % slower)") });
+    }
+    None
+}
+
+/// `BENCH <label> <op> <bytes> <median_us> <min_us> <samples> <busbw_GBps> <ranks>` (rank 0;
+/// the bus bandwidth of the median time).
+fn dev_line(m: &Mpi, label: &str, op: &str, bytes: usize, samples_s: &[f64]) {
+    if m.rank == 0 {
+        let med = median(samples_s);
+        out(&format!(
+            "BENCH {label} {op} {bytes} {:.3} {:.3} {} {:.3} {}",
+            med * 1e6,
+            min(samples_s) * 1e6,
+            samples_s.len(),
+            busbw(op, bytes, m.size as usize, med),
+            m.size
+        ));
+    }
+}
+
+fn op_title(op: &str) -> &'static str {
+    match op {
+        "allreduce" => "allreduce (float32 sum, out of place)",
+        "allgather" => "allgather (bytes = the gathered buffer)",
+        "reduce_scatter" => "reduce_scatter (float32 sum; bytes = the whole input)",
+        "exchange" => "send/recv exchange (ring: send to rank+1, receive from rank-1, grouped)",
+        _ => "send/recv ping-pong (one way = round trip / 2)",
+    }
+}
+
+/// Raw NCCL, loaded by the benchmark itself (the same library gpuwire loads).
+mod raw_nccl {
+    use std::ffi::{CStr, c_char, c_int, c_void};
+
+    pub type Comm = *mut c_void;
+
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    pub struct UniqueId {
+        pub internal: [c_char; 128],
+    }
+
+    pub const FLOAT32: c_int = 7; // ncclFloat32
+    pub const SUM: c_int = 0; // ncclSum
+
+    pub struct Nccl {
+        _lib: libloading::Library,
+        pub name: String,
+        pub version: c_int,
+        pub get_unique_id: unsafe extern "C" fn(*mut UniqueId) -> c_int,
+        pub comm_init_rank: unsafe extern "C" fn(*mut Comm, c_int, UniqueId, c_int) -> c_int,
+        pub comm_destroy: unsafe extern "C" fn(Comm) -> c_int,
+        get_error_string: unsafe extern "C" fn(c_int) -> *const c_char,
+        pub all_reduce: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, Comm, *mut c_void) -> c_int,
+        pub all_gather: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, Comm, *mut c_void) -> c_int,
+        pub reduce_scatter: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, Comm, *mut c_void) -> c_int,
+        pub send: unsafe extern "C" fn(*const c_void, usize, c_int, c_int, Comm, *mut c_void) -> c_int,
+        pub recv: unsafe extern "C" fn(*mut c_void, usize, c_int, c_int, Comm, *mut c_void) -> c_int,
+        pub group_start: unsafe extern "C" fn() -> c_int,
+        pub group_end: unsafe extern "C" fn() -> c_int,
+    }
+
+    impl Nccl {
+        /// `libnccl.so`, else `libnccl.so.2`.
+        pub fn load() -> Result<Nccl, String> {
+            let mut why = Vec::new();
+            for name in ["libnccl.so", "libnccl.so.2"] {
+                // SAFETY: loading NCCL runs its initializers.
+                match unsafe { libloading::Library::new(name) } {
+                    Ok(lib) => return Nccl::resolve(lib, name).map_err(|e| format!("{name}: {e}")),
+                    Err(e) => why.push(format!("{name}: {e}")),
+                }
+            }
+            Err(format!("libnccl could not be loaded ({})", why.join("; ")))
+        }
+
+        fn resolve(lib: libloading::Library, name: &str) -> Result<Nccl, String> {
+            macro_rules! sym {
+                ($s:literal) => {
+                    // SAFETY: the symbol has the signature of the field it is stored in (nccl.h).
+                    *unsafe { lib.get(concat!($s, "\0").as_bytes()) }.map_err(|e| format!("missing {}: {e}", $s))?
+                };
+            }
+            let get_version: unsafe extern "C" fn(*mut c_int) -> c_int = sym!("ncclGetVersion");
+            let mut version = 0;
+            // SAFETY: writes one int.
+            unsafe { get_version(&mut version) };
+            Ok(Nccl {
+                name: name.to_string(),
+                version,
+                get_unique_id: sym!("ncclGetUniqueId"),
+                comm_init_rank: sym!("ncclCommInitRank"),
+                comm_destroy: sym!("ncclCommDestroy"),
+                get_error_string: sym!("ncclGetErrorString"),
+                all_reduce: sym!("ncclAllReduce"),
+                all_gather: sym!("ncclAllGather"),
+                reduce_scatter: sym!("ncclReduceScatter"),
+                send: sym!("ncclSend"),
+                recv: sym!("ncclRecv"),
+                group_start: sym!("ncclGroupStart"),
+                group_end: sym!("ncclGroupEnd"),
+                _lib: lib,
+            })
+        }
+
+        pub fn version_string(&self) -> String {
+            format!("{}.{}.{}", self.version / 10000, (self.version / 100) % 100, self.version % 100)
+        }
+
+        /// Ends the job on an NCCL error.
+        pub fn ok(&self, r: c_int, what: &str) {
+            if r != 0 {
+                // SAFETY: NCCL returns static strings.
+                let text = unsafe { CStr::from_ptr((self.get_error_string)(r)) }.to_string_lossy().into_owned();
+                super::fatal(&format!("{what} failed: {text} (ncclResult {r})"));
+            }
+        }
+    }
+}
+
+/// The raw NCCL communicator of the benchmark: rank 0's unique id broadcast over MPI, then
+/// ncclCommInitRank on the device whose context is current (the one gpuwire's communicator
+/// uses). Collective.
+fn raw_nccl_comm(m: &Mpi, nccl: &raw_nccl::Nccl) -> raw_nccl::Comm {
+    let mut id = raw_nccl::UniqueId { internal: [0; 128] };
+    if m.rank == 0 {
+        // SAFETY: writes the id.
+        nccl.ok(unsafe { (nccl.get_unique_id)(&mut id) }, "ncclGetUniqueId");
+    }
+    // SAFETY: 128 bytes from rank 0 to every rank.
+    mok(unsafe { msys::MPI_Bcast(id.internal.as_mut_ptr().cast(), 128, msys::RSMPI_UINT8_T, 0, m.comm) }, "MPI_Bcast(ncclUniqueId)");
+    let mut comm: raw_nccl::Comm = std::ptr::null_mut();
+    // SAFETY: every rank calls with the same id; collective.
+    nccl.ok(unsafe { (nccl.comm_init_rank)(&mut comm, m.size, id, m.rank) }, "ncclCommInitRank");
+    comm
+}
+
+/// Wraps one call into the block function `block` times: `k` calls, with a stream
+/// synchronization after each (`sync_each`) or once after the last (as nccl-tests).
+fn timed(mut one: Box<dyn FnMut()>, sync_each: bool, stream: cu::CUstream) -> Box<dyn FnMut(usize)> {
+    let sync = move || cuok(unsafe { cu::cuStreamSynchronize(stream) }, "cuStreamSynchronize");
+    Box::new(move |k| {
+        for _ in 0..k {
+            one();
+            if sync_each {
+                sync();
+            }
+        }
+        if !sync_each {
+            sync();
+        }
+    })
+}
+
+struct NcclRow {
+    nominal: usize,
+    bytes: usize,
+    raw: Vec<f64>,
+    gw: Vec<f64>,
+}
+
+/// The human-readable table of one op in NCCL mode; returns (met, missed) target rows.
+fn nccl_table(m: &Mpi, op: &str, labels: (&str, &str), note: &str, rows: &[NcclRow]) -> (usize, usize) {
+    let (mut met, mut missed) = (0, 0);
+    if m.rank != 0 {
+        return (0, 0);
+    }
+    let n = m.size as usize;
+    out("");
+    out(&format!("# {}; {} vs {}, {n} rank(s); {note}", op_title(op), labels.0, labels.1));
+    out("# raw us, gpuwire us: medians; ratio, added us: medians of the per-repetition pairs (gpuwire/raw, gpuwire-raw); busbw in GB/s (nccl-tests)");
+    out(&format!("{:>10} {:>12} {:>12} {:>8} {:>10} {:>11} {:>11}  target", "size", "raw us", "gpuwire us", "ratio", "added us", "raw busbw", "gw busbw"));
+    for r in rows {
+        let (raw, gw) = (median(&r.raw), median(&r.gw));
+        let (ratio, added) = paired(&r.raw, &r.gw);
+        let added = added * 1e6;
+        let target = match nccl_target(n, r.nominal, ratio, added) {
+            Some((true, t)) => {
+                met += 1;
+                t
+            }
+            Some((false, t)) => {
+                missed += 1;
+                t
+            }
+            None => "",
+        };
+        out(&format!(
+            "{:>10} {:>12.3} {:>12.3} {ratio:>8.4} {added:>10.3} {:>11.2} {:>11.2}  {target}",
+            human(r.bytes),
+            raw * 1e6,
+            gw * 1e6,
+            busbw(op, r.bytes, n, raw),
+            busbw(op, r.bytes, n, gw)
+        ));
+    }
+    (met, missed)
+}
+
+/// Clears `count` float32 at `p` to NaN on `stream` and waits, so a data check sees only what
+/// the next call writes.
+fn poison(p: usize, count: usize, stream: cu::CUstream) {
+    cuok(unsafe { cu::cuMemsetD32Async(p as cu::CUdeviceptr, f32::NAN.to_bits(), count, stream) }, "cuMemsetD32Async");
+    cuok(unsafe { cu::cuStreamSynchronize(stream) }, "cuStreamSynchronize");
+}
+
+/// Reads the check points of the receive buffer and compares them; false (and a message) on a
+/// mismatch.
+fn data_ok(m: &Mpi, label: &str, op: &str, bytes: usize, rp: usize, recv: usize) -> bool {
+    let (rank, n) = (m.rank as usize, m.size as usize);
+    let mut good = true;
+    for i in check_points(op, n, recv) {
+        let Some(want) = expected(op, rank, n, recv, i) else { continue };
+        let mut v = 0f32;
+        cuok(unsafe { cu::cuMemcpyDtoH_v2((&mut v as *mut f32).cast(), (rp + i * 4) as cu::CUdeviceptr, 4) }, "cuMemcpyDtoH");
+        if v != want {
+            eprintln!("gpuwire-bench: rank {rank}: {label} {op} {bytes} B: element {i} of {recv} is {v}, expected {want}");
+            good = false;
+        }
+    }
+    good
+}
+
+/// Leaves device mode without a result (status 2) on every rank, after a message from rank 0.
+fn give_up(m: Mpi, msg: &str) -> ! {
+    if m.rank == 0 {
+        eprintln!("gpuwire-bench device: {msg}");
+    }
+    let _ = std::io::stdout().flush();
+    m.free();
+    let _ = gpuwire_finalize();
+    std::process::exit(2);
+}
+
 fn device_mode(o: &Opts, backend: DevBackend) {
     // Before MPI: without a driver, say so plainly (cudarc would panic on the first call).
     if let Err(e) = gpuwire::device::cuda_with_devices() {
@@ -681,48 +1068,60 @@ fn device_mode(o: &Opts, backend: DevBackend) {
     MPI_UP.store(true, Ordering::Relaxed);
     let m = Mpi::new();
     RANK.store(m.rank, Ordering::Relaxed);
-    if m.size < 2 {
-        fatal("needs at least 2 ranks (mpirun -np 2)");
+    let nccl_mode = backend == DevBackend::Nccl;
+    if m.size < 2 && !nccl_mode {
+        fatal("needs at least 2 ranks (mpirun -np 2); only --backend nccl runs on 1 rank");
     }
+    if m.size < 2 && o.ops.contains(&"sendrecv") {
+        fatal("the sendrecv ping-pong needs at least 2 ranks");
+    }
+    let tagged = |base: &str| match &o.tag {
+        Some(t) => format!("{base}-{t}"),
+        None => base.to_string(),
+    };
     let (label, comm, device) = match backend {
         DevBackend::RawCudaAware => {
             let (aware, source) = gpuwire::mpisys::cuda_support();
             if aware != Some(true) {
-                if m.rank == 0 {
-                    eprintln!(
-                        "gpuwire-bench device: --backend raw-cuda-aware passes device pointers to MPI, but this MPI is not known to be CUDA-aware ({source}); run it under a CUDA-aware MPI (the kit), or set GPUWIRE_CUDA_AWARE=1 if you know better"
-                    );
-                }
-                m.free();
-                let _ = gpuwire_finalize();
-                std::process::exit(2);
+                give_up(
+                    m,
+                    &format!("--backend raw-cuda-aware passes device pointers to MPI, but this MPI is not known to be CUDA-aware ({source}); run it under a CUDA-aware MPI (the kit), or set GPUWIRE_CUDA_AWARE=1 if you know better"),
+                );
             }
             // Same device choice as gpuwire's: node-local rank modulo the device count.
             let count = gpuwire::device::cuda_with_devices().map(|c| c.device_count).unwrap_or(1);
-            ("raw-cuda-aware".to_string(), 0, local_rank(&m) % count.max(1))
+            (tagged("raw-cuda-aware"), 0, local_rank(&m) % count.max(1))
         }
         b => {
             let mut cfg = std::mem::MaybeUninit::<gpuwire_config>::uninit();
             ok(gpuwire_config_init(cfg.as_mut_ptr()), "gpuwire_config_init");
             // SAFETY: filled by gpuwire_config_init.
             let mut cfg = unsafe { cfg.assume_init() };
-            let (kind, name) = if b == DevBackend::Staged {
-                (BackendKind::GPUWIRE_BACKEND_MPI_STAGED, "gpuwire-staged")
-            } else {
-                (BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE, "gpuwire-cuda_aware")
+            let (kind, name) = match b {
+                DevBackend::Staged => (BackendKind::GPUWIRE_BACKEND_MPI_STAGED, "gpuwire-staged"),
+                DevBackend::CudaAware => (BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE, "gpuwire-cuda_aware"),
+                _ => (BackendKind::GPUWIRE_BACKEND_NCCL, "gpuwire-nccl"),
             };
             cfg.backend = kind as i32;
             let mut c: gpuwire_comm = 0;
-            ok(gpuwire_comm_world(&cfg, &mut c), "gpuwire_comm_world");
+            // Creation agrees its outcome over the ranks: all fail alike (e.g. NCCL with two
+            // ranks on one GPU, or without libnccl).
+            if gpuwire_comm_world(&cfg, &mut c) != Status::GPUWIRE_SUCCESS {
+                let hint = if nccl_mode {
+                    "\ngpuwire-bench device: NCCL needs one GPU per rank: on a machine with one GPU run `mpirun -np 1 gpuwire-bench device --backend nccl`; with N GPUs, `mpirun -np N` with CUDA_VISIBLE_DEVICES naming all of them"
+                } else {
+                    ""
+                };
+                give_up(m, &format!("gpuwire_comm_world ({name}): {}{hint}", last_error()));
+            }
             let mut d = 0;
             ok(gpuwire_comm_device(c, &mut d), "gpuwire_comm_device");
             if m.rank == 0 {
                 out(&format!("# gpuwire: {}", describe(c)));
             }
-            (name.to_string(), c, d)
+            (o.label.clone().unwrap_or_else(|| tagged(name)), c, d)
         }
     };
-    let label = o.label.clone().unwrap_or(label);
     // This program's own stream, in the device's primary context (gpuwire uses the same one).
     let dev = cudarc::driver::result::device::get(device).unwrap_or_else(|e| fatal(&format!("cuDeviceGet({device}): {e:?}")));
     let ctx = unsafe { cudarc::driver::result::primary_ctx::retain(dev) }.unwrap_or_else(|e| fatal(&format!("cuDevicePrimaryCtxRetain: {e:?}")));
@@ -730,119 +1129,220 @@ fn device_mode(o: &Opts, backend: DevBackend) {
     let mut stream: cu::CUstream = std::ptr::null_mut();
     // CU_STREAM_NON_BLOCKING = 1, as an application's own stream usually is.
     cuok(unsafe { cu::cuStreamCreate(&mut stream, 1) }, "cuStreamCreate");
+    // NCCL mode: the raw NCCL communicator on the same device, after gpuwire's (which set
+    // NCCL_RUNTIME_CONNECT=0 unless the environment chose: both communicators connect alike).
+    let raw: Option<(&'static raw_nccl::Nccl, raw_nccl::Comm)> = if nccl_mode {
+        let loaded = raw_nccl::Nccl::load();
+        if !m.all(loaded.is_ok()) {
+            let why = loaded.err().unwrap_or_else(|| "another rank could not load it".into());
+            let _ = gpuwire_comm_free(comm);
+            give_up(m, &format!("raw NCCL: {why}"));
+        }
+        let nccl: &'static raw_nccl::Nccl = Box::leak(Box::new(loaded.unwrap_or_else(|e| fatal(&e))));
+        let rc = raw_nccl_comm(&m, nccl);
+        Some((nccl, rc))
+    } else {
+        None
+    };
+    let raw_label = tagged("raw-nccl");
+    let sync_each = o.sync_each.unwrap_or(!nccl_mode);
     let sizes = sizes(o);
     let max = *sizes.last().unwrap_or(&8);
-    let n_max = max / 4;
+    let ranks = m.size as usize;
+    // Room for every op's layout (allgather and reduce_scatter take at least one float per rank).
+    let n_max = (max / 4).max(ranks);
+    let target_s = o.target_ms * 1e-3;
     if m.rank == 0 {
+        let what = match raw {
+            Some((nccl, _)) => format!("{label} against {raw_label} (raw NCCL {} from {}, same device, buffers and stream)", nccl.version_string(), nccl.name),
+            None => label.clone(),
+        };
         out(&format!(
-            "# gpuwire-bench device {label}: {} ranks, device {device}, float32 device buffers, {} .. {}, blocks of about {} ms",
-            m.size,
+            "# gpuwire-bench device {what}: {ranks} rank(s), device {device}, float32 device buffers, {} .. {}, blocks of about {} ms, {}",
             human(o.min_bytes),
             human(max),
-            o.target_ms
+            o.target_ms,
+            if sync_each { "each call followed by a stream synchronization" } else { "calls enqueued back to back, one stream synchronization per block (as nccl-tests)" }
         ));
     }
     let sb = alloc(n_max, Space::GPUWIRE_SPACE_DEVICE, device);
     let rb = alloc(n_max, Space::GPUWIRE_SPACE_DEVICE, device);
     let (sp, rp) = (ptr_of(sb), ptr_of(rb));
-    // Every rank sends (rank + 1.0): allreduce gives size(size+1)/2, the ping-pong returns 1.0.
+    // Every rank sends (rank + 1.0) everywhere: see `expected`.
     cuok(unsafe { cu::cuMemsetD32_v2(sp as cu::CUdeviceptr, ((m.rank + 1) as f32).to_bits(), n_max) }, "cuMemsetD32");
     cuok(unsafe { cu::cuCtxSynchronize() }, "cuCtxSynchronize");
     let rank = m.rank;
+    let (next, prev) = ((rank + 1) % m.size, (rank + m.size - 1) % m.size);
     let s_void = stream as *mut c_void;
-    let sync = move || cuok(unsafe { cu::cuStreamSynchronize(stream) }, "cuStreamSynchronize");
-    let read = |p: usize| -> f32 {
-        let mut v = 0f32;
-        cuok(unsafe { cu::cuMemcpyDtoH_v2((&mut v as *mut f32).cast(), p as cu::CUdeviceptr, 4) }, "cuMemcpyDtoH");
-        v
-    };
     let mut bad = 0usize;
+    let (mut met, mut missed) = (0, 0);
     let t_start = Instant::now();
     for &op in &o.ops {
-        for &bytes in &sizes {
-            let n = bytes / 4;
-            let s = if comm != 0 { view(sb, 0, n) } else { 0 };
-            let r = if comm != 0 { view(rb, 0, n) } else { 0 };
-            let rc = m.comm;
+        let mut rows = vec![];
+        let mut last_bytes = 0;
+        let mut iters_seen = (usize::MAX, 0usize);
+        for &nominal in &sizes {
+            let (sc, rcount, bytes) = layout(op, nominal, ranks);
+            if bytes == last_bytes || sc > n_max || rcount > n_max {
+                continue; // rounded onto the previous size
+            }
+            last_bytes = bytes;
+            let s = if comm != 0 { view(sb, 0, sc) } else { 0 };
+            let r = if comm != 0 { view(rb, 0, rcount) } else { 0 };
+            let mc = m.comm;
             let dt = float();
-            let mut f: Box<dyn FnMut(usize)> = match (op, backend) {
-                ("allreduce", DevBackend::RawCudaAware) => Box::new(move |k| {
-                    for _ in 0..k {
-                        // SAFETY: device buffers of n float32 under a CUDA-aware MPI.
-                        mok(unsafe { msys::MPI_Allreduce(sp as *const c_void, rp as *mut c_void, n as c_int, dt, msys::RSMPI_SUM, rc) }, "MPI_Allreduce");
-                        sync();
-                    }
+            // One call of the measured variant (gpuwire, or raw MPI for raw-cuda-aware).
+            let one: Box<dyn FnMut()> = match (op, backend) {
+                ("allreduce", DevBackend::RawCudaAware) => Box::new(move || {
+                    // SAFETY: device buffers of sc float32 under a CUDA-aware MPI.
+                    mok(unsafe { msys::MPI_Allreduce(sp as *const c_void, rp as *mut c_void, sc as c_int, dt, msys::RSMPI_SUM, mc) }, "MPI_Allreduce")
                 }),
-                ("allreduce", _) => Box::new(move |k| {
-                    for _ in 0..k {
-                        ok(gpuwire_allreduce(comm, s, r, SUM, s_void), "gpuwire_allreduce");
-                        sync();
-                    }
+                ("allgather", DevBackend::RawCudaAware) => Box::new(move || {
+                    // SAFETY: as above; rcount = ranks x sc.
+                    mok(unsafe { msys::MPI_Allgather(sp as *const c_void, sc as c_int, dt, rp as *mut c_void, sc as c_int, dt, mc) }, "MPI_Allgather")
                 }),
-                ("sendrecv", DevBackend::RawCudaAware) => Box::new(move |k| {
-                    for _ in 0..k {
-                        // SAFETY: as above.
+                ("reduce_scatter", DevBackend::RawCudaAware) => Box::new(move || {
+                    // SAFETY: as above; sc = ranks x rcount.
+                    mok(
+                        unsafe { msys::MPI_Reduce_scatter_block(sp as *const c_void, rp as *mut c_void, rcount as c_int, dt, msys::RSMPI_SUM, mc) },
+                        "MPI_Reduce_scatter_block",
+                    )
+                }),
+                ("exchange", DevBackend::RawCudaAware) => Box::new(move || {
+                    // SAFETY: as above.
+                    mok(
                         unsafe {
-                            if rank == 0 {
-                                mok(msys::MPI_Send(sp as *const c_void, n as c_int, dt, 1, TAG, rc), "MPI_Send");
-                                mok(msys::MPI_Recv(rp as *mut c_void, n as c_int, dt, 1, TAG, rc, msys::RSMPI_STATUS_IGNORE), "MPI_Recv");
-                            } else if rank == 1 {
-                                mok(msys::MPI_Recv(rp as *mut c_void, n as c_int, dt, 0, TAG, rc, msys::RSMPI_STATUS_IGNORE), "MPI_Recv");
-                                mok(msys::MPI_Send(rp as *const c_void, n as c_int, dt, 0, TAG, rc), "MPI_Send");
-                            }
+                            msys::MPI_Sendrecv(sp as *const c_void, sc as c_int, dt, next, TAG, rp as *mut c_void, rcount as c_int, dt, prev, TAG, mc, msys::RSMPI_STATUS_IGNORE)
+                        },
+                        "MPI_Sendrecv",
+                    )
+                }),
+                ("sendrecv", DevBackend::RawCudaAware) => Box::new(move || {
+                    // SAFETY: as above.
+                    unsafe {
+                        if rank == 0 {
+                            mok(msys::MPI_Send(sp as *const c_void, sc as c_int, dt, 1, TAG, mc), "MPI_Send");
+                            mok(msys::MPI_Recv(rp as *mut c_void, rcount as c_int, dt, 1, TAG, mc, msys::RSMPI_STATUS_IGNORE), "MPI_Recv");
+                        } else if rank == 1 {
+                            mok(msys::MPI_Recv(rp as *mut c_void, rcount as c_int, dt, 0, TAG, mc, msys::RSMPI_STATUS_IGNORE), "MPI_Recv");
+                            mok(msys::MPI_Send(rp as *const c_void, rcount as c_int, dt, 0, TAG, mc), "MPI_Send");
                         }
-                        sync();
                     }
                 }),
-                ("sendrecv", _) => Box::new(move |k| {
-                    for _ in 0..k {
-                        if rank == 0 {
-                            ok(gpuwire_send(comm, s, 1, TAG, s_void), "gpuwire_send");
-                            ok(gpuwire_recv(comm, r, 1, TAG, s_void), "gpuwire_recv");
-                        } else if rank == 1 {
-                            ok(gpuwire_recv(comm, r, 0, TAG, s_void), "gpuwire_recv");
-                            ok(gpuwire_send(comm, r, 0, TAG, s_void), "gpuwire_send");
-                        }
-                        sync();
+                ("allreduce", _) => Box::new(move || ok(gpuwire_allreduce(comm, s, r, SUM, s_void), "gpuwire_allreduce")),
+                ("allgather", _) => Box::new(move || ok(gpuwire_allgather(comm, s, r, s_void), "gpuwire_allgather")),
+                ("reduce_scatter", _) => Box::new(move || ok(gpuwire_reduce_scatter(comm, s, r, SUM, s_void), "gpuwire_reduce_scatter")),
+                ("exchange", _) => Box::new(move || ok(gpuwire_sendrecv(comm, s, next, TAG, r, prev, TAG, s_void), "gpuwire_sendrecv")),
+                ("sendrecv", _) => Box::new(move || {
+                    if rank == 0 {
+                        ok(gpuwire_send(comm, s, 1, TAG, s_void), "gpuwire_send");
+                        ok(gpuwire_recv(comm, r, 1, TAG, s_void), "gpuwire_recv");
+                    } else if rank == 1 {
+                        ok(gpuwire_recv(comm, r, 0, TAG, s_void), "gpuwire_recv");
+                        ok(gpuwire_send(comm, r, 0, TAG, s_void), "gpuwire_send");
                     }
                 }),
                 _ => unreachable!(),
             };
-            // Warm-up (staging buffers grow, IPC handles get cached), then check the result.
-            let t1 = block(&m, 1, &mut f);
-            let slow = m.bcast_u64(u64::from(t1 > 0.05)) == 1;
-            if !slow {
-                block(&m, 1, &mut f);
-            }
-            let want = if op == "allreduce" { (m.size * (m.size + 1) / 2) as f32 } else { 1.0 };
-            if rank <= 1 || op == "allreduce" {
-                let (a, z) = (read(rp), read(rp + (n - 1) * 4));
-                if a != want || z != want {
-                    bad += 1;
-                    eprintln!("gpuwire-bench: rank {rank}: {label} {op} {bytes} B: result {a} .. {z}, expected {want}");
+            let mut f = timed(one, sync_each, stream);
+            if let Some((nccl, rc)) = raw {
+                // The same op through raw NCCL, on the same buffers and stream.
+                let one_raw: Box<dyn FnMut()> = match op {
+                    // SAFETY (every arm): device buffers of sc / rcount float32 on the
+                    // communicator's device; a valid NCCL communicator.
+                    "allreduce" => Box::new(move || {
+                        nccl.ok(unsafe { (nccl.all_reduce)(sp as *const c_void, rp as *mut c_void, sc, raw_nccl::FLOAT32, raw_nccl::SUM, rc, s_void) }, "ncclAllReduce")
+                    }),
+                    "allgather" => Box::new(move || {
+                        nccl.ok(unsafe { (nccl.all_gather)(sp as *const c_void, rp as *mut c_void, sc, raw_nccl::FLOAT32, rc, s_void) }, "ncclAllGather")
+                    }),
+                    "reduce_scatter" => Box::new(move || {
+                        nccl.ok(
+                            unsafe { (nccl.reduce_scatter)(sp as *const c_void, rp as *mut c_void, rcount, raw_nccl::FLOAT32, raw_nccl::SUM, rc, s_void) },
+                            "ncclReduceScatter",
+                        )
+                    }),
+                    "exchange" => Box::new(move || unsafe {
+                        nccl.ok((nccl.group_start)(), "ncclGroupStart");
+                        nccl.ok((nccl.send)(sp as *const c_void, sc, raw_nccl::FLOAT32, next, rc, s_void), "ncclSend");
+                        nccl.ok((nccl.recv)(rp as *mut c_void, rcount, raw_nccl::FLOAT32, prev, rc, s_void), "ncclRecv");
+                        nccl.ok((nccl.group_end)(), "ncclGroupEnd");
+                    }),
+                    _ => unreachable!(),
+                };
+                let mut g = timed(one_raw, sync_each, stream);
+                // Warm-up, then a data check of each variant on its own.
+                block(&m, 5, &mut f);
+                block(&m, 5, &mut g);
+                for (l, v) in [(&label, &mut f), (&raw_label, &mut g)] {
+                    poison(rp, rcount, stream);
+                    block(&m, 1, v);
+                    if !data_ok(&m, l, op, bytes, rp, rcount) {
+                        bad += 1;
+                    }
                 }
+                let iters = calibrate(&m, target_s, 20_000, &mut g);
+                iters_seen = (iters_seen.0.min(iters), iters_seen.1.max(iters));
+                let reps = m.bcast_u64(o.reps.unwrap_or(11) as u64) as usize;
+                let (tg, tr) = interleaved(&m, reps, iters, &mut f, &mut g);
+                dev_line(&m, &raw_label, op, bytes, &tr);
+                dev_line(&m, &label, op, bytes, &tg);
+                if m.rank == 0 {
+                    let (ratio, added) = paired(&tr, &tg);
+                    out(&format!("PAIR {label} {raw_label} {op} {bytes} {ranks} {ratio:.5} {:.3} {reps}", added * 1e6));
+                }
+                rows.push(NcclRow { nominal, bytes, raw: tr, gw: tg });
+            } else {
+                // Warm-up (staging buffers grow, IPC handles get cached), then check the result.
+                let t1 = block(&m, 1, &mut f);
+                let slow = m.bcast_u64(u64::from(t1 > 0.05)) == 1;
+                if !slow {
+                    block(&m, 1, &mut f);
+                }
+                poison(rp, rcount, stream);
+                block(&m, 1, &mut f);
+                if !data_ok(&m, &label, op, bytes, rp, rcount) {
+                    bad += 1;
+                }
+                // Iterations per block from one timed call (rank 0 decides).
+                let t = block(&m, 1, &mut f);
+                let iters = m.bcast_u64(if rank == 0 { (target_s / t).round().clamp(1.0, 1000.0) as u64 } else { 0 }) as usize;
+                let reps = o.reps.unwrap_or(if t > 0.05 { 3 } else { 7 });
+                let reps = m.bcast_u64(reps as u64) as usize;
+                let times = repeated(&m, reps, iters, &mut f);
+                let times: Vec<f64> = if op == "sendrecv" { times.iter().map(|t| t / 2.0).collect() } else { times };
+                dev_line(&m, &label, op, bytes, &times);
             }
-            // Iterations per block from one timed call (rank 0 decides).
-            let t = block(&m, 1, &mut f);
-            let iters = m.bcast_u64(if rank == 0 { ((o.target_ms * 1e-3 / t).round().clamp(1.0, 1000.0)) as u64 } else { 0 }) as usize;
-            let reps = o.reps.unwrap_or(if t > 0.05 { 3 } else { 7 });
-            let reps = m.bcast_u64(reps as u64) as usize;
-            let times = repeated(&m, reps, iters, &mut f);
-            let times: Vec<f64> = if op == "sendrecv" { times.iter().map(|t| t / 2.0).collect() } else { times };
-            bench_line(&m, &label, op, bytes, &times);
             drop(f);
             if comm != 0 {
                 ok(gpuwire_buffer_free(s), "gpuwire_buffer_free");
                 ok(gpuwire_buffer_free(r), "gpuwire_buffer_free");
             }
         }
+        if raw.is_some() {
+            let reps = rows.first().map_or(0, |r| r.raw.len());
+            let note = format!(
+                "{reps} interleaved repetitions of blocks of {}..{} calls, {}",
+                iters_seen.0,
+                iters_seen.1,
+                if sync_each { "a stream synchronization after each call" } else { "one stream synchronization per block" }
+            );
+            let (a, b) = nccl_table(&m, op, (&label, &raw_label), &note, &rows);
+            met += a;
+            missed += b;
+        }
     }
     let all_good = m.all(bad == 0);
     if m.rank == 0 {
-        out(&format!("# {label}: data checks {}; {:.1} s", if all_good { "passed" } else { "FAILED" }, t_start.elapsed().as_secs_f64()));
+        let targets = if raw.is_some() { format!("; {met} target rows met, {missed} missed") } else { String::new() };
+        out(&format!("# {label}: data checks {}{targets}; {:.1} s", if all_good { "passed" } else { "FAILED" }, t_start.elapsed().as_secs_f64()));
     }
     ok(gpuwire_buffer_free(sb), "gpuwire_buffer_free");
     ok(gpuwire_buffer_free(rb), "gpuwire_buffer_free");
+    if let Some((nccl, rc)) = raw {
+        // SAFETY: every operation on it has completed (the last block synchronized the stream).
+        nccl.ok(unsafe { (nccl.comm_destroy)(rc) }, "ncclCommDestroy");
+    }
     cuok(unsafe { cu::cuStreamDestroy_v2(stream) }, "cuStreamDestroy");
     if comm != 0 {
         ok(gpuwire_comm_free(comm), "gpuwire_comm_free");
@@ -921,6 +1421,87 @@ mod tests {
         assert!(parse(&args("host --op bcast")).is_err());
         assert!(parse(&args("host --backend staged")).is_err(), "--backend is for device mode");
         assert!(parse(&args("host --min-bytes 6")).is_err());
+    }
+
+    #[test]
+    fn device_options() {
+        let o = parse(&args("device --backend nccl")).unwrap();
+        assert_eq!(o.device, Some(DevBackend::Nccl));
+        assert_eq!(o.ops, vec!["allreduce", "allgather", "reduce_scatter", "exchange"]);
+        assert_eq!(o.sync_each, None);
+        let o = parse(&args("device --backend nccl --op sendrecv,allreduce,reduce-scatter,exchange --max-bytes 1G --tag 2gpu --sync each")).unwrap();
+        assert_eq!(o.ops, vec!["exchange", "allreduce", "reduce_scatter"], "NCCL's sendrecv is the exchange");
+        assert_eq!(*sizes(&o).last().unwrap(), 1 << 30);
+        assert_eq!(sizes(&o).len(), 28);
+        assert_eq!(o.tag.as_deref(), Some("2gpu"));
+        assert_eq!(o.sync_each, Some(true));
+        assert!(parse(&args("device --backend nccl --label x")).is_err(), "two labels: --tag instead");
+        assert!(parse(&args("device --backend nccl --op bw")).is_err());
+        assert!(parse(&args("device --backend nccl --sync sometimes")).is_err());
+        let o = parse(&args("device --backend staged --op allgather,sendrecv --tag 4gpu")).unwrap();
+        assert_eq!(o.ops, vec!["allgather", "sendrecv"]);
+        let o = parse(&args("device --backend cuda_aware")).unwrap();
+        assert_eq!(o.ops, vec!["allreduce", "allgather", "reduce_scatter", "sendrecv", "exchange"]);
+        assert!(parse(&args("host --tag x")).is_err(), "--tag is for device mode");
+        assert!(parse(&args("host --op exchange")).is_err());
+    }
+
+    #[test]
+    fn layouts_and_bus_bandwidth() {
+        assert_eq!(layout("allreduce", 8, 4), (2, 2, 8));
+        assert_eq!(layout("exchange", 1 << 20, 8), (1 << 18, 1 << 18, 1 << 20));
+        // allgather: bytes = the gathered buffer; at least one float per rank.
+        assert_eq!(layout("allgather", 1 << 20, 4), (1 << 16, 1 << 18, 1 << 20));
+        assert_eq!(layout("allgather", 8, 2), (1, 2, 8));
+        assert_eq!(layout("allgather", 8, 8), (1, 8, 32));
+        assert_eq!(layout("allgather", 64, 3), (5, 15, 60));
+        // reduce_scatter: bytes = the whole input.
+        assert_eq!(layout("reduce_scatter", 1 << 20, 4), (1 << 18, 1 << 16, 1 << 20));
+        assert_eq!(layout("reduce_scatter", 8, 1), (2, 2, 8));
+        // nccl-tests: 1 GB in 1 s on 2 ranks is 1 GB/s for allreduce (2(n-1)/n = 1).
+        assert!((busbw("allreduce", 1_000_000_000, 2, 1.0) - 1.0).abs() < 1e-12);
+        assert!((busbw("allreduce", 1_000_000_000, 8, 1.0) - 1.75).abs() < 1e-12);
+        assert!((busbw("allgather", 1_000_000_000, 4, 0.5) - 1.5).abs() < 1e-12);
+        assert!((busbw("reduce_scatter", 1_000_000_000, 2, 1.0) - 0.5).abs() < 1e-12);
+        assert!((busbw("exchange", 1_000_000_000, 8, 2.0) - 0.5).abs() < 1e-12);
+        assert_eq!(busbw("allreduce", 1 << 20, 1, 1e-3), 0.0, "one rank moves nothing over a bus");
+    }
+
+    #[test]
+    fn expected_results() {
+        // 4 ranks send 1, 2, 3, 4.
+        assert_eq!(expected("allreduce", 2, 4, 16, 15), Some(10.0));
+        assert_eq!(expected("reduce_scatter", 0, 4, 4, 3), Some(10.0));
+        assert_eq!(expected("allgather", 3, 4, 16, 0), Some(1.0));
+        assert_eq!(expected("allgather", 3, 4, 16, 7), Some(2.0));
+        assert_eq!(expected("allgather", 3, 4, 16, 15), Some(4.0));
+        assert_eq!(expected("exchange", 0, 4, 8, 0), Some(4.0), "rank 0 receives from rank 3");
+        assert_eq!(expected("exchange", 2, 4, 8, 0), Some(2.0));
+        assert_eq!(expected("exchange", 0, 1, 8, 0), Some(1.0), "one rank exchanges with itself");
+        assert_eq!(expected("allreduce", 0, 1, 2, 0), Some(1.0));
+        assert_eq!(expected("sendrecv", 1, 4, 2, 0), Some(1.0));
+        assert_eq!(expected("sendrecv", 2, 4, 2, 0), None, "the ping-pong involves ranks 0 and 1");
+        assert_eq!(check_points("allgather", 4, 8), vec![0, 1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(check_points("allgather", 2, 2), vec![0, 1]);
+        assert_eq!(check_points("allgather", 2, 8), vec![0, 3, 4, 7]);
+        assert_eq!(check_points("allreduce", 2, 1), vec![0]);
+        assert_eq!(check_points("exchange", 2, 100), vec![0, 99]);
+    }
+
+    #[test]
+    fn nccl_targets() {
+        // One rank (issue 4): < 1 us added at 8 B, < 1 % at >= 1 MiB.
+        assert_eq!(nccl_target(1, 8, 1.5, 0.4).map(|t| t.0), Some(true));
+        assert_eq!(nccl_target(1, 8, 1.0, 1.2).map(|t| t.0), Some(false));
+        assert_eq!(nccl_target(1, 1 << 19, 1.5, 9.0), None);
+        assert_eq!(nccl_target(1, 1 << 20, 1.009, 9.0).map(|t| t.0), Some(true));
+        assert_eq!(nccl_target(1, 1 << 20, 1.011, 9.0).map(|t| t.0), Some(false));
+        // Several ranks (issue 8): < 1 us at 8 B, within 2 % at >= 64 MiB.
+        assert_eq!(nccl_target(2, 8, 1.2, 0.9).map(|t| t.0), Some(true));
+        assert_eq!(nccl_target(8, 1 << 20, 1.5, 9.0), None);
+        assert_eq!(nccl_target(8, 32 << 20, 1.5, 9.0), None);
+        assert_eq!(nccl_target(2, 64 << 20, 1.019, 9.0).map(|t| t.0), Some(true));
+        assert_eq!(nccl_target(2, 1 << 30, 1.021, 9.0).map(|t| t.0), Some(false));
     }
 
     #[test]
