@@ -10,8 +10,9 @@
  *    that are written only on success.
  *  - gpuwire_status_string(code) is static; gpuwire_last_error copies the calling thread's detailed
  *    message of its last failure into a caller buffer.
- *  - Handles (gpuwire_comm, gpuwire_buffer, gpuwire_request) are 64-bit integers; 0 is the NULL
- *    handle. A freed, NULL or foreign handle is reported as GPUWIRE_ERROR_INVALID_HANDLE.
+ *  - Handles (gpuwire_comm, gpuwire_buffer, gpuwire_request, gpuwire_darray) are 64-bit integers;
+ *    0 is the NULL handle. A freed, NULL or foreign handle is reported as
+ *    GPUWIRE_ERROR_INVALID_HANDLE.
  *  - Counts are in elements of the buffer's datatype unless a name says bytes.
  *  - No function aborts the process or lets a Rust panic escape.
  */
@@ -389,6 +390,62 @@ typedef int32_t gpuwire_thread_level;
 #endif // __cplusplus
 
 /**
+ * How a distributed array (gpuwire_darray) is laid out over the ranks of its communicator.
+ */
+enum gpuwire_partition
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : int32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Each rank owns one contiguous block of the global array (of rows, for an N-D shape
+   * split along axis 0), in rank order.
+   */
+  GPUWIRE_PARTITION_SCATTER = 0,
+  /**
+   * Every rank holds the whole array; gpuwire keeps the copies identical (user data enters
+   * through a broadcast from rank 0).
+   */
+  GPUWIRE_PARTITION_BROADCAST = 1,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum gpuwire_partition gpuwire_partition;
+#else
+typedef int32_t gpuwire_partition;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * Which vector norm gpuwire_darray_norm computes.
+ */
+enum gpuwire_norm
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : int32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * max |x_i| (the infinity norm).
+   */
+  GPUWIRE_NORM_INF = 0,
+  /**
+   * sum |x_i|.
+   */
+  GPUWIRE_NORM_1 = 1,
+  /**
+   * sqrt(sum |x_i|^2).
+   */
+  GPUWIRE_NORM_2 = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum gpuwire_norm gpuwire_norm;
+#else
+typedef int32_t gpuwire_norm;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
  * A gpuwire buffer: pointer, element count, datatype, memory space, device and owner
  * (0 = the NULL handle).
  *
@@ -455,6 +512,8 @@ typedef uint64_t gpuwire_comm;
  * GPUWIRE_REQUEST_NULL.
  */
 typedef uint64_t gpuwire_request;
+
+
 
 
 
