@@ -137,6 +137,7 @@ pub fn finalize() -> Result<()> {
     // reference drops (here, unless an operation on another thread still holds one).
     STATE.store(FINALIZED, Ordering::Release);
     drop(crate::request::REQUESTS.drain());
+    drop(crate::darray::DARRAYS.drain());
     drop(crate::buffer::BUFFERS.drain());
     drop(crate::comm::COMMS.drain());
     let mut finalized: c_int = 0;
