@@ -591,11 +591,20 @@ impl DArray {
                 run(a.as_mut_ptr() as usize, 3, Dtype::GPUWIRE_FLOAT64)?;
                 Ok((Acc::C(a[0], a[1]), a[2] != 0.0))
             }
+            Acc::U(v) if comb != Comb::Add => {
+                // MPICH 4.0.2 compares MPI_UINT64_T as signed in MPI_MIN/MPI_MAX
+                // (pmodels/mpich#6083): reduce the order-preserving signed image instead.
+                const TOP: u64 = 1 << 63;
+                match self.allreduce_acc(Acc::I((v ^ TOP) as i64), comb, failed)? {
+                    (Acc::I(i), any) => Ok((Acc::U(i as u64 ^ TOP), any)),
+                    (other, _) => Err(Error::Internal(format!("uint64 {comb:?} came back as {other:?}"))),
+                }
+            }
             Acc::U(v) => {
-                let flag = if comb == Comb::Min { !failed as u64 } else { failed as u64 };
+                let flag = failed as u64;
                 let mut a = [v, flag];
                 run(a.as_mut_ptr() as usize, 2, Dtype::GPUWIRE_UINT64)?;
-                Ok((Acc::U(a[0]), if comb == Comb::Min { a[1] == 0 } else { a[1] != 0 }))
+                Ok((Acc::U(a[0]), a[1] != 0))
             }
             Acc::I(v) => {
                 let flag = if comb == Comb::Min { !failed as i64 } else { failed as i64 };
