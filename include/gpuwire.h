@@ -1066,9 +1066,9 @@ gpuwire_status gpuwire_darray_fill(gpuwire_darray d,
  * global row-major order) into its owned elements: rank r copies elements [offset_r, offset_r
  * + local_len_r). Blocks until done.
  *
- * Local for SCATTER. Collective for BROADCAST: rank 0's `src` is broadcast (the others' `src`
- * is not read and may be NULL). Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`src` NULL where it is
- * read and the array is not empty), GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_CUDA,
+ * Local for SCATTER (a rank that owns no element does not read `src`, which may then be
+ * NULL). Collective for BROADCAST: rank 0's `src` is broadcast (the others' `src` is not read
+ * and may be NULL). Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`src` NULL on a rank that reads it), GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_CUDA,
  * GPUWIRE_ERROR_MPI.
  */
 gpuwire_status gpuwire_darray_set_global(gpuwire_darray d,

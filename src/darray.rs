@@ -689,9 +689,9 @@ impl DArray {
     /// others' is not read and may be 0).
     pub fn set_global(&self, src: usize, stream: Stream) -> Result<()> {
         let what = "set_global";
-        let needs = self.global_len() > 0 && (self.scattered() || self.me() == 0);
+        let needs = if self.scattered() { self.local_len() > 0 } else { self.me() == 0 && self.global_len() > 0 };
         let local = if needs && src == 0 {
-            Err(Error::NullArgument(format!("{what}: `src` is NULL but the array has {} elements", self.global_len())))
+            Err(Error::NullArgument(format!("{what}: `src` is NULL but this rank reads {} elements from it", self.local_len())))
         } else {
             Ok(())
         };

@@ -380,6 +380,12 @@ fn set_and_gather(ctx: &Ctx) {
     // NULL where data is needed.
     let h = make(ctx, ctx.world, 5, GPUWIRE_DECIDE, F64, SCATTER, "for NULL");
     ctx.error(gpuwire_darray_set_global(h, std::ptr::null(), st()), Status::GPUWIRE_ERROR_NULL_ARGUMENT, &["src"], "set_global from NULL");
+    // A rank that owns nothing reads nothing.
+    let z = make(ctx, ctx.world, 5, if r == p - 1 { 5 } else { 0 }, F64, SCATTER, "all on the last rank");
+    let five = [1.0f64; 5];
+    let src = if r == p - 1 { five.as_ptr().cast() } else { std::ptr::null() };
+    ctx.ok(gpuwire_darray_set_global(z, src, st()), "set_global with NULL on ranks that own nothing");
+    free(ctx, z);
     ctx.error(gpuwire_darray_allgather(h, std::ptr::null_mut(), st()), Status::GPUWIRE_ERROR_NULL_ARGUMENT, &["dst"], "allgather into NULL");
     let mut out = [0f64; 5];
     ctx.error(gpuwire_darray_gather(h, out.as_mut_ptr().cast(), p as i32, st()), Status::GPUWIRE_ERROR_INVALID_ARGUMENT, &["root"], "gather to root = size");

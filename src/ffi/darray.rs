@@ -352,9 +352,9 @@ pub extern "C" fn gpuwire_darray_fill(d: gpuwire_darray, value: *const c_void, s
 /// global row-major order) into its owned elements: rank r copies elements [offset_r, offset_r
 /// + local_len_r). Blocks until done.
 ///
-/// Local for SCATTER. Collective for BROADCAST: rank 0's `src` is broadcast (the others' `src`
-/// is not read and may be NULL). Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`src` NULL where it is
-/// read and the array is not empty), GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_CUDA,
+/// Local for SCATTER (a rank that owns no element does not read `src`, which may then be
+/// NULL). Collective for BROADCAST: rank 0's `src` is broadcast (the others' `src` is not read
+/// and may be NULL). Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`src` NULL on a rank that reads it), GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_CUDA,
 /// GPUWIRE_ERROR_MPI.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_darray_set_global(d: gpuwire_darray, src: *const c_void, stream: *mut c_void) -> gpuwire_status {
