@@ -1,6 +1,6 @@
 # gpuwire: the project's entry points.
 #
-#   make demo    release build, then cg_poisson, isend_irecv and vstack_matvec on 2 ranks
+#   make demo    release build, then the C examples (examples-c/) on 2 ranks
 #   make test    everything CI runs (.ci/run), debug builds throughout:
 #                  1. cargo build; the committed include/gpuwire.h must be unchanged by it
 #                  2. cargo test (Rust unit and MPI tests, launcher mpirun)
@@ -27,7 +27,7 @@ endif
 # 3 ranks on 2 cores: allow oversubscription and do not pin ranks to cores.
 OMPI_RUN := mpirun --oversubscribe --bind-to none
 EXAMPLE_CFLAGS := -std=c99 -Wall -Wextra -Werror -pedantic -O2
-EXAMPLES := isend_irecv vstack_matvec cg_poisson
+EXAMPLES := isend_irecv vstack_matvec cg_poisson darray_cg_poisson darray_blockrow
 DEMO_DIR := build/demo
 RESULTS := build/results
 MPICH_ENV := MPICC=mpicc.mpich CARGO_TARGET_DIR=target/mpich
@@ -56,6 +56,10 @@ demo: deps
 	$(OMPI_RUN) -n 2 $(DEMO_DIR)/isend_irecv 2
 	@echo; echo "== vstack_matvec: a block-row operator applied across ranks =="
 	$(OMPI_RUN) -n 2 $(DEMO_DIR)/vstack_matvec 2
+	@echo; echo "== darray_cg_poisson: cg_poisson on distributed arrays (same answer) =="
+	$(OMPI_RUN) -n 2 $(DEMO_DIR)/darray_cg_poisson 768 2
+	@echo; echo "== darray_blockrow: y = H x and H^T y with x BROADCAST, y SCATTER =="
+	$(OMPI_RUN) -n 2 $(DEMO_DIR)/darray_blockrow 2
 
 # ---- test ---------------------------------------------------------------------------------------
 

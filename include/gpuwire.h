@@ -10,8 +10,9 @@
  *    that are written only on success.
  *  - gpuwire_status_string(code) is static; gpuwire_last_error copies the calling thread's detailed
  *    message of its last failure into a caller buffer.
- *  - Handles (gpuwire_comm, gpuwire_buffer, gpuwire_request) are 64-bit integers; 0 is the NULL
- *    handle. A freed, NULL or foreign handle is reported as GPUWIRE_ERROR_INVALID_HANDLE.
+ *  - Handles (gpuwire_comm, gpuwire_buffer, gpuwire_request, gpuwire_darray) are 64-bit integers;
+ *    0 is the NULL handle. A freed, NULL or foreign handle is reported as
+ *    GPUWIRE_ERROR_INVALID_HANDLE.
  *  - Counts are in elements of the buffer's datatype unless a name says bytes.
  *  - No function aborts the process or lets a Rust panic escape.
  */
@@ -30,10 +31,22 @@
 
 
 /**
- * Messages at or below this size (bytes) reduce through one MPI collective on a host copy: it
- * is latency-bound, and one MPI call beats 2(P-1) ring exchanges there.
+ * Tags of gpuwire's own messages for distributed arrays (on the communicator's private MPI
+ * duplicate; documented in the C API).
  */
-#define SMALL_BYTES (64 << 10)
+#define TAG_HALO_DOWN 32001
+
+#define TAG_HALO_UP 32002
+
+#define TAG_REDISTRIBUTE 32003
+
+#define TAG_GATHER 32004
+
+/**
+ * Local length "let gpuwire decide" for gpuwire_darray_create and gpuwire_darray_create_nd
+ * (the default split: the first N mod P ranks get one more).
+ */
+#define GPUWIRE_DECIDE -1
 
 /**
  * A rank that sends and receives nothing: point-to-point calls with it return at once (as
@@ -389,6 +402,62 @@ typedef int32_t gpuwire_thread_level;
 #endif // __cplusplus
 
 /**
+ * How a distributed array (gpuwire_darray) is laid out over the ranks of its communicator.
+ */
+enum gpuwire_partition
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : int32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Each rank owns one contiguous block of the global array (of rows, for an N-D shape
+   * split along axis 0), in rank order.
+   */
+  GPUWIRE_PARTITION_SCATTER = 0,
+  /**
+   * Every rank holds the whole array; gpuwire keeps the copies identical (user data enters
+   * through a broadcast from rank 0).
+   */
+  GPUWIRE_PARTITION_BROADCAST = 1,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum gpuwire_partition gpuwire_partition;
+#else
+typedef int32_t gpuwire_partition;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * Which vector norm gpuwire_darray_norm computes.
+ */
+enum gpuwire_norm
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : int32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * max |x_i| (the infinity norm).
+   */
+  GPUWIRE_NORM_INF = 0,
+  /**
+   * sum |x_i|.
+   */
+  GPUWIRE_NORM_1 = 1,
+  /**
+   * sqrt(sum |x_i|^2).
+   */
+  GPUWIRE_NORM_2 = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum gpuwire_norm gpuwire_norm;
+#else
+typedef int32_t gpuwire_norm;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
  * A gpuwire buffer: pointer, element count, datatype, memory space, device and owner
  * (0 = the NULL handle).
  *
@@ -448,6 +517,32 @@ typedef struct {
 typedef uint64_t gpuwire_comm;
 
 /**
+ * A distributed array: a global array (1-D, or an N-D shape split along axis 0 into whole
+ * rows) over the ranks of a communicator, on host or device memory (0 = GPUWIRE_DARRAY_NULL).
+ * The object that PyLops-MPI's DistributedArray is, for C, C++ and Fortran.
+ *
+ * Partitions: GPUWIRE_PARTITION_SCATTER (rank r owns a block of rows: by default the first
+ * N mod P ranks get one row more, or each rank gives its own count) and
+ * GPUWIRE_PARTITION_BROADCAST (every rank holds everything; user data enters through a
+ * broadcast from rank 0, so the copies stay identical).
+ *
+ * Local storage: `halo` ghost rows, this rank's owned rows, `halo` ghost rows, contiguous and
+ * row-major (see gpuwire_darray_create_nd). Operations work on the owned elements.
+ *
+ * Datatypes: fill, set_global, allgather, gather, redistribute, bcast and halo_exchange take
+ * every datatype; axpy, scale, dot and norm take float32, float64, complex64 and complex128;
+ * sum those and the integer types; min and max float32, float64 and the integer types.
+ * Others return GPUWIRE_ERROR_UNSUPPORTED_DTYPE.
+ *
+ * Lifecycle: 1. gpuwire_darray_create or gpuwire_darray_create_nd (collective); 2. set its
+ * values (gpuwire_darray_set_global, gpuwire_darray_fill, or directly through
+ * gpuwire_darray_data), compute (axpy, scale, dot, norm, sum, min, max) and move data
+ * (allgather, gather, redistribute, halo_exchange, bcast); 3. gpuwire_darray_free (local).
+ * The array keeps its communicator alive; gpuwire_finalize invalidates every array.
+ */
+typedef uint64_t gpuwire_darray;
+
+/**
  * A nonblocking operation in flight (0 = GPUWIRE_REQUEST_NULL).
  *
  * Lifecycle: 1. `gpuwire_isend` / `gpuwire_irecv` make one; 2. `gpuwire_wait`, `gpuwire_waitall`
@@ -457,6 +552,13 @@ typedef uint64_t gpuwire_comm;
 typedef uint64_t gpuwire_request;
 
 
+
+
+
+/**
+ * The NULL distributed array handle.
+ */
+#define GPUWIRE_DARRAY_NULL 0
 
 /**
  * The NULL request: waiting on it returns at once (as MPI_REQUEST_NULL).
@@ -754,6 +856,382 @@ gpuwire_status gpuwire_comm_mpi(gpuwire_comm comm,
 gpuwire_status gpuwire_comm_describe(gpuwire_comm comm,
                                      char *buf,
                                      size_t buflen);
+
+/**
+ * Creates a 1-D distributed array of `global_len` elements of `dtype` (a gpuwire_dtype) in
+ * `space` (HOST, DEVICE, PINNED or MANAGED; device memory is on the communicator's device),
+ * split over the ranks of `comm` by `partition` (a gpuwire_partition), zero-filled.
+ *
+ * SCATTER: `local_len` is this rank's number of elements, or GPUWIRE_DECIDE on every rank for
+ * the default split (each rank global_len / size, the first global_len mod size ranks one
+ * more); the ranks' lengths must add up to `global_len`. BROADCAST: every rank holds all
+ * `global_len` elements; pass GPUWIRE_DECIDE.
+ *
+ * Collective over `comm` (one agreement and one allgather). Any rank's argument error is
+ * returned on every rank. Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`out`),
+ * GPUWIRE_ERROR_INVALID_HANDLE (`comm`), GPUWIRE_ERROR_INVALID_ARGUMENT (negative lengths,
+ * GPUWIRE_DECIDE on some ranks only, unknown partition or space, ranks that disagree on the
+ * partition), GPUWIRE_ERROR_COUNT_MISMATCH (local lengths that do not add up to `global_len`,
+ * ranks with different global lengths), GPUWIRE_ERROR_DTYPE_MISMATCH (ranks with different
+ * datatypes), GPUWIRE_ERROR_UNSUPPORTED_DTYPE, GPUWIRE_ERROR_BACKEND_UNAVAILABLE (device
+ * memory on a communicator whose backend is HOST), GPUWIRE_ERROR_CUDA, GPUWIRE_ERROR_MPI.
+ */
+gpuwire_status gpuwire_darray_create(gpuwire_comm comm,
+                                     int64_t global_len,
+                                     int64_t local_len,
+                                     int32_t dtype,
+                                     int32_t space,
+                                     int32_t partition,
+                                     gpuwire_darray *out);
+
+/**
+ * Creates an N-D distributed array of global shape `shape[0] x ... x shape[ndim-1]` (row-major,
+ * C order), split along axis 0: rank r owns whole rows (a row is shape[1] x ... x
+ * shape[ndim-1] elements). `local_rows` is this rank's number of rows (or GPUWIRE_DECIDE on
+ * every rank for the default split); they must add up to shape[0]. `halo` is the number of
+ * ghost rows allocated above and below each rank's block for gpuwire_darray_halo_exchange
+ * (SCATTER only; 0 for none).
+ *
+ * Local storage, per rank: `halo` ghost rows, the owned rows, `halo` ghost rows, contiguous
+ * (gpuwire_darray_local_with_halo is all of it; gpuwire_darray_data points at the first owned
+ * element, so the ghost rows above start `halo` x row elements before it). Ghost rows beyond
+ * the global edges (above global row 0, below the last row) are never written by gpuwire: they
+ * stay zero unless you store boundary values there.
+ *
+ * Collective over `comm`. Errors as gpuwire_darray_create, plus GPUWIRE_ERROR_NULL_ARGUMENT
+ * (`shape`), GPUWIRE_ERROR_INVALID_ARGUMENT (`ndim` < 1, a negative dimension or halo, a halo on
+ * a BROADCAST array) and GPUWIRE_ERROR_COUNT_MISMATCH (ranks with different shapes).
+ */
+gpuwire_status gpuwire_darray_create_nd(gpuwire_comm comm,
+                                        int32_t ndim,
+                                        const int64_t *shape,
+                                        int64_t local_rows,
+                                        int64_t halo,
+                                        int32_t dtype,
+                                        int32_t space,
+                                        int32_t partition,
+                                        gpuwire_darray *out);
+
+/**
+ * Frees a distributed array handle; its memory is released once no view
+ * (gpuwire_darray_local) uses it. Freeing twice, or a copy of a freed handle, returns
+ * GPUWIRE_ERROR_INVALID_HANDLE.
+ *
+ * Local (not collective); thread-safe. Errors: GPUWIRE_ERROR_INVALID_HANDLE,
+ * GPUWIRE_ERROR_ALREADY_FINALIZED.
+ */
+gpuwire_status gpuwire_darray_free(gpuwire_darray d);
+
+/**
+ * The global number of elements (the product of the shape).
+ *
+ * Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
+ */
+gpuwire_status gpuwire_darray_global_len(gpuwire_darray d,
+                                         int64_t *len);
+
+/**
+ * The number of elements this rank owns (without ghost rows; the global length for
+ * BROADCAST).
+ *
+ * Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
+ */
+gpuwire_status gpuwire_darray_local_len(gpuwire_darray d,
+                                        int64_t *len);
+
+/**
+ * The global index of this rank's first owned element (0 for BROADCAST).
+ *
+ * Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
+ */
+gpuwire_status gpuwire_darray_global_offset(gpuwire_darray d,
+                                            int64_t *offset);
+
+/**
+ * The number of dimensions.
+ *
+ * Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
+ */
+gpuwire_status gpuwire_darray_ndim(gpuwire_darray d,
+                                   int32_t *ndim);
+
+/**
+ * The number of ghost rows allocated above and below each rank's block (0 for none).
+ *
+ * Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
+ */
+gpuwire_status gpuwire_darray_halo(gpuwire_darray d,
+                                   int64_t *halo);
+
+/**
+ * The datatype (a gpuwire_dtype).
+ *
+ * Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
+ */
+gpuwire_status gpuwire_darray_dtype(gpuwire_darray d,
+                                    int32_t *dtype);
+
+/**
+ * The memory space (a gpuwire_space).
+ *
+ * Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
+ */
+gpuwire_status gpuwire_darray_space(gpuwire_darray d,
+                                    int32_t *space);
+
+/**
+ * The partition (a gpuwire_partition).
+ *
+ * Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
+ */
+gpuwire_status gpuwire_darray_partition(gpuwire_darray d,
+                                        int32_t *partition);
+
+/**
+ * The address of this rank's first owned element, in the array's memory space (a device
+ * pointer for DEVICE arrays; NULL when this rank holds no storage). Owned elements follow
+ * contiguously, row-major; the `halo` x row ghost elements above lie just before it.
+ * Writing to a BROADCAST array through it is your business: gpuwire_darray_bcast makes the
+ * ranks' copies equal again. Valid until the array is freed.
+ *
+ * Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
+ */
+gpuwire_status gpuwire_darray_data(gpuwire_darray d,
+                                   void **ptr);
+
+/**
+ * Writes the number of elements each rank owns into `lens` (one entry per rank of the
+ * communicator, in rank order: exactly what gpuwire_darray_allgather gathers from each).
+ *
+ * Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
+ */
+gpuwire_status gpuwire_darray_local_lens(gpuwire_darray d,
+                                         int64_t *lens);
+
+/**
+ * Writes the global shape into `shape` (ndim entries).
+ *
+ * Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
+ */
+gpuwire_status gpuwire_darray_shape(gpuwire_darray d,
+                                    int64_t *shape);
+
+/**
+ * Writes this rank's local shape into `shape` (ndim entries): the global shape with axis 0
+ * replaced by the number of rows this rank owns.
+ *
+ * Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
+ */
+gpuwire_status gpuwire_darray_local_shape(gpuwire_darray d,
+                                          int64_t *shape);
+
+/**
+ * A new buffer handle viewing this rank's owned elements (no ghost rows), for use with every
+ * gpuwire_buffer function and operation (e.g. gpuwire_allreduce of a BROADCAST array's
+ * elements). The view keeps the memory alive; free it with gpuwire_buffer_free.
+ *
+ * Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
+ */
+gpuwire_status gpuwire_darray_local(gpuwire_darray d,
+                                    gpuwire_buffer *out);
+
+/**
+ * A new buffer handle viewing this rank's whole storage: `halo` ghost rows, the owned rows,
+ * `halo` ghost rows ((local rows + 2 halo) x row elements). Free it with gpuwire_buffer_free.
+ *
+ * Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
+ */
+gpuwire_status gpuwire_darray_local_with_halo(gpuwire_darray d,
+                                              gpuwire_buffer *out);
+
+/**
+ * Sets every owned element to `*value` (one element of the array's datatype, in host memory;
+ * complex: real then imaginary part). Ghost rows are not touched. Every datatype.
+ *
+ * Local for SCATTER. Collective for BROADCAST: rank 0's value is broadcast, so the copies
+ * stay identical. Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`value`), GPUWIRE_ERROR_INVALID_HANDLE,
+ * GPUWIRE_ERROR_CUDA, GPUWIRE_ERROR_BACKEND_UNAVAILABLE (device arrays without NVRTC).
+ */
+gpuwire_status gpuwire_darray_fill(gpuwire_darray d,
+                                   const void *value,
+                                   void *stream);
+
+/**
+ * Copies this rank's part of the global array `src` (host memory, global_len elements in
+ * global row-major order) into its owned elements: rank r copies elements [offset_r, offset_r
+ * + local_len_r). Blocks until done.
+ *
+ * Local for SCATTER (a rank that owns no element does not read `src`, which may then be
+ * NULL). Collective for BROADCAST: rank 0's `src` is broadcast (the others' `src` is not read
+ * and may be NULL). Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`src` NULL on a rank that reads it), GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_CUDA,
+ * GPUWIRE_ERROR_MPI.
+ */
+gpuwire_status gpuwire_darray_set_global(gpuwire_darray d,
+                                         const void *src,
+                                         void *stream);
+
+/**
+ * Gathers the whole array into every rank's host array `dst` (global_len elements, global
+ * order): exact, no padding (as MPI_Allgatherv with the local lengths as counts).
+ *
+ * Collective for SCATTER; for BROADCAST a local copy. Errors: GPUWIRE_ERROR_NULL_ARGUMENT
+ * (`dst` NULL and the array not empty), GPUWIRE_ERROR_INVALID_ARGUMENT (`dst` is device
+ * memory, or misaligned), GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_CUDA.
+ */
+gpuwire_status gpuwire_darray_allgather(gpuwire_darray d,
+                                        void *dst,
+                                        void *stream);
+
+/**
+ * Gathers the whole array into `root`'s host array `dst` (global_len elements, global order);
+ * the other ranks' `dst` is not read and may be NULL (as MPI_Gatherv with the local lengths
+ * as counts).
+ *
+ * Collective for SCATTER (each rank sends its block to the root with tag 32004); for
+ * BROADCAST only the root copies. Errors: as gpuwire_darray_allgather, plus
+ * GPUWIRE_ERROR_INVALID_ARGUMENT (root out of range).
+ */
+gpuwire_status gpuwire_darray_gather(gpuwire_darray d,
+                                     void *dst,
+                                     int32_t root,
+                                     void *stream);
+
+/**
+ * Copies the values of `src` into `dst`, two arrays on the same communicator with the same
+ * shape and datatype that may be split differently: other local lengths, SCATTER to
+ * BROADCAST (an allgatherv), BROADCAST to SCATTER (each rank copies its part), or the same
+ * split (a local copy). SCATTER to SCATTER moves each overlapping block with
+ * gpuwire_sendrecv (tag 32003). Ghost rows are not copied. Both arrays must be
+ * host-accessible, or both on the same device. Passing the same array twice does nothing.
+ *
+ * Collective when `src` is SCATTER; local when `src` is BROADCAST. Errors:
+ * GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_INVALID_ARGUMENT (different communicators, host
+ * and device arrays), GPUWIRE_ERROR_DTYPE_MISMATCH, GPUWIRE_ERROR_COUNT_MISMATCH (different
+ * shapes), GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_CUDA.
+ */
+gpuwire_status gpuwire_darray_redistribute(gpuwire_darray src,
+                                           gpuwire_darray dst,
+                                           void *stream);
+
+/**
+ * Makes every rank's copy of a BROADCAST array equal to `root`'s (as MPI_Bcast of the
+ * elements), after you wrote to it through gpuwire_darray_data or a view.
+ *
+ * Collective. Errors: GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_INVALID_ARGUMENT (a SCATTER
+ * array, root out of range), GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_CUDA.
+ */
+gpuwire_status gpuwire_darray_bcast(gpuwire_darray d,
+                                    int32_t root,
+                                    void *stream);
+
+/**
+ * y = alpha x + y, elementwise on the owned elements (`*alpha`: one element of the datatype in
+ * host memory). `x` and `y` must be split alike; they may be the same array. float32, float64,
+ * complex64 and complex128 (as BLAS axpy; no fused multiply-add, so host and device give the
+ * same bits).
+ *
+ * Local for SCATTER. Collective for BROADCAST (rank 0's alpha). Errors:
+ * GPUWIRE_ERROR_NULL_ARGUMENT (`alpha`), GPUWIRE_ERROR_INVALID_HANDLE,
+ * GPUWIRE_ERROR_UNSUPPORTED_DTYPE (another datatype), GPUWIRE_ERROR_DTYPE_MISMATCH,
+ * GPUWIRE_ERROR_COUNT_MISMATCH (other shapes or local lengths), GPUWIRE_ERROR_INVALID_ARGUMENT
+ * (different communicators or partitions, host and device arrays), GPUWIRE_ERROR_CUDA.
+ */
+gpuwire_status gpuwire_darray_axpy(const void *alpha,
+                                   gpuwire_darray x,
+                                   gpuwire_darray y,
+                                   void *stream);
+
+/**
+ * x = alpha x, elementwise on the owned elements. float32, float64, complex64, complex128.
+ *
+ * Local for SCATTER. Collective for BROADCAST (rank 0's alpha). Errors:
+ * GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_UNSUPPORTED_DTYPE,
+ * GPUWIRE_ERROR_CUDA.
+ */
+gpuwire_status gpuwire_darray_scale(gpuwire_darray d,
+                                    const void *alpha,
+                                    void *stream);
+
+/**
+ * The dot product sum_i x_i y_i into `*result` (one element of the datatype, host memory) on
+ * every rank. Complex arrays: sum_i conj(x_i) y_i, the first argument conjugated as in BLAS
+ * dotc (so dot(x, x) = ||x||^2). float32, float64, complex64, complex128. Each rank sums its
+ * elements in order in float64 (complex: complex128) — on the GPU with a deterministic
+ * two-pass reduction — then one allreduce combines the ranks; the result is rounded to the
+ * datatype. The same input on the same ranks gives the same bits.
+ *
+ * Collective for SCATTER; local for BROADCAST. Errors: GPUWIRE_ERROR_NULL_ARGUMENT
+ * (`result`), GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_UNSUPPORTED_DTYPE,
+ * GPUWIRE_ERROR_DTYPE_MISMATCH, GPUWIRE_ERROR_COUNT_MISMATCH, GPUWIRE_ERROR_INVALID_ARGUMENT
+ * (as gpuwire_darray_axpy), GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_CUDA,
+ * GPUWIRE_ERROR_REMOTE_ARGUMENT (another rank's local part failed).
+ */
+gpuwire_status gpuwire_darray_dot(gpuwire_darray x,
+                                  gpuwire_darray y,
+                                  void *result,
+                                  void *stream);
+
+/**
+ * A vector norm of the whole array into `*result` (float64 for every datatype): `kind`
+ * GPUWIRE_NORM_1 (sum |x_i|), GPUWIRE_NORM_2 (sqrt of sum |x_i|^2, without scaling: the sum
+ * of squares overflows beyond about 1e154) or GPUWIRE_NORM_INF (max |x_i|; NaN if any
+ * element is NaN). |x| of a complex is its modulus. float32, float64, complex64, complex128;
+ * accumulated in float64.
+ *
+ * Collective for SCATTER; local for BROADCAST. Errors: as gpuwire_darray_dot, plus
+ * GPUWIRE_ERROR_INVALID_ARGUMENT (unknown `kind`).
+ */
+gpuwire_status gpuwire_darray_norm(gpuwire_darray d,
+                                   int32_t kind,
+                                   double *result,
+                                   void *stream);
+
+/**
+ * The sum of all elements into `*result` (one element of the datatype). float32, float64
+ * (accumulated in float64), complex64, complex128 (in complex128), and the integer types
+ * (wrapping, as unsigned 64-bit arithmetic truncated to the type).
+ *
+ * Collective for SCATTER; local for BROADCAST. Errors: as gpuwire_darray_dot.
+ */
+gpuwire_status gpuwire_darray_sum(gpuwire_darray d,
+                                  void *result,
+                                  void *stream);
+
+/**
+ * The smallest element into `*result` (one element of the datatype); NaN if any element is
+ * NaN. float32, float64 and the integer types (complex numbers are not ordered: they return
+ * GPUWIRE_ERROR_UNSUPPORTED_DTYPE). A rank without elements takes no part.
+ *
+ * Collective for SCATTER; local for BROADCAST. Errors: as gpuwire_darray_dot, plus
+ * GPUWIRE_ERROR_INVALID_ARGUMENT (an empty array).
+ */
+gpuwire_status gpuwire_darray_min(gpuwire_darray d,
+                                  void *result,
+                                  void *stream);
+
+/**
+ * The largest element into `*result`; as gpuwire_darray_min otherwise.
+ */
+gpuwire_status gpuwire_darray_max(gpuwire_darray d,
+                                  void *result,
+                                  void *stream);
+
+/**
+ * Halo (ghost cell) exchange for stencil codes: fills the `width` ghost rows above each rank's
+ * block with the `width` global rows just before it, and the `width` ghost rows below with
+ * the rows just after it, from whichever ranks own them (gpuwire_sendrecv with tags 32001 and
+ * 32002; with every block at least `width` rows long, one exchange with each neighbouring
+ * rank, GPUWIRE_PROC_NULL at the ends). Non-periodic: ghost rows beyond the global edges are
+ * not touched. `width` may be less than the halo the array was created with (then the ghost
+ * rows nearest the block are filled). Every datatype.
+ *
+ * Collective; SCATTER arrays only. Errors: GPUWIRE_ERROR_INVALID_HANDLE,
+ * GPUWIRE_ERROR_INVALID_ARGUMENT (a BROADCAST array, a negative width or one above the
+ * array's halo), GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_CUDA.
+ */
+gpuwire_status gpuwire_darray_halo_exchange(gpuwire_darray d,
+                                            int64_t width,
+                                            void *stream);
 
 /**
  * Initializes gpuwire. If MPI is not initialized yet, gpuwire initializes it asking for

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (see scripts/gpu-test): the GPU tests with the stock Open MPI (not
 # CUDA-aware: AUTO must stage) and with the CUDA-aware Open MPI kit, then a pass/fail table.
-# Usage: bash scripts/gpu-run.sh [tests|bench|examples|nccl|all]...
+# Usage: bash scripts/gpu-run.sh [tests|bench|examples|nccl|darray|all]...
 set -u
 cd "$(dirname "$0")/.."
 what=${*:-all}
@@ -28,9 +28,10 @@ np2="mpirun -np 2 --oversubscribe --bind-to none"
 np1="mpirun -np 1 --oversubscribe --bind-to none"
 LIMIT=${GPUWIRE_GPU_CASE_LIMIT:-150}
 gputest() { # label launcher cases [extra -x vars]: one mpirun, killed after $LIMIT s
+  # (GPU_BIN picks the test binary: gpu-tests, or gpu-darray-tests for distributed arrays)
   local label=$1 launcher=$2 cases=$3; shift 3
   echo "=== $label: $cases" | tee -a "$LOG"
-  GPUWIRE_GPU_TEST=$cases $launcher timeout -k 5 "$LIMIT" $np2 -x GPUWIRE_GPU_TEST -x GPUWIRE_GPU_TEST_VERBOSE -x GPUWIRE_DEBUG -x CUDA_VISIBLE_DEVICES -x NCCL_NVLS_ENABLE "$@" "$B/gpu-tests" 2>&1 \
+  GPUWIRE_GPU_TEST=$cases $launcher timeout -k 5 "$LIMIT" $np2 -x GPUWIRE_GPU_TEST -x GPUWIRE_GPU_TEST_VERBOSE -x GPUWIRE_DEBUG -x CUDA_VISIBLE_DEVICES -x NCCL_NVLS_ENABLE "$@" "$B/${GPU_BIN:-gpu-tests}" 2>&1 \
     | stdbuf -oL sed -u "s/^/[$label] /" | tee -a "$LOG"
   local rc=${PIPESTATUS[0]}
   [ "$rc" = 0 ] || echo "[$label] RESULT FAIL run rank - exited with status $rc (124 = killed after ${LIMIT}s)" | tee -a "$LOG"
@@ -48,6 +49,14 @@ if has nccl || has tests; then
   # One GPU: NCCL on 1-rank communicators (every operation, datatype and op); C15 with 2 ranks.
   GPUWIRE_BACKEND=nccl GPUWIRE_GPU_TEST_NP=1 np2=$np1 gputest nccl-1rank stock ops,c13,c14,c16,c17 -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP
   gputest stock-c15 stock c15
+fi
+if has darray; then
+  # Distributed arrays on device memory: every backend, and NCCL on one rank.
+  dcases=dops,dmove,dhalo,dstream
+  GPU_BIN=gpu-darray-tests gputest darray-stock-auto stock $dcases
+  GPUWIRE_BACKEND=mpi_staged GPU_BIN=gpu-darray-tests gputest darray-kit-staged kit $dcases -x GPUWIRE_BACKEND
+  GPUWIRE_BACKEND=mpi_cuda_aware GPU_BIN=gpu-darray-tests gputest darray-kit-cuda-aware kit $dcases -x GPUWIRE_BACKEND
+  GPUWIRE_BACKEND=nccl GPUWIRE_GPU_TEST_NP=1 np2=$np1 GPU_BIN=gpu-darray-tests gputest darray-nccl-1rank stock $dcases -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP
 fi
 example() { # label launcher np binary args... (GPUWIRE_EXAMPLES=regex selects by label)
   local label=$1 launcher=$2 np=$3; shift 3
@@ -84,6 +93,30 @@ if has examples; then
   example cg-device-nccl-1rank stock 1 "$B/cg_poisson_device" 768 1
   example isend-irecv stock 2 "$B/isend_irecv" 2
   example vstack-matvec stock 2 "$B/vstack_matvec" 2
+fi
+agree() { # label-a label-b: the same CG iteration count, max errors within 1e-10
+  local ia ib ea eb
+  ia=$(sed -n "s/^\[$1\] iterations: //p" "$LOG" | tail -1); ib=$(sed -n "s/^\[$2\] iterations: //p" "$LOG" | tail -1)
+  ea=$(sed -n "s/^\[$1\] max error: //p" "$LOG" | tail -1); eb=$(sed -n "s/^\[$2\] max error: //p" "$LOG" | tail -1)
+  if [ -n "$ia" ] && [ "$ia" = "$ib" ] && awk -v a="$ea" -v b="$eb" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && b != "" && d <= 1e-10) }'; then
+    echo "[$2] RESULT PASS agree rank - iterations $ib, error $eb (as $1)" | tee -a "$LOG"
+  else
+    echo "[$2] RESULT FAIL agree rank - iterations ${ib:-?} vs ${ia:-?}, error ${eb:-?} vs ${ea:-?} ($1)" | tee -a "$LOG"
+  fi
+}
+if has examples || has darray; then
+  # Distributed-array examples, host and device memory: the same answers.
+  example darray-cg-host stock 2 "$B/darray_cg_poisson" 768 2
+  example darray-cg-device stock 2 "$B/darray_cg_poisson" 768 2 device
+  GPUWIRE_BACKEND=mpi_cuda_aware example darray-cg-device-cuda-aware kit 2 "$B/darray_cg_poisson" 768 2 device
+  example darray-cg-host-1rank stock 1 "$B/darray_cg_poisson" 768 1
+  GPUWIRE_BACKEND=nccl example darray-cg-device-nccl-1rank stock 1 "$B/darray_cg_poisson" 768 1 device
+  for l in darray-cg-device darray-cg-device-cuda-aware; do agree darray-cg-host $l; done
+  agree darray-cg-host-1rank darray-cg-device-nccl-1rank
+  example darray-blockrow-host stock 2 "$B/darray_blockrow" 2
+  example darray-blockrow-device stock 2 "$B/darray_blockrow" 2 device
+  GPUWIRE_BACKEND=mpi_cuda_aware example darray-blockrow-device-cuda-aware kit 2 "$B/darray_blockrow" 2 device
+  GPUWIRE_BACKEND=nccl example darray-blockrow-device-nccl-1rank stock 1 "$B/darray_blockrow" 1 device
 fi
 if has bench && [ -x "$B/gpuwire-bench" ]; then
   echo "=== bench" | tee -a "$LOG"

@@ -1,10 +1,10 @@
 //! Handle registries: the integers that C, Fortran and other FFIs hold for gpuwire's objects.
 //!
 //! A handle is a 64-bit integer: bits 56..64 name the kind of object (communicator, buffer,
-//! request), bits 32..56 a generation, bits 0..32 a slot. Freeing an object bumps its slot's
-//! generation, so a stale copy of the handle is recognised as freed instead of reaching freed or
-//! reused memory; a handle of another kind, a garbage integer and 0 (the NULL handle) are
-//! recognised too. No lookup ever dereferences caller-provided memory.
+//! request, distributed array), bits 32..56 a generation, bits 0..32 a slot. Freeing an object
+//! bumps its slot's generation, so a stale copy of the handle is recognised as freed instead of
+//! reaching freed or reused memory; a handle of another kind, a garbage integer and 0 (the NULL
+//! handle) are recognised too. No lookup ever dereferences caller-provided memory.
 //!
 //! Registries hand out `Arc`s: an object stays alive while an operation or a pending request
 //! uses it, even if its handle is freed meanwhile; the last `Arc` releases it.
@@ -22,6 +22,7 @@ pub enum Kind {
     Comm = 0xC0,
     Buffer = 0xB0,
     Request = 0xA0,
+    DArray = 0xD0,
 }
 
 impl Kind {
@@ -30,6 +31,7 @@ impl Kind {
             Kind::Comm => "communicator",
             Kind::Buffer => "buffer",
             Kind::Request => "request",
+            Kind::DArray => "distributed array",
         }
     }
 
@@ -38,6 +40,7 @@ impl Kind {
             0xC0 => Some(Kind::Comm),
             0xB0 => Some(Kind::Buffer),
             0xA0 => Some(Kind::Request),
+            0xD0 => Some(Kind::DArray),
             _ => None,
         }
     }

@@ -13,6 +13,7 @@
 //! - [`runtime`]: init/finalize, who owns MPI, gpuwire's own MPI operations
 //! - [`handles`]: generation-checked handle registries
 //! - [`comm`], [`buffer`], [`request`]: the objects behind the handles
+//! - [`darray`]: distributed arrays (a global array split over the ranks, host or device)
 //! - [`ops`]: validation, checking-mode agreement and dispatch of every operation
 //! - [`backend`]: one module per data path, and the choice among them
 //! - [`device`]: CUDA through cudarc (dynamically loaded)
@@ -41,6 +42,7 @@ pub mod backend;
 pub mod buffer;
 pub mod comm;
 pub mod config;
+pub mod darray;
 pub mod device;
 pub mod error;
 pub mod ffi;

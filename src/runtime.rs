@@ -33,6 +33,8 @@ pub struct RuntimeInfo {
     pub tag_ub: i32,
     /// User-defined MPI operations for float16/bfloat16 x SUM/PROD/MAX/MIN.
     half_ops: [[RawOp; 4]; 2],
+    /// User-defined MPI operations for uint64 MAX and MIN.
+    u64_ops: [RawOp; 2],
 }
 
 /// Fails unless `init` ran and `finalize` did not.
@@ -115,12 +117,14 @@ pub fn init() -> Result<()> {
         mpisys::check(unsafe { sys::MPI_Query_thread(&mut provided) }, "MPI_Query_thread")?;
     }
     let half_ops = create_half_ops()?;
+    let u64_ops = create_ops(&[u64_max, u64_min])?;
     let info = RuntimeInfo {
         owns_mpi,
         thread_level: thread_level_from_mpi(provided),
         mpi_library: library_version(),
         tag_ub: mpisys::tag_ub(),
         half_ops,
+        u64_ops: [u64_ops[0], u64_ops[1]],
     };
     // INFO can only be set once per process; a process initializes gpuwire once.
     crate::trace!("init: MPI {} ({}), owns MPI: {owns_mpi}, thread level {}", info.mpi_library, if owns_mpi { "initialized by gpuwire" } else { "adopted" }, info.thread_level.name());
@@ -137,6 +141,7 @@ pub fn finalize() -> Result<()> {
     // reference drops (here, unless an operation on another thread still holds one).
     STATE.store(FINALIZED, Ordering::Release);
     drop(crate::request::REQUESTS.drain());
+    drop(crate::darray::DARRAYS.drain());
     drop(crate::buffer::BUFFERS.drain());
     drop(crate::comm::COMMS.drain());
     let mut finalized: c_int = 0;
@@ -145,7 +150,7 @@ pub fn finalize() -> Result<()> {
     if finalized != 0 {
         return Ok(()); // the program finalized MPI already; nothing of ours is left to free
     }
-    for op in info.half_ops.iter().flatten() {
+    for op in info.half_ops.iter().flatten().chain(info.u64_ops.iter()) {
         let mut o = op.0;
         // SAFETY: created by MPI_Op_create in init and freed only here.
         unsafe { sys::MPI_Op_free(&mut o) };
@@ -167,28 +172,46 @@ pub fn mpi_finalized() -> bool {
 
 const HALF_BASE_OPS: [ReduceOp; 4] = [ReduceOp::GPUWIRE_SUM, ReduceOp::GPUWIRE_PROD, ReduceOp::GPUWIRE_MAX, ReduceOp::GPUWIRE_MIN];
 
-macro_rules! half_fn {
+macro_rules! user_fn {
     ($name:ident, $dtype:expr, $op:expr) => {
         unsafe extern "C" fn $name(invec: *mut c_void, inoutvec: *mut c_void, len: *mut c_int, _dt: *mut sys::MPI_Datatype) {
             // A panic must not unwind into MPI; the combination is always supported here.
             let _ = std::panic::catch_unwind(|| {
-                // SAFETY: MPI passes `*len` elements of MPI_UINT16_T in both vectors.
+                // SAFETY: MPI passes `*len` elements of the operation's datatype in both vectors.
                 let n = unsafe { *len } as usize;
                 let _ = unsafe { crate::reduce::combine($dtype, $op, inoutvec.cast(), invec.cast(), n) };
             });
         }
     };
 }
-half_fn!(f16_sum, Dtype::GPUWIRE_FLOAT16, ReduceOp::GPUWIRE_SUM);
-half_fn!(f16_prod, Dtype::GPUWIRE_FLOAT16, ReduceOp::GPUWIRE_PROD);
-half_fn!(f16_max, Dtype::GPUWIRE_FLOAT16, ReduceOp::GPUWIRE_MAX);
-half_fn!(f16_min, Dtype::GPUWIRE_FLOAT16, ReduceOp::GPUWIRE_MIN);
-half_fn!(bf16_sum, Dtype::GPUWIRE_BFLOAT16, ReduceOp::GPUWIRE_SUM);
-half_fn!(bf16_prod, Dtype::GPUWIRE_BFLOAT16, ReduceOp::GPUWIRE_PROD);
-half_fn!(bf16_max, Dtype::GPUWIRE_BFLOAT16, ReduceOp::GPUWIRE_MAX);
-half_fn!(bf16_min, Dtype::GPUWIRE_BFLOAT16, ReduceOp::GPUWIRE_MIN);
+user_fn!(f16_sum, Dtype::GPUWIRE_FLOAT16, ReduceOp::GPUWIRE_SUM);
+user_fn!(f16_prod, Dtype::GPUWIRE_FLOAT16, ReduceOp::GPUWIRE_PROD);
+user_fn!(f16_max, Dtype::GPUWIRE_FLOAT16, ReduceOp::GPUWIRE_MAX);
+user_fn!(f16_min, Dtype::GPUWIRE_FLOAT16, ReduceOp::GPUWIRE_MIN);
+user_fn!(bf16_sum, Dtype::GPUWIRE_BFLOAT16, ReduceOp::GPUWIRE_SUM);
+user_fn!(bf16_prod, Dtype::GPUWIRE_BFLOAT16, ReduceOp::GPUWIRE_PROD);
+user_fn!(bf16_max, Dtype::GPUWIRE_BFLOAT16, ReduceOp::GPUWIRE_MAX);
+user_fn!(bf16_min, Dtype::GPUWIRE_BFLOAT16, ReduceOp::GPUWIRE_MIN);
+
+// MPICH 4.0 compares MPI_UINT64_T as signed in MPI_MIN/MPI_MAX (pmodels/mpich#6083): uint64
+// MIN/MAX go through gpuwire's own operations on every MPI, so results never depend on it.
+user_fn!(u64_max, Dtype::GPUWIRE_UINT64, ReduceOp::GPUWIRE_MAX);
+user_fn!(u64_min, Dtype::GPUWIRE_UINT64, ReduceOp::GPUWIRE_MIN);
 
 type UserFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut sys::MPI_Datatype);
+
+fn create_ops(fns: &[UserFn]) -> Result<Vec<RawOp>> {
+    let mut out = Vec::with_capacity(fns.len());
+    for f in fns {
+        // SAFETY: reading a constant to have an initial handle value.
+        let mut op = unsafe { sys::RSMPI_SUM };
+        // SAFETY: `f` has the MPI_User_function signature; commutative.
+        let rc = unsafe { sys::MPI_Op_create(Some(*f), 1, &mut op) };
+        mpisys::check(rc, "MPI_Op_create")?;
+        out.push(RawOp(op));
+    }
+    Ok(out)
+}
 
 fn create_half_ops() -> Result<[[RawOp; 4]; 2]> {
     let fns: [[UserFn; 4]; 2] = [[f16_sum, f16_prod, f16_max, f16_min], [bf16_sum, bf16_prod, bf16_max, bf16_min]];
@@ -209,6 +232,9 @@ fn create_half_ops() -> Result<[[RawOp; 4]; 2]> {
 /// must have passed `ReduceOp::check_supported`.
 pub fn mpi_op(info: &RuntimeInfo, dtype: Dtype, op: ReduceOp) -> sys::MPI_Op {
     let base = if op == ReduceOp::GPUWIRE_AVG { ReduceOp::GPUWIRE_SUM } else { op };
+    if dtype == Dtype::GPUWIRE_UINT64 && matches!(base, ReduceOp::GPUWIRE_MAX | ReduceOp::GPUWIRE_MIN) {
+        return info.u64_ops[(base == ReduceOp::GPUWIRE_MIN) as usize].0;
+    }
     if dtype.is_half() {
         let t = if dtype == Dtype::GPUWIRE_FLOAT16 { 0 } else { 1 };
         let o = HALF_BASE_OPS.iter().position(|x| *x == base).expect("half ops cover SUM/PROD/MAX/MIN");

@@ -118,9 +118,35 @@ pub enum gpuwire_thread_level {
     GPUWIRE_THREAD_MULTIPLE = 3,
 }
 
+/// How a distributed array (gpuwire_darray) is laid out over the ranks of its communicator.
+#[repr(i32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum gpuwire_partition {
+    /// Each rank owns one contiguous block of the global array (of rows, for an N-D shape
+    /// split along axis 0), in rank order.
+    GPUWIRE_PARTITION_SCATTER = 0,
+    /// Every rank holds the whole array; gpuwire keeps the copies identical (user data enters
+    /// through a broadcast from rank 0).
+    GPUWIRE_PARTITION_BROADCAST = 1,
+}
+
+/// Which vector norm gpuwire_darray_norm computes.
+#[repr(i32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum gpuwire_norm {
+    /// max |x_i| (the infinity norm).
+    GPUWIRE_NORM_INF = 0,
+    /// sum |x_i|.
+    GPUWIRE_NORM_1 = 1,
+    /// sqrt(sum |x_i|^2).
+    GPUWIRE_NORM_2 = 2,
+}
+
 pub use gpuwire_backend as BackendKind;
 pub use gpuwire_dtype as Dtype;
+pub use gpuwire_norm as NormKind;
 pub use gpuwire_op as ReduceOp;
+pub use gpuwire_partition as Partition;
 pub use gpuwire_space as Space;
 pub use gpuwire_staging as Staging;
 pub use gpuwire_thread_level as ThreadLevel;
@@ -328,6 +354,38 @@ impl BackendKind {
             GPUWIRE_BACKEND_MPI_STAGED => "MPI_STAGED",
             GPUWIRE_BACKEND_MPI_CUDA_AWARE => "MPI_CUDA_AWARE",
             GPUWIRE_BACKEND_NCCL => "NCCL",
+        }
+    }
+}
+
+impl Partition {
+    pub fn from_c(v: i32) -> Result<Partition> {
+        match v {
+            0 => Ok(Partition::GPUWIRE_PARTITION_SCATTER),
+            1 => Ok(Partition::GPUWIRE_PARTITION_BROADCAST),
+            _ => Err(Error::InvalidArgument(format!(
+                "partition code {v} is not a gpuwire_partition (0 = SCATTER, 1 = BROADCAST)"
+            ))),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Partition::GPUWIRE_PARTITION_SCATTER => "SCATTER",
+            Partition::GPUWIRE_PARTITION_BROADCAST => "BROADCAST",
+        }
+    }
+}
+
+impl NormKind {
+    pub fn from_c(v: i32) -> Result<NormKind> {
+        match v {
+            0 => Ok(NormKind::GPUWIRE_NORM_INF),
+            1 => Ok(NormKind::GPUWIRE_NORM_1),
+            2 => Ok(NormKind::GPUWIRE_NORM_2),
+            _ => Err(Error::InvalidArgument(format!(
+                "norm code {v} is not a gpuwire_norm (0 = GPUWIRE_NORM_INF, 1 = GPUWIRE_NORM_1, 2 = GPUWIRE_NORM_2)"
+            ))),
         }
     }
 }

@@ -49,6 +49,7 @@ fn main() {
     gather(&ctx);
     scatter(&ctx);
     unsupported_ops(&ctx);
+    unsigned_extremes(&ctx);
     ctx.finish();
 }
 
@@ -509,4 +510,28 @@ fn unsupported_ops(ctx: &Ctx) {
     let one = Buf::from_bytes(Dtype::GPUWIRE_INT64, &encode(Dtype::GPUWIRE_INT64, V::I(r as i128 + 1)));
     ctx.ok(gpuwire_allreduce(ctx.world, one.h, one.h, ReduceOp::GPUWIRE_SUM as i32, st()), "allreduce after refused calls");
     ctx.check_eq(decode(Dtype::GPUWIRE_INT64, &one.read()), V::I((p * (p + 1) / 2) as i128), "allreduce after refused calls");
+}
+
+/// MIN/MAX over the whole range of the unsigned and signed 64/32-bit types: values above 2^63
+/// must compare as unsigned (MPICH 4.0 compares MPI_UINT64_T as signed, pmodels/mpich#6083).
+fn unsigned_extremes(ctx: &Ctx) {
+    ctx.section("unsigned extremes");
+    let r = ctx.rank as u64;
+    let big = [u64::MAX - r, (1u64 << 63) + r, r];
+    let want_max = u64::MAX;
+    let want_min: u64 = 0;
+    for (op, want) in [(ReduceOp::GPUWIRE_MAX, want_max), (ReduceOp::GPUWIRE_MIN, want_min)] {
+        // Element 0: near u64::MAX on every rank; element 1: just above 2^63; element 2: the rank.
+        let bytes: Vec<u8> = big.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let b = Buf::from_bytes(Dtype::GPUWIRE_UINT64, &bytes);
+        ctx.ok(gpuwire_allreduce(ctx.world, b.h, b.h, op as i32, st()), &format!("allreduce uint64 {}", op.name()));
+        let got: Vec<u64> = b.read().chunks(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect();
+        let p = ctx.size as u64;
+        let expect: Vec<u64> = match op {
+            ReduceOp::GPUWIRE_MAX => vec![want, (1u64 << 63) + p - 1, p - 1],
+            _ => vec![u64::MAX - (p - 1), 1u64 << 63, want],
+        };
+        ctx.check_eq(got, expect, &format!("allreduce uint64 {} over values above 2^63", op.name()));
+        let _ = b.free();
+    }
 }

@@ -14,7 +14,7 @@ use crate::types::{Space, Staging};
 
 /// Messages at or below this size (bytes) reduce through one MPI collective on a host copy: it
 /// is latency-bound, and one MPI call beats 2(P-1) ring exchanges there.
-pub const SMALL_BYTES: usize = 64 << 10;
+pub(crate) const SMALL_BYTES: usize = 64 << 10;
 
 /// Device state of one communicator.
 #[derive(Debug)]

@@ -8,6 +8,7 @@
 //! current on the calling thread and restores the caller's current context when dropped, so any
 //! host thread, also one that never touched CUDA, can call any gpuwire function.
 
+pub mod array_kernels;
 pub mod kernels;
 
 use std::ffi::c_void;

@@ -10,6 +10,7 @@
 pub mod boundary;
 pub mod buffer;
 pub mod comm;
+pub mod darray;
 pub mod lifecycle;
 pub mod ops;
 pub mod status;
@@ -30,6 +31,37 @@ pub type gpuwire_comm = u64;
 /// 2. operations use it; 3. `gpuwire_buffer_free` releases the handle, and the memory once no
 /// view and no pending request uses it. Borrowed memory is never freed by gpuwire.
 pub type gpuwire_buffer = u64;
+
+/// A distributed array: a global array (1-D, or an N-D shape split along axis 0 into whole
+/// rows) over the ranks of a communicator, on host or device memory (0 = GPUWIRE_DARRAY_NULL).
+/// The object that PyLops-MPI's DistributedArray is, for C, C++ and Fortran.
+///
+/// Partitions: GPUWIRE_PARTITION_SCATTER (rank r owns a block of rows: by default the first
+/// N mod P ranks get one row more, or each rank gives its own count) and
+/// GPUWIRE_PARTITION_BROADCAST (every rank holds everything; user data enters through a
+/// broadcast from rank 0, so the copies stay identical).
+///
+/// Local storage: `halo` ghost rows, this rank's owned rows, `halo` ghost rows, contiguous and
+/// row-major (see gpuwire_darray_create_nd). Operations work on the owned elements.
+///
+/// Datatypes: fill, set_global, allgather, gather, redistribute, bcast and halo_exchange take
+/// every datatype; axpy, scale, dot and norm take float32, float64, complex64 and complex128;
+/// sum those and the integer types; min and max float32, float64 and the integer types.
+/// Others return GPUWIRE_ERROR_UNSUPPORTED_DTYPE.
+///
+/// Lifecycle: 1. gpuwire_darray_create or gpuwire_darray_create_nd (collective); 2. set its
+/// values (gpuwire_darray_set_global, gpuwire_darray_fill, or directly through
+/// gpuwire_darray_data), compute (axpy, scale, dot, norm, sum, min, max) and move data
+/// (allgather, gather, redistribute, halo_exchange, bcast); 3. gpuwire_darray_free (local).
+/// The array keeps its communicator alive; gpuwire_finalize invalidates every array.
+pub type gpuwire_darray = u64;
+
+/// The NULL distributed array handle.
+pub const GPUWIRE_DARRAY_NULL: gpuwire_darray = 0;
+
+/// Local length "let gpuwire decide" for gpuwire_darray_create and gpuwire_darray_create_nd
+/// (the default split: the first N mod P ranks get one more).
+pub const GPUWIRE_DECIDE: i64 = -1;
 
 /// A nonblocking operation in flight (0 = GPUWIRE_REQUEST_NULL).
 ///
