@@ -30,12 +30,6 @@
 
 
 /**
- * Messages at or below this size (bytes) reduce through one MPI collective on a host copy: it
- * is latency-bound, and one MPI call beats 2(P-1) ring exchanges there.
- */
-#define SMALL_BYTES (64 << 10)
-
-/**
  * A rank that sends and receives nothing: point-to-point calls with it return at once (as
  * MPI_PROC_NULL).
  */
