@@ -44,6 +44,7 @@ deps:
 
 demo: deps
 	cargo build --release
+	@bash scripts/soname-link.sh target/release
 	@mkdir -p $(DEMO_DIR)
 	@for e in $(EXAMPLES); do \
 	    echo "mpicc $(EXAMPLE_CFLAGS) -Iinclude examples-c/$$e.c -Ltarget/release -lgpuwire -Wl,-rpath,$(CURDIR)/target/release -lm -o $(DEMO_DIR)/$$e"; \

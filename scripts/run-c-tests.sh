@@ -90,6 +90,13 @@ if [[ ! -f $libdir/libgpuwire.so ]]; then
     echo "$passed $failed $skipped" > "$results/c-$flavour.txt"
     exit 1
 fi
+# Programs record the soname (libgpuwire.so.0.1) as NEEDED: it must sit beside libgpuwire.so.
+if ! bash "$root/scripts/soname-link.sh" "$libdir"; then
+    record FAIL "library" "could not link the soname in $libdir"
+    echo "c-$flavour: $passed passed, $failed failed, $skipped skipped"
+    echo "$passed $failed $skipped" > "$results/c-$flavour.txt"
+    exit 1
+fi
 
 # ---- build ------------------------------------------------------------------------------------
 
