@@ -41,7 +41,7 @@
 ! Fortran arrays as buffers
 !   - gpuwire_buffer_wrap(array, buf) makes a buffer over the array's own memory (no copy) for
 !     arrays of integer(int8), integer(int32), integer(int64), real(real32), real(real64),
-!     complex(real32), complex(real64), of any rank (a scalar is one element). The array must
+!     complex(real32), complex(real64), of any rank from 1 to 15. The array must
 !     be simply contiguous and have the TARGET or POINTER attribute, and it must stay allocated
 !     while the buffer, a view of it or a request using it exists. Anything else, in particular
 !     a non-contiguous section such as A(2,:) or an array without TARGET, is rejected at
@@ -1116,8 +1116,10 @@ contains
     integer :: n
     type(c_ptr) :: p
     p = c(int(status, c_int32_t))
-    s = ''
-    if (.not. c_associated(p)) return
+    if (.not. c_associated(p)) then
+      s = ''
+      return
+    end if
     call c_f_pointer(p, chars, [4096])
     n = 0
     do while (n < size(chars))
