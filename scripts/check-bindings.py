@@ -9,10 +9,12 @@ Checks, for every function the C header declares:
   2. module gpuwire has a generic interface F (the mpi_f08-style wrapper);
   3. include/gpuwire.hpp uses F outside comments (a C++ wrapper calls it);
   4. a Fortran test or example calls F (tests/fortran/*.f90, examples-fortran/*.f90);
+  5. examples-python/gpuwire.py declares it in _PROTOTYPES with the same ctypes argument kinds
+     and result;
 and, for the header's data:
-  5. every GPUWIRE_* constant (enumerators and #defines) is a parameter of module gpuwire_types
+  6. every GPUWIRE_* constant (enumerators and #defines) is a parameter of module gpuwire_types
      with the same value;
-  6. every struct typedef (gpuwire_config) has a bind(C) derived type of the same name with the
+  7. every struct typedef (gpuwire_config) has a bind(C) derived type of the same name with the
      same fields, in the same order, of the same kinds.
 
 For a function missing from the Fortran module it prints the bind(C) interface to add.
@@ -368,6 +370,47 @@ class FortranModule:
                     self.constants[name] = value
 
 
+# ---- Python (ctypes) ---------------------------------------------------------------------------
+
+PY_KINDS = {
+    "c_int32": "int32",
+    "c_int": "int32",
+    "_status": "int32",
+    "c_int64": "int64",
+    "_handle": "handle",
+    "c_size_t": "size_t",
+    "c_double": "double",
+    "c_void_p": "void*",
+    "c_char_p": "char*",
+}
+
+
+def py_kind(expr):
+    expr = expr.strip()
+    m = re.fullmatch(r"POINTER\((\w+)\)", expr)
+    if m:
+        inner = m.group(1)
+        if inner == "c_void_p":
+            return "void**"
+        if inner in PY_KINDS:
+            return PY_KINDS[inner] + "*"
+        return "struct gpuwire_" + inner.lower() + "*" if inner == "Config" else inner + "*"
+    return PY_KINDS.get(expr, "?" + expr)
+
+
+def python_prototypes(text):
+    """{name: (result kind, [argument kinds])} from the _PROTOTYPES table of gpuwire.py."""
+    protos = {}
+    m = re.search(r"^_PROTOTYPES = \{(.*?)^\}", text, re.S | re.M)
+    if not m:
+        return protos
+    for name, ret, args in re.findall(r'"(gpuwire_\w+)":\s*\((\w+),\s*\[([^\]]*)\]\)', m.group(1)):
+        kinds = [py_kind(a) for a in split_top(args)] if args.strip() else []
+        r = py_kind(ret)
+        protos[name] = ("pointer" if r == "char*" else r, kinds)
+    return protos
+
+
 # ---- the checks ---------------------------------------------------------------------------------
 
 
@@ -393,7 +436,7 @@ def suggest_interface(name, ret, args):
     return "\n".join(lines)
 
 
-def check(header_text, fortran_text, hpp_text, fortran_uses):
+def check(header_text, fortran_text, hpp_text, fortran_uses, python_text=None):
     """Returns (problems, summary): a list of strings describing each disagreement."""
     h = CHeader(header_text)
     f = FortranModule(fortran_text)
@@ -430,6 +473,15 @@ def check(header_text, fortran_text, hpp_text, fortran_uses):
             problems.append(f"{name}: module gpuwire has no generic interface {name} (the mpi_f08-style wrapper)")
         if not re.search(r"\b" + re.escape(name) + r"\b", hpp_code):
             problems.append(f"{name}: include/gpuwire.hpp does not call it (no C++ wrapper)")
+        if python_text is not None:
+            protos = python_prototypes(python_text)
+            if name not in protos:
+                problems.append(f"{name}: missing from _PROTOTYPES in examples-python/gpuwire.py")
+            elif protos[name] != (ret, [k for _, k in args]):
+                problems.append(
+                    f"{name}: examples-python/gpuwire.py declares {protos[name][0]} ({', '.join(protos[name][1])}), "
+                    f"the header {ret} ({', '.join(k for _, k in args)})"
+                )
         if fortran_uses is not None and not re.search(r"\b" + re.escape(name) + r"\s*\(", fortran_uses, re.I):
             problems.append(f"{name}: no Fortran test or example calls it (tests/fortran, examples-fortran)")
     for name in sorted(set(f.interfaces) - set(h.functions)):
@@ -467,7 +519,8 @@ def self_test(root):
     """Each mutation of the real files must produce a problem naming the thing changed."""
     h, f, x = read(root + "/include/gpuwire.h"), read(root + "/include/gpuwire.f90"), read(root + "/include/gpuwire.hpp")
     uses = fortran_uses_text(root)
-    base, _ = check(h, f, x, uses)
+    py = read(root + "/examples-python/gpuwire.py")
+    base, _ = check(h, f, x, uses, py)
     if base:
         print("self-test: the checked-in files must agree first:\n  " + "\n  ".join(base))
         return 1
@@ -489,12 +542,14 @@ def self_test(root):
         ("a C++ wrapper missing", h, f, x.replace("(gpuwire_comm_local_size)", "(gpuwire_comm_local_sz)"), "gpuwire_comm_local_size"),
     ]
     failures = 0
-    for what, mh, mf, mx, expect in mutations:
-        if (mh, mf, mx) == (h, f, x):
+    mutations = [(w, mh, mf, mx, py, e) for w, mh, mf, mx, e in mutations]
+    mutations.append(("a Python prototype changed", h, f, x, py.replace('"gpuwire_barrier": (_status, [_handle, c_void_p])', '"gpuwire_barrier": (_status, [_handle])'), "gpuwire_barrier"))
+    for what, mh, mf, mx, mpy, expect in mutations:
+        if (mh, mf, mx, mpy) == (h, f, x, py):
             print(f"self-test FAIL: the mutation '{what}' did not change anything (update the self-test)")
             failures += 1
             continue
-        problems, _ = check(mh, mf, mx, uses)
+        problems, _ = check(mh, mf, mx, uses, mpy)
         if any(expect in p for p in problems):
             print(f"self-test PASS: {what} is caught")
         else:
@@ -516,13 +571,14 @@ def main():
         read(root + "/include/gpuwire.f90"),
         read(root + "/include/gpuwire.hpp"),
         fortran_uses_text(root),
+        read(root + "/examples-python/gpuwire.py"),
     )
     if problems:
         for p in problems:
             print("FAIL " + p)
         print(f"check-bindings: {len(problems)} problem(s): include/gpuwire.h and the bindings disagree")
         return 1
-    print(f"PASS gpuwire.h, gpuwire.f90 and gpuwire.hpp agree: {summary}; every function has a Fortran wrapper and is called from Fortran")
+    print(f"PASS gpuwire.h, gpuwire.f90, gpuwire.hpp and gpuwire.py agree: {summary}; every function has a Fortran wrapper and is called from Fortran")
     return 0
 
 
