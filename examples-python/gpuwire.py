@@ -22,8 +22,9 @@ nonblocking call can never send a temporary. Buffers and requests keep the array
 For device arrays the operations take the array's stream (CuPy's current stream) unless given
 stream=.
 
-The library: $GPUWIRE_LIBRARY (a path) if set, else libgpuwire.so.0.1 from the loader's search
-path (LD_LIBRARY_PATH, the system directories). It must link the same MPI as mpi4py.
+The library: $GPUWIRE_LIBRARY (a path) if set; else, in the copy `make install` puts in
+PREFIX/share/gpuwire/python, the installed library; else libgpuwire.so.0.1 from the loader's
+search path (LD_LIBRARY_PATH, the system directories). It must link the same MPI as mpi4py.
 
 Errors raise gpuwire.Error with .code (the gpuwire_status) and the detailed message.
 """
@@ -161,8 +162,12 @@ _PROTOTYPES = {
 }
 
 
+# `make install` writes the installed library's path here, in its copy of this file.
+_INSTALLED_LIBRARY = None
+
+
 def _load():
-    path = os.environ.get("GPUWIRE_LIBRARY")
+    path = os.environ.get("GPUWIRE_LIBRARY") or _INSTALLED_LIBRARY
     candidates = [path] if path else ["libgpuwire.so.0.1", "libgpuwire.so"]
     errors = []
     for name in candidates:
