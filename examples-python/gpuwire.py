@@ -282,9 +282,9 @@ def _describe_array(array):
         for n in cai["shape"]:
             count *= n
         ptr = array.data.ptr if hasattr(array, "data") and hasattr(array.data, "ptr") else cai["data"][0]
-        stream = cai.get("stream")
-        if stream in (None, 1, 2):
-            stream = None  # the legacy or per-thread default stream
+        stream = cai.get("stream")  # CUDA Array Interface v3: 1 = legacy, 2 = per-thread default
+        if stream in (None, 0, 1):
+            stream = None  # the legacy default stream, which gpuwire takes as NULL
         return ptr, count, _TYPESTRS[typestr], True, stream
     flags = getattr(array, "flags", None)
     if flags is None or not hasattr(array, "ctypes"):

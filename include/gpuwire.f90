@@ -29,7 +29,10 @@
 !     the program goes on. Without it, an error prints "gpuwire: <call> failed: ..." with the
 !     detailed message to the standard error unit and ends the program with `error stop` (the
 !     Fortran analogue of MPI's default MPI_ERRORS_ARE_FATAL). gpuwire_last_error(message)
-!     returns the detailed message of the calling thread's last failure.
+!     returns the detailed message of the calling thread's last failure, whether the library or
+!     this module found it (an array of the wrong type or size). (It tracks failures of calls
+!     through module gpuwire: after one found here, the failure of a direct gpuwire_c call is
+!     reported once a call through gpuwire fails again.)
 !   - MPI communicators enter as their integer handle: `comm` from `use mpi`, `comm%MPI_VAL` from
 !     `use mpi_f08`. Module gpuwire_f08 (include/gpuwire_f08.f90, compiled after this file)
 !     adds forms of gpuwire_comm_create and gpuwire_comm_mpi that take type(MPI_Comm).
