@@ -1,4 +1,5 @@
-! gpuwire.f90: the Fortran interface of gpuwire (Fortran 2018; gfortran >= 10, ifx, nvfortran).
+! gpuwire.f90: the Fortran interface of gpuwire (Fortran 2018: assumed-rank arguments; tested
+! with gfortran 12 and Open MPI's and MPICH's mpifort).
 !
 ! Compile this file with the same compiler, and the same MPI's wrapper, as your program (Fortran
 ! module files are compiler-specific), then link with -lgpuwire:
@@ -36,16 +37,18 @@
 !   - MPI communicators enter as their integer handle: `comm` from `use mpi`, `comm%MPI_VAL` from
 !     `use mpi_f08`. Module gpuwire_f08 (include/gpuwire_f08.f90, compiled after this file)
 !     adds forms of gpuwire_comm_create and gpuwire_comm_mpi that take type(MPI_Comm).
-!   - Counts, offsets and sizes are integer(int64); an input count or offset may also be a
-!     default integer (every such argument of the call of the same kind).
+!   - Counts, offsets and sizes are integer(int64); the input counts and offsets of a call may
+!     instead all be default integers.
+!   - Outputs are intent(out): on failure an output handle is NULL (its default value) and
+!     other outputs are undefined, except where a call's comment says otherwise.
 !   - gpuwire_comm_free, gpuwire_buffer_free and a completed gpuwire_wait / gpuwire_test set
 !     the handle to NULL (GPUWIRE_COMM_NULL, GPUWIRE_BUFFER_NULL, GPUWIRE_REQUEST_NULL).
 !
 ! Fortran arrays as buffers
 !   - gpuwire_buffer_wrap(array, buf) makes a buffer over the array's own memory (no copy) for
 !     arrays of integer(int8), integer(int32), integer(int64), real(real32), real(real64),
-!     complex(real32), complex(real64), of any rank from 1 to 15. The array must
-!     be simply contiguous and have the TARGET or POINTER attribute, and it must stay allocated
+!     complex(real32), complex(real64), of any rank from 1 to 15. The array must be simply
+!     contiguous and have the TARGET or POINTER attribute, and it must stay allocated
 !     while the buffer, a view of it or a request using it exists. Anything else, in particular
 !     a non-contiguous section such as A(2,:) or an array without TARGET, is rejected at
 !     compile time (the dummy argument is a contiguous pointer with intent(in)): a buffer can
