@@ -2,12 +2,18 @@
 #
 #   make demo    release build, then the C examples (examples-c/) on 2 ranks
 #   make test    everything CI runs (.ci/run), debug builds throughout:
-#                  1. cargo build; the committed include/gpuwire.h must be unchanged by it
+#                  1. cargo build; the committed include/gpuwire.h must be unchanged by it, and
+#                     gpuwire.f90, gpuwire.hpp and gpuwire.py must agree with it
 #                  2. cargo test (Rust unit and MPI tests, launcher mpirun)
-#                  3. C tests and C examples with Open MPI on 1, 2 and 3 ranks
-#                  4. the same C programs built with -fsanitize=address,undefined
-#                  5. cargo test and the C tests and examples again against MPICH
+#                  3. C, C++, Fortran and Python tests and examples with Open MPI, 1-3 ranks
+#                  4. the same C, C++ and Fortran programs with -fsanitize=address,undefined
+#                  5. make install, then out-of-tree C, C++, Fortran, Python, pkg-config and
+#                     CMake projects against the installed tree (the README's commands)
+#                  6. cargo test and the tests and examples again against MPICH
 #   make deps    check prerequisites (scripts/deps.sh; installs Debian packages when root)
+#   make install PREFIX=/path   release build, then libraries, headers, Fortran module sources,
+#                pkg-config and CMake files and the Python module under PREFIX (DESTDIR honoured;
+#                GPUWIRE_PROFILE=debug installs the debug build)
 #   make clean
 #
 # Steps of `make test` run one at a time (.NOTPARALLEL): the machine may have only 2 cores and
@@ -32,10 +38,11 @@ DEMO_DIR := build/demo
 RESULTS := build/results
 MPICH_ENV := MPICC=mpicc.mpich CARGO_TARGET_DIR=target/mpich
 
-.PHONY: help deps demo test test-header test-rust test-c test-asan test-mpich clean
+.PHONY: help deps demo install test test-header test-bindings test-rust test-c test-asan test-mpich \
+	test-install clean
 
 help:
-	@sed -n '3,11s/^# \{0,1\}//p' Makefile
+	@sed -n '3,17s/^# \{0,1\}//p' Makefile
 
 deps:
 	@bash scripts/deps.sh
@@ -44,6 +51,7 @@ deps:
 
 demo: deps
 	cargo build --release
+	@bash scripts/soname-link.sh target/release
 	@mkdir -p $(DEMO_DIR)
 	@for e in $(EXAMPLES); do \
 	    echo "mpicc $(EXAMPLE_CFLAGS) -Iinclude examples-c/$$e.c -Ltarget/release -lgpuwire -Wl,-rpath,$(CURDIR)/target/release -lm -o $(DEMO_DIR)/$$e"; \
@@ -61,16 +69,34 @@ demo: deps
 	@echo; echo "== darray_blockrow: y = H x and H^T y with x BROADCAST, y SCATTER =="
 	$(OMPI_RUN) -n 2 $(DEMO_DIR)/darray_blockrow 2
 
+# ---- install ------------------------------------------------------------------------------------
+
+PREFIX ?= /usr/local
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+GPUWIRE_PROFILE ?= release
+CARGO_TARGET_DIR ?= target
+# Cargo's profile "dev" builds into target/debug.
+CARGO_PROFILE_FLAG = $(if $(filter release,$(GPUWIRE_PROFILE)),--release,$(if $(filter debug,$(GPUWIRE_PROFILE)),,--profile $(GPUWIRE_PROFILE)))
+
+install:
+	@case "$(PREFIX)" in /*) ;; *) echo "make install: PREFIX must be an absolute path"; exit 2;; esac
+	cargo build --lib $(CARGO_PROFILE_FLAG)
+	bash scripts/install.sh $(CARGO_TARGET_DIR)/$(GPUWIRE_PROFILE) $(PREFIX) $(LIBDIR) $(INCLUDEDIR)
+
 # ---- test ---------------------------------------------------------------------------------------
 
 test: deps
 	@rm -rf $(RESULTS) && mkdir -p $(RESULTS)
-	@$(MAKE) --no-print-directory test-header test-rust test-c test-asan test-mpich
+	@$(MAKE) --no-print-directory test-header test-bindings test-rust test-c test-asan test-install \
+	    test-mpich
 	@echo
 	@echo "== make test: every step passed =="
-	@echo "   header unchanged; cargo test with Open MPI and with MPICH;"
-	@echo "   C tests and examples with Open MPI, under ASan/UBSan, and with MPICH"
-	@awk '{p += $$1; f += $$2; s += $$3} END {printf "c-tests: %d passed, %d failed, %d skipped\n", p, f, s}' $(RESULTS)/c-*.txt
+	@echo "   header unchanged, and the Fortran, C++ and Python bindings agree with it;"
+	@echo "   cargo test with Open MPI and with MPICH; C, C++, Fortran (and Python) tests and"
+	@echo "   examples with Open MPI, under ASan/UBSan, and with MPICH; make install and"
+	@echo "   out-of-tree projects against the installed tree"
+	@awk '{p += $$1; f += $$2; s += $$3} END {printf "c, c++, fortran, python and install tests: %d passed, %d failed, %d skipped\n", p, f, s}' $(RESULTS)/c-*.txt
 
 # 1. The committed header is what the build generates.
 test-header:
@@ -90,27 +116,40 @@ test-header:
 	    if [ -n "$${CI:-}" ]; then echo "FAIL CI must run from a git checkout"; exit 1; fi; \
 	fi
 
+# 1b. The Fortran module, the C++ header and the Python module agree with the C header (names,
+# argument counts and kinds, constants, the config struct); the checker catches mismatches.
+test-bindings:
+	@echo "== 1b. bindings agree with include/gpuwire.h =="
+	python3 scripts/check-bindings.py
+	python3 scripts/check-bindings.py --self-test
+
 # 2. Rust unit tests and MPI integration tests (they launch ranks with $GPUWIRE_MPIEXEC).
 test-rust:
 	@echo "== 2. cargo test (Open MPI) =="
 	GPUWIRE_MPIEXEC=mpirun cargo test
 	bash scripts/nvrtc-check.sh
 
-# 3. C tests and examples against Open MPI.
+# 3. C, C++, Fortran and Python tests and examples against Open MPI.
 test-c:
-	@echo "== 3. C tests and examples (Open MPI) =="
+	@echo "== 3. C, C++, Fortran and Python tests and examples (Open MPI) =="
 	cargo build
 	bash scripts/run-c-tests.sh openmpi
 
 # 4. The same C programs with AddressSanitizer and UndefinedBehaviorSanitizer.
 test-asan:
-	@echo "== 4. C tests and examples with -fsanitize=address,undefined (Open MPI) =="
+	@echo "== 4. C, C++ and Fortran tests and examples with -fsanitize=address,undefined (Open MPI) =="
 	cargo build
 	bash scripts/run-c-tests.sh openmpi --sanitize
 
-# 5. Everything again against MPICH (a separate target directory: the library links one MPI).
+# 5. make install (of the debug build) into a scratch prefix; projects built against it alone.
+test-install:
+	@echo "== 5. make install; out-of-tree projects against the installed tree (Open MPI) =="
+	cargo build
+	bash scripts/install-test.sh
+
+# 6. Everything again against MPICH (a separate target directory: the library links one MPI).
 test-mpich:
-	@echo "== 5. cargo test, C tests and examples (MPICH) =="
+	@echo "== 6. cargo test, C, C++ and Fortran tests and examples (MPICH) =="
 	$(MPICH_ENV) cargo build
 	$(MPICH_ENV) GPUWIRE_MPIEXEC=mpiexec.mpich cargo test
 	bash scripts/run-c-tests.sh mpich

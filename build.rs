@@ -32,6 +32,23 @@ fn main() {
     let minor = env::var("CARGO_PKG_VERSION_MINOR").unwrap();
     let patch = env::var("CARGO_PKG_VERSION_PATCH").unwrap();
 
+    // The shared library's soname. Under Cargo's semantic versioning 0.MINOR is the
+    // compatibility boundary for 0.x (0.1.x releases are compatible with each other, 0.2 is
+    // not), and MAJOR from 1.0 on; the soname follows it: libgpuwire.so.0.1 for 0.1.x,
+    // libgpuwire.so.1 for 1.x. Programs linked against libgpuwire.so record this name
+    // (NEEDED), so a directory they run from needs a libgpuwire.so.0.1 beside libgpuwire.so
+    // (scripts/soname-link.sh makes that link in the build tree; `make install` installs
+    // libgpuwire.so.0.1.0 with both links).
+    let soname = if major == "0" {
+        format!("libgpuwire.so.0.{minor}")
+    } else {
+        format!("libgpuwire.so.{major}")
+    };
+    let target_os = env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
+    if target_os == "linux" || target_os.ends_with("bsd") {
+        println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,{soname}");
+    }
+
     // The C header. It is committed; CI checks that a build leaves it unchanged.
     let crate_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
     let mut config = cbindgen::Config::from_file(crate_dir.join("cbindgen.toml"))

@@ -31,18 +31,6 @@
 
 
 /**
- * Tags of gpuwire's own messages for distributed arrays (on the communicator's private MPI
- * duplicate; documented in the C API).
- */
-#define TAG_HALO_DOWN 32001
-
-#define TAG_HALO_UP 32002
-
-#define TAG_REDISTRIBUTE 32003
-
-#define TAG_GATHER 32004
-
-/**
  * Local length "let gpuwire decide" for gpuwire_darray_create and gpuwire_darray_create_nd
  * (the default split: the first N mod P ranks get one more).
  */

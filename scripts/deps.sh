@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # deps.sh: checks that what gpuwire's build, demo and tests need is installed.
 #
-# Needed: cargo/rustc >= 1.85; Open MPI (mpicc, mpicxx, mpirun); MPICH (mpicc.mpich,
-# mpicxx.mpich, mpiexec.mpich); libclang (bindgen, used by the mpi crate); a C and C++ compiler;
-# gfortran; python3; cmake; pkg-config; make.
+# Needed: cargo/rustc >= 1.85; Open MPI (mpicc, mpicxx, mpifort, mpirun); MPICH (mpicc.mpich,
+# mpicxx.mpich, mpifort.mpich, mpiexec.mpich); libclang (bindgen, used by the mpi crate); a C and
+# C++ compiler; gfortran; python3 with mpi4py (built for Open MPI) and NumPy, for the Python
+# example (scripts/find-python.sh finds it: python3 on the PATH or /usr/bin/python3); cmake;
+# pkg-config; readelf; make.
 #
 # When something is missing on Debian/Ubuntu: as root it runs
 #   apt-get update && apt-get install -y <packages>      (noninteractive)
@@ -12,11 +14,12 @@
 set -euo pipefail
 
 packages=(libopenmpi-dev openmpi-bin libclang-dev libmpich-dev mpich gfortran python3
-    python3-numpy python3-mpi4py python3-pip cmake pkg-config g++ make)
+    python3-numpy python3-mpi4py python3-pip cmake pkg-config g++ binutils make)
 min_rust=1.85
 
 have() { command -v "$1" > /dev/null 2>&1; }
 has_pip() { python3 -m pip --version > /dev/null 2>&1; }
+has_mpi4py() { bash "$(dirname "$0")/find-python.sh" "Open MPI" > /dev/null; }
 is_open_mpi() { # mpicc and mpirun must be Open MPI's (an alternatives switch can point them at MPICH)
     have mpicc && have mpirun && mpirun --version 2>&1 | grep -q "Open MPI" \
         && mpicc --showme:version > /dev/null 2>&1
@@ -40,8 +43,10 @@ check_all() {
     missing=()
     check "Open MPI (mpicc, mpirun)" is_open_mpi
     check "mpicxx (Open MPI)" have mpicxx
+    check "mpifort (Open MPI)" have mpifort
     check "mpicc.mpich" have mpicc.mpich
     check "mpicxx.mpich" have mpicxx.mpich
+    check "mpifort.mpich" have mpifort.mpich
     check "mpiexec.mpich" have mpiexec.mpich
     check "libclang (for bindgen)" has_libclang
     check "cc" have cc
@@ -49,8 +54,10 @@ check_all() {
     check "gfortran" have gfortran
     check "python3" have python3
     check "pip (python3 -m pip)" has_pip
+    check "python3 with mpi4py (Open MPI) and NumPy" has_mpi4py
     check "cmake" have cmake
     check "pkg-config" have pkg-config
+    check "readelf" have readelf
     check "make" have make
 }
 
@@ -67,7 +74,7 @@ fi
 
 check_all
 if [[ ${#missing[@]} -eq 0 ]]; then
-    echo "deps: all prerequisites found (rustc $rust_version, Open MPI, MPICH, libclang, compilers, gfortran, python3, cmake, pkg-config)"
+    echo "deps: all prerequisites found (rustc $rust_version, Open MPI, MPICH, libclang, compilers, gfortran, python3 with mpi4py and NumPy, cmake, pkg-config)"
     exit 0
 fi
 

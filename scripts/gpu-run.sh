@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (see scripts/gpu-test): the GPU tests with the stock Open MPI (not
 # CUDA-aware: AUTO must stage) and with the CUDA-aware Open MPI kit, then a pass/fail table.
-# Usage: bash scripts/gpu-run.sh [tests|bench|examples|nccl|darray|all]...
+# Usage: bash scripts/gpu-run.sh [tests|bench|examples|nccl|multi|darray|python|all]...
 set -u
 cd "$(dirname "$0")/.."
 what=${*:-all}
@@ -117,6 +117,16 @@ if has examples || has darray; then
   example darray-blockrow-device stock 2 "$B/darray_blockrow" 2 device
   GPUWIRE_BACKEND=mpi_cuda_aware example darray-blockrow-device-cuda-aware kit 2 "$B/darray_blockrow" 2 device
   GPUWIRE_BACKEND=nccl example darray-blockrow-device-nccl-1rank stock 1 "$B/darray_blockrow" 1 device
+fi
+if has python; then
+  # examples-python/allreduce.py on CuPy device arrays (--cupy makes CuPy and a GPU required),
+  # through the ctypes module and mpi4py. Needs a python3 with mpi4py (for this Open MPI), NumPy
+  # and CuPy on this machine; without them a NOTE says it was not run.
+  if stock python3 -c 'import numpy, cupy, mpi4py' > /dev/null 2>&1; then
+    GPUWIRE_LIBRARY=$B/libgpuwire.so example python-cupy stock 2 -x GPUWIRE_LIBRARY python3 examples-python/allreduce.py 2 --cupy
+  else
+    echo "NOTE python: no python3 with mpi4py, NumPy and CuPy here; the CuPy example was not run" | tee -a "$LOG"
+  fi
 fi
 if has bench && [ -x "$B/gpuwire-bench" ]; then
   echo "=== bench" | tee -a "$LOG"

@@ -1,13 +1,22 @@
 #!/usr/bin/env bash
-# run-c-tests.sh: builds gpuwire's C tests and C examples against one MPI and runs them on 1, 2
-# and 3 ranks. Prints one PASS/FAIL/SKIP line per test, then "c-FLAVOUR: N passed, N failed,
-# N skipped".
+# run-c-tests.sh: builds gpuwire's tests and examples in C, C++ and Fortran against one MPI and
+# runs them on 1, 2 and 3 ranks, with the Python example where an mpi4py for that MPI exists.
+# Prints one PASS/FAIL/SKIP line per test, then "c-FLAVOUR: N passed, N failed, N skipped".
 #
 # usage: scripts/run-c-tests.sh openmpi|mpich [--sanitize]
-#   openmpi     mpicc, mpicxx, mpirun; links target/debug/libgpuwire.so (from `cargo build`)
-#   mpich       mpicc.mpich, mpicxx.mpich, mpiexec.mpich; links target/mpich/debug/libgpuwire.so
-#               (from `MPICC=mpicc.mpich CARGO_TARGET_DIR=target/mpich cargo build`)
-#   --sanitize  builds every C program with -fsanitize=address,undefined (Open MPI only)
+#   openmpi     mpicc, mpicxx, mpifort, mpirun; links target/debug/libgpuwire.so (from
+#               `cargo build`)
+#   mpich       mpicc.mpich, mpicxx.mpich, mpifort.mpich, mpiexec.mpich; links
+#               target/mpich/debug/libgpuwire.so (from `MPICC=mpicc.mpich
+#               CARGO_TARGET_DIR=target/mpich cargo build`)
+#   --sanitize  builds every C, C++ and Fortran program with -fsanitize=address,undefined
+#               (Open MPI only; no Python run)
+#
+# C: tests/c, examples-c. C++: tests/c/test_header.cpp, tests/cpp (gpuwire.hpp), examples-cpp.
+# Fortran: include/gpuwire.f90 and gpuwire_f08.f90 compiled with the MPI's Fortran wrapper, then
+# tests/fortran (including two programs that must not compile) and examples-fortran, whose
+# output must be the C examples' output. Python: examples-python/allreduce.py under the MPI
+# launcher, with the python3 that scripts/find-python.sh finds for this MPI.
 #
 # The library must be built first (the Makefile does it). Exits 1 if a test failed, or if one
 # was skipped while CI is set (on CI everything here must run). Logs: build/c/FLAVOUR/logs/.
@@ -25,7 +34,7 @@ fi
 root=$(cd "$(dirname "$0")/.." && pwd)
 case $mpi in
 openmpi)
-    CC=mpicc CXX=mpicxx libdir=$root/target/debug
+    CC=mpicc CXX=mpicxx FC=mpifort libdir=$root/target/debug mpi_vendor="Open MPI"
     launcher=(mpirun --oversubscribe --bind-to none -n)
     other_launcher=(mpiexec.mpich -n)
     if [[ $(id -u) -eq 0 ]]; then
@@ -34,7 +43,7 @@ openmpi)
     ;;
 mpich)
     [[ $sanitize -eq 0 ]] || { echo "$0: --sanitize runs with Open MPI only" >&2; exit 2; }
-    CC=mpicc.mpich CXX=mpicxx.mpich libdir=$root/target/mpich/debug
+    CC=mpicc.mpich CXX=mpicxx.mpich FC=mpifort.mpich libdir=$root/target/mpich/debug mpi_vendor=MPICH
     launcher=(mpiexec.mpich -n)
     other_launcher=(mpirun --oversubscribe --bind-to none -n)
     if [[ $(id -u) -eq 0 ]]; then # for the wrong-launcher check, which uses Open MPI's mpirun
@@ -47,12 +56,14 @@ esac
 flavour=$mpi
 cflags=(-std=c99 -Wall -Wextra -Werror -pedantic -pthread -g -O2)
 cxxflags=(-std=c++17 -Wall -Wextra -Werror -pedantic -g)
+fflags=(-std=f2018 -Wall -Wextra -Werror -g -O2)
 cg_n=96 # grid for the cg_poisson runs (a fraction of a second with a debug library)
 if [[ $sanitize -eq 1 ]]; then
     flavour=$mpi-asan
     san=(-fsanitize=address,undefined -fno-omit-frame-pointer)
     cflags=(-std=c99 -Wall -Wextra -Werror -pedantic -pthread -g -O1 "${san[@]}")
     cxxflags+=("${san[@]}")
+    fflags=(-std=f2018 -Wall -Wextra -Werror -g -O1 "${san[@]}")
     cg_n=48
     # Leak checking is off: at exit LeakSanitizer reports what MPI itself never frees (Open MPI's
     # MCA components, its op tables, argv copies: no gpuwire frame in any of them), which would
@@ -90,6 +101,13 @@ if [[ ! -f $libdir/libgpuwire.so ]]; then
     echo "$passed $failed $skipped" > "$results/c-$flavour.txt"
     exit 1
 fi
+# Programs record the soname (libgpuwire.so.0.1) as NEEDED: it must sit beside libgpuwire.so.
+if ! bash "$root/scripts/soname-link.sh" "$libdir"; then
+    record FAIL "library" "could not link the soname in $libdir"
+    echo "c-$flavour: $passed passed, $failed failed, $skipped skipped"
+    echo "$passed $failed $skipped" > "$results/c-$flavour.txt"
+    exit 1
+fi
 
 # ---- build ------------------------------------------------------------------------------------
 
@@ -113,6 +131,53 @@ for e in isend_irecv vstack_matvec cg_poisson darray_cg_poisson darray_blockrow;
     compile "$e" "$build/$e" "$CC" "${cflags[@]}" "$root/examples-c/$e.c"
 done
 compile "test_header (C++17)" "$build/test_header" "$CXX" "${cxxflags[@]}" "$root/tests/c/test_header.cpp"
+
+# C++: the header-only gpuwire.hpp.
+compile "test_hpp (C++17)" "$build/test_hpp" "$CXX" "${cxxflags[@]}" "$root/tests/cpp/test_hpp.cpp"
+compile "ring (C++17 example)" "$build/ring" "$CXX" "${cxxflags[@]}" "$root/examples-cpp/ring.cpp"
+
+# Fortran: the modules (gpuwire_types, gpuwire_c, gpuwire; gpuwire_f08), then the programs.
+fdir=$build/fortran
+rm -rf "$fdir"
+mkdir -p "$fdir"
+log=$logs/build-fortran-modules.log
+if (cd "$fdir" && "$FC" "${fflags[@]}" -c "$root/include/gpuwire.f90" "$root/include/gpuwire_f08.f90") \
+    > "$log" 2>&1; then
+    record PASS "build Fortran modules gpuwire, gpuwire_f08 ($FC ${fflags[*]})"
+else
+    record FAIL "build Fortran modules gpuwire, gpuwire_f08" "log $log"
+    show_log "$log"
+fi
+ftests=(-Wno-compare-reals) # the tests compare reals for exact equality on purpose
+compile "test_fortran (Fortran)" "$build/test_fortran" "$FC" "${fflags[@]}" "${ftests[@]}" -I"$fdir" \
+    "$root/tests/fortran/test_fortran.f90" "$fdir/gpuwire.o"
+compile "test_f08 (Fortran, mpi_f08)" "$build/test_f08" "$FC" "${fflags[@]}" -I"$fdir" \
+    "$root/tests/fortran/test_f08.f90" "$fdir/gpuwire.o" "$fdir/gpuwire_f08.o"
+compile "error_stop (Fortran)" "$build/error_stop" "$FC" "${fflags[@]}" -I"$fdir" \
+    "$root/tests/fortran/error_stop.f90" "$fdir/gpuwire.o"
+compile "isend_irecv (Fortran example)" "$build/isend_irecv_f" "$FC" "${fflags[@]}" -I"$fdir" \
+    "$root/examples-fortran/isend_irecv.f90" "$fdir/gpuwire.o" "$fdir/gpuwire_f08.o"
+compile "cg_poisson (Fortran example)" "$build/cg_poisson_f" "$FC" "${fflags[@]}" -I"$fdir" \
+    "$root/examples-fortran/cg_poisson.f90" "$fdir/gpuwire.o"
+
+# Arrays that cannot be buffers are compile-time errors: a non-contiguous section, an array
+# without TARGET. Each file must fail to compile at its gpuwire_buffer_wrap call, and compile
+# with -DCONTROL (the same call on an acceptable array).
+for r in reject_section reject_no_target; do
+    log=$logs/build-$r.log
+    if (cd "$fdir" && "$FC" -cpp "${fflags[@]}" -c "$root/tests/fortran/$r.f90" -o "$r.o") > "$log" 2>&1; then
+        record FAIL "Fortran: $r.f90 is rejected at compile time" "it compiled"
+    elif ! grep -q "gpuwire_buffer_wrap" "$log"; then
+        record FAIL "Fortran: $r.f90 is rejected at compile time" "the error is not about gpuwire_buffer_wrap"
+        show_log "$log"
+    elif ! (cd "$fdir" && "$FC" -cpp -DCONTROL "${fflags[@]}" -c "$root/tests/fortran/$r.f90" -o "$r.o") \
+        >> "$log" 2>&1; then
+        record FAIL "Fortran: $r.f90 is rejected at compile time" "the -DCONTROL variant does not compile either"
+        show_log "$log"
+    else
+        record PASS "Fortran: $r.f90 is rejected at compile time (-DCONTROL compiles)"
+    fi
+done
 
 # The header alone, with the plain C compiler and no MPI include path, as C99, C11 and C17.
 for std in c99 c11 c17; do
@@ -259,6 +324,67 @@ for n in 1 2 3; do
         record FAIL "darray_cg_poisson agrees with cg_poisson on $n ranks" "iterations ${ia:-?} vs ${ib:-?}, error ${ea:-?} vs ${eb:-?}"
     fi
 done
+
+# C++: gpuwire.hpp.
+for n in 1 2 3; do
+    check "test_hpp (C++) -n $n" 0 "$n" "^test_hpp: PASS \\($n ranks" "$build/test_hpp" "$n"
+done
+for n in 2 3; do
+    check "ring (C++) -n $n" 0 "$n" "^ring: PASS \\($n ranks" "$build/ring" "$n"
+done
+
+# Fortran: the module, then the examples, whose output must be the C examples' output.
+for n in 1 2 3; do
+    check "test_fortran -n $n" 0 "$n" "^test_fortran: PASS \\($n ranks" "$build/test_fortran" "$n"
+done
+for n in 1 3; do
+    check "test_f08 (mpi_f08) -n $n" 0 "$n" "^test_f08: PASS \\($n ranks" "$build/test_f08"
+done
+check "Fortran: an error without ierror stops the program" nonzero 1 \
+    "^gpuwire: gpuwire_comm_rank failed: invalid handle" "$build/error_stop"
+check "isend_irecv (Fortran) -n 2" 0 2 "$isend_ok" "$build/isend_irecv_f" 2
+check "isend_irecv (Fortran) -n 3" 0 3 "$isend_ok
+^rank 2 after: 0 0 0 0 0 0 0 0 0 0$" "$build/isend_irecv_f" 3
+check "isend_irecv (Fortran) -n 1 refuses to run" nonzero 1 "needs at least 2 ranks" "$build/isend_irecv_f" 1
+for n in 1 2 3; do
+    check "cg_poisson (Fortran) $cg_n -n $n" 0 "$n" "^cg_poisson: PASS$
+^ranks: $n
+^backend: gpuwire " "$build/cg_poisson_f" "$cg_n" "$n"
+done
+# Same answers: the Fortran examples print exactly what the C ones print (but the wall time).
+same_output() { # ID C_LOG FORTRAN_LOG
+    local id=$1 clog=$logs/$2.log flog=$logs/$3.log
+    if [[ -s $clog && -s $flog ]] && diff <(grep -v '^wall time:' "$clog") <(grep -v '^wall time:' "$flog") \
+        > "$logs/$1.diff" 2>&1; then
+        record PASS "$id"
+    else
+        record FAIL "$id" "diff in $logs/$1.diff"
+        sed -e 's/^/    | /' "$logs/$1.diff" 2> /dev/null | head -n 20
+    fi
+}
+same_output "isend_irecv: Fortran output = C output (3 ranks)" "isend_irecv -n 3" "isend_irecv (Fortran) -n 3"
+for n in 1 2 3; do
+    same_output "cg_poisson: Fortran output = C output ($n ranks)" "cg_poisson $cg_n -n $n" \
+        "cg_poisson (Fortran) $cg_n -n $n"
+done
+
+# Python: the ctypes module with mpi4py and NumPy, where an mpi4py for this MPI exists.
+if [[ $sanitize -eq 0 ]]; then
+    if py=$(bash "$root/scripts/find-python.sh" "$mpi_vendor"); then
+        export GPUWIRE_LIBRARY=$libdir/libgpuwire.so
+        echo "== Python: $py ($("$py" --version 2>&1)), GPUWIRE_LIBRARY=$GPUWIRE_LIBRARY"
+        for n in 2 3; do
+            check "allreduce.py (Python) -n $n" 0 "$n" "^allreduce.py: PASS \\(numpy[^;]*; $n ranks
+^rank 1 received \\(numpy\\): 100 110 120 130 140 150 160 170 180 190$" "$py" \
+                "$root/examples-python/allreduce.py" "$n"
+        done
+        unset GPUWIRE_LIBRARY
+    elif [[ $mpi == openmpi ]]; then
+        record SKIP "allreduce.py (Python)" "no python3 with mpi4py (for $mpi_vendor) and NumPy: apt-get install python3-mpi4py python3-numpy"
+    else
+        echo "NOTE [$flavour] allreduce.py (Python): no mpi4py built for $mpi_vendor here; the Python example runs in the Open MPI pass"
+    fi
+fi
 
 # A binary started by the other MPI's launcher runs as N singletons: the rank-count check must
 # catch it (this is why every program takes the expected count).

@@ -38,10 +38,10 @@ pub static DARRAYS: Registry<DArray> = Registry::new(Kind::DArray);
 
 /// Tags of gpuwire's own messages for distributed arrays (on the communicator's private MPI
 /// duplicate; documented in the C API).
-pub const TAG_HALO_DOWN: i32 = 32001;
-pub const TAG_HALO_UP: i32 = 32002;
-pub const TAG_REDISTRIBUTE: i32 = 32003;
-pub const TAG_GATHER: i32 = 32004;
+pub(crate) const TAG_HALO_DOWN: i32 = 32001;
+pub(crate) const TAG_HALO_UP: i32 = 32002;
+pub(crate) const TAG_REDISTRIBUTE: i32 = 32003;
+pub(crate) const TAG_GATHER: i32 = 32004;
 
 /// What a rank asks for when it creates a distributed array (already converted from C).
 #[derive(Clone, Debug)]

@@ -1,0 +1,636 @@
+"""gpuwire from Python through ctypes: communicators from mpi4py, buffers over NumPy and CuPy arrays.
+
+A small module over libgpuwire.so, with no build step: every C function of gpuwire.h is declared
+in _PROTOTYPES (scripts/check-bindings.py checks them against the header), and the main ones
+have Pythonic wrappers:
+
+    from mpi4py import MPI
+    import numpy as np
+    import gpuwire
+
+    gpuwire.init()                            # adopts the MPI that mpi4py initialized
+    comm = gpuwire.Comm(MPI.COMM_WORLD)       # through comm.py2f(), the Fortran handle
+    x = np.full(8, comm.rank(), np.float64)
+    comm.allreduce(x, op=gpuwire.SUM)         # in place; a CuPy array works the same on a GPU
+    comm.free()
+    gpuwire.finalize()                        # before mpi4py finalizes MPI at exit
+
+Arrays: NumPy arrays (host memory, through arr.ctypes.data) and CuPy or any
+__cuda_array_interface__ array (device memory, through arr.data.ptr) become buffers over their
+own memory, never a copy: a non-contiguous array (a[:, 1]) is refused with ValueError, so a
+nonblocking call can never send a temporary. Buffers and requests keep the arrays they use alive.
+For device arrays the operations take the array's stream (CuPy's current stream) unless given
+stream=.
+
+The library: $GPUWIRE_LIBRARY (a path) if set; else, in the copy `make install` puts in
+PREFIX/share/gpuwire/python, the installed library; else libgpuwire.so.0.1 from the loader's
+search path (LD_LIBRARY_PATH, the system directories). It must link the same MPI as mpi4py.
+
+Errors raise gpuwire.Error with .code (the gpuwire_status) and the detailed message.
+"""
+
+import ctypes
+import os
+from ctypes import POINTER, c_char_p, c_double, c_int, c_int32, c_int64, c_size_t, c_uint64, c_void_p
+
+# ---- constants (as gpuwire.h) ------------------------------------------------------------------
+
+SUCCESS = 0
+ERROR_NULL_ARGUMENT = 1
+ERROR_INVALID_ARGUMENT = 2
+ERROR_INVALID_HANDLE = 3
+ERROR_COUNT_MISMATCH = 4
+ERROR_DTYPE_MISMATCH = 5
+ERROR_OP_MISMATCH = 6
+ERROR_ROOT_MISMATCH = 7
+ERROR_UNSUPPORTED_DTYPE = 8
+ERROR_UNSUPPORTED_OP = 9
+ERROR_BACKEND_UNAVAILABLE = 10
+ERROR_MPI = 11
+ERROR_CUDA = 12
+ERROR_NCCL = 13
+ERROR_TIMEOUT = 14
+ERROR_NOT_INITIALIZED = 15
+ERROR_ALREADY_FINALIZED = 16
+ERROR_INTERNAL = 17
+ERROR_REMOTE_ARGUMENT = 18
+ERROR_COMM_BROKEN = 19
+
+INT8, UINT8, INT32, UINT32, INT64, UINT64 = 0, 1, 2, 3, 4, 5
+FLOAT16, FLOAT32, FLOAT64, BFLOAT16, COMPLEX64, COMPLEX128 = 6, 7, 8, 9, 10, 11
+SUM, PROD, MAX, MIN, AVG, BAND, BOR, BXOR = 0, 1, 2, 3, 4, 5, 6, 7
+SPACE_AUTO, SPACE_HOST, SPACE_DEVICE, SPACE_PINNED, SPACE_MANAGED = 0, 1, 2, 3, 4
+BACKEND_AUTO, BACKEND_HOST, BACKEND_MPI_STAGED, BACKEND_MPI_CUDA_AWARE, BACKEND_NCCL = 0, 1, 2, 3, 4
+STAGING_PINNED, STAGING_PAGEABLE = 0, 1
+THREAD_SINGLE, THREAD_FUNNELED, THREAD_SERIALIZED, THREAD_MULTIPLE = 0, 1, 2, 3
+PROC_NULL = -1
+UNDEFINED = -1
+
+# NumPy/CuPy dtype names (numpy.dtype(...).name) -> gpuwire datatypes.
+_DTYPES = {
+    "int8": INT8,
+    "uint8": UINT8,
+    "int32": INT32,
+    "uint32": UINT32,
+    "int64": INT64,
+    "uint64": UINT64,
+    "float16": FLOAT16,
+    "float32": FLOAT32,
+    "float64": FLOAT64,
+    "complex64": COMPLEX64,
+    "complex128": COMPLEX128,
+}
+# __cuda_array_interface__ typestr (without the byte order) -> gpuwire datatypes.
+_TYPESTRS = {"i1": INT8, "u1": UINT8, "i4": INT32, "u4": UINT32, "i8": INT64, "u8": UINT64,
+             "f2": FLOAT16, "f4": FLOAT32, "f8": FLOAT64, "c8": COMPLEX64, "c16": COMPLEX128}
+
+
+class Config(ctypes.Structure):
+    """gpuwire_config, field for field."""
+
+    _fields_ = [
+        ("backend", c_int32),
+        ("device", c_int32),
+        ("check", c_int32),
+        ("staging", c_int32),
+        ("timeout_seconds", c_double),
+        ("chunk_bytes", c_int64),
+    ]
+
+
+# ---- the C functions ---------------------------------------------------------------------------
+
+_status = c_int  # gpuwire_status is a C enum
+_handle = c_uint64  # gpuwire_comm, gpuwire_buffer, gpuwire_request
+
+# Every function of gpuwire.h: (result, [arguments]). Checked against the header by
+# scripts/check-bindings.py.
+_PROTOTYPES = {
+    "gpuwire_buffer_alloc": (_status, [c_int64, c_int32, c_int32, c_int32, POINTER(_handle)]),
+    "gpuwire_buffer_wrap": (_status, [c_void_p, c_int64, c_int32, c_int32, POINTER(_handle)]),
+    "gpuwire_buffer_view": (_status, [_handle, c_int64, c_int64, POINTER(_handle)]),
+    "gpuwire_buffer_free": (_status, [_handle]),
+    "gpuwire_buffer_copy_from_host": (_status, [_handle, c_void_p, c_void_p]),
+    "gpuwire_buffer_copy_to_host": (_status, [_handle, c_void_p, c_void_p]),
+    "gpuwire_buffer_pointer": (_status, [_handle, POINTER(c_void_p)]),
+    "gpuwire_buffer_count": (_status, [_handle, POINTER(c_int64)]),
+    "gpuwire_buffer_dtype": (_status, [_handle, POINTER(c_int32)]),
+    "gpuwire_buffer_space": (_status, [_handle, POINTER(c_int32)]),
+    "gpuwire_buffer_device": (_status, [_handle, POINTER(c_int32)]),
+    "gpuwire_buffer_owned": (_status, [_handle, POINTER(c_int32)]),
+    "gpuwire_dtype_size": (_status, [c_int32, POINTER(c_int64)]),
+    "gpuwire_config_init": (_status, [POINTER(Config)]),
+    "gpuwire_comm_create": (_status, [c_int32, POINTER(Config), POINTER(_handle)]),
+    "gpuwire_comm_world": (_status, [POINTER(Config), POINTER(_handle)]),
+    "gpuwire_comm_free": (_status, [_handle]),
+    "gpuwire_comm_split": (_status, [_handle, c_int32, c_int32, POINTER(_handle)]),
+    "gpuwire_comm_dup": (_status, [_handle, POINTER(_handle)]),
+    "gpuwire_comm_rank": (_status, [_handle, POINTER(c_int32)]),
+    "gpuwire_comm_size": (_status, [_handle, POINTER(c_int32)]),
+    "gpuwire_comm_local_rank": (_status, [_handle, POINTER(c_int32)]),
+    "gpuwire_comm_local_size": (_status, [_handle, POINTER(c_int32)]),
+    "gpuwire_comm_backend": (_status, [_handle, POINTER(c_int32)]),
+    "gpuwire_comm_device": (_status, [_handle, POINTER(c_int32)]),
+    "gpuwire_comm_mpi": (_status, [_handle, POINTER(c_int32)]),
+    "gpuwire_comm_describe": (_status, [_handle, c_char_p, c_size_t]),
+    "gpuwire_init": (_status, []),
+    "gpuwire_finalize": (_status, []),
+    "gpuwire_initialized": (_status, [POINTER(c_int32)]),
+    "gpuwire_query_thread": (_status, [POINTER(c_int32)]),
+    "gpuwire_owns_mpi": (_status, [POINTER(c_int32)]),
+    "gpuwire_send": (_status, [_handle, _handle, c_int32, c_int32, c_void_p]),
+    "gpuwire_recv": (_status, [_handle, _handle, c_int32, c_int32, c_void_p]),
+    "gpuwire_isend": (_status, [_handle, _handle, c_int32, c_int32, c_void_p, POINTER(_handle)]),
+    "gpuwire_irecv": (_status, [_handle, _handle, c_int32, c_int32, c_void_p, POINTER(_handle)]),
+    "gpuwire_wait": (_status, [POINTER(_handle)]),
+    "gpuwire_test": (_status, [POINTER(_handle), POINTER(c_int32)]),
+    "gpuwire_waitall": (_status, [c_int32, POINTER(_handle)]),
+    "gpuwire_sendrecv": (_status, [_handle, _handle, c_int32, c_int32, _handle, c_int32, c_int32, c_void_p]),
+    "gpuwire_barrier": (_status, [_handle, c_void_p]),
+    "gpuwire_bcast": (_status, [_handle, _handle, c_int32, c_void_p]),
+    "gpuwire_reduce": (_status, [_handle, _handle, _handle, c_int32, c_int32, c_void_p]),
+    "gpuwire_allreduce": (_status, [_handle, _handle, _handle, c_int32, c_void_p]),
+    "gpuwire_allgather": (_status, [_handle, _handle, _handle, c_void_p]),
+    "gpuwire_allgatherv": (_status, [_handle, _handle, _handle, POINTER(c_int64), c_void_p]),
+    "gpuwire_reduce_scatter": (_status, [_handle, _handle, _handle, c_int32, c_void_p]),
+    "gpuwire_alltoall": (_status, [_handle, _handle, _handle, c_void_p]),
+    "gpuwire_gather": (_status, [_handle, _handle, _handle, c_int32, c_void_p]),
+    "gpuwire_scatter": (_status, [_handle, _handle, _handle, c_int32, c_void_p]),
+    "gpuwire_status_string": (c_char_p, [c_int32]),
+    "gpuwire_last_error": (_status, [c_char_p, c_size_t]),
+    "gpuwire_get_version": (_status, [POINTER(c_int32), POINTER(c_int32), POINTER(c_int32)]),
+}
+
+
+# `make install` writes the installed library's path here, in its copy of this file.
+_INSTALLED_LIBRARY = None
+
+
+def _load():
+    path = os.environ.get("GPUWIRE_LIBRARY") or _INSTALLED_LIBRARY
+    candidates = [path] if path else ["libgpuwire.so.0.1", "libgpuwire.so"]
+    errors = []
+    for name in candidates:
+        try:
+            # RTLD_GLOBAL: MPI's plugins look for libmpi's symbols globally.
+            return ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
+        except OSError as e:
+            errors.append(f"{name}: {e}")
+    raise OSError("gpuwire: cannot load the library (set GPUWIRE_LIBRARY to libgpuwire.so): " + "; ".join(errors))
+
+
+lib = _load()
+for _name, (_restype, _argtypes) in _PROTOTYPES.items():
+    _f = getattr(lib, _name)
+    _f.restype = _restype
+    _f.argtypes = _argtypes
+
+# ---- errors ------------------------------------------------------------------------------------
+
+
+def status_string(code):
+    """The static description of a status code."""
+    return lib.gpuwire_status_string(code).decode()
+
+
+def last_error():
+    """The calling thread's last detailed error message."""
+    buf = ctypes.create_string_buffer(1024)
+    if lib.gpuwire_last_error(buf, len(buf)) != SUCCESS:
+        return ""
+    return buf.value.decode(errors="replace")
+
+
+class Error(Exception):
+    """A failed gpuwire call: .code is the gpuwire_status, the message gpuwire's."""
+
+    def __init__(self, code, message):
+        super().__init__(f"{message} (status {code}: {status_string(code)})")
+        self.code = code
+
+
+def _check(st):
+    if st != SUCCESS:
+        raise Error(st, last_error())
+
+
+def _out(ctype, fn, *args):
+    v = ctype()
+    _check(fn(*args, ctypes.byref(v)))
+    return v.value
+
+
+# ---- library -----------------------------------------------------------------------------------
+
+
+def init():
+    """gpuwire_init (adopts MPI when mpi4py initialized it)."""
+    _check(lib.gpuwire_init())
+
+
+def finalize():
+    """gpuwire_finalize: call it before MPI is finalized (mpi4py does that at exit)."""
+    _check(lib.gpuwire_finalize())
+
+
+def initialized():
+    return _out(c_int32, lib.gpuwire_initialized) != 0
+
+
+def query_thread():
+    return _out(c_int32, lib.gpuwire_query_thread)
+
+
+def owns_mpi():
+    return _out(c_int32, lib.gpuwire_owns_mpi) != 0
+
+
+def version():
+    v = [c_int32(), c_int32(), c_int32()]
+    _check(lib.gpuwire_get_version(*(ctypes.byref(x) for x in v)))
+    return tuple(x.value for x in v)
+
+
+def dtype_size(dtype):
+    return _out(c_int64, lib.gpuwire_dtype_size, dtype)
+
+
+def config_init():
+    """A Config with the defaults and GPUWIRE_* environment variables."""
+    cfg = Config()
+    _check(lib.gpuwire_config_init(ctypes.byref(cfg)))
+    return cfg
+
+
+# ---- buffers -----------------------------------------------------------------------------------
+
+
+def _describe_array(array):
+    """(address, element count, gpuwire datatype, is_device, stream) of a contiguous array."""
+    cai = getattr(array, "__cuda_array_interface__", None)
+    if cai is not None:  # CuPy, PyTorch, Numba: device memory
+        strides = cai.get("strides")
+        flags = getattr(array, "flags", None)
+        contiguous = strides is None or (flags is not None and (flags.c_contiguous or flags.f_contiguous))
+        if not contiguous:
+            raise ValueError("gpuwire: the array is not contiguous; a buffer must be the array's own "
+                             "memory (make a contiguous copy and keep it alive)")
+        typestr = cai["typestr"][1:]
+        if typestr not in _TYPESTRS:
+            raise ValueError(f"gpuwire: unsupported element type {cai['typestr']}")
+        count = 1
+        for n in cai["shape"]:
+            count *= n
+        ptr = array.data.ptr if hasattr(array, "data") and hasattr(array.data, "ptr") else cai["data"][0]
+        stream = cai.get("stream")  # CUDA Array Interface v3: 1 = legacy, 2 = per-thread default
+        if stream in (None, 0, 1):
+            stream = None  # the legacy default stream, which gpuwire takes as NULL
+        return ptr, count, _TYPESTRS[typestr], True, stream
+    flags = getattr(array, "flags", None)
+    if flags is None or not hasattr(array, "ctypes"):
+        raise TypeError("gpuwire: expected a NumPy array or a __cuda_array_interface__ array")
+    if not (flags.c_contiguous or flags.f_contiguous):
+        raise ValueError("gpuwire: the array is not contiguous (a section such as a[:, 1]?); a buffer "
+                         "must be the array's own memory: use numpy.ascontiguousarray and keep the copy")
+    if not flags.writeable:
+        raise ValueError("gpuwire: the array is read-only (a buffer may be received into)")
+    name = array.dtype.name
+    if name not in _DTYPES:
+        raise ValueError(f"gpuwire: unsupported dtype {name}")
+    return array.ctypes.data, array.size, _DTYPES[name], False, None
+
+
+def _stream_ptr(stream):
+    if stream is None:
+        return None
+    return getattr(stream, "ptr", stream)  # a cupy.cuda.Stream or an integer CUstream
+
+
+class Buffer:
+    """Owns a gpuwire_buffer handle; keeps the array it wraps (or its parent) alive."""
+
+    def __init__(self, handle, keep=None, stream=None):
+        self.handle = handle
+        self._keep = keep
+        self.stream = stream  # the default stream of operations on this buffer
+
+    @classmethod
+    def alloc(cls, count, dtype, space=SPACE_HOST, device=-1):
+        return cls(_out(_handle, lib.gpuwire_buffer_alloc, count, dtype, space, device))
+
+    @classmethod
+    def wrap(cls, array, space=SPACE_AUTO):
+        """A buffer over a contiguous NumPy or CuPy array's own memory (no copy)."""
+        ptr, count, dtype, _device, stream = _describe_array(array)
+        if stream is None and _device:
+            stream = _cupy_current_stream()
+        return cls(_out(_handle, lib.gpuwire_buffer_wrap, ptr, count, dtype, space), keep=array, stream=stream)
+
+    def view(self, offset, count):
+        return Buffer(_out(_handle, lib.gpuwire_buffer_view, self.handle, offset, count), keep=self, stream=self.stream)
+
+    def copy_from_host(self, array, stream=None):
+        ptr, count, dtype, device, _ = _describe_array(array)
+        self._check_shape(count, dtype, device, "gpuwire_buffer_copy_from_host")
+        _check(lib.gpuwire_buffer_copy_from_host(self.handle, ptr, _stream_ptr(stream or self.stream)))
+
+    def copy_to_host(self, array, stream=None):
+        ptr, count, dtype, device, _ = _describe_array(array)
+        self._check_shape(count, dtype, device, "gpuwire_buffer_copy_to_host")
+        _check(lib.gpuwire_buffer_copy_to_host(self.handle, ptr, _stream_ptr(stream or self.stream)))
+
+    def _check_shape(self, count, dtype, device, what):
+        if device:
+            raise ValueError(f"{what}: the array must be in host memory")
+        if dtype != self.dtype():
+            raise Error(ERROR_DTYPE_MISMATCH, f"{what}: the array's datatype is not the buffer's")
+        if count != self.count():
+            raise Error(ERROR_COUNT_MISMATCH, f"{what}: the array has {count} elements, the buffer {self.count()}")
+
+    def pointer(self):
+        return _out(c_void_p, lib.gpuwire_buffer_pointer, self.handle) or 0
+
+    def count(self):
+        return _out(c_int64, lib.gpuwire_buffer_count, self.handle)
+
+    def dtype(self):
+        return _out(c_int32, lib.gpuwire_buffer_dtype, self.handle)
+
+    def space(self):
+        return _out(c_int32, lib.gpuwire_buffer_space, self.handle)
+
+    def device(self):
+        return _out(c_int32, lib.gpuwire_buffer_device, self.handle)
+
+    def owned(self):
+        return _out(c_int32, lib.gpuwire_buffer_owned, self.handle) != 0
+
+    def numpy(self):
+        """A NumPy array over a host buffer's memory (no copy; valid while the buffer lives)."""
+        import numpy
+
+        names = {v: k for k, v in _DTYPES.items()}
+        n = self.count()
+        if self.space() == SPACE_DEVICE:
+            raise ValueError("gpuwire: a device buffer has no NumPy view")
+        if n == 0:
+            return numpy.empty(0, dtype=names[self.dtype()])
+        raw = (ctypes.c_char * (n * dtype_size(self.dtype()))).from_address(self.pointer())
+        a = numpy.frombuffer(raw, dtype=names[self.dtype()])
+        return a
+
+    def free(self):
+        if self.handle:
+            h, self.handle = self.handle, 0
+            self._keep = None
+            _check(lib.gpuwire_buffer_free(h))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.free()
+
+    def __del__(self):
+        if getattr(self, "handle", 0) and lib is not None:
+            try:
+                lib.gpuwire_buffer_free(self.handle)
+            except Exception:
+                pass
+
+
+def _cupy_current_stream():
+    try:
+        import cupy
+
+        ptr = cupy.cuda.get_current_stream().ptr
+        return ptr or None
+    except Exception:
+        return None
+
+
+def _as_buffer(x):
+    """(Buffer, whether it was made for this call) for a Buffer, an array or None."""
+    if x is None:
+        return None, False
+    if isinstance(x, Buffer):
+        return x, False
+    return Buffer.wrap(x), True
+
+
+class Request:
+    """A nonblocking operation; keeps its buffer alive and waits in __del__ if still pending."""
+
+    def __init__(self, handle, keep):
+        self.handle = _handle(handle)
+        self._keep = keep
+
+    def wait(self):
+        try:
+            _check(lib.gpuwire_wait(ctypes.byref(self.handle)))
+        finally:
+            if not self.handle.value:
+                self._keep = None
+
+    def test(self):
+        flag = c_int32()
+        _check(lib.gpuwire_test(ctypes.byref(self.handle), ctypes.byref(flag)))
+        if flag.value:
+            self._keep = None
+        return flag.value != 0
+
+    def active(self):
+        return self.handle.value != 0
+
+    def __del__(self):
+        if getattr(self, "handle", None) is not None and self.handle.value and lib is not None:
+            try:
+                lib.gpuwire_wait(ctypes.byref(self.handle))
+            except Exception:
+                pass
+
+
+def waitall(requests):
+    """gpuwire_waitall over a list of Request: all are completed (NULL) afterwards."""
+    arr = (_handle * len(requests))(*(r.handle.value for r in requests))
+    st = lib.gpuwire_waitall(len(requests), arr)
+    for r, h in zip(requests, arr):
+        r.handle.value = h
+        r._keep = None
+    _check(st)
+
+
+# ---- communicators -----------------------------------------------------------------------------
+
+
+class Comm:
+    """Owns a gpuwire_comm. Comm() is MPI_COMM_WORLD; Comm(mpi4py_comm) goes through py2f().
+    Operations take Buffer objects or arrays (wrapped for the call)."""
+
+    def __init__(self, mpi_comm=None, config=None, handle=None):
+        cfg = ctypes.byref(config) if config is not None else None
+        if handle is not None:
+            self.handle = handle
+        elif mpi_comm is None:
+            self.handle = _out(_handle, lib.gpuwire_comm_world, cfg)
+        else:
+            fint = mpi_comm.py2f() if hasattr(mpi_comm, "py2f") else int(mpi_comm)
+            self.handle = _out(_handle, lib.gpuwire_comm_create, fint, cfg)
+
+    def rank(self):
+        return _out(c_int32, lib.gpuwire_comm_rank, self.handle)
+
+    def size(self):
+        return _out(c_int32, lib.gpuwire_comm_size, self.handle)
+
+    def local_rank(self):
+        return _out(c_int32, lib.gpuwire_comm_local_rank, self.handle)
+
+    def local_size(self):
+        return _out(c_int32, lib.gpuwire_comm_local_size, self.handle)
+
+    def backend(self):
+        return _out(c_int32, lib.gpuwire_comm_backend, self.handle)
+
+    def device(self):
+        return _out(c_int32, lib.gpuwire_comm_device, self.handle)
+
+    def mpi(self):
+        """The Fortran handle of gpuwire's own duplicate (mpi4py: MPI.Comm.f2py(h))."""
+        return _out(c_int32, lib.gpuwire_comm_mpi, self.handle)
+
+    def describe(self):
+        buf = ctypes.create_string_buffer(1024)
+        _check(lib.gpuwire_comm_describe(self.handle, buf, len(buf)))
+        return buf.value.decode(errors="replace")
+
+    def split(self, color, key):
+        h = _out(_handle, lib.gpuwire_comm_split, self.handle, color, key)
+        return Comm(handle=h) if h else None
+
+    def dup(self):
+        return Comm(handle=_out(_handle, lib.gpuwire_comm_dup, self.handle))
+
+    # Blocking operations free the buffers they wrapped for the call; isend and irecv hand
+    # theirs to the Request, which keeps the array alive until the operation completes.
+    def send(self, buf, dest, tag=0, stream=None):
+        b, new = _as_buffer(buf)
+        try:
+            _check(lib.gpuwire_send(self.handle, b.handle, dest, tag, _stream_ptr(stream or b.stream)))
+        finally:
+            if new:
+                b.free()
+
+    def recv(self, buf, source, tag=0, stream=None):
+        b, new = _as_buffer(buf)
+        try:
+            _check(lib.gpuwire_recv(self.handle, b.handle, source, tag, _stream_ptr(stream or b.stream)))
+        finally:
+            if new:
+                b.free()
+
+    def isend(self, buf, dest, tag=0, stream=None):
+        """Returns a Request; the array stays referenced until it completes."""
+        b, _ = _as_buffer(buf)
+        r = _out(_handle, lib.gpuwire_isend, self.handle, b.handle, dest, tag, _stream_ptr(stream or b.stream))
+        return Request(r, keep=b)
+
+    def irecv(self, buf, source, tag=0, stream=None):
+        b, _ = _as_buffer(buf)
+        r = _out(_handle, lib.gpuwire_irecv, self.handle, b.handle, source, tag, _stream_ptr(stream or b.stream))
+        return Request(r, keep=b)
+
+    def sendrecv(self, sendbuf, dest, sendtag, recvbuf, source, recvtag, stream=None):
+        (s, sn), (r, rn) = _as_buffer(sendbuf), _as_buffer(recvbuf)
+        try:
+            _check(lib.gpuwire_sendrecv(self.handle, s.handle, dest, sendtag, r.handle, source, recvtag,
+                                        _stream_ptr(stream or s.stream)))
+        finally:
+            for b, new in ((s, sn), (r, rn)):
+                if new:
+                    b.free()
+
+    def _collective(self, fn, bufs, args, stream):
+        wrapped = [_as_buffer(b) for b in bufs]
+        try:
+            s = stream
+            if s is None:
+                s = next((b.stream for b, _ in wrapped if b is not None and b.stream is not None), None)
+            handles = [b.handle if b is not None else 0 for b, _ in wrapped]
+            _check(fn(self.handle, *handles, *args, _stream_ptr(s)))
+        finally:
+            for b, new in wrapped:
+                if new:
+                    b.free()
+
+    def barrier(self, stream=None):
+        _check(lib.gpuwire_barrier(self.handle, _stream_ptr(stream)))
+
+    def bcast(self, buf, root=0, stream=None):
+        self._collective(lib.gpuwire_bcast, [buf], [root], stream)
+
+    def reduce(self, sendbuf, recvbuf, op=SUM, root=0, stream=None):
+        """recvbuf matters at the root only (None elsewhere); the same object as sendbuf = in place."""
+        if recvbuf is sendbuf:
+            b, new = _as_buffer(sendbuf)
+            try:
+                _check(lib.gpuwire_reduce(self.handle, b.handle, b.handle, op, root, _stream_ptr(stream or b.stream)))
+            finally:
+                if new:
+                    b.free()
+            return
+        self._collective(lib.gpuwire_reduce, [sendbuf, recvbuf], [op, root], stream)
+
+    def allreduce(self, sendbuf, recvbuf=None, op=SUM, stream=None):
+        """In place when recvbuf is None (or the same object)."""
+        if recvbuf is None or recvbuf is sendbuf:
+            b, new = _as_buffer(sendbuf)
+            try:
+                _check(lib.gpuwire_allreduce(self.handle, b.handle, b.handle, op, _stream_ptr(stream or b.stream)))
+            finally:
+                if new:
+                    b.free()
+            return
+        self._collective(lib.gpuwire_allreduce, [sendbuf, recvbuf], [op], stream)
+
+    def allgather(self, sendbuf, recvbuf, stream=None):
+        self._collective(lib.gpuwire_allgather, [sendbuf, recvbuf], [], stream)
+
+    def allgatherv(self, sendbuf, recvbuf, recvcounts=None, stream=None):
+        """recvcounts: one count per rank, or None to let gpuwire exchange them."""
+        counts = None
+        if recvcounts is not None:
+            if len(recvcounts) != self.size():
+                raise ValueError(f"gpuwire_allgatherv: {len(recvcounts)} recvcounts for {self.size()} ranks")
+            counts = (c_int64 * len(recvcounts))(*recvcounts)
+        self._collective(lib.gpuwire_allgatherv, [sendbuf, recvbuf], [counts], stream)
+
+    def reduce_scatter(self, sendbuf, recvbuf, op=SUM, stream=None):
+        self._collective(lib.gpuwire_reduce_scatter, [sendbuf, recvbuf], [op], stream)
+
+    def alltoall(self, sendbuf, recvbuf, stream=None):
+        self._collective(lib.gpuwire_alltoall, [sendbuf, recvbuf], [], stream)
+
+    def gather(self, sendbuf, recvbuf, root=0, stream=None):
+        self._collective(lib.gpuwire_gather, [sendbuf, recvbuf], [root], stream)
+
+    def scatter(self, sendbuf, recvbuf, root=0, stream=None):
+        self._collective(lib.gpuwire_scatter, [sendbuf, recvbuf], [root], stream)
+
+    def free(self):
+        if self.handle:
+            h, self.handle = self.handle, 0
+            _check(lib.gpuwire_comm_free(h))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.free()
+
+    def __del__(self):
+        if getattr(self, "handle", 0) and lib is not None:
+            try:
+                lib.gpuwire_comm_free(self.handle)
+            except Exception:
+                pass

@@ -1,0 +1,680 @@
+// gpuwire.hpp: the C++ interface of gpuwire (header-only, C++17; include it instead of gpuwire.h).
+//
+// A thin layer over the C API of gpuwire.h, which it includes:
+//  - gpuwire::environment   gpuwire_init in its constructor, gpuwire_finalize in its destructor;
+//  - gpuwire::comm, gpuwire::buffer, gpuwire::request: RAII owners of the C handles, move-only;
+//    the destructor frees the handle (a request's destructor waits for it first, so the memory
+//    it reads or writes is never released under it). get() gives the C handle, release() gives
+//    it up; a default-constructed or moved-from object holds the NULL handle;
+//  - gpuwire::error: the exception every failing call throws, carrying the status code (code())
+//    and the detailed message of gpuwire_last_error (what(), which names the C function);
+//  - gpuwire::span<T>: a std::span-style view (pointer + element count) that converts from
+//    std::vector, std::array, C arrays, std::span and anything with data() and size(); buffers
+//    wrap spans, and buffer::host_span<T>() views a host buffer's memory as a span.
+//
+// Datatypes come from the element type (gpuwire::dtype_v<T>): int8_t, uint8_t, int32_t,
+// uint32_t, int64_t, uint64_t, float, double, std::complex<float>, std::complex<double>.
+// Streams are CUstream values passed as void * (nullptr = the legacy default stream; ignored for
+// host buffers), as in the C API. Semantics, thread safety and errors are the C functions'
+// (see gpuwire.h): each method names the function it calls.
+//
+// Build: any C++17 compiler; link with -lgpuwire (no MPI header is needed). Every function of
+// gpuwire.h is called here (scripts/check-bindings.py checks it).
+#ifndef GPUWIRE_HPP
+#define GPUWIRE_HPP
+
+#include "gpuwire.h"
+
+#include <complex>
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace gpuwire {
+
+// ---- errors ------------------------------------------------------------------------------------
+
+/** The static description of a status code (gpuwire_status_string). */
+inline std::string status_string(gpuwire_status code)
+{
+    return gpuwire_status_string(static_cast<int32_t>(code));
+}
+
+/** The calling thread's last detailed error message (gpuwire_last_error); "" if none. */
+inline std::string last_error()
+{
+    char buf[1024];
+    if (gpuwire_last_error(buf, sizeof buf) != GPUWIRE_SUCCESS)
+        return std::string();
+    return std::string(buf);
+}
+
+/** What every failing call throws: the status code and the detailed message. */
+class error : public std::runtime_error {
+public:
+    error(gpuwire_status code, const std::string &message)
+        : std::runtime_error(message + " (status " + std::to_string(static_cast<int>(code)) +
+                             ": " + status_string(code) + ")"),
+          code_(code)
+    {
+    }
+    /** The gpuwire_status of the failed call. */
+    gpuwire_status code() const noexcept { return code_; }
+
+private:
+    gpuwire_status code_;
+};
+
+namespace detail {
+/** Throws gpuwire::error with the thread's last error message unless `st` is success. */
+inline void check(gpuwire_status st)
+{
+    if (st != GPUWIRE_SUCCESS)
+        throw error(st, last_error());
+}
+} // namespace detail
+
+// ---- datatypes ---------------------------------------------------------------------------------
+
+/** The gpuwire_dtype of a C++ element type; undefined (a compile error) for other types. */
+template <class T> struct dtype_of;
+template <> struct dtype_of<int8_t> : std::integral_constant<gpuwire_dtype, GPUWIRE_INT8> {};
+template <> struct dtype_of<uint8_t> : std::integral_constant<gpuwire_dtype, GPUWIRE_UINT8> {};
+template <> struct dtype_of<int32_t> : std::integral_constant<gpuwire_dtype, GPUWIRE_INT32> {};
+template <> struct dtype_of<uint32_t> : std::integral_constant<gpuwire_dtype, GPUWIRE_UINT32> {};
+template <> struct dtype_of<int64_t> : std::integral_constant<gpuwire_dtype, GPUWIRE_INT64> {};
+template <> struct dtype_of<uint64_t> : std::integral_constant<gpuwire_dtype, GPUWIRE_UINT64> {};
+template <> struct dtype_of<float> : std::integral_constant<gpuwire_dtype, GPUWIRE_FLOAT32> {};
+template <> struct dtype_of<double> : std::integral_constant<gpuwire_dtype, GPUWIRE_FLOAT64> {};
+template <>
+struct dtype_of<std::complex<float>> : std::integral_constant<gpuwire_dtype, GPUWIRE_COMPLEX64> {};
+template <>
+struct dtype_of<std::complex<double>>
+    : std::integral_constant<gpuwire_dtype, GPUWIRE_COMPLEX128> {};
+
+template <class T> constexpr gpuwire_dtype dtype_v = dtype_of<std::remove_cv_t<T>>::value;
+
+namespace detail {
+template <class T, class = void> struct has_dtype : std::false_type {};
+template <class T>
+struct has_dtype<T, std::void_t<decltype(dtype_of<std::remove_cv_t<T>>::value)>>
+    : std::true_type {};
+} // namespace detail
+
+/** The size of one element of `dtype` in bytes (gpuwire_dtype_size). */
+inline int64_t dtype_size(gpuwire_dtype dtype)
+{
+    int64_t bytes = 0;
+    detail::check(gpuwire_dtype_size(dtype, &bytes));
+    return bytes;
+}
+
+// ---- span --------------------------------------------------------------------------------------
+
+/** A view of `size()` contiguous elements of T (as std::span<T>, which C++17 lacks). */
+template <class T> class span {
+public:
+    using element_type = T;
+    using value_type = std::remove_cv_t<T>;
+    using size_type = std::size_t;
+    using pointer = T *;
+    using reference = T &;
+    using iterator = T *;
+
+    constexpr span() noexcept = default;
+    constexpr span(T *data, size_type size) noexcept : data_(data), size_(size) {}
+    template <std::size_t N> constexpr span(T (&array)[N]) noexcept : data_(array), size_(N) {}
+    /** From std::vector, std::array, std::span, another span, ...: anything with data() and
+     * size() whose elements convert to T (a span<const T> from const containers). */
+    template <class C,
+              class = std::enable_if_t<
+                  !std::is_array<std::remove_reference_t<C>>::value &&
+                  std::is_convertible<decltype(std::data(std::declval<C &>())), T *>::value &&
+                  std::is_same<std::remove_cv_t<std::remove_pointer_t<
+                                   decltype(std::data(std::declval<C &>()))>>,
+                               value_type>::value>>
+    constexpr span(C &&c) noexcept : data_(std::data(c)), size_(std::size(c))
+    {
+    }
+
+    constexpr T *data() const noexcept { return data_; }
+    constexpr size_type size() const noexcept { return size_; }
+    constexpr size_type size_bytes() const noexcept { return size_ * sizeof(T); }
+    constexpr bool empty() const noexcept { return size_ == 0; }
+    constexpr T &operator[](size_type i) const noexcept { return data_[i]; }
+    constexpr T *begin() const noexcept { return data_; }
+    constexpr T *end() const noexcept { return data_ + size_; }
+    /** Elements [offset, offset + count) (no bounds check, as std::span). */
+    constexpr span subspan(size_type offset, size_type count) const noexcept
+    {
+        return span(data_ + offset, count);
+    }
+    constexpr span first(size_type count) const noexcept { return span(data_, count); }
+    constexpr span last(size_type count) const noexcept
+    {
+        return span(data_ + (size_ - count), count);
+    }
+
+private:
+    T *data_ = nullptr;
+    size_type size_ = 0;
+};
+
+template <class C> span(C &) -> span<std::remove_pointer_t<decltype(std::data(std::declval<C &>()))>>;
+template <class T, std::size_t N> span(T (&)[N]) -> span<T>;
+
+// ---- library -----------------------------------------------------------------------------------
+
+/** gpuwire_init in the constructor, gpuwire_finalize in the destructor (errors ignored there).
+ * Declare it before any comm, buffer or request, so that it is destroyed after them. */
+class environment {
+public:
+    environment() { detail::check(gpuwire_init()); }
+    ~environment() { (void)gpuwire_finalize(); }
+    environment(const environment &) = delete;
+    environment &operator=(const environment &) = delete;
+
+    /** gpuwire_finalize now, reporting its errors; the destructor then does nothing. */
+    void finalize()
+    {
+        int32_t flag = 0;
+        if (gpuwire_initialized(&flag) == GPUWIRE_SUCCESS && flag)
+            detail::check(gpuwire_finalize());
+    }
+    /** gpuwire_initialized. */
+    static bool initialized()
+    {
+        int32_t flag = 0;
+        detail::check(gpuwire_initialized(&flag));
+        return flag != 0;
+    }
+    /** gpuwire_query_thread: the MPI thread level in effect. */
+    static gpuwire_thread_level thread_level()
+    {
+        int32_t level = 0;
+        detail::check(gpuwire_query_thread(&level));
+        return static_cast<gpuwire_thread_level>(level);
+    }
+    /** gpuwire_owns_mpi: whether gpuwire initialized MPI (and will finalize it). */
+    static bool owns_mpi()
+    {
+        int32_t flag = 0;
+        detail::check(gpuwire_owns_mpi(&flag));
+        return flag != 0;
+    }
+};
+
+struct version_info {
+    int32_t major, minor, patch;
+};
+
+/** The library's version at run time (gpuwire_get_version). */
+inline version_info version()
+{
+    version_info v{0, 0, 0};
+    detail::check(gpuwire_get_version(&v.major, &v.minor, &v.patch));
+    return v;
+}
+
+/** The defaults and GPUWIRE_* environment variables (gpuwire_config_init). */
+inline gpuwire_config config_init()
+{
+    gpuwire_config cfg;
+    detail::check(gpuwire_config_init(&cfg));
+    return cfg;
+}
+
+// ---- buffer ------------------------------------------------------------------------------------
+
+/** Owns a gpuwire_buffer handle (freed by the destructor). */
+class buffer {
+public:
+    buffer() noexcept = default;
+    /** Adopts a C handle (freed by this object). */
+    explicit buffer(gpuwire_buffer handle) noexcept : h_(handle) {}
+    buffer(const buffer &) = delete;
+    buffer &operator=(const buffer &) = delete;
+    buffer(buffer &&other) noexcept : h_(std::exchange(other.h_, GPUWIRE_BUFFER_NULL)) {}
+    buffer &operator=(buffer &&other) noexcept
+    {
+        if (this != &other) {
+            reset();
+            h_ = std::exchange(other.h_, GPUWIRE_BUFFER_NULL);
+        }
+        return *this;
+    }
+    ~buffer() { reset(); }
+
+    /** `count` zero-filled elements of `dtype` owned by gpuwire (gpuwire_buffer_alloc). */
+    static buffer alloc(int64_t count, gpuwire_dtype dtype,
+                        gpuwire_space space = GPUWIRE_SPACE_HOST, int32_t device = -1)
+    {
+        gpuwire_buffer h = GPUWIRE_BUFFER_NULL;
+        detail::check(gpuwire_buffer_alloc(count, dtype, space, device, &h));
+        return buffer(h);
+    }
+    template <class T>
+    static buffer alloc(int64_t count, gpuwire_space space = GPUWIRE_SPACE_HOST,
+                        int32_t device = -1)
+    {
+        return alloc(count, dtype_v<T>, space, device);
+    }
+    /** `count` elements of `dtype` at any address, e.g. device memory (gpuwire_buffer_wrap).
+     * The memory is borrowed: keep it valid while the buffer, a view or a request uses it. */
+    static buffer wrap(void *ptr, int64_t count, gpuwire_dtype dtype,
+                       gpuwire_space space = GPUWIRE_SPACE_AUTO)
+    {
+        gpuwire_buffer h = GPUWIRE_BUFFER_NULL;
+        detail::check(gpuwire_buffer_wrap(ptr, count, dtype, space, &h));
+        return buffer(h);
+    }
+    /** The elements of a span (borrowed; the datatype is T's). */
+    template <class T, class = std::enable_if_t<detail::has_dtype<T>::value>>
+    static buffer wrap(span<T> s, gpuwire_space space = GPUWIRE_SPACE_AUTO)
+    {
+        static_assert(!std::is_const<T>::value,
+                      "gpuwire::buffer::wrap needs writable memory (a buffer may be received into)");
+        return wrap(static_cast<void *>(s.data()), static_cast<int64_t>(s.size()), dtype_v<T>,
+                    space);
+    }
+    /** The elements of a container with data() and size() (std::vector, std::array, ...). */
+    template <class C, class T = std::remove_pointer_t<decltype(std::data(std::declval<C &>()))>,
+              class = std::enable_if_t<detail::has_dtype<T>::value>>
+    static buffer wrap(C &container, gpuwire_space space = GPUWIRE_SPACE_AUTO)
+    {
+        return wrap(span<T>(std::data(container), std::size(container)), space);
+    }
+
+    /** Elements [offset, offset + count), sharing the memory (gpuwire_buffer_view). */
+    buffer view(int64_t offset, int64_t count) const
+    {
+        gpuwire_buffer h = GPUWIRE_BUFFER_NULL;
+        detail::check(gpuwire_buffer_view(h_, offset, count, &h));
+        return buffer(h);
+    }
+
+    /** Copies count() elements from host memory into the buffer (gpuwire_buffer_copy_from_host). */
+    void copy_from_host(const void *src, void *stream = nullptr) const
+    {
+        detail::check(gpuwire_buffer_copy_from_host(h_, src, stream));
+    }
+    /** As copy_from_host(const void *), checking the span's type and length against the buffer. */
+    template <class T> void copy_from_host(span<const T> src, void *stream = nullptr) const
+    {
+        check_shape(dtype_v<T>, src.size(), "gpuwire_buffer_copy_from_host");
+        copy_from_host(static_cast<const void *>(src.data()), stream);
+    }
+    /** Copies count() elements into host memory (gpuwire_buffer_copy_to_host). */
+    void copy_to_host(void *dst, void *stream = nullptr) const
+    {
+        detail::check(gpuwire_buffer_copy_to_host(h_, dst, stream));
+    }
+    template <class T> void copy_to_host(span<T> dst, void *stream = nullptr) const
+    {
+        check_shape(dtype_v<T>, dst.size(), "gpuwire_buffer_copy_to_host");
+        copy_to_host(static_cast<void *>(dst.data()), stream);
+    }
+
+    /** The address of the first element (gpuwire_buffer_pointer). */
+    void *pointer() const
+    {
+        void *p = nullptr;
+        detail::check(gpuwire_buffer_pointer(h_, &p));
+        return p;
+    }
+    /** The number of elements (gpuwire_buffer_count). */
+    int64_t count() const
+    {
+        int64_t n = 0;
+        detail::check(gpuwire_buffer_count(h_, &n));
+        return n;
+    }
+    /** gpuwire_buffer_dtype. */
+    gpuwire_dtype dtype() const
+    {
+        int32_t d = 0;
+        detail::check(gpuwire_buffer_dtype(h_, &d));
+        return static_cast<gpuwire_dtype>(d);
+    }
+    /** gpuwire_buffer_space. */
+    gpuwire_space space() const
+    {
+        int32_t s = 0;
+        detail::check(gpuwire_buffer_space(h_, &s));
+        return static_cast<gpuwire_space>(s);
+    }
+    /** The CUDA device of the memory, -1 for host memory (gpuwire_buffer_device). */
+    int32_t device() const
+    {
+        int32_t d = -1;
+        detail::check(gpuwire_buffer_device(h_, &d));
+        return d;
+    }
+    /** Whether gpuwire allocated the memory (gpuwire_buffer_owned). */
+    bool owned() const
+    {
+        int32_t o = 0;
+        detail::check(gpuwire_buffer_owned(h_, &o));
+        return o != 0;
+    }
+    /** The memory of a host, pinned or managed buffer as a span of T; throws
+     * GPUWIRE_ERROR_DTYPE_MISMATCH unless T is the buffer's type, and
+     * GPUWIRE_ERROR_INVALID_ARGUMENT for device memory. */
+    template <class T> span<T> host_span() const
+    {
+        if (dtype() != dtype_v<T>)
+            throw error(GPUWIRE_ERROR_DTYPE_MISMATCH,
+                        "gpuwire::buffer::host_span: the buffer's datatype is not the span's");
+        if (space() == GPUWIRE_SPACE_DEVICE)
+            throw error(GPUWIRE_ERROR_INVALID_ARGUMENT,
+                        "gpuwire::buffer::host_span: the buffer is in device memory");
+        return span<T>(static_cast<T *>(pointer()), static_cast<std::size_t>(count()));
+    }
+
+    /** The C handle (still owned by this object). */
+    gpuwire_buffer get() const noexcept { return h_; }
+    /** Gives up ownership: returns the C handle and leaves this object NULL. */
+    gpuwire_buffer release() noexcept { return std::exchange(h_, GPUWIRE_BUFFER_NULL); }
+    explicit operator bool() const noexcept { return h_ != GPUWIRE_BUFFER_NULL; }
+    /** Frees the handle now, reporting errors (gpuwire_buffer_free); NULL afterwards. */
+    void free()
+    {
+        if (h_ != GPUWIRE_BUFFER_NULL)
+            detail::check(gpuwire_buffer_free(std::exchange(h_, GPUWIRE_BUFFER_NULL)));
+    }
+    /** Frees the handle now, ignoring errors (what the destructor does). */
+    void reset() noexcept
+    {
+        if (h_ != GPUWIRE_BUFFER_NULL)
+            (void)gpuwire_buffer_free(std::exchange(h_, GPUWIRE_BUFFER_NULL));
+    }
+
+private:
+    void check_shape(gpuwire_dtype dtype, std::size_t n, const char *what) const
+    {
+        if (this->dtype() != dtype)
+            throw error(GPUWIRE_ERROR_DTYPE_MISMATCH,
+                        std::string(what) + ": the span's datatype is not the buffer's");
+        if (static_cast<int64_t>(n) != count())
+            throw error(GPUWIRE_ERROR_COUNT_MISMATCH,
+                        std::string(what) + ": the span has " + std::to_string(n) +
+                            " elements, the buffer " + std::to_string(count()));
+    }
+
+    gpuwire_buffer h_ = GPUWIRE_BUFFER_NULL;
+};
+
+// ---- request -----------------------------------------------------------------------------------
+
+/** Owns a gpuwire_request; the destructor waits for a pending request (ignoring its errors). */
+class request {
+public:
+    request() noexcept = default;
+    explicit request(gpuwire_request handle) noexcept : h_(handle) {}
+    request(const request &) = delete;
+    request &operator=(const request &) = delete;
+    request(request &&other) noexcept : h_(std::exchange(other.h_, GPUWIRE_REQUEST_NULL)) {}
+    request &operator=(request &&other) noexcept
+    {
+        if (this != &other) {
+            finish_quietly();
+            h_ = std::exchange(other.h_, GPUWIRE_REQUEST_NULL);
+        }
+        return *this;
+    }
+    ~request() { finish_quietly(); }
+
+    /** Blocks until the operation completes (gpuwire_wait); the request is then NULL. */
+    void wait() { detail::check(gpuwire_wait(&h_)); }
+    /** Whether the operation has completed (gpuwire_test; never blocks). */
+    bool test()
+    {
+        int32_t flag = 0;
+        detail::check(gpuwire_test(&h_, &flag));
+        return flag != 0;
+    }
+    /** Whether an operation is still attached (false once completed). */
+    bool active() const noexcept { return h_ != GPUWIRE_REQUEST_NULL; }
+    gpuwire_request get() const noexcept { return h_; }
+    gpuwire_request release() noexcept { return std::exchange(h_, GPUWIRE_REQUEST_NULL); }
+
+private:
+    void finish_quietly() noexcept
+    {
+        if (h_ != GPUWIRE_REQUEST_NULL)
+            (void)gpuwire_wait(&h_);
+        h_ = GPUWIRE_REQUEST_NULL;
+    }
+
+    gpuwire_request h_ = GPUWIRE_REQUEST_NULL;
+};
+
+/** Waits for every request (gpuwire_waitall): all are NULL afterwards, even when one failed;
+ * throws the first failure. */
+inline void wait_all(span<request> requests)
+{
+    std::vector<gpuwire_request> handles;
+    handles.reserve(requests.size());
+    for (request &r : requests)
+        handles.push_back(r.release());
+    gpuwire_status st = gpuwire_waitall(static_cast<int32_t>(handles.size()), handles.data());
+    for (std::size_t i = 0; i < handles.size(); i++)
+        requests[i] = request(handles[i]); // NULL after gpuwire_waitall
+    detail::check(st);
+}
+
+// ---- comm --------------------------------------------------------------------------------------
+
+/** Owns a gpuwire_comm (freed by the destructor). Operations are methods; each names its C
+ * function. Counts come from the buffers; `stream` is a CUstream or nullptr. */
+class comm {
+public:
+    comm() noexcept = default;
+    explicit comm(gpuwire_comm handle) noexcept : h_(handle) {}
+    comm(const comm &) = delete;
+    comm &operator=(const comm &) = delete;
+    comm(comm &&other) noexcept : h_(std::exchange(other.h_, GPUWIRE_COMM_NULL)) {}
+    comm &operator=(comm &&other) noexcept
+    {
+        if (this != &other) {
+            reset();
+            h_ = std::exchange(other.h_, GPUWIRE_COMM_NULL);
+        }
+        return *this;
+    }
+    ~comm() { reset(); }
+
+    /** Over MPI_COMM_WORLD (gpuwire_comm_world); cfg nullptr = defaults and environment. */
+    static comm world(const gpuwire_config *cfg = nullptr)
+    {
+        gpuwire_comm h = GPUWIRE_COMM_NULL;
+        detail::check(gpuwire_comm_world(cfg, &h));
+        return comm(h);
+    }
+    static comm world(const gpuwire_config &cfg) { return world(&cfg); }
+    /** Over an MPI communicator given by its Fortran handle, MPI_Comm_c2f(c)
+     * (gpuwire_comm_create). */
+    static comm from_mpi(int32_t mpi_fint, const gpuwire_config *cfg = nullptr)
+    {
+        gpuwire_comm h = GPUWIRE_COMM_NULL;
+        detail::check(gpuwire_comm_create(mpi_fint, cfg, &h));
+        return comm(h);
+    }
+    static comm from_mpi(int32_t mpi_fint, const gpuwire_config &cfg)
+    {
+        return from_mpi(mpi_fint, &cfg);
+    }
+    /** gpuwire_comm_split: a NULL comm (false) for GPUWIRE_UNDEFINED. */
+    comm split(int32_t color, int32_t key) const
+    {
+        gpuwire_comm h = GPUWIRE_COMM_NULL;
+        detail::check(gpuwire_comm_split(h_, color, key, &h));
+        return comm(h);
+    }
+    /** gpuwire_comm_dup. */
+    comm dup() const
+    {
+        gpuwire_comm h = GPUWIRE_COMM_NULL;
+        detail::check(gpuwire_comm_dup(h_, &h));
+        return comm(h);
+    }
+
+    int32_t rank() const { return query(gpuwire_comm_rank); }
+    int32_t size() const { return query(gpuwire_comm_size); }
+    int32_t local_rank() const { return query(gpuwire_comm_local_rank); }
+    int32_t local_size() const { return query(gpuwire_comm_local_size); }
+    gpuwire_backend backend() const
+    {
+        return static_cast<gpuwire_backend>(query(gpuwire_comm_backend));
+    }
+    int32_t device() const { return query(gpuwire_comm_device); }
+    /** The Fortran handle of gpuwire's own MPI duplicate (MPI_Comm_f2c it; do not free it). */
+    int32_t mpi() const { return query(gpuwire_comm_mpi); }
+    /** gpuwire_comm_describe. */
+    std::string describe() const
+    {
+        char buf[1024];
+        detail::check(gpuwire_comm_describe(h_, buf, sizeof buf));
+        return std::string(buf);
+    }
+
+    // point-to-point
+    void send(const buffer &buf, int32_t dest, int32_t tag, void *stream = nullptr) const
+    {
+        detail::check(gpuwire_send(h_, buf.get(), dest, tag, stream));
+    }
+    void recv(const buffer &buf, int32_t source, int32_t tag, void *stream = nullptr) const
+    {
+        detail::check(gpuwire_recv(h_, buf.get(), source, tag, stream));
+    }
+    /** gpuwire_isend: keep `buf`'s memory valid until the request completes. */
+    request isend(const buffer &buf, int32_t dest, int32_t tag, void *stream = nullptr) const
+    {
+        gpuwire_request r = GPUWIRE_REQUEST_NULL;
+        detail::check(gpuwire_isend(h_, buf.get(), dest, tag, stream, &r));
+        return request(r);
+    }
+    request irecv(const buffer &buf, int32_t source, int32_t tag, void *stream = nullptr) const
+    {
+        gpuwire_request r = GPUWIRE_REQUEST_NULL;
+        detail::check(gpuwire_irecv(h_, buf.get(), source, tag, stream, &r));
+        return request(r);
+    }
+    void sendrecv(const buffer &sendbuf, int32_t dest, int32_t sendtag, const buffer &recvbuf,
+                  int32_t source, int32_t recvtag, void *stream = nullptr) const
+    {
+        detail::check(gpuwire_sendrecv(h_, sendbuf.get(), dest, sendtag, recvbuf.get(), source,
+                                       recvtag, stream));
+    }
+
+    // collectives (a default-constructed buffer is GPUWIRE_BUFFER_NULL where that is allowed)
+    void barrier(void *stream = nullptr) const { detail::check(gpuwire_barrier(h_, stream)); }
+    void bcast(const buffer &buf, int32_t root, void *stream = nullptr) const
+    {
+        detail::check(gpuwire_bcast(h_, buf.get(), root, stream));
+    }
+    /** Broadcasts a span's elements (wrapped for the call). */
+    template <class T> void bcast(span<T> data, int32_t root) const
+    {
+        bcast(buffer::wrap(data), root);
+    }
+    void reduce(const buffer &sendbuf, const buffer &recvbuf, gpuwire_op op, int32_t root,
+                void *stream = nullptr) const
+    {
+        detail::check(gpuwire_reduce(h_, sendbuf.get(), recvbuf.get(), op, root, stream));
+    }
+    void allreduce(const buffer &sendbuf, const buffer &recvbuf, gpuwire_op op,
+                   void *stream = nullptr) const
+    {
+        detail::check(gpuwire_allreduce(h_, sendbuf.get(), recvbuf.get(), op, stream));
+    }
+    /** In place. */
+    void allreduce(const buffer &buf, gpuwire_op op, void *stream = nullptr) const
+    {
+        allreduce(buf, buf, op, stream);
+    }
+    /** In place on a span's elements (wrapped for the call). */
+    template <class T> void allreduce(span<T> data, gpuwire_op op) const
+    {
+        buffer b = buffer::wrap(data);
+        allreduce(b, b, op);
+    }
+    void allgather(const buffer &sendbuf, const buffer &recvbuf, void *stream = nullptr) const
+    {
+        detail::check(gpuwire_allgather(h_, sendbuf.get(), recvbuf.get(), stream));
+    }
+    /** gpuwire_allgatherv with gpuwire exchanging the counts. */
+    void allgatherv(const buffer &sendbuf, const buffer &recvbuf, void *stream = nullptr) const
+    {
+        detail::check(gpuwire_allgatherv(h_, sendbuf.get(), recvbuf.get(), nullptr, stream));
+    }
+    /** gpuwire_allgatherv with one count per rank. Another number of counts is
+     * GPUWIRE_ERROR_INVALID_ARGUMENT, reported through the C call so that, in checking mode, the
+     * other ranks fail too instead of waiting. */
+    void allgatherv(const buffer &sendbuf, const buffer &recvbuf, span<const int64_t> recvcounts,
+                    void *stream = nullptr) const
+    {
+        if (recvcounts.size() != static_cast<std::size_t>(size())) {
+            (void)gpuwire_allgatherv(h_, GPUWIRE_BUFFER_NULL, recvbuf.get(), nullptr, stream);
+            throw error(GPUWIRE_ERROR_INVALID_ARGUMENT,
+                        "gpuwire_allgatherv: " + std::to_string(recvcounts.size()) +
+                            " recvcounts for " + std::to_string(size()) + " ranks");
+        }
+        detail::check(
+            gpuwire_allgatherv(h_, sendbuf.get(), recvbuf.get(), recvcounts.data(), stream));
+    }
+    void reduce_scatter(const buffer &sendbuf, const buffer &recvbuf, gpuwire_op op,
+                        void *stream = nullptr) const
+    {
+        detail::check(gpuwire_reduce_scatter(h_, sendbuf.get(), recvbuf.get(), op, stream));
+    }
+    void alltoall(const buffer &sendbuf, const buffer &recvbuf, void *stream = nullptr) const
+    {
+        detail::check(gpuwire_alltoall(h_, sendbuf.get(), recvbuf.get(), stream));
+    }
+    void gather(const buffer &sendbuf, const buffer &recvbuf, int32_t root,
+                void *stream = nullptr) const
+    {
+        detail::check(gpuwire_gather(h_, sendbuf.get(), recvbuf.get(), root, stream));
+    }
+    void scatter(const buffer &sendbuf, const buffer &recvbuf, int32_t root,
+                 void *stream = nullptr) const
+    {
+        detail::check(gpuwire_scatter(h_, sendbuf.get(), recvbuf.get(), root, stream));
+    }
+
+    gpuwire_comm get() const noexcept { return h_; }
+    gpuwire_comm release() noexcept { return std::exchange(h_, GPUWIRE_COMM_NULL); }
+    explicit operator bool() const noexcept { return h_ != GPUWIRE_COMM_NULL; }
+    /** Frees the communicator now, reporting errors (gpuwire_comm_free); NULL afterwards. */
+    void free()
+    {
+        if (h_ != GPUWIRE_COMM_NULL)
+            detail::check(gpuwire_comm_free(std::exchange(h_, GPUWIRE_COMM_NULL)));
+    }
+    /** Frees it now, ignoring errors (what the destructor does). */
+    void reset() noexcept
+    {
+        if (h_ != GPUWIRE_COMM_NULL)
+            (void)gpuwire_comm_free(std::exchange(h_, GPUWIRE_COMM_NULL));
+    }
+
+private:
+    int32_t query(gpuwire_status (*f)(gpuwire_comm, int32_t *)) const
+    {
+        int32_t v = 0;
+        detail::check(f(h_, &v));
+        return v;
+    }
+
+    gpuwire_comm h_ = GPUWIRE_COMM_NULL;
+};
+
+} // namespace gpuwire
+
+#endif // GPUWIRE_HPP

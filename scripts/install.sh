@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# install.sh: installs a built gpuwire into PREFIX (`make install` runs it after cargo build).
+#
+# usage: scripts/install.sh BUILD_DIR PREFIX [LIBDIR [INCLUDEDIR]]
+#   BUILD_DIR   where cargo put libgpuwire.so and libgpuwire.a (target/release, target/debug, ...)
+#   PREFIX      an absolute path; LIBDIR defaults to PREFIX/lib, INCLUDEDIR to PREFIX/include
+#   DESTDIR     (environment) staging root for packagers: files go to DESTDIR/PREFIX/..., the
+#               paths written into them stay PREFIX/...
+#
+# Installs, for version X.Y.Z (soname libgpuwire.so.X.Y for 0.x, libgpuwire.so.X from 1.0):
+#   LIBDIR/libgpuwire.so.X.Y.Z        the shared library (soname recorded in it)
+#   LIBDIR/libgpuwire.so.X.Y          -> libgpuwire.so.X.Y.Z  (what programs load: their NEEDED)
+#   LIBDIR/libgpuwire.so              -> libgpuwire.so.X.Y    (what -lgpuwire finds at link time)
+#   LIBDIR/libgpuwire.a               the static library
+#   INCLUDEDIR/gpuwire.h gpuwire.hpp  C and C++ headers
+#   INCLUDEDIR/gpuwire.f90 gpuwire_f08.f90   Fortran module sources (compile them with your
+#                                     compiler: .mod files are compiler-specific)
+#   LIBDIR/pkgconfig/gpuwire.pc       pkg-config: Cflags, Libs with -rpath to LIBDIR; variables
+#                                     fortran_source, fortran_f08_source, python_path
+#   LIBDIR/pkgconfig/gpuwire-static.pc   the static library and the system libraries it needs
+#   LIBDIR/cmake/gpuwire/             find_package(gpuwire): gpuwire::gpuwire (shared),
+#                                     gpuwire::gpuwire_static, gpuwire::fortran (when Fortran is
+#                                     enabled)
+#   PREFIX/share/gpuwire/python/gpuwire.py   the ctypes module, which finds LIBDIR's library
+set -euo pipefail
+
+[[ $# -ge 2 && $# -le 4 ]] || { echo "usage: $0 BUILD_DIR PREFIX [LIBDIR [INCLUDEDIR]]" >&2; exit 2; }
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=$1 prefix=$2
+libdir=${3:-$prefix/lib} includedir=${4:-$prefix/include}
+destdir=${DESTDIR:-}
+for d in "$prefix" "$libdir" "$includedir"; do
+    [[ $d == /* ]] || { echo "$0: $d is not an absolute path" >&2; exit 2; }
+done
+so=$build/libgpuwire.so
+for f in "$so" "$build/libgpuwire.a"; do
+    [[ -f $f ]] || { echo "$0: $f is missing: build the library first (cargo build)" >&2; exit 1; }
+done
+
+# Version from the header the build generated; soname from the library itself.
+version_part() { sed -n "s/^#define GPUWIRE_VERSION_$1 \\([0-9]*\\)$/\\1/p" "$root/include/gpuwire.h"; }
+major=$(version_part MAJOR) minor=$(version_part MINOR) patch=$(version_part PATCH)
+version=$major.$minor.$patch
+soname=$(readelf -d "$so" | sed -n 's/.*Library soname: \[\(.*\)\].*/\1/p')
+[[ -n $soname ]] || { echo "$0: $so has no soname" >&2; exit 1; }
+real=libgpuwire.so.$version
+# The MPI the library was built against: its NEEDED libmpi* (for the record), and where the
+# loader finds it now (the static library needs it on the link line).
+mpi_needed=$(readelf -d "$so" | sed -n 's/.*Shared library: \[\(libmpi[^]]*\)\].*/\1/p' | head -n 1)
+mpi_path=$(ldd "$so" 2> /dev/null | awk -v n="$mpi_needed" '$1 == n && $3 ~ /^\// {print $3; exit}')
+mpi_link=${mpi_path:--lmpi}
+
+L=$destdir$libdir I=$destdir$includedir S=$destdir$prefix/share/gpuwire
+install -d "$L" "$L/pkgconfig" "$L/cmake/gpuwire" "$I" "$S/python"
+
+install -m 755 "$so" "$L/$real"
+[[ $soname == "$real" ]] || ln -sfn "$real" "$L/$soname"
+ln -sfn "$soname" "$L/libgpuwire.so"
+install -m 644 "$build/libgpuwire.a" "$L/libgpuwire.a"
+for h in gpuwire.h gpuwire.hpp gpuwire.f90 gpuwire_f08.f90; do
+    install -m 644 "$root/include/$h" "$I/$h"
+done
+sed "s|^_INSTALLED_LIBRARY = None$|_INSTALLED_LIBRARY = \"$libdir/$soname\"|" \
+    "$root/examples-python/gpuwire.py" > "$S/python/gpuwire.py"
+chmod 644 "$S/python/gpuwire.py"
+
+# What the static library needs besides itself: the MPI, then the system libraries of
+# rustc --print native-static-libs.
+static_libs="$mpi_link -ldl -lgcc_s -lutil -lrt -lpthread -lm -lc"
+
+cat > "$L/pkgconfig/gpuwire.pc" << EOF
+prefix=$prefix
+libdir=$libdir
+includedir=$includedir
+fortran_source=\${includedir}/gpuwire.f90
+fortran_f08_source=\${includedir}/gpuwire_f08.f90
+python_path=\${prefix}/share/gpuwire/python
+mpi_library=$mpi_needed
+
+Name: gpuwire
+Description: Communicators and host/GPU buffers for MPI programs in C, C++, Fortran and Python (built against ${mpi_needed:-an MPI library})
+Version: $version
+Cflags: -I\${includedir}
+Libs: -L\${libdir} -Wl,-rpath,\${libdir} -lgpuwire
+EOF
+
+cat > "$L/pkgconfig/gpuwire-static.pc" << EOF
+prefix=$prefix
+libdir=$libdir
+includedir=$includedir
+
+Name: gpuwire-static
+Description: gpuwire as a static library, with the MPI library it was built against
+Version: $version
+Cflags: -I\${includedir}
+Libs: \${libdir}/libgpuwire.a $static_libs
+EOF
+
+cat > "$L/cmake/gpuwire/gpuwire-config.cmake" << EOF
+# gpuwire $version, installed by scripts/install.sh.
+#
+#   find_package(gpuwire 0.1 REQUIRED)
+#   target_link_libraries(app PRIVATE gpuwire::gpuwire)        # C and C++ (gpuwire.hpp)
+#   target_link_libraries(app PRIVATE gpuwire::gpuwire_static) # the static library
+#   target_link_libraries(app PRIVATE gpuwire::fortran)        # Fortran: use gpuwire
+#
+# gpuwire::fortran exists when the project enabled Fortran before find_package(gpuwire): it is a
+# static library compiled from the installed gpuwire.f90 with the project's Fortran compiler
+# (module files are compiler-specific), linked with gpuwire::gpuwire. gpuwire_f08.f90 (for
+# mpi_f08 programs) is gpuwire_FORTRAN_F08_SOURCE: add it to a target that links MPI::MPI_Fortran.
+# Programs need no MPI header for gpuwire, but must run with the MPI gpuwire was built against
+# (gpuwire_MPI_LIBRARY).
+set(gpuwire_VERSION "$version")
+set(gpuwire_INCLUDE_DIR "$includedir")
+set(gpuwire_LIBRARY "$libdir/$real")
+set(gpuwire_STATIC_LIBRARY "$libdir/libgpuwire.a")
+set(gpuwire_FORTRAN_SOURCE "$includedir/gpuwire.f90")
+set(gpuwire_FORTRAN_F08_SOURCE "$includedir/gpuwire_f08.f90")
+set(gpuwire_PYTHON_PATH "$prefix/share/gpuwire/python")
+set(gpuwire_MPI_LIBRARY "$mpi_needed")
+
+if(NOT TARGET gpuwire::gpuwire)
+  add_library(gpuwire::gpuwire SHARED IMPORTED)
+  set_target_properties(gpuwire::gpuwire PROPERTIES
+    IMPORTED_LOCATION "\${gpuwire_LIBRARY}"
+    IMPORTED_SONAME "$soname"
+    INTERFACE_INCLUDE_DIRECTORIES "\${gpuwire_INCLUDE_DIR}")
+endif()
+if(NOT TARGET gpuwire::gpuwire_static)
+  add_library(gpuwire::gpuwire_static STATIC IMPORTED)
+  set_target_properties(gpuwire::gpuwire_static PROPERTIES
+    IMPORTED_LOCATION "\${gpuwire_STATIC_LIBRARY}"
+    INTERFACE_INCLUDE_DIRECTORIES "\${gpuwire_INCLUDE_DIR}"
+    INTERFACE_LINK_LIBRARIES "$mpi_link;dl;gcc_s;util;rt;pthread;m")
+endif()
+if(CMAKE_Fortran_COMPILER_LOADED AND NOT TARGET gpuwire::fortran)
+  add_library(gpuwire_fortran STATIC "\${gpuwire_FORTRAN_SOURCE}")
+  set_target_properties(gpuwire_fortran PROPERTIES
+    Fortran_MODULE_DIRECTORY "\${CMAKE_CURRENT_BINARY_DIR}/gpuwire_modules")
+  target_include_directories(gpuwire_fortran INTERFACE "\${CMAKE_CURRENT_BINARY_DIR}/gpuwire_modules")
+  target_link_libraries(gpuwire_fortran PUBLIC gpuwire::gpuwire)
+  add_library(gpuwire::fortran ALIAS gpuwire_fortran)
+endif()
+set(gpuwire_FOUND TRUE)
+EOF
+
+# Compatible versions follow the soname: the same 0.MINOR below 1.0, the same MAJOR from 1.0.
+cat > "$L/cmake/gpuwire/gpuwire-config-version.cmake" << EOF
+set(PACKAGE_VERSION "$version")
+if(NOT CMAKE_SIZEOF_VOID_P STREQUAL "" AND NOT CMAKE_SIZEOF_VOID_P EQUAL 8)
+  set(PACKAGE_VERSION "\${PACKAGE_VERSION} (64-bit)")
+  set(PACKAGE_VERSION_UNSUITABLE TRUE)
+elseif(NOT PACKAGE_FIND_VERSION)
+  set(PACKAGE_VERSION_COMPATIBLE TRUE)
+elseif(PACKAGE_FIND_VERSION VERSION_GREATER PACKAGE_VERSION)
+  set(PACKAGE_VERSION_COMPATIBLE FALSE)
+elseif(PACKAGE_FIND_VERSION_MAJOR EQUAL $major AND ($major GREATER 0 OR PACKAGE_FIND_VERSION_MINOR EQUAL $minor))
+  set(PACKAGE_VERSION_COMPATIBLE TRUE)
+  if(PACKAGE_FIND_VERSION VERSION_EQUAL PACKAGE_VERSION)
+    set(PACKAGE_VERSION_EXACT TRUE)
+  endif()
+else()
+  set(PACKAGE_VERSION_COMPATIBLE FALSE)
+endif()
+EOF
+
+echo "installed gpuwire $version into $destdir$prefix:"
+echo "  $libdir/$real ($soname, libgpuwire.so), libgpuwire.a"
+echo "  $includedir/gpuwire.h gpuwire.hpp gpuwire.f90 gpuwire_f08.f90"
+echo "  $libdir/pkgconfig/gpuwire.pc gpuwire-static.pc, $libdir/cmake/gpuwire/"
+echo "  $prefix/share/gpuwire/python/gpuwire.py"

@@ -1,0 +1,344 @@
+// test_hpp.cpp: the C++ header gpuwire.hpp, on 1, 2 and 3 ranks (C++17, -Wall -Wextra -Werror).
+//
+// RAII (handles freed by destructors, moves leave NULL, move-only types), exceptions (status code
+// and message), spans (views of std::vector, std::array, C arrays; host_span of buffers), every
+// communicator query and every operation with data checked, requests (wait, test, wait_all, a
+// pending request waited for by its destructor). Prints "test_hpp: PASS" on rank 0 when every
+// rank passed.
+//
+// Usage: mpirun -n N test_hpp [EXPECTED_RANKS]
+#include "gpuwire.hpp"
+
+#include <array>
+#include <complex>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace gw = gpuwire;
+
+static_assert(!std::is_copy_constructible<gw::comm>::value, "comm is move-only");
+static_assert(!std::is_copy_assignable<gw::buffer>::value, "buffer is move-only");
+static_assert(!std::is_copy_constructible<gw::request>::value, "request is move-only");
+static_assert(std::is_nothrow_move_constructible<gw::comm>::value &&
+                  std::is_nothrow_move_constructible<gw::buffer>::value &&
+                  std::is_nothrow_move_constructible<gw::request>::value &&
+                  std::is_nothrow_move_assignable<gw::buffer>::value,
+              "moves do not throw");
+static_assert(gw::dtype_v<double> == GPUWIRE_FLOAT64 && gw::dtype_v<const int32_t> == GPUWIRE_INT32 &&
+                  gw::dtype_v<std::complex<float>> == GPUWIRE_COMPLEX64 &&
+                  gw::dtype_v<uint8_t> == GPUWIRE_UINT8,
+              "datatypes from element types");
+static_assert(std::is_base_of<std::runtime_error, gw::error>::value, "gpuwire::error is an exception");
+
+static int failures = 0;
+static int rank_ = -1;
+
+#define EXPECT(cond)                                                                             \
+    do {                                                                                         \
+        if (!(cond)) {                                                                           \
+            std::fprintf(stderr, "FAILED rank %d %s:%d: %s\n", rank_, __FILE__, __LINE__, #cond); \
+            failures++;                                                                          \
+        }                                                                                        \
+    } while (0)
+
+// `stmt` must throw gpuwire::error with status `want` and a message containing `text`.
+#define EXPECT_THROW(stmt, want, text)                                                           \
+    do {                                                                                         \
+        bool thrown_ = false;                                                                    \
+        try {                                                                                    \
+            stmt;                                                                                \
+        } catch (const gw::error &e_) {                                                          \
+            thrown_ = true;                                                                      \
+            if (e_.code() != (want) || std::strstr(e_.what(), text) == nullptr) {                \
+                std::fprintf(stderr, "FAILED rank %d %s:%d: %s threw code %d \"%s\"\n", rank_,    \
+                             __FILE__, __LINE__, #stmt, (int)e_.code(), e_.what());              \
+                failures++;                                                                      \
+            }                                                                                    \
+        }                                                                                        \
+        if (!thrown_) {                                                                          \
+            std::fprintf(stderr, "FAILED rank %d %s:%d: %s did not throw\n", rank_, __FILE__,    \
+                         __LINE__, #stmt);                                                       \
+            failures++;                                                                          \
+        }                                                                                        \
+    } while (0)
+
+static void test_before_init()
+{
+    gw::version_info v = gw::version();
+    EXPECT(v.major == GPUWIRE_VERSION_MAJOR && v.minor == GPUWIRE_VERSION_MINOR &&
+           v.patch == GPUWIRE_VERSION_PATCH);
+    EXPECT(gw::dtype_size(GPUWIRE_COMPLEX128) == 16);
+    EXPECT_THROW(gw::dtype_size(static_cast<gpuwire_dtype>(99)), GPUWIRE_ERROR_UNSUPPORTED_DTYPE,
+                 "gpuwire_dtype_size");
+    EXPECT(!gw::environment::initialized());
+    EXPECT_THROW(gw::buffer::alloc<float>(4), GPUWIRE_ERROR_NOT_INITIALIZED, "gpuwire_buffer_alloc");
+    EXPECT(gw::last_error().find("gpuwire_buffer_alloc") != std::string::npos);
+    EXPECT(gw::status_string(GPUWIRE_ERROR_NOT_INITIALIZED) == "gpuwire_init has not been called");
+    gpuwire_config cfg = gw::config_init();
+    EXPECT(cfg.chunk_bytes >= 4096);
+}
+
+static void test_buffers_and_spans()
+{
+    // RAII: the destructor frees the handle.
+    gpuwire_buffer raw = GPUWIRE_BUFFER_NULL;
+    {
+        gw::buffer b = gw::buffer::alloc<double>(4);
+        raw = b.get();
+        EXPECT(raw != GPUWIRE_BUFFER_NULL && b.count() == 4 && b.owned());
+        EXPECT(b.dtype() == GPUWIRE_FLOAT64 && b.space() == GPUWIRE_SPACE_HOST && b.device() == -1);
+        gw::span<double> s = b.host_span<double>();
+        EXPECT(s.size() == 4 && s[0] == 0.0 && s[3] == 0.0); // zero-filled
+        EXPECT_THROW(b.host_span<float>(), GPUWIRE_ERROR_DTYPE_MISMATCH, "host_span");
+        // Moves transfer the handle and leave NULL behind.
+        gw::buffer c = std::move(b);
+        EXPECT(!b && b.get() == GPUWIRE_BUFFER_NULL && c.get() == raw);
+        gw::buffer d;
+        d = std::move(c);
+        EXPECT(!c && d.get() == raw);
+    }
+    int64_t n = -1;
+    EXPECT(gpuwire_buffer_count(raw, &n) == GPUWIRE_ERROR_INVALID_HANDLE);
+
+    // Spans over std::vector, std::array and C arrays; wrap borrows their memory.
+    std::vector<int32_t> v(6);
+    std::iota(v.begin(), v.end(), 10);
+    gw::buffer bv = gw::buffer::wrap(v);
+    EXPECT(bv.count() == 6 && !bv.owned() && bv.dtype() == GPUWIRE_INT32);
+    EXPECT(bv.pointer() == static_cast<void *>(v.data()));
+    gw::span<int32_t> sv = bv.host_span<int32_t>();
+    EXPECT(sv.data() == v.data() && sv.size() == 6 && sv[5] == 15);
+    gw::buffer view = bv.view(2, 3);
+    EXPECT(view.count() == 3 && view.pointer() == static_cast<void *>(v.data() + 2));
+    std::array<float, 3> arr{{1.0f, 2.0f, 3.0f}};
+    gw::buffer ba = gw::buffer::wrap(gw::span<float>(arr));
+    EXPECT(ba.count() == 3 && ba.dtype() == GPUWIRE_FLOAT32);
+    std::complex<double> carr[2];
+    gw::buffer bc = gw::buffer::wrap(gw::span<std::complex<double>>(carr));
+    EXPECT(bc.count() == 2 && bc.dtype() == GPUWIRE_COMPLEX128);
+    const std::vector<int32_t> &cv = v;
+    gw::span<const int32_t> csv(cv);
+    EXPECT(csv.size() == 6 && csv.subspan(1, 2)[0] == 11 && csv.first(1)[0] == 10 &&
+           csv.last(1)[0] == 15);
+
+    // Copies checked against the buffer's type and length.
+    gw::buffer owned = gw::buffer::alloc<int32_t>(6);
+    owned.copy_from_host(csv);
+    std::vector<int32_t> back(6, -1);
+    owned.copy_to_host(gw::span<int32_t>(back));
+    EXPECT(back == v);
+    std::vector<int32_t> shorter(5);
+    EXPECT_THROW(owned.copy_to_host(gw::span<int32_t>(shorter)), GPUWIRE_ERROR_COUNT_MISMATCH,
+                 "5 elements");
+    std::vector<float> wrong(6);
+    EXPECT_THROW(owned.copy_to_host(gw::span<float>(wrong)), GPUWIRE_ERROR_DTYPE_MISMATCH,
+                 "datatype");
+
+    // Errors carry the C code and the detailed message, which names the function.
+    EXPECT_THROW(gw::buffer::wrap(v.data(), -1, GPUWIRE_INT32), GPUWIRE_ERROR_INVALID_ARGUMENT,
+                 "gpuwire_buffer_wrap");
+    EXPECT_THROW(bv.view(4, 3), GPUWIRE_ERROR_INVALID_ARGUMENT, "gpuwire_buffer_view");
+    gw::buffer freed = gw::buffer::alloc<float>(1);
+    freed.free();
+    EXPECT(!freed);
+    EXPECT_THROW(gw::buffer(raw).count(), GPUWIRE_ERROR_INVALID_HANDLE, "gpuwire_buffer_count");
+    // release() gives the handle up: the destructor then leaves it alone.
+    gw::buffer keep = gw::buffer::alloc<float>(1);
+    gpuwire_buffer kept = keep.release();
+    EXPECT(!keep && gpuwire_buffer_free(kept) == GPUWIRE_SUCCESS);
+}
+
+static void test_comm(const gw::comm &world)
+{
+    const int32_t rank = world.rank(), size = world.size();
+    EXPECT(world.local_rank() >= 0 && world.local_rank() < world.local_size());
+    EXPECT(world.backend() != GPUWIRE_BACKEND_AUTO);
+    EXPECT(world.device() >= -1);
+    EXPECT(world.mpi() != 0);
+    EXPECT(world.describe().find("gpuwire") != std::string::npos);
+    EXPECT(gw::environment::initialized() && gw::environment::owns_mpi());
+    EXPECT(gw::environment::thread_level() >= GPUWIRE_THREAD_SINGLE);
+
+    // split: even and odd ranks; the last rank of an odd count sits out (GPUWIRE_UNDEFINED).
+    int32_t color = (size % 2 == 1 && rank == size - 1) ? GPUWIRE_UNDEFINED : rank % 2;
+    gw::comm half = world.split(color, rank);
+    EXPECT(static_cast<bool>(half) == (color != GPUWIRE_UNDEFINED));
+    if (half)
+        EXPECT(half.rank() == rank / 2);
+    gw::comm copy = world.dup();
+    EXPECT(copy.size() == size && copy.rank() == rank);
+    gw::comm moved = std::move(copy);
+    EXPECT(!copy && moved.size() == size);
+
+    // A communicator over the MPI handle of gpuwire's own duplicate, in checking mode.
+    gpuwire_config cfg = gw::config_init();
+    cfg.check = 1;
+    gw::comm checked = gw::comm::from_mpi(world.mpi(), cfg);
+    EXPECT(checked.size() == size);
+    gw::comm checked_world = gw::comm::world(cfg);
+    EXPECT(checked_world.rank() == rank);
+    // A root out of range throws on every rank.
+    std::vector<double> one(1);
+    EXPECT_THROW(checked.bcast(gw::buffer::wrap(one), size), GPUWIRE_ERROR_INVALID_ARGUMENT,
+                 "gpuwire_bcast");
+}
+
+static void test_operations(const gw::comm &world)
+{
+    const int32_t rank = world.rank(), size = world.size();
+    const int32_t right = (rank + 1) % size, left = (rank + size - 1) % size;
+
+    // allreduce in place, on a buffer and on a span.
+    std::vector<double> x(4, rank + 1.0);
+    world.allreduce(gw::buffer::wrap(x), GPUWIRE_SUM);
+    EXPECT(x[0] == size * (size + 1) / 2.0 && x[3] == x[0]);
+    std::array<int64_t, 2> m{{rank, -rank}};
+    world.allreduce(gw::span<int64_t>(m), GPUWIRE_MAX);
+    EXPECT(m[0] == size - 1 && m[1] == 0);
+    // allreduce out of place.
+    gw::buffer s = gw::buffer::alloc<int32_t>(3), r = gw::buffer::alloc<int32_t>(3);
+    for (int32_t &e : s.host_span<int32_t>())
+        e = rank;
+    world.allreduce(s, r, GPUWIRE_SUM);
+    EXPECT(r.host_span<int32_t>()[2] == size * (size - 1) / 2);
+
+    // bcast from the last rank.
+    std::vector<float> b(5, rank == size - 1 ? 7.5f : 0.0f);
+    world.bcast(gw::span<float>(b), size - 1);
+    EXPECT(b[4] == 7.5f);
+
+    // reduce to rank 0 (others pass a NULL buffer as the receive buffer).
+    gw::buffer rsend = gw::buffer::wrap(x);
+    std::vector<double> total(4, -1.0);
+    world.reduce(rsend, rank == 0 ? gw::buffer::wrap(total) : gw::buffer(), GPUWIRE_SUM, 0);
+    if (rank == 0)
+        EXPECT(total[1] == x[1] * size);
+
+    // allgather and allgatherv (with and without counts).
+    std::vector<int32_t> mine(2, rank), all(2 * static_cast<std::size_t>(size), -1);
+    world.allgather(gw::buffer::wrap(mine), gw::buffer::wrap(all));
+    EXPECT(all[2 * static_cast<std::size_t>(size) - 1] == size - 1 && all[0] == 0);
+    std::vector<int64_t> counts(static_cast<std::size_t>(size));
+    int64_t sum = 0;
+    for (int32_t i = 0; i < size; i++)
+        sum += counts[static_cast<std::size_t>(i)] = i + 1;
+    std::vector<int32_t> vsend(static_cast<std::size_t>(rank) + 1, rank), vrecv(static_cast<std::size_t>(sum), -1);
+    world.allgatherv(gw::buffer::wrap(vsend), gw::buffer::wrap(vrecv), gw::span<const int64_t>(counts));
+    EXPECT(vrecv[0] == 0 && vrecv[static_cast<std::size_t>(sum) - 1] == size - 1);
+    std::fill(vrecv.begin(), vrecv.end(), -1);
+    world.allgatherv(gw::buffer::wrap(vsend), gw::buffer::wrap(vrecv));
+    EXPECT(vrecv[static_cast<std::size_t>(sum) - 1] == size - 1);
+    std::vector<int64_t> too_few(static_cast<std::size_t>(size) + 1, 1);
+    EXPECT_THROW(world.allgatherv(gw::buffer::wrap(vsend), gw::buffer::wrap(vrecv),
+                                  gw::span<const int64_t>(too_few)),
+                 GPUWIRE_ERROR_INVALID_ARGUMENT, "recvcounts");
+
+    // reduce_scatter: block r of the sum to rank r.
+    std::vector<int32_t> rs(static_cast<std::size_t>(size) * 2);
+    std::iota(rs.begin(), rs.end(), 0);
+    std::vector<int32_t> block(2, -1);
+    world.reduce_scatter(gw::buffer::wrap(rs), gw::buffer::wrap(block), GPUWIRE_SUM);
+    EXPECT(block[0] == 2 * rank * size && block[1] == (2 * rank + 1) * size);
+
+    // alltoall: element j of rank i's send goes to rank j's element i.
+    std::vector<int32_t> a2a(static_cast<std::size_t>(size)), a2r(static_cast<std::size_t>(size), -1);
+    for (int32_t j = 0; j < size; j++)
+        a2a[static_cast<std::size_t>(j)] = 100 * rank + j;
+    world.alltoall(gw::buffer::wrap(a2a), gw::buffer::wrap(a2r));
+    EXPECT(a2r[static_cast<std::size_t>(size) - 1] == 100 * (size - 1) + rank);
+
+    // gather and scatter at rank 0.
+    std::vector<int32_t> g(static_cast<std::size_t>(size), -1), one(1, rank * 3);
+    world.gather(gw::buffer::wrap(one), rank == 0 ? gw::buffer::wrap(g) : gw::buffer(), 0);
+    if (rank == 0)
+        EXPECT(g[static_cast<std::size_t>(size) - 1] == 3 * (size - 1));
+    std::vector<int32_t> got(1, -1);
+    world.scatter(rank == 0 ? gw::buffer::wrap(g) : gw::buffer(), gw::buffer::wrap(got), 0);
+    EXPECT(got[0] == rank * 3);
+
+    // Point-to-point around the ring.
+    std::vector<double> out(3, rank), in(3, -1.0);
+    gw::buffer bout = gw::buffer::wrap(out), bin = gw::buffer::wrap(in);
+    world.sendrecv(bout, right, 1, bin, left, 1);
+    EXPECT(in[2] == left);
+    if (size > 1) {
+        if (rank % 2 == 0) {
+            world.send(bout, right, 2);
+            world.recv(bin, left, 2);
+        } else {
+            world.recv(bin, left, 2);
+            world.send(bout, right, 2);
+        }
+        EXPECT(in[0] == left);
+    }
+    world.send(bout, GPUWIRE_PROC_NULL, 0); // returns at once
+
+    // Requests: wait, test, wait_all, and the destructor of a pending request.
+    std::fill(in.begin(), in.end(), -1.0);
+    gw::request rr = world.irecv(bin, left, 3);
+    gw::request rsend_req = world.isend(bout, right, 3);
+    EXPECT(rr.active());
+    rsend_req.wait();
+    EXPECT(!rsend_req.active());
+    while (!rr.test()) {
+    }
+    EXPECT(!rr.active() && in[1] == left);
+    std::vector<gw::request> reqs;
+    std::fill(in.begin(), in.end(), -1.0);
+    reqs.push_back(world.irecv(bin, left, 4));
+    reqs.push_back(world.isend(bout, right, 4));
+    reqs.emplace_back(); // a NULL request is skipped
+    gw::wait_all(reqs);
+    EXPECT(!reqs[0].active() && !reqs[1].active() && in[2] == left);
+    {
+        std::fill(in.begin(), in.end(), -1.0);
+        gw::request pending_recv = world.irecv(bin, left, 5);
+        gw::request pending_send = world.isend(bout, right, 5);
+    } // both destructors wait
+    EXPECT(in[0] == left);
+    world.barrier();
+}
+
+int main(int argc, char **argv)
+{
+    test_before_init();
+    int32_t size = 0;
+    {
+        gw::environment env;
+        gw::comm world = gw::comm::world();
+        rank_ = world.rank();
+        size = world.size();
+        if (argc > 1 && std::atoi(argv[1]) != size) {
+            std::fprintf(stderr, "test_hpp: launched on %d ranks, expected %s (wrong launcher?)\n",
+                         (int)size, argv[1]);
+            return 1;
+        }
+        try {
+            test_buffers_and_spans();
+            test_comm(world);
+            test_operations(world);
+        } catch (const gw::error &e) {
+            std::fprintf(stderr, "FAILED rank %d: unexpected gpuwire::error %d: %s\n", rank_,
+                         (int)e.code(), e.what());
+            failures++;
+        }
+        // Every rank's verdict.
+        std::array<int32_t, 1> bad{{failures}};
+        world.allreduce(gw::span<int32_t>(bad), GPUWIRE_SUM);
+        if (rank_ == 0)
+            std::printf("test_hpp: %s (%d ranks, %d failures)\n", bad[0] ? "FAIL" : "PASS",
+                        (int)size, (int)bad[0]);
+        failures = bad[0];
+        // Handles destroyed after finalize are ignored quietly: `leftover` outlives env.finalize().
+        gw::buffer leftover = gw::buffer::alloc<float>(1);
+        world.barrier();
+        env.finalize();
+        EXPECT(!gw::environment::initialized());
+    } // world, leftover: freed after finalize (ignored)
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,530 @@
+! test_fortran.f90: the Fortran module gpuwire from a program that uses `use mpi` (integer
+! handles) and initializes MPI itself; on 1, 2 and 3 ranks.
+!
+! Every generic of module gpuwire is called (scripts/check-bindings.py checks that each C
+! function is called from a Fortran test or example); arrays of every supported type and of
+! ranks 1 to 4 are wrapped; blocking copies to and from non-contiguous sections are checked
+! element by element; errors come back through ierror with gpuwire_last_error's message.
+! Prints "test_fortran: PASS" on rank 0 when every rank passed.
+!
+! Usage: mpirun -n N test_fortran [EXPECTED_RANKS]
+program test_fortran
+  use, intrinsic :: iso_c_binding, only: c_ptr, c_loc, c_f_pointer, c_associated, c_null_ptr, &
+    c_sizeof
+  use, intrinsic :: iso_fortran_env, only: int8, int32, int64, real32, real64, error_unit, &
+    output_unit
+  use mpi, only: MPI_Init, MPI_Finalize, MPI_Comm_size, MPI_COMM_WORLD
+  use gpuwire
+  implicit none
+
+  integer :: failures = 0, checks = 0
+  integer :: rank = -1, nranks, ierr, mpierr, expected
+  type(gpuwire_comm) :: world
+  character(len=32) :: arg
+
+  call test_before_init()
+  call MPI_Init(mpierr)
+  call gpuwire_init(ierr)
+  call expect_ok(ierr, 'gpuwire_init')
+  call gpuwire_comm_create(MPI_COMM_WORLD, world, ierror=ierr) ! an integer MPI handle
+  call expect_ok(ierr, 'gpuwire_comm_create(MPI_COMM_WORLD)')
+  call gpuwire_comm_rank(world, rank)
+  call gpuwire_comm_size(world, nranks)
+  if (command_argument_count() >= 1) then
+    call get_command_argument(1, arg)
+    read (arg, *) expected
+    if (expected /= nranks) then
+      write (error_unit, '(a,i0,a,a,a)') 'test_fortran: launched on ', nranks, &
+        ' ranks, expected ', trim(arg), ' (wrong launcher?)'
+      stop 1
+    end if
+  end if
+
+  call test_lifecycle()
+  call test_wrap_every_type_and_rank()
+  call test_copies_and_sections()
+  call test_buffer_queries()
+  call test_communicators()
+  call test_point_to_point()
+  call test_collectives()
+  call verdict()
+
+contains
+
+  subroutine expect(cond, what)
+    logical, intent(in) :: cond
+    character(len=*), intent(in) :: what
+    checks = checks + 1
+    if (.not. cond) then
+      failures = failures + 1
+      write (error_unit, '(a,i0,a,a)') 'FAILED rank ', rank, ': ', what
+      flush (error_unit)
+    end if
+  end subroutine expect
+
+  subroutine expect_status(st, want, what)
+    integer, intent(in) :: st, want
+    character(len=*), intent(in) :: what
+    character(len=1024) :: message
+    if (st /= want) then
+      call gpuwire_last_error(message)
+      call expect(.false., what // ': status ' // gpuwire_status_string(st) // ', expected ' &
+        // gpuwire_status_string(want) // '; last error: ' // trim(message))
+    else
+      call expect(.true., what)
+    end if
+  end subroutine expect_status
+
+  subroutine expect_ok(st, what)
+    integer, intent(in) :: st
+    character(len=*), intent(in) :: what
+    call expect_status(st, GPUWIRE_SUCCESS, what)
+  end subroutine expect_ok
+
+  ! Calls that work before gpuwire_init, and the error of one that does not.
+  subroutine test_before_init()
+    integer :: major, minor, patch
+    integer(int64) :: bytes
+    logical :: flag
+    type(gpuwire_config) :: cfg
+    type(gpuwire_buffer) :: b
+    character(len=1024) :: message
+    call gpuwire_get_version(major, minor, patch)
+    call expect(major == GPUWIRE_VERSION_MAJOR .and. minor == GPUWIRE_VERSION_MINOR .and. &
+      patch == GPUWIRE_VERSION_PATCH, 'gpuwire_get_version matches the module')
+    call gpuwire_dtype_size(GPUWIRE_COMPLEX128, bytes)
+    call expect(bytes == 16, 'complex128 is 16 bytes')
+    call gpuwire_dtype_size(99, bytes, ierr)
+    call expect_status(ierr, int(GPUWIRE_ERROR_UNSUPPORTED_DTYPE), 'gpuwire_dtype_size(99)')
+    call gpuwire_initialized(flag)
+    call expect(.not. flag, 'not initialized before gpuwire_init')
+    call gpuwire_config_init(cfg)
+    call expect(cfg%chunk_bytes >= 4096 .and. cfg%device >= -1, 'gpuwire_config_init defaults')
+    call expect(c_sizeof(cfg) == 32, 'gpuwire_config has the C struct''s size (32 bytes)')
+    call gpuwire_buffer_alloc(4, GPUWIRE_FLOAT32, GPUWIRE_SPACE_HOST, -1, b, ierr)
+    call expect_status(ierr, int(GPUWIRE_ERROR_NOT_INITIALIZED), 'gpuwire_buffer_alloc before init')
+    call gpuwire_last_error(message)
+    call expect(index(message, 'gpuwire_buffer_alloc') > 0, 'the last error names the function')
+    call expect(gpuwire_status_string(int(GPUWIRE_ERROR_NOT_INITIALIZED)) == &
+      'gpuwire_init has not been called', 'gpuwire_status_string')
+    call expect(gpuwire_status_string(12345) == 'unknown status code', 'unknown status string')
+  end subroutine test_before_init
+
+  subroutine test_lifecycle()
+    logical :: flag
+    integer :: level
+    call gpuwire_initialized(flag)
+    call expect(flag, 'gpuwire_initialized after init')
+    call gpuwire_owns_mpi(flag)
+    call expect(.not. flag, 'gpuwire adopted the program''s MPI')
+    call gpuwire_query_thread(level)
+    call expect(level >= GPUWIRE_THREAD_SINGLE .and. level <= GPUWIRE_THREAD_MULTIPLE, &
+      'gpuwire_query_thread')
+    call gpuwire_init(ierr) ! again: does nothing
+    call expect_ok(ierr, 'gpuwire_init twice')
+  end subroutine test_lifecycle
+
+  ! One buffer per supported type; ranks 1 to 4; the buffer is the array's memory.
+  subroutine test_wrap_every_type_and_rank()
+    integer(int8), target :: i8(3, 2)
+    integer(int32), target :: i32(5)
+    integer(int64), target :: i64(2, 2, 2)
+    real(real32), allocatable, target :: r32(:)
+    real(real64), target :: r64(2, 2, 2, 2), r64v(0:3, 2)
+    complex(real32), target :: c32(4)
+    complex(real64), pointer, contiguous :: c64(:, :)
+    complex(real64), target, allocatable :: c64_storage(:, :)
+    real(real64), target :: empty(0)
+    type(gpuwire_buffer) :: b
+    allocate (r32(7), c64_storage(3, 3))
+    c64 => c64_storage(:, 2:3)
+    call check_wrap_i8(i8)
+    call gpuwire_buffer_wrap(i32, b)
+    call check_buffer(b, 5_int64, GPUWIRE_INT32, c_loc(i32), 'integer(int32) rank 1')
+    call gpuwire_buffer_wrap(i64, b)
+    call check_buffer(b, 8_int64, GPUWIRE_INT64, c_loc(i64), 'integer(int64) rank 3')
+    call gpuwire_buffer_wrap(r32, b)
+    call check_buffer(b, 7_int64, GPUWIRE_FLOAT32, c_loc(r32), 'real(real32) allocatable')
+    call gpuwire_buffer_wrap(r64, b)
+    call check_buffer(b, 16_int64, GPUWIRE_FLOAT64, c_loc(r64), 'real(real64) rank 4')
+    call gpuwire_buffer_wrap(r64v, b)
+    call check_buffer(b, 8_int64, GPUWIRE_FLOAT64, c_loc(r64v), 'real(real64) rank 2')
+    call gpuwire_buffer_wrap(r64v(:, 2), b) ! a contiguous section
+    call check_buffer(b, 4_int64, GPUWIRE_FLOAT64, c_loc(r64v(0, 2)), 'contiguous section r64v(:, 2)')
+    call gpuwire_buffer_wrap(c32, b, space=GPUWIRE_SPACE_HOST)
+    call check_buffer(b, 4_int64, GPUWIRE_COMPLEX64, c_loc(c32), 'complex(real32), space HOST')
+    call gpuwire_buffer_wrap(c64, b) ! a contiguous pointer
+    call check_buffer(b, 6_int64, GPUWIRE_COMPLEX128, c_loc(c64_storage(1, 2)), &
+      'complex(real64) contiguous pointer')
+    call gpuwire_buffer_wrap(empty, b)
+    call check_buffer(b, 0_int64, GPUWIRE_FLOAT64, c_null_ptr, 'an empty array')
+    ! The c_ptr forms (any address), with default-integer and int64 counts.
+    call gpuwire_buffer_wrap(c_loc(i32), 5, GPUWIRE_INT32, GPUWIRE_SPACE_AUTO, b)
+    call check_buffer(b, 5_int64, GPUWIRE_INT32, c_loc(i32), 'c_ptr form')
+    call gpuwire_buffer_wrap(c_loc(i64), 8_int64, GPUWIRE_INT64, GPUWIRE_SPACE_HOST, b)
+    call check_buffer(b, 8_int64, GPUWIRE_INT64, c_loc(i64), 'c_ptr form, int64 count')
+    call gpuwire_buffer_wrap(c_loc(i32), -1, GPUWIRE_INT32, GPUWIRE_SPACE_AUTO, b, ierr)
+    call expect_status(ierr, int(GPUWIRE_ERROR_INVALID_ARGUMENT), 'wrap with a negative count')
+    call expect(b == GPUWIRE_BUFFER_NULL, 'a failed wrap leaves a NULL handle')
+    deallocate (r32, c64_storage)
+  end subroutine test_wrap_every_type_and_rank
+
+  subroutine check_wrap_i8(a)
+    integer(int8), intent(inout), target, contiguous :: a(:, :)
+    type(gpuwire_buffer) :: b
+    call gpuwire_buffer_wrap(a, b)
+    call check_buffer(b, 6_int64, GPUWIRE_INT8, c_loc(a), 'integer(int8) contiguous dummy')
+  end subroutine check_wrap_i8
+
+  ! Checks count, datatype, address and ownership of a wrapped buffer, then frees it.
+  subroutine check_buffer(b, count, dtype, address, what)
+    type(gpuwire_buffer), intent(inout) :: b
+    integer(int64), intent(in) :: count
+    integer, intent(in) :: dtype
+    type(c_ptr), intent(in) :: address
+    character(len=*), intent(in) :: what
+    integer(int64) :: n
+    integer :: dt, space, device
+    logical :: owned
+    type(c_ptr) :: p
+    call gpuwire_buffer_count(b, n)
+    call gpuwire_buffer_dtype(b, dt)
+    call gpuwire_buffer_pointer(b, p)
+    call gpuwire_buffer_owned(b, owned)
+    call gpuwire_buffer_space(b, space)
+    call gpuwire_buffer_device(b, device)
+    call expect(n == count .and. dt == dtype .and. .not. owned .and. &
+      space == GPUWIRE_SPACE_HOST .and. device == -1, what // ': count, dtype, space, owner')
+    if (count > 0) call expect(c_associated(p, address), what // ': the array''s own memory')
+    call gpuwire_buffer_free(b)
+    call expect(b == GPUWIRE_BUFFER_NULL, what // ': gpuwire_buffer_free sets NULL')
+  end subroutine check_buffer
+
+  ! Blocking copies take any array: non-contiguous sections are copied in and out correctly.
+  subroutine test_copies_and_sections()
+    real(real64) :: a(3, 4), expect_a(3, 4), w(8)
+    integer(int32), target :: m(4, 4)
+    real(real32) :: wrong_type(4)
+    real(real64) :: wrong_size(5)
+    type(gpuwire_buffer) :: b, v
+    real(real64), pointer :: p(:)
+    type(c_ptr) :: ptr
+    character(len=1024) :: message
+    integer :: j
+    a = reshape([(real(j, real64), j = 1, 12)], [3, 4])
+    expect_a = a
+    call gpuwire_buffer_alloc(4_int64, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, -1, b)
+    ! copy_from_host from row 2 (stride 3): the buffer holds a(2,1), a(2,2), a(2,3), a(2,4).
+    call gpuwire_buffer_copy_from_host(b, a(2, :))
+    call gpuwire_buffer_pointer(b, ptr)
+    call c_f_pointer(ptr, p, [4])
+    call expect(all(p == [2.0_real64, 5.0_real64, 8.0_real64, 11.0_real64]), &
+      'copy_from_host from the section a(2,:)')
+    ! copy_to_host into row 3: only row 3 changes.
+    p = [-1.0_real64, -2.0_real64, -3.0_real64, -4.0_real64]
+    call gpuwire_buffer_copy_to_host(b, a(3, :))
+    expect_a(3, :) = [-1.0_real64, -2.0_real64, -3.0_real64, -4.0_real64]
+    call expect(all(a == expect_a), 'copy_to_host into the section a(3,:), the rest untouched')
+    ! A section with stride 2: the elements in between are untouched.
+    w = 0
+    call gpuwire_buffer_copy_to_host(b, w(1:8:2))
+    call expect(all(w(1:8:2) == [-1.0_real64, -2.0_real64, -3.0_real64, -4.0_real64]) .and. &
+      all(w(2:8:2) == 0), 'copy_to_host into the section w(1:8:2)')
+    ! Type and size are checked; the array stays unchanged on error.
+    wrong_type = 7
+    call gpuwire_buffer_copy_to_host(b, wrong_type, ierror=ierr)
+    call expect_status(ierr, int(GPUWIRE_ERROR_DTYPE_MISMATCH), 'copy_to_host into real32')
+    call gpuwire_last_error(message)
+    call expect(index(message, 'gpuwire_buffer_copy_to_host') > 0 .and. &
+      index(message, 'GPUWIRE_FLOAT32') > 0, 'the message names the call and the type: ' &
+      // trim(message))
+    call expect(all(wrong_type == 7), 'the array is unchanged after the error')
+    wrong_size = 9
+    call gpuwire_buffer_copy_from_host(b, wrong_size, ierror=ierr)
+    call expect_status(ierr, int(GPUWIRE_ERROR_COUNT_MISMATCH), 'copy_from_host from 5 elements')
+    ! A C error after a Fortran one: gpuwire_last_error reports the newer.
+    call gpuwire_buffer_view(b, 3, 2, v, ierr)
+    call expect_status(ierr, int(GPUWIRE_ERROR_INVALID_ARGUMENT), 'view out of range')
+    call gpuwire_last_error(message)
+    call expect(index(message, 'gpuwire_buffer_view') > 0, 'the newer (C) error is reported')
+    ! The c_ptr forms of the copies.
+    m = 0
+    call gpuwire_buffer_free(b)
+    call gpuwire_buffer_alloc(4, GPUWIRE_INT32, GPUWIRE_SPACE_HOST, -1, b)
+    m(:, 1) = [1, 2, 3, 4]
+    call gpuwire_buffer_copy_from_host(b, c_loc(m))
+    call gpuwire_buffer_copy_to_host(b, m(2, :)) ! row 2 = column 1
+    call expect(all(m(2, :) == [1, 2, 3, 4]), 'c_ptr copy_from_host, then into a row')
+    call gpuwire_buffer_copy_to_host(b, c_loc(m), stream=c_null_ptr)
+    call expect(m(4, 1) == 4, 'c_ptr copy_to_host')
+    call gpuwire_buffer_free(b)
+  end subroutine test_copies_and_sections
+
+  ! Owned buffers: alloc with default-integer and int64 counts, views, queries.
+  subroutine test_buffer_queries()
+    type(gpuwire_buffer) :: b, v, v2
+    integer(int64) :: n
+    logical :: owned
+    type(c_ptr) :: p, pv
+    real(real32), pointer :: x(:)
+    call gpuwire_buffer_alloc(10, GPUWIRE_FLOAT32, GPUWIRE_SPACE_HOST, -1, b)
+    call gpuwire_buffer_owned(b, owned)
+    call expect(owned, 'an allocated buffer is owned')
+    call gpuwire_buffer_pointer(b, p)
+    call c_f_pointer(p, x, [10])
+    call expect(all(x == 0), 'allocated memory is zero-filled')
+    call gpuwire_buffer_view(b, 2, 5, v)
+    call gpuwire_buffer_view(b, 4_int64, 6_int64, v2)
+    call gpuwire_buffer_count(v, n)
+    call gpuwire_buffer_pointer(v, pv)
+    call expect(n == 5 .and. c_associated(pv, c_loc(x(3))), 'view(2, 5) starts at element 3')
+    call gpuwire_buffer_owned(v2, owned)
+    call expect(owned, 'a view reports its original''s owner')
+    call gpuwire_buffer_free(b)
+    call gpuwire_buffer_count(v2, n) ! the view keeps the memory alive
+    call expect(n == 6, 'a view outlives its parent handle')
+    call gpuwire_buffer_free(v)
+    call gpuwire_buffer_free(v2)
+    call gpuwire_buffer_free(v2, ierr)
+    call expect_status(ierr, int(GPUWIRE_ERROR_INVALID_HANDLE), 'freeing NULL')
+    call gpuwire_buffer_alloc(-1_int64, GPUWIRE_FLOAT32, GPUWIRE_SPACE_HOST, -1, b, ierr)
+    call expect_status(ierr, int(GPUWIRE_ERROR_INVALID_ARGUMENT), 'alloc with a negative count')
+  end subroutine test_buffer_queries
+
+  subroutine test_communicators()
+    type(gpuwire_comm) :: w2, half, copy, checked
+    type(gpuwire_config) :: cfg
+    integer :: r, s, lr, ls, backend, device, fhandle, msize, color
+    character(len=1024) :: text
+    call gpuwire_comm_world(w2)
+    call gpuwire_comm_rank(w2, r)
+    call gpuwire_comm_size(w2, s)
+    call expect(r == rank .and. s == nranks, 'gpuwire_comm_world')
+    call gpuwire_comm_local_rank(w2, lr)
+    call gpuwire_comm_local_size(w2, ls)
+    call expect(lr >= 0 .and. lr < ls, 'local rank and size')
+    call gpuwire_comm_backend(w2, backend)
+    call expect(backend /= GPUWIRE_BACKEND_AUTO, 'a backend was chosen')
+    call gpuwire_comm_device(w2, device)
+    call expect(device >= -1, 'gpuwire_comm_device')
+    call gpuwire_comm_describe(w2, text)
+    call expect(index(text, 'gpuwire') == 1, 'gpuwire_comm_describe: ' // trim(text))
+    ! The MPI handle of gpuwire's duplicate works with `use mpi`.
+    call gpuwire_comm_mpi(w2, fhandle)
+    call MPI_Comm_size(fhandle, msize, mpierr)
+    call expect(msize == nranks, 'gpuwire_comm_mpi gives a usable integer handle')
+    ! split: even and odd ranks, the last of an odd count out.
+    color = mod(rank, 2)
+    if (mod(nranks, 2) == 1 .and. rank == nranks - 1) color = GPUWIRE_UNDEFINED
+    call gpuwire_comm_split(w2, color, rank, half)
+    if (color == GPUWIRE_UNDEFINED) then
+      call expect(half == GPUWIRE_COMM_NULL, 'split with GPUWIRE_UNDEFINED gives NULL')
+    else
+      call gpuwire_comm_rank(half, r)
+      call expect(r == rank / 2, 'rank in the half')
+      call gpuwire_comm_free(half)
+    end if
+    call gpuwire_comm_dup(w2, copy)
+    call gpuwire_comm_size(copy, s)
+    call expect(s == nranks .and. copy /= w2, 'gpuwire_comm_dup')
+    call gpuwire_comm_free(copy)
+    call expect(copy == GPUWIRE_COMM_NULL, 'gpuwire_comm_free sets NULL')
+    call gpuwire_comm_rank(copy, r, ierr)
+    call expect_status(ierr, int(GPUWIRE_ERROR_INVALID_HANDLE), 'a freed communicator')
+    ! A configuration from Fortran: checking mode.
+    call gpuwire_config_init(cfg)
+    cfg%check = 1
+    call gpuwire_comm_create(MPI_COMM_WORLD, checked, cfg)
+    call gpuwire_comm_describe(checked, text)
+    call expect(index(text, 'check=on') > 0, 'cfg%check = 1 reaches the library: ' // trim(text))
+    call gpuwire_comm_free(checked)
+    cfg%chunk_bytes = 1
+    call gpuwire_comm_world(checked, cfg, ierr)
+    call expect_status(ierr, int(GPUWIRE_ERROR_INVALID_ARGUMENT), 'cfg%chunk_bytes = 1')
+    call gpuwire_comm_free(w2)
+  end subroutine test_communicators
+
+  subroutine test_point_to_point()
+    integer :: right, left, j
+    logical :: flag
+    real(real64), target, asynchronous :: out(3), in(3)
+    type(gpuwire_buffer) :: bout, bin
+    type(gpuwire_request) :: reqs(3), req
+    right = mod(rank + 1, nranks)
+    left = mod(rank + nranks - 1, nranks)
+    out = rank
+    in = -1
+    call gpuwire_buffer_wrap(out, bout)
+    call gpuwire_buffer_wrap(in, bin)
+    call gpuwire_sendrecv(world, bout, right, 1, bin, left, 1)
+    call expect(all(in == left), 'sendrecv around the ring')
+    if (nranks > 1) then
+      in = -1
+      if (mod(rank, 2) == 0) then
+        call gpuwire_send(world, bout, right, 2)
+        call gpuwire_recv(world, bin, left, 2)
+      else
+        call gpuwire_recv(world, bin, left, 2)
+        call gpuwire_send(world, bout, right, 2)
+      end if
+      call expect(all(in == left), 'send and recv')
+    end if
+    call gpuwire_send(world, bout, GPUWIRE_PROC_NULL, 0)
+    in = -1
+    call gpuwire_irecv(world, bin, left, 3, reqs(1))
+    call gpuwire_isend(world, bout, right, 3, reqs(2))
+    call gpuwire_waitall(reqs) ! reqs(3) is NULL: skipped
+    call expect(all(reqs == GPUWIRE_REQUEST_NULL) .and. all(in == left), 'isend, irecv, waitall')
+    in = -1
+    call gpuwire_isend(world, bout, right, 4, reqs(1), stream=c_null_ptr)
+    call gpuwire_irecv(world, bin, left, 4, req)
+    flag = .false.
+    do j = 1, 100000000
+      call gpuwire_test(req, flag)
+      if (flag) exit
+    end do
+    call expect(flag .and. req == GPUWIRE_REQUEST_NULL .and. all(in == left), 'gpuwire_test')
+    call gpuwire_wait(reqs(1))
+    call gpuwire_wait(reqs(1)) ! NULL: returns at once
+    call gpuwire_isend(world, bout, nranks, 5, req, ierror=ierr)
+    call expect_status(ierr, int(GPUWIRE_ERROR_INVALID_ARGUMENT), 'isend to a rank out of range')
+    call gpuwire_buffer_free(bout)
+    call gpuwire_buffer_free(bin)
+  end subroutine test_point_to_point
+
+  subroutine test_collectives()
+    type(gpuwire_comm) :: checked
+    type(gpuwire_config) :: cfg
+    real(real64), target :: x(4), total(4)
+    integer(int32), target :: mine(2), everyone(2, 0:nranks - 1)
+    integer(int32), target, allocatable :: vsend(:), vrecv(:), rs(:), a2a(:), a2r(:), g(:)
+    integer(int32), target :: block(2), one(1), got(1)
+    integer(int64) :: counts(nranks), wrong_counts(nranks + 1)
+    complex(real64), target :: z(2)
+    type(gpuwire_buffer) :: bx, btotal, b1, b2, bnull
+    integer :: j, sum_counts
+    call gpuwire_barrier(world)
+    ! allreduce in place and out of place; complex sum.
+    x = rank + 1
+    call gpuwire_buffer_wrap(x, bx)
+    call gpuwire_allreduce(world, bx, bx, GPUWIRE_SUM)
+    call expect(all(x == nranks * (nranks + 1) / 2.0_real64), 'allreduce in place')
+    z = cmplx(rank, 1, real64)
+    call gpuwire_buffer_wrap(z, b1)
+    call gpuwire_allreduce(world, b1, b1, GPUWIRE_SUM)
+    call expect(all(abs(z - cmplx(nranks * (nranks - 1) / 2, nranks, real64)) < 1e-12_real64), &
+      'complex(real64) allreduce')
+    call gpuwire_buffer_free(b1)
+    ! bcast from the last rank.
+    total = -1
+    if (rank == nranks - 1) total = 42
+    call gpuwire_buffer_wrap(total, btotal)
+    call gpuwire_bcast(world, btotal, nranks - 1)
+    call expect(all(total == 42), 'bcast')
+    ! reduce to rank 0; non-roots pass GPUWIRE_BUFFER_NULL.
+    x = rank
+    total = -1
+    bnull = GPUWIRE_BUFFER_NULL
+    if (rank == 0) then
+      call gpuwire_reduce(world, bx, btotal, GPUWIRE_MAX, 0)
+      call expect(all(total == nranks - 1), 'reduce MAX at the root')
+    else
+      call gpuwire_reduce(world, bx, bnull, GPUWIRE_MAX, 0)
+    end if
+    ! allgather of rank-2 data into a rank-2 array.
+    mine = rank
+    everyone = -1
+    call gpuwire_buffer_wrap(mine, b1)
+    call gpuwire_buffer_wrap(everyone, b2)
+    call gpuwire_allgather(world, b1, b2)
+    call expect(all(everyone(:, nranks - 1) == nranks - 1) .and. all(everyone(:, 0) == 0), &
+      'allgather')
+    call gpuwire_buffer_free(b1)
+    call gpuwire_buffer_free(b2)
+    ! allgatherv: rank r sends r + 1 elements; with counts, without, and with a wrong count.
+    allocate (vsend(rank + 1))
+    vsend = rank
+    sum_counts = nranks * (nranks + 1) / 2
+    allocate (vrecv(sum_counts))
+    counts = [(int(j + 1, int64), j = 0, nranks - 1)]
+    call gpuwire_buffer_wrap(vsend, b1)
+    call gpuwire_buffer_wrap(vrecv, b2)
+    vrecv = -1
+    call gpuwire_allgatherv(world, b1, b2, counts)
+    call expect(vrecv(1) == 0 .and. vrecv(sum_counts) == nranks - 1, 'allgatherv with counts')
+    vrecv = -1
+    call gpuwire_allgatherv(world, b1, b2)
+    call expect(vrecv(sum_counts) == nranks - 1, 'allgatherv, counts exchanged')
+    ! A recvcounts of the wrong length fails on every rank of a checking communicator.
+    call gpuwire_config_init(cfg)
+    cfg%check = 1
+    call gpuwire_comm_world(checked, cfg)
+    wrong_counts = 1
+    call gpuwire_allgatherv(checked, b1, b2, wrong_counts, ierror=ierr)
+    call expect_status(ierr, int(GPUWIRE_ERROR_INVALID_ARGUMENT), 'allgatherv, wrong recvcounts')
+    call gpuwire_barrier(checked) ! still usable: the failure was agreed
+    call gpuwire_comm_free(checked)
+    call gpuwire_buffer_free(b1)
+    call gpuwire_buffer_free(b2)
+    ! reduce_scatter: block r of the sum.
+    allocate (rs(2 * nranks))
+    rs = [(j, j = 0, 2 * nranks - 1)]
+    call gpuwire_buffer_wrap(rs, b1)
+    call gpuwire_buffer_wrap(block, b2)
+    call gpuwire_reduce_scatter(world, b1, b2, GPUWIRE_SUM)
+    call expect(block(1) == 2 * rank * nranks .and. block(2) == (2 * rank + 1) * nranks, &
+      'reduce_scatter')
+    call gpuwire_buffer_free(b1)
+    call gpuwire_buffer_free(b2)
+    ! alltoall.
+    allocate (a2a(nranks), a2r(nranks))
+    a2a = [(100 * rank + j, j = 0, nranks - 1)]
+    call gpuwire_buffer_wrap(a2a, b1)
+    call gpuwire_buffer_wrap(a2r, b2)
+    call gpuwire_alltoall(world, b1, b2)
+    call expect(a2r(nranks) == 100 * (nranks - 1) + rank, 'alltoall')
+    call gpuwire_buffer_free(b1)
+    call gpuwire_buffer_free(b2)
+    ! gather and scatter at rank 0.
+    allocate (g(nranks))
+    g = -1
+    one = 3 * rank
+    call gpuwire_buffer_wrap(one, b1)
+    b2 = GPUWIRE_BUFFER_NULL
+    if (rank == 0) call gpuwire_buffer_wrap(g, b2)
+    call gpuwire_gather(world, b1, b2, 0)
+    if (rank == 0) call expect(g(nranks) == 3 * (nranks - 1), 'gather')
+    got = -1
+    call gpuwire_buffer_free(b1)
+    call gpuwire_buffer_wrap(got, b1)
+    call gpuwire_scatter(world, b2, b1, 0)
+    call expect(got(1) == 3 * rank, 'scatter')
+    call gpuwire_buffer_free(b1)
+    if (rank == 0) call gpuwire_buffer_free(b2)
+    call gpuwire_buffer_free(bx)
+    call gpuwire_buffer_free(btotal)
+  end subroutine test_collectives
+
+  subroutine verdict()
+    integer(int32), target :: bad(1)
+    type(gpuwire_buffer) :: b
+    bad = failures
+    call gpuwire_buffer_wrap(bad, b)
+    call gpuwire_allreduce(world, b, b, GPUWIRE_SUM)
+    call gpuwire_buffer_free(b)
+    if (rank == 0) then
+      if (bad(1) == 0) then
+        write (*, '(a,i0,a,i0,a)') 'test_fortran: PASS (', nranks, ' ranks, ', checks, &
+          ' checks on rank 0)'
+      else
+        write (*, '(a,i0,a)') 'test_fortran: FAIL (', bad(1), ' failed checks)'
+      end if
+      flush (output_unit)
+    end if
+    call gpuwire_comm_free(world)
+    call gpuwire_finalize()
+    call MPI_Finalize(mpierr)
+    if (bad(1) /= 0) stop 1
+  end subroutine verdict
+
+end program test_fortran
