@@ -13,7 +13,9 @@
  *  - Handles (gpuwire_comm, gpuwire_buffer, gpuwire_request, gpuwire_darray) are 64-bit integers;
  *    0 is the NULL handle. A freed, NULL or foreign handle is reported as
  *    GPUWIRE_ERROR_INVALID_HANDLE.
- *  - Counts are in elements of the buffer's datatype unless a name says bytes.
+ *  - Counts are in elements of the buffer's datatype unless a name says bytes. bcast, reduce and
+ *    allreduce take any count; other operations at most 2^31-1 elements per rank and call.
+ *  - Needs C99 or C++11 (stdint.h, fixed-width integers).
  *  - No function aborts the process or lets a Rust panic escape.
  */
 
@@ -123,7 +125,8 @@ typedef enum {
    */
   GPUWIRE_ERROR_NOT_INITIALIZED = 15,
   /**
-   * `gpuwire_finalize` was already called; no handle is valid any more.
+   * `gpuwire_finalize` was already called (no handle is valid any more), or the program
+   * finalized MPI itself.
    */
   GPUWIRE_ERROR_ALREADY_FINALIZED = 16,
   /**
@@ -726,7 +729,9 @@ gpuwire_status gpuwire_config_init(gpuwire_config *cfg);
  * gpuwire_config_init). Chooses the backend for device buffers (all ranks agree).
  *
  * Collective over `mpi_comm`. Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`out`);
- * GPUWIRE_ERROR_INVALID_ARGUMENT (MPI_COMM_NULL, a bad config field or environment variable);
+ * GPUWIRE_ERROR_INVALID_ARGUMENT (MPI_COMM_NULL; a bad config field or environment variable on
+ * any rank, or configurations — backend, check, timeout, staging, chunk size — that differ
+ * between ranks: every rank gets the error, none hangs);
  * GPUWIRE_ERROR_BACKEND_UNAVAILABLE when the requested backend cannot be used on some rank
  * (the same error and message on every rank); GPUWIRE_ERROR_MPI;
  * GPUWIRE_ERROR_NOT_INITIALIZED.
@@ -1270,7 +1275,8 @@ gpuwire_status gpuwire_query_thread(int32_t *provided);
 gpuwire_status gpuwire_owns_mpi(int32_t *flag);
 
 /**
- * Sends all of `buf`'s elements to rank `dest` with `tag` (0..MPI_TAG_UB), as MPI_Send.
+ * Sends all of `buf`'s elements (at most 2^31-1) to rank `dest` with `tag` (0..MPI_TAG_UB), as
+ * MPI_Send.
  * `dest` GPUWIRE_PROC_NULL does nothing. The receiver must post a receive of the same count.
  *
  * Errors: GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_INVALID_ARGUMENT (rank or tag out of
@@ -1521,6 +1527,8 @@ gpuwire_status gpuwire_last_error(char *buf,
 gpuwire_status gpuwire_get_version(int32_t *major,
                                    int32_t *minor,
                                    int32_t *patch);
+
+extern int gpuwire_shim_mpi_flavour(void);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -67,8 +67,8 @@ pub struct Buffer {
     storage: Storage,
 }
 
-fn count_from_c(count: i64, what: &str) -> Result<usize> {
-    usize::try_from(count).map_err(|_| Error::InvalidArgument(format!("{what}: count {count} is negative")))
+fn count_from_c(count: i64) -> Result<usize> {
+    usize::try_from(count).map_err(|_| Error::InvalidArgument(format!("count {count} is negative")))
 }
 
 fn bytes_of(count: usize, dtype: Dtype) -> Result<usize> {
@@ -82,7 +82,7 @@ impl Buffer {
     /// gpuwire_buffer_alloc: `count` zeroed elements of `dtype` in `space` on `device` (-1 = the
     /// device of the calling thread's current CUDA context, else device 0; ignored for HOST).
     pub fn alloc(count: i64, dtype: Dtype, space: Space, device: i32) -> Result<Buffer> {
-        let count = count_from_c(count, "gpuwire_buffer_alloc")?;
+        let count = count_from_c(count)?;
         let bytes = bytes_of(count, dtype)?;
         match space {
             Space::GPUWIRE_SPACE_AUTO => Err(Error::InvalidArgument(
@@ -119,16 +119,21 @@ impl Buffer {
     /// gpuwire_buffer_wrap: borrows `ptr` (never freed by gpuwire). `space` AUTO asks CUDA
     /// where the pointer lives (host when CUDA is absent or does not know it).
     pub fn wrap(ptr: usize, count: i64, dtype: Dtype, space: Space) -> Result<Buffer> {
-        let count = count_from_c(count, "gpuwire_buffer_wrap")?;
-        bytes_of(count, dtype)?;
+        let count = count_from_c(count)?;
+        let bytes = bytes_of(count, dtype)?;
+        if ptr.checked_add(bytes).is_none() {
+            return Err(Error::InvalidArgument(format!("{bytes} bytes at {ptr:#x} run past the end of the address space")));
+        }
+        if space != Space::GPUWIRE_SPACE_AUTO && !space.is_host_accessible() {
+            // Declared device memory needs a CUDA driver to be of any use (and to check it).
+            device::cuda_with_devices()?;
+        }
         if ptr == 0 && count > 0 {
-            return Err(Error::NullArgument(format!(
-                "gpuwire_buffer_wrap: pointer is NULL but count is {count} (NULL is only allowed with count 0)"
-            )));
+            return Err(Error::NullArgument(format!("the pointer is NULL but count is {count} (NULL is only allowed with count 0)")));
         }
         if ptr % dtype.size().min(8) != 0 && dtype.size() > 1 {
             return Err(Error::InvalidArgument(format!(
-                "gpuwire_buffer_wrap: pointer {ptr:#x} is not aligned for {} ({}-byte elements)",
+                "pointer {ptr:#x} is not aligned for {} ({}-byte elements)",
                 dtype.name(),
                 dtype.size()
             )));
@@ -140,7 +145,7 @@ impl Buffer {
             s if s == detected || ptr == 0 => s,
             s => {
                 return Err(Error::InvalidArgument(format!(
-                    "gpuwire_buffer_wrap: pointer {ptr:#x} was declared {} memory but CUDA reports {} memory",
+                    "pointer {ptr:#x} was declared {} memory but CUDA reports {} memory",
                     s.name(),
                     detected.name()
                 )));
@@ -157,11 +162,11 @@ impl Buffer {
     /// (and keeps alive) the parent's memory.
     pub fn view(parent: &Arc<Buffer>, offset: i64, count: i64) -> Result<Buffer> {
         let off = usize::try_from(offset)
-            .map_err(|_| Error::InvalidArgument(format!("gpuwire_buffer_view: offset {offset} is negative")))?;
-        let count = count_from_c(count, "gpuwire_buffer_view")?;
+            .map_err(|_| Error::InvalidArgument(format!("offset {offset} is negative")))?;
+        let count = count_from_c(count)?;
         if off.checked_add(count).is_none_or(|end| end > parent.count) {
             return Err(Error::InvalidArgument(format!(
-                "gpuwire_buffer_view: elements [{off}, {off}+{count}) lie outside the parent's {} elements",
+                "elements [{off}, {off}+{count}) lie outside the parent's {} elements",
                 parent.count
             )));
         }
@@ -232,7 +237,7 @@ impl Buffer {
     /// # Safety
     /// `src` must be readable for `self.bytes()` bytes.
     pub unsafe fn copy_from_host(&self, src: usize, stream: Stream) -> Result<()> {
-        self.copy_checked(src, "gpuwire_buffer_copy_from_host: source")?;
+        self.copy_checked(src, "the source")?;
         if self.is_host() {
             // SAFETY: caller guarantees src; self is valid for bytes(). ptr::copy tolerates overlap.
             unsafe { std::ptr::copy(src as *const u8, self.ptr as *mut u8, self.bytes()) };
@@ -247,7 +252,7 @@ impl Buffer {
     /// # Safety
     /// `dst` must be writable for `self.bytes()` bytes.
     pub unsafe fn copy_to_host(&self, dst: usize, stream: Stream) -> Result<()> {
-        self.copy_checked(dst, "gpuwire_buffer_copy_to_host: destination")?;
+        self.copy_checked(dst, "the destination")?;
         if self.is_host() {
             // SAFETY: as above.
             unsafe { std::ptr::copy(self.ptr as *const u8, dst as *mut u8, self.bytes()) };

@@ -55,7 +55,7 @@ impl Drop for Owned {
 
 impl Communicator {
     /// Collective over `parent`: duplicates it and builds a communicator.
-    pub fn create(parent: MPI_Comm, config: Config) -> Result<Communicator> {
+    pub fn create(parent: MPI_Comm, config: Result<Config>) -> Result<Communicator> {
         runtime::ensure_ready()?;
         if parent == mpisys::comm_null() {
             return Err(Error::InvalidArgument("the MPI communicator is MPI_COMM_NULL (or an invalid Fortran handle)".into()));
@@ -66,8 +66,10 @@ impl Communicator {
         Self::adopt(dup, config)
     }
 
-    /// Collective over `comm`, which gpuwire now owns (freed on failure too).
-    fn adopt(comm: MPI_Comm, config: Config) -> Result<Communicator> {
+    /// Collective over `comm`, which gpuwire now owns (freed on failure too). `config` is this
+    /// rank's configuration, or why it could not be read: every rank learns of any rank's bad
+    /// or different configuration and fails the same way, instead of hanging.
+    fn adopt(comm: MPI_Comm, config: Result<Config>) -> Result<Communicator> {
         let mut owned = Owned(vec![comm]);
         // SAFETY: comm is a valid communicator owned by gpuwire.
         unsafe {
@@ -98,13 +100,17 @@ impl Communicator {
             size,
             local_rank,
             local_size,
-            config,
+            // No timeout or checking until the configuration is agreed.
+            config: Config::default(),
             choice: Choice::default(),
             broken: Mutex::new(None),
             backend_state: backend::State::default(),
         };
         // From here on `c` frees both communicators when dropped (also on the error paths below).
         owned.release();
+        let config = c.agree_on_result(config, "reading the configuration")?;
+        c.agree_config(&config)?;
+        c.config = config;
         crate::trace!("communicator: rank {rank}/{size}, node-local {local_rank}/{local_size}; choosing backend");
         let local = backend::choose(&c);
         crate::trace!("local backend choice: {:?}", local.as_ref().map(|ch| (ch.kind.name(), ch.device, ch.reason.clone())));
@@ -131,10 +137,42 @@ impl Communicator {
         Ok(c)
     }
 
-    /// Collective: MPI_Comm_split of this communicator; `None` for ranks whose color is
-    /// undefined. The new communicator inherits this one's configuration.
-    pub fn split(&self, color: Option<i32>, key: i32) -> Result<Option<Communicator>> {
+    /// Every rank must pass the same configuration (the device may differ): one exchange.
+    fn agree_config(&self, cfg: &Config) -> Result<()> {
+        let t = cfg.timeout.map(|t| t.as_micros().min(i64::MAX as u128) as i64).unwrap_or(0);
+        let fields: [(&str, i64); 5] = [
+            ("backend", cfg.backend as i64),
+            ("check", cfg.check as i64),
+            ("timeout", t),
+            ("staging", cfg.staging as i64),
+            ("chunk_bytes", cfg.chunk_bytes as i64),
+        ];
+        let mut v: Vec<i64> = fields.iter().flat_map(|(_, x)| [*x, -*x]).collect();
+        self.allreduce_max_i64(&mut v, "agreeing on the configuration")?;
+        for (i, (name, _)) in fields.iter().enumerate() {
+            if v[2 * i] != -v[2 * i + 1] {
+                return Err(Error::InvalidArgument(format!(
+                    "the ranks have different configurations: {name} ranges from {} to {} (set it, or its GPUWIRE_* environment variable, the same on every rank)",
+                    -v[2 * i + 1],
+                    v[2 * i]
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Collective: MPI_Comm_split of this communicator; ranks passing GPUWIRE_UNDEFINED (-1)
+    /// get `None`. A bad color on any rank is an error on every rank. The new communicator
+    /// inherits this one's configuration.
+    pub fn split(&self, color: i32, key: i32) -> Result<Option<Communicator>> {
         self.ensure_usable()?;
+        let valid = if color < 0 && color != -1 {
+            Err(Error::InvalidArgument(format!("color {color}: colors are >= 0, or GPUWIRE_UNDEFINED")))
+        } else {
+            Ok(())
+        };
+        self.agree_on_result(valid, "gpuwire_comm_split")?;
+        let color = if color == -1 { None } else { Some(color) };
         let mut out = mpisys::comm_null();
         let color = color.unwrap_or_else(mpisys::undefined);
         // SAFETY: raw is valid.
@@ -142,7 +180,7 @@ impl Communicator {
         if out == mpisys::comm_null() {
             return Ok(None);
         }
-        Self::adopt(out, self.config.clone()).map(Some)
+        Self::adopt(out, Ok(self.config.clone())).map(Some)
     }
 
     /// Collective: a new communicator with the same ranks and configuration.
@@ -151,7 +189,7 @@ impl Communicator {
         let mut out = mpisys::comm_null();
         // SAFETY: raw is valid.
         mpisys::check(unsafe { sys::MPI_Comm_dup(self.raw.0, &mut out) }, "MPI_Comm_dup")?;
-        Self::adopt(out, self.config.clone())
+        Self::adopt(out, Ok(self.config.clone()))
     }
 
     pub fn raw(&self) -> MPI_Comm {

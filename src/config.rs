@@ -8,6 +8,7 @@
 //! | `GPUWIRE_TIMEOUT` | seconds (decimal); 0 = no timeout | 0 |
 //! | `GPUWIRE_STAGING` | pinned or pageable | pinned |
 //! | `GPUWIRE_CHUNK_BYTES` | staging chunk size in bytes (>= 4096) | 4194304 |
+//! | `GPUWIRE_CUDA_AWARE` | 0 or 1: override the MPI's answer to "does it accept device pointers?" | unset |
 
 use std::time::Duration;
 
@@ -47,7 +48,10 @@ fn env(name: &str) -> Option<String> {
 }
 
 fn bad_env(name: &str, value: &str, expected: &str) -> Error {
-    Error::InvalidArgument(format!("environment variable {name}={value:?} is not valid: expected {expected}"))
+    // Quote at most 64 characters of the value: messages stay within 1024 bytes.
+    let shown: String = value.chars().take(64).collect();
+    let more = if shown.len() < value.len() { "..." } else { "" };
+    Error::InvalidArgument(format!("environment variable {name}={shown:?}{more} is not valid: expected {expected}"))
 }
 
 impl Config {
@@ -89,6 +93,11 @@ impl Config {
                 "pageable" => Staging::GPUWIRE_STAGING_PAGEABLE,
                 _ => return Err(bad_env("GPUWIRE_STAGING", &v, "pinned or pageable")),
             };
+        }
+        if let Some(v) = lookup("GPUWIRE_CUDA_AWARE") {
+            // Read where the backend is chosen (mpisys::cuda_support); checked here so that a bad
+            // value is an error also on machines without a GPU.
+            parse_bool(&v).ok_or_else(|| bad_env("GPUWIRE_CUDA_AWARE", &v, "0 or 1"))?;
         }
         if let Some(v) = lookup("GPUWIRE_CHUNK_BYTES") {
             c.chunk_bytes = v
@@ -147,5 +156,8 @@ mod tests {
         assert!(with(&[("GPUWIRE_DEVICE", "-2")]).is_err());
         assert!(with(&[("GPUWIRE_CHUNK_BYTES", "12")]).is_err());
         assert!(with(&[("GPUWIRE_STAGING", "mapped")]).is_err());
+        assert!(with(&[("GPUWIRE_CUDA_AWARE", "2")]).unwrap_err().to_string().contains("GPUWIRE_CUDA_AWARE"));
+        let long = "x".repeat(3000);
+        assert!(with(&[("GPUWIRE_BACKEND", long.as_str())]).unwrap_err().to_string().len() < 300);
     }
 }

@@ -51,7 +51,8 @@ pub enum gpuwire_status {
     GPUWIRE_ERROR_TIMEOUT = 14,
     /// `gpuwire_init` has not been called.
     GPUWIRE_ERROR_NOT_INITIALIZED = 15,
-    /// `gpuwire_finalize` was already called; no handle is valid any more.
+    /// `gpuwire_finalize` was already called (no handle is valid any more), or the program
+    /// finalized MPI itself.
     GPUWIRE_ERROR_ALREADY_FINALIZED = 16,
     /// A bug in gpuwire (a caught panic or a broken invariant). Please report it.
     GPUWIRE_ERROR_INTERNAL = 17,
@@ -114,7 +115,7 @@ impl Status {
             GPUWIRE_ERROR_NCCL => c"NCCL error",
             GPUWIRE_ERROR_TIMEOUT => c"operation timed out",
             GPUWIRE_ERROR_NOT_INITIALIZED => c"gpuwire_init has not been called",
-            GPUWIRE_ERROR_ALREADY_FINALIZED => c"gpuwire_finalize was already called",
+            GPUWIRE_ERROR_ALREADY_FINALIZED => c"gpuwire_finalize (or the program's MPI_Finalize) was already called",
             GPUWIRE_ERROR_INTERNAL => c"internal error in gpuwire",
             GPUWIRE_ERROR_REMOTE_ARGUMENT => c"another rank rejected its arguments to this collective",
             GPUWIRE_ERROR_COMM_BROKEN => c"communicator is broken by an earlier failure",

@@ -174,18 +174,22 @@ pub fn wtime() -> f64 {
 /// unknown, with where the answer came from. `GPUWIRE_CUDA_AWARE=0/1` overrides the library's
 /// own query (`MPIX_Query_cuda_support` of Open MPI, `MPIX_GPU_query_support` of MPICH, looked up
 /// at run time since not every MPI has them).
-pub fn cuda_support() -> (Option<bool>, String) {
+pub fn cuda_support() -> Result<(Option<bool>, String)> {
     match std::env::var("GPUWIRE_CUDA_AWARE").ok().as_deref().map(str::trim) {
-        Some("1") => return (Some(true), "GPUWIRE_CUDA_AWARE=1".into()),
-        Some("0") => return (Some(false), "GPUWIRE_CUDA_AWARE=0".into()),
-        _ => {}
+        Some("1") => return Ok((Some(true), "GPUWIRE_CUDA_AWARE=1".into())),
+        Some("0") => return Ok((Some(false), "GPUWIRE_CUDA_AWARE=0".into())),
+        None | Some("") => {}
+        Some(v) => {
+            let shown: String = v.chars().take(64).collect();
+            return Err(Error::InvalidArgument(format!("environment variable GPUWIRE_CUDA_AWARE={shown:?} is not valid: expected 0 or 1")));
+        }
     }
     type QueryCuda = unsafe extern "C" fn() -> c_int;
     type QueryGpu = unsafe extern "C" fn(c_int, *mut c_int) -> c_int;
     if let Some(f) = mpi_symbol(c"MPIX_Query_cuda_support") {
         // SAFETY: Open MPI's int MPIX_Query_cuda_support(void).
         let v = unsafe { std::mem::transmute::<*mut c_void, QueryCuda>(f)() };
-        return (Some(v == 1), format!("MPIX_Query_cuda_support() = {v}"));
+        return Ok((Some(v == 1), format!("MPIX_Query_cuda_support() = {v}")));
     }
     if let Some(f) = mpi_symbol(c"MPIX_GPU_query_support") {
         let mut v: c_int = 0;
@@ -193,10 +197,10 @@ pub fn cuda_support() -> (Option<bool>, String) {
         // MPIX_GPU_SUPPORT_CUDA is 0.
         let rc = unsafe { std::mem::transmute::<*mut c_void, QueryGpu>(f)(0, &mut v) };
         if rc == 0 {
-            return (Some(v != 0), format!("MPIX_GPU_query_support(CUDA) = {v}"));
+            return Ok((Some(v != 0), format!("MPIX_GPU_query_support(CUDA) = {v}")));
         }
     }
-    (None, "the MPI offers no CUDA-support query and GPUWIRE_CUDA_AWARE is not set".into())
+    Ok((None, "the MPI offers no CUDA-support query and GPUWIRE_CUDA_AWARE is not set".into()))
 }
 
 /// Looks a symbol up in the loaded MPI library (found through MPI_Init's address, so it works

@@ -39,6 +39,27 @@ impl Sig {
     }
 }
 
+/// The collectives checking mode tells apart (other names are hashed).
+const COLLECTIVES: [&str; 10] =
+    ["barrier", "bcast", "reduce", "allreduce", "allgather", "allgatherv", "reduce_scatter", "alltoall", "gather", "scatter"];
+
+/// A stable number for a collective's name (FNV-1a), the same on every rank.
+fn collective_id(what: &str) -> i64 {
+    let mut h: u32 = 0x811c9dc5;
+    for b in what.bytes() {
+        h = (h ^ b as u32).wrapping_mul(0x01000193);
+    }
+    h as i64
+}
+
+fn collective_name(id: i64) -> String {
+    COLLECTIVES
+        .iter()
+        .find(|n| collective_id(n) == id)
+        .map(|n| n.to_string())
+        .unwrap_or_else(|| "another operation".into())
+}
+
 /// `GPUWIRE_PROC_NULL`: a send or receive to/from it does nothing (as MPI_PROC_NULL).
 pub(crate) const PROC_NULL: i32 = -1;
 
@@ -61,7 +82,8 @@ fn input<'a>(what: &str, send: &'a Buffer, recv: &Buffer, block: usize) -> Resul
     }
     if send.overlaps(recv) {
         return Err(Error::InvalidArgument(format!(
-            "{what}: the send and receive buffers overlap; pass the same buffer for in-place, or disjoint buffers"
+            "{what}: the send and receive buffers overlap; use disjoint buffers, or for in-place pass exactly {}",
+            if block == 0 && send.count() == recv.count() { "the same buffer as send and receive".to_string() } else { "a view of this rank's own block of the receive buffer as the send buffer".to_string() }
         )));
     }
     Ok(Input::Buf(send))
@@ -111,8 +133,18 @@ impl Communicator {
             opt(sig.device.map(|d| d as i64)),
         ];
         let err_flag = if local.is_err() { self.rank() as i64 + 1 } else { 0 };
-        let mut v = [err_flag, vals[0], -vals[0], vals[1], -vals[1], vals[2], -vals[2], vals[3], -vals[3], vals[4], -vals[4]];
+        let kind = collective_id(what);
+        let mut v = [err_flag, vals[0], -vals[0], vals[1], -vals[1], vals[2], -vals[2], vals[3], -vals[3], vals[4], -vals[4], kind, -kind];
         self.allreduce_max_i64(&mut v, what)?;
+        if v[11] != -v[12] {
+            // Different collectives met (a gather against a scatter, a bcast against an
+            // allreduce): nothing else can be compared, and nothing is done.
+            let other = if v[11] == kind { -v[12] } else { v[11] };
+            return Err(Error::InvalidArgument(format!(
+                "{what}: the ranks called different collectives ({what} here, {} on another rank); nothing was done on any rank",
+                collective_name(other)
+            )));
+        }
         if v[0] != 0 {
             return match local {
                 Err(e) => Err(e),

@@ -40,6 +40,11 @@ pub struct RuntimeInfo {
 /// Fails unless `init` ran and `finalize` did not.
 pub fn ensure_ready() -> Result<&'static RuntimeInfo> {
     match STATE.load(Ordering::Acquire) {
+        // A program that initialized MPI itself may have finalized it under gpuwire's feet: any
+        // MPI call now would abort the process.
+        READY if mpi_finalized() => Err(Error::AlreadyFinalized(
+            "the program called MPI_Finalize; gpuwire can make no MPI call any more (call gpuwire_finalize before MPI_Finalize)".into(),
+        )),
         READY => Ok(INFO.get().expect("INFO is set before READY")),
         UNINIT => Err(Error::NotInitialized("call gpuwire_init before any other gpuwire function that takes or makes a handle".into())),
         _ => Err(Error::AlreadyFinalized("gpuwire_finalize was called; no gpuwire handle is valid any more".into())),
@@ -104,6 +109,7 @@ pub fn init() -> Result<()> {
     if finalized != 0 {
         return Err(Error::AlreadyFinalized("MPI was already finalized by the program; gpuwire cannot use it".into()));
     }
+    check_mpi_flavour()?;
     let owns_mpi = initialized == 0;
     let mut provided: c_int = 0;
     if owns_mpi {
@@ -130,6 +136,29 @@ pub fn init() -> Result<()> {
     crate::trace!("init: MPI {} ({}), owns MPI: {owns_mpi}, thread level {}", info.mpi_library, if owns_mpi { "initialized by gpuwire" } else { "adopted" }, info.thread_level.name());
     INFO.set(info).map_err(|_| Error::Internal("runtime info set twice".into()))?;
     STATE.store(READY, Ordering::Release);
+    Ok(())
+}
+
+unsafe extern "C" {
+    fn gpuwire_shim_mpi_flavour() -> c_int;
+}
+
+/// The MPI that answers at run time must be the one gpuwire was compiled against: a program
+/// built with another MPI's compiler wrapper would otherwise crash inside MPI.
+fn check_mpi_flavour() -> Result<()> {
+    // SAFETY: returns a compile-time constant.
+    let built = match unsafe { gpuwire_shim_mpi_flavour() } {
+        1 => "Open MPI",
+        2 => "MPICH",
+        _ => return Ok(()),
+    };
+    let running = library_version();
+    let other = if built == "Open MPI" { "MPICH" } else { "Open MPI" };
+    if running.contains(other) && !running.contains(built) {
+        return Err(Error::Mpi(format!(
+            "gpuwire was built against {built} but the program runs with {running}: build the program with {built}'s compiler wrapper (or gpuwire with MPICC set to the program's MPI)"
+        )));
+    }
     Ok(())
 }
 

@@ -20,7 +20,7 @@ use half::{bf16, f16};
 const F64: Dtype = Dtype::GPUWIRE_FLOAT64;
 const SUM: i32 = ReduceOp::GPUWIRE_SUM as i32;
 
-const CASES: [(&str, usize); 12] = [
+const CASES: [(&str, usize); 14] = [
     ("c01_in_place_reductions", 3),
     ("c02_uneven_partition", 3),
     ("c03_zero_counts", 2),
@@ -34,6 +34,9 @@ const CASES: [(&str, usize); 12] = [
     ("c10a_program_owns_mpi", 2),
     ("c10b_handles_after_finalize", 2),
     ("c10c_gpuwire_owns_mpi", 2),
+    ("c10d_program_finalizes_first", 2),
+    // Mistakes only some ranks make, which must give an error on every rank and never a hang.
+    ("one_rank_differs", 3),
 ];
 
 fn main() {
@@ -44,6 +47,8 @@ fn main() {
     match mode.as_str() {
         "c07_bad_arguments_never_abort" => c07_bad_arguments_never_abort(np),
         "c10a_program_owns_mpi" => c10a_program_owns_mpi(np),
+        "c10d_program_finalizes_first" => c10d_program_finalizes_first(np),
+        "one_rank_differs" => one_rank_differs(np),
         "c10b_handles_after_finalize" => c10b_handles_after_finalize(np),
         "c10c_gpuwire_owns_mpi" => c10c_gpuwire_owns_mpi(np),
         _ => {}
@@ -891,4 +896,96 @@ fn c10c_gpuwire_owns_mpi(np: usize) -> ! {
     ctx.ok(gpuwire_finalize(), "gpuwire_finalize");
     ctx.check(mpi_finalized(), || "gpuwire initialized MPI, so gpuwire_finalize must finalize it".into());
     ctx.exit();
+}
+
+/// C10 (d): the program finalizes MPI itself while gpuwire still holds communicators: every later
+/// gpuwire call returns GPUWIRE_ERROR_ALREADY_FINALIZED instead of calling MPI (which would abort).
+fn c10d_program_finalizes_first(np: usize) -> ! {
+    let mut provided: c_int = -1;
+    // SAFETY: MPI is not initialized yet in this process.
+    let rc = unsafe { mpi::ffi::MPI_Init_thread(std::ptr::null_mut(), std::ptr::null_mut(), mpi::ffi::RSMPI_THREAD_MULTIPLE, &mut provided) };
+    if rc != 0 {
+        die(None, "the program's MPI_Init_thread failed");
+    }
+    if gpuwire_init() != Status::GPUWIRE_SUCCESS {
+        die(None, "gpuwire_init failed");
+    }
+    let ctx = Ctx::after_init(np);
+    ctx.section("c10d_program_finalizes_first");
+    let x = Buf::from_bytes(F64, &f64s(&[1.0]));
+    ctx.ok(gpuwire_allreduce(ctx.world, x.h, x.h, SUM, st()), "allreduce before MPI_Finalize");
+    let (world, xh) = (ctx.world, x.h);
+    std::mem::forget(x);
+    // SAFETY: the program's own MPI_Finalize, with gpuwire still initialized.
+    let rc = unsafe { mpi::ffi::MPI_Finalize() };
+    ctx.check_eq(rc, 0, "the program's MPI_Finalize");
+    let gone = Status::GPUWIRE_ERROR_ALREADY_FINALIZED;
+    ctx.error(gpuwire_allreduce(world, xh, xh, SUM, st()), gone, &["MPI_Finalize"], "allreduce after the program's MPI_Finalize");
+    let mut d = 0u64;
+    ctx.error(gpuwire_comm_dup(world, &mut d), gone, &["MPI_Finalize"], "comm_dup after MPI_Finalize");
+    ctx.error(gpuwire_comm_world(std::ptr::null(), &mut d), gone, &["MPI_Finalize"], "comm_world after MPI_Finalize");
+    ctx.error(gpuwire_barrier(world, st()), gone, &["MPI_Finalize"], "barrier after MPI_Finalize");
+    ctx.error(gpuwire_finalize(), gone, &["MPI_Finalize"], "gpuwire_finalize after MPI_Finalize");
+    ctx.exit();
+}
+
+/// One rank's configuration, color, collective or buffer differs from the others': every rank
+/// returns an error (the faulty rank its own), nobody hangs, and the communicator still works.
+fn one_rank_differs(np: usize) -> ! {
+    let ctx = Ctx::init(np);
+    ctx.section("one_rank_differs");
+    let r = ctx.rank;
+    let inv = Status::GPUWIRE_ERROR_INVALID_ARGUMENT;
+    // A configuration that differs on rank 1.
+    let mut cfg: gpuwire_config = unsafe { std::mem::zeroed() };
+    ctx.ok(gpuwire_config_init(&mut cfg), "config_init");
+    cfg.check = if r == 1 { 1 } else { 0 };
+    let mut c = 0u64;
+    ctx.error(gpuwire_comm_world(&cfg, &mut c), inv, &["different configurations", "check"], "checking on one rank only");
+    // An invalid configuration on rank 0 only.
+    let mut cfg2: gpuwire_config = unsafe { std::mem::zeroed() };
+    ctx.ok(gpuwire_config_init(&mut cfg2), "config_init");
+    if r == 0 {
+        cfg2.chunk_bytes = 1;
+    }
+    ctx.error(gpuwire_comm_world(&cfg2, &mut c), inv, &["chunk_bytes"], "an invalid chunk size on rank 0 only");
+    // A bad split color on the last rank.
+    let mut s = 0u64;
+    let color = if r == np - 1 { -5 } else { 0 };
+    ctx.error(gpuwire_comm_split(ctx.world, color, 0, &mut s), inv, &["color -5"], "a bad split color on one rank");
+    // Checking mode: gather on rank 0, scatter elsewhere.
+    let mut chk: gpuwire_config = unsafe { std::mem::zeroed() };
+    ctx.ok(gpuwire_config_init(&mut chk), "config_init");
+    chk.check = 1;
+    let mut cc = 0u64;
+    ctx.ok(gpuwire_comm_world(&chk, &mut cc), "comm_world with checking");
+    let one = Buf::from_bytes(F64, &f64s(&[r as f64]));
+    let all = Buf::from_bytes(F64, &vec![0u8; 8 * np]);
+    let st_ = if r == 0 { gpuwire_gather(cc, one.h, all.h, 0, st()) } else { gpuwire_scatter(cc, 0, one.h, 0, st()) };
+    ctx.error(st_, inv, &["different collectives"], "gather against scatter with checking on");
+    ctx.check_eq(read_f64s(&all), vec![0.0; np], "nothing gathered");
+    // Everything still works afterwards.
+    let x = Buf::from_bytes(F64, &f64s(&[1.0]));
+    ctx.ok(gpuwire_allreduce(cc, x.h, x.h, SUM, st()), "allreduce after the mismatches");
+    ctx.check_eq(read_f64s(&x), vec![np as f64], "allreduce SUM of 1.0 after the mismatches");
+    ctx.ok(gpuwire_comm_free(cc), "comm_free");
+    // Buffers: a pointer range past the end of the address space, and device memory declared
+    // where there is no CUDA driver.
+    let mut b = 0u64;
+    ctx.error(
+        gpuwire_buffer_wrap(usize::MAX as *mut c_void, 4, F64 as i32, gpuwire::types::Space::GPUWIRE_SPACE_HOST as i32, &mut b),
+        inv,
+        &["address space"],
+        "wrap of a range that wraps around",
+    );
+    if gpuwire::device::cuda_with_devices().is_err() {
+        let mut h = [0.0f64; 4];
+        ctx.error(
+            gpuwire_buffer_wrap(h.as_mut_ptr().cast(), 4, F64 as i32, gpuwire::types::Space::GPUWIRE_SPACE_DEVICE as i32, &mut b),
+            Status::GPUWIRE_ERROR_BACKEND_UNAVAILABLE,
+            &["CUDA"],
+            "wrap of declared device memory without a CUDA driver",
+        );
+    }
+    ctx.finish();
 }

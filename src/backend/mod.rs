@@ -137,7 +137,7 @@ pub fn choose(c: &Communicator) -> Result<Choice> {
         (None, Err(e)) => Err(e),
         (None, Ok(v)) => Ok(v),
     };
-    let (aware, source) = mpisys::cuda_support();
+    let (aware, source) = mpisys::cuda_support()?;
     let (kind, reason) = match requested {
         BackendKind::GPUWIRE_BACKEND_NCCL => match nccl_ok {
             Ok(v) => (requested, format!("requested; NCCL {v}")),

@@ -1081,7 +1081,7 @@ fn device_mode(o: &Opts, backend: DevBackend) {
     };
     let (label, comm, device) = match backend {
         DevBackend::RawCudaAware => {
-            let (aware, source) = gpuwire::mpisys::cuda_support();
+            let (aware, source) = gpuwire::mpisys::cuda_support().unwrap_or_else(|e| (None, e.to_string()));
             if aware != Some(true) {
                 give_up(
                     m,

@@ -7,7 +7,7 @@ use crate::comm::{COMMS, Communicator};
 use crate::config::{self, Config};
 use crate::error::{Result, gpuwire_status};
 use crate::ffi::boundary::{self, call, non_null, write};
-use crate::ffi::{GPUWIRE_UNDEFINED, gpuwire_comm};
+use crate::ffi::gpuwire_comm;
 use crate::mpisys;
 use crate::runtime;
 use crate::types::{BackendKind, Staging};
@@ -106,7 +106,9 @@ fn register(c: Communicator, out: *mut gpuwire_comm) {
 /// gpuwire_config_init). Chooses the backend for device buffers (all ranks agree).
 ///
 /// Collective over `mpi_comm`. Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`out`);
-/// GPUWIRE_ERROR_INVALID_ARGUMENT (MPI_COMM_NULL, a bad config field or environment variable);
+/// GPUWIRE_ERROR_INVALID_ARGUMENT (MPI_COMM_NULL; a bad config field or environment variable on
+/// any rank, or configurations — backend, check, timeout, staging, chunk size — that differ
+/// between ranks: every rank gets the error, none hangs);
 /// GPUWIRE_ERROR_BACKEND_UNAVAILABLE when the requested backend cannot be used on some rank
 /// (the same error and message on every rank); GPUWIRE_ERROR_MPI;
 /// GPUWIRE_ERROR_NOT_INITIALIZED.
@@ -115,8 +117,8 @@ pub extern "C" fn gpuwire_comm_create(mpi_comm: i32, cfg: *const gpuwire_config,
     call("gpuwire_comm_create", || {
         non_null(out, "out")?;
         runtime::ensure_ready()?;
-        let config = resolve_config(cfg)?;
-        register(Communicator::create(mpisys::comm_f2c(mpi_comm), config)?, out);
+        // A bad configuration is reported on every rank by the creation itself (no hang).
+        register(Communicator::create(mpisys::comm_f2c(mpi_comm), resolve_config(cfg))?, out);
         Ok(())
     })
 }
@@ -128,8 +130,7 @@ pub extern "C" fn gpuwire_comm_world(cfg: *const gpuwire_config, out: *mut gpuwi
     call("gpuwire_comm_world", || {
         non_null(out, "out")?;
         runtime::ensure_ready()?;
-        let config = resolve_config(cfg)?;
-        register(Communicator::create(mpisys::comm_world(), config)?, out);
+        register(Communicator::create(mpisys::comm_world(), resolve_config(cfg))?, out);
         Ok(())
     })
 }
@@ -160,12 +161,6 @@ pub extern "C" fn gpuwire_comm_split(comm: gpuwire_comm, color: i32, key: i32, o
     call("gpuwire_comm_split", || {
         non_null(out, "out")?;
         let c = boundary::comm(comm)?;
-        if color < 0 && color != GPUWIRE_UNDEFINED {
-            return Err(crate::error::Error::InvalidArgument(format!(
-                "color {color}: colors are >= 0, or GPUWIRE_UNDEFINED"
-            )));
-        }
-        let color = if color == GPUWIRE_UNDEFINED { None } else { Some(color) };
         match c.split(color, key)? {
             Some(n) => register(n, out),
             None => write(out, 0),

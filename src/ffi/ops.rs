@@ -1,6 +1,8 @@
 //! Point-to-point operations, requests and collectives.
 //!
-//! Common to every function here: counts come from the buffers, in elements; `stream` is a
+//! Common to every function here: counts come from the buffers, in elements (bcast, reduce and
+//! allreduce take any count; the other operations at most 2^31-1 elements per rank and call,
+//! MPI's `int` count, else GPUWIRE_ERROR_INVALID_ARGUMENT); `stream` is a
 //! CUstream (NULL = the legacy default stream). For device buffers the operation happens after
 //! all work enqueued earlier on `stream`, and work enqueued later on `stream` sees its result.
 //! For host buffers `stream` is ignored and the call is as its MPI counterpart. On the MPI paths
@@ -22,7 +24,8 @@ fn st(stream: *mut c_void) -> Stream {
     Stream(stream as usize)
 }
 
-/// Sends all of `buf`'s elements to rank `dest` with `tag` (0..MPI_TAG_UB), as MPI_Send.
+/// Sends all of `buf`'s elements (at most 2^31-1) to rank `dest` with `tag` (0..MPI_TAG_UB), as
+/// MPI_Send.
 /// `dest` GPUWIRE_PROC_NULL does nothing. The receiver must post a receive of the same count.
 ///
 /// Errors: GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_INVALID_ARGUMENT (rank or tag out of
@@ -163,7 +166,9 @@ pub extern "C" fn gpuwire_waitall(count: i32, requests: *mut gpuwire_request) ->
             // SAFETY: the caller promises `count` requests.
             let r = unsafe { requests.add(i) };
             if let Err(e) = finish(r, true) {
-                first.get_or_insert(Error::from_status(e.status(), format!("request {i}: {e}")));
+                let text = e.to_string();
+                let detail = text.split_once(": ").map_or(text.as_str(), |(_, d)| d);
+                first.get_or_insert(Error::from_status(e.status(), format!("request {i}: {detail}")));
             }
         }
         first.map_or(Ok(()), Err)
