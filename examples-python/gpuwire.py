@@ -26,6 +26,9 @@ The library: $GPUWIRE_LIBRARY (a path) if set; else, in the copy `make install` 
 PREFIX/share/gpuwire/python, the installed library; else libgpuwire.so.0.1 from the loader's
 search path (LD_LIBRARY_PATH, the system directories). It must link the same MPI as mpi4py.
 
+Distributed arrays: gpuwire.DArray(comm, shape, dtype, ...) owns a gpuwire_darray, with NumPy for
+host data (set_global, allgather, gather, numpy()); examples-python/darray.py uses every method.
+
 Errors raise gpuwire.Error with .code (the gpuwire_status) and the detailed message.
 """
 
