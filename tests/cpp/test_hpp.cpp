@@ -391,10 +391,11 @@ static void test_darray(const gw::comm &world)
     x.gather(rank == 0 ? static_cast<void *>(out.data()) : nullptr, 0);
     EXPECT(out == g);
     EXPECT_THROW(x.host_span<float>(), GPUWIRE_ERROR_DTYPE_MISMATCH, "host_span");
-    EXPECT_THROW(x.allgather(gw::span<double>(out.data(), out.size() - 1)), GPUWIRE_ERROR_COUNT_MISMATCH,
-                 "10 elements");
+    EXPECT_THROW(x.allgather(gw::span<double>(out.data(), out.size() - 1)),
+                 GPUWIRE_ERROR_COUNT_MISMATCH, "10 elements");
     std::vector<float> wrong(g.size());
-    EXPECT_THROW(x.allgather(gw::span<float>(wrong)), GPUWIRE_ERROR_DTYPE_MISMATCH, "GPUWIRE_FLOAT32");
+    EXPECT_THROW(x.allgather(gw::span<float>(wrong)), GPUWIRE_ERROR_DTYPE_MISMATCH,
+                 "GPUWIRE_FLOAT32");
     y.set_global(static_cast<const void *>(h.data()));
     y.axpy(2.0, x);                           // y = 2 x + y
     const double half = 0.5;
@@ -453,10 +454,12 @@ static void test_darray(const gw::comm &world)
     // A 2-D int32 array with a halo row: row i holds i; halo_exchange fills the ghost rows.
     const int64_t rows = 2 * size + 1, cols = 3;
     std::array<int64_t, 2> shape{{rows, cols}};
-    gw::darray grid = gw::darray::create_nd<int32_t>(world, gw::span<const int64_t>(shape), GPUWIRE_DECIDE, 1);
+    gw::darray grid =
+        gw::darray::create_nd<int32_t>(world, gw::span<const int64_t>(shape), GPUWIRE_DECIDE, 1);
     int64_t r0 = 0, nr = 0;
     split(rows, rank, r0, nr);
-    EXPECT(grid.ndim() == 2 && grid.halo() == 1 && grid.shape() == std::vector<int64_t>({rows, cols}) &&
+    EXPECT(grid.ndim() == 2 && grid.halo() == 1 &&
+           grid.shape() == std::vector<int64_t>({rows, cols}) &&
            grid.local_shape() == std::vector<int64_t>({nr, cols}));
     std::vector<int32_t> rowvals(static_cast<std::size_t>(rows * cols));
     for (std::size_t i = 0; i < rowvals.size(); i++)
@@ -472,8 +475,8 @@ static void test_darray(const gw::comm &world)
         EXPECT(w[static_cast<std::size_t>((nr + 1) * cols)] == r0 + nr);
     EXPECT(grid.sum<int32_t>() == cols * rows * (rows - 1) / 2);
     EXPECT(grid.min<int32_t>() == 0 && grid.max<int32_t>() == rows - 1);
-    gw::darray grid2 = gw::darray::create_nd(world, gw::span<const int64_t>(shape), GPUWIRE_DECIDE, 0,
-                                             GPUWIRE_INT32);
+    gw::darray grid2 = gw::darray::create_nd(world, gw::span<const int64_t>(shape),
+                                             GPUWIRE_DECIDE, 0, GPUWIRE_INT32);
     grid.redistribute(grid2);
     EXPECT(grid2.sum<int32_t>() == cols * rows * (rows - 1) / 2);
 
@@ -486,7 +489,8 @@ static void test_darray(const gw::comm &world)
     EXPECT(c.sum<std::complex<double>>() == std::complex<double>(0.0, 4.0));
 
     // Argument errors on every rank; free reports errors, reset ignores them.
-    EXPECT_THROW(x.halo_exchange(1), GPUWIRE_ERROR_INVALID_ARGUMENT, "gpuwire_darray_halo_exchange");
+    EXPECT_THROW(x.halo_exchange(1), GPUWIRE_ERROR_INVALID_ARGUMENT,
+                 "gpuwire_darray_halo_exchange");
     EXPECT_THROW(x.bcast(0), GPUWIRE_ERROR_INVALID_ARGUMENT, "gpuwire_darray_bcast");
     EXPECT_THROW(gw::darray::create<double>(world, -1), GPUWIRE_ERROR_INVALID_ARGUMENT,
                  "gpuwire_darray_create");
