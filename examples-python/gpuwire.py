@@ -26,6 +26,9 @@ The library: $GPUWIRE_LIBRARY (a path) if set; else, in the copy `make install` 
 PREFIX/share/gpuwire/python, the installed library; else libgpuwire.so.0.1 from the loader's
 search path (LD_LIBRARY_PATH, the system directories). It must link the same MPI as mpi4py.
 
+Distributed arrays: gpuwire.DArray(comm, shape, dtype, ...) owns a gpuwire_darray, with NumPy for
+host data (set_global, allgather, gather, numpy()); examples-python/darray.py uses every method.
+
 Errors raise gpuwire.Error with .code (the gpuwire_status) and the detailed message.
 """
 
@@ -65,6 +68,9 @@ STAGING_PINNED, STAGING_PAGEABLE = 0, 1
 THREAD_SINGLE, THREAD_FUNNELED, THREAD_SERIALIZED, THREAD_MULTIPLE = 0, 1, 2, 3
 PROC_NULL = -1
 UNDEFINED = -1
+PARTITION_SCATTER, PARTITION_BROADCAST = 0, 1
+NORM_INF, NORM_1, NORM_2 = 0, 1, 2
+DECIDE = -1
 
 # NumPy/CuPy dtype names (numpy.dtype(...).name) -> gpuwire datatypes.
 _DTYPES = {
@@ -101,7 +107,7 @@ class Config(ctypes.Structure):
 # ---- the C functions ---------------------------------------------------------------------------
 
 _status = c_int  # gpuwire_status is a C enum
-_handle = c_uint64  # gpuwire_comm, gpuwire_buffer, gpuwire_request
+_handle = c_uint64  # gpuwire_comm, gpuwire_buffer, gpuwire_request, gpuwire_darray
 
 # Every function of gpuwire.h: (result, [arguments]). Checked against the header by
 # scripts/check-bindings.py.
@@ -159,6 +165,38 @@ _PROTOTYPES = {
     "gpuwire_status_string": (c_char_p, [c_int32]),
     "gpuwire_last_error": (_status, [c_char_p, c_size_t]),
     "gpuwire_get_version": (_status, [POINTER(c_int32), POINTER(c_int32), POINTER(c_int32)]),
+    "gpuwire_darray_create": (_status, [_handle, c_int64, c_int64, c_int32, c_int32, c_int32, POINTER(_handle)]),
+    "gpuwire_darray_create_nd": (_status, [_handle, c_int32, POINTER(c_int64), c_int64, c_int64, c_int32, c_int32,
+                                           c_int32, POINTER(_handle)]),
+    "gpuwire_darray_free": (_status, [_handle]),
+    "gpuwire_darray_global_len": (_status, [_handle, POINTER(c_int64)]),
+    "gpuwire_darray_local_len": (_status, [_handle, POINTER(c_int64)]),
+    "gpuwire_darray_global_offset": (_status, [_handle, POINTER(c_int64)]),
+    "gpuwire_darray_ndim": (_status, [_handle, POINTER(c_int32)]),
+    "gpuwire_darray_halo": (_status, [_handle, POINTER(c_int64)]),
+    "gpuwire_darray_dtype": (_status, [_handle, POINTER(c_int32)]),
+    "gpuwire_darray_space": (_status, [_handle, POINTER(c_int32)]),
+    "gpuwire_darray_partition": (_status, [_handle, POINTER(c_int32)]),
+    "gpuwire_darray_data": (_status, [_handle, POINTER(c_void_p)]),
+    "gpuwire_darray_local_lens": (_status, [_handle, POINTER(c_int64)]),
+    "gpuwire_darray_shape": (_status, [_handle, POINTER(c_int64)]),
+    "gpuwire_darray_local_shape": (_status, [_handle, POINTER(c_int64)]),
+    "gpuwire_darray_local": (_status, [_handle, POINTER(_handle)]),
+    "gpuwire_darray_local_with_halo": (_status, [_handle, POINTER(_handle)]),
+    "gpuwire_darray_fill": (_status, [_handle, c_void_p, c_void_p]),
+    "gpuwire_darray_set_global": (_status, [_handle, c_void_p, c_void_p]),
+    "gpuwire_darray_allgather": (_status, [_handle, c_void_p, c_void_p]),
+    "gpuwire_darray_gather": (_status, [_handle, c_void_p, c_int32, c_void_p]),
+    "gpuwire_darray_redistribute": (_status, [_handle, _handle, c_void_p]),
+    "gpuwire_darray_bcast": (_status, [_handle, c_int32, c_void_p]),
+    "gpuwire_darray_axpy": (_status, [c_void_p, _handle, _handle, c_void_p]),
+    "gpuwire_darray_scale": (_status, [_handle, c_void_p, c_void_p]),
+    "gpuwire_darray_dot": (_status, [_handle, _handle, c_void_p, c_void_p]),
+    "gpuwire_darray_norm": (_status, [_handle, c_int32, POINTER(c_double), c_void_p]),
+    "gpuwire_darray_sum": (_status, [_handle, c_void_p, c_void_p]),
+    "gpuwire_darray_min": (_status, [_handle, c_void_p, c_void_p]),
+    "gpuwire_darray_max": (_status, [_handle, c_void_p, c_void_p]),
+    "gpuwire_darray_halo_exchange": (_status, [_handle, c_int64, c_void_p]),
 }
 
 
@@ -632,5 +670,244 @@ class Comm:
         if getattr(self, "handle", 0) and lib is not None:
             try:
                 lib.gpuwire_comm_free(self.handle)
+            except Exception:
+                pass
+
+
+# ---- distributed arrays ------------------------------------------------------------------------
+
+
+def _numpy():
+    import numpy
+
+    return numpy
+
+
+def _dtype_code(dtype):
+    """A gpuwire datatype from a gpuwire constant or anything numpy.dtype() takes."""
+    if isinstance(dtype, int):
+        return dtype
+    name = _numpy().dtype(dtype).name
+    if name not in _DTYPES:
+        raise ValueError(f"gpuwire: unsupported dtype {name}")
+    return _DTYPES[name]
+
+
+class DArray:
+    """Owns a gpuwire_darray: one global array split over the ranks of a Comm (gpuwire.h, section
+    distributed arrays). Collective to create:
+
+        x = gpuwire.DArray(comm, 11, np.float64)                    # 1-D, the default split
+        g = gpuwire.DArray(comm, (n, n), np.float64, halo=1)        # N-D, split along axis 0
+        b = gpuwire.DArray(comm, 16, np.float64, partition=gpuwire.PARTITION_BROADCAST)
+
+    Host data is NumPy: set_global takes the global array (converted to the array's dtype; ranks
+    that do not read it may pass None), allgather and gather return a new NumPy array of the global
+    shape (or fill `out`, which must have the array's dtype and global size), numpy() views a host
+    array's owned elements. Scalars (fill, axpy, scale) are converted to the array's dtype;
+    results (dot, sum, min, max) come back as NumPy scalars of it, norm as a float. An `out` of
+    another dtype or size is checked where the C function uses it: it goes to the C call as NULL,
+    so that the call fails there (agreed across ranks in checking mode) and raises the mismatch.
+    """
+
+    def __init__(self, comm, shape, dtype=FLOAT64, space=SPACE_HOST, partition=PARTITION_SCATTER, local=DECIDE,
+                 halo=0):
+        code = _dtype_code(dtype)
+        if isinstance(shape, int) and halo == 0:
+            h = _out(_handle, lib.gpuwire_darray_create, comm.handle, shape, local, code, space, partition)
+        else:
+            dims = [shape] if isinstance(shape, int) else [int(d) for d in shape]
+            arr = (c_int64 * max(len(dims), 1))(*dims)
+            h = _out(_handle, lib.gpuwire_darray_create_nd, comm.handle, len(dims), arr, local, halo, code, space,
+                     partition)
+        self.handle = h
+        self._comm = comm  # for the rank count (local_lens) and the rank (gather)
+        self._nranks = comm.size()
+        self._rank = comm.rank()
+
+    # queries (local)
+    def global_len(self):
+        return _out(c_int64, lib.gpuwire_darray_global_len, self.handle)
+
+    def local_len(self):
+        return _out(c_int64, lib.gpuwire_darray_local_len, self.handle)
+
+    def global_offset(self):
+        return _out(c_int64, lib.gpuwire_darray_global_offset, self.handle)
+
+    def ndim(self):
+        return _out(c_int32, lib.gpuwire_darray_ndim, self.handle)
+
+    def halo(self):
+        return _out(c_int64, lib.gpuwire_darray_halo, self.handle)
+
+    def dtype(self):
+        return _out(c_int32, lib.gpuwire_darray_dtype, self.handle)
+
+    def space(self):
+        return _out(c_int32, lib.gpuwire_darray_space, self.handle)
+
+    def partition(self):
+        return _out(c_int32, lib.gpuwire_darray_partition, self.handle)
+
+    def data(self):
+        """The address of the first owned element (a device address for device arrays; 0 if none)."""
+        return _out(c_void_p, lib.gpuwire_darray_data, self.handle) or 0
+
+    def _int64s(self, fn, n):
+        v = (c_int64 * max(n, 1))()
+        _check(fn(self.handle, v))
+        return tuple(v[:n])
+
+    def local_lens(self):
+        """Every rank's number of owned elements, in rank order."""
+        return list(self._int64s(lib.gpuwire_darray_local_lens, self._nranks))
+
+    def shape(self):
+        return self._int64s(lib.gpuwire_darray_shape, self.ndim())
+
+    def local_shape(self):
+        return self._int64s(lib.gpuwire_darray_local_shape, self.ndim())
+
+    def local(self):
+        """A Buffer viewing the owned elements (keeps this array alive)."""
+        return Buffer(_out(_handle, lib.gpuwire_darray_local, self.handle), keep=self)
+
+    def local_with_halo(self):
+        """A Buffer viewing the ghost rows above, the owned rows and the ghost rows below."""
+        return Buffer(_out(_handle, lib.gpuwire_darray_local_with_halo, self.handle), keep=self)
+
+    def _np_dtype(self):
+        names = {v: k for k, v in _DTYPES.items()}
+        d = self.dtype()
+        if d not in names:
+            raise ValueError(f"gpuwire: datatype {d} has no NumPy dtype")
+        return _numpy().dtype(names[d])
+
+    def numpy(self):
+        """A NumPy view of a host array's owned elements, in the local shape (no copy; valid while
+        this array lives)."""
+        np = _numpy()
+        if self.space() == SPACE_DEVICE:
+            raise ValueError("gpuwire: a device array has no NumPy view")
+        shape, dt = self.local_shape(), self._np_dtype()
+        n = self.local_len()
+        if n == 0:
+            return np.empty(shape, dtype=dt)
+        raw = (ctypes.c_char * (n * dt.itemsize)).from_address(self.data())
+        return np.frombuffer(raw, dtype=dt).reshape(shape)
+
+    # scalars: converted to the array's dtype; results as NumPy scalars of it
+    def _scalar(self, value):
+        return _numpy().array(value, dtype=self._np_dtype())
+
+    def _result(self, fn, *args, stream=None):
+        r = _numpy().zeros(1, dtype=self._np_dtype())
+        _check(fn(*args, r.ctypes.data, _stream_ptr(stream)))
+        return r[0]
+
+    def fill(self, value, stream=None):
+        v = self._scalar(value)
+        _check(lib.gpuwire_darray_fill(self.handle, v.ctypes.data, _stream_ptr(stream)))
+
+    def axpy(self, alpha, x, stream=None):
+        """self = alpha x + self (gpuwire_darray_axpy(alpha, x, self))."""
+        a = self._scalar(alpha)
+        _check(lib.gpuwire_darray_axpy(a.ctypes.data, x.handle, self.handle, _stream_ptr(stream)))
+
+    def scale(self, alpha, stream=None):
+        a = self._scalar(alpha)
+        _check(lib.gpuwire_darray_scale(self.handle, a.ctypes.data, _stream_ptr(stream)))
+
+    def dot(self, y, stream=None):
+        """sum_i conj(self_i) y_i."""
+        return self._result(lib.gpuwire_darray_dot, self.handle, y.handle, stream=stream)
+
+    def norm(self, kind=NORM_2, stream=None):
+        """NORM_1, NORM_2 or NORM_INF, as a float for every dtype."""
+        v = c_double()
+        _check(lib.gpuwire_darray_norm(self.handle, kind, ctypes.byref(v), _stream_ptr(stream)))
+        return v.value
+
+    def sum(self, stream=None):
+        return self._result(lib.gpuwire_darray_sum, self.handle, stream=stream)
+
+    def min(self, stream=None):
+        return self._result(lib.gpuwire_darray_min, self.handle, stream=stream)
+
+    def max(self, stream=None):
+        return self._result(lib.gpuwire_darray_max, self.handle, stream=stream)
+
+    # data movement
+    def _host(self, what, array, call):
+        """Calls `call(address)` with a host NumPy array of the array's dtype and global size, or
+        with NULL when `array` is None or does not fit (the C call then fails where it uses it)."""
+        fits = False
+        if array is not None:
+            np = _numpy()
+            if not isinstance(array, np.ndarray):
+                raise TypeError(f"{what}: expected a NumPy array")
+            fits = (array.dtype == self._np_dtype() and array.size == self.global_len()
+                    and array.flags.c_contiguous)
+        st = call(array.ctypes.data if fits and array.size else None)
+        if st == ERROR_NULL_ARGUMENT and array is not None and not fits:
+            if array.dtype != self._np_dtype():
+                raise Error(ERROR_DTYPE_MISMATCH, f"{what}: the array holds {array.dtype}, the distributed "
+                                                  f"array {self._np_dtype()}")
+            if not array.flags.c_contiguous:
+                raise Error(ERROR_INVALID_ARGUMENT, f"{what}: the array is not C-contiguous")
+            raise Error(ERROR_COUNT_MISMATCH, f"{what}: the array has {array.size} elements, the "
+                                              f"distributed array {self.global_len()}")
+        _check(st)
+
+    def set_global(self, src, stream=None):
+        """This rank's part of the global array `src` (any array-like, converted to the array's
+        dtype; None where it is not read)."""
+        if src is not None:
+            src = _numpy().ascontiguousarray(src, dtype=self._np_dtype())
+        self._host("gpuwire_darray_set_global", src,
+                   lambda p: lib.gpuwire_darray_set_global(self.handle, p, _stream_ptr(stream)))
+
+    def allgather(self, out=None, stream=None):
+        """The whole array on every rank: `out`, or a new NumPy array of the global shape."""
+        if out is None:
+            out = _numpy().empty(self.shape(), dtype=self._np_dtype())
+        self._host("gpuwire_darray_allgather", out,
+                   lambda p: lib.gpuwire_darray_allgather(self.handle, p, _stream_ptr(stream)))
+        return out
+
+    def gather(self, root=0, out=None, stream=None):
+        """The whole array at `root` (a new NumPy array there unless `out` is given; None elsewhere)."""
+        if out is None and self._rank == root:
+            out = _numpy().empty(self.shape(), dtype=self._np_dtype())
+        self._host("gpuwire_darray_gather", out,
+                   lambda p: lib.gpuwire_darray_gather(self.handle, p, root, _stream_ptr(stream)))
+        return out
+
+    def redistribute(self, dst, stream=None):
+        """Copies this array's values into `dst`, split as `dst` is."""
+        _check(lib.gpuwire_darray_redistribute(self.handle, dst.handle, _stream_ptr(stream)))
+
+    def bcast(self, root=0, stream=None):
+        _check(lib.gpuwire_darray_bcast(self.handle, root, _stream_ptr(stream)))
+
+    def halo_exchange(self, width=1, stream=None):
+        _check(lib.gpuwire_darray_halo_exchange(self.handle, width, _stream_ptr(stream)))
+
+    def free(self):
+        if self.handle:
+            h, self.handle = self.handle, 0
+            _check(lib.gpuwire_darray_free(h))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.free()
+
+    def __del__(self):
+        if getattr(self, "handle", 0) and lib is not None:
+            try:
+                lib.gpuwire_darray_free(self.handle)
             except Exception:
                 pass

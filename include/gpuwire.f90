@@ -9,10 +9,11 @@
 !
 ! Three modules, from the lowest level up:
 !
-!   gpuwire_types  the constants (status codes, datatypes, ops, spaces, backends, ...), the handle
-!                  types gpuwire_comm, gpuwire_buffer, gpuwire_request (one integer(c_int64_t)
-!                  component `handle`, 0 = NULL) and gpuwire_config, a bind(C) mirror of the C
-!                  struct. Needs neither mpi nor mpi_f08.
+!   gpuwire_types  the constants (status codes, datatypes, ops, spaces, backends, partitions,
+!                  norms, ...), the handle types gpuwire_comm, gpuwire_buffer, gpuwire_request,
+!                  gpuwire_darray (one integer(c_int64_t) component `handle`, 0 = NULL) and
+!                  gpuwire_config, a bind(C) mirror of the C struct. Needs neither mpi nor
+!                  mpi_f08.
 !   gpuwire_c      one bind(C) interface for every function of gpuwire.h, with the C name, the C
 !                  arguments and the status as the function result. Handles are plain
 !                  integer(gpuwire_handle_kind) values. For code that wants the C API as is.
@@ -41,8 +42,9 @@
 !     instead all be default integers.
 !   - Outputs are intent(out): on failure an output handle is NULL (its default value) and
 !     other outputs are undefined, except where a call's comment says otherwise.
-!   - gpuwire_comm_free, gpuwire_buffer_free and a completed gpuwire_wait / gpuwire_test set
-!     the handle to NULL (GPUWIRE_COMM_NULL, GPUWIRE_BUFFER_NULL, GPUWIRE_REQUEST_NULL).
+!   - gpuwire_comm_free, gpuwire_buffer_free, gpuwire_darray_free and a completed gpuwire_wait /
+!     gpuwire_test set the handle to NULL (GPUWIRE_COMM_NULL, GPUWIRE_BUFFER_NULL,
+!     GPUWIRE_DARRAY_NULL, GPUWIRE_REQUEST_NULL).
 !
 ! Fortran arrays as buffers
 !   - gpuwire_buffer_wrap(array, buf) makes a buffer over the array's own memory (no copy) for
@@ -62,6 +64,31 @@
 !   - Device memory (CUDA Fortran, OpenACC, cudaMalloc) enters through the type(c_ptr) forms of
 !     gpuwire_buffer_wrap and of the copies.
 !
+! Distributed arrays (type(gpuwire_darray), the gpuwire_darray_* subroutines)
+!   - gpuwire_darray_create(comm, global_len, local_len, dtype, space, partition, darray) and
+!     gpuwire_darray_create_nd(comm, shape, local_rows, halo, dtype, space, partition, darray):
+!     `shape` is the C shape, row-major (C order) with axis 0 split over the ranks, so a Fortran
+!     array v(n2, n1) has the memory of the C shape [n1, n2] and each rank owns whole columns of
+!     it (its last dimension). ndim is size(shape). local_len / local_rows is GPUWIRE_DECIDE or a
+!     count; a default-integer local_len (GPUWIRE_DECIDE is one) goes with an int64 global_len too.
+!   - Host data passes as Fortran arrays, as for the blocking buffer copies: any array (a
+!     section is copied in and out around the call) of integer(int8/int32/int64),
+!     real(real32/real64), complex(real32/real64), of the darray's datatype, with its global
+!     length for gpuwire_darray_set_global, _allgather and _gather. The array is checked on the
+!     ranks that read or write it; where the C function does not look at it (a SCATTER rank that
+!     owns nothing in set_global, ranks other than 0 of a BROADCAST set_global, ranks other than
+!     the root in gather) it may be of any size, e.g. empty. An array of another type or size
+!     where it is used is GPUWIRE_ERROR_DTYPE_MISMATCH / GPUWIRE_ERROR_COUNT_MISMATCH, found
+!     through the C call (made with a NULL array), so in checking mode the other ranks of a
+!     collective fail too instead of waiting. The type(c_ptr) forms take any address.
+!   - Scalars (fill values, alpha, the results of dot, sum, min and max) are Fortran scalars of
+!     the darray's datatype (checked the same way), or a type(c_ptr) for the other datatypes;
+!     gpuwire_darray_norm's result is real(real64) for every datatype.
+!   - gpuwire_darray_local_lens(darray, lens) writes one entry per rank of the array's
+!     communicator: `lens` must have at least that many (the array cannot tell; MPI does not
+!     check the count arrays of MPI_Allgatherv either). gpuwire_darray_shape and _local_shape
+!     check that their array has at least ndim entries.
+!
 ! Every function of include/gpuwire.h must appear here, twice: in gpuwire_c with the same name,
 ! argument count and argument kinds, and as a generic in gpuwire. scripts/check-bindings.py
 ! checks both (and the constants and the config struct) in `make test`.
@@ -71,7 +98,8 @@ module gpuwire_types
   use, intrinsic :: iso_c_binding, only: c_int, c_int32_t, c_int64_t, c_double
   implicit none
   private
-  public :: gpuwire_handle_kind, gpuwire_comm, gpuwire_buffer, gpuwire_request, gpuwire_config
+  public :: gpuwire_handle_kind, gpuwire_comm, gpuwire_buffer, gpuwire_request, gpuwire_darray, &
+    gpuwire_config
   public :: operator(==), operator(/=)
 
   ! Version of these interfaces (gpuwire_get_version gives the library's at run time).
@@ -157,6 +185,15 @@ module gpuwire_types
   integer(c_int32_t), parameter, public :: GPUWIRE_PROC_NULL = -1
   integer(c_int32_t), parameter, public :: GPUWIRE_UNDEFINED = -1
 
+  ! Distributed arrays: partitions (gpuwire_partition), norms (gpuwire_norm), and the local
+  ! length "let gpuwire decide" (a default integer, for local_len and local_rows).
+  integer(c_int32_t), parameter, public :: GPUWIRE_PARTITION_SCATTER = 0
+  integer(c_int32_t), parameter, public :: GPUWIRE_PARTITION_BROADCAST = 1
+  integer(c_int32_t), parameter, public :: GPUWIRE_NORM_INF = 0
+  integer(c_int32_t), parameter, public :: GPUWIRE_NORM_1 = 1
+  integer(c_int32_t), parameter, public :: GPUWIRE_NORM_2 = 2
+  integer, parameter, public :: GPUWIRE_DECIDE = -1
+
   ! Handles: the C handles are uint64_t; every value gpuwire issues fits an integer(c_int64_t).
   integer, parameter :: gpuwire_handle_kind = c_int64_t
 
@@ -176,11 +213,18 @@ module gpuwire_types
     integer(gpuwire_handle_kind) :: handle = 0
   end type gpuwire_request
 
+  ! A distributed array (gpuwire_darray_create / _create_nd, operations, gpuwire_darray_free).
+  type :: gpuwire_darray
+    integer(gpuwire_handle_kind) :: handle = 0
+  end type gpuwire_darray
+
   type(gpuwire_comm), parameter, public :: GPUWIRE_COMM_NULL = gpuwire_comm(0_gpuwire_handle_kind)
   type(gpuwire_buffer), parameter, public :: &
     GPUWIRE_BUFFER_NULL = gpuwire_buffer(0_gpuwire_handle_kind)
   type(gpuwire_request), parameter, public :: &
     GPUWIRE_REQUEST_NULL = gpuwire_request(0_gpuwire_handle_kind)
+  type(gpuwire_darray), parameter, public :: &
+    GPUWIRE_DARRAY_NULL = gpuwire_darray(0_gpuwire_handle_kind)
 
   ! Configuration of a communicator: the C struct gpuwire_config, field for field. Fill it
   ! with gpuwire_config_init (defaults, then the GPUWIRE_* environment variables), change
@@ -196,10 +240,10 @@ module gpuwire_types
   end type gpuwire_config
 
   interface operator(==)
-    module procedure comm_eq, buffer_eq, request_eq
+    module procedure comm_eq, buffer_eq, request_eq, darray_eq
   end interface
   interface operator(/=)
-    module procedure comm_ne, buffer_ne, request_ne
+    module procedure comm_ne, buffer_ne, request_ne, darray_ne
   end interface
 
 contains
@@ -234,6 +278,16 @@ contains
     request_ne = a%handle /= b%handle
   end function request_ne
 
+  elemental logical function darray_eq(a, b)
+    type(gpuwire_darray), intent(in) :: a, b
+    darray_eq = a%handle == b%handle
+  end function darray_eq
+
+  elemental logical function darray_ne(a, b)
+    type(gpuwire_darray), intent(in) :: a, b
+    darray_ne = a%handle /= b%handle
+  end function darray_ne
+
 end module gpuwire_types
 
 ! ---------------------------------------------------------------------------------------------
@@ -259,6 +313,16 @@ module gpuwire_c
     gpuwire_allreduce, gpuwire_allgather, gpuwire_allgatherv, gpuwire_reduce_scatter, &
     gpuwire_alltoall, gpuwire_gather, gpuwire_scatter, gpuwire_status_string, &
     gpuwire_last_error, gpuwire_get_version
+  public :: gpuwire_darray_create, gpuwire_darray_create_nd, gpuwire_darray_free, &
+    gpuwire_darray_global_len, gpuwire_darray_local_len, gpuwire_darray_global_offset, &
+    gpuwire_darray_ndim, gpuwire_darray_halo, gpuwire_darray_dtype, gpuwire_darray_space, &
+    gpuwire_darray_partition, gpuwire_darray_data, gpuwire_darray_local_lens, &
+    gpuwire_darray_shape, gpuwire_darray_local_shape, gpuwire_darray_local, &
+    gpuwire_darray_local_with_halo, gpuwire_darray_fill, gpuwire_darray_set_global, &
+    gpuwire_darray_allgather, gpuwire_darray_gather, gpuwire_darray_redistribute, &
+    gpuwire_darray_bcast, gpuwire_darray_axpy, gpuwire_darray_scale, gpuwire_darray_dot, &
+    gpuwire_darray_norm, gpuwire_darray_sum, gpuwire_darray_min, gpuwire_darray_max, &
+    gpuwire_darray_halo_exchange
 
   interface
 
@@ -700,6 +764,266 @@ module gpuwire_c
       integer(c_int) :: st
     end function gpuwire_get_version
 
+    ! ---- distributed arrays ----
+
+    function gpuwire_darray_create(comm, global_len, local_len, dtype, space, partition, out) &
+        bind(C, name="gpuwire_darray_create") result(st)
+      import :: c_int, c_int32_t, c_int64_t, gpuwire_handle_kind
+      integer(gpuwire_handle_kind), value :: comm
+      integer(c_int64_t), value :: global_len
+      integer(c_int64_t), value :: local_len
+      integer(c_int32_t), value :: dtype
+      integer(c_int32_t), value :: space
+      integer(c_int32_t), value :: partition
+      integer(gpuwire_handle_kind), intent(out) :: out
+      integer(c_int) :: st
+    end function gpuwire_darray_create
+
+    function gpuwire_darray_create_nd(comm, ndim, shape, local_rows, halo, dtype, space, &
+        partition, out) &
+        bind(C, name="gpuwire_darray_create_nd") result(st)
+      import :: c_int, c_int32_t, c_int64_t, gpuwire_handle_kind
+      integer(gpuwire_handle_kind), value :: comm
+      integer(c_int32_t), value :: ndim
+      integer(c_int64_t), intent(in) :: shape(*)
+      integer(c_int64_t), value :: local_rows
+      integer(c_int64_t), value :: halo
+      integer(c_int32_t), value :: dtype
+      integer(c_int32_t), value :: space
+      integer(c_int32_t), value :: partition
+      integer(gpuwire_handle_kind), intent(out) :: out
+      integer(c_int) :: st
+    end function gpuwire_darray_create_nd
+
+    function gpuwire_darray_free(d) bind(C, name="gpuwire_darray_free") result(st)
+      import :: c_int, gpuwire_handle_kind
+      integer(gpuwire_handle_kind), value :: d
+      integer(c_int) :: st
+    end function gpuwire_darray_free
+
+    function gpuwire_darray_global_len(d, len) bind(C, name="gpuwire_darray_global_len") result(st)
+      import :: c_int, c_int64_t, gpuwire_handle_kind
+      integer(gpuwire_handle_kind), value :: d
+      integer(c_int64_t), intent(out) :: len
+      integer(c_int) :: st
+    end function gpuwire_darray_global_len
+
+    function gpuwire_darray_local_len(d, len) bind(C, name="gpuwire_darray_local_len") result(st)
+      import :: c_int, c_int64_t, gpuwire_handle_kind
+      integer(gpuwire_handle_kind), value :: d
+      integer(c_int64_t), intent(out) :: len
+      integer(c_int) :: st
+    end function gpuwire_darray_local_len
+
+    function gpuwire_darray_global_offset(d, offset) &
+        bind(C, name="gpuwire_darray_global_offset") result(st)
+      import :: c_int, c_int64_t, gpuwire_handle_kind
+      integer(gpuwire_handle_kind), value :: d
+      integer(c_int64_t), intent(out) :: offset
+      integer(c_int) :: st
+    end function gpuwire_darray_global_offset
+
+    function gpuwire_darray_ndim(d, ndim) bind(C, name="gpuwire_darray_ndim") result(st)
+      import :: c_int, c_int32_t, gpuwire_handle_kind
+      integer(gpuwire_handle_kind), value :: d
+      integer(c_int32_t), intent(out) :: ndim
+      integer(c_int) :: st
+    end function gpuwire_darray_ndim
+
+    function gpuwire_darray_halo(d, halo) bind(C, name="gpuwire_darray_halo") result(st)
+      import :: c_int, c_int64_t, gpuwire_handle_kind
+      integer(gpuwire_handle_kind), value :: d
+      integer(c_int64_t), intent(out) :: halo
+      integer(c_int) :: st
+    end function gpuwire_darray_halo
+
+    function gpuwire_darray_dtype(d, dtype) bind(C, name="gpuwire_darray_dtype") result(st)
+      import :: c_int, c_int32_t, gpuwire_handle_kind
+      integer(gpuwire_handle_kind), value :: d
+      integer(c_int32_t), intent(out) :: dtype
+      integer(c_int) :: st
+    end function gpuwire_darray_dtype
+
+    function gpuwire_darray_space(d, space) bind(C, name="gpuwire_darray_space") result(st)
+      import :: c_int, c_int32_t, gpuwire_handle_kind
+      integer(gpuwire_handle_kind), value :: d
+      integer(c_int32_t), intent(out) :: space
+      integer(c_int) :: st
+    end function gpuwire_darray_space
+
+    function gpuwire_darray_partition(d, partition) &
+        bind(C, name="gpuwire_darray_partition") result(st)
+      import :: c_int, c_int32_t, gpuwire_handle_kind
+      integer(gpuwire_handle_kind), value :: d
+      integer(c_int32_t), intent(out) :: partition
+      integer(c_int) :: st
+    end function gpuwire_darray_partition
+
+    function gpuwire_darray_data(d, ptr) bind(C, name="gpuwire_darray_data") result(st)
+      import :: c_int, c_ptr, gpuwire_handle_kind
+      integer(gpuwire_handle_kind), value :: d
+      type(c_ptr), intent(out) :: ptr
+      integer(c_int) :: st
+    end function gpuwire_darray_data
+
+    function gpuwire_darray_local_lens(d, lens) bind(C, name="gpuwire_darray_local_lens") result(st)
+      import :: c_int, c_int64_t, gpuwire_handle_kind
+      integer(gpuwire_handle_kind), value :: d
+      integer(c_int64_t), intent(out) :: lens(*)
+      integer(c_int) :: st
+    end function gpuwire_darray_local_lens
+
+    function gpuwire_darray_shape(d, shape) bind(C, name="gpuwire_darray_shape") result(st)
+      import :: c_int, c_int64_t, gpuwire_handle_kind
+      integer(gpuwire_handle_kind), value :: d
+      integer(c_int64_t), intent(out) :: shape(*)
+      integer(c_int) :: st
+    end function gpuwire_darray_shape
+
+    function gpuwire_darray_local_shape(d, shape) &
+        bind(C, name="gpuwire_darray_local_shape") result(st)
+      import :: c_int, c_int64_t, gpuwire_handle_kind
+      integer(gpuwire_handle_kind), value :: d
+      integer(c_int64_t), intent(out) :: shape(*)
+      integer(c_int) :: st
+    end function gpuwire_darray_local_shape
+
+    function gpuwire_darray_local(d, out) bind(C, name="gpuwire_darray_local") result(st)
+      import :: c_int, gpuwire_handle_kind
+      integer(gpuwire_handle_kind), value :: d
+      integer(gpuwire_handle_kind), intent(out) :: out
+      integer(c_int) :: st
+    end function gpuwire_darray_local
+
+    function gpuwire_darray_local_with_halo(d, out) &
+        bind(C, name="gpuwire_darray_local_with_halo") result(st)
+      import :: c_int, gpuwire_handle_kind
+      integer(gpuwire_handle_kind), value :: d
+      integer(gpuwire_handle_kind), intent(out) :: out
+      integer(c_int) :: st
+    end function gpuwire_darray_local_with_halo
+
+    function gpuwire_darray_fill(d, value, stream) bind(C, name="gpuwire_darray_fill") result(st)
+      import :: c_int, c_ptr, gpuwire_handle_kind
+      integer(gpuwire_handle_kind), value :: d
+      type(c_ptr), value :: value
+      type(c_ptr), value :: stream
+      integer(c_int) :: st
+    end function gpuwire_darray_fill
+
+    function gpuwire_darray_set_global(d, src, stream) &
+        bind(C, name="gpuwire_darray_set_global") result(st)
+      import :: c_int, c_ptr, gpuwire_handle_kind
+      integer(gpuwire_handle_kind), value :: d
+      type(c_ptr), value :: src
+      type(c_ptr), value :: stream
+      integer(c_int) :: st
+    end function gpuwire_darray_set_global
+
+    function gpuwire_darray_allgather(d, dst, stream) &
+        bind(C, name="gpuwire_darray_allgather") result(st)
+      import :: c_int, c_ptr, gpuwire_handle_kind
+      integer(gpuwire_handle_kind), value :: d
+      type(c_ptr), value :: dst
+      type(c_ptr), value :: stream
+      integer(c_int) :: st
+    end function gpuwire_darray_allgather
+
+    function gpuwire_darray_gather(d, dst, root, stream) &
+        bind(C, name="gpuwire_darray_gather") result(st)
+      import :: c_int, c_int32_t, c_ptr, gpuwire_handle_kind
+      integer(gpuwire_handle_kind), value :: d
+      type(c_ptr), value :: dst
+      integer(c_int32_t), value :: root
+      type(c_ptr), value :: stream
+      integer(c_int) :: st
+    end function gpuwire_darray_gather
+
+    function gpuwire_darray_redistribute(src, dst, stream) &
+        bind(C, name="gpuwire_darray_redistribute") result(st)
+      import :: c_int, c_ptr, gpuwire_handle_kind
+      integer(gpuwire_handle_kind), value :: src
+      integer(gpuwire_handle_kind), value :: dst
+      type(c_ptr), value :: stream
+      integer(c_int) :: st
+    end function gpuwire_darray_redistribute
+
+    function gpuwire_darray_bcast(d, root, stream) bind(C, name="gpuwire_darray_bcast") result(st)
+      import :: c_int, c_int32_t, c_ptr, gpuwire_handle_kind
+      integer(gpuwire_handle_kind), value :: d
+      integer(c_int32_t), value :: root
+      type(c_ptr), value :: stream
+      integer(c_int) :: st
+    end function gpuwire_darray_bcast
+
+    function gpuwire_darray_axpy(alpha, x, y, stream) bind(C, name="gpuwire_darray_axpy") result(st)
+      import :: c_int, c_ptr, gpuwire_handle_kind
+      type(c_ptr), value :: alpha
+      integer(gpuwire_handle_kind), value :: x
+      integer(gpuwire_handle_kind), value :: y
+      type(c_ptr), value :: stream
+      integer(c_int) :: st
+    end function gpuwire_darray_axpy
+
+    function gpuwire_darray_scale(d, alpha, stream) bind(C, name="gpuwire_darray_scale") result(st)
+      import :: c_int, c_ptr, gpuwire_handle_kind
+      integer(gpuwire_handle_kind), value :: d
+      type(c_ptr), value :: alpha
+      type(c_ptr), value :: stream
+      integer(c_int) :: st
+    end function gpuwire_darray_scale
+
+    function gpuwire_darray_dot(x, y, result, stream) bind(C, name="gpuwire_darray_dot") result(st)
+      import :: c_int, c_ptr, gpuwire_handle_kind
+      integer(gpuwire_handle_kind), value :: x
+      integer(gpuwire_handle_kind), value :: y
+      type(c_ptr), value :: result
+      type(c_ptr), value :: stream
+      integer(c_int) :: st
+    end function gpuwire_darray_dot
+
+    function gpuwire_darray_norm(d, kind, result, stream) &
+        bind(C, name="gpuwire_darray_norm") result(st)
+      import :: c_double, c_int, c_int32_t, c_ptr, gpuwire_handle_kind
+      integer(gpuwire_handle_kind), value :: d
+      integer(c_int32_t), value :: kind
+      real(c_double), intent(out) :: result
+      type(c_ptr), value :: stream
+      integer(c_int) :: st
+    end function gpuwire_darray_norm
+
+    function gpuwire_darray_sum(d, result, stream) bind(C, name="gpuwire_darray_sum") result(st)
+      import :: c_int, c_ptr, gpuwire_handle_kind
+      integer(gpuwire_handle_kind), value :: d
+      type(c_ptr), value :: result
+      type(c_ptr), value :: stream
+      integer(c_int) :: st
+    end function gpuwire_darray_sum
+
+    function gpuwire_darray_min(d, result, stream) bind(C, name="gpuwire_darray_min") result(st)
+      import :: c_int, c_ptr, gpuwire_handle_kind
+      integer(gpuwire_handle_kind), value :: d
+      type(c_ptr), value :: result
+      type(c_ptr), value :: stream
+      integer(c_int) :: st
+    end function gpuwire_darray_min
+
+    function gpuwire_darray_max(d, result, stream) bind(C, name="gpuwire_darray_max") result(st)
+      import :: c_int, c_ptr, gpuwire_handle_kind
+      integer(gpuwire_handle_kind), value :: d
+      type(c_ptr), value :: result
+      type(c_ptr), value :: stream
+      integer(c_int) :: st
+    end function gpuwire_darray_max
+
+    function gpuwire_darray_halo_exchange(d, width, stream) &
+        bind(C, name="gpuwire_darray_halo_exchange") result(st)
+      import :: c_int, c_int64_t, c_ptr, gpuwire_handle_kind
+      integer(gpuwire_handle_kind), value :: d
+      integer(c_int64_t), value :: width
+      type(c_ptr), value :: stream
+      integer(c_int) :: st
+    end function gpuwire_darray_halo_exchange
   end interface
 
 end module gpuwire_c
@@ -892,6 +1216,122 @@ module gpuwire
     module procedure gw_scatter
   end interface
 
+  ! -- distributed arrays ---------------------------------------------------------------------
+  ! create(comm, global_len, local_len, dtype, space, partition, darray [, ierror]): int64 or
+  ! default-integer lengths (a default-integer local_len, e.g. GPUWIRE_DECIDE, with either).
+  interface gpuwire_darray_create
+    module procedure gw_darray_create, gw_darray_create_i4, gw_darray_create_i8_i4
+  end interface
+  ! create_nd(comm, shape, local_rows, halo, dtype, space, partition, darray [, ierror]): shape(:)
+  ! in C order; int64 or default integers (an int64 shape with default-integer local_rows, halo).
+  interface gpuwire_darray_create_nd
+    module procedure gw_darray_create_nd, gw_darray_create_nd_i4, gw_darray_create_nd_i8_i4
+  end interface
+  interface gpuwire_darray_free
+    module procedure gw_darray_free
+  end interface
+  interface gpuwire_darray_global_len
+    module procedure gw_darray_global_len
+  end interface
+  interface gpuwire_darray_local_len
+    module procedure gw_darray_local_len
+  end interface
+  interface gpuwire_darray_global_offset
+    module procedure gw_darray_global_offset
+  end interface
+  interface gpuwire_darray_ndim
+    module procedure gw_darray_ndim
+  end interface
+  interface gpuwire_darray_halo
+    module procedure gw_darray_halo
+  end interface
+  interface gpuwire_darray_dtype
+    module procedure gw_darray_dtype
+  end interface
+  interface gpuwire_darray_space
+    module procedure gw_darray_space
+  end interface
+  interface gpuwire_darray_partition
+    module procedure gw_darray_partition
+  end interface
+  interface gpuwire_darray_data
+    module procedure gw_darray_data
+  end interface
+  interface gpuwire_darray_local_lens
+    module procedure gw_darray_local_lens
+  end interface
+  interface gpuwire_darray_shape
+    module procedure gw_darray_shape
+  end interface
+  interface gpuwire_darray_local_shape
+    module procedure gw_darray_local_shape
+  end interface
+  interface gpuwire_darray_local
+    module procedure gw_darray_local
+  end interface
+  interface gpuwire_darray_local_with_halo
+    module procedure gw_darray_local_with_halo
+  end interface
+  ! fill(darray, value [, stream] [, ierror]): a scalar of the array's datatype, or a c_ptr to one.
+  interface gpuwire_darray_fill
+    module procedure darray_fill_i8, darray_fill_i32, darray_fill_i64, darray_fill_r32, &
+      darray_fill_r64, darray_fill_c32, darray_fill_c64, gw_darray_fill_ptr
+  end interface
+  ! set_global(darray, src [, stream] [, ierror]); allgather(darray, dst ...); gather(darray, dst,
+  ! root ...): Fortran arrays of the array's datatype and global length, or c_ptr addresses.
+  interface gpuwire_darray_set_global
+    module procedure darray_set_global_i8, darray_set_global_i32, darray_set_global_i64, &
+      darray_set_global_r32, darray_set_global_r64, darray_set_global_c32, darray_set_global_c64, &
+      gw_darray_set_global_ptr
+  end interface
+  interface gpuwire_darray_allgather
+    module procedure darray_allgather_i8, darray_allgather_i32, darray_allgather_i64, &
+      darray_allgather_r32, darray_allgather_r64, darray_allgather_c32, darray_allgather_c64, &
+      gw_darray_allgather_ptr
+  end interface
+  interface gpuwire_darray_gather
+    module procedure darray_gather_i8, darray_gather_i32, darray_gather_i64, darray_gather_r32, &
+      darray_gather_r64, darray_gather_c32, darray_gather_c64, gw_darray_gather_ptr
+  end interface
+  interface gpuwire_darray_redistribute
+    module procedure gw_darray_redistribute
+  end interface
+  interface gpuwire_darray_bcast
+    module procedure gw_darray_bcast
+  end interface
+  ! axpy(alpha, x, y ...), scale(darray, alpha ...), dot(x, y, result ...): real and complex scalars
+  ! (or c_ptr); sum: every Fortran type; min, max: integers and reals.
+  interface gpuwire_darray_axpy
+    module procedure darray_axpy_r32, darray_axpy_r64, darray_axpy_c32, darray_axpy_c64, &
+      gw_darray_axpy_ptr
+  end interface
+  interface gpuwire_darray_scale
+    module procedure darray_scale_r32, darray_scale_r64, darray_scale_c32, darray_scale_c64, &
+      gw_darray_scale_ptr
+  end interface
+  interface gpuwire_darray_dot
+    module procedure darray_dot_r32, darray_dot_r64, darray_dot_c32, darray_dot_c64, &
+      gw_darray_dot_ptr
+  end interface
+  interface gpuwire_darray_norm
+    module procedure gw_darray_norm
+  end interface
+  interface gpuwire_darray_sum
+    module procedure darray_sum_i8, darray_sum_i32, darray_sum_i64, darray_sum_r32, &
+      darray_sum_r64, darray_sum_c32, darray_sum_c64, gw_darray_sum_ptr
+  end interface
+  interface gpuwire_darray_min
+    module procedure darray_min_i8, darray_min_i32, darray_min_i64, darray_min_r32, &
+      darray_min_r64, gw_darray_min_ptr
+  end interface
+  interface gpuwire_darray_max
+    module procedure darray_max_i8, darray_max_i32, darray_max_i64, darray_max_r32, &
+      darray_max_r64, gw_darray_max_ptr
+  end interface
+  interface gpuwire_darray_halo_exchange
+    module procedure gw_darray_halo_exchange, gw_darray_halo_exchange_i4
+  end interface
+
   ! The specific procedures are reached through the generics above only.
   private :: gw_init, gw_finalize, gw_initialized, gw_query_thread, gw_owns_mpi, &
     gw_status_string, gw_last_error, gw_get_version, gw_config_init, gw_comm_create, &
@@ -908,8 +1348,29 @@ module gpuwire
     copy_from_i8, copy_from_i32, copy_from_i64, copy_from_r32, copy_from_r64, copy_from_c32, &
     copy_from_c64, copy_to_i8, copy_to_i32, copy_to_i64, copy_to_r32, copy_to_r64, copy_to_c32, &
     copy_to_c64
+  private :: gw_darray_create, gw_darray_create_i4, gw_darray_create_i8_i4, gw_darray_create_nd, &
+    gw_darray_create_nd_i4, gw_darray_create_nd_i8_i4, gw_darray_free, gw_darray_global_len, &
+    gw_darray_local_len, gw_darray_global_offset, gw_darray_ndim, gw_darray_halo, gw_darray_dtype, &
+    gw_darray_space, gw_darray_partition, gw_darray_data, gw_darray_local_lens, gw_darray_shape, &
+    gw_darray_local_shape, gw_darray_local, gw_darray_local_with_halo, gw_darray_fill_ptr, &
+    gw_darray_set_global_ptr, gw_darray_allgather_ptr, gw_darray_gather_ptr, &
+    gw_darray_redistribute, gw_darray_bcast, gw_darray_axpy_ptr, gw_darray_scale_ptr, &
+    gw_darray_dot_ptr, gw_darray_norm, gw_darray_sum_ptr, gw_darray_min_ptr, gw_darray_max_ptr, &
+    gw_darray_halo_exchange, gw_darray_halo_exchange_i4
+  private :: darray_fill_i8, darray_fill_i32, darray_fill_i64, darray_fill_r32, darray_fill_r64, &
+    darray_fill_c32, darray_fill_c64, darray_set_global_i8, darray_set_global_i32, &
+    darray_set_global_i64, darray_set_global_r32, darray_set_global_r64, darray_set_global_c32, &
+    darray_set_global_c64, darray_allgather_i8, darray_allgather_i32, darray_allgather_i64, &
+    darray_allgather_r32, darray_allgather_r64, darray_allgather_c32, darray_allgather_c64, &
+    darray_gather_i8, darray_gather_i32, darray_gather_i64, darray_gather_r32, darray_gather_r64, &
+    darray_gather_c32, darray_gather_c64, darray_axpy_r32, darray_axpy_r64, darray_axpy_c32, &
+    darray_axpy_c64, darray_scale_r32, darray_scale_r64, darray_scale_c32, darray_scale_c64, &
+    darray_dot_r32, darray_dot_r64, darray_dot_c32, darray_dot_c64, darray_sum_i8, darray_sum_i32, &
+    darray_sum_i64, darray_sum_r32, darray_sum_r64, darray_sum_c32, darray_sum_c64, darray_min_i8, &
+    darray_min_i32, darray_min_i64, darray_min_r32, darray_min_r64, darray_max_i8, darray_max_i32, &
+    darray_max_i64, darray_max_r32, darray_max_r64
   private :: finish, fail, die, stream_or_null, c_chars_to_string, dtype_name, itoa, &
-    wrap_address, copy_host
+    wrap_address, copy_host, darray_host, darray_scalar, darray_shape
 
   ! The message of the last error found here, in Fortran (an array of the wrong type or size),
   ! and whether it is newer than the C library's own last error. Per thread under OpenMP.
@@ -1718,6 +2179,546 @@ contains
       stream_or_null(stream)), 'gpuwire_scatter', ierror)
   end subroutine gw_scatter
 
+  ! ---- distributed arrays ----------------------------------------------------------------------
+
+  subroutine gw_darray_create(comm, global_len, local_len, dtype, space, partition, darray, ierror)
+    use gpuwire_c, only: c => gpuwire_darray_create
+    type(gpuwire_comm), intent(in) :: comm
+    integer(int64), intent(in) :: global_len, local_len
+    integer, intent(in) :: dtype, space, partition
+    type(gpuwire_darray), intent(out) :: darray
+    integer, intent(out), optional :: ierror
+    call finish(c(comm%handle, global_len, local_len, int(dtype, c_int32_t), &
+      int(space, c_int32_t), int(partition, c_int32_t), darray%handle), 'gpuwire_darray_create', &
+      ierror)
+  end subroutine gw_darray_create
+
+  subroutine gw_darray_create_i4(comm, global_len, local_len, dtype, space, partition, darray, &
+      ierror)
+    type(gpuwire_comm), intent(in) :: comm
+    integer, intent(in) :: global_len, local_len
+    integer, intent(in) :: dtype, space, partition
+    type(gpuwire_darray), intent(out) :: darray
+    integer, intent(out), optional :: ierror
+    call gw_darray_create(comm, int(global_len, int64), int(local_len, int64), dtype, space, &
+      partition, darray, ierror)
+  end subroutine gw_darray_create_i4
+
+  subroutine gw_darray_create_i8_i4(comm, global_len, local_len, dtype, space, partition, &
+      darray, ierror)
+    type(gpuwire_comm), intent(in) :: comm
+    integer(int64), intent(in) :: global_len
+    integer, intent(in) :: local_len
+    integer, intent(in) :: dtype, space, partition
+    type(gpuwire_darray), intent(out) :: darray
+    integer, intent(out), optional :: ierror
+    call gw_darray_create(comm, global_len, int(local_len, int64), dtype, space, partition, &
+      darray, ierror)
+  end subroutine gw_darray_create_i8_i4
+
+  ! `shape` in C order (row-major, axis 0 split); ndim = size(shape).
+  subroutine gw_darray_create_nd(comm, shape, local_rows, halo, dtype, space, partition, darray, &
+      ierror)
+    use gpuwire_c, only: c => gpuwire_darray_create_nd
+    type(gpuwire_comm), intent(in) :: comm
+    integer(int64), intent(in) :: shape(:)
+    integer(int64), intent(in) :: local_rows, halo
+    integer, intent(in) :: dtype, space, partition
+    type(gpuwire_darray), intent(out) :: darray
+    integer, intent(out), optional :: ierror
+    integer(c_int64_t) :: dims(max(size(shape), 1))
+    dims = 0
+    dims(1:size(shape)) = shape
+    call finish(c(comm%handle, int(size(shape), c_int32_t), dims, local_rows, halo, &
+      int(dtype, c_int32_t), int(space, c_int32_t), int(partition, c_int32_t), darray%handle), &
+      'gpuwire_darray_create_nd', ierror)
+  end subroutine gw_darray_create_nd
+
+  subroutine gw_darray_create_nd_i4(comm, shape, local_rows, halo, dtype, space, partition, &
+      darray, ierror)
+    type(gpuwire_comm), intent(in) :: comm
+    integer, intent(in) :: shape(:)
+    integer, intent(in) :: local_rows, halo
+    integer, intent(in) :: dtype, space, partition
+    type(gpuwire_darray), intent(out) :: darray
+    integer, intent(out), optional :: ierror
+    call gw_darray_create_nd(comm, int(shape, int64), int(local_rows, int64), int(halo, int64), &
+      dtype, space, partition, darray, ierror)
+  end subroutine gw_darray_create_nd_i4
+
+  subroutine gw_darray_create_nd_i8_i4(comm, shape, local_rows, halo, dtype, space, partition, &
+      darray, ierror)
+    type(gpuwire_comm), intent(in) :: comm
+    integer(int64), intent(in) :: shape(:)
+    integer, intent(in) :: local_rows, halo
+    integer, intent(in) :: dtype, space, partition
+    type(gpuwire_darray), intent(out) :: darray
+    integer, intent(out), optional :: ierror
+    call gw_darray_create_nd(comm, shape, int(local_rows, int64), int(halo, int64), dtype, &
+      space, partition, darray, ierror)
+  end subroutine gw_darray_create_nd_i8_i4
+
+  ! Frees the array handle and sets `darray` to GPUWIRE_DARRAY_NULL (left unchanged on failure).
+  subroutine gw_darray_free(darray, ierror)
+    use gpuwire_c, only: c => gpuwire_darray_free
+    type(gpuwire_darray), intent(inout) :: darray
+    integer, intent(out), optional :: ierror
+    integer(c_int) :: st
+    st = c(darray%handle)
+    if (st == GPUWIRE_SUCCESS) darray = GPUWIRE_DARRAY_NULL
+    call finish(st, 'gpuwire_darray_free', ierror)
+  end subroutine gw_darray_free
+
+  subroutine gw_darray_global_len(darray, len, ierror)
+    use gpuwire_c, only: c => gpuwire_darray_global_len
+    type(gpuwire_darray), intent(in) :: darray
+    integer(int64), intent(out) :: len
+    integer, intent(out), optional :: ierror
+    integer(c_int64_t) :: v
+    integer(c_int) :: st
+    st = c(darray%handle, v)
+    if (st == GPUWIRE_SUCCESS) len = v
+    call finish(st, 'gpuwire_darray_global_len', ierror)
+  end subroutine gw_darray_global_len
+
+  subroutine gw_darray_local_len(darray, len, ierror)
+    use gpuwire_c, only: c => gpuwire_darray_local_len
+    type(gpuwire_darray), intent(in) :: darray
+    integer(int64), intent(out) :: len
+    integer, intent(out), optional :: ierror
+    integer(c_int64_t) :: v
+    integer(c_int) :: st
+    st = c(darray%handle, v)
+    if (st == GPUWIRE_SUCCESS) len = v
+    call finish(st, 'gpuwire_darray_local_len', ierror)
+  end subroutine gw_darray_local_len
+
+  ! The global index (0-based, as in C) of this rank's first owned element.
+  subroutine gw_darray_global_offset(darray, offset, ierror)
+    use gpuwire_c, only: c => gpuwire_darray_global_offset
+    type(gpuwire_darray), intent(in) :: darray
+    integer(int64), intent(out) :: offset
+    integer, intent(out), optional :: ierror
+    integer(c_int64_t) :: v
+    integer(c_int) :: st
+    st = c(darray%handle, v)
+    if (st == GPUWIRE_SUCCESS) offset = v
+    call finish(st, 'gpuwire_darray_global_offset', ierror)
+  end subroutine gw_darray_global_offset
+
+  subroutine gw_darray_ndim(darray, ndim, ierror)
+    use gpuwire_c, only: c => gpuwire_darray_ndim
+    type(gpuwire_darray), intent(in) :: darray
+    integer, intent(out) :: ndim
+    integer, intent(out), optional :: ierror
+    integer(c_int32_t) :: v
+    integer(c_int) :: st
+    st = c(darray%handle, v)
+    if (st == GPUWIRE_SUCCESS) ndim = int(v)
+    call finish(st, 'gpuwire_darray_ndim', ierror)
+  end subroutine gw_darray_ndim
+
+  subroutine gw_darray_halo(darray, halo, ierror)
+    use gpuwire_c, only: c => gpuwire_darray_halo
+    type(gpuwire_darray), intent(in) :: darray
+    integer(int64), intent(out) :: halo
+    integer, intent(out), optional :: ierror
+    integer(c_int64_t) :: v
+    integer(c_int) :: st
+    st = c(darray%handle, v)
+    if (st == GPUWIRE_SUCCESS) halo = v
+    call finish(st, 'gpuwire_darray_halo', ierror)
+  end subroutine gw_darray_halo
+
+  subroutine gw_darray_dtype(darray, dtype, ierror)
+    use gpuwire_c, only: c => gpuwire_darray_dtype
+    type(gpuwire_darray), intent(in) :: darray
+    integer, intent(out) :: dtype
+    integer, intent(out), optional :: ierror
+    integer(c_int32_t) :: v
+    integer(c_int) :: st
+    st = c(darray%handle, v)
+    if (st == GPUWIRE_SUCCESS) dtype = int(v)
+    call finish(st, 'gpuwire_darray_dtype', ierror)
+  end subroutine gw_darray_dtype
+
+  subroutine gw_darray_space(darray, space, ierror)
+    use gpuwire_c, only: c => gpuwire_darray_space
+    type(gpuwire_darray), intent(in) :: darray
+    integer, intent(out) :: space
+    integer, intent(out), optional :: ierror
+    integer(c_int32_t) :: v
+    integer(c_int) :: st
+    st = c(darray%handle, v)
+    if (st == GPUWIRE_SUCCESS) space = int(v)
+    call finish(st, 'gpuwire_darray_space', ierror)
+  end subroutine gw_darray_space
+
+  subroutine gw_darray_partition(darray, partition, ierror)
+    use gpuwire_c, only: c => gpuwire_darray_partition
+    type(gpuwire_darray), intent(in) :: darray
+    integer, intent(out) :: partition
+    integer, intent(out), optional :: ierror
+    integer(c_int32_t) :: v
+    integer(c_int) :: st
+    st = c(darray%handle, v)
+    if (st == GPUWIRE_SUCCESS) partition = int(v)
+    call finish(st, 'gpuwire_darray_partition', ierror)
+  end subroutine gw_darray_partition
+
+  ! The address of this rank's first owned element (a device address for DEVICE arrays; NULL
+  ! when the rank holds nothing). Host memory: c_f_pointer(ptr, v, local_shape reversed) gives a
+  ! Fortran view of the owned elements.
+  subroutine gw_darray_data(darray, ptr, ierror)
+    use gpuwire_c, only: c => gpuwire_darray_data
+    type(gpuwire_darray), intent(in) :: darray
+    type(c_ptr), intent(out) :: ptr
+    integer, intent(out), optional :: ierror
+    type(c_ptr) :: v
+    integer(c_int) :: st
+    st = c(darray%handle, v)
+    if (st == GPUWIRE_SUCCESS) ptr = v
+    call finish(st, 'gpuwire_darray_data', ierror)
+  end subroutine gw_darray_data
+
+  ! Every rank's number of owned elements, in rank order, into lens(1:nranks): `lens` needs at
+  ! least one entry per rank of the array's communicator (not checked: see the top of the file).
+  subroutine gw_darray_local_lens(darray, lens, ierror)
+    use gpuwire_c, only: c => gpuwire_darray_local_lens
+    type(gpuwire_darray), intent(in) :: darray
+    integer(int64), contiguous, intent(inout) :: lens(:)
+    integer, intent(out), optional :: ierror
+    call finish(c(darray%handle, lens), 'gpuwire_darray_local_lens', ierror)
+  end subroutine gw_darray_local_lens
+
+  ! The global shape (C order) into shape(1:ndim); `shape` needs at least ndim entries.
+  subroutine gw_darray_shape(darray, shape, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    integer(int64), intent(inout) :: shape(:)
+    integer, intent(out), optional :: ierror
+    call darray_shape(.false., darray, shape, ierror)
+  end subroutine gw_darray_shape
+
+  ! This rank's shape (the global shape with its own row count first) into shape(1:ndim).
+  subroutine gw_darray_local_shape(darray, shape, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    integer(int64), intent(inout) :: shape(:)
+    integer, intent(out), optional :: ierror
+    call darray_shape(.true., darray, shape, ierror)
+  end subroutine gw_darray_local_shape
+
+  subroutine darray_shape(local, darray, shape, ierror)
+    use gpuwire_c, only: c_ndim => gpuwire_darray_ndim, c_shape => gpuwire_darray_shape, &
+      c_local => gpuwire_darray_local_shape
+    logical, intent(in) :: local
+    type(gpuwire_darray), intent(in) :: darray
+    integer(int64), intent(inout) :: shape(:)
+    integer, intent(out), optional :: ierror
+    character(len=:), allocatable :: name
+    integer(c_int32_t) :: ndim
+    integer(c_int64_t), allocatable :: v(:)
+    integer(c_int) :: st
+    if (local) then
+      name = 'gpuwire_darray_local_shape'
+    else
+      name = 'gpuwire_darray_shape'
+    end if
+    st = c_ndim(darray%handle, ndim)
+    if (st /= GPUWIRE_SUCCESS) then
+      call finish(st, name, ierror)
+      return
+    end if
+    if (size(shape) < ndim) then
+      call fail(GPUWIRE_ERROR_COUNT_MISMATCH, name, 'the array has ' &
+        // itoa(int(size(shape), int64)) // ' entries, the distributed array ' &
+        // itoa(int(ndim, int64)) // ' dimensions', ierror)
+      return
+    end if
+    allocate (v(ndim))
+    if (local) then
+      st = c_local(darray%handle, v)
+    else
+      st = c_shape(darray%handle, v)
+    end if
+    if (st == GPUWIRE_SUCCESS) shape(1:ndim) = v
+    call finish(st, name, ierror)
+  end subroutine darray_shape
+
+  ! A new buffer viewing this rank's owned elements (free it with gpuwire_buffer_free).
+  subroutine gw_darray_local(darray, buf, ierror)
+    use gpuwire_c, only: c => gpuwire_darray_local
+    type(gpuwire_darray), intent(in) :: darray
+    type(gpuwire_buffer), intent(out) :: buf
+    integer, intent(out), optional :: ierror
+    call finish(c(darray%handle, buf%handle), 'gpuwire_darray_local', ierror)
+  end subroutine gw_darray_local
+
+  ! A new buffer viewing the halo rows above, the owned rows and the halo rows below.
+  subroutine gw_darray_local_with_halo(darray, buf, ierror)
+    use gpuwire_c, only: c => gpuwire_darray_local_with_halo
+    type(gpuwire_darray), intent(in) :: darray
+    type(gpuwire_buffer), intent(out) :: buf
+    integer, intent(out), optional :: ierror
+    call finish(c(darray%handle, buf%handle), 'gpuwire_darray_local_with_halo', ierror)
+  end subroutine gw_darray_local_with_halo
+
+  ! fill(darray, value): `value` is the address of one element of the array's datatype.
+  subroutine gw_darray_fill_ptr(darray, value, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_darray_fill
+    type(gpuwire_darray), intent(in) :: darray
+    type(c_ptr), intent(in) :: value
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call finish(c(darray%handle, value, stream_or_null(stream)), 'gpuwire_darray_fill', ierror)
+  end subroutine gw_darray_fill_ptr
+
+  ! set_global(darray, src): `src` is the address of global_len elements in host memory.
+  subroutine gw_darray_set_global_ptr(darray, src, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_darray_set_global
+    type(gpuwire_darray), intent(in) :: darray
+    type(c_ptr), intent(in) :: src
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call finish(c(darray%handle, src, stream_or_null(stream)), 'gpuwire_darray_set_global', &
+      ierror)
+  end subroutine gw_darray_set_global_ptr
+
+  subroutine gw_darray_allgather_ptr(darray, dst, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_darray_allgather
+    type(gpuwire_darray), intent(in) :: darray
+    type(c_ptr), intent(in) :: dst
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call finish(c(darray%handle, dst, stream_or_null(stream)), 'gpuwire_darray_allgather', &
+      ierror)
+  end subroutine gw_darray_allgather_ptr
+
+  subroutine gw_darray_gather_ptr(darray, dst, root, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_darray_gather
+    type(gpuwire_darray), intent(in) :: darray
+    type(c_ptr), intent(in) :: dst
+    integer, intent(in) :: root
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call finish(c(darray%handle, dst, int(root, c_int32_t), stream_or_null(stream)), &
+      'gpuwire_darray_gather', ierror)
+  end subroutine gw_darray_gather_ptr
+
+  ! Copies the values of `src` into `dst` (same communicator, shape and datatype; any split).
+  subroutine gw_darray_redistribute(src, dst, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_darray_redistribute
+    type(gpuwire_darray), intent(in) :: src, dst
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call finish(c(src%handle, dst%handle, stream_or_null(stream)), 'gpuwire_darray_redistribute', &
+      ierror)
+  end subroutine gw_darray_redistribute
+
+  subroutine gw_darray_bcast(darray, root, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_darray_bcast
+    type(gpuwire_darray), intent(in) :: darray
+    integer, intent(in) :: root
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call finish(c(darray%handle, int(root, c_int32_t), stream_or_null(stream)), &
+      'gpuwire_darray_bcast', ierror)
+  end subroutine gw_darray_bcast
+
+  subroutine gw_darray_axpy_ptr(alpha, x, y, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_darray_axpy
+    type(c_ptr), intent(in) :: alpha
+    type(gpuwire_darray), intent(in) :: x, y
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call finish(c(alpha, x%handle, y%handle, stream_or_null(stream)), 'gpuwire_darray_axpy', &
+      ierror)
+  end subroutine gw_darray_axpy_ptr
+
+  subroutine gw_darray_scale_ptr(darray, alpha, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_darray_scale
+    type(gpuwire_darray), intent(in) :: darray
+    type(c_ptr), intent(in) :: alpha
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call finish(c(darray%handle, alpha, stream_or_null(stream)), 'gpuwire_darray_scale', ierror)
+  end subroutine gw_darray_scale_ptr
+
+  subroutine gw_darray_dot_ptr(x, y, result, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_darray_dot
+    type(gpuwire_darray), intent(in) :: x, y
+    type(c_ptr), intent(in) :: result
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call finish(c(x%handle, y%handle, result, stream_or_null(stream)), 'gpuwire_darray_dot', &
+      ierror)
+  end subroutine gw_darray_dot_ptr
+
+  ! norm(darray, kind, result): GPUWIRE_NORM_1, _2 or _INF; a real(real64) for every datatype.
+  subroutine gw_darray_norm(darray, kind, result, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_darray_norm
+    type(gpuwire_darray), intent(in) :: darray
+    integer, intent(in) :: kind
+    real(real64), intent(out) :: result
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    real(real64) :: v
+    integer(c_int) :: st
+    st = c(darray%handle, int(kind, c_int32_t), v, stream_or_null(stream))
+    if (st == GPUWIRE_SUCCESS) result = v
+    call finish(st, 'gpuwire_darray_norm', ierror)
+  end subroutine gw_darray_norm
+
+  subroutine gw_darray_sum_ptr(darray, result, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_darray_sum
+    type(gpuwire_darray), intent(in) :: darray
+    type(c_ptr), intent(in) :: result
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call finish(c(darray%handle, result, stream_or_null(stream)), 'gpuwire_darray_sum', ierror)
+  end subroutine gw_darray_sum_ptr
+
+  subroutine gw_darray_min_ptr(darray, result, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_darray_min
+    type(gpuwire_darray), intent(in) :: darray
+    type(c_ptr), intent(in) :: result
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call finish(c(darray%handle, result, stream_or_null(stream)), 'gpuwire_darray_min', ierror)
+  end subroutine gw_darray_min_ptr
+
+  subroutine gw_darray_max_ptr(darray, result, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_darray_max
+    type(gpuwire_darray), intent(in) :: darray
+    type(c_ptr), intent(in) :: result
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call finish(c(darray%handle, result, stream_or_null(stream)), 'gpuwire_darray_max', ierror)
+  end subroutine gw_darray_max_ptr
+
+  subroutine gw_darray_halo_exchange(darray, width, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_darray_halo_exchange
+    type(gpuwire_darray), intent(in) :: darray
+    integer(int64), intent(in) :: width
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call finish(c(darray%handle, width, stream_or_null(stream)), 'gpuwire_darray_halo_exchange', &
+      ierror)
+  end subroutine gw_darray_halo_exchange
+
+  subroutine gw_darray_halo_exchange_i4(darray, width, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    integer, intent(in) :: width
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call gw_darray_halo_exchange(darray, int(width, int64), stream, ierror)
+  end subroutine gw_darray_halo_exchange_i4
+
+  ! The array forms of set_global (which = 1), allgather (2) and gather (3): `p` is the address
+  ! of n elements of dtype. An array of another type or length goes to the C call as NULL, so the
+  ! call fails (GPUWIRE_ERROR_NULL_ARGUMENT, agreed across ranks in checking mode) exactly where
+  ! it would read or write the array; that error is then reported as the mismatch it is.
+  subroutine darray_host(which, darray, p, n, dtype, root, stream, ierror)
+    use gpuwire_c, only: c_set => gpuwire_darray_set_global, &
+      c_allgather => gpuwire_darray_allgather, c_gather => gpuwire_darray_gather, &
+      c_dtype => gpuwire_darray_dtype, c_len => gpuwire_darray_global_len
+    integer, intent(in) :: which
+    type(gpuwire_darray), intent(in) :: darray
+    type(c_ptr), intent(in) :: p
+    integer(int64), intent(in) :: n
+    integer(c_int32_t), intent(in) :: dtype
+    integer, intent(in) :: root
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    character(len=:), allocatable :: name
+    integer(c_int32_t) :: ddtype
+    integer(c_int64_t) :: len
+    integer(c_int) :: st
+    type(c_ptr) :: q
+    select case (which)
+    case (1); name = 'gpuwire_darray_set_global'
+    case (2); name = 'gpuwire_darray_allgather'
+    case default; name = 'gpuwire_darray_gather'
+    end select
+    st = c_dtype(darray%handle, ddtype)
+    if (st == GPUWIRE_SUCCESS) st = c_len(darray%handle, len)
+    if (st /= GPUWIRE_SUCCESS) then
+      call finish(st, name, ierror)
+      return
+    end if
+    q = p
+    if (ddtype /= dtype .or. len /= n) q = c_null_ptr
+    select case (which)
+    case (1); st = c_set(darray%handle, q, stream_or_null(stream))
+    case (2); st = c_allgather(darray%handle, q, stream_or_null(stream))
+    case default; st = c_gather(darray%handle, q, int(root, c_int32_t), stream_or_null(stream))
+    end select
+    if (st == GPUWIRE_ERROR_NULL_ARGUMENT .and. ddtype /= dtype) then
+      call fail(GPUWIRE_ERROR_DTYPE_MISMATCH, name, 'the array''s type is ' // dtype_name(dtype) &
+        // ', the distributed array holds ' // dtype_name(ddtype), ierror)
+    else if (st == GPUWIRE_ERROR_NULL_ARGUMENT .and. len /= n) then
+      call fail(GPUWIRE_ERROR_COUNT_MISMATCH, name, 'the array has ' // itoa(n) &
+        // ' elements, the distributed array ' // itoa(len), ierror)
+    else
+      call finish(st, name, ierror)
+    end if
+  end subroutine darray_host
+
+  ! The scalar forms: fill (which = 1), scale (2), axpy (3: x = a, y = b), dot (4: x = a, y = b),
+  ! sum (5), min (6), max (7); `p` is the address of one element of dtype. A scalar of another
+  ! type goes to the C call as NULL (as in darray_host).
+  subroutine darray_scalar(which, a, b, p, dtype, stream, ierror)
+    use gpuwire_c, only: c_fill => gpuwire_darray_fill, c_scale => gpuwire_darray_scale, &
+      c_axpy => gpuwire_darray_axpy, c_dot => gpuwire_darray_dot, c_sum => gpuwire_darray_sum, &
+      c_min => gpuwire_darray_min, c_max => gpuwire_darray_max, c_dtype => gpuwire_darray_dtype
+    integer, intent(in) :: which
+    type(gpuwire_darray), intent(in) :: a, b
+    type(c_ptr), intent(in) :: p
+    integer(c_int32_t), intent(in) :: dtype
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    character(len=:), allocatable :: name, arg
+    integer(c_int32_t) :: ddtype
+    integer(c_int) :: st
+    type(c_ptr) :: q, s
+    select case (which)
+    case (1); name = 'gpuwire_darray_fill'; arg = 'value'
+    case (2); name = 'gpuwire_darray_scale'; arg = 'alpha'
+    case (3); name = 'gpuwire_darray_axpy'; arg = 'alpha'
+    case (4); name = 'gpuwire_darray_dot'; arg = 'result'
+    case (5); name = 'gpuwire_darray_sum'; arg = 'result'
+    case (6); name = 'gpuwire_darray_min'; arg = 'result'
+    case default; name = 'gpuwire_darray_max'; arg = 'result'
+    end select
+    ! axpy's alpha is an element of y's datatype; every other scalar one of the first array's.
+    if (which == 3) then
+      st = c_dtype(b%handle, ddtype)
+    else
+      st = c_dtype(a%handle, ddtype)
+    end if
+    if (st /= GPUWIRE_SUCCESS) then
+      call finish(st, name, ierror)
+      return
+    end if
+    q = p
+    if (ddtype /= dtype) q = c_null_ptr
+    s = stream_or_null(stream)
+    select case (which)
+    case (1); st = c_fill(a%handle, q, s)
+    case (2); st = c_scale(a%handle, q, s)
+    case (3); st = c_axpy(q, a%handle, b%handle, s)
+    case (4); st = c_dot(a%handle, b%handle, q, s)
+    case (5); st = c_sum(a%handle, q, s)
+    case (6); st = c_min(a%handle, q, s)
+    case default; st = c_max(a%handle, q, s)
+    end select
+    if (st == GPUWIRE_ERROR_NULL_ARGUMENT .and. ddtype /= dtype) then
+      call fail(GPUWIRE_ERROR_DTYPE_MISMATCH, name, '`' // arg // '` is ' // dtype_name(dtype) &
+        // ', the distributed array holds ' // dtype_name(ddtype), ierror)
+    else
+      call finish(st, name, ierror)
+    end if
+  end subroutine darray_scalar
+
   ! ---- arrays: one specific per type; each generic's specifics differ only in the type ---------
 
   subroutine wrap_i8(array, buf, space, ierror)
@@ -1950,5 +2951,533 @@ contains
     if (size(dst) > 0) p = c_loc(dst)
     call copy_host(.false., buf, p, size(dst, kind=int64), GPUWIRE_COMPLEX128, stream, ierror)
   end subroutine copy_to_c64
+
+  ! ---- distributed arrays: host arrays and scalars, one specific per type ------------------------
+
+  subroutine darray_set_global_i8(darray, src, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    integer(int8), contiguous, target, intent(in) :: src(..)
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    type(c_ptr) :: p
+    p = c_null_ptr
+    if (size(src) > 0) p = c_loc(src)
+    call darray_host(1, darray, p, size(src, kind=int64), GPUWIRE_INT8, 0, stream, ierror)
+  end subroutine darray_set_global_i8
+
+  subroutine darray_set_global_i32(darray, src, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    integer(int32), contiguous, target, intent(in) :: src(..)
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    type(c_ptr) :: p
+    p = c_null_ptr
+    if (size(src) > 0) p = c_loc(src)
+    call darray_host(1, darray, p, size(src, kind=int64), GPUWIRE_INT32, 0, stream, ierror)
+  end subroutine darray_set_global_i32
+
+  subroutine darray_set_global_i64(darray, src, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    integer(int64), contiguous, target, intent(in) :: src(..)
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    type(c_ptr) :: p
+    p = c_null_ptr
+    if (size(src) > 0) p = c_loc(src)
+    call darray_host(1, darray, p, size(src, kind=int64), GPUWIRE_INT64, 0, stream, ierror)
+  end subroutine darray_set_global_i64
+
+  subroutine darray_set_global_r32(darray, src, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    real(real32), contiguous, target, intent(in) :: src(..)
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    type(c_ptr) :: p
+    p = c_null_ptr
+    if (size(src) > 0) p = c_loc(src)
+    call darray_host(1, darray, p, size(src, kind=int64), GPUWIRE_FLOAT32, 0, stream, ierror)
+  end subroutine darray_set_global_r32
+
+  subroutine darray_set_global_r64(darray, src, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    real(real64), contiguous, target, intent(in) :: src(..)
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    type(c_ptr) :: p
+    p = c_null_ptr
+    if (size(src) > 0) p = c_loc(src)
+    call darray_host(1, darray, p, size(src, kind=int64), GPUWIRE_FLOAT64, 0, stream, ierror)
+  end subroutine darray_set_global_r64
+
+  subroutine darray_set_global_c32(darray, src, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    complex(real32), contiguous, target, intent(in) :: src(..)
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    type(c_ptr) :: p
+    p = c_null_ptr
+    if (size(src) > 0) p = c_loc(src)
+    call darray_host(1, darray, p, size(src, kind=int64), GPUWIRE_COMPLEX64, 0, stream, ierror)
+  end subroutine darray_set_global_c32
+
+  subroutine darray_set_global_c64(darray, src, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    complex(real64), contiguous, target, intent(in) :: src(..)
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    type(c_ptr) :: p
+    p = c_null_ptr
+    if (size(src) > 0) p = c_loc(src)
+    call darray_host(1, darray, p, size(src, kind=int64), GPUWIRE_COMPLEX128, 0, stream, ierror)
+  end subroutine darray_set_global_c64
+
+  subroutine darray_allgather_i8(darray, dst, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    integer(int8), contiguous, target, intent(inout) :: dst(..)
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    type(c_ptr) :: p
+    p = c_null_ptr
+    if (size(dst) > 0) p = c_loc(dst)
+    call darray_host(2, darray, p, size(dst, kind=int64), GPUWIRE_INT8, 0, stream, ierror)
+  end subroutine darray_allgather_i8
+
+  subroutine darray_allgather_i32(darray, dst, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    integer(int32), contiguous, target, intent(inout) :: dst(..)
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    type(c_ptr) :: p
+    p = c_null_ptr
+    if (size(dst) > 0) p = c_loc(dst)
+    call darray_host(2, darray, p, size(dst, kind=int64), GPUWIRE_INT32, 0, stream, ierror)
+  end subroutine darray_allgather_i32
+
+  subroutine darray_allgather_i64(darray, dst, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    integer(int64), contiguous, target, intent(inout) :: dst(..)
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    type(c_ptr) :: p
+    p = c_null_ptr
+    if (size(dst) > 0) p = c_loc(dst)
+    call darray_host(2, darray, p, size(dst, kind=int64), GPUWIRE_INT64, 0, stream, ierror)
+  end subroutine darray_allgather_i64
+
+  subroutine darray_allgather_r32(darray, dst, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    real(real32), contiguous, target, intent(inout) :: dst(..)
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    type(c_ptr) :: p
+    p = c_null_ptr
+    if (size(dst) > 0) p = c_loc(dst)
+    call darray_host(2, darray, p, size(dst, kind=int64), GPUWIRE_FLOAT32, 0, stream, ierror)
+  end subroutine darray_allgather_r32
+
+  subroutine darray_allgather_r64(darray, dst, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    real(real64), contiguous, target, intent(inout) :: dst(..)
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    type(c_ptr) :: p
+    p = c_null_ptr
+    if (size(dst) > 0) p = c_loc(dst)
+    call darray_host(2, darray, p, size(dst, kind=int64), GPUWIRE_FLOAT64, 0, stream, ierror)
+  end subroutine darray_allgather_r64
+
+  subroutine darray_allgather_c32(darray, dst, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    complex(real32), contiguous, target, intent(inout) :: dst(..)
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    type(c_ptr) :: p
+    p = c_null_ptr
+    if (size(dst) > 0) p = c_loc(dst)
+    call darray_host(2, darray, p, size(dst, kind=int64), GPUWIRE_COMPLEX64, 0, stream, ierror)
+  end subroutine darray_allgather_c32
+
+  subroutine darray_allgather_c64(darray, dst, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    complex(real64), contiguous, target, intent(inout) :: dst(..)
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    type(c_ptr) :: p
+    p = c_null_ptr
+    if (size(dst) > 0) p = c_loc(dst)
+    call darray_host(2, darray, p, size(dst, kind=int64), GPUWIRE_COMPLEX128, 0, stream, ierror)
+  end subroutine darray_allgather_c64
+
+  subroutine darray_gather_i8(darray, dst, root, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    integer(int8), contiguous, target, intent(inout) :: dst(..)
+    integer, intent(in) :: root
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    type(c_ptr) :: p
+    p = c_null_ptr
+    if (size(dst) > 0) p = c_loc(dst)
+    call darray_host(3, darray, p, size(dst, kind=int64), GPUWIRE_INT8, root, stream, ierror)
+  end subroutine darray_gather_i8
+
+  subroutine darray_gather_i32(darray, dst, root, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    integer(int32), contiguous, target, intent(inout) :: dst(..)
+    integer, intent(in) :: root
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    type(c_ptr) :: p
+    p = c_null_ptr
+    if (size(dst) > 0) p = c_loc(dst)
+    call darray_host(3, darray, p, size(dst, kind=int64), GPUWIRE_INT32, root, stream, ierror)
+  end subroutine darray_gather_i32
+
+  subroutine darray_gather_i64(darray, dst, root, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    integer(int64), contiguous, target, intent(inout) :: dst(..)
+    integer, intent(in) :: root
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    type(c_ptr) :: p
+    p = c_null_ptr
+    if (size(dst) > 0) p = c_loc(dst)
+    call darray_host(3, darray, p, size(dst, kind=int64), GPUWIRE_INT64, root, stream, ierror)
+  end subroutine darray_gather_i64
+
+  subroutine darray_gather_r32(darray, dst, root, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    real(real32), contiguous, target, intent(inout) :: dst(..)
+    integer, intent(in) :: root
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    type(c_ptr) :: p
+    p = c_null_ptr
+    if (size(dst) > 0) p = c_loc(dst)
+    call darray_host(3, darray, p, size(dst, kind=int64), GPUWIRE_FLOAT32, root, stream, ierror)
+  end subroutine darray_gather_r32
+
+  subroutine darray_gather_r64(darray, dst, root, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    real(real64), contiguous, target, intent(inout) :: dst(..)
+    integer, intent(in) :: root
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    type(c_ptr) :: p
+    p = c_null_ptr
+    if (size(dst) > 0) p = c_loc(dst)
+    call darray_host(3, darray, p, size(dst, kind=int64), GPUWIRE_FLOAT64, root, stream, ierror)
+  end subroutine darray_gather_r64
+
+  subroutine darray_gather_c32(darray, dst, root, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    complex(real32), contiguous, target, intent(inout) :: dst(..)
+    integer, intent(in) :: root
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    type(c_ptr) :: p
+    p = c_null_ptr
+    if (size(dst) > 0) p = c_loc(dst)
+    call darray_host(3, darray, p, size(dst, kind=int64), GPUWIRE_COMPLEX64, root, stream, ierror)
+  end subroutine darray_gather_c32
+
+  subroutine darray_gather_c64(darray, dst, root, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    complex(real64), contiguous, target, intent(inout) :: dst(..)
+    integer, intent(in) :: root
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    type(c_ptr) :: p
+    p = c_null_ptr
+    if (size(dst) > 0) p = c_loc(dst)
+    call darray_host(3, darray, p, size(dst, kind=int64), GPUWIRE_COMPLEX128, root, stream, ierror)
+  end subroutine darray_gather_c64
+
+  subroutine darray_fill_i8(darray, value, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    integer(int8), target, intent(in) :: value
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call darray_scalar(1, darray, darray, c_loc(value), GPUWIRE_INT8, stream, ierror)
+  end subroutine darray_fill_i8
+
+  subroutine darray_fill_i32(darray, value, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    integer(int32), target, intent(in) :: value
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call darray_scalar(1, darray, darray, c_loc(value), GPUWIRE_INT32, stream, ierror)
+  end subroutine darray_fill_i32
+
+  subroutine darray_fill_i64(darray, value, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    integer(int64), target, intent(in) :: value
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call darray_scalar(1, darray, darray, c_loc(value), GPUWIRE_INT64, stream, ierror)
+  end subroutine darray_fill_i64
+
+  subroutine darray_fill_r32(darray, value, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    real(real32), target, intent(in) :: value
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call darray_scalar(1, darray, darray, c_loc(value), GPUWIRE_FLOAT32, stream, ierror)
+  end subroutine darray_fill_r32
+
+  subroutine darray_fill_r64(darray, value, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    real(real64), target, intent(in) :: value
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call darray_scalar(1, darray, darray, c_loc(value), GPUWIRE_FLOAT64, stream, ierror)
+  end subroutine darray_fill_r64
+
+  subroutine darray_fill_c32(darray, value, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    complex(real32), target, intent(in) :: value
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call darray_scalar(1, darray, darray, c_loc(value), GPUWIRE_COMPLEX64, stream, ierror)
+  end subroutine darray_fill_c32
+
+  subroutine darray_fill_c64(darray, value, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    complex(real64), target, intent(in) :: value
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call darray_scalar(1, darray, darray, c_loc(value), GPUWIRE_COMPLEX128, stream, ierror)
+  end subroutine darray_fill_c64
+
+  subroutine darray_scale_r32(darray, alpha, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    real(real32), target, intent(in) :: alpha
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call darray_scalar(2, darray, darray, c_loc(alpha), GPUWIRE_FLOAT32, stream, ierror)
+  end subroutine darray_scale_r32
+
+  subroutine darray_scale_r64(darray, alpha, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    real(real64), target, intent(in) :: alpha
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call darray_scalar(2, darray, darray, c_loc(alpha), GPUWIRE_FLOAT64, stream, ierror)
+  end subroutine darray_scale_r64
+
+  subroutine darray_scale_c32(darray, alpha, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    complex(real32), target, intent(in) :: alpha
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call darray_scalar(2, darray, darray, c_loc(alpha), GPUWIRE_COMPLEX64, stream, ierror)
+  end subroutine darray_scale_c32
+
+  subroutine darray_scale_c64(darray, alpha, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    complex(real64), target, intent(in) :: alpha
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call darray_scalar(2, darray, darray, c_loc(alpha), GPUWIRE_COMPLEX128, stream, ierror)
+  end subroutine darray_scale_c64
+
+  subroutine darray_axpy_r32(alpha, x, y, stream, ierror)
+    type(gpuwire_darray), intent(in) :: x, y
+    real(real32), target, intent(in) :: alpha
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call darray_scalar(3, x, y, c_loc(alpha), GPUWIRE_FLOAT32, stream, ierror)
+  end subroutine darray_axpy_r32
+
+  subroutine darray_axpy_r64(alpha, x, y, stream, ierror)
+    type(gpuwire_darray), intent(in) :: x, y
+    real(real64), target, intent(in) :: alpha
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call darray_scalar(3, x, y, c_loc(alpha), GPUWIRE_FLOAT64, stream, ierror)
+  end subroutine darray_axpy_r64
+
+  subroutine darray_axpy_c32(alpha, x, y, stream, ierror)
+    type(gpuwire_darray), intent(in) :: x, y
+    complex(real32), target, intent(in) :: alpha
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call darray_scalar(3, x, y, c_loc(alpha), GPUWIRE_COMPLEX64, stream, ierror)
+  end subroutine darray_axpy_c32
+
+  subroutine darray_axpy_c64(alpha, x, y, stream, ierror)
+    type(gpuwire_darray), intent(in) :: x, y
+    complex(real64), target, intent(in) :: alpha
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call darray_scalar(3, x, y, c_loc(alpha), GPUWIRE_COMPLEX128, stream, ierror)
+  end subroutine darray_axpy_c64
+
+  subroutine darray_dot_r32(x, y, result, stream, ierror)
+    type(gpuwire_darray), intent(in) :: x, y
+    real(real32), target, intent(out) :: result
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call darray_scalar(4, x, y, c_loc(result), GPUWIRE_FLOAT32, stream, ierror)
+  end subroutine darray_dot_r32
+
+  subroutine darray_dot_r64(x, y, result, stream, ierror)
+    type(gpuwire_darray), intent(in) :: x, y
+    real(real64), target, intent(out) :: result
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call darray_scalar(4, x, y, c_loc(result), GPUWIRE_FLOAT64, stream, ierror)
+  end subroutine darray_dot_r64
+
+  subroutine darray_dot_c32(x, y, result, stream, ierror)
+    type(gpuwire_darray), intent(in) :: x, y
+    complex(real32), target, intent(out) :: result
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call darray_scalar(4, x, y, c_loc(result), GPUWIRE_COMPLEX64, stream, ierror)
+  end subroutine darray_dot_c32
+
+  subroutine darray_dot_c64(x, y, result, stream, ierror)
+    type(gpuwire_darray), intent(in) :: x, y
+    complex(real64), target, intent(out) :: result
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call darray_scalar(4, x, y, c_loc(result), GPUWIRE_COMPLEX128, stream, ierror)
+  end subroutine darray_dot_c64
+
+  subroutine darray_sum_i8(darray, result, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    integer(int8), target, intent(out) :: result
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call darray_scalar(5, darray, darray, c_loc(result), GPUWIRE_INT8, stream, ierror)
+  end subroutine darray_sum_i8
+
+  subroutine darray_sum_i32(darray, result, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    integer(int32), target, intent(out) :: result
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call darray_scalar(5, darray, darray, c_loc(result), GPUWIRE_INT32, stream, ierror)
+  end subroutine darray_sum_i32
+
+  subroutine darray_sum_i64(darray, result, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    integer(int64), target, intent(out) :: result
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call darray_scalar(5, darray, darray, c_loc(result), GPUWIRE_INT64, stream, ierror)
+  end subroutine darray_sum_i64
+
+  subroutine darray_sum_r32(darray, result, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    real(real32), target, intent(out) :: result
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call darray_scalar(5, darray, darray, c_loc(result), GPUWIRE_FLOAT32, stream, ierror)
+  end subroutine darray_sum_r32
+
+  subroutine darray_sum_r64(darray, result, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    real(real64), target, intent(out) :: result
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call darray_scalar(5, darray, darray, c_loc(result), GPUWIRE_FLOAT64, stream, ierror)
+  end subroutine darray_sum_r64
+
+  subroutine darray_sum_c32(darray, result, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    complex(real32), target, intent(out) :: result
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call darray_scalar(5, darray, darray, c_loc(result), GPUWIRE_COMPLEX64, stream, ierror)
+  end subroutine darray_sum_c32
+
+  subroutine darray_sum_c64(darray, result, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    complex(real64), target, intent(out) :: result
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call darray_scalar(5, darray, darray, c_loc(result), GPUWIRE_COMPLEX128, stream, ierror)
+  end subroutine darray_sum_c64
+
+  subroutine darray_min_i8(darray, result, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    integer(int8), target, intent(out) :: result
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call darray_scalar(6, darray, darray, c_loc(result), GPUWIRE_INT8, stream, ierror)
+  end subroutine darray_min_i8
+
+  subroutine darray_min_i32(darray, result, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    integer(int32), target, intent(out) :: result
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call darray_scalar(6, darray, darray, c_loc(result), GPUWIRE_INT32, stream, ierror)
+  end subroutine darray_min_i32
+
+  subroutine darray_min_i64(darray, result, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    integer(int64), target, intent(out) :: result
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call darray_scalar(6, darray, darray, c_loc(result), GPUWIRE_INT64, stream, ierror)
+  end subroutine darray_min_i64
+
+  subroutine darray_min_r32(darray, result, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    real(real32), target, intent(out) :: result
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call darray_scalar(6, darray, darray, c_loc(result), GPUWIRE_FLOAT32, stream, ierror)
+  end subroutine darray_min_r32
+
+  subroutine darray_min_r64(darray, result, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    real(real64), target, intent(out) :: result
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call darray_scalar(6, darray, darray, c_loc(result), GPUWIRE_FLOAT64, stream, ierror)
+  end subroutine darray_min_r64
+
+  subroutine darray_max_i8(darray, result, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    integer(int8), target, intent(out) :: result
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call darray_scalar(7, darray, darray, c_loc(result), GPUWIRE_INT8, stream, ierror)
+  end subroutine darray_max_i8
+
+  subroutine darray_max_i32(darray, result, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    integer(int32), target, intent(out) :: result
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call darray_scalar(7, darray, darray, c_loc(result), GPUWIRE_INT32, stream, ierror)
+  end subroutine darray_max_i32
+
+  subroutine darray_max_i64(darray, result, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    integer(int64), target, intent(out) :: result
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call darray_scalar(7, darray, darray, c_loc(result), GPUWIRE_INT64, stream, ierror)
+  end subroutine darray_max_i64
+
+  subroutine darray_max_r32(darray, result, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    real(real32), target, intent(out) :: result
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call darray_scalar(7, darray, darray, c_loc(result), GPUWIRE_FLOAT32, stream, ierror)
+  end subroutine darray_max_r32
+
+  subroutine darray_max_r64(darray, result, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    real(real64), target, intent(out) :: result
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call darray_scalar(7, darray, darray, c_loc(result), GPUWIRE_FLOAT64, stream, ierror)
+  end subroutine darray_max_r64
 
 end module gpuwire

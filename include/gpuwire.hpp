@@ -2,15 +2,18 @@
 //
 // A thin layer over the C API of gpuwire.h, which it includes:
 //  - gpuwire::environment   gpuwire_init in its constructor, gpuwire_finalize in its destructor;
-//  - gpuwire::comm, gpuwire::buffer, gpuwire::request: RAII owners of the C handles, move-only;
-//    the destructor frees the handle (a request's destructor waits for it first, so the memory
-//    it reads or writes is never released under it). get() gives the C handle, release() gives
-//    it up; a default-constructed or moved-from object holds the NULL handle;
+//  - gpuwire::comm, gpuwire::buffer, gpuwire::request, gpuwire::darray: RAII owners of the C
+//    handles, move-only; the destructor frees the handle (a request's destructor waits for it
+//    first, so the memory it reads or writes is never released under it). get() gives the C
+//    handle, release() gives it up; a default-constructed or moved-from object holds the NULL
+//    handle;
 //  - gpuwire::error: the exception every failing call throws, carrying the status code (code())
 //    and the detailed message of gpuwire_last_error (what(), which names the C function);
 //  - gpuwire::span<T>: a std::span-style view (pointer + element count) that converts from
 //    std::vector, std::array, C arrays, std::span and anything with data() and size(); buffers
-//    wrap spans, and buffer::host_span<T>() views a host buffer's memory as a span.
+//    wrap spans, and buffer::host_span<T>() views a host buffer's memory as a span;
+//  - gpuwire::darray: a distributed array (gpuwire_darray_*), with host data as spans and scalars
+//    of its element type, checked against the array's datatype and global length.
 //
 // Datatypes come from the element type (gpuwire::dtype_v<T>): int8_t, uint8_t, int32_t,
 // uint32_t, int64_t, uint64_t, float, double, std::complex<float>, std::complex<double>.
@@ -100,6 +103,19 @@ struct dtype_of<std::complex<double>>
 template <class T> constexpr gpuwire_dtype dtype_v = dtype_of<std::remove_cv_t<T>>::value;
 
 namespace detail {
+/** The C name of a datatype, for messages. */
+inline std::string dtype_name(gpuwire_dtype dtype)
+{
+    static const char *const names[] = {
+        "GPUWIRE_INT8",    "GPUWIRE_UINT8",   "GPUWIRE_INT32",    "GPUWIRE_UINT32",
+        "GPUWIRE_INT64",   "GPUWIRE_UINT64",  "GPUWIRE_FLOAT16",  "GPUWIRE_FLOAT32",
+        "GPUWIRE_FLOAT64", "GPUWIRE_BFLOAT16", "GPUWIRE_COMPLEX64", "GPUWIRE_COMPLEX128"};
+    const int d = static_cast<int>(dtype);
+    if (d >= 0 && d < static_cast<int>(sizeof names / sizeof names[0]))
+        return names[d];
+    return "datatype " + std::to_string(d);
+}
+
 template <class T, class = void> struct has_dtype : std::false_type {};
 template <class T>
 struct has_dtype<T, std::void_t<decltype(dtype_of<std::remove_cv_t<T>>::value)>>
@@ -673,6 +689,387 @@ private:
     }
 
     gpuwire_comm h_ = GPUWIRE_COMM_NULL;
+};
+
+// ---- darray ------------------------------------------------------------------------------------
+
+/** Owns a gpuwire_darray (freed by the destructor): one global array split over the ranks of a
+ * communicator, on host or device memory (see gpuwire.h). Methods name the C function they call.
+ *
+ * Host data (set_global, allgather, gather) passes as spans of the array's element type and
+ * global length; scalars (fill values, alpha, the results of dot, sum, min, max) as values of the
+ * element type; the `const void *` / `void *` forms take any address, for every datatype. A span
+ * or scalar of another type or length is checked where the C function uses it: it goes to the C
+ * call as NULL, so the call fails there (GPUWIRE_ERROR_NULL_ARGUMENT, which checking mode agrees
+ * across the ranks of a collective, so none is left waiting), and the failure is thrown as the
+ * GPUWIRE_ERROR_DTYPE_MISMATCH or GPUWIRE_ERROR_COUNT_MISMATCH it is. Where the C function does
+ * not use the span (a SCATTER rank owning nothing in set_global, ranks other than 0 of a
+ * BROADCAST set_global, ranks other than the root in gather) it may be empty. */
+class darray {
+public:
+    darray() noexcept = default;
+    /** Adopts a C handle (freed by this object). `comm_size`, the size of the array's
+     * communicator, lets local_lens() size its result (0: unknown). */
+    explicit darray(gpuwire_darray handle, int32_t comm_size = 0) noexcept
+        : h_(handle), nranks_(comm_size)
+    {
+    }
+    darray(const darray &) = delete;
+    darray &operator=(const darray &) = delete;
+    darray(darray &&other) noexcept
+        : h_(std::exchange(other.h_, GPUWIRE_DARRAY_NULL)),
+          nranks_(std::exchange(other.nranks_, 0))
+    {
+    }
+    darray &operator=(darray &&other) noexcept
+    {
+        if (this != &other) {
+            reset();
+            h_ = std::exchange(other.h_, GPUWIRE_DARRAY_NULL);
+            nranks_ = std::exchange(other.nranks_, 0);
+        }
+        return *this;
+    }
+    ~darray() { reset(); }
+
+    /** A 1-D array of `global_len` elements (gpuwire_darray_create; collective). `local_len`:
+     * this rank's count, or GPUWIRE_DECIDE on every rank for the default split. */
+    static darray create(const comm &c, int64_t global_len, int64_t local_len,
+                         gpuwire_dtype dtype, gpuwire_space space = GPUWIRE_SPACE_HOST,
+                         gpuwire_partition partition = GPUWIRE_PARTITION_SCATTER)
+    {
+        gpuwire_darray h = GPUWIRE_DARRAY_NULL;
+        detail::check(
+            gpuwire_darray_create(c.get(), global_len, local_len, dtype, space, partition, &h));
+        darray d(h);
+        d.nranks_ = c.size();
+        return d;
+    }
+    template <class T>
+    static darray create(const comm &c, int64_t global_len, int64_t local_len = GPUWIRE_DECIDE,
+                         gpuwire_space space = GPUWIRE_SPACE_HOST,
+                         gpuwire_partition partition = GPUWIRE_PARTITION_SCATTER)
+    {
+        return create(c, global_len, local_len, dtype_v<T>, space, partition);
+    }
+    /** An N-D array of global shape `shape` (row-major, split along axis 0 into whole rows) with
+     * `halo` ghost rows above and below each block (gpuwire_darray_create_nd; collective). */
+    static darray create_nd(const comm &c, span<const int64_t> shape, int64_t local_rows,
+                            int64_t halo, gpuwire_dtype dtype,
+                            gpuwire_space space = GPUWIRE_SPACE_HOST,
+                            gpuwire_partition partition = GPUWIRE_PARTITION_SCATTER)
+    {
+        gpuwire_darray h = GPUWIRE_DARRAY_NULL;
+        detail::check(gpuwire_darray_create_nd(c.get(), static_cast<int32_t>(shape.size()),
+                                               shape.data(), local_rows, halo, dtype, space,
+                                               partition, &h));
+        darray d(h);
+        d.nranks_ = c.size();
+        return d;
+    }
+    template <class T>
+    static darray create_nd(const comm &c, span<const int64_t> shape,
+                            int64_t local_rows = GPUWIRE_DECIDE, int64_t halo = 0,
+                            gpuwire_space space = GPUWIRE_SPACE_HOST,
+                            gpuwire_partition partition = GPUWIRE_PARTITION_SCATTER)
+    {
+        return create_nd(c, shape, local_rows, halo, dtype_v<T>, space, partition);
+    }
+
+    // queries (local)
+    int64_t global_len() const { return query64(gpuwire_darray_global_len); }
+    int64_t local_len() const { return query64(gpuwire_darray_local_len); }
+    int64_t global_offset() const { return query64(gpuwire_darray_global_offset); }
+    int64_t halo() const { return query64(gpuwire_darray_halo); }
+    int32_t ndim() const { return query32(gpuwire_darray_ndim); }
+    gpuwire_dtype dtype() const
+    {
+        return static_cast<gpuwire_dtype>(query32(gpuwire_darray_dtype));
+    }
+    gpuwire_space space() const
+    {
+        return static_cast<gpuwire_space>(query32(gpuwire_darray_space));
+    }
+    gpuwire_partition partition() const
+    {
+        return static_cast<gpuwire_partition>(query32(gpuwire_darray_partition));
+    }
+    /** The first owned element (gpuwire_darray_data; a device pointer for device arrays). */
+    void *data() const
+    {
+        void *p = nullptr;
+        detail::check(gpuwire_darray_data(h_, &p));
+        return p;
+    }
+    /** The owned elements of a host-accessible array as a span of T; throws
+     * GPUWIRE_ERROR_DTYPE_MISMATCH unless T is the array's type, GPUWIRE_ERROR_INVALID_ARGUMENT
+     * for device memory. */
+    template <class T> span<T> host_span() const
+    {
+        if (dtype() != dtype_v<T>)
+            throw error(GPUWIRE_ERROR_DTYPE_MISMATCH,
+                        "gpuwire::darray::host_span: the array's datatype is not the span's");
+        if (space() == GPUWIRE_SPACE_DEVICE)
+            throw error(GPUWIRE_ERROR_INVALID_ARGUMENT,
+                        "gpuwire::darray::host_span: the array is in device memory");
+        return span<T>(static_cast<T *>(data()), static_cast<std::size_t>(local_len()));
+    }
+    /** Every rank's number of owned elements, in rank order (gpuwire_darray_local_lens). Needs
+     * the communicator's size: known for arrays made by create and create_nd, given to the
+     * constructor for adopted handles (else GPUWIRE_ERROR_INVALID_ARGUMENT). */
+    std::vector<int64_t> local_lens() const
+    {
+        if (nranks_ <= 0)
+            throw error(GPUWIRE_ERROR_INVALID_ARGUMENT,
+                        "gpuwire::darray::local_lens: the size of the array's communicator is "
+                        "unknown (an adopted handle: pass it to the constructor)");
+        std::vector<int64_t> lens(static_cast<std::size_t>(nranks_));
+        detail::check(gpuwire_darray_local_lens(h_, lens.data()));
+        return lens;
+    }
+    /** The global shape, row-major (gpuwire_darray_shape). */
+    std::vector<int64_t> shape() const
+    {
+        std::vector<int64_t> s(static_cast<std::size_t>(ndim()));
+        detail::check(gpuwire_darray_shape(h_, s.data()));
+        return s;
+    }
+    /** This rank's shape: its row count, then the other dimensions
+     * (gpuwire_darray_local_shape). */
+    std::vector<int64_t> local_shape() const
+    {
+        std::vector<int64_t> s(static_cast<std::size_t>(ndim()));
+        detail::check(gpuwire_darray_local_shape(h_, s.data()));
+        return s;
+    }
+    /** A buffer viewing the owned elements (gpuwire_darray_local). */
+    buffer local() const
+    {
+        gpuwire_buffer b = GPUWIRE_BUFFER_NULL;
+        detail::check(gpuwire_darray_local(h_, &b));
+        return buffer(b);
+    }
+    /** A buffer viewing the ghost rows above, the owned rows, the ghost rows below
+     * (gpuwire_darray_local_with_halo). */
+    buffer local_with_halo() const
+    {
+        gpuwire_buffer b = GPUWIRE_BUFFER_NULL;
+        detail::check(gpuwire_darray_local_with_halo(h_, &b));
+        return buffer(b);
+    }
+
+    // elementwise (local for SCATTER, collective for BROADCAST)
+    /** Sets every owned element to *value (gpuwire_darray_fill). */
+    void fill(const void *value, void *stream = nullptr) const
+    {
+        detail::check(gpuwire_darray_fill(h_, value, stream));
+    }
+    template <class T, class = std::enable_if_t<detail::has_dtype<T>::value>>
+    void fill(const T &value, void *stream = nullptr) const
+    {
+        scalar("gpuwire_darray_fill", "value", dtype(), dtype_v<T>, &value,
+               [&](const void *p) { return gpuwire_darray_fill(h_, p, stream); });
+    }
+    /** this = alpha x + this, on the owned elements (gpuwire_darray_axpy(alpha, x, this)). */
+    void axpy(const void *alpha, const darray &x, void *stream = nullptr) const
+    {
+        detail::check(gpuwire_darray_axpy(alpha, x.get(), h_, stream));
+    }
+    template <class T, class = std::enable_if_t<detail::has_dtype<T>::value>>
+    void axpy(const T &alpha, const darray &x, void *stream = nullptr) const
+    {
+        scalar("gpuwire_darray_axpy", "alpha", dtype(), dtype_v<T>, &alpha,
+               [&](const void *p) { return gpuwire_darray_axpy(p, x.get(), h_, stream); });
+    }
+    /** this = alpha this (gpuwire_darray_scale). */
+    void scale(const void *alpha, void *stream = nullptr) const
+    {
+        detail::check(gpuwire_darray_scale(h_, alpha, stream));
+    }
+    template <class T, class = std::enable_if_t<detail::has_dtype<T>::value>>
+    void scale(const T &alpha, void *stream = nullptr) const
+    {
+        scalar("gpuwire_darray_scale", "alpha", dtype(), dtype_v<T>, &alpha,
+               [&](const void *p) { return gpuwire_darray_scale(h_, p, stream); });
+    }
+
+    // reductions (collective for SCATTER, local for BROADCAST)
+    /** sum_i conj(this_i) y_i into *result (gpuwire_darray_dot(this, y)). */
+    void dot(const darray &y, void *result, void *stream = nullptr) const
+    {
+        detail::check(gpuwire_darray_dot(h_, y.get(), result, stream));
+    }
+    template <class T> T dot(const darray &y, void *stream = nullptr) const
+    {
+        T r{};
+        scalar("gpuwire_darray_dot", "result", dtype(), dtype_v<T>, &r,
+               [&](void *p) { return gpuwire_darray_dot(h_, y.get(), p, stream); });
+        return r;
+    }
+    /** GPUWIRE_NORM_1, _2 or _INF, in double for every datatype (gpuwire_darray_norm). */
+    double norm(gpuwire_norm kind = GPUWIRE_NORM_2, void *stream = nullptr) const
+    {
+        double r = 0.0;
+        detail::check(gpuwire_darray_norm(h_, kind, &r, stream));
+        return r;
+    }
+    /** gpuwire_darray_sum into *result. */
+    void sum(void *result, void *stream = nullptr) const
+    {
+        detail::check(gpuwire_darray_sum(h_, result, stream));
+    }
+    template <class T> T sum(void *stream = nullptr) const
+    {
+        T r{};
+        scalar("gpuwire_darray_sum", "result", dtype(), dtype_v<T>, &r,
+               [&](void *p) { return gpuwire_darray_sum(h_, p, stream); });
+        return r;
+    }
+    /** gpuwire_darray_min into *result. */
+    void min(void *result, void *stream = nullptr) const
+    {
+        detail::check(gpuwire_darray_min(h_, result, stream));
+    }
+    template <class T> T min(void *stream = nullptr) const
+    {
+        T r{};
+        scalar("gpuwire_darray_min", "result", dtype(), dtype_v<T>, &r,
+               [&](void *p) { return gpuwire_darray_min(h_, p, stream); });
+        return r;
+    }
+    /** gpuwire_darray_max into *result. */
+    void max(void *result, void *stream = nullptr) const
+    {
+        detail::check(gpuwire_darray_max(h_, result, stream));
+    }
+    template <class T> T max(void *stream = nullptr) const
+    {
+        T r{};
+        scalar("gpuwire_darray_max", "result", dtype(), dtype_v<T>, &r,
+               [&](void *p) { return gpuwire_darray_max(h_, p, stream); });
+        return r;
+    }
+
+    // data movement
+    /** This rank's part of the global host array `src` (gpuwire_darray_set_global). */
+    void set_global(const void *src, void *stream = nullptr) const
+    {
+        detail::check(gpuwire_darray_set_global(h_, src, stream));
+    }
+    template <class T> void set_global(span<T> src, void *stream = nullptr) const
+    {
+        host("gpuwire_darray_set_global", dtype_v<T>, src.size(), src.data(),
+             [&](const void *p) { return gpuwire_darray_set_global(h_, p, stream); });
+    }
+    /** The whole array into every rank's host array `dst` (gpuwire_darray_allgather). */
+    void allgather(void *dst, void *stream = nullptr) const
+    {
+        detail::check(gpuwire_darray_allgather(h_, dst, stream));
+    }
+    template <class T> void allgather(span<T> dst, void *stream = nullptr) const
+    {
+        static_assert(!std::is_const<T>::value, "gpuwire::darray::allgather writes into dst");
+        host("gpuwire_darray_allgather", dtype_v<T>, dst.size(), dst.data(),
+             [&](void *p) { return gpuwire_darray_allgather(h_, p, stream); });
+    }
+    /** The whole array into `root`'s host array `dst` (gpuwire_darray_gather; other ranks may
+     * pass nullptr or an empty span). */
+    void gather(void *dst, int32_t root, void *stream = nullptr) const
+    {
+        detail::check(gpuwire_darray_gather(h_, dst, root, stream));
+    }
+    template <class T> void gather(span<T> dst, int32_t root, void *stream = nullptr) const
+    {
+        static_assert(!std::is_const<T>::value, "gpuwire::darray::gather writes into dst");
+        host("gpuwire_darray_gather", dtype_v<T>, dst.size(), dst.data(),
+             [&](void *p) { return gpuwire_darray_gather(h_, p, root, stream); });
+    }
+    /** Copies this array's values into `dst`, split as `dst` is (gpuwire_darray_redistribute). */
+    void redistribute(const darray &dst, void *stream = nullptr) const
+    {
+        detail::check(gpuwire_darray_redistribute(h_, dst.get(), stream));
+    }
+    /** BROADCAST arrays: every rank's copy becomes `root`'s (gpuwire_darray_bcast). */
+    void bcast(int32_t root, void *stream = nullptr) const
+    {
+        detail::check(gpuwire_darray_bcast(h_, root, stream));
+    }
+    /** Fills `width` ghost rows on each side from the neighbouring blocks
+     * (gpuwire_darray_halo_exchange). */
+    void halo_exchange(int64_t width, void *stream = nullptr) const
+    {
+        detail::check(gpuwire_darray_halo_exchange(h_, width, stream));
+    }
+
+    gpuwire_darray get() const noexcept { return h_; }
+    gpuwire_darray release() noexcept
+    {
+        nranks_ = 0;
+        return std::exchange(h_, GPUWIRE_DARRAY_NULL);
+    }
+    explicit operator bool() const noexcept { return h_ != GPUWIRE_DARRAY_NULL; }
+    /** Frees the array now, reporting errors (gpuwire_darray_free); NULL afterwards. */
+    void free()
+    {
+        if (h_ != GPUWIRE_DARRAY_NULL)
+            detail::check(gpuwire_darray_free(std::exchange(h_, GPUWIRE_DARRAY_NULL)));
+    }
+    /** Frees it now, ignoring errors (what the destructor does). */
+    void reset() noexcept
+    {
+        if (h_ != GPUWIRE_DARRAY_NULL)
+            (void)gpuwire_darray_free(std::exchange(h_, GPUWIRE_DARRAY_NULL));
+    }
+
+private:
+    int64_t query64(gpuwire_status (*f)(gpuwire_darray, int64_t *)) const
+    {
+        int64_t v = 0;
+        detail::check(f(h_, &v));
+        return v;
+    }
+    int32_t query32(gpuwire_status (*f)(gpuwire_darray, int32_t *)) const
+    {
+        int32_t v = 0;
+        detail::check(f(h_, &v));
+        return v;
+    }
+    /** A scalar of type `given` at p for an array of `mine`: NULL to the C call on a mismatch. */
+    template <class P, class F>
+    static void scalar(const char *what, const char *arg, gpuwire_dtype mine, gpuwire_dtype given,
+                       P *p, F &&call)
+    {
+        const bool fits = mine == given;
+        gpuwire_status st = call(fits ? p : nullptr);
+        if (!fits && st == GPUWIRE_ERROR_NULL_ARGUMENT)
+            throw error(GPUWIRE_ERROR_DTYPE_MISMATCH,
+                        std::string(what) + ": " + arg + " is " + detail::dtype_name(given) +
+                            ", the distributed array holds " + detail::dtype_name(mine));
+        detail::check(st);
+    }
+    /** A host span of n elements of `given` at p: NULL to the C call unless it has the array's
+     * datatype and global length. */
+    template <class P, class F>
+    void host(const char *what, gpuwire_dtype given, std::size_t n, P *p, F &&call) const
+    {
+        const gpuwire_dtype mine = dtype();
+        const int64_t len = global_len();
+        const bool fits = mine == given && static_cast<int64_t>(n) == len;
+        gpuwire_status st = call(fits ? p : nullptr);
+        if (!fits && st == GPUWIRE_ERROR_NULL_ARGUMENT) {
+            if (mine != given)
+                throw error(GPUWIRE_ERROR_DTYPE_MISMATCH,
+                            std::string(what) + ": the span holds " + detail::dtype_name(given) +
+                                ", the distributed array " + detail::dtype_name(mine));
+            throw error(GPUWIRE_ERROR_COUNT_MISMATCH,
+                        std::string(what) + ": the span has " + std::to_string(n) +
+                            " elements, the distributed array " + std::to_string(len));
+        }
+        detail::check(st);
+    }
+
+    gpuwire_darray h_ = GPUWIRE_DARRAY_NULL;
+    int32_t nranks_ = 0;
 };
 
 } // namespace gpuwire

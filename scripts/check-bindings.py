@@ -529,7 +529,7 @@ def self_test(root):
         return re.sub(r"\n\s*function " + name + r"\(.*?end function " + name + r"\n", "\n", text, flags=re.S)
 
     mutations = [
-        ("a new function in the header", h.replace("gpuwire_status gpuwire_init(void);", "gpuwire_status gpuwire_init(void);\ngpuwire_status gpuwire_darray_free(gpuwire_buffer darray);"), f, x, "gpuwire_darray_free"),
+        ("a new function in the header", h.replace("gpuwire_status gpuwire_init(void);", "gpuwire_status gpuwire_init(void);\ngpuwire_status gpuwire_darray_swap(gpuwire_darray x, gpuwire_darray y);"), f, x, "gpuwire_darray_swap"),
         ("a bind(C) interface removed", h, drop_interface(f, "gpuwire_barrier"), x, "gpuwire_barrier"),
         ("an argument kind changed (int64 offset -> int32)", h, f.replace("integer(c_int64_t), value :: offset", "integer(c_int32_t), value :: offset"), x, "gpuwire_buffer_view"),
         ("a handle passed as int64", h, f.replace("integer(gpuwire_handle_kind), value :: buf\n      integer(c_int64_t), value :: offset", "integer(c_int64_t), value :: buf\n      integer(c_int64_t), value :: offset"), x, "gpuwire_buffer_view"),

@@ -15,8 +15,8 @@
 # C: tests/c, examples-c. C++: tests/c/test_header.cpp, tests/cpp (gpuwire.hpp), examples-cpp.
 # Fortran: include/gpuwire.f90 and gpuwire_f08.f90 compiled with the MPI's Fortran wrapper, then
 # tests/fortran (including two programs that must not compile) and examples-fortran, whose
-# output must be the C examples' output. Python: examples-python/allreduce.py under the MPI
-# launcher, with the python3 that scripts/find-python.sh finds for this MPI.
+# output must be the C examples' output. Python: examples-python/allreduce.py and darray.py under
+# the MPI launcher, with the python3 that scripts/find-python.sh finds for this MPI.
 #
 # The library must be built first (the Makefile does it). Exits 1 if a test failed, or if one
 # was skipped while CI is set (on CI everything here must run). Logs: build/c/FLAVOUR/logs/.
@@ -190,6 +190,10 @@ compile "isend_irecv (Fortran example)" "$build/isend_irecv_f" "$FC" "${fflags[@
     "$root/examples-fortran/isend_irecv.f90" "$fdir/gpuwire.o" "$fdir/gpuwire_f08.o"
 compile "cg_poisson (Fortran example)" "$build/cg_poisson_f" "$FC" "${fflags[@]}" -I"$fdir" \
     "$root/examples-fortran/cg_poisson.f90" "$fdir/gpuwire.o"
+for e in darray_cg_poisson darray_blockrow; do
+    compile "$e (Fortran example)" "$build/${e}_f" "$FC" "${fflags[@]}" -I"$fdir" \
+        "$root/examples-fortran/$e.f90" "$fdir/gpuwire.o"
+done
 
 # Arrays that cannot be buffers are compile-time errors: a non-contiguous section, an array
 # without TARGET. Each file must fail to compile at its gpuwire_buffer_wrap call, and compile
@@ -395,8 +399,22 @@ same_output() { # ID C_LOG FORTRAN_LOG
 }
 same_output "isend_irecv: Fortran output = C output (3 ranks)" "isend_irecv -n 3" "isend_irecv (Fortran) -n 3"
 for n in 1 2 3; do
+    check "darray_blockrow (Fortran) -n $n" 0 "$n" \
+        "^darray_blockrow: PASS \\($n ranks, host memory: y = H x has $((10 * n + 3)) entries" \
+        "$build/darray_blockrow_f" "$n"
+    check "darray_cg_poisson (Fortran) $cg_n -n $n" 0 "$n" "^darray_cg_poisson: PASS$
+^ranks: $n
+^backend: gpuwire " "$build/darray_cg_poisson_f" "$cg_n" "$n"
+done
+for n in 1 2 3; do
     same_output "cg_poisson: Fortran output = C output ($n ranks)" "cg_poisson $cg_n -n $n" \
         "cg_poisson (Fortran) $cg_n -n $n"
+done
+for n in 1 2 3; do
+    same_output "darray_cg_poisson: Fortran output = C output ($n ranks)" \
+        "darray_cg_poisson $cg_n -n $n" "darray_cg_poisson (Fortran) $cg_n -n $n"
+    same_output "darray_blockrow: Fortran output = C output ($n ranks)" "darray_blockrow -n $n" \
+        "darray_blockrow (Fortran) -n $n"
 done
 
 # Python: the ctypes module with mpi4py and NumPy, where an mpi4py for this MPI exists.
@@ -409,11 +427,15 @@ if [[ $sanitize -eq 0 ]]; then
 ^rank 1 received \\(numpy\\): 100 110 120 130 140 150 160 170 180 190$" "$py" \
                 "$root/examples-python/allreduce.py" "$n"
         done
+        for n in 1 2 3; do
+            check "darray.py (Python) -n $n" 0 "$n" "^darray.py: PASS \\($n ranks" "$py" \
+                "$root/examples-python/darray.py" "$n"
+        done
         unset GPUWIRE_LIBRARY
     elif [[ $mpi == openmpi ]]; then
-        record SKIP "allreduce.py (Python)" "no python3 with mpi4py (for $mpi_vendor) and NumPy: apt-get install python3-mpi4py python3-numpy"
+        record SKIP "allreduce.py, darray.py (Python)" "no python3 with mpi4py (for $mpi_vendor) and NumPy: apt-get install python3-mpi4py python3-numpy"
     else
-        echo "NOTE [$flavour] allreduce.py (Python): no mpi4py built for $mpi_vendor here; the Python example runs in the Open MPI pass"
+        echo "NOTE [$flavour] allreduce.py, darray.py (Python): no mpi4py built for $mpi_vendor here; the Python examples run in the Open MPI pass"
     fi
 fi
 

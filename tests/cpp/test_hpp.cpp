@@ -3,13 +3,16 @@
 // RAII (handles freed by destructors, moves leave NULL, move-only types), exceptions (status code
 // and message), spans (views of std::vector, std::array, C arrays; host_span of buffers), every
 // communicator query and every operation with data checked, requests (wait, test, wait_all, a
-// pending request waited for by its destructor). Prints "test_hpp: PASS" on rank 0 when every
-// rank passed.
+// pending request waited for by its destructor), and every gpuwire::darray method with its
+// result checked (1-D and 2-D arrays, spans and scalars of the wrong type or length, complex dot).
+// Prints "test_hpp: PASS" on rank 0 when every rank passed.
 //
 // Usage: mpirun -n N test_hpp [EXPECTED_RANKS]
 #include "gpuwire.hpp"
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <complex>
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +27,11 @@ namespace gw = gpuwire;
 static_assert(!std::is_copy_constructible<gw::comm>::value, "comm is move-only");
 static_assert(!std::is_copy_assignable<gw::buffer>::value, "buffer is move-only");
 static_assert(!std::is_copy_constructible<gw::request>::value, "request is move-only");
+static_assert(!std::is_copy_constructible<gw::darray>::value &&
+                  !std::is_copy_assignable<gw::darray>::value &&
+                  std::is_nothrow_move_constructible<gw::darray>::value &&
+                  std::is_nothrow_move_assignable<gw::darray>::value,
+              "darray is move-only");
 static_assert(std::is_nothrow_move_constructible<gw::comm>::value &&
                   std::is_nothrow_move_constructible<gw::buffer>::value &&
                   std::is_nothrow_move_constructible<gw::request>::value &&
@@ -304,6 +312,194 @@ static void test_operations(const gw::comm &world)
     world.barrier();
 }
 
+// Distributed arrays: every gpuwire::darray method, checked against answers computed here from the
+// global data (11 elements: uneven on 2 and 3 ranks).
+static void test_darray(const gw::comm &world)
+{
+    const int32_t rank = world.rank(), size = world.size();
+    const int64_t n = 11;
+    auto split = [&](int64_t len, int32_t r, int64_t &off, int64_t &cnt) {
+        const int64_t q = len / size, rem = len % size;
+        cnt = q + (r < rem ? 1 : 0);
+        off = r * q + (r < rem ? r : rem);
+    };
+    int64_t off = 0, len = 0;
+    split(n, rank, off, len);
+
+    // RAII and moves.
+    gpuwire_darray raw = GPUWIRE_DARRAY_NULL;
+    {
+        gw::darray d = gw::darray::create<double>(world, n);
+        raw = d.get();
+        gw::darray e = std::move(d);
+        EXPECT(!d && d.get() == GPUWIRE_DARRAY_NULL && e.get() == raw);
+        gw::darray f;
+        f = std::move(e);
+        EXPECT(!e && f.get() == raw && f.global_len() == n);
+    }
+    int64_t v = -1;
+    EXPECT(gpuwire_darray_global_len(raw, &v) == GPUWIRE_ERROR_INVALID_HANDLE);
+
+    // Queries.
+    gw::darray x = gw::darray::create<double>(world, n);
+    gw::darray y = gw::darray::create(world, n, GPUWIRE_DECIDE, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST,
+                                      GPUWIRE_PARTITION_SCATTER);
+    EXPECT(x.global_len() == n && x.local_len() == len && x.global_offset() == off);
+    EXPECT(x.ndim() == 1 && x.halo() == 0 && x.dtype() == GPUWIRE_FLOAT64 &&
+           x.space() == GPUWIRE_SPACE_HOST && x.partition() == GPUWIRE_PARTITION_SCATTER);
+    std::vector<int64_t> lens = x.local_lens();
+    EXPECT(lens.size() == static_cast<std::size_t>(size));
+    for (int32_t r = 0; r < size; r++) {
+        int64_t o, c;
+        split(n, r, o, c);
+        EXPECT(lens[static_cast<std::size_t>(r)] == c);
+    }
+    EXPECT(x.shape() == std::vector<int64_t>{n} && x.local_shape() == std::vector<int64_t>{len});
+    gw::buffer lb = x.local(), wb = x.local_with_halo();
+    EXPECT(lb.count() == len && wb.count() == len && (len == 0 || lb.pointer() == x.data()));
+    {
+        // An adopted handle: local_lens needs the communicator's size. release() gives the
+        // handle back, so y keeps it.
+        gw::darray unknown(y.get());
+        EXPECT_THROW(unknown.local_lens(), GPUWIRE_ERROR_INVALID_ARGUMENT, "local_lens");
+        EXPECT(unknown.release() == y.get());
+        gw::darray adopted(y.get(), size);
+        EXPECT(adopted.local_lens() == lens);
+        EXPECT(adopted.release() == y.get() && !adopted);
+    }
+
+    // Data: set_global, allgather, gather; arithmetic; reductions.
+    std::vector<double> g(static_cast<std::size_t>(n)), h(g.size()), out(g.size());
+    for (std::size_t i = 0; i < g.size(); i++) {
+        g[i] = static_cast<double>(i) - 4.0; // -4 .. 6
+        h[i] = 2.0 * static_cast<double>(i) + 1.0;
+    }
+    x.set_global(gw::span<const double>(g));
+    EXPECT(x.host_span<double>().size() == static_cast<std::size_t>(len) &&
+           (len == 0 || x.host_span<double>()[0] == g[static_cast<std::size_t>(off)]));
+    x.allgather(gw::span<double>(out));
+    EXPECT(out == g);
+    std::fill(out.begin(), out.end(), 0.0);
+    if (rank == size - 1)
+        x.gather(gw::span<double>(out), size - 1);
+    else
+        x.gather(gw::span<double>(), size - 1); // not read elsewhere: empty is fine
+    if (rank == size - 1)
+        EXPECT(out == g);
+    std::fill(out.begin(), out.end(), 0.0);
+    x.allgather(static_cast<void *>(out.data()));
+    x.gather(rank == 0 ? static_cast<void *>(out.data()) : nullptr, 0);
+    EXPECT(out == g);
+    EXPECT_THROW(x.host_span<float>(), GPUWIRE_ERROR_DTYPE_MISMATCH, "host_span");
+    EXPECT_THROW(x.allgather(gw::span<double>(out.data(), out.size() - 1)),
+                 GPUWIRE_ERROR_COUNT_MISMATCH, "10 elements");
+    std::vector<float> wrong(g.size());
+    EXPECT_THROW(x.allgather(gw::span<float>(wrong)), GPUWIRE_ERROR_DTYPE_MISMATCH,
+                 "GPUWIRE_FLOAT32");
+    y.set_global(static_cast<const void *>(h.data()));
+    y.axpy(2.0, x);                           // y = 2 x + y
+    const double half = 0.5;
+    y.scale(static_cast<const void *>(&half)); // y = x + h / 2
+    y.allgather(gw::span<double>(out));
+    double want_dot = 0.0, n1 = 0.0, n2 = 0.0, sum = 0.0;
+    for (std::size_t i = 0; i < g.size(); i++) {
+        EXPECT(out[i] == g[i] + h[i] / 2.0);
+        want_dot += g[i] * out[i];
+        n1 += std::abs(g[i]);
+        n2 += g[i] * g[i];
+        sum += g[i];
+    }
+    EXPECT(x.dot<double>(y) == want_dot);
+    double d = 0.0;
+    x.dot(y, &d);
+    EXPECT(d == want_dot);
+    EXPECT(x.norm(GPUWIRE_NORM_1) == n1 && std::abs(x.norm() - std::sqrt(n2)) < 1e-12 &&
+           x.norm(GPUWIRE_NORM_INF) == 6.0);
+    EXPECT(x.sum<double>() == sum && x.min<double>() == -4.0 && x.max<double>() == 6.0);
+    double r = 0.0;
+    x.sum(&r);
+    EXPECT(r == sum);
+    x.min(&r);
+    EXPECT(r == -4.0);
+    x.max(&r);
+    EXPECT(r == 6.0);
+    EXPECT_THROW(x.sum<float>(), GPUWIRE_ERROR_DTYPE_MISMATCH, "gpuwire_darray_sum");
+    EXPECT_THROW(y.axpy(2.0f, x), GPUWIRE_ERROR_DTYPE_MISMATCH, "alpha");
+    y.axpy(static_cast<const void *>(&half), x); // y = x / 2 + x + h / 2
+    y.scale(2.0);
+    y.allgather(gw::span<double>(out));
+    EXPECT(out[3] == 3.0 * g[3] + h[3]);
+    y.fill(1.5);
+    EXPECT(y.sum<double>() == 1.5 * static_cast<double>(n));
+    const double minus = -1.0;
+    y.fill(static_cast<const void *>(&minus));
+    EXPECT(y.max<double>() == -1.0);
+
+    // Redistribution to BROADCAST and to everything on rank 0; bcast.
+    gw::darray bc = gw::darray::create<double>(world, n, GPUWIRE_DECIDE, GPUWIRE_SPACE_HOST,
+                                               GPUWIRE_PARTITION_BROADCAST);
+    x.redistribute(bc);
+    gw::span<double> all = bc.host_span<double>();
+    EXPECT(all.size() == g.size() && std::equal(all.begin(), all.end(), g.begin()));
+    if (rank == size - 1)
+        std::fill(all.begin(), all.end(), 7.0);
+    bc.bcast(size - 1);
+    EXPECT(all[0] == 7.0 && all[static_cast<std::size_t>(n) - 1] == 7.0);
+    gw::darray z = gw::darray::create<double>(world, n, rank == 0 ? n : 0);
+    x.redistribute(z);
+    EXPECT(z.local_len() == (rank == 0 ? n : 0));
+    if (rank == 0)
+        EXPECT(z.host_span<double>()[10] == 6.0);
+
+    // A 2-D int32 array with a halo row: row i holds i; halo_exchange fills the ghost rows.
+    const int64_t rows = 2 * size + 1, cols = 3;
+    std::array<int64_t, 2> shape{{rows, cols}};
+    gw::darray grid =
+        gw::darray::create_nd<int32_t>(world, gw::span<const int64_t>(shape), GPUWIRE_DECIDE, 1);
+    int64_t r0 = 0, nr = 0;
+    split(rows, rank, r0, nr);
+    EXPECT(grid.ndim() == 2 && grid.halo() == 1 &&
+           grid.shape() == std::vector<int64_t>({rows, cols}) &&
+           grid.local_shape() == std::vector<int64_t>({nr, cols}));
+    std::vector<int32_t> rowvals(static_cast<std::size_t>(rows * cols));
+    for (std::size_t i = 0; i < rowvals.size(); i++)
+        rowvals[i] = static_cast<int32_t>(static_cast<int64_t>(i) / cols);
+    grid.set_global(gw::span<int32_t>(rowvals));
+    grid.halo_exchange(1);
+    gw::buffer whole = grid.local_with_halo();
+    gw::span<int32_t> w = whole.host_span<int32_t>();
+    EXPECT(w.size() == static_cast<std::size_t>((nr + 2) * cols));
+    if (nr > 0 && r0 > 0)
+        EXPECT(w[0] == r0 - 1 && w[2] == r0 - 1);
+    if (nr > 0 && r0 + nr < rows)
+        EXPECT(w[static_cast<std::size_t>((nr + 1) * cols)] == r0 + nr);
+    EXPECT(grid.sum<int32_t>() == cols * rows * (rows - 1) / 2);
+    EXPECT(grid.min<int32_t>() == 0 && grid.max<int32_t>() == rows - 1);
+    gw::darray grid2 = gw::darray::create_nd(world, gw::span<const int64_t>(shape),
+                                             GPUWIRE_DECIDE, 0, GPUWIRE_INT32);
+    grid.redistribute(grid2);
+    EXPECT(grid2.sum<int32_t>() == cols * rows * (rows - 1) / 2);
+
+    // complex128: dot conjugates its first argument, dot(c, c) = ||c||^2.
+    gw::darray c = gw::darray::create<std::complex<double>>(world, 4);
+    std::vector<std::complex<double>> cv{{1, 2}, {3, -1}, {0, -2}, {1, 0}};
+    c.set_global(gw::span<std::complex<double>>(cv));
+    EXPECT(c.dot<std::complex<double>>(c) == std::complex<double>(20.0, 0.0));
+    c.fill(std::complex<double>(0.0, 1.0));
+    EXPECT(c.sum<std::complex<double>>() == std::complex<double>(0.0, 4.0));
+
+    // Argument errors on every rank; free reports errors, reset ignores them.
+    EXPECT_THROW(x.halo_exchange(1), GPUWIRE_ERROR_INVALID_ARGUMENT,
+                 "gpuwire_darray_halo_exchange");
+    EXPECT_THROW(x.bcast(0), GPUWIRE_ERROR_INVALID_ARGUMENT, "gpuwire_darray_bcast");
+    EXPECT_THROW(gw::darray::create<double>(world, -1), GPUWIRE_ERROR_INVALID_ARGUMENT,
+                 "gpuwire_darray_create");
+    gpuwire_darray kept = x.get();
+    x.free();
+    EXPECT(!x && gpuwire_darray_free(kept) == GPUWIRE_ERROR_INVALID_HANDLE);
+    world.barrier();
+}
+
 int main(int argc, char **argv)
 {
     test_before_init();
@@ -322,6 +518,7 @@ int main(int argc, char **argv)
             test_buffers_and_spans();
             test_comm(world);
             test_operations(world);
+            test_darray(world);
         } catch (const gw::error &e) {
             std::fprintf(stderr, "FAILED rank %d: unexpected gpuwire::error %d: %s\n", rank_,
                          (int)e.code(), e.what());

@@ -4,7 +4,8 @@
 ! Every generic of module gpuwire is called (scripts/check-bindings.py checks that each C
 ! function is called from a Fortran test or example); arrays of every supported type and of
 ! ranks 1 to 4 are wrapped; blocking copies to and from non-contiguous sections are checked
-! element by element; errors come back through ierror with gpuwire_last_error's message.
+! element by element; errors come back through ierror with gpuwire_last_error's message; every
+! gpuwire_darray generic is called with its result checked.
 ! Prints "test_fortran: PASS" on rank 0 when every rank passed.
 !
 ! Usage: mpirun -n N test_fortran [EXPECTED_RANKS]
@@ -47,6 +48,7 @@ program test_fortran
   call test_communicators()
   call test_point_to_point()
   call test_collectives()
+  call test_darray()
   call verdict()
 
 contains
@@ -504,6 +506,297 @@ contains
     call gpuwire_buffer_free(bx)
     call gpuwire_buffer_free(btotal)
   end subroutine test_collectives
+
+  ! Distributed arrays: every gpuwire_darray generic, with answers computed here from the global
+  ! data (11 elements: uneven on 2 and 3 ranks); host arrays and scalars of the wrong type or
+  ! length, sections, the c_ptr forms; a 2-D array with a halo; complex dot.
+  subroutine test_darray()
+    integer, parameter :: n = 11
+    type(gpuwire_darray) :: x, y, bc, z, grid, grid2, cx, empty
+    real(real64), target :: g(n), h(n), out(n), m(3, n), val
+    real(real64) :: want(n), d, r, n1, n2
+    real(real32) :: wrong(n), r32
+    integer(int64) :: v, off, len, lens(nranks + 2), shape2(2), none(0)
+    integer :: i, ndim, dt, sp, part, rows, r0, nr
+    integer(int64) :: o, l
+    integer(int32) :: isum, imin, imax
+    integer(int32), target :: gv(3, 2 * nranks + 1)
+    integer(int32), pointer :: w(:, :)
+    complex(real64), target :: cv(4), zc
+    real(real64), pointer :: mine(:)
+    type(gpuwire_buffer) :: b
+    type(c_ptr) :: p
+    character(len=1024) :: message
+
+    call split(n, rank, off, len)
+    g = [(real(i - 5, real64), i = 1, n)] ! -4 .. 6
+    h = [(real(2 * i - 1, real64), i = 1, n)]
+
+    ! Creation in every integer form, queries.
+    call gpuwire_darray_create(world, n, GPUWIRE_DECIDE, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, &
+      GPUWIRE_PARTITION_SCATTER, x)
+    call gpuwire_darray_create(world, int(n, int64), GPUWIRE_DECIDE, GPUWIRE_FLOAT64, &
+      GPUWIRE_SPACE_HOST, GPUWIRE_PARTITION_SCATTER, y)
+    call gpuwire_darray_create(world, int(n, int64), -1_int64, GPUWIRE_FLOAT64, &
+      GPUWIRE_SPACE_HOST, GPUWIRE_PARTITION_SCATTER, z, ierr)
+    call expect_ok(ierr, 'gpuwire_darray_create with int64 lengths')
+    call expect(x /= GPUWIRE_DARRAY_NULL .and. x /= y, 'distinct darray handles')
+    call gpuwire_darray_global_len(x, v)
+    call expect(v == n, 'gpuwire_darray_global_len')
+    call gpuwire_darray_local_len(x, v)
+    call expect(v == len, 'gpuwire_darray_local_len')
+    call gpuwire_darray_global_offset(x, v)
+    call expect(v == off, 'gpuwire_darray_global_offset')
+    lens = -7
+    call gpuwire_darray_local_lens(x, lens)
+    do i = 0, nranks - 1
+      call split(n, i, o, l)
+      call expect(lens(i + 1) == l, 'gpuwire_darray_local_lens')
+    end do
+    call expect(all(lens(nranks + 1:) == -7), 'local_lens writes one entry per rank only')
+    call gpuwire_darray_ndim(x, ndim)
+    call gpuwire_darray_dtype(x, dt)
+    call gpuwire_darray_space(x, sp)
+    call gpuwire_darray_partition(x, part)
+    call expect(ndim == 1 .and. dt == GPUWIRE_FLOAT64 .and. sp == GPUWIRE_SPACE_HOST .and. &
+      part == GPUWIRE_PARTITION_SCATTER, 'ndim, dtype, space, partition')
+    call gpuwire_darray_halo(x, v)
+    call expect(v == 0, 'gpuwire_darray_halo')
+    shape2 = -1
+    call gpuwire_darray_shape(x, shape2)
+    call expect(shape2(1) == n .and. shape2(2) == -1, 'gpuwire_darray_shape (1 of 2 entries)')
+    call gpuwire_darray_local_shape(x, shape2)
+    call expect(shape2(1) == len, 'gpuwire_darray_local_shape')
+    call gpuwire_darray_shape(x, none, ierr)
+    call expect_status(ierr, int(GPUWIRE_ERROR_COUNT_MISMATCH), 'gpuwire_darray_shape into 0 entries')
+    call gpuwire_darray_data(x, p)
+    call gpuwire_darray_local(x, b)
+    call gpuwire_buffer_count(b, v)
+    call expect(v == len, 'gpuwire_darray_local counts the owned elements')
+    if (len > 0) call expect(c_associated(p, buffer_address(b)), 'gpuwire_darray_data = local')
+    call gpuwire_buffer_free(b)
+    call gpuwire_darray_local_with_halo(x, b)
+    call gpuwire_buffer_count(b, v)
+    call expect(v == len, 'gpuwire_darray_local_with_halo without a halo')
+    call gpuwire_buffer_free(b)
+
+    ! set_global, allgather, gather: arrays, sections, c_ptr forms.
+    call gpuwire_darray_set_global(x, g)
+    call gpuwire_darray_data(x, p)
+    if (len > 0) then
+      call c_f_pointer(p, mine, [len])
+      call expect(all(mine == g(off + 1:off + len)), 'set_global: the owned part')
+    end if
+    out = 0
+    call gpuwire_darray_allgather(x, out)
+    call expect(all(out == g), 'gpuwire_darray_allgather')
+    m = 0
+    call gpuwire_darray_allgather(x, m(2, :)) ! a section (stride 3): copied out by the compiler
+    call expect(all(m(2, :) == g) .and. all(m(1, :) == 0) .and. all(m(3, :) == 0), &
+      'allgather into the section m(2,:)')
+    out = 0
+    if (rank == nranks - 1) then
+      call gpuwire_darray_gather(x, out, nranks - 1)
+      call expect(all(out == g), 'gpuwire_darray_gather at the root')
+    else
+      call gpuwire_darray_gather(x, out(1:0), nranks - 1) ! not used here: any size
+    end if
+    call gpuwire_darray_set_global(y, c_loc(h))
+    out = 0
+    call gpuwire_darray_allgather(y, c_loc(out), stream=c_null_ptr)
+    call expect(all(out == h), 'set_global and allgather, c_ptr forms')
+    out = 0
+    if (rank == 0) then
+      call gpuwire_darray_gather(y, c_loc(out), 0)
+      call expect(all(out == h), 'gather, c_ptr form')
+    else
+      call gpuwire_darray_gather(y, c_null_ptr, 0)
+    end if
+    wrong = 5
+    call gpuwire_darray_allgather(x, wrong, ierror=ierr)
+    call expect_status(ierr, int(GPUWIRE_ERROR_DTYPE_MISMATCH), 'allgather into real32')
+    call gpuwire_last_error(message)
+    call expect(index(message, 'gpuwire_darray_allgather') > 0 .and. &
+      index(message, 'GPUWIRE_FLOAT32') > 0, 'the message names the call and the type: ' &
+      // trim(message))
+    call expect(all(wrong == 5), 'the array is unchanged after the error')
+    call gpuwire_darray_allgather(x, out(1:n - 1), ierror=ierr)
+    call expect_status(ierr, int(GPUWIRE_ERROR_COUNT_MISMATCH), 'allgather into 10 elements')
+    call gpuwire_darray_set_global(x, g(1:n - 1), ierror=ierr)
+    if (len > 0) then
+      call expect_status(ierr, int(GPUWIRE_ERROR_COUNT_MISMATCH), 'set_global from 10 elements')
+    else
+      call expect_ok(ierr, 'set_global: a rank owning nothing does not read src')
+    end if
+
+    ! Elementwise: y = 2 x + y, y = y / 2, then the c_ptr forms.
+    call gpuwire_darray_axpy(2.0_real64, x, y)
+    call gpuwire_darray_scale(y, 0.5_real64)
+    want = g + h / 2
+    call gpuwire_darray_allgather(y, out)
+    call expect(all(out == want), 'gpuwire_darray_axpy and gpuwire_darray_scale')
+    val = -1
+    call gpuwire_darray_axpy(c_loc(val), x, y) ! y = y - x = h / 2
+    val = 4
+    call gpuwire_darray_scale(y, c_loc(val))   ! y = 2 h
+    call gpuwire_darray_allgather(y, out)
+    call expect(all(out == 2 * h), 'axpy and scale, c_ptr forms')
+    call gpuwire_darray_axpy(2.0_real32, x, y, ierror=ierr)
+    call expect_status(ierr, int(GPUWIRE_ERROR_DTYPE_MISMATCH), 'axpy with a real32 alpha')
+    call gpuwire_last_error(message)
+    call expect(index(message, 'alpha') > 0, 'the message names alpha: ' // trim(message))
+    call gpuwire_darray_set_global(y, want)
+
+    ! Reductions.
+    call gpuwire_darray_dot(x, y, d)
+    call expect(d == sum(g * want), 'gpuwire_darray_dot')
+    d = 0
+    call gpuwire_darray_dot(x, y, c_loc(val))
+    call expect(val == sum(g * want), 'gpuwire_darray_dot, c_ptr form')
+    n1 = sum(abs(g))
+    n2 = sqrt(sum(g * g))
+    call gpuwire_darray_norm(x, GPUWIRE_NORM_1, r)
+    call expect(r == n1, 'gpuwire_darray_norm 1')
+    call gpuwire_darray_norm(x, GPUWIRE_NORM_2, r)
+    call expect(abs(r - n2) < 1e-12_real64, 'gpuwire_darray_norm 2')
+    call gpuwire_darray_norm(x, GPUWIRE_NORM_INF, r, stream=c_null_ptr)
+    call expect(r == 6, 'gpuwire_darray_norm inf')
+    call gpuwire_darray_sum(x, r)
+    call expect(r == sum(g), 'gpuwire_darray_sum')
+    call gpuwire_darray_min(x, r)
+    call expect(r == -4, 'gpuwire_darray_min')
+    call gpuwire_darray_max(x, r)
+    call expect(r == 6, 'gpuwire_darray_max')
+    call gpuwire_darray_sum(x, c_loc(val))
+    call expect(val == sum(g), 'gpuwire_darray_sum, c_ptr form')
+    call gpuwire_darray_min(x, c_loc(val))
+    call expect(val == -4, 'gpuwire_darray_min, c_ptr form')
+    call gpuwire_darray_max(x, c_loc(val))
+    call expect(val == 6, 'gpuwire_darray_max, c_ptr form')
+    call gpuwire_darray_sum(x, r32, ierror=ierr)
+    call expect_status(ierr, int(GPUWIRE_ERROR_DTYPE_MISMATCH), 'sum into a real32')
+    call gpuwire_darray_fill(y, 1.5_real64)
+    call gpuwire_darray_sum(y, r)
+    call expect(r == 1.5_real64 * n, 'gpuwire_darray_fill')
+    val = -2
+    call gpuwire_darray_fill(y, c_loc(val))
+    call gpuwire_darray_max(y, r)
+    call expect(r == -2, 'gpuwire_darray_fill, c_ptr form')
+    call gpuwire_darray_fill(y, 1, ierror=ierr)
+    call expect_status(ierr, int(GPUWIRE_ERROR_DTYPE_MISMATCH), 'fill with an integer')
+
+    ! Redistribution to BROADCAST and to everything on rank 0; bcast.
+    call gpuwire_darray_create(world, n, GPUWIRE_DECIDE, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, &
+      GPUWIRE_PARTITION_BROADCAST, bc)
+    call gpuwire_darray_redistribute(x, bc)
+    call gpuwire_darray_data(bc, p)
+    call c_f_pointer(p, mine, [n])
+    call expect(all(mine == g), 'redistribute to BROADCAST')
+    if (rank == nranks - 1) mine = 7
+    call gpuwire_darray_bcast(bc, nranks - 1)
+    call expect(all(mine == 7), 'gpuwire_darray_bcast')
+    call gpuwire_darray_free(z)
+    call gpuwire_darray_create(world, n, merge(n, 0, rank == 0), GPUWIRE_FLOAT64, &
+      GPUWIRE_SPACE_HOST, GPUWIRE_PARTITION_SCATTER, z)
+    call gpuwire_darray_redistribute(x, z)
+    call gpuwire_darray_local_len(z, v)
+    call expect(v == merge(n, 0, rank == 0), 'a user-given split')
+    if (rank == 0) then
+      call gpuwire_darray_data(z, p)
+      call c_f_pointer(p, mine, [n])
+      call expect(all(mine == g), 'redistribute to everything on rank 0')
+    end if
+    call gpuwire_darray_bcast(x, 0, ierror=ierr)
+    call expect_status(ierr, int(GPUWIRE_ERROR_INVALID_ARGUMENT), 'bcast of a SCATTER array')
+
+    ! A 2-D int32 array (C shape [rows, 3], Fortran gv(3, rows)) with a halo row; row i holds i.
+    rows = 2 * nranks + 1
+    call split(rows, rank, off, len)
+    r0 = int(off)
+    nr = int(len)
+    gv = spread([(i, i = 0, rows - 1)], 1, 3)
+    call gpuwire_darray_create_nd(world, [rows, 3], GPUWIRE_DECIDE, 1, GPUWIRE_INT32, &
+      GPUWIRE_SPACE_HOST, GPUWIRE_PARTITION_SCATTER, grid)
+    call gpuwire_darray_shape(grid, shape2)
+    call expect(shape2(1) == rows .and. shape2(2) == 3, '2-D gpuwire_darray_shape')
+    call gpuwire_darray_local_shape(grid, shape2)
+    call expect(shape2(1) == nr .and. shape2(2) == 3, '2-D gpuwire_darray_local_shape')
+    call gpuwire_darray_halo(grid, v)
+    call expect(v == 1, '2-D gpuwire_darray_halo')
+    call gpuwire_darray_set_global(grid, gv)
+    call gpuwire_darray_halo_exchange(grid, 1)
+    call gpuwire_darray_local_with_halo(grid, b)
+    call gpuwire_buffer_pointer(b, p)
+    call c_f_pointer(p, w, [3, nr + 2])
+    if (nr > 0 .and. r0 > 0) call expect(all(w(:, 1) == r0 - 1), 'the ghost row above')
+    if (nr > 0 .and. r0 + nr < rows) call expect(all(w(:, nr + 2) == r0 + nr), &
+      'the ghost row below')
+    if (nr > 0) call expect(all(w(:, 2) == r0), 'the first owned row')
+    call gpuwire_buffer_free(b)
+    call gpuwire_darray_halo_exchange(grid, 0_int64)
+    call gpuwire_darray_sum(grid, isum)
+    call gpuwire_darray_min(grid, imin)
+    call gpuwire_darray_max(grid, imax)
+    call expect(isum == 3 * rows * (rows - 1) / 2 .and. imin == 0 .and. imax == rows - 1, &
+      'int32 sum, min, max')
+    call gpuwire_darray_create_nd(world, [int(rows, int64), 3_int64], GPUWIRE_DECIDE, 0, &
+      GPUWIRE_INT32, GPUWIRE_SPACE_HOST, GPUWIRE_PARTITION_SCATTER, grid2)
+    call gpuwire_darray_redistribute(grid, grid2)
+    gv = -1
+    call gpuwire_darray_allgather(grid2, gv)
+    call expect(all(gv == spread([(i, i = 0, rows - 1)], 1, 3)), '2-D redistribute, allgather')
+    call gpuwire_darray_free(grid2)
+    call gpuwire_darray_create_nd(world, [int(rows, int64), 3_int64], -1_int64, 2_int64, &
+      GPUWIRE_INT32, GPUWIRE_SPACE_HOST, GPUWIRE_PARTITION_SCATTER, grid2, ierr)
+    call expect_ok(ierr, 'create_nd with int64 arguments')
+    call gpuwire_darray_halo_exchange(grid2, 3, ierror=ierr)
+    call expect_status(ierr, int(GPUWIRE_ERROR_INVALID_ARGUMENT), 'a width above the halo')
+
+    ! complex(real64): dot conjugates its first argument, dot(c, c) = ||c||^2.
+    cv = [cmplx(1, 2, real64), cmplx(3, -1, real64), cmplx(0, -2, real64), cmplx(1, 0, real64)]
+    call gpuwire_darray_create(world, 4, GPUWIRE_DECIDE, GPUWIRE_COMPLEX128, GPUWIRE_SPACE_HOST, &
+      GPUWIRE_PARTITION_SCATTER, cx)
+    call gpuwire_darray_set_global(cx, cv)
+    call gpuwire_darray_dot(cx, cx, zc)
+    call expect(zc == cmplx(20, 0, real64), 'complex dot conjugates its first argument')
+    call gpuwire_darray_fill(cx, cmplx(0, 1, real64))
+    call gpuwire_darray_sum(cx, zc)
+    call expect(zc == cmplx(0, 4, real64), 'complex fill and sum')
+
+    ! free sets NULL; a freed handle is invalid; a creation error leaves NULL.
+    call gpuwire_darray_create(world, -1, GPUWIRE_DECIDE, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, &
+      GPUWIRE_PARTITION_SCATTER, empty, ierr)
+    call expect_status(ierr, int(GPUWIRE_ERROR_INVALID_ARGUMENT), 'a negative global length')
+    call expect(empty == GPUWIRE_DARRAY_NULL, 'a failed create leaves a NULL handle')
+    call gpuwire_darray_free(x)
+    call expect(x == GPUWIRE_DARRAY_NULL, 'gpuwire_darray_free sets NULL')
+    call gpuwire_darray_free(x, ierr)
+    call expect_status(ierr, int(GPUWIRE_ERROR_INVALID_HANDLE), 'freeing a NULL darray')
+    call gpuwire_darray_free(y)
+    call gpuwire_darray_free(z)
+    call gpuwire_darray_free(bc)
+    call gpuwire_darray_free(grid)
+    call gpuwire_darray_free(grid2)
+    call gpuwire_darray_free(cx)
+  end subroutine test_darray
+
+  ! The default split: (offset, length) of rank r for n elements.
+  subroutine split(n, r, off, len)
+    integer, intent(in) :: n, r
+    integer(int64), intent(out) :: off, len
+    integer :: q, rem
+    q = n / nranks
+    rem = mod(n, nranks)
+    len = q
+    if (r < rem) len = len + 1
+    off = int(r, int64) * q + min(r, rem)
+  end subroutine split
+
+  function buffer_address(b) result(p)
+    type(gpuwire_buffer), intent(in) :: b
+    type(c_ptr) :: p
+    call gpuwire_buffer_pointer(b, p)
+  end function buffer_address
 
   subroutine verdict()
     integer(int32), target :: bad(1)
