@@ -97,38 +97,7 @@ show_log() { # LOG: the end of a failed step's output
 echo "== C tests and examples: $flavour ($CC, ${launcher[0]}, $libdir)"
 if [[ ! -f $libdir/libgpuwire.so ]]; then
     record FAIL "library" "$libdir/libgpuwire.so is missing: build the library first"
-    # A program built with the other MPI's compiler wrapper against this library: gpuwire_init must
-# say so (GPUWIRE_ERROR_MPI) instead of crashing inside MPI.
-if [[ $sanitize -eq 0 ]]; then
-    if [[ $mpi == openmpi ]]; then other_cc=mpicc.mpich; built="Open MPI"; else other_cc=mpicc; built=MPICH; fi
-    if command -v "$other_cc" > /dev/null 2>&1; then
-        log=$logs/wrong-mpi.log
-        cat > "$build/wrong_mpi.c" <<'EOC'
-#include <stdio.h>
-#include "gpuwire.h"
-int main(void)
-{
-    char msg[1024];
-    gpuwire_status st = gpuwire_init();
-    gpuwire_last_error(msg, sizeof msg);
-    printf("gpuwire_init: %d %s\n", (int)st, msg);
-    return st == GPUWIRE_ERROR_MPI ? 0 : 1;
-}
-EOC
-        if "$other_cc" "${cflags[@]}" -I"$root/include" "$build/wrong_mpi.c" -L"$libdir" -lgpuwire -Wl,-rpath,"$libdir" \
-            -o "$build/wrong_mpi" > "$log" 2>&1 && timeout -k 10 60 "$build/wrong_mpi" >> "$log" 2>&1 \
-            && grep -q "built against $built" "$log"; then
-            record PASS "a program built with another MPI ($other_cc) gets a clear error from gpuwire_init"
-        else
-            record FAIL "a program built with another MPI ($other_cc) gets a clear error from gpuwire_init" "log $log"
-            show_log "$log"
-        fi
-    else
-        record SKIP "a program built with another MPI gets a clear error" "$other_cc is not installed"
-    fi
-fi
-
-echo "c-$flavour: $passed passed, $failed failed, $skipped skipped"
+    echo "c-$flavour: $passed passed, $failed failed, $skipped skipped"
     echo "$passed $failed $skipped" > "$results/c-$flavour.txt"
     exit 1
 fi
@@ -453,6 +422,37 @@ if command -v "${other_launcher[0]}" > /dev/null 2>&1; then
     fi
 else
     record SKIP "wrong launcher is detected" "${other_launcher[0]} is not installed"
+fi
+
+# A program built with the other MPI's compiler wrapper against this library: gpuwire_init must
+# say so (GPUWIRE_ERROR_MPI) instead of crashing inside MPI.
+if [[ $sanitize -eq 0 ]]; then
+    if [[ $mpi == openmpi ]]; then other_cc=mpicc.mpich; built="Open MPI"; else other_cc=mpicc; built=MPICH; fi
+    if command -v "$other_cc" > /dev/null 2>&1; then
+        log=$logs/wrong-mpi.log
+        cat > "$build/wrong_mpi.c" <<'EOC'
+#include <stdio.h>
+#include "gpuwire.h"
+int main(void)
+{
+    char msg[1024];
+    gpuwire_status st = gpuwire_init();
+    gpuwire_last_error(msg, sizeof msg);
+    printf("gpuwire_init: %d %s\n", (int)st, msg);
+    return st == GPUWIRE_ERROR_MPI ? 0 : 1;
+}
+EOC
+        if "$other_cc" "${cflags[@]}" -I"$root/include" "$build/wrong_mpi.c" -L"$libdir" -lgpuwire -Wl,-rpath,"$libdir" \
+            -o "$build/wrong_mpi" > "$log" 2>&1 && timeout -k 10 60 "$build/wrong_mpi" >> "$log" 2>&1 \
+            && grep -q "built against $built" "$log"; then
+            record PASS "a program built with another MPI ($other_cc) gets a clear error from gpuwire_init"
+        else
+            record FAIL "a program built with another MPI ($other_cc) gets a clear error from gpuwire_init" "log $log"
+            show_log "$log"
+        fi
+    else
+        record SKIP "a program built with another MPI gets a clear error" "$other_cc is not installed"
+    fi
 fi
 
 echo "c-$flavour: $passed passed, $failed failed, $skipped skipped"
