@@ -49,7 +49,8 @@ deps:
 
 # ---- demo ---------------------------------------------------------------------------------------
 
-demo: deps
+demo:
+	@bash scripts/deps.sh --demo
 	cargo build --release
 	@bash scripts/soname-link.sh target/release
 	@mkdir -p $(DEMO_DIR)

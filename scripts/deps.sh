@@ -39,8 +39,22 @@ check() { # DESCRIPTION COMMAND...
     shift
     "$@" || missing+=("$what")
 }
+# `deps.sh --demo`: only what `make demo` needs (Open MPI, libclang, a C compiler, make).
+demo_only=0
+[[ ${1:-} == --demo ]] && demo_only=1
+if [[ $demo_only -eq 1 ]]; then
+    packages=(libopenmpi-dev openmpi-bin libclang-dev gcc make)
+fi
+
 check_all() {
     missing=()
+    if [[ $demo_only -eq 1 ]]; then
+        check "Open MPI (mpicc, mpirun)" is_open_mpi
+        check "libclang (for bindgen)" has_libclang
+        check "cc" have cc
+        check "make" have make
+        return
+    fi
     check "Open MPI (mpicc, mpirun)" is_open_mpi
     check "mpicxx (Open MPI)" have mpicxx
     check "mpifort (Open MPI)" have mpifort
@@ -74,7 +88,11 @@ fi
 
 check_all
 if [[ ${#missing[@]} -eq 0 ]]; then
-    echo "deps: all prerequisites found (rustc $rust_version, Open MPI, MPICH, libclang, compilers, gfortran, python3 with mpi4py and NumPy, cmake, pkg-config)"
+    if [[ $demo_only -eq 1 ]]; then
+        echo "deps: what make demo needs is here (rustc $rust_version, Open MPI, libclang, cc, make)"
+    else
+        echo "deps: all prerequisites found (rustc $rust_version, Open MPI, MPICH, libclang, compilers, gfortran, python3 with mpi4py and NumPy, cmake, pkg-config)"
+    fi
     exit 0
 fi
 
