@@ -5,7 +5,7 @@
 //! frees gpuwire's MPI objects, and finalizes MPI only if gpuwire initialized it.
 
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use crate::error::{Error, Result};
@@ -19,6 +19,32 @@ const FINALIZED: u8 = 2;
 static STATE: AtomicU8 = AtomicU8::new(UNINIT);
 static INFO: OnceLock<RuntimeInfo> = OnceLock::new();
 static LIFECYCLE: Mutex<()> = Mutex::new(());
+/// Set by MPI itself when MPI_Finalize starts (see `watch_finalize`): one atomic load per call
+/// instead of an MPI_Finalized call (which takes a lock in Open MPI) on every operation.
+static MPI_GONE: AtomicBool = AtomicBool::new(false);
+
+unsafe extern "C" fn finalize_started(_c: sys::MPI_Comm, _k: c_int, _v: *mut c_void, _x: *mut c_void) -> c_int {
+    MPI_GONE.store(true, Ordering::Release);
+    0
+}
+
+unsafe extern "C" fn no_copy(_c: sys::MPI_Comm, _k: c_int, _x: *mut c_void, _i: *mut c_void, _o: *mut c_void, flag: *mut c_int) -> c_int {
+    // SAFETY: MPI passes a valid flag pointer; 0 = the attribute is not copied to duplicates.
+    unsafe { *flag = 0 };
+    0
+}
+
+/// MPI deletes the attributes of MPI_COMM_SELF first thing in MPI_Finalize (MPI standard,
+/// "Allowing User Functions at Process Termination"): an attribute there tells gpuwire when the
+/// program finalizes MPI under it.
+fn watch_finalize() -> Result<()> {
+    let mut key: c_int = 0;
+    // SAFETY: valid callbacks with the MPI signatures; the attribute value is unused.
+    unsafe {
+        mpisys::check(sys::MPI_Comm_create_keyval(Some(no_copy), Some(finalize_started), &mut key, std::ptr::null_mut()), "MPI_Comm_create_keyval")?;
+        mpisys::check(sys::MPI_Comm_set_attr(sys::RSMPI_COMM_SELF, key, std::ptr::null_mut()), "MPI_Comm_set_attr(MPI_COMM_SELF)")
+    }
+}
 
 /// Facts recorded at `init`.
 #[derive(Debug)]
@@ -42,7 +68,7 @@ pub fn ensure_ready() -> Result<&'static RuntimeInfo> {
     match STATE.load(Ordering::Acquire) {
         // A program that initialized MPI itself may have finalized it under gpuwire's feet: any
         // MPI call now would abort the process.
-        READY if mpi_finalized() => Err(Error::AlreadyFinalized(
+        READY if MPI_GONE.load(Ordering::Acquire) => Err(Error::AlreadyFinalized(
             "the program called MPI_Finalize; gpuwire can make no MPI call any more (call gpuwire_finalize before MPI_Finalize)".into(),
         )),
         READY => Ok(INFO.get().expect("INFO is set before READY")),
@@ -122,6 +148,7 @@ pub fn init() -> Result<()> {
         // SAFETY: MPI is initialized.
         mpisys::check(unsafe { sys::MPI_Query_thread(&mut provided) }, "MPI_Query_thread")?;
     }
+    watch_finalize()?;
     let half_ops = create_half_ops()?;
     let u64_ops = create_ops(&[u64_max, u64_min])?;
     let info = RuntimeInfo {
