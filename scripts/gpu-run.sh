@@ -63,7 +63,7 @@ example() { # label launcher np binary args... (GPUWIRE_EXAMPLES=regex selects b
   [[ $label =~ ${GPUWIRE_EXAMPLES:-.} ]] || return 0
   echo "=== example $label" | tee -a "$LOG"
   $launcher timeout -k 5 "$LIMIT" mpirun -np "$np" --oversubscribe --bind-to none -x GPUWIRE_BACKEND -x CUDA_VISIBLE_DEVICES -x NCCL_NVLS_ENABLE "$@" 2>&1 \
-    | grep -v "cuMemHostRegister\|^ *$" | tail -14 | sed "s/^/[$label] /" | tee -a "$LOG"
+    | grep -v "cuMemHostRegister\|^ *$\|^-----*$\|^  *Host: \|Registration cache:\|help message\|orte_base_help_aggregate" | tail -14 | sed "s/^/[$label] /" | tee -a "$LOG"
   local rc=${PIPESTATUS[0]}
   if [ "$rc" = 0 ]; then echo "[$label] RESULT PASS example rank - ok" | tee -a "$LOG"
   else echo "[$label] RESULT FAIL example rank - exited with status $rc" | tee -a "$LOG"; fi
@@ -122,10 +122,13 @@ if has python; then
   # examples-python/allreduce.py on CuPy device arrays (--cupy makes CuPy and a GPU required),
   # through the ctypes module and mpi4py. Needs a python3 with mpi4py (for this Open MPI), NumPy
   # and CuPy on this machine; without them a NOTE says it was not run.
-  if stock python3 -c 'import numpy, cupy, mpi4py' > /dev/null 2>&1; then
-    GPUWIRE_LIBRARY=$B/libgpuwire.so example python-cupy stock 2 -x GPUWIRE_LIBRARY python3 examples-python/allreduce.py 2 --cupy
+  # The interpreter is resolved on the full PATH (the machine's is /opt/torch/.venv/bin/python3),
+  # before stock() narrows PATH to the stock MPI; PYTHON overrides.
+  PY=${PYTHON:-$(command -v python3)}
+  if stock "$PY" -c 'import numpy, cupy, mpi4py' > /dev/null 2>&1; then
+    GPUWIRE_LIBRARY=$B/libgpuwire.so example python-cupy stock 2 -x GPUWIRE_LIBRARY "$PY" examples-python/allreduce.py 2 --cupy
   else
-    echo "NOTE python: no python3 with mpi4py, NumPy and CuPy here; the CuPy example was not run" | tee -a "$LOG"
+    echo "NOTE python: no python3 ($PY) with mpi4py, NumPy and CuPy here; the CuPy example was not run" | tee -a "$LOG"
   fi
 fi
 if has bench && [ -x "$B/gpuwire-bench" ]; then

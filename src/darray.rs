@@ -1039,6 +1039,25 @@ mod host {
         }
     }
 
+    /// |re + i im| by the same operations as the device kernels' `gw_hypot` (max · sqrt(1 + r²),
+    /// r = min/max; each step correctly rounded, no fused multiply-add), so a complex norm gives
+    /// the same bits on host and device. Not `f64::hypot`: libm's and CUDA's differ in the last bit.
+    fn cabs(re: f64, im: f64) -> f64 {
+        let (a, b) = (re.abs(), im.abs());
+        if a.is_infinite() || b.is_infinite() {
+            return f64::INFINITY;
+        }
+        if a.is_nan() || b.is_nan() {
+            return f64::NAN;
+        }
+        let (m, n) = if a > b { (a, b) } else { (b, a) };
+        if m == 0.0 {
+            return 0.0;
+        }
+        let r = n / m;
+        m * (1.0 + r * r).sqrt()
+    }
+
     fn maxf(a: f64, b: f64) -> f64 {
         if a.is_nan() || b.is_nan() {
             if a.is_nan() { a } else { b }
@@ -1103,9 +1122,9 @@ mod host {
                         }
                         Acc::C(re, im)
                     }
-                    Red::Norm1 => Acc::F((0..n).fold(0.0, |s, i| s + v(i).0.hypot(v(i).1))),
+                    Red::Norm1 => Acc::F((0..n).fold(0.0, |s, i| s + cabs(v(i).0, v(i).1))),
                     Red::Norm2Squared => Acc::F((0..n).fold(0.0, |s, i| s + (v(i).0 * v(i).0 + v(i).1 * v(i).1))),
-                    Red::NormInf => Acc::F((0..n).fold(0.0, |s, i| maxf(s, v(i).0.hypot(v(i).1)))),
+                    Red::NormInf => Acc::F((0..n).fold(0.0, |s, i| maxf(s, cabs(v(i).0, v(i).1)))),
                     Red::Min | Red::Max => unreachable!("min/max on complex passed the datatype check"),
                 }
             }};

@@ -151,7 +151,16 @@ fn dops(ctx: &Ctx) {
                 ctx.check_eq(&dd[..sz], &dh[..sz], &format!("{what}: dot"));
                 ctx.check_eq(&scalar(ctx, gpuwire_darray_sum, xd, "sum", null())[..sz], &scalar(ctx, gpuwire_darray_sum, xh, "sum", null())[..sz], &format!("{what}: sum"));
                 for k in [NormKind::GPUWIRE_NORM_1, NormKind::GPUWIRE_NORM_2, NormKind::GPUWIRE_NORM_INF] {
-                    ctx.check_eq(norm(ctx, xd, k), norm(ctx, xh, k), &format!("{what}: norm {k:?}"));
+                    let (nd, nh) = (norm(ctx, xd, k), norm(ctx, xh, k));
+                    if d.is_complex() && k == NormKind::GPUWIRE_NORM_1 {
+                        // |z| of integer data is not an integer: the device's fixed tree and the
+                        // host's left-to-right sum round differently. Each |z| is the same bits
+                        // (NORM_INF below is exact), so the sums differ by less than the bound of
+                        // recursive summation, n·eps relative.
+                        ctx.check((nd - nh).abs() <= (n as f64) * f64::EPSILON * nh.max(1.0), || format!("{what}: norm {k:?}: device {nd} vs host {nh}"));
+                    } else {
+                        ctx.check_eq(nd, nh, &format!("{what}: norm {k:?}"));
+                    }
                 }
                 if !d.is_complex() && n > 0 {
                     ctx.check_eq(&scalar(ctx, gpuwire_darray_min, xd, "min", null())[..sz], &scalar(ctx, gpuwire_darray_min, xh, "min", null())[..sz], &format!("{what}: min"));

@@ -189,8 +189,19 @@ __device__ __forceinline__ c128 gw_cplx(c64 v) { return c128{(double)v.re, (doub
 __device__ __forceinline__ c128 gw_cplx(c128 v) { return v; }
 __device__ __forceinline__ double gw_abs(float v) { return fabs((double)v); }
 __device__ __forceinline__ double gw_abs(double v) { return fabs(v); }
-__device__ __forceinline__ double gw_abs(c64 v) { return hypot((double)v.re, (double)v.im); }
-__device__ __forceinline__ double gw_abs(c128 v) { return hypot(v.re, v.im); }
+// |re + i im| as the host's darray::cabs computes it (CUDA's hypot differs from libm's in the last
+// bit): max * sqrt(1 + r*r), r = min/max, each step correctly rounded (--fmad=false).
+__device__ __forceinline__ double gw_hypot(double re, double im) {
+  double a = fabs(re), b = fabs(im);
+  if (isinf(a) || isinf(b)) return __longlong_as_double(0x7ff0000000000000LL);
+  if (isnan(a) || isnan(b)) return __longlong_as_double(0x7ff8000000000000LL);
+  double m = a > b ? a : b, n = a > b ? b : a;
+  if (m == 0.0) return 0.0;
+  double r = n / m;
+  return m * sqrt(1.0 + r * r);
+}
+__device__ __forceinline__ double gw_abs(c64 v) { return gw_hypot((double)v.re, (double)v.im); }
+__device__ __forceinline__ double gw_abs(c128 v) { return gw_hypot(v.re, v.im); }
 __device__ __forceinline__ double gw_abs2(float v) { double d = v; return d * d; }
 __device__ __forceinline__ double gw_abs2(double v) { return v * v; }
 __device__ __forceinline__ double gw_abs2(c64 v) { double r = v.re, i = v.im; return r * r + i * i; }
