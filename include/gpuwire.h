@@ -33,6 +33,11 @@
 
 
 /**
+ * Largest host-to-device write that [`write_small`] does with stream memory operations.
+ */
+#define SMALL_WRITE_BYTES 1024
+
+/**
  * Local length "let gpuwire decide" for gpuwire_darray_create and gpuwire_darray_create_nd
  * (the default split: the first N mod P ranks get one more).
  */

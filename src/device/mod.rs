@@ -284,6 +284,71 @@ pub fn copy_async(dst: usize, src: usize, bytes: usize, stream: Stream) -> Resul
     check(unsafe { sys::cuMemcpyAsync(dst as sys::CUdeviceptr, src as sys::CUdeviceptr, bytes, stream.raw()) }, "cuMemcpyAsync")
 }
 
+/// Largest host-to-device write that [`write_small`] does with stream memory operations.
+pub const SMALL_WRITE_BYTES: usize = 1024;
+
+static MEMOPS_REFUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Writes the host bytes `src` (read now) to device memory at `dst`, ordered on `stream` after
+/// the work enqueued before it, as stream write-value operations (`cuStreamBatchMemOp`) instead of
+/// a copy. Does not wait; the caller synchronizes when it must.
+///
+/// Why: when processes share a GPU, each one's work on the graphics/compute engine waits for the
+/// time slice of the others. A small `cuMemcpyHtoDAsync` (below 32 KiB on the H200), like a
+/// kernel, a memset or a device-to-device copy, runs there: with two ranks on one H200 each
+/// costs ~270 µs when both ranks issue one at once, while a device-to-host copy (copy engine)
+/// costs 8.5 µs and a stream write-value 6.5 µs (bench/probe_share.c, scripts/gpu-probe.sh).
+///
+/// Returns Ok(false), having done nothing, where it does not apply: `src` longer than
+/// [`SMALL_WRITE_BYTES`], `dst` or the length not a multiple of 4 bytes, or a driver that refuses
+/// stream memory operations (remembered); the caller copies instead.
+pub fn write_small(dst: usize, src: &[u8], stream: Stream) -> Result<bool> {
+    use std::sync::atomic::Ordering;
+    let n = src.len();
+    if n == 0 {
+        return Ok(true);
+    }
+    if n > SMALL_WRITE_BYTES || dst % 4 != 0 || n % 4 != 0 || MEMOPS_REFUSED.load(Ordering::Relaxed) {
+        return Ok(false);
+    }
+    let mut ops: Vec<sys::CUstreamBatchMemOpParams> = Vec::with_capacity(n / 4);
+    let mut off = 0;
+    while off < n {
+        // SAFETY: an all-zero parameter block is valid (flags 0 = CU_STREAM_WRITE_VALUE_DEFAULT:
+        // the write is ordered after all earlier writes of the stream, with a memory fence).
+        let mut op: sys::CUstreamBatchMemOpParams = unsafe { std::mem::zeroed() };
+        // SAFETY: writing the writeValue member of a zeroed union.
+        let w = unsafe { &mut op.writeValue };
+        w.address = (dst + off) as sys::CUdeviceptr;
+        if (dst + off) % 8 == 0 && n - off >= 8 {
+            w.operation = sys::CUstreamBatchMemOpType::CU_STREAM_MEM_OP_WRITE_VALUE_64;
+            w.__bindgen_anon_1.value64 = u64::from_ne_bytes(src[off..off + 8].try_into().expect("8 bytes"));
+            off += 8;
+        } else {
+            w.operation = sys::CUstreamBatchMemOpType::CU_STREAM_MEM_OP_WRITE_VALUE_32;
+            w.__bindgen_anon_1.value = u32::from_ne_bytes(src[off..off + 4].try_into().expect("4 bytes"));
+            off += 4;
+        }
+        ops.push(op);
+    }
+    // At most 1024 / 4 = 256 operations; the driver takes fewer than 256 per batch.
+    for (i, part) in ops.chunks_mut(128).enumerate() {
+        // SAFETY: `part` holds valid write operations on memory the caller guarantees is device
+        // memory valid for `src.len()` bytes; the right context is current (caller).
+        let r = unsafe { sys::cuStreamBatchMemOp_v2(stream.raw(), part.len() as u32, part.as_mut_ptr(), 0) };
+        match r {
+            sys::CUresult::CUDA_SUCCESS => {}
+            // Refused before anything was enqueued: copy instead, now and from now on.
+            sys::CUresult::CUDA_ERROR_NOT_SUPPORTED if i == 0 => {
+                MEMOPS_REFUSED.store(true, Ordering::Relaxed);
+                return Ok(false);
+            }
+            r => return check(r, "cuStreamBatchMemOp").map(|_| false),
+        }
+    }
+    Ok(true)
+}
+
 /// Blocks until all work enqueued on `stream` is complete.
 pub fn sync(stream: Stream) -> Result<()> {
     // SAFETY: a stream handle of the caller (or NULL).
