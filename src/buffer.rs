@@ -243,13 +243,6 @@ impl Buffer {
             unsafe { std::ptr::copy(src as *const u8, self.ptr as *mut u8, self.bytes()) };
             return Ok(());
         }
-        if self.bytes() <= device::SMALL_WRITE_BYTES {
-            let _g = device::CtxGuard::enter(self.device)?;
-            // SAFETY: the caller guarantees `src` for bytes(); self is device memory.
-            if device::write_small(self.ptr, unsafe { std::slice::from_raw_parts(src as *const u8, self.bytes()) }, stream)? {
-                return device::sync(stream);
-            }
-        }
         device::copy_sync(self.device, self.ptr, src, self.bytes(), stream)
     }
 

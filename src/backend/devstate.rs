@@ -31,6 +31,9 @@ pub struct DevState {
     /// Whether GPU reduction kernels work here, or why not.
     pub kernels: std::result::Result<(), String>,
     pub staging: Staging,
+    /// Whether two ranks of the communicator use one GPU (then their work on its compute engine
+    /// is time-sliced, and small deliveries go as stream writes: see `device::write_small`).
+    pub gpu_shared: bool,
     events: Vec<Event>,
 }
 
@@ -45,6 +48,7 @@ impl DevState {
         let mut chunk = [-(cfg.chunk_bytes as i64)];
         c.allreduce_max_i64(&mut chunk, "agreeing on the staging chunk size")?;
         let chunk = (-chunk[0]) as usize;
+        let gpu_shared = crate::backend::nccl::shared_gpus(c, Some(device))?.is_some();
         let mut coll = mpisys::comm_null();
         // SAFETY: c.raw() is valid; every rank calls.
         mpisys::check(unsafe { sys::MPI_Comm_dup(c.raw(), &mut coll) }, "MPI_Comm_dup")?;
@@ -71,6 +75,7 @@ impl DevState {
             chunk,
             kernels,
             staging: cfg.staging,
+            gpu_shared,
             events: Vec::new(),
         })
     }
