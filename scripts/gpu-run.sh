@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (see scripts/gpu-test): the GPU tests with the stock Open MPI (not
 # CUDA-aware: AUTO must stage) and with the CUDA-aware Open MPI kit, then a pass/fail table.
-# Usage: bash scripts/gpu-run.sh [tests|bench|examples|nccl|multi|darray|python|all]...
+# Usage: bash scripts/gpu-run.sh [tests|bench|examples|nccl|multi|darray|fortran|python|all]...
 set -u
 cd "$(dirname "$0")/.."
 what=${*:-all}
@@ -117,6 +117,23 @@ if has examples || has darray; then
   example darray-blockrow-device stock 2 "$B/darray_blockrow" 2 device
   GPUWIRE_BACKEND=mpi_cuda_aware example darray-blockrow-device-cuda-aware kit 2 "$B/darray_blockrow" 2 device
   GPUWIRE_BACKEND=nccl example darray-blockrow-device-nccl-1rank stock 1 "$B/darray_blockrow" 1 device
+fi
+if has fortran || has darray; then
+  # The Fortran examples (examples-fortran), host and device memory: the same answers as C.
+  if stock ldd "$B/darray_cg_poisson_f" | grep -q "not found"; then
+    echo "[fortran] RESULT FAIL setup rank - $(stock ldd "$B/darray_cg_poisson_f" | grep 'not found' | tr -s ' \t' ' ')" | tee -a "$LOG"
+  else
+    has darray || example darray-cg-host stock 2 "$B/darray_cg_poisson" 768 2
+    has darray || example darray-cg-host-1rank stock 1 "$B/darray_cg_poisson" 768 1
+    example fortran-darray-cg-host stock 2 "$B/darray_cg_poisson_f" 768 2
+    example fortran-darray-cg-device stock 2 "$B/darray_cg_poisson_f" 768 2 device
+    GPUWIRE_BACKEND=nccl example fortran-darray-cg-device-nccl-1rank stock 1 "$B/darray_cg_poisson_f" 768 1 device
+    for l in fortran-darray-cg-host fortran-darray-cg-device; do agree darray-cg-host $l; done
+    agree darray-cg-host-1rank fortran-darray-cg-device-nccl-1rank
+    example fortran-darray-blockrow-host stock 2 "$B/darray_blockrow_f" 2
+    example fortran-darray-blockrow-device stock 2 "$B/darray_blockrow_f" 2 device
+    example fortran-cg-host stock 2 "$B/cg_poisson_f" 768 2
+  fi
 fi
 if has python; then
   # examples-python/allreduce.py on CuPy device arrays (--cupy makes CuPy and a GPU required),

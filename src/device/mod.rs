@@ -299,9 +299,6 @@ static MEMOPS_REFUSED: std::sync::atomic::AtomicBool = std::sync::atomic::Atomic
 /// costs ~270 µs when both ranks issue one at once, while a device-to-host copy (copy engine)
 /// costs 8.5 µs and a stream write-value 6.5 µs (bench/probe_share.c, scripts/gpu-probe.sh).
 ///
-/// Contract: no earlier work of `stream` that writes `dst` is still running (the staged path
-/// has synchronized the stream before), so the writes after the first may skip the fence.
-///
 /// Returns Ok(false), having done nothing, where it does not apply: `src` longer than
 /// [`SMALL_WRITE_BYTES`], `dst` or the length not a multiple of 4 bytes, or a driver that refuses
 /// stream memory operations (remembered); the caller copies instead.
@@ -322,10 +319,10 @@ pub fn write_small(dst: usize, src: &[u8], stream: Stream) -> Result<bool> {
         // SAFETY: writing the writeValue member of a zeroed union.
         let w = unsafe { &mut op.writeValue };
         w.address = (dst + off) as sys::CUdeviceptr;
-        // The first write has the memory fence of CU_STREAM_WRITE_VALUE_DEFAULT (ordered after
-        // all earlier work of the stream); the others, to disjoint addresses of the same batch,
-        // skip it (CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER = 1): a fence per write costs ~1.5 µs.
-        w.flags = if off == 0 { 0 } else { 1 };
+        // flags 0 = CU_STREAM_WRITE_VALUE_DEFAULT. (CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER on
+        // all but the first write was refused by the H200's driver 580 with
+        // CUDA_ERROR_INVALID_VALUE.) Each write costs ~1.5 µs there, so 1 KiB costs ~200 µs,
+        // still below a contended small copy (~270 µs).
         if (dst + off) % 8 == 0 && n - off >= 8 {
             w.operation = sys::CUstreamBatchMemOpType::CU_STREAM_MEM_OP_WRITE_VALUE_64;
             w.__bindgen_anon_1.value64 = u64::from_ne_bytes(src[off..off + 8].try_into().expect("8 bytes"));
@@ -345,7 +342,8 @@ pub fn write_small(dst: usize, src: &[u8], stream: Stream) -> Result<bool> {
         match r {
             sys::CUresult::CUDA_SUCCESS => {}
             // Refused before anything was enqueued: copy instead, now and from now on.
-            sys::CUresult::CUDA_ERROR_NOT_SUPPORTED if i == 0 => {
+            r if i == 0 => {
+                crate::trace!("cuStreamBatchMemOp refused ({r:?}): small deliveries are copies from now on");
                 MEMOPS_REFUSED.store(true, Ordering::Relaxed);
                 return Ok(false);
             }
