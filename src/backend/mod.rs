@@ -177,6 +177,10 @@ pub fn setup(c: &mut Communicator) -> Result<()> {
     if kind != BackendKind::GPUWIRE_BACKEND_HOST {
         let st = devstate::DevState::new(c, c.device())?;
         let note = match &st.kernels {
+            Ok(()) if st.gpu_shared => format!(
+                "; large reductions run on the GPU; ranks share a GPU, so reductions up to {} KiB run on a host copy (its compute engine is time-sliced between them)",
+                st.small_bytes() >> 10
+            ),
             Ok(()) => "; large reductions run on the GPU".to_string(),
             Err(e) => format!("; reductions run on the host ({e})"),
         };

@@ -8,8 +8,8 @@
 //!   one side matches a host buffer on the other); isend/irecv stage through pooled buffers.
 //! - bcast: pipelined in chunks: the device-to-host copy of chunk i+1 overlaps the MPI_Bcast of
 //!   chunk i (root), the host-to-device copy of chunk i the MPI_Bcast of chunk i+1 (others).
-//! - allreduce, reduce, reduce_scatter: up to 64 KiB, one MPI collective on a host copy
-//!   (latency-bound); above, a ring of pipelined staged exchanges with the reductions done by
+//! - allreduce, reduce, reduce_scatter: up to 64 KiB (2 MiB when ranks share a GPU), one MPI
+//!   collective on a host copy (latency-bound); above, a ring of pipelined staged exchanges with the reductions done by
 //!   GPU kernels (`ring`). Without NVRTC, MPI reduces a host copy at every size.
 //! - allgather(v), alltoall, gather, scatter: one MPI collective on host copies.
 //!
@@ -18,7 +18,7 @@
 
 use std::sync::MutexGuard;
 
-use crate::backend::devstate::{self, DevState, PoolBuf, SMALL_BYTES};
+use crate::backend::devstate::{self, DevState, PoolBuf};
 use crate::backend::host::{self, MpiPending, Src};
 use crate::backend::ring::{self, Loc};
 use crate::backend::{Input, Path};
@@ -95,7 +95,7 @@ impl<'a> Call<'a> {
 
     /// Whether large reductions run on the GPU (NVRTC kernels available everywhere).
     pub fn gpu_reduce(&self, bytes: usize) -> bool {
-        bytes > SMALL_BYTES && self.st.kernels.is_ok()
+        bytes > self.st.small_bytes() && self.st.kernels.is_ok()
     }
 }
 
