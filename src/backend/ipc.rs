@@ -217,6 +217,8 @@ pub struct IpcState {
     recvs: Mutex<Vec<Weak<Mutex<RecvOp>>>>,
     /// Keeps a header and its data message posted in the same order.
     send_order: Mutex<()>,
+    /// Tags of data messages (K_DATA), rotating through 0..=MPI_TAG_UB.
+    data_tag: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for IpcState {
@@ -259,6 +261,7 @@ impl IpcState {
             inner: Mutex::new(Inner { exports: HashMap::new(), imports: (0..p).map(|_| Lru::new(shm::MAPPINGS_PER_PEER)).collect(), cells: Cells::default() }),
             recvs: Mutex::new(Vec::new()),
             send_order: Mutex::new(()),
+            data_tag: std::sync::atomic::AtomicU64::new(0),
         };
         let (mut qsize, mut disp, mut qbase): (sys::MPI_Aint, c_int, *mut c_void) = (0, 0, std::ptr::null_mut());
         // SAFETY: valid window; writes size, unit and base of rank 0's part.
@@ -814,7 +817,7 @@ struct Header {
     bytes: u64,
     cell: u64,
     generation: u64,
-    /// K_LOCAL: the sender's pointer (the same process).
+    /// K_LOCAL: the sender's pointer (the same process); K_DATA: the tag of the data message.
     ptr: u64,
     rec: BufRecord,
     data: [u8; SMALL],
@@ -877,7 +880,7 @@ impl SendOp {
         h.bytes = v.bytes as u64;
         let mut op = SendOp { reqs: Vec::new(), _hdr: zeroed_header(), cell: None, staged: None, pool: &c.backend_state.pool, state: s };
         let mut len = HDR_FIXED;
-        let mut data: Option<(usize, usize)> = None;
+        let mut data: Option<(usize, usize, i32)> = None;
         if v.bytes <= SMALL {
             h.kind = K_INLINE;
             if v.bytes > 0 {
@@ -896,6 +899,8 @@ impl SendOp {
             if dest as usize == s.me {
                 h.kind = K_LOCAL;
                 h.ptr = v.ptr as u64;
+                // Whether the pointer is host memory.
+                h.rec.kind = if v.host() { REC_LOCAL_ONLY } else { REC_NONE };
             } else if rec.kind == REC_HANDLE {
                 h.kind = K_HANDLE;
                 h.rec = rec;
@@ -913,7 +918,12 @@ impl SendOp {
                     device::sync(stream)?;
                     p
                 };
-                data = Some((src, v.bytes));
+                // The data message gets a tag of its own, named in the header: the receiver may
+                // process two headers from this rank out of order (request tests), and must still
+                // match each with its own data.
+                let dtag = (s.data_tag.fetch_add(1, Ordering::Relaxed) as i64 % (crate::runtime::ensure_ready()?.tag_ub as i64 + 1)) as i32;
+                h.ptr = dtag as u64;
+                data = Some((src, v.bytes, dtag));
             }
             if matches!(h.kind, K_LOCAL | K_HANDLE) {
                 let my_cells = &s.seg.slot(s.me).cells;
@@ -932,8 +942,8 @@ impl SendOp {
         {
             let _order = lock(&s.send_order);
             op.reqs.push(isend_bytes(s.ctrl, hp, len, dest, tag)?);
-            if let Some((p, n)) = data {
-                op.reqs.push(isend_bytes(s.data, p, n, dest, tag)?);
+            if let Some((p, n, dtag)) = data {
+                op.reqs.push(isend_bytes(s.data, p, n, dest, dtag)?);
             }
         }
         op._hdr = h;
@@ -1038,7 +1048,8 @@ impl RecvOp {
                         K_INLINE => deliver(self.dst, &h.data[..n.min(SMALL)], self.stream),
                         K_LOCAL | K_HANDLE => {
                             let r = if h.kind == K_LOCAL {
-                                ring::copy(Loc { ptr: self.dst.ptr, host: self.dst.host() }, Loc { ptr: h.ptr as usize, host: false }, n, self.stream)
+                                let src_host = h.rec.kind == REC_LOCAL_ONLY;
+                                ring::copy(Loc { ptr: self.dst.ptr, host: self.dst.host() }, Loc { ptr: h.ptr as usize, host: src_host }, n, self.stream)
                                     .and_then(|()| device::sync(self.stream))
                             } else {
                                 let mut inner = lock(&s.inner);
@@ -1061,7 +1072,7 @@ impl RecvOp {
                                 let pb = unsafe { (*self.pool).take(bytes, self.pinned, s.device)? };
                                 (pb.ptr, Some(pb))
                             };
-                            let req = irecv_bytes(s.data, target, bytes, h.src, h.tag)?;
+                            let req = irecv_bytes(s.data, target, bytes, h.src, h.ptr as i32)?;
                             self.state = RState::Data { req, pb };
                             continue;
                         }
