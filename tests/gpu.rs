@@ -334,7 +334,7 @@ fn ops_matrix(cx: &Ctx) -> Result<(), String> {
             ok(gpuwire_sendrecv(cx.comm, buf, right, 3, inbox, left, 3, s), "sendrecv");
             check_bytes(&format!("sendrecv n={n}"), &download(inbox, n * es), &data(d, left, n), d)?;
             upload(inbox, &vec![0u8; n * es]);
-            let mut rq = 0u64;
+            let (mut rq, mut sq) = (0u64, 0u64);
             ok(gpuwire_irecv(cx.comm, inbox, left, 4, s, &mut rq), "irecv");
             ok(gpuwire_isend(cx.comm, buf, right, 4, s, &mut sq), "isend");
             let mut reqs = [rq, sq];
