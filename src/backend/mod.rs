@@ -111,12 +111,16 @@ pub fn choose(c: &Communicator) -> Result<Choice> {
         return Ok(Choice { kind: BackendKind::GPUWIRE_BACKEND_HOST, reason: "requested; device buffers are refused".into(), device: -1 });
     }
     let cuda = device::cuda_with_devices();
+    // A bad device is reported after the collective exchanges below, which every rank must
+    // make whatever its own state (the caller agrees the outcome).
+    let mut bad_device = None;
     let device = match &cuda {
         Ok(cuda) if cfg.device >= cuda.device_count => {
-            return Err(Error::InvalidArgument(format!(
+            bad_device = Some(Error::InvalidArgument(format!(
                 "device {} was requested but this process sees {} CUDA device(s)",
                 cfg.device, cuda.device_count
             )));
+            None
         }
         Ok(_) if cfg.device >= 0 => Some(cfg.device),
         Ok(cuda) => Some(c.local_rank() % cuda.device_count),
@@ -134,6 +138,9 @@ pub fn choose(c: &Communicator) -> Result<Choice> {
     } else {
         Err("not considered".into())
     };
+    if let Some(e) = bad_device {
+        return Err(e);
+    }
     let cuda = match cuda {
         Ok(cuda) => cuda,
         Err(e) if requested == BackendKind::GPUWIRE_BACKEND_AUTO => {
