@@ -231,6 +231,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Page size assumed for the segment's alignment (slots are page multiples).
+const PAGE: usize = 4096;
+
 impl IpcState {
     /// Collective over `c`: allocates and registers the shared segment, duplicates the control
     /// communicators.
@@ -241,7 +244,9 @@ impl IpcState {
         let mut base: *mut c_void = std::ptr::null_mut();
         // SAFETY: RSMPI_WIN_NULL is a constant.
         let mut win: sys::MPI_Win = unsafe { sys::RSMPI_WIN_NULL };
-        let mine = if me == 0 { bytes } else { 0 } as sys::MPI_Aint;
+        // Rank 0 allocates the whole segment, plus a page of slack: Open MPI's window base is only
+        // 8-byte aligned (seen: 0x...108), and the slots must start on a page boundary.
+        let mine = if me == 0 { bytes + PAGE } else { 0 } as sys::MPI_Aint;
         // SAFETY: collective over c; writes the base pointer and the window.
         mpisys::check(
             unsafe { sys::MPI_Win_allocate_shared(mine, 1, sys::RSMPI_INFO_NULL, c.raw(), (&mut base as *mut *mut c_void).cast(), &mut win) },
@@ -269,12 +274,24 @@ impl IpcState {
             unsafe { sys::MPI_Win_shared_query(win, 0, &mut qsize, &mut disp, (&mut qbase as *mut *mut c_void).cast()) },
             "MPI_Win_shared_query (IPC segment)",
         )?;
-        if qbase.is_null() || (qsize as usize) < bytes || (qbase as usize) % 64 != 0 {
-            return Err(Error::Mpi(format!("the shared window has {qsize} bytes at {qbase:?}; {bytes} bytes, 64-byte aligned, were asked for")));
+        // The first page boundary of this process's mapping. Every process maps the segment at
+        // a page-aligned address, so the pad is the same everywhere; checked, since the slots
+        // must be at the same offset on every rank.
+        let pad = (PAGE - (qbase as usize) % PAGE) % PAGE;
+        let mut pads = [pad as i64, -(pad as i64)];
+        c.allreduce_max_i64(&mut pads, "agreeing on the IPC segment's alignment")?;
+        if qbase.is_null() || (qsize as usize) < bytes + pad || pads[0] != -pads[1] {
+            return Err(Error::Mpi(format!(
+                "the shared window has {qsize} bytes at {qbase:?} (page pad {pad}, on other ranks {}..{}); {bytes} bytes from a page boundary were asked for",
+                -pads[1],
+                pads[0]
+            )));
         }
-        // SAFETY: the window holds p slots; each rank zeroes its own before the barrier below.
-        st.seg = unsafe { Seg::new(qbase as usize, p) };
-        let my = qbase as usize + me * shm::SLOT_BYTES;
+        let seg_base = qbase as usize + pad;
+        // SAFETY: the window holds p slots from seg_base; each rank zeroes its own before the
+        // barrier below.
+        st.seg = unsafe { Seg::new(seg_base, p) };
+        let my = seg_base + me * shm::SLOT_BYTES;
         // SAFETY: this rank's slot, inside the window.
         unsafe { std::ptr::write_bytes(my as *mut u8, 0, shm::SLOT_BYTES) };
         {
@@ -298,7 +315,7 @@ impl IpcState {
             // Every slot is zeroed before anyone reads one.
             mpisys::check(sys::MPI_Barrier(c.raw()), "MPI_Barrier")?;
         }
-        crate::trace!("ipc: segment of {bytes} bytes at {qbase:?}, slot {} bytes", shm::SLOT_BYTES);
+        crate::trace!("ipc: segment of {bytes} bytes at {seg_base:#x} (window base {qbase:?}), slot {} bytes", shm::SLOT_BYTES);
         Ok(st)
     }
 
