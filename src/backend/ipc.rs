@@ -189,6 +189,9 @@ struct Export {
 #[derive(Clone, Copy, Debug)]
 struct Mapping {
     ptr: u64,
+    /// The exporter's allocation range [base, base + size) in its own address space.
+    base: u64,
+    size: u64,
 }
 
 /// State shared by calls, under one lock held only for local work (never across a wait).
@@ -439,6 +442,21 @@ impl IpcState {
         if peer == self.me {
             return Ok((rec.base + rec.offset) as usize);
         }
+        // A cached mapping whose range overlaps this allocation's in the peer's address space is
+        // of an allocation the peer has freed (two live allocations never overlap), and the
+        // driver refuses to open the new one beside it (CUDA_ERROR_ALREADY_MAPPED): close it.
+        // No call in flight uses it (the leader synchronizes its stream before every return).
+        if !inner.imports[peer].contains(&rec.id) {
+            let (b, e) = (rec.base, rec.base + rec.size);
+            inner.imports[peer].evict_if(
+                |_, m| m.base < e && b < m.base + m.size,
+                // SAFETY: a mapping of this state, evicted: closed once.
+                |m| unsafe {
+                    crate::trace!("ipc: closing rank {peer}'s freed allocation at {:#x} (mapped at {:#x})", m.base, m.ptr);
+                    cu::cuIpcCloseMemHandle(m.ptr);
+                },
+            );
+        }
         let m = inner.imports[peer].get_or_open(
             rec.id,
             || {
@@ -454,7 +472,7 @@ impl IpcState {
                     "cuIpcOpenMemHandle",
                 )?;
                 crate::trace!("ipc: opened rank {peer}'s buffer {} ({} bytes) at {d:#x}", rec.id, rec.size);
-                Ok(Mapping { ptr: d })
+                Ok(Mapping { ptr: d, base: rec.base, size: rec.size })
             },
             // SAFETY: a mapping of this state, evicted: closed once.
             |m| unsafe {

@@ -228,6 +228,20 @@ impl<K: Eq + Hash + Copy, V: Copy> Lru<K, V> {
         Ok(v)
     }
 
+    pub fn contains(&self, key: &K) -> bool {
+        self.map.contains_key(key)
+    }
+
+    /// Closes and removes every entry for which `pred` holds.
+    pub fn evict_if(&mut self, pred: impl Fn(&K, &V) -> bool, mut close: impl FnMut(V)) {
+        let keys: Vec<K> = self.map.iter().filter(|(k, (v, _))| pred(k, v)).map(|(k, _)| *k).collect();
+        for k in keys {
+            if let Some((v, _)) = self.map.remove(&k) {
+                close(v);
+            }
+        }
+    }
+
     /// Closes and removes everything.
     pub fn drain(&mut self, mut close: impl FnMut(V)) {
         for (_, (v, _)) in self.map.drain() {
@@ -372,6 +386,21 @@ mod tests {
         rest.sort();
         assert_eq!(rest, vec![1007, 1009]);
         assert!(c.is_empty());
+    }
+
+    #[test]
+    fn lru_evict_if_closes_only_matching_entries() {
+        // Values (base, size) of the exporter's allocations: a new allocation overlapping a
+        // cached one evicts it (the old one was freed), a disjoint one stays.
+        let mut c: Lru<u64, (u64, u64)> = Lru::new(8);
+        for (id, base) in [(1u64, 0x1000u64), (2, 0x3000), (3, 0x5000)] {
+            c.get_or_open(id, || Ok((base, 0x1000)), |_| {}).unwrap();
+        }
+        let (b, e) = (0x2800u64, 0x3800u64);
+        let mut closed = Vec::new();
+        c.evict_if(|_, v| v.0 < e && b < v.0 + v.1, |v| closed.push(v.0));
+        assert_eq!(closed, vec![0x3000]);
+        assert!(c.contains(&1) && !c.contains(&2) && c.contains(&3));
     }
 
     #[test]
