@@ -19,6 +19,7 @@ import sys
 ORDER = [
     "gpuwire-nccl",
     "raw-nccl",
+    "gpuwire-ipc",
     "gpuwire-staged",
     "gpuwire-cuda_aware",
     "raw-cuda-aware",
@@ -51,7 +52,36 @@ TARGETS = [
      "raw-cuda-aware / gpuwire-cuda_aware >= 100"),
     ("staged 8 B allreduce vs plain mpi4py+CuPy", "mpi4py-cupy-plain", "gpuwire-staged", "allreduce", 8, 5.0,
      "plain / gpuwire-staged >= 5"),
+    ("IPC 256 MiB allreduce vs plain mpi4py+CuPy", "mpi4py-cupy-plain", "gpuwire-ipc", "allreduce", 256 * MIB, 200.0,
+     "plain / gpuwire-ipc >= 200"),
 ]
+
+# Absolute targets of the IPC backend (issue 5; two ranks on one GPU):
+# (name, label, op, bytes, kind, limit): kind "max_us" = median time at most limit us,
+# "min_GBps" = bytes / median one-way time at least limit GB/s (1e9 bytes per second).
+ABS_TARGETS = [
+    ("IPC 256 MiB float32 allreduce", "gpuwire-ipc", "allreduce", 256 * MIB, "max_us", 1500.0),
+    ("IPC 16 MiB float32 allreduce", "gpuwire-ipc", "allreduce", 16 * MIB, "max_us", 200.0),
+    ("IPC 8 B float32 allreduce", "gpuwire-ipc", "allreduce", 8, "max_us", 30.0),
+    ("IPC send/recv of 256 MiB", "gpuwire-ipc", "sendrecv", 256 * MIB, "min_GBps", 900.0),
+]
+
+
+def abs_targets(rows):
+    out = []
+    for name, label, op, nbytes, kind, limit in ABS_TARGETS:
+        r = rows.get((label, op, nbytes))
+        if r is None:
+            out.append(f"- {name}: NO DATA (missing {label} {op} {human_size(nbytes)})")
+            continue
+        if kind == "max_us":
+            ok = r[0] <= limit
+            out.append(f"- {name}: {human_time(r[0])}; target <= {human_time(limit)}: {'MET' if ok else 'MISSED'}")
+        else:
+            gbps = nbytes / (r[0] * 1e3)
+            ok = gbps >= limit
+            out.append(f"- {name}: {gbps:.0f} GB/s ({human_time(r[0])} one way); target >= {limit:.0f} GB/s: {'MET' if ok else 'MISSED'}")
+    return out
 
 
 def human_size(b):
@@ -255,6 +285,7 @@ def targets(rows, pairs=None):
             worst = max(big, key=lambda x: x[1])
             n_ok = sum(1 for _, r in big if r <= 1.03)
             out.append(f"- host {op} >= 64 KiB: {n_ok}/{len(big)} sizes within 3 % of raw MPI (worst {worst[1]:.4f} at {human_size(worst[0])})")
+    out += abs_targets(rows)
     out += nccl_targets(pairs or {})
     return out
 

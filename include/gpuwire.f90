@@ -169,6 +169,7 @@ module gpuwire_types
   integer(c_int32_t), parameter, public :: GPUWIRE_BACKEND_MPI_STAGED = 2
   integer(c_int32_t), parameter, public :: GPUWIRE_BACKEND_MPI_CUDA_AWARE = 3
   integer(c_int32_t), parameter, public :: GPUWIRE_BACKEND_NCCL = 4
+  integer(c_int32_t), parameter, public :: GPUWIRE_BACKEND_IPC = 5
 
   ! Staging of the staged backend (gpuwire_staging).
   integer(c_int32_t), parameter, public :: GPUWIRE_STAGING_PINNED = 0

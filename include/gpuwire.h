@@ -330,6 +330,11 @@ enum gpuwire_backend
    * NCCL, bootstrapped over MPI; every rank needs its own GPU.
    */
   GPUWIRE_BACKEND_NCCL = 4,
+  /**
+   * CUDA IPC between the ranks of one node (MPI carries only control messages); every rank
+   * on one node and every pair of devices the same GPU or peers (cuDeviceCanAccessPeer).
+   */
+  GPUWIRE_BACKEND_IPC = 5,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L

@@ -16,6 +16,7 @@
 #   cuda_aware-<N>gpu     gpuwire-cuda_aware-<N>gpu, allreduce up to 256 MiB                the kit
 #   staged-<N>gpu         gpuwire-staged-<N>gpu, allreduce up to 256 MiB                    stock
 # single (one H200 shared by two ranks: CUDA_VISIBLE_DEVICES=0, mpirun -np 2):
+#   gpuwire-ipc           gpuwire, backend IPC (allreduce, sendrecv, exchange) stock Open MPI
 #   gpuwire-staged        gpuwire, backend MPI_STAGED            stock Open MPI (/usr, not CUDA-aware)
 #   mpi4py-cupy-plain     cp.asnumpy -> Allreduce -> cp.asarray  stock
 #   mpi4py-cupy-careful   pinned buffers, halves, sum on the GPU stock
@@ -134,6 +135,7 @@ fi
 if want single; then
   # Two ranks sharing GPU 0, also on a machine with more.
   export CUDA_VISIBLE_DEVICES=0
+  step gpuwire-ipc 90 stock "$B/gpuwire-bench" device --backend ipc --op allreduce,sendrecv,exchange --max-bytes "$MAXB"
   step gpuwire-staged 90 stock "$B/gpuwire-bench" device --backend staged --op allreduce,sendrecv --max-bytes "$MAXB"
   # shellcheck disable=SC2086
   step mpi4py-cupy-plain 90 stock_py "$PY" "$BENCH_DIR/mpi4py_cupy.py" --method plain --max-bytes "$MAXB" $PY_EXTRA

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (see scripts/gpu-test): the GPU tests with the stock Open MPI (not
 # CUDA-aware: AUTO must stage) and with the CUDA-aware Open MPI kit, then a pass/fail table.
-# Usage: bash scripts/gpu-run.sh [tests|bench|examples|nccl|multi|darray|fortran|python|all]...
+# Usage: bash scripts/gpu-run.sh [tests|bench|examples|nccl|ipc|multi|darray|fortran|python|all]...
 set -u
 cd "$(dirname "$0")/.."
 what=${*:-all}
@@ -49,6 +49,19 @@ if has nccl || has tests; then
   # One GPU: NCCL on 1-rank communicators (every operation, datatype and op); C15 with 2 ranks.
   GPUWIRE_BACKEND=nccl GPUWIRE_GPU_TEST_NP=1 np2=$np1 gputest nccl-1rank stock ops,c13,c14,c16,c17 -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP
   gputest stock-c15 stock c15
+fi
+if has ipc; then
+  # CUDA IPC, stock (not CUDA-aware) Open MPI, ranks sharing GPU 0: every operation x datatype x
+  # op, stream ordering, tails, results in the caller's buffer, isend/irecv; the
+  # free-then-reallocate case, a rank freeing its communicator while a peer still works, memory
+  # IPC cannot export; with 2 and with 3 ranks. Then AUTO picks IPC (2 ranks, no GPUWIRE_BACKEND).
+  ipccases=ops,c12,c13,c14,c17,ipcfree,ipcexit,ipcmixed
+  GPUWIRE_BACKEND=ipc gputest ipc-np2 stock "$ipccases" -x GPUWIRE_BACKEND
+  GPUWIRE_BACKEND=ipc GPUWIRE_GPU_TEST_NP=3 np2="mpirun -np 3 --oversubscribe --bind-to none" \
+    gputest ipc-np3 stock "$ipccases" -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP
+  gputest ipc-auto stock ipcauto,c15
+  # A timeout configured: a collective one rank skips fails on every rank within it.
+  GPUWIRE_BACKEND=ipc gputest ipc-timeout stock timeout -x GPUWIRE_BACKEND
 fi
 if has darray; then
   # Distributed arrays on device memory: every backend, and NCCL on one rank.

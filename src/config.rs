@@ -65,7 +65,7 @@ impl Config {
         let mut c = Config::default();
         if let Some(v) = lookup("GPUWIRE_BACKEND") {
             c.backend = BackendKind::parse(&v)
-                .ok_or_else(|| bad_env("GPUWIRE_BACKEND", &v, "auto, host, mpi_staged, mpi_cuda_aware or nccl"))?;
+                .ok_or_else(|| bad_env("GPUWIRE_BACKEND", &v, "auto, host, mpi_staged, mpi_cuda_aware, nccl or ipc"))?;
         }
         if let Some(v) = lookup("GPUWIRE_DEVICE") {
             c.device = v
@@ -145,6 +145,8 @@ mod tests {
         assert!(c.check);
         assert_eq!(c.timeout, Some(Duration::from_millis(2500)));
         assert_eq!(c.device, 3);
+        assert_eq!(with(&[("GPUWIRE_BACKEND", "ipc")]).unwrap().backend, BackendKind::GPUWIRE_BACKEND_IPC);
+        assert_eq!(with(&[("GPUWIRE_BACKEND", "IPC")]).unwrap().backend, BackendKind::GPUWIRE_BACKEND_IPC);
     }
 
     #[test]

@@ -117,6 +117,10 @@ impl Communicator {
         backend::path_for(self, bufs)
     }
 
+    fn p2p_path(&self, bufs: &[Option<&Buffer>]) -> Result<&'static dyn Path> {
+        backend::path_for_p2p(self, bufs)
+    }
+
     /// Runs checking mode's agreement (when on) and returns the locally validated value, or the
     /// error every rank returns.
     pub fn agree<T>(&self, what: &str, sig: Sig, local: Result<T>) -> Result<T> {
@@ -211,7 +215,7 @@ impl Communicator {
         if dest == PROC_NULL {
             return Ok(());
         }
-        self.path(&[Some(buf)])?.send(self, buf, dest, tag, stream)
+        self.p2p_path(&[Some(buf)])?.send(self, buf, dest, tag, stream)
     }
 
     /// As MPI_Recv of exactly `buf.count()` elements from `source`.
@@ -222,7 +226,7 @@ impl Communicator {
         if source == PROC_NULL {
             return Ok(());
         }
-        self.path(&[Some(buf)])?.recv(self, buf, source, tag, stream)
+        self.p2p_path(&[Some(buf)])?.recv(self, buf, source, tag, stream)
     }
 
     /// As MPI_Isend; the request keeps the communicator and the buffer alive.
@@ -233,7 +237,7 @@ impl Communicator {
         let pending: Box<dyn crate::request::Pending> = if dest == PROC_NULL {
             Box::new(Done)
         } else {
-            self.path(&[Some(buf)])?.isend(self, buf, dest, tag, stream)?
+            self.p2p_path(&[Some(buf)])?.isend(self, buf, dest, tag, stream)?
         };
         Ok(Request::new(pending, self.clone(), buf.clone()))
     }
@@ -246,7 +250,7 @@ impl Communicator {
         let pending: Box<dyn crate::request::Pending> = if source == PROC_NULL {
             Box::new(Done)
         } else {
-            self.path(&[Some(buf)])?.irecv(self, buf, source, tag, stream)?
+            self.p2p_path(&[Some(buf)])?.irecv(self, buf, source, tag, stream)?
         };
         Ok(Request::new(pending, self.clone(), buf.clone()))
     }
@@ -262,7 +266,7 @@ impl Communicator {
         if send.overlaps(recv) {
             return Err(Error::InvalidArgument("sendrecv: the send and receive buffers overlap".into()));
         }
-        let p = self.path(&[Some(send), Some(recv)])?;
+        let p = self.p2p_path(&[Some(send), Some(recv)])?;
         p.sendrecv(self, send, dest, sendtag, recv, source, recvtag, stream)
     }
 

@@ -92,6 +92,9 @@ pub enum gpuwire_backend {
     GPUWIRE_BACKEND_MPI_CUDA_AWARE = 3,
     /// NCCL, bootstrapped over MPI; every rank needs its own GPU.
     GPUWIRE_BACKEND_NCCL = 4,
+    /// CUDA IPC between the ranks of one node (MPI carries only control messages); every rank
+    /// on one node and every pair of devices the same GPU or peers (cuDeviceCanAccessPeer).
+    GPUWIRE_BACKEND_IPC = 5,
 }
 
 /// How the staged backend holds host copies of device data.
@@ -324,16 +327,17 @@ impl BackendKind {
             2 => GPUWIRE_BACKEND_MPI_STAGED,
             3 => GPUWIRE_BACKEND_MPI_CUDA_AWARE,
             4 => GPUWIRE_BACKEND_NCCL,
+            5 => GPUWIRE_BACKEND_IPC,
             _ => {
                 return Err(Error::InvalidArgument(format!(
-                    "backend code {v} is not a gpuwire_backend (valid codes are 0..=4)"
+                    "backend code {v} is not a gpuwire_backend (valid codes are 0..=5)"
                 )));
             }
         })
     }
 
     /// Parses the value of GPUWIRE_BACKEND (case-insensitive; "auto", "host", "mpi_staged" or
-    /// "staged", "mpi_cuda_aware" or "cuda_aware", "nccl").
+    /// "staged", "mpi_cuda_aware" or "cuda_aware", "nccl", "ipc").
     pub fn parse(s: &str) -> Option<BackendKind> {
         use BackendKind::*;
         Some(match s.trim().to_ascii_lowercase().replace('-', "_").as_str() {
@@ -342,6 +346,7 @@ impl BackendKind {
             "mpi_staged" | "staged" => GPUWIRE_BACKEND_MPI_STAGED,
             "mpi_cuda_aware" | "cuda_aware" => GPUWIRE_BACKEND_MPI_CUDA_AWARE,
             "nccl" => GPUWIRE_BACKEND_NCCL,
+            "ipc" => GPUWIRE_BACKEND_IPC,
             _ => return None,
         })
     }
@@ -354,6 +359,7 @@ impl BackendKind {
             GPUWIRE_BACKEND_MPI_STAGED => "MPI_STAGED",
             GPUWIRE_BACKEND_MPI_CUDA_AWARE => "MPI_CUDA_AWARE",
             GPUWIRE_BACKEND_NCCL => "NCCL",
+            GPUWIRE_BACKEND_IPC => "IPC",
         }
     }
 }
@@ -443,11 +449,13 @@ mod tests {
 
     #[test]
     fn backend_names_parse() {
-        for b in 0..=4 {
+        for b in 0..=5 {
             let k = BackendKind::from_c(b).unwrap();
             assert_eq!(BackendKind::parse(k.name()), Some(k));
         }
         assert_eq!(BackendKind::parse("Staged"), Some(BackendKind::GPUWIRE_BACKEND_MPI_STAGED));
         assert_eq!(BackendKind::parse("gpu"), None);
+        assert_eq!(BackendKind::parse(" IPC "), Some(BackendKind::GPUWIRE_BACKEND_IPC));
+        assert!(BackendKind::from_c(6).is_err());
     }
 }

@@ -376,11 +376,13 @@ fn c11_forced_cuda_aware(_cx: &Ctx) -> Result<(), String> {
         return Err(format!("message does not say why: {msg}"));
     }
     println!("C11 forced CUDA-aware message: {msg}");
-    // AUTO picks the staged path and an int32 allreduce is right.
+    // AUTO picks IPC (ranks of one node sharing the GPU) or the staged path, never
+    // MPI_CUDA_AWARE here, and an int32 allreduce is right.
     let mut backend = 0;
     ok(gpuwire_comm_backend(_cx.comm, &mut backend), "comm_backend");
-    if backend != BackendKind::GPUWIRE_BACKEND_MPI_STAGED as i32 && std::env::var("GPUWIRE_BACKEND").is_err() {
-        return Err(format!("AUTO chose backend {backend}, expected MPI_STAGED"));
+    let fine = [BackendKind::GPUWIRE_BACKEND_MPI_STAGED as i32, BackendKind::GPUWIRE_BACKEND_IPC as i32];
+    if !fine.contains(&backend) && std::env::var("GPUWIRE_BACKEND").is_err() {
+        return Err(format!("AUTO chose backend {backend}, expected IPC or MPI_STAGED"));
     }
     let b = dev_alloc(10, Dtype::GPUWIRE_INT32);
     let v: Vec<u8> = (0..10i32).flat_map(|i| i.to_le_bytes()).collect();
@@ -417,11 +419,14 @@ fn c15_shared_gpu_nccl(cx: &Ctx) -> Result<(), String> {
         return Err("the ranks got different messages".into());
     }
     println!("C15 rank {}: {}", cx.rank, last_error());
-    // AUTO on the same ranks chose an MPI path, which works.
+    // AUTO on the same ranks (one node, one shared GPU) fell back from NCCL to IPC, which works.
     let mut backend = 0;
     ok(gpuwire_comm_backend(cx.comm, &mut backend), "comm_backend");
     if backend == BackendKind::GPUWIRE_BACKEND_NCCL as i32 {
         return Err("AUTO chose NCCL on a shared GPU".into());
+    }
+    if std::env::var("GPUWIRE_BACKEND").is_err() && backend != BackendKind::GPUWIRE_BACKEND_IPC as i32 {
+        return Err(format!("AUTO chose backend {backend} for ranks sharing a GPU on one node, expected IPC ({})", describe(cx.comm)));
     }
     let v = dev_alloc(1000, Dtype::GPUWIRE_FLOAT32);
     upload(v, &(0..1000).flat_map(|_| 1.5f32.to_le_bytes()).collect::<Vec<u8>>());
@@ -741,6 +746,163 @@ fn c17_seed_demo(cx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
+fn describe(comm: gpuwire_comm) -> String {
+    let mut desc = vec![0 as c_char; 2048];
+    ok(gpuwire_comm_describe(comm, desc.as_mut_ptr(), desc.len()), "describe");
+    let d: Vec<u8> = desc.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
+    String::from_utf8_lossy(&d).into_owned()
+}
+
+fn f32s(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn all_f32(bytes: &[u8], want: f32) -> Result<(), String> {
+    match bytes.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).enumerate().find(|(_, v)| *v != want) {
+        Some((i, v)) => Err(format!("element {i} is {v}, expected {want}")),
+        None => Ok(()),
+    }
+}
+
+/// AUTO with the ranks of one node sharing one GPU picks IPC and says why.
+fn ipc_auto(cx: &Ctx) -> Result<(), String> {
+    let mut c = 0;
+    ok(gpuwire_comm_world(std::ptr::null(), &mut c), "comm_world (AUTO)");
+    let text = describe(c);
+    let mut backend = 0;
+    ok(gpuwire_comm_backend(c, &mut backend), "comm_backend");
+    gpuwire_comm_free(c);
+    if backend != BackendKind::GPUWIRE_BACKEND_IPC as i32 || !text.contains("backend=IPC") || !text.contains("CUDA IPC") {
+        return Err(format!("AUTO did not pick IPC: {text}"));
+    }
+    println!("rank {}: AUTO: {text}", cx.rank);
+    Ok(())
+}
+
+/// A buffer freed and a new one allocated (often at the same address) with other contents: the
+/// peers must see the new contents, never the old (gpuwire's buffers, and the user's own
+/// cuMemAlloc'd pointers wrapped, freed and allocated again).
+fn ipc_free_realloc(cx: &Ctx) -> Result<(), String> {
+    let (r, p, s) = (cx.rank, cx.size, cx.stream as *mut c_void);
+    let n = 1usize << 20; // 4 MiB: above the small-message path, so mappings are used
+    let mut addrs = Vec::new();
+    for round in 0..6 {
+        let raw = round % 2 == 1;
+        let v = (round * 10 + r + 1) as f32;
+        let (b, rawptr) = if raw {
+            let mut d: u64 = 0;
+            cuok(unsafe { cu::cuMemAlloc_v2(&mut d, n * 4) }, "cuMemAlloc");
+            let mut b = 0;
+            ok(gpuwire_buffer_wrap(d as *mut c_void, n as i64, Dtype::GPUWIRE_FLOAT32 as i32, Space::GPUWIRE_SPACE_DEVICE as i32, &mut b), "wrap");
+            (b, d)
+        } else {
+            (dev_alloc(n, Dtype::GPUWIRE_FLOAT32), 0)
+        };
+        addrs.push(ptr_of(b));
+        upload(b, &f32s(&vec![v; n]));
+        // Rank 0's contents to every rank by send/recv (rank 0 sends to each in turn).
+        let inbox = dev_alloc(n, Dtype::GPUWIRE_FLOAT32);
+        if r == 0 {
+            for q in 1..p {
+                ok(gpuwire_send(cx.comm, b, q, 30 + round, s), "send");
+            }
+        } else {
+            ok(gpuwire_recv(cx.comm, inbox, 0, 30 + round, s), "recv");
+            all_f32(&download(inbox, n * 4), (round * 10 + 1) as f32).map_err(|e| format!("round {round} ({}): recv: {e}", if raw { "wrapped cuMemAlloc" } else { "gpuwire alloc" }))?;
+        }
+        // A collective reading every rank's buffer in place.
+        ok(gpuwire_allreduce(cx.comm, b, b, ReduceOp::GPUWIRE_SUM as i32, s), "allreduce");
+        let want: f32 = (0..p).map(|q| (round * 10 + q + 1) as f32).sum();
+        all_f32(&download(b, n * 4), want).map_err(|e| format!("round {round} ({}): allreduce: {e}", if raw { "wrapped cuMemAlloc" } else { "gpuwire alloc" }))?;
+        // bcast from the last rank into every rank's (new) buffer.
+        upload(b, &f32s(&vec![v; n]));
+        ok(gpuwire_bcast(cx.comm, b, p - 1, s), "bcast");
+        all_f32(&download(b, n * 4), (round * 10 + p) as f32).map_err(|e| format!("round {round}: bcast: {e}"))?;
+        gpuwire_buffer_free(b);
+        gpuwire_buffer_free(inbox);
+        if raw {
+            cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "sync");
+            cuok(unsafe { cu::cuMemFree_v2(rawptr) }, "cuMemFree");
+        }
+    }
+    let reused = addrs.windows(2).filter(|w| w[0] == w[1]).count();
+    println!("rank {r}: free-then-reallocate: 6 rounds, the address was reused {reused} time(s): {:x?}", addrs);
+    Ok(())
+}
+
+/// A rank that frees its communicator while a peer still uses it: the free is collective and
+/// waits for the peer (rank 1 works 1.5 s longer); the peer's later calls on the communicator
+/// work; afterwards the world communicator works.
+fn ipc_exit(cx: &Ctx) -> Result<(), String> {
+    let s = cx.stream as *mut c_void;
+    let mut c = 0;
+    ok(gpuwire_comm_dup(cx.comm, &mut c), "dup");
+    let mut backend = 0;
+    ok(gpuwire_comm_backend(c, &mut backend), "comm_backend");
+    let n = 1usize << 20;
+    let b = dev_alloc(n, Dtype::GPUWIRE_FLOAT32);
+    upload(b, &f32s(&vec![1.0; n]));
+    ok(gpuwire_allreduce(c, b, b, ReduceOp::GPUWIRE_SUM as i32, s), "allreduce (mappings opened)");
+    let t0 = Instant::now();
+    if cx.rank == 1 {
+        // Keep using it (rank 1 sends to itself) while rank 0 is already in its free.
+        let mut rq = 0u64;
+        let inbox = dev_alloc(n, Dtype::GPUWIRE_FLOAT32);
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        ok(gpuwire_irecv(c, inbox, 1, 9, s, &mut rq), "irecv from self");
+        ok(gpuwire_send(c, b, 1, 9, s), "send to self");
+        ok(gpuwire_wait(&mut rq), "wait");
+        all_f32(&download(inbox, n * 4), cx.size as f32).map_err(|e| format!("self send after the peer's free began: {e}"))?;
+        gpuwire_buffer_free(inbox);
+    }
+    ok(gpuwire_comm_free(c), "comm_free");
+    let waited = t0.elapsed().as_secs_f64();
+    if cx.rank == 0 && backend == BackendKind::GPUWIRE_BACKEND_IPC as i32 && waited < 1.0 {
+        return Err(format!("rank 0's free returned after {waited:.2} s, before rank 1 (busy 1.5 s) freed its communicator"));
+    }
+    gpuwire_buffer_free(b);
+    let w = dev_alloc(8, Dtype::GPUWIRE_FLOAT32);
+    upload(w, &f32s(&[2.0; 8]));
+    ok(gpuwire_allreduce(cx.comm, w, w, ReduceOp::GPUWIRE_SUM as i32, s), "allreduce on world afterwards");
+    all_f32(&download(w, 32), 2.0 * cx.size as f32)?;
+    gpuwire_buffer_free(w);
+    println!("rank {}: comm_free took {waited:.2} s (backend {backend})", cx.rank);
+    Ok(())
+}
+
+/// Memory IPC cannot export (MANAGED) on one rank, device memory on the others: the call takes
+/// the staged path on every rank, with the right result; point-to-point between managed and
+/// device memory, and between host and device memory, works too.
+fn ipc_mixed(cx: &Ctx) -> Result<(), String> {
+    let (r, p, s) = (cx.rank, cx.size, cx.stream as *mut c_void);
+    let n = 1usize << 18; // 1 MiB
+    let mut b = 0;
+    let space = if r == 0 { Space::GPUWIRE_SPACE_MANAGED } else { Space::GPUWIRE_SPACE_DEVICE };
+    ok(gpuwire_buffer_alloc(n as i64, Dtype::GPUWIRE_FLOAT32 as i32, space as i32, DEVICE.load(std::sync::atomic::Ordering::Relaxed), &mut b), "alloc");
+    upload(b, &f32s(&vec![(r + 1) as f32; n]));
+    ok(gpuwire_allreduce(cx.comm, b, b, ReduceOp::GPUWIRE_SUM as i32, s), "allreduce managed/device");
+    all_f32(&download(b, n * 4), (1..=p).sum::<i32>() as f32).map_err(|e| format!("allreduce with managed memory on rank 0: {e}"))?;
+    if p >= 2 {
+        // Rank 0 (managed) -> rank 1 (host memory), rank 1 (device) -> rank 0 (managed).
+        let mut host = vec![0f32; n];
+        let mut hb = 0;
+        ok(gpuwire_buffer_wrap(host.as_mut_ptr().cast(), n as i64, Dtype::GPUWIRE_FLOAT32 as i32, Space::GPUWIRE_SPACE_HOST as i32, &mut hb), "wrap host");
+        upload(b, &f32s(&vec![(r + 5) as f32; n]));
+        if r == 0 {
+            ok(gpuwire_send(cx.comm, b, 1, 40, s), "send managed");
+            ok(gpuwire_recv(cx.comm, b, 1, 41, s), "recv into managed");
+            all_f32(&download(b, n * 4), 6.0).map_err(|e| format!("device -> managed: {e}"))?;
+        } else if r == 1 {
+            ok(gpuwire_recv(cx.comm, hb, 0, 40, s), "recv into host");
+            all_f32(&f32s(&host), 5.0).map_err(|e| format!("managed -> host: {e}"))?;
+            ok(gpuwire_send(cx.comm, b, 0, 41, s), "send device");
+        }
+        gpuwire_buffer_free(hb);
+    }
+    gpuwire_buffer_free(b);
+    Ok(())
+}
+
 fn main() {
     let Ok(cases) = std::env::var("GPUWIRE_GPU_TEST") else {
         println!(
@@ -799,6 +961,10 @@ fn main() {
             "timeout" => timeout_skipped_collective(&cx),
             "otherdev" => other_device_current(&cx),
             "c17" => c17_seed_demo(&cx),
+            "ipcauto" => ipc_auto(&cx),
+            "ipcfree" => ipc_free_realloc(&cx),
+            "ipcexit" => ipc_exit(&cx),
+            "ipcmixed" => ipc_mixed(&cx),
             other => Err(format!("unknown case {other}")),
         };
         let ms = t0.elapsed().as_millis();

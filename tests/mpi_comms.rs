@@ -26,6 +26,7 @@ fn main() {
     dup(&ctx);
     create_from_mpi_comm(&ctx);
     threads_on_separate_communicators(&ctx);
+    ipc_without_cuda(&ctx);
     ctx.finish();
 }
 
@@ -274,4 +275,39 @@ fn threads_on_separate_communicators(ctx: &Ctx) {
     for c in comms {
         ctx.ok(gpuwire_comm_free(c), "free");
     }
+}
+
+/// The IPC backend requested where there is no CUDA (CI): BACKEND_UNAVAILABLE on every rank, the
+/// same message naming IPC and why, by the config field and by GPUWIRE_BACKEND=ipc; AUTO still
+/// works (HOST).
+fn ipc_without_cuda(ctx: &Ctx) {
+    ctx.section("IPC requested without CUDA");
+    if gpuwire::device::cuda_with_devices().is_ok() {
+        println!("(skipped: this machine has CUDA; the GPU tests cover IPC)");
+        return;
+    }
+    let mut cfg: gpuwire_config = unsafe { std::mem::zeroed() };
+    ctx.ok(gpuwire_config_init(&mut cfg), "config_init");
+    cfg.backend = gpuwire::types::BackendKind::GPUWIRE_BACKEND_IPC as i32;
+    let mut c = 77u64;
+    ctx.error(gpuwire_comm_world(&cfg, &mut c), Status::GPUWIRE_ERROR_BACKEND_UNAVAILABLE, &["IPC was requested", "CUDA"], "IPC requested by the config");
+    ctx.check_eq(c, 77, "the out-parameter is not written on failure");
+    // The same message on every rank: compare with rank 0's.
+    let mut msg = last_error().into_bytes();
+    msg.resize(1024, 0);
+    let b = Buf::from_bytes(gpuwire::types::Dtype::GPUWIRE_UINT8, &msg);
+    ctx.ok(gpuwire_bcast(ctx.world, b.h, 0, st()), "bcast of rank 0's message");
+    ctx.check_eq(String::from_utf8_lossy(&b.read()).into_owned(), String::from_utf8_lossy(&msg).into_owned(), "every rank got rank 0's message");
+    // GPUWIRE_BACKEND=ipc (read at communicator creation without a config).
+    // SAFETY: no other thread of this test reads the environment now.
+    unsafe { std::env::set_var("GPUWIRE_BACKEND", "ipc") };
+    ctx.error(gpuwire_comm_world(std::ptr::null(), &mut c), Status::GPUWIRE_ERROR_BACKEND_UNAVAILABLE, &["IPC was requested"], "GPUWIRE_BACKEND=ipc");
+    // SAFETY: as above.
+    unsafe { std::env::remove_var("GPUWIRE_BACKEND") };
+    // AUTO: HOST, and the world communicator is unaffected.
+    ctx.ok(gpuwire_comm_world(std::ptr::null(), &mut c), "AUTO after the refusals");
+    let mut backend = -1;
+    ctx.ok(gpuwire_comm_backend(c, &mut backend), "comm_backend");
+    ctx.check_eq(backend, gpuwire::types::BackendKind::GPUWIRE_BACKEND_HOST as i32, "AUTO without CUDA is HOST");
+    ctx.ok(gpuwire_comm_free(c), "free");
 }

@@ -6,6 +6,8 @@
 
 pub mod devstate;
 pub mod host;
+pub mod ipc;
+pub mod ipc_shm;
 pub mod mpi_cuda_aware;
 pub mod mpi_staged;
 pub mod nccl;
@@ -42,6 +44,7 @@ impl Default for Choice {
 pub struct State {
     dev: Option<Mutex<devstate::DevState>>,
     nccl: Option<nccl::NcclState>,
+    ipc: Option<ipc::IpcState>,
     /// Host buffers of staged nonblocking requests.
     pub pool: devstate::Pool,
 }
@@ -53,6 +56,11 @@ impl State {
             Some(m) => Ok(m.lock().unwrap_or_else(|p| p.into_inner())),
             None => Err(Error::Internal("device path used on a communicator without device state".into())),
         }
+    }
+
+    /// The IPC state (IPC backend only).
+    pub fn ipc(&self) -> Result<&ipc::IpcState> {
+        self.ipc.as_ref().ok_or_else(|| Error::Internal("IPC path used on a communicator without IPC state".into()))
     }
 
     /// The NCCL state (NCCL backend only).
@@ -103,23 +111,36 @@ pub fn choose(c: &Communicator) -> Result<Choice> {
         return Ok(Choice { kind: BackendKind::GPUWIRE_BACKEND_HOST, reason: "requested; device buffers are refused".into(), device: -1 });
     }
     let cuda = device::cuda_with_devices();
+    // A bad device is reported after the collective exchanges below, which every rank must
+    // make whatever its own state (the caller agrees the outcome).
+    let mut bad_device = None;
     let device = match &cuda {
         Ok(cuda) if cfg.device >= cuda.device_count => {
-            return Err(Error::InvalidArgument(format!(
+            bad_device = Some(Error::InvalidArgument(format!(
                 "device {} was requested but this process sees {} CUDA device(s)",
                 cfg.device, cuda.device_count
             )));
+            None
         }
         Ok(_) if cfg.device >= 0 => Some(cfg.device),
         Ok(cuda) => Some(c.local_rank() % cuda.device_count),
         Err(_) => None,
     };
-    // Who shares a GPU: collective, so every rank asks, whatever its own state.
+    // Who shares a GPU, and whether IPC can be used: collective, so every rank asks, whatever
+    // its own state (also without CUDA), whenever the (agreed) configuration may need the answer.
     let shared = if matches!(requested, BackendKind::GPUWIRE_BACKEND_AUTO | BackendKind::GPUWIRE_BACKEND_NCCL) {
         nccl::shared_gpus(c, device)?
     } else {
         None
     };
+    let ipc_ok = if matches!(requested, BackendKind::GPUWIRE_BACKEND_AUTO | BackendKind::GPUWIRE_BACKEND_IPC) {
+        ipc::eligible(c, device)?
+    } else {
+        Err("not considered".into())
+    };
+    if let Some(e) = bad_device {
+        return Err(e);
+    }
     let cuda = match cuda {
         Ok(cuda) => cuda,
         Err(e) if requested == BackendKind::GPUWIRE_BACKEND_AUTO => {
@@ -143,16 +164,21 @@ pub fn choose(c: &Communicator) -> Result<Choice> {
             Ok(v) => (requested, format!("requested; NCCL {v}")),
             Err(e) => return Err(Error::BackendUnavailable(format!("NCCL was requested but cannot be used: {e}"))),
         },
-        BackendKind::GPUWIRE_BACKEND_AUTO => match nccl_ok {
-            Ok(v) => (BackendKind::GPUWIRE_BACKEND_NCCL, format!("auto: every rank has its own GPU and NCCL {v} loads")),
-            Err(why) if aware == Some(true) => (
+        BackendKind::GPUWIRE_BACKEND_AUTO => match (nccl_ok, ipc_ok) {
+            (Ok(v), _) => (BackendKind::GPUWIRE_BACKEND_NCCL, format!("auto: every rank has its own GPU and NCCL {v} loads")),
+            (Err(why), Ok(ipc)) => (BackendKind::GPUWIRE_BACKEND_IPC, format!("auto: NCCL not used ({why}); {ipc}: CUDA IPC")),
+            (Err(why), Err(no_ipc)) if aware == Some(true) => (
                 BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE,
-                format!("auto: NCCL not used ({why}); the MPI is CUDA-aware ({source})"),
+                format!("auto: NCCL not used ({why}); IPC not used ({no_ipc}); the MPI is CUDA-aware ({source})"),
             ),
-            Err(why) => (
+            (Err(why), Err(no_ipc)) => (
                 BackendKind::GPUWIRE_BACKEND_MPI_STAGED,
-                format!("auto: NCCL not used ({why}); the MPI is not known to be CUDA-aware ({source}), so device data is staged through host memory"),
+                format!("auto: NCCL not used ({why}); IPC not used ({no_ipc}); the MPI is not known to be CUDA-aware ({source}), so device data is staged through host memory"),
             ),
+        },
+        BackendKind::GPUWIRE_BACKEND_IPC => match ipc_ok {
+            Ok(v) => (requested, format!("requested; {v}")),
+            Err(e) => return Err(Error::BackendUnavailable(format!("IPC was requested but cannot be used: {e}"))),
         },
         BackendKind::GPUWIRE_BACKEND_MPI_STAGED => (requested, "requested".into()),
         BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE if aware == Some(true) => (requested, format!("requested; {source}")),
@@ -177,7 +203,7 @@ pub fn setup(c: &mut Communicator) -> Result<()> {
     if kind != BackendKind::GPUWIRE_BACKEND_HOST {
         let st = devstate::DevState::new(c, c.device())?;
         let note = match &st.kernels {
-            Ok(()) if st.gpu_shared => format!(
+            Ok(()) if st.gpu_shared && kind != BackendKind::GPUWIRE_BACKEND_IPC => format!(
                 "; large reductions run on the GPU; ranks share a GPU, so reductions up to {} KiB run on a host copy (its compute engine is time-sliced between them)",
                 st.small_bytes() >> 10
             ),
@@ -190,6 +216,9 @@ pub fn setup(c: &mut Communicator) -> Result<()> {
     if kind == BackendKind::GPUWIRE_BACKEND_NCCL {
         c.backend_state.nccl = Some(nccl::NcclState::new(c, c.device())?);
     }
+    if kind == BackendKind::GPUWIRE_BACKEND_IPC {
+        c.backend_state.ipc = Some(ipc::IpcState::new(c, c.device())?);
+    }
     Ok(())
 }
 
@@ -198,15 +227,33 @@ pub fn teardown(c: &mut Communicator) {
     if let Some(mut n) = c.backend_state.nccl.take() {
         n.destroy(c.is_broken());
     }
+    if let Some(mut s) = c.backend_state.ipc.take() {
+        s.destroy(c);
+    }
     if let Some(m) = c.backend_state.dev.take() {
         let mut st = m.into_inner().unwrap_or_else(|p| p.into_inner());
         st.free_comm();
     }
 }
 
+/// The path of a point-to-point call: on IPC communicators always the IPC path, host buffers
+/// included, because the two sides of a message must use the same protocol and neither knows
+/// the other's memory (the IPC path moves host memory by MPI messages of its own); elsewhere as
+/// [`path_for`].
+pub fn path_for_p2p(c: &Communicator, bufs: &[Option<&Buffer>]) -> Result<&'static dyn Path> {
+    if c.backend() == BackendKind::GPUWIRE_BACKEND_IPC {
+        return Ok(&ipc::IpcPath);
+    }
+    path_for(c, bufs)
+}
+
 /// The path that moves these buffers on this communicator: plain MPI when every buffer is
 /// host-accessible, else the communicator's device backend.
 pub fn path_for(c: &Communicator, bufs: &[Option<&Buffer>]) -> Result<&'static dyn Path> {
+    // IPC's barrier synchronises on the shared segment's counters, not with MPI.
+    if bufs.is_empty() && c.backend() == BackendKind::GPUWIRE_BACKEND_IPC {
+        return Ok(&ipc::IpcPath);
+    }
     let Some(b) = bufs.iter().flatten().find(|b| !b.is_host()) else {
         return Ok(&host::HostPath);
     };
@@ -217,6 +264,9 @@ pub fn path_for(c: &Communicator, bufs: &[Option<&Buffer>]) -> Result<&'static d
         BackendKind::GPUWIRE_BACKEND_NCCL => Ok(&mpi_staged::StagedPath),
         BackendKind::GPUWIRE_BACKEND_MPI_STAGED => Ok(&mpi_staged::StagedPath),
         BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE => Ok(&mpi_cuda_aware::CudaAwarePath),
+        // Every call with a device (or managed) buffer; memory that cannot be exported is routed
+        // to the staged path inside, by all ranks together.
+        BackendKind::GPUWIRE_BACKEND_IPC => Ok(&ipc::IpcPath),
         other => Err(Error::BackendUnavailable(format!(
             "a {} buffer was given, but this communicator's backend is {} ({})",
             b.space().name(),

@@ -569,7 +569,7 @@ static void comm_queries(gpuwire_comm comm, int32_t expected_size)
     EXPECT_OK(gpuwire_comm_local_size(comm, &lsize));
     EXPECT(lsize == size && lrank == rank);
     EXPECT_OK(gpuwire_comm_backend(comm, &backend));
-    EXPECT(backend >= GPUWIRE_BACKEND_HOST && backend <= GPUWIRE_BACKEND_NCCL); /* never AUTO */
+    EXPECT(backend >= GPUWIRE_BACKEND_HOST && backend <= GPUWIRE_BACKEND_IPC); /* never AUTO */
     EXPECT_OK(gpuwire_comm_device(comm, &device));
     EXPECT(device >= -1);
     if (backend == GPUWIRE_BACKEND_HOST)
@@ -601,8 +601,9 @@ static void backends(int no_cuda)
 {
     static const int32_t device_backends[] = {GPUWIRE_BACKEND_MPI_STAGED,
                                               GPUWIRE_BACKEND_MPI_CUDA_AWARE,
-                                              GPUWIRE_BACKEND_NCCL};
-    static const char *const names[] = {"MPI_STAGED", "MPI_CUDA_AWARE", "NCCL"};
+                                              GPUWIRE_BACKEND_NCCL,
+                                              GPUWIRE_BACKEND_IPC};
+    static const char *const names[] = {"MPI_STAGED", "MPI_CUDA_AWARE", "NCCL", "IPC"};
     gpuwire_config cfg;
     gpuwire_comm c;
     int32_t backend;

@@ -1,0 +1,424 @@
+//! The pure parts of the IPC backend, testable without CUDA or MPI: the layout of the shared host
+//! segment, waits on its counters with a deadline, the bounded cache of opened mappings, and the
+//! completion cells of point-to-point sends.
+//!
+//! The segment holds one [`Slot`] per rank, [`SLOT_BYTES`] apart (a multiple of the page size, so
+//! no two ranks' counters share a cache line). Every field another process reads is either an
+//! atomic, or plain data written before a Release store of an atomic and read after the Acquire
+//! load that observed it.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::error::Result;
+
+/// Bytes of data a rank may place in its slot per collective call (the small-message path).
+pub(crate) const SMALL: usize = 1024;
+
+/// Completion cells per rank (point-to-point sends in flight that wait for their receiver).
+pub(crate) const CELLS: usize = 512;
+
+/// Mappings of one peer's allocations kept open (least recently used closed first).
+pub(crate) const MAPPINGS_PER_PEER: usize = 64;
+
+/// A counter alone on its cache line.
+#[repr(C, align(64))]
+#[derive(Debug, Default)]
+pub struct Counter(pub AtomicU64);
+
+/// What a rank publishes about one of its buffers for a collective or a send.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BufRecord {
+    /// [`REC_NONE`], [`REC_HANDLE`] or [`REC_LOCAL_ONLY`].
+    pub kind: u32,
+    pub _pad: u32,
+    /// Allocation base in the exporter's address space.
+    pub base: u64,
+    /// Offset of the buffer from the base.
+    pub offset: u64,
+    /// CU_POINTER_ATTRIBUTE_BUFFER_ID of the allocation (unique in the exporter's process).
+    pub id: u64,
+    /// Allocation size in bytes.
+    pub size: u64,
+    /// The CUipcMemHandle of the allocation base.
+    pub handle: [u8; 64],
+}
+
+/// No buffer (this rank has no such argument in this call).
+pub(crate) const REC_NONE: u32 = 0;
+/// Exported device memory: peers open `handle`.
+pub(crate) const REC_HANDLE: u32 = 1;
+/// Memory that cannot be exported (managed, host, VMM without IPC): the call takes the staged
+/// MPI path on every rank.
+pub(crate) const REC_LOCAL_ONLY: u32 = 2;
+
+impl Default for BufRecord {
+    fn default() -> Self {
+        BufRecord { kind: REC_NONE, _pad: 0, base: 0, offset: 0, id: 0, size: 0, handle: [0; 64] }
+    }
+}
+
+/// Call status a rank publishes with its arrival.
+pub(crate) const ST_OK: u32 = 0;
+/// This rank failed before the exchange; `code` and `msg` say how.
+pub(crate) const ST_ERROR: u32 = 2;
+
+/// One rank's part of one collective call (two of them alternate by the parity of the call's
+/// sequence number: a rank can be at most one call ahead of the slowest reader).
+#[repr(C, align(64))]
+pub struct CallArea {
+    /// [`ST_OK`] or [`ST_ERROR`] of this rank's preparation.
+    pub status: u32,
+    /// gpuwire status code of the error (with `msg`).
+    pub code: i32,
+    /// The leader's outcome of the device work: [`ST_OK`] or [`ST_ERROR`] (with `rcode`, `rmsg`).
+    pub result: u32,
+    pub rcode: i32,
+    /// Bytes in `data`.
+    pub data_bytes: u64,
+    pub rec: [BufRecord; 2],
+    pub msg: [u8; 256],
+    pub rmsg: [u8; 256],
+    pub data: [u8; SMALL],
+}
+
+/// One rank's slot of the shared segment.
+#[repr(C)]
+pub struct Slot {
+    /// Sequence number of the last collective this rank arrived at (its records are published).
+    pub arrive: Counter,
+    /// Sequence number of the last collective whose device work this rank (the leader) finished.
+    pub done: Counter,
+    /// Set when this rank frees the communicator.
+    pub leave: Counter,
+    pub call: [CallArea; 2],
+    /// Completion cells of this rank's sends: the receiver stores the send's generation.
+    pub cells: [AtomicU64; CELLS],
+}
+
+/// Distance between two ranks' slots (page multiple).
+pub(crate) const SLOT_BYTES: usize = std::mem::size_of::<Slot>().next_multiple_of(4096);
+
+/// The segment: `p` slots from `base`.
+#[derive(Clone, Copy, Debug)]
+pub struct Seg {
+    pub base: usize,
+    pub p: usize,
+}
+
+impl Seg {
+    /// # Safety
+    /// `base` must point to `p * SLOT_BYTES` bytes, zeroed before any rank uses them, that live
+    /// as long as the returned value is used.
+    pub unsafe fn new(base: usize, p: usize) -> Seg {
+        Seg { base, p }
+    }
+
+    pub fn bytes(p: usize) -> usize {
+        p * SLOT_BYTES
+    }
+
+    pub fn slot(&self, r: usize) -> &Slot {
+        assert!(r < self.p, "slot {r} of {}", self.p);
+        // SAFETY: in bounds (checked), aligned (page multiple from an aligned base), valid for the
+        // life of the segment (Seg::new's contract); shared fields are atomics.
+        unsafe { &*((self.base + r * SLOT_BYTES) as *const Slot) }
+    }
+
+    /// Rank `r`'s call area for sequence number `seq` (raw: other processes write it too).
+    pub fn area(&self, r: usize, seq: u64) -> *mut CallArea {
+        let s = self.slot(r) as *const Slot as *mut Slot;
+        // SAFETY: a field of a valid slot.
+        unsafe { std::ptr::addr_of_mut!((*s).call[(seq % 2) as usize]) }
+    }
+
+    /// Ranks whose `field` counter is below `v`.
+    pub fn behind(&self, v: u64, field: impl Fn(&Slot) -> &Counter) -> Vec<usize> {
+        (0..self.p).filter(|r| field(self.slot(*r)).0.load(Ordering::Acquire) < v).collect()
+    }
+}
+
+/// Copies `s` into a fixed field, truncated, NUL-terminated.
+pub fn put_text(dst: &mut [u8], s: &str) {
+    let n = s.len().min(dst.len() - 1);
+    dst[..n].copy_from_slice(&s.as_bytes()[..n]);
+    dst[n] = 0;
+}
+
+/// The text of a field written by [`put_text`].
+pub fn get_text(src: &[u8]) -> String {
+    let end = src.iter().position(|b| *b == 0).unwrap_or(src.len());
+    String::from_utf8_lossy(&src[..end]).into_owned()
+}
+
+/// Why a wait ended without its condition.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Stop {
+    TimedOut,
+    Broken,
+}
+
+/// Polls `ready` until it is true: spins first, then yields the CPU. Stops at `timeout` (from
+/// now) or when `broken` says the communicator broke (both checked every few hundred polls).
+pub fn spin_until(timeout: Option<Duration>, mut broken: impl FnMut() -> bool, mut ready: impl FnMut() -> Result<bool>) -> Result<std::result::Result<(), Stop>> {
+    let deadline = timeout.map(|t| Instant::now() + t);
+    let mut i: u64 = 0;
+    loop {
+        if ready()? {
+            return Ok(Ok(()));
+        }
+        i += 1;
+        if i % 256 == 0 {
+            if broken() {
+                return Ok(Err(Stop::Broken));
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(Err(Stop::TimedOut));
+            }
+        }
+        if i < 20_000 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// A bounded map of open resources (IPC mappings), least recently used evicted (and closed)
+/// first.
+pub struct Lru<K, V> {
+    cap: usize,
+    tick: u64,
+    map: HashMap<K, (V, u64)>,
+}
+
+impl<K: Eq + Hash + Copy, V: Copy> Lru<K, V> {
+    pub fn new(cap: usize) -> Self {
+        Lru { cap: cap.max(1), tick: 0, map: HashMap::new() }
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// The value for `key`, opened with `open` when absent (after closing the least recently used
+    /// entry with `close` when full).
+    pub fn get_or_open(&mut self, key: K, open: impl FnOnce() -> Result<V>, mut close: impl FnMut(V)) -> Result<V> {
+        self.tick += 1;
+        if let Some(e) = self.map.get_mut(&key) {
+            e.1 = self.tick;
+            return Ok(e.0);
+        }
+        let v = open()?;
+        if self.map.len() >= self.cap {
+            if let Some(old) = self.map.iter().min_by_key(|(_, (_, t))| *t).map(|(k, _)| *k) {
+                if let Some((ov, _)) = self.map.remove(&old) {
+                    close(ov);
+                }
+            }
+        }
+        self.map.insert(key, (v, self.tick));
+        Ok(v)
+    }
+
+    pub fn contains(&self, key: &K) -> bool {
+        self.map.contains_key(key)
+    }
+
+    /// Closes and removes every entry for which `pred` holds.
+    pub fn evict_if(&mut self, pred: impl Fn(&K, &V) -> bool, mut close: impl FnMut(V)) {
+        let keys: Vec<K> = self.map.iter().filter(|(k, (v, _))| pred(k, v)).map(|(k, _)| *k).collect();
+        for k in keys {
+            if let Some((v, _)) = self.map.remove(&k) {
+                close(v);
+            }
+        }
+    }
+
+    /// Closes and removes everything.
+    pub fn drain(&mut self, mut close: impl FnMut(V)) {
+        for (_, (v, _)) in self.map.drain() {
+            close(v);
+        }
+    }
+}
+
+/// Allocation of this rank's completion cells. A cell is free again once its receiver stored the
+/// generation it was last given (generations only grow, so an old send still sees `>= generation`).
+#[derive(Debug)]
+pub struct Cells {
+    assigned: Vec<u64>,
+    next: usize,
+    generation: u64,
+}
+
+impl Default for Cells {
+    fn default() -> Self {
+        Cells { assigned: vec![0; CELLS], next: 0, generation: 0 }
+    }
+}
+
+impl Cells {
+    /// A free cell and the generation its receiver must store, or None when all are in use.
+    pub fn take(&mut self, cells: &[AtomicU64]) -> Option<(usize, u64)> {
+        for k in 0..cells.len() {
+            let i = (self.next + k) % cells.len();
+            if cells[i].load(Ordering::Acquire) >= self.assigned[i] {
+                self.generation += 1;
+                self.assigned[i] = self.generation;
+                self.next = (i + 1) % cells.len();
+                return Some((i, self.generation));
+            }
+        }
+        None
+    }
+}
+
+/// Whether the send that took (cell, generation) was completed by its receiver.
+pub fn cell_done(cells: &[AtomicU64], cell: usize, generation: u64) -> bool {
+    cells[cell].load(Ordering::Acquire) >= generation
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// Page-aligned zeroed memory standing in for the MPI window.
+    fn segment(p: usize) -> (Vec<u8>, Seg) {
+        let mut mem = vec![0u8; Seg::bytes(p) + 4096];
+        let base = (mem.as_mut_ptr() as usize).next_multiple_of(4096);
+        // SAFETY: base..base+p*SLOT_BYTES lies in `mem`, zeroed; the tests keep `mem` alive.
+        (mem, unsafe { Seg::new(base, p) })
+    }
+
+    #[test]
+    fn slot_layout_is_padded_and_page_multiple() {
+        assert_eq!(SLOT_BYTES % 4096, 0);
+        assert!(SLOT_BYTES >= std::mem::size_of::<Slot>());
+        assert_eq!(std::mem::size_of::<Counter>(), 64);
+        assert_eq!(std::mem::size_of::<BufRecord>(), 104);
+        assert!(std::mem::size_of::<CallArea>() >= SMALL + 2 * 104);
+        assert_eq!(std::mem::align_of::<CallArea>(), 64);
+        let (_m, seg) = segment(3);
+        // Counters of one slot on distinct cache lines; slots at SLOT_BYTES.
+        let s0 = seg.slot(0) as *const Slot as usize;
+        assert_eq!(seg.slot(1) as *const Slot as usize - s0, SLOT_BYTES);
+        let a = &seg.slot(0).arrive as *const Counter as usize;
+        let d = &seg.slot(0).done as *const Counter as usize;
+        assert_eq!(d - a, 64);
+        // Two call areas alternate by parity.
+        assert_ne!(seg.area(1, 4), seg.area(1, 5));
+        assert_eq!(seg.area(1, 4), seg.area(1, 6));
+    }
+
+    #[test]
+    fn text_fields_truncate() {
+        let mut f = [0u8; 8];
+        put_text(&mut f, "hello world");
+        assert_eq!(get_text(&f), "hello w");
+        put_text(&mut f, "hi");
+        assert_eq!(get_text(&f), "hi");
+    }
+
+    #[test]
+    fn waits_see_other_threads_and_time_out() {
+        let (_m, seg) = segment(2);
+        let base = seg.base;
+        // A "peer" thread arrives after 20 ms.
+        let t = std::thread::spawn(move || {
+            // SAFETY: the segment outlives the thread (joined below).
+            let seg = unsafe { Seg::new(base, 2) };
+            std::thread::sleep(Duration::from_millis(20));
+            seg.slot(1).arrive.0.store(1, Ordering::Release);
+        });
+        seg.slot(0).arrive.0.store(1, Ordering::Release);
+        let r = spin_until(Some(Duration::from_secs(10)), || false, || Ok(seg.behind(1, |s| &s.arrive).is_empty())).unwrap();
+        assert_eq!(r, Ok(()));
+        t.join().unwrap();
+        // Nobody arrives at 2: a timeout, naming rank 1 (and 0) as behind.
+        let t0 = Instant::now();
+        let r = spin_until(Some(Duration::from_millis(30)), || false, || Ok(seg.behind(2, |s| &s.arrive).is_empty())).unwrap();
+        assert_eq!(r, Err(Stop::TimedOut));
+        assert!(t0.elapsed() >= Duration::from_millis(30));
+        assert_eq!(seg.behind(2, |s| &s.arrive), vec![0, 1]);
+        // A broken communicator ends the wait at once.
+        let r = spin_until(None, || true, || Ok(false)).unwrap();
+        assert_eq!(r, Err(Stop::Broken));
+        // An error from the condition is returned.
+        assert!(spin_until(None, || false, || Err(crate::error::Error::Internal("x".into()))).is_err());
+    }
+
+    #[test]
+    fn lru_is_keyed_by_buffer_id_and_bounded() {
+        // Keys (peer, buffer id); a fake opener counts opens, a closer records closes.
+        let opened = std::cell::Cell::new(0u64);
+        let mut closed = Vec::new();
+        let mut c: Lru<(usize, u64), u64> = Lru::new(2);
+        let open = |k: (usize, u64)| {
+            opened.set(opened.get() + 1);
+            Ok(1000 + k.1)
+        };
+        assert_eq!(c.get_or_open((1, 7), || open((1, 7)), |v| closed.push(v)).unwrap(), 1007);
+        // The same allocation again: no second open.
+        assert_eq!(c.get_or_open((1, 7), || open((1, 7)), |v| closed.push(v)).unwrap(), 1007);
+        assert_eq!(opened.get(), 1);
+        // A new allocation at the same address has a new buffer id: a new mapping, never the old.
+        assert_eq!(c.get_or_open((1, 8), || open((1, 8)), |v| closed.push(v)).unwrap(), 1008);
+        assert_eq!(opened.get(), 2);
+        // Touch 7, then a third key evicts the least recently used (8), closing it.
+        c.get_or_open((1, 7), || open((1, 7)), |v| closed.push(v)).unwrap();
+        c.get_or_open((1, 9), || open((1, 9)), |v| closed.push(v)).unwrap();
+        assert_eq!(closed, vec![1008]);
+        assert_eq!(c.len(), 2);
+        // A failed open leaves the cache as it was.
+        assert!(c.get_or_open((1, 10), || Err(crate::error::Error::Cuda("no".into())), |v| closed.push(v)).is_err());
+        assert_eq!(c.len(), 2);
+        let mut rest = Vec::new();
+        c.drain(|v| rest.push(v));
+        rest.sort();
+        assert_eq!(rest, vec![1007, 1009]);
+        assert!(c.is_empty());
+    }
+
+    #[test]
+    fn lru_evict_if_closes_only_matching_entries() {
+        // Values (base, size) of the exporter's allocations: a new allocation overlapping a
+        // cached one evicts it (the old one was freed), a disjoint one stays.
+        let mut c: Lru<u64, (u64, u64)> = Lru::new(8);
+        for (id, base) in [(1u64, 0x1000u64), (2, 0x3000), (3, 0x5000)] {
+            c.get_or_open(id, || Ok((base, 0x1000)), |_| {}).unwrap();
+        }
+        let (b, e) = (0x2800u64, 0x3800u64);
+        let mut closed = Vec::new();
+        c.evict_if(|_, v| v.0 < e && b < v.0 + v.1, |v| closed.push(v.0));
+        assert_eq!(closed, vec![0x3000]);
+        assert!(c.contains(&1) && !c.contains(&2) && c.contains(&3));
+    }
+
+    #[test]
+    fn cells_are_reused_only_after_completion() {
+        let cells: Arc<Vec<AtomicU64>> = Arc::new((0..4).map(|_| AtomicU64::new(0)).collect());
+        let mut a = Cells { assigned: vec![0; 4], next: 0, generation: 0 };
+        let taken: Vec<(usize, u64)> = (0..4).map(|_| a.take(&cells).unwrap()).collect();
+        assert_eq!(taken.iter().map(|t| t.0).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
+        assert!(a.take(&cells).is_none(), "all four in flight");
+        assert!(!cell_done(&cells, 2, taken[2].1));
+        // The receiver completes send 2.
+        cells[2].store(taken[2].1, Ordering::Release);
+        assert!(cell_done(&cells, 2, taken[2].1));
+        let (i, g) = a.take(&cells).unwrap();
+        assert_eq!(i, 2);
+        assert!(g > taken[2].1);
+        // The old send still reads as complete; the new one not yet.
+        assert!(cell_done(&cells, 2, taken[2].1));
+        assert!(!cell_done(&cells, 2, g));
+    }
+}
