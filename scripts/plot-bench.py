@@ -14,6 +14,7 @@ import csv
 import sys
 
 STYLE = {
+    "gpuwire-ipc": dict(color="tab:cyan", marker="D", linewidth=2.2),
     "gpuwire-staged": dict(color="tab:blue", marker="o"),
     "gpuwire-cuda_aware": dict(color="tab:green", marker="o"),
     "raw-cuda-aware": dict(color="tab:red", marker="s"),
@@ -37,6 +38,8 @@ def main():
     ap.add_argument("csv")
     ap.add_argument("-o", "--output", default="docs/bench-device.png")
     ap.add_argument("--title", default="gpuwire-bench device: 2 ranks on one H200, float32, median")
+    ap.add_argument("--labels", help="regular expression: plot only these labels (default: every label without "
+                    "'nccl' or a -<N>gpu tag, i.e. the 2-ranks-on-one-GPU methods)")
     args = ap.parse_args()
     try:
         import matplotlib
@@ -46,9 +49,18 @@ def main():
     except ImportError:
         print("plot-bench.py needs matplotlib: python3 -m venv .venv && .venv/bin/pip install matplotlib", file=sys.stderr)
         return 2
+    import re
+
+    keep = re.compile(args.labels) if args.labels else None
     data = {}
     with open(args.csv, newline="") as f:
         for row in csv.DictReader(f):
+            label = row["label"]
+            if keep:
+                if not keep.search(label):
+                    continue
+            elif "nccl" in label or re.search(r"-\d+gpu", label):
+                continue  # other configurations (1 rank, one rank per GPU): not comparable here
             b, us = int(row["bytes"]), float(row["median_us"])
             if us > 0:
                 data.setdefault((row["op"], row["label"]), []).append((b, b / us / 1e3))  # GB/s
@@ -64,7 +76,9 @@ def main():
             if not pts:
                 continue
             sizes.update(b for b, _ in pts)
-            ax.plot([b for b, _ in pts], [g for _, g in pts], label=label, linewidth=1.5, markersize=4, **STYLE.get(label, {}))
+            style = dict(linewidth=1.5, markersize=4)
+            style.update(STYLE.get(label, {}))
+            ax.plot([b for b, _ in pts], [g for _, g in pts], label=label, **style)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ticks = sorted(sizes)[::2]
