@@ -9,8 +9,9 @@
 //! - bcast: pipelined in chunks: the device-to-host copy of chunk i+1 overlaps the MPI_Bcast of
 //!   chunk i (root), the host-to-device copy of chunk i the MPI_Bcast of chunk i+1 (others).
 //! - allreduce, reduce, reduce_scatter: up to 64 KiB (2 MiB when ranks share a GPU), one MPI
-//!   collective on a host copy (latency-bound); above, a ring of pipelined staged exchanges with the reductions done by
-//!   GPU kernels (`ring`). Without NVRTC, MPI reduces a host copy at every size.
+//!   collective on a host copy (latency-bound); above, a ring of pipelined staged exchanges
+//!   with the reductions done by GPU kernels (`ring`). Without NVRTC, MPI reduces a host copy
+//!   at every size.
 //! - allgather(v), alltoall, gather, scatter: one MPI collective on host copies.
 //!
 //! The staging memory (page-locked by default, pageable on request) belongs to the
