@@ -277,21 +277,22 @@ impl Communicator {
     pub fn allreduce_max_i64(&self, v: &mut [i64], what: &str) -> Result<()> {
         let n = v.len() as c_int;
         let ptr = v.as_mut_ptr().cast();
-        // SAFETY: v is valid for n int64; in-place allreduce on our own communicator.
-        unsafe {
-            match self.config.timeout {
-                None => mpisys::check(
-                    sys::MPI_Allreduce(mpisys::in_place(), ptr, n, sys::RSMPI_INT64_T, sys::RSMPI_MAX, self.raw.0),
-                    "MPI_Allreduce",
-                ),
-                Some(t) => {
-                    let mut req = mpisys::request_null();
-                    mpisys::check(
-                        sys::MPI_Iallreduce(mpisys::in_place(), ptr, n, sys::RSMPI_INT64_T, sys::RSMPI_MAX, self.raw.0, &mut req),
-                        "MPI_Iallreduce",
-                    )?;
-                    self.wait_with_deadline(RawRequest(req), Instant::now() + t, what)
-                }
+        // v is valid for n int64; in-place allreduce on our own communicator.
+        match self.config.timeout {
+            None => crate::backend::host::blocking!(
+                "MPI_Allreduce",
+                MPI_Allreduce(mpisys::in_place(), ptr, n, sys::RSMPI_INT64_T, sys::RSMPI_MAX, self.raw.0),
+                MPI_Iallreduce
+            ),
+            Some(t) => {
+                let mut req = mpisys::request_null();
+                // SAFETY: as above; waited for below (or abandoned at the deadline, breaking
+                // the communicator).
+                mpisys::check(
+                    unsafe { sys::MPI_Iallreduce(mpisys::in_place(), ptr, n, sys::RSMPI_INT64_T, sys::RSMPI_MAX, self.raw.0, &mut req) },
+                    "MPI_Iallreduce",
+                )?;
+                self.wait_with_deadline(RawRequest(req), Instant::now() + t, what)
             }
         }
     }
@@ -307,6 +308,8 @@ impl Communicator {
             if flag != 0 {
                 return Ok(());
             }
+            // A peer may be blocked in a send to this process until it copies the data.
+            crate::backend::ipc::progress_all();
             if Instant::now() >= deadline {
                 let t = self.config.timeout.map(|t| t.as_secs_f64()).unwrap_or(0.0);
                 let msg = format!(
@@ -346,11 +349,13 @@ impl Communicator {
                 msg[..n].copy_from_slice(&text.as_bytes()[..n]);
             }
         }
-        // SAFETY: fixed-size buffers on our own communicator; every rank calls.
-        unsafe {
-            mpisys::check(sys::MPI_Bcast((&mut code as *mut i32).cast(), 1, sys::RSMPI_INT32_T, lowest as c_int, self.raw.0), "MPI_Bcast")?;
-            mpisys::check(sys::MPI_Bcast(msg.as_mut_ptr().cast(), msg.len() as c_int, sys::RSMPI_UINT8_T, lowest as c_int, self.raw.0), "MPI_Bcast")?;
-        }
+        // Fixed-size buffers on our own communicator; every rank calls.
+        crate::backend::host::blocking!("MPI_Bcast", MPI_Bcast((&mut code as *mut i32).cast(), 1, sys::RSMPI_INT32_T, lowest as c_int, self.raw.0), MPI_Ibcast)?;
+        crate::backend::host::blocking!(
+            "MPI_Bcast",
+            MPI_Bcast(msg.as_mut_ptr().cast(), msg.len() as c_int, sys::RSMPI_UINT8_T, lowest as c_int, self.raw.0),
+            MPI_Ibcast
+        )?;
         let end = msg.iter().position(|b| *b == 0).unwrap_or(msg.len());
         let text = String::from_utf8_lossy(&msg[..end]).into_owned();
         let status = Status::from_i32(code).unwrap_or(Status::GPUWIRE_ERROR_INTERNAL);

@@ -15,7 +15,7 @@ use crate::buffer::Buffer;
 use crate::comm::Communicator;
 use crate::device::Stream;
 use crate::error::{Error, Result};
-use crate::mpisys::{self, sys};
+use crate::mpisys::sys;
 use crate::request::Request;
 use crate::runtime;
 use crate::types::{Dtype, ReduceOp};
@@ -373,20 +373,11 @@ impl Communicator {
                 }
                 let mut all = vec![0i64; size];
                 let mine = send.count() as i64;
-                // SAFETY: one int64 from each rank into `all` (size entries).
-                mpisys::check(
-                    unsafe {
-                        sys::MPI_Allgather(
-                            (&mine as *const i64).cast(),
-                            1,
-                            sys::RSMPI_INT64_T,
-                            all.as_mut_ptr().cast(),
-                            1,
-                            sys::RSMPI_INT64_T,
-                            self.raw(),
-                        )
-                    },
+                // One int64 from each rank into `all` (size entries).
+                crate::backend::host::blocking!(
                     "MPI_Allgather (allgatherv counts)",
+                    MPI_Allgather((&mine as *const i64).cast(), 1, sys::RSMPI_INT64_T, all.as_mut_ptr().cast(), 1, sys::RSMPI_INT64_T, self.raw()),
+                    MPI_Iallgather
                 )?;
                 exchanged = all;
                 &exchanged

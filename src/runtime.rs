@@ -196,10 +196,14 @@ pub fn finalize() -> Result<()> {
     // Invalidate every handle first; then objects release their MPI resources as their last
     // reference drops (here, unless an operation on another thread still holds one).
     STATE.store(FINALIZED, Ordering::Release);
+    // The IPC progress thread makes MPI calls: joined before anything is released.
+    crate::backend::ipc::shutdown();
     drop(crate::request::REQUESTS.drain());
     drop(crate::darray::DARRAYS.drain());
     drop(crate::buffer::BUFFERS.drain());
     drop(crate::comm::COMMS.drain());
+    // IPC mappings are shared by communicators; whatever the last free left open closes here.
+    crate::backend::ipc::close_all_mappings();
     let mut finalized: c_int = 0;
     // SAFETY: may be called at any time.
     unsafe { mpisys::check(sys::MPI_Finalized(&mut finalized), "MPI_Finalized")? };

@@ -19,6 +19,26 @@ use crate::request::Pending;
 use crate::runtime;
 use crate::types::{Dtype, ReduceOp};
 
+/// A blocking MPI call, as its nonblocking form waited by a test loop that progresses pending
+/// IPC receives while any may be pending in the process (`ipc::recvs_pending`): a peer may be
+/// blocked in a send to this process until it copies the data, before it reaches this call.
+/// Otherwise the blocking form, as before.
+macro_rules! blocking {
+    ($what:expr, $b:ident($($a:expr),* $(,)?), $nb:ident) => {{
+        if crate::backend::ipc::recvs_pending() {
+            let mut req = crate::mpisys::request_null();
+            // SAFETY: as the blocking form; the arguments stay valid until the request completes
+            // (waited for below).
+            crate::mpisys::check(unsafe { crate::mpisys::sys::$nb($($a),*, &mut req) }, $what)?;
+            crate::backend::ipc::wait_request(&mut req, $what)
+        } else {
+            // SAFETY: as documented at the call.
+            crate::mpisys::check(unsafe { crate::mpisys::sys::$b($($a),*) }, $what)
+        }
+    }};
+}
+pub(crate) use blocking;
+
 /// Largest element count per MPI call when splitting large bcast/reduce/allreduce.
 const MAX_CHUNK: usize = 1 << 30;
 
@@ -58,13 +78,19 @@ impl Src {
 /// MPI_Send of `count` elements at `ptr`.
 pub fn send(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, dest: i32, tag: i32) -> Result<()> {
     let n = mpisys::count_i32(count, "send")?;
-    // SAFETY: ptr is valid for count elements (validated by the caller).
-    mpisys::check(unsafe { sys::MPI_Send(at(ptr, 0, dtype), n, mpisys::datatype(dtype), dest, tag, c.raw()) }, "MPI_Send")
+    // ptr is valid for count elements (validated by the caller).
+    blocking!("MPI_Send", MPI_Send(at(ptr, 0, dtype), n, mpisys::datatype(dtype), dest, tag, c.raw()), MPI_Isend)
 }
 
 /// MPI_Recv of exactly `count` elements into `ptr`.
 pub fn recv(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, source: i32, tag: i32) -> Result<()> {
     let n = mpisys::count_i32(count, "recv")?;
+    if crate::backend::ipc::recvs_pending() {
+        let mut req = mpisys::request_null();
+        // SAFETY: as below; waited for before returning.
+        mpisys::check(unsafe { sys::MPI_Irecv(at(ptr, 0, dtype), n, mpisys::datatype(dtype), source, tag, c.raw(), &mut req) }, "MPI_Irecv")?;
+        return crate::backend::ipc::wait_request(&mut req, "MPI_Recv");
+    }
     // SAFETY: as above.
     mpisys::check(
         unsafe { sys::MPI_Recv(at(ptr, 0, dtype), n, mpisys::datatype(dtype), source, tag, c.raw(), mpisys::status_ignore()) },
@@ -77,6 +103,9 @@ pub struct MpiPending(pub RawRequest);
 
 impl Pending for MpiPending {
     fn wait(&mut self) -> Result<()> {
+        if crate::backend::ipc::recvs_pending() {
+            return crate::backend::ipc::wait_request(&mut self.0.0, "MPI_Wait");
+        }
         // SAFETY: an active request of ours.
         mpisys::check(unsafe { sys::MPI_Wait(&mut self.0.0, mpisys::status_ignore()) }, "MPI_Wait")
     }
@@ -136,6 +165,17 @@ pub fn sendrecv(
     let rn = if source == proc_null { 0 } else { mpisys::count_i32(rcount, "sendrecv")? };
     // GPUWIRE_PROC_NULL (-1) is not MPI_PROC_NULL in every MPI (Open MPI's is -2).
     let (dest, source) = (mpi_rank(dest), mpi_rank(source));
+    if crate::backend::ipc::recvs_pending() {
+        let (mut rq, mut sq) = (mpisys::request_null(), mpisys::request_null());
+        // SAFETY: as below; both waited for before returning (the receive is left active only
+        // when posting the send failed, as MPI_Sendrecv would fail).
+        unsafe {
+            mpisys::check(sys::MPI_Irecv(at(rptr, 0, rdtype), rn, mpisys::datatype(rdtype), source, rtag, c.raw(), &mut rq), "MPI_Irecv")?;
+            mpisys::check(sys::MPI_Isend(at(sptr, 0, sdtype), sn, mpisys::datatype(sdtype), dest, stag, c.raw(), &mut sq), "MPI_Isend")?;
+        }
+        crate::backend::ipc::wait_request(&mut sq, "MPI_Sendrecv")?;
+        return crate::backend::ipc::wait_request(&mut rq, "MPI_Sendrecv");
+    }
     // SAFETY: both ranges validated by the caller.
     mpisys::check(
         unsafe {
@@ -159,17 +199,14 @@ pub fn sendrecv(
 }
 
 pub fn barrier(c: &Communicator) -> Result<()> {
-    // SAFETY: our own communicator.
-    mpisys::check(unsafe { sys::MPI_Barrier(c.raw()) }, "MPI_Barrier")
+    // Our own communicator.
+    blocking!("MPI_Barrier", MPI_Barrier(c.raw()), MPI_Ibarrier)
 }
 
 pub fn bcast(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, root: i32) -> Result<()> {
     for (off, n) in chunks(count) {
-        // SAFETY: ptr valid for count elements; n <= 2^30.
-        mpisys::check(
-            unsafe { sys::MPI_Bcast(at(ptr, off, dtype), n as c_int, mpisys::datatype(dtype), root, c.raw()) },
-            "MPI_Bcast",
-        )?;
+        // ptr valid for count elements; n <= 2^30.
+        blocking!("MPI_Bcast", MPI_Bcast(at(ptr, off, dtype), n as c_int, mpisys::datatype(dtype), root, c.raw()), MPI_Ibcast)?;
     }
     Ok(())
 }
@@ -189,11 +226,8 @@ pub fn reduce(c: &Communicator, send: Src, recv: usize, count: usize, dtype: Dty
     let is_root = c.rank() == root;
     for (off, n) in chunks(count) {
         let r = if is_root { at(recv, off, dtype) } else { std::ptr::null_mut() };
-        // SAFETY: ranges validated by the caller; n <= 2^30.
-        mpisys::check(
-            unsafe { sys::MPI_Reduce(send.at(off, dtype), r, n as c_int, mpisys::datatype(dtype), mop, root, c.raw()) },
-            "MPI_Reduce",
-        )?;
+        // Ranges validated by the caller; n <= 2^30.
+        blocking!("MPI_Reduce", MPI_Reduce(send.at(off, dtype), r, n as c_int, mpisys::datatype(dtype), mop, root, c.raw()), MPI_Ireduce)?;
     }
     if divide && is_root && op == ReduceOp::GPUWIRE_AVG {
         avg_divide(c, recv, count, dtype)?;
@@ -206,11 +240,8 @@ pub fn allreduce(c: &Communicator, send: Src, recv: usize, count: usize, dtype: 
     let info = runtime::ensure_ready()?;
     let mop = runtime::mpi_op(info, dtype, op);
     for (off, n) in chunks(count) {
-        // SAFETY: ranges validated by the caller; n <= 2^30.
-        mpisys::check(
-            unsafe { sys::MPI_Allreduce(send.at(off, dtype), at(recv, off, dtype), n as c_int, mpisys::datatype(dtype), mop, c.raw()) },
-            "MPI_Allreduce",
-        )?;
+        // Ranges validated by the caller; n <= 2^30.
+        blocking!("MPI_Allreduce", MPI_Allreduce(send.at(off, dtype), at(recv, off, dtype), n as c_int, mpisys::datatype(dtype), mop, c.raw()), MPI_Iallreduce)?;
     }
     if divide && op == ReduceOp::GPUWIRE_AVG {
         avg_divide(c, recv, count, dtype)?;
@@ -222,8 +253,8 @@ pub fn allreduce(c: &Communicator, send: Src, recv: usize, count: usize, dtype: 
 pub fn allgather(c: &Communicator, send: Src, recv: usize, count: usize, dtype: Dtype) -> Result<()> {
     let n = mpisys::count_i32(count, "allgather")?;
     let dt = mpisys::datatype(dtype);
-    // SAFETY: recv holds size*count elements (validated).
-    mpisys::check(unsafe { sys::MPI_Allgather(send.at(0, dtype), n, dt, at(recv, 0, dtype), n, dt, c.raw()) }, "MPI_Allgather")
+    // recv holds size*count elements (validated).
+    blocking!("MPI_Allgather", MPI_Allgather(send.at(0, dtype), n, dt, at(recv, 0, dtype), n, dt, c.raw()), MPI_Iallgather)
 }
 
 /// Displacements of contiguous blocks, as MPI ints.
@@ -244,11 +275,8 @@ pub fn allgatherv(c: &Communicator, send: Src, recv: usize, counts: &[usize], dt
     let (cs, ds) = displs(counts, "allgatherv")?;
     let dt = mpisys::datatype(dtype);
     let mine = cs[c.rank() as usize];
-    // SAFETY: recv holds sum(counts) elements (validated).
-    mpisys::check(
-        unsafe { sys::MPI_Allgatherv(send.at(0, dtype), mine, dt, at(recv, 0, dtype), cs.as_ptr(), ds.as_ptr(), dt, c.raw()) },
-        "MPI_Allgatherv",
-    )
+    // recv holds sum(counts) elements (validated); cs and ds live until the call returns.
+    blocking!("MPI_Allgatherv", MPI_Allgatherv(send.at(0, dtype), mine, dt, at(recv, 0, dtype), cs.as_ptr(), ds.as_ptr(), dt, c.raw()), MPI_Iallgatherv)
 }
 
 /// MPI_Reduce_scatter_block: `count` result elements per rank.
@@ -257,11 +285,8 @@ pub fn reduce_scatter(c: &Communicator, send: Src, recv: usize, count: usize, dt
     let n = mpisys::count_i32(count, "reduce_scatter")?;
     mpisys::count_i32(count * c.size() as usize, "reduce_scatter")?;
     let mop = runtime::mpi_op(info, dtype, op);
-    // SAFETY: send holds size*count elements, recv count (validated).
-    mpisys::check(
-        unsafe { sys::MPI_Reduce_scatter_block(send.at(0, dtype), at(recv, 0, dtype), n, mpisys::datatype(dtype), mop, c.raw()) },
-        "MPI_Reduce_scatter_block",
-    )?;
+    // send holds size*count elements, recv count (validated).
+    blocking!("MPI_Reduce_scatter_block", MPI_Reduce_scatter_block(send.at(0, dtype), at(recv, 0, dtype), n, mpisys::datatype(dtype), mop, c.raw()), MPI_Ireduce_scatter_block)?;
     if divide && op == ReduceOp::GPUWIRE_AVG {
         avg_divide(c, recv, count, dtype)?;
     }
@@ -276,8 +301,8 @@ pub fn alltoall(c: &Communicator, send: Src, recv: usize, count: usize, dtype: D
         Src::InPlace => (mpisys::in_place() as *const c_void, 0),
         Src::Ptr(_) => (send.at(0, dtype), n),
     };
-    // SAFETY: both hold size*count elements (validated).
-    mpisys::check(unsafe { sys::MPI_Alltoall(s, sn, dt, at(recv, 0, dtype), n, dt, c.raw()) }, "MPI_Alltoall")
+    // Both hold size*count elements (validated).
+    blocking!("MPI_Alltoall", MPI_Alltoall(s, sn, dt, at(recv, 0, dtype), n, dt, c.raw()), MPI_Ialltoall)
 }
 
 /// MPI_Gather of `count` elements per rank; `recv` significant at the root.
@@ -285,8 +310,8 @@ pub fn gather(c: &Communicator, send: Src, recv: usize, count: usize, dtype: Dty
     let n = mpisys::count_i32(count, "gather")?;
     let dt = mpisys::datatype(dtype);
     let r = if c.rank() == root { at(recv, 0, dtype) } else { std::ptr::null_mut() };
-    // SAFETY: validated by the caller.
-    mpisys::check(unsafe { sys::MPI_Gather(send.at(0, dtype), n, dt, r, n, dt, root, c.raw()) }, "MPI_Gather")
+    // Validated by the caller.
+    blocking!("MPI_Gather", MPI_Gather(send.at(0, dtype), n, dt, r, n, dt, root, c.raw()), MPI_Igather)
 }
 
 /// MPI_Scatter of `count` elements per rank; `send` significant at the root. `recv` is
@@ -299,8 +324,8 @@ pub fn scatter(c: &Communicator, send: usize, recv: Src, count: usize, dtype: Dt
         Src::InPlace => mpisys::in_place(),
         Src::Ptr(p) => at(p, 0, dtype),
     };
-    // SAFETY: validated by the caller.
-    mpisys::check(unsafe { sys::MPI_Scatter(s, n, dt, r, n, dt, root, c.raw()) }, "MPI_Scatter")
+    // Validated by the caller.
+    blocking!("MPI_Scatter", MPI_Scatter(s, n, dt, r, n, dt, root, c.raw()), MPI_Iscatter)
 }
 
 /// The HOST path: buffers MPI can take as they are.

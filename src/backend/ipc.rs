@@ -70,10 +70,11 @@
 //! then frees the window: a rank that frees its communicator while peers still use it waits for
 //! them. A broken communicator does not wait (its window is then left to MPI_Finalize).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
+use std::time::Duration;
 
 use cudarc::driver::sys as cu;
 
@@ -89,7 +90,7 @@ use crate::error::{Error, Result, Status};
 use crate::mpisys::{self, RawComm, RawRequest, sys};
 use crate::reduce;
 use crate::request::Pending;
-use crate::types::{Dtype, ReduceOp, Space};
+use crate::types::{Dtype, ReduceOp, Space, ThreadLevel};
 
 // ---- eligibility ---------------------------------------------------------------------------
 
@@ -188,19 +189,9 @@ struct Export {
     handle: [u8; 64],
 }
 
-/// An open mapping of a peer's allocation.
-#[derive(Clone, Copy, Debug)]
-struct Mapping {
-    ptr: u64,
-    /// The exporter's allocation range [base, base + size) in its own address space.
-    base: u64,
-    size: u64,
-}
-
 /// State shared by calls, under one lock held only for local work (never across a wait).
 struct Inner {
     exports: HashMap<u64, Export>,
-    imports: Vec<Lru<u64, Mapping>>,
     cells: Cells,
 }
 
@@ -219,10 +210,10 @@ pub struct IpcState {
     /// communicator; the lock is held for the call).
     coll: Mutex<u64>,
     inner: Mutex<Inner>,
-    /// Pending irecvs, progressed by any waiting call.
-    recvs: Mutex<Vec<Weak<Mutex<RecvOp>>>>,
     /// Keeps a header and its data message posted in the same order.
     send_order: Mutex<()>,
+    /// Counted in `Maps::states` (set up completely; `destroy` uncounts it).
+    counted: bool,
     /// Tags of data messages (K_DATA), rotating through 0..=MPI_TAG_UB.
     data_tag: std::sync::atomic::AtomicU64,
 }
@@ -239,6 +230,264 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// Page size assumed for the segment's alignment (slots are page multiples).
 const PAGE: usize = 4096;
+
+// ---- process-wide: mappings ----------------------------------------------------------------
+
+/// An open mapping of a peer's allocation.
+#[derive(Clone, Copy, Debug)]
+struct Mapping {
+    ptr: u64,
+    /// The exporter's allocation range [base, base + size) in its own address space.
+    base: u64,
+    size: u64,
+}
+
+/// The process's mappings of its peers' allocations, shared by every IPC communicator: one
+/// cache per (exporter process, importing device), by buffer id. One lock covers every use: a
+/// call holds it from the lookup until the device work that reads or writes through the
+/// mappings is complete (its stream synchronised), and mappings are only closed under it, so
+/// none is closed while in use.
+struct Maps {
+    lrus: BTreeMap<(u64, i32), Lru<u64, Mapping>>,
+    /// Live IPC communicators of this process; the last one's free closes every mapping.
+    states: usize,
+}
+
+static MAPS: Mutex<Maps> = Mutex::new(Maps { lrus: BTreeMap::new(), states: 0 });
+
+fn maps() -> MutexGuard<'static, Maps> {
+    lock(&MAPS)
+}
+
+fn close_mapping(device: i32, m: Mapping) {
+    // Closed in the context that opened it (the importing device's primary context).
+    let _g = CtxGuard::enter(device);
+    // SAFETY: a mapping opened by gpuwire, removed from the cache: closed once.
+    let r = unsafe { cu::cuIpcCloseMemHandle(m.ptr) };
+    crate::trace!("ipc: closed the mapping of {:#x} ({} bytes) at {:#x}: {r:?}", m.base, m.size, m.ptr);
+}
+
+/// Closes every mapping (the last IPC communicator's free; gpuwire_finalize).
+fn close_all(m: &mut Maps) {
+    for (&(_, device), l) in m.lrus.iter_mut() {
+        l.drain(|x| close_mapping(device, x));
+    }
+    m.lrus.clear();
+}
+
+/// The address, in this process, of the memory `rec` of rank `peer` (of a communicator on
+/// which this process is rank `me`, using `device`) describes (0 for none). The caller holds
+/// `maps` for as long as it uses the address.
+fn import(maps: &mut Maps, device: i32, me: usize, peer: usize, rec: &BufRecord) -> Result<usize> {
+    if rec.kind == REC_NONE {
+        return Ok(0);
+    }
+    if rec.kind != REC_HANDLE {
+        return Err(Error::Internal(format!("rank {peer}'s buffer has no IPC handle")));
+    }
+    if peer == me || rec.proc_id == shm::proc_id() {
+        return Ok((rec.base + rec.offset) as usize);
+    }
+    let key = (rec.proc_id, device);
+    // A cached mapping whose range overlaps this allocation's in the exporter's address space is
+    // of an allocation the exporter has freed (two live allocations never overlap), and the
+    // driver refuses to open the new one beside it (CUDA_ERROR_ALREADY_MAPPED): close it, in
+    // every device's cache of that process, whichever communicator opened it. No call uses it:
+    // uses hold `maps` until their device work is complete.
+    if !maps.lrus.get(&key).is_some_and(|l| l.contains(&rec.id)) {
+        let (b, e) = (rec.base, rec.base + rec.size);
+        for (&(_, dev), l) in maps.lrus.iter_mut().filter(|((p, _), _)| *p == rec.proc_id) {
+            l.evict_if(|_, m| m.base < e && b < m.base + m.size, |m| {
+                crate::trace!("ipc: closing rank {peer}'s freed allocation at {:#x} (mapped at {:#x})", m.base, m.ptr);
+                close_mapping(dev, m)
+            });
+        }
+    }
+    let pid = rec.proc_id >> 32;
+    let m = maps.lrus.entry(key).or_insert_with(|| Lru::new(shm::MAPPINGS_PER_PEER)).get_or_open(
+        rec.id,
+        || {
+            // SAFETY: a handle record written by the peer (64 bytes).
+            let mut h: cu::CUipcMemHandle = unsafe { std::mem::zeroed() };
+            for (i, b) in rec.handle.iter().enumerate() {
+                h.reserved[i] = *b as _;
+            }
+            let mut d: cu::CUdeviceptr = 0;
+            // SAFETY: opens the peer's allocation in the current (primary) context.
+            let r = unsafe { cu::cuIpcOpenMemHandle_v2(&mut d, h, cu::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32) };
+            if r == cu::CUresult::CUDA_ERROR_ALREADY_MAPPED {
+                return Err(Error::Cuda(format!(
+                    "cuIpcOpenMemHandle: rank {peer}'s allocation at {:#x} ({} bytes, buffer id {}, process {pid}) is already mapped in this process, though gpuwire closed its own mappings overlapping it (is it mapped by other code in this process, or by a context of another device?)",
+                    rec.base, rec.size, rec.id
+                )));
+            }
+            device::check(r, "cuIpcOpenMemHandle").map_err(|e| {
+                Error::Cuda(format!("opening rank {peer}'s allocation at {:#x} ({} bytes, process {pid}): {e}", rec.base, rec.size))
+            })?;
+            crate::trace!("ipc: opened rank {peer}'s buffer {} ({} bytes, process {pid}) at {d:#x}", rec.id, rec.size);
+            Ok(Mapping { ptr: d, base: rec.base, size: rec.size })
+        },
+        |m| close_mapping(device, m),
+    )?;
+    Ok((m.ptr + rec.offset) as usize)
+}
+
+// ---- process-wide: pending receives and their progress ------------------------------------
+
+/// Pending irecvs of every IPC communicator of the process.
+struct Recvs {
+    ops: Vec<Weak<Mutex<RecvOp>>>,
+    /// A progress thread is running (it clears this, under the lock, as it exits).
+    running: bool,
+    /// gpuwire_finalize began: no new thread.
+    shutdown: bool,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+static RECVS: Mutex<Recvs> = Mutex::new(Recvs { ops: Vec::new(), running: false, shutdown: false, thread: None });
+/// Entries of RECVS (a hint read without the lock).
+static PENDING: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether IPC receives may be pending in this process: gpuwire's blocking MPI calls then wait
+/// with nonblocking operations and test loops that progress them (`wait_request`).
+pub fn recvs_pending() -> bool {
+    PENDING.load(Ordering::Acquire) > 0
+}
+
+/// Whether the progress thread may be used: MPI provides MPI_THREAD_MULTIPLE (it calls MPI_Test
+/// concurrently with the program's MPI calls), and GPUWIRE_IPC_PROGRESS_THREAD is not 0.
+fn thread_allowed() -> bool {
+    static ENV_OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let off = *ENV_OFF.get_or_init(|| std::env::var("GPUWIRE_IPC_PROGRESS_THREAD").is_ok_and(|v| v.trim() == "0"));
+    !off && crate::runtime::ensure_ready().is_ok_and(|i| i.thread_level == ThreadLevel::GPUWIRE_THREAD_MULTIPLE)
+}
+
+fn register(op: &Arc<Mutex<RecvOp>>) {
+    let mut g = lock(&RECVS);
+    g.ops.push(Arc::downgrade(op));
+    PENDING.store(g.ops.len(), Ordering::Release);
+    if !g.running && !g.shutdown && thread_allowed() {
+        if let Some(old) = g.thread.take() {
+            // It cleared `running` under this lock and returns without taking it again.
+            let _ = old.join();
+        }
+        match std::thread::Builder::new().name("gpuwire-ipc".into()).spawn(progress_thread) {
+            Ok(h) => {
+                g.thread = Some(h);
+                g.running = true;
+            }
+            Err(e) => crate::trace!("ipc: cannot start the progress thread ({e}); receives progress in gpuwire calls only"),
+        }
+    }
+}
+
+/// The registered receives that still need progress (pruning the others); under RECVS.
+fn live_ops(g: &mut Recvs) -> Vec<Arc<Mutex<RecvOp>>> {
+    let mut out = Vec::new();
+    g.ops.retain(|w| {
+        let Some(a) = w.upgrade() else { return false };
+        let keep = match a.try_lock() {
+            Ok(op) => op.wants_progress(),
+            Err(TryLockError::WouldBlock) => true,
+            Err(TryLockError::Poisoned(p)) => p.into_inner().wants_progress(),
+        };
+        if keep {
+            out.push(a);
+        }
+        keep
+    });
+    PENDING.store(g.ops.len(), Ordering::Release);
+    out
+}
+
+/// Progresses every pending irecv of the process that no other thread is progressing (each is
+/// tried, never waited for, and never blocks on the mapping lock).
+pub fn progress_all() {
+    if !recvs_pending() {
+        return;
+    }
+    let ops = live_ops(&mut lock(&RECVS));
+    poll_ops(&ops);
+}
+
+fn poll_ops(ops: &[Arc<Mutex<RecvOp>>]) {
+    for a in ops {
+        if let Ok(mut op) = a.try_lock() {
+            if op.wants_progress() {
+                op.poll_keep(true);
+            }
+        }
+    }
+}
+
+/// The progress thread: runs while receives are pending (and gpuwire is not finalized), polling
+/// them every 20 µs. Started by `register`, joined by `shutdown`.
+fn progress_thread() {
+    let r = std::panic::catch_unwind(|| {
+        loop {
+            let ops = {
+                let mut g = lock(&RECVS);
+                if g.shutdown || crate::runtime::ensure_ready().is_err() {
+                    g.running = false;
+                    return;
+                }
+                let ops = live_ops(&mut g);
+                if ops.is_empty() {
+                    g.running = false;
+                    return;
+                }
+                ops
+            };
+            poll_ops(&ops);
+            drop(ops);
+            std::thread::sleep(Duration::from_micros(20));
+        }
+    });
+    if r.is_err() {
+        lock(&RECVS).running = false;
+        crate::trace!("ipc: the progress thread panicked; receives progress in gpuwire calls only");
+    }
+}
+
+/// At gpuwire_finalize, before any object is released: stops and joins the progress thread.
+pub fn shutdown() {
+    let h = {
+        let mut g = lock(&RECVS);
+        g.shutdown = true;
+        g.thread.take()
+    };
+    if let Some(h) = h {
+        let _ = h.join();
+    }
+}
+
+/// At gpuwire_finalize, after every communicator was released: closes the mappings that are
+/// still open (a communicator still held by another thread's call keeps nothing open after).
+pub fn close_all_mappings() {
+    close_all(&mut maps());
+}
+
+/// Waits for an MPI request, progressing the process's pending IPC receives meanwhile (so that
+/// gpuwire's own blocking MPI calls never hang on a peer that waits for this process to copy
+/// its send).
+pub fn wait_request(req: &mut sys::MPI_Request, what: &str) -> Result<()> {
+    let mut spins = 0u32;
+    loop {
+        let mut flag: c_int = 0;
+        // SAFETY: an active request of the caller's, or MPI_REQUEST_NULL.
+        mpisys::check(unsafe { sys::MPI_Test(req, &mut flag, mpisys::status_ignore()) }, what)?;
+        if flag != 0 {
+            return Ok(());
+        }
+        progress_all();
+        spins += 1;
+        if spins > 20_000 {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
 
 impl IpcState {
     /// Collective over `c`: allocates and registers the shared segment, duplicates the control
@@ -269,9 +518,9 @@ impl IpcState {
             me,
             p,
             coll: Mutex::new(0),
-            inner: Mutex::new(Inner { exports: HashMap::new(), imports: (0..p).map(|_| Lru::new(shm::MAPPINGS_PER_PEER)).collect(), cells: Cells::default() }),
-            recvs: Mutex::new(Vec::new()),
+            inner: Mutex::new(Inner { exports: HashMap::new(), cells: Cells::default() }),
             send_order: Mutex::new(()),
+            counted: false,
             data_tag: std::sync::atomic::AtomicU64::new(0),
         };
         let (mut qsize, mut disp, mut qbase): (sys::MPI_Aint, c_int, *mut c_void) = (0, 0, std::ptr::null_mut());
@@ -322,39 +571,45 @@ impl IpcState {
             mpisys::check(sys::MPI_Barrier(c.raw()), "MPI_Barrier")?;
         }
         crate::trace!("ipc: segment of {bytes} bytes at {seg_base:#x} (window base {qbase:?}), slot {} bytes", shm::SLOT_BYTES);
+        maps().states += 1;
+        st.counted = true;
         Ok(st)
     }
 
-    /// Collective teardown (at communicator free): closes every mapping, waits until every rank
-    /// reached its own free (up to the timeout), then frees the window and the communicators.
+    /// Collective teardown (at communicator free): closes every mapping when this was the
+    /// process's last IPC communicator, then leaves in two phases (`ipc_shm::leave`) and frees
+    /// the window only if every rank left in time; else the window is left to MPI_Finalize.
     pub fn destroy(&mut self, c: &Communicator) {
-        if let Ok(_g) = CtxGuard::enter(self.device) {
-            let mut inner = lock(&self.inner);
-            for l in inner.imports.iter_mut() {
-                // SAFETY: mappings opened by this state, closed once.
-                l.drain(|m| unsafe {
-                    cu::cuIpcCloseMemHandle(m.ptr);
-                });
+        if self.counted {
+            self.counted = false;
+            let mut m = maps();
+            m.states = m.states.saturating_sub(1);
+            if m.states == 0 {
+                close_all(&mut m);
             }
-            inner.exports.clear();
+        }
+        if let Ok(_g) = CtxGuard::enter(self.device) {
+            lock(&self.inner).exports.clear();
             if let Some(b) = self.registered.take() {
                 // SAFETY: registered in `new`.
                 unsafe { cu::cuMemHostUnregister(b as *mut c_void) };
             }
         }
-        let mut all_left = false;
-        if self.seg.base != 0 && !c.is_broken() {
-            self.seg.slot(self.me).leave.0.store(1, Ordering::Release);
+        let mut free_win = false;
+        if self.seg.base != 0 {
             let seg = self.seg;
-            let r = shm::spin_until(c.config().timeout, || false, || Ok(seg.behind(1, |s| &s.leave).is_empty()));
-            all_left = matches!(r, Ok(Ok(())));
-            if !all_left {
-                crate::trace!("ipc: ranks {:?} did not reach the communicator's free in time; the window is left to MPI_Finalize", seg.behind(1, |s| &s.leave));
+            let words: Vec<&std::sync::atomic::AtomicU64> = (0..seg.p).map(|r| &seg.slot(r).leave.0).collect();
+            free_win = shm::leave(&words, self.me, c.config().timeout, c.is_broken());
+            if !free_win {
+                crate::trace!(
+                    "ipc: not every rank left the communicator in time (leave words {:?}); the window is left to MPI_Finalize",
+                    words.iter().map(|w| w.load(Ordering::Acquire)).collect::<Vec<_>>()
+                );
             }
         }
-        // SAFETY: created in `new`, freed once; the window only when every rank is here.
+        // SAFETY: created in `new`, freed once; the window only when every rank frees it.
         unsafe {
-            if all_left {
+            if free_win {
                 if let Some(mut w) = self.win.take() {
                     sys::MPI_Win_free(&mut w.0);
                 }
@@ -429,74 +684,14 @@ impl IpcState {
                 e
             }
         };
-        Ok(Some(BufRecord { kind: REC_HANDLE, _pad: 0, base: e.base, offset: ptr as u64 - e.base, id, size: e.size, handle: e.handle }))
+        Ok(Some(BufRecord { kind: REC_HANDLE, _pad: 0, base: e.base, offset: ptr as u64 - e.base, id, size: e.size, proc_id: shm::proc_id(), handle: e.handle }))
     }
 
     /// The address, in this process, of the memory `rec` of rank `peer` describes (0 for none).
-    /// The caller holds `inner` for as long as it uses the address (mappings are only closed
+    /// The caller holds `maps` for as long as it uses the address (mappings are only closed
     /// under it).
-    fn import(&self, inner: &mut Inner, peer: usize, rec: &BufRecord) -> Result<usize> {
-        if rec.kind == REC_NONE {
-            return Ok(0);
-        }
-        if rec.kind != REC_HANDLE {
-            return Err(Error::Internal(format!("rank {peer}'s buffer has no IPC handle")));
-        }
-        if peer == self.me {
-            return Ok((rec.base + rec.offset) as usize);
-        }
-        // A cached mapping whose range overlaps this allocation's in the peer's address space is
-        // of an allocation the peer has freed (two live allocations never overlap), and the
-        // driver refuses to open the new one beside it (CUDA_ERROR_ALREADY_MAPPED): close it.
-        // No call in flight uses it (the leader synchronizes its stream before every return).
-        if !inner.imports[peer].contains(&rec.id) {
-            let (b, e) = (rec.base, rec.base + rec.size);
-            inner.imports[peer].evict_if(
-                |_, m| m.base < e && b < m.base + m.size,
-                // SAFETY: a mapping of this state, evicted: closed once.
-                |m| unsafe {
-                    crate::trace!("ipc: closing rank {peer}'s freed allocation at {:#x} (mapped at {:#x})", m.base, m.ptr);
-                    cu::cuIpcCloseMemHandle(m.ptr);
-                },
-            );
-        }
-        let m = inner.imports[peer].get_or_open(
-            rec.id,
-            || {
-                // SAFETY: a handle record written by the peer (64 bytes).
-                let mut h: cu::CUipcMemHandle = unsafe { std::mem::zeroed() };
-                for (i, b) in rec.handle.iter().enumerate() {
-                    h.reserved[i] = *b as _;
-                }
-                let mut d: cu::CUdeviceptr = 0;
-                // SAFETY: opens the peer's allocation in the current (primary) context.
-                device::check(
-                    unsafe { cu::cuIpcOpenMemHandle_v2(&mut d, h, cu::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32) },
-                    "cuIpcOpenMemHandle",
-                )?;
-                crate::trace!("ipc: opened rank {peer}'s buffer {} ({} bytes) at {d:#x}", rec.id, rec.size);
-                Ok(Mapping { ptr: d, base: rec.base, size: rec.size })
-            },
-            // SAFETY: a mapping of this state, evicted: closed once.
-            |m| unsafe {
-                cu::cuIpcCloseMemHandle(m.ptr);
-            },
-        )?;
-        Ok((m.ptr + rec.offset) as usize)
-    }
-
-    /// Progresses the pending irecvs (other threads' busy ones are skipped).
-    fn progress_others(&self) {
-        let list: Vec<Arc<Mutex<RecvOp>>> = {
-            let mut g = lock(&self.recvs);
-            g.retain(|w| w.strong_count() > 0);
-            g.iter().filter_map(|w| w.upgrade()).collect()
-        };
-        for r in list {
-            if let Ok(mut op) = r.try_lock() {
-                op.poll_keep();
-            }
-        }
+    fn import(&self, maps: &mut Maps, peer: usize, rec: &BufRecord) -> Result<usize> {
+        import(maps, self.device, self.me, peer, rec)
     }
 }
 
@@ -621,8 +816,16 @@ impl<'a> Coll<'a> {
                 }
             }
         }
-        self.s.seg.slot(self.me()).arrive.0.store(self.seq, Ordering::Release);
-        self.wait(|s| &s.arrive, None)?;
+        let mine = self.s.seg.slot(self.me());
+        mine.cstate.0.store(shm::claim_word(self.seq, shm::OFFERED), Ordering::Release);
+        mine.arrive.0.store(self.seq, Ordering::Release);
+        if let Err(e) = self.wait(|s| &s.arrive, None) {
+            if self.me() == 0 {
+                // The leader gives up: ranks that arrive after all must not wait for its `done`.
+                self.publish_result(&Err(Error::from_status(e.status(), format!("{}: the leader (rank 0) gave up: {e}", self.what))));
+            }
+            return Err(e);
+        }
         for r in 0..self.p() {
             let a = self.area(r);
             // SAFETY: published before rank r's arrival.
@@ -651,11 +854,25 @@ impl<'a> Coll<'a> {
             if ready() {
                 return Ok(true);
             }
-            self.s.progress_others();
+            progress_all();
             Ok(false)
         })?;
         match r {
             Ok(()) => Ok(()),
+            Err(stop) if self.me() != 0 && !shm::abandon(&seg.slot(self.me()).cstate.0, seq) => {
+                // The leader claimed this rank's buffers first: it is working on them (all ranks
+                // arrived), and this rank may not return before it is done. No deadline: the
+                // leader's device work runs, and its `done` follows.
+                crate::trace!("ipc: {}: {stop:?} while the leader works on this rank's buffers; waiting for it", self.what);
+                shm::spin_until(None, || false, || {
+                    if ready() {
+                        return Ok(true);
+                    }
+                    progress_all();
+                    Ok(false)
+                })?
+                .map_err(|_| Error::Internal("unbounded wait ended".into()))
+            }
             Err(Stop::Broken) => {
                 self.c.ensure_usable()?;
                 Err(Error::CommBroken(format!("{}: the communicator broke while waiting", self.what)))
@@ -694,20 +911,37 @@ impl<'a> Coll<'a> {
             }
             return Ok(());
         }
-        let r = {
-            let mut inner = lock(&self.s.inner);
-            let mut l = Lead { co: self, inner: &mut inner };
-            work(&mut l).and_then(|()| device::sync(self.stream))
+        // Claim every follower's buffers before touching any: a follower that gave up first
+        // (its wait timed out) has returned, and its buffers may be gone.
+        let seg = self.s.seg;
+        let refused = (1..self.p()).find(|r| shm::claim(&seg.slot(*r).cstate.0, self.seq).is_err());
+        let r = match refused {
+            Some(q) => {
+                let msg = format!("rank {q} gave up waiting (its timeout) before the device work started; nothing was done; the communicator is now broken");
+                self.c.mark_broken(format!("{}: {msg}", self.what));
+                Err(Error::CommBroken(msg))
+            }
+            None => {
+                let mut m = maps();
+                let mut l = Lead { co: self, maps: &mut m };
+                work(&mut l).and_then(|()| device::sync(self.stream))
+            }
         };
         let r = r.map_err(|e| {
             let detail = e.to_string();
             let detail = detail.split_once(": ").map(|(_, d)| d.to_string()).unwrap_or(detail);
             Error::from_status(e.status(), format!("{} failed on rank 0 (the leader of the device work): {detail}", self.what))
         });
+        self.publish_result(&r);
+        r
+    }
+
+    /// The leader's outcome of this call, published with its `done`.
+    fn publish_result(&self, r: &Result<()>) {
         let a = self.area(0);
         // SAFETY: the leader's own call area; read by others after the Release store below.
         unsafe {
-            match &r {
+            match r {
                 Ok(()) => (*a).result = ST_OK,
                 Err(e) => {
                     (*a).result = ST_ERROR;
@@ -721,7 +955,6 @@ impl<'a> Coll<'a> {
             }
         }
         self.s.seg.slot(0).done.0.store(self.seq, Ordering::Release);
-        r
     }
 }
 
@@ -747,14 +980,14 @@ fn deliver(dst: View, bytes: &[u8], stream: Stream) -> Result<()> {
 /// The leader's view of a call: peers' buffers through their mappings.
 struct Lead<'b, 'a> {
     co: &'b Coll<'a>,
-    inner: &'b mut Inner,
+    maps: &'b mut Maps,
 }
 
 impl Lead<'_, '_> {
     /// Rank r's buffer k (0 input, 1 output) in this process (0 when it has none).
     fn ptr(&mut self, r: usize, k: usize) -> Result<usize> {
         let rec = self.co.rec(r, k);
-        self.co.s.import(self.inner, r, &rec)
+        self.co.s.import(self.maps, r, &rec)
     }
     /// Whether rank r passed the same memory as input and output (in place).
     fn same(&self, r: usize) -> bool {
@@ -907,6 +1140,7 @@ struct SendOp {
     staged: Option<PoolBuf>,
     pool: *const Pool,
     state: *const IpcState,
+    dest: i32,
 }
 // SAFETY: the pointers refer to the communicator's state, which the request keeps alive.
 unsafe impl Send for SendOp {}
@@ -923,7 +1157,7 @@ impl SendOp {
         h.src = c.rank();
         h.tag = tag;
         h.bytes = v.bytes as u64;
-        let mut op = SendOp { reqs: Vec::new(), _hdr: zeroed_header(), cell: None, staged: None, pool: &c.backend_state.pool, state: s };
+        let mut op = SendOp { reqs: Vec::new(), _hdr: zeroed_header(), cell: None, staged: None, pool: &c.backend_state.pool, state: s, dest };
         let mut len = HDR_FIXED;
         let mut data: Option<(usize, usize, i32)> = None;
         if v.bytes <= SMALL {
@@ -1020,8 +1254,16 @@ impl SendOp {
         if let Some((cell, generation)) = self.cell {
             // SAFETY: see the Send impl.
             let s = unsafe { &*self.state };
-            if !shm::cell_done(&s.seg.slot(s.me).cells, cell, generation) {
-                return Ok(false);
+            match shm::cell_done(&s.seg.slot(s.me).cells, cell, generation) {
+                None => return Ok(false),
+                Some(true) => {}
+                Some(false) => {
+                    self.cell = None;
+                    return Err(Error::Cuda(format!(
+                        "send: rank {}'s receive of this message failed while copying it (its own error says why)",
+                        self.dest
+                    )));
+                }
             }
         }
         if let Some(b) = self.staged.take() {
@@ -1029,6 +1271,39 @@ impl SendOp {
             unsafe { (*self.pool).give(b) };
         }
         Ok(true)
+    }
+
+    fn quitter(&self) -> Quitter {
+        Quitter { cell: self.cell, state: self.state }
+    }
+}
+
+/// What a send needs to give up at a timeout.
+#[derive(Clone, Copy)]
+struct Quitter {
+    cell: Option<(usize, u64)>,
+    state: *const IpcState,
+}
+
+impl Quitter {
+    /// Whether the send may give up. A send through a mapping gives up only if its receiver has
+    /// not claimed it (then never will); once claimed, the receiver is copying from this rank's
+    /// buffer (or finished), and the send must wait for it.
+    fn give_up(&self) -> bool {
+        let Some((cell, generation)) = self.cell else { return true };
+        // SAFETY: the communicator's state, alive while its send is (see SendOp).
+        let s = unsafe { &*self.state };
+        shm::abandon(&s.seg.slot(s.me).cells[cell], generation)
+    }
+
+    /// Waits (without a deadline) until the receiver that claimed the send finished; true.
+    fn wait_finished(&self) -> bool {
+        if let Some((cell, generation)) = self.cell {
+            // SAFETY: as in give_up.
+            let s = unsafe { &*self.state };
+            let _ = shm::spin_until(None, || false, || Ok(shm::cell_done(&s.seg.slot(s.me).cells, cell, generation).is_some()));
+        }
+        true
     }
 }
 
@@ -1049,8 +1324,13 @@ pub struct RecvOp {
     ipc: *const IpcState,
     pool: *const Pool,
     pinned: bool,
+    /// Set by the owner (IpcRecv) when it is dropped: the pointers above may dangle from then
+    /// on, and nobody may progress the operation any more.
+    closed: bool,
 }
-// SAFETY: as SendOp.
+// SAFETY: the pointers refer to the communicator's state and the receive buffer, which the
+// request keeps alive until it drops its IpcRecv; that sets `closed` under the operation's lock
+// first, and no thread progresses a closed operation.
 unsafe impl Send for RecvOp {}
 
 impl RecvOp {
@@ -1066,12 +1346,21 @@ impl RecvOp {
         }
         let hdr = zeroed_header();
         let req = irecv_bytes(s.ctrl, &*hdr as *const Header as usize, std::mem::size_of::<Header>(), source, tag)?;
-        Ok(RecvOp { hdr, req, state: RState::Header, dst: View::of(buf), stream, error: None, ipc: s, pool: &c.backend_state.pool, pinned })
+        Ok(RecvOp { hdr, req, state: RState::Header, dst: View::of(buf), stream, error: None, ipc: s, pool: &c.backend_state.pool, pinned, closed: false })
     }
 
-    /// Progress; errors are kept for the owner.
-    fn poll_keep(&mut self) {
-        if let Err(e) = self.progress() {
+    /// Whether another thread may progress it (the owner's request is alive, not finished).
+    fn wants_progress(&self) -> bool {
+        !self.closed && !matches!(self.state, RState::Done)
+    }
+
+    /// Progress; errors are kept for the owner. `others`: called for another owner (a wait of
+    /// another call or communicator, the progress thread): never blocks on the mapping lock.
+    fn poll_keep(&mut self, others: bool) {
+        if self.closed {
+            return;
+        }
+        if let Err(e) = self.progress(others) {
             self.state = RState::Done;
             self.error = Some(e);
         }
@@ -1079,20 +1368,22 @@ impl RecvOp {
 
     /// Whether complete (its error, once, when it failed).
     fn poll(&mut self) -> Result<bool> {
-        self.poll_keep();
+        self.poll_keep(false);
         if let Some(e) = self.error.take() {
             return Err(e);
         }
         Ok(matches!(self.state, RState::Done))
     }
 
-    fn progress(&mut self) -> Result<()> {
+    fn progress(&mut self, others: bool) -> Result<()> {
         // SAFETY: see the Send impl.
         let s = unsafe { &*self.ipc };
         loop {
             match &mut self.state {
                 RState::Done => return Ok(()),
                 RState::Header => {
+                    // Once complete, the request is MPI_REQUEST_NULL: testing it again (after a
+                    // return below without progress) reports it complete again.
                     if !mpi_test(&mut self.req)? {
                         return Ok(());
                     }
@@ -1108,21 +1399,47 @@ impl RecvOp {
                     let moved = match h.kind {
                         K_INLINE => deliver(self.dst, &h.data[..n.min(SMALL)], self.stream),
                         K_LOCAL | K_HANDLE => {
+                            // The mapping lock before the claim: a caller for another owner
+                            // that cannot take it now comes back later, with nothing claimed.
+                            let mut mapg = if h.kind == K_HANDLE {
+                                match MAPS.try_lock() {
+                                    Ok(g) => Some(g),
+                                    Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                                    Err(TryLockError::WouldBlock) if others => return Ok(()),
+                                    Err(TryLockError::WouldBlock) => Some(maps()),
+                                }
+                            } else {
+                                None
+                            };
+                            let sender_ok = (h.src as usize) < s.p && (h.cell as usize) < shm::CELLS;
+                            if !sender_ok {
+                                self.state = RState::Done;
+                                return Err(Error::Internal(format!("recv: a header from rank {} names completion cell {}", h.src, h.cell)));
+                            }
+                            let word = &s.seg.slot(h.src as usize).cells[h.cell as usize];
+                            // Claimed before the sender's memory is read: a sender that gave up
+                            // first (timed out) has returned, and its buffer may be gone.
+                            if shm::claim(word, h.generation).is_err() {
+                                self.state = RState::Done;
+                                return Err(Error::CommBroken(format!(
+                                    "recv: rank {} gave up this send (its timeout) before it was received; nothing was received",
+                                    h.src
+                                )));
+                            }
                             let r = if h.kind == K_LOCAL {
                                 let src_host = h.rec.kind == REC_LOCAL_ONLY;
                                 ring::copy(Loc { ptr: self.dst.ptr, host: self.dst.host() }, Loc { ptr: h.ptr as usize, host: src_host }, n, self.stream)
                                     .and_then(|()| device::sync(self.stream))
                             } else {
-                                let mut inner = lock(&s.inner);
-                                s.import(&mut inner, h.src as usize, &h.rec).and_then(|src| {
+                                let m = mapg.as_mut().expect("taken for K_HANDLE");
+                                s.import(m, h.src as usize, &h.rec).and_then(|src| {
                                     device::copy_async(self.dst.ptr, src, n, self.stream)?;
                                     device::sync(self.stream)
                                 })
                             };
-                            // The sender may go on (also after a failure: it must not hang).
-                            if (h.src as usize) < s.p && (h.cell as usize) < shm::CELLS {
-                                s.seg.slot(h.src as usize).cells[h.cell as usize].store(h.generation, Ordering::Release);
-                            }
+                            drop(mapg);
+                            // The sender may go on (told whether its data arrived).
+                            shm::finish(word, h.generation, r.is_ok());
                             r
                         }
                         K_DATA => {
@@ -1180,17 +1497,30 @@ impl RecvOp {
     }
 }
 
-/// Waits for `done` while progressing the communicator's pending receives, up to the timeout.
-fn wait_p2p(c: &Communicator, s: &IpcState, what: &str, mut done: impl FnMut() -> Result<bool>) -> Result<()> {
+/// Waits for `done` while progressing the process's pending receives, up to the timeout. At
+/// the timeout, `give_up` says whether the operation may end there (a send whose receiver
+/// already claimed it may not: the wait goes on, without a deadline, until the receiver is done).
+fn wait_p2p(c: &Communicator, what: &str, mut done: impl FnMut() -> Result<bool>, give_up: impl FnOnce() -> bool) -> Result<()> {
     let r = shm::spin_until(c.config().timeout, || c.is_broken(), || {
         if done()? {
             return Ok(true);
         }
-        s.progress_others();
+        progress_all();
         Ok(false)
     })?;
     match r {
         Ok(()) => Ok(()),
+        Err(stop) if !give_up() => {
+            crate::trace!("ipc: {what}: {stop:?} while the receiver copies this send; waiting for it");
+            shm::spin_until(None, || false, || {
+                if done()? {
+                    return Ok(true);
+                }
+                progress_all();
+                Ok(false)
+            })?
+            .map_err(|_| Error::Internal("unbounded wait ended".into()))
+        }
         Err(Stop::Broken) => {
             c.ensure_usable()?;
             Err(Error::CommBroken(format!("{what}: the communicator broke while waiting")))
@@ -1216,8 +1546,8 @@ impl Pending for IpcSend {
         let Some(mut op) = self.op.take() else { return Ok(()) };
         // SAFETY: see the Send impl.
         let c = unsafe { &*self.comm };
-        let s = state(c)?;
-        let r = wait_p2p(c, s, "isend", || op.test());
+        let q = op.quitter();
+        let r = wait_p2p(c, "isend", || op.test(), || q.give_up());
         if r.is_err() {
             // MPI or the receiver may still use the header and data: never free them.
             std::mem::forget(op);
@@ -1230,10 +1560,21 @@ impl Pending for IpcSend {
             self.op = None;
             return Ok(true);
         }
-        // SAFETY: see the Send impl.
-        let c = unsafe { &*self.comm };
-        state(c)?.progress_others();
+        progress_all();
         Ok(false)
+    }
+}
+
+impl Drop for IpcSend {
+    /// A send dropped before it completed (its request freed, gpuwire_finalize): its buffer may
+    /// go. Gives it up, or, when its receiver is already copying from it, waits for that copy.
+    fn drop(&mut self) {
+        let Some(mut op) = self.op.take() else { return };
+        if !op.quitter().give_up() {
+            let _ = shm::spin_until(None, || false, || Ok(op.test().unwrap_or(true)));
+        }
+        // MPI may still use the header and data.
+        std::mem::forget(op);
     }
 }
 
@@ -1252,29 +1593,40 @@ impl Pending for IpcRecv {
         }
         // SAFETY: see the Send impl.
         let c = unsafe { &*self.comm };
-        let s = state(c)?;
         let op = self.op.clone();
-        let r = wait_p2p(c, s, "irecv", || lock(&op).poll());
+        let r = wait_p2p(c, "irecv", || lock(&op).poll(), || true);
         self.finished = true;
-        if r.is_err() && !matches!(lock(&self.op).state, RState::Done) {
-            // MPI may still write into the header: keep it.
-            std::mem::forget(self.op.clone());
-        }
         r
     }
     fn test(&mut self) -> Result<bool> {
         if self.finished {
             return Ok(true);
         }
-        let done = lock(&self.op).poll()?;
+        // Busy: the progress thread (or another wait) is progressing it right now.
+        let done = match self.op.try_lock() {
+            Ok(mut op) => op.poll()?,
+            Err(TryLockError::Poisoned(p)) => p.into_inner().poll()?,
+            Err(TryLockError::WouldBlock) => false,
+        };
         if done {
             self.finished = true;
         } else {
-            // SAFETY: see the Send impl.
-            let c = unsafe { &*self.comm };
-            state(c)?.progress_others();
+            progress_all();
         }
         Ok(done)
+    }
+}
+
+impl Drop for IpcRecv {
+    /// Closes the operation under its lock (so no other thread progresses it once the request's
+    /// communicator and buffer may be released), keeping it alive forever when MPI may still
+    /// write into its header or data (not finished: an error, or a request freed while pending).
+    fn drop(&mut self) {
+        let mut op = lock(&self.op);
+        op.closed = true;
+        if !matches!(op.state, RState::Done) {
+            std::mem::forget(self.op.clone());
+        }
     }
 }
 
@@ -1285,9 +1637,9 @@ pub struct IpcPath;
 
 impl Path for IpcPath {
     fn send(&self, c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<()> {
-        let s = state(c)?;
         let mut op = SendOp::start(c, buf, dest, tag, stream)?;
-        let r = wait_p2p(c, s, "send", || op.test());
+        let q = op.quitter();
+        let r = wait_p2p(c, "send", || op.test(), || q.give_up());
         if r.is_err() {
             std::mem::forget(op);
         }
@@ -1295,9 +1647,8 @@ impl Path for IpcPath {
     }
 
     fn recv(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<()> {
-        let s = state(c)?;
         let mut op = RecvOp::start(c, buf, source, tag, stream)?;
-        let r = wait_p2p(c, s, "recv", || op.poll());
+        let r = wait_p2p(c, "recv", || op.poll(), || true);
         if r.is_err() && !matches!(op.state, RState::Done) {
             std::mem::forget(op);
         }
@@ -1310,19 +1661,21 @@ impl Path for IpcPath {
     }
 
     fn irecv(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
-        let s = state(c)?;
         let op = Arc::new(Mutex::new(RecvOp::start(c, buf, source, tag, stream)?));
-        lock(&s.recvs).push(Arc::downgrade(&op));
+        register(&op);
         Ok(Box::new(IpcRecv { op, comm: c, finished: false }))
     }
 
     fn sendrecv(&self, c: &Communicator, send: &Buffer, dest: i32, sendtag: i32, recv: &Buffer, source: i32, recvtag: i32, stream: Stream) -> Result<()> {
-        let s = state(c)?;
         let proc_null = crate::ops::PROC_NULL;
         // The receive first (a message to oneself then finds it).
         let mut r = if source == proc_null { None } else { Some(RecvOp::start(c, recv, source, recvtag, stream)?) };
         let mut w = if dest == proc_null { None } else { Some(SendOp::start(c, send, dest, sendtag, stream)?) };
-        let res = wait_p2p(c, s, "sendrecv", || {
+        let q = w.as_ref().map(|o| o.quitter());
+        // At a timeout the send part gives up, or (its receiver copying) ends first; the call
+        // then fails as a whole, also when the receive part was complete.
+        let give_up = || q.is_none_or(|q| q.give_up() || q.wait_finished());
+        let res = wait_p2p(c, "sendrecv", || {
             let rd = match r.as_mut() {
                 Some(op) => op.poll()?,
                 None => true,
@@ -1332,7 +1685,7 @@ impl Path for IpcPath {
                 None => true,
             };
             Ok(rd && sd)
-        });
+        }, give_up);
         if res.is_err() {
             std::mem::forget(r);
             std::mem::forget(w);

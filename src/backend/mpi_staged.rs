@@ -208,11 +208,8 @@ fn gatherv_bytes(c: &Communicator, send: usize, sbytes: usize, recv: usize, coun
     }
     let sn = mpisys::count_i32(sbytes, "reduce")?;
     let u8t = unsafe { mpisys::sys::RSMPI_UINT8_T };
-    // SAFETY: ranges validated by the callers.
-    mpisys::check(
-        unsafe { mpisys::sys::MPI_Gatherv(send as *const _, sn, u8t, recv as *mut _, cs.as_ptr(), ds.as_ptr(), u8t, root, c.raw()) },
-        "MPI_Gatherv",
-    )
+    // Ranges validated by the callers; cs and ds live until the call returns.
+    host::blocking!("MPI_Gatherv", MPI_Gatherv(send as *const _, sn, u8t, recv as *mut _, cs.as_ptr(), ds.as_ptr(), u8t, root, c.raw()), MPI_Igatherv)
 }
 
 /// Small staged reduce: host copy, MPI_Reduce, copy back at the root.

@@ -120,6 +120,12 @@ fn wait_all(reqs: &mut Vec<RawRequest>) -> Result<()> {
     if raw.is_empty() {
         return Ok(());
     }
+    if crate::backend::ipc::recvs_pending() {
+        for r in raw.iter_mut() {
+            crate::backend::ipc::wait_request(r, "MPI_Waitall")?;
+        }
+        return Ok(());
+    }
     // SAFETY: active requests of ours.
     mpisys::check(
         unsafe { sys::MPI_Waitall(raw.len() as c_int, raw.as_mut_ptr(), sys::RSMPI_STATUSES_IGNORE) },
