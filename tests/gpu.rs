@@ -903,6 +903,118 @@ fn ipc_mixed(cx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
+/// Pending IPC receives progress outside gpuwire's IPC waits. Rank 0 posts an irecv of 4 MiB
+/// from rank 1 (a send through a mapping: it completes only when rank 0 copies), then:
+/// A. a raw MPI_Barrier (needs the progress thread: MPI_THREAD_MULTIPLE, not disabled);
+/// B. a host-buffer allreduce through gpuwire (its MPI call waits progressing the receive);
+/// C. a device allreduce on another (dup'ed) IPC communicator.
+/// Rank 1 sends, then makes the same call. Every part must finish, with the right data.
+fn ipc_progress(cx: &Ctx) -> Result<(), String> {
+    let (r, s) = (cx.rank, cx.stream as *mut c_void);
+    let n = 1usize << 20;
+    let thread = std::env::var("GPUWIRE_IPC_PROGRESS_THREAD").map_or(true, |v| v.trim() != "0");
+    let mut provided = 0;
+    unsafe { mpi::ffi::MPI_Query_thread(&mut provided) };
+    let multiple = provided == unsafe { mpi::ffi::RSMPI_THREAD_MULTIPLE };
+    let mut c2 = 0;
+    ok(gpuwire_comm_dup(cx.comm, &mut c2), "dup");
+    let parts: &[char] = if thread && multiple { &['A', 'B', 'C'] } else { &['B', 'C'] };
+    if r == 0 {
+        println!("rank 0: ipcprogress parts {parts:?} (progress thread {}, MPI_THREAD_MULTIPLE {multiple})", if thread { "allowed" } else { "disabled" });
+    }
+    for (k, part) in parts.iter().enumerate() {
+        let tag = 60 + k as i32;
+        let v = (k + 2) as f32;
+        let b = dev_alloc(n, Dtype::GPUWIRE_FLOAT32);
+        let mut rq = 0u64;
+        if r == 0 {
+            upload(b, &f32s(&vec![0.0; n]));
+            ok(gpuwire_irecv(cx.comm, b, 1, tag, s, &mut rq), "irecv");
+        } else if r == 1 {
+            upload(b, &f32s(&vec![v; n]));
+            ok(gpuwire_send(cx.comm, b, 0, tag, s), "send");
+        }
+        let t0 = Instant::now();
+        match part {
+            'A' => {
+                let rc = unsafe { mpi::ffi::MPI_Barrier(mpi::ffi::RSMPI_COMM_WORLD) };
+                if rc != 0 {
+                    return Err(format!("part A: MPI_Barrier returned {rc}"));
+                }
+            }
+            'B' => {
+                let mut host = vec![1.0f32; 256];
+                let mut hb = 0;
+                ok(gpuwire_buffer_wrap(host.as_mut_ptr().cast(), 256, Dtype::GPUWIRE_FLOAT32 as i32, Space::GPUWIRE_SPACE_HOST as i32, &mut hb), "wrap host");
+                ok(gpuwire_allreduce(cx.comm, hb, hb, ReduceOp::GPUWIRE_SUM as i32, s), "host allreduce");
+                gpuwire_buffer_free(hb);
+                if host.iter().any(|x| *x != cx.size as f32) {
+                    return Err(format!("part B: host allreduce gave {}", host[0]));
+                }
+            }
+            _ => {
+                let d = dev_alloc(n, Dtype::GPUWIRE_FLOAT32);
+                upload(d, &f32s(&vec![1.0; n]));
+                ok(gpuwire_allreduce(c2, d, d, ReduceOp::GPUWIRE_SUM as i32, s), "allreduce on the dup");
+                all_f32(&download(d, n * 4), cx.size as f32).map_err(|e| format!("part C: allreduce on the dup: {e}"))?;
+                gpuwire_buffer_free(d);
+            }
+        }
+        if r == 0 {
+            ok(gpuwire_wait(&mut rq), "wait");
+            all_f32(&download(b, n * 4), v).map_err(|e| format!("part {part}: received: {e}"))?;
+        }
+        println!("rank {r}: ipcprogress part {part}: {:.1} ms", t0.elapsed().as_secs_f64() * 1e3);
+        gpuwire_buffer_free(b);
+    }
+    ok(gpuwire_comm_free(c2), "comm_free(dup)");
+    Ok(())
+}
+
+/// One process's mapping cache serves every IPC communicator: buffers freed and reallocated
+/// (often at the same address, with a new buffer id) used alternately on the world
+/// communicator and on a dup, by collectives and by send/recv; then the dup is freed and the
+/// world communicator keeps working.
+fn ipc_dup(cx: &Ctx) -> Result<(), String> {
+    let (r, p, s) = (cx.rank, cx.size, cx.stream as *mut c_void);
+    let n = 1usize << 20;
+    let mut c2 = 0;
+    ok(gpuwire_comm_dup(cx.comm, &mut c2), "dup");
+    let comms = [cx.comm, c2];
+    let mut addrs = Vec::new();
+    for round in 0..8usize {
+        let c = comms[round % 2];
+        let b = dev_alloc(n, Dtype::GPUWIRE_FLOAT32);
+        addrs.push(ptr_of(b));
+        let v = (round * 10 + r as usize + 1) as f32;
+        upload(b, &f32s(&vec![v; n]));
+        ok(gpuwire_allreduce(c, b, b, ReduceOp::GPUWIRE_SUM as i32, s), "allreduce");
+        let want: f32 = (0..p as usize).map(|q| (round * 10 + q + 1) as f32).sum();
+        all_f32(&download(b, n * 4), want).map_err(|e| format!("round {round} (comm {}): allreduce: {e}", round % 2))?;
+        // Rank 0's buffer to the others on the other communicator.
+        let other = comms[(round + 1) % 2];
+        upload(b, &f32s(&vec![v; n]));
+        if r == 0 {
+            for q in 1..p {
+                ok(gpuwire_send(other, b, q, 70 + round as i32, s), "send");
+            }
+        } else {
+            ok(gpuwire_recv(other, b, 0, 70 + round as i32, s), "recv");
+            all_f32(&download(b, n * 4), (round * 10 + 1) as f32).map_err(|e| format!("round {round}: recv on the other communicator: {e}"))?;
+        }
+        gpuwire_buffer_free(b);
+    }
+    ok(gpuwire_comm_free(c2), "comm_free(dup)");
+    let b = dev_alloc(n, Dtype::GPUWIRE_FLOAT32);
+    upload(b, &f32s(&vec![1.0; n]));
+    ok(gpuwire_allreduce(cx.comm, b, b, ReduceOp::GPUWIRE_SUM as i32, s), "allreduce after the dup's free");
+    all_f32(&download(b, n * 4), p as f32).map_err(|e| format!("after the dup's free: {e}"))?;
+    gpuwire_buffer_free(b);
+    let reused = addrs.windows(2).filter(|w| w[0] == w[1]).count();
+    println!("rank {r}: ipcdup: 8 rounds over two communicators, the address was reused {reused} time(s)");
+    Ok(())
+}
+
 fn main() {
     let Ok(cases) = std::env::var("GPUWIRE_GPU_TEST") else {
         println!(
@@ -965,6 +1077,8 @@ fn main() {
             "ipcfree" => ipc_free_realloc(&cx),
             "ipcexit" => ipc_exit(&cx),
             "ipcmixed" => ipc_mixed(&cx),
+            "ipcprogress" => ipc_progress(&cx),
+            "ipcdup" => ipc_dup(&cx),
             other => Err(format!("unknown case {other}")),
         };
         let ms = t0.elapsed().as_millis();
