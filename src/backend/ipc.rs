@@ -15,13 +15,22 @@
 //! device-to-host copies into it run on the copy engine. Ranks synchronise on these counters
 //! (spinning, then yielding), never with an MPI barrier per call. Every wait honours the
 //! communicator's timeout (`GPUWIRE_ERROR_TIMEOUT` naming the operation and the ranks that did not
-//! arrive; the communicator is then broken) and stops when the communicator is broken.
+//! arrive; the communicator is then broken) and stops when the communicator is broken — except
+//! where a peer already works on this rank's buffers: who gives up and who works is decided by a
+//! compare-and-swap on a claim word (`ipc_shm::claim`/`abandon`): each rank's `cstate` for
+//! collectives (the leader claims every follower before any device work), the sender's
+//! completion cell for sends (the receiver claims before it copies). A rank that lost the race
+//! waits for the worker without a deadline; a worker that lost touches nothing and fails.
 //!
 //! **Exporting buffers**: for device memory gpuwire asks the driver for the allocation's base and
 //! size (`cuMemGetAddressRange`), its `CU_POINTER_ATTRIBUTE_BUFFER_ID` and an IPC handle of the
 //! base (`cuIpcGetMemHandle`, cached per buffer id), and publishes (base, offset, buffer id,
-//! handle). Importers open a handle once (`cuIpcOpenMemHandle`, lazy peer access) and cache the
-//! mapping under (peer rank, buffer id).
+//! handle, and the exporting process's id, `ipc_shm::proc_id`). Importers open a handle once
+//! (`cuIpcOpenMemHandle`, lazy peer access) and cache the mapping process-wide (`Maps`), under
+//! (exporter process, importing device) and buffer id, for every IPC communicator of the
+//! process: a dup or split uses the same mappings, and one eviction of a stale mapping covers
+//! them all. One lock (`MAPS`) covers every use of a mapping, from the lookup until the device
+//! work through it is complete (the stream synchronised); mappings are closed only under it.
 //!
 //! *How gpuwire learns of a free*: it does not need to be told. The driver gives every
 //! allocation of a process a buffer id that is never reused, so an allocation freed and a new one
@@ -31,8 +40,8 @@
 //! exporter's physical memory from being reused until it is closed (the address of a freed
 //! buffer may be reused at once; its pages are not); the CUDA documentation calls freeing
 //! exported memory before the importer closes its mapping undefined, so gpuwire keeps at most
-//! 64 mappings per peer (least recently used closed first) and closes every mapping when the
-//! communicator is freed. Memory gpuwire cannot export (MANAGED, host memory, VMM allocations
+//! 64 mappings per peer process (least recently used closed first) and closes every mapping when
+//! the process's last IPC communicator is freed, and at gpuwire_finalize. Memory gpuwire cannot export (MANAGED, host memory, VMM allocations
 //! without IPC support) makes that call take the staged MPI path of the same communicator on
 //! every rank (decided together, from the published records) — never an error.
 //!
@@ -58,17 +67,28 @@
 //! and so do device sends of 32–512 KiB between ranks sharing a GPU (staged through pinned host
 //! memory by copy-engine copies: the receiver's device-to-device copy would wait ~150 µs for the
 //! other process's time slice on the compute engine).
-//! A send to oneself passes the pointer. While a call waits it progresses the communicator's
-//! pending irecvs, so a blocking send to oneself after an irecv, and isend/irecv pairs, finish.
+//! A send to oneself passes the pointer.
+//!
+//! **Progress**: pending irecvs of every IPC communicator are registered process-wide (`RECVS`,
+//! weak references). They are progressed by every IPC wait (of any communicator), by gpuwire's
+//! own blocking MPI calls while any is pending (`host::blocking!`, `wait_request`: nonblocking
+//! MPI and a test loop), and, under MPI_THREAD_MULTIPLE, by a progress thread that runs while
+//! the registry is not empty (`progress_thread`; joined by `shutdown` at gpuwire_finalize).
+//! Progress for another owner only try-locks the receive and the mapping lock, never waits.
+//! The receive's copy is enqueued on the receive's stream from whichever thread progresses it;
+//! the user may use the buffer only after the request completed, so that is ordered. The
+//! request keeps its communicator and buffer alive until it drops its `IpcRecv`, which marks the
+//! receive closed under its lock first: a closed receive is never progressed again.
 //!
 //! **Stream semantics**: as MPI_STAGED: a call first waits for the work already on the caller's
 //! stream, and returns when its output is complete in the caller's buffer (the host is blocked
 //! for the duration, as by MPI).
 //!
-//! **Freeing**: gpuwire_comm_free is collective. The IPC communicator closes its mappings, then
-//! waits (up to the timeout, if one is configured) until every rank has reached its own free,
-//! then frees the window: a rank that frees its communicator while peers still use it waits for
-//! them. A broken communicator does not wait (its window is then left to MPI_Finalize).
+//! **Freeing**: gpuwire_comm_free is collective. The IPC communicator waits (up to the timeout,
+//! if one is configured) until every rank has reached its own free, in two phases
+//! (`ipc_shm::leave`), and frees the window only if every rank completed both, else every rank
+//! leaves it to MPI_Finalize: a rank that frees its communicator while peers still use it waits
+//! for them, and no rank is left alone in MPI_Win_free. A broken communicator abandons at once.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{c_int, c_void};
