@@ -1590,6 +1590,11 @@ impl Drop for IpcSend {
     /// go. Gives it up, or, when its receiver is already copying from it, waits for that copy.
     fn drop(&mut self) {
         let Some(mut op) = self.op.take() else { return };
+        // After the program's MPI_Finalize the segment may be gone, and MPI_Test would abort.
+        if crate::runtime::mpi_finalized() {
+            std::mem::forget(op);
+            return;
+        }
         if !op.quitter().give_up() {
             let _ = shm::spin_until(None, || false, || Ok(op.test().unwrap_or(true)));
         }
