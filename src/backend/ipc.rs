@@ -879,6 +879,8 @@ impl<'a> Coll<'a> {
         })?;
         match r {
             Ok(()) => Ok(()),
+            // Everyone arrived just as the deadline passed: no reason to give up.
+            Err(Stop::TimedOut) if ready() => Ok(()),
             Err(stop) if self.me() != 0 && !shm::abandon(&seg.slot(self.me()).cstate.0, seq) => {
                 // The leader claimed this rank's buffers first: it is working on them (all ranks
                 // arrived), and this rank may not return before it is done. No deadline: the
