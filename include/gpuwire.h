@@ -33,11 +33,6 @@
 
 
 /**
- * Largest host-to-device write that [`write_small`] does with stream memory operations.
- */
-#define SMALL_WRITE_BYTES 1024
-
-/**
  * Local length "let gpuwire decide" for gpuwire_darray_create and gpuwire_darray_create_nd
  * (the default split: the first N mod P ranks get one more).
  */
@@ -495,9 +490,9 @@ typedef struct {
    */
   int32_t staging;
   /**
-   * Seconds after which a blocked agreement exchange (checking mode) or NCCL operation
-   * returns GPUWIRE_ERROR_TIMEOUT and breaks the communicator; 0 = wait forever
-   * (GPUWIRE_TIMEOUT).
+   * Seconds after which a blocked agreement exchange (checking mode), an NCCL operation or a
+   * wait of the IPC backend returns GPUWIRE_ERROR_TIMEOUT and breaks the communicator;
+   * 0 = wait forever (GPUWIRE_TIMEOUT).
    */
   double timeout_seconds;
   /**
@@ -758,11 +753,15 @@ gpuwire_status gpuwire_comm_world(const gpuwire_config *cfg,
                                   gpuwire_comm *out);
 
 /**
- * Frees a communicator (as MPI_Comm_free: collective in principle; pending requests on it still
- * complete). The handle, and every copy of it, becomes invalid.
+ * Frees a communicator. Collective, as MPI_Comm_free: every rank of the communicator must call
+ * it (the NCCL backend destroys its NCCL communicator, the IPC backend waits until every rank
+ * reached its free before releasing the shared segment; a rank that never frees makes the
+ * others wait, up to the communicator's timeout on IPC). Pending requests on it still complete.
+ * The handle, and every copy of it, becomes invalid.
  *
  * Errors: GPUWIRE_ERROR_INVALID_HANDLE (NULL, already freed, or not a communicator; nothing
- * is touched), GPUWIRE_ERROR_ALREADY_FINALIZED (after gpuwire_finalize; MPI is not called).
+ * is touched), GPUWIRE_ERROR_NOT_INITIALIZED, GPUWIRE_ERROR_ALREADY_FINALIZED (after
+ * gpuwire_finalize; MPI is not called).
  */
 gpuwire_status gpuwire_comm_free(gpuwire_comm comm);
 
@@ -1537,8 +1536,6 @@ gpuwire_status gpuwire_last_error(char *buf,
 gpuwire_status gpuwire_get_version(int32_t *major,
                                    int32_t *minor,
                                    int32_t *patch);
-
-extern int gpuwire_shim_mpi_flavour(void);
 
 #ifdef __cplusplus
 }  // extern "C"

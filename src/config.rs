@@ -75,8 +75,12 @@ impl Config {
                 .filter(|d| *d >= -1)
                 .ok_or_else(|| bad_env("GPUWIRE_DEVICE", &v, "a device ordinal >= 0, or -1"))?;
         }
+        if let Some(v) = lookup("GPUWIRE_DEBUG") {
+            // Read by `debug_enabled`; checked here so that a value it would ignore is an error.
+            parse_bool(&v).ok_or_else(|| bad_env("GPUWIRE_DEBUG", &v, BOOL_FORMS))?;
+        }
         if let Some(v) = lookup("GPUWIRE_CHECK") {
-            c.check = parse_bool(&v).ok_or_else(|| bad_env("GPUWIRE_CHECK", &v, "0 or 1"))?;
+            c.check = parse_bool(&v).ok_or_else(|| bad_env("GPUWIRE_CHECK", &v, BOOL_FORMS))?;
         }
         if let Some(v) = lookup("GPUWIRE_TIMEOUT") {
             let s = v
@@ -97,7 +101,7 @@ impl Config {
         if let Some(v) = lookup("GPUWIRE_CUDA_AWARE") {
             // Read where the backend is chosen (mpisys::cuda_support); checked here so that a bad
             // value is an error also on machines without a GPU.
-            parse_bool(&v).ok_or_else(|| bad_env("GPUWIRE_CUDA_AWARE", &v, "0 or 1"))?;
+            parse_bool(&v).ok_or_else(|| bad_env("GPUWIRE_CUDA_AWARE", &v, BOOL_FORMS))?;
         }
         if let Some(v) = lookup("GPUWIRE_CHUNK_BYTES") {
             c.chunk_bytes = v
@@ -111,7 +115,11 @@ impl Config {
     }
 }
 
-fn parse_bool(v: &str) -> Option<bool> {
+/// What the on/off variables accept (for messages).
+const BOOL_FORMS: &str = "0 or 1 (also off/on, no/yes, false/true)";
+
+/// An on/off value of a GPUWIRE_* variable: 1/on/yes/true or 0/off/no/false, any case.
+pub(crate) fn parse_bool(v: &str) -> Option<bool> {
     match v.trim().to_ascii_lowercase().as_str() {
         "1" | "on" | "yes" | "true" => Some(true),
         "0" | "off" | "no" | "false" => Some(false),
@@ -153,7 +161,11 @@ mod tests {
     fn bad_env_values_name_the_variable() {
         let e = with(&[("GPUWIRE_BACKEND", "gpu")]).unwrap_err();
         assert!(e.to_string().contains("GPUWIRE_BACKEND"));
-        assert!(with(&[("GPUWIRE_CHECK", "maybe")]).is_err());
+        let e = with(&[("GPUWIRE_CHECK", "maybe")]).unwrap_err().to_string();
+        assert!(e.contains("GPUWIRE_CHECK") && e.contains("no/yes"), "{e}");
+        let e = with(&[("GPUWIRE_DEBUG", "banana")]).unwrap_err().to_string();
+        assert!(e.contains("GPUWIRE_DEBUG"), "{e}");
+        assert!(with(&[("GPUWIRE_DEBUG", "yes")]).is_ok() && with(&[("GPUWIRE_CHECK", "On")]).unwrap().check);
         assert!(with(&[("GPUWIRE_TIMEOUT", "-1")]).is_err());
         assert!(with(&[("GPUWIRE_DEVICE", "-2")]).is_err());
         assert!(with(&[("GPUWIRE_CHUNK_BYTES", "12")]).is_err());

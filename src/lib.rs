@@ -25,7 +25,7 @@
 /// stderr, one line each, prefixed "gpuwire[pid]".
 pub fn debug_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("GPUWIRE_DEBUG").is_ok_and(|v| v.trim() == "1"))
+    *ON.get_or_init(|| std::env::var("GPUWIRE_DEBUG").ok().and_then(|v| config::parse_bool(&v)).unwrap_or(false))
 }
 
 /// Traces one line to stderr when GPUWIRE_DEBUG=1.
@@ -33,7 +33,9 @@ pub fn debug_enabled() -> bool {
 macro_rules! trace {
     ($($arg:tt)*) => {
         if $crate::debug_enabled() {
-            eprintln!("gpuwire[{}]: {}", std::process::id(), format_args!($($arg)*));
+            // One write per line, so that the lines of different ranks do not interleave.
+            let line = format!("gpuwire[{}]: {}\n", std::process::id(), format_args!($($arg)*));
+            let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
         }
     };
 }

@@ -285,7 +285,7 @@ pub fn copy_async(dst: usize, src: usize, bytes: usize, stream: Stream) -> Resul
 }
 
 /// Largest host-to-device write that [`write_small`] does with stream memory operations.
-pub const SMALL_WRITE_BYTES: usize = 1024;
+pub(crate) const SMALL_WRITE_BYTES: usize = 1024;
 
 static MEMOPS_REFUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 

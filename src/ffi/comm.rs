@@ -29,9 +29,9 @@ pub struct gpuwire_config {
     pub check: i32,
     /// How the staged backend holds host copies (a gpuwire_staging; GPUWIRE_STAGING).
     pub staging: i32,
-    /// Seconds after which a blocked agreement exchange (checking mode) or NCCL operation
-    /// returns GPUWIRE_ERROR_TIMEOUT and breaks the communicator; 0 = wait forever
-    /// (GPUWIRE_TIMEOUT).
+    /// Seconds after which a blocked agreement exchange (checking mode), an NCCL operation or a
+    /// wait of the IPC backend returns GPUWIRE_ERROR_TIMEOUT and breaks the communicator;
+    /// 0 = wait forever (GPUWIRE_TIMEOUT).
     pub timeout_seconds: f64,
     /// Staging chunk size in bytes (>= 4096; GPUWIRE_CHUNK_BYTES). Large messages move in chunks
     /// of this size so device copies overlap MPI transfers.
@@ -135,11 +135,15 @@ pub extern "C" fn gpuwire_comm_world(cfg: *const gpuwire_config, out: *mut gpuwi
     })
 }
 
-/// Frees a communicator (as MPI_Comm_free: collective in principle; pending requests on it still
-/// complete). The handle, and every copy of it, becomes invalid.
+/// Frees a communicator. Collective, as MPI_Comm_free: every rank of the communicator must call
+/// it (the NCCL backend destroys its NCCL communicator, the IPC backend waits until every rank
+/// reached its free before releasing the shared segment; a rank that never frees makes the
+/// others wait, up to the communicator's timeout on IPC). Pending requests on it still complete.
+/// The handle, and every copy of it, becomes invalid.
 ///
 /// Errors: GPUWIRE_ERROR_INVALID_HANDLE (NULL, already freed, or not a communicator; nothing
-/// is touched), GPUWIRE_ERROR_ALREADY_FINALIZED (after gpuwire_finalize; MPI is not called).
+/// is touched), GPUWIRE_ERROR_NOT_INITIALIZED, GPUWIRE_ERROR_ALREADY_FINALIZED (after
+/// gpuwire_finalize; MPI is not called).
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_comm_free(comm: gpuwire_comm) -> gpuwire_status {
     call("gpuwire_comm_free", || {
