@@ -79,6 +79,10 @@ impl Config {
             // Read by `debug_enabled`; checked here so that a value it would ignore is an error.
             parse_bool(&v).ok_or_else(|| bad_env("GPUWIRE_DEBUG", &v, BOOL_FORMS))?;
         }
+        if let Some(v) = lookup("GPUWIRE_IPC_PROGRESS_THREAD") {
+            // Read by the IPC backend; checked here so that a value it would ignore is an error.
+            parse_bool(&v).ok_or_else(|| bad_env("GPUWIRE_IPC_PROGRESS_THREAD", &v, BOOL_FORMS))?;
+        }
         if let Some(v) = lookup("GPUWIRE_CHECK") {
             c.check = parse_bool(&v).ok_or_else(|| bad_env("GPUWIRE_CHECK", &v, BOOL_FORMS))?;
         }

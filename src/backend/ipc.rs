@@ -378,7 +378,7 @@ pub fn recvs_pending() -> bool {
 /// concurrently with the program's MPI calls), and GPUWIRE_IPC_PROGRESS_THREAD is not 0.
 fn thread_allowed() -> bool {
     static ENV_OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let off = *ENV_OFF.get_or_init(|| std::env::var("GPUWIRE_IPC_PROGRESS_THREAD").is_ok_and(|v| v.trim() == "0"));
+    let off = *ENV_OFF.get_or_init(|| std::env::var("GPUWIRE_IPC_PROGRESS_THREAD").ok().and_then(|v| crate::config::parse_bool(&v)) == Some(false));
     !off && crate::runtime::ensure_ready().is_ok_and(|i| i.thread_level == ThreadLevel::GPUWIRE_THREAD_MULTIPLE)
 }
 
