@@ -105,7 +105,10 @@ impl Config {
         if let Some(v) = lookup("GPUWIRE_CUDA_AWARE") {
             // Read where the backend is chosen (mpisys::cuda_support); checked here so that a bad
             // value is an error also on machines without a GPU.
-            parse_bool(&v).ok_or_else(|| bad_env("GPUWIRE_CUDA_AWARE", &v, BOOL_FORMS))?;
+            // Exactly 0 or 1, as mpisys::cuda_support reads it.
+            if !matches!(v.trim(), "0" | "1") {
+                return Err(bad_env("GPUWIRE_CUDA_AWARE", &v, "0 or 1"));
+            }
         }
         if let Some(v) = lookup("GPUWIRE_CHUNK_BYTES") {
             c.chunk_bytes = v
@@ -170,6 +173,9 @@ mod tests {
         let e = with(&[("GPUWIRE_DEBUG", "banana")]).unwrap_err().to_string();
         assert!(e.contains("GPUWIRE_DEBUG"), "{e}");
         assert!(with(&[("GPUWIRE_DEBUG", "yes")]).is_ok() && with(&[("GPUWIRE_CHECK", "On")]).unwrap().check);
+        // GPUWIRE_CUDA_AWARE is 0 or 1 only (its reader, mpisys::cuda_support, takes no other form).
+        let e = with(&[("GPUWIRE_CUDA_AWARE", "yes")]).unwrap_err().to_string();
+        assert!(e.contains("GPUWIRE_CUDA_AWARE") && e.contains("0 or 1"), "{e}");
         assert!(with(&[("GPUWIRE_TIMEOUT", "-1")]).is_err());
         assert!(with(&[("GPUWIRE_DEVICE", "-2")]).is_err());
         assert!(with(&[("GPUWIRE_CHUNK_BYTES", "12")]).is_err());

@@ -176,15 +176,12 @@ pub fn wtime() -> f64 {
 /// at run time since not every MPI has them).
 pub fn cuda_support() -> Result<(Option<bool>, String)> {
     match std::env::var("GPUWIRE_CUDA_AWARE").ok().as_deref().map(str::trim) {
+        Some("1") => return Ok((Some(true), "GPUWIRE_CUDA_AWARE=1".into())),
+        Some("0") => return Ok((Some(false), "GPUWIRE_CUDA_AWARE=0".into())),
         None | Some("") => {}
         Some(v) => {
             let shown: String = v.chars().take(64).collect();
-            return match crate::config::parse_bool(v) {
-                Some(b) => Ok((Some(b), format!("GPUWIRE_CUDA_AWARE={shown}"))),
-                None => Err(Error::InvalidArgument(format!(
-                    "environment variable GPUWIRE_CUDA_AWARE={shown:?} is not valid: expected 0 or 1 (also off/on, no/yes, false/true)"
-                ))),
-            };
+            return Err(Error::InvalidArgument(format!("environment variable GPUWIRE_CUDA_AWARE={shown:?} is not valid: expected 0 or 1")));
         }
     }
     type QueryCuda = unsafe extern "C" fn() -> c_int;
