@@ -968,7 +968,11 @@ impl<'a> Coll<'a> {
                 Err(e) => {
                     (*a).result = ST_ERROR;
                     (*a).rcode = e.status() as i32;
-                    shm::put_text(&mut (*std::ptr::addr_of_mut!((*a).rmsg)), &e.to_string());
+                    // Without the kind's prefix ("CUDA error: "): the followers' Error adds it
+                    // again, and every rank must show the same message.
+                    let text = e.to_string();
+                    let detail = text.split_once(": ").map_or(text.as_str(), |(_, d)| d);
+                    shm::put_text(&mut (*std::ptr::addr_of_mut!((*a).rmsg)), detail);
                 }
             }
         }
@@ -1197,7 +1201,16 @@ impl SendOp {
             // device-to-device copy, which waits for the other process's time slice on the
             // compute engine (~150 µs; staged 31–118 µs there, measured on the H200).
             let staged = dest as usize != s.me && !v.host() && (STAGED_P2P_MIN..=STAGED_P2P_MAX).contains(&v.bytes) && c.backend_state.dev()?.gpu_shared;
-            let rec = if dest as usize == s.me || staged { BufRecord::default() } else { s.export(Some(v)) };
+            let mut rec = if dest as usize == s.me || staged { BufRecord::default() } else { s.export(Some(v)) };
+            // A send through a mapping needs a completion cell; with all of them taken (sends
+            // waiting for their receivers) it goes as a data message instead, which MPI completes.
+            let mut cell = None;
+            if dest as usize == s.me || rec.kind == REC_HANDLE {
+                cell = lock(&s.inner).cells.take(&s.seg.slot(s.me).cells);
+                if cell.is_none() && dest as usize != s.me {
+                    rec = BufRecord::default();
+                }
+            }
             if dest as usize == s.me {
                 h.kind = K_LOCAL;
                 h.ptr = v.ptr as u64;
@@ -1208,6 +1221,9 @@ impl SendOp {
                 h.rec = rec;
             } else {
                 h.kind = K_DATA;
+                // Checked before anything is posted: a data message MPI cannot count (over 2 GiB)
+                // must fail here, not after the header went out.
+                mpisys::count_i32(v.bytes, "send (data message of the IPC backend)")?;
                 let src = if v.host() {
                     v.ptr
                 } else {
@@ -1228,10 +1244,9 @@ impl SendOp {
                 data = Some((src, v.bytes, dtag));
             }
             if matches!(h.kind, K_LOCAL | K_HANDLE) {
-                let my_cells = &s.seg.slot(s.me).cells;
-                let Some((cell, generation)) = lock(&s.inner).cells.take(my_cells) else {
+                let Some((cell, generation)) = cell else {
                     return Err(Error::InvalidArgument(format!(
-                        "send: {} sends of more than {SMALL} bytes are already waiting for their receivers on this communicator (complete some first)",
+                        "send to itself: {} sends of more than {SMALL} bytes are already waiting for their receivers on this communicator (complete some first)",
                         shm::CELLS
                     )));
                 };
