@@ -103,6 +103,10 @@ if has multi; then
       gputest multi-staged stock ops,c13 -x GPUWIRE_GPU_TEST_NP -x GPUWIRE_BACKEND
     CUDA_VISIBLE_DEVICES=$all GPUWIRE_BACKEND=mpi_cuda_aware GPUWIRE_GPU_TEST_NP=$NGPU np2="mpirun -np $NGPU --oversubscribe --bind-to none" \
       gputest multi-cuda-aware kit ops,c13 -x GPUWIRE_GPU_TEST_NP -x GPUWIRE_BACKEND
+    # IPC between ranks on GPUs of their own (peer access over NVLink), forced: every operation,
+    # stream ordering, free-then-reallocate, progress of pending receives.
+    CUDA_VISIBLE_DEVICES=$all GPUWIRE_BACKEND=ipc GPUWIRE_GPU_TEST_NP=$NGPU np2="mpirun -np $NGPU --oversubscribe --bind-to none" \
+      gputest multi-ipc stock ops,c12,c13,c17,ipcfree,ipcprogress,ipcdup -x GPUWIRE_GPU_TEST_NP -x GPUWIRE_BACKEND
     CUDA_VISIBLE_DEVICES=$all example cg-device-nccl-multi stock "$NGPU" "$B/cg_poisson_device" 768 "$NGPU"
   fi
 fi
