@@ -262,6 +262,9 @@ pub struct NcclState {
     device: i32,
     /// The NCCL group isend/irecv opened and the next call closes.
     open: Mutex<Option<Arc<Group>>>,
+    /// Whether `open` may hold a group (set under its lock when one is opened, cleared when it is
+    /// taken): lets every other call skip that lock when no isend/irecv is pending.
+    maybe_open: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: the NCCL communicator is only used under the mutex (NCCL allows one thread at a time).
@@ -391,6 +394,7 @@ impl NcclState {
             comm: Mutex::new(comm),
             device,
             open: Mutex::new(None),
+            maybe_open: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -401,7 +405,17 @@ impl NcclState {
     /// Closes the open isend/irecv group, if any: launches its operations and records their
     /// completion events.
     fn close_group(&self) -> Result<()> {
-        let Some(g) = self.open.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+        // A group is opened and closed by calls on this communicator, which NCCL (and gpuwire's
+        // documentation) requires to come from one thread at a time: no race with the store.
+        if !self.maybe_open.load(std::sync::atomic::Ordering::Acquire) {
+            return Ok(());
+        }
+        let Some(g) = ({
+            let mut o = self.open.lock().unwrap_or_else(|p| p.into_inner());
+            self.maybe_open
+                .store(false, std::sync::atomic::Ordering::Release);
+            o.take()
+        }) else {
             return Ok(());
         };
         let api = api()?;
@@ -530,11 +544,7 @@ fn enter<'a>(c: &'a Communicator, bufs: &[Option<&Buffer>], stream: Stream) -> R
     let st = c.backend_state.nccl()?;
     let g = CtxGuard::enter(st.device)?;
     st.close_group()?;
-    if st.comm().is_null() {
-        return Err(Error::CommBroken(
-            "the NCCL communicator was aborted".into(),
-        ));
-    }
+    // An aborted communicator (null) is refused by `Ctx::call`, under the lock it takes anyway.
     Ok(Ctx {
         c,
         st,
@@ -547,6 +557,11 @@ fn enter<'a>(c: &'a Communicator, bufs: &[Option<&Buffer>], stream: Stream) -> R
 impl Ctx<'_> {
     fn call(&self, what: &str, f: impl FnOnce(NcclComm) -> c_int) -> Result<()> {
         let comm = self.st.comm();
+        if comm.is_null() {
+            return Err(Error::CommBroken(format!(
+                "{what}: the NCCL communicator was aborted"
+            )));
+        }
         let r = f(*comm);
         check(self.api, *comm, r, what)
     }
@@ -699,6 +714,8 @@ fn grouped(
                 done: Mutex::new(None),
             });
             *open = Some(g.clone());
+            st.maybe_open
+                .store(true, std::sync::atomic::Ordering::Release);
             g
         }
     };
