@@ -10,6 +10,7 @@
  *   10: DtoD through the same; 11: cuStreamWriteValue64 (first 8 bytes) + sync
  *   12: HtoD by cuMemcpy2DAsync (one row); 13: DtoD by cuMemcpy2DAsync (one row);
  *   14: HtoD by cuMemcpy2DAsync (rows of 64 B); 15: DtoD by cuMemcpy2DAsync (rows of 64 B)
+ *   16: HtoD by cuMemcpy2DAsync (two rows of bytes/2)
  *   (all ranks at the same time)
  * Prints the median per-iteration time on rank 0. */
 #include <dlfcn.h>
@@ -79,11 +80,11 @@ int main(int argc, char **argv) {
         C(batch(&dst, &src, &sz, 1, &a, &idx, 1, &fail, s));
       }
       if (mode == 11) C(cuStreamWriteValue64(s, d, 42ull + i, 0));
-      if (mode >= 12 && mode <= 15) {
+      if (mode >= 12 && mode <= 16) {
         Copy2D m; memset(&m, 0, sizeof m);
-        size_t w = (mode >= 14 && bytes >= 64) ? 64 : bytes;
+        size_t w = (mode >= 14 && mode <= 15 && bytes >= 64) ? 64 : mode == 16 ? bytes / 2 : bytes;
         m.WidthInBytes = w; m.Height = bytes / w; m.srcPitch = w; m.dstPitch = w;
-        if (mode == 12 || mode == 14) { m.srcMemoryType = 1; m.srcHost = q; } else { m.srcMemoryType = 2; m.srcDevice = d2; }
+        if (mode == 12 || mode == 14 || mode == 16) { m.srcMemoryType = 1; m.srcHost = q; } else { m.srcMemoryType = 2; m.srcDevice = d2; }
         m.dstMemoryType = 2; m.dstDevice = d;
         C(cuMemcpy2DAsync(&m, s));
       }
