@@ -8,6 +8,9 @@
  *   7: cuMemcpyHtoD (synchronous) from pinned; 8: HtoDAsync from pageable memory + sync;
  *   9: HtoD through cuMemcpyBatchAsync with CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE + sync;
  *   10: DtoD through the same; 11: cuStreamWriteValue64 (first 8 bytes) + sync
+ *   12: HtoD by cuMemcpy2DAsync (one row); 13: DtoD by cuMemcpy2DAsync (one row);
+ *   14: HtoD by cuMemcpy2DAsync (rows of 64 B); 15: DtoD by cuMemcpy2DAsync (rows of 64 B)
+ *   16: HtoD by cuMemcpy2DAsync (two rows of bytes/2)
  *   (all ranks at the same time)
  * Prints the median per-iteration time on rank 0. */
 #include <dlfcn.h>
@@ -31,6 +34,12 @@ typedef struct { int type; int id; } Loc;
 typedef struct { int srcAccessOrder; Loc srcLocHint; Loc dstLocHint; unsigned flags; } Attrs;
 static CUresult (*batch)(CUdeviceptr *, CUdeviceptr *, size_t *, size_t, Attrs *, size_t *, size_t, size_t *, CUstream);
 static CUresult (*cuMemHostGetDevicePointer)(CUdeviceptr *, void *, unsigned);
+typedef struct {
+  size_t srcXInBytes, srcY; int srcMemoryType; const void *srcHost; CUdeviceptr srcDevice; void *srcArray; size_t srcPitch;
+  size_t dstXInBytes, dstY; int dstMemoryType; void *dstHost; CUdeviceptr dstDevice; void *dstArray; size_t dstPitch;
+  size_t WidthInBytes, Height;
+} Copy2D;
+static CUresult (*cuMemcpy2DAsync)(const Copy2D *, CUstream);
 #define L(f) do { *(void **)&f = dlsym(h, #f "_v2"); if (!f) *(void **)&f = dlsym(h, #f); if (!f) { fprintf(stderr, "no %s\n", #f); return 1; } } while (0)
 #define C(x) do { CUresult r_ = (x); if (r_) { fprintf(stderr, "%s = %d\n", #x, r_); MPI_Abort(MPI_COMM_WORLD, 1); } } while (0)
 static int cmp(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
@@ -43,6 +52,7 @@ int main(int argc, char **argv) {
   L(cuInit); L(cuDeviceGet); L(cuDevicePrimaryCtxRetain); L(cuCtxSetCurrent); L(cuMemAlloc); L(cuMemAllocHost);
   L(cuMemcpyDtoHAsync); L(cuMemcpyHtoDAsync); L(cuStreamSynchronize); L(cuStreamCreate); L(cuDevicePrimaryCtxSetFlags); L(cuMemcpyDtoDAsync); L(cuMemsetD8Async); L(cuMemcpyHtoD); L(cuStreamWriteValue64); L(cuMemHostGetDevicePointer);
   *(void **)&batch = dlsym(h, "cuMemcpyBatchAsync");
+  L(cuMemcpy2DAsync);
   C(cuInit(0)); CUdevice dev; C(cuDeviceGet(&dev, 0));
   if (flags) C(cuDevicePrimaryCtxSetFlags(dev, flags));
   CUcontext ctx; C(cuDevicePrimaryCtxRetain(&ctx, dev)); C(cuCtxSetCurrent(ctx));
@@ -70,6 +80,14 @@ int main(int argc, char **argv) {
         C(batch(&dst, &src, &sz, 1, &a, &idx, 1, &fail, s));
       }
       if (mode == 11) C(cuStreamWriteValue64(s, d, 42ull + i, 0));
+      if (mode >= 12 && mode <= 16) {
+        Copy2D m; memset(&m, 0, sizeof m);
+        size_t w = (mode >= 14 && mode <= 15 && bytes >= 64) ? 64 : mode == 16 ? bytes / 2 : bytes;
+        m.WidthInBytes = w; m.Height = bytes / w; m.srcPitch = w; m.dstPitch = w;
+        if (mode == 12 || mode == 14 || mode == 16) { m.srcMemoryType = 1; m.srcHost = q; } else { m.srcMemoryType = 2; m.srcDevice = d2; }
+        m.dstMemoryType = 2; m.dstDevice = d;
+        C(cuMemcpy2DAsync(&m, s));
+      }
       C(cuStreamSynchronize(s));
       t[i] = MPI_Wtime() - t0;
       continue;

@@ -130,7 +130,8 @@ def main():
     comm.allreduce(bad, op=gw.SUM)
     if rank == 0:
         if bad[0] == 0:
-            backend = ["AUTO", "HOST", "MPI_STAGED", "MPI_CUDA_AWARE", "NCCL"][comm.backend()]
+            names = {getattr(gw, k): k[len("BACKEND_"):] for k in dir(gw) if k.startswith("BACKEND_")}
+            backend = names.get(comm.backend(), f"unknown ({comm.backend()})")
             print(f"allreduce.py: PASS ({devices}; {size} ranks; device backend {backend})", flush=True)
         else:
             print(f"allreduce.py: FAIL ({bad[0]} failed checks)", flush=True)

@@ -35,7 +35,9 @@
 # GPUWIRE_BENCH_MAX_BYTES (default 256M; the one-GPU steps; e.g. 1M for a smoke run),
 # GPUWIRE_BENCH_NCCL_MAX_BYTES (default 1G: multi-GPU NCCL), GPUWIRE_BENCH_MPI_MAX_BYTES (default
 # 256M: multi-GPU staged and CUDA-aware, which are slow at large sizes), GPUWIRE_BENCH_MPI_OPS
-# (default allreduce; e.g. allreduce,allgather,reduce_scatter,exchange), GPUWIRE_BENCH_PY_EXTRA
+# (default allreduce; e.g. allreduce,allgather,reduce_scatter,exchange), GPUWIRE_BENCH_ONLY (a
+# comma-separated list of step labels: only those run, e.g. gpuwire-ipc,mpi4py-cupy-plain),
+# GPUWIRE_BENCH_PY_EXTRA
 # (extra arguments for mpi4py_cupy.py, e.g. --numpy for a dry run without a GPU), PYTHON (the
 # interpreter with mpi4py and CuPy; default: python3 on PATH).
 set -u
@@ -87,6 +89,9 @@ step() {
   local label=$1 limit=$2 launcher=$3
   shift 3
   local mpirun=${MPIRUN:-$np2}
+  if [ -n "${GPUWIRE_BENCH_ONLY:-}" ]; then
+    case ",$GPUWIRE_BENCH_ONLY," in *",$label,"*) ;; *) return ;; esac
+  fi
   local left=$((BUDGET - (SECONDS - START) - 10))
   [ "$left" -lt "$limit" ] && limit=$left
   if [ "$limit" -lt 15 ]; then

@@ -54,11 +54,15 @@ if has ipc; then
   # CUDA IPC, stock (not CUDA-aware) Open MPI, ranks sharing GPU 0: every operation x datatype x
   # op, stream ordering, tails, results in the caller's buffer, isend/irecv; the
   # free-then-reallocate case, a rank freeing its communicator while a peer still works, memory
-  # IPC cannot export; with 2 and with 3 ranks. Then AUTO picks IPC (2 ranks, no GPUWIRE_BACKEND).
-  ipccases=ops,c12,c13,c14,c17,ipcfree,ipcexit,ipcmixed
+  # IPC cannot export; pending receives progressing outside IPC waits (ipcprogress); mappings
+  # shared by a dup'ed communicator (ipcdup); with 2 and with 3 ranks. Then AUTO picks IPC
+  # (2 ranks, no GPUWIRE_BACKEND).
+  ipccases=${GPUWIRE_IPC_CASES:-ipcprogress,ipcdup,ops,c12,c13,c14,c17,ipcfree,ipcexit,ipcmixed}
   GPUWIRE_BACKEND=ipc gputest ipc-np2 stock "$ipccases" -x GPUWIRE_BACKEND
   GPUWIRE_BACKEND=ipc GPUWIRE_GPU_TEST_NP=3 np2="mpirun -np 3 --oversubscribe --bind-to none" \
     gputest ipc-np3 stock "$ipccases" -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP
+  # Without the progress thread: receives progress in gpuwire's own waits only.
+  GPUWIRE_BACKEND=ipc GPUWIRE_IPC_PROGRESS_THREAD=0 gputest ipc-nothread stock ipcprogress -x GPUWIRE_BACKEND -x GPUWIRE_IPC_PROGRESS_THREAD
   gputest ipc-auto stock ipcauto,c15
   # A timeout configured: a collective one rank skips fails on every rank within it.
   GPUWIRE_BACKEND=ipc gputest ipc-timeout stock timeout -x GPUWIRE_BACKEND
@@ -99,6 +103,10 @@ if has multi; then
       gputest multi-staged stock ops,c13 -x GPUWIRE_GPU_TEST_NP -x GPUWIRE_BACKEND
     CUDA_VISIBLE_DEVICES=$all GPUWIRE_BACKEND=mpi_cuda_aware GPUWIRE_GPU_TEST_NP=$NGPU np2="mpirun -np $NGPU --oversubscribe --bind-to none" \
       gputest multi-cuda-aware kit ops,c13 -x GPUWIRE_GPU_TEST_NP -x GPUWIRE_BACKEND
+    # IPC between ranks on GPUs of their own (peer access over NVLink), forced: every operation,
+    # stream ordering, free-then-reallocate, progress of pending receives.
+    CUDA_VISIBLE_DEVICES=$all GPUWIRE_BACKEND=ipc GPUWIRE_GPU_TEST_NP=$NGPU np2="mpirun -np $NGPU --oversubscribe --bind-to none" \
+      gputest multi-ipc stock ops,c12,c13,c17,ipcfree,ipcprogress,ipcdup -x GPUWIRE_GPU_TEST_NP -x GPUWIRE_BACKEND
     CUDA_VISIBLE_DEVICES=$all example cg-device-nccl-multi stock "$NGPU" "$B/cg_poisson_device" 768 "$NGPU"
   fi
 fi

@@ -32,6 +32,9 @@ pub struct Communicator {
     config: Config,
     choice: Choice,
     broken: Mutex<Option<String>>,
+    /// MPI collectives in their nonblocking form with a test loop that progresses pending IPC
+    /// receives (agreed at creation, the same on every rank: `ipc::collectives_must_progress`).
+    nb_coll: bool,
     pub(crate) backend_state: backend::State,
 }
 
@@ -58,11 +61,16 @@ impl Communicator {
     pub fn create(parent: MPI_Comm, config: Result<Config>) -> Result<Communicator> {
         runtime::ensure_ready()?;
         if parent == mpisys::comm_null() {
-            return Err(Error::InvalidArgument("the MPI communicator is MPI_COMM_NULL (or an invalid Fortran handle)".into()));
+            return Err(Error::InvalidArgument(
+                "the MPI communicator is MPI_COMM_NULL (or an invalid Fortran handle)".into(),
+            ));
         }
         let mut dup = mpisys::comm_null();
         // SAFETY: parent is a communicator of the caller.
-        mpisys::check(unsafe { sys::MPI_Comm_dup(parent, &mut dup) }, "MPI_Comm_dup")?;
+        mpisys::check(
+            unsafe { sys::MPI_Comm_dup(parent, &mut dup) },
+            "MPI_Comm_dup",
+        )?;
         Self::adopt(dup, config)
     }
 
@@ -73,7 +81,10 @@ impl Communicator {
         let mut owned = Owned(vec![comm]);
         // SAFETY: comm is a valid communicator owned by gpuwire.
         unsafe {
-            mpisys::check(sys::MPI_Comm_set_errhandler(comm, sys::RSMPI_ERRORS_RETURN), "MPI_Comm_set_errhandler")?;
+            mpisys::check(
+                sys::MPI_Comm_set_errhandler(comm, sys::RSMPI_ERRORS_RETURN),
+                "MPI_Comm_set_errhandler",
+            )?;
         }
         let (mut rank, mut size) = (0, 0);
         let mut node = mpisys::comm_null();
@@ -82,7 +93,13 @@ impl Communicator {
             mpisys::check(sys::MPI_Comm_rank(comm, &mut rank), "MPI_Comm_rank")?;
             mpisys::check(sys::MPI_Comm_size(comm, &mut size), "MPI_Comm_size")?;
             mpisys::check(
-                sys::MPI_Comm_split_type(comm, sys::RSMPI_COMM_TYPE_SHARED, rank, sys::RSMPI_INFO_NULL, &mut node),
+                sys::MPI_Comm_split_type(
+                    comm,
+                    sys::RSMPI_COMM_TYPE_SHARED,
+                    rank,
+                    sys::RSMPI_INFO_NULL,
+                    &mut node,
+                ),
                 "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)",
             )?;
         }
@@ -104,6 +121,8 @@ impl Communicator {
             config: Config::default(),
             choice: Choice::default(),
             broken: Mutex::new(None),
+            // Until agreed below: the same (nonblocking) form on every rank.
+            nb_coll: true,
             backend_state: backend::State::default(),
         };
         // From here on `c` frees both communicators when dropped (also on the error paths below).
@@ -111,18 +130,36 @@ impl Communicator {
         let config = c.agree_on_result(config, "reading the configuration")?;
         c.agree_config(&config)?;
         c.config = config;
-        crate::trace!("communicator: rank {rank}/{size}, node-local {local_rank}/{local_size}; choosing backend");
+        crate::trace!(
+            "communicator: rank {rank}/{size}, node-local {local_rank}/{local_size}; choosing backend"
+        );
         let local = backend::choose(&c);
-        crate::trace!("local backend choice: {:?}", local.as_ref().map(|ch| (ch.kind.name(), ch.device, ch.reason.clone())));
+        crate::trace!(
+            "local backend choice: {:?}",
+            local
+                .as_ref()
+                .map(|ch| (ch.kind.name(), ch.device, ch.reason.clone()))
+        );
         let mut choice = c.agree_on_result(local, "choosing the backend")?;
-        // Ranks may differ under AUTO (one without CUDA): all take the lowest common backend.
-        let k = choice.kind as i64;
-        let mut v = [k, -k];
+        // Ranks may differ under AUTO (one without CUDA, one without libnccl): all take the
+        // least capable backend chosen anywhere, which every rank can use (HOST < MPI_STAGED <
+        // MPI_CUDA_AWARE < IPC < NCCL; IPC's eligibility is already the same on every rank).
+        let k = capability(choice.kind);
+        let mut v = [
+            k,
+            -k,
+            crate::backend::ipc::collectives_must_progress() as i64,
+        ];
         c.allreduce_max_i64(&mut v, "agreeing on the backend")?;
+        c.nb_coll = v[2] != 0;
         if v[0] != -v[1] {
-            let lowest = BackendKind::from_c((-v[1]) as i32)?;
+            let lowest = of_capability(-v[1]);
             if lowest != choice.kind {
-                choice.reason = format!("auto: another rank can only use {}, so every rank does (this rank could use {})", lowest.name(), choice.kind.name());
+                choice.reason = format!(
+                    "auto: another rank can only use {}, so every rank does (this rank could use {})",
+                    lowest.name(),
+                    choice.kind.name()
+                );
                 choice.kind = lowest;
                 if lowest == BackendKind::GPUWIRE_BACKEND_HOST {
                     choice.device = -1;
@@ -139,7 +176,10 @@ impl Communicator {
 
     /// Every rank must pass the same configuration (the device may differ): one exchange.
     fn agree_config(&self, cfg: &Config) -> Result<()> {
-        let t = cfg.timeout.map(|t| t.as_micros().min(i64::MAX as u128) as i64).unwrap_or(0);
+        let t = cfg
+            .timeout
+            .map(|t| t.as_micros().min(i64::MAX as u128) as i64)
+            .unwrap_or(0);
         let fields: [(&str, i64); 5] = [
             ("backend", cfg.backend as i64),
             ("check", cfg.check as i64),
@@ -167,7 +207,9 @@ impl Communicator {
     pub fn split(&self, color: i32, key: i32) -> Result<Option<Communicator>> {
         self.ensure_usable()?;
         let valid = if color < 0 && color != -1 {
-            Err(Error::InvalidArgument(format!("color {color}: colors are >= 0, or GPUWIRE_UNDEFINED")))
+            Err(Error::InvalidArgument(format!(
+                "color {color}: colors are >= 0, or GPUWIRE_UNDEFINED"
+            )))
         } else {
             Ok(())
         };
@@ -176,7 +218,10 @@ impl Communicator {
         let mut out = mpisys::comm_null();
         let color = color.unwrap_or_else(mpisys::undefined);
         // SAFETY: raw is valid.
-        mpisys::check(unsafe { sys::MPI_Comm_split(self.raw.0, color, key, &mut out) }, "MPI_Comm_split")?;
+        mpisys::check(
+            unsafe { sys::MPI_Comm_split(self.raw.0, color, key, &mut out) },
+            "MPI_Comm_split",
+        )?;
         if out == mpisys::comm_null() {
             return Ok(None);
         }
@@ -188,12 +233,21 @@ impl Communicator {
         self.ensure_usable()?;
         let mut out = mpisys::comm_null();
         // SAFETY: raw is valid.
-        mpisys::check(unsafe { sys::MPI_Comm_dup(self.raw.0, &mut out) }, "MPI_Comm_dup")?;
+        mpisys::check(
+            unsafe { sys::MPI_Comm_dup(self.raw.0, &mut out) },
+            "MPI_Comm_dup",
+        )?;
         Self::adopt(out, Ok(self.config.clone()))
     }
 
     pub fn raw(&self) -> MPI_Comm {
         self.raw.0
+    }
+    /// Whether MPI collectives on this communicator run as their nonblocking form waited by a
+    /// loop that progresses pending IPC receives (`host::collective!`): agreed at creation, true
+    /// when any rank sees a GPU but has no IPC progress thread.
+    pub fn nb_collectives(&self) -> bool {
+        self.nb_coll
     }
     pub fn node_comm(&self) -> MPI_Comm {
         self.node.0
@@ -233,7 +287,11 @@ impl Communicator {
     /// The human-readable line of gpuwire_comm_describe.
     pub fn describe(&self) -> String {
         let info = runtime::ensure_ready().ok();
-        let device = if self.choice.device >= 0 { format!("cuda:{}", self.choice.device) } else { "none".into() };
+        let device = if self.choice.device >= 0 {
+            format!("cuda:{}", self.choice.device)
+        } else {
+            "none".into()
+        };
         format!(
             "gpuwire {}: backend={} ({}); device={}; rank {}/{} (node-local {}/{}); mpi={}; thread level={}; check={}; timeout={}",
             env!("CARGO_PKG_VERSION"),
@@ -247,7 +305,10 @@ impl Communicator {
             info.map(|i| i.mpi_library.as_str()).unwrap_or("?"),
             info.map(|i| i.thread_level.name()).unwrap_or("?"),
             if self.config.check { "on" } else { "off" },
-            self.config.timeout.map(|t| format!("{:.3}s", t.as_secs_f64())).unwrap_or_else(|| "none".into()),
+            self.config
+                .timeout
+                .map(|t| format!("{:.3}s", t.as_secs_f64()))
+                .unwrap_or_else(|| "none".into()),
         )
     }
 
@@ -262,7 +323,10 @@ impl Communicator {
 
     /// Whether an earlier timeout or abort broke this communicator.
     pub fn is_broken(&self) -> bool {
-        self.broken.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+        self.broken
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
     }
 
     /// Marks the communicator unusable; later calls return GPUWIRE_ERROR_COMM_BROKEN.
@@ -275,21 +339,40 @@ impl Communicator {
     pub fn allreduce_max_i64(&self, v: &mut [i64], what: &str) -> Result<()> {
         let n = v.len() as c_int;
         let ptr = v.as_mut_ptr().cast();
-        // SAFETY: v is valid for n int64; in-place allreduce on our own communicator.
-        unsafe {
-            match self.config.timeout {
-                None => mpisys::check(
-                    sys::MPI_Allreduce(mpisys::in_place(), ptr, n, sys::RSMPI_INT64_T, sys::RSMPI_MAX, self.raw.0),
-                    "MPI_Allreduce",
+        // v is valid for n int64; in-place allreduce on our own communicator.
+        match self.config.timeout {
+            None => crate::backend::host::collective!(
+                self,
+                "MPI_Allreduce",
+                MPI_Allreduce(
+                    mpisys::in_place(),
+                    ptr,
+                    n,
+                    sys::RSMPI_INT64_T,
+                    sys::RSMPI_MAX,
+                    self.raw.0
                 ),
-                Some(t) => {
-                    let mut req = mpisys::request_null();
-                    mpisys::check(
-                        sys::MPI_Iallreduce(mpisys::in_place(), ptr, n, sys::RSMPI_INT64_T, sys::RSMPI_MAX, self.raw.0, &mut req),
-                        "MPI_Iallreduce",
-                    )?;
-                    self.wait_with_deadline(RawRequest(req), Instant::now() + t, what)
-                }
+                MPI_Iallreduce
+            ),
+            Some(t) => {
+                let mut req = mpisys::request_null();
+                // SAFETY: as above; waited for below (or abandoned at the deadline, breaking
+                // the communicator).
+                mpisys::check(
+                    unsafe {
+                        sys::MPI_Iallreduce(
+                            mpisys::in_place(),
+                            ptr,
+                            n,
+                            sys::RSMPI_INT64_T,
+                            sys::RSMPI_MAX,
+                            self.raw.0,
+                            &mut req,
+                        )
+                    },
+                    "MPI_Iallreduce",
+                )?;
+                self.wait_with_deadline(RawRequest(req), Instant::now() + t, what)
             }
         }
     }
@@ -301,10 +384,15 @@ impl Communicator {
         let mut spins = 0u32;
         loop {
             // SAFETY: req is an active request of ours.
-            mpisys::check(unsafe { sys::MPI_Test(&mut req, &mut flag, mpisys::status_ignore()) }, "MPI_Test")?;
+            mpisys::check(
+                unsafe { sys::MPI_Test(&mut req, &mut flag, mpisys::status_ignore()) },
+                "MPI_Test",
+            )?;
             if flag != 0 {
                 return Ok(());
             }
+            // A peer may be blocked in a send to this process until it copies the data.
+            crate::backend::ipc::progress_all();
             if Instant::now() >= deadline {
                 let t = self.config.timeout.map(|t| t.as_secs_f64()).unwrap_or(0.0);
                 let msg = format!(
@@ -325,7 +413,11 @@ impl Communicator {
     /// Collective: every rank learns whether any rank's `local` failed, and all return the same
     /// outcome — the error of the lowest failing rank, with its message — or their own Ok value.
     pub fn agree_on_result<T>(&self, local: Result<T>, what: &str) -> Result<T> {
-        let failed_rank = if local.is_err() { self.rank as i64 } else { i64::MAX };
+        let failed_rank = if local.is_err() {
+            self.rank as i64
+        } else {
+            i64::MAX
+        };
         // MAX of the negation is the minimum failing rank.
         let mut v = [-failed_rank];
         self.allreduce_max_i64(&mut v, what)?;
@@ -344,17 +436,43 @@ impl Communicator {
                 msg[..n].copy_from_slice(&text.as_bytes()[..n]);
             }
         }
-        // SAFETY: fixed-size buffers on our own communicator; every rank calls.
-        unsafe {
-            mpisys::check(sys::MPI_Bcast((&mut code as *mut i32).cast(), 1, sys::RSMPI_INT32_T, lowest as c_int, self.raw.0), "MPI_Bcast")?;
-            mpisys::check(sys::MPI_Bcast(msg.as_mut_ptr().cast(), msg.len() as c_int, sys::RSMPI_UINT8_T, lowest as c_int, self.raw.0), "MPI_Bcast")?;
-        }
+        // Fixed-size buffers on our own communicator; every rank calls.
+        crate::backend::host::collective!(
+            self,
+            "MPI_Bcast",
+            MPI_Bcast(
+                (&mut code as *mut i32).cast(),
+                1,
+                sys::RSMPI_INT32_T,
+                lowest as c_int,
+                self.raw.0
+            ),
+            MPI_Ibcast
+        )?;
+        crate::backend::host::collective!(
+            self,
+            "MPI_Bcast",
+            MPI_Bcast(
+                msg.as_mut_ptr().cast(),
+                msg.len() as c_int,
+                sys::RSMPI_UINT8_T,
+                lowest as c_int,
+                self.raw.0
+            ),
+            MPI_Ibcast
+        )?;
         let end = msg.iter().position(|b| *b == 0).unwrap_or(msg.len());
         let text = String::from_utf8_lossy(&msg[..end]).into_owned();
         let status = Status::from_i32(code).unwrap_or(Status::GPUWIRE_ERROR_INTERNAL);
         // The rank's message already names its kind ("backend unavailable: ..."): strip that.
-        let detail = text.split_once(": ").map(|(_, d)| d.to_string()).unwrap_or(text);
-        Err(Error::from_status(status, format!("{what} failed on rank {lowest}: {detail}")))
+        let detail = text
+            .split_once(": ")
+            .map(|(_, d)| d.to_string())
+            .unwrap_or(text);
+        Err(Error::from_status(
+            status,
+            format!("{what} failed on rank {lowest}: {detail}"),
+        ))
     }
 }
 
@@ -370,6 +488,69 @@ impl Drop for Communicator {
             sys::MPI_Comm_free(&mut node);
             let mut raw = self.raw.0;
             sys::MPI_Comm_free(&mut raw);
+        }
+    }
+}
+
+/// The order in which AUTO falls back between ranks: a rank that chose a backend can use every
+/// backend of lower capability.
+const CAPABILITY: [BackendKind; 5] = [
+    BackendKind::GPUWIRE_BACKEND_HOST,
+    BackendKind::GPUWIRE_BACKEND_MPI_STAGED,
+    BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE,
+    BackendKind::GPUWIRE_BACKEND_IPC,
+    BackendKind::GPUWIRE_BACKEND_NCCL,
+];
+
+fn capability(k: BackendKind) -> i64 {
+    CAPABILITY.iter().position(|&x| x == k).unwrap_or(0) as i64
+}
+
+fn of_capability(i: i64) -> BackendKind {
+    CAPABILITY
+        .get(i as usize)
+        .copied()
+        .unwrap_or(BackendKind::GPUWIRE_BACKEND_HOST)
+}
+
+#[cfg(test)]
+mod capability_tests {
+    use super::*;
+
+    #[test]
+    fn auto_falls_back_to_a_backend_every_rank_can_use() {
+        // One rank loads libnccl (NCCL), another not (IPC): IPC, not NCCL as by enum value.
+        let pick = |a: BackendKind, b: BackendKind| of_capability(capability(a).min(capability(b)));
+        assert_eq!(
+            pick(
+                BackendKind::GPUWIRE_BACKEND_NCCL,
+                BackendKind::GPUWIRE_BACKEND_IPC
+            ),
+            BackendKind::GPUWIRE_BACKEND_IPC
+        );
+        assert_eq!(
+            pick(
+                BackendKind::GPUWIRE_BACKEND_IPC,
+                BackendKind::GPUWIRE_BACKEND_MPI_STAGED
+            ),
+            BackendKind::GPUWIRE_BACKEND_MPI_STAGED
+        );
+        assert_eq!(
+            pick(
+                BackendKind::GPUWIRE_BACKEND_NCCL,
+                BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE
+            ),
+            BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE
+        );
+        assert_eq!(
+            pick(
+                BackendKind::GPUWIRE_BACKEND_NCCL,
+                BackendKind::GPUWIRE_BACKEND_HOST
+            ),
+            BackendKind::GPUWIRE_BACKEND_HOST
+        );
+        for k in CAPABILITY {
+            assert_eq!(of_capability(capability(k)), k);
         }
     }
 }

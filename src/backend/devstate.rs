@@ -58,7 +58,10 @@ impl DevState {
         let gpu_shared = crate::backend::nccl::shared_gpus(c, Some(device))?.is_some();
         let mut coll = mpisys::comm_null();
         // SAFETY: c.raw() is valid; every rank calls.
-        mpisys::check(unsafe { sys::MPI_Comm_dup(c.raw(), &mut coll) }, "MPI_Comm_dup")?;
+        mpisys::check(
+            unsafe { sys::MPI_Comm_dup(c.raw(), &mut coll) },
+            "MPI_Comm_dup",
+        )?;
         let host_space = match cfg.staging {
             Staging::GPUWIRE_STAGING_PINNED => Space::GPUWIRE_SPACE_PINNED,
             Staging::GPUWIRE_STAGING_PAGEABLE => Space::GPUWIRE_SPACE_HOST,
@@ -77,8 +80,14 @@ impl DevState {
         Ok(DevState {
             device,
             coll: RawComm(coll),
-            host: [Scratch::new(host_space, device), Scratch::new(host_space, device)],
-            dev: [Scratch::new(Space::GPUWIRE_SPACE_DEVICE, device), Scratch::new(Space::GPUWIRE_SPACE_DEVICE, device)],
+            host: [
+                Scratch::new(host_space, device),
+                Scratch::new(host_space, device),
+            ],
+            dev: [
+                Scratch::new(Space::GPUWIRE_SPACE_DEVICE, device),
+                Scratch::new(Space::GPUWIRE_SPACE_DEVICE, device),
+            ],
             chunk,
             kernels,
             staging: cfg.staging,
@@ -98,7 +107,11 @@ impl DevState {
     /// Up to how many bytes reductions take one MPI call on a host copy (above: the ring with
     /// GPU reductions).
     pub fn small_bytes(&self) -> usize {
-        if self.gpu_shared { SHARED_SMALL_BYTES } else { SMALL_BYTES }
+        if self.gpu_shared {
+            SHARED_SMALL_BYTES
+        } else {
+            SMALL_BYTES
+        }
     }
 
     /// Whether host staging is page-locked.
@@ -141,7 +154,8 @@ impl Pool {
     /// A host buffer of at least `bytes`, pinned if `pinned`.
     pub fn take(&self, bytes: usize, pinned: bool, device: i32) -> Result<PoolBuf> {
         let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
-        let fits = |b: &PoolBuf| b.bytes >= bytes && matches!(b.inner, PoolMem::Pinned(_)) == pinned;
+        let fits =
+            |b: &PoolBuf| b.bytes >= bytes && matches!(b.inner, PoolMem::Pinned(_)) == pinned;
         if let Some(i) = free.iter().position(fits) {
             return Ok(free.swap_remove(i));
         }
@@ -149,11 +163,19 @@ impl Pool {
         let size = bytes.max(4096).next_power_of_two();
         if pinned {
             let a = CudaAlloc::new(Space::GPUWIRE_SPACE_PINNED, device, size)?;
-            Ok(PoolBuf { ptr: a.ptr, bytes: size, inner: PoolMem::Pinned(a) })
+            Ok(PoolBuf {
+                ptr: a.ptr,
+                bytes: size,
+                inner: PoolMem::Pinned(a),
+            })
         } else {
             let mut v = vec![0u64; size / 8];
             let ptr = v.as_mut_ptr() as usize;
-            Ok(PoolBuf { ptr, bytes: size, inner: PoolMem::Pageable(v) })
+            Ok(PoolBuf {
+                ptr,
+                bytes: size,
+                inner: PoolMem::Pageable(v),
+            })
         }
     }
 
@@ -180,7 +202,16 @@ pub fn check_device(c: &Communicator, b: &Buffer) -> Result<()> {
 
 /// MPI_Sendrecv of bytes on a raw communicator.
 #[allow(clippy::too_many_arguments)]
-pub fn sendrecv_bytes(comm: RawComm, src: usize, sbytes: usize, dest: i32, dst: usize, rbytes: usize, source: i32, tag: c_int) -> Result<()> {
+pub fn sendrecv_bytes(
+    comm: RawComm,
+    src: usize,
+    sbytes: usize,
+    dest: i32,
+    dst: usize,
+    rbytes: usize,
+    source: i32,
+    tag: c_int,
+) -> Result<()> {
     let sn = mpisys::count_i32(sbytes, "ring exchange")?;
     let rn = mpisys::count_i32(rbytes, "ring exchange")?;
     // SAFETY: both ranges valid for their byte counts (checked by the callers).

@@ -1,6 +1,7 @@
 //! The pure parts of the IPC backend, testable without CUDA or MPI: the layout of the shared host
-//! segment, waits on its counters with a deadline, the bounded cache of opened mappings, and the
-//! completion cells of point-to-point sends.
+//! segment, waits on its counters with a deadline, the bounded cache of opened mappings, the
+//! completion cells of point-to-point sends, the claim words that decide between a worker and a
+//! rank giving up (one-sided timeouts), and the two-phase leave of a communicator's free.
 //!
 //! The segment holds one [`Slot`] per rank, [`SLOT_BYTES`] apart (a multiple of the page size, so
 //! no two ranks' counters share a cache line). Every field another process reads is either an
@@ -43,8 +44,23 @@ pub struct BufRecord {
     pub id: u64,
     /// Allocation size in bytes.
     pub size: u64,
+    /// The exporting process ([`proc_id`]: its pid in the high 32 bits, a random nonce in the
+    /// low ones): the key of the process-wide mapping cache, with `id`.
+    pub proc_id: u64,
     /// The CUipcMemHandle of the allocation base.
     pub handle: [u8; 64],
+}
+
+/// This process's identity in [`BufRecord::proc_id`]: pid << 32 | a random 32-bit nonce (the pid
+/// alone could repeat across PID namespaces of one node).
+pub fn proc_id() -> u64 {
+    static ID: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *ID.get_or_init(|| {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        ((std::process::id() as u64) << 32) | (h.finish() & 0xffff_ffff)
+    })
 }
 
 /// No buffer (this rank has no such argument in this call).
@@ -57,7 +73,16 @@ pub(crate) const REC_LOCAL_ONLY: u32 = 2;
 
 impl Default for BufRecord {
     fn default() -> Self {
-        BufRecord { kind: REC_NONE, _pad: 0, base: 0, offset: 0, id: 0, size: 0, handle: [0; 64] }
+        BufRecord {
+            kind: REC_NONE,
+            _pad: 0,
+            base: 0,
+            offset: 0,
+            id: 0,
+            size: 0,
+            proc_id: 0,
+            handle: [0; 64],
+        }
     }
 }
 
@@ -92,10 +117,17 @@ pub struct Slot {
     pub arrive: Counter,
     /// Sequence number of the last collective whose device work this rank (the leader) finished.
     pub done: Counter,
-    /// Set when this rank frees the communicator.
+    /// This rank's progress through the communicator's free ([`LEAVING`], [`LEFT`],
+    /// [`LEAVE_ABANDONED`]; see [`leave`]).
     pub leave: Counter,
+    /// This rank's claim word of its current collective ([`claim_word`] of the call's sequence
+    /// number): OFFERED when it arrived, CLAIMED by the leader before it touches this rank's
+    /// buffers, ABANDONED by this rank when it gave up first.
+    pub cstate: Counter,
     pub call: [CallArea; 2],
-    /// Completion cells of this rank's sends: the receiver stores the send's generation.
+    /// Completion cells of this rank's sends: claim words ([`claim_word`]) of the send's
+    /// generation: OFFERED by the sender, CLAIMED by the receiver before it reads the sender's
+    /// memory, then DONE or FAILED by it; ABANDONED by a sender that gave up first.
     pub cells: [AtomicU64; CELLS],
 }
 
@@ -137,7 +169,9 @@ impl Seg {
 
     /// Ranks whose `field` counter is below `v`.
     pub fn behind(&self, v: u64, field: impl Fn(&Slot) -> &Counter) -> Vec<usize> {
-        (0..self.p).filter(|r| field(self.slot(*r)).0.load(Ordering::Acquire) < v).collect()
+        (0..self.p)
+            .filter(|r| field(self.slot(*r)).0.load(Ordering::Acquire) < v)
+            .collect()
     }
 }
 
@@ -163,7 +197,11 @@ pub enum Stop {
 
 /// Polls `ready` until it is true: spins first, then yields the CPU. Stops at `timeout` (from
 /// now) or when `broken` says the communicator broke (both checked every few hundred polls).
-pub fn spin_until(timeout: Option<Duration>, mut broken: impl FnMut() -> bool, mut ready: impl FnMut() -> Result<bool>) -> Result<std::result::Result<(), Stop>> {
+pub fn spin_until(
+    timeout: Option<Duration>,
+    mut broken: impl FnMut() -> bool,
+    mut ready: impl FnMut() -> Result<bool>,
+) -> Result<std::result::Result<(), Stop>> {
     let deadline = timeout.map(|t| Instant::now() + t);
     let mut i: u64 = 0;
     loop {
@@ -197,7 +235,11 @@ pub struct Lru<K, V> {
 
 impl<K: Eq + Hash + Copy, V: Copy> Lru<K, V> {
     pub fn new(cap: usize) -> Self {
-        Lru { cap: cap.max(1), tick: 0, map: HashMap::new() }
+        Lru {
+            cap: cap.max(1),
+            tick: 0,
+            map: HashMap::new(),
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -210,7 +252,12 @@ impl<K: Eq + Hash + Copy, V: Copy> Lru<K, V> {
 
     /// The value for `key`, opened with `open` when absent (after closing the least recently used
     /// entry with `close` when full).
-    pub fn get_or_open(&mut self, key: K, open: impl FnOnce() -> Result<V>, mut close: impl FnMut(V)) -> Result<V> {
+    pub fn get_or_open(
+        &mut self,
+        key: K,
+        open: impl FnOnce() -> Result<V>,
+        mut close: impl FnMut(V),
+    ) -> Result<V> {
         self.tick += 1;
         if let Some(e) = self.map.get_mut(&key) {
             e.1 = self.tick;
@@ -218,7 +265,12 @@ impl<K: Eq + Hash + Copy, V: Copy> Lru<K, V> {
         }
         let v = open()?;
         if self.map.len() >= self.cap {
-            if let Some(old) = self.map.iter().min_by_key(|(_, (_, t))| *t).map(|(k, _)| *k) {
+            if let Some(old) = self
+                .map
+                .iter()
+                .min_by_key(|(_, (_, t))| *t)
+                .map(|(k, _)| *k)
+            {
                 if let Some((ov, _)) = self.map.remove(&old) {
                     close(ov);
                 }
@@ -234,7 +286,12 @@ impl<K: Eq + Hash + Copy, V: Copy> Lru<K, V> {
 
     /// Closes and removes every entry for which `pred` holds.
     pub fn evict_if(&mut self, pred: impl Fn(&K, &V) -> bool, mut close: impl FnMut(V)) {
-        let keys: Vec<K> = self.map.iter().filter(|(k, (v, _))| pred(k, v)).map(|(k, _)| *k).collect();
+        let keys: Vec<K> = self
+            .map
+            .iter()
+            .filter(|(k, (v, _))| pred(k, v))
+            .map(|(k, _)| *k)
+            .collect();
         for k in keys {
             if let Some((v, _)) = self.map.remove(&k) {
                 close(v);
@@ -250,8 +307,9 @@ impl<K: Eq + Hash + Copy, V: Copy> Lru<K, V> {
     }
 }
 
-/// Allocation of this rank's completion cells. A cell is free again once its receiver stored the
-/// generation it was last given (generations only grow, so an old send still sees `>= generation`).
+/// Allocation of this rank's completion cells. A cell is free again once its send ended: its word
+/// says DONE, FAILED or ABANDONED for the generation it was last given (generations only grow,
+/// so an old receiver never mistakes a newer send for its own).
 #[derive(Debug)]
 pub struct Cells {
     assigned: Vec<u64>,
@@ -261,19 +319,29 @@ pub struct Cells {
 
 impl Default for Cells {
     fn default() -> Self {
-        Cells { assigned: vec![0; CELLS], next: 0, generation: 0 }
+        Cells {
+            assigned: vec![0; CELLS],
+            next: 0,
+            generation: 0,
+        }
     }
 }
 
 impl Cells {
-    /// A free cell and the generation its receiver must store, or None when all are in use.
+    /// A free cell and its new generation, or None when all are in use. The cell's word is set
+    /// to OFFERED(generation) here, before the header that names it is sent.
     pub fn take(&mut self, cells: &[AtomicU64]) -> Option<(usize, u64)> {
         for k in 0..cells.len() {
             let i = (self.next + k) % cells.len();
-            if cells[i].load(Ordering::Acquire) >= self.assigned[i] {
+            let w = cells[i].load(Ordering::Acquire);
+            let free = self.assigned[i] == 0
+                || (claim_tag(w) == self.assigned[i]
+                    && matches!(claim_state(w), DONE | FAILED | ABANDONED));
+            if free {
                 self.generation += 1;
                 self.assigned[i] = self.generation;
                 self.next = (i + 1) % cells.len();
+                cells[i].store(claim_word(self.generation, OFFERED), Ordering::Release);
                 return Some((i, self.generation));
             }
         }
@@ -281,9 +349,157 @@ impl Cells {
     }
 }
 
-/// Whether the send that took (cell, generation) was completed by its receiver.
-pub fn cell_done(cells: &[AtomicU64], cell: usize, generation: u64) -> bool {
-    cells[cell].load(Ordering::Acquire) >= generation
+/// How the send that took (cell, generation) stands: None while its receiver has not finished,
+/// Some(true) when it delivered, Some(false) when its copy failed (the receiver reports why).
+pub fn cell_done(cells: &[AtomicU64], cell: usize, generation: u64) -> Option<bool> {
+    let w = cells[cell].load(Ordering::Acquire);
+    if claim_tag(w) != generation {
+        // Reused: only after this send ended (never while it waits).
+        return Some(true);
+    }
+    match claim_state(w) {
+        DONE => Some(true),
+        FAILED => Some(false),
+        _ => None,
+    }
+}
+
+// ---- claim words ---------------------------------------------------------------------------
+//
+// A claim word decides, with one compare-and-swap, between a worker that is about to use a
+// rank's memory (the leader of a collective, the receiver of a send) and that rank giving up
+// (its wait timed out): whoever moves the word out of OFFERED first wins. A rank that lost knows
+// the worker is using its memory and waits for it to finish, without a deadline (the work is
+// running: one device operation); a worker that lost touches nothing and reports the error.
+
+/// Offered for work (a rank arrived at a collective; a send is waiting for its receiver).
+pub(crate) const OFFERED: u64 = 1;
+/// The worker claimed it and is using the rank's memory.
+pub(crate) const CLAIMED: u64 = 2;
+/// The rank gave up first: nobody may touch its memory.
+pub(crate) const ABANDONED: u64 = 3;
+/// The worker finished (completion cells).
+pub(crate) const DONE: u64 = 4;
+/// The worker's copy failed (completion cells).
+pub(crate) const FAILED: u64 = 5;
+
+/// The word of `tag` (a sequence number or generation, below 2^60) in `state`.
+pub const fn claim_word(tag: u64, state: u64) -> u64 {
+    (tag << 3) | state
+}
+pub const fn claim_tag(w: u64) -> u64 {
+    w >> 3
+}
+pub const fn claim_state(w: u64) -> u64 {
+    w & 7
+}
+
+/// The worker's side: OFFERED(tag) -> CLAIMED(tag). Err(the word found) when it was not offered
+/// for this tag (abandoned, or another call's).
+pub fn claim(w: &AtomicU64, tag: u64) -> std::result::Result<(), u64> {
+    w.compare_exchange(
+        claim_word(tag, OFFERED),
+        claim_word(tag, CLAIMED),
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    )
+    .map(|_| ())
+}
+
+/// The giving-up side: OFFERED(tag) -> ABANDONED(tag). True when this side won (nobody will
+/// touch its memory for this tag); false when a worker claimed it first.
+pub fn abandon(w: &AtomicU64, tag: u64) -> bool {
+    w.compare_exchange(
+        claim_word(tag, OFFERED),
+        claim_word(tag, ABANDONED),
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    )
+    .is_ok()
+}
+
+/// The worker's end: CLAIMED(tag) -> DONE(tag) or FAILED(tag).
+pub fn finish(w: &AtomicU64, tag: u64, ok: bool) {
+    w.store(
+        claim_word(tag, if ok { DONE } else { FAILED }),
+        Ordering::Release,
+    );
+}
+
+// ---- leaving a communicator ----------------------------------------------------------------
+//
+// MPI_Win_free is collective: one rank calling it alone hangs. Every rank's `leave` word goes
+// 0 -> LEAVING when it reaches the free; a rank that saw every rank LEAVING (or beyond) moves
+// to LEFT, one that did not in time (or whose communicator is broken) to LEAVE_ABANDONED. Both
+// are final. A LEFT rank then waits until no rank is LEAVING any more (each such rank ends its
+// own bounded wait) and frees the window only if every rank is LEFT: all LEFT ranks see the same
+// final words, so they all decide alike, and an abandoning rank never frees.
+
+pub(crate) const LEAVING: u64 = 1;
+pub(crate) const LEFT: u64 = 2;
+pub(crate) const LEAVE_ABANDONED: u64 = 3;
+
+/// The decision of a LEFT rank from every rank's leave word.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub enum LeaveDecision {
+    /// A rank is still LEAVING (or not there).
+    Wait,
+    /// Every rank is LEFT: call MPI_Win_free.
+    Free,
+    /// A rank abandoned: leave the window to MPI_Finalize.
+    Skip,
+}
+
+pub fn leave_decision(words: impl IntoIterator<Item = u64>) -> LeaveDecision {
+    let mut wait = false;
+    for w in words {
+        if w == LEAVE_ABANDONED {
+            return LeaveDecision::Skip;
+        }
+        if w < LEFT {
+            wait = true;
+        }
+    }
+    if wait {
+        LeaveDecision::Wait
+    } else {
+        LeaveDecision::Free
+    }
+}
+
+/// Rank `me`'s leave over the ranks' `words`: true when the window may be freed (every rank then
+/// gets true); false when it must be left to MPI_Finalize. `broken`: this rank's communicator is
+/// broken (it abandons at once). Each wait is bounded by `timeout` (none: unbounded).
+pub fn leave(words: &[&AtomicU64], me: usize, timeout: Option<Duration>, broken: bool) -> bool {
+    let mine = words[me];
+    if broken {
+        mine.store(LEAVE_ABANDONED, Ordering::Release);
+        return false;
+    }
+    mine.store(LEAVING, Ordering::Release);
+    let all_here = || words.iter().all(|w| w.load(Ordering::Acquire) >= LEAVING);
+    if !matches!(spin_until(timeout, || false, || Ok(all_here())), Ok(Ok(()))) {
+        mine.store(LEAVE_ABANDONED, Ordering::Release);
+        return false;
+    }
+    mine.store(LEFT, Ordering::Release);
+    // Every rank still LEAVING ends its own bounded wait within its timeout (they all have the
+    // same one); twice that, plus a second, before this rank assumes one is gone.
+    let bound = timeout.map(|t| t * 2 + Duration::from_secs(1));
+    let mut decision = LeaveDecision::Wait;
+    let r = spin_until(
+        bound,
+        || false,
+        || {
+            decision = leave_decision(words.iter().map(|w| w.load(Ordering::Acquire)));
+            Ok(decision != LeaveDecision::Wait)
+        },
+    );
+    if !matches!(r, Ok(Ok(()))) {
+        mine.store(LEAVE_ABANDONED, Ordering::Release);
+        return false;
+    }
+    decision == LeaveDecision::Free
 }
 
 #[cfg(test)]
@@ -304,8 +520,8 @@ mod tests {
         assert_eq!(SLOT_BYTES % 4096, 0);
         assert!(SLOT_BYTES >= std::mem::size_of::<Slot>());
         assert_eq!(std::mem::size_of::<Counter>(), 64);
-        assert_eq!(std::mem::size_of::<BufRecord>(), 104);
-        assert!(std::mem::size_of::<CallArea>() >= SMALL + 2 * 104);
+        assert_eq!(std::mem::size_of::<BufRecord>(), 112);
+        assert!(std::mem::size_of::<CallArea>() >= SMALL + 2 * 112);
         assert_eq!(std::mem::align_of::<CallArea>(), 64);
         let (_m, seg) = segment(3);
         // Counters of one slot on distinct cache lines; slots at SLOT_BYTES.
@@ -340,12 +556,22 @@ mod tests {
             seg.slot(1).arrive.0.store(1, Ordering::Release);
         });
         seg.slot(0).arrive.0.store(1, Ordering::Release);
-        let r = spin_until(Some(Duration::from_secs(10)), || false, || Ok(seg.behind(1, |s| &s.arrive).is_empty())).unwrap();
+        let r = spin_until(
+            Some(Duration::from_secs(10)),
+            || false,
+            || Ok(seg.behind(1, |s| &s.arrive).is_empty()),
+        )
+        .unwrap();
         assert_eq!(r, Ok(()));
         t.join().unwrap();
         // Nobody arrives at 2: a timeout, naming rank 1 (and 0) as behind.
         let t0 = Instant::now();
-        let r = spin_until(Some(Duration::from_millis(30)), || false, || Ok(seg.behind(2, |s| &s.arrive).is_empty())).unwrap();
+        let r = spin_until(
+            Some(Duration::from_millis(30)),
+            || false,
+            || Ok(seg.behind(2, |s| &s.arrive).is_empty()),
+        )
+        .unwrap();
         assert_eq!(r, Err(Stop::TimedOut));
         assert!(t0.elapsed() >= Duration::from_millis(30));
         assert_eq!(seg.behind(2, |s| &s.arrive), vec![0, 1]);
@@ -353,7 +579,14 @@ mod tests {
         let r = spin_until(None, || true, || Ok(false)).unwrap();
         assert_eq!(r, Err(Stop::Broken));
         // An error from the condition is returned.
-        assert!(spin_until(None, || false, || Err(crate::error::Error::Internal("x".into()))).is_err());
+        assert!(
+            spin_until(
+                None,
+                || false,
+                || Err(crate::error::Error::Internal("x".into()))
+            )
+            .is_err()
+        );
     }
 
     #[test]
@@ -366,20 +599,41 @@ mod tests {
             opened.set(opened.get() + 1);
             Ok(1000 + k.1)
         };
-        assert_eq!(c.get_or_open((1, 7), || open((1, 7)), |v| closed.push(v)).unwrap(), 1007);
+        assert_eq!(
+            c.get_or_open((1, 7), || open((1, 7)), |v| closed.push(v))
+                .unwrap(),
+            1007
+        );
         // The same allocation again: no second open.
-        assert_eq!(c.get_or_open((1, 7), || open((1, 7)), |v| closed.push(v)).unwrap(), 1007);
+        assert_eq!(
+            c.get_or_open((1, 7), || open((1, 7)), |v| closed.push(v))
+                .unwrap(),
+            1007
+        );
         assert_eq!(opened.get(), 1);
         // A new allocation at the same address has a new buffer id: a new mapping, never the old.
-        assert_eq!(c.get_or_open((1, 8), || open((1, 8)), |v| closed.push(v)).unwrap(), 1008);
+        assert_eq!(
+            c.get_or_open((1, 8), || open((1, 8)), |v| closed.push(v))
+                .unwrap(),
+            1008
+        );
         assert_eq!(opened.get(), 2);
         // Touch 7, then a third key evicts the least recently used (8), closing it.
-        c.get_or_open((1, 7), || open((1, 7)), |v| closed.push(v)).unwrap();
-        c.get_or_open((1, 9), || open((1, 9)), |v| closed.push(v)).unwrap();
+        c.get_or_open((1, 7), || open((1, 7)), |v| closed.push(v))
+            .unwrap();
+        c.get_or_open((1, 9), || open((1, 9)), |v| closed.push(v))
+            .unwrap();
         assert_eq!(closed, vec![1008]);
         assert_eq!(c.len(), 2);
         // A failed open leaves the cache as it was.
-        assert!(c.get_or_open((1, 10), || Err(crate::error::Error::Cuda("no".into())), |v| closed.push(v)).is_err());
+        assert!(
+            c.get_or_open(
+                (1, 10),
+                || Err(crate::error::Error::Cuda("no".into())),
+                |v| closed.push(v)
+            )
+            .is_err()
+        );
         assert_eq!(c.len(), 2);
         let mut rest = Vec::new();
         c.drain(|v| rest.push(v));
@@ -406,19 +660,155 @@ mod tests {
     #[test]
     fn cells_are_reused_only_after_completion() {
         let cells: Arc<Vec<AtomicU64>> = Arc::new((0..4).map(|_| AtomicU64::new(0)).collect());
-        let mut a = Cells { assigned: vec![0; 4], next: 0, generation: 0 };
+        let mut a = Cells {
+            assigned: vec![0; 4],
+            next: 0,
+            generation: 0,
+        };
         let taken: Vec<(usize, u64)> = (0..4).map(|_| a.take(&cells).unwrap()).collect();
-        assert_eq!(taken.iter().map(|t| t.0).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
+        assert_eq!(
+            taken.iter().map(|t| t.0).collect::<Vec<_>>(),
+            vec![0, 1, 2, 3]
+        );
         assert!(a.take(&cells).is_none(), "all four in flight");
-        assert!(!cell_done(&cells, 2, taken[2].1));
-        // The receiver completes send 2.
-        cells[2].store(taken[2].1, Ordering::Release);
-        assert!(cell_done(&cells, 2, taken[2].1));
+        assert_eq!(cell_done(&cells, 2, taken[2].1), None);
+        // The receiver claims send 2: still in flight, and the sender can no longer abandon it.
+        claim(&cells[2], taken[2].1).unwrap();
+        assert!(a.take(&cells).is_none());
+        assert!(!abandon(&cells[2], taken[2].1));
+        assert_eq!(cell_done(&cells, 2, taken[2].1), None);
+        finish(&cells[2], taken[2].1, true);
+        assert_eq!(cell_done(&cells, 2, taken[2].1), Some(true));
         let (i, g) = a.take(&cells).unwrap();
         assert_eq!(i, 2);
         assert!(g > taken[2].1);
         // The old send still reads as complete; the new one not yet.
-        assert!(cell_done(&cells, 2, taken[2].1));
-        assert!(!cell_done(&cells, 2, g));
+        assert_eq!(cell_done(&cells, 2, taken[2].1), Some(true));
+        assert_eq!(cell_done(&cells, 2, g), None);
+        // Send 0's sender gives up first: its receiver may not claim it, and the cell is free.
+        assert!(abandon(&cells[0], taken[0].1));
+        assert_eq!(
+            claim(&cells[0], taken[0].1),
+            Err(claim_word(taken[0].1, ABANDONED))
+        );
+        let (j, g2) = a.take(&cells).unwrap();
+        assert_eq!(j, 0);
+        // A late receiver of the abandoned send cannot claim the cell's new send either.
+        assert!(claim(&cells[0], taken[0].1).is_err());
+        claim(&cells[0], g2).unwrap();
+        finish(&cells[0], g2, false);
+        assert_eq!(cell_done(&cells, 0, g2), Some(false));
+        // A failed send frees its cell too.
+        assert_eq!(a.take(&cells).map(|t| t.0), Some(0));
+    }
+
+    #[test]
+    fn claim_words_decide_between_worker_and_quitter() {
+        let w = AtomicU64::new(0);
+        // Not offered yet: neither side can move it.
+        assert!(claim(&w, 5).is_err());
+        assert!(!abandon(&w, 5));
+        w.store(claim_word(5, OFFERED), Ordering::Release);
+        // Another call's claim fails.
+        assert!(claim(&w, 4).is_err());
+        assert!(claim(&w, 5).is_ok());
+        assert!(!abandon(&w, 5), "claimed: the quitter must wait");
+        w.store(claim_word(6, OFFERED), Ordering::Release);
+        assert!(abandon(&w, 6));
+        assert_eq!(claim(&w, 6), Err(claim_word(6, ABANDONED)));
+        assert_eq!(claim_tag(claim_word(1 << 40, CLAIMED)), 1 << 40);
+        assert_eq!(claim_state(claim_word(1 << 40, CLAIMED)), CLAIMED);
+    }
+
+    #[test]
+    fn claim_race_has_exactly_one_winner() {
+        // A worker and a quitter race on many words: exactly one side wins each, and the words
+        // end as the winner left them.
+        for round in 0..200u64 {
+            let w = Arc::new(AtomicU64::new(claim_word(round, OFFERED)));
+            let w2 = w.clone();
+            let quitter = std::thread::spawn(move || abandon(&w2, round));
+            let worker = claim(&w, round).is_ok();
+            let quit = quitter.join().unwrap();
+            assert!(
+                worker ^ quit,
+                "round {round}: worker {worker}, quitter {quit}"
+            );
+            let st = claim_state(w.load(Ordering::Acquire));
+            assert_eq!(st, if worker { CLAIMED } else { ABANDONED });
+        }
+    }
+
+    #[test]
+    fn leave_decisions() {
+        use LeaveDecision::*;
+        assert_eq!(leave_decision([LEFT, LEFT, LEFT]), Free);
+        assert_eq!(leave_decision([LEFT, LEAVING, LEFT]), Wait);
+        assert_eq!(leave_decision([LEFT, 0, LEFT]), Wait);
+        assert_eq!(leave_decision([LEFT, LEAVING, LEAVE_ABANDONED]), Skip);
+        assert_eq!(leave_decision([LEAVE_ABANDONED, LEFT]), Skip);
+    }
+
+    /// Runs `leave` on p threads over shared words; `arrive[r]`: None = rank r never leaves,
+    /// Some((delay, broken)).
+    fn run_leave(arrive: Vec<Option<(u64, bool)>>, timeout: Duration) -> Vec<Option<bool>> {
+        let p = arrive.len();
+        let words: Arc<Vec<AtomicU64>> = Arc::new((0..p).map(|_| AtomicU64::new(0)).collect());
+        let hs: Vec<_> = arrive
+            .into_iter()
+            .enumerate()
+            .map(|(r, a)| {
+                let words = words.clone();
+                std::thread::spawn(move || {
+                    let (delay, broken) = a?;
+                    std::thread::sleep(Duration::from_millis(delay));
+                    let refs: Vec<&AtomicU64> = words.iter().collect();
+                    Some(leave(&refs, r, Some(timeout), broken))
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    }
+
+    #[test]
+    fn leave_frees_only_when_every_rank_agrees() {
+        let t = Duration::from_millis(200);
+        // Everyone comes (at different times): all free.
+        assert_eq!(
+            run_leave(
+                vec![Some((0, false)), Some((50, false)), Some((100, false))],
+                t
+            ),
+            vec![Some(true); 3]
+        );
+        // One never comes: nobody frees.
+        assert_eq!(
+            run_leave(vec![Some((0, false)), None, Some((10, false))], t),
+            vec![Some(false), None, Some(false)]
+        );
+        // One comes broken: nobody frees (and the others do not wait out their timeout).
+        let t0 = Instant::now();
+        assert_eq!(
+            run_leave(
+                vec![Some((0, false)), Some((0, true))],
+                Duration::from_secs(5)
+            ),
+            vec![Some(false); 2]
+        );
+        assert!(t0.elapsed() < Duration::from_secs(4));
+        // One comes after the others gave up: it sees their abandon and does not free either.
+        assert_eq!(
+            run_leave(vec![Some((0, false)), Some((400, false))], t),
+            vec![Some(false); 2]
+        );
+        // Around the deadline: whatever happens, all ranks that return decide alike.
+        for d in [150u64, 190, 200, 210, 250] {
+            let r = run_leave(
+                vec![Some((0, false)), Some((d, false)), Some((d / 2, false))],
+                t,
+            );
+            let frees: Vec<bool> = r.iter().map(|x| x.unwrap()).collect();
+            assert!(frees.iter().all(|f| *f == frees[0]), "delay {d}: {frees:?}");
+        }
     }
 }
