@@ -1141,7 +1141,8 @@ impl<'a> Coll<'a> {
 
     /// Writes `bytes` (this rank's result) to `dst` and waits for it.
     fn deliver(&self, dst: View, bytes: &[u8]) -> Result<()> {
-        deliver(dst, bytes, self.stream)
+        let shared = self.c.backend_state.dev()?.gpu_shared;
+        deliver(dst, bytes, self.stream, shared)
     }
 
     /// The leader's device work: `work` enqueues on the leader's stream; then the stream is
@@ -1223,7 +1224,7 @@ impl<'a> Coll<'a> {
 
 /// Writes host `bytes` to `dst` on `stream` and waits: host memory directly, small device writes
 /// as stream write-value operations, else a copy.
-fn deliver(dst: View, bytes: &[u8], stream: Stream) -> Result<()> {
+fn deliver(dst: View, bytes: &[u8], stream: Stream, shared: bool) -> Result<()> {
     let n = bytes.len().min(dst.bytes);
     if n == 0 {
         return Ok(());
@@ -1233,12 +1234,11 @@ fn deliver(dst: View, bytes: &[u8], stream: Stream) -> Result<()> {
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst.ptr as *mut u8, n) };
         return Ok(());
     }
-    let small = dst.space == Space::GPUWIRE_SPACE_DEVICE
-        && n <= device::SMALL_WRITE_BYTES
-        && device::write_small(dst.ptr, &bytes[..n], stream)?;
-    if !small {
-        device::copy_async(dst.ptr, bytes.as_ptr() as usize, n, stream)?;
+    // Ranks sharing the GPU: off the time-sliced compute engine (device::htod_shared).
+    if shared && dst.space == Space::GPUWIRE_SPACE_DEVICE {
+        return device::htod_shared(dst.ptr, &bytes[..n], stream);
     }
+    device::copy_async(dst.ptr, bytes.as_ptr() as usize, n, stream)?;
     device::sync(stream)
 }
 
@@ -1395,7 +1395,7 @@ const K_HANDLE: u32 = 2;
 const K_LOCAL: u32 = 3;
 const K_DATA: u32 = 4;
 /// Device sends in this range go as K_DATA (staged through host memory) when ranks share a GPU.
-const STAGED_P2P_MIN: usize = 32 << 10;
+const STAGED_P2P_MIN: usize = SMALL + 1;
 const STAGED_P2P_MAX: usize = 512 << 10;
 
 /// A control message (only the first HDR_FIXED + inline bytes travel).
@@ -1539,10 +1539,11 @@ impl SendOp {
             }
             len += v.bytes;
         } else {
-            // Ranks sharing a GPU: from 32 KiB to 512 KiB the data goes as an MPI message staged
-            // through pinned host memory (two copy-engine copies) rather than the receiver's
-            // device-to-device copy, which waits for the other process's time slice on the
-            // compute engine (~150 µs; staged 31–118 µs there, measured on the H200).
+            // Ranks sharing a GPU: above 1 KiB and up to 512 KiB the data goes as an MPI message
+            // staged through pinned host memory (two copy-engine copies; below 32 KiB the
+            // receiver's as device::htod_shared) rather than the receiver's device-to-device
+            // copy, which waits for the other process's time slice on the compute engine
+            // (~150 µs; staged 31–118 µs from 32 KiB, measured on the H200).
             let staged = dest as usize != s.me
                 && !v.host()
                 && (STAGED_P2P_MIN..=STAGED_P2P_MAX).contains(&v.bytes)
@@ -1710,6 +1711,8 @@ pub struct RecvOp {
     ipc: *const IpcState,
     pool: *const Pool,
     pinned: bool,
+    /// Ranks share the GPU (small deliveries avoid the compute engine: `device::htod_shared`).
+    shared: bool,
     /// Set by the owner (IpcRecv) when it is dropped: the pointers above may dangle from then
     /// on, and nobody may progress the operation any more.
     closed: bool,
@@ -1729,7 +1732,10 @@ impl RecvOp {
     ) -> Result<RecvOp> {
         let s = state(c)?;
         devstate::check_device(c, buf)?;
-        let pinned = c.backend_state.dev()?.pinned();
+        let (pinned, shared) = {
+            let st = c.backend_state.dev()?;
+            (st.pinned(), st.gpu_shared)
+        };
         {
             // The receive buffer may be written as soon as a message arrives: order it after the
             // caller's earlier work.
@@ -1754,6 +1760,7 @@ impl RecvOp {
             ipc: s,
             pool: &c.backend_state.pool,
             pinned,
+            shared,
             closed: false,
         })
     }
@@ -1808,7 +1815,9 @@ impl RecvOp {
                     let n = bytes.min(self.dst.bytes);
                     let _g = CtxGuard::enter(s.device)?;
                     let moved = match h.kind {
-                        K_INLINE => deliver(self.dst, &h.data[..n.min(SMALL)], self.stream),
+                        K_INLINE => {
+                            deliver(self.dst, &h.data[..n.min(SMALL)], self.stream, self.shared)
+                        }
                         K_LOCAL | K_HANDLE => {
                             // The mapping lock before the claim: a caller for another owner
                             // that cannot take it now comes back later, with nothing claimed.
@@ -1899,25 +1908,35 @@ impl RecvOp {
                     let r = match pb.take() {
                         Some(b) => {
                             let _g = CtxGuard::enter(s.device)?;
-                            let r = ring::copy(
-                                Loc {
-                                    ptr: self.dst.ptr,
-                                    host: self.dst.host(),
-                                },
-                                Loc {
-                                    ptr: b.ptr,
-                                    host: true,
-                                },
-                                n,
-                                self.stream,
-                            )
-                            .and_then(|()| {
-                                if self.dst.host() {
-                                    Ok(())
-                                } else {
-                                    device::sync(self.stream)
-                                }
-                            });
+                            let r = if self.shared
+                                && self.dst.space == Space::GPUWIRE_SPACE_DEVICE
+                                && n < device::SHARED_HTOD_2D_MAX
+                            {
+                                // SAFETY: the pool buffer holds the `bytes` >= n received bytes.
+                                let src =
+                                    unsafe { std::slice::from_raw_parts(b.ptr as *const u8, n) };
+                                device::htod_shared(self.dst.ptr, src, self.stream)
+                            } else {
+                                ring::copy(
+                                    Loc {
+                                        ptr: self.dst.ptr,
+                                        host: self.dst.host(),
+                                    },
+                                    Loc {
+                                        ptr: b.ptr,
+                                        host: true,
+                                    },
+                                    n,
+                                    self.stream,
+                                )
+                                .and_then(|()| {
+                                    if self.dst.host() {
+                                        Ok(())
+                                    } else {
+                                        device::sync(self.stream)
+                                    }
+                                })
+                            };
                             // SAFETY: see the Send impl.
                             unsafe { (*self.pool).give(b) };
                             r

@@ -90,22 +90,16 @@ impl<'a> Call<'a> {
     }
 
     /// Copies `bytes` from host `h` to `dst` unless they are the same memory, and waits. When
-    /// ranks share the GPU, up to 1 KiB to device memory as stream writes, not a copy (see
-    /// [`device::write_small`]; on a GPU of its own a copy is as fast or faster).
+    /// ranks share the GPU, below 32 KiB to device memory as [`device::htod_shared`] does (off the
+    /// time-sliced compute engine); on a GPU of its own a plain copy.
     pub fn from_host(&mut self, dst: Loc, h: usize, bytes: usize) -> Result<()> {
         if dst.ptr != h {
-            // SAFETY: `h` is host memory valid for `bytes` (staging or the caller's buffer).
-            let small = !dst.host
-                && self.st.gpu_shared
-                && bytes <= device::SMALL_WRITE_BYTES
-                && device::write_small(
-                    dst.ptr,
-                    unsafe { std::slice::from_raw_parts(h as *const u8, bytes) },
-                    self.stream,
-                )?;
-            if !small {
-                ring::copy(dst, Loc { ptr: h, host: true }, bytes, self.stream)?;
+            if !dst.host && self.st.gpu_shared && bytes < device::SHARED_HTOD_2D_MAX {
+                // SAFETY: `h` is host memory valid for `bytes` (staging or the caller's buffer).
+                let src = unsafe { std::slice::from_raw_parts(h as *const u8, bytes) };
+                return device::htod_shared(dst.ptr, src, self.stream);
             }
+            ring::copy(dst, Loc { ptr: h, host: true }, bytes, self.stream)?;
         }
         device::sync(self.stream)
     }
