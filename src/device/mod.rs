@@ -416,22 +416,42 @@ fn copy_2d(
     height: usize,
     stream: Stream,
 ) -> Result<()> {
-    // SAFETY: all-zero is a valid CUDA_MEMCPY2D (offsets 0, no arrays).
-    let mut m: sys::CUDA_MEMCPY2D = unsafe { std::mem::zeroed() };
-    m.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_HOST;
-    m.srcHost = src as *const c_void;
-    m.srcPitch = pitch;
-    m.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
-    m.dstDevice = dst as sys::CUdeviceptr;
-    m.dstPitch = pitch;
-    m.WidthInBytes = width;
-    m.Height = height;
+    let m = copy_2d_params(dst, src, width, pitch, height);
     // SAFETY: both ranges valid for (height - 1) x pitch + width bytes (callers); the source is
     // pinned and kept until the stream is synchronized.
     check(
         unsafe { sys::cuMemcpy2DAsync_v2(&m, stream.raw()) },
         "cuMemcpy2DAsync",
     )
+}
+
+/// The parameter block of [`copy_2d`] (every field set: the memory-type enums have no zero value,
+/// so an all-zero block is not a valid Rust value).
+fn copy_2d_params(
+    dst: usize,
+    src: usize,
+    width: usize,
+    pitch: usize,
+    height: usize,
+) -> sys::CUDA_MEMCPY2D {
+    sys::CUDA_MEMCPY2D {
+        srcXInBytes: 0,
+        srcY: 0,
+        srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_HOST,
+        srcHost: src as *const c_void,
+        srcDevice: 0,
+        srcArray: std::ptr::null_mut(),
+        srcPitch: pitch,
+        dstXInBytes: 0,
+        dstY: 0,
+        dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+        dstHost: std::ptr::null_mut(),
+        dstDevice: dst as sys::CUdeviceptr,
+        dstArray: std::ptr::null_mut(),
+        dstPitch: pitch,
+        WidthInBytes: width,
+        Height: height,
+    }
 }
 
 /// Largest host-to-device write that [`write_small`] does with stream memory operations.
@@ -604,5 +624,28 @@ impl Scratch {
             self.alloc = Some(CudaAlloc::new(self.space, self.device, want)?);
         }
         Ok(self.alloc.as_ref().map(|a| a.ptr).unwrap_or(0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The 2-D copy's parameter block is built without CUDA (CI has none): every field a valid
+    /// value (an all-zero block is not one: its memory-type enums have no zero).
+    #[test]
+    fn copy_2d_params_are_two_rows() {
+        let m = copy_2d_params(0x7000_0000, 0x1000, 3, 3, 2);
+        assert_eq!(m.srcMemoryType, sys::CUmemorytype::CU_MEMORYTYPE_HOST);
+        assert_eq!(m.dstMemoryType, sys::CUmemorytype::CU_MEMORYTYPE_DEVICE);
+        assert_eq!(
+            (m.srcHost as usize, m.dstDevice as usize),
+            (0x1000, 0x7000_0000)
+        );
+        assert_eq!(
+            (m.WidthInBytes, m.Height, m.srcPitch, m.dstPitch),
+            (3, 2, 3, 3)
+        );
+        assert!(m.srcArray.is_null() && m.dstArray.is_null() && m.dstHost.is_null());
     }
 }
