@@ -39,7 +39,7 @@ pub struct DevState {
     pub kernels: std::result::Result<(), String>,
     pub staging: Staging,
     /// Whether two ranks of the communicator use one GPU (then their work on its compute engine
-    /// is time-sliced, and small deliveries go as stream writes: see `device::write_small`).
+    /// is time-sliced, and deliveries below 32 KiB avoid it: see `device::htod_shared`).
     pub gpu_shared: bool,
     events: Vec<Event>,
 }

@@ -55,8 +55,9 @@
 //! for. Reductions use the NVRTC kernels of the MPI paths (AVG is SUM, then a division), so the
 //! results equal theirs for every datatype and op. Calls whose per-rank data is at most 1 KiB
 //! never touch the compute engine: each rank copies its input device-to-host into its slot
-//! (copy engine), reduces or assembles in rank order on the CPU, and writes its result with
-//! stream write-value operations (`device::write_small`).
+//! (copy engine), reduces or assembles in rank order on the CPU, and writes its result as
+//! `device::htod_shared` does when the ranks share the GPU (stream writes up to 8 bytes, else a
+//! 2-D copy: the copy engine), else as a copy.
 //!
 //! **Point-to-point**: control messages on private duplicates of the communicator, with the
 //! user's tag, so MPI does the matching (in posting order). The sender waits for its stream,
