@@ -355,14 +355,18 @@ impl Communicator {
                 MPI_Iallreduce
             ),
             Some(t) => {
+                // On the heap: at the deadline the request is abandoned while MPI may still write
+                // the result, so the memory is then leaked rather than freed (or on the stack).
+                let buf: &'static mut [i64] = Box::leak(v.to_vec().into_boxed_slice());
+                let bptr: *mut i64 = buf.as_mut_ptr();
                 let mut req = mpisys::request_null();
-                // SAFETY: as above; waited for below (or abandoned at the deadline, breaking
-                // the communicator).
+                // SAFETY: buf is valid for n int64 for ever (leaked, reclaimed below only after
+                // the request completed).
                 mpisys::check(
                     unsafe {
                         sys::MPI_Iallreduce(
                             mpisys::in_place(),
-                            ptr,
+                            bptr.cast(),
                             n,
                             sys::RSMPI_INT64_T,
                             sys::RSMPI_MAX,
@@ -372,12 +376,16 @@ impl Communicator {
                     },
                     "MPI_Iallreduce",
                 )?;
-                self.wait_with_deadline(RawRequest(req), Instant::now() + t, what)
+                self.wait_with_deadline(RawRequest(req), Instant::now() + t, what)?;
+                v.copy_from_slice(buf);
+                // SAFETY: the request completed: MPI no longer uses buf, which came from the
+                // Box leaked above.
+                drop(unsafe { Box::from_raw(buf as *mut [i64]) });
+                Ok(())
             }
         }
     }
 
-    /// Waits for `req`, polling until the configured deadline.
     pub fn wait_with_deadline(&self, req: RawRequest, deadline: Instant, what: &str) -> Result<()> {
         let mut req = req.0;
         let mut flag: c_int = 0;

@@ -2,7 +2,6 @@
 //! a private MPI communicator for gpuwire's own point-to-point traffic inside collectives,
 //! reusable staging and scratch memory, and a pool of pinned buffers for nonblocking requests.
 
-use std::ffi::c_int;
 use std::sync::Mutex;
 
 use crate::buffer::Buffer;
@@ -198,42 +197,6 @@ pub fn check_device(c: &Communicator, b: &Buffer) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// MPI_Sendrecv of bytes on a raw communicator.
-#[allow(clippy::too_many_arguments)]
-pub fn sendrecv_bytes(
-    comm: RawComm,
-    src: usize,
-    sbytes: usize,
-    dest: i32,
-    dst: usize,
-    rbytes: usize,
-    source: i32,
-    tag: c_int,
-) -> Result<()> {
-    let sn = mpisys::count_i32(sbytes, "ring exchange")?;
-    let rn = mpisys::count_i32(rbytes, "ring exchange")?;
-    // SAFETY: both ranges valid for their byte counts (checked by the callers).
-    mpisys::check(
-        unsafe {
-            sys::MPI_Sendrecv(
-                src as *const _,
-                sn,
-                sys::RSMPI_UINT8_T,
-                dest,
-                tag,
-                dst as *mut _,
-                rn,
-                sys::RSMPI_UINT8_T,
-                source,
-                tag,
-                comm.0,
-                mpisys::status_ignore(),
-            )
-        },
-        "MPI_Sendrecv",
-    )
 }
 
 /// Copies `bytes` from `src` to `dst` (any spaces) after `stream`'s earlier work and waits.

@@ -65,8 +65,9 @@
 //! carries the IPC record; the receiver opens the mapping, copies into its buffer on its stream,
 //! waits for it, and stores the send's generation in the sender's completion cell; the send
 //! completes then. Memory that cannot be exported travels as a second MPI message of host bytes,
-//! and so do device sends of 32–512 KiB between ranks sharing a GPU (staged through pinned host
-//! memory by copy-engine copies: the receiver's device-to-device copy would wait ~150 µs for the
+//! and so do device sends of more than 1 KiB and up to 512 KiB between ranks sharing a GPU
+//! (staged through pinned host memory by copy-engine copies, below 32 KiB on the receiver as
+//! `device::htod_shared` does: the receiver's device-to-device copy would wait ~150 µs for the
 //! other process's time slice on the compute engine).
 //! A send to oneself passes the pointer.
 //!

@@ -405,8 +405,9 @@ impl NcclState {
     /// Closes the open isend/irecv group, if any: launches its operations and records their
     /// completion events.
     fn close_group(&self) -> Result<()> {
-        // A group is opened and closed by calls on this communicator, which NCCL (and gpuwire's
-        // documentation) requires to come from one thread at a time: no race with the store.
+        // `maybe_open` is set and cleared under the `open` lock together with the group itself;
+        // a call that reads it false while another thread opens a group takes no part in that
+        // group (NCCL groups are per thread: README, "launches").
         if !self.maybe_open.load(std::sync::atomic::Ordering::Acquire) {
             return Ok(());
         }

@@ -372,7 +372,7 @@ fn bounce_take() -> Result<usize> {
 
 /// Copies the host bytes `src` to device memory at `dst` on `stream` and waits for it, in the way
 /// that stays off the compute engine when processes share the GPU: up to 8 bytes as stream
-/// writes ([`write_small`], ~6.5 µs), up to [`SHARED_HTOD_2D_MAX`] as a 2-D copy of two rows from a
+/// writes ([`write_small`], ~6.5 µs), below [`SHARED_HTOD_2D_MAX`] as a 2-D copy of two rows from a
 /// pinned bounce buffer (the copy engine: ~8.7 µs from 64 B to 32 KiB with two ranks on one H200,
 /// against ~270 µs for a linear copy there and ~1.5 µs per 8 bytes for stream writes; probe
 /// modes 4, 11 and 16 of bench/probe_share.c), above that as one linear copy (the copy engine
