@@ -81,21 +81,13 @@ extern "C" __global__ void sum_partials(const double *partial, int n, double *ou
 fn last_error() -> String {
     let mut buf = vec![0 as c_char; 1024];
     gpuwire_last_error(buf.as_mut_ptr(), buf.len());
-    let bytes: Vec<u8> = buf
-        .iter()
-        .take_while(|c| **c != 0)
-        .map(|c| *c as u8)
-        .collect();
+    let bytes: Vec<u8> = buf.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
 fn ok(s: Status, what: &str) {
     if s != Status::GPUWIRE_SUCCESS {
-        eprintln!(
-            "cg_poisson_device: {what} failed: {:?}: {}",
-            s,
-            last_error()
-        );
+        eprintln!("cg_poisson_device: {what} failed: {:?}: {}", s, last_error());
         std::process::exit(1);
     }
 }
@@ -120,21 +112,7 @@ struct Gpu {
 impl Gpu {
     fn launch(&self, f: cu::CUfunction, grid: u32, block: u32, params: &mut [*mut c_void]) {
         cuok(
-            unsafe {
-                cu::cuLaunchKernel(
-                    f,
-                    grid,
-                    1,
-                    1,
-                    block,
-                    1,
-                    1,
-                    0,
-                    self.stream,
-                    params.as_mut_ptr(),
-                    std::ptr::null_mut(),
-                )
-            },
+            unsafe { cu::cuLaunchKernel(f, grid, 1, 1, block, 1, 1, 0, self.stream, params.as_mut_ptr(), std::ptr::null_mut()) },
             "cuLaunchKernel",
         );
     }
@@ -157,25 +135,13 @@ struct Field {
 
 fn view(b: gpuwire_buffer, off: usize, n: usize) -> gpuwire_buffer {
     let mut v = 0;
-    ok(
-        gpuwire_buffer_view(b, off as i64, n as i64, &mut v),
-        "gpuwire_buffer_view",
-    );
+    ok(gpuwire_buffer_view(b, off as i64, n as i64, &mut v), "gpuwire_buffer_view");
     v
 }
 
 fn device_buffer(n: usize) -> (gpuwire_buffer, u64) {
     let mut b = 0;
-    ok(
-        gpuwire_buffer_alloc(
-            n as i64,
-            Dtype::GPUWIRE_FLOAT64 as i32,
-            Space::GPUWIRE_SPACE_DEVICE as i32,
-            -1,
-            &mut b,
-        ),
-        "gpuwire_buffer_alloc",
-    );
+    ok(gpuwire_buffer_alloc(n as i64, Dtype::GPUWIRE_FLOAT64 as i32, Space::GPUWIRE_SPACE_DEVICE as i32, -1, &mut b), "gpuwire_buffer_alloc");
     let mut p: *mut c_void = std::ptr::null_mut();
     ok(gpuwire_buffer_pointer(b, &mut p), "gpuwire_buffer_pointer");
     (b, p as u64)
@@ -184,23 +150,10 @@ fn device_buffer(n: usize) -> (gpuwire_buffer, u64) {
 impl Field {
     fn new(nloc: usize, n: usize) -> Field {
         let (buf, ptr) = device_buffer((nloc + 2) * n);
-        Field {
-            buf,
-            halo_top: view(buf, 0, n),
-            first: view(buf, n, n),
-            last: view(buf, nloc * n, n),
-            halo_bottom: view(buf, (nloc + 1) * n, n),
-            ptr,
-        }
+        Field { buf, halo_top: view(buf, 0, n), first: view(buf, n, n), last: view(buf, nloc * n, n), halo_bottom: view(buf, (nloc + 1) * n, n), ptr }
     }
     fn free(self) {
-        for b in [
-            self.halo_bottom,
-            self.last,
-            self.first,
-            self.halo_top,
-            self.buf,
-        ] {
+        for b in [self.halo_bottom, self.last, self.first, self.halo_top, self.buf] {
             ok(gpuwire_buffer_free(b), "gpuwire_buffer_free");
         }
     }
@@ -231,71 +184,31 @@ impl Solver {
         self.gpu.stream as *mut c_void
     }
     fn halo_exchange(&self, f: &Field) {
-        ok(
-            gpuwire_sendrecv(
-                self.comm,
-                f.first,
-                self.prev,
-                1,
-                f.halo_bottom,
-                self.next,
-                1,
-                self.s(),
-            ),
-            "gpuwire_sendrecv",
-        );
-        ok(
-            gpuwire_sendrecv(
-                self.comm,
-                f.last,
-                self.next,
-                2,
-                f.halo_top,
-                self.prev,
-                2,
-                self.s(),
-            ),
-            "gpuwire_sendrecv",
-        );
+        ok(gpuwire_sendrecv(self.comm, f.first, self.prev, 1, f.halo_bottom, self.next, 1, self.s()), "gpuwire_sendrecv");
+        ok(gpuwire_sendrecv(self.comm, f.last, self.next, 2, f.halo_top, self.prev, 2, self.s()), "gpuwire_sendrecv");
     }
     fn apply_a(&self, f: &Field, out: u64) {
         self.halo_exchange(f);
         let (mut v, mut o, mut nl, mut n) = (f.ptr, out, self.nloc as i32, self.n as i32);
-        self.gpu
-            .launch(self.gpu.apply_a, 1024, 256, args!(v, o, nl, n));
+        self.gpu.launch(self.gpu.apply_a, 1024, 256, args!(v, o, nl, n));
     }
     fn range(&self) -> (i64, i64) {
         (self.n as i64, ((self.nloc + 1) * self.n) as i64)
     }
     /// Reduces the device scalar across ranks with `op` and returns it.
     fn all(&self, op: ReduceOp) -> f64 {
-        ok(
-            gpuwire_allreduce(self.comm, self.scalar, self.scalar, op as i32, self.s()),
-            "gpuwire_allreduce",
-        );
+        ok(gpuwire_allreduce(self.comm, self.scalar, self.scalar, op as i32, self.s()), "gpuwire_allreduce");
         let mut v = 0.0f64;
-        cuok(
-            unsafe {
-                cu::cuMemcpyDtoHAsync_v2(
-                    (&mut v as *mut f64).cast(),
-                    self.scalar_ptr,
-                    8,
-                    self.gpu.stream,
-                )
-            },
-            "DtoH",
-        );
+        cuok(unsafe { cu::cuMemcpyDtoHAsync_v2((&mut v as *mut f64).cast(), self.scalar_ptr, 8, self.gpu.stream) }, "DtoH");
         cuok(unsafe { cu::cuStreamSynchronize(self.gpu.stream) }, "sync");
         v
     }
     fn dot(&self, a: u64, b: u64) -> f64 {
         let (mut lo, mut hi) = self.range();
         let (mut a, mut b, mut part) = (a, b, self.partial);
-        self.gpu
-            .launch(self.gpu.dot_partial, BLOCKS, 256, args!(a, b, lo, hi, part));
+        self.gpu.launch(self.gpu.dot_partial, BLOCKS, 256, args!(a, b, lo, hi, part));
         let (mut nb, mut out) = (BLOCKS as i32, self.scalar_ptr);
-        self.gpu
-            .launch(self.gpu.sum_partials, 1, 32, args!(part, nb, out));
+        self.gpu.launch(self.gpu.sum_partials, 1, 32, args!(part, nb, out));
         let _ = (&mut lo, &mut hi);
         self.all(ReduceOp::GPUWIRE_SUM)
     }
@@ -304,10 +217,7 @@ impl Solver {
 fn main() {
     ok(gpuwire_init(), "gpuwire_init");
     let mut comm = 0;
-    ok(
-        gpuwire_comm_world(std::ptr::null(), &mut comm),
-        "gpuwire_comm_world",
-    );
+    ok(gpuwire_comm_world(std::ptr::null(), &mut comm), "gpuwire_comm_world");
     let (mut rank, mut size) = (0, 0);
     ok(gpuwire_comm_rank(comm, &mut rank), "gpuwire_comm_rank");
     ok(gpuwire_comm_size(comm, &mut size), "gpuwire_comm_size");
@@ -315,9 +225,7 @@ fn main() {
     let n: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(768);
     if let Some(want) = args.get(2) {
         if want.parse::<i32>().ok() != Some(size) {
-            eprintln!(
-                "cg_poisson_device: launched on {size} ranks, expected {want} (wrong launcher?)"
-            );
+            eprintln!("cg_poisson_device: launched on {size} ranks, expected {want} (wrong launcher?)");
             std::process::exit(1);
         }
     }
@@ -336,28 +244,18 @@ fn main() {
     let mut dev = 0;
     ok(gpuwire_comm_device(comm, &mut dev), "gpuwire_comm_device");
     if dev < 0 {
-        eprintln!(
-            "cg_poisson_device: this communicator has no CUDA device (no GPU, or backend HOST)"
-        );
+        eprintln!("cg_poisson_device: this communicator has no CUDA device (no GPU, or backend HOST)");
         std::process::exit(1);
     }
     let cudev = cudarc::driver::result::device::get(dev).expect("cuDeviceGet");
-    let ctx = unsafe { cudarc::driver::result::primary_ctx::retain(cudev) }
-        .expect("cuDevicePrimaryCtxRetain");
+    let ctx = unsafe { cudarc::driver::result::primary_ctx::retain(cudev) }.expect("cuDevicePrimaryCtxRetain");
     unsafe { cudarc::driver::result::ctx::set_current(ctx) }.expect("cuCtxSetCurrent");
     let ptx = cudarc::nvrtc::compile_ptx(KERNELS).expect("NVRTC compiles the kernels");
     let image = CString::new(ptx.to_src()).unwrap();
-    let module = unsafe { cudarc::driver::result::module::load_data(image.as_ptr().cast()) }
-        .expect("cuModuleLoadData");
-    let f = |name: &str| {
-        unsafe { cudarc::driver::result::module::get_function(module, CString::new(name).unwrap()) }
-            .expect(name)
-    };
+    let module = unsafe { cudarc::driver::result::module::load_data(image.as_ptr().cast()) }.expect("cuModuleLoadData");
+    let f = |name: &str| unsafe { cudarc::driver::result::module::get_function(module, CString::new(name).unwrap()) }.expect(name);
     let mut stream: cu::CUstream = std::ptr::null_mut();
-    cuok(
-        unsafe { cu::cuStreamCreate(&mut stream, 1) },
-        "cuStreamCreate",
-    );
+    cuok(unsafe { cu::cuStreamCreate(&mut stream, 1) }, "cuStreamCreate");
     let gpu = Gpu {
         stream,
         apply_a: f("apply_a"),
@@ -375,11 +273,7 @@ fn main() {
         n,
         nloc,
         prev: if r > 0 { rank - 1 } else { GPUWIRE_PROC_NULL },
-        next: if r + 1 < p {
-            rank + 1
-        } else {
-            GPUWIRE_PROC_NULL
-        },
+        next: if r + 1 < p { rank + 1 } else { GPUWIRE_PROC_NULL },
         scalar,
         scalar_ptr,
         partial,
@@ -396,23 +290,12 @@ fn main() {
     for i in 1..=nloc {
         let g = row0 + i - 1;
         for j in 0..n {
-            bh[i * n + j] = h
-                * h
-                * 2.0
-                * std::f64::consts::PI.powi(2)
-                * (std::f64::consts::PI * (j + 1) as f64 * h).sin()
-                * (std::f64::consts::PI * (g + 1) as f64 * h).sin();
+            bh[i * n + j] = h * h * 2.0 * std::f64::consts::PI.powi(2) * (std::f64::consts::PI * (j + 1) as f64 * h).sin() * (std::f64::consts::PI * (g + 1) as f64 * h).sin();
             xh[i * n + j] = hash01(g as u64 * n as u64 + j as u64);
         }
     }
-    ok(
-        gpuwire_buffer_copy_from_host(bb_, bh.as_ptr().cast(), sv.s()),
-        "copy b",
-    );
-    ok(
-        gpuwire_buffer_copy_from_host(x.buf, xh.as_ptr().cast(), sv.s()),
-        "copy x0",
-    );
+    ok(gpuwire_buffer_copy_from_host(bb_, bh.as_ptr().cast(), sv.s()), "copy b");
+    ok(gpuwire_buffer_copy_from_host(x.buf, xh.as_ptr().cast(), sv.s()), "copy x0");
 
     ok(gpuwire_barrier(comm, sv.s()), "gpuwire_barrier");
     let t0 = Instant::now();
@@ -420,12 +303,8 @@ fn main() {
     // r = b - A x0; p = r.
     sv.apply_a(&x, app);
     let (mut r_, mut b_, mut ap_) = (rp, bp, app);
-    sv.gpu
-        .launch(sv.gpu.residual, 1024, 256, args!(r_, b_, ap_, lo, hi));
-    cuok(
-        unsafe { cu::cuMemcpyDtoDAsync_v2(pf.ptr, rp, len * 8, stream) },
-        "DtoD",
-    );
+    sv.gpu.launch(sv.gpu.residual, 1024, 256, args!(r_, b_, ap_, lo, hi));
+    cuok(unsafe { cu::cuMemcpyDtoDAsync_v2(pf.ptr, rp, len * 8, stream) }, "DtoD");
     let bb = sv.dot(bp, bp);
     let mut rr = sv.dot(rp, rp);
     let mut iters = 0;
@@ -433,17 +312,11 @@ fn main() {
         sv.apply_a(&pf, app);
         let mut alpha = rr / sv.dot(pf.ptr, app);
         let (mut xp, mut rpp, mut ppp, mut apq) = (x.ptr, rp, pf.ptr, app);
-        sv.gpu.launch(
-            sv.gpu.update_xr,
-            1024,
-            256,
-            args!(xp, rpp, ppp, apq, alpha, lo, hi),
-        );
+        sv.gpu.launch(sv.gpu.update_xr, 1024, 256, args!(xp, rpp, ppp, apq, alpha, lo, hi));
         let rr_new = sv.dot(rp, rp);
         let mut beta = rr_new / rr;
         let (mut ppp, mut rpp) = (pf.ptr, rp);
-        sv.gpu
-            .launch(sv.gpu.update_p, 1024, 256, args!(ppp, rpp, beta, lo, hi));
+        sv.gpu.launch(sv.gpu.update_p, 1024, 256, args!(ppp, rpp, beta, lo, hi));
         let _ = (&mut alpha, &mut beta);
         rr = rr_new;
         iters += 1;
@@ -454,29 +327,21 @@ fn main() {
     // The true residual and the error, as in the C version.
     sv.apply_a(&x, app);
     let (mut r_, mut b_, mut ap_) = (rp, bp, app);
-    sv.gpu
-        .launch(sv.gpu.residual, 1024, 256, args!(r_, b_, ap_, lo, hi));
+    sv.gpu.launch(sv.gpu.residual, 1024, 256, args!(r_, b_, ap_, lo, hi));
     let resid = (sv.dot(rp, rp) / bb).sqrt();
     let _ = (&mut lo, &mut hi);
-    ok(
-        gpuwire_buffer_copy_to_host(x.buf, xh.as_mut_ptr().cast(), sv.s()),
-        "copy x",
-    );
+    ok(gpuwire_buffer_copy_to_host(x.buf, xh.as_mut_ptr().cast(), sv.s()), "copy x");
     let (mut err, mut maxs) = (0.0f64, 0.0f64);
     for i in 1..=nloc {
         let g = row0 + i - 1;
         for j in 0..n {
-            let s = (std::f64::consts::PI * (j + 1) as f64 * h).sin()
-                * (std::f64::consts::PI * (g + 1) as f64 * h).sin();
+            let s = (std::f64::consts::PI * (j + 1) as f64 * h).sin() * (std::f64::consts::PI * (g + 1) as f64 * h).sin();
             err = err.max((xh[i * n + j] - s).abs());
             maxs = maxs.max(s);
         }
     }
     let reduce_max = |v: f64| {
-        cuok(
-            unsafe { cu::cuMemcpyHtoD_v2(scalar_ptr, (&v as *const f64).cast(), 8) },
-            "HtoD",
-        );
+        cuok(unsafe { cu::cuMemcpyHtoD_v2(scalar_ptr, (&v as *const f64).cast(), 8) }, "HtoD");
         cuok(unsafe { cu::cuCtxSynchronize() }, "sync");
         sv.all(ReduceOp::GPUWIRE_MAX)
     };
@@ -488,37 +353,15 @@ fn main() {
     let mut pass = true;
     if rank == 0 {
         let mut d = vec![0 as c_char; 1024];
-        ok(
-            gpuwire_comm_describe(comm, d.as_mut_ptr(), d.len()),
-            "gpuwire_comm_describe",
-        );
-        let desc: String = d
-            .iter()
-            .take_while(|c| **c != 0)
-            .map(|c| *c as u8 as char)
-            .collect();
-        println!(
-            "cg_poisson_device: -Laplace(u) = f on the unit square, 5-point stencil, vectors on the GPU"
-        );
-        println!(
-            "grid: {n} x {n} interior points ({} unknowns), h = 1/{}",
-            n * n,
-            n + 1
-        );
-        println!(
-            "ranks: {size} (rows per rank: {}..{})",
-            base,
-            base + (rem > 0) as usize
-        );
+        ok(gpuwire_comm_describe(comm, d.as_mut_ptr(), d.len()), "gpuwire_comm_describe");
+        let desc: String = d.iter().take_while(|c| **c != 0).map(|c| *c as u8 as char).collect();
+        println!("cg_poisson_device: -Laplace(u) = f on the unit square, 5-point stencil, vectors on the GPU");
+        println!("grid: {n} x {n} interior points ({} unknowns), h = 1/{}", n * n, n + 1);
+        println!("ranks: {size} (rows per rank: {}..{})", base, base + (rem > 0) as usize);
         println!("iterations: {iters}");
-        println!(
-            "relative residual: {resid:.3e} (true ||b - A x|| / ||b||; CG stopped at {CG_TOL:.0e})"
-        );
+        println!("relative residual: {resid:.3e} (true ||b - A x|| / ||b||; CG stopped at {CG_TOL:.0e})");
         println!("max error: {err:.15e}");
-        println!(
-            "error * (N+1)^2: {scaled:.6} (the scheme's own error on this f: {:.6})",
-            pred * ((n + 1) * (n + 1)) as f64
-        );
+        println!("error * (N+1)^2: {scaled:.6} (the scheme's own error on this f: {:.6})", pred * ((n + 1) * (n + 1)) as f64);
         println!("wall time: {secs:.3} s (CG iterations only)");
         println!("backend: {desc}");
         if iters >= MAX_ITERS {
@@ -526,9 +369,7 @@ fn main() {
             pass = false;
         }
         if !(resid < RESIDUAL_MAX) {
-            println!(
-                "cg_poisson_device: FAIL: relative residual {resid:.3e} is not below {RESIDUAL_MAX:.0e}"
-            );
+            println!("cg_poisson_device: FAIL: relative residual {resid:.3e} is not below {RESIDUAL_MAX:.0e}");
             pass = false;
         }
         if !(scaled < 1.0) {
@@ -536,9 +377,7 @@ fn main() {
             pass = false;
         }
         if !((err - pred).abs() <= 0.01 * pred) {
-            println!(
-                "cg_poisson_device: FAIL: error {err:.6e} differs from the scheme's {pred:.6e} by more than 1%"
-            );
+            println!("cg_poisson_device: FAIL: error {err:.6e} differs from the scheme's {pred:.6e} by more than 1%");
             pass = false;
         }
         if pass {

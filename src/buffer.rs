@@ -29,15 +29,12 @@ unsafe impl Sync for HostAlloc {}
 
 impl HostAlloc {
     fn new(bytes: usize) -> Result<HostAlloc> {
-        let layout = Layout::from_size_align(bytes, HOST_ALIGN).map_err(|_| {
-            Error::InvalidArgument(format!("{bytes} bytes is too large an allocation"))
-        })?;
+        let layout = Layout::from_size_align(bytes, HOST_ALIGN)
+            .map_err(|_| Error::InvalidArgument(format!("{bytes} bytes is too large an allocation")))?;
         // SAFETY: bytes > 0 (callers never allocate 0 bytes).
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
         if ptr.is_null() {
-            return Err(Error::InvalidArgument(format!(
-                "out of host memory allocating {bytes} bytes"
-            )));
+            return Err(Error::InvalidArgument(format!("out of host memory allocating {bytes} bytes")));
         }
         Ok(HostAlloc { ptr, layout })
     }
@@ -78,12 +75,7 @@ fn bytes_of(count: usize, dtype: Dtype) -> Result<usize> {
     count
         .checked_mul(dtype.size())
         .filter(|b| *b <= isize::MAX as usize)
-        .ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "{count} elements of {} overflow the address space",
-                dtype.name()
-            ))
-        })
+        .ok_or_else(|| Error::InvalidArgument(format!("{count} elements of {} overflow the address space", dtype.name())))
 }
 
 impl Buffer {
@@ -130,18 +122,14 @@ impl Buffer {
         let count = count_from_c(count)?;
         let bytes = bytes_of(count, dtype)?;
         if ptr.checked_add(bytes).is_none() {
-            return Err(Error::InvalidArgument(format!(
-                "{bytes} bytes at {ptr:#x} run past the end of the address space"
-            )));
+            return Err(Error::InvalidArgument(format!("{bytes} bytes at {ptr:#x} run past the end of the address space")));
         }
         if space != Space::GPUWIRE_SPACE_AUTO && !space.is_host_accessible() {
             // Declared device memory needs a CUDA driver to be of any use (and to check it).
             device::cuda_with_devices()?;
         }
         if ptr == 0 && count > 0 {
-            return Err(Error::NullArgument(format!(
-                "the pointer is NULL but count is {count} (NULL is only allowed with count 0)"
-            )));
+            return Err(Error::NullArgument(format!("the pointer is NULL but count is {count} (NULL is only allowed with count 0)")));
         }
         if ptr % dtype.size().min(8) != 0 && dtype.size() > 1 {
             return Err(Error::InvalidArgument(format!(
@@ -166,19 +154,8 @@ impl Buffer {
         if space != Space::GPUWIRE_SPACE_HOST && ptr == 0 {
             device::cuda_with_devices()?;
         }
-        let device = if space == Space::GPUWIRE_SPACE_HOST {
-            -1
-        } else {
-            device.max(0)
-        };
-        Ok(Buffer {
-            ptr,
-            count,
-            dtype,
-            space,
-            device,
-            storage: Storage::Borrowed,
-        })
+        let device = if space == Space::GPUWIRE_SPACE_HOST { -1 } else { device.max(0) };
+        Ok(Buffer { ptr, count, dtype, space, device, storage: Storage::Borrowed })
     }
 
     /// gpuwire_buffer_view: `count` elements starting at element `offset` of `parent`; shares
@@ -197,11 +174,7 @@ impl Buffer {
             Storage::View(p) => p.clone(),
             _ => parent.clone(),
         };
-        let ptr = if parent.ptr == 0 {
-            0
-        } else {
-            parent.ptr + off * parent.dtype.size()
-        };
+        let ptr = if parent.ptr == 0 { 0 } else { parent.ptr + off * parent.dtype.size() };
         Ok(Buffer {
             ptr,
             count,
@@ -290,10 +263,7 @@ impl Buffer {
 
     fn copy_checked(&self, host: usize, what: &str) -> Result<()> {
         if host == 0 && self.count > 0 {
-            return Err(Error::NullArgument(format!(
-                "{what} is NULL but the buffer has {} elements",
-                self.count
-            )));
+            return Err(Error::NullArgument(format!("{what} is NULL but the buffer has {} elements", self.count)));
         }
         Ok(())
     }

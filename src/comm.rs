@@ -61,16 +61,11 @@ impl Communicator {
     pub fn create(parent: MPI_Comm, config: Result<Config>) -> Result<Communicator> {
         runtime::ensure_ready()?;
         if parent == mpisys::comm_null() {
-            return Err(Error::InvalidArgument(
-                "the MPI communicator is MPI_COMM_NULL (or an invalid Fortran handle)".into(),
-            ));
+            return Err(Error::InvalidArgument("the MPI communicator is MPI_COMM_NULL (or an invalid Fortran handle)".into()));
         }
         let mut dup = mpisys::comm_null();
         // SAFETY: parent is a communicator of the caller.
-        mpisys::check(
-            unsafe { sys::MPI_Comm_dup(parent, &mut dup) },
-            "MPI_Comm_dup",
-        )?;
+        mpisys::check(unsafe { sys::MPI_Comm_dup(parent, &mut dup) }, "MPI_Comm_dup")?;
         Self::adopt(dup, config)
     }
 
@@ -81,10 +76,7 @@ impl Communicator {
         let mut owned = Owned(vec![comm]);
         // SAFETY: comm is a valid communicator owned by gpuwire.
         unsafe {
-            mpisys::check(
-                sys::MPI_Comm_set_errhandler(comm, sys::RSMPI_ERRORS_RETURN),
-                "MPI_Comm_set_errhandler",
-            )?;
+            mpisys::check(sys::MPI_Comm_set_errhandler(comm, sys::RSMPI_ERRORS_RETURN), "MPI_Comm_set_errhandler")?;
         }
         let (mut rank, mut size) = (0, 0);
         let mut node = mpisys::comm_null();
@@ -93,13 +85,7 @@ impl Communicator {
             mpisys::check(sys::MPI_Comm_rank(comm, &mut rank), "MPI_Comm_rank")?;
             mpisys::check(sys::MPI_Comm_size(comm, &mut size), "MPI_Comm_size")?;
             mpisys::check(
-                sys::MPI_Comm_split_type(
-                    comm,
-                    sys::RSMPI_COMM_TYPE_SHARED,
-                    rank,
-                    sys::RSMPI_INFO_NULL,
-                    &mut node,
-                ),
+                sys::MPI_Comm_split_type(comm, sys::RSMPI_COMM_TYPE_SHARED, rank, sys::RSMPI_INFO_NULL, &mut node),
                 "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)",
             )?;
         }
@@ -130,36 +116,21 @@ impl Communicator {
         let config = c.agree_on_result(config, "reading the configuration")?;
         c.agree_config(&config)?;
         c.config = config;
-        crate::trace!(
-            "communicator: rank {rank}/{size}, node-local {local_rank}/{local_size}; choosing backend"
-        );
+        crate::trace!("communicator: rank {rank}/{size}, node-local {local_rank}/{local_size}; choosing backend");
         let local = backend::choose(&c);
-        crate::trace!(
-            "local backend choice: {:?}",
-            local
-                .as_ref()
-                .map(|ch| (ch.kind.name(), ch.device, ch.reason.clone()))
-        );
+        crate::trace!("local backend choice: {:?}", local.as_ref().map(|ch| (ch.kind.name(), ch.device, ch.reason.clone())));
         let mut choice = c.agree_on_result(local, "choosing the backend")?;
         // Ranks may differ under AUTO (one without CUDA, one without libnccl): all take the
         // least capable backend chosen anywhere, which every rank can use (HOST < MPI_STAGED <
         // MPI_CUDA_AWARE < IPC < NCCL; IPC's eligibility is already the same on every rank).
         let k = capability(choice.kind);
-        let mut v = [
-            k,
-            -k,
-            crate::backend::ipc::collectives_must_progress() as i64,
-        ];
+        let mut v = [k, -k, crate::backend::ipc::collectives_must_progress() as i64];
         c.allreduce_max_i64(&mut v, "agreeing on the backend")?;
         c.nb_coll = v[2] != 0;
         if v[0] != -v[1] {
             let lowest = of_capability(-v[1]);
             if lowest != choice.kind {
-                choice.reason = format!(
-                    "auto: another rank can only use {}, so every rank does (this rank could use {})",
-                    lowest.name(),
-                    choice.kind.name()
-                );
+                choice.reason = format!("auto: another rank can only use {}, so every rank does (this rank could use {})", lowest.name(), choice.kind.name());
                 choice.kind = lowest;
                 if lowest == BackendKind::GPUWIRE_BACKEND_HOST {
                     choice.device = -1;
@@ -176,10 +147,7 @@ impl Communicator {
 
     /// Every rank must pass the same configuration (the device may differ): one exchange.
     fn agree_config(&self, cfg: &Config) -> Result<()> {
-        let t = cfg
-            .timeout
-            .map(|t| t.as_micros().min(i64::MAX as u128) as i64)
-            .unwrap_or(0);
+        let t = cfg.timeout.map(|t| t.as_micros().min(i64::MAX as u128) as i64).unwrap_or(0);
         let fields: [(&str, i64); 5] = [
             ("backend", cfg.backend as i64),
             ("check", cfg.check as i64),
@@ -207,9 +175,7 @@ impl Communicator {
     pub fn split(&self, color: i32, key: i32) -> Result<Option<Communicator>> {
         self.ensure_usable()?;
         let valid = if color < 0 && color != -1 {
-            Err(Error::InvalidArgument(format!(
-                "color {color}: colors are >= 0, or GPUWIRE_UNDEFINED"
-            )))
+            Err(Error::InvalidArgument(format!("color {color}: colors are >= 0, or GPUWIRE_UNDEFINED")))
         } else {
             Ok(())
         };
@@ -218,10 +184,7 @@ impl Communicator {
         let mut out = mpisys::comm_null();
         let color = color.unwrap_or_else(mpisys::undefined);
         // SAFETY: raw is valid.
-        mpisys::check(
-            unsafe { sys::MPI_Comm_split(self.raw.0, color, key, &mut out) },
-            "MPI_Comm_split",
-        )?;
+        mpisys::check(unsafe { sys::MPI_Comm_split(self.raw.0, color, key, &mut out) }, "MPI_Comm_split")?;
         if out == mpisys::comm_null() {
             return Ok(None);
         }
@@ -233,10 +196,7 @@ impl Communicator {
         self.ensure_usable()?;
         let mut out = mpisys::comm_null();
         // SAFETY: raw is valid.
-        mpisys::check(
-            unsafe { sys::MPI_Comm_dup(self.raw.0, &mut out) },
-            "MPI_Comm_dup",
-        )?;
+        mpisys::check(unsafe { sys::MPI_Comm_dup(self.raw.0, &mut out) }, "MPI_Comm_dup")?;
         Self::adopt(out, Ok(self.config.clone()))
     }
 
@@ -287,11 +247,7 @@ impl Communicator {
     /// The human-readable line of gpuwire_comm_describe.
     pub fn describe(&self) -> String {
         let info = runtime::ensure_ready().ok();
-        let device = if self.choice.device >= 0 {
-            format!("cuda:{}", self.choice.device)
-        } else {
-            "none".into()
-        };
+        let device = if self.choice.device >= 0 { format!("cuda:{}", self.choice.device) } else { "none".into() };
         format!(
             "gpuwire {}: backend={} ({}); device={}; rank {}/{} (node-local {}/{}); mpi={}; thread level={}; check={}; timeout={}",
             env!("CARGO_PKG_VERSION"),
@@ -305,10 +261,7 @@ impl Communicator {
             info.map(|i| i.mpi_library.as_str()).unwrap_or("?"),
             info.map(|i| i.thread_level.name()).unwrap_or("?"),
             if self.config.check { "on" } else { "off" },
-            self.config
-                .timeout
-                .map(|t| format!("{:.3}s", t.as_secs_f64()))
-                .unwrap_or_else(|| "none".into()),
+            self.config.timeout.map(|t| format!("{:.3}s", t.as_secs_f64())).unwrap_or_else(|| "none".into()),
         )
     }
 
@@ -323,10 +276,7 @@ impl Communicator {
 
     /// Whether an earlier timeout or abort broke this communicator.
     pub fn is_broken(&self) -> bool {
-        self.broken
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some()
+        self.broken.lock().unwrap_or_else(|p| p.into_inner()).is_some()
     }
 
     /// Marks the communicator unusable; later calls return GPUWIRE_ERROR_COMM_BROKEN.
@@ -344,14 +294,7 @@ impl Communicator {
             None => crate::backend::host::collective!(
                 self,
                 "MPI_Allreduce",
-                MPI_Allreduce(
-                    mpisys::in_place(),
-                    ptr,
-                    n,
-                    sys::RSMPI_INT64_T,
-                    sys::RSMPI_MAX,
-                    self.raw.0
-                ),
+                MPI_Allreduce(mpisys::in_place(), ptr, n, sys::RSMPI_INT64_T, sys::RSMPI_MAX, self.raw.0),
                 MPI_Iallreduce
             ),
             Some(t) => {
@@ -363,17 +306,7 @@ impl Communicator {
                 // SAFETY: buf is valid for n int64 for ever (leaked, reclaimed below only after
                 // the request completed).
                 mpisys::check(
-                    unsafe {
-                        sys::MPI_Iallreduce(
-                            mpisys::in_place(),
-                            bptr.cast(),
-                            n,
-                            sys::RSMPI_INT64_T,
-                            sys::RSMPI_MAX,
-                            self.raw.0,
-                            &mut req,
-                        )
-                    },
+                    unsafe { sys::MPI_Iallreduce(mpisys::in_place(), bptr.cast(), n, sys::RSMPI_INT64_T, sys::RSMPI_MAX, self.raw.0, &mut req) },
                     "MPI_Iallreduce",
                 )?;
                 self.wait_with_deadline(RawRequest(req), Instant::now() + t, what)?;
@@ -386,16 +319,14 @@ impl Communicator {
         }
     }
 
+    /// Waits for `req`, polling until the configured deadline.
     pub fn wait_with_deadline(&self, req: RawRequest, deadline: Instant, what: &str) -> Result<()> {
         let mut req = req.0;
         let mut flag: c_int = 0;
         let mut spins = 0u32;
         loop {
             // SAFETY: req is an active request of ours.
-            mpisys::check(
-                unsafe { sys::MPI_Test(&mut req, &mut flag, mpisys::status_ignore()) },
-                "MPI_Test",
-            )?;
+            mpisys::check(unsafe { sys::MPI_Test(&mut req, &mut flag, mpisys::status_ignore()) }, "MPI_Test")?;
             if flag != 0 {
                 return Ok(());
             }
@@ -421,11 +352,7 @@ impl Communicator {
     /// Collective: every rank learns whether any rank's `local` failed, and all return the same
     /// outcome — the error of the lowest failing rank, with its message — or their own Ok value.
     pub fn agree_on_result<T>(&self, local: Result<T>, what: &str) -> Result<T> {
-        let failed_rank = if local.is_err() {
-            self.rank as i64
-        } else {
-            i64::MAX
-        };
+        let failed_rank = if local.is_err() { self.rank as i64 } else { i64::MAX };
         // MAX of the negation is the minimum failing rank.
         let mut v = [-failed_rank];
         self.allreduce_max_i64(&mut v, what)?;
@@ -445,42 +372,19 @@ impl Communicator {
             }
         }
         // Fixed-size buffers on our own communicator; every rank calls.
+        crate::backend::host::collective!(self, "MPI_Bcast", MPI_Bcast((&mut code as *mut i32).cast(), 1, sys::RSMPI_INT32_T, lowest as c_int, self.raw.0), MPI_Ibcast)?;
         crate::backend::host::collective!(
             self,
             "MPI_Bcast",
-            MPI_Bcast(
-                (&mut code as *mut i32).cast(),
-                1,
-                sys::RSMPI_INT32_T,
-                lowest as c_int,
-                self.raw.0
-            ),
-            MPI_Ibcast
-        )?;
-        crate::backend::host::collective!(
-            self,
-            "MPI_Bcast",
-            MPI_Bcast(
-                msg.as_mut_ptr().cast(),
-                msg.len() as c_int,
-                sys::RSMPI_UINT8_T,
-                lowest as c_int,
-                self.raw.0
-            ),
+            MPI_Bcast(msg.as_mut_ptr().cast(), msg.len() as c_int, sys::RSMPI_UINT8_T, lowest as c_int, self.raw.0),
             MPI_Ibcast
         )?;
         let end = msg.iter().position(|b| *b == 0).unwrap_or(msg.len());
         let text = String::from_utf8_lossy(&msg[..end]).into_owned();
         let status = Status::from_i32(code).unwrap_or(Status::GPUWIRE_ERROR_INTERNAL);
         // The rank's message already names its kind ("backend unavailable: ..."): strip that.
-        let detail = text
-            .split_once(": ")
-            .map(|(_, d)| d.to_string())
-            .unwrap_or(text);
-        Err(Error::from_status(
-            status,
-            format!("{what} failed on rank {lowest}: {detail}"),
-        ))
+        let detail = text.split_once(": ").map(|(_, d)| d.to_string()).unwrap_or(text);
+        Err(Error::from_status(status, format!("{what} failed on rank {lowest}: {detail}")))
     }
 }
 
@@ -515,10 +419,7 @@ fn capability(k: BackendKind) -> i64 {
 }
 
 fn of_capability(i: i64) -> BackendKind {
-    CAPABILITY
-        .get(i as usize)
-        .copied()
-        .unwrap_or(BackendKind::GPUWIRE_BACKEND_HOST)
+    CAPABILITY.get(i as usize).copied().unwrap_or(BackendKind::GPUWIRE_BACKEND_HOST)
 }
 
 #[cfg(test)]
@@ -529,34 +430,10 @@ mod capability_tests {
     fn auto_falls_back_to_a_backend_every_rank_can_use() {
         // One rank loads libnccl (NCCL), another not (IPC): IPC, not NCCL as by enum value.
         let pick = |a: BackendKind, b: BackendKind| of_capability(capability(a).min(capability(b)));
-        assert_eq!(
-            pick(
-                BackendKind::GPUWIRE_BACKEND_NCCL,
-                BackendKind::GPUWIRE_BACKEND_IPC
-            ),
-            BackendKind::GPUWIRE_BACKEND_IPC
-        );
-        assert_eq!(
-            pick(
-                BackendKind::GPUWIRE_BACKEND_IPC,
-                BackendKind::GPUWIRE_BACKEND_MPI_STAGED
-            ),
-            BackendKind::GPUWIRE_BACKEND_MPI_STAGED
-        );
-        assert_eq!(
-            pick(
-                BackendKind::GPUWIRE_BACKEND_NCCL,
-                BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE
-            ),
-            BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE
-        );
-        assert_eq!(
-            pick(
-                BackendKind::GPUWIRE_BACKEND_NCCL,
-                BackendKind::GPUWIRE_BACKEND_HOST
-            ),
-            BackendKind::GPUWIRE_BACKEND_HOST
-        );
+        assert_eq!(pick(BackendKind::GPUWIRE_BACKEND_NCCL, BackendKind::GPUWIRE_BACKEND_IPC), BackendKind::GPUWIRE_BACKEND_IPC);
+        assert_eq!(pick(BackendKind::GPUWIRE_BACKEND_IPC, BackendKind::GPUWIRE_BACKEND_MPI_STAGED), BackendKind::GPUWIRE_BACKEND_MPI_STAGED);
+        assert_eq!(pick(BackendKind::GPUWIRE_BACKEND_NCCL, BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE), BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE);
+        assert_eq!(pick(BackendKind::GPUWIRE_BACKEND_NCCL, BackendKind::GPUWIRE_BACKEND_HOST), BackendKind::GPUWIRE_BACKEND_HOST);
         for k in CAPABILITY {
             assert_eq!(of_capability(capability(k)), k);
         }

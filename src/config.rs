@@ -51,9 +51,7 @@ fn bad_env(name: &str, value: &str, expected: &str) -> Error {
     // Quote at most 64 characters of the value: messages stay within 1024 bytes.
     let shown: String = value.chars().take(64).collect();
     let more = if shown.len() < value.len() { "..." } else { "" };
-    Error::InvalidArgument(format!(
-        "environment variable {name}={shown:?}{more} is not valid: expected {expected}"
-    ))
+    Error::InvalidArgument(format!("environment variable {name}={shown:?}{more} is not valid: expected {expected}"))
 }
 
 impl Config {
@@ -66,13 +64,8 @@ impl Config {
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config> {
         let mut c = Config::default();
         if let Some(v) = lookup("GPUWIRE_BACKEND") {
-            c.backend = BackendKind::parse(&v).ok_or_else(|| {
-                bad_env(
-                    "GPUWIRE_BACKEND",
-                    &v,
-                    "auto, host, mpi_staged, mpi_cuda_aware, nccl or ipc",
-                )
-            })?;
+            c.backend = BackendKind::parse(&v)
+                .ok_or_else(|| bad_env("GPUWIRE_BACKEND", &v, "auto, host, mpi_staged, mpi_cuda_aware, nccl or ipc"))?;
         }
         if let Some(v) = lookup("GPUWIRE_DEVICE") {
             c.device = v
@@ -144,15 +137,9 @@ pub(crate) fn parse_bool(v: &str) -> Option<bool> {
 /// Seconds to an optional timeout (0 = none); negative or non-finite values are refused.
 pub fn timeout_from_seconds(s: f64) -> Result<Option<Duration>> {
     if !s.is_finite() || s < 0.0 {
-        return Err(Error::InvalidArgument(format!(
-            "timeout {s} s: must be a finite number of seconds >= 0"
-        )));
+        return Err(Error::InvalidArgument(format!("timeout {s} s: must be a finite number of seconds >= 0")));
     }
-    Ok(if s == 0.0 {
-        None
-    } else {
-        Some(Duration::from_secs_f64(s))
-    })
+    Ok(if s == 0.0 { None } else { Some(Duration::from_secs_f64(s)) })
 }
 
 #[cfg(test)]
@@ -161,35 +148,20 @@ mod tests {
     use std::collections::HashMap;
 
     fn with(pairs: &[(&str, &str)]) -> Result<Config> {
-        let m: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         Config::from_lookup(|k| m.get(k).cloned())
     }
 
     #[test]
     fn env_overrides_defaults() {
         assert_eq!(with(&[]).unwrap(), Config::default());
-        let c = with(&[
-            ("GPUWIRE_BACKEND", "Staged"),
-            ("GPUWIRE_CHECK", "1"),
-            ("GPUWIRE_TIMEOUT", "2.5"),
-            ("GPUWIRE_DEVICE", "3"),
-        ])
-        .unwrap();
+        let c = with(&[("GPUWIRE_BACKEND", "Staged"), ("GPUWIRE_CHECK", "1"), ("GPUWIRE_TIMEOUT", "2.5"), ("GPUWIRE_DEVICE", "3")]).unwrap();
         assert_eq!(c.backend, BackendKind::GPUWIRE_BACKEND_MPI_STAGED);
         assert!(c.check);
         assert_eq!(c.timeout, Some(Duration::from_millis(2500)));
         assert_eq!(c.device, 3);
-        assert_eq!(
-            with(&[("GPUWIRE_BACKEND", "ipc")]).unwrap().backend,
-            BackendKind::GPUWIRE_BACKEND_IPC
-        );
-        assert_eq!(
-            with(&[("GPUWIRE_BACKEND", "IPC")]).unwrap().backend,
-            BackendKind::GPUWIRE_BACKEND_IPC
-        );
+        assert_eq!(with(&[("GPUWIRE_BACKEND", "ipc")]).unwrap().backend, BackendKind::GPUWIRE_BACKEND_IPC);
+        assert_eq!(with(&[("GPUWIRE_BACKEND", "IPC")]).unwrap().backend, BackendKind::GPUWIRE_BACKEND_IPC);
     }
 
     #[test]
@@ -198,39 +170,18 @@ mod tests {
         assert!(e.to_string().contains("GPUWIRE_BACKEND"));
         let e = with(&[("GPUWIRE_CHECK", "maybe")]).unwrap_err().to_string();
         assert!(e.contains("GPUWIRE_CHECK") && e.contains("no/yes"), "{e}");
-        let e = with(&[("GPUWIRE_DEBUG", "banana")])
-            .unwrap_err()
-            .to_string();
+        let e = with(&[("GPUWIRE_DEBUG", "banana")]).unwrap_err().to_string();
         assert!(e.contains("GPUWIRE_DEBUG"), "{e}");
-        assert!(
-            with(&[("GPUWIRE_DEBUG", "yes")]).is_ok()
-                && with(&[("GPUWIRE_CHECK", "On")]).unwrap().check
-        );
+        assert!(with(&[("GPUWIRE_DEBUG", "yes")]).is_ok() && with(&[("GPUWIRE_CHECK", "On")]).unwrap().check);
         // GPUWIRE_CUDA_AWARE is 0 or 1 only (its reader, mpisys::cuda_support, takes no other form).
-        let e = with(&[("GPUWIRE_CUDA_AWARE", "yes")])
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("GPUWIRE_CUDA_AWARE") && e.contains("0 or 1"),
-            "{e}"
-        );
+        let e = with(&[("GPUWIRE_CUDA_AWARE", "yes")]).unwrap_err().to_string();
+        assert!(e.contains("GPUWIRE_CUDA_AWARE") && e.contains("0 or 1"), "{e}");
         assert!(with(&[("GPUWIRE_TIMEOUT", "-1")]).is_err());
         assert!(with(&[("GPUWIRE_DEVICE", "-2")]).is_err());
         assert!(with(&[("GPUWIRE_CHUNK_BYTES", "12")]).is_err());
         assert!(with(&[("GPUWIRE_STAGING", "mapped")]).is_err());
-        assert!(
-            with(&[("GPUWIRE_CUDA_AWARE", "2")])
-                .unwrap_err()
-                .to_string()
-                .contains("GPUWIRE_CUDA_AWARE")
-        );
+        assert!(with(&[("GPUWIRE_CUDA_AWARE", "2")]).unwrap_err().to_string().contains("GPUWIRE_CUDA_AWARE"));
         let long = "x".repeat(3000);
-        assert!(
-            with(&[("GPUWIRE_BACKEND", long.as_str())])
-                .unwrap_err()
-                .to_string()
-                .len()
-                < 300
-        );
+        assert!(with(&[("GPUWIRE_BACKEND", long.as_str())]).unwrap_err().to_string().len() < 300);
     }
 }

@@ -60,29 +60,19 @@ pub struct Spec {
 impl Spec {
     /// Elements per row (product of the dimensions after the first).
     fn row(&self) -> Result<usize> {
-        self.shape[1..]
-            .iter()
-            .try_fold(1usize, |a, d| a.checked_mul(*d))
-            .ok_or_else(|| overflow(&self.shape))
+        self.shape[1..].iter().try_fold(1usize, |a, d| a.checked_mul(*d)).ok_or_else(|| overflow(&self.shape))
     }
 
     fn validate(&self, comm: &Communicator) -> Result<()> {
         if self.shape.is_empty() {
-            return Err(Error::InvalidArgument(
-                "the shape has no dimension (ndim must be at least 1)".into(),
-            ));
+            return Err(Error::InvalidArgument("the shape has no dimension (ndim must be at least 1)".into()));
         }
         let row = self.row()?;
-        self.shape[0]
-            .checked_mul(row)
-            .filter(|t| t.checked_mul(self.dtype.size()).is_some())
-            .ok_or_else(|| overflow(&self.shape))?;
+        self.shape[0].checked_mul(row).filter(|t| t.checked_mul(self.dtype.size()).is_some()).ok_or_else(|| overflow(&self.shape))?;
         if self.space == Space::GPUWIRE_SPACE_AUTO {
             return Err(Error::InvalidArgument("GPUWIRE_SPACE_AUTO is not a memory space to allocate in: pass HOST, DEVICE, PINNED or MANAGED".into()));
         }
-        if !self.space.is_host_accessible()
-            && comm.backend() == crate::types::BackendKind::GPUWIRE_BACKEND_HOST
-        {
+        if !self.space.is_host_accessible() && comm.backend() == crate::types::BackendKind::GPUWIRE_BACKEND_HOST {
             return Err(Error::BackendUnavailable(format!(
                 "a {} distributed array needs a communicator that moves device memory, but this one's backend is HOST ({})",
                 self.space.name(),
@@ -91,10 +81,7 @@ impl Spec {
         }
         if self.partition == Partition::GPUWIRE_PARTITION_BROADCAST {
             if self.halo != 0 {
-                return Err(Error::InvalidArgument(format!(
-                    "halo = {}: a BROADCAST array holds every row on every rank and has no halo (pass 0)",
-                    self.halo
-                )));
+                return Err(Error::InvalidArgument(format!("halo = {}: a BROADCAST array holds every row on every rank and has no halo (pass 0)", self.halo)));
             }
             if let Some(r) = self.local_rows.filter(|r| *r != self.shape[0]) {
                 return Err(Error::InvalidArgument(format!(
@@ -108,9 +95,7 @@ impl Spec {
 }
 
 fn overflow(shape: &[usize]) -> Error {
-    Error::InvalidArgument(format!(
-        "the shape {shape:?} has more elements than the address space holds"
-    ))
+    Error::InvalidArgument(format!("the shape {shape:?} has more elements than the address space holds"))
 }
 
 /// FNV-1a of the shape: ranks compare it to find a shape that differs in any dimension.
@@ -134,10 +119,7 @@ struct Rows {
 impl Rows {
     fn and(self, o: Rows) -> Rows {
         let lo = self.lo.max(o.lo);
-        Rows {
-            lo,
-            hi: self.hi.min(o.hi).max(lo),
-        }
+        Rows { lo, hi: self.hi.min(o.hi).max(lo) }
     }
     fn len(self) -> usize {
         self.hi - self.lo
@@ -193,26 +175,12 @@ impl DArray {
         ];
         let mut all = vec![0i64; D * p];
         {
-            let send = Buffer::wrap(
-                mine.as_ptr() as usize,
-                D as i64,
-                Dtype::GPUWIRE_INT64,
-                Space::GPUWIRE_SPACE_HOST,
-            )?;
-            let recv = Buffer::wrap(
-                all.as_mut_ptr() as usize,
-                (D * p) as i64,
-                Dtype::GPUWIRE_INT64,
-                Space::GPUWIRE_SPACE_HOST,
-            )?;
+            let send = Buffer::wrap(mine.as_ptr() as usize, D as i64, Dtype::GPUWIRE_INT64, Space::GPUWIRE_SPACE_HOST)?;
+            let recv = Buffer::wrap(all.as_mut_ptr() as usize, (D * p) as i64, Dtype::GPUWIRE_INT64, Space::GPUWIRE_SPACE_HOST)?;
             comm.allgather(&send, &recv, Stream(0))?;
         }
         // Every rank checks the same gathered data, so every rank returns the same error.
-        let unit = if spec.shape.len() == 1 {
-            "elements"
-        } else {
-            "rows"
-        };
+        let unit = if spec.shape.len() == 1 { "elements" } else { "rows" };
         for r in 1..p {
             let (a, b) = (&all[..D], &all[r * D..(r + 1) * D]);
             if a[..4] != b[..4] {
@@ -223,22 +191,13 @@ impl DArray {
             }
             if a[4] != b[4] {
                 let name = |x: i64| Dtype::from_c(x as i32).map(|d| d.name()).unwrap_or("?");
-                return Err(Error::DtypeMismatch(format!(
-                    "rank {r} passed {} but rank 0 {}",
-                    name(b[4]),
-                    name(a[4])
-                )));
+                return Err(Error::DtypeMismatch(format!("rank {r} passed {} but rank 0 {}", name(b[4]), name(a[4]))));
             }
             if a[5] != b[5] {
-                return Err(Error::InvalidArgument(format!(
-                    "rank {r} passed another partition than rank 0; every rank must pass the same"
-                )));
+                return Err(Error::InvalidArgument(format!("rank {r} passed another partition than rank 0; every rank must pass the same")));
             }
             if a[6] != b[6] {
-                return Err(Error::InvalidArgument(format!(
-                    "rank {r} passed halo {} but rank 0 halo {}; every rank must pass the same",
-                    b[6], a[6]
-                )));
+                return Err(Error::InvalidArgument(format!("rank {r} passed halo {} but rank 0 halo {}; every rank must pass the same", b[6], a[6])));
             }
             if a[8] != b[8] {
                 return Err(Error::InvalidArgument(format!(
@@ -254,24 +213,18 @@ impl DArray {
                 let asked: Vec<i64> = (0..p).map(|r| all[r * D + 7]).collect();
                 let decided = asked.iter().filter(|v| **v < 0).count();
                 if decided == p {
-                    ring::partition(n, p)
-                        .into_iter()
-                        .map(|(_, len)| len)
-                        .collect()
+                    ring::partition(n, p).into_iter().map(|(_, len)| len).collect()
                 } else if decided > 0 {
                     let which: Vec<usize> = (0..p).filter(|r| asked[*r] < 0).collect();
                     return Err(Error::InvalidArgument(format!(
                         "ranks {which:?} passed GPUWIRE_DECIDE and the others a local length ({asked:?}); pass GPUWIRE_DECIDE on every rank, or a length on every rank"
                     )));
                 } else {
-                    let sum = asked
-                        .iter()
-                        .try_fold(0usize, |s, v| s.checked_add(*v as usize));
+                    let sum = asked.iter().try_fold(0usize, |s, v| s.checked_add(*v as usize));
                     if sum != Some(n) {
                         return Err(Error::CountMismatch(format!(
                             "the local lengths {asked:?} ({unit} per rank) add up to {} but the global length along axis 0 is {n}",
-                            sum.map_or("more than the address space holds".to_string(), |s| s
-                                .to_string())
+                            sum.map_or("more than the address space holds".to_string(), |s| s.to_string())
                         )));
                     }
                     asked.into_iter().map(|v| v as usize).collect()
@@ -280,19 +233,10 @@ impl DArray {
         };
         let starts = match spec.partition {
             Partition::GPUWIRE_PARTITION_BROADCAST => vec![0; p],
-            Partition::GPUWIRE_PARTITION_SCATTER => rows
-                .iter()
-                .scan(0usize, |s, r| Some(std::mem::replace(s, *s + r)))
-                .collect(),
+            Partition::GPUWIRE_PARTITION_SCATTER => rows.iter().scan(0usize, |s, r| Some(std::mem::replace(s, *s + r))).collect(),
         };
-        let count = (rows[me] + 2 * spec.halo)
-            .checked_mul(row)
-            .ok_or_else(|| overflow(&spec.shape))?;
-        let device = if spec.space == Space::GPUWIRE_SPACE_HOST {
-            -1
-        } else {
-            comm.device()
-        };
+        let count = (rows[me] + 2 * spec.halo).checked_mul(row).ok_or_else(|| overflow(&spec.shape))?;
+        let device = if spec.space == Space::GPUWIRE_SPACE_HOST { -1 } else { comm.device() };
         let storage = Buffer::alloc(count as i64, spec.dtype, spec.space, device);
         let storage = comm.agree_on_result(storage, "allocating the distributed array")?;
         crate::trace!(
@@ -382,11 +326,7 @@ impl DArray {
 
     /// Storage rows [first, first + n) as a buffer (a view that keeps the storage alive).
     fn view_rows(&self, first: usize, n: usize) -> Result<Buffer> {
-        Buffer::view(
-            &self.storage,
-            (first * self.row) as i64,
-            (n * self.row) as i64,
-        )
+        Buffer::view(&self.storage, (first * self.row) as i64, (n * self.row) as i64)
     }
     /// The owned elements (without halo) as a buffer.
     pub fn local(&self) -> Result<Buffer> {
@@ -398,11 +338,7 @@ impl DArray {
     }
     /// Address of the first owned element (NULL when the storage is empty).
     pub fn data_ptr(&self) -> usize {
-        if self.storage.ptr() == 0 {
-            0
-        } else {
-            self.storage.ptr() + self.halo * self.row * self.dtype.size()
-        }
+        if self.storage.ptr() == 0 { 0 } else { self.storage.ptr() + self.halo * self.row * self.dtype.size() }
     }
     /// Storage rows of global rows `g` (which must lie within this rank's storage).
     fn storage_view(&self, g: Rows) -> Result<Buffer> {
@@ -413,10 +349,7 @@ impl DArray {
         self.view_rows(first, g.len())
     }
     fn owned_rows(&self, r: usize) -> Rows {
-        Rows {
-            lo: self.starts[r],
-            hi: self.starts[r] + self.rows[r],
-        }
+        Rows { lo: self.starts[r], hi: self.starts[r] + self.rows[r] }
     }
 
     // ---- argument checks ------------------------------------------------------------------
@@ -424,8 +357,7 @@ impl DArray {
     /// In checking mode, agrees a collective's local outcome across ranks (see ops::agree);
     /// otherwise returns it. Every rank of a collective darray call passes here exactly once.
     fn agree<T>(&self, what: &str, local: Result<T>) -> Result<T> {
-        self.comm
-            .agree(&format!("gpuwire_darray_{what}"), Sig::default(), local)
+        self.comm.agree(&format!("gpuwire_darray_{what}"), Sig::default(), local)
     }
 
     /// `x` and `y` can be combined elementwise.
@@ -436,17 +368,10 @@ impl DArray {
             )));
         }
         if self.dtype != other.dtype {
-            return Err(Error::DtypeMismatch(format!(
-                "{what}: one array holds {} and the other {}",
-                self.dtype.name(),
-                other.dtype.name()
-            )));
+            return Err(Error::DtypeMismatch(format!("{what}: one array holds {} and the other {}", self.dtype.name(), other.dtype.name())));
         }
         if self.shape != other.shape {
-            return Err(Error::CountMismatch(format!(
-                "{what}: the global shapes differ ({:?} and {:?})",
-                self.shape, other.shape
-            )));
+            return Err(Error::CountMismatch(format!("{what}: the global shapes differ ({:?} and {:?})", self.shape, other.shape)));
         }
         if self.partition != other.partition {
             return Err(Error::InvalidArgument(format!(
@@ -462,9 +387,7 @@ impl DArray {
                 other.local_lens()
             )));
         }
-        if self.is_host() != other.is_host()
-            || (!self.is_host() && self.storage.device() != other.storage.device())
-        {
+        if self.is_host() != other.is_host() || (!self.is_host() && self.storage.device() != other.storage.device()) {
             return Err(Error::InvalidArgument(format!(
                 "{what}: one array is in {} memory and the other in {} memory; both must be host-accessible, or both on the same device",
                 self.space.name(),
@@ -476,11 +399,7 @@ impl DArray {
 
     fn check_value(&self, what: &str, name: &str, bytes: &[u8]) -> Result<()> {
         if bytes.len() != self.dtype.size() {
-            return Err(Error::Internal(format!(
-                "{what}: {name} has {} bytes, not one {}",
-                bytes.len(),
-                self.dtype.name()
-            )));
+            return Err(Error::Internal(format!("{what}: {name} has {} bytes, not one {}", bytes.len(), self.dtype.name())));
         }
         Ok(())
     }
@@ -500,12 +419,7 @@ impl DArray {
     fn root_value(&self, bytes: &[u8]) -> Result<Vec<u8>> {
         let mut v = bytes.to_vec();
         if !self.scattered() && self.comm.size() > 1 && !v.is_empty() {
-            let b = Buffer::wrap(
-                v.as_mut_ptr() as usize,
-                v.len() as i64,
-                Dtype::GPUWIRE_UINT8,
-                Space::GPUWIRE_SPACE_HOST,
-            )?;
+            let b = Buffer::wrap(v.as_mut_ptr() as usize, v.len() as i64, Dtype::GPUWIRE_UINT8, Space::GPUWIRE_SPACE_HOST)?;
             self.comm.bcast(&b, 0, Stream(0))?;
         }
         Ok(v)
@@ -519,11 +433,7 @@ impl DArray {
     pub fn fill(&self, value: Result<Vec<u8>>, stream: Stream) -> Result<()> {
         let what = "fill";
         let value = value.and_then(|v| self.check_value(what, "the value", &v).map(|()| v));
-        let value = if self.scattered() {
-            value?
-        } else {
-            self.root_value(&self.agree(what, value)?)?
-        };
+        let value = if self.scattered() { value? } else { self.root_value(&self.agree(what, value)?)? };
         let n = self.local_len();
         if n == 0 {
             return Ok(());
@@ -533,14 +443,7 @@ impl DArray {
             unsafe { host::fill(self.data_ptr(), n, &value) };
             Ok(())
         } else {
-            ak::fill(
-                self.storage.device(),
-                self.dtype,
-                self.data_ptr(),
-                n,
-                &value,
-                stream,
-            )
+            ak::fill(self.storage.device(), self.dtype, self.data_ptr(), n, &value, stream)
         }
     }
 
@@ -554,11 +457,7 @@ impl DArray {
             y.compatible(what, x)?;
             Ok(a)
         });
-        let alpha = if y.scattered() {
-            local?
-        } else {
-            y.root_value(&y.agree(what, local)?)?
-        };
+        let alpha = if y.scattered() { local? } else { y.root_value(&y.agree(what, local)?)? };
         let n = y.local_len();
         if n == 0 {
             return Ok(());
@@ -568,15 +467,7 @@ impl DArray {
             unsafe { host::axpy(y.dtype, y.data_ptr(), x.data_ptr(), n, &alpha) };
             Ok(())
         } else {
-            ak::axpy(
-                y.storage.device(),
-                y.dtype,
-                y.data_ptr(),
-                x.data_ptr(),
-                n,
-                &alpha,
-                stream,
-            )
+            ak::axpy(y.storage.device(), y.dtype, y.data_ptr(), x.data_ptr(), n, &alpha, stream)
         }
     }
 
@@ -588,11 +479,7 @@ impl DArray {
             self.check_arithmetic(what)?;
             Ok(a)
         });
-        let alpha = if self.scattered() {
-            local?
-        } else {
-            self.root_value(&self.agree(what, local)?)?
-        };
+        let alpha = if self.scattered() { local? } else { self.root_value(&self.agree(what, local)?)? };
         let n = self.local_len();
         if n == 0 {
             return Ok(());
@@ -602,14 +489,7 @@ impl DArray {
             unsafe { host::scale(self.dtype, self.data_ptr(), n, &alpha) };
             Ok(())
         } else {
-            ak::scale(
-                self.storage.device(),
-                self.dtype,
-                self.data_ptr(),
-                n,
-                &alpha,
-                stream,
-            )
+            ak::scale(self.storage.device(), self.dtype, self.data_ptr(), n, &alpha, stream)
         }
     }
 
@@ -618,18 +498,11 @@ impl DArray {
     fn supported(&self, what: &str, red: Red) -> Result<(Acc, Comb)> {
         ak::plan(red, self.dtype).ok_or_else(|| {
             let which = match red {
-                Red::Dot | Red::Norm1 | Red::Norm2Squared | Red::NormInf => {
-                    "float32, float64, complex64 and complex128 arrays"
-                }
+                Red::Dot | Red::Norm1 | Red::Norm2Squared | Red::NormInf => "float32, float64, complex64 and complex128 arrays",
                 Red::Sum => "float32, float64, complex64, complex128 and integer arrays",
-                Red::Min | Red::Max => {
-                    "float32, float64 and integer arrays (complex numbers are not ordered)"
-                }
+                Red::Min | Red::Max => "float32, float64 and integer arrays (complex numbers are not ordered)",
             };
-            Error::UnsupportedDtype(format!(
-                "{what} is defined on {which}, not on {}",
-                self.dtype.name()
-            ))
+            Error::UnsupportedDtype(format!("{what} is defined on {which}, not on {}", self.dtype.name()))
         })
     }
 
@@ -647,8 +520,7 @@ impl DArray {
         }
         let device = self.storage.device();
         let mut guard = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
-        let scratch =
-            guard.get_or_insert_with(|| Scratch::new(Space::GPUWIRE_SPACE_DEVICE, device));
+        let scratch = guard.get_or_insert_with(|| Scratch::new(Space::GPUWIRE_SPACE_DEVICE, device));
         let s = scratch.get(ak::SCRATCH_BYTES)?;
         ak::reduce(device, red, self.dtype, x, y, n, s, stream)
     }
@@ -656,27 +528,16 @@ impl DArray {
     /// Reduces over every rank's owned elements: a local partial result, then (SCATTER) one
     /// allreduce that also carries whether each rank's local part succeeded, so a rank whose
     /// GPU work failed does not leave the others waiting.
-    fn reduce(
-        &self,
-        what: &str,
-        red: Red,
-        other: Option<&DArray>,
-        pre: Result<()>,
-        stream: Stream,
-    ) -> Result<Acc> {
-        let local = pre
-            .and_then(|()| self.supported(what, red))
-            .and_then(|plan| {
-                if let Some(o) = other {
-                    self.compatible(what, o)?;
-                }
-                if matches!(red, Red::Min | Red::Max) && self.global_len() == 0 {
-                    return Err(Error::InvalidArgument(format!(
-                        "{what} of an empty array (global length 0) is undefined"
-                    )));
-                }
-                Ok(plan)
-            });
+    fn reduce(&self, what: &str, red: Red, other: Option<&DArray>, pre: Result<()>, stream: Stream) -> Result<Acc> {
+        let local = pre.and_then(|()| self.supported(what, red)).and_then(|plan| {
+            if let Some(o) = other {
+                self.compatible(what, o)?;
+            }
+            if matches!(red, Red::Min | Red::Max) && self.global_len() == 0 {
+                return Err(Error::InvalidArgument(format!("{what} of an empty array (global length 0) is undefined")));
+            }
+            Ok(plan)
+        });
         if !self.scattered() {
             local?;
             return self.local_reduce(red, other, stream);
@@ -685,11 +546,7 @@ impl DArray {
         let part = self.local_reduce(red, other, stream);
         let failed = part.is_err();
         let acc = *part.as_ref().unwrap_or(&ident);
-        let combined = if self.comm.size() == 1 {
-            Ok((acc, false))
-        } else {
-            self.allreduce_acc(acc, comb, failed)
-        };
+        let combined = if self.comm.size() == 1 { Ok((acc, false)) } else { self.allreduce_acc(acc, comb, failed) };
         match (part, combined) {
             (Err(e), _) => Err(e),
             (Ok(_), Err(e)) => Err(e),
@@ -719,23 +576,13 @@ impl DArray {
                 // NaN must not enter an MPI MIN/MAX (its result is unspecified): it travels as a flag.
                 let (val, nan) = match comb {
                     Comb::Add => (v, 0.0),
-                    Comb::Max => (
-                        if v.is_nan() { f64::NEG_INFINITY } else { v },
-                        v.is_nan() as u8 as f64,
-                    ),
-                    Comb::Min => (
-                        if v.is_nan() { f64::INFINITY } else { v },
-                        -(v.is_nan() as u8 as f64),
-                    ),
+                    Comb::Max => (if v.is_nan() { f64::NEG_INFINITY } else { v }, v.is_nan() as u8 as f64),
+                    Comb::Min => (if v.is_nan() { f64::INFINITY } else { v }, -(v.is_nan() as u8 as f64)),
                 };
                 let flag = if comb == Comb::Min { 1.0 - f } else { f };
                 let mut a = [val, nan, flag];
                 run(a.as_mut_ptr() as usize, 3, Dtype::GPUWIRE_FLOAT64)?;
-                let any_failed = if comb == Comb::Min {
-                    a[2] == 0.0
-                } else {
-                    a[2] != 0.0
-                };
+                let any_failed = if comb == Comb::Min { a[2] == 0.0 } else { a[2] != 0.0 };
                 let v = if a[1] != 0.0 { f64::NAN } else { a[0] };
                 Ok((Acc::F(v), any_failed))
             }
@@ -750,9 +597,7 @@ impl DArray {
                 const TOP: u64 = 1 << 63;
                 match self.allreduce_acc(Acc::I((v ^ TOP) as i64), comb, failed)? {
                     (Acc::I(i), any) => Ok((Acc::U(i as u64 ^ TOP), any)),
-                    (other, _) => Err(Error::Internal(format!(
-                        "uint64 {comb:?} came back as {other:?}"
-                    ))),
+                    (other, _) => Err(Error::Internal(format!("uint64 {comb:?} came back as {other:?}"))),
                 }
             }
             Acc::U(v) => {
@@ -762,21 +607,10 @@ impl DArray {
                 Ok((Acc::U(a[0]), a[1] != 0))
             }
             Acc::I(v) => {
-                let flag = if comb == Comb::Min {
-                    !failed as i64
-                } else {
-                    failed as i64
-                };
+                let flag = if comb == Comb::Min { !failed as i64 } else { failed as i64 };
                 let mut a = [v, flag];
                 run(a.as_mut_ptr() as usize, 2, Dtype::GPUWIRE_INT64)?;
-                Ok((
-                    Acc::I(a[0]),
-                    if comb == Comb::Min {
-                        a[1] == 0
-                    } else {
-                        a[1] != 0
-                    },
-                ))
+                Ok((Acc::I(a[0]), if comb == Comb::Min { a[1] == 0 } else { a[1] != 0 }))
             }
         }
     }
@@ -787,9 +621,7 @@ impl DArray {
         match (acc, self.dtype) {
             (Acc::F(v), GPUWIRE_FLOAT32) => (v as f32).to_ne_bytes().to_vec(),
             (Acc::F(v), _) => v.to_ne_bytes().to_vec(),
-            (Acc::C(re, im), GPUWIRE_COMPLEX64) => {
-                [(re as f32).to_ne_bytes(), (im as f32).to_ne_bytes()].concat()
-            }
+            (Acc::C(re, im), GPUWIRE_COMPLEX64) => [(re as f32).to_ne_bytes(), (im as f32).to_ne_bytes()].concat(),
             (Acc::C(re, im), _) => [re.to_ne_bytes(), im.to_ne_bytes()].concat(),
             // Integers: the low bytes of the 64-bit (wrapping) result.
             (Acc::U(v), d) => v.to_ne_bytes()[..d.size()].to_vec(),
@@ -813,11 +645,7 @@ impl DArray {
 
     /// The smallest (or largest) element; NaN if any element is NaN.
     pub fn min_max(&self, max: bool, pre: Result<()>, stream: Stream) -> Result<Vec<u8>> {
-        let (what, red) = if max {
-            ("max", Red::Max)
-        } else {
-            ("min", Red::Min)
-        };
+        let (what, red) = if max { ("max", Red::Max) } else { ("min", Red::Min) };
         let acc = self.reduce(what, red, None, pre, stream)?;
         Ok(self.element(acc))
     }
@@ -851,11 +679,7 @@ impl DArray {
             unsafe { std::ptr::copy(src.ptr() as *const u8, dst.ptr() as *mut u8, bytes) };
             return Ok(());
         }
-        let dev = if dst.is_host() {
-            src.device()
-        } else {
-            dst.device()
-        };
+        let dev = if dst.is_host() { src.device() } else { dst.device() };
         let _g = CtxGuard::enter(dev)?;
         device::copy_async(dst.ptr(), src.ptr(), bytes, stream)
     }
@@ -865,16 +689,9 @@ impl DArray {
     /// others' is not read and may be 0).
     pub fn set_global(&self, src: usize, stream: Stream) -> Result<()> {
         let what = "set_global";
-        let needs = if self.scattered() {
-            self.local_len() > 0
-        } else {
-            self.me() == 0 && self.global_len() > 0
-        };
+        let needs = if self.scattered() { self.local_len() > 0 } else { self.me() == 0 && self.global_len() > 0 };
         let local = if needs && src == 0 {
-            Err(Error::NullArgument(format!(
-                "{what}: `src` is NULL but this rank reads {} elements from it",
-                self.local_len()
-            )))
+            Err(Error::NullArgument(format!("{what}: `src` is NULL but this rank reads {} elements from it", self.local_len())))
         } else {
             Ok(())
         };
@@ -882,9 +699,7 @@ impl DArray {
         if self.scattered() {
             local?;
             // SAFETY: the caller promises global_len elements at src.
-            return unsafe {
-                mine.copy_from_host(src + self.global_offset() * self.dtype.size(), stream)
-            };
+            return unsafe { mine.copy_from_host(src + self.global_offset() * self.dtype.size(), stream) };
         }
         self.agree(what, local)?;
         if self.me() == 0 {
@@ -902,8 +717,7 @@ impl DArray {
     pub fn allgather(&self, dst: usize, stream: Stream) -> Result<()> {
         let what = "allgather";
         let n = self.global_len();
-        let out = Buffer::wrap(dst, n as i64, self.dtype, Space::GPUWIRE_SPACE_HOST)
-            .map_err(|e| prefix(what, "dst", e));
+        let out = Buffer::wrap(dst, n as i64, self.dtype, Space::GPUWIRE_SPACE_HOST).map_err(|e| prefix(what, "dst", e));
         let mine = self.local()?;
         if !self.scattered() {
             return self.copy_to_host_sync(&mine, &out?, stream);
@@ -927,14 +741,9 @@ impl DArray {
         let n = self.global_len();
         let is_root = self.comm.rank() == root;
         let local = if !(0..p).contains(&root) {
-            Err(Error::InvalidArgument(format!(
-                "{what}: root {root} is not a rank of this communicator (ranks are 0..{})",
-                p - 1
-            )))
+            Err(Error::InvalidArgument(format!("{what}: root {root} is not a rank of this communicator (ranks are 0..{})", p - 1)))
         } else if is_root {
-            Buffer::wrap(dst, n as i64, self.dtype, Space::GPUWIRE_SPACE_HOST)
-                .map(Some)
-                .map_err(|e| prefix(what, "dst", e))
+            Buffer::wrap(dst, n as i64, self.dtype, Space::GPUWIRE_SPACE_HOST).map(Some).map_err(|e| prefix(what, "dst", e))
         } else {
             Ok(None)
         };
@@ -960,20 +769,11 @@ impl DArray {
         unsafe { mine.copy_to_host(out.ptr() + offsets[self.me()] * size, stream)? };
         // Device data arrives in device memory (the message must take the same path on both
         // sides), then moves to the root's host array.
-        let most = (0..p as usize)
-            .filter(|s| *s != self.me())
-            .map(|s| lens[s])
-            .max()
-            .unwrap_or(0);
+        let most = (0..p as usize).filter(|s| *s != self.me()).map(|s| lens[s]).max().unwrap_or(0);
         let temp = if self.is_host() || most == 0 {
             None
         } else {
-            Some(Arc::new(Buffer::alloc(
-                most as i64,
-                self.dtype,
-                self.space,
-                self.storage.device(),
-            )?))
+            Some(Arc::new(Buffer::alloc(most as i64, self.dtype, self.space, self.storage.device())?))
         };
         for s in 0..p as usize {
             if s == self.me() || lens[s] == 0 {
@@ -1003,26 +803,15 @@ impl DArray {
         let what = "redistribute";
         let local = (|| {
             if !Arc::ptr_eq(&src.comm, &dst.comm) {
-                return Err(Error::InvalidArgument(format!(
-                    "{what}: the distributed arrays live on different communicators"
-                )));
+                return Err(Error::InvalidArgument(format!("{what}: the distributed arrays live on different communicators")));
             }
             if src.dtype != dst.dtype {
-                return Err(Error::DtypeMismatch(format!(
-                    "{what}: the source holds {} and the destination {}",
-                    src.dtype.name(),
-                    dst.dtype.name()
-                )));
+                return Err(Error::DtypeMismatch(format!("{what}: the source holds {} and the destination {}", src.dtype.name(), dst.dtype.name())));
             }
             if src.shape != dst.shape {
-                return Err(Error::CountMismatch(format!(
-                    "{what}: the global shapes differ ({:?} and {:?})",
-                    src.shape, dst.shape
-                )));
+                return Err(Error::CountMismatch(format!("{what}: the global shapes differ ({:?} and {:?})", src.shape, dst.shape)));
             }
-            if src.is_host() != dst.is_host()
-                || (!src.is_host() && src.storage.device() != dst.storage.device())
-            {
+            if src.is_host() != dst.is_host() || (!src.is_host() && src.storage.device() != dst.storage.device()) {
                 return Err(Error::InvalidArgument(format!(
                     "{what}: the source is in {} memory and the destination in {} memory; both must be host-accessible, or both on the same device (move data between host and device with allgather and set_global)",
                     src.space.name(),
@@ -1050,8 +839,7 @@ impl DArray {
             }
             (true, false) => {
                 let counts: Vec<i64> = src.local_lens().into_iter().map(|c| c as i64).collect();
-                src.comm
-                    .allgatherv(&src.local()?, &dst.local()?, Some(&counts), stream)
+                src.comm.allgatherv(&src.local()?, &dst.local()?, Some(&counts), stream)
             }
             (true, true) => {
                 let p = src.comm.size() as usize;
@@ -1072,25 +860,9 @@ impl DArray {
                     if send.is_empty() && recv.is_empty() {
                         continue;
                     }
-                    let dest = if send.is_empty() {
-                        PROC_NULL
-                    } else {
-                        to as i32
-                    };
-                    let source = if recv.is_empty() {
-                        PROC_NULL
-                    } else {
-                        from as i32
-                    };
-                    src.comm.sendrecv(
-                        &src.storage_view(send)?,
-                        dest,
-                        TAG_REDISTRIBUTE,
-                        &dst.storage_view(recv)?,
-                        source,
-                        TAG_REDISTRIBUTE,
-                        stream,
-                    )?;
+                    let dest = if send.is_empty() { PROC_NULL } else { to as i32 };
+                    let source = if recv.is_empty() { PROC_NULL } else { from as i32 };
+                    src.comm.sendrecv(&src.storage_view(send)?, dest, TAG_REDISTRIBUTE, &dst.storage_view(recv)?, source, TAG_REDISTRIBUTE, stream)?;
                 }
                 Ok(())
             }
@@ -1131,16 +903,10 @@ impl DArray {
         }
         let n = self.shape[0];
         let me = self.me();
-        let above = |r: usize| Rows {
-            lo: self.starts[r].saturating_sub(width),
-            hi: self.starts[r],
-        };
+        let above = |r: usize| Rows { lo: self.starts[r].saturating_sub(width), hi: self.starts[r] };
         let below = |r: usize| {
             let end = self.starts[r] + self.rows[r];
-            Rows {
-                lo: end,
-                hi: (end + width).min(n),
-            }
+            Rows { lo: end, hi: (end + width).min(n) }
         };
         // Downward (to the ghost rows above higher ranks), then upward, each by rank distance
         // k = 1, 2, ...: with blocks of at least `width` rows only k = 1 moves data.
@@ -1149,11 +915,7 @@ impl DArray {
                 // piece(r): what rank r sends at this step.
                 let piece = |r: usize| -> Rows {
                     if down {
-                        if r + k < p {
-                            self.owned_rows(r).and(above(r + k))
-                        } else {
-                            Rows { lo: 0, hi: 0 }
-                        }
+                        if r + k < p { self.owned_rows(r).and(above(r + k)) } else { Rows { lo: 0, hi: 0 } }
                     } else if r >= k {
                         self.owned_rows(r).and(below(r - k))
                     } else {
@@ -1163,31 +925,15 @@ impl DArray {
                 if (0..p).all(|r| piece(r).is_empty()) {
                     continue;
                 }
-                let (to, from) = if down {
-                    (me.checked_add(k).filter(|t| *t < p), me.checked_sub(k))
-                } else {
-                    (me.checked_sub(k), Some(me + k).filter(|f| *f < p))
-                };
+                let (to, from) = if down { (me.checked_add(k).filter(|t| *t < p), me.checked_sub(k)) } else { (me.checked_sub(k), Some(me + k).filter(|f| *f < p)) };
                 let send = piece(me);
                 let recv = from.map_or(Rows { lo: 0, hi: 0 }, piece);
                 if send.is_empty() && recv.is_empty() {
                     continue;
                 }
-                let dest = to
-                    .filter(|_| !send.is_empty())
-                    .map_or(PROC_NULL, |t| t as i32);
-                let source = from
-                    .filter(|_| !recv.is_empty())
-                    .map_or(PROC_NULL, |f| f as i32);
-                self.comm.sendrecv(
-                    &self.storage_view(send)?,
-                    dest,
-                    tag,
-                    &self.storage_view(recv)?,
-                    source,
-                    tag,
-                    stream,
-                )?;
+                let dest = to.filter(|_| !send.is_empty()).map_or(PROC_NULL, |t| t as i32);
+                let source = from.filter(|_| !recv.is_empty()).map_or(PROC_NULL, |f| f as i32);
+                self.comm.sendrecv(&self.storage_view(send)?, dest, tag, &self.storage_view(recv)?, source, tag, stream)?;
             }
         }
         Ok(())
@@ -1197,10 +943,7 @@ impl DArray {
 /// Puts the argument's name in front of a wrapped pointer's error.
 fn prefix(what: &str, arg: &str, e: Error) -> Error {
     let msg = e.to_string();
-    let detail = msg
-        .split_once(": ")
-        .map(|(_, d)| d.to_string())
-        .unwrap_or(msg);
+    let detail = msg.split_once(": ").map(|(_, d)| d.to_string()).unwrap_or(msg);
     Error::from_status(e.status(), format!("{what}: `{arg}`: {detail}"))
 }
 
@@ -1235,12 +978,7 @@ mod host {
         }
     }
 
-    fn cmul<
-        T: Copy + std::ops::Mul<Output = T> + std::ops::Sub<Output = T> + std::ops::Add<Output = T>,
-    >(
-        a: [T; 2],
-        b: [T; 2],
-    ) -> [T; 2] {
+    fn cmul<T: Copy + std::ops::Mul<Output = T> + std::ops::Sub<Output = T> + std::ops::Add<Output = T>>(a: [T; 2], b: [T; 2]) -> [T; 2] {
         [a[0] * b[0] - a[1] * b[1], a[0] * b[1] + a[1] * b[0]]
     }
 
@@ -1348,12 +1086,7 @@ mod host {
         macro_rules! realk {
             ($t:ty) => {{
                 // SAFETY: n elements each (x and y may alias: both are shared).
-                let (xs, ys) = unsafe {
-                    (
-                        std::slice::from_raw_parts(x as *const $t, n),
-                        std::slice::from_raw_parts(y as *const $t, n),
-                    )
-                };
+                let (xs, ys) = unsafe { (std::slice::from_raw_parts(x as *const $t, n), std::slice::from_raw_parts(y as *const $t, n)) };
                 let v = |i: usize| xs[i] as f64;
                 match red {
                     Red::Dot => Acc::F((0..n).fold(0.0, |s, i| s + v(i) * ys[i] as f64)),
@@ -1369,12 +1102,7 @@ mod host {
         macro_rules! cplx {
             ($t:ty) => {{
                 // SAFETY: as above; a complex is two reals.
-                let (xs, ys) = unsafe {
-                    (
-                        std::slice::from_raw_parts(x as *const [$t; 2], n),
-                        std::slice::from_raw_parts(y as *const [$t; 2], n),
-                    )
-                };
+                let (xs, ys) = unsafe { (std::slice::from_raw_parts(x as *const [$t; 2], n), std::slice::from_raw_parts(y as *const [$t; 2], n)) };
                 let v = |i: usize| (xs[i][0] as f64, xs[i][1] as f64);
                 match red {
                     Red::Dot => {
@@ -1395,13 +1123,9 @@ mod host {
                         Acc::C(re, im)
                     }
                     Red::Norm1 => Acc::F((0..n).fold(0.0, |s, i| s + cabs(v(i).0, v(i).1))),
-                    Red::Norm2Squared => {
-                        Acc::F((0..n).fold(0.0, |s, i| s + (v(i).0 * v(i).0 + v(i).1 * v(i).1)))
-                    }
+                    Red::Norm2Squared => Acc::F((0..n).fold(0.0, |s, i| s + (v(i).0 * v(i).0 + v(i).1 * v(i).1))),
                     Red::NormInf => Acc::F((0..n).fold(0.0, |s, i| maxf(s, cabs(v(i).0, v(i).1)))),
-                    Red::Min | Red::Max => {
-                        unreachable!("min/max on complex passed the datatype check")
-                    }
+                    Red::Min | Red::Max => unreachable!("min/max on complex passed the datatype check"),
                 }
             }};
         }
@@ -1410,19 +1134,10 @@ mod host {
                 // SAFETY: n elements.
                 let xs = unsafe { std::slice::from_raw_parts(x as *const $t, n) };
                 match (red, $signed) {
-                    (Red::Sum, _) => Acc::U(
-                        xs.iter()
-                            .fold(0u64, |s, v| s.wrapping_add(*v as i64 as u64)),
-                    ),
-                    (Red::Min, true) => {
-                        Acc::I(xs.iter().map(|v| *v as i64).min().unwrap_or(i64::MAX))
-                    }
-                    (Red::Max, true) => {
-                        Acc::I(xs.iter().map(|v| *v as i64).max().unwrap_or(i64::MIN))
-                    }
-                    (Red::Min, false) => {
-                        Acc::U(xs.iter().map(|v| *v as u64).min().unwrap_or(u64::MAX))
-                    }
+                    (Red::Sum, _) => Acc::U(xs.iter().fold(0u64, |s, v| s.wrapping_add(*v as i64 as u64))),
+                    (Red::Min, true) => Acc::I(xs.iter().map(|v| *v as i64).min().unwrap_or(i64::MAX)),
+                    (Red::Max, true) => Acc::I(xs.iter().map(|v| *v as i64).max().unwrap_or(i64::MIN)),
+                    (Red::Min, false) => Acc::U(xs.iter().map(|v| *v as u64).min().unwrap_or(u64::MAX)),
                     (Red::Max, false) => Acc::U(xs.iter().map(|v| *v as u64).max().unwrap_or(0)),
                     _ => unreachable!("{:?} on integers passed the datatype check", red),
                 }
@@ -1440,9 +1155,7 @@ mod host {
             GPUWIRE_UINT32 => int!(u32, false),
             GPUWIRE_INT64 => int!(i64, true),
             GPUWIRE_UINT64 => int!(u64, false),
-            GPUWIRE_FLOAT16 | GPUWIRE_BFLOAT16 => {
-                unreachable!("reduction on {} passed the datatype check", d.name())
-            }
+            GPUWIRE_FLOAT16 | GPUWIRE_BFLOAT16 => unreachable!("reduction on {} passed the datatype check", d.name()),
         }
     }
 }
@@ -1466,61 +1179,31 @@ mod tests {
         let p = |v: &[f64]| v.as_ptr() as usize;
         // SAFETY: 3 or 4 elements of float64.
         unsafe {
-            assert_eq!(
-                host::reduce(Red::Dot, Dtype::GPUWIRE_FLOAT64, p(&x), p(&y), 3),
-                Acc::F(2.0 - 1.0 - 3.5)
-            );
-            assert_eq!(
-                host::reduce(Red::Norm1, Dtype::GPUWIRE_FLOAT64, p(&x), p(&x), 3),
-                Acc::F(6.5)
-            );
-            assert_eq!(
-                host::reduce(Red::Min, Dtype::GPUWIRE_FLOAT64, p(&x), p(&x), 3),
-                Acc::F(-2.0)
-            );
-            assert!(
-                matches!(host::reduce(Red::Max, Dtype::GPUWIRE_FLOAT64, p(&x), p(&x), 4), Acc::F(v) if v.is_nan())
-            );
-            assert!(
-                matches!(host::reduce(Red::NormInf, Dtype::GPUWIRE_FLOAT64, p(&x), p(&x), 4), Acc::F(v) if v.is_nan())
-            );
+            assert_eq!(host::reduce(Red::Dot, Dtype::GPUWIRE_FLOAT64, p(&x), p(&y), 3), Acc::F(2.0 - 1.0 - 3.5));
+            assert_eq!(host::reduce(Red::Norm1, Dtype::GPUWIRE_FLOAT64, p(&x), p(&x), 3), Acc::F(6.5));
+            assert_eq!(host::reduce(Red::Min, Dtype::GPUWIRE_FLOAT64, p(&x), p(&x), 3), Acc::F(-2.0));
+            assert!(matches!(host::reduce(Red::Max, Dtype::GPUWIRE_FLOAT64, p(&x), p(&x), 4), Acc::F(v) if v.is_nan()));
+            assert!(matches!(host::reduce(Red::NormInf, Dtype::GPUWIRE_FLOAT64, p(&x), p(&x), 4), Acc::F(v) if v.is_nan()));
         }
         // dotc: conj(1+2i) (3-1i) = (1-2i)(3-i) = 3 - i - 6i + 2i^2 = 1 - 7i
         let a = [1.0f64, 2.0];
         let b = [3.0f64, -1.0];
         // SAFETY: one complex128 each.
         unsafe {
-            assert_eq!(
-                host::reduce(Red::Dot, Dtype::GPUWIRE_COMPLEX128, p(&a), p(&b), 1),
-                Acc::C(1.0, -7.0)
-            );
+            assert_eq!(host::reduce(Red::Dot, Dtype::GPUWIRE_COMPLEX128, p(&a), p(&b), 1), Acc::C(1.0, -7.0));
         }
         let ints = [-3i8, 100, 100];
         // SAFETY: three int8.
         unsafe {
             let s = host::reduce(Red::Sum, Dtype::GPUWIRE_INT8, ints.as_ptr() as usize, 0, 3);
             assert_eq!(s, Acc::U(197));
-            assert_eq!(
-                host::reduce(Red::Min, Dtype::GPUWIRE_INT8, ints.as_ptr() as usize, 0, 3),
-                Acc::I(-3)
-            );
+            assert_eq!(host::reduce(Red::Min, Dtype::GPUWIRE_INT8, ints.as_ptr() as usize, 0, 3), Acc::I(-3));
         }
         let mut z = [1.0f32, 2.0, 3.0];
         // SAFETY: three float32; y and x alias.
         unsafe {
-            host::axpy(
-                Dtype::GPUWIRE_FLOAT32,
-                z.as_mut_ptr() as usize,
-                z.as_ptr() as usize,
-                3,
-                &2.0f32.to_ne_bytes(),
-            );
-            host::scale(
-                Dtype::GPUWIRE_FLOAT32,
-                z.as_mut_ptr() as usize,
-                3,
-                &0.5f32.to_ne_bytes(),
-            );
+            host::axpy(Dtype::GPUWIRE_FLOAT32, z.as_mut_ptr() as usize, z.as_ptr() as usize, 3, &2.0f32.to_ne_bytes());
+            host::scale(Dtype::GPUWIRE_FLOAT32, z.as_mut_ptr() as usize, 3, &0.5f32.to_ne_bytes());
             host::fill(z.as_mut_ptr() as usize, 1, &7.0f32.to_ne_bytes());
         }
         assert_eq!(z, [7.0, 3.0, 4.5]);

@@ -115,13 +115,9 @@ impl Status {
             GPUWIRE_ERROR_NCCL => c"NCCL error",
             GPUWIRE_ERROR_TIMEOUT => c"operation timed out",
             GPUWIRE_ERROR_NOT_INITIALIZED => c"gpuwire_init has not been called",
-            GPUWIRE_ERROR_ALREADY_FINALIZED => {
-                c"gpuwire_finalize (or the program's MPI_Finalize) was already called"
-            }
+            GPUWIRE_ERROR_ALREADY_FINALIZED => c"gpuwire_finalize (or the program's MPI_Finalize) was already called",
             GPUWIRE_ERROR_INTERNAL => c"internal error in gpuwire",
-            GPUWIRE_ERROR_REMOTE_ARGUMENT => {
-                c"another rank rejected its arguments to this collective"
-            }
+            GPUWIRE_ERROR_REMOTE_ARGUMENT => c"another rank rejected its arguments to this collective",
             GPUWIRE_ERROR_COMM_BROKEN => c"communicator is broken by an earlier failure",
         }
     }

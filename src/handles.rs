@@ -65,14 +65,7 @@ pub struct Registry<T> {
 
 impl<T> Registry<T> {
     pub const fn new(kind: Kind) -> Self {
-        Registry {
-            kind,
-            inner: Mutex::new(Slots {
-                slots: Vec::new(),
-                free: Vec::new(),
-                live: 0,
-            }),
-        }
+        Registry { kind, inner: Mutex::new(Slots { slots: Vec::new(), free: Vec::new(), live: 0 }) }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Slots<T>> {
@@ -88,10 +81,7 @@ impl<T> Registry<T> {
         let index = match s.free.pop() {
             Some(i) => i,
             None => {
-                s.slots.push(Slot {
-                    generation: 0,
-                    value: None,
-                });
+                s.slots.push(Slot { generation: 0, value: None });
                 s.slots.len() - 1
             }
         };
@@ -103,33 +93,20 @@ impl<T> Registry<T> {
 
     fn decode(&self, h: u64) -> Result<(usize, u64)> {
         if h == 0 {
-            return Err(Error::InvalidHandle(format!(
-                "the NULL {} handle (0) was given",
-                self.kind.name()
-            )));
+            return Err(Error::InvalidHandle(format!("the NULL {} handle (0) was given", self.kind.name())));
         }
         let tag = h >> 56;
         if tag != self.kind as u64 {
             return Err(Error::InvalidHandle(match Kind::from_tag(tag) {
-                Some(k) => format!(
-                    "handle {h:#x} is a {} handle, not a {} handle",
-                    k.name(),
-                    self.kind.name()
-                ),
-                None => format!(
-                    "{h:#x} is not a gpuwire {} handle (it was never issued)",
-                    self.kind.name()
-                ),
+                Some(k) => format!("handle {h:#x} is a {} handle, not a {} handle", k.name(), self.kind.name()),
+                None => format!("{h:#x} is not a gpuwire {} handle (it was never issued)", self.kind.name()),
             }));
         }
         Ok(((h & 0xFFFF_FFFF) as usize, (h >> 32) & GEN_MASK))
     }
 
     fn stale(&self, h: u64) -> Error {
-        Error::InvalidHandle(format!(
-            "{} handle {h:#x} was already freed (or never issued)",
-            self.kind.name()
-        ))
+        Error::InvalidHandle(format!("{} handle {h:#x} was already freed (or never issued)", self.kind.name()))
     }
 
     /// The object behind `h`.
@@ -137,10 +114,7 @@ impl<T> Registry<T> {
         let (index, generation) = self.decode(h)?;
         let s = self.lock();
         match s.slots.get(index) {
-            Some(Slot {
-                generation: g,
-                value: Some(v),
-            }) if *g == generation => Ok(v.clone()),
+            Some(Slot { generation: g, value: Some(v) }) if *g == generation => Ok(v.clone()),
             _ => Err(self.stale(h)),
         }
     }
@@ -150,9 +124,7 @@ impl<T> Registry<T> {
         let (index, generation) = self.decode(h)?;
         let mut s = self.lock();
         let taken = match s.slots.get_mut(index) {
-            Some(slot) if slot.generation == generation && slot.value.is_some() => {
-                slot.value.take()
-            }
+            Some(slot) if slot.generation == generation && slot.value.is_some() => slot.value.take(),
             _ => None,
         };
         match taken {
@@ -196,12 +168,7 @@ mod tests {
         let h = r.insert(Arc::new(5));
         assert_eq!(*r.get(h).unwrap(), 5);
         let c = other.insert(Arc::new(1));
-        assert!(
-            r.get(c)
-                .unwrap_err()
-                .to_string()
-                .contains("communicator handle")
-        );
+        assert!(r.get(c).unwrap_err().to_string().contains("communicator handle"));
         assert!(r.get(0).unwrap_err().to_string().contains("NULL"));
         assert!(r.get(0x1234).is_err());
         r.remove(h).unwrap();

@@ -25,12 +25,7 @@
 /// stderr, one line each, prefixed "gpuwire[pid]".
 pub fn debug_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| {
-        std::env::var("GPUWIRE_DEBUG")
-            .ok()
-            .and_then(|v| config::parse_bool(&v))
-            .unwrap_or(false)
-    })
+    *ON.get_or_init(|| std::env::var("GPUWIRE_DEBUG").ok().and_then(|v| config::parse_bool(&v)).unwrap_or(false))
 }
 
 /// Traces one line to stderr when GPUWIRE_DEBUG=1.

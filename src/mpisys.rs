@@ -28,10 +28,7 @@ pub fn check(rc: c_int, what: &str) -> Result<()> {
     if rc == 0 {
         return Ok(());
     }
-    Err(Error::Mpi(format!(
-        "{what} failed: {} (MPI error code {rc})",
-        error_string(rc)
-    )))
+    Err(Error::Mpi(format!("{what} failed: {} (MPI error code {rc})", error_string(rc))))
 }
 
 /// MPI's description of an error code.
@@ -106,17 +103,8 @@ pub fn comm_f2c(f: i32) -> MPI_Comm {
     // handle; passing that on to MPI_Comm_dup aborts the process. An all-zero handle is never
     // a communicator (a NULL pointer in Open MPI, the "invalid" handle kind in MPICH).
     // SAFETY: reads the bytes of a plain handle value (a pointer or an integer).
-    let bytes = unsafe {
-        std::slice::from_raw_parts(
-            (&c as *const MPI_Comm).cast::<u8>(),
-            std::mem::size_of::<MPI_Comm>(),
-        )
-    };
-    if bytes.iter().all(|b| *b == 0) {
-        comm_null()
-    } else {
-        c
-    }
+    let bytes = unsafe { std::slice::from_raw_parts((&c as *const MPI_Comm).cast::<u8>(), std::mem::size_of::<MPI_Comm>()) };
+    if bytes.iter().all(|b| *b == 0) { comm_null() } else { c }
 }
 
 /// MPI_Comm_c2f.
@@ -187,19 +175,13 @@ pub fn wtime() -> f64 {
 /// own query (`MPIX_Query_cuda_support` of Open MPI, `MPIX_GPU_query_support` of MPICH, looked up
 /// at run time since not every MPI has them).
 pub fn cuda_support() -> Result<(Option<bool>, String)> {
-    match std::env::var("GPUWIRE_CUDA_AWARE")
-        .ok()
-        .as_deref()
-        .map(str::trim)
-    {
+    match std::env::var("GPUWIRE_CUDA_AWARE").ok().as_deref().map(str::trim) {
         Some("1") => return Ok((Some(true), "GPUWIRE_CUDA_AWARE=1".into())),
         Some("0") => return Ok((Some(false), "GPUWIRE_CUDA_AWARE=0".into())),
         None | Some("") => {}
         Some(v) => {
             let shown: String = v.chars().take(64).collect();
-            return Err(Error::InvalidArgument(format!(
-                "environment variable GPUWIRE_CUDA_AWARE={shown:?} is not valid: expected 0 or 1"
-            )));
+            return Err(Error::InvalidArgument(format!("environment variable GPUWIRE_CUDA_AWARE={shown:?} is not valid: expected 0 or 1")));
         }
     }
     type QueryCuda = unsafe extern "C" fn() -> c_int;
@@ -218,10 +200,7 @@ pub fn cuda_support() -> Result<(Option<bool>, String)> {
             return Ok((Some(v != 0), format!("MPIX_GPU_query_support(CUDA) = {v}")));
         }
     }
-    Ok((
-        None,
-        "the MPI offers no CUDA-support query and GPUWIRE_CUDA_AWARE is not set".into(),
-    ))
+    Ok((None, "the MPI offers no CUDA-support query and GPUWIRE_CUDA_AWARE is not set".into()))
 }
 
 /// Looks a symbol up in the loaded MPI library (found through MPI_Init's address, so it works

@@ -40,18 +40,8 @@ impl Sig {
 }
 
 /// The collectives checking mode tells apart (other names are hashed).
-const COLLECTIVES: [&str; 10] = [
-    "barrier",
-    "bcast",
-    "reduce",
-    "allreduce",
-    "allgather",
-    "allgatherv",
-    "reduce_scatter",
-    "alltoall",
-    "gather",
-    "scatter",
-];
+const COLLECTIVES: [&str; 10] =
+    ["barrier", "bcast", "reduce", "allreduce", "allgather", "allgatherv", "reduce_scatter", "alltoall", "gather", "scatter"];
 
 /// A stable number for a collective's name (FNV-1a), the same on every rank.
 fn collective_id(what: &str) -> i64 {
@@ -87,21 +77,13 @@ fn same_dtype(what: &str, a: &Buffer, b: &Buffer) -> Result<Dtype> {
 /// `send` as a collective input: `InPlace` when it is exactly `recv`'s block starting at element
 /// `block`; an error when it overlaps `recv` otherwise (MPI forbids aliased buffers).
 fn input<'a>(what: &str, send: &'a Buffer, recv: &Buffer, block: usize) -> Result<Input<'a>> {
-    if send.count() > 0
-        && send.ptr() == recv.ptr() + block * recv.dtype().size()
-        && send.dtype() == recv.dtype()
-    {
+    if send.count() > 0 && send.ptr() == recv.ptr() + block * recv.dtype().size() && send.dtype() == recv.dtype() {
         return Ok(Input::InPlace);
     }
     if send.overlaps(recv) {
         return Err(Error::InvalidArgument(format!(
             "{what}: the send and receive buffers overlap; use disjoint buffers, or for in-place pass exactly {}",
-            if block == 0 && send.count() == recv.count() {
-                "the same buffer as send and receive".to_string()
-            } else {
-                "a view of this rank's own block of the receive buffer as the send buffer"
-                    .to_string()
-            }
+            if block == 0 && send.count() == recv.count() { "the same buffer as send and receive".to_string() } else { "a view of this rank's own block of the receive buffer as the send buffer".to_string() }
         )));
     }
     Ok(Input::Buf(send))
@@ -119,11 +101,7 @@ impl Communicator {
         Err(Error::InvalidArgument(format!(
             "{what}: {role} {r} is not a rank of this communicator (ranks are 0..{}{})",
             self.size() - 1,
-            if allow_proc_null {
-                ", or GPUWIRE_PROC_NULL"
-            } else {
-                ""
-            }
+            if allow_proc_null { ", or GPUWIRE_PROC_NULL" } else { "" }
         )))
     }
 
@@ -132,9 +110,7 @@ impl Communicator {
         if (0..=ub).contains(&tag) {
             return Ok(());
         }
-        Err(Error::InvalidArgument(format!(
-            "{what}: tag {tag} is outside 0..={ub} (MPI_TAG_UB of this MPI)"
-        )))
+        Err(Error::InvalidArgument(format!("{what}: tag {tag} is outside 0..={ub} (MPI_TAG_UB of this MPI)")))
     }
 
     fn path(&self, bufs: &[Option<&Buffer>]) -> Result<&'static dyn Path> {
@@ -160,16 +136,9 @@ impl Communicator {
             opt(sig.root.map(|r| r as i64)),
             opt(sig.device.map(|d| d as i64)),
         ];
-        let err_flag = if local.is_err() {
-            self.rank() as i64 + 1
-        } else {
-            0
-        };
+        let err_flag = if local.is_err() { self.rank() as i64 + 1 } else { 0 };
         let kind = collective_id(what);
-        let mut v = [
-            err_flag, vals[0], -vals[0], vals[1], -vals[1], vals[2], -vals[2], vals[3], -vals[3],
-            vals[4], -vals[4], kind, -kind,
-        ];
+        let mut v = [err_flag, vals[0], -vals[0], vals[1], -vals[1], vals[2], -vals[2], vals[3], -vals[3], vals[4], -vals[4], kind, -kind];
         self.allreduce_max_i64(&mut v, what)?;
         if v[11] != -v[12] {
             // Different collectives met (a gather against a scatter, a bcast against an
@@ -193,10 +162,7 @@ impl Communicator {
         if cmax != cmin {
             return Err(count_mismatch(
                 what,
-                format!(
-                    "ranks passed different element counts (from {cmin} to {cmax}; this rank {}); nothing was done on any rank",
-                    vals[0]
-                ),
+                format!("ranks passed different element counts (from {cmin} to {cmax}; this rank {}); nothing was done on any rank", vals[0]),
             ));
         }
         if v[3] != -v[4] {
@@ -218,7 +184,8 @@ impl Communicator {
         if v[7] != -v[8] {
             return Err(Error::RootMismatch(format!(
                 "{what}: ranks passed different roots ({} and {}); nothing was done on any rank",
-                -v[8], v[7]
+                -v[8],
+                v[7]
             )));
         }
         if v[9] != -v[10] {
@@ -248,8 +215,7 @@ impl Communicator {
         if dest == PROC_NULL {
             return Ok(());
         }
-        self.p2p_path(&[Some(buf)])?
-            .send(self, buf, dest, tag, stream)
+        self.p2p_path(&[Some(buf)])?.send(self, buf, dest, tag, stream)
     }
 
     /// As MPI_Recv of exactly `buf.count()` elements from `source`.
@@ -260,71 +226,45 @@ impl Communicator {
         if source == PROC_NULL {
             return Ok(());
         }
-        self.p2p_path(&[Some(buf)])?
-            .recv(self, buf, source, tag, stream)
+        self.p2p_path(&[Some(buf)])?.recv(self, buf, source, tag, stream)
     }
 
     /// As MPI_Isend; the request keeps the communicator and the buffer alive.
-    pub fn isend(
-        self: &Arc<Self>,
-        buf: &Arc<Buffer>,
-        dest: i32,
-        tag: i32,
-        stream: Stream,
-    ) -> Result<Request> {
+    pub fn isend(self: &Arc<Self>, buf: &Arc<Buffer>, dest: i32, tag: i32, stream: Stream) -> Result<Request> {
         self.ensure_usable()?;
         self.check_rank("isend", "destination", dest, true)?;
         self.check_tag("isend", tag)?;
         let pending: Box<dyn crate::request::Pending> = if dest == PROC_NULL {
             Box::new(Done)
         } else {
-            self.p2p_path(&[Some(buf)])?
-                .isend(self, buf, dest, tag, stream)?
+            self.p2p_path(&[Some(buf)])?.isend(self, buf, dest, tag, stream)?
         };
         Ok(Request::new(pending, self.clone(), buf.clone()))
     }
 
     /// As MPI_Irecv of exactly `buf.count()` elements.
-    pub fn irecv(
-        self: &Arc<Self>,
-        buf: &Arc<Buffer>,
-        source: i32,
-        tag: i32,
-        stream: Stream,
-    ) -> Result<Request> {
+    pub fn irecv(self: &Arc<Self>, buf: &Arc<Buffer>, source: i32, tag: i32, stream: Stream) -> Result<Request> {
         self.ensure_usable()?;
         self.check_rank("irecv", "source", source, true)?;
         self.check_tag("irecv", tag)?;
         let pending: Box<dyn crate::request::Pending> = if source == PROC_NULL {
             Box::new(Done)
         } else {
-            self.p2p_path(&[Some(buf)])?
-                .irecv(self, buf, source, tag, stream)?
+            self.p2p_path(&[Some(buf)])?.irecv(self, buf, source, tag, stream)?
         };
         Ok(Request::new(pending, self.clone(), buf.clone()))
     }
 
     /// As MPI_Sendrecv (either side may be GPUWIRE_PROC_NULL).
     #[allow(clippy::too_many_arguments)]
-    pub fn sendrecv(
-        &self,
-        send: &Buffer,
-        dest: i32,
-        sendtag: i32,
-        recv: &Buffer,
-        source: i32,
-        recvtag: i32,
-        stream: Stream,
-    ) -> Result<()> {
+    pub fn sendrecv(&self, send: &Buffer, dest: i32, sendtag: i32, recv: &Buffer, source: i32, recvtag: i32, stream: Stream) -> Result<()> {
         self.ensure_usable()?;
         self.check_rank("sendrecv", "destination", dest, true)?;
         self.check_rank("sendrecv", "source", source, true)?;
         self.check_tag("sendrecv", sendtag)?;
         self.check_tag("sendrecv", recvtag)?;
         if send.overlaps(recv) {
-            return Err(Error::InvalidArgument(
-                "sendrecv: the send and receive buffers overlap".into(),
-            ));
+            return Err(Error::InvalidArgument("sendrecv: the send and receive buffers overlap".into()));
         }
         let p = self.p2p_path(&[Some(send), Some(recv)])?;
         p.sendrecv(self, send, dest, sendtag, recv, source, recvtag, stream)
@@ -344,27 +284,14 @@ impl Communicator {
             self.check_rank("bcast", "root", root, false)?;
             self.path(&[Some(buf)])
         })();
-        let sig = Sig {
-            count: Some(buf.count()),
-            dtype: Some(buf.dtype()),
-            root: Some(root),
-            ..Sig::default()
-        }
-        .with_bufs(&[Some(buf)]);
+        let sig = Sig { count: Some(buf.count()), dtype: Some(buf.dtype()), root: Some(root), ..Sig::default() }.with_bufs(&[Some(buf)]);
         let path = self.agree("bcast", sig, local)?;
         path.bcast(self, buf, root, stream)
     }
 
     /// As MPI_Reduce. `recv` is needed at the root only (others may pass `None`); in-place at the
     /// root when `send` and `recv` are the same memory.
-    pub fn reduce(
-        &self,
-        send: &Buffer,
-        recv: Option<&Buffer>,
-        op: ReduceOp,
-        root: i32,
-        stream: Stream,
-    ) -> Result<()> {
+    pub fn reduce(&self, send: &Buffer, recv: Option<&Buffer>, op: ReduceOp, root: i32, stream: Stream) -> Result<()> {
         let what = "reduce";
         let is_root = self.rank() == root;
         let local = (|| {
@@ -374,69 +301,33 @@ impl Communicator {
                 Some(r) if is_root => {
                     same_dtype(what, send, r)?;
                     if send.count() != r.count() {
-                        return Err(count_mismatch(
-                            what,
-                            format!("send has {} elements, receive {}", send.count(), r.count()),
-                        ));
+                        return Err(count_mismatch(what, format!("send has {} elements, receive {}", send.count(), r.count())));
                     }
                     input(what, send, r, 0)?
                 }
-                None if is_root => {
-                    return Err(Error::InvalidArgument(format!(
-                        "{what}: the root needs a receive buffer"
-                    )));
-                }
+                None if is_root => return Err(Error::InvalidArgument(format!("{what}: the root needs a receive buffer"))),
                 _ => Input::Buf(send),
             };
             let recv = if is_root { recv } else { None };
             Ok((input, recv, self.path(&[Some(send), recv])?))
         })();
-        let sig = Sig {
-            count: Some(send.count()),
-            dtype: Some(send.dtype()),
-            op: Some(op),
-            root: Some(root),
-            ..Sig::default()
-        }
-        .with_bufs(&[Some(send), if is_root { recv } else { None }]);
+        let sig = Sig { count: Some(send.count()), dtype: Some(send.dtype()), op: Some(op), root: Some(root), ..Sig::default() }.with_bufs(&[Some(send), if is_root { recv } else { None }]);
         let (input, recv, path) = self.agree(what, sig, local)?;
         path.reduce(self, input, recv, op, root, stream)
     }
 
     /// As MPI_Allreduce; in-place when `send` and `recv` are the same memory.
-    pub fn allreduce(
-        &self,
-        send: &Buffer,
-        recv: &Buffer,
-        op: ReduceOp,
-        stream: Stream,
-    ) -> Result<()> {
+    pub fn allreduce(&self, send: &Buffer, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()> {
         let what = "allreduce";
         let local = (|| {
             let dtype = same_dtype(what, send, recv)?;
             op.check_supported(dtype)?;
             if send.count() != recv.count() {
-                return Err(count_mismatch(
-                    what,
-                    format!(
-                        "send has {} elements, receive {}",
-                        send.count(),
-                        recv.count()
-                    ),
-                ));
+                return Err(count_mismatch(what, format!("send has {} elements, receive {}", send.count(), recv.count())));
             }
-            Ok((
-                input(what, send, recv, 0)?,
-                self.path(&[Some(send), Some(recv)])?,
-            ))
+            Ok((input(what, send, recv, 0)?, self.path(&[Some(send), Some(recv)])?))
         })();
-        let sig = Sig {
-            count: Some(recv.count()),
-            dtype: Some(recv.dtype()),
-            op: Some(op),
-            ..Sig::default()
-        }
-        .with_bufs(&[Some(send), Some(recv)]);
+        let sig = Sig { count: Some(recv.count()), dtype: Some(recv.dtype()), op: Some(op), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
         let (input, path) = self.agree(what, sig, local)?;
         path.allreduce(self, input, recv, op, stream)
     }
@@ -451,24 +342,12 @@ impl Communicator {
             if n.checked_mul(self.size() as usize) != Some(recv.count()) {
                 return Err(count_mismatch(
                     what,
-                    format!(
-                        "the receive buffer must hold size x send count = {} x {n} elements, it holds {}",
-                        self.size(),
-                        recv.count()
-                    ),
+                    format!("the receive buffer must hold size x send count = {} x {n} elements, it holds {}", self.size(), recv.count()),
                 ));
             }
-            Ok((
-                input(what, send, recv, self.rank() as usize * n)?,
-                self.path(&[Some(send), Some(recv)])?,
-            ))
+            Ok((input(what, send, recv, self.rank() as usize * n)?, self.path(&[Some(send), Some(recv)])?))
         })();
-        let sig = Sig {
-            count: Some(n),
-            dtype: Some(send.dtype()),
-            ..Sig::default()
-        }
-        .with_bufs(&[Some(send), Some(recv)]);
+        let sig = Sig { count: Some(n), dtype: Some(send.dtype()), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
         let (input, path) = self.agree(what, sig, local)?;
         path.allgather(self, input, recv, stream)
     }
@@ -476,13 +355,7 @@ impl Communicator {
     /// As MPI_Allgatherv with blocks placed contiguously in rank order (no padding).
     /// `counts[r]` is rank r's element count; `None` exchanges the counts first (one extra
     /// MPI_Allgather). In-place when `send` is exactly this rank's block of `recv`.
-    pub fn allgatherv(
-        &self,
-        send: &Buffer,
-        recv: &Buffer,
-        counts: Option<&[i64]>,
-        stream: Stream,
-    ) -> Result<()> {
+    pub fn allgatherv(&self, send: &Buffer, recv: &Buffer, counts: Option<&[i64]>, stream: Stream) -> Result<()> {
         let what = "allgatherv";
         let size = self.size() as usize;
         let exchanged;
@@ -493,10 +366,7 @@ impl Communicator {
                     // Agree before the exchange that every rank can make this call: a rank whose
                     // arguments did not resolve takes part in one agreement only
                     // (`fail_collective`), and must not leave the others in the exchange.
-                    let sig = Sig {
-                        dtype: Some(send.dtype()),
-                        ..Sig::default()
-                    };
+                    let sig = Sig { dtype: Some(send.dtype()), ..Sig::default() };
                     self.agree(what, sig, same_dtype(what, send, recv).map(|_| ()))?;
                 } else {
                     self.ensure_usable()?;
@@ -507,15 +377,7 @@ impl Communicator {
                 crate::backend::host::collective!(
                     self,
                     "MPI_Allgather (allgatherv counts)",
-                    MPI_Allgather(
-                        (&mine as *const i64).cast(),
-                        1,
-                        sys::RSMPI_INT64_T,
-                        all.as_mut_ptr().cast(),
-                        1,
-                        sys::RSMPI_INT64_T,
-                        self.raw()
-                    ),
+                    MPI_Allgather((&mine as *const i64).cast(), 1, sys::RSMPI_INT64_T, all.as_mut_ptr().cast(), 1, sys::RSMPI_INT64_T, self.raw()),
                     MPI_Iallgather
                 )?;
                 exchanged = all;
@@ -532,56 +394,23 @@ impl Communicator {
             }
             let me = self.rank() as usize;
             if ucounts[me] != send.count() {
-                return Err(count_mismatch(
-                    what,
-                    format!(
-                        "counts[{me}] = {} but this rank sends {} elements",
-                        ucounts[me],
-                        send.count()
-                    ),
-                ));
+                return Err(count_mismatch(what, format!("counts[{me}] = {} but this rank sends {} elements", ucounts[me], send.count())));
             }
             let total: usize = ucounts.iter().sum();
             if total != recv.count() {
-                return Err(count_mismatch(
-                    what,
-                    format!(
-                        "the counts add up to {total} elements but the receive buffer holds {}",
-                        recv.count()
-                    ),
-                ));
+                return Err(count_mismatch(what, format!("the counts add up to {total} elements but the receive buffer holds {}", recv.count())));
             }
             let block: usize = ucounts[..me].iter().sum();
-            Ok((
-                input(what, send, recv, block)?,
-                ucounts,
-                self.path(&[Some(send), Some(recv)])?,
-            ))
+            Ok((input(what, send, recv, block)?, ucounts, self.path(&[Some(send), Some(recv)])?))
         })();
-        let sig = Sig {
-            count: Some(
-                counts
-                    .iter()
-                    .map(|c| *c as usize)
-                    .fold(0usize, usize::wrapping_add),
-            ),
-            dtype: Some(send.dtype()),
-            ..Sig::default()
-        }
-        .with_bufs(&[Some(send), Some(recv)]);
+        let sig = Sig { count: Some(counts.iter().map(|c| *c as usize).fold(0usize, usize::wrapping_add)), dtype: Some(send.dtype()), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
         let (input, ucounts, path) = self.agree(what, sig, local)?;
         path.allgatherv(self, input, recv, &ucounts, stream)
     }
 
     /// As MPI_Reduce_scatter_block: `send` holds size x `recv.count()` elements; rank r receives
     /// the reduction of block r.
-    pub fn reduce_scatter(
-        &self,
-        send: &Buffer,
-        recv: &Buffer,
-        op: ReduceOp,
-        stream: Stream,
-    ) -> Result<()> {
+    pub fn reduce_scatter(&self, send: &Buffer, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()> {
         let what = "reduce_scatter";
         let local = (|| {
             let dtype = same_dtype(what, send, recv)?;
@@ -589,28 +418,15 @@ impl Communicator {
             if recv.count().checked_mul(self.size() as usize) != Some(send.count()) {
                 return Err(count_mismatch(
                     what,
-                    format!(
-                        "the send buffer must hold size x receive count = {} x {} elements, it holds {}",
-                        self.size(),
-                        recv.count(),
-                        send.count()
-                    ),
+                    format!("the send buffer must hold size x receive count = {} x {} elements, it holds {}", self.size(), recv.count(), send.count()),
                 ));
             }
             if send.overlaps(recv) {
-                return Err(Error::InvalidArgument(format!(
-                    "{what}: the send and receive buffers overlap"
-                )));
+                return Err(Error::InvalidArgument(format!("{what}: the send and receive buffers overlap")));
             }
             self.path(&[Some(send), Some(recv)])
         })();
-        let sig = Sig {
-            count: Some(recv.count()),
-            dtype: Some(recv.dtype()),
-            op: Some(op),
-            ..Sig::default()
-        }
-        .with_bufs(&[Some(send), Some(recv)]);
+        let sig = Sig { count: Some(recv.count()), dtype: Some(recv.dtype()), op: Some(op), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
         let path = self.agree(what, sig, local)?;
         path.reduce_scatter(self, Input::Buf(send), recv, op, stream)
     }
@@ -625,37 +441,19 @@ impl Communicator {
             if send.count() != recv.count() || recv.count() % size != 0 {
                 return Err(count_mismatch(
                     what,
-                    format!(
-                        "both buffers must hold the same multiple of the size {size}; send has {}, receive {}",
-                        send.count(),
-                        recv.count()
-                    ),
+                    format!("both buffers must hold the same multiple of the size {size}; send has {}, receive {}", send.count(), recv.count()),
                 ));
             }
-            Ok((
-                input(what, send, recv, 0)?,
-                self.path(&[Some(send), Some(recv)])?,
-            ))
+            Ok((input(what, send, recv, 0)?, self.path(&[Some(send), Some(recv)])?))
         })();
-        let sig = Sig {
-            count: Some(recv.count()),
-            dtype: Some(recv.dtype()),
-            ..Sig::default()
-        }
-        .with_bufs(&[Some(send), Some(recv)]);
+        let sig = Sig { count: Some(recv.count()), dtype: Some(recv.dtype()), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
         let (input, path) = self.agree(what, sig, local)?;
         path.alltoall(self, input, recv, stream)
     }
 
     /// As MPI_Gather: the root's `recv` holds size x `send.count()` elements (others may pass
     /// `None`). In-place at the root when `send` is exactly the root's block of `recv`.
-    pub fn gather(
-        &self,
-        send: &Buffer,
-        recv: Option<&Buffer>,
-        root: i32,
-        stream: Stream,
-    ) -> Result<()> {
+    pub fn gather(&self, send: &Buffer, recv: Option<&Buffer>, root: i32, stream: Stream) -> Result<()> {
         let what = "gather";
         let is_root = self.rank() == root;
         let n = send.count();
@@ -667,45 +465,25 @@ impl Communicator {
                     if n.checked_mul(self.size() as usize) != Some(r.count()) {
                         return Err(count_mismatch(
                             what,
-                            format!(
-                                "the root's receive buffer must hold size x send count = {} x {n} elements, it holds {}",
-                                self.size(),
-                                r.count()
-                            ),
+                            format!("the root's receive buffer must hold size x send count = {} x {n} elements, it holds {}", self.size(), r.count()),
                         ));
                     }
                     input(what, send, r, root as usize * n)?
                 }
-                None if is_root => {
-                    return Err(Error::InvalidArgument(format!(
-                        "{what}: the root needs a receive buffer"
-                    )));
-                }
+                None if is_root => return Err(Error::InvalidArgument(format!("{what}: the root needs a receive buffer"))),
                 _ => Input::Buf(send),
             };
             let recv = if is_root { recv } else { None };
             Ok((input, recv, self.path(&[Some(send), recv])?))
         })();
-        let sig = Sig {
-            count: Some(n),
-            dtype: Some(send.dtype()),
-            root: Some(root),
-            ..Sig::default()
-        }
-        .with_bufs(&[Some(send), if is_root { recv } else { None }]);
+        let sig = Sig { count: Some(n), dtype: Some(send.dtype()), root: Some(root), ..Sig::default() }.with_bufs(&[Some(send), if is_root { recv } else { None }]);
         let (input, recv, path) = self.agree(what, sig, local)?;
         path.gather(self, input, recv, root, stream)
     }
 
     /// As MPI_Scatter: the root's `send` holds size x `recv.count()` elements (others may pass
     /// `None`). In-place at the root when `recv` is exactly the root's block of `send`.
-    pub fn scatter(
-        &self,
-        send: Option<&Buffer>,
-        recv: &Buffer,
-        root: i32,
-        stream: Stream,
-    ) -> Result<()> {
+    pub fn scatter(&self, send: Option<&Buffer>, recv: &Buffer, root: i32, stream: Stream) -> Result<()> {
         let what = "scatter";
         let is_root = self.rank() == root;
         let n = recv.count();
@@ -717,32 +495,18 @@ impl Communicator {
                     if n.checked_mul(self.size() as usize) != Some(s.count()) {
                         return Err(count_mismatch(
                             what,
-                            format!(
-                                "the root's send buffer must hold size x receive count = {} x {n} elements, it holds {}",
-                                self.size(),
-                                s.count()
-                            ),
+                            format!("the root's send buffer must hold size x receive count = {} x {n} elements, it holds {}", self.size(), s.count()),
                         ));
                     }
                     input(what, recv, s, root as usize * n)?
                 }
-                None if is_root => {
-                    return Err(Error::InvalidArgument(format!(
-                        "{what}: the root needs a send buffer"
-                    )));
-                }
+                None if is_root => return Err(Error::InvalidArgument(format!("{what}: the root needs a send buffer"))),
                 _ => Input::Buf(recv),
             };
             let send = if is_root { send } else { None };
             Ok((rinput, send, self.path(&[send, Some(recv)])?))
         })();
-        let sig = Sig {
-            count: Some(n),
-            dtype: Some(recv.dtype()),
-            root: Some(root),
-            ..Sig::default()
-        }
-        .with_bufs(&[if is_root { send } else { None }, Some(recv)]);
+        let sig = Sig { count: Some(n), dtype: Some(recv.dtype()), root: Some(root), ..Sig::default() }.with_bufs(&[if is_root { send } else { None }, Some(recv)]);
         let (rinput, send, path) = self.agree(what, sig, local)?;
         path.scatter(self, send, rinput, root, stream)
     }

@@ -17,13 +17,7 @@ use crate::types::{Dtype, ReduceOp};
 /// # Safety
 /// `inout` and `input` must be valid for `n` elements of `dtype` and suitably aligned for it (or
 /// `n` must be 0).
-pub unsafe fn combine(
-    dtype: Dtype,
-    op: ReduceOp,
-    inout: *mut u8,
-    input: *const u8,
-    n: usize,
-) -> Result<()> {
+pub unsafe fn combine(dtype: Dtype, op: ReduceOp, inout: *mut u8, input: *const u8, n: usize) -> Result<()> {
     op.check_supported(dtype)?;
     if n == 0 {
         return Ok(());
@@ -31,21 +25,10 @@ pub unsafe fn combine(
     macro_rules! int {
         ($t:ty) => {{
             // SAFETY: caller guarantees validity and alignment.
-            let (a, b) = unsafe {
-                (
-                    std::slice::from_raw_parts_mut(inout as *mut $t, n),
-                    std::slice::from_raw_parts(input as *const $t, n),
-                )
-            };
+            let (a, b) = unsafe { (std::slice::from_raw_parts_mut(inout as *mut $t, n), std::slice::from_raw_parts(input as *const $t, n)) };
             match op {
-                ReduceOp::GPUWIRE_SUM | ReduceOp::GPUWIRE_AVG => a
-                    .iter_mut()
-                    .zip(b)
-                    .for_each(|(x, y)| *x = y.wrapping_add(*x)),
-                ReduceOp::GPUWIRE_PROD => a
-                    .iter_mut()
-                    .zip(b)
-                    .for_each(|(x, y)| *x = y.wrapping_mul(*x)),
+                ReduceOp::GPUWIRE_SUM | ReduceOp::GPUWIRE_AVG => a.iter_mut().zip(b).for_each(|(x, y)| *x = y.wrapping_add(*x)),
+                ReduceOp::GPUWIRE_PROD => a.iter_mut().zip(b).for_each(|(x, y)| *x = y.wrapping_mul(*x)),
                 ReduceOp::GPUWIRE_MAX => a.iter_mut().zip(b).for_each(|(x, y)| *x = (*y).max(*x)),
                 ReduceOp::GPUWIRE_MIN => a.iter_mut().zip(b).for_each(|(x, y)| *x = (*y).min(*x)),
                 ReduceOp::GPUWIRE_BAND => a.iter_mut().zip(b).for_each(|(x, y)| *x &= *y),
@@ -57,31 +40,14 @@ pub unsafe fn combine(
     macro_rules! float {
         ($t:ty, $to:expr, $from:expr) => {{
             // SAFETY: caller guarantees validity and alignment.
-            let (a, b) = unsafe {
-                (
-                    std::slice::from_raw_parts_mut(inout as *mut $t, n),
-                    std::slice::from_raw_parts(input as *const $t, n),
-                )
-            };
+            let (a, b) = unsafe { (std::slice::from_raw_parts_mut(inout as *mut $t, n), std::slice::from_raw_parts(input as *const $t, n)) };
             let f = |y: $t, x: $t| -> $t {
                 let (y, x) = ($to(y), $to(x));
                 $from(match op {
                     ReduceOp::GPUWIRE_SUM | ReduceOp::GPUWIRE_AVG => y + x,
                     ReduceOp::GPUWIRE_PROD => y * x,
-                    ReduceOp::GPUWIRE_MAX => {
-                        if y > x || x.is_nan() {
-                            y
-                        } else {
-                            x
-                        }
-                    }
-                    ReduceOp::GPUWIRE_MIN => {
-                        if y < x || x.is_nan() {
-                            y
-                        } else {
-                            x
-                        }
-                    }
+                    ReduceOp::GPUWIRE_MAX => if y > x || x.is_nan() { y } else { x },
+                    ReduceOp::GPUWIRE_MIN => if y < x || x.is_nan() { y } else { x },
                     _ => unreachable!("bitwise ops are rejected for floating point"),
                 })
             };
@@ -91,23 +57,12 @@ pub unsafe fn combine(
     macro_rules! complex {
         ($t:ty) => {{
             // SAFETY: caller guarantees validity and alignment; a complex is two reals.
-            let (a, b) = unsafe {
-                (
-                    std::slice::from_raw_parts_mut(inout as *mut $t, 2 * n),
-                    std::slice::from_raw_parts(input as *const $t, 2 * n),
-                )
-            };
+            let (a, b) = unsafe { (std::slice::from_raw_parts_mut(inout as *mut $t, 2 * n), std::slice::from_raw_parts(input as *const $t, 2 * n)) };
             for (x, y) in a.chunks_exact_mut(2).zip(b.chunks_exact(2)) {
                 let (xr, xi, yr, yi) = (x[0], x[1], y[0], y[1]);
                 match op {
-                    ReduceOp::GPUWIRE_SUM | ReduceOp::GPUWIRE_AVG => {
-                        x[0] = yr + xr;
-                        x[1] = yi + xi;
-                    }
-                    ReduceOp::GPUWIRE_PROD => {
-                        x[0] = yr * xr - yi * xi;
-                        x[1] = yr * xi + yi * xr;
-                    }
+                    ReduceOp::GPUWIRE_SUM | ReduceOp::GPUWIRE_AVG => { x[0] = yr + xr; x[1] = yi + xi; }
+                    ReduceOp::GPUWIRE_PROD => { x[0] = yr * xr - yi * xi; x[1] = yr * xi + yi * xr; }
                     _ => unreachable!("MIN/MAX/bitwise are rejected for complex"),
                 }
             }
@@ -161,14 +116,8 @@ pub unsafe fn divide(dtype: Dtype, buf: *mut u8, n: usize, divisor: usize) -> Re
         GPUWIRE_UINT64 => each!(u64, 1, |x: u64| x / d as u64),
         GPUWIRE_FLOAT16 => each!(f16, 1, |x: f16| f16::from_f32(f32::from(x) / d as f32)),
         GPUWIRE_BFLOAT16 => each!(bf16, 1, |x: bf16| bf16::from_f32(f32::from(x) / d as f32)),
-        GPUWIRE_FLOAT32 | GPUWIRE_COMPLEX64 => {
-            each!(f32, if dtype.is_complex() { 2 } else { 1 }, |x: f32| x / d
-                as f32)
-        }
-        GPUWIRE_FLOAT64 | GPUWIRE_COMPLEX128 => {
-            each!(f64, if dtype.is_complex() { 2 } else { 1 }, |x: f64| x / d
-                as f64)
-        }
+        GPUWIRE_FLOAT32 | GPUWIRE_COMPLEX64 => each!(f32, if dtype.is_complex() { 2 } else { 1 }, |x: f32| x / d as f32),
+        GPUWIRE_FLOAT64 | GPUWIRE_COMPLEX128 => each!(f64, if dtype.is_complex() { 2 } else { 1 }, |x: f64| x / d as f64),
     }
     Ok(())
 }
@@ -181,16 +130,7 @@ mod tests {
     fn complex_prod_is_complex_multiplication() {
         let mut a = [3.0f32, 4.0];
         let b = [1.0f32, 2.0];
-        unsafe {
-            combine(
-                Dtype::GPUWIRE_COMPLEX64,
-                ReduceOp::GPUWIRE_PROD,
-                a.as_mut_ptr().cast(),
-                b.as_ptr().cast(),
-                1,
-            )
-            .unwrap()
-        };
+        unsafe { combine(Dtype::GPUWIRE_COMPLEX64, ReduceOp::GPUWIRE_PROD, a.as_mut_ptr().cast(), b.as_ptr().cast(), 1).unwrap() };
         assert_eq!(a, [-5.0, 10.0]);
     }
 
@@ -199,14 +139,7 @@ mod tests {
         let mut a = [f16::from_f32(1.5); 4];
         let b = [f16::from_f32(1.5); 4];
         unsafe {
-            combine(
-                Dtype::GPUWIRE_FLOAT16,
-                ReduceOp::GPUWIRE_SUM,
-                a.as_mut_ptr().cast(),
-                b.as_ptr().cast(),
-                4,
-            )
-            .unwrap();
+            combine(Dtype::GPUWIRE_FLOAT16, ReduceOp::GPUWIRE_SUM, a.as_mut_ptr().cast(), b.as_ptr().cast(), 4).unwrap();
             assert_eq!(a[3].to_f32(), 3.0);
             divide(Dtype::GPUWIRE_FLOAT16, a.as_mut_ptr().cast(), 4, 2).unwrap();
         }
@@ -217,27 +150,9 @@ mod tests {
     fn integer_ops_wrap_and_bitwise() {
         let mut a = [200u8, 0b1100];
         let b = [100u8, 0b1010];
-        unsafe {
-            combine(
-                Dtype::GPUWIRE_UINT8,
-                ReduceOp::GPUWIRE_SUM,
-                a.as_mut_ptr(),
-                b.as_ptr(),
-                1,
-            )
-            .unwrap()
-        };
+        unsafe { combine(Dtype::GPUWIRE_UINT8, ReduceOp::GPUWIRE_SUM, a.as_mut_ptr(), b.as_ptr(), 1).unwrap() };
         assert_eq!(a[0], 44);
-        unsafe {
-            combine(
-                Dtype::GPUWIRE_UINT8,
-                ReduceOp::GPUWIRE_BXOR,
-                a.as_mut_ptr().add(1),
-                b.as_ptr().add(1),
-                1,
-            )
-            .unwrap()
-        };
+        unsafe { combine(Dtype::GPUWIRE_UINT8, ReduceOp::GPUWIRE_BXOR, a.as_mut_ptr().add(1), b.as_ptr().add(1), 1).unwrap() };
         assert_eq!(a[1], 0b0110);
         let mut c = [-7i32];
         unsafe { divide(Dtype::GPUWIRE_INT32, c.as_mut_ptr().cast(), 1, 2).unwrap() };
@@ -248,15 +163,7 @@ mod tests {
     fn unsupported_combinations_are_refused() {
         let mut a = [0f64; 2];
         let b = [0f64; 2];
-        let r = unsafe {
-            combine(
-                Dtype::GPUWIRE_COMPLEX128,
-                ReduceOp::GPUWIRE_MAX,
-                a.as_mut_ptr().cast(),
-                b.as_ptr().cast(),
-                1,
-            )
-        };
+        let r = unsafe { combine(Dtype::GPUWIRE_COMPLEX128, ReduceOp::GPUWIRE_MAX, a.as_mut_ptr().cast(), b.as_ptr().cast(), 1) };
         assert!(matches!(r, Err(Error::UnsupportedOp(_))));
     }
 }

@@ -31,11 +31,7 @@ pub struct Request {
 
 impl Request {
     pub fn new(pending: Box<dyn Pending>, comm: Arc<Communicator>, buf: Arc<Buffer>) -> Request {
-        Request {
-            pending: Mutex::new(Some(pending)),
-            _comm: comm,
-            _buf: buf,
-        }
+        Request { pending: Mutex::new(Some(pending)), _comm: comm, _buf: buf }
     }
 
     /// Blocks until complete. A second call returns at once.

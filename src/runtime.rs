@@ -23,24 +23,12 @@ static LIFECYCLE: Mutex<()> = Mutex::new(());
 /// instead of an MPI_Finalized call (which takes a lock in Open MPI) on every operation.
 static MPI_GONE: AtomicBool = AtomicBool::new(false);
 
-unsafe extern "C" fn finalize_started(
-    _c: sys::MPI_Comm,
-    _k: c_int,
-    _v: *mut c_void,
-    _x: *mut c_void,
-) -> c_int {
+unsafe extern "C" fn finalize_started(_c: sys::MPI_Comm, _k: c_int, _v: *mut c_void, _x: *mut c_void) -> c_int {
     MPI_GONE.store(true, Ordering::Release);
     0
 }
 
-unsafe extern "C" fn no_copy(
-    _c: sys::MPI_Comm,
-    _k: c_int,
-    _x: *mut c_void,
-    _i: *mut c_void,
-    _o: *mut c_void,
-    flag: *mut c_int,
-) -> c_int {
+unsafe extern "C" fn no_copy(_c: sys::MPI_Comm, _k: c_int, _x: *mut c_void, _i: *mut c_void, _o: *mut c_void, flag: *mut c_int) -> c_int {
     // SAFETY: MPI passes a valid flag pointer; 0 = the attribute is not copied to duplicates.
     unsafe { *flag = 0 };
     0
@@ -53,19 +41,8 @@ fn watch_finalize() -> Result<()> {
     let mut key: c_int = 0;
     // SAFETY: valid callbacks with the MPI signatures; the attribute value is unused.
     unsafe {
-        mpisys::check(
-            sys::MPI_Comm_create_keyval(
-                Some(no_copy),
-                Some(finalize_started),
-                &mut key,
-                std::ptr::null_mut(),
-            ),
-            "MPI_Comm_create_keyval",
-        )?;
-        mpisys::check(
-            sys::MPI_Comm_set_attr(sys::RSMPI_COMM_SELF, key, std::ptr::null_mut()),
-            "MPI_Comm_set_attr(MPI_COMM_SELF)",
-        )
+        mpisys::check(sys::MPI_Comm_create_keyval(Some(no_copy), Some(finalize_started), &mut key, std::ptr::null_mut()), "MPI_Comm_create_keyval")?;
+        mpisys::check(sys::MPI_Comm_set_attr(sys::RSMPI_COMM_SELF, key, std::ptr::null_mut()), "MPI_Comm_set_attr(MPI_COMM_SELF)")
     }
 }
 
@@ -131,24 +108,9 @@ fn library_version() -> String {
     buf.truncate(len as usize);
     let s = String::from_utf8_lossy(&buf).replace(['\0', '\t'], " ");
     // "Open MPI v4.1.4, package: ..." or "MPICH Version: 4.0.2\n...": the first line, first clause.
-    let first = s
-        .lines()
-        .next()
-        .unwrap_or("")
-        .split(',')
-        .next()
-        .unwrap_or("")
-        .trim();
-    let first = first
-        .replace("Version:", "")
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ");
-    if first.is_empty() {
-        "unknown MPI".into()
-    } else {
-        first
-    }
+    let first = s.lines().next().unwrap_or("").split(',').next().unwrap_or("").trim();
+    let first = first.replace("Version:", "").split_whitespace().collect::<Vec<_>>().join(" ");
+    if first.is_empty() { "unknown MPI".into() } else { first }
 }
 
 /// gpuwire_init.
@@ -171,9 +133,7 @@ pub fn init() -> Result<()> {
         mpisys::check(sys::MPI_Finalized(&mut finalized), "MPI_Finalized")?;
     }
     if finalized != 0 {
-        return Err(Error::AlreadyFinalized(
-            "MPI was already finalized by the program; gpuwire cannot use it".into(),
-        ));
+        return Err(Error::AlreadyFinalized("MPI was already finalized by the program; gpuwire cannot use it".into()));
     }
     check_mpi_flavour()?;
     let owns_mpi = initialized == 0;
@@ -181,20 +141,12 @@ pub fn init() -> Result<()> {
     if owns_mpi {
         // SAFETY: MPI is not initialized; NULL argc/argv are allowed.
         let rc = unsafe {
-            sys::MPI_Init_thread(
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                sys::RSMPI_THREAD_MULTIPLE,
-                &mut provided,
-            )
+            sys::MPI_Init_thread(std::ptr::null_mut(), std::ptr::null_mut(), sys::RSMPI_THREAD_MULTIPLE, &mut provided)
         };
         mpisys::check(rc, "MPI_Init_thread")?;
     } else {
         // SAFETY: MPI is initialized.
-        mpisys::check(
-            unsafe { sys::MPI_Query_thread(&mut provided) },
-            "MPI_Query_thread",
-        )?;
+        mpisys::check(unsafe { sys::MPI_Query_thread(&mut provided) }, "MPI_Query_thread")?;
     }
     watch_finalize()?;
     let half_ops = create_half_ops()?;
@@ -208,18 +160,8 @@ pub fn init() -> Result<()> {
         u64_ops: [u64_ops[0], u64_ops[1]],
     };
     // INFO can only be set once per process; a process initializes gpuwire once.
-    crate::trace!(
-        "init: MPI {} ({}), owns MPI: {owns_mpi}, thread level {}",
-        info.mpi_library,
-        if owns_mpi {
-            "initialized by gpuwire"
-        } else {
-            "adopted"
-        },
-        info.thread_level.name()
-    );
-    INFO.set(info)
-        .map_err(|_| Error::Internal("runtime info set twice".into()))?;
+    crate::trace!("init: MPI {} ({}), owns MPI: {owns_mpi}, thread level {}", info.mpi_library, if owns_mpi { "initialized by gpuwire" } else { "adopted" }, info.thread_level.name());
+    INFO.set(info).map_err(|_| Error::Internal("runtime info set twice".into()))?;
     STATE.store(READY, Ordering::Release);
     Ok(())
 }
@@ -238,11 +180,7 @@ fn check_mpi_flavour() -> Result<()> {
         _ => return Ok(()),
     };
     let running = library_version();
-    let other = if built == "Open MPI" {
-        "MPICH"
-    } else {
-        "Open MPI"
-    };
+    let other = if built == "Open MPI" { "MPICH" } else { "Open MPI" };
     if running.contains(other) && !running.contains(built) {
         return Err(Error::Mpi(format!(
             "gpuwire was built against {built} but the program runs with {running}: build the program with {built}'s compiler wrapper (or gpuwire with MPICC set to the program's MPI)"
@@ -292,28 +230,16 @@ pub fn mpi_finalized() -> bool {
     finalized != 0
 }
 
-const HALF_BASE_OPS: [ReduceOp; 4] = [
-    ReduceOp::GPUWIRE_SUM,
-    ReduceOp::GPUWIRE_PROD,
-    ReduceOp::GPUWIRE_MAX,
-    ReduceOp::GPUWIRE_MIN,
-];
+const HALF_BASE_OPS: [ReduceOp; 4] = [ReduceOp::GPUWIRE_SUM, ReduceOp::GPUWIRE_PROD, ReduceOp::GPUWIRE_MAX, ReduceOp::GPUWIRE_MIN];
 
 macro_rules! user_fn {
     ($name:ident, $dtype:expr, $op:expr) => {
-        unsafe extern "C" fn $name(
-            invec: *mut c_void,
-            inoutvec: *mut c_void,
-            len: *mut c_int,
-            _dt: *mut sys::MPI_Datatype,
-        ) {
+        unsafe extern "C" fn $name(invec: *mut c_void, inoutvec: *mut c_void, len: *mut c_int, _dt: *mut sys::MPI_Datatype) {
             // A panic must not unwind into MPI; the combination is always supported here.
             let _ = std::panic::catch_unwind(|| {
                 // SAFETY: MPI passes `*len` elements of the operation's datatype in both vectors.
                 let n = unsafe { *len } as usize;
-                let _ = unsafe {
-                    crate::reduce::combine($dtype, $op, inoutvec.cast(), invec.cast(), n)
-                };
+                let _ = unsafe { crate::reduce::combine($dtype, $op, inoutvec.cast(), invec.cast(), n) };
             });
         }
     };
@@ -348,10 +274,7 @@ fn create_ops(fns: &[UserFn]) -> Result<Vec<RawOp>> {
 }
 
 fn create_half_ops() -> Result<[[RawOp; 4]; 2]> {
-    let fns: [[UserFn; 4]; 2] = [
-        [f16_sum, f16_prod, f16_max, f16_min],
-        [bf16_sum, bf16_prod, bf16_max, bf16_min],
-    ];
+    let fns: [[UserFn; 4]; 2] = [[f16_sum, f16_prod, f16_max, f16_min], [bf16_sum, bf16_prod, bf16_max, bf16_min]];
     let mut out = [[RawOp(unsafe { sys::RSMPI_SUM }); 4]; 2];
     for (t, row) in fns.iter().enumerate() {
         for (o, f) in row.iter().enumerate() {
@@ -368,26 +291,13 @@ fn create_half_ops() -> Result<[[RawOp; 4]; 2]> {
 /// The MPI operation that performs `op` on `dtype` (AVG maps to its SUM step). The combination
 /// must have passed `ReduceOp::check_supported`.
 pub fn mpi_op(info: &RuntimeInfo, dtype: Dtype, op: ReduceOp) -> sys::MPI_Op {
-    let base = if op == ReduceOp::GPUWIRE_AVG {
-        ReduceOp::GPUWIRE_SUM
-    } else {
-        op
-    };
-    if dtype == Dtype::GPUWIRE_UINT64
-        && matches!(base, ReduceOp::GPUWIRE_MAX | ReduceOp::GPUWIRE_MIN)
-    {
+    let base = if op == ReduceOp::GPUWIRE_AVG { ReduceOp::GPUWIRE_SUM } else { op };
+    if dtype == Dtype::GPUWIRE_UINT64 && matches!(base, ReduceOp::GPUWIRE_MAX | ReduceOp::GPUWIRE_MIN) {
         return info.u64_ops[(base == ReduceOp::GPUWIRE_MIN) as usize].0;
     }
     if dtype.is_half() {
-        let t = if dtype == Dtype::GPUWIRE_FLOAT16 {
-            0
-        } else {
-            1
-        };
-        let o = HALF_BASE_OPS
-            .iter()
-            .position(|x| *x == base)
-            .expect("half ops cover SUM/PROD/MAX/MIN");
+        let t = if dtype == Dtype::GPUWIRE_FLOAT16 { 0 } else { 1 };
+        let o = HALF_BASE_OPS.iter().position(|x| *x == base).expect("half ops cover SUM/PROD/MAX/MIN");
         return info.half_ops[t][o].0;
     }
     // SAFETY: reading constants.

@@ -172,14 +172,11 @@ impl Dtype {
 
     /// Checked conversion from the C integer.
     pub fn from_c(v: i32) -> Result<Dtype> {
-        Self::ALL
-            .get(usize::try_from(v).unwrap_or(usize::MAX))
-            .copied()
-            .ok_or_else(|| {
-                Error::UnsupportedDtype(format!(
-                    "datatype code {v} is not a gpuwire_dtype (valid codes are 0..=11)"
-                ))
-            })
+        Self::ALL.get(usize::try_from(v).unwrap_or(usize::MAX)).copied().ok_or_else(|| {
+            Error::UnsupportedDtype(format!(
+                "datatype code {v} is not a gpuwire_dtype (valid codes are 0..=11)"
+            ))
+        })
     }
 
     /// Size of one element in bytes.
@@ -241,14 +238,11 @@ impl ReduceOp {
 
     /// Checked conversion from the C integer.
     pub fn from_c(v: i32) -> Result<ReduceOp> {
-        Self::ALL
-            .get(usize::try_from(v).unwrap_or(usize::MAX))
-            .copied()
-            .ok_or_else(|| {
-                Error::InvalidArgument(format!(
-                    "reduction code {v} is not a gpuwire_op (valid codes are 0..=7)"
-                ))
-            })
+        Self::ALL.get(usize::try_from(v).unwrap_or(usize::MAX)).copied().ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "reduction code {v} is not a gpuwire_op (valid codes are 0..=7)"
+            ))
+        })
     }
 
     pub fn name(self) -> &'static str {
@@ -266,10 +260,7 @@ impl ReduceOp {
     }
 
     pub fn is_bitwise(self) -> bool {
-        matches!(
-            self,
-            ReduceOp::GPUWIRE_BAND | ReduceOp::GPUWIRE_BOR | ReduceOp::GPUWIRE_BXOR
-        )
+        matches!(self, ReduceOp::GPUWIRE_BAND | ReduceOp::GPUWIRE_BOR | ReduceOp::GPUWIRE_BXOR)
     }
 
     /// Whether this operation is defined on `dtype`. The same answer on every backend: MIN/MAX
@@ -312,10 +303,7 @@ impl Space {
 
     /// Memory the CPU can read directly (MPI can take it on every backend).
     pub fn is_host_accessible(self) -> bool {
-        matches!(
-            self,
-            Space::GPUWIRE_SPACE_HOST | Space::GPUWIRE_SPACE_PINNED
-        )
+        matches!(self, Space::GPUWIRE_SPACE_HOST | Space::GPUWIRE_SPACE_PINNED)
     }
 
     pub fn name(self) -> &'static str {
@@ -352,17 +340,15 @@ impl BackendKind {
     /// "staged", "mpi_cuda_aware" or "cuda_aware", "nccl", "ipc").
     pub fn parse(s: &str) -> Option<BackendKind> {
         use BackendKind::*;
-        Some(
-            match s.trim().to_ascii_lowercase().replace('-', "_").as_str() {
-                "auto" => GPUWIRE_BACKEND_AUTO,
-                "host" => GPUWIRE_BACKEND_HOST,
-                "mpi_staged" | "staged" => GPUWIRE_BACKEND_MPI_STAGED,
-                "mpi_cuda_aware" | "cuda_aware" => GPUWIRE_BACKEND_MPI_CUDA_AWARE,
-                "nccl" => GPUWIRE_BACKEND_NCCL,
-                "ipc" => GPUWIRE_BACKEND_IPC,
-                _ => return None,
-            },
-        )
+        Some(match s.trim().to_ascii_lowercase().replace('-', "_").as_str() {
+            "auto" => GPUWIRE_BACKEND_AUTO,
+            "host" => GPUWIRE_BACKEND_HOST,
+            "mpi_staged" | "staged" => GPUWIRE_BACKEND_MPI_STAGED,
+            "mpi_cuda_aware" | "cuda_aware" => GPUWIRE_BACKEND_MPI_CUDA_AWARE,
+            "nccl" => GPUWIRE_BACKEND_NCCL,
+            "ipc" => GPUWIRE_BACKEND_IPC,
+            _ => return None,
+        })
     }
 
     pub fn name(self) -> &'static str {
@@ -454,21 +440,9 @@ mod tests {
     #[test]
     fn op_support_matrix() {
         use ReduceOp::*;
-        assert!(
-            GPUWIRE_MAX
-                .check_supported(Dtype::GPUWIRE_COMPLEX64)
-                .is_err()
-        );
-        assert!(
-            GPUWIRE_PROD
-                .check_supported(Dtype::GPUWIRE_COMPLEX64)
-                .is_ok()
-        );
-        assert!(
-            GPUWIRE_BXOR
-                .check_supported(Dtype::GPUWIRE_FLOAT32)
-                .is_err()
-        );
+        assert!(GPUWIRE_MAX.check_supported(Dtype::GPUWIRE_COMPLEX64).is_err());
+        assert!(GPUWIRE_PROD.check_supported(Dtype::GPUWIRE_COMPLEX64).is_ok());
+        assert!(GPUWIRE_BXOR.check_supported(Dtype::GPUWIRE_FLOAT32).is_err());
         assert!(GPUWIRE_BXOR.check_supported(Dtype::GPUWIRE_INT8).is_ok());
         assert!(ReduceOp::from_c(8).is_err());
     }
@@ -479,15 +453,9 @@ mod tests {
             let k = BackendKind::from_c(b).unwrap();
             assert_eq!(BackendKind::parse(k.name()), Some(k));
         }
-        assert_eq!(
-            BackendKind::parse("Staged"),
-            Some(BackendKind::GPUWIRE_BACKEND_MPI_STAGED)
-        );
+        assert_eq!(BackendKind::parse("Staged"), Some(BackendKind::GPUWIRE_BACKEND_MPI_STAGED));
         assert_eq!(BackendKind::parse("gpu"), None);
-        assert_eq!(
-            BackendKind::parse(" IPC "),
-            Some(BackendKind::GPUWIRE_BACKEND_IPC)
-        );
+        assert_eq!(BackendKind::parse(" IPC "), Some(BackendKind::GPUWIRE_BACKEND_IPC));
         assert!(BackendKind::from_c(6).is_err());
     }
 }

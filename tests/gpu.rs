@@ -23,11 +23,7 @@ use half::{bf16, f16};
 fn last_error() -> String {
     let mut buf = vec![0 as c_char; 1024];
     gpuwire_last_error(buf.as_mut_ptr(), buf.len());
-    let bytes: Vec<u8> = buf
-        .iter()
-        .take_while(|c| **c != 0)
-        .map(|c| *c as u8)
-        .collect();
+    let bytes: Vec<u8> = buf.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
@@ -78,92 +74,31 @@ extern "C" __global__ void scale_f64(double *x, unsigned long long n, double a) 
 fn load_kernels() -> Kernels {
     let ptx = cudarc::nvrtc::compile_ptx(KERNELS).expect("NVRTC compiles the test kernels");
     let image = std::ffi::CString::new(ptx.to_src()).unwrap();
-    let module = unsafe { cudarc::driver::result::module::load_data(image.as_ptr().cast()) }
-        .expect("cuModuleLoadData");
-    let f = |n: &str| {
-        unsafe {
-            cudarc::driver::result::module::get_function(module, std::ffi::CString::new(n).unwrap())
-        }
-        .expect(n)
-    };
-    Kernels {
-        spin: f("spin"),
-        fill_f32: f("fill_f32"),
-        scale_f32: f("scale_f32"),
-        scale_f64: f("scale_f64"),
-    }
+    let module = unsafe { cudarc::driver::result::module::load_data(image.as_ptr().cast()) }.expect("cuModuleLoadData");
+    let f = |n: &str| unsafe { cudarc::driver::result::module::get_function(module, std::ffi::CString::new(n).unwrap()) }.expect(n);
+    Kernels { spin: f("spin"), fill_f32: f("fill_f32"), scale_f32: f("scale_f32"), scale_f64: f("scale_f64") }
 }
 
-fn launch(
-    f: cu::CUfunction,
-    grid: u32,
-    block: u32,
-    stream: cu::CUstream,
-    params: &mut [*mut c_void],
-) {
+fn launch(f: cu::CUfunction, grid: u32, block: u32, stream: cu::CUstream, params: &mut [*mut c_void]) {
     cuok(
-        unsafe {
-            cu::cuLaunchKernel(
-                f,
-                grid,
-                1,
-                1,
-                block,
-                1,
-                1,
-                0,
-                stream,
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        },
+        unsafe { cu::cuLaunchKernel(f, grid, 1, 1, block, 1, 1, 0, stream, params.as_mut_ptr(), std::ptr::null_mut()) },
         "cuLaunchKernel",
     );
 }
 
 fn fill_f32(k: &Kernels, ptr: usize, n: usize, v: f32, stream: cu::CUstream) {
     let (mut p, mut nn, mut vv) = (ptr as u64, n as u64, v);
-    launch(
-        k.fill_f32,
-        1024,
-        256,
-        stream,
-        &mut [
-            (&mut p as *mut u64).cast(),
-            (&mut nn as *mut u64).cast(),
-            (&mut vv as *mut f32).cast(),
-        ],
-    );
+    launch(k.fill_f32, 1024, 256, stream, &mut [(&mut p as *mut u64).cast(), (&mut nn as *mut u64).cast(), (&mut vv as *mut f32).cast()]);
 }
 
 fn scale_f32(k: &Kernels, ptr: usize, n: usize, a: f32, stream: cu::CUstream) {
     let (mut p, mut nn, mut aa) = (ptr as u64, n as u64, a);
-    launch(
-        k.scale_f32,
-        1024,
-        256,
-        stream,
-        &mut [
-            (&mut p as *mut u64).cast(),
-            (&mut nn as *mut u64).cast(),
-            (&mut aa as *mut f32).cast(),
-        ],
-    );
+    launch(k.scale_f32, 1024, 256, stream, &mut [(&mut p as *mut u64).cast(), (&mut nn as *mut u64).cast(), (&mut aa as *mut f32).cast()]);
 }
 
 fn scale_f64(k: &Kernels, ptr: usize, n: usize, a: f64, stream: cu::CUstream) {
     let (mut p, mut nn, mut aa) = (ptr as u64, n as u64, a);
-    launch(
-        k.scale_f64,
-        1024,
-        256,
-        stream,
-        &mut [
-            (&mut p as *mut u64).cast(),
-            (&mut nn as *mut u64).cast(),
-            (&mut aa as *mut f64).cast(),
-        ],
-    );
+    launch(k.scale_f64, 1024, 256, stream, &mut [(&mut p as *mut u64).cast(), (&mut nn as *mut u64).cast(), (&mut aa as *mut f64).cast()]);
 }
 
 fn spin(k: &Kernels, ns: u64, stream: cu::CUstream) {
@@ -178,16 +113,7 @@ static DEVICE: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(
 fn dev_alloc(count: usize, dtype: Dtype) -> gpuwire_buffer {
     let mut b = 0;
     let dev = DEVICE.load(std::sync::atomic::Ordering::Relaxed);
-    ok(
-        gpuwire_buffer_alloc(
-            count as i64,
-            dtype as i32,
-            Space::GPUWIRE_SPACE_DEVICE as i32,
-            dev,
-            &mut b,
-        ),
-        "gpuwire_buffer_alloc(device)",
-    );
+    ok(gpuwire_buffer_alloc(count as i64, dtype as i32, Space::GPUWIRE_SPACE_DEVICE as i32, dev, &mut b), "gpuwire_buffer_alloc(device)");
     b
 }
 
@@ -197,19 +123,13 @@ static STREAM: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::
 
 fn upload(b: gpuwire_buffer, bytes: &[u8]) {
     let s = STREAM.load(std::sync::atomic::Ordering::Relaxed) as *mut c_void;
-    ok(
-        gpuwire_buffer_copy_from_host(b, bytes.as_ptr().cast(), s),
-        "copy_from_host",
-    );
+    ok(gpuwire_buffer_copy_from_host(b, bytes.as_ptr().cast(), s), "copy_from_host");
 }
 
 fn download(b: gpuwire_buffer, nbytes: usize) -> Vec<u8> {
     let mut v = vec![0u8; nbytes];
     let s = STREAM.load(std::sync::atomic::Ordering::Relaxed) as *mut c_void;
-    ok(
-        gpuwire_buffer_copy_to_host(b, v.as_mut_ptr().cast(), s),
-        "copy_to_host",
-    );
+    ok(gpuwire_buffer_copy_to_host(b, v.as_mut_ptr().cast(), s), "copy_to_host");
     v
 }
 
@@ -263,36 +183,19 @@ fn data(d: Dtype, r: i32, n: usize) -> Vec<u8> {
 
 /// The reduction of element i over ranks 0..p, computed here in f64.
 fn expected(d: Dtype, op: ReduceOp, p: i32, i: usize) -> (f64, f64) {
-    let vals: Vec<(f64, f64)> = (0..p)
-        .map(|r| (val(r, i), if d.is_complex() { imag(r, i) } else { 0.0 }))
-        .collect();
+    let vals: Vec<(f64, f64)> = (0..p).map(|r| (val(r, i), if d.is_complex() { imag(r, i) } else { 0.0 })).collect();
     match op {
         ReduceOp::GPUWIRE_SUM => vals.iter().fold((0.0, 0.0), |a, v| (a.0 + v.0, a.1 + v.1)),
         ReduceOp::GPUWIRE_AVG => {
             let s = vals.iter().fold((0.0, 0.0), |a, v| (a.0 + v.0, a.1 + v.1));
-            if d.is_integer() {
-                ((s.0 / p as f64).trunc(), 0.0)
-            } else {
-                (s.0 / p as f64, s.1 / p as f64)
-            }
+            if d.is_integer() { ((s.0 / p as f64).trunc(), 0.0) } else { (s.0 / p as f64, s.1 / p as f64) }
         }
-        ReduceOp::GPUWIRE_PROD => vals.iter().skip(1).fold(vals[0], |a, v| {
-            (a.0 * v.0 - a.1 * v.1, a.0 * v.1 + a.1 * v.0)
-        }),
+        ReduceOp::GPUWIRE_PROD => vals.iter().skip(1).fold(vals[0], |a, v| (a.0 * v.0 - a.1 * v.1, a.0 * v.1 + a.1 * v.0)),
         ReduceOp::GPUWIRE_MAX => (vals.iter().map(|v| v.0).fold(f64::MIN, f64::max), 0.0),
         ReduceOp::GPUWIRE_MIN => (vals.iter().map(|v| v.0).fold(f64::MAX, f64::min), 0.0),
-        ReduceOp::GPUWIRE_BAND => (
-            vals.iter().map(|v| v.0 as i64).fold(-1, |a, v| a & v) as f64,
-            0.0,
-        ),
-        ReduceOp::GPUWIRE_BOR => (
-            vals.iter().map(|v| v.0 as i64).fold(0, |a, v| a | v) as f64,
-            0.0,
-        ),
-        ReduceOp::GPUWIRE_BXOR => (
-            vals.iter().map(|v| v.0 as i64).fold(0, |a, v| a ^ v) as f64,
-            0.0,
-        ),
+        ReduceOp::GPUWIRE_BAND => (vals.iter().map(|v| v.0 as i64).fold(-1, |a, v| a & v) as f64, 0.0),
+        ReduceOp::GPUWIRE_BOR => (vals.iter().map(|v| v.0 as i64).fold(0, |a, v| a | v) as f64, 0.0),
+        ReduceOp::GPUWIRE_BXOR => (vals.iter().map(|v| v.0 as i64).fold(0, |a, v| a ^ v) as f64, 0.0),
     }
 }
 
@@ -301,17 +204,8 @@ fn check_bytes(what: &str, got: &[u8], want: &[u8], d: Dtype) -> Result<(), Stri
         return Ok(());
     }
     let es = d.size();
-    let i = got
-        .chunks(es)
-        .zip(want.chunks(es))
-        .position(|(a, b)| a != b)
-        .unwrap_or(0);
-    Err(format!(
-        "{what} {}: element {i} is {:?}, expected {:?}",
-        d.name(),
-        &got[i * es..(i + 1) * es],
-        &want[i * es..(i + 1) * es]
-    ))
+    let i = got.chunks(es).zip(want.chunks(es)).position(|(a, b)| a != b).unwrap_or(0);
+    Err(format!("{what} {}: element {i} is {:?}, expected {:?}", d.name(), &got[i * es..(i + 1) * es], &want[i * es..(i + 1) * es]))
 }
 
 fn expected_bytes(d: Dtype, op: ReduceOp, p: i32, range: std::ops::Range<usize>) -> Vec<u8> {
@@ -349,11 +243,7 @@ fn ops_matrix(cx: &Ctx) -> Result<(), String> {
                 let st = gpuwire_allreduce(cx.comm, send, recv, op as i32, s);
                 if !supported {
                     if st != Status::GPUWIRE_ERROR_UNSUPPORTED_OP {
-                        return Err(format!(
-                            "allreduce {} {}: expected UNSUPPORTED_OP, got {st:?}",
-                            d.name(),
-                            op.name()
-                        ));
+                        return Err(format!("allreduce {} {}: expected UNSUPPORTED_OP, got {st:?}", d.name(), op.name()));
                     }
                     if download(recv, n * es).iter().any(|b| *b != 0) {
                         return Err("unsupported allreduce touched the receive buffer".into());
@@ -364,39 +254,18 @@ fn ops_matrix(cx: &Ctx) -> Result<(), String> {
                 }
                 ok(st, "allreduce");
                 let want = expected_bytes(d, op, p, 0..n);
-                check_bytes(
-                    &format!("allreduce {} n={n}", op.name()),
-                    &download(recv, n * es),
-                    &want,
-                    d,
-                )?;
+                check_bytes(&format!("allreduce {} n={n}", op.name()), &download(recv, n * es), &want, d)?;
                 // In place.
                 upload(recv, &mine);
-                ok(
-                    gpuwire_allreduce(cx.comm, recv, recv, op as i32, s),
-                    "allreduce in place",
-                );
-                check_bytes(
-                    &format!("allreduce in place {} n={n}", op.name()),
-                    &download(recv, n * es),
-                    &want,
-                    d,
-                )?;
+                ok(gpuwire_allreduce(cx.comm, recv, recv, op as i32, s), "allreduce in place");
+                check_bytes(&format!("allreduce in place {} n={n}", op.name()), &download(recv, n * es), &want, d)?;
                 // Reduce to every root (recv only at the root).
                 for root in 0..p {
                     let out = dev_alloc(n, d);
                     let rh = if r == root { out } else { 0 };
-                    ok(
-                        gpuwire_reduce(cx.comm, send, rh, op as i32, root, s),
-                        "reduce",
-                    );
+                    ok(gpuwire_reduce(cx.comm, send, rh, op as i32, root, s), "reduce");
                     if r == root {
-                        check_bytes(
-                            &format!("reduce {} root {root} n={n}", op.name()),
-                            &download(out, n * es),
-                            &want,
-                            d,
-                        )?;
+                        check_bytes(&format!("reduce {} root {root} n={n}", op.name()), &download(out, n * es), &want, d)?;
                     }
                     gpuwire_buffer_free(out);
                 }
@@ -405,17 +274,9 @@ fn ops_matrix(cx: &Ctx) -> Result<(), String> {
                 let rs_send = dev_alloc(m * p as usize, d);
                 upload(rs_send, &mine[..m * p as usize * es]);
                 let rs_recv = dev_alloc(m, d);
-                ok(
-                    gpuwire_reduce_scatter(cx.comm, rs_send, rs_recv, op as i32, s),
-                    "reduce_scatter",
-                );
+                ok(gpuwire_reduce_scatter(cx.comm, rs_send, rs_recv, op as i32, s), "reduce_scatter");
                 let lo = r as usize * m;
-                check_bytes(
-                    &format!("reduce_scatter {} n={n}", op.name()),
-                    &download(rs_recv, m * es),
-                    &expected_bytes(d, op, p, lo..lo + m),
-                    d,
-                )?;
+                check_bytes(&format!("reduce_scatter {} n={n}", op.name()), &download(rs_recv, m * es), &expected_bytes(d, op, p, lo..lo + m), d)?;
                 for b in [send, recv, rs_send, rs_recv] {
                     gpuwire_buffer_free(b);
                 }
@@ -425,51 +286,24 @@ fn ops_matrix(cx: &Ctx) -> Result<(), String> {
             verbose(|| format!("rank {r}: n={n} {} data movement", d.name()));
             let buf = dev_alloc(n, d);
             for root in 0..p {
-                upload(
-                    buf,
-                    &if r == root {
-                        data(d, root, n)
-                    } else {
-                        vec![0u8; n * es]
-                    },
-                );
+                upload(buf, &if r == root { data(d, root, n) } else { vec![0u8; n * es] });
                 ok(gpuwire_bcast(cx.comm, buf, root, s), "bcast");
-                check_bytes(
-                    &format!("bcast root {root} n={n}"),
-                    &download(buf, n * es),
-                    &data(d, root, n),
-                    d,
-                )?;
+                check_bytes(&format!("bcast root {root} n={n}"), &download(buf, n * es), &data(d, root, n), d)?;
             }
             let all = dev_alloc(n * p as usize, d);
             upload(buf, &mine);
             ok(gpuwire_allgather(cx.comm, buf, all, s), "allgather");
             let want_all: Vec<u8> = (0..p).flat_map(|q| data(d, q, n)).collect();
-            check_bytes(
-                &format!("allgather n={n}"),
-                &download(all, n * p as usize * es),
-                &want_all,
-                d,
-            )?;
+            check_bytes(&format!("allgather n={n}"), &download(all, n * p as usize * es), &want_all, d)?;
             // allgatherv with uneven counts: rank q gives n - q elements.
             let counts: Vec<i64> = (0..p).map(|q| (n - q as usize) as i64).collect();
             let total: usize = counts.iter().map(|c| *c as usize).sum();
             let part = dev_alloc(counts[r as usize] as usize, d);
             upload(part, &mine[..counts[r as usize] as usize * es]);
             let gv = dev_alloc(total, d);
-            ok(
-                gpuwire_allgatherv(cx.comm, part, gv, counts.as_ptr(), s),
-                "allgatherv",
-            );
-            let want_v: Vec<u8> = (0..p)
-                .flat_map(|q| data(d, q, n)[..counts[q as usize] as usize * es].to_vec())
-                .collect();
-            check_bytes(
-                &format!("allgatherv n={n}"),
-                &download(gv, total * es),
-                &want_v,
-                d,
-            )?;
+            ok(gpuwire_allgatherv(cx.comm, part, gv, counts.as_ptr(), s), "allgatherv");
+            let want_v: Vec<u8> = (0..p).flat_map(|q| data(d, q, n)[..counts[q as usize] as usize * es].to_vec()).collect();
+            check_bytes(&format!("allgatherv n={n}"), &download(gv, total * es), &want_v, d)?;
             // gather / scatter at root 0 and p-1.
             for root in [0, p - 1] {
                 let g = if r == root { all } else { 0 };
@@ -478,22 +312,12 @@ fn ops_matrix(cx: &Ctx) -> Result<(), String> {
                 }
                 ok(gpuwire_gather(cx.comm, buf, g, root, s), "gather");
                 if r == root {
-                    check_bytes(
-                        &format!("gather root {root}"),
-                        &download(all, n * p as usize * es),
-                        &want_all,
-                        d,
-                    )?;
+                    check_bytes(&format!("gather root {root}"), &download(all, n * p as usize * es), &want_all, d)?;
                 }
                 let sc = if r == root { all } else { 0 };
                 upload(buf, &vec![0u8; n * es]);
                 ok(gpuwire_scatter(cx.comm, sc, buf, root, s), "scatter");
-                check_bytes(
-                    &format!("scatter root {root}"),
-                    &download(buf, n * es),
-                    &mine,
-                    d,
-                )?;
+                check_bytes(&format!("scatter root {root}"), &download(buf, n * es), &mine, d)?;
             }
             // alltoall: block q of rank r's send = data(d, r, n)'s block q.
             let k = n / p as usize;
@@ -501,43 +325,21 @@ fn ops_matrix(cx: &Ctx) -> Result<(), String> {
             let a_recv = dev_alloc(k * p as usize, d);
             upload(a_send, &mine[..k * p as usize * es]);
             ok(gpuwire_alltoall(cx.comm, a_send, a_recv, s), "alltoall");
-            let want_a: Vec<u8> = (0..p)
-                .flat_map(|q| {
-                    data(d, q, n)[r as usize * k * es..(r as usize + 1) * k * es].to_vec()
-                })
-                .collect();
-            check_bytes(
-                &format!("alltoall n={n}"),
-                &download(a_recv, k * p as usize * es),
-                &want_a,
-                d,
-            )?;
+            let want_a: Vec<u8> = (0..p).flat_map(|q| data(d, q, n)[r as usize * k * es..(r as usize + 1) * k * es].to_vec()).collect();
+            check_bytes(&format!("alltoall n={n}"), &download(a_recv, k * p as usize * es), &want_a, d)?;
             // Point-to-point ring: send to r+1, receive from r-1.
             let right = (r + 1) % p;
             let left = (r + p - 1) % p;
             let inbox = dev_alloc(n, d);
-            ok(
-                gpuwire_sendrecv(cx.comm, buf, right, 3, inbox, left, 3, s),
-                "sendrecv",
-            );
-            check_bytes(
-                &format!("sendrecv n={n}"),
-                &download(inbox, n * es),
-                &data(d, left, n),
-                d,
-            )?;
+            ok(gpuwire_sendrecv(cx.comm, buf, right, 3, inbox, left, 3, s), "sendrecv");
+            check_bytes(&format!("sendrecv n={n}"), &download(inbox, n * es), &data(d, left, n), d)?;
             upload(inbox, &vec![0u8; n * es]);
             let (mut rq, mut sq) = (0u64, 0u64);
             ok(gpuwire_irecv(cx.comm, inbox, left, 4, s, &mut rq), "irecv");
             ok(gpuwire_isend(cx.comm, buf, right, 4, s, &mut sq), "isend");
             let mut reqs = [rq, sq];
             ok(gpuwire_waitall(2, reqs.as_mut_ptr()), "waitall");
-            check_bytes(
-                &format!("isend/irecv n={n}"),
-                &download(inbox, n * es),
-                &data(d, left, n),
-                d,
-            )?;
+            check_bytes(&format!("isend/irecv n={n}"), &download(inbox, n * es), &data(d, left, n), d)?;
             if p == 1 {
                 // A blocking send to oneself cannot complete before its receive is posted.
             } else if r % 2 == 0 {
@@ -549,21 +351,14 @@ fn ops_matrix(cx: &Ctx) -> Result<(), String> {
                 ok(gpuwire_send(cx.comm, buf, right, 5, s), "send");
             }
             if p > 1 {
-                check_bytes(
-                    &format!("send/recv n={n}"),
-                    &download(inbox, n * es),
-                    &data(d, left, n),
-                    d,
-                )?;
+                check_bytes(&format!("send/recv n={n}"), &download(inbox, n * es), &data(d, left, n), d)?;
             }
             for b in [buf, all, part, gv, a_send, a_recv, inbox] {
                 gpuwire_buffer_free(b);
             }
         }
     }
-    println!(
-        "rank {r}: {checked} (dtype, op, size) reduction combinations and all data-movement ops checked"
-    );
+    println!("rank {r}: {checked} (dtype, op, size) reduction combinations and all data-movement ops checked");
     Ok(())
 }
 
@@ -574,9 +369,7 @@ fn c11_forced_cuda_aware(_cx: &Ctx) -> Result<(), String> {
     let mut c = 0;
     let st = gpuwire_comm_world(&cfg, &mut c);
     if st != Status::GPUWIRE_ERROR_BACKEND_UNAVAILABLE {
-        return Err(format!(
-            "forcing MPI_CUDA_AWARE on a non-CUDA-aware MPI gave {st:?}, expected BACKEND_UNAVAILABLE"
-        ));
+        return Err(format!("forcing MPI_CUDA_AWARE on a non-CUDA-aware MPI gave {st:?}, expected BACKEND_UNAVAILABLE"));
     }
     let msg = last_error();
     if !msg.contains("CUDA-aware") {
@@ -587,35 +380,16 @@ fn c11_forced_cuda_aware(_cx: &Ctx) -> Result<(), String> {
     // MPI_CUDA_AWARE here, and an int32 allreduce is right.
     let mut backend = 0;
     ok(gpuwire_comm_backend(_cx.comm, &mut backend), "comm_backend");
-    let fine = [
-        BackendKind::GPUWIRE_BACKEND_MPI_STAGED as i32,
-        BackendKind::GPUWIRE_BACKEND_IPC as i32,
-    ];
+    let fine = [BackendKind::GPUWIRE_BACKEND_MPI_STAGED as i32, BackendKind::GPUWIRE_BACKEND_IPC as i32];
     if !fine.contains(&backend) && std::env::var("GPUWIRE_BACKEND").is_err() {
-        return Err(format!(
-            "AUTO chose backend {backend}, expected IPC or MPI_STAGED"
-        ));
+        return Err(format!("AUTO chose backend {backend}, expected IPC or MPI_STAGED"));
     }
     let b = dev_alloc(10, Dtype::GPUWIRE_INT32);
     let v: Vec<u8> = (0..10i32).flat_map(|i| i.to_le_bytes()).collect();
     upload(b, &v);
-    ok(
-        gpuwire_allreduce(
-            _cx.comm,
-            b,
-            b,
-            ReduceOp::GPUWIRE_SUM as i32,
-            std::ptr::null_mut(),
-        ),
-        "allreduce",
-    );
+    ok(gpuwire_allreduce(_cx.comm, b, b, ReduceOp::GPUWIRE_SUM as i32, std::ptr::null_mut()), "allreduce");
     let want: Vec<u8> = (0..10i32).flat_map(|i| (2 * i).to_le_bytes()).collect();
-    check_bytes(
-        "C11 allreduce",
-        &download(b, 40),
-        &want,
-        Dtype::GPUWIRE_INT32,
-    )?;
+    check_bytes("C11 allreduce", &download(b, 40), &want, Dtype::GPUWIRE_INT32)?;
     gpuwire_buffer_free(b);
     Ok(())
 }
@@ -627,9 +401,7 @@ fn c15_shared_gpu_nccl(cx: &Ctx) -> Result<(), String> {
     let mut c = 0;
     let st = gpuwire_comm_world(&cfg, &mut c);
     if st != Status::GPUWIRE_ERROR_BACKEND_UNAVAILABLE {
-        return Err(format!(
-            "NCCL on a shared GPU gave {st:?}, expected BACKEND_UNAVAILABLE"
-        ));
+        return Err(format!("NCCL on a shared GPU gave {st:?}, expected BACKEND_UNAVAILABLE"));
     }
     let msg = last_error();
     if !msg.contains("share one GPU") {
@@ -640,16 +412,7 @@ fn c15_shared_gpu_nccl(cx: &Ctx) -> Result<(), String> {
     bytes.resize(1024, 0);
     let mut mine = bytes.clone();
     let mut b = 0;
-    ok(
-        gpuwire_buffer_wrap(
-            mine.as_mut_ptr().cast(),
-            1024,
-            Dtype::GPUWIRE_UINT8 as i32,
-            Space::GPUWIRE_SPACE_HOST as i32,
-            &mut b,
-        ),
-        "wrap",
-    );
+    ok(gpuwire_buffer_wrap(mine.as_mut_ptr().cast(), 1024, Dtype::GPUWIRE_UINT8 as i32, Space::GPUWIRE_SPACE_HOST as i32, &mut b), "wrap");
     ok(gpuwire_bcast(cx.comm, b, 0, std::ptr::null_mut()), "bcast");
     gpuwire_buffer_free(b);
     if mine != bytes {
@@ -662,36 +425,14 @@ fn c15_shared_gpu_nccl(cx: &Ctx) -> Result<(), String> {
     if backend == BackendKind::GPUWIRE_BACKEND_NCCL as i32 {
         return Err("AUTO chose NCCL on a shared GPU".into());
     }
-    if std::env::var("GPUWIRE_BACKEND").is_err()
-        && backend != BackendKind::GPUWIRE_BACKEND_IPC as i32
-    {
-        return Err(format!(
-            "AUTO chose backend {backend} for ranks sharing a GPU on one node, expected IPC ({})",
-            describe(cx.comm)
-        ));
+    if std::env::var("GPUWIRE_BACKEND").is_err() && backend != BackendKind::GPUWIRE_BACKEND_IPC as i32 {
+        return Err(format!("AUTO chose backend {backend} for ranks sharing a GPU on one node, expected IPC ({})", describe(cx.comm)));
     }
     let v = dev_alloc(1000, Dtype::GPUWIRE_FLOAT32);
-    upload(
-        v,
-        &(0..1000)
-            .flat_map(|_| 1.5f32.to_le_bytes())
-            .collect::<Vec<u8>>(),
-    );
-    ok(
-        gpuwire_allreduce(
-            cx.comm,
-            v,
-            v,
-            ReduceOp::GPUWIRE_SUM as i32,
-            cx.stream as *mut c_void,
-        ),
-        "allreduce",
-    );
+    upload(v, &(0..1000).flat_map(|_| 1.5f32.to_le_bytes()).collect::<Vec<u8>>());
+    ok(gpuwire_allreduce(cx.comm, v, v, ReduceOp::GPUWIRE_SUM as i32, cx.stream as *mut c_void), "allreduce");
     let want = 1.5f32 * cx.size as f32;
-    if download(v, 4000)
-        .chunks(4)
-        .any(|c| f32::from_le_bytes(c.try_into().unwrap()) != want)
-    {
+    if download(v, 4000).chunks(4).any(|c| f32::from_le_bytes(c.try_into().unwrap()) != want) {
         return Err("AUTO allreduce SUM is wrong".into());
     }
     gpuwire_buffer_free(v);
@@ -756,40 +497,19 @@ fn mismatch_checked(cx: &Ctx) -> Result<(), String> {
     let mut comm = 0;
     ok(gpuwire_comm_world(&cfg, &mut comm), "comm_world");
     let n = 10 / cx.size as usize + usize::from((cx.rank as usize) < 10 % cx.size as usize);
-    let n = if cx.size == 1 {
-        n
-    } else {
-        n + cx.rank as usize
-    }; // make the counts differ
+    let n = if cx.size == 1 { n } else { n + cx.rank as usize }; // make the counts differ
     let b = dev_alloc(n, Dtype::GPUWIRE_FLOAT64);
-    upload(
-        b,
-        &(0..n)
-            .flat_map(|_| 1.0f64.to_le_bytes())
-            .collect::<Vec<u8>>(),
-    );
+    upload(b, &(0..n).flat_map(|_| 1.0f64.to_le_bytes()).collect::<Vec<u8>>());
     let t0 = Instant::now();
-    let st = gpuwire_allreduce(
-        comm,
-        b,
-        b,
-        ReduceOp::GPUWIRE_SUM as i32,
-        cx.stream as *mut c_void,
-    );
+    let st = gpuwire_allreduce(comm, b, b, ReduceOp::GPUWIRE_SUM as i32, cx.stream as *mut c_void);
     let secs = t0.elapsed().as_secs_f64();
     if cx.size > 1 && st != Status::GPUWIRE_ERROR_COUNT_MISMATCH {
-        return Err(format!(
-            "mismatched counts gave {st:?}, expected COUNT_MISMATCH"
-        ));
+        return Err(format!("mismatched counts gave {st:?}, expected COUNT_MISMATCH"));
     }
     if secs > 1.0 {
         return Err(format!("the mismatch took {secs:.2} s to report"));
     }
-    if download(b, n * 8)
-        .chunks(8)
-        .any(|c| f64::from_le_bytes(c.try_into().unwrap()) != 1.0)
-        && cx.size > 1
-    {
+    if download(b, n * 8).chunks(8).any(|c| f64::from_le_bytes(c.try_into().unwrap()) != 1.0) && cx.size > 1 {
         return Err("data was reduced despite the mismatch".into());
     }
     gpuwire_buffer_free(b);
@@ -809,38 +529,18 @@ fn timeout_skipped_collective(cx: &Ctx) -> Result<(), String> {
     let skipper = cx.size - 1;
     if cx.rank != skipper {
         let t0 = Instant::now();
-        let st = gpuwire_allreduce(
-            comm,
-            b,
-            b,
-            ReduceOp::GPUWIRE_SUM as i32,
-            cx.stream as *mut c_void,
-        );
+        let st = gpuwire_allreduce(comm, b, b, ReduceOp::GPUWIRE_SUM as i32, cx.stream as *mut c_void);
         let secs = t0.elapsed().as_secs_f64();
         if st != Status::GPUWIRE_ERROR_TIMEOUT {
-            return Err(format!(
-                "a skipped collective gave {st:?}, expected TIMEOUT"
-            ));
+            return Err(format!("a skipped collective gave {st:?}, expected TIMEOUT"));
         }
         if !(1.5..10.0).contains(&secs) {
             return Err(format!("the timeout came after {secs:.2} s (deadline 2 s)"));
         }
-        println!(
-            "rank {}: timeout after {secs:.2} s: {}",
-            cx.rank,
-            last_error()
-        );
-        let st = gpuwire_allreduce(
-            comm,
-            b,
-            b,
-            ReduceOp::GPUWIRE_SUM as i32,
-            cx.stream as *mut c_void,
-        );
+        println!("rank {}: timeout after {secs:.2} s: {}", cx.rank, last_error());
+        let st = gpuwire_allreduce(comm, b, b, ReduceOp::GPUWIRE_SUM as i32, cx.stream as *mut c_void);
         if st != Status::GPUWIRE_ERROR_COMM_BROKEN {
-            return Err(format!(
-                "a call after the timeout gave {st:?}, expected COMM_BROKEN"
-            ));
+            return Err(format!("a call after the timeout gave {st:?}, expected COMM_BROKEN"));
         }
     }
     gpuwire_buffer_free(b);
@@ -853,50 +553,29 @@ fn other_device_current(cx: &Ctx) -> Result<(), String> {
     // The calling thread has another device's context current; gpuwire must use the
     // communicator's own device and restore the caller's context.
     let mut count = 0;
-    cuok(
-        unsafe { cu::cuDeviceGetCount(&mut count) },
-        "cuDeviceGetCount",
-    );
+    cuok(unsafe { cu::cuDeviceGetCount(&mut count) }, "cuDeviceGetCount");
     let mut mine = 0;
     ok(gpuwire_comm_device(cx.comm, &mut mine), "comm_device");
     let other = (mine + 1) % count;
     let b = dev_alloc(1000, Dtype::GPUWIRE_FLOAT32);
-    upload(
-        b,
-        &(0..1000)
-            .flat_map(|_| 2.0f32.to_le_bytes())
-            .collect::<Vec<u8>>(),
-    );
+    upload(b, &(0..1000).flat_map(|_| 2.0f32.to_le_bytes()).collect::<Vec<u8>>());
     let odev = cudarc::driver::result::device::get(other).map_err(|e| format!("{e:?}"))?;
-    let octx = unsafe { cudarc::driver::result::primary_ctx::retain(odev) }
-        .map_err(|e| format!("{e:?}"))?;
+    let octx = unsafe { cudarc::driver::result::primary_ctx::retain(odev) }.map_err(|e| format!("{e:?}"))?;
     let mut before: cu::CUcontext = std::ptr::null_mut();
     unsafe { cu::cuCtxGetCurrent(&mut before) };
     unsafe { cudarc::driver::result::ctx::set_current(octx) }.map_err(|e| format!("{e:?}"))?;
-    let st = gpuwire_allreduce(
-        cx.comm,
-        b,
-        b,
-        ReduceOp::GPUWIRE_SUM as i32,
-        cx.stream as *mut c_void,
-    );
+    let st = gpuwire_allreduce(cx.comm, b, b, ReduceOp::GPUWIRE_SUM as i32, cx.stream as *mut c_void);
     let mut after: cu::CUcontext = std::ptr::null_mut();
     unsafe { cu::cuCtxGetCurrent(&mut after) };
     unsafe { cudarc::driver::result::ctx::set_current(before) }.ok();
     if st != Status::GPUWIRE_SUCCESS {
-        return Err(format!(
-            "allreduce with device {other} current: {st:?}: {}",
-            last_error()
-        ));
+        return Err(format!("allreduce with device {other} current: {st:?}: {}", last_error()));
     }
     if after != octx {
         return Err("gpuwire did not restore the caller's current context".into());
     }
     let want = 2.0f32 * cx.size as f32;
-    if download(b, 4000)
-        .chunks(4)
-        .any(|c| f32::from_le_bytes(c.try_into().unwrap()) != want)
-    {
+    if download(b, 4000).chunks(4).any(|c| f32::from_le_bytes(c.try_into().unwrap()) != want) {
         return Err("allreduce with another device current gave wrong values".into());
     }
     gpuwire_buffer_free(b);
@@ -912,9 +591,7 @@ fn no_nccl_library(cx: &Ctx) -> Result<(), String> {
     let mut c = 0;
     let st = gpuwire_comm_world(&cfg, &mut c);
     let msg = last_error();
-    if st != Status::GPUWIRE_ERROR_BACKEND_UNAVAILABLE
-        || !(msg.contains("libnccl") || msg.contains("share one GPU"))
-    {
+    if st != Status::GPUWIRE_ERROR_BACKEND_UNAVAILABLE || !(msg.contains("libnccl") || msg.contains("share one GPU")) {
         return Err(format!("NCCL without libnccl gave {st:?}: {msg}"));
     }
     let mut backend = 0;
@@ -923,26 +600,9 @@ fn no_nccl_library(cx: &Ctx) -> Result<(), String> {
         return Err("AUTO chose NCCL although libnccl cannot be loaded".into());
     }
     let v = dev_alloc(1000, Dtype::GPUWIRE_FLOAT32);
-    upload(
-        v,
-        &(0..1000)
-            .flat_map(|_| 1.0f32.to_le_bytes())
-            .collect::<Vec<u8>>(),
-    );
-    ok(
-        gpuwire_allreduce(
-            cx.comm,
-            v,
-            v,
-            ReduceOp::GPUWIRE_SUM as i32,
-            cx.stream as *mut c_void,
-        ),
-        "allreduce",
-    );
-    if download(v, 4000)
-        .chunks(4)
-        .any(|c| f32::from_le_bytes(c.try_into().unwrap()) != cx.size as f32)
-    {
+    upload(v, &(0..1000).flat_map(|_| 1.0f32.to_le_bytes()).collect::<Vec<u8>>());
+    ok(gpuwire_allreduce(cx.comm, v, v, ReduceOp::GPUWIRE_SUM as i32, cx.stream as *mut c_void), "allreduce");
+    if download(v, 4000).chunks(4).any(|c| f32::from_le_bytes(c.try_into().unwrap()) != cx.size as f32) {
         return Err("AUTO allreduce without NCCL is wrong".into());
     }
     gpuwire_buffer_free(v);
@@ -954,50 +614,26 @@ fn c12_stream_ordering(cx: &Ctx) -> Result<(), String> {
     let n = 1usize << 24;
     let buf = dev_alloc(n, Dtype::GPUWIRE_FLOAT32);
     let p = ptr_of(buf);
-    let reps: usize = std::env::var("GPUWIRE_C12_REPS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100);
+    let reps: usize = std::env::var("GPUWIRE_C12_REPS").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
     let mut host = vec![0f32; n];
     let t0 = Instant::now();
     for rep in 0..reps {
         if cx.rank == 0 {
             spin(&cx.kernels, 50_000_000, cx.stream);
             fill_f32(&cx.kernels, p, n, 7.0, cx.stream);
-            ok(
-                gpuwire_send(cx.comm, buf, 1, 12, cx.stream as *mut c_void),
-                "send",
-            );
+            ok(gpuwire_send(cx.comm, buf, 1, 12, cx.stream as *mut c_void), "send");
         } else if cx.rank == 1 {
-            cuok(
-                unsafe { cu::cuMemsetD32Async(p as u64, 0, n, cx.stream) },
-                "memset",
-            );
-            ok(
-                gpuwire_recv(cx.comm, buf, 0, 12, cx.stream as *mut c_void),
-                "recv",
-            );
+            cuok(unsafe { cu::cuMemsetD32Async(p as u64, 0, n, cx.stream) }, "memset");
+            ok(gpuwire_recv(cx.comm, buf, 0, 12, cx.stream as *mut c_void), "recv");
             scale_f32(&cx.kernels, p, n, 2.0, cx.stream);
-            cuok(
-                unsafe {
-                    cu::cuMemcpyDtoHAsync_v2(host.as_mut_ptr().cast(), p as u64, n * 4, cx.stream)
-                },
-                "DtoH",
-            );
+            cuok(unsafe { cu::cuMemcpyDtoHAsync_v2(host.as_mut_ptr().cast(), p as u64, n * 4, cx.stream) }, "DtoH");
             cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "sync");
             if let Some(i) = host.iter().position(|v| *v != 14.0) {
-                return Err(format!(
-                    "repetition {rep}: element {i} is {} (expected 14.0)",
-                    host[i]
-                ));
+                return Err(format!("repetition {rep}: element {i} is {} (expected 14.0)", host[i]));
             }
         }
     }
-    println!(
-        "rank {}: C12 {reps} repetitions in {:.1} s",
-        cx.rank,
-        t0.elapsed().as_secs_f64()
-    );
+    println!("rank {}: C12 {reps} repetitions in {:.1} s", cx.rank, t0.elapsed().as_secs_f64());
     gpuwire_buffer_free(buf);
     Ok(())
 }
@@ -1016,26 +652,14 @@ fn c13_staged_tails(cx: &Ctx) -> Result<(), String> {
         let p = ptr_of(x);
         for _ in 0..50 {
             scale_f64(&cx.kernels, p, n, -0.99, cx.stream);
-            ok(
-                gpuwire_allreduce(
-                    comm,
-                    x,
-                    x,
-                    ReduceOp::GPUWIRE_AVG as i32,
-                    cx.stream as *mut c_void,
-                ),
-                "allreduce AVG",
-            );
+            ok(gpuwire_allreduce(comm, x, x, ReduceOp::GPUWIRE_AVG as i32, cx.stream as *mut c_void), "allreduce AVG");
         }
         let got = download(x, n * 8);
         let want = 0.99f64.powi(50);
         for (i, c) in got.chunks(8).enumerate() {
             let v = f64::from_le_bytes(c.try_into().unwrap());
             if ((v - want) / want).abs() >= 1e-12 {
-                return Err(format!(
-                    "staging {}: element {i} = {v}, expected {want}",
-                    if staging == 0 { "pinned" } else { "pageable" }
-                ));
+                return Err(format!("staging {}: element {i} = {v}, expected {want}", if staging == 0 { "pinned" } else { "pageable" }));
             }
         }
         gpuwire_buffer_free(x);
@@ -1047,65 +671,34 @@ fn c13_staged_tails(cx: &Ctx) -> Result<(), String> {
 fn c14_results_in_callers_buffer(cx: &Ctx) -> Result<(), String> {
     let (r, s) = (cx.rank, cx.stream as *mut c_void);
     let mut raw: u64 = 0;
-    cuok(
-        unsafe { cu::cuMemAlloc_v2(&mut raw, 8 * 4 * cx.size as usize) },
-        "cuMemAlloc",
-    );
+    cuok(unsafe { cu::cuMemAlloc_v2(&mut raw, 8 * 4 * cx.size as usize) }, "cuMemAlloc");
     let read = |n: usize| {
         // Operations are ordered on the case's stream (asynchronous on NCCL): wait for it.
-        cuok(
-            unsafe { cu::cuStreamSynchronize(cx.stream) },
-            "cuStreamSynchronize",
-        );
+        cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
         let mut h = vec![0f32; n];
-        cuok(
-            unsafe { cu::cuMemcpyDtoH_v2(h.as_mut_ptr().cast(), raw, n * 4) },
-            "DtoH",
-        );
+        cuok(unsafe { cu::cuMemcpyDtoH_v2(h.as_mut_ptr().cast(), raw, n * 4) }, "DtoH");
         h
     };
     // A copy from pageable memory may still be in flight when cuMemcpyHtoD returns (and it runs on
     // the legacy stream, which the test's non-blocking stream does not wait for): finish it.
     let set = |v: &[f32]| {
-        cuok(
-            unsafe { cu::cuMemcpyHtoD_v2(raw, v.as_ptr().cast(), v.len() * 4) },
-            "HtoD",
-        );
+        cuok(unsafe { cu::cuMemcpyHtoD_v2(raw, v.as_ptr().cast(), v.len() * 4) }, "HtoD");
         cuok(unsafe { cu::cuCtxSynchronize() }, "cuCtxSynchronize");
     };
     let one_to_eight: Vec<f32> = (1..=8).map(|v| v as f32).collect();
     let mut b = 0;
-    ok(
-        gpuwire_buffer_wrap(
-            raw as *mut c_void,
-            8,
-            Dtype::GPUWIRE_FLOAT32 as i32,
-            Space::GPUWIRE_SPACE_AUTO as i32,
-            &mut b,
-        ),
-        "wrap",
-    );
+    ok(gpuwire_buffer_wrap(raw as *mut c_void, 8, Dtype::GPUWIRE_FLOAT32 as i32, Space::GPUWIRE_SPACE_AUTO as i32, &mut b), "wrap");
     let mut space = 0;
     ok(gpuwire_buffer_space(b, &mut space), "space");
     if space != Space::GPUWIRE_SPACE_DEVICE as i32 {
-        return Err(format!(
-            "a cuMemAlloc pointer was detected as space {space}"
-        ));
+        return Err(format!("a cuMemAlloc pointer was detected as space {space}"));
     }
-    set(&if r == 0 {
-        one_to_eight.clone()
-    } else {
-        vec![0.0; 8]
-    });
+    set(&if r == 0 { one_to_eight.clone() } else { vec![0.0; 8] });
     ok(gpuwire_bcast(cx.comm, b, 0, s), "bcast");
     if read(8) != one_to_eight {
         return Err(format!("bcast: caller's pointer holds {:?}", read(8)));
     }
-    set(&if r == 0 {
-        one_to_eight.clone()
-    } else {
-        vec![0.0; 8]
-    });
+    set(&if r == 0 { one_to_eight.clone() } else { vec![0.0; 8] });
     if cx.size == 1 {
         // No peer to receive from on one rank.
     } else if r == 0 {
@@ -1118,22 +711,10 @@ fn c14_results_in_callers_buffer(cx: &Ctx) -> Result<(), String> {
     }
     // allgather into the wrapped pointer (size x 8 elements).
     let mut all = 0;
-    ok(
-        gpuwire_buffer_wrap(
-            raw as *mut c_void,
-            8 * cx.size as i64,
-            Dtype::GPUWIRE_FLOAT32 as i32,
-            0,
-            &mut all,
-        ),
-        "wrap",
-    );
+    ok(gpuwire_buffer_wrap(raw as *mut c_void, 8 * cx.size as i64, Dtype::GPUWIRE_FLOAT32 as i32, 0, &mut all), "wrap");
     let mine = dev_alloc(8, Dtype::GPUWIRE_FLOAT32);
     let v: Vec<f32> = (0..8).map(|i| (r * 8 + i) as f32).collect();
-    upload(
-        mine,
-        &v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>(),
-    );
+    upload(mine, &v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>());
     set(&vec![0.0; 8 * cx.size as usize]);
     ok(gpuwire_allgather(cx.comm, mine, all, s), "allgather");
     let want: Vec<f32> = (0..8 * cx.size).map(|i| i as f32).collect();
@@ -1143,19 +724,11 @@ fn c14_results_in_callers_buffer(cx: &Ctx) -> Result<(), String> {
     // reduce into the wrapped pointer at root 0.
     set(&vec![0.0; 8]);
     let rb = if r == 0 { b } else { 0 };
-    ok(
-        gpuwire_reduce(cx.comm, mine, rb, ReduceOp::GPUWIRE_SUM as i32, 0, s),
-        "reduce",
-    );
+    ok(gpuwire_reduce(cx.comm, mine, rb, ReduceOp::GPUWIRE_SUM as i32, 0, s), "reduce");
     if r == 0 {
-        let want: Vec<f32> = (0..8)
-            .map(|i| (0..cx.size).map(|q| (q * 8 + i) as f32).sum())
-            .collect();
+        let want: Vec<f32> = (0..8).map(|i| (0..cx.size).map(|q| (q * 8 + i) as f32).sum()).collect();
         if read(8) != want {
-            return Err(format!(
-                "reduce: caller's pointer holds {:?}, expected {want:?}",
-                read(8)
-            ));
+            return Err(format!("reduce: caller's pointer holds {:?}, expected {want:?}", read(8)));
         }
     }
     for h in [b, all, mine] {
@@ -1168,9 +741,7 @@ fn c14_results_in_callers_buffer(cx: &Ctx) -> Result<(), String> {
 fn c16_other_thread(cx: &Ctx) -> Result<(), String> {
     let n = 1usize << 20;
     let b = dev_alloc(n, Dtype::GPUWIRE_FLOAT32);
-    let v: Vec<u8> = (0..n)
-        .flat_map(|_| (cx.rank as f32 + 1.0).to_le_bytes())
-        .collect();
+    let v: Vec<u8> = (0..n).flat_map(|_| (cx.rank as f32 + 1.0).to_le_bytes()).collect();
     upload(b, &v);
     let comm = cx.comm;
     let size = cx.size;
@@ -1183,10 +754,7 @@ fn c16_other_thread(cx: &Ctx) -> Result<(), String> {
         let stream = STREAM.load(std::sync::atomic::Ordering::Relaxed) as *mut c_void;
         let st = gpuwire_allreduce(comm, b, b, ReduceOp::GPUWIRE_SUM as i32, stream);
         if st != Status::GPUWIRE_SUCCESS {
-            return Err(format!(
-                "allreduce from a new thread: {st:?}: {}",
-                last_error()
-            ));
+            return Err(format!("allreduce from a new thread: {st:?}: {}", last_error()));
         }
         let mut after: cu::CUcontext = std::ptr::null_mut();
         unsafe { cu::cuCtxGetCurrent(&mut after) };
@@ -1195,13 +763,8 @@ fn c16_other_thread(cx: &Ctx) -> Result<(), String> {
         }
         let got = download(b, n * 4);
         let want: f32 = (1..=size).map(|q| q as f32).sum();
-        if got
-            .chunks(4)
-            .any(|c| f32::from_le_bytes(c.try_into().unwrap()) != want)
-        {
-            return Err(format!(
-                "allreduce from a new thread: wrong values (expected {want})"
-            ));
+        if got.chunks(4).any(|c| f32::from_le_bytes(c.try_into().unwrap()) != want) {
+            return Err(format!("allreduce from a new thread: wrong values (expected {want})"));
         }
         Ok(())
     })
@@ -1215,36 +778,18 @@ fn c17_seed_demo(cx: &Ctx) -> Result<(), String> {
     let b = dev_alloc(10, Dtype::GPUWIRE_FLOAT32);
     let seed: Vec<f32> = (0..10).map(|i| 100.0 + 10.0 * i as f32).collect();
     let bytes = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-    upload(
-        b,
-        &bytes(&if cx.rank == 0 {
-            seed.clone()
-        } else {
-            vec![0.0; 10]
-        }),
-    );
+    upload(b, &bytes(&if cx.rank == 0 { seed.clone() } else { vec![0.0; 10] }));
     let mut req = 0;
     if cx.size == 1 {
         // No peer on one rank.
     } else if cx.rank == 0 {
-        ok(
-            gpuwire_isend(cx.comm, b, 1, 17, cx.stream as *mut c_void, &mut req),
-            "isend",
-        );
+        ok(gpuwire_isend(cx.comm, b, 1, 17, cx.stream as *mut c_void, &mut req), "isend");
     } else if cx.rank == 1 {
-        ok(
-            gpuwire_irecv(cx.comm, b, 0, 17, cx.stream as *mut c_void, &mut req),
-            "irecv",
-        );
+        ok(gpuwire_irecv(cx.comm, b, 0, 17, cx.stream as *mut c_void, &mut req), "irecv");
     }
     ok(gpuwire_wait(&mut req), "wait");
     if cx.rank <= 1 && cx.size > 1 {
-        check_bytes(
-            "C17",
-            &download(b, 40),
-            &bytes(&seed),
-            Dtype::GPUWIRE_FLOAT32,
-        )?;
+        check_bytes("C17", &download(b, 40), &bytes(&seed), Dtype::GPUWIRE_FLOAT32)?;
     }
     gpuwire_buffer_free(b);
     Ok(())
@@ -1252,15 +797,8 @@ fn c17_seed_demo(cx: &Ctx) -> Result<(), String> {
 
 fn describe(comm: gpuwire_comm) -> String {
     let mut desc = vec![0 as c_char; 2048];
-    ok(
-        gpuwire_comm_describe(comm, desc.as_mut_ptr(), desc.len()),
-        "describe",
-    );
-    let d: Vec<u8> = desc
-        .iter()
-        .take_while(|c| **c != 0)
-        .map(|c| *c as u8)
-        .collect();
+    ok(gpuwire_comm_describe(comm, desc.as_mut_ptr(), desc.len()), "describe");
+    let d: Vec<u8> = desc.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
     String::from_utf8_lossy(&d).into_owned()
 }
 
@@ -1269,12 +807,7 @@ fn f32s(v: &[f32]) -> Vec<u8> {
 }
 
 fn all_f32(bytes: &[u8], want: f32) -> Result<(), String> {
-    match bytes
-        .chunks(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .enumerate()
-        .find(|(_, v)| *v != want)
-    {
+    match bytes.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).enumerate().find(|(_, v)| *v != want) {
         Some((i, v)) => Err(format!("element {i} is {v}, expected {want}")),
         None => Ok(()),
     }
@@ -1283,18 +816,12 @@ fn all_f32(bytes: &[u8], want: f32) -> Result<(), String> {
 /// AUTO with the ranks of one node sharing one GPU picks IPC and says why.
 fn ipc_auto(cx: &Ctx) -> Result<(), String> {
     let mut c = 0;
-    ok(
-        gpuwire_comm_world(std::ptr::null(), &mut c),
-        "comm_world (AUTO)",
-    );
+    ok(gpuwire_comm_world(std::ptr::null(), &mut c), "comm_world (AUTO)");
     let text = describe(c);
     let mut backend = 0;
     ok(gpuwire_comm_backend(c, &mut backend), "comm_backend");
     gpuwire_comm_free(c);
-    if backend != BackendKind::GPUWIRE_BACKEND_IPC as i32
-        || !text.contains("backend=IPC")
-        || !text.contains("CUDA IPC")
-    {
+    if backend != BackendKind::GPUWIRE_BACKEND_IPC as i32 || !text.contains("backend=IPC") || !text.contains("CUDA IPC") {
         return Err(format!("AUTO did not pick IPC: {text}"));
     }
     println!("rank {}: AUTO: {text}", cx.rank);
@@ -1315,16 +842,7 @@ fn ipc_free_realloc(cx: &Ctx) -> Result<(), String> {
             let mut d: u64 = 0;
             cuok(unsafe { cu::cuMemAlloc_v2(&mut d, n * 4) }, "cuMemAlloc");
             let mut b = 0;
-            ok(
-                gpuwire_buffer_wrap(
-                    d as *mut c_void,
-                    n as i64,
-                    Dtype::GPUWIRE_FLOAT32 as i32,
-                    Space::GPUWIRE_SPACE_DEVICE as i32,
-                    &mut b,
-                ),
-                "wrap",
-            );
+            ok(gpuwire_buffer_wrap(d as *mut c_void, n as i64, Dtype::GPUWIRE_FLOAT32 as i32, Space::GPUWIRE_SPACE_DEVICE as i32, &mut b), "wrap");
             (b, d)
         } else {
             (dev_alloc(n, Dtype::GPUWIRE_FLOAT32), 0)
@@ -1339,38 +857,16 @@ fn ipc_free_realloc(cx: &Ctx) -> Result<(), String> {
             }
         } else {
             ok(gpuwire_recv(cx.comm, inbox, 0, 30 + round, s), "recv");
-            all_f32(&download(inbox, n * 4), (round * 10 + 1) as f32).map_err(|e| {
-                format!(
-                    "round {round} ({}): recv: {e}",
-                    if raw {
-                        "wrapped cuMemAlloc"
-                    } else {
-                        "gpuwire alloc"
-                    }
-                )
-            })?;
+            all_f32(&download(inbox, n * 4), (round * 10 + 1) as f32).map_err(|e| format!("round {round} ({}): recv: {e}", if raw { "wrapped cuMemAlloc" } else { "gpuwire alloc" }))?;
         }
         // A collective reading every rank's buffer in place.
-        ok(
-            gpuwire_allreduce(cx.comm, b, b, ReduceOp::GPUWIRE_SUM as i32, s),
-            "allreduce",
-        );
+        ok(gpuwire_allreduce(cx.comm, b, b, ReduceOp::GPUWIRE_SUM as i32, s), "allreduce");
         let want: f32 = (0..p).map(|q| (round * 10 + q + 1) as f32).sum();
-        all_f32(&download(b, n * 4), want).map_err(|e| {
-            format!(
-                "round {round} ({}): allreduce: {e}",
-                if raw {
-                    "wrapped cuMemAlloc"
-                } else {
-                    "gpuwire alloc"
-                }
-            )
-        })?;
+        all_f32(&download(b, n * 4), want).map_err(|e| format!("round {round} ({}): allreduce: {e}", if raw { "wrapped cuMemAlloc" } else { "gpuwire alloc" }))?;
         // bcast from the last rank into every rank's (new) buffer.
         upload(b, &f32s(&vec![v; n]));
         ok(gpuwire_bcast(cx.comm, b, p - 1, s), "bcast");
-        all_f32(&download(b, n * 4), (round * 10 + p) as f32)
-            .map_err(|e| format!("round {round}: bcast: {e}"))?;
+        all_f32(&download(b, n * 4), (round * 10 + p) as f32).map_err(|e| format!("round {round}: bcast: {e}"))?;
         gpuwire_buffer_free(b);
         gpuwire_buffer_free(inbox);
         if raw {
@@ -1379,10 +875,7 @@ fn ipc_free_realloc(cx: &Ctx) -> Result<(), String> {
         }
     }
     let reused = addrs.windows(2).filter(|w| w[0] == w[1]).count();
-    println!(
-        "rank {r}: free-then-reallocate: 6 rounds, the address was reused {reused} time(s): {:x?}",
-        addrs
-    );
+    println!("rank {r}: free-then-reallocate: 6 rounds, the address was reused {reused} time(s): {:x?}", addrs);
     Ok(())
 }
 
@@ -1398,10 +891,7 @@ fn ipc_exit(cx: &Ctx) -> Result<(), String> {
     let n = 1usize << 20;
     let b = dev_alloc(n, Dtype::GPUWIRE_FLOAT32);
     upload(b, &f32s(&vec![1.0; n]));
-    ok(
-        gpuwire_allreduce(c, b, b, ReduceOp::GPUWIRE_SUM as i32, s),
-        "allreduce (mappings opened)",
-    );
+    ok(gpuwire_allreduce(c, b, b, ReduceOp::GPUWIRE_SUM as i32, s), "allreduce (mappings opened)");
     let t0 = Instant::now();
     if cx.rank == 1 {
         // Keep using it (rank 1 sends to itself) while rank 0 is already in its free.
@@ -1411,30 +901,21 @@ fn ipc_exit(cx: &Ctx) -> Result<(), String> {
         ok(gpuwire_irecv(c, inbox, 1, 9, s, &mut rq), "irecv from self");
         ok(gpuwire_send(c, b, 1, 9, s), "send to self");
         ok(gpuwire_wait(&mut rq), "wait");
-        all_f32(&download(inbox, n * 4), cx.size as f32)
-            .map_err(|e| format!("self send after the peer's free began: {e}"))?;
+        all_f32(&download(inbox, n * 4), cx.size as f32).map_err(|e| format!("self send after the peer's free began: {e}"))?;
         gpuwire_buffer_free(inbox);
     }
     ok(gpuwire_comm_free(c), "comm_free");
     let waited = t0.elapsed().as_secs_f64();
     if cx.rank == 0 && backend == BackendKind::GPUWIRE_BACKEND_IPC as i32 && waited < 1.0 {
-        return Err(format!(
-            "rank 0's free returned after {waited:.2} s, before rank 1 (busy 1.5 s) freed its communicator"
-        ));
+        return Err(format!("rank 0's free returned after {waited:.2} s, before rank 1 (busy 1.5 s) freed its communicator"));
     }
     gpuwire_buffer_free(b);
     let w = dev_alloc(8, Dtype::GPUWIRE_FLOAT32);
     upload(w, &f32s(&[2.0; 8]));
-    ok(
-        gpuwire_allreduce(cx.comm, w, w, ReduceOp::GPUWIRE_SUM as i32, s),
-        "allreduce on world afterwards",
-    );
+    ok(gpuwire_allreduce(cx.comm, w, w, ReduceOp::GPUWIRE_SUM as i32, s), "allreduce on world afterwards");
     all_f32(&download(w, 32), 2.0 * cx.size as f32)?;
     gpuwire_buffer_free(w);
-    println!(
-        "rank {}: comm_free took {waited:.2} s (backend {backend})",
-        cx.rank
-    );
+    println!("rank {}: comm_free took {waited:.2} s (backend {backend})", cx.rank);
     Ok(())
 }
 
@@ -1445,42 +926,16 @@ fn ipc_mixed(cx: &Ctx) -> Result<(), String> {
     let (r, p, s) = (cx.rank, cx.size, cx.stream as *mut c_void);
     let n = 1usize << 18; // 1 MiB
     let mut b = 0;
-    let space = if r == 0 {
-        Space::GPUWIRE_SPACE_MANAGED
-    } else {
-        Space::GPUWIRE_SPACE_DEVICE
-    };
-    ok(
-        gpuwire_buffer_alloc(
-            n as i64,
-            Dtype::GPUWIRE_FLOAT32 as i32,
-            space as i32,
-            DEVICE.load(std::sync::atomic::Ordering::Relaxed),
-            &mut b,
-        ),
-        "alloc",
-    );
+    let space = if r == 0 { Space::GPUWIRE_SPACE_MANAGED } else { Space::GPUWIRE_SPACE_DEVICE };
+    ok(gpuwire_buffer_alloc(n as i64, Dtype::GPUWIRE_FLOAT32 as i32, space as i32, DEVICE.load(std::sync::atomic::Ordering::Relaxed), &mut b), "alloc");
     upload(b, &f32s(&vec![(r + 1) as f32; n]));
-    ok(
-        gpuwire_allreduce(cx.comm, b, b, ReduceOp::GPUWIRE_SUM as i32, s),
-        "allreduce managed/device",
-    );
-    all_f32(&download(b, n * 4), (1..=p).sum::<i32>() as f32)
-        .map_err(|e| format!("allreduce with managed memory on rank 0: {e}"))?;
+    ok(gpuwire_allreduce(cx.comm, b, b, ReduceOp::GPUWIRE_SUM as i32, s), "allreduce managed/device");
+    all_f32(&download(b, n * 4), (1..=p).sum::<i32>() as f32).map_err(|e| format!("allreduce with managed memory on rank 0: {e}"))?;
     if p >= 2 {
         // Rank 0 (managed) -> rank 1 (host memory), rank 1 (device) -> rank 0 (managed).
         let mut host = vec![0f32; n];
         let mut hb = 0;
-        ok(
-            gpuwire_buffer_wrap(
-                host.as_mut_ptr().cast(),
-                n as i64,
-                Dtype::GPUWIRE_FLOAT32 as i32,
-                Space::GPUWIRE_SPACE_HOST as i32,
-                &mut hb,
-            ),
-            "wrap host",
-        );
+        ok(gpuwire_buffer_wrap(host.as_mut_ptr().cast(), n as i64, Dtype::GPUWIRE_FLOAT32 as i32, Space::GPUWIRE_SPACE_HOST as i32, &mut hb), "wrap host");
         upload(b, &f32s(&vec![(r + 5) as f32; n]));
         if r == 0 {
             ok(gpuwire_send(cx.comm, b, 1, 40, s), "send managed");
@@ -1512,16 +967,9 @@ fn ipc_progress(cx: &Ctx) -> Result<(), String> {
     let multiple = provided == unsafe { mpi::ffi::RSMPI_THREAD_MULTIPLE };
     let mut c2 = 0;
     ok(gpuwire_comm_dup(cx.comm, &mut c2), "dup");
-    let parts: &[char] = if thread && multiple {
-        &['A', 'B', 'C']
-    } else {
-        &['B', 'C']
-    };
+    let parts: &[char] = if thread && multiple { &['A', 'B', 'C'] } else { &['B', 'C'] };
     if r == 0 {
-        println!(
-            "rank 0: ipcprogress parts {parts:?} (progress thread {}, MPI_THREAD_MULTIPLE {multiple})",
-            if thread { "allowed" } else { "disabled" }
-        );
+        println!("rank 0: ipcprogress parts {parts:?} (progress thread {}, MPI_THREAD_MULTIPLE {multiple})", if thread { "allowed" } else { "disabled" });
     }
     for (k, part) in parts.iter().enumerate() {
         let tag = 60 + k as i32;
@@ -1546,20 +994,8 @@ fn ipc_progress(cx: &Ctx) -> Result<(), String> {
             'B' => {
                 let mut host = vec![1.0f32; 256];
                 let mut hb = 0;
-                ok(
-                    gpuwire_buffer_wrap(
-                        host.as_mut_ptr().cast(),
-                        256,
-                        Dtype::GPUWIRE_FLOAT32 as i32,
-                        Space::GPUWIRE_SPACE_HOST as i32,
-                        &mut hb,
-                    ),
-                    "wrap host",
-                );
-                ok(
-                    gpuwire_allreduce(cx.comm, hb, hb, ReduceOp::GPUWIRE_SUM as i32, s),
-                    "host allreduce",
-                );
+                ok(gpuwire_buffer_wrap(host.as_mut_ptr().cast(), 256, Dtype::GPUWIRE_FLOAT32 as i32, Space::GPUWIRE_SPACE_HOST as i32, &mut hb), "wrap host");
+                ok(gpuwire_allreduce(cx.comm, hb, hb, ReduceOp::GPUWIRE_SUM as i32, s), "host allreduce");
                 gpuwire_buffer_free(hb);
                 if host.iter().any(|x| *x != cx.size as f32) {
                     return Err(format!("part B: host allreduce gave {}", host[0]));
@@ -1568,12 +1004,8 @@ fn ipc_progress(cx: &Ctx) -> Result<(), String> {
             _ => {
                 let d = dev_alloc(n, Dtype::GPUWIRE_FLOAT32);
                 upload(d, &f32s(&vec![1.0; n]));
-                ok(
-                    gpuwire_allreduce(c2, d, d, ReduceOp::GPUWIRE_SUM as i32, s),
-                    "allreduce on the dup",
-                );
-                all_f32(&download(d, n * 4), cx.size as f32)
-                    .map_err(|e| format!("part C: allreduce on the dup: {e}"))?;
+                ok(gpuwire_allreduce(c2, d, d, ReduceOp::GPUWIRE_SUM as i32, s), "allreduce on the dup");
+                all_f32(&download(d, n * 4), cx.size as f32).map_err(|e| format!("part C: allreduce on the dup: {e}"))?;
                 gpuwire_buffer_free(d);
             }
         }
@@ -1581,10 +1013,7 @@ fn ipc_progress(cx: &Ctx) -> Result<(), String> {
             ok(gpuwire_wait(&mut rq), "wait");
             all_f32(&download(b, n * 4), v).map_err(|e| format!("part {part}: received: {e}"))?;
         }
-        println!(
-            "rank {r}: ipcprogress part {part}: {:.1} ms",
-            t0.elapsed().as_secs_f64() * 1e3
-        );
+        println!("rank {r}: ipcprogress part {part}: {:.1} ms", t0.elapsed().as_secs_f64() * 1e3);
         gpuwire_buffer_free(b);
     }
     ok(gpuwire_comm_free(c2), "comm_free(dup)");
@@ -1608,13 +1037,9 @@ fn ipc_dup(cx: &Ctx) -> Result<(), String> {
         addrs.push(ptr_of(b));
         let v = (round * 10 + r as usize + 1) as f32;
         upload(b, &f32s(&vec![v; n]));
-        ok(
-            gpuwire_allreduce(c, b, b, ReduceOp::GPUWIRE_SUM as i32, s),
-            "allreduce",
-        );
+        ok(gpuwire_allreduce(c, b, b, ReduceOp::GPUWIRE_SUM as i32, s), "allreduce");
         let want: f32 = (0..p as usize).map(|q| (round * 10 + q + 1) as f32).sum();
-        all_f32(&download(b, n * 4), want)
-            .map_err(|e| format!("round {round} (comm {}): allreduce: {e}", round % 2))?;
+        all_f32(&download(b, n * 4), want).map_err(|e| format!("round {round} (comm {}): allreduce: {e}", round % 2))?;
         // Rank 0's buffer to the others on the other communicator.
         let other = comms[(round + 1) % 2];
         upload(b, &f32s(&vec![v; n]));
@@ -1624,24 +1049,18 @@ fn ipc_dup(cx: &Ctx) -> Result<(), String> {
             }
         } else {
             ok(gpuwire_recv(other, b, 0, 70 + round as i32, s), "recv");
-            all_f32(&download(b, n * 4), (round * 10 + 1) as f32)
-                .map_err(|e| format!("round {round}: recv on the other communicator: {e}"))?;
+            all_f32(&download(b, n * 4), (round * 10 + 1) as f32).map_err(|e| format!("round {round}: recv on the other communicator: {e}"))?;
         }
         gpuwire_buffer_free(b);
     }
     ok(gpuwire_comm_free(c2), "comm_free(dup)");
     let b = dev_alloc(n, Dtype::GPUWIRE_FLOAT32);
     upload(b, &f32s(&vec![1.0; n]));
-    ok(
-        gpuwire_allreduce(cx.comm, b, b, ReduceOp::GPUWIRE_SUM as i32, s),
-        "allreduce after the dup's free",
-    );
+    ok(gpuwire_allreduce(cx.comm, b, b, ReduceOp::GPUWIRE_SUM as i32, s), "allreduce after the dup's free");
     all_f32(&download(b, n * 4), p as f32).map_err(|e| format!("after the dup's free: {e}"))?;
     gpuwire_buffer_free(b);
     let reused = addrs.windows(2).filter(|w| w[0] == w[1]).count();
-    println!(
-        "rank {r}: ipcdup: 8 rounds over two communicators, the address was reused {reused} time(s)"
-    );
+    println!("rank {r}: ipcdup: 8 rounds over two communicators, the address was reused {reused} time(s)");
     Ok(())
 }
 
@@ -1657,33 +1076,18 @@ fn main() {
     ok(gpuwire_init(), "init");
     v("gpuwire_comm_world");
     let mut comm = 0;
-    ok(
-        gpuwire_comm_world(std::ptr::null(), &mut comm),
-        "comm_world",
-    );
+    ok(gpuwire_comm_world(std::ptr::null(), &mut comm), "comm_world");
     let (mut rank, mut size) = (0, 0);
     ok(gpuwire_comm_rank(comm, &mut rank), "rank");
     ok(gpuwire_comm_size(comm, &mut size), "size");
-    let want: i32 = std::env::var("GPUWIRE_GPU_TEST_NP")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2);
+    let want: i32 = std::env::var("GPUWIRE_GPU_TEST_NP").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
     if size != want {
-        eprintln!(
-            "RESULT FAIL setup rank {rank}: launched with {size} ranks, expected {want} (wrong launcher?)"
-        );
+        eprintln!("RESULT FAIL setup rank {rank}: launched with {size} ranks, expected {want} (wrong launcher?)");
         std::process::exit(1);
     }
     let mut desc = vec![0 as c_char; 1024];
-    ok(
-        gpuwire_comm_describe(comm, desc.as_mut_ptr(), desc.len()),
-        "describe",
-    );
-    let d: Vec<u8> = desc
-        .iter()
-        .take_while(|c| **c != 0)
-        .map(|c| *c as u8)
-        .collect();
+    ok(gpuwire_comm_describe(comm, desc.as_mut_ptr(), desc.len()), "describe");
+    let d: Vec<u8> = desc.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
     println!("rank {rank}: {}", String::from_utf8_lossy(&d));
     // This test program's own kernels and stream live in the device's primary context.
     let mut dev_id = 0;
@@ -1693,18 +1097,9 @@ fn main() {
     let ctx = unsafe { cudarc::driver::result::primary_ctx::retain(dev) }.expect("retain");
     unsafe { cudarc::driver::result::ctx::set_current(ctx) }.expect("set_current");
     let mut stream: cu::CUstream = std::ptr::null_mut();
-    cuok(
-        unsafe { cu::cuStreamCreate(&mut stream, 1) },
-        "cuStreamCreate(non-blocking)",
-    );
+    cuok(unsafe { cu::cuStreamCreate(&mut stream, 1) }, "cuStreamCreate(non-blocking)");
     STREAM.store(stream as usize, std::sync::atomic::Ordering::Relaxed);
-    let cx = Ctx {
-        comm,
-        rank,
-        size,
-        stream,
-        kernels: load_kernels(),
-    };
+    let cx = Ctx { comm, rank, size, stream, kernels: load_kernels() };
     for case in cases.split(',').map(str::trim).filter(|c| !c.is_empty()) {
         let t0 = Instant::now();
         verbose(|| format!("rank {rank}: case {case}"));

@@ -22,10 +22,10 @@ use std::time::Instant;
 use common::*;
 use cudarc::driver::sys as cu;
 use gpuwire::Status;
-use gpuwire::ffi::GPUWIRE_DECIDE;
 use gpuwire::ffi::buffer::*;
 use gpuwire::ffi::comm::*;
 use gpuwire::ffi::darray::*;
+use gpuwire::ffi::GPUWIRE_DECIDE;
 use gpuwire::types::{Dtype, NormKind, Partition, Space};
 
 const SCATTER: i32 = Partition::GPUWIRE_PARTITION_SCATTER as i32;
@@ -36,28 +36,10 @@ const HOST: Space = Space::GPUWIRE_SPACE_HOST;
 /// own logic on a machine without a GPU).
 fn dev() -> Space {
     static S: std::sync::OnceLock<Space> = std::sync::OnceLock::new();
-    *S.get_or_init(|| {
-        if std::env::var("GPUWIRE_GPU_TEST_SPACE").as_deref() == Ok("host") {
-            HOST
-        } else {
-            Space::GPUWIRE_SPACE_DEVICE
-        }
-    })
+    *S.get_or_init(|| if std::env::var("GPUWIRE_GPU_TEST_SPACE").as_deref() == Ok("host") { HOST } else { Space::GPUWIRE_SPACE_DEVICE })
 }
-const ARITH: [Dtype; 4] = [
-    Dtype::GPUWIRE_FLOAT32,
-    Dtype::GPUWIRE_FLOAT64,
-    Dtype::GPUWIRE_COMPLEX64,
-    Dtype::GPUWIRE_COMPLEX128,
-];
-const INTS: [Dtype; 6] = [
-    Dtype::GPUWIRE_INT8,
-    Dtype::GPUWIRE_UINT8,
-    Dtype::GPUWIRE_INT32,
-    Dtype::GPUWIRE_UINT32,
-    Dtype::GPUWIRE_INT64,
-    Dtype::GPUWIRE_UINT64,
-];
+const ARITH: [Dtype; 4] = [Dtype::GPUWIRE_FLOAT32, Dtype::GPUWIRE_FLOAT64, Dtype::GPUWIRE_COMPLEX64, Dtype::GPUWIRE_COMPLEX128];
+const INTS: [Dtype; 6] = [Dtype::GPUWIRE_INT8, Dtype::GPUWIRE_UINT8, Dtype::GPUWIRE_INT32, Dtype::GPUWIRE_UINT32, Dtype::GPUWIRE_INT64, Dtype::GPUWIRE_UINT64];
 
 fn null() -> *mut c_void {
     std::ptr::null_mut()
@@ -65,19 +47,8 @@ fn null() -> *mut c_void {
 
 fn create(ctx: &Ctx, n: usize, local: i64, d: Dtype, space: Space, part: i32) -> u64 {
     let mut h = 0;
-    let s = gpuwire_darray_create(
-        ctx.world,
-        n as i64,
-        local,
-        d as i32,
-        space as i32,
-        part,
-        &mut h,
-    );
-    if !ctx.ok(
-        s,
-        &format!("create {} {} n={n} local={local}", space.name(), d.name()),
-    ) {
+    let s = gpuwire_darray_create(ctx.world, n as i64, local, d as i32, space as i32, part, &mut h);
+    if !ctx.ok(s, &format!("create {} {} n={n} local={local}", space.name(), d.name())) {
         die(Some(ctx.rank), "cannot create a distributed array");
     }
     h
@@ -105,11 +76,7 @@ fn bytes(d: Dtype, n: usize, salt: usize) -> Vec<u8> {
                 V::I(if is_signed(d) { v } else { v + 11 })
             } else {
                 let re = (k % 13) as f64 - 6.0 + 0.5 * ((i + salt) % 2) as f64;
-                if d.is_complex() {
-                    V::C(re, ((k + 5) % 9) as f64 - 4.0)
-                } else {
-                    V::F(re)
-                }
+                if d.is_complex() { V::C(re, ((k + 5) % 9) as f64 - 4.0) } else { V::F(re) }
             }
         })
         .collect();
@@ -124,37 +91,21 @@ fn rough(d: Dtype, n: usize) -> Vec<u8> {
         .map(|c| {
             let u = u64::from_ne_bytes(c.try_into().unwrap());
             let x = (u >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
-            let x = if d == Dtype::GPUWIRE_FLOAT32 || d == Dtype::GPUWIRE_COMPLEX64 {
-                x as f32 as f64
-            } else {
-                x
-            };
-            if d.is_complex() {
-                V::C(x, -x * 0.5)
-            } else {
-                V::F(x)
-            }
+            let x = if d == Dtype::GPUWIRE_FLOAT32 || d == Dtype::GPUWIRE_COMPLEX64 { x as f32 as f64 } else { x };
+            if d.is_complex() { V::C(x, -x * 0.5) } else { V::F(x) }
         })
         .collect();
     encode_all(d, &vals)
 }
 
 fn set(ctx: &Ctx, h: u64, b: &[u8]) {
-    let p = if b.is_empty() {
-        std::ptr::null()
-    } else {
-        b.as_ptr().cast()
-    };
+    let p = if b.is_empty() { std::ptr::null() } else { b.as_ptr().cast() };
     ctx.ok(gpuwire_darray_set_global(h, p, null()), "set_global");
 }
 
 fn all(ctx: &Ctx, h: u64, nbytes: usize) -> Vec<u8> {
     let mut out = vec![SENTINEL; nbytes];
-    let p = if out.is_empty() {
-        null()
-    } else {
-        out.as_mut_ptr().cast()
-    };
+    let p = if out.is_empty() { null() } else { out.as_mut_ptr().cast() };
     ctx.ok(gpuwire_darray_allgather(h, p, null()), "allgather");
     out
 }
@@ -169,10 +120,7 @@ fn scalar(ctx: &Ctx, f: Red, h: u64, what: &str, stream: *mut c_void) -> [u8; 16
 
 fn dot(ctx: &Ctx, x: u64, y: u64, stream: *mut c_void) -> [u8; 16] {
     let mut r = [0u8; 16];
-    ctx.ok(
-        gpuwire_darray_dot(x, y, r.as_mut_ptr().cast(), stream),
-        "dot",
-    );
+    ctx.ok(gpuwire_darray_dot(x, y, r.as_mut_ptr().cast(), stream), "dot");
     r
 }
 
@@ -191,141 +139,55 @@ fn dops(ctx: &Ctx) {
         for n in [300_000usize, 1000, 3, 0] {
             for (how, local) in [("default", GPUWIRE_DECIDE), ("custom", custom(n, p, r))] {
                 let what = format!("{} n={n} {how}", d.name());
-                let (xh, yh) = (
-                    create(ctx, n, local, d, HOST, SCATTER),
-                    create(ctx, n, local, d, HOST, SCATTER),
-                );
-                let (xd, yd) = (
-                    create(ctx, n, local, d, dev(), SCATTER),
-                    create(ctx, n, local, d, dev(), SCATTER),
-                );
+                let (xh, yh) = (create(ctx, n, local, d, HOST, SCATTER), create(ctx, n, local, d, HOST, SCATTER));
+                let (xd, yd) = (create(ctx, n, local, d, dev(), SCATTER), create(ctx, n, local, d, dev(), SCATTER));
                 let (bx, by) = (bytes(d, n, 1), bytes(d, n, 2));
                 for (h, b) in [(xh, &bx), (xd, &bx), (yh, &by), (yd, &by)] {
                     set(ctx, h, b);
                 }
-                check_bytes(
-                    ctx,
-                    d,
-                    &all(ctx, xd, n * sz),
-                    &bx,
-                    &format!("{what}: set_global + allgather on the device"),
-                );
+                check_bytes(ctx, d, &all(ctx, xd, n * sz), &bx, &format!("{what}: set_global + allgather on the device"));
                 let dh = dot(ctx, xh, yh, null());
                 let dd = dot(ctx, xd, yd, null());
                 ctx.check_eq(&dd[..sz], &dh[..sz], &format!("{what}: dot"));
-                ctx.check_eq(
-                    &scalar(ctx, gpuwire_darray_sum, xd, "sum", null())[..sz],
-                    &scalar(ctx, gpuwire_darray_sum, xh, "sum", null())[..sz],
-                    &format!("{what}: sum"),
-                );
-                for k in [
-                    NormKind::GPUWIRE_NORM_1,
-                    NormKind::GPUWIRE_NORM_2,
-                    NormKind::GPUWIRE_NORM_INF,
-                ] {
+                ctx.check_eq(&scalar(ctx, gpuwire_darray_sum, xd, "sum", null())[..sz], &scalar(ctx, gpuwire_darray_sum, xh, "sum", null())[..sz], &format!("{what}: sum"));
+                for k in [NormKind::GPUWIRE_NORM_1, NormKind::GPUWIRE_NORM_2, NormKind::GPUWIRE_NORM_INF] {
                     let (nd, nh) = (norm(ctx, xd, k), norm(ctx, xh, k));
                     if d.is_complex() && k == NormKind::GPUWIRE_NORM_1 {
                         // |z| of integer data is not an integer: the device's fixed tree and the
                         // host's left-to-right sum round differently. Each |z| is the same bits
                         // (NORM_INF below is exact), so the sums differ by less than the bound of
                         // recursive summation, n·eps relative.
-                        ctx.check(
-                            (nd - nh).abs() <= (n as f64) * f64::EPSILON * nh.max(1.0),
-                            || format!("{what}: norm {k:?}: device {nd} vs host {nh}"),
-                        );
+                        ctx.check((nd - nh).abs() <= (n as f64) * f64::EPSILON * nh.max(1.0), || format!("{what}: norm {k:?}: device {nd} vs host {nh}"));
                     } else {
                         ctx.check_eq(nd, nh, &format!("{what}: norm {k:?}"));
                     }
                 }
                 if !d.is_complex() && n > 0 {
-                    ctx.check_eq(
-                        &scalar(ctx, gpuwire_darray_min, xd, "min", null())[..sz],
-                        &scalar(ctx, gpuwire_darray_min, xh, "min", null())[..sz],
-                        &format!("{what}: min"),
-                    );
-                    ctx.check_eq(
-                        &scalar(ctx, gpuwire_darray_max, xd, "max", null())[..sz],
-                        &scalar(ctx, gpuwire_darray_max, xh, "max", null())[..sz],
-                        &format!("{what}: max"),
-                    );
+                    ctx.check_eq(&scalar(ctx, gpuwire_darray_min, xd, "min", null())[..sz], &scalar(ctx, gpuwire_darray_min, xh, "min", null())[..sz], &format!("{what}: min"));
+                    ctx.check_eq(&scalar(ctx, gpuwire_darray_max, xd, "max", null())[..sz], &scalar(ctx, gpuwire_darray_max, xh, "max", null())[..sz], &format!("{what}: max"));
                 }
-                let alpha = if d.is_complex() {
-                    encode(d, V::C(1.5, -2.0))
-                } else {
-                    encode(d, V::F(1.5))
-                };
-                let beta = if d.is_complex() {
-                    encode(d, V::C(-0.5, 0.25))
-                } else {
-                    encode(d, V::F(-0.5))
-                };
+                let alpha = if d.is_complex() { encode(d, V::C(1.5, -2.0)) } else { encode(d, V::F(1.5)) };
+                let beta = if d.is_complex() { encode(d, V::C(-0.5, 0.25)) } else { encode(d, V::F(-0.5)) };
                 for (x, y) in [(xh, yh), (xd, yd)] {
-                    ctx.ok(
-                        gpuwire_darray_axpy(alpha.as_ptr().cast(), x, y, null()),
-                        "axpy",
-                    );
-                    ctx.ok(
-                        gpuwire_darray_scale(y, beta.as_ptr().cast(), null()),
-                        "scale",
-                    );
-                    ctx.ok(
-                        gpuwire_darray_axpy(alpha.as_ptr().cast(), x, x, null()),
-                        "axpy in place",
-                    );
+                    ctx.ok(gpuwire_darray_axpy(alpha.as_ptr().cast(), x, y, null()), "axpy");
+                    ctx.ok(gpuwire_darray_scale(y, beta.as_ptr().cast(), null()), "scale");
+                    ctx.ok(gpuwire_darray_axpy(alpha.as_ptr().cast(), x, x, null()), "axpy in place");
                 }
-                check_bytes(
-                    ctx,
-                    d,
-                    &all(ctx, yd, n * sz),
-                    &all(ctx, yh, n * sz),
-                    &format!("{what}: axpy then scale, bit for bit"),
-                );
-                check_bytes(
-                    ctx,
-                    d,
-                    &all(ctx, xd, n * sz),
-                    &all(ctx, xh, n * sz),
-                    &format!("{what}: x = alpha x + x, bit for bit"),
-                );
+                check_bytes(ctx, d, &all(ctx, yd, n * sz), &all(ctx, yh, n * sz), &format!("{what}: axpy then scale, bit for bit"));
+                check_bytes(ctx, d, &all(ctx, xd, n * sz), &all(ctx, xh, n * sz), &format!("{what}: x = alpha x + x, bit for bit"));
                 // Determinism: order-dependent data, the same bits twice; close to the host.
                 let rb = rough(d, n);
                 set(ctx, xd, &rb);
                 set(ctx, xh, &rb);
                 let (a1, a2) = (dot(ctx, xd, xd, null()), dot(ctx, xd, xd, null()));
-                ctx.check_eq(
-                    a1,
-                    a2,
-                    &format!("{what}: the same dot twice gives the same bits"),
-                );
-                let (n1, n2) = (
-                    norm(ctx, xd, NormKind::GPUWIRE_NORM_1),
-                    norm(ctx, xd, NormKind::GPUWIRE_NORM_1),
-                );
-                ctx.check_eq(
-                    n1.to_bits(),
-                    n2.to_bits(),
-                    &format!("{what}: the same norm twice gives the same bits"),
-                );
+                ctx.check_eq(a1, a2, &format!("{what}: the same dot twice gives the same bits"));
+                let (n1, n2) = (norm(ctx, xd, NormKind::GPUWIRE_NORM_1), norm(ctx, xd, NormKind::GPUWIRE_NORM_1));
+                ctx.check_eq(n1.to_bits(), n2.to_bits(), &format!("{what}: the same norm twice gives the same bits"));
                 let nh = norm(ctx, xh, NormKind::GPUWIRE_NORM_1);
-                ctx.check((n1 - nh).abs() <= 1e-12 * nh.max(1.0), || {
-                    format!("{what}: device norm 1 {n1} vs host {nh}")
-                });
-                let fill = if d.is_complex() {
-                    encode(d, V::C(0.5, 2.0))
-                } else {
-                    encode(d, V::F(0.5))
-                };
-                ctx.ok(
-                    gpuwire_darray_fill(xd, fill.as_ptr().cast(), null()),
-                    "fill",
-                );
-                check_bytes(
-                    ctx,
-                    d,
-                    &all(ctx, xd, n * sz),
-                    &fill.repeat(n),
-                    &format!("{what}: fill"),
-                );
+                ctx.check((n1 - nh).abs() <= 1e-12 * nh.max(1.0), || format!("{what}: device norm 1 {n1} vs host {nh}"));
+                let fill = if d.is_complex() { encode(d, V::C(0.5, 2.0)) } else { encode(d, V::F(0.5)) };
+                ctx.ok(gpuwire_darray_fill(xd, fill.as_ptr().cast(), null()), "fill");
+                check_bytes(ctx, d, &all(ctx, xd, n * sz), &fill.repeat(n), &format!("{what}: fill"));
                 for h in [xh, yh, xd, yd] {
                     ctx.ok(gpuwire_darray_free(h), "free");
                 }
@@ -335,23 +197,12 @@ fn dops(ctx: &Ctx) {
     // Integers: sum (wrapping), min, max; every datatype: fill.
     for d in INTS {
         let n = 70_000;
-        let (h, g) = (
-            create(ctx, n, custom(n, p, r), d, HOST, SCATTER),
-            create(ctx, n, custom(n, p, r), d, dev(), SCATTER),
-        );
+        let (h, g) = (create(ctx, n, custom(n, p, r), d, HOST, SCATTER), create(ctx, n, custom(n, p, r), d, dev(), SCATTER));
         let b = bytes(d, n, 4);
         set(ctx, h, &b);
         set(ctx, g, &b);
-        for (f, name) in [
-            (gpuwire_darray_sum as Red, "sum"),
-            (gpuwire_darray_min, "min"),
-            (gpuwire_darray_max, "max"),
-        ] {
-            ctx.check_eq(
-                scalar(ctx, f, g, name, null()),
-                scalar(ctx, f, h, name, null()),
-                &format!("{}: {name}", d.name()),
-            );
+        for (f, name) in [(gpuwire_darray_sum as Red, "sum"), (gpuwire_darray_min, "min"), (gpuwire_darray_max, "max")] {
+            ctx.check_eq(scalar(ctx, f, g, name, null()), scalar(ctx, f, h, name, null()), &format!("{}: {name}", d.name()));
         }
         ctx.ok(gpuwire_darray_free(h), "free");
         ctx.ok(gpuwire_darray_free(g), "free");
@@ -361,13 +212,7 @@ fn dops(ctx: &Ctx) {
         let g = create(ctx, n, GPUWIRE_DECIDE, d, dev(), SCATTER);
         let v = pattern(seed(&[d as usize, 9]), d.size());
         ctx.ok(gpuwire_darray_fill(g, v.as_ptr().cast(), null()), "fill");
-        check_bytes(
-            ctx,
-            d,
-            &all(ctx, g, n * d.size()),
-            &v.repeat(n),
-            &format!("{}: fill on the device", d.name()),
-        );
+        check_bytes(ctx, d, &all(ctx, g, n * d.size()), &v.repeat(n), &format!("{}: fill on the device", d.name()));
         ctx.ok(gpuwire_darray_free(g), "free");
     }
     // NaN propagates through min, max and the infinity norm.
@@ -379,56 +224,21 @@ fn dops(ctx: &Ctx) {
         let at = (n / 2) * d.size();
         b[at..at + d.size()].copy_from_slice(&nan);
         set(ctx, g, &b);
-        for (f, name) in [
-            (gpuwire_darray_min as Red, "min"),
-            (gpuwire_darray_max, "max"),
-        ] {
+        for (f, name) in [(gpuwire_darray_min as Red, "min"), (gpuwire_darray_max, "max")] {
             let v = scalar(ctx, f, g, name, null());
-            ctx.check(
-                matches!(decode(d, &v[..d.size()]), V::F(x) if x.is_nan()),
-                || format!("{}: {name} with a NaN", d.name()),
-            );
+            ctx.check(matches!(decode(d, &v[..d.size()]), V::F(x) if x.is_nan()), || format!("{}: {name} with a NaN", d.name()));
         }
-        ctx.check(norm(ctx, g, NormKind::GPUWIRE_NORM_INF).is_nan(), || {
-            format!("{}: norm inf with a NaN", d.name())
-        });
+        ctx.check(norm(ctx, g, NormKind::GPUWIRE_NORM_INF).is_nan(), || format!("{}: norm inf with a NaN", d.name()));
         ctx.ok(gpuwire_darray_free(g), "free");
     }
     // Host and device arrays do not mix in one operation.
     if dev() == HOST {
         return;
     }
-    let (h, g) = (
-        create(
-            ctx,
-            10,
-            GPUWIRE_DECIDE,
-            Dtype::GPUWIRE_FLOAT64,
-            HOST,
-            SCATTER,
-        ),
-        create(
-            ctx,
-            10,
-            GPUWIRE_DECIDE,
-            Dtype::GPUWIRE_FLOAT64,
-            dev(),
-            SCATTER,
-        ),
-    );
+    let (h, g) = (create(ctx, 10, GPUWIRE_DECIDE, Dtype::GPUWIRE_FLOAT64, HOST, SCATTER), create(ctx, 10, GPUWIRE_DECIDE, Dtype::GPUWIRE_FLOAT64, dev(), SCATTER));
     let mut res = 0f64;
-    ctx.error(
-        gpuwire_darray_dot(h, g, (&mut res as *mut f64).cast(), null()),
-        Status::GPUWIRE_ERROR_INVALID_ARGUMENT,
-        &["device"],
-        "dot of a host and a device array",
-    );
-    ctx.error(
-        gpuwire_darray_redistribute(h, g, null()),
-        Status::GPUWIRE_ERROR_INVALID_ARGUMENT,
-        &["device"],
-        "redistribute from host to device",
-    );
+    ctx.error(gpuwire_darray_dot(h, g, (&mut res as *mut f64).cast(), null()), Status::GPUWIRE_ERROR_INVALID_ARGUMENT, &["device"], "dot of a host and a device array");
+    ctx.error(gpuwire_darray_redistribute(h, g, null()), Status::GPUWIRE_ERROR_INVALID_ARGUMENT, &["device"], "redistribute from host to device");
     ctx.ok(gpuwire_darray_free(h), "free");
     ctx.ok(gpuwire_darray_free(g), "free");
 }
@@ -449,70 +259,28 @@ fn dmove(ctx: &Ctx) {
             let e = create(ctx, n, GPUWIRE_DECIDE, d, dev(), SCATTER);
             set(ctx, a, &g);
             let what = format!("{} n={n}", d.name());
-            check_bytes(
-                ctx,
-                d,
-                &all(ctx, a, n * sz),
-                &g,
-                &format!("{what}: allgather"),
-            );
+            check_bytes(ctx, d, &all(ctx, a, n * sz), &g, &format!("{what}: allgather"));
             let root = (p - 1) as i32;
             let mut out = vec![SENTINEL; n * sz];
-            let dst = if r as i32 == root && n > 0 {
-                out.as_mut_ptr().cast()
-            } else {
-                null()
-            };
+            let dst = if r as i32 == root && n > 0 { out.as_mut_ptr().cast() } else { null() };
             ctx.ok(gpuwire_darray_gather(a, dst, root, null()), "gather");
             if r as i32 == root {
-                check_bytes(
-                    ctx,
-                    d,
-                    &out,
-                    &g,
-                    &format!("{what}: gather to the last rank"),
-                );
+                check_bytes(ctx, d, &out, &g, &format!("{what}: gather to the last rank"));
             }
-            for (src, dstn, step) in [
-                (a, b, "default -> reversed"),
-                (b, c, "reversed -> custom"),
-                (c, bc, "custom -> BROADCAST"),
-                (bc, e, "BROADCAST -> default"),
-            ] {
+            for (src, dstn, step) in [(a, b, "default -> reversed"), (b, c, "reversed -> custom"), (c, bc, "custom -> BROADCAST"), (bc, e, "BROADCAST -> default")] {
                 ctx.ok(gpuwire_darray_redistribute(src, dstn, null()), step);
-                check_bytes(
-                    ctx,
-                    d,
-                    &all(ctx, dstn, n * sz),
-                    &g,
-                    &format!("{what}: {step}"),
-                );
+                check_bytes(ctx, d, &all(ctx, dstn, n * sz), &g, &format!("{what}: {step}"));
             }
             // BROADCAST: rank 0's data everywhere; bcast from the last rank after a local change.
             let mine = pattern(seed(&[d as usize, n, 12, r]), n * sz);
             set(ctx, bc, &mine);
-            check_bytes(
-                ctx,
-                d,
-                &all(ctx, bc, n * sz),
-                &pattern(seed(&[d as usize, n, 12, 0]), n * sz),
-                &format!("{what}: BROADCAST set_global is rank 0's"),
-            );
+            check_bytes(ctx, d, &all(ctx, bc, n * sz), &pattern(seed(&[d as usize, n, 12, 0]), n * sz), &format!("{what}: BROADCAST set_global is rank 0's"));
             if n > 0 {
                 let mut lb = 0u64;
                 ctx.ok(gpuwire_darray_local(bc, &mut lb), "local view");
-                ctx.ok(
-                    gpuwire_buffer_copy_from_host(lb, mine.as_ptr().cast(), null()),
-                    "write one rank's copy",
-                );
+                ctx.ok(gpuwire_buffer_copy_from_host(lb, mine.as_ptr().cast(), null()), "write one rank's copy");
                 ctx.ok(gpuwire_darray_bcast(bc, root, null()), "bcast");
-                check_bytes(
-                    ctx,
-                    d,
-                    &all(ctx, bc, n * sz),
-                    &pattern(seed(&[d as usize, n, 12, p - 1]), n * sz),
-                    &format!("{what}: bcast from the last rank"),
-                );
+                check_bytes(ctx, d, &all(ctx, bc, n * sz), &pattern(seed(&[d as usize, n, 12, p - 1]), n * sz), &format!("{what}: bcast from the last rank"));
                 ctx.ok(gpuwire_buffer_free(lb), "free view");
             }
             for h in [a, b, c, bc, e] {
@@ -527,98 +295,44 @@ fn dhalo(ctx: &Ctx) {
     ctx.section("dhalo: halo exchange of N-D device arrays");
     let (r, p) = (ctx.rank, ctx.size);
     let cols = 5usize;
-    for (n, halo, width) in [
-        (9usize, 1usize, 1usize),
-        (9, 2, 2),
-        (9, 2, 1),
-        (3000, 3, 3),
-        (2, 1, 1),
-    ] {
+    for (n, halo, width) in [(9usize, 1usize, 1usize), (9, 2, 2), (9, 2, 1), (3000, 3, 3), (2, 1, 1)] {
         let ones = if r + 1 < p { 1 } else { n - (p - 1) } as i64;
-        for (how, local) in [
-            ("default", GPUWIRE_DECIDE),
-            ("custom", custom(n, p, r)),
-            ("ones", ones),
-        ] {
+        for (how, local) in [("default", GPUWIRE_DECIDE), ("custom", custom(n, p, r)), ("ones", ones)] {
             let what = format!("n={n} x {cols} {how} split, halo {halo}, width {width}");
             let shape = [n as i64, cols as i64];
             let mut h = 0;
-            let s = gpuwire_darray_create_nd(
-                ctx.world,
-                2,
-                shape.as_ptr(),
-                local,
-                halo as i64,
-                Dtype::GPUWIRE_FLOAT64 as i32,
-                dev() as i32,
-                SCATTER,
-                &mut h,
-            );
+            let s = gpuwire_darray_create_nd(ctx.world, 2, shape.as_ptr(), local, halo as i64, Dtype::GPUWIRE_FLOAT64 as i32, dev() as i32, SCATTER, &mut h);
             if !ctx.ok(s, &format!("{what}: create_nd")) {
                 continue;
             }
             let value = |g: usize, c: usize| (10 * g + c + 1) as f64;
             let mut lens = vec![0i64; p];
-            ctx.ok(
-                gpuwire_darray_local_lens(h, lens.as_mut_ptr()),
-                "local_lens",
-            );
+            ctx.ok(gpuwire_darray_local_lens(h, lens.as_mut_ptr()), "local_lens");
             let rows: Vec<usize> = lens.iter().map(|l| *l as usize / cols).collect();
             let start: usize = rows[..r].iter().sum();
             let total = (rows[r] + 2 * halo) * cols;
             let mut whole = 0u64;
-            ctx.ok(
-                gpuwire_darray_local_with_halo(h, &mut whole),
-                "view with halo",
-            );
+            ctx.ok(gpuwire_darray_local_with_halo(h, &mut whole), "view with halo");
             // Ghost rows to a sentinel, then the owned rows.
-            ctx.ok(
-                gpuwire_buffer_copy_from_host(whole, vec![-1.0f64; total].as_ptr().cast(), null()),
-                "sentinel",
-            );
+            ctx.ok(gpuwire_buffer_copy_from_host(whole, vec![-1.0f64; total].as_ptr().cast(), null()), "sentinel");
             let g: Vec<f64> = (0..n * cols).map(|k| value(k / cols, k % cols)).collect();
-            ctx.ok(
-                gpuwire_darray_set_global(h, g.as_ptr().cast(), null()),
-                "set_global",
-            );
-            ctx.ok(
-                gpuwire_darray_halo_exchange(h, width as i64, null()),
-                "halo_exchange",
-            );
+            ctx.ok(gpuwire_darray_set_global(h, g.as_ptr().cast(), null()), "set_global");
+            ctx.ok(gpuwire_darray_halo_exchange(h, width as i64, null()), "halo_exchange");
             let mut got = vec![0f64; total];
-            ctx.ok(
-                gpuwire_buffer_copy_to_host(whole, got.as_mut_ptr().cast(), null()),
-                "read back",
-            );
+            ctx.ok(gpuwire_buffer_copy_to_host(whole, got.as_mut_ptr().cast(), null()), "read back");
             let mut bad = Vec::new();
             for srow in 0..rows[r] + 2 * halo {
                 let gr = start as i64 - halo as i64 + srow as i64;
                 let owned = srow >= halo && srow < halo + rows[r];
-                let filled = !owned
-                    && gr >= 0
-                    && (gr as usize) < n
-                    && gr >= start as i64 - width as i64
-                    && gr < (start + rows[r] + width) as i64;
+                let filled = !owned && gr >= 0 && (gr as usize) < n && gr >= start as i64 - width as i64 && gr < (start + rows[r] + width) as i64;
                 for c in 0..cols {
-                    let want = if owned || filled {
-                        value(gr as usize, c)
-                    } else {
-                        -1.0
-                    };
+                    let want = if owned || filled { value(gr as usize, c) } else { -1.0 };
                     if got[srow * cols + c] != want {
-                        bad.push(format!(
-                            "storage row {srow} (global {gr}) col {c}: {} != {want}",
-                            got[srow * cols + c]
-                        ));
+                        bad.push(format!("storage row {srow} (global {gr}) col {c}: {} != {want}", got[srow * cols + c]));
                     }
                 }
             }
-            ctx.check(bad.is_empty(), || {
-                format!(
-                    "{what}: {}",
-                    bad.iter().take(4).cloned().collect::<Vec<_>>().join("; ")
-                )
-            });
+            ctx.check(bad.is_empty(), || format!("{what}: {}", bad.iter().take(4).cloned().collect::<Vec<_>>().join("; ")));
             ctx.ok(gpuwire_buffer_free(whole), "free view");
             ctx.ok(gpuwire_darray_free(h), "free");
         }
@@ -633,61 +347,19 @@ fn dstream(ctx: &Ctx, stream: cu::CUstream) {
     let d = Dtype::GPUWIRE_FLOAT64;
     let shape = [n as i64, 1];
     let (mut x, mut y) = (0u64, 0u64);
-    ctx.ok(
-        gpuwire_darray_create_nd(
-            ctx.world,
-            2,
-            shape.as_ptr(),
-            GPUWIRE_DECIDE,
-            1,
-            d as i32,
-            dev() as i32,
-            SCATTER,
-            &mut x,
-        ),
-        "create x",
-    );
-    ctx.ok(
-        gpuwire_darray_create_nd(
-            ctx.world,
-            2,
-            shape.as_ptr(),
-            GPUWIRE_DECIDE,
-            1,
-            d as i32,
-            dev() as i32,
-            SCATTER,
-            &mut y,
-        ),
-        "create y",
-    );
+    ctx.ok(gpuwire_darray_create_nd(ctx.world, 2, shape.as_ptr(), GPUWIRE_DECIDE, 1, d as i32, dev() as i32, SCATTER, &mut x), "create x");
+    ctx.ok(gpuwire_darray_create_nd(ctx.world, 2, shape.as_ptr(), GPUWIRE_DECIDE, 1, d as i32, dev() as i32, SCATTER, &mut y), "create y");
     for round in 0..5 {
         let (two, three) = (2.0f64 + round as f64, 3.0f64);
         // All enqueued on `s` without waiting: each step must see the previous one.
-        ctx.ok(
-            gpuwire_darray_fill(x, (&two as *const f64).cast(), s),
-            "fill x",
-        );
-        ctx.ok(
-            gpuwire_darray_fill(y, (&three as *const f64).cast(), s),
-            "fill y",
-        );
-        ctx.ok(
-            gpuwire_darray_axpy((&two as *const f64).cast(), x, y, s),
-            "y += a x",
-        );
+        ctx.ok(gpuwire_darray_fill(x, (&two as *const f64).cast(), s), "fill x");
+        ctx.ok(gpuwire_darray_fill(y, (&three as *const f64).cast(), s), "fill y");
+        ctx.ok(gpuwire_darray_axpy((&two as *const f64).cast(), x, y, s), "y += a x");
         ctx.ok(gpuwire_darray_halo_exchange(y, 1, s), "halo exchange");
         let mut v = 0f64;
-        ctx.ok(
-            gpuwire_darray_dot(x, y, (&mut v as *mut f64).cast(), s),
-            "dot",
-        );
+        ctx.ok(gpuwire_darray_dot(x, y, (&mut v as *mut f64).cast(), s), "dot");
         let want = two * (three + two * two) * n as f64;
-        ctx.check_eq(
-            v,
-            want,
-            &format!("round {round}: dot after fill, axpy and halo exchange on one stream"),
-        );
+        ctx.check_eq(v, want, &format!("round {round}: dot after fill, axpy and halo exchange on one stream"));
     }
     ctx.ok(gpuwire_darray_free(x), "free");
     ctx.ok(gpuwire_darray_free(y), "free");
@@ -700,22 +372,12 @@ fn main() {
         );
         return;
     };
-    let np: usize = std::env::var("GPUWIRE_GPU_TEST_NP")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2);
+    let np: usize = std::env::var("GPUWIRE_GPU_TEST_NP").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
     let ctx = Ctx::init(np);
     let mut desc = vec![0 as std::ffi::c_char; 1024];
-    ctx.ok(
-        gpuwire_comm_describe(ctx.world, desc.as_mut_ptr(), desc.len()),
-        "describe",
-    );
+    ctx.ok(gpuwire_comm_describe(ctx.world, desc.as_mut_ptr(), desc.len()), "describe");
     // SAFETY: NUL-terminated by gpuwire_comm_describe.
-    println!(
-        "rank {}: {}",
-        ctx.rank,
-        unsafe { std::ffi::CStr::from_ptr(desc.as_ptr()) }.to_string_lossy()
-    );
+    println!("rank {}: {}", ctx.rank, unsafe { std::ffi::CStr::from_ptr(desc.as_ptr()) }.to_string_lossy());
     let mut stream: cu::CUstream = std::ptr::null_mut();
     if dev() != HOST {
         let mut d = 0;
@@ -724,11 +386,7 @@ fn main() {
         let cctx = unsafe { cudarc::driver::result::primary_ctx::retain(cdev) }.expect("retain");
         unsafe { cudarc::driver::result::ctx::set_current(cctx) }.expect("set_current");
         // SAFETY: creates one stream in the current context; CU_STREAM_NON_BLOCKING = 1.
-        assert_eq!(
-            unsafe { cu::cuStreamCreate(&mut stream, 1) },
-            cu::CUresult::CUDA_SUCCESS,
-            "cuStreamCreate"
-        );
+        assert_eq!(unsafe { cu::cuStreamCreate(&mut stream, 1) }, cu::CUresult::CUDA_SUCCESS, "cuStreamCreate");
     }
     for case in cases.split(',').map(str::trim).filter(|c| !c.is_empty()) {
         let t0 = Instant::now();
@@ -747,10 +405,7 @@ fn main() {
         if failed == 0 {
             println!("RESULT PASS {case} rank {} ({ms} ms)", ctx.rank);
         } else {
-            println!(
-                "RESULT FAIL {case} rank {}: {failed} failed checks (see the FAIL lines above)",
-                ctx.rank
-            );
+            println!("RESULT FAIL {case} rank {}: {failed} failed checks (see the FAIL lines above)", ctx.rank);
             // Other ranks may wait in a collective this rank will not call: end the job now.
             std::process::exit(1);
         }

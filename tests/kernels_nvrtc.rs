@@ -8,16 +8,11 @@ fn kernel_source_compiles_for_hopper_and_ampere() {
     match gpuwire::device::kernels::nvrtc_available() {
         Ok(()) => {
             for arch in ["compute_80", "compute_90"] {
-                let n = gpuwire::device::kernels::compile_ptx_for(arch)
-                    .unwrap_or_else(|e| panic!("{arch}: {e}"));
+                let n = gpuwire::device::kernels::compile_ptx_for(arch).unwrap_or_else(|e| panic!("{arch}: {e}"));
                 assert!(n > 1000, "PTX for {arch} is {n} bytes");
-                let ptx = gpuwire::device::array_kernels::compile_ptx_for(arch)
-                    .unwrap_or_else(|e| panic!("array kernels, {arch}: {e}"));
+                let ptx = gpuwire::device::array_kernels::compile_ptx_for(arch).unwrap_or_else(|e| panic!("array kernels, {arch}: {e}"));
                 for name in gpuwire::device::array_kernels::names() {
-                    assert!(
-                        ptx.contains(&format!(".entry {name}(")),
-                        "array-kernel PTX for {arch} lacks the entry {name}"
-                    );
+                    assert!(ptx.contains(&format!(".entry {name}(")), "array-kernel PTX for {arch} lacks the entry {name}");
                 }
             }
         }
@@ -25,9 +20,7 @@ fn kernel_source_compiles_for_hopper_and_ampere() {
             if std::env::var("GPUWIRE_NVRTC_REQUIRED").as_deref() == Ok("1") {
                 panic!("GPUWIRE_NVRTC_REQUIRED=1 but {why}");
             }
-            eprintln!(
-                "NOT CHECKED: kernel source compile ({why}); set LD_LIBRARY_PATH to an NVRTC and GPUWIRE_NVRTC_REQUIRED=1"
-            );
+            eprintln!("NOT CHECKED: kernel source compile ({why}); set LD_LIBRARY_PATH to an NVRTC and GPUWIRE_NVRTC_REQUIRED=1");
         }
     }
 }

@@ -60,18 +60,11 @@ fn st() -> *mut std::ffi::c_void {
 fn checking_mode_is(ctx: &Ctx, on: bool) {
     ctx.section("configuration");
     let mut buf = vec![0 as std::ffi::c_char; 1024];
-    ctx.ok(
-        gpuwire_comm_describe(ctx.world, buf.as_mut_ptr(), buf.len()),
-        "gpuwire_comm_describe",
-    );
+    ctx.ok(gpuwire_comm_describe(ctx.world, buf.as_mut_ptr(), buf.len()), "gpuwire_comm_describe");
     // SAFETY: NUL-terminated by gpuwire_comm_describe.
-    let text = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }
-        .to_string_lossy()
-        .into_owned();
+    let text = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned();
     let want = if on { "check=on" } else { "check=off" };
-    ctx.check(text.contains(want), || {
-        format!("describe should say {want}: {text:?}")
-    });
+    ctx.check(text.contains(want), || format!("describe should say {want}: {text:?}"));
 }
 
 /// Bytes of rank `from`'s data for `to` (or for everyone) in test `what`.
@@ -91,14 +84,8 @@ fn point_to_point(ctx: &Ctx) {
         if p == 1 {
             // A blocking send to oneself may wait for its receive: post the receive first.
             let mut req = GPUWIRE_REQUEST_NULL;
-            ctx.ok(
-                gpuwire_irecv(ctx.world, recv.h, prev, tag, st(), &mut req),
-                "irecv from self",
-            );
-            ctx.ok(
-                gpuwire_send(ctx.world, send.h, next, tag, st()),
-                "send to self",
-            );
+            ctx.ok(gpuwire_irecv(ctx.world, recv.h, prev, tag, st(), &mut req), "irecv from self");
+            ctx.ok(gpuwire_send(ctx.world, send.h, next, tag, st()), "send to self");
             ctx.ok(gpuwire_wait(&mut req), "wait");
         } else if r % 2 == 0 {
             ctx.ok(gpuwire_send(ctx.world, send.h, next, tag, st()), "send");
@@ -107,59 +94,20 @@ fn point_to_point(ctx: &Ctx) {
             ctx.ok(gpuwire_recv(ctx.world, recv.h, prev, tag, st()), "recv");
             ctx.ok(gpuwire_send(ctx.world, send.h, next, tag, st()), "send");
         }
-        check_bytes(
-            ctx,
-            d,
-            &recv.read(),
-            &data(1, d, prev as usize, 0, N),
-            "received from the previous rank",
-        );
-        check_bytes(
-            ctx,
-            d,
-            &send.read(),
-            &data(1, d, r, 0, N),
-            "send buffer after send",
-        );
+        check_bytes(ctx, d, &recv.read(), &data(1, d, prev as usize, 0, N), "received from the previous rank");
+        check_bytes(ctx, d, &send.read(), &data(1, d, r, 0, N), "send buffer after send");
 
         // GPUWIRE_PROC_NULL: nothing happens, the buffer stays as it was.
-        ctx.ok(
-            gpuwire_send(ctx.world, send.h, GPUWIRE_PROC_NULL, tag, st()),
-            "send to PROC_NULL",
-        );
+        ctx.ok(gpuwire_send(ctx.world, send.h, GPUWIRE_PROC_NULL, tag, st()), "send to PROC_NULL");
         let untouched = Buf::from_bytes(d, &sentinel(N * d.size()));
-        ctx.ok(
-            gpuwire_recv(ctx.world, untouched.h, GPUWIRE_PROC_NULL, tag, st()),
-            "recv from PROC_NULL",
-        );
-        check_bytes(
-            ctx,
-            d,
-            &untouched.read(),
-            &sentinel(N * d.size()),
-            "buffer of a recv from PROC_NULL",
-        );
+        ctx.ok(gpuwire_recv(ctx.world, untouched.h, GPUWIRE_PROC_NULL, tag, st()), "recv from PROC_NULL");
+        check_bytes(ctx, d, &untouched.read(), &sentinel(N * d.size()), "buffer of a recv from PROC_NULL");
     }
     // Local argument errors: nothing is sent, so no rank waits for anything.
     let b = Buf::new(Dtype::GPUWIRE_INT32, 1);
-    ctx.error(
-        gpuwire_send(ctx.world, b.h, p as i32, 0, st()),
-        Status::GPUWIRE_ERROR_INVALID_ARGUMENT,
-        &["destination", "rank"],
-        "send to rank = size",
-    );
-    ctx.error(
-        gpuwire_recv(ctx.world, b.h, -7, 0, st()),
-        Status::GPUWIRE_ERROR_INVALID_ARGUMENT,
-        &["source", "-7"],
-        "recv from rank -7",
-    );
-    ctx.error(
-        gpuwire_send(ctx.world, b.h, next, -1, st()),
-        Status::GPUWIRE_ERROR_INVALID_ARGUMENT,
-        &["tag -1"],
-        "send with tag -1",
-    );
+    ctx.error(gpuwire_send(ctx.world, b.h, p as i32, 0, st()), Status::GPUWIRE_ERROR_INVALID_ARGUMENT, &["destination", "rank"], "send to rank = size");
+    ctx.error(gpuwire_recv(ctx.world, b.h, -7, 0, st()), Status::GPUWIRE_ERROR_INVALID_ARGUMENT, &["source", "-7"], "recv from rank -7");
+    ctx.error(gpuwire_send(ctx.world, b.h, next, -1, st()), Status::GPUWIRE_ERROR_INVALID_ARGUMENT, &["tag -1"], "send with tag -1");
 }
 
 fn nonblocking(ctx: &Ctx) {
@@ -169,46 +117,19 @@ fn nonblocking(ctx: &Ctx) {
         // Every rank sends a message to every rank (itself too), completed three ways.
         for (k, how) in ["waitall", "wait", "test"].into_iter().enumerate() {
             let what = 2000 + k;
-            let recvs: Vec<Buf> = (0..p)
-                .map(|_| Buf::from_bytes(d, &sentinel(N * d.size())))
-                .collect();
-            let sends: Vec<Buf> = (0..p)
-                .map(|t| Buf::from_bytes(d, &data(what, d, r, t, N)))
-                .collect();
+            let recvs: Vec<Buf> = (0..p).map(|_| Buf::from_bytes(d, &sentinel(N * d.size()))).collect();
+            let sends: Vec<Buf> = (0..p).map(|t| Buf::from_bytes(d, &data(what, d, r, t, N))).collect();
             let mut reqs = vec![GPUWIRE_REQUEST_NULL; 2 * p];
             for s in 0..p {
-                ctx.ok(
-                    gpuwire_irecv(
-                        ctx.world,
-                        recvs[s].h,
-                        s as i32,
-                        10 + s as i32,
-                        st(),
-                        &mut reqs[s],
-                    ),
-                    "irecv",
-                );
+                ctx.ok(gpuwire_irecv(ctx.world, recvs[s].h, s as i32, 10 + s as i32, st(), &mut reqs[s]), "irecv");
             }
             for t in 0..p {
-                ctx.ok(
-                    gpuwire_isend(
-                        ctx.world,
-                        sends[t].h,
-                        t as i32,
-                        10 + r as i32,
-                        st(),
-                        &mut reqs[p + t],
-                    ),
-                    "isend",
-                );
+                ctx.ok(gpuwire_isend(ctx.world, sends[t].h, t as i32, 10 + r as i32, st(), &mut reqs[p + t]), "isend");
             }
             let stale = reqs[0];
             match how {
                 "waitall" => {
-                    ctx.ok(
-                        gpuwire_waitall(reqs.len() as i32, reqs.as_mut_ptr()),
-                        "waitall",
-                    );
+                    ctx.ok(gpuwire_waitall(reqs.len() as i32, reqs.as_mut_ptr()), "waitall");
                 }
                 "wait" => {
                     for q in reqs.iter_mut() {
@@ -223,86 +144,41 @@ fn nonblocking(ctx: &Ctx) {
                             if !*dn {
                                 let mut flag = -1;
                                 ctx.ok(gpuwire_test(q, &mut flag), "test");
-                                ctx.check(flag == 0 || flag == 1, || {
-                                    format!("test flag is {flag}")
-                                });
+                                ctx.check(flag == 0 || flag == 1, || format!("test flag is {flag}"));
                                 *dn = flag == 1;
                             }
                         }
                     }
-                    ctx.check(done.iter().all(|x| *x), || {
-                        "requests not complete after 30 s of gpuwire_test".into()
-                    });
+                    ctx.check(done.iter().all(|x| *x), || "requests not complete after 30 s of gpuwire_test".into());
                 }
             }
-            ctx.check(reqs.iter().all(|q| *q == GPUWIRE_REQUEST_NULL), || {
-                format!("{how}: completed requests must be set to NULL: {reqs:x?}")
-            });
+            ctx.check(reqs.iter().all(|q| *q == GPUWIRE_REQUEST_NULL), || format!("{how}: completed requests must be set to NULL: {reqs:x?}"));
             for (s, rb) in recvs.iter().enumerate() {
-                check_bytes(
-                    ctx,
-                    d,
-                    &rb.read(),
-                    &data(what, d, s, r, N),
-                    &format!("{how}: message from rank {s}"),
-                );
+                check_bytes(ctx, d, &rb.read(), &data(what, d, s, r, N), &format!("{how}: message from rank {s}"));
             }
             // The completed request's handle is gone: a stale copy is refused.
             let mut copy = stale;
-            ctx.error(
-                gpuwire_wait(&mut copy),
-                Status::GPUWIRE_ERROR_INVALID_HANDLE,
-                &["freed"],
-                "wait on a completed request's stale handle",
-            );
+            ctx.error(gpuwire_wait(&mut copy), Status::GPUWIRE_ERROR_INVALID_HANDLE, &["freed"], "wait on a completed request's stale handle");
         }
     }
     // NULL requests.
     let mut null = GPUWIRE_REQUEST_NULL;
     ctx.ok(gpuwire_wait(&mut null), "wait on GPUWIRE_REQUEST_NULL");
     let mut flag = 0;
-    ctx.ok(
-        gpuwire_test(&mut null, &mut flag),
-        "test on GPUWIRE_REQUEST_NULL",
-    );
+    ctx.ok(gpuwire_test(&mut null, &mut flag), "test on GPUWIRE_REQUEST_NULL");
     ctx.check_eq(flag, 1, "test on GPUWIRE_REQUEST_NULL reports completion");
-    ctx.ok(
-        gpuwire_waitall(0, std::ptr::null_mut()),
-        "waitall of 0 requests, NULL array",
-    );
-    ctx.error(
-        gpuwire_waitall(-1, &mut null),
-        Status::GPUWIRE_ERROR_INVALID_ARGUMENT,
-        &["negative"],
-        "waitall with count -1",
-    );
+    ctx.ok(gpuwire_waitall(0, std::ptr::null_mut()), "waitall of 0 requests, NULL array");
+    ctx.error(gpuwire_waitall(-1, &mut null), Status::GPUWIRE_ERROR_INVALID_ARGUMENT, &["negative"], "waitall with count -1");
 
     // PROC_NULL requests complete at once; NULL entries of waitall are skipped.
     let d = Dtype::GPUWIRE_FLOAT64;
     let b = Buf::from_bytes(d, &sentinel(8));
     let mut reqs = [GPUWIRE_REQUEST_NULL; 3];
-    ctx.ok(
-        gpuwire_isend(ctx.world, b.h, GPUWIRE_PROC_NULL, 0, st(), &mut reqs[0]),
-        "isend to PROC_NULL",
-    );
-    ctx.ok(
-        gpuwire_irecv(ctx.world, b.h, GPUWIRE_PROC_NULL, 0, st(), &mut reqs[2]),
-        "irecv from PROC_NULL",
-    );
-    ctx.check(reqs[0] != 0 && reqs[2] != 0, || {
-        "isend/irecv must write a request handle".into()
-    });
-    ctx.ok(
-        gpuwire_waitall(3, reqs.as_mut_ptr()),
-        "waitall with a NULL entry",
-    );
-    check_bytes(
-        ctx,
-        d,
-        &b.read(),
-        &sentinel(8),
-        "buffer of an irecv from PROC_NULL",
-    );
+    ctx.ok(gpuwire_isend(ctx.world, b.h, GPUWIRE_PROC_NULL, 0, st(), &mut reqs[0]), "isend to PROC_NULL");
+    ctx.ok(gpuwire_irecv(ctx.world, b.h, GPUWIRE_PROC_NULL, 0, st(), &mut reqs[2]), "irecv from PROC_NULL");
+    ctx.check(reqs[0] != 0 && reqs[2] != 0, || "isend/irecv must write a request handle".into());
+    ctx.ok(gpuwire_waitall(3, reqs.as_mut_ptr()), "waitall with a NULL entry");
+    check_bytes(ctx, d, &b.read(), &sentinel(8), "buffer of an irecv from PROC_NULL");
 
     // A request keeps its buffer alive: receive into a view whose handle is freed before the wait.
     let (r, p) = (ctx.rank, ctx.size);
@@ -313,29 +189,14 @@ fn nonblocking(ctx: &Ctx) {
     let prev = ((r + p - 1) % p) as i32;
     let next = ((r + 1) % p) as i32;
     let (mut rq, mut sq) = (0, 0);
-    ctx.ok(
-        gpuwire_irecv(ctx.world, part.h, prev, 5, st(), &mut rq),
-        "irecv into a view",
-    );
-    ctx.ok(
-        part.free(),
-        "free the view's handle while its irecv is pending",
-    );
-    ctx.ok(
-        gpuwire_isend(ctx.world, src.h, next, 5, st(), &mut sq),
-        "isend",
-    );
+    ctx.ok(gpuwire_irecv(ctx.world, part.h, prev, 5, st(), &mut rq), "irecv into a view");
+    ctx.ok(part.free(), "free the view's handle while its irecv is pending");
+    ctx.ok(gpuwire_isend(ctx.world, src.h, next, 5, st(), &mut sq), "isend");
     ctx.ok(gpuwire_wait(&mut rq), "wait for the irecv of a freed view");
     ctx.ok(gpuwire_wait(&mut sq), "wait for the isend");
     let mut expect = sentinel(N * d.size());
     expect.extend(data(9, d, prev as usize, 0, N));
-    check_bytes(
-        ctx,
-        d,
-        &whole.read(),
-        &expect,
-        "parent of a freed view after its irecv completed",
-    );
+    check_bytes(ctx, d, &whole.read(), &expect, "parent of a freed view after its irecv completed");
 }
 
 fn sendrecv(ctx: &Ctx) {
@@ -346,72 +207,22 @@ fn sendrecv(ctx: &Ctx) {
         let send = Buf::from_bytes(d, &data(20, d, r, 0, N));
         let recv = Buf::from_bytes(d, &sentinel(N * d.size()));
         let (next, prev) = ((r + 1) % p, (r + p - 1) % p);
-        ctx.ok(
-            gpuwire_sendrecv(
-                ctx.world,
-                send.h,
-                next as i32,
-                3,
-                recv.h,
-                prev as i32,
-                3,
-                st(),
-            ),
-            "periodic sendrecv",
-        );
-        check_bytes(
-            ctx,
-            d,
-            &recv.read(),
-            &data(20, d, prev, 0, N),
-            "periodic ring: from the previous rank",
-        );
-        check_bytes(
-            ctx,
-            d,
-            &send.read(),
-            &data(20, d, r, 0, N),
-            "periodic ring: send buffer unchanged",
-        );
+        ctx.ok(gpuwire_sendrecv(ctx.world, send.h, next as i32, 3, recv.h, prev as i32, 3, st()), "periodic sendrecv");
+        check_bytes(ctx, d, &recv.read(), &data(20, d, prev, 0, N), "periodic ring: from the previous rank");
+        check_bytes(ctx, d, &send.read(), &data(20, d, r, 0, N), "periodic ring: send buffer unchanged");
 
         // Non-periodic (a halo exchange's edge): the last rank sends to PROC_NULL, the first
         // receives from PROC_NULL and keeps its buffer.
         let recv = Buf::from_bytes(d, &sentinel(N * d.size()));
-        let dest = if r + 1 < p {
-            (r + 1) as i32
-        } else {
-            GPUWIRE_PROC_NULL
-        };
-        let source = if r > 0 {
-            (r - 1) as i32
-        } else {
-            GPUWIRE_PROC_NULL
-        };
-        ctx.ok(
-            gpuwire_sendrecv(ctx.world, send.h, dest, 4, recv.h, source, 4, st()),
-            "non-periodic sendrecv",
-        );
-        let expect = if r > 0 {
-            data(20, d, r - 1, 0, N)
-        } else {
-            sentinel(N * d.size())
-        };
-        check_bytes(
-            ctx,
-            d,
-            &recv.read(),
-            &expect,
-            "non-periodic: from the previous rank (rank 0: untouched)",
-        );
+        let dest = if r + 1 < p { (r + 1) as i32 } else { GPUWIRE_PROC_NULL };
+        let source = if r > 0 { (r - 1) as i32 } else { GPUWIRE_PROC_NULL };
+        ctx.ok(gpuwire_sendrecv(ctx.world, send.h, dest, 4, recv.h, source, 4, st()), "non-periodic sendrecv");
+        let expect = if r > 0 { data(20, d, r - 1, 0, N) } else { sentinel(N * d.size()) };
+        check_bytes(ctx, d, &recv.read(), &expect, "non-periodic: from the previous rank (rank 0: untouched)");
     }
     let b = Buf::new(Dtype::GPUWIRE_UINT8, 4);
     let v = b.view(1, 2);
-    ctx.error(
-        gpuwire_sendrecv(ctx.world, b.h, 0, 0, v.h, 0, 0, st()),
-        Status::GPUWIRE_ERROR_INVALID_ARGUMENT,
-        &["overlap"],
-        "sendrecv with overlapping buffers",
-    );
+    ctx.error(gpuwire_sendrecv(ctx.world, b.h, 0, 0, v.h, 0, 0, st()), Status::GPUWIRE_ERROR_INVALID_ARGUMENT, &["overlap"], "sendrecv with overlapping buffers");
 }
 
 fn barrier(ctx: &Ctx) {
@@ -427,46 +238,21 @@ fn bcast(ctx: &Ctx) {
     for d in Dtype::ALL {
         for root in 0..p {
             for n in [N, 1000] {
-                let mine = if r == root {
-                    data(30, d, root, n, n)
-                } else {
-                    sentinel(n * d.size())
-                };
+                let mine = if r == root { data(30, d, root, n, n) } else { sentinel(n * d.size()) };
                 let b = Buf::from_bytes(d, &mine);
-                ctx.ok(
-                    gpuwire_bcast(ctx.world, b.h, root as i32, st()),
-                    &format!("bcast of {n} {} from root {root}", d.name()),
-                );
-                check_bytes(
-                    ctx,
-                    d,
-                    &b.read(),
-                    &data(30, d, root, n, n),
-                    &format!("bcast of {n} from root {root}"),
-                );
+                ctx.ok(gpuwire_bcast(ctx.world, b.h, root as i32, st()), &format!("bcast of {n} {} from root {root}", d.name()));
+                check_bytes(ctx, d, &b.read(), &data(30, d, root, n, n), &format!("bcast of {n} from root {root}"));
             }
         }
     }
 }
 
 fn supported_pairs() -> Vec<(Dtype, ReduceOp)> {
-    Dtype::ALL
-        .iter()
-        .flat_map(|d| ReduceOp::ALL.iter().map(move |o| (*d, *o)))
-        .filter(|(d, o)| supported(*d, *o))
-        .collect()
+    Dtype::ALL.iter().flat_map(|d| ReduceOp::ALL.iter().map(move |o| (*d, *o))).filter(|(d, o)| supported(*d, *o)).collect()
 }
 
-fn expected(
-    d: Dtype,
-    op: ReduceOp,
-    range: std::ops::Range<usize>,
-    p: usize,
-    salt: usize,
-) -> Vec<u8> {
-    range
-        .flat_map(|i| encode(d, expected_elem(d, op, i, p, salt)))
-        .collect()
+fn expected(d: Dtype, op: ReduceOp, range: std::ops::Range<usize>, p: usize, salt: usize) -> Vec<u8> {
+    range.flat_map(|i| encode(d, expected_elem(d, op, i, p, salt))).collect()
 }
 
 fn reduce(ctx: &Ctx) {
@@ -482,10 +268,7 @@ fn reduce(ctx: &Ctx) {
             let send = Buf::from_bytes(d, &mine);
             let recv = Buf::from_bytes(d, &sentinel(N * d.size()));
             let rh = if r == root { recv.h } else { 0 };
-            ctx.ok(
-                gpuwire_reduce(ctx.world, send.h, rh, op as i32, root as i32, st()),
-                &what("NULL recv on non-roots"),
-            );
+            ctx.ok(gpuwire_reduce(ctx.world, send.h, rh, op as i32, root as i32, st()), &what("NULL recv on non-roots"));
             if r == root {
                 check_bytes(ctx, d, &recv.read(), &want, &what("NULL recv on non-roots"));
             }
@@ -493,10 +276,7 @@ fn reduce(ctx: &Ctx) {
 
             // Every rank passes a receive buffer (only the root's is significant).
             let recv = Buf::from_bytes(d, &sentinel(N * d.size()));
-            ctx.ok(
-                gpuwire_reduce(ctx.world, send.h, recv.h, op as i32, root as i32, st()),
-                &what("recv on every rank"),
-            );
+            ctx.ok(gpuwire_reduce(ctx.world, send.h, recv.h, op as i32, root as i32, st()), &what("recv on every rank"));
             if r == root {
                 check_bytes(ctx, d, &recv.read(), &want, &what("recv on every rank"));
             }
@@ -504,10 +284,7 @@ fn reduce(ctx: &Ctx) {
             // In place at the root: sendbuf == recvbuf there.
             let inout = Buf::from_bytes(d, &mine);
             let rh = if r == root { inout.h } else { 0 };
-            ctx.ok(
-                gpuwire_reduce(ctx.world, inout.h, rh, op as i32, root as i32, st()),
-                &what("in place at the root"),
-            );
+            ctx.ok(gpuwire_reduce(ctx.world, inout.h, rh, op as i32, root as i32, st()), &what("in place at the root"));
             if r == root {
                 check_bytes(ctx, d, &inout.read(), &want, &what("in place at the root"));
             }
@@ -526,34 +303,19 @@ fn allreduce(ctx: &Ctx) {
 
         let send = Buf::from_bytes(d, &mine);
         let recv = Buf::from_bytes(d, &sentinel(N * d.size()));
-        ctx.ok(
-            gpuwire_allreduce(ctx.world, send.h, recv.h, op as i32, st()),
-            &what("separate buffers"),
-        );
+        ctx.ok(gpuwire_allreduce(ctx.world, send.h, recv.h, op as i32, st()), &what("separate buffers"));
         check_bytes(ctx, d, &recv.read(), &want, &what("separate buffers"));
         check_bytes(ctx, d, &send.read(), &mine, &what("send buffer unchanged"));
 
         let inout = Buf::from_bytes(d, &mine);
-        ctx.ok(
-            gpuwire_allreduce(ctx.world, inout.h, inout.h, op as i32, st()),
-            &what("in place, same handle"),
-        );
+        ctx.ok(gpuwire_allreduce(ctx.world, inout.h, inout.h, op as i32, st()), &what("in place, same handle"));
         check_bytes(ctx, d, &inout.read(), &want, &what("in place, same handle"));
 
         // The same memory through a second handle is in place too.
         let inout = Buf::from_bytes(d, &mine);
         let alias = inout.view(0, N);
-        ctx.ok(
-            gpuwire_allreduce(ctx.world, inout.h, alias.h, op as i32, st()),
-            &what("in place, two handles of one memory"),
-        );
-        check_bytes(
-            ctx,
-            d,
-            &inout.read(),
-            &want,
-            &what("in place, two handles of one memory"),
-        );
+        ctx.ok(gpuwire_allreduce(ctx.world, inout.h, alias.h, op as i32, st()), &what("in place, two handles of one memory"));
+        check_bytes(ctx, d, &inout.read(), &want, &what("in place, two handles of one memory"));
     }
 }
 
@@ -564,48 +326,26 @@ fn allgather(ctx: &Ctx) {
         let want: Vec<u8> = (0..p).flat_map(|s| data(60, d, s, 0, N)).collect();
         let send = Buf::from_bytes(d, &data(60, d, r, 0, N));
         let recv = Buf::from_bytes(d, &sentinel(p * N * d.size()));
-        ctx.ok(
-            gpuwire_allgather(ctx.world, send.h, recv.h, st()),
-            "allgather",
-        );
+        ctx.ok(gpuwire_allgather(ctx.world, send.h, recv.h, st()), "allgather");
         check_bytes(ctx, d, &recv.read(), &want, "allgather");
-        check_bytes(
-            ctx,
-            d,
-            &send.read(),
-            &data(60, d, r, 0, N),
-            "allgather: send buffer unchanged",
-        );
+        check_bytes(ctx, d, &send.read(), &data(60, d, r, 0, N), "allgather: send buffer unchanged");
 
         // In place: the send buffer is a view of this rank's block of the receive buffer.
         let mut init = sentinel(p * N * d.size());
         init[r * N * d.size()..(r + 1) * N * d.size()].copy_from_slice(&data(60, d, r, 0, N));
         let recv = Buf::from_bytes(d, &init);
         let block = recv.view(r * N, N);
-        ctx.ok(
-            gpuwire_allgather(ctx.world, block.h, recv.h, st()),
-            "allgather in place",
-        );
+        ctx.ok(gpuwire_allgather(ctx.world, block.h, recv.h, st()), "allgather in place");
         check_bytes(ctx, d, &recv.read(), &want, "allgather in place");
     }
-    let (s, rb) = (
-        Buf::new(Dtype::GPUWIRE_INT8, 2),
-        Buf::new(Dtype::GPUWIRE_INT8, 2 * p + 1),
-    );
-    ctx.error(
-        gpuwire_allgather(ctx.world, s.h, rb.h, st()),
-        Status::GPUWIRE_ERROR_COUNT_MISMATCH,
-        &["receive buffer"],
-        "allgather into a wrong-sized buffer",
-    );
+    let (s, rb) = (Buf::new(Dtype::GPUWIRE_INT8, 2), Buf::new(Dtype::GPUWIRE_INT8, 2 * p + 1));
+    ctx.error(gpuwire_allgather(ctx.world, s.h, rb.h, st()), Status::GPUWIRE_ERROR_COUNT_MISMATCH, &["receive buffer"], "allgather into a wrong-sized buffer");
 }
 
 /// The default partition of `total` elements over `p` ranks: the first total mod p ranks get
 /// one element more.
 fn partition(total: usize, p: usize) -> Vec<usize> {
-    (0..p)
-        .map(|r| total / p + usize::from(r < total % p))
-        .collect()
+    (0..p).map(|r| total / p + usize::from(r < total % p)).collect()
 }
 
 fn allgatherv(ctx: &Ctx) {
@@ -613,12 +353,7 @@ fn allgatherv(ctx: &Ctx) {
     let (r, p) = (ctx.rank, ctx.size);
     let layouts: Vec<(&str, Vec<usize>)> = vec![
         ("uneven (3p+1 split)", partition(3 * p + 1, p)),
-        (
-            "rank 1 (or the only rank) has 0",
-            (0..p)
-                .map(|s| if s == 1.min(p - 1) { 0 } else { s + 2 })
-                .collect(),
-        ),
+        ("rank 1 (or the only rank) has 0", (0..p).map(|s| if s == 1.min(p - 1) { 0 } else { s + 2 }).collect()),
         ("all 0", vec![0; p]),
     ];
     for d in Dtype::ALL {
@@ -628,21 +363,11 @@ fn allgatherv(ctx: &Ctx) {
             let want: Vec<u8> = (0..p).flat_map(|s| data(70, d, s, 0, counts[s])).collect();
             let mine = data(70, d, r, 0, counts[r]);
             for given in [true, false] {
-                let cp = if given {
-                    counts_i64.as_ptr()
-                } else {
-                    std::ptr::null()
-                };
-                let what = format!(
-                    "allgatherv {name}, counts {}",
-                    if given { "given" } else { "NULL (exchanged)" }
-                );
+                let cp = if given { counts_i64.as_ptr() } else { std::ptr::null() };
+                let what = format!("allgatherv {name}, counts {}", if given { "given" } else { "NULL (exchanged)" });
                 let send = Buf::from_bytes(d, &mine);
                 let recv = Buf::from_bytes(d, &sentinel(total * d.size()));
-                ctx.ok(
-                    gpuwire_allgatherv(ctx.world, send.h, recv.h, cp, st()),
-                    &what,
-                );
+                ctx.ok(gpuwire_allgatherv(ctx.world, send.h, recv.h, cp, st()), &what);
                 check_bytes(ctx, d, &recv.read(), &want, &what);
 
                 // In place: a view of this rank's block.
@@ -651,10 +376,7 @@ fn allgatherv(ctx: &Ctx) {
                 init[off * d.size()..(off + counts[r]) * d.size()].copy_from_slice(&mine);
                 let recv = Buf::from_bytes(d, &init);
                 let block = recv.view(off, counts[r]);
-                ctx.ok(
-                    gpuwire_allgatherv(ctx.world, block.h, recv.h, cp, st()),
-                    &format!("{what}, in place"),
-                );
+                ctx.ok(gpuwire_allgatherv(ctx.world, block.h, recv.h, cp, st()), &format!("{what}, in place"));
                 check_bytes(ctx, d, &recv.read(), &want, &format!("{what}, in place"));
             }
         }
@@ -671,18 +393,9 @@ fn reduce_scatter(ctx: &Ctx) {
         let send = Buf::from_bytes(d, &mine);
         let recv = Buf::from_bytes(d, &sentinel(N * d.size()));
         let what = format!("reduce_scatter {} {}", d.name(), op.name());
-        ctx.ok(
-            gpuwire_reduce_scatter(ctx.world, send.h, recv.h, op as i32, st()),
-            &what,
-        );
+        ctx.ok(gpuwire_reduce_scatter(ctx.world, send.h, recv.h, op as i32, st()), &what);
         check_bytes(ctx, d, &recv.read(), &want, &what);
-        check_bytes(
-            ctx,
-            d,
-            &send.read(),
-            &mine,
-            &format!("{what}: send buffer unchanged"),
-        );
+        check_bytes(ctx, d, &send.read(), &mine, &format!("{what}: send buffer unchanged"));
     }
 }
 
@@ -694,24 +407,12 @@ fn alltoall(ctx: &Ctx) {
         let want: Vec<u8> = (0..p).flat_map(|s| data(90, d, s, r, N)).collect();
         let send = Buf::from_bytes(d, &mine);
         let recv = Buf::from_bytes(d, &sentinel(p * N * d.size()));
-        ctx.ok(
-            gpuwire_alltoall(ctx.world, send.h, recv.h, st()),
-            "alltoall",
-        );
+        ctx.ok(gpuwire_alltoall(ctx.world, send.h, recv.h, st()), "alltoall");
         check_bytes(ctx, d, &recv.read(), &want, "alltoall");
-        check_bytes(
-            ctx,
-            d,
-            &send.read(),
-            &mine,
-            "alltoall: send buffer unchanged",
-        );
+        check_bytes(ctx, d, &send.read(), &mine, "alltoall: send buffer unchanged");
 
         let inout = Buf::from_bytes(d, &mine);
-        ctx.ok(
-            gpuwire_alltoall(ctx.world, inout.h, inout.h, st()),
-            "alltoall in place",
-        );
+        ctx.ok(gpuwire_alltoall(ctx.world, inout.h, inout.h, st()), "alltoall in place");
         check_bytes(ctx, d, &inout.read(), &want, "alltoall in place");
     }
 }
@@ -726,18 +427,9 @@ fn gather(ctx: &Ctx) {
             let send = Buf::from_bytes(d, &mine);
             let recv = Buf::from_bytes(d, &sentinel(p * N * d.size()));
             let rh = if r == root { recv.h } else { 0 };
-            ctx.ok(
-                gpuwire_gather(ctx.world, send.h, rh, root as i32, st()),
-                &format!("gather to root {root}"),
-            );
+            ctx.ok(gpuwire_gather(ctx.world, send.h, rh, root as i32, st()), &format!("gather to root {root}"));
             if r == root {
-                check_bytes(
-                    ctx,
-                    d,
-                    &recv.read(),
-                    &want,
-                    &format!("gather to root {root}"),
-                );
+                check_bytes(ctx, d, &recv.read(), &want, &format!("gather to root {root}"));
             }
             check_bytes(ctx, d, &send.read(), &mine, "gather: send buffer unchanged");
 
@@ -747,18 +439,9 @@ fn gather(ctx: &Ctx) {
             let recv = Buf::from_bytes(d, &init);
             let block = recv.view(r * N, N);
             let rh = if r == root { recv.h } else { 0 };
-            ctx.ok(
-                gpuwire_gather(ctx.world, block.h, rh, root as i32, st()),
-                &format!("gather to root {root} in place"),
-            );
+            ctx.ok(gpuwire_gather(ctx.world, block.h, rh, root as i32, st()), &format!("gather to root {root} in place"));
             if r == root {
-                check_bytes(
-                    ctx,
-                    d,
-                    &recv.read(),
-                    &want,
-                    &format!("gather to root {root} in place"),
-                );
+                check_bytes(ctx, d, &recv.read(), &want, &format!("gather to root {root} in place"));
             }
         }
     }
@@ -773,47 +456,19 @@ fn scatter(ctx: &Ctx) {
             let send = Buf::from_bytes(d, &all);
             let recv = Buf::from_bytes(d, &sentinel(N * d.size()));
             let sh = if r == root { send.h } else { 0 };
-            ctx.ok(
-                gpuwire_scatter(ctx.world, sh, recv.h, root as i32, st()),
-                &format!("scatter from root {root}"),
-            );
-            check_bytes(
-                ctx,
-                d,
-                &recv.read(),
-                &data(110, d, root, r, N),
-                &format!("scatter from root {root}"),
-            );
+            ctx.ok(gpuwire_scatter(ctx.world, sh, recv.h, root as i32, st()), &format!("scatter from root {root}"));
+            check_bytes(ctx, d, &recv.read(), &data(110, d, root, r, N), &format!("scatter from root {root}"));
             check_bytes(ctx, d, &send.read(), &all, "scatter: send buffer unchanged");
 
             // In place at the root: its receive buffer is a view of its block of the send buffer.
             let block = send.view(r * N, N);
             let recv = Buf::from_bytes(d, &sentinel(N * d.size()));
-            let (sh, rh) = if r == root {
-                (send.h, block.h)
-            } else {
-                (0, recv.h)
-            };
-            ctx.ok(
-                gpuwire_scatter(ctx.world, sh, rh, root as i32, st()),
-                &format!("scatter from root {root} in place"),
-            );
+            let (sh, rh) = if r == root { (send.h, block.h) } else { (0, recv.h) };
+            ctx.ok(gpuwire_scatter(ctx.world, sh, rh, root as i32, st()), &format!("scatter from root {root} in place"));
             if r == root {
-                check_bytes(
-                    ctx,
-                    d,
-                    &send.read(),
-                    &all,
-                    "scatter in place: the root's buffer unchanged",
-                );
+                check_bytes(ctx, d, &send.read(), &all, "scatter in place: the root's buffer unchanged");
             } else {
-                check_bytes(
-                    ctx,
-                    d,
-                    &recv.read(),
-                    &data(110, d, root, r, N),
-                    &format!("scatter from root {root} in place"),
-                );
+                check_bytes(ctx, d, &recv.read(), &data(110, d, root, r, N), &format!("scatter from root {root} in place"));
             }
         }
     }
@@ -822,16 +477,9 @@ fn scatter(ctx: &Ctx) {
 fn unsupported_ops(ctx: &Ctx) {
     ctx.section("unsupported ops");
     let (r, p) = (ctx.rank, ctx.size);
-    let pairs: Vec<(Dtype, ReduceOp)> = Dtype::ALL
-        .iter()
-        .flat_map(|d| ReduceOp::ALL.iter().map(move |o| (*d, *o)))
-        .filter(|(d, o)| !supported(*d, *o))
-        .collect();
-    ctx.check_eq(
-        pairs.len(),
-        2 * 2 + 6 * 3,
-        "number of unsupported (datatype, op) pairs",
-    );
+    let pairs: Vec<(Dtype, ReduceOp)> =
+        Dtype::ALL.iter().flat_map(|d| ReduceOp::ALL.iter().map(move |o| (*d, *o))).filter(|(d, o)| !supported(*d, *o)).collect();
+    ctx.check_eq(pairs.len(), 2 * 2 + 6 * 3, "number of unsupported (datatype, op) pairs");
     let code = Status::GPUWIRE_ERROR_UNSUPPORTED_OP;
     for (d, op) in pairs {
         let needles = [op.name(), d.name()];
@@ -839,94 +487,29 @@ fn unsupported_ops(ctx: &Ctx) {
         let mine = pattern(seed(&[120, r]), N * d.size());
         let send = Buf::from_bytes(d, &mine);
         let recv = Buf::from_bytes(d, &sentinel(N * d.size()));
-        ctx.error(
-            gpuwire_allreduce(ctx.world, send.h, recv.h, op as i32, st()),
-            code,
-            &needles,
-            &what("allreduce"),
-        );
-        check_bytes(
-            ctx,
-            d,
-            &recv.read(),
-            &sentinel(N * d.size()),
-            &what("allreduce: receive buffer untouched"),
-        );
-        ctx.error(
-            gpuwire_allreduce(ctx.world, send.h, send.h, op as i32, st()),
-            code,
-            &needles,
-            &what("allreduce in place"),
-        );
-        check_bytes(
-            ctx,
-            d,
-            &send.read(),
-            &mine,
-            &what("allreduce in place: buffer untouched"),
-        );
+        ctx.error(gpuwire_allreduce(ctx.world, send.h, recv.h, op as i32, st()), code, &needles, &what("allreduce"));
+        check_bytes(ctx, d, &recv.read(), &sentinel(N * d.size()), &what("allreduce: receive buffer untouched"));
+        ctx.error(gpuwire_allreduce(ctx.world, send.h, send.h, op as i32, st()), code, &needles, &what("allreduce in place"));
+        check_bytes(ctx, d, &send.read(), &mine, &what("allreduce in place: buffer untouched"));
         for root in 0..p {
             let rh = if r == root { recv.h } else { 0 };
-            ctx.error(
-                gpuwire_reduce(ctx.world, send.h, rh, op as i32, root as i32, st()),
-                code,
-                &needles,
-                &what("reduce"),
-            );
+            ctx.error(gpuwire_reduce(ctx.world, send.h, rh, op as i32, root as i32, st()), code, &needles, &what("reduce"));
         }
-        check_bytes(
-            ctx,
-            d,
-            &recv.read(),
-            &sentinel(N * d.size()),
-            &what("reduce: receive buffer untouched"),
-        );
+        check_bytes(ctx, d, &recv.read(), &sentinel(N * d.size()), &what("reduce: receive buffer untouched"));
         let big = Buf::from_bytes(d, &pattern(seed(&[121, r]), p * N * d.size()));
-        ctx.error(
-            gpuwire_reduce_scatter(ctx.world, big.h, recv.h, op as i32, st()),
-            code,
-            &needles,
-            &what("reduce_scatter"),
-        );
-        check_bytes(
-            ctx,
-            d,
-            &recv.read(),
-            &sentinel(N * d.size()),
-            &what("reduce_scatter: receive buffer untouched"),
-        );
+        ctx.error(gpuwire_reduce_scatter(ctx.world, big.h, recv.h, op as i32, st()), code, &needles, &what("reduce_scatter"));
+        check_bytes(ctx, d, &recv.read(), &sentinel(N * d.size()), &what("reduce_scatter: receive buffer untouched"));
     }
     // Op codes that are not a gpuwire_op.
     let b = Buf::from_bytes(Dtype::GPUWIRE_INT32, &sentinel(4));
     for bad in [8, -1, 1000] {
-        ctx.error(
-            gpuwire_allreduce(ctx.world, b.h, b.h, bad, st()),
-            Status::GPUWIRE_ERROR_INVALID_ARGUMENT,
-            &["reduction code"],
-            &format!("allreduce with op code {bad}"),
-        );
+        ctx.error(gpuwire_allreduce(ctx.world, b.h, b.h, bad, st()), Status::GPUWIRE_ERROR_INVALID_ARGUMENT, &["reduction code"], &format!("allreduce with op code {bad}"));
     }
-    check_bytes(
-        ctx,
-        Dtype::GPUWIRE_INT32,
-        &b.read(),
-        &sentinel(4),
-        "buffer of a refused allreduce",
-    );
+    check_bytes(ctx, Dtype::GPUWIRE_INT32, &b.read(), &sentinel(4), "buffer of a refused allreduce");
     // Nothing of the refused calls is left in flight: a valid allreduce is right.
-    let one = Buf::from_bytes(
-        Dtype::GPUWIRE_INT64,
-        &encode(Dtype::GPUWIRE_INT64, V::I(r as i128 + 1)),
-    );
-    ctx.ok(
-        gpuwire_allreduce(ctx.world, one.h, one.h, ReduceOp::GPUWIRE_SUM as i32, st()),
-        "allreduce after refused calls",
-    );
-    ctx.check_eq(
-        decode(Dtype::GPUWIRE_INT64, &one.read()),
-        V::I((p * (p + 1) / 2) as i128),
-        "allreduce after refused calls",
-    );
+    let one = Buf::from_bytes(Dtype::GPUWIRE_INT64, &encode(Dtype::GPUWIRE_INT64, V::I(r as i128 + 1)));
+    ctx.ok(gpuwire_allreduce(ctx.world, one.h, one.h, ReduceOp::GPUWIRE_SUM as i32, st()), "allreduce after refused calls");
+    ctx.check_eq(decode(Dtype::GPUWIRE_INT64, &one.read()), V::I((p * (p + 1) / 2) as i128), "allreduce after refused calls");
 }
 
 /// MIN/MAX over the whole range of the unsigned and signed 64/32-bit types: values above 2^63
@@ -937,32 +520,18 @@ fn unsigned_extremes(ctx: &Ctx) {
     let big = [u64::MAX - r, (1u64 << 63) + r, r];
     let want_max = u64::MAX;
     let want_min: u64 = 0;
-    for (op, want) in [
-        (ReduceOp::GPUWIRE_MAX, want_max),
-        (ReduceOp::GPUWIRE_MIN, want_min),
-    ] {
+    for (op, want) in [(ReduceOp::GPUWIRE_MAX, want_max), (ReduceOp::GPUWIRE_MIN, want_min)] {
         // Element 0: near u64::MAX on every rank; element 1: just above 2^63; element 2: the rank.
         let bytes: Vec<u8> = big.iter().flat_map(|v| v.to_le_bytes()).collect();
         let b = Buf::from_bytes(Dtype::GPUWIRE_UINT64, &bytes);
-        ctx.ok(
-            gpuwire_allreduce(ctx.world, b.h, b.h, op as i32, st()),
-            &format!("allreduce uint64 {}", op.name()),
-        );
-        let got: Vec<u64> = b
-            .read()
-            .chunks(8)
-            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
-            .collect();
+        ctx.ok(gpuwire_allreduce(ctx.world, b.h, b.h, op as i32, st()), &format!("allreduce uint64 {}", op.name()));
+        let got: Vec<u64> = b.read().chunks(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect();
         let p = ctx.size as u64;
         let expect: Vec<u64> = match op {
             ReduceOp::GPUWIRE_MAX => vec![want, (1u64 << 63) + p - 1, p - 1],
             _ => vec![u64::MAX - (p - 1), 1u64 << 63, want],
         };
-        ctx.check_eq(
-            got,
-            expect,
-            &format!("allreduce uint64 {} over values above 2^63", op.name()),
-        );
+        ctx.check_eq(got, expect, &format!("allreduce uint64 {} over values above 2^63", op.name()));
         let _ = b.free();
     }
 }

@@ -57,10 +57,7 @@ impl DevState {
         let gpu_shared = crate::backend::nccl::shared_gpus(c, Some(device))?.is_some();
         let mut coll = mpisys::comm_null();
         // SAFETY: c.raw() is valid; every rank calls.
-        mpisys::check(
-            unsafe { sys::MPI_Comm_dup(c.raw(), &mut coll) },
-            "MPI_Comm_dup",
-        )?;
+        mpisys::check(unsafe { sys::MPI_Comm_dup(c.raw(), &mut coll) }, "MPI_Comm_dup")?;
         let host_space = match cfg.staging {
             Staging::GPUWIRE_STAGING_PINNED => Space::GPUWIRE_SPACE_PINNED,
             Staging::GPUWIRE_STAGING_PAGEABLE => Space::GPUWIRE_SPACE_HOST,
@@ -79,14 +76,8 @@ impl DevState {
         Ok(DevState {
             device,
             coll: RawComm(coll),
-            host: [
-                Scratch::new(host_space, device),
-                Scratch::new(host_space, device),
-            ],
-            dev: [
-                Scratch::new(Space::GPUWIRE_SPACE_DEVICE, device),
-                Scratch::new(Space::GPUWIRE_SPACE_DEVICE, device),
-            ],
+            host: [Scratch::new(host_space, device), Scratch::new(host_space, device)],
+            dev: [Scratch::new(Space::GPUWIRE_SPACE_DEVICE, device), Scratch::new(Space::GPUWIRE_SPACE_DEVICE, device)],
             chunk,
             kernels,
             staging: cfg.staging,
@@ -106,11 +97,7 @@ impl DevState {
     /// Up to how many bytes reductions take one MPI call on a host copy (above: the ring with
     /// GPU reductions).
     pub fn small_bytes(&self) -> usize {
-        if self.gpu_shared {
-            SHARED_SMALL_BYTES
-        } else {
-            SMALL_BYTES
-        }
+        if self.gpu_shared { SHARED_SMALL_BYTES } else { SMALL_BYTES }
     }
 
     /// Whether host staging is page-locked.
@@ -153,8 +140,7 @@ impl Pool {
     /// A host buffer of at least `bytes`, pinned if `pinned`.
     pub fn take(&self, bytes: usize, pinned: bool, device: i32) -> Result<PoolBuf> {
         let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
-        let fits =
-            |b: &PoolBuf| b.bytes >= bytes && matches!(b.inner, PoolMem::Pinned(_)) == pinned;
+        let fits = |b: &PoolBuf| b.bytes >= bytes && matches!(b.inner, PoolMem::Pinned(_)) == pinned;
         if let Some(i) = free.iter().position(fits) {
             return Ok(free.swap_remove(i));
         }
@@ -162,19 +148,11 @@ impl Pool {
         let size = bytes.max(4096).next_power_of_two();
         if pinned {
             let a = CudaAlloc::new(Space::GPUWIRE_SPACE_PINNED, device, size)?;
-            Ok(PoolBuf {
-                ptr: a.ptr,
-                bytes: size,
-                inner: PoolMem::Pinned(a),
-            })
+            Ok(PoolBuf { ptr: a.ptr, bytes: size, inner: PoolMem::Pinned(a) })
         } else {
             let mut v = vec![0u64; size / 8];
             let ptr = v.as_mut_ptr() as usize;
-            Ok(PoolBuf {
-                ptr,
-                bytes: size,
-                inner: PoolMem::Pageable(v),
-            })
+            Ok(PoolBuf { ptr, bytes: size, inner: PoolMem::Pageable(v) })
         }
     }
 

@@ -69,11 +69,7 @@ fn chunks(count: usize) -> impl Iterator<Item = (usize, usize)> {
 }
 
 fn at(ptr: usize, elems: usize, dtype: Dtype) -> *mut c_void {
-    if ptr == 0 {
-        std::ptr::null_mut()
-    } else {
-        (ptr + elems * dtype.size()) as *mut c_void
-    }
+    if ptr == 0 { std::ptr::null_mut() } else { (ptr + elems * dtype.size()) as *mut c_void }
 }
 
 /// A raw send pointer: a buffer's address or MPI_IN_PLACE.
@@ -99,72 +95,24 @@ impl Src {
 }
 
 /// MPI_Send of `count` elements at `ptr`.
-pub fn send(
-    c: &Communicator,
-    ptr: usize,
-    count: usize,
-    dtype: Dtype,
-    dest: i32,
-    tag: i32,
-) -> Result<()> {
+pub fn send(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, dest: i32, tag: i32) -> Result<()> {
     let n = mpisys::count_i32(count, "send")?;
     // ptr is valid for count elements (validated by the caller).
-    blocking!(
-        "MPI_Send",
-        MPI_Send(
-            at(ptr, 0, dtype),
-            n,
-            mpisys::datatype(dtype),
-            dest,
-            tag,
-            c.raw()
-        ),
-        MPI_Isend
-    )
+    blocking!("MPI_Send", MPI_Send(at(ptr, 0, dtype), n, mpisys::datatype(dtype), dest, tag, c.raw()), MPI_Isend)
 }
 
 /// MPI_Recv of exactly `count` elements into `ptr`.
-pub fn recv(
-    c: &Communicator,
-    ptr: usize,
-    count: usize,
-    dtype: Dtype,
-    source: i32,
-    tag: i32,
-) -> Result<()> {
+pub fn recv(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, source: i32, tag: i32) -> Result<()> {
     let n = mpisys::count_i32(count, "recv")?;
     if crate::backend::ipc::recvs_pending() {
         let mut req = mpisys::request_null();
         // SAFETY: as below; waited for before returning.
-        mpisys::check(
-            unsafe {
-                sys::MPI_Irecv(
-                    at(ptr, 0, dtype),
-                    n,
-                    mpisys::datatype(dtype),
-                    source,
-                    tag,
-                    c.raw(),
-                    &mut req,
-                )
-            },
-            "MPI_Irecv",
-        )?;
+        mpisys::check(unsafe { sys::MPI_Irecv(at(ptr, 0, dtype), n, mpisys::datatype(dtype), source, tag, c.raw(), &mut req) }, "MPI_Irecv")?;
         return crate::backend::ipc::wait_request(&mut req, "MPI_Recv");
     }
     // SAFETY: as above.
     mpisys::check(
-        unsafe {
-            sys::MPI_Recv(
-                at(ptr, 0, dtype),
-                n,
-                mpisys::datatype(dtype),
-                source,
-                tag,
-                c.raw(),
-                mpisys::status_ignore(),
-            )
-        },
+        unsafe { sys::MPI_Recv(at(ptr, 0, dtype), n, mpisys::datatype(dtype), source, tag, c.raw(), mpisys::status_ignore()) },
         "MPI_Recv",
     )
 }
@@ -178,18 +126,12 @@ impl Pending for MpiPending {
             return crate::backend::ipc::wait_request(&mut self.0.0, "MPI_Wait");
         }
         // SAFETY: an active request of ours.
-        mpisys::check(
-            unsafe { sys::MPI_Wait(&mut self.0.0, mpisys::status_ignore()) },
-            "MPI_Wait",
-        )
+        mpisys::check(unsafe { sys::MPI_Wait(&mut self.0.0, mpisys::status_ignore()) }, "MPI_Wait")
     }
     fn test(&mut self) -> Result<bool> {
         let mut flag: c_int = 0;
         // SAFETY: as above.
-        mpisys::check(
-            unsafe { sys::MPI_Test(&mut self.0.0, &mut flag, mpisys::status_ignore()) },
-            "MPI_Test",
-        )?;
+        mpisys::check(unsafe { sys::MPI_Test(&mut self.0.0, &mut flag, mpisys::status_ignore()) }, "MPI_Test")?;
         if flag == 0 {
             // A test loop must not starve a peer blocked in a send to this process.
             crate::backend::ipc::progress_all();
@@ -198,57 +140,23 @@ impl Pending for MpiPending {
     }
 }
 
-pub fn isend(
-    c: &Communicator,
-    ptr: usize,
-    count: usize,
-    dtype: Dtype,
-    dest: i32,
-    tag: i32,
-) -> Result<MpiPending> {
+pub fn isend(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, dest: i32, tag: i32) -> Result<MpiPending> {
     let n = mpisys::count_i32(count, "isend")?;
     let mut req = mpisys::request_null();
     // SAFETY: as above; the caller keeps the memory alive until the request completes.
     mpisys::check(
-        unsafe {
-            sys::MPI_Isend(
-                at(ptr, 0, dtype),
-                n,
-                mpisys::datatype(dtype),
-                dest,
-                tag,
-                c.raw(),
-                &mut req,
-            )
-        },
+        unsafe { sys::MPI_Isend(at(ptr, 0, dtype), n, mpisys::datatype(dtype), dest, tag, c.raw(), &mut req) },
         "MPI_Isend",
     )?;
     Ok(MpiPending(RawRequest(req)))
 }
 
-pub fn irecv(
-    c: &Communicator,
-    ptr: usize,
-    count: usize,
-    dtype: Dtype,
-    source: i32,
-    tag: i32,
-) -> Result<MpiPending> {
+pub fn irecv(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, source: i32, tag: i32) -> Result<MpiPending> {
     let n = mpisys::count_i32(count, "irecv")?;
     let mut req = mpisys::request_null();
     // SAFETY: as above.
     mpisys::check(
-        unsafe {
-            sys::MPI_Irecv(
-                at(ptr, 0, dtype),
-                n,
-                mpisys::datatype(dtype),
-                source,
-                tag,
-                c.raw(),
-                &mut req,
-            )
-        },
+        unsafe { sys::MPI_Irecv(at(ptr, 0, dtype), n, mpisys::datatype(dtype), source, tag, c.raw(), &mut req) },
         "MPI_Irecv",
     )?;
     Ok(MpiPending(RawRequest(req)))
@@ -256,11 +164,7 @@ pub fn irecv(
 
 /// A peer rank as MPI takes it: GPUWIRE_PROC_NULL becomes this MPI's MPI_PROC_NULL.
 fn mpi_rank(r: i32) -> i32 {
-    if r == crate::ops::PROC_NULL {
-        mpisys::proc_null()
-    } else {
-        r
-    }
+    if r == crate::ops::PROC_NULL { mpisys::proc_null() } else { r }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -280,16 +184,8 @@ pub fn sendrecv(
     // Nothing moves to or from GPUWIRE_PROC_NULL: its side has count 0 (callers may then pass a
     // NULL pointer, which MPI refuses with a count > 0 even for MPI_PROC_NULL).
     let proc_null = crate::ops::PROC_NULL;
-    let sn = if dest == proc_null {
-        0
-    } else {
-        mpisys::count_i32(scount, "sendrecv")?
-    };
-    let rn = if source == proc_null {
-        0
-    } else {
-        mpisys::count_i32(rcount, "sendrecv")?
-    };
+    let sn = if dest == proc_null { 0 } else { mpisys::count_i32(scount, "sendrecv")? };
+    let rn = if source == proc_null { 0 } else { mpisys::count_i32(rcount, "sendrecv")? };
     // GPUWIRE_PROC_NULL (-1) is not MPI_PROC_NULL in every MPI (Open MPI's is -2).
     let (dest, source) = (mpi_rank(dest), mpi_rank(source));
     if crate::backend::ipc::recvs_pending() {
@@ -297,30 +193,8 @@ pub fn sendrecv(
         // SAFETY: as below; both waited for before returning (the receive is left active only
         // when posting the send failed, as MPI_Sendrecv would fail).
         unsafe {
-            mpisys::check(
-                sys::MPI_Irecv(
-                    at(rptr, 0, rdtype),
-                    rn,
-                    mpisys::datatype(rdtype),
-                    source,
-                    rtag,
-                    c.raw(),
-                    &mut rq,
-                ),
-                "MPI_Irecv",
-            )?;
-            mpisys::check(
-                sys::MPI_Isend(
-                    at(sptr, 0, sdtype),
-                    sn,
-                    mpisys::datatype(sdtype),
-                    dest,
-                    stag,
-                    c.raw(),
-                    &mut sq,
-                ),
-                "MPI_Isend",
-            )?;
+            mpisys::check(sys::MPI_Irecv(at(rptr, 0, rdtype), rn, mpisys::datatype(rdtype), source, rtag, c.raw(), &mut rq), "MPI_Irecv")?;
+            mpisys::check(sys::MPI_Isend(at(sptr, 0, sdtype), sn, mpisys::datatype(sdtype), dest, stag, c.raw(), &mut sq), "MPI_Isend")?;
         }
         crate::backend::ipc::wait_request(&mut sq, "MPI_Sendrecv")?;
         return crate::backend::ipc::wait_request(&mut rq, "MPI_Sendrecv");
@@ -355,18 +229,7 @@ pub fn barrier(c: &Communicator) -> Result<()> {
 pub fn bcast(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, root: i32) -> Result<()> {
     for (off, n) in chunks(count) {
         // ptr valid for count elements; n <= 2^30.
-        collective!(
-            c,
-            "MPI_Bcast",
-            MPI_Bcast(
-                at(ptr, off, dtype),
-                n as c_int,
-                mpisys::datatype(dtype),
-                root,
-                c.raw()
-            ),
-            MPI_Ibcast
-        )?;
+        collective!(c, "MPI_Bcast", MPI_Bcast(at(ptr, off, dtype), n as c_int, mpisys::datatype(dtype), root, c.raw()), MPI_Ibcast)?;
     }
     Ok(())
 }
@@ -380,40 +243,14 @@ pub fn avg_divide(c: &Communicator, ptr: usize, count: usize, dtype: Dtype) -> R
 /// MPI_Reduce; `recv` is significant at the root only. With `divide`, AVG's division is done
 /// here on host memory; device callers pass false and divide on the device.
 #[allow(clippy::too_many_arguments)]
-pub fn reduce(
-    c: &Communicator,
-    send: Src,
-    recv: usize,
-    count: usize,
-    dtype: Dtype,
-    op: ReduceOp,
-    root: i32,
-    divide: bool,
-) -> Result<()> {
+pub fn reduce(c: &Communicator, send: Src, recv: usize, count: usize, dtype: Dtype, op: ReduceOp, root: i32, divide: bool) -> Result<()> {
     let info = runtime::ensure_ready()?;
     let mop = runtime::mpi_op(info, dtype, op);
     let is_root = c.rank() == root;
     for (off, n) in chunks(count) {
-        let r = if is_root {
-            at(recv, off, dtype)
-        } else {
-            std::ptr::null_mut()
-        };
+        let r = if is_root { at(recv, off, dtype) } else { std::ptr::null_mut() };
         // Ranges validated by the caller; n <= 2^30.
-        collective!(
-            c,
-            "MPI_Reduce",
-            MPI_Reduce(
-                send.at(off, dtype),
-                r,
-                n as c_int,
-                mpisys::datatype(dtype),
-                mop,
-                root,
-                c.raw()
-            ),
-            MPI_Ireduce
-        )?;
+        collective!(c, "MPI_Reduce", MPI_Reduce(send.at(off, dtype), r, n as c_int, mpisys::datatype(dtype), mop, root, c.raw()), MPI_Ireduce)?;
     }
     if divide && is_root && op == ReduceOp::GPUWIRE_AVG {
         avg_divide(c, recv, count, dtype)?;
@@ -422,32 +259,12 @@ pub fn reduce(
 }
 
 /// MPI_Allreduce (AVG divided here when `divide`).
-pub fn allreduce(
-    c: &Communicator,
-    send: Src,
-    recv: usize,
-    count: usize,
-    dtype: Dtype,
-    op: ReduceOp,
-    divide: bool,
-) -> Result<()> {
+pub fn allreduce(c: &Communicator, send: Src, recv: usize, count: usize, dtype: Dtype, op: ReduceOp, divide: bool) -> Result<()> {
     let info = runtime::ensure_ready()?;
     let mop = runtime::mpi_op(info, dtype, op);
     for (off, n) in chunks(count) {
         // Ranges validated by the caller; n <= 2^30.
-        collective!(
-            c,
-            "MPI_Allreduce",
-            MPI_Allreduce(
-                send.at(off, dtype),
-                at(recv, off, dtype),
-                n as c_int,
-                mpisys::datatype(dtype),
-                mop,
-                c.raw()
-            ),
-            MPI_Iallreduce
-        )?;
+        collective!(c, "MPI_Allreduce", MPI_Allreduce(send.at(off, dtype), at(recv, off, dtype), n as c_int, mpisys::datatype(dtype), mop, c.raw()), MPI_Iallreduce)?;
     }
     if divide && op == ReduceOp::GPUWIRE_AVG {
         avg_divide(c, recv, count, dtype)?;
@@ -456,22 +273,11 @@ pub fn allreduce(
 }
 
 /// MPI_Allgather of `count` elements per rank.
-pub fn allgather(
-    c: &Communicator,
-    send: Src,
-    recv: usize,
-    count: usize,
-    dtype: Dtype,
-) -> Result<()> {
+pub fn allgather(c: &Communicator, send: Src, recv: usize, count: usize, dtype: Dtype) -> Result<()> {
     let n = mpisys::count_i32(count, "allgather")?;
     let dt = mpisys::datatype(dtype);
     // recv holds size*count elements (validated).
-    collective!(
-        c,
-        "MPI_Allgather",
-        MPI_Allgather(send.at(0, dtype), n, dt, at(recv, 0, dtype), n, dt, c.raw()),
-        MPI_Iallgather
-    )
+    collective!(c, "MPI_Allgather", MPI_Allgather(send.at(0, dtype), n, dt, at(recv, 0, dtype), n, dt, c.raw()), MPI_Iallgather)
 }
 
 /// Displacements of contiguous blocks, as MPI ints.
@@ -488,62 +294,22 @@ fn displs(counts: &[usize], what: &str) -> Result<(Vec<c_int>, Vec<c_int>)> {
 }
 
 /// MPI_Allgatherv with blocks placed contiguously in rank order.
-pub fn allgatherv(
-    c: &Communicator,
-    send: Src,
-    recv: usize,
-    counts: &[usize],
-    dtype: Dtype,
-) -> Result<()> {
+pub fn allgatherv(c: &Communicator, send: Src, recv: usize, counts: &[usize], dtype: Dtype) -> Result<()> {
     let (cs, ds) = displs(counts, "allgatherv")?;
     let dt = mpisys::datatype(dtype);
     let mine = cs[c.rank() as usize];
     // recv holds sum(counts) elements (validated); cs and ds live until the call returns.
-    collective!(
-        c,
-        "MPI_Allgatherv",
-        MPI_Allgatherv(
-            send.at(0, dtype),
-            mine,
-            dt,
-            at(recv, 0, dtype),
-            cs.as_ptr(),
-            ds.as_ptr(),
-            dt,
-            c.raw()
-        ),
-        MPI_Iallgatherv
-    )
+    collective!(c, "MPI_Allgatherv", MPI_Allgatherv(send.at(0, dtype), mine, dt, at(recv, 0, dtype), cs.as_ptr(), ds.as_ptr(), dt, c.raw()), MPI_Iallgatherv)
 }
 
 /// MPI_Reduce_scatter_block: `count` result elements per rank.
-pub fn reduce_scatter(
-    c: &Communicator,
-    send: Src,
-    recv: usize,
-    count: usize,
-    dtype: Dtype,
-    op: ReduceOp,
-    divide: bool,
-) -> Result<()> {
+pub fn reduce_scatter(c: &Communicator, send: Src, recv: usize, count: usize, dtype: Dtype, op: ReduceOp, divide: bool) -> Result<()> {
     let info = runtime::ensure_ready()?;
     let n = mpisys::count_i32(count, "reduce_scatter")?;
     mpisys::count_i32(count * c.size() as usize, "reduce_scatter")?;
     let mop = runtime::mpi_op(info, dtype, op);
     // send holds size*count elements, recv count (validated).
-    collective!(
-        c,
-        "MPI_Reduce_scatter_block",
-        MPI_Reduce_scatter_block(
-            send.at(0, dtype),
-            at(recv, 0, dtype),
-            n,
-            mpisys::datatype(dtype),
-            mop,
-            c.raw()
-        ),
-        MPI_Ireduce_scatter_block
-    )?;
+    collective!(c, "MPI_Reduce_scatter_block", MPI_Reduce_scatter_block(send.at(0, dtype), at(recv, 0, dtype), n, mpisys::datatype(dtype), mop, c.raw()), MPI_Ireduce_scatter_block)?;
     if divide && op == ReduceOp::GPUWIRE_AVG {
         avg_divide(c, recv, count, dtype)?;
     }
@@ -551,13 +317,7 @@ pub fn reduce_scatter(
 }
 
 /// MPI_Alltoall with `count` elements per pair of ranks.
-pub fn alltoall(
-    c: &Communicator,
-    send: Src,
-    recv: usize,
-    count: usize,
-    dtype: Dtype,
-) -> Result<()> {
+pub fn alltoall(c: &Communicator, send: Src, recv: usize, count: usize, dtype: Dtype) -> Result<()> {
     let n = mpisys::count_i32(count, "alltoall")?;
     let dt = mpisys::datatype(dtype);
     let (s, sn) = match send {
@@ -565,67 +325,30 @@ pub fn alltoall(
         Src::Ptr(_) => (send.at(0, dtype), n),
     };
     // Both hold size*count elements (validated).
-    collective!(
-        c,
-        "MPI_Alltoall",
-        MPI_Alltoall(s, sn, dt, at(recv, 0, dtype), n, dt, c.raw()),
-        MPI_Ialltoall
-    )
+    collective!(c, "MPI_Alltoall", MPI_Alltoall(s, sn, dt, at(recv, 0, dtype), n, dt, c.raw()), MPI_Ialltoall)
 }
 
 /// MPI_Gather of `count` elements per rank; `recv` significant at the root.
-pub fn gather(
-    c: &Communicator,
-    send: Src,
-    recv: usize,
-    count: usize,
-    dtype: Dtype,
-    root: i32,
-) -> Result<()> {
+pub fn gather(c: &Communicator, send: Src, recv: usize, count: usize, dtype: Dtype, root: i32) -> Result<()> {
     let n = mpisys::count_i32(count, "gather")?;
     let dt = mpisys::datatype(dtype);
-    let r = if c.rank() == root {
-        at(recv, 0, dtype)
-    } else {
-        std::ptr::null_mut()
-    };
+    let r = if c.rank() == root { at(recv, 0, dtype) } else { std::ptr::null_mut() };
     // Validated by the caller.
-    collective!(
-        c,
-        "MPI_Gather",
-        MPI_Gather(send.at(0, dtype), n, dt, r, n, dt, root, c.raw()),
-        MPI_Igather
-    )
+    collective!(c, "MPI_Gather", MPI_Gather(send.at(0, dtype), n, dt, r, n, dt, root, c.raw()), MPI_Igather)
 }
 
 /// MPI_Scatter of `count` elements per rank; `send` significant at the root. `recv` is
 /// `Src::InPlace` at a root that keeps its block in place.
-pub fn scatter(
-    c: &Communicator,
-    send: usize,
-    recv: Src,
-    count: usize,
-    dtype: Dtype,
-    root: i32,
-) -> Result<()> {
+pub fn scatter(c: &Communicator, send: usize, recv: Src, count: usize, dtype: Dtype, root: i32) -> Result<()> {
     let n = mpisys::count_i32(count, "scatter")?;
     let dt = mpisys::datatype(dtype);
-    let s = if c.rank() == root {
-        at(send, 0, dtype)
-    } else {
-        std::ptr::null_mut()
-    };
+    let s = if c.rank() == root { at(send, 0, dtype) } else { std::ptr::null_mut() };
     let r = match recv {
         Src::InPlace => mpisys::in_place(),
         Src::Ptr(p) => at(p, 0, dtype),
     };
     // Validated by the caller.
-    collective!(
-        c,
-        "MPI_Scatter",
-        MPI_Scatter(s, n, dt, r, n, dt, root, c.raw()),
-        MPI_Iscatter
-    )
+    collective!(c, "MPI_Scatter", MPI_Scatter(s, n, dt, r, n, dt, root, c.raw()), MPI_Iscatter)
 }
 
 /// The HOST path: buffers MPI can take as they are.
@@ -635,74 +358,17 @@ impl Path for HostPath {
     fn send(&self, c: &Communicator, buf: &Buffer, dest: i32, tag: i32, _s: Stream) -> Result<()> {
         send(c, buf.ptr(), buf.count(), buf.dtype(), dest, tag)
     }
-    fn recv(
-        &self,
-        c: &Communicator,
-        buf: &Buffer,
-        source: i32,
-        tag: i32,
-        _s: Stream,
-    ) -> Result<()> {
+    fn recv(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, _s: Stream) -> Result<()> {
         recv(c, buf.ptr(), buf.count(), buf.dtype(), source, tag)
     }
-    fn isend(
-        &self,
-        c: &Communicator,
-        buf: &Buffer,
-        dest: i32,
-        tag: i32,
-        _s: Stream,
-    ) -> Result<Box<dyn Pending>> {
-        Ok(Box::new(isend(
-            c,
-            buf.ptr(),
-            buf.count(),
-            buf.dtype(),
-            dest,
-            tag,
-        )?))
+    fn isend(&self, c: &Communicator, buf: &Buffer, dest: i32, tag: i32, _s: Stream) -> Result<Box<dyn Pending>> {
+        Ok(Box::new(isend(c, buf.ptr(), buf.count(), buf.dtype(), dest, tag)?))
     }
-    fn irecv(
-        &self,
-        c: &Communicator,
-        buf: &Buffer,
-        source: i32,
-        tag: i32,
-        _s: Stream,
-    ) -> Result<Box<dyn Pending>> {
-        Ok(Box::new(irecv(
-            c,
-            buf.ptr(),
-            buf.count(),
-            buf.dtype(),
-            source,
-            tag,
-        )?))
+    fn irecv(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, _s: Stream) -> Result<Box<dyn Pending>> {
+        Ok(Box::new(irecv(c, buf.ptr(), buf.count(), buf.dtype(), source, tag)?))
     }
-    fn sendrecv(
-        &self,
-        c: &Communicator,
-        s: &Buffer,
-        dest: i32,
-        stag: i32,
-        r: &Buffer,
-        source: i32,
-        rtag: i32,
-        _s: Stream,
-    ) -> Result<()> {
-        sendrecv(
-            c,
-            s.ptr(),
-            s.count(),
-            s.dtype(),
-            dest,
-            stag,
-            r.ptr(),
-            r.count(),
-            r.dtype(),
-            source,
-            rtag,
-        )
+    fn sendrecv(&self, c: &Communicator, s: &Buffer, dest: i32, stag: i32, r: &Buffer, source: i32, rtag: i32, _s: Stream) -> Result<()> {
+        sendrecv(c, s.ptr(), s.count(), s.dtype(), dest, stag, r.ptr(), r.count(), r.dtype(), source, rtag)
     }
     fn barrier(&self, c: &Communicator, _s: Stream) -> Result<()> {
         barrier(c)
@@ -710,76 +376,24 @@ impl Path for HostPath {
     fn bcast(&self, c: &Communicator, buf: &Buffer, root: i32, _s: Stream) -> Result<()> {
         bcast(c, buf.ptr(), buf.count(), buf.dtype(), root)
     }
-    fn reduce(
-        &self,
-        c: &Communicator,
-        send: Input,
-        recv: Option<&Buffer>,
-        op: ReduceOp,
-        root: i32,
-        _s: Stream,
-    ) -> Result<()> {
+    fn reduce(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, op: ReduceOp, root: i32, _s: Stream) -> Result<()> {
         let (count, dtype) = match (send, recv) {
             (Input::Buf(b), _) => (b.count(), b.dtype()),
             (Input::InPlace, Some(r)) => (r.count(), r.dtype()),
             (Input::InPlace, None) => unreachable!("in-place reduce is only possible at the root"),
         };
-        reduce(
-            c,
-            Src::of(send),
-            recv.map_or(0, |r| r.ptr()),
-            count,
-            dtype,
-            op,
-            root,
-            true,
-        )
+        reduce(c, Src::of(send), recv.map_or(0, |r| r.ptr()), count, dtype, op, root, true)
     }
-    fn allreduce(
-        &self,
-        c: &Communicator,
-        send: Input,
-        recv: &Buffer,
-        op: ReduceOp,
-        _s: Stream,
-    ) -> Result<()> {
-        allreduce(
-            c,
-            Src::of(send),
-            recv.ptr(),
-            recv.count(),
-            recv.dtype(),
-            op,
-            true,
-        )
+    fn allreduce(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, _s: Stream) -> Result<()> {
+        allreduce(c, Src::of(send), recv.ptr(), recv.count(), recv.dtype(), op, true)
     }
     fn allgather(&self, c: &Communicator, send: Input, recv: &Buffer, _s: Stream) -> Result<()> {
-        allgather(
-            c,
-            Src::of(send),
-            recv.ptr(),
-            recv.count() / c.size() as usize,
-            recv.dtype(),
-        )
+        allgather(c, Src::of(send), recv.ptr(), recv.count() / c.size() as usize, recv.dtype())
     }
-    fn allgatherv(
-        &self,
-        c: &Communicator,
-        send: Input,
-        recv: &Buffer,
-        counts: &[usize],
-        _s: Stream,
-    ) -> Result<()> {
+    fn allgatherv(&self, c: &Communicator, send: Input, recv: &Buffer, counts: &[usize], _s: Stream) -> Result<()> {
         allgatherv(c, Src::of(send), recv.ptr(), counts, recv.dtype())
     }
-    fn reduce_scatter(
-        &self,
-        c: &Communicator,
-        send: Input,
-        recv: &Buffer,
-        op: ReduceOp,
-        _s: Stream,
-    ) -> Result<()> {
+    fn reduce_scatter(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, _s: Stream) -> Result<()> {
         let send = match send {
             Input::InPlace => unreachable!("reduce_scatter input and output differ in size"),
             Input::Buf(b) => Src::Ptr(b.ptr()),
@@ -787,56 +401,22 @@ impl Path for HostPath {
         reduce_scatter(c, send, recv.ptr(), recv.count(), recv.dtype(), op, true)
     }
     fn alltoall(&self, c: &Communicator, send: Input, recv: &Buffer, _s: Stream) -> Result<()> {
-        alltoall(
-            c,
-            Src::of(send),
-            recv.ptr(),
-            recv.count() / c.size() as usize,
-            recv.dtype(),
-        )
+        alltoall(c, Src::of(send), recv.ptr(), recv.count() / c.size() as usize, recv.dtype())
     }
-    fn gather(
-        &self,
-        c: &Communicator,
-        send: Input,
-        recv: Option<&Buffer>,
-        root: i32,
-        _s: Stream,
-    ) -> Result<()> {
+    fn gather(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, root: i32, _s: Stream) -> Result<()> {
         let (count, dtype) = match (send, recv) {
             (Input::Buf(b), _) => (b.count(), b.dtype()),
             (Input::InPlace, Some(r)) => (r.count() / c.size() as usize, r.dtype()),
             (Input::InPlace, None) => unreachable!("in-place gather is only possible at the root"),
         };
-        gather(
-            c,
-            Src::of(send),
-            recv.map_or(0, |r| r.ptr()),
-            count,
-            dtype,
-            root,
-        )
+        gather(c, Src::of(send), recv.map_or(0, |r| r.ptr()), count, dtype, root)
     }
-    fn scatter(
-        &self,
-        c: &Communicator,
-        send: Option<&Buffer>,
-        recv: Input,
-        root: i32,
-        _s: Stream,
-    ) -> Result<()> {
+    fn scatter(&self, c: &Communicator, send: Option<&Buffer>, recv: Input, root: i32, _s: Stream) -> Result<()> {
         let (count, dtype) = match (recv, send) {
             (Input::Buf(b), _) => (b.count(), b.dtype()),
             (Input::InPlace, Some(s)) => (s.count() / c.size() as usize, s.dtype()),
             (Input::InPlace, None) => unreachable!("in-place scatter is only possible at the root"),
         };
-        scatter(
-            c,
-            send.map_or(0, |s| s.ptr()),
-            Src::of(recv),
-            count,
-            dtype,
-            root,
-        )
+        scatter(c, send.map_or(0, |s| s.ptr()), Src::of(recv), count, dtype, root)
     }
 }

@@ -104,10 +104,7 @@ use std::time::Duration;
 use cudarc::driver::sys as cu;
 
 use crate::backend::devstate::{self, Pool, PoolBuf};
-use crate::backend::ipc_shm::{
-    self as shm, BufRecord, CallArea, Cells, Lru, REC_HANDLE, REC_LOCAL_ONLY, REC_NONE, SMALL,
-    ST_ERROR, ST_OK, Seg, Stop,
-};
+use crate::backend::ipc_shm::{self as shm, BufRecord, CallArea, Cells, Lru, Seg, Stop, REC_HANDLE, REC_LOCAL_ONLY, REC_NONE, SMALL, ST_ERROR, ST_OK};
 use crate::backend::mpi_staged::{StagedPath, input_buf};
 use crate::backend::ring::{self, Loc};
 use crate::backend::{Input, Path};
@@ -123,9 +120,7 @@ use crate::types::{Dtype, ReduceOp, Space, ThreadLevel};
 // ---- eligibility ---------------------------------------------------------------------------
 
 fn uuid_of(device: i32) -> Option<[u8; 16]> {
-    let u = cudarc::driver::result::device::get(device)
-        .and_then(cudarc::driver::result::device::get_uuid)
-        .ok()?;
+    let u = cudarc::driver::result::device::get(device).and_then(cudarc::driver::result::device::get_uuid).ok()?;
     let mut b = [0u8; 16];
     for (i, x) in u.bytes.iter().enumerate() {
         b[i] = *x as u8;
@@ -139,10 +134,7 @@ fn hex(u: &[u8]) -> String {
 
 /// Collective over `c` (every rank calls it, with or without CUDA): whether the IPC backend can
 /// be used, with the reason, or why not. The outcome and its text are the same on every rank.
-pub fn eligible(
-    c: &Communicator,
-    device: Option<i32>,
-) -> Result<std::result::Result<String, String>> {
+pub fn eligible(c: &Communicator, device: Option<i32>) -> Result<std::result::Result<String, String>> {
     let p = c.size() as usize;
     if c.local_size() != c.size() {
         return Ok(Err("the ranks are not all on one node".into()));
@@ -155,17 +147,7 @@ pub fn eligible(
     let mut all = vec![0u8; 17 * p];
     // SAFETY: fixed-size records, one per rank.
     mpisys::check(
-        unsafe {
-            sys::MPI_Allgather(
-                mine.as_ptr().cast(),
-                17,
-                sys::RSMPI_UINT8_T,
-                all.as_mut_ptr().cast(),
-                17,
-                sys::RSMPI_UINT8_T,
-                c.raw(),
-            )
-        },
+        unsafe { sys::MPI_Allgather(mine.as_ptr().cast(), 17, sys::RSMPI_UINT8_T, all.as_mut_ptr().cast(), 17, sys::RSMPI_UINT8_T, c.raw()) },
         "MPI_Allgather (device of every rank)",
     )?;
     let recs: Vec<&[u8]> = all.chunks(17).collect();
@@ -182,18 +164,12 @@ pub fn eligible(
             if recs[q] == recs[me] {
                 continue;
             }
-            let Some(od) = local
-                .iter()
-                .position(|u| u.as_ref().map(|u| &u[..]) == Some(&recs[q][1..]))
-            else {
+            let Some(od) = local.iter().position(|u| u.as_ref().map(|u| &u[..]) == Some(&recs[q][1..])) else {
                 bad = [me as i64, q as i64, 1];
                 break;
             };
             let mut ok: c_int = 0;
-            let (a, b) = (
-                cudarc::driver::result::device::get(d),
-                cudarc::driver::result::device::get(od as i32),
-            );
+            let (a, b) = (cudarc::driver::result::device::get(d), cudarc::driver::result::device::get(od as i32));
             if let (Ok(a), Ok(b)) = (a, b) {
                 // SAFETY: writes one int; valid device handles.
                 unsafe { cu::cuDeviceCanAccessPeer(&mut ok, a, b) };
@@ -207,39 +183,19 @@ pub fn eligible(
     let mut worst = vec![0i64; 3 * p];
     // SAFETY: three int64 per rank.
     mpisys::check(
-        unsafe {
-            sys::MPI_Allgather(
-                bad.as_ptr().cast(),
-                3,
-                sys::RSMPI_INT64_T,
-                worst.as_mut_ptr().cast(),
-                3,
-                sys::RSMPI_INT64_T,
-                c.raw(),
-            )
-        },
+        unsafe { sys::MPI_Allgather(bad.as_ptr().cast(), 3, sys::RSMPI_INT64_T, worst.as_mut_ptr().cast(), 3, sys::RSMPI_INT64_T, c.raw()) },
         "MPI_Allgather (device reachability)",
     )?;
-    if let Some(w) = worst
-        .chunks(3)
-        .filter(|w| w[0] != i64::MAX)
-        .min_by_key(|w| (w[0], w[1]))
-    {
+    if let Some(w) = worst.chunks(3).filter(|w| w[0] != i64::MAX).min_by_key(|w| (w[0], w[1])) {
         let (a, b) = (w[0] as usize, w[1] as usize);
         return Ok(Err(if w[2] == 1 {
-            format!(
-                "rank {a} cannot see the GPU of rank {b} (GPU-{}; CUDA_VISIBLE_DEVICES differs?)",
-                hex(&recs[b][1..])
-            )
+            format!("rank {a} cannot see the GPU of rank {b} (GPU-{}; CUDA_VISIBLE_DEVICES differs?)", hex(&recs[b][1..]))
         } else {
             format!("the GPU of rank {a} cannot access the GPU of rank {b} (cuDeviceCanAccessPeer)")
         }));
     }
     let one = recs.iter().all(|x| *x == recs[0]);
-    Ok(Ok(format!(
-        "all {p} ranks on one node and their devices reach each other{}",
-        if one { " (one shared GPU)" } else { "" }
-    )))
+    Ok(Ok(format!("all {p} ranks on one node and their devices reach each other{}", if one { " (one shared GPU)" } else { "" })))
 }
 
 // ---- state ---------------------------------------------------------------------------------
@@ -289,11 +245,7 @@ pub struct IpcState {
 
 impl std::fmt::Debug for IpcState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "IpcState(rank {} of {}, device {})",
-            self.me, self.p, self.device
-        )
+        write!(f, "IpcState(rank {} of {}, device {})", self.me, self.p, self.device)
     }
 }
 
@@ -326,10 +278,7 @@ struct Maps {
     states: usize,
 }
 
-static MAPS: Mutex<Maps> = Mutex::new(Maps {
-    lrus: BTreeMap::new(),
-    states: 0,
-});
+static MAPS: Mutex<Maps> = Mutex::new(Maps { lrus: BTreeMap::new(), states: 0 });
 
 fn maps() -> MutexGuard<'static, Maps> {
     lock(&MAPS)
@@ -340,12 +289,7 @@ fn close_mapping(device: i32, m: Mapping) {
     let _g = CtxGuard::enter(device);
     // SAFETY: a mapping opened by gpuwire, removed from the cache: closed once.
     let r = unsafe { cu::cuIpcCloseMemHandle(m.ptr) };
-    crate::trace!(
-        "ipc: closed the mapping of {:#x} ({} bytes) at {:#x}: {r:?}",
-        m.base,
-        m.size,
-        m.ptr
-    );
+    crate::trace!("ipc: closed the mapping of {:#x} ({} bytes) at {:#x}: {r:?}", m.base, m.size, m.ptr);
 }
 
 /// Closes every mapping (the last IPC communicator's free; gpuwire_finalize).
@@ -364,9 +308,7 @@ fn import(maps: &mut Maps, device: i32, me: usize, peer: usize, rec: &BufRecord)
         return Ok(0);
     }
     if rec.kind != REC_HANDLE {
-        return Err(Error::Internal(format!(
-            "rank {peer}'s buffer has no IPC handle"
-        )));
+        return Err(Error::Internal(format!("rank {peer}'s buffer has no IPC handle")));
     }
     if peer == me || rec.proc_id == shm::proc_id() {
         return Ok((rec.base + rec.offset) as usize);
@@ -380,17 +322,10 @@ fn import(maps: &mut Maps, device: i32, me: usize, peer: usize, rec: &BufRecord)
     if !maps.lrus.get(&key).is_some_and(|l| l.contains(&rec.id)) {
         let (b, e) = (rec.base, rec.base + rec.size);
         for (&(_, dev), l) in maps.lrus.iter_mut().filter(|((p, _), _)| *p == rec.proc_id) {
-            l.evict_if(
-                |_, m| m.base < e && b < m.base + m.size,
-                |m| {
-                    crate::trace!(
-                        "ipc: closing rank {peer}'s freed allocation at {:#x} (mapped at {:#x})",
-                        m.base,
-                        m.ptr
-                    );
-                    close_mapping(dev, m)
-                },
-            );
+            l.evict_if(|_, m| m.base < e && b < m.base + m.size, |m| {
+                crate::trace!("ipc: closing rank {peer}'s freed allocation at {:#x} (mapped at {:#x})", m.base, m.ptr);
+                close_mapping(dev, m)
+            });
         }
     }
     let pid = rec.proc_id >> 32;
@@ -434,12 +369,7 @@ struct Recvs {
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-static RECVS: Mutex<Recvs> = Mutex::new(Recvs {
-    ops: Vec::new(),
-    running: false,
-    shutdown: false,
-    thread: None,
-});
+static RECVS: Mutex<Recvs> = Mutex::new(Recvs { ops: Vec::new(), running: false, shutdown: false, thread: None });
 /// Entries of RECVS (a hint read without the lock).
 static PENDING: AtomicUsize = AtomicUsize::new(0);
 
@@ -464,14 +394,8 @@ pub fn recvs_pending() -> bool {
 /// concurrently with the program's MPI calls), and GPUWIRE_IPC_PROGRESS_THREAD is not 0.
 fn thread_allowed() -> bool {
     static ENV_OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let off = *ENV_OFF.get_or_init(|| {
-        std::env::var("GPUWIRE_IPC_PROGRESS_THREAD")
-            .ok()
-            .and_then(|v| crate::config::parse_bool(&v))
-            == Some(false)
-    });
-    !off && crate::runtime::ensure_ready()
-        .is_ok_and(|i| i.thread_level == ThreadLevel::GPUWIRE_THREAD_MULTIPLE)
+    let off = *ENV_OFF.get_or_init(|| std::env::var("GPUWIRE_IPC_PROGRESS_THREAD").ok().and_then(|v| crate::config::parse_bool(&v)) == Some(false));
+    !off && crate::runtime::ensure_ready().is_ok_and(|i| i.thread_level == ThreadLevel::GPUWIRE_THREAD_MULTIPLE)
 }
 
 fn register(op: &Arc<Mutex<RecvOp>>) {
@@ -483,17 +407,12 @@ fn register(op: &Arc<Mutex<RecvOp>>) {
             // It cleared `running` under this lock and returns without taking it again.
             let _ = old.join();
         }
-        match std::thread::Builder::new()
-            .name("gpuwire-ipc".into())
-            .spawn(progress_thread)
-        {
+        match std::thread::Builder::new().name("gpuwire-ipc".into()).spawn(progress_thread) {
             Ok(h) => {
                 g.thread = Some(h);
                 g.running = true;
             }
-            Err(e) => crate::trace!(
-                "ipc: cannot start the progress thread ({e}); receives progress in gpuwire calls only"
-            ),
+            Err(e) => crate::trace!("ipc: cannot start the progress thread ({e}); receives progress in gpuwire calls only"),
         }
     }
 }
@@ -592,10 +511,7 @@ pub fn wait_request(req: &mut sys::MPI_Request, what: &str) -> Result<()> {
     loop {
         let mut flag: c_int = 0;
         // SAFETY: an active request of the caller's, or MPI_REQUEST_NULL.
-        mpisys::check(
-            unsafe { sys::MPI_Test(req, &mut flag, mpisys::status_ignore()) },
-            what,
-        )?;
+        mpisys::check(unsafe { sys::MPI_Test(req, &mut flag, mpisys::status_ignore()) }, what)?;
         if flag != 0 {
             return Ok(());
         }
@@ -624,16 +540,7 @@ impl IpcState {
         let mine = if me == 0 { bytes + PAGE } else { 0 } as sys::MPI_Aint;
         // SAFETY: collective over c; writes the base pointer and the window.
         mpisys::check(
-            unsafe {
-                sys::MPI_Win_allocate_shared(
-                    mine,
-                    1,
-                    sys::RSMPI_INFO_NULL,
-                    c.raw(),
-                    (&mut base as *mut *mut c_void).cast(),
-                    &mut win,
-                )
-            },
+            unsafe { sys::MPI_Win_allocate_shared(mine, 1, sys::RSMPI_INFO_NULL, c.raw(), (&mut base as *mut *mut c_void).cast(), &mut win) },
             "MPI_Win_allocate_shared (IPC segment)",
         )?;
         let mut st = IpcState {
@@ -647,27 +554,15 @@ impl IpcState {
             me,
             p,
             coll: Mutex::new(0),
-            inner: Mutex::new(Inner {
-                exports: HashMap::new(),
-                cells: Cells::default(),
-            }),
+            inner: Mutex::new(Inner { exports: HashMap::new(), cells: Cells::default() }),
             send_order: Mutex::new(()),
             counted: false,
             data_tag: std::sync::atomic::AtomicU64::new(0),
         };
-        let (mut qsize, mut disp, mut qbase): (sys::MPI_Aint, c_int, *mut c_void) =
-            (0, 0, std::ptr::null_mut());
+        let (mut qsize, mut disp, mut qbase): (sys::MPI_Aint, c_int, *mut c_void) = (0, 0, std::ptr::null_mut());
         // SAFETY: valid window; writes size, unit and base of rank 0's part.
         mpisys::check(
-            unsafe {
-                sys::MPI_Win_shared_query(
-                    win,
-                    0,
-                    &mut qsize,
-                    &mut disp,
-                    (&mut qbase as *mut *mut c_void).cast(),
-                )
-            },
+            unsafe { sys::MPI_Win_shared_query(win, 0, &mut qsize, &mut disp, (&mut qbase as *mut *mut c_void).cast()) },
             "MPI_Win_shared_query (IPC segment)",
         )?;
         // The first page boundary of this process's mapping. Every process maps the segment at
@@ -679,7 +574,8 @@ impl IpcState {
         if qbase.is_null() || (qsize as usize) < bytes + pad || pads[0] != -pads[1] {
             return Err(Error::Mpi(format!(
                 "the shared window has {qsize} bytes at {qbase:?} (page pad {pad}, on other ranks {}..{}); {bytes} bytes from a page boundary were asked for",
-                -pads[1], pads[0]
+                -pads[1],
+                pads[0]
             )));
         }
         let seg_base = qbase as usize + pad;
@@ -692,19 +588,11 @@ impl IpcState {
         {
             let _g = CtxGuard::enter(device)?;
             // SAFETY: page-multiple range of this process's mapping of the window.
-            let r = unsafe {
-                cu::cuMemHostRegister_v2(
-                    my as *mut c_void,
-                    shm::SLOT_BYTES,
-                    cu::CU_MEMHOSTREGISTER_PORTABLE,
-                )
-            };
+            let r = unsafe { cu::cuMemHostRegister_v2(my as *mut c_void, shm::SLOT_BYTES, cu::CU_MEMHOSTREGISTER_PORTABLE) };
             if r == cu::CUresult::CUDA_SUCCESS {
                 st.registered = Some(my);
             } else {
-                crate::trace!(
-                    "ipc: cuMemHostRegister of the segment slot failed ({r:?}); small copies use pageable memory"
-                );
+                crate::trace!("ipc: cuMemHostRegister of the segment slot failed ({r:?}); small copies use pageable memory");
             }
         }
         let mut ctrl = mpisys::comm_null();
@@ -718,10 +606,7 @@ impl IpcState {
             // Every slot is zeroed before anyone reads one.
             mpisys::check(sys::MPI_Barrier(c.raw()), "MPI_Barrier")?;
         }
-        crate::trace!(
-            "ipc: segment of {bytes} bytes at {seg_base:#x} (window base {qbase:?}), slot {} bytes",
-            shm::SLOT_BYTES
-        );
+        crate::trace!("ipc: segment of {bytes} bytes at {seg_base:#x} (window base {qbase:?}), slot {} bytes", shm::SLOT_BYTES);
         maps().states += 1;
         st.counted = true;
         Ok(st)
@@ -749,16 +634,12 @@ impl IpcState {
         let mut free_win = false;
         if self.seg.base != 0 {
             let seg = self.seg;
-            let words: Vec<&std::sync::atomic::AtomicU64> =
-                (0..seg.p).map(|r| &seg.slot(r).leave.0).collect();
+            let words: Vec<&std::sync::atomic::AtomicU64> = (0..seg.p).map(|r| &seg.slot(r).leave.0).collect();
             free_win = shm::leave(&words, self.me, c.config().timeout, c.is_broken());
             if !free_win {
                 crate::trace!(
                     "ipc: not every rank left the communicator in time (leave words {:?}); the window is left to MPI_Finalize",
-                    words
-                        .iter()
-                        .map(|w| w.load(Ordering::Acquire))
-                        .collect::<Vec<_>>()
+                    words.iter().map(|w| w.load(Ordering::Acquire)).collect::<Vec<_>>()
                 );
             }
         }
@@ -779,30 +660,19 @@ impl IpcState {
 
     /// The record of `v` for peers: an IPC handle for exportable device memory.
     fn export(&self, v: Option<View>) -> BufRecord {
-        let Some(v) = v else {
-            return BufRecord::default();
-        };
+        let Some(v) = v else { return BufRecord::default() };
         if v.bytes == 0 {
             return BufRecord::default();
         }
         if v.space != Space::GPUWIRE_SPACE_DEVICE {
-            return BufRecord {
-                kind: REC_LOCAL_ONLY,
-                ..Default::default()
-            };
+            return BufRecord { kind: REC_LOCAL_ONLY, ..Default::default() };
         }
         match self.export_device(v.ptr) {
             Ok(Some(r)) => r,
-            Ok(None) => BufRecord {
-                kind: REC_LOCAL_ONLY,
-                ..Default::default()
-            },
+            Ok(None) => BufRecord { kind: REC_LOCAL_ONLY, ..Default::default() },
             Err(e) => {
                 crate::trace!("ipc: cannot export {:#x}: {e}; this call is staged", v.ptr);
-                BufRecord {
-                    kind: REC_LOCAL_ONLY,
-                    ..Default::default()
-                }
+                BufRecord { kind: REC_LOCAL_ONLY, ..Default::default() }
             }
         }
     }
@@ -811,24 +681,14 @@ impl IpcState {
         let dptr = ptr as cu::CUdeviceptr;
         let mut id: u64 = 0;
         // SAFETY: writes one unsigned long long.
-        let r = unsafe {
-            cu::cuPointerGetAttribute(
-                (&mut id as *mut u64).cast(),
-                cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_BUFFER_ID,
-                dptr,
-            )
-        };
+        let r = unsafe { cu::cuPointerGetAttribute((&mut id as *mut u64).cast(), cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_BUFFER_ID, dptr) };
         if r != cu::CUresult::CUDA_SUCCESS {
             return Ok(None);
         }
         let mut capable: c_int = 1;
         // SAFETY: writes one int (an unknown attribute leaves it as it was).
         let r = unsafe {
-            cu::cuPointerGetAttribute(
-                (&mut capable as *mut c_int).cast(),
-                cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
-                dptr,
-            )
+            cu::cuPointerGetAttribute((&mut capable as *mut c_int).cast(), cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, dptr)
         };
         if r == cu::CUresult::CUDA_SUCCESS && capable == 0 {
             return Ok(None);
@@ -839,10 +699,7 @@ impl IpcState {
             None => {
                 let (mut base, mut size): (cu::CUdeviceptr, usize) = (0, 0);
                 // SAFETY: writes base and size of the allocation holding dptr.
-                device::check(
-                    unsafe { cu::cuMemGetAddressRange_v2(&mut base, &mut size, dptr) },
-                    "cuMemGetAddressRange",
-                )?;
+                device::check(unsafe { cu::cuMemGetAddressRange_v2(&mut base, &mut size, dptr) }, "cuMemGetAddressRange")?;
                 // SAFETY: zeroed handle storage, written by the driver.
                 let mut h: cu::CUipcMemHandle = unsafe { std::mem::zeroed() };
                 // SAFETY: base is the start of a device allocation of this process.
@@ -858,25 +715,12 @@ impl IpcState {
                 if inner.exports.len() >= 4096 {
                     inner.exports.clear();
                 }
-                let e = Export {
-                    base,
-                    size: size as u64,
-                    handle,
-                };
+                let e = Export { base, size: size as u64, handle };
                 inner.exports.insert(id, e);
                 e
             }
         };
-        Ok(Some(BufRecord {
-            kind: REC_HANDLE,
-            _pad: 0,
-            base: e.base,
-            offset: ptr as u64 - e.base,
-            id,
-            size: e.size,
-            proc_id: shm::proc_id(),
-            handle: e.handle,
-        }))
+        Ok(Some(BufRecord { kind: REC_HANDLE, _pad: 0, base: e.base, offset: ptr as u64 - e.base, id, size: e.size, proc_id: shm::proc_id(), handle: e.handle }))
     }
 
     /// The address, in this process, of the memory `rec` of rank `peer` describes (0 for none).
@@ -899,18 +743,10 @@ struct View {
 
 impl View {
     fn of(b: &Buffer) -> View {
-        View {
-            ptr: b.ptr(),
-            bytes: b.bytes(),
-            space: b.space(),
-        }
+        View { ptr: b.ptr(), bytes: b.bytes(), space: b.space() }
     }
     fn at(self, off: usize, bytes: usize) -> View {
-        View {
-            ptr: self.ptr + off,
-            bytes,
-            space: self.space,
-        }
+        View { ptr: self.ptr + off, bytes, space: self.space }
     }
     fn host(self) -> bool {
         self.space.is_host_accessible()
@@ -935,12 +771,7 @@ fn state(c: &Communicator) -> Result<&IpcState> {
 }
 
 impl<'a> Coll<'a> {
-    fn begin(
-        c: &'a Communicator,
-        what: &'static str,
-        bufs: &[Option<&Buffer>],
-        stream: Stream,
-    ) -> Result<Coll<'a>> {
+    fn begin(c: &'a Communicator, what: &'static str, bufs: &[Option<&Buffer>], stream: Stream) -> Result<Coll<'a>> {
         let s = state(c)?;
         let ctx = CtxGuard::enter(s.device)?;
         let mut g = lock(&s.coll);
@@ -955,16 +786,7 @@ impl<'a> Coll<'a> {
         if local.is_ok() {
             local = device::sync(stream);
         }
-        Ok(Coll {
-            c,
-            s,
-            seq,
-            stream,
-            what,
-            local,
-            _lock: g,
-            _ctx: ctx,
-        })
+        Ok(Coll { c, s, seq, stream, what, local, _lock: g, _ctx: ctx })
     }
 
     fn me(&self) -> usize {
@@ -1007,8 +829,7 @@ impl<'a> Coll<'a> {
                 unsafe { std::ptr::copy_nonoverlapping(v.ptr as *const u8, dst as *mut u8, n) };
                 Ok(())
             } else {
-                device::copy_async(dst, v.ptr, n, self.stream)
-                    .and_then(|()| device::sync(self.stream))
+                device::copy_async(dst, v.ptr, n, self.stream).and_then(|()| device::sync(self.stream))
             };
         }
     }
@@ -1032,17 +853,12 @@ impl<'a> Coll<'a> {
             }
         }
         let mine = self.s.seg.slot(self.me());
-        mine.cstate
-            .0
-            .store(shm::claim_word(self.seq, shm::OFFERED), Ordering::Release);
+        mine.cstate.0.store(shm::claim_word(self.seq, shm::OFFERED), Ordering::Release);
         mine.arrive.0.store(self.seq, Ordering::Release);
         if let Err(e) = self.wait(|s| &s.arrive, None) {
             if self.me() == 0 {
                 // The leader gives up: ranks that arrive after all must not wait for its `done`.
-                self.publish_result(&Err(Error::from_status(
-                    e.status(),
-                    format!("{}: the leader (rank 0) gave up: {e}", self.what),
-                )));
+                self.publish_result(&Err(Error::from_status(e.status(), format!("{}: the leader (rank 0) gave up: {e}", self.what))));
             }
             return Err(e);
         }
@@ -1053,15 +869,9 @@ impl<'a> Coll<'a> {
             if st == ST_ERROR {
                 // SAFETY: as above.
                 let msg = shm::get_text(unsafe { &*std::ptr::addr_of!((*a).msg) });
-                let detail = msg
-                    .split_once(": ")
-                    .map(|(_, d)| d.to_string())
-                    .unwrap_or(msg);
+                let detail = msg.split_once(": ").map(|(_, d)| d.to_string()).unwrap_or(msg);
                 let status = Status::from_i32(code).unwrap_or(Status::GPUWIRE_ERROR_INTERNAL);
-                return Err(Error::from_status(
-                    status,
-                    format!("{} failed on rank {r}: {detail}", self.what),
-                ));
+                return Err(Error::from_status(status, format!("{} failed on rank {r}: {detail}", self.what)));
             }
         }
         Ok((0..self.p()).any(|r| (0..2).any(|k| self.rec(r, k).kind == REC_LOCAL_ONLY)))
@@ -1076,17 +886,13 @@ impl<'a> Coll<'a> {
         };
         // Pending irecvs progress meanwhile: a peer may be blocked in a send to this rank before
         // it reaches this collective.
-        let r = shm::spin_until(
-            self.c.config().timeout,
-            || self.c.is_broken(),
-            || {
-                if ready() {
-                    return Ok(true);
-                }
-                progress_all();
-                Ok(false)
-            },
-        )?;
+        let r = shm::spin_until(self.c.config().timeout, || self.c.is_broken(), || {
+            if ready() {
+                return Ok(true);
+            }
+            progress_all();
+            Ok(false)
+        })?;
         match r {
             Ok(()) => Ok(()),
             // Everyone arrived just as the deadline passed: no reason to give up.
@@ -1095,42 +901,23 @@ impl<'a> Coll<'a> {
                 // The leader claimed this rank's buffers first: it is working on them (all ranks
                 // arrived), and this rank may not return before it is done. No deadline: the
                 // leader's device work runs, and its `done` follows.
-                crate::trace!(
-                    "ipc: {}: {stop:?} while the leader works on this rank's buffers; waiting for it",
-                    self.what
-                );
-                shm::spin_until(
-                    None,
-                    || false,
-                    || {
-                        if ready() {
-                            return Ok(true);
-                        }
-                        progress_all();
-                        Ok(false)
-                    },
-                )?
+                crate::trace!("ipc: {}: {stop:?} while the leader works on this rank's buffers; waiting for it", self.what);
+                shm::spin_until(None, || false, || {
+                    if ready() {
+                        return Ok(true);
+                    }
+                    progress_all();
+                    Ok(false)
+                })?
                 .map_err(|_| Error::Internal("unbounded wait ended".into()))
             }
             Err(Stop::Broken) => {
                 self.c.ensure_usable()?;
-                Err(Error::CommBroken(format!(
-                    "{}: the communicator broke while waiting",
-                    self.what
-                )))
+                Err(Error::CommBroken(format!("{}: the communicator broke while waiting", self.what)))
             }
             Err(Stop::TimedOut) => {
-                let late: Vec<usize> = seg
-                    .behind(seq, field)
-                    .into_iter()
-                    .filter(|r| only.is_none_or(|o| o == *r))
-                    .collect();
-                let t = self
-                    .c
-                    .config()
-                    .timeout
-                    .map(|t| t.as_secs_f64())
-                    .unwrap_or(0.0);
+                let late: Vec<usize> = seg.behind(seq, field).into_iter().filter(|r| only.is_none_or(|o| o == *r)).collect();
+                let t = self.c.config().timeout.map(|t| t.as_secs_f64()).unwrap_or(0.0);
                 let msg = format!(
                     "{}: rank(s) {late:?} did not arrive within the communicator's timeout of {t:.3} s (a rank did not make the matching call?); the communicator is now broken",
                     self.what
@@ -1169,34 +956,20 @@ impl<'a> Coll<'a> {
         let refused = (1..self.p()).find(|r| shm::claim(&seg.slot(*r).cstate.0, self.seq).is_err());
         let r = match refused {
             Some(q) => {
-                let msg = format!(
-                    "rank {q} gave up waiting (its timeout) before the device work started; nothing was done; the communicator is now broken"
-                );
+                let msg = format!("rank {q} gave up waiting (its timeout) before the device work started; nothing was done; the communicator is now broken");
                 self.c.mark_broken(format!("{}: {msg}", self.what));
                 Err(Error::CommBroken(msg))
             }
             None => {
                 let mut m = maps();
-                let mut l = Lead {
-                    co: self,
-                    maps: &mut m,
-                };
+                let mut l = Lead { co: self, maps: &mut m };
                 work(&mut l).and_then(|()| device::sync(self.stream))
             }
         };
         let r = r.map_err(|e| {
             let detail = e.to_string();
-            let detail = detail
-                .split_once(": ")
-                .map(|(_, d)| d.to_string())
-                .unwrap_or(detail);
-            Error::from_status(
-                e.status(),
-                format!(
-                    "{} failed on rank 0 (the leader of the device work): {detail}",
-                    self.what
-                ),
-            )
+            let detail = detail.split_once(": ").map(|(_, d)| d.to_string()).unwrap_or(detail);
+            Error::from_status(e.status(), format!("{} failed on rank 0 (the leader of the device work): {detail}", self.what))
         });
         self.publish_result(&r);
         r
@@ -1224,8 +997,8 @@ impl<'a> Coll<'a> {
     }
 }
 
-/// Writes host `bytes` to `dst` on `stream` and waits: host memory directly, small device writes
-/// as stream write-value operations, else a copy.
+/// Writes host `bytes` to `dst` on `stream` and waits: host memory directly, device memory of
+/// ranks sharing the GPU as `device::htod_shared` does, else a copy.
 fn deliver(dst: View, bytes: &[u8], stream: Stream, shared: bool) -> Result<()> {
     let n = bytes.len().min(dst.bytes);
     if n == 0 {
@@ -1262,65 +1035,23 @@ impl Lead<'_, '_> {
         a.kind == REC_HANDLE && b.kind == REC_HANDLE && a.id == b.id && a.offset == b.offset
     }
     fn copy(&self, dst: usize, src: usize, bytes: usize) -> Result<()> {
-        ring::copy(
-            Loc {
-                ptr: dst,
-                host: false,
-            },
-            Loc {
-                ptr: src,
-                host: false,
-            },
-            bytes,
-            self.co.stream,
-        )
+        ring::copy(Loc { ptr: dst, host: false }, Loc { ptr: src, host: false }, bytes, self.co.stream)
     }
     fn combine(&self, dst: usize, src: usize, n: usize, dtype: Dtype, op: ReduceOp) -> Result<()> {
         if n == 0 {
             return Ok(());
         }
-        ring::combine(
-            self.co.s.device,
-            Loc {
-                ptr: dst,
-                host: false,
-            },
-            Loc {
-                ptr: src,
-                host: false,
-            },
-            n,
-            dtype,
-            op,
-            self.co.stream,
-        )
+        ring::combine(self.co.s.device, Loc { ptr: dst, host: false }, Loc { ptr: src, host: false }, n, dtype, op, self.co.stream)
     }
     fn avg(&self, x: usize, n: usize, dtype: Dtype, op: ReduceOp) -> Result<()> {
         if op != ReduceOp::GPUWIRE_AVG || n == 0 {
             return Ok(());
         }
-        ring::divide(
-            self.co.s.device,
-            Loc {
-                ptr: x,
-                host: false,
-            },
-            n,
-            dtype,
-            self.co.p(),
-            self.co.stream,
-        )
+        ring::divide(self.co.s.device, Loc { ptr: x, host: false }, n, dtype, self.co.p(), self.co.stream)
     }
     /// `acc = in_0 op in_1 op ... op in_{p-1}` over n elements at byte offset `off` of every
     /// rank's input, in rank order; AVG divided.
-    fn reduce_into(
-        &mut self,
-        acc: usize,
-        off: usize,
-        n: usize,
-        dtype: Dtype,
-        op: ReduceOp,
-    ) -> Result<()> {
+    fn reduce_into(&mut self, acc: usize, off: usize, n: usize, dtype: Dtype, op: ReduceOp) -> Result<()> {
         let b = n * dtype.size();
         let i0 = self.ptr(0, 0)?;
         self.copy(acc, i0 + off, b)?;
@@ -1347,17 +1078,13 @@ fn host_reduce(co: &Coll, off: usize, n: usize, dtype: Dtype, op: ReduceOp) -> R
     // SAFETY: acc holds b bytes; the data areas hold the ranks' inputs (length checked).
     unsafe {
         if d0.len() < off + b {
-            return Err(Error::Internal(
-                "small reduction: a rank published less data than expected".into(),
-            ));
+            return Err(Error::Internal("small reduction: a rank published less data than expected".into()));
         }
         std::ptr::copy_nonoverlapping(d0.as_ptr().add(off), accp, b);
         for r in 1..co.p() {
             let dr = co.data(r);
             if dr.len() < off + b {
-                return Err(Error::Internal(
-                    "small reduction: a rank published less data than expected".into(),
-                ));
+                return Err(Error::Internal("small reduction: a rank published less data than expected".into()));
             }
             // The data areas are 64-byte aligned; copy out anyway to keep alignment independent of off.
             let mut tmp = vec![0u64; b.div_ceil(8)];
@@ -1383,10 +1110,7 @@ fn in_view(send: Input, recv: &Buffer, block_bytes: usize, bytes: usize) -> View
 
 /// Whether GPU reduction kernels work on every rank (agreed at setup).
 fn kernels_ok(c: &Communicator) -> bool {
-    c.backend_state
-        .dev()
-        .map(|st| st.kernels.is_ok())
-        .unwrap_or(false)
+    c.backend_state.dev().map(|st| st.kernels.is_ok()).unwrap_or(false)
 }
 
 // ---- point-to-point -------------------------------------------------------------------------
@@ -1427,10 +1151,7 @@ fn zeroed_header() -> Box<Header> {
 fn mpi_test(req: &mut RawRequest) -> Result<bool> {
     let mut flag: c_int = 0;
     // SAFETY: a request of ours, or MPI_REQUEST_NULL (then flag is true).
-    mpisys::check(
-        unsafe { sys::MPI_Test(&mut req.0, &mut flag, mpisys::status_ignore()) },
-        "MPI_Test",
-    )?;
+    mpisys::check(unsafe { sys::MPI_Test(&mut req.0, &mut flag, mpisys::status_ignore()) }, "MPI_Test")?;
     Ok(flag != 0)
 }
 
@@ -1438,47 +1159,15 @@ fn isend_bytes(comm: RawComm, ptr: usize, bytes: usize, dest: i32, tag: i32) -> 
     let n = mpisys::count_i32(bytes, "send")?;
     let mut req = mpisys::request_null();
     // SAFETY: ptr valid for bytes until the request completes (kept by the operation).
-    mpisys::check(
-        unsafe {
-            sys::MPI_Isend(
-                ptr as *const c_void,
-                n,
-                sys::RSMPI_UINT8_T,
-                dest,
-                tag,
-                comm.0,
-                &mut req,
-            )
-        },
-        "MPI_Isend",
-    )?;
+    mpisys::check(unsafe { sys::MPI_Isend(ptr as *const c_void, n, sys::RSMPI_UINT8_T, dest, tag, comm.0, &mut req) }, "MPI_Isend")?;
     Ok(RawRequest(req))
 }
 
-fn irecv_bytes(
-    comm: RawComm,
-    ptr: usize,
-    bytes: usize,
-    source: i32,
-    tag: i32,
-) -> Result<RawRequest> {
+fn irecv_bytes(comm: RawComm, ptr: usize, bytes: usize, source: i32, tag: i32) -> Result<RawRequest> {
     let n = mpisys::count_i32(bytes, "recv")?;
     let mut req = mpisys::request_null();
     // SAFETY: as above.
-    mpisys::check(
-        unsafe {
-            sys::MPI_Irecv(
-                ptr as *mut c_void,
-                n,
-                sys::RSMPI_UINT8_T,
-                source,
-                tag,
-                comm.0,
-                &mut req,
-            )
-        },
-        "MPI_Irecv",
-    )?;
+    mpisys::check(unsafe { sys::MPI_Irecv(ptr as *mut c_void, n, sys::RSMPI_UINT8_T, source, tag, comm.0, &mut req) }, "MPI_Irecv")?;
     Ok(RawRequest(req))
 }
 
@@ -1497,13 +1186,7 @@ struct SendOp {
 unsafe impl Send for SendOp {}
 
 impl SendOp {
-    fn start(
-        c: &Communicator,
-        buf: &Buffer,
-        dest: i32,
-        tag: i32,
-        stream: Stream,
-    ) -> Result<SendOp> {
+    fn start(c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<SendOp> {
         let s = state(c)?;
         devstate::check_device(c, buf)?;
         let _g = CtxGuard::enter(s.device)?;
@@ -1514,15 +1197,7 @@ impl SendOp {
         h.src = c.rank();
         h.tag = tag;
         h.bytes = v.bytes as u64;
-        let mut op = SendOp {
-            reqs: Vec::new(),
-            _hdr: zeroed_header(),
-            cell: None,
-            staged: None,
-            pool: &c.backend_state.pool,
-            state: s,
-            dest,
-        };
+        let mut op = SendOp { reqs: Vec::new(), _hdr: zeroed_header(), cell: None, staged: None, pool: &c.backend_state.pool, state: s, dest };
         let mut len = HDR_FIXED;
         let mut data: Option<(usize, usize, i32)> = None;
         if v.bytes <= SMALL {
@@ -1531,9 +1206,7 @@ impl SendOp {
                 let dst = h.data.as_mut_ptr() as usize;
                 if v.host() {
                     // SAFETY: the caller's host memory, v.bytes <= SMALL.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(v.ptr as *const u8, dst as *mut u8, v.bytes)
-                    };
+                    unsafe { std::ptr::copy_nonoverlapping(v.ptr as *const u8, dst as *mut u8, v.bytes) };
                 } else {
                     device::copy_async(dst, v.ptr, v.bytes, stream)?;
                     device::sync(stream)?;
@@ -1546,15 +1219,8 @@ impl SendOp {
             // receiver's as device::htod_shared) rather than the receiver's device-to-device
             // copy, which waits for the other process's time slice on the compute engine
             // (~150 µs; staged 31–118 µs from 32 KiB, measured on the H200).
-            let staged = dest as usize != s.me
-                && !v.host()
-                && (STAGED_P2P_MIN..=STAGED_P2P_MAX).contains(&v.bytes)
-                && c.backend_state.dev()?.gpu_shared;
-            let mut rec = if dest as usize == s.me || staged {
-                BufRecord::default()
-            } else {
-                s.export(Some(v))
-            };
+            let staged = dest as usize != s.me && !v.host() && (STAGED_P2P_MIN..=STAGED_P2P_MAX).contains(&v.bytes) && c.backend_state.dev()?.gpu_shared;
+            let mut rec = if dest as usize == s.me || staged { BufRecord::default() } else { s.export(Some(v)) };
             // A send through a mapping needs a completion cell; with all of them taken (sends
             // waiting for their receivers) it goes as a data message instead, which MPI completes.
             let mut cell = None;
@@ -1592,9 +1258,7 @@ impl SendOp {
                 // The data message gets a tag of its own, named in the header: the receiver may
                 // process two headers from this rank out of order (request tests), and must still
                 // match each with its own data.
-                let dtag = (s.data_tag.fetch_add(1, Ordering::Relaxed) as i64
-                    % (crate::runtime::ensure_ready()?.tag_ub as i64 + 1))
-                    as i32;
+                let dtag = (s.data_tag.fetch_add(1, Ordering::Relaxed) as i64 % (crate::runtime::ensure_ready()?.tag_ub as i64 + 1)) as i32;
                 h.ptr = dtag as u64;
                 data = Some((src, v.bytes, dtag));
             }
@@ -1651,10 +1315,7 @@ impl SendOp {
     }
 
     fn quitter(&self) -> Quitter {
-        Quitter {
-            cell: self.cell,
-            state: self.state,
-        }
+        Quitter { cell: self.cell, state: self.state }
     }
 }
 
@@ -1670,9 +1331,7 @@ impl Quitter {
     /// not claimed it (then never will); once claimed, the receiver is copying from this rank's
     /// buffer (or finished), and the send must wait for it.
     fn give_up(&self) -> bool {
-        let Some((cell, generation)) = self.cell else {
-            return true;
-        };
+        let Some((cell, generation)) = self.cell else { return true };
         // SAFETY: the communicator's state, alive while its send is (see SendOp).
         let s = unsafe { &*self.state };
         shm::abandon(&s.seg.slot(s.me).cells[cell], generation)
@@ -1683,11 +1342,7 @@ impl Quitter {
         if let Some((cell, generation)) = self.cell {
             // SAFETY: as in give_up.
             let s = unsafe { &*self.state };
-            let _ = shm::spin_until(
-                None,
-                || false,
-                || Ok(shm::cell_done(&s.seg.slot(s.me).cells, cell, generation).is_some()),
-            );
+            let _ = shm::spin_until(None, || false, || Ok(shm::cell_done(&s.seg.slot(s.me).cells, cell, generation).is_some()));
         }
         true
     }
@@ -1695,10 +1350,7 @@ impl Quitter {
 
 enum RState {
     Header,
-    Data {
-        req: RawRequest,
-        pb: Option<PoolBuf>,
-    },
+    Data { req: RawRequest, pb: Option<PoolBuf> },
     Done,
 }
 
@@ -1725,13 +1377,7 @@ pub struct RecvOp {
 unsafe impl Send for RecvOp {}
 
 impl RecvOp {
-    fn start(
-        c: &Communicator,
-        buf: &Buffer,
-        source: i32,
-        tag: i32,
-        stream: Stream,
-    ) -> Result<RecvOp> {
+    fn start(c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<RecvOp> {
         let s = state(c)?;
         devstate::check_device(c, buf)?;
         let (pinned, shared) = {
@@ -1745,26 +1391,8 @@ impl RecvOp {
             device::sync(stream)?;
         }
         let hdr = zeroed_header();
-        let req = irecv_bytes(
-            s.ctrl,
-            &*hdr as *const Header as usize,
-            std::mem::size_of::<Header>(),
-            source,
-            tag,
-        )?;
-        Ok(RecvOp {
-            hdr,
-            req,
-            state: RState::Header,
-            dst: View::of(buf),
-            stream,
-            error: None,
-            ipc: s,
-            pool: &c.backend_state.pool,
-            pinned,
-            shared,
-            closed: false,
-        })
+        let req = irecv_bytes(s.ctrl, &*hdr as *const Header as usize, std::mem::size_of::<Header>(), source, tag)?;
+        Ok(RecvOp { hdr, req, state: RState::Header, dst: View::of(buf), stream, error: None, ipc: s, pool: &c.backend_state.pool, pinned, shared, closed: false })
     }
 
     /// Whether another thread may progress it (the owner's request is alive, not finished).
@@ -1808,18 +1436,14 @@ impl RecvOp {
                     let h = *self.hdr;
                     if h.magic != MAGIC {
                         self.state = RState::Done;
-                        return Err(Error::Internal(
-                            "recv: a control message without gpuwire's header arrived".into(),
-                        ));
+                        return Err(Error::Internal("recv: a control message without gpuwire's header arrived".into()));
                     }
                     let bytes = h.bytes as usize;
                     let trunc = bytes > self.dst.bytes;
                     let n = bytes.min(self.dst.bytes);
                     let _g = CtxGuard::enter(s.device)?;
                     let moved = match h.kind {
-                        K_INLINE => {
-                            deliver(self.dst, &h.data[..n.min(SMALL)], self.stream, self.shared)
-                        }
+                        K_INLINE => deliver(self.dst, &h.data[..n.min(SMALL)], self.stream, self.shared),
                         K_LOCAL | K_HANDLE => {
                             // The mapping lock before the claim: a caller for another owner
                             // that cannot take it now comes back later, with nothing claimed.
@@ -1833,14 +1457,10 @@ impl RecvOp {
                             } else {
                                 None
                             };
-                            let sender_ok =
-                                (h.src as usize) < s.p && (h.cell as usize) < shm::CELLS;
+                            let sender_ok = (h.src as usize) < s.p && (h.cell as usize) < shm::CELLS;
                             if !sender_ok {
                                 self.state = RState::Done;
-                                return Err(Error::Internal(format!(
-                                    "recv: a header from rank {} names completion cell {}",
-                                    h.src, h.cell
-                                )));
+                                return Err(Error::Internal(format!("recv: a header from rank {} names completion cell {}", h.src, h.cell)));
                             }
                             let word = &s.seg.slot(h.src as usize).cells[h.cell as usize];
                             // Claimed before the sender's memory is read: a sender that gave up
@@ -1854,19 +1474,8 @@ impl RecvOp {
                             }
                             let r = if h.kind == K_LOCAL {
                                 let src_host = h.rec.kind == REC_LOCAL_ONLY;
-                                ring::copy(
-                                    Loc {
-                                        ptr: self.dst.ptr,
-                                        host: self.dst.host(),
-                                    },
-                                    Loc {
-                                        ptr: h.ptr as usize,
-                                        host: src_host,
-                                    },
-                                    n,
-                                    self.stream,
-                                )
-                                .and_then(|()| device::sync(self.stream))
+                                ring::copy(Loc { ptr: self.dst.ptr, host: self.dst.host() }, Loc { ptr: h.ptr as usize, host: src_host }, n, self.stream)
+                                    .and_then(|()| device::sync(self.stream))
                             } else {
                                 let m = mapg.as_mut().expect("taken for K_HANDLE");
                                 s.import(m, h.src as usize, &h.rec).and_then(|src| {
@@ -1884,17 +1493,14 @@ impl RecvOp {
                                 (self.dst.ptr, None)
                             } else {
                                 // SAFETY: see the Send impl.
-                                let pb =
-                                    unsafe { (*self.pool).take(bytes, self.pinned, s.device)? };
+                                let pb = unsafe { (*self.pool).take(bytes, self.pinned, s.device)? };
                                 (pb.ptr, Some(pb))
                             };
                             let req = irecv_bytes(s.data, target, bytes, h.src, h.ptr as i32)?;
                             self.state = RState::Data { req, pb };
                             continue;
                         }
-                        k => Err(Error::Internal(format!(
-                            "recv: unknown control message kind {k}"
-                        ))),
+                        k => Err(Error::Internal(format!("recv: unknown control message kind {k}"))),
                     };
                     self.state = RState::Done;
                     moved?;
@@ -1910,34 +1516,13 @@ impl RecvOp {
                     let r = match pb.take() {
                         Some(b) => {
                             let _g = CtxGuard::enter(s.device)?;
-                            let r = if self.shared
-                                && self.dst.space == Space::GPUWIRE_SPACE_DEVICE
-                                && n < device::SHARED_HTOD_2D_MAX
-                            {
+                            let r = if self.shared && self.dst.space == Space::GPUWIRE_SPACE_DEVICE && n < device::SHARED_HTOD_2D_MAX {
                                 // SAFETY: the pool buffer holds the `bytes` >= n received bytes.
-                                let src =
-                                    unsafe { std::slice::from_raw_parts(b.ptr as *const u8, n) };
+                                let src = unsafe { std::slice::from_raw_parts(b.ptr as *const u8, n) };
                                 device::htod_shared(self.dst.ptr, src, self.stream)
                             } else {
-                                ring::copy(
-                                    Loc {
-                                        ptr: self.dst.ptr,
-                                        host: self.dst.host(),
-                                    },
-                                    Loc {
-                                        ptr: b.ptr,
-                                        host: true,
-                                    },
-                                    n,
-                                    self.stream,
-                                )
-                                .and_then(|()| {
-                                    if self.dst.host() {
-                                        Ok(())
-                                    } else {
-                                        device::sync(self.stream)
-                                    }
-                                })
+                                ring::copy(Loc { ptr: self.dst.ptr, host: self.dst.host() }, Loc { ptr: b.ptr, host: true }, n, self.stream)
+                                    .and_then(|()| if self.dst.host() { Ok(()) } else { device::sync(self.stream) })
                             };
                             // SAFETY: see the Send impl.
                             unsafe { (*self.pool).give(b) };
@@ -1967,53 +1552,34 @@ impl RecvOp {
 /// Waits for `done` while progressing the process's pending receives, up to the timeout. At
 /// the timeout, `give_up` says whether the operation may end there (a send whose receiver
 /// already claimed it may not: the wait goes on, without a deadline, until the receiver is done).
-fn wait_p2p(
-    c: &Communicator,
-    what: &str,
-    mut done: impl FnMut() -> Result<bool>,
-    give_up: impl FnOnce() -> bool,
-) -> Result<()> {
-    let r = shm::spin_until(
-        c.config().timeout,
-        || c.is_broken(),
-        || {
-            if done()? {
-                return Ok(true);
-            }
-            progress_all();
-            Ok(false)
-        },
-    )?;
+fn wait_p2p(c: &Communicator, what: &str, mut done: impl FnMut() -> Result<bool>, give_up: impl FnOnce() -> bool) -> Result<()> {
+    let r = shm::spin_until(c.config().timeout, || c.is_broken(), || {
+        if done()? {
+            return Ok(true);
+        }
+        progress_all();
+        Ok(false)
+    })?;
     match r {
         Ok(()) => Ok(()),
         Err(stop) if !give_up() => {
-            crate::trace!(
-                "ipc: {what}: {stop:?} while the receiver copies this send; waiting for it"
-            );
-            shm::spin_until(
-                None,
-                || false,
-                || {
-                    if done()? {
-                        return Ok(true);
-                    }
-                    progress_all();
-                    Ok(false)
-                },
-            )?
+            crate::trace!("ipc: {what}: {stop:?} while the receiver copies this send; waiting for it");
+            shm::spin_until(None, || false, || {
+                if done()? {
+                    return Ok(true);
+                }
+                progress_all();
+                Ok(false)
+            })?
             .map_err(|_| Error::Internal("unbounded wait ended".into()))
         }
         Err(Stop::Broken) => {
             c.ensure_usable()?;
-            Err(Error::CommBroken(format!(
-                "{what}: the communicator broke while waiting"
-            )))
+            Err(Error::CommBroken(format!("{what}: the communicator broke while waiting")))
         }
         Err(Stop::TimedOut) => {
             let t = c.config().timeout.map(|t| t.as_secs_f64()).unwrap_or(0.0);
-            let msg = format!(
-                "{what} did not complete within the communicator's timeout of {t:.3} s (no matching call on the other rank?); the communicator is now broken"
-            );
+            let msg = format!("{what} did not complete within the communicator's timeout of {t:.3} s (no matching call on the other rank?); the communicator is now broken");
             c.mark_broken(msg.clone());
             Err(Error::Timeout(msg))
         }
@@ -2029,9 +1595,7 @@ unsafe impl Send for IpcSend {}
 
 impl Pending for IpcSend {
     fn wait(&mut self) -> Result<()> {
-        let Some(mut op) = self.op.take() else {
-            return Ok(());
-        };
+        let Some(mut op) = self.op.take() else { return Ok(()) };
         // SAFETY: see the Send impl.
         let c = unsafe { &*self.comm };
         let q = op.quitter();
@@ -2043,9 +1607,7 @@ impl Pending for IpcSend {
         r
     }
     fn test(&mut self) -> Result<bool> {
-        let Some(op) = self.op.as_mut() else {
-            return Ok(true);
-        };
+        let Some(op) = self.op.as_mut() else { return Ok(true) };
         if op.test()? {
             self.op = None;
             return Ok(true);
@@ -2131,14 +1693,7 @@ impl Drop for IpcRecv {
 pub struct IpcPath;
 
 impl Path for IpcPath {
-    fn send(
-        &self,
-        c: &Communicator,
-        buf: &Buffer,
-        dest: i32,
-        tag: i32,
-        stream: Stream,
-    ) -> Result<()> {
+    fn send(&self, c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<()> {
         let mut op = SendOp::start(c, buf, dest, tag, stream)?;
         let q = op.quitter();
         let r = wait_p2p(c, "send", || op.test(), || q.give_up());
@@ -2148,14 +1703,7 @@ impl Path for IpcPath {
         r
     }
 
-    fn recv(
-        &self,
-        c: &Communicator,
-        buf: &Buffer,
-        source: i32,
-        tag: i32,
-        stream: Stream,
-    ) -> Result<()> {
+    fn recv(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<()> {
         let mut op = RecvOp::start(c, buf, source, tag, stream)?;
         let r = wait_p2p(c, "recv", || op.poll(), || true);
         if r.is_err() && !matches!(op.state, RState::Done) {
@@ -2164,81 +1712,37 @@ impl Path for IpcPath {
         r
     }
 
-    fn isend(
-        &self,
-        c: &Communicator,
-        buf: &Buffer,
-        dest: i32,
-        tag: i32,
-        stream: Stream,
-    ) -> Result<Box<dyn Pending>> {
+    fn isend(&self, c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
         let op = SendOp::start(c, buf, dest, tag, stream)?;
-        Ok(Box::new(IpcSend {
-            op: Some(op),
-            comm: c,
-        }))
+        Ok(Box::new(IpcSend { op: Some(op), comm: c }))
     }
 
-    fn irecv(
-        &self,
-        c: &Communicator,
-        buf: &Buffer,
-        source: i32,
-        tag: i32,
-        stream: Stream,
-    ) -> Result<Box<dyn Pending>> {
+    fn irecv(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
         let op = Arc::new(Mutex::new(RecvOp::start(c, buf, source, tag, stream)?));
         register(&op);
-        Ok(Box::new(IpcRecv {
-            op,
-            comm: c,
-            finished: false,
-        }))
+        Ok(Box::new(IpcRecv { op, comm: c, finished: false }))
     }
 
-    fn sendrecv(
-        &self,
-        c: &Communicator,
-        send: &Buffer,
-        dest: i32,
-        sendtag: i32,
-        recv: &Buffer,
-        source: i32,
-        recvtag: i32,
-        stream: Stream,
-    ) -> Result<()> {
+    fn sendrecv(&self, c: &Communicator, send: &Buffer, dest: i32, sendtag: i32, recv: &Buffer, source: i32, recvtag: i32, stream: Stream) -> Result<()> {
         let proc_null = crate::ops::PROC_NULL;
         // The receive first (a message to oneself then finds it).
-        let mut r = if source == proc_null {
-            None
-        } else {
-            Some(RecvOp::start(c, recv, source, recvtag, stream)?)
-        };
-        let mut w = if dest == proc_null {
-            None
-        } else {
-            Some(SendOp::start(c, send, dest, sendtag, stream)?)
-        };
+        let mut r = if source == proc_null { None } else { Some(RecvOp::start(c, recv, source, recvtag, stream)?) };
+        let mut w = if dest == proc_null { None } else { Some(SendOp::start(c, send, dest, sendtag, stream)?) };
         let q = w.as_ref().map(|o| o.quitter());
         // At a timeout the send part gives up, or (its receiver copying) ends first; the call
         // then fails as a whole, also when the receive part was complete.
         let give_up = || q.is_none_or(|q| q.give_up() || q.wait_finished());
-        let res = wait_p2p(
-            c,
-            "sendrecv",
-            || {
-                let rd = match r.as_mut() {
-                    Some(op) => op.poll()?,
-                    None => true,
-                };
-                let sd = match w.as_mut() {
-                    Some(op) => op.test()?,
-                    None => true,
-                };
-                Ok(rd && sd)
-            },
-            give_up,
-        );
+        let res = wait_p2p(c, "sendrecv", || {
+            let rd = match r.as_mut() {
+                Some(op) => op.poll()?,
+                None => true,
+            };
+            let sd = match w.as_mut() {
+                Some(op) => op.test()?,
+                None => true,
+            };
+            Ok(rd && sd)
+        }, give_up);
         if res.is_err() {
             std::mem::forget(r);
             std::mem::forget(w);
@@ -2257,11 +1761,7 @@ impl Path for IpcPath {
         let mut co = Coll::begin(c, "bcast", &[Some(buf)], stream)?;
         let me = co.me();
         if bytes <= SMALL {
-            co.stage_in(if me == root {
-                Some(View::of(buf))
-            } else {
-                None
-            });
+            co.stage_in(if me == root { Some(View::of(buf)) } else { None });
             co.exchange([BufRecord::default(); 2])?;
             if me != root {
                 let d = co.data(root).to_vec();
@@ -2284,15 +1784,7 @@ impl Path for IpcPath {
         })
     }
 
-    fn reduce(
-        &self,
-        c: &Communicator,
-        send: Input,
-        recv: Option<&Buffer>,
-        op: ReduceOp,
-        root: i32,
-        stream: Stream,
-    ) -> Result<()> {
+    fn reduce(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, op: ReduceOp, root: i32, stream: Stream) -> Result<()> {
         let (n, dtype) = match (send, recv) {
             (Input::Buf(b), _) => (b.count(), b.dtype()),
             (Input::InPlace, Some(r)) => (r.count(), r.dtype()),
@@ -2324,24 +1816,13 @@ impl Path for IpcPath {
             let out = l.ptr(root, 1)?;
             // The root's input is its output when in place: accumulate elsewhere unless the root
             // is rank 0 (whose input is read first).
-            let acc = if root != 0 && l.same(root) {
-                l.scratch(bytes)?
-            } else {
-                out
-            };
+            let acc = if root != 0 && l.same(root) { l.scratch(bytes)? } else { out };
             l.reduce_into(acc, 0, n, dtype, op)?;
             l.copy(out, acc, bytes)
         })
     }
 
-    fn allreduce(
-        &self,
-        c: &Communicator,
-        send: Input,
-        recv: &Buffer,
-        op: ReduceOp,
-        stream: Stream,
-    ) -> Result<()> {
+    fn allreduce(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()> {
         let (n, dtype, bytes) = (recv.count(), recv.dtype(), recv.bytes());
         let input = in_view(send, recv, 0, bytes);
         let mut co = Coll::begin(c, "allreduce", &[input_buf(send), Some(recv)], stream)?;
@@ -2367,40 +1848,18 @@ impl Path for IpcPath {
         })
     }
 
-    fn allgather(
-        &self,
-        c: &Communicator,
-        send: Input,
-        recv: &Buffer,
-        stream: Stream,
-    ) -> Result<()> {
+    fn allgather(&self, c: &Communicator, send: Input, recv: &Buffer, stream: Stream) -> Result<()> {
         let p = c.size() as usize;
         let counts = vec![recv.count() / p; p];
         gatherv(c, "allgather", send, Some(recv), &counts, None, stream)
     }
 
-    fn allgatherv(
-        &self,
-        c: &Communicator,
-        send: Input,
-        recv: &Buffer,
-        counts: &[usize],
-        stream: Stream,
-    ) -> Result<()> {
+    fn allgatherv(&self, c: &Communicator, send: Input, recv: &Buffer, counts: &[usize], stream: Stream) -> Result<()> {
         gatherv(c, "allgatherv", send, Some(recv), counts, None, stream)
     }
 
-    fn reduce_scatter(
-        &self,
-        c: &Communicator,
-        send: Input,
-        recv: &Buffer,
-        op: ReduceOp,
-        stream: Stream,
-    ) -> Result<()> {
-        let Input::Buf(sb) = send else {
-            return Err(Error::Internal("in-place reduce_scatter".into()));
-        };
+    fn reduce_scatter(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()> {
+        let Input::Buf(sb) = send else { return Err(Error::Internal("in-place reduce_scatter".into())) };
         let (m, dtype) = (recv.count(), recv.dtype());
         let mb = m * dtype.size();
         let mut co = Coll::begin(c, "reduce_scatter", &[Some(sb), Some(recv)], stream)?;
@@ -2411,10 +1870,7 @@ impl Path for IpcPath {
             let out = host_reduce(&co, me * mb, m, dtype, op)?;
             return co.deliver(View::of(recv), &out);
         }
-        let recs = [
-            co.s.export(Some(View::of(sb))),
-            co.s.export(Some(View::of(recv))),
-        ];
+        let recs = [co.s.export(Some(View::of(sb))), co.s.export(Some(View::of(recv)))];
         if co.exchange(recs)? || !kernels_ok(c) {
             drop(co);
             return StagedPath.reduce_scatter(c, send, recv, op, stream);
@@ -2442,9 +1898,7 @@ impl Path for IpcPath {
             for q in 0..p {
                 let d = co.data(q);
                 if d.len() < (me + 1) * kb {
-                    return Err(Error::Internal(
-                        "small alltoall: a rank published less data than expected".into(),
-                    ));
+                    return Err(Error::Internal("small alltoall: a rank published less data than expected".into()));
                 }
                 out[q * kb..(q + 1) * kb].copy_from_slice(&d[me * kb..(me + 1) * kb]);
             }
@@ -2458,11 +1912,7 @@ impl Path for IpcPath {
         co.lead_or_follow(|l| {
             // Inputs of in-place ranks are overwritten by the exchange: copy them aside first.
             let inplace: Vec<usize> = (0..p).filter(|r| l.same(*r)).collect();
-            let tmp = if inplace.is_empty() {
-                0
-            } else {
-                l.scratch(inplace.len() * bytes)?
-            };
+            let tmp = if inplace.is_empty() { 0 } else { l.scratch(inplace.len() * bytes)? };
             let mut src = vec![0usize; p];
             for (q, s) in src.iter_mut().enumerate() {
                 let i = l.ptr(q, 0)?;
@@ -2484,39 +1934,17 @@ impl Path for IpcPath {
         })
     }
 
-    fn gather(
-        &self,
-        c: &Communicator,
-        send: Input,
-        recv: Option<&Buffer>,
-        root: i32,
-        stream: Stream,
-    ) -> Result<()> {
+    fn gather(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, root: i32, stream: Stream) -> Result<()> {
         let p = c.size() as usize;
         let n = match (send, recv) {
             (Input::Buf(b), _) => b.count(),
             (Input::InPlace, Some(r)) => r.count() / p,
             _ => return Err(Error::Internal("in-place gather off the root".into())),
         };
-        gatherv(
-            c,
-            "gather",
-            send,
-            recv,
-            &vec![n; p],
-            Some(root as usize),
-            stream,
-        )
+        gatherv(c, "gather", send, recv, &vec![n; p], Some(root as usize), stream)
     }
 
-    fn scatter(
-        &self,
-        c: &Communicator,
-        send: Option<&Buffer>,
-        recv: Input,
-        root: i32,
-        stream: Stream,
-    ) -> Result<()> {
+    fn scatter(&self, c: &Communicator, send: Option<&Buffer>, recv: Input, root: i32, stream: Stream) -> Result<()> {
         let p = c.size() as usize;
         let root = root as usize;
         let (n, dtype) = match (recv, send) {
@@ -2539,9 +1967,7 @@ impl Path for IpcPath {
             if !matches!(recv, Input::InPlace) {
                 let d = co.data(root);
                 if d.len() < (me + 1) * nb {
-                    return Err(Error::Internal(
-                        "small scatter: the root published less data than expected".into(),
-                    ));
+                    return Err(Error::Internal("small scatter: the root published less data than expected".into()));
                 }
                 let mine = d[me * nb..(me + 1) * nb].to_vec();
                 co.deliver(out, &mine)?;
@@ -2566,45 +1992,27 @@ impl Path for IpcPath {
 
 /// allgather(v) (root None) and gather (root Some): `counts[q]` elements from rank q, placed
 /// contiguously in rank order in every rank's (or the root's) `recv`.
-fn gatherv(
-    c: &Communicator,
-    what: &'static str,
-    send: Input,
-    recv: Option<&Buffer>,
-    counts: &[usize],
-    root: Option<usize>,
-    stream: Stream,
-) -> Result<()> {
+fn gatherv(c: &Communicator, what: &'static str, send: Input, recv: Option<&Buffer>, counts: &[usize], root: Option<usize>, stream: Stream) -> Result<()> {
     let p = c.size() as usize;
     let me = c.rank() as usize;
     let dtype = match (send, recv) {
         (Input::Buf(b), _) => b.dtype(),
         (_, Some(r)) => r.dtype(),
-        _ => {
-            return Err(Error::Internal(format!(
-                "in-place {what} without a receive buffer"
-            )));
-        }
+        _ => return Err(Error::Internal(format!("in-place {what} without a receive buffer"))),
     };
     let es = dtype.size();
-    let disp: Vec<usize> = counts
-        .iter()
-        .scan(0, |a, n| {
-            let d = *a;
-            *a += n;
-            Some(d)
-        })
-        .collect();
+    let disp: Vec<usize> = counts.iter().scan(0, |a, n| {
+        let d = *a;
+        *a += n;
+        Some(d)
+    }).collect();
     let total: usize = counts.iter().sum();
     let input = match (send, recv) {
         (Input::Buf(b), _) => View::of(b),
         (Input::InPlace, Some(r)) => View::of(r).at(disp[me] * es, counts[me] * es),
         _ => unreachable!(),
     };
-    let input = View {
-        bytes: counts[me] * es,
-        ..input
-    };
+    let input = View { bytes: counts[me] * es, ..input };
     let mut co = Coll::begin(c, what, &[input_buf(send), recv], stream)?;
     let largest = counts.iter().max().copied().unwrap_or(0) * es;
     if largest <= SMALL {
@@ -2616,9 +2024,7 @@ fn gatherv(
                 let d = co.data(q);
                 let b = counts[q] * es;
                 if d.len() < b {
-                    return Err(Error::Internal(format!(
-                        "small {what}: a rank published less data than expected"
-                    )));
+                    return Err(Error::Internal(format!("small {what}: a rank published less data than expected")));
                 }
                 out[disp[q] * es..disp[q] * es + b].copy_from_slice(&d[..b]);
             }

@@ -73,16 +73,7 @@ pub(crate) const REC_LOCAL_ONLY: u32 = 2;
 
 impl Default for BufRecord {
     fn default() -> Self {
-        BufRecord {
-            kind: REC_NONE,
-            _pad: 0,
-            base: 0,
-            offset: 0,
-            id: 0,
-            size: 0,
-            proc_id: 0,
-            handle: [0; 64],
-        }
+        BufRecord { kind: REC_NONE, _pad: 0, base: 0, offset: 0, id: 0, size: 0, proc_id: 0, handle: [0; 64] }
     }
 }
 
@@ -169,9 +160,7 @@ impl Seg {
 
     /// Ranks whose `field` counter is below `v`.
     pub fn behind(&self, v: u64, field: impl Fn(&Slot) -> &Counter) -> Vec<usize> {
-        (0..self.p)
-            .filter(|r| field(self.slot(*r)).0.load(Ordering::Acquire) < v)
-            .collect()
+        (0..self.p).filter(|r| field(self.slot(*r)).0.load(Ordering::Acquire) < v).collect()
     }
 }
 
@@ -197,11 +186,7 @@ pub enum Stop {
 
 /// Polls `ready` until it is true: spins first, then yields the CPU. Stops at `timeout` (from
 /// now) or when `broken` says the communicator broke (both checked every few hundred polls).
-pub fn spin_until(
-    timeout: Option<Duration>,
-    mut broken: impl FnMut() -> bool,
-    mut ready: impl FnMut() -> Result<bool>,
-) -> Result<std::result::Result<(), Stop>> {
+pub fn spin_until(timeout: Option<Duration>, mut broken: impl FnMut() -> bool, mut ready: impl FnMut() -> Result<bool>) -> Result<std::result::Result<(), Stop>> {
     let deadline = timeout.map(|t| Instant::now() + t);
     let mut i: u64 = 0;
     loop {
@@ -235,11 +220,7 @@ pub struct Lru<K, V> {
 
 impl<K: Eq + Hash + Copy, V: Copy> Lru<K, V> {
     pub fn new(cap: usize) -> Self {
-        Lru {
-            cap: cap.max(1),
-            tick: 0,
-            map: HashMap::new(),
-        }
+        Lru { cap: cap.max(1), tick: 0, map: HashMap::new() }
     }
 
     pub fn len(&self) -> usize {
@@ -252,12 +233,7 @@ impl<K: Eq + Hash + Copy, V: Copy> Lru<K, V> {
 
     /// The value for `key`, opened with `open` when absent (after closing the least recently used
     /// entry with `close` when full).
-    pub fn get_or_open(
-        &mut self,
-        key: K,
-        open: impl FnOnce() -> Result<V>,
-        mut close: impl FnMut(V),
-    ) -> Result<V> {
+    pub fn get_or_open(&mut self, key: K, open: impl FnOnce() -> Result<V>, mut close: impl FnMut(V)) -> Result<V> {
         self.tick += 1;
         if let Some(e) = self.map.get_mut(&key) {
             e.1 = self.tick;
@@ -265,12 +241,7 @@ impl<K: Eq + Hash + Copy, V: Copy> Lru<K, V> {
         }
         let v = open()?;
         if self.map.len() >= self.cap {
-            if let Some(old) = self
-                .map
-                .iter()
-                .min_by_key(|(_, (_, t))| *t)
-                .map(|(k, _)| *k)
-            {
+            if let Some(old) = self.map.iter().min_by_key(|(_, (_, t))| *t).map(|(k, _)| *k) {
                 if let Some((ov, _)) = self.map.remove(&old) {
                     close(ov);
                 }
@@ -286,12 +257,7 @@ impl<K: Eq + Hash + Copy, V: Copy> Lru<K, V> {
 
     /// Closes and removes every entry for which `pred` holds.
     pub fn evict_if(&mut self, pred: impl Fn(&K, &V) -> bool, mut close: impl FnMut(V)) {
-        let keys: Vec<K> = self
-            .map
-            .iter()
-            .filter(|(k, (v, _))| pred(k, v))
-            .map(|(k, _)| *k)
-            .collect();
+        let keys: Vec<K> = self.map.iter().filter(|(k, (v, _))| pred(k, v)).map(|(k, _)| *k).collect();
         for k in keys {
             if let Some((v, _)) = self.map.remove(&k) {
                 close(v);
@@ -319,11 +285,7 @@ pub struct Cells {
 
 impl Default for Cells {
     fn default() -> Self {
-        Cells {
-            assigned: vec![0; CELLS],
-            next: 0,
-            generation: 0,
-        }
+        Cells { assigned: vec![0; CELLS], next: 0, generation: 0 }
     }
 }
 
@@ -334,9 +296,7 @@ impl Cells {
         for k in 0..cells.len() {
             let i = (self.next + k) % cells.len();
             let w = cells[i].load(Ordering::Acquire);
-            let free = self.assigned[i] == 0
-                || (claim_tag(w) == self.assigned[i]
-                    && matches!(claim_state(w), DONE | FAILED | ABANDONED));
+            let free = self.assigned[i] == 0 || (claim_tag(w) == self.assigned[i] && matches!(claim_state(w), DONE | FAILED | ABANDONED));
             if free {
                 self.generation += 1;
                 self.assigned[i] = self.generation;
@@ -397,33 +357,18 @@ pub const fn claim_state(w: u64) -> u64 {
 /// The worker's side: OFFERED(tag) -> CLAIMED(tag). Err(the word found) when it was not offered
 /// for this tag (abandoned, or another call's).
 pub fn claim(w: &AtomicU64, tag: u64) -> std::result::Result<(), u64> {
-    w.compare_exchange(
-        claim_word(tag, OFFERED),
-        claim_word(tag, CLAIMED),
-        Ordering::AcqRel,
-        Ordering::Acquire,
-    )
-    .map(|_| ())
+    w.compare_exchange(claim_word(tag, OFFERED), claim_word(tag, CLAIMED), Ordering::AcqRel, Ordering::Acquire).map(|_| ())
 }
 
 /// The giving-up side: OFFERED(tag) -> ABANDONED(tag). True when this side won (nobody will
 /// touch its memory for this tag); false when a worker claimed it first.
 pub fn abandon(w: &AtomicU64, tag: u64) -> bool {
-    w.compare_exchange(
-        claim_word(tag, OFFERED),
-        claim_word(tag, ABANDONED),
-        Ordering::AcqRel,
-        Ordering::Acquire,
-    )
-    .is_ok()
+    w.compare_exchange(claim_word(tag, OFFERED), claim_word(tag, ABANDONED), Ordering::AcqRel, Ordering::Acquire).is_ok()
 }
 
 /// The worker's end: CLAIMED(tag) -> DONE(tag) or FAILED(tag).
 pub fn finish(w: &AtomicU64, tag: u64, ok: bool) {
-    w.store(
-        claim_word(tag, if ok { DONE } else { FAILED }),
-        Ordering::Release,
-    );
+    w.store(claim_word(tag, if ok { DONE } else { FAILED }), Ordering::Release);
 }
 
 // ---- leaving a communicator ----------------------------------------------------------------
@@ -460,11 +405,7 @@ pub fn leave_decision(words: impl IntoIterator<Item = u64>) -> LeaveDecision {
             wait = true;
         }
     }
-    if wait {
-        LeaveDecision::Wait
-    } else {
-        LeaveDecision::Free
-    }
+    if wait { LeaveDecision::Wait } else { LeaveDecision::Free }
 }
 
 /// Rank `me`'s leave over the ranks' `words`: true when the window may be freed (every rank then
@@ -487,14 +428,10 @@ pub fn leave(words: &[&AtomicU64], me: usize, timeout: Option<Duration>, broken:
     // same one); twice that, plus a second, before this rank assumes one is gone.
     let bound = timeout.map(|t| t * 2 + Duration::from_secs(1));
     let mut decision = LeaveDecision::Wait;
-    let r = spin_until(
-        bound,
-        || false,
-        || {
-            decision = leave_decision(words.iter().map(|w| w.load(Ordering::Acquire)));
-            Ok(decision != LeaveDecision::Wait)
-        },
-    );
+    let r = spin_until(bound, || false, || {
+        decision = leave_decision(words.iter().map(|w| w.load(Ordering::Acquire)));
+        Ok(decision != LeaveDecision::Wait)
+    });
     if !matches!(r, Ok(Ok(()))) {
         mine.store(LEAVE_ABANDONED, Ordering::Release);
         return false;
@@ -556,22 +493,12 @@ mod tests {
             seg.slot(1).arrive.0.store(1, Ordering::Release);
         });
         seg.slot(0).arrive.0.store(1, Ordering::Release);
-        let r = spin_until(
-            Some(Duration::from_secs(10)),
-            || false,
-            || Ok(seg.behind(1, |s| &s.arrive).is_empty()),
-        )
-        .unwrap();
+        let r = spin_until(Some(Duration::from_secs(10)), || false, || Ok(seg.behind(1, |s| &s.arrive).is_empty())).unwrap();
         assert_eq!(r, Ok(()));
         t.join().unwrap();
         // Nobody arrives at 2: a timeout, naming rank 1 (and 0) as behind.
         let t0 = Instant::now();
-        let r = spin_until(
-            Some(Duration::from_millis(30)),
-            || false,
-            || Ok(seg.behind(2, |s| &s.arrive).is_empty()),
-        )
-        .unwrap();
+        let r = spin_until(Some(Duration::from_millis(30)), || false, || Ok(seg.behind(2, |s| &s.arrive).is_empty())).unwrap();
         assert_eq!(r, Err(Stop::TimedOut));
         assert!(t0.elapsed() >= Duration::from_millis(30));
         assert_eq!(seg.behind(2, |s| &s.arrive), vec![0, 1]);
@@ -579,14 +506,7 @@ mod tests {
         let r = spin_until(None, || true, || Ok(false)).unwrap();
         assert_eq!(r, Err(Stop::Broken));
         // An error from the condition is returned.
-        assert!(
-            spin_until(
-                None,
-                || false,
-                || Err(crate::error::Error::Internal("x".into()))
-            )
-            .is_err()
-        );
+        assert!(spin_until(None, || false, || Err(crate::error::Error::Internal("x".into()))).is_err());
     }
 
     #[test]
@@ -599,41 +519,20 @@ mod tests {
             opened.set(opened.get() + 1);
             Ok(1000 + k.1)
         };
-        assert_eq!(
-            c.get_or_open((1, 7), || open((1, 7)), |v| closed.push(v))
-                .unwrap(),
-            1007
-        );
+        assert_eq!(c.get_or_open((1, 7), || open((1, 7)), |v| closed.push(v)).unwrap(), 1007);
         // The same allocation again: no second open.
-        assert_eq!(
-            c.get_or_open((1, 7), || open((1, 7)), |v| closed.push(v))
-                .unwrap(),
-            1007
-        );
+        assert_eq!(c.get_or_open((1, 7), || open((1, 7)), |v| closed.push(v)).unwrap(), 1007);
         assert_eq!(opened.get(), 1);
         // A new allocation at the same address has a new buffer id: a new mapping, never the old.
-        assert_eq!(
-            c.get_or_open((1, 8), || open((1, 8)), |v| closed.push(v))
-                .unwrap(),
-            1008
-        );
+        assert_eq!(c.get_or_open((1, 8), || open((1, 8)), |v| closed.push(v)).unwrap(), 1008);
         assert_eq!(opened.get(), 2);
         // Touch 7, then a third key evicts the least recently used (8), closing it.
-        c.get_or_open((1, 7), || open((1, 7)), |v| closed.push(v))
-            .unwrap();
-        c.get_or_open((1, 9), || open((1, 9)), |v| closed.push(v))
-            .unwrap();
+        c.get_or_open((1, 7), || open((1, 7)), |v| closed.push(v)).unwrap();
+        c.get_or_open((1, 9), || open((1, 9)), |v| closed.push(v)).unwrap();
         assert_eq!(closed, vec![1008]);
         assert_eq!(c.len(), 2);
         // A failed open leaves the cache as it was.
-        assert!(
-            c.get_or_open(
-                (1, 10),
-                || Err(crate::error::Error::Cuda("no".into())),
-                |v| closed.push(v)
-            )
-            .is_err()
-        );
+        assert!(c.get_or_open((1, 10), || Err(crate::error::Error::Cuda("no".into())), |v| closed.push(v)).is_err());
         assert_eq!(c.len(), 2);
         let mut rest = Vec::new();
         c.drain(|v| rest.push(v));
@@ -660,16 +559,9 @@ mod tests {
     #[test]
     fn cells_are_reused_only_after_completion() {
         let cells: Arc<Vec<AtomicU64>> = Arc::new((0..4).map(|_| AtomicU64::new(0)).collect());
-        let mut a = Cells {
-            assigned: vec![0; 4],
-            next: 0,
-            generation: 0,
-        };
+        let mut a = Cells { assigned: vec![0; 4], next: 0, generation: 0 };
         let taken: Vec<(usize, u64)> = (0..4).map(|_| a.take(&cells).unwrap()).collect();
-        assert_eq!(
-            taken.iter().map(|t| t.0).collect::<Vec<_>>(),
-            vec![0, 1, 2, 3]
-        );
+        assert_eq!(taken.iter().map(|t| t.0).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
         assert!(a.take(&cells).is_none(), "all four in flight");
         assert_eq!(cell_done(&cells, 2, taken[2].1), None);
         // The receiver claims send 2: still in flight, and the sender can no longer abandon it.
@@ -687,10 +579,7 @@ mod tests {
         assert_eq!(cell_done(&cells, 2, g), None);
         // Send 0's sender gives up first: its receiver may not claim it, and the cell is free.
         assert!(abandon(&cells[0], taken[0].1));
-        assert_eq!(
-            claim(&cells[0], taken[0].1),
-            Err(claim_word(taken[0].1, ABANDONED))
-        );
+        assert_eq!(claim(&cells[0], taken[0].1), Err(claim_word(taken[0].1, ABANDONED)));
         let (j, g2) = a.take(&cells).unwrap();
         assert_eq!(j, 0);
         // A late receiver of the abandoned send cannot claim the cell's new send either.
@@ -730,10 +619,7 @@ mod tests {
             let quitter = std::thread::spawn(move || abandon(&w2, round));
             let worker = claim(&w, round).is_ok();
             let quit = quitter.join().unwrap();
-            assert!(
-                worker ^ quit,
-                "round {round}: worker {worker}, quitter {quit}"
-            );
+            assert!(worker ^ quit, "round {round}: worker {worker}, quitter {quit}");
             let st = claim_state(w.load(Ordering::Acquire));
             assert_eq!(st, if worker { CLAIMED } else { ABANDONED });
         }
@@ -774,39 +660,18 @@ mod tests {
     fn leave_frees_only_when_every_rank_agrees() {
         let t = Duration::from_millis(200);
         // Everyone comes (at different times): all free.
-        assert_eq!(
-            run_leave(
-                vec![Some((0, false)), Some((50, false)), Some((100, false))],
-                t
-            ),
-            vec![Some(true); 3]
-        );
+        assert_eq!(run_leave(vec![Some((0, false)), Some((50, false)), Some((100, false))], t), vec![Some(true); 3]);
         // One never comes: nobody frees.
-        assert_eq!(
-            run_leave(vec![Some((0, false)), None, Some((10, false))], t),
-            vec![Some(false), None, Some(false)]
-        );
+        assert_eq!(run_leave(vec![Some((0, false)), None, Some((10, false))], t), vec![Some(false), None, Some(false)]);
         // One comes broken: nobody frees (and the others do not wait out their timeout).
         let t0 = Instant::now();
-        assert_eq!(
-            run_leave(
-                vec![Some((0, false)), Some((0, true))],
-                Duration::from_secs(5)
-            ),
-            vec![Some(false); 2]
-        );
+        assert_eq!(run_leave(vec![Some((0, false)), Some((0, true))], Duration::from_secs(5)), vec![Some(false); 2]);
         assert!(t0.elapsed() < Duration::from_secs(4));
         // One comes after the others gave up: it sees their abandon and does not free either.
-        assert_eq!(
-            run_leave(vec![Some((0, false)), Some((400, false))], t),
-            vec![Some(false); 2]
-        );
+        assert_eq!(run_leave(vec![Some((0, false)), Some((400, false))], t), vec![Some(false); 2]);
         // Around the deadline: whatever happens, all ranks that return decide alike.
         for d in [150u64, 190, 200, 210, 250] {
-            let r = run_leave(
-                vec![Some((0, false)), Some((d, false)), Some((d / 2, false))],
-                t,
-            );
+            let r = run_leave(vec![Some((0, false)), Some((d, false)), Some((d / 2, false))], t);
             let frees: Vec<bool> = r.iter().map(|x| x.unwrap()).collect();
             assert!(frees.iter().all(|f| *f == frees[0]), "delay {d}: {frees:?}");
         }

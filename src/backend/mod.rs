@@ -15,11 +15,12 @@ pub mod ring;
 
 use std::sync::{Mutex, MutexGuard};
 
+
 use crate::buffer::Buffer;
 use crate::comm::Communicator;
 use crate::device::{self, Stream};
-use crate::error::{Error, Result};
 use crate::mpisys;
+use crate::error::{Error, Result};
 use crate::request::Pending;
 use crate::types::{BackendKind, ReduceOp};
 
@@ -34,11 +35,7 @@ pub struct Choice {
 
 impl Default for Choice {
     fn default() -> Self {
-        Choice {
-            kind: BackendKind::GPUWIRE_BACKEND_HOST,
-            reason: String::new(),
-            device: -1,
-        }
+        Choice { kind: BackendKind::GPUWIRE_BACKEND_HOST, reason: String::new(), device: -1 }
     }
 }
 
@@ -57,24 +54,18 @@ impl State {
     pub fn dev(&self) -> Result<MutexGuard<'_, devstate::DevState>> {
         match &self.dev {
             Some(m) => Ok(m.lock().unwrap_or_else(|p| p.into_inner())),
-            None => Err(Error::Internal(
-                "device path used on a communicator without device state".into(),
-            )),
+            None => Err(Error::Internal("device path used on a communicator without device state".into())),
         }
     }
 
     /// The IPC state (IPC backend only).
     pub fn ipc(&self) -> Result<&ipc::IpcState> {
-        self.ipc.as_ref().ok_or_else(|| {
-            Error::Internal("IPC path used on a communicator without IPC state".into())
-        })
+        self.ipc.as_ref().ok_or_else(|| Error::Internal("IPC path used on a communicator without IPC state".into()))
     }
 
     /// The NCCL state (NCCL backend only).
     pub fn nccl(&self) -> Result<&nccl::NcclState> {
-        self.nccl
-            .as_ref()
-            .ok_or_else(|| Error::Internal("NCCL path used on a communicator without NCCL".into()))
+        self.nccl.as_ref().ok_or_else(|| Error::Internal("NCCL path used on a communicator without NCCL".into()))
     }
 }
 
@@ -89,108 +80,26 @@ pub enum Input<'a> {
 /// only moves and reduces data. Every method is called by all ranks that the MPI semantics
 /// require (collectives by every rank, in the same order).
 pub trait Path: Sync {
-    fn send(
-        &self,
-        c: &Communicator,
-        buf: &Buffer,
-        dest: i32,
-        tag: i32,
-        stream: Stream,
-    ) -> Result<()>;
-    fn recv(
-        &self,
-        c: &Communicator,
-        buf: &Buffer,
-        source: i32,
-        tag: i32,
-        stream: Stream,
-    ) -> Result<()>;
-    fn isend(
-        &self,
-        c: &Communicator,
-        buf: &Buffer,
-        dest: i32,
-        tag: i32,
-        stream: Stream,
-    ) -> Result<Box<dyn Pending>>;
-    fn irecv(
-        &self,
-        c: &Communicator,
-        buf: &Buffer,
-        source: i32,
-        tag: i32,
-        stream: Stream,
-    ) -> Result<Box<dyn Pending>>;
+    fn send(&self, c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<()>;
+    fn recv(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<()>;
+    fn isend(&self, c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>>;
+    fn irecv(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>>;
     #[allow(clippy::too_many_arguments)]
-    fn sendrecv(
-        &self,
-        c: &Communicator,
-        send: &Buffer,
-        dest: i32,
-        sendtag: i32,
-        recv: &Buffer,
-        source: i32,
-        recvtag: i32,
-        stream: Stream,
-    ) -> Result<()>;
+    fn sendrecv(&self, c: &Communicator, send: &Buffer, dest: i32, sendtag: i32, recv: &Buffer, source: i32, recvtag: i32, stream: Stream) -> Result<()>;
     fn barrier(&self, c: &Communicator, stream: Stream) -> Result<()>;
     fn bcast(&self, c: &Communicator, buf: &Buffer, root: i32, stream: Stream) -> Result<()>;
     /// `recv` is `Some` on the root only.
-    fn reduce(
-        &self,
-        c: &Communicator,
-        send: Input,
-        recv: Option<&Buffer>,
-        op: ReduceOp,
-        root: i32,
-        stream: Stream,
-    ) -> Result<()>;
-    fn allreduce(
-        &self,
-        c: &Communicator,
-        send: Input,
-        recv: &Buffer,
-        op: ReduceOp,
-        stream: Stream,
-    ) -> Result<()>;
-    fn allgather(&self, c: &Communicator, send: Input, recv: &Buffer, stream: Stream)
-    -> Result<()>;
+    fn reduce(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, op: ReduceOp, root: i32, stream: Stream) -> Result<()>;
+    fn allreduce(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()>;
+    fn allgather(&self, c: &Communicator, send: Input, recv: &Buffer, stream: Stream) -> Result<()>;
     /// `counts[r]` elements from rank r, placed contiguously in rank order.
-    fn allgatherv(
-        &self,
-        c: &Communicator,
-        send: Input,
-        recv: &Buffer,
-        counts: &[usize],
-        stream: Stream,
-    ) -> Result<()>;
-    fn reduce_scatter(
-        &self,
-        c: &Communicator,
-        send: Input,
-        recv: &Buffer,
-        op: ReduceOp,
-        stream: Stream,
-    ) -> Result<()>;
+    fn allgatherv(&self, c: &Communicator, send: Input, recv: &Buffer, counts: &[usize], stream: Stream) -> Result<()>;
+    fn reduce_scatter(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()>;
     fn alltoall(&self, c: &Communicator, send: Input, recv: &Buffer, stream: Stream) -> Result<()>;
     /// `recv` is `Some` on the root only.
-    fn gather(
-        &self,
-        c: &Communicator,
-        send: Input,
-        recv: Option<&Buffer>,
-        root: i32,
-        stream: Stream,
-    ) -> Result<()>;
+    fn gather(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, root: i32, stream: Stream) -> Result<()>;
     /// `send` is `Some` on the root only.
-    fn scatter(
-        &self,
-        c: &Communicator,
-        send: Option<&Buffer>,
-        recv: Input,
-        root: i32,
-        stream: Stream,
-    ) -> Result<()>;
+    fn scatter(&self, c: &Communicator, send: Option<&Buffer>, recv: Input, root: i32, stream: Stream) -> Result<()>;
 }
 
 /// At communicator creation (local; the caller agrees the outcome across ranks): picks the
@@ -199,11 +108,7 @@ pub fn choose(c: &Communicator) -> Result<Choice> {
     let cfg = c.config();
     let requested = cfg.backend;
     if requested == BackendKind::GPUWIRE_BACKEND_HOST {
-        return Ok(Choice {
-            kind: BackendKind::GPUWIRE_BACKEND_HOST,
-            reason: "requested; device buffers are refused".into(),
-            device: -1,
-        });
+        return Ok(Choice { kind: BackendKind::GPUWIRE_BACKEND_HOST, reason: "requested; device buffers are refused".into(), device: -1 });
     }
     let cuda = device::cuda_with_devices();
     // A bad device is reported after the collective exchanges below, which every rank must
@@ -223,18 +128,12 @@ pub fn choose(c: &Communicator) -> Result<Choice> {
     };
     // Who shares a GPU, and whether IPC can be used: collective, so every rank asks, whatever
     // its own state (also without CUDA), whenever the (agreed) configuration may need the answer.
-    let shared = if matches!(
-        requested,
-        BackendKind::GPUWIRE_BACKEND_AUTO | BackendKind::GPUWIRE_BACKEND_NCCL
-    ) {
+    let shared = if matches!(requested, BackendKind::GPUWIRE_BACKEND_AUTO | BackendKind::GPUWIRE_BACKEND_NCCL) {
         nccl::shared_gpus(c, device)?
     } else {
         None
     };
-    let ipc_ok = if matches!(
-        requested,
-        BackendKind::GPUWIRE_BACKEND_AUTO | BackendKind::GPUWIRE_BACKEND_IPC
-    ) {
+    let ipc_ok = if matches!(requested, BackendKind::GPUWIRE_BACKEND_AUTO | BackendKind::GPUWIRE_BACKEND_IPC) {
         ipc::eligible(c, device)?
     } else {
         Err("not considered".into())
@@ -245,27 +144,15 @@ pub fn choose(c: &Communicator) -> Result<Choice> {
     let cuda = match cuda {
         Ok(cuda) => cuda,
         Err(e) if requested == BackendKind::GPUWIRE_BACKEND_AUTO => {
-            return Ok(Choice {
-                kind: BackendKind::GPUWIRE_BACKEND_HOST,
-                reason: format!("auto: {}", strip_kind(&e)),
-                device: -1,
-            });
+            return Ok(Choice { kind: BackendKind::GPUWIRE_BACKEND_HOST, reason: format!("auto: {}", strip_kind(&e)), device: -1 });
         }
         Err(e) => {
-            return Err(Error::BackendUnavailable(format!(
-                "{} was requested but cannot be used: {}",
-                requested.name(),
-                strip_kind(&e)
-            )));
+            return Err(Error::BackendUnavailable(format!("{} was requested but cannot be used: {}", requested.name(), strip_kind(&e))));
         }
     };
     let _ = cuda;
     let device = device.unwrap_or(0);
-    let how = if cfg.device >= 0 {
-        "as configured"
-    } else {
-        "node-local rank modulo device count"
-    };
+    let how = if cfg.device >= 0 { "as configured" } else { "node-local rank modulo device count" };
     let nccl_ok = match (&shared, nccl::available()) {
         (Some(s), _) => Err(s.clone()),
         (None, Err(e)) => Err(e),
@@ -275,46 +162,26 @@ pub fn choose(c: &Communicator) -> Result<Choice> {
     let (kind, reason) = match requested {
         BackendKind::GPUWIRE_BACKEND_NCCL => match nccl_ok {
             Ok(v) => (requested, format!("requested; NCCL {v}")),
-            Err(e) => {
-                return Err(Error::BackendUnavailable(format!(
-                    "NCCL was requested but cannot be used: {e}"
-                )));
-            }
+            Err(e) => return Err(Error::BackendUnavailable(format!("NCCL was requested but cannot be used: {e}"))),
         },
         BackendKind::GPUWIRE_BACKEND_AUTO => match (nccl_ok, ipc_ok) {
-            (Ok(v), _) => (
-                BackendKind::GPUWIRE_BACKEND_NCCL,
-                format!("auto: every rank has its own GPU and NCCL {v} loads"),
-            ),
-            (Err(why), Ok(ipc)) => (
-                BackendKind::GPUWIRE_BACKEND_IPC,
-                format!("auto: NCCL not used ({why}); {ipc}: CUDA IPC"),
-            ),
+            (Ok(v), _) => (BackendKind::GPUWIRE_BACKEND_NCCL, format!("auto: every rank has its own GPU and NCCL {v} loads")),
+            (Err(why), Ok(ipc)) => (BackendKind::GPUWIRE_BACKEND_IPC, format!("auto: NCCL not used ({why}); {ipc}: CUDA IPC")),
             (Err(why), Err(no_ipc)) if aware == Some(true) => (
                 BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE,
-                format!(
-                    "auto: NCCL not used ({why}); IPC not used ({no_ipc}); the MPI is CUDA-aware ({source})"
-                ),
+                format!("auto: NCCL not used ({why}); IPC not used ({no_ipc}); the MPI is CUDA-aware ({source})"),
             ),
             (Err(why), Err(no_ipc)) => (
                 BackendKind::GPUWIRE_BACKEND_MPI_STAGED,
-                format!(
-                    "auto: NCCL not used ({why}); IPC not used ({no_ipc}); the MPI is not known to be CUDA-aware ({source}), so device data is staged through host memory"
-                ),
+                format!("auto: NCCL not used ({why}); IPC not used ({no_ipc}); the MPI is not known to be CUDA-aware ({source}), so device data is staged through host memory"),
             ),
         },
         BackendKind::GPUWIRE_BACKEND_IPC => match ipc_ok {
             Ok(v) => (requested, format!("requested; {v}")),
-            Err(e) => {
-                return Err(Error::BackendUnavailable(format!(
-                    "IPC was requested but cannot be used: {e}"
-                )));
-            }
+            Err(e) => return Err(Error::BackendUnavailable(format!("IPC was requested but cannot be used: {e}"))),
         },
         BackendKind::GPUWIRE_BACKEND_MPI_STAGED => (requested, "requested".into()),
-        BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE if aware == Some(true) => {
-            (requested, format!("requested; {source}"))
-        }
+        BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE if aware == Some(true) => (requested, format!("requested; {source}")),
         BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE => {
             return Err(Error::BackendUnavailable(format!(
                 "MPI_CUDA_AWARE was requested but the MPI is not known to be CUDA-aware ({source}); gpuwire never gives a device pointer to such an MPI (use MPI_STAGED, or set GPUWIRE_CUDA_AWARE=1 if you know better)"
@@ -322,11 +189,7 @@ pub fn choose(c: &Communicator) -> Result<Choice> {
         }
         BackendKind::GPUWIRE_BACKEND_HOST => unreachable!(),
     };
-    Ok(Choice {
-        kind,
-        reason: format!("{reason}; device {device} by {how}"),
-        device,
-    })
+    Ok(Choice { kind, reason: format!("{reason}; device {device} by {how}"), device })
 }
 
 fn strip_kind(e: &Error) -> String {
@@ -397,9 +260,7 @@ pub fn path_for(c: &Communicator, bufs: &[Option<&Buffer>]) -> Result<&'static d
     match c.backend() {
         // NCCL needs every buffer of the call in device memory; a call that mixes in host memory
         // takes the staged MPI path of the same communicator.
-        BackendKind::GPUWIRE_BACKEND_NCCL if bufs.iter().flatten().all(|b| !b.is_host()) => {
-            Ok(&nccl::NcclPath)
-        }
+        BackendKind::GPUWIRE_BACKEND_NCCL if bufs.iter().flatten().all(|b| !b.is_host()) => Ok(&nccl::NcclPath),
         BackendKind::GPUWIRE_BACKEND_NCCL => Ok(&mpi_staged::StagedPath),
         BackendKind::GPUWIRE_BACKEND_MPI_STAGED => Ok(&mpi_staged::StagedPath),
         BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE => Ok(&mpi_cuda_aware::CudaAwarePath),

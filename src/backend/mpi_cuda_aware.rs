@@ -28,87 +28,30 @@ fn src(i: Input) -> Src {
 }
 
 impl Path for CudaAwarePath {
-    fn send(
-        &self,
-        c: &Communicator,
-        buf: &Buffer,
-        dest: i32,
-        tag: i32,
-        stream: Stream,
-    ) -> Result<()> {
+    fn send(&self, c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<()> {
         let _call = Call::begin(c, &[Some(buf)], stream)?;
         host::send(c, buf.ptr(), buf.count(), buf.dtype(), dest, tag)
     }
 
-    fn recv(
-        &self,
-        c: &Communicator,
-        buf: &Buffer,
-        source: i32,
-        tag: i32,
-        stream: Stream,
-    ) -> Result<()> {
+    fn recv(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<()> {
         let _call = Call::begin(c, &[Some(buf)], stream)?;
         host::recv(c, buf.ptr(), buf.count(), buf.dtype(), source, tag)
     }
 
-    fn isend(
-        &self,
-        c: &Communicator,
-        buf: &Buffer,
-        dest: i32,
-        tag: i32,
-        stream: Stream,
-    ) -> Result<Box<dyn Pending>> {
+    fn isend(&self, c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
         let _call = Call::begin(c, &[Some(buf)], stream)?;
         let p: MpiPending = host::isend(c, buf.ptr(), buf.count(), buf.dtype(), dest, tag)?;
         Ok(Box::new(p))
     }
 
-    fn irecv(
-        &self,
-        c: &Communicator,
-        buf: &Buffer,
-        source: i32,
-        tag: i32,
-        stream: Stream,
-    ) -> Result<Box<dyn Pending>> {
+    fn irecv(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
         let _call = Call::begin(c, &[Some(buf)], stream)?;
-        Ok(Box::new(host::irecv(
-            c,
-            buf.ptr(),
-            buf.count(),
-            buf.dtype(),
-            source,
-            tag,
-        )?))
+        Ok(Box::new(host::irecv(c, buf.ptr(), buf.count(), buf.dtype(), source, tag)?))
     }
 
-    fn sendrecv(
-        &self,
-        c: &Communicator,
-        s: &Buffer,
-        dest: i32,
-        stag: i32,
-        r: &Buffer,
-        source: i32,
-        rtag: i32,
-        stream: Stream,
-    ) -> Result<()> {
+    fn sendrecv(&self, c: &Communicator, s: &Buffer, dest: i32, stag: i32, r: &Buffer, source: i32, rtag: i32, stream: Stream) -> Result<()> {
         let _call = Call::begin(c, &[Some(s), Some(r)], stream)?;
-        host::sendrecv(
-            c,
-            s.ptr(),
-            s.count(),
-            s.dtype(),
-            dest,
-            stag,
-            r.ptr(),
-            r.count(),
-            r.dtype(),
-            source,
-            rtag,
-        )
+        host::sendrecv(c, s.ptr(), s.count(), s.dtype(), dest, stag, r.ptr(), r.count(), r.dtype(), source, rtag)
     }
 
     fn barrier(&self, c: &Communicator, stream: Stream) -> Result<()> {
@@ -121,15 +64,7 @@ impl Path for CudaAwarePath {
         host::bcast(c, buf.ptr(), buf.count(), buf.dtype(), root)
     }
 
-    fn reduce(
-        &self,
-        c: &Communicator,
-        send: Input,
-        recv: Option<&Buffer>,
-        op: ReduceOp,
-        root: i32,
-        stream: Stream,
-    ) -> Result<()> {
+    fn reduce(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, op: ReduceOp, root: i32, stream: Stream) -> Result<()> {
         let mut call = Call::begin(c, &[input_buf(send), recv], stream)?;
         let bytes = input_buf(send).or(recv).map_or(0, |b| b.bytes());
         if call.gpu_reduce(bytes) {
@@ -139,14 +74,7 @@ impl Path for CudaAwarePath {
         }
     }
 
-    fn allreduce(
-        &self,
-        c: &Communicator,
-        send: Input,
-        recv: &Buffer,
-        op: ReduceOp,
-        stream: Stream,
-    ) -> Result<()> {
+    fn allreduce(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()> {
         let mut call = Call::begin(c, &[input_buf(send), Some(recv)], stream)?;
         if call.gpu_reduce(recv.bytes()) {
             mpi_staged::allreduce_ring(&mut call, send, recv, op, true)
@@ -155,46 +83,18 @@ impl Path for CudaAwarePath {
         }
     }
 
-    fn allgather(
-        &self,
-        c: &Communicator,
-        send: Input,
-        recv: &Buffer,
-        stream: Stream,
-    ) -> Result<()> {
+    fn allgather(&self, c: &Communicator, send: Input, recv: &Buffer, stream: Stream) -> Result<()> {
         let _call = Call::begin(c, &[input_buf(send), Some(recv)], stream)?;
-        host::allgather(
-            c,
-            src(send),
-            recv.ptr(),
-            recv.count() / c.size() as usize,
-            recv.dtype(),
-        )
+        host::allgather(c, src(send), recv.ptr(), recv.count() / c.size() as usize, recv.dtype())
     }
 
-    fn allgatherv(
-        &self,
-        c: &Communicator,
-        send: Input,
-        recv: &Buffer,
-        counts: &[usize],
-        stream: Stream,
-    ) -> Result<()> {
+    fn allgatherv(&self, c: &Communicator, send: Input, recv: &Buffer, counts: &[usize], stream: Stream) -> Result<()> {
         let _call = Call::begin(c, &[input_buf(send), Some(recv)], stream)?;
         host::allgatherv(c, src(send), recv.ptr(), counts, recv.dtype())
     }
 
-    fn reduce_scatter(
-        &self,
-        c: &Communicator,
-        send: Input,
-        recv: &Buffer,
-        op: ReduceOp,
-        stream: Stream,
-    ) -> Result<()> {
-        let Input::Buf(s) = send else {
-            return Err(Error::Internal("in-place reduce_scatter".into()));
-        };
+    fn reduce_scatter(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()> {
+        let Input::Buf(s) = send else { return Err(Error::Internal("in-place reduce_scatter".into())) };
         let mut call = Call::begin(c, &[Some(s), Some(recv)], stream)?;
         if call.gpu_reduce(s.bytes()) {
             mpi_staged::reduce_scatter_ring(&mut call, s, recv, op, true)
@@ -205,44 +105,21 @@ impl Path for CudaAwarePath {
 
     fn alltoall(&self, c: &Communicator, send: Input, recv: &Buffer, stream: Stream) -> Result<()> {
         let _call = Call::begin(c, &[input_buf(send), Some(recv)], stream)?;
-        host::alltoall(
-            c,
-            src(send),
-            recv.ptr(),
-            recv.count() / c.size() as usize,
-            recv.dtype(),
-        )
+        host::alltoall(c, src(send), recv.ptr(), recv.count() / c.size() as usize, recv.dtype())
     }
 
-    fn gather(
-        &self,
-        c: &Communicator,
-        send: Input,
-        recv: Option<&Buffer>,
-        root: i32,
-        stream: Stream,
-    ) -> Result<()> {
+    fn gather(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, root: i32, stream: Stream) -> Result<()> {
         let _call = Call::begin(c, &[input_buf(send), recv], stream)?;
         let n = match (send, recv) {
             (Input::Buf(b), _) => b.count(),
             (Input::InPlace, Some(r)) => r.count() / c.size() as usize,
             _ => return Err(Error::Internal("in-place gather off the root".into())),
         };
-        let dtype = input_buf(send)
-            .or(recv)
-            .map(|b| b.dtype())
-            .expect("a buffer");
+        let dtype = input_buf(send).or(recv).map(|b| b.dtype()).expect("a buffer");
         host::gather(c, src(send), recv.map_or(0, |r| r.ptr()), n, dtype, root)
     }
 
-    fn scatter(
-        &self,
-        c: &Communicator,
-        send: Option<&Buffer>,
-        recv: Input,
-        root: i32,
-        stream: Stream,
-    ) -> Result<()> {
+    fn scatter(&self, c: &Communicator, send: Option<&Buffer>, recv: Input, root: i32, stream: Stream) -> Result<()> {
         let _call = Call::begin(c, &[send, input_buf(recv)], stream)?;
         let (n, dtype) = match (recv, send) {
             (Input::Buf(b), _) => (b.count(), b.dtype()),

@@ -45,23 +45,14 @@ pub struct Call<'a> {
 impl<'a> Call<'a> {
     /// Enters the communicator's device, checks the buffers' devices, and waits for the work
     /// enqueued earlier on `stream`.
-    pub fn begin(
-        c: &'a Communicator,
-        bufs: &[Option<&Buffer>],
-        stream: Stream,
-    ) -> Result<Call<'a>> {
+    pub fn begin(c: &'a Communicator, bufs: &[Option<&Buffer>], stream: Stream) -> Result<Call<'a>> {
         for b in bufs.iter().flatten() {
             devstate::check_device(c, b)?;
         }
         let st = c.backend_state.dev()?;
         let ctx = CtxGuard::enter(st.device)?;
         device::sync(stream)?;
-        Ok(Call {
-            c,
-            st,
-            stream,
-            _ctx: ctx,
-        })
+        Ok(Call { c, st, stream, _ctx: ctx })
     }
 
     pub fn device(&self) -> i32 {
@@ -111,10 +102,7 @@ impl<'a> Call<'a> {
 }
 
 pub fn loc(b: &Buffer) -> Loc {
-    Loc {
-        ptr: b.ptr(),
-        host: b.is_host(),
-    }
+    Loc { ptr: b.ptr(), host: b.is_host() }
 }
 
 /// Staged allreduce (also the small-message path of the CUDA-aware backend).
@@ -126,23 +114,13 @@ pub fn allreduce_staged(call: &mut Call, send: Input, recv: &Buffer, op: ReduceO
     };
     let h_in = call.to_host(src, bytes, 0)?;
     let h_out = call.host_for(loc(recv), bytes, 1)?;
-    let s = if h_in == h_out {
-        Src::InPlace
-    } else {
-        Src::Ptr(h_in)
-    };
+    let s = if h_in == h_out { Src::InPlace } else { Src::Ptr(h_in) };
     host::allreduce(call.c, s, h_out, n, dtype, op, true)?;
     call.from_host(loc(recv), h_out, bytes)
 }
 
 /// Large allreduce: copy to the receive buffer, ring reduce-scatter, ring allgather.
-pub fn allreduce_ring(
-    call: &mut Call,
-    send: Input,
-    recv: &Buffer,
-    op: ReduceOp,
-    direct: bool,
-) -> Result<()> {
+pub fn allreduce_ring(call: &mut Call, send: Input, recv: &Buffer, op: ReduceOp, direct: bool) -> Result<()> {
     let (n, dtype) = (recv.count(), recv.dtype());
     if let Input::Buf(b) = send {
         ring::copy(loc(recv), loc(b), recv.bytes(), call.stream)?;
@@ -151,14 +129,7 @@ pub fn allreduce_ring(
     ring::reduce_scatter(&mut call.st, c, direct, loc(recv), n, dtype, op, stream)?;
     if op == ReduceOp::GPUWIRE_AVG {
         let b = ring::partition(n, c.size() as usize)[c.rank() as usize];
-        ring::divide(
-            device,
-            loc(recv).at(b.0 * dtype.size()),
-            b.1,
-            dtype,
-            c.size() as usize,
-            stream,
-        )?;
+        ring::divide(device, loc(recv).at(b.0 * dtype.size()), b.1, dtype, c.size() as usize, stream)?;
     }
     ring::allgather(&mut call.st, c, direct, loc(recv), n, dtype.size(), stream)?;
     device::sync(stream)
@@ -167,22 +138,13 @@ pub fn allreduce_ring(
 /// A device working copy of `send` (n elements): the input of the ring algorithms that must
 /// not modify the caller's send buffer.
 fn working_copy(call: &mut Call, send: Loc, bytes: usize) -> Result<Loc> {
-    let w = Loc {
-        ptr: call.st.dev[1].get(bytes)?,
-        host: false,
-    };
+    let w = Loc { ptr: call.st.dev[1].get(bytes)?, host: false };
     ring::copy(w, send, bytes, call.stream)?;
     Ok(w)
 }
 
 /// Large reduce_scatter: working copy, ring reduce-scatter, this rank's block to `recv`.
-pub fn reduce_scatter_ring(
-    call: &mut Call,
-    send: &Buffer,
-    recv: &Buffer,
-    op: ReduceOp,
-    direct: bool,
-) -> Result<()> {
+pub fn reduce_scatter_ring(call: &mut Call, send: &Buffer, recv: &Buffer, op: ReduceOp, direct: bool) -> Result<()> {
     let (n, dtype) = (send.count(), send.dtype());
     let w = working_copy(call, loc(send), send.bytes())?;
     let (c, stream, device) = (call.c, call.stream, call.device());
@@ -194,33 +156,17 @@ pub fn reduce_scatter_ring(
     ring::copy(loc(recv), w.at(b.0 * dtype.size()), recv.bytes(), stream)?;
     device::sync(stream)?;
     if op == ReduceOp::GPUWIRE_AVG {
-        ring::divide(
-            device,
-            loc(recv),
-            recv.count(),
-            dtype,
-            c.size() as usize,
-            stream,
-        )?;
+        ring::divide(device, loc(recv), recv.count(), dtype, c.size() as usize, stream)?;
     }
     device::sync(stream)
 }
 
 /// Large reduce: working copy, ring reduce-scatter, blocks gathered at the root.
-pub fn reduce_ring(
-    call: &mut Call,
-    send: Input,
-    recv: Option<&Buffer>,
-    op: ReduceOp,
-    root: i32,
-    direct: bool,
-) -> Result<()> {
+pub fn reduce_ring(call: &mut Call, send: Input, recv: Option<&Buffer>, op: ReduceOp, root: i32, direct: bool) -> Result<()> {
     let src = match (send, recv) {
         (Input::Buf(b), _) => b,
         (Input::InPlace, Some(r)) => r,
-        (Input::InPlace, None) => {
-            return Err(Error::Internal("in-place reduce off the root".into()));
-        }
+        (Input::InPlace, None) => return Err(Error::Internal("in-place reduce off the root".into())),
     };
     let (n, dtype) = (src.count(), src.dtype());
     let es = dtype.size();
@@ -253,14 +199,7 @@ pub fn reduce_ring(
 }
 
 /// MPI_Gatherv of byte blocks in rank order (`recv` significant at the root).
-fn gatherv_bytes(
-    c: &Communicator,
-    send: usize,
-    sbytes: usize,
-    recv: usize,
-    counts: &[usize],
-    root: i32,
-) -> Result<()> {
+fn gatherv_bytes(c: &Communicator, send: usize, sbytes: usize, recv: usize, counts: &[usize], root: i32) -> Result<()> {
     let mut cs = Vec::with_capacity(counts.len());
     let mut ds = Vec::with_capacity(counts.len());
     let mut off = 0usize;
@@ -272,38 +211,15 @@ fn gatherv_bytes(
     let sn = mpisys::count_i32(sbytes, "reduce")?;
     let u8t = unsafe { mpisys::sys::RSMPI_UINT8_T };
     // Ranges validated by the callers; cs and ds live until the call returns.
-    host::collective!(
-        c,
-        "MPI_Gatherv",
-        MPI_Gatherv(
-            send as *const _,
-            sn,
-            u8t,
-            recv as *mut _,
-            cs.as_ptr(),
-            ds.as_ptr(),
-            u8t,
-            root,
-            c.raw()
-        ),
-        MPI_Igatherv
-    )
+    host::collective!(c, "MPI_Gatherv", MPI_Gatherv(send as *const _, sn, u8t, recv as *mut _, cs.as_ptr(), ds.as_ptr(), u8t, root, c.raw()), MPI_Igatherv)
 }
 
 /// Small staged reduce: host copy, MPI_Reduce, copy back at the root.
-pub fn reduce_staged(
-    call: &mut Call,
-    send: Input,
-    recv: Option<&Buffer>,
-    op: ReduceOp,
-    root: i32,
-) -> Result<()> {
+pub fn reduce_staged(call: &mut Call, send: Input, recv: Option<&Buffer>, op: ReduceOp, root: i32) -> Result<()> {
     let src = match (send, recv) {
         (Input::Buf(b), _) => loc(b),
         (Input::InPlace, Some(r)) => loc(r),
-        (Input::InPlace, None) => {
-            return Err(Error::Internal("in-place reduce off the root".into()));
-        }
+        (Input::InPlace, None) => return Err(Error::Internal("in-place reduce off the root".into())),
     };
     let (n, dtype) = match (send, recv) {
         (Input::Buf(b), _) => (b.count(), b.dtype()),
@@ -316,23 +232,12 @@ pub fn reduce_staged(
         Some(r) => call.host_for(loc(r), bytes, 1)?,
         None => 0,
     };
-    let s = if recv.is_some() && h_in == h_out {
-        Src::InPlace
-    } else {
-        Src::Ptr(h_in)
-    };
-    crate::trace!(
-        "staged reduce: {n} x {} to root {root}, host in {h_in:#x} out {h_out:#x} in_place {}",
-        dtype.name(),
-        matches!(s, Src::InPlace)
-    );
+    let s = if recv.is_some() && h_in == h_out { Src::InPlace } else { Src::Ptr(h_in) };
+    crate::trace!("staged reduce: {n} x {} to root {root}, host in {h_in:#x} out {h_out:#x} in_place {}", dtype.name(), matches!(s, Src::InPlace));
     host::reduce(call.c, s, h_out, n, dtype, op, root, true)?;
     if let Some(r) = recv {
         if crate::debug_enabled() && bytes >= 4 {
-            crate::trace!(
-                "staged reduce: root's host result starts with bytes {:?}",
-                unsafe { std::slice::from_raw_parts(h_out as *const u8, 4) }
-            );
+            crate::trace!("staged reduce: root's host result starts with bytes {:?}", unsafe { std::slice::from_raw_parts(h_out as *const u8, 4) });
         }
         call.from_host(loc(r), h_out, bytes)?;
     }
@@ -340,23 +245,10 @@ pub fn reduce_staged(
 }
 
 /// Small staged reduce_scatter.
-pub fn reduce_scatter_staged(
-    call: &mut Call,
-    send: &Buffer,
-    recv: &Buffer,
-    op: ReduceOp,
-) -> Result<()> {
+pub fn reduce_scatter_staged(call: &mut Call, send: &Buffer, recv: &Buffer, op: ReduceOp) -> Result<()> {
     let h_in = call.to_host(loc(send), send.bytes(), 0)?;
     let h_out = call.host_for(loc(recv), recv.bytes(), 1)?;
-    host::reduce_scatter(
-        call.c,
-        Src::Ptr(h_in),
-        h_out,
-        recv.count(),
-        recv.dtype(),
-        op,
-        true,
-    )?;
+    host::reduce_scatter(call.c, Src::Ptr(h_in), h_out, recv.count(), recv.dtype(), op, true)?;
     call.from_host(loc(recv), h_out, recv.bytes())
 }
 
@@ -434,123 +326,45 @@ impl Pending for StagedRecv {
 }
 
 impl Path for StagedPath {
-    fn send(
-        &self,
-        c: &Communicator,
-        buf: &Buffer,
-        dest: i32,
-        tag: i32,
-        stream: Stream,
-    ) -> Result<()> {
+    fn send(&self, c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<()> {
         let mut call = Call::begin(c, &[Some(buf)], stream)?;
         let h = call.to_host(loc(buf), buf.bytes(), 0)?;
         host::send(c, h, buf.count(), buf.dtype(), dest, tag)
     }
 
-    fn recv(
-        &self,
-        c: &Communicator,
-        buf: &Buffer,
-        source: i32,
-        tag: i32,
-        stream: Stream,
-    ) -> Result<()> {
+    fn recv(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<()> {
         let mut call = Call::begin(c, &[Some(buf)], stream)?;
         let h = call.host_for(loc(buf), buf.bytes(), 1)?;
         host::recv(c, h, buf.count(), buf.dtype(), source, tag)?;
         call.from_host(loc(buf), h, buf.bytes())
     }
 
-    fn isend(
-        &self,
-        c: &Communicator,
-        buf: &Buffer,
-        dest: i32,
-        tag: i32,
-        stream: Stream,
-    ) -> Result<Box<dyn Pending>> {
+    fn isend(&self, c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
         let call = Call::begin(c, &[Some(buf)], stream)?;
         let pool = &c.backend_state.pool;
         let pb = pool.take(buf.bytes(), call.st.pinned(), call.device())?;
-        ring::copy(
-            Loc {
-                ptr: pb.ptr,
-                host: true,
-            },
-            loc(buf),
-            buf.bytes(),
-            stream,
-        )?;
+        ring::copy(Loc { ptr: pb.ptr, host: true }, loc(buf), buf.bytes(), stream)?;
         device::sync(stream)?;
         let inner = host::isend(c, pb.ptr, buf.count(), buf.dtype(), dest, tag)?;
-        Ok(Box::new(StagedSend {
-            inner,
-            buf: Some(pb),
-            pool,
-        }))
+        Ok(Box::new(StagedSend { inner, buf: Some(pb), pool }))
     }
 
-    fn irecv(
-        &self,
-        c: &Communicator,
-        buf: &Buffer,
-        source: i32,
-        tag: i32,
-        stream: Stream,
-    ) -> Result<Box<dyn Pending>> {
+    fn irecv(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
         let call = Call::begin(c, &[Some(buf)], stream)?;
         let pool = &c.backend_state.pool;
         let pb = pool.take(buf.bytes(), call.st.pinned(), call.device())?;
         let inner = host::irecv(c, pb.ptr, buf.count(), buf.dtype(), source, tag)?;
-        Ok(Box::new(StagedRecv {
-            inner,
-            buf: Some(pb),
-            pool,
-            dst: buf.ptr(),
-            bytes: buf.bytes(),
-            device: call.device(),
-            stream,
-        }))
+        Ok(Box::new(StagedRecv { inner, buf: Some(pb), pool, dst: buf.ptr(), bytes: buf.bytes(), device: call.device(), stream }))
     }
 
-    fn sendrecv(
-        &self,
-        c: &Communicator,
-        s: &Buffer,
-        dest: i32,
-        stag: i32,
-        r: &Buffer,
-        source: i32,
-        rtag: i32,
-        stream: Stream,
-    ) -> Result<()> {
+    fn sendrecv(&self, c: &Communicator, s: &Buffer, dest: i32, stag: i32, r: &Buffer, source: i32, rtag: i32, stream: Stream) -> Result<()> {
         let mut call = Call::begin(c, &[Some(s), Some(r)], stream)?;
         let proc_null = crate::ops::PROC_NULL;
         // Nothing is sent to / received from GPUWIRE_PROC_NULL: no staging, and the receive
         // buffer must stay untouched (a halo at the domain's edge).
-        let hs = if dest == proc_null {
-            0
-        } else {
-            call.to_host(loc(s), s.bytes(), 0)?
-        };
-        let hr = if source == proc_null {
-            0
-        } else {
-            call.host_for(loc(r), r.bytes(), 1)?
-        };
-        host::sendrecv(
-            c,
-            hs,
-            s.count(),
-            s.dtype(),
-            dest,
-            stag,
-            hr,
-            r.count(),
-            r.dtype(),
-            source,
-            rtag,
-        )?;
+        let hs = if dest == proc_null { 0 } else { call.to_host(loc(s), s.bytes(), 0)? };
+        let hr = if source == proc_null { 0 } else { call.host_for(loc(r), r.bytes(), 1)? };
+        host::sendrecv(c, hs, s.count(), s.dtype(), dest, stag, hr, r.count(), r.dtype(), source, rtag)?;
         if source == proc_null {
             return Ok(());
         }
@@ -567,15 +381,7 @@ impl Path for StagedPath {
         bcast_pipelined(&mut call, buf, root)
     }
 
-    fn reduce(
-        &self,
-        c: &Communicator,
-        send: Input,
-        recv: Option<&Buffer>,
-        op: ReduceOp,
-        root: i32,
-        stream: Stream,
-    ) -> Result<()> {
+    fn reduce(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, op: ReduceOp, root: i32, stream: Stream) -> Result<()> {
         let mut call = Call::begin(c, &[input_buf(send), recv], stream)?;
         let bytes = reduce_bytes(send, recv);
         if call.gpu_reduce(bytes) {
@@ -585,14 +391,7 @@ impl Path for StagedPath {
         }
     }
 
-    fn allreduce(
-        &self,
-        c: &Communicator,
-        send: Input,
-        recv: &Buffer,
-        op: ReduceOp,
-        stream: Stream,
-    ) -> Result<()> {
+    fn allreduce(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()> {
         let mut call = Call::begin(c, &[input_buf(send), Some(recv)], stream)?;
         if call.gpu_reduce(recv.bytes()) {
             allreduce_ring(&mut call, send, recv, op, false)
@@ -601,42 +400,20 @@ impl Path for StagedPath {
         }
     }
 
-    fn allgather(
-        &self,
-        c: &Communicator,
-        send: Input,
-        recv: &Buffer,
-        stream: Stream,
-    ) -> Result<()> {
+    fn allgather(&self, c: &Communicator, send: Input, recv: &Buffer, stream: Stream) -> Result<()> {
         let n = recv.count() / c.size() as usize;
         let counts = vec![n; c.size() as usize];
         let mut call = Call::begin(c, &[input_buf(send), Some(recv)], stream)?;
         gatherv_staged(&mut call, send, recv, &counts, None)
     }
 
-    fn allgatherv(
-        &self,
-        c: &Communicator,
-        send: Input,
-        recv: &Buffer,
-        counts: &[usize],
-        stream: Stream,
-    ) -> Result<()> {
+    fn allgatherv(&self, c: &Communicator, send: Input, recv: &Buffer, counts: &[usize], stream: Stream) -> Result<()> {
         let mut call = Call::begin(c, &[input_buf(send), Some(recv)], stream)?;
         gatherv_staged(&mut call, send, recv, counts, None)
     }
 
-    fn reduce_scatter(
-        &self,
-        c: &Communicator,
-        send: Input,
-        recv: &Buffer,
-        op: ReduceOp,
-        stream: Stream,
-    ) -> Result<()> {
-        let Input::Buf(s) = send else {
-            return Err(Error::Internal("in-place reduce_scatter".into()));
-        };
+    fn reduce_scatter(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()> {
+        let Input::Buf(s) = send else { return Err(Error::Internal("in-place reduce_scatter".into())) };
         let mut call = Call::begin(c, &[Some(s), Some(recv)], stream)?;
         if call.gpu_reduce(s.bytes()) {
             reduce_scatter_ring(&mut call, s, recv, op, false)
@@ -652,15 +429,7 @@ impl Path for StagedPath {
         let s = match send {
             Input::InPlace => {
                 if h_out != recv.ptr() {
-                    ring::copy(
-                        Loc {
-                            ptr: h_out,
-                            host: true,
-                        },
-                        loc(recv),
-                        bytes,
-                        call.stream,
-                    )?;
+                    ring::copy(Loc { ptr: h_out, host: true }, loc(recv), bytes, call.stream)?;
                     device::sync(call.stream)?;
                 }
                 Src::InPlace
@@ -671,14 +440,7 @@ impl Path for StagedPath {
         call.from_host(loc(recv), h_out, bytes)
     }
 
-    fn gather(
-        &self,
-        c: &Communicator,
-        send: Input,
-        recv: Option<&Buffer>,
-        root: i32,
-        stream: Stream,
-    ) -> Result<()> {
+    fn gather(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, root: i32, stream: Stream) -> Result<()> {
         let mut call = Call::begin(c, &[input_buf(send), recv], stream)?;
         let n = match (send, recv) {
             (Input::Buf(b), _) => b.count(),
@@ -696,14 +458,7 @@ impl Path for StagedPath {
         }
     }
 
-    fn scatter(
-        &self,
-        c: &Communicator,
-        send: Option<&Buffer>,
-        recv: Input,
-        root: i32,
-        stream: Stream,
-    ) -> Result<()> {
+    fn scatter(&self, c: &Communicator, send: Option<&Buffer>, recv: Input, root: i32, stream: Stream) -> Result<()> {
         let mut call = Call::begin(c, &[send, input_buf(recv)], stream)?;
         let (n, dtype) = match (recv, send) {
             (Input::Buf(b), _) => (b.count(), b.dtype()),
@@ -741,13 +496,7 @@ fn reduce_bytes(send: Input, recv: Option<&Buffer>) -> usize {
 }
 
 /// Staged allgatherv (root None) or gatherv at `root` into `recv`, blocks contiguous in rank order.
-fn gatherv_staged(
-    call: &mut Call,
-    send: Input,
-    recv: &Buffer,
-    counts: &[usize],
-    root: Option<i32>,
-) -> Result<()> {
+fn gatherv_staged(call: &mut Call, send: Input, recv: &Buffer, counts: &[usize], root: Option<i32>) -> Result<()> {
     let c = call.c;
     let dtype = recv.dtype();
     let es = dtype.size();
@@ -760,15 +509,7 @@ fn gatherv_staged(
             // The contribution already sits in this rank's block of recv: stage just that block.
             let n = counts[me];
             if h_out != recv.ptr() {
-                ring::copy(
-                    Loc {
-                        ptr: h_out + block * es,
-                        host: true,
-                    },
-                    loc(recv).at(block * es),
-                    n * es,
-                    call.stream,
-                )?;
+                ring::copy(Loc { ptr: h_out + block * es, host: true }, loc(recv).at(block * es), n * es, call.stream)?;
                 device::sync(call.stream)?;
             }
             Src::InPlace

@@ -55,51 +55,11 @@ struct Api {
     comm_get_async_error: unsafe extern "C" fn(NcclComm, *mut c_int) -> c_int,
     get_error_string: unsafe extern "C" fn(c_int) -> *const c_char,
     get_last_error: Option<unsafe extern "C" fn(NcclComm) -> *const c_char>,
-    all_reduce: unsafe extern "C" fn(
-        *const c_void,
-        *mut c_void,
-        usize,
-        c_int,
-        c_int,
-        NcclComm,
-        *mut c_void,
-    ) -> c_int,
-    broadcast: unsafe extern "C" fn(
-        *const c_void,
-        *mut c_void,
-        usize,
-        c_int,
-        c_int,
-        NcclComm,
-        *mut c_void,
-    ) -> c_int,
-    reduce: unsafe extern "C" fn(
-        *const c_void,
-        *mut c_void,
-        usize,
-        c_int,
-        c_int,
-        c_int,
-        NcclComm,
-        *mut c_void,
-    ) -> c_int,
-    all_gather: unsafe extern "C" fn(
-        *const c_void,
-        *mut c_void,
-        usize,
-        c_int,
-        NcclComm,
-        *mut c_void,
-    ) -> c_int,
-    reduce_scatter: unsafe extern "C" fn(
-        *const c_void,
-        *mut c_void,
-        usize,
-        c_int,
-        c_int,
-        NcclComm,
-        *mut c_void,
-    ) -> c_int,
+    all_reduce: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, NcclComm, *mut c_void) -> c_int,
+    broadcast: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, NcclComm, *mut c_void) -> c_int,
+    reduce: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, c_int, NcclComm, *mut c_void) -> c_int,
+    all_gather: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, NcclComm, *mut c_void) -> c_int,
+    reduce_scatter: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, NcclComm, *mut c_void) -> c_int,
     send: unsafe extern "C" fn(*const c_void, usize, c_int, c_int, NcclComm, *mut c_void) -> c_int,
     recv: unsafe extern "C" fn(*mut c_void, usize, c_int, c_int, NcclComm, *mut c_void) -> c_int,
     group_start: unsafe extern "C" fn() -> c_int,
@@ -118,9 +78,7 @@ fn load() -> std::result::Result<Api, String> {
     }
     let mut why = Vec::new();
     // GPUWIRE_NCCL_LIBRARY names the library to load (a path or a soname) instead of the search.
-    let chosen = std::env::var("GPUWIRE_NCCL_LIBRARY")
-        .ok()
-        .filter(|v| !v.trim().is_empty());
+    let chosen = std::env::var("GPUWIRE_NCCL_LIBRARY").ok().filter(|v| !v.trim().is_empty());
     let names: Vec<String> = match &chosen {
         Some(v) => vec![v.trim().to_string()],
         None => vec!["libnccl.so".into(), "libnccl.so.2".into()],
@@ -139,8 +97,7 @@ fn resolve(lib: libloading::Library) -> std::result::Result<Api, String> {
     macro_rules! sym {
         ($name:literal) => {
             // SAFETY: the symbol has the signature of the field it is stored in (nccl.h).
-            *unsafe { lib.get(concat!($name, "\0").as_bytes()) }
-                .map_err(|e| format!("missing {}: {e}", $name))?
+            *unsafe { lib.get(concat!($name, "\0").as_bytes()) }.map_err(|e| format!("missing {}: {e}", $name))?
         };
     }
     let get_version: unsafe extern "C" fn(*mut c_int) -> c_int = sym!("ncclGetVersion");
@@ -148,11 +105,7 @@ fn resolve(lib: libloading::Library) -> std::result::Result<Api, String> {
     // SAFETY: writes one int.
     unsafe { get_version(&mut version) };
     // SAFETY: optional symbol (NCCL >= 2.13).
-    let get_last_error = unsafe {
-        lib.get::<unsafe extern "C" fn(NcclComm) -> *const c_char>(b"ncclGetLastError\0")
-    }
-    .ok()
-    .map(|s| *s);
+    let get_last_error = unsafe { lib.get::<unsafe extern "C" fn(NcclComm) -> *const c_char>(b"ncclGetLastError\0") }.ok().map(|s| *s);
     Ok(Api {
         version,
         get_unique_id: sym!("ncclGetUniqueId"),
@@ -176,24 +129,12 @@ fn resolve(lib: libloading::Library) -> std::result::Result<Api, String> {
 }
 
 fn api() -> Result<&'static Api> {
-    API.get_or_init(load)
-        .as_ref()
-        .map_err(|e| Error::BackendUnavailable(e.clone()))
+    API.get_or_init(load).as_ref().map_err(|e| Error::BackendUnavailable(e.clone()))
 }
 
 /// Whether NCCL can be loaded here, and its version ("2.28.3"), or why not.
 pub fn available() -> std::result::Result<String, String> {
-    API.get_or_init(load)
-        .as_ref()
-        .map(|a| {
-            format!(
-                "{}.{}.{}",
-                a.version / 10000,
-                (a.version / 100) % 100,
-                a.version % 100
-            )
-        })
-        .map_err(|e| e.clone())
+    API.get_or_init(load).as_ref().map(|a| format!("{}.{}.{}", a.version / 10000, (a.version / 100) % 100, a.version % 100)).map_err(|e| e.clone())
 }
 
 fn check(api: &Api, comm: NcclComm, r: c_int, what: &str) -> Result<()> {
@@ -201,26 +142,16 @@ fn check(api: &Api, comm: NcclComm, r: c_int, what: &str) -> Result<()> {
         return Ok(());
     }
     // SAFETY: NCCL returns static strings.
-    let text = unsafe { CStr::from_ptr((api.get_error_string)(r)) }
-        .to_string_lossy()
-        .into_owned();
+    let text = unsafe { CStr::from_ptr((api.get_error_string)(r)) }.to_string_lossy().into_owned();
     let last = match api.get_last_error {
         Some(f) if !comm.is_null() => {
             // SAFETY: as above.
-            let s = unsafe { CStr::from_ptr(f(comm)) }
-                .to_string_lossy()
-                .into_owned();
-            if s.is_empty() {
-                String::new()
-            } else {
-                format!(": {s}")
-            }
+            let s = unsafe { CStr::from_ptr(f(comm)) }.to_string_lossy().into_owned();
+            if s.is_empty() { String::new() } else { format!(": {s}") }
         }
         _ => String::new(),
     };
-    Err(Error::Nccl(format!(
-        "{what} failed: {text} (ncclResult {r}){last}"
-    )))
+    Err(Error::Nccl(format!("{what} failed: {text} (ncclResult {r}){last}")))
 }
 
 /// NCCL's datatype for `d` (complex types go as their real component type).
@@ -294,9 +225,7 @@ pub fn shared_gpus(c: &Communicator, device: Option<i32>) -> Result<Option<Strin
         mine[i] = *b as u8;
     }
     let has_uuid = match device {
-        Some(d) => match cudarc::driver::result::device::get(d)
-            .and_then(cudarc::driver::result::device::get_uuid)
-        {
+        Some(d) => match cudarc::driver::result::device::get(d).and_then(cudarc::driver::result::device::get_uuid) {
             Ok(u) => {
                 for (i, b) in u.bytes.iter().enumerate() {
                     mine[HOST + i] = *b as u8;
@@ -317,15 +246,7 @@ pub fn shared_gpus(c: &Communicator, device: Option<i32>) -> Result<Option<Strin
     // SAFETY: fixed-size records, one per rank.
     mpisys::check(
         unsafe {
-            sys::MPI_Allgather(
-                mine.as_ptr().cast(),
-                mine.len() as c_int,
-                sys::RSMPI_UINT8_T,
-                all.as_mut_ptr().cast(),
-                mine.len() as c_int,
-                sys::RSMPI_UINT8_T,
-                c.raw(),
-            )
+            sys::MPI_Allgather(mine.as_ptr().cast(), mine.len() as c_int, sys::RSMPI_UINT8_T, all.as_mut_ptr().cast(), mine.len() as c_int, sys::RSMPI_UINT8_T, c.raw())
         },
         "MPI_Allgather (host and device of every rank)",
     )?;
@@ -333,13 +254,9 @@ pub fn shared_gpus(c: &Communicator, device: Option<i32>) -> Result<Option<Strin
     for a in 0..p {
         for b in a + 1..p {
             if recs[a] == recs[b] {
-                let host = String::from_utf8_lossy(&recs[a][..HOST])
-                    .trim_end_matches('\0')
-                    .to_string();
+                let host = String::from_utf8_lossy(&recs[a][..HOST]).trim_end_matches('\0').to_string();
                 let uuid: String = recs[a][HOST..].iter().map(|x| format!("{x:02x}")).collect();
-                return Ok(Some(format!(
-                    "ranks {a} and {b} share one GPU (host {host}, GPU-{uuid}); NCCL needs a GPU per rank"
-                )));
+                return Ok(Some(format!("ranks {a} and {b} share one GPU (host {host}, GPU-{uuid}); NCCL needs a GPU per rank")));
             }
         }
     }
@@ -353,49 +270,22 @@ impl NcclState {
         let mut id = UniqueId { internal: [0; 128] };
         let got = if c.rank() == 0 {
             // SAFETY: writes the id.
-            check(
-                api,
-                std::ptr::null_mut(),
-                unsafe { (api.get_unique_id)(&mut id) },
-                "ncclGetUniqueId",
-            )
+            check(api, std::ptr::null_mut(), unsafe { (api.get_unique_id)(&mut id) }, "ncclGetUniqueId")
         } else {
             Ok(())
         };
         c.agree_on_result(got, "making the NCCL unique id")?;
         // SAFETY: 128 bytes from rank 0 to all.
         mpisys::check(
-            unsafe {
-                sys::MPI_Bcast(
-                    id.internal.as_mut_ptr().cast(),
-                    128,
-                    sys::RSMPI_UINT8_T,
-                    0,
-                    c.raw(),
-                )
-            },
+            unsafe { sys::MPI_Bcast(id.internal.as_mut_ptr().cast(), 128, sys::RSMPI_UINT8_T, 0, c.raw()) },
             "MPI_Bcast (NCCL unique id)",
         )?;
         let _g = CtxGuard::enter(device)?;
         let mut comm: NcclComm = std::ptr::null_mut();
-        crate::trace!(
-            "nccl: ncclCommInitRank rank {} of {} on device {device}",
-            c.rank(),
-            c.size()
-        );
+        crate::trace!("nccl: ncclCommInitRank rank {} of {} on device {device}", c.rank(), c.size());
         // SAFETY: every rank calls with the same id; collective.
-        check(
-            api,
-            std::ptr::null_mut(),
-            unsafe { (api.comm_init_rank)(&mut comm, c.size(), id, c.rank()) },
-            "ncclCommInitRank",
-        )?;
-        Ok(NcclState {
-            comm: Mutex::new(comm),
-            device,
-            open: Mutex::new(None),
-            maybe_open: std::sync::atomic::AtomicBool::new(false),
-        })
+        check(api, std::ptr::null_mut(), unsafe { (api.comm_init_rank)(&mut comm, c.size(), id, c.rank()) }, "ncclCommInitRank")?;
+        Ok(NcclState { comm: Mutex::new(comm), device, open: Mutex::new(None), maybe_open: std::sync::atomic::AtomicBool::new(false) })
     }
 
     fn comm(&self) -> std::sync::MutexGuard<'_, NcclComm> {
@@ -413,8 +303,7 @@ impl NcclState {
         }
         let Some(g) = ({
             let mut o = self.open.lock().unwrap_or_else(|p| p.into_inner());
-            self.maybe_open
-                .store(false, std::sync::atomic::Ordering::Release);
+            self.maybe_open.store(false, std::sync::atomic::Ordering::Release);
             o.take()
         }) else {
             return Ok(());
@@ -439,20 +328,13 @@ impl NcclState {
         let comm = self.comm();
         let mut e: c_int = 0;
         // SAFETY: valid communicator.
-        check(
-            api,
-            *comm,
-            unsafe { (api.comm_get_async_error)(*comm, &mut e) },
-            "ncclCommGetAsyncError",
-        )?;
+        check(api, *comm, unsafe { (api.comm_get_async_error)(*comm, &mut e) }, "ncclCommGetAsyncError")?;
         Ok(e)
     }
 
     /// Waits for `stream` (up to the communicator's timeout, polling NCCL's async error).
     fn finish(&self, c: &Communicator, stream: Stream, what: &str) -> Result<()> {
-        let Some(t) = c.config().timeout else {
-            return Ok(());
-        };
+        let Some(t) = c.config().timeout else { return Ok(()) };
         let ev = Event::new()?;
         ev.record(stream)?;
         wait_event(self, c, &ev, Instant::now() + t, what)
@@ -480,13 +362,7 @@ impl NcclState {
 
 /// Polls an event until done, the deadline passes (abort, broken communicator), or NCCL reports
 /// an asynchronous error.
-fn wait_event(
-    st: &NcclState,
-    c: &Communicator,
-    ev: &Event,
-    deadline: Instant,
-    what: &str,
-) -> Result<()> {
+fn wait_event(st: &NcclState, c: &Communicator, ev: &Event, deadline: Instant, what: &str) -> Result<()> {
     loop {
         if ev.query()? {
             return Ok(());
@@ -494,21 +370,13 @@ fn wait_event(
         let e = st.async_error()?;
         if e != 0 && e != 7 {
             let api = api()?;
-            let err = check(api, *st.comm(), e, what)
-                .err()
-                .unwrap_or_else(|| Error::Nccl(what.into()));
-            abort(
-                st,
-                c,
-                format!("{what}: NCCL reported an asynchronous error: {err}"),
-            );
+            let err = check(api, *st.comm(), e, what).err().unwrap_or_else(|| Error::Nccl(what.into()));
+            abort(st, c, format!("{what}: NCCL reported an asynchronous error: {err}"));
             return Err(err);
         }
         if Instant::now() >= deadline {
             let t = c.config().timeout.map(|t| t.as_secs_f64()).unwrap_or(0.0);
-            let msg = format!(
-                "{what} did not complete within the communicator's timeout of {t:.3} s (did every rank make the matching call?); the NCCL communicator was aborted and this communicator is now broken"
-            );
+            let msg = format!("{what} did not complete within the communicator's timeout of {t:.3} s (did every rank make the matching call?); the NCCL communicator was aborted and this communicator is now broken");
             abort(st, c, msg.clone());
             return Err(Error::Timeout(msg));
         }
@@ -546,22 +414,14 @@ fn enter<'a>(c: &'a Communicator, bufs: &[Option<&Buffer>], stream: Stream) -> R
     let g = CtxGuard::enter(st.device)?;
     st.close_group()?;
     // An aborted communicator (null) is refused by `Ctx::call`, under the lock it takes anyway.
-    Ok(Ctx {
-        c,
-        st,
-        api: api()?,
-        stream,
-        _g: g,
-    })
+    Ok(Ctx { c, st, api: api()?, stream, _g: g })
 }
 
 impl Ctx<'_> {
     fn call(&self, what: &str, f: impl FnOnce(NcclComm) -> c_int) -> Result<()> {
         let comm = self.st.comm();
         if comm.is_null() {
-            return Err(Error::CommBroken(format!(
-                "{what}: the NCCL communicator was aborted"
-            )));
+            return Err(Error::CommBroken(format!("{what}: the NCCL communicator was aborted")));
         }
         let r = f(*comm);
         check(self.api, *comm, r, what)
@@ -575,65 +435,27 @@ impl Ctx<'_> {
     /// AVG's division (device kernel) after a SUM.
     fn divide(&self, b: &Buffer, op: ReduceOp) -> Result<()> {
         if op == ReduceOp::GPUWIRE_AVG {
-            ring::divide(
-                self.st.device,
-                Loc {
-                    ptr: b.ptr(),
-                    host: false,
-                },
-                b.count(),
-                b.dtype(),
-                self.c.size() as usize,
-                self.stream,
-            )?;
+            ring::divide(self.st.device, Loc { ptr: b.ptr(), host: false }, b.count(), b.dtype(), self.c.size() as usize, self.stream)?;
         }
         Ok(())
     }
     fn group<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
         // SAFETY: paired with group_end below on this thread.
-        check(
-            self.api,
-            std::ptr::null_mut(),
-            unsafe { (self.api.group_start)() },
-            "ncclGroupStart",
-        )?;
+        check(self.api, std::ptr::null_mut(), unsafe { (self.api.group_start)() }, "ncclGroupStart")?;
         let r = f();
         // SAFETY: closes the group opened above.
-        let e = check(
-            self.api,
-            std::ptr::null_mut(),
-            unsafe { (self.api.group_end)() },
-            "ncclGroupEnd",
-        );
+        let e = check(self.api, std::ptr::null_mut(), unsafe { (self.api.group_end)() }, "ncclGroupEnd");
         let v = r?;
         e?;
         Ok(v)
     }
     fn send(&self, ptr: usize, n: usize, d: Dtype, peer: i32) -> Result<()> {
         // SAFETY: device memory of n elements, kept alive by the caller until the stream passes.
-        self.call("ncclSend", |c| unsafe {
-            (self.api.send)(
-                ptr as *const c_void,
-                nccl_count(d, n),
-                nccl_dtype(d),
-                peer,
-                c,
-                self.s(),
-            )
-        })
+        self.call("ncclSend", |c| unsafe { (self.api.send)(ptr as *const c_void, nccl_count(d, n), nccl_dtype(d), peer, c, self.s()) })
     }
     fn recv(&self, ptr: usize, n: usize, d: Dtype, peer: i32) -> Result<()> {
         // SAFETY: as above.
-        self.call("ncclRecv", |c| unsafe {
-            (self.api.recv)(
-                ptr as *mut c_void,
-                nccl_count(d, n),
-                nccl_dtype(d),
-                peer,
-                c,
-                self.s(),
-            )
-        })
+        self.call("ncclRecv", |c| unsafe { (self.api.recv)(ptr as *mut c_void, nccl_count(d, n), nccl_dtype(d), peer, c, self.s()) })
     }
 }
 
@@ -653,9 +475,7 @@ impl GroupedPending {
         let st = unsafe { &*self.state };
         st.close_group()?;
         let done = self.group.done.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(evs) = done.as_ref() else {
-            return Ok(false);
-        };
+        let Some(evs) = done.as_ref() else { return Ok(false) };
         for (s, e) in evs {
             if *s == self.stream {
                 return e.query();
@@ -686,17 +506,11 @@ impl Pending for GroupedPending {
     }
 }
 
-fn grouped(
-    c: &Communicator,
-    stream: Stream,
-    post: impl FnOnce(&Ctx) -> Result<()>,
-) -> Result<Box<dyn Pending>> {
+fn grouped(c: &Communicator, stream: Stream, post: impl FnOnce(&Ctx) -> Result<()>) -> Result<Box<dyn Pending>> {
     let st = c.backend_state.nccl()?;
     let _g = CtxGuard::enter(st.device)?;
     if st.comm().is_null() {
-        return Err(Error::CommBroken(
-            "the NCCL communicator was aborted".into(),
-        ));
+        return Err(Error::CommBroken("the NCCL communicator was aborted".into()));
     }
     let api = api()?;
     let mut open = st.open.lock().unwrap_or_else(|p| p.into_inner());
@@ -704,19 +518,10 @@ fn grouped(
         Some(g) => g.clone(),
         None => {
             // SAFETY: closed by close_group (next call on this communicator, or a wait/test).
-            check(
-                api,
-                std::ptr::null_mut(),
-                unsafe { (api.group_start)() },
-                "ncclGroupStart",
-            )?;
-            let g = Arc::new(Group {
-                streams: Mutex::new(Vec::new()),
-                done: Mutex::new(None),
-            });
+            check(api, std::ptr::null_mut(), unsafe { (api.group_start)() }, "ncclGroupStart")?;
+            let g = Arc::new(Group { streams: Mutex::new(Vec::new()), done: Mutex::new(None) });
             *open = Some(g.clone());
-            st.maybe_open
-                .store(true, std::sync::atomic::Ordering::Release);
+            st.maybe_open.store(true, std::sync::atomic::Ordering::Release);
             g
         }
     };
@@ -727,20 +532,9 @@ fn grouped(
         }
     }
     drop(open);
-    let cx = Ctx {
-        c,
-        st,
-        api,
-        stream,
-        _g: CtxGuard::enter(st.device)?,
-    };
+    let cx = Ctx { c, st, api, stream, _g: CtxGuard::enter(st.device)? };
     post(&cx)?;
-    Ok(Box::new(GroupedPending {
-        group,
-        stream,
-        state: st as *const NcclState,
-        device: st.device,
-    }))
+    Ok(Box::new(GroupedPending { group, stream, state: st as *const NcclState, device: st.device }))
 }
 
 /// The staged MPI path of this communicator, for what NCCL cannot do correctly (after closing
@@ -758,67 +552,25 @@ fn inp<'a>(i: Input<'a>, recv: &'a Buffer) -> &'a Buffer {
 }
 
 impl Path for NcclPath {
-    fn send(
-        &self,
-        c: &Communicator,
-        buf: &Buffer,
-        dest: i32,
-        _tag: i32,
-        stream: Stream,
-    ) -> Result<()> {
+    fn send(&self, c: &Communicator, buf: &Buffer, dest: i32, _tag: i32, stream: Stream) -> Result<()> {
         let cx = enter(c, &[Some(buf)], stream)?;
         cx.group(|| cx.send(buf.ptr(), buf.count(), buf.dtype(), dest))?;
         cx.done("ncclSend")
     }
-    fn recv(
-        &self,
-        c: &Communicator,
-        buf: &Buffer,
-        source: i32,
-        _tag: i32,
-        stream: Stream,
-    ) -> Result<()> {
+    fn recv(&self, c: &Communicator, buf: &Buffer, source: i32, _tag: i32, stream: Stream) -> Result<()> {
         let cx = enter(c, &[Some(buf)], stream)?;
         cx.group(|| cx.recv(buf.ptr(), buf.count(), buf.dtype(), source))?;
         cx.done("ncclRecv")
     }
-    fn isend(
-        &self,
-        c: &Communicator,
-        buf: &Buffer,
-        dest: i32,
-        _tag: i32,
-        stream: Stream,
-    ) -> Result<Box<dyn Pending>> {
+    fn isend(&self, c: &Communicator, buf: &Buffer, dest: i32, _tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
         devstate::check_device(c, buf)?;
-        grouped(c, stream, |cx| {
-            cx.send(buf.ptr(), buf.count(), buf.dtype(), dest)
-        })
+        grouped(c, stream, |cx| cx.send(buf.ptr(), buf.count(), buf.dtype(), dest))
     }
-    fn irecv(
-        &self,
-        c: &Communicator,
-        buf: &Buffer,
-        source: i32,
-        _tag: i32,
-        stream: Stream,
-    ) -> Result<Box<dyn Pending>> {
+    fn irecv(&self, c: &Communicator, buf: &Buffer, source: i32, _tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
         devstate::check_device(c, buf)?;
-        grouped(c, stream, |cx| {
-            cx.recv(buf.ptr(), buf.count(), buf.dtype(), source)
-        })
+        grouped(c, stream, |cx| cx.recv(buf.ptr(), buf.count(), buf.dtype(), source))
     }
-    fn sendrecv(
-        &self,
-        c: &Communicator,
-        s: &Buffer,
-        dest: i32,
-        _st: i32,
-        r: &Buffer,
-        source: i32,
-        _rt: i32,
-        stream: Stream,
-    ) -> Result<()> {
+    fn sendrecv(&self, c: &Communicator, s: &Buffer, dest: i32, _st: i32, r: &Buffer, source: i32, _rt: i32, stream: Stream) -> Result<()> {
         let cx = enter(c, &[Some(s), Some(r)], stream)?;
         let proc_null = crate::ops::PROC_NULL;
         cx.group(|| {
@@ -845,27 +597,11 @@ impl Path for NcclPath {
         let (d, n) = (buf.dtype(), buf.count());
         // SAFETY: device buffer of n elements on every rank.
         cx.call("ncclBroadcast", |cm| unsafe {
-            (cx.api.broadcast)(
-                buf.ptr() as *const c_void,
-                buf.ptr() as *mut c_void,
-                nccl_count(d, n),
-                nccl_dtype(d),
-                root,
-                cm,
-                cx.s(),
-            )
+            (cx.api.broadcast)(buf.ptr() as *const c_void, buf.ptr() as *mut c_void, nccl_count(d, n), nccl_dtype(d), root, cm, cx.s())
         })?;
         cx.done("ncclBroadcast")
     }
-    fn reduce(
-        &self,
-        c: &Communicator,
-        send: Input,
-        recv: Option<&Buffer>,
-        op: ReduceOp,
-        root: i32,
-        stream: Stream,
-    ) -> Result<()> {
+    fn reduce(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, op: ReduceOp, root: i32, stream: Stream) -> Result<()> {
         let sb = match (send, recv) {
             (Input::Buf(b), _) => b,
             (Input::InPlace, Some(r)) => r,
@@ -878,31 +614,13 @@ impl Path for NcclPath {
         let cx = enter(c, &[Some(sb), recv], stream)?;
         let rp = recv.map_or(std::ptr::null_mut(), |r| r.ptr() as *mut c_void);
         // SAFETY: device buffers of n elements (recv at the root).
-        cx.call("ncclReduce", |cm| unsafe {
-            (cx.api.reduce)(
-                sb.ptr() as *const c_void,
-                rp,
-                nccl_count(d, n),
-                nccl_dtype(d),
-                nop,
-                root,
-                cm,
-                cx.s(),
-            )
-        })?;
+        cx.call("ncclReduce", |cm| unsafe { (cx.api.reduce)(sb.ptr() as *const c_void, rp, nccl_count(d, n), nccl_dtype(d), nop, root, cm, cx.s()) })?;
         if let Some(r) = recv {
             cx.divide(r, op)?;
         }
         cx.done("ncclReduce")
     }
-    fn allreduce(
-        &self,
-        c: &Communicator,
-        send: Input,
-        recv: &Buffer,
-        op: ReduceOp,
-        stream: Stream,
-    ) -> Result<()> {
+    fn allreduce(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()> {
         let sb = inp(send, recv);
         let (d, n) = (recv.dtype(), recv.count());
         let Some(nop) = nccl_op(d, op) else {
@@ -911,26 +629,12 @@ impl Path for NcclPath {
         let cx = enter(c, &[Some(sb), Some(recv)], stream)?;
         // SAFETY: device buffers of n elements.
         cx.call("ncclAllReduce", |cm| unsafe {
-            (cx.api.all_reduce)(
-                sb.ptr() as *const c_void,
-                recv.ptr() as *mut c_void,
-                nccl_count(d, n),
-                nccl_dtype(d),
-                nop,
-                cm,
-                cx.s(),
-            )
+            (cx.api.all_reduce)(sb.ptr() as *const c_void, recv.ptr() as *mut c_void, nccl_count(d, n), nccl_dtype(d), nop, cm, cx.s())
         })?;
         cx.divide(recv, op)?;
         cx.done("ncclAllReduce")
     }
-    fn allgather(
-        &self,
-        c: &Communicator,
-        send: Input,
-        recv: &Buffer,
-        stream: Stream,
-    ) -> Result<()> {
+    fn allgather(&self, c: &Communicator, send: Input, recv: &Buffer, stream: Stream) -> Result<()> {
         let n = recv.count() / c.size() as usize;
         let d = recv.dtype();
         let sp = match send {
@@ -939,26 +643,10 @@ impl Path for NcclPath {
         };
         let cx = enter(c, &[mpi_staged::input_buf(send), Some(recv)], stream)?;
         // SAFETY: send n elements, recv size x n (NCCL accepts the in-place layout).
-        cx.call("ncclAllGather", |cm| unsafe {
-            (cx.api.all_gather)(
-                sp as *const c_void,
-                recv.ptr() as *mut c_void,
-                nccl_count(d, n),
-                nccl_dtype(d),
-                cm,
-                cx.s(),
-            )
-        })?;
+        cx.call("ncclAllGather", |cm| unsafe { (cx.api.all_gather)(sp as *const c_void, recv.ptr() as *mut c_void, nccl_count(d, n), nccl_dtype(d), cm, cx.s()) })?;
         cx.done("ncclAllGather")
     }
-    fn allgatherv(
-        &self,
-        c: &Communicator,
-        send: Input,
-        recv: &Buffer,
-        counts: &[usize],
-        stream: Stream,
-    ) -> Result<()> {
+    fn allgatherv(&self, c: &Communicator, send: Input, recv: &Buffer, counts: &[usize], stream: Stream) -> Result<()> {
         let d = recv.dtype();
         let es = d.size();
         let me = c.rank() as usize;
@@ -985,32 +673,12 @@ impl Path for NcclPath {
             Ok(())
         })?;
         if let Input::Buf(b) = send {
-            ring::copy(
-                Loc {
-                    ptr: recv.ptr() + offs[me] * es,
-                    host: false,
-                },
-                Loc {
-                    ptr: b.ptr(),
-                    host: b.is_host(),
-                },
-                b.bytes(),
-                stream,
-            )?;
+            ring::copy(Loc { ptr: recv.ptr() + offs[me] * es, host: false }, Loc { ptr: b.ptr(), host: b.is_host() }, b.bytes(), stream)?;
         }
         cx.done("allgatherv")
     }
-    fn reduce_scatter(
-        &self,
-        c: &Communicator,
-        send: Input,
-        recv: &Buffer,
-        op: ReduceOp,
-        stream: Stream,
-    ) -> Result<()> {
-        let Input::Buf(sb) = send else {
-            return Err(Error::Internal("in-place reduce_scatter".into()));
-        };
+    fn reduce_scatter(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()> {
+        let Input::Buf(sb) = send else { return Err(Error::Internal("in-place reduce_scatter".into())) };
         let (d, n) = (recv.dtype(), recv.count());
         let Some(nop) = nccl_op(d, op) else {
             return via_mpi(c)?.reduce_scatter(c, send, recv, op, stream);
@@ -1018,15 +686,7 @@ impl Path for NcclPath {
         let cx = enter(c, &[Some(sb), Some(recv)], stream)?;
         // SAFETY: send size x n, recv n elements.
         cx.call("ncclReduceScatter", |cm| unsafe {
-            (cx.api.reduce_scatter)(
-                sb.ptr() as *const c_void,
-                recv.ptr() as *mut c_void,
-                nccl_count(d, n),
-                nccl_dtype(d),
-                nop,
-                cm,
-                cx.s(),
-            )
+            (cx.api.reduce_scatter)(sb.ptr() as *const c_void, recv.ptr() as *mut c_void, nccl_count(d, n), nccl_dtype(d), nop, cm, cx.s())
         })?;
         cx.divide(recv, op)?;
         cx.done("ncclReduceScatter")
@@ -1056,14 +716,7 @@ impl Path for NcclPath {
         })?;
         cx.done("alltoall")
     }
-    fn gather(
-        &self,
-        c: &Communicator,
-        send: Input,
-        recv: Option<&Buffer>,
-        root: i32,
-        stream: Stream,
-    ) -> Result<()> {
+    fn gather(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, root: i32, stream: Stream) -> Result<()> {
         let p = c.size() as usize;
         let me = c.rank() as usize;
         let (d, n) = match (send, recv) {
@@ -1089,29 +742,11 @@ impl Path for NcclPath {
             Ok(())
         })?;
         if let (Input::Buf(b), Some(r)) = (send, recv) {
-            ring::copy(
-                Loc {
-                    ptr: r.ptr() + me * bytes,
-                    host: false,
-                },
-                Loc {
-                    ptr: b.ptr(),
-                    host: b.is_host(),
-                },
-                bytes,
-                stream,
-            )?;
+            ring::copy(Loc { ptr: r.ptr() + me * bytes, host: false }, Loc { ptr: b.ptr(), host: b.is_host() }, bytes, stream)?;
         }
         cx.done("gather")
     }
-    fn scatter(
-        &self,
-        c: &Communicator,
-        send: Option<&Buffer>,
-        recv: Input,
-        root: i32,
-        stream: Stream,
-    ) -> Result<()> {
+    fn scatter(&self, c: &Communicator, send: Option<&Buffer>, recv: Input, root: i32, stream: Stream) -> Result<()> {
         let p = c.size() as usize;
         let me = c.rank() as usize;
         let (d, n) = match (recv, send) {
@@ -1137,18 +772,7 @@ impl Path for NcclPath {
             Ok(())
         })?;
         if let (Some(s), Input::Buf(r)) = (send, recv) {
-            ring::copy(
-                Loc {
-                    ptr: r.ptr(),
-                    host: r.is_host(),
-                },
-                Loc {
-                    ptr: s.ptr() + me * bytes,
-                    host: false,
-                },
-                bytes,
-                stream,
-            )?;
+            ring::copy(Loc { ptr: r.ptr(), host: r.is_host() }, Loc { ptr: s.ptr() + me * bytes, host: false }, bytes, stream)?;
         }
         cx.done("scatter")
     }

@@ -35,10 +35,7 @@ pub struct Loc {
 
 impl Loc {
     pub fn at(self, bytes: usize) -> Loc {
-        Loc {
-            ptr: self.ptr + bytes,
-            host: self.host,
-        }
+        Loc { ptr: self.ptr + bytes, host: self.host }
     }
 }
 
@@ -82,15 +79,7 @@ pub fn copy(dst: Loc, src: Loc, bytes: usize, stream: Stream) -> Result<()> {
 
 /// Combines `n` elements at `src` into `dst` (`dst = src op dst`). Device memory uses the
 /// GPU kernel on `stream`; host memory the CPU.
-pub fn combine(
-    device: i32,
-    dst: Loc,
-    src: Loc,
-    n: usize,
-    dtype: Dtype,
-    op: ReduceOp,
-    stream: Stream,
-) -> Result<()> {
+pub fn combine(device: i32, dst: Loc, src: Loc, n: usize, dtype: Dtype, op: ReduceOp, stream: Stream) -> Result<()> {
     if dst.host {
         // SAFETY: both are host memory valid for n elements.
         unsafe { reduce::combine(dtype, op, dst.ptr as *mut u8, src.ptr as *const u8, n) }
@@ -113,20 +102,7 @@ fn isend(comm: sys::MPI_Comm, ptr: usize, bytes: usize, dest: i32) -> Result<Raw
     let mut req = mpisys::request_null();
     let n = mpisys::count_i32(bytes, "ring exchange")?;
     // SAFETY: ptr valid for `bytes` until the request completes (callers wait before reuse).
-    mpisys::check(
-        unsafe {
-            sys::MPI_Isend(
-                ptr as *const _,
-                n,
-                sys::RSMPI_UINT8_T,
-                dest,
-                RING_TAG,
-                comm,
-                &mut req,
-            )
-        },
-        "MPI_Isend",
-    )?;
+    mpisys::check(unsafe { sys::MPI_Isend(ptr as *const _, n, sys::RSMPI_UINT8_T, dest, RING_TAG, comm, &mut req) }, "MPI_Isend")?;
     Ok(RawRequest(req))
 }
 
@@ -134,20 +110,7 @@ fn irecv(comm: sys::MPI_Comm, ptr: usize, bytes: usize, source: i32) -> Result<R
     let mut req = mpisys::request_null();
     let n = mpisys::count_i32(bytes, "ring exchange")?;
     // SAFETY: as above.
-    mpisys::check(
-        unsafe {
-            sys::MPI_Irecv(
-                ptr as *mut _,
-                n,
-                sys::RSMPI_UINT8_T,
-                source,
-                RING_TAG,
-                comm,
-                &mut req,
-            )
-        },
-        "MPI_Irecv",
-    )?;
+    mpisys::check(unsafe { sys::MPI_Irecv(ptr as *mut _, n, sys::RSMPI_UINT8_T, source, RING_TAG, comm, &mut req) }, "MPI_Irecv")?;
     Ok(RawRequest(req))
 }
 
@@ -165,13 +128,7 @@ fn wait_all(reqs: &mut Vec<RawRequest>) -> Result<()> {
     }
     // SAFETY: active requests of ours.
     mpisys::check(
-        unsafe {
-            sys::MPI_Waitall(
-                raw.len() as c_int,
-                raw.as_mut_ptr(),
-                sys::RSMPI_STATUSES_IGNORE,
-            )
-        },
+        unsafe { sys::MPI_Waitall(raw.len() as c_int, raw.as_mut_ptr(), sys::RSMPI_STATUSES_IGNORE) },
         "MPI_Waitall",
     )
 }
@@ -191,10 +148,7 @@ pub fn exchange(
     sink: Sink,
     stream: Stream,
 ) -> Result<()> {
-    crate::trace!(
-        "ring exchange ({}): send {sbytes} B to {dest}, receive {rbytes} B from {source}",
-        if direct { "direct" } else { "staged" }
-    );
+    crate::trace!("ring exchange ({}): send {sbytes} B to {dest}, receive {rbytes} B from {source}", if direct { "direct" } else { "staged" });
     if direct {
         exchange_direct(st, send, sbytes, dest, recv, rbytes, source, sink, stream)
     } else {
@@ -203,26 +157,13 @@ pub fn exchange(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn exchange_direct(
-    st: &mut DevState,
-    send: Loc,
-    sbytes: usize,
-    dest: i32,
-    recv: Loc,
-    rbytes: usize,
-    source: i32,
-    sink: Sink,
-    stream: Stream,
-) -> Result<()> {
+fn exchange_direct(st: &mut DevState, send: Loc, sbytes: usize, dest: i32, recv: Loc, rbytes: usize, source: i32, sink: Sink, stream: Stream) -> Result<()> {
     // The data sent may have been produced by a kernel on `stream` (the previous step).
     device::sync(stream)?;
     let comm = st.coll.0;
     let target = match sink {
         Sink::Copy => recv,
-        Sink::Combine(..) => Loc {
-            ptr: st.dev[0].get(rbytes)?,
-            host: false,
-        },
+        Sink::Combine(..) => Loc { ptr: st.dev[0].get(rbytes)?, host: false },
     };
     let mut reqs = Vec::with_capacity(2);
     if rbytes > 0 {
@@ -243,32 +184,14 @@ fn exchange_direct(
             } else {
                 target
             };
-            combine(
-                st.device,
-                recv,
-                tmp,
-                rbytes / dtype.size(),
-                dtype,
-                op,
-                stream,
-            )?;
+            combine(st.device, recv, tmp, rbytes / dtype.size(), dtype, op, stream)?;
         }
     }
     device::sync(stream)
 }
 
 #[allow(clippy::too_many_arguments)]
-fn exchange_staged(
-    st: &mut DevState,
-    send: Loc,
-    sbytes: usize,
-    dest: i32,
-    recv: Loc,
-    rbytes: usize,
-    source: i32,
-    sink: Sink,
-    stream: Stream,
-) -> Result<()> {
+fn exchange_staged(st: &mut DevState, send: Loc, sbytes: usize, dest: i32, recv: Loc, rbytes: usize, source: i32, sink: Sink, stream: Stream) -> Result<()> {
     let esize = match sink {
         Sink::Combine(d, _) => d.size(),
         Sink::Copy => 1,
@@ -279,22 +202,12 @@ fn exchange_staged(
     let nr = rbytes.div_ceil(chunk);
     let sslots = st.host[0].get(2 * chunk)?;
     let rslots = st.host[1].get(2 * chunk)?;
-    let dslots = if !recv.host && matches!(sink, Sink::Combine(..)) {
-        st.dev[0].get(2 * chunk)?
-    } else {
-        0
-    };
+    let dslots = if !recv.host && matches!(sink, Sink::Combine(..)) { st.dev[0].get(2 * chunk)? } else { 0 };
     st.event(3)?;
     let comm = st.coll.0;
     let device = st.device;
     let len = |i: usize, total: usize| chunk.min(total - i * chunk);
-    let sslot = |i: usize| {
-        if send.host {
-            send.ptr + i * chunk
-        } else {
-            sslots + (i % 2) * chunk
-        }
-    };
+    let sslot = |i: usize| if send.host { send.ptr + i * chunk } else { sslots + (i % 2) * chunk };
     // Prologue: the first outgoing chunk to the host.
     if ns > 0 && !send.host {
         device::copy_async(sslot(0), send.ptr, len(0, sbytes), stream)?;
@@ -307,21 +220,12 @@ fn exchange_staged(
             if i + 1 < ns {
                 // Overlaps the next device-to-host copy with this chunk's transfer. The slot was
                 // last read by the send of chunk i-1, which completed.
-                device::copy_async(
-                    sslot(i + 1),
-                    send.ptr + (i + 1) * chunk,
-                    len(i + 1, sbytes),
-                    stream,
-                )?;
+                device::copy_async(sslot(i + 1), send.ptr + (i + 1) * chunk, len(i + 1, sbytes), stream)?;
                 st.event((i + 1) % 2)?.record(stream)?;
             }
         }
         let direct_recv = recv.host && matches!(sink, Sink::Copy);
-        let rslot = if direct_recv {
-            recv.ptr + i * chunk
-        } else {
-            rslots + (i % 2) * chunk
-        };
+        let rslot = if direct_recv { recv.ptr + i * chunk } else { rslots + (i % 2) * chunk };
         if i < nr {
             if i >= 2 && !recv.host {
                 // The host-to-device copy of chunk i-2 must have read this slot.
@@ -343,35 +247,13 @@ fn exchange_staged(
                     st.event(2 + i % 2)?.record(stream)?;
                 }
                 Sink::Combine(dtype, op) if recv.host => {
-                    combine(
-                        device,
-                        dst,
-                        Loc {
-                            ptr: rslot,
-                            host: true,
-                        },
-                        n / esize,
-                        dtype,
-                        op,
-                        stream,
-                    )?;
+                    combine(device, dst, Loc { ptr: rslot, host: true }, n / esize, dtype, op, stream)?;
                 }
                 Sink::Combine(dtype, op) => {
                     let d = dslots + (i % 2) * chunk;
                     device::copy_async(d, rslot, n, stream)?;
                     st.event(2 + i % 2)?.record(stream)?;
-                    combine(
-                        device,
-                        dst,
-                        Loc {
-                            ptr: d,
-                            host: false,
-                        },
-                        n / esize,
-                        dtype,
-                        op,
-                        stream,
-                    )?;
+                    combine(device, dst, Loc { ptr: d, host: false }, n / esize, dtype, op, stream)?;
                 }
             }
         }
@@ -400,33 +282,14 @@ pub fn reduce_scatter(
     for s in 0..p.saturating_sub(1) {
         let sb = blocks[(r + 2 * p - s - 1) % p];
         let rb = blocks[(r + 2 * p - s - 2) % p];
-        exchange(
-            st,
-            direct,
-            data.at(sb.0 * es),
-            sb.1 * es,
-            right,
-            data.at(rb.0 * es),
-            rb.1 * es,
-            left,
-            Sink::Combine(dtype, op),
-            stream,
-        )?;
+        exchange(st, direct, data.at(sb.0 * es), sb.1 * es, right, data.at(rb.0 * es), rb.1 * es, left, Sink::Combine(dtype, op), stream)?;
     }
     Ok(blocks)
 }
 
 /// Ring allgather in place: every rank contributes its block of the default partition of
 /// `data` (n elements) and ends with all blocks.
-pub fn allgather(
-    st: &mut DevState,
-    c: &Communicator,
-    direct: bool,
-    data: Loc,
-    n: usize,
-    es: usize,
-    stream: Stream,
-) -> Result<()> {
+pub fn allgather(st: &mut DevState, c: &Communicator, direct: bool, data: Loc, n: usize, es: usize, stream: Stream) -> Result<()> {
     let p = c.size() as usize;
     let r = c.rank() as usize;
     let blocks = partition(n, p);
@@ -434,18 +297,7 @@ pub fn allgather(
     for s in 0..p.saturating_sub(1) {
         let sb = blocks[(r + p - s) % p];
         let rb = blocks[(r + 2 * p - s - 1) % p];
-        exchange(
-            st,
-            direct,
-            data.at(sb.0 * es),
-            sb.1 * es,
-            right,
-            data.at(rb.0 * es),
-            rb.1 * es,
-            left,
-            Sink::Copy,
-            stream,
-        )?;
+        exchange(st, direct, data.at(sb.0 * es), sb.1 * es, right, data.at(rb.0 * es), rb.1 * es, left, Sink::Copy, stream)?;
     }
     Ok(())
 }
@@ -489,10 +341,7 @@ mod tests {
             let all = (1u64 << p) - 1;
             for r in 0..p {
                 let b = blocks[r];
-                assert!(
-                    data[r][b.0..b.0 + b.1].iter().all(|v| *v == all),
-                    "p={p} rank {r}"
-                );
+                assert!(data[r][b.0..b.0 + b.1].iter().all(|v| *v == all), "p={p} rank {r}");
             }
             for s in 0..p.saturating_sub(1) {
                 let sent: Vec<(usize, usize, Vec<u64>)> = (0..p)

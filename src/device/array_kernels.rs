@@ -65,15 +65,7 @@ impl Red {
         }
     }
 
-    pub const ALL: [Red; 7] = [
-        Red::Dot,
-        Red::Sum,
-        Red::Norm1,
-        Red::Norm2Squared,
-        Red::NormInf,
-        Red::Min,
-        Red::Max,
-    ];
+    pub const ALL: [Red; 7] = [Red::Dot, Red::Sum, Red::Norm1, Red::Norm2Squared, Red::NormInf, Red::Min, Red::Max];
 }
 
 /// The accumulator of a reduction: what a rank contributes to the allreduce.
@@ -104,10 +96,7 @@ impl Comb {
 }
 
 fn is_signed_int(d: Dtype) -> bool {
-    matches!(
-        d,
-        Dtype::GPUWIRE_INT8 | Dtype::GPUWIRE_INT32 | Dtype::GPUWIRE_INT64
-    )
+    matches!(d, Dtype::GPUWIRE_INT8 | Dtype::GPUWIRE_INT32 | Dtype::GPUWIRE_INT64)
 }
 
 /// Whether `red` is defined on `d` (the same answer for host and device arrays), and if so its
@@ -277,17 +266,11 @@ fn final_name(acc: Acc, comb: Comb) -> String {
 
 /// The value one element contributes to `red` (a C++ expression of `x[i]`, `y[i]`).
 fn map_expr(red: Red, d: Dtype) -> String {
-    let int_acc = if is_signed_int(d) {
-        "(i64)x[i]"
-    } else {
-        "(u64)x[i]"
-    };
+    let int_acc = if is_signed_int(d) { "(i64)x[i]" } else { "(u64)x[i]" };
     match red {
         Red::Dot => "gw_dot(x[i], y[i])".into(),
         Red::Sum if d.is_complex() => "gw_cplx(x[i])".into(),
-        Red::Sum if d.is_integer() => {
-            "(u64)(i64)x[i]".replace("(i64)", if is_signed_int(d) { "(i64)" } else { "" })
-        }
+        Red::Sum if d.is_integer() => "(u64)(i64)x[i]".replace("(i64)", if is_signed_int(d) { "(i64)" } else { "" }),
         Red::Sum => "gw_real(x[i])".into(),
         Red::Norm1 | Red::NormInf => "gw_abs(x[i])".into(),
         Red::Norm2Squared => "gw_abs2(x[i])".into(),
@@ -312,9 +295,7 @@ fn finals() -> Vec<(Acc, Comb)> {
     for d in Dtype::ALL {
         for red in Red::ALL {
             if let Some((a, c)) = plan(red, d) {
-                if !v.iter().any(|(a2, c2)| {
-                    std::mem::discriminant(a2) == std::mem::discriminant(&a) && *c2 == c
-                }) {
+                if !v.iter().any(|(a2, c2)| std::mem::discriminant(a2) == std::mem::discriminant(&a) && *c2 == c) {
                     v.push((a, c));
                 }
             }
@@ -327,10 +308,7 @@ fn finals() -> Vec<(Acc, Comb)> {
 pub fn source() -> String {
     let mut s = String::from(PRELUDE);
     for (size, t) in [(1, "u8"), (2, "u16"), (4, "u32"), (8, "u64"), (16, "e16")] {
-        s += &format!(
-            "extern \"C\" __global__ void {}({t} *x, u64 n, {t} v) {{ GRID_LOOP {{ x[i] = v; }} }}\n",
-            fill_name(size)
-        );
+        s += &format!("extern \"C\" __global__ void {}({t} *x, u64 n, {t} v) {{ GRID_LOOP {{ x[i] = v; }} }}\n", fill_name(size));
     }
     for d in Dtype::ALL {
         let t = c_type(d);
@@ -345,9 +323,7 @@ pub fn source() -> String {
             );
         }
         for red in Red::ALL {
-            let Some((acc, comb)) = plan(red, d) else {
-                continue;
-            };
+            let Some((acc, comb)) = plan(red, d) else { continue };
             let a = acc_type(acc);
             s += &format!(
                 "extern \"C\" __global__ void {}(const {t} *x, const {t} *y, u64 n, {a} ident, {a} *partial) {{ (void)y; gw_partial(n, ident, partial, {}, [&](u64 i) {{ return {}; }}); }}\n",
@@ -387,31 +363,21 @@ pub fn names() -> Vec<String> {
 }
 
 fn options(arch: &str) -> Vec<String> {
-    vec![
-        format!("--gpu-architecture={arch}"),
-        "--std=c++14".to_string(),
-        "--fmad=false".to_string(),
-    ]
+    vec![format!("--gpu-architecture={arch}"), "--std=c++14".to_string(), "--fmad=false".to_string()]
 }
 
 fn nvrtc_compile(arch: &str) -> std::result::Result<Vec<std::ffi::c_char>, String> {
     super::kernels::nvrtc_available()?;
     let src = CString::new(source()).expect("no NUL in kernel source");
-    let prog = cudarc::nvrtc::result::create_program(&src, Some(c"gpuwire_array_kernels.cu"))
-        .map_err(|e| format!("nvrtcCreateProgram: {e:?}"))?;
+    let prog = cudarc::nvrtc::result::create_program(&src, Some(c"gpuwire_array_kernels.cu")).map_err(|e| format!("nvrtcCreateProgram: {e:?}"))?;
     // SAFETY: prog is a valid program; it is destroyed before returning.
     unsafe {
         let r = cudarc::nvrtc::result::compile_program(prog, &options(arch));
         let out = match r {
-            Ok(()) => {
-                cudarc::nvrtc::result::get_ptx(prog).map_err(|e| format!("nvrtcGetPTX: {e:?}"))
-            }
+            Ok(()) => cudarc::nvrtc::result::get_ptx(prog).map_err(|e| format!("nvrtcGetPTX: {e:?}")),
             Err(e) => {
                 let log = cudarc::nvrtc::result::get_program_log(prog)
-                    .map(|l| {
-                        String::from_utf8_lossy(&l.iter().map(|c| *c as u8).collect::<Vec<_>>())
-                            .into_owned()
-                    })
+                    .map(|l| String::from_utf8_lossy(&l.iter().map(|c| *c as u8).collect::<Vec<_>>()).into_owned())
                     .unwrap_or_default();
                 Err(format!("NVRTC compile failed: {e:?}: {log}"))
             }
@@ -424,15 +390,7 @@ fn nvrtc_compile(arch: &str) -> std::result::Result<Vec<std::ffi::c_char>, Strin
 /// Compiles the source to PTX for `arch` (e.g. "compute_90") without a GPU and returns the PTX
 /// text. Used by the tests to check the source on machines without a GPU.
 pub fn compile_ptx_for(arch: &str) -> std::result::Result<String, String> {
-    nvrtc_compile(arch).map(|p| {
-        String::from_utf8_lossy(
-            &p.iter()
-                .take_while(|c| **c != 0)
-                .map(|c| *c as u8)
-                .collect::<Vec<_>>(),
-        )
-        .into_owned()
-    })
+    nvrtc_compile(arch).map(|p| String::from_utf8_lossy(&p.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect::<Vec<_>>()).into_owned())
 }
 
 struct Module {
@@ -442,26 +400,22 @@ struct Module {
 static MODULES: Mutex<Vec<Option<std::result::Result<Module, String>>>> = Mutex::new(Vec::new());
 
 fn compile(device: i32) -> std::result::Result<Module, String> {
-    let dev =
-        cudarc::driver::result::device::get(device).map_err(|e| format!("cuDeviceGet: {e:?}"))?;
+    let dev = cudarc::driver::result::device::get(device).map_err(|e| format!("cuDeviceGet: {e:?}"))?;
     let attr = |a| {
         // SAFETY: dev is valid.
-        unsafe { cudarc::driver::result::device::get_attribute(dev, a) }
-            .map_err(|e| format!("cuDeviceGetAttribute: {e:?}"))
+        unsafe { cudarc::driver::result::device::get_attribute(dev, a) }.map_err(|e| format!("cuDeviceGetAttribute: {e:?}"))
     };
     let major = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
     let minor = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
     let ptx = nvrtc_compile(&format!("compute_{major}{minor}"))?;
     let _g = CtxGuard::enter(device).map_err(|e| e.to_string())?;
     // SAFETY: ptx is a NUL-terminated PTX image.
-    let module = unsafe { cudarc::driver::result::module::load_data(ptx.as_ptr().cast()) }
-        .map_err(|e| format!("cuModuleLoadData: {e:?}"))?;
+    let module = unsafe { cudarc::driver::result::module::load_data(ptx.as_ptr().cast()) }.map_err(|e| format!("cuModuleLoadData: {e:?}"))?;
     let mut functions = HashMap::new();
     for n in names() {
         let cn = CString::new(n.clone()).expect("no NUL");
         // SAFETY: module is loaded; the name exists in the source.
-        let f = unsafe { cudarc::driver::result::module::get_function(module, cn) }
-            .map_err(|e| format!("cuModuleGetFunction({n}): {e:?}"))?;
+        let f = unsafe { cudarc::driver::result::module::get_function(module, cn) }.map_err(|e| format!("cuModuleGetFunction({n}): {e:?}"))?;
         functions.insert(n, f as usize);
     }
     Ok(Module { functions })
@@ -469,49 +423,22 @@ fn compile(device: i32) -> std::result::Result<Module, String> {
 
 fn function(device: i32, name: &str) -> Result<sys::CUfunction> {
     let mut mods = MODULES.lock().unwrap_or_else(|p| p.into_inner());
-    let idx = usize::try_from(device)
-        .map_err(|_| Error::Internal(format!("array kernel on device {device}")))?;
+    let idx = usize::try_from(device).map_err(|_| Error::Internal(format!("array kernel on device {device}")))?;
     if mods.len() <= idx {
         mods.resize_with(idx + 1, || None);
     }
     match mods[idx].get_or_insert_with(|| compile(device)) {
-        Ok(m) => m
-            .functions
-            .get(name)
-            .map(|f| *f as sys::CUfunction)
-            .ok_or_else(|| Error::Internal(format!("kernel {name} missing"))),
-        Err(e) => Err(Error::BackendUnavailable(format!(
-            "the GPU kernels of distributed arrays are unavailable: {e}"
-        ))),
+        Ok(m) => m.functions.get(name).map(|f| *f as sys::CUfunction).ok_or_else(|| Error::Internal(format!("kernel {name} missing"))),
+        Err(e) => Err(Error::BackendUnavailable(format!("the GPU kernels of distributed arrays are unavailable: {e}"))),
     }
 }
 
-fn launch(
-    device: i32,
-    name: &str,
-    grid: u32,
-    stream: Stream,
-    params: &mut [*mut c_void],
-) -> Result<()> {
+fn launch(device: i32, name: &str, grid: u32, stream: Stream, params: &mut [*mut c_void]) -> Result<()> {
     let f = function(device, name)?;
     let _g = CtxGuard::enter(device)?;
     // SAFETY: f takes exactly these parameters (generated together with the source above).
     check(
-        unsafe {
-            sys::cuLaunchKernel(
-                f,
-                grid,
-                1,
-                1,
-                BLOCK,
-                1,
-                1,
-                0,
-                stream.raw(),
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        },
+        unsafe { sys::cuLaunchKernel(f, grid, 1, 1, BLOCK, 1, 1, 0, stream.raw(), params.as_mut_ptr(), std::ptr::null_mut()) },
         name,
     )
 }
@@ -534,86 +461,33 @@ impl Param {
 }
 
 /// Enqueues x[i] = value (one element's bytes) for `n` elements on `stream`.
-pub fn fill(
-    device: i32,
-    dtype: Dtype,
-    x: usize,
-    n: usize,
-    value: &[u8],
-    stream: Stream,
-) -> Result<()> {
+pub fn fill(device: i32, dtype: Dtype, x: usize, n: usize, value: &[u8], stream: Stream) -> Result<()> {
     if n == 0 {
         return Ok(());
     }
     let (mut p, mut nn, mut v) = (x as u64, n as u64, Param::from(value));
-    let mut params = [
-        (&mut p as *mut u64).cast(),
-        (&mut nn as *mut u64).cast(),
-        (&mut v as *mut Param).cast(),
-    ];
-    launch(
-        device,
-        &fill_name(dtype.size()),
-        elementwise_grid(n),
-        stream,
-        &mut params,
-    )
+    let mut params = [(&mut p as *mut u64).cast(), (&mut nn as *mut u64).cast(), (&mut v as *mut Param).cast()];
+    launch(device, &fill_name(dtype.size()), elementwise_grid(n), stream, &mut params)
 }
 
 /// Enqueues y[i] = alpha x[i] + y[i] for `n` elements on `stream` (`alpha`: one element's bytes).
-pub fn axpy(
-    device: i32,
-    dtype: Dtype,
-    y: usize,
-    x: usize,
-    n: usize,
-    alpha: &[u8],
-    stream: Stream,
-) -> Result<()> {
+pub fn axpy(device: i32, dtype: Dtype, y: usize, x: usize, n: usize, alpha: &[u8], stream: Stream) -> Result<()> {
     if n == 0 {
         return Ok(());
     }
     let (mut py, mut px, mut nn, mut a) = (y as u64, x as u64, n as u64, Param::from(alpha));
-    let mut params = [
-        (&mut py as *mut u64).cast(),
-        (&mut px as *mut u64).cast(),
-        (&mut nn as *mut u64).cast(),
-        (&mut a as *mut Param).cast(),
-    ];
-    launch(
-        device,
-        &axpy_name(dtype),
-        elementwise_grid(n),
-        stream,
-        &mut params,
-    )
+    let mut params = [(&mut py as *mut u64).cast(), (&mut px as *mut u64).cast(), (&mut nn as *mut u64).cast(), (&mut a as *mut Param).cast()];
+    launch(device, &axpy_name(dtype), elementwise_grid(n), stream, &mut params)
 }
 
 /// Enqueues x[i] = alpha x[i] for `n` elements on `stream`.
-pub fn scale(
-    device: i32,
-    dtype: Dtype,
-    x: usize,
-    n: usize,
-    alpha: &[u8],
-    stream: Stream,
-) -> Result<()> {
+pub fn scale(device: i32, dtype: Dtype, x: usize, n: usize, alpha: &[u8], stream: Stream) -> Result<()> {
     if n == 0 {
         return Ok(());
     }
     let (mut px, mut nn, mut a) = (x as u64, n as u64, Param::from(alpha));
-    let mut params = [
-        (&mut px as *mut u64).cast(),
-        (&mut nn as *mut u64).cast(),
-        (&mut a as *mut Param).cast(),
-    ];
-    launch(
-        device,
-        &scale_name(dtype),
-        elementwise_grid(n),
-        stream,
-        &mut params,
-    )
+    let mut params = [(&mut px as *mut u64).cast(), (&mut nn as *mut u64).cast(), (&mut a as *mut Param).cast()];
+    launch(device, &scale_name(dtype), elementwise_grid(n), stream, &mut params)
 }
 
 fn acc_bytes(a: Acc) -> Vec<u8> {
@@ -639,33 +513,12 @@ fn acc_from(shape: Acc, b: &[u8; 16]) -> Acc {
 /// ([`SCRATCH_BYTES`] of device memory), and returns this rank's accumulator once the stream
 /// reached it (blocks the host).
 #[allow(clippy::too_many_arguments)]
-pub fn reduce(
-    device: i32,
-    red: Red,
-    dtype: Dtype,
-    x: usize,
-    y: usize,
-    n: usize,
-    scratch: usize,
-    stream: Stream,
-) -> Result<Acc> {
-    let (ident, comb) = plan(red, dtype).ok_or_else(|| {
-        Error::Internal(format!(
-            "{} on {} reached the GPU",
-            red.name(),
-            dtype.name()
-        ))
-    })?;
+pub fn reduce(device: i32, red: Red, dtype: Dtype, x: usize, y: usize, n: usize, scratch: usize, stream: Stream) -> Result<Acc> {
+    let (ident, comb) = plan(red, dtype).ok_or_else(|| Error::Internal(format!("{} on {} reached the GPU", red.name(), dtype.name())))?;
     if n == 0 {
         return Ok(ident);
     }
-    let (mut px, mut py, mut nn, mut id, mut part) = (
-        x as u64,
-        y as u64,
-        n as u64,
-        Param::from(&acc_bytes(ident)),
-        scratch as u64,
-    );
+    let (mut px, mut py, mut nn, mut id, mut part) = (x as u64, y as u64, n as u64, Param::from(&acc_bytes(ident)), scratch as u64);
     let mut params = [
         (&mut px as *mut u64).cast(),
         (&mut py as *mut u64).cast(),
@@ -675,18 +528,8 @@ pub fn reduce(
     ];
     launch(device, &red_name(red, dtype), GRID, stream, &mut params)?;
     let out = scratch + GRID as usize * 16;
-    let (mut pp, mut np, mut id2, mut po) = (
-        scratch as u64,
-        GRID,
-        Param::from(&acc_bytes(ident)),
-        out as u64,
-    );
-    let mut params = [
-        (&mut pp as *mut u64).cast(),
-        (&mut np as *mut u32).cast(),
-        (&mut id2 as *mut Param).cast(),
-        (&mut po as *mut u64).cast(),
-    ];
+    let (mut pp, mut np, mut id2, mut po) = (scratch as u64, GRID, Param::from(&acc_bytes(ident)), out as u64);
+    let mut params = [(&mut pp as *mut u64).cast(), (&mut np as *mut u32).cast(), (&mut id2 as *mut Param).cast(), (&mut po as *mut u64).cast()];
     launch(device, &final_name(ident, comb), 1, stream, &mut params)?;
     let mut host = [0u8; 16];
     let _g = CtxGuard::enter(device)?;
@@ -703,45 +546,20 @@ mod tests {
     fn source_defines_every_kernel_named() {
         let s = source();
         for n in names() {
-            assert!(
-                s.contains(&format!("void {n}(")),
-                "{n} missing from the source"
-            );
+            assert!(s.contains(&format!("void {n}(")), "{n} missing from the source");
         }
         // The support matrix the C API documents.
         use Dtype::*;
-        for d in [
-            GPUWIRE_FLOAT32,
-            GPUWIRE_FLOAT64,
-            GPUWIRE_COMPLEX64,
-            GPUWIRE_COMPLEX128,
-        ] {
+        for d in [GPUWIRE_FLOAT32, GPUWIRE_FLOAT64, GPUWIRE_COMPLEX64, GPUWIRE_COMPLEX128] {
             assert!(arithmetic(d));
-            for r in [
-                Red::Dot,
-                Red::Sum,
-                Red::Norm1,
-                Red::Norm2Squared,
-                Red::NormInf,
-            ] {
+            for r in [Red::Dot, Red::Sum, Red::Norm1, Red::Norm2Squared, Red::NormInf] {
                 assert!(plan(r, d).is_some(), "{r:?} {d:?}");
             }
         }
-        for d in [
-            GPUWIRE_INT8,
-            GPUWIRE_UINT8,
-            GPUWIRE_INT32,
-            GPUWIRE_UINT32,
-            GPUWIRE_INT64,
-            GPUWIRE_UINT64,
-        ] {
+        for d in [GPUWIRE_INT8, GPUWIRE_UINT8, GPUWIRE_INT32, GPUWIRE_UINT32, GPUWIRE_INT64, GPUWIRE_UINT64] {
             assert!(!arithmetic(d));
             assert!(plan(Red::Dot, d).is_none() && plan(Red::Norm2Squared, d).is_none());
-            assert!(
-                plan(Red::Sum, d).is_some()
-                    && plan(Red::Min, d).is_some()
-                    && plan(Red::Max, d).is_some()
-            );
+            assert!(plan(Red::Sum, d).is_some() && plan(Red::Min, d).is_some() && plan(Red::Max, d).is_some());
         }
         for d in [GPUWIRE_COMPLEX64, GPUWIRE_COMPLEX128] {
             assert!(plan(Red::Min, d).is_none() && plan(Red::Max, d).is_none());

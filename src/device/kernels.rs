@@ -70,11 +70,7 @@ fn unsigned_of(d: Dtype) -> &'static str {
 }
 
 fn kernel_name(d: Dtype, op: ReduceOp) -> String {
-    let op = if op == ReduceOp::GPUWIRE_AVG {
-        ReduceOp::GPUWIRE_SUM
-    } else {
-        op
-    };
+    let op = if op == ReduceOp::GPUWIRE_AVG { ReduceOp::GPUWIRE_SUM } else { op };
     format!("gw_{}_{}", d.name(), op.name().to_ascii_lowercase())
 }
 
@@ -102,11 +98,7 @@ fn combine_expr(d: Dtype, op: ReduceOp) -> Option<String> {
             GPUWIRE_AVG => unreachable!(),
         }
     } else if d.is_half() {
-        let (ld, st) = if d == Dtype::GPUWIRE_FLOAT16 {
-            ("f16_load", "f16_store")
-        } else {
-            ("bf16_load", "bf16_store")
-        };
+        let (ld, st) = if d == Dtype::GPUWIRE_FLOAT16 { ("f16_load", "f16_store") } else { ("bf16_load", "bf16_store") };
         let (a, b) = (format!("{ld}(y)"), format!("{ld}(x)"));
         let e = match op {
             GPUWIRE_SUM => format!("{a} + {b}"),
@@ -137,9 +129,7 @@ fn div_expr(d: Dtype) -> String {
     use Dtype::*;
     match d {
         GPUWIRE_INT8 | GPUWIRE_INT32 | GPUWIRE_INT64 => format!("({})((i64)v / dd)", c_type(d)),
-        GPUWIRE_UINT8 | GPUWIRE_UINT32 | GPUWIRE_UINT64 => {
-            format!("({})((u64)v / (u64)dd)", c_type(d))
-        }
+        GPUWIRE_UINT8 | GPUWIRE_UINT32 | GPUWIRE_UINT64 => format!("({})((u64)v / (u64)dd)", c_type(d)),
         GPUWIRE_FLOAT16 => "f16_store(f16_load(v) / (float)dd)".into(),
         GPUWIRE_BFLOAT16 => "bf16_store(bf16_load(v) / (float)dd)".into(),
         GPUWIRE_FLOAT32 => "v / (float)dd".into(),
@@ -194,56 +184,40 @@ pub fn nvrtc_available() -> std::result::Result<(), String> {
 
 fn compile(device: i32) -> std::result::Result<Module, String> {
     nvrtc_available()?;
-    let dev =
-        cudarc::driver::result::device::get(device).map_err(|e| format!("cuDeviceGet: {e:?}"))?;
+    let dev = cudarc::driver::result::device::get(device).map_err(|e| format!("cuDeviceGet: {e:?}"))?;
     let attr = |a| {
         // SAFETY: dev is valid.
-        unsafe { cudarc::driver::result::device::get_attribute(dev, a) }
-            .map_err(|e| format!("cuDeviceGetAttribute: {e:?}"))
+        unsafe { cudarc::driver::result::device::get_attribute(dev, a) }.map_err(|e| format!("cuDeviceGetAttribute: {e:?}"))
     };
     let major = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
     let minor = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
     let src = CString::new(source()).expect("no NUL in kernel source");
-    let prog = cudarc::nvrtc::result::create_program(&src, Some(c"gpuwire_kernels.cu"))
-        .map_err(|e| format!("nvrtcCreateProgram: {e:?}"))?;
-    let opts = [
-        format!("--gpu-architecture=compute_{major}{minor}"),
-        "--std=c++14".to_string(),
-    ];
+    let prog = cudarc::nvrtc::result::create_program(&src, Some(c"gpuwire_kernels.cu")).map_err(|e| format!("nvrtcCreateProgram: {e:?}"))?;
+    let opts = [format!("--gpu-architecture=compute_{major}{minor}"), "--std=c++14".to_string()];
     // SAFETY: prog is a valid program.
     let compiled = unsafe { cudarc::nvrtc::result::compile_program(prog, &opts) };
     if let Err(e) = compiled {
         // SAFETY: as above.
         let log = unsafe { cudarc::nvrtc::result::get_program_log(prog) }
-            .map(|l| {
-                String::from_utf8_lossy(&l.iter().map(|c| *c as u8).collect::<Vec<_>>())
-                    .into_owned()
-            })
+            .map(|l| String::from_utf8_lossy(&l.iter().map(|c| *c as u8).collect::<Vec<_>>()).into_owned())
             .unwrap_or_default();
         unsafe { cudarc::nvrtc::result::destroy_program(prog).ok() };
         return Err(format!("NVRTC compile failed: {e:?}: {log}"));
     }
     // SAFETY: compiled successfully.
-    let ptx = unsafe { cudarc::nvrtc::result::get_ptx(prog) }
-        .map_err(|e| format!("nvrtcGetPTX: {e:?}"))?;
+    let ptx = unsafe { cudarc::nvrtc::result::get_ptx(prog) }.map_err(|e| format!("nvrtcGetPTX: {e:?}"))?;
     unsafe { cudarc::nvrtc::result::destroy_program(prog).ok() };
     let _g = CtxGuard::enter(device).map_err(|e| e.to_string())?;
     // SAFETY: ptx is a NUL-terminated PTX image.
-    let module = unsafe { cudarc::driver::result::module::load_data(ptx.as_ptr().cast()) }
-        .map_err(|e| format!("cuModuleLoadData: {e:?}"))?;
+    let module = unsafe { cudarc::driver::result::module::load_data(ptx.as_ptr().cast()) }.map_err(|e| format!("cuModuleLoadData: {e:?}"))?;
     let mut functions = HashMap::new();
     for d in Dtype::ALL {
-        let mut names: Vec<String> = ReduceOp::ALL
-            .iter()
-            .filter(|op| combine_expr(d, **op).is_some())
-            .map(|op| kernel_name(d, *op))
-            .collect();
+        let mut names: Vec<String> = ReduceOp::ALL.iter().filter(|op| combine_expr(d, **op).is_some()).map(|op| kernel_name(d, *op)).collect();
         names.push(div_name(d));
         for n in names {
             let cn = CString::new(n.clone()).expect("no NUL");
             // SAFETY: module is loaded; the name exists in the source.
-            let f = unsafe { cudarc::driver::result::module::get_function(module, cn) }
-                .map_err(|e| format!("cuModuleGetFunction({n}): {e:?}"))?;
+            let f = unsafe { cudarc::driver::result::module::get_function(module, cn) }.map_err(|e| format!("cuModuleGetFunction({n}): {e:?}"))?;
             functions.insert(n, f as usize);
         }
     }
@@ -258,31 +232,17 @@ fn function(device: i32, name: &str) -> Result<sys::CUfunction> {
     }
     let m = mods[idx].get_or_insert_with(|| compile(device));
     match m {
-        Ok(m) => m
-            .functions
-            .get(name)
-            .map(|f| *f as sys::CUfunction)
-            .ok_or_else(|| Error::Internal(format!("kernel {name} missing"))),
-        Err(e) => Err(Error::BackendUnavailable(format!(
-            "GPU reduction kernels unavailable: {e}"
-        ))),
+        Ok(m) => m.functions.get(name).map(|f| *f as sys::CUfunction).ok_or_else(|| Error::Internal(format!("kernel {name} missing"))),
+        Err(e) => Err(Error::BackendUnavailable(format!("GPU reduction kernels unavailable: {e}"))),
     }
 }
 
 /// Whether device reductions can run on `device` (compiles the kernels on first use).
 pub fn available(device: i32) -> std::result::Result<(), String> {
-    function(device, &div_name(Dtype::GPUWIRE_FLOAT32))
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+    function(device, &div_name(Dtype::GPUWIRE_FLOAT32)).map(|_| ()).map_err(|e| e.to_string())
 }
 
-fn launch(
-    device: i32,
-    name: &str,
-    n: usize,
-    stream: Stream,
-    params: &mut [*mut c_void],
-) -> Result<()> {
+fn launch(device: i32, name: &str, n: usize, stream: Stream, params: &mut [*mut c_void]) -> Result<()> {
     if n == 0 {
         return Ok(());
     }
@@ -292,42 +252,16 @@ fn launch(
     let grid = n.div_ceil(block as usize).min(65535 * 8) as u32;
     // SAFETY: f takes exactly these parameters; the pointers are device memory of n elements.
     check(
-        unsafe {
-            sys::cuLaunchKernel(
-                f,
-                grid,
-                1,
-                1,
-                block,
-                1,
-                1,
-                0,
-                stream.raw(),
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        },
+        unsafe { sys::cuLaunchKernel(f, grid, 1, 1, block, 1, 1, 0, stream.raw(), params.as_mut_ptr(), std::ptr::null_mut()) },
         name,
     )
 }
 
 /// Enqueues `inout[i] = input[i] op inout[i]` for `n` elements on `stream` (AVG: the SUM step).
-pub fn combine(
-    device: i32,
-    dtype: Dtype,
-    op: ReduceOp,
-    inout: usize,
-    input: usize,
-    n: usize,
-    stream: Stream,
-) -> Result<()> {
+pub fn combine(device: i32, dtype: Dtype, op: ReduceOp, inout: usize, input: usize, n: usize, stream: Stream) -> Result<()> {
     op.check_supported(dtype)?;
     let (mut io, mut inp, mut nn) = (inout as u64, input as u64, n as u64);
-    let mut params = [
-        (&mut io as *mut u64).cast(),
-        (&mut inp as *mut u64).cast(),
-        (&mut nn as *mut u64).cast(),
-    ];
+    let mut params = [(&mut io as *mut u64).cast(), (&mut inp as *mut u64).cast(), (&mut nn as *mut u64).cast()];
     launch(device, &kernel_name(dtype, op), n, stream, &mut params)
 }
 
@@ -337,11 +271,7 @@ pub fn divide(device: i32, dtype: Dtype, x: usize, n: usize, d: i64, stream: Str
         return Ok(());
     }
     let (mut io, mut nn, mut dd) = (x as u64, n as u64, d);
-    let mut params = [
-        (&mut io as *mut u64).cast(),
-        (&mut nn as *mut u64).cast(),
-        (&mut dd as *mut i64).cast(),
-    ];
+    let mut params = [(&mut io as *mut u64).cast(), (&mut nn as *mut u64).cast(), (&mut dd as *mut i64).cast()];
     launch(device, &div_name(dtype), n, stream, &mut params)
 }
 
@@ -356,13 +286,7 @@ mod tests {
         for d in Dtype::ALL {
             for op in ReduceOp::ALL {
                 let present = s.contains(&format!("void {}(", kernel_name(d, op)));
-                assert_eq!(
-                    present,
-                    op.check_supported(d).is_ok(),
-                    "{} {}",
-                    d.name(),
-                    op.name()
-                );
+                assert_eq!(present, op.check_supported(d).is_ok(), "{} {}", d.name(), op.name());
                 n += present as usize;
             }
             assert!(s.contains(&format!("void {}(", div_name(d))));
@@ -376,23 +300,15 @@ mod tests {
 pub fn compile_ptx_for(arch: &str) -> std::result::Result<usize, String> {
     nvrtc_available()?;
     let src = CString::new(source()).expect("no NUL in kernel source");
-    let prog = cudarc::nvrtc::result::create_program(&src, Some(c"gpuwire_kernels.cu"))
-        .map_err(|e| format!("{e:?}"))?;
-    let opts = [
-        format!("--gpu-architecture={arch}"),
-        "--std=c++14".to_string(),
-    ];
+    let prog = cudarc::nvrtc::result::create_program(&src, Some(c"gpuwire_kernels.cu")).map_err(|e| format!("{e:?}"))?;
+    let opts = [format!("--gpu-architecture={arch}"), "--std=c++14".to_string()];
     // SAFETY: prog is valid.
     let r = unsafe { cudarc::nvrtc::result::compile_program(prog, &opts) };
     let log = unsafe { cudarc::nvrtc::result::get_program_log(prog) }
-        .map(|l| {
-            String::from_utf8_lossy(&l.iter().map(|c| *c as u8).collect::<Vec<_>>()).into_owned()
-        })
+        .map(|l| String::from_utf8_lossy(&l.iter().map(|c| *c as u8).collect::<Vec<_>>()).into_owned())
         .unwrap_or_default();
     let out = match r {
-        Ok(()) => unsafe { cudarc::nvrtc::result::get_ptx(prog) }
-            .map(|p| p.len())
-            .map_err(|e| format!("{e:?}")),
+        Ok(()) => unsafe { cudarc::nvrtc::result::get_ptx(prog) }.map(|p| p.len()).map_err(|e| format!("{e:?}")),
         Err(e) => Err(format!("{e:?}: {log}")),
     };
     unsafe { cudarc::nvrtc::result::destroy_program(prog).ok() };

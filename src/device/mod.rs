@@ -32,14 +32,8 @@ static CUDA: OnceLock<std::result::Result<Cuda, String>> = OnceLock::new();
 
 /// Formats a driver error with its name and description.
 pub fn driver_error(what: &str, e: cudarc::driver::DriverError) -> Error {
-    let name = e
-        .error_name()
-        .map(|c| c.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let text = e
-        .error_string()
-        .map(|c| c.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let name = e.error_name().map(|c| c.to_string_lossy().into_owned()).unwrap_or_default();
+    let text = e.error_string().map(|c| c.to_string_lossy().into_owned()).unwrap_or_default();
     Error::Cuda(format!("{what} failed: {name} ({text})"))
 }
 
@@ -53,34 +47,24 @@ fn load() -> std::result::Result<Cuda, String> {
     if !unsafe { sys::is_culib_present() } {
         return Err("no CUDA driver found (libcuda.so could not be loaded; is the NVIDIA driver installed and on the library path?)".into());
     }
-    cudarc::driver::result::init().map_err(|e| {
-        format!("cuInit failed: {e:?} (no usable GPU, or the driver does not match)")
-    })?;
-    let device_count = cudarc::driver::result::device::get_count()
-        .map_err(|e| format!("cuDeviceGetCount failed: {e:?}"))?;
+    cudarc::driver::result::init().map_err(|e| format!("cuInit failed: {e:?} (no usable GPU, or the driver does not match)"))?;
+    let device_count = cudarc::driver::result::device::get_count().map_err(|e| format!("cuDeviceGetCount failed: {e:?}"))?;
     let mut driver_version = 0;
     // SAFETY: writes one int.
     unsafe { sys::cuDriverGetVersion(&mut driver_version) };
-    Ok(Cuda {
-        device_count,
-        driver_version,
-    })
+    Ok(Cuda { device_count, driver_version })
 }
 
 /// The CUDA driver, or `BackendUnavailable` saying why it cannot be used.
 pub fn cuda() -> Result<&'static Cuda> {
-    CUDA.get_or_init(load)
-        .as_ref()
-        .map_err(|m| Error::BackendUnavailable(m.clone()))
+    CUDA.get_or_init(load).as_ref().map_err(|m| Error::BackendUnavailable(m.clone()))
 }
 
 /// The CUDA driver when it loaded and sees at least one device.
 pub fn cuda_with_devices() -> Result<&'static Cuda> {
     let c = cuda()?;
     if c.device_count < 1 {
-        return Err(Error::BackendUnavailable(
-            "the CUDA driver loaded but sees no device (CUDA_VISIBLE_DEVICES?)".into(),
-        ));
+        return Err(Error::BackendUnavailable("the CUDA driver loaded but sees no device (CUDA_VISIBLE_DEVICES?)".into()));
     }
     Ok(c)
 }
@@ -103,16 +87,13 @@ pub fn primary_context(device: i32) -> Result<sys::CUcontext> {
     }
     let slots = PRIMARY.get_or_init(|| (0..c.device_count).map(|_| OnceLock::new()).collect());
     let slot = slots[device as usize].get_or_init(|| {
-        let dev = cudarc::driver::result::device::get(device)
-            .map_err(|e| format!("cuDeviceGet({device}): {e:?}"))?;
+        let dev = cudarc::driver::result::device::get(device).map_err(|e| format!("cuDeviceGet({device}): {e:?}"))?;
         // SAFETY: dev is a valid device.
         let ctx = unsafe { cudarc::driver::result::primary_ctx::retain(dev) }
             .map_err(|e| format!("cuDevicePrimaryCtxRetain({device}): {e:?}"))?;
         Ok(Primary(ctx))
     });
-    slot.as_ref()
-        .map(|p| p.0)
-        .map_err(|m| Error::Cuda(m.clone()))
+    slot.as_ref().map(|p| p.0).map_err(|m| Error::Cuda(m.clone()))
 }
 
 /// The device of the calling thread's current CUDA context, if one is current.
@@ -182,21 +163,13 @@ impl CudaAlloc {
                     check(unsafe { sys::cuMemAlloc_v2(&mut p, bytes) }, "cuMemAlloc")?;
                 } else {
                     // SAFETY: as above; CU_MEM_ATTACH_GLOBAL = 1.
-                    check(
-                        unsafe { sys::cuMemAllocManaged(&mut p, bytes, 1) },
-                        "cuMemAllocManaged",
-                    )?;
+                    check(unsafe { sys::cuMemAllocManaged(&mut p, bytes, 1) }, "cuMemAllocManaged")?;
                 }
                 // SAFETY: p is `bytes` long on the current context. cuMemsetD8 runs on the legacy
                 // stream, which non-blocking streams do not wait for: finish it before returning, so
                 // the memory is zero for work on any stream.
                 let zeroed = check(unsafe { sys::cuMemsetD8_v2(p, 0, bytes) }, "cuMemsetD8")
-                    .and_then(|()| {
-                        check(
-                            unsafe { sys::cuStreamSynchronize(std::ptr::null_mut()) },
-                            "cuStreamSynchronize",
-                        )
-                    });
+                    .and_then(|()| check(unsafe { sys::cuStreamSynchronize(std::ptr::null_mut()) }, "cuStreamSynchronize"));
                 if let Err(e) = zeroed {
                     unsafe { sys::cuMemFree_v2(p) };
                     return Err(e);
@@ -206,35 +179,20 @@ impl CudaAlloc {
             Space::GPUWIRE_SPACE_PINNED => {
                 let mut p: *mut c_void = std::ptr::null_mut();
                 // SAFETY: writes one pointer; flags 0 = portable default.
-                check(
-                    unsafe { sys::cuMemAllocHost_v2(&mut p, bytes) },
-                    "cuMemAllocHost",
-                )?;
+                check(unsafe { sys::cuMemAllocHost_v2(&mut p, bytes) }, "cuMemAllocHost")?;
                 // SAFETY: p is `bytes` of host memory.
                 unsafe { std::ptr::write_bytes(p.cast::<u8>(), 0, bytes) };
                 p as usize
             }
-            _ => {
-                return Err(Error::Internal(format!(
-                    "CudaAlloc of space {}",
-                    space.name()
-                )));
-            }
+            _ => return Err(Error::Internal(format!("CudaAlloc of space {}", space.name()))),
         };
-        Ok(CudaAlloc {
-            ptr,
-            bytes,
-            device,
-            space,
-        })
+        Ok(CudaAlloc { ptr, bytes, device, space })
     }
 }
 
 impl Drop for CudaAlloc {
     fn drop(&mut self) {
-        let Ok(_g) = CtxGuard::enter(self.device) else {
-            return;
-        };
+        let Ok(_g) = CtxGuard::enter(self.device) else { return };
         // SAFETY: allocated by `new` and freed only here.
         unsafe {
             match self.space {
@@ -268,19 +226,8 @@ pub fn copy_sync(device: i32, dst: usize, src: usize, bytes: usize, stream: Stre
     let _g = CtxGuard::enter(device)?;
     // SAFETY: caller guarantees both ranges are valid for `bytes`.
     unsafe {
-        check(
-            sys::cuMemcpyAsync(
-                dst as sys::CUdeviceptr,
-                src as sys::CUdeviceptr,
-                bytes,
-                stream.raw(),
-            ),
-            "cuMemcpyAsync",
-        )?;
-        check(
-            sys::cuStreamSynchronize(stream.raw()),
-            "cuStreamSynchronize",
-        )
+        check(sys::cuMemcpyAsync(dst as sys::CUdeviceptr, src as sys::CUdeviceptr, bytes, stream.raw()), "cuMemcpyAsync")?;
+        check(sys::cuStreamSynchronize(stream.raw()), "cuStreamSynchronize")
     }
 }
 
@@ -334,17 +281,7 @@ pub fn copy_async(dst: usize, src: usize, bytes: usize, stream: Stream) -> Resul
     }
     // SAFETY: caller guarantees both ranges are valid for `bytes` until the copy completes, and
     // that the right context is current.
-    check(
-        unsafe {
-            sys::cuMemcpyAsync(
-                dst as sys::CUdeviceptr,
-                src as sys::CUdeviceptr,
-                bytes,
-                stream.raw(),
-            )
-        },
-        "cuMemcpyAsync",
-    )
+    check(unsafe { sys::cuMemcpyAsync(dst as sys::CUdeviceptr, src as sys::CUdeviceptr, bytes, stream.raw()) }, "cuMemcpyAsync")
 }
 
 /// Host-to-device copies below this size run on the compute engine when made as one linear copy
@@ -478,8 +415,7 @@ pub fn write_small(dst: usize, src: &[u8], stream: Stream) -> Result<bool> {
     if n == 0 {
         return Ok(true);
     }
-    if n > SMALL_WRITE_BYTES || dst % 4 != 0 || n % 4 != 0 || MEMOPS_REFUSED.load(Ordering::Relaxed)
-    {
+    if n > SMALL_WRITE_BYTES || dst % 4 != 0 || n % 4 != 0 || MEMOPS_REFUSED.load(Ordering::Relaxed) {
         return Ok(false);
     }
     let mut ops: Vec<sys::CUstreamBatchMemOpParams> = Vec::with_capacity(n / 4);
@@ -496,13 +432,11 @@ pub fn write_small(dst: usize, src: &[u8], stream: Stream) -> Result<bool> {
         // still below a contended small copy (~270 µs).
         if (dst + off) % 8 == 0 && n - off >= 8 {
             w.operation = sys::CUstreamBatchMemOpType::CU_STREAM_MEM_OP_WRITE_VALUE_64;
-            w.__bindgen_anon_1.value64 =
-                u64::from_ne_bytes(src[off..off + 8].try_into().expect("8 bytes"));
+            w.__bindgen_anon_1.value64 = u64::from_ne_bytes(src[off..off + 8].try_into().expect("8 bytes"));
             off += 8;
         } else {
             w.operation = sys::CUstreamBatchMemOpType::CU_STREAM_MEM_OP_WRITE_VALUE_32;
-            w.__bindgen_anon_1.value =
-                u32::from_ne_bytes(src[off..off + 4].try_into().expect("4 bytes"));
+            w.__bindgen_anon_1.value = u32::from_ne_bytes(src[off..off + 4].try_into().expect("4 bytes"));
             off += 4;
         }
         ops.push(op);
@@ -511,16 +445,12 @@ pub fn write_small(dst: usize, src: &[u8], stream: Stream) -> Result<bool> {
     for (i, part) in ops.chunks_mut(128).enumerate() {
         // SAFETY: `part` holds valid write operations on memory the caller guarantees is device
         // memory valid for `src.len()` bytes; the right context is current (caller).
-        let r = unsafe {
-            sys::cuStreamBatchMemOp_v2(stream.raw(), part.len() as u32, part.as_mut_ptr(), 0)
-        };
+        let r = unsafe { sys::cuStreamBatchMemOp_v2(stream.raw(), part.len() as u32, part.as_mut_ptr(), 0) };
         match r {
             sys::CUresult::CUDA_SUCCESS => {}
             // Refused before anything was enqueued: copy instead, now and from now on.
             r if i == 0 => {
-                crate::trace!(
-                    "cuStreamBatchMemOp refused ({r:?}): small deliveries are copies from now on"
-                );
+                crate::trace!("cuStreamBatchMemOp refused ({r:?}): small deliveries are copies from now on");
                 MEMOPS_REFUSED.store(true, Ordering::Relaxed);
                 return Ok(false);
             }
@@ -533,10 +463,7 @@ pub fn write_small(dst: usize, src: &[u8], stream: Stream) -> Result<bool> {
 /// Blocks until all work enqueued on `stream` is complete.
 pub fn sync(stream: Stream) -> Result<()> {
     // SAFETY: a stream handle of the caller (or NULL).
-    check(
-        unsafe { sys::cuStreamSynchronize(stream.raw()) },
-        "cuStreamSynchronize",
-    )
+    check(unsafe { sys::cuStreamSynchronize(stream.raw()) }, "cuStreamSynchronize")
 }
 
 /// A CUDA event without timing, for ordering between the host and a stream.
@@ -555,10 +482,7 @@ impl Event {
     /// Marks the current end of `stream`'s work.
     pub fn record(&self, stream: Stream) -> Result<()> {
         // SAFETY: valid event and stream.
-        check(
-            unsafe { sys::cuEventRecord(self.0, stream.raw()) },
-            "cuEventRecord",
-        )
+        check(unsafe { sys::cuEventRecord(self.0, stream.raw()) }, "cuEventRecord")
     }
     /// Whether the recorded work is done (never blocks).
     pub fn query(&self) -> Result<bool> {
@@ -572,10 +496,7 @@ impl Event {
     /// Blocks the host until the recorded work is done.
     pub fn wait_host(&self) -> Result<()> {
         // SAFETY: valid event.
-        check(
-            unsafe { sys::cuEventSynchronize(self.0) },
-            "cuEventSynchronize",
-        )
+        check(unsafe { sys::cuEventSynchronize(self.0) }, "cuEventSynchronize")
     }
 }
 
@@ -599,12 +520,7 @@ pub struct Scratch {
 impl Scratch {
     /// `space` PINNED or DEVICE use the CUDA driver; HOST uses pageable memory.
     pub fn new(space: Space, device: i32) -> Scratch {
-        Scratch {
-            space,
-            device,
-            alloc: None,
-            host: Vec::new(),
-        }
+        Scratch { space, device, alloc: None, host: Vec::new() }
     }
 
     /// A pointer to at least `bytes` bytes (8-byte aligned; 256 for CUDA memory).

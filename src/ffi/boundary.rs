@@ -39,9 +39,7 @@ pub fn call(name: &'static str, f: impl FnOnce() -> Result<()>) -> Status {
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".into());
-            set_last_error(format!(
-                "{name}: internal error (a bug in gpuwire, please report it): {what}"
-            ));
+            set_last_error(format!("{name}: internal error (a bug in gpuwire, please report it): {what}"));
             Status::GPUWIRE_ERROR_INTERNAL
         }
     }

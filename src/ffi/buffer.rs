@@ -22,13 +22,7 @@ use crate::types::{Dtype, Space};
 /// GPUWIRE_ERROR_UNSUPPORTED_DTYPE (unknown datatype code), GPUWIRE_ERROR_BACKEND_UNAVAILABLE
 /// (device memory without a CUDA driver), GPUWIRE_ERROR_CUDA, GPUWIRE_ERROR_NOT_INITIALIZED.
 #[unsafe(no_mangle)]
-pub extern "C" fn gpuwire_buffer_alloc(
-    count: i64,
-    dtype: i32,
-    space: i32,
-    device: i32,
-    out: *mut gpuwire_buffer,
-) -> gpuwire_status {
+pub extern "C" fn gpuwire_buffer_alloc(count: i64, dtype: i32, space: i32, device: i32, out: *mut gpuwire_buffer) -> gpuwire_status {
     call("gpuwire_buffer_alloc", || {
         non_null(out, "out")?;
         runtime::ensure_ready()?;
@@ -48,22 +42,11 @@ pub extern "C" fn gpuwire_buffer_alloc(
 /// count > 0), GPUWIRE_ERROR_INVALID_ARGUMENT (negative count, misaligned pointer, space that
 /// contradicts CUDA), GPUWIRE_ERROR_UNSUPPORTED_DTYPE, GPUWIRE_ERROR_NOT_INITIALIZED.
 #[unsafe(no_mangle)]
-pub extern "C" fn gpuwire_buffer_wrap(
-    ptr: *mut c_void,
-    count: i64,
-    dtype: i32,
-    space: i32,
-    out: *mut gpuwire_buffer,
-) -> gpuwire_status {
+pub extern "C" fn gpuwire_buffer_wrap(ptr: *mut c_void, count: i64, dtype: i32, space: i32, out: *mut gpuwire_buffer) -> gpuwire_status {
     call("gpuwire_buffer_wrap", || {
         non_null(out, "out")?;
         runtime::ensure_ready()?;
-        let b = Buffer::wrap(
-            ptr as usize,
-            count,
-            Dtype::from_c(dtype)?,
-            Space::from_c(space)?,
-        )?;
+        let b = Buffer::wrap(ptr as usize, count, Dtype::from_c(dtype)?, Space::from_c(space)?)?;
         write(out, BUFFERS.insert(Arc::new(b)));
         Ok(())
     })
@@ -75,12 +58,7 @@ pub extern "C" fn gpuwire_buffer_wrap(
 /// Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE,
 /// GPUWIRE_ERROR_INVALID_ARGUMENT (negative or out-of-range offset/count).
 #[unsafe(no_mangle)]
-pub extern "C" fn gpuwire_buffer_view(
-    buf: gpuwire_buffer,
-    offset: i64,
-    count: i64,
-    out: *mut gpuwire_buffer,
-) -> gpuwire_status {
+pub extern "C" fn gpuwire_buffer_view(buf: gpuwire_buffer, offset: i64, count: i64, out: *mut gpuwire_buffer) -> gpuwire_status {
     call("gpuwire_buffer_view", || {
         non_null(out, "out")?;
         let parent = boundary::buffer(buf)?;
@@ -111,11 +89,7 @@ pub extern "C" fn gpuwire_buffer_free(buf: gpuwire_buffer) -> gpuwire_status {
 /// Local. Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`src` NULL with count > 0),
 /// GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_CUDA.
 #[unsafe(no_mangle)]
-pub extern "C" fn gpuwire_buffer_copy_from_host(
-    buf: gpuwire_buffer,
-    src: *const c_void,
-    stream: *mut c_void,
-) -> gpuwire_status {
+pub extern "C" fn gpuwire_buffer_copy_from_host(buf: gpuwire_buffer, src: *const c_void, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_buffer_copy_from_host", || {
         let b = boundary::buffer(buf)?;
         // SAFETY: the caller promises `src` holds the buffer's bytes.
@@ -129,11 +103,7 @@ pub extern "C" fn gpuwire_buffer_copy_from_host(
 /// Local. Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`dst` NULL with count > 0),
 /// GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_CUDA.
 #[unsafe(no_mangle)]
-pub extern "C" fn gpuwire_buffer_copy_to_host(
-    buf: gpuwire_buffer,
-    dst: *mut c_void,
-    stream: *mut c_void,
-) -> gpuwire_status {
+pub extern "C" fn gpuwire_buffer_copy_to_host(buf: gpuwire_buffer, dst: *mut c_void, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_buffer_copy_to_host", || {
         let b = boundary::buffer(buf)?;
         // SAFETY: the caller promises `dst` holds the buffer's bytes.
@@ -145,10 +115,7 @@ pub extern "C" fn gpuwire_buffer_copy_to_host(
 ///
 /// Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
 #[unsafe(no_mangle)]
-pub extern "C" fn gpuwire_buffer_pointer(
-    buf: gpuwire_buffer,
-    ptr: *mut *mut c_void,
-) -> gpuwire_status {
+pub extern "C" fn gpuwire_buffer_pointer(buf: gpuwire_buffer, ptr: *mut *mut c_void) -> gpuwire_status {
     call("gpuwire_buffer_pointer", || {
         non_null(ptr, "ptr")?;
         let b = boundary::buffer(buf)?;

@@ -53,22 +53,13 @@ impl gpuwire_config {
     fn to_core(&self) -> Result<Config> {
         use crate::error::Error;
         if self.device < -1 {
-            return Err(Error::InvalidArgument(format!(
-                "config.device = {}: expected an ordinal >= 0, or -1",
-                self.device
-            )));
+            return Err(Error::InvalidArgument(format!("config.device = {}: expected an ordinal >= 0, or -1", self.device)));
         }
         if self.check != 0 && self.check != 1 {
-            return Err(Error::InvalidArgument(format!(
-                "config.check = {}: expected 0 or 1",
-                self.check
-            )));
+            return Err(Error::InvalidArgument(format!("config.check = {}: expected 0 or 1", self.check)));
         }
         if self.chunk_bytes < 4096 {
-            return Err(Error::InvalidArgument(format!(
-                "config.chunk_bytes = {}: expected at least 4096",
-                self.chunk_bytes
-            )));
+            return Err(Error::InvalidArgument(format!("config.chunk_bytes = {}: expected at least 4096", self.chunk_bytes)));
         }
         Ok(Config {
             backend: BackendKind::from_c(self.backend)?,
@@ -122,19 +113,12 @@ fn register(c: Communicator, out: *mut gpuwire_comm) {
 /// (the same error and message on every rank); GPUWIRE_ERROR_MPI;
 /// GPUWIRE_ERROR_NOT_INITIALIZED.
 #[unsafe(no_mangle)]
-pub extern "C" fn gpuwire_comm_create(
-    mpi_comm: i32,
-    cfg: *const gpuwire_config,
-    out: *mut gpuwire_comm,
-) -> gpuwire_status {
+pub extern "C" fn gpuwire_comm_create(mpi_comm: i32, cfg: *const gpuwire_config, out: *mut gpuwire_comm) -> gpuwire_status {
     call("gpuwire_comm_create", || {
         non_null(out, "out")?;
         runtime::ensure_ready()?;
         // A bad configuration is reported on every rank by the creation itself (no hang).
-        register(
-            Communicator::create(mpisys::comm_f2c(mpi_comm), resolve_config(cfg))?,
-            out,
-        );
+        register(Communicator::create(mpisys::comm_f2c(mpi_comm), resolve_config(cfg))?, out);
         Ok(())
     })
 }
@@ -142,17 +126,11 @@ pub extern "C" fn gpuwire_comm_create(
 /// gpuwire_comm_create over MPI_COMM_WORLD. Collective over MPI_COMM_WORLD; errors as
 /// gpuwire_comm_create.
 #[unsafe(no_mangle)]
-pub extern "C" fn gpuwire_comm_world(
-    cfg: *const gpuwire_config,
-    out: *mut gpuwire_comm,
-) -> gpuwire_status {
+pub extern "C" fn gpuwire_comm_world(cfg: *const gpuwire_config, out: *mut gpuwire_comm) -> gpuwire_status {
     call("gpuwire_comm_world", || {
         non_null(out, "out")?;
         runtime::ensure_ready()?;
-        register(
-            Communicator::create(mpisys::comm_world(), resolve_config(cfg))?,
-            out,
-        );
+        register(Communicator::create(mpisys::comm_world(), resolve_config(cfg))?, out);
         Ok(())
     })
 }
@@ -183,12 +161,7 @@ pub extern "C" fn gpuwire_comm_free(comm: gpuwire_comm) -> gpuwire_status {
 /// GPUWIRE_ERROR_INVALID_ARGUMENT (a negative color other than GPUWIRE_UNDEFINED),
 /// GPUWIRE_ERROR_MPI, and the errors of gpuwire_comm_create.
 #[unsafe(no_mangle)]
-pub extern "C" fn gpuwire_comm_split(
-    comm: gpuwire_comm,
-    color: i32,
-    key: i32,
-    out: *mut gpuwire_comm,
-) -> gpuwire_status {
+pub extern "C" fn gpuwire_comm_split(comm: gpuwire_comm, color: i32, key: i32, out: *mut gpuwire_comm) -> gpuwire_status {
     call("gpuwire_comm_split", || {
         non_null(out, "out")?;
         let c = boundary::comm(comm)?;
@@ -241,10 +214,7 @@ pub extern "C" fn gpuwire_comm_size(comm: gpuwire_comm, size: *mut i32) -> gpuwi
 ///
 /// Local. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
 #[unsafe(no_mangle)]
-pub extern "C" fn gpuwire_comm_local_rank(
-    comm: gpuwire_comm,
-    local_rank: *mut i32,
-) -> gpuwire_status {
+pub extern "C" fn gpuwire_comm_local_rank(comm: gpuwire_comm, local_rank: *mut i32) -> gpuwire_status {
     call("gpuwire_comm_local_rank", || {
         non_null(local_rank, "local_rank")?;
         let c = boundary::comm(comm)?;
@@ -256,10 +226,7 @@ pub extern "C" fn gpuwire_comm_local_rank(
 ///
 /// Local. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
 #[unsafe(no_mangle)]
-pub extern "C" fn gpuwire_comm_local_size(
-    comm: gpuwire_comm,
-    local_size: *mut i32,
-) -> gpuwire_status {
+pub extern "C" fn gpuwire_comm_local_size(comm: gpuwire_comm, local_size: *mut i32) -> gpuwire_status {
     call("gpuwire_comm_local_size", || {
         non_null(local_size, "local_size")?;
         let c = boundary::comm(comm)?;
@@ -315,11 +282,7 @@ pub extern "C" fn gpuwire_comm_mpi(comm: gpuwire_comm, mpi_comm: *mut i32) -> gp
 /// Local. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_ARGUMENT (`buflen` 0),
 /// GPUWIRE_ERROR_INVALID_HANDLE.
 #[unsafe(no_mangle)]
-pub extern "C" fn gpuwire_comm_describe(
-    comm: gpuwire_comm,
-    buf: *mut c_char,
-    buflen: usize,
-) -> gpuwire_status {
+pub extern "C" fn gpuwire_comm_describe(comm: gpuwire_comm, buf: *mut c_char, buflen: usize) -> gpuwire_status {
     call("gpuwire_comm_describe", || {
         non_null(buf, "buf")?;
         if buflen == 0 {

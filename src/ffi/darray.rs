@@ -42,18 +42,10 @@ fn local_rows(v: i64) -> Result<Option<usize>> {
     if v == GPUWIRE_DECIDE {
         return Ok(None);
     }
-    usize::try_from(v).map(Some).map_err(|_| {
-        Error::InvalidArgument(format!(
-            "local length {v} is negative (pass GPUWIRE_DECIDE = -1 to let gpuwire decide)"
-        ))
-    })
+    usize::try_from(v).map(Some).map_err(|_| Error::InvalidArgument(format!("local length {v} is negative (pass GPUWIRE_DECIDE = -1 to let gpuwire decide)")))
 }
 
-fn make(
-    comm: gpuwire_comm,
-    out: *mut gpuwire_darray,
-    spec: impl FnOnce() -> Result<Spec>,
-) -> Result<()> {
+fn make(comm: gpuwire_comm, out: *mut gpuwire_darray, spec: impl FnOnce() -> Result<Spec>) -> Result<()> {
     let c = boundary::comm(comm)?;
     let spec = non_null(out, "out").and_then(|()| spec());
     let d = DArray::create(&c, spec)?;
@@ -134,18 +126,12 @@ pub extern "C" fn gpuwire_darray_create_nd(
     call("gpuwire_darray_create_nd", || {
         make(comm, out, || {
             if ndim < 1 {
-                return Err(Error::InvalidArgument(format!(
-                    "ndim = {ndim}: an array has at least one dimension"
-                )));
+                return Err(Error::InvalidArgument(format!("ndim = {ndim}: an array has at least one dimension")));
             }
             non_null(shape, "shape")?;
             // SAFETY: the caller promises `ndim` entries.
             let dims = unsafe { std::slice::from_raw_parts(shape, ndim as usize) };
-            let dims = dims
-                .iter()
-                .enumerate()
-                .map(|(i, d)| nonneg(*d, &format!("shape[{i}]")))
-                .collect::<Result<Vec<_>>>()?;
+            let dims = dims.iter().enumerate().map(|(i, d)| nonneg(*d, &format!("shape[{i}]"))).collect::<Result<Vec<_>>>()?;
             Ok(Spec {
                 shape: dims,
                 local_rows: self::local_rows(local_rows)?,
@@ -174,13 +160,7 @@ pub extern "C" fn gpuwire_darray_free(d: gpuwire_darray) -> gpuwire_status {
 }
 
 /// Resolves `d` and writes `f(array)` to the checked out-parameter `p`.
-fn query<T>(
-    name: &'static str,
-    d: gpuwire_darray,
-    p: *mut T,
-    arg: &str,
-    f: impl FnOnce(&DArray) -> T,
-) -> gpuwire_status {
+fn query<T>(name: &'static str, d: gpuwire_darray, p: *mut T, arg: &str, f: impl FnOnce(&DArray) -> T) -> gpuwire_status {
     call(name, || {
         non_null(p, arg)?;
         let a = darray(d)?;
@@ -194,9 +174,7 @@ fn query<T>(
 /// Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_darray_global_len(d: gpuwire_darray, len: *mut i64) -> gpuwire_status {
-    query("gpuwire_darray_global_len", d, len, "len", |a| {
-        a.global_len() as i64
-    })
+    query("gpuwire_darray_global_len", d, len, "len", |a| a.global_len() as i64)
 }
 
 /// The number of elements this rank owns (without ghost rows; the global length for
@@ -205,22 +183,15 @@ pub extern "C" fn gpuwire_darray_global_len(d: gpuwire_darray, len: *mut i64) ->
 /// Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_darray_local_len(d: gpuwire_darray, len: *mut i64) -> gpuwire_status {
-    query("gpuwire_darray_local_len", d, len, "len", |a| {
-        a.local_len() as i64
-    })
+    query("gpuwire_darray_local_len", d, len, "len", |a| a.local_len() as i64)
 }
 
 /// The global index of this rank's first owned element (0 for BROADCAST).
 ///
 /// Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
 #[unsafe(no_mangle)]
-pub extern "C" fn gpuwire_darray_global_offset(
-    d: gpuwire_darray,
-    offset: *mut i64,
-) -> gpuwire_status {
-    query("gpuwire_darray_global_offset", d, offset, "offset", |a| {
-        a.global_offset() as i64
-    })
+pub extern "C" fn gpuwire_darray_global_offset(d: gpuwire_darray, offset: *mut i64) -> gpuwire_status {
+    query("gpuwire_darray_global_offset", d, offset, "offset", |a| a.global_offset() as i64)
 }
 
 /// The number of dimensions.
@@ -228,9 +199,7 @@ pub extern "C" fn gpuwire_darray_global_offset(
 /// Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_darray_ndim(d: gpuwire_darray, ndim: *mut i32) -> gpuwire_status {
-    query("gpuwire_darray_ndim", d, ndim, "ndim", |a| {
-        a.shape().len() as i32
-    })
+    query("gpuwire_darray_ndim", d, ndim, "ndim", |a| a.shape().len() as i32)
 }
 
 /// The number of ghost rows allocated above and below each rank's block (0 for none).
@@ -246,9 +215,7 @@ pub extern "C" fn gpuwire_darray_halo(d: gpuwire_darray, halo: *mut i64) -> gpuw
 /// Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_darray_dtype(d: gpuwire_darray, dtype: *mut i32) -> gpuwire_status {
-    query("gpuwire_darray_dtype", d, dtype, "dtype", |a| {
-        a.dtype() as i32
-    })
+    query("gpuwire_darray_dtype", d, dtype, "dtype", |a| a.dtype() as i32)
 }
 
 /// The memory space (a gpuwire_space).
@@ -256,22 +223,15 @@ pub extern "C" fn gpuwire_darray_dtype(d: gpuwire_darray, dtype: *mut i32) -> gp
 /// Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_darray_space(d: gpuwire_darray, space: *mut i32) -> gpuwire_status {
-    query("gpuwire_darray_space", d, space, "space", |a| {
-        a.space() as i32
-    })
+    query("gpuwire_darray_space", d, space, "space", |a| a.space() as i32)
 }
 
 /// The partition (a gpuwire_partition).
 ///
 /// Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
 #[unsafe(no_mangle)]
-pub extern "C" fn gpuwire_darray_partition(
-    d: gpuwire_darray,
-    partition: *mut i32,
-) -> gpuwire_status {
-    query("gpuwire_darray_partition", d, partition, "partition", |a| {
-        a.partition() as i32
-    })
+pub extern "C" fn gpuwire_darray_partition(d: gpuwire_darray, partition: *mut i32) -> gpuwire_status {
+    query("gpuwire_darray_partition", d, partition, "partition", |a| a.partition() as i32)
 }
 
 /// The address of this rank's first owned element, in the array's memory space (a device
@@ -283,9 +243,7 @@ pub extern "C" fn gpuwire_darray_partition(
 /// Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_darray_data(d: gpuwire_darray, ptr: *mut *mut c_void) -> gpuwire_status {
-    query("gpuwire_darray_data", d, ptr, "ptr", |a| {
-        a.data_ptr() as *mut c_void
-    })
+    query("gpuwire_darray_data", d, ptr, "ptr", |a| a.data_ptr() as *mut c_void)
 }
 
 fn write_array(out: *mut i64, vals: impl IntoIterator<Item = usize>) {
@@ -339,10 +297,7 @@ pub extern "C" fn gpuwire_darray_local_shape(d: gpuwire_darray, shape: *mut i64)
 ///
 /// Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
 #[unsafe(no_mangle)]
-pub extern "C" fn gpuwire_darray_local(
-    d: gpuwire_darray,
-    out: *mut gpuwire_buffer,
-) -> gpuwire_status {
+pub extern "C" fn gpuwire_darray_local(d: gpuwire_darray, out: *mut gpuwire_buffer) -> gpuwire_status {
     call("gpuwire_darray_local", || {
         non_null(out, "out")?;
         let v = darray(d)?.local()?;
@@ -356,10 +311,7 @@ pub extern "C" fn gpuwire_darray_local(
 ///
 /// Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
 #[unsafe(no_mangle)]
-pub extern "C" fn gpuwire_darray_local_with_halo(
-    d: gpuwire_darray,
-    out: *mut gpuwire_buffer,
-) -> gpuwire_status {
+pub extern "C" fn gpuwire_darray_local_with_halo(d: gpuwire_darray, out: *mut gpuwire_buffer) -> gpuwire_status {
     call("gpuwire_darray_local_with_halo", || {
         non_null(out, "out")?;
         let v = darray(d)?.local_with_halo()?;
@@ -389,11 +341,7 @@ fn write_bytes(out: *mut c_void, bytes: &[u8]) {
 /// stay identical. Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`value`), GPUWIRE_ERROR_INVALID_HANDLE,
 /// GPUWIRE_ERROR_CUDA, GPUWIRE_ERROR_BACKEND_UNAVAILABLE (device arrays without NVRTC).
 #[unsafe(no_mangle)]
-pub extern "C" fn gpuwire_darray_fill(
-    d: gpuwire_darray,
-    value: *const c_void,
-    stream: *mut c_void,
-) -> gpuwire_status {
+pub extern "C" fn gpuwire_darray_fill(d: gpuwire_darray, value: *const c_void, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_darray_fill", || {
         let a = darray(d)?;
         a.fill(element(value, &a, "value"), st(stream))
@@ -409,14 +357,8 @@ pub extern "C" fn gpuwire_darray_fill(
 /// and may be NULL). Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`src` NULL on a rank that reads it), GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_CUDA,
 /// GPUWIRE_ERROR_MPI.
 #[unsafe(no_mangle)]
-pub extern "C" fn gpuwire_darray_set_global(
-    d: gpuwire_darray,
-    src: *const c_void,
-    stream: *mut c_void,
-) -> gpuwire_status {
-    call("gpuwire_darray_set_global", || {
-        darray(d)?.set_global(src as usize, st(stream))
-    })
+pub extern "C" fn gpuwire_darray_set_global(d: gpuwire_darray, src: *const c_void, stream: *mut c_void) -> gpuwire_status {
+    call("gpuwire_darray_set_global", || darray(d)?.set_global(src as usize, st(stream)))
 }
 
 /// Gathers the whole array into every rank's host array `dst` (global_len elements, global
@@ -426,14 +368,8 @@ pub extern "C" fn gpuwire_darray_set_global(
 /// (`dst` NULL and the array not empty), GPUWIRE_ERROR_INVALID_ARGUMENT (`dst` is device
 /// memory, or misaligned), GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_CUDA.
 #[unsafe(no_mangle)]
-pub extern "C" fn gpuwire_darray_allgather(
-    d: gpuwire_darray,
-    dst: *mut c_void,
-    stream: *mut c_void,
-) -> gpuwire_status {
-    call("gpuwire_darray_allgather", || {
-        darray(d)?.allgather(dst as usize, st(stream))
-    })
+pub extern "C" fn gpuwire_darray_allgather(d: gpuwire_darray, dst: *mut c_void, stream: *mut c_void) -> gpuwire_status {
+    call("gpuwire_darray_allgather", || darray(d)?.allgather(dst as usize, st(stream)))
 }
 
 /// Gathers the whole array into `root`'s host array `dst` (global_len elements, global order);
@@ -444,15 +380,8 @@ pub extern "C" fn gpuwire_darray_allgather(
 /// BROADCAST only the root copies. Errors: as gpuwire_darray_allgather, plus
 /// GPUWIRE_ERROR_INVALID_ARGUMENT (root out of range).
 #[unsafe(no_mangle)]
-pub extern "C" fn gpuwire_darray_gather(
-    d: gpuwire_darray,
-    dst: *mut c_void,
-    root: i32,
-    stream: *mut c_void,
-) -> gpuwire_status {
-    call("gpuwire_darray_gather", || {
-        darray(d)?.gather(dst as usize, root, st(stream))
-    })
+pub extern "C" fn gpuwire_darray_gather(d: gpuwire_darray, dst: *mut c_void, root: i32, stream: *mut c_void) -> gpuwire_status {
+    call("gpuwire_darray_gather", || darray(d)?.gather(dst as usize, root, st(stream)))
 }
 
 /// Copies the values of `src` into `dst`, two arrays on the same communicator with the same
@@ -467,11 +396,7 @@ pub extern "C" fn gpuwire_darray_gather(
 /// and device arrays), GPUWIRE_ERROR_DTYPE_MISMATCH, GPUWIRE_ERROR_COUNT_MISMATCH (different
 /// shapes), GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_CUDA.
 #[unsafe(no_mangle)]
-pub extern "C" fn gpuwire_darray_redistribute(
-    src: gpuwire_darray,
-    dst: gpuwire_darray,
-    stream: *mut c_void,
-) -> gpuwire_status {
+pub extern "C" fn gpuwire_darray_redistribute(src: gpuwire_darray, dst: gpuwire_darray, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_darray_redistribute", || {
         let (s, d) = (darray(src)?, darray(dst)?);
         DArray::redistribute(&s, &d, st(stream))
@@ -484,14 +409,8 @@ pub extern "C" fn gpuwire_darray_redistribute(
 /// Collective. Errors: GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_INVALID_ARGUMENT (a SCATTER
 /// array, root out of range), GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_CUDA.
 #[unsafe(no_mangle)]
-pub extern "C" fn gpuwire_darray_bcast(
-    d: gpuwire_darray,
-    root: i32,
-    stream: *mut c_void,
-) -> gpuwire_status {
-    call("gpuwire_darray_bcast", || {
-        darray(d)?.bcast(root, st(stream))
-    })
+pub extern "C" fn gpuwire_darray_bcast(d: gpuwire_darray, root: i32, stream: *mut c_void) -> gpuwire_status {
+    call("gpuwire_darray_bcast", || darray(d)?.bcast(root, st(stream)))
 }
 
 /// y = alpha x + y, elementwise on the owned elements (`*alpha`: one element of the datatype in
@@ -505,12 +424,7 @@ pub extern "C" fn gpuwire_darray_bcast(
 /// GPUWIRE_ERROR_COUNT_MISMATCH (other shapes or local lengths), GPUWIRE_ERROR_INVALID_ARGUMENT
 /// (different communicators or partitions, host and device arrays), GPUWIRE_ERROR_CUDA.
 #[unsafe(no_mangle)]
-pub extern "C" fn gpuwire_darray_axpy(
-    alpha: *const c_void,
-    x: gpuwire_darray,
-    y: gpuwire_darray,
-    stream: *mut c_void,
-) -> gpuwire_status {
+pub extern "C" fn gpuwire_darray_axpy(alpha: *const c_void, x: gpuwire_darray, y: gpuwire_darray, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_darray_axpy", || {
         let (xa, ya) = (darray(x)?, darray(y)?);
         DArray::axpy(element(alpha, &ya, "alpha"), &xa, &ya, st(stream))
@@ -523,11 +437,7 @@ pub extern "C" fn gpuwire_darray_axpy(
 /// GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_UNSUPPORTED_DTYPE,
 /// GPUWIRE_ERROR_CUDA.
 #[unsafe(no_mangle)]
-pub extern "C" fn gpuwire_darray_scale(
-    d: gpuwire_darray,
-    alpha: *const c_void,
-    stream: *mut c_void,
-) -> gpuwire_status {
+pub extern "C" fn gpuwire_darray_scale(d: gpuwire_darray, alpha: *const c_void, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_darray_scale", || {
         let a = darray(d)?;
         a.scale(element(alpha, &a, "alpha"), st(stream))
@@ -551,12 +461,7 @@ fn result_ptr(p: *const c_void, arg: &str) -> Result<()> {
 /// (as gpuwire_darray_axpy), GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_CUDA,
 /// GPUWIRE_ERROR_REMOTE_ARGUMENT (another rank's local part failed).
 #[unsafe(no_mangle)]
-pub extern "C" fn gpuwire_darray_dot(
-    x: gpuwire_darray,
-    y: gpuwire_darray,
-    result: *mut c_void,
-    stream: *mut c_void,
-) -> gpuwire_status {
+pub extern "C" fn gpuwire_darray_dot(x: gpuwire_darray, y: gpuwire_darray, result: *mut c_void, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_darray_dot", || {
         let (xa, ya) = (darray(x)?, darray(y)?);
         let v = DArray::dot(&xa, &ya, result_ptr(result, "result"), st(stream))?;
@@ -574,19 +479,10 @@ pub extern "C" fn gpuwire_darray_dot(
 /// Collective for SCATTER; local for BROADCAST. Errors: as gpuwire_darray_dot, plus
 /// GPUWIRE_ERROR_INVALID_ARGUMENT (unknown `kind`).
 #[unsafe(no_mangle)]
-pub extern "C" fn gpuwire_darray_norm(
-    d: gpuwire_darray,
-    kind: i32,
-    result: *mut f64,
-    stream: *mut c_void,
-) -> gpuwire_status {
+pub extern "C" fn gpuwire_darray_norm(d: gpuwire_darray, kind: i32, result: *mut f64, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_darray_norm", || {
         let a = darray(d)?;
-        let v = a.norm(
-            NormKind::from_c(kind),
-            result_ptr(result.cast(), "result"),
-            st(stream),
-        )?;
+        let v = a.norm(NormKind::from_c(kind), result_ptr(result.cast(), "result"), st(stream))?;
         write(result, v);
         Ok(())
     })
@@ -598,11 +494,7 @@ pub extern "C" fn gpuwire_darray_norm(
 ///
 /// Collective for SCATTER; local for BROADCAST. Errors: as gpuwire_darray_dot.
 #[unsafe(no_mangle)]
-pub extern "C" fn gpuwire_darray_sum(
-    d: gpuwire_darray,
-    result: *mut c_void,
-    stream: *mut c_void,
-) -> gpuwire_status {
+pub extern "C" fn gpuwire_darray_sum(d: gpuwire_darray, result: *mut c_void, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_darray_sum", || {
         let a = darray(d)?;
         let v = a.sum(result_ptr(result, "result"), st(stream))?;
@@ -618,11 +510,7 @@ pub extern "C" fn gpuwire_darray_sum(
 /// Collective for SCATTER; local for BROADCAST. Errors: as gpuwire_darray_dot, plus
 /// GPUWIRE_ERROR_INVALID_ARGUMENT (an empty array).
 #[unsafe(no_mangle)]
-pub extern "C" fn gpuwire_darray_min(
-    d: gpuwire_darray,
-    result: *mut c_void,
-    stream: *mut c_void,
-) -> gpuwire_status {
+pub extern "C" fn gpuwire_darray_min(d: gpuwire_darray, result: *mut c_void, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_darray_min", || {
         let a = darray(d)?;
         let v = a.min_max(false, result_ptr(result, "result"), st(stream))?;
@@ -633,11 +521,7 @@ pub extern "C" fn gpuwire_darray_min(
 
 /// The largest element into `*result`; as gpuwire_darray_min otherwise.
 #[unsafe(no_mangle)]
-pub extern "C" fn gpuwire_darray_max(
-    d: gpuwire_darray,
-    result: *mut c_void,
-    stream: *mut c_void,
-) -> gpuwire_status {
+pub extern "C" fn gpuwire_darray_max(d: gpuwire_darray, result: *mut c_void, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_darray_max", || {
         let a = darray(d)?;
         let v = a.min_max(true, result_ptr(result, "result"), st(stream))?;
@@ -658,11 +542,7 @@ pub extern "C" fn gpuwire_darray_max(
 /// GPUWIRE_ERROR_INVALID_ARGUMENT (a BROADCAST array, a negative width or one above the
 /// array's halo), GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_CUDA.
 #[unsafe(no_mangle)]
-pub extern "C" fn gpuwire_darray_halo_exchange(
-    d: gpuwire_darray,
-    width: i64,
-    stream: *mut c_void,
-) -> gpuwire_status {
+pub extern "C" fn gpuwire_darray_halo_exchange(d: gpuwire_darray, width: i64, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_darray_halo_exchange", || {
         darray(d)?.halo_exchange(nonneg(width, "width"), st(stream))
     })

@@ -32,13 +32,7 @@ fn st(stream: *mut c_void) -> Stream {
 /// range), GPUWIRE_ERROR_BACKEND_UNAVAILABLE (a device buffer on a communicator whose backend
 /// cannot move it), GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_CUDA.
 #[unsafe(no_mangle)]
-pub extern "C" fn gpuwire_send(
-    comm: gpuwire_comm,
-    buf: gpuwire_buffer,
-    dest: i32,
-    tag: i32,
-    stream: *mut c_void,
-) -> gpuwire_status {
+pub extern "C" fn gpuwire_send(comm: gpuwire_comm, buf: gpuwire_buffer, dest: i32, tag: i32, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_send", || {
         let b = boundary::buffer(buf)?;
         boundary::comm(comm)?.send(&b, dest, tag, st(stream))
@@ -49,13 +43,7 @@ pub extern "C" fn gpuwire_send(
 /// message is an MPI truncation error). `source` GPUWIRE_PROC_NULL does nothing and leaves the
 /// buffer untouched. Errors as gpuwire_send.
 #[unsafe(no_mangle)]
-pub extern "C" fn gpuwire_recv(
-    comm: gpuwire_comm,
-    buf: gpuwire_buffer,
-    source: i32,
-    tag: i32,
-    stream: *mut c_void,
-) -> gpuwire_status {
+pub extern "C" fn gpuwire_recv(comm: gpuwire_comm, buf: gpuwire_buffer, source: i32, tag: i32, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_recv", || {
         let b = boundary::buffer(buf)?;
         boundary::comm(comm)?.recv(&b, source, tag, st(stream))
@@ -180,10 +168,7 @@ pub extern "C" fn gpuwire_waitall(count: i32, requests: *mut gpuwire_request) ->
             if let Err(e) = finish(r, true) {
                 let text = e.to_string();
                 let detail = text.split_once(": ").map_or(text.as_str(), |(_, d)| d);
-                first.get_or_insert(Error::from_status(
-                    e.status(),
-                    format!("request {i}: {detail}"),
-                ));
+                first.get_or_insert(Error::from_status(e.status(), format!("request {i}: {detail}")));
             }
         }
         first.map_or(Ok(()), Err)
@@ -218,9 +203,7 @@ pub extern "C" fn gpuwire_sendrecv(
 /// with a timeout).
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_barrier(comm: gpuwire_comm, stream: *mut c_void) -> gpuwire_status {
-    call("gpuwire_barrier", || {
-        boundary::comm(comm)?.barrier(st(stream))
-    })
+    call("gpuwire_barrier", || boundary::comm(comm)?.barrier(st(stream)))
 }
 
 /// Broadcasts all of `buf`'s elements from `root` to every rank, as MPI_Bcast. Collective; every
@@ -230,20 +213,10 @@ pub extern "C" fn gpuwire_barrier(comm: gpuwire_comm, stream: *mut c_void) -> gp
 /// GPUWIRE_ERROR_COUNT_MISMATCH / DTYPE_MISMATCH / ROOT_MISMATCH / REMOTE_ARGUMENT (checking
 /// mode, on every rank), GPUWIRE_ERROR_BACKEND_UNAVAILABLE, GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_CUDA.
 #[unsafe(no_mangle)]
-pub extern "C" fn gpuwire_bcast(
-    comm: gpuwire_comm,
-    buf: gpuwire_buffer,
-    root: i32,
-    stream: *mut c_void,
-) -> gpuwire_status {
+pub extern "C" fn gpuwire_bcast(comm: gpuwire_comm, buf: gpuwire_buffer, root: i32, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_bcast", || {
         let c = boundary::comm(comm)?;
-        collective(
-            &c,
-            "bcast",
-            || boundary::buffer(buf),
-            |b| c.bcast(&b, root, st(stream)),
-        )
+        collective(&c, "bcast", || boundary::buffer(buf), |b| c.bcast(&b, root, st(stream)))
     })
 }
 
@@ -269,13 +242,7 @@ pub extern "C" fn gpuwire_reduce(
         collective(
             &c,
             "reduce",
-            || {
-                Ok((
-                    boundary::buffer(sendbuf)?,
-                    boundary::buffer_opt(recvbuf)?,
-                    ReduceOp::from_c(op)?,
-                ))
-            },
+            || Ok((boundary::buffer(sendbuf)?, boundary::buffer_opt(recvbuf)?, ReduceOp::from_c(op)?)),
             |(s, r, op)| c.reduce(&s, r.as_deref(), op, root, st(stream)),
         )
     })
@@ -299,13 +266,7 @@ pub extern "C" fn gpuwire_allreduce(
         collective(
             &c,
             "allreduce",
-            || {
-                Ok((
-                    boundary::buffer(sendbuf)?,
-                    boundary::buffer(recvbuf)?,
-                    ReduceOp::from_c(op)?,
-                ))
-            },
+            || Ok((boundary::buffer(sendbuf)?, boundary::buffer(recvbuf)?, ReduceOp::from_c(op)?)),
             |(s, r, op)| c.allreduce(&s, &r, op, st(stream)),
         )
     })
@@ -318,12 +279,7 @@ pub extern "C" fn gpuwire_allreduce(
 /// Collective. Errors as gpuwire_bcast (GPUWIRE_ERROR_COUNT_MISMATCH when recvbuf's count is
 /// not size x n).
 #[unsafe(no_mangle)]
-pub extern "C" fn gpuwire_allgather(
-    comm: gpuwire_comm,
-    sendbuf: gpuwire_buffer,
-    recvbuf: gpuwire_buffer,
-    stream: *mut c_void,
-) -> gpuwire_status {
+pub extern "C" fn gpuwire_allgather(comm: gpuwire_comm, sendbuf: gpuwire_buffer, recvbuf: gpuwire_buffer, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_allgather", || {
         let c = boundary::comm(comm)?;
         collective(
@@ -387,13 +343,7 @@ pub extern "C" fn gpuwire_reduce_scatter(
         collective(
             &c,
             "reduce_scatter",
-            || {
-                Ok((
-                    boundary::buffer(sendbuf)?,
-                    boundary::buffer(recvbuf)?,
-                    ReduceOp::from_c(op)?,
-                ))
-            },
+            || Ok((boundary::buffer(sendbuf)?, boundary::buffer(recvbuf)?, ReduceOp::from_c(op)?)),
             |(s, r, op)| c.reduce_scatter(&s, &r, op, st(stream)),
         )
     })
@@ -404,12 +354,7 @@ pub extern "C" fn gpuwire_reduce_scatter(
 ///
 /// Collective. Errors as gpuwire_allgather.
 #[unsafe(no_mangle)]
-pub extern "C" fn gpuwire_alltoall(
-    comm: gpuwire_comm,
-    sendbuf: gpuwire_buffer,
-    recvbuf: gpuwire_buffer,
-    stream: *mut c_void,
-) -> gpuwire_status {
+pub extern "C" fn gpuwire_alltoall(comm: gpuwire_comm, sendbuf: gpuwire_buffer, recvbuf: gpuwire_buffer, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_alltoall", || {
         let c = boundary::comm(comm)?;
         collective(

@@ -40,11 +40,7 @@ pub extern "C" fn gpuwire_last_error(buf: *mut c_char, buflen: usize) -> gpuwire
 ///
 /// Errors: GPUWIRE_ERROR_NULL_ARGUMENT if any pointer is NULL.
 #[unsafe(no_mangle)]
-pub extern "C" fn gpuwire_get_version(
-    major: *mut i32,
-    minor: *mut i32,
-    patch: *mut i32,
-) -> gpuwire_status {
+pub extern "C" fn gpuwire_get_version(major: *mut i32, minor: *mut i32, patch: *mut i32) -> gpuwire_status {
     call("gpuwire_get_version", || {
         non_null(major, "major")?;
         non_null(minor, "minor")?;

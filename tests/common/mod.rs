@@ -44,23 +44,13 @@ pub const MODE_ENV: &str = "GPUWIRE_TEST_MODE";
 pub const JOB_TIMEOUT: Duration = Duration::from_secs(120);
 
 fn job_timeout() -> Duration {
-    std::env::var("GPUWIRE_TEST_TIMEOUT")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .map(Duration::from_secs)
-        .unwrap_or(JOB_TIMEOUT)
+    std::env::var("GPUWIRE_TEST_TIMEOUT").ok().and_then(|v| v.parse().ok()).map(Duration::from_secs).unwrap_or(JOB_TIMEOUT)
 }
 
 /// gpuwire configuration variables: cleared for launched jobs so that a developer's environment
 /// cannot change what the tests see; a job sets the ones it needs.
-const CONFIG_VARS: [&str; 6] = [
-    "GPUWIRE_BACKEND",
-    "GPUWIRE_DEVICE",
-    "GPUWIRE_CHECK",
-    "GPUWIRE_TIMEOUT",
-    "GPUWIRE_STAGING",
-    "GPUWIRE_CHUNK_BYTES",
-];
+const CONFIG_VARS: [&str; 6] =
+    ["GPUWIRE_BACKEND", "GPUWIRE_DEVICE", "GPUWIRE_CHECK", "GPUWIRE_TIMEOUT", "GPUWIRE_STAGING", "GPUWIRE_CHUNK_BYTES"];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Flavour {
@@ -89,26 +79,14 @@ pub struct Launcher {
 pub fn launcher() -> &'static Launcher {
     static L: OnceLock<Launcher> = OnceLock::new();
     L.get_or_init(|| {
-        let cmd = std::env::var("GPUWIRE_MPIEXEC")
-            .ok()
-            .filter(|s| !s.trim().is_empty())
-            .unwrap_or_else(|| "mpirun".into());
+        let cmd = std::env::var("GPUWIRE_MPIEXEC").ok().filter(|s| !s.trim().is_empty()).unwrap_or_else(|| "mpirun".into());
         let argv: Vec<String> = cmd.split_whitespace().map(String::from).collect();
         let out = Command::new(&argv[0])
             .arg("--version")
             .stdin(Stdio::null())
             .output()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "cannot run the MPI launcher `{} --version` (GPUWIRE_MPIEXEC={cmd:?}): {e}",
-                    argv[0]
-                )
-            });
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+            .unwrap_or_else(|e| panic!("cannot run the MPI launcher `{} --version` (GPUWIRE_MPIEXEC={cmd:?}): {e}", argv[0]));
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         let flavour = if text.contains("Open MPI") || text.contains("OpenRTE") {
             Flavour::OpenMpi
         } else if text.contains("HYDRA") || text.contains("MPICH") {
@@ -129,13 +107,7 @@ pub fn linked_mpi() -> (Flavour, String) {
     unsafe { mpi::ffi::MPI_Get_library_version(buf.as_mut_ptr().cast(), &mut len) };
     buf.truncate(len.max(0) as usize);
     let text = String::from_utf8_lossy(&buf).into_owned();
-    let first = text
-        .replace('\0', "")
-        .lines()
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_string();
+    let first = text.replace('\0', "").lines().next().unwrap_or("").trim().to_string();
     let flavour = if text.contains("Open MPI") {
         Flavour::OpenMpi
     } else if text.contains("MPICH") {
@@ -160,12 +132,7 @@ pub struct Job {
 
 impl Job {
     pub fn new(name: impl Into<String>, np: usize, mode: impl Into<String>) -> Job {
-        Job {
-            name: name.into(),
-            np,
-            mode: mode.into(),
-            env: Vec::new(),
-        }
+        Job { name: name.into(), np, mode: mode.into(), env: Vec::new() }
     }
     pub fn with_env(mut self, k: &str, v: &str) -> Job {
         self.env.push((k.into(), v.into()));
@@ -194,15 +161,8 @@ fn launch(job: &Job) -> Outcome {
     cmd.args(&l.argv[1..]);
     match l.flavour {
         Flavour::OpenMpi => {
-            cmd.args([
-                "-n",
-                &job.np.to_string(),
-                "--oversubscribe",
-                "--bind-to",
-                "none",
-            ]);
-            cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-                .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+            cmd.args(["-n", &job.np.to_string(), "--oversubscribe", "--bind-to", "none"]);
+            cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1").env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
             for (k, _) in &env {
                 cmd.args(["-x", k]);
             }
@@ -224,10 +184,7 @@ fn launch(job: &Job) -> Outcome {
     for (k, v) in &env {
         cmd.env(k, v);
     }
-    cmd.arg(&exe)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.arg(&exe).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     {
         use std::os::unix::process::CommandExt;
         cmd.process_group(0); // the job gets its own process group, killed as one on timeout
@@ -236,12 +193,7 @@ fn launch(job: &Job) -> Outcome {
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
-            return Outcome {
-                ok: false,
-                why: format!("cannot start {:?}: {e}", l.argv[0]),
-                output: String::new(),
-                elapsed: start.elapsed(),
-            };
+            return Outcome { ok: false, why: format!("cannot start {:?}: {e}", l.argv[0]), output: String::new(), elapsed: start.elapsed() };
         }
     };
     let pgid = child.id() as i32;
@@ -283,24 +235,13 @@ fn launch(job: &Job) -> Outcome {
     // Orphaned ranks could keep the pipes open: do not wait for them forever.
     let output = join_pipe(out_t) + &join_pipe(err_t);
     let (ok, why) = if timed_out {
-        (
-            false,
-            format!(
-                "timed out after {} s and was killed (a hang?)",
-                job_timeout().as_secs()
-            ),
-        )
+        (false, format!("timed out after {} s and was killed (a hang?)", job_timeout().as_secs()))
     } else if status.success() {
         (true, String::new())
     } else {
         (false, format!("the launcher exited with {status}"))
     };
-    Outcome {
-        ok,
-        why,
-        output,
-        elapsed,
-    }
+    Outcome { ok, why, output, elapsed }
 }
 
 fn join_pipe(t: std::thread::JoinHandle<Vec<u8>>) -> String {
@@ -308,11 +249,7 @@ fn join_pipe(t: std::thread::JoinHandle<Vec<u8>>) -> String {
     while !t.is_finished() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
-    if t.is_finished() {
-        String::from_utf8_lossy(&t.join().unwrap_or_default()).into_owned()
-    } else {
-        "(output pipe still open)\n".into()
-    }
+    if t.is_finished() { String::from_utf8_lossy(&t.join().unwrap_or_default()).into_owned() } else { "(output pipe still open)\n".into() }
 }
 
 /// Parent side of a test file: runs `jobs` (those matching the command-line filters) one after
@@ -347,17 +284,9 @@ pub fn parent_main(suite: &str, jobs: Vec<Job>) -> ! {
         .collect();
     let l = launcher();
     let verbose = std::env::var("GPUWIRE_TEST_VERBOSE").is_ok_and(|v| v == "1");
-    println!(
-        "\nrunning {} MPI jobs of {suite} with `{}` ({})",
-        selected.len(),
-        l.argv.join(" "),
-        l.flavour.name()
-    );
+    println!("\nrunning {} MPI jobs of {suite} with `{}` ({})", selected.len(), l.argv.join(" "), l.flavour.name());
     if selected.is_empty() {
-        println!(
-            "test result: ok. 0 passed; 0 failed; {} filtered out\n",
-            jobs.len()
-        );
+        println!("test result: ok. 0 passed; 0 failed; {} filtered out\n", jobs.len());
         std::process::exit(0);
     }
     let (linked, linked_text) = linked_mpi();
@@ -378,22 +307,13 @@ pub fn parent_main(suite: &str, jobs: Vec<Job>) -> ! {
         let o = launch(job);
         let secs = o.elapsed.as_secs_f64();
         if o.ok {
-            println!(
-                "test {suite}::{} (np={}) ... ok ({secs:.2} s)",
-                job.name, job.np
-            );
+            println!("test {suite}::{} (np={}) ... ok ({secs:.2} s)", job.name, job.np);
             if verbose {
                 print!("{}", o.output);
             }
         } else {
-            println!(
-                "test {suite}::{} (np={}) ... FAILED ({secs:.2} s): {}",
-                job.name, job.np, o.why
-            );
-            println!(
-                "---- output of {suite}::{} ----\n{}---- end ----",
-                job.name, o.output
-            );
+            println!("test {suite}::{} (np={}) ... FAILED ({secs:.2} s): {}", job.name, job.np, o.why);
+            println!("---- output of {suite}::{} ----\n{}---- end ----", job.name, o.output);
             failed.push(job.name.clone());
         }
     }
@@ -420,13 +340,10 @@ pub fn is_child() -> bool {
 /// The child's mode and expected rank count.
 pub fn child_args() -> (String, usize) {
     let mode = std::env::var(MODE_ENV).unwrap_or_default();
-    let np = std::env::var(NP_ENV)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            eprintln!("child started without {NP_ENV}");
-            std::process::exit(2)
-        });
+    let np = std::env::var(NP_ENV).ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
+        eprintln!("child started without {NP_ENV}");
+        std::process::exit(2)
+    });
     (mode, np)
 }
 
@@ -446,26 +363,15 @@ pub struct Ctx {
 pub fn last_error() -> String {
     let mut buf = vec![0 as c_char; 1024];
     let st = gpuwire_last_error(buf.as_mut_ptr(), buf.len());
-    assert_eq!(
-        st,
-        Status::GPUWIRE_SUCCESS,
-        "gpuwire_last_error itself failed"
-    );
+    assert_eq!(st, Status::GPUWIRE_SUCCESS, "gpuwire_last_error itself failed");
     // SAFETY: NUL-terminated by gpuwire_last_error.
-    unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }
-        .to_string_lossy()
-        .into_owned()
+    unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned()
 }
 
 /// Exits this rank at once after printing why (a failure that makes going on pointless).
 pub fn die(rank: Option<usize>, what: &str) -> ! {
-    let who = rank
-        .map(|r| format!("rank {r}"))
-        .unwrap_or_else(|| "rank ?".into());
-    eprintln!(
-        "[{who}] FATAL: {what} (last gpuwire error: {:?})",
-        last_error()
-    );
+    let who = rank.map(|r| format!("rank {r}")).unwrap_or_else(|| "rank ?".into());
+    eprintln!("[{who}] FATAL: {what} (last gpuwire error: {:?})", last_error());
     std::process::exit(1);
 }
 
@@ -486,9 +392,7 @@ impl Ctx {
             die(None, "gpuwire_comm_world failed");
         }
         let (mut rank, mut size) = (-1i32, -1i32);
-        if gpuwire_comm_rank(world, &mut rank) != Status::GPUWIRE_SUCCESS
-            || gpuwire_comm_size(world, &mut size) != Status::GPUWIRE_SUCCESS
-        {
+        if gpuwire_comm_rank(world, &mut rank) != Status::GPUWIRE_SUCCESS || gpuwire_comm_size(world, &mut size) != Status::GPUWIRE_SUCCESS {
             die(None, "gpuwire_comm_rank/size failed");
         }
         if size as usize != expected_np {
@@ -523,37 +427,19 @@ impl Ctx {
         if !ok {
             self.failures.set(self.failures.get() + 1);
             // One write per line, so that the lines of different ranks do not interleave.
-            let line = format!(
-                "[rank {}/{}] FAIL {}: {}\n",
-                self.rank,
-                self.size,
-                self.section.borrow(),
-                what()
-            );
+            let line = format!("[rank {}/{}] FAIL {}: {}\n", self.rank, self.size, self.section.borrow(), what());
             let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
         }
         ok
     }
 
-    pub fn check_eq<T: PartialEq + std::fmt::Debug>(
-        &self,
-        got: T,
-        expected: T,
-        what: &str,
-    ) -> bool {
-        self.check(got == expected, || {
-            format!("{what}: expected {expected:?}, got {got:?}")
-        })
+    pub fn check_eq<T: PartialEq + std::fmt::Debug>(&self, got: T, expected: T, what: &str) -> bool {
+        self.check(got == expected, || format!("{what}: expected {expected:?}, got {got:?}"))
     }
 
     /// Checks a status code; on a mismatch the failure also shows gpuwire_last_error.
     pub fn status(&self, got: Status, expected: Status, what: &str) -> bool {
-        self.check(got == expected, || {
-            format!(
-                "{what}: expected {expected:?}, got {got:?} (last error: {:?})",
-                last_error()
-            )
-        })
+        self.check(got == expected, || format!("{what}: expected {expected:?}, got {got:?} (last error: {:?})", last_error()))
     }
 
     /// `ok` for GPUWIRE_SUCCESS.
@@ -569,10 +455,7 @@ impl Ctx {
         }
         let msg = last_error();
         let lower = msg.to_lowercase();
-        let missing: Vec<&&str> = needles
-            .iter()
-            .filter(|n| !lower.contains(&n.to_lowercase()))
-            .collect();
+        let missing: Vec<&&str> = needles.iter().filter(|n| !lower.contains(&n.to_lowercase())).collect();
         self.check(!msg.is_empty() && missing.is_empty(), || {
             format!("{what}: the last error message should mention {needles:?} (missing {missing:?}), it is {msg:?}")
         })
@@ -595,20 +478,10 @@ impl Ctx {
     pub fn exit(self) -> ! {
         let f = self.failures.get();
         if f > 0 {
-            eprintln!(
-                "[rank {}/{}] {f} of {} checks FAILED",
-                self.rank,
-                self.size,
-                self.checks.get()
-            );
+            eprintln!("[rank {}/{}] {f} of {} checks FAILED", self.rank, self.size, self.checks.get());
             std::process::exit(1);
         }
-        println!(
-            "[rank {}/{}] all {} checks passed",
-            self.rank,
-            self.size,
-            self.checks.get()
-        );
+        println!("[rank {}/{}] all {} checks passed", self.rank, self.size, self.checks.get());
         std::process::exit(0);
     }
 }
@@ -631,31 +504,14 @@ impl Buf {
         let mut h = 0u64;
         let st = gpuwire_buffer_alloc(count as i64, dtype as i32, SPACE_HOST, -1, &mut h);
         if st != Status::GPUWIRE_SUCCESS {
-            die(
-                None,
-                &format!(
-                    "gpuwire_buffer_alloc({count}, {}) returned {st:?}",
-                    dtype.name()
-                ),
-            );
+            die(None, &format!("gpuwire_buffer_alloc({count}, {}) returned {st:?}", dtype.name()));
         }
-        Buf {
-            h,
-            dtype,
-            count,
-            freed: Cell::new(false),
-        }
+        Buf { h, dtype, count, freed: Cell::new(false) }
     }
 
     /// A buffer holding `bytes` (its length must be a multiple of the element size).
     pub fn from_bytes(dtype: Dtype, bytes: &[u8]) -> Buf {
-        assert_eq!(
-            bytes.len() % dtype.size(),
-            0,
-            "test bug: {} bytes are not whole {} elements",
-            bytes.len(),
-            dtype.name()
-        );
+        assert_eq!(bytes.len() % dtype.size(), 0, "test bug: {} bytes are not whole {} elements", bytes.len(), dtype.name());
         let b = Buf::new(dtype, bytes.len() / dtype.size());
         b.write(bytes);
         b
@@ -666,17 +522,9 @@ impl Buf {
         let mut h = 0u64;
         let st = gpuwire_buffer_view(self.h, offset as i64, count as i64, &mut h);
         if st != Status::GPUWIRE_SUCCESS {
-            die(
-                None,
-                &format!("gpuwire_buffer_view({offset}, {count}) returned {st:?}"),
-            );
+            die(None, &format!("gpuwire_buffer_view({offset}, {count}) returned {st:?}"));
         }
-        Buf {
-            h,
-            dtype: self.dtype,
-            count,
-            freed: Cell::new(false),
-        }
+        Buf { h, dtype: self.dtype, count, freed: Cell::new(false) }
     }
 
     pub fn bytes(&self) -> usize {
@@ -684,19 +532,10 @@ impl Buf {
     }
 
     pub fn write(&self, bytes: &[u8]) {
-        assert_eq!(
-            bytes.len(),
-            self.bytes(),
-            "test bug: writing {} bytes into a buffer of {}",
-            bytes.len(),
-            self.bytes()
-        );
+        assert_eq!(bytes.len(), self.bytes(), "test bug: writing {} bytes into a buffer of {}", bytes.len(), self.bytes());
         let st = gpuwire_buffer_copy_from_host(self.h, bytes.as_ptr().cast(), std::ptr::null_mut());
         if st != Status::GPUWIRE_SUCCESS {
-            die(
-                None,
-                &format!("gpuwire_buffer_copy_from_host returned {st:?}"),
-            );
+            die(None, &format!("gpuwire_buffer_copy_from_host returned {st:?}"));
         }
     }
 
@@ -704,10 +543,7 @@ impl Buf {
         let mut v = vec![0u8; self.bytes()];
         let st = gpuwire_buffer_copy_to_host(self.h, v.as_mut_ptr().cast(), std::ptr::null_mut());
         if st != Status::GPUWIRE_SUCCESS {
-            die(
-                None,
-                &format!("gpuwire_buffer_copy_to_host returned {st:?}"),
-            );
+            die(None, &format!("gpuwire_buffer_copy_to_host returned {st:?}"));
         }
         v
     }
@@ -743,10 +579,7 @@ pub fn is_float(d: Dtype) -> bool {
 }
 
 pub fn is_signed(d: Dtype) -> bool {
-    matches!(
-        d,
-        Dtype::GPUWIRE_INT8 | Dtype::GPUWIRE_INT32 | Dtype::GPUWIRE_INT64
-    )
+    matches!(d, Dtype::GPUWIRE_INT8 | Dtype::GPUWIRE_INT32 | Dtype::GPUWIRE_INT64)
 }
 
 /// Bits of an integer datatype.
@@ -758,25 +591,16 @@ fn exact_real(d: Dtype, x: f64) -> Vec<u8> {
     match d {
         Dtype::GPUWIRE_FLOAT16 => {
             let h = f16::from_f64(x);
-            assert!(
-                h.to_f64() == x || x.is_nan(),
-                "test bug: {x} is not exact in float16"
-            );
+            assert!(h.to_f64() == x || x.is_nan(), "test bug: {x} is not exact in float16");
             h.to_bits().to_ne_bytes().to_vec()
         }
         Dtype::GPUWIRE_BFLOAT16 => {
             let h = bf16::from_f64(x);
-            assert!(
-                h.to_f64() == x || x.is_nan(),
-                "test bug: {x} is not exact in bfloat16"
-            );
+            assert!(h.to_f64() == x || x.is_nan(), "test bug: {x} is not exact in bfloat16");
             h.to_bits().to_ne_bytes().to_vec()
         }
         Dtype::GPUWIRE_FLOAT32 | Dtype::GPUWIRE_COMPLEX64 => {
-            assert!(
-                (x as f32) as f64 == x || x.is_nan(),
-                "test bug: {x} is not exact in float32"
-            );
+            assert!((x as f32) as f64 == x || x.is_nan(), "test bug: {x} is not exact in float32");
             (x as f32).to_ne_bytes().to_vec()
         }
         _ => x.to_ne_bytes().to_vec(),
@@ -788,16 +612,8 @@ pub fn encode(d: Dtype, v: V) -> Vec<u8> {
     match (v, d) {
         (V::I(x), _) if d.is_integer() => {
             let bits = int_bits(d);
-            let (lo, hi) = if is_signed(d) {
-                (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1)
-            } else {
-                (0, (1i128 << bits) - 1)
-            };
-            assert!(
-                (lo..=hi).contains(&x),
-                "test bug: {x} does not fit {}",
-                d.name()
-            );
+            let (lo, hi) = if is_signed(d) { (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1) } else { (0, (1i128 << bits) - 1) };
+            assert!((lo..=hi).contains(&x), "test bug: {x} does not fit {}", d.name());
             (x as u128).to_ne_bytes()[..d.size()].to_vec()
         }
         (V::F(x), _) if is_float(d) => exact_real(d, x),
@@ -845,9 +661,7 @@ pub fn decode_all(d: Dtype, bytes: &[u8]) -> Vec<V> {
 /// Deterministic pseudo-random bytes (splitmix64 of `seed`): data for operations that only move
 /// bytes, so every bit pattern (NaN payloads, negative zero, subnormals) must arrive unchanged.
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed
-        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-        .wrapping_add(0xD1B5_4A32_D192_ED03);
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(0xD1B5_4A32_D192_ED03);
     let mut out = Vec::with_capacity(len + 8);
     while out.len() < len {
         x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -876,11 +690,7 @@ pub fn check_bytes(ctx: &Ctx, d: Dtype, got: &[u8], expected: &[u8], what: &str)
     }
     ctx.check(false, || {
         if got.len() != expected.len() {
-            return format!(
-                "{what}: expected {} bytes, got {}",
-                expected.len(),
-                got.len()
-            );
+            return format!("{what}: expected {} bytes, got {}", expected.len(), got.len());
         }
         let diffs: Vec<String> = got
             .chunks_exact(d.size())
@@ -888,13 +698,7 @@ pub fn check_bytes(ctx: &Ctx, d: Dtype, got: &[u8], expected: &[u8], what: &str)
             .enumerate()
             .filter(|(_, (g, e))| g != e)
             .take(4)
-            .map(|(i, (g, e))| {
-                format!(
-                    "element {i}: expected {:?} ({e:02x?}), got {:?} ({g:02x?})",
-                    decode(d, e),
-                    decode(d, g)
-                )
-            })
+            .map(|(i, (g, e))| format!("element {i}: expected {:?} ({e:02x?}), got {:?} ({g:02x?})", decode(d, e), decode(d, g)))
             .collect();
         format!("{what} ({}): {}", d.name(), diffs.join("; "))
     })
@@ -908,10 +712,7 @@ pub fn reference(op: ReduceOp, vals: &[V]) -> V {
     let p = vals.len();
     match vals[0] {
         V::I(_) => {
-            let xs: Vec<i128> = vals
-                .iter()
-                .map(|v| if let V::I(x) = v { *x } else { unreachable!() })
-                .collect();
+            let xs: Vec<i128> = vals.iter().map(|v| if let V::I(x) = v { *x } else { unreachable!() }).collect();
             let r = match op {
                 ReduceOp::GPUWIRE_SUM => xs.iter().sum(),
                 ReduceOp::GPUWIRE_PROD => xs.iter().product(),
@@ -926,10 +727,7 @@ pub fn reference(op: ReduceOp, vals: &[V]) -> V {
             V::I(r)
         }
         V::F(_) => {
-            let xs: Vec<f64> = vals
-                .iter()
-                .map(|v| if let V::F(x) = v { *x } else { unreachable!() })
-                .collect();
+            let xs: Vec<f64> = vals.iter().map(|v| if let V::F(x) = v { *x } else { unreachable!() }).collect();
             V::F(match op {
                 ReduceOp::GPUWIRE_SUM => xs.iter().sum(),
                 ReduceOp::GPUWIRE_PROD => xs.iter().product(),
@@ -944,28 +742,13 @@ pub fn reference(op: ReduceOp, vals: &[V]) -> V {
             })
         }
         V::C(..) => {
-            let xs: Vec<(f64, f64)> = vals
-                .iter()
-                .map(|v| {
-                    if let V::C(a, b) = v {
-                        (*a, *b)
-                    } else {
-                        unreachable!()
-                    }
-                })
-                .collect();
+            let xs: Vec<(f64, f64)> = vals.iter().map(|v| if let V::C(a, b) = v { (*a, *b) } else { unreachable!() }).collect();
             let (re, im) = match op {
                 ReduceOp::GPUWIRE_SUM | ReduceOp::GPUWIRE_AVG => {
                     let (a, b) = xs.iter().fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
-                    if op == ReduceOp::GPUWIRE_AVG {
-                        (a / p as f64, b / p as f64)
-                    } else {
-                        (a, b)
-                    }
+                    if op == ReduceOp::GPUWIRE_AVG { (a / p as f64, b / p as f64) } else { (a, b) }
                 }
-                ReduceOp::GPUWIRE_PROD => xs
-                    .iter()
-                    .fold((1.0, 0.0), |(a, b), (x, y)| (a * x - b * y, a * y + b * x)),
+                ReduceOp::GPUWIRE_PROD => xs.iter().fold((1.0, 0.0), |(a, b), (x, y)| (a * x - b * y, a * y + b * x)),
                 _ => panic!("test bug: {} on complex", op.name()),
             };
             V::C(re, im)
@@ -992,29 +775,13 @@ pub fn input(d: Dtype, op: ReduceOp, r: usize, i: usize, p: usize, salt: usize) 
         let bits = int_bits(d);
         if op.is_bitwise() {
             // Full-width bit patterns, as the datatype's value (two's complement for signed).
-            let raw = u64::from_ne_bytes(
-                pattern((r * 1000 + i * 10 + salt) as u64, 8)
-                    .try_into()
-                    .unwrap(),
-            );
-            let masked = if bits == 64 {
-                raw as u128
-            } else {
-                (raw & ((1u64 << bits) - 1)) as u128
-            };
-            let v = if is_signed(d) && (masked >> (bits - 1)) & 1 == 1 {
-                masked as i128 - (1i128 << bits)
-            } else {
-                masked as i128
-            };
+            let raw = u64::from_ne_bytes(pattern((r * 1000 + i * 10 + salt) as u64, 8).try_into().unwrap());
+            let masked = if bits == 64 { raw as u128 } else { (raw & ((1u64 << bits) - 1)) as u128 };
+            let v = if is_signed(d) && (masked >> (bits - 1)) & 1 == 1 { masked as i128 - (1i128 << bits) } else { masked as i128 };
             return V::I(v);
         }
         let base = ((k % 4) + 1) as i128; // 1..=4
-        let sign = if is_signed(d) && (r + 2 * i + salt) % 3 == 0 {
-            -1
-        } else {
-            1
-        };
+        let sign = if is_signed(d) && (r + 2 * i + salt) % 3 == 0 { -1 } else { 1 };
         let v = if op == ReduceOp::GPUWIRE_PROD {
             // |product of 3| <= 64 * scale^3 stays below 2^(bits-1).
             let scale: i128 = match bits {
@@ -1043,20 +810,12 @@ pub fn input(d: Dtype, op: ReduceOp, r: usize, i: usize, p: usize, salt: usize) 
             small_real(k)
         }
     };
-    if d.is_complex() {
-        V::C(real(k, r), real(k + 11, r))
-    } else {
-        V::F(real(k, r))
-    }
+    if d.is_complex() { V::C(real(k, r), real(k + 11, r)) } else { V::F(real(k, r)) }
 }
 
 /// Mixes the parts of a test-data seed.
 pub fn seed(parts: &[usize]) -> u64 {
-    parts.iter().fold(0x243F_6A88_85A3_08D3u64, |h, p| {
-        (h ^ *p as u64)
-            .wrapping_mul(0x100_0000_01B3)
-            .rotate_left(17)
-    })
+    parts.iter().fold(0x243F_6A88_85A3_08D3u64, |h, p| (h ^ *p as u64).wrapping_mul(0x100_0000_01B3).rotate_left(17))
 }
 
 /// Rank `r`'s `n` elements.
@@ -1073,8 +832,7 @@ pub fn expected_elem(d: Dtype, op: ReduceOp, i: usize, p: usize, salt: usize) ->
 /// Every (datatype, op) pair that gpuwire supports, and the unsupported ones, as the spec lists
 /// them (MIN/MAX undefined on complex, bitwise ops on integers only).
 pub fn supported(d: Dtype, op: ReduceOp) -> bool {
-    let complex_order =
-        d.is_complex() && matches!(op, ReduceOp::GPUWIRE_MIN | ReduceOp::GPUWIRE_MAX);
+    let complex_order = d.is_complex() && matches!(op, ReduceOp::GPUWIRE_MIN | ReduceOp::GPUWIRE_MAX);
     let float_bits = !d.is_integer() && op.is_bitwise();
     !(complex_order || float_bits)
 }
