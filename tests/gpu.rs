@@ -439,55 +439,6 @@ fn c15_shared_gpu_nccl(cx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
-/// Uneven allgatherv of 10 float64 elements in MPI's block split (rank r gets 10 / p elements,
-/// one more for r < 10 % p: [4, 3, 3] on 3 ranks, [5, 5] on 2), once with the counts given and
-/// once with them exchanged (NULL counts); element i of the result must be i + 1 everywhere.
-fn allgatherv_block_split(cx: &Ctx) -> Result<(), String> {
-    let (r, p, s) = (cx.rank as usize, cx.size as usize, cx.stream as *mut c_void);
-    let counts: Vec<i64> = (0..p)
-        .map(|q| (10 / p + usize::from(q < 10 % p)) as i64)
-        .collect();
-    let start: usize = counts[..r].iter().map(|c| *c as usize).sum();
-    let mine = counts[r] as usize;
-    let part = dev_alloc(mine, Dtype::GPUWIRE_FLOAT64);
-    upload(
-        part,
-        &(start..start + mine)
-            .flat_map(|i| ((i + 1) as f64).to_le_bytes())
-            .collect::<Vec<u8>>(),
-    );
-    let want: Vec<u8> = (0..10)
-        .flat_map(|i| ((i + 1) as f64).to_le_bytes())
-        .collect();
-    for given in [true, false] {
-        let all = dev_alloc(10, Dtype::GPUWIRE_FLOAT64);
-        upload(all, &vec![0u8; 80]);
-        let cp = if given {
-            counts.as_ptr()
-        } else {
-            std::ptr::null()
-        };
-        ok(gpuwire_allgatherv(cx.comm, part, all, cp, s), "allgatherv");
-        let got = download(all, 80);
-        gpuwire_buffer_free(all);
-        if got != want {
-            let vals: Vec<f64> = got
-                .chunks(8)
-                .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
-                .collect();
-            return Err(format!(
-                "allgatherv {counts:?} (counts {}): got {vals:?}, want 1..=10",
-                if given { "given" } else { "exchanged" }
-            ));
-        }
-    }
-    gpuwire_buffer_free(part);
-    if r == 0 {
-        println!("allgatherv block split {counts:?} of 10 elements: PASS");
-    }
-    Ok(())
-}
-
 fn mismatch_checked(cx: &Ctx) -> Result<(), String> {
     // Checking on: each rank passes its own length of the [4,3,3]-style split; every rank must get
     // COUNT_MISMATCH quickly and nothing may be reduced.
@@ -1118,7 +1069,6 @@ fn main() {
             }
             "c15" => c15_shared_gpu_nccl(&cx),
             "mismatch" => mismatch_checked(&cx),
-            "agv433" => allgatherv_block_split(&cx),
             "nonccl" => no_nccl_library(&cx),
             "timeout" => timeout_skipped_collective(&cx),
             "otherdev" => other_device_current(&cx),
