@@ -27,6 +27,7 @@ fn main() {
     create_from_mpi_comm(&ctx);
     threads_on_separate_communicators(&ctx);
     ipc_without_cuda(&ctx);
+    checked_with_timeout(&ctx);
     ctx.finish();
 }
 
@@ -309,5 +310,32 @@ fn ipc_without_cuda(ctx: &Ctx) {
     let mut backend = -1;
     ctx.ok(gpuwire_comm_backend(c, &mut backend), "comm_backend");
     ctx.check_eq(backend, gpuwire::types::BackendKind::GPUWIRE_BACKEND_HOST as i32, "AUTO without CUDA is HOST");
+    ctx.ok(gpuwire_comm_free(c), "free");
+}
+
+/// A communicator with checking mode and a timeout: every agreement exchange then runs as a
+/// nonblocking allreduce waited for up to the deadline (on a buffer of its own, which MPI may
+/// keep at a timeout); with every rank calling, the collectives give the right results, and a
+/// mismatch is still reported on every rank without breaking the communicator.
+fn checked_with_timeout(ctx: &Ctx) {
+    ctx.section("checking mode with a timeout");
+    let p = ctx.size;
+    let mut cfg: gpuwire_config = unsafe { std::mem::zeroed() };
+    ctx.ok(gpuwire_config_init(&mut cfg), "config_init");
+    cfg.check = 1;
+    cfg.timeout_seconds = 30.0;
+    let mut c = 0u64;
+    ctx.ok(gpuwire_comm_world(&cfg, &mut c), "comm_world with check = 1, timeout 30 s");
+    collectives_on(ctx, c, &(0..p).collect::<Vec<_>>(), "checked, timeout 30 s");
+    // Counts that differ on rank 0 (when there are other ranks): COUNT_MISMATCH everywhere.
+    let n = if ctx.rank == 0 && p > 1 { 2 } else { 1 };
+    let b = Buf::new(I64, n);
+    let st_ = gpuwire_allreduce(c, b.h, b.h, ReduceOp::GPUWIRE_SUM as i32, st());
+    if p > 1 {
+        ctx.error(st_, Status::GPUWIRE_ERROR_COUNT_MISMATCH, &["count"], "allreduce with different counts, checked, timeout 30 s");
+    } else {
+        ctx.ok(st_, "allreduce on one rank, checked, timeout 30 s");
+    }
+    collectives_on(ctx, c, &(0..p).collect::<Vec<_>>(), "checked, timeout 30 s, after the mismatch");
     ctx.ok(gpuwire_comm_free(c), "free");
 }
