@@ -734,7 +734,9 @@ gpuwire_status gpuwire_config_init(gpuwire_config *cfg);
  * gpuwire_config_init). Chooses the backend for device buffers (all ranks agree).
  *
  * Collective over `mpi_comm`. Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`out`);
- * GPUWIRE_ERROR_INVALID_ARGUMENT (MPI_COMM_NULL; a bad config field or environment variable on
+ * GPUWIRE_ERROR_INVALID_ARGUMENT (MPI_COMM_NULL; an integer that names no communicator in use —
+ * garbage, another object's handle, a freed communicator — on Open MPI and MPICH alike, never an
+ * MPI abort; a bad config field or environment variable on
  * any rank, or configurations — backend, check, timeout, staging, chunk size — that differ
  * between ranks: every rank gets the error, none hangs);
  * GPUWIRE_ERROR_BACKEND_UNAVAILABLE when the requested backend cannot be used on some rank
@@ -1536,6 +1538,9 @@ gpuwire_status gpuwire_last_error(char *buf,
 gpuwire_status gpuwire_get_version(int32_t *major,
                                    int32_t *minor,
                                    int32_t *patch);
+
+extern int gpuwire_shim_comm_f2c(int f,
+                                 MPI_Comm *out);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -15,6 +15,7 @@ use crate::types::Dtype;
 unsafe extern "C" {
     fn gpuwire_shim_in_place() -> *mut c_void;
     fn gpuwire_shim_tag_ub_key() -> c_int;
+    fn gpuwire_shim_comm_f2c(f: c_int, out: *mut MPI_Comm) -> c_int;
 }
 
 /// MPI_IN_PLACE of the MPI we are linked against.
@@ -95,16 +96,16 @@ pub fn status_ignore() -> *mut sys::MPI_Status {
     unsafe { sys::RSMPI_STATUS_IGNORE }
 }
 
-/// MPI_Comm_f2c; MPI_COMM_NULL for a Fortran handle that names no communicator.
-pub fn comm_f2c(f: i32) -> MPI_Comm {
-    // SAFETY: MPI_Comm_f2c accepts any integer and returns MPI_COMM_NULL or a handle.
-    let c = unsafe { sys::RSMPI_Comm_f2c(f) };
-    // Open MPI returns a NULL pointer, not MPI_COMM_NULL, for an out-of-range or freed Fortran
-    // handle; passing that on to MPI_Comm_dup aborts the process. An all-zero handle is never
-    // a communicator (a NULL pointer in Open MPI, the "invalid" handle kind in MPICH).
-    // SAFETY: reads the bytes of a plain handle value (a pointer or an integer).
-    let bytes = unsafe { std::slice::from_raw_parts((&c as *const MPI_Comm).cast::<u8>(), std::mem::size_of::<MPI_Comm>()) };
-    if bytes.iter().all(|b| *b == 0) { comm_null() } else { c }
+/// MPI_Comm_f2c of a caller's Fortran handle; an error (never an MPI abort) for one that names
+/// no communicator in use (src/shim.c says how each MPI is checked).
+pub fn comm_f2c(f: i32) -> Result<MPI_Comm> {
+    let mut c = comm_null();
+    // SAFETY: the shim accepts any integer and writes a handle only when MPI may be given it.
+    match unsafe { gpuwire_shim_comm_f2c(f, &mut c) } {
+        0 => Ok(c),
+        1 => Err(Error::InvalidArgument(format!("the Fortran handle {f} is not a communicator of this MPI (pass MPI_Comm_c2f(comm) from C, comm%MPI_VAL from Fortran)"))),
+        _ => Err(Error::InvalidArgument(format!("the Fortran handle {f} names no communicator in use (freed, or never created)"))),
+    }
 }
 
 /// MPI_Comm_c2f.

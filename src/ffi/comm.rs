@@ -106,7 +106,9 @@ fn register(c: Communicator, out: *mut gpuwire_comm) {
 /// gpuwire_config_init). Chooses the backend for device buffers (all ranks agree).
 ///
 /// Collective over `mpi_comm`. Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`out`);
-/// GPUWIRE_ERROR_INVALID_ARGUMENT (MPI_COMM_NULL; a bad config field or environment variable on
+/// GPUWIRE_ERROR_INVALID_ARGUMENT (MPI_COMM_NULL; an integer that names no communicator in use —
+/// garbage, another object's handle, a freed communicator — on Open MPI and MPICH alike, never an
+/// MPI abort; a bad config field or environment variable on
 /// any rank, or configurations — backend, check, timeout, staging, chunk size — that differ
 /// between ranks: every rank gets the error, none hangs);
 /// GPUWIRE_ERROR_BACKEND_UNAVAILABLE when the requested backend cannot be used on some rank
@@ -118,7 +120,7 @@ pub extern "C" fn gpuwire_comm_create(mpi_comm: i32, cfg: *const gpuwire_config,
         non_null(out, "out")?;
         runtime::ensure_ready()?;
         // A bad configuration is reported on every rank by the creation itself (no hang).
-        register(Communicator::create(mpisys::comm_f2c(mpi_comm), resolve_config(cfg))?, out);
+        register(Communicator::create(mpisys::comm_f2c(mpi_comm)?, resolve_config(cfg))?, out);
         Ok(())
     })
 }

@@ -75,20 +75,58 @@ static void from_mpi_handles(void)
     EXPECT_UNTOUCHED(gpuwire_comm_create(MPI_Comm_c2f(MPI_COMM_NULL), NULL, &c),
                      GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
     EXPECT_LAST_ERROR_HAS("MPI_COMM_NULL");
-#if defined(OPEN_MPI)
-    /* Fortran handles that name no communicator (Open MPI maps them to a NULL pointer). */
-    EXPECT_UNTOUCHED(gpuwire_comm_create(-7, NULL, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
-    EXPECT_UNTOUCHED(gpuwire_comm_create(123456, NULL, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c,
-                     77u);
-    MPI_Comm_dup(MPI_COMM_WORLD, &mine);
-    fint = (int32_t)MPI_Comm_c2f(mine);
-    MPI_Comm_free(&mine);
-    EXPECT_UNTOUCHED(gpuwire_comm_create(fint, NULL, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
-#else
-    if (rank == 0)
-        printf("test_comm: note: invalid-Fortran-handle checks run under Open MPI only (MPICH's "
-               "MPI_Comm_dup aborts on a garbage handle before gpuwire can tell)\n");
+    /* Fortran handles that name no communicator are an argument error with a message, on
+     * every MPI: garbage integers, MPICH's encodings of a built-in index past its table, a
+     * direct index past the preallocated block (read out of bounds by MPICH), an indirect block
+     * never allocated, another object's handle, a freed communicator. The world's and the
+     * self communicator's error handlers are as before (MPICH raises these errors on the
+     * world, which gpuwire must not leave changed), whatever they were. */
+    {
+        const int32_t bad[] = {1, 12345, -7, -1, 123456, INT32_MAX, INT32_MIN,
+                               (int32_t)0x44000002, (int32_t)0x44000010, (int32_t)0x84000000 + 8,
+                               (int32_t)0x84000000 + 100000, (int32_t)0x87ffffff,
+                               (int32_t)0xc4001000, (int32_t)0xc4ffffff, (int32_t)0xc7ffffff,
+#if defined(MPICH_VERSION)
+                               /* small integers and other objects' handles: Open MPI's Fortran
+                                * handles are table indices, which may name a live communicator */
+                               3, (int32_t)MPI_Type_c2f(MPI_INT), (int32_t)MPI_Op_c2f(MPI_SUM),
+                               (int32_t)MPI_Group_c2f(MPI_GROUP_EMPTY),
 #endif
+                               0};
+        const int32_t live[] = {(int32_t)MPI_Comm_c2f(MPI_COMM_WORLD), (int32_t)MPI_Comm_c2f(MPI_COMM_SELF),
+                                (int32_t)MPI_Comm_c2f(MPI_COMM_NULL)};
+        MPI_Errhandler before;
+        size_t i, j;
+        int round, tried = 0;
+        MPI_Comm_dup(MPI_COMM_WORLD, &mine);
+        fint = (int32_t)MPI_Comm_c2f(mine);
+        MPI_Comm_free(&mine);
+        EXPECT_UNTOUCHED(gpuwire_comm_create(fint, NULL, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
+        EXPECT_LAST_ERROR_HAS("the Fortran handle");
+        for (round = 0; round < 2; round++) {
+            /* Round 1: the program's own handler on the world is MPI_ERRORS_RETURN. */
+            if (round == 1)
+                MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+            for (i = 0; i < sizeof bad / sizeof *bad; i++) {
+                int skip = 0;
+                for (j = 0; j < sizeof live / sizeof *live; j++)
+                    skip |= bad[i] == live[j];
+                if (skip)
+                    continue; /* names a communicator on this MPI (1 is MPI_COMM_SELF on Open MPI) */
+                tried++;
+                EXPECT_UNTOUCHED(gpuwire_comm_create(bad[i], NULL, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
+                EXPECT_LAST_ERROR_HAS("the Fortran handle");
+            }
+            MPI_Comm_get_errhandler(MPI_COMM_WORLD, &before);
+            EXPECT(before == (round == 0 ? MPI_ERRORS_ARE_FATAL : MPI_ERRORS_RETURN));
+            MPI_Errhandler_free(&before);
+            MPI_Comm_get_errhandler(MPI_COMM_SELF, &before);
+            EXPECT(before == MPI_ERRORS_ARE_FATAL);
+            MPI_Errhandler_free(&before);
+        }
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+        EXPECT(tried >= 28);
+    }
 
     /* The caller's communicator is duplicated: it keeps its error handler and may be freed
      * while gpuwire's communicator lives on. */
