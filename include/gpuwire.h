@@ -1539,9 +1539,6 @@ gpuwire_status gpuwire_get_version(int32_t *major,
                                    int32_t *minor,
                                    int32_t *patch);
 
-extern int gpuwire_shim_comm_f2c(int f,
-                                 MPI_Comm *out);
-
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus
