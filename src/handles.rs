@@ -6,6 +6,11 @@
 //! reaching freed or reused memory; a handle of another kind, a garbage integer and 0 (the NULL
 //! handle) are recognised too. No lookup ever dereferences caller-provided memory.
 //!
+//! A slot never issues the same handle twice: once it has used its last generation (2^24 - 1
+//! objects) it is retired and a new slot takes over, so copies of a freed handle stay invalid
+//! for the life of the process. A retired slot costs 16 bytes; the 2^32 slots hold 2^56
+//! handles (centuries of allocations), after which `insert` fails instead of reusing one.
+//!
 //! Registries hand out `Arc`s: an object stays alive while an operation or a pending request
 //! uses it, even if its handle is freed meanwhile; the last `Arc` releases it.
 
@@ -60,12 +65,22 @@ struct Slots<T> {
 /// A registry of one kind of object.
 pub struct Registry<T> {
     kind: Kind,
+    /// The last generation a slot issues before it is retired (GEN_MASK; less in tests).
+    last_generation: u64,
+    /// The number of slots (2^32; less in tests).
+    max_slots: usize,
     inner: Mutex<Slots<T>>,
 }
 
 impl<T> Registry<T> {
     pub const fn new(kind: Kind) -> Self {
-        Registry { kind, inner: Mutex::new(Slots { slots: Vec::new(), free: Vec::new(), live: 0 }) }
+        Self::with_limits(kind, GEN_MASK, 1 << 32)
+    }
+
+    /// A registry whose slots retire after `last_generation` objects and which has `max_slots`
+    /// slots: tests reach both limits quickly through the code that production uses.
+    const fn with_limits(kind: Kind, last_generation: u64, max_slots: usize) -> Self {
+        Registry { kind, last_generation, max_slots, inner: Mutex::new(Slots { slots: Vec::new(), free: Vec::new(), live: 0 }) }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Slots<T>> {
@@ -74,21 +89,38 @@ impl<T> Registry<T> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Registers `value` and returns its new handle (never 0).
-    pub fn insert(&self, value: Arc<T>) -> u64 {
+    /// Registers `value` and returns its new handle (never 0, never one issued before).
+    pub fn insert(&self, value: Arc<T>) -> Result<u64> {
         let mut s = self.lock();
-        s.live += 1;
         let index = match s.free.pop() {
             Some(i) => i,
-            None => {
+            None if s.slots.len() < self.max_slots => {
                 s.slots.push(Slot { generation: 0, value: None });
                 s.slots.len() - 1
             }
+            None => {
+                return Err(Error::Internal(format!(
+                    "every {} handle has been issued ({} slots of {} generations): the process has created too many objects",
+                    self.kind.name(),
+                    self.max_slots,
+                    self.last_generation
+                )));
+            }
         };
+        s.live += 1;
         let slot = &mut s.slots[index];
-        slot.generation = (slot.generation % GEN_MASK) + 1; // 1..=GEN_MASK, never 0
+        // Free slots have a generation left (see `release`): 1..=last_generation, never 0.
+        slot.generation += 1;
         slot.value = Some(value);
-        ((self.kind as u64) << 56) | (slot.generation << 32) | index as u64
+        Ok(((self.kind as u64) << 56) | (slot.generation << 32) | index as u64)
+    }
+
+    /// Returns slot `index`, just emptied, to the free list, unless its last generation is
+    /// used up: then it is retired, and no handle of it is ever issued again.
+    fn release(&self, s: &mut Slots<T>, index: usize) {
+        if s.slots[index].generation < self.last_generation {
+            s.free.push(index);
+        }
     }
 
     fn decode(&self, h: u64) -> Result<(usize, u64)> {
@@ -129,7 +161,7 @@ impl<T> Registry<T> {
         };
         match taken {
             Some(v) => {
-                s.free.push(index);
+                self.release(&mut s, index);
                 s.live -= 1;
                 Ok(v)
             }
@@ -144,7 +176,7 @@ impl<T> Registry<T> {
         for i in 0..s.slots.len() {
             if let Some(v) = s.slots[i].value.take() {
                 out.push(v);
-                s.free.push(i);
+                self.release(&mut s, i);
             }
         }
         s.live = 0;
@@ -165,9 +197,9 @@ mod tests {
     fn stale_foreign_and_null_handles_are_refused() {
         let r: Registry<i32> = Registry::new(Kind::Buffer);
         let other: Registry<i32> = Registry::new(Kind::Comm);
-        let h = r.insert(Arc::new(5));
+        let h = r.insert(Arc::new(5)).unwrap();
         assert_eq!(*r.get(h).unwrap(), 5);
-        let c = other.insert(Arc::new(1));
+        let c = other.insert(Arc::new(1)).unwrap();
         assert!(r.get(c).unwrap_err().to_string().contains("communicator handle"));
         assert!(r.get(0).unwrap_err().to_string().contains("NULL"));
         assert!(r.get(0x1234).is_err());
@@ -175,12 +207,86 @@ mod tests {
         assert!(r.get(h).unwrap_err().to_string().contains("freed"));
         assert!(r.remove(h).is_err());
         // The slot is reused with a new generation: the old handle stays invalid.
-        let h2 = r.insert(Arc::new(6));
+        let h2 = r.insert(Arc::new(6)).unwrap();
         assert_ne!(h, h2);
         assert!(r.get(h).is_err());
         assert_eq!(*r.get(h2).unwrap(), 6);
         assert_eq!(r.live(), 1);
         assert_eq!(r.drain().len(), 1);
         assert!(r.get(h2).is_err());
+    }
+
+    /// Drives one slot through `last` generations and `free` copies of every handle: none is
+    /// ever issued twice, every stale copy stays invalid (also for remove), and the slot is
+    /// retired for a new one.
+    fn cycle_one_slot(r: &Registry<u64>, last: u64) {
+        let mut stale = std::collections::HashSet::new();
+        let first = r.insert(Arc::new(0)).unwrap();
+        r.remove(first).unwrap();
+        stale.insert(first);
+        for n in 1..last + 2 {
+            let h = r.insert(Arc::new(n)).unwrap();
+            assert!(stale.insert(h), "handle {h:#x} issued twice (cycle {n})");
+            assert_eq!(*r.get(h).unwrap(), n);
+            // Each slot issues `last` handles, then the next slot takes over.
+            assert_eq!(h & 0xFFFF_FFFF, n / last, "cycle {n}");
+            r.remove(h).unwrap();
+        }
+        assert_eq!(r.live(), 0);
+        for h in &stale {
+            assert!(r.get(*h).unwrap_err().to_string().contains("freed"));
+            assert!(r.remove(*h).is_err());
+        }
+        // A stale copy of the first slot's handles cannot free the new slot's object.
+        let h = r.insert(Arc::new(7)).unwrap();
+        for s in &stale {
+            assert!(r.remove(*s).is_err());
+        }
+        assert_eq!(*r.get(h).unwrap(), 7);
+    }
+
+    #[test]
+    fn a_slot_never_reissues_a_handle() {
+        cycle_one_slot(&Registry::with_limits(Kind::Request, 5, 1 << 32), 5);
+        cycle_one_slot(&Registry::with_limits(Kind::Buffer, 1, 1 << 32), 1);
+    }
+
+    #[test]
+    fn a_slot_never_reissues_a_handle_at_the_production_limit() {
+        // 2^24 cycles of one slot, in the real registry: the generation field is then used up.
+        let r: Registry<u64> = Registry::new(Kind::Buffer);
+        let first = r.insert(Arc::new(0)).unwrap();
+        r.remove(first).unwrap();
+        let (v, mut h) = (Arc::new(1), 0);
+        for _ in 1..=GEN_MASK {
+            h = r.insert(v.clone()).unwrap();
+            r.remove(h).unwrap();
+        }
+        assert_eq!(h & 0xFFFF_FFFF, 1, "the last generation of slot 0 was issued twice");
+        let next = r.insert(Arc::new(1)).unwrap();
+        assert_ne!(next, first);
+        assert!(r.remove(first).is_err());
+        assert_eq!(*r.get(next).unwrap(), 1);
+    }
+
+    #[test]
+    fn an_exhausted_registry_refuses_to_reuse_handles() {
+        let r: Registry<u64> = Registry::with_limits(Kind::DArray, 2, 3);
+        let mut seen = std::collections::HashSet::new();
+        for n in 0..6 {
+            let h = r.insert(Arc::new(n)).unwrap();
+            assert!(seen.insert(h));
+            r.remove(h).unwrap();
+        }
+        let e = r.insert(Arc::new(9)).unwrap_err();
+        assert!(e.to_string().contains("every distributed array handle has been issued"), "{e}");
+        assert_eq!(r.live(), 0);
+        // Draining retires exhausted slots too.
+        let r: Registry<u64> = Registry::with_limits(Kind::Comm, 1, 2);
+        r.insert(Arc::new(1)).unwrap();
+        assert_eq!(r.drain().len(), 1);
+        r.insert(Arc::new(2)).unwrap();
+        r.drain();
+        assert!(r.insert(Arc::new(3)).is_err());
     }
 }

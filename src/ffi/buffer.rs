@@ -27,7 +27,7 @@ pub extern "C" fn gpuwire_buffer_alloc(count: i64, dtype: i32, space: i32, devic
         non_null(out, "out")?;
         runtime::ensure_ready()?;
         let b = Buffer::alloc(count, Dtype::from_c(dtype)?, Space::from_c(space)?, device)?;
-        write(out, BUFFERS.insert(Arc::new(b)));
+        write(out, BUFFERS.insert(Arc::new(b))?);
         Ok(())
     })
 }
@@ -47,7 +47,7 @@ pub extern "C" fn gpuwire_buffer_wrap(ptr: *mut c_void, count: i64, dtype: i32, 
         non_null(out, "out")?;
         runtime::ensure_ready()?;
         let b = Buffer::wrap(ptr as usize, count, Dtype::from_c(dtype)?, Space::from_c(space)?)?;
-        write(out, BUFFERS.insert(Arc::new(b)));
+        write(out, BUFFERS.insert(Arc::new(b))?);
         Ok(())
     })
 }
@@ -63,7 +63,7 @@ pub extern "C" fn gpuwire_buffer_view(buf: gpuwire_buffer, offset: i64, count: i
         non_null(out, "out")?;
         let parent = boundary::buffer(buf)?;
         let v = Buffer::view(&parent, offset, count)?;
-        write(out, BUFFERS.insert(Arc::new(v)));
+        write(out, BUFFERS.insert(Arc::new(v))?);
         Ok(())
     })
 }

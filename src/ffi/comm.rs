@@ -95,8 +95,9 @@ pub extern "C" fn gpuwire_config_init(cfg: *mut gpuwire_config) -> gpuwire_statu
     })
 }
 
-fn register(c: Communicator, out: *mut gpuwire_comm) {
-    write(out, COMMS.insert(Arc::new(c)));
+fn register(c: Communicator, out: *mut gpuwire_comm) -> Result<()> {
+    write(out, COMMS.insert(Arc::new(c))?);
+    Ok(())
 }
 
 /// Creates a communicator over the MPI communicator `mpi_comm` (its Fortran handle: pass
@@ -120,7 +121,7 @@ pub extern "C" fn gpuwire_comm_create(mpi_comm: i32, cfg: *const gpuwire_config,
         non_null(out, "out")?;
         runtime::ensure_ready()?;
         // A bad configuration is reported on every rank by the creation itself (no hang).
-        register(Communicator::create(mpisys::comm_f2c(mpi_comm)?, resolve_config(cfg))?, out);
+        register(Communicator::create(mpisys::comm_f2c(mpi_comm)?, resolve_config(cfg))?, out)?;
         Ok(())
     })
 }
@@ -132,7 +133,7 @@ pub extern "C" fn gpuwire_comm_world(cfg: *const gpuwire_config, out: *mut gpuwi
     call("gpuwire_comm_world", || {
         non_null(out, "out")?;
         runtime::ensure_ready()?;
-        register(Communicator::create(mpisys::comm_world(), resolve_config(cfg))?, out);
+        register(Communicator::create(mpisys::comm_world(), resolve_config(cfg))?, out)?;
         Ok(())
     })
 }
@@ -168,7 +169,7 @@ pub extern "C" fn gpuwire_comm_split(comm: gpuwire_comm, color: i32, key: i32, o
         non_null(out, "out")?;
         let c = boundary::comm(comm)?;
         match c.split(color, key)? {
-            Some(n) => register(n, out),
+            Some(n) => register(n, out)?,
             None => write(out, 0),
         }
         Ok(())
@@ -182,7 +183,7 @@ pub extern "C" fn gpuwire_comm_dup(comm: gpuwire_comm, out: *mut gpuwire_comm) -
     call("gpuwire_comm_dup", || {
         non_null(out, "out")?;
         let c = boundary::comm(comm)?;
-        register(c.dup()?, out);
+        register(c.dup()?, out)?;
         Ok(())
     })
 }

@@ -49,7 +49,7 @@ fn make(comm: gpuwire_comm, out: *mut gpuwire_darray, spec: impl FnOnce() -> Res
     let c = boundary::comm(comm)?;
     let spec = non_null(out, "out").and_then(|()| spec());
     let d = DArray::create(&c, spec)?;
-    write(out, DARRAYS.insert(Arc::new(d)));
+    write(out, DARRAYS.insert(Arc::new(d))?);
     Ok(())
 }
 
@@ -301,7 +301,7 @@ pub extern "C" fn gpuwire_darray_local(d: gpuwire_darray, out: *mut gpuwire_buff
     call("gpuwire_darray_local", || {
         non_null(out, "out")?;
         let v = darray(d)?.local()?;
-        write(out, BUFFERS.insert(Arc::new(v)));
+        write(out, BUFFERS.insert(Arc::new(v))?);
         Ok(())
     })
 }
@@ -315,7 +315,7 @@ pub extern "C" fn gpuwire_darray_local_with_halo(d: gpuwire_darray, out: *mut gp
     call("gpuwire_darray_local_with_halo", || {
         non_null(out, "out")?;
         let v = darray(d)?.local_with_halo()?;
-        write(out, BUFFERS.insert(Arc::new(v)));
+        write(out, BUFFERS.insert(Arc::new(v))?);
         Ok(())
     })
 }

@@ -66,7 +66,7 @@ pub extern "C" fn gpuwire_isend(
     call("gpuwire_isend", || {
         non_null(request, "request")?;
         let r = boundary::comm(comm)?.isend(&boundary::buffer(buf)?, dest, tag, st(stream))?;
-        write(request, REQUESTS.insert(Arc::new(r)));
+        write(request, REQUESTS.insert(Arc::new(r))?);
         Ok(())
     })
 }
@@ -85,7 +85,7 @@ pub extern "C" fn gpuwire_irecv(
     call("gpuwire_irecv", || {
         non_null(request, "request")?;
         let r = boundary::comm(comm)?.irecv(&boundary::buffer(buf)?, source, tag, st(stream))?;
-        write(request, REQUESTS.insert(Arc::new(r)));
+        write(request, REQUESTS.insert(Arc::new(r))?);
         Ok(())
     })
 }
