@@ -492,7 +492,9 @@ typedef struct {
   /**
    * Seconds after which a blocked agreement exchange (checking mode), an NCCL operation or a
    * wait of the IPC backend returns GPUWIRE_ERROR_TIMEOUT and breaks the communicator;
-   * 0 = wait forever (GPUWIRE_TIMEOUT).
+   * 0 = wait forever (GPUWIRE_TIMEOUT). Else at least 0.001 (1 ms) and at most 1e9 (about
+   * 31.7 years): other values (negative, NaN, infinite, shorter, longer) are
+   * GPUWIRE_ERROR_INVALID_ARGUMENT.
    */
   double timeout_seconds;
   /**

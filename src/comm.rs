@@ -157,12 +157,14 @@ impl Communicator {
         ];
         let mut v: Vec<i64> = fields.iter().flat_map(|(_, x)| [*x, -*x]).collect();
         self.allreduce_max_i64(&mut v, "agreeing on the configuration")?;
+        // The timeout travels in microseconds and is shown in seconds (0 s = none).
+        let shown = |name: &str, x: i64| if name == "timeout" { format!("{} s", x as f64 / 1e6) } else { x.to_string() };
         for (i, (name, _)) in fields.iter().enumerate() {
             if v[2 * i] != -v[2 * i + 1] {
                 return Err(Error::InvalidArgument(format!(
                     "the ranks have different configurations: {name} ranges from {} to {} (set it, or its GPUWIRE_* environment variable, the same on every rank)",
-                    -v[2 * i + 1],
-                    v[2 * i]
+                    shown(name, -v[2 * i + 1]),
+                    shown(name, v[2 * i])
                 )));
             }
         }

@@ -3,9 +3,9 @@
 //! | variable | values | default |
 //! | --- | --- | --- |
 //! | `GPUWIRE_BACKEND` | auto, host, mpi_staged (staged), mpi_cuda_aware (cuda_aware), nccl | auto |
-//! | `GPUWIRE_DEVICE` | CUDA device ordinal, or -1 = node-local rank modulo device count | -1 |
+//! | `GPUWIRE_DEVICE` | CUDA device ordinal, or -1 = node-local rank modulo the device count | -1 |
 //! | `GPUWIRE_CHECK` | 0 or 1: agree counts/datatypes/ops/roots across ranks before collectives | 0 |
-//! | `GPUWIRE_TIMEOUT` | seconds (decimal); 0 = no timeout | 0 |
+//! | `GPUWIRE_TIMEOUT` | seconds (decimal), 0.001 to 1e9; 0 = no timeout | 0 |
 //! | `GPUWIRE_STAGING` | pinned or pageable | pinned |
 //! | `GPUWIRE_CHUNK_BYTES` | staging chunk size in bytes (>= 4096) | 4194304 |
 //! | `GPUWIRE_CUDA_AWARE` | 0 or 1: override the MPI's answer to "does it accept device pointers?" | unset |
@@ -87,13 +87,12 @@ impl Config {
             c.check = parse_bool(&v).ok_or_else(|| bad_env("GPUWIRE_CHECK", &v, BOOL_FORMS))?;
         }
         if let Some(v) = lookup("GPUWIRE_TIMEOUT") {
-            let s = v
+            c.timeout = v
                 .trim()
                 .parse::<f64>()
                 .ok()
-                .filter(|s| s.is_finite() && *s >= 0.0)
-                .ok_or_else(|| bad_env("GPUWIRE_TIMEOUT", &v, "a number of seconds >= 0"))?;
-            c.timeout = timeout_from_seconds(s)?;
+                .and_then(timeout_in_range)
+                .ok_or_else(|| bad_env("GPUWIRE_TIMEOUT", &v, TIMEOUT_FORMS))?;
         }
         if let Some(v) = lookup("GPUWIRE_STAGING") {
             c.staging = match v.trim().to_ascii_lowercase().as_str() {
@@ -134,12 +133,29 @@ pub(crate) fn parse_bool(v: &str) -> Option<bool> {
     }
 }
 
-/// Seconds to an optional timeout (0 = none); negative or non-finite values are refused.
-pub fn timeout_from_seconds(s: f64) -> Result<Option<Duration>> {
-    if !s.is_finite() || s < 0.0 {
-        return Err(Error::InvalidArgument(format!("timeout {s} s: must be a finite number of seconds >= 0")));
+/// The shortest timeout (seconds): a shorter one cannot be kept by polling MPI, and would fail
+/// communicator creation itself.
+pub(crate) const MIN_TIMEOUT_SECONDS: f64 = 0.001;
+/// The longest timeout (seconds, about 31.7 years): every deadline stays representable.
+pub(crate) const MAX_TIMEOUT_SECONDS: f64 = 1e9;
+/// What a timeout may be (for messages).
+pub(crate) const TIMEOUT_FORMS: &str = "0 (no timeout) or a number of seconds from 0.001 (1 ms) to 1e9 (about 31.7 years)";
+
+/// Seconds to an optional timeout: 0 = none, else MIN_TIMEOUT_SECONDS..=MAX_TIMEOUT_SECONDS;
+/// `None` for any other value (negative, NaN, infinite, too short or too long).
+fn timeout_in_range(s: f64) -> Option<Option<Duration>> {
+    if s == 0.0 {
+        Some(None)
+    } else if (MIN_TIMEOUT_SECONDS..=MAX_TIMEOUT_SECONDS).contains(&s) {
+        Some(Some(Duration::from_secs_f64(s)))
+    } else {
+        None
     }
-    Ok(if s == 0.0 { None } else { Some(Duration::from_secs_f64(s)) })
+}
+
+/// As `timeout_in_range`, an invalid value an error that names `field`.
+pub fn timeout_from_seconds(s: f64, field: &str) -> Result<Option<Duration>> {
+    timeout_in_range(s).ok_or_else(|| Error::InvalidArgument(format!("{field} = {s}: expected {TIMEOUT_FORMS}")))
 }
 
 #[cfg(test)]
@@ -181,6 +197,27 @@ mod tests {
         assert!(with(&[("GPUWIRE_CHUNK_BYTES", "12")]).is_err());
         assert!(with(&[("GPUWIRE_STAGING", "mapped")]).is_err());
         assert!(with(&[("GPUWIRE_CUDA_AWARE", "2")]).unwrap_err().to_string().contains("GPUWIRE_CUDA_AWARE"));
+        // Timeouts: 0, or 1 ms to 1e9 s; below, above, NaN and infinities are refused with a
+        // message (1e300 and 1.8447e19 once reached a panic in Duration::from_secs_f64).
+        for bad in ["1e300", "1.8447e19", "18446744073709551616", "1e10", "1000000000.5", "1e-9", "0.0009", "-0", "-1e-9", "nan", "inf", "-inf", "5s"] {
+            let e = with(&[("GPUWIRE_TIMEOUT", bad)]);
+            if bad == "-0" {
+                assert_eq!(e.unwrap().timeout, None); // -0 == 0: no timeout
+                continue;
+            }
+            let e = e.unwrap_err();
+            assert_eq!(e.status(), crate::error::gpuwire_status::GPUWIRE_ERROR_INVALID_ARGUMENT, "{bad}");
+            let m = e.to_string();
+            assert!(m.contains("GPUWIRE_TIMEOUT") && m.contains("0.001 (1 ms) to 1e9"), "{bad}: {m}");
+        }
+        assert_eq!(with(&[("GPUWIRE_TIMEOUT", "0.001")]).unwrap().timeout, Some(Duration::from_millis(1)));
+        assert_eq!(with(&[("GPUWIRE_TIMEOUT", "1e9")]).unwrap().timeout, Some(Duration::from_secs(1_000_000_000)));
+        assert_eq!(with(&[("GPUWIRE_TIMEOUT", "0")]).unwrap().timeout, None);
+        for bad in [1e300, 1.8446744073709552e19, f64::MAX, 1e9 * (1.0 + f64::EPSILON), 1e-9, 0.000999, -1.0, f64::NAN, f64::INFINITY, f64::MIN_POSITIVE] {
+            let m = timeout_from_seconds(bad, "config.timeout_seconds").unwrap_err().to_string();
+            assert!(m.contains("config.timeout_seconds") && m.contains("1 ms"), "{bad}: {m}");
+        }
+        assert_eq!(timeout_from_seconds(2.5, "t").unwrap(), Some(Duration::from_millis(2500)));
         let long = "x".repeat(3000);
         assert!(with(&[("GPUWIRE_BACKEND", long.as_str())]).unwrap_err().to_string().len() < 300);
     }

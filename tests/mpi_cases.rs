@@ -942,6 +942,11 @@ fn one_rank_differs(np: usize) -> ! {
     cfg.check = if r == 1 { 1 } else { 0 };
     let mut c = 0u64;
     ctx.error(gpuwire_comm_world(&cfg, &mut c), inv, &["different configurations", "check"], "checking on one rank only");
+    // A timeout that differs on rank 1: the range is given in seconds.
+    let mut cfgt: gpuwire_config = unsafe { std::mem::zeroed() };
+    ctx.ok(gpuwire_config_init(&mut cfgt), "config_init");
+    cfgt.timeout_seconds = if r == 1 { 2.5 } else { 0.25 };
+    ctx.error(gpuwire_comm_world(&cfgt, &mut c), inv, &["different configurations", "timeout ranges from 0.25 s to 2.5 s"], "a timeout that differs on one rank");
     // An invalid configuration on rank 0 only.
     let mut cfg2: gpuwire_config = unsafe { std::mem::zeroed() };
     ctx.ok(gpuwire_config_init(&mut cfg2), "config_init");

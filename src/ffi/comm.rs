@@ -31,7 +31,9 @@ pub struct gpuwire_config {
     pub staging: i32,
     /// Seconds after which a blocked agreement exchange (checking mode), an NCCL operation or a
     /// wait of the IPC backend returns GPUWIRE_ERROR_TIMEOUT and breaks the communicator;
-    /// 0 = wait forever (GPUWIRE_TIMEOUT).
+    /// 0 = wait forever (GPUWIRE_TIMEOUT). Else at least 0.001 (1 ms) and at most 1e9 (about
+    /// 31.7 years): other values (negative, NaN, infinite, shorter, longer) are
+    /// GPUWIRE_ERROR_INVALID_ARGUMENT.
     pub timeout_seconds: f64,
     /// Staging chunk size in bytes (>= 4096; GPUWIRE_CHUNK_BYTES). Large messages move in chunks
     /// of this size so device copies overlap MPI transfers.
@@ -65,7 +67,7 @@ impl gpuwire_config {
             backend: BackendKind::from_c(self.backend)?,
             device: self.device,
             check: self.check == 1,
-            timeout: config::timeout_from_seconds(self.timeout_seconds)?,
+            timeout: config::timeout_from_seconds(self.timeout_seconds, "config.timeout_seconds")?,
             staging: Staging::from_c(self.staging)?,
             chunk_bytes: self.chunk_bytes as usize,
         })
@@ -312,6 +314,12 @@ mod tests {
         let mut bad = c;
         bad.timeout_seconds = f64::NAN;
         assert!(bad.to_core().is_err());
+        // Through the exported function: an argument error with a message, not a caught panic.
+        for t in [1e300, 1.8447e19, 1e-9] {
+            let mut bad = c;
+            bad.timeout_seconds = t;
+            assert_eq!(bad.to_core().unwrap_err().status(), crate::error::Status::GPUWIRE_ERROR_INVALID_ARGUMENT, "{t}");
+        }
         let mut bad = c;
         bad.check = 2;
         assert!(bad.to_core().is_err());
