@@ -1357,10 +1357,12 @@ gpuwire_status gpuwire_test(gpuwire_request *request,
 /**
  * Waits for all `count` requests of the array `requests` (as MPI_Waitall), setting each to
  * GPUWIRE_REQUEST_NULL. Every request is waited for even when one fails; the first failure is
- * returned. NULL requests in the array are skipped.
+ * returned. NULL requests in the array are skipped. A request may appear only once (as in
+ * MPI): an array that holds the same request twice is refused before anything is waited for,
+ * and left as it was.
  *
  * Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`requests` NULL with count > 0),
- * GPUWIRE_ERROR_INVALID_ARGUMENT (negative count), and those of gpuwire_wait.
+ * GPUWIRE_ERROR_INVALID_ARGUMENT (negative count, a request twice), and those of gpuwire_wait.
  */
 gpuwire_status gpuwire_waitall(int32_t count,
                                gpuwire_request *requests);

@@ -146,10 +146,12 @@ pub extern "C" fn gpuwire_test(request: *mut gpuwire_request, flag: *mut i32) ->
 
 /// Waits for all `count` requests of the array `requests` (as MPI_Waitall), setting each to
 /// GPUWIRE_REQUEST_NULL. Every request is waited for even when one fails; the first failure is
-/// returned. NULL requests in the array are skipped.
+/// returned. NULL requests in the array are skipped. A request may appear only once (as in
+/// MPI): an array that holds the same request twice is refused before anything is waited for,
+/// and left as it was.
 ///
 /// Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`requests` NULL with count > 0),
-/// GPUWIRE_ERROR_INVALID_ARGUMENT (negative count), and those of gpuwire_wait.
+/// GPUWIRE_ERROR_INVALID_ARGUMENT (negative count, a request twice), and those of gpuwire_wait.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_waitall(count: i32, requests: *mut gpuwire_request) -> gpuwire_status {
     call("gpuwire_waitall", || {
@@ -161,6 +163,16 @@ pub extern "C" fn gpuwire_waitall(count: i32, requests: *mut gpuwire_request) ->
             return Ok(());
         }
         non_null(requests, "requests")?;
+        // SAFETY: the caller promises `count` requests.
+        let given = unsafe { std::slice::from_raw_parts(requests, count as usize) };
+        let mut sorted: Vec<(gpuwire_request, usize)> = given.iter().copied().zip(0..).filter(|(h, _)| *h != 0).collect();
+        sorted.sort_unstable();
+        if let Some(w) = sorted.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(Error::InvalidArgument(format!(
+                "requests[{}] and requests[{}] are the same request ({:#x}): each request may appear once; nothing was waited for",
+                w[0].1, w[1].1, w[0].0
+            )));
+        }
         let mut first: Option<Error> = None;
         for i in 0..count as usize {
             // SAFETY: the caller promises `count` requests.

@@ -7,7 +7,8 @@
  * out-parameters left untouched on failure, buffers (alloc, wrap, views, copies, frees, stale
  * and foreign handles), the thread's last error (truncation, NUL termination, per-thread
  * messages with two pthreads), configuration and the GPUWIRE_* environment variables,
- * communicator queries and describe, and backend requests on a machine without CUDA.
+ * communicator queries and describe, stale buffer and request handles, waitall with a request
+ * twice, and backend requests on a machine without CUDA.
  *
  * Usage: mpirun -n P test_api P   (any P >= 1; the argument is the rank count expected)
  * Prints "test_api: PASS (...)" from rank 0 and exits 0 when every check on every rank passed.
@@ -551,6 +552,133 @@ static void config(void)
     cfg.chunk_bytes = 100;
     EXPECT_UNTOUCHED(gpuwire_comm_world(&cfg, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
     EXPECT_LAST_ERROR_HAS("chunk_bytes");
+
+    /* Timeouts: 0 (none), or 0.001 s (1 ms) to 1e9 s. Huge values were a caught panic
+     * (GPUWIRE_ERROR_INTERNAL), tiny ones were accepted and then timed out. */
+    {
+        const double bad_t[] = {1e300, 1.8447e19, 1.8446744073709552e19, 1e10, 1e9 * 1.000001,
+                                1e-9, 0.0009, -1e-9};
+        const char *const bad_env[] = {"1e300", "1.8447e19", "1e10", "1e-9", "0.0009", "inf"};
+        size_t i;
+        for (i = 0; i < sizeof bad_t / sizeof *bad_t; i++) {
+            cfg = saved;
+            cfg.timeout_seconds = bad_t[i];
+            EXPECT_UNTOUCHED(gpuwire_comm_world(&cfg, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
+            EXPECT_LAST_ERROR_HAS("config.timeout_seconds");
+            EXPECT_LAST_ERROR_HAS("0.001 (1 ms) to 1e9");
+        }
+        for (i = 0; i < sizeof bad_env / sizeof *bad_env; i++) {
+            setenv("GPUWIRE_TIMEOUT", bad_env[i], 1);
+            memset(&cfg, 0xA5, sizeof cfg);
+            saved = cfg;
+            EXPECT_STATUS(gpuwire_config_init(&cfg), GPUWIRE_ERROR_INVALID_ARGUMENT);
+            EXPECT_LAST_ERROR_HAS("GPUWIRE_TIMEOUT");
+            EXPECT_LAST_ERROR_HAS("0.001 (1 ms) to 1e9");
+            EXPECT(memcmp(&cfg, &saved, sizeof cfg) == 0);
+            EXPECT_UNTOUCHED(gpuwire_comm_world(NULL, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
+            EXPECT_LAST_ERROR_HAS("GPUWIRE_TIMEOUT");
+        }
+        setenv("GPUWIRE_TIMEOUT", "0.001", 1);
+        EXPECT_OK(gpuwire_config_init(&cfg));
+        EXPECT(cfg.timeout_seconds == 0.001);
+        setenv("GPUWIRE_TIMEOUT", "1e9", 1);
+        EXPECT_OK(gpuwire_config_init(&cfg));
+        EXPECT(cfg.timeout_seconds == 1e9);
+        clear_env();
+        /* The longest timeout works (a deadline that far away is representable). */
+        cfg.timeout_seconds = 1e9;
+        EXPECT_OK(gpuwire_comm_world(&cfg, &c));
+        EXPECT_OK(gpuwire_barrier(c, NULL));
+        EXPECT_OK(gpuwire_comm_free(c));
+    }
+}
+
+/* ---- stale handles and waitall ------------------------------------------------------------ */
+
+/* Copies of a freed buffer or request handle stay invalid however many handles come after
+ * (the registry never issues a handle twice; its unit tests drive one slot through all 2^24
+ * generations), and waitall refuses a request given twice. */
+static void stale_handles_and_waitall(gpuwire_comm comm)
+{
+    gpuwire_buffer b, stale, live, sb, rb;
+    gpuwire_request r, s, stale_r, arr[5], saved[5];
+    int32_t rank, *sp, *rp, i32;
+    int64_t n;
+    void *p;
+    int i, k;
+
+    EXPECT_OK(gpuwire_comm_rank(comm, &rank));
+    EXPECT_OK(gpuwire_buffer_alloc(4, GPUWIRE_INT32, GPUWIRE_SPACE_HOST, -1, &stale));
+    EXPECT_OK(gpuwire_buffer_free(stale));
+    for (i = 0; i < 5000; i++) {
+        EXPECT_OK(gpuwire_buffer_alloc(1, GPUWIRE_INT8, GPUWIRE_SPACE_HOST, -1, &b));
+        EXPECT(b != stale);
+        EXPECT_OK(gpuwire_buffer_free(b));
+    }
+    EXPECT_OK(gpuwire_buffer_alloc(4, GPUWIRE_INT32, GPUWIRE_SPACE_HOST, -1, &live));
+    EXPECT(live != stale);
+    EXPECT_UNTOUCHED(gpuwire_buffer_count(stale, &n), GPUWIRE_ERROR_INVALID_HANDLE, n, -7);
+    EXPECT_STATUS(gpuwire_buffer_free(stale), GPUWIRE_ERROR_INVALID_HANDLE);
+    EXPECT_LAST_ERROR_HAS("already freed");
+    EXPECT_OK(gpuwire_buffer_count(live, &n)); /* the stale free did not free the live buffer */
+    EXPECT(n == 4);
+    EXPECT_OK(gpuwire_buffer_free(live));
+
+    /* Requests: messages to this rank itself. */
+    EXPECT_OK(gpuwire_buffer_alloc(4, GPUWIRE_INT32, GPUWIRE_SPACE_HOST, -1, &sb));
+    EXPECT_OK(gpuwire_buffer_alloc(4, GPUWIRE_INT32, GPUWIRE_SPACE_HOST, -1, &rb));
+    EXPECT_OK(gpuwire_buffer_pointer(sb, &p));
+    sp = (int32_t *)p;
+    EXPECT_OK(gpuwire_buffer_pointer(rb, &p));
+    rp = (int32_t *)p;
+    stale_r = GPUWIRE_REQUEST_NULL;
+    for (k = 0; k < 300; k++) {
+        for (i = 0; i < 4; i++) {
+            sp[i] = k * 4 + i;
+            rp[i] = -1;
+        }
+        EXPECT_OK(gpuwire_irecv(comm, rb, rank, 5, NULL, &r));
+        EXPECT_OK(gpuwire_isend(comm, sb, rank, 5, NULL, &s));
+        EXPECT(r != stale_r && s != stale_r);
+        if (k == 0)
+            stale_r = r;
+        arr[0] = r;
+        arr[1] = s;
+        EXPECT_OK(gpuwire_waitall(2, arr));
+        EXPECT(arr[0] == GPUWIRE_REQUEST_NULL && arr[1] == GPUWIRE_REQUEST_NULL);
+        EXPECT(rp[0] == k * 4 && rp[3] == k * 4 + 3);
+    }
+    r = stale_r;
+    EXPECT_STATUS(gpuwire_wait(&r), GPUWIRE_ERROR_INVALID_HANDLE);
+    EXPECT(r == stale_r);
+    i32 = -7;
+    EXPECT_STATUS(gpuwire_test(&r, &i32), GPUWIRE_ERROR_INVALID_HANDLE);
+    EXPECT(i32 == -7);
+
+    /* waitall with one request twice (among NULL entries, which may repeat): refused before
+     * anything is waited for, the array as it was; then waited properly. */
+    EXPECT_OK(gpuwire_irecv(comm, rb, rank, 6, NULL, &r));
+    EXPECT_OK(gpuwire_isend(comm, sb, rank, 6, NULL, &s));
+    arr[0] = GPUWIRE_REQUEST_NULL;
+    arr[1] = r;
+    arr[2] = s;
+    arr[3] = GPUWIRE_REQUEST_NULL;
+    arr[4] = r;
+    memcpy(saved, arr, sizeof arr);
+    EXPECT_STATUS(gpuwire_waitall(5, arr), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_HAS("requests[1] and requests[4] are the same request");
+    EXPECT(memcmp(arr, saved, sizeof arr) == 0);
+    arr[2] = s;
+    arr[4] = s;
+    EXPECT_STATUS(gpuwire_waitall(5, arr), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_HAS("requests[2] and requests[4] are the same request");
+    arr[4] = GPUWIRE_REQUEST_NULL;
+    EXPECT_OK(gpuwire_waitall(5, arr));
+    for (i = 0; i < 5; i++)
+        EXPECT(arr[i] == GPUWIRE_REQUEST_NULL);
+    EXPECT(rp[0] == 299 * 4);
+    EXPECT_OK(gpuwire_buffer_free(sb));
+    EXPECT_OK(gpuwire_buffer_free(rb));
 }
 
 /* ---- communicators ------------------------------------------------------------------------ */
@@ -703,6 +831,7 @@ int main(int argc, char **argv)
     thread_local_errors();
     config();
     comm_queries(comm, expected);
+    stale_handles_and_waitall(comm);
     backends(no_cuda);
 
     /* Combine the ranks' failure counts while MPI is still up. */
