@@ -1043,6 +1043,11 @@ fn main() {
     // This test program's own kernels and stream live in the device's primary context.
     let mut dev_id = 0;
     ok(gpuwire_comm_device(comm, &mut dev_id), "device");
+    let text = String::from_utf8_lossy(&d);
+    if dev_id >= 0 && (!text.contains(&format!("; device {dev_id}, ")) || text.contains(" by as configured")) {
+        eprintln!("RESULT FAIL setup rank {rank}: gpuwire_comm_describe does not say how device {dev_id} was chosen: {text}");
+        std::process::exit(1);
+    }
     DEVICE.store(dev_id.max(0), std::sync::atomic::Ordering::Relaxed);
     let dev = cudarc::driver::result::device::get(dev_id.max(0)).expect("cuDeviceGet");
     let ctx = unsafe { cudarc::driver::result::primary_ctx::retain(dev) }.expect("retain");

@@ -152,7 +152,6 @@ pub fn choose(c: &Communicator) -> Result<Choice> {
     };
     let _ = cuda;
     let device = device.unwrap_or(0);
-    let how = if cfg.device >= 0 { "as configured" } else { "node-local rank modulo device count" };
     let nccl_ok = match (&shared, nccl::available()) {
         (Some(s), _) => Err(s.clone()),
         (None, Err(e)) => Err(e),
@@ -189,7 +188,13 @@ pub fn choose(c: &Communicator) -> Result<Choice> {
         }
         BackendKind::GPUWIRE_BACKEND_HOST => unreachable!(),
     };
-    Ok(Choice { kind, reason: format!("{reason}; device {device} by {how}"), device })
+    Ok(Choice { kind, reason: device_reason(&reason, device, cfg.device >= 0), device })
+}
+
+/// The reason of a device backend's choice, with how its device was chosen.
+fn device_reason(reason: &str, device: i32, configured: bool) -> String {
+    let how = if configured { "as configured (GPUWIRE_DEVICE or config.device)" } else { "the node-local rank modulo the device count" };
+    format!("{reason}; device {device}, {how}")
 }
 
 fn strip_kind(e: &Error) -> String {
@@ -273,5 +278,14 @@ pub fn path_for(c: &Communicator, bufs: &[Option<&Buffer>]) -> Result<&'static d
             other.name(),
             c.choice().reason
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn device_reason_reads_as_a_sentence() {
+        assert_eq!(super::device_reason("requested", 0, true), "requested; device 0, as configured (GPUWIRE_DEVICE or config.device)");
+        assert_eq!(super::device_reason("auto: x", 3, false), "auto: x; device 3, the node-local rank modulo the device count");
     }
 }
