@@ -236,7 +236,10 @@ enum gpuwire_op
   GPUWIRE_MIN = 3,
   /**
    * Average: the sum divided by the number of ranks, in the datatype's arithmetic (integer
-   * types divide with truncation toward zero), as ncclAvg.
+   * types divide with truncation toward zero), as ncclAvg. For integer types the sum is
+   * formed in the datatype and wraps on overflow (two's complement) before the division, on
+   * every backend: int8 100 and 100 on 2 ranks average to -28 ((200 - 256) / 2), not 100.
+   * Use a wider datatype (or floating point) when the sum may not fit.
    */
   GPUWIRE_AVG = 4,
   /**

@@ -305,6 +305,39 @@ static uint32_t contrib_bits(int q, int i)
     return (UINT32_C(1) << ((q * 5 + i) % 32)) | (UINT32_C(0x0F0F0F0F) ^ (uint32_t)(q * 0x1111));
 }
 
+/* Integer AVG forms the sum in the datatype, wrapping on overflow, then divides (truncating
+ * toward zero): the header's rule, computed here in unsigned arithmetic. */
+static void allreduce_avg_wraps(void)
+{
+    gpuwire_buffer b32 = balloc(2, GPUWIRE_INT32), b64 = balloc(2, GPUWIRE_INT64);
+    int32_t *p32 = (int32_t *)bptr(b32);
+    int64_t *p64 = (int64_t *)bptr(b64);
+    uint32_t s32[2] = {0, 0};
+    uint64_t s64[2] = {0, 0};
+    int q, i;
+    for (i = 0; i < 2; i++) {
+        p32[i] = i == 0 ? 1500000000 : -1500000000 - rank;
+        p64[i] = i == 0 ? INT64_MAX - 5 : INT64_MIN + 3 + rank;
+    }
+    for (q = 0; q < size; q++) {
+        s32[0] += (uint32_t)1500000000;
+        s32[1] += (uint32_t)(-1500000000 - q);
+        s64[0] += (uint64_t)(INT64_MAX - 5);
+        s64[1] += (uint64_t)(INT64_MIN + 3 + q);
+    }
+    EXPECT_OK(gpuwire_allreduce(comm, b32, b32, GPUWIRE_AVG, NULL));
+    EXPECT_OK(gpuwire_allreduce(comm, b64, b64, GPUWIRE_AVG, NULL));
+    for (i = 0; i < 2; i++) {
+        /* uint32_t -> int32_t of a value above INT32_MAX: two's complement, as the header says */
+        int32_t w32 = s32[i] > (uint32_t)INT32_MAX ? -(int32_t)(~s32[i]) - 1 : (int32_t)s32[i];
+        int64_t w64 = s64[i] > (uint64_t)INT64_MAX ? -(int64_t)(~s64[i]) - 1 : (int64_t)s64[i];
+        EXPECT(p32[i] == w32 / size);
+        EXPECT(p64[i] == w64 / size);
+    }
+    bfree(b32);
+    bfree(b64);
+}
+
 static void allreduce_bitwise(void)
 {
     static const int32_t ops[] = {GPUWIRE_BAND, GPUWIRE_BOR, GPUWIRE_BXOR};
@@ -839,6 +872,7 @@ int main(int argc, char **argv)
     allreduce_f64(GPUWIRE_MAX);
     allreduce_f64(GPUWIRE_MIN);
     allreduce_f64(GPUWIRE_AVG);
+    allreduce_avg_wraps();
     allreduce_bitwise();
     allreduce_half(GPUWIRE_FLOAT16);
     allreduce_half(GPUWIRE_BFLOAT16);
