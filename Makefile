@@ -36,7 +36,10 @@ EXAMPLE_CFLAGS := -std=c99 -Wall -Wextra -Werror -pedantic -O2
 EXAMPLES := isend_irecv vstack_matvec cg_poisson darray_cg_poisson darray_blockrow
 DEMO_DIR := build/demo
 RESULTS := build/results
-MPICH_ENV := MPICC=mpicc.mpich CARGO_TARGET_DIR=target/mpich
+# Cargo's build directory: CARGO_TARGET_DIR when set (every step and script honours it), else
+# target. The MPICH build goes to its mpich/ subdirectory.
+CARGO_TARGET_DIR ?= target
+MPICH_ENV := MPICC=mpicc.mpich CARGO_TARGET_DIR=$(CARGO_TARGET_DIR)/mpich
 
 .PHONY: help deps demo install test test-header test-bindings test-rust test-c test-asan test-mpich \
 	test-install clean
@@ -52,12 +55,12 @@ deps:
 demo:
 	@bash scripts/deps.sh --demo
 	cargo build --release
-	@bash scripts/soname-link.sh target/release
+	@bash scripts/soname-link.sh $(CARGO_TARGET_DIR)/release
 	@mkdir -p $(DEMO_DIR)
 	@for e in $(EXAMPLES); do \
-	    echo "mpicc $(EXAMPLE_CFLAGS) -Iinclude examples-c/$$e.c -Ltarget/release -lgpuwire -Wl,-rpath,$(CURDIR)/target/release -lm -o $(DEMO_DIR)/$$e"; \
-	    mpicc $(EXAMPLE_CFLAGS) -Iinclude examples-c/$$e.c -Ltarget/release -lgpuwire \
-	        -Wl,-rpath,$(CURDIR)/target/release -lm -o $(DEMO_DIR)/$$e; \
+	    echo "mpicc $(EXAMPLE_CFLAGS) -Iinclude examples-c/$$e.c -L$(CARGO_TARGET_DIR)/release -lgpuwire -Wl,-rpath,$(abspath $(CARGO_TARGET_DIR))/release -lm -o $(DEMO_DIR)/$$e"; \
+	    mpicc $(EXAMPLE_CFLAGS) -Iinclude examples-c/$$e.c -L$(CARGO_TARGET_DIR)/release -lgpuwire \
+	        -Wl,-rpath,$(abspath $(CARGO_TARGET_DIR))/release -lm -o $(DEMO_DIR)/$$e; \
 	done
 	@echo; echo "== cg_poisson: conjugate gradient for -Laplace(u) = f, 768 x 768 grid, 2 ranks =="
 	$(OMPI_RUN) -n 2 $(DEMO_DIR)/cg_poisson 768 2
@@ -76,8 +79,7 @@ PREFIX ?= /usr/local
 LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 GPUWIRE_PROFILE ?= release
-CARGO_TARGET_DIR ?= target
-# Cargo's profile "dev" builds into target/debug.
+# Cargo's profile "dev" builds into $(CARGO_TARGET_DIR)/debug.
 CARGO_PROFILE_FLAG = $(if $(filter release,$(GPUWIRE_PROFILE)),--release,$(if $(filter debug,$(GPUWIRE_PROFILE)),,--profile $(GPUWIRE_PROFILE)))
 
 install:
@@ -157,4 +159,4 @@ test-mpich:
 
 clean:
 	cargo clean
-	rm -rf build target/mpich
+	rm -rf build $(CARGO_TARGET_DIR)/mpich

@@ -4,11 +4,13 @@
 # Prints one PASS/FAIL/SKIP line per test, then "c-FLAVOUR: N passed, N failed, N skipped".
 #
 # usage: scripts/run-c-tests.sh openmpi|mpich [--sanitize]
-#   openmpi     mpicc, mpicxx, mpifort, mpirun; links target/debug/libgpuwire.so (from
+#   openmpi     mpicc, mpicxx, mpifort, mpirun; links TARGET/debug/libgpuwire.so (from
 #               `cargo build`)
 #   mpich       mpicc.mpich, mpicxx.mpich, mpifort.mpich, mpiexec.mpich; links
-#               target/mpich/debug/libgpuwire.so (from `MPICC=mpicc.mpich
-#               CARGO_TARGET_DIR=target/mpich cargo build`)
+#               TARGET/mpich/debug/libgpuwire.so (from `MPICC=mpicc.mpich
+#               CARGO_TARGET_DIR=TARGET/mpich cargo build`)
+#   TARGET is $CARGO_TARGET_DIR (relative to the current directory, as for cargo) when set, else
+#   the checkout's target/.
 #   --sanitize  builds every C, C++ and Fortran program with -fsanitize=address,undefined
 #               (Open MPI only; no Python run)
 #
@@ -32,9 +34,11 @@ if [[ $# -eq 2 ]]; then
 fi
 
 root=$(cd "$(dirname "$0")/.." && pwd)
+target=${CARGO_TARGET_DIR:-$root/target}
+[[ $target == /* ]] || target=$PWD/$target
 case $mpi in
 openmpi)
-    CC=mpicc CXX=mpicxx FC=mpifort libdir=$root/target/debug mpi_vendor="Open MPI"
+    CC=mpicc CXX=mpicxx FC=mpifort libdir=$target/debug mpi_vendor="Open MPI"
     launcher=(mpirun --oversubscribe --bind-to none -n)
     other_launcher=(mpiexec.mpich -n)
     if [[ $(id -u) -eq 0 ]]; then
@@ -43,7 +47,7 @@ openmpi)
     ;;
 mpich)
     [[ $sanitize -eq 0 ]] || { echo "$0: --sanitize runs with Open MPI only" >&2; exit 2; }
-    CC=mpicc.mpich CXX=mpicxx.mpich FC=mpifort.mpich libdir=$root/target/mpich/debug mpi_vendor=MPICH
+    CC=mpicc.mpich CXX=mpicxx.mpich FC=mpifort.mpich libdir=$target/mpich/debug mpi_vendor=MPICH
     launcher=(mpiexec.mpich -n)
     other_launcher=(mpirun --oversubscribe --bind-to none -n)
     if [[ $(id -u) -eq 0 ]]; then # for the wrong-launcher check, which uses Open MPI's mpirun
