@@ -236,7 +236,7 @@ module gpuwire_types
                                           ! the number of devices (GPUWIRE_DEVICE)
     integer(c_int32_t) :: check           ! 1 = checking mode for collectives (GPUWIRE_CHECK)
     integer(c_int32_t) :: staging         ! a GPUWIRE_STAGING_* value (GPUWIRE_STAGING)
-    real(c_double) :: timeout_seconds     ! 0 = none (GPUWIRE_TIMEOUT)
+    real(c_double) :: timeout_seconds     ! 0 = none, else 0.001 to 1e9 s (GPUWIRE_TIMEOUT)
     integer(c_int64_t) :: chunk_bytes     ! staging chunk, >= 4096 (GPUWIRE_CHUNK_BYTES)
   end type gpuwire_config
 
