@@ -169,8 +169,10 @@ if has python; then
   PY=${PYTHON:-$(command -v python3)}
   if stock "$PY" -c 'import numpy, cupy, mpi4py' > /dev/null 2>&1; then
     GPUWIRE_LIBRARY=$B/libgpuwire.so example python-cupy stock 2 -x GPUWIRE_LIBRARY "$PY" examples-python/allreduce.py 2 --cupy
+    # The module's byte-order refusal on CuPy arrays (and its freeing rules) on the GPU machine.
+    GPUWIRE_LIBRARY=$B/libgpuwire.so example python-bindings-cupy stock 2 -x GPUWIRE_LIBRARY "$PY" tests/python/test_bindings.py 2 --cupy
   else
-    echo "NOTE python: no python3 ($PY) with mpi4py, NumPy and CuPy here; the CuPy example was not run" | tee -a "$LOG"
+    echo "NOTE python: no python3 ($PY) with mpi4py, NumPy and CuPy here; the CuPy example and test_bindings.py were not run" | tee -a "$LOG"
   fi
 fi
 if has bench && [ -x "$B/gpuwire-bench" ]; then
