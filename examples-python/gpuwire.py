@@ -18,9 +18,22 @@ have Pythonic wrappers:
 Arrays: NumPy arrays (host memory, through arr.ctypes.data) and CuPy or any
 __cuda_array_interface__ array (device memory, through arr.data.ptr) become buffers over their
 own memory, never a copy: a non-contiguous array (a[:, 1]) is refused with ValueError, so a
-nonblocking call can never send a temporary. Buffers and requests keep the arrays they use alive.
+nonblocking call can never send a temporary; so is an array whose byte order is not the
+machine's (np.full(3, 1.0, '>f8') on x86 or ARM, a CuPy view with such a dtype), whose bytes
+gpuwire would otherwise reduce and send as native values: convert it first
+(a.astype(a.dtype.newbyteorder('='))). Buffers and requests keep the arrays they use alive.
 For device arrays the operations take the array's stream (CuPy's current stream) unless given
 stream=.
+
+Freeing: gpuwire_comm_free is collective, and the garbage collector runs at different moments
+on different ranks, so a Comm is freed only by free() or at the end of a `with` block, on every
+rank. A Comm collected without free() is not freed: a ResourceWarning says so (shown with
+python -W default::ResourceWarning or -X dev), and gpuwire.finalize() releases it. Buffers and
+distributed arrays free locally (gpuwire_buffer_free, gpuwire_darray_free are not collective),
+so the collector frees them. A Request collected while pending is released through
+gpuwire_request_free, which never blocks longer than its communicator's timeout: one that does
+not complete by then is abandoned (the communicator is then broken), with a ResourceWarning, and
+its array is kept alive for good, since MPI may still use its memory.
 
 The library: $GPUWIRE_LIBRARY (a path) if set; else, in the copy `make install` puts in
 PREFIX/share/gpuwire/python, the installed library; else libgpuwire.so.0.1 from the loader's
@@ -34,6 +47,8 @@ Errors raise gpuwire.Error with .code (the gpuwire_status) and the detailed mess
 
 import ctypes
 import os
+import sys
+import warnings
 from ctypes import POINTER, c_char_p, c_double, c_int, c_int32, c_int64, c_size_t, c_uint64, c_void_p
 
 # ---- constants (as gpuwire.h) ------------------------------------------------------------------
@@ -150,6 +165,7 @@ _PROTOTYPES = {
     "gpuwire_irecv": (_status, [_handle, _handle, c_int32, c_int32, c_void_p, POINTER(_handle)]),
     "gpuwire_wait": (_status, [POINTER(_handle)]),
     "gpuwire_test": (_status, [POINTER(_handle), POINTER(c_int32)]),
+    "gpuwire_request_free": (_status, [POINTER(_handle)]),
     "gpuwire_waitall": (_status, [c_int32, POINTER(_handle)]),
     "gpuwire_sendrecv": (_status, [_handle, _handle, c_int32, c_int32, _handle, c_int32, c_int32, c_void_p]),
     "gpuwire_barrier": (_status, [_handle, c_void_p]),
@@ -313,6 +329,7 @@ def _describe_array(array):
         if not contiguous:
             raise ValueError("gpuwire: the array is not contiguous; a buffer must be the array's own "
                              "memory (make a contiguous copy and keep it alive)")
+        _check_byte_order(cai["typestr"][0], cai["typestr"])
         typestr = cai["typestr"][1:]
         if typestr not in _TYPESTRS:
             raise ValueError(f"gpuwire: unsupported element type {cai['typestr']}")
@@ -332,10 +349,24 @@ def _describe_array(array):
                          "must be the array's own memory: use numpy.ascontiguousarray and keep the copy")
     if not flags.writeable:
         raise ValueError("gpuwire: the array is read-only (a buffer may be received into)")
+    if not array.dtype.isnative:
+        _check_byte_order(array.dtype.byteorder, array.dtype.str)
     name = array.dtype.name
     if name not in _DTYPES:
         raise ValueError(f"gpuwire: unsupported dtype {name}")
     return array.ctypes.data, array.size, _DTYPES[name], False, None
+
+
+_NATIVE_ORDER = "<" if sys.byteorder == "little" else ">"
+
+
+def _check_byte_order(order, typestr):
+    """Refuses an element type whose byte order ('<', '>'; '|' and '=' are native) is not this
+    machine's: its bytes would be reduced and sent as native values."""
+    if order not in ("|", "=", _NATIVE_ORDER):
+        raise ValueError(f"gpuwire: the array's elements ({typestr}) are in {'big' if order == '>' else 'little'}-endian "
+                         f"byte order, not this machine's ({sys.byteorder}-endian): gpuwire would reduce and send "
+                         f"their bytes as native values. Convert it first: a.astype(a.dtype.newbyteorder('='))")
 
 
 def _stream_ptr(stream):
@@ -456,8 +487,15 @@ def _as_buffer(x):
     return Buffer.wrap(x), True
 
 
+# Arrays of requests abandoned by the garbage collector: MPI may still read or write them.
+_ABANDONED = []
+
+
 class Request:
-    """A nonblocking operation; keeps its buffer alive and waits in __del__ if still pending."""
+    """A nonblocking operation; keeps its buffer alive until it completes. Collected while still
+    pending, it is released through gpuwire_request_free (never blocking longer than the
+    communicator's timeout); one abandoned then warns (ResourceWarning), breaks its communicator
+    and keeps its array alive for good."""
 
     def __init__(self, handle, keep):
         self.handle = _handle(handle)
@@ -480,12 +518,30 @@ class Request:
     def active(self):
         return self.handle.value != 0
 
+    def free(self):
+        """gpuwire_request_free: completes the request within the communicator's timeout, else
+        abandons it (raising Error ERROR_TIMEOUT or ERROR_COMM_BROKEN; the communicator is then
+        broken and the array kept alive for good)."""
+        if not self.handle.value:
+            return
+        st = lib.gpuwire_request_free(ctypes.byref(self.handle))
+        if st in (ERROR_TIMEOUT, ERROR_COMM_BROKEN) and self._keep is not None:
+            _ABANDONED.append(self._keep)  # MPI may still use its memory
+        self._keep = None
+        _check(st)
+
     def __del__(self):
-        if getattr(self, "handle", None) is not None and self.handle.value and lib is not None:
-            try:
-                lib.gpuwire_wait(ctypes.byref(self.handle))
-            except Exception:
-                pass
+        if getattr(self, "handle", None) is None or not self.handle.value or lib is None:
+            return
+        try:
+            st = lib.gpuwire_request_free(ctypes.byref(self.handle))
+            if st in (ERROR_TIMEOUT, ERROR_COMM_BROKEN):
+                if self._keep is not None:
+                    _ABANDONED.append(self._keep)
+                warnings.warn(f"gpuwire.Request collected while pending: abandoned ({last_error()}); wait() for "
+                              "requests before dropping them", ResourceWarning, stacklevel=2)
+        except Exception:
+            pass
 
 
 def waitall(requests):
@@ -503,7 +559,8 @@ def waitall(requests):
 
 class Comm:
     """Owns a gpuwire_comm. Comm() is MPI_COMM_WORLD; Comm(mpi4py_comm) goes through py2f().
-    Operations take Buffer objects or arrays (wrapped for the call)."""
+    Operations take Buffer objects or arrays (wrapped for the call). Freed (collectively) only by
+    free() or at the end of a `with` block; collected unfreed, it warns and is left to finalize()."""
 
     def __init__(self, mpi_comm=None, config=None, handle=None):
         cfg = ctypes.byref(config) if config is not None else None
@@ -667,9 +724,15 @@ class Comm:
         self.free()
 
     def __del__(self):
+        # Never gpuwire_comm_free here: it is collective, and the collector does not run at the
+        # same point on every rank (communicators collected in different orders would deadlock).
         if getattr(self, "handle", 0) and lib is not None:
             try:
-                lib.gpuwire_comm_free(self.handle)
+                warnings.warn(f"gpuwire.Comm (handle {self.handle:#x}) collected without free(): not freed, "
+                              "because gpuwire_comm_free is collective and the garbage collector runs at "
+                              "different moments on different ranks; gpuwire.finalize() releases it. Call "
+                              "free() on every rank, or use `with gpuwire.Comm(...) as comm:`",
+                              ResourceWarning, stacklevel=2)
             except Exception:
                 pass
 
@@ -851,6 +914,10 @@ class DArray:
                     and array.flags.c_contiguous)
         st = call(array.ctypes.data if fits and array.size else None)
         if st == ERROR_NULL_ARGUMENT and array is not None and not fits:
+            if not array.dtype.isnative and array.dtype.newbyteorder("=") == self._np_dtype():
+                raise Error(ERROR_DTYPE_MISMATCH, f"{what}: the array's elements ({array.dtype.str}) are not in "
+                                                  f"this machine's byte order ({sys.byteorder}-endian); the "
+                                                  f"distributed array holds native {self._np_dtype()}")
             if array.dtype != self._np_dtype():
                 raise Error(ERROR_DTYPE_MISMATCH, f"{what}: the array holds {array.dtype}, the distributed "
                                                   f"array {self._np_dtype()}")
@@ -906,6 +973,7 @@ class DArray:
         self.free()
 
     def __del__(self):
+        # gpuwire_darray_free is local (not collective): the collector may free it.
         if getattr(self, "handle", 0) and lib is not None:
             try:
                 lib.gpuwire_darray_free(self.handle)

@@ -42,9 +42,9 @@
 !     instead all be default integers.
 !   - Outputs are intent(out): on failure an output handle is NULL (its default value) and
 !     other outputs are undefined, except where a call's comment says otherwise.
-!   - gpuwire_comm_free, gpuwire_buffer_free, gpuwire_darray_free and a completed gpuwire_wait /
-!     gpuwire_test set the handle to NULL (GPUWIRE_COMM_NULL, GPUWIRE_BUFFER_NULL,
-!     GPUWIRE_DARRAY_NULL, GPUWIRE_REQUEST_NULL).
+!   - gpuwire_comm_free, gpuwire_buffer_free, gpuwire_darray_free, gpuwire_request_free and a
+!     completed gpuwire_wait / gpuwire_test set the handle to NULL (GPUWIRE_COMM_NULL,
+!     GPUWIRE_BUFFER_NULL, GPUWIRE_DARRAY_NULL, GPUWIRE_REQUEST_NULL).
 !
 ! Fortran arrays as buffers
 !   - gpuwire_buffer_wrap(array, buf) makes a buffer over the array's own memory (no copy) for
@@ -310,7 +310,8 @@ module gpuwire_c
     gpuwire_comm_backend, gpuwire_comm_device, gpuwire_comm_mpi, gpuwire_comm_describe, &
     gpuwire_init, gpuwire_finalize, gpuwire_initialized, gpuwire_query_thread, gpuwire_owns_mpi, &
     gpuwire_send, gpuwire_recv, gpuwire_isend, gpuwire_irecv, gpuwire_wait, gpuwire_test, &
-    gpuwire_waitall, gpuwire_sendrecv, gpuwire_barrier, gpuwire_bcast, gpuwire_reduce, &
+    gpuwire_request_free, gpuwire_waitall, gpuwire_sendrecv, gpuwire_barrier, gpuwire_bcast, &
+    gpuwire_reduce, &
     gpuwire_allreduce, gpuwire_allgather, gpuwire_allgatherv, gpuwire_reduce_scatter, &
     gpuwire_alltoall, gpuwire_gather, gpuwire_scatter, gpuwire_status_string, &
     gpuwire_last_error, gpuwire_get_version
@@ -612,6 +613,12 @@ module gpuwire_c
       integer(gpuwire_handle_kind), intent(inout) :: request
       integer(c_int) :: st
     end function gpuwire_wait
+
+    function gpuwire_request_free(request) bind(C, name="gpuwire_request_free") result(st)
+      import :: c_int, gpuwire_handle_kind
+      integer(gpuwire_handle_kind), intent(inout) :: request
+      integer(c_int) :: st
+    end function gpuwire_request_free
 
     function gpuwire_test(request, flag) bind(C, name="gpuwire_test") result(st)
       import :: c_int, c_int32_t, gpuwire_handle_kind
@@ -1178,6 +1185,9 @@ module gpuwire
   interface gpuwire_test
     module procedure gw_test
   end interface
+  interface gpuwire_request_free
+    module procedure gw_request_free
+  end interface
   interface gpuwire_waitall
     module procedure gw_waitall
   end interface
@@ -1342,7 +1352,8 @@ module gpuwire
     gw_buffer_wrap_ptr_i4, gw_buffer_view, gw_buffer_view_i4, gw_buffer_free, &
     gw_copy_from_ptr, gw_copy_to_ptr, gw_buffer_pointer, gw_buffer_count, gw_buffer_dtype, &
     gw_buffer_space, gw_buffer_device, gw_buffer_owned, gw_dtype_size, gw_send, gw_recv, &
-    gw_isend, gw_irecv, gw_wait, gw_test, gw_waitall, gw_sendrecv, gw_barrier, gw_bcast, &
+    gw_isend, gw_irecv, gw_wait, gw_test, gw_request_free, gw_waitall, gw_sendrecv, gw_barrier, &
+    gw_bcast, &
     gw_reduce, gw_allreduce, gw_allgather, gw_allgatherv, gw_reduce_scatter, gw_alltoall, &
     gw_gather, gw_scatter
   private :: wrap_i8, wrap_i32, wrap_i64, wrap_r32, wrap_r64, wrap_c32, wrap_c64, &
@@ -2028,6 +2039,15 @@ contains
     flag = st == GPUWIRE_SUCCESS .and. v /= 0
     call finish(st, 'gpuwire_test', ierror)
   end subroutine gw_test
+
+  ! Frees a request without blocking longer than its communicator's timeout (abandoning one still
+  ! pending then, which breaks the communicator: see gpuwire.h); it is GPUWIRE_REQUEST_NULL after.
+  subroutine gw_request_free(request, ierror)
+    use gpuwire_c, only: c => gpuwire_request_free
+    type(gpuwire_request), intent(inout) :: request
+    integer, intent(out), optional :: ierror
+    call finish(c(request%handle), 'gpuwire_request_free', ierror)
+  end subroutine gw_request_free
 
   ! Waits for every request of the array (any shape of section); each becomes
   ! GPUWIRE_REQUEST_NULL, a failed one too; the first failure is returned.

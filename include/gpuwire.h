@@ -1351,6 +1351,28 @@ gpuwire_status gpuwire_irecv(gpuwire_comm comm,
 gpuwire_status gpuwire_wait(gpuwire_request *request);
 
 /**
+ * Frees a request without blocking longer than its communicator's timeout, and sets
+ * `*request` to GPUWIRE_REQUEST_NULL (also when it returns an error, but for the two argument
+ * errors below): what destructors and finalizers call (gpuwire.hpp's `~request`, Python's
+ * `Request.__del__`). A request that has completed, or completes within the communicator's
+ * timeout, is released as by gpuwire_wait (GPUWIRE_SUCCESS, or the operation's error). One that
+ * has not is abandoned, as MPI_Request_free abandons a request, but louder: on the HOST and
+ * MPI_CUDA_AWARE paths a receive not yet matched is cancelled (MPI_Cancel) and will not write
+ * its buffer; a send the MPI cannot cancel, and operations of the other backends, are left as
+ * they are and may still read or write the buffer, so keep that memory valid (a buffer from
+ * gpuwire_buffer_alloc is then kept for ever); and the communicator is marked broken on this
+ * rank: every later call on it returns GPUWIRE_ERROR_COMM_BROKEN, because the other ranks'
+ * messages no longer meet what this rank expects. Without a timeout it does not wait at all. Freeing GPUWIRE_REQUEST_NULL returns at once. Local; thread-safe for
+ * different requests.
+ *
+ * Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE (freed or foreign handle;
+ * `*request` unchanged), GPUWIRE_ERROR_TIMEOUT (abandoned at the communicator's timeout),
+ * GPUWIRE_ERROR_COMM_BROKEN (abandoned at once: no timeout, or the communicator was already
+ * broken), and those of gpuwire_wait for a request that completed with an error.
+ */
+gpuwire_status gpuwire_request_free(gpuwire_request *request);
+
+/**
  * Writes 1 to `*flag` and sets `*request` to GPUWIRE_REQUEST_NULL if the request has
  * completed, else writes 0 (as MPI_Test). Never blocks. Errors as gpuwire_wait.
  */

@@ -3,10 +3,14 @@
 // A thin layer over the C API of gpuwire.h, which it includes:
 //  - gpuwire::environment   gpuwire_init in its constructor, gpuwire_finalize in its destructor;
 //  - gpuwire::comm, gpuwire::buffer, gpuwire::request, gpuwire::darray: RAII owners of the C
-//    handles, move-only; the destructor frees the handle (a request's destructor waits for it
-//    first, so the memory it reads or writes is never released under it). get() gives the C
-//    handle, release() gives it up; a default-constructed or moved-from object holds the NULL
-//    handle;
+//    handles, move-only; the destructor frees the handle. A request's destructor never blocks
+//    longer than its communicator's timeout, and without a timeout never blocks: it calls
+//    gpuwire_request_free, which waits for a pending request up to the timeout and then (or at
+//    once, without a timeout) abandons it: a receive is cancelled, a send left to MPI, and the
+//    communicator is broken (every later call on it throws GPUWIRE_ERROR_COMM_BROKEN). So an
+//    exception thrown while a request is pending reaches its catch; wait() for requests whose
+//    results you need. get() gives the C handle, release() gives it up; a default-constructed
+//    or moved-from object holds the NULL handle;
 //  - gpuwire::error: the exception every failing call throws, carrying the status code (code())
 //    and the detailed message of gpuwire_last_error (what(), which names the C function);
 //  - gpuwire::span<T>: a std::span-style view (pointer + element count) that converts from
@@ -31,6 +35,7 @@
 #include <complex>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <iterator>
 #include <stdexcept>
 #include <string>
@@ -427,7 +432,11 @@ private:
 
 // ---- request -----------------------------------------------------------------------------------
 
-/** Owns a gpuwire_request; the destructor waits for a pending request (ignoring its errors). */
+/** Owns a gpuwire_request. The destructor (and move assignment over a pending request) calls
+ * gpuwire_request_free, ignoring its errors: it never blocks longer than the communicator's
+ * timeout (without a timeout: not at all); a request still pending then is abandoned and its
+ * communicator broken (see gpuwire_request_free in gpuwire.h), also while an exception unwinds
+ * the stack. */
 class request {
 public:
     request() noexcept = default;
@@ -454,6 +463,13 @@ public:
         detail::check(gpuwire_test(&h_, &flag));
         return flag != 0;
     }
+    /** gpuwire_request_free now, reporting its errors (GPUWIRE_ERROR_TIMEOUT or
+     * GPUWIRE_ERROR_COMM_BROKEN when the request was abandoned); NULL afterwards. */
+    void free()
+    {
+        if (h_ != GPUWIRE_REQUEST_NULL)
+            detail::check(gpuwire_request_free(&h_));
+    }
     /** Whether an operation is still attached (false once completed). */
     bool active() const noexcept { return h_ != GPUWIRE_REQUEST_NULL; }
     gpuwire_request get() const noexcept { return h_; }
@@ -463,7 +479,7 @@ private:
     void finish_quietly() noexcept
     {
         if (h_ != GPUWIRE_REQUEST_NULL)
-            (void)gpuwire_wait(&h_);
+            (void)gpuwire_request_free(&h_);
         h_ = GPUWIRE_REQUEST_NULL;
     }
 
@@ -487,7 +503,13 @@ inline void wait_all(span<request> requests)
 // ---- comm --------------------------------------------------------------------------------------
 
 /** Owns a gpuwire_comm (freed by the destructor). Operations are methods; each names its C
- * function. Counts come from the buffers; `stream` is a CUstream or nullptr. */
+ * function. Counts come from the buffers; `stream` is a CUstream or nullptr.
+ *
+ * gpuwire_comm_free is collective, so the destructor frees only on the ordinary path (every rank
+ * leaves the scope the same way). A destructor that runs while an exception unwinds the stack
+ * (std::uncaught_exceptions() greater than when this object was made) does not call it: the
+ * other ranks may never reach their free. The communicator is then left to gpuwire_finalize
+ * (its handle stays valid until then; free() it on every rank to release it earlier). */
 class comm {
 public:
     comm() noexcept = default;
@@ -503,7 +525,12 @@ public:
         }
         return *this;
     }
-    ~comm() { reset(); }
+    ~comm()
+    {
+        if (std::uncaught_exceptions() > uncaught_)
+            h_ = GPUWIRE_COMM_NULL; // unwinding: left to gpuwire_finalize (see above)
+        reset();
+    }
 
     /** Over MPI_COMM_WORLD (gpuwire_comm_world); cfg nullptr = defaults and environment. */
     static comm world(const gpuwire_config *cfg = nullptr)
@@ -689,6 +716,7 @@ private:
     }
 
     gpuwire_comm h_ = GPUWIRE_COMM_NULL;
+    int uncaught_ = std::uncaught_exceptions(); // at construction, for the destructor
 };
 
 // ---- darray ------------------------------------------------------------------------------------

@@ -42,8 +42,8 @@ if has smoke; then
 fi
 if has tests; then
   gputest stock-auto stock c17,c14,c16,c11,c15,ops,c13,c12
-  GPUWIRE_BACKEND=mpi_staged gputest kit-staged kit ops,c13,c14,c17 -x GPUWIRE_BACKEND
-  GPUWIRE_BACKEND=mpi_cuda_aware gputest kit-cuda-aware kit ops,c12,c13,c14,c16,c17 -x GPUWIRE_BACKEND
+  GPUWIRE_BACKEND=mpi_staged gputest kit-staged kit ops,c13,c14,c17,reqfree -x GPUWIRE_BACKEND
+  GPUWIRE_BACKEND=mpi_cuda_aware gputest kit-cuda-aware kit ops,c12,c13,c14,c16,c17,reqfree -x GPUWIRE_BACKEND
 fi
 if has nccl || has tests; then
   # One GPU: NCCL on 1-rank communicators (every operation, datatype and op); C15 with 2 ranks.
@@ -57,7 +57,7 @@ if has ipc; then
   # IPC cannot export; pending receives progressing outside IPC waits (ipcprogress); mappings
   # shared by a dup'ed communicator (ipcdup); with 2 and with 3 ranks. Then AUTO picks IPC
   # (2 ranks, no GPUWIRE_BACKEND).
-  ipccases=${GPUWIRE_IPC_CASES:-ipcprogress,ipcdup,ops,c12,c13,c14,c17,ipcfree,ipcexit,ipcmixed}
+  ipccases=${GPUWIRE_IPC_CASES:-ipcprogress,ipcdup,ops,c12,c13,c14,c17,ipcfree,ipcexit,ipcmixed,reqfree}
   GPUWIRE_BACKEND=ipc gputest ipc-np2 stock "$ipccases" -x GPUWIRE_BACKEND
   GPUWIRE_BACKEND=ipc GPUWIRE_GPU_TEST_NP=3 np2="mpirun -np 3 --oversubscribe --bind-to none" \
     gputest ipc-np3 stock "$ipccases" -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP
@@ -169,8 +169,10 @@ if has python; then
   PY=${PYTHON:-$(command -v python3)}
   if stock "$PY" -c 'import numpy, cupy, mpi4py' > /dev/null 2>&1; then
     GPUWIRE_LIBRARY=$B/libgpuwire.so example python-cupy stock 2 -x GPUWIRE_LIBRARY "$PY" examples-python/allreduce.py 2 --cupy
+    # The module's byte-order refusal on CuPy arrays (and its freeing rules) on the GPU machine.
+    GPUWIRE_LIBRARY=$B/libgpuwire.so example python-bindings-cupy stock 2 -x GPUWIRE_LIBRARY "$PY" tests/python/test_bindings.py 2 --cupy
   else
-    echo "NOTE python: no python3 ($PY) with mpi4py, NumPy and CuPy here; the CuPy example was not run" | tee -a "$LOG"
+    echo "NOTE python: no python3 ($PY) with mpi4py, NumPy and CuPy here; the CuPy example and test_bindings.py were not run" | tee -a "$LOG"
   fi
 fi
 if has bench && [ -x "$B/gpuwire-bench" ]; then

@@ -17,8 +17,9 @@
 # C: tests/c, examples-c. C++: tests/c/test_header.cpp, tests/cpp (gpuwire.hpp), examples-cpp.
 # Fortran: include/gpuwire.f90 and gpuwire_f08.f90 compiled with the MPI's Fortran wrapper, then
 # tests/fortran (including two programs that must not compile) and examples-fortran, whose
-# output must be the C examples' output. Python: examples-python/allreduce.py and darray.py under
-# the MPI launcher, with the python3 that scripts/find-python.sh finds for this MPI.
+# output must be the C examples' output. Python: examples-python/allreduce.py and darray.py, and
+# tests/python/test_bindings.py, under the MPI launcher, with the python3 that
+# scripts/find-python.sh finds for this MPI.
 #
 # The library must be built first (the Makefile does it). Exits 1 if a test failed, or if one
 # was skipped while CI is set (on CI everything here must run). Logs: build/c/FLAVOUR/logs/.
@@ -138,6 +139,8 @@ compile "test_header (C++17)" "$build/test_header" "$CXX" "${cxxflags[@]}" "$roo
 
 # C++: the header-only gpuwire.hpp.
 compile "test_hpp (C++17)" "$build/test_hpp" "$CXX" "${cxxflags[@]}" "$root/tests/cpp/test_hpp.cpp"
+compile "test_hpp_unwind (C++17)" "$build/test_hpp_unwind" "$CXX" "${cxxflags[@]}" \
+    "$root/tests/cpp/test_hpp_unwind.cpp"
 compile "ring (C++17 example)" "$build/ring" "$CXX" "${cxxflags[@]}" "$root/examples-cpp/ring.cpp"
 
 # Fortran: the modules (gpuwire_types, gpuwire_c, gpuwire; gpuwire_f08), then the programs.
@@ -337,6 +340,14 @@ done
 for n in 1 2 3; do
     check "test_hpp (C++) -n $n" 0 "$n" "^test_hpp: PASS \\($n ranks" "$build/test_hpp" "$n"
 done
+# Destructors that must not block: a hang is a failure within 90 s, not the general limit.
+saved_timeout=$timeout_s
+timeout_s=90
+for n in 1 2 3; do
+    check "test_hpp_unwind (C++: destructors never block) -n $n" 0 "$n" \
+        "^test_hpp_unwind: PASS \\($n ranks" "$build/test_hpp_unwind" "$n"
+done
+timeout_s=$saved_timeout
 for n in 2 3; do
     check "ring (C++) -n $n" 0 "$n" "^ring: PASS \\($n ranks" "$build/ring" "$n"
 done
@@ -404,11 +415,15 @@ if [[ $sanitize -eq 0 ]]; then
             check "darray.py (Python) -n $n" 0 "$n" "^darray.py: PASS \\($n ranks" "$py" \
                 "$root/examples-python/darray.py" "$n"
         done
+        for n in 1 2; do
+            check "test_bindings.py (Python: byte order, freeing) -n $n" 0 "$n" \
+                "^test_bindings.py: PASS \\(numpy; $n ranks" "$py" "$root/tests/python/test_bindings.py" "$n"
+        done
         unset GPUWIRE_LIBRARY
     elif [[ $mpi == openmpi ]]; then
-        record SKIP "allreduce.py, darray.py (Python)" "no python3 with mpi4py (for $mpi_vendor) and NumPy: apt-get install python3-mpi4py python3-numpy"
+        record SKIP "allreduce.py, darray.py, test_bindings.py (Python)" "no python3 with mpi4py (for $mpi_vendor) and NumPy: apt-get install python3-mpi4py python3-numpy"
     else
-        echo "NOTE [$flavour] allreduce.py, darray.py (Python): no mpi4py built for $mpi_vendor here; the Python examples run in the Open MPI pass"
+        echo "NOTE [$flavour] allreduce.py, darray.py, test_bindings.py (Python): no mpi4py built for $mpi_vendor here; the Python examples run in the Open MPI pass"
     fi
 fi
 

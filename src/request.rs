@@ -3,12 +3,16 @@
 //! A request keeps its communicator and buffer alive until it completes, so freeing either
 //! handle while a transfer is in flight is safe. Completing a request (wait, or a test that
 //! reports completion) frees its handle, as MPI sets a completed request to MPI_REQUEST_NULL.
+//! Freeing a request that has not completed (gpuwire_request_free, the C++ destructor, Python's
+//! garbage collector) never blocks longer than its communicator's timeout: what is still pending
+//! then is abandoned, and the communicator is broken.
 
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::buffer::Buffer;
 use crate::comm::Communicator;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::handles::{Kind, Registry};
 
 /// All live requests, by handle.
@@ -20,18 +24,27 @@ pub trait Pending: Send {
     fn wait(&mut self) -> Result<()>;
     /// Whether the operation is complete, without blocking; true finishes it as `wait` does.
     fn test(&mut self) -> Result<bool>;
+    /// Gives the operation up without blocking: cancels it where the backend can, and never
+    /// frees memory that MPI, a device or a peer may still read or write. Returns true when
+    /// nothing is left in flight (it completed or was cancelled), false when something may still
+    /// use the request's buffer (which must then never be freed). The default leaks the whole
+    /// operation.
+    fn abandon(self: Box<Self>) -> bool {
+        std::mem::forget(self);
+        false
+    }
 }
 
 /// A nonblocking operation in flight.
 pub struct Request {
     pending: Mutex<Option<Box<dyn Pending>>>,
-    _comm: Arc<Communicator>,
-    _buf: Arc<Buffer>,
+    comm: Arc<Communicator>,
+    buf: Arc<Buffer>,
 }
 
 impl Request {
     pub fn new(pending: Box<dyn Pending>, comm: Arc<Communicator>, buf: Arc<Buffer>) -> Request {
-        Request { pending: Mutex::new(Some(pending)), _comm: comm, _buf: buf }
+        Request { pending: Mutex::new(Some(pending)), comm, buf }
     }
 
     /// Blocks until complete. A second call returns at once.
@@ -56,5 +69,50 @@ impl Request {
                 Ok(done)
             }
         }
+    }
+
+    /// gpuwire_request_free: completes the request if it completes within the communicator's
+    /// timeout (without a timeout: if it has already completed), else abandons it (see
+    /// [`Pending::abandon`]; the buffer is then kept for ever if MPI may still use it) and
+    /// breaks the communicator: Ok(()) when it completed, its error when it failed,
+    /// Error::Timeout or Error::CommBroken when it was abandoned. Never blocks longer than the
+    /// timeout.
+    pub fn free(&self) -> Result<()> {
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(mut op) = p.take() else { return Ok(()) };
+        let timeout = self.comm.config().timeout;
+        // A broken communicator completes nothing more: no waiting then.
+        let deadline = timeout.filter(|_| !self.comm.is_broken()).map(|t| Instant::now() + t);
+        let mut spins = 0u32;
+        loop {
+            match op.test() {
+                Ok(true) => return Ok(()),
+                Err(e) => return Err(e), // failed: finished, released as gpuwire_wait releases it
+                Ok(false) => {}
+            }
+            match deadline {
+                Some(d) if Instant::now() < d => {}
+                _ => break,
+            }
+            spins += 1;
+            if spins > 1000 {
+                std::thread::sleep(Duration::from_micros(50));
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        if !op.abandon() {
+            // MPI (or a peer, a device) may still read or write the buffer: keep it for ever.
+            std::mem::forget(self.buf.clone());
+        }
+        let msg = match deadline.and(timeout) {
+            Some(t) => format!(
+                "a request that did not complete within the communicator's timeout of {:.3} s was abandoned (gpuwire_request_free: its receive cancelled or its send left to MPI); the communicator is now broken",
+                t.as_secs_f64()
+            ),
+            None => "a request that had not completed was abandoned (gpuwire_request_free, on a communicator without a timeout or already broken: its receive cancelled or its send left to MPI); the communicator is now broken".to_string(),
+        };
+        self.comm.mark_broken(msg.clone());
+        Err(if deadline.is_some() { Error::Timeout(msg) } else { Error::CommBroken(msg) })
     }
 }

@@ -830,6 +830,44 @@ fn ipc_free_realloc(cx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
+/// gpuwire_request_free of a device receive that nobody matches, on a communicator without a
+/// timeout: abandoned at once with GPUWIRE_ERROR_COMM_BROKEN, the request NULL, the device buffer
+/// untouched, later calls on the communicator broken, and the communicator still freed. Not on
+/// NCCL (an unmatched NCCL receive keeps its kernel, and so the stream, busy).
+fn request_free_device(cx: &Ctx) -> Result<(), String> {
+    let s = cx.stream as *mut c_void;
+    let mut c = 0;
+    ok(gpuwire_comm_dup(cx.comm, &mut c), "dup");
+    let mut backend = 0;
+    ok(gpuwire_comm_backend(c, &mut backend), "comm_backend");
+    if backend == BackendKind::GPUWIRE_BACKEND_NCCL as i32 {
+        println!("rank {}: reqfree: NCCL backend, not run", cx.rank);
+        ok(gpuwire_comm_free(c), "comm_free");
+        return Ok(());
+    }
+    let n = 1usize << 16;
+    let b = dev_alloc(n, Dtype::GPUWIRE_FLOAT32);
+    upload(b, &f32s(&vec![-1.0; n]));
+    let left = (cx.rank + cx.size - 1) % cx.size;
+    let mut req = 0;
+    ok(gpuwire_irecv(c, b, left, 77, s, &mut req), "irecv");
+    let t0 = Instant::now();
+    let st = gpuwire_request_free(&mut req);
+    let dt = t0.elapsed().as_secs_f64();
+    if st != Status::GPUWIRE_ERROR_COMM_BROKEN || req != 0 || dt > 5.0 {
+        return Err(format!("gpuwire_request_free of a pending device receive (backend {backend}): {st:?} after {dt:.3} s, request {req:#x}: {}", last_error()));
+    }
+    let st = gpuwire_barrier(c, s);
+    if st != Status::GPUWIRE_ERROR_COMM_BROKEN {
+        return Err(format!("a call after the abandoned request: {st:?}, expected COMM_BROKEN"));
+    }
+    all_f32(&download(b, n * 4), -1.0).map_err(|e| format!("the abandoned receive's buffer: {e}"))?;
+    gpuwire_buffer_free(b);
+    ok(gpuwire_comm_free(c), "comm_free (broken)");
+    ok(gpuwire_barrier(cx.comm, s), "barrier (world still works)");
+    Ok(())
+}
+
 /// A rank that frees its communicator while a peer still uses it: the free is collective and
 /// waits for the peer (rank 1 works 1.5 s longer); the peer's later calls on the communicator
 /// work; afterwards the world communicator works.
@@ -1084,6 +1122,7 @@ fn main() {
             "ipcmixed" => ipc_mixed(&cx),
             "ipcprogress" => ipc_progress(&cx),
             "ipcdup" => ipc_dup(&cx),
+            "reqfree" => request_free_device(&cx),
             other => Err(format!("unknown case {other}")),
         };
         let ms = t0.elapsed().as_millis();

@@ -138,6 +138,43 @@ impl Pending for MpiPending {
         }
         Ok(flag != 0)
     }
+    fn abandon(mut self: Box<Self>) -> bool {
+        self.give_up()
+    }
+}
+
+impl MpiPending {
+    /// Cancels the request (MPI_Cancel: a receive not yet matched is cancelled, and then
+    /// completes locally) and tests it for up to 100 ms; if it has not completed by then (a send
+    /// the MPI cannot cancel), frees it as MPI_Request_free, leaving it to complete in the
+    /// background. True when it completed (cancelled or not): MPI no longer uses its buffer.
+    pub fn give_up(&mut self) -> bool {
+        // SAFETY: an active request of ours (or MPI_REQUEST_NULL, which MPI_Test accepts).
+        unsafe {
+            if self.0.0 == mpisys::request_null() {
+                return true;
+            }
+            sys::MPI_Cancel(&mut self.0.0);
+            let deadline = std::time::Instant::now() + std::time::Duration::from_millis(100);
+            loop {
+                let mut flag: c_int = 0;
+                if sys::MPI_Test(&mut self.0.0, &mut flag, mpisys::status_ignore()) != 0 {
+                    break;
+                }
+                if flag != 0 {
+                    return true;
+                }
+                if std::time::Instant::now() >= deadline {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_micros(100));
+            }
+            if self.0.0 != mpisys::request_null() {
+                sys::MPI_Request_free(&mut self.0.0);
+            }
+        }
+        false
+    }
 }
 
 pub fn isend(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, dest: i32, tag: i32) -> Result<MpiPending> {

@@ -1615,6 +1615,10 @@ impl Pending for IpcSend {
         progress_all();
         Ok(false)
     }
+    fn abandon(self: Box<Self>) -> bool {
+        drop(self); // see Drop: the receiver may still read the data
+        false
+    }
 }
 
 impl Drop for IpcSend {
@@ -1671,6 +1675,10 @@ impl Pending for IpcRecv {
             progress_all();
         }
         Ok(done)
+    }
+    fn abandon(self: Box<Self>) -> bool {
+        drop(self); // see Drop: closed, so no thread progresses it; MPI may still write the data
+        false
     }
 }
 

@@ -249,6 +249,95 @@ static void point_to_point(void)
     bfree(r);
 }
 
+/* gpuwire_request_free: a completed request is released; a pending one is waited for up to the
+ * communicator's timeout, else abandoned at once: its receive cancelled (a message sent later is
+ * not written into the buffer), the communicator broken on this rank. */
+static void request_free(void)
+{
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    gpuwire_buffer s = balloc(4, GPUWIRE_INT64), r = balloc(4, GPUWIRE_INT64);
+    int64_t *sp = (int64_t *)bptr(s), *rp = (int64_t *)bptr(r), late[4] = {0, 0, 0, 0};
+    gpuwire_request req = GPUWIRE_REQUEST_NULL, reqs[2];
+    gpuwire_config cfg;
+    gpuwire_comm dc, tc;
+    int32_t fint = 0;
+    MPI_Comm mc;
+    MPI_Request mr;
+    double t0;
+    int i;
+
+    EXPECT_STATUS(gpuwire_request_free(NULL), GPUWIRE_ERROR_NULL_ARGUMENT);
+    EXPECT_OK(gpuwire_request_free(&req)); /* NULL: at once */
+    req = (gpuwire_request)0x1234567;
+    EXPECT_STATUS(gpuwire_request_free(&req), GPUWIRE_ERROR_INVALID_HANDLE);
+    EXPECT(req == (gpuwire_request)0x1234567);
+
+    /* Completed (a send to PROC_NULL), and completing within the timeout (a ring exchange):
+     * released, the data in place, the communicator usable. */
+    EXPECT_OK(gpuwire_isend(comm, s, GPUWIRE_PROC_NULL, 8, NULL, &req));
+    EXPECT_OK(gpuwire_request_free(&req));
+    EXPECT(req == GPUWIRE_REQUEST_NULL);
+    EXPECT_OK(gpuwire_config_init(&cfg));
+    cfg.timeout_seconds = 60.0;
+    EXPECT_OK(gpuwire_comm_world(&cfg, &tc));
+    for (i = 0; i < 4; i++) {
+        sp[i] = rank * 10 + i;
+        rp[i] = -1;
+    }
+    EXPECT_OK(gpuwire_irecv(tc, r, prev, 8, NULL, &reqs[0]));
+    EXPECT_OK(gpuwire_isend(tc, s, next, 8, NULL, &reqs[1]));
+    EXPECT_OK(gpuwire_request_free(&reqs[0]));
+    EXPECT_OK(gpuwire_request_free(&reqs[1]));
+    EXPECT(reqs[0] == GPUWIRE_REQUEST_NULL && reqs[1] == GPUWIRE_REQUEST_NULL);
+    for (i = 0; i < 4; i++)
+        EXPECT(rp[i] == prev * 10 + i);
+    EXPECT_OK(gpuwire_barrier(tc, NULL));
+    EXPECT_OK(gpuwire_comm_free(tc));
+
+    /* No timeout: a receive nobody sends to is abandoned at once, and cancelled. */
+    EXPECT_OK(gpuwire_comm_dup(comm, &dc));
+    for (i = 0; i < 4; i++)
+        rp[i] = -1;
+    EXPECT_OK(gpuwire_irecv(dc, r, prev, 9, NULL, &req));
+    t0 = MPI_Wtime();
+    EXPECT_STATUS(gpuwire_request_free(&req), GPUWIRE_ERROR_COMM_BROKEN);
+    EXPECT_LAST_ERROR_HAS("abandoned");
+    EXPECT(req == GPUWIRE_REQUEST_NULL);
+    EXPECT(MPI_Wtime() - t0 < 10.0);
+    EXPECT_STATUS(gpuwire_barrier(dc, NULL), GPUWIRE_ERROR_COMM_BROKEN);
+    EXPECT_STATUS(gpuwire_send(dc, s, next, 9, NULL), GPUWIRE_ERROR_COMM_BROKEN);
+    EXPECT_STATUS(gpuwire_irecv(dc, r, prev, 9, NULL, &req), GPUWIRE_ERROR_COMM_BROKEN);
+    /* The message the abandoned receive expected, sent on gpuwire's own MPI communicator once
+     * every rank has abandoned its receive, is not written into its buffer: it is there for a
+     * new receive. */
+    EXPECT_OK(gpuwire_comm_mpi(dc, &fint));
+    mc = MPI_Comm_f2c(fint);
+    MPI_Barrier(MPI_COMM_WORLD);
+    EXPECT(MPI_Isend(sp, 4, MPI_INT64_T, next, 9, mc, &mr) == MPI_SUCCESS);
+    EXPECT(MPI_Recv(late, 4, MPI_INT64_T, prev, 9, mc, MPI_STATUS_IGNORE) == MPI_SUCCESS);
+    EXPECT(MPI_Wait(&mr, MPI_STATUS_IGNORE) == MPI_SUCCESS);
+    for (i = 0; i < 4; i++)
+        EXPECT(late[i] == prev * 10 + i && rp[i] == -1);
+    EXPECT_OK(gpuwire_comm_free(dc));
+
+    /* With a timeout: waited for up to it, then abandoned (TIMEOUT), the communicator broken. */
+    EXPECT_OK(gpuwire_config_init(&cfg));
+    cfg.timeout_seconds = 1.0;
+    EXPECT_OK(gpuwire_comm_world(&cfg, &tc));
+    EXPECT_OK(gpuwire_irecv(tc, r, prev, 10, NULL, &req));
+    t0 = MPI_Wtime();
+    EXPECT_STATUS(gpuwire_request_free(&req), GPUWIRE_ERROR_TIMEOUT);
+    EXPECT_LAST_ERROR_HAS("timeout");
+    EXPECT(req == GPUWIRE_REQUEST_NULL);
+    EXPECT(MPI_Wtime() - t0 >= 0.9 && MPI_Wtime() - t0 < 30.0);
+    EXPECT_STATUS(gpuwire_barrier(tc, NULL), GPUWIRE_ERROR_COMM_BROKEN);
+    EXPECT_OK(gpuwire_comm_free(tc));
+    EXPECT(rp[0] == -1);
+
+    bfree(s);
+    bfree(r);
+}
+
 /* ---- allreduce, against answers computed here --------------------------------------------- */
 
 /* What rank q contributes at element i: small values, so every sum and product is exact. */
@@ -847,6 +936,7 @@ int main(int argc, char **argv)
 
     from_mpi_handles();
     point_to_point();
+    request_free();
     allreduce_i8(GPUWIRE_SUM);
     allreduce_i8(GPUWIRE_AVG);
     allreduce_i8(GPUWIRE_MIN);

@@ -3,7 +3,8 @@
 // RAII (handles freed by destructors, moves leave NULL, move-only types), exceptions (status code
 // and message), spans (views of std::vector, std::array, C arrays; host_span of buffers), every
 // communicator query and every operation with data checked, requests (wait, test, wait_all, a
-// pending request waited for by its destructor), and every gpuwire::darray method with its
+// pending request waited for by its destructor on a communicator with a timeout; the cases
+// without a timeout and during unwinding are in test_hpp_unwind.cpp), and every gpuwire::darray method with its
 // result checked (1-D and 2-D arrays, spans and scalars of the wrong type or length, complex dot).
 // Prints "test_hpp: PASS" on rank 0 when every rank passed.
 //
@@ -304,10 +305,13 @@ static void test_operations(const gw::comm &world)
     gw::wait_all(reqs);
     EXPECT(!reqs[0].active() && !reqs[1].active() && in[2] == left);
     {
+        gpuwire_config cfg = gw::config_init();
+        cfg.timeout_seconds = 60.0;
+        gw::comm timed = gw::comm::world(cfg);
         std::fill(in.begin(), in.end(), -1.0);
-        gw::request pending_recv = world.irecv(bin, left, 5);
-        gw::request pending_send = world.isend(bout, right, 5);
-    } // both destructors wait
+        gw::request pending_recv = timed.irecv(bin, left, 5);
+        gw::request pending_send = timed.isend(bout, right, 5);
+    } // both destructors wait, up to the communicator's timeout
     EXPECT(in[0] == left);
     world.barrier();
 }

@@ -352,6 +352,7 @@ contains
     real(real64), target, asynchronous :: out(3), in(3)
     type(gpuwire_buffer) :: bout, bin
     type(gpuwire_request) :: reqs(3), req
+    type(gpuwire_comm) :: dc
     right = mod(rank + 1, nranks)
     left = mod(rank + nranks - 1, nranks)
     out = rank
@@ -390,6 +391,22 @@ contains
     call gpuwire_wait(reqs(1)) ! NULL: returns at once
     call gpuwire_isend(world, bout, nranks, 5, req, ierror=ierr)
     call expect_status(ierr, int(GPUWIRE_ERROR_INVALID_ARGUMENT), 'isend to a rank out of range')
+    ! gpuwire_request_free: a completed request is released; a pending one (no timeout) is
+    ! abandoned at once, which breaks its communicator.
+    call gpuwire_isend(world, bout, GPUWIRE_PROC_NULL, 5, req)
+    call gpuwire_request_free(req)
+    call expect(req == GPUWIRE_REQUEST_NULL, 'gpuwire_request_free of a completed request')
+    call gpuwire_comm_dup(world, dc)
+    in = -1
+    call gpuwire_irecv(dc, bin, left, 6, req)
+    call gpuwire_request_free(req, ierror=ierr)
+    call expect_status(ierr, int(GPUWIRE_ERROR_COMM_BROKEN), &
+      'gpuwire_request_free of a pending receive')
+    call expect(req == GPUWIRE_REQUEST_NULL .and. all(in == -1), &
+      'the abandoned receive is NULL, its buffer untouched')
+    call gpuwire_barrier(dc, ierror=ierr)
+    call expect_status(ierr, int(GPUWIRE_ERROR_COMM_BROKEN), 'a call after an abandoned request')
+    call gpuwire_comm_free(dc)
     call gpuwire_buffer_free(bout)
     call gpuwire_buffer_free(bin)
   end subroutine test_point_to_point

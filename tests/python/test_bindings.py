@@ -1,0 +1,259 @@
+#!/usr/bin/env python3
+"""test_bindings.py: the Python module's promises on byte order and freeing (mpi4py, NumPy; CuPy
+with --cupy on a GPU).
+
+  1. Byte order: arrays whose elements are not in the machine's byte order (float64 and int32,
+     e.g. np.full(3, 1.0, '>f8') on x86) are refused with a ValueError naming the byte order, by
+     every call that wraps an array (allreduce, bcast, isend, Buffer.wrap, copy_from_host), and
+     their bytes are left alone; explicitly native ones ('<f8' here) and one-byte ones work and
+     are reduced right; a __cuda_array_interface__ array with a swapped typestr is refused the
+     same way (without touching its pointer); DArray.set_global converts a swapped array (values
+     checked), DArray.allgather refuses a swapped `out` with the reason. With --cupy, the same on
+     CuPy device arrays.
+  2. Communicators dropped without free(), in a different order on different ranks: not freed
+     by the garbage collector (which would call the collective gpuwire_comm_free in different
+     orders), each reported by a ResourceWarning; their handles stay valid, and
+     gpuwire.finalize() releases them.
+  3. free() and `with` still free collectively: the handle is invalid afterwards, no warning.
+  4. A Request collected while pending on a communicator without a timeout is abandoned at once
+     (ResourceWarning; the communicator is then broken), not waited for without bound; a
+     completed one goes quietly; Request.free() raises the abandonment.
+Rank 0 prints "test_bindings.py: PASS (...)" when every rank passed.
+
+Usage: mpirun -n 2 python3 tests/python/test_bindings.py [EXPECTED_RANKS] [--cupy]
+The library is $GPUWIRE_LIBRARY, or libgpuwire.so.0.1 from the loader's path.
+"""
+
+import ctypes
+import gc
+import os
+import sys
+import warnings
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples-python"))
+
+from mpi4py import MPI  # noqa: E402  (initializes MPI)
+import numpy as np  # noqa: E402
+
+import gpuwire as gw  # noqa: E402
+
+failures = []
+RANK = MPI.COMM_WORLD.Get_rank()
+
+
+def check(cond, what):
+    if not cond:
+        print(f"FAILED rank {RANK}: {what}", file=sys.stderr, flush=True)
+        failures.append(what)
+
+
+def refused(call, what, needle="byte order"):
+    """`call()` must raise ValueError whose message contains `needle`."""
+    try:
+        call()
+    except ValueError as e:
+        check(needle in str(e), f"{what}: the message names the {needle}: {e}")
+        return
+    except Exception as e:  # noqa: BLE001
+        check(False, f"{what}: raised {type(e).__name__}: {e}, expected ValueError")
+        return
+    check(False, f"{what}: accepted (expected a ValueError about the {needle})")
+
+
+def comm_valid(handle):
+    r = ctypes.c_int32()
+    return gw.lib.gpuwire_comm_rank(handle, ctypes.byref(r)) == gw.SUCCESS
+
+
+class FakeDeviceArray:
+    """A __cuda_array_interface__ array with a byte-swapped element type; its pointer is bogus,
+    so a wrap that got past the byte-order check would fail otherwise."""
+
+    def __init__(self, typestr):
+        self.__cuda_array_interface__ = {"shape": (3,), "typestr": typestr, "data": (8, False), "version": 3,
+                                         "strides": None}
+
+
+def byte_order(world):
+    size = world.size()
+    swapped_f8 = np.dtype("f8").newbyteorder("S")  # '>f8' on little-endian machines
+    swapped_i4 = np.dtype("i4").newbyteorder("S")
+    native_explicit = np.dtype(gw._NATIVE_ORDER + "f8")  # '<f8' on little-endian machines
+
+    x = np.full(3, 1.0, swapped_f8)
+    before = x.tobytes()
+    refused(lambda: world.allreduce(x, op=gw.SUM), f"allreduce of {x.dtype.str}")
+    check(x.tobytes() == before and x.tolist() == [1.0] * 3, f"the refused {x.dtype.str} array is unchanged")
+    y = np.full(5, 7, swapped_i4)
+    refused(lambda: world.allreduce(y, op=gw.SUM), f"allreduce of {y.dtype.str}")
+    check(y.tolist() == [7] * 5, f"the refused {y.dtype.str} array is unchanged")
+    out = np.zeros(3, np.float64)
+    refused(lambda: world.allreduce(x, out, op=gw.SUM), "allreduce from a swapped array into a native one")
+    refused(lambda: world.allreduce(out, np.zeros(3, swapped_f8), op=gw.SUM),
+            "allreduce from a native array into a swapped one")
+    refused(lambda: world.bcast(y, root=0), "bcast of a swapped array")
+    refused(lambda: world.isend(x, gw.PROC_NULL), "isend of a swapped array")
+    refused(lambda: gw.Buffer.wrap(x), "Buffer.wrap of a swapped array")
+    b = gw.Buffer.alloc(3, gw.FLOAT64)
+    refused(lambda: b.copy_from_host(x), "copy_from_host from a swapped array")
+    refused(lambda: b.copy_to_host(np.zeros(3, swapped_f8)), "copy_to_host into a swapped array")
+    b.free()
+    for typestr in (swapped_f8.str, swapped_i4.str):
+        refused(lambda: gw.Buffer.wrap(FakeDeviceArray(typestr)), f"a __cuda_array_interface__ array of {typestr}")
+
+    # Native byte order, written out ('<f8' on little-endian machines), and one-byte elements.
+    z = np.full(3, 1.5, native_explicit)
+    world.allreduce(z, op=gw.SUM)
+    check(z.tolist() == [1.5 * size] * 3, f"allreduce of {native_explicit.str}: {z.tolist()}")
+    w = np.full(4, 2, np.dtype("|i1"))
+    world.allreduce(w, op=gw.SUM)
+    check(w.tolist() == [2 * size] * 4, f"allreduce of |i1: {w.tolist()}")
+
+    # Distributed arrays: set_global converts (the values are right), allgather refuses a swapped out.
+    n = 7
+    with gw.DArray(world, n, np.float64) as d:
+        g = (np.arange(n, dtype=np.float64) * 1.25 + 1.0).astype(swapped_f8)
+        d.set_global(g)
+        got = d.allgather()
+        check(got.tolist() == [i * 1.25 + 1.0 for i in range(n)], f"DArray.set_global of {g.dtype.str}: {got.tolist()}")
+        check(float(d.sum()) == sum(i * 1.25 + 1.0 for i in range(n)), "DArray.sum after a converted set_global")
+        try:
+            d.allgather(out=np.zeros(n, swapped_f8))
+            check(False, "DArray.allgather into a swapped out: accepted")
+        except gw.Error as e:
+            check(e.code == gw.ERROR_DTYPE_MISMATCH and "byte order" in str(e), f"DArray.allgather into a swapped out: {e}")
+
+
+def byte_order_cupy(world):
+    import cupy as cp
+
+    size = world.size()
+    a = cp.full(3, 1.0, cp.float64)
+    try:
+        swapped = a.view(a.dtype.newbyteorder("S"))  # the same memory, typestr '>f8'
+    except (TypeError, ValueError) as e:
+        print(f"test_bindings.py: note: this CuPy makes no byte-swapped arrays ({e}); the "
+              "__cuda_array_interface__ case covers other producers", flush=True)
+        swapped = FakeDeviceArray(a.dtype.newbyteorder("S").str)
+    check(swapped.__cuda_array_interface__["typestr"][0] != gw._NATIVE_ORDER, "a swapped CuPy typestr")
+    refused(lambda: world.allreduce(swapped, op=gw.SUM), f"allreduce of a CuPy {swapped.dtype.str} array")
+    cp.cuda.get_current_stream().synchronize()
+    check(cp.asnumpy(a).tolist() == [1.0] * 3, "the refused CuPy array is unchanged")
+    world.allreduce(a, op=gw.SUM)
+    cp.cuda.get_current_stream().synchronize()
+    check(cp.asnumpy(a).tolist() == [float(size)] * 3, "allreduce of a native CuPy array")
+
+
+def garbage_collection(world):
+    rank, size = world.rank(), world.size()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        comms = [world.dup(), gw.Comm(MPI.COMM_WORLD), world.split(0, rank)]
+        handles = [c.handle for c in comms]
+        # Dropped without free(), in a rank-dependent order (rank 0: first to last, rank 1: last
+        # to first, ...): the collective frees would pair up wrongly across the ranks.
+        order = list(range(len(comms)))
+        if rank % 2 == 1:
+            order.reverse()
+        for i in order:
+            comms[i] = None
+            gc.collect()
+        del comms
+        gc.collect()
+        comm_warnings = [w for w in caught if issubclass(w.category, ResourceWarning) and "gpuwire.Comm" in str(w.message)]
+        check(len(comm_warnings) == 3, f"{len(comm_warnings)} ResourceWarnings for 3 communicators collected unfreed")
+        check(all("collected without free()" in str(w.message) for w in comm_warnings), "the warning says why")
+        check(all(comm_valid(h) for h in handles), "communicators collected unfreed are not freed")
+        # They still work (the same on every rank), and are released by gpuwire.finalize().
+        for h in handles:
+            check(gw.lib.gpuwire_barrier(h, None) == gw.SUCCESS, "a collected communicator still works")
+
+        # free() and `with` free collectively (every rank here, in the same order); no warning.
+        caught.clear()
+        c = world.dup()
+        h = c.handle
+        c.free()
+        check(c.handle == 0 and not comm_valid(h), "free() frees the communicator")
+        del c
+        with world.dup() as c2:
+            h2 = c2.handle
+            x = np.ones(2)
+            c2.allreduce(x)
+            check(x.tolist() == [float(size)] * 2, "allreduce inside `with`")
+        check(c2.handle == 0 and not comm_valid(h2), "`with` frees the communicator")
+        del c2
+        # Buffers and distributed arrays free locally: the collector frees them, quietly.
+        b = gw.Buffer.alloc(4, gw.INT32)
+        hb = b.handle
+        d = gw.DArray(world, 5, np.float64)
+        hd = d.handle
+        del b, d
+        gc.collect()
+        n = ctypes.c_int64()
+        check(gw.lib.gpuwire_buffer_count(hb, ctypes.byref(n)) == gw.ERROR_INVALID_HANDLE, "a collected buffer is freed")
+        check(gw.lib.gpuwire_darray_global_len(hd, ctypes.byref(n)) == gw.ERROR_INVALID_HANDLE,
+              "a collected distributed array is freed")
+        check(not [w for w in caught if issubclass(w.category, ResourceWarning)],
+              f"no warning for freed objects: {[str(w.message) for w in caught]}")
+
+        # Requests: a completed one collected quietly; a pending one abandoned at once (no
+        # timeout), with a warning, the communicator broken; Request.free() raises it.
+        caught.clear()
+        r = world.isend(np.ones(2), gw.PROC_NULL)
+        del r
+        gc.collect()
+        check(not caught, f"no warning for a completed request: {[str(w.message) for w in caught]}")
+        left = (rank + size - 1) % size
+        dc = world.dup()
+        buf = np.full(3, -1.0)
+        r = dc.irecv(buf, left, tag=41)  # nobody sends it
+        del r
+        gc.collect()
+        req_warnings = [w for w in caught if issubclass(w.category, ResourceWarning) and "gpuwire.Request" in str(w.message)]
+        check(len(req_warnings) == 1 and "abandoned" in str(req_warnings[-1].message),
+              f"a pending request collected: {[str(w.message) for w in caught]}")
+        check(buf.tolist() == [-1.0] * 3, "the abandoned receive did not write its array")
+        try:
+            dc.barrier()
+            check(False, "a call after an abandoned request succeeded")
+        except gw.Error as e:
+            check(e.code == gw.ERROR_COMM_BROKEN, f"a call after an abandoned request: {e}")
+        dc.free()
+        dc2 = world.dup()
+        r = dc2.irecv(np.zeros(2), left, tag=42)
+        try:
+            r.free()
+            check(False, "Request.free() of a pending request did not raise")
+        except gw.Error as e:
+            check(e.code == gw.ERROR_COMM_BROKEN and not r.active(), f"Request.free() of a pending request: {e}")
+        dc2.free()
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    want_cupy = "--cupy" in sys.argv
+    size = MPI.COMM_WORLD.Get_size()
+    if args and int(args[0]) != size:
+        print(f"test_bindings.py: launched on {size} ranks, expected {args[0]} (wrong launcher?)", file=sys.stderr)
+        return 1
+    gw.init()
+    world = gw.Comm(MPI.COMM_WORLD)
+    label = "numpy"
+    try:
+        byte_order(world)
+        if want_cupy:
+            byte_order_cupy(world)
+            label = "numpy and cupy"
+        garbage_collection(world)
+    except Exception as e:  # noqa: BLE001
+        check(False, f"unexpected {type(e).__name__}: {e}")
+    bad = MPI.COMM_WORLD.allreduce(len(failures), op=MPI.SUM)
+    world.free()
+    gw.finalize()
+    if RANK == 0:
+        print(f"test_bindings.py: {'PASS' if bad == 0 else 'FAIL'} ({label}; {size} ranks, {bad} failures)", flush=True)
+    return 0 if bad == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
