@@ -128,8 +128,8 @@ for t in test_api test_comm test_darray; do
     compile "$t" "$build/$t" "$CC" "${cflags[@]}" "$root/tests/c/$t.c"
 done
 # Distributed arrays against the program around them (own communicator, checking mode, sizes
-# that overflow).
-for t in test_darray_wire; do
+# that overflow), and the fuzzer of the whole C API (fixed seed, bounded number of calls).
+for t in test_darray_wire fuzz_api; do
     compile "$t" "$build/$t" "$CC" "${cflags[@]}" "$root/tests/c/$t.c"
 done
 for e in isend_irecv vstack_matvec cg_poisson darray_cg_poisson darray_blockrow; do
@@ -261,6 +261,10 @@ done
 for n in 1 2 3; do
     ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}allocator_may_return_null=1 \
         check "test_darray_wire -n $n" 0 "$n" "^test_darray_wire: PASS" "$build/test_darray_wire" "$n"
+done
+for n in 1 2; do
+    ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}allocator_may_return_null=1 \
+        check "fuzz_api -n $n" 0 "$n" "^fuzz_api: PASS" "$build/fuzz_api" "$n"
 done
 
 if [[ -x $build/test_header ]]; then
