@@ -767,8 +767,11 @@ impl DArray {
         let mine = self.local()?;
         if self.scattered() {
             local?;
+            let at = src.checked_add(self.global_offset() * self.dtype.size()).ok_or_else(|| {
+                Error::InvalidArgument(format!("{what}: `src` {src:#x} + this rank's offset runs past the end of the address space"))
+            })?;
             // SAFETY: the caller promises global_len elements at src.
-            return unsafe { mine.copy_from_host(src + self.global_offset() * self.dtype.size(), stream) };
+            return unsafe { mine.copy_from_host(at, stream) };
         }
         self.agree(what, Sig::default(), None, &[], local)?;
         if self.me() == 0 {
