@@ -132,6 +132,11 @@ compile() { # ID OUTPUT COMPILER FLAGS... -- SOURCE
 for t in test_api test_comm test_darray; do
     compile "$t" "$build/$t" "$CC" "${cflags[@]}" "$root/tests/c/$t.c"
 done
+# Distributed arrays against the program around them (own communicator, checking mode, sizes
+# that overflow), and the fuzzer of the whole C API (fixed seed, bounded number of calls).
+for t in test_darray_wire fuzz_api; do
+    compile "$t" "$build/$t" "$CC" "${cflags[@]}" "$root/tests/c/$t.c"
+done
 for e in isend_irecv vstack_matvec cg_poisson darray_cg_poisson darray_blockrow; do
     compile "$e" "$build/$e" "$CC" "${cflags[@]}" "$root/examples-c/$e.c"
 done
@@ -257,6 +262,16 @@ for n in 1 2 3; do
     check "test_api -n $n" 0 "$n" "^test_api: PASS" "$build/test_api" "$n"
     check "test_comm -n $n" 0 "$n" "^test_comm: PASS" "$build/test_comm" "$n"
     check "test_darray -n $n" 0 "$n" "^test_darray: PASS" "$build/test_darray" "$n"
+done
+# Requests for more memory than there is must come back as errors: under ASan too (whose
+# allocator otherwise aborts the program on an allocation above its maximum).
+for n in 1 2 3; do
+    ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}allocator_may_return_null=1 \
+        check "test_darray_wire -n $n" 0 "$n" "^test_darray_wire: PASS" "$build/test_darray_wire" "$n"
+done
+for n in 1 2; do
+    ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}allocator_may_return_null=1 \
+        check "fuzz_api -n $n" 0 "$n" "^fuzz_api: PASS" "$build/fuzz_api" "$n"
 done
 
 if [[ -x $build/test_header ]]; then

@@ -6,7 +6,7 @@
 //! communicator keeps its own error handler and gpuwire's traffic never matches the caller's.
 
 use std::ffi::c_int;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crate::backend::{self, Choice};
@@ -31,7 +31,10 @@ pub struct Communicator {
     local_size: i32,
     config: Config,
     choice: Choice,
-    broken: Mutex<Option<String>>,
+    /// Why the communicator is broken; shared with its internal duplicate ([`Self::internal`]).
+    broken: Arc<Mutex<Option<String>>>,
+    /// The duplicate that carries gpuwire's own messages on behalf of this communicator.
+    internal: Mutex<Option<Arc<Communicator>>>,
     /// MPI collectives in their nonblocking form with a test loop that progresses pending IPC
     /// receives (agreed at creation, the same on every rank: `ipc::collectives_must_progress`).
     nb_coll: bool,
@@ -106,7 +109,8 @@ impl Communicator {
             // No timeout or checking until the configuration is agreed.
             config: Config::default(),
             choice: Choice::default(),
-            broken: Mutex::new(None),
+            broken: Arc::new(Mutex::new(None)),
+            internal: Mutex::new(None),
             // Until agreed below: the same (nonblocking) form on every rank.
             nb_coll: true,
             backend_state: backend::State::default(),
@@ -200,6 +204,36 @@ impl Communicator {
         // SAFETY: raw is valid.
         mpisys::check(unsafe { sys::MPI_Comm_dup(self.raw.0, &mut out) }, "MPI_Comm_dup")?;
         Self::adopt(out, Ok(self.config.clone()))
+    }
+
+    /// The communicator of gpuwire's own messages on behalf of this one (those of distributed
+    /// arrays): a duplicate with the same ranks, configuration, backend and device, so that no
+    /// message of the program, whatever its tag, matches one of gpuwire's. Made the first time
+    /// it is asked for (collective over this communicator then; a full setup of the backend),
+    /// then shared by every later caller; freed with this communicator; broken when this one is
+    /// broken, and this one with it. Not in the handle registry: the program never sees it.
+    pub(crate) fn internal(&self) -> Result<Arc<Communicator>> {
+        let mut slot = self.internal.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = &*slot {
+            return Ok(c.clone());
+        }
+        self.ensure_usable()?;
+        let mut out = mpisys::comm_null();
+        // SAFETY: raw is valid.
+        let dup = mpisys::check(unsafe { sys::MPI_Comm_dup(self.raw.0, &mut out) }, "MPI_Comm_dup");
+        let owned = Owned(if dup.is_ok() { vec![out] } else { Vec::new() });
+        self.agree_on_result(dup, "duplicating the communicator for gpuwire's own messages")?;
+        let out = owned.release()[0];
+        let mut config = self.config.clone();
+        config.backend = self.choice.kind;
+        if self.choice.device >= 0 {
+            config.device = self.choice.device;
+        }
+        let mut c = Self::adopt(out, Ok(config))?;
+        c.broken = self.broken.clone();
+        let c = Arc::new(c);
+        *slot = Some(c.clone());
+        Ok(c)
     }
 
     pub fn raw(&self) -> MPI_Comm {
@@ -392,6 +426,8 @@ impl Communicator {
 
 impl Drop for Communicator {
     fn drop(&mut self) {
+        // The internal duplicate first (it is freed on every rank where this one is).
+        drop(self.internal.get_mut().unwrap_or_else(|p| p.into_inner()).take());
         if runtime::mpi_finalized() {
             return;
         }

@@ -18,8 +18,12 @@
 //! Operations compute on the owned rows only: on the host with plain loops, on the device with
 //! the kernels of [`crate::device::array_kernels`]; reductions then combine the ranks' partial
 //! results with one allreduce (SCATTER only: a BROADCAST array is reduced locally). All data
-//! movement goes through the communicator's own operations (allgatherv, bcast, sendrecv, send,
-//! recv, allreduce), so every backend serves distributed arrays.
+//! movement goes through the operations (allgatherv, bcast, sendrecv, send, recv, allreduce)
+//! of the communicator's internal duplicate ([`Communicator::internal`]), so every backend
+//! serves distributed arrays and no message of the program matches one of theirs, whatever
+//! its tag. Checking mode's agreements run on the array's communicator itself, where they meet
+//! the program's other collectives (so that a rank in a distributed-array call and another in
+//! a plain collective learn of it).
 
 use std::sync::{Arc, Mutex};
 
@@ -36,8 +40,8 @@ use crate::types::{Dtype, NormKind, Partition, ReduceOp, Space};
 /// All live distributed arrays, by handle.
 pub static DARRAYS: Registry<DArray> = Registry::new(Kind::DArray);
 
-/// Tags of gpuwire's own messages for distributed arrays (on the communicator's private MPI
-/// duplicate; documented in the C API).
+/// Tags of gpuwire's own messages for distributed arrays (on the communicator's internal
+/// duplicate, where only gpuwire sends: the program's tags never meet them).
 pub(crate) const TAG_HALO_DOWN: i32 = 32001;
 pub(crate) const TAG_HALO_UP: i32 = 32002;
 pub(crate) const TAG_REDISTRIBUTE: i32 = 32003;
@@ -68,7 +72,17 @@ impl Spec {
             return Err(Error::InvalidArgument("the shape has no dimension (ndim must be at least 1)".into()));
         }
         let row = self.row()?;
-        self.shape[0].checked_mul(row).filter(|t| t.checked_mul(self.dtype.size()).is_some()).ok_or_else(|| overflow(&self.shape))?;
+        let elements = |rows: usize| rows.checked_mul(row).filter(|t| t.checked_mul(self.dtype.size()).is_some_and(|b| b <= isize::MAX as usize));
+        elements(self.shape[0]).ok_or_else(|| overflow(&self.shape))?;
+        // The storage of the largest block (all rows) with its ghost rows must be addressable.
+        self.halo.checked_mul(2).and_then(|h| h.checked_add(self.shape[0])).and_then(elements).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "halo = {}: {} ghost rows above and below rows of {row} elements of {} need more memory than the address space holds",
+                self.halo,
+                self.halo,
+                self.dtype.name()
+            ))
+        })?;
         if self.space == Space::GPUWIRE_SPACE_AUTO {
             return Err(Error::InvalidArgument("GPUWIRE_SPACE_AUTO is not a memory space to allocate in: pass HOST, DEVICE, PINNED or MANAGED".into()));
         }
@@ -133,6 +147,8 @@ impl Rows {
 #[derive(Debug)]
 pub struct DArray {
     comm: Arc<Communicator>,
+    /// `comm`'s internal duplicate: every message of the array goes over it.
+    wire: Arc<Communicator>,
     dtype: Dtype,
     space: Space,
     partition: Partition,
@@ -157,6 +173,8 @@ impl DArray {
         comm.ensure_usable()?;
         let local = spec.and_then(|s| s.validate(comm).map(|()| s));
         let spec = comm.agree_on_result(local, "the argument check")?;
+        // Every message of the array (from here on) goes over the internal duplicate.
+        let wire = comm.internal()?;
         let p = comm.size() as usize;
         let me = comm.rank() as usize;
         let row = spec.row()?;
@@ -177,7 +195,7 @@ impl DArray {
         {
             let send = Buffer::wrap(mine.as_ptr() as usize, D as i64, Dtype::GPUWIRE_INT64, Space::GPUWIRE_SPACE_HOST)?;
             let recv = Buffer::wrap(all.as_mut_ptr() as usize, (D * p) as i64, Dtype::GPUWIRE_INT64, Space::GPUWIRE_SPACE_HOST)?;
-            comm.allgather(&send, &recv, Stream(0))?;
+            wire.allgather(&send, &recv, Stream(0))?;
         }
         // Every rank checks the same gathered data, so every rank returns the same error.
         let unit = if spec.shape.len() == 1 { "elements" } else { "rows" };
@@ -235,10 +253,12 @@ impl DArray {
             Partition::GPUWIRE_PARTITION_BROADCAST => vec![0; p],
             Partition::GPUWIRE_PARTITION_SCATTER => rows.iter().scan(0usize, |s, r| Some(std::mem::replace(s, *s + r))).collect(),
         };
-        let count = (rows[me] + 2 * spec.halo).checked_mul(row).ok_or_else(|| overflow(&spec.shape))?;
+        // validate() bounded (N + 2 halo) x row x size, and rows[me] <= N.
+        let count = spec.halo.checked_mul(2).and_then(|h| h.checked_add(rows[me])).and_then(|r| r.checked_mul(row)).ok_or_else(|| overflow(&spec.shape))?;
+        let count = i64::try_from(count).map_err(|_| overflow(&spec.shape))?;
         let device = if spec.space == Space::GPUWIRE_SPACE_HOST { -1 } else { comm.device() };
-        let storage = Buffer::alloc(count as i64, spec.dtype, spec.space, device);
-        let storage = comm.agree_on_result(storage, "allocating the distributed array")?;
+        let storage = Buffer::alloc(count, spec.dtype, spec.space, device);
+        let storage = wire.agree_on_result(storage, "allocating the distributed array")?;
         crate::trace!(
             "darray: {:?} {} {} on {} memory, rank {me} holds rows [{}, {}) + halo {}",
             spec.shape,
@@ -251,6 +271,7 @@ impl DArray {
         );
         Ok(DArray {
             comm: comm.clone(),
+            wire,
             dtype: spec.dtype,
             space: spec.space,
             partition: spec.partition,
@@ -354,10 +375,51 @@ impl DArray {
 
     // ---- argument checks ------------------------------------------------------------------
 
-    /// In checking mode, agrees a collective's local outcome across ranks (see ops::agree);
-    /// otherwise returns it. Every rank of a collective darray call passes here exactly once.
-    fn agree<T>(&self, what: &str, local: Result<T>) -> Result<T> {
-        self.comm.agree(&format!("gpuwire_darray_{what}"), Sig::default(), local)
+    /// A hash of what every rank's part of one distributed array has alike: the shape, the
+    /// partition, the split over the ranks, the halo and the kind of memory (the datatype is
+    /// agreed on its own).
+    fn layout(&self) -> i64 {
+        let mut words: Vec<usize> = vec![self.shape.len(), self.partition as usize, self.halo, self.is_host() as usize];
+        words.extend(&self.shape);
+        words.extend(&self.rows);
+        shape_hash(&words)
+    }
+
+    /// In checking mode, agrees a collective's local outcome across ranks on the array's
+    /// communicator: which call it is, every rank's argument errors, the datatype and `sig`
+    /// (root) as the plain collectives do ([`Communicator::agree`]); then that every rank passed
+    /// arrays of the same layout (this one, and `other` where the call takes two) and the same
+    /// `values` (named: a halo width, a norm kind). A mismatch is the same error on every rank,
+    /// and nothing moves. With checking off, returns `local`. Every rank of a collective darray
+    /// call passes here exactly once.
+    fn agree<T>(&self, what: &str, sig: Sig, other: Option<&DArray>, values: &[(&str, i64)], local: Result<T>) -> Result<T> {
+        let name = format!("gpuwire_darray_{what}");
+        let local = self.comm.agree(&name, Sig { dtype: Some(self.dtype), ..sig }, local)?;
+        if !self.comm.config().check {
+            return Ok(local);
+        }
+        // Every rank got here (the agreement above returns the same outcome on every rank).
+        let mine: Vec<i64> = [self.layout(), other.map_or(-1, |o| o.layout())].into_iter().chain(values.iter().map(|(_, v)| *v)).collect();
+        let mut v: Vec<i64> = mine.iter().flat_map(|x| [*x, -*x]).collect();
+        self.comm.allreduce_max_i64(&mut v, &name)?;
+        let differs = |i: usize| v[2 * i] != -v[2 * i + 1];
+        if differs(0) || differs(1) {
+            return Err(Error::CountMismatch(format!(
+                "{name}: the ranks passed distributed arrays of different shapes, splits, halos or kinds of memory{}; every rank must pass its part of the same array; nothing was done on any rank",
+                if differs(0) { "" } else { " (the second array)" }
+            )));
+        }
+        for (i, (what, _)) in values.iter().enumerate() {
+            if differs(i + 2) {
+                return Err(Error::InvalidArgument(format!(
+                    "{name}: ranks passed different {what}s (from {} to {}; this rank {}); nothing was done on any rank",
+                    -v[2 * (i + 2) + 1],
+                    v[2 * (i + 2)],
+                    mine[i + 2]
+                )));
+            }
+        }
+        Ok(local)
     }
 
     /// `x` and `y` can be combined elementwise.
@@ -420,7 +482,7 @@ impl DArray {
         let mut v = bytes.to_vec();
         if !self.scattered() && self.comm.size() > 1 && !v.is_empty() {
             let b = Buffer::wrap(v.as_mut_ptr() as usize, v.len() as i64, Dtype::GPUWIRE_UINT8, Space::GPUWIRE_SPACE_HOST)?;
-            self.comm.bcast(&b, 0, Stream(0))?;
+            self.wire.bcast(&b, 0, Stream(0))?;
         }
         Ok(v)
     }
@@ -433,7 +495,7 @@ impl DArray {
     pub fn fill(&self, value: Result<Vec<u8>>, stream: Stream) -> Result<()> {
         let what = "fill";
         let value = value.and_then(|v| self.check_value(what, "the value", &v).map(|()| v));
-        let value = if self.scattered() { value? } else { self.root_value(&self.agree(what, value)?)? };
+        let value = if self.scattered() { value? } else { self.root_value(&self.agree(what, Sig::default(), None, &[], value)?)? };
         let n = self.local_len();
         if n == 0 {
             return Ok(());
@@ -457,7 +519,7 @@ impl DArray {
             y.compatible(what, x)?;
             Ok(a)
         });
-        let alpha = if y.scattered() { local? } else { y.root_value(&y.agree(what, local)?)? };
+        let alpha = if y.scattered() { local? } else { y.root_value(&y.agree(what, Sig::default(), Some(x), &[], local)?)? };
         let n = y.local_len();
         if n == 0 {
             return Ok(());
@@ -479,7 +541,7 @@ impl DArray {
             self.check_arithmetic(what)?;
             Ok(a)
         });
-        let alpha = if self.scattered() { local? } else { self.root_value(&self.agree(what, local)?)? };
+        let alpha = if self.scattered() { local? } else { self.root_value(&self.agree(what, Sig::default(), None, &[], local)?)? };
         let n = self.local_len();
         if n == 0 {
             return Ok(());
@@ -542,7 +604,14 @@ impl DArray {
             local?;
             return self.local_reduce(red, other, stream);
         }
-        let (ident, comb) = self.agree(what, local)?;
+        // The norm's kind as its GPUWIRE_NORM_* value (the other reductions differ by `what`).
+        let kind = match red {
+            Red::NormInf => 0,
+            Red::Norm1 => 1,
+            Red::Norm2Squared => 2,
+            _ => -1,
+        };
+        let (ident, comb) = self.agree(what, Sig::default(), other, &[("norm kind", kind)], local)?;
         let part = self.local_reduce(red, other, stream);
         let failed = part.is_err();
         let acc = *part.as_ref().unwrap_or(&ident);
@@ -567,7 +636,7 @@ impl DArray {
         };
         let run = |ptr: usize, n: usize, d: Dtype| -> Result<()> {
             let b = Buffer::wrap(ptr, n as i64, d, Space::GPUWIRE_SPACE_HOST)?;
-            self.comm.allreduce(&b, &b, op, Stream(0))
+            self.wire.allreduce(&b, &b, op, Stream(0))
         };
         // The failure flag combines with the same op: SUM and MAX of "failed", MIN of "ok".
         let f = failed as u8 as f64;
@@ -698,16 +767,19 @@ impl DArray {
         let mine = self.local()?;
         if self.scattered() {
             local?;
+            let at = src.checked_add(self.global_offset() * self.dtype.size()).ok_or_else(|| {
+                Error::InvalidArgument(format!("{what}: `src` {src:#x} + this rank's offset runs past the end of the address space"))
+            })?;
             // SAFETY: the caller promises global_len elements at src.
-            return unsafe { mine.copy_from_host(src + self.global_offset() * self.dtype.size(), stream) };
+            return unsafe { mine.copy_from_host(at, stream) };
         }
-        self.agree(what, local)?;
+        self.agree(what, Sig::default(), None, &[], local)?;
         if self.me() == 0 {
             // SAFETY: as above (rank 0 holds everything).
             unsafe { mine.copy_from_host(src, stream)? };
         }
         if self.comm.size() > 1 {
-            self.comm.bcast(&mine, 0, stream)?;
+            self.wire.bcast(&mine, 0, stream)?;
         }
         Ok(())
     }
@@ -722,9 +794,9 @@ impl DArray {
         if !self.scattered() {
             return self.copy_to_host_sync(&mine, &out?, stream);
         }
-        let out = self.agree(what, out)?;
+        let out = self.agree(what, Sig::default(), None, &[], out)?;
         let counts: Vec<i64> = self.local_lens().into_iter().map(|c| c as i64).collect();
-        self.comm.allgatherv(&mine, &out, Some(&counts), stream)
+        self.wire.allgatherv(&mine, &out, Some(&counts), stream)
     }
 
     fn copy_to_host_sync(&self, src: &Buffer, dst: &Buffer, stream: Stream) -> Result<()> {
@@ -754,11 +826,11 @@ impl DArray {
                 None => Ok(()),
             };
         }
-        let out = self.agree(what, local)?;
+        let out = self.agree(what, Sig { root: Some(root), ..Sig::default() }, None, &[], local)?;
         let size = self.dtype.size();
         let Some(out) = out else {
             if mine.count() > 0 {
-                self.comm.send(&mine, root, TAG_GATHER, stream)?;
+                self.wire.send(&mine, root, TAG_GATHER, stream)?;
             }
             return Ok(());
         };
@@ -782,11 +854,11 @@ impl DArray {
             match &temp {
                 None => {
                     let into = Buffer::view(&out, offsets[s] as i64, lens[s] as i64)?;
-                    self.comm.recv(&into, s as i32, TAG_GATHER, stream)?;
+                    self.wire.recv(&into, s as i32, TAG_GATHER, stream)?;
                 }
                 Some(t) => {
                     let into = Buffer::view(t, 0, lens[s] as i64)?;
-                    self.comm.recv(&into, s as i32, TAG_GATHER, stream)?;
+                    self.wire.recv(&into, s as i32, TAG_GATHER, stream)?;
                     // SAFETY: out holds n elements.
                     unsafe { into.copy_to_host(out.ptr() + offsets[s] * size, stream)? };
                 }
@@ -822,7 +894,7 @@ impl DArray {
         })();
         let collective = src.scattered();
         if collective {
-            src.agree(what, local)?;
+            src.agree(what, Sig::default(), Some(dst), &[], local)?;
         } else {
             local?;
         }
@@ -839,7 +911,7 @@ impl DArray {
             }
             (true, false) => {
                 let counts: Vec<i64> = src.local_lens().into_iter().map(|c| c as i64).collect();
-                src.comm.allgatherv(&src.local()?, &dst.local()?, Some(&counts), stream)
+                src.wire.allgatherv(&src.local()?, &dst.local()?, Some(&counts), stream)
             }
             (true, true) => {
                 let p = src.comm.size() as usize;
@@ -862,7 +934,7 @@ impl DArray {
                     }
                     let dest = if send.is_empty() { PROC_NULL } else { to as i32 };
                     let source = if recv.is_empty() { PROC_NULL } else { from as i32 };
-                    src.comm.sendrecv(&src.storage_view(send)?, dest, TAG_REDISTRIBUTE, &dst.storage_view(recv)?, source, TAG_REDISTRIBUTE, stream)?;
+                    src.wire.sendrecv(&src.storage_view(send)?, dest, TAG_REDISTRIBUTE, &dst.storage_view(recv)?, source, TAG_REDISTRIBUTE, stream)?;
                 }
                 Ok(())
             }
@@ -872,13 +944,16 @@ impl DArray {
     /// BROADCAST arrays: makes every rank's copy equal to `root`'s (after you wrote to one
     /// rank's elements yourself). Collective.
     pub fn bcast(&self, root: i32, stream: Stream) -> Result<()> {
+        let p = self.comm.size();
         let local = if self.scattered() {
             Err(Error::InvalidArgument("bcast: the array is SCATTER, each rank owns different elements (bcast is for BROADCAST arrays)".into()))
+        } else if !(0..p).contains(&root) {
+            Err(Error::InvalidArgument(format!("bcast: root {root} is not a rank of this communicator (ranks are 0..{})", p - 1)))
         } else {
             Ok(())
         };
-        self.agree("bcast", local)?;
-        self.comm.bcast(&self.local()?, root, stream)
+        self.agree("bcast", Sig { root: Some(root), ..Sig::default() }, None, &[], local)?;
+        self.wire.bcast(&self.local()?, root, stream)
     }
 
     /// Fills `width` ghost rows above and below every rank's block with the rows of the
@@ -896,7 +971,8 @@ impl DArray {
                 Ok(width)
             }
         });
-        let width = self.agree(what, local)?;
+        let w = local.as_ref().map_or(-1, |w| *w as i64);
+        let width = self.agree(what, Sig::default(), None, &[("halo width", w)], local)?;
         let p = self.comm.size() as usize;
         if width == 0 || p == 1 {
             return Ok(());
@@ -933,7 +1009,7 @@ impl DArray {
                 }
                 let dest = to.filter(|_| !send.is_empty()).map_or(PROC_NULL, |t| t as i32);
                 let source = from.filter(|_| !recv.is_empty()).map_or(PROC_NULL, |f| f as i32);
-                self.comm.sendrecv(&self.storage_view(send)?, dest, tag, &self.storage_view(recv)?, source, tag, stream)?;
+                self.wire.sendrecv(&self.storage_view(send)?, dest, tag, &self.storage_view(recv)?, source, tag, stream)?;
             }
         }
         Ok(())

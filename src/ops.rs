@@ -130,7 +130,8 @@ impl Communicator {
         }
         let opt = |v: Option<i64>| v.unwrap_or(-1);
         let vals = [
-            opt(sig.count.map(|c| c as i64)),
+            // A count beyond i64 (a sum of caller counts) fails its local check anyway.
+            opt(sig.count.map(|c| i64::try_from(c).unwrap_or(i64::MAX))),
             opt(sig.dtype.map(|d| d as i64)),
             opt(sig.op.map(|o| o as i64)),
             opt(sig.root.map(|r| r as i64)),
@@ -396,8 +397,9 @@ impl Communicator {
             if ucounts[me] != send.count() {
                 return Err(count_mismatch(what, format!("counts[{me}] = {} but this rank sends {} elements", ucounts[me], send.count())));
             }
-            let total: usize = ucounts.iter().sum();
-            if total != recv.count() {
+            let total = ucounts.iter().try_fold(0usize, |t, c| t.checked_add(*c));
+            if total != Some(recv.count()) {
+                let total = total.map_or("more than the address space holds".to_string(), |t| t.to_string());
                 return Err(count_mismatch(what, format!("the counts add up to {total} elements but the receive buffer holds {}", recv.count())));
             }
             let block: usize = ucounts[..me].iter().sum();

@@ -12,7 +12,7 @@
 //! `GPUWIRE_GPU_TEST_SPACE=host` runs the same checks on host arrays (a dry run of the test
 //! itself where there is no GPU; it proves nothing about the device code). On the GPU
 //! machine scripts/gpu-run.sh runs it under `mpirun -np 2` (and with NCCL on one rank) with
-//! `GPUWIRE_GPU_TEST=dops,dmove,dhalo,dstream` and reads its `RESULT` lines.
+//! `GPUWIRE_GPU_TEST=dops,dmove,dhalo,dstream,dtags` and reads its `RESULT` lines.
 
 mod common;
 
@@ -25,6 +25,7 @@ use gpuwire::Status;
 use gpuwire::ffi::buffer::*;
 use gpuwire::ffi::comm::*;
 use gpuwire::ffi::darray::*;
+use gpuwire::ffi::ops::{gpuwire_isend, gpuwire_recv, gpuwire_wait};
 use gpuwire::ffi::GPUWIRE_DECIDE;
 use gpuwire::types::{Dtype, NormKind, Partition, Space};
 
@@ -339,6 +340,95 @@ fn dhalo(ctx: &Ctx) {
     }
 }
 
+/// dtags: the program's own messages on device memory never meet a distributed array's. Before
+/// a halo exchange (then a gather), each rank posts gpuwire_isend of a device row marked -777
+/// to the peers the exchange sends to, with the tags the arrays once used on the program's
+/// communicator (32001 down, 32002 up; 32004 to the gather's root). The ghost rows and the
+/// gathered array must hold the neighbours' rows; the program's receives, its marked rows.
+fn dtags(ctx: &Ctx) {
+    ctx.section("dtags: program messages with the arrays' old tags around a device halo exchange and gather");
+    let (r, p) = (ctx.rank, ctx.size);
+    let (n, cols) = (8usize, 3usize);
+    let shape = [n as i64, cols as i64];
+    let mut h = 0;
+    if !ctx.ok(gpuwire_darray_create_nd(ctx.world, 2, shape.as_ptr(), GPUWIRE_DECIDE, 1, Dtype::GPUWIRE_FLOAT64 as i32, dev() as i32, SCATTER, &mut h), "create_nd") {
+        return;
+    }
+    let mut device = -1;
+    ctx.ok(gpuwire_comm_device(ctx.world, &mut device), "device");
+    let space = dev();
+    let alloc = |count: usize, v: f64| {
+        let mut b = 0u64;
+        ctx.ok(gpuwire_buffer_alloc(count as i64, Dtype::GPUWIRE_FLOAT64 as i32, space as i32, device, &mut b), "buffer_alloc");
+        ctx.ok(gpuwire_buffer_copy_from_host(b, vec![v; count].as_ptr().cast(), null()), "write buffer");
+        b
+    };
+    let read = |b: u64, count: usize| {
+        let mut v = vec![0f64; count];
+        ctx.ok(gpuwire_buffer_copy_to_host(b, v.as_mut_ptr().cast(), null()), "read buffer");
+        v
+    };
+    let value = |g: usize, c: usize| (10 * g + c + 1) as f64;
+    let mut lens = vec![0i64; p];
+    ctx.ok(gpuwire_darray_local_lens(h, lens.as_mut_ptr()), "local_lens");
+    let rows: Vec<usize> = lens.iter().map(|l| *l as usize / cols).collect();
+    let start: usize = rows[..r].iter().sum();
+    let g: Vec<f64> = (0..n * cols).map(|k| value(k / cols, k % cols)).collect();
+    ctx.ok(gpuwire_darray_set_global(h, g.as_ptr().cast(), null()), "set_global");
+    let (down, up) = (alloc(cols, -777.0), alloc(cols, -777.0));
+    let (mut rd, mut ru) = (0u64, 0u64);
+    if r + 1 < p {
+        ctx.ok(gpuwire_isend(ctx.world, down, (r + 1) as i32, 32001, null(), &mut rd), "isend tag 32001");
+    }
+    if r > 0 {
+        ctx.ok(gpuwire_isend(ctx.world, up, (r - 1) as i32, 32002, null(), &mut ru), "isend tag 32002");
+    }
+    ctx.ok(gpuwire_darray_halo_exchange(h, 1, null()), "halo_exchange");
+    let mut whole = 0u64;
+    ctx.ok(gpuwire_darray_local_with_halo(h, &mut whole), "view with halo");
+    let got = read(whole, (rows[r] + 2) * cols);
+    for c in 0..cols {
+        if r > 0 {
+            ctx.check_eq(got[c], value(start - 1, c), &format!("ghost row above, column {c}"));
+        }
+        if r + 1 < p {
+            ctx.check_eq(got[(rows[r] + 1) * cols + c], value(start + rows[r], c), &format!("ghost row below, column {c}"));
+        }
+    }
+    for (peer, tag, cond) in [(r.wrapping_sub(1), 32001, r > 0), (r + 1, 32002, r + 1 < p)] {
+        if cond {
+            let b = alloc(cols, 0.0);
+            ctx.ok(gpuwire_recv(ctx.world, b, peer as i32, tag, null()), &format!("recv tag {tag}"));
+            ctx.check_eq(read(b, cols), vec![-777.0; cols], &format!("the program's message with tag {tag}"));
+            ctx.ok(gpuwire_buffer_free(b), "free");
+        }
+    }
+    ctx.ok(gpuwire_wait(&mut rd), "wait 32001");
+    ctx.ok(gpuwire_wait(&mut ru), "wait 32002");
+    // Gather at rank 0, every other rank's block announced by a program message with tag 32004.
+    let mut rg = 0u64;
+    let mine = alloc(rows[r] * cols, -777.0);
+    if r > 0 && rows[r] > 0 {
+        ctx.ok(gpuwire_isend(ctx.world, mine, 0, 32004, null(), &mut rg), "isend tag 32004");
+    }
+    let mut gathered = vec![0f64; n * cols];
+    ctx.ok(gpuwire_darray_gather(h, gathered.as_mut_ptr().cast(), 0, null()), "gather");
+    if r == 0 {
+        ctx.check_eq(gathered, g.clone(), "the gathered array");
+        for (s, rows_s) in rows.iter().enumerate().skip(1).filter(|(_, m)| **m > 0) {
+            let b = alloc(rows_s * cols, 0.0);
+            ctx.ok(gpuwire_recv(ctx.world, b, s as i32, 32004, null()), "recv tag 32004");
+            ctx.check_eq(read(b, rows_s * cols), vec![-777.0; rows_s * cols], &format!("rank {s}'s program message with tag 32004"));
+            ctx.ok(gpuwire_buffer_free(b), "free");
+        }
+    }
+    ctx.ok(gpuwire_wait(&mut rg), "wait 32004");
+    for b in [down, up, mine, whole] {
+        ctx.ok(gpuwire_buffer_free(b), "free");
+    }
+    ctx.ok(gpuwire_darray_free(h), "free");
+}
+
 /// dstream: operations on a caller's non-blocking stream are ordered on it.
 fn dstream(ctx: &Ctx, stream: cu::CUstream) {
     ctx.section("dstream: fill, axpy, halo exchange and dot ordered on one non-blocking stream");
@@ -368,7 +458,7 @@ fn dstream(ctx: &Ctx, stream: cu::CUstream) {
 fn main() {
     let Ok(cases) = std::env::var("GPUWIRE_GPU_TEST") else {
         println!(
-            "GPU darray tests NOT RUN here: they need a GPU. scripts/gpu-run.sh runs them on the GPU machine (GPUWIRE_GPU_TEST=dops,dmove,dhalo,dstream under mpirun)."
+            "GPU darray tests NOT RUN here: they need a GPU. scripts/gpu-run.sh runs them on the GPU machine (GPUWIRE_GPU_TEST=dops,dmove,dhalo,dstream,dtags under mpirun)."
         );
         return;
     };
@@ -396,6 +486,7 @@ fn main() {
             "dmove" => dmove(&ctx),
             "dhalo" => dhalo(&ctx),
             "dstream" => dstream(&ctx, stream),
+            "dtags" => dtags(&ctx),
             other => {
                 ctx.check(false, || format!("unknown case {other}"));
             }

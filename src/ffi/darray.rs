@@ -11,7 +11,14 @@
 //! every rank of the array's communicator calls the function, in the same order as its other
 //! collectives; argument errors that every rank sees alike (mismatched arrays, unsupported
 //! datatypes) are returned by every rank before anything moves, and in checking mode
-//! (GPUWIRE_CHECK=1) any rank's argument error is returned on every rank.
+//! (GPUWIRE_CHECK=1) every collective call is agreed across ranks first, as the plain
+//! collectives are: any rank's argument error, ranks in different calls, and a datatype, root,
+//! halo width, norm kind or array (shape, split, halo, kind of memory) that differs between
+//! ranks are then an error on every rank, before anything moves.
+//!
+//! The messages of distributed arrays travel on an internal duplicate of the array's
+//! communicator, made when the first array on that communicator is created and freed with it:
+//! no message of the program, whatever its tag, ever matches one of them.
 
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -62,11 +69,12 @@ fn make(comm: gpuwire_comm, out: *mut gpuwire_darray, spec: impl FnOnce() -> Res
 /// more); the ranks' lengths must add up to `global_len`. BROADCAST: every rank holds all
 /// `global_len` elements; pass GPUWIRE_DECIDE.
 ///
-/// Collective over `comm` (one agreement and one allgather). Any rank's argument error is
-/// returned on every rank. Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`out`),
+/// Collective over `comm` (one agreement and one allgather; the first array on `comm` also
+/// duplicates it for the arrays' own messages, which sets up its backend once more). Any
+/// rank's argument error is returned on every rank. Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`out`),
 /// GPUWIRE_ERROR_INVALID_HANDLE (`comm`), GPUWIRE_ERROR_INVALID_ARGUMENT (negative lengths,
 /// GPUWIRE_DECIDE on some ranks only, unknown partition or space, ranks that disagree on the
-/// partition), GPUWIRE_ERROR_COUNT_MISMATCH (local lengths that do not add up to `global_len`,
+/// partition, sizes beyond the address space, not enough memory), GPUWIRE_ERROR_COUNT_MISMATCH (local lengths that do not add up to `global_len`,
 /// ranks with different global lengths), GPUWIRE_ERROR_DTYPE_MISMATCH (ranks with different
 /// datatypes), GPUWIRE_ERROR_UNSUPPORTED_DTYPE, GPUWIRE_ERROR_BACKEND_UNAVAILABLE (device
 /// memory on a communicator whose backend is HOST), GPUWIRE_ERROR_CUDA, GPUWIRE_ERROR_MPI.
@@ -109,7 +117,9 @@ pub extern "C" fn gpuwire_darray_create(
 ///
 /// Collective over `comm`. Errors as gpuwire_darray_create, plus GPUWIRE_ERROR_NULL_ARGUMENT
 /// (`shape`), GPUWIRE_ERROR_INVALID_ARGUMENT (`ndim` < 1, a negative dimension or halo, a halo on
-/// a BROADCAST array) and GPUWIRE_ERROR_COUNT_MISMATCH (ranks with different shapes).
+/// a BROADCAST array, a shape or halo whose storage, (local rows + 2 halo) x row elements,
+/// does not fit in the address space) and GPUWIRE_ERROR_COUNT_MISMATCH (ranks with different
+/// shapes).
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub extern "C" fn gpuwire_darray_create_nd(
@@ -376,9 +386,10 @@ pub extern "C" fn gpuwire_darray_allgather(d: gpuwire_darray, dst: *mut c_void, 
 /// the other ranks' `dst` is not read and may be NULL (as MPI_Gatherv with the local lengths
 /// as counts).
 ///
-/// Collective for SCATTER (each rank sends its block to the root with tag 32004); for
-/// BROADCAST only the root copies. Errors: as gpuwire_darray_allgather, plus
-/// GPUWIRE_ERROR_INVALID_ARGUMENT (root out of range).
+/// Collective for SCATTER (each rank sends its block to the root, on the arrays' internal
+/// communicator); for BROADCAST only the root copies. Errors: as gpuwire_darray_allgather, plus
+/// GPUWIRE_ERROR_INVALID_ARGUMENT (root out of range), GPUWIRE_ERROR_ROOT_MISMATCH (checking
+/// mode: ranks passed different roots).
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_darray_gather(d: gpuwire_darray, dst: *mut c_void, root: i32, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_darray_gather", || darray(d)?.gather(dst as usize, root, st(stream)))
@@ -387,8 +398,8 @@ pub extern "C" fn gpuwire_darray_gather(d: gpuwire_darray, dst: *mut c_void, roo
 /// Copies the values of `src` into `dst`, two arrays on the same communicator with the same
 /// shape and datatype that may be split differently: other local lengths, SCATTER to
 /// BROADCAST (an allgatherv), BROADCAST to SCATTER (each rank copies its part), or the same
-/// split (a local copy). SCATTER to SCATTER moves each overlapping block with
-/// gpuwire_sendrecv (tag 32003). Ghost rows are not copied. Both arrays must be
+/// split (a local copy). SCATTER to SCATTER moves each overlapping block with a sendrecv on
+/// the arrays' internal communicator. Ghost rows are not copied. Both arrays must be
 /// host-accessible, or both on the same device. Passing the same array twice does nothing.
 ///
 /// Collective when `src` is SCATTER; local when `src` is BROADCAST. Errors:
@@ -407,7 +418,8 @@ pub extern "C" fn gpuwire_darray_redistribute(src: gpuwire_darray, dst: gpuwire_
 /// elements), after you wrote to it through gpuwire_darray_data or a view.
 ///
 /// Collective. Errors: GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_INVALID_ARGUMENT (a SCATTER
-/// array, root out of range), GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_CUDA.
+/// array, root out of range), GPUWIRE_ERROR_ROOT_MISMATCH (checking mode: ranks passed
+/// different roots), GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_CUDA.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_darray_bcast(d: gpuwire_darray, root: i32, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_darray_bcast", || darray(d)?.bcast(root, st(stream)))
@@ -532,15 +544,18 @@ pub extern "C" fn gpuwire_darray_max(d: gpuwire_darray, result: *mut c_void, str
 
 /// Halo (ghost cell) exchange for stencil codes: fills the `width` ghost rows above each rank's
 /// block with the `width` global rows just before it, and the `width` ghost rows below with
-/// the rows just after it, from whichever ranks own them (gpuwire_sendrecv with tags 32001 and
-/// 32002; with every block at least `width` rows long, one exchange with each neighbouring
-/// rank, GPUWIRE_PROC_NULL at the ends). Non-periodic: ghost rows beyond the global edges are
+/// the rows just after it, from whichever ranks own them (sendrecv on the arrays' internal
+/// communicator, so no message of the program interferes; with every block at least `width`
+/// rows long, one exchange with each neighbouring rank, GPUWIRE_PROC_NULL at the ends). Non-periodic: ghost rows beyond the global edges are
 /// not touched. `width` may be less than the halo the array was created with (then the ghost
 /// rows nearest the block are filled). Every datatype.
 ///
-/// Collective; SCATTER arrays only. Errors: GPUWIRE_ERROR_INVALID_HANDLE,
-/// GPUWIRE_ERROR_INVALID_ARGUMENT (a BROADCAST array, a negative width or one above the
-/// array's halo), GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_CUDA.
+/// Collective; SCATTER arrays only; every rank passes the same `width` (checking mode makes a
+/// width that differs between ranks an error on every rank). Errors:
+/// GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_INVALID_ARGUMENT (a BROADCAST array, a negative
+/// width or one above the array's halo, widths that differ between ranks),
+/// GPUWIRE_ERROR_COUNT_MISMATCH (checking mode: ranks passed different arrays),
+/// GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_CUDA.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_darray_halo_exchange(d: gpuwire_darray, width: i64, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_darray_halo_exchange", || {
