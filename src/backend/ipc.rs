@@ -383,11 +383,12 @@ pub fn collectives_must_progress() -> bool {
     crate::device::cuda_with_devices().is_ok() && !thread_allowed()
 }
 
-/// Whether IPC receives may be pending in this process: gpuwire's blocking point-to-point MPI
-/// calls then wait with nonblocking operations and test loops that progress them
-/// (`wait_request`). (Collectives decide per communicator: `Communicator::nb_collectives`.)
+/// Whether IPC receives (or deferred receives of the MPI paths, `p2p`) may be pending in this
+/// process: gpuwire's blocking point-to-point MPI calls then wait with nonblocking operations
+/// and test loops that progress them (`wait_request`). (Collectives decide per communicator:
+/// `Communicator::nb_collectives`.)
 pub fn recvs_pending() -> bool {
-    PENDING.load(Ordering::Acquire) > 0
+    PENDING.load(Ordering::Acquire) > 0 || crate::backend::p2p::deferred()
 }
 
 /// Whether the progress thread may be used: MPI provides MPI_THREAD_MULTIPLE (it calls MPI_Test
@@ -439,7 +440,9 @@ fn live_ops(g: &mut Recvs) -> Vec<Arc<Mutex<RecvOp>>> {
 /// Progresses every pending irecv of the process that no other thread is progressing (each is
 /// tried, never waited for, and never blocks on the mapping lock).
 pub fn progress_all() {
-    if !recvs_pending() {
+    // The MPI paths' deferred receives (`p2p`) too: every gpuwire wait progresses them.
+    crate::backend::p2p::progress();
+    if PENDING.load(Ordering::Acquire) == 0 {
         return;
     }
     let ops = live_ops(&mut lock(&RECVS));
