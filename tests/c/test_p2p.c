@@ -148,8 +148,9 @@ static void test_ranks(gpuwire_comm comm)
 
 /* ---- item 2: exact counts ---------------------------------------------------------------- */
 
-enum mode { BLOCKING, IRECV_FIRST, IRECV_LATE, SENDRECV, SELF_SENDRECV, SELF_IRECV };
-static const char *mode_name[] = {"recv", "irecv posted first", "irecv posted late", "sendrecv", "sendrecv to self", "irecv from self"};
+enum mode { BLOCKING, IRECV_FIRST, IRECV_LATE, SENDRECV, SELF_SENDRECV, SELF_IRECV, IRECV_SEND };
+static const char *mode_name[] = {"recv", "irecv posted first", "irecv posted late", "sendrecv", "sendrecv to self", "irecv from self",
+                                  "irecv, then a blocking send (which must progress the irecv)"};
 
 /* One message of `sn` int32 into a receive of `rn` int32 (a view followed by a guard region).
  * Expects `want` on the receiving side; afterwards an exact message must arrive intact. */
@@ -188,6 +189,13 @@ static void one(gpuwire_comm comm, int mode, int64_t sn, int64_t rn, gpuwire_sta
     case SENDRECV:
     case SELF_SENDRECV:
         got = gpuwire_sendrecv(comm, s, to, tag, r, from, tag, NULL);
+        break;
+    case IRECV_SEND:
+        /* Every rank: irecv, then a blocking send (above the eager size it waits for the peer's
+         * irecv, which the peer's own blocking send must match meanwhile). */
+        EXPECT_OK(gpuwire_irecv(comm, r, from, tag, NULL, &rq));
+        EXPECT_OK(gpuwire_send(comm, s, to, tag, NULL));
+        got = gpuwire_wait(&rq);
         break;
     }
     char msg[1024];
@@ -236,7 +244,7 @@ static void test_sizes(gpuwire_comm comm)
     /* Elements: 12 bytes up to 1.2 MB, across Open MPI's eager sizes (1 KiB to oneself, 4 KiB
      * to another rank) and MPICH's. */
     int64_t ns[] = {3, 100, 300, 2000, 70000, 300000};
-    for (int m = BLOCKING; m <= SELF_IRECV; m++) {
+    for (int m = BLOCKING; m <= IRECV_SEND; m++) {
         for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
             int64_t n = ns[i];
             one(comm, m, n, n, GPUWIRE_SUCCESS);
