@@ -181,9 +181,9 @@ module gpuwire_types
   integer(c_int32_t), parameter, public :: GPUWIRE_THREAD_SERIALIZED = 2
   integer(c_int32_t), parameter, public :: GPUWIRE_THREAD_MULTIPLE = 3
 
-  ! A rank that sends and receives nothing (as MPI_PROC_NULL); the split color "in no new
-  ! communicator" (as MPI_UNDEFINED).
-  integer(c_int32_t), parameter, public :: GPUWIRE_PROC_NULL = -1
+  ! A rank that sends and receives nothing (as MPI_PROC_NULL, which is accepted too; no MPI's
+  ! constant); the split color "in no new communicator" (as MPI_UNDEFINED).
+  integer(c_int32_t), parameter, public :: GPUWIRE_PROC_NULL = -1000
   integer(c_int32_t), parameter, public :: GPUWIRE_UNDEFINED = -1
 
   ! Distributed arrays: partitions (gpuwire_partition), norms (gpuwire_norm), and the local

@@ -40,9 +40,12 @@
 
 /**
  * A rank that sends and receives nothing: point-to-point calls with it return at once (as
- * MPI_PROC_NULL).
+ * MPI_PROC_NULL). Its value, -1000, is no MPI's constant (Open MPI's MPI_ANY_SOURCE is -1 and
+ * MPI_PROC_NULL -2, MPICH's the other way round); the MPI_PROC_NULL of the MPI gpuwire was
+ * built with is accepted as well and means the same. Other negative ranks (MPI_ANY_SOURCE of
+ * either MPI) are refused with GPUWIRE_ERROR_INVALID_ARGUMENT: wildcards are not supported yet.
  */
-#define GPUWIRE_PROC_NULL -1
+#define GPUWIRE_PROC_NULL -1000
 
 /**
  * Color for `gpuwire_comm_split` meaning "not in any new communicator" (as MPI_UNDEFINED).
@@ -1301,11 +1304,15 @@ gpuwire_status gpuwire_owns_mpi(int32_t *flag);
 /**
  * Sends all of `buf`'s elements (at most 2^31-1) to rank `dest` with `tag` (0..MPI_TAG_UB), as
  * MPI_Send.
- * `dest` GPUWIRE_PROC_NULL does nothing. The receiver must post a receive of the same count.
+ * `dest` GPUWIRE_PROC_NULL (or this MPI's MPI_PROC_NULL) does nothing. The receiver must post a
+ * receive of the same count. In checking mode the receiver also compares datatype and count,
+ * and the send completes once it answered (as MPI_Ssend): a mismatch fails on both sides.
  *
  * Errors: GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_INVALID_ARGUMENT (rank or tag out of
- * range), GPUWIRE_ERROR_BACKEND_UNAVAILABLE (a device buffer on a communicator whose backend
- * cannot move it), GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_CUDA.
+ * range; MPI_ANY_SOURCE, MPI_ANY_TAG and other negative values: wildcards are not supported
+ * yet), GPUWIRE_ERROR_COUNT_MISMATCH / DTYPE_MISMATCH (checking mode: the receive differs),
+ * GPUWIRE_ERROR_TIMEOUT, GPUWIRE_ERROR_BACKEND_UNAVAILABLE (a device buffer on a communicator
+ * whose backend cannot move it), GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_CUDA.
  */
 gpuwire_status gpuwire_send(gpuwire_comm comm,
                             gpuwire_buffer buf,
@@ -1314,9 +1321,12 @@ gpuwire_status gpuwire_send(gpuwire_comm comm,
                             void *stream);
 
 /**
- * Receives exactly `buf`'s element count from rank `source` with `tag`, as MPI_Recv (a longer
- * message is an MPI truncation error). `source` GPUWIRE_PROC_NULL does nothing and leaves the
- * buffer untouched. Errors as gpuwire_send.
+ * Receives exactly `buf`'s element count from rank `source` with `tag`, as MPI_Recv. A shorter
+ * or longer message is GPUWIRE_ERROR_COUNT_MISMATCH (the message names both sizes, in elements
+ * and bytes): the message is consumed and the buffer is not written. In checking mode another
+ * datatype or count than the sender's is GPUWIRE_ERROR_DTYPE_MISMATCH / COUNT_MISMATCH on both
+ * sides. `source` GPUWIRE_PROC_NULL (or MPI_PROC_NULL) does nothing and leaves the buffer
+ * untouched. Errors as gpuwire_send.
  */
 gpuwire_status gpuwire_recv(gpuwire_comm comm,
                             gpuwire_buffer buf,
@@ -1339,7 +1349,10 @@ gpuwire_status gpuwire_isend(gpuwire_comm comm,
 
 /**
  * Starts a receive of exactly `buf`'s element count, as MPI_Irecv; the data is in place once
- * the request completes. Errors as gpuwire_isend.
+ * the request completes. A message of another size (or, in checking mode, datatype or count)
+ * is reported by gpuwire_wait / gpuwire_test, as for gpuwire_recv. A receive whose message has
+ * not arrived yet is matched (in posting order) by gpuwire's next point-to-point call, wait or
+ * test. Errors as gpuwire_isend.
  */
 gpuwire_status gpuwire_irecv(gpuwire_comm comm,
                              gpuwire_buffer buf,
@@ -1403,7 +1416,8 @@ gpuwire_status gpuwire_waitall(int32_t count,
 /**
  * Sends `sendbuf` to `dest` and receives `recvbuf` from `source` in one call, as MPI_Sendrecv
  * (deadlock-free exchange; either rank may be GPUWIRE_PROC_NULL, e.g. at the edge of a halo
- * exchange). The buffers must not overlap. Errors as gpuwire_send.
+ * exchange). The buffers must not overlap. The receive takes exactly `recvbuf`'s count, as
+ * gpuwire_recv. Errors as gpuwire_send and gpuwire_recv.
  */
 gpuwire_status gpuwire_sendrecv(gpuwire_comm comm,
                                 gpuwire_buffer sendbuf,

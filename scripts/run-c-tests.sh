@@ -129,7 +129,7 @@ compile() { # ID OUTPUT COMPILER FLAGS... -- SOURCE
     fi
 }
 
-for t in test_api test_comm test_darray; do
+for t in test_api test_comm test_darray test_p2p; do
     compile "$t" "$build/$t" "$CC" "${cflags[@]}" "$root/tests/c/$t.c"
 done
 # Distributed arrays against the program around them (own communicator, checking mode, sizes
@@ -262,6 +262,7 @@ for n in 1 2 3; do
     check "test_api -n $n" 0 "$n" "^test_api: PASS" "$build/test_api" "$n"
     check "test_comm -n $n" 0 "$n" "^test_comm: PASS" "$build/test_comm" "$n"
     check "test_darray -n $n" 0 "$n" "^test_darray: PASS" "$build/test_darray" "$n"
+    check "test_p2p -n $n" 0 "$n" "^test_p2p: PASS \\($n ranks" "$build/test_p2p"
 done
 # Requests for more memory than there is must come back as errors: under ASan too (whose
 # allocator otherwise aborts the program on an allocation above its maximum).

@@ -15,7 +15,7 @@ use crate::buffer::Buffer;
 use crate::comm::Communicator;
 use crate::device::Stream;
 use crate::error::{Error, Result};
-use crate::mpisys::sys;
+use crate::mpisys::{self, sys};
 use crate::request::Request;
 use crate::runtime;
 use crate::types::{Dtype, ReduceOp};
@@ -61,7 +61,18 @@ fn collective_name(id: i64) -> String {
 }
 
 /// `GPUWIRE_PROC_NULL`: a send or receive to/from it does nothing (as MPI_PROC_NULL).
-pub(crate) const PROC_NULL: i32 = -1;
+pub(crate) const PROC_NULL: i32 = crate::ffi::GPUWIRE_PROC_NULL;
+
+/// Whether `r` names no rank: GPUWIRE_PROC_NULL, or the MPI_PROC_NULL of the MPI gpuwire was
+/// built with.
+fn is_proc_null(r: i32) -> bool {
+    r == PROC_NULL || r == mpisys::proc_null()
+}
+
+/// A validated peer rank with MPI_PROC_NULL as GPUWIRE_PROC_NULL (what the paths compare with).
+fn peer(r: i32) -> i32 {
+    if is_proc_null(r) { PROC_NULL } else { r }
+}
 
 fn same_dtype(what: &str, a: &Buffer, b: &Buffer) -> Result<Dtype> {
     if a.dtype() != b.dtype() {
@@ -95,8 +106,16 @@ fn count_mismatch(what: &str, detail: String) -> Error {
 
 impl Communicator {
     fn check_rank(&self, what: &str, role: &str, r: i32, allow_proc_null: bool) -> Result<()> {
-        if (allow_proc_null && r == PROC_NULL) || (0..self.size()).contains(&r) {
+        if (allow_proc_null && is_proc_null(r)) || (0..self.size()).contains(&r) {
             return Ok(());
+        }
+        if allow_proc_null && r < 0 {
+            // MPI_ANY_SOURCE is -1 in Open MPI and -2 in MPICH: any other negative rank.
+            return Err(Error::InvalidArgument(format!(
+                "{what}: {role} {r} is a wildcard or special rank (MPI_ANY_SOURCE?); wildcards are not supported yet: pass a rank 0..{}, or GPUWIRE_PROC_NULL / MPI_PROC_NULL ({}) for none",
+                self.size() - 1,
+                mpisys::proc_null()
+            )));
         }
         Err(Error::InvalidArgument(format!(
             "{what}: {role} {r} is not a rank of this communicator (ranks are 0..{}{})",
@@ -109,6 +128,11 @@ impl Communicator {
         let ub = runtime::ensure_ready()?.tag_ub;
         if (0..=ub).contains(&tag) {
             return Ok(());
+        }
+        if tag < 0 {
+            return Err(Error::InvalidArgument(format!(
+                "{what}: tag {tag} is negative (MPI_ANY_TAG?); wildcard tags are not supported yet: pass a tag 0..={ub}"
+            )));
         }
         Err(Error::InvalidArgument(format!("{what}: tag {tag} is outside 0..={ub} (MPI_TAG_UB of this MPI)")))
     }
@@ -213,6 +237,7 @@ impl Communicator {
         self.ensure_usable()?;
         self.check_rank("send", "destination", dest, true)?;
         self.check_tag("send", tag)?;
+        let dest = peer(dest);
         if dest == PROC_NULL {
             return Ok(());
         }
@@ -224,6 +249,7 @@ impl Communicator {
         self.ensure_usable()?;
         self.check_rank("recv", "source", source, true)?;
         self.check_tag("recv", tag)?;
+        let source = peer(source);
         if source == PROC_NULL {
             return Ok(());
         }
@@ -235,6 +261,7 @@ impl Communicator {
         self.ensure_usable()?;
         self.check_rank("isend", "destination", dest, true)?;
         self.check_tag("isend", tag)?;
+        let dest = peer(dest);
         let pending: Box<dyn crate::request::Pending> = if dest == PROC_NULL {
             Box::new(Done)
         } else {
@@ -248,6 +275,7 @@ impl Communicator {
         self.ensure_usable()?;
         self.check_rank("irecv", "source", source, true)?;
         self.check_tag("irecv", tag)?;
+        let source = peer(source);
         let pending: Box<dyn crate::request::Pending> = if source == PROC_NULL {
             Box::new(Done)
         } else {
@@ -264,6 +292,7 @@ impl Communicator {
         self.check_rank("sendrecv", "source", source, true)?;
         self.check_tag("sendrecv", sendtag)?;
         self.check_tag("sendrecv", recvtag)?;
+        let (dest, source) = (peer(dest), peer(source));
         if send.overlaps(recv) {
             return Err(Error::InvalidArgument("sendrecv: the send and receive buffers overlap".into()));
         }

@@ -1053,6 +1053,87 @@ fn ipc_dup(cx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
+/// Point-to-point sizes and datatypes on device buffers (issue 17 items 2 and 16): a message of
+/// 3 float64 into a 5-element receive (and 5 into 3) is COUNT_MISMATCH at the receiver, and
+/// neither the receive nor the guard after it is written (not on NCCL, which cannot detect it
+/// outside checking mode); in checking mode 3 into 5 float64 is COUNT_MISMATCH and 4 int32 into
+/// 2 float64 DTYPE_MISMATCH on both sender and receiver; an exact message then arrives.
+fn p2p_exact(cx: &Ctx) -> Result<(), String> {
+    let st = cx.stream as *mut c_void;
+    let (to, from) = ((cx.rank + 1) % cx.size, (cx.rank + cx.size - 1) % cx.size);
+    let mut kind = 0;
+    ok(gpuwire_comm_backend(cx.comm, &mut kind), "backend");
+    let nccl = kind == BackendKind::GPUWIRE_BACKEND_NCCL as i32;
+    let fill = vec![0x7eu8; 13 * 8];
+    let view = |b: gpuwire_buffer, n: usize| {
+        let mut v = 0;
+        ok(gpuwire_buffer_view(b, 0, n as i64, &mut v), "view");
+        v
+    };
+    if !nccl {
+        for (sn, rn) in [(3usize, 5usize), (5, 3)] {
+            let s = dev_alloc(sn, Dtype::GPUWIRE_FLOAT64);
+            upload(s, &vec![1u8; sn * 8]);
+            let all = dev_alloc(13, Dtype::GPUWIRE_FLOAT64);
+            upload(all, &fill);
+            let r = view(all, rn);
+            let mut q = 0;
+            ok(gpuwire_isend(cx.comm, s, to, 61, st, &mut q), "isend");
+            let got = gpuwire_recv(cx.comm, r, from, 61, st);
+            ok(gpuwire_wait(&mut q), "wait(isend)");
+            if got != Status::GPUWIRE_ERROR_COUNT_MISMATCH {
+                return Err(format!("{sn} float64 into a {rn}-element device receive gave {got:?} ({}), expected COUNT_MISMATCH", last_error()));
+            }
+            if download(all, 13 * 8) != fill {
+                return Err(format!("{sn} float64 into {rn}: the refused receive wrote its buffer or past it"));
+            }
+            for b in [r, all, s] {
+                gpuwire_buffer_free(b);
+            }
+        }
+    }
+    let mut cfg: gpuwire_config = unsafe { std::mem::zeroed() };
+    ok(gpuwire_config_init(&mut cfg), "config_init");
+    cfg.check = 1;
+    let mut cc = 0;
+    ok(gpuwire_comm_world(&cfg, &mut cc), "comm_world(check)");
+    let cases = [
+        (3usize, Dtype::GPUWIRE_FLOAT64, 5usize, Dtype::GPUWIRE_FLOAT64, Status::GPUWIRE_ERROR_COUNT_MISMATCH),
+        (4, Dtype::GPUWIRE_INT32, 2, Dtype::GPUWIRE_FLOAT64, Status::GPUWIRE_ERROR_DTYPE_MISMATCH),
+        (5, Dtype::GPUWIRE_FLOAT64, 5, Dtype::GPUWIRE_FLOAT64, Status::GPUWIRE_SUCCESS),
+    ];
+    for (sn, sd, rn, rd, want) in cases {
+        let s = dev_alloc(sn, sd);
+        upload(s, &vec![1u8; sn * sd.size()]);
+        let r = dev_alloc(rn, rd);
+        upload(r, &fill[..rn * rd.size()]);
+        let what = format!("checking mode: {sn} {} into {rn} {}", sd.name(), rd.name());
+        let (got, side) = if cx.size == 1 {
+            (gpuwire_sendrecv(cc, s, 0, 62, r, 0, 62, st), "sendrecv")
+        } else if cx.rank == 0 {
+            (gpuwire_send(cc, s, 1, 62, st), "sender")
+        } else if cx.rank == 1 {
+            (gpuwire_recv(cc, r, 0, 62, st), "receiver")
+        } else {
+            (want, "idle")
+        };
+        if got != want {
+            return Err(format!("{what}: the {side} got {got:?} ({}), expected {want:?}", last_error()));
+        }
+        if want != Status::GPUWIRE_SUCCESS && side != "sender" && download(r, rn * rd.size()) != fill[..rn * rd.size()] {
+            return Err(format!("{what}: the refused receive wrote its buffer"));
+        }
+        if want == Status::GPUWIRE_SUCCESS && side != "sender" && side != "idle" && download(r, rn * rd.size()) != vec![1u8; rn * rd.size()] {
+            return Err(format!("{what}: wrong data after the refused messages"));
+        }
+        ok(gpuwire_barrier(cc, st), "barrier");
+        gpuwire_buffer_free(r);
+        gpuwire_buffer_free(s);
+    }
+    gpuwire_comm_free(cc);
+    Ok(())
+}
+
 fn main() {
     let Ok(cases) = std::env::var("GPUWIRE_GPU_TEST") else {
         println!(
@@ -1112,6 +1193,7 @@ fn main() {
             }
             "c15" => c15_shared_gpu_nccl(&cx),
             "mismatch" => mismatch_checked(&cx),
+            "p2pexact" => p2p_exact(&cx),
             "nonccl" => no_nccl_library(&cx),
             "timeout" => timeout_skipped_collective(&cx),
             "otherdev" => other_device_current(&cx),

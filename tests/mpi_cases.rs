@@ -503,16 +503,18 @@ fn c07_bad_arguments_never_abort(np: usize) -> ! {
     ctx.error(gpuwire_buffer_count(h, &mut n), bad_handle, &["freed"], "count of a freed buffer");
     next_allreduce("a buffer freed twice");
 
-    // An error that MPI itself finds returns too (gpuwire's communicators use
-    // MPI_ERRORS_RETURN): rank 1 receives 2 elements of a 4-element message.
+    // A message longer than the receive returns a count error naming both sizes, and leaves the
+    // buffer as it was (gpuwire learns the size before receiving): rank 1 receives 2 elements of a
+    // 4-element message.
     let four = Buf::from_bytes(F64, &f64s(&[1.0, 2.0, 3.0, 4.0]));
     let two = Buf::from_bytes(F64, &f64s(&[-1.0, -1.0]));
     if r == 0 {
         ctx.ok(gpuwire_send(ctx.world, four.h, 1, 9, st()), "send of 4 elements");
     } else {
-        ctx.error(gpuwire_recv(ctx.world, two.h, 0, 9, st()), Status::GPUWIRE_ERROR_MPI, &["MPI_Recv", "trunc"], "recv of 2 elements of a 4-element message");
+        ctx.error(gpuwire_recv(ctx.world, two.h, 0, 9, st()), Status::GPUWIRE_ERROR_COUNT_MISMATCH, &["32 bytes", "2 float64 elements"], "recv of 2 elements of a 4-element message");
+        ctx.check(two.read() == f64s(&[-1.0, -1.0]), || "a refused receive wrote its buffer".into());
     }
-    next_allreduce("an MPI truncation error");
+    next_allreduce("a message longer than the receive");
 
     ctx.check(world_errhandler_is_fatal(), || "MPI_COMM_WORLD's error handler changed during C07".into());
     ctx.finish();

@@ -8,7 +8,7 @@
 
 use std::ffi::{c_int, c_void};
 
-use crate::backend::{Input, Path};
+use crate::backend::{Input, Path, p2p};
 use crate::buffer::Buffer;
 use crate::comm::Communicator;
 use crate::device::Stream;
@@ -24,6 +24,7 @@ use crate::types::{Dtype, ReduceOp};
 /// (`ipc::recvs_pending`): a peer may be blocked in a send to this process until it copies the
 /// data, before it reaches this call. Otherwise the blocking form, as before. (A blocking send
 /// matches a nonblocking receive and the reverse, so each rank may choose on its own.)
+#[allow(unused_macros)]
 macro_rules! blocking {
     ($what:expr, $b:ident($($a:expr),* $(,)?), $nb:ident) => {{
         if crate::backend::ipc::recvs_pending() {
@@ -94,27 +95,17 @@ impl Src {
     }
 }
 
-/// MPI_Send of `count` elements at `ptr`.
+/// MPI_Send of `count` elements at `ptr` (in checking mode with its header: `p2p`).
 pub fn send(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, dest: i32, tag: i32) -> Result<()> {
-    let n = mpisys::count_i32(count, "send")?;
     // ptr is valid for count elements (validated by the caller).
-    blocking!("MPI_Send", MPI_Send(at(ptr, 0, dtype), n, mpisys::datatype(dtype), dest, tag, c.raw()), MPI_Isend)
+    p2p::isend(c, ptr, count, dtype, dest, tag)?.finish()
 }
 
-/// MPI_Recv of exactly `count` elements into `ptr`.
+/// A receive of exactly `count` elements into `ptr`: a message of another size is an error and
+/// is never written to the buffer (`p2p`: MPI is not trusted with truncation).
 pub fn recv(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, source: i32, tag: i32) -> Result<()> {
-    let n = mpisys::count_i32(count, "recv")?;
-    if crate::backend::ipc::recvs_pending() {
-        let mut req = mpisys::request_null();
-        // SAFETY: as below; waited for before returning.
-        mpisys::check(unsafe { sys::MPI_Irecv(at(ptr, 0, dtype), n, mpisys::datatype(dtype), source, tag, c.raw(), &mut req) }, "MPI_Irecv")?;
-        return crate::backend::ipc::wait_request(&mut req, "MPI_Recv");
-    }
-    // SAFETY: as above.
-    mpisys::check(
-        unsafe { sys::MPI_Recv(at(ptr, 0, dtype), n, mpisys::datatype(dtype), source, tag, c.raw(), mpisys::status_ignore()) },
-        "MPI_Recv",
-    )
+    mpisys::count_i32(count, "recv")?;
+    p2p::recv(c, p2p::Want { ptr, count, dtype, source, tag })
 }
 
 /// An MPI_Request of MPI_Isend/MPI_Irecv.
@@ -177,33 +168,22 @@ impl MpiPending {
     }
 }
 
-pub fn isend(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, dest: i32, tag: i32) -> Result<MpiPending> {
-    let n = mpisys::count_i32(count, "isend")?;
-    let mut req = mpisys::request_null();
-    // SAFETY: as above; the caller keeps the memory alive until the request completes.
-    mpisys::check(
-        unsafe { sys::MPI_Isend(at(ptr, 0, dtype), n, mpisys::datatype(dtype), dest, tag, c.raw(), &mut req) },
-        "MPI_Isend",
-    )?;
-    Ok(MpiPending(RawRequest(req)))
+/// The request of a send (`p2p::Sending`).
+pub type SendPending = p2p::Sending;
+/// The request of a receive (`p2p::Recv`).
+pub type RecvPending = p2p::Recv;
+
+pub fn isend(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, dest: i32, tag: i32) -> Result<SendPending> {
+    // The caller keeps the memory alive until the request completes.
+    p2p::isend(c, ptr, count, dtype, dest, tag)
 }
 
-pub fn irecv(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, source: i32, tag: i32) -> Result<MpiPending> {
-    let n = mpisys::count_i32(count, "irecv")?;
-    let mut req = mpisys::request_null();
-    // SAFETY: as above.
-    mpisys::check(
-        unsafe { sys::MPI_Irecv(at(ptr, 0, dtype), n, mpisys::datatype(dtype), source, tag, c.raw(), &mut req) },
-        "MPI_Irecv",
-    )?;
-    Ok(MpiPending(RawRequest(req)))
+pub fn irecv(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, source: i32, tag: i32) -> Result<RecvPending> {
+    mpisys::count_i32(count, "irecv")?;
+    p2p::post(c, p2p::Want { ptr, count, dtype, source, tag })
 }
 
-/// A peer rank as MPI takes it: GPUWIRE_PROC_NULL becomes this MPI's MPI_PROC_NULL.
-fn mpi_rank(r: i32) -> i32 {
-    if r == crate::ops::PROC_NULL { mpisys::proc_null() } else { r }
-}
-
+/// MPI_Sendrecv, as a send and an exact receive (`recv`), both progressed until complete.
 #[allow(clippy::too_many_arguments)]
 pub fn sendrecv(
     c: &Communicator,
@@ -218,44 +198,19 @@ pub fn sendrecv(
     source: i32,
     rtag: i32,
 ) -> Result<()> {
-    // Nothing moves to or from GPUWIRE_PROC_NULL: its side has count 0 (callers may then pass a
-    // NULL pointer, which MPI refuses with a count > 0 even for MPI_PROC_NULL).
+    // Nothing moves to or from GPUWIRE_PROC_NULL (callers may then pass a NULL pointer).
     let proc_null = crate::ops::PROC_NULL;
-    let sn = if dest == proc_null { 0 } else { mpisys::count_i32(scount, "sendrecv")? };
-    let rn = if source == proc_null { 0 } else { mpisys::count_i32(rcount, "sendrecv")? };
-    // GPUWIRE_PROC_NULL (-1) is not MPI_PROC_NULL in every MPI (Open MPI's is -2).
-    let (dest, source) = (mpi_rank(dest), mpi_rank(source));
-    if crate::backend::ipc::recvs_pending() {
-        let (mut rq, mut sq) = (mpisys::request_null(), mpisys::request_null());
-        // SAFETY: as below; both waited for before returning (the receive is left active only
-        // when posting the send failed, as MPI_Sendrecv would fail).
-        unsafe {
-            mpisys::check(sys::MPI_Irecv(at(rptr, 0, rdtype), rn, mpisys::datatype(rdtype), source, rtag, c.raw(), &mut rq), "MPI_Irecv")?;
-            mpisys::check(sys::MPI_Isend(at(sptr, 0, sdtype), sn, mpisys::datatype(sdtype), dest, stag, c.raw(), &mut sq), "MPI_Isend")?;
-        }
-        crate::backend::ipc::wait_request(&mut sq, "MPI_Sendrecv")?;
-        return crate::backend::ipc::wait_request(&mut rq, "MPI_Sendrecv");
+    if source != proc_null {
+        mpisys::count_i32(rcount, "sendrecv")?;
     }
-    // SAFETY: both ranges validated by the caller.
-    mpisys::check(
-        unsafe {
-            sys::MPI_Sendrecv(
-                at(sptr, 0, sdtype),
-                sn,
-                mpisys::datatype(sdtype),
-                dest,
-                stag,
-                at(rptr, 0, rdtype),
-                rn,
-                mpisys::datatype(rdtype),
-                source,
-                rtag,
-                c.raw(),
-                mpisys::status_ignore(),
-            )
-        },
-        "MPI_Sendrecv",
-    )
+    let send = if dest == proc_null { None } else { Some(p2p::isend(c, sptr, scount, sdtype, dest, stag)?) };
+    // After the send is posted (a message to oneself then matches at once); the receive's wait
+    // progresses MPI, and so the send (MPI_Mprobe, or a test loop when anything else needs it).
+    let want = p2p::Want { ptr: rptr, count: rcount, dtype: rdtype, source, tag: rtag };
+    let recv = if source == proc_null { Ok(()) } else { p2p::recv(c, want) };
+    // The send is completed whatever the receive did (as MPI_Sendrecv's).
+    let sent = send.map_or(Ok(()), |s| s.finish());
+    recv.and(sent)
 }
 
 pub fn barrier(c: &Communicator) -> Result<()> {

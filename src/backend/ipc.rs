@@ -383,11 +383,12 @@ pub fn collectives_must_progress() -> bool {
     crate::device::cuda_with_devices().is_ok() && !thread_allowed()
 }
 
-/// Whether IPC receives may be pending in this process: gpuwire's blocking point-to-point MPI
-/// calls then wait with nonblocking operations and test loops that progress them
-/// (`wait_request`). (Collectives decide per communicator: `Communicator::nb_collectives`.)
+/// Whether IPC receives (or deferred receives of the MPI paths, `p2p`) may be pending in this
+/// process: gpuwire's blocking point-to-point MPI calls then wait with nonblocking operations
+/// and test loops that progress them (`wait_request`). (Collectives decide per communicator:
+/// `Communicator::nb_collectives`.)
 pub fn recvs_pending() -> bool {
-    PENDING.load(Ordering::Acquire) > 0
+    PENDING.load(Ordering::Acquire) > 0 || crate::backend::p2p::deferred()
 }
 
 /// Whether the progress thread may be used: MPI provides MPI_THREAD_MULTIPLE (it calls MPI_Test
@@ -439,7 +440,9 @@ fn live_ops(g: &mut Recvs) -> Vec<Arc<Mutex<RecvOp>>> {
 /// Progresses every pending irecv of the process that no other thread is progressing (each is
 /// tried, never waited for, and never blocks on the mapping lock).
 pub fn progress_all() {
-    if !recvs_pending() {
+    // The MPI paths' deferred receives (`p2p`) too: every gpuwire wait progresses them.
+    crate::backend::p2p::progress();
+    if PENDING.load(Ordering::Acquire) == 0 {
         return;
     }
     let ops = live_ops(&mut lock(&RECVS));
@@ -1135,6 +1138,13 @@ struct Header {
     bytes: u64,
     cell: u64,
     generation: u64,
+    /// The sender's element count and datatype (compared by the receiver in checking mode).
+    count: u64,
+    dtype: i32,
+    /// CHECK_COMPARE: the receiver compares count and datatype (checking mode); CHECK_CELL: an
+    /// inline or data message names a completion cell that the receiver ends (so the sender
+    /// learns of a refusal).
+    check: u32,
     /// K_LOCAL: the sender's pointer (the same process); K_DATA: the tag of the data message.
     ptr: u64,
     rec: BufRecord,
@@ -1142,6 +1152,8 @@ struct Header {
 }
 
 const HDR_FIXED: usize = std::mem::size_of::<Header>() - SMALL;
+const CHECK_COMPARE: u32 = 1;
+const CHECK_CELL: u32 = 2;
 
 fn zeroed_header() -> Box<Header> {
     // SAFETY: all-zero is a valid Header (plain integers and arrays).
@@ -1197,6 +1209,8 @@ impl SendOp {
         h.src = c.rank();
         h.tag = tag;
         h.bytes = v.bytes as u64;
+        h.count = buf.count() as u64;
+        h.dtype = buf.dtype() as i32;
         let mut op = SendOp { reqs: Vec::new(), _hdr: zeroed_header(), cell: None, staged: None, pool: &c.backend_state.pool, state: s, dest };
         let mut len = HDR_FIXED;
         let mut data: Option<(usize, usize, i32)> = None;
@@ -1274,6 +1288,20 @@ impl SendOp {
                 op.cell = Some((cell, generation));
             }
         }
+        if c.config().check {
+            // Checking mode: the receiver compares count and datatype, and an inline or data
+            // message takes a completion cell too, so that a refusal fails this send as well
+            // (without a free cell it goes without: then only the receiver reports it).
+            h.check = CHECK_COMPARE;
+            if op.cell.is_none() {
+                if let Some((cell, generation)) = lock(&s.inner).cells.take(&s.seg.slot(s.me).cells) {
+                    h.cell = cell as u64;
+                    h.generation = generation;
+                    h.check |= CHECK_CELL;
+                    op.cell = Some((cell, generation));
+                }
+            }
+        }
         let hp = &*h as *const Header as usize;
         {
             let _order = lock(&s.send_order);
@@ -1295,10 +1323,16 @@ impl SendOp {
         if let Some((cell, generation)) = self.cell {
             // SAFETY: see the Send impl.
             let s = unsafe { &*self.state };
-            match shm::cell_done(&s.seg.slot(s.me).cells, cell, generation) {
+            match shm::cell_end(&s.seg.slot(s.me).cells, cell, generation) {
                 None => return Ok(false),
-                Some(true) => {}
-                Some(false) => {
+                Some(shm::DONE) => {}
+                Some(st @ (shm::REFUSED_COUNT | shm::REFUSED_DTYPE)) => {
+                    self.cell = None;
+                    let what = if st == shm::REFUSED_DTYPE { "datatype" } else { "size (element count)" };
+                    let msg = format!("send: rank {}'s receive refused this message: its {what} differs from the receive buffer's (the receiver's error names both); nothing was received", self.dest);
+                    return Err(if st == shm::REFUSED_DTYPE { Error::DtypeMismatch(msg) } else { Error::CountMismatch(msg) });
+                }
+                Some(_) => {
                     self.cell = None;
                     return Err(Error::Cuda(format!(
                         "send: rank {}'s receive of this message failed while copying it (its own error says why)",
@@ -1367,6 +1401,9 @@ pub struct RecvOp {
     pinned: bool,
     /// Ranks share the GPU (small deliveries avoid the compute engine: `device::htod_shared`).
     shared: bool,
+    /// The receive buffer's element count and datatype.
+    count: usize,
+    dtype: crate::types::Dtype,
     /// Set by the owner (IpcRecv) when it is dropped: the pointers above may dangle from then
     /// on, and nobody may progress the operation any more.
     closed: bool,
@@ -1392,7 +1429,21 @@ impl RecvOp {
         }
         let hdr = zeroed_header();
         let req = irecv_bytes(s.ctrl, &*hdr as *const Header as usize, std::mem::size_of::<Header>(), source, tag)?;
-        Ok(RecvOp { hdr, req, state: RState::Header, dst: View::of(buf), stream, error: None, ipc: s, pool: &c.backend_state.pool, pinned, shared, closed: false })
+        Ok(RecvOp {
+            hdr,
+            req,
+            state: RState::Header,
+            dst: View::of(buf),
+            stream,
+            error: None,
+            ipc: s,
+            pool: &c.backend_state.pool,
+            pinned,
+            shared,
+            count: buf.count(),
+            dtype: buf.dtype(),
+            closed: false,
+        })
     }
 
     /// Whether another thread may progress it (the owner's request is alive, not finished).
@@ -1439,10 +1490,13 @@ impl RecvOp {
                         return Err(Error::Internal("recv: a control message without gpuwire's header arrived".into()));
                     }
                     let bytes = h.bytes as usize;
-                    let trunc = bytes > self.dst.bytes;
-                    let n = bytes.min(self.dst.bytes);
+                    // A message of another size (or, in checking mode, count or datatype) is
+                    // refused: nothing is written to the buffer.
+                    let refused = self.verdict(&h).is_some();
+                    let n = self.dst.bytes;
                     let _g = CtxGuard::enter(s.device)?;
                     let moved = match h.kind {
+                        K_INLINE if refused => Ok(()),
                         K_INLINE => deliver(self.dst, &h.data[..n.min(SMALL)], self.stream, self.shared),
                         K_LOCAL | K_HANDLE => {
                             // The mapping lock before the claim: a caller for another owner
@@ -1472,6 +1526,12 @@ impl RecvOp {
                                     h.src
                                 )));
                             }
+                            if let Some((st, e)) = self.verdict(&h) {
+                                drop(mapg);
+                                shm::refuse(word, h.generation, st);
+                                self.state = RState::Done;
+                                return Err(e);
+                            }
                             let r = if h.kind == K_LOCAL {
                                 let src_host = h.rec.kind == REC_LOCAL_ONLY;
                                 ring::copy(Loc { ptr: self.dst.ptr, host: self.dst.host() }, Loc { ptr: h.ptr as usize, host: src_host }, n, self.stream)
@@ -1489,7 +1549,7 @@ impl RecvOp {
                             r
                         }
                         K_DATA => {
-                            let (target, pb) = if self.dst.host() && !trunc {
+                            let (target, pb) = if self.dst.host() && !refused {
                                 (self.dst.ptr, None)
                             } else {
                                 // SAFETY: see the Send impl.
@@ -1504,16 +1564,22 @@ impl RecvOp {
                     };
                     self.state = RState::Done;
                     moved?;
-                    return self.truncated(trunc, bytes, h.src);
+                    return self.end(&h);
                 }
                 RState::Data { req, pb } => {
                     if !mpi_test(req)? {
                         return Ok(());
                     }
                     let h = *self.hdr;
-                    let bytes = h.bytes as usize;
-                    let n = bytes.min(self.dst.bytes);
-                    let r = match pb.take() {
+                    let taken = pb.take();
+                    let refused = self.verdict(&h).is_some();
+                    let n = self.dst.bytes;
+                    let r = match taken {
+                        Some(b) if refused => {
+                            // SAFETY: see the Send impl.
+                            unsafe { (*self.pool).give(b) };
+                            Ok(())
+                        }
                         Some(b) => {
                             let _g = CtxGuard::enter(s.device)?;
                             let r = if self.shared && self.dst.space == Space::GPUWIRE_SPACE_DEVICE && n < device::SHARED_HTOD_2D_MAX {
@@ -1532,20 +1598,53 @@ impl RecvOp {
                     };
                     self.state = RState::Done;
                     r?;
-                    return self.truncated(bytes > self.dst.bytes, bytes, h.src);
+                    return self.end(&h);
                 }
             }
         }
     }
 
-    fn truncated(&self, trunc: bool, bytes: usize, src: i32) -> Result<()> {
-        if trunc {
-            return Err(Error::CountMismatch(format!(
-                "recv: the message from rank {src} has {bytes} bytes, more than the receive buffer's {} (only those were received)",
-                self.dst.bytes
-            )));
+    /// Why the message in `h` is refused (its completion state and the receiver's error), or
+    /// None when it is exactly this receive: its bytes always, its count and datatype in
+    /// checking mode.
+    fn verdict(&self, h: &Header) -> Option<(u64, Error)> {
+        let bytes = h.bytes as usize;
+        let theirs = crate::types::Dtype::from_c(h.dtype).map(|d| d.name()).unwrap_or("?");
+        if h.check & CHECK_COMPARE != 0 && h.dtype != self.dtype as i32 {
+            return Some((shm::REFUSED_DTYPE, Error::DtypeMismatch(format!(
+                "recv: rank {} sent {} {theirs} elements but this receive is of {} {} elements (checking mode); nothing was received",
+                h.src, h.count, self.count, self.dtype.name()
+            ))));
         }
-        Ok(())
+        if bytes != self.dst.bytes || (h.check & CHECK_COMPARE != 0 && h.count as usize != self.count) {
+            let how = if bytes < self.dst.bytes { "shorter than" } else { "longer than" };
+            return Some((shm::REFUSED_COUNT, Error::CountMismatch(format!(
+                "recv: the message from rank {} (tag {}) has {bytes} bytes ({} {theirs} elements), {how} the receive buffer's {} bytes ({} {} elements); a receive takes exactly its buffer's count: the message was discarded and the buffer not written",
+                h.src, h.tag, h.count, self.dst.bytes, self.count, self.dtype.name()
+            ))));
+        }
+        None
+    }
+
+    /// The end of an inline or data message: its completion cell, when it has one (checking
+    /// mode), tells the sender; then the receiver's own error, if refused.
+    fn end(&self, h: &Header) -> Result<()> {
+        let verdict = self.verdict(h);
+        if h.check & CHECK_CELL != 0 && matches!(h.kind, K_INLINE | K_DATA) {
+            // SAFETY: see the Send impl.
+            let s = unsafe { &*self.ipc };
+            if (h.src as usize) < s.p && (h.cell as usize) < shm::CELLS {
+                let word = &s.seg.slot(h.src as usize).cells[h.cell as usize];
+                // A sender that gave up (its timeout) has returned already: nothing to tell.
+                if shm::claim(word, h.generation).is_ok() {
+                    match &verdict {
+                        Some((st, _)) => shm::refuse(word, h.generation, *st),
+                        None => shm::finish(word, h.generation, true),
+                    }
+                }
+            }
+        }
+        verdict.map_or(Ok(()), |(_, e)| Err(e))
     }
 }
 

@@ -296,7 +296,7 @@ impl Cells {
         for k in 0..cells.len() {
             let i = (self.next + k) % cells.len();
             let w = cells[i].load(Ordering::Acquire);
-            let free = self.assigned[i] == 0 || (claim_tag(w) == self.assigned[i] && matches!(claim_state(w), DONE | FAILED | ABANDONED));
+            let free = self.assigned[i] == 0 || (claim_tag(w) == self.assigned[i] && matches!(claim_state(w), DONE | FAILED | ABANDONED | REFUSED_COUNT | REFUSED_DTYPE));
             if free {
                 self.generation += 1;
                 self.assigned[i] = self.generation;
@@ -310,16 +310,22 @@ impl Cells {
 }
 
 /// How the send that took (cell, generation) stands: None while its receiver has not finished,
-/// Some(true) when it delivered, Some(false) when its copy failed (the receiver reports why).
+/// Some(true) when it delivered, Some(false) when its copy failed or it refused the message (the
+/// receiver reports why).
 pub fn cell_done(cells: &[AtomicU64], cell: usize, generation: u64) -> Option<bool> {
+    cell_end(cells, cell, generation).map(|st| st == DONE)
+}
+
+/// How a send's completion cell ended (DONE, FAILED, REFUSED_COUNT, REFUSED_DTYPE), or None
+/// while it is pending.
+pub fn cell_end(cells: &[AtomicU64], cell: usize, generation: u64) -> Option<u64> {
     let w = cells[cell].load(Ordering::Acquire);
     if claim_tag(w) != generation {
         // Reused: only after this send ended (never while it waits).
-        return Some(true);
+        return Some(DONE);
     }
     match claim_state(w) {
-        DONE => Some(true),
-        FAILED => Some(false),
+        st @ (DONE | FAILED | REFUSED_COUNT | REFUSED_DTYPE) => Some(st),
         _ => None,
     }
 }
@@ -342,6 +348,11 @@ pub(crate) const ABANDONED: u64 = 3;
 pub(crate) const DONE: u64 = 4;
 /// The worker's copy failed (completion cells).
 pub(crate) const FAILED: u64 = 5;
+/// The receiver refused the message: its size (or, in checking mode, its element count) is not
+/// the receive buffer's (completion cells).
+pub(crate) const REFUSED_COUNT: u64 = 6;
+/// The receiver refused the message: another datatype (checking mode; completion cells).
+pub(crate) const REFUSED_DTYPE: u64 = 7;
 
 /// The word of `tag` (a sequence number or generation, below 2^60) in `state`.
 pub const fn claim_word(tag: u64, state: u64) -> u64 {
@@ -369,6 +380,11 @@ pub fn abandon(w: &AtomicU64, tag: u64) -> bool {
 /// The worker's end: CLAIMED(tag) -> DONE(tag) or FAILED(tag).
 pub fn finish(w: &AtomicU64, tag: u64, ok: bool) {
     w.store(claim_word(tag, if ok { DONE } else { FAILED }), Ordering::Release);
+}
+
+/// The worker's end when it refused the message (REFUSED_COUNT or REFUSED_DTYPE).
+pub fn refuse(w: &AtomicU64, tag: u64, state: u64) {
+    w.store(claim_word(tag, state), Ordering::Release);
 }
 
 // ---- leaving a communicator ----------------------------------------------------------------

@@ -11,6 +11,7 @@ pub mod ipc_shm;
 pub mod mpi_cuda_aware;
 pub mod mpi_staged;
 pub mod nccl;
+pub mod p2p;
 pub mod ring;
 
 use std::sync::{Mutex, MutexGuard};
@@ -47,6 +48,8 @@ pub struct State {
     ipc: Option<ipc::IpcState>,
     /// Host buffers of staged nonblocking requests.
     pub pool: devstate::Pool,
+    /// Checking mode's point-to-point duplicates (`p2p`), when checking is on.
+    pub check: Option<p2p::Check>,
 }
 
 impl State {
@@ -204,6 +207,9 @@ fn strip_kind(e: &Error) -> String {
 
 /// Collective: sets up the chosen backend's state once every rank agreed on the choice.
 pub fn setup(c: &mut Communicator) -> Result<()> {
+    if c.config().check {
+        c.backend_state.check = Some(p2p::check_comms(c)?);
+    }
     let kind = c.backend();
     if kind != BackendKind::GPUWIRE_BACKEND_HOST {
         let st = devstate::DevState::new(c, c.device())?;
@@ -229,6 +235,9 @@ pub fn setup(c: &mut Communicator) -> Result<()> {
 
 /// Releases backend state before the MPI communicators are freed.
 pub fn teardown(c: &mut Communicator) {
+    if let Some(mut k) = c.backend_state.check.take() {
+        k.free();
+    }
     if let Some(mut n) = c.backend_state.nccl.take() {
         n.destroy(c.is_broken());
     }

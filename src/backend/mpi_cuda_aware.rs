@@ -7,7 +7,7 @@
 //! H200): up to 64 KiB they reduce a host copy with one MPI call (lowest latency), above they
 //! run the ring of `ring` with CUDA-aware point-to-point and GPU kernels.
 
-use crate::backend::host::{self, MpiPending, Src};
+use crate::backend::host::{self, Src};
 use crate::backend::mpi_staged::{self, Call, input_buf};
 use crate::backend::{Input, Path};
 use crate::buffer::Buffer;
@@ -40,7 +40,7 @@ impl Path for CudaAwarePath {
 
     fn isend(&self, c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
         let _call = Call::begin(c, &[Some(buf)], stream)?;
-        let p: MpiPending = host::isend(c, buf.ptr(), buf.count(), buf.dtype(), dest, tag)?;
+        let p: host::SendPending = host::isend(c, buf.ptr(), buf.count(), buf.dtype(), dest, tag)?;
         Ok(Box::new(p))
     }
 

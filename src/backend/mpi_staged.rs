@@ -20,7 +20,7 @@
 use std::sync::MutexGuard;
 
 use crate::backend::devstate::{self, DevState, PoolBuf};
-use crate::backend::host::{self, MpiPending, Src};
+use crate::backend::host::{self, Src};
 use crate::backend::ring::{self, Loc};
 use crate::backend::{Input, Path};
 use crate::buffer::Buffer;
@@ -254,7 +254,7 @@ pub fn reduce_scatter_staged(call: &mut Call, send: &Buffer, recv: &Buffer, op: 
 
 /// A staged isend: the data is copied to a pooled host buffer now; MPI sends it in the background.
 struct StagedSend {
-    inner: MpiPending,
+    inner: host::SendPending,
     buf: Option<PoolBuf>,
     pool: *const devstate::Pool,
 }
@@ -287,7 +287,7 @@ impl StagedSend {
 
 /// A staged irecv: MPI receives into a pooled host buffer; completion copies it to the device.
 struct StagedRecv {
-    inner: MpiPending,
+    inner: host::RecvPending,
     buf: Option<PoolBuf>,
     pool: *const devstate::Pool,
     dst: usize,
@@ -299,6 +299,15 @@ struct StagedRecv {
 unsafe impl Send for StagedRecv {}
 
 impl StagedRecv {
+    /// Gives the staging buffer back without copying (the receive failed: the caller's buffer
+    /// stays as it was).
+    fn release(&mut self) {
+        if let Some(b) = self.buf.take() {
+            // SAFETY: see StagedSend.
+            unsafe { (*self.pool).give(b) };
+        }
+    }
+
     fn finish(&mut self) -> Result<()> {
         if let Some(b) = self.buf.take() {
             let _g = CtxGuard::enter(self.device)?;
@@ -313,12 +322,20 @@ impl StagedRecv {
 
 impl Pending for StagedRecv {
     fn wait(&mut self) -> Result<()> {
-        self.inner.wait()?;
+        if let Err(e) = self.inner.wait() {
+            self.release();
+            return Err(e);
+        }
         self.finish()
     }
     fn test(&mut self) -> Result<bool> {
-        if !self.inner.test()? {
-            return Ok(false);
+        match self.inner.test() {
+            Ok(false) => return Ok(false),
+            Ok(true) => {}
+            Err(e) => {
+                self.release();
+                return Err(e);
+            }
         }
         self.finish()?;
         Ok(true)

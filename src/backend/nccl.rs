@@ -553,11 +553,15 @@ fn inp<'a>(i: Input<'a>, recv: &'a Buffer) -> &'a Buffer {
 
 impl Path for NcclPath {
     fn send(&self, c: &Communicator, buf: &Buffer, dest: i32, _tag: i32, stream: Stream) -> Result<()> {
+        // NCCL cannot detect a count or datatype mismatch (it hangs or corrupts): checking mode
+        // compares them first (`p2p::agree_peer`).
+        crate::backend::p2p::agree_peer(c, Some((dest, buf.dtype(), buf.count())), None)?;
         let cx = enter(c, &[Some(buf)], stream)?;
         cx.group(|| cx.send(buf.ptr(), buf.count(), buf.dtype(), dest))?;
         cx.done("ncclSend")
     }
     fn recv(&self, c: &Communicator, buf: &Buffer, source: i32, _tag: i32, stream: Stream) -> Result<()> {
+        crate::backend::p2p::agree_peer(c, None, Some((source, buf.dtype(), buf.count())))?;
         let cx = enter(c, &[Some(buf)], stream)?;
         cx.group(|| cx.recv(buf.ptr(), buf.count(), buf.dtype(), source))?;
         cx.done("ncclRecv")
@@ -571,8 +575,13 @@ impl Path for NcclPath {
         grouped(c, stream, |cx| cx.recv(buf.ptr(), buf.count(), buf.dtype(), source))
     }
     fn sendrecv(&self, c: &Communicator, s: &Buffer, dest: i32, _st: i32, r: &Buffer, source: i32, _rt: i32, stream: Stream) -> Result<()> {
-        let cx = enter(c, &[Some(s), Some(r)], stream)?;
         let proc_null = crate::ops::PROC_NULL;
+        crate::backend::p2p::agree_peer(
+            c,
+            (dest != proc_null).then(|| (dest, s.dtype(), s.count())),
+            (source != proc_null).then(|| (source, r.dtype(), r.count())),
+        )?;
+        let cx = enter(c, &[Some(s), Some(r)], stream)?;
         cx.group(|| {
             if dest != proc_null {
                 cx.send(s.ptr(), s.count(), s.dtype(), dest)?;

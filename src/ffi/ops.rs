@@ -26,11 +26,15 @@ fn st(stream: *mut c_void) -> Stream {
 
 /// Sends all of `buf`'s elements (at most 2^31-1) to rank `dest` with `tag` (0..MPI_TAG_UB), as
 /// MPI_Send.
-/// `dest` GPUWIRE_PROC_NULL does nothing. The receiver must post a receive of the same count.
+/// `dest` GPUWIRE_PROC_NULL (or this MPI's MPI_PROC_NULL) does nothing. The receiver must post a
+/// receive of the same count. In checking mode the receiver also compares datatype and count,
+/// and the send completes once it answered (as MPI_Ssend): a mismatch fails on both sides.
 ///
 /// Errors: GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_INVALID_ARGUMENT (rank or tag out of
-/// range), GPUWIRE_ERROR_BACKEND_UNAVAILABLE (a device buffer on a communicator whose backend
-/// cannot move it), GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_CUDA.
+/// range; MPI_ANY_SOURCE, MPI_ANY_TAG and other negative values: wildcards are not supported
+/// yet), GPUWIRE_ERROR_COUNT_MISMATCH / DTYPE_MISMATCH (checking mode: the receive differs),
+/// GPUWIRE_ERROR_TIMEOUT, GPUWIRE_ERROR_BACKEND_UNAVAILABLE (a device buffer on a communicator
+/// whose backend cannot move it), GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_CUDA.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_send(comm: gpuwire_comm, buf: gpuwire_buffer, dest: i32, tag: i32, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_send", || {
@@ -39,9 +43,12 @@ pub extern "C" fn gpuwire_send(comm: gpuwire_comm, buf: gpuwire_buffer, dest: i3
     })
 }
 
-/// Receives exactly `buf`'s element count from rank `source` with `tag`, as MPI_Recv (a longer
-/// message is an MPI truncation error). `source` GPUWIRE_PROC_NULL does nothing and leaves the
-/// buffer untouched. Errors as gpuwire_send.
+/// Receives exactly `buf`'s element count from rank `source` with `tag`, as MPI_Recv. A shorter
+/// or longer message is GPUWIRE_ERROR_COUNT_MISMATCH (the message names both sizes, in elements
+/// and bytes): the message is consumed and the buffer is not written. In checking mode another
+/// datatype or count than the sender's is GPUWIRE_ERROR_DTYPE_MISMATCH / COUNT_MISMATCH on both
+/// sides. `source` GPUWIRE_PROC_NULL (or MPI_PROC_NULL) does nothing and leaves the buffer
+/// untouched. Errors as gpuwire_send.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_recv(comm: gpuwire_comm, buf: gpuwire_buffer, source: i32, tag: i32, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_recv", || {
@@ -72,7 +79,10 @@ pub extern "C" fn gpuwire_isend(
 }
 
 /// Starts a receive of exactly `buf`'s element count, as MPI_Irecv; the data is in place once
-/// the request completes. Errors as gpuwire_isend.
+/// the request completes. A message of another size (or, in checking mode, datatype or count)
+/// is reported by gpuwire_wait / gpuwire_test, as for gpuwire_recv. A receive whose message has
+/// not arrived yet is matched (in posting order) by gpuwire's next point-to-point call, wait or
+/// test. Errors as gpuwire_isend.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_irecv(
     comm: gpuwire_comm,
@@ -224,7 +234,8 @@ pub extern "C" fn gpuwire_waitall(count: i32, requests: *mut gpuwire_request) ->
 
 /// Sends `sendbuf` to `dest` and receives `recvbuf` from `source` in one call, as MPI_Sendrecv
 /// (deadlock-free exchange; either rank may be GPUWIRE_PROC_NULL, e.g. at the edge of a halo
-/// exchange). The buffers must not overlap. Errors as gpuwire_send.
+/// exchange). The buffers must not overlap. The receive takes exactly `recvbuf`'s count, as
+/// gpuwire_recv. Errors as gpuwire_send and gpuwire_recv.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub extern "C" fn gpuwire_sendrecv(

@@ -1,0 +1,662 @@
+//! Receives that take exactly their buffer: MPI never sees a receive shorter than its message.
+//!
+//! Neither MPI can be trusted with a message longer than the receive. Open MPI 4.1 writes the
+//! whole message past the end of the buffer above its eager size (1 KiB to oneself, 4 KiB to
+//! another rank, blocking or not, MPI_Recv, MPI_Irecv and MPI_Sendrecv alike) and reports a
+//! truncated send-receive to oneself below it as a success; MPICH 4.0 asserts on a message whose
+//! bytes are not a whole number of the receive's elements. So every receive first matches its
+//! message without receiving it (MPI_Mprobe, MPI_Improbe), reads its size from the status, and
+//! only then receives it: into the buffer when the size is exactly the buffer's, else into a
+//! scratch allocation that is dropped, and the receive fails with GPUWIRE_ERROR_COUNT_MISMATCH
+//! naming both sizes (the buffer is not written).
+//!
+//! A nonblocking receive whose message has not arrived when it is posted is *deferred*: it waits
+//! in `QUEUE`, in posting order, and is matched by `progress`, which every gpuwire wait and test
+//! and every blocking point-to-point call of gpuwire runs while any receive is deferred (through
+//! `ipc::progress_all` and `ipc::recvs_pending`). Entries with the same communicator, source and
+//! tag are matched strictly in posting order (no wildcards exist, so others cannot steal a
+//! message from each other), so MPI's matching order is kept.
+//!
+//! In checking mode a send also sends a header (datatype and count) on the communicator's
+//! checking duplicate (`Check::hdr`) with the same tag, and completes only once the receiver's
+//! answer (`Check::ack`) arrived: a datatype or count mismatch fails on both sides.
+
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::comm::Communicator;
+use crate::error::{Error, Result};
+use crate::mpisys::{self, RawComm, RawRequest, sys};
+use crate::request::Pending;
+use crate::types::Dtype;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The checking-mode duplicates of a communicator (made at creation when checking is on).
+#[derive(Debug)]
+pub struct Check {
+    /// Headers, sender to receiver, with the message's tag.
+    pub hdr: RawComm,
+    /// Answers, receiver to sender, with the message's tag.
+    pub ack: RawComm,
+}
+
+/// The header of checking mode: what the sender sends.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug)]
+struct Hdr {
+    dtype: i64,
+    count: i64,
+}
+
+/// The receiver's answer: its own datatype and count, and whether they matched.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug)]
+struct Ack {
+    ok: i64,
+    dtype: i64,
+    count: i64,
+}
+
+const HDR_WORDS: c_int = 2;
+const ACK_WORDS: c_int = 3;
+
+/// What a receive wants.
+#[derive(Clone, Copy, Debug)]
+pub struct Want {
+    pub ptr: usize,
+    pub count: usize,
+    pub dtype: Dtype,
+    pub source: i32,
+    pub tag: i32,
+}
+
+impl Want {
+    fn bytes(&self) -> usize {
+        self.count * self.dtype.size()
+    }
+}
+
+enum State {
+    /// Posted; no message matched yet (queued).
+    Unmatched,
+    /// Checking mode: the header matched and was answered; the data message is next.
+    Checked { err: Option<Error>, ack: Box<Ack>, ack_req: RawRequest },
+    /// Matched; MPI receives it (into `scratch` when its size is wrong: `err` says so).
+    Receiving { req: RawRequest, scratch: Option<Vec<u8>>, err: Option<Error>, ack_req: RawRequest, _ack: Option<Box<Ack>> },
+    /// Complete (its error, taken once).
+    Done(Option<Error>),
+}
+
+struct Entry {
+    want: Want,
+    /// The communicator's MPI handle and identity, its checking duplicates when checking.
+    comm: RawComm,
+    key: usize,
+    check: Option<(RawComm, RawComm)>,
+    state: Mutex<State>,
+}
+
+// SAFETY: the pointers in `want` refer to memory that the request keeps alive; the MPI handles
+// are used under MPI_THREAD_MULTIPLE or by one thread at a time.
+unsafe impl Send for Entry {}
+unsafe impl Sync for Entry {}
+
+/// Deferred receives of the process, in posting order.
+static QUEUE: Mutex<Vec<Arc<Entry>>> = Mutex::new(Vec::new());
+/// Entries of QUEUE (read without the lock).
+static QUEUED: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether any receive is deferred: blocking calls must then progress them (`progress`).
+pub fn deferred() -> bool {
+    QUEUED.load(Ordering::Acquire) > 0
+}
+
+/// Matches what can be matched of the deferred receives, in posting order.
+pub fn progress() {
+    if !deferred() {
+        return;
+    }
+    let mut q = lock(&QUEUE);
+    let mut blocked: Vec<(usize, i32, i32)> = Vec::new();
+    q.retain(|e| {
+        let sig = (e.key, e.want.source, e.want.tag);
+        if Arc::strong_count(e) == 1 {
+            // Its request is gone (never waited for): nothing may be written for it any more.
+            return false;
+        }
+        if blocked.contains(&sig) {
+            return true;
+        }
+        let Ok(mut st) = e.state.try_lock() else {
+            blocked.push(sig);
+            return true;
+        };
+        match try_match(e, &mut st) {
+            Ok(true) => false,
+            Ok(false) => {
+                blocked.push(sig);
+                true
+            }
+            Err(err) => {
+                *st = State::Done(Some(err));
+                false
+            }
+        }
+    });
+    QUEUED.store(q.len(), Ordering::Release);
+}
+
+/// One nonblocking matching step of an entry: true once its message (and in checking mode its
+/// header) matched.
+fn try_match(e: &Entry, st: &mut State) -> Result<bool> {
+    loop {
+        match st {
+            State::Unmatched => {
+                if let Some((hdr_comm, ack_comm)) = e.check {
+                    let mut h = Hdr::default();
+                    if !improbe_recv(hdr_comm, e.want.source, e.want.tag, (&mut h as *mut Hdr).cast(), HDR_WORDS)? {
+                        return Ok(false);
+                    }
+                    let (err, ack) = compare(&e.want, &h);
+                    let ack = Box::new(ack);
+                    let mut req = mpisys::request_null();
+                    // SAFETY: the answer lives in the entry until the send completed.
+                    mpisys::check(
+                        unsafe { sys::MPI_Isend((&*ack as *const Ack).cast(), ACK_WORDS, sys::RSMPI_INT64_T, e.want.source, e.want.tag, ack_comm.0, &mut req) },
+                        "MPI_Isend (checking-mode answer)",
+                    )?;
+                    *st = State::Checked { err, ack, ack_req: RawRequest(req) };
+                    continue;
+                }
+                let mut msg = message_null();
+                let mut flag: c_int = 0;
+                // SAFETY: plain out-parameters.
+                let mut status: sys::MPI_Status = unsafe { std::mem::zeroed() };
+                mpisys::check(unsafe { sys::MPI_Improbe(e.want.source, e.want.tag, e.comm.0, &mut flag, &mut msg, &mut status) }, "MPI_Improbe")?;
+                if flag == 0 {
+                    return Ok(false);
+                }
+                *st = receive(&e.want, &mut msg, &status, None, RawRequest(mpisys::request_null()), None)?;
+                return Ok(true);
+            }
+            State::Checked { .. } => {
+                let mut msg = message_null();
+                let mut flag: c_int = 0;
+                // SAFETY: as above.
+                let mut status: sys::MPI_Status = unsafe { std::mem::zeroed() };
+                mpisys::check(unsafe { sys::MPI_Improbe(e.want.source, e.want.tag, e.comm.0, &mut flag, &mut msg, &mut status) }, "MPI_Improbe")?;
+                if flag == 0 {
+                    return Ok(false);
+                }
+                let State::Checked { err, ack, ack_req } = std::mem::replace(st, State::Unmatched) else { unreachable!() };
+                *st = receive(&e.want, &mut msg, &status, err, ack_req, Some(ack))?;
+                return Ok(true);
+            }
+            _ => return Ok(true),
+        }
+    }
+}
+
+fn message_null() -> sys::MPI_Message {
+    // SAFETY: reading a constant exported by rsmpi's shim.
+    unsafe { sys::RSMPI_MESSAGE_NULL }
+}
+
+/// MPI_Improbe, then MPI_Mrecv of exactly `words` int64 into `ptr` (a header or an answer,
+/// which always has that size); false when no message is there.
+fn improbe_recv(comm: RawComm, source: i32, tag: i32, ptr: *mut c_void, words: c_int) -> Result<bool> {
+    let mut msg = message_null();
+    let mut flag: c_int = 0;
+    // SAFETY: plain out-parameters.
+    let mut status: sys::MPI_Status = unsafe { std::mem::zeroed() };
+    mpisys::check(unsafe { sys::MPI_Improbe(source, tag, comm.0, &mut flag, &mut msg, &mut status) }, "MPI_Improbe (checking mode)")?;
+    if flag == 0 {
+        return Ok(false);
+    }
+    let got = message_bytes(&status)?;
+    if got != words as u64 * 8 {
+        let mut scratch = vec![0u8; got as usize];
+        // SAFETY: scratch holds the whole message.
+        unsafe { sys::MPI_Mrecv(scratch.as_mut_ptr().cast(), got as c_int, sys::RSMPI_UINT8_T, &mut msg, mpisys::status_ignore()) };
+        return Err(Error::Internal(format!("checking mode: a control message of {got} bytes arrived (expected {})", words * 8)));
+    }
+    // SAFETY: ptr holds `words` int64.
+    mpisys::check(unsafe { sys::MPI_Mrecv(ptr, words, sys::RSMPI_INT64_T, &mut msg, mpisys::status_ignore()) }, "MPI_Mrecv (checking mode)")?;
+    Ok(true)
+}
+
+/// The receiver's side of checking mode: its error (if any) and its answer.
+fn compare(w: &Want, h: &Hdr) -> (Option<Error>, Ack) {
+    let ack = Ack { ok: 0, dtype: w.dtype as i64, count: w.count as i64 };
+    let their = Dtype::from_c(h.dtype as i32).map(|d| d.name()).unwrap_or("?");
+    if h.dtype != w.dtype as i64 {
+        let e = Error::DtypeMismatch(format!(
+            "recv: rank {} sent {} {their} elements but this receive is of {} {} elements (checking mode); nothing was received",
+            w.source, h.count, w.count, w.dtype.name()
+        ));
+        return (Some(e), ack);
+    }
+    if h.count != w.count as i64 {
+        let e = Error::CountMismatch(format!(
+            "recv: rank {} sent {} {their} elements but this receive takes exactly {} (checking mode); nothing was received",
+            w.source, h.count, w.count
+        ));
+        return (Some(e), ack);
+    }
+    (None, Ack { ok: 1, ..ack })
+}
+
+/// The byte size of a matched message.
+fn message_bytes(status: &sys::MPI_Status) -> Result<u64> {
+    let mut got: sys::MPI_Count = 0;
+    // SAFETY: a status filled by MPI_(I)mprobe.
+    mpisys::check(unsafe { sys::MPI_Get_elements_x(status, sys::RSMPI_UINT8_T, &mut got) }, "MPI_Get_elements_x")?;
+    u64::try_from(got).map_err(|_| Error::Mpi(format!("MPI_Get_elements_x returned {got} bytes")))
+}
+
+/// A datatype of exactly `bytes` bytes with its count (MPI_UINT8_T up to 2^31-1, else a struct
+/// of MiB blocks and the rest); true when the type must be freed.
+fn bytes_type(bytes: u64) -> Result<(sys::MPI_Datatype, c_int, bool)> {
+    if let Ok(n) = c_int::try_from(bytes) {
+        // SAFETY: a constant.
+        return Ok((unsafe { sys::RSMPI_UINT8_T }, n, false));
+    }
+    const MIB: u64 = 1 << 20;
+    let q = c_int::try_from(bytes / MIB).map_err(|_| Error::InvalidArgument(format!("a message of {bytes} bytes is too large")))?;
+    let r = (bytes % MIB) as c_int;
+    // SAFETY: building and committing derived types from constants.
+    unsafe {
+        let mut mib = sys::RSMPI_UINT8_T;
+        mpisys::check(sys::MPI_Type_contiguous(MIB as c_int, sys::RSMPI_UINT8_T, &mut mib), "MPI_Type_contiguous")?;
+        let lens = [q, r];
+        let displs: [sys::MPI_Aint; 2] = [0, (bytes / MIB * MIB) as sys::MPI_Aint];
+        let types = [mib, sys::RSMPI_UINT8_T];
+        let mut t = sys::RSMPI_UINT8_T;
+        let rc = sys::MPI_Type_create_struct(2, lens.as_ptr(), displs.as_ptr(), types.as_ptr(), &mut t);
+        sys::MPI_Type_free(&mut mib);
+        mpisys::check(rc, "MPI_Type_create_struct")?;
+        mpisys::check(sys::MPI_Type_commit(&mut t), "MPI_Type_commit")?;
+        Ok((t, 1, true))
+    }
+}
+
+/// Starts the receive of a matched message: into the buffer when it has exactly the buffer's
+/// size (and checking mode found no mismatch), else into scratch memory, with the error.
+fn receive(w: &Want, msg: &mut sys::MPI_Message, status: &sys::MPI_Status, err: Option<Error>, ack_req: RawRequest, ack: Option<Box<Ack>>) -> Result<State> {
+    let got = message_bytes(status)?;
+    let want = w.bytes() as u64;
+    let mut req = mpisys::request_null();
+    if got == want && err.is_none() {
+        let n = mpisys::count_i32(w.count, "recv")?;
+        // SAFETY: the buffer holds exactly the message (validated by the caller, kept alive by
+        // the request).
+        mpisys::check(unsafe { sys::MPI_Imrecv(w.ptr as *mut c_void, n, mpisys::datatype(w.dtype), msg, &mut req) }, "MPI_Imrecv")?;
+        return Ok(State::Receiving { req: RawRequest(req), scratch: None, err: None, ack_req, _ack: ack });
+    }
+    let err = err.unwrap_or_else(|| size_error(w, got));
+    let mut scratch = vec![0u8; got.max(1) as usize];
+    let (t, n, free) = bytes_type(got)?;
+    // SAFETY: scratch holds the whole message.
+    let rc = unsafe { sys::MPI_Imrecv(scratch.as_mut_ptr().cast(), n, t, msg, &mut req) };
+    if free {
+        let mut t = t;
+        // SAFETY: a type of ours; MPI keeps it alive for the pending receive.
+        unsafe { sys::MPI_Type_free(&mut t) };
+    }
+    mpisys::check(rc, "MPI_Imrecv (a message of the wrong size, discarded)")?;
+    Ok(State::Receiving { req: RawRequest(req), scratch: Some(scratch), err: Some(err), ack_req, _ack: ack })
+}
+
+fn size_error(w: &Want, got: u64) -> Error {
+    let es = w.dtype.size() as u64;
+    let theirs = if got % es == 0 { format!("{} {} elements", got / es, w.dtype.name()) } else { format!("not a whole number of {} elements", w.dtype.name()) };
+    let how = if got < w.bytes() as u64 { "shorter than" } else { "longer than" };
+    Error::CountMismatch(format!(
+        "recv: the message from rank {} (tag {}) has {got} bytes ({theirs}), {how} the receive buffer's {} bytes ({} {} elements); a receive takes exactly its buffer's count: the message was discarded and the buffer not written",
+        w.source,
+        w.tag,
+        w.bytes(),
+        w.count,
+        w.dtype.name()
+    ))
+}
+
+/// A receive in flight (the request of gpuwire_irecv, and blocking receives that had to wait).
+pub struct Recv {
+    e: Arc<Entry>,
+    comm: *const Communicator,
+}
+// SAFETY: the request keeps the communicator alive; Entry is Send.
+unsafe impl Send for Recv {}
+
+impl Drop for Recv {
+    fn drop(&mut self) {
+        // An unmatched receive is withdrawn (`progress` drops entries nobody holds); a matched
+        // one whose scratch MPI may still write keeps it (the entry is leaked with its request).
+        let st = lock(&self.e.state);
+        if matches!(&*st, State::Receiving { scratch: Some(_), .. }) {
+            drop(st);
+            std::mem::forget(self.e.clone());
+        }
+    }
+}
+
+fn test_req(req: &mut RawRequest, what: &str) -> Result<bool> {
+    let mut flag: c_int = 0;
+    // SAFETY: a request of ours, or MPI_REQUEST_NULL (then flag is true).
+    mpisys::check(unsafe { sys::MPI_Test(&mut req.0, &mut flag, mpisys::status_ignore()) }, what)?;
+    Ok(flag != 0)
+}
+
+impl Recv {
+    fn step(&mut self) -> Result<bool> {
+        let mut st = lock(&self.e.state);
+        if matches!(&*st, State::Unmatched | State::Checked { .. }) {
+            drop(st);
+            progress();
+            st = lock(&self.e.state);
+        }
+        match &mut *st {
+            State::Unmatched | State::Checked { .. } => Ok(false),
+            State::Receiving { req, ack_req, .. } => {
+                if !test_req(req, "MPI_Test (recv)")? || !test_req(ack_req, "MPI_Test (checking-mode answer)")? {
+                    return Ok(false);
+                }
+                let State::Receiving { err, .. } = std::mem::replace(&mut *st, State::Done(None)) else { unreachable!() };
+                err.map_or(Ok(true), Err)
+            }
+            State::Done(e) => e.take().map_or(Ok(true), Err),
+        }
+    }
+}
+
+impl Pending for Recv {
+    fn wait(&mut self) -> Result<()> {
+        let c = self.comm;
+        // SAFETY: see the Send impl.
+        wait_until(unsafe { &*c }, "recv", || self.step())
+    }
+    fn test(&mut self) -> Result<bool> {
+        let done = self.step()?;
+        if !done {
+            crate::backend::ipc::progress_all();
+        }
+        Ok(done)
+    }
+}
+
+/// Polls `done` until true, progressing deferred and IPC receives, up to the communicator's
+/// timeout (then the communicator is broken, as every gpuwire timeout does).
+pub fn wait_until(c: &Communicator, what: &str, mut done: impl FnMut() -> Result<bool>) -> Result<()> {
+    let deadline = c.config().timeout.map(|t| Instant::now() + t);
+    let mut spins = 0u32;
+    loop {
+        if done()? {
+            return Ok(());
+        }
+        crate::backend::ipc::progress_all();
+        if let Some(d) = deadline {
+            if Instant::now() >= d {
+                let t = c.config().timeout.map(|t| t.as_secs_f64()).unwrap_or(0.0);
+                let msg = format!("{what} did not complete within the communicator's timeout of {t:.3} s (no matching call on the other rank?); the communicator is now broken");
+                c.mark_broken(msg.clone());
+                return Err(Error::Timeout(msg));
+            }
+        }
+        c.ensure_usable()?;
+        spins += 1;
+        if spins > 20_000 {
+            std::thread::sleep(Duration::from_micros(20));
+        } else if spins > 1000 {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// Posts a receive: matched now when its message is there and no earlier receive of the same
+/// communicator, source and tag waits, else deferred.
+pub fn post(c: &Communicator, w: Want) -> Result<Recv> {
+    let check = c.backend_state.check.as_ref().map(|k| (k.hdr, k.ack));
+    let e = Arc::new(Entry { want: w, comm: RawComm(c.raw()), key: c as *const Communicator as usize, check, state: Mutex::new(State::Unmatched) });
+    let mut q = lock(&QUEUE);
+    let behind = q.iter().any(|x| x.key == e.key && x.want.source == w.source && x.want.tag == w.tag);
+    if !behind {
+        let mut st = lock(&e.state);
+        let matched = try_match(&e, &mut st)?;
+        drop(st);
+        if matched {
+            return Ok(Recv { e, comm: c });
+        }
+    }
+    q.push(e.clone());
+    QUEUED.store(q.len(), Ordering::Release);
+    Ok(Recv { e, comm: c })
+}
+
+/// A blocking receive of exactly `w`: MPI_Mprobe and a receive when nothing else needs
+/// progress (the common case), else a posted receive waited for.
+pub fn recv(c: &Communicator, w: Want) -> Result<()> {
+    if !deferred() && !crate::backend::ipc::recvs_pending() && c.config().timeout.is_none() && c.backend_state.check.is_none() {
+        let mut msg = message_null();
+        // SAFETY: plain out-parameters.
+        let mut status: sys::MPI_Status = unsafe { std::mem::zeroed() };
+        mpisys::check(unsafe { sys::MPI_Mprobe(w.source, w.tag, c.raw(), &mut msg, &mut status) }, "MPI_Mprobe")?;
+        if message_bytes(&status)? == w.bytes() as u64 {
+            let n = mpisys::count_i32(w.count, "recv")?;
+            // SAFETY: the buffer holds exactly the matched message (validated by the caller).
+            return mpisys::check(unsafe { sys::MPI_Mrecv(w.ptr as *mut c_void, n, mpisys::datatype(w.dtype), &mut msg, mpisys::status_ignore()) }, "MPI_Mrecv");
+        }
+        let st = receive(&w, &mut msg, &status, None, RawRequest(mpisys::request_null()), None)?;
+        let State::Receiving { mut req, err, scratch, .. } = st else { unreachable!() };
+        // SAFETY: the receive just started; its memory (buffer or scratch) lives until it ends.
+        let r = mpisys::check(unsafe { sys::MPI_Wait(&mut req.0, mpisys::status_ignore()) }, "MPI_Wait (recv)");
+        drop(scratch);
+        r?;
+        return err.map_or(Ok(()), Err);
+    }
+    let mut r = post(c, w)?;
+    r.wait()
+}
+
+/// A send in flight: the data, and in checking mode the header and the receiver's answer.
+pub struct Sending {
+    req: RawRequest,
+    check: Option<Box<SendCheck>>,
+    comm: *const Communicator,
+    done: bool,
+}
+// SAFETY: as Recv.
+unsafe impl Send for Sending {}
+
+struct SendCheck {
+    hdr: Hdr,
+    ack: Ack,
+    hdr_req: RawRequest,
+    ack_req: RawRequest,
+    dest: i32,
+    dtype: Dtype,
+    count: usize,
+}
+
+/// Serialises the posting of a header and its data message (two threads sending to one rank
+/// with one tag would otherwise cross them).
+static SEND_ORDER: Mutex<()> = Mutex::new(());
+
+/// Starts a send of `count` elements at `ptr` (MPI_Isend; in checking mode with its header and
+/// the receive of the answer).
+pub fn isend(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, dest: i32, tag: i32) -> Result<Sending> {
+    let n = mpisys::count_i32(count, "send")?;
+    let mut s = Sending { req: RawRequest(mpisys::request_null()), check: None, comm: c, done: false };
+    let _order = c.backend_state.check.as_ref().map(|_| lock(&SEND_ORDER));
+    if let Some(k) = c.backend_state.check.as_ref() {
+        let mut sc = Box::new(SendCheck {
+            hdr: Hdr { dtype: dtype as i64, count: count as i64 },
+            ack: Ack::default(),
+            hdr_req: RawRequest(mpisys::request_null()),
+            ack_req: RawRequest(mpisys::request_null()),
+            dest,
+            dtype,
+            count,
+        });
+        // SAFETY: the header and the answer live in the box until both requests completed.
+        unsafe {
+            mpisys::check(sys::MPI_Irecv((&mut sc.ack as *mut Ack).cast(), ACK_WORDS, sys::RSMPI_INT64_T, dest, tag, k.ack.0, &mut sc.ack_req.0), "MPI_Irecv (checking-mode answer)")?;
+            mpisys::check(sys::MPI_Isend((&sc.hdr as *const Hdr).cast(), HDR_WORDS, sys::RSMPI_INT64_T, dest, tag, k.hdr.0, &mut sc.hdr_req.0), "MPI_Isend (checking-mode header)")?;
+        }
+        s.check = Some(sc);
+    }
+    let p = if ptr == 0 { std::ptr::null() } else { ptr as *const c_void };
+    // SAFETY: ptr is valid for count elements until the request completes (the caller's).
+    mpisys::check(unsafe { sys::MPI_Isend(p, n, mpisys::datatype(dtype), dest, tag, c.raw(), &mut s.req.0) }, "MPI_Isend")?;
+    Ok(s)
+}
+
+impl Sending {
+    fn step(&mut self) -> Result<bool> {
+        if self.done {
+            return Ok(true);
+        }
+        progress();
+        if !test_req(&mut self.req, "MPI_Test (send)")? {
+            return Ok(false);
+        }
+        if let Some(sc) = self.check.as_mut() {
+            if !test_req(&mut sc.hdr_req, "MPI_Test (checking-mode header)")? || !test_req(&mut sc.ack_req, "MPI_Test (checking-mode answer)")? {
+                return Ok(false);
+            }
+        }
+        self.done = true;
+        if let Some(sc) = self.check.take() {
+            if sc.ack.ok != 1 {
+                let theirs = Dtype::from_c(sc.ack.dtype as i32).map(|d| d.name()).unwrap_or("?");
+                let msg = format!(
+                    "send: rank {} receives {} {theirs} elements but this send is of {} {} elements (checking mode); the message was discarded",
+                    sc.dest,
+                    sc.ack.count,
+                    sc.count,
+                    sc.dtype.name()
+                );
+                return Err(if sc.ack.dtype != sc.dtype as i64 { Error::DtypeMismatch(msg) } else { Error::CountMismatch(msg) });
+            }
+        }
+        Ok(true)
+    }
+
+    /// Waits for completion (MPI_Wait when nothing needs progress and no deadline is set).
+    pub fn finish(mut self) -> Result<()> {
+        // SAFETY: see the Send impl.
+        let c = unsafe { &*self.comm };
+        if self.check.is_none() && !deferred() && !crate::backend::ipc::recvs_pending() && c.config().timeout.is_none() {
+            self.done = true;
+            // SAFETY: an active request of ours.
+            return mpisys::check(unsafe { sys::MPI_Wait(&mut self.req.0, mpisys::status_ignore()) }, "MPI_Wait (send)");
+        }
+        let r = wait_until(c, "send", || self.step());
+        if r.is_err() && !self.done {
+            // Abandoned at a deadline: MPI may still read the header; the box must outlive it.
+            std::mem::forget(self.check.take());
+        }
+        r
+    }
+}
+
+impl Pending for Sending {
+    fn wait(&mut self) -> Result<()> {
+        // SAFETY: see the Send impl.
+        let c = unsafe { &*self.comm };
+        let r = wait_until(c, "send", || self.step());
+        if r.is_err() && !self.done {
+            std::mem::forget(self.check.take());
+        }
+        r
+    }
+    fn test(&mut self) -> Result<bool> {
+        let done = self.step()?;
+        if !done {
+            crate::backend::ipc::progress_all();
+        }
+        Ok(done)
+    }
+}
+
+/// Collective over `c` (checking mode): the two duplicates of checking mode.
+pub fn check_comms(c: &Communicator) -> Result<Check> {
+    let (mut hdr, mut ack) = (mpisys::comm_null(), mpisys::comm_null());
+    // SAFETY: c is a valid communicator; the duplicates are ours.
+    unsafe {
+        mpisys::check(sys::MPI_Comm_dup(c.raw(), &mut hdr), "MPI_Comm_dup (checking-mode headers)")?;
+        if let Err(e) = mpisys::check(sys::MPI_Comm_dup(c.raw(), &mut ack), "MPI_Comm_dup (checking-mode answers)") {
+            sys::MPI_Comm_free(&mut hdr);
+            return Err(e);
+        }
+        sys::MPI_Comm_set_errhandler(hdr, sys::RSMPI_ERRORS_RETURN);
+        sys::MPI_Comm_set_errhandler(ack, sys::RSMPI_ERRORS_RETURN);
+    }
+    Ok(Check { hdr: RawComm(hdr), ack: RawComm(ack) })
+}
+
+impl Check {
+    /// Frees the duplicates (at communicator release).
+    pub fn free(&mut self) {
+        // SAFETY: ours, and no longer used.
+        unsafe {
+            sys::MPI_Comm_free(&mut self.hdr.0);
+            sys::MPI_Comm_free(&mut self.ack.0);
+        }
+    }
+}
+
+/// Checking mode on a path whose messages carry no size or datatype (NCCL): before any data
+/// moves, the sender and the receiver of each message exchange their (datatype, count) by MPI
+/// (the sender's on `Check::hdr`, the receiver's on `Check::ack`, tag 0, as NCCL matches by
+/// order per peer, not by tag) and each compares: a mismatch fails on both sides, and nothing is
+/// enqueued. `send` and `recv` are (peer, datatype, count).
+pub fn agree_peer(c: &Communicator, send: Option<(i32, Dtype, usize)>, recv: Option<(i32, Dtype, usize)>) -> Result<()> {
+    let Some(k) = c.backend_state.check.as_ref() else { return Ok(()) };
+    // On the heap: leaked if abandoned at a deadline (MPI may still write them).
+    let mut hb = Box::new(([Hdr::default(); 2], [Hdr::default(); 2]));
+    let (mine, theirs) = &mut *hb;
+    let mut reqs = [RawRequest(mpisys::request_null()); 4];
+    let sides = [send.map(|s| (s, k.hdr, k.ack)), recv.map(|r| (r, k.ack, k.hdr))];
+    for (i, side) in sides.iter().enumerate() {
+        let Some(((peer, dtype, count), out, inp)) = *side else { continue };
+        mine[i] = Hdr { dtype: dtype as i64, count: count as i64 };
+        // SAFETY: mine and theirs live until the requests completed (waited for below; leaked on
+        // a timeout, as the communicator is then broken).
+        unsafe {
+            mpisys::check(sys::MPI_Irecv((&mut theirs[i] as *mut Hdr).cast(), HDR_WORDS, sys::RSMPI_INT64_T, peer, 0, inp.0, &mut reqs[2 * i].0), "MPI_Irecv (checking mode)")?;
+            mpisys::check(sys::MPI_Isend((&mine[i] as *const Hdr).cast(), HDR_WORDS, sys::RSMPI_INT64_T, peer, 0, out.0, &mut reqs[2 * i + 1].0), "MPI_Isend (checking mode)")?;
+        }
+    }
+    let r = wait_until(c, "point-to-point agreement (checking mode)", || {
+        for q in reqs.iter_mut() {
+            if !test_req(q, "MPI_Test (checking mode)")? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    });
+    if r.is_err() {
+        std::mem::forget(hb);
+        return r;
+    }
+    let theirs = hb.1;
+    for (i, side) in sides.iter().enumerate() {
+        let Some(((peer, dtype, count), _, _)) = *side else { continue };
+        let t = theirs[i];
+        if t.dtype != dtype as i64 || t.count != count as i64 {
+            let name = Dtype::from_c(t.dtype as i32).map(|d| d.name()).unwrap_or("?");
+            let (me, other) = if i == 0 { ("send", "receives") } else { ("recv", "sends") };
+            let msg = format!("{me}: rank {peer} {other} {} {name} elements but this {me} is of {count} {} elements (checking mode); nothing was moved", t.count, dtype.name());
+            return Err(if t.dtype != dtype as i64 { Error::DtypeMismatch(msg) } else { Error::CountMismatch(msg) });
+        }
+    }
+    Ok(())
+}
