@@ -388,6 +388,23 @@ impl Pending for Recv {
         }
         Ok(done)
     }
+    /// An unmatched receive is withdrawn (nothing will ever be written for it: true); one whose
+    /// message matched, or whose checking-mode answer is in flight, is left to MPI (false).
+    fn abandon(self: Box<Self>) -> bool {
+        // Under the queue's lock (taken before the entry's, as `progress` does), so that no
+        // other thread matches the entry between the look and the withdrawal.
+        let mut q = lock(&QUEUE);
+        let unmatched = matches!(&*lock(&self.e.state), State::Unmatched | State::Done(_));
+        if unmatched {
+            q.retain(|e| !Arc::ptr_eq(e, &self.e));
+            QUEUED.store(q.len(), Ordering::Release);
+            drop(q);
+            drop(self);
+        } else {
+            std::mem::forget(self);
+        }
+        unmatched
+    }
 }
 
 /// Polls `done` until true, progressing deferred and IPC receives, up to the communicator's
