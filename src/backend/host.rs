@@ -62,11 +62,21 @@ pub(crate) use collective;
 const MAX_CHUNK: usize = 1 << 30;
 
 fn chunks(count: usize) -> impl Iterator<Item = (usize, usize)> {
-    (0..count.div_ceil(MAX_CHUNK).max(1)).map(move |i| {
-        let off = i * MAX_CHUNK;
-        (off, (count - off).min(MAX_CHUNK))
+    chunks_of(count, MAX_CHUNK)
+}
+
+/// (offset, length) of the pieces of `count` elements, at most `chunk` each (one empty piece
+/// for count 0).
+fn chunks_of(count: usize, chunk: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..count.div_ceil(chunk).max(1)).map(move |i| {
+        let off = i * chunk;
+        (off, (count - off).min(chunk))
     })
 }
+
+/// Bytes of the scratch copy that replaces MPI_IN_PLACE at a non-zero reduce root where the MPI
+/// crashes on it (`RuntimeInfo::reduce_in_place_root_broken`).
+const IN_PLACE_SCRATCH_BYTES: usize = 64 << 20;
 
 fn at(ptr: usize, elems: usize, dtype: Dtype) -> *mut c_void {
     if ptr == 0 { std::ptr::null_mut() } else { (ptr + elems * dtype.size()) as *mut c_void }
@@ -247,10 +257,27 @@ pub fn reduce(c: &Communicator, send: Src, recv: usize, count: usize, dtype: Dty
     let info = runtime::ensure_ready()?;
     let mop = runtime::mpi_op(info, dtype, op);
     let is_root = c.rank() == root;
-    for (off, n) in chunks(count) {
+    // MPICH before 4.1 crashes in MPI_Reduce with MPI_IN_PLACE at a non-zero root
+    // (pmodels/mpich#6540): there the root's contribution goes in from a scratch copy, one
+    // scratch-sized piece per call (every rank splits the same way: it depends on the MPI, the
+    // root, the count and the datatype only). `recv` is host memory on every path that reduces here.
+    let avoid_in_place = info.reduce_in_place_root_broken && root != 0;
+    let chunk = if avoid_in_place { (IN_PLACE_SCRATCH_BYTES / dtype.size()).min(MAX_CHUNK) } else { MAX_CHUNK };
+    let mut scratch: Vec<u64> = Vec::new();
+    if avoid_in_place && is_root && matches!(send, Src::InPlace) {
+        scratch = vec![0; (count.min(chunk) * dtype.size()).div_ceil(8)];
+    }
+    for (off, n) in chunks_of(count, chunk) {
         let r = if is_root { at(recv, off, dtype) } else { std::ptr::null_mut() };
+        let s = if scratch.is_empty() {
+            send.at(off, dtype)
+        } else {
+            // SAFETY: recv holds count elements (validated by the caller); scratch holds n.
+            unsafe { std::ptr::copy_nonoverlapping(r as *const u8, scratch.as_mut_ptr().cast::<u8>(), n * dtype.size()) };
+            scratch.as_ptr().cast()
+        };
         // Ranges validated by the caller; n <= 2^30.
-        collective!(c, "MPI_Reduce", MPI_Reduce(send.at(off, dtype), r, n as c_int, mpisys::datatype(dtype), mop, root, c.raw()), MPI_Ireduce)?;
+        collective!(c, "MPI_Reduce", MPI_Reduce(s, r, n as c_int, mpisys::datatype(dtype), mop, root, c.raw()), MPI_Ireduce)?;
     }
     if divide && is_root && op == ReduceOp::GPUWIRE_AVG {
         avg_divide(c, recv, count, dtype)?;
