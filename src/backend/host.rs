@@ -3,8 +3,11 @@
 //!
 //! Every function here is as its MPI counterpart (MPI_Send, MPI_Allreduce, ...) plus what MPI
 //! lacks: AVG (MPI_SUM, then a division by the communicator size), float16/bfloat16 reductions
-//! (gpuwire's user-defined MPI operations) and counts above 2^31-1 for bcast, reduce and
-//! allreduce (split into several MPI calls).
+//! (gpuwire's user-defined MPI operations, also where the MPI's own operation is wrong) and
+//! counts above 2^31-1: bcast, reduce and allreduce split into several MPI calls; point-to-point,
+//! allgather, alltoall, gather and scatter send one element of a derived datatype
+//! (`mpisys::Count`); allgatherv past int displacements and reduce_scatter past int counts take
+//! other MPI calls (MPI_Alltoallw, one reduce per block).
 
 use std::ffi::{c_int, c_void};
 
@@ -106,23 +109,23 @@ impl Src {
 
 /// MPI_Send of `count` elements at `ptr`.
 pub fn send(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, dest: i32, tag: i32) -> Result<()> {
-    let n = mpisys::count_i32(count, "send")?;
+    let n = mpisys::Count::new(dtype, count)?;
     // ptr is valid for count elements (validated by the caller).
-    blocking!("MPI_Send", MPI_Send(at(ptr, 0, dtype), n, mpisys::datatype(dtype), dest, tag, c.raw()), MPI_Isend)
+    blocking!("MPI_Send", MPI_Send(at(ptr, 0, dtype), n.n, n.dt, dest, tag, c.raw()), MPI_Isend)
 }
 
 /// MPI_Recv of exactly `count` elements into `ptr`.
 pub fn recv(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, source: i32, tag: i32) -> Result<()> {
-    let n = mpisys::count_i32(count, "recv")?;
+    let n = mpisys::Count::new(dtype, count)?;
     if crate::backend::ipc::recvs_pending() {
         let mut req = mpisys::request_null();
         // SAFETY: as below; waited for before returning.
-        mpisys::check(unsafe { sys::MPI_Irecv(at(ptr, 0, dtype), n, mpisys::datatype(dtype), source, tag, c.raw(), &mut req) }, "MPI_Irecv")?;
+        mpisys::check(unsafe { sys::MPI_Irecv(at(ptr, 0, dtype), n.n, n.dt, source, tag, c.raw(), &mut req) }, "MPI_Irecv")?;
         return crate::backend::ipc::wait_request(&mut req, "MPI_Recv");
     }
     // SAFETY: as above.
     mpisys::check(
-        unsafe { sys::MPI_Recv(at(ptr, 0, dtype), n, mpisys::datatype(dtype), source, tag, c.raw(), mpisys::status_ignore()) },
+        unsafe { sys::MPI_Recv(at(ptr, 0, dtype), n.n, n.dt, source, tag, c.raw(), mpisys::status_ignore()) },
         "MPI_Recv",
     )
 }
@@ -151,22 +154,22 @@ impl Pending for MpiPending {
 }
 
 pub fn isend(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, dest: i32, tag: i32) -> Result<MpiPending> {
-    let n = mpisys::count_i32(count, "isend")?;
+    let n = mpisys::Count::new(dtype, count)?;
     let mut req = mpisys::request_null();
     // SAFETY: as above; the caller keeps the memory alive until the request completes.
     mpisys::check(
-        unsafe { sys::MPI_Isend(at(ptr, 0, dtype), n, mpisys::datatype(dtype), dest, tag, c.raw(), &mut req) },
+        unsafe { sys::MPI_Isend(at(ptr, 0, dtype), n.n, n.dt, dest, tag, c.raw(), &mut req) },
         "MPI_Isend",
     )?;
     Ok(MpiPending(RawRequest(req)))
 }
 
 pub fn irecv(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, source: i32, tag: i32) -> Result<MpiPending> {
-    let n = mpisys::count_i32(count, "irecv")?;
+    let n = mpisys::Count::new(dtype, count)?;
     let mut req = mpisys::request_null();
     // SAFETY: as above.
     mpisys::check(
-        unsafe { sys::MPI_Irecv(at(ptr, 0, dtype), n, mpisys::datatype(dtype), source, tag, c.raw(), &mut req) },
+        unsafe { sys::MPI_Irecv(at(ptr, 0, dtype), n.n, n.dt, source, tag, c.raw(), &mut req) },
         "MPI_Irecv",
     )?;
     Ok(MpiPending(RawRequest(req)))
@@ -194,8 +197,8 @@ pub fn sendrecv(
     // Nothing moves to or from GPUWIRE_PROC_NULL: its side has count 0 (callers may then pass a
     // NULL pointer, which MPI refuses with a count > 0 even for MPI_PROC_NULL).
     let proc_null = crate::ops::PROC_NULL;
-    let sn = if dest == proc_null { 0 } else { mpisys::count_i32(scount, "sendrecv")? };
-    let rn = if source == proc_null { 0 } else { mpisys::count_i32(rcount, "sendrecv")? };
+    let sn = mpisys::Count::new(sdtype, if dest == proc_null { 0 } else { scount })?;
+    let rn = mpisys::Count::new(rdtype, if source == proc_null { 0 } else { rcount })?;
     // GPUWIRE_PROC_NULL (-1) is not MPI_PROC_NULL in every MPI (Open MPI's is -2).
     let (dest, source) = (mpi_rank(dest), mpi_rank(source));
     if crate::backend::ipc::recvs_pending() {
@@ -203,8 +206,8 @@ pub fn sendrecv(
         // SAFETY: as below; both waited for before returning (the receive is left active only
         // when posting the send failed, as MPI_Sendrecv would fail).
         unsafe {
-            mpisys::check(sys::MPI_Irecv(at(rptr, 0, rdtype), rn, mpisys::datatype(rdtype), source, rtag, c.raw(), &mut rq), "MPI_Irecv")?;
-            mpisys::check(sys::MPI_Isend(at(sptr, 0, sdtype), sn, mpisys::datatype(sdtype), dest, stag, c.raw(), &mut sq), "MPI_Isend")?;
+            mpisys::check(sys::MPI_Irecv(at(rptr, 0, rdtype), rn.n, rn.dt, source, rtag, c.raw(), &mut rq), "MPI_Irecv")?;
+            mpisys::check(sys::MPI_Isend(at(sptr, 0, sdtype), sn.n, sn.dt, dest, stag, c.raw(), &mut sq), "MPI_Isend")?;
         }
         crate::backend::ipc::wait_request(&mut sq, "MPI_Sendrecv")?;
         return crate::backend::ipc::wait_request(&mut rq, "MPI_Sendrecv");
@@ -214,13 +217,13 @@ pub fn sendrecv(
         unsafe {
             sys::MPI_Sendrecv(
                 at(sptr, 0, sdtype),
-                sn,
-                mpisys::datatype(sdtype),
+                sn.n,
+                sn.dt,
                 dest,
                 stag,
                 at(rptr, 0, rdtype),
-                rn,
-                mpisys::datatype(rdtype),
+                rn.n,
+                rn.dt,
                 source,
                 rtag,
                 c.raw(),
@@ -301,39 +304,84 @@ pub fn allreduce(c: &Communicator, send: Src, recv: usize, count: usize, dtype: 
 
 /// MPI_Allgather of `count` elements per rank.
 pub fn allgather(c: &Communicator, send: Src, recv: usize, count: usize, dtype: Dtype) -> Result<()> {
-    let n = mpisys::count_i32(count, "allgather")?;
-    let dt = mpisys::datatype(dtype);
-    // recv holds size*count elements (validated).
-    collective!(c, "MPI_Allgather", MPI_Allgather(send.at(0, dtype), n, dt, at(recv, 0, dtype), n, dt, c.raw()), MPI_Iallgather)
+    let n = mpisys::Count::new(dtype, count)?;
+    // recv holds size*count elements (validated); a large-count type's extent is count elements.
+    collective!(c, "MPI_Allgather", MPI_Allgather(send.at(0, dtype), n.n, n.dt, at(recv, 0, dtype), n.n, n.dt, c.raw()), MPI_Iallgather)
 }
 
-/// Displacements of contiguous blocks, as MPI ints.
-fn displs(counts: &[usize], what: &str) -> Result<(Vec<c_int>, Vec<c_int>)> {
+/// Displacements of contiguous blocks, as MPI ints (None when a count or a displacement does not
+/// fit one).
+fn displs(counts: &[usize]) -> Option<(Vec<c_int>, Vec<c_int>)> {
     let mut cs = Vec::with_capacity(counts.len());
     let mut ds = Vec::with_capacity(counts.len());
     let mut off = 0usize;
     for &n in counts {
-        cs.push(mpisys::count_i32(n, what)?);
-        ds.push(mpisys::count_i32(off, what)?);
-        off += n;
+        cs.push(c_int::try_from(n).ok()?);
+        ds.push(c_int::try_from(off).ok()?);
+        off = off.checked_add(n)?;
     }
-    Ok((cs, ds))
+    Some((cs, ds))
 }
 
-/// MPI_Allgatherv with blocks placed contiguously in rank order.
+/// MPI_Allgatherv with blocks placed contiguously in rank order. Where a count or a displacement
+/// passes MPI's int: MPI_Alltoallw with one derived datatype per block (its displacement inside
+/// the type, in MPI_Aint), every rank sending its block to every rank.
 pub fn allgatherv(c: &Communicator, send: Src, recv: usize, counts: &[usize], dtype: Dtype) -> Result<()> {
-    let (cs, ds) = displs(counts, "allgatherv")?;
+    let Some((cs, ds)) = displs(counts) else { return allgatherv_large(c, send, recv, counts, dtype) };
     let dt = mpisys::datatype(dtype);
     let mine = cs[c.rank() as usize];
     // recv holds sum(counts) elements (validated); cs and ds live until the call returns.
     collective!(c, "MPI_Allgatherv", MPI_Allgatherv(send.at(0, dtype), mine, dt, at(recv, 0, dtype), cs.as_ptr(), ds.as_ptr(), dt, c.raw()), MPI_Iallgatherv)
 }
 
-/// MPI_Reduce_scatter_block: `count` result elements per rank.
+fn allgatherv_large(c: &Communicator, send: Src, recv: usize, counts: &[usize], dtype: Dtype) -> Result<()> {
+    let me = c.rank() as usize;
+    let mut recvtypes = Vec::with_capacity(counts.len());
+    let mut off = 0usize;
+    for &n in counts {
+        recvtypes.push(mpisys::Count::at(dtype, n, off)?);
+        off = off.checked_add(n).ok_or_else(|| crate::error::Error::InvalidArgument("allgatherv: the counts overflow".into()))?;
+    }
+    let p = counts.len();
+    let mine = mpisys::Count::new(dtype, counts[me])?;
+    // In place, this rank's block already sits in recv: it sends from there and skips itself.
+    let (s, self_n) = match send {
+        Src::InPlace => (at(recv, off_of(counts, me), dtype) as *const c_void, 0),
+        Src::Ptr(p) => (at(p, 0, dtype) as *const c_void, 1),
+    };
+    let mut scounts = vec![mine.n; p];
+    let mut rcounts = vec![1 as c_int; p];
+    scounts[me] = if self_n == 0 { 0 } else { mine.n };
+    rcounts[me] = self_n;
+    let zeros = vec![0 as c_int; p];
+    let stypes = vec![mine.dt; p];
+    let rtypes: Vec<sys::MPI_Datatype> = recvtypes.iter().map(|t| t.dt).collect();
+    // recv holds sum(counts) elements (validated); every array lives until the call returns.
+    collective!(
+        c,
+        "MPI_Alltoallw (allgatherv)",
+        MPI_Alltoallw(s, scounts.as_ptr(), zeros.as_ptr(), stypes.as_ptr(), at(recv, 0, dtype), rcounts.as_ptr(), zeros.as_ptr(), rtypes.as_ptr(), c.raw()),
+        MPI_Ialltoallw
+    )
+}
+
+fn off_of(counts: &[usize], r: usize) -> usize {
+    counts[..r].iter().sum()
+}
+
+/// MPI_Reduce_scatter_block: `count` result elements per rank. Where `count` or the whole
+/// input (`count` x ranks) passes MPI's int: one (chunked) reduce per rank's block to that rank.
 pub fn reduce_scatter(c: &Communicator, send: Src, recv: usize, count: usize, dtype: Dtype, op: ReduceOp, divide: bool) -> Result<()> {
     let info = runtime::ensure_ready()?;
-    let n = mpisys::count_i32(count, "reduce_scatter")?;
-    mpisys::count_i32(count * c.size() as usize, "reduce_scatter")?;
+    let p = c.size() as usize;
+    let (Ok(n), Some(Ok(_))) = (c_int::try_from(count), count.checked_mul(p).map(c_int::try_from)) else {
+        let Src::Ptr(sp) = send else { return Err(crate::error::Error::Internal("in-place reduce_scatter".into())) };
+        for j in 0..p {
+            let r = if j == c.rank() as usize { recv } else { 0 };
+            reduce(c, Src::Ptr(sp + j * count * dtype.size()), r, count, dtype, op, j as i32, divide)?;
+        }
+        return Ok(());
+    };
     let mop = runtime::mpi_op(info, dtype, op);
     // send holds size*count elements, recv count (validated).
     collective!(c, "MPI_Reduce_scatter_block", MPI_Reduce_scatter_block(send.at(0, dtype), at(recv, 0, dtype), n, mpisys::datatype(dtype), mop, c.raw()), MPI_Ireduce_scatter_block)?;
@@ -345,37 +393,35 @@ pub fn reduce_scatter(c: &Communicator, send: Src, recv: usize, count: usize, dt
 
 /// MPI_Alltoall with `count` elements per pair of ranks.
 pub fn alltoall(c: &Communicator, send: Src, recv: usize, count: usize, dtype: Dtype) -> Result<()> {
-    let n = mpisys::count_i32(count, "alltoall")?;
-    let dt = mpisys::datatype(dtype);
+    let n = mpisys::Count::new(dtype, count)?;
+    let dt = n.dt;
     let (s, sn) = match send {
         Src::InPlace => (mpisys::in_place() as *const c_void, 0),
-        Src::Ptr(_) => (send.at(0, dtype), n),
+        Src::Ptr(_) => (send.at(0, dtype), n.n),
     };
-    // Both hold size*count elements (validated).
-    collective!(c, "MPI_Alltoall", MPI_Alltoall(s, sn, dt, at(recv, 0, dtype), n, dt, c.raw()), MPI_Ialltoall)
+    // Both hold size*count elements (validated); a large-count type's extent is count elements.
+    collective!(c, "MPI_Alltoall", MPI_Alltoall(s, sn, dt, at(recv, 0, dtype), n.n, dt, c.raw()), MPI_Ialltoall)
 }
 
 /// MPI_Gather of `count` elements per rank; `recv` significant at the root.
 pub fn gather(c: &Communicator, send: Src, recv: usize, count: usize, dtype: Dtype, root: i32) -> Result<()> {
-    let n = mpisys::count_i32(count, "gather")?;
-    let dt = mpisys::datatype(dtype);
+    let n = mpisys::Count::new(dtype, count)?;
     let r = if c.rank() == root { at(recv, 0, dtype) } else { std::ptr::null_mut() };
-    // Validated by the caller.
-    collective!(c, "MPI_Gather", MPI_Gather(send.at(0, dtype), n, dt, r, n, dt, root, c.raw()), MPI_Igather)
+    // Validated by the caller; a large-count type's extent is count elements.
+    collective!(c, "MPI_Gather", MPI_Gather(send.at(0, dtype), n.n, n.dt, r, n.n, n.dt, root, c.raw()), MPI_Igather)
 }
 
 /// MPI_Scatter of `count` elements per rank; `send` significant at the root. `recv` is
 /// `Src::InPlace` at a root that keeps its block in place.
 pub fn scatter(c: &Communicator, send: usize, recv: Src, count: usize, dtype: Dtype, root: i32) -> Result<()> {
-    let n = mpisys::count_i32(count, "scatter")?;
-    let dt = mpisys::datatype(dtype);
+    let n = mpisys::Count::new(dtype, count)?;
     let s = if c.rank() == root { at(send, 0, dtype) } else { std::ptr::null_mut() };
     let r = match recv {
         Src::InPlace => mpisys::in_place(),
         Src::Ptr(p) => at(p, 0, dtype),
     };
     // Validated by the caller.
-    collective!(c, "MPI_Scatter", MPI_Scatter(s, n, dt, r, n, dt, root, c.raw()), MPI_Iscatter)
+    collective!(c, "MPI_Scatter", MPI_Scatter(s, n.n, n.dt, r, n.n, n.dt, root, c.raw()), MPI_Iscatter)
 }
 
 /// The HOST path: buffers MPI can take as they are.
