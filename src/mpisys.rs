@@ -191,7 +191,7 @@ impl Count {
         if let Ok(n) = c_int::try_from(count) {
             return Ok(Count { n, dt: base, owned: false });
         }
-        let bytes = count.checked_mul(size).and_then(|b| isize::try_from(b).ok()).ok_or_else(|| {
+        let bytes = count.checked_mul(size).and_then(|b| sys::MPI_Aint::try_from(b).ok()).ok_or_else(|| {
             Error::InvalidArgument(format!("{count} elements of {size} bytes exceed the address space"))
         })?;
         let (q, r) = (count / BIG_BLOCK, count % BIG_BLOCK);
@@ -217,7 +217,7 @@ impl Count {
                     return Err(check(rc, "MPI_Type_contiguous").unwrap_err());
                 }
                 let lens: [c_int; 2] = [1, 1];
-                let displs: [sys::MPI_Aint; 2] = [0, (count - r) as isize * size as isize];
+                let displs: [sys::MPI_Aint; 2] = [0, bytes - (r * size) as sys::MPI_Aint];
                 let types = [blocks, rest];
                 let rc = sys::MPI_Type_create_struct(2, lens.as_ptr(), displs.as_ptr(), types.as_ptr(), &mut joined);
                 sys::MPI_Type_free(&mut blocks);
@@ -239,7 +239,7 @@ impl Count {
     /// datatype (for calls whose displacements are MPI ints, such as MPI_Alltoallw).
     pub fn at(d: Dtype, count: usize, displ: usize) -> Result<Count> {
         let inner = Count::new(d, count)?;
-        let off = displ.checked_mul(d.size()).and_then(|b| isize::try_from(b).ok()).ok_or_else(|| {
+        let off = displ.checked_mul(d.size()).and_then(|b| sys::MPI_Aint::try_from(b).ok()).ok_or_else(|| {
             Error::InvalidArgument(format!("displacement of {displ} elements exceeds the address space"))
         })?;
         let mut out = inner.dt;
