@@ -396,8 +396,9 @@ impl Communicator {
             if ucounts[me] != send.count() {
                 return Err(count_mismatch(what, format!("counts[{me}] = {} but this rank sends {} elements", ucounts[me], send.count())));
             }
-            let total: usize = ucounts.iter().sum();
-            if total != recv.count() {
+            let total = ucounts.iter().try_fold(0usize, |a, c| a.checked_add(*c));
+            if total != Some(recv.count()) {
+                let total = total.map_or("more than 2^64".into(), |t| t.to_string());
                 return Err(count_mismatch(what, format!("the counts add up to {total} elements but the receive buffer holds {}", recv.count())));
             }
             let block: usize = ucounts[..me].iter().sum();

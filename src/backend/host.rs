@@ -335,31 +335,52 @@ pub fn allgatherv(c: &Communicator, send: Src, recv: usize, counts: &[usize], dt
 }
 
 fn allgatherv_large(c: &Communicator, send: Src, recv: usize, counts: &[usize], dtype: Dtype) -> Result<()> {
+    gatherv_large(c, send, recv, counts, dtype, None)
+}
+
+/// MPI_Allgatherv (`root` None) or MPI_Gatherv to `root` of blocks placed contiguously in rank
+/// order, for counts and displacements past MPI's int: MPI_Alltoallw with one derived datatype
+/// per block (its displacement inside the type, in MPI_Aint). In place (`Src::InPlace`), this
+/// rank's block already sits in `recv`: it sends from there and skips itself.
+pub fn gatherv_large(c: &Communicator, send: Src, recv: usize, counts: &[usize], dtype: Dtype, root: Option<i32>) -> Result<()> {
     let me = c.rank() as usize;
-    let mut recvtypes = Vec::with_capacity(counts.len());
+    let p = counts.len();
+    let receives = root.is_none_or(|r| r as usize == me);
+    let mut recvtypes = Vec::with_capacity(p);
     let mut off = 0usize;
     for &n in counts {
-        recvtypes.push(mpisys::Count::at(dtype, n, off)?);
-        off = off.checked_add(n).ok_or_else(|| crate::error::Error::InvalidArgument("allgatherv: the counts overflow".into()))?;
+        if receives {
+            recvtypes.push(mpisys::Count::at(dtype, n, off)?);
+        }
+        off = off.checked_add(n).ok_or_else(|| crate::error::Error::InvalidArgument("the counts overflow".into()))?;
     }
-    let p = counts.len();
     let mine = mpisys::Count::new(dtype, counts[me])?;
-    // In place, this rank's block already sits in recv: it sends from there and skips itself.
-    let (s, self_n) = match send {
+    let (s, to_self) = match send {
         Src::InPlace => (at(recv, off_of(counts, me), dtype) as *const c_void, 0),
         Src::Ptr(p) => (at(p, 0, dtype) as *const c_void, 1),
     };
-    let mut scounts = vec![mine.n; p];
-    let mut rcounts = vec![1 as c_int; p];
-    scounts[me] = if self_n == 0 { 0 } else { mine.n };
-    rcounts[me] = self_n;
+    let mut scounts = vec![0 as c_int; p];
+    let mut rcounts = vec![0 as c_int; p];
+    for j in 0..p {
+        if root.is_none_or(|r| r as usize == j) {
+            scounts[j] = mine.n;
+        }
+        if receives {
+            rcounts[j] = 1;
+        }
+    }
+    if receives {
+        scounts[me] = if to_self == 0 { 0 } else { mine.n };
+        rcounts[me] = to_self;
+    }
     let zeros = vec![0 as c_int; p];
     let stypes = vec![mine.dt; p];
-    let rtypes: Vec<sys::MPI_Datatype> = recvtypes.iter().map(|t| t.dt).collect();
-    // recv holds sum(counts) elements (validated); every array lives until the call returns.
+    let rtypes: Vec<sys::MPI_Datatype> = if receives { recvtypes.iter().map(|t| t.dt).collect() } else { vec![mine.dt; p] };
+    // recv holds sum(counts) elements where it receives (validated); every array lives until the
+    // call returns.
     collective!(
         c,
-        "MPI_Alltoallw (allgatherv)",
+        "MPI_Alltoallw (gatherv of large blocks)",
         MPI_Alltoallw(s, scounts.as_ptr(), zeros.as_ptr(), stypes.as_ptr(), at(recv, 0, dtype), rcounts.as_ptr(), zeros.as_ptr(), rtypes.as_ptr(), c.raw()),
         MPI_Ialltoallw
     )
