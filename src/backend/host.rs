@@ -435,6 +435,9 @@ pub fn gather(c: &Communicator, send: Src, recv: usize, count: usize, dtype: Dty
 /// MPI_Scatter of `count` elements per rank; `send` significant at the root. `recv` is
 /// `Src::InPlace` at a root that keeps its block in place.
 pub fn scatter(c: &Communicator, send: usize, recv: Src, count: usize, dtype: Dtype, root: i32) -> Result<()> {
+    if c_int::try_from(count).is_err() {
+        return scatter_large(c, send, recv, count, dtype, root);
+    }
     let n = mpisys::Count::new(dtype, count)?;
     let s = if c.rank() == root { at(send, 0, dtype) } else { std::ptr::null_mut() };
     let r = match recv {
@@ -443,6 +446,44 @@ pub fn scatter(c: &Communicator, send: usize, recv: Src, count: usize, dtype: Dt
     };
     // Validated by the caller.
     collective!(c, "MPI_Scatter", MPI_Scatter(s, n.n, n.dt, r, n.n, n.dt, root, c.raw()), MPI_Iscatter)
+}
+
+/// MPI_Scatter past MPI's int count, as MPI_Alltoallw: MPICH 4.0's MPI_Scatter crashes on a
+/// block of one large derived datatype, so the root sends block j to rank j as one element of a
+/// derived type that holds it at its displacement.
+fn scatter_large(c: &Communicator, send: usize, recv: Src, count: usize, dtype: Dtype, root: i32) -> Result<()> {
+    let (me, p) = (c.rank() as usize, c.size() as usize);
+    let is_root = me == root as usize;
+    let block = mpisys::Count::new(dtype, count)?;
+    let mut sendtypes = Vec::with_capacity(p);
+    if is_root {
+        for j in 0..p {
+            let displ = j.checked_mul(count).ok_or_else(|| crate::error::Error::InvalidArgument("scatter: the counts overflow".into()))?;
+            sendtypes.push(mpisys::Count::at(dtype, count, displ)?);
+        }
+    }
+    let (r, mine) = match recv {
+        Src::InPlace => (std::ptr::null_mut(), 0),
+        Src::Ptr(ptr) => (at(ptr, 0, dtype), 1),
+    };
+    let mut scounts = vec![0 as c_int; p];
+    let mut rcounts = vec![0 as c_int; p];
+    if is_root {
+        scounts.iter_mut().for_each(|x| *x = 1);
+        scounts[me] = mine;
+    }
+    rcounts[root as usize] = mine;
+    let zeros = vec![0 as c_int; p];
+    let stypes: Vec<sys::MPI_Datatype> = if is_root { sendtypes.iter().map(|t| t.dt).collect() } else { vec![block.dt; p] };
+    let rtypes = vec![block.dt; p];
+    let s = if is_root { at(send, 0, dtype) } else { std::ptr::null_mut() };
+    // Validated by the caller; every array lives until the call returns.
+    collective!(
+        c,
+        "MPI_Alltoallw (scatter of large blocks)",
+        MPI_Alltoallw(s, scounts.as_ptr(), zeros.as_ptr(), stypes.as_ptr(), r, rcounts.as_ptr(), zeros.as_ptr(), rtypes.as_ptr(), c.raw()),
+        MPI_Ialltoallw
+    )
 }
 
 /// The HOST path: buffers MPI can take as they are.
