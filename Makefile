@@ -10,6 +10,9 @@
 #                  5. make install, then out-of-tree C, C++, Fortran, Python, pkg-config and
 #                     CMake projects against the installed tree (the README's commands)
 #                  6. cargo test and the tests and examples again against MPICH
+#   make test-large   counts past 2^31 (tests/mpi_large.rs): every operation on 2^31 + 16 int8,
+#                host memory, 2 ranks, one operation per job, Open MPI then MPICH; needs ~9 GB free
+#                and ~25 min (GPUWIRE_TEST_LARGE_ALL=1 adds the 17 GB jobs); not part of `make test`
 #   make deps    check prerequisites (scripts/deps.sh; installs Debian packages when root)
 #   make install PREFIX=/path   release build, then libraries, headers, Fortran module sources,
 #                pkg-config and CMake files and the Python module under PREFIX (DESTDIR honoured;
@@ -42,10 +45,10 @@ CARGO_TARGET_DIR ?= target
 MPICH_ENV := MPICC=mpicc.mpich CARGO_TARGET_DIR=$(CARGO_TARGET_DIR)/mpich
 
 .PHONY: help deps demo install test test-header test-bindings test-rust test-c test-asan test-mpich \
-	test-install clean
+	test-install test-large clean
 
 help:
-	@sed -n '3,17s/^# \{0,1\}//p' Makefile
+	@sed -n '3,20s/^# \{0,1\}//p' Makefile
 
 deps:
 	@bash scripts/deps.sh
@@ -156,6 +159,12 @@ test-mpich:
 	$(MPICH_ENV) cargo build
 	$(MPICH_ENV) GPUWIRE_MPIEXEC=mpiexec.mpich cargo test
 	bash scripts/run-c-tests.sh mpich
+
+# Counts past 2^31 (not in `make test`: several GB per job and long runs).
+test-large:
+	@echo "== counts past 2^31: every operation on 2^31 + 16 int8 (Open MPI, then MPICH) =="
+	GPUWIRE_TEST_TIMEOUT=900 GPUWIRE_MPIEXEC=mpirun cargo test --test mpi_large
+	$(MPICH_ENV) GPUWIRE_TEST_TIMEOUT=900 GPUWIRE_MPIEXEC=mpiexec.mpich cargo test --test mpi_large
 
 clean:
 	cargo clean

@@ -13,8 +13,8 @@
  *  - Handles (gpuwire_comm, gpuwire_buffer, gpuwire_request, gpuwire_darray) are 64-bit integers;
  *    0 is the NULL handle. A freed, NULL or foreign handle is reported as
  *    GPUWIRE_ERROR_INVALID_HANDLE.
- *  - Counts are in elements of the buffer's datatype unless a name says bytes. bcast, reduce and
- *    allreduce take any count; other operations at most 2^31-1 elements per rank and call.
+ *  - Counts are in elements of the buffer's datatype unless a name says bytes. Every operation
+ *    takes any count that memory holds, also past MPI's int (2^31-1).
  *  - Needs C99 or C++11 (stdint.h, fixed-width integers).
  *  - No function aborts the process or lets a Rust panic escape.
  */
@@ -1302,7 +1302,7 @@ gpuwire_status gpuwire_query_thread(int32_t *provided);
 gpuwire_status gpuwire_owns_mpi(int32_t *flag);
 
 /**
- * Sends all of `buf`'s elements (at most 2^31-1) to rank `dest` with `tag` (0..MPI_TAG_UB), as
+ * Sends all of `buf`'s elements (any count) to rank `dest` with `tag` (0..MPI_TAG_UB), as
  * MPI_Send.
  * `dest` GPUWIRE_PROC_NULL (or this MPI's MPI_PROC_NULL) does nothing. The receiver must post a
  * receive of the same count. In checking mode the receiver also compares datatype and count,

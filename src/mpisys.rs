@@ -165,6 +165,109 @@ pub fn count_i32(n: usize, what: &str) -> Result<c_int> {
     })
 }
 
+/// `count` elements of a datatype as MPI takes them: the count itself and the predefined
+/// datatype when the count fits MPI's `int`, else count 1 of a committed derived datatype that
+/// holds all `count` elements (blocks of 2^30 elements and a rest; extent `count` elements, so
+/// the blocks of gather-like collectives sit where they would with the plain count). The derived
+/// type is freed on drop (MPI keeps it for operations still pending on it).
+pub struct Count {
+    pub n: c_int,
+    pub dt: MPI_Datatype,
+    owned: bool,
+}
+
+// SAFETY: an MPI datatype handle; MPI_THREAD_MULTIPLE allows its use from any thread.
+unsafe impl Send for Count {}
+
+/// Elements per block of a large-count derived datatype.
+const BIG_BLOCK: usize = 1 << 30;
+
+impl Count {
+    pub fn new(d: Dtype, count: usize) -> Result<Count> {
+        Self::of(datatype(d), d.size(), count)
+    }
+
+    /// As `new`, for `count` elements of `size` bytes of the predefined datatype `base`.
+    pub fn of(base: MPI_Datatype, size: usize, count: usize) -> Result<Count> {
+        if let Ok(n) = c_int::try_from(count) {
+            return Ok(Count { n, dt: base, owned: false });
+        }
+        let bytes = count.checked_mul(size).and_then(|b| sys::MPI_Aint::try_from(b).ok()).ok_or_else(|| {
+            Error::InvalidArgument(format!("{count} elements of {size} bytes exceed the address space"))
+        })?;
+        let (q, r) = (count / BIG_BLOCK, count % BIG_BLOCK);
+        let q = count_i32(q, "large-count datatype")?;
+        let mut block = base;
+        let mut blocks = base;
+        let mut rest = base;
+        let mut joined = base;
+        let mut out = base;
+        // SAFETY: valid predefined/derived datatypes and out-pointers; every intermediate type is
+        // freed here (a derived type keeps what it is built from alive), the result on drop.
+        unsafe {
+            check(sys::MPI_Type_contiguous(BIG_BLOCK as c_int, base, &mut block), "MPI_Type_contiguous")?;
+            let rc = sys::MPI_Type_contiguous(q, block, &mut blocks);
+            sys::MPI_Type_free(&mut block);
+            check(rc, "MPI_Type_contiguous")?;
+            if r == 0 {
+                joined = blocks;
+            } else {
+                let rc = sys::MPI_Type_contiguous(r as c_int, base, &mut rest);
+                if rc != 0 {
+                    sys::MPI_Type_free(&mut blocks);
+                    return Err(check(rc, "MPI_Type_contiguous").unwrap_err());
+                }
+                let lens: [c_int; 2] = [1, 1];
+                let displs: [sys::MPI_Aint; 2] = [0, bytes - (r * size) as sys::MPI_Aint];
+                let types = [blocks, rest];
+                let rc = sys::MPI_Type_create_struct(2, lens.as_ptr(), displs.as_ptr(), types.as_ptr(), &mut joined);
+                sys::MPI_Type_free(&mut blocks);
+                sys::MPI_Type_free(&mut rest);
+                check(rc, "MPI_Type_create_struct")?;
+            }
+            let rc = sys::MPI_Type_create_resized(joined, 0, bytes, &mut out);
+            sys::MPI_Type_free(&mut joined);
+            check(rc, "MPI_Type_create_resized")?;
+            if let Err(e) = check(sys::MPI_Type_commit(&mut out), "MPI_Type_commit") {
+                sys::MPI_Type_free(&mut out);
+                return Err(e);
+            }
+        }
+        Ok(Count { n: 1, dt: out, owned: true })
+    }
+
+    /// `count` elements placed `displ` elements into the buffer, as one element of a derived
+    /// datatype (for calls whose displacements are MPI ints, such as MPI_Alltoallw).
+    pub fn at(d: Dtype, count: usize, displ: usize) -> Result<Count> {
+        let inner = Count::new(d, count)?;
+        let off = displ.checked_mul(d.size()).and_then(|b| sys::MPI_Aint::try_from(b).ok()).ok_or_else(|| {
+            Error::InvalidArgument(format!("displacement of {displ} elements exceeds the address space"))
+        })?;
+        let mut out = inner.dt;
+        let lens: [c_int; 1] = [inner.n];
+        let displs: [sys::MPI_Aint; 1] = [off];
+        let types = [inner.dt];
+        // SAFETY: as in `of`; `inner` is freed when it drops, the new type keeps what it needs.
+        unsafe {
+            check(sys::MPI_Type_create_struct(1, lens.as_ptr(), displs.as_ptr(), types.as_ptr(), &mut out), "MPI_Type_create_struct")?;
+            if let Err(e) = check(sys::MPI_Type_commit(&mut out), "MPI_Type_commit") {
+                sys::MPI_Type_free(&mut out);
+                return Err(e);
+            }
+        }
+        Ok(Count { n: 1, dt: out, owned: true })
+    }
+}
+
+impl Drop for Count {
+    fn drop(&mut self) {
+        if self.owned && !crate::runtime::mpi_finalized() {
+            // SAFETY: a derived datatype created by `of` or `at` and freed only here.
+            unsafe { sys::MPI_Type_free(&mut self.dt) };
+        }
+    }
+}
+
 /// MPI_Wtime.
 pub fn wtime() -> f64 {
     // SAFETY: no arguments.

@@ -59,8 +59,15 @@ pub struct RuntimeInfo {
     pub tag_ub: i32,
     /// User-defined MPI operations for float16/bfloat16 x SUM/PROD/MAX/MIN.
     half_ops: [[RawOp; 4]; 2],
-    /// User-defined MPI operations for uint64 MAX and MIN.
-    u64_ops: [RawOp; 2],
+    /// gpuwire's own MPI operations, one per base operation (index `ReduceOp as usize`; AVG's
+    /// slot holds a second SUM), on every datatype but float16/bfloat16.
+    own_ops: [RawOp; 8],
+    /// `own[dtype][op]`: this MPI's predefined operation differs from `reduce::combine` (found at
+    /// init by `probe_builtin_ops`), so gpuwire's own operation is used instead.
+    own: [[bool; 8]; 12],
+    /// MPICH before 4.1: MPI_Reduce with MPI_IN_PLACE at a non-zero root crashes
+    /// (pmodels/mpich#6540, fixed in 4.1 by #6543).
+    pub reduce_in_place_root_broken: bool,
 }
 
 /// Fails unless `init` ran and `finalize` did not.
@@ -150,17 +157,26 @@ pub fn init() -> Result<()> {
     }
     watch_finalize()?;
     let half_ops = create_half_ops()?;
-    let u64_ops = create_ops(&[u64_max, u64_min])?;
+    let own_ops = create_ops(&[own_sum, own_prod, own_max, own_min, own_sum, own_band, own_bor, own_bxor])?;
+    let own = probe_builtin_ops();
+    let mpi_library = library_version();
     let info = RuntimeInfo {
         owns_mpi,
         thread_level: thread_level_from_mpi(provided),
-        mpi_library: library_version(),
+        reduce_in_place_root_broken: mpich_before(&mpi_library, (4, 1)),
+        mpi_library,
         tag_ub: mpisys::tag_ub(),
         half_ops,
-        u64_ops: [u64_ops[0], u64_ops[1]],
+        own_ops: [own_ops[0], own_ops[1], own_ops[2], own_ops[3], own_ops[4], own_ops[5], own_ops[6], own_ops[7]],
+        own,
     };
     // INFO can only be set once per process; a process initializes gpuwire once.
     crate::trace!("init: MPI {} ({}), owns MPI: {owns_mpi}, thread level {}", info.mpi_library, if owns_mpi { "initialized by gpuwire" } else { "adopted" }, info.thread_level.name());
+    let replaced: Vec<String> = Dtype::ALL
+        .iter()
+        .flat_map(|d| ReduceOp::ALL.iter().filter(|o| info.own[*d as usize][**o as usize]).map(move |o| format!("{} {}", d.name(), o.name())))
+        .collect();
+    crate::trace!("init: gpuwire's own MPI operations for {} (the MPI's own differ from gpuwire's semantics); in-place reduce at a non-zero root {}", if replaced.is_empty() { "none".into() } else { replaced.join(", ") }, if info.reduce_in_place_root_broken { "avoided (MPICH before 4.1)" } else { "passed to MPI" });
     INFO.set(info).map_err(|_| Error::Internal("runtime info set twice".into()))?;
     STATE.store(READY, Ordering::Release);
     Ok(())
@@ -210,7 +226,7 @@ pub fn finalize() -> Result<()> {
     if finalized != 0 {
         return Ok(()); // the program finalized MPI already; nothing of ours is left to free
     }
-    for op in info.half_ops.iter().flatten().chain(info.u64_ops.iter()) {
+    for op in info.half_ops.iter().flatten().chain(info.own_ops.iter()) {
         let mut o = op.0;
         // SAFETY: created by MPI_Op_create in init and freed only here.
         unsafe { sys::MPI_Op_free(&mut o) };
@@ -253,10 +269,143 @@ user_fn!(bf16_prod, Dtype::GPUWIRE_BFLOAT16, ReduceOp::GPUWIRE_PROD);
 user_fn!(bf16_max, Dtype::GPUWIRE_BFLOAT16, ReduceOp::GPUWIRE_MAX);
 user_fn!(bf16_min, Dtype::GPUWIRE_BFLOAT16, ReduceOp::GPUWIRE_MIN);
 
-// MPICH 4.0 compares MPI_UINT64_T as signed in MPI_MIN/MPI_MAX (pmodels/mpich#6083): uint64
-// MIN/MAX go through gpuwire's own operations on every MPI, so results never depend on it.
-user_fn!(u64_max, Dtype::GPUWIRE_UINT64, ReduceOp::GPUWIRE_MAX);
-user_fn!(u64_min, Dtype::GPUWIRE_UINT64, ReduceOp::GPUWIRE_MIN);
+/// gpuwire's own operation `$op` on any datatype with an MPI type of its own (not float16 and
+/// bfloat16, which share MPI_UINT16_T and have their own `user_fn!`s): the datatype is found from
+/// the MPI datatype that MPI passes.
+macro_rules! own_fn {
+    ($name:ident, $op:expr) => {
+        unsafe extern "C" fn $name(invec: *mut c_void, inoutvec: *mut c_void, len: *mut c_int, dt: *mut sys::MPI_Datatype) {
+            let _ = std::panic::catch_unwind(|| {
+                // SAFETY: MPI passes its datatype and `*len` elements of it in both vectors.
+                let (n, dt) = unsafe { (*len as usize, *dt) };
+                if let Some(d) = Dtype::ALL.iter().copied().find(|d| !d.is_half() && mpisys::datatype(*d) == dt) {
+                    let _ = unsafe { crate::reduce::combine(d, $op, inoutvec.cast(), invec.cast(), n) };
+                }
+            });
+        }
+    };
+}
+own_fn!(own_sum, ReduceOp::GPUWIRE_SUM);
+own_fn!(own_prod, ReduceOp::GPUWIRE_PROD);
+own_fn!(own_max, ReduceOp::GPUWIRE_MAX);
+own_fn!(own_min, ReduceOp::GPUWIRE_MIN);
+own_fn!(own_band, ReduceOp::GPUWIRE_BAND);
+own_fn!(own_bor, ReduceOp::GPUWIRE_BOR);
+own_fn!(own_bxor, ReduceOp::GPUWIRE_BXOR);
+
+/// Elements of each probe vector: longer than the MPIs' vector loops (AVX-512 holds 64 bytes)
+/// and not a multiple of a vector, so both the vector part and the tail are probed.
+const PROBE_N: usize = 259;
+
+/// Probe data for element `i` of `d`, `variant` 0 or 1 (the two operands): integers that
+/// overflow SUM and PROD (200 for uint8, 100 for int8, above half the range for wider types),
+/// 0xF0../0x0F.. patterns that order differently signed and unsigned, the signed extremes and
+/// pseudo-random bits; exact small reals (no NaN: MPI does not define MIN/MAX on NaN).
+fn probe_elem(d: Dtype, i: usize, variant: usize, out: &mut [u8]) {
+    let size = out.len();
+    if d.is_integer() {
+        let bits = 8 * size as u32;
+        let m = if bits == 64 { u64::MAX } else { (1u64 << bits) - 1 };
+        let rep = |b: u8| u64::from_ne_bytes([b; 8]) & m;
+        let top = 1u64 << (bits - 1);
+        let v = variant as u64;
+        let x = match i % 8 {
+            0 if bits == 8 => if d == Dtype::GPUWIRE_UINT8 { 200 } else { 100 },
+            0 => top / 2 + 100 + v,
+            1 => rep(0xF0) ^ v,
+            2 => rep(0x0F) ^ v,
+            3 => if variant == 0 { rep(0xF0) } else { rep(0x0F) },
+            4 => if variant == 0 { rep(0x0F) } else { rep(0xF0) },
+            5 => top + v,
+            6 => top - 1 - v,
+            _ => (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(v.wrapping_mul(0xD1B5_4A32_D192_ED03)).rotate_left(29),
+        } & m;
+        out.copy_from_slice(&x.to_ne_bytes()[..size]);
+    } else {
+        let re = |k: usize| ((k % 13) as f64 - 6.0) * 0.5;
+        let k = i * 3 + variant * 5;
+        match d {
+            Dtype::GPUWIRE_FLOAT32 => out.copy_from_slice(&(re(k) as f32).to_ne_bytes()),
+            Dtype::GPUWIRE_FLOAT64 => out.copy_from_slice(&re(k).to_ne_bytes()),
+            Dtype::GPUWIRE_COMPLEX64 => {
+                out[..4].copy_from_slice(&(re(k) as f32).to_ne_bytes());
+                out[4..].copy_from_slice(&(re(k + 7) as f32).to_ne_bytes());
+            }
+            Dtype::GPUWIRE_COMPLEX128 => {
+                out[..8].copy_from_slice(&re(k).to_ne_bytes());
+                out[8..].copy_from_slice(&re(k + 7).to_ne_bytes());
+            }
+            _ => unreachable!("float16/bfloat16 are not probed"),
+        }
+    }
+}
+
+/// Which predefined MPI operations give other results than gpuwire's semantics (integers wrap,
+/// unsigned types compare as unsigned; `reduce::combine`): each (datatype, operation) is applied
+/// once with MPI_Reduce_local to vectors that catch saturation and signed/unsigned confusion,
+/// and compared with `reduce::combine`. Known cases: Open MPI 4.1's AVX loops saturate 8-bit
+/// SUM; MPICH 4.0 compares MPI_UINT8_T, MPI_UINT32_T and MPI_UINT64_T as signed in MIN/MAX
+/// (pmodels/mpich#6083). uint64 MIN/MAX always use gpuwire's own operations.
+fn probe_builtin_ops() -> [[bool; 8]; 12] {
+    let mut own = [[false; 8]; 12];
+    own[Dtype::GPUWIRE_UINT64 as usize][ReduceOp::GPUWIRE_MAX as usize] = true;
+    own[Dtype::GPUWIRE_UINT64 as usize][ReduceOp::GPUWIRE_MIN as usize] = true;
+    for d in Dtype::ALL.into_iter().filter(|d| !d.is_half()) {
+        let size = d.size();
+        // u64 storage keeps every datatype's elements aligned.
+        let mut a = vec![0u64; (PROBE_N * size).div_ceil(8)];
+        let mut b = vec![0u64; a.len()];
+        {
+            // SAFETY: the byte views cover the vectors' own storage.
+            let (ab, bb) = unsafe {
+                (std::slice::from_raw_parts_mut(a.as_mut_ptr().cast::<u8>(), PROBE_N * size), std::slice::from_raw_parts_mut(b.as_mut_ptr().cast::<u8>(), PROBE_N * size))
+            };
+            for i in 0..PROBE_N {
+                probe_elem(d, i, 0, &mut ab[i * size..(i + 1) * size]);
+                probe_elem(d, i, 1, &mut bb[i * size..(i + 1) * size]);
+            }
+        }
+        for op in ReduceOp::ALL {
+            if op == ReduceOp::GPUWIRE_AVG || op.check_supported(d).is_err() || own[d as usize][op as usize] {
+                continue;
+            }
+            let (mut want, mut got) = (a.clone(), a.clone());
+            // SAFETY: both vectors hold PROBE_N aligned elements of `d`.
+            let combined = unsafe { crate::reduce::combine(d, op, want.as_mut_ptr().cast(), b.as_ptr().cast(), PROBE_N) };
+            let builtin = builtin_op(op);
+            // SAFETY: as above; a predefined operation on a predefined datatype.
+            let rc = unsafe { sys::MPI_Reduce_local(b.as_ptr().cast(), got.as_mut_ptr().cast(), PROBE_N as c_int, mpisys::datatype(d), builtin) };
+            own[d as usize][op as usize] = combined.is_err() || rc != 0 || want != got;
+        }
+        own[d as usize][ReduceOp::GPUWIRE_AVG as usize] = own[d as usize][ReduceOp::GPUWIRE_SUM as usize];
+    }
+    own
+}
+
+/// Whether `library` (the first line of MPI_Get_library_version) is MPICH older than `v`.
+fn mpich_before(library: &str, v: (u32, u32)) -> bool {
+    let Some(rest) = library.strip_prefix("MPICH") else { return false };
+    let mut parts = rest.trim().split(|c: char| !c.is_ascii_digit()).filter(|s| !s.is_empty()).map(|s| s.parse::<u32>().unwrap_or(0));
+    match (parts.next(), parts.next()) {
+        (Some(major), Some(minor)) => (major, minor) < v,
+        _ => false,
+    }
+}
+
+fn builtin_op(op: ReduceOp) -> sys::MPI_Op {
+    // SAFETY: reading constants.
+    unsafe {
+        match op {
+            ReduceOp::GPUWIRE_SUM | ReduceOp::GPUWIRE_AVG => sys::RSMPI_SUM,
+            ReduceOp::GPUWIRE_PROD => sys::RSMPI_PROD,
+            ReduceOp::GPUWIRE_MAX => sys::RSMPI_MAX,
+            ReduceOp::GPUWIRE_MIN => sys::RSMPI_MIN,
+            ReduceOp::GPUWIRE_BAND => sys::RSMPI_BAND,
+            ReduceOp::GPUWIRE_BOR => sys::RSMPI_BOR,
+            ReduceOp::GPUWIRE_BXOR => sys::RSMPI_BXOR,
+        }
+    }
+}
 
 type UserFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut sys::MPI_Datatype);
 
@@ -288,28 +437,18 @@ fn create_half_ops() -> Result<[[RawOp; 4]; 2]> {
     Ok(out)
 }
 
-/// The MPI operation that performs `op` on `dtype` (AVG maps to its SUM step). The combination
-/// must have passed `ReduceOp::check_supported`.
+/// The MPI operation that performs `op` on `dtype` (AVG maps to its SUM step): the MPI's
+/// predefined operation where it computes gpuwire's semantics, else gpuwire's own. The
+/// combination must have passed `ReduceOp::check_supported`.
 pub fn mpi_op(info: &RuntimeInfo, dtype: Dtype, op: ReduceOp) -> sys::MPI_Op {
     let base = if op == ReduceOp::GPUWIRE_AVG { ReduceOp::GPUWIRE_SUM } else { op };
-    if dtype == Dtype::GPUWIRE_UINT64 && matches!(base, ReduceOp::GPUWIRE_MAX | ReduceOp::GPUWIRE_MIN) {
-        return info.u64_ops[(base == ReduceOp::GPUWIRE_MIN) as usize].0;
-    }
     if dtype.is_half() {
         let t = if dtype == Dtype::GPUWIRE_FLOAT16 { 0 } else { 1 };
         let o = HALF_BASE_OPS.iter().position(|x| *x == base).expect("half ops cover SUM/PROD/MAX/MIN");
         return info.half_ops[t][o].0;
     }
-    // SAFETY: reading constants.
-    unsafe {
-        match base {
-            ReduceOp::GPUWIRE_SUM | ReduceOp::GPUWIRE_AVG => sys::RSMPI_SUM,
-            ReduceOp::GPUWIRE_PROD => sys::RSMPI_PROD,
-            ReduceOp::GPUWIRE_MAX => sys::RSMPI_MAX,
-            ReduceOp::GPUWIRE_MIN => sys::RSMPI_MIN,
-            ReduceOp::GPUWIRE_BAND => sys::RSMPI_BAND,
-            ReduceOp::GPUWIRE_BOR => sys::RSMPI_BOR,
-            ReduceOp::GPUWIRE_BXOR => sys::RSMPI_BXOR,
-        }
+    if info.own[dtype as usize][base as usize] {
+        return info.own_ops[base as usize].0;
     }
+    builtin_op(base)
 }

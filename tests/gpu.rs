@@ -225,6 +225,115 @@ fn verbose(msg: impl FnOnce() -> String) {
     }
 }
 
+// ---- integer reductions that overflow and order differently signed and unsigned ------------
+
+/// Rank `r`'s element `i` of integer type `d` as raw bits: 200 (uint8) / 100 (int8) / above half
+/// the range on every rank (SUM and PROD overflow), 0xF0../0x0F.. patterns that order
+/// differently signed and unsigned, the signed extremes, pseudo-random bits (as tests/mpi_reduce.rs).
+fn wrap_input(d: Dtype, r: i32, i: usize) -> u64 {
+    let bits = 8 * d.size() as u32;
+    let m = if bits == 64 { u64::MAX } else { (1u64 << bits) - 1 };
+    let rep = |b: u8| u64::from_ne_bytes([b; 8]) & m;
+    let top = 1u64 << (bits - 1);
+    let v = r as u64;
+    let x = match i % 8 {
+        0 if bits == 8 => if d == Dtype::GPUWIRE_UINT8 { 200 } else { 100 },
+        0 => top / 2 + 100 + v,
+        1 => rep(0xF0) ^ v,
+        2 => rep(0x0F) ^ v,
+        3 => if r % 2 == 0 { rep(0xF0) } else { rep(0x0F) },
+        4 => if r % 2 == 0 { rep(0x0F) } else { rep(0xF0) },
+        5 => top + v,
+        6 => top - 1 - v,
+        _ => (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(v.wrapping_mul(0xD1B5_4A32_D192_ED03)).rotate_left(29),
+    };
+    x & m
+}
+
+fn wrap_signed(d: Dtype) -> bool {
+    matches!(d, Dtype::GPUWIRE_INT8 | Dtype::GPUWIRE_INT32 | Dtype::GPUWIRE_INT64)
+}
+
+/// The raw bits as the datatype's value.
+fn wrap_value(d: Dtype, x: u64) -> i128 {
+    let bits = 8 * d.size() as u32;
+    if wrap_signed(d) && (x >> (bits - 1)) & 1 == 1 { x as i128 - (1i128 << bits) } else { x as i128 }
+}
+
+/// The wrapping (two's complement) reduction of element i over ranks 0..p, as little-endian bytes.
+fn wrap_expected(d: Dtype, op: ReduceOp, p: i32, range: std::ops::Range<usize>) -> Vec<u8> {
+    let bits = 8 * d.size() as u32;
+    let m = if bits == 64 { u64::MAX } else { (1u64 << bits) - 1 };
+    let mut out = Vec::new();
+    for i in range {
+        let xs: Vec<u64> = (0..p).map(|r| wrap_input(d, r, i)).collect();
+        let sum = xs.iter().fold(0u64, |a, x| a.wrapping_add(*x)) & m;
+        let v: u64 = match op {
+            ReduceOp::GPUWIRE_SUM => sum,
+            ReduceOp::GPUWIRE_PROD => xs.iter().fold(1u64, |a, x| a.wrapping_mul(*x)) & m,
+            ReduceOp::GPUWIRE_AVG => ((wrap_value(d, sum) / p as i128) as u64) & m,
+            ReduceOp::GPUWIRE_MAX => (xs.iter().map(|x| wrap_value(d, *x)).max().unwrap() as u64) & m,
+            ReduceOp::GPUWIRE_MIN => (xs.iter().map(|x| wrap_value(d, *x)).min().unwrap() as u64) & m,
+            ReduceOp::GPUWIRE_BAND => xs.iter().fold(m, |a, x| a & x),
+            ReduceOp::GPUWIRE_BOR => xs.iter().fold(0, |a, x| a | x),
+            ReduceOp::GPUWIRE_BXOR => xs.iter().fold(0, |a, x| a ^ x),
+        };
+        out.extend_from_slice(&v.to_le_bytes()[..d.size()]);
+    }
+    out
+}
+
+/// Every integer datatype x op on device buffers with values that overflow (SUM, PROD, AVG wrap,
+/// as the host paths on every MPI) and that order differently signed and unsigned: allreduce
+/// (separate and in place), reduce to the first and last root (in place at the root too) and
+/// reduce_scatter, at 131 elements (one MPI call on a host copy) and 100,003 (GPU kernels).
+fn ops_wrap(cx: &Ctx) -> Result<(), String> {
+    let (r, p, s) = (cx.rank, cx.size, cx.stream as *mut c_void);
+    let ints = [Dtype::GPUWIRE_INT8, Dtype::GPUWIRE_UINT8, Dtype::GPUWIRE_INT32, Dtype::GPUWIRE_UINT32, Dtype::GPUWIRE_INT64, Dtype::GPUWIRE_UINT64];
+    for n in [131usize, 100_003] {
+        for d in ints {
+            let es = d.size();
+            let m = n / p as usize * p as usize;
+            let mine: Vec<u8> = (0..n).flat_map(|i| wrap_input(d, r, i).to_le_bytes()[..es].to_vec()).collect();
+            for op in ReduceOp::ALL {
+                let what = |v: &str| format!("{v} {} {} n={n}", d.name(), op.name());
+                let want = wrap_expected(d, op, p, 0..n);
+                let send = dev_alloc(n, d);
+                let recv = dev_alloc(n, d);
+                upload(send, &mine);
+                ok(gpuwire_allreduce(cx.comm, send, recv, op as i32, s), "allreduce");
+                check_bytes(&what("allreduce"), &download(recv, n * es), &want, d)?;
+                upload(recv, &mine);
+                ok(gpuwire_allreduce(cx.comm, recv, recv, op as i32, s), "allreduce in place");
+                check_bytes(&what("allreduce in place"), &download(recv, n * es), &want, d)?;
+                for root in [0, p - 1] {
+                    let out = dev_alloc(n, d);
+                    ok(gpuwire_reduce(cx.comm, send, if r == root { out } else { 0 }, op as i32, root, s), "reduce");
+                    if r == root {
+                        check_bytes(&what(&format!("reduce root {root}")), &download(out, n * es), &want, d)?;
+                    }
+                    upload(out, &mine);
+                    ok(gpuwire_reduce(cx.comm, out, if r == root { out } else { 0 }, op as i32, root, s), "reduce in place");
+                    if r == root {
+                        check_bytes(&what(&format!("reduce in place root {root}")), &download(out, n * es), &want, d)?;
+                    }
+                    gpuwire_buffer_free(out);
+                }
+                let rs_send = dev_alloc(m, d);
+                upload(rs_send, &mine[..m * es]);
+                let rs_recv = dev_alloc(m / p as usize, d);
+                ok(gpuwire_reduce_scatter(cx.comm, rs_send, rs_recv, op as i32, s), "reduce_scatter");
+                let lo = r as usize * (m / p as usize);
+                check_bytes(&what("reduce_scatter"), &download(rs_recv, m / p as usize * es), &wrap_expected(d, op, p, lo..lo + m / p as usize), d)?;
+                for b in [send, recv, rs_send, rs_recv] {
+                    gpuwire_buffer_free(b);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 fn ops_matrix(cx: &Ctx) -> Result<(), String> {
     let (r, p, s) = (cx.rank, cx.size, cx.stream as *mut c_void);
     let mut checked = 0;
@@ -1180,6 +1289,7 @@ fn main() {
         verbose(|| format!("rank {rank}: case {case}"));
         let r = match case {
             "ops" => ops_matrix(&cx),
+            "opswrap" => ops_wrap(&cx),
             "c11" => c11_forced_cuda_aware(&cx),
             "c12" => c12_stream_ordering(&cx),
             "c13" => c13_staged_tails(&cx),

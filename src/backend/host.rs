@@ -3,8 +3,11 @@
 //!
 //! Every function here is as its MPI counterpart (MPI_Send, MPI_Allreduce, ...) plus what MPI
 //! lacks: AVG (MPI_SUM, then a division by the communicator size), float16/bfloat16 reductions
-//! (gpuwire's user-defined MPI operations) and counts above 2^31-1 for bcast, reduce and
-//! allreduce (split into several MPI calls).
+//! (gpuwire's user-defined MPI operations, also where the MPI's own operation is wrong) and
+//! counts above 2^31-1: bcast, reduce and allreduce split into several MPI calls; point-to-point,
+//! allgather, alltoall, gather and scatter send one element of a derived datatype
+//! (`mpisys::Count`); allgatherv past int displacements and reduce_scatter past int counts take
+//! other MPI calls (MPI_Alltoallw, one reduce per block).
 
 use std::ffi::{c_int, c_void};
 
@@ -63,11 +66,21 @@ pub(crate) use collective;
 const MAX_CHUNK: usize = 1 << 30;
 
 fn chunks(count: usize) -> impl Iterator<Item = (usize, usize)> {
-    (0..count.div_ceil(MAX_CHUNK).max(1)).map(move |i| {
-        let off = i * MAX_CHUNK;
-        (off, (count - off).min(MAX_CHUNK))
+    chunks_of(count, MAX_CHUNK)
+}
+
+/// (offset, length) of the pieces of `count` elements, at most `chunk` each (one empty piece
+/// for count 0).
+fn chunks_of(count: usize, chunk: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..count.div_ceil(chunk).max(1)).map(move |i| {
+        let off = i * chunk;
+        (off, (count - off).min(chunk))
     })
 }
+
+/// Bytes of the scratch copy that replaces MPI_IN_PLACE at a non-zero reduce root where the MPI
+/// crashes on it (`RuntimeInfo::reduce_in_place_root_broken`).
+const IN_PLACE_SCRATCH_BYTES: usize = 64 << 20;
 
 fn at(ptr: usize, elems: usize, dtype: Dtype) -> *mut c_void {
     if ptr == 0 { std::ptr::null_mut() } else { (ptr + elems * dtype.size()) as *mut c_void }
@@ -104,7 +117,6 @@ pub fn send(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, dest: i32,
 /// A receive of exactly `count` elements into `ptr`: a message of another size is an error and
 /// is never written to the buffer (`p2p`: MPI is not trusted with truncation).
 pub fn recv(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, source: i32, tag: i32) -> Result<()> {
-    mpisys::count_i32(count, "recv")?;
     p2p::recv(c, p2p::Want { ptr, count, dtype, source, tag })
 }
 
@@ -179,7 +191,6 @@ pub fn isend(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, dest: i32
 }
 
 pub fn irecv(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, source: i32, tag: i32) -> Result<RecvPending> {
-    mpisys::count_i32(count, "irecv")?;
     p2p::post(c, p2p::Want { ptr, count, dtype, source, tag })
 }
 
@@ -200,9 +211,6 @@ pub fn sendrecv(
 ) -> Result<()> {
     // Nothing moves to or from GPUWIRE_PROC_NULL (callers may then pass a NULL pointer).
     let proc_null = crate::ops::PROC_NULL;
-    if source != proc_null {
-        mpisys::count_i32(rcount, "sendrecv")?;
-    }
     let send = if dest == proc_null { None } else { Some(p2p::isend(c, sptr, scount, sdtype, dest, stag)?) };
     // After the send is posted (a message to oneself then matches at once); the receive's wait
     // progresses MPI, and so the send (MPI_Mprobe, or a test loop when anything else needs it).
@@ -239,10 +247,27 @@ pub fn reduce(c: &Communicator, send: Src, recv: usize, count: usize, dtype: Dty
     let info = runtime::ensure_ready()?;
     let mop = runtime::mpi_op(info, dtype, op);
     let is_root = c.rank() == root;
-    for (off, n) in chunks(count) {
+    // MPICH before 4.1 crashes in MPI_Reduce with MPI_IN_PLACE at a non-zero root
+    // (pmodels/mpich#6540): there the root's contribution goes in from a scratch copy, one
+    // scratch-sized piece per call (every rank splits the same way: it depends on the MPI, the
+    // root, the count and the datatype only). `recv` is host memory on every path that reduces here.
+    let avoid_in_place = info.reduce_in_place_root_broken && root != 0;
+    let chunk = if avoid_in_place { (IN_PLACE_SCRATCH_BYTES / dtype.size()).min(MAX_CHUNK) } else { MAX_CHUNK };
+    let mut scratch: Vec<u64> = Vec::new();
+    if avoid_in_place && is_root && matches!(send, Src::InPlace) {
+        scratch = vec![0; (count.min(chunk) * dtype.size()).div_ceil(8)];
+    }
+    for (off, n) in chunks_of(count, chunk) {
         let r = if is_root { at(recv, off, dtype) } else { std::ptr::null_mut() };
+        let s = if scratch.is_empty() {
+            send.at(off, dtype)
+        } else {
+            // SAFETY: recv holds count elements (validated by the caller); scratch holds n.
+            unsafe { std::ptr::copy_nonoverlapping(r as *const u8, scratch.as_mut_ptr().cast::<u8>(), n * dtype.size()) };
+            scratch.as_ptr().cast()
+        };
         // Ranges validated by the caller; n <= 2^30.
-        collective!(c, "MPI_Reduce", MPI_Reduce(send.at(off, dtype), r, n as c_int, mpisys::datatype(dtype), mop, root, c.raw()), MPI_Ireduce)?;
+        collective!(c, "MPI_Reduce", MPI_Reduce(s, r, n as c_int, mpisys::datatype(dtype), mop, root, c.raw()), MPI_Ireduce)?;
     }
     if divide && is_root && op == ReduceOp::GPUWIRE_AVG {
         avg_divide(c, recv, count, dtype)?;
@@ -266,39 +291,105 @@ pub fn allreduce(c: &Communicator, send: Src, recv: usize, count: usize, dtype: 
 
 /// MPI_Allgather of `count` elements per rank.
 pub fn allgather(c: &Communicator, send: Src, recv: usize, count: usize, dtype: Dtype) -> Result<()> {
-    let n = mpisys::count_i32(count, "allgather")?;
-    let dt = mpisys::datatype(dtype);
-    // recv holds size*count elements (validated).
-    collective!(c, "MPI_Allgather", MPI_Allgather(send.at(0, dtype), n, dt, at(recv, 0, dtype), n, dt, c.raw()), MPI_Iallgather)
+    let n = mpisys::Count::new(dtype, count)?;
+    // recv holds size*count elements (validated); a large-count type's extent is count elements.
+    collective!(c, "MPI_Allgather", MPI_Allgather(send.at(0, dtype), n.n, n.dt, at(recv, 0, dtype), n.n, n.dt, c.raw()), MPI_Iallgather)
 }
 
-/// Displacements of contiguous blocks, as MPI ints.
-fn displs(counts: &[usize], what: &str) -> Result<(Vec<c_int>, Vec<c_int>)> {
+/// Displacements of contiguous blocks, as MPI ints (None when a count or a displacement does not
+/// fit one).
+fn displs(counts: &[usize]) -> Option<(Vec<c_int>, Vec<c_int>)> {
     let mut cs = Vec::with_capacity(counts.len());
     let mut ds = Vec::with_capacity(counts.len());
     let mut off = 0usize;
     for &n in counts {
-        cs.push(mpisys::count_i32(n, what)?);
-        ds.push(mpisys::count_i32(off, what)?);
-        off += n;
+        cs.push(c_int::try_from(n).ok()?);
+        ds.push(c_int::try_from(off).ok()?);
+        off = off.checked_add(n)?;
     }
-    Ok((cs, ds))
+    Some((cs, ds))
 }
 
-/// MPI_Allgatherv with blocks placed contiguously in rank order.
+/// MPI_Allgatherv with blocks placed contiguously in rank order. Where a count or a displacement
+/// passes MPI's int: MPI_Alltoallw with one derived datatype per block (its displacement inside
+/// the type, in MPI_Aint), every rank sending its block to every rank.
 pub fn allgatherv(c: &Communicator, send: Src, recv: usize, counts: &[usize], dtype: Dtype) -> Result<()> {
-    let (cs, ds) = displs(counts, "allgatherv")?;
+    let Some((cs, ds)) = displs(counts) else { return allgatherv_large(c, send, recv, counts, dtype) };
     let dt = mpisys::datatype(dtype);
     let mine = cs[c.rank() as usize];
     // recv holds sum(counts) elements (validated); cs and ds live until the call returns.
     collective!(c, "MPI_Allgatherv", MPI_Allgatherv(send.at(0, dtype), mine, dt, at(recv, 0, dtype), cs.as_ptr(), ds.as_ptr(), dt, c.raw()), MPI_Iallgatherv)
 }
 
-/// MPI_Reduce_scatter_block: `count` result elements per rank.
+fn allgatherv_large(c: &Communicator, send: Src, recv: usize, counts: &[usize], dtype: Dtype) -> Result<()> {
+    gatherv_large(c, send, recv, counts, dtype, None)
+}
+
+/// MPI_Allgatherv (`root` None) or MPI_Gatherv to `root` of blocks placed contiguously in rank
+/// order, for counts and displacements past MPI's int: MPI_Alltoallw with one derived datatype
+/// per block (its displacement inside the type, in MPI_Aint). In place (`Src::InPlace`), this
+/// rank's block already sits in `recv`: it sends from there and skips itself.
+pub fn gatherv_large(c: &Communicator, send: Src, recv: usize, counts: &[usize], dtype: Dtype, root: Option<i32>) -> Result<()> {
+    let me = c.rank() as usize;
+    let p = counts.len();
+    let receives = root.is_none_or(|r| r as usize == me);
+    let mut recvtypes = Vec::with_capacity(p);
+    let mut off = 0usize;
+    for &n in counts {
+        if receives {
+            recvtypes.push(mpisys::Count::at(dtype, n, off)?);
+        }
+        off = off.checked_add(n).ok_or_else(|| crate::error::Error::InvalidArgument("the counts overflow".into()))?;
+    }
+    let mine = mpisys::Count::new(dtype, counts[me])?;
+    let (s, to_self) = match send {
+        Src::InPlace => (at(recv, off_of(counts, me), dtype) as *const c_void, 0),
+        Src::Ptr(p) => (at(p, 0, dtype) as *const c_void, 1),
+    };
+    let mut scounts = vec![0 as c_int; p];
+    let mut rcounts = vec![0 as c_int; p];
+    for j in 0..p {
+        if root.is_none_or(|r| r as usize == j) {
+            scounts[j] = mine.n;
+        }
+        if receives {
+            rcounts[j] = 1;
+        }
+    }
+    if receives {
+        scounts[me] = if to_self == 0 { 0 } else { mine.n };
+        rcounts[me] = to_self;
+    }
+    let zeros = vec![0 as c_int; p];
+    let stypes = vec![mine.dt; p];
+    let rtypes: Vec<sys::MPI_Datatype> = if receives { recvtypes.iter().map(|t| t.dt).collect() } else { vec![mine.dt; p] };
+    // recv holds sum(counts) elements where it receives (validated); every array lives until the
+    // call returns.
+    collective!(
+        c,
+        "MPI_Alltoallw (gatherv of large blocks)",
+        MPI_Alltoallw(s, scounts.as_ptr(), zeros.as_ptr(), stypes.as_ptr(), at(recv, 0, dtype), rcounts.as_ptr(), zeros.as_ptr(), rtypes.as_ptr(), c.raw()),
+        MPI_Ialltoallw
+    )
+}
+
+fn off_of(counts: &[usize], r: usize) -> usize {
+    counts[..r].iter().sum()
+}
+
+/// MPI_Reduce_scatter_block: `count` result elements per rank. Where `count` or the whole
+/// input (`count` x ranks) passes MPI's int: one (chunked) reduce per rank's block to that rank.
 pub fn reduce_scatter(c: &Communicator, send: Src, recv: usize, count: usize, dtype: Dtype, op: ReduceOp, divide: bool) -> Result<()> {
     let info = runtime::ensure_ready()?;
-    let n = mpisys::count_i32(count, "reduce_scatter")?;
-    mpisys::count_i32(count * c.size() as usize, "reduce_scatter")?;
+    let p = c.size() as usize;
+    let (Ok(n), Some(Ok(_))) = (c_int::try_from(count), count.checked_mul(p).map(c_int::try_from)) else {
+        let Src::Ptr(sp) = send else { return Err(crate::error::Error::Internal("in-place reduce_scatter".into())) };
+        for j in 0..p {
+            let r = if j == c.rank() as usize { recv } else { 0 };
+            reduce(c, Src::Ptr(sp + j * count * dtype.size()), r, count, dtype, op, j as i32, divide)?;
+        }
+        return Ok(());
+    };
     let mop = runtime::mpi_op(info, dtype, op);
     // send holds size*count elements, recv count (validated).
     collective!(c, "MPI_Reduce_scatter_block", MPI_Reduce_scatter_block(send.at(0, dtype), at(recv, 0, dtype), n, mpisys::datatype(dtype), mop, c.raw()), MPI_Ireduce_scatter_block)?;
@@ -310,37 +401,76 @@ pub fn reduce_scatter(c: &Communicator, send: Src, recv: usize, count: usize, dt
 
 /// MPI_Alltoall with `count` elements per pair of ranks.
 pub fn alltoall(c: &Communicator, send: Src, recv: usize, count: usize, dtype: Dtype) -> Result<()> {
-    let n = mpisys::count_i32(count, "alltoall")?;
-    let dt = mpisys::datatype(dtype);
+    let n = mpisys::Count::new(dtype, count)?;
+    let dt = n.dt;
     let (s, sn) = match send {
         Src::InPlace => (mpisys::in_place() as *const c_void, 0),
-        Src::Ptr(_) => (send.at(0, dtype), n),
+        Src::Ptr(_) => (send.at(0, dtype), n.n),
     };
-    // Both hold size*count elements (validated).
-    collective!(c, "MPI_Alltoall", MPI_Alltoall(s, sn, dt, at(recv, 0, dtype), n, dt, c.raw()), MPI_Ialltoall)
+    // Both hold size*count elements (validated); a large-count type's extent is count elements.
+    collective!(c, "MPI_Alltoall", MPI_Alltoall(s, sn, dt, at(recv, 0, dtype), n.n, dt, c.raw()), MPI_Ialltoall)
 }
 
 /// MPI_Gather of `count` elements per rank; `recv` significant at the root.
 pub fn gather(c: &Communicator, send: Src, recv: usize, count: usize, dtype: Dtype, root: i32) -> Result<()> {
-    let n = mpisys::count_i32(count, "gather")?;
-    let dt = mpisys::datatype(dtype);
+    let n = mpisys::Count::new(dtype, count)?;
     let r = if c.rank() == root { at(recv, 0, dtype) } else { std::ptr::null_mut() };
-    // Validated by the caller.
-    collective!(c, "MPI_Gather", MPI_Gather(send.at(0, dtype), n, dt, r, n, dt, root, c.raw()), MPI_Igather)
+    // Validated by the caller; a large-count type's extent is count elements.
+    collective!(c, "MPI_Gather", MPI_Gather(send.at(0, dtype), n.n, n.dt, r, n.n, n.dt, root, c.raw()), MPI_Igather)
 }
 
 /// MPI_Scatter of `count` elements per rank; `send` significant at the root. `recv` is
 /// `Src::InPlace` at a root that keeps its block in place.
 pub fn scatter(c: &Communicator, send: usize, recv: Src, count: usize, dtype: Dtype, root: i32) -> Result<()> {
-    let n = mpisys::count_i32(count, "scatter")?;
-    let dt = mpisys::datatype(dtype);
+    if c_int::try_from(count).is_err() {
+        return scatter_large(c, send, recv, count, dtype, root);
+    }
+    let n = mpisys::Count::new(dtype, count)?;
     let s = if c.rank() == root { at(send, 0, dtype) } else { std::ptr::null_mut() };
     let r = match recv {
         Src::InPlace => mpisys::in_place(),
         Src::Ptr(p) => at(p, 0, dtype),
     };
     // Validated by the caller.
-    collective!(c, "MPI_Scatter", MPI_Scatter(s, n, dt, r, n, dt, root, c.raw()), MPI_Iscatter)
+    collective!(c, "MPI_Scatter", MPI_Scatter(s, n.n, n.dt, r, n.n, n.dt, root, c.raw()), MPI_Iscatter)
+}
+
+/// MPI_Scatter past MPI's int count, as MPI_Alltoallw: MPICH 4.0's MPI_Scatter crashes on a
+/// block of one large derived datatype, so the root sends block j to rank j as one element of a
+/// derived type that holds it at its displacement.
+fn scatter_large(c: &Communicator, send: usize, recv: Src, count: usize, dtype: Dtype, root: i32) -> Result<()> {
+    let (me, p) = (c.rank() as usize, c.size() as usize);
+    let is_root = me == root as usize;
+    let block = mpisys::Count::new(dtype, count)?;
+    let mut sendtypes = Vec::with_capacity(p);
+    if is_root {
+        for j in 0..p {
+            let displ = j.checked_mul(count).ok_or_else(|| crate::error::Error::InvalidArgument("scatter: the counts overflow".into()))?;
+            sendtypes.push(mpisys::Count::at(dtype, count, displ)?);
+        }
+    }
+    let (r, mine) = match recv {
+        Src::InPlace => (std::ptr::null_mut(), 0),
+        Src::Ptr(ptr) => (at(ptr, 0, dtype), 1),
+    };
+    let mut scounts = vec![0 as c_int; p];
+    let mut rcounts = vec![0 as c_int; p];
+    if is_root {
+        scounts.iter_mut().for_each(|x| *x = 1);
+        scounts[me] = mine;
+    }
+    rcounts[root as usize] = mine;
+    let zeros = vec![0 as c_int; p];
+    let stypes: Vec<sys::MPI_Datatype> = if is_root { sendtypes.iter().map(|t| t.dt).collect() } else { vec![block.dt; p] };
+    let rtypes = vec![block.dt; p];
+    let s = if is_root { at(send, 0, dtype) } else { std::ptr::null_mut() };
+    // Validated by the caller; every array lives until the call returns.
+    collective!(
+        c,
+        "MPI_Alltoallw (scatter of large blocks)",
+        MPI_Alltoallw(s, scounts.as_ptr(), zeros.as_ptr(), stypes.as_ptr(), r, rcounts.as_ptr(), zeros.as_ptr(), rtypes.as_ptr(), c.raw()),
+        MPI_Ialltoallw
+    )
 }
 
 /// The HOST path: buffers MPI can take as they are.

@@ -1168,18 +1168,18 @@ fn mpi_test(req: &mut RawRequest) -> Result<bool> {
 }
 
 fn isend_bytes(comm: RawComm, ptr: usize, bytes: usize, dest: i32, tag: i32) -> Result<RawRequest> {
-    let n = mpisys::count_i32(bytes, "send")?;
+    let n = mpisys::Count::new(Dtype::GPUWIRE_UINT8, bytes)?;
     let mut req = mpisys::request_null();
     // SAFETY: ptr valid for bytes until the request completes (kept by the operation).
-    mpisys::check(unsafe { sys::MPI_Isend(ptr as *const c_void, n, sys::RSMPI_UINT8_T, dest, tag, comm.0, &mut req) }, "MPI_Isend")?;
+    mpisys::check(unsafe { sys::MPI_Isend(ptr as *const c_void, n.n, n.dt, dest, tag, comm.0, &mut req) }, "MPI_Isend")?;
     Ok(RawRequest(req))
 }
 
 fn irecv_bytes(comm: RawComm, ptr: usize, bytes: usize, source: i32, tag: i32) -> Result<RawRequest> {
-    let n = mpisys::count_i32(bytes, "recv")?;
+    let n = mpisys::Count::new(Dtype::GPUWIRE_UINT8, bytes)?;
     let mut req = mpisys::request_null();
     // SAFETY: as above.
-    mpisys::check(unsafe { sys::MPI_Irecv(ptr as *mut c_void, n, sys::RSMPI_UINT8_T, source, tag, comm.0, &mut req) }, "MPI_Irecv")?;
+    mpisys::check(unsafe { sys::MPI_Irecv(ptr as *mut c_void, n.n, n.dt, source, tag, comm.0, &mut req) }, "MPI_Irecv")?;
     Ok(RawRequest(req))
 }
 
@@ -1254,9 +1254,6 @@ impl SendOp {
                 h.rec = rec;
             } else {
                 h.kind = K_DATA;
-                // Checked before anything is posted: a data message MPI cannot count (over 2 GiB)
-                // must fail here, not after the header went out.
-                mpisys::count_i32(v.bytes, "send (data message of the IPC backend)")?;
                 let src = if v.host() {
                     v.ptr
                 } else {

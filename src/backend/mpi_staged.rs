@@ -198,14 +198,18 @@ pub fn reduce_ring(call: &mut Call, send: Input, recv: Option<&Buffer>, op: Redu
     device::sync(stream)
 }
 
-/// MPI_Gatherv of byte blocks in rank order (`recv` significant at the root).
+/// MPI_Gatherv of byte blocks in rank order (`recv` significant at the root); past MPI's int
+/// counts or displacements, `host::gatherv_large`.
 fn gatherv_bytes(c: &Communicator, send: usize, sbytes: usize, recv: usize, counts: &[usize], root: i32) -> Result<()> {
     let mut cs = Vec::with_capacity(counts.len());
     let mut ds = Vec::with_capacity(counts.len());
     let mut off = 0usize;
     for &n in counts {
-        cs.push(mpisys::count_i32(n, "reduce")?);
-        ds.push(mpisys::count_i32(off, "reduce")?);
+        let (Ok(n32), Ok(off32)) = (i32::try_from(n), i32::try_from(off)) else {
+            return host::gatherv_large(c, Src::Ptr(send), recv, counts, Dtype::GPUWIRE_UINT8, Some(root));
+        };
+        cs.push(n32);
+        ds.push(off32);
         off += n;
     }
     let sn = mpisys::count_i32(sbytes, "reduce")?;

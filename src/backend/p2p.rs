@@ -292,10 +292,12 @@ fn receive(w: &Want, msg: &mut sys::MPI_Message, status: &sys::MPI_Status, err: 
     let want = w.bytes() as u64;
     let mut req = mpisys::request_null();
     if got == want && err.is_none() {
-        let n = mpisys::count_i32(w.count, "recv")?;
+        // Past MPI's int count as one element of a derived type (freed once posted: MPI keeps
+        // it alive for the receive).
+        let n = mpisys::Count::new(w.dtype, w.count)?;
         // SAFETY: the buffer holds exactly the message (validated by the caller, kept alive by
         // the request).
-        mpisys::check(unsafe { sys::MPI_Imrecv(w.ptr as *mut c_void, n, mpisys::datatype(w.dtype), msg, &mut req) }, "MPI_Imrecv")?;
+        mpisys::check(unsafe { sys::MPI_Imrecv(w.ptr as *mut c_void, n.n, n.dt, msg, &mut req) }, "MPI_Imrecv")?;
         return Ok(State::Receiving { req: RawRequest(req), scratch: None, err: None, ack_req, _ack: ack });
     }
     let err = err.unwrap_or_else(|| size_error(w, got));
@@ -466,9 +468,9 @@ pub fn recv(c: &Communicator, w: Want) -> Result<()> {
         let mut status: sys::MPI_Status = unsafe { std::mem::zeroed() };
         mpisys::check(unsafe { sys::MPI_Mprobe(w.source, w.tag, c.raw(), &mut msg, &mut status) }, "MPI_Mprobe")?;
         if message_bytes(&status)? == w.bytes() as u64 {
-            let n = mpisys::count_i32(w.count, "recv")?;
+            let n = mpisys::Count::new(w.dtype, w.count)?;
             // SAFETY: the buffer holds exactly the matched message (validated by the caller).
-            return mpisys::check(unsafe { sys::MPI_Mrecv(w.ptr as *mut c_void, n, mpisys::datatype(w.dtype), &mut msg, mpisys::status_ignore()) }, "MPI_Mrecv");
+            return mpisys::check(unsafe { sys::MPI_Mrecv(w.ptr as *mut c_void, n.n, n.dt, &mut msg, mpisys::status_ignore()) }, "MPI_Mrecv");
         }
         let st = receive(&w, &mut msg, &status, None, RawRequest(mpisys::request_null()), None)?;
         let State::Receiving { mut req, err, scratch, .. } = st else { unreachable!() };
@@ -509,7 +511,7 @@ static SEND_ORDER: Mutex<()> = Mutex::new(());
 /// Starts a send of `count` elements at `ptr` (MPI_Isend; in checking mode with its header and
 /// the receive of the answer).
 pub fn isend(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, dest: i32, tag: i32) -> Result<Sending> {
-    let n = mpisys::count_i32(count, "send")?;
+    let n = mpisys::Count::new(dtype, count)?;
     let mut s = Sending { req: RawRequest(mpisys::request_null()), check: None, comm: c, done: false };
     let _order = c.backend_state.check.as_ref().map(|_| lock(&SEND_ORDER));
     if let Some(k) = c.backend_state.check.as_ref() {
@@ -531,7 +533,7 @@ pub fn isend(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, dest: i32
     }
     let p = if ptr == 0 { std::ptr::null() } else { ptr as *const c_void };
     // SAFETY: ptr is valid for count elements until the request completes (the caller's).
-    mpisys::check(unsafe { sys::MPI_Isend(p, n, mpisys::datatype(dtype), dest, tag, c.raw(), &mut s.req.0) }, "MPI_Isend")?;
+    mpisys::check(unsafe { sys::MPI_Isend(p, n.n, n.dt, dest, tag, c.raw(), &mut s.req.0) }, "MPI_Isend")?;
     Ok(s)
 }
 

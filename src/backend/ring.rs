@@ -100,17 +100,17 @@ pub fn divide(device: i32, x: Loc, n: usize, dtype: Dtype, d: usize, stream: Str
 
 fn isend(comm: sys::MPI_Comm, ptr: usize, bytes: usize, dest: i32) -> Result<RawRequest> {
     let mut req = mpisys::request_null();
-    let n = mpisys::count_i32(bytes, "ring exchange")?;
+    let n = mpisys::Count::new(Dtype::GPUWIRE_UINT8, bytes)?;
     // SAFETY: ptr valid for `bytes` until the request completes (callers wait before reuse).
-    mpisys::check(unsafe { sys::MPI_Isend(ptr as *const _, n, sys::RSMPI_UINT8_T, dest, RING_TAG, comm, &mut req) }, "MPI_Isend")?;
+    mpisys::check(unsafe { sys::MPI_Isend(ptr as *const _, n.n, n.dt, dest, RING_TAG, comm, &mut req) }, "MPI_Isend")?;
     Ok(RawRequest(req))
 }
 
 fn irecv(comm: sys::MPI_Comm, ptr: usize, bytes: usize, source: i32) -> Result<RawRequest> {
     let mut req = mpisys::request_null();
-    let n = mpisys::count_i32(bytes, "ring exchange")?;
+    let n = mpisys::Count::new(Dtype::GPUWIRE_UINT8, bytes)?;
     // SAFETY: as above.
-    mpisys::check(unsafe { sys::MPI_Irecv(ptr as *mut _, n, sys::RSMPI_UINT8_T, source, RING_TAG, comm, &mut req) }, "MPI_Irecv")?;
+    mpisys::check(unsafe { sys::MPI_Irecv(ptr as *mut _, n.n, n.dt, source, RING_TAG, comm, &mut req) }, "MPI_Irecv")?;
     Ok(RawRequest(req))
 }
 

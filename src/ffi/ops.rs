@@ -1,8 +1,7 @@
 //! Point-to-point operations, requests and collectives.
 //!
-//! Common to every function here: counts come from the buffers, in elements (bcast, reduce and
-//! allreduce take any count; the other operations at most 2^31-1 elements per rank and call,
-//! MPI's `int` count, else GPUWIRE_ERROR_INVALID_ARGUMENT); `stream` is a
+//! Common to every function here: counts come from the buffers, in elements (any count that
+//! memory holds, also past MPI's `int`: split calls or derived datatypes); `stream` is a
 //! CUstream (NULL = the legacy default stream). For device buffers the operation happens after
 //! all work enqueued earlier on `stream`, and work enqueued later on `stream` sees its result.
 //! For host buffers `stream` is ignored and the call is as its MPI counterpart. On the MPI paths
@@ -24,7 +23,7 @@ fn st(stream: *mut c_void) -> Stream {
     Stream(stream as usize)
 }
 
-/// Sends all of `buf`'s elements (at most 2^31-1) to rank `dest` with `tag` (0..MPI_TAG_UB), as
+/// Sends all of `buf`'s elements (any count) to rank `dest` with `tag` (0..MPI_TAG_UB), as
 /// MPI_Send.
 /// `dest` GPUWIRE_PROC_NULL (or this MPI's MPI_PROC_NULL) does nothing. The receiver must post a
 /// receive of the same count. In checking mode the receiver also compares datatype and count,
