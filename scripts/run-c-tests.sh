@@ -124,7 +124,7 @@ compile() { # ID OUTPUT COMPILER FLAGS... -- SOURCE
     fi
 }
 
-for t in test_api test_comm test_darray; do
+for t in test_api test_comm test_darray test_threads; do
     compile "$t" "$build/$t" "$CC" "${cflags[@]}" "$root/tests/c/$t.c"
 done
 for e in isend_irecv vstack_matvec cg_poisson darray_cg_poisson darray_blockrow; do
@@ -250,6 +250,13 @@ for n in 1 2 3; do
     check "test_api -n $n" 0 "$n" "^test_api: PASS" "$build/test_api" "$n"
     check "test_comm -n $n" 0 "$n" "^test_comm: PASS" "$build/test_comm" "$n"
     check "test_darray -n $n" 0 "$n" "^test_darray: PASS" "$build/test_darray" "$n"
+done
+
+# Timeouts (a late rank, a receive with no sender), two threads on one communicator, and the
+# thread levels FUNNELED and SERIALIZED (the program initializes MPI itself): 2 ranks.
+for m in "late" "late check" "concurrent" "concurrent check" "funneled" "serialized"; do
+    # shellcheck disable=SC2086 # the mode is one or two words
+    check "test_threads $m -n 2" 0 2 "^test_threads $m: PASS" "$build/test_threads" $m
 done
 
 if [[ -x $build/test_header ]]; then

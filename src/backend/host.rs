@@ -19,37 +19,48 @@ use crate::request::Pending;
 use crate::runtime;
 use crate::types::{Dtype, ReduceOp};
 
-/// A blocking point-to-point MPI call, as its nonblocking form waited by a test loop that
-/// progresses pending IPC receives while any may be pending in the process
-/// (`ipc::recvs_pending`): a peer may be blocked in a send to this process until it copies the
-/// data, before it reaches this call. Otherwise the blocking form, as before. (A blocking send
-/// matches a nonblocking receive and the reverse, so each rank may choose on its own.)
+/// A blocking point-to-point MPI call on communicator `$c`, as its nonblocking form waited by
+/// `Communicator::wait_mpi` (a test loop that progresses pending IPC receives, keeps the call's
+/// deadline and, under MPI_THREAD_SERIALIZED, takes gpuwire's MPI lock for each test) when
+/// `Communicator::nb_p2p`: with a timeout, under SERIALIZED, or while IPC receives may be pending
+/// (a peer may be blocked in a send to this process until it copies the data, before it reaches
+/// this call). Otherwise the blocking form. (A blocking send matches a nonblocking receive and
+/// the reverse, so each rank may choose on its own.)
 macro_rules! blocking {
-    ($what:expr, $b:ident($($a:expr),* $(,)?), $nb:ident) => {{
-        if crate::backend::ipc::recvs_pending() {
+    ($c:expr, $what:expr, $b:ident($($a:expr),* $(,)?), $nb:ident) => {{
+        if $c.nb_p2p() {
             let mut req = crate::mpisys::request_null();
-            // SAFETY: as the blocking form; the arguments stay valid until the request completes
-            // (waited for below).
-            crate::mpisys::check(unsafe { crate::mpisys::sys::$nb($($a),*, &mut req) }, $what)?;
-            crate::backend::ipc::wait_request(&mut req, $what)
+            {
+                let _mpi = crate::runtime::mpi_lock();
+                // SAFETY: as the blocking form; the arguments stay valid until the request
+                // completes (waited for below; at a timeout see `wait_mpi`).
+                crate::mpisys::check(unsafe { crate::mpisys::sys::$nb($($a),*, &mut req) }, $what)?;
+            }
+            $c.wait_mpi(&mut req, crate::mpisys::status_ignore(), $what, false)
         } else {
             // SAFETY: as documented at the call.
             crate::mpisys::check(unsafe { crate::mpisys::sys::$b($($a),*) }, $what)
         }
     }};
 }
-/// A blocking MPI collective on communicator `$c`: its nonblocking form waited by a test loop
-/// that progresses pending IPC receives when the communicator's ranks agreed on that at creation
-/// (`Communicator::nb_collectives`), else the blocking form. Never decided per rank: MPI does not
-/// match a blocking collective with a nonblocking one (the ranks would hang).
+/// A blocking MPI collective on communicator `$c`: its nonblocking form waited by
+/// `Communicator::wait_mpi` (as `blocking!`) when the communicator's ranks agreed on that
+/// (`Communicator::nb_collectives`: a timeout, MPI_THREAD_SERIALIZED, IPC receives to progress),
+/// else the blocking form. Never decided per rank: MPI does not match a blocking collective with
+/// a nonblocking one (the ranks would hang). At a timeout the request is abandoned: MPI may
+/// still use the buffers if a peer arrives later (callers leak the memory of their own that the
+/// call references, rather than free it).
 macro_rules! collective {
     ($c:expr, $what:expr, $b:ident($($a:expr),* $(,)?), $nb:ident) => {{
         if $c.nb_collectives() {
             let mut req = crate::mpisys::request_null();
-            // SAFETY: as the blocking form; the arguments stay valid until the request completes
-            // (waited for below).
-            crate::mpisys::check(unsafe { crate::mpisys::sys::$nb($($a),*, &mut req) }, $what)?;
-            crate::backend::ipc::wait_request(&mut req, $what)
+            {
+                let _mpi = crate::runtime::mpi_lock();
+                // SAFETY: as the blocking form; the arguments stay valid until the request
+                // completes (waited for below; at a timeout see above).
+                crate::mpisys::check(unsafe { crate::mpisys::sys::$nb($($a),*, &mut req) }, $what)?;
+            }
+            $c.wait_mpi(&mut req, crate::mpisys::status_ignore(), $what, false)
         } else {
             // SAFETY: as documented at the call.
             crate::mpisys::check(unsafe { crate::mpisys::sys::$b($($a),*) }, $what)
@@ -98,17 +109,19 @@ impl Src {
 pub fn send(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, dest: i32, tag: i32) -> Result<()> {
     let n = mpisys::count_i32(count, "send")?;
     // ptr is valid for count elements (validated by the caller).
-    blocking!("MPI_Send", MPI_Send(at(ptr, 0, dtype), n, mpisys::datatype(dtype), dest, tag, c.raw()), MPI_Isend)
+    blocking!(c, "MPI_Send", MPI_Send(at(ptr, 0, dtype), n, mpisys::datatype(dtype), dest, tag, c.raw()), MPI_Isend)
 }
 
 /// MPI_Recv of exactly `count` elements into `ptr`.
 pub fn recv(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, source: i32, tag: i32) -> Result<()> {
     let n = mpisys::count_i32(count, "recv")?;
-    if crate::backend::ipc::recvs_pending() {
+    if c.nb_p2p() {
         let mut req = mpisys::request_null();
-        // SAFETY: as below; waited for before returning.
+        let _mpi = runtime::mpi_lock();
+        // SAFETY: as below; waited for before returning (cancelled at a timeout).
         mpisys::check(unsafe { sys::MPI_Irecv(at(ptr, 0, dtype), n, mpisys::datatype(dtype), source, tag, c.raw(), &mut req) }, "MPI_Irecv")?;
-        return crate::backend::ipc::wait_request(&mut req, "MPI_Recv");
+        drop(_mpi);
+        return c.wait_mpi(&mut req, mpisys::status_ignore(), "MPI_Recv", true);
     }
     // SAFETY: as above.
     mpisys::check(
@@ -122,7 +135,7 @@ pub struct MpiPending(pub RawRequest);
 
 impl Pending for MpiPending {
     fn wait(&mut self) -> Result<()> {
-        if crate::backend::ipc::recvs_pending() {
+        if crate::backend::ipc::recvs_pending() || runtime::serialized() {
             return crate::backend::ipc::wait_request(&mut self.0.0, "MPI_Wait");
         }
         // SAFETY: an active request of ours.
@@ -130,8 +143,10 @@ impl Pending for MpiPending {
     }
     fn test(&mut self) -> Result<bool> {
         let mut flag: c_int = 0;
+        let _mpi = runtime::mpi_lock();
         // SAFETY: as above.
         mpisys::check(unsafe { sys::MPI_Test(&mut self.0.0, &mut flag, mpisys::status_ignore()) }, "MPI_Test")?;
+        drop(_mpi);
         if flag == 0 {
             // A test loop must not starve a peer blocked in a send to this process.
             crate::backend::ipc::progress_all();
@@ -143,6 +158,7 @@ impl Pending for MpiPending {
 pub fn isend(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, dest: i32, tag: i32) -> Result<MpiPending> {
     let n = mpisys::count_i32(count, "isend")?;
     let mut req = mpisys::request_null();
+    let _mpi = runtime::mpi_lock();
     // SAFETY: as above; the caller keeps the memory alive until the request completes.
     mpisys::check(
         unsafe { sys::MPI_Isend(at(ptr, 0, dtype), n, mpisys::datatype(dtype), dest, tag, c.raw(), &mut req) },
@@ -154,6 +170,7 @@ pub fn isend(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, dest: i32
 pub fn irecv(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, source: i32, tag: i32) -> Result<MpiPending> {
     let n = mpisys::count_i32(count, "irecv")?;
     let mut req = mpisys::request_null();
+    let _mpi = runtime::mpi_lock();
     // SAFETY: as above.
     mpisys::check(
         unsafe { sys::MPI_Irecv(at(ptr, 0, dtype), n, mpisys::datatype(dtype), source, tag, c.raw(), &mut req) },
@@ -188,16 +205,19 @@ pub fn sendrecv(
     let rn = if source == proc_null { 0 } else { mpisys::count_i32(rcount, "sendrecv")? };
     // GPUWIRE_PROC_NULL (-1) is not MPI_PROC_NULL in every MPI (Open MPI's is -2).
     let (dest, source) = (mpi_rank(dest), mpi_rank(source));
-    if crate::backend::ipc::recvs_pending() {
+    if c.nb_p2p() {
         let (mut rq, mut sq) = (mpisys::request_null(), mpisys::request_null());
+        let _mpi = runtime::mpi_lock();
         // SAFETY: as below; both waited for before returning (the receive is left active only
-        // when posting the send failed, as MPI_Sendrecv would fail).
+        // when posting the send failed, as MPI_Sendrecv would fail; cancelled at a timeout).
         unsafe {
             mpisys::check(sys::MPI_Irecv(at(rptr, 0, rdtype), rn, mpisys::datatype(rdtype), source, rtag, c.raw(), &mut rq), "MPI_Irecv")?;
             mpisys::check(sys::MPI_Isend(at(sptr, 0, sdtype), sn, mpisys::datatype(sdtype), dest, stag, c.raw(), &mut sq), "MPI_Isend")?;
         }
-        crate::backend::ipc::wait_request(&mut sq, "MPI_Sendrecv")?;
-        return crate::backend::ipc::wait_request(&mut rq, "MPI_Sendrecv");
+        drop(_mpi);
+        // The receive first: at a timeout it is cancelled, and the send abandoned.
+        let r = c.wait_mpi(&mut rq, mpisys::status_ignore(), "MPI_Sendrecv", true);
+        return r.and_then(|_| c.wait_mpi(&mut sq, mpisys::status_ignore(), "MPI_Sendrecv", false));
     }
     // SAFETY: both ranges validated by the caller.
     mpisys::check(
@@ -299,7 +319,12 @@ pub fn allgatherv(c: &Communicator, send: Src, recv: usize, counts: &[usize], dt
     let dt = mpisys::datatype(dtype);
     let mine = cs[c.rank() as usize];
     // recv holds sum(counts) elements (validated); cs and ds live until the call returns.
-    collective!(c, "MPI_Allgatherv", MPI_Allgatherv(send.at(0, dtype), mine, dt, at(recv, 0, dtype), cs.as_ptr(), ds.as_ptr(), dt, c.raw()), MPI_Iallgatherv)
+    let r = collective!(c, "MPI_Allgatherv", MPI_Allgatherv(send.at(0, dtype), mine, dt, at(recv, 0, dtype), cs.as_ptr(), ds.as_ptr(), dt, c.raw()), MPI_Iallgatherv);
+    if r.is_err() {
+        // An abandoned request (a timeout) may still read the counts.
+        std::mem::forget((cs, ds));
+    }
+    r
 }
 
 /// MPI_Reduce_scatter_block: `count` result elements per rank.

@@ -510,8 +510,10 @@ pub fn wait_request(req: &mut sys::MPI_Request, what: &str) -> Result<()> {
     let mut spins = 0u32;
     loop {
         let mut flag: c_int = 0;
+        let mpi = crate::runtime::mpi_lock();
         // SAFETY: an active request of the caller's, or MPI_REQUEST_NULL.
         mpisys::check(unsafe { sys::MPI_Test(req, &mut flag, mpisys::status_ignore()) }, what)?;
+        drop(mpi);
         if flag != 0 {
             return Ok(());
         }

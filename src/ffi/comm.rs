@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::comm::{COMMS, Communicator};
 use crate::config::{self, Config};
-use crate::error::{Result, gpuwire_status};
+use crate::error::{Error, Result, gpuwire_status};
 use crate::ffi::boundary::{self, call, non_null, write};
 use crate::ffi::gpuwire_comm;
 use crate::mpisys;
@@ -148,6 +148,18 @@ pub extern "C" fn gpuwire_comm_world(cfg: *const gpuwire_config, out: *mut gpuwi
 pub extern "C" fn gpuwire_comm_free(comm: gpuwire_comm) -> gpuwire_status {
     call("gpuwire_comm_free", || {
         runtime::ensure_ready()?;
+        if let Ok(c) = boundary::comm(comm) {
+            // Not while another thread is inside a collective on it (a broken one may be freed).
+            let call = c.enter("gpuwire_comm_free", true);
+            if let Err(e @ Error::InvalidArgument(_)) = call {
+                return Err(e);
+            }
+            drop(COMMS.remove(comm)?);
+            drop(call);
+            // The last reference, unless a call of another thread still holds one: freed here.
+            drop(c);
+            return Ok(());
+        }
         drop(COMMS.remove(comm)?);
         Ok(())
     })
