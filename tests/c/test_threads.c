@@ -3,7 +3,8 @@
  * MPI itself (MPI_Init_thread) at the level its mode needs, then gpuwire.
  *
  *   late [check]      timeout 1.5 s: rank 1 comes 3 s late to an allreduce (checking off or on),
- *                     a bcast, a sendrecv; both ranks receive with no sender. Every call on every
+ *                     a bcast, a sendrecv; both ranks receive with no sender (gpuwire_recv, and
+ *                     gpuwire_irecv + gpuwire_wait). Every call on every
  *                     rank returns within about the timeout; the early rank gets TIMEOUT, then
  *                     COMM_BROKEN; the late rank gets TIMEOUT or COMM_BROKEN at the latest in its
  *                     second call (its first may complete against the half the early rank left
@@ -69,8 +70,8 @@ static gpuwire_comm world(int check, double timeout)
 
 /* ---- late ------------------------------------------------------------------------------ */
 
-enum { ALLREDUCE, BCAST, SENDRECV, RECV };
-static const char *names[] = {"allreduce", "bcast", "sendrecv", "recv"};
+enum { ALLREDUCE, BCAST, SENDRECV, RECV, IRECV_WAIT };
+static const char *names[] = {"allreduce", "bcast", "sendrecv", "recv", "irecv+wait"};
 
 static gpuwire_status run_op(int op, gpuwire_comm c, int rank)
 {
@@ -82,6 +83,13 @@ static gpuwire_status run_op(int op, gpuwire_comm c, int rank)
     case BCAST: st = gpuwire_bcast(c, ba, 1, NULL); break; /* the late rank is the root */
     case SENDRECV: st = gpuwire_sendrecv(c, ba, 1 - rank, 5, bb, 1 - rank, 5, NULL); break;
     case RECV: st = gpuwire_recv(c, bb, 1 - rank, 6, NULL); break;
+    case IRECV_WAIT: {
+        gpuwire_request rq = 0;
+        st = gpuwire_irecv(c, bb, 1 - rank, 7, NULL, &rq);
+        if (st == GPUWIRE_SUCCESS)
+            st = gpuwire_wait(&rq);
+        break;
+    }
     }
     gpuwire_buffer_free(ba);
     gpuwire_buffer_free(bb);
@@ -112,7 +120,7 @@ static void late_case(int op, int check, int rank)
 {
     gpuwire_comm c = world(check, T);
     MPI_Barrier(MPI_COMM_WORLD);
-    int late = op != RECV && rank == 1;
+    int late = op != RECV && op != IRECV_WAIT && rank == 1;
     if (late)
         sleep_s(LATE);
     for (int call = 1; call <= 2; call++) {
@@ -148,6 +156,7 @@ static void late(int rank, int check)
         late_case(BCAST, 0, rank);
         late_case(SENDRECV, 0, rank);
         late_case(RECV, 0, rank);
+        late_case(IRECV_WAIT, 0, rank);
     } else {
         late_case(BCAST, 1, rank);
     }
