@@ -117,10 +117,10 @@ pub fn recv(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, source: i3
     let n = mpisys::count_i32(count, "recv")?;
     if c.nb_p2p() {
         let mut req = mpisys::request_null();
-        let _mpi = runtime::mpi_lock();
+        let mpi = runtime::mpi_lock();
         // SAFETY: as below; waited for before returning (cancelled at a timeout).
         mpisys::check(unsafe { sys::MPI_Irecv(at(ptr, 0, dtype), n, mpisys::datatype(dtype), source, tag, c.raw(), &mut req) }, "MPI_Irecv")?;
-        drop(_mpi);
+        drop(mpi);
         return c.wait_mpi(&mut req, mpisys::status_ignore(), "MPI_Recv", true);
     }
     // SAFETY: as above.
@@ -143,10 +143,10 @@ impl Pending for MpiPending {
     }
     fn test(&mut self) -> Result<bool> {
         let mut flag: c_int = 0;
-        let _mpi = runtime::mpi_lock();
+        let mpi = runtime::mpi_lock();
         // SAFETY: as above.
         mpisys::check(unsafe { sys::MPI_Test(&mut self.0.0, &mut flag, mpisys::status_ignore()) }, "MPI_Test")?;
-        drop(_mpi);
+        drop(mpi);
         if flag == 0 {
             // A test loop must not starve a peer blocked in a send to this process.
             crate::backend::ipc::progress_all();
@@ -207,14 +207,14 @@ pub fn sendrecv(
     let (dest, source) = (mpi_rank(dest), mpi_rank(source));
     if c.nb_p2p() {
         let (mut rq, mut sq) = (mpisys::request_null(), mpisys::request_null());
-        let _mpi = runtime::mpi_lock();
+        let mpi = runtime::mpi_lock();
         // SAFETY: as below; both waited for before returning (the receive is left active only
         // when posting the send failed, as MPI_Sendrecv would fail; cancelled at a timeout).
         unsafe {
             mpisys::check(sys::MPI_Irecv(at(rptr, 0, rdtype), rn, mpisys::datatype(rdtype), source, rtag, c.raw(), &mut rq), "MPI_Irecv")?;
             mpisys::check(sys::MPI_Isend(at(sptr, 0, sdtype), sn, mpisys::datatype(sdtype), dest, stag, c.raw(), &mut sq), "MPI_Isend")?;
         }
-        drop(_mpi);
+        drop(mpi);
         // The receive first: at a timeout it is cancelled, and the send abandoned.
         let r = c.wait_mpi(&mut rq, mpisys::status_ignore(), "MPI_Sendrecv", true);
         return r.and_then(|_| c.wait_mpi(&mut sq, mpisys::status_ignore(), "MPI_Sendrecv", false));
