@@ -364,6 +364,12 @@ impl Communicator {
         DEADLINE.with(|d| d.get()).or_else(|| self.config.timeout.map(|t| Instant::now() + t))
     }
 
+    /// What is left of this thread's current call's deadline (`call_deadline`), for waits that
+    /// take a duration (IPC); `None` without a timeout.
+    pub fn remaining(&self) -> Option<std::time::Duration> {
+        self.call_deadline().map(|d| d.saturating_duration_since(Instant::now()))
+    }
+
     /// Whether gpuwire's blocking MPI calls on this communicator must run as their nonblocking
     /// form waited by `wait_mpi`: with a deadline to keep (a timeout), under
     /// MPI_THREAD_SERIALIZED (the MPI lock is released between tests), or while IPC receives may
