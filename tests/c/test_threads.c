@@ -75,7 +75,13 @@ static const char *names[] = {"allreduce", "bcast", "sendrecv", "recv", "irecv+w
 
 static gpuwire_status run_op(int op, gpuwire_comm c, int rank)
 {
-    int64_t a[4] = {rank + 1, rank + 1, rank + 1, rank + 1}, b[4] = {0, 0, 0, 0};
+    /* A call that timed out leaves its buffers to MPI (a late peer may still write them, as the
+     * README says): fresh heap memory for every call, never freed. */
+    int64_t *a = calloc(4, sizeof *a), *b = calloc(4, sizeof *b);
+    if (!a || !b)
+        abort();
+    for (int i = 0; i < 4; i++)
+        a[i] = rank + 1;
     gpuwire_buffer ba = wrap(a, 4), bb = wrap(b, 4);
     gpuwire_status st = GPUWIRE_SUCCESS;
     switch (op) {
