@@ -496,10 +496,13 @@ typedef struct {
    */
   int32_t staging;
   /**
-   * Seconds after which a blocked agreement exchange (checking mode), an NCCL operation or a
-   * wait of the IPC backend returns GPUWIRE_ERROR_TIMEOUT and breaks the communicator;
-   * 0 = wait forever (GPUWIRE_TIMEOUT). Else at least 0.001 (1 ms) and at most 1e9 (about
-   * 31.7 years): other values (negative, NaN, infinite, shorter, longer) are
+   * Seconds that one call on the communicator may block (GPUWIRE_TIMEOUT; 0 = wait forever).
+   * With a timeout, no collective, point-to-point call or wait on the communicator blocks
+   * longer, on any backend, checking mode on or off: past it the call returns
+   * GPUWIRE_ERROR_TIMEOUT and the communicator is broken (later calls return
+   * GPUWIRE_ERROR_COMM_BROKEN). Communicator creation (comm_world, comm_create, split, dup) is
+   * not bounded (MPI has no nonblocking MPI_Comm_split). 0, or at least 0.001 (1 ms) and at
+   * most 1e9 (about 31.7 years): other values (negative, NaN, infinite, shorter, longer) are
    * GPUWIRE_ERROR_INVALID_ARGUMENT.
    */
   double timeout_seconds;
@@ -767,10 +770,13 @@ gpuwire_status gpuwire_comm_world(const gpuwire_config *cfg,
  * it (the NCCL backend destroys its NCCL communicator, the IPC backend waits until every rank
  * reached its free before releasing the shared segment; a rank that never frees makes the
  * others wait, up to the communicator's timeout on IPC). Pending requests on it still complete.
- * The handle, and every copy of it, becomes invalid.
+ * The handle, and every copy of it, becomes invalid. A communicator broken by a timeout is
+ * freed locally; its MPI communicators are left to MPI_Finalize (MPI may still progress the
+ * operations the timeout abandoned).
  *
  * Errors: GPUWIRE_ERROR_INVALID_HANDLE (NULL, already freed, or not a communicator; nothing
- * is touched), GPUWIRE_ERROR_NOT_INITIALIZED, GPUWIRE_ERROR_ALREADY_FINALIZED (after
+ * is touched), GPUWIRE_ERROR_INVALID_ARGUMENT (another thread is inside a collective on it;
+ * nothing is touched), GPUWIRE_ERROR_NOT_INITIALIZED, GPUWIRE_ERROR_ALREADY_FINALIZED (after
  * gpuwire_finalize; MPI is not called).
  */
 gpuwire_status gpuwire_comm_free(gpuwire_comm comm);
@@ -1260,8 +1266,12 @@ gpuwire_status gpuwire_darray_halo_exchange(gpuwire_darray d,
  * finalizes it. Calling it again while initialized does nothing.
  *
  * Collective over MPI_COMM_WORLD when it initializes MPI (as MPI_Init_thread); call it from one
- * thread. Errors: GPUWIRE_ERROR_ALREADY_FINALIZED after gpuwire_finalize or after the program
- * finalized MPI; GPUWIRE_ERROR_MPI if MPI fails to initialize.
+ * thread. Under MPI_THREAD_FUNNELED or MPI_THREAD_SINGLE only MPI's main thread may call
+ * gpuwire (calls from other threads return GPUWIRE_ERROR_INVALID_ARGUMENT); under
+ * MPI_THREAD_SERIALIZED gpuwire serializes its own MPI calls. Errors:
+ * GPUWIRE_ERROR_ALREADY_FINALIZED after gpuwire_finalize or after the program finalized MPI;
+ * GPUWIRE_ERROR_MPI if MPI fails to initialize; GPUWIRE_ERROR_INVALID_ARGUMENT when called from
+ * a thread other than MPI's main thread under FUNNELED or SINGLE.
  */
 gpuwire_status gpuwire_init(void);
 
@@ -1364,10 +1374,13 @@ gpuwire_status gpuwire_irecv(gpuwire_comm comm,
 /**
  * Blocks until the request completes (as MPI_Wait), then sets `*request` to
  * GPUWIRE_REQUEST_NULL. Waiting on GPUWIRE_REQUEST_NULL returns at once. A request that
- * failed is also released. Thread-safe for different requests.
+ * failed is also released. Thread-safe for different requests. With a timeout on the
+ * request's communicator the wait gives up after it (GPUWIRE_ERROR_TIMEOUT; the communicator
+ * is then broken and the operation abandoned: its buffer stays allocated until the process
+ * ends, since MPI may still write it).
  *
  * Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE (freed or foreign handle),
- * GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_CUDA.
+ * GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_CUDA, GPUWIRE_ERROR_TIMEOUT.
  */
 gpuwire_status gpuwire_wait(gpuwire_request *request);
 

@@ -43,6 +43,8 @@ fi
 if has tests; then
   gputest stock-auto stock c17,c14,c16,c11,c15,ops,opswrap,c13,c12,p2pexact
   GPUWIRE_BACKEND=mpi_staged gputest kit-staged kit ops,opswrap,c13,c14,c17,reqfree,p2pexact -x GPUWIRE_BACKEND
+  # A rank merely late to an allreduce, timeout 2 s, checking off and on: no rank blocks longer.
+  GPUWIRE_BACKEND=mpi_staged gputest staged-late stock late -x GPUWIRE_BACKEND
   GPUWIRE_BACKEND=mpi_cuda_aware gputest kit-cuda-aware kit ops,opswrap,c12,c13,c14,c16,c17,reqfree,p2pexact -x GPUWIRE_BACKEND
 fi
 if has nccl || has tests; then
@@ -65,7 +67,7 @@ if has ipc; then
   GPUWIRE_BACKEND=ipc GPUWIRE_IPC_PROGRESS_THREAD=0 gputest ipc-nothread stock ipcprogress -x GPUWIRE_BACKEND -x GPUWIRE_IPC_PROGRESS_THREAD
   gputest ipc-auto stock ipcauto,c15
   # A timeout configured: a collective one rank skips fails on every rank within it.
-  GPUWIRE_BACKEND=ipc gputest ipc-timeout stock timeout -x GPUWIRE_BACKEND
+  GPUWIRE_BACKEND=ipc gputest ipc-timeout stock timeout,late -x GPUWIRE_BACKEND
 fi
 if has darray; then
   # Distributed arrays on device memory: every backend, and NCCL on one rank.
@@ -96,7 +98,7 @@ if has multi; then
     # other cases, mismatched counts with checking on, another device current, then a timeout.
     all=$(seq -s, 0 $((NGPU - 1)))
     CUDA_VISIBLE_DEVICES=$all GPUWIRE_GPU_TEST_NP=$NGPU np2="mpirun -np $NGPU --oversubscribe --bind-to none" \
-      gputest multi-nccl stock "${GPUWIRE_MULTI_CASES:-ops,opswrap,c12,c13,c14,c16,c17,mismatch,p2pexact,otherdev,timeout}" -x GPUWIRE_GPU_TEST_NP
+      gputest multi-nccl stock "${GPUWIRE_MULTI_CASES:-ops,opswrap,c12,c13,c14,c16,c17,mismatch,p2pexact,otherdev,timeout,late}" -x GPUWIRE_GPU_TEST_NP
     # The library loaded where libnccl is absent: AUTO falls back, NCCL requested says why.
     CUDA_VISIBLE_DEVICES=$all GPUWIRE_NCCL_LIBRARY=/nonexistent/libnccl.so.2 GPUWIRE_GPU_TEST_NP=$NGPU np2="mpirun -np $NGPU --oversubscribe --bind-to none" \
       gputest multi-no-nccl stock nonccl -x GPUWIRE_GPU_TEST_NP -x GPUWIRE_NCCL_LIBRARY

@@ -129,7 +129,7 @@ compile() { # ID OUTPUT COMPILER FLAGS... -- SOURCE
     fi
 }
 
-for t in test_api test_comm test_darray test_p2p; do
+for t in test_api test_comm test_darray test_p2p test_threads; do
     compile "$t" "$build/$t" "$CC" "${cflags[@]}" "$root/tests/c/$t.c"
 done
 # Distributed arrays against the program around them (own communicator, checking mode, sizes
@@ -273,6 +273,13 @@ done
 for n in 1 2; do
     ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}allocator_may_return_null=1 \
         check "fuzz_api -n $n" 0 "$n" "^fuzz_api: PASS" "$build/fuzz_api" "$n"
+done
+
+# Timeouts (a late rank, a receive with no sender), two threads on one communicator, and the
+# thread levels FUNNELED and SERIALIZED (the program initializes MPI itself): 2 ranks.
+for m in "late" "late check" "concurrent" "concurrent check" "funneled" "serialized"; do
+    # shellcheck disable=SC2086 # the mode is one or two words
+    check "test_threads $m -n 2" 0 2 "^test_threads $m: PASS" "$build/test_threads" $m
 done
 
 if [[ -x $build/test_header ]]; then

@@ -5,15 +5,17 @@
 //! the caller's communicator and sets MPI_ERRORS_RETURN on its duplicate only, so the caller's
 //! communicator keeps its own error handler and gpuwire's traffic never matches the caller's.
 
+use std::cell::Cell;
 use std::ffi::c_int;
 use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use crate::backend::{self, Choice};
 use crate::config::Config;
 use crate::error::{Error, Result, Status};
 use crate::handles::{Kind, Registry};
-use crate::mpisys::{self, MPI_Comm, RawComm, RawRequest, sys};
+use crate::mpisys::{self, MPI_Comm, RawComm, sys};
 use crate::runtime;
 use crate::types::BackendKind;
 
@@ -36,9 +38,45 @@ pub struct Communicator {
     /// The duplicate that carries gpuwire's own messages on behalf of this communicator.
     internal: Mutex<Option<Arc<Communicator>>>,
     /// MPI collectives in their nonblocking form with a test loop that progresses pending IPC
-    /// receives (agreed at creation, the same on every rank: `ipc::collectives_must_progress`).
+    /// receives (agreed at creation, the same on every rank: `ipc::collectives_must_progress`,
+    /// MPI_THREAD_SERIALIZED).
     nb_coll: bool,
+    /// The thread (`thread_id`) inside a collective on this communicator, 0 when none.
+    busy: AtomicU64,
     pub(crate) backend_state: backend::State,
+}
+
+static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// This thread's number for `Communicator::busy` (never 0).
+    static THREAD_ID: u64 = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
+    /// The deadline of the gpuwire call this thread is in (set by `Communicator::enter`): every
+    /// MPI step of one call (its agreement, its chunks, its sends and receives) shares it.
+    static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+fn thread_id() -> u64 {
+    THREAD_ID.with(|t| *t)
+}
+
+/// One gpuwire call on a communicator (`Communicator::enter`): releases the collective slot and
+/// the call's deadline when the call returns, on every path.
+pub struct CallGuard<'a> {
+    c: &'a Communicator,
+    release: bool,
+    clear_deadline: bool,
+}
+
+impl Drop for CallGuard<'_> {
+    fn drop(&mut self) {
+        if self.release {
+            self.c.busy.store(0, Ordering::Release);
+        }
+        if self.clear_deadline {
+            DEADLINE.with(|d| d.set(None));
+        }
+    }
 }
 
 /// MPI communicators being set up; freed if setup fails part-way.
@@ -113,6 +151,7 @@ impl Communicator {
             internal: Mutex::new(None),
             // Until agreed below: the same (nonblocking) form on every rank.
             nb_coll: true,
+            busy: AtomicU64::new(0),
             backend_state: backend::State::default(),
         };
         // From here on `c` frees both communicators when dropped (also on the error paths below).
@@ -128,7 +167,7 @@ impl Communicator {
         // least capable backend chosen anywhere, which every rank can use (HOST < MPI_STAGED <
         // MPI_CUDA_AWARE < IPC < NCCL; IPC's eligibility is already the same on every rank).
         let k = capability(choice.kind);
-        let mut v = [k, -k, crate::backend::ipc::collectives_must_progress() as i64];
+        let mut v = [k, -k, (crate::backend::ipc::collectives_must_progress() || runtime::serialized()) as i64];
         c.allreduce_max_i64(&mut v, "agreeing on the backend")?;
         c.nb_coll = v[2] != 0;
         if v[0] != -v[1] {
@@ -179,7 +218,7 @@ impl Communicator {
     /// get `None`. A bad color on any rank is an error on every rank. The new communicator
     /// inherits this one's configuration.
     pub fn split(&self, color: i32, key: i32) -> Result<Option<Communicator>> {
-        self.ensure_usable()?;
+        let _call = self.enter("gpuwire_comm_split", true)?;
         let valid = if color < 0 && color != -1 {
             Err(Error::InvalidArgument(format!("color {color}: colors are >= 0, or GPUWIRE_UNDEFINED")))
         } else {
@@ -199,7 +238,7 @@ impl Communicator {
 
     /// Collective: a new communicator with the same ranks and configuration.
     pub fn dup(&self) -> Result<Communicator> {
-        self.ensure_usable()?;
+        let _call = self.enter("gpuwire_comm_dup", true)?;
         let mut out = mpisys::comm_null();
         // SAFETY: raw is valid.
         mpisys::check(unsafe { sys::MPI_Comm_dup(self.raw.0, &mut out) }, "MPI_Comm_dup")?;
@@ -239,11 +278,13 @@ impl Communicator {
     pub fn raw(&self) -> MPI_Comm {
         self.raw.0
     }
-    /// Whether MPI collectives on this communicator run as their nonblocking form waited by a
-    /// loop that progresses pending IPC receives (`host::collective!`): agreed at creation, true
-    /// when any rank sees a GPU but has no IPC progress thread.
+    /// Whether MPI collectives on this communicator run as their nonblocking form waited by
+    /// `wait_mpi` (`host::collective!`), the same on every rank (MPI does not match a blocking
+    /// collective with a nonblocking one): with a timeout (the configuration is agreed), or when
+    /// agreed at creation: any rank sees a GPU but has no IPC progress thread, or runs under
+    /// MPI_THREAD_SERIALIZED.
     pub fn nb_collectives(&self) -> bool {
-        self.nb_coll
+        self.nb_coll || self.config.timeout.is_some()
     }
     pub fn node_comm(&self) -> MPI_Comm {
         self.node.0
@@ -320,67 +361,143 @@ impl Communicator {
         *self.broken.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
     }
 
-    /// Element-wise MAX of `v` across ranks (in place). With a timeout configured, the
-    /// exchange is nonblocking and abandoned at the deadline: the communicator is then broken.
-    pub fn allreduce_max_i64(&self, v: &mut [i64], what: &str) -> Result<()> {
-        let n = v.len() as c_int;
-        let ptr = v.as_mut_ptr().cast();
-        // v is valid for n int64; in-place allreduce on our own communicator.
-        match self.config.timeout {
-            None => crate::backend::host::collective!(
-                self,
-                "MPI_Allreduce",
-                MPI_Allreduce(mpisys::in_place(), ptr, n, sys::RSMPI_INT64_T, sys::RSMPI_MAX, self.raw.0),
-                MPI_Iallreduce
-            ),
-            Some(t) => {
-                // On the heap: at the deadline the request is abandoned while MPI may still write
-                // the result, so the memory is then leaked rather than freed (or on the stack).
-                let buf: &'static mut [i64] = Box::leak(v.to_vec().into_boxed_slice());
-                let bptr: *mut i64 = buf.as_mut_ptr();
-                let mut req = mpisys::request_null();
-                // SAFETY: buf is valid for n int64 for ever (leaked, reclaimed below only after
-                // the request completed).
-                mpisys::check(
-                    unsafe { sys::MPI_Iallreduce(mpisys::in_place(), bptr.cast(), n, sys::RSMPI_INT64_T, sys::RSMPI_MAX, self.raw.0, &mut req) },
-                    "MPI_Iallreduce",
-                )?;
-                self.wait_with_deadline(RawRequest(req), Instant::now() + t, what)?;
-                v.copy_from_slice(buf);
-                // SAFETY: the request completed: MPI no longer uses buf, which came from the
-                // Box leaked above.
-                drop(unsafe { Box::from_raw(buf as *mut [i64]) });
-                Ok(())
+    /// Begins a gpuwire call on this communicator: fails if an earlier timeout broke it. A
+    /// collective (`collective`: every collective and every call that creates or frees a
+    /// communicator from this one) claims the communicator for this thread, and fails at once
+    /// with GPUWIRE_ERROR_INVALID_ARGUMENT while another thread is inside one (MPI forbids
+    /// concurrent collectives on one communicator; the calls would corrupt each other's data):
+    /// one atomic compare-exchange; a call nested in a collective of the same thread passes.
+    /// With a timeout configured, the call's deadline starts here (unless this thread is already
+    /// inside a call that has one): every MPI step of the call shares it (`wait_mpi`).
+    pub fn enter(&self, what: &str, collective: bool) -> Result<CallGuard<'_>> {
+        self.ensure_usable()?;
+        let mut release = false;
+        if collective {
+            let me = thread_id();
+            match self.busy.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => release = true,
+                Err(t) if t == me => {}
+                Err(_) => {
+                    return Err(Error::InvalidArgument(format!(
+                        "{what}: a collective is already in progress on this communicator on another thread (MPI forbids concurrent collectives on one communicator: give each thread its own communicator, e.g. from gpuwire_comm_dup, or serialize the calls)"
+                    )));
+                }
             }
         }
+        let clear_deadline = match self.config.timeout {
+            Some(t) => DEADLINE.with(|d| d.get().is_none() && {
+                d.set(Some(Instant::now() + t));
+                true
+            }),
+            None => false,
+        };
+        Ok(CallGuard { c: self, release, clear_deadline })
     }
 
-    /// Waits for `req`, polling until the configured deadline.
-    pub fn wait_with_deadline(&self, req: RawRequest, deadline: Instant, what: &str) -> Result<()> {
-        let mut req = req.0;
-        let mut flag: c_int = 0;
+    /// The deadline of this thread's current gpuwire call (`enter`), else one timeout from now;
+    /// `None` without a timeout.
+    pub fn call_deadline(&self) -> Option<Instant> {
+        DEADLINE.with(|d| d.get()).or_else(|| self.config.timeout.map(|t| Instant::now() + t))
+    }
+
+    /// What is left of this thread's current call's deadline (`call_deadline`), for waits that
+    /// take a duration (IPC); `None` without a timeout.
+    pub fn remaining(&self) -> Option<std::time::Duration> {
+        self.call_deadline().map(|d| d.saturating_duration_since(Instant::now()))
+    }
+
+    /// Whether gpuwire's blocking MPI calls on this communicator must run as their nonblocking
+    /// form waited by `wait_mpi`: with a deadline to keep (a timeout), under
+    /// MPI_THREAD_SERIALIZED (the MPI lock is released between tests), or while IPC receives may
+    /// be pending (`ipc::recvs_pending`). For point-to-point calls (each rank may choose alone).
+    pub fn nb_p2p(&self) -> bool {
+        self.config.timeout.is_some() || runtime::serialized() || crate::backend::ipc::recvs_pending()
+    }
+
+    /// Element-wise MAX of `v` across ranks (in place). With a deadline the exchange is
+    /// nonblocking and abandoned at the deadline: the communicator is then broken.
+    pub fn allreduce_max_i64(&self, v: &mut [i64], what: &str) -> Result<()> {
+        let n = v.len() as c_int;
+        if self.call_deadline().is_some() {
+            let raw = self.raw.0;
+            // SAFETY: p is valid for n int64 until the request completes (`on_heap`).
+            return self.on_heap(v, what, |p, req| unsafe { sys::MPI_Iallreduce(mpisys::in_place(), p.cast(), n, sys::RSMPI_INT64_T, sys::RSMPI_MAX, raw, req) });
+        }
+        let ptr = v.as_mut_ptr().cast();
+        // v is valid for n int64; in-place allreduce on our own communicator.
+        crate::backend::host::collective!(
+            self,
+            "MPI_Allreduce",
+            MPI_Allreduce(mpisys::in_place(), ptr, n, sys::RSMPI_INT64_T, sys::RSMPI_MAX, self.raw.0),
+            MPI_Iallreduce
+        )
+    }
+
+    /// Runs the nonblocking MPI call `post` on a heap copy of `v` and waits for it (`wait_mpi`),
+    /// then copies the result back. At the deadline the request is abandoned while MPI may still
+    /// write the copy (a late peer), so the copy is then leaked rather than freed.
+    fn on_heap<T: Copy + 'static>(&self, v: &mut [T], what: &str, post: impl FnOnce(*mut T, &mut sys::MPI_Request) -> c_int) -> Result<()> {
+        let buf: &'static mut [T] = Box::leak(v.to_vec().into_boxed_slice());
+        let bptr: *mut T = buf.as_mut_ptr();
+        let mut req = mpisys::request_null();
+        {
+            let _mpi = runtime::mpi_lock();
+            mpisys::check(post(bptr, &mut req), what)?;
+        }
+        self.wait_mpi(&mut req, mpisys::status_ignore(), what, false)?;
+        v.copy_from_slice(buf);
+        // SAFETY: the request completed: MPI no longer uses buf, which came from the Box leaked
+        // above.
+        drop(unsafe { Box::from_raw(buf as *mut [T]) });
+        Ok(())
+    }
+
+    /// Waits for `req`, an active request of a call on this communicator (or MPI_REQUEST_NULL):
+    /// MPI_Test in a loop (under MPI_THREAD_SERIALIZED, each test holds gpuwire's MPI lock, so
+    /// other threads' calls proceed in between) that progresses the process's pending IPC
+    /// receives (a peer may be blocked in a send to this process until it copies the data),
+    /// until the call's deadline (`call_deadline`), if any. At the deadline a receive
+    /// (`cancel`) is cancelled (MPI_Cancel, then completed); any other request is abandoned (MPI
+    /// cannot cancel a collective): MPI may still read its send buffer and write its receive
+    /// buffer if the peer arrives later. The communicator is then broken, and TIMEOUT returned.
+    pub fn wait_mpi(&self, req: &mut sys::MPI_Request, status: *mut sys::MPI_Status, what: &str, cancel: bool) -> Result<()> {
+        let deadline = self.call_deadline();
         let mut spins = 0u32;
         loop {
-            // SAFETY: req is an active request of ours.
-            mpisys::check(unsafe { sys::MPI_Test(&mut req, &mut flag, mpisys::status_ignore()) }, "MPI_Test")?;
+            let mut flag: c_int = 0;
+            {
+                let _mpi = runtime::mpi_lock();
+                // SAFETY: an active request of ours, or MPI_REQUEST_NULL.
+                mpisys::check(unsafe { sys::MPI_Test(req, &mut flag, status) }, what)?;
+            }
             if flag != 0 {
                 return Ok(());
             }
-            // A peer may be blocked in a send to this process until it copies the data.
             crate::backend::ipc::progress_all();
-            if Instant::now() >= deadline {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                if cancel {
+                    let _mpi = runtime::mpi_lock();
+                    // SAFETY: an active receive of ours; a cancelled request's wait returns
+                    // whatever the other processes do (MPI standard, MPI_Cancel).
+                    unsafe {
+                        sys::MPI_Cancel(req);
+                        sys::MPI_Wait(req, mpisys::status_ignore());
+                    }
+                }
                 let t = self.config.timeout.map(|t| t.as_secs_f64()).unwrap_or(0.0);
                 let msg = format!(
-                    "{what} did not complete within the communicator's timeout of {t:.3} s (another rank did not make the matching call?); the communicator is now broken"
+                    "{what} did not complete within the communicator's timeout of {t:.3} s (another rank did not make the matching call, or was late?); the communicator is now broken"
                 );
                 self.mark_broken(msg.clone());
                 return Err(Error::Timeout(msg));
             }
             spins += 1;
-            if spins > 1000 {
-                std::thread::sleep(std::time::Duration::from_micros(50));
-            } else {
+            if spins < 1000 {
                 std::hint::spin_loop();
+            } else if spins < 20_000 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(50));
             }
         }
     }
@@ -407,14 +524,19 @@ impl Communicator {
                 msg[..n].copy_from_slice(&text.as_bytes()[..n]);
             }
         }
-        // Fixed-size buffers on our own communicator; every rank calls.
-        crate::backend::host::collective!(self, "MPI_Bcast", MPI_Bcast((&mut code as *mut i32).cast(), 1, sys::RSMPI_INT32_T, lowest as c_int, self.raw.0), MPI_Ibcast)?;
-        crate::backend::host::collective!(
-            self,
-            "MPI_Bcast",
-            MPI_Bcast(msg.as_mut_ptr().cast(), msg.len() as c_int, sys::RSMPI_UINT8_T, lowest as c_int, self.raw.0),
-            MPI_Ibcast
-        )?;
+        // One fixed-size buffer (code, then message) on our own communicator; every rank calls.
+        let mut buf = [0u8; 4 + 1024];
+        buf[..4].copy_from_slice(&code.to_le_bytes());
+        buf[4..].copy_from_slice(&msg);
+        let (raw, root, len) = (self.raw.0, lowest as c_int, buf.len() as c_int);
+        if self.call_deadline().is_some() {
+            // SAFETY: p is valid for len bytes until the request completes (`on_heap`).
+            self.on_heap(&mut buf, what, |p, req| unsafe { sys::MPI_Ibcast(p.cast(), len, sys::RSMPI_UINT8_T, root, raw, req) })?;
+        } else {
+            crate::backend::host::collective!(self, "MPI_Bcast", MPI_Bcast(buf.as_mut_ptr().cast(), len, sys::RSMPI_UINT8_T, root, raw), MPI_Ibcast)?;
+        }
+        code = i32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
+        msg.copy_from_slice(&buf[4..]);
         let end = msg.iter().position(|b| *b == 0).unwrap_or(msg.len());
         let text = String::from_utf8_lossy(&msg[..end]).into_owned();
         let status = Status::from_i32(code).unwrap_or(Status::GPUWIRE_ERROR_INTERNAL);
@@ -432,6 +554,11 @@ impl Drop for Communicator {
             return;
         }
         backend::teardown(self);
+        if self.is_broken() {
+            // A timeout may have abandoned MPI requests on them, which MPI still progresses (and
+            // would crash on a freed communicator): both are left to MPI_Finalize.
+            return;
+        }
         // SAFETY: both communicators are owned by this value and freed only here.
         unsafe {
             let mut node = self.node.0;

@@ -170,7 +170,7 @@ impl DArray {
     /// argument errors (`spec`) are agreed first, so a mistake on one rank is an error on all;
     /// the ranks' specifications are then exchanged (one allgather) and must agree.
     pub fn create(comm: &Arc<Communicator>, spec: Result<Spec>) -> Result<DArray> {
-        comm.ensure_usable()?;
+        let _call = comm.enter("gpuwire_darray_create", true)?;
         let local = spec.and_then(|s| s.validate(comm).map(|()| s));
         let spec = comm.agree_on_result(local, "the argument check")?;
         // Every message of the array (from here on) goes over the internal duplicate.
@@ -394,6 +394,7 @@ impl DArray {
     /// call passes here exactly once.
     fn agree<T>(&self, what: &str, sig: Sig, other: Option<&DArray>, values: &[(&str, i64)], local: Result<T>) -> Result<T> {
         let name = format!("gpuwire_darray_{what}");
+        let _call = self.comm.enter(what, true)?;
         let local = self.comm.agree(&name, Sig { dtype: Some(self.dtype), ..sig }, local)?;
         if !self.comm.config().check {
             return Ok(local);
@@ -591,6 +592,8 @@ impl DArray {
     /// allreduce that also carries whether each rank's local part succeeded, so a rank whose
     /// GPU work failed does not leave the others waiting.
     fn reduce(&self, what: &str, red: Red, other: Option<&DArray>, pre: Result<()>, stream: Stream) -> Result<Acc> {
+        // The whole operation is one collective of the communicator (`Communicator::enter`).
+        let _call = self.comm.enter(what, true)?;
         let local = pre.and_then(|()| self.supported(what, red)).and_then(|plan| {
             if let Some(o) = other {
                 self.compatible(what, o)?;
@@ -757,6 +760,7 @@ impl DArray {
     /// owned elements. SCATTER: local. BROADCAST: collective; rank 0's `src` is broadcast (the
     /// others' is not read and may be 0).
     pub fn set_global(&self, src: usize, stream: Stream) -> Result<()> {
+        let _call = self.comm.enter("gpuwire_darray_set_global", true)?;
         let what = "set_global";
         let needs = if self.scattered() { self.local_len() > 0 } else { self.me() == 0 && self.global_len() > 0 };
         let local = if needs && src == 0 {
@@ -787,6 +791,7 @@ impl DArray {
     /// The whole array into every rank's host array `dst` (global_len elements): allgatherv,
     /// exact (no padding). Collective for SCATTER; a local copy for BROADCAST.
     pub fn allgather(&self, dst: usize, stream: Stream) -> Result<()> {
+        let _call = self.comm.enter("gpuwire_darray_allgather", true)?;
         let what = "allgather";
         let n = self.global_len();
         let out = Buffer::wrap(dst, n as i64, self.dtype, Space::GPUWIRE_SPACE_HOST).map_err(|e| prefix(what, "dst", e));
@@ -808,6 +813,7 @@ impl DArray {
     /// is not read). Collective for SCATTER (point-to-point to the root); for BROADCAST only
     /// the root copies.
     pub fn gather(&self, dst: usize, root: i32, stream: Stream) -> Result<()> {
+        let _call = self.comm.enter("gpuwire_darray_gather", true)?;
         let what = "gather";
         let p = self.comm.size();
         let n = self.global_len();
@@ -873,6 +879,7 @@ impl DArray {
     /// BROADCAST or `src` is BROADCAST.
     pub fn redistribute(src: &DArray, dst: &DArray, stream: Stream) -> Result<()> {
         let what = "redistribute";
+        let _call = src.comm.enter("gpuwire_darray_redistribute", true)?;
         let local = (|| {
             if !Arc::ptr_eq(&src.comm, &dst.comm) {
                 return Err(Error::InvalidArgument(format!("{what}: the distributed arrays live on different communicators")));
@@ -944,6 +951,7 @@ impl DArray {
     /// BROADCAST arrays: makes every rank's copy equal to `root`'s (after you wrote to one
     /// rank's elements yourself). Collective.
     pub fn bcast(&self, root: i32, stream: Stream) -> Result<()> {
+        let _call = self.comm.enter("gpuwire_darray_bcast", true)?;
         let p = self.comm.size();
         let local = if self.scattered() {
             Err(Error::InvalidArgument("bcast: the array is SCATTER, each rank owns different elements (bcast is for BROADCAST arrays)".into()))
@@ -961,6 +969,7 @@ impl DArray {
     /// Collective; SCATTER only; `width` <= the halo given at creation (an error in `width`
     /// is agreed across ranks in checking mode).
     pub fn halo_exchange(&self, width: Result<usize>, stream: Stream) -> Result<()> {
+        let _call = self.comm.enter("gpuwire_darray_halo_exchange", true)?;
         let what = "halo_exchange";
         let local = width.and_then(|width| {
             if !self.scattered() {

@@ -224,6 +224,10 @@ impl Communicator {
     /// A collective whose arguments could not even be resolved on this rank (an invalid handle
     /// or enum value): in checking mode the other ranks are told, so none of them hangs.
     pub fn fail_collective(&self, what: &str, e: Error) -> Error {
+        let _call = match self.enter(what, true) {
+            Ok(g) => g,
+            Err(busy) => return busy,
+        };
         match self.agree::<()>(what, Sig::default(), Err(e)) {
             Err(e) => e,
             Ok(()) => Error::Internal("agreement on a failed call succeeded".into()),
@@ -234,7 +238,7 @@ impl Communicator {
 
     /// As MPI_Send of all of `buf`'s elements to `dest` (GPUWIRE_PROC_NULL: no-op).
     pub fn send(&self, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<()> {
-        self.ensure_usable()?;
+        let _call = self.enter("send", false)?;
         self.check_rank("send", "destination", dest, true)?;
         self.check_tag("send", tag)?;
         let dest = peer(dest);
@@ -246,7 +250,7 @@ impl Communicator {
 
     /// As MPI_Recv of exactly `buf.count()` elements from `source`.
     pub fn recv(&self, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<()> {
-        self.ensure_usable()?;
+        let _call = self.enter("recv", false)?;
         self.check_rank("recv", "source", source, true)?;
         self.check_tag("recv", tag)?;
         let source = peer(source);
@@ -287,7 +291,7 @@ impl Communicator {
     /// As MPI_Sendrecv (either side may be GPUWIRE_PROC_NULL).
     #[allow(clippy::too_many_arguments)]
     pub fn sendrecv(&self, send: &Buffer, dest: i32, sendtag: i32, recv: &Buffer, source: i32, recvtag: i32, stream: Stream) -> Result<()> {
-        self.ensure_usable()?;
+        let _call = self.enter("sendrecv", false)?;
         self.check_rank("sendrecv", "destination", dest, true)?;
         self.check_rank("sendrecv", "source", source, true)?;
         self.check_tag("sendrecv", sendtag)?;
@@ -304,12 +308,14 @@ impl Communicator {
 
     /// As MPI_Barrier (ordered after the work on `stream` for device backends).
     pub fn barrier(&self, stream: Stream) -> Result<()> {
+        let _call = self.enter("barrier", true)?;
         let path = self.agree("barrier", Sig::default(), self.path(&[]))?;
         path.barrier(self, stream)
     }
 
     /// As MPI_Bcast of all of `buf`'s elements from `root`.
     pub fn bcast(&self, buf: &Buffer, root: i32, stream: Stream) -> Result<()> {
+        let _call = self.enter("bcast", true)?;
         let local = (|| {
             self.check_rank("bcast", "root", root, false)?;
             self.path(&[Some(buf)])
@@ -323,6 +329,7 @@ impl Communicator {
     /// root when `send` and `recv` are the same memory.
     pub fn reduce(&self, send: &Buffer, recv: Option<&Buffer>, op: ReduceOp, root: i32, stream: Stream) -> Result<()> {
         let what = "reduce";
+        let _call = self.enter(what, true)?;
         let is_root = self.rank() == root;
         let local = (|| {
             self.check_rank(what, "root", root, false)?;
@@ -349,6 +356,7 @@ impl Communicator {
     /// As MPI_Allreduce; in-place when `send` and `recv` are the same memory.
     pub fn allreduce(&self, send: &Buffer, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()> {
         let what = "allreduce";
+        let _call = self.enter(what, true)?;
         let local = (|| {
             let dtype = same_dtype(what, send, recv)?;
             op.check_supported(dtype)?;
@@ -366,6 +374,7 @@ impl Communicator {
     /// In-place when `send` is exactly this rank's block of `recv`.
     pub fn allgather(&self, send: &Buffer, recv: &Buffer, stream: Stream) -> Result<()> {
         let what = "allgather";
+        let _call = self.enter(what, true)?;
         let n = send.count();
         let local = (|| {
             same_dtype(what, send, recv)?;
@@ -387,6 +396,7 @@ impl Communicator {
     /// MPI_Allgather). In-place when `send` is exactly this rank's block of `recv`.
     pub fn allgatherv(&self, send: &Buffer, recv: &Buffer, counts: Option<&[i64]>, stream: Stream) -> Result<()> {
         let what = "allgatherv";
+        let _call = self.enter(what, true)?;
         let size = self.size() as usize;
         let exchanged;
         let counts: &[i64] = match counts {
@@ -402,14 +412,19 @@ impl Communicator {
                     self.ensure_usable()?;
                 }
                 let mut all = vec![0i64; size];
-                let mine = send.count() as i64;
+                let mine = Box::new(send.count() as i64);
                 // One int64 from each rank into `all` (size entries).
-                crate::backend::host::collective!(
+                let r = crate::backend::host::collective!(
                     self,
                     "MPI_Allgather (allgatherv counts)",
-                    MPI_Allgather((&mine as *const i64).cast(), 1, sys::RSMPI_INT64_T, all.as_mut_ptr().cast(), 1, sys::RSMPI_INT64_T, self.raw()),
+                    MPI_Allgather((&*mine as *const i64).cast(), 1, sys::RSMPI_INT64_T, all.as_mut_ptr().cast(), 1, sys::RSMPI_INT64_T, self.raw()),
                     MPI_Iallgather
-                )?;
+                );
+                if r.is_err() {
+                    // An abandoned request (a timeout) may still use both.
+                    std::mem::forget((mine, all));
+                    return r;
+                }
                 exchanged = all;
                 &exchanged
             }
@@ -443,6 +458,7 @@ impl Communicator {
     /// the reduction of block r.
     pub fn reduce_scatter(&self, send: &Buffer, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()> {
         let what = "reduce_scatter";
+        let _call = self.enter(what, true)?;
         let local = (|| {
             let dtype = same_dtype(what, send, recv)?;
             op.check_supported(dtype)?;
@@ -466,6 +482,7 @@ impl Communicator {
     /// In-place when `send` and `recv` are the same memory.
     pub fn alltoall(&self, send: &Buffer, recv: &Buffer, stream: Stream) -> Result<()> {
         let what = "alltoall";
+        let _call = self.enter(what, true)?;
         let size = self.size() as usize;
         let local = (|| {
             same_dtype(what, send, recv)?;
@@ -486,6 +503,7 @@ impl Communicator {
     /// `None`). In-place at the root when `send` is exactly the root's block of `recv`.
     pub fn gather(&self, send: &Buffer, recv: Option<&Buffer>, root: i32, stream: Stream) -> Result<()> {
         let what = "gather";
+        let _call = self.enter(what, true)?;
         let is_root = self.rank() == root;
         let n = send.count();
         let local = (|| {
@@ -516,6 +534,7 @@ impl Communicator {
     /// `None`). In-place at the root when `recv` is exactly the root's block of `send`.
     pub fn scatter(&self, send: Option<&Buffer>, recv: &Buffer, root: i32, stream: Stream) -> Result<()> {
         let what = "scatter";
+        let _call = self.enter(what, true)?;
         let is_root = self.rank() == root;
         let n = recv.count();
         let local = (|| {

@@ -47,11 +47,35 @@ impl Request {
         Request { pending: Mutex::new(Some(pending)), comm, buf }
     }
 
-    /// Blocks until complete. A second call returns at once.
+    /// Blocks until complete. A second call returns at once. With a timeout configured on the
+    /// communicator, the wait is a test loop that gives up at the timeout: the communicator is
+    /// then broken, TIMEOUT returned, and the operation abandoned: its buffer is never freed
+    /// (MPI may still write it when the peer arrives).
     pub fn wait(&self) -> Result<()> {
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(mut op) = p.take() {
-            op.wait()?;
+        let Some(mut op) = p.take() else { return Ok(()) };
+        let Some(t) = self.comm.config().timeout else { return op.wait() };
+        let deadline = Instant::now() + t;
+        let mut spins = 0u32;
+        while !op.test()? {
+            if Instant::now() >= deadline {
+                if !op.abandon() {
+                    // MPI may still write the buffer when the peer arrives: never freed.
+                    std::mem::forget(self.buf.clone());
+                }
+                let msg = format!(
+                    "wait: the request did not complete within the communicator's timeout of {:.3} s (no matching call on the other rank?); the communicator is now broken",
+                    t.as_secs_f64()
+                );
+                self.comm.mark_broken(msg.clone());
+                return Err(Error::Timeout(msg));
+            }
+            spins += 1;
+            if spins < 1000 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
         }
         Ok(())
     }

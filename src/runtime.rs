@@ -22,6 +22,50 @@ static LIFECYCLE: Mutex<()> = Mutex::new(());
 /// Set by MPI itself when MPI_Finalize starts (see `watch_finalize`): one atomic load per call
 /// instead of an MPI_Finalized call (which takes a lock in Open MPI) on every operation.
 static MPI_GONE: AtomicBool = AtomicBool::new(false);
+/// MPI provides MPI_THREAD_SERIALIZED: gpuwire's MPI calls hold `MPI_LOCK` (`mpi_lock`).
+static SERIALIZED: AtomicBool = AtomicBool::new(false);
+static MPI_LOCK: Mutex<()> = Mutex::new(());
+/// MPI provides MPI_THREAD_FUNNELED or MPI_THREAD_SINGLE: only MPI's main thread (the one
+/// that called gpuwire_init, checked there) may call gpuwire (`ensure_ready`).
+static MAIN_ONLY: AtomicBool = AtomicBool::new(false);
+static MAIN_THREAD: OnceLock<std::thread::ThreadId> = OnceLock::new();
+
+thread_local! {
+    /// Whether this thread is `MAIN_THREAD` (0 = not known yet, 1 = yes, 2 = no).
+    static IS_MAIN: std::cell::Cell<u8> = const { std::cell::Cell::new(0) };
+}
+
+/// Whether gpuwire must serialize its own MPI calls (MPI_THREAD_SERIALIZED).
+pub fn serialized() -> bool {
+    SERIALIZED.load(Ordering::Relaxed)
+}
+
+/// Under MPI_THREAD_SERIALIZED, gpuwire's process-wide MPI lock, held around each of its MPI
+/// calls (blocking calls then run as their nonblocking form and a test loop that takes the
+/// lock for each test: a lock held across a blocking call could deadlock two threads of one
+/// rank); `None` at other thread levels.
+pub fn mpi_lock() -> Option<std::sync::MutexGuard<'static, ()>> {
+    if serialized() { Some(MPI_LOCK.lock().unwrap_or_else(|p| p.into_inner())) } else { None }
+}
+
+/// Under MPI_THREAD_FUNNELED or SINGLE, refuses a call from a thread other than MPI's main
+/// thread: MPI would abort (or corrupt its state) on that thread's MPI calls.
+fn check_thread(level: ThreadLevel) -> Result<()> {
+    let main = IS_MAIN.with(|m| {
+        if m.get() == 0 {
+            let yes = MAIN_THREAD.get().is_some_and(|t| *t == std::thread::current().id());
+            m.set(if yes { 1 } else { 2 });
+        }
+        m.get() == 1
+    });
+    if main {
+        return Ok(());
+    }
+    Err(Error::InvalidArgument(format!(
+        "MPI was initialized with {}, which allows MPI calls from MPI's main thread only, and this is another thread: call gpuwire from the thread that initialized MPI (and gpuwire), or initialize MPI with MPI_THREAD_SERIALIZED or MPI_THREAD_MULTIPLE (MPI_Init_thread)",
+        level.name()
+    )))
+}
 
 unsafe extern "C" fn finalize_started(_c: sys::MPI_Comm, _k: c_int, _v: *mut c_void, _x: *mut c_void) -> c_int {
     MPI_GONE.store(true, Ordering::Release);
@@ -78,7 +122,13 @@ pub fn ensure_ready() -> Result<&'static RuntimeInfo> {
         READY if MPI_GONE.load(Ordering::Acquire) => Err(Error::AlreadyFinalized(
             "the program called MPI_Finalize; gpuwire can make no MPI call any more (call gpuwire_finalize before MPI_Finalize)".into(),
         )),
-        READY => Ok(INFO.get().expect("INFO is set before READY")),
+        READY => {
+            let info = INFO.get().expect("INFO is set before READY");
+            if MAIN_ONLY.load(Ordering::Relaxed) {
+                check_thread(info.thread_level)?;
+            }
+            Ok(info)
+        }
         UNINIT => Err(Error::NotInitialized("call gpuwire_init before any other gpuwire function that takes or makes a handle".into())),
         _ => Err(Error::AlreadyFinalized("gpuwire_finalize was called; no gpuwire handle is valid any more".into())),
     }
@@ -155,6 +205,21 @@ pub fn init() -> Result<()> {
         // SAFETY: MPI is initialized.
         mpisys::check(unsafe { sys::MPI_Query_thread(&mut provided) }, "MPI_Query_thread")?;
     }
+    let level = thread_level_from_mpi(provided);
+    if matches!(level, ThreadLevel::GPUWIRE_THREAD_SINGLE | ThreadLevel::GPUWIRE_THREAD_FUNNELED) {
+        let mut main: c_int = 0;
+        // SAFETY: MPI is initialized; may be called from any thread.
+        mpisys::check(unsafe { sys::MPI_Is_thread_main(&mut main) }, "MPI_Is_thread_main")?;
+        if main == 0 {
+            return Err(Error::InvalidArgument(format!(
+                "MPI was initialized with {}, which allows MPI calls from MPI's main thread only, and gpuwire_init was called from another thread: call it from the thread that initialized MPI, or initialize MPI with MPI_THREAD_SERIALIZED or MPI_THREAD_MULTIPLE",
+                level.name()
+            )));
+        }
+        let _ = MAIN_THREAD.set(std::thread::current().id());
+        MAIN_ONLY.store(true, Ordering::Relaxed);
+    }
+    SERIALIZED.store(level == ThreadLevel::GPUWIRE_THREAD_SERIALIZED, Ordering::Relaxed);
     watch_finalize()?;
     let half_ops = create_half_ops()?;
     let own_ops = create_ops(&[own_sum, own_prod, own_max, own_min, own_sum, own_band, own_bor, own_bxor])?;
@@ -162,7 +227,7 @@ pub fn init() -> Result<()> {
     let mpi_library = library_version();
     let info = RuntimeInfo {
         owns_mpi,
-        thread_level: thread_level_from_mpi(provided),
+        thread_level: level,
         reduce_in_place_root_broken: mpich_before(&mpi_library, (4, 1)),
         mpi_library,
         tag_ub: mpisys::tag_ub(),

@@ -609,6 +609,51 @@ fn timeout_skipped_collective(cx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
+fn late_rank(cx: &Ctx) -> Result<(), String> {
+    // Timeout 2 s, checking off then on: the last rank comes 3.5 s late to an allreduce of device
+    // memory. The others get TIMEOUT within about 2 s, then COMM_BROKEN at once; the late rank's
+    // calls end within about 2 s too (the first may complete against the half the others
+    // abandoned; with checking on it times out in its data step), its second with TIMEOUT or
+    // COMM_BROKEN. Before every step had a deadline the late rank blocked for ever in the data
+    // step (seen on MPI_STAGED).
+    for check in [0, 1] {
+        let mut cfg: gpuwire_config = unsafe { std::mem::zeroed() };
+        ok(gpuwire_config_init(&mut cfg), "config_init");
+        cfg.timeout_seconds = 2.0;
+        cfg.check = check;
+        let mut comm = 0;
+        ok(gpuwire_comm_world(&cfg, &mut comm), "comm_world");
+        let b = dev_alloc(1 << 16, Dtype::GPUWIRE_FLOAT32);
+        ok(gpuwire_barrier(comm, cx.stream as *mut c_void), "barrier");
+        let late = cx.rank == cx.size - 1;
+        if late {
+            std::thread::sleep(std::time::Duration::from_millis(3500));
+        }
+        for call in 1..=2 {
+            let t0 = Instant::now();
+            let st = gpuwire_allreduce(comm, b, b, ReduceOp::GPUWIRE_SUM as i32, cx.stream as *mut c_void);
+            let secs = t0.elapsed().as_secs_f64();
+            println!("rank {}: late-rank allreduce (check {check}) call {call}: {st:?} after {secs:.2} s", cx.rank);
+            let broken = matches!(st, Status::GPUWIRE_ERROR_TIMEOUT | Status::GPUWIRE_ERROR_COMM_BROKEN);
+            let good = match (late, call) {
+                (false, 1) => st == Status::GPUWIRE_ERROR_TIMEOUT && secs > 1.8,
+                (false, _) => st == Status::GPUWIRE_ERROR_COMM_BROKEN,
+                (true, 1) if check == 1 => broken,
+                (true, 1) => broken || st == Status::GPUWIRE_SUCCESS,
+                (true, _) => broken,
+            };
+            if !good || secs > 6.0 {
+                return Err(format!("late-rank allreduce (check {check}) call {call} on rank {}: {st:?} after {secs:.2} s ({})", cx.rank, last_error()));
+            }
+        }
+        gpuwire_buffer_free(b);
+        // Broken: freed locally. Line the ranks up on the job's own communicator.
+        gpuwire_comm_free(comm);
+        ok(gpuwire_barrier(cx.comm, cx.stream as *mut c_void), "barrier on the job's communicator");
+    }
+    Ok(())
+}
+
 fn other_device_current(cx: &Ctx) -> Result<(), String> {
     // The calling thread has another device's context current; gpuwire must use the
     // communicator's own device and restore the caller's context.
@@ -1306,6 +1351,7 @@ fn main() {
             "p2pexact" => p2p_exact(&cx),
             "nonccl" => no_nccl_library(&cx),
             "timeout" => timeout_skipped_collective(&cx),
+            "late" => late_rank(&cx),
             "otherdev" => other_device_current(&cx),
             "c17" => c17_seed_demo(&cx),
             "ipcauto" => ipc_auto(&cx),

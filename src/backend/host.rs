@@ -16,44 +16,30 @@ use crate::buffer::Buffer;
 use crate::comm::Communicator;
 use crate::device::Stream;
 use crate::error::Result;
-use crate::mpisys::{self, RawRequest, sys};
+use crate::mpisys::{self, sys};
 use crate::reduce;
 use crate::request::Pending;
 use crate::runtime;
 use crate::types::{Dtype, ReduceOp};
 
-/// A blocking point-to-point MPI call, as its nonblocking form waited by a test loop that
-/// progresses pending IPC receives while any may be pending in the process
-/// (`ipc::recvs_pending`): a peer may be blocked in a send to this process until it copies the
-/// data, before it reaches this call. Otherwise the blocking form, as before. (A blocking send
-/// matches a nonblocking receive and the reverse, so each rank may choose on its own.)
-#[allow(unused_macros)]
-macro_rules! blocking {
-    ($what:expr, $b:ident($($a:expr),* $(,)?), $nb:ident) => {{
-        if crate::backend::ipc::recvs_pending() {
-            let mut req = crate::mpisys::request_null();
-            // SAFETY: as the blocking form; the arguments stay valid until the request completes
-            // (waited for below).
-            crate::mpisys::check(unsafe { crate::mpisys::sys::$nb($($a),*, &mut req) }, $what)?;
-            crate::backend::ipc::wait_request(&mut req, $what)
-        } else {
-            // SAFETY: as documented at the call.
-            crate::mpisys::check(unsafe { crate::mpisys::sys::$b($($a),*) }, $what)
-        }
-    }};
-}
-/// A blocking MPI collective on communicator `$c`: its nonblocking form waited by a test loop
-/// that progresses pending IPC receives when the communicator's ranks agreed on that at creation
-/// (`Communicator::nb_collectives`), else the blocking form. Never decided per rank: MPI does not
-/// match a blocking collective with a nonblocking one (the ranks would hang).
+/// A blocking MPI collective on communicator `$c`: its nonblocking form waited by
+/// `Communicator::wait_mpi` (as `blocking!`) when the communicator's ranks agreed on that
+/// (`Communicator::nb_collectives`: a timeout, MPI_THREAD_SERIALIZED, IPC receives to progress),
+/// else the blocking form. Never decided per rank: MPI does not match a blocking collective with
+/// a nonblocking one (the ranks would hang). At a timeout the request is abandoned: MPI may
+/// still use the buffers if a peer arrives later (callers leak the memory of their own that the
+/// call references, rather than free it).
 macro_rules! collective {
     ($c:expr, $what:expr, $b:ident($($a:expr),* $(,)?), $nb:ident) => {{
         if $c.nb_collectives() {
             let mut req = crate::mpisys::request_null();
-            // SAFETY: as the blocking form; the arguments stay valid until the request completes
-            // (waited for below).
-            crate::mpisys::check(unsafe { crate::mpisys::sys::$nb($($a),*, &mut req) }, $what)?;
-            crate::backend::ipc::wait_request(&mut req, $what)
+            {
+                let _mpi = crate::runtime::mpi_lock();
+                // SAFETY: as the blocking form; the arguments stay valid until the request
+                // completes (waited for below; at a timeout see above).
+                crate::mpisys::check(unsafe { crate::mpisys::sys::$nb($($a),*, &mut req) }, $what)?;
+            }
+            $c.wait_mpi(&mut req, crate::mpisys::status_ignore(), $what, false)
         } else {
             // SAFETY: as documented at the call.
             crate::mpisys::check(unsafe { crate::mpisys::sys::$b($($a),*) }, $what)
@@ -118,66 +104,6 @@ pub fn send(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, dest: i32,
 /// is never written to the buffer (`p2p`: MPI is not trusted with truncation).
 pub fn recv(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, source: i32, tag: i32) -> Result<()> {
     p2p::recv(c, p2p::Want { ptr, count, dtype, source, tag })
-}
-
-/// An MPI_Request of MPI_Isend/MPI_Irecv.
-pub struct MpiPending(pub RawRequest);
-
-impl Pending for MpiPending {
-    fn wait(&mut self) -> Result<()> {
-        if crate::backend::ipc::recvs_pending() {
-            return crate::backend::ipc::wait_request(&mut self.0.0, "MPI_Wait");
-        }
-        // SAFETY: an active request of ours.
-        mpisys::check(unsafe { sys::MPI_Wait(&mut self.0.0, mpisys::status_ignore()) }, "MPI_Wait")
-    }
-    fn test(&mut self) -> Result<bool> {
-        let mut flag: c_int = 0;
-        // SAFETY: as above.
-        mpisys::check(unsafe { sys::MPI_Test(&mut self.0.0, &mut flag, mpisys::status_ignore()) }, "MPI_Test")?;
-        if flag == 0 {
-            // A test loop must not starve a peer blocked in a send to this process.
-            crate::backend::ipc::progress_all();
-        }
-        Ok(flag != 0)
-    }
-    fn abandon(mut self: Box<Self>) -> bool {
-        self.give_up()
-    }
-}
-
-impl MpiPending {
-    /// Cancels the request (MPI_Cancel: a receive not yet matched is cancelled, and then
-    /// completes locally) and tests it for up to 100 ms; if it has not completed by then (a send
-    /// the MPI cannot cancel), frees it as MPI_Request_free, leaving it to complete in the
-    /// background. True when it completed (cancelled or not): MPI no longer uses its buffer.
-    pub fn give_up(&mut self) -> bool {
-        // SAFETY: an active request of ours (or MPI_REQUEST_NULL, which MPI_Test accepts).
-        unsafe {
-            if self.0.0 == mpisys::request_null() {
-                return true;
-            }
-            sys::MPI_Cancel(&mut self.0.0);
-            let deadline = std::time::Instant::now() + std::time::Duration::from_millis(100);
-            loop {
-                let mut flag: c_int = 0;
-                if sys::MPI_Test(&mut self.0.0, &mut flag, mpisys::status_ignore()) != 0 {
-                    break;
-                }
-                if flag != 0 {
-                    return true;
-                }
-                if std::time::Instant::now() >= deadline {
-                    break;
-                }
-                std::thread::sleep(std::time::Duration::from_micros(100));
-            }
-            if self.0.0 != mpisys::request_null() {
-                sys::MPI_Request_free(&mut self.0.0);
-            }
-        }
-        false
-    }
 }
 
 /// The request of a send (`p2p::Sending`).
@@ -318,7 +244,12 @@ pub fn allgatherv(c: &Communicator, send: Src, recv: usize, counts: &[usize], dt
     let dt = mpisys::datatype(dtype);
     let mine = cs[c.rank() as usize];
     // recv holds sum(counts) elements (validated); cs and ds live until the call returns.
-    collective!(c, "MPI_Allgatherv", MPI_Allgatherv(send.at(0, dtype), mine, dt, at(recv, 0, dtype), cs.as_ptr(), ds.as_ptr(), dt, c.raw()), MPI_Iallgatherv)
+    let r = collective!(c, "MPI_Allgatherv", MPI_Allgatherv(send.at(0, dtype), mine, dt, at(recv, 0, dtype), cs.as_ptr(), ds.as_ptr(), dt, c.raw()), MPI_Iallgatherv);
+    if r.is_err() {
+        // An abandoned request (a timeout) may still read the counts.
+        std::mem::forget((cs, ds));
+    }
+    r
 }
 
 fn allgatherv_large(c: &Communicator, send: Src, recv: usize, counts: &[usize], dtype: Dtype) -> Result<()> {

@@ -513,8 +513,10 @@ pub fn wait_request(req: &mut sys::MPI_Request, what: &str) -> Result<()> {
     let mut spins = 0u32;
     loop {
         let mut flag: c_int = 0;
+        let mpi = crate::runtime::mpi_lock();
         // SAFETY: an active request of the caller's, or MPI_REQUEST_NULL.
         mpisys::check(unsafe { sys::MPI_Test(req, &mut flag, mpisys::status_ignore()) }, what)?;
+        drop(mpi);
         if flag != 0 {
             return Ok(());
         }
@@ -889,7 +891,8 @@ impl<'a> Coll<'a> {
         };
         // Pending irecvs progress meanwhile: a peer may be blocked in a send to this rank before
         // it reaches this collective.
-        let r = shm::spin_until(self.c.config().timeout, || self.c.is_broken(), || {
+        // One deadline per gpuwire call: what is left of it.
+        let r = shm::spin_until(self.c.remaining(), || self.c.is_broken(), || {
             if ready() {
                 return Ok(true);
             }
@@ -1649,7 +1652,8 @@ impl RecvOp {
 /// the timeout, `give_up` says whether the operation may end there (a send whose receiver
 /// already claimed it may not: the wait goes on, without a deadline, until the receiver is done).
 fn wait_p2p(c: &Communicator, what: &str, mut done: impl FnMut() -> Result<bool>, give_up: impl FnOnce() -> bool) -> Result<()> {
-    let r = shm::spin_until(c.config().timeout, || c.is_broken(), || {
+    // One deadline per gpuwire call: what is left of it.
+    let r = shm::spin_until(c.remaining(), || c.is_broken(), || {
         if done()? {
             return Ok(true);
         }

@@ -332,12 +332,13 @@ impl NcclState {
         Ok(e)
     }
 
-    /// Waits for `stream` (up to the communicator's timeout, polling NCCL's async error).
+    /// Waits for `stream` (up to the call's deadline, polling NCCL's async error).
     fn finish(&self, c: &Communicator, stream: Stream, what: &str) -> Result<()> {
         let Some(t) = c.config().timeout else { return Ok(()) };
         let ev = Event::new()?;
         ev.record(stream)?;
-        wait_event(self, c, &ev, Instant::now() + t, what)
+        // One deadline per gpuwire call (`Communicator::enter`), shared with its other steps.
+        wait_event(self, c, &ev, c.call_deadline().unwrap_or(Instant::now() + t), what)
     }
 
     /// Releases the NCCL communicator.

@@ -122,6 +122,8 @@ pub fn progress() {
         return;
     }
     let mut q = lock(&QUEUE);
+    // Under MPI_THREAD_SERIALIZED, gpuwire's MPI lock for the matching calls below.
+    let _mpi = crate::runtime::mpi_lock();
     let mut blocked: Vec<(usize, i32, i32)> = Vec::new();
     q.retain(|e| {
         let sig = (e.key, e.want.source, e.want.tag);
@@ -349,6 +351,7 @@ impl Drop for Recv {
 }
 
 fn test_req(req: &mut RawRequest, what: &str) -> Result<bool> {
+    let _mpi = crate::runtime::mpi_lock();
     let mut flag: c_int = 0;
     // SAFETY: a request of ours, or MPI_REQUEST_NULL (then flag is true).
     mpisys::check(unsafe { sys::MPI_Test(&mut req.0, &mut flag, mpisys::status_ignore()) }, what)?;
@@ -412,7 +415,8 @@ impl Pending for Recv {
 /// Polls `done` until true, progressing deferred and IPC receives, up to the communicator's
 /// timeout (then the communicator is broken, as every gpuwire timeout does).
 pub fn wait_until(c: &Communicator, what: &str, mut done: impl FnMut() -> Result<bool>) -> Result<()> {
-    let deadline = c.config().timeout.map(|t| Instant::now() + t);
+    // The deadline of the whole gpuwire call (`Communicator::enter`), shared by its steps.
+    let deadline = c.call_deadline();
     let mut spins = 0u32;
     loop {
         if done()? {
@@ -448,7 +452,9 @@ pub fn post(c: &Communicator, w: Want) -> Result<Recv> {
     let behind = q.iter().any(|x| x.key == e.key && x.want.source == w.source && x.want.tag == w.tag);
     if !behind {
         let mut st = lock(&e.state);
+        let mpi = crate::runtime::mpi_lock();
         let matched = try_match(&e, &mut st)?;
+        drop(mpi);
         drop(st);
         if matched {
             return Ok(Recv { e, comm: c });
@@ -462,7 +468,8 @@ pub fn post(c: &Communicator, w: Want) -> Result<Recv> {
 /// A blocking receive of exactly `w`: MPI_Mprobe and a receive when nothing else needs
 /// progress (the common case), else a posted receive waited for.
 pub fn recv(c: &Communicator, w: Want) -> Result<()> {
-    if !deferred() && !crate::backend::ipc::recvs_pending() && c.config().timeout.is_none() && c.backend_state.check.is_none() {
+    // (`nb_p2p`: no timeout, not MPI_THREAD_SERIALIZED, no IPC receive pending.)
+    if !deferred() && !c.nb_p2p() && c.backend_state.check.is_none() {
         let mut msg = message_null();
         // SAFETY: plain out-parameters.
         let mut status: sys::MPI_Status = unsafe { std::mem::zeroed() };
@@ -514,6 +521,7 @@ pub fn isend(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, dest: i32
     let n = mpisys::Count::new(dtype, count)?;
     let mut s = Sending { req: RawRequest(mpisys::request_null()), check: None, comm: c, done: false };
     let _order = c.backend_state.check.as_ref().map(|_| lock(&SEND_ORDER));
+    let _mpi = crate::runtime::mpi_lock();
     if let Some(k) = c.backend_state.check.as_ref() {
         let mut sc = Box::new(SendCheck {
             hdr: Hdr { dtype: dtype as i64, count: count as i64 },
@@ -572,7 +580,7 @@ impl Sending {
     pub fn finish(mut self) -> Result<()> {
         // SAFETY: see the Send impl.
         let c = unsafe { &*self.comm };
-        if self.check.is_none() && !deferred() && !crate::backend::ipc::recvs_pending() && c.config().timeout.is_none() {
+        if self.check.is_none() && !deferred() && !c.nb_p2p() {
             self.done = true;
             // SAFETY: an active request of ours.
             return mpisys::check(unsafe { sys::MPI_Wait(&mut self.req.0, mpisys::status_ignore()) }, "MPI_Wait (send)");

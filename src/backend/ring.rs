@@ -101,6 +101,7 @@ pub fn divide(device: i32, x: Loc, n: usize, dtype: Dtype, d: usize, stream: Str
 fn isend(comm: sys::MPI_Comm, ptr: usize, bytes: usize, dest: i32) -> Result<RawRequest> {
     let mut req = mpisys::request_null();
     let n = mpisys::Count::new(Dtype::GPUWIRE_UINT8, bytes)?;
+    let _mpi = crate::runtime::mpi_lock();
     // SAFETY: ptr valid for `bytes` until the request completes (callers wait before reuse).
     mpisys::check(unsafe { sys::MPI_Isend(ptr as *const _, n.n, n.dt, dest, RING_TAG, comm, &mut req) }, "MPI_Isend")?;
     Ok(RawRequest(req))
@@ -109,20 +110,23 @@ fn isend(comm: sys::MPI_Comm, ptr: usize, bytes: usize, dest: i32) -> Result<Raw
 fn irecv(comm: sys::MPI_Comm, ptr: usize, bytes: usize, source: i32) -> Result<RawRequest> {
     let mut req = mpisys::request_null();
     let n = mpisys::Count::new(Dtype::GPUWIRE_UINT8, bytes)?;
+    let _mpi = crate::runtime::mpi_lock();
     // SAFETY: as above.
     mpisys::check(unsafe { sys::MPI_Irecv(ptr as *mut _, n.n, n.dt, source, RING_TAG, comm, &mut req) }, "MPI_Irecv")?;
     Ok(RawRequest(req))
 }
 
-fn wait_all(reqs: &mut Vec<RawRequest>) -> Result<()> {
+/// Waits for the requests of one ring step of a call on `c`: with the call's deadline when it
+/// has one (`Communicator::wait_mpi`; at the deadline the step is abandoned).
+fn wait_all(c: &Communicator, reqs: &mut Vec<RawRequest>) -> Result<()> {
     let mut raw: Vec<sys::MPI_Request> = reqs.iter().map(|r| r.0).collect();
     reqs.clear();
     if raw.is_empty() {
         return Ok(());
     }
-    if crate::backend::ipc::recvs_pending() {
+    if c.nb_p2p() {
         for r in raw.iter_mut() {
-            crate::backend::ipc::wait_request(r, "MPI_Waitall")?;
+            c.wait_mpi(r, mpisys::status_ignore(), "MPI_Waitall (ring step)", false)?;
         }
         return Ok(());
     }
@@ -138,6 +142,7 @@ fn wait_all(reqs: &mut Vec<RawRequest>) -> Result<()> {
 #[allow(clippy::too_many_arguments)]
 pub fn exchange(
     st: &mut DevState,
+    c: &Communicator,
     direct: bool,
     send: Loc,
     sbytes: usize,
@@ -150,14 +155,14 @@ pub fn exchange(
 ) -> Result<()> {
     crate::trace!("ring exchange ({}): send {sbytes} B to {dest}, receive {rbytes} B from {source}", if direct { "direct" } else { "staged" });
     if direct {
-        exchange_direct(st, send, sbytes, dest, recv, rbytes, source, sink, stream)
+        exchange_direct(st, c, send, sbytes, dest, recv, rbytes, source, sink, stream)
     } else {
-        exchange_staged(st, send, sbytes, dest, recv, rbytes, source, sink, stream)
+        exchange_staged(st, c, send, sbytes, dest, recv, rbytes, source, sink, stream)
     }
 }
 
 #[allow(clippy::too_many_arguments)]
-fn exchange_direct(st: &mut DevState, send: Loc, sbytes: usize, dest: i32, recv: Loc, rbytes: usize, source: i32, sink: Sink, stream: Stream) -> Result<()> {
+fn exchange_direct(st: &mut DevState, c: &Communicator, send: Loc, sbytes: usize, dest: i32, recv: Loc, rbytes: usize, source: i32, sink: Sink, stream: Stream) -> Result<()> {
     // The data sent may have been produced by a kernel on `stream` (the previous step).
     device::sync(stream)?;
     let comm = st.coll.0;
@@ -172,7 +177,7 @@ fn exchange_direct(st: &mut DevState, send: Loc, sbytes: usize, dest: i32, recv:
     if sbytes > 0 {
         reqs.push(isend(comm, send.ptr, sbytes, dest)?);
     }
-    wait_all(&mut reqs)?;
+    wait_all(c, &mut reqs)?;
     if let Sink::Combine(dtype, op) = sink {
         if rbytes > 0 {
             let tmp = if recv.host {
@@ -191,7 +196,7 @@ fn exchange_direct(st: &mut DevState, send: Loc, sbytes: usize, dest: i32, recv:
 }
 
 #[allow(clippy::too_many_arguments)]
-fn exchange_staged(st: &mut DevState, send: Loc, sbytes: usize, dest: i32, recv: Loc, rbytes: usize, source: i32, sink: Sink, stream: Stream) -> Result<()> {
+fn exchange_staged(st: &mut DevState, c: &Communicator, send: Loc, sbytes: usize, dest: i32, recv: Loc, rbytes: usize, source: i32, sink: Sink, stream: Stream) -> Result<()> {
     let esize = match sink {
         Sink::Combine(d, _) => d.size(),
         Sink::Copy => 1,
@@ -236,7 +241,7 @@ fn exchange_staged(st: &mut DevState, send: Loc, sbytes: usize, dest: i32, recv:
         if i < ns {
             reqs.push(isend(comm, sslot(i), len(i, sbytes), dest)?);
         }
-        wait_all(&mut reqs)?;
+        wait_all(c, &mut reqs)?;
         if i < nr {
             let n = len(i, rbytes);
             let dst = recv.at(i * chunk);
@@ -282,7 +287,7 @@ pub fn reduce_scatter(
     for s in 0..p.saturating_sub(1) {
         let sb = blocks[(r + 2 * p - s - 1) % p];
         let rb = blocks[(r + 2 * p - s - 2) % p];
-        exchange(st, direct, data.at(sb.0 * es), sb.1 * es, right, data.at(rb.0 * es), rb.1 * es, left, Sink::Combine(dtype, op), stream)?;
+        exchange(st, c, direct, data.at(sb.0 * es), sb.1 * es, right, data.at(rb.0 * es), rb.1 * es, left, Sink::Combine(dtype, op), stream)?;
     }
     Ok(blocks)
 }
@@ -297,7 +302,7 @@ pub fn allgather(st: &mut DevState, c: &Communicator, direct: bool, data: Loc, n
     for s in 0..p.saturating_sub(1) {
         let sb = blocks[(r + p - s) % p];
         let rb = blocks[(r + 2 * p - s - 1) % p];
-        exchange(st, direct, data.at(sb.0 * es), sb.1 * es, right, data.at(rb.0 * es), rb.1 * es, left, Sink::Copy, stream)?;
+        exchange(st, c, direct, data.at(sb.0 * es), sb.1 * es, right, data.at(rb.0 * es), rb.1 * es, left, Sink::Copy, stream)?;
     }
     Ok(())
 }

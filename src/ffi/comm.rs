@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::comm::{COMMS, Communicator};
 use crate::config::{self, Config};
-use crate::error::{Result, gpuwire_status};
+use crate::error::{Error, Result, gpuwire_status};
 use crate::ffi::boundary::{self, call, non_null, write};
 use crate::ffi::gpuwire_comm;
 use crate::mpisys;
@@ -29,10 +29,13 @@ pub struct gpuwire_config {
     pub check: i32,
     /// How the staged backend holds host copies (a gpuwire_staging; GPUWIRE_STAGING).
     pub staging: i32,
-    /// Seconds after which a blocked agreement exchange (checking mode), an NCCL operation or a
-    /// wait of the IPC backend returns GPUWIRE_ERROR_TIMEOUT and breaks the communicator;
-    /// 0 = wait forever (GPUWIRE_TIMEOUT). Else at least 0.001 (1 ms) and at most 1e9 (about
-    /// 31.7 years): other values (negative, NaN, infinite, shorter, longer) are
+    /// Seconds that one call on the communicator may block (GPUWIRE_TIMEOUT; 0 = wait forever).
+    /// With a timeout, no collective, point-to-point call or wait on the communicator blocks
+    /// longer, on any backend, checking mode on or off: past it the call returns
+    /// GPUWIRE_ERROR_TIMEOUT and the communicator is broken (later calls return
+    /// GPUWIRE_ERROR_COMM_BROKEN). Communicator creation (comm_world, comm_create, split, dup) is
+    /// not bounded (MPI has no nonblocking MPI_Comm_split). 0, or at least 0.001 (1 ms) and at
+    /// most 1e9 (about 31.7 years): other values (negative, NaN, infinite, shorter, longer) are
     /// GPUWIRE_ERROR_INVALID_ARGUMENT.
     pub timeout_seconds: f64,
     /// Staging chunk size in bytes (>= 4096; GPUWIRE_CHUNK_BYTES). Large messages move in chunks
@@ -144,15 +147,30 @@ pub extern "C" fn gpuwire_comm_world(cfg: *const gpuwire_config, out: *mut gpuwi
 /// it (the NCCL backend destroys its NCCL communicator, the IPC backend waits until every rank
 /// reached its free before releasing the shared segment; a rank that never frees makes the
 /// others wait, up to the communicator's timeout on IPC). Pending requests on it still complete.
-/// The handle, and every copy of it, becomes invalid.
+/// The handle, and every copy of it, becomes invalid. A communicator broken by a timeout is
+/// freed locally; its MPI communicators are left to MPI_Finalize (MPI may still progress the
+/// operations the timeout abandoned).
 ///
 /// Errors: GPUWIRE_ERROR_INVALID_HANDLE (NULL, already freed, or not a communicator; nothing
-/// is touched), GPUWIRE_ERROR_NOT_INITIALIZED, GPUWIRE_ERROR_ALREADY_FINALIZED (after
+/// is touched), GPUWIRE_ERROR_INVALID_ARGUMENT (another thread is inside a collective on it;
+/// nothing is touched), GPUWIRE_ERROR_NOT_INITIALIZED, GPUWIRE_ERROR_ALREADY_FINALIZED (after
 /// gpuwire_finalize; MPI is not called).
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_comm_free(comm: gpuwire_comm) -> gpuwire_status {
     call("gpuwire_comm_free", || {
         runtime::ensure_ready()?;
+        if let Ok(c) = boundary::comm(comm) {
+            // Not while another thread is inside a collective on it (a broken one may be freed).
+            let call = c.enter("gpuwire_comm_free", true);
+            if let Err(e @ Error::InvalidArgument(_)) = call {
+                return Err(e);
+            }
+            drop(COMMS.remove(comm)?);
+            drop(call);
+            // The last reference, unless a call of another thread still holds one: freed here.
+            drop(c);
+            return Ok(());
+        }
         drop(COMMS.remove(comm)?);
         Ok(())
     })

@@ -10,8 +10,12 @@ use crate::runtime;
 /// finalizes it. Calling it again while initialized does nothing.
 ///
 /// Collective over MPI_COMM_WORLD when it initializes MPI (as MPI_Init_thread); call it from one
-/// thread. Errors: GPUWIRE_ERROR_ALREADY_FINALIZED after gpuwire_finalize or after the program
-/// finalized MPI; GPUWIRE_ERROR_MPI if MPI fails to initialize.
+/// thread. Under MPI_THREAD_FUNNELED or MPI_THREAD_SINGLE only MPI's main thread may call
+/// gpuwire (calls from other threads return GPUWIRE_ERROR_INVALID_ARGUMENT); under
+/// MPI_THREAD_SERIALIZED gpuwire serializes its own MPI calls. Errors:
+/// GPUWIRE_ERROR_ALREADY_FINALIZED after gpuwire_finalize or after the program finalized MPI;
+/// GPUWIRE_ERROR_MPI if MPI fails to initialize; GPUWIRE_ERROR_INVALID_ARGUMENT when called from
+/// a thread other than MPI's main thread under FUNNELED or SINGLE.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_init() -> gpuwire_status {
     call("gpuwire_init", runtime::init)

@@ -128,10 +128,13 @@ fn finish(request: *mut gpuwire_request, wait: bool) -> Result<bool> {
 
 /// Blocks until the request completes (as MPI_Wait), then sets `*request` to
 /// GPUWIRE_REQUEST_NULL. Waiting on GPUWIRE_REQUEST_NULL returns at once. A request that
-/// failed is also released. Thread-safe for different requests.
+/// failed is also released. Thread-safe for different requests. With a timeout on the
+/// request's communicator the wait gives up after it (GPUWIRE_ERROR_TIMEOUT; the communicator
+/// is then broken and the operation abandoned: its buffer stays allocated until the process
+/// ends, since MPI may still write it).
 ///
 /// Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE (freed or foreign handle),
-/// GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_CUDA.
+/// GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_CUDA, GPUWIRE_ERROR_TIMEOUT.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_wait(request: *mut gpuwire_request) -> gpuwire_status {
     call("gpuwire_wait", || {

@@ -1,0 +1,371 @@
+/*
+ * test_threads.c: timeouts, threads and MPI thread levels, on 2 ranks. The program initializes
+ * MPI itself (MPI_Init_thread) at the level its mode needs, then gpuwire.
+ *
+ *   late [check]      timeout 1.5 s: rank 1 comes 3 s late to an allreduce (checking off or on),
+ *                     a bcast, a sendrecv; both ranks receive with no sender (gpuwire_recv, and
+ *                     gpuwire_irecv + gpuwire_wait). Every call on every
+ *                     rank returns within about the timeout; the early rank gets TIMEOUT, then
+ *                     COMM_BROKEN; the late rank gets TIMEOUT or COMM_BROKEN at the latest in its
+ *                     second call (its first may complete against the half the early rank left
+ *                     posted), in checking mode already in its first allreduce.
+ *   concurrent [check]  two threads per rank run allreduces on one communicator: each call gives
+ *                     the right value (this rank's contribution plus one whole contribution of
+ *                     the other rank) or INVALID_ARGUMENT "a collective is already in progress on
+ *                     this communicator on another thread" (then it is retried); no wrong value,
+ *                     no hang.
+ *   funneled          MPI_THREAD_FUNNELED: the main thread's allreduces are right; a second
+ *                     thread's calls are refused with INVALID_ARGUMENT naming the thread level.
+ *   serialized        MPI_THREAD_SERIALIZED: two threads run allreduces at once (each on its own
+ *                     communicator): all right, no abort.
+ *
+ * Prints "test_threads MODE: PASS" on rank 0 when every check on every rank passed.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <mpi.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gwtest.h"
+
+static const double T = 1.5;      /* the communicators' timeout */
+static const double LATE = 3.0;   /* how late rank 1 comes: T + 1.5 s */
+static const double SLACK = 3.0;  /* margin over the timeout for a loaded machine */
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void sleep_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+static gpuwire_buffer wrap(int64_t *p, int64_t n)
+{
+    gpuwire_buffer b = 0;
+    EXPECT_OK(gpuwire_buffer_wrap(p, n, GPUWIRE_INT64, GPUWIRE_SPACE_HOST, &b));
+    return b;
+}
+
+static gpuwire_comm world(int check, double timeout)
+{
+    gpuwire_config cfg;
+    gpuwire_comm c = 0;
+    EXPECT_OK(gpuwire_config_init(&cfg));
+    cfg.check = check;
+    cfg.timeout_seconds = timeout;
+    EXPECT_OK(gpuwire_comm_world(&cfg, &c));
+    return c;
+}
+
+/* ---- late ------------------------------------------------------------------------------ */
+
+enum { ALLREDUCE, BCAST, SENDRECV, RECV, IRECV_WAIT };
+static const char *names[] = {"allreduce", "bcast", "sendrecv", "recv", "irecv+wait"};
+
+static gpuwire_status run_op(int op, gpuwire_comm c, int rank)
+{
+    /* A call that timed out leaves its buffers to MPI (a late peer may still write them, as the
+     * README says): fresh heap memory for every call, never freed. */
+    int64_t *a = calloc(4, sizeof *a), *b = calloc(4, sizeof *b);
+    if (!a || !b)
+        abort();
+    for (int i = 0; i < 4; i++)
+        a[i] = rank + 1;
+    gpuwire_buffer ba = wrap(a, 4), bb = wrap(b, 4);
+    gpuwire_status st = GPUWIRE_SUCCESS;
+    switch (op) {
+    case ALLREDUCE: st = gpuwire_allreduce(c, ba, ba, GPUWIRE_SUM, NULL); break;
+    case BCAST: st = gpuwire_bcast(c, ba, 1, NULL); break; /* the late rank is the root */
+    case SENDRECV: st = gpuwire_sendrecv(c, ba, 1 - rank, 5, bb, 1 - rank, 5, NULL); break;
+    case RECV: st = gpuwire_recv(c, bb, 1 - rank, 6, NULL); break;
+    case IRECV_WAIT: {
+        gpuwire_request rq = 0;
+        st = gpuwire_irecv(c, bb, 1 - rank, 7, NULL, &rq);
+        if (st == GPUWIRE_SUCCESS)
+            st = gpuwire_wait(&rq);
+        break;
+    }
+    }
+    gpuwire_buffer_free(ba);
+    gpuwire_buffer_free(bb);
+    return st;
+}
+
+static int timed_out(gpuwire_status st)
+{
+    return st == GPUWIRE_ERROR_TIMEOUT || st == GPUWIRE_ERROR_COMM_BROKEN;
+}
+
+static void report(const char *what, int call, gpuwire_status st, double secs, int ok)
+{
+    char msg[1024];
+    if (gpuwire_last_error(msg, sizeof msg) != GPUWIRE_SUCCESS || st == GPUWIRE_SUCCESS)
+        msg[0] = '\0';
+    printf("rank %d: %s call %d: %s after %.2f s%s%s\n", gwt_rank, what, call, gpuwire_status_string(st), secs,
+           msg[0] ? ": " : "", msg);
+    gwt_checks++;
+    if (!ok)
+        gwt_fail(__FILE__, __LINE__, what, "unexpected status or time (see the line above)");
+    fflush(stdout);
+}
+
+/* One late-rank case on a fresh communicator: rank 0 calls at once, rank 1 after LATE s (for a
+ * receive with no sender neither rank ever sends); each calls twice. */
+static void late_case(int op, int check, int rank)
+{
+    gpuwire_comm c = world(check, T);
+    MPI_Barrier(MPI_COMM_WORLD);
+    int late = op != RECV && op != IRECV_WAIT && rank == 1;
+    if (late)
+        sleep_s(LATE);
+    for (int call = 1; call <= 2; call++) {
+        double t0 = now();
+        gpuwire_status st = run_op(op, c, rank);
+        double secs = now() - t0;
+        int ok = secs < T + SLACK;
+        if (!late && call == 1)
+            ok = ok && st == GPUWIRE_ERROR_TIMEOUT && secs > T - 0.2;
+        else if (!late)
+            ok = ok && st == GPUWIRE_ERROR_COMM_BROKEN && secs < 1.0;
+        else if ((call == 2 && op != BCAST) || (check && op == ALLREDUCE))
+            /* The early rank left nothing posted that this call could complete against. */
+            ok = ok && timed_out(st);
+        else
+            /* The first call may complete against the half the early rank abandoned (its
+             * contribution was posted, or its eager send), and a bcast root need not wait for
+             * anyone; or time out. */
+            ok = ok && (st == GPUWIRE_SUCCESS || timed_out(st));
+        char what[64];
+        snprintf(what, sizeof what, "%s%s", names[op], check ? " (checking on)" : "");
+        report(what, call, st, secs, ok);
+    }
+    /* A broken communicator is freed locally. */
+    EXPECT_OK(gpuwire_comm_free(c));
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+static void late(int rank, int check)
+{
+    late_case(ALLREDUCE, check, rank);
+    if (!check) {
+        late_case(BCAST, 0, rank);
+        late_case(SENDRECV, 0, rank);
+        late_case(RECV, 0, rank);
+        late_case(IRECV_WAIT, 0, rank);
+    } else {
+        late_case(BCAST, 1, rank);
+    }
+}
+
+/* ---- concurrent ------------------------------------------------------------------------ */
+
+#define N_ELEMS 65536
+#define N_CALLS 200
+static gpuwire_comm shared_comm;
+static int size_g;
+static pthread_barrier_t start; /* both threads start their loops together */
+
+struct worker {
+    int thread;
+    long ok, busy, wrong, other;
+    char first_wrong[1100];
+};
+
+static void *allreduce_loop(void *arg)
+{
+    struct worker *w = arg;
+    const char *needle = "a collective is already in progress on this communicator on another thread";
+    int64_t v[N_ELEMS];
+    gpuwire_buffer b = 0;
+    pthread_barrier_wait(&start);
+    if (gpuwire_buffer_wrap(v, N_ELEMS, GPUWIRE_INT64, GPUWIRE_SPACE_HOST, &b) != GPUWIRE_SUCCESS) {
+        w->other++;
+        return NULL;
+    }
+    long tries = 0;
+    for (int i = 0; i < N_CALLS && tries < 1000000; tries++) {
+        /* Element j: the thread in the high bits, the rank and j in the low ones. */
+        for (int j = 0; j < N_ELEMS; j++)
+            v[j] = ((int64_t)(w->thread + 1) << 32) + (int64_t)(gwt_rank + 1) * (j + 1);
+        gpuwire_status st = gpuwire_allreduce(shared_comm, b, b, GPUWIRE_SUM, NULL);
+        if (st == GPUWIRE_ERROR_INVALID_ARGUMENT) {
+            char msg[1024];
+            if (gpuwire_last_error(msg, sizeof msg) == GPUWIRE_SUCCESS && strstr(msg, needle)) {
+                w->busy++;
+                sched_yield();
+                continue; /* retried: every thread makes N_CALLS calls, so the ranks' totals match */
+            }
+            w->other++;
+            snprintf(w->first_wrong, sizeof w->first_wrong, "INVALID_ARGUMENT without the message: %s", msg);
+            break;
+        }
+        if (st != GPUWIRE_SUCCESS) {
+            w->other++;
+            snprintf(w->first_wrong, sizeof w->first_wrong, "status %s", gpuwire_status_string(st));
+            break;
+        }
+        /* The right value: this rank's contribution plus one whole contribution of one thread of
+         * the other rank (which thread pairs with which is the MPI order, not ours). */
+        int64_t low_sum = (int64_t)size_g * (size_g + 1) / 2;
+        int64_t other = v[0] - ((int64_t)(w->thread + 1) << 32) - low_sum;
+        int good = (other == (int64_t)1 << 32 || other == (int64_t)2 << 32);
+        for (int j = 0; j < N_ELEMS && good; j++)
+            good = v[j] == ((int64_t)(w->thread + 1) << 32) + other + low_sum * (j + 1);
+        if (good) {
+            w->ok++;
+        } else {
+            if (w->wrong++ == 0)
+                snprintf(w->first_wrong, sizeof w->first_wrong, "call %d: element 0 = %lld", i, (long long)v[0]);
+        }
+        i++;
+    }
+    gpuwire_buffer_free(b);
+    return NULL;
+}
+
+static void concurrent(int check)
+{
+    shared_comm = world(check, 0.0);
+    struct worker w[2];
+    pthread_t th[2];
+    memset(w, 0, sizeof w);
+    pthread_barrier_init(&start, NULL, 2);
+    for (int t = 0; t < 2; t++) {
+        w[t].thread = t;
+        EXPECT(pthread_create(&th[t], NULL, allreduce_loop, &w[t]) == 0);
+    }
+    for (int t = 0; t < 2; t++)
+        pthread_join(th[t], NULL);
+    pthread_barrier_destroy(&start);
+    for (int t = 0; t < 2; t++) {
+        printf("rank %d thread %d (checking %s): %ld right, %ld refused (busy), %ld wrong, %ld other%s%s\n", gwt_rank, t,
+               check ? "on" : "off", w[t].ok, w[t].busy, w[t].wrong, w[t].other, w[t].first_wrong[0] ? "; first: " : "",
+               w[t].first_wrong);
+        EXPECT(w[t].ok == N_CALLS && w[t].wrong == 0 && w[t].other == 0);
+    }
+    fflush(stdout);
+    EXPECT_OK(gpuwire_comm_free(shared_comm));
+}
+
+/* ---- thread levels --------------------------------------------------------------------- */
+
+struct level_worker {
+    gpuwire_comm comm;
+    long right, wrong, refused, other;
+    char msg[1024];
+};
+
+static void *level_loop(void *arg)
+{
+    struct level_worker *w = arg;
+    int64_t v[8];
+    gpuwire_buffer b = 0;
+    /* Wrapping host memory makes no MPI call, but under FUNNELED it is refused as well. */
+    gpuwire_status st = gpuwire_buffer_wrap(v, 8, GPUWIRE_INT64, GPUWIRE_SPACE_HOST, &b);
+    for (int i = 0; i < 200; i++) {
+        for (int j = 0; j < 8; j++)
+            v[j] = (int64_t)(gwt_rank + 1) * (i + j + 1);
+        if (st == GPUWIRE_SUCCESS)
+            st = gpuwire_allreduce(w->comm, b, b, GPUWIRE_SUM, NULL);
+        if (st == GPUWIRE_ERROR_INVALID_ARGUMENT) {
+            w->refused++;
+            if (gpuwire_last_error(w->msg, sizeof w->msg) != GPUWIRE_SUCCESS)
+                w->msg[0] = '\0';
+            break;
+        }
+        if (st != GPUWIRE_SUCCESS) {
+            w->other++;
+            break;
+        }
+        int good = 1;
+        for (int j = 0; j < 8; j++)
+            good = good && v[j] == (int64_t)size_g * (size_g + 1) / 2 * (i + j + 1);
+        if (good)
+            w->right++;
+        else
+            w->wrong++;
+    }
+    if (b)
+        gpuwire_buffer_free(b);
+    return NULL;
+}
+
+static void levels(int funneled)
+{
+    gpuwire_comm a = world(0, 0.0), c2 = 0;
+    EXPECT_OK(gpuwire_comm_dup(a, &c2));
+    struct level_worker mainw, second;
+    memset(&mainw, 0, sizeof mainw);
+    memset(&second, 0, sizeof second);
+    mainw.comm = a;
+    second.comm = c2;
+    pthread_t th;
+    EXPECT(pthread_create(&th, NULL, level_loop, &second) == 0);
+    level_loop(&mainw);
+    pthread_join(th, NULL);
+    printf("rank %d: main thread %ld right, %ld wrong, %ld refused, %ld other; second thread %ld right, %ld wrong, %ld refused, %ld other%s%s\n",
+           gwt_rank, mainw.right, mainw.wrong, mainw.refused, mainw.other, second.right, second.wrong, second.refused,
+           second.other, second.msg[0] ? "; its error: " : "", second.msg);
+    fflush(stdout);
+    EXPECT(mainw.right == 200 && mainw.wrong == 0 && mainw.refused == 0 && mainw.other == 0);
+    if (funneled) {
+        EXPECT(second.refused == 1 && second.right == 0 && second.wrong == 0 && second.other == 0);
+        EXPECT(strstr(second.msg, "MPI_THREAD_FUNNELED") != NULL && strstr(second.msg, "main thread") != NULL);
+        /* The second thread's communicator: the main thread makes the matching allreduces, which
+         * the other rank's main thread matches, so both ranks' second communicators stay idle. */
+    } else {
+        EXPECT(second.right == 200 && second.wrong == 0 && second.refused == 0 && second.other == 0);
+    }
+    EXPECT_OK(gpuwire_comm_free(c2));
+    EXPECT_OK(gpuwire_comm_free(a));
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "";
+    int check = argc > 2 && strcmp(argv[2], "check") == 0;
+    int want = MPI_THREAD_MULTIPLE, provided = 0, rank = 0;
+    if (strcmp(mode, "funneled") == 0)
+        want = MPI_THREAD_FUNNELED;
+    else if (strcmp(mode, "serialized") == 0)
+        want = MPI_THREAD_SERIALIZED;
+    else if (strcmp(mode, "late") != 0 && strcmp(mode, "concurrent") != 0) {
+        fprintf(stderr, "usage: test_threads late|concurrent|funneled|serialized [check]\n");
+        return 2;
+    }
+    MPI_Init_thread(&argc, &argv, want, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_g);
+    gwt_rank = rank;
+    if (size_g != 2 || provided < want) {
+        if (rank == 0)
+            fprintf(stderr, "test_threads needs 2 ranks and thread level %d (got %d ranks, level %d)\n", want, size_g, provided);
+        MPI_Finalize();
+        return 2;
+    }
+    EXPECT_OK(gpuwire_init());
+    if (strcmp(mode, "late") == 0)
+        late(rank, check);
+    else if (strcmp(mode, "concurrent") == 0)
+        concurrent(check);
+    else
+        levels(want == MPI_THREAD_FUNNELED);
+    EXPECT_OK(gpuwire_finalize());
+    long failed = gwt_failures(), total = 0;
+    MPI_Allreduce(&failed, &total, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0)
+        printf("test_threads %s%s: %s (%ld failed checks)\n", mode, check ? " check" : "", total == 0 ? "PASS" : "FAIL", total);
+    MPI_Finalize();
+    return total == 0 ? 0 : 1;
+}
