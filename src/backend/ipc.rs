@@ -403,6 +403,19 @@ fn register(op: &Arc<Mutex<RecvOp>>) {
     let mut g = lock(&RECVS);
     g.ops.push(Arc::downgrade(op));
     PENDING.store(g.ops.len(), Ordering::Release);
+    start_thread(&mut g);
+}
+
+/// A receive of the MPI paths was deferred (`p2p`): the progress thread (where MPI allows it)
+/// matches it also while this process blocks in a plain MPI call or an MPI collective, as a
+/// posted MPI_Irecv would be matched there.
+pub fn deferred_receive_posted() {
+    start_thread(&mut lock(&RECVS));
+}
+
+/// Starts the progress thread unless it runs, gpuwire is finalizing, or MPI does not allow it;
+/// under RECVS.
+fn start_thread(g: &mut Recvs) {
     if !g.running && !g.shutdown && thread_allowed() {
         if let Some(old) = g.thread.take() {
             // It cleared `running` under this lock and returns without taking it again.
@@ -459,8 +472,9 @@ fn poll_ops(ops: &[Arc<Mutex<RecvOp>>]) {
     }
 }
 
-/// The progress thread: runs while receives are pending (and gpuwire is not finalized), polling
-/// them every 20 µs. Started by `register`, joined by `shutdown`.
+/// The progress thread: runs while IPC receives or deferred receives of the MPI paths (`p2p`)
+/// are pending (and gpuwire is not finalized), polling them every 20 µs. Started by `register`
+/// and `deferred_receive_posted`, joined by `shutdown`.
 fn progress_thread() {
     let r = std::panic::catch_unwind(|| {
         loop {
@@ -471,12 +485,13 @@ fn progress_thread() {
                     return;
                 }
                 let ops = live_ops(&mut g);
-                if ops.is_empty() {
+                if ops.is_empty() && !crate::backend::p2p::deferred() {
                     g.running = false;
                     return;
                 }
                 ops
             };
+            crate::backend::p2p::progress();
             poll_ops(&ops);
             drop(ops);
             std::thread::sleep(Duration::from_micros(20));

@@ -462,6 +462,8 @@ pub fn post(c: &Communicator, w: Want) -> Result<Recv> {
     }
     q.push(e.clone());
     QUEUED.store(q.len(), Ordering::Release);
+    drop(q);
+    crate::backend::ipc::deferred_receive_posted();
     Ok(Recv { e, comm: c })
 }
 

@@ -14,7 +14,7 @@
  *   when the bytes are not a whole number of the receiver's elements.
  *
  * Ring: rank r sends to r+1 and receives from r-1 (mod P; oneself on 1 rank).
- * Usage: mpirun -n P test_p2p [ranks|sizes|mistyped|checking]   Prints "test_p2p: PASS (...)" from rank 0.
+ * Usage: mpirun -n P test_p2p [ranks|sizes|mistyped|checking|pending]   Prints "test_p2p: PASS (...)" from rank 0.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -365,6 +365,35 @@ static void test_mistyped_unchecked(gpuwire_comm comm)
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* ---- a receive left pending while its rank blocks in a collective ----------------------------
+ * A nonblocking receive that gpuwire defers (its message had not arrived) must still be matched
+ * while its rank blocks in a collective, as a posted MPI_Irecv is: here the last rank's blocking
+ * send of 1 MiB (above every eager size) to rank 0 completes only once rank 0, waiting in the
+ * barrier, has matched it. Without that (gpuwire's progress thread, under MPI_THREAD_MULTIPLE)
+ * the ranks hang. */
+static void test_pending_across_collective(gpuwire_comm comm)
+{
+    if (size < 2)
+        return;
+    const int64_t n = 1 << 18;
+    gpuwire_buffer r = balloc(n, GPUWIRE_INT32), s = balloc(n, GPUWIRE_INT32);
+    fill_seq(bptr(s), n, 1000 * rank);
+    memset(bptr(r), FILL, (size_t)n * 4);
+    gpuwire_request q = GPUWIRE_REQUEST_NULL;
+    EXPECT_OK(gpuwire_irecv(comm, r, prev, 77, NULL, &q));
+    if (rank == 0) {
+        EXPECT_OK(gpuwire_barrier(comm, NULL));
+        EXPECT_OK(gpuwire_send(comm, s, next, 77, NULL));
+    } else {
+        EXPECT_OK(gpuwire_send(comm, s, next, 77, NULL));
+        EXPECT_OK(gpuwire_barrier(comm, NULL));
+    }
+    EXPECT_OK(gpuwire_wait(&q));
+    EXPECT(is_seq(bptr(r), n, 1000 * prev));
+    EXPECT_OK(gpuwire_buffer_free(r));
+    EXPECT_OK(gpuwire_buffer_free(s));
+}
+
 int main(int argc, char **argv)
 {
     int provided = 0;
@@ -378,7 +407,7 @@ int main(int argc, char **argv)
     gpuwire_comm comm = GPUWIRE_COMM_NULL;
     EXPECT_OK(gpuwire_comm_create((int32_t)MPI_Comm_c2f(MPI_COMM_WORLD), NULL, &comm));
 
-    /* An argument runs one part only: ranks, sizes, mistyped or checking. */
+    /* An argument runs one part only: ranks, sizes, mistyped, checking or pending. */
     const char *only = argc > 1 ? argv[1] : "";
     if (!*only || !strcmp(only, "ranks"))
         test_ranks(comm);
@@ -388,6 +417,8 @@ int main(int argc, char **argv)
         test_mistyped_unchecked(comm);
     if (!*only || !strcmp(only, "checking"))
         test_checking();
+    if (!*only || !strcmp(only, "pending"))
+        test_pending_across_collective(comm);
 
     EXPECT_OK(gpuwire_comm_free(comm));
     EXPECT_OK(gpuwire_finalize());
