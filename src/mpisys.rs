@@ -261,7 +261,7 @@ impl Count {
 
 impl Drop for Count {
     fn drop(&mut self) {
-        if self.owned && !crate::runtime::mpi_finalized() {
+        if self.owned && !finalized() {
             // SAFETY: a derived datatype created by `of` or `at` and freed only here.
             unsafe { sys::MPI_Type_free(&mut self.dt) };
         }
@@ -327,4 +327,13 @@ fn mpi_symbol(name: &std::ffi::CStr) -> Option<*mut c_void> {
         let f = libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr());
         if f.is_null() { None } else { Some(f) }
     }
+}
+
+/// Whether MPI is finalized (MPI_Finalized may be called at any time): what owns an MPI handle
+/// checks this before freeing it in `Drop`.
+pub fn finalized() -> bool {
+    let mut finalized: c_int = 0;
+    // SAFETY: may be called at any time.
+    unsafe { sys::MPI_Finalized(&mut finalized) };
+    finalized != 0
 }

@@ -305,10 +305,7 @@ pub fn finalize() -> Result<()> {
 
 /// Whether MPI is finalized (objects check this before freeing MPI handles in `Drop`).
 pub fn mpi_finalized() -> bool {
-    let mut finalized: c_int = 0;
-    // SAFETY: may be called at any time.
-    unsafe { sys::MPI_Finalized(&mut finalized) };
-    finalized != 0
+    mpisys::finalized()
 }
 
 const HALF_BASE_OPS: [ReduceOp; 4] = [ReduceOp::GPUWIRE_SUM, ReduceOp::GPUWIRE_PROD, ReduceOp::GPUWIRE_MAX, ReduceOp::GPUWIRE_MIN];
