@@ -473,10 +473,16 @@ fn poll_ops(ops: &[Arc<Mutex<RecvOp>>]) {
 }
 
 /// The progress thread: runs while IPC receives or deferred receives of the MPI paths (`p2p`)
-/// are pending (and gpuwire is not finalized), polling them every 20 µs. Started by `register`
-/// and `deferred_receive_posted`, joined by `shutdown`.
+/// are pending (and gpuwire is not finalized), polling them every 20 µs, and IDLE_GRACE longer
+/// (every 200 µs). Started by `register` and `deferred_receive_posted`, joined by `shutdown`.
+/// How long the progress thread waits, with nothing pending, before it ends.
+const IDLE_GRACE: Duration = Duration::from_millis(50);
+
 fn progress_thread() {
     let r = std::panic::catch_unwind(|| {
+        // Idle since: the thread stays IDLE_GRACE after the last pending receive, so that a
+        // loop that leaves a receive pending in every iteration does not start a thread each time.
+        let mut idle: Option<std::time::Instant> = None;
         loop {
             let ops = {
                 let mut g = lock(&RECVS);
@@ -486,15 +492,20 @@ fn progress_thread() {
                 }
                 let ops = live_ops(&mut g);
                 if ops.is_empty() && !crate::backend::p2p::deferred() {
-                    g.running = false;
-                    return;
+                    let since = *idle.get_or_insert_with(std::time::Instant::now);
+                    if since.elapsed() >= IDLE_GRACE {
+                        g.running = false;
+                        return;
+                    }
+                } else {
+                    idle = None;
                 }
                 ops
             };
             crate::backend::p2p::progress();
             poll_ops(&ops);
             drop(ops);
-            std::thread::sleep(Duration::from_micros(20));
+            std::thread::sleep(Duration::from_micros(if idle.is_some() { 200 } else { 20 }));
         }
     });
     if r.is_err() {
