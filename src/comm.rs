@@ -54,6 +54,9 @@ thread_local! {
     /// The deadline of the gpuwire call this thread is in (set by `Communicator::enter`): every
     /// MPI step of one call (its agreement, its chunks, its sends and receives) shares it.
     static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
+    /// Whether this thread is in a call that creates a communicator (`enter_unbounded`): its
+    /// steps have no deadline, as MPI_Comm_split and MPI_Comm_dup have none.
+    static UNBOUNDED: Cell<bool> = const { Cell::new(false) };
 }
 
 fn thread_id() -> u64 {
@@ -66,6 +69,7 @@ pub struct CallGuard<'a> {
     c: &'a Communicator,
     release: bool,
     clear_deadline: bool,
+    clear_unbounded: bool,
 }
 
 impl Drop for CallGuard<'_> {
@@ -75,6 +79,9 @@ impl Drop for CallGuard<'_> {
         }
         if self.clear_deadline {
             DEADLINE.with(|d| d.set(None));
+        }
+        if self.clear_unbounded {
+            UNBOUNDED.with(|u| u.set(false));
         }
     }
 }
@@ -218,7 +225,7 @@ impl Communicator {
     /// get `None`. A bad color on any rank is an error on every rank. The new communicator
     /// inherits this one's configuration.
     pub fn split(&self, color: i32, key: i32) -> Result<Option<Communicator>> {
-        let _call = self.enter("gpuwire_comm_split", true)?;
+        let _call = self.enter_unbounded("gpuwire_comm_split")?;
         let valid = if color < 0 && color != -1 {
             Err(Error::InvalidArgument(format!("color {color}: colors are >= 0, or GPUWIRE_UNDEFINED")))
         } else {
@@ -238,7 +245,7 @@ impl Communicator {
 
     /// Collective: a new communicator with the same ranks and configuration.
     pub fn dup(&self) -> Result<Communicator> {
-        let _call = self.enter("gpuwire_comm_dup", true)?;
+        let _call = self.enter_unbounded("gpuwire_comm_dup")?;
         let mut out = mpisys::comm_null();
         // SAFETY: raw is valid.
         mpisys::check(unsafe { sys::MPI_Comm_dup(self.raw.0, &mut out) }, "MPI_Comm_dup")?;
@@ -391,12 +398,34 @@ impl Communicator {
             }),
             None => false,
         };
-        Ok(CallGuard { c: self, release, clear_deadline })
+        Ok(CallGuard { c: self, release, clear_deadline, clear_unbounded: false })
+    }
+
+    /// As `enter` for a collective that creates a communicator (split, dup, the first
+    /// distributed array's internal duplicate): no step of it has a deadline, on any rank alike,
+    /// since the MPI calls it makes (MPI_Comm_split, MPI_Comm_dup) cannot be bounded: a rank
+    /// that gave up while another was late would leave that one blocked in them for ever.
+    pub fn enter_unbounded(&self, what: &str) -> Result<CallGuard<'_>> {
+        let mut g = self.enter(what, true)?;
+        if g.clear_deadline {
+            DEADLINE.with(|d| d.set(None));
+            g.clear_deadline = false;
+        }
+        g.clear_unbounded = !UNBOUNDED.with(|u| u.replace(true));
+        Ok(g)
+    }
+
+    /// Whether the distributed arrays' internal duplicate exists (`internal`).
+    pub(crate) fn has_internal(&self) -> bool {
+        self.internal.lock().unwrap_or_else(|p| p.into_inner()).is_some()
     }
 
     /// The deadline of this thread's current gpuwire call (`enter`), else one timeout from now;
     /// `None` without a timeout.
     pub fn call_deadline(&self) -> Option<Instant> {
+        if UNBOUNDED.with(|u| u.get()) {
+            return None;
+        }
         DEADLINE.with(|d| d.get()).or_else(|| self.config.timeout.map(|t| Instant::now() + t))
     }
 

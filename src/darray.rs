@@ -170,7 +170,9 @@ impl DArray {
     /// argument errors (`spec`) are agreed first, so a mistake on one rank is an error on all;
     /// the ranks' specifications are then exchanged (one allgather) and must agree.
     pub fn create(comm: &Arc<Communicator>, spec: Result<Spec>) -> Result<DArray> {
-        let _call = comm.enter("gpuwire_darray_create", true)?;
+        // The first array of a communicator creates its internal duplicate: a communicator
+        // creation, so unbounded by the timeout (`enter_unbounded`) on every rank alike.
+        let _call = if comm.has_internal() { comm.enter("gpuwire_darray_create", true)? } else { comm.enter_unbounded("gpuwire_darray_create")? };
         let local = spec.and_then(|s| s.validate(comm).map(|()| s));
         let spec = comm.agree_on_result(local, "the argument check")?;
         // Every message of the array (from here on) goes over the internal duplicate.

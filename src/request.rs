@@ -54,10 +54,18 @@ impl Request {
     pub fn wait(&self) -> Result<()> {
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         let Some(mut op) = p.take() else { return Ok(()) };
+        // A communicator broken earlier completes nothing more: COMM_BROKEN at once unless the
+        // operation already completed (so one timeout breaks a waitall once, not per request).
+        if let Err(e) = self.comm.ensure_usable() {
+            return self.give_up_broken(op, e);
+        }
         let Some(t) = self.comm.config().timeout else { return op.wait() };
         let deadline = Instant::now() + t;
         let mut spins = 0u32;
         while !op.test()? {
+            if let Err(e) = self.comm.ensure_usable() {
+                return self.give_up_broken(op, e);
+            }
             if Instant::now() >= deadline {
                 if !op.abandon() {
                     // MPI may still write the buffer when the peer arrives: never freed.
@@ -80,7 +88,8 @@ impl Request {
         Ok(())
     }
 
-    /// Whether complete; completes it when it is.
+    /// Whether complete; completes it when it is. On a communicator broken meanwhile, a request
+    /// that has not completed is given up and COMM_BROKEN returned.
     pub fn test(&self) -> Result<bool> {
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         match p.as_mut() {
@@ -89,10 +98,25 @@ impl Request {
                 let done = op.test()?;
                 if done {
                     *p = None;
+                } else if let Err(e) = self.comm.ensure_usable() {
+                    let op = p.take().expect("pending checked above");
+                    return self.give_up_broken(op, e).map(|()| true);
                 }
                 Ok(done)
             }
         }
+    }
+
+    /// On a broken communicator: Ok if `op` completed after all, else it is abandoned (its
+    /// buffer kept for ever if MPI may still use it) and `broken` returned.
+    fn give_up_broken(&self, mut op: Box<dyn Pending>, broken: Error) -> Result<()> {
+        if op.test()? {
+            return Ok(());
+        }
+        if !op.abandon() {
+            std::mem::forget(self.buf.clone());
+        }
+        Err(broken)
     }
 
     /// gpuwire_request_free: completes the request if it completes within the communicator's

@@ -33,8 +33,9 @@ pub struct gpuwire_config {
     /// With a timeout, no collective, point-to-point call or wait on the communicator blocks
     /// longer, on any backend, checking mode on or off: past it the call returns
     /// GPUWIRE_ERROR_TIMEOUT and the communicator is broken (later calls return
-    /// GPUWIRE_ERROR_COMM_BROKEN). Communicator creation (comm_world, comm_create, split, dup) is
-    /// not bounded (MPI has no nonblocking MPI_Comm_split). 0, or at least 0.001 (1 ms) and at
+    /// GPUWIRE_ERROR_COMM_BROKEN). Communicator creation (comm_world, comm_create, split, dup,
+    /// the first darray_create on a communicator) is not bounded, on any rank (MPI has no
+    /// nonblocking MPI_Comm_split). 0, or at least 0.001 (1 ms) and at
     /// most 1e9 (about 31.7 years): other values (negative, NaN, infinite, shorter, longer) are
     /// GPUWIRE_ERROR_INVALID_ARGUMENT.
     pub timeout_seconds: f64,

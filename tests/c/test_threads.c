@@ -155,6 +155,44 @@ static void late_case(int op, int check, int rank)
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* One timeout breaks a waitall once (not once per request), and later waits and tests on the
+ * broken communicator return COMM_BROKEN at once; a rank late to a communicator creation (split,
+ * the first distributed array) is waited for, not left blocked in MPI_Comm_split/dup. */
+static void late_extras(int rank)
+{
+    gpuwire_comm c = world(0, T);
+    gpuwire_buffer b = 0;
+    EXPECT_OK(gpuwire_buffer_alloc(4, GPUWIRE_INT32, GPUWIRE_SPACE_HOST, -1, &b));
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+        gpuwire_request q[4];
+        for (int i = 0; i < 4; i++)
+            EXPECT_OK(gpuwire_irecv(c, b, 1, 60 + i, NULL, &q[i]));
+        double t0 = now();
+        EXPECT_STATUS(gpuwire_waitall(4, q), GPUWIRE_ERROR_TIMEOUT);
+        EXPECT(now() - t0 < T + SLACK);
+        gpuwire_request r = GPUWIRE_REQUEST_NULL;
+        if (gpuwire_irecv(c, b, 1, 70, NULL, &r) == GPUWIRE_SUCCESS) {
+            int32_t flag = 0;
+            t0 = now();
+            EXPECT_STATUS(gpuwire_test(&r, &flag), GPUWIRE_ERROR_COMM_BROKEN);
+            EXPECT(now() - t0 < 1.0);
+        }
+    }
+    EXPECT_OK(gpuwire_buffer_free(b));
+    EXPECT_OK(gpuwire_comm_free(c));
+    MPI_Barrier(MPI_COMM_WORLD);
+    c = world(0, T);
+    if (rank == 1)
+        sleep_s(LATE);
+    gpuwire_comm d = GPUWIRE_COMM_NULL;
+    EXPECT_OK(gpuwire_comm_split(c, 0, rank, &d));
+    if (d != GPUWIRE_COMM_NULL)
+        EXPECT_OK(gpuwire_comm_free(d));
+    EXPECT_OK(gpuwire_comm_free(c));
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
 static void late(int rank, int check)
 {
     late_case(ALLREDUCE, check, rank);
@@ -163,6 +201,7 @@ static void late(int rank, int check)
         late_case(SENDRECV, 0, rank);
         late_case(RECV, 0, rank);
         late_case(IRECV_WAIT, 0, rank);
+        late_extras(rank);
     } else {
         late_case(BCAST, 1, rank);
     }
