@@ -175,26 +175,12 @@ fn try_match(e: &Entry, st: &mut State) -> Result<bool> {
                     *st = State::Checked { err, ack, ack_req: RawRequest(req) };
                     continue;
                 }
-                let mut msg = message_null();
-                let mut flag: c_int = 0;
-                // SAFETY: plain out-parameters.
-                let mut status: sys::MPI_Status = unsafe { std::mem::zeroed() };
-                mpisys::check(unsafe { sys::MPI_Improbe(e.want.source, e.want.tag, e.comm.0, &mut flag, &mut msg, &mut status) }, "MPI_Improbe")?;
-                if flag == 0 {
-                    return Ok(false);
-                }
+                let Some((mut msg, status)) = improbe(e)? else { return Ok(false) };
                 *st = receive(&e.want, &mut msg, &status, None, RawRequest(mpisys::request_null()), None)?;
                 return Ok(true);
             }
             State::Checked { .. } => {
-                let mut msg = message_null();
-                let mut flag: c_int = 0;
-                // SAFETY: as above.
-                let mut status: sys::MPI_Status = unsafe { std::mem::zeroed() };
-                mpisys::check(unsafe { sys::MPI_Improbe(e.want.source, e.want.tag, e.comm.0, &mut flag, &mut msg, &mut status) }, "MPI_Improbe")?;
-                if flag == 0 {
-                    return Ok(false);
-                }
+                let Some((mut msg, status)) = improbe(e)? else { return Ok(false) };
                 let State::Checked { err, ack, ack_req } = std::mem::replace(st, State::Unmatched) else { unreachable!() };
                 *st = receive(&e.want, &mut msg, &status, err, ack_req, Some(ack))?;
                 return Ok(true);
@@ -202,6 +188,16 @@ fn try_match(e: &Entry, st: &mut State) -> Result<bool> {
             _ => return Ok(true),
         }
     }
+}
+
+/// MPI_Improbe of the entry's data message: the matched message and its status, if there.
+fn improbe(e: &Entry) -> Result<Option<(sys::MPI_Message, sys::MPI_Status)>> {
+    let mut msg = message_null();
+    let mut flag: c_int = 0;
+    // SAFETY: plain out-parameters.
+    let mut status: sys::MPI_Status = unsafe { std::mem::zeroed() };
+    mpisys::check(unsafe { sys::MPI_Improbe(e.want.source, e.want.tag, e.comm.0, &mut flag, &mut msg, &mut status) }, "MPI_Improbe")?;
+    Ok((flag != 0).then_some((msg, status)))
 }
 
 fn message_null() -> sys::MPI_Message {
