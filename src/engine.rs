@@ -216,6 +216,7 @@ impl Engine {
             v
         };
         let done = Arc::new(Done::default());
+        crate::trace!("engine: queued stream-ordered operation {value} (stream {:#x})", stream.0);
         self.enqueue(&mut q, Job { work, done: done.clone(), gate: Some((ev, device, value)), detached });
         Ok(Some(done))
     }
@@ -288,13 +289,18 @@ impl Engine {
             let _ctx = CtxGuard::enter(device)?;
             release = Some(value);
             // The call's place in the caller's stream: the data it reads is final.
+            crate::trace!("engine: operation {value} waits for its place in the stream");
             ev.wait_host()?;
             let s = lock(&self.gate).as_ref().map(|g| g.work).unwrap_or(Stream(0));
-            work(s)
+            crate::trace!("engine: operation {value} runs");
+            let r = work(s);
+            crate::trace!("engine: operation {value} done ({})", if r.is_ok() { "ok" } else { "failed" });
+            r
         })();
         if let Some(v) = release {
             if let Some(g) = lock(&self.gate).as_ref() {
                 g.release(v);
+                crate::trace!("engine: released the streams waiting for operation {v}");
             }
         }
         if detached {
@@ -351,12 +357,17 @@ fn refused(e: Error) -> Option<Arc<Done>> {
 }
 
 /// Whether `GPUWIRE_STREAM_ORDERED=1`: device operations of the MPI and IPC paths are
-/// stream-ordered through the engine's [`Gate`]. Experimental, off by default: on the H200 the
-/// GPU suite hung with it (2026-12-01) — the engine thread allocates staging memory as it goes
-/// (the first operation of a size), and a page-locked or device allocation may wait for the
-/// device's outstanding work, which includes the caller's stream waiting on this very engine.
-/// To be default, every allocation an operation needs must happen on the caller's thread before
-/// the gate is held.
+/// stream-ordered through the engine's [`Gate`]. Experimental, off by default. Seen on the H200
+/// (2026-12-01, `diag` runs of GPU case c14 with GPUWIRE_DEBUG=1): one rank passes every
+/// operation; with two ranks (MPI_STAGED and IPC alike) a reduce hung while the engine ran it
+/// and the program's main thread called `cuMemFree` on another buffer. `cuMemFree` waits for
+/// the device's outstanding work, which includes the caller's stream waiting on the gate, while
+/// the engine needs CUDA calls (its copies) to release the gate. Any device-synchronizing CUDA
+/// call of the program (cudaFree, cudaMallocHost, ...) while an operation is pending can so
+/// deadlock. The way out is NCCL's: enqueue every CUDA step of an operation (the copies to and
+/// from pinned staging, the reduction kernels) on the caller's stream at the call, around
+/// stream waits and stream writes, so that the engine itself makes MPI calls on host memory and
+/// writes flags, and never calls CUDA.
 fn stream_ordered_requested() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("GPUWIRE_STREAM_ORDERED").map(|v| matches!(v.trim(), "1" | "true" | "yes" | "on")).unwrap_or(false))

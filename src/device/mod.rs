@@ -155,6 +155,7 @@ impl CudaAlloc {
     /// Allocates `bytes` (> 0) of `space` (DEVICE, PINNED or MANAGED) on `device`, zeroed.
     pub fn new(space: Space, device: i32, bytes: usize) -> Result<CudaAlloc> {
         let _g = CtxGuard::enter(device)?;
+        crate::trace!("cuda: allocating {bytes} bytes of {} on thread {:?}", space.name(), std::thread::current().name());
         let ptr = match space {
             Space::GPUWIRE_SPACE_DEVICE | Space::GPUWIRE_SPACE_MANAGED => {
                 let mut p: sys::CUdeviceptr = 0;
@@ -231,6 +232,7 @@ impl Drop for CudaAlloc {
         if self.ptr == 0 {
             return;
         }
+        crate::trace!("cuda: freeing {} bytes of {} on thread {:?}", self.bytes, self.space.name(), std::thread::current().name());
         let Ok(_g) = CtxGuard::enter(self.device) else { return };
         // SAFETY: allocated by `new` and freed only here.
         unsafe {
