@@ -65,8 +65,25 @@ pub fn start() -> Result<()> {
     })
 }
 
+/// The entry of every exported operation: inside a group, `op` is validated and recorded
+/// (started at the outermost end); outside, issued now (`op::issue`).
+pub fn submit(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -> Result<Option<Request>> {
+    if !is_open() {
+        return crate::op::issue(c, op, stream, nonblocking);
+    }
+    c.ensure_usable()?;
+    // This rank's argument errors are returned by the call; in checking mode a collective is
+    // still recorded, so that every rank learns of them in its agreement at the end.
+    if let Err(e) = op.check(c) {
+        if !c.config().check || op.is_p2p() {
+            return Err(e);
+        }
+    }
+    Ok(add(c, op, stream, nonblocking))
+}
+
 /// Records `op` in this thread's open group; the request of a nonblocking form.
-pub fn add(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -> Option<Request> {
+fn add(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -> Option<Request> {
     GROUP.with(|g| {
         let mut g = g.borrow_mut();
         let bufs = op.buffers();

@@ -18,7 +18,9 @@
 //!   stream's later work waits for it (`engine::Gate`) — except with `GPUWIRE_HOST_SYNC=1`, in
 //!   checking mode, below MPI_THREAD_MULTIPLE, or where the driver refuses stream memory
 //!   operations.
-//! - **Inside a group**: recorded, started at the outermost `gpuwire_group_end`.
+//!
+//! Inside a group (`crate::group::submit`, the exported functions' entry) an operation is
+//! recorded instead, and issued at the outermost `gpuwire_group_end`.
 //!
 //! An operation that fails after its call returned (nobody waits for it) is the communicator's
 //! asynchronous error: returned by the next call on the communicator (which then does nothing)
@@ -191,8 +193,9 @@ impl Op {
     }
 }
 
-/// Issues `op` on `c` (see the module's comment): `Ok(None)` for a blocking form, the request
-/// of a nonblocking one (`nonblocking`).
+/// Issues `op` on `c` now (see the module's comment): `Ok(None)` for a blocking form, the
+/// request of a nonblocking one (`nonblocking`). Outside a group; `crate::group::submit` is the
+/// entry that also records operations in groups.
 pub fn issue(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -> Result<Option<Request>> {
     let eng = c.engine();
     if let Some(e) = eng.take_async_error() {
@@ -201,7 +204,7 @@ pub fn issue(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -
     let checking = c.config().check;
     // The common case first, as in gpuwire 0.1: a blocking call that runs now on this thread
     // (validation, agreement and errors are the operation's own).
-    if !nonblocking && eng.idle() && !crate::group::is_open() {
+    if !nonblocking && eng.idle() {
         let device = op.on_device(c);
         if !device || op.nccl_native(c) || checking || engine::host_sync() || !engine::stream_ordered() {
             op.run(c, stream)?;
@@ -219,9 +222,6 @@ pub fn issue(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -
         if !checking || op.is_p2p() {
             return Err(e);
         }
-    }
-    if crate::group::is_open() {
-        return Ok(crate::group::add(c, op, stream, nonblocking));
     }
     let bufs = op.buffers();
     let device = op.on_device(c);
