@@ -34,9 +34,17 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Set by `gpuwire_init` (`runtime`): whether MPI provides MPI_THREAD_MULTIPLE.
+static MULTIPLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Told at initialization whether MPI provides MPI_THREAD_MULTIPLE.
+pub fn set_thread_multiple(yes: bool) {
+    MULTIPLE.store(yes, Ordering::Relaxed);
+}
+
 /// Whether an engine thread may call MPI (MPI_THREAD_MULTIPLE).
 pub fn available() -> bool {
-    crate::runtime::ensure_ready().map(|i| i.thread_level == crate::types::ThreadLevel::GPUWIRE_THREAD_MULTIPLE).unwrap_or(false)
+    MULTIPLE.load(Ordering::Relaxed)
 }
 
 /// Whether `GPUWIRE_HOST_SYNC=1`: every device operation also waits for its completion on the

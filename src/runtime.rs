@@ -220,6 +220,7 @@ pub fn init() -> Result<()> {
         MAIN_ONLY.store(true, Ordering::Relaxed);
     }
     SERIALIZED.store(level == ThreadLevel::GPUWIRE_THREAD_SERIALIZED, Ordering::Relaxed);
+    crate::engine::set_thread_multiple(level == ThreadLevel::GPUWIRE_THREAD_MULTIPLE);
     watch_finalize()?;
     let half_ops = create_half_ops()?;
     let own_ops = create_ops(&[own_sum, own_prod, own_max, own_min, own_sum, own_band, own_bor, own_bxor])?;
