@@ -68,6 +68,18 @@ pub fn start() -> Result<()> {
 /// The entry of every exported operation: inside a group, `op` is validated and recorded
 /// (started at the outermost end); outside, issued now (`op::issue`).
 pub fn submit(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -> Result<Option<Request>> {
+    if crate::op::tracing() {
+        let route = crate::op::route(c, &op, nonblocking, is_open());
+        let t = std::time::Instant::now();
+        let traced = op.clone();
+        let r = submit_now(c, op, stream, nonblocking);
+        crate::op::trace_line(c, &traced, &route, nonblocking, t.elapsed(), &r);
+        return r;
+    }
+    submit_now(c, op, stream, nonblocking)
+}
+
+fn submit_now(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -> Result<Option<Request>> {
     if !is_open() {
         return crate::op::issue(c, op, stream, nonblocking);
     }

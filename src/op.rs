@@ -193,6 +193,55 @@ impl Op {
     }
 }
 
+/// Whether `GPUWIRE_TRACE=1`: one line per exported operation on stderr ([`trace_line`]).
+pub fn tracing() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("GPUWIRE_TRACE").ok().and_then(|v| crate::config::parse_bool(&v)).unwrap_or(false))
+}
+
+/// Where `issue` sends `op` and why, in words (for `GPUWIRE_TRACE`); `grouped` inside a group.
+pub fn route(c: &Communicator, op: &Op, nonblocking: bool, grouped: bool) -> String {
+    let device = op.on_device(c);
+    let backend = if device { c.backend().name() } else { "HOST" };
+    let memory = if device { "device memory" } else { "host memory" };
+    let how = if grouped {
+        "recorded in the thread's group, started at gpuwire_group_end"
+    } else if nonblocking && device && op.nccl_native(c) {
+        "enqueued on the stream by NCCL; the request completes when the stream passes it"
+    } else if nonblocking && op.is_p2p() {
+        if c.engine().idle() { "started now" } else { "queued behind earlier operations of the communicator (progress engine)" }
+    } else if nonblocking {
+        if engine::available() { "queued on the communicator's progress engine" } else { "run now (below MPI_THREAD_MULTIPLE)" }
+    } else if device && op.nccl_native(c) {
+        "enqueued on the stream by NCCL"
+    } else if device && engine::stream_ordered() && !c.config().check {
+        "stream-ordered on the progress engine (GPUWIRE_STREAM_ORDERED=1)"
+    } else if !c.engine().idle() {
+        "queued behind earlier operations of the communicator, waited for"
+    } else {
+        "run now on the calling thread"
+    };
+    format!("{backend} ({memory}): {how}")
+}
+
+/// The `GPUWIRE_TRACE` line of one call: operation, bytes, backend, why, time, outcome.
+pub fn trace_line(c: &Communicator, op: &Op, route: &str, nonblocking: bool, took: std::time::Duration, r: &Result<Option<Request>>) {
+    let bytes = op.buffers().iter().map(|b| b.bytes()).max().unwrap_or(0);
+    let name = if nonblocking && !op.is_p2p() { format!("i{}", op.name()) } else { op.name().to_string() };
+    let outcome = match r {
+        Ok(_) => "ok".to_string(),
+        Err(e) => format!("error: {e}"),
+    };
+    let line = format!(
+        "gpuwire-trace[{}] rank {}/{}: {name} {bytes} B; {route}; {:.1} us; {outcome}\n",
+        std::process::id(),
+        c.rank(),
+        c.size(),
+        took.as_secs_f64() * 1e6
+    );
+    let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+}
+
 /// Issues `op` on `c` now (see the module's comment): `Ok(None)` for a blocking form, the
 /// request of a nonblocking one (`nonblocking`). Outside a group; `crate::group::submit` is the
 /// entry that also records operations in groups.
