@@ -51,6 +51,9 @@ if has nccl || has tests; then
   # One GPU: NCCL on 1-rank communicators (every operation, datatype and op); C15 with 2 ranks.
   GPUWIRE_BACKEND=nccl GPUWIRE_GPU_TEST_NP=1 np2=$np1 gputest nccl-1rank stock ops,opswrap,c13,c14,c16,c17,p2pexact -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP
   gputest stock-c15 stock c15
+  # NCCL's initialization deadline (1 ms: never kept): NCCL requested fails with TIMEOUT, AUTO
+  # falls back and says why (one rank, so AUTO tries NCCL).
+  GPUWIRE_NCCL_INIT_TIMEOUT=0.001 GPUWIRE_GPU_TEST_NP=1 np2=$np1 gputest nccl-initdeadline stock ncclinit -x GPUWIRE_NCCL_INIT_TIMEOUT -x GPUWIRE_GPU_TEST_NP
 fi
 if has ipc; then
   # CUDA IPC, stock (not CUDA-aware) Open MPI, ranks sharing GPU 0: every operation x datatype x
@@ -102,6 +105,9 @@ if has multi; then
     # The library loaded where libnccl is absent: AUTO falls back, NCCL requested says why.
     CUDA_VISIBLE_DEVICES=$all GPUWIRE_NCCL_LIBRARY=/nonexistent/libnccl.so.2 GPUWIRE_GPU_TEST_NP=$NGPU np2="mpirun -np $NGPU --oversubscribe --bind-to none" \
       gputest multi-no-nccl stock nonccl -x GPUWIRE_GPU_TEST_NP -x GPUWIRE_NCCL_LIBRARY
+    # NCCL's initialization deadline with one rank per GPU: TIMEOUT when requested, AUTO falls back.
+    CUDA_VISIBLE_DEVICES=$all GPUWIRE_NCCL_INIT_TIMEOUT=0.001 GPUWIRE_GPU_TEST_NP=$NGPU np2="mpirun -np $NGPU --oversubscribe --bind-to none" \
+      gputest multi-nccl-initdeadline stock ncclinit -x GPUWIRE_GPU_TEST_NP -x GPUWIRE_NCCL_INIT_TIMEOUT
     # Staged on GPUs of their own: the ring with GPU reductions from 64 KiB up (ranks sharing a
     # GPU take the host path up to 2 MiB, so the one-GPU runs reach the ring less often).
     CUDA_VISIBLE_DEVICES=$all GPUWIRE_BACKEND=mpi_staged GPUWIRE_GPU_TEST_NP=$NGPU np2="mpirun -np $NGPU --oversubscribe --bind-to none" \

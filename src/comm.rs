@@ -332,6 +332,12 @@ impl Communicator {
     pub fn choice(&self) -> &Choice {
         &self.choice
     }
+    /// Replaces the agreed backend during setup, on every rank alike (AUTO after NCCL could not be
+    /// set up on some rank: `backend::setup`).
+    pub(crate) fn fall_back(&mut self, kind: BackendKind, reason: String) {
+        self.choice.kind = kind;
+        self.choice.reason = reason;
+    }
     /// Adds to the backend's reason (setup notes such as where reductions run).
     pub(crate) fn append_reason(&mut self, note: &str) {
         self.choice.reason.push_str(note);
