@@ -373,23 +373,23 @@ impl NcclState {
     /// initialization fails or does not complete within [`init_timeout`]; the caller agrees the
     /// outcome across ranks.
     pub fn new(c: &Communicator, device: i32) -> Result<NcclState> {
-        // Any rank's failure before the bootstrap is every rank's, so no rank waits in it alone.
-        let (api, timeout) = (api(), init_timeout(c.config().timeout));
+        // Any rank's failure before the bootstrap (libnccl, GPUWIRE_NCCL_INIT_TIMEOUT, its device) is
+        // every rank's, so no rank waits in it alone.
+        let (api, timeout, ctx) = (api(), init_timeout(c.config().timeout), CtxGuard::enter(device));
         let mut id = UniqueId { internal: [0; 128] };
-        let got = match (&api, &timeout) {
-            (Err(e), _) | (_, Err(e)) => Err(e.clone()),
+        let got = match (&api, &timeout, &ctx) {
+            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => Err(e.clone()),
             // SAFETY: writes the id.
-            (Ok(api), Ok(_)) if c.rank() == 0 => check(api, std::ptr::null_mut(), unsafe { (api.get_unique_id)(&mut id) }, "ncclGetUniqueId"),
+            (Ok(api), Ok(_), Ok(_)) if c.rank() == 0 => check(api, std::ptr::null_mut(), unsafe { (api.get_unique_id)(&mut id) }, "ncclGetUniqueId"),
             _ => Ok(()),
         };
         c.agree_on_result(got, "making the NCCL unique id")?;
-        let (api, timeout) = (api?, timeout?);
+        let (api, timeout, _g) = (api?, timeout?, ctx?);
         // SAFETY: 128 bytes from rank 0 to all.
         mpisys::check(
             unsafe { sys::MPI_Bcast(id.internal.as_mut_ptr().cast(), 128, sys::RSMPI_UINT8_T, 0, c.raw()) },
             "MPI_Bcast (NCCL unique id)",
         )?;
-        let _g = CtxGuard::enter(device)?;
         let mut comm: NcclComm = std::ptr::null_mut();
         let nonblocking = api.comm_init_rank_config.is_some();
         if let Some(init) = api.comm_init_rank_config {
