@@ -715,6 +715,52 @@ fn no_nccl_library(cx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
+fn across_hosts(cx: &Ctx) -> Result<(), String> {
+    // Run on simulated hosts (scripts/multihost.sh) with every rank on one GPU: describe counts
+    // the nodes; AUTO never takes IPC across hosts, nor NCCL on one GPU (one UUID: shared,
+    // whatever the host names) and says both; IPC and NCCL requested fail on every rank saying
+    // why; a device allreduce on AUTO is right.
+    let text = describe(cx.comm);
+    let nodes: i32 = text.split("; nodes=").nth(1).and_then(|t| t.split(';').next()).and_then(|n| n.parse().ok()).unwrap_or(0);
+    if nodes < 2 {
+        return Err(format!("not run across hosts (nodes={nodes}; run it under scripts/multihost.sh): {text}"));
+    }
+    let mut backend = 0;
+    ok(gpuwire_comm_backend(cx.comm, &mut backend), "comm_backend");
+    if backend == BackendKind::GPUWIRE_BACKEND_IPC as i32 {
+        return Err(format!("IPC across {nodes} hosts: {text}"));
+    }
+    if std::env::var("GPUWIRE_BACKEND").is_err()
+        && (backend == BackendKind::GPUWIRE_BACKEND_NCCL as i32 || !text.contains("share one GPU") || !text.contains("IPC not used (the ranks are not all on one node)"))
+    {
+        return Err(format!("AUTO across hosts on one GPU should say the GPU is shared and the ranks are not on one node, and not take NCCL: {text}"));
+    }
+    for (kind, want) in [(BackendKind::GPUWIRE_BACKEND_IPC, "not all on one node"), (BackendKind::GPUWIRE_BACKEND_NCCL, "share one GPU")] {
+        let mut cfg: gpuwire_config = unsafe { std::mem::zeroed() };
+        ok(gpuwire_config_init(&mut cfg), "config_init");
+        cfg.backend = kind as i32;
+        let mut c = 0;
+        let st = gpuwire_comm_world(&cfg, &mut c);
+        let msg = last_error();
+        if st == Status::GPUWIRE_SUCCESS {
+            gpuwire_comm_free(c);
+        }
+        if st != Status::GPUWIRE_ERROR_BACKEND_UNAVAILABLE || !msg.contains(want) {
+            return Err(format!("{} requested across hosts gave {st:?}: {msg}", kind.name()));
+        }
+    }
+    let v = dev_alloc(100_003, Dtype::GPUWIRE_FLOAT32);
+    upload(v, &(0..100_003).flat_map(|_| 0.5f32.to_le_bytes()).collect::<Vec<u8>>());
+    ok(gpuwire_allreduce(cx.comm, v, v, ReduceOp::GPUWIRE_SUM as i32, cx.stream as *mut c_void), "allreduce");
+    let good = download(v, 4 * 100_003).chunks(4).all(|x| f32::from_le_bytes(x.try_into().unwrap()) == 0.5 * cx.size as f32);
+    gpuwire_buffer_free(v);
+    if !good {
+        return Err("allreduce SUM across hosts is wrong".into());
+    }
+    println!("rank {}: across {nodes} hosts: {text}", cx.rank);
+    Ok(())
+}
+
 fn nccl_init_deadline(cx: &Ctx) -> Result<(), String> {
     // Run with GPUWIRE_NCCL_INIT_TIMEOUT=0.001 and one rank per GPU (AUTO must try NCCL): no NCCL
     // initialization completes within 1 ms. NCCL requested: TIMEOUT on every rank within a few
@@ -1399,6 +1445,7 @@ fn main() {
             "p2pexact" => p2p_exact(&cx),
             "nonccl" => no_nccl_library(&cx),
             "ncclinit" => nccl_init_deadline(&cx),
+            "acrosshosts" => across_hosts(&cx),
             "timeout" => timeout_skipped_collective(&cx),
             "late" => late_rank(&cx),
             "otherdev" => other_device_current(&cx),
