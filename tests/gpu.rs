@@ -715,6 +715,100 @@ fn no_nccl_library(cx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
+fn across_hosts(cx: &Ctx) -> Result<(), String> {
+    // Run on simulated hosts (scripts/multihost.sh) with every rank on one GPU: describe counts
+    // the nodes; AUTO never takes IPC across hosts, nor NCCL on one GPU (one UUID: shared,
+    // whatever the host names) and says both; IPC and NCCL requested fail on every rank saying
+    // why; a device allreduce on AUTO is right.
+    let text = describe(cx.comm);
+    let nodes: i32 = text.split("; nodes=").nth(1).and_then(|t| t.split(';').next()).and_then(|n| n.parse().ok()).unwrap_or(0);
+    if nodes < 2 {
+        return Err(format!("not run across hosts (nodes={nodes}; run it under scripts/multihost.sh): {text}"));
+    }
+    let mut backend = 0;
+    ok(gpuwire_comm_backend(cx.comm, &mut backend), "comm_backend");
+    if backend == BackendKind::GPUWIRE_BACKEND_IPC as i32 {
+        return Err(format!("IPC across {nodes} hosts: {text}"));
+    }
+    if std::env::var("GPUWIRE_BACKEND").is_err()
+        && (backend == BackendKind::GPUWIRE_BACKEND_NCCL as i32 || !text.contains("share one GPU") || !text.contains("IPC not used (the ranks are not all on one node)"))
+    {
+        return Err(format!("AUTO across hosts on one GPU should say the GPU is shared and the ranks are not on one node, and not take NCCL: {text}"));
+    }
+    for (kind, want) in [(BackendKind::GPUWIRE_BACKEND_IPC, "not all on one node"), (BackendKind::GPUWIRE_BACKEND_NCCL, "share one GPU")] {
+        let mut cfg: gpuwire_config = unsafe { std::mem::zeroed() };
+        ok(gpuwire_config_init(&mut cfg), "config_init");
+        cfg.backend = kind as i32;
+        let mut c = 0;
+        let st = gpuwire_comm_world(&cfg, &mut c);
+        let msg = last_error();
+        if st == Status::GPUWIRE_SUCCESS {
+            gpuwire_comm_free(c);
+        }
+        if st != Status::GPUWIRE_ERROR_BACKEND_UNAVAILABLE || !msg.contains(want) {
+            return Err(format!("{} requested across hosts gave {st:?}: {msg}", kind.name()));
+        }
+    }
+    let v = dev_alloc(100_003, Dtype::GPUWIRE_FLOAT32);
+    upload(v, &(0..100_003).flat_map(|_| 0.5f32.to_le_bytes()).collect::<Vec<u8>>());
+    ok(gpuwire_allreduce(cx.comm, v, v, ReduceOp::GPUWIRE_SUM as i32, cx.stream as *mut c_void), "allreduce");
+    let good = download(v, 4 * 100_003).chunks(4).all(|x| f32::from_le_bytes(x.try_into().unwrap()) == 0.5 * cx.size as f32);
+    gpuwire_buffer_free(v);
+    if !good {
+        return Err("allreduce SUM across hosts is wrong".into());
+    }
+    println!("rank {}: across {nodes} hosts: {text}", cx.rank);
+    Ok(())
+}
+
+fn nccl_init_deadline(cx: &Ctx) -> Result<(), String> {
+    // Run with GPUWIRE_NCCL_INIT_TIMEOUT=0.001 and one rank per GPU (AUTO must try NCCL): no NCCL
+    // initialization completes within 1 ms. NCCL requested: TIMEOUT on every rank within a few
+    // seconds (the initialization aborted), naming the deadline; AUTO: every rank falls back,
+    // describe says why, and a device allreduce on the fallback is right.
+    if std::env::var("GPUWIRE_NCCL_INIT_TIMEOUT").map(|v| v.trim() != "0.001").unwrap_or(true) {
+        return Err("run ncclinit with GPUWIRE_NCCL_INIT_TIMEOUT=0.001".into());
+    }
+    let mut cfg: gpuwire_config = unsafe { std::mem::zeroed() };
+    ok(gpuwire_config_init(&mut cfg), "config_init");
+    cfg.backend = BackendKind::GPUWIRE_BACKEND_NCCL as i32;
+    let mut c = 0;
+    let t0 = Instant::now();
+    let st = gpuwire_comm_world(&cfg, &mut c);
+    let secs = t0.elapsed().as_secs_f64();
+    let msg = last_error();
+    if st == Status::GPUWIRE_SUCCESS {
+        gpuwire_comm_free(c);
+    }
+    if st != Status::GPUWIRE_ERROR_TIMEOUT || !msg.contains("creating the NCCL communicator did not complete within 0.001 s") {
+        return Err(format!("NCCL requested with a 1 ms initialization deadline gave {st:?} after {secs:.2} s: {msg}"));
+    }
+    if secs > 30.0 {
+        return Err(format!("the NCCL initialization deadline (1 ms) was kept only after {secs:.2} s"));
+    }
+    println!("rank {}: NCCL requested, 1 ms deadline: {st:?} after {secs:.2} s: {msg}", cx.rank);
+    cfg.backend = BackendKind::GPUWIRE_BACKEND_AUTO as i32;
+    ok(gpuwire_comm_world(&cfg, &mut c), "comm_world (AUTO, 1 ms NCCL deadline)");
+    let text = describe(c);
+    let mut backend = 0;
+    ok(gpuwire_comm_backend(c, &mut backend), "comm_backend");
+    if backend == BackendKind::GPUWIRE_BACKEND_NCCL as i32 || !text.contains("NCCL not used (creating its communicator failed") {
+        gpuwire_comm_free(c);
+        return Err(format!("AUTO did not fall back from NCCL saying why (run with one rank per GPU): {text}"));
+    }
+    let v = dev_alloc(1000, Dtype::GPUWIRE_FLOAT32);
+    upload(v, &(0..1000).flat_map(|_| 2.0f32.to_le_bytes()).collect::<Vec<u8>>());
+    ok(gpuwire_allreduce(c, v, v, ReduceOp::GPUWIRE_SUM as i32, cx.stream as *mut c_void), "allreduce");
+    let good = download(v, 4000).chunks(4).all(|x| f32::from_le_bytes(x.try_into().unwrap()) == 2.0 * cx.size as f32);
+    gpuwire_buffer_free(v);
+    gpuwire_comm_free(c);
+    if !good {
+        return Err("AUTO allreduce SUM after the NCCL fallback is wrong".into());
+    }
+    println!("rank {}: AUTO, 1 ms NCCL deadline: {text}", cx.rank);
+    Ok(())
+}
+
 fn c12_stream_ordering(cx: &Ctx) -> Result<(), String> {
     let n = 1usize << 24;
     let buf = dev_alloc(n, Dtype::GPUWIRE_FLOAT32);
@@ -1350,6 +1444,8 @@ fn main() {
             "mismatch" => mismatch_checked(&cx),
             "p2pexact" => p2p_exact(&cx),
             "nonccl" => no_nccl_library(&cx),
+            "ncclinit" => nccl_init_deadline(&cx),
+            "acrosshosts" => across_hosts(&cx),
             "timeout" => timeout_skipped_collective(&cx),
             "late" => late_rank(&cx),
             "otherdev" => other_device_current(&cx),
