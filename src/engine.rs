@@ -392,7 +392,7 @@ pub fn stream_ordered() -> bool {
 pub fn refuse_capture(stream: Stream) -> Result<()> {
     if device::is_capturing(stream)? {
         return Err(Error::InvalidArgument(
-            "the stream is being captured into a CUDA graph: this backend's device operations run on gpuwire's progress engine and cannot be captured (NCCL's can; end the capture, or issue the operation outside it)".into(),
+            "the stream is being captured into a CUDA graph: device operations of the MPI and IPC backends wait for the stream on the host or on gpuwire's progress engine, and cannot be captured (NCCL's can); nothing was done and the capture is intact: end the capture, or issue the operation outside it".into(),
         ));
     }
     Ok(())

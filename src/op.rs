@@ -255,6 +255,9 @@ pub fn issue(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -
     // (validation, agreement and errors are the operation's own).
     if !nonblocking && eng.idle() {
         let device = op.on_device(c);
+        if device && c.device() >= 0 && !op.nccl_native(c) {
+            refuse_capture(c, stream)?;
+        }
         if !device || op.nccl_native(c) || checking || engine::host_sync() || !engine::stream_ordered() {
             op.run(c, stream)?;
             if device && engine::host_sync() {
@@ -274,6 +277,9 @@ pub fn issue(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -
     }
     let bufs = op.buffers();
     let device = op.on_device(c);
+    if device && c.device() >= 0 && !op.nccl_native(c) {
+        refuse_capture(c, stream)?;
+    }
     if nonblocking && op.is_p2p() {
         if eng.idle() {
             return op.start(c, stream).map(Some);
@@ -331,6 +337,14 @@ pub fn issue(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -
         crate::device::sync(stream)?;
     }
     Ok(None)
+}
+
+/// The MPI and IPC paths wait for the caller's stream on the host, which a stream being
+/// captured into a CUDA graph forbids (the capture would be invalidated): refused instead, with
+/// an error that says so, before anything is done.
+fn refuse_capture(c: &Communicator, stream: Stream) -> Result<()> {
+    let _ctx = CtxGuard::enter(c.device())?;
+    engine::refuse_capture(stream)
 }
 
 /// A stream-ordered operation on the engine, on the engine's private stream `s`: run, then wait

@@ -937,6 +937,52 @@ fn c14_results_in_callers_buffer(cx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
+/// A device allreduce on a stream being captured into a CUDA graph: refused with
+/// INVALID_ARGUMENT before anything is done on the MPI and IPC backends (they wait for the
+/// stream on the host, which would invalidate the capture), and the capture stays valid (it
+/// ends with a graph). On NCCL the call is captured. Then the same allreduce outside the capture
+/// works on every backend.
+fn capture_refused(cx: &Ctx) -> Result<(), String> {
+    let n = 64;
+    let b = dev_alloc(n, Dtype::GPUWIRE_FLOAT32);
+    let one: Vec<u8> = (0..n).flat_map(|_| 1f32.to_le_bytes()).collect();
+    upload(b, &one);
+    cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "sync");
+    let mut backend = 0;
+    ok(gpuwire_comm_backend(cx.comm, &mut backend), "comm_backend");
+    let nccl = backend == BackendKind::GPUWIRE_BACKEND_NCCL as i32;
+    cuok(unsafe { cu::cuStreamBeginCapture_v2(cx.stream, cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) }, "cuStreamBeginCapture");
+    let st = gpuwire_allreduce(cx.comm, b, b, ReduceOp::GPUWIRE_SUM as i32, cx.stream as *mut c_void);
+    let mut graph: cu::CUgraph = std::ptr::null_mut();
+    let end = unsafe { cu::cuStreamEndCapture(cx.stream, &mut graph) };
+    if end != cu::CUresult::CUDA_SUCCESS {
+        return Err(format!("the capture was invalidated ({end:?}); gpuwire_allreduce returned {st:?}"));
+    }
+    if !graph.is_null() {
+        unsafe { cu::cuGraphDestroy(graph) };
+    }
+    if nccl {
+        if st != Status::GPUWIRE_SUCCESS {
+            return Err(format!("NCCL: allreduce in a capture returned {st:?}: {}", last_error()));
+        }
+    } else if st != Status::GPUWIRE_ERROR_INVALID_ARGUMENT || !last_error().contains("captured into a CUDA graph") {
+        return Err(format!("allreduce in a capture returned {st:?} ({}), expected INVALID_ARGUMENT naming the capture", last_error()));
+    }
+    // Outside the capture it works (on NCCL the captured call never ran: the graph was not launched).
+    ok(gpuwire_allreduce(cx.comm, b, b, ReduceOp::GPUWIRE_SUM as i32, cx.stream as *mut c_void), "allreduce after the capture");
+    cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "sync");
+    let got = download(b, n * 4);
+    let want = cx.size as f32;
+    for (i, c) in got.chunks(4).enumerate() {
+        let v = f32::from_le_bytes(c.try_into().unwrap());
+        if v != want {
+            return Err(format!("after the capture: element {i} = {v}, expected {want}"));
+        }
+    }
+    gpuwire_buffer_free(b);
+    Ok(())
+}
+
 fn c16_other_thread(cx: &Ctx) -> Result<(), String> {
     let n = 1usize << 20;
     let b = dev_alloc(n, Dtype::GPUWIRE_FLOAT32);
@@ -1457,6 +1503,7 @@ fn main() {
             "ipcprogress" => ipc_progress(&cx),
             "ipcdup" => ipc_dup(&cx),
             "reqfree" => request_free_device(&cx),
+            "capture" => capture_refused(&cx),
             other => Err(format!("unknown case {other}")),
         };
         let ms = t0.elapsed().as_millis();
