@@ -139,7 +139,13 @@ fn run(entries: Vec<Entry>) -> Result<()> {
     // NCCL device operations: one NCCL group.
     let (nccl, rest): (Vec<&Entry>, Vec<&Entry>) = entries.iter().partition(|e| is_nccl(e));
     if !nccl.is_empty() {
-        let r = crate::backend::nccl::with_group(|| {
+        let mut comms: Vec<&Communicator> = Vec::new();
+        for e in &nccl {
+            if !comms.iter().any(|c| std::ptr::eq(*c, &*e.c)) {
+                comms.push(&e.c);
+            }
+        }
+        let r = crate::backend::nccl::with_group(&comms, || {
             let mut first = None;
             for e in &nccl {
                 let r = e.op.run(&e.c, e.stream);

@@ -490,8 +490,10 @@ thread_local! {
 }
 
 /// Runs `f` inside one NCCL group (ncclGroupStart / ncclGroupEnd on this thread): the NCCL
-/// operations `f` issues are launched together when it returns (a gpuwire group).
-pub fn with_group<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+/// operations `f` issues on `comms` are launched together when it returns (a gpuwire group).
+/// On nonblocking NCCL communicators the end may return ncclInProgress: it then waits for each
+/// of `comms` to leave that state, as a blocking communicator waits inside the call.
+pub fn with_group<T>(comms: &[&Communicator], f: impl FnOnce() -> Result<T>) -> Result<T> {
     let api = api()?;
     // SAFETY: paired with group_end below on this thread.
     check(api, std::ptr::null_mut(), unsafe { (api.group_start)() }, "ncclGroupStart")?;
@@ -499,7 +501,18 @@ pub fn with_group<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
     let r = f();
     IN_GROUP.with(|g| g.set(was));
     // SAFETY: closes the group opened above.
-    let e = check(api, std::ptr::null_mut(), unsafe { (api.group_end)() }, "ncclGroupEnd");
+    let mut e = unsafe { (api.group_end)() };
+    if e == IN_PROGRESS {
+        e = 0;
+        for c in comms {
+            let comm = *c.backend_state.nccl()?.comm();
+            let s = settle(api, comm, IN_PROGRESS);
+            if s != 0 && e == 0 {
+                e = s;
+            }
+        }
+    }
+    let e = check(api, std::ptr::null_mut(), e, "ncclGroupEnd");
     let v = r?;
     e?;
     Ok(v)
