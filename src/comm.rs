@@ -43,6 +43,8 @@ pub struct Communicator {
     nb_coll: bool,
     /// The thread (`thread_id`) inside a collective on this communicator, 0 when none.
     busy: AtomicU64,
+    /// The progress engine of the operations that complete after their call (`crate::op`).
+    engine: Arc<crate::engine::Engine>,
     pub(crate) backend_state: backend::State,
 }
 
@@ -159,6 +161,7 @@ impl Communicator {
             // Until agreed below: the same (nonblocking) form on every rank.
             nb_coll: true,
             busy: AtomicU64::new(0),
+            engine: Arc::new(crate::engine::Engine::default()),
             backend_state: backend::State::default(),
         };
         // From here on `c` frees both communicators when dropped (also on the error paths below).
@@ -285,6 +288,10 @@ impl Communicator {
     pub fn raw(&self) -> MPI_Comm {
         self.raw.0
     }
+    /// This communicator's progress engine.
+    pub fn engine(&self) -> &Arc<crate::engine::Engine> {
+        &self.engine
+    }
     /// Whether MPI collectives on this communicator run as their nonblocking form waited by
     /// `wait_mpi` (`host::collective!`), the same on every rank (MPI does not match a blocking
     /// collective with a nonblocking one): with a timeout (the configuration is agreed), or when
@@ -333,7 +340,7 @@ impl Communicator {
         let info = runtime::ensure_ready().ok();
         let device = if self.choice.device >= 0 { format!("cuda:{}", self.choice.device) } else { "none".into() };
         format!(
-            "gpuwire {}: backend={} ({}); device={}; rank {}/{} (node-local {}/{}); mpi={}; thread level={}; check={}; timeout={}",
+            "gpuwire {}: backend={} ({}); device={}; rank {}/{} (node-local {}/{}); mpi={}; thread level={}; check={}; timeout={}; {}",
             env!("CARGO_PKG_VERSION"),
             self.choice.kind.name(),
             self.choice.reason,
@@ -346,7 +353,24 @@ impl Communicator {
             info.map(|i| i.thread_level.name()).unwrap_or("?"),
             if self.config.check { "on" } else { "off" },
             self.config.timeout.map(|t| format!("{:.3}s", t.as_secs_f64())).unwrap_or_else(|| "none".into()),
+            self.progress_note(),
         )
+    }
+
+    /// How operations that complete after their call are run here (describe).
+    fn progress_note(&self) -> String {
+        if !crate::engine::available() {
+            return "progress=none (below MPI_THREAD_MULTIPLE: nonblocking operations complete before their call returns, and device operations block the host)".into();
+        }
+        let device = match self.choice.kind {
+            BackendKind::GPUWIRE_BACKEND_HOST => "",
+            BackendKind::GPUWIRE_BACKEND_NCCL => "; device operations enqueued on their stream by NCCL",
+            _ if crate::engine::host_sync() => "; device operations wait for completion on the host (GPUWIRE_HOST_SYNC=1)",
+            _ if self.config.check => "; device operations wait for completion on the host (checking mode)",
+            _ if !crate::engine::stream_ordered() => "; device operations block the host (the driver refused stream memory operations)",
+            _ => "; device operations stream-ordered (the call returns before the data moves)",
+        };
+        format!("progress=engine thread (nonblocking operations run there){device}")
     }
 
     /// Fails if an earlier timeout or abort broke this communicator.

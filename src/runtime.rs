@@ -274,6 +274,8 @@ fn check_mpi_flavour() -> Result<()> {
 pub fn finalize() -> Result<()> {
     let _guard = LIFECYCLE.lock().unwrap_or_else(|p| p.into_inner());
     let info = ensure_ready()?;
+    // Operations still queued on progress engines finish first (they need MPI and the handles).
+    crate::engine::drain_all();
     // Invalidate every handle first; then objects release their MPI resources as their last
     // reference drops (here, unless an operation on another thread still holds one).
     STATE.store(FINALIZED, Ordering::Release);

@@ -332,9 +332,13 @@ impl NcclState {
         Ok(e)
     }
 
-    /// Waits for `stream` (up to the call's deadline, polling NCCL's async error).
+    /// Waits for `stream` (up to the call's deadline, polling NCCL's async error). Inside a
+    /// gpuwire group ([`with_group`]) nothing is launched before the group ends: no wait then.
     fn finish(&self, c: &Communicator, stream: Stream, what: &str) -> Result<()> {
         let Some(t) = c.config().timeout else { return Ok(()) };
+        if IN_GROUP.with(|g| g.get()) {
+            return Ok(());
+        }
         let ev = Event::new()?;
         ev.record(stream)?;
         // One deadline per gpuwire call (`Communicator::enter`), shared with its other steps.
@@ -359,6 +363,27 @@ impl NcclState {
             }
         }
     }
+}
+
+thread_local! {
+    /// Whether this thread is inside [`with_group`].
+    static IN_GROUP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` inside one NCCL group (ncclGroupStart / ncclGroupEnd on this thread): the NCCL
+/// operations `f` issues are launched together when it returns (a gpuwire group).
+pub fn with_group<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    let api = api()?;
+    // SAFETY: paired with group_end below on this thread.
+    check(api, std::ptr::null_mut(), unsafe { (api.group_start)() }, "ncclGroupStart")?;
+    let was = IN_GROUP.with(|g| g.replace(true));
+    let r = f();
+    IN_GROUP.with(|g| g.set(was));
+    // SAFETY: closes the group opened above.
+    let e = check(api, std::ptr::null_mut(), unsafe { (api.group_end)() }, "ncclGroupEnd");
+    let v = r?;
+    e?;
+    Ok(v)
 }
 
 /// Polls an event until done, the deadline passes (abort, broken communicator), or NCCL reports
