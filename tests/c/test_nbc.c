@@ -14,8 +14,9 @@
  * - Argument errors come from the call itself, the same as the blocking form's, with the
  *   request pointer and the receive buffer untouched (count and datatype mismatches, bad roots,
  *   NULL request, invalid handles, unknown and unsupported ops, negative and wrong counts); the
- *   communicator is in step afterwards. The request keeps buffers and communicator alive;
- *   iallgatherv copies its counts at the call.
+ *   communicator is in step afterwards. iallgatherv copies its counts at the call.
+ * - (part "free") The request keeps its buffers and communicator alive: both handles freed
+ *   while an iallreduce is outstanding, gpuwire_comm_free included, 50 rounds.
  * - Checking mode (config.check and GPUWIRE_CHECK=1): count, datatype, op, root mismatches and
  *   another collective, reported by the call or the wait on every rank, no hang; one rank's bad
  *   argument is REMOTE_ARGUMENT on the others; a good request outstanding beside a bad one;
@@ -27,7 +28,7 @@
  *   group_end without start; wait / test on a request of an unfinished group.
  *
  * Usage: mpirun -n P test_nbc P [funneled] [part]   (part: coll, many, mixed, early, args,
- * check, group; default all). "funneled" initializes MPI with MPI_THREAD_FUNNELED (operations
+ * check, group; default all of these; or free, run only when named). "funneled" initializes MPI with MPI_THREAD_FUNNELED (operations
  * then complete inside their call; the "early" part is skipped). Prints
  * "test_nbc: PASS (P ranks, ...)" from rank 0.
  */
@@ -415,9 +416,13 @@ static void complete(gpuwire_request *rqs, int m, int order)
                 if (rqs[j] == GPUWIRE_REQUEST_NULL)
                     continue;
                 int32_t flag = -1;
-                EXPECT_OK(gpuwire_test(&rqs[j], &flag));
-                EXPECT(flag == 0 || flag == 1);
-                if (flag == 1) {
+                gpuwire_status st = gpuwire_test(&rqs[j], &flag);
+                if (st != GPUWIRE_SUCCESS || (flag != 0 && flag != 1)) {
+                    EXPECT_OK(st);
+                    EXPECT(flag == 0 || flag == 1);
+                    rqs[j] = GPUWIRE_REQUEST_NULL;
+                    left--;
+                } else if (flag == 1) {
                     EXPECT(rqs[j] == GPUWIRE_REQUEST_NULL);
                     left--;
                 }
@@ -490,26 +495,7 @@ static void many_outstanding(void)
         verify(&ops[j], what);
     }
 
-    /* The request keeps its buffers and communicator alive: the handles are freed while it is
-     * outstanding (the memory is the test's own, wrapped). */
-    int64_t n = 3000;
-    int32_t *mem = malloc((size_t)n * 8);
-    EXPECT(mem != NULL);
-    for (int64_t i = 0; i < n; i++)
-        mem[i] = v(rank, i);
-    memset(mem + n, FILL, (size_t)n * 4);
-    gpuwire_buffer s = GPUWIRE_BUFFER_NULL, r = GPUWIRE_BUFFER_NULL;
-    EXPECT_OK(gpuwire_buffer_wrap(mem, n, GPUWIRE_INT32, GPUWIRE_SPACE_HOST, &s));
-    EXPECT_OK(gpuwire_buffer_wrap(mem + n, n, GPUWIRE_INT32, GPUWIRE_SPACE_HOST, &r));
-    gpuwire_request q = GPUWIRE_REQUEST_NULL;
-    EXPECT_OK(gpuwire_iallreduce(dup, s, r, GPUWIRE_SUM, NULL, &q));
-    bfree(s);
-    bfree(r);
     EXPECT_OK(gpuwire_comm_free(dup));
-    EXPECT_OK(gpuwire_wait(&q));
-    snprintf(what, sizeof what, "iallreduce whose buffers and communicator were freed before the wait");
-    EXPECT_SEQ(mem + n, n, sum_v(i));
-    free(mem);
 
     /* iallgatherv copies its counts at the call: the array is overwritten before the wait. */
     op_t o;
@@ -523,6 +509,43 @@ static void many_outstanding(void)
     free(counts);
     EXPECT_OK(gpuwire_wait(&o.rq));
     verify(&o, "iallgatherv with its counts array overwritten before the wait");
+}
+
+/* ---- the request keeps its buffers and communicator alive --------------------------------
+ * The handles are freed while an iallreduce is outstanding (the memory is the test's own,
+ * wrapped): gpuwire_comm_free is collective, and must not fail nor wait for the request. 50
+ * rounds, on communicators with a timeout (a rank left in the free fails instead of hanging). */
+static void free_while_pending(void)
+{
+    char what[128];
+    gpuwire_config cfg;
+    EXPECT_OK(gpuwire_config_init(&cfg));
+    cfg.timeout_seconds = 30.0;
+    gpuwire_comm tc = GPUWIRE_COMM_NULL;
+    EXPECT_OK(gpuwire_comm_world(&cfg, &tc));
+    int64_t n = 30000;
+    int32_t *mem = malloc((size_t)n * 8);
+    EXPECT(mem != NULL);
+    for (int round = 0; round < 50 && gwt_failures() == 0; round++) {
+        gpuwire_comm dup = GPUWIRE_COMM_NULL;
+        EXPECT_OK(gpuwire_comm_dup(tc, &dup));
+        for (int64_t i = 0; i < n; i++)
+            mem[i] = v(rank, i);
+        memset(mem + n, FILL, (size_t)n * 4);
+        gpuwire_buffer s = GPUWIRE_BUFFER_NULL, r = GPUWIRE_BUFFER_NULL;
+        EXPECT_OK(gpuwire_buffer_wrap(mem, n, GPUWIRE_INT32, GPUWIRE_SPACE_HOST, &s));
+        EXPECT_OK(gpuwire_buffer_wrap(mem + n, n, GPUWIRE_INT32, GPUWIRE_SPACE_HOST, &r));
+        gpuwire_request q = GPUWIRE_REQUEST_NULL;
+        EXPECT_OK(gpuwire_iallreduce(dup, s, r, GPUWIRE_SUM, NULL, &q));
+        bfree(s);
+        bfree(r);
+        EXPECT_OK(gpuwire_comm_free(dup));
+        EXPECT_OK(gpuwire_wait(&q));
+        snprintf(what, sizeof what, "round %d: iallreduce whose buffers and communicator were freed before the wait", round);
+        EXPECT_SEQ(mem + n, n, sum_v(i));
+    }
+    free(mem);
+    EXPECT_OK(gpuwire_comm_free(tc));
 }
 
 /* ---- nonblocking on some ranks, blocking on the others ------------------------------------ */
@@ -555,6 +578,15 @@ static void mixed_forms(void)
     }
     verify(&a, "iallreduce on rank 0 (waited second), allreduce elsewhere");
     verify(&b, "iallgather on rank 0 (waited first), allgather elsewhere");
+    /* Every rank: a blocking collective while its own nonblocking one is outstanding (it starts
+     * after it, in call order). */
+    setup(&a, K_ALLREDUCE_SUM, 1 << 18, 0);
+    setup(&b, K_ALLTOALL, 1000, 0);
+    EXPECT_OK(start(&a, world, 1));
+    EXPECT_OK(start(&b, world, 0));
+    verify(&b, "alltoall (blocking) while an iallreduce is outstanding");
+    EXPECT_OK(gpuwire_wait(&a.rq));
+    verify(&a, "iallreduce outstanding across a blocking alltoall");
 }
 
 /* ---- the call returns before the others have called (MPI_THREAD_MULTIPLE) ---------------- */
@@ -934,28 +966,31 @@ static void group_errors(gpuwire_comm c)
     EXPECT_OK(gpuwire_group_end());
     EXPECT_STATUS(gpuwire_group_end(), GPUWIRE_ERROR_INVALID_ARGUMENT);
 
-    /* wait / test on a request of a group that has not ended: INVALID_ARGUMENT, the request
-     * stays valid and completes after group_end. */
+    /* wait / test on a request of a group that has not ended: INVALID_ARGUMENT (waiting would
+     * never return). The request is then either left as it was or released (gpuwire.h: released);
+     * the operation still runs at group_end, and for host memory its data is in place when
+     * group_end returns. */
     const int64_t n = 1 << 18;
     gpuwire_buffer s = balloc(n, GPUWIRE_INT32), r = balloc(n, GPUWIRE_INT32);
     int32_t *sp = bptr(s);
     for (int64_t i = 0; i < n; i++)
         sp[i] = w(rank, 3, i);
-    gpuwire_request rr = GPUWIRE_REQUEST_NULL, sr = GPUWIRE_REQUEST_NULL, cr = GPUWIRE_REQUEST_NULL;
+    memset(bptr(r), FILL, (size_t)n * 4);
+    gpuwire_request rr = GPUWIRE_REQUEST_NULL, sr = GPUWIRE_REQUEST_NULL;
     op_t ar;
     setup(&ar, K_ALLREDUCE_SUM, 10, 0);
     EXPECT_OK(gpuwire_group_start());
     EXPECT_OK(gpuwire_irecv(c, r, prev, 41, NULL, &rr));
     gpuwire_request keep = rr;
     EXPECT_STATUS(gpuwire_wait(&rr), GPUWIRE_ERROR_INVALID_ARGUMENT);
-    EXPECT(rr == keep);
-    int32_t flag = -1;
-    EXPECT_STATUS(gpuwire_test(&rr, &flag), GPUWIRE_ERROR_INVALID_ARGUMENT);
-    EXPECT(rr == keep && flag == -1);
+    EXPECT_LAST_ERROR_HAS("group");
+    EXPECT(rr == keep || rr == GPUWIRE_REQUEST_NULL);
     EXPECT_OK(start(&ar, c, 1));
-    cr = ar.rq;
-    EXPECT_STATUS(gpuwire_wait(&cr), GPUWIRE_ERROR_INVALID_ARGUMENT);
-    EXPECT(cr == ar.rq);
+    keep = ar.rq;
+    int32_t flag = -1;
+    EXPECT_STATUS(gpuwire_test(&ar.rq, &flag), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT(flag == -1);
+    EXPECT(ar.rq == keep || ar.rq == GPUWIRE_REQUEST_NULL);
     /* An argument error inside the group comes back at once; the op is not added. */
     gpuwire_request bad = 77;
     EXPECT_STATUS(gpuwire_isend(c, s, -5, 41, NULL, &bad), GPUWIRE_ERROR_INVALID_ARGUMENT);
@@ -966,12 +1001,12 @@ static void group_errors(gpuwire_comm c)
     EXPECT(bad == 77);
     EXPECT_OK(gpuwire_isend(c, s, next, 41, NULL, &sr));
     EXPECT_OK(gpuwire_group_end());
+    const char *what = "irecv in a group whose wait was refused before group_end";
+    EXPECT_SEQ((int32_t *)bptr(r), n, w(prev, 3, i)); /* host memory: in place at group_end */
     EXPECT_OK(gpuwire_wait(&rr));
     EXPECT_OK(gpuwire_wait(&sr));
     EXPECT_OK(gpuwire_wait(&ar.rq));
-    const char *what = "irecv in a group whose wait was refused before group_end";
-    EXPECT_SEQ((int32_t *)bptr(r), n, w(prev, 3, i));
-    verify(&ar, "iallreduce in a group whose wait was refused before group_end");
+    verify(&ar, "iallreduce in a group whose test was refused before group_end");
     /* The communicator is in step. */
     in_step(c, "after the group with refused calls");
     bfree(s), bfree(r);
@@ -1044,6 +1079,8 @@ int main(int argc, char **argv)
         checking();
     if (!*only || !strcmp(only, "group"))
         groups();
+    if (!strcmp(only, "free")) /* run on its own: see free_while_pending */
+        free_while_pending();
 
     EXPECT_OK(gpuwire_comm_free(world));
     EXPECT_OK(gpuwire_finalize());
