@@ -367,8 +367,8 @@ impl Communicator {
             BackendKind::GPUWIRE_BACKEND_NCCL => "; device operations enqueued on their stream by NCCL",
             _ if crate::engine::host_sync() => "; device operations wait for completion on the host (GPUWIRE_HOST_SYNC=1)",
             _ if self.config.check => "; device operations wait for completion on the host (checking mode)",
-            _ if !crate::engine::stream_ordered() => "; device operations block the host (the driver refused stream memory operations)",
-            _ => "; device operations stream-ordered (the call returns before the data moves)",
+            _ if crate::engine::stream_ordered() => "; device operations stream-ordered (GPUWIRE_STREAM_ORDERED=1, experimental: the call returns before the data moves)",
+            _ => "; blocking device operations return when their data is in place",
         };
         format!("progress=engine thread (nonblocking operations run there){device}")
     }

@@ -184,7 +184,7 @@ impl Engine {
     /// non-blocking stream: the caller's may be the legacy stream, waiting for the engine), and
     /// must have finished its work there when it returns.
     pub fn submit_on_stream(self: &Arc<Self>, device: i32, stream: Stream, work: Box<dyn FnOnce(Stream) -> Result<()> + Send>, detached: bool) -> Result<Option<Arc<Done>>> {
-        if !available() || GATE_REFUSED.load(Ordering::Relaxed) {
+        if !stream_ordered() {
             return Ok(None);
         }
         let _ctx = CtxGuard::enter(device)?;
@@ -350,10 +350,22 @@ fn refused(e: Error) -> Option<Arc<Done>> {
     None
 }
 
-/// Whether device operations of the MPI and IPC paths are stream-ordered (not refused by the
-/// driver so far, and the engine available), for describe.
+/// Whether `GPUWIRE_STREAM_ORDERED=1`: device operations of the MPI and IPC paths are
+/// stream-ordered through the engine's [`Gate`]. Experimental, off by default: on the H200 the
+/// GPU suite hung with it (2026-12-01) — the engine thread allocates staging memory as it goes
+/// (the first operation of a size), and a page-locked or device allocation may wait for the
+/// device's outstanding work, which includes the caller's stream waiting on this very engine.
+/// To be default, every allocation an operation needs must happen on the caller's thread before
+/// the gate is held.
+fn stream_ordered_requested() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("GPUWIRE_STREAM_ORDERED").map(|v| matches!(v.trim(), "1" | "true" | "yes" | "on")).unwrap_or(false))
+}
+
+/// Whether device operations of the MPI and IPC paths are stream-ordered: requested
+/// (`GPUWIRE_STREAM_ORDERED=1`), not refused by the driver so far, and the engine available.
 pub fn stream_ordered() -> bool {
-    available() && !GATE_REFUSED.load(Ordering::Relaxed) && !host_sync()
+    stream_ordered_requested() && available() && !GATE_REFUSED.load(Ordering::Relaxed) && !host_sync()
 }
 
 /// Refuses a stream being captured into a CUDA graph: a capture would record the stream wait

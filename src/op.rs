@@ -11,11 +11,13 @@
 //!   the blocking form's code; the request completes when it has run. NCCL device operations are
 //!   enqueued on their stream now (NCCL is asynchronous itself); the request completes when the
 //!   stream passes them.
-//! - **Device memory on MPI_STAGED, MPI_CUDA_AWARE and IPC, blocking form**: stream-ordered. The
-//!   call returns at once; the operation runs on the engine after the work enqueued on its
-//!   stream, and the stream's later work waits for it (`engine::Gate`). With `GPUWIRE_HOST_SYNC=1`,
-//!   in checking mode, below MPI_THREAD_MULTIPLE, or where the driver refuses stream memory
-//!   operations, it runs now and returns when its data is in place (as in gpuwire 0.1).
+//! - **Device memory on MPI_STAGED, MPI_CUDA_AWARE and IPC, blocking form**: runs now and returns
+//!   when its data is in place (as in gpuwire 0.1). With `GPUWIRE_STREAM_ORDERED=1`
+//!   (experimental: see `engine::stream_ordered`) it is stream-ordered instead: the call returns
+//!   at once; the operation runs on the engine after the work enqueued on its stream, and the
+//!   stream's later work waits for it (`engine::Gate`) — except with `GPUWIRE_HOST_SYNC=1`, in
+//!   checking mode, below MPI_THREAD_MULTIPLE, or where the driver refuses stream memory
+//!   operations.
 //! - **Inside a group**: recorded, started at the outermost `gpuwire_group_end`.
 //!
 //! An operation that fails after its call returned (nobody waits for it) is the communicator's
@@ -246,16 +248,16 @@ pub fn issue(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -
             eng.drain();
             return Ok(Some(start_nccl(c, op, stream, bufs)?));
         }
-        let done = if device {
+        let ordered = if device && engine::stream_ordered() {
             let (c2, op2) = (c.clone(), op.clone());
-            match eng.submit_on_stream(c.device(), stream, Box::new(move |s| run_ordered(&c2, &op2, s)), false)? {
-                Some(d) => d,
-                None => {
-                    eng.drain();
-                    Done::finished(op.run(c, stream))
-                }
-            }
+            eng.submit_on_stream(c.device(), stream, Box::new(move |s| run_ordered(&c2, &op2, s)), false)?
         } else {
+            None
+        };
+        let done = if let Some(d) = ordered {
+            d
+        } else {
+            // The engine runs the blocking form (on a device buffer: it waits for `stream` first).
             let (c2, op2) = (c.clone(), op.clone());
             eng.submit(Box::new(move || op2.run(&c2, stream)), false)
         };
