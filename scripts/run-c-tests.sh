@@ -132,7 +132,7 @@ compile() { # ID OUTPUT COMPILER FLAGS... -- SOURCE
     fi
 }
 
-for t in test_api test_comm test_darray test_p2p test_threads; do
+for t in test_api test_comm test_darray test_p2p test_threads test_nbc; do
     compile "$t" "$build/$t" "$CC" "${cflags[@]}" "$root/tests/c/$t.c"
 done
 # Distributed arrays against the program around them (own communicator, checking mode, sizes
@@ -151,6 +151,7 @@ compile "test_header (C++17)" "$build/test_header" "$CXX" "${cxxflags[@]}" "$roo
 compile "test_hpp (C++17)" "$build/test_hpp" "$CXX" "${cxxflags[@]}" "$root/tests/cpp/test_hpp.cpp"
 compile "test_hpp_unwind (C++17)" "$build/test_hpp_unwind" "$CXX" "${cxxflags[@]}" \
     "$root/tests/cpp/test_hpp_unwind.cpp"
+compile "test_hpp_nbc (C++17)" "$build/test_hpp_nbc" "$CXX" "${cxxflags[@]}" "$root/tests/cpp/test_hpp_nbc.cpp"
 compile "ring (C++17 example)" "$build/ring" "$CXX" "${cxxflags[@]}" "$root/examples-cpp/ring.cpp"
 
 # Fortran: the modules (gpuwire_types, gpuwire_c, gpuwire; gpuwire_f08), then the programs.
@@ -274,6 +275,20 @@ for n in 1 2 3; do
     check "test_darray -n $n" 0 "$n" "^test_darray: PASS" "$build/test_darray" "$n"
     check "test_p2p -n $n" 0 "$n" "^test_p2p: PASS \\($n ranks" "$build/test_p2p"
 done
+# Nonblocking collectives and groups (4 ranks oversubscribe the machine: fine), and below
+# MPI_THREAD_MULTIPLE, where each operation completes inside its call.
+for n in 1 2 3 4; do
+    check "test_nbc -n $n" 0 "$n" "^test_nbc: PASS \\($n ranks, MPI_THREAD_MULTIPLE" "$build/test_nbc" "$n"
+done
+check "test_nbc funneled -n 2" 0 2 "^test_nbc: PASS \\(2 ranks, below MPI_THREAD_MULTIPLE" "$build/test_nbc" 2 funneled
+# gpuwire_comm_free while a nonblocking collective on the communicator is pending (a hang is a
+# failure within 120 s).
+saved_timeout=$timeout_s
+timeout_s=120
+for n in 2 3; do
+    check "test_nbc free -n $n" 0 "$n" "^test_nbc: PASS \\($n ranks" "$build/test_nbc" "$n" free
+done
+timeout_s=$saved_timeout
 # Requests for more memory than there is must come back as errors: under ASan too (whose
 # allocator otherwise aborts the program on an allocation above its maximum).
 for n in 1 2 3; do
@@ -405,6 +420,10 @@ for n in 1 2 3; do
         "^test_hpp_unwind: PASS \\($n ranks" "$build/test_hpp_unwind" "$n"
 done
 timeout_s=$saved_timeout
+for n in 1 2 3 4; do
+    check "test_hpp_nbc (C++: nonblocking collectives, group guard) -n $n" 0 "$n" \
+        "^test_hpp_nbc: PASS \\($n ranks" "$build/test_hpp_nbc" "$n"
+done
 for n in 2 3; do
     check "ring (C++) -n $n" 0 "$n" "^ring: PASS \\($n ranks" "$build/ring" "$n"
 done
