@@ -77,21 +77,25 @@ impl Op {
         }
     }
 
-    /// The buffers this rank's part of the operation reads or writes (significant ones only).
-    pub fn buffers(&self) -> Vec<Arc<Buffer>> {
-        let v: Vec<Option<&Arc<Buffer>>> = match self {
-            Op::Send { buf, .. } | Op::Recv { buf, .. } | Op::Isend { buf, .. } | Op::Irecv { buf, .. } | Op::Bcast { buf, .. } => vec![Some(buf)],
-            Op::Sendrecv { send, recv, .. } => vec![Some(send), Some(recv)],
-            Op::Barrier => vec![],
-            Op::Reduce { send, recv, .. } | Op::Gather { send, recv, .. } => vec![Some(send), recv.as_ref()],
-            Op::Scatter { send, recv, .. } => vec![send.as_ref(), Some(recv)],
+    /// The buffers of the operation as given (without allocating; `None` where there is none).
+    fn slots(&self) -> [Option<&Arc<Buffer>>; 2] {
+        match self {
+            Op::Send { buf, .. } | Op::Recv { buf, .. } | Op::Isend { buf, .. } | Op::Irecv { buf, .. } | Op::Bcast { buf, .. } => [Some(buf), None],
+            Op::Sendrecv { send, recv, .. } => [Some(send), Some(recv)],
+            Op::Barrier => [None, None],
+            Op::Reduce { send, recv, .. } | Op::Gather { send, recv, .. } => [Some(send), recv.as_ref()],
+            Op::Scatter { send, recv, .. } => [send.as_ref(), Some(recv)],
             Op::Allreduce { send, recv, .. }
             | Op::Allgather { send, recv }
             | Op::Allgatherv { send, recv, .. }
             | Op::ReduceScatter { send, recv, .. }
-            | Op::Alltoall { send, recv } => vec![Some(send), Some(recv)],
-        };
-        v.into_iter().flatten().cloned().collect()
+            | Op::Alltoall { send, recv } => [Some(send), Some(recv)],
+        }
+    }
+
+    /// The buffers this rank's part of the operation reads or writes.
+    pub fn buffers(&self) -> Vec<Arc<Buffer>> {
+        self.slots().into_iter().flatten().cloned().collect()
     }
 
     /// Whether the operation is point-to-point.
@@ -99,27 +103,16 @@ impl Op {
         matches!(self, Op::Send { .. } | Op::Recv { .. } | Op::Isend { .. } | Op::Irecv { .. } | Op::Sendrecv { .. })
     }
 
-    /// Whether any of this rank's significant buffers is device (or managed) memory.
+    /// Whether any of this rank's significant buffers is device (or managed) memory (a
+    /// non-root's receive buffer of reduce and gather, send buffer of scatter, is not).
     pub fn on_device(&self, c: &Communicator) -> bool {
-        let root = |r: i32| c.rank() == r;
-        let sig: Vec<&Arc<Buffer>> = match self {
-            Op::Reduce { send, recv, root: r, .. } | Op::Gather { send, recv, root: r } => {
-                let mut v = vec![send];
-                if root(*r) {
-                    v.extend(recv.as_ref());
-                }
-                v
-            }
-            Op::Scatter { send, recv, root: r } => {
-                let mut v = vec![recv];
-                if root(*r) {
-                    v.extend(send.as_ref());
-                }
-                v
-            }
-            _ => return self.buffers().iter().any(|b| !b.is_host()),
+        let [a, b] = self.slots();
+        let (a, b) = match self {
+            Op::Reduce { root, .. } | Op::Gather { root, .. } if c.rank() != *root => (a, None),
+            Op::Scatter { root, .. } if c.rank() != *root => (None, b),
+            _ => (a, b),
         };
-        sig.iter().any(|b| !b.is_host())
+        a.is_some_and(|x| !x.is_host()) || b.is_some_and(|x| !x.is_host())
     }
 
     /// This rank's own validation of the arguments (no communication): what the call returns at
@@ -189,7 +182,7 @@ impl Op {
     /// Whether this operation, with device memory, goes to NCCL (which orders it on its stream
     /// itself) rather than to an MPI or IPC path.
     fn nccl_native(&self, c: &Communicator) -> bool {
-        c.backend() == crate::types::BackendKind::GPUWIRE_BACKEND_NCCL && self.buffers().iter().all(|b| !b.is_host())
+        c.backend() == crate::types::BackendKind::GPUWIRE_BACKEND_NCCL && self.slots().into_iter().flatten().all(|b| !b.is_host())
     }
 }
 

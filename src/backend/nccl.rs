@@ -5,14 +5,17 @@
 //!   says so.
 //! - Bootstrap: rank 0 makes the unique id, MPI broadcasts it, every rank joins with its device.
 //!   Split and dup communicators bootstrap their own NCCL communicator the same way over their
-//!   MPI communicator. With NCCL >= 2.18 the NCCL communicator is nonblocking
-//!   (ncclCommInitRankConfig, `blocking = 0`), its initialization polled
-//!   (ncclCommGetAsyncError) up to a deadline ([`init_timeout`]: 60 s by default) and aborted
-//!   there (ncclCommAbort), so that a peer that never joins or a misconfigured network cannot
-//!   hang communicator creation; `backend::setup` makes every rank learn of any rank's failure
-//!   (NCCL requested: the error on every rank; AUTO: every rank falls back). Older NCCL: the
-//!   blocking ncclCommInitRank, without a deadline. A call on a nonblocking communicator that
-//!   returns ncclInProgress is waited for (`settle`) as a blocking communicator waits inside it.
+//!   MPI communicator. The initialization has a deadline ([`init_timeout`]: 60 s by default),
+//!   so that a peer that never joins or a misconfigured network cannot hang communicator
+//!   creation; `backend::setup` makes every rank learn of any rank's failure (NCCL requested:
+//!   the error on every rank; AUTO: every rank falls back). By default the communicator is a
+//!   blocking one (ncclCommInitRank, on a thread of its own that the caller waits for up to the
+//!   deadline; at the deadline that thread is left behind, and aborts the communicator should
+//!   the initialization ever end). With `GPUWIRE_NCCL_NONBLOCKING=1` (NCCL >= 2.18) it is a
+//!   nonblocking one (ncclCommInitRankConfig, `blocking = 0`; its initialization polled with
+//!   ncclCommGetAsyncError and aborted at the deadline): on the H200 (NCCL 2.28.3, 1 rank) every
+//!   launch of a group (send/recv pairs) then cost ~44 us more, waiting for ncclInProgress to
+//!   end (`settle`), so it is not the default.
 //! - Before NCCL is called, the ranks exchange their device UUIDs over MPI: two ranks on one GPU
 //!   (one UUID, whatever their host names say) make NCCL unusable (it refuses them); a requested
 //!   NCCL backend then fails on every rank with the same message naming the ranks and the
@@ -390,15 +393,14 @@ impl NcclState {
             unsafe { sys::MPI_Bcast(id.internal.as_mut_ptr().cast(), 128, sys::RSMPI_UINT8_T, 0, c.raw()) },
             "MPI_Bcast (NCCL unique id)",
         )?;
-        let mut comm: NcclComm = std::ptr::null_mut();
-        let nonblocking = api.comm_init_rank_config.is_some();
-        if let Some(init) = api.comm_init_rank_config {
+        let comm: NcclComm;
+        let nonblocking = api.comm_init_rank_config.is_some() && nonblocking_requested();
+        if let (true, Some(init)) = (nonblocking, api.comm_init_rank_config) {
             crate::trace!("nccl: ncclCommInitRankConfig (nonblocking) rank {} of {} on device {device}, deadline {timeout:?}", c.rank(), c.size());
             comm = init_nonblocking(api, init, c.size(), id, c.rank(), timeout)?;
         } else {
-            crate::trace!("nccl: ncclCommInitRank rank {} of {} on device {device} (NCCL < 2.18: no deadline)", c.rank(), c.size());
-            // SAFETY: every rank calls with the same id; collective.
-            check(api, std::ptr::null_mut(), unsafe { (api.comm_init_rank)(&mut comm, c.size(), id, c.rank()) }, "ncclCommInitRank")?;
+            crate::trace!("nccl: ncclCommInitRank rank {} of {} on device {device}, deadline {timeout:?}", c.rank(), c.size());
+            comm = init_bounded(api, device, c.size(), id, c.rank(), timeout)?;
         }
         Ok(NcclState { comm: Mutex::new(comm), device, nonblocking, open: Mutex::new(None), maybe_open: std::sync::atomic::AtomicBool::new(false) })
     }
@@ -538,6 +540,43 @@ fn parse_init_timeout(v: &str) -> Result<Option<Duration>> {
             let shown: String = v.chars().take(64).collect();
             Err(Error::InvalidArgument(format!("environment variable GPUWIRE_NCCL_INIT_TIMEOUT={shown:?} is not valid: expected {TIMEOUT_FORMS}")))
         }
+    }
+}
+
+/// Whether `GPUWIRE_NCCL_NONBLOCKING=1`: NCCL communicators are made nonblocking (module doc).
+fn nonblocking_requested() -> bool {
+    std::env::var("GPUWIRE_NCCL_NONBLOCKING").ok().and_then(|v| crate::config::parse_bool(&v)).unwrap_or(false)
+}
+
+/// The blocking ncclCommInitRank on a thread of its own (in `device`'s context), waited for up
+/// to `timeout`. At the deadline TIMEOUT is returned and the thread left behind: it cannot be
+/// interrupted inside NCCL; should the initialization end after all, it aborts what it made.
+fn init_bounded(api: &'static Api, device: i32, size: i32, id: UniqueId, rank: i32, timeout: Option<Duration>) -> Result<NcclComm> {
+    let init = move || -> Result<usize> {
+        let _g = CtxGuard::enter(device)?;
+        let mut comm: NcclComm = std::ptr::null_mut();
+        // SAFETY: every rank calls with the same id; collective.
+        check(api, std::ptr::null_mut(), unsafe { (api.comm_init_rank)(&mut comm, size, id, rank) }, "ncclCommInitRank")?;
+        Ok(comm as usize)
+    };
+    let Some(t) = timeout else { return init().map(|c| c as NcclComm) };
+    let (tx, rx) = std::sync::mpsc::channel::<Result<usize>>();
+    std::thread::Builder::new()
+        .name("gpuwire-nccl-init".into())
+        .spawn(move || {
+            if let Err(std::sync::mpsc::SendError(Ok(late))) = tx.send(init()) {
+                // Nobody waits any more (the deadline passed): the communicator is not used.
+                // SAFETY: a communicator of ours, never handed out.
+                unsafe { (api.comm_abort)(late as NcclComm) };
+            }
+        })
+        .map_err(|e| Error::Internal(format!("could not start the NCCL initialization thread: {e}")))?;
+    match rx.recv_timeout(t) {
+        Ok(r) => r.map(|c| c as NcclComm),
+        Err(_) => Err(Error::Timeout(format!(
+            "creating the NCCL communicator did not complete within {:.3} s (a rank that never joined, or a misconfigured NCCL network?); it was given up (GPUWIRE_NCCL_INIT_TIMEOUT sets this deadline; 0 = none)",
+            t.as_secs_f64()
+        ))),
     }
 }
 
