@@ -825,7 +825,8 @@ private:
  * the group ends. end() throws the first error of the group's operations; the destructor
  * ignores it (call end() to see it). The group ends also while an exception unwinds the stack,
  * so the thread is never left inside a group; that end waits for the host operations already
- * issued, as gpuwire_group_end does.
+ * issued, as gpuwire_group_end does. The operations run at the end: declare the memory they use
+ * before the guard, so that it outlives it (destructors run in reverse order).
  *
  *     { gpuwire::group g; c.send(top, up, 0); c.send(bottom, down, 1);
  *       c.recv(ghost_top, up, 1); c.recv(ghost_bottom, down, 0); g.end(); } */

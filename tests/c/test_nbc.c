@@ -10,7 +10,8 @@
  *   outstanding on the nonblocking ranks completed in reverse order.
  * - Under MPI_THREAD_MULTIPLE the call returns before the other ranks have called: ibarrier,
  *   iallreduce and ibcast on one rank, gpuwire_test says "not yet", then the others are
- *   released by a raw MPI message (a call that blocked instead would time out, not hang).
+ *   released by a raw MPI message (a call that blocked instead would time out, not hang). An
+ *   iallreduce no other rank joins times out (2 s) instead of hanging.
  * - Argument errors come from the call itself, the same as the blocking form's, with the
  *   request pointer and the receive buffer untouched (count and datatype mismatches, bad roots,
  *   NULL request, invalid handles, unknown and unsupported ops, negative and wrong counts); the
@@ -25,16 +26,18 @@
  *   (and to every other rank), an order that deadlocks without the group; nesting (only the
  *   outermost end starts); isend / irecv / sendrecv and collectives, blocking and nonblocking,
  *   in one group; a halo exchange ring in one group; an argument error inside a group;
- *   group_end without start; wait / test on a request of an unfinished group.
+ *   group_end without start; wait / test on a request of an unfinished group; group_end
+ *   returning its operations' first error; groups are per thread.
  *
- * Usage: mpirun -n P test_nbc P [funneled] [part]   (part: coll, many, mixed, early, args,
- * check, group; default all of these; or free, run only when named). "funneled" initializes MPI with MPI_THREAD_FUNNELED (operations
+ * Usage: mpirun -n P test_nbc P [funneled] [part]   (part: coll, many, mixed, early, timeout,
+ * args, check, group; default all of these; or free, run only when named). "funneled" initializes MPI with MPI_THREAD_FUNNELED (operations
  * then complete inside their call; the "early" part is skipped). Prints
  * "test_nbc: PASS (P ranks, ...)" from rank 0.
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include <mpi.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -631,6 +634,30 @@ static void returns_early(void)
     EXPECT_OK(gpuwire_comm_free(tc));
 }
 
+/* An iallreduce the other ranks never join: its wait (or, below MPI_THREAD_MULTIPLE, its call)
+ * returns TIMEOUT within the communicator's timeout of 2 s, never hangs. (That communicator is
+ * then broken on rank 0 and left to gpuwire_finalize.) */
+static void pending_timeout(void)
+{
+    if (size < 2)
+        return;
+    gpuwire_config cfg;
+    EXPECT_OK(gpuwire_config_init(&cfg));
+    cfg.timeout_seconds = 2.0;
+    gpuwire_comm tc = GPUWIRE_COMM_NULL;
+    EXPECT_OK(gpuwire_comm_world(&cfg, &tc));
+    if (rank == 0) {
+        gpuwire_buffer b = balloc(5, GPUWIRE_INT32);
+        gpuwire_request q = GPUWIRE_REQUEST_NULL;
+        double t0 = MPI_Wtime();
+        EXPECT_STATUS(call_then_wait(gpuwire_iallreduce(tc, b, b, GPUWIRE_SUM, NULL, &q), &q), GPUWIRE_ERROR_TIMEOUT);
+        double dt = MPI_Wtime() - t0;
+        EXPECT(dt >= 1.5 && dt < 30.0);
+        bfree(b);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
 /* ---- argument errors from the call itself ------------------------------------------------- */
 
 /* The nonblocking call fails with `code`, writes no request, and the blocking form with the
@@ -1012,6 +1039,54 @@ static void group_errors(gpuwire_comm c)
     bfree(s), bfree(r);
 }
 
+/* Groups are per thread: another thread's blocking allreduce (on its own communicator) while
+ * this thread is inside a group is not deferred into that group. */
+static gpuwire_comm thread_comm;
+static gpuwire_status thread_status = GPUWIRE_ERROR_INTERNAL;
+static int32_t thread_result = -1;
+
+static void *allreduce_thread(void *arg)
+{
+    (void)arg;
+    int32_t x = 1;
+    gpuwire_buffer b = GPUWIRE_BUFFER_NULL;
+    if (gpuwire_buffer_wrap(&x, 1, GPUWIRE_INT32, GPUWIRE_SPACE_HOST, &b) == GPUWIRE_SUCCESS) {
+        thread_status = gpuwire_allreduce(thread_comm, b, b, GPUWIRE_SUM, NULL);
+        thread_result = x;
+        (void)gpuwire_buffer_free(b);
+    }
+    return NULL;
+}
+
+static void group_per_thread(void)
+{
+    if (!multiple)
+        return;
+    EXPECT_OK(gpuwire_comm_dup(world, &thread_comm));
+    EXPECT_OK(gpuwire_group_start());
+    pthread_t t;
+    EXPECT(pthread_create(&t, NULL, allreduce_thread, NULL) == 0);
+    EXPECT(pthread_join(t, NULL) == 0);
+    EXPECT_OK(gpuwire_group_end());
+    EXPECT(thread_status == GPUWIRE_SUCCESS && thread_result == size);
+    EXPECT_OK(gpuwire_comm_free(thread_comm));
+}
+
+/* group_end returns the first error of the group's operations: a receive of 6 elements for a
+ * message of 5 (every rank), COUNT_MISMATCH, the receive buffer untouched. */
+static void group_first_error(gpuwire_comm c)
+{
+    gpuwire_buffer s5 = balloc(5, GPUWIRE_INT32), r6 = balloc(6, GPUWIRE_INT32);
+    memset(bptr(r6), FILL, 24);
+    EXPECT_OK(gpuwire_group_start());
+    EXPECT_OK(gpuwire_send(c, s5, next, 51, NULL));
+    EXPECT_OK(gpuwire_recv(c, r6, prev, 51, NULL));
+    EXPECT_STATUS(gpuwire_group_end(), GPUWIRE_ERROR_COUNT_MISMATCH);
+    EXPECT(all_bytes(bptr(r6), 24, FILL));
+    in_step(c, "after a group whose receive failed");
+    bfree(s5), bfree(r6);
+}
+
 static void groups(void)
 {
     /* A timeout: a group that deadlocks fails within it instead of hanging the test. */
@@ -1029,6 +1104,8 @@ static void groups(void)
     group_mixed(c);
     group_halo(c);
     group_errors(c);
+    group_first_error(c);
+    group_per_thread();
     /* A group on the world communicator (no timeout) too. */
     group_sends_then_recvs(world, 2, 1 << 20, 0);
     EXPECT_OK(gpuwire_comm_async_error(c));
@@ -1073,6 +1150,8 @@ int main(int argc, char **argv)
         mixed_forms();
     if (!*only || !strcmp(only, "early"))
         returns_early();
+    if (!*only || !strcmp(only, "timeout"))
+        pending_timeout();
     if (!*only || !strcmp(only, "args"))
         argument_errors();
     if (!*only || !strcmp(only, "check"))

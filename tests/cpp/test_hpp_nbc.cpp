@@ -209,9 +209,9 @@ static void test_groups(const gw::comm &world)
         EXPECT(ring_in[4] == (rank + size - 1) % size);
     }
     // An exception inside a group: the guard ends it while unwinding.
+    std::vector<int32_t> one(1, 1); // declared before the guard: it must outlive the group's end
     try {
         gw::group g;
-        std::vector<int32_t> one(1, 1);
         world.allreduce(gw::buffer::wrap(one), GPUWIRE_SUM);
         throw std::runtime_error("unwind");
     } catch (const std::runtime_error &) {
@@ -219,6 +219,7 @@ static void test_groups(const gw::comm &world)
     std::array<int32_t, 1> after{{1}};
     world.allreduce(gw::span<int32_t>(after), GPUWIRE_SUM); // outside any group: done on return
     EXPECT(after[0] == size);
+    EXPECT(one[0] == size); // the allreduce issued in the group ran at the guard's end
     // group_end without a start (the C function: the guard cannot do this).
     EXPECT(gpuwire_group_end() == GPUWIRE_ERROR_INVALID_ARGUMENT);
 }
