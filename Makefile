@@ -2,8 +2,10 @@
 #
 #   make demo    release build, then the C examples (examples-c/) on 2 ranks
 #   make test    everything CI runs (.ci/run), debug builds throughout:
-#                  1. cargo build; the committed include/gpuwire.h must be unchanged by it, and
-#                     gpuwire.f90, gpuwire.hpp and gpuwire.py must agree with it
+#                  1. cargo build; the committed include/gpuwire.h must be unchanged by it, and so
+#                     must the Fortran layers generated from it (include/gpuwire_*.inc: after a
+#                     change, `python3 scripts/gen-fortran.py` regenerates them); gpuwire.f90,
+#                     gpuwire.hpp and gpuwire.py must agree with it
 #                  2. cargo test (Rust unit and MPI tests, launcher mpirun)
 #                  3. C, C++, Fortran and Python tests and examples with Open MPI, 1-3 ranks
 #                  4. the same C, C++ and Fortran programs with -fsanitize=address,undefined
@@ -48,7 +50,7 @@ MPICH_ENV := MPICC=mpicc.mpich CARGO_TARGET_DIR=$(CARGO_TARGET_DIR)/mpich
 	test-install test-large clean
 
 help:
-	@sed -n '3,20s/^# \{0,1\}//p' Makefile
+	@sed -n '3,22s/^# \{0,1\}//p' Makefile
 
 deps:
 	@bash scripts/deps.sh
@@ -121,6 +123,7 @@ test-header:
 	    echo "SKIP header check: not a git checkout, nothing to compare include/gpuwire.h with"; \
 	    if [ -n "$${CI:-}" ]; then echo "FAIL CI must run from a git checkout"; exit 1; fi; \
 	fi
+	python3 scripts/gen-fortran.py --check
 
 # 1b. The Fortran module, the C++ header and the Python module agree with the C header (names,
 # argument counts and kinds, constants, the config struct); the checker catches mismatches.
