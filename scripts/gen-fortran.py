@@ -597,6 +597,8 @@ def gen_test_inc():
     out += [f"    call test_kind_{k}()" for k, _, _, _ in KINDS]
     out.append("  end subroutine test_every_kind")
     for k, ftype, dt, cls in KINDS:
+        kind = ftype[ftype.index("(") + 1 : -1]
+        cv = {"i": "int({}, " + kind + ")", "r": "real({}, " + kind + ")", "c": "cmplx({}, kind=" + kind + ")"}[cls].format
         arrays = [f"r{r}(" + ", ".join(["1"] * (r - 1) + ["2"]) + ")" for r in range(1, MAX_RANK + 1)]
         t = [
             "",
@@ -623,55 +625,67 @@ def gen_test_inc():
             t += [f"    call gpuwire_buffer_wrap(r{r}, b)", f"    call check_buffer(b, 2_int64, {dt}, c_loc(r{r}), what // ' rank {r}')"]
         t += [
             "    ! Blocking copies: a scalar, and an array section with stride -1.",
-            "    s = 3",
+            f"    s = {cv('3')}",
             f"    call gpuwire_buffer_alloc(1, {dt}, GPUWIRE_SPACE_HOST, -1, b)",
             "    call gpuwire_buffer_copy_from_host(b, s)",
-            "    s2 = 0",
+            f"    s2 = {cv('0')}",
             "    call gpuwire_buffer_copy_to_host(b, s2)",
             "    call expect(s2 == 3, what // ': copy of a scalar in and out')",
             "    call gpuwire_buffer_free(b)",
-            "    a = [(i, i = 1, 3)]",
+            f"    a = [({cv('i')}, i = 1, 3)]",
             f"    call gpuwire_buffer_alloc(3, {dt}, GPUWIRE_SPACE_HOST, -1, b)",
             "    call gpuwire_buffer_copy_from_host(b, a(3:1:-1))",
-            "    a2 = 0",
+            f"    a2 = {cv('0')}",
             "    call gpuwire_buffer_copy_to_host(b, a2)",
             "    call expect(all(a2 == [3, 2, 1]), what // ': copies through a reversed section')",
             "    call gpuwire_buffer_free(b)",
             "    ! allreduce of a scalar and of an array; bcast of a scalar and of an array.",
-            "    s = rank + 1",
-            "    s2 = -1",
+            f"    s = {cv('rank + 1')}",
+            f"    s2 = {cv('-1')}",
             "    call gpuwire_allreduce(world, s, s2, GPUWIRE_SUM)",
             "    call expect(s2 == nranks * (nranks + 1) / 2, what // ': scalar allreduce')",
-            "    a = [(rank + i, i = 1, 3)]",
-            "    a2 = -1",
-            "    call gpuwire_allreduce(world, a, a2, GPUWIRE_MAX, ierror=ierr)",
-            "    call expect_ok(ierr, what // ': array allreduce')",
-            "    call expect(all(a2 == [(nranks - 1 + i, i = 1, 3)]), what // ': array allreduce MAX')",
-            "    s = merge(7, 0, rank == nranks - 1)",
+            f"    a = [({cv('rank + i')}, i = 1, 3)]",
+            f"    a2 = {cv('-1')}",
+        ]
+        if cls in "ir":
+            t += [
+                "    call gpuwire_allreduce(world, a, a2, GPUWIRE_MAX, ierror=ierr)",
+                "    call expect_ok(ierr, what // ': array allreduce')",
+                "    call expect(all(a2 == [(nranks - 1 + i, i = 1, 3)]), what // ': array allreduce MAX')",
+            ]
+        else:  # complex numbers have no MAX
+            t += [
+                "    call gpuwire_allreduce(world, a, a2, GPUWIRE_SUM, ierror=ierr)",
+                "    call expect_ok(ierr, what // ': array allreduce')",
+                "    call expect(all(a2 == [(nranks * (nranks - 1) / 2 + nranks * i, i = 1, 3)]), &",
+                "      what // ': array allreduce SUM')",
+            ]
+        t += [
+            f"    s = {cv('merge(7, 0, rank == nranks - 1)')}",
             "    call gpuwire_bcast(world, s, nranks - 1)",
             "    call expect(s == 7, what // ': scalar bcast')",
-            "    a = merge(4, 0, rank == 0)",
+            f"    a = {cv('merge(4, 0, rank == 0)')}",
             "    call gpuwire_bcast(world, a, 0, ierror=ierr)",
             "    call expect(ierr == GPUWIRE_SUCCESS .and. all(a == 4), what // ': array bcast')",
             "    call gpuwire_allreduce(world, a, a2(1:2), GPUWIRE_SUM, ierror=ierr)",
             "    call expect(ierr /= GPUWIRE_SUCCESS, what // ': allreduce of 3 into 2 elements fails')",
             "    ! Distributed arrays: set_global, allgather, gather, fill, sum (and min, max, scale,",
             "    ! axpy, dot where the datatype has them).",
-            "    g = [(i, i = 1, n)]",
+            f"    g = [({cv('i')}, i = 1, n)]",
             f"    call gpuwire_darray_create(world, n, GPUWIRE_DECIDE, {dt}, GPUWIRE_SPACE_HOST, &",
             "      GPUWIRE_PARTITION_SCATTER, x)",
             f"    call gpuwire_darray_create(world, n, GPUWIRE_DECIDE, {dt}, GPUWIRE_SPACE_HOST, &",
             "      GPUWIRE_PARTITION_SCATTER, y)",
             "    call gpuwire_darray_set_global(x, g)",
-            "    out = 0",
+            f"    out = {cv('0')}",
             "    call gpuwire_darray_allgather(x, out)",
             "    call expect(all(out == g), what // ': darray set_global, allgather')",
-            "    out = 0",
+            f"    out = {cv('0')}",
             "    call gpuwire_darray_gather(x, out, 0)",
             "    if (rank == 0) call expect(all(out == g), what // ': darray gather')",
             "    call gpuwire_darray_sum(x, res)",
             "    call expect(res == n * (n + 1) / 2, what // ': darray sum')",
-            "    two = 2",
+            f"    two = {cv('2')}",
             "    call gpuwire_darray_fill(y, two)",
             "    call gpuwire_darray_sum(y, res)",
             "    call expect(res == 2 * n, what // ': darray fill')",
@@ -686,7 +700,7 @@ def gen_test_inc():
         if cls in "rc":
             t += [
                 "    call gpuwire_darray_scale(y, two)",
-                "    one = 1",
+                f"    one = {cv('1')}",
                 "    call gpuwire_darray_axpy(one, x, y)",
                 "    call gpuwire_darray_allgather(y, out)",
                 "    call expect(all(out == g + 4), what // ': darray scale, axpy')",
@@ -694,7 +708,7 @@ def gen_test_inc():
                 "    call expect(res == sum(g * g), what // ': darray dot')",
             ]
         else:
-            t.append("    one = 1")
+            t.append(f"    one = {cv('1')}")
             t.append("    call expect(one == 1, what)")
         t += ["    call gpuwire_darray_free(x)", "    call gpuwire_darray_free(y)", f"  end subroutine test_kind_{k}"]
         out += t
