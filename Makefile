@@ -131,6 +131,7 @@ test-bindings:
 	@echo "== 1b. bindings agree with include/gpuwire.h =="
 	python3 scripts/check-bindings.py
 	python3 scripts/check-bindings.py --self-test
+	python3 scripts/gen-fortran.py --self-test
 
 # 2. Rust unit tests and MPI integration tests (they launch ranks with $GPUWIRE_MPIEXEC).
 test-rust:

@@ -2,8 +2,9 @@
 """gen-fortran.py: generates the mechanical part of gpuwire's Fortran interface from
 include/gpuwire.h (which `cargo build` regenerates with cbindgen).
 
-Writes three files, included by the hand-written include/gpuwire.f90 (Fortran INCLUDE lines, so a
-program still compiles the one file gpuwire.f90):
+Writes three files included by the hand-written include/gpuwire.f90 (Fortran INCLUDE lines, so a
+program still compiles the one file gpuwire.f90), and the test of the per-type procedures
+(tests/fortran/test_kinds.inc, included by tests/fortran/test_fortran.f90):
 
   include/gpuwire_c.inc          modules gpuwire_types (every GPUWIRE_* constant, the handle
                                  types, gpuwire_config) and gpuwire_c (one bind(C) interface per
@@ -19,9 +20,10 @@ What the header cannot say is in the tables below: which pointer arguments are a
 optional, which are read and written (ARRAYS, OPTIONAL, INOUT), and the Fortran types that
 correspond to gpuwire's datatypes (KINDS).
 
-usage: scripts/gen-fortran.py            regenerate the three files (run after `cargo build`)
-       scripts/gen-fortran.py --check    exit 1, with a diff, if a committed file differs from
-                                         what the header generates (`make test` runs this)
+usage: scripts/gen-fortran.py              regenerate the files (run after `cargo build`)
+       scripts/gen-fortran.py --check      exit 1, with a diff, if a committed file differs from
+                                           what the header generates (`make test` runs this)
+       scripts/gen-fortran.py --self-test  check that changes of the header change the output
 Python 3 standard library only.
 """
 
@@ -285,7 +287,9 @@ class Header:
         if m:
             self.int32_types.add(m.group(1))
             return
-        m = re.fullmatch(r"typedef uint64_t (\w+) ;", decl)
+        # A handle: a 64-bit integer, a struct of one 64-bit integer passed by value, or a
+        # pointer to an opaque struct (Vulkan's non-dispatchable handles on 64-bit machines).
+        m = re.fullmatch(r"typedef uint64_t (\w+) ;", decl) or re.fullmatch(r"typedef struct \w+ \* (\w+) ;", decl)
         if m:
             self.handles.append((m.group(1), doc))
             return
@@ -715,9 +719,11 @@ def gen_test_inc():
     return "\n".join(out) + "\n"
 
 
-def outputs(root):
-    with open(os.path.join(root, "include", "gpuwire.h"), encoding="utf-8") as fh:
-        h = Header(fh.read())
+def outputs(root, header_text=None):
+    if header_text is None:
+        with open(os.path.join(root, "include", "gpuwire.h"), encoding="utf-8") as fh:
+            header_text = fh.read()
+    h = Header(header_text)
     if not h.functions or not h.enums:
         raise SystemExit("gen-fortran.py: no function or enum found in include/gpuwire.h")
     return {
@@ -728,11 +734,59 @@ def outputs(root):
     }
 
 
+def self_test(root):
+    """Each change of the header must change the generated files where it should (so that the
+    --check of `make test` fails until they are regenerated)."""
+    with open(os.path.join(root, "include", "gpuwire.h"), encoding="utf-8") as fh:
+        h = fh.read()
+    base = outputs(root, h)
+    new_fn = "gpuwire_status gpuwire_init(void);"
+    mutations = [
+        ("a new function", h.replace(new_fn, new_fn + "\n\ngpuwire_status gpuwire_group_start(gpuwire_comm comm,\n                                  int64_t *count);"),
+         "function gpuwire_group_start(comm, count) bind(C, name=\"gpuwire_group_start\") result(st)"),
+        ("an argument's type changed", h.replace("gpuwire_status gpuwire_buffer_view(gpuwire_buffer buf,\n                                   int64_t offset,", "gpuwire_status gpuwire_buffer_view(gpuwire_buffer buf,\n                                   int32_t offset,"),
+         "integer(c_int32_t), value :: offset"),
+        ("an enumerator added", h.replace("GPUWIRE_BXOR = 7,", "GPUWIRE_BXOR = 7,\n  GPUWIRE_LAND = 8,"), "GPUWIRE_LAND = 8"),
+        ("a struct field added", h.replace("  int64_t chunk_bytes;\n} gpuwire_config;", "  int64_t chunk_bytes;\n  int32_t spare;\n} gpuwire_config;"), ":: spare"),
+        ("a handle type added", h.replace("typedef uint64_t gpuwire_request;", "typedef uint64_t gpuwire_request;\n\ntypedef uint64_t gpuwire_group;"), "type :: gpuwire_group"),
+    ]
+    # The same ABI written otherwise generates the same files.
+    same = [
+        ("a handle as a struct of one uint64_t", h.replace("typedef uint64_t gpuwire_comm;", "typedef struct gpuwire_comm {\n  uint64_t handle;\n} gpuwire_comm;")),
+        ("a handle as a pointer to an opaque struct", h.replace("typedef uint64_t gpuwire_comm;", "typedef struct gpuwire_comm_T *gpuwire_comm;")),
+    ]
+    failures = 0
+    for what, text in same:
+        if text == h:
+            print(f"self-test FAIL: the mutation '{what}' did not change the header (update the self-test)")
+            failures += 1
+        elif outputs(root, text) == base:
+            print(f"self-test PASS: {what} generates the same files")
+        else:
+            print(f"self-test FAIL: {what} generates other files")
+            failures += 1
+    for what, text, expect in mutations:
+        if text == h:
+            print(f"self-test FAIL: the mutation '{what}' did not change the header (update the self-test)")
+            failures += 1
+            continue
+        got = outputs(root, text)["include/gpuwire_c.inc"]
+        if got != base["include/gpuwire_c.inc"] and expect in got:
+            print(f"self-test PASS: {what} changes gpuwire_c.inc ('{expect}')")
+        else:
+            print(f"self-test FAIL: {what} does not show in gpuwire_c.inc as '{expect}'")
+            failures += 1
+    return 1 if failures else 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--root", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     ap.add_argument("--check", action="store_true", help="compare with the committed files instead of writing")
+    ap.add_argument("--self-test", action="store_true", help="check that header changes change the output")
     args = ap.parse_args()
+    if args.self_test:
+        return self_test(args.root)
     stale = 0
     for rel, text in outputs(args.root).items():
         path = os.path.join(args.root, rel)
