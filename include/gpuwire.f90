@@ -71,12 +71,14 @@
 !     and out by the compiler around the call, which is correct for a blocking copy. The array
 !     must have the buffer's datatype and element count (GPUWIRE_ERROR_DTYPE_MISMATCH,
 !     GPUWIRE_ERROR_COUNT_MISMATCH otherwise; the array is then left unchanged).
-!   - gpuwire_allreduce(comm, sendbuf, recvbuf, op) and gpuwire_bcast(comm, buffer, root) also
+!   - gpuwire_allreduce(comm, sendbuf, recvbuf, op), gpuwire_reduce(comm, sendbuf, recvbuf, op,
+!     root), gpuwire_allgather(comm, sendbuf, recvbuf) and gpuwire_bcast(comm, buffer, root) also
 !     take Fortran variables of these types, scalars or arrays (host memory; any array, as for
 !     the blocking copies): a scalar allreduce is `call gpuwire_allreduce(comm, mine, total,
-!     GPUWIRE_SUM)`, as MPI_Allreduce with a count of 1. The variables become buffers for the
-!     call only. In place (one variable for both) goes through a buffer: wrap it, then
-!     gpuwire_allreduce(comm, buf, buf, op).
+!     GPUWIRE_SUM)`, as MPI_Allreduce with a count of 1, and `call gpuwire_allreduce(comm,
+!     GPUWIRE_IN_PLACE, x, GPUWIRE_SUM)` reduces x in place, as MPI_IN_PLACE. The variables
+!     become buffers for the call only. reduce's recvbuf is used at the root only (other ranks
+!     may pass any variable of the type).
 !   - Device memory (CUDA Fortran, OpenACC, cudaMalloc) enters through the type(c_ptr) forms of
 !     gpuwire_buffer_wrap and of the copies.
 !
@@ -432,6 +434,14 @@ module gpuwire
     first_address, wrap_address, copy_host, host_collective, darray_host, darray_scalar, &
     darray_shape
 
+  ! MPI_IN_PLACE's counterpart for the collectives on Fortran variables:
+  ! gpuwire_allreduce(comm, GPUWIRE_IN_PLACE, x, op) reduces x in place.
+  type :: gpuwire_in_place_marker
+    private
+    integer :: collective = 2 ! host_collective's code of an allreduce in place
+  end type gpuwire_in_place_marker
+  type(gpuwire_in_place_marker), parameter :: GPUWIRE_IN_PLACE = gpuwire_in_place_marker(2)
+
   ! The forms of the generics above for each Fortran type (arrays and scalars), generated from
   ! one template each by scripts/gen-fortran.py.
   include 'gpuwire_generics.inc'
@@ -599,50 +609,64 @@ contains
     if (size(a) > 0) p = c_loc(a)
   end function first_address
 
-  ! The forms on Fortran variables of allreduce (which = 1: `arg` is the op) and bcast (2: `arg`
-  ! is the root, one variable at ps = pr): the variables become host buffers for the call. If
-  ! that fails, the collective is still called, with NULL buffers, so that it fails on this rank
-  ! as a bad argument would (in checking mode on the other ranks too) instead of leaving them
-  ! waiting; the wrap's error is reported.
-  subroutine host_collective(which, comm, ps, ns, pr, nr, dtype, arg, stream, ierror)
+  ! The forms on Fortran variables of the collectives (which: 1 allreduce, 2 allreduce in place
+  ! (ps = pr), 3 reduce, 4 allgather, 5 bcast (ps = pr); `op`, `root` where the collective has
+  ! them): the variables become host buffers for the call (the receive buffer of a reduce at the
+  ! root only). If that fails, the collective is still called, with NULL buffers, so that it
+  ! fails on this rank as a bad argument would (in checking mode on the other ranks too) instead
+  ! of leaving them waiting; the wrap's error is reported.
+  subroutine host_collective(which, comm, ps, ns, pr, nr, dtype, op, root, stream, ierror)
     use gpuwire_c, only: c_wrap => gpuwire_buffer_wrap, c_free => gpuwire_buffer_free, &
-      c_allreduce => gpuwire_allreduce, c_bcast => gpuwire_bcast
+      c_rank => gpuwire_comm_rank, c_allreduce => gpuwire_allreduce, c_reduce => gpuwire_reduce, &
+      c_allgather => gpuwire_allgather, c_bcast => gpuwire_bcast
     integer, intent(in) :: which
     type(gpuwire_comm), intent(in) :: comm
     type(c_ptr), intent(in) :: ps, pr
     integer(int64), intent(in) :: ns, nr
     integer(c_int32_t), intent(in) :: dtype
-    integer, intent(in) :: arg
+    integer, intent(in) :: op, root
     type(c_ptr), intent(in), optional :: stream
     integer, intent(out), optional :: ierror
     character(len=:), allocatable :: name
     integer(gpuwire_handle_kind) :: sb, rb
+    integer(c_int32_t) :: me
     integer(c_int) :: st, wst, fst
-    if (which == 1) then
-      name = 'gpuwire_allreduce'
-    else
-      name = 'gpuwire_bcast'
-    end if
+    logical :: two
+    select case (which)
+    case (1, 2); name = 'gpuwire_allreduce'
+    case (3); name = 'gpuwire_reduce'
+    case (4); name = 'gpuwire_allgather'
+    case default; name = 'gpuwire_bcast'
+    end select
     sb = 0
     rb = 0
     wst = c_wrap(ps, ns, dtype, GPUWIRE_SPACE_HOST, sb)
-    if (wst == GPUWIRE_SUCCESS .and. which == 1) wst = c_wrap(pr, nr, dtype, GPUWIRE_SPACE_HOST, rb)
+    two = which == 1 .or. which == 4
+    if (which == 3) then ! the receive buffer is significant at the root only
+      if (wst == GPUWIRE_SUCCESS) wst = c_rank(comm%handle, me)
+      two = wst == GPUWIRE_SUCCESS .and. me == root
+    end if
+    if (wst == GPUWIRE_SUCCESS .and. two) wst = c_wrap(pr, nr, dtype, GPUWIRE_SPACE_HOST, rb)
     if (wst /= GPUWIRE_SUCCESS) then
       if (sb /= 0) fst = c_free(sb)
       sb = 0
       rb = 0
+    else if (which == 2 .or. which == 5) then
+      rb = sb
     end if
-    if (which == 1) then
-      st = c_allreduce(comm%handle, sb, rb, int(arg, c_int32_t), stream_or_null(stream))
-    else
-      st = c_bcast(comm%handle, sb, int(arg, c_int32_t), stream_or_null(stream))
-    end if
+    select case (which)
+    case (1, 2); st = c_allreduce(comm%handle, sb, rb, int(op, c_int32_t), stream_or_null(stream))
+    case (3); st = c_reduce(comm%handle, sb, rb, int(op, c_int32_t), int(root, c_int32_t), &
+      stream_or_null(stream))
+    case (4); st = c_allgather(comm%handle, sb, rb, stream_or_null(stream))
+    case default; st = c_bcast(comm%handle, sb, int(root, c_int32_t), stream_or_null(stream))
+    end select
     if (wst /= GPUWIRE_SUCCESS) then
       call finish(wst, name, ierror)
       return
     end if
     fst = c_free(sb)
-    if (rb /= 0) fst = c_free(rb)
+    if (rb /= 0 .and. rb /= sb) fst = c_free(rb)
     call finish(st, name, ierror)
   end subroutine host_collective
 

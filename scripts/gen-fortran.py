@@ -131,7 +131,64 @@ TEMPLATES = [
         + OPT,
         body=[
             "call host_collective(1, comm, first_address(sendbuf), size(sendbuf, kind=int64), &",
-            "  first_address(recvbuf), size(recvbuf, kind=int64), {DT}, op, stream, ierror)",
+            "  first_address(recvbuf), size(recvbuf, kind=int64), {DT}, op, 0, stream, ierror)",
+        ],
+    ),
+    dict(
+        generic="gpuwire_allreduce",
+        comment="allreduce(comm, GPUWIRE_IN_PLACE, buffer, op [, stream] [, ierror]): in place, as "
+        "MPI_IN_PLACE",
+        name="allreduce_in_place_{k}",
+        kinds="irc",
+        args="comm, sendbuf, recvbuf, op, stream, ierror",
+        decls=[
+            "type(gpuwire_comm), intent(in) :: comm",
+            "type(gpuwire_in_place_marker), intent(in) :: sendbuf",
+            "{T}, contiguous, target, intent(inout) :: recvbuf(..)",
+            "integer, intent(in) :: op",
+        ]
+        + OPT,
+        body=[
+            "call host_collective(sendbuf%collective, comm, first_address(recvbuf), &",
+            "  size(recvbuf, kind=int64), first_address(recvbuf), size(recvbuf, kind=int64), {DT}, op, &",
+            "  0, stream, ierror)",
+        ],
+    ),
+    dict(
+        generic="gpuwire_reduce",
+        comment="reduce(comm, sendbuf, recvbuf, op, root [, stream] [, ierror]) on Fortran variables "
+        "(recvbuf is used at the root only: other ranks may pass any variable of the type)",
+        name="reduce_{k}",
+        kinds="irc",
+        args="comm, sendbuf, recvbuf, op, root, stream, ierror",
+        decls=[
+            "type(gpuwire_comm), intent(in) :: comm",
+            "{T}, contiguous, target, intent(in) :: sendbuf(..)",
+            "{T}, contiguous, target, intent(inout) :: recvbuf(..)",
+            "integer, intent(in) :: op, root",
+        ]
+        + OPT,
+        body=[
+            "call host_collective(3, comm, first_address(sendbuf), size(sendbuf, kind=int64), &",
+            "  first_address(recvbuf), size(recvbuf, kind=int64), {DT}, op, root, stream, ierror)",
+        ],
+    ),
+    dict(
+        generic="gpuwire_allgather",
+        comment="allgather(comm, sendbuf, recvbuf [, stream] [, ierror]) on Fortran variables: "
+        "recvbuf holds every rank's sendbuf, in rank order",
+        name="allgather_{k}",
+        kinds="irc",
+        args="comm, sendbuf, recvbuf, stream, ierror",
+        decls=[
+            "type(gpuwire_comm), intent(in) :: comm",
+            "{T}, contiguous, target, intent(in) :: sendbuf(..)",
+            "{T}, contiguous, target, intent(inout) :: recvbuf(..)",
+        ]
+        + OPT,
+        body=[
+            "call host_collective(4, comm, first_address(sendbuf), size(sendbuf, kind=int64), &",
+            "  first_address(recvbuf), size(recvbuf, kind=int64), {DT}, 0, 0, stream, ierror)",
         ],
     ),
     dict(
@@ -143,8 +200,8 @@ TEMPLATES = [
         args="comm, buffer, root, stream, ierror",
         decls=["type(gpuwire_comm), intent(in) :: comm", "{T}, contiguous, target, intent(inout) :: buffer(..)", "integer, intent(in) :: root"] + OPT,
         body=[
-            "call host_collective(2, comm, first_address(buffer), size(buffer, kind=int64), &",
-            "  first_address(buffer), size(buffer, kind=int64), {DT}, root, stream, ierror)",
+            "call host_collective(5, comm, first_address(buffer), size(buffer, kind=int64), &",
+            "  first_address(buffer), size(buffer, kind=int64), {DT}, 0, root, stream, ierror)",
         ],
     ),
     dict(
@@ -360,8 +417,8 @@ def c_to_fortran(func, ctype, name, h):
         return "type(c_ptr), value", {"c_ptr"}, set()
     if base == "void" and stars == 2:
         return "type(c_ptr), intent(out)", {"c_ptr"}, set()
-    if base == "char" and stars == 1:
-        return "character(kind=c_char), intent(out)", {"c_char"}, set()
+    if base == "char" and stars == 1:  # a string: a NUL-terminated input, or a buffer to fill
+        return f"character(kind=c_char), intent({'in' if const else 'out'})", {"c_char"}, set()
     if base in handles:
         spec, names, extra = "integer(gpuwire_handle_kind)", set(), {"gpuwire_handle_kind"}
     elif base in structs:
@@ -369,7 +426,10 @@ def c_to_fortran(func, ctype, name, h):
     elif base in h.int32_types:
         spec, names, extra = "integer(c_int32_t)", {"c_int32_t"}, set()
     else:
-        scalar = {"int64_t": "c_int64_t", "size_t": "c_size_t", "double": "c_double", "float": "c_float"}.get(base)
+        # Fortran has no unsigned integers: uint64_t and uint32_t pass as the signed type of the
+        # same size (the same ABI).
+        scalar = {"int64_t": "c_int64_t", "uint64_t": "c_int64_t", "uint32_t": "c_int32_t", "size_t": "c_size_t",
+                  "double": "c_double", "float": "c_float"}.get(base)
         if scalar is None:
             raise SystemExit(f"gen-fortran.py: {func}: cannot map the C type '{ctype}' (teach c_to_fortran)")
         spec = ("real" if base in ("double", "float") else "integer") + f"({scalar})"
@@ -515,13 +575,14 @@ def instances():
             for rank in range(0, MAX_RANK + 1) if t.get("ranks") else [None]:
                 fields = dict(k=k, T=ftype, DT=dt, rank=rank)
                 if rank is not None:
-                    fields["dims"] = "" if rank == 0 else "(" + ", ".join([":"] * rank) + ")"
+                    fields["dims"] = "" if rank == 0 else "(" + ",".join([":"] * rank) + ")"
                     fields["contiguous"] = "" if rank == 0 else ", contiguous"
                     fields["count"] = "1_int64" if rank == 0 else "size(array, kind=int64)"
                 name = t["name"].format(**fields)
                 lines = [f"  subroutine {name}({t['args']})"]
                 lines += ["    " + d.format(**fields) for d in t["decls"]]
-                lines += ["    " + b.format(**fields) for b in t["body"]]
+                body = " ".join(b.format(**fields).rstrip("&").strip() for b in t["body"])  # one statement
+                lines.append("    " + body)
                 lines.append(f"  end subroutine {name}")
                 found.append((t, name, lines))
     return found
@@ -614,6 +675,7 @@ def gen_test_inc():
         ]
         t += continued(f"    {ftype}, target :: ", arrays, 0, 6)
         t += [
+            f"    {ftype}, allocatable, target :: every(:)",
             "    type(gpuwire_buffer) :: b",
             "    type(gpuwire_darray) :: x, y",
             "    integer(int64) :: bytes",
@@ -673,6 +735,26 @@ def gen_test_inc():
             "    call expect(ierr == GPUWIRE_SUCCESS .and. all(a == 4), what // ': array bcast')",
             "    call gpuwire_allreduce(world, a, a2(1:2), GPUWIRE_SUM, ierror=ierr)",
             "    call expect(ierr /= GPUWIRE_SUCCESS, what // ': allreduce of 3 into 2 elements fails')",
+            "    ! In place (GPUWIRE_IN_PLACE), reduce to the last rank, allgather of a scalar.",
+            f"    s = {cv('rank + 1')}",
+            "    call gpuwire_allreduce(world, GPUWIRE_IN_PLACE, s, GPUWIRE_SUM)",
+            "    call expect(s == nranks * (nranks + 1) / 2, what // ': scalar allreduce in place')",
+            f"    a = [({cv('rank + i')}, i = 1, 3)]",
+            "    call gpuwire_allreduce(world, GPUWIRE_IN_PLACE, a, GPUWIRE_SUM)",
+            "    call expect(all(a == [(nranks * (nranks - 1) / 2 + nranks * i, i = 1, 3)]), &",
+            "      what // ': array allreduce in place')",
+            f"    s = {cv('rank + 1')}",
+            f"    s2 = {cv('-1')}",
+            "    call gpuwire_reduce(world, s, s2, GPUWIRE_SUM, nranks - 1)",
+            "    if (rank == nranks - 1) then",
+            "      call expect(s2 == nranks * (nranks + 1) / 2, what // ': scalar reduce at the root')",
+            "    else",
+            "      call expect(s2 == -1, what // ': reduce leaves recvbuf alone on other ranks')",
+            "    end if",
+            "    allocate (every(nranks))",
+            f"    every = {cv('0')}",
+            "    call gpuwire_allgather(world, s, every)",
+            "    call expect(all(every == [(i, i = 1, nranks)]), what // ': scalar allgather')",
             "    ! Distributed arrays: set_global, allgather, gather, fill, sum (and min, max, scale,",
             "    ! axpy, dot where the datatype has them).",
             f"    g = [({cv('i')}, i = 1, n)]",
