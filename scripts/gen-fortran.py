@@ -97,7 +97,13 @@ TEMPLATES = [
             "integer, intent(in), optional :: space",
             "integer, intent(out), optional :: ierror",
         ],
-        body=["call wrap_address(first_address(array), {count}, {DT}, buf, space, ierror)"],
+        body=[
+            "if (associated(array)) then",
+            "  call wrap_address(first_address(array), {count}, {DT}, buf, space, ierror)",
+            "else ! a disassociated pointer: GPUWIRE_ERROR_NULL_ARGUMENT",
+            "  call wrap_address(c_null_ptr, 1_int64, {DT}, buf, space, ierror)",
+            "end if",
+        ],
     ),
     dict(
         generic="gpuwire_buffer_copy_from_host",
@@ -581,8 +587,14 @@ def instances():
                 name = t["name"].format(**fields)
                 lines = [f"  subroutine {name}({t['args']})"]
                 lines += ["    " + d.format(**fields) for d in t["decls"]]
-                body = " ".join(b.format(**fields).rstrip("&").strip() for b in t["body"])  # one statement
-                lines.append("    " + body)
+                stmt = ""
+                for b in t["body"]:  # statements: continuation lines joined, wrapped again below
+                    b = b.format(**fields)
+                    if b.endswith("&"):
+                        stmt += b.rstrip("&").strip() + " " if stmt else b.rstrip("&").rstrip() + " "
+                        continue
+                    lines.append("    " + (stmt + b.strip() if stmt else b))
+                    stmt = ""
                 lines.append(f"  end subroutine {name}")
                 found.append((t, name, lines))
     return found

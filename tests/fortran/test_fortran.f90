@@ -139,6 +139,8 @@ contains
     complex(real64), pointer, contiguous :: c64(:, :)
     complex(real64), target, allocatable :: c64_storage(:, :)
     real(real64), target :: empty(0)
+    real(real64), pointer, contiguous :: nothing(:)
+    real(real64), pointer :: nothing0
     type(gpuwire_buffer) :: b
     allocate (r32(7), c64_storage(3, 3))
     c64 => c64_storage(:, 2:3)
@@ -170,6 +172,13 @@ contains
     call gpuwire_buffer_wrap(c_loc(i32), -1, GPUWIRE_INT32, GPUWIRE_SPACE_AUTO, b, ierr)
     call expect_status(ierr, int(GPUWIRE_ERROR_INVALID_ARGUMENT), 'wrap with a negative count')
     call expect(b == GPUWIRE_BUFFER_NULL, 'a failed wrap leaves a NULL handle')
+    ! A disassociated pointer is an error, not a crash.
+    nullify (nothing, nothing0)
+    call gpuwire_buffer_wrap(nothing, b, ierror=ierr)
+    call expect_status(ierr, int(GPUWIRE_ERROR_NULL_ARGUMENT), 'wrap of a disassociated pointer')
+    call gpuwire_buffer_wrap(nothing0, b, ierror=ierr)
+    call expect_status(ierr, int(GPUWIRE_ERROR_NULL_ARGUMENT), 'wrap of a disassociated scalar')
+    call expect(b == GPUWIRE_BUFFER_NULL, 'a failed wrap of a pointer leaves a NULL handle')
     deallocate (r32, c64_storage)
   end subroutine test_wrap_every_type_and_rank
 
