@@ -558,6 +558,25 @@ def self_test(root):
     failures = 0
     mutations = [(w, mh, mf, mx, py, e) for w, mh, mf, mx, e in mutations]
     mutations.append(("a Python prototype changed", h, f, x, py.replace('"gpuwire_barrier": (_status, [_handle, c_void_p])', '"gpuwire_barrier": (_status, [_handle])'), "gpuwire_barrier"))
+    # The coverage check: a gcov summary in which one specific never ran, or is missing.
+    procs = fortran_procedures(f)
+    names = [(m, n) for m, ns in procs.items() for n in ns]
+    if len(names) < 100 or ("gpuwire", "wrap_r64_2") not in names:
+        print(f"self-test FAIL: fortran_procedures found {len(names)} procedures, wrap_r64_2 among them: {('gpuwire', 'wrap_r64_2') in names}")
+        failures += 1
+    else:
+        full = "".join(f"Function '__{m}_MOD_{n}'\nLines executed:100.00% of 3\n\n" for m, n in names)
+        for what, text, expect in [
+            ("every procedure run", full, None),
+            ("a specific never run", full.replace("__gpuwire_MOD_wrap_r64_2'\nLines executed:100.00%", "__gpuwire_MOD_wrap_r64_2'\nLines executed:0.00%"), "wrap_r64_2: no Fortran test runs it"),
+            ("a procedure missing from the coverage data", full.replace("Function '__gpuwire_MOD_copy_to_c32'", "Function '__other_MOD_copy_to_c32'"), "copy_to_c32: not in the coverage data"),
+        ]:
+            problems, _ = check_fortran_coverage(f, text)
+            if (expect is None and not problems) or (expect and any(expect in p for p in problems)):
+                print(f"self-test PASS: coverage, {what}: {'no problem' if expect is None else 'caught'}")
+            else:
+                print(f"self-test FAIL: coverage, {what}: {problems[:3]}")
+                failures += 1
     for what, mh, mf, mx, mpy, expect in mutations:
         if (mh, mf, mx, mpy) == (h, f, x, py):
             print(f"self-test FAIL: the mutation '{what}' did not change anything (update the self-test)")
