@@ -486,6 +486,8 @@ def gen_c_inc(h, header_name):
     for cname, doc, values in h.enums:
         out.append("")
         out += comment(f"{cname}: {first_sentence(doc)}.", 2)
+        if cname == "gpuwire_dtype":
+            out += comment("The Fortran types of module gpuwire's array and scalar forms: " + ", ".join(f"{t} {d}" for _, t, d, _ in KINDS) + ".", 2)
         kind = "integer(c_int)" if cname == "gpuwire_status" else "integer(c_int32_t)"
         for n, v in values:
             out.append(f"  {kind}, parameter, public :: {n} = {v}")
