@@ -2,8 +2,10 @@
 #
 #   make demo    release build, then the C examples (examples-c/) on 2 ranks
 #   make test    everything CI runs (.ci/run), debug builds throughout:
-#                  1. cargo build; the committed include/gpuwire.h must be unchanged by it, and
-#                     gpuwire.f90, gpuwire.hpp and gpuwire.py must agree with it
+#                  1. cargo build; the committed include/gpuwire.h must be unchanged by it, and so
+#                     must the Fortran layers generated from it (include/gpuwire_*.inc: after a
+#                     change, `python3 scripts/gen-fortran.py` regenerates them); gpuwire.f90,
+#                     gpuwire.hpp and gpuwire.py must agree with it
 #                  2. cargo test (Rust unit and MPI tests, launcher mpirun)
 #                  3. C, C++, Fortran and Python tests and examples with Open MPI, 1-3 ranks,
 #                     and C tests on 2 and 3 hosts simulated on this machine (scripts/multihost.sh)
@@ -49,7 +51,7 @@ MPICH_ENV := MPICC=mpicc.mpich CARGO_TARGET_DIR=$(CARGO_TARGET_DIR)/mpich
 	test-install test-large clean
 
 help:
-	@sed -n '3,21s/^# \{0,1\}//p' Makefile
+	@sed -n '3,23s/^# \{0,1\}//p' Makefile
 
 deps:
 	@bash scripts/deps.sh
@@ -122,6 +124,7 @@ test-header:
 	    echo "SKIP header check: not a git checkout, nothing to compare include/gpuwire.h with"; \
 	    if [ -n "$${CI:-}" ]; then echo "FAIL CI must run from a git checkout"; exit 1; fi; \
 	fi
+	python3 scripts/gen-fortran.py --check
 
 # 1b. The Fortran module, the C++ header and the Python module agree with the C header (names,
 # argument counts and kinds, constants, the config struct); the checker catches mismatches.
@@ -129,6 +132,7 @@ test-bindings:
 	@echo "== 1b. bindings agree with include/gpuwire.h =="
 	python3 scripts/check-bindings.py
 	python3 scripts/check-bindings.py --self-test
+	python3 scripts/gen-fortran.py --self-test
 
 # 2. Rust unit tests and MPI integration tests (they launch ranks with $GPUWIRE_MPIEXEC).
 test-rust:

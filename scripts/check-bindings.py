@@ -16,11 +16,15 @@ and, for the header's data:
      with the same value;
   7. every struct typedef (gpuwire_config) has a bind(C) derived type of the same name with the
      same fields, in the same order, of the same kinds.
+With --fortran-coverage (scripts/run-c-tests.sh, after running the Fortran tests on a build with
+--coverage): every procedure of modules gpuwire_types, gpuwire and gpuwire_f08 (each wrapper and
+each per-type specific) was run by a Fortran test.
 
 For a function missing from the Fortran module it prints the bind(C) interface to add.
 
 usage: scripts/check-bindings.py [--root DIR]     check the tree (default: this checkout)
        scripts/check-bindings.py --self-test      check that the checker catches mismatches
+       scripts/check-bindings.py --fortran-coverage GCOV_SUMMARY
 Exit status 0 when everything agrees, 1 otherwise.
 """
 
@@ -510,6 +514,16 @@ def read(path):
         return fh.read()
 
 
+def read_fortran(path):
+    """A Fortran source with its INCLUDE lines replaced by the files they name (gpuwire.f90
+    includes the layers scripts/gen-fortran.py generates)."""
+
+    def expand(m):
+        return read_fortran(os.path.join(os.path.dirname(path), m.group(2)))
+
+    return re.sub(r"^[ \t]*include[ \t]+(['\"])([^'\"]+)\1[ \t]*$", expand, read(path), flags=re.M | re.I)
+
+
 def fortran_uses_text(root):
     files = sorted(glob.glob(os.path.join(root, "tests/fortran/*.f90")) + glob.glob(os.path.join(root, "examples-fortran/*.f90")))
     return "\n".join(read(p) for p in files)
@@ -517,7 +531,7 @@ def fortran_uses_text(root):
 
 def self_test(root):
     """Each mutation of the real files must produce a problem naming the thing changed."""
-    h, f, x = read(root + "/include/gpuwire.h"), read(root + "/include/gpuwire.f90"), read(root + "/include/gpuwire.hpp")
+    h, f, x = read(root + "/include/gpuwire.h"), read_fortran(root + "/include/gpuwire.f90"), read(root + "/include/gpuwire.hpp")
     uses = fortran_uses_text(root)
     py = read(root + "/examples-python/gpuwire.py")
     base, _ = check(h, f, x, uses, py)
@@ -538,12 +552,31 @@ def self_test(root):
         ("a generic wrapper removed", h, f.replace("  interface gpuwire_bcast\n", "  interface gpuwire_bcast_old\n"), x, "gpuwire_bcast"),
         ("a constant's value changed", h, f.replace("GPUWIRE_MAX = 2", "GPUWIRE_MAX = 3"), x, "GPUWIRE_MAX"),
         ("a constant missing", h.replace("GPUWIRE_BXOR = 7,", "GPUWIRE_BXOR = 7,\n  GPUWIRE_LAND = 8,"), f, x, "GPUWIRE_LAND"),
-        ("config fields reordered", h, f.replace("    integer(c_int32_t) :: check ", "    integer(c_int32_t) :: chk "), x, "gpuwire_config"),
+        ("config fields reordered", h, f.replace("    integer(c_int32_t) :: check\n", "    integer(c_int32_t) :: chk\n"), x, "gpuwire_config"),
         ("a C++ wrapper missing", h, f, x.replace("(gpuwire_comm_local_size)", "(gpuwire_comm_local_sz)"), "gpuwire_comm_local_size"),
     ]
     failures = 0
     mutations = [(w, mh, mf, mx, py, e) for w, mh, mf, mx, e in mutations]
     mutations.append(("a Python prototype changed", h, f, x, py.replace('"gpuwire_barrier": (_status, [_handle, c_void_p])', '"gpuwire_barrier": (_status, [_handle])'), "gpuwire_barrier"))
+    # The coverage check: a gcov summary in which one specific never ran, or is missing.
+    procs = fortran_procedures(f)
+    names = [(m, n) for m, ns in procs.items() for n in ns]
+    if len(names) < 100 or ("gpuwire", "wrap_r64_2") not in names:
+        print(f"self-test FAIL: fortran_procedures found {len(names)} procedures, wrap_r64_2 among them: {('gpuwire', 'wrap_r64_2') in names}")
+        failures += 1
+    else:
+        full = "".join(f"Function '__{m}_MOD_{n}'\nLines executed:100.00% of 3\n\n" for m, n in names)
+        for what, text, expect in [
+            ("every procedure run", full, None),
+            ("a specific never run", full.replace("__gpuwire_MOD_wrap_r64_2'\nLines executed:100.00%", "__gpuwire_MOD_wrap_r64_2'\nLines executed:0.00%"), "wrap_r64_2: no Fortran test runs it"),
+            ("a procedure missing from the coverage data", full.replace("Function '__gpuwire_MOD_copy_to_c32'", "Function '__other_MOD_copy_to_c32'"), "copy_to_c32: not in the coverage data"),
+        ]:
+            problems, _ = check_fortran_coverage(f, text)
+            if (expect is None and not problems) or (expect and any(expect in p for p in problems)):
+                print(f"self-test PASS: coverage, {what}: {'no problem' if expect is None else 'caught'}")
+            else:
+                print(f"self-test FAIL: coverage, {what}: {problems[:3]}")
+                failures += 1
     for what, mh, mf, mx, mpy, expect in mutations:
         if (mh, mf, mx, mpy) == (h, f, x, py):
             print(f"self-test FAIL: the mutation '{what}' did not change anything (update the self-test)")
@@ -558,17 +591,75 @@ def self_test(root):
     return 1 if failures else 0
 
 
+FORTRAN_COVERED = ("gpuwire_types", "gpuwire", "gpuwire_f08")
+
+
+def fortran_procedures(fortran_text):
+    """{module: [procedure]} of the modules whose every procedure a Fortran test must run."""
+    procs = {}
+    module = None
+    depth = 0  # inside an interface block
+    for st in fortran_statements(fortran_text):
+        m = re.match(r"^module\s+(\w+)$", st)
+        if m:
+            module = m.group(1)
+            continue
+        if re.match(r"^end\s*module\b", st):
+            module = None
+            continue
+        if re.match(r"^(abstract\s+)?interface\b", st):
+            depth += 1
+        elif re.match(r"^end\s*interface\b", st):
+            depth -= 1
+        elif module in FORTRAN_COVERED and depth == 0:
+            m = re.match(r"^(?:(?:elemental|pure|recursive|impure|logical|integer|real|complex|character|type\(\w+\))\s+)*(?:subroutine|function)\s+(\w+)\s*\(", st)
+            if m:
+                procs.setdefault(module, []).append(m.group(1))
+    return procs
+
+
+def check_fortran_coverage(fortran_text, gcov_text):
+    """Problems: procedures of FORTRAN_COVERED that the gcov function summary (`gcov -f -n` of
+    the modules' .gcda files after the Fortran tests ran) shows as never executed, or lacks."""
+    executed = {}
+    for name, pct in re.findall(r"^Function '(\w+)'\s*\nLines executed:\s*([\d.]+)%", gcov_text, re.M):
+        executed[name] = executed.get(name, 0.0) + float(pct)
+    problems, total = [], 0
+    for module, names in fortran_procedures(fortran_text).items():
+        for n in names:
+            total += 1
+            key = f"__{module}_MOD_{n}"
+            if key not in executed:
+                problems.append(f"{module}::{n}: not in the coverage data (was the module built with --coverage?)")
+            elif executed[key] == 0:
+                problems.append(f"{module}::{n}: no Fortran test runs it")
+    return problems, total
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--root", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     ap.add_argument("--self-test", action="store_true")
+    ap.add_argument("--fortran-coverage", metavar="GCOV_SUMMARY",
+                    help="check that every procedure of modules gpuwire_types, gpuwire and gpuwire_f08 was run, "
+                    "from the output of `gcov -f -n gpuwire.gcda gpuwire_f08.gcda` after the Fortran tests")
     args = ap.parse_args()
     root = args.root
     if args.self_test:
         return self_test(root)
+    if args.fortran_coverage:
+        text = read_fortran(root + "/include/gpuwire.f90") + read(root + "/include/gpuwire_f08.f90")
+        problems, total = check_fortran_coverage(text, read(args.fortran_coverage))
+        for p in problems:
+            print("FAIL " + p)
+        if problems or not total:
+            print(f"check-bindings: {len(problems)} of {total} Fortran procedures not run by a test")
+            return 1
+        print(f"PASS the Fortran tests run all {total} procedures of gpuwire_types, gpuwire and gpuwire_f08")
+        return 0
     problems, summary = check(
         read(root + "/include/gpuwire.h"),
-        read(root + "/include/gpuwire.f90"),
+        read_fortran(root + "/include/gpuwire.f90"),
         read(root + "/include/gpuwire.hpp"),
         fortran_uses_text(root),
         read(root + "/examples-python/gpuwire.py"),

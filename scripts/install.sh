@@ -14,7 +14,8 @@
 #   LIBDIR/libgpuwire.a               the static library
 #   INCLUDEDIR/gpuwire.h gpuwire.hpp  C and C++ headers
 #   INCLUDEDIR/gpuwire.f90 gpuwire_f08.f90   Fortran module sources (compile them with your
-#                                     compiler: .mod files are compiler-specific)
+#                                     compiler: .mod files are compiler-specific), and the
+#                                     gpuwire_*.inc files gpuwire.f90 includes
 #   LIBDIR/pkgconfig/gpuwire.pc       pkg-config: Cflags, Libs with -rpath to LIBDIR; variables
 #                                     fortran_source, fortran_f08_source, python_path
 #   LIBDIR/pkgconfig/gpuwire-static.pc   the static library and the system libraries it needs
@@ -57,7 +58,7 @@ install -m 755 "$so" "$L/$real"
 [[ $soname == "$real" ]] || ln -sfn "$real" "$L/$soname"
 ln -sfn "$soname" "$L/libgpuwire.so"
 install -m 644 "$build/libgpuwire.a" "$L/libgpuwire.a"
-for h in gpuwire.h gpuwire.hpp gpuwire.f90 gpuwire_f08.f90; do
+for h in gpuwire.h gpuwire.hpp gpuwire.f90 gpuwire_f08.f90 gpuwire_c.inc gpuwire_generics.inc gpuwire_kinds.inc; do
     install -m 644 "$root/include/$h" "$I/$h"
 done
 sed "s|^_INSTALLED_LIBRARY = None$|_INSTALLED_LIBRARY = \"$libdir/$soname\"|" \

@@ -20,7 +20,9 @@
 # C: tests/c, examples-c. C++: tests/c/test_header.cpp, tests/cpp (gpuwire.hpp), examples-cpp.
 # Fortran: include/gpuwire.f90 and gpuwire_f08.f90 compiled with the MPI's Fortran wrapper, then
 # tests/fortran (including two programs that must not compile) and examples-fortran, whose
-# output must be the C examples' output. Python: examples-python/allreduce.py and darray.py, and
+# output must be the C examples' output; then (without --sanitize) a --coverage build of the
+# modules and tests, which must run every Fortran procedure (check-bindings.py
+# --fortran-coverage). Python: examples-python/allreduce.py and darray.py, and
 # tests/python/test_bindings.py, under the MPI launcher, with the python3 that
 # scripts/find-python.sh finds for this MPI.
 #
@@ -476,6 +478,37 @@ for n in 1 2 3; do
     same_output "darray_blockrow: Fortran output = C output ($n ranks)" "darray_blockrow -n $n" \
         "darray_blockrow (Fortran) -n $n"
 done
+
+# Every procedure of the Fortran modules (each wrapper, each per-type specific of the generated
+# gpuwire_kinds.inc) is run by a Fortran test: the modules and tests again with --coverage, the
+# tests run, gcov's function summary checked by check-bindings.py (not under the sanitizers).
+if [[ $sanitize -eq 0 ]]; then
+    cdir=$fdir/coverage
+    log=$logs/fortran-coverage.log
+    mkdir -p "$cdir"
+    rm -f "$cdir"/*.gcda
+    cov=(-std=f2018 -Wall -Wextra -Werror -g -O0 --coverage)
+    link=(-L"$libdir" -lgpuwire -Wl,-rpath,"$libdir")
+    if (cd "$cdir" && "$FC" "${cov[@]}" -c "$root/include/gpuwire.f90" "$root/include/gpuwire_f08.f90" \
+        && "$FC" "${cov[@]}" "${ftests[@]}" -I. "$root/tests/fortran/test_fortran.f90" gpuwire.o "${link[@]}" -o test_fortran \
+        && "$FC" "${cov[@]}" -I. "$root/tests/fortran/test_f08.f90" gpuwire.o gpuwire_f08.o "${link[@]}" -o test_f08 \
+        && "$FC" "${cov[@]}" -I. "$root/tests/fortran/error_stop.f90" gpuwire.o "${link[@]}" -o error_stop) > "$log" 2>&1 \
+        && timeout -k 10 "$timeout_s" "${launcher[@]}" 2 "$cdir/test_fortran" 2 >> "$log" 2>&1 \
+        && timeout -k 10 "$timeout_s" "${launcher[@]}" 2 "$cdir/test_f08" >> "$log" 2>&1; then
+        timeout -k 10 60 "${launcher[@]}" 1 "$cdir/error_stop" >> "$log" 2>&1 # fails on purpose
+        if (cd "$cdir" && gcov -f -n gpuwire.gcda gpuwire_f08.gcda > gcov-summary.txt 2>> "$log") \
+            && python3 "$root/scripts/check-bindings.py" --root "$root" --fortran-coverage "$cdir/gcov-summary.txt" >> "$log" 2>&1; then
+            record PASS "Fortran: every procedure of gpuwire_types, gpuwire, gpuwire_f08 is run by a test" \
+                "$(sed -n 's/^PASS the Fortran tests run all \([0-9]*\) .*/\1 procedures/p' "$log")"
+        else
+            record FAIL "Fortran: every procedure of gpuwire_types, gpuwire, gpuwire_f08 is run by a test" "log $log"
+            grep '^FAIL' "$log" | sed -e 's/^/    | /' | head -n 40
+        fi
+    else
+        record FAIL "Fortran: the coverage build and run of test_fortran, test_f08" "log $log"
+        show_log "$log"
+    fi
+fi
 
 # Python: the ctypes module with mpi4py and NumPy, where an mpi4py for this MPI exists.
 if [[ $sanitize -eq 0 ]]; then
