@@ -276,6 +276,48 @@ module gpuwire
   interface gpuwire_barrier
     module procedure gw_barrier
   end interface
+  ! The nonblocking collectives (as MPI_Ibarrier ...): the blocking form's arguments, then the
+  ! request (before the optional stream, as gpuwire_isend here), then ierror.
+  interface gpuwire_ibarrier
+    module procedure gw_ibarrier
+  end interface
+  interface gpuwire_ibcast
+    module procedure gw_ibcast
+  end interface
+  interface gpuwire_ireduce
+    module procedure gw_ireduce
+  end interface
+  interface gpuwire_iallreduce
+    module procedure gw_iallreduce
+  end interface
+  interface gpuwire_iallgather
+    module procedure gw_iallgather
+  end interface
+  interface gpuwire_iallgatherv
+    module procedure gw_iallgatherv
+  end interface
+  interface gpuwire_ireduce_scatter
+    module procedure gw_ireduce_scatter
+  end interface
+  interface gpuwire_ialltoall
+    module procedure gw_ialltoall
+  end interface
+  interface gpuwire_igather
+    module procedure gw_igather
+  end interface
+  interface gpuwire_iscatter
+    module procedure gw_iscatter
+  end interface
+  ! Groups (as ncclGroupStart / ncclGroupEnd), and a communicator's asynchronous error.
+  interface gpuwire_group_start
+    module procedure gw_group_start
+  end interface
+  interface gpuwire_group_end
+    module procedure gw_group_end
+  end interface
+  interface gpuwire_comm_async_error
+    module procedure gw_comm_async_error
+  end interface
   interface gpuwire_bcast
     module procedure gw_bcast
   end interface
@@ -421,6 +463,9 @@ module gpuwire
     gw_bcast, &
     gw_reduce, gw_allreduce, gw_allgather, gw_allgatherv, gw_reduce_scatter, gw_alltoall, &
     gw_gather, gw_scatter
+  private :: gw_ibarrier, gw_ibcast, gw_ireduce, gw_iallreduce, gw_iallgather, gw_iallgatherv, &
+    gw_ireduce_scatter, gw_ialltoall, gw_igather, gw_iscatter, gw_group_start, gw_group_end, &
+    gw_comm_async_error
   private :: gw_darray_create, gw_darray_create_i4, gw_darray_create_i8_i4, gw_darray_create_nd, &
     gw_darray_create_nd_i4, gw_darray_create_nd_i8_i4, gw_darray_free, gw_darray_global_len, &
     gw_darray_local_len, gw_darray_global_offset, gw_darray_ndim, gw_darray_halo, gw_darray_dtype, &
@@ -1215,6 +1260,158 @@ contains
     integer, intent(out), optional :: ierror
     call finish(c(comm%handle, stream_or_null(stream)), 'gpuwire_barrier', ierror)
   end subroutine gw_barrier
+
+  subroutine gw_ibarrier(comm, request, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_ibarrier
+    type(gpuwire_comm), intent(in) :: comm
+    type(gpuwire_request), intent(out) :: request
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call finish(c(comm%handle, stream_or_null(stream), request%handle), 'gpuwire_ibarrier', ierror)
+  end subroutine gw_ibarrier
+
+  subroutine gw_ibcast(comm, buf, root, request, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_ibcast
+    type(gpuwire_comm), intent(in) :: comm
+    type(gpuwire_buffer), intent(in) :: buf
+    integer, intent(in) :: root
+    type(gpuwire_request), intent(out) :: request
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call finish(c(comm%handle, buf%handle, int(root, c_int32_t), stream_or_null(stream), &
+      request%handle), 'gpuwire_ibcast', ierror)
+  end subroutine gw_ibcast
+
+  subroutine gw_ireduce(comm, sendbuf, recvbuf, op, root, request, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_ireduce
+    type(gpuwire_comm), intent(in) :: comm
+    type(gpuwire_buffer), intent(in) :: sendbuf, recvbuf
+    integer, intent(in) :: op, root
+    type(gpuwire_request), intent(out) :: request
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call finish(c(comm%handle, sendbuf%handle, recvbuf%handle, int(op, c_int32_t), &
+      int(root, c_int32_t), stream_or_null(stream), request%handle), 'gpuwire_ireduce', ierror)
+  end subroutine gw_ireduce
+
+  subroutine gw_iallreduce(comm, sendbuf, recvbuf, op, request, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_iallreduce
+    type(gpuwire_comm), intent(in) :: comm
+    type(gpuwire_buffer), intent(in) :: sendbuf, recvbuf
+    integer, intent(in) :: op
+    type(gpuwire_request), intent(out) :: request
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call finish(c(comm%handle, sendbuf%handle, recvbuf%handle, int(op, c_int32_t), &
+      stream_or_null(stream), request%handle), 'gpuwire_iallreduce', ierror)
+  end subroutine gw_iallreduce
+
+  subroutine gw_iallgather(comm, sendbuf, recvbuf, request, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_iallgather
+    type(gpuwire_comm), intent(in) :: comm
+    type(gpuwire_buffer), intent(in) :: sendbuf, recvbuf
+    type(gpuwire_request), intent(out) :: request
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call finish(c(comm%handle, sendbuf%handle, recvbuf%handle, stream_or_null(stream), &
+      request%handle), 'gpuwire_iallgather', ierror)
+  end subroutine gw_iallgather
+
+  ! recvcounts: one entry per rank (the C call copies them), or absent: exchanged.
+  subroutine gw_iallgatherv(comm, sendbuf, recvbuf, request, recvcounts, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_iallgatherv, c_size => gpuwire_comm_size
+    type(gpuwire_comm), intent(in) :: comm
+    type(gpuwire_buffer), intent(in) :: sendbuf, recvbuf
+    type(gpuwire_request), intent(out) :: request
+    integer(int64), intent(in), optional :: recvcounts(:)
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    integer(c_int32_t) :: nranks
+    integer(c_int) :: st
+    request = GPUWIRE_REQUEST_NULL
+    if (present(recvcounts)) then
+      st = c_size(comm%handle, nranks)
+      if (st == GPUWIRE_SUCCESS .and. size(recvcounts) /= nranks) then
+        call fail(GPUWIRE_ERROR_INVALID_ARGUMENT, 'gpuwire_iallgatherv', 'recvcounts has ' &
+          // itoa(int(size(recvcounts), int64)) // ' entries, the communicator ' &
+          // itoa(int(nranks, int64)) // ' ranks', ierror)
+        return
+      end if
+      call finish(c(comm%handle, sendbuf%handle, recvbuf%handle, recvcounts, &
+        stream_or_null(stream), request%handle), 'gpuwire_iallgatherv', ierror)
+    else
+      call finish(c(comm%handle, sendbuf%handle, recvbuf%handle, stream=stream_or_null(stream), &
+        request=request%handle), 'gpuwire_iallgatherv', ierror)
+    end if
+  end subroutine gw_iallgatherv
+
+  subroutine gw_ireduce_scatter(comm, sendbuf, recvbuf, op, request, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_ireduce_scatter
+    type(gpuwire_comm), intent(in) :: comm
+    type(gpuwire_buffer), intent(in) :: sendbuf, recvbuf
+    integer, intent(in) :: op
+    type(gpuwire_request), intent(out) :: request
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call finish(c(comm%handle, sendbuf%handle, recvbuf%handle, int(op, c_int32_t), &
+      stream_or_null(stream), request%handle), 'gpuwire_ireduce_scatter', ierror)
+  end subroutine gw_ireduce_scatter
+
+  subroutine gw_ialltoall(comm, sendbuf, recvbuf, request, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_ialltoall
+    type(gpuwire_comm), intent(in) :: comm
+    type(gpuwire_buffer), intent(in) :: sendbuf, recvbuf
+    type(gpuwire_request), intent(out) :: request
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call finish(c(comm%handle, sendbuf%handle, recvbuf%handle, stream_or_null(stream), &
+      request%handle), 'gpuwire_ialltoall', ierror)
+  end subroutine gw_ialltoall
+
+  subroutine gw_igather(comm, sendbuf, recvbuf, root, request, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_igather
+    type(gpuwire_comm), intent(in) :: comm
+    type(gpuwire_buffer), intent(in) :: sendbuf, recvbuf
+    integer, intent(in) :: root
+    type(gpuwire_request), intent(out) :: request
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call finish(c(comm%handle, sendbuf%handle, recvbuf%handle, int(root, c_int32_t), &
+      stream_or_null(stream), request%handle), 'gpuwire_igather', ierror)
+  end subroutine gw_igather
+
+  subroutine gw_iscatter(comm, sendbuf, recvbuf, root, request, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_iscatter
+    type(gpuwire_comm), intent(in) :: comm
+    type(gpuwire_buffer), intent(in) :: sendbuf, recvbuf
+    integer, intent(in) :: root
+    type(gpuwire_request), intent(out) :: request
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call finish(c(comm%handle, sendbuf%handle, recvbuf%handle, int(root, c_int32_t), &
+      stream_or_null(stream), request%handle), 'gpuwire_iscatter', ierror)
+  end subroutine gw_iscatter
+
+  subroutine gw_group_start(ierror)
+    use gpuwire_c, only: c => gpuwire_group_start
+    integer, intent(out), optional :: ierror
+    call finish(c(), 'gpuwire_group_start', ierror)
+  end subroutine gw_group_start
+
+  subroutine gw_group_end(ierror)
+    use gpuwire_c, only: c => gpuwire_group_end
+    integer, intent(out), optional :: ierror
+    call finish(c(), 'gpuwire_group_end', ierror)
+  end subroutine gw_group_end
+
+  ! status: GPUWIRE_SUCCESS, or the error of an operation that failed after its call returned
+  ! (reported once; its message by gpuwire_last_error). Never stops the program.
+  subroutine gw_comm_async_error(comm, status)
+    use gpuwire_c, only: c => gpuwire_comm_async_error
+    type(gpuwire_comm), intent(in) :: comm
+    integer, intent(out) :: status
+    status = int(c(comm%handle))
+  end subroutine gw_comm_async_error
 
   subroutine gw_bcast(comm, buf, root, stream, ierror)
     use gpuwire_c, only: c => gpuwire_bcast

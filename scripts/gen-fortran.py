@@ -40,6 +40,7 @@ import textwrap
 ARRAYS = {
     ("gpuwire_waitall", "requests"),
     ("gpuwire_allgatherv", "recvcounts"),
+    ("gpuwire_iallgatherv", "recvcounts"),
     ("gpuwire_darray_create_nd", "shape"),
     ("gpuwire_darray_local_lens", "lens"),
     ("gpuwire_darray_shape", "shape"),
@@ -50,6 +51,7 @@ OPTIONAL = {
     ("gpuwire_comm_create", "cfg"),
     ("gpuwire_comm_world", "cfg"),
     ("gpuwire_allgatherv", "recvcounts"),
+    ("gpuwire_iallgatherv", "recvcounts"),
 }
 # Non-const pointer arguments that are read and written (intent(inout)); the others are
 # outputs (intent(out)).

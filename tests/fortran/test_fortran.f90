@@ -49,6 +49,7 @@ program test_fortran
   call test_communicators()
   call test_point_to_point()
   call test_collectives()
+  call test_nonblocking_and_groups()
   call test_darray()
   call test_every_kind()
   call verdict()
@@ -357,6 +358,128 @@ contains
     call expect_status(ierr, int(GPUWIRE_ERROR_INVALID_ARGUMENT), 'cfg%chunk_bytes = 1')
     call gpuwire_comm_free(w2)
   end subroutine test_communicators
+
+  ! The nonblocking collectives, completed in reverse order, groups, the asynchronous error.
+  subroutine test_nonblocking_and_groups()
+    integer :: right, left, r, st
+    integer, parameter :: k = 3
+    real(real64), target :: x(k), sum_(k), mx(k), all_(k * nranks), allv(k * nranks), bc(k), &
+      rs_in(k * nranks), rs_out(k), a2a_in(k * nranks), a2a_out(k * nranks), gat(k * nranks), &
+      sca(k), red(k), scs(k * nranks), out(4), in1(4), in2(4)
+    type(gpuwire_buffer) :: bx, bsum, bmx, ball, ballv, bbc, brsi, brso, bai, bao, bgat, bsca, &
+      bred, bscs, bout, bin1, bin2
+    type(gpuwire_request) :: reqs(11), req
+    integer(int64) :: counts(nranks)
+    x = [(real(rank * 10 + r, real64), r = 1, k)]
+    bc = -1
+    if (rank == 0) bc = [7d0, 8d0, 9d0]
+    rs_in = [(real(rank + r, real64), r = 1, k * nranks)]
+    a2a_in = [(real(rank * 100 + r, real64), r = 1, k * nranks)]
+    gat = -1
+    sca = -1
+    red = -1
+    scs = [(real(q_of(r) * 10 + mod(r - 1, k) + 1, real64), r = 1, k * nranks)]
+    counts = k
+    call gpuwire_buffer_wrap(x, bx)
+    call gpuwire_buffer_wrap(sum_, bsum)
+    call gpuwire_buffer_wrap(mx, bmx)
+    call gpuwire_buffer_wrap(all_, ball)
+    call gpuwire_buffer_wrap(allv, ballv)
+    call gpuwire_buffer_wrap(bc, bbc)
+    call gpuwire_buffer_wrap(rs_in, brsi)
+    call gpuwire_buffer_wrap(rs_out, brso)
+    call gpuwire_buffer_wrap(a2a_in, bai)
+    call gpuwire_buffer_wrap(a2a_out, bao)
+    call gpuwire_buffer_wrap(gat, bgat)
+    call gpuwire_buffer_wrap(sca, bsca)
+    call gpuwire_buffer_wrap(red, bred)
+    call gpuwire_buffer_wrap(scs, bscs)
+    call gpuwire_iallreduce(world, bx, bsum, GPUWIRE_SUM, reqs(1))
+    call gpuwire_iallreduce(world, bx, bmx, GPUWIRE_MAX, reqs(2), stream=c_null_ptr)
+    call gpuwire_iallgather(world, bx, ball, reqs(3))
+    call gpuwire_iallgatherv(world, bx, ballv, reqs(4), recvcounts=counts)
+    call gpuwire_ibcast(world, bbc, 0, reqs(5))
+    call gpuwire_ireduce_scatter(world, brsi, brso, GPUWIRE_SUM, reqs(6))
+    call gpuwire_ialltoall(world, bai, bao, reqs(7))
+    call gpuwire_igather(world, bx, bgat, 0, reqs(8))
+    call gpuwire_iscatter(world, bscs, bsca, 0, reqs(9))
+    call gpuwire_ireduce(world, bx, bred, GPUWIRE_SUM, nranks - 1, reqs(10))
+    call gpuwire_ibarrier(world, reqs(11))
+    do r = 11, 1, -1
+      call gpuwire_wait(reqs(r))
+    end do
+    call expect(all(reqs == GPUWIRE_REQUEST_NULL), 'nonblocking collectives: every request completed')
+    call expect(all(sum_ == [(real(10 * nranks * (nranks - 1) / 2 + nranks * r, real64), r = 1, k)]), &
+      'iallreduce SUM')
+    call expect(all(mx == [(real((nranks - 1) * 10 + r, real64), r = 1, k)]), 'iallreduce MAX')
+    call expect(all(all_ == [((real(q_of(r) * 10 + mod(r - 1, k) + 1, real64)), r = 1, k * nranks)]), &
+      'iallgather')
+    call expect(all(allv == all_), 'iallgatherv with counts')
+    call expect(all(bc == [7d0, 8d0, 9d0]), 'ibcast')
+    call expect(all(rs_out == [(real(nranks * (rank * k + r) + nranks * (nranks - 1) / 2, real64), &
+      r = 1, k)]), 'ireduce_scatter')
+    call expect(all(a2a_out == [(real(q_of(r) * 100 + rank * k + mod(r - 1, k) + 1, real64), &
+      r = 1, k * nranks)]), 'ialltoall')
+    if (rank == 0) call expect(all(gat == all_), 'igather at the root')
+    call expect(all(sca == x), 'iscatter (block r of the root''s input is rank r''s x)')
+    if (rank == nranks - 1) call expect(all(red == sum_), 'ireduce at the last rank')
+    ! Argument errors come from the call; no request is made.
+    call gpuwire_iallreduce(world, bx, ball, GPUWIRE_SUM, req, ierror=st)
+    if (nranks > 1) then
+      call expect_status(st, int(GPUWIRE_ERROR_COUNT_MISMATCH), 'iallreduce count mismatch')
+      call expect(req == GPUWIRE_REQUEST_NULL, 'no request after an argument error')
+    else
+      call gpuwire_wait(req) ! one rank: the counts agree, the call is valid
+    end if
+    ! A halo exchange in one group: blocking sends first, then receives.
+    right = mod(rank + 1, nranks)
+    left = mod(rank + nranks - 1, nranks)
+    out = rank
+    in1 = -1
+    in2 = -1
+    call gpuwire_buffer_wrap(out, bout)
+    call gpuwire_buffer_wrap(in1, bin1)
+    call gpuwire_buffer_wrap(in2, bin2)
+    call gpuwire_group_start()
+    call gpuwire_group_start(ierror=st) ! nested
+    call expect_ok(st, 'nested gpuwire_group_start')
+    call gpuwire_send(world, bout, right, 31)
+    call gpuwire_send(world, bout, left, 32)
+    call gpuwire_group_end()
+    call gpuwire_recv(world, bin1, left, 31)
+    call gpuwire_irecv(world, bin2, right, 32, req) ! a nonblocking form in the group
+    call gpuwire_group_end()
+    call expect(all(in1 == left), 'a group of sends then receives: from the left')
+    call gpuwire_wait(req)
+    call expect(all(in2 == right), 'a group of sends then receives: from the right (irecv)')
+    call gpuwire_group_end(ierror=st)
+    call expect_status(st, int(GPUWIRE_ERROR_INVALID_ARGUMENT), 'gpuwire_group_end without a start')
+    call gpuwire_comm_async_error(world, st)
+    call expect_ok(st, 'gpuwire_comm_async_error: none')
+    call gpuwire_buffer_free(bout)
+    call gpuwire_buffer_free(bin1)
+    call gpuwire_buffer_free(bin2)
+    call gpuwire_buffer_free(bscs)
+    call gpuwire_buffer_free(bx)
+    call gpuwire_buffer_free(bsum)
+    call gpuwire_buffer_free(bmx)
+    call gpuwire_buffer_free(ball)
+    call gpuwire_buffer_free(ballv)
+    call gpuwire_buffer_free(bbc)
+    call gpuwire_buffer_free(brsi)
+    call gpuwire_buffer_free(brso)
+    call gpuwire_buffer_free(bai)
+    call gpuwire_buffer_free(bao)
+    call gpuwire_buffer_free(bgat)
+    call gpuwire_buffer_free(bsca)
+    call gpuwire_buffer_free(bred)
+  end subroutine test_nonblocking_and_groups
+
+  ! The rank whose block element r (1-based) of a size x k gathered array is.
+  integer function q_of(r)
+    integer, intent(in) :: r
+    q_of = (r - 1) / 3
+  end function q_of
 
   subroutine test_point_to_point()
     integer :: right, left, j
