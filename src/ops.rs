@@ -61,7 +61,7 @@ fn collective_name(id: i64) -> String {
 }
 
 /// `GPUWIRE_PROC_NULL`: a send or receive to/from it does nothing (as MPI_PROC_NULL).
-pub(crate) const PROC_NULL: i32 = crate::ffi::GPUWIRE_PROC_NULL;
+pub(crate) use crate::types::PROC_NULL;
 
 /// Whether `r` names no rank: GPUWIRE_PROC_NULL, or the MPI_PROC_NULL of the MPI gpuwire was
 /// built with.

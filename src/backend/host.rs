@@ -136,7 +136,7 @@ pub fn sendrecv(
     rtag: i32,
 ) -> Result<()> {
     // Nothing moves to or from GPUWIRE_PROC_NULL (callers may then pass a NULL pointer).
-    let proc_null = crate::ops::PROC_NULL;
+    let proc_null = crate::types::PROC_NULL;
     let send = if dest == proc_null { None } else { Some(p2p::isend(c, sptr, scount, sdtype, dest, stag)?) };
     // After the send is posted (a message to oneself then matches at once); the receive's wait
     // progresses MPI, and so the send (MPI_Mprobe, or a test loop when anything else needs it).

@@ -1858,7 +1858,7 @@ impl Path for IpcPath {
     }
 
     fn sendrecv(&self, c: &Communicator, send: &Buffer, dest: i32, sendtag: i32, recv: &Buffer, source: i32, recvtag: i32, stream: Stream) -> Result<()> {
-        let proc_null = crate::ops::PROC_NULL;
+        let proc_null = crate::types::PROC_NULL;
         // The receive first (a message to oneself then finds it).
         let mut r = if source == proc_null { None } else { Some(RecvOp::start(c, recv, source, recvtag, stream)?) };
         let mut w = if dest == proc_null { None } else { Some(SendOp::start(c, send, dest, sendtag, stream)?) };

@@ -385,7 +385,7 @@ impl Path for StagedPath {
 
     fn sendrecv(&self, c: &Communicator, s: &Buffer, dest: i32, stag: i32, r: &Buffer, source: i32, rtag: i32, stream: Stream) -> Result<()> {
         let mut call = Call::begin(c, &[Some(s), Some(r)], stream)?;
-        let proc_null = crate::ops::PROC_NULL;
+        let proc_null = crate::types::PROC_NULL;
         // Nothing is sent to / received from GPUWIRE_PROC_NULL: no staging, and the receive
         // buffer must stay untouched (a halo at the domain's edge).
         let hs = if dest == proc_null { 0 } else { call.to_host(loc(s), s.bytes(), 0)? };

@@ -793,7 +793,7 @@ impl Path for NcclPath {
         grouped(c, stream, |cx| cx.recv(buf.ptr(), buf.count(), buf.dtype(), source))
     }
     fn sendrecv(&self, c: &Communicator, s: &Buffer, dest: i32, _st: i32, r: &Buffer, source: i32, _rt: i32, stream: Stream) -> Result<()> {
-        let proc_null = crate::ops::PROC_NULL;
+        let proc_null = crate::types::PROC_NULL;
         crate::backend::p2p::agree_peer(
             c,
             (dest != proc_null).then(|| (dest, s.dtype(), s.count())),
