@@ -11,7 +11,8 @@
 
 use std::ffi::{c_int, c_void};
 
-use crate::backend::{Input, Path, p2p};
+use crate::backend::p2p;
+use crate::backend::path::{Input, Path};
 use crate::buffer::Buffer;
 use crate::comm::Communicator;
 use crate::device::Stream;

@@ -107,7 +107,7 @@ use crate::backend::devstate::{self, Pool, PoolBuf};
 use crate::backend::ipc_shm::{self as shm, BufRecord, CallArea, Cells, Lru, Seg, Stop, REC_HANDLE, REC_LOCAL_ONLY, REC_NONE, SMALL, ST_ERROR, ST_OK};
 use crate::backend::mpi_staged::{StagedPath, input_buf};
 use crate::backend::ring::{self, Loc};
-use crate::backend::{Input, Path};
+use crate::backend::path::{Input, Path};
 use crate::buffer::Buffer;
 use crate::comm::Communicator;
 use crate::device::{self, CtxGuard, Stream};

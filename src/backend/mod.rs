@@ -12,18 +12,20 @@ pub mod mpi_cuda_aware;
 pub mod mpi_staged;
 pub mod nccl;
 pub mod p2p;
+pub mod path;
 pub mod ring;
+
+pub use path::{Input, Path};
 
 use std::sync::{Mutex, MutexGuard};
 
 
 use crate::buffer::Buffer;
 use crate::comm::Communicator;
-use crate::device::{self, Stream};
+use crate::device;
 use crate::mpisys;
 use crate::error::{Error, Result};
-use crate::request::Pending;
-use crate::types::{BackendKind, ReduceOp};
+use crate::types::BackendKind;
 
 /// The backend chosen for a communicator's device buffers, its device, and why.
 #[derive(Clone, Debug)]
@@ -70,39 +72,6 @@ impl State {
     pub fn nccl(&self) -> Result<&nccl::NcclState> {
         self.nccl.as_ref().ok_or_else(|| Error::Internal("NCCL path used on a communicator without NCCL".into()))
     }
-}
-
-/// The send-side data of a collective: a buffer, or the receive buffer itself (MPI_IN_PLACE).
-#[derive(Clone, Copy, Debug)]
-pub enum Input<'a> {
-    InPlace,
-    Buf(&'a Buffer),
-}
-
-/// One data path. Arguments are already validated (ranks, counts, datatypes, ops), so a path
-/// only moves and reduces data. Every method is called by all ranks that the MPI semantics
-/// require (collectives by every rank, in the same order).
-pub trait Path: Sync {
-    fn send(&self, c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<()>;
-    fn recv(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<()>;
-    fn isend(&self, c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>>;
-    fn irecv(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>>;
-    #[allow(clippy::too_many_arguments)]
-    fn sendrecv(&self, c: &Communicator, send: &Buffer, dest: i32, sendtag: i32, recv: &Buffer, source: i32, recvtag: i32, stream: Stream) -> Result<()>;
-    fn barrier(&self, c: &Communicator, stream: Stream) -> Result<()>;
-    fn bcast(&self, c: &Communicator, buf: &Buffer, root: i32, stream: Stream) -> Result<()>;
-    /// `recv` is `Some` on the root only.
-    fn reduce(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, op: ReduceOp, root: i32, stream: Stream) -> Result<()>;
-    fn allreduce(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()>;
-    fn allgather(&self, c: &Communicator, send: Input, recv: &Buffer, stream: Stream) -> Result<()>;
-    /// `counts[r]` elements from rank r, placed contiguously in rank order.
-    fn allgatherv(&self, c: &Communicator, send: Input, recv: &Buffer, counts: &[usize], stream: Stream) -> Result<()>;
-    fn reduce_scatter(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()>;
-    fn alltoall(&self, c: &Communicator, send: Input, recv: &Buffer, stream: Stream) -> Result<()>;
-    /// `recv` is `Some` on the root only.
-    fn gather(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, root: i32, stream: Stream) -> Result<()>;
-    /// `send` is `Some` on the root only.
-    fn scatter(&self, c: &Communicator, send: Option<&Buffer>, recv: Input, root: i32, stream: Stream) -> Result<()>;
 }
 
 /// At communicator creation (local; the caller agrees the outcome across ranks): picks the

@@ -22,7 +22,7 @@ use std::sync::MutexGuard;
 use crate::backend::devstate::{self, DevState, PoolBuf};
 use crate::backend::host::{self, Src};
 use crate::backend::ring::{self, Loc};
-use crate::backend::{Input, Path};
+use crate::backend::path::{Input, Path};
 use crate::buffer::Buffer;
 use crate::comm::Communicator;
 use crate::device::{self, CtxGuard, Stream};

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use crate::backend::devstate;
 use crate::backend::mpi_staged;
 use crate::backend::ring::{self, Loc};
-use crate::backend::{Input, Path};
+use crate::backend::path::{Input, Path};
 use crate::buffer::Buffer;
 use crate::comm::Communicator;
 use crate::device::{self, CtxGuard, Event, Stream};
