@@ -54,7 +54,7 @@ impl DevState {
         let mut chunk = [-(cfg.chunk_bytes as i64)];
         c.allreduce_max_i64(&mut chunk, "agreeing on the staging chunk size")?;
         let chunk = (-chunk[0]) as usize;
-        let gpu_shared = crate::backend::nccl::shared_gpus(c, Some(device))?.is_some();
+        let gpu_shared = crate::backend::topology::shared_gpus(c, Some(device))?.is_some();
         let mut coll = mpisys::comm_null();
         // SAFETY: c.raw() is valid; every rank calls.
         mpisys::check(unsafe { sys::MPI_Comm_dup(c.raw(), &mut coll) }, "MPI_Comm_dup")?;

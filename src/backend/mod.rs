@@ -14,6 +14,7 @@ pub mod nccl;
 pub mod p2p;
 pub mod path;
 pub mod ring;
+pub mod topology;
 
 pub use path::{Input, Path};
 
@@ -101,7 +102,7 @@ pub fn choose(c: &Communicator) -> Result<Choice> {
     // Who shares a GPU, and whether IPC can be used: collective, so every rank asks, whatever
     // its own state (also without CUDA), whenever the (agreed) configuration may need the answer.
     let shared = if matches!(requested, BackendKind::GPUWIRE_BACKEND_AUTO | BackendKind::GPUWIRE_BACKEND_NCCL) {
-        nccl::shared_gpus(c, device)?
+        topology::shared_gpus(c, device)?
     } else {
         None
     };
