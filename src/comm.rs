@@ -40,7 +40,7 @@ pub struct Communicator {
     /// The duplicate that carries gpuwire's own messages on behalf of this communicator.
     internal: Mutex<Option<Arc<Communicator>>>,
     /// MPI collectives in their nonblocking form with a test loop that progresses pending IPC
-    /// receives (agreed at creation, the same on every rank: `ipc::collectives_must_progress`,
+    /// receives (agreed at creation, the same on every rank: `progress::collectives_must_progress`,
     /// MPI_THREAD_SERIALIZED).
     nb_coll: bool,
     /// The thread (`thread_id`) inside a collective on this communicator, 0 when none.
@@ -125,6 +125,7 @@ impl Communicator {
     /// rank's configuration, or why it could not be read: every rank learns of any rank's bad
     /// or different configuration and fails the same way, instead of hanging.
     fn adopt(comm: MPI_Comm, config: Result<Config>) -> Result<Communicator> {
+        backend::register_progress();
         let mut owned = Owned(vec![comm]);
         // SAFETY: comm is a valid communicator owned by gpuwire.
         unsafe {
@@ -187,7 +188,7 @@ impl Communicator {
         // least capable backend chosen anywhere, which every rank can use (HOST < MPI_STAGED <
         // MPI_CUDA_AWARE < IPC < NCCL; IPC's eligibility is already the same on every rank).
         let k = capability(choice.kind);
-        let mut v = [k, -k, (crate::backend::ipc::collectives_must_progress() || runtime::serialized()) as i64];
+        let mut v = [k, -k, (crate::progress::collectives_must_progress() || runtime::serialized()) as i64];
         c.allreduce_max_i64(&mut v, "agreeing on the backend")?;
         c.nb_coll = v[2] != 0;
         if v[0] != -v[1] {
@@ -484,9 +485,9 @@ impl Communicator {
     /// Whether gpuwire's blocking MPI calls on this communicator must run as their nonblocking
     /// form waited by `wait_mpi`: with a deadline to keep (a timeout), under
     /// MPI_THREAD_SERIALIZED (the MPI lock is released between tests), or while IPC receives may
-    /// be pending (`ipc::recvs_pending`). For point-to-point calls (each rank may choose alone).
+    /// be pending (`progress::pending`). For point-to-point calls (each rank may choose alone).
     pub fn nb_p2p(&self) -> bool {
-        self.config.timeout.is_some() || runtime::serialized() || crate::backend::ipc::recvs_pending()
+        self.config.timeout.is_some() || runtime::serialized() || crate::progress::pending()
     }
 
     /// Element-wise MAX of `v` across ranks (in place). With a deadline the exchange is
@@ -548,7 +549,7 @@ impl Communicator {
             if flag != 0 {
                 return Ok(());
             }
-            crate::backend::ipc::progress_all();
+            crate::progress::progress_all();
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 if cancel {
                     let _mpi = runtime::mpi_lock();

@@ -54,6 +54,7 @@ pub mod handles;
 pub mod mpisys;
 pub mod op;
 pub mod ops;
+pub mod progress;
 pub mod reduce;
 pub mod request;
 pub mod runtime;

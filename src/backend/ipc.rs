@@ -77,7 +77,7 @@
 //! (`progress_thread`; joined by `shutdown` at gpuwire_finalize), and by gpuwire's own MPI
 //! calls (`wait_request`: nonblocking MPI and a test loop): point-to-point ones while any
 //! receive is pending (`host::blocking!`), collectives on communicators whose ranks agreed at
-//! creation that some rank needs it (`host::collective!`, `collectives_must_progress`; the form
+//! creation that some rank needs it (`host::collective!`, `progress::collectives_must_progress`; the form
 //! of a collective must be the same on every rank, or MPI does not match them).
 //! Progress for another owner only try-locks the receive and the mapping lock, never waits.
 //! The receive's copy is enqueued on the receive's stream from whichever thread progresses it;
@@ -113,9 +113,10 @@ use crate::comm::Communicator;
 use crate::device::{self, CtxGuard, Stream};
 use crate::error::{Error, Result, Status};
 use crate::mpisys::{self, RawComm, RawRequest, sys};
+use crate::progress::{self, progress_all};
 use crate::reduce;
 use crate::request::Pending;
-use crate::types::{Dtype, ReduceOp, Space, ThreadLevel};
+use crate::types::{Dtype, ReduceOp, Space};
 
 // ---- eligibility ---------------------------------------------------------------------------
 
@@ -373,31 +374,15 @@ static RECVS: Mutex<Recvs> = Mutex::new(Recvs { ops: Vec::new(), running: false,
 /// Entries of RECVS (a hint read without the lock).
 static PENDING: AtomicUsize = AtomicUsize::new(0);
 
-/// Whether this process may hold IPC receives that only gpuwire's own waits progress: it sees a
-/// GPU (so it may join an IPC communicator) and has no progress thread (`thread_allowed`).
-/// Communicators agree on it at creation (any rank) and then run every MPI collective in its
-/// nonblocking form with a test loop that progresses receives (`Communicator::nb_collectives`):
-/// the form must be the same on every rank, because MPI never matches a blocking collective
-/// with a nonblocking one.
-pub fn collectives_must_progress() -> bool {
-    crate::device::cuda_with_devices().is_ok() && !thread_allowed()
+/// Whether IPC receives may be pending in this process (the IPC part of `progress::pending`).
+fn recvs_pending() -> bool {
+    PENDING.load(Ordering::Acquire) > 0
 }
 
-/// Whether IPC receives (or deferred receives of the MPI paths, `p2p`) may be pending in this
-/// process: gpuwire's blocking point-to-point MPI calls then wait with nonblocking operations
-/// and test loops that progress them (`wait_request`). (Collectives decide per communicator:
-/// `Communicator::nb_collectives`.)
-pub fn recvs_pending() -> bool {
-    PENDING.load(Ordering::Acquire) > 0 || crate::backend::p2p::deferred()
-}
-
-/// Whether the progress thread may be used: MPI provides MPI_THREAD_MULTIPLE (it calls MPI_Test
-/// concurrently with the program's MPI calls), and GPUWIRE_IPC_PROGRESS_THREAD is not 0.
-fn thread_allowed() -> bool {
-    static ENV_OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let off = *ENV_OFF.get_or_init(|| std::env::var("GPUWIRE_IPC_PROGRESS_THREAD").ok().and_then(|v| crate::config::parse_bool(&v)) == Some(false));
-    !off && crate::runtime::ensure_ready().is_ok_and(|i| i.thread_level == ThreadLevel::GPUWIRE_THREAD_MULTIPLE)
-}
+/// The IPC receives' part of `progress`: every IPC wait progresses every source's receives, and
+/// the progress thread, started for IPC receives or deferred receives of the MPI paths (`p2p`),
+/// runs while any is pending.
+pub static PROGRESS: progress::Source = progress::Source { pending: recvs_pending, progress: progress_recvs, posted: deferred_receive_posted };
 
 fn register(op: &Arc<Mutex<RecvOp>>) {
     let mut g = lock(&RECVS);
@@ -406,17 +391,17 @@ fn register(op: &Arc<Mutex<RecvOp>>) {
     start_thread(&mut g);
 }
 
-/// A receive of the MPI paths was deferred (`p2p`): the progress thread (where MPI allows it)
-/// matches it also while this process blocks in a plain MPI call or an MPI collective, as a
-/// posted MPI_Irecv would be matched there.
-pub fn deferred_receive_posted() {
+/// A receive was posted (a deferred receive of the MPI paths, `p2p`): the progress thread (where
+/// MPI allows it) matches it also while this process blocks in a plain MPI call or an MPI
+/// collective, as a posted MPI_Irecv would be matched there.
+fn deferred_receive_posted() {
     start_thread(&mut lock(&RECVS));
 }
 
 /// Starts the progress thread unless it runs, gpuwire is finalizing, or MPI does not allow it;
 /// under RECVS.
 fn start_thread(g: &mut Recvs) {
-    if !g.running && !g.shutdown && thread_allowed() {
+    if !g.running && !g.shutdown && progress::thread_allowed() {
         if let Some(old) = g.thread.take() {
             // It cleared `running` under this lock and returns without taking it again.
             let _ = old.join();
@@ -450,11 +435,9 @@ fn live_ops(g: &mut Recvs) -> Vec<Arc<Mutex<RecvOp>>> {
     out
 }
 
-/// Progresses every pending irecv of the process that no other thread is progressing (each is
-/// tried, never waited for, and never blocks on the mapping lock).
-pub fn progress_all() {
-    // The MPI paths' deferred receives (`p2p`) too: every gpuwire wait progresses them.
-    crate::backend::p2p::progress();
+/// Progresses every pending IPC irecv of the process that no other thread is progressing (each
+/// is tried, never waited for, and never blocks on the mapping lock).
+fn progress_recvs() {
     if PENDING.load(Ordering::Acquire) == 0 {
         return;
     }
@@ -491,7 +474,7 @@ fn progress_thread() {
                     return;
                 }
                 let ops = live_ops(&mut g);
-                if ops.is_empty() && !crate::backend::p2p::deferred() {
+                if ops.is_empty() && !progress::pending() {
                     let since = *idle.get_or_insert_with(std::time::Instant::now);
                     if since.elapsed() >= IDLE_GRACE {
                         g.running = false;
@@ -502,8 +485,8 @@ fn progress_thread() {
                 }
                 ops
             };
-            crate::backend::p2p::progress();
-            poll_ops(&ops);
+            // Every source's receives: the MPI paths' deferred ones (`p2p`) and these.
+            progress_all();
             drop(ops);
             std::thread::sleep(Duration::from_micros(if idle.is_some() { 200 } else { 20 }));
         }

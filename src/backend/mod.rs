@@ -75,6 +75,15 @@ impl State {
     }
 }
 
+/// The backends' progress sources, in the order every wait runs them (`crate::progress`).
+static PROGRESS: [&crate::progress::Source; 2] = [&p2p::PROGRESS, &ipc::PROGRESS];
+
+/// Hands the backends' progress sources to `crate::progress` (at every communicator creation;
+/// the first counts).
+pub fn register_progress() {
+    crate::progress::register(&PROGRESS);
+}
+
 /// At communicator creation (local; the caller agrees the outcome across ranks): picks the
 /// backend for device buffers and this rank's device.
 pub fn choose(c: &Communicator) -> Result<Choice> {

@@ -13,7 +13,7 @@
 //! A nonblocking receive whose message has not arrived when it is posted is *deferred*: it waits
 //! in `QUEUE`, in posting order, and is matched by `progress`, which every gpuwire wait and test
 //! and every blocking point-to-point call of gpuwire runs while any receive is deferred (through
-//! `ipc::progress_all` and `ipc::recvs_pending`). Entries with the same communicator, source and
+//! `progress::progress_all` and `progress::pending`). Entries with the same communicator, source and
 //! tag are matched strictly in posting order (no wildcards exist, so others cannot steal a
 //! message from each other), so MPI's matching order is kept.
 //!
@@ -115,6 +115,12 @@ static QUEUED: AtomicUsize = AtomicUsize::new(0);
 pub fn deferred() -> bool {
     QUEUED.load(Ordering::Acquire) > 0
 }
+
+/// The deferred receives' part of `crate::progress`.
+pub static PROGRESS: crate::progress::Source = crate::progress::Source { pending: deferred, progress, posted: no_thread };
+
+/// Deferred receives have no thread of their own (the IPC backend's progress thread matches them).
+fn no_thread() {}
 
 /// Matches what can be matched of the deferred receives, in posting order.
 pub fn progress() {
@@ -385,7 +391,7 @@ impl Pending for Recv {
     fn test(&mut self) -> Result<bool> {
         let done = self.step()?;
         if !done {
-            crate::backend::ipc::progress_all();
+            crate::progress::progress_all();
         }
         Ok(done)
     }
@@ -418,7 +424,7 @@ pub fn wait_until(c: &Communicator, what: &str, mut done: impl FnMut() -> Result
         if done()? {
             return Ok(());
         }
-        crate::backend::ipc::progress_all();
+        crate::progress::progress_all();
         if let Some(d) = deadline {
             if Instant::now() >= d {
                 let t = c.config().timeout.map(|t| t.as_secs_f64()).unwrap_or(0.0);
@@ -459,7 +465,7 @@ pub fn post(c: &Communicator, w: Want) -> Result<Recv> {
     q.push(e.clone());
     QUEUED.store(q.len(), Ordering::Release);
     drop(q);
-    crate::backend::ipc::deferred_receive_posted();
+    crate::progress::posted();
     Ok(Recv { e, comm: c })
 }
 
@@ -605,7 +611,7 @@ impl Pending for Sending {
     fn test(&mut self) -> Result<bool> {
         let done = self.step()?;
         if !done {
-            crate::backend::ipc::progress_all();
+            crate::progress::progress_all();
         }
         Ok(done)
     }
