@@ -11,13 +11,39 @@ use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use crate::backend::{self, Choice};
+use crate::backend;
 use crate::config::Config;
 use crate::error::{Error, Result, Status};
 use crate::handles::{Kind, Registry};
 use crate::mpisys::{self, MPI_Comm, RawComm, sys};
 use crate::runtime;
 use crate::types::BackendKind;
+
+/// A blocking MPI collective on communicator `$c`: its nonblocking form waited by
+/// `Communicator::wait_mpi` (as `blocking!`) when the communicator's ranks agreed on that
+/// (`Communicator::nb_collectives`: a timeout, MPI_THREAD_SERIALIZED, IPC receives to progress),
+/// else the blocking form. Never decided per rank: MPI does not match a blocking collective with
+/// a nonblocking one (the ranks would hang). At a timeout the request is abandoned: MPI may
+/// still use the buffers if a peer arrives later (callers leak the memory of their own that the
+/// call references, rather than free it).
+macro_rules! collective {
+    ($c:expr, $what:expr, $b:ident($($a:expr),* $(,)?), $nb:ident) => {{
+        if $c.nb_collectives() {
+            let mut req = crate::mpisys::request_null();
+            {
+                let _mpi = crate::runtime::mpi_lock();
+                // SAFETY: as the blocking form; the arguments stay valid until the request
+                // completes (waited for below; at a timeout see above).
+                crate::mpisys::check(unsafe { crate::mpisys::sys::$nb($($a),*, &mut req) }, $what)?;
+            }
+            $c.wait_mpi(&mut req, crate::mpisys::status_ignore(), $what, false)
+        } else {
+            // SAFETY: as documented at the call.
+            crate::mpisys::check(unsafe { crate::mpisys::sys::$b($($a),*) }, $what)
+        }
+    }};
+}
+pub(crate) use collective;
 
 /// All live communicators, by handle.
 pub static COMMS: Registry<Communicator> = Registry::new(Kind::Comm);
@@ -48,6 +74,21 @@ pub struct Communicator {
     /// The progress engine of the operations that complete after their call (`crate::op`).
     engine: Arc<crate::engine::Engine>,
     pub(crate) backend_state: backend::State,
+}
+
+/// The backend chosen for a communicator's device buffers, its device, and why.
+#[derive(Clone, Debug)]
+pub struct Choice {
+    pub kind: BackendKind,
+    pub reason: String,
+    /// CUDA device of this rank, or -1.
+    pub device: i32,
+}
+
+impl Default for Choice {
+    fn default() -> Self {
+        Choice { kind: BackendKind::GPUWIRE_BACKEND_HOST, reason: String::new(), device: -1 }
+    }
 }
 
 static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
@@ -304,7 +345,7 @@ impl Communicator {
         &self.engine
     }
     /// Whether MPI collectives on this communicator run as their nonblocking form waited by
-    /// `wait_mpi` (`host::collective!`), the same on every rank (MPI does not match a blocking
+    /// `wait_mpi` (`collective!`), the same on every rank (MPI does not match a blocking
     /// collective with a nonblocking one): with a timeout (the configuration is agreed), or when
     /// agreed at creation: any rank sees a GPU but has no IPC progress thread, or runs under
     /// MPI_THREAD_SERIALIZED.
@@ -501,7 +542,7 @@ impl Communicator {
         }
         let ptr = v.as_mut_ptr().cast();
         // v is valid for n int64; in-place allreduce on our own communicator.
-        crate::backend::host::collective!(
+        collective!(
             self,
             "MPI_Allreduce",
             MPI_Allreduce(mpisys::in_place(), ptr, n, sys::RSMPI_INT64_T, sys::RSMPI_MAX, self.raw.0),
@@ -609,7 +650,7 @@ impl Communicator {
             // SAFETY: p is valid for len bytes until the request completes (`on_heap`).
             self.on_heap(&mut buf, what, |p, req| unsafe { sys::MPI_Ibcast(p.cast(), len, sys::RSMPI_UINT8_T, root, raw, req) })?;
         } else {
-            crate::backend::host::collective!(self, "MPI_Bcast", MPI_Bcast(buf.as_mut_ptr().cast(), len, sys::RSMPI_UINT8_T, root, raw), MPI_Ibcast)?;
+            collective!(self, "MPI_Bcast", MPI_Bcast(buf.as_mut_ptr().cast(), len, sys::RSMPI_UINT8_T, root, raw), MPI_Ibcast)?;
         }
         code = i32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
         msg.copy_from_slice(&buf[4..]);

@@ -476,7 +476,7 @@ impl Communicator {
                 let mut all = vec![0i64; size];
                 let mine = Box::new(send.count() as i64);
                 // One int64 from each rank into `all` (size entries).
-                let r = crate::backend::host::collective!(
+                let r = crate::comm::collective!(
                     self,
                     "MPI_Allgather (allgatherv counts)",
                     MPI_Allgather((&*mine as *const i64).cast(), 1, sys::RSMPI_INT64_T, all.as_mut_ptr().cast(), 1, sys::RSMPI_INT64_T, self.raw()),

@@ -77,7 +77,7 @@
 //! (`progress_thread`; joined by `shutdown` at gpuwire_finalize), and by gpuwire's own MPI
 //! calls (`wait_request`: nonblocking MPI and a test loop): point-to-point ones while any
 //! receive is pending (`host::blocking!`), collectives on communicators whose ranks agreed at
-//! creation that some rank needs it (`host::collective!`, `progress::collectives_must_progress`; the form
+//! creation that some rank needs it (`comm::collective!`, `progress::collectives_must_progress`; the form
 //! of a collective must be the same on every rank, or MPI does not match them).
 //! Progress for another owner only try-locks the receive and the mapping lock, never waits.
 //! The receive's copy is enqueued on the receive's stream from whichever thread progresses it;

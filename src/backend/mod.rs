@@ -22,26 +22,11 @@ use std::sync::{Mutex, MutexGuard};
 
 
 use crate::buffer::Buffer;
-use crate::comm::Communicator;
+use crate::comm::{Choice, Communicator};
 use crate::device;
 use crate::mpisys;
 use crate::error::{Error, Result};
 use crate::types::BackendKind;
-
-/// The backend chosen for a communicator's device buffers, its device, and why.
-#[derive(Clone, Debug)]
-pub struct Choice {
-    pub kind: BackendKind,
-    pub reason: String,
-    /// CUDA device of this rank, or -1.
-    pub device: i32,
-}
-
-impl Default for Choice {
-    fn default() -> Self {
-        Choice { kind: BackendKind::GPUWIRE_BACKEND_HOST, reason: String::new(), device: -1 }
-    }
-}
 
 /// Per-communicator state of the device backends (staging buffers, NCCL communicator, ...).
 #[derive(Debug, Default)]

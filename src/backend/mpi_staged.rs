@@ -215,7 +215,7 @@ fn gatherv_bytes(c: &Communicator, send: usize, sbytes: usize, recv: usize, coun
     let sn = mpisys::count_i32(sbytes, "reduce")?;
     let u8t = unsafe { mpisys::sys::RSMPI_UINT8_T };
     // Ranges validated by the callers; cs and ds live until the call returns.
-    let r = host::collective!(c, "MPI_Gatherv", MPI_Gatherv(send as *const _, sn, u8t, recv as *mut _, cs.as_ptr(), ds.as_ptr(), u8t, root, c.raw()), MPI_Igatherv);
+    let r = crate::comm::collective!(c, "MPI_Gatherv", MPI_Gatherv(send as *const _, sn, u8t, recv as *mut _, cs.as_ptr(), ds.as_ptr(), u8t, root, c.raw()), MPI_Igatherv);
     if r.is_err() {
         // An abandoned request (a timeout) may still read the counts.
         std::mem::forget((cs, ds));
