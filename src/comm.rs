@@ -5,6 +5,7 @@
 //! the caller's communicator and sets MPI_ERRORS_RETURN on its duplicate only, so the caller's
 //! communicator keeps its own error handler and gpuwire's traffic never matches the caller's.
 
+use std::any::Any;
 use std::cell::Cell;
 use std::ffi::c_int;
 use std::sync::{Arc, Mutex};
@@ -73,7 +74,7 @@ pub struct Communicator {
     busy: AtomicU64,
     /// The progress engine of the operations that complete after their call (`crate::op`).
     engine: Arc<crate::engine::Engine>,
-    pub(crate) backend_state: backend::State,
+    pub(crate) backend_state: BackendState,
 }
 
 /// The backend chosen for a communicator's device buffers, its device, and why.
@@ -88,6 +89,35 @@ pub struct Choice {
 impl Default for Choice {
     fn default() -> Self {
         Choice { kind: BackendKind::GPUWIRE_BACKEND_HOST, reason: String::new(), device: -1 }
+    }
+}
+
+/// The backends' state of a communicator (staging buffers, the NCCL communicator, ...), type-erased
+/// so that this module knows no backend: at most one value of each type, each read by the
+/// backend that defines the type, set up and torn down by the backend registry (`backend`).
+#[derive(Default)]
+pub struct BackendState(Vec<Box<dyn Any + Send + Sync>>);
+
+impl BackendState {
+    /// The value of type `T`, if set (a TypeId compare per value held: a few).
+    pub fn get<T: Any>(&self) -> Option<&T> {
+        self.0.iter().find_map(|v| v.downcast_ref())
+    }
+    /// Sets the value of type `T` (replacing one set before).
+    pub fn set<T: Any + Send + Sync>(&mut self, v: T) {
+        drop(self.take::<T>());
+        self.0.push(Box::new(v));
+    }
+    /// Takes the value of type `T` out, if set.
+    pub fn take<T: Any>(&mut self) -> Option<T> {
+        let i = self.0.iter().position(|v| v.is::<T>())?;
+        self.0.remove(i).downcast().ok().map(|v| *v)
+    }
+}
+
+impl std::fmt::Debug for BackendState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "BackendState({} values)", self.0.len())
     }
 }
 
@@ -214,7 +244,7 @@ impl Communicator {
             nb_coll: true,
             busy: AtomicU64::new(0),
             engine: Arc::new(crate::engine::Engine::default()),
-            backend_state: backend::State::default(),
+            backend_state: BackendState::default(),
         };
         // From here on `c` frees both communicators when dropped (also on the error paths below).
         owned.release();

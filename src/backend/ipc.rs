@@ -781,7 +781,7 @@ struct Coll<'a> {
 }
 
 fn state(c: &Communicator) -> Result<&IpcState> {
-    c.backend_state.ipc()
+    c.backend_state.get::<IpcState>().ok_or_else(|| Error::Internal("IPC path used on a communicator without IPC state".into()))
 }
 
 impl<'a> Coll<'a> {
@@ -945,7 +945,7 @@ impl<'a> Coll<'a> {
 
     /// Writes `bytes` (this rank's result) to `dst` and waits for it.
     fn deliver(&self, dst: View, bytes: &[u8]) -> Result<()> {
-        let shared = self.c.backend_state.dev()?.gpu_shared;
+        let shared = devstate::dev(self.c)?.gpu_shared;
         deliver(dst, bytes, self.stream, shared)
     }
 
@@ -1078,7 +1078,7 @@ impl Lead<'_, '_> {
     }
     /// Device scratch of the leader (the communicator's working-copy scratch).
     fn scratch(&self, bytes: usize) -> Result<usize> {
-        let mut st = self.co.c.backend_state.dev()?;
+        let mut st = devstate::dev(self.co.c)?;
         st.dev[1].get(bytes)
     }
 }
@@ -1125,7 +1125,7 @@ fn in_view(send: Input, recv: &Buffer, block_bytes: usize, bytes: usize) -> View
 
 /// Whether GPU reduction kernels work on every rank (agreed at setup).
 fn kernels_ok(c: &Communicator) -> bool {
-    c.backend_state.dev().map(|st| st.kernels.is_ok()).unwrap_or(false)
+    devstate::dev(c).map(|st| st.kernels.is_ok()).unwrap_or(false)
 }
 
 // ---- point-to-point -------------------------------------------------------------------------
@@ -1223,7 +1223,7 @@ impl SendOp {
         h.bytes = v.bytes as u64;
         h.count = buf.count() as u64;
         h.dtype = buf.dtype() as i32;
-        let mut op = SendOp { reqs: Vec::new(), _hdr: zeroed_header(), cell: None, staged: None, pool: &c.backend_state.pool, state: s, dest };
+        let mut op = SendOp { reqs: Vec::new(), _hdr: zeroed_header(), cell: None, staged: None, pool: devstate::pool(c)?, state: s, dest };
         let mut len = HDR_FIXED;
         let mut data: Option<(usize, usize, i32)> = None;
         if v.bytes <= SMALL {
@@ -1245,7 +1245,7 @@ impl SendOp {
             // receiver's as device::htod_shared) rather than the receiver's device-to-device
             // copy, which waits for the other process's time slice on the compute engine
             // (~150 µs; staged 31–118 µs from 32 KiB, measured on the H200).
-            let staged = dest as usize != s.me && !v.host() && (STAGED_P2P_MIN..=STAGED_P2P_MAX).contains(&v.bytes) && c.backend_state.dev()?.gpu_shared;
+            let staged = dest as usize != s.me && !v.host() && (STAGED_P2P_MIN..=STAGED_P2P_MAX).contains(&v.bytes) && devstate::dev(c)?.gpu_shared;
             let mut rec = if dest as usize == s.me || staged { BufRecord::default() } else { s.export(Some(v)) };
             // A send through a mapping needs a completion cell; with all of them taken (sends
             // waiting for their receivers) it goes as a data message instead, which MPI completes.
@@ -1269,8 +1269,8 @@ impl SendOp {
                 let src = if v.host() {
                     v.ptr
                 } else {
-                    let st = c.backend_state.dev()?;
-                    let pb = c.backend_state.pool.take(v.bytes, st.pinned(), s.device)?;
+                    let st = devstate::dev(c)?;
+                    let pb = devstate::pool(c)?.take(v.bytes, st.pinned(), s.device)?;
                     drop(st);
                     let p = pb.ptr;
                     op.staged = Some(pb);
@@ -1427,7 +1427,7 @@ impl RecvOp {
         let s = state(c)?;
         devstate::check_device(c, buf)?;
         let (pinned, shared) = {
-            let st = c.backend_state.dev()?;
+            let st = devstate::dev(c)?;
             (st.pinned(), st.gpu_shared)
         };
         {
@@ -1446,7 +1446,7 @@ impl RecvOp {
             stream,
             error: None,
             ipc: s,
-            pool: &c.backend_state.pool,
+            pool: devstate::pool(c)?,
             pinned,
             shared,
             count: buf.count(),

@@ -18,7 +18,7 @@ pub mod topology;
 
 pub use path::{Input, Path};
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 
 
 use crate::buffer::Buffer;
@@ -27,38 +27,6 @@ use crate::device;
 use crate::mpisys;
 use crate::error::{Error, Result};
 use crate::types::BackendKind;
-
-/// Per-communicator state of the device backends (staging buffers, NCCL communicator, ...).
-#[derive(Debug, Default)]
-pub struct State {
-    dev: Option<Mutex<devstate::DevState>>,
-    nccl: Option<nccl::NcclState>,
-    ipc: Option<ipc::IpcState>,
-    /// Host buffers of staged nonblocking requests.
-    pub pool: devstate::Pool,
-    /// Checking mode's point-to-point duplicates (`p2p`), when checking is on.
-    pub check: Option<p2p::Check>,
-}
-
-impl State {
-    /// The device state (device backends only).
-    pub fn dev(&self) -> Result<MutexGuard<'_, devstate::DevState>> {
-        match &self.dev {
-            Some(m) => Ok(m.lock().unwrap_or_else(|p| p.into_inner())),
-            None => Err(Error::Internal("device path used on a communicator without device state".into())),
-        }
-    }
-
-    /// The IPC state (IPC backend only).
-    pub fn ipc(&self) -> Result<&ipc::IpcState> {
-        self.ipc.as_ref().ok_or_else(|| Error::Internal("IPC path used on a communicator without IPC state".into()))
-    }
-
-    /// The NCCL state (NCCL backend only).
-    pub fn nccl(&self) -> Result<&nccl::NcclState> {
-        self.nccl.as_ref().ok_or_else(|| Error::Internal("NCCL path used on a communicator without NCCL".into()))
-    }
-}
 
 /// The backends' progress sources, in the order every wait runs them (`crate::progress`).
 static PROGRESS: [&crate::progress::Source; 2] = [&p2p::PROGRESS, &ipc::PROGRESS];
@@ -171,8 +139,11 @@ fn strip_kind(e: &Error) -> String {
 
 /// Collective: sets up the chosen backend's state once every rank agreed on the choice.
 pub fn setup(c: &mut Communicator) -> Result<()> {
+    // Host buffers of staged nonblocking requests (`devstate::pool`).
+    c.backend_state.set(devstate::Pool::default());
     if c.config().check {
-        c.backend_state.check = Some(p2p::check_comms(c)?);
+        let check = p2p::check_comms(c)?;
+        c.backend_state.set(check);
     }
     if c.backend() == BackendKind::GPUWIRE_BACKEND_NCCL {
         setup_nccl(c)?;
@@ -189,10 +160,11 @@ pub fn setup(c: &mut Communicator) -> Result<()> {
             Err(e) => format!("; reductions run on the host ({e})"),
         };
         c.append_reason(&note);
-        c.backend_state.dev = Some(Mutex::new(st));
+        c.backend_state.set(Mutex::new(st));
     }
     if kind == BackendKind::GPUWIRE_BACKEND_IPC {
-        c.backend_state.ipc = Some(ipc::IpcState::new(c, c.device())?);
+        let st = ipc::IpcState::new(c, c.device())?;
+        c.backend_state.set(st);
     }
     Ok(())
 }
@@ -207,7 +179,7 @@ fn setup_nccl(c: &mut Communicator) -> Result<()> {
     let agreed = c.agree_on_result(made.as_ref().map(|_| ()).map_err(Clone::clone), "creating the NCCL communicator");
     let e = match (made, agreed) {
         (Ok(st), Ok(())) => {
-            c.backend_state.nccl = Some(st);
+            c.backend_state.set(st);
             return Ok(());
         }
         (Ok(mut st), Err(e)) => {
@@ -248,16 +220,16 @@ fn without_nccl(c: &Communicator, why: &str) -> Result<(BackendKind, String)> {
 
 /// Releases backend state before the MPI communicators are freed.
 pub fn teardown(c: &mut Communicator) {
-    if let Some(mut k) = c.backend_state.check.take() {
+    if let Some(mut k) = c.backend_state.take::<p2p::Check>() {
         k.free();
     }
-    if let Some(mut n) = c.backend_state.nccl.take() {
+    if let Some(mut n) = c.backend_state.take::<nccl::NcclState>() {
         n.destroy(c.is_broken());
     }
-    if let Some(mut s) = c.backend_state.ipc.take() {
+    if let Some(mut s) = c.backend_state.take::<ipc::IpcState>() {
         s.destroy(c);
     }
-    if let Some(m) = c.backend_state.dev.take() {
+    if let Some(m) = c.backend_state.take::<Mutex<devstate::DevState>>() {
         let mut st = m.into_inner().unwrap_or_else(|p| p.into_inner());
         if c.is_broken() {
             // A timeout may have abandoned MPI requests on the private communicator and its

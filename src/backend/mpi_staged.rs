@@ -49,7 +49,7 @@ impl<'a> Call<'a> {
         for b in bufs.iter().flatten() {
             devstate::check_device(c, b)?;
         }
-        let st = c.backend_state.dev()?;
+        let st = devstate::dev(c)?;
         let ctx = CtxGuard::enter(st.device)?;
         device::sync(stream)?;
         Ok(Call { c, st, stream, _ctx: ctx })
@@ -367,7 +367,7 @@ impl Path for StagedPath {
 
     fn isend(&self, c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
         let call = Call::begin(c, &[Some(buf)], stream)?;
-        let pool = &c.backend_state.pool;
+        let pool = devstate::pool(c)?;
         let pb = pool.take(buf.bytes(), call.st.pinned(), call.device())?;
         ring::copy(Loc { ptr: pb.ptr, host: true }, loc(buf), buf.bytes(), stream)?;
         device::sync(stream)?;
@@ -377,7 +377,7 @@ impl Path for StagedPath {
 
     fn irecv(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
         let call = Call::begin(c, &[Some(buf)], stream)?;
-        let pool = &c.backend_state.pool;
+        let pool = devstate::pool(c)?;
         let pb = pool.take(buf.bytes(), call.st.pinned(), call.device())?;
         let inner = host::irecv(c, pb.ptr, buf.count(), buf.dtype(), source, tag)?;
         Ok(Box::new(StagedRecv { inner, buf: Some(pb), pool, dst: buf.ptr(), bytes: buf.bytes(), device: call.device(), stream }))

@@ -312,6 +312,11 @@ pub struct Group {
     done: Mutex<Option<Vec<(Stream, Event)>>>,
 }
 
+/// The NCCL state of `c` (NCCL backend only).
+fn state(c: &Communicator) -> Result<&NcclState> {
+    c.backend_state.get::<NcclState>().ok_or_else(|| Error::Internal("NCCL path used on a communicator without NCCL".into()))
+}
+
 impl NcclState {
     /// Collective: bootstraps the NCCL communicator over MPI. Fails (on this rank) if NCCL's
     /// initialization fails or does not complete within [`init_timeout`]; the caller agrees the
@@ -571,7 +576,7 @@ fn enter<'a>(c: &'a Communicator, bufs: &[Option<&Buffer>], stream: Stream) -> R
     for b in bufs.iter().flatten() {
         devstate::check_device(c, b)?;
     }
-    let st = c.backend_state.nccl()?;
+    let st = state(c)?;
     let g = CtxGuard::enter(st.device)?;
     st.close_group()?;
     // An aborted communicator (null) is refused by `Ctx::call`, under the lock it takes anyway.
@@ -669,7 +674,7 @@ impl Pending for GroupedPending {
 }
 
 fn grouped(c: &Communicator, stream: Stream, post: impl FnOnce(&Ctx) -> Result<()>) -> Result<Box<dyn Pending>> {
-    let st = c.backend_state.nccl()?;
+    let st = state(c)?;
     let _g = CtxGuard::enter(st.device)?;
     if st.comm().is_null() {
         return Err(Error::CommBroken("the NCCL communicator was aborted".into()));
@@ -702,7 +707,7 @@ fn grouped(c: &Communicator, stream: Stream, post: impl FnOnce(&Ctx) -> Result<(
 /// The staged MPI path of this communicator, for what NCCL cannot do correctly (after closing
 /// any open NCCL group, so stream order is kept).
 fn via_mpi(c: &Communicator) -> Result<&'static mpi_staged::StagedPath> {
-    c.backend_state.nccl()?.close_group()?;
+    state(c)?.close_group()?;
     Ok(&mpi_staged::StagedPath)
 }
 
@@ -757,7 +762,7 @@ impl Path for NcclPath {
     }
     fn barrier(&self, c: &Communicator, stream: Stream) -> Result<()> {
         // An MPI barrier after the stream's earlier work (NCCL has none).
-        let st = c.backend_state.nccl()?;
+        let st = state(c)?;
         st.close_group()?;
         let _g = CtxGuard::enter(st.device)?;
         device::sync(stream)?;
@@ -872,7 +877,7 @@ impl Path for NcclPath {
         let src = match send {
             Input::Buf(b) => b.ptr(),
             Input::InPlace => {
-                let mut st = c.backend_state.dev()?;
+                let mut st = devstate::dev(c)?;
                 let tmp = st.dev[1].get(recv.bytes())?;
                 device::copy_async(tmp, recv.ptr(), recv.bytes(), stream)?;
                 tmp

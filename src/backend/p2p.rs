@@ -448,7 +448,7 @@ pub fn wait_until(c: &Communicator, what: &str, mut done: impl FnMut() -> Result
 /// Posts a receive: matched now when its message is there and no earlier receive of the same
 /// communicator, source and tag waits, else deferred.
 pub fn post(c: &Communicator, w: Want) -> Result<Recv> {
-    let check = c.backend_state.check.as_ref().map(|k| (k.hdr, k.ack));
+    let check = c.backend_state.get::<Check>().map(|k| (k.hdr, k.ack));
     let e = Arc::new(Entry { want: w, comm: RawComm(c.raw()), key: c as *const Communicator as usize, check, state: Mutex::new(State::Unmatched) });
     let mut q = lock(&QUEUE);
     let behind = q.iter().any(|x| x.key == e.key && x.want.source == w.source && x.want.tag == w.tag);
@@ -473,7 +473,7 @@ pub fn post(c: &Communicator, w: Want) -> Result<Recv> {
 /// progress (the common case), else a posted receive waited for.
 pub fn recv(c: &Communicator, w: Want) -> Result<()> {
     // (`nb_p2p`: no timeout, not MPI_THREAD_SERIALIZED, no IPC receive pending.)
-    if !deferred() && !c.nb_p2p() && c.backend_state.check.is_none() {
+    if !deferred() && !c.nb_p2p() && c.backend_state.get::<Check>().is_none() {
         let mut msg = message_null();
         // SAFETY: plain out-parameters.
         let mut status: sys::MPI_Status = unsafe { std::mem::zeroed() };
@@ -524,9 +524,9 @@ static SEND_ORDER: Mutex<()> = Mutex::new(());
 pub fn isend(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, dest: i32, tag: i32) -> Result<Sending> {
     let n = mpisys::Count::new(dtype, count)?;
     let mut s = Sending { req: RawRequest(mpisys::request_null()), check: None, comm: c, done: false };
-    let _order = c.backend_state.check.as_ref().map(|_| lock(&SEND_ORDER));
+    let _order = c.backend_state.get::<Check>().map(|_| lock(&SEND_ORDER));
     let _mpi = crate::runtime::mpi_lock();
-    if let Some(k) = c.backend_state.check.as_ref() {
+    if let Some(k) = c.backend_state.get::<Check>() {
         let mut sc = Box::new(SendCheck {
             hdr: Hdr { dtype: dtype as i64, count: count as i64 },
             ack: Ack::default(),
@@ -650,7 +650,7 @@ impl Check {
 /// order per peer, not by tag) and each compares: a mismatch fails on both sides, and nothing is
 /// enqueued. `send` and `recv` are (peer, datatype, count).
 pub fn agree_peer(c: &Communicator, send: Option<(i32, Dtype, usize)>, recv: Option<(i32, Dtype, usize)>) -> Result<()> {
-    let Some(k) = c.backend_state.check.as_ref() else { return Ok(()) };
+    let Some(k) = c.backend_state.get::<Check>() else { return Ok(()) };
     // On the heap: leaked if abandoned at a deadline (MPI may still write them).
     let mut hb = Box::new(([Hdr::default(); 2], [Hdr::default(); 2]));
     let (mine, theirs) = &mut *hb;
