@@ -44,6 +44,7 @@ pub mod backend;
 pub mod buffer;
 pub mod comm;
 pub mod config;
+pub mod create;
 pub mod darray;
 pub mod device;
 pub mod engine;
