@@ -1,17 +1,17 @@
 //! Communicators: gpuwire's own duplicate of an MPI communicator, its node-local view, its
-//! configuration, and the backend chosen for device buffers.
+//! configuration, and the backend chosen for device buffers; the MPI steps every backend shares
+//! (a call's deadline and collective slot, `wait_mpi`, `agree_on_result`, `collective!`).
 //!
-//! Creation, `split` and `dup` are collective over the parent communicator. gpuwire duplicates
-//! the caller's communicator and sets MPI_ERRORS_RETURN on its duplicate only, so the caller's
-//! communicator keeps its own error handler and gpuwire's traffic never matches the caller's.
+//! Below the backends: creating, splitting, duplicating and freeing a communicator, which choose
+//! and set up a backend, are in `create`.
 
+use std::any::Any;
 use std::cell::Cell;
 use std::ffi::c_int;
 use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use crate::backend::{self, Choice};
 use crate::config::Config;
 use crate::error::{Error, Result, Status};
 use crate::handles::{Kind, Registry};
@@ -19,35 +19,105 @@ use crate::mpisys::{self, MPI_Comm, RawComm, sys};
 use crate::runtime;
 use crate::types::BackendKind;
 
+/// A blocking MPI collective on communicator `$c`: its nonblocking form waited by
+/// `Communicator::wait_mpi` (as `blocking!`) when the communicator's ranks agreed on that
+/// (`Communicator::nb_collectives`: a timeout, MPI_THREAD_SERIALIZED, IPC receives to progress),
+/// else the blocking form. Never decided per rank: MPI does not match a blocking collective with
+/// a nonblocking one (the ranks would hang). At a timeout the request is abandoned: MPI may
+/// still use the buffers if a peer arrives later (callers leak the memory of their own that the
+/// call references, rather than free it).
+macro_rules! collective {
+    ($c:expr, $what:expr, $b:ident($($a:expr),* $(,)?), $nb:ident) => {{
+        if $c.nb_collectives() {
+            let mut req = crate::mpisys::request_null();
+            {
+                let _mpi = crate::runtime::mpi_lock();
+                // SAFETY: as the blocking form; the arguments stay valid until the request
+                // completes (waited for below; at a timeout see above).
+                crate::mpisys::check(unsafe { crate::mpisys::sys::$nb($($a),*, &mut req) }, $what)?;
+            }
+            $c.wait_mpi(&mut req, crate::mpisys::status_ignore(), $what, false)
+        } else {
+            // SAFETY: as documented at the call.
+            crate::mpisys::check(unsafe { crate::mpisys::sys::$b($($a),*) }, $what)
+        }
+    }};
+}
+pub(crate) use collective;
+
 /// All live communicators, by handle.
 pub static COMMS: Registry<Communicator> = Registry::new(Kind::Comm);
 
 /// A gpuwire communicator.
 #[derive(Debug)]
 pub struct Communicator {
-    raw: RawComm,
-    node: RawComm,
-    rank: i32,
-    size: i32,
-    local_rank: i32,
-    local_size: i32,
+    pub(crate) raw: RawComm,
+    pub(crate) node: RawComm,
+    pub(crate) rank: i32,
+    pub(crate) size: i32,
+    pub(crate) local_rank: i32,
+    pub(crate) local_size: i32,
     /// The number of nodes the ranks are on (of MPI_Comm_split_type SHARED).
-    nodes: i32,
-    config: Config,
-    choice: Choice,
+    pub(crate) nodes: i32,
+    pub(crate) config: Config,
+    pub(crate) choice: Choice,
     /// Why the communicator is broken; shared with its internal duplicate ([`Self::internal`]).
-    broken: Arc<Mutex<Option<String>>>,
+    pub(crate) broken: Arc<Mutex<Option<String>>>,
     /// The duplicate that carries gpuwire's own messages on behalf of this communicator.
-    internal: Mutex<Option<Arc<Communicator>>>,
+    pub(crate) internal: Mutex<Option<Arc<Communicator>>>,
     /// MPI collectives in their nonblocking form with a test loop that progresses pending IPC
-    /// receives (agreed at creation, the same on every rank: `ipc::collectives_must_progress`,
+    /// receives (agreed at creation, the same on every rank: `progress::collectives_must_progress`,
     /// MPI_THREAD_SERIALIZED).
-    nb_coll: bool,
+    pub(crate) nb_coll: bool,
     /// The thread (`thread_id`) inside a collective on this communicator, 0 when none.
-    busy: AtomicU64,
+    pub(crate) busy: AtomicU64,
     /// The progress engine of the operations that complete after their call (`crate::op`).
-    engine: Arc<crate::engine::Engine>,
-    pub(crate) backend_state: backend::State,
+    pub(crate) engine: Arc<crate::engine::Engine>,
+    pub(crate) backend_state: BackendState,
+}
+
+/// The backend chosen for a communicator's device buffers, its device, and why.
+#[derive(Clone, Debug)]
+pub struct Choice {
+    pub kind: BackendKind,
+    pub reason: String,
+    /// CUDA device of this rank, or -1.
+    pub device: i32,
+}
+
+impl Default for Choice {
+    fn default() -> Self {
+        Choice { kind: BackendKind::GPUWIRE_BACKEND_HOST, reason: String::new(), device: -1 }
+    }
+}
+
+/// The backends' state of a communicator (staging buffers, the NCCL communicator, ...), type-erased
+/// so that this module knows no backend: at most one value of each type, each read by the
+/// backend that defines the type, set up and torn down by the backend registry (`backend`).
+#[derive(Default)]
+pub struct BackendState(Vec<Box<dyn Any + Send + Sync>>);
+
+impl BackendState {
+    /// The value of type `T`, if set (a TypeId compare per value held: a few).
+    pub fn get<T: Any>(&self) -> Option<&T> {
+        self.0.iter().find_map(|v| v.downcast_ref())
+    }
+    /// Sets the value of type `T` (replacing one set before).
+    pub fn set<T: Any + Send + Sync>(&mut self, v: T) {
+        drop(self.take::<T>());
+        self.0.push(Box::new(v));
+    }
+    /// Takes the value of type `T` out, if set.
+    pub fn take<T: Any>(&mut self) -> Option<T> {
+        let i = self.0.iter().position(|v| v.is::<T>())?;
+        self.0.remove(i).downcast().ok().map(|v| *v)
+    }
+}
+
+impl std::fmt::Debug for BackendState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "BackendState({} values)", self.0.len())
+    }
 }
 
 static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
@@ -90,126 +160,9 @@ impl Drop for CallGuard<'_> {
     }
 }
 
-/// MPI communicators being set up; freed if setup fails part-way.
-struct Owned(Vec<MPI_Comm>);
-
-impl Owned {
-    fn release(mut self) -> Vec<MPI_Comm> {
-        std::mem::take(&mut self.0)
-    }
-}
-
-impl Drop for Owned {
-    fn drop(&mut self) {
-        for c in self.0.iter_mut() {
-            // SAFETY: each was created by MPI for us and is not used elsewhere.
-            unsafe { sys::MPI_Comm_free(c) };
-        }
-    }
-}
-
 impl Communicator {
-    /// Collective over `parent`: duplicates it and builds a communicator.
-    pub fn create(parent: MPI_Comm, config: Result<Config>) -> Result<Communicator> {
-        runtime::ensure_ready()?;
-        if parent == mpisys::comm_null() {
-            return Err(Error::InvalidArgument("the MPI communicator is MPI_COMM_NULL (or an invalid Fortran handle)".into()));
-        }
-        let mut dup = mpisys::comm_null();
-        // SAFETY: parent is a communicator of the caller.
-        mpisys::check(unsafe { sys::MPI_Comm_dup(parent, &mut dup) }, "MPI_Comm_dup")?;
-        Self::adopt(dup, config)
-    }
-
-    /// Collective over `comm`, which gpuwire now owns (freed on failure too). `config` is this
-    /// rank's configuration, or why it could not be read: every rank learns of any rank's bad
-    /// or different configuration and fails the same way, instead of hanging.
-    fn adopt(comm: MPI_Comm, config: Result<Config>) -> Result<Communicator> {
-        let mut owned = Owned(vec![comm]);
-        // SAFETY: comm is a valid communicator owned by gpuwire.
-        unsafe {
-            mpisys::check(sys::MPI_Comm_set_errhandler(comm, sys::RSMPI_ERRORS_RETURN), "MPI_Comm_set_errhandler")?;
-        }
-        let (mut rank, mut size) = (0, 0);
-        let mut node = mpisys::comm_null();
-        // SAFETY: as above; outputs are plain ints and a communicator.
-        unsafe {
-            mpisys::check(sys::MPI_Comm_rank(comm, &mut rank), "MPI_Comm_rank")?;
-            mpisys::check(sys::MPI_Comm_size(comm, &mut size), "MPI_Comm_size")?;
-            mpisys::check(
-                sys::MPI_Comm_split_type(comm, sys::RSMPI_COMM_TYPE_SHARED, rank, sys::RSMPI_INFO_NULL, &mut node),
-                "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)",
-            )?;
-        }
-        owned.0.push(node);
-        let (mut local_rank, mut local_size) = (0, 0);
-        // SAFETY: node is valid.
-        unsafe {
-            mpisys::check(sys::MPI_Comm_rank(node, &mut local_rank), "MPI_Comm_rank")?;
-            mpisys::check(sys::MPI_Comm_size(node, &mut local_size), "MPI_Comm_size")?;
-        }
-        // The number of nodes: one leader (node-local rank 0) on each.
-        let (leader, mut nodes): (c_int, c_int) = ((local_rank == 0) as c_int, 0);
-        // SAFETY: one int each way, on comm.
-        mpisys::check(
-            unsafe { sys::MPI_Allreduce((&leader as *const c_int).cast(), (&mut nodes as *mut c_int).cast(), 1, sys::RSMPI_INT32_T, sys::RSMPI_SUM, comm) },
-            "MPI_Allreduce (the number of nodes)",
-        )?;
-        let mut c = Communicator {
-            raw: RawComm(comm),
-            node: RawComm(node),
-            rank,
-            size,
-            local_rank,
-            local_size,
-            nodes,
-            // No timeout or checking until the configuration is agreed.
-            config: Config::default(),
-            choice: Choice::default(),
-            broken: Arc::new(Mutex::new(None)),
-            internal: Mutex::new(None),
-            // Until agreed below: the same (nonblocking) form on every rank.
-            nb_coll: true,
-            busy: AtomicU64::new(0),
-            engine: Arc::new(crate::engine::Engine::default()),
-            backend_state: backend::State::default(),
-        };
-        // From here on `c` frees both communicators when dropped (also on the error paths below).
-        owned.release();
-        let config = c.agree_on_result(config, "reading the configuration")?;
-        c.agree_config(&config)?;
-        c.config = config;
-        crate::trace!("communicator: rank {rank}/{size}, node-local {local_rank}/{local_size}; choosing backend");
-        let local = backend::choose(&c);
-        crate::trace!("local backend choice: {:?}", local.as_ref().map(|ch| (ch.kind.name(), ch.device, ch.reason.clone())));
-        let mut choice = c.agree_on_result(local, "choosing the backend")?;
-        // Ranks may differ under AUTO (one without CUDA, one without libnccl): all take the
-        // least capable backend chosen anywhere, which every rank can use (HOST < MPI_STAGED <
-        // MPI_CUDA_AWARE < IPC < NCCL; IPC's eligibility is already the same on every rank).
-        let k = capability(choice.kind);
-        let mut v = [k, -k, (crate::backend::ipc::collectives_must_progress() || runtime::serialized()) as i64];
-        c.allreduce_max_i64(&mut v, "agreeing on the backend")?;
-        c.nb_coll = v[2] != 0;
-        if v[0] != -v[1] {
-            let lowest = of_capability(-v[1]);
-            if lowest != choice.kind {
-                choice.reason = format!("auto: another rank can only use {}, so every rank does (this rank could use {})", lowest.name(), choice.kind.name());
-                choice.kind = lowest;
-                if lowest == BackendKind::GPUWIRE_BACKEND_HOST {
-                    choice.device = -1;
-                }
-            }
-        }
-        c.choice = choice;
-        crate::trace!("agreed backend {}; setting up", c.choice.kind.name());
-        let set = backend::setup(&mut c);
-        c.agree_on_result(set, "setting up the backend")?;
-        crate::trace!("communicator ready: {}", c.choice.reason);
-        Ok(c)
-    }
-
     /// Every rank must pass the same configuration (the device may differ): one exchange.
-    fn agree_config(&self, cfg: &Config) -> Result<()> {
+    pub(crate) fn agree_config(&self, cfg: &Config) -> Result<()> {
         let t = cfg.timeout.map(|t| t.as_micros().min(i64::MAX as u128) as i64).unwrap_or(0);
         let fields: [(&str, i64); 5] = [
             ("backend", cfg.backend as i64),
@@ -234,67 +187,6 @@ impl Communicator {
         Ok(())
     }
 
-    /// Collective: MPI_Comm_split of this communicator; ranks passing GPUWIRE_UNDEFINED (-1)
-    /// get `None`. A bad color on any rank is an error on every rank. The new communicator
-    /// inherits this one's configuration.
-    pub fn split(&self, color: i32, key: i32) -> Result<Option<Communicator>> {
-        let _call = self.enter_unbounded("gpuwire_comm_split")?;
-        let valid = if color < 0 && color != -1 {
-            Err(Error::InvalidArgument(format!("color {color}: colors are >= 0, or GPUWIRE_UNDEFINED")))
-        } else {
-            Ok(())
-        };
-        self.agree_on_result(valid, "gpuwire_comm_split")?;
-        let color = if color == -1 { None } else { Some(color) };
-        let mut out = mpisys::comm_null();
-        let color = color.unwrap_or_else(mpisys::undefined);
-        // SAFETY: raw is valid.
-        mpisys::check(unsafe { sys::MPI_Comm_split(self.raw.0, color, key, &mut out) }, "MPI_Comm_split")?;
-        if out == mpisys::comm_null() {
-            return Ok(None);
-        }
-        Self::adopt(out, Ok(self.config.clone())).map(Some)
-    }
-
-    /// Collective: a new communicator with the same ranks and configuration.
-    pub fn dup(&self) -> Result<Communicator> {
-        let _call = self.enter_unbounded("gpuwire_comm_dup")?;
-        let mut out = mpisys::comm_null();
-        // SAFETY: raw is valid.
-        mpisys::check(unsafe { sys::MPI_Comm_dup(self.raw.0, &mut out) }, "MPI_Comm_dup")?;
-        Self::adopt(out, Ok(self.config.clone()))
-    }
-
-    /// The communicator of gpuwire's own messages on behalf of this one (those of distributed
-    /// arrays): a duplicate with the same ranks, configuration, backend and device, so that no
-    /// message of the program, whatever its tag, matches one of gpuwire's. Made the first time
-    /// it is asked for (collective over this communicator then; a full setup of the backend),
-    /// then shared by every later caller; freed with this communicator; broken when this one is
-    /// broken, and this one with it. Not in the handle registry: the program never sees it.
-    pub(crate) fn internal(&self) -> Result<Arc<Communicator>> {
-        let mut slot = self.internal.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(c) = &*slot {
-            return Ok(c.clone());
-        }
-        self.ensure_usable()?;
-        let mut out = mpisys::comm_null();
-        // SAFETY: raw is valid.
-        let dup = mpisys::check(unsafe { sys::MPI_Comm_dup(self.raw.0, &mut out) }, "MPI_Comm_dup");
-        let owned = Owned(if dup.is_ok() { vec![out] } else { Vec::new() });
-        self.agree_on_result(dup, "duplicating the communicator for gpuwire's own messages")?;
-        let out = owned.release()[0];
-        let mut config = self.config.clone();
-        config.backend = self.choice.kind;
-        if self.choice.device >= 0 {
-            config.device = self.choice.device;
-        }
-        let mut c = Self::adopt(out, Ok(config))?;
-        c.broken = self.broken.clone();
-        let c = Arc::new(c);
-        *slot = Some(c.clone());
-        Ok(c)
-    }
-
     pub fn raw(&self) -> MPI_Comm {
         self.raw.0
     }
@@ -303,7 +195,7 @@ impl Communicator {
         &self.engine
     }
     /// Whether MPI collectives on this communicator run as their nonblocking form waited by
-    /// `wait_mpi` (`host::collective!`), the same on every rank (MPI does not match a blocking
+    /// `wait_mpi` (`collective!`), the same on every rank (MPI does not match a blocking
     /// collective with a nonblocking one): with a timeout (the configuration is agreed), or when
     /// agreed at creation: any rank sees a GPU but has no IPC progress thread, or runs under
     /// MPI_THREAD_SERIALIZED.
@@ -484,9 +376,9 @@ impl Communicator {
     /// Whether gpuwire's blocking MPI calls on this communicator must run as their nonblocking
     /// form waited by `wait_mpi`: with a deadline to keep (a timeout), under
     /// MPI_THREAD_SERIALIZED (the MPI lock is released between tests), or while IPC receives may
-    /// be pending (`ipc::recvs_pending`). For point-to-point calls (each rank may choose alone).
+    /// be pending (`progress::pending`). For point-to-point calls (each rank may choose alone).
     pub fn nb_p2p(&self) -> bool {
-        self.config.timeout.is_some() || runtime::serialized() || crate::backend::ipc::recvs_pending()
+        self.config.timeout.is_some() || runtime::serialized() || crate::progress::pending()
     }
 
     /// Element-wise MAX of `v` across ranks (in place). With a deadline the exchange is
@@ -500,7 +392,7 @@ impl Communicator {
         }
         let ptr = v.as_mut_ptr().cast();
         // v is valid for n int64; in-place allreduce on our own communicator.
-        crate::backend::host::collective!(
+        collective!(
             self,
             "MPI_Allreduce",
             MPI_Allreduce(mpisys::in_place(), ptr, n, sys::RSMPI_INT64_T, sys::RSMPI_MAX, self.raw.0),
@@ -548,7 +440,7 @@ impl Communicator {
             if flag != 0 {
                 return Ok(());
             }
-            crate::backend::ipc::progress_all();
+            crate::progress::progress_all();
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 if cancel {
                     let _mpi = runtime::mpi_lock();
@@ -608,7 +500,7 @@ impl Communicator {
             // SAFETY: p is valid for len bytes until the request completes (`on_heap`).
             self.on_heap(&mut buf, what, |p, req| unsafe { sys::MPI_Ibcast(p.cast(), len, sys::RSMPI_UINT8_T, root, raw, req) })?;
         } else {
-            crate::backend::host::collective!(self, "MPI_Bcast", MPI_Bcast(buf.as_mut_ptr().cast(), len, sys::RSMPI_UINT8_T, root, raw), MPI_Ibcast)?;
+            collective!(self, "MPI_Bcast", MPI_Bcast(buf.as_mut_ptr().cast(), len, sys::RSMPI_UINT8_T, root, raw), MPI_Ibcast)?;
         }
         code = i32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
         msg.copy_from_slice(&buf[4..]);
@@ -621,29 +513,6 @@ impl Communicator {
     }
 }
 
-impl Drop for Communicator {
-    fn drop(&mut self) {
-        // The internal duplicate first (it is freed on every rank where this one is).
-        drop(self.internal.get_mut().unwrap_or_else(|p| p.into_inner()).take());
-        if runtime::mpi_finalized() {
-            return;
-        }
-        backend::teardown(self);
-        if self.is_broken() {
-            // A timeout may have abandoned MPI requests on them, which MPI still progresses (and
-            // would crash on a freed communicator): both are left to MPI_Finalize.
-            return;
-        }
-        // SAFETY: both communicators are owned by this value and freed only here.
-        unsafe {
-            let mut node = self.node.0;
-            sys::MPI_Comm_free(&mut node);
-            let mut raw = self.raw.0;
-            sys::MPI_Comm_free(&mut raw);
-        }
-    }
-}
-
 /// This machine's host name (gethostname), "?" if it cannot be read.
 pub(crate) fn host_name() -> String {
     let mut host = [0u8; 256];
@@ -653,40 +522,4 @@ pub(crate) fn host_name() -> String {
     }
     let end = host.iter().position(|b| *b == 0).unwrap_or(host.len());
     String::from_utf8_lossy(&host[..end]).into_owned()
-}
-
-/// The order in which AUTO falls back between ranks: a rank that chose a backend can use every
-/// backend of lower capability.
-const CAPABILITY: [BackendKind; 5] = [
-    BackendKind::GPUWIRE_BACKEND_HOST,
-    BackendKind::GPUWIRE_BACKEND_MPI_STAGED,
-    BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE,
-    BackendKind::GPUWIRE_BACKEND_IPC,
-    BackendKind::GPUWIRE_BACKEND_NCCL,
-];
-
-fn capability(k: BackendKind) -> i64 {
-    CAPABILITY.iter().position(|&x| x == k).unwrap_or(0) as i64
-}
-
-fn of_capability(i: i64) -> BackendKind {
-    CAPABILITY.get(i as usize).copied().unwrap_or(BackendKind::GPUWIRE_BACKEND_HOST)
-}
-
-#[cfg(test)]
-mod capability_tests {
-    use super::*;
-
-    #[test]
-    fn auto_falls_back_to_a_backend_every_rank_can_use() {
-        // One rank loads libnccl (NCCL), another not (IPC): IPC, not NCCL as by enum value.
-        let pick = |a: BackendKind, b: BackendKind| of_capability(capability(a).min(capability(b)));
-        assert_eq!(pick(BackendKind::GPUWIRE_BACKEND_NCCL, BackendKind::GPUWIRE_BACKEND_IPC), BackendKind::GPUWIRE_BACKEND_IPC);
-        assert_eq!(pick(BackendKind::GPUWIRE_BACKEND_IPC, BackendKind::GPUWIRE_BACKEND_MPI_STAGED), BackendKind::GPUWIRE_BACKEND_MPI_STAGED);
-        assert_eq!(pick(BackendKind::GPUWIRE_BACKEND_NCCL, BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE), BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE);
-        assert_eq!(pick(BackendKind::GPUWIRE_BACKEND_NCCL, BackendKind::GPUWIRE_BACKEND_HOST), BackendKind::GPUWIRE_BACKEND_HOST);
-        for k in CAPABILITY {
-            assert_eq!(of_capability(capability(k)), k);
-        }
-    }
 }

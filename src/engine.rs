@@ -34,7 +34,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Set by `gpuwire_init` (`runtime`): whether MPI provides MPI_THREAD_MULTIPLE.
+/// Set by `gpuwire_init` (`ffi::lifecycle`): whether MPI provides MPI_THREAD_MULTIPLE.
 static MULTIPLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Told at initialization whether MPI provides MPI_THREAD_MULTIPLE.

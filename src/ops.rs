@@ -61,7 +61,7 @@ fn collective_name(id: i64) -> String {
 }
 
 /// `GPUWIRE_PROC_NULL`: a send or receive to/from it does nothing (as MPI_PROC_NULL).
-pub(crate) const PROC_NULL: i32 = crate::ffi::GPUWIRE_PROC_NULL;
+pub(crate) use crate::types::PROC_NULL;
 
 /// Whether `r` names no rank: GPUWIRE_PROC_NULL, or the MPI_PROC_NULL of the MPI gpuwire was
 /// built with.
@@ -476,7 +476,7 @@ impl Communicator {
                 let mut all = vec![0i64; size];
                 let mine = Box::new(send.count() as i64);
                 // One int64 from each rank into `all` (size entries).
-                let r = crate::backend::host::collective!(
+                let r = crate::comm::collective!(
                     self,
                     "MPI_Allgather (allgatherv counts)",
                     MPI_Allgather((&*mine as *const i64).cast(), 1, sys::RSMPI_INT64_T, all.as_mut_ptr().cast(), 1, sys::RSMPI_INT64_T, self.raw()),

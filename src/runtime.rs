@@ -2,7 +2,9 @@
 //!
 //! `init` adopts an MPI the host program initialized (and then never finalizes it), or
 //! initializes MPI itself asking for MPI_THREAD_MULTIPLE. `finalize` invalidates every handle,
-//! frees gpuwire's MPI objects, and finalizes MPI only if gpuwire initialized it.
+//! has gpuwire's objects freed (by `ffi::lifecycle`, which knows them: nothing here imports the
+//! layers above MPI), frees gpuwire's MPI operations, and finalizes MPI only if gpuwire
+//! initialized it.
 
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -220,7 +222,6 @@ pub fn init() -> Result<()> {
         MAIN_ONLY.store(true, Ordering::Relaxed);
     }
     SERIALIZED.store(level == ThreadLevel::GPUWIRE_THREAD_SERIALIZED, Ordering::Relaxed);
-    crate::engine::set_thread_multiple(level == ThreadLevel::GPUWIRE_THREAD_MULTIPLE);
     watch_finalize()?;
     let half_ops = create_half_ops()?;
     let own_ops = create_ops(&[own_sum, own_prod, own_max, own_min, own_sum, own_band, own_bor, own_bxor])?;
@@ -271,23 +272,17 @@ fn check_mpi_flavour() -> Result<()> {
     Ok(())
 }
 
-/// gpuwire_finalize.
-pub fn finalize() -> Result<()> {
+/// gpuwire_finalize: `drain` finishes what still needs MPI and the handles, then every handle is
+/// invalidated, `release` frees gpuwire's objects (`ffi::lifecycle`, which knows them), and MPI's
+/// part follows.
+pub fn finalize(drain: impl FnOnce(), release: impl FnOnce()) -> Result<()> {
     let _guard = LIFECYCLE.lock().unwrap_or_else(|p| p.into_inner());
     let info = ensure_ready()?;
-    // Operations still queued on progress engines finish first (they need MPI and the handles).
-    crate::engine::drain_all();
+    drain();
     // Invalidate every handle first; then objects release their MPI resources as their last
     // reference drops (here, unless an operation on another thread still holds one).
     STATE.store(FINALIZED, Ordering::Release);
-    // The IPC progress thread makes MPI calls: joined before anything is released.
-    crate::backend::ipc::shutdown();
-    drop(crate::request::REQUESTS.drain());
-    drop(crate::darray::DARRAYS.drain());
-    drop(crate::buffer::BUFFERS.drain());
-    drop(crate::comm::COMMS.drain());
-    // IPC mappings are shared by communicators; whatever the last free left open closes here.
-    crate::backend::ipc::close_all_mappings();
+    release();
     let mut finalized: c_int = 0;
     // SAFETY: may be called at any time.
     unsafe { mpisys::check(sys::MPI_Finalized(&mut finalized), "MPI_Finalized")? };

@@ -8,6 +8,19 @@
 
 use crate::error::{Error, Result};
 
+/// A rank that sends and receives nothing: point-to-point calls with it return at once (as
+/// MPI_PROC_NULL). Its value, -1000, is no MPI's constant (Open MPI's MPI_ANY_SOURCE is -1 and
+/// MPI_PROC_NULL -2, MPICH's the other way round); the MPI_PROC_NULL of the MPI gpuwire was
+/// built with is accepted as well and means the same. Other negative ranks (MPI_ANY_SOURCE of
+/// either MPI) are refused with GPUWIRE_ERROR_INVALID_ARGUMENT: wildcards are not supported yet.
+pub const GPUWIRE_PROC_NULL: i32 = -1000;
+
+/// Color for `gpuwire_comm_split` meaning "not in any new communicator" (as MPI_UNDEFINED).
+pub const GPUWIRE_UNDEFINED: i32 = -1;
+
+/// `GPUWIRE_PROC_NULL`, the name the operations and every path compare peers with.
+pub(crate) const PROC_NULL: i32 = GPUWIRE_PROC_NULL;
+
 /// Element datatype of a buffer (values as NCCL's `ncclDataType_t` where NCCL has the type).
 #[repr(i32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

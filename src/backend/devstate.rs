@@ -2,7 +2,7 @@
 //! a private MPI communicator for gpuwire's own point-to-point traffic inside collectives,
 //! reusable staging and scratch memory, and a pool of pinned buffers for nonblocking requests.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use crate::buffer::Buffer;
 use crate::comm::Communicator;
@@ -21,6 +21,19 @@ pub(crate) const SMALL_BYTES: usize = 64 << 10;
 /// copies: measured there, the ring took 634 µs at 128 KiB and 770 µs at 512 KiB against 61 µs
 /// for the host path at 64 KiB, and only overtakes it at 2–4 MiB.
 pub(crate) const SHARED_SMALL_BYTES: usize = 2 << 20;
+
+/// The device state of `c` (device backends only).
+pub fn dev(c: &Communicator) -> Result<MutexGuard<'_, DevState>> {
+    match c.backend_state.get::<Mutex<DevState>>() {
+        Some(m) => Ok(m.lock().unwrap_or_else(|p| p.into_inner())),
+        None => Err(Error::Internal("device path used on a communicator without device state".into())),
+    }
+}
+
+/// The host buffers of `c`'s staged nonblocking requests (set up with every communicator).
+pub fn pool(c: &Communicator) -> Result<&Pool> {
+    c.backend_state.get::<Pool>().ok_or_else(|| Error::Internal("staged request on a communicator without its pool".into()))
+}
 
 /// Device state of one communicator.
 #[derive(Debug)]
@@ -54,7 +67,7 @@ impl DevState {
         let mut chunk = [-(cfg.chunk_bytes as i64)];
         c.allreduce_max_i64(&mut chunk, "agreeing on the staging chunk size")?;
         let chunk = (-chunk[0]) as usize;
-        let gpu_shared = crate::backend::nccl::shared_gpus(c, Some(device))?.is_some();
+        let gpu_shared = crate::backend::topology::shared_gpus(c, Some(device))?.is_some();
         let mut coll = mpisys::comm_null();
         // SAFETY: c.raw() is valid; every rank calls.
         mpisys::check(unsafe { sys::MPI_Comm_dup(c.raw(), &mut coll) }, "MPI_Comm_dup")?;

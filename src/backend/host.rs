@@ -11,9 +11,10 @@
 
 use std::ffi::{c_int, c_void};
 
-use crate::backend::{Input, Path, p2p};
+use crate::backend::p2p;
+use crate::backend::path::{Input, Path};
 use crate::buffer::Buffer;
-use crate::comm::Communicator;
+use crate::comm::{Communicator, collective};
 use crate::device::Stream;
 use crate::error::Result;
 use crate::mpisys::{self, sys};
@@ -21,32 +22,6 @@ use crate::reduce;
 use crate::request::Pending;
 use crate::runtime;
 use crate::types::{Dtype, ReduceOp};
-
-/// A blocking MPI collective on communicator `$c`: its nonblocking form waited by
-/// `Communicator::wait_mpi` (as `blocking!`) when the communicator's ranks agreed on that
-/// (`Communicator::nb_collectives`: a timeout, MPI_THREAD_SERIALIZED, IPC receives to progress),
-/// else the blocking form. Never decided per rank: MPI does not match a blocking collective with
-/// a nonblocking one (the ranks would hang). At a timeout the request is abandoned: MPI may
-/// still use the buffers if a peer arrives later (callers leak the memory of their own that the
-/// call references, rather than free it).
-macro_rules! collective {
-    ($c:expr, $what:expr, $b:ident($($a:expr),* $(,)?), $nb:ident) => {{
-        if $c.nb_collectives() {
-            let mut req = crate::mpisys::request_null();
-            {
-                let _mpi = crate::runtime::mpi_lock();
-                // SAFETY: as the blocking form; the arguments stay valid until the request
-                // completes (waited for below; at a timeout see above).
-                crate::mpisys::check(unsafe { crate::mpisys::sys::$nb($($a),*, &mut req) }, $what)?;
-            }
-            $c.wait_mpi(&mut req, crate::mpisys::status_ignore(), $what, false)
-        } else {
-            // SAFETY: as documented at the call.
-            crate::mpisys::check(unsafe { crate::mpisys::sys::$b($($a),*) }, $what)
-        }
-    }};
-}
-pub(crate) use collective;
 
 /// Largest element count per MPI call when splitting large bcast/reduce/allreduce.
 const MAX_CHUNK: usize = 1 << 30;
@@ -136,7 +111,7 @@ pub fn sendrecv(
     rtag: i32,
 ) -> Result<()> {
     // Nothing moves to or from GPUWIRE_PROC_NULL (callers may then pass a NULL pointer).
-    let proc_null = crate::ops::PROC_NULL;
+    let proc_null = crate::types::PROC_NULL;
     let send = if dest == proc_null { None } else { Some(p2p::isend(c, sptr, scount, sdtype, dest, stag)?) };
     // After the send is posted (a message to oneself then matches at once); the receive's wait
     // progresses MPI, and so the send (MPI_Mprobe, or a test loop when anything else needs it).

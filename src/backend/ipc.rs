@@ -77,7 +77,7 @@
 //! (`progress_thread`; joined by `shutdown` at gpuwire_finalize), and by gpuwire's own MPI
 //! calls (`wait_request`: nonblocking MPI and a test loop): point-to-point ones while any
 //! receive is pending (`host::blocking!`), collectives on communicators whose ranks agreed at
-//! creation that some rank needs it (`host::collective!`, `collectives_must_progress`; the form
+//! creation that some rank needs it (`comm::collective!`, `progress::collectives_must_progress`; the form
 //! of a collective must be the same on every rank, or MPI does not match them).
 //! Progress for another owner only try-locks the receive and the mapping lock, never waits.
 //! The receive's copy is enqueued on the receive's stream from whichever thread progresses it;
@@ -107,15 +107,16 @@ use crate::backend::devstate::{self, Pool, PoolBuf};
 use crate::backend::ipc_shm::{self as shm, BufRecord, CallArea, Cells, Lru, Seg, Stop, REC_HANDLE, REC_LOCAL_ONLY, REC_NONE, SMALL, ST_ERROR, ST_OK};
 use crate::backend::mpi_staged::{StagedPath, input_buf};
 use crate::backend::ring::{self, Loc};
-use crate::backend::{Input, Path};
+use crate::backend::path::{Input, Path};
 use crate::buffer::Buffer;
 use crate::comm::Communicator;
 use crate::device::{self, CtxGuard, Stream};
 use crate::error::{Error, Result, Status};
 use crate::mpisys::{self, RawComm, RawRequest, sys};
+use crate::progress::{self, progress_all};
 use crate::reduce;
 use crate::request::Pending;
-use crate::types::{Dtype, ReduceOp, Space, ThreadLevel};
+use crate::types::{Dtype, ReduceOp, Space};
 
 // ---- eligibility ---------------------------------------------------------------------------
 
@@ -373,31 +374,15 @@ static RECVS: Mutex<Recvs> = Mutex::new(Recvs { ops: Vec::new(), running: false,
 /// Entries of RECVS (a hint read without the lock).
 static PENDING: AtomicUsize = AtomicUsize::new(0);
 
-/// Whether this process may hold IPC receives that only gpuwire's own waits progress: it sees a
-/// GPU (so it may join an IPC communicator) and has no progress thread (`thread_allowed`).
-/// Communicators agree on it at creation (any rank) and then run every MPI collective in its
-/// nonblocking form with a test loop that progresses receives (`Communicator::nb_collectives`):
-/// the form must be the same on every rank, because MPI never matches a blocking collective
-/// with a nonblocking one.
-pub fn collectives_must_progress() -> bool {
-    crate::device::cuda_with_devices().is_ok() && !thread_allowed()
+/// Whether IPC receives may be pending in this process (the IPC part of `progress::pending`).
+fn recvs_pending() -> bool {
+    PENDING.load(Ordering::Acquire) > 0
 }
 
-/// Whether IPC receives (or deferred receives of the MPI paths, `p2p`) may be pending in this
-/// process: gpuwire's blocking point-to-point MPI calls then wait with nonblocking operations
-/// and test loops that progress them (`wait_request`). (Collectives decide per communicator:
-/// `Communicator::nb_collectives`.)
-pub fn recvs_pending() -> bool {
-    PENDING.load(Ordering::Acquire) > 0 || crate::backend::p2p::deferred()
-}
-
-/// Whether the progress thread may be used: MPI provides MPI_THREAD_MULTIPLE (it calls MPI_Test
-/// concurrently with the program's MPI calls), and GPUWIRE_IPC_PROGRESS_THREAD is not 0.
-fn thread_allowed() -> bool {
-    static ENV_OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let off = *ENV_OFF.get_or_init(|| std::env::var("GPUWIRE_IPC_PROGRESS_THREAD").ok().and_then(|v| crate::config::parse_bool(&v)) == Some(false));
-    !off && crate::runtime::ensure_ready().is_ok_and(|i| i.thread_level == ThreadLevel::GPUWIRE_THREAD_MULTIPLE)
-}
+/// The IPC receives' part of `progress`: every IPC wait progresses every source's receives, and
+/// the progress thread, started for IPC receives or deferred receives of the MPI paths (`p2p`),
+/// runs while any is pending.
+pub static PROGRESS: progress::Source = progress::Source { pending: recvs_pending, progress: progress_recvs, posted: deferred_receive_posted };
 
 fn register(op: &Arc<Mutex<RecvOp>>) {
     let mut g = lock(&RECVS);
@@ -406,17 +391,17 @@ fn register(op: &Arc<Mutex<RecvOp>>) {
     start_thread(&mut g);
 }
 
-/// A receive of the MPI paths was deferred (`p2p`): the progress thread (where MPI allows it)
-/// matches it also while this process blocks in a plain MPI call or an MPI collective, as a
-/// posted MPI_Irecv would be matched there.
-pub fn deferred_receive_posted() {
+/// A receive was posted (a deferred receive of the MPI paths, `p2p`): the progress thread (where
+/// MPI allows it) matches it also while this process blocks in a plain MPI call or an MPI
+/// collective, as a posted MPI_Irecv would be matched there.
+fn deferred_receive_posted() {
     start_thread(&mut lock(&RECVS));
 }
 
 /// Starts the progress thread unless it runs, gpuwire is finalizing, or MPI does not allow it;
 /// under RECVS.
 fn start_thread(g: &mut Recvs) {
-    if !g.running && !g.shutdown && thread_allowed() {
+    if !g.running && !g.shutdown && progress::thread_allowed() {
         if let Some(old) = g.thread.take() {
             // It cleared `running` under this lock and returns without taking it again.
             let _ = old.join();
@@ -450,11 +435,9 @@ fn live_ops(g: &mut Recvs) -> Vec<Arc<Mutex<RecvOp>>> {
     out
 }
 
-/// Progresses every pending irecv of the process that no other thread is progressing (each is
-/// tried, never waited for, and never blocks on the mapping lock).
-pub fn progress_all() {
-    // The MPI paths' deferred receives (`p2p`) too: every gpuwire wait progresses them.
-    crate::backend::p2p::progress();
+/// Progresses every pending IPC irecv of the process that no other thread is progressing (each
+/// is tried, never waited for, and never blocks on the mapping lock).
+fn progress_recvs() {
     if PENDING.load(Ordering::Acquire) == 0 {
         return;
     }
@@ -491,7 +474,7 @@ fn progress_thread() {
                     return;
                 }
                 let ops = live_ops(&mut g);
-                if ops.is_empty() && !crate::backend::p2p::deferred() {
+                if ops.is_empty() && !progress::pending() {
                     let since = *idle.get_or_insert_with(std::time::Instant::now);
                     if since.elapsed() >= IDLE_GRACE {
                         g.running = false;
@@ -502,8 +485,8 @@ fn progress_thread() {
                 }
                 ops
             };
-            crate::backend::p2p::progress();
-            poll_ops(&ops);
+            // Every source's receives: the MPI paths' deferred ones (`p2p`) and these.
+            progress_all();
             drop(ops);
             std::thread::sleep(Duration::from_micros(if idle.is_some() { 200 } else { 20 }));
         }
@@ -798,7 +781,7 @@ struct Coll<'a> {
 }
 
 fn state(c: &Communicator) -> Result<&IpcState> {
-    c.backend_state.ipc()
+    c.backend_state.get::<IpcState>().ok_or_else(|| Error::Internal("IPC path used on a communicator without IPC state".into()))
 }
 
 impl<'a> Coll<'a> {
@@ -962,7 +945,7 @@ impl<'a> Coll<'a> {
 
     /// Writes `bytes` (this rank's result) to `dst` and waits for it.
     fn deliver(&self, dst: View, bytes: &[u8]) -> Result<()> {
-        let shared = self.c.backend_state.dev()?.gpu_shared;
+        let shared = devstate::dev(self.c)?.gpu_shared;
         deliver(dst, bytes, self.stream, shared)
     }
 
@@ -1095,7 +1078,7 @@ impl Lead<'_, '_> {
     }
     /// Device scratch of the leader (the communicator's working-copy scratch).
     fn scratch(&self, bytes: usize) -> Result<usize> {
-        let mut st = self.co.c.backend_state.dev()?;
+        let mut st = devstate::dev(self.co.c)?;
         st.dev[1].get(bytes)
     }
 }
@@ -1142,7 +1125,7 @@ fn in_view(send: Input, recv: &Buffer, block_bytes: usize, bytes: usize) -> View
 
 /// Whether GPU reduction kernels work on every rank (agreed at setup).
 fn kernels_ok(c: &Communicator) -> bool {
-    c.backend_state.dev().map(|st| st.kernels.is_ok()).unwrap_or(false)
+    devstate::dev(c).map(|st| st.kernels.is_ok()).unwrap_or(false)
 }
 
 // ---- point-to-point -------------------------------------------------------------------------
@@ -1240,7 +1223,7 @@ impl SendOp {
         h.bytes = v.bytes as u64;
         h.count = buf.count() as u64;
         h.dtype = buf.dtype() as i32;
-        let mut op = SendOp { reqs: Vec::new(), _hdr: zeroed_header(), cell: None, staged: None, pool: &c.backend_state.pool, state: s, dest };
+        let mut op = SendOp { reqs: Vec::new(), _hdr: zeroed_header(), cell: None, staged: None, pool: devstate::pool(c)?, state: s, dest };
         let mut len = HDR_FIXED;
         let mut data: Option<(usize, usize, i32)> = None;
         if v.bytes <= SMALL {
@@ -1262,7 +1245,7 @@ impl SendOp {
             // receiver's as device::htod_shared) rather than the receiver's device-to-device
             // copy, which waits for the other process's time slice on the compute engine
             // (~150 µs; staged 31–118 µs from 32 KiB, measured on the H200).
-            let staged = dest as usize != s.me && !v.host() && (STAGED_P2P_MIN..=STAGED_P2P_MAX).contains(&v.bytes) && c.backend_state.dev()?.gpu_shared;
+            let staged = dest as usize != s.me && !v.host() && (STAGED_P2P_MIN..=STAGED_P2P_MAX).contains(&v.bytes) && devstate::dev(c)?.gpu_shared;
             let mut rec = if dest as usize == s.me || staged { BufRecord::default() } else { s.export(Some(v)) };
             // A send through a mapping needs a completion cell; with all of them taken (sends
             // waiting for their receivers) it goes as a data message instead, which MPI completes.
@@ -1286,8 +1269,8 @@ impl SendOp {
                 let src = if v.host() {
                     v.ptr
                 } else {
-                    let st = c.backend_state.dev()?;
-                    let pb = c.backend_state.pool.take(v.bytes, st.pinned(), s.device)?;
+                    let st = devstate::dev(c)?;
+                    let pb = devstate::pool(c)?.take(v.bytes, st.pinned(), s.device)?;
                     drop(st);
                     let p = pb.ptr;
                     op.staged = Some(pb);
@@ -1444,7 +1427,7 @@ impl RecvOp {
         let s = state(c)?;
         devstate::check_device(c, buf)?;
         let (pinned, shared) = {
-            let st = c.backend_state.dev()?;
+            let st = devstate::dev(c)?;
             (st.pinned(), st.gpu_shared)
         };
         {
@@ -1463,7 +1446,7 @@ impl RecvOp {
             stream,
             error: None,
             ipc: s,
-            pool: &c.backend_state.pool,
+            pool: devstate::pool(c)?,
             pinned,
             shared,
             count: buf.count(),
@@ -1858,7 +1841,7 @@ impl Path for IpcPath {
     }
 
     fn sendrecv(&self, c: &Communicator, send: &Buffer, dest: i32, sendtag: i32, recv: &Buffer, source: i32, recvtag: i32, stream: Stream) -> Result<()> {
-        let proc_null = crate::ops::PROC_NULL;
+        let proc_null = crate::types::PROC_NULL;
         // The receive first (a message to oneself then finds it).
         let mut r = if source == proc_null { None } else { Some(RecvOp::start(c, recv, source, recvtag, stream)?) };
         let mut w = if dest == proc_null { None } else { Some(SendOp::start(c, send, dest, sendtag, stream)?) };

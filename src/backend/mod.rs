@@ -12,97 +12,29 @@ pub mod mpi_cuda_aware;
 pub mod mpi_staged;
 pub mod nccl;
 pub mod p2p;
+pub mod path;
 pub mod ring;
+pub mod topology;
 
-use std::sync::{Mutex, MutexGuard};
+pub use path::{Input, Path};
+
+use std::sync::Mutex;
 
 
 use crate::buffer::Buffer;
-use crate::comm::Communicator;
-use crate::device::{self, Stream};
+use crate::comm::{Choice, Communicator};
+use crate::device;
 use crate::mpisys;
 use crate::error::{Error, Result};
-use crate::request::Pending;
-use crate::types::{BackendKind, ReduceOp};
+use crate::types::BackendKind;
 
-/// The backend chosen for a communicator's device buffers, its device, and why.
-#[derive(Clone, Debug)]
-pub struct Choice {
-    pub kind: BackendKind,
-    pub reason: String,
-    /// CUDA device of this rank, or -1.
-    pub device: i32,
-}
+/// The backends' progress sources, in the order every wait runs them (`crate::progress`).
+static PROGRESS: [&crate::progress::Source; 2] = [&p2p::PROGRESS, &ipc::PROGRESS];
 
-impl Default for Choice {
-    fn default() -> Self {
-        Choice { kind: BackendKind::GPUWIRE_BACKEND_HOST, reason: String::new(), device: -1 }
-    }
-}
-
-/// Per-communicator state of the device backends (staging buffers, NCCL communicator, ...).
-#[derive(Debug, Default)]
-pub struct State {
-    dev: Option<Mutex<devstate::DevState>>,
-    nccl: Option<nccl::NcclState>,
-    ipc: Option<ipc::IpcState>,
-    /// Host buffers of staged nonblocking requests.
-    pub pool: devstate::Pool,
-    /// Checking mode's point-to-point duplicates (`p2p`), when checking is on.
-    pub check: Option<p2p::Check>,
-}
-
-impl State {
-    /// The device state (device backends only).
-    pub fn dev(&self) -> Result<MutexGuard<'_, devstate::DevState>> {
-        match &self.dev {
-            Some(m) => Ok(m.lock().unwrap_or_else(|p| p.into_inner())),
-            None => Err(Error::Internal("device path used on a communicator without device state".into())),
-        }
-    }
-
-    /// The IPC state (IPC backend only).
-    pub fn ipc(&self) -> Result<&ipc::IpcState> {
-        self.ipc.as_ref().ok_or_else(|| Error::Internal("IPC path used on a communicator without IPC state".into()))
-    }
-
-    /// The NCCL state (NCCL backend only).
-    pub fn nccl(&self) -> Result<&nccl::NcclState> {
-        self.nccl.as_ref().ok_or_else(|| Error::Internal("NCCL path used on a communicator without NCCL".into()))
-    }
-}
-
-/// The send-side data of a collective: a buffer, or the receive buffer itself (MPI_IN_PLACE).
-#[derive(Clone, Copy, Debug)]
-pub enum Input<'a> {
-    InPlace,
-    Buf(&'a Buffer),
-}
-
-/// One data path. Arguments are already validated (ranks, counts, datatypes, ops), so a path
-/// only moves and reduces data. Every method is called by all ranks that the MPI semantics
-/// require (collectives by every rank, in the same order).
-pub trait Path: Sync {
-    fn send(&self, c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<()>;
-    fn recv(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<()>;
-    fn isend(&self, c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>>;
-    fn irecv(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>>;
-    #[allow(clippy::too_many_arguments)]
-    fn sendrecv(&self, c: &Communicator, send: &Buffer, dest: i32, sendtag: i32, recv: &Buffer, source: i32, recvtag: i32, stream: Stream) -> Result<()>;
-    fn barrier(&self, c: &Communicator, stream: Stream) -> Result<()>;
-    fn bcast(&self, c: &Communicator, buf: &Buffer, root: i32, stream: Stream) -> Result<()>;
-    /// `recv` is `Some` on the root only.
-    fn reduce(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, op: ReduceOp, root: i32, stream: Stream) -> Result<()>;
-    fn allreduce(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()>;
-    fn allgather(&self, c: &Communicator, send: Input, recv: &Buffer, stream: Stream) -> Result<()>;
-    /// `counts[r]` elements from rank r, placed contiguously in rank order.
-    fn allgatherv(&self, c: &Communicator, send: Input, recv: &Buffer, counts: &[usize], stream: Stream) -> Result<()>;
-    fn reduce_scatter(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()>;
-    fn alltoall(&self, c: &Communicator, send: Input, recv: &Buffer, stream: Stream) -> Result<()>;
-    /// `recv` is `Some` on the root only.
-    fn gather(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, root: i32, stream: Stream) -> Result<()>;
-    /// `send` is `Some` on the root only.
-    fn scatter(&self, c: &Communicator, send: Option<&Buffer>, recv: Input, root: i32, stream: Stream) -> Result<()>;
+/// Hands the backends' progress sources to `crate::progress` (at every communicator creation;
+/// the first counts).
+pub fn register_progress() {
+    crate::progress::register(&PROGRESS);
 }
 
 /// At communicator creation (local; the caller agrees the outcome across ranks): picks the
@@ -132,7 +64,7 @@ pub fn choose(c: &Communicator) -> Result<Choice> {
     // Who shares a GPU, and whether IPC can be used: collective, so every rank asks, whatever
     // its own state (also without CUDA), whenever the (agreed) configuration may need the answer.
     let shared = if matches!(requested, BackendKind::GPUWIRE_BACKEND_AUTO | BackendKind::GPUWIRE_BACKEND_NCCL) {
-        nccl::shared_gpus(c, device)?
+        topology::shared_gpus(c, device)?
     } else {
         None
     };
@@ -207,8 +139,11 @@ fn strip_kind(e: &Error) -> String {
 
 /// Collective: sets up the chosen backend's state once every rank agreed on the choice.
 pub fn setup(c: &mut Communicator) -> Result<()> {
+    // Host buffers of staged nonblocking requests (`devstate::pool`).
+    c.backend_state.set(devstate::Pool::default());
     if c.config().check {
-        c.backend_state.check = Some(p2p::check_comms(c)?);
+        let check = p2p::check_comms(c)?;
+        c.backend_state.set(check);
     }
     if c.backend() == BackendKind::GPUWIRE_BACKEND_NCCL {
         setup_nccl(c)?;
@@ -225,10 +160,11 @@ pub fn setup(c: &mut Communicator) -> Result<()> {
             Err(e) => format!("; reductions run on the host ({e})"),
         };
         c.append_reason(&note);
-        c.backend_state.dev = Some(Mutex::new(st));
+        c.backend_state.set(Mutex::new(st));
     }
     if kind == BackendKind::GPUWIRE_BACKEND_IPC {
-        c.backend_state.ipc = Some(ipc::IpcState::new(c, c.device())?);
+        let st = ipc::IpcState::new(c, c.device())?;
+        c.backend_state.set(st);
     }
     Ok(())
 }
@@ -243,7 +179,7 @@ fn setup_nccl(c: &mut Communicator) -> Result<()> {
     let agreed = c.agree_on_result(made.as_ref().map(|_| ()).map_err(Clone::clone), "creating the NCCL communicator");
     let e = match (made, agreed) {
         (Ok(st), Ok(())) => {
-            c.backend_state.nccl = Some(st);
+            c.backend_state.set(st);
             return Ok(());
         }
         (Ok(mut st), Err(e)) => {
@@ -284,16 +220,16 @@ fn without_nccl(c: &Communicator, why: &str) -> Result<(BackendKind, String)> {
 
 /// Releases backend state before the MPI communicators are freed.
 pub fn teardown(c: &mut Communicator) {
-    if let Some(mut k) = c.backend_state.check.take() {
+    if let Some(mut k) = c.backend_state.take::<p2p::Check>() {
         k.free();
     }
-    if let Some(mut n) = c.backend_state.nccl.take() {
+    if let Some(mut n) = c.backend_state.take::<nccl::NcclState>() {
         n.destroy(c.is_broken());
     }
-    if let Some(mut s) = c.backend_state.ipc.take() {
+    if let Some(mut s) = c.backend_state.take::<ipc::IpcState>() {
         s.destroy(c);
     }
-    if let Some(m) = c.backend_state.dev.take() {
+    if let Some(m) = c.backend_state.take::<Mutex<devstate::DevState>>() {
         let mut st = m.into_inner().unwrap_or_else(|p| p.into_inner());
         if c.is_broken() {
             // A timeout may have abandoned MPI requests on the private communicator and its

@@ -9,7 +9,7 @@
 
 use crate::backend::host::{self, Src};
 use crate::backend::mpi_staged::{self, Call, input_buf};
-use crate::backend::{Input, Path};
+use crate::backend::path::{Input, Path};
 use crate::buffer::Buffer;
 use crate::comm::Communicator;
 use crate::device::Stream;

@@ -22,7 +22,7 @@ use std::sync::MutexGuard;
 use crate::backend::devstate::{self, DevState, PoolBuf};
 use crate::backend::host::{self, Src};
 use crate::backend::ring::{self, Loc};
-use crate::backend::{Input, Path};
+use crate::backend::path::{Input, Path};
 use crate::buffer::Buffer;
 use crate::comm::Communicator;
 use crate::device::{self, CtxGuard, Stream};
@@ -49,7 +49,7 @@ impl<'a> Call<'a> {
         for b in bufs.iter().flatten() {
             devstate::check_device(c, b)?;
         }
-        let st = c.backend_state.dev()?;
+        let st = devstate::dev(c)?;
         let ctx = CtxGuard::enter(st.device)?;
         device::sync(stream)?;
         Ok(Call { c, st, stream, _ctx: ctx })
@@ -215,7 +215,7 @@ fn gatherv_bytes(c: &Communicator, send: usize, sbytes: usize, recv: usize, coun
     let sn = mpisys::count_i32(sbytes, "reduce")?;
     let u8t = unsafe { mpisys::sys::RSMPI_UINT8_T };
     // Ranges validated by the callers; cs and ds live until the call returns.
-    let r = host::collective!(c, "MPI_Gatherv", MPI_Gatherv(send as *const _, sn, u8t, recv as *mut _, cs.as_ptr(), ds.as_ptr(), u8t, root, c.raw()), MPI_Igatherv);
+    let r = crate::comm::collective!(c, "MPI_Gatherv", MPI_Gatherv(send as *const _, sn, u8t, recv as *mut _, cs.as_ptr(), ds.as_ptr(), u8t, root, c.raw()), MPI_Igatherv);
     if r.is_err() {
         // An abandoned request (a timeout) may still read the counts.
         std::mem::forget((cs, ds));
@@ -367,7 +367,7 @@ impl Path for StagedPath {
 
     fn isend(&self, c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
         let call = Call::begin(c, &[Some(buf)], stream)?;
-        let pool = &c.backend_state.pool;
+        let pool = devstate::pool(c)?;
         let pb = pool.take(buf.bytes(), call.st.pinned(), call.device())?;
         ring::copy(Loc { ptr: pb.ptr, host: true }, loc(buf), buf.bytes(), stream)?;
         device::sync(stream)?;
@@ -377,7 +377,7 @@ impl Path for StagedPath {
 
     fn irecv(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
         let call = Call::begin(c, &[Some(buf)], stream)?;
-        let pool = &c.backend_state.pool;
+        let pool = devstate::pool(c)?;
         let pb = pool.take(buf.bytes(), call.st.pinned(), call.device())?;
         let inner = host::irecv(c, pb.ptr, buf.count(), buf.dtype(), source, tag)?;
         Ok(Box::new(StagedRecv { inner, buf: Some(pb), pool, dst: buf.ptr(), bytes: buf.bytes(), device: call.device(), stream }))
@@ -385,7 +385,7 @@ impl Path for StagedPath {
 
     fn sendrecv(&self, c: &Communicator, s: &Buffer, dest: i32, stag: i32, r: &Buffer, source: i32, rtag: i32, stream: Stream) -> Result<()> {
         let mut call = Call::begin(c, &[Some(s), Some(r)], stream)?;
-        let proc_null = crate::ops::PROC_NULL;
+        let proc_null = crate::types::PROC_NULL;
         // Nothing is sent to / received from GPUWIRE_PROC_NULL: no staging, and the receive
         // buffer must stay untouched (a halo at the domain's edge).
         let hs = if dest == proc_null { 0 } else { call.to_host(loc(s), s.bytes(), 0)? };

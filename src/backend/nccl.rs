@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use crate::backend::devstate;
 use crate::backend::mpi_staged;
 use crate::backend::ring::{self, Loc};
-use crate::backend::{Input, Path};
+use crate::backend::path::{Input, Path};
 use crate::buffer::Buffer;
 use crate::comm::Communicator;
 use crate::device::{self, CtxGuard, Event, Stream};
@@ -315,60 +315,9 @@ pub struct Group {
     done: Mutex<Option<Vec<(Stream, Event)>>>,
 }
 
-/// Collective over `c`: whether two ranks use one GPU, and which (the first pair), from every
-/// rank's device UUID (and host name, for the message). The UUID alone decides: a GPU's UUID is
-/// unique across machines, so two ranks that report one UUID share that GPU whatever their host
-/// names say (containers or pods with host names of their own on one machine). A rank without a
-/// device shares nothing.
-pub fn shared_gpus(c: &Communicator, device: Option<i32>) -> Result<Option<String>> {
-    let mut mine = [0u8; REC];
-    let mut host = [0 as c_char; HOST];
-    // SAFETY: writes at most HOST - 1 bytes; the last stays NUL.
-    unsafe { libc::gethostname(host.as_mut_ptr(), HOST - 1) };
-    for (i, b) in host.iter().enumerate() {
-        mine[i] = *b as u8;
-    }
-    if let Some(u) = device.and_then(|d| cudarc::driver::result::device::get(d).and_then(cudarc::driver::result::device::get_uuid).ok()) {
-        mine[HOST] = 1;
-        for (i, b) in u.bytes.iter().enumerate() {
-            mine[HOST + 1 + i] = *b as u8;
-        }
-    }
-    let p = c.size() as usize;
-    let mut all = vec![0u8; p * REC];
-    // SAFETY: fixed-size records, one per rank.
-    mpisys::check(
-        unsafe { sys::MPI_Allgather(mine.as_ptr().cast(), REC as c_int, sys::RSMPI_UINT8_T, all.as_mut_ptr().cast(), REC as c_int, sys::RSMPI_UINT8_T, c.raw()) },
-        "MPI_Allgather (host and device of every rank)",
-    )?;
-    let recs: Vec<&[u8]> = all.chunks(REC).collect();
-    Ok(first_sharing_pair(&recs).map(|(a, b)| {
-        let name = |r: &[u8]| String::from_utf8_lossy(&r[..HOST]).trim_end_matches('\0').to_string();
-        let (ha, hb) = (name(recs[a]), name(recs[b]));
-        let uuid: String = recs[a][HOST + 1..].iter().map(|x| format!("{x:02x}")).collect();
-        let hosts = if ha == hb { format!("host {ha}") } else { format!("host names {ha} and {hb}, one machine") };
-        format!("ranks {a} and {b} share one GPU ({hosts}, GPU-{uuid}); NCCL needs a GPU per rank")
-    }))
-}
-
-/// Host name bytes of a rank's record in `shared_gpus` (NUL-padded).
-const HOST: usize = 64;
-/// One record per rank: the host name, 1 if a UUID follows (else 0), the device UUID.
-const REC: usize = HOST + 1 + 16;
-
-/// The first pair of ranks (a < b) whose records (`REC` bytes each) carry one device UUID, by
-/// the UUID alone (not the host name); ranks without a device share nothing.
-fn first_sharing_pair(recs: &[&[u8]]) -> Option<(usize, usize)> {
-    let uuids: Vec<Option<&[u8]>> = recs.iter().map(|r| (r[HOST] == 1).then(|| &r[HOST + 1..REC])).collect();
-    for (a, ua) in uuids.iter().enumerate() {
-        let Some(ua) = ua else { continue };
-        for (b, ub) in uuids.iter().enumerate().skip(a + 1) {
-            if *ub == Some(*ua) {
-                return Some((a, b));
-            }
-        }
-    }
-    None
+/// The NCCL state of `c` (NCCL backend only).
+fn state(c: &Communicator) -> Result<&NcclState> {
+    c.backend_state.get::<NcclState>().ok_or_else(|| Error::Internal("NCCL path used on a communicator without NCCL".into()))
 }
 
 impl NcclState {
@@ -679,7 +628,7 @@ fn enter<'a>(c: &'a Communicator, bufs: &[Option<&Buffer>], stream: Stream) -> R
     for b in bufs.iter().flatten() {
         devstate::check_device(c, b)?;
     }
-    let st = c.backend_state.nccl()?;
+    let st = state(c)?;
     let g = CtxGuard::enter(st.device)?;
     st.close_group()?;
     // An aborted communicator (null) is refused by `Ctx::call`, under the lock it takes anyway.
@@ -777,7 +726,7 @@ impl Pending for GroupedPending {
 }
 
 fn grouped(c: &Communicator, stream: Stream, post: impl FnOnce(&Ctx) -> Result<()>) -> Result<Box<dyn Pending>> {
-    let st = c.backend_state.nccl()?;
+    let st = state(c)?;
     let _g = CtxGuard::enter(st.device)?;
     if st.comm().is_null() {
         return Err(Error::CommBroken("the NCCL communicator was aborted".into()));
@@ -810,7 +759,7 @@ fn grouped(c: &Communicator, stream: Stream, post: impl FnOnce(&Ctx) -> Result<(
 /// The staged MPI path of this communicator, for what NCCL cannot do correctly (after closing
 /// any open NCCL group, so stream order is kept).
 fn via_mpi(c: &Communicator) -> Result<&'static mpi_staged::StagedPath> {
-    c.backend_state.nccl()?.close_group()?;
+    state(c)?.close_group()?;
     Ok(&mpi_staged::StagedPath)
 }
 
@@ -845,7 +794,7 @@ impl Path for NcclPath {
         grouped(c, stream, |cx| cx.recv(buf.ptr(), buf.count(), buf.dtype(), source))
     }
     fn sendrecv(&self, c: &Communicator, s: &Buffer, dest: i32, _st: i32, r: &Buffer, source: i32, _rt: i32, stream: Stream) -> Result<()> {
-        let proc_null = crate::ops::PROC_NULL;
+        let proc_null = crate::types::PROC_NULL;
         crate::backend::p2p::agree_peer(
             c,
             (dest != proc_null).then(|| (dest, s.dtype(), s.count())),
@@ -865,7 +814,7 @@ impl Path for NcclPath {
     }
     fn barrier(&self, c: &Communicator, stream: Stream) -> Result<()> {
         // An MPI barrier after the stream's earlier work (NCCL has none).
-        let st = c.backend_state.nccl()?;
+        let st = state(c)?;
         st.close_group()?;
         let _g = CtxGuard::enter(st.device)?;
         device::sync(stream)?;
@@ -980,7 +929,7 @@ impl Path for NcclPath {
         let src = match send {
             Input::Buf(b) => b.ptr(),
             Input::InPlace => {
-                let mut st = c.backend_state.dev()?;
+                let mut st = devstate::dev(c)?;
                 let tmp = st.dev[1].get(recv.bytes())?;
                 device::copy_async(tmp, recv.ptr(), recv.bytes(), stream)?;
                 tmp
@@ -1059,7 +1008,7 @@ impl Path for NcclPath {
 
 #[cfg(test)]
 mod tests {
-    use super::{HOST, NcclConfig, REC, first_sharing_pair, parse_init_timeout};
+    use super::{NcclConfig, parse_init_timeout};
     use std::mem::{offset_of, size_of};
     use std::time::Duration;
 
@@ -1091,34 +1040,5 @@ mod tests {
             let e = parse_init_timeout(bad).unwrap_err().to_string();
             assert!(e.contains("GPUWIRE_NCCL_INIT_TIMEOUT"), "{bad}: {e}");
         }
-    }
-
-    /// A rank's record: host name, then the UUID (16 times `gpu`) or no device.
-    fn rec(host: &str, gpu: Option<u8>) -> Vec<u8> {
-        let mut r = vec![0u8; REC];
-        r[..host.len()].copy_from_slice(host.as_bytes());
-        if let Some(g) = gpu {
-            r[HOST] = 1;
-            r[HOST + 1..].fill(g);
-        }
-        r
-    }
-
-    fn pair(recs: &[Vec<u8>]) -> Option<(usize, usize)> {
-        first_sharing_pair(&recs.iter().map(|r| &r[..]).collect::<Vec<_>>())
-    }
-
-    #[test]
-    fn one_uuid_is_one_gpu_whatever_the_host_names() {
-        // Two containers of one machine, each with its own host name, on one GPU: shared.
-        assert_eq!(pair(&[rec("pod-a", Some(7)), rec("pod-b", Some(7))]), Some((0, 1)));
-        assert_eq!(pair(&[rec("a", Some(1)), rec("b", Some(2)), rec("c", Some(3)), rec("d", Some(2))]), Some((1, 3)));
-        // One host name, one GPU: shared; one host name, two GPUs: not.
-        assert_eq!(pair(&[rec("n0", Some(5)), rec("n0", Some(5))]), Some((0, 1)));
-        assert_eq!(pair(&[rec("n0", Some(5)), rec("n0", Some(6))]), None);
-        // Ranks without a device (an all-zero UUID field) share nothing, whatever the host.
-        assert_eq!(pair(&[rec("n0", None), rec("n0", None), rec("n1", Some(0))]), None);
-        assert_eq!(pair(&[rec("n0", None), rec("n1", Some(0))]), None);
-        assert_eq!(pair(&[]), None);
     }
 }

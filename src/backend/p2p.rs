@@ -13,7 +13,7 @@
 //! A nonblocking receive whose message has not arrived when it is posted is *deferred*: it waits
 //! in `QUEUE`, in posting order, and is matched by `progress`, which every gpuwire wait and test
 //! and every blocking point-to-point call of gpuwire runs while any receive is deferred (through
-//! `ipc::progress_all` and `ipc::recvs_pending`). Entries with the same communicator, source and
+//! `progress::progress_all` and `progress::pending`). Entries with the same communicator, source and
 //! tag are matched strictly in posting order (no wildcards exist, so others cannot steal a
 //! message from each other), so MPI's matching order is kept.
 //!
@@ -115,6 +115,12 @@ static QUEUED: AtomicUsize = AtomicUsize::new(0);
 pub fn deferred() -> bool {
     QUEUED.load(Ordering::Acquire) > 0
 }
+
+/// The deferred receives' part of `crate::progress`.
+pub static PROGRESS: crate::progress::Source = crate::progress::Source { pending: deferred, progress, posted: no_thread };
+
+/// Deferred receives have no thread of their own (the IPC backend's progress thread matches them).
+fn no_thread() {}
 
 /// Matches what can be matched of the deferred receives, in posting order.
 pub fn progress() {
@@ -385,7 +391,7 @@ impl Pending for Recv {
     fn test(&mut self) -> Result<bool> {
         let done = self.step()?;
         if !done {
-            crate::backend::ipc::progress_all();
+            crate::progress::progress_all();
         }
         Ok(done)
     }
@@ -418,7 +424,7 @@ pub fn wait_until(c: &Communicator, what: &str, mut done: impl FnMut() -> Result
         if done()? {
             return Ok(());
         }
-        crate::backend::ipc::progress_all();
+        crate::progress::progress_all();
         if let Some(d) = deadline {
             if Instant::now() >= d {
                 let t = c.config().timeout.map(|t| t.as_secs_f64()).unwrap_or(0.0);
@@ -442,7 +448,7 @@ pub fn wait_until(c: &Communicator, what: &str, mut done: impl FnMut() -> Result
 /// Posts a receive: matched now when its message is there and no earlier receive of the same
 /// communicator, source and tag waits, else deferred.
 pub fn post(c: &Communicator, w: Want) -> Result<Recv> {
-    let check = c.backend_state.check.as_ref().map(|k| (k.hdr, k.ack));
+    let check = c.backend_state.get::<Check>().map(|k| (k.hdr, k.ack));
     let e = Arc::new(Entry { want: w, comm: RawComm(c.raw()), key: c as *const Communicator as usize, check, state: Mutex::new(State::Unmatched) });
     let mut q = lock(&QUEUE);
     let behind = q.iter().any(|x| x.key == e.key && x.want.source == w.source && x.want.tag == w.tag);
@@ -459,7 +465,7 @@ pub fn post(c: &Communicator, w: Want) -> Result<Recv> {
     q.push(e.clone());
     QUEUED.store(q.len(), Ordering::Release);
     drop(q);
-    crate::backend::ipc::deferred_receive_posted();
+    crate::progress::posted();
     Ok(Recv { e, comm: c })
 }
 
@@ -467,7 +473,7 @@ pub fn post(c: &Communicator, w: Want) -> Result<Recv> {
 /// progress (the common case), else a posted receive waited for.
 pub fn recv(c: &Communicator, w: Want) -> Result<()> {
     // (`nb_p2p`: no timeout, not MPI_THREAD_SERIALIZED, no IPC receive pending.)
-    if !deferred() && !c.nb_p2p() && c.backend_state.check.is_none() {
+    if !deferred() && !c.nb_p2p() && c.backend_state.get::<Check>().is_none() {
         let mut msg = message_null();
         // SAFETY: plain out-parameters.
         let mut status: sys::MPI_Status = unsafe { std::mem::zeroed() };
@@ -518,9 +524,9 @@ static SEND_ORDER: Mutex<()> = Mutex::new(());
 pub fn isend(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, dest: i32, tag: i32) -> Result<Sending> {
     let n = mpisys::Count::new(dtype, count)?;
     let mut s = Sending { req: RawRequest(mpisys::request_null()), check: None, comm: c, done: false };
-    let _order = c.backend_state.check.as_ref().map(|_| lock(&SEND_ORDER));
+    let _order = c.backend_state.get::<Check>().map(|_| lock(&SEND_ORDER));
     let _mpi = crate::runtime::mpi_lock();
-    if let Some(k) = c.backend_state.check.as_ref() {
+    if let Some(k) = c.backend_state.get::<Check>() {
         let mut sc = Box::new(SendCheck {
             hdr: Hdr { dtype: dtype as i64, count: count as i64 },
             ack: Ack::default(),
@@ -605,7 +611,7 @@ impl Pending for Sending {
     fn test(&mut self) -> Result<bool> {
         let done = self.step()?;
         if !done {
-            crate::backend::ipc::progress_all();
+            crate::progress::progress_all();
         }
         Ok(done)
     }
@@ -644,7 +650,7 @@ impl Check {
 /// order per peer, not by tag) and each compares: a mismatch fails on both sides, and nothing is
 /// enqueued. `send` and `recv` are (peer, datatype, count).
 pub fn agree_peer(c: &Communicator, send: Option<(i32, Dtype, usize)>, recv: Option<(i32, Dtype, usize)>) -> Result<()> {
-    let Some(k) = c.backend_state.check.as_ref() else { return Ok(()) };
+    let Some(k) = c.backend_state.get::<Check>() else { return Ok(()) };
     // On the heap: leaked if abandoned at a deadline (MPI may still write them).
     let mut hb = Box::new(([Hdr::default(); 2], [Hdr::default(); 2]));
     let (mine, theirs) = &mut *hb;

@@ -3,6 +3,7 @@
 use crate::error::gpuwire_status;
 use crate::ffi::boundary::{call, non_null, write};
 use crate::runtime;
+use crate::types::ThreadLevel;
 
 /// Initializes gpuwire. If MPI is not initialized yet, gpuwire initializes it asking for
 /// MPI_THREAD_MULTIPLE (see gpuwire_query_thread for what was provided) and will finalize it in
@@ -18,7 +19,12 @@ use crate::runtime;
 /// a thread other than MPI's main thread under FUNNELED or SINGLE.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_init() -> gpuwire_status {
-    call("gpuwire_init", runtime::init)
+    call("gpuwire_init", || {
+        runtime::init()?;
+        // The progress engine runs only where MPI allows calls from its thread.
+        crate::engine::set_thread_multiple(runtime::ensure_ready()?.thread_level == ThreadLevel::GPUWIRE_THREAD_MULTIPLE);
+        Ok(())
+    })
 }
 
 /// Finalizes gpuwire: every handle becomes invalid (communicators are freed, buffers and
@@ -30,7 +36,24 @@ pub extern "C" fn gpuwire_init() -> gpuwire_status {
 /// GPUWIRE_ERROR_MPI.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_finalize() -> gpuwire_status {
-    call("gpuwire_finalize", runtime::finalize)
+    call("gpuwire_finalize", || runtime::finalize(drain, release_all))
+}
+
+/// Operations still queued on progress engines finish first (they need MPI and the handles).
+fn drain() {
+    crate::engine::drain_all();
+}
+
+/// gpuwire_finalize, once every handle is invalid: releases every object of gpuwire.
+fn release_all() {
+    // The IPC progress thread makes MPI calls: joined before anything is released.
+    crate::backend::ipc::shutdown();
+    drop(crate::request::REQUESTS.drain());
+    drop(crate::darray::DARRAYS.drain());
+    drop(crate::buffer::BUFFERS.drain());
+    drop(crate::comm::COMMS.drain());
+    // IPC mappings are shared by communicators; whatever the last free left open closes here.
+    crate::backend::ipc::close_all_mappings();
 }
 
 /// Writes 1 to `*flag` if gpuwire is initialized and not finalized, else 0. Works at any time.

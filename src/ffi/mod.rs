@@ -80,12 +80,6 @@ pub const GPUWIRE_COMM_NULL: gpuwire_comm = 0;
 /// receive buffer of gpuwire_gather).
 pub const GPUWIRE_BUFFER_NULL: gpuwire_buffer = 0;
 
-/// A rank that sends and receives nothing: point-to-point calls with it return at once (as
-/// MPI_PROC_NULL). Its value, -1000, is no MPI's constant (Open MPI's MPI_ANY_SOURCE is -1 and
-/// MPI_PROC_NULL -2, MPICH's the other way round); the MPI_PROC_NULL of the MPI gpuwire was
-/// built with is accepted as well and means the same. Other negative ranks (MPI_ANY_SOURCE of
-/// either MPI) are refused with GPUWIRE_ERROR_INVALID_ARGUMENT: wildcards are not supported yet.
-pub const GPUWIRE_PROC_NULL: i32 = -1000;
-
-/// Color for `gpuwire_comm_split` meaning "not in any new communicator" (as MPI_UNDEFINED).
-pub const GPUWIRE_UNDEFINED: i32 = -1;
+/// The rank that sends and receives nothing, and the color of no new communicator (their doc
+/// comments, the header's, are in `types`, under everything that compares with them).
+pub use crate::types::{GPUWIRE_PROC_NULL, GPUWIRE_UNDEFINED};

@@ -1,0 +1,42 @@
+//! What every data path implements: the `Path` trait (one method per operation) and `Input`,
+//! the send side of a collective. Each backend imports this, never the registry (`backend`).
+
+use crate::buffer::Buffer;
+use crate::comm::Communicator;
+use crate::device::Stream;
+use crate::error::Result;
+use crate::request::Pending;
+use crate::types::ReduceOp;
+
+/// The send-side data of a collective: a buffer, or the receive buffer itself (MPI_IN_PLACE).
+#[derive(Clone, Copy, Debug)]
+pub enum Input<'a> {
+    InPlace,
+    Buf(&'a Buffer),
+}
+
+/// One data path. Arguments are already validated (ranks, counts, datatypes, ops), so a path
+/// only moves and reduces data. Every method is called by all ranks that the MPI semantics
+/// require (collectives by every rank, in the same order).
+pub trait Path: Sync {
+    fn send(&self, c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<()>;
+    fn recv(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<()>;
+    fn isend(&self, c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>>;
+    fn irecv(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>>;
+    #[allow(clippy::too_many_arguments)]
+    fn sendrecv(&self, c: &Communicator, send: &Buffer, dest: i32, sendtag: i32, recv: &Buffer, source: i32, recvtag: i32, stream: Stream) -> Result<()>;
+    fn barrier(&self, c: &Communicator, stream: Stream) -> Result<()>;
+    fn bcast(&self, c: &Communicator, buf: &Buffer, root: i32, stream: Stream) -> Result<()>;
+    /// `recv` is `Some` on the root only.
+    fn reduce(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, op: ReduceOp, root: i32, stream: Stream) -> Result<()>;
+    fn allreduce(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()>;
+    fn allgather(&self, c: &Communicator, send: Input, recv: &Buffer, stream: Stream) -> Result<()>;
+    /// `counts[r]` elements from rank r, placed contiguously in rank order.
+    fn allgatherv(&self, c: &Communicator, send: Input, recv: &Buffer, counts: &[usize], stream: Stream) -> Result<()>;
+    fn reduce_scatter(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()>;
+    fn alltoall(&self, c: &Communicator, send: Input, recv: &Buffer, stream: Stream) -> Result<()>;
+    /// `recv` is `Some` on the root only.
+    fn gather(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, root: i32, stream: Stream) -> Result<()>;
+    /// `send` is `Some` on the root only.
+    fn scatter(&self, c: &Communicator, send: Option<&Buffer>, recv: Input, root: i32, stream: Stream) -> Result<()>;
+}
