@@ -456,7 +456,7 @@ pub fn with_group<T>(comms: &[&Communicator], f: impl FnOnce() -> Result<T>) -> 
     if e == IN_PROGRESS {
         e = 0;
         for c in comms {
-            let comm = *c.backend_state.nccl()?.comm();
+            let comm = *state(c)?.comm();
             let s = settle(api, comm, IN_PROGRESS);
             if s != 0 && e == 0 {
                 e = s;
