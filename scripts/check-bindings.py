@@ -52,9 +52,10 @@ class CHeader:
     def __init__(self, text):
         self.problems = []
         code = strip_c_comments(text)
-        # Typedefs: handles (uint64_t), int32 enums, enum and struct types.
+        # Typedefs: handles (a struct of one uint64_t h, passed as a uint64_t), int32 enums, enum
+        # and struct types.
         self.types = dict(C_SCALARS)
-        for name in re.findall(r"typedef\s+uint64_t\s+(\w+)\s*;", code):
+        for name in re.findall(r"typedef\s+struct\s*(?:\w+\s*)?\{\s*uint64_t\s+h\s*;\s*\}\s*(\w+)\s*;", code):
             self.types[name] = "handle"
         for name in re.findall(r"typedef\s+int32_t\s+(\w+)\s*;", code):
             self.types[name] = "int32"
@@ -64,6 +65,8 @@ class CHeader:
             self.types.setdefault(name, "int32")
         self.structs = {}
         for body, name in re.findall(r"typedef\s+struct\s*(?:\w+\s*)?\{([^}]*)\}\s*(\w+)\s*;", code, re.S):
+            if self.types.get(name) == "handle":
+                continue
             fields = []
             for decl in body.split(";"):
                 decl = " ".join(decl.split())
@@ -86,6 +89,9 @@ class CHeader:
                 self.constants[name] = int(value.strip("()"))
             elif re.fullmatch(r'"[^"]*"', value):
                 self.constants[name] = value[1:-1]
+            elif hm := re.fullmatch(r"\(\((\w+)\)\{(-?\d+)\}\)|\((\w+)\{(-?\d+)\}\)", value):
+                # a handle value, ((T){N}) in C and (T{N}) in C++: N
+                self.constants[name] = int(hm.group(2) or hm.group(4))
         # Functions: a declaration at the start of a line, outside typedefs.
         self.functions = {}
         for ret, name, args in re.findall(

@@ -207,6 +207,42 @@ for std in c99 c11 c17; do
     fi
 done
 
+# Handles of two kinds swapped do not compile, as C and as C++ (tests/c/reject_handles.c): each
+# case must fail with an error on its own line, and the file without CASE must compile cleanly.
+# Cases 1-6 pass handles by value: errors without -Werror; 7-8 pass an out-parameter's address,
+# which C reports as an error under -pedantic-errors (GCC < 14 only warns by default).
+rh=$root/tests/c/reject_handles.c
+for lang in c c++; do
+    if [[ $lang == c ]]; then
+        rcc=(cc -x c -std=c99) ctrl=(-Wall -Wextra -Werror -pedantic)
+    else
+        rcc=(c++ -x c++ -std=c++11) ctrl=(-Wall -Wextra -Werror -pedantic)
+    fi
+    log=$logs/reject-handles-$lang.log
+    : > "$log"
+    bad=()
+    if ! "${rcc[@]}" "${ctrl[@]}" -I"$root/include" -c "$rh" -o "$build/reject_handles.o" >> "$log" 2>&1; then
+        bad+=("the correct calls do not compile")
+    fi
+    for n in 1 2 3 4 5 6 7 8; do
+        extra=()
+        [[ $lang == c && $n -ge 7 ]] && extra=(-pedantic-errors)
+        line=$(awk -v n="$n" '$0 ~ "^#(el)?if CASE == " n " " { print NR + 1; exit }' "$rh")
+        echo "-- CASE=$n (error expected at line $line)" >> "$log"
+        if "${rcc[@]}" "${extra[@]}" -DCASE=$n -I"$root/include" -c "$rh" -o "$build/reject_handles.o" >> "$log" 2>&1; then
+            bad+=("case $n compiled")
+        elif [[ -z $line ]] || ! grep -qE "reject_handles\\.c:$line:[0-9]+: error" "$log"; then
+            bad+=("case $n: no error at line ${line:-?}")
+        fi
+    done
+    if [[ ${#bad[@]} -eq 0 ]]; then
+        record PASS "$lang: 8 calls with handles of the wrong kind do not compile (the right ones do)"
+    else
+        record FAIL "$lang: calls with handles of the wrong kind do not compile" "${bad[*]}; log $log"
+        show_log "$log"
+    fi
+done
+
 # Every function the header declares is called by a C test.
 missing=()
 while read -r f; do
