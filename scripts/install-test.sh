@@ -3,7 +3,9 @@
 # installed tree alone, outside the checkout, run under mpirun (Open MPI):
 #   - the README's blocks, extracted by scripts/readme-blocks.py and run as written, with PREFIX
 #     set: the install itself, C with pkg-config (shared and static), C++ with CMake and with
-#     pkg-config, Fortran (the installed module source), Python (the installed ctypes module);
+#     pkg-config, Fortran (the installed module source), Python (the installed package, and
+#     `pip install ./python` into a virtual environment: the README's hello.py and the pytest
+#     suite tests/python/test_package.py against the pip-installed package);
 #   - tests/install/cmake: an out-of-tree CMake project built with the plain compilers, one
 #     program per target (gpuwire::gpuwire with a program that calls MPI itself,
 #     gpuwire::gpuwire_static, gpuwire::fortran, gpuwire::fortran_f08), each bringing its MPI;
@@ -80,7 +82,7 @@ if ! python3 "$root/scripts/readme-blocks.py" "$root/README.md" "$readme" > "$wo
     show_log "$logs/readme-blocks.log"
     finish
 fi
-for name in install c cpp fortran python; do
+for name in install c cpp fortran python python-pip; do
     grep -q "^$name " "$work/blocks.txt" || record FAIL "README has a tested '$name' block"
 done
 
@@ -139,7 +141,7 @@ expect "links libgpuwire.so -> libgpuwire.so.0.1 -> libgpuwire.so.$version" \
 expect "installed libgpuwire.a, headers, Fortran sources, Python module, CMake files" \
     test -f "$L/libgpuwire.a" -a -f "$PREFIX/include/gpuwire.h" -a -f "$PREFIX/include/gpuwire.hpp" \
     -a -f "$PREFIX/include/gpuwire.f90" -a -f "$PREFIX/include/gpuwire_f08.f90" \
-    -a -f "$PREFIX/share/gpuwire/python/gpuwire.py" -a -f "$L/cmake/gpuwire/gpuwire-config.cmake" \
+    -a -f "$PREFIX/share/gpuwire/python/gpuwire/__init__.py" -a -f "$L/cmake/gpuwire/gpuwire-config.cmake" \
     -a -f "$L/cmake/gpuwire/gpuwire-config-version.cmake" -a -f "$L/pkgconfig/gpuwire-fortran.pc" \
     -a -f "$L/pkgconfig/gpuwire-fortran-f08.pc" -a -f "$L/libgpuwire_fortran.a" -a -f "$L/gpuwire/fortran/gpuwire.mod"
 expect "installed headers are the checkout's" cmp "$PREFIX/include/gpuwire.h" "$root/include/gpuwire.h"
@@ -161,13 +163,35 @@ fi
 if run_block fortran "$sum_ok"; then
     expect "Fortran program loads PREFIX/lib's library" loads_installed "$readme/fortran/hello_f"
 fi
-# 5. Python: the installed ctypes module (finds the installed library by itself)
+# 5. Python: the package make install copied (finds the installed library by itself), then
+# `pip install ./python` into a virtual environment, which finds the library through pkg-config.
 if [[ $python_ok -eq 1 ]]; then
     run_block python "$sum_ok"
-    expect "installed gpuwire.py loads PREFIX/lib's library" \
-        grep -q "^_INSTALLED_LIBRARY = \"$L/libgpuwire.so.0.1\"$" "$PREFIX/share/gpuwire/python/gpuwire.py"
+    expect "installed package gpuwire loads PREFIX/lib's library" \
+        grep -q "^_INSTALLED_LIBRARY = \"$L/libgpuwire.so.0.1\"$" "$PREFIX/share/gpuwire/python/gpuwire/_library.py"
+    if run_block python-pip "^gpuwire \\(0, 1, 0\\) from $L/libgpuwire.so.0.1 \\(pkg-config\\)$"; then
+        vpy=$PREFIX/venv/bin/python3
+        log=$logs/pip-hello.log
+        if (cd "$readme/python" && export PKG_CONFIG_PATH=$L/pkgconfig &&
+            timeout -k 10 "$timeout_s" mpirun -n 2 "$vpy" hello.py) > "$log" 2>&1 &&
+            grep -qE "rank 0: sum of ranks = 1([^0-9.]|$)" "$log" && grep -qE "rank 1: sum of ranks = 1([^0-9.]|$)" "$log"; then
+            record PASS "pip-installed package: the README's hello.py on 2 ranks"
+        else
+            record FAIL "pip-installed package: the README's hello.py on 2 ranks" "log $log"
+            show_log "$log"
+        fi
+        log=$logs/pip-pytest.log
+        if (cd "$work" && export PKG_CONFIG_PATH=$L/pkgconfig GPUWIRE_TEST_INSTALLED=1 &&
+            timeout -k 10 "$timeout_s" mpirun -n 2 "$vpy" -m pytest -q -p no:cacheprovider --color=no \
+                "$root/tests/python/test_package.py") > "$log" 2>&1; then
+            record PASS "pip-installed package: pytest tests/python/test_package.py on 2 ranks ($(grep -m1 -oE '[0-9]+ passed' "$log"))"
+        else
+            record FAIL "pip-installed package: pytest tests/python/test_package.py on 2 ranks" "log $log"
+            show_log "$log"
+        fi
+    fi
 else
-    record SKIP "README 'python' block" "no python3 with mpi4py (Open MPI) and NumPy"
+    record SKIP "README 'python' and 'python-pip' blocks" "no python3 with mpi4py (Open MPI) and NumPy"
 fi
 
 # ---- a CMake project: the static library, the Fortran module target, the version rule ---------

@@ -26,7 +26,8 @@
 #                                     gpuwire::gpuwire_static, gpuwire::fortran and
 #                                     gpuwire::fortran_f08 (when Fortran is enabled), each with
 #                                     its MPI (find_dependency(MPI))
-#   PREFIX/share/gpuwire/python/gpuwire.py   the ctypes module, which finds LIBDIR's library
+#   PREFIX/share/gpuwire/python/gpuwire/   the Python package (as `pip install ./python` installs
+#                                     it), which loads LIBDIR's library
 set -euo pipefail
 
 [[ $# -ge 2 && $# -le 4 ]] || { echo "usage: $0 BUILD_DIR PREFIX [LIBDIR [INCLUDEDIR]]" >&2; exit 2; }
@@ -65,9 +66,16 @@ install -m 644 "$build/libgpuwire.a" "$L/libgpuwire.a"
 for h in gpuwire.h gpuwire.hpp gpuwire.f90 gpuwire_f08.f90; do
     install -m 644 "$root/include/$h" "$I/$h"
 done
+# The Python package, whose loader goes to this prefix's library first (after GPUWIRE_LIBRARY).
+rm -rf "$S/python/gpuwire" "$S/python/gpuwire.py"
+install -d "$S/python/gpuwire"
+for f in "$root"/python/gpuwire/*.py; do
+    install -m 644 "$f" "$S/python/gpuwire/"
+done
 sed "s|^_INSTALLED_LIBRARY = None$|_INSTALLED_LIBRARY = \"$libdir/$soname\"|" \
-    "$root/examples-python/gpuwire.py" > "$S/python/gpuwire.py"
-chmod 644 "$S/python/gpuwire.py"
+    "$root/python/gpuwire/_library.py" > "$S/python/gpuwire/_library.py"
+grep -q "^_INSTALLED_LIBRARY = \"" "$S/python/gpuwire/_library.py" ||
+    { echo "$0: could not set _INSTALLED_LIBRARY in the installed gpuwire/_library.py" >&2; exit 1; }
 
 # What the static library needs besides itself: the MPI, then the system libraries of
 # rustc --print native-static-libs.
@@ -286,4 +294,4 @@ echo "  $libdir/pkgconfig/gpuwire.pc gpuwire-static.pc, $libdir/cmake/gpuwire/"
 if [[ $fortran_ok -eq 1 ]]; then
     echo "  $libdir/pkgconfig/gpuwire-fortran.pc gpuwire-fortran-f08.pc: modules compiled with $fc ($fc_version)"
 fi
-echo "  $prefix/share/gpuwire/python/gpuwire.py"
+echo "  $prefix/share/gpuwire/python/gpuwire/ (the Python package)"

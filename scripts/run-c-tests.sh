@@ -17,9 +17,10 @@
 # C: tests/c, examples-c. C++: tests/c/test_header.cpp, tests/cpp (gpuwire.hpp), examples-cpp.
 # Fortran: include/gpuwire.f90 and gpuwire_f08.f90 compiled with the MPI's Fortran wrapper, then
 # tests/fortran (including two programs that must not compile) and examples-fortran, whose
-# output must be the C examples' output. Python: examples-python/allreduce.py and darray.py, and
-# tests/python/test_bindings.py, under the MPI launcher, with the python3 that
-# scripts/find-python.sh finds for this MPI.
+# output must be the C examples' output. Python: examples-python/allreduce.py and darray.py,
+# tests/python/test_bindings.py and (pytest) tests/python/test_package.py, under the MPI launcher,
+# with the python3 that scripts/find-python.sh finds for this MPI, on the checkout's package
+# python/gpuwire.
 #
 # The library must be built first (the Makefile does it). Exits 1 if a test failed, or if one
 # was skipped while CI is set (on CI everything here must run). Logs: build/c/FLAVOUR/logs/.
@@ -478,6 +479,15 @@ if [[ $sanitize -eq 0 ]]; then
             check "test_bindings.py (Python: byte order, freeing) -n $n" 0 "$n" \
                 "^test_bindings.py: PASS \\(numpy; $n ranks" "$py" "$root/tests/python/test_bindings.py" "$n"
         done
+        # pytest: the package's array paths, datatype rules, mpi4py, context managers.
+        if "$py" -c "import pytest" > /dev/null 2>&1; then
+            for n in 1 2; do
+                check "pytest test_package.py (Python package) -n $n" 0 "$n" "^[0-9]+ passed(, [0-9]+ skipped)? in " \
+                    "$py" -m pytest -q -p no:cacheprovider --color=no "$root/tests/python/test_package.py"
+            done
+        else
+            record FAIL "pytest test_package.py (Python package)" "no pytest for $py: apt-get install python3-pytest"
+        fi
         unset GPUWIRE_LIBRARY
     elif [[ $mpi == openmpi ]]; then
         record SKIP "allreduce.py, darray.py, test_bindings.py (Python)" "no python3 with mpi4py (for $mpi_vendor) and NumPy: apt-get install python3-mpi4py python3-numpy"
