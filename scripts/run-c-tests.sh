@@ -490,9 +490,9 @@ if [[ $sanitize -eq 0 ]]; then
         fi
         unset GPUWIRE_LIBRARY
     elif [[ $mpi == openmpi ]]; then
-        record SKIP "allreduce.py, darray.py, test_bindings.py (Python)" "no python3 with mpi4py (for $mpi_vendor) and NumPy: apt-get install python3-mpi4py python3-numpy"
+        record SKIP "allreduce.py, darray.py, test_bindings.py, test_package.py (Python)" "no python3 with mpi4py (for $mpi_vendor) and NumPy: apt-get install python3-mpi4py python3-numpy"
     else
-        echo "NOTE [$flavour] allreduce.py, darray.py, test_bindings.py (Python): no mpi4py built for $mpi_vendor here; the Python examples run in the Open MPI pass"
+        echo "NOTE [$flavour] allreduce.py, darray.py, test_bindings.py, test_package.py (Python): no mpi4py built for $mpi_vendor here; the Python examples run in the Open MPI pass"
     fi
 fi
 
