@@ -6,7 +6,8 @@
 #                     must python/gpuwire/_capi.py (generated from it); gpuwire.f90, gpuwire.hpp
 #                     and the Python prototypes must agree with it
 #                  2. cargo test (Rust unit and MPI tests, launcher mpirun)
-#                  3. C, C++, Fortran and Python tests and examples with Open MPI, 1-3 ranks
+#                  3. C, C++, Fortran and Python tests and examples with Open MPI, 1-3 ranks,
+#                     and C tests on 2 and 3 hosts simulated on this machine (scripts/multihost.sh)
 #                  4. the same C, C++ and Fortran programs with -fsanitize=address,undefined
 #                  5. make install, then out-of-tree C, C++, Fortran, Python, pkg-config and
 #                     CMake projects against the installed tree (the README's commands)
@@ -50,7 +51,7 @@ MPICH_ENV := MPICC=mpicc.mpich CARGO_TARGET_DIR=$(CARGO_TARGET_DIR)/mpich
 	test-install test-large clean
 
 help:
-	@sed -n '3,22s/^# \{0,1\}//p' Makefile
+	@sed -n '3,23s/^# \{0,1\}//p' Makefile
 
 deps:
 	@bash scripts/deps.sh

@@ -886,7 +886,8 @@ gpuwire_status gpuwire_comm_mpi(gpuwire_comm comm,
 /**
  * Writes a one-line, human-readable description of the communicator into `buf` (`buflen`
  * bytes, truncated, always NUL-terminated; 1024 bytes hold it): the backend chosen for device
- * buffers and why, the device, ranks, the MPI library and version, the MPI thread level,
+ * buffers and why, the device, ranks (and node-local ranks), this rank's host name and the
+ * number of nodes the ranks are on, the MPI library and version, the MPI thread level,
  * checking mode and timeout.
  *
  * Local. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_ARGUMENT (`buflen` 0),
@@ -1595,6 +1596,162 @@ gpuwire_status gpuwire_scatter(gpuwire_comm comm,
                                gpuwire_buffer recvbuf,
                                int32_t root,
                                void *stream);
+
+/**
+ * Starts a barrier, as MPI_Ibarrier: the request completes once every rank has started it.
+ *
+ * Common to every nonblocking collective (gpuwire_ibarrier ... gpuwire_iscatter): the
+ * arguments, their meaning and their errors are the blocking form's, returned by this call
+ * (which then made no request); plus GPUWIRE_ERROR_NULL_ARGUMENT (`request`). The request
+ * keeps its communicator and buffers alive; the buffers must not be read or written until it
+ * completes (gpuwire_wait, gpuwire_test, gpuwire_waitall, in any order). Several may be
+ * outstanding on one communicator; they start in call order, and every rank must issue a
+ * communicator's collectives in the same order (as MPI). Unlike MPI, a nonblocking collective
+ * matches its blocking form on another rank. Under MPI_THREAD_MULTIPLE gpuwire's progress
+ * thread runs it and the call returns at once (NCCL device operations are enqueued on
+ * `stream`); below MULTIPLE it completes before the call returns (gpuwire_comm_describe says
+ * which). Device buffers on MPI_STAGED, MPI_CUDA_AWARE and IPC: stream-ordered, as the
+ * blocking forms (see gpuwire_comm_async_error); the request completes when the data is in
+ * place. In checking mode a mismatch between ranks is reported by the wait on every rank.
+ * Inside a group (gpuwire_group_start) the operation starts at the group's end.
+ */
+gpuwire_status gpuwire_ibarrier(gpuwire_comm comm,
+                                void *stream,
+                                gpuwire_request *request);
+
+/**
+ * Starts a broadcast, as MPI_Ibcast (arguments as gpuwire_bcast; see gpuwire_ibarrier).
+ */
+gpuwire_status gpuwire_ibcast(gpuwire_comm comm,
+                              gpuwire_buffer buf,
+                              int32_t root,
+                              void *stream,
+                              gpuwire_request *request);
+
+/**
+ * Starts a reduction to `root`, as MPI_Ireduce (arguments as gpuwire_reduce; see
+ * gpuwire_ibarrier).
+ */
+gpuwire_status gpuwire_ireduce(gpuwire_comm comm,
+                               gpuwire_buffer sendbuf,
+                               gpuwire_buffer recvbuf,
+                               int32_t op,
+                               int32_t root,
+                               void *stream,
+                               gpuwire_request *request);
+
+/**
+ * Starts an allreduce, as MPI_Iallreduce (arguments as gpuwire_allreduce; see
+ * gpuwire_ibarrier).
+ */
+gpuwire_status gpuwire_iallreduce(gpuwire_comm comm,
+                                  gpuwire_buffer sendbuf,
+                                  gpuwire_buffer recvbuf,
+                                  int32_t op,
+                                  void *stream,
+                                  gpuwire_request *request);
+
+/**
+ * Starts an allgather, as MPI_Iallgather (arguments as gpuwire_allgather; see
+ * gpuwire_ibarrier).
+ */
+gpuwire_status gpuwire_iallgather(gpuwire_comm comm,
+                                  gpuwire_buffer sendbuf,
+                                  gpuwire_buffer recvbuf,
+                                  void *stream,
+                                  gpuwire_request *request);
+
+/**
+ * Starts an allgatherv, as MPI_Iallgatherv (arguments as gpuwire_allgatherv; `recvcounts` is
+ * copied by the call; see gpuwire_ibarrier).
+ */
+gpuwire_status gpuwire_iallgatherv(gpuwire_comm comm,
+                                   gpuwire_buffer sendbuf,
+                                   gpuwire_buffer recvbuf,
+                                   const int64_t *recvcounts,
+                                   void *stream,
+                                   gpuwire_request *request);
+
+/**
+ * Starts a reduce-scatter, as MPI_Ireduce_scatter_block (arguments as gpuwire_reduce_scatter;
+ * see gpuwire_ibarrier).
+ */
+gpuwire_status gpuwire_ireduce_scatter(gpuwire_comm comm,
+                                       gpuwire_buffer sendbuf,
+                                       gpuwire_buffer recvbuf,
+                                       int32_t op,
+                                       void *stream,
+                                       gpuwire_request *request);
+
+/**
+ * Starts an all-to-all, as MPI_Ialltoall (arguments as gpuwire_alltoall; see
+ * gpuwire_ibarrier).
+ */
+gpuwire_status gpuwire_ialltoall(gpuwire_comm comm,
+                                 gpuwire_buffer sendbuf,
+                                 gpuwire_buffer recvbuf,
+                                 void *stream,
+                                 gpuwire_request *request);
+
+/**
+ * Starts a gather to `root`, as MPI_Igather (arguments as gpuwire_gather; see
+ * gpuwire_ibarrier).
+ */
+gpuwire_status gpuwire_igather(gpuwire_comm comm,
+                               gpuwire_buffer sendbuf,
+                               gpuwire_buffer recvbuf,
+                               int32_t root,
+                               void *stream,
+                               gpuwire_request *request);
+
+/**
+ * Starts a scatter from `root`, as MPI_Iscatter (arguments as gpuwire_scatter; see
+ * gpuwire_ibarrier).
+ */
+gpuwire_status gpuwire_iscatter(gpuwire_comm comm,
+                                gpuwire_buffer sendbuf,
+                                gpuwire_buffer recvbuf,
+                                int32_t root,
+                                void *stream,
+                                gpuwire_request *request);
+
+/**
+ * Opens a group on the calling thread, as ncclGroupStart: the point-to-point operations and
+ * collectives (blocking or nonblocking forms) this thread issues until the matching
+ * gpuwire_group_end are validated at their call (an argument error is returned at once and
+ * the operation not added) and started together at the outermost end. Groups nest; only the
+ * outermost end starts anything. Inside a group a blocking form returns at once; a
+ * nonblocking form returns a request that may be waited for only after the group ended
+ * (earlier: GPUWIRE_ERROR_INVALID_ARGUMENT, and the request is released).
+ *
+ * Errors: GPUWIRE_ERROR_NOT_INITIALIZED, GPUWIRE_ERROR_INVALID_ARGUMENT (65536 levels deep).
+ */
+gpuwire_status gpuwire_group_start(void);
+
+/**
+ * Closes the calling thread's group (gpuwire_group_start). At the outermost end the group's
+ * operations start: on NCCL communicators their device operations as one NCCL group (one
+ * launch); elsewhere every send and receive as a nonblocking operation (receives first), then
+ * the collectives in call order, then all are completed — so a halo exchange with any number
+ * of neighbours in one group cannot deadlock on the order of its sends and receives. Returns
+ * when the data of every operation on host memory and on the MPI and IPC paths is in place;
+ * NCCL's are ordered on their streams. Each rank must issue its collectives in the same order.
+ *
+ * Errors: GPUWIRE_ERROR_INVALID_ARGUMENT (no open group), and the first error of the group's
+ * operations (their requests report their own).
+ */
+gpuwire_status gpuwire_group_end(void);
+
+/**
+ * Reports, once, the error of an operation on `comm` that failed after its call had returned
+ * (a stream-ordered device operation: see gpuwire_ibarrier): GPUWIRE_SUCCESS when there is
+ * none, else its code, with its message as the thread's last error (gpuwire_last_error).
+ * Without this call, the next operation on the communicator reports it (and does nothing).
+ * As ncclCommGetAsyncError. Local; thread-safe.
+ *
+ * Errors: GPUWIRE_ERROR_INVALID_HANDLE, and the asynchronous error.
+ */
+gpuwire_status gpuwire_comm_async_error(gpuwire_comm comm);
 
 /**
  * Static, NUL-terminated description of a status code ("unknown status code" for a value that

@@ -11,6 +11,7 @@
 //    exception thrown while a request is pending reaches its catch; wait() for requests whose
 //    results you need. get() gives the C handle, release() gives it up; a default-constructed
 //    or moved-from object holds the NULL handle;
+//  - gpuwire::group: gpuwire_group_start / gpuwire_group_end around a scope (RAII);
 //  - gpuwire::error: the exception every failing call throws, carrying the status code (code())
 //    and the detailed message of gpuwire_last_error (what(), which names the C function);
 //  - gpuwire::span<T>: a std::span-style view (pointer + element count) that converts from
@@ -691,6 +692,102 @@ public:
         detail::check(gpuwire_scatter(h_, sendbuf.get(), recvbuf.get(), root, stream));
     }
 
+    // nonblocking collectives: arguments as the blocking forms; each returns a request that
+    // wait(), test() or wait_all() completes, in any order. Keep the buffers' memory valid and
+    // untouched until then (the request keeps the handles' objects alive). An argument error
+    // throws and starts nothing.
+    request ibarrier(void *stream = nullptr) const
+    {
+        gpuwire_request r = GPUWIRE_REQUEST_NULL;
+        detail::check(gpuwire_ibarrier(h_, stream, &r));
+        return request(r);
+    }
+    request ibcast(const buffer &buf, int32_t root, void *stream = nullptr) const
+    {
+        gpuwire_request r = GPUWIRE_REQUEST_NULL;
+        detail::check(gpuwire_ibcast(h_, buf.get(), root, stream, &r));
+        return request(r);
+    }
+    request ireduce(const buffer &sendbuf, const buffer &recvbuf, gpuwire_op op, int32_t root,
+                    void *stream = nullptr) const
+    {
+        gpuwire_request r = GPUWIRE_REQUEST_NULL;
+        detail::check(gpuwire_ireduce(h_, sendbuf.get(), recvbuf.get(), op, root, stream, &r));
+        return request(r);
+    }
+    request iallreduce(const buffer &sendbuf, const buffer &recvbuf, gpuwire_op op,
+                       void *stream = nullptr) const
+    {
+        gpuwire_request r = GPUWIRE_REQUEST_NULL;
+        detail::check(gpuwire_iallreduce(h_, sendbuf.get(), recvbuf.get(), op, stream, &r));
+        return request(r);
+    }
+    /** In place. */
+    request iallreduce(const buffer &buf, gpuwire_op op, void *stream = nullptr) const
+    {
+        return iallreduce(buf, buf, op, stream);
+    }
+    request iallgather(const buffer &sendbuf, const buffer &recvbuf, void *stream = nullptr) const
+    {
+        gpuwire_request r = GPUWIRE_REQUEST_NULL;
+        detail::check(gpuwire_iallgather(h_, sendbuf.get(), recvbuf.get(), stream, &r));
+        return request(r);
+    }
+    /** gpuwire_iallgatherv with gpuwire exchanging the counts. */
+    request iallgatherv(const buffer &sendbuf, const buffer &recvbuf, void *stream = nullptr) const
+    {
+        gpuwire_request r = GPUWIRE_REQUEST_NULL;
+        detail::check(gpuwire_iallgatherv(h_, sendbuf.get(), recvbuf.get(), nullptr, stream, &r));
+        return request(r);
+    }
+    /** gpuwire_iallgatherv with one count per rank (copied at the call). Another number of
+     * counts is GPUWIRE_ERROR_INVALID_ARGUMENT, as for allgatherv. */
+    request iallgatherv(const buffer &sendbuf, const buffer &recvbuf,
+                        span<const int64_t> recvcounts, void *stream = nullptr) const
+    {
+        gpuwire_request r = GPUWIRE_REQUEST_NULL;
+        if (recvcounts.size() != static_cast<std::size_t>(size())) {
+            (void)gpuwire_iallgatherv(h_, GPUWIRE_BUFFER_NULL, recvbuf.get(), nullptr, stream, &r);
+            throw error(GPUWIRE_ERROR_INVALID_ARGUMENT,
+                        "gpuwire_iallgatherv: " + std::to_string(recvcounts.size()) +
+                            " recvcounts for " + std::to_string(size()) + " ranks");
+        }
+        detail::check(gpuwire_iallgatherv(h_, sendbuf.get(), recvbuf.get(), recvcounts.data(),
+                                          stream, &r));
+        return request(r);
+    }
+    request ireduce_scatter(const buffer &sendbuf, const buffer &recvbuf, gpuwire_op op,
+                            void *stream = nullptr) const
+    {
+        gpuwire_request r = GPUWIRE_REQUEST_NULL;
+        detail::check(gpuwire_ireduce_scatter(h_, sendbuf.get(), recvbuf.get(), op, stream, &r));
+        return request(r);
+    }
+    request ialltoall(const buffer &sendbuf, const buffer &recvbuf, void *stream = nullptr) const
+    {
+        gpuwire_request r = GPUWIRE_REQUEST_NULL;
+        detail::check(gpuwire_ialltoall(h_, sendbuf.get(), recvbuf.get(), stream, &r));
+        return request(r);
+    }
+    request igather(const buffer &sendbuf, const buffer &recvbuf, int32_t root,
+                    void *stream = nullptr) const
+    {
+        gpuwire_request r = GPUWIRE_REQUEST_NULL;
+        detail::check(gpuwire_igather(h_, sendbuf.get(), recvbuf.get(), root, stream, &r));
+        return request(r);
+    }
+    request iscatter(const buffer &sendbuf, const buffer &recvbuf, int32_t root,
+                     void *stream = nullptr) const
+    {
+        gpuwire_request r = GPUWIRE_REQUEST_NULL;
+        detail::check(gpuwire_iscatter(h_, sendbuf.get(), recvbuf.get(), root, stream, &r));
+        return request(r);
+    }
+
+    /** Throws the error of an operation that failed after its call had returned
+     * (gpuwire_comm_async_error; reported once, as ncclCommGetAsyncError). */
+    void check_async_error() const { detail::check(gpuwire_comm_async_error(h_)); }
+
     gpuwire_comm get() const noexcept { return h_; }
     gpuwire_comm release() noexcept { return std::exchange(h_, GPUWIRE_COMM_NULL); }
     explicit operator bool() const noexcept { return h_.h != 0; }
@@ -717,6 +814,44 @@ private:
 
     gpuwire_comm h_ = GPUWIRE_COMM_NULL;
     int uncaught_ = std::uncaught_exceptions(); // at construction, for the destructor
+};
+
+// ---- group -------------------------------------------------------------------------------------
+
+/** A group of operations started together (as ncclGroupStart/End): gpuwire_group_start in the
+ * constructor, gpuwire_group_end in end() or, if end() was not called, in the destructor.
+ * Every operation this thread issues between them is started at the outermost end (groups
+ * nest); blocking forms inside return at once, and for host memory their data is in place when
+ * the group ends. end() throws the first error of the group's operations; the destructor
+ * ignores it (call end() to see it). The group ends also while an exception unwinds the stack,
+ * so the thread is never left inside a group; that end waits for the host operations already
+ * issued, as gpuwire_group_end does.
+ *
+ *     { gpuwire::group g; c.send(top, up, 0); c.send(bottom, down, 1);
+ *       c.recv(ghost_top, up, 1); c.recv(ghost_bottom, down, 0); g.end(); } */
+class group {
+public:
+    group() { detail::check(gpuwire_group_start()); }
+    group(const group &) = delete;
+    group &operator=(const group &) = delete;
+    group(group &&) = delete;
+    group &operator=(group &&) = delete;
+    ~group()
+    {
+        if (open_)
+            (void)gpuwire_group_end();
+    }
+    /** gpuwire_group_end now, throwing its error; a second call does nothing. */
+    void end()
+    {
+        if (open_) {
+            open_ = false;
+            detail::check(gpuwire_group_end());
+        }
+    }
+
+private:
+    bool open_ = true;
 };
 
 // ---- darray ------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (see scripts/gpu-test): the GPU tests with the stock Open MPI (not
 # CUDA-aware: AUTO must stage) and with the CUDA-aware Open MPI kit, then a pass/fail table.
-# Usage: bash scripts/gpu-run.sh [tests|bench|examples|nccl|ipc|multi|darray|fortran|python|all]...
+# Usage: bash scripts/gpu-run.sh [tests|bench|examples|nccl|ipc|nbc|multi|darray|fortran|python|all|multinode]...
+# (multinode is not part of all: name it.)
 set -u
 cd "$(dirname "$0")/.."
 what=${*:-all}
@@ -41,16 +42,19 @@ if has smoke; then
   gputest stock-smoke stock c17,c14
 fi
 if has tests; then
-  gputest stock-auto stock c17,c14,c16,c11,c15,ops,opswrap,c13,c12,p2pexact
-  GPUWIRE_BACKEND=mpi_staged gputest kit-staged kit ops,opswrap,c13,c14,c17,reqfree,p2pexact -x GPUWIRE_BACKEND
+  gputest stock-auto stock c17,c14,c16,c11,c15,ops,opswrap,c13,c12,p2pexact,capture
+  GPUWIRE_BACKEND=mpi_staged gputest kit-staged kit ops,opswrap,c13,c14,c17,reqfree,p2pexact,capture -x GPUWIRE_BACKEND
   # A rank merely late to an allreduce, timeout 2 s, checking off and on: no rank blocks longer.
   GPUWIRE_BACKEND=mpi_staged gputest staged-late stock late -x GPUWIRE_BACKEND
-  GPUWIRE_BACKEND=mpi_cuda_aware gputest kit-cuda-aware kit ops,opswrap,c12,c13,c14,c16,c17,reqfree,p2pexact -x GPUWIRE_BACKEND
+  GPUWIRE_BACKEND=mpi_cuda_aware gputest kit-cuda-aware kit ops,opswrap,c12,c13,c14,c16,c17,reqfree,p2pexact,capture -x GPUWIRE_BACKEND
 fi
 if has nccl || has tests; then
   # One GPU: NCCL on 1-rank communicators (every operation, datatype and op); C15 with 2 ranks.
-  GPUWIRE_BACKEND=nccl GPUWIRE_GPU_TEST_NP=1 np2=$np1 gputest nccl-1rank stock ops,opswrap,c13,c14,c16,c17,p2pexact -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP
+  GPUWIRE_BACKEND=nccl GPUWIRE_GPU_TEST_NP=1 np2=$np1 gputest nccl-1rank stock ops,opswrap,c13,c14,c16,c17,p2pexact,capture -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP
   gputest stock-c15 stock c15
+  # NCCL's initialization deadline (1 ms: never kept): NCCL requested fails with TIMEOUT, AUTO
+  # falls back and says why (one rank, so AUTO tries NCCL).
+  GPUWIRE_NCCL_INIT_TIMEOUT=0.001 GPUWIRE_GPU_TEST_NP=1 np2=$np1 gputest nccl-initdeadline stock ncclinit -x GPUWIRE_NCCL_INIT_TIMEOUT -x GPUWIRE_GPU_TEST_NP
 fi
 if has ipc; then
   # CUDA IPC, stock (not CUDA-aware) Open MPI, ranks sharing GPU 0: every operation x datatype x
@@ -59,7 +63,7 @@ if has ipc; then
   # IPC cannot export; pending receives progressing outside IPC waits (ipcprogress); mappings
   # shared by a dup'ed communicator (ipcdup); with 2 and with 3 ranks. Then AUTO picks IPC
   # (2 ranks, no GPUWIRE_BACKEND).
-  ipccases=${GPUWIRE_IPC_CASES:-ipcprogress,ipcdup,ops,opswrap,c12,c13,c14,c17,ipcfree,ipcexit,ipcmixed,reqfree,p2pexact}
+  ipccases=${GPUWIRE_IPC_CASES:-ipcprogress,ipcdup,ops,opswrap,c12,c13,c14,c17,ipcfree,ipcexit,ipcmixed,reqfree,p2pexact,capture}
   GPUWIRE_BACKEND=ipc gputest ipc-np2 stock "$ipccases" -x GPUWIRE_BACKEND
   GPUWIRE_BACKEND=ipc GPUWIRE_GPU_TEST_NP=3 np2="mpirun -np 3 --oversubscribe --bind-to none" \
     gputest ipc-np3 stock "$ipccases" -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP
@@ -68,6 +72,33 @@ if has ipc; then
   gputest ipc-auto stock ipcauto,c15
   # A timeout configured: a collective one rank skips fails on every rank within it.
   GPUWIRE_BACKEND=ipc gputest ipc-timeout stock timeout,late -x GPUWIRE_BACKEND
+fi
+if has nbc; then
+  # Issue 18 on device buffers, every device backend: each nonblocking collective, 11 outstanding,
+  # completed out of order (nbc); groups of 2, 4, 8 sends then receives to different peers, nested,
+  # a halo ring, nonblocking forms in a group (nbcgroup); "returns before the data" (nbcearly: a
+  # 50 ms kernel, then allreduce / iallreduce / sendrecv on its stream: under 25 ms on the host,
+  # right result after cuStreamSynchronize). The MPI and IPC paths return before the data only
+  # when stream-ordered (GPUWIRE_STREAM_ORDERED=1, experimental): nbcearly runs there with it,
+  # and nbc, nbcgroup run both ways.
+  nbccases=nbc,nbcgroup
+  GPUWIRE_BACKEND=mpi_staged gputest nbc-kit-staged kit $nbccases -x GPUWIRE_BACKEND
+  GPUWIRE_BACKEND=mpi_cuda_aware gputest nbc-kit-cuda-aware kit $nbccases -x GPUWIRE_BACKEND
+  GPUWIRE_BACKEND=ipc gputest nbc-ipc-np2 stock $nbccases -x GPUWIRE_BACKEND
+  GPUWIRE_BACKEND=ipc GPUWIRE_GPU_TEST_NP=3 np2="mpirun -np 3 --oversubscribe --bind-to none" \
+    gputest nbc-ipc-np3 stock $nbccases -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP
+  GPUWIRE_BACKEND=nccl GPUWIRE_GPU_TEST_NP=1 np2=$np1 gputest nbc-nccl-1rank stock $nbccases,nbcearly -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP
+  gputest nbc-stock-auto stock $nbccases
+  # The experimental stream-ordered mode is known to hang with two ranks (README): its jobs run
+  # only when asked for (GPUWIRE_NBC_STREAM_ORDERED=1).
+  if [ "${GPUWIRE_NBC_STREAM_ORDERED:-0}" = 1 ]; then
+    so=GPUWIRE_STREAM_ORDERED
+    GPUWIRE_STREAM_ORDERED=1 GPUWIRE_BACKEND=mpi_staged gputest nbc-so-kit-staged kit $nbccases,nbcearly -x GPUWIRE_BACKEND -x $so
+    GPUWIRE_STREAM_ORDERED=1 GPUWIRE_BACKEND=mpi_cuda_aware gputest nbc-so-kit-cuda-aware kit $nbccases,nbcearly -x GPUWIRE_BACKEND -x $so
+    GPUWIRE_STREAM_ORDERED=1 GPUWIRE_BACKEND=ipc gputest nbc-so-ipc-np2 stock $nbccases,nbcearly -x GPUWIRE_BACKEND -x $so
+    GPUWIRE_STREAM_ORDERED=1 GPUWIRE_BACKEND=ipc GPUWIRE_GPU_TEST_NP=3 np2="mpirun -np 3 --oversubscribe --bind-to none" \
+      gputest nbc-so-ipc-np3 stock $nbccases,nbcearly -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP -x $so
+  fi
 fi
 if has darray; then
   # Distributed arrays on device memory: every backend, and NCCL on one rank.
@@ -102,6 +133,9 @@ if has multi; then
     # The library loaded where libnccl is absent: AUTO falls back, NCCL requested says why.
     CUDA_VISIBLE_DEVICES=$all GPUWIRE_NCCL_LIBRARY=/nonexistent/libnccl.so.2 GPUWIRE_GPU_TEST_NP=$NGPU np2="mpirun -np $NGPU --oversubscribe --bind-to none" \
       gputest multi-no-nccl stock nonccl -x GPUWIRE_GPU_TEST_NP -x GPUWIRE_NCCL_LIBRARY
+    # NCCL's initialization deadline with one rank per GPU: TIMEOUT when requested, AUTO falls back.
+    CUDA_VISIBLE_DEVICES=$all GPUWIRE_NCCL_INIT_TIMEOUT=0.001 GPUWIRE_GPU_TEST_NP=$NGPU np2="mpirun -np $NGPU --oversubscribe --bind-to none" \
+      gputest multi-nccl-initdeadline stock ncclinit -x GPUWIRE_GPU_TEST_NP -x GPUWIRE_NCCL_INIT_TIMEOUT
     # Staged on GPUs of their own: the ring with GPU reductions from 64 KiB up (ranks sharing a
     # GPU take the host path up to 2 MiB, so the one-GPU runs reach the ring less often).
     CUDA_VISIBLE_DEVICES=$all GPUWIRE_BACKEND=mpi_staged GPUWIRE_GPU_TEST_NP=$NGPU np2="mpirun -np $NGPU --oversubscribe --bind-to none" \
@@ -163,6 +197,39 @@ if has fortran || has darray; then
     example fortran-darray-blockrow-host stock 2 "$B/darray_blockrow_f" 2
     example fortran-darray-blockrow-device stock 2 "$B/darray_blockrow_f" 2 device
     example fortran-cg-host stock 2 "$B/cg_poisson_f" 768 2
+  fi
+fi
+if [[ " $what " == *" multinode "* ]]; then
+  # Hosts simulated on this one machine (scripts/multihost.sh: one MPI daemon per host, started
+  # through scripts/multihost-agent.sh in place of ssh, each host its own host name in a UTS
+  # namespace, TCP over loopback between hosts; it sets OMPI_MCA_plm=rsh over this machine's
+  # isolated), every rank on GPU 0: 2 hosts x 1 rank, 2 hosts x 2 ranks. acrosshosts: describe
+  # counts 2 nodes, AUTO takes neither IPC (not one node) nor NCCL (one GPU UUID: shared, whatever
+  # the host names) and says why, IPC and NCCL requested fail saying why; then every operation x
+  # datatype x op on AUTO (stock: staged; kit: CUDA-aware) and MPI_STAGED forced (kit), and
+  # cg_poisson_device, whose answers must agree between the two layouts.
+  # GPUWIRE_MULTINODE_SLOTS="1,1" (or "2,2") runs one layout only (each takes a few minutes).
+  mh_example() { # label launcher slots binary args...: as example, on simulated hosts
+    local label=$1 launcher=$2 slots=$3; shift 3
+    echo "=== example $label" | tee -a "$LOG"
+    $launcher timeout -k 5 "$LIMIT" bash scripts/multihost.sh openmpi "$slots" "$@" 2>&1 \
+      | grep -v "cuMemHostRegister\|^ *$\|^-----*$\|^  *Host: \|Registration cache:\|help message\|orte_base_help_aggregate" | tail -14 | sed "s/^/[$label] /" | tee -a "$LOG"
+    local rc=${PIPESTATUS[0]}
+    if [ "$rc" = 0 ]; then echo "[$label] RESULT PASS example rank - ok" | tee -a "$LOG"
+    else echo "[$label] RESULT FAIL example rank - exited with status $rc" | tee -a "$LOG"; fi
+  }
+  for slots in ${GPUWIRE_MULTINODE_SLOTS:-1,1 2,2}; do
+    n=$((${slots%,*} + ${slots#*,})) l=mh2x${slots%,*}
+    GPUWIRE_GPU_TEST_NP=$n np2="bash scripts/multihost.sh openmpi $slots" \
+      gputest "$l-stock-auto" stock acrosshosts,ops,opswrap,c13,c14,c17 -x GPUWIRE_GPU_TEST_NP
+    GPUWIRE_GPU_TEST_NP=$n np2="bash scripts/multihost.sh openmpi $slots" \
+      gputest "$l-kit-auto" kit acrosshosts,ops,c13,c14 -x GPUWIRE_GPU_TEST_NP
+    GPUWIRE_BACKEND=mpi_staged GPUWIRE_GPU_TEST_NP=$n np2="bash scripts/multihost.sh openmpi $slots" \
+      gputest "$l-kit-staged" kit acrosshosts,ops,c13,c14 -x GPUWIRE_GPU_TEST_NP -x GPUWIRE_BACKEND
+    mh_example "$l-cg-device" stock "$slots" "$B/cg_poisson_device" 512 "$n"
+  done
+  if grep -q "^\[mh2x1-cg-device\] iterations" "$LOG" && grep -q "^\[mh2x2-cg-device\] iterations" "$LOG"; then
+    agree mh2x1-cg-device mh2x2-cg-device
   fi
 fi
 if has python; then

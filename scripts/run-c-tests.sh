@@ -14,6 +14,9 @@
 #   --sanitize  builds every C, C++ and Fortran program with -fsanitize=address,undefined
 #               (Open MPI only; no Python run)
 #
+# Several hosts: as 2 hosts x 2 ranks and 3 hosts with 1, 2, 1 ranks on this machine
+# (scripts/multihost.sh), tests/c/test_multihost.c, test_comm, test_p2p and test_darray (not with
+# --sanitize).
 # C: tests/c, examples-c. C++: tests/c/test_header.cpp, tests/cpp (gpuwire.hpp), examples-cpp.
 # Fortran: include/gpuwire.f90 and gpuwire_f08.f90 compiled with the MPI's Fortran wrapper, then
 # tests/fortran (including two programs that must not compile) and examples-fortran, whose
@@ -130,7 +133,7 @@ compile() { # ID OUTPUT COMPILER FLAGS... -- SOURCE
     fi
 }
 
-for t in test_api test_comm test_darray test_p2p test_threads; do
+for t in test_api test_comm test_darray test_p2p test_threads test_nbc; do
     compile "$t" "$build/$t" "$CC" "${cflags[@]}" "$root/tests/c/$t.c"
 done
 # Distributed arrays against the program around them (own communicator, checking mode, sizes
@@ -138,6 +141,8 @@ done
 for t in test_darray_wire fuzz_api; do
     compile "$t" "$build/$t" "$CC" "${cflags[@]}" "$root/tests/c/$t.c"
 done
+# Ranks on several (simulated) hosts.
+compile test_multihost "$build/test_multihost" "$CC" "${cflags[@]}" "$root/tests/c/test_multihost.c"
 for e in isend_irecv vstack_matvec cg_poisson darray_cg_poisson darray_blockrow; do
     compile "$e" "$build/$e" "$CC" "${cflags[@]}" "$root/examples-c/$e.c"
 done
@@ -147,6 +152,7 @@ compile "test_header (C++17)" "$build/test_header" "$CXX" "${cxxflags[@]}" "$roo
 compile "test_hpp (C++17)" "$build/test_hpp" "$CXX" "${cxxflags[@]}" "$root/tests/cpp/test_hpp.cpp"
 compile "test_hpp_unwind (C++17)" "$build/test_hpp_unwind" "$CXX" "${cxxflags[@]}" \
     "$root/tests/cpp/test_hpp_unwind.cpp"
+compile "test_hpp_nbc (C++17)" "$build/test_hpp_nbc" "$CXX" "${cxxflags[@]}" "$root/tests/cpp/test_hpp_nbc.cpp"
 compile "ring (C++17 example)" "$build/ring" "$CXX" "${cxxflags[@]}" "$root/examples-cpp/ring.cpp"
 
 # Fortran: the modules (gpuwire_types, gpuwire_c, gpuwire; gpuwire_f08), then the programs.
@@ -258,7 +264,8 @@ fi
 
 # ---- run --------------------------------------------------------------------------------------
 
-# check ID WANT N PATTERNS PROGRAM ARGS...: runs PROGRAM on N ranks; passes when the exit status
+# check ID WANT N PATTERNS PROGRAM ARGS...: runs PROGRAM on N ranks (N = hosts:SLOTS: on
+# simulated hosts, SLOTS ranks per host, by scripts/multihost.sh); passes when the exit status
 # is WANT ("0" or "nonzero") and the output matches every extended regex in PATTERNS (one per
 # line).
 check() {
@@ -268,7 +275,11 @@ check() {
         record FAIL "$id" "not built"
         return
     fi
-    timeout -k 10 "$timeout_s" "${launcher[@]}" "$n" "$@" > "$log" 2>&1
+    local run=("${launcher[@]}" "$n")
+    if [[ $n == hosts:* ]]; then
+        run=(bash "$root/scripts/multihost.sh" "$mpi" "${n#hosts:}")
+    fi
+    timeout -k 10 "$timeout_s" "${run[@]}" "$@" > "$log" 2>&1
     rc=$?
     local ok=1 why=""
     if [[ $rc -eq 124 || $rc -eq 137 ]]; then
@@ -301,6 +312,20 @@ for n in 1 2 3; do
     check "test_darray -n $n" 0 "$n" "^test_darray: PASS" "$build/test_darray" "$n"
     check "test_p2p -n $n" 0 "$n" "^test_p2p: PASS \\($n ranks" "$build/test_p2p"
 done
+# Nonblocking collectives and groups (4 ranks oversubscribe the machine: fine), and below
+# MPI_THREAD_MULTIPLE, where each operation completes inside its call.
+for n in 1 2 3 4; do
+    check "test_nbc -n $n" 0 "$n" "^test_nbc: PASS \\($n ranks, MPI_THREAD_MULTIPLE" "$build/test_nbc" "$n"
+done
+check "test_nbc funneled -n 2" 0 2 "^test_nbc: PASS \\(2 ranks, below MPI_THREAD_MULTIPLE" "$build/test_nbc" 2 funneled
+# gpuwire_comm_free while a nonblocking collective on the communicator is pending (a hang is a
+# failure within 120 s).
+saved_timeout=$timeout_s
+timeout_s=120
+for n in 2 3; do
+    check "test_nbc free -n $n" 0 "$n" "^test_nbc: PASS \\($n ranks" "$build/test_nbc" "$n" free
+done
+timeout_s=$saved_timeout
 # Requests for more memory than there is must come back as errors: under ASan too (whose
 # allocator otherwise aborts the program on an allocation above its maximum).
 for n in 1 2 3; do
@@ -318,6 +343,30 @@ for m in "late" "late check" "concurrent" "concurrent check" "funneled" "seriali
     # shellcheck disable=SC2086 # the mode is one or two words
     check "test_threads $m -n 2" 0 2 "^test_threads $m: PASS" "$build/test_threads" $m
 done
+
+# Several hosts on this one machine (scripts/multihost.sh: each host its own host name, so MPI
+# and gpuwire see separate nodes; TCP between them): 2 hosts x 2 ranks, and 3 hosts with 1, 2
+# and 1 ranks. test_multihost checks every node-dependent answer against the layout (node-local
+# ranks, describe's host and node count, splits and dups across hosts, distributed arrays split
+# across hosts, checking mode and a timeout with the odd rank on another host); test_comm,
+# test_p2p and test_darray run every operation there. Not under --sanitize (no code of its own
+# to check, and the time).
+if [[ $sanitize -eq 0 ]]; then
+    if bash "$root/scripts/multihost-agent.sh" 127.0.0.2 true > "$logs/multihost-probe.log" 2>&1; then
+        for slots in 2,2 1,2,1; do
+            IFS=, read -r -a per_host <<< "$slots"
+            n=0
+            for k in "${per_host[@]}"; do n=$((n + k)); done
+            check "test_multihost on hosts $slots" 0 "hosts:$slots" \
+                "^test_multihost: PASS \\($n ranks on ${#per_host[@]} hosts" "$build/test_multihost" "$slots"
+            check "test_comm on hosts $slots" 0 "hosts:$slots" "^test_comm: PASS" "$build/test_comm" "$n"
+            check "test_p2p on hosts $slots" 0 "hosts:$slots" "^test_p2p: PASS \\($n ranks" "$build/test_p2p"
+            check "test_darray on hosts $slots" 0 "hosts:$slots" "^test_darray: PASS" "$build/test_darray" "$n"
+        done
+    else
+        record SKIP "tests on simulated hosts" "$(tail -n 1 "$logs/multihost-probe.log")"
+    fi
+fi
 
 if [[ -x $build/test_header ]]; then
     if "$build/test_header" > "$logs/test_header.log" 2>&1 && grep -q "^test_header_cxx: PASS" "$logs/test_header.log"; then
@@ -408,6 +457,10 @@ for n in 1 2 3; do
         "^test_hpp_unwind: PASS \\($n ranks" "$build/test_hpp_unwind" "$n"
 done
 timeout_s=$saved_timeout
+for n in 1 2 3 4; do
+    check "test_hpp_nbc (C++: nonblocking collectives, group guard) -n $n" 0 "$n" \
+        "^test_hpp_nbc: PASS \\($n ranks" "$build/test_hpp_nbc" "$n"
+done
 for n in 2 3; do
     check "ring (C++) -n $n" 0 "$n" "^ring: PASS \\($n ranks" "$build/ring" "$n"
 done

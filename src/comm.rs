@@ -31,6 +31,8 @@ pub struct Communicator {
     size: i32,
     local_rank: i32,
     local_size: i32,
+    /// The number of nodes the ranks are on (of MPI_Comm_split_type SHARED).
+    nodes: i32,
     config: Config,
     choice: Choice,
     /// Why the communicator is broken; shared with its internal duplicate ([`Self::internal`]).
@@ -43,6 +45,8 @@ pub struct Communicator {
     nb_coll: bool,
     /// The thread (`thread_id`) inside a collective on this communicator, 0 when none.
     busy: AtomicU64,
+    /// The progress engine of the operations that complete after their call (`crate::op`).
+    engine: Arc<crate::engine::Engine>,
     pub(crate) backend_state: backend::State,
 }
 
@@ -144,6 +148,13 @@ impl Communicator {
             mpisys::check(sys::MPI_Comm_rank(node, &mut local_rank), "MPI_Comm_rank")?;
             mpisys::check(sys::MPI_Comm_size(node, &mut local_size), "MPI_Comm_size")?;
         }
+        // The number of nodes: one leader (node-local rank 0) on each.
+        let (leader, mut nodes): (c_int, c_int) = ((local_rank == 0) as c_int, 0);
+        // SAFETY: one int each way, on comm.
+        mpisys::check(
+            unsafe { sys::MPI_Allreduce((&leader as *const c_int).cast(), (&mut nodes as *mut c_int).cast(), 1, sys::RSMPI_INT32_T, sys::RSMPI_SUM, comm) },
+            "MPI_Allreduce (the number of nodes)",
+        )?;
         let mut c = Communicator {
             raw: RawComm(comm),
             node: RawComm(node),
@@ -151,6 +162,7 @@ impl Communicator {
             size,
             local_rank,
             local_size,
+            nodes,
             // No timeout or checking until the configuration is agreed.
             config: Config::default(),
             choice: Choice::default(),
@@ -159,6 +171,7 @@ impl Communicator {
             // Until agreed below: the same (nonblocking) form on every rank.
             nb_coll: true,
             busy: AtomicU64::new(0),
+            engine: Arc::new(crate::engine::Engine::default()),
             backend_state: backend::State::default(),
         };
         // From here on `c` frees both communicators when dropped (also on the error paths below).
@@ -285,6 +298,10 @@ impl Communicator {
     pub fn raw(&self) -> MPI_Comm {
         self.raw.0
     }
+    /// This communicator's progress engine.
+    pub fn engine(&self) -> &Arc<crate::engine::Engine> {
+        &self.engine
+    }
     /// Whether MPI collectives on this communicator run as their nonblocking form waited by
     /// `wait_mpi` (`host::collective!`), the same on every rank (MPI does not match a blocking
     /// collective with a nonblocking one): with a timeout (the configuration is agreed), or when
@@ -308,6 +325,10 @@ impl Communicator {
     pub fn local_size(&self) -> i32 {
         self.local_size
     }
+    /// The number of nodes (shared-memory domains) the ranks are on.
+    pub fn nodes(&self) -> i32 {
+        self.nodes
+    }
     pub fn config(&self) -> &Config {
         &self.config
     }
@@ -317,6 +338,12 @@ impl Communicator {
     }
     pub fn choice(&self) -> &Choice {
         &self.choice
+    }
+    /// Replaces the agreed backend during setup, on every rank alike (AUTO after NCCL could not be
+    /// set up on some rank: `backend::setup`).
+    pub(crate) fn fall_back(&mut self, kind: BackendKind, reason: String) {
+        self.choice.kind = kind;
+        self.choice.reason = reason;
     }
     /// Adds to the backend's reason (setup notes such as where reductions run).
     pub(crate) fn append_reason(&mut self, note: &str) {
@@ -333,7 +360,7 @@ impl Communicator {
         let info = runtime::ensure_ready().ok();
         let device = if self.choice.device >= 0 { format!("cuda:{}", self.choice.device) } else { "none".into() };
         format!(
-            "gpuwire {}: backend={} ({}); device={}; rank {}/{} (node-local {}/{}); mpi={}; thread level={}; check={}; timeout={}",
+            "gpuwire {}: backend={} ({}); device={}; rank {}/{} (node-local {}/{}); host={}; nodes={}; mpi={}; thread level={}; check={}; timeout={}; {}",
             env!("CARGO_PKG_VERSION"),
             self.choice.kind.name(),
             self.choice.reason,
@@ -342,11 +369,30 @@ impl Communicator {
             self.size,
             self.local_rank,
             self.local_size,
+            host_name(),
+            self.nodes,
             info.map(|i| i.mpi_library.as_str()).unwrap_or("?"),
             info.map(|i| i.thread_level.name()).unwrap_or("?"),
             if self.config.check { "on" } else { "off" },
             self.config.timeout.map(|t| format!("{:.3}s", t.as_secs_f64())).unwrap_or_else(|| "none".into()),
+            self.progress_note(),
         )
+    }
+
+    /// How operations that complete after their call are run here (describe).
+    fn progress_note(&self) -> String {
+        if !crate::engine::available() {
+            return "progress=none (below MPI_THREAD_MULTIPLE: nonblocking operations complete before their call returns, and device operations block the host)".into();
+        }
+        let device = match self.choice.kind {
+            BackendKind::GPUWIRE_BACKEND_HOST => "",
+            BackendKind::GPUWIRE_BACKEND_NCCL => "; device operations enqueued on their stream by NCCL",
+            _ if crate::engine::host_sync() => "; device operations wait for completion on the host (GPUWIRE_HOST_SYNC=1)",
+            _ if self.config.check => "; device operations wait for completion on the host (checking mode)",
+            _ if crate::engine::stream_ordered() => "; device operations stream-ordered (GPUWIRE_STREAM_ORDERED=1, experimental: the call returns before the data moves)",
+            _ => "; blocking device operations return when their data is in place",
+        };
+        format!("progress=engine thread (nonblocking operations run there){device}")
     }
 
     /// Fails if an earlier timeout or abort broke this communicator.
@@ -596,6 +642,17 @@ impl Drop for Communicator {
             sys::MPI_Comm_free(&mut raw);
         }
     }
+}
+
+/// This machine's host name (gethostname), "?" if it cannot be read.
+pub(crate) fn host_name() -> String {
+    let mut host = [0u8; 256];
+    // SAFETY: writes at most len - 1 bytes; the last stays NUL.
+    if unsafe { libc::gethostname(host.as_mut_ptr().cast(), host.len() - 1) } != 0 {
+        return "?".into();
+    }
+    let end = host.iter().position(|b| *b == 0).unwrap_or(host.len());
+    String::from_utf8_lossy(&host[..end]).into_owned()
 }
 
 /// The order in which AUTO falls back between ranks: a rank that chose a backend can use every

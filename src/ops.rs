@@ -105,7 +105,7 @@ fn count_mismatch(what: &str, detail: String) -> Error {
 }
 
 impl Communicator {
-    fn check_rank(&self, what: &str, role: &str, r: i32, allow_proc_null: bool) -> Result<()> {
+    pub(crate) fn check_rank(&self, what: &str, role: &str, r: i32, allow_proc_null: bool) -> Result<()> {
         if (allow_proc_null && is_proc_null(r)) || (0..self.size()).contains(&r) {
             return Ok(());
         }
@@ -124,7 +124,7 @@ impl Communicator {
         )))
     }
 
-    fn check_tag(&self, what: &str, tag: i32) -> Result<()> {
+    pub(crate) fn check_tag(&self, what: &str, tag: i32) -> Result<()> {
         let ub = runtime::ensure_ready()?.tag_ub;
         if (0..=ub).contains(&tag) {
             return Ok(());
@@ -137,11 +137,11 @@ impl Communicator {
         Err(Error::InvalidArgument(format!("{what}: tag {tag} is outside 0..={ub} (MPI_TAG_UB of this MPI)")))
     }
 
-    fn path(&self, bufs: &[Option<&Buffer>]) -> Result<&'static dyn Path> {
+    pub(crate) fn path(&self, bufs: &[Option<&Buffer>]) -> Result<&'static dyn Path> {
         backend::path_for(self, bufs)
     }
 
-    fn p2p_path(&self, bufs: &[Option<&Buffer>]) -> Result<&'static dyn Path> {
+    pub(crate) fn p2p_path(&self, bufs: &[Option<&Buffer>]) -> Result<&'static dyn Path> {
         backend::path_for_p2p(self, bufs)
     }
 
@@ -271,7 +271,7 @@ impl Communicator {
         } else {
             self.p2p_path(&[Some(buf)])?.isend(self, buf, dest, tag, stream)?
         };
-        Ok(Request::new(pending, self.clone(), buf.clone()))
+        Ok(Request::new(pending, self.clone(), vec![buf.clone()]))
     }
 
     /// As MPI_Irecv of exactly `buf.count()` elements.
@@ -285,7 +285,7 @@ impl Communicator {
         } else {
             self.p2p_path(&[Some(buf)])?.irecv(self, buf, source, tag, stream)?
         };
-        Ok(Request::new(pending, self.clone(), buf.clone()))
+        Ok(Request::new(pending, self.clone(), vec![buf.clone()]))
     }
 
     /// As MPI_Sendrecv (either side may be GPUWIRE_PROC_NULL).
@@ -305,6 +305,10 @@ impl Communicator {
     }
 
     // ---- collectives ----------------------------------------------------------------------
+    //
+    // Each collective is its local validation (`plan_*`: this rank's arguments alone, what
+    // checking mode agrees, and the path), then the agreement, then the path. The progress
+    // engine and groups run the `plan_*` half at the call and the whole later (`crate::op`).
 
     /// As MPI_Barrier (ordered after the work on `stream` for device backends).
     pub fn barrier(&self, stream: Stream) -> Result<()> {
@@ -313,23 +317,26 @@ impl Communicator {
         path.barrier(self, stream)
     }
 
-    /// As MPI_Bcast of all of `buf`'s elements from `root`.
-    pub fn bcast(&self, buf: &Buffer, root: i32, stream: Stream) -> Result<()> {
-        let _call = self.enter("bcast", true)?;
+    pub(crate) fn plan_bcast(&self, buf: &Buffer, root: i32) -> (Sig, Result<&'static dyn Path>) {
         let local = (|| {
             self.check_rank("bcast", "root", root, false)?;
             self.path(&[Some(buf)])
         })();
         let sig = Sig { count: Some(buf.count()), dtype: Some(buf.dtype()), root: Some(root), ..Sig::default() }.with_bufs(&[Some(buf)]);
+        (sig, local)
+    }
+
+    /// As MPI_Bcast of all of `buf`'s elements from `root`.
+    pub fn bcast(&self, buf: &Buffer, root: i32, stream: Stream) -> Result<()> {
+        let _call = self.enter("bcast", true)?;
+        let (sig, local) = self.plan_bcast(buf, root);
         let path = self.agree("bcast", sig, local)?;
         path.bcast(self, buf, root, stream)
     }
 
-    /// As MPI_Reduce. `recv` is needed at the root only (others may pass `None`); in-place at the
-    /// root when `send` and `recv` are the same memory.
-    pub fn reduce(&self, send: &Buffer, recv: Option<&Buffer>, op: ReduceOp, root: i32, stream: Stream) -> Result<()> {
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn plan_reduce<'a>(&self, send: &'a Buffer, recv: Option<&'a Buffer>, op: ReduceOp, root: i32) -> (Sig, Result<(Input<'a>, Option<&'a Buffer>, &'static dyn Path)>) {
         let what = "reduce";
-        let _call = self.enter(what, true)?;
         let is_root = self.rank() == root;
         let local = (|| {
             self.check_rank(what, "root", root, false)?;
@@ -349,14 +356,20 @@ impl Communicator {
             Ok((input, recv, self.path(&[Some(send), recv])?))
         })();
         let sig = Sig { count: Some(send.count()), dtype: Some(send.dtype()), op: Some(op), root: Some(root), ..Sig::default() }.with_bufs(&[Some(send), if is_root { recv } else { None }]);
-        let (input, recv, path) = self.agree(what, sig, local)?;
+        (sig, local)
+    }
+
+    /// As MPI_Reduce. `recv` is needed at the root only (others may pass `None`); in-place at the
+    /// root when `send` and `recv` are the same memory.
+    pub fn reduce(&self, send: &Buffer, recv: Option<&Buffer>, op: ReduceOp, root: i32, stream: Stream) -> Result<()> {
+        let _call = self.enter("reduce", true)?;
+        let (sig, local) = self.plan_reduce(send, recv, op, root);
+        let (input, recv, path) = self.agree("reduce", sig, local)?;
         path.reduce(self, input, recv, op, root, stream)
     }
 
-    /// As MPI_Allreduce; in-place when `send` and `recv` are the same memory.
-    pub fn allreduce(&self, send: &Buffer, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()> {
+    pub(crate) fn plan_allreduce<'a>(&self, send: &'a Buffer, recv: &Buffer, op: ReduceOp) -> (Sig, Result<(Input<'a>, &'static dyn Path)>) {
         let what = "allreduce";
-        let _call = self.enter(what, true)?;
         let local = (|| {
             let dtype = same_dtype(what, send, recv)?;
             op.check_supported(dtype)?;
@@ -366,15 +379,19 @@ impl Communicator {
             Ok((input(what, send, recv, 0)?, self.path(&[Some(send), Some(recv)])?))
         })();
         let sig = Sig { count: Some(recv.count()), dtype: Some(recv.dtype()), op: Some(op), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
-        let (input, path) = self.agree(what, sig, local)?;
+        (sig, local)
+    }
+
+    /// As MPI_Allreduce; in-place when `send` and `recv` are the same memory.
+    pub fn allreduce(&self, send: &Buffer, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()> {
+        let _call = self.enter("allreduce", true)?;
+        let (sig, local) = self.plan_allreduce(send, recv, op);
+        let (input, path) = self.agree("allreduce", sig, local)?;
         path.allreduce(self, input, recv, op, stream)
     }
 
-    /// As MPI_Allgather: `recv` holds size x `send.count()` elements, rank r's block at r x count.
-    /// In-place when `send` is exactly this rank's block of `recv`.
-    pub fn allgather(&self, send: &Buffer, recv: &Buffer, stream: Stream) -> Result<()> {
+    pub(crate) fn plan_allgather<'a>(&self, send: &'a Buffer, recv: &Buffer) -> (Sig, Result<(Input<'a>, &'static dyn Path)>) {
         let what = "allgather";
-        let _call = self.enter(what, true)?;
         let n = send.count();
         let local = (|| {
             same_dtype(what, send, recv)?;
@@ -387,8 +404,53 @@ impl Communicator {
             Ok((input(what, send, recv, self.rank() as usize * n)?, self.path(&[Some(send), Some(recv)])?))
         })();
         let sig = Sig { count: Some(n), dtype: Some(send.dtype()), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
-        let (input, path) = self.agree(what, sig, local)?;
+        (sig, local)
+    }
+
+    /// As MPI_Allgather: `recv` holds size x `send.count()` elements, rank r's block at r x count.
+    /// In-place when `send` is exactly this rank's block of `recv`.
+    pub fn allgather(&self, send: &Buffer, recv: &Buffer, stream: Stream) -> Result<()> {
+        let _call = self.enter("allgather", true)?;
+        let (sig, local) = self.plan_allgather(send, recv);
+        let (input, path) = self.agree("allgather", sig, local)?;
         path.allgather(self, input, recv, stream)
+    }
+
+    /// The local checks of allgatherv that need no exchange (the counts, when given, are
+    /// checked by `plan_allgatherv_counts`).
+    pub(crate) fn plan_allgatherv(&self, send: &Buffer, recv: &Buffer, counts: Option<&[i64]>) -> Result<()> {
+        match counts {
+            Some(c) => self.plan_allgatherv_counts(send, recv, c).1.map(|_| ()),
+            None => same_dtype("allgatherv", send, recv).map(|_| ()),
+        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn plan_allgatherv_counts<'a>(&self, send: &'a Buffer, recv: &Buffer, counts: &[i64]) -> (Sig, Result<(Input<'a>, Vec<usize>, &'static dyn Path)>) {
+        let what = "allgatherv";
+        let size = self.size() as usize;
+        let local = (|| {
+            same_dtype(what, send, recv)?;
+            let mut ucounts = Vec::with_capacity(size);
+            for (r, &c) in counts.iter().enumerate() {
+                ucounts.push(usize::try_from(c).map_err(|_| {
+                    Error::InvalidArgument(format!("{what}: counts[{r}] = {c} is negative"))
+                })?);
+            }
+            let me = self.rank() as usize;
+            if ucounts[me] != send.count() {
+                return Err(count_mismatch(what, format!("counts[{me}] = {} but this rank sends {} elements", ucounts[me], send.count())));
+            }
+            let total = ucounts.iter().try_fold(0usize, |t, c| t.checked_add(*c));
+            if total != Some(recv.count()) {
+                let total = total.map_or("more than the address space holds".to_string(), |t| t.to_string());
+                return Err(count_mismatch(what, format!("the counts add up to {total} elements but the receive buffer holds {}", recv.count())));
+            }
+            let block: usize = ucounts[..me].iter().sum();
+            Ok((input(what, send, recv, block)?, ucounts, self.path(&[Some(send), Some(recv)])?))
+        })();
+        let sig = Sig { count: Some(counts.iter().map(|c| *c as usize).fold(0usize, usize::wrapping_add)), dtype: Some(send.dtype()), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
+        (sig, local)
     }
 
     /// As MPI_Allgatherv with blocks placed contiguously in rank order (no padding).
@@ -429,36 +491,13 @@ impl Communicator {
                 &exchanged
             }
         };
-        let local = (|| {
-            same_dtype(what, send, recv)?;
-            let mut ucounts = Vec::with_capacity(size);
-            for (r, &c) in counts.iter().enumerate() {
-                ucounts.push(usize::try_from(c).map_err(|_| {
-                    Error::InvalidArgument(format!("{what}: counts[{r}] = {c} is negative"))
-                })?);
-            }
-            let me = self.rank() as usize;
-            if ucounts[me] != send.count() {
-                return Err(count_mismatch(what, format!("counts[{me}] = {} but this rank sends {} elements", ucounts[me], send.count())));
-            }
-            let total = ucounts.iter().try_fold(0usize, |t, c| t.checked_add(*c));
-            if total != Some(recv.count()) {
-                let total = total.map_or("more than the address space holds".to_string(), |t| t.to_string());
-                return Err(count_mismatch(what, format!("the counts add up to {total} elements but the receive buffer holds {}", recv.count())));
-            }
-            let block: usize = ucounts[..me].iter().sum();
-            Ok((input(what, send, recv, block)?, ucounts, self.path(&[Some(send), Some(recv)])?))
-        })();
-        let sig = Sig { count: Some(counts.iter().map(|c| *c as usize).fold(0usize, usize::wrapping_add)), dtype: Some(send.dtype()), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
+        let (sig, local) = self.plan_allgatherv_counts(send, recv, counts);
         let (input, ucounts, path) = self.agree(what, sig, local)?;
         path.allgatherv(self, input, recv, &ucounts, stream)
     }
 
-    /// As MPI_Reduce_scatter_block: `send` holds size x `recv.count()` elements; rank r receives
-    /// the reduction of block r.
-    pub fn reduce_scatter(&self, send: &Buffer, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()> {
+    pub(crate) fn plan_reduce_scatter(&self, send: &Buffer, recv: &Buffer, op: ReduceOp) -> (Sig, Result<&'static dyn Path>) {
         let what = "reduce_scatter";
-        let _call = self.enter(what, true)?;
         let local = (|| {
             let dtype = same_dtype(what, send, recv)?;
             op.check_supported(dtype)?;
@@ -474,15 +513,20 @@ impl Communicator {
             self.path(&[Some(send), Some(recv)])
         })();
         let sig = Sig { count: Some(recv.count()), dtype: Some(recv.dtype()), op: Some(op), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
-        let path = self.agree(what, sig, local)?;
+        (sig, local)
+    }
+
+    /// As MPI_Reduce_scatter_block: `send` holds size x `recv.count()` elements; rank r receives
+    /// the reduction of block r.
+    pub fn reduce_scatter(&self, send: &Buffer, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()> {
+        let _call = self.enter("reduce_scatter", true)?;
+        let (sig, local) = self.plan_reduce_scatter(send, recv, op);
+        let path = self.agree("reduce_scatter", sig, local)?;
         path.reduce_scatter(self, Input::Buf(send), recv, op, stream)
     }
 
-    /// As MPI_Alltoall: both buffers hold size x k elements; block r of `send` goes to rank r.
-    /// In-place when `send` and `recv` are the same memory.
-    pub fn alltoall(&self, send: &Buffer, recv: &Buffer, stream: Stream) -> Result<()> {
+    pub(crate) fn plan_alltoall<'a>(&self, send: &'a Buffer, recv: &Buffer) -> (Sig, Result<(Input<'a>, &'static dyn Path)>) {
         let what = "alltoall";
-        let _call = self.enter(what, true)?;
         let size = self.size() as usize;
         let local = (|| {
             same_dtype(what, send, recv)?;
@@ -495,15 +539,21 @@ impl Communicator {
             Ok((input(what, send, recv, 0)?, self.path(&[Some(send), Some(recv)])?))
         })();
         let sig = Sig { count: Some(recv.count()), dtype: Some(recv.dtype()), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
-        let (input, path) = self.agree(what, sig, local)?;
+        (sig, local)
+    }
+
+    /// As MPI_Alltoall: both buffers hold size x k elements; block r of `send` goes to rank r.
+    /// In-place when `send` and `recv` are the same memory.
+    pub fn alltoall(&self, send: &Buffer, recv: &Buffer, stream: Stream) -> Result<()> {
+        let _call = self.enter("alltoall", true)?;
+        let (sig, local) = self.plan_alltoall(send, recv);
+        let (input, path) = self.agree("alltoall", sig, local)?;
         path.alltoall(self, input, recv, stream)
     }
 
-    /// As MPI_Gather: the root's `recv` holds size x `send.count()` elements (others may pass
-    /// `None`). In-place at the root when `send` is exactly the root's block of `recv`.
-    pub fn gather(&self, send: &Buffer, recv: Option<&Buffer>, root: i32, stream: Stream) -> Result<()> {
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn plan_gather<'a>(&self, send: &'a Buffer, recv: Option<&'a Buffer>, root: i32) -> (Sig, Result<(Input<'a>, Option<&'a Buffer>, &'static dyn Path)>) {
         let what = "gather";
-        let _call = self.enter(what, true)?;
         let is_root = self.rank() == root;
         let n = send.count();
         let local = (|| {
@@ -526,15 +576,21 @@ impl Communicator {
             Ok((input, recv, self.path(&[Some(send), recv])?))
         })();
         let sig = Sig { count: Some(n), dtype: Some(send.dtype()), root: Some(root), ..Sig::default() }.with_bufs(&[Some(send), if is_root { recv } else { None }]);
-        let (input, recv, path) = self.agree(what, sig, local)?;
+        (sig, local)
+    }
+
+    /// As MPI_Gather: the root's `recv` holds size x `send.count()` elements (others may pass
+    /// `None`). In-place at the root when `send` is exactly the root's block of `recv`.
+    pub fn gather(&self, send: &Buffer, recv: Option<&Buffer>, root: i32, stream: Stream) -> Result<()> {
+        let _call = self.enter("gather", true)?;
+        let (sig, local) = self.plan_gather(send, recv, root);
+        let (input, recv, path) = self.agree("gather", sig, local)?;
         path.gather(self, input, recv, root, stream)
     }
 
-    /// As MPI_Scatter: the root's `send` holds size x `recv.count()` elements (others may pass
-    /// `None`). In-place at the root when `recv` is exactly the root's block of `send`.
-    pub fn scatter(&self, send: Option<&Buffer>, recv: &Buffer, root: i32, stream: Stream) -> Result<()> {
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn plan_scatter<'a>(&self, send: Option<&'a Buffer>, recv: &'a Buffer, root: i32) -> (Sig, Result<(Input<'a>, Option<&'a Buffer>, &'static dyn Path)>) {
         let what = "scatter";
-        let _call = self.enter(what, true)?;
         let is_root = self.rank() == root;
         let n = recv.count();
         let local = (|| {
@@ -557,13 +613,21 @@ impl Communicator {
             Ok((rinput, send, self.path(&[send, Some(recv)])?))
         })();
         let sig = Sig { count: Some(n), dtype: Some(recv.dtype()), root: Some(root), ..Sig::default() }.with_bufs(&[if is_root { send } else { None }, Some(recv)]);
-        let (rinput, send, path) = self.agree(what, sig, local)?;
+        (sig, local)
+    }
+
+    /// As MPI_Scatter: the root's `send` holds size x `recv.count()` elements (others may pass
+    /// `None`). In-place at the root when `recv` is exactly the root's block of `send`.
+    pub fn scatter(&self, send: Option<&Buffer>, recv: &Buffer, root: i32, stream: Stream) -> Result<()> {
+        let _call = self.enter("scatter", true)?;
+        let (sig, local) = self.plan_scatter(send, recv, root);
+        let (rinput, send, path) = self.agree("scatter", sig, local)?;
         path.scatter(self, send, rinput, root, stream)
     }
 }
 
 /// A request that is complete from the start (operations with GPUWIRE_PROC_NULL).
-struct Done;
+pub(crate) struct Done;
 
 impl crate::request::Pending for Done {
     fn wait(&mut self) -> Result<()> {

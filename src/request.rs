@@ -1,6 +1,6 @@
-//! Requests of nonblocking point-to-point operations (isend/irecv), as MPI_Request.
+//! Requests of nonblocking operations (isend/irecv, the nonblocking collectives), as MPI_Request.
 //!
-//! A request keeps its communicator and buffer alive until it completes, so freeing either
+//! A request keeps its communicator and buffers alive until it completes, so freeing either
 //! handle while a transfer is in flight is safe. Completing a request (wait, or a test that
 //! reports completion) frees its handle, as MPI sets a completed request to MPI_REQUEST_NULL.
 //! Freeing a request that has not completed (gpuwire_request_free, the C++ destructor, Python's
@@ -39,12 +39,13 @@ pub trait Pending: Send {
 pub struct Request {
     pending: Mutex<Option<Box<dyn Pending>>>,
     comm: Arc<Communicator>,
-    buf: Arc<Buffer>,
+    /// The buffers the operation reads or writes, kept alive until it completes.
+    bufs: Vec<Arc<Buffer>>,
 }
 
 impl Request {
-    pub fn new(pending: Box<dyn Pending>, comm: Arc<Communicator>, buf: Arc<Buffer>) -> Request {
-        Request { pending: Mutex::new(Some(pending)), comm, buf }
+    pub fn new(pending: Box<dyn Pending>, comm: Arc<Communicator>, bufs: Vec<Arc<Buffer>>) -> Request {
+        Request { pending: Mutex::new(Some(pending)), comm, bufs }
     }
 
     /// Blocks until complete. A second call returns at once. With a timeout configured on the
@@ -69,7 +70,7 @@ impl Request {
             if Instant::now() >= deadline {
                 if !op.abandon() {
                     // MPI may still write the buffer when the peer arrives: never freed.
-                    std::mem::forget(self.buf.clone());
+                    std::mem::forget(self.bufs.clone());
                 }
                 let msg = format!(
                     "wait: the request did not complete within the communicator's timeout of {:.3} s (no matching call on the other rank?); the communicator is now broken",
@@ -114,7 +115,7 @@ impl Request {
             return Ok(());
         }
         if !op.abandon() {
-            std::mem::forget(self.buf.clone());
+            std::mem::forget(self.bufs.clone());
         }
         Err(broken)
     }
@@ -151,7 +152,7 @@ impl Request {
         }
         if !op.abandon() {
             // MPI (or a peer, a device) may still read or write the buffer: keep it for ever.
-            std::mem::forget(self.buf.clone());
+            std::mem::forget(self.bufs.clone());
         }
         let msg = match deadline.and(timeout) {
             Some(t) => format!(

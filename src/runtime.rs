@@ -220,6 +220,7 @@ pub fn init() -> Result<()> {
         MAIN_ONLY.store(true, Ordering::Relaxed);
     }
     SERIALIZED.store(level == ThreadLevel::GPUWIRE_THREAD_SERIALIZED, Ordering::Relaxed);
+    crate::engine::set_thread_multiple(level == ThreadLevel::GPUWIRE_THREAD_MULTIPLE);
     watch_finalize()?;
     let half_ops = create_half_ops()?;
     let own_ops = create_ops(&[own_sum, own_prod, own_max, own_min, own_sum, own_band, own_bor, own_bxor])?;
@@ -274,6 +275,8 @@ fn check_mpi_flavour() -> Result<()> {
 pub fn finalize() -> Result<()> {
     let _guard = LIFECYCLE.lock().unwrap_or_else(|p| p.into_inner());
     let info = ensure_ready()?;
+    // Operations still queued on progress engines finish first (they need MPI and the handles).
+    crate::engine::drain_all();
     // Invalidate every handle first; then objects release their MPI resources as their last
     // reference drops (here, unless an operation on another thread still holds one).
     STATE.store(FINALIZED, Ordering::Release);

@@ -715,6 +715,100 @@ fn no_nccl_library(cx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
+fn across_hosts(cx: &Ctx) -> Result<(), String> {
+    // Run on simulated hosts (scripts/multihost.sh) with every rank on one GPU: describe counts
+    // the nodes; AUTO never takes IPC across hosts, nor NCCL on one GPU (one UUID: shared,
+    // whatever the host names) and says both; IPC and NCCL requested fail on every rank saying
+    // why; a device allreduce on AUTO is right.
+    let text = describe(cx.comm);
+    let nodes: i32 = text.split("; nodes=").nth(1).and_then(|t| t.split(';').next()).and_then(|n| n.parse().ok()).unwrap_or(0);
+    if nodes < 2 {
+        return Err(format!("not run across hosts (nodes={nodes}; run it under scripts/multihost.sh): {text}"));
+    }
+    let mut backend = 0;
+    ok(gpuwire_comm_backend(cx.comm, &mut backend), "comm_backend");
+    if backend == BackendKind::GPUWIRE_BACKEND_IPC as i32 {
+        return Err(format!("IPC across {nodes} hosts: {text}"));
+    }
+    if std::env::var("GPUWIRE_BACKEND").is_err()
+        && (backend == BackendKind::GPUWIRE_BACKEND_NCCL as i32 || !text.contains("share one GPU") || !text.contains("IPC not used (the ranks are not all on one node)"))
+    {
+        return Err(format!("AUTO across hosts on one GPU should say the GPU is shared and the ranks are not on one node, and not take NCCL: {text}"));
+    }
+    for (kind, want) in [(BackendKind::GPUWIRE_BACKEND_IPC, "not all on one node"), (BackendKind::GPUWIRE_BACKEND_NCCL, "share one GPU")] {
+        let mut cfg: gpuwire_config = unsafe { std::mem::zeroed() };
+        ok(gpuwire_config_init(&mut cfg), "config_init");
+        cfg.backend = kind as i32;
+        let mut c = 0;
+        let st = gpuwire_comm_world(&cfg, &mut c);
+        let msg = last_error();
+        if st == Status::GPUWIRE_SUCCESS {
+            gpuwire_comm_free(c);
+        }
+        if st != Status::GPUWIRE_ERROR_BACKEND_UNAVAILABLE || !msg.contains(want) {
+            return Err(format!("{} requested across hosts gave {st:?}: {msg}", kind.name()));
+        }
+    }
+    let v = dev_alloc(100_003, Dtype::GPUWIRE_FLOAT32);
+    upload(v, &(0..100_003).flat_map(|_| 0.5f32.to_le_bytes()).collect::<Vec<u8>>());
+    ok(gpuwire_allreduce(cx.comm, v, v, ReduceOp::GPUWIRE_SUM as i32, cx.stream as *mut c_void), "allreduce");
+    let good = download(v, 4 * 100_003).chunks(4).all(|x| f32::from_le_bytes(x.try_into().unwrap()) == 0.5 * cx.size as f32);
+    gpuwire_buffer_free(v);
+    if !good {
+        return Err("allreduce SUM across hosts is wrong".into());
+    }
+    println!("rank {}: across {nodes} hosts: {text}", cx.rank);
+    Ok(())
+}
+
+fn nccl_init_deadline(cx: &Ctx) -> Result<(), String> {
+    // Run with GPUWIRE_NCCL_INIT_TIMEOUT=0.001 and one rank per GPU (AUTO must try NCCL): no NCCL
+    // initialization completes within 1 ms. NCCL requested: TIMEOUT on every rank within a few
+    // seconds (the initialization aborted), naming the deadline; AUTO: every rank falls back,
+    // describe says why, and a device allreduce on the fallback is right.
+    if std::env::var("GPUWIRE_NCCL_INIT_TIMEOUT").map(|v| v.trim() != "0.001").unwrap_or(true) {
+        return Err("run ncclinit with GPUWIRE_NCCL_INIT_TIMEOUT=0.001".into());
+    }
+    let mut cfg: gpuwire_config = unsafe { std::mem::zeroed() };
+    ok(gpuwire_config_init(&mut cfg), "config_init");
+    cfg.backend = BackendKind::GPUWIRE_BACKEND_NCCL as i32;
+    let mut c = 0;
+    let t0 = Instant::now();
+    let st = gpuwire_comm_world(&cfg, &mut c);
+    let secs = t0.elapsed().as_secs_f64();
+    let msg = last_error();
+    if st == Status::GPUWIRE_SUCCESS {
+        gpuwire_comm_free(c);
+    }
+    if st != Status::GPUWIRE_ERROR_TIMEOUT || !msg.contains("creating the NCCL communicator did not complete within 0.001 s") {
+        return Err(format!("NCCL requested with a 1 ms initialization deadline gave {st:?} after {secs:.2} s: {msg}"));
+    }
+    if secs > 30.0 {
+        return Err(format!("the NCCL initialization deadline (1 ms) was kept only after {secs:.2} s"));
+    }
+    println!("rank {}: NCCL requested, 1 ms deadline: {st:?} after {secs:.2} s: {msg}", cx.rank);
+    cfg.backend = BackendKind::GPUWIRE_BACKEND_AUTO as i32;
+    ok(gpuwire_comm_world(&cfg, &mut c), "comm_world (AUTO, 1 ms NCCL deadline)");
+    let text = describe(c);
+    let mut backend = 0;
+    ok(gpuwire_comm_backend(c, &mut backend), "comm_backend");
+    if backend == BackendKind::GPUWIRE_BACKEND_NCCL as i32 || !text.contains("NCCL not used (creating its communicator failed") {
+        gpuwire_comm_free(c);
+        return Err(format!("AUTO did not fall back from NCCL saying why (run with one rank per GPU): {text}"));
+    }
+    let v = dev_alloc(1000, Dtype::GPUWIRE_FLOAT32);
+    upload(v, &(0..1000).flat_map(|_| 2.0f32.to_le_bytes()).collect::<Vec<u8>>());
+    ok(gpuwire_allreduce(c, v, v, ReduceOp::GPUWIRE_SUM as i32, cx.stream as *mut c_void), "allreduce");
+    let good = download(v, 4000).chunks(4).all(|x| f32::from_le_bytes(x.try_into().unwrap()) == 2.0 * cx.size as f32);
+    gpuwire_buffer_free(v);
+    gpuwire_comm_free(c);
+    if !good {
+        return Err("AUTO allreduce SUM after the NCCL fallback is wrong".into());
+    }
+    println!("rank {}: AUTO, 1 ms NCCL deadline: {text}", cx.rank);
+    Ok(())
+}
+
 fn c12_stream_ordering(cx: &Ctx) -> Result<(), String> {
     let n = 1usize << 24;
     let buf = dev_alloc(n, Dtype::GPUWIRE_FLOAT32);
@@ -840,6 +934,52 @@ fn c14_results_in_callers_buffer(cx: &Ctx) -> Result<(), String> {
         gpuwire_buffer_free(h);
     }
     cuok(unsafe { cu::cuMemFree_v2(raw) }, "cuMemFree");
+    Ok(())
+}
+
+/// A device allreduce on a stream being captured into a CUDA graph: refused with
+/// INVALID_ARGUMENT before anything is done on the MPI and IPC backends (they wait for the
+/// stream on the host, which would invalidate the capture), and the capture stays valid (it
+/// ends with a graph). On NCCL the call is captured. Then the same allreduce outside the capture
+/// works on every backend.
+fn capture_refused(cx: &Ctx) -> Result<(), String> {
+    let n = 64;
+    let b = dev_alloc(n, Dtype::GPUWIRE_FLOAT32);
+    let one: Vec<u8> = (0..n).flat_map(|_| 1f32.to_le_bytes()).collect();
+    upload(b, &one);
+    cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "sync");
+    let mut backend = 0;
+    ok(gpuwire_comm_backend(cx.comm, &mut backend), "comm_backend");
+    let nccl = backend == BackendKind::GPUWIRE_BACKEND_NCCL as i32;
+    cuok(unsafe { cu::cuStreamBeginCapture_v2(cx.stream, cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) }, "cuStreamBeginCapture");
+    let st = gpuwire_allreduce(cx.comm, b, b, ReduceOp::GPUWIRE_SUM as i32, cx.stream as *mut c_void);
+    let mut graph: cu::CUgraph = std::ptr::null_mut();
+    let end = unsafe { cu::cuStreamEndCapture(cx.stream, &mut graph) };
+    if end != cu::CUresult::CUDA_SUCCESS {
+        return Err(format!("the capture was invalidated ({end:?}); gpuwire_allreduce returned {st:?}"));
+    }
+    if !graph.is_null() {
+        unsafe { cu::cuGraphDestroy(graph) };
+    }
+    if nccl {
+        if st != Status::GPUWIRE_SUCCESS {
+            return Err(format!("NCCL: allreduce in a capture returned {st:?}: {}", last_error()));
+        }
+    } else if st != Status::GPUWIRE_ERROR_INVALID_ARGUMENT || !last_error().contains("captured into a CUDA graph") {
+        return Err(format!("allreduce in a capture returned {st:?} ({}), expected INVALID_ARGUMENT naming the capture", last_error()));
+    }
+    // Outside the capture it works (on NCCL the captured call never ran: the graph was not launched).
+    ok(gpuwire_allreduce(cx.comm, b, b, ReduceOp::GPUWIRE_SUM as i32, cx.stream as *mut c_void), "allreduce after the capture");
+    cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "sync");
+    let got = download(b, n * 4);
+    let want = cx.size as f32;
+    for (i, c) in got.chunks(4).enumerate() {
+        let v = f32::from_le_bytes(c.try_into().unwrap());
+        if v != want {
+            return Err(format!("after the capture: element {i} = {v}, expected {want}"));
+        }
+    }
+    gpuwire_buffer_free(b);
     Ok(())
 }
 
@@ -1288,6 +1428,292 @@ fn p2p_exact(cx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
+// ---- issue 18: nonblocking collectives, groups, calls that return before the data ----------
+
+/// Completes `reqs` in reverse order (0), by a gpuwire_test loop, last first (1), or by
+/// gpuwire_waitall (2).
+fn complete(reqs: &mut [u64], order: usize) -> Result<(), String> {
+    match order {
+        0 => {
+            for (j, q) in reqs.iter_mut().enumerate().rev() {
+                let st = gpuwire_wait(q);
+                if st != Status::GPUWIRE_SUCCESS {
+                    return Err(format!("wait of request {j}: {st:?}: {}", last_error()));
+                }
+            }
+        }
+        1 => {
+            let t0 = Instant::now();
+            while reqs.iter().any(|q| *q != 0) {
+                if t0.elapsed().as_secs() > 60 {
+                    return Err(format!("{} requests still pending after 60 s of gpuwire_test", reqs.iter().filter(|q| **q != 0).count()));
+                }
+                for q in reqs.iter_mut().rev().filter(|q| **q != 0) {
+                    let mut flag = 0;
+                    ok(gpuwire_test(q, &mut flag), "test");
+                }
+            }
+        }
+        _ => ok(gpuwire_waitall(reqs.len() as i32, reqs.as_mut_ptr()), "waitall"),
+    }
+    Ok(())
+}
+
+/// Every nonblocking collective on device buffers, eleven outstanding at once on the case's
+/// stream, completed in reverse order, by a test loop and by waitall (int32 and float64, 7 and
+/// 100,003 elements); values computed here. Then iallreduce on the even ranks against the
+/// blocking allreduce on the odd ones.
+fn nbc_device(cx: &Ctx) -> Result<(), String> {
+    let (r, p, s) = (cx.rank, cx.size, cx.stream as *mut c_void);
+    let (pu, last) = (p as usize, p - 1);
+    let sum = ReduceOp::GPUWIRE_SUM as i32;
+    for d in [Dtype::GPUWIRE_INT32, Dtype::GPUWIRE_FLOAT64] {
+        let es = d.size();
+        for n in [7usize, 100_003] {
+            for order in 0..3usize {
+                let what = |op: &str| format!("{op} {} n={n}, 11 outstanding, completed {}", d.name(), ["in reverse", "by a test loop", "by waitall"][order]);
+                let mine = data(d, r, n);
+                let zeros = |k: usize| vec![0u8; k * es];
+                let (m, k) = (n / pu, n / pu);
+                let counts: Vec<i64> = (0..p).map(|q| (n - q as usize) as i64).collect();
+                let total: usize = counts.iter().map(|c| *c as usize).sum();
+                let bc = dev_alloc(n, d);
+                upload(bc, &if r == last { mine.clone() } else { zeros(n) });
+                let send = dev_alloc(n, d);
+                upload(send, &mine);
+                let red = if r == 0 { dev_alloc(n, d) } else { 0 };
+                let ar = dev_alloc(n, d);
+                let mx = dev_alloc(n, d);
+                upload(mx, &mine);
+                let ag = dev_alloc(n * pu, d);
+                let part = dev_alloc(counts[r as usize] as usize, d);
+                upload(part, &mine[..counts[r as usize] as usize * es]);
+                let gv = dev_alloc(total, d);
+                let rs_send = dev_alloc(m * pu, d);
+                upload(rs_send, &mine[..m * pu * es]);
+                let rs_recv = dev_alloc(m, d);
+                let a_send = dev_alloc(k * pu, d);
+                upload(a_send, &mine[..k * pu * es]);
+                let a_recv = dev_alloc(k * pu, d);
+                let g = if r == last { dev_alloc(n * pu, d) } else { 0 };
+                let all_blocks: Vec<u8> = (0..p).flat_map(|q| data(d, q, n)).collect();
+                let sc_src = if r == 0 { dev_alloc(n * pu, d) } else { 0 };
+                if r == 0 {
+                    upload(sc_src, &all_blocks);
+                }
+                let sc = dev_alloc(n, d);
+                let mut q = [0u64; 11];
+                ok(gpuwire_ibarrier(cx.comm, s, &mut q[0]), "ibarrier");
+                ok(gpuwire_ibcast(cx.comm, bc, last, s, &mut q[1]), "ibcast");
+                ok(gpuwire_ireduce(cx.comm, send, red, sum, 0, s, &mut q[2]), "ireduce");
+                ok(gpuwire_iallreduce(cx.comm, send, ar, sum, s, &mut q[3]), "iallreduce");
+                ok(gpuwire_iallreduce(cx.comm, mx, mx, ReduceOp::GPUWIRE_MAX as i32, s, &mut q[4]), "iallreduce MAX in place");
+                ok(gpuwire_iallgather(cx.comm, send, ag, s, &mut q[5]), "iallgather");
+                let cp = if order == 1 { std::ptr::null() } else { counts.as_ptr() };
+                ok(gpuwire_iallgatherv(cx.comm, part, gv, cp, s, &mut q[6]), "iallgatherv");
+                ok(gpuwire_ireduce_scatter(cx.comm, rs_send, rs_recv, sum, s, &mut q[7]), "ireduce_scatter");
+                ok(gpuwire_ialltoall(cx.comm, a_send, a_recv, s, &mut q[8]), "ialltoall");
+                ok(gpuwire_igather(cx.comm, send, g, last, s, &mut q[9]), "igather");
+                ok(gpuwire_iscatter(cx.comm, sc_src, sc, 0, s, &mut q[10]), "iscatter");
+                complete(&mut q, order).map_err(|e| what(&e))?;
+                let want_sum = expected_bytes(d, ReduceOp::GPUWIRE_SUM, p, 0..n);
+                check_bytes(&what("ibcast"), &download(bc, n * es), &data(d, last, n), d)?;
+                if r == 0 {
+                    check_bytes(&what("ireduce"), &download(red, n * es), &want_sum, d)?;
+                }
+                check_bytes(&what("iallreduce SUM"), &download(ar, n * es), &want_sum, d)?;
+                check_bytes(&what("iallreduce MAX in place"), &download(mx, n * es), &expected_bytes(d, ReduceOp::GPUWIRE_MAX, p, 0..n), d)?;
+                check_bytes(&what("iallgather"), &download(ag, n * pu * es), &all_blocks, d)?;
+                let want_v: Vec<u8> = (0..p).flat_map(|q| data(d, q, n)[..counts[q as usize] as usize * es].to_vec()).collect();
+                check_bytes(&what("iallgatherv"), &download(gv, total * es), &want_v, d)?;
+                let lo = r as usize * m;
+                check_bytes(&what("ireduce_scatter"), &download(rs_recv, m * es), &expected_bytes(d, ReduceOp::GPUWIRE_SUM, p, lo..lo + m), d)?;
+                let want_a: Vec<u8> = (0..p).flat_map(|q| data(d, q, n)[r as usize * k * es..(r as usize + 1) * k * es].to_vec()).collect();
+                check_bytes(&what("ialltoall"), &download(a_recv, k * pu * es), &want_a, d)?;
+                if r == last {
+                    check_bytes(&what("igather"), &download(g, n * pu * es), &all_blocks, d)?;
+                }
+                check_bytes(&what("iscatter"), &download(sc, n * es), &mine, d)?;
+                for b in [bc, send, red, ar, mx, ag, part, gv, rs_send, rs_recv, a_send, a_recv, g, sc_src, sc] {
+                    if b != 0 {
+                        gpuwire_buffer_free(b);
+                    }
+                }
+            }
+        }
+    }
+    // The nonblocking form on the even ranks, the blocking form on the odd ones.
+    let n = 1usize << 20;
+    let b = dev_alloc(n, Dtype::GPUWIRE_FLOAT32);
+    upload(b, &f32s(&vec![r as f32 + 1.0; n]));
+    if r % 2 == 0 {
+        let mut q = 0;
+        ok(gpuwire_iallreduce(cx.comm, b, b, sum, s, &mut q), "iallreduce (even ranks)");
+        ok(gpuwire_wait(&mut q), "wait");
+    } else {
+        ok(gpuwire_allreduce(cx.comm, b, b, sum, s), "allreduce (odd ranks)");
+    }
+    all_f32(&download(b, n * 4), (p * (p + 1) / 2) as f32).map_err(|e| format!("iallreduce on even ranks, allreduce on odd ones: {e}"))?;
+    gpuwire_buffer_free(b);
+    println!("rank {r}: nbc: 11 nonblocking collectives outstanding, 3 completion orders, int32 and float64, 7 and 100003 elements");
+    Ok(())
+}
+
+/// Groups on device buffers: K = 2, 4, 8 blocking sends (4 MiB; 1 MiB for 8) to different peers
+/// (oneself on one rank), then the K receives, in one group: an order that deadlocks without
+/// it; the same nested; a halo exchange ring (two ghost rows of 1 MiB) in one group, three
+/// steps; an iallreduce with isend / irecv in one group.
+fn nbc_group_device(cx: &Ctx) -> Result<(), String> {
+    let (r, p, s) = (cx.rank, cx.size, cx.stream as *mut c_void);
+    let (left, right) = ((r + p - 1) % p, (r + 1) % p);
+    let peer_to = |j: i32| if p == 1 { r } else { (r + 1 + j % (p - 1)) % p };
+    let peer_from = |j: i32| if p == 1 { r } else { (r + p - 1 - j % (p - 1)) % p };
+    let tagval = |q: i32, j: i32| (q * 16 + j + 1) as f32;
+    for (kk, nest) in [(2, false), (4, false), (8, false), (4, true)] {
+        let n = if kk == 8 { 1usize << 18 } else { 1 << 20 };
+        let sb: Vec<gpuwire_buffer> = (0..kk).map(|_| dev_alloc(n, Dtype::GPUWIRE_FLOAT32)).collect();
+        let rb: Vec<gpuwire_buffer> = (0..kk).map(|_| dev_alloc(n, Dtype::GPUWIRE_FLOAT32)).collect();
+        for j in 0..kk {
+            upload(sb[j as usize], &f32s(&vec![tagval(r, j); n]));
+        }
+        ok(gpuwire_group_start(), "group_start");
+        if nest {
+            ok(gpuwire_group_start(), "group_start (nested)");
+        }
+        for j in 0..kk {
+            ok(gpuwire_send(cx.comm, sb[j as usize], peer_to(j), j, s), "send in a group");
+        }
+        if nest {
+            ok(gpuwire_group_end(), "group_end (inner: starts nothing)");
+        }
+        for j in 0..kk {
+            ok(gpuwire_recv(cx.comm, rb[j as usize], peer_from(j), j, s), "recv in a group");
+        }
+        ok(gpuwire_group_end(), "group_end");
+        for j in 0..kk {
+            all_f32(&download(rb[j as usize], n * 4), tagval(peer_from(j), j)).map_err(|e| format!("group of {kk} sends then {kk} receives{}: receive {j}: {e}", if nest { ", nested" } else { "" }))?;
+        }
+        for b in sb.into_iter().chain(rb) {
+            gpuwire_buffer_free(b);
+        }
+    }
+    // Halo ring: [ghost_lo | rows interior rows | ghost_hi], rows of m float32.
+    let (m, rows) = (1usize << 18, 4usize);
+    let all = dev_alloc(m * (rows + 2), Dtype::GPUWIRE_FLOAT32);
+    let view = |off: usize| {
+        let mut v = 0;
+        ok(gpuwire_buffer_view(all, (off * m) as i64, m as i64, &mut v), "view");
+        v
+    };
+    let (ghost_lo, first, lastrow, ghost_hi) = (view(0), view(1), view(rows), view(rows + 1));
+    let rowval = |q: i32, row: usize, step: usize| (q * 100 + row as i32 * 10 + step as i32) as f32;
+    for step in 0..3 {
+        let mut host = vec![-1.0f32; m * (rows + 2)];
+        for row in 1..=rows {
+            host[row * m..(row + 1) * m].fill(rowval(r, row, step));
+        }
+        upload(all, &f32s(&host));
+        ok(gpuwire_group_start(), "group_start (halo)");
+        ok(gpuwire_send(cx.comm, first, left, 1, s), "send left");
+        ok(gpuwire_send(cx.comm, lastrow, right, 2, s), "send right");
+        ok(gpuwire_recv(cx.comm, ghost_hi, right, 1, s), "recv from the right");
+        ok(gpuwire_recv(cx.comm, ghost_lo, left, 2, s), "recv from the left");
+        ok(gpuwire_group_end(), "group_end (halo)");
+        let got = download(all, m * (rows + 2) * 4);
+        all_f32(&got[..m * 4], rowval(left, rows, step)).map_err(|e| format!("halo step {step}: low ghost: {e}"))?;
+        all_f32(&got[(rows + 1) * m * 4..], rowval(right, 1, step)).map_err(|e| format!("halo step {step}: high ghost: {e}"))?;
+        all_f32(&got[m * 4..2 * m * 4], rowval(r, 1, step)).map_err(|e| format!("halo step {step}: interior changed: {e}"))?;
+    }
+    for b in [ghost_lo, first, lastrow, ghost_hi, all] {
+        gpuwire_buffer_free(b);
+    }
+    // Nonblocking forms in a group.
+    let n = 1usize << 20;
+    let (x, ri, ro) = (dev_alloc(n, Dtype::GPUWIRE_FLOAT32), dev_alloc(n, Dtype::GPUWIRE_FLOAT32), dev_alloc(n, Dtype::GPUWIRE_FLOAT32));
+    upload(x, &f32s(&vec![r as f32 + 1.0; n]));
+    upload(ro, &f32s(&vec![r as f32 + 0.5; n]));
+    let mut q = [0u64; 3];
+    ok(gpuwire_group_start(), "group_start");
+    ok(gpuwire_iallreduce(cx.comm, x, x, ReduceOp::GPUWIRE_SUM as i32, s, &mut q[0]), "iallreduce in a group");
+    ok(gpuwire_irecv(cx.comm, ri, left, 5, s, &mut q[1]), "irecv in a group");
+    ok(gpuwire_isend(cx.comm, ro, right, 5, s, &mut q[2]), "isend in a group");
+    ok(gpuwire_group_end(), "group_end");
+    ok(gpuwire_waitall(3, q.as_mut_ptr()), "waitall");
+    all_f32(&download(x, n * 4), (p * (p + 1) / 2) as f32).map_err(|e| format!("iallreduce in a group: {e}"))?;
+    all_f32(&download(ri, n * 4), left as f32 + 0.5).map_err(|e| format!("irecv in a group: {e}"))?;
+    for b in [x, ri, ro] {
+        gpuwire_buffer_free(b);
+    }
+    println!("rank {r}: nbcgroup: groups of 2, 4, 8 sends then receives, nested, halo ring, nonblocking forms");
+    Ok(())
+}
+
+/// "Returns before the data": a 50 ms kernel on the case's (non-default) stream, a kernel that
+/// fills the buffer, then the call; the host clock around the call must read well under the
+/// kernel's time (under 25 ms, the fastest of 3 repetitions), and the result read after
+/// cuStreamSynchronize must be right. Forms: allreduce (later work on the stream, a kernel
+/// doubling the result, must see it), iallreduce (waited, then doubled), sendrecv around the
+/// ring. On the MPI and IPC paths this needs stream-ordered operations (GPUWIRE_STREAM_ORDERED=1
+/// while that mode is experimental).
+fn nbc_returns_early(cx: &Ctx) -> Result<(), String> {
+    let (r, p, s) = (cx.rank, cx.size, cx.stream as *mut c_void);
+    let (left, right) = ((r + p - 1) % p, (r + 1) % p);
+    let n = 1usize << 20;
+    let (b, inbox) = (dev_alloc(n, Dtype::GPUWIRE_FLOAT32), dev_alloc(n, Dtype::GPUWIRE_FLOAT32));
+    let (ptr, iptr) = (ptr_of(b), ptr_of(inbox));
+    let sum = ReduceOp::GPUWIRE_SUM as i32;
+    let mut host = vec![0f32; n];
+    let read = |ptr: usize, host: &mut Vec<f32>| {
+        cuok(unsafe { cu::cuMemcpyDtoHAsync_v2(host.as_mut_ptr().cast(), ptr as u64, n * 4, cx.stream) }, "DtoH");
+        cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
+    };
+    // Warm-up: engine threads, mappings, registrations.
+    fill_f32(&cx.kernels, ptr, n, 1.0, cx.stream);
+    ok(gpuwire_allreduce(cx.comm, b, b, sum, s), "allreduce (warm-up)");
+    ok(gpuwire_sendrecv(cx.comm, b, right, 9, inbox, left, 9, s), "sendrecv (warm-up)");
+    cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
+    let mut report = Vec::new();
+    for form in ["allreduce", "iallreduce", "sendrecv"] {
+        let mut times = Vec::new();
+        for rep in 0..3 {
+            let v = (r + 1 + rep) as f32;
+            spin(&cx.kernels, 50_000_000, cx.stream);
+            fill_f32(&cx.kernels, ptr, n, v, cx.stream);
+            let t0 = Instant::now();
+            let mut q = 0u64;
+            let st = match form {
+                "allreduce" => gpuwire_allreduce(cx.comm, b, b, sum, s),
+                "iallreduce" => gpuwire_iallreduce(cx.comm, b, b, sum, s, &mut q),
+                _ => gpuwire_sendrecv(cx.comm, b, right, 10 + rep, inbox, left, 10 + rep, s),
+            };
+            times.push(t0.elapsed().as_secs_f64() * 1e3);
+            ok(st, form);
+            if form == "iallreduce" {
+                ok(gpuwire_wait(&mut q), "wait");
+            }
+            let (want, p_read) = if form == "sendrecv" {
+                ((left + 1 + rep) as f32, iptr)
+            } else {
+                scale_f32(&cx.kernels, ptr, n, 2.0, cx.stream);
+                (2.0 * (0..p).map(|q| (q + 1 + rep) as f32).sum::<f32>(), ptr)
+            };
+            read(p_read, &mut host);
+            if let Some(i) = host.iter().position(|x| *x != want) {
+                return Err(format!("{form} repetition {rep}: element {i} is {} after cuStreamSynchronize, expected {want}", host[i]));
+            }
+        }
+        let fastest = times.iter().cloned().fold(f64::MAX, f64::min);
+        report.push(format!("{form} {:.2?} ms", times));
+        if fastest >= 25.0 {
+            return Err(format!("{form} after a 50 ms kernel on its stream took {times:.1?} ms on the host: it waited for the stream (backend: {})", describe(cx.comm)));
+        }
+    }
+    println!("rank {r}: nbcearly: the calls returned in {} (kernel 50 ms)", report.join(", "));
+    gpuwire_buffer_free(b);
+    gpuwire_buffer_free(inbox);
+    Ok(())
+}
+
 fn main() {
     let Ok(cases) = std::env::var("GPUWIRE_GPU_TEST") else {
         println!(
@@ -1350,6 +1776,8 @@ fn main() {
             "mismatch" => mismatch_checked(&cx),
             "p2pexact" => p2p_exact(&cx),
             "nonccl" => no_nccl_library(&cx),
+            "ncclinit" => nccl_init_deadline(&cx),
+            "acrosshosts" => across_hosts(&cx),
             "timeout" => timeout_skipped_collective(&cx),
             "late" => late_rank(&cx),
             "otherdev" => other_device_current(&cx),
@@ -1361,6 +1789,10 @@ fn main() {
             "ipcprogress" => ipc_progress(&cx),
             "ipcdup" => ipc_dup(&cx),
             "reqfree" => request_free_device(&cx),
+            "capture" => capture_refused(&cx),
+            "nbc" => nbc_device(&cx),
+            "nbcgroup" => nbc_group_device(&cx),
+            "nbcearly" => nbc_returns_early(&cx),
             other => Err(format!("unknown case {other}")),
         };
         let ms = t0.elapsed().as_millis();

@@ -54,6 +54,7 @@ Errors raise gpuwire.Error with .code (the gpuwire_status) and the detailed mess
 
 import ctypes
 import sys
+import threading
 import warnings
 from ctypes import POINTER, c_double, c_int32, c_int64, c_uint64, c_void_p
 
@@ -448,6 +449,21 @@ def _as_buffer(x):
     return Buffer.wrap(x), True
 
 
+# Buffers that blocking operations wrapped inside this thread's open group (`with group():`):
+# the operations start at the outermost end, so the arrays must live until then.
+_GROUP = threading.local()
+
+
+def _done(b):
+    """Frees a buffer a blocking operation wrapped for its call, or, inside a group, keeps it
+    (and its array) until the group ends."""
+    held = getattr(_GROUP, "held", None)
+    if held is not None:
+        held.append(b)
+    else:
+        b.free()
+
+
 # Arrays of requests abandoned by the garbage collector: MPI may still read or write them.
 _ABANDONED = []
 
@@ -529,6 +545,34 @@ def waitall(requests):
     _check(st)
 
 
+class group:
+    """Operations started together (gpuwire_group_start / gpuwire_group_end, as ncclGroupStart/End):
+    every operation this thread issues inside `with gpuwire.group():` starts at the end of the
+    outermost block (groups nest), so sends and receives to many peers cannot deadlock on their
+    order. Blocking forms inside return at once (host data in place when the block ends; the
+    arrays they wrapped are kept alive until then); requests of nonblocking forms may be waited
+    for after it. The end's error (the first of the
+    group's operations) is raised, unless the block is left by an exception."""
+
+    def __enter__(self):
+        _check(lib.gpuwire_group_start())
+        depth = getattr(_GROUP, "depth", 0)
+        if depth == 0:
+            _GROUP.held = []
+        _GROUP.depth = depth + 1
+        return self
+
+    def __exit__(self, exc_type, *exc):
+        st = lib.gpuwire_group_end()
+        _GROUP.depth -= 1
+        if _GROUP.depth == 0:
+            held, _GROUP.held = _GROUP.held, None
+            for b in held:  # the group's operations have started and, for blocking forms, ended
+                b.free()
+        if exc_type is None:
+            _check(st)
+
+
 # ---- communicators -----------------------------------------------------------------------------
 
 
@@ -589,7 +633,7 @@ class Comm:
             _check(lib.gpuwire_send(self.handle, b.handle, dest, tag, _stream_ptr(stream or b.stream)))
         finally:
             if new:
-                b.free()
+                _done(b)
 
     def recv(self, buf, source, tag=0, stream=None):
         b, new = _as_buffer(buf)
@@ -597,7 +641,7 @@ class Comm:
             _check(lib.gpuwire_recv(self.handle, b.handle, source, tag, _stream_ptr(stream or b.stream)))
         finally:
             if new:
-                b.free()
+                _done(b)
 
     def isend(self, buf, dest, tag=0, stream=None):
         """Returns a Request; the array stays referenced until it completes."""
@@ -618,7 +662,7 @@ class Comm:
         finally:
             for b, new in ((s, sn), (r, rn)):
                 if new:
-                    b.free()
+                    _done(b)
 
     def _collective(self, fn, bufs, args, stream):
         wrapped = [_as_buffer(b) for b in bufs]
@@ -631,7 +675,7 @@ class Comm:
         finally:
             for b, new in wrapped:
                 if new:
-                    b.free()
+                    _done(b)
 
     def barrier(self, stream=None):
         _check(lib.gpuwire_barrier(self.handle, _stream_ptr(stream)))
@@ -647,7 +691,7 @@ class Comm:
                 _check(lib.gpuwire_reduce(self.handle, b.handle, b.handle, op, root, _stream_ptr(stream or b.stream)))
             finally:
                 if new:
-                    b.free()
+                    _done(b)
             return
         self._collective(lib.gpuwire_reduce, [sendbuf, recvbuf], [op, root], stream)
 
@@ -659,7 +703,7 @@ class Comm:
                 _check(lib.gpuwire_allreduce(self.handle, b.handle, b.handle, op, _stream_ptr(stream or b.stream)))
             finally:
                 if new:
-                    b.free()
+                    _done(b)
             return
         self._collective(lib.gpuwire_allreduce, [sendbuf, recvbuf], [op], stream)
 
@@ -686,6 +730,68 @@ class Comm:
 
     def scatter(self, sendbuf, recvbuf, root=0, stream=None):
         self._collective(lib.gpuwire_scatter, [sendbuf, recvbuf], [root], stream)
+
+    # Nonblocking collectives: arguments as the blocking forms; each returns a Request, which
+    # keeps the buffers (and the arrays they wrap) alive until it completes.
+    def _icollective(self, fn, bufs, args, stream):
+        wrapped = [_as_buffer(b)[0] for b in bufs]
+        s = stream
+        if s is None:
+            s = next((b.stream for b in wrapped if b is not None and b.stream is not None), None)
+        handles = [b.handle if b is not None else 0 for b in wrapped]
+        r = _out(_handle, fn, self.handle, *handles, *args, _stream_ptr(s))
+        return Request(r, keep=wrapped)
+
+    def ibarrier(self, stream=None):
+        return Request(_out(_handle, lib.gpuwire_ibarrier, self.handle, _stream_ptr(stream)), keep=None)
+
+    def ibcast(self, buf, root=0, stream=None):
+        return self._icollective(lib.gpuwire_ibcast, [buf], [root], stream)
+
+    def ireduce(self, sendbuf, recvbuf, op=SUM, root=0, stream=None):
+        """recvbuf matters at the root only (None elsewhere); the same object as sendbuf = in place."""
+        if recvbuf is sendbuf:
+            b, _ = _as_buffer(sendbuf)
+            r = _out(_handle, lib.gpuwire_ireduce, self.handle, b.handle, b.handle, op, root, _stream_ptr(stream or b.stream))
+            return Request(r, keep=b)
+        return self._icollective(lib.gpuwire_ireduce, [sendbuf, recvbuf], [op, root], stream)
+
+    def iallreduce(self, sendbuf, recvbuf=None, op=SUM, stream=None):
+        """In place when recvbuf is None (or the same object)."""
+        if recvbuf is None or recvbuf is sendbuf:
+            b, _ = _as_buffer(sendbuf)
+            r = _out(_handle, lib.gpuwire_iallreduce, self.handle, b.handle, b.handle, op, _stream_ptr(stream or b.stream))
+            return Request(r, keep=b)
+        return self._icollective(lib.gpuwire_iallreduce, [sendbuf, recvbuf], [op], stream)
+
+    def iallgather(self, sendbuf, recvbuf, stream=None):
+        return self._icollective(lib.gpuwire_iallgather, [sendbuf, recvbuf], [], stream)
+
+    def iallgatherv(self, sendbuf, recvbuf, recvcounts=None, stream=None):
+        """recvcounts: one count per rank (copied by the call), or None to let gpuwire exchange them."""
+        counts = None
+        if recvcounts is not None:
+            if len(recvcounts) != self.size():
+                raise ValueError(f"gpuwire_iallgatherv: {len(recvcounts)} recvcounts for {self.size()} ranks")
+            counts = (c_int64 * len(recvcounts))(*recvcounts)
+        return self._icollective(lib.gpuwire_iallgatherv, [sendbuf, recvbuf], [counts], stream)
+
+    def ireduce_scatter(self, sendbuf, recvbuf, op=SUM, stream=None):
+        return self._icollective(lib.gpuwire_ireduce_scatter, [sendbuf, recvbuf], [op], stream)
+
+    def ialltoall(self, sendbuf, recvbuf, stream=None):
+        return self._icollective(lib.gpuwire_ialltoall, [sendbuf, recvbuf], [], stream)
+
+    def igather(self, sendbuf, recvbuf, root=0, stream=None):
+        return self._icollective(lib.gpuwire_igather, [sendbuf, recvbuf], [root], stream)
+
+    def iscatter(self, sendbuf, recvbuf, root=0, stream=None):
+        return self._icollective(lib.gpuwire_iscatter, [sendbuf, recvbuf], [root], stream)
+
+    def async_error(self):
+        """Raises the Error of an operation that failed after its call had returned
+        (gpuwire_comm_async_error; reported once)."""
+        _check(lib.gpuwire_comm_async_error(self.handle))
 
     def free(self):
         if self.handle:

@@ -210,6 +210,9 @@ pub fn setup(c: &mut Communicator) -> Result<()> {
     if c.config().check {
         c.backend_state.check = Some(p2p::check_comms(c)?);
     }
+    if c.backend() == BackendKind::GPUWIRE_BACKEND_NCCL {
+        setup_nccl(c)?;
+    }
     let kind = c.backend();
     if kind != BackendKind::GPUWIRE_BACKEND_HOST {
         let st = devstate::DevState::new(c, c.device())?;
@@ -224,13 +227,59 @@ pub fn setup(c: &mut Communicator) -> Result<()> {
         c.append_reason(&note);
         c.backend_state.dev = Some(Mutex::new(st));
     }
-    if kind == BackendKind::GPUWIRE_BACKEND_NCCL {
-        c.backend_state.nccl = Some(nccl::NcclState::new(c, c.device())?);
-    }
     if kind == BackendKind::GPUWIRE_BACKEND_IPC {
         c.backend_state.ipc = Some(ipc::IpcState::new(c, c.device())?);
     }
     Ok(())
+}
+
+/// Collective: creates the NCCL communicator, and every rank learns whether any rank could not
+/// (an NCCL error, or its initialization deadline: `nccl::NcclState::new`). NCCL requested: that
+/// error on every rank. AUTO: every rank falls back together to what AUTO takes without NCCL
+/// (`without_nccl`), with the reason in the choice; a bad GPUWIRE_NCCL_INIT_TIMEOUT stays an
+/// error.
+fn setup_nccl(c: &mut Communicator) -> Result<()> {
+    let made = nccl::NcclState::new(c, c.device());
+    let agreed = c.agree_on_result(made.as_ref().map(|_| ()).map_err(Clone::clone), "creating the NCCL communicator");
+    let e = match (made, agreed) {
+        (Ok(st), Ok(())) => {
+            c.backend_state.nccl = Some(st);
+            return Ok(());
+        }
+        (Ok(mut st), Err(e)) => {
+            st.destroy(true); // made here, but not on another rank
+            e
+        }
+        (Err(_), Err(e)) | (Err(e), Ok(())) => e,
+    };
+    if c.config().backend != BackendKind::GPUWIRE_BACKEND_AUTO || e.status() == crate::error::Status::GPUWIRE_ERROR_INVALID_ARGUMENT {
+        return Err(e);
+    }
+    let (kind, reason) = without_nccl(c, &strip_kind(&e))?;
+    let reason = device_reason(&reason, c.device(), c.config().device >= 0);
+    crate::trace!("NCCL could not be set up on every rank; auto falls back to {}", kind.name());
+    c.fall_back(kind, reason);
+    Ok(())
+}
+
+/// Collective, under AUTO once every rank knows that NCCL cannot be used (`why`): the backend
+/// AUTO takes without it, as `choose` would — IPC if eligible, else CUDA-aware MPI if the MPI
+/// is so on every rank, else staged — and the reason.
+fn without_nccl(c: &Communicator, why: &str) -> Result<(BackendKind, String)> {
+    let ipc = ipc::eligible(c, Some(c.device()))?;
+    let (aware, source) = mpisys::cuda_support()?;
+    // MAX of the negation: -1 only if every rank's MPI is CUDA-aware.
+    let mut v = [-((aware == Some(true)) as i64)];
+    c.allreduce_max_i64(&mut v, "agreeing on CUDA-aware MPI")?;
+    let why = format!("auto: NCCL not used (creating its communicator failed: {why})");
+    Ok(match ipc {
+        Ok(ipc) => (BackendKind::GPUWIRE_BACKEND_IPC, format!("{why}; {ipc}: CUDA IPC")),
+        Err(no_ipc) if v[0] == -1 => (BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE, format!("{why}; IPC not used ({no_ipc}); the MPI is CUDA-aware ({source})")),
+        Err(no_ipc) => (
+            BackendKind::GPUWIRE_BACKEND_MPI_STAGED,
+            format!("{why}; IPC not used ({no_ipc}); the MPI is not known to be CUDA-aware on every rank ({source}), so device data is staged through host memory"),
+        ),
+    })
 }
 
 /// Releases backend state before the MPI communicators are freed.

@@ -3,12 +3,20 @@
 //! - Loading: libnccl is opened at run time (`GPUWIRE_NCCL_LIBRARY` if set, else `libnccl.so`,
 //!   else `libnccl.so.2`, the name most installs ship); without it the backend is unavailable and
 //!   says so.
-//! - Bootstrap: rank 0 makes the unique id, MPI broadcasts it, every rank joins with its device
-//!   (ncclCommInitRank). Split and dup communicators bootstrap their own NCCL communicator the
-//!   same way over their MPI communicator.
-//! - Before NCCL is called, the ranks exchange (host, device UUID) over MPI: two ranks on one GPU
-//!   make NCCL unusable (it refuses them); a requested NCCL backend then fails on every rank with
-//!   the same message naming the ranks and the device, and AUTO falls back to an MPI path.
+//! - Bootstrap: rank 0 makes the unique id, MPI broadcasts it, every rank joins with its device.
+//!   Split and dup communicators bootstrap their own NCCL communicator the same way over their
+//!   MPI communicator. With NCCL >= 2.18 the NCCL communicator is nonblocking
+//!   (ncclCommInitRankConfig, `blocking = 0`), its initialization polled
+//!   (ncclCommGetAsyncError) up to a deadline ([`init_timeout`]: 60 s by default) and aborted
+//!   there (ncclCommAbort), so that a peer that never joins or a misconfigured network cannot
+//!   hang communicator creation; `backend::setup` makes every rank learn of any rank's failure
+//!   (NCCL requested: the error on every rank; AUTO: every rank falls back). Older NCCL: the
+//!   blocking ncclCommInitRank, without a deadline. A call on a nonblocking communicator that
+//!   returns ncclInProgress is waited for (`settle`) as a blocking communicator waits inside it.
+//! - Before NCCL is called, the ranks exchange their device UUIDs over MPI: two ranks on one GPU
+//!   (one UUID, whatever their host names say) make NCCL unusable (it refuses them); a requested
+//!   NCCL backend then fails on every rank with the same message naming the ranks and the
+//!   device, and AUTO falls back to an MPI path.
 //! - Operations are enqueued on the caller's stream and return at once (asynchronous to the host,
 //!   as NCCL). isend/irecv join an open NCCL group that the next other call on the communicator
 //!   (or a wait/test) closes, so a send and a receive posted together progress together.
@@ -22,7 +30,7 @@
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::backend::devstate;
 use crate::backend::mpi_staged;
@@ -38,6 +46,53 @@ use crate::types::{Dtype, ReduceOp};
 
 type NcclComm = *mut c_void;
 
+/// ncclResult_t ncclInProgress: a nonblocking communicator is completing the call in the
+/// background.
+const IN_PROGRESS: c_int = 7;
+
+/// `ncclConfig_t` as NCCL 2.18 declares it (nccl.h: `size`, `magic`, `version`, `blocking`,
+/// `cgaClusterSize`, `minCTAs`, `maxCTAs`, `netName`, `splitShare`). NCCL copies the first
+/// `size` bytes over its own NCCL_CONFIG_INITIALIZER defaults, so later versions' further fields
+/// keep their defaults; `version` tells it which of these fields the caller knew.
+#[repr(C)]
+struct NcclConfig {
+    size: usize,
+    magic: u32,
+    version: u32,
+    blocking: c_int,
+    cga_cluster_size: c_int,
+    min_ctas: c_int,
+    max_ctas: c_int,
+    net_name: *const c_char,
+    split_share: c_int,
+}
+
+/// The NCCL version (NCCL_VERSION(2, 18, 0)) whose `ncclConfig_t` [`NcclConfig`] is; the config
+/// form is used only with a library at least this new.
+const CONFIG_VERSION: c_int = 21800;
+
+impl NcclConfig {
+    /// NCCL_CONFIG_INITIALIZER of NCCL 2.18 (every attribute NCCL_CONFIG_UNDEF_INT or NULL),
+    /// with `blocking = 0`.
+    fn nonblocking() -> NcclConfig {
+        const UNDEF: c_int = c_int::MIN; // NCCL_CONFIG_UNDEF_INT
+        NcclConfig {
+            size: std::mem::size_of::<NcclConfig>(),
+            magic: 0xcafebeef,
+            version: CONFIG_VERSION as u32,
+            blocking: 0,
+            cga_cluster_size: UNDEF,
+            min_ctas: UNDEF,
+            max_ctas: UNDEF,
+            net_name: std::ptr::null(),
+            split_share: UNDEF,
+        }
+    }
+}
+
+/// How long communicator creation waits for NCCL's initialization by default.
+pub const DEFAULT_INIT_TIMEOUT: Duration = Duration::from_secs(60);
+
 #[repr(C)]
 #[derive(Clone, Copy)]
 struct UniqueId {
@@ -50,6 +105,10 @@ struct Api {
     version: c_int,
     get_unique_id: unsafe extern "C" fn(*mut UniqueId) -> c_int,
     comm_init_rank: unsafe extern "C" fn(*mut NcclComm, c_int, UniqueId, c_int) -> c_int,
+    /// ncclCommInitRankConfig, resolved only from NCCL 2.18 on ([`CONFIG_VERSION`]).
+    comm_init_rank_config: Option<unsafe extern "C" fn(*mut NcclComm, c_int, UniqueId, c_int, *mut NcclConfig) -> c_int>,
+    /// ncclCommFinalize (NCCL >= 2.14), for nonblocking communicators.
+    comm_finalize: Option<unsafe extern "C" fn(NcclComm) -> c_int>,
     comm_destroy: unsafe extern "C" fn(NcclComm) -> c_int,
     comm_abort: unsafe extern "C" fn(NcclComm) -> c_int,
     comm_get_async_error: unsafe extern "C" fn(NcclComm, *mut c_int) -> c_int,
@@ -106,10 +165,23 @@ fn resolve(lib: libloading::Library) -> std::result::Result<Api, String> {
     unsafe { get_version(&mut version) };
     // SAFETY: optional symbol (NCCL >= 2.13).
     let get_last_error = unsafe { lib.get::<unsafe extern "C" fn(NcclComm) -> *const c_char>(b"ncclGetLastError\0") }.ok().map(|s| *s);
+    // SAFETY: optional symbols of the signatures of nccl.h (2.18 for the config's layout).
+    let (comm_init_rank_config, comm_finalize) = if version >= CONFIG_VERSION {
+        unsafe {
+            (
+                lib.get::<unsafe extern "C" fn(*mut NcclComm, c_int, UniqueId, c_int, *mut NcclConfig) -> c_int>(b"ncclCommInitRankConfig\0").ok().map(|s| *s),
+                lib.get::<unsafe extern "C" fn(NcclComm) -> c_int>(b"ncclCommFinalize\0").ok().map(|s| *s),
+            )
+        }
+    } else {
+        (None, None)
+    };
     Ok(Api {
         version,
         get_unique_id: sym!("ncclGetUniqueId"),
         comm_init_rank: sym!("ncclCommInitRank"),
+        comm_init_rank_config,
+        comm_finalize,
         comm_destroy: sym!("ncclCommDestroy"),
         comm_abort: sym!("ncclCommAbort"),
         comm_get_async_error: sym!("ncclCommGetAsyncError"),
@@ -137,7 +209,31 @@ pub fn available() -> std::result::Result<String, String> {
     API.get_or_init(load).as_ref().map(|a| format!("{}.{}.{}", a.version / 10000, (a.version / 100) % 100, a.version % 100)).map_err(|e| e.clone())
 }
 
+/// The outcome of a call on `comm` that returned `r`. On a nonblocking communicator a call may
+/// return ncclInProgress while NCCL completes it in the background (connecting peers, launching
+/// a group); nothing may be enqueued behind it on its streams until the communicator's state
+/// leaves ncclInProgress. This waits for that, as a blocking communicator waits inside the call,
+/// and returns the state.
+fn settle(api: &Api, comm: NcclComm, r: c_int) -> c_int {
+    if r != IN_PROGRESS || comm.is_null() {
+        return r;
+    }
+    loop {
+        let mut state: c_int = IN_PROGRESS;
+        // SAFETY: a valid communicator; writes one int.
+        let q = unsafe { (api.comm_get_async_error)(comm, &mut state) };
+        if q != 0 {
+            return q;
+        }
+        if state != IN_PROGRESS {
+            return state;
+        }
+        std::thread::yield_now();
+    }
+}
+
 fn check(api: &Api, comm: NcclComm, r: c_int, what: &str) -> Result<()> {
+    let r = settle(api, comm, r);
     if r == 0 {
         return Ok(());
     }
@@ -191,6 +287,8 @@ fn nccl_op(d: Dtype, op: ReduceOp) -> Option<c_int> {
 pub struct NcclState {
     comm: Mutex<NcclComm>,
     device: i32,
+    /// Made by ncclCommInitRankConfig with `blocking = 0`.
+    nonblocking: bool,
     /// The NCCL group isend/irecv opened and the next call closes.
     open: Mutex<Option<Arc<Group>>>,
     /// Whether `open` may hold a group (set under its lock when one is opened, cleared when it is
@@ -214,78 +312,95 @@ pub struct Group {
     done: Mutex<Option<Vec<(Stream, Event)>>>,
 }
 
-/// Host name and device UUID of every rank: who shares a GPU.
+/// Collective over `c`: whether two ranks use one GPU, and which (the first pair), from every
+/// rank's device UUID (and host name, for the message). The UUID alone decides: a GPU's UUID is
+/// unique across machines, so two ranks that report one UUID share that GPU whatever their host
+/// names say (containers or pods with host names of their own on one machine). A rank without a
+/// device shares nothing.
 pub fn shared_gpus(c: &Communicator, device: Option<i32>) -> Result<Option<String>> {
-    const HOST: usize = 64;
-    let mut mine = [0u8; HOST + 16];
+    let mut mine = [0u8; REC];
     let mut host = [0 as c_char; HOST];
-    // SAFETY: writes at most HOST bytes.
+    // SAFETY: writes at most HOST - 1 bytes; the last stays NUL.
     unsafe { libc::gethostname(host.as_mut_ptr(), HOST - 1) };
     for (i, b) in host.iter().enumerate() {
         mine[i] = *b as u8;
     }
-    let has_uuid = match device {
-        Some(d) => match cudarc::driver::result::device::get(d).and_then(cudarc::driver::result::device::get_uuid) {
-            Ok(u) => {
-                for (i, b) in u.bytes.iter().enumerate() {
-                    mine[HOST + i] = *b as u8;
-                }
-                true
-            }
-            Err(_) => false,
-        },
-        None => false,
-    };
-    if !has_uuid {
-        // No device: a unique marker so this rank never "shares" a GPU.
-        mine[HOST..HOST + 4].copy_from_slice(&c.rank().to_le_bytes());
-        mine[HOST + 4..].fill(0xFF);
+    if let Some(u) = device.and_then(|d| cudarc::driver::result::device::get(d).and_then(cudarc::driver::result::device::get_uuid).ok()) {
+        mine[HOST] = 1;
+        for (i, b) in u.bytes.iter().enumerate() {
+            mine[HOST + 1 + i] = *b as u8;
+        }
     }
     let p = c.size() as usize;
-    let mut all = vec![0u8; p * mine.len()];
+    let mut all = vec![0u8; p * REC];
     // SAFETY: fixed-size records, one per rank.
     mpisys::check(
-        unsafe {
-            sys::MPI_Allgather(mine.as_ptr().cast(), mine.len() as c_int, sys::RSMPI_UINT8_T, all.as_mut_ptr().cast(), mine.len() as c_int, sys::RSMPI_UINT8_T, c.raw())
-        },
+        unsafe { sys::MPI_Allgather(mine.as_ptr().cast(), REC as c_int, sys::RSMPI_UINT8_T, all.as_mut_ptr().cast(), REC as c_int, sys::RSMPI_UINT8_T, c.raw()) },
         "MPI_Allgather (host and device of every rank)",
     )?;
-    let recs: Vec<&[u8]> = all.chunks(mine.len()).collect();
-    for a in 0..p {
-        for b in a + 1..p {
-            if recs[a] == recs[b] {
-                let host = String::from_utf8_lossy(&recs[a][..HOST]).trim_end_matches('\0').to_string();
-                let uuid: String = recs[a][HOST..].iter().map(|x| format!("{x:02x}")).collect();
-                return Ok(Some(format!("ranks {a} and {b} share one GPU (host {host}, GPU-{uuid}); NCCL needs a GPU per rank")));
+    let recs: Vec<&[u8]> = all.chunks(REC).collect();
+    Ok(first_sharing_pair(&recs).map(|(a, b)| {
+        let name = |r: &[u8]| String::from_utf8_lossy(&r[..HOST]).trim_end_matches('\0').to_string();
+        let (ha, hb) = (name(recs[a]), name(recs[b]));
+        let uuid: String = recs[a][HOST + 1..].iter().map(|x| format!("{x:02x}")).collect();
+        let hosts = if ha == hb { format!("host {ha}") } else { format!("host names {ha} and {hb}, one machine") };
+        format!("ranks {a} and {b} share one GPU ({hosts}, GPU-{uuid}); NCCL needs a GPU per rank")
+    }))
+}
+
+/// Host name bytes of a rank's record in `shared_gpus` (NUL-padded).
+const HOST: usize = 64;
+/// One record per rank: the host name, 1 if a UUID follows (else 0), the device UUID.
+const REC: usize = HOST + 1 + 16;
+
+/// The first pair of ranks (a < b) whose records (`REC` bytes each) carry one device UUID, by
+/// the UUID alone (not the host name); ranks without a device share nothing.
+fn first_sharing_pair(recs: &[&[u8]]) -> Option<(usize, usize)> {
+    let uuids: Vec<Option<&[u8]>> = recs.iter().map(|r| (r[HOST] == 1).then(|| &r[HOST + 1..REC])).collect();
+    for (a, ua) in uuids.iter().enumerate() {
+        let Some(ua) = ua else { continue };
+        for (b, ub) in uuids.iter().enumerate().skip(a + 1) {
+            if *ub == Some(*ua) {
+                return Some((a, b));
             }
         }
     }
-    Ok(None)
+    None
 }
 
 impl NcclState {
-    /// Collective: bootstraps the NCCL communicator over MPI.
+    /// Collective: bootstraps the NCCL communicator over MPI. Fails (on this rank) if NCCL's
+    /// initialization fails or does not complete within [`init_timeout`]; the caller agrees the
+    /// outcome across ranks.
     pub fn new(c: &Communicator, device: i32) -> Result<NcclState> {
-        let api = api()?;
+        // Any rank's failure before the bootstrap (libnccl, GPUWIRE_NCCL_INIT_TIMEOUT, its device) is
+        // every rank's, so no rank waits in it alone.
+        let (api, timeout, ctx) = (api(), init_timeout(c.config().timeout), CtxGuard::enter(device));
         let mut id = UniqueId { internal: [0; 128] };
-        let got = if c.rank() == 0 {
+        let got = match (&api, &timeout, &ctx) {
+            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => Err(e.clone()),
             // SAFETY: writes the id.
-            check(api, std::ptr::null_mut(), unsafe { (api.get_unique_id)(&mut id) }, "ncclGetUniqueId")
-        } else {
-            Ok(())
+            (Ok(api), Ok(_), Ok(_)) if c.rank() == 0 => check(api, std::ptr::null_mut(), unsafe { (api.get_unique_id)(&mut id) }, "ncclGetUniqueId"),
+            _ => Ok(()),
         };
         c.agree_on_result(got, "making the NCCL unique id")?;
+        let (api, timeout, _g) = (api?, timeout?, ctx?);
         // SAFETY: 128 bytes from rank 0 to all.
         mpisys::check(
             unsafe { sys::MPI_Bcast(id.internal.as_mut_ptr().cast(), 128, sys::RSMPI_UINT8_T, 0, c.raw()) },
             "MPI_Bcast (NCCL unique id)",
         )?;
-        let _g = CtxGuard::enter(device)?;
         let mut comm: NcclComm = std::ptr::null_mut();
-        crate::trace!("nccl: ncclCommInitRank rank {} of {} on device {device}", c.rank(), c.size());
-        // SAFETY: every rank calls with the same id; collective.
-        check(api, std::ptr::null_mut(), unsafe { (api.comm_init_rank)(&mut comm, c.size(), id, c.rank()) }, "ncclCommInitRank")?;
-        Ok(NcclState { comm: Mutex::new(comm), device, open: Mutex::new(None), maybe_open: std::sync::atomic::AtomicBool::new(false) })
+        let nonblocking = api.comm_init_rank_config.is_some();
+        if let Some(init) = api.comm_init_rank_config {
+            crate::trace!("nccl: ncclCommInitRankConfig (nonblocking) rank {} of {} on device {device}, deadline {timeout:?}", c.rank(), c.size());
+            comm = init_nonblocking(api, init, c.size(), id, c.rank(), timeout)?;
+        } else {
+            crate::trace!("nccl: ncclCommInitRank rank {} of {} on device {device} (NCCL < 2.18: no deadline)", c.rank(), c.size());
+            // SAFETY: every rank calls with the same id; collective.
+            check(api, std::ptr::null_mut(), unsafe { (api.comm_init_rank)(&mut comm, c.size(), id, c.rank()) }, "ncclCommInitRank")?;
+        }
+        Ok(NcclState { comm: Mutex::new(comm), device, nonblocking, open: Mutex::new(None), maybe_open: std::sync::atomic::AtomicBool::new(false) })
     }
 
     fn comm(&self) -> std::sync::MutexGuard<'_, NcclComm> {
@@ -332,9 +447,13 @@ impl NcclState {
         Ok(e)
     }
 
-    /// Waits for `stream` (up to the call's deadline, polling NCCL's async error).
+    /// Waits for `stream` (up to the call's deadline, polling NCCL's async error). Inside a
+    /// gpuwire group ([`with_group`]) nothing is launched before the group ends: no wait then.
     fn finish(&self, c: &Communicator, stream: Stream, what: &str) -> Result<()> {
         let Some(t) = c.config().timeout else { return Ok(()) };
+        if IN_GROUP.with(|g| g.get()) {
+            return Ok(());
+        }
         let ev = Event::new()?;
         ev.record(stream)?;
         // One deadline per gpuwire call (`Communicator::enter`), shared with its other steps.
@@ -350,13 +469,123 @@ impl NcclState {
         }
         let _ = self.close_group();
         let _g = CtxGuard::enter(self.device);
-        // SAFETY: the communicator is not used after this.
+        // SAFETY: the communicator is not used after this. A nonblocking one is finalized first
+        // (its operations flushed; ncclInProgress waited for), as NCCL asks.
         unsafe {
             if abort {
                 (api.comm_abort)(comm);
             } else {
+                if let (true, Some(finalize)) = (self.nonblocking, api.comm_finalize) {
+                    settle(api, comm, finalize(comm));
+                }
                 (api.comm_destroy)(comm);
             }
+        }
+    }
+}
+
+thread_local! {
+    /// Whether this thread is inside [`with_group`].
+    static IN_GROUP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` inside one NCCL group (ncclGroupStart / ncclGroupEnd on this thread): the NCCL
+/// operations `f` issues on `comms` are launched together when it returns (a gpuwire group).
+/// On nonblocking NCCL communicators the end may return ncclInProgress: it then waits for each
+/// of `comms` to leave that state, as a blocking communicator waits inside the call.
+pub fn with_group<T>(comms: &[&Communicator], f: impl FnOnce() -> Result<T>) -> Result<T> {
+    let api = api()?;
+    // SAFETY: paired with group_end below on this thread.
+    check(api, std::ptr::null_mut(), unsafe { (api.group_start)() }, "ncclGroupStart")?;
+    let was = IN_GROUP.with(|g| g.replace(true));
+    let r = f();
+    IN_GROUP.with(|g| g.set(was));
+    // SAFETY: closes the group opened above.
+    let mut e = unsafe { (api.group_end)() };
+    if e == IN_PROGRESS {
+        e = 0;
+        for c in comms {
+            let comm = *c.backend_state.nccl()?.comm();
+            let s = settle(api, comm, IN_PROGRESS);
+            if s != 0 && e == 0 {
+                e = s;
+            }
+        }
+    }
+    let e = check(api, std::ptr::null_mut(), e, "ncclGroupEnd");
+    let v = r?;
+    e?;
+    Ok(v)
+}
+
+/// How long communicator creation waits for NCCL's initialization: GPUWIRE_NCCL_INIT_TIMEOUT
+/// (seconds; 0 = no limit) when set, else the longer of [`DEFAULT_INIT_TIMEOUT`] and the
+/// communicator's timeout (`comm_timeout`). `None`: no limit.
+fn init_timeout(comm_timeout: Option<Duration>) -> Result<Option<Duration>> {
+    match std::env::var("GPUWIRE_NCCL_INIT_TIMEOUT") {
+        Ok(v) if !v.trim().is_empty() => parse_init_timeout(&v),
+        _ => Ok(Some(comm_timeout.map_or(DEFAULT_INIT_TIMEOUT, |t| t.max(DEFAULT_INIT_TIMEOUT)))),
+    }
+}
+
+/// GPUWIRE_NCCL_INIT_TIMEOUT's value: 0 = no limit, else seconds as a timeout (0.001 to 1e9).
+fn parse_init_timeout(v: &str) -> Result<Option<Duration>> {
+    use crate::config::{MAX_TIMEOUT_SECONDS, MIN_TIMEOUT_SECONDS, TIMEOUT_FORMS};
+    match v.trim().parse::<f64>() {
+        Ok(s) if s == 0.0 => Ok(None),
+        Ok(s) if (MIN_TIMEOUT_SECONDS..=MAX_TIMEOUT_SECONDS).contains(&s) => Ok(Some(Duration::from_secs_f64(s))),
+        _ => {
+            let shown: String = v.chars().take(64).collect();
+            Err(Error::InvalidArgument(format!("environment variable GPUWIRE_NCCL_INIT_TIMEOUT={shown:?} is not valid: expected {TIMEOUT_FORMS}")))
+        }
+    }
+}
+
+/// ncclCommInitRankConfig with `blocking = 0`, then ncclCommGetAsyncError polled until the
+/// initialization ends or `timeout` passes; on a failure or at the deadline the communicator is
+/// aborted (ncclCommAbort) and the error returned.
+fn init_nonblocking(
+    api: &Api,
+    init: unsafe extern "C" fn(*mut NcclComm, c_int, UniqueId, c_int, *mut NcclConfig) -> c_int,
+    size: i32,
+    id: UniqueId,
+    rank: i32,
+    timeout: Option<Duration>,
+) -> Result<NcclComm> {
+    let what = "ncclCommInitRankConfig";
+    let mut cfg = NcclConfig::nonblocking();
+    let mut comm: NcclComm = std::ptr::null_mut();
+    let start = Instant::now();
+    // SAFETY: every rank calls with the same id (collective); NCCL reads cfg.size bytes of cfg.
+    let mut state = unsafe { init(&mut comm, size, id, rank, &mut cfg) };
+    let fail = |comm: NcclComm, e: Error| {
+        if !comm.is_null() {
+            // SAFETY: a communicator that failed or is abandoned; never used again.
+            unsafe { (api.comm_abort)(comm) };
+        }
+        Err(e)
+    };
+    loop {
+        match state {
+            0 => return Ok(comm),
+            IN_PROGRESS if comm.is_null() => return fail(comm, Error::Nccl(format!("{what} returned ncclInProgress without a communicator"))),
+            IN_PROGRESS => {}
+            r => return fail(comm, check(api, comm, r, what).err().unwrap_or_else(|| Error::Nccl(format!("{what} failed")))),
+        }
+        if let Some(t) = timeout.filter(|t| start.elapsed() >= *t) {
+            return fail(
+                comm,
+                Error::Timeout(format!(
+                    "creating the NCCL communicator did not complete within {:.3} s (a rank that never joined, or a misconfigured NCCL network?); it was aborted (GPUWIRE_NCCL_INIT_TIMEOUT sets this deadline; 0 = none)",
+                    t.as_secs_f64()
+                )),
+            );
+        }
+        std::thread::sleep(Duration::from_millis(1));
+        // SAFETY: a communicator being initialized; writes one int.
+        let q = unsafe { (api.comm_get_async_error)(comm, &mut state) };
+        if q != 0 {
+            state = q;
         }
     }
 }
@@ -444,8 +673,9 @@ impl Ctx<'_> {
         // SAFETY: paired with group_end below on this thread.
         check(self.api, std::ptr::null_mut(), unsafe { (self.api.group_start)() }, "ncclGroupStart")?;
         let r = f();
-        // SAFETY: closes the group opened above.
-        let e = check(self.api, std::ptr::null_mut(), unsafe { (self.api.group_end)() }, "ncclGroupEnd");
+        // SAFETY: closes the group opened above. Its ncclInProgress (nonblocking) is waited for on
+        // the communicator.
+        let e = check(self.api, *self.st.comm(), unsafe { (self.api.group_end)() }, "ncclGroupEnd");
         let v = r?;
         e?;
         Ok(v)
@@ -785,5 +1015,71 @@ impl Path for NcclPath {
             ring::copy(Loc { ptr: r.ptr(), host: r.is_host() }, Loc { ptr: s.ptr() + me * bytes, host: false }, bytes, stream)?;
         }
         cx.done("scatter")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{HOST, NcclConfig, REC, first_sharing_pair, parse_init_timeout};
+    use std::mem::{offset_of, size_of};
+    use std::time::Duration;
+
+    #[test]
+    fn config_has_the_layout_of_nccl_2_18() {
+        // nccl.h 2.18 on LP64: size_t size; unsigned magic, version; int blocking,
+        // cgaClusterSize, minCTAs, maxCTAs; const char *netName; int splitShare.
+        assert_eq!(offset_of!(NcclConfig, size), 0);
+        assert_eq!(offset_of!(NcclConfig, magic), 8);
+        assert_eq!(offset_of!(NcclConfig, version), 12);
+        assert_eq!(offset_of!(NcclConfig, blocking), 16);
+        assert_eq!(offset_of!(NcclConfig, cga_cluster_size), 20);
+        assert_eq!(offset_of!(NcclConfig, min_ctas), 24);
+        assert_eq!(offset_of!(NcclConfig, max_ctas), 28);
+        assert_eq!(offset_of!(NcclConfig, net_name), 32);
+        assert_eq!(offset_of!(NcclConfig, split_share), 40);
+        assert_eq!(size_of::<NcclConfig>(), 48);
+        let c = NcclConfig::nonblocking();
+        assert_eq!((c.size, c.magic, c.version, c.blocking), (48, 0xcafebeef, 21800, 0));
+        assert_eq!((c.cga_cluster_size, c.min_ctas, c.max_ctas, c.split_share), (i32::MIN, i32::MIN, i32::MIN, i32::MIN));
+        assert!(c.net_name.is_null());
+    }
+
+    #[test]
+    fn init_timeout_values() {
+        assert_eq!(parse_init_timeout("0").unwrap(), None);
+        assert_eq!(parse_init_timeout(" 2.5 ").unwrap(), Some(Duration::from_millis(2500)));
+        for bad in ["-1", "abc", "nan", "inf", "0.0001", "2e9", ""] {
+            let e = parse_init_timeout(bad).unwrap_err().to_string();
+            assert!(e.contains("GPUWIRE_NCCL_INIT_TIMEOUT"), "{bad}: {e}");
+        }
+    }
+
+    /// A rank's record: host name, then the UUID (16 times `gpu`) or no device.
+    fn rec(host: &str, gpu: Option<u8>) -> Vec<u8> {
+        let mut r = vec![0u8; REC];
+        r[..host.len()].copy_from_slice(host.as_bytes());
+        if let Some(g) = gpu {
+            r[HOST] = 1;
+            r[HOST + 1..].fill(g);
+        }
+        r
+    }
+
+    fn pair(recs: &[Vec<u8>]) -> Option<(usize, usize)> {
+        first_sharing_pair(&recs.iter().map(|r| &r[..]).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn one_uuid_is_one_gpu_whatever_the_host_names() {
+        // Two containers of one machine, each with its own host name, on one GPU: shared.
+        assert_eq!(pair(&[rec("pod-a", Some(7)), rec("pod-b", Some(7))]), Some((0, 1)));
+        assert_eq!(pair(&[rec("a", Some(1)), rec("b", Some(2)), rec("c", Some(3)), rec("d", Some(2))]), Some((1, 3)));
+        // One host name, one GPU: shared; one host name, two GPUs: not.
+        assert_eq!(pair(&[rec("n0", Some(5)), rec("n0", Some(5))]), Some((0, 1)));
+        assert_eq!(pair(&[rec("n0", Some(5)), rec("n0", Some(6))]), None);
+        // Ranks without a device (an all-zero UUID field) share nothing, whatever the host.
+        assert_eq!(pair(&[rec("n0", None), rec("n0", None), rec("n1", Some(0))]), None);
+        assert_eq!(pair(&[rec("n0", None), rec("n1", Some(0))]), None);
+        assert_eq!(pair(&[]), None);
     }
 }

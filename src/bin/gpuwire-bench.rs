@@ -72,14 +72,16 @@ const USAGE: &str = "usage:
   mpirun -np 2 gpuwire-bench host [--op sendrecv|allreduce|bw|all] [--max-bytes N] [--min-bytes N]
                                   [--iters-scale F] [--reps R]
   mpirun -np 2 gpuwire-bench device --backend staged|cuda_aware|ipc|raw-cuda-aware
-                                  [--op allreduce,allgather,reduce_scatter,sendrecv,exchange|all]
+                                  [--op allreduce,allgather,reduce_scatter,sendrecv,exchange,halo|all]
                                   [--max-bytes N] [--min-bytes N] [--target-ms T] [--reps R]
                                   [--sync each|end] [--label L | --tag T]
   mpirun -np N gpuwire-bench device --backend nccl   (gpuwire-nccl and raw-nccl in one run;
                                   one rank per GPU: -np 1 on a machine with one GPU)
-                                  [--op allreduce,allgather,reduce_scatter,sendrecv|all]
+                                  [--op allreduce,allgather,reduce_scatter,sendrecv,halo|all]
                                   [--max-bytes N] [--min-bytes N] [--target-ms T] [--reps R]
                                   [--sync end|each] [--tag T]
+`halo` (not in `all`): two rows each way in one gpuwire group (raw: one NCCL group of two
+ncclSend and two ncclRecv; raw-cuda-aware: two MPI_Sendrecv); sizes are one row's bytes.
 Sizes are bytes of float32 data, powers of two from --min-bytes (default 8) to --max-bytes
 (default 64 MiB on the host, 256 MiB on the device; 1G is fine on the GPU machine); N takes
 K, M, G suffixes (powers of 1024). --tag T appends -T to the labels (e.g. --tag 2gpu).
@@ -356,12 +358,13 @@ fn parse(args: &[String]) -> Result<Opts, String> {
     let valid: &[&'static str] = match o.device {
         None => &["sendrecv", "allreduce", "bw"],
         // NCCL's send/recv is the grouped ring exchange (nccl-tests' sendrecv): op `exchange`.
-        Some(DevBackend::Nccl) => &["allreduce", "allgather", "reduce_scatter", "exchange"],
-        Some(_) => &["allreduce", "allgather", "reduce_scatter", "sendrecv", "exchange"],
+        Some(DevBackend::Nccl) => &["allreduce", "allgather", "reduce_scatter", "exchange", "halo"],
+        Some(_) => &["allreduce", "allgather", "reduce_scatter", "sendrecv", "exchange", "halo"],
     };
     o.ops = vec![];
     if op == "all" {
-        o.ops = valid.to_vec();
+        // `halo` (issue 18's group benchmark) is asked for by name.
+        o.ops = valid.iter().copied().filter(|v| *v != "halo").collect();
     } else {
         for x in op.split(',') {
             let mut x = x.trim().replace('-', "_");
@@ -420,6 +423,8 @@ fn describe(c: gpuwire_comm) -> String {
 const SUM: i32 = ReduceOp::GPUWIRE_SUM as i32;
 const TAG: i32 = 7;
 const ACK_TAG: i32 = 8;
+/// The halo exchange's second row (to rank - 1).
+const HALO_TAG: i32 = 17;
 
 fn float() -> msys::MPI_Datatype {
     // SAFETY: reading a constant.
@@ -760,6 +765,8 @@ fn layout(op: &str, bytes: usize, ranks: usize) -> (usize, usize, usize) {
             let k = (c / ranks).max(1);
             (k * ranks, k, k * ranks * 4)
         }
+        // Two rows of `bytes` each way (bytes = one row, as the issue counts halo sizes).
+        "halo" => (2 * c, 2 * c, bytes),
         _ => (c, c, bytes),
     }
 }
@@ -791,6 +798,9 @@ fn expected(op: &str, rank: usize, ranks: usize, recv: usize, i: usize) -> Optio
         "allgather" => Some((i / (recv / ranks)) as f32 + 1.0),
         // Ring exchange: rank r receives from r - 1.
         "exchange" => Some(((rank + ranks - 1) % ranks) as f32 + 1.0),
+        // Halo: the first row comes from rank - 1, the second from rank + 1.
+        "halo" if i < recv / 2 => Some(((rank + ranks - 1) % ranks) as f32 + 1.0),
+        "halo" => Some(((rank + 1) % ranks) as f32 + 1.0),
         "sendrecv" if rank <= 1 => Some(1.0),
         _ => None,
     }
@@ -802,6 +812,8 @@ fn check_points(op: &str, ranks: usize, recv: usize) -> Vec<usize> {
     let mut v = if op == "allgather" {
         let k = recv / ranks;
         (0..ranks).flat_map(|q| [q * k, q * k + k - 1]).collect()
+    } else if op == "halo" {
+        vec![0, recv / 2 - 1, recv / 2, recv - 1]
     } else {
         vec![0, recv - 1]
     };
@@ -813,7 +825,23 @@ fn check_points(op: &str, ranks: usize, recv: usize) -> Vec<usize> {
 /// 4): at 8 B less than 1 us added, at >= 1 MiB less than 1 % slower. Several ranks (issue 8):
 /// at 8 B less than 1 us added, at >= 64 MiB within 2 % (time ratio <= 1.02). `nominal` is the
 /// size asked for (allgather and reduce_scatter may report more: one float per rank at least).
+#[cfg(test)]
 fn nccl_target(ranks: usize, nominal: usize, ratio: f64, added_us: f64) -> Option<(bool, &'static str)> {
+    nccl_target_of("", ranks, nominal, ratio, added_us)
+}
+
+/// [`nccl_target`] for `op`; the halo exchange in one group (issue 18): at 1 KiB at most 0.5 us
+/// added per group, from 64 KiB within 1 % of raw NCCL.
+fn nccl_target_of(op: &str, ranks: usize, nominal: usize, ratio: f64, added_us: f64) -> Option<(bool, &'static str)> {
+    if op == "halo" {
+        if nominal == 1 << 10 {
+            return Some(if added_us <= 0.5 { (true, "ok (<= 0.5 us added)") } else { (false, "MISSED (> 0.5 us added)") });
+        }
+        if nominal >= 64 << 10 {
+            return Some(if ratio <= 1.01 { (true, "ok (within 1 %)") } else { (false, "MISSED (> 1 % slower)") });
+        }
+        return None;
+    }
     if nominal == 8 {
         return Some(if added_us < 1.0 { (true, "ok (< 1 us added)") } else { (false, "MISSED (>= 1 us added)") });
     }
@@ -848,6 +876,7 @@ fn op_title(op: &str) -> &'static str {
         "allgather" => "allgather (bytes = the gathered buffer)",
         "reduce_scatter" => "reduce_scatter (float32 sum; bytes = the whole input)",
         "exchange" => "send/recv exchange (ring: send to rank+1, receive from rank-1, grouped)",
+        "halo" => "halo exchange in one group (a row to rank+1 and one to rank-1, a row from each; bytes = one row)",
         _ => "send/recv ping-pong (one way = round trip / 2)",
     }
 }
@@ -998,7 +1027,7 @@ fn nccl_table(m: &Mpi, op: &str, labels: (&str, &str), note: &str, rows: &[NcclR
         let (raw, gw) = (median(&r.raw), median(&r.gw));
         let (ratio, added) = paired(&r.raw, &r.gw);
         let added = added * 1e6;
-        let target = match nccl_target(n, r.nominal, ratio, added) {
+        let target = match nccl_target_of(op, n, r.nominal, ratio, added) {
             Some((true, t)) => {
                 met += 1;
                 t
@@ -1195,6 +1224,8 @@ fn device_mode(o: &Opts, backend: DevBackend) {
             let r = if comm != 0 { view(rb, 0, rcount) } else { 0 };
             let mc = m.comm;
             let dt = float();
+            // The row views of a halo exchange, freed after the size.
+            let mut halo_views: Vec<gpuwire_buffer> = Vec::new();
             // One call of the measured variant (gpuwire, or raw MPI for raw-cuda-aware).
             let one: Box<dyn FnMut()> = match (op, backend) {
                 ("allreduce", DevBackend::RawCudaAware) => Box::new(move || {
@@ -1221,6 +1252,20 @@ fn device_mode(o: &Opts, backend: DevBackend) {
                         "MPI_Sendrecv",
                     )
                 }),
+                ("halo", DevBackend::RawCudaAware) => Box::new(move || {
+                    let h = sc / 2;
+                    // SAFETY: as above: rows of h float32 at offsets 0 and h.
+                    unsafe {
+                        mok(
+                            msys::MPI_Sendrecv(sp as *const c_void, h as c_int, dt, next, TAG, rp as *mut c_void, h as c_int, dt, prev, TAG, mc, msys::RSMPI_STATUS_IGNORE),
+                            "MPI_Sendrecv",
+                        );
+                        mok(
+                            msys::MPI_Sendrecv((sp + 4 * h) as *const c_void, h as c_int, dt, prev, HALO_TAG, (rp + 4 * h) as *mut c_void, h as c_int, dt, next, HALO_TAG, mc, msys::RSMPI_STATUS_IGNORE),
+                            "MPI_Sendrecv",
+                        );
+                    }
+                }),
                 ("sendrecv", DevBackend::RawCudaAware) => Box::new(move || {
                     // SAFETY: as above.
                     unsafe {
@@ -1237,6 +1282,19 @@ fn device_mode(o: &Opts, backend: DevBackend) {
                 ("allgather", _) => Box::new(move || ok(gpuwire_allgather(comm, s, r, s_void), "gpuwire_allgather")),
                 ("reduce_scatter", _) => Box::new(move || ok(gpuwire_reduce_scatter(comm, s, r, SUM, s_void), "gpuwire_reduce_scatter")),
                 ("exchange", _) => Box::new(move || ok(gpuwire_sendrecv(comm, s, next, TAG, r, prev, TAG, s_void), "gpuwire_sendrecv")),
+                ("halo", _) => {
+                    let h = sc / 2;
+                    let rows = [view(sb, 0, h), view(sb, h, h), view(rb, 0, h), view(rb, h, h)];
+                    halo_views.extend(rows);
+                    Box::new(move || {
+                        ok(gpuwire_group_start(), "gpuwire_group_start");
+                        ok(gpuwire_send(comm, rows[0], next, TAG, s_void), "gpuwire_send");
+                        ok(gpuwire_send(comm, rows[1], prev, HALO_TAG, s_void), "gpuwire_send");
+                        ok(gpuwire_recv(comm, rows[2], prev, TAG, s_void), "gpuwire_recv");
+                        ok(gpuwire_recv(comm, rows[3], next, HALO_TAG, s_void), "gpuwire_recv");
+                        ok(gpuwire_group_end(), "gpuwire_group_end");
+                    })
+                }
                 ("sendrecv", _) => Box::new(move || {
                     if rank == 0 {
                         ok(gpuwire_send(comm, s, 1, TAG, s_void), "gpuwire_send");
@@ -1265,6 +1323,15 @@ fn device_mode(o: &Opts, backend: DevBackend) {
                             unsafe { (nccl.reduce_scatter)(sp as *const c_void, rp as *mut c_void, rcount, raw_nccl::FLOAT32, raw_nccl::SUM, rc, s_void) },
                             "ncclReduceScatter",
                         )
+                    }),
+                    "halo" => Box::new(move || unsafe {
+                        let h = sc / 2;
+                        nccl.ok((nccl.group_start)(), "ncclGroupStart");
+                        nccl.ok((nccl.send)(sp as *const c_void, h, raw_nccl::FLOAT32, next, rc, s_void), "ncclSend");
+                        nccl.ok((nccl.send)((sp + 4 * h) as *const c_void, h, raw_nccl::FLOAT32, prev, rc, s_void), "ncclSend");
+                        nccl.ok((nccl.recv)(rp as *mut c_void, h, raw_nccl::FLOAT32, prev, rc, s_void), "ncclRecv");
+                        nccl.ok((nccl.recv)((rp + 4 * h) as *mut c_void, h, raw_nccl::FLOAT32, next, rc, s_void), "ncclRecv");
+                        nccl.ok((nccl.group_end)(), "ncclGroupEnd");
                     }),
                     "exchange" => Box::new(move || unsafe {
                         nccl.ok((nccl.group_start)(), "ncclGroupStart");
@@ -1318,6 +1385,9 @@ fn device_mode(o: &Opts, backend: DevBackend) {
                 dev_line(&m, &label, op, bytes, &times);
             }
             drop(f);
+            for v in halo_views.drain(..) {
+                ok(gpuwire_buffer_free(v), "gpuwire_buffer_free");
+            }
             if comm != 0 {
                 ok(gpuwire_buffer_free(s), "gpuwire_buffer_free");
                 ok(gpuwire_buffer_free(r), "gpuwire_buffer_free");
@@ -1483,6 +1553,10 @@ mod tests {
         assert_eq!(expected("exchange", 0, 4, 8, 0), Some(4.0), "rank 0 receives from rank 3");
         assert_eq!(expected("exchange", 2, 4, 8, 0), Some(2.0));
         assert_eq!(expected("exchange", 0, 1, 8, 0), Some(1.0), "one rank exchanges with itself");
+        assert_eq!(layout("halo", 1 << 10, 2), (512, 512, 1 << 10), "two rows of 256 float32 each way");
+        assert_eq!(expected("halo", 0, 4, 8, 3), Some(4.0), "rank 0's first row comes from rank 3");
+        assert_eq!(expected("halo", 0, 4, 8, 4), Some(2.0), "its second row from rank 1");
+        assert_eq!(check_points("halo", 2, 8), vec![0, 3, 4, 7]);
         assert_eq!(expected("allreduce", 0, 1, 2, 0), Some(1.0));
         assert_eq!(expected("sendrecv", 1, 4, 2, 0), Some(1.0));
         assert_eq!(expected("sendrecv", 2, 4, 2, 0), None, "the ping-pong involves ranks 0 and 1");
@@ -1505,6 +1579,11 @@ mod tests {
         assert_eq!(nccl_target(2, 8, 1.2, 0.9).map(|t| t.0), Some(true));
         assert_eq!(nccl_target(8, 1 << 20, 1.5, 9.0), None);
         assert_eq!(nccl_target(8, 32 << 20, 1.5, 9.0), None);
+        assert_eq!(nccl_target_of("halo", 1, 1 << 10, 2.0, 0.4).map(|t| t.0), Some(true));
+        assert_eq!(nccl_target_of("halo", 1, 1 << 10, 1.0, 0.6).map(|t| t.0), Some(false));
+        assert_eq!(nccl_target_of("halo", 1, 32 << 10, 1.5, 9.0), None);
+        assert_eq!(nccl_target_of("halo", 1, 64 << 10, 1.009, 9.0).map(|t| t.0), Some(true));
+        assert_eq!(nccl_target_of("halo", 2, 64 << 20, 1.02, 9.0).map(|t| t.0), Some(false));
         assert_eq!(nccl_target(2, 64 << 20, 1.019, 9.0).map(|t| t.0), Some(true));
         assert_eq!(nccl_target(2, 1 << 30, 1.021, 9.0).map(|t| t.0), Some(false));
     }

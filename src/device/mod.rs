@@ -155,6 +155,7 @@ impl CudaAlloc {
     /// Allocates `bytes` (> 0) of `space` (DEVICE, PINNED or MANAGED) on `device`, zeroed.
     pub fn new(space: Space, device: i32, bytes: usize) -> Result<CudaAlloc> {
         let _g = CtxGuard::enter(device)?;
+        crate::trace!("cuda: allocating {bytes} bytes of {} on thread {:?}", space.name(), std::thread::current().name());
         let ptr = match space {
             Space::GPUWIRE_SPACE_DEVICE | Space::GPUWIRE_SPACE_MANAGED => {
                 let mut p: sys::CUdeviceptr = 0;
@@ -165,11 +166,19 @@ impl CudaAlloc {
                     // SAFETY: as above; CU_MEM_ATTACH_GLOBAL = 1.
                     check(unsafe { sys::cuMemAllocManaged(&mut p, bytes, 1) }, "cuMemAllocManaged")?;
                 }
-                // SAFETY: p is `bytes` long on the current context. cuMemsetD8 runs on the legacy
-                // stream, which non-blocking streams do not wait for: finish it before returning, so
-                // the memory is zero for work on any stream.
-                let zeroed = check(unsafe { sys::cuMemsetD8_v2(p, 0, bytes) }, "cuMemsetD8")
-                    .and_then(|()| check(unsafe { sys::cuStreamSynchronize(std::ptr::null_mut()) }, "cuStreamSynchronize"));
+                // SAFETY: p is `bytes` long on the current context. The memset runs on a private
+                // non-blocking stream, finished before returning (so the memory is zero for work on
+                // any stream): never on the legacy stream, which waits for every blocking stream,
+                // and a caller's stream may be waiting on gpuwire's progress engine, the thread
+                // that may be allocating here (`crate::engine`).
+                let zeroed = (|| {
+                    let mut s: sys::CUstream = std::ptr::null_mut();
+                    check(unsafe { sys::cuStreamCreate(&mut s, 1) }, "cuStreamCreate")?;
+                    let r = check(unsafe { sys::cuMemsetD8Async(p, 0, bytes, s) }, "cuMemsetD8Async")
+                        .and_then(|()| check(unsafe { sys::cuStreamSynchronize(s) }, "cuStreamSynchronize"));
+                    unsafe { sys::cuStreamDestroy_v2(s) };
+                    r
+                })();
                 if let Err(e) = zeroed {
                     unsafe { sys::cuMemFree_v2(p) };
                     return Err(e);
@@ -190,8 +199,40 @@ impl CudaAlloc {
     }
 }
 
+/// Allocations dropped on a progress-engine thread, freed once no engine work is outstanding:
+/// cuMemFree and cuMemFreeHost synchronize the device, and a caller's stream may be waiting for
+/// the very thread that frees (`crate::engine`).
+static GRAVEYARD: std::sync::Mutex<Vec<CudaAlloc>> = std::sync::Mutex::new(Vec::new());
+
+thread_local! {
+    static DEFER_FREES: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Makes this thread's CudaAlloc drops deferred (`free_deferred`): the engine thread's.
+pub fn defer_frees_on_this_thread() {
+    DEFER_FREES.with(|d| d.set(true));
+}
+
+/// Frees the allocations deferred so far (call when no stream waits on engine work).
+pub fn free_deferred() {
+    let dead: Vec<CudaAlloc> = std::mem::take(&mut *GRAVEYARD.lock().unwrap_or_else(|p| p.into_inner()));
+    let was = DEFER_FREES.with(|d| d.replace(false));
+    drop(dead);
+    DEFER_FREES.with(|d| d.set(was));
+}
+
 impl Drop for CudaAlloc {
     fn drop(&mut self) {
+        if DEFER_FREES.with(|d| d.get()) {
+            let a = CudaAlloc { ptr: self.ptr, bytes: self.bytes, device: self.device, space: self.space };
+            self.ptr = 0;
+            GRAVEYARD.lock().unwrap_or_else(|p| p.into_inner()).push(a);
+            return;
+        }
+        if self.ptr == 0 {
+            return;
+        }
+        crate::trace!("cuda: freeing {} bytes of {} on thread {:?}", self.bytes, self.space.name(), std::thread::current().name());
         let Ok(_g) = CtxGuard::enter(self.device) else { return };
         // SAFETY: allocated by `new` and freed only here.
         unsafe {
@@ -458,6 +499,48 @@ pub fn write_small(dst: usize, src: &[u8], stream: Stream) -> Result<bool> {
         }
     }
     Ok(true)
+}
+
+/// Whether `stream` is being captured into a CUDA graph (`cuStreamIsCapturing`). The legacy
+/// default stream (NULL) is never captured.
+pub fn is_capturing(stream: Stream) -> Result<bool> {
+    let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: a stream handle of the caller (or NULL); `st` is a valid out-parameter.
+    check(unsafe { sys::cuStreamIsCapturing(stream.raw(), &mut st) }, "cuStreamIsCapturing")?;
+    Ok(st != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+}
+
+/// A zeroed 32-bit word of page-locked host memory mapped into `device`'s address space: its
+/// host address and its device address, for stream waits on values the host writes. Never
+/// freed (a stream may wait on it until the process ends); 64 bytes each.
+pub fn mapped_word(device: i32) -> Result<(*mut u32, u64)> {
+    let _ctx = CtxGuard::enter(device)?;
+    let mut p: *mut std::ffi::c_void = std::ptr::null_mut();
+    // SAFETY: allocates 64 bytes of page-locked memory, PORTABLE | DEVICEMAP.
+    check(unsafe { sys::cuMemHostAlloc(&mut p, 64, 0x1 | 0x2) }, "cuMemHostAlloc (stream gate)")?;
+    // SAFETY: `p` is 64 writable bytes just allocated.
+    unsafe { std::ptr::write_bytes(p.cast::<u8>(), 0, 64) };
+    let mut d: sys::CUdeviceptr = 0;
+    // SAFETY: `p` was allocated with DEVICEMAP in the current context.
+    check(unsafe { sys::cuMemHostGetDevicePointer_v2(&mut d, p, 0) }, "cuMemHostGetDevicePointer")?;
+    Ok((p.cast::<u32>(), d as u64))
+}
+
+/// A new non-blocking stream on `device` (it never waits for the legacy stream), never
+/// destroyed.
+pub fn private_stream(device: i32) -> Result<Stream> {
+    let _ctx = CtxGuard::enter(device)?;
+    let mut s: sys::CUstream = std::ptr::null_mut();
+    // SAFETY: writes one stream handle; CU_STREAM_NON_BLOCKING = 1.
+    check(unsafe { sys::cuStreamCreate(&mut s, 1) }, "cuStreamCreate")?;
+    Ok(Stream(s as usize))
+}
+
+/// Enqueues on `stream` a wait until the 32-bit word at device address `addr` reaches `value`
+/// (cyclic comparison, `CU_STREAM_WAIT_VALUE_GEQ`): the stream's later work starts after it.
+pub fn stream_wait_geq(stream: Stream, addr: u64, value: u32) -> Result<()> {
+    // SAFETY: `addr` is a mapped word of `mapped_word`, alive for the process.
+    check(unsafe { sys::cuStreamWaitValue32_v2(stream.raw(), addr as sys::CUdeviceptr, value, sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32) }, "cuStreamWaitValue32")
 }
 
 /// Blocks until all work enqueued on `stream` is complete.

@@ -15,6 +15,8 @@ use crate::device::Stream;
 use crate::error::{Error, Result, gpuwire_status};
 use crate::ffi::boundary::{self, call, collective, non_null, write};
 use crate::ffi::{gpuwire_buffer, gpuwire_comm, gpuwire_request};
+use crate::group::submit as issue;
+use crate::op::Op;
 use crate::request::{REQUESTS, Request};
 use crate::types::ReduceOp;
 use std::sync::Arc;
@@ -38,7 +40,7 @@ fn st(stream: *mut c_void) -> Stream {
 pub extern "C" fn gpuwire_send(comm: gpuwire_comm, buf: gpuwire_buffer, dest: i32, tag: i32, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_send", || {
         let b = boundary::buffer(buf)?;
-        boundary::comm(comm)?.send(&b, dest, tag, st(stream))
+        issue(&boundary::comm(comm)?, Op::Send { buf: b, dest, tag }, st(stream), false).map(|_| ())
     })
 }
 
@@ -52,7 +54,7 @@ pub extern "C" fn gpuwire_send(comm: gpuwire_comm, buf: gpuwire_buffer, dest: i3
 pub extern "C" fn gpuwire_recv(comm: gpuwire_comm, buf: gpuwire_buffer, source: i32, tag: i32, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_recv", || {
         let b = boundary::buffer(buf)?;
-        boundary::comm(comm)?.recv(&b, source, tag, st(stream))
+        issue(&boundary::comm(comm)?, Op::Recv { buf: b, source, tag }, st(stream), false).map(|_| ())
     })
 }
 
@@ -71,7 +73,7 @@ pub extern "C" fn gpuwire_isend(
 ) -> gpuwire_status {
     call("gpuwire_isend", || {
         non_null(request, "request")?;
-        let r = boundary::comm(comm)?.isend(&boundary::buffer(buf)?, dest, tag, st(stream))?;
+        let r = issue(&boundary::comm(comm)?, Op::Isend { buf: boundary::buffer(buf)?, dest, tag }, st(stream), true)?.ok_or_else(no_request)?;
         write(request, REQUESTS.insert(Arc::new(r))?);
         Ok(())
     })
@@ -93,7 +95,7 @@ pub extern "C" fn gpuwire_irecv(
 ) -> gpuwire_status {
     call("gpuwire_irecv", || {
         non_null(request, "request")?;
-        let r = boundary::comm(comm)?.irecv(&boundary::buffer(buf)?, source, tag, st(stream))?;
+        let r = issue(&boundary::comm(comm)?, Op::Irecv { buf: boundary::buffer(buf)?, source, tag }, st(stream), true)?.ok_or_else(no_request)?;
         write(request, REQUESTS.insert(Arc::new(r))?);
         Ok(())
     })
@@ -253,7 +255,7 @@ pub extern "C" fn gpuwire_sendrecv(
     call("gpuwire_sendrecv", || {
         let c = boundary::comm(comm)?;
         let (s, r) = (boundary::buffer(sendbuf)?, boundary::buffer(recvbuf)?);
-        c.sendrecv(&s, dest, sendtag, &r, source, recvtag, st(stream))
+        issue(&c, Op::Sendrecv { send: s, dest, sendtag, recv: r, source, recvtag }, st(stream), false).map(|_| ())
     })
 }
 
@@ -263,7 +265,7 @@ pub extern "C" fn gpuwire_sendrecv(
 /// with a timeout).
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_barrier(comm: gpuwire_comm, stream: *mut c_void) -> gpuwire_status {
-    call("gpuwire_barrier", || boundary::comm(comm)?.barrier(st(stream)))
+    call("gpuwire_barrier", || issue(&boundary::comm(comm)?, Op::Barrier, st(stream), false).map(|_| ()))
 }
 
 /// Broadcasts all of `buf`'s elements from `root` to every rank, as MPI_Bcast. Collective; every
@@ -276,7 +278,7 @@ pub extern "C" fn gpuwire_barrier(comm: gpuwire_comm, stream: *mut c_void) -> gp
 pub extern "C" fn gpuwire_bcast(comm: gpuwire_comm, buf: gpuwire_buffer, root: i32, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_bcast", || {
         let c = boundary::comm(comm)?;
-        collective(&c, "bcast", || boundary::buffer(buf), |b| c.bcast(&b, root, st(stream)))
+        collective(&c, "bcast", || boundary::buffer(buf), |b| issue(&c, Op::Bcast { buf: b, root }, st(stream), false).map(|_| ()))
     })
 }
 
@@ -303,7 +305,7 @@ pub extern "C" fn gpuwire_reduce(
             &c,
             "reduce",
             || Ok((boundary::buffer(sendbuf)?, boundary::buffer_opt(recvbuf)?, ReduceOp::from_c(op)?)),
-            |(s, r, op)| c.reduce(&s, r.as_deref(), op, root, st(stream)),
+            |(s, r, op)| issue(&c, Op::Reduce { send: s, recv: r, op, root }, st(stream), false).map(|_| ()),
         )
     })
 }
@@ -327,7 +329,7 @@ pub extern "C" fn gpuwire_allreduce(
             &c,
             "allreduce",
             || Ok((boundary::buffer(sendbuf)?, boundary::buffer(recvbuf)?, ReduceOp::from_c(op)?)),
-            |(s, r, op)| c.allreduce(&s, &r, op, st(stream)),
+            |(s, r, op)| issue(&c, Op::Allreduce { send: s, recv: r, op }, st(stream), false).map(|_| ()),
         )
     })
 }
@@ -346,7 +348,7 @@ pub extern "C" fn gpuwire_allgather(comm: gpuwire_comm, sendbuf: gpuwire_buffer,
             &c,
             "allgather",
             || Ok((boundary::buffer(sendbuf)?, boundary::buffer(recvbuf)?)),
-            |(s, r)| c.allgather(&s, &r, st(stream)),
+            |(s, r)| issue(&c, Op::Allgather { send: s, recv: r }, st(stream), false).map(|_| ()),
         )
     })
 }
@@ -380,7 +382,7 @@ pub extern "C" fn gpuwire_allgatherv(
             &c,
             "allgatherv",
             || Ok((boundary::buffer(sendbuf)?, boundary::buffer(recvbuf)?)),
-            |(s, r)| c.allgatherv(&s, &r, counts, st(stream)),
+            |(s, r)| issue(&c, Op::Allgatherv { send: s, recv: r, counts: counts.map(|c| c.to_vec()) }, st(stream), false).map(|_| ()),
         )
     })
 }
@@ -404,7 +406,7 @@ pub extern "C" fn gpuwire_reduce_scatter(
             &c,
             "reduce_scatter",
             || Ok((boundary::buffer(sendbuf)?, boundary::buffer(recvbuf)?, ReduceOp::from_c(op)?)),
-            |(s, r, op)| c.reduce_scatter(&s, &r, op, st(stream)),
+            |(s, r, op)| issue(&c, Op::ReduceScatter { send: s, recv: r, op }, st(stream), false).map(|_| ()),
         )
     })
 }
@@ -421,7 +423,7 @@ pub extern "C" fn gpuwire_alltoall(comm: gpuwire_comm, sendbuf: gpuwire_buffer, 
             &c,
             "alltoall",
             || Ok((boundary::buffer(sendbuf)?, boundary::buffer(recvbuf)?)),
-            |(s, r)| c.alltoall(&s, &r, st(stream)),
+            |(s, r)| issue(&c, Op::Alltoall { send: s, recv: r }, st(stream), false).map(|_| ()),
         )
     })
 }
@@ -446,7 +448,7 @@ pub extern "C" fn gpuwire_gather(
             &c,
             "gather",
             || Ok((boundary::buffer(sendbuf)?, boundary::buffer_opt(recvbuf)?)),
-            |(s, r)| c.gather(&s, r.as_deref(), root, st(stream)),
+            |(s, r)| issue(&c, Op::Gather { send: s, recv: r, root }, st(stream), false).map(|_| ()),
         )
     })
 }
@@ -471,7 +473,237 @@ pub extern "C" fn gpuwire_scatter(
             &c,
             "scatter",
             || Ok((boundary::buffer_opt(sendbuf)?, boundary::buffer(recvbuf)?)),
-            |(s, r)| c.scatter(s.as_deref(), &r, root, st(stream)),
+            |(s, r)| issue(&c, Op::Scatter { send: s, recv: r, root }, st(stream), false).map(|_| ()),
         )
+    })
+}
+
+fn no_request() -> Error {
+    Error::Internal("a nonblocking operation made no request".into())
+}
+
+/// Issues the nonblocking form of a collective and writes its request (`request` checked first;
+/// on any error no request is made and `*request` is left as it was).
+fn nonblocking(
+    name: &'static str,
+    comm: gpuwire_comm,
+    request: *mut gpuwire_request,
+    stream: *mut c_void,
+    prepare: impl FnOnce() -> Result<Op>,
+) -> gpuwire_status {
+    call(name, || {
+        non_null(request, "request")?;
+        let c = boundary::comm(comm)?;
+        let what = name.trim_start_matches("gpuwire_i");
+        let op = match prepare() {
+            Ok(op) => op,
+            Err(e) => return Err(c.fail_collective(what, e)),
+        };
+        let r = issue(&c, op, st(stream), true)?.ok_or_else(no_request)?;
+        write(request, REQUESTS.insert(Arc::new(r))?);
+        Ok(())
+    })
+}
+
+/// Starts a barrier, as MPI_Ibarrier: the request completes once every rank has started it.
+///
+/// Common to every nonblocking collective (gpuwire_ibarrier ... gpuwire_iscatter): the
+/// arguments, their meaning and their errors are the blocking form's, returned by this call
+/// (which then made no request); plus GPUWIRE_ERROR_NULL_ARGUMENT (`request`). The request
+/// keeps its communicator and buffers alive; the buffers must not be read or written until it
+/// completes (gpuwire_wait, gpuwire_test, gpuwire_waitall, in any order). Several may be
+/// outstanding on one communicator; they start in call order, and every rank must issue a
+/// communicator's collectives in the same order (as MPI). Unlike MPI, a nonblocking collective
+/// matches its blocking form on another rank. Under MPI_THREAD_MULTIPLE gpuwire's progress
+/// thread runs it and the call returns at once (NCCL device operations are enqueued on
+/// `stream`); below MULTIPLE it completes before the call returns (gpuwire_comm_describe says
+/// which). Device buffers on MPI_STAGED, MPI_CUDA_AWARE and IPC: stream-ordered, as the
+/// blocking forms (see gpuwire_comm_async_error); the request completes when the data is in
+/// place. In checking mode a mismatch between ranks is reported by the wait on every rank.
+/// Inside a group (gpuwire_group_start) the operation starts at the group's end.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_ibarrier(comm: gpuwire_comm, stream: *mut c_void, request: *mut gpuwire_request) -> gpuwire_status {
+    nonblocking("gpuwire_ibarrier", comm, request, stream, || Ok(Op::Barrier))
+}
+
+/// Starts a broadcast, as MPI_Ibcast (arguments as gpuwire_bcast; see gpuwire_ibarrier).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_ibcast(comm: gpuwire_comm, buf: gpuwire_buffer, root: i32, stream: *mut c_void, request: *mut gpuwire_request) -> gpuwire_status {
+    nonblocking("gpuwire_ibcast", comm, request, stream, || Ok(Op::Bcast { buf: boundary::buffer(buf)?, root }))
+}
+
+/// Starts a reduction to `root`, as MPI_Ireduce (arguments as gpuwire_reduce; see
+/// gpuwire_ibarrier).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_ireduce(
+    comm: gpuwire_comm,
+    sendbuf: gpuwire_buffer,
+    recvbuf: gpuwire_buffer,
+    op: i32,
+    root: i32,
+    stream: *mut c_void,
+    request: *mut gpuwire_request,
+) -> gpuwire_status {
+    nonblocking("gpuwire_ireduce", comm, request, stream, || {
+        Ok(Op::Reduce { send: boundary::buffer(sendbuf)?, recv: boundary::buffer_opt(recvbuf)?, op: ReduceOp::from_c(op)?, root })
+    })
+}
+
+/// Starts an allreduce, as MPI_Iallreduce (arguments as gpuwire_allreduce; see
+/// gpuwire_ibarrier).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_iallreduce(
+    comm: gpuwire_comm,
+    sendbuf: gpuwire_buffer,
+    recvbuf: gpuwire_buffer,
+    op: i32,
+    stream: *mut c_void,
+    request: *mut gpuwire_request,
+) -> gpuwire_status {
+    nonblocking("gpuwire_iallreduce", comm, request, stream, || {
+        Ok(Op::Allreduce { send: boundary::buffer(sendbuf)?, recv: boundary::buffer(recvbuf)?, op: ReduceOp::from_c(op)? })
+    })
+}
+
+/// Starts an allgather, as MPI_Iallgather (arguments as gpuwire_allgather; see
+/// gpuwire_ibarrier).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_iallgather(
+    comm: gpuwire_comm,
+    sendbuf: gpuwire_buffer,
+    recvbuf: gpuwire_buffer,
+    stream: *mut c_void,
+    request: *mut gpuwire_request,
+) -> gpuwire_status {
+    nonblocking("gpuwire_iallgather", comm, request, stream, || Ok(Op::Allgather { send: boundary::buffer(sendbuf)?, recv: boundary::buffer(recvbuf)? }))
+}
+
+/// Starts an allgatherv, as MPI_Iallgatherv (arguments as gpuwire_allgatherv; `recvcounts` is
+/// copied by the call; see gpuwire_ibarrier).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_iallgatherv(
+    comm: gpuwire_comm,
+    sendbuf: gpuwire_buffer,
+    recvbuf: gpuwire_buffer,
+    recvcounts: *const i64,
+    stream: *mut c_void,
+    request: *mut gpuwire_request,
+) -> gpuwire_status {
+    nonblocking("gpuwire_iallgatherv", comm, request, stream, || {
+        let c = boundary::comm(comm)?;
+        let counts = if recvcounts.is_null() {
+            None
+        } else {
+            // SAFETY: the caller promises one entry per rank.
+            Some(unsafe { std::slice::from_raw_parts(recvcounts, c.size() as usize) }.to_vec())
+        };
+        Ok(Op::Allgatherv { send: boundary::buffer(sendbuf)?, recv: boundary::buffer(recvbuf)?, counts })
+    })
+}
+
+/// Starts a reduce-scatter, as MPI_Ireduce_scatter_block (arguments as gpuwire_reduce_scatter;
+/// see gpuwire_ibarrier).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_ireduce_scatter(
+    comm: gpuwire_comm,
+    sendbuf: gpuwire_buffer,
+    recvbuf: gpuwire_buffer,
+    op: i32,
+    stream: *mut c_void,
+    request: *mut gpuwire_request,
+) -> gpuwire_status {
+    nonblocking("gpuwire_ireduce_scatter", comm, request, stream, || {
+        Ok(Op::ReduceScatter { send: boundary::buffer(sendbuf)?, recv: boundary::buffer(recvbuf)?, op: ReduceOp::from_c(op)? })
+    })
+}
+
+/// Starts an all-to-all, as MPI_Ialltoall (arguments as gpuwire_alltoall; see
+/// gpuwire_ibarrier).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_ialltoall(
+    comm: gpuwire_comm,
+    sendbuf: gpuwire_buffer,
+    recvbuf: gpuwire_buffer,
+    stream: *mut c_void,
+    request: *mut gpuwire_request,
+) -> gpuwire_status {
+    nonblocking("gpuwire_ialltoall", comm, request, stream, || Ok(Op::Alltoall { send: boundary::buffer(sendbuf)?, recv: boundary::buffer(recvbuf)? }))
+}
+
+/// Starts a gather to `root`, as MPI_Igather (arguments as gpuwire_gather; see
+/// gpuwire_ibarrier).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_igather(
+    comm: gpuwire_comm,
+    sendbuf: gpuwire_buffer,
+    recvbuf: gpuwire_buffer,
+    root: i32,
+    stream: *mut c_void,
+    request: *mut gpuwire_request,
+) -> gpuwire_status {
+    nonblocking("gpuwire_igather", comm, request, stream, || Ok(Op::Gather { send: boundary::buffer(sendbuf)?, recv: boundary::buffer_opt(recvbuf)?, root }))
+}
+
+/// Starts a scatter from `root`, as MPI_Iscatter (arguments as gpuwire_scatter; see
+/// gpuwire_ibarrier).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_iscatter(
+    comm: gpuwire_comm,
+    sendbuf: gpuwire_buffer,
+    recvbuf: gpuwire_buffer,
+    root: i32,
+    stream: *mut c_void,
+    request: *mut gpuwire_request,
+) -> gpuwire_status {
+    nonblocking("gpuwire_iscatter", comm, request, stream, || Ok(Op::Scatter { send: boundary::buffer_opt(sendbuf)?, recv: boundary::buffer(recvbuf)?, root }))
+}
+
+/// Opens a group on the calling thread, as ncclGroupStart: the point-to-point operations and
+/// collectives (blocking or nonblocking forms) this thread issues until the matching
+/// gpuwire_group_end are validated at their call (an argument error is returned at once and
+/// the operation not added) and started together at the outermost end. Groups nest; only the
+/// outermost end starts anything. Inside a group a blocking form returns at once; a
+/// nonblocking form returns a request that may be waited for only after the group ended
+/// (earlier: GPUWIRE_ERROR_INVALID_ARGUMENT, and the request is released).
+///
+/// Errors: GPUWIRE_ERROR_NOT_INITIALIZED, GPUWIRE_ERROR_INVALID_ARGUMENT (65536 levels deep).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_group_start() -> gpuwire_status {
+    call("gpuwire_group_start", || {
+        crate::runtime::ensure_ready()?;
+        crate::group::start()
+    })
+}
+
+/// Closes the calling thread's group (gpuwire_group_start). At the outermost end the group's
+/// operations start: on NCCL communicators their device operations as one NCCL group (one
+/// launch); elsewhere every send and receive as a nonblocking operation (receives first), then
+/// the collectives in call order, then all are completed — so a halo exchange with any number
+/// of neighbours in one group cannot deadlock on the order of its sends and receives. Returns
+/// when the data of every operation on host memory and on the MPI and IPC paths is in place;
+/// NCCL's are ordered on their streams. Each rank must issue its collectives in the same order.
+///
+/// Errors: GPUWIRE_ERROR_INVALID_ARGUMENT (no open group), and the first error of the group's
+/// operations (their requests report their own).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_group_end() -> gpuwire_status {
+    call("gpuwire_group_end", || {
+        crate::runtime::ensure_ready()?;
+        crate::group::end()
+    })
+}
+
+/// Reports, once, the error of an operation on `comm` that failed after its call had returned
+/// (a stream-ordered device operation: see gpuwire_ibarrier): GPUWIRE_SUCCESS when there is
+/// none, else its code, with its message as the thread's last error (gpuwire_last_error).
+/// Without this call, the next operation on the communicator reports it (and does nothing).
+/// As ncclCommGetAsyncError. Local; thread-safe.
+///
+/// Errors: GPUWIRE_ERROR_INVALID_HANDLE, and the asynchronous error.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_comm_async_error(comm: gpuwire_comm) -> gpuwire_status {
+    call("gpuwire_comm_async_error", || match boundary::comm(comm)?.engine().take_async_error() {
+        Some(e) => Err(e),
+        None => Ok(()),
     })
 }

@@ -18,6 +18,12 @@ with --cupy on a GPU).
   4. A Request collected while pending on a communicator without a timeout is abandoned at once
      (ResourceWarning; the communicator is then broken), not waited for without bound; a
      completed one goes quietly; Request.free() raises the abandonment.
+  5. Nonblocking collectives (Comm.ibarrier ... iscatter) return Requests: eleven outstanding at
+     once, completed in reverse order, by test() and by waitall, values computed here; a Request
+     keeps an array the caller dropped alive until it completes; an argument error raises and
+     starts nothing. `with gw.group():` around blocking sends to every peer then receives of
+     1 MiB (an order that deadlocks without the group), nested, and left by an exception (the
+     thread is then outside the group); Comm.async_error().
 Rank 0 prints "test_bindings.py: PASS (...)" when every rank passed.
 
 Usage: mpirun -n 2 python3 tests/python/test_bindings.py [EXPECTED_RANKS] [--cupy]
@@ -229,6 +235,106 @@ def garbage_collection(world):
         dc2.free()
 
 
+def nonblocking(world):
+    rank, size = world.rank(), world.size()
+    n, last = 300, size - 1
+    val = lambda r, i: r * 1000 + i + 1  # noqa: E731
+    idx = np.arange(n)
+    for order in ("reverse", "test", "waitall"):
+        mine = val(rank, idx).astype(np.int32)
+        big = val(rank, np.arange(n * size)).astype(np.int32)
+        bc = mine.copy() if rank == last else np.full(n, -1, np.int32)
+        red, ar, rs, sc = (np.full(n, -1, np.int32) for _ in range(4))
+        ag, agv, a2a, g = (np.full(n * size, -1, np.int32) for _ in range(4))
+        avg = val(rank, idx).astype(np.float64)
+        scsrc = (7 * np.arange(n * size)).astype(np.int32)
+        rq = [
+            world.ibarrier(),
+            world.ibcast(bc, root=last),
+            world.ireduce(mine, red if rank == 0 else None, op=gw.SUM, root=0),
+            world.iallreduce(mine, ar, op=gw.MAX),
+            world.iallreduce(avg, op=gw.AVG),
+            world.iallgather(mine, ag),
+            world.iallgatherv(mine, agv, [n] * size if order != "test" else None),
+            world.ireduce_scatter(big, rs, op=gw.SUM),
+            world.ialltoall(big, a2a),
+            world.igather(mine, g if rank == last else None, root=last),
+            world.iscatter(scsrc if rank == 0 else None, sc, root=0),
+        ]
+        if order == "reverse":
+            for r in reversed(rq):
+                r.wait()
+        elif order == "test":
+            pending = [r for r in rq if r.active()]
+            for _ in range(10_000_000):
+                pending = [r for r in pending if not r.test()]
+                if not pending:
+                    break
+            check(not pending, f"{len(pending)} requests still pending after the test loop")
+        else:
+            gw.waitall(rq)
+        check(not any(r.active() for r in rq), f"{order}: every request completed")
+        total = sum(val(q, idx) for q in range(size))
+        check((bc == val(last, idx)).all(), f"{order}: ibcast")
+        check(rank != 0 or (red == total).all(), f"{order}: ireduce")
+        check((ar == val(last, idx)).all(), f"{order}: iallreduce MAX")
+        check((avg == total / size).all(), f"{order}: iallreduce AVG in place")
+        want_ag = np.concatenate([val(q, idx) for q in range(size)])
+        check((ag == want_ag).all() and (agv == want_ag).all(), f"{order}: iallgather, iallgatherv")
+        check((rs == sum(val(q, rank * n + idx) for q in range(size))).all(), f"{order}: ireduce_scatter")
+        check((a2a == np.concatenate([val(q, rank * n + idx) for q in range(size)])).all(), f"{order}: ialltoall")
+        check(rank != last or (g == want_ag).all(), f"{order}: igather")
+        check((sc == 7 * (rank * n + idx)).all(), f"{order}: iscatter")
+    # The Request keeps the array alive: the caller's only reference is dropped before the wait.
+    out = np.full(100_000, -1.0)
+    r = world.iallreduce(np.full(100_000, rank + 1.0), out, op=gw.SUM)
+    gc.collect()
+    r.wait()
+    check((out == size * (size + 1) / 2).all(), "iallreduce of a temporary array")
+    # An argument error raises and returns no request.
+    try:
+        world.iallreduce(np.zeros(4), np.zeros(5))
+        check(False, "iallreduce of 4 into 5 did not raise")
+    except gw.Error as e:
+        check(e.code == gw.ERROR_COUNT_MISMATCH, f"iallreduce of 4 into 5: {e}")
+    try:
+        world.ibcast(np.zeros(4), root=size)
+        check(False, "ibcast from root size did not raise")
+    except gw.Error as e:
+        check(e.code == gw.ERROR_INVALID_ARGUMENT, f"ibcast from root size: {e}")
+    world.async_error()
+
+    # Groups: blocking sends to every peer (oneself on one rank), then the receives, 1 MiB each.
+    peers = [q for q in range(size) if q != rank] or [rank]
+    for nest in (False, True):
+        ins = [np.full(1 << 18, -1, np.int32) for _ in peers]
+        with gw.group():
+            for q in peers:
+                world.send(np.full(1 << 18, 100 * rank + q, np.int32), q, tag=7)
+            if nest:
+                with gw.group():
+                    for q, buf in zip(peers, ins):
+                        world.recv(buf, q, tag=7)
+            else:
+                for q, buf in zip(peers, ins):
+                    world.recv(buf, q, tag=7)
+        check(all((buf == 100 * q + rank).all() for q, buf in zip(peers, ins)), f"group of sends then receives (nested {nest})")
+    x = np.full(10, rank + 1.0)
+    with gw.group():
+        r = world.iallreduce(x, op=gw.SUM)
+    r.wait()
+    check((x == size * (size + 1) / 2).all(), "iallreduce in a group")
+    try:
+        with gw.group():
+            world.allreduce(np.ones(3))
+            raise RuntimeError("unwind")
+    except RuntimeError:
+        pass
+    y = np.ones(3)
+    world.allreduce(y)  # outside any group: done on return
+    check((y == size).all(), "the thread left the group on an exception")
+
+
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     want_cupy = "--cupy" in sys.argv
@@ -241,6 +347,7 @@ def main():
     label = "numpy"
     try:
         byte_order(world)
+        nonblocking(world)
         if want_cupy:
             byte_order_cupy(world)
             label = "numpy and cupy"

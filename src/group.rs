@@ -1,0 +1,253 @@
+//! Groups (`gpuwire_group_start` / `gpuwire_group_end`, as `ncclGroupStart` / `ncclGroupEnd`):
+//! the operations a thread issues between them are recorded and started together at the
+//! outermost end.
+//!
+//! At the end, for each communicator in call order: NCCL device operations are issued inside
+//! one NCCL group (one launch); every other point-to-point operation is started as a
+//! nonblocking MPI (or IPC) operation — receives first, then sends — then the collectives run
+//! in call order, then every started operation is completed. So a halo exchange with any number
+//! of neighbours cannot deadlock on the order of its sends and receives. The end returns once
+//! the data of host-memory and MPI-path operations is in place (NCCL's are stream-ordered).
+//! Groups are per thread; a communicator's operations queued on its progress engine before
+//! the group run first.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::comm::Communicator;
+use crate::device::Stream;
+use crate::engine::Done;
+use crate::error::{Error, Result};
+use crate::op::Op;
+use crate::request::{Pending, Request};
+
+/// Deepest nesting accepted (a program that never ends its groups fails instead of growing).
+const MAX_DEPTH: u32 = 1 << 16;
+
+struct Entry {
+    c: Arc<Communicator>,
+    op: Op,
+    stream: Stream,
+    /// The completion of a nonblocking form's request.
+    done: Option<Arc<Done>>,
+}
+
+#[derive(Default)]
+struct Open {
+    depth: u32,
+    entries: Vec<Entry>,
+    /// Set when the group has been started (its requests may then be waited for).
+    ended: Arc<AtomicBool>,
+}
+
+thread_local! {
+    static GROUP: RefCell<Open> = RefCell::new(Open::default());
+}
+
+/// Whether this thread is inside a group.
+pub fn is_open() -> bool {
+    GROUP.with(|g| g.borrow().depth > 0)
+}
+
+/// gpuwire_group_start.
+pub fn start() -> Result<()> {
+    GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        if g.depth >= MAX_DEPTH {
+            return Err(Error::InvalidArgument(format!("gpuwire_group_start: groups nested {MAX_DEPTH} deep (a missing gpuwire_group_end?)")));
+        }
+        if g.depth == 0 {
+            g.ended = Arc::new(AtomicBool::new(false));
+        }
+        g.depth += 1;
+        Ok(())
+    })
+}
+
+/// The entry of every exported operation: inside a group, `op` is validated and recorded
+/// (started at the outermost end); outside, issued now (`op::issue`).
+pub fn submit(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -> Result<Option<Request>> {
+    if crate::op::tracing() {
+        let route = crate::op::route(c, &op, nonblocking, is_open());
+        let t = std::time::Instant::now();
+        let traced = op.clone();
+        let r = submit_now(c, op, stream, nonblocking);
+        crate::op::trace_line(c, &traced, &route, nonblocking, t.elapsed(), &r);
+        return r;
+    }
+    submit_now(c, op, stream, nonblocking)
+}
+
+fn submit_now(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -> Result<Option<Request>> {
+    if !is_open() {
+        return crate::op::issue(c, op, stream, nonblocking);
+    }
+    c.ensure_usable()?;
+    // This rank's argument errors are returned by the call; in checking mode a collective is
+    // still recorded, so that every rank learns of them in its agreement at the end.
+    if let Err(e) = op.check(c) {
+        if !c.config().check || op.is_p2p() {
+            return Err(e);
+        }
+    }
+    Ok(add(c, op, stream, nonblocking))
+}
+
+/// Records `op` in this thread's open group; the request of a nonblocking form.
+fn add(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -> Option<Request> {
+    GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        let bufs = op.buffers();
+        let done = nonblocking.then(|| Arc::new(Done::default()));
+        let ended = g.ended.clone();
+        g.entries.push(Entry { c: c.clone(), op, stream, done: done.clone() });
+        done.map(|d| Request::new(Box::new(Grouped { done: d, ended }), c.clone(), bufs))
+    })
+}
+
+/// gpuwire_group_end: at the outermost end, starts and completes the group's operations.
+pub fn end() -> Result<()> {
+    let (entries, ended) = GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        if g.depth == 0 {
+            return Err(Error::InvalidArgument("gpuwire_group_end without a matching gpuwire_group_start".into()));
+        }
+        g.depth -= 1;
+        if g.depth > 0 {
+            return Ok((Vec::new(), None));
+        }
+        Ok((std::mem::take(&mut g.entries), Some(g.ended.clone())))
+    })?;
+    let Some(ended) = ended else { return Ok(()) };
+    ended.store(true, Ordering::Release);
+    run(entries)
+}
+
+/// Runs a group's operations (module comment), each communicator's in call order.
+fn run(entries: Vec<Entry>) -> Result<()> {
+    let mut first: Option<Error> = None;
+    let note = |r: &Result<()>, first: &mut Option<Error>| {
+        if let (Err(e), None) = (r, &*first) {
+            *first = Some(e.clone());
+        }
+    };
+    // Earlier queued operations of these communicators come first.
+    for e in &entries {
+        e.c.engine().drain();
+    }
+    // NCCL device operations: one NCCL group.
+    let (nccl, rest): (Vec<&Entry>, Vec<&Entry>) = entries.iter().partition(|e| is_nccl(e));
+    if !nccl.is_empty() {
+        let mut comms: Vec<&Communicator> = Vec::new();
+        for e in &nccl {
+            if !comms.iter().any(|c| std::ptr::eq(*c, &*e.c)) {
+                comms.push(&e.c);
+            }
+        }
+        let r = crate::backend::nccl::with_group(&comms, || {
+            let mut first = None;
+            for e in &nccl {
+                let r = e.op.run(&e.c, e.stream);
+                finish(e, &r);
+                if let (Err(x), None) = (&r, &first) {
+                    first = Some(x.clone());
+                }
+            }
+            first.map_or(Ok(()), Err)
+        });
+        note(&r, &mut first);
+    }
+    // Point-to-point: receives, then sends, started now.
+    let mut started: Vec<(&Entry, Vec<Request>)> = Vec::new();
+    for pass in [true, false] {
+        for e in rest.iter().filter(|e| e.op.is_p2p()) {
+            let r: Result<Vec<Request>> = match (&e.op, pass) {
+                (Op::Recv { buf, source, tag } | Op::Irecv { buf, source, tag }, true) => e.c.irecv(buf, *source, *tag, e.stream).map(|r| vec![r]),
+                (Op::Sendrecv { recv, source, recvtag, .. }, true) => e.c.irecv(recv, *source, *recvtag, e.stream).map(|r| vec![r]),
+                (Op::Send { buf, dest, tag } | Op::Isend { buf, dest, tag }, false) => e.c.isend(buf, *dest, *tag, e.stream).map(|r| vec![r]),
+                (Op::Sendrecv { send, dest, sendtag, .. }, false) => e.c.isend(send, *dest, *sendtag, e.stream).map(|r| vec![r]),
+                _ => Ok(Vec::new()),
+            };
+            match r {
+                Ok(v) => started.push((e, v)),
+                Err(x) => {
+                    let r = Err(x);
+                    finish(e, &r);
+                    note(&r, &mut first);
+                }
+            }
+        }
+    }
+    // Collectives, in call order.
+    for e in rest.iter().filter(|e| !e.op.is_p2p()) {
+        let r = e.op.run(&e.c, e.stream);
+        finish(e, &r);
+        note(&r, &mut first);
+    }
+    // Complete what was started; an operation's result is its first failing part.
+    let mut results: Vec<(*const Entry, Result<()>)> = Vec::new();
+    for (e, reqs) in started {
+        for q in reqs {
+            let r = q.wait();
+            note(&r, &mut first);
+            let key = e as *const Entry;
+            match results.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, prev)) if prev.is_ok() => *prev = r,
+                Some(_) => {}
+                None => results.push((key, r)),
+            }
+        }
+    }
+    for e in rest.iter().filter(|e| e.op.is_p2p()) {
+        if let Some((_, r)) = results.iter().find(|(k, _)| *k == (*e as *const Entry)) {
+            finish(e, r);
+        }
+    }
+    first.map_or(Ok(()), Err)
+}
+
+/// Whether an entry goes to NCCL: device buffers only, on an NCCL communicator.
+fn is_nccl(e: &Entry) -> bool {
+    e.c.backend() == crate::types::BackendKind::GPUWIRE_BACKEND_NCCL && !e.op.buffers().is_empty() && e.op.buffers().iter().all(|b| !b.is_host())
+}
+
+/// Completes an entry's request (nonblocking forms) with its result.
+fn finish(e: &Entry, r: &Result<()>) {
+    if let Some(d) = &e.done {
+        if d.peek().is_none() {
+            d.set(r.clone());
+        }
+    }
+}
+
+/// The request of a nonblocking operation issued inside a group.
+struct Grouped {
+    done: Arc<Done>,
+    ended: Arc<AtomicBool>,
+}
+
+impl Grouped {
+    fn not_started(&self) -> Result<()> {
+        if self.ended.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        Err(Error::InvalidArgument(
+            "the request belongs to a group that has not ended: its operation starts at the outermost gpuwire_group_end (waiting for it inside the group would never return)".into(),
+        ))
+    }
+}
+
+impl Pending for Grouped {
+    fn wait(&mut self) -> Result<()> {
+        self.not_started()?;
+        self.done.wait_until(None).unwrap_or(Ok(()))
+    }
+    fn test(&mut self) -> Result<bool> {
+        self.not_started()?;
+        match self.done.peek() {
+            None => Ok(false),
+            Some(r) => r.map(|()| true),
+        }
+    }
+}

@@ -1,0 +1,423 @@
+//! One operation, described once, and where it runs: now on the caller's thread, on the
+//! communicator's progress engine (`crate::engine`), or at the end of a group (`crate::group`).
+//!
+//! Every exported operation (blocking or nonblocking) becomes an [`Op`] that owns its buffers,
+//! and [`issue`] decides:
+//!
+//! - **Host memory, blocking form**: runs now, on the caller's thread, as MPI's blocking call —
+//!   after waiting for the operations of this communicator still queued on its engine, so every
+//!   operation reaches MPI in call order.
+//! - **Nonblocking form** (isend/irecv and the i-collectives): queued on the engine, which runs
+//!   the blocking form's code; the request completes when it has run. NCCL device operations are
+//!   enqueued on their stream now (NCCL is asynchronous itself); the request completes when the
+//!   stream passes them.
+//! - **Device memory on MPI_STAGED, MPI_CUDA_AWARE and IPC, blocking form**: runs now and returns
+//!   when its data is in place (as in gpuwire 0.1). With `GPUWIRE_STREAM_ORDERED=1`
+//!   (experimental: see `engine::stream_ordered`) it is stream-ordered instead: the call returns
+//!   at once; the operation runs on the engine after the work enqueued on its stream, and the
+//!   stream's later work waits for it (`engine::Gate`) — except with `GPUWIRE_HOST_SYNC=1`, in
+//!   checking mode, below MPI_THREAD_MULTIPLE, or where the driver refuses stream memory
+//!   operations.
+//!
+//! Inside a group (`crate::group::submit`, the exported functions' entry) an operation is
+//! recorded instead, and issued at the outermost `gpuwire_group_end`.
+//!
+//! An operation that fails after its call returned (nobody waits for it) is the communicator's
+//! asynchronous error: returned by the next call on the communicator (which then does nothing)
+//! and by `gpuwire_comm_async_error`.
+
+use std::sync::{Arc, Mutex};
+
+use crate::buffer::Buffer;
+use crate::comm::Communicator;
+use crate::device::{CtxGuard, Event, Stream};
+use crate::engine::{self, Done};
+use crate::error::{Error, Result};
+use crate::request::{Pending, Request};
+use crate::types::ReduceOp;
+
+/// An operation with its arguments, owning its buffers.
+#[derive(Clone, Debug)]
+pub enum Op {
+    Send { buf: Arc<Buffer>, dest: i32, tag: i32 },
+    Recv { buf: Arc<Buffer>, source: i32, tag: i32 },
+    Isend { buf: Arc<Buffer>, dest: i32, tag: i32 },
+    Irecv { buf: Arc<Buffer>, source: i32, tag: i32 },
+    Sendrecv { send: Arc<Buffer>, dest: i32, sendtag: i32, recv: Arc<Buffer>, source: i32, recvtag: i32 },
+    Barrier,
+    Bcast { buf: Arc<Buffer>, root: i32 },
+    Reduce { send: Arc<Buffer>, recv: Option<Arc<Buffer>>, op: ReduceOp, root: i32 },
+    Allreduce { send: Arc<Buffer>, recv: Arc<Buffer>, op: ReduceOp },
+    Allgather { send: Arc<Buffer>, recv: Arc<Buffer> },
+    Allgatherv { send: Arc<Buffer>, recv: Arc<Buffer>, counts: Option<Vec<i64>> },
+    ReduceScatter { send: Arc<Buffer>, recv: Arc<Buffer>, op: ReduceOp },
+    Alltoall { send: Arc<Buffer>, recv: Arc<Buffer> },
+    Gather { send: Arc<Buffer>, recv: Option<Arc<Buffer>>, root: i32 },
+    Scatter { send: Option<Arc<Buffer>>, recv: Arc<Buffer>, root: i32 },
+}
+
+impl Op {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Send { .. } => "send",
+            Op::Recv { .. } => "recv",
+            Op::Isend { .. } => "isend",
+            Op::Irecv { .. } => "irecv",
+            Op::Sendrecv { .. } => "sendrecv",
+            Op::Barrier => "barrier",
+            Op::Bcast { .. } => "bcast",
+            Op::Reduce { .. } => "reduce",
+            Op::Allreduce { .. } => "allreduce",
+            Op::Allgather { .. } => "allgather",
+            Op::Allgatherv { .. } => "allgatherv",
+            Op::ReduceScatter { .. } => "reduce_scatter",
+            Op::Alltoall { .. } => "alltoall",
+            Op::Gather { .. } => "gather",
+            Op::Scatter { .. } => "scatter",
+        }
+    }
+
+    /// The buffers this rank's part of the operation reads or writes (significant ones only).
+    pub fn buffers(&self) -> Vec<Arc<Buffer>> {
+        let v: Vec<Option<&Arc<Buffer>>> = match self {
+            Op::Send { buf, .. } | Op::Recv { buf, .. } | Op::Isend { buf, .. } | Op::Irecv { buf, .. } | Op::Bcast { buf, .. } => vec![Some(buf)],
+            Op::Sendrecv { send, recv, .. } => vec![Some(send), Some(recv)],
+            Op::Barrier => vec![],
+            Op::Reduce { send, recv, .. } | Op::Gather { send, recv, .. } => vec![Some(send), recv.as_ref()],
+            Op::Scatter { send, recv, .. } => vec![send.as_ref(), Some(recv)],
+            Op::Allreduce { send, recv, .. }
+            | Op::Allgather { send, recv }
+            | Op::Allgatherv { send, recv, .. }
+            | Op::ReduceScatter { send, recv, .. }
+            | Op::Alltoall { send, recv } => vec![Some(send), Some(recv)],
+        };
+        v.into_iter().flatten().cloned().collect()
+    }
+
+    /// Whether the operation is point-to-point.
+    pub fn is_p2p(&self) -> bool {
+        matches!(self, Op::Send { .. } | Op::Recv { .. } | Op::Isend { .. } | Op::Irecv { .. } | Op::Sendrecv { .. })
+    }
+
+    /// Whether any of this rank's significant buffers is device (or managed) memory.
+    pub fn on_device(&self, c: &Communicator) -> bool {
+        let root = |r: i32| c.rank() == r;
+        let sig: Vec<&Arc<Buffer>> = match self {
+            Op::Reduce { send, recv, root: r, .. } | Op::Gather { send, recv, root: r } => {
+                let mut v = vec![send];
+                if root(*r) {
+                    v.extend(recv.as_ref());
+                }
+                v
+            }
+            Op::Scatter { send, recv, root: r } => {
+                let mut v = vec![recv];
+                if root(*r) {
+                    v.extend(send.as_ref());
+                }
+                v
+            }
+            _ => return self.buffers().iter().any(|b| !b.is_host()),
+        };
+        sig.iter().any(|b| !b.is_host())
+    }
+
+    /// This rank's own validation of the arguments (no communication): what the call returns at
+    /// once. The operation validates again when it runs (and agrees in checking mode).
+    pub fn check(&self, c: &Communicator) -> Result<()> {
+        let p2p = |what: &str, role: &str, r: i32, tag: i32| {
+            c.check_rank(what, role, r, true)?;
+            c.check_tag(what, tag)
+        };
+        match self {
+            Op::Send { dest, tag, .. } => p2p("send", "destination", *dest, *tag),
+            Op::Isend { dest, tag, .. } => p2p("isend", "destination", *dest, *tag),
+            Op::Recv { source, tag, .. } => p2p("recv", "source", *source, *tag),
+            Op::Irecv { source, tag, .. } => p2p("irecv", "source", *source, *tag),
+            Op::Sendrecv { send, dest, sendtag, recv, source, recvtag } => {
+                p2p("sendrecv", "destination", *dest, *sendtag)?;
+                p2p("sendrecv", "source", *source, *recvtag)?;
+                if send.overlaps(recv) {
+                    return Err(Error::InvalidArgument("sendrecv: the send and receive buffers overlap".into()));
+                }
+                Ok(())
+            }
+            Op::Barrier => Ok(()),
+            Op::Bcast { buf, root } => c.plan_bcast(buf, *root).1.map(|_| ()),
+            Op::Reduce { send, recv, op, root } => c.plan_reduce(send, recv.as_deref(), *op, *root).1.map(|_| ()),
+            Op::Allreduce { send, recv, op } => c.plan_allreduce(send, recv, *op).1.map(|_| ()),
+            Op::Allgather { send, recv } => c.plan_allgather(send, recv).1.map(|_| ()),
+            Op::Allgatherv { send, recv, counts } => c.plan_allgatherv(send, recv, counts.as_deref()),
+            Op::ReduceScatter { send, recv, op } => c.plan_reduce_scatter(send, recv, *op).1.map(|_| ()),
+            Op::Alltoall { send, recv } => c.plan_alltoall(send, recv).1.map(|_| ()),
+            Op::Gather { send, recv, root } => c.plan_gather(send, recv.as_deref(), *root).1.map(|_| ()),
+            Op::Scatter { send, recv, root } => c.plan_scatter(send.as_deref(), recv, *root).1.map(|_| ()),
+        }
+    }
+
+    /// Runs the operation to completion on this thread (the blocking form), on `stream`. A
+    /// nonblocking point-to-point operation is started and then completed.
+    pub fn run(&self, c: &Arc<Communicator>, stream: Stream) -> Result<()> {
+        match self {
+            Op::Send { buf, dest, tag } => c.send(buf, *dest, *tag, stream),
+            Op::Recv { buf, source, tag } => c.recv(buf, *source, *tag, stream),
+            Op::Isend { buf, dest, tag } => c.isend(buf, *dest, *tag, stream)?.wait(),
+            Op::Irecv { buf, source, tag } => c.irecv(buf, *source, *tag, stream)?.wait(),
+            Op::Sendrecv { send, dest, sendtag, recv, source, recvtag } => c.sendrecv(send, *dest, *sendtag, recv, *source, *recvtag, stream),
+            Op::Barrier => c.barrier(stream),
+            Op::Bcast { buf, root } => c.bcast(buf, *root, stream),
+            Op::Reduce { send, recv, op, root } => c.reduce(send, recv.as_deref(), *op, *root, stream),
+            Op::Allreduce { send, recv, op } => c.allreduce(send, recv, *op, stream),
+            Op::Allgather { send, recv } => c.allgather(send, recv, stream),
+            Op::Allgatherv { send, recv, counts } => c.allgatherv(send, recv, counts.as_deref(), stream),
+            Op::ReduceScatter { send, recv, op } => c.reduce_scatter(send, recv, *op, stream),
+            Op::Alltoall { send, recv } => c.alltoall(send, recv, stream),
+            Op::Gather { send, recv, root } => c.gather(send, recv.as_deref(), *root, stream),
+            Op::Scatter { send, recv, root } => c.scatter(send.as_deref(), recv, *root, stream),
+        }
+    }
+
+    /// Starts a nonblocking point-to-point operation (isend/irecv) now and returns its request.
+    fn start(&self, c: &Arc<Communicator>, stream: Stream) -> Result<Request> {
+        match self {
+            Op::Isend { buf, dest, tag } | Op::Send { buf, dest, tag } => c.isend(buf, *dest, *tag, stream),
+            Op::Irecv { buf, source, tag } | Op::Recv { buf, source, tag } => c.irecv(buf, *source, *tag, stream),
+            _ => Err(Error::Internal(format!("{} is not a point-to-point start", self.name()))),
+        }
+    }
+
+    /// Whether this operation, with device memory, goes to NCCL (which orders it on its stream
+    /// itself) rather than to an MPI or IPC path.
+    fn nccl_native(&self, c: &Communicator) -> bool {
+        c.backend() == crate::types::BackendKind::GPUWIRE_BACKEND_NCCL && self.buffers().iter().all(|b| !b.is_host())
+    }
+}
+
+/// Whether `GPUWIRE_TRACE=1`: one line per exported operation on stderr ([`trace_line`]).
+pub fn tracing() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("GPUWIRE_TRACE").ok().and_then(|v| crate::config::parse_bool(&v)).unwrap_or(false))
+}
+
+/// Where `issue` sends `op` and why, in words (for `GPUWIRE_TRACE`); `grouped` inside a group.
+pub fn route(c: &Communicator, op: &Op, nonblocking: bool, grouped: bool) -> String {
+    let device = op.on_device(c);
+    let backend = if device { c.backend().name() } else { "HOST" };
+    let memory = if device { "device memory" } else { "host memory" };
+    let how = if grouped {
+        "recorded in the thread's group, started at gpuwire_group_end"
+    } else if nonblocking && device && op.nccl_native(c) {
+        "enqueued on the stream by NCCL; the request completes when the stream passes it"
+    } else if nonblocking && op.is_p2p() {
+        if c.engine().idle() { "started now" } else { "queued behind earlier operations of the communicator (progress engine)" }
+    } else if nonblocking {
+        if engine::available() { "queued on the communicator's progress engine" } else { "run now (below MPI_THREAD_MULTIPLE)" }
+    } else if device && op.nccl_native(c) {
+        "enqueued on the stream by NCCL"
+    } else if device && engine::stream_ordered() && !c.config().check {
+        "stream-ordered on the progress engine (GPUWIRE_STREAM_ORDERED=1)"
+    } else if !c.engine().idle() {
+        "queued behind earlier operations of the communicator, waited for"
+    } else {
+        "run now on the calling thread"
+    };
+    format!("{backend} ({memory}): {how}")
+}
+
+/// The `GPUWIRE_TRACE` line of one call: operation, bytes, backend, why, time, outcome.
+pub fn trace_line(c: &Communicator, op: &Op, route: &str, nonblocking: bool, took: std::time::Duration, r: &Result<Option<Request>>) {
+    let bytes = op.buffers().iter().map(|b| b.bytes()).max().unwrap_or(0);
+    let name = if nonblocking && !op.is_p2p() { format!("i{}", op.name()) } else { op.name().to_string() };
+    let outcome = match r {
+        Ok(_) => "ok".to_string(),
+        Err(e) => format!("error: {e}"),
+    };
+    let line = format!(
+        "gpuwire-trace[{}] rank {}/{}: {name} {bytes} B; {route}; {:.1} us; {outcome}\n",
+        std::process::id(),
+        c.rank(),
+        c.size(),
+        took.as_secs_f64() * 1e6
+    );
+    let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+}
+
+/// Issues `op` on `c` now (see the module's comment): `Ok(None)` for a blocking form, the
+/// request of a nonblocking one (`nonblocking`). Outside a group; `crate::group::submit` is the
+/// entry that also records operations in groups.
+pub fn issue(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -> Result<Option<Request>> {
+    let eng = c.engine();
+    if let Some(e) = eng.take_async_error() {
+        return Err(Error::from_status(e.status(), format!("an earlier operation on this communicator failed after its call had returned (nothing was done by this call): {e}")));
+    }
+    let checking = c.config().check;
+    // The common case first, as in gpuwire 0.1: a blocking call that runs now on this thread
+    // (validation, agreement and errors are the operation's own).
+    if !nonblocking && eng.idle() {
+        let device = op.on_device(c);
+        if device && c.device() >= 0 && !op.nccl_native(c) {
+            refuse_capture(c, stream)?;
+        }
+        if !device || op.nccl_native(c) || checking || engine::host_sync() || !engine::stream_ordered() {
+            op.run(c, stream)?;
+            if device && engine::host_sync() {
+                let _ctx = CtxGuard::enter(c.device())?;
+                crate::device::sync(stream)?;
+            }
+            return Ok(None);
+        }
+    }
+    c.ensure_usable()?;
+    // This rank's argument errors are returned by the call; in checking mode the operation still
+    // runs, so that every rank learns of them in its agreement (none is left waiting).
+    if let Err(e) = op.check(c) {
+        if !checking || op.is_p2p() {
+            return Err(e);
+        }
+    }
+    let bufs = op.buffers();
+    let device = op.on_device(c);
+    if device && c.device() >= 0 && !op.nccl_native(c) {
+        refuse_capture(c, stream)?;
+    }
+    if nonblocking && op.is_p2p() {
+        if eng.idle() {
+            return op.start(c, stream).map(Some);
+        }
+        // Queued behind earlier operations: the engine starts it in its turn, and the request
+        // then completes it (the engine does not wait for the message).
+        let slot: Arc<Mutex<Option<Request>>> = Arc::new(Mutex::new(None));
+        let (c2, op2, s2) = (c.clone(), op.clone(), slot.clone());
+        let done = eng.submit(
+            Box::new(move || {
+                let r = op2.start(&c2, stream)?;
+                *s2.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+                Ok(())
+            }),
+            false,
+        );
+        return Ok(Some(Request::new(Box::new(Queued { done, then: Some(slot) }), c.clone(), bufs)));
+    }
+    if nonblocking {
+        if device && op.nccl_native(c) {
+            eng.drain();
+            return Ok(Some(start_nccl(c, op, stream, bufs)?));
+        }
+        let ordered = if device && engine::stream_ordered() {
+            let (c2, op2) = (c.clone(), op.clone());
+            eng.submit_on_stream(c.device(), stream, Box::new(move |s| run_ordered(&c2, &op2, s)), false)?
+        } else {
+            None
+        };
+        let done = if let Some(d) = ordered {
+            d
+        } else {
+            // The engine runs the blocking form (on a device buffer: it waits for `stream` first).
+            let (c2, op2) = (c.clone(), op.clone());
+            eng.submit(Box::new(move || op2.run(&c2, stream)), false)
+        };
+        return Ok(Some(Request::new(Box::new(Queued { done, then: None }), c.clone(), bufs)));
+    }
+    if device && !op.nccl_native(c) && !checking && !engine::host_sync() {
+        let (c2, op2) = (c.clone(), op.clone());
+        if eng.submit_on_stream(c.device(), stream, Box::new(move |s| run_ordered(&c2, &op2, s)), true)?.is_some() {
+            return Ok(None);
+        }
+    }
+    if !eng.idle() {
+        // Behind earlier operations of this communicator: in its turn, and waited for.
+        let (c2, op2) = (c.clone(), op.clone());
+        let done = eng.submit(Box::new(move || op2.run(&c2, stream)), false);
+        done.wait_until(None).unwrap_or_else(|| Err(Error::Internal("engine wait without deadline ended".into())))?;
+    } else {
+        op.run(c, stream)?;
+    }
+    if device && engine::host_sync() {
+        let _ctx = CtxGuard::enter(c.device())?;
+        crate::device::sync(stream)?;
+    }
+    Ok(None)
+}
+
+/// The MPI and IPC paths wait for the caller's stream on the host, which a stream being
+/// captured into a CUDA graph forbids (the capture would be invalidated): refused instead, with
+/// an error that says so, before anything is done.
+fn refuse_capture(c: &Communicator, stream: Stream) -> Result<()> {
+    let _ctx = CtxGuard::enter(c.device())?;
+    engine::refuse_capture(stream)
+}
+
+/// A stream-ordered operation on the engine, on the engine's private stream `s`: run, then wait
+/// for what it enqueued there, so its data is in place when the caller's stream is released.
+fn run_ordered(c: &Arc<Communicator>, op: &Op, s: Stream) -> Result<()> {
+    op.run(c, s)?;
+    crate::device::sync(s)
+}
+
+/// A nonblocking NCCL operation: enqueued now; its request completes when the stream has passed
+/// it.
+fn start_nccl(c: &Arc<Communicator>, op: Op, stream: Stream, bufs: Vec<Arc<Buffer>>) -> Result<Request> {
+    op.run(c, stream)?;
+    let _ctx = CtxGuard::enter(c.device())?;
+    let ev = Event::new()?;
+    ev.record(stream)?;
+    Ok(Request::new(Box::new(Passed { ev, device: c.device() }), c.clone(), bufs))
+}
+
+/// The request of an operation queued on the engine: complete when the engine has run it (and,
+/// for a queued isend/irecv, when the operation the engine started has completed).
+struct Queued {
+    done: Arc<Done>,
+    then: Option<Arc<Mutex<Option<Request>>>>,
+}
+
+impl Queued {
+    fn started(&self) -> Option<Arc<Mutex<Option<Request>>>> {
+        self.then.clone()
+    }
+}
+
+impl Pending for Queued {
+    fn wait(&mut self) -> Result<()> {
+        self.done.wait_until(None).unwrap_or_else(|| Err(Error::Internal("engine wait without deadline ended".into())))?;
+        if let Some(slot) = self.started() {
+            if let Some(r) = slot.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+                return r.wait();
+            }
+        }
+        Ok(())
+    }
+    fn test(&mut self) -> Result<bool> {
+        match self.done.peek() {
+            None => Ok(false),
+            Some(Err(e)) => Err(e),
+            Some(Ok(())) => match self.started() {
+                Some(slot) => match slot.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+                    Some(r) => r.test(),
+                    None => Ok(true),
+                },
+                None => Ok(true),
+            },
+        }
+    }
+}
+
+/// The request of a nonblocking NCCL collective: complete when its stream has passed it.
+struct Passed {
+    ev: Event,
+    device: i32,
+}
+
+// SAFETY: a CUDA event handle, used with its context current.
+unsafe impl Send for Passed {}
+
+impl Pending for Passed {
+    fn wait(&mut self) -> Result<()> {
+        let _g = CtxGuard::enter(self.device)?;
+        self.ev.wait_host()
+    }
+    fn test(&mut self) -> Result<bool> {
+        let _g = CtxGuard::enter(self.device)?;
+        self.ev.query()
+    }
+}

@@ -1,0 +1,1098 @@
+/*
+ * test_nbc.c: nonblocking collectives and groups on host memory (issue 18).
+ *
+ * - Every nonblocking collective (ibarrier, ibcast, ireduce, iallreduce SUM / MAX / AVG and in
+ *   place, iallgather, iallgatherv with counts and with NULL, ireduce_scatter, ialltoall,
+ *   igather, iscatter) with values computed here; thirteen outstanding at once on one
+ *   communicator, a large one among them, completed in reverse order, by a gpuwire_test loop,
+ *   by gpuwire_waitall, in a per-rank order, and across two communicators.
+ * - The nonblocking form on some ranks matches the blocking form on the others, also with two
+ *   outstanding on the nonblocking ranks completed in reverse order.
+ * - Under MPI_THREAD_MULTIPLE the call returns before the other ranks have called: ibarrier,
+ *   iallreduce and ibcast on one rank, gpuwire_test says "not yet", then the others are
+ *   released by a raw MPI message (a call that blocked instead would time out, not hang).
+ * - Argument errors come from the call itself, the same as the blocking form's, with the
+ *   request pointer and the receive buffer untouched (count and datatype mismatches, bad roots,
+ *   NULL request, invalid handles, unknown and unsupported ops, negative and wrong counts); the
+ *   communicator is in step afterwards. iallgatherv copies its counts at the call.
+ * - (part "free") The request keeps its buffers and communicator alive: both handles freed
+ *   while an iallreduce is outstanding, gpuwire_comm_free included, 50 rounds.
+ * - Checking mode (config.check and GPUWIRE_CHECK=1): count, datatype, op, root mismatches and
+ *   another collective, reported by the call or the wait on every rank, no hang; one rank's bad
+ *   argument is REMOTE_ARGUMENT on the others; a good request outstanding beside a bad one;
+ *   a mismatch inside a group.
+ * - Groups: K = 2, 4, 8 blocking sends then K blocking receives of 1 to 4 MiB to different peers
+ *   (and to every other rank), an order that deadlocks without the group; nesting (only the
+ *   outermost end starts); isend / irecv / sendrecv and collectives, blocking and nonblocking,
+ *   in one group; a halo exchange ring in one group; an argument error inside a group;
+ *   group_end without start; wait / test on a request of an unfinished group.
+ *
+ * Usage: mpirun -n P test_nbc P [funneled] [part]   (part: coll, many, mixed, early, args,
+ * check, group; default all of these; or free, run only when named). "funneled" initializes MPI with MPI_THREAD_FUNNELED (operations
+ * then complete inside their call; the "early" part is skipped). Prints
+ * "test_nbc: PASS (P ranks, ...)" from rank 0.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gwtest.h"
+
+#define FILL 0x7e
+#define MAXP 64
+
+static int rank, size, next, prev, multiple;
+static gpuwire_comm world;
+
+static gpuwire_buffer balloc(int64_t n, int32_t dtype)
+{
+    gpuwire_buffer b = GPUWIRE_BUFFER_NULL;
+    EXPECT_OK(gpuwire_buffer_alloc(n, dtype, GPUWIRE_SPACE_HOST, -1, &b));
+    return b;
+}
+
+static void *bptr(gpuwire_buffer b)
+{
+    void *p = NULL;
+    EXPECT_OK(gpuwire_buffer_pointer(b, &p));
+    return p;
+}
+
+static gpuwire_buffer bview(gpuwire_buffer b, int64_t off, int64_t n)
+{
+    gpuwire_buffer v = GPUWIRE_BUFFER_NULL;
+    EXPECT_OK(gpuwire_buffer_view(b, off, n, &v));
+    return v;
+}
+
+static void bfree(gpuwire_buffer b)
+{
+    if (b.h != 0)
+        EXPECT_OK(gpuwire_buffer_free(b));
+}
+
+static int all_bytes(const void *p, size_t n, unsigned char v)
+{
+    const unsigned char *c = p;
+    for (size_t i = 0; i < n; i++)
+        if (c[i] != v)
+            return 0;
+    return 1;
+}
+
+/* Values: rank r's element i; alltoall / scatter blocks: rank r's block for rank q. */
+static int32_t v(int r, int64_t i) { return (int32_t)(r * 1000 + i + 1); }
+static int32_t w(int r, int q, int64_t i) { return (int32_t)(((r * 16 + q) << 20) + i); }
+
+/* The first element of `p` (n int32) that is not f(i), or -1; reported with its values. */
+#define EXPECT_SEQ(p, n, expr)                                                             \
+    do {                                                                                   \
+        const int32_t *p_ = (p);                                                           \
+        int64_t bad_ = -1;                                                                 \
+        int32_t got_ = 0, want_ = 0;                                                       \
+        for (int64_t i = 0; i < (int64_t)(n); i++) {                                       \
+            int32_t e_ = (int32_t)(expr);                                                  \
+            if (p_[i] != e_) {                                                             \
+                bad_ = i, got_ = p_[i], want_ = e_;                                        \
+                break;                                                                     \
+            }                                                                              \
+        }                                                                                  \
+        gwt_checks++;                                                                      \
+        if (bad_ >= 0) {                                                                   \
+            char d_[200];                                                                  \
+            snprintf(d_, sizeof d_, "element %lld is %ld, expected %ld (%s)", (long long)bad_, \
+                     (long)got_, (long)want_, what);                                       \
+            gwt_fail(__FILE__, __LINE__, #p " = " #expr, d_);                              \
+        }                                                                                  \
+    } while (0)
+
+/* ---- one operation of each kind: set up, start (blocking or not), verify ------------------ */
+
+enum kind {
+    K_BARRIER,
+    K_BCAST,
+    K_REDUCE,
+    K_ALLREDUCE_SUM,
+    K_ALLREDUCE_MAX,
+    K_ALLREDUCE_AVG_INPLACE,
+    K_ALLGATHER,
+    K_ALLGATHERV_COUNTS,
+    K_ALLGATHERV_NULL,
+    K_REDUCE_SCATTER,
+    K_ALLTOALL,
+    K_GATHER,
+    K_SCATTER,
+    NKINDS
+};
+static const char *const kind_name[] = {"barrier",        "bcast",         "reduce",
+                                        "allreduce SUM",  "allreduce MAX", "allreduce AVG in place",
+                                        "allgather",      "allgatherv",    "allgatherv (NULL counts)",
+                                        "reduce_scatter", "alltoall",      "gather",
+                                        "scatter"};
+
+typedef struct {
+    int kind, root;
+    int64_t n;
+    int64_t counts[MAXP];
+    gpuwire_buffer a, b;
+    gpuwire_request rq;
+} op_t;
+
+/* allgatherv counts: rank q gives 3q + q % 2 + n % 3 elements (rank 0 none for n % 3 == 0). */
+static int64_t vcount(int q, int64_t n) { return 3 * q + q % 2 + n % 3; }
+
+static void setup(op_t *o, int kind, int64_t n, int root)
+{
+    memset(o, 0, sizeof *o);
+    o->kind = kind, o->n = n, o->root = root;
+    o->rq = GPUWIRE_REQUEST_NULL;
+    int32_t *a, *b;
+    switch (kind) {
+    case K_BARRIER:
+        break;
+    case K_BCAST:
+        o->a = balloc(n, GPUWIRE_INT32);
+        a = bptr(o->a);
+        for (int64_t i = 0; i < n; i++)
+            a[i] = rank == root ? v(root, i) : -1;
+        break;
+    case K_REDUCE:
+    case K_ALLREDUCE_SUM:
+    case K_ALLREDUCE_MAX:
+        o->a = balloc(n, GPUWIRE_INT32);
+        if (kind != K_REDUCE || rank == root)
+            o->b = balloc(n, GPUWIRE_INT32);
+        a = bptr(o->a);
+        for (int64_t i = 0; i < n; i++)
+            a[i] = v(rank, i);
+        if (o->b.h != 0)
+            memset(bptr(o->b), FILL, (size_t)n * 4);
+        break;
+    case K_ALLREDUCE_AVG_INPLACE: {
+        o->a = balloc(n, GPUWIRE_FLOAT64);
+        double *d = bptr(o->a);
+        for (int64_t i = 0; i < n; i++)
+            d[i] = v(rank, i);
+        break;
+    }
+    case K_ALLGATHER:
+        o->a = balloc(n, GPUWIRE_INT32);
+        o->b = balloc(n * size, GPUWIRE_INT32);
+        a = bptr(o->a);
+        for (int64_t i = 0; i < n; i++)
+            a[i] = v(rank, i);
+        memset(bptr(o->b), FILL, (size_t)(n * size) * 4);
+        break;
+    case K_ALLGATHERV_COUNTS:
+    case K_ALLGATHERV_NULL: {
+        int64_t total = 0;
+        for (int q = 0; q < size; q++)
+            total += o->counts[q] = vcount(q, n);
+        o->a = balloc(o->counts[rank], GPUWIRE_INT32);
+        o->b = balloc(total, GPUWIRE_INT32);
+        a = bptr(o->a);
+        for (int64_t i = 0; i < o->counts[rank]; i++)
+            a[i] = v(rank, i);
+        if (total > 0)
+            memset(bptr(o->b), FILL, (size_t)total * 4);
+        break;
+    }
+    case K_REDUCE_SCATTER:
+        o->a = balloc(n * size, GPUWIRE_INT32);
+        o->b = balloc(n, GPUWIRE_INT32);
+        a = bptr(o->a);
+        for (int64_t i = 0; i < n * size; i++)
+            a[i] = v(rank, i);
+        memset(bptr(o->b), FILL, (size_t)n * 4);
+        break;
+    case K_ALLTOALL:
+        o->a = balloc(n * size, GPUWIRE_INT32);
+        o->b = balloc(n * size, GPUWIRE_INT32);
+        a = bptr(o->a);
+        for (int q = 0; q < size; q++)
+            for (int64_t i = 0; i < n; i++)
+                a[q * n + i] = w(rank, q, i);
+        memset(bptr(o->b), FILL, (size_t)(n * size) * 4);
+        break;
+    case K_GATHER:
+        o->a = balloc(n, GPUWIRE_INT32);
+        a = bptr(o->a);
+        for (int64_t i = 0; i < n; i++)
+            a[i] = v(rank, i);
+        if (rank == root) {
+            o->b = balloc(n * size, GPUWIRE_INT32);
+            memset(bptr(o->b), FILL, (size_t)(n * size) * 4);
+        }
+        break;
+    case K_SCATTER:
+        if (rank == root) {
+            o->a = balloc(n * size, GPUWIRE_INT32);
+            a = bptr(o->a);
+            for (int q = 0; q < size; q++)
+                for (int64_t i = 0; i < n; i++)
+                    a[q * n + i] = w(root, q, i);
+        }
+        o->b = balloc(n, GPUWIRE_INT32);
+        b = bptr(o->b);
+        memset(b, FILL, (size_t)n * 4);
+        break;
+    }
+}
+
+/* Starts the operation on `c`: the nonblocking form (request in o->rq) or the blocking one. */
+static gpuwire_status start(op_t *o, gpuwire_comm c, int nonblocking)
+{
+    gpuwire_request *rq = &o->rq;
+    const int64_t *counts = o->kind == K_ALLGATHERV_COUNTS ? o->counts : NULL;
+    if (nonblocking) {
+        switch (o->kind) {
+        case K_BARRIER: return gpuwire_ibarrier(c, NULL, rq);
+        case K_BCAST: return gpuwire_ibcast(c, o->a, o->root, NULL, rq);
+        case K_REDUCE: return gpuwire_ireduce(c, o->a, o->b, GPUWIRE_SUM, o->root, NULL, rq);
+        case K_ALLREDUCE_SUM: return gpuwire_iallreduce(c, o->a, o->b, GPUWIRE_SUM, NULL, rq);
+        case K_ALLREDUCE_MAX: return gpuwire_iallreduce(c, o->a, o->b, GPUWIRE_MAX, NULL, rq);
+        case K_ALLREDUCE_AVG_INPLACE: return gpuwire_iallreduce(c, o->a, o->a, GPUWIRE_AVG, NULL, rq);
+        case K_ALLGATHER: return gpuwire_iallgather(c, o->a, o->b, NULL, rq);
+        case K_ALLGATHERV_COUNTS:
+        case K_ALLGATHERV_NULL: return gpuwire_iallgatherv(c, o->a, o->b, counts, NULL, rq);
+        case K_REDUCE_SCATTER: return gpuwire_ireduce_scatter(c, o->a, o->b, GPUWIRE_SUM, NULL, rq);
+        case K_ALLTOALL: return gpuwire_ialltoall(c, o->a, o->b, NULL, rq);
+        case K_GATHER: return gpuwire_igather(c, o->a, o->b, o->root, NULL, rq);
+        case K_SCATTER: return gpuwire_iscatter(c, o->a, o->b, o->root, NULL, rq);
+        }
+    } else {
+        switch (o->kind) {
+        case K_BARRIER: return gpuwire_barrier(c, NULL);
+        case K_BCAST: return gpuwire_bcast(c, o->a, o->root, NULL);
+        case K_REDUCE: return gpuwire_reduce(c, o->a, o->b, GPUWIRE_SUM, o->root, NULL);
+        case K_ALLREDUCE_SUM: return gpuwire_allreduce(c, o->a, o->b, GPUWIRE_SUM, NULL);
+        case K_ALLREDUCE_MAX: return gpuwire_allreduce(c, o->a, o->b, GPUWIRE_MAX, NULL);
+        case K_ALLREDUCE_AVG_INPLACE: return gpuwire_allreduce(c, o->a, o->a, GPUWIRE_AVG, NULL);
+        case K_ALLGATHER: return gpuwire_allgather(c, o->a, o->b, NULL);
+        case K_ALLGATHERV_COUNTS:
+        case K_ALLGATHERV_NULL: return gpuwire_allgatherv(c, o->a, o->b, counts, NULL);
+        case K_REDUCE_SCATTER: return gpuwire_reduce_scatter(c, o->a, o->b, GPUWIRE_SUM, NULL);
+        case K_ALLTOALL: return gpuwire_alltoall(c, o->a, o->b, NULL);
+        case K_GATHER: return gpuwire_gather(c, o->a, o->b, o->root, NULL);
+        case K_SCATTER: return gpuwire_scatter(c, o->a, o->b, o->root, NULL);
+        }
+    }
+    return GPUWIRE_ERROR_INTERNAL;
+}
+
+static int64_t sum_v(int64_t i)
+{
+    int64_t s = 0;
+    for (int q = 0; q < size; q++)
+        s += v(q, i);
+    return s;
+}
+
+/* Checks the result (values computed here) and frees the buffers. `what` names the case. */
+static void verify(op_t *o, const char *what)
+{
+    int64_t n = o->n;
+    int32_t *a = o->a.h ? bptr(o->a) : NULL, *b = o->b.h ? bptr(o->b) : NULL;
+    EXPECT(o->rq.h == 0);
+    switch (o->kind) {
+    case K_BARRIER:
+        break;
+    case K_BCAST:
+        EXPECT_SEQ(a, n, v(o->root, i));
+        break;
+    case K_REDUCE:
+        if (rank == o->root)
+            EXPECT_SEQ(b, n, sum_v(i));
+        EXPECT_SEQ(a, n, v(rank, i)); /* the send buffer is unchanged */
+        break;
+    case K_ALLREDUCE_SUM:
+        EXPECT_SEQ(b, n, sum_v(i));
+        EXPECT_SEQ(a, n, v(rank, i));
+        break;
+    case K_ALLREDUCE_MAX:
+        EXPECT_SEQ(b, n, v(size - 1, i));
+        break;
+    case K_ALLREDUCE_AVG_INPLACE: {
+        const double *d = bptr(o->a);
+        int64_t bad = -1;
+        for (int64_t i = 0; i < n && bad < 0; i++)
+            if (d[i] != (double)sum_v(i) / size)
+                bad = i;
+        gwt_checks++;
+        if (bad >= 0) {
+            char m[200];
+            snprintf(m, sizeof m, "element %lld is %g, expected %g (%s)", (long long)bad, d[bad],
+                     (double)sum_v(bad) / size, what);
+            gwt_fail(__FILE__, __LINE__, "allreduce AVG in place", m);
+        }
+        break;
+    }
+    case K_ALLGATHER:
+        for (int q = 0; q < size; q++)
+            EXPECT_SEQ(b + q * n, n, v(q, i));
+        break;
+    case K_ALLGATHERV_COUNTS:
+    case K_ALLGATHERV_NULL: {
+        int64_t off = 0;
+        for (int q = 0; q < size; off += o->counts[q], q++)
+            EXPECT_SEQ(b + off, o->counts[q], v(q, i));
+        break;
+    }
+    case K_REDUCE_SCATTER:
+        EXPECT_SEQ(b, n, sum_v(rank * n + i));
+        break;
+    case K_ALLTOALL:
+        for (int q = 0; q < size; q++)
+            EXPECT_SEQ(b + q * n, n, w(q, rank, i));
+        break;
+    case K_GATHER:
+        if (rank == o->root)
+            for (int q = 0; q < size; q++)
+                EXPECT_SEQ(b + q * n, n, v(q, i));
+        break;
+    case K_SCATTER:
+        EXPECT_SEQ(b, n, w(o->root, rank, i));
+        break;
+    }
+    bfree(o->a);
+    bfree(o->b);
+    o->a = o->b = GPUWIRE_BUFFER_NULL;
+}
+
+/* A call's status, then (when it succeeded) its wait's. */
+static gpuwire_status call_then_wait(gpuwire_status st, gpuwire_request *rq)
+{
+    if (st != GPUWIRE_SUCCESS)
+        return st;
+    return gpuwire_wait(rq);
+}
+
+/* ---- each nonblocking collective alone ---------------------------------------------------- */
+
+static void each_collective(void)
+{
+    static const int64_t ns[] = {1, 7, 1000, 70000};
+    char what[128];
+    for (size_t s = 0; s < sizeof ns / sizeof ns[0]; s++)
+        for (int k = 0; k < NKINDS; k++) {
+            int rooted = k == K_BCAST || k == K_REDUCE || k == K_GATHER || k == K_SCATTER;
+            for (int root = 0; root < (rooted ? size : 1); root += size > 1 ? size - 1 : 1) {
+                op_t o;
+                snprintf(what, sizeof what, "i%s n=%lld root %d", kind_name[k], (long long)ns[s], root);
+                setup(&o, k, ns[s], root);
+                o.rq.h = 77;
+                EXPECT_OK(start(&o, world, 1));
+                EXPECT(o.rq.h != 77);
+                EXPECT_OK(gpuwire_wait(&o.rq));
+                verify(&o, what);
+            }
+        }
+}
+
+/* ---- many outstanding, completed in other orders ------------------------------------------ */
+
+enum order { REVERSE, TEST_LOOP, WAITALL, PER_RANK, NORDERS };
+static const char *const order_name[] = {"reverse waits", "test loop", "waitall", "per-rank order"};
+
+static void complete(gpuwire_request *rqs, int m, int order)
+{
+    switch (order) {
+    case REVERSE:
+        for (int j = m - 1; j >= 0; j--)
+            EXPECT_OK(gpuwire_wait(&rqs[j]));
+        break;
+    case TEST_LOOP: {
+        /* Test the last one first, round after round, until all are done (60 s at most). */
+        double t0 = MPI_Wtime();
+        int left = 0;
+        for (int j = 0; j < m; j++)
+            left += rqs[j].h != 0;
+        while (left > 0 && MPI_Wtime() - t0 < 60.0) {
+            for (int j = m - 1; j >= 0; j--) {
+                if (rqs[j].h == 0)
+                    continue;
+                int32_t flag = -1;
+                gpuwire_status st = gpuwire_test(&rqs[j], &flag);
+                if (st != GPUWIRE_SUCCESS || (flag != 0 && flag != 1)) {
+                    EXPECT_OK(st);
+                    EXPECT(flag == 0 || flag == 1);
+                    rqs[j] = GPUWIRE_REQUEST_NULL;
+                    left--;
+                } else if (flag == 1) {
+                    EXPECT(rqs[j].h == 0);
+                    left--;
+                }
+            }
+        }
+        gwt_checks++;
+        if (left > 0) {
+            char d[80];
+            snprintf(d, sizeof d, "%d of %d requests still pending after 60 s of gpuwire_test", left, m);
+            gwt_fail(__FILE__, __LINE__, "test loop", d);
+            for (int j = 0; j < m; j++)
+                (void)gpuwire_wait(&rqs[j]);
+        }
+        break;
+    }
+    case WAITALL:
+        EXPECT_OK(gpuwire_waitall(m, rqs));
+        for (int j = 0; j < m; j++)
+            EXPECT(rqs[j].h == 0);
+        break;
+    case PER_RANK:
+        /* Rank r starts at request 5r (mod m); even ranks go forwards, odd ones backwards. */
+        for (int j = 0; j < m; j++) {
+            int idx = ((rank % 2 ? m - 1 - j : j) + rank * 5) % m;
+            EXPECT_OK(gpuwire_wait(&rqs[idx]));
+        }
+        break;
+    }
+}
+
+static void many_outstanding(void)
+{
+    char what[128];
+    op_t ops[NKINDS + 1];
+    gpuwire_request rqs[NKINDS + 1];
+    for (int order = 0; order < NORDERS; order++) {
+        /* Every kind, sizes differing by kind, and a 4 MiB allreduce issued second. */
+        int m = 0;
+        for (int k = 0; k < NKINDS; k++) {
+            setup(&ops[m], k, 100 + 37 * k + order, k % size);
+            EXPECT_OK(start(&ops[m], world, 1));
+            m++;
+            if (k == 0) {
+                setup(&ops[m], K_ALLREDUCE_SUM, 1 << 20, 0);
+                EXPECT_OK(start(&ops[m], world, 1));
+                m++;
+            }
+        }
+        for (int j = 0; j < m; j++)
+            rqs[j] = ops[j].rq;
+        complete(rqs, m, order);
+        for (int j = 0; j < m; j++) {
+            ops[j].rq = rqs[j];
+            snprintf(what, sizeof what, "%s, %d outstanding, %s", kind_name[ops[j].kind], m, order_name[order]);
+            verify(&ops[j], what);
+        }
+    }
+
+    /* On two communicators at once, interleaved, completed in reverse. */
+    gpuwire_comm dup = GPUWIRE_COMM_NULL;
+    EXPECT_OK(gpuwire_comm_dup(world, &dup));
+    for (int j = 0; j < 8; j++) {
+        setup(&ops[j], j % 2 ? K_ALLREDUCE_SUM : K_ALLGATHER, 500 + j, 0);
+        EXPECT_OK(start(&ops[j], j % 3 ? dup : world, 1));
+    }
+    for (int j = 7; j >= 0; j--)
+        EXPECT_OK(gpuwire_wait(&ops[j].rq));
+    for (int j = 0; j < 8; j++) {
+        snprintf(what, sizeof what, "%s on two communicators", kind_name[ops[j].kind]);
+        verify(&ops[j], what);
+    }
+
+    EXPECT_OK(gpuwire_comm_free(dup));
+
+    /* iallgatherv copies its counts at the call: the array is overwritten before the wait. */
+    op_t o;
+    setup(&o, K_ALLGATHERV_COUNTS, 50, 0);
+    int64_t *counts = malloc(sizeof(int64_t) * (size_t)size);
+    EXPECT(counts != NULL);
+    memcpy(counts, o.counts, sizeof(int64_t) * (size_t)size);
+    EXPECT_OK(gpuwire_iallgatherv(world, o.a, o.b, counts, NULL, &o.rq));
+    for (int qq = 0; qq < size; qq++)
+        counts[qq] = -12345;
+    free(counts);
+    EXPECT_OK(gpuwire_wait(&o.rq));
+    verify(&o, "iallgatherv with its counts array overwritten before the wait");
+}
+
+/* ---- the request keeps its buffers and communicator alive --------------------------------
+ * The handles are freed while an iallreduce is outstanding (the memory is the test's own,
+ * wrapped): gpuwire_comm_free is collective, and must not fail nor wait for the request. 50
+ * rounds, on communicators with a timeout (a rank left in the free fails instead of hanging). */
+static void free_while_pending(void)
+{
+    char what[128];
+    gpuwire_config cfg;
+    EXPECT_OK(gpuwire_config_init(&cfg));
+    cfg.timeout_seconds = 30.0;
+    gpuwire_comm tc = GPUWIRE_COMM_NULL;
+    EXPECT_OK(gpuwire_comm_world(&cfg, &tc));
+    int64_t n = 30000;
+    int32_t *mem = malloc((size_t)n * 8);
+    EXPECT(mem != NULL);
+    for (int round = 0; round < 50 && gwt_failures() == 0; round++) {
+        gpuwire_comm dup = GPUWIRE_COMM_NULL;
+        EXPECT_OK(gpuwire_comm_dup(tc, &dup));
+        for (int64_t i = 0; i < n; i++)
+            mem[i] = v(rank, i);
+        memset(mem + n, FILL, (size_t)n * 4);
+        gpuwire_buffer s = GPUWIRE_BUFFER_NULL, r = GPUWIRE_BUFFER_NULL;
+        EXPECT_OK(gpuwire_buffer_wrap(mem, n, GPUWIRE_INT32, GPUWIRE_SPACE_HOST, &s));
+        EXPECT_OK(gpuwire_buffer_wrap(mem + n, n, GPUWIRE_INT32, GPUWIRE_SPACE_HOST, &r));
+        gpuwire_request q = GPUWIRE_REQUEST_NULL;
+        EXPECT_OK(gpuwire_iallreduce(dup, s, r, GPUWIRE_SUM, NULL, &q));
+        bfree(s);
+        bfree(r);
+        EXPECT_OK(gpuwire_comm_free(dup));
+        EXPECT_OK(gpuwire_wait(&q));
+        snprintf(what, sizeof what, "round %d: iallreduce whose buffers and communicator were freed before the wait", round);
+        EXPECT_SEQ(mem + n, n, sum_v(i));
+    }
+    free(mem);
+    EXPECT_OK(gpuwire_comm_free(tc));
+}
+
+/* ---- nonblocking on some ranks, blocking on the others ------------------------------------ */
+
+static void mixed_forms(void)
+{
+    char what[128];
+    for (int k = 0; k < NKINDS; k++) {
+        /* Rank 0 nonblocking, then the even ranks. */
+        for (int pattern = 0; pattern < 2; pattern++) {
+            int nb = pattern == 0 ? rank == 0 : rank % 2 == 0;
+            op_t o;
+            setup(&o, k, 200 + k, size - 1);
+            EXPECT_OK(start(&o, world, nb));
+            if (nb)
+                EXPECT_OK(gpuwire_wait(&o.rq));
+            snprintf(what, sizeof what, "%s, %s", kind_name[k], pattern == 0 ? "nonblocking on rank 0 only" : "nonblocking on even ranks");
+            verify(&o, what);
+        }
+    }
+    /* Two outstanding on rank 0 (completed in reverse); blocking in call order elsewhere. */
+    op_t a, b;
+    setup(&a, K_ALLREDUCE_SUM, 1 << 18, 0);
+    setup(&b, K_ALLGATHER, 1 << 16, 0);
+    EXPECT_OK(start(&a, world, rank == 0));
+    EXPECT_OK(start(&b, world, rank == 0));
+    if (rank == 0) {
+        EXPECT_OK(gpuwire_wait(&b.rq));
+        EXPECT_OK(gpuwire_wait(&a.rq));
+    }
+    verify(&a, "iallreduce on rank 0 (waited second), allreduce elsewhere");
+    verify(&b, "iallgather on rank 0 (waited first), allgather elsewhere");
+    /* Every rank: a blocking collective while its own nonblocking one is outstanding (it starts
+     * after it, in call order). */
+    setup(&a, K_ALLREDUCE_SUM, 1 << 18, 0);
+    setup(&b, K_ALLTOALL, 1000, 0);
+    EXPECT_OK(start(&a, world, 1));
+    EXPECT_OK(start(&b, world, 0));
+    verify(&b, "alltoall (blocking) while an iallreduce is outstanding");
+    EXPECT_OK(gpuwire_wait(&a.rq));
+    verify(&a, "iallreduce outstanding across a blocking alltoall");
+}
+
+/* ---- the call returns before the others have called (MPI_THREAD_MULTIPLE) ---------------- */
+
+static void returns_early(void)
+{
+    if (size < 2 || !multiple)
+        return;
+    /* A timeout: a call that blocks instead of returning fails within it, never hangs. */
+    gpuwire_config cfg;
+    EXPECT_OK(gpuwire_config_init(&cfg));
+    cfg.timeout_seconds = 30.0;
+    gpuwire_comm tc = GPUWIRE_COMM_NULL;
+    EXPECT_OK(gpuwire_comm_world(&cfg, &tc));
+    for (int k = 0; k < 3; k++) {
+        int kind = k == 0 ? K_BARRIER : k == 1 ? K_ALLREDUCE_SUM : K_BCAST;
+        char what[128];
+        snprintf(what, sizeof what, "i%s started on rank 0 before the others", kind_name[kind]);
+        op_t o;
+        setup(&o, kind, 100000, 0);
+        int token = 0;
+        if (rank == 0) {
+            double t0 = MPI_Wtime();
+            EXPECT_OK(start(&o, tc, 1));
+            double dt = MPI_Wtime() - t0;
+            EXPECT(dt < 10.0);
+            int32_t flag = -1;
+            EXPECT_OK(gpuwire_test(&o.rq, &flag));
+            gwt_checks++;
+            if (flag != 0)
+                gwt_fail(__FILE__, __LINE__, what, "gpuwire_test says it completed before the other ranks called");
+            for (int q = 1; q < size; q++)
+                MPI_Send(&token, 1, MPI_INT, q, 99, MPI_COMM_WORLD);
+        } else {
+            MPI_Recv(&token, 1, MPI_INT, 0, 99, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            EXPECT_OK(start(&o, tc, 1));
+        }
+        EXPECT_OK(gpuwire_wait(&o.rq));
+        verify(&o, what);
+    }
+    EXPECT_OK(gpuwire_comm_async_error(tc));
+    EXPECT_OK(gpuwire_comm_free(tc));
+}
+
+/* ---- argument errors from the call itself ------------------------------------------------- */
+
+/* The nonblocking call fails with `code`, writes no request, and the blocking form with the
+ * same arguments returns the same code. */
+#define EXPECT_BOTH(icall, bcall, code)                                                 \
+    do {                                                                                \
+        rq.h = 77;                                                                      \
+        EXPECT_STATUS(icall, code);                                                     \
+        gwt_checks++;                                                                   \
+        if (rq.h != 77)                                                                 \
+            gwt_fail(__FILE__, __LINE__, #icall " wrote a request although it failed", NULL); \
+        EXPECT_STATUS(bcall, code);                                                     \
+    } while (0)
+
+static void argument_errors(void)
+{
+    const int64_t n = 6;
+    gpuwire_request rq = {77};
+    gpuwire_buffer s = balloc(n, GPUWIRE_INT32), r = balloc(n, GPUWIRE_INT32);
+    gpuwire_buffer r1 = balloc(n + 1, GPUWIRE_INT32), f = balloc(n, GPUWIRE_FLOAT64);
+    gpuwire_buffer big = balloc(n * size, GPUWIRE_INT32), big1 = balloc(n * size + 1, GPUWIRE_INT32);
+    gpuwire_buffer stale = balloc(n, GPUWIRE_INT32);
+    bfree(stale);
+    memset(bptr(r), FILL, (size_t)n * 4);
+    memset(bptr(r1), FILL, (size_t)(n + 1) * 4);
+    memset(bptr(big), FILL, (size_t)(n * size) * 4);
+    memset(bptr(big1), FILL, (size_t)(n * size + 1) * 4);
+
+    /* Counts and datatypes that disagree on this rank. */
+    EXPECT_BOTH(gpuwire_iallreduce(world, s, r1, GPUWIRE_SUM, NULL, &rq), gpuwire_allreduce(world, s, r1, GPUWIRE_SUM, NULL), GPUWIRE_ERROR_COUNT_MISMATCH);
+    EXPECT_BOTH(gpuwire_iallreduce(world, s, f, GPUWIRE_SUM, NULL, &rq), gpuwire_allreduce(world, s, f, GPUWIRE_SUM, NULL), GPUWIRE_ERROR_DTYPE_MISMATCH);
+    /* (A root's own receive count is checked on one rank only: the others would start the
+     * collective; on one rank it is an error of every rank.) */
+    if (size == 1) {
+        EXPECT_BOTH(gpuwire_ireduce(world, s, r1, GPUWIRE_SUM, 0, NULL, &rq), gpuwire_reduce(world, s, r1, GPUWIRE_SUM, 0, NULL), GPUWIRE_ERROR_COUNT_MISMATCH);
+        EXPECT_BOTH(gpuwire_igather(world, s, big1, 0, NULL, &rq), gpuwire_gather(world, s, big1, 0, NULL), GPUWIRE_ERROR_COUNT_MISMATCH);
+        EXPECT_BOTH(gpuwire_iscatter(world, big1, r, 0, NULL, &rq), gpuwire_scatter(world, big1, r, 0, NULL), GPUWIRE_ERROR_COUNT_MISMATCH);
+    }
+    EXPECT_BOTH(gpuwire_iallgather(world, s, big1, NULL, &rq), gpuwire_allgather(world, s, big1, NULL), GPUWIRE_ERROR_COUNT_MISMATCH);
+    EXPECT_BOTH(gpuwire_ireduce_scatter(world, big1, r, GPUWIRE_SUM, NULL, &rq), gpuwire_reduce_scatter(world, big1, r, GPUWIRE_SUM, NULL), GPUWIRE_ERROR_COUNT_MISMATCH);
+    EXPECT_BOTH(gpuwire_ialltoall(world, big, big1, NULL, &rq), gpuwire_alltoall(world, big, big1, NULL), GPUWIRE_ERROR_COUNT_MISMATCH);
+    if (size > 1) /* not a multiple of the number of ranks */
+        EXPECT_BOTH(gpuwire_ialltoall(world, big1, big1, NULL, &rq), gpuwire_alltoall(world, big1, big1, NULL), GPUWIRE_ERROR_COUNT_MISMATCH);
+    /* Bad roots. */
+    int bad_roots[] = {size, -1, size + 5, GPUWIRE_PROC_NULL};
+    for (size_t j = 0; j < sizeof bad_roots / sizeof bad_roots[0]; j++) {
+        int root = bad_roots[j];
+        EXPECT_BOTH(gpuwire_ibcast(world, s, root, NULL, &rq), gpuwire_bcast(world, s, root, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+        EXPECT_BOTH(gpuwire_ireduce(world, s, r, GPUWIRE_SUM, root, NULL, &rq), gpuwire_reduce(world, s, r, GPUWIRE_SUM, root, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+        EXPECT_BOTH(gpuwire_igather(world, s, big, root, NULL, &rq), gpuwire_gather(world, s, big, root, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+        EXPECT_BOTH(gpuwire_iscatter(world, big, r, root, NULL, &rq), gpuwire_scatter(world, big, r, root, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    }
+    /* Ops. */
+    EXPECT_BOTH(gpuwire_iallreduce(world, s, r, 99, NULL, &rq), gpuwire_allreduce(world, s, r, 99, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT_BOTH(gpuwire_iallreduce(world, f, f, GPUWIRE_BAND, NULL, &rq), gpuwire_allreduce(world, f, f, GPUWIRE_BAND, NULL), GPUWIRE_ERROR_UNSUPPORTED_OP);
+    EXPECT_BOTH(gpuwire_ireduce_scatter(world, big, r, -3, NULL, &rq), gpuwire_reduce_scatter(world, big, r, -3, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    /* Handles. */
+    EXPECT_BOTH(gpuwire_iallreduce(GPUWIRE_COMM_NULL, s, r, GPUWIRE_SUM, NULL, &rq), gpuwire_allreduce(GPUWIRE_COMM_NULL, s, r, GPUWIRE_SUM, NULL), GPUWIRE_ERROR_INVALID_HANDLE);
+    EXPECT_BOTH(gpuwire_ibarrier(GPUWIRE_COMM_NULL, NULL, &rq), gpuwire_barrier(GPUWIRE_COMM_NULL, NULL), GPUWIRE_ERROR_INVALID_HANDLE);
+    EXPECT_BOTH(gpuwire_iallreduce(world, stale, r, GPUWIRE_SUM, NULL, &rq), gpuwire_allreduce(world, stale, r, GPUWIRE_SUM, NULL), GPUWIRE_ERROR_INVALID_HANDLE);
+    EXPECT_BOTH(gpuwire_ibcast(world, stale, 0, NULL, &rq), gpuwire_bcast(world, stale, 0, NULL), GPUWIRE_ERROR_INVALID_HANDLE);
+    EXPECT_BOTH(gpuwire_iallgather(world, s, GPUWIRE_BUFFER_NULL, NULL, &rq), gpuwire_allgather(world, s, GPUWIRE_BUFFER_NULL, NULL), GPUWIRE_ERROR_INVALID_HANDLE);
+    /* allgatherv counts: negative; not this rank's send count. */
+    int64_t counts[MAXP];
+    for (int q = 0; q < size; q++)
+        counts[q] = n;
+    counts[size - 1] = -1;
+    EXPECT_BOTH(gpuwire_iallgatherv(world, s, big, counts, NULL, &rq), gpuwire_allgatherv(world, s, big, counts, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    for (int q = 0; q < size; q++)
+        counts[q] = n;
+    counts[rank] = n + 1;
+    EXPECT_BOTH(gpuwire_iallgatherv(world, s, big, counts, NULL, &rq), gpuwire_allgatherv(world, s, big, counts, NULL), GPUWIRE_ERROR_COUNT_MISMATCH);
+    /* A NULL request pointer: nothing started (the blocking form with these arguments works). */
+    EXPECT_STATUS(gpuwire_ibarrier(world, NULL, NULL), GPUWIRE_ERROR_NULL_ARGUMENT);
+    EXPECT_STATUS(gpuwire_ibcast(world, s, 0, NULL, NULL), GPUWIRE_ERROR_NULL_ARGUMENT);
+    EXPECT_STATUS(gpuwire_ireduce(world, s, r, GPUWIRE_SUM, 0, NULL, NULL), GPUWIRE_ERROR_NULL_ARGUMENT);
+    EXPECT_STATUS(gpuwire_iallreduce(world, s, r, GPUWIRE_SUM, NULL, NULL), GPUWIRE_ERROR_NULL_ARGUMENT);
+    EXPECT_STATUS(gpuwire_iallgather(world, s, big, NULL, NULL), GPUWIRE_ERROR_NULL_ARGUMENT);
+    EXPECT_STATUS(gpuwire_iallgatherv(world, s, big, NULL, NULL, NULL), GPUWIRE_ERROR_NULL_ARGUMENT);
+    EXPECT_STATUS(gpuwire_ireduce_scatter(world, big, r, GPUWIRE_SUM, NULL, NULL), GPUWIRE_ERROR_NULL_ARGUMENT);
+    EXPECT_STATUS(gpuwire_ialltoall(world, big, big, NULL, NULL), GPUWIRE_ERROR_NULL_ARGUMENT);
+    EXPECT_STATUS(gpuwire_igather(world, s, big, 0, NULL, NULL), GPUWIRE_ERROR_NULL_ARGUMENT);
+    EXPECT_STATUS(gpuwire_iscatter(world, big, r, 0, NULL, NULL), GPUWIRE_ERROR_NULL_ARGUMENT);
+    /* Nothing was received, and the communicator is in step: a collective works. */
+    EXPECT(all_bytes(bptr(r), (size_t)n * 4, FILL));
+    EXPECT(all_bytes(bptr(r1), (size_t)(n + 1) * 4, FILL));
+    EXPECT(all_bytes(bptr(big1), (size_t)(n * size + 1) * 4, FILL));
+    EXPECT(all_bytes(bptr(big), (size_t)(n * size) * 4, FILL));
+    op_t o;
+    setup(&o, K_ALLGATHER, n, 0);
+    EXPECT_OK(start(&o, world, 1));
+    EXPECT_OK(gpuwire_wait(&o.rq));
+    verify(&o, "iallgather after the refused calls");
+    /* The asynchronous-error query: nothing failed after its call returned. */
+    EXPECT_OK(gpuwire_comm_async_error(world));
+    EXPECT_STATUS(gpuwire_comm_async_error(GPUWIRE_COMM_NULL), GPUWIRE_ERROR_INVALID_HANDLE);
+    bfree(s), bfree(r), bfree(r1), bfree(f), bfree(big), bfree(big1);
+}
+
+/* ---- checking mode ------------------------------------------------------------------------ */
+
+/* On every rank, the call or its wait returns `code` (any failure when code is -1). */
+static void expect_everywhere(gpuwire_status st, gpuwire_request *rq, int code, const char *what)
+{
+    gpuwire_request before = *rq;
+    gpuwire_status got = call_then_wait(st, rq);
+    if (st != GPUWIRE_SUCCESS)
+        EXPECT(rq->h == before.h); /* a failed call writes no request */
+    gwt_checks++;
+    if ((code == -1 && got == GPUWIRE_SUCCESS) || (code != -1 && got != (gpuwire_status)code)) {
+        char d[1400], msg[1024];
+        if (gpuwire_last_error(msg, sizeof msg) != GPUWIRE_SUCCESS)
+            msg[0] = '\0';
+        snprintf(d, sizeof d, "%s: call %d, call or wait %d (%s), expected %d", what, (int)st, (int)got, msg, code);
+        gwt_fail(__FILE__, __LINE__, "checking mode", d);
+    }
+    if (rq->h != 0 && rq->h != 77)
+        (void)gpuwire_wait(rq);
+}
+
+static void in_step(gpuwire_comm cc, const char *what)
+{
+    op_t o;
+    setup(&o, K_ALLREDUCE_SUM, 9, 0);
+    EXPECT_OK(start(&o, cc, 1));
+    EXPECT_OK(gpuwire_wait(&o.rq));
+    verify(&o, what);
+}
+
+static void checking_on(gpuwire_comm cc)
+{
+    gpuwire_buffer a5 = balloc(5, GPUWIRE_INT32), a6 = balloc(6, GPUWIRE_INT32), f5 = balloc(5, GPUWIRE_FLOAT64);
+    gpuwire_request rq;
+    int z = rank == 0;
+    in_step(cc, "checking mode: a good iallreduce");
+    if (size < 2) {
+        bfree(a5), bfree(a6), bfree(f5);
+        return;
+    }
+    memset(bptr(a6), FILL, 24);
+    rq.h = 77;
+    expect_everywhere(gpuwire_iallreduce(cc, z ? a5 : a6, z ? a5 : a6, GPUWIRE_SUM, NULL, &rq), &rq, GPUWIRE_ERROR_COUNT_MISMATCH, "iallreduce count 5 on rank 0, 6 elsewhere");
+    if (!z)
+        EXPECT(all_bytes(bptr(a6), 24, FILL));
+    in_step(cc, "after a count mismatch");
+    rq.h = 77;
+    expect_everywhere(gpuwire_iallreduce(cc, z ? f5 : a5, z ? f5 : a5, GPUWIRE_SUM, NULL, &rq), &rq, GPUWIRE_ERROR_DTYPE_MISMATCH, "iallreduce float64 on rank 0, int32 elsewhere");
+    rq.h = 77;
+    expect_everywhere(gpuwire_iallreduce(cc, a5, a5, z ? GPUWIRE_MAX : GPUWIRE_SUM, NULL, &rq), &rq, GPUWIRE_ERROR_OP_MISMATCH, "iallreduce MAX on rank 0, SUM elsewhere");
+    rq.h = 77;
+    expect_everywhere(gpuwire_ibcast(cc, a5, z ? 0 : size - 1, NULL, &rq), &rq, GPUWIRE_ERROR_ROOT_MISMATCH, "ibcast root 0 on rank 0, the last elsewhere");
+    rq.h = 77;
+    expect_everywhere(z ? gpuwire_iallreduce(cc, a5, a5, GPUWIRE_SUM, NULL, &rq) : gpuwire_ibcast(cc, a5, 0, NULL, &rq), &rq, -1, "iallreduce on rank 0, ibcast elsewhere");
+    in_step(cc, "after another collective");
+    /* One rank's bad argument: its own error from the call, REMOTE_ARGUMENT on the others. */
+    rq.h = 77;
+    gpuwire_status st = gpuwire_iallreduce(cc, a5, a5, z ? 99 : GPUWIRE_SUM, NULL, &rq);
+    if (z) {
+        EXPECT(st == GPUWIRE_ERROR_INVALID_ARGUMENT && rq.h == 77);
+    } else {
+        expect_everywhere(st, &rq, GPUWIRE_ERROR_REMOTE_ARGUMENT, "iallreduce with rank 0's op 99");
+    }
+    /* The nonblocking form on rank 0, the blocking form elsewhere, counts differing. */
+    rq.h = 77;
+    if (z)
+        expect_everywhere(gpuwire_iallreduce(cc, a5, a5, GPUWIRE_SUM, NULL, &rq), &rq, GPUWIRE_ERROR_COUNT_MISMATCH, "iallreduce of 5 on rank 0 against allreduce of 6");
+    else
+        EXPECT_STATUS(gpuwire_allreduce(cc, a6, a6, GPUWIRE_SUM, NULL), GPUWIRE_ERROR_COUNT_MISMATCH);
+    /* A bad one and a good one outstanding; the good one waited first. */
+    op_t good;
+    gpuwire_request bad = GPUWIRE_REQUEST_NULL;
+    gpuwire_status bst = gpuwire_iallreduce(cc, z ? a5 : a6, z ? a5 : a6, GPUWIRE_SUM, NULL, &bad);
+    setup(&good, K_ALLGATHER, 33, 0);
+    EXPECT_OK(start(&good, cc, 1));
+    EXPECT_OK(gpuwire_wait(&good.rq));
+    verify(&good, "a good iallgather outstanding beside a mismatched iallreduce");
+    expect_everywhere(bst, &bad, GPUWIRE_ERROR_COUNT_MISMATCH, "the mismatched iallreduce, waited second");
+    /* A mismatch inside a group: reported by group_end or by the wait, on every rank. */
+    rq = GPUWIRE_REQUEST_NULL;
+    EXPECT_OK(gpuwire_group_start());
+    gpuwire_status gs = gpuwire_iallreduce(cc, z ? a5 : a6, z ? a5 : a6, GPUWIRE_SUM, NULL, &rq);
+    gpuwire_status ge = gpuwire_group_end();
+    gpuwire_status gw = rq.h != 0 ? gpuwire_wait(&rq) : GPUWIRE_SUCCESS;
+    gwt_checks++;
+    if (gs == GPUWIRE_SUCCESS && ge == GPUWIRE_SUCCESS && gw == GPUWIRE_SUCCESS)
+        gwt_fail(__FILE__, __LINE__, "checking mode in a group", "a count mismatch of an iallreduce inside a group was not reported (call, group_end, wait all succeeded)");
+    in_step(cc, "after a mismatch in a group");
+    bfree(a5), bfree(a6), bfree(f5);
+}
+
+static void checking(void)
+{
+    gpuwire_config cfg;
+    EXPECT_OK(gpuwire_config_init(&cfg));
+    cfg.check = 1;
+    cfg.timeout_seconds = 60.0; /* a rank left waiting fails within it instead of hanging */
+    gpuwire_comm cc = GPUWIRE_COMM_NULL;
+    EXPECT_OK(gpuwire_comm_world(&cfg, &cc));
+    checking_on(cc);
+    EXPECT_OK(gpuwire_comm_free(cc));
+    /* GPUWIRE_CHECK=1 in the environment, read by gpuwire_comm_world(NULL). */
+    setenv("GPUWIRE_CHECK", "1", 1);
+    setenv("GPUWIRE_TIMEOUT", "60", 1);
+    cc = GPUWIRE_COMM_NULL;
+    EXPECT_OK(gpuwire_comm_world(NULL, &cc));
+    unsetenv("GPUWIRE_CHECK");
+    unsetenv("GPUWIRE_TIMEOUT");
+    checking_on(cc);
+    EXPECT_OK(gpuwire_comm_free(cc));
+}
+
+/* ---- groups ------------------------------------------------------------------------------- */
+
+static int peer_to(int r, int j) { return size == 1 ? r : (r + 1 + j % (size - 1)) % size; }
+static int peer_from(int r, int j) { return size == 1 ? r : (r + size - 1 - j % (size - 1)) % size; }
+
+/* K blocking sends of n int32 to different peers, then K blocking receives, in one group:
+ * send j goes to peer_to(rank, j) with tag j; receive j comes from peer_from(rank, j). Without
+ * the group the first send waits for a receive that its peer posts only after its own sends. */
+static void group_sends_then_recvs(gpuwire_comm c, int k, int64_t n, int nest)
+{
+    char what[128];
+    snprintf(what, sizeof what, "group of %d sends then %d receives of %lld int32%s", k, k, (long long)n, nest ? ", nested" : "");
+    gpuwire_buffer *sb = calloc((size_t)k, sizeof *sb), *rb = calloc((size_t)k, sizeof *rb);
+    EXPECT(sb && rb);
+    for (int j = 0; j < k; j++) {
+        sb[j] = balloc(n, GPUWIRE_INT32);
+        rb[j] = balloc(n, GPUWIRE_INT32);
+        int32_t *p = bptr(sb[j]);
+        for (int64_t i = 0; i < n; i++)
+            p[i] = w(rank, j, i);
+        memset(bptr(rb[j]), FILL, (size_t)n * 4);
+    }
+    EXPECT_OK(gpuwire_group_start());
+    if (nest)
+        EXPECT_OK(gpuwire_group_start());
+    for (int j = 0; j < k; j++)
+        EXPECT_OK(gpuwire_send(c, sb[j], peer_to(rank, j), j, NULL));
+    if (nest) {
+        EXPECT_OK(gpuwire_group_end()); /* not the outermost: starts nothing */
+        EXPECT_OK(gpuwire_group_start());
+        EXPECT_OK(gpuwire_group_start());
+    }
+    for (int j = 0; j < k; j++)
+        EXPECT_OK(gpuwire_recv(c, rb[j], peer_from(rank, j), j, NULL));
+    if (nest) {
+        EXPECT_OK(gpuwire_group_end());
+        EXPECT_OK(gpuwire_group_end());
+    }
+    EXPECT_OK(gpuwire_group_end());
+    for (int j = 0; j < k; j++) {
+        int from = peer_from(rank, j);
+        EXPECT_SEQ((int32_t *)bptr(rb[j]), n, w(from, j, i));
+        bfree(sb[j]);
+        bfree(rb[j]);
+    }
+    free(sb);
+    free(rb);
+}
+
+/* isend / irecv, sendrecv, a blocking and a nonblocking collective, all in one group. */
+static void group_mixed(gpuwire_comm c)
+{
+    const char *what = "group of irecv, isend, sendrecv, allreduce, iallgather, ibcast";
+    const int64_t n = 1 << 18;
+    gpuwire_buffer s = balloc(n, GPUWIRE_INT32), r = balloc(n, GPUWIRE_INT32);
+    gpuwire_buffer s2 = balloc(n, GPUWIRE_INT32), r2 = balloc(n, GPUWIRE_INT32);
+    int32_t *sp = bptr(s), *s2p = bptr(s2);
+    for (int64_t i = 0; i < n; i++)
+        sp[i] = w(rank, 1, i), s2p[i] = w(rank, 2, i);
+    memset(bptr(r), FILL, (size_t)n * 4);
+    memset(bptr(r2), FILL, (size_t)n * 4);
+    op_t ar, ag, bc;
+    setup(&ar, K_ALLREDUCE_SUM, 1000, 0);
+    setup(&ag, K_ALLGATHER, 100, 0);
+    setup(&bc, K_BCAST, 77, size - 1);
+    gpuwire_request rq[4] = {GPUWIRE_REQUEST_NULL, GPUWIRE_REQUEST_NULL, GPUWIRE_REQUEST_NULL, GPUWIRE_REQUEST_NULL};
+    EXPECT_OK(gpuwire_group_start());
+    EXPECT_OK(gpuwire_irecv(c, r, prev, 31, NULL, &rq[0]));
+    EXPECT_OK(start(&ar, c, 0)); /* blocking form: returns at once, result at group_end */
+    EXPECT_OK(gpuwire_sendrecv(c, s2, prev, 32, r2, next, 32, NULL));
+    EXPECT_OK(start(&ag, c, 1));
+    EXPECT_OK(gpuwire_isend(c, s, next, 31, NULL, &rq[1]));
+    EXPECT_OK(start(&bc, c, 1));
+    rq[2] = ag.rq, rq[3] = bc.rq;
+    ag.rq = bc.rq = GPUWIRE_REQUEST_NULL;
+    EXPECT_OK(gpuwire_group_end());
+    /* Host memory: the blocking forms' data is in place when group_end returns. */
+    verify(&ar, "allreduce (blocking form) in a group");
+    EXPECT_SEQ((int32_t *)bptr(r2), n, w(next, 2, i));
+    EXPECT_OK(gpuwire_waitall(4, rq));
+    EXPECT_SEQ((int32_t *)bptr(r), n, w(prev, 1, i));
+    verify(&ag, "iallgather in a group");
+    verify(&bc, "ibcast in a group");
+    bfree(s), bfree(r), bfree(s2), bfree(r2);
+}
+
+/* A periodic halo exchange: rows of m int32, interior of `rows` rows between two ghost rows;
+ * in one group: blocking send of the first row to the left, of the last to the right, then the
+ * receives of both ghosts. Three steps, the interior changing each step. */
+static void group_halo(gpuwire_comm c)
+{
+    const int64_t m = 1 << 18, rows = 4;
+    gpuwire_buffer all = balloc(m * (rows + 2), GPUWIRE_INT32);
+    gpuwire_buffer ghost_lo = bview(all, 0, m), first = bview(all, m, m);
+    gpuwire_buffer last = bview(all, m * rows, m), ghost_hi = bview(all, m * (rows + 1), m);
+    int32_t *p = bptr(all);
+    char what[96];
+    for (int step = 0; step < 3; step++) {
+        snprintf(what, sizeof what, "halo exchange ring in one group, step %d", step);
+        for (int64_t row = 1; row <= rows; row++)
+            for (int64_t i = 0; i < m; i++)
+                p[row * m + i] = w(rank, (int)row, i) + step;
+        memset(p, FILL, (size_t)m * 4);
+        memset(p + m * (rows + 1), FILL, (size_t)m * 4);
+        EXPECT_OK(gpuwire_group_start());
+        EXPECT_OK(gpuwire_send(c, first, prev, 1, NULL));  /* goes left */
+        EXPECT_OK(gpuwire_send(c, last, next, 2, NULL));   /* goes right */
+        EXPECT_OK(gpuwire_recv(c, ghost_hi, next, 1, NULL));
+        EXPECT_OK(gpuwire_recv(c, ghost_lo, prev, 2, NULL));
+        EXPECT_OK(gpuwire_group_end());
+        EXPECT_SEQ(p, m, w(prev, (int)rows, i) + step);
+        EXPECT_SEQ(p + m * (rows + 1), m, w(next, 1, i) + step);
+    }
+    bfree(ghost_lo), bfree(first), bfree(last), bfree(ghost_hi), bfree(all);
+}
+
+static void group_errors(gpuwire_comm c)
+{
+    /* group_end without a start; an empty group; one end too many. */
+    EXPECT_STATUS(gpuwire_group_end(), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT_OK(gpuwire_group_start());
+    EXPECT_OK(gpuwire_group_end());
+    EXPECT_STATUS(gpuwire_group_end(), GPUWIRE_ERROR_INVALID_ARGUMENT);
+
+    /* wait / test on a request of a group that has not ended: INVALID_ARGUMENT (waiting would
+     * never return). The request is then either left as it was or released (gpuwire.h: released);
+     * the operation still runs at group_end, and for host memory its data is in place when
+     * group_end returns. */
+    const int64_t n = 1 << 18;
+    gpuwire_buffer s = balloc(n, GPUWIRE_INT32), r = balloc(n, GPUWIRE_INT32);
+    int32_t *sp = bptr(s);
+    for (int64_t i = 0; i < n; i++)
+        sp[i] = w(rank, 3, i);
+    memset(bptr(r), FILL, (size_t)n * 4);
+    gpuwire_request rr = GPUWIRE_REQUEST_NULL, sr = GPUWIRE_REQUEST_NULL;
+    op_t ar;
+    setup(&ar, K_ALLREDUCE_SUM, 10, 0);
+    EXPECT_OK(gpuwire_group_start());
+    EXPECT_OK(gpuwire_irecv(c, r, prev, 41, NULL, &rr));
+    gpuwire_request keep = rr;
+    EXPECT_STATUS(gpuwire_wait(&rr), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_HAS("group");
+    EXPECT(rr.h == keep.h || rr.h == 0);
+    EXPECT_OK(start(&ar, c, 1));
+    keep = ar.rq;
+    int32_t flag = -1;
+    EXPECT_STATUS(gpuwire_test(&ar.rq, &flag), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT(flag == -1);
+    EXPECT(ar.rq.h == keep.h || ar.rq.h == 0);
+    /* An argument error inside the group comes back at once; the op is not added. */
+    gpuwire_request bad = {77};
+    EXPECT_STATUS(gpuwire_isend(c, s, -5, 41, NULL, &bad), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT(bad.h == 77);
+    EXPECT_STATUS(gpuwire_send(c, s, size, 41, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT_STATUS(gpuwire_ibcast(c, s, size, NULL, &bad), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT_STATUS(gpuwire_allreduce(c, s, r, 99, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT(bad.h == 77);
+    EXPECT_OK(gpuwire_isend(c, s, next, 41, NULL, &sr));
+    EXPECT_OK(gpuwire_group_end());
+    const char *what = "irecv in a group whose wait was refused before group_end";
+    EXPECT_SEQ((int32_t *)bptr(r), n, w(prev, 3, i)); /* host memory: in place at group_end */
+    EXPECT_OK(gpuwire_wait(&rr));
+    EXPECT_OK(gpuwire_wait(&sr));
+    EXPECT_OK(gpuwire_wait(&ar.rq));
+    verify(&ar, "iallreduce in a group whose test was refused before group_end");
+    /* The communicator is in step. */
+    in_step(c, "after the group with refused calls");
+    bfree(s), bfree(r);
+}
+
+static void groups(void)
+{
+    /* A timeout: a group that deadlocks fails within it instead of hanging the test. */
+    gpuwire_config cfg;
+    EXPECT_OK(gpuwire_config_init(&cfg));
+    cfg.timeout_seconds = 60.0;
+    gpuwire_comm c = GPUWIRE_COMM_NULL;
+    EXPECT_OK(gpuwire_comm_world(&cfg, &c));
+    int ks[] = {2, 4, 8};
+    for (size_t j = 0; j < 3; j++)
+        group_sends_then_recvs(c, ks[j], ks[j] == 8 ? (1 << 18) : (1 << 20), 0); /* 1 or 4 MiB */
+    if (size > 2)
+        group_sends_then_recvs(c, size - 1, 1 << 20, 0); /* every other rank once */
+    group_sends_then_recvs(c, 4, 1 << 20, 1);
+    group_mixed(c);
+    group_halo(c);
+    group_errors(c);
+    /* A group on the world communicator (no timeout) too. */
+    group_sends_then_recvs(world, 2, 1 << 20, 0);
+    EXPECT_OK(gpuwire_comm_async_error(c));
+    EXPECT_OK(gpuwire_comm_free(c));
+}
+
+int main(int argc, char **argv)
+{
+    int provided = 0, funneled = 0, expected;
+    const char *only = "";
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_nbc EXPECTED_RANKS [funneled] [part]\n");
+        return 2;
+    }
+    expected = atoi(argv[1]);
+    for (int j = 2; j < argc; j++) {
+        if (!strcmp(argv[j], "funneled"))
+            funneled = 1;
+        else
+            only = argv[j];
+    }
+    MPI_Init_thread(&argc, &argv, funneled ? MPI_THREAD_FUNNELED : MPI_THREAD_MULTIPLE, &provided);
+    multiple = provided == MPI_THREAD_MULTIPLE;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    gwt_rank = rank;
+    if (size != expected || size > MAXP) {
+        fprintf(stderr, "test_nbc: launched on %d ranks, expected %d (wrong launcher?)\n", size, expected);
+        MPI_Finalize();
+        return 1;
+    }
+    next = (rank + 1) % size;
+    prev = (rank + size - 1) % size;
+    EXPECT_OK(gpuwire_init());
+    EXPECT_OK(gpuwire_comm_create((int32_t)MPI_Comm_c2f(MPI_COMM_WORLD), NULL, &world));
+
+    if (!*only || !strcmp(only, "coll"))
+        each_collective();
+    if (!*only || !strcmp(only, "many"))
+        many_outstanding();
+    if (!*only || !strcmp(only, "mixed"))
+        mixed_forms();
+    if (!*only || !strcmp(only, "early"))
+        returns_early();
+    if (!*only || !strcmp(only, "args"))
+        argument_errors();
+    if (!*only || !strcmp(only, "check"))
+        checking();
+    if (!*only || !strcmp(only, "group"))
+        groups();
+    if (!strcmp(only, "free")) /* run on its own: see free_while_pending */
+        free_while_pending();
+
+    EXPECT_OK(gpuwire_comm_free(world));
+    EXPECT_OK(gpuwire_finalize());
+    long failed = gwt_failures(), all = 0, checks = gwt_checks, all_checks = 0;
+    MPI_Reduce(&failed, &all, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+    MPI_Reduce(&checks, &all_checks, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+    if (rank == 0) {
+        if (all == 0)
+            printf("test_nbc: PASS (%d ranks, %s, %ld checks)\n", size, multiple ? "MPI_THREAD_MULTIPLE" : "below MPI_THREAD_MULTIPLE", all_checks);
+        else
+            printf("test_nbc: FAIL (%ld of %ld checks failed)\n", all, all_checks);
+    }
+    MPI_Finalize();
+    return all == 0 ? 0 : 1;
+}
