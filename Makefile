@@ -3,9 +3,9 @@
 #   make demo    release build, then the C examples (examples-c/) on 2 ranks
 #   make test    everything CI runs (.ci/run), debug builds throughout:
 #                  1. cargo build; the committed include/gpuwire.h must be unchanged by it, and so
-#                     must the Fortran layers generated from it (include/gpuwire_*.inc: after a
-#                     change, `python3 scripts/gen-fortran.py` regenerates them); gpuwire.f90,
-#                     gpuwire.hpp and gpuwire.py must agree with it
+#                     must the Fortran layers (include/gpuwire_*.inc) and python/gpuwire/_capi.py
+#                     generated from it (`make bindings` regenerates all); gpuwire.f90,
+#                     gpuwire.hpp and the Python prototypes must agree with it
 #                  2. cargo test (Rust unit and MPI tests, launcher mpirun)
 #                  3. C, C++, Fortran and Python tests and examples with Open MPI, 1-3 ranks,
 #                     and C tests on 2 and 3 hosts simulated on this machine (scripts/multihost.sh)
@@ -16,6 +16,7 @@
 #   make test-large   counts past 2^31 (tests/mpi_large.rs): every operation on 2^31 + 16 int8,
 #                host memory, 2 ranks, one operation per job, Open MPI then MPICH; needs ~9 GB free
 #                and ~25 min (GPUWIRE_TEST_LARGE_ALL=1 adds the 17 GB jobs); not part of `make test`
+#   make bindings   regenerate the generated layers (include/gpuwire.h, include/gpuwire_*.inc,
 #   make deps    check prerequisites (scripts/deps.sh; installs Debian packages when root)
 #   make install PREFIX=/path   release build, then libraries, headers, Fortran module sources,
 #                pkg-config and CMake files and the Python module under PREFIX (DESTDIR honoured;
@@ -47,11 +48,11 @@ RESULTS := build/results
 CARGO_TARGET_DIR ?= target
 MPICH_ENV := MPICC=mpicc.mpich CARGO_TARGET_DIR=$(CARGO_TARGET_DIR)/mpich
 
-.PHONY: help deps demo install test test-header test-bindings test-rust test-c test-asan test-mpich \
+.PHONY: help deps demo install bindings test test-header test-bindings test-rust test-c test-asan test-mpich \
 	test-install test-large clean
 
 help:
-	@sed -n '3,23s/^# \{0,1\}//p' Makefile
+	@sed -n '3,24s/^# \{0,1\}//p' Makefile
 
 deps:
 	@bash scripts/deps.sh
@@ -107,9 +108,15 @@ test: deps
 	@echo "   out-of-tree projects against the installed tree"
 	@awk '{p += $$1; f += $$2; s += $$3} END {printf "c, c++, fortran, python and install tests: %d passed, %d failed, %d skipped\n", p, f, s}' $(RESULTS)/c-*.txt
 
-# 1. The committed header is what the build generates.
+# The generated layers, regenerated: the header (cargo build), the Python package's ctypes layer.
+bindings:
+	cargo build
+	python3 scripts/gen-python.py
+	python3 scripts/gen-fortran.py
+
+# 1. The committed header and the generated Python layer are what the build generates.
 test-header:
-	@echo "== 1. cargo build; include/gpuwire.h must be unchanged =="
+	@echo "== 1. cargo build; include/gpuwire.h and python/gpuwire/_capi.py must be unchanged =="
 	cargo build
 	@if git rev-parse --is-inside-work-tree > /dev/null 2>&1; then \
 	    if ! git ls-files --error-unmatch include/gpuwire.h > /dev/null 2>&1; then \
@@ -125,6 +132,7 @@ test-header:
 	    if [ -n "$${CI:-}" ]; then echo "FAIL CI must run from a git checkout"; exit 1; fi; \
 	fi
 	python3 scripts/gen-fortran.py --check
+	python3 scripts/gen-python.py --check
 
 # 1b. The Fortran module, the C++ header and the Python module agree with the C header (names,
 # argument counts and kinds, constants, the config struct); the checker catches mismatches.

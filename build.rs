@@ -9,6 +9,8 @@ fn main() {
     println!("cargo:rerun-if-changed=cbindgen.toml");
     println!("cargo:rerun-if-changed=src");
     println!("cargo:rerun-if-env-changed=MPICC");
+    // cfg(cbindgen) marks items that only cbindgen reads (the C handle structs, src/ffi/mod.rs).
+    println!("cargo::rustc-check-cfg=cfg(cbindgen)");
 
     // MPI shim: MPI_IN_PLACE and friends are macros whose values differ between MPIs.
     let mpi = build_probe_mpi::probe().unwrap_or_else(|errs| {
@@ -53,12 +55,13 @@ fn main() {
     let crate_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
     let mut config = cbindgen::Config::from_file(crate_dir.join("cbindgen.toml"))
         .expect("cbindgen.toml is readable");
+    let handles = config.after_includes.take().unwrap_or_default();
     config.after_includes = Some(format!(
         "\n/** Version of the gpuwire headers (also returned by gpuwire_get_version at run time). */\n\
          #define GPUWIRE_VERSION_MAJOR {major}\n\
          #define GPUWIRE_VERSION_MINOR {minor}\n\
          #define GPUWIRE_VERSION_PATCH {patch}\n\
-         #define GPUWIRE_VERSION_STRING \"{version}\"\n"
+         #define GPUWIRE_VERSION_STRING \"{version}\"\n{handles}\n"
     ));
     match cbindgen::Builder::new()
         .with_crate(&crate_dir)

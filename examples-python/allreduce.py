@@ -13,13 +13,13 @@ mpi4py initializes MPI; gpuwire adopts it. On every rank:
 Rank 0 prints "allreduce.py: PASS (...)" when every rank passed.
 
 Usage: mpirun -n 2 python3 examples-python/allreduce.py [EXPECTED_RANKS] [--cupy]
-The library is $GPUWIRE_LIBRARY, or libgpuwire.so.0.1 from the loader's path.
+The package is the checkout's python/gpuwire; the library $GPUWIRE_LIBRARY, or as gpuwire._library says.
 """
 
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))  # the checkout's package
 
 from mpi4py import MPI  # noqa: E402  (initializes MPI)
 import numpy as np  # noqa: E402

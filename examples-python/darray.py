@@ -11,13 +11,13 @@ On every rank, with answers computed from the global data:
 Rank 0 prints "darray.py: PASS (...)" when every rank passed.
 
 Usage: mpirun -n P python3 examples-python/darray.py [EXPECTED_RANKS]
-The library is $GPUWIRE_LIBRARY, or libgpuwire.so.0.1 from the loader's path.
+The package is the checkout's python/gpuwire; the library $GPUWIRE_LIBRARY, or as gpuwire._library says.
 """
 
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))  # the checkout's package
 
 from mpi4py import MPI  # noqa: E402  (initializes MPI)
 import numpy as np  # noqa: E402

@@ -10,9 +10,11 @@
  *    that are written only on success.
  *  - gpuwire_status_string(code) is static; gpuwire_last_error copies the calling thread's detailed
  *    message of its last failure into a caller buffer.
- *  - Handles (gpuwire_comm, gpuwire_buffer, gpuwire_request, gpuwire_darray) are 64-bit integers;
- *    0 is the NULL handle. A freed, NULL or foreign handle is reported as
- *    GPUWIRE_ERROR_INVALID_HANDLE.
+ *  - Handles (gpuwire_comm, gpuwire_buffer, gpuwire_request, gpuwire_darray) are distinct types,
+ *    each a struct of one 64-bit integer `h` passed by value: a buffer given where a
+ *    communicator is expected is a compile error. `h` = 0 is the NULL handle (GPUWIRE_COMM_NULL
+ *    and so on; test with `x.h == 0`). The ABI is that of a uint64_t, which Fortran and Python
+ *    pass. A freed, NULL or foreign handle is reported as GPUWIRE_ERROR_INVALID_HANDLE.
  *  - Counts are in elements of the buffer's datatype unless a name says bytes. Every operation
  *    takes any count that memory holds, also past MPI's int (2^31-1).
  *  - Needs C99 or C++11 (stdint.h, fixed-width integers).
@@ -30,6 +32,25 @@
 #define GPUWIRE_VERSION_MINOR 1
 #define GPUWIRE_VERSION_PATCH 0
 #define GPUWIRE_VERSION_STRING "0.1.0"
+
+/**
+ * The NULL handles, values of their types with h = 0: GPUWIRE_COMM_NULL (what gpuwire_comm_split
+ * returns for an undefined color), GPUWIRE_BUFFER_NULL (accepted where a buffer is not
+ * significant, e.g. a non-root's receive buffer of gpuwire_gather), GPUWIRE_REQUEST_NULL
+ * (waiting on it returns at once, as MPI_REQUEST_NULL) and GPUWIRE_DARRAY_NULL. They are not
+ * constant expressions in C: initialize a handle of static storage with {0}.
+ */
+#ifdef __cplusplus
+#define GPUWIRE_COMM_NULL (gpuwire_comm{0})
+#define GPUWIRE_BUFFER_NULL (gpuwire_buffer{0})
+#define GPUWIRE_REQUEST_NULL (gpuwire_request{0})
+#define GPUWIRE_DARRAY_NULL (gpuwire_darray{0})
+#else
+#define GPUWIRE_COMM_NULL ((gpuwire_comm){0})
+#define GPUWIRE_BUFFER_NULL ((gpuwire_buffer){0})
+#define GPUWIRE_REQUEST_NULL ((gpuwire_request){0})
+#define GPUWIRE_DARRAY_NULL ((gpuwire_darray){0})
+#endif
 
 
 /**
@@ -461,14 +482,19 @@ typedef int32_t gpuwire_norm;
 
 /**
  * A gpuwire buffer: pointer, element count, datatype, memory space, device and owner
- * (0 = the NULL handle).
+ * (GPUWIRE_BUFFER_NULL, `h` = 0, is the NULL handle).
  *
  * Lifecycle: 1. `gpuwire_buffer_alloc` (owned, zeroed), `gpuwire_buffer_wrap` (borrows the
  * caller's memory) or `gpuwire_buffer_view` (a slice of another buffer, which it keeps alive);
  * 2. operations use it; 3. `gpuwire_buffer_free` releases the handle, and the memory once no
  * view and no pending request uses it. Borrowed memory is never freed by gpuwire.
  */
-typedef uint64_t gpuwire_buffer;
+typedef struct {
+  /**
+   * The handle's value: 0 is the NULL handle.
+   */
+  uint64_t h;
+} gpuwire_buffer;
 
 /**
  * Configuration of a communicator. Fill it with gpuwire_config_init (defaults, then the
@@ -515,18 +541,23 @@ typedef struct {
 } gpuwire_config;
 
 /**
- * A gpuwire communicator (0 = the NULL handle).
+ * A gpuwire communicator (GPUWIRE_COMM_NULL, `h` = 0, is the NULL handle).
  *
  * Lifecycle: 1. `gpuwire_comm_create` / `gpuwire_comm_world` / `gpuwire_comm_split` /
  * `gpuwire_comm_dup` make one (collective); 2. operations use it; 3. `gpuwire_comm_free`
- * releases it (collective, as MPI_Comm_free). Handles are plain integers: copy them freely;
+ * releases it (collective, as MPI_Comm_free). Handles are plain values: copy them freely;
  * a copy of a freed handle is reported as GPUWIRE_ERROR_INVALID_HANDLE.
  */
-typedef uint64_t gpuwire_comm;
+typedef struct {
+  /**
+   * The handle's value: 0 is the NULL handle.
+   */
+  uint64_t h;
+} gpuwire_comm;
 
 /**
  * A distributed array: a global array (1-D, or an N-D shape split along axis 0 into whole
- * rows) over the ranks of a communicator, on host or device memory (0 = GPUWIRE_DARRAY_NULL).
+ * rows) over the ranks of a communicator, on host or device memory (`h` = 0: GPUWIRE_DARRAY_NULL).
  * The object that PyLops-MPI's DistributedArray is, for C, C++ and Fortran.
  *
  * Partitions: GPUWIRE_PARTITION_SCATTER (rank r owns a block of rows: by default the first
@@ -548,41 +579,30 @@ typedef uint64_t gpuwire_comm;
  * (allgather, gather, redistribute, halo_exchange, bcast); 3. gpuwire_darray_free (local).
  * The array keeps its communicator alive; gpuwire_finalize invalidates every array.
  */
-typedef uint64_t gpuwire_darray;
+typedef struct {
+  /**
+   * The handle's value: 0 is the NULL handle.
+   */
+  uint64_t h;
+} gpuwire_darray;
 
 /**
- * A nonblocking operation in flight (0 = GPUWIRE_REQUEST_NULL).
+ * A nonblocking operation in flight (`h` = 0: GPUWIRE_REQUEST_NULL).
  *
  * Lifecycle: 1. `gpuwire_isend` / `gpuwire_irecv` make one; 2. `gpuwire_wait`, `gpuwire_waitall`
  * or a `gpuwire_test` that reports completion finishes it and sets the caller's handle to
  * GPUWIRE_REQUEST_NULL.
  */
-typedef uint64_t gpuwire_request;
+typedef struct {
+  /**
+   * The handle's value: 0 is the NULL handle.
+   */
+  uint64_t h;
+} gpuwire_request;
 
 
 
 
-
-/**
- * The NULL distributed array handle.
- */
-#define GPUWIRE_DARRAY_NULL 0
-
-/**
- * The NULL request: waiting on it returns at once (as MPI_REQUEST_NULL).
- */
-#define GPUWIRE_REQUEST_NULL 0
-
-/**
- * The NULL communicator handle (what `gpuwire_comm_split` returns for an undefined color).
- */
-#define GPUWIRE_COMM_NULL 0
-
-/**
- * The NULL buffer handle (accepted where a buffer is not significant, e.g. a non-root's
- * receive buffer of gpuwire_gather).
- */
-#define GPUWIRE_BUFFER_NULL 0
 
 
 

@@ -402,17 +402,17 @@ public:
     gpuwire_buffer get() const noexcept { return h_; }
     /** Gives up ownership: returns the C handle and leaves this object NULL. */
     gpuwire_buffer release() noexcept { return std::exchange(h_, GPUWIRE_BUFFER_NULL); }
-    explicit operator bool() const noexcept { return h_ != GPUWIRE_BUFFER_NULL; }
+    explicit operator bool() const noexcept { return h_.h != 0; }
     /** Frees the handle now, reporting errors (gpuwire_buffer_free); NULL afterwards. */
     void free()
     {
-        if (h_ != GPUWIRE_BUFFER_NULL)
+        if (h_.h != 0)
             detail::check(gpuwire_buffer_free(std::exchange(h_, GPUWIRE_BUFFER_NULL)));
     }
     /** Frees the handle now, ignoring errors (what the destructor does). */
     void reset() noexcept
     {
-        if (h_ != GPUWIRE_BUFFER_NULL)
+        if (h_.h != 0)
             (void)gpuwire_buffer_free(std::exchange(h_, GPUWIRE_BUFFER_NULL));
     }
 
@@ -468,18 +468,18 @@ public:
      * GPUWIRE_ERROR_COMM_BROKEN when the request was abandoned); NULL afterwards. */
     void free()
     {
-        if (h_ != GPUWIRE_REQUEST_NULL)
+        if (h_.h != 0)
             detail::check(gpuwire_request_free(&h_));
     }
     /** Whether an operation is still attached (false once completed). */
-    bool active() const noexcept { return h_ != GPUWIRE_REQUEST_NULL; }
+    bool active() const noexcept { return h_.h != 0; }
     gpuwire_request get() const noexcept { return h_; }
     gpuwire_request release() noexcept { return std::exchange(h_, GPUWIRE_REQUEST_NULL); }
 
 private:
     void finish_quietly() noexcept
     {
-        if (h_ != GPUWIRE_REQUEST_NULL)
+        if (h_.h != 0)
             (void)gpuwire_request_free(&h_);
         h_ = GPUWIRE_REQUEST_NULL;
     }
@@ -790,17 +790,17 @@ public:
 
     gpuwire_comm get() const noexcept { return h_; }
     gpuwire_comm release() noexcept { return std::exchange(h_, GPUWIRE_COMM_NULL); }
-    explicit operator bool() const noexcept { return h_ != GPUWIRE_COMM_NULL; }
+    explicit operator bool() const noexcept { return h_.h != 0; }
     /** Frees the communicator now, reporting errors (gpuwire_comm_free); NULL afterwards. */
     void free()
     {
-        if (h_ != GPUWIRE_COMM_NULL)
+        if (h_.h != 0)
             detail::check(gpuwire_comm_free(std::exchange(h_, GPUWIRE_COMM_NULL)));
     }
     /** Frees it now, ignoring errors (what the destructor does). */
     void reset() noexcept
     {
-        if (h_ != GPUWIRE_COMM_NULL)
+        if (h_.h != 0)
             (void)gpuwire_comm_free(std::exchange(h_, GPUWIRE_COMM_NULL));
     }
 
@@ -1171,17 +1171,17 @@ public:
         nranks_ = 0;
         return std::exchange(h_, GPUWIRE_DARRAY_NULL);
     }
-    explicit operator bool() const noexcept { return h_ != GPUWIRE_DARRAY_NULL; }
+    explicit operator bool() const noexcept { return h_.h != 0; }
     /** Frees the array now, reporting errors (gpuwire_darray_free); NULL afterwards. */
     void free()
     {
-        if (h_ != GPUWIRE_DARRAY_NULL)
+        if (h_.h != 0)
             detail::check(gpuwire_darray_free(std::exchange(h_, GPUWIRE_DARRAY_NULL)));
     }
     /** Frees it now, ignoring errors (what the destructor does). */
     void reset() noexcept
     {
-        if (h_ != GPUWIRE_DARRAY_NULL)
+        if (h_.h != 0)
             (void)gpuwire_darray_free(std::exchange(h_, GPUWIRE_DARRAY_NULL));
     }
 

@@ -9,7 +9,7 @@ Checks, for every function the C header declares:
   2. module gpuwire has a generic interface F (the mpi_f08-style wrapper);
   3. include/gpuwire.hpp uses F outside comments (a C++ wrapper calls it);
   4. a Fortran test or example calls F (tests/fortran/*.f90, examples-fortran/*.f90);
-  5. examples-python/gpuwire.py declares it in _PROTOTYPES with the same ctypes argument kinds
+  5. python/gpuwire/_capi.py declares it in _PROTOTYPES with the same ctypes argument kinds
      and result;
 and, for the header's data:
   6. every GPUWIRE_* constant (enumerators and #defines) is a parameter of module gpuwire_types
@@ -56,9 +56,10 @@ class CHeader:
     def __init__(self, text):
         self.problems = []
         code = strip_c_comments(text)
-        # Typedefs: handles (uint64_t), int32 enums, enum and struct types.
+        # Typedefs: handles (a struct of one uint64_t h, passed as a uint64_t), int32 enums, enum
+        # and struct types.
         self.types = dict(C_SCALARS)
-        for name in re.findall(r"typedef\s+uint64_t\s+(\w+)\s*;", code):
+        for name in re.findall(r"typedef\s+struct\s*(?:\w+\s*)?\{\s*uint64_t\s+h\s*;\s*\}\s*(\w+)\s*;", code):
             self.types[name] = "handle"
         for name in re.findall(r"typedef\s+int32_t\s+(\w+)\s*;", code):
             self.types[name] = "int32"
@@ -68,6 +69,8 @@ class CHeader:
             self.types.setdefault(name, "int32")
         self.structs = {}
         for body, name in re.findall(r"typedef\s+struct\s*(?:\w+\s*)?\{([^}]*)\}\s*(\w+)\s*;", code, re.S):
+            if self.types.get(name) == "handle":
+                continue
             fields = []
             for decl in body.split(";"):
                 decl = " ".join(decl.split())
@@ -90,6 +93,9 @@ class CHeader:
                 self.constants[name] = int(value.strip("()"))
             elif re.fullmatch(r'"[^"]*"', value):
                 self.constants[name] = value[1:-1]
+            elif hm := re.fullmatch(r"\(\((\w+)\)\{(-?\d+)\}\)|\((\w+)\{(-?\d+)\}\)", value):
+                # a handle value, ((T){N}) in C and (T{N}) in C++: N
+                self.constants[name] = int(hm.group(2) or hm.group(4))
         # Functions: a declaration at the start of a line, outside typedefs.
         self.functions = {}
         for ret, name, args in re.findall(
@@ -480,10 +486,10 @@ def check(header_text, fortran_text, hpp_text, fortran_uses, python_text=None):
         if python_text is not None:
             protos = python_prototypes(python_text)
             if name not in protos:
-                problems.append(f"{name}: missing from _PROTOTYPES in examples-python/gpuwire.py")
+                problems.append(f"{name}: missing from _PROTOTYPES in python/gpuwire/_capi.py (run python3 scripts/gen-python.py)")
             elif protos[name] != (ret, [k for _, k in args]):
                 problems.append(
-                    f"{name}: examples-python/gpuwire.py declares {protos[name][0]} ({', '.join(protos[name][1])}), "
+                    f"{name}: python/gpuwire/_capi.py declares {protos[name][0]} ({', '.join(protos[name][1])}), "
                     f"the header {ret} ({', '.join(k for _, k in args)})"
                 )
         if fortran_uses is not None and not re.search(r"\b" + re.escape(name) + r"\s*\(", fortran_uses, re.I):
@@ -533,7 +539,7 @@ def self_test(root):
     """Each mutation of the real files must produce a problem naming the thing changed."""
     h, f, x = read(root + "/include/gpuwire.h"), read_fortran(root + "/include/gpuwire.f90"), read(root + "/include/gpuwire.hpp")
     uses = fortran_uses_text(root)
-    py = read(root + "/examples-python/gpuwire.py")
+    py = read(root + "/python/gpuwire/_capi.py")
     base, _ = check(h, f, x, uses, py)
     if base:
         print("self-test: the checked-in files must agree first:\n  " + "\n  ".join(base))
@@ -662,14 +668,14 @@ def main():
         read_fortran(root + "/include/gpuwire.f90"),
         read(root + "/include/gpuwire.hpp"),
         fortran_uses_text(root),
-        read(root + "/examples-python/gpuwire.py"),
+        read(root + "/python/gpuwire/_capi.py"),
     )
     if problems:
         for p in problems:
             print("FAIL " + p)
         print(f"check-bindings: {len(problems)} problem(s): include/gpuwire.h and the bindings disagree")
         return 1
-    print(f"PASS gpuwire.h, gpuwire.f90, gpuwire.hpp and gpuwire.py agree: {summary}; every function has a Fortran wrapper and is called from Fortran")
+    print(f"PASS gpuwire.h, gpuwire.f90, gpuwire.hpp and python/gpuwire/_capi.py agree: {summary}; every function has a Fortran wrapper and is called from Fortran")
     return 0
 
 

@@ -3,8 +3,9 @@
 #
 # Needed: cargo/rustc >= 1.85; Open MPI (mpicc, mpicxx, mpifort, mpirun); MPICH (mpicc.mpich,
 # mpicxx.mpich, mpifort.mpich, mpiexec.mpich); libclang (bindgen, used by the mpi crate); a C and
-# C++ compiler; gfortran; python3 with mpi4py (built for Open MPI) and NumPy, for the Python
-# example (scripts/find-python.sh finds it: python3 on the PATH or /usr/bin/python3); cmake;
+# C++ compiler; gfortran; python3 with mpi4py (built for Open MPI), NumPy, pytest and venv, for
+# the Python package's tests (scripts/find-python.sh finds it: python3 on the PATH or
+# /usr/bin/python3); cmake;
 # pkg-config; readelf; make.
 #
 # When something is missing on Debian/Ubuntu: as root it runs
@@ -14,12 +15,16 @@
 set -euo pipefail
 
 packages=(libopenmpi-dev openmpi-bin libclang-dev libmpich-dev mpich gfortran python3
-    python3-numpy python3-mpi4py python3-pip cmake pkg-config g++ binutils make)
+    python3-numpy python3-mpi4py python3-pip python3-pytest python3-venv cmake pkg-config g++ binutils make)
 min_rust=1.85
 
 have() { command -v "$1" > /dev/null 2>&1; }
 has_pip() { python3 -m pip --version > /dev/null 2>&1; }
 has_mpi4py() { bash "$(dirname "$0")/find-python.sh" "Open MPI" > /dev/null; }
+mpi4py_python_has() { # MODULE: the python3 with mpi4py imports it (pytest; venv, for pip install ./python)
+    local py
+    py=$(bash "$(dirname "$0")/find-python.sh" "Open MPI") && "$py" -c "import $1" > /dev/null 2>&1
+}
 is_open_mpi() { # mpicc and mpirun must be Open MPI's (an alternatives switch can point them at MPICH)
     have mpicc && have mpirun && mpirun --version 2>&1 | grep -q "Open MPI" \
         && mpicc --showme:version > /dev/null 2>&1
@@ -69,6 +74,8 @@ check_all() {
     check "python3" have python3
     check "pip (python3 -m pip)" has_pip
     check "python3 with mpi4py (Open MPI) and NumPy" has_mpi4py
+    check "pytest for that python3" mpi4py_python_has pytest
+    check "venv and ensurepip for that python3" mpi4py_python_has ensurepip
     check "cmake" have cmake
     check "pkg-config" have pkg-config
     check "readelf" have readelf

@@ -333,8 +333,17 @@ class Header:
                 line = m.group(2)
                 d = re.match(r"#define\s+(GPUWIRE_\w+)[ \t]+(\S.*?)\s*$", line)
                 if d and d.group(1) != "GPUWIRE_H":
-                    self.defines.append((d.group(1), d.group(2), doc))
-                doc = ""
+                    # A NULL handle as a value of its struct: C's ((gpuwire_x){N}) and C++'s
+                    # (gpuwire_x{N}), defined once for each language: its value is N, once.
+                    value = d.group(2)
+                    v = re.fullmatch(r"\(*\s*(?:\(\s*gpuwire_\w+\s*\)|gpuwire_\w+)\s*\{\s*(-?\d+)\s*\}\s*\)*", value)
+                    if v:
+                        value = v.group(1)
+                    if all(n != d.group(1) for n, _, _ in self.defines):
+                        self.defines.append((d.group(1), value, doc))
+                # A doc comment before `#ifdef __cplusplus` documents the defines inside.
+                if not re.match(r"#\s*(ifdef|ifndef|if|else|endif)\b", line):
+                    doc = ""
             elif m.group(3) is not None:
                 self.declaration(m.group(3), doc)
                 doc = ""
@@ -504,7 +513,8 @@ def gen_c_inc(h, header_name):
         out += [f"  type :: {name}", "    integer(gpuwire_handle_kind) :: handle = 0", f"  end type {name}"]
     out.append("")
     for hn, (name, value, doc) in handle_nulls.items():
-        out += comment(first_sentence(doc) + ".", 2)
+        if doc:
+            out += comment(first_sentence(doc) + ".", 2)
         out += [f"  type({hn}), parameter, public :: &", f"    {name} = {hn}({value}_gpuwire_handle_kind)"]
     for sname, doc, fields in h.structs:
         out.append("")
@@ -832,6 +842,11 @@ def outputs(root, header_text=None):
     }
 
 
+def comm_handle(h, replacement):
+    """The header with gpuwire_comm's one-field struct written as `replacement`."""
+    return re.sub(r"typedef struct \{[^{}]*?uint64_t h;\s*\} gpuwire_comm;", lambda _: replacement, h, count=1, flags=re.S)
+
+
 def self_test(root):
     """Each change of the header must change the generated files where it should (so that the
     --check of `make test` fails until they are regenerated)."""
@@ -846,12 +861,12 @@ def self_test(root):
          "integer(c_int32_t), value :: offset"),
         ("an enumerator added", h.replace("GPUWIRE_BXOR = 7,", "GPUWIRE_BXOR = 7,\n  GPUWIRE_LAND = 8,"), "GPUWIRE_LAND = 8"),
         ("a struct field added", h.replace("  int64_t chunk_bytes;\n} gpuwire_config;", "  int64_t chunk_bytes;\n  int32_t spare;\n} gpuwire_config;"), ":: spare"),
-        ("a handle type added", h.replace("typedef uint64_t gpuwire_request;", "typedef uint64_t gpuwire_request;\n\ntypedef uint64_t gpuwire_group;"), "type :: gpuwire_group"),
+        ("a handle type added", h.replace("} gpuwire_request;", "} gpuwire_request;\n\ntypedef struct {\n  uint64_t h;\n} gpuwire_group;", 1), "type :: gpuwire_group"),
     ]
     # The same ABI written otherwise generates the same files.
     same = [
-        ("a handle as a struct of one uint64_t", h.replace("typedef uint64_t gpuwire_comm;", "typedef struct gpuwire_comm {\n  uint64_t handle;\n} gpuwire_comm;")),
-        ("a handle as a pointer to an opaque struct", h.replace("typedef uint64_t gpuwire_comm;", "typedef struct gpuwire_comm_T *gpuwire_comm;")),
+        ("a handle as a plain uint64_t", comm_handle(h, "typedef uint64_t gpuwire_comm;")),
+        ("a handle as a pointer to an opaque struct", comm_handle(h, "typedef struct gpuwire_comm_T *gpuwire_comm;")),
     ]
     failures = 0
     for what, text in same:

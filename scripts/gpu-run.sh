@@ -243,6 +243,12 @@ if has python; then
     GPUWIRE_LIBRARY=$B/libgpuwire.so example python-cupy stock 2 -x GPUWIRE_LIBRARY "$PY" examples-python/allreduce.py 2 --cupy
     # The module's byte-order refusal on CuPy arrays (and its freeing rules) on the GPU machine.
     GPUWIRE_LIBRARY=$B/libgpuwire.so example python-bindings-cupy stock 2 -x GPUWIRE_LIBRARY "$PY" tests/python/test_bindings.py 2 --cupy
+    # The package's pytest suite: host arrays, then CuPy (and PyTorch where it is installed) on the GPU.
+    if stock "$PY" -c 'import pytest' > /dev/null 2>&1; then
+      GPUWIRE_LIBRARY=$B/libgpuwire.so example python-pytest-cupy stock 2 -x GPUWIRE_LIBRARY "$PY" -m pytest -q -p no:cacheprovider --color=no -rs tests/python/test_package.py
+    else
+      echo "NOTE python: no pytest for $PY; tests/python/test_package.py was not run" | tee -a "$LOG"
+    fi
   else
     echo "NOTE python: no python3 ($PY) with mpi4py, NumPy and CuPy here; the CuPy example and test_bindings.py were not run" | tee -a "$LOG"
   fi

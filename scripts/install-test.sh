@@ -3,9 +3,14 @@
 # installed tree alone, outside the checkout, run under mpirun (Open MPI):
 #   - the README's blocks, extracted by scripts/readme-blocks.py and run as written, with PREFIX
 #     set: the install itself, C with pkg-config (shared and static), C++ with CMake and with
-#     pkg-config, Fortran (the installed module source), Python (the installed ctypes module);
-#   - tests/install/cmake: an out-of-tree CMake project with gpuwire::gpuwire_static and
-#     gpuwire::fortran, and find_package's version rule (0.2 refused);
+#     pkg-config, Fortran (the installed module source), Python (the installed package, and
+#     `pip install ./python` into a virtual environment: the README's hello.py and the pytest
+#     suite tests/python/test_package.py against the pip-installed package);
+#   - tests/install/cmake: an out-of-tree CMake project built with the plain compilers, one
+#     program per target (gpuwire::gpuwire with a program that calls MPI itself,
+#     gpuwire::gpuwire_static, gpuwire::fortran, gpuwire::fortran_f08), each bringing its MPI;
+#     find_package's version rule (0.2 refused) and its refusal of another MPI (MPICH's);
+#   - the Fortran modules through pkg-config (gpuwire-fortran, gpuwire-fortran-f08);
 #   - the installed files: soname and links, each program's NEEDED and rpath and the library it
 #     loads (the installed one, not the build tree's), pkg-config, DESTDIR staging.
 # Prints PASS/FAIL/SKIP lines, then "c-install: N passed, N failed, N skipped".
@@ -77,7 +82,7 @@ if ! python3 "$root/scripts/readme-blocks.py" "$root/README.md" "$readme" > "$wo
     show_log "$logs/readme-blocks.log"
     finish
 fi
-for name in install c cpp fortran python; do
+for name in install c cpp fortran python python-pip; do
     grep -q "^$name " "$work/blocks.txt" || record FAIL "README has a tested '$name' block"
 done
 
@@ -136,8 +141,9 @@ expect "links libgpuwire.so -> libgpuwire.so.0.1 -> libgpuwire.so.$version" \
 expect "installed libgpuwire.a, headers, Fortran sources, Python module, CMake files" \
     test -f "$L/libgpuwire.a" -a -f "$PREFIX/include/gpuwire.h" -a -f "$PREFIX/include/gpuwire.hpp" \
     -a -f "$PREFIX/include/gpuwire.f90" -a -f "$PREFIX/include/gpuwire_f08.f90" \
-    -a -f "$PREFIX/share/gpuwire/python/gpuwire.py" -a -f "$L/cmake/gpuwire/gpuwire-config.cmake" \
-    -a -f "$L/cmake/gpuwire/gpuwire-config-version.cmake"
+    -a -f "$PREFIX/share/gpuwire/python/gpuwire/__init__.py" -a -f "$L/cmake/gpuwire/gpuwire-config.cmake" \
+    -a -f "$L/cmake/gpuwire/gpuwire-config-version.cmake" -a -f "$L/pkgconfig/gpuwire-fortran.pc" \
+    -a -f "$L/pkgconfig/gpuwire-fortran-f08.pc" -a -f "$L/libgpuwire_fortran.a" -a -f "$L/gpuwire/fortran/gpuwire.mod"
 expect "installed headers are the checkout's" cmp "$PREFIX/include/gpuwire.h" "$root/include/gpuwire.h"
 expect "pkg-config --modversion gpuwire is $version" \
     test "$(PKG_CONFIG_PATH=$L/pkgconfig pkg-config --modversion gpuwire)" = "$version"
@@ -157,35 +163,98 @@ fi
 if run_block fortran "$sum_ok"; then
     expect "Fortran program loads PREFIX/lib's library" loads_installed "$readme/fortran/hello_f"
 fi
-# 5. Python: the installed ctypes module (finds the installed library by itself)
+# 5. Python: the package make install copied (finds the installed library by itself), then
+# `pip install ./python` into a virtual environment, which finds the library through pkg-config.
 if [[ $python_ok -eq 1 ]]; then
     run_block python "$sum_ok"
-    expect "installed gpuwire.py loads PREFIX/lib's library" \
-        grep -q "^_INSTALLED_LIBRARY = \"$L/libgpuwire.so.0.1\"$" "$PREFIX/share/gpuwire/python/gpuwire.py"
+    expect "installed package gpuwire loads PREFIX/lib's library" \
+        grep -q "^_INSTALLED_LIBRARY = \"$L/libgpuwire.so.0.1\"$" "$PREFIX/share/gpuwire/python/gpuwire/_library.py"
+    if run_block python-pip "^gpuwire \\(0, 1, 0\\) from $L/libgpuwire.so.0.1 \\(pkg-config\\)$"; then
+        vpy=$PREFIX/venv/bin/python3
+        log=$logs/pip-hello.log
+        if (cd "$readme/python" && export PKG_CONFIG_PATH=$L/pkgconfig &&
+            timeout -k 10 "$timeout_s" mpirun -n 2 "$vpy" hello.py) > "$log" 2>&1 &&
+            grep -qE "rank 0: sum of ranks = 1([^0-9.]|$)" "$log" && grep -qE "rank 1: sum of ranks = 1([^0-9.]|$)" "$log"; then
+            record PASS "pip-installed package: the README's hello.py on 2 ranks"
+        else
+            record FAIL "pip-installed package: the README's hello.py on 2 ranks" "log $log"
+            show_log "$log"
+        fi
+        log=$logs/pip-pytest.log
+        if (cd "$work" && export PKG_CONFIG_PATH=$L/pkgconfig GPUWIRE_TEST_INSTALLED=1 &&
+            timeout -k 10 "$timeout_s" mpirun -n 2 "$vpy" -m pytest -q -p no:cacheprovider --color=no \
+                "$root/tests/python/test_package.py") > "$log" 2>&1; then
+            record PASS "pip-installed package: pytest tests/python/test_package.py on 2 ranks ($(grep -m1 -oE '[0-9]+ passed' "$log"))"
+        else
+            record FAIL "pip-installed package: pytest tests/python/test_package.py on 2 ranks" "log $log"
+            show_log "$log"
+        fi
+    fi
 else
-    record SKIP "README 'python' block" "no python3 with mpi4py (Open MPI) and NumPy"
+    record SKIP "README 'python' and 'python-pip' blocks" "no python3 with mpi4py (Open MPI) and NumPy"
 fi
 
 # ---- a CMake project: the static library, the Fortran module target, the version rule ---------
 
+# Built with the plain compilers (gcc, gfortran: no MPI wrapper), so MPI reaches each program
+# only through the gpuwire target it links.
 cm=$work/cmake
 cp -r "$root/tests/install/cmake" "$cm"
 log=$logs/cmake-project.log
-if (cd "$cm" && cmake -S . -B build -DCMAKE_PREFIX_PATH="$PREFIX" -DCMAKE_Fortran_COMPILER=mpifort &&
+if (cd "$cm" && cmake -S . -B build -DCMAKE_PREFIX_PATH="$PREFIX" -DCMAKE_C_COMPILER=gcc -DCMAKE_Fortran_COMPILER=gfortran &&
     cmake --build build) > "$log" 2>&1; then
-    record PASS "CMake project: find_package(gpuwire 0.1.0), gpuwire::gpuwire_static, gpuwire::fortran; 0.2 refused"
+    record PASS "CMake project (gcc, gfortran): find_package(gpuwire 0.1.0); gpuwire::gpuwire, gpuwire_static, fortran, fortran_f08 bring MPI; 0.2 refused"
     expect "CMake static program does not need libgpuwire.so" no_gpuwire_needed "$cm/build/static_c"
+    expect "CMake program (gpuwire::gpuwire) loads PREFIX/lib's library" loads_installed "$cm/build/mpi_c"
     log=$logs/cmake-run.log
     if (cd "$cm" && timeout -k 10 "$timeout_s" mpirun -n 2 ./build/static_c &&
-        timeout -k 10 "$timeout_s" mpirun -n 2 ./build/hello_fortran) > "$log" 2>&1 &&
-        grep -q "static_c: rank 1 of 2 got 42" "$log" && grep -q "^hello_fortran: PASS (2 ranks)" "$log"; then
-        record PASS "CMake project programs run on 2 ranks"
+        timeout -k 10 "$timeout_s" mpirun -n 2 ./build/mpi_c &&
+        timeout -k 10 "$timeout_s" mpirun -n 2 ./build/hello_fortran &&
+        timeout -k 10 "$timeout_s" mpirun -n 2 ./build/hello_f08) > "$log" 2>&1 &&
+        grep -q "static_c: rank 1 of 2 got 42" "$log" && grep -q "mpi_c: rank 1: sum over its half 1" "$log" &&
+        grep -q "^hello_fortran: PASS (2 ranks)" "$log" && grep -q "^hello_f08: PASS (2 ranks)" "$log"; then
+        record PASS "CMake project programs (static C, C with MPI, Fortran, Fortran mpi_f08) run on 2 ranks"
     else
         record FAIL "CMake project programs run on 2 ranks" "log $log"
         show_log "$log"
     fi
 else
-    record FAIL "CMake project: find_package(gpuwire 0.1.0), gpuwire::gpuwire_static, gpuwire::fortran" "log $log"
+    record FAIL "CMake project: find_package(gpuwire 0.1.0), gpuwire::gpuwire, gpuwire_static, fortran, fortran_f08" "log $log"
+    show_log "$log"
+fi
+
+# find_package(gpuwire) refuses an MPI other than the library's (here MPICH's for an Open MPI
+# build), naming both.
+if command -v mpicc.mpich > /dev/null; then
+    mm=$work/cmake-mpi
+    mkdir -p "$mm"
+    printf 'cmake_minimum_required(VERSION 3.16)\nproject(other_mpi LANGUAGES C)\nfind_package(gpuwire 0.1 REQUIRED)\n' > "$mm/CMakeLists.txt"
+    log=$logs/cmake-other-mpi.log
+    if (cd "$mm" && cmake -S . -B build -DCMAKE_PREFIX_PATH="$PREFIX" -DMPI_C_COMPILER=mpicc.mpich) > "$log" 2>&1; then
+        record FAIL "CMake: find_package(gpuwire) refuses another MPI (MPI_C_COMPILER=mpicc.mpich)" "it configured; log $log"
+    elif tr -s ' \n' ' ' < "$log" | grep -q "gpuwire was built against .*libmpi.so.* but FindMPI found another MPI for C"; then
+        record PASS "CMake: find_package(gpuwire) refuses another MPI (MPI_C_COMPILER=mpicc.mpich), naming both"
+    else
+        record FAIL "CMake: find_package(gpuwire) refuses another MPI" "not for that reason; log $log"
+        show_log "$log"
+    fi
+else
+    record SKIP "CMake: find_package(gpuwire) refuses another MPI" "no mpicc.mpich"
+fi
+
+# pkg-config for the Fortran modules: one command per program with the MPI's wrapper.
+pf=$work/pkgconfig-fortran
+mkdir -p "$pf"
+log=$logs/pkgconfig-fortran.log
+if (cd "$pf" && export PKG_CONFIG_PATH=$L/pkgconfig &&
+    mpifort "$root/tests/install/cmake/hello_fortran.f90" $(pkg-config --cflags --libs gpuwire-fortran) -o hello_fortran &&
+    mpifort "$root/tests/install/cmake/hello_f08.f90" $(pkg-config --cflags --libs gpuwire-fortran-f08) -o hello_f08 &&
+    timeout -k 10 "$timeout_s" mpirun -n 2 ./hello_fortran && timeout -k 10 "$timeout_s" mpirun -n 2 ./hello_f08) > "$log" 2>&1 &&
+    grep -q "^hello_fortran: PASS (2 ranks)" "$log" && grep -q "^hello_f08: PASS (2 ranks)" "$log"; then
+    record PASS "pkg-config gpuwire-fortran, gpuwire-fortran-f08: mpifort prog.f90 \$(pkg-config --cflags --libs ...), run on 2 ranks"
+    expect "Fortran program (pkg-config) loads PREFIX/lib's library" loads_installed "$pf/hello_f08"
+else
+    record FAIL "pkg-config gpuwire-fortran, gpuwire-fortran-f08" "log $log"
     show_log "$log"
 fi
 

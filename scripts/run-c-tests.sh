@@ -22,9 +22,10 @@
 # tests/fortran (including two programs that must not compile) and examples-fortran, whose
 # output must be the C examples' output; then (without --sanitize) a --coverage build of the
 # modules and tests, which must run every Fortran procedure (check-bindings.py
-# --fortran-coverage). Python: examples-python/allreduce.py and darray.py, and
-# tests/python/test_bindings.py, under the MPI launcher, with the python3 that
-# scripts/find-python.sh finds for this MPI.
+# --fortran-coverage). Python: examples-python/allreduce.py and darray.py,
+# tests/python/test_bindings.py and (pytest) tests/python/test_package.py, under the MPI launcher,
+# with the python3 that scripts/find-python.sh finds for this MPI, on the checkout's package
+# python/gpuwire.
 #
 # The library must be built first (the Makefile does it). Exits 1 if a test failed, or if one
 # was skipped while CI is set (on CI everything here must run). Logs: build/c/FLAVOUR/logs/.
@@ -211,6 +212,42 @@ for std in c99 c11 c17; do
         record PASS "header alone as $std, without mpi.h"
     else
         record FAIL "header alone as $std, without mpi.h"
+        show_log "$log"
+    fi
+done
+
+# Handles of two kinds swapped do not compile, as C and as C++ (tests/c/reject_handles.c): each
+# case must fail with an error on its own line, and the file without CASE must compile cleanly.
+# Cases 1-6 pass handles by value: errors without -Werror; 7-8 pass an out-parameter's address,
+# which C reports as an error under -pedantic-errors (GCC < 14 only warns by default).
+rh=$root/tests/c/reject_handles.c
+for lang in c c++; do
+    if [[ $lang == c ]]; then
+        rcc=(cc -x c -std=c99) ctrl=(-Wall -Wextra -Werror -pedantic)
+    else
+        rcc=(c++ -x c++ -std=c++11) ctrl=(-Wall -Wextra -Werror -pedantic)
+    fi
+    log=$logs/reject-handles-$lang.log
+    : > "$log"
+    bad=()
+    if ! "${rcc[@]}" "${ctrl[@]}" -I"$root/include" -c "$rh" -o "$build/reject_handles.o" >> "$log" 2>&1; then
+        bad+=("the correct calls do not compile")
+    fi
+    for n in 1 2 3 4 5 6 7 8; do
+        extra=()
+        [[ $lang == c && $n -ge 7 ]] && extra=(-pedantic-errors)
+        line=$(awk -v n="$n" '$0 ~ "^#(el)?if CASE == " n " " { print NR + 1; exit }' "$rh")
+        echo "-- CASE=$n (error expected at line $line)" >> "$log"
+        if "${rcc[@]}" "${extra[@]}" -DCASE=$n -I"$root/include" -c "$rh" -o "$build/reject_handles.o" >> "$log" 2>&1; then
+            bad+=("case $n compiled")
+        elif [[ -z $line ]] || ! grep -qE "reject_handles\\.c:$line:[0-9]+: error" "$log"; then
+            bad+=("case $n: no error at line ${line:-?}")
+        fi
+    done
+    if [[ ${#bad[@]} -eq 0 ]]; then
+        record PASS "$lang: 8 calls with handles of the wrong kind do not compile (the right ones do)"
+    else
+        record FAIL "$lang: calls with handles of the wrong kind do not compile" "${bad[*]}; log $log"
         show_log "$log"
     fi
 done
@@ -528,11 +565,20 @@ if [[ $sanitize -eq 0 ]]; then
             check "test_bindings.py (Python: byte order, freeing) -n $n" 0 "$n" \
                 "^test_bindings.py: PASS \\(numpy; $n ranks" "$py" "$root/tests/python/test_bindings.py" "$n"
         done
+        # pytest: the package's array paths, datatype rules, mpi4py, context managers.
+        if "$py" -c "import pytest" > /dev/null 2>&1; then
+            for n in 1 2; do
+                check "pytest test_package.py (Python package) -n $n" 0 "$n" "^[0-9]+ passed(, [0-9]+ skipped)? in " \
+                    "$py" -m pytest -q -p no:cacheprovider --color=no "$root/tests/python/test_package.py"
+            done
+        else
+            record FAIL "pytest test_package.py (Python package)" "no pytest for $py: apt-get install python3-pytest"
+        fi
         unset GPUWIRE_LIBRARY
     elif [[ $mpi == openmpi ]]; then
-        record SKIP "allreduce.py, darray.py, test_bindings.py (Python)" "no python3 with mpi4py (for $mpi_vendor) and NumPy: apt-get install python3-mpi4py python3-numpy"
+        record SKIP "allreduce.py, darray.py, test_bindings.py, test_package.py (Python)" "no python3 with mpi4py (for $mpi_vendor) and NumPy: apt-get install python3-mpi4py python3-numpy"
     else
-        echo "NOTE [$flavour] allreduce.py, darray.py, test_bindings.py (Python): no mpi4py built for $mpi_vendor here; the Python examples run in the Open MPI pass"
+        echo "NOTE [$flavour] allreduce.py, darray.py, test_bindings.py, test_package.py (Python): no mpi4py built for $mpi_vendor here; the Python examples run in the Open MPI pass"
     fi
 fi
 

@@ -167,7 +167,7 @@ static gpuwire_comm a_comm(void)
     int b = bad(N_BAD_HANDLE);
     if (b < 0)
         return comms[rnd(4) == 0 ? rnd(NCOMM) : 0];
-    return bad_handle(b, bufs[rnd(BASE_BUFS)]);
+    return (gpuwire_comm){bad_handle(b, bufs[rnd(BASE_BUFS)].h)};
 }
 
 static gpuwire_buffer a_buf(void)
@@ -175,7 +175,7 @@ static gpuwire_buffer a_buf(void)
     int b = bad(N_BAD_HANDLE);
     if (b < 0)
         return bufs[rnd(NBUF)];
-    return bad_handle(b, rnd(2) ? comms[0] : darrs[0]);
+    return (gpuwire_buffer){bad_handle(b, rnd(2) ? comms[0].h : darrs[0].h)};
 }
 
 /* A buffer, or GPUWIRE_BUFFER_NULL where the argument may be absent (a non-root's receive). */
@@ -190,7 +190,7 @@ static gpuwire_darray a_darr(void)
     int b = bad(N_BAD_HANDLE);
     if (b < 0)
         return darrs[rnd(NDARR)];
-    return bad_handle(b, rnd(2) ? comms[0] : bufs[0]);
+    return (gpuwire_darray){bad_handle(b, rnd(2) ? comms[0].h : bufs[0].h)};
 }
 
 /* An out-parameter: `valid`, or NULL. */
@@ -279,11 +279,11 @@ static void keep_buf(gpuwire_buffer b)
     if (bytes < 0 || bytes > MAX_BYTES) {
         if (gpuwire_buffer_free(b) != GPUWIRE_SUCCESS)
             fault("freeing a new buffer failed");
-        add_stale(b);
+        add_stale(b.h);
         return;
     }
-    if (bufs[i] != GPUWIRE_BUFFER_NULL && gpuwire_buffer_free(bufs[i]) == GPUWIRE_SUCCESS)
-        add_stale(bufs[i]);
+    if (bufs[i].h != 0 && gpuwire_buffer_free(bufs[i]) == GPUWIRE_SUCCESS)
+        add_stale(bufs[i].h);
     bufs[i] = b;
 }
 
@@ -298,11 +298,11 @@ static void keep_darr(gpuwire_darray d)
     if (!small) {
         if (gpuwire_darray_free(d) != GPUWIRE_SUCCESS)
             fault("freeing a new distributed array failed");
-        add_stale(d);
+        add_stale(d.h);
         return;
     }
-    if (darrs[i] != GPUWIRE_DARRAY_NULL && gpuwire_darray_free(darrs[i]) == GPUWIRE_SUCCESS)
-        add_stale(darrs[i]);
+    if (darrs[i].h != 0 && gpuwire_darray_free(darrs[i]) == GPUWIRE_SUCCESS)
+        add_stale(darrs[i].h);
     darrs[i] = d;
 }
 
@@ -317,11 +317,11 @@ static void keep_comm(gpuwire_comm c)
     if (!checked) {
         if (gpuwire_comm_free(c) != GPUWIRE_SUCCESS)
             fault("freeing a new communicator failed");
-        add_stale(c);
+        add_stale(c.h);
         return;
     }
-    if (comms[i] != GPUWIRE_COMM_NULL && gpuwire_comm_free(comms[i]) == GPUWIRE_SUCCESS)
-        add_stale(comms[i]);
+    if (comms[i].h != 0 && gpuwire_comm_free(comms[i]) == GPUWIRE_SUCCESS)
+        add_stale(comms[i].h);
     comms[i] = c;
 }
 
@@ -370,13 +370,13 @@ static void self_message(gpuwire_comm c, gpuwire_buffer b, int32_t tag, gpuwire_
         both[1] = rr;
         done(gpuwire_waitall(2, both), 0);
         *req = GPUWIRE_REQUEST_NULL;
-        add_stale(rr);
+        add_stale(rr.h);
     } else {
         long spins = 0;
         done(gpuwire_irecv(c, r, rank, tag, NULL, &rr), 0);
-        while (rr != GPUWIRE_REQUEST_NULL && gpuwire_test(&rr, &flag) == GPUWIRE_SUCCESS && !flag && ++spins < 100000000L)
+        while (rr.h != 0 && gpuwire_test(&rr, &flag) == GPUWIRE_SUCCESS && !flag && ++spins < 100000000L)
             ;
-        if (rr != GPUWIRE_REQUEST_NULL)
+        if (rr.h != 0)
             fault("a receive from this rank itself did not complete");
         done(gpuwire_wait(req), 0);
     }
@@ -456,7 +456,7 @@ static void call(int f)
             if (p == (void *)wrapped && buf_bytes(ob) >= 0 && buf_bytes(ob) <= (int64_t)sizeof wrapped)
                 keep_buf(ob);
             else if (gpuwire_buffer_free(ob) == GPUWIRE_SUCCESS)
-                add_stale(ob);
+                add_stale(ob.h);
         }
     } break;
     CASE(10, "gpuwire_buffer_view") {
@@ -471,10 +471,10 @@ static void call(int f)
     CASE(11, "gpuwire_buffer_free") {
         /* Valid: one made during the run (the base buffers stay). */
         int i_ = BASE_BUFS + rnd(NBUF - BASE_BUFS), b = bad(N_BAD_HANDLE);
-        gpuwire_buffer h = b < 0 ? bufs[i_] : bad_handle(b, comms[0]);
+        gpuwire_buffer h = b < 0 ? bufs[i_] : (gpuwire_buffer){bad_handle(b, comms[0].h)};
         done(gpuwire_buffer_free(h), 0);
         if (b < 0) {
-            add_stale(h);
+            add_stale(h.h);
             bufs[i_] = GPUWIRE_BUFFER_NULL;
         }
     } break;
@@ -530,15 +530,15 @@ static void call(int f)
         oc = GPUWIRE_COMM_NULL;
         st = gpuwire_comm_split(c, color, key, a_out(&oc));
         done(st, 1);
-        if (st == GPUWIRE_SUCCESS && oc != GPUWIRE_COMM_NULL)
+        if (st == GPUWIRE_SUCCESS && oc.h != 0)
             keep_comm(oc);
     } break;
     CASE(25, "gpuwire_comm_free") {
         int i_ = 1 + rnd(NCOMM - 1), b = bad(N_BAD_HANDLE);
-        gpuwire_comm h = b < 0 ? comms[i_] : bad_handle(b, bufs[0]);
+        gpuwire_comm h = b < 0 ? comms[i_] : (gpuwire_comm){bad_handle(b, bufs[0].h)};
         done(gpuwire_comm_free(h), 1);
         if (b < 0) {
-            add_stale(h);
+            add_stale(h.h);
             comms[i_] = GPUWIRE_COMM_NULL;
         }
     } break;
@@ -589,10 +589,10 @@ static void call(int f)
     } break;
     CASE(36, "gpuwire_darray_free") {
         int i_ = BASE_DARRS + rnd(NDARR - BASE_DARRS), b = bad(N_BAD_HANDLE);
-        gpuwire_darray h = b < 0 ? darrs[i_] : bad_handle(b, bufs[0]);
+        gpuwire_darray h = b < 0 ? darrs[i_] : (gpuwire_darray){bad_handle(b, bufs[0].h)};
         done(gpuwire_darray_free(h), 0);
         if (b < 0) {
-            add_stale(h);
+            add_stale(h.h);
             darrs[i_] = GPUWIRE_DARRAY_NULL;
         }
     } break;
@@ -699,12 +699,12 @@ static void call(int f)
     } break;
     CASE(69, "gpuwire_wait") {
         int b = bad(4);
-        req = b == 1 ? bufs[0] : b == 2 ? (nstale ? stale[0] : 7) : b == 3 ? 0xdeadbeefULL : GPUWIRE_REQUEST_NULL;
+        req.h = b == 1 ? bufs[0].h : b == 2 ? (nstale ? stale[0] : 7) : b == 3 ? 0xdeadbeefULL : 0;
         done(gpuwire_wait(b == 0 ? NULL : &req), 0);
     } break;
     CASE(70, "gpuwire_test") {
         int b = bad(3);
-        req = b == 1 ? comms[0] : b == 2 ? 0x1234567ULL : GPUWIRE_REQUEST_NULL;
+        req.h = b == 1 ? comms[0].h : b == 2 ? 0x1234567ULL : 0;
         done(gpuwire_test(b == 0 ? NULL : &req, a_out(&i32)), 0);
     } break;
     CASE(71, "gpuwire_waitall") {
@@ -712,7 +712,7 @@ static void call(int f)
         int b = bad(3), k;
         int32_t n = b < 0 ? rnd(5) : counts_[b];
         for (k = 0; k < 4; k++)
-            reqs[k] = rnd(2) ? GPUWIRE_REQUEST_NULL : bad_handle(rnd(N_BAD_HANDLE), bufs[1]);
+            reqs[k] = rnd(2) ? GPUWIRE_REQUEST_NULL : (gpuwire_request){bad_handle(rnd(N_BAD_HANDLE), bufs[1].h)};
         done(gpuwire_waitall(n, a_out(reqs)), 0);
     } break;
     CASE(72, "gpuwire_sendrecv") {
@@ -729,7 +729,7 @@ static void call(int f)
         else if (dest == rank || source == rank) /* one side real, the other not: no message */
             dest = source = GPUWIRE_PROC_NULL;
         done(gpuwire_sendrecv(c, sb, dest, tag, rb, source, tag, a_stream()), 0);
-        if (fresh != GPUWIRE_BUFFER_NULL && gpuwire_buffer_free(fresh) != GPUWIRE_SUCCESS)
+        if (fresh.h != 0 && gpuwire_buffer_free(fresh) != GPUWIRE_SUCCESS)
             fault("freeing a receive buffer failed");
     } break;
     /* collectives (checking mode on every communicator of the pool) */
@@ -893,7 +893,7 @@ int main(int argc, char **argv)
         int32_t flag = -1;
         if (gpuwire_buffer_alloc(4, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, -1, &b) != GPUWIRE_ERROR_NOT_INITIALIZED ||
             gpuwire_initialized(&flag) != GPUWIRE_SUCCESS || flag != 0 ||
-            gpuwire_darray_free(0x1234) != GPUWIRE_ERROR_NOT_INITIALIZED) {
+            gpuwire_darray_free((gpuwire_darray){0x1234}) != GPUWIRE_ERROR_NOT_INITIALIZED) {
             fprintf(stderr, "fuzz_api: calls before gpuwire_init are not refused\n");
             return 1;
         }
@@ -941,13 +941,13 @@ int main(int argc, char **argv)
     done(gpuwire_barrier(comms[0], NULL), 1);
     current = "teardown";
     for (k = 0; k < NDARR; k++)
-        if (darrs[k] != GPUWIRE_DARRAY_NULL && gpuwire_darray_free(darrs[k]) != GPUWIRE_SUCCESS)
+        if (darrs[k].h != 0 && gpuwire_darray_free(darrs[k]) != GPUWIRE_SUCCESS)
             fault("freeing a pooled distributed array failed");
     for (k = 0; k < NBUF; k++)
-        if (bufs[k] != GPUWIRE_BUFFER_NULL && gpuwire_buffer_free(bufs[k]) != GPUWIRE_SUCCESS)
+        if (bufs[k].h != 0 && gpuwire_buffer_free(bufs[k]) != GPUWIRE_SUCCESS)
             fault("freeing a pooled buffer failed");
     for (k = 0; k < NCOMM; k++)
-        if (comms[k] != GPUWIRE_COMM_NULL && gpuwire_comm_free(comms[k]) != GPUWIRE_SUCCESS)
+        if (comms[k].h != 0 && gpuwire_comm_free(comms[k]) != GPUWIRE_SUCCESS)
             fault("freeing a pooled communicator failed");
     {
         long all_faults = 0;
@@ -960,7 +960,7 @@ int main(int argc, char **argv)
     }
     /* After gpuwire_finalize every handle is refused. */
     if (gpuwire_comm_rank(comms[0], &rank) != GPUWIRE_ERROR_ALREADY_FINALIZED ||
-        gpuwire_buffer_free(0xdeadbeefULL) != GPUWIRE_ERROR_ALREADY_FINALIZED) {
+        gpuwire_buffer_free((gpuwire_buffer){0xdeadbeefULL}) != GPUWIRE_ERROR_ALREADY_FINALIZED) {
         fprintf(stderr, "fuzz_api: handles after gpuwire_finalize are not refused\n");
         faults++;
     }

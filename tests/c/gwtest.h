@@ -79,6 +79,24 @@ static void gwt_status_detail(gpuwire_status st, char *out, size_t len)
             gwt_fail(__FILE__, __LINE__, #var " was written by a failing " #call, NULL); \
     } while (0)
 
+/* A handle given as another kind (a compile error without the cast), to check that gpuwire
+ * refuses it at run time: Fortran and Python hold every handle as a plain 64-bit integer. */
+#define AS_COMM(x) ((gpuwire_comm){(x).h})
+#define AS_BUFFER(x) ((gpuwire_buffer){(x).h})
+#define AS_REQUEST(x) ((gpuwire_request){(x).h})
+#define AS_DARRAY(x) ((gpuwire_darray){(x).h})
+
+/* The same for a handle out-parameter (a struct of one uint64_t): its value `h` is pre-filled
+ * with `sentinel`. */
+#define EXPECT_UNTOUCHED_H(call, code, var, sentinel)                                    \
+    do {                                                                                 \
+        (var).h = (sentinel);                                                            \
+        EXPECT_STATUS(call, code);                                                       \
+        gwt_checks++;                                                                    \
+        if ((var).h != (sentinel))                                                       \
+            gwt_fail(__FILE__, __LINE__, #var " was written by a failing " #call, NULL); \
+    } while (0)
+
 static long gwt_failures(void) { return gwt_failed; }
 
 #endif /* GWTEST_H */

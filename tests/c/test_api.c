@@ -60,18 +60,18 @@ static void before_init(void)
     EXPECT(strcmp(gpuwire_status_string(GPUWIRE_SUCCESS), "success") == 0);
 
     /* Everything that takes or makes a handle needs gpuwire_init. */
-    EXPECT_UNTOUCHED(gpuwire_buffer_alloc(4, GPUWIRE_FLOAT32, GPUWIRE_SPACE_HOST, -1, &b),
-                     GPUWIRE_ERROR_NOT_INITIALIZED, b, 77u);
+    EXPECT_UNTOUCHED_H(gpuwire_buffer_alloc(4, GPUWIRE_FLOAT32, GPUWIRE_SPACE_HOST, -1, &b),
+                       GPUWIRE_ERROR_NOT_INITIALIZED, b, 77u);
     EXPECT_LAST_ERROR_HAS("gpuwire_buffer_alloc: ");
     EXPECT_LAST_ERROR_HAS("gpuwire_init");
-    EXPECT_UNTOUCHED(gpuwire_buffer_wrap(&bytes, 1, GPUWIRE_INT64, GPUWIRE_SPACE_HOST, &b),
-                     GPUWIRE_ERROR_NOT_INITIALIZED, b, 77u);
-    EXPECT_UNTOUCHED(gpuwire_comm_world(NULL, &c), GPUWIRE_ERROR_NOT_INITIALIZED, c, 77u);
-    EXPECT_UNTOUCHED(gpuwire_comm_create(0, NULL, &c), GPUWIRE_ERROR_NOT_INITIALIZED, c, 77u);
+    EXPECT_UNTOUCHED_H(gpuwire_buffer_wrap(&bytes, 1, GPUWIRE_INT64, GPUWIRE_SPACE_HOST, &b),
+                       GPUWIRE_ERROR_NOT_INITIALIZED, b, 77u);
+    EXPECT_UNTOUCHED_H(gpuwire_comm_world(NULL, &c), GPUWIRE_ERROR_NOT_INITIALIZED, c, 77u);
+    EXPECT_UNTOUCHED_H(gpuwire_comm_create(0, NULL, &c), GPUWIRE_ERROR_NOT_INITIALIZED, c, 77u);
     EXPECT_UNTOUCHED(gpuwire_query_thread(&level), GPUWIRE_ERROR_NOT_INITIALIZED, level, 77);
     EXPECT_UNTOUCHED(gpuwire_owns_mpi(&flag), GPUWIRE_ERROR_NOT_INITIALIZED, flag, 77);
-    EXPECT_STATUS(gpuwire_buffer_free(1), GPUWIRE_ERROR_NOT_INITIALIZED);
-    EXPECT_STATUS(gpuwire_comm_free(1), GPUWIRE_ERROR_NOT_INITIALIZED);
+    EXPECT_STATUS(gpuwire_buffer_free((gpuwire_buffer){1}), GPUWIRE_ERROR_NOT_INITIALIZED);
+    EXPECT_STATUS(gpuwire_comm_free((gpuwire_comm){1}), GPUWIRE_ERROR_NOT_INITIALIZED);
     r = GPUWIRE_REQUEST_NULL;
     EXPECT_STATUS(gpuwire_wait(&r), GPUWIRE_ERROR_NOT_INITIALIZED);
     EXPECT_STATUS(gpuwire_finalize(), GPUWIRE_ERROR_NOT_INITIALIZED);
@@ -215,24 +215,24 @@ static void untouched_on_failure(gpuwire_comm comm, gpuwire_buffer buf)
     EXPECT_OK(gpuwire_buffer_alloc(2, GPUWIRE_INT32, GPUWIRE_SPACE_HOST, -1, &stale));
     EXPECT_OK(gpuwire_buffer_free(stale));
 
-    EXPECT_UNTOUCHED(gpuwire_buffer_alloc(-1, GPUWIRE_FLOAT32, GPUWIRE_SPACE_HOST, -1, &b),
-                     GPUWIRE_ERROR_INVALID_ARGUMENT, b, S);
-    EXPECT_UNTOUCHED(gpuwire_buffer_alloc(4, 42, GPUWIRE_SPACE_HOST, -1, &b),
-                     GPUWIRE_ERROR_UNSUPPORTED_DTYPE, b, S);
-    EXPECT_UNTOUCHED(gpuwire_buffer_alloc(4, GPUWIRE_FLOAT32, GPUWIRE_SPACE_AUTO, -1, &b),
-                     GPUWIRE_ERROR_INVALID_ARGUMENT, b, S);
-    EXPECT_UNTOUCHED(gpuwire_buffer_alloc(4, GPUWIRE_FLOAT32, 9, -1, &b),
-                     GPUWIRE_ERROR_INVALID_ARGUMENT, b, S);
-    EXPECT_UNTOUCHED(gpuwire_buffer_alloc(INT64_MAX, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, -1, &b),
-                     GPUWIRE_ERROR_INVALID_ARGUMENT, b, S);
-    EXPECT_UNTOUCHED(gpuwire_buffer_wrap(NULL, 3, GPUWIRE_FLOAT32, GPUWIRE_SPACE_HOST, &b),
-                     GPUWIRE_ERROR_NULL_ARGUMENT, b, S);
-    EXPECT_UNTOUCHED(gpuwire_buffer_wrap(dummy, -2, GPUWIRE_INT8, GPUWIRE_SPACE_HOST, &b),
-                     GPUWIRE_ERROR_INVALID_ARGUMENT, b, S);
-    EXPECT_UNTOUCHED(gpuwire_buffer_wrap(dummy, 1, 42, GPUWIRE_SPACE_HOST, &b),
-                     GPUWIRE_ERROR_UNSUPPORTED_DTYPE, b, S);
-    EXPECT_UNTOUCHED(gpuwire_buffer_view(buf, 0, 1000, &b), GPUWIRE_ERROR_INVALID_ARGUMENT, b, S);
-    EXPECT_UNTOUCHED(gpuwire_buffer_view(stale, 0, 1, &b), GPUWIRE_ERROR_INVALID_HANDLE, b, S);
+    EXPECT_UNTOUCHED_H(gpuwire_buffer_alloc(-1, GPUWIRE_FLOAT32, GPUWIRE_SPACE_HOST, -1, &b),
+                       GPUWIRE_ERROR_INVALID_ARGUMENT, b, S);
+    EXPECT_UNTOUCHED_H(gpuwire_buffer_alloc(4, 42, GPUWIRE_SPACE_HOST, -1, &b),
+                       GPUWIRE_ERROR_UNSUPPORTED_DTYPE, b, S);
+    EXPECT_UNTOUCHED_H(gpuwire_buffer_alloc(4, GPUWIRE_FLOAT32, GPUWIRE_SPACE_AUTO, -1, &b),
+                       GPUWIRE_ERROR_INVALID_ARGUMENT, b, S);
+    EXPECT_UNTOUCHED_H(gpuwire_buffer_alloc(4, GPUWIRE_FLOAT32, 9, -1, &b),
+                       GPUWIRE_ERROR_INVALID_ARGUMENT, b, S);
+    EXPECT_UNTOUCHED_H(gpuwire_buffer_alloc(INT64_MAX, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, -1, &b),
+                       GPUWIRE_ERROR_INVALID_ARGUMENT, b, S);
+    EXPECT_UNTOUCHED_H(gpuwire_buffer_wrap(NULL, 3, GPUWIRE_FLOAT32, GPUWIRE_SPACE_HOST, &b),
+                       GPUWIRE_ERROR_NULL_ARGUMENT, b, S);
+    EXPECT_UNTOUCHED_H(gpuwire_buffer_wrap(dummy, -2, GPUWIRE_INT8, GPUWIRE_SPACE_HOST, &b),
+                       GPUWIRE_ERROR_INVALID_ARGUMENT, b, S);
+    EXPECT_UNTOUCHED_H(gpuwire_buffer_wrap(dummy, 1, 42, GPUWIRE_SPACE_HOST, &b),
+                       GPUWIRE_ERROR_UNSUPPORTED_DTYPE, b, S);
+    EXPECT_UNTOUCHED_H(gpuwire_buffer_view(buf, 0, 1000, &b), GPUWIRE_ERROR_INVALID_ARGUMENT, b, S);
+    EXPECT_UNTOUCHED_H(gpuwire_buffer_view(stale, 0, 1, &b), GPUWIRE_ERROR_INVALID_HANDLE, b, S);
     EXPECT_UNTOUCHED(gpuwire_buffer_pointer(stale, &p), GPUWIRE_ERROR_INVALID_HANDLE, p,
                      (void *)dummy);
     EXPECT_UNTOUCHED(gpuwire_buffer_count(stale, &n), GPUWIRE_ERROR_INVALID_HANDLE, n, -7);
@@ -242,33 +242,33 @@ static void untouched_on_failure(gpuwire_comm comm, gpuwire_buffer buf)
     EXPECT_UNTOUCHED(gpuwire_buffer_device(stale, &i32), GPUWIRE_ERROR_INVALID_HANDLE, i32, -7);
     EXPECT_UNTOUCHED(gpuwire_buffer_owned(stale, &i32), GPUWIRE_ERROR_INVALID_HANDLE, i32, -7);
     /* A handle of the wrong kind. */
-    EXPECT_UNTOUCHED(gpuwire_comm_rank(buf, &i32), GPUWIRE_ERROR_INVALID_HANDLE, i32, -7);
+    EXPECT_UNTOUCHED(gpuwire_comm_rank(AS_COMM(buf), &i32), GPUWIRE_ERROR_INVALID_HANDLE, i32, -7);
     EXPECT_LAST_ERROR_HAS("is a buffer handle, not a communicator handle");
-    EXPECT_UNTOUCHED(gpuwire_buffer_count(comm, &n), GPUWIRE_ERROR_INVALID_HANDLE, n, -7);
-    EXPECT_UNTOUCHED(gpuwire_comm_size(0, &i32), GPUWIRE_ERROR_INVALID_HANDLE, i32, -7);
-    EXPECT_UNTOUCHED(gpuwire_comm_local_rank(buf, &i32), GPUWIRE_ERROR_INVALID_HANDLE, i32, -7);
-    EXPECT_UNTOUCHED(gpuwire_comm_local_size(buf, &i32), GPUWIRE_ERROR_INVALID_HANDLE, i32, -7);
-    EXPECT_UNTOUCHED(gpuwire_comm_backend(buf, &i32), GPUWIRE_ERROR_INVALID_HANDLE, i32, -7);
-    EXPECT_UNTOUCHED(gpuwire_comm_device(buf, &i32), GPUWIRE_ERROR_INVALID_HANDLE, i32, -7);
-    EXPECT_UNTOUCHED(gpuwire_comm_mpi(buf, &i32), GPUWIRE_ERROR_INVALID_HANDLE, i32, -7);
-    EXPECT_UNTOUCHED(gpuwire_comm_split(buf, 0, 0, &c), GPUWIRE_ERROR_INVALID_HANDLE, c, S);
-    EXPECT_UNTOUCHED(gpuwire_comm_split(comm, -5, 0, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c, S);
-    EXPECT_UNTOUCHED(gpuwire_comm_dup(buf, &c), GPUWIRE_ERROR_INVALID_HANDLE, c, S);
-    EXPECT_UNTOUCHED(gpuwire_isend(comm, stale, 0, 0, NULL, &r), GPUWIRE_ERROR_INVALID_HANDLE, r,
-                     S);
-    EXPECT_UNTOUCHED(gpuwire_irecv(comm, buf, 1 << 30, 0, NULL, &r),
-                     GPUWIRE_ERROR_INVALID_ARGUMENT, r, S);
+    EXPECT_UNTOUCHED(gpuwire_buffer_count(AS_BUFFER(comm), &n), GPUWIRE_ERROR_INVALID_HANDLE, n, -7);
+    EXPECT_UNTOUCHED(gpuwire_comm_size(GPUWIRE_COMM_NULL, &i32), GPUWIRE_ERROR_INVALID_HANDLE, i32, -7);
+    EXPECT_UNTOUCHED(gpuwire_comm_local_rank(AS_COMM(buf), &i32), GPUWIRE_ERROR_INVALID_HANDLE, i32, -7);
+    EXPECT_UNTOUCHED(gpuwire_comm_local_size(AS_COMM(buf), &i32), GPUWIRE_ERROR_INVALID_HANDLE, i32, -7);
+    EXPECT_UNTOUCHED(gpuwire_comm_backend(AS_COMM(buf), &i32), GPUWIRE_ERROR_INVALID_HANDLE, i32, -7);
+    EXPECT_UNTOUCHED(gpuwire_comm_device(AS_COMM(buf), &i32), GPUWIRE_ERROR_INVALID_HANDLE, i32, -7);
+    EXPECT_UNTOUCHED(gpuwire_comm_mpi(AS_COMM(buf), &i32), GPUWIRE_ERROR_INVALID_HANDLE, i32, -7);
+    EXPECT_UNTOUCHED_H(gpuwire_comm_split(AS_COMM(buf), 0, 0, &c), GPUWIRE_ERROR_INVALID_HANDLE, c, S);
+    EXPECT_UNTOUCHED_H(gpuwire_comm_split(comm, -5, 0, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c, S);
+    EXPECT_UNTOUCHED_H(gpuwire_comm_dup(AS_COMM(buf), &c), GPUWIRE_ERROR_INVALID_HANDLE, c, S);
+    EXPECT_UNTOUCHED_H(gpuwire_isend(comm, stale, 0, 0, NULL, &r), GPUWIRE_ERROR_INVALID_HANDLE, r,
+                       S);
+    EXPECT_UNTOUCHED_H(gpuwire_irecv(comm, buf, 1 << 30, 0, NULL, &r),
+                       GPUWIRE_ERROR_INVALID_ARGUMENT, r, S);
     EXPECT_LAST_ERROR_HAS("is not a rank of this communicator");
-    EXPECT_UNTOUCHED(gpuwire_isend(comm, buf, 0, -1, NULL, &r), GPUWIRE_ERROR_INVALID_ARGUMENT, r,
-                     S);
+    EXPECT_UNTOUCHED_H(gpuwire_isend(comm, buf, 0, -1, NULL, &r), GPUWIRE_ERROR_INVALID_ARGUMENT, r,
+                       S);
     EXPECT_LAST_ERROR_HAS("tag -1");
     /* A stale request handle: nothing is written back. */
-    r = S;
+    r.h = S;
     EXPECT_STATUS(gpuwire_wait(&r), GPUWIRE_ERROR_INVALID_HANDLE);
-    EXPECT(r == S);
+    EXPECT(r.h == S);
     i32 = -7;
     EXPECT_STATUS(gpuwire_test(&r, &i32), GPUWIRE_ERROR_INVALID_HANDLE);
-    EXPECT(r == S && i32 == -7);
+    EXPECT(r.h == S && i32 == -7);
     EXPECT_STATUS(gpuwire_waitall(-1, &r), GPUWIRE_ERROR_INVALID_ARGUMENT);
     EXPECT_OK(gpuwire_waitall(0, NULL));
 }
@@ -286,7 +286,7 @@ static void buffers(void)
     int i;
 
     EXPECT_OK(gpuwire_buffer_alloc(8, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, -1, &buf));
-    EXPECT(buf != GPUWIRE_BUFFER_NULL);
+    EXPECT(buf.h != 0);
     EXPECT_OK(gpuwire_buffer_count(buf, &n));
     EXPECT(n == 8);
     EXPECT_OK(gpuwire_buffer_dtype(buf, &i32));
@@ -385,14 +385,14 @@ static void buffers(void)
 static int device_memory_unavailable(void)
 {
     const uint64_t S = UINT64_C(0x5EE5EE5EE5EE5EE5);
-    gpuwire_buffer b = S;
+    gpuwire_buffer b = {S};
     gpuwire_status st = gpuwire_buffer_alloc(4, GPUWIRE_FLOAT32, GPUWIRE_SPACE_DEVICE, -1, &b);
     if (st == GPUWIRE_SUCCESS) {
         EXPECT_OK(gpuwire_buffer_free(b));
         return 0;
     }
     EXPECT_STATUS(st, GPUWIRE_ERROR_BACKEND_UNAVAILABLE);
-    EXPECT(b == S);
+    EXPECT(b.h == S);
     EXPECT_LAST_ERROR_HAS("cannot allocate device memory");
     return 1;
 }
@@ -522,9 +522,9 @@ static void config(void)
     EXPECT_LAST_ERROR_HAS("GPUWIRE_CHECK");
     EXPECT(memcmp(&cfg, &saved, sizeof cfg) == 0);
     /* ... and so does a communicator made with cfg = NULL (local: fails on every rank). */
-    c = 77;
+    c.h = 77;
     EXPECT_STATUS(gpuwire_comm_world(NULL, &c), GPUWIRE_ERROR_INVALID_ARGUMENT);
-    EXPECT(c == 77);
+    EXPECT(c.h == 77);
     clear_env();
     setenv("GPUWIRE_BACKEND", "gpu", 1);
     EXPECT_STATUS(gpuwire_config_init(&cfg), GPUWIRE_ERROR_INVALID_ARGUMENT);
@@ -535,22 +535,22 @@ static void config(void)
     EXPECT_OK(gpuwire_config_init(&saved));
     cfg = saved;
     cfg.backend = 42;
-    EXPECT_UNTOUCHED(gpuwire_comm_world(&cfg, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
+    EXPECT_UNTOUCHED_H(gpuwire_comm_world(&cfg, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
     cfg = saved;
     cfg.device = -2;
-    EXPECT_UNTOUCHED(gpuwire_comm_world(&cfg, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
+    EXPECT_UNTOUCHED_H(gpuwire_comm_world(&cfg, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
     cfg = saved;
     cfg.check = 2;
-    EXPECT_UNTOUCHED(gpuwire_comm_world(&cfg, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
+    EXPECT_UNTOUCHED_H(gpuwire_comm_world(&cfg, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
     cfg = saved;
     cfg.staging = 5;
-    EXPECT_UNTOUCHED(gpuwire_comm_world(&cfg, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
+    EXPECT_UNTOUCHED_H(gpuwire_comm_world(&cfg, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
     cfg = saved;
     cfg.timeout_seconds = -1.0;
-    EXPECT_UNTOUCHED(gpuwire_comm_world(&cfg, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
+    EXPECT_UNTOUCHED_H(gpuwire_comm_world(&cfg, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
     cfg = saved;
     cfg.chunk_bytes = 100;
-    EXPECT_UNTOUCHED(gpuwire_comm_world(&cfg, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
+    EXPECT_UNTOUCHED_H(gpuwire_comm_world(&cfg, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
     EXPECT_LAST_ERROR_HAS("chunk_bytes");
 
     /* Timeouts: 0 (none), or 0.001 s (1 ms) to 1e9 s. Huge values were a caught panic
@@ -563,7 +563,7 @@ static void config(void)
         for (i = 0; i < sizeof bad_t / sizeof *bad_t; i++) {
             cfg = saved;
             cfg.timeout_seconds = bad_t[i];
-            EXPECT_UNTOUCHED(gpuwire_comm_world(&cfg, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
+            EXPECT_UNTOUCHED_H(gpuwire_comm_world(&cfg, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
             EXPECT_LAST_ERROR_HAS("config.timeout_seconds");
             EXPECT_LAST_ERROR_HAS("0.001 (1 ms) to 1e9");
         }
@@ -575,7 +575,7 @@ static void config(void)
             EXPECT_LAST_ERROR_HAS("GPUWIRE_TIMEOUT");
             EXPECT_LAST_ERROR_HAS("0.001 (1 ms) to 1e9");
             EXPECT(memcmp(&cfg, &saved, sizeof cfg) == 0);
-            EXPECT_UNTOUCHED(gpuwire_comm_world(NULL, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
+            EXPECT_UNTOUCHED_H(gpuwire_comm_world(NULL, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
             EXPECT_LAST_ERROR_HAS("GPUWIRE_TIMEOUT");
         }
         setenv("GPUWIRE_TIMEOUT", "0.001", 1);
@@ -612,11 +612,11 @@ static void stale_handles_and_waitall(gpuwire_comm comm)
     EXPECT_OK(gpuwire_buffer_free(stale));
     for (i = 0; i < 5000; i++) {
         EXPECT_OK(gpuwire_buffer_alloc(1, GPUWIRE_INT8, GPUWIRE_SPACE_HOST, -1, &b));
-        EXPECT(b != stale);
+        EXPECT(b.h != stale.h);
         EXPECT_OK(gpuwire_buffer_free(b));
     }
     EXPECT_OK(gpuwire_buffer_alloc(4, GPUWIRE_INT32, GPUWIRE_SPACE_HOST, -1, &live));
-    EXPECT(live != stale);
+    EXPECT(live.h != stale.h);
     EXPECT_UNTOUCHED(gpuwire_buffer_count(stale, &n), GPUWIRE_ERROR_INVALID_HANDLE, n, -7);
     EXPECT_STATUS(gpuwire_buffer_free(stale), GPUWIRE_ERROR_INVALID_HANDLE);
     EXPECT_LAST_ERROR_HAS("already freed");
@@ -639,18 +639,18 @@ static void stale_handles_and_waitall(gpuwire_comm comm)
         }
         EXPECT_OK(gpuwire_irecv(comm, rb, rank, 5, NULL, &r));
         EXPECT_OK(gpuwire_isend(comm, sb, rank, 5, NULL, &s));
-        EXPECT(r != stale_r && s != stale_r);
+        EXPECT(r.h != stale_r.h && s.h != stale_r.h);
         if (k == 0)
             stale_r = r;
         arr[0] = r;
         arr[1] = s;
         EXPECT_OK(gpuwire_waitall(2, arr));
-        EXPECT(arr[0] == GPUWIRE_REQUEST_NULL && arr[1] == GPUWIRE_REQUEST_NULL);
+        EXPECT(arr[0].h == 0 && arr[1].h == 0);
         EXPECT(rp[0] == k * 4 && rp[3] == k * 4 + 3);
     }
     r = stale_r;
     EXPECT_STATUS(gpuwire_wait(&r), GPUWIRE_ERROR_INVALID_HANDLE);
-    EXPECT(r == stale_r);
+    EXPECT(r.h == stale_r.h);
     i32 = -7;
     EXPECT_STATUS(gpuwire_test(&r, &i32), GPUWIRE_ERROR_INVALID_HANDLE);
     EXPECT(i32 == -7);
@@ -675,7 +675,7 @@ static void stale_handles_and_waitall(gpuwire_comm comm)
     arr[4] = GPUWIRE_REQUEST_NULL;
     EXPECT_OK(gpuwire_waitall(5, arr));
     for (i = 0; i < 5; i++)
-        EXPECT(arr[i] == GPUWIRE_REQUEST_NULL);
+        EXPECT(arr[i].h == 0);
     EXPECT(rp[0] == 299 * 4);
     EXPECT_OK(gpuwire_buffer_free(sb));
     EXPECT_OK(gpuwire_buffer_free(rb));
@@ -715,7 +715,7 @@ static void comm_queries(gpuwire_comm comm, int32_t expected_size)
 
     /* dup: same ranks, a new handle; freeing twice is refused. */
     EXPECT_OK(gpuwire_comm_dup(comm, &dup));
-    EXPECT(dup != comm && dup != GPUWIRE_COMM_NULL);
+    EXPECT(dup.h != comm.h && dup.h != 0);
     EXPECT_OK(gpuwire_comm_rank(dup, &lrank));
     EXPECT(lrank == rank);
     EXPECT_OK(gpuwire_comm_free(dup));
@@ -754,7 +754,7 @@ static void backends(int no_cuda)
     EXPECT_OK(gpuwire_comm_free(c));
     for (i = 0; i < sizeof device_backends / sizeof device_backends[0]; i++) {
         cfg.backend = device_backends[i];
-        EXPECT_UNTOUCHED(gpuwire_comm_world(&cfg, &c), GPUWIRE_ERROR_BACKEND_UNAVAILABLE, c, 77u);
+        EXPECT_UNTOUCHED_H(gpuwire_comm_world(&cfg, &c), GPUWIRE_ERROR_BACKEND_UNAVAILABLE, c, 77u);
         EXPECT(gpuwire_last_error(msg, sizeof msg) == GPUWIRE_SUCCESS &&
                strstr(msg, names[i]) != NULL);
     }
@@ -776,8 +776,8 @@ static void after_finalize(gpuwire_comm comm, gpuwire_buffer buf)
     EXPECT(flag == 0);
     EXPECT_UNTOUCHED(gpuwire_comm_rank(comm, &r), GPUWIRE_ERROR_ALREADY_FINALIZED, r, -7);
     EXPECT_UNTOUCHED(gpuwire_buffer_count(buf, &n), GPUWIRE_ERROR_ALREADY_FINALIZED, n, -7);
-    EXPECT_UNTOUCHED(gpuwire_buffer_alloc(1, GPUWIRE_INT8, GPUWIRE_SPACE_HOST, -1, &b),
-                     GPUWIRE_ERROR_ALREADY_FINALIZED, b, 77u);
+    EXPECT_UNTOUCHED_H(gpuwire_buffer_alloc(1, GPUWIRE_INT8, GPUWIRE_SPACE_HOST, -1, &b),
+                       GPUWIRE_ERROR_ALREADY_FINALIZED, b, 77u);
     EXPECT_UNTOUCHED(gpuwire_query_thread(&r), GPUWIRE_ERROR_ALREADY_FINALIZED, r, -7);
     EXPECT_STATUS(gpuwire_buffer_free(buf), GPUWIRE_ERROR_ALREADY_FINALIZED);
     EXPECT_STATUS(gpuwire_comm_free(comm), GPUWIRE_ERROR_ALREADY_FINALIZED);

@@ -72,8 +72,8 @@ static void from_mpi_handles(void)
     gpuwire_buffer b;
 
     /* MPI_COMM_NULL is an argument error, not a crash. */
-    EXPECT_UNTOUCHED(gpuwire_comm_create(MPI_Comm_c2f(MPI_COMM_NULL), NULL, &c),
-                     GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
+    EXPECT_UNTOUCHED_H(gpuwire_comm_create(MPI_Comm_c2f(MPI_COMM_NULL), NULL, &c),
+                       GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
     EXPECT_LAST_ERROR_HAS("MPI_COMM_NULL");
     /* Fortran handles that name no communicator are an argument error with a message, on
      * every MPI: garbage integers, MPICH's encodings of a built-in index past its table, a
@@ -101,7 +101,7 @@ static void from_mpi_handles(void)
         MPI_Comm_dup(MPI_COMM_WORLD, &mine);
         fint = (int32_t)MPI_Comm_c2f(mine);
         MPI_Comm_free(&mine);
-        EXPECT_UNTOUCHED(gpuwire_comm_create(fint, NULL, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
+        EXPECT_UNTOUCHED_H(gpuwire_comm_create(fint, NULL, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
         EXPECT_LAST_ERROR_HAS("the Fortran handle");
         for (round = 0; round < 2; round++) {
             /* Round 1: the program's own handler on the world is MPI_ERRORS_RETURN. */
@@ -114,7 +114,7 @@ static void from_mpi_handles(void)
                 if (skip)
                     continue; /* names a communicator on this MPI (1 is MPI_COMM_SELF on Open MPI) */
                 tried++;
-                EXPECT_UNTOUCHED(gpuwire_comm_create(bad[i], NULL, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
+                EXPECT_UNTOUCHED_H(gpuwire_comm_create(bad[i], NULL, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
                 EXPECT_LAST_ERROR_HAS("the Fortran handle");
             }
             MPI_Comm_get_errhandler(MPI_COMM_WORLD, &before);
@@ -213,13 +213,13 @@ static void point_to_point(void)
     EXPECT_OK(gpuwire_irecv(comm, r, prev, 6, NULL, &reqs[0]));
     EXPECT_OK(gpuwire_isend(comm, s, next, 6, NULL, &reqs[1]));
     EXPECT_OK(gpuwire_isend(comm, s, GPUWIRE_PROC_NULL, 6, NULL, &reqs[2]));
-    EXPECT(reqs[0] != GPUWIRE_REQUEST_NULL && reqs[1] != GPUWIRE_REQUEST_NULL);
+    EXPECT(reqs[0].h != 0 && reqs[1].h != 0);
     flag = 0;
     for (spins = 0; spins < 100000000 && !flag; spins++)
         EXPECT_OK(gpuwire_test(&reqs[0], &flag));
-    EXPECT(flag == 1 && reqs[0] == GPUWIRE_REQUEST_NULL);
+    EXPECT(flag == 1 && reqs[0].h == 0);
     EXPECT_OK(gpuwire_waitall(3, reqs)); /* reqs[0] is NULL now: skipped */
-    EXPECT(reqs[1] == GPUWIRE_REQUEST_NULL && reqs[2] == GPUWIRE_REQUEST_NULL);
+    EXPECT(reqs[1].h == 0 && reqs[2].h == 0);
     for (i = 0; i < 4; i++)
         EXPECT(rp[i] == prev * 100 + i);
     req = GPUWIRE_REQUEST_NULL;
@@ -268,15 +268,15 @@ static void request_free(void)
 
     EXPECT_STATUS(gpuwire_request_free(NULL), GPUWIRE_ERROR_NULL_ARGUMENT);
     EXPECT_OK(gpuwire_request_free(&req)); /* NULL: at once */
-    req = (gpuwire_request)0x1234567;
+    req.h = 0x1234567;
     EXPECT_STATUS(gpuwire_request_free(&req), GPUWIRE_ERROR_INVALID_HANDLE);
-    EXPECT(req == (gpuwire_request)0x1234567);
+    EXPECT(req.h == 0x1234567);
 
     /* Completed (a send to PROC_NULL), and completing within the timeout (a ring exchange):
      * released, the data in place, the communicator usable. */
     EXPECT_OK(gpuwire_isend(comm, s, GPUWIRE_PROC_NULL, 8, NULL, &req));
     EXPECT_OK(gpuwire_request_free(&req));
-    EXPECT(req == GPUWIRE_REQUEST_NULL);
+    EXPECT(req.h == 0);
     EXPECT_OK(gpuwire_config_init(&cfg));
     cfg.timeout_seconds = 60.0;
     EXPECT_OK(gpuwire_comm_world(&cfg, &tc));
@@ -288,7 +288,7 @@ static void request_free(void)
     EXPECT_OK(gpuwire_isend(tc, s, next, 8, NULL, &reqs[1]));
     EXPECT_OK(gpuwire_request_free(&reqs[0]));
     EXPECT_OK(gpuwire_request_free(&reqs[1]));
-    EXPECT(reqs[0] == GPUWIRE_REQUEST_NULL && reqs[1] == GPUWIRE_REQUEST_NULL);
+    EXPECT(reqs[0].h == 0 && reqs[1].h == 0);
     for (i = 0; i < 4; i++)
         EXPECT(rp[i] == prev * 10 + i);
     EXPECT_OK(gpuwire_barrier(tc, NULL));
@@ -302,7 +302,7 @@ static void request_free(void)
     t0 = MPI_Wtime();
     EXPECT_STATUS(gpuwire_request_free(&req), GPUWIRE_ERROR_COMM_BROKEN);
     EXPECT_LAST_ERROR_HAS("abandoned");
-    EXPECT(req == GPUWIRE_REQUEST_NULL);
+    EXPECT(req.h == 0);
     EXPECT(MPI_Wtime() - t0 < 10.0);
     EXPECT_STATUS(gpuwire_barrier(dc, NULL), GPUWIRE_ERROR_COMM_BROKEN);
     EXPECT_STATUS(gpuwire_send(dc, s, next, 9, NULL), GPUWIRE_ERROR_COMM_BROKEN);
@@ -328,7 +328,7 @@ static void request_free(void)
     t0 = MPI_Wtime();
     EXPECT_STATUS(gpuwire_request_free(&req), GPUWIRE_ERROR_TIMEOUT);
     EXPECT_LAST_ERROR_HAS("timeout");
-    EXPECT(req == GPUWIRE_REQUEST_NULL);
+    EXPECT(req.h == 0);
     EXPECT(MPI_Wtime() - t0 >= 0.9 && MPI_Wtime() - t0 < 30.0);
     EXPECT_STATUS(gpuwire_barrier(tc, NULL), GPUWIRE_ERROR_COMM_BROKEN);
     EXPECT_OK(gpuwire_comm_free(tc));
@@ -790,7 +790,7 @@ static void allgatherv_with(int zero_first)
 
 static void split(void)
 {
-    gpuwire_comm half = 77, sub = 77;
+    gpuwire_comm half = {77}, sub = {77};
     int32_t r, s;
     int color = rank % 2, members = 0, my_index = 0, q;
     int64_t sum = 0, *v;
@@ -821,7 +821,7 @@ static void split(void)
     /* A split of the split, and GPUWIRE_UNDEFINED: the first rank of each half sits out. */
     EXPECT_OK(gpuwire_comm_split(half, r == 0 ? GPUWIRE_UNDEFINED : 0, 0, &sub));
     if (r == 0) {
-        EXPECT(sub == GPUWIRE_COMM_NULL);
+        EXPECT(sub.h == 0);
     } else {
         EXPECT_OK(gpuwire_comm_size(sub, &s));
         EXPECT(s == members - 1);

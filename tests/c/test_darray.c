@@ -89,7 +89,7 @@ static void queries_and_views(void)
 
     /* Out-parameters are written only on success. */
     EXPECT_UNTOUCHED(gpuwire_darray_local_len(GPUWIRE_DARRAY_NULL, &v), GPUWIRE_ERROR_INVALID_HANDLE, v, 55);
-    EXPECT_UNTOUCHED(gpuwire_darray_local_len((gpuwire_darray)comm, &v), GPUWIRE_ERROR_INVALID_HANDLE, v, 55);
+    EXPECT_UNTOUCHED(gpuwire_darray_local_len(AS_DARRAY(comm), &v), GPUWIRE_ERROR_INVALID_HANDLE, v, 55);
     EXPECT_LAST_ERROR_HAS("communicator handle");
     EXPECT_STATUS(gpuwire_darray_local_len(d, NULL), GPUWIRE_ERROR_NULL_ARGUMENT);
     EXPECT_OK(gpuwire_darray_free(d));
@@ -221,10 +221,10 @@ static void redistribution(void)
 
     /* Local lengths that do not add up: an error on every rank. */
     {
-        gpuwire_darray bad = 77;
-        EXPECT_UNTOUCHED(gpuwire_darray_create(comm, N, 1, GPUWIRE_INT64, GPUWIRE_SPACE_HOST,
-                                               GPUWIRE_PARTITION_SCATTER, &bad),
-                         GPUWIRE_ERROR_COUNT_MISMATCH, bad, 77u);
+        gpuwire_darray bad = {77};
+        EXPECT_UNTOUCHED_H(gpuwire_darray_create(comm, N, 1, GPUWIRE_INT64, GPUWIRE_SPACE_HOST,
+                                                 GPUWIRE_PARTITION_SCATTER, &bad),
+                           GPUWIRE_ERROR_COUNT_MISMATCH, bad, 77u);
         EXPECT_LAST_ERROR_HAS("add up to");
     }
 }

@@ -177,7 +177,7 @@ static void tags_do_not_collide(gpuwire_comm comm)
         EXPECT_OK(gpuwire_wait(&reqs[0]));
     }
     for (r = 0; r < size; r++)
-        if (blocks[r] != GPUWIRE_BUFFER_NULL)
+        if (blocks[r].h != 0)
             EXPECT_OK(gpuwire_buffer_free(blocks[r]));
     free(blocks);
     free(reqs);
@@ -263,38 +263,38 @@ static void sizes_overflow(gpuwire_comm comm)
     double one = 1.0, sum = 0.0;
 
     for (i = 0; i < sizeof halos / sizeof halos[0]; i++) {
-        EXPECT_UNTOUCHED(gpuwire_darray_create_nd(comm, 2, shape, GPUWIRE_DECIDE, halos[i], GPUWIRE_FLOAT64,
-                                                  GPUWIRE_SPACE_HOST, GPUWIRE_PARTITION_SCATTER, &d),
-                         GPUWIRE_ERROR_INVALID_ARGUMENT, d, GPUWIRE_DARRAY_NULL);
-        EXPECT_UNTOUCHED(gpuwire_darray_create_nd(comm, 1, shape, GPUWIRE_DECIDE, halos[i], GPUWIRE_INT8,
-                                                  GPUWIRE_SPACE_HOST, GPUWIRE_PARTITION_SCATTER, &d),
-                         GPUWIRE_ERROR_INVALID_ARGUMENT, d, GPUWIRE_DARRAY_NULL);
+        EXPECT_UNTOUCHED_H(gpuwire_darray_create_nd(comm, 2, shape, GPUWIRE_DECIDE, halos[i], GPUWIRE_FLOAT64,
+                                                    GPUWIRE_SPACE_HOST, GPUWIRE_PARTITION_SCATTER, &d),
+                           GPUWIRE_ERROR_INVALID_ARGUMENT, d, 0);
+        EXPECT_UNTOUCHED_H(gpuwire_darray_create_nd(comm, 1, shape, GPUWIRE_DECIDE, halos[i], GPUWIRE_INT8,
+                                                    GPUWIRE_SPACE_HOST, GPUWIRE_PARTITION_SCATTER, &d),
+                           GPUWIRE_ERROR_INVALID_ARGUMENT, d, 0);
     }
     for (i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-        EXPECT_UNTOUCHED(gpuwire_darray_create_nd(comm, 2, shapes[i], GPUWIRE_DECIDE, 0, GPUWIRE_COMPLEX128,
-                                                  GPUWIRE_SPACE_HOST, GPUWIRE_PARTITION_SCATTER, &d),
-                         GPUWIRE_ERROR_INVALID_ARGUMENT, d, GPUWIRE_DARRAY_NULL);
-    EXPECT_UNTOUCHED(gpuwire_darray_create(comm, INT64_MAX, GPUWIRE_DECIDE, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST,
-                                           GPUWIRE_PARTITION_SCATTER, &d),
-                     GPUWIRE_ERROR_INVALID_ARGUMENT, d, GPUWIRE_DARRAY_NULL);
-    EXPECT_UNTOUCHED(gpuwire_darray_create(comm, INT64_MAX / 8 + 1, GPUWIRE_DECIDE, GPUWIRE_FLOAT64,
-                                           GPUWIRE_SPACE_HOST, GPUWIRE_PARTITION_BROADCAST, &d),
-                     GPUWIRE_ERROR_INVALID_ARGUMENT, d, GPUWIRE_DARRAY_NULL);
+        EXPECT_UNTOUCHED_H(gpuwire_darray_create_nd(comm, 2, shapes[i], GPUWIRE_DECIDE, 0, GPUWIRE_COMPLEX128,
+                                                    GPUWIRE_SPACE_HOST, GPUWIRE_PARTITION_SCATTER, &d),
+                           GPUWIRE_ERROR_INVALID_ARGUMENT, d, 0);
+    EXPECT_UNTOUCHED_H(gpuwire_darray_create(comm, INT64_MAX, GPUWIRE_DECIDE, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST,
+                                             GPUWIRE_PARTITION_SCATTER, &d),
+                       GPUWIRE_ERROR_INVALID_ARGUMENT, d, 0);
+    EXPECT_UNTOUCHED_H(gpuwire_darray_create(comm, INT64_MAX / 8 + 1, GPUWIRE_DECIDE, GPUWIRE_FLOAT64,
+                                             GPUWIRE_SPACE_HOST, GPUWIRE_PARTITION_BROADCAST, &d),
+                       GPUWIRE_ERROR_INVALID_ARGUMENT, d, 0);
     /* Local lengths whose sum wraps: INT64_MAX on every rank but the last. */
     if (size > 1)
-        EXPECT_UNTOUCHED(gpuwire_darray_create(comm, 4, rank == size - 1 ? 4 : INT64_MAX, GPUWIRE_FLOAT64,
-                                               GPUWIRE_SPACE_HOST, GPUWIRE_PARTITION_SCATTER, &d),
-                         GPUWIRE_ERROR_COUNT_MISMATCH, d, GPUWIRE_DARRAY_NULL);
+        EXPECT_UNTOUCHED_H(gpuwire_darray_create(comm, 4, rank == size - 1 ? 4 : INT64_MAX, GPUWIRE_FLOAT64,
+                                                 GPUWIRE_SPACE_HOST, GPUWIRE_PARTITION_SCATTER, &d),
+                           GPUWIRE_ERROR_COUNT_MISMATCH, d, 0);
     /* Views past the end, and at offsets that overflow. */
     {
         gpuwire_buffer b = filled(8, 0.0), v = GPUWIRE_BUFFER_NULL;
-        EXPECT_UNTOUCHED(gpuwire_buffer_view(b, INT64_MAX, 2, &v), GPUWIRE_ERROR_INVALID_ARGUMENT, v, GPUWIRE_BUFFER_NULL);
-        EXPECT_UNTOUCHED(gpuwire_buffer_view(b, 2, INT64_MAX, &v), GPUWIRE_ERROR_INVALID_ARGUMENT, v, GPUWIRE_BUFFER_NULL);
-        EXPECT_UNTOUCHED(gpuwire_buffer_view(b, 7, 2, &v), GPUWIRE_ERROR_INVALID_ARGUMENT, v, GPUWIRE_BUFFER_NULL);
-        EXPECT_UNTOUCHED(gpuwire_buffer_alloc(INT64_MAX / 8 + 1, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, -1, &v),
-                         GPUWIRE_ERROR_INVALID_ARGUMENT, v, GPUWIRE_BUFFER_NULL);
-        EXPECT_UNTOUCHED(gpuwire_buffer_wrap(&one, INT64_MAX / 4, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, &v),
-                         GPUWIRE_ERROR_INVALID_ARGUMENT, v, GPUWIRE_BUFFER_NULL);
+        EXPECT_UNTOUCHED_H(gpuwire_buffer_view(b, INT64_MAX, 2, &v), GPUWIRE_ERROR_INVALID_ARGUMENT, v, 0);
+        EXPECT_UNTOUCHED_H(gpuwire_buffer_view(b, 2, INT64_MAX, &v), GPUWIRE_ERROR_INVALID_ARGUMENT, v, 0);
+        EXPECT_UNTOUCHED_H(gpuwire_buffer_view(b, 7, 2, &v), GPUWIRE_ERROR_INVALID_ARGUMENT, v, 0);
+        EXPECT_UNTOUCHED_H(gpuwire_buffer_alloc(INT64_MAX / 8 + 1, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, -1, &v),
+                           GPUWIRE_ERROR_INVALID_ARGUMENT, v, 0);
+        EXPECT_UNTOUCHED_H(gpuwire_buffer_wrap(&one, INT64_MAX / 4, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, &v),
+                           GPUWIRE_ERROR_INVALID_ARGUMENT, v, 0);
         EXPECT_OK(gpuwire_buffer_free(b));
     }
     /* The heap is intact: a normal array works (with ASan, any write outside a block stopped

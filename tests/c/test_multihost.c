@@ -201,7 +201,7 @@ static void check_comm(gpuwire_comm c, const int *members, int m, const char *wh
 static void split_by(gpuwire_comm comm, int (*color_of)(int), const char *what)
 {
     int members[MAX_RANKS], m = 0;
-    gpuwire_comm sub = 77, dup = 77;
+    gpuwire_comm sub = {77}, dup = {77};
     for (int q = 0; q < size; q++)
         if (color_of(q) == color_of(rank))
             members[m++] = q;
@@ -233,7 +233,7 @@ static int host_of_rank(int q) /* the lowest rank on q's host: one part per host
 static void splits(gpuwire_comm comm)
 {
     int all[MAX_RANKS];
-    gpuwire_comm dup = 77;
+    gpuwire_comm dup = {77};
     for (int q = 0; q < size; q++)
         all[q] = q;
     EXPECT_OK(gpuwire_comm_dup(comm, &dup));

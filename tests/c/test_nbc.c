@@ -74,7 +74,7 @@ static gpuwire_buffer bview(gpuwire_buffer b, int64_t off, int64_t n)
 
 static void bfree(gpuwire_buffer b)
 {
-    if (b != GPUWIRE_BUFFER_NULL)
+    if (b.h != 0)
         EXPECT_OK(gpuwire_buffer_free(b));
 }
 
@@ -172,7 +172,7 @@ static void setup(op_t *o, int kind, int64_t n, int root)
         a = bptr(o->a);
         for (int64_t i = 0; i < n; i++)
             a[i] = v(rank, i);
-        if (o->b)
+        if (o->b.h != 0)
             memset(bptr(o->b), FILL, (size_t)n * 4);
         break;
     case K_ALLREDUCE_AVG_INPLACE: {
@@ -299,8 +299,8 @@ static int64_t sum_v(int64_t i)
 static void verify(op_t *o, const char *what)
 {
     int64_t n = o->n;
-    int32_t *a = o->a ? bptr(o->a) : NULL, *b = o->b ? bptr(o->b) : NULL;
-    EXPECT(o->rq == GPUWIRE_REQUEST_NULL);
+    int32_t *a = o->a.h ? bptr(o->a) : NULL, *b = o->b.h ? bptr(o->b) : NULL;
+    EXPECT(o->rq.h == 0);
     switch (o->kind) {
     case K_BARRIER:
         break;
@@ -387,9 +387,9 @@ static void each_collective(void)
                 op_t o;
                 snprintf(what, sizeof what, "i%s n=%lld root %d", kind_name[k], (long long)ns[s], root);
                 setup(&o, k, ns[s], root);
-                o.rq = 77;
+                o.rq.h = 77;
                 EXPECT_OK(start(&o, world, 1));
-                EXPECT(o.rq != 77);
+                EXPECT(o.rq.h != 77);
                 EXPECT_OK(gpuwire_wait(&o.rq));
                 verify(&o, what);
             }
@@ -413,10 +413,10 @@ static void complete(gpuwire_request *rqs, int m, int order)
         double t0 = MPI_Wtime();
         int left = 0;
         for (int j = 0; j < m; j++)
-            left += rqs[j] != GPUWIRE_REQUEST_NULL;
+            left += rqs[j].h != 0;
         while (left > 0 && MPI_Wtime() - t0 < 60.0) {
             for (int j = m - 1; j >= 0; j--) {
-                if (rqs[j] == GPUWIRE_REQUEST_NULL)
+                if (rqs[j].h == 0)
                     continue;
                 int32_t flag = -1;
                 gpuwire_status st = gpuwire_test(&rqs[j], &flag);
@@ -426,7 +426,7 @@ static void complete(gpuwire_request *rqs, int m, int order)
                     rqs[j] = GPUWIRE_REQUEST_NULL;
                     left--;
                 } else if (flag == 1) {
-                    EXPECT(rqs[j] == GPUWIRE_REQUEST_NULL);
+                    EXPECT(rqs[j].h == 0);
                     left--;
                 }
             }
@@ -444,7 +444,7 @@ static void complete(gpuwire_request *rqs, int m, int order)
     case WAITALL:
         EXPECT_OK(gpuwire_waitall(m, rqs));
         for (int j = 0; j < m; j++)
-            EXPECT(rqs[j] == GPUWIRE_REQUEST_NULL);
+            EXPECT(rqs[j].h == 0);
         break;
     case PER_RANK:
         /* Rank r starts at request 5r (mod m); even ranks go forwards, odd ones backwards. */
@@ -664,10 +664,10 @@ static void pending_timeout(void)
  * same arguments returns the same code. */
 #define EXPECT_BOTH(icall, bcall, code)                                                 \
     do {                                                                                \
-        rq = 77;                                                                        \
+        rq.h = 77;                                                                      \
         EXPECT_STATUS(icall, code);                                                     \
         gwt_checks++;                                                                   \
-        if (rq != 77)                                                                   \
+        if (rq.h != 77)                                                                 \
             gwt_fail(__FILE__, __LINE__, #icall " wrote a request although it failed", NULL); \
         EXPECT_STATUS(bcall, code);                                                     \
     } while (0)
@@ -675,7 +675,7 @@ static void pending_timeout(void)
 static void argument_errors(void)
 {
     const int64_t n = 6;
-    gpuwire_request rq = 77;
+    gpuwire_request rq = {77};
     gpuwire_buffer s = balloc(n, GPUWIRE_INT32), r = balloc(n, GPUWIRE_INT32);
     gpuwire_buffer r1 = balloc(n + 1, GPUWIRE_INT32), f = balloc(n, GPUWIRE_FLOAT64);
     gpuwire_buffer big = balloc(n * size, GPUWIRE_INT32), big1 = balloc(n * size + 1, GPUWIRE_INT32);
@@ -765,7 +765,7 @@ static void expect_everywhere(gpuwire_status st, gpuwire_request *rq, int code, 
     gpuwire_request before = *rq;
     gpuwire_status got = call_then_wait(st, rq);
     if (st != GPUWIRE_SUCCESS)
-        EXPECT(*rq == before); /* a failed call writes no request */
+        EXPECT(rq->h == before.h); /* a failed call writes no request */
     gwt_checks++;
     if ((code == -1 && got == GPUWIRE_SUCCESS) || (code != -1 && got != (gpuwire_status)code)) {
         char d[1400], msg[1024];
@@ -774,7 +774,7 @@ static void expect_everywhere(gpuwire_status st, gpuwire_request *rq, int code, 
         snprintf(d, sizeof d, "%s: call %d, call or wait %d (%s), expected %d", what, (int)st, (int)got, msg, code);
         gwt_fail(__FILE__, __LINE__, "checking mode", d);
     }
-    if (*rq != GPUWIRE_REQUEST_NULL && *rq != 77)
+    if (rq->h != 0 && rq->h != 77)
         (void)gpuwire_wait(rq);
 }
 
@@ -798,30 +798,30 @@ static void checking_on(gpuwire_comm cc)
         return;
     }
     memset(bptr(a6), FILL, 24);
-    rq = 77;
+    rq.h = 77;
     expect_everywhere(gpuwire_iallreduce(cc, z ? a5 : a6, z ? a5 : a6, GPUWIRE_SUM, NULL, &rq), &rq, GPUWIRE_ERROR_COUNT_MISMATCH, "iallreduce count 5 on rank 0, 6 elsewhere");
     if (!z)
         EXPECT(all_bytes(bptr(a6), 24, FILL));
     in_step(cc, "after a count mismatch");
-    rq = 77;
+    rq.h = 77;
     expect_everywhere(gpuwire_iallreduce(cc, z ? f5 : a5, z ? f5 : a5, GPUWIRE_SUM, NULL, &rq), &rq, GPUWIRE_ERROR_DTYPE_MISMATCH, "iallreduce float64 on rank 0, int32 elsewhere");
-    rq = 77;
+    rq.h = 77;
     expect_everywhere(gpuwire_iallreduce(cc, a5, a5, z ? GPUWIRE_MAX : GPUWIRE_SUM, NULL, &rq), &rq, GPUWIRE_ERROR_OP_MISMATCH, "iallreduce MAX on rank 0, SUM elsewhere");
-    rq = 77;
+    rq.h = 77;
     expect_everywhere(gpuwire_ibcast(cc, a5, z ? 0 : size - 1, NULL, &rq), &rq, GPUWIRE_ERROR_ROOT_MISMATCH, "ibcast root 0 on rank 0, the last elsewhere");
-    rq = 77;
+    rq.h = 77;
     expect_everywhere(z ? gpuwire_iallreduce(cc, a5, a5, GPUWIRE_SUM, NULL, &rq) : gpuwire_ibcast(cc, a5, 0, NULL, &rq), &rq, -1, "iallreduce on rank 0, ibcast elsewhere");
     in_step(cc, "after another collective");
     /* One rank's bad argument: its own error from the call, REMOTE_ARGUMENT on the others. */
-    rq = 77;
+    rq.h = 77;
     gpuwire_status st = gpuwire_iallreduce(cc, a5, a5, z ? 99 : GPUWIRE_SUM, NULL, &rq);
     if (z) {
-        EXPECT(st == GPUWIRE_ERROR_INVALID_ARGUMENT && rq == 77);
+        EXPECT(st == GPUWIRE_ERROR_INVALID_ARGUMENT && rq.h == 77);
     } else {
         expect_everywhere(st, &rq, GPUWIRE_ERROR_REMOTE_ARGUMENT, "iallreduce with rank 0's op 99");
     }
     /* The nonblocking form on rank 0, the blocking form elsewhere, counts differing. */
-    rq = 77;
+    rq.h = 77;
     if (z)
         expect_everywhere(gpuwire_iallreduce(cc, a5, a5, GPUWIRE_SUM, NULL, &rq), &rq, GPUWIRE_ERROR_COUNT_MISMATCH, "iallreduce of 5 on rank 0 against allreduce of 6");
     else
@@ -840,7 +840,7 @@ static void checking_on(gpuwire_comm cc)
     EXPECT_OK(gpuwire_group_start());
     gpuwire_status gs = gpuwire_iallreduce(cc, z ? a5 : a6, z ? a5 : a6, GPUWIRE_SUM, NULL, &rq);
     gpuwire_status ge = gpuwire_group_end();
-    gpuwire_status gw = rq != GPUWIRE_REQUEST_NULL ? gpuwire_wait(&rq) : GPUWIRE_SUCCESS;
+    gpuwire_status gw = rq.h != 0 ? gpuwire_wait(&rq) : GPUWIRE_SUCCESS;
     gwt_checks++;
     if (gs == GPUWIRE_SUCCESS && ge == GPUWIRE_SUCCESS && gw == GPUWIRE_SUCCESS)
         gwt_fail(__FILE__, __LINE__, "checking mode in a group", "a count mismatch of an iallreduce inside a group was not reported (call, group_end, wait all succeeded)");
@@ -1011,21 +1011,21 @@ static void group_errors(gpuwire_comm c)
     gpuwire_request keep = rr;
     EXPECT_STATUS(gpuwire_wait(&rr), GPUWIRE_ERROR_INVALID_ARGUMENT);
     EXPECT_LAST_ERROR_HAS("group");
-    EXPECT(rr == keep || rr == GPUWIRE_REQUEST_NULL);
+    EXPECT(rr.h == keep.h || rr.h == 0);
     EXPECT_OK(start(&ar, c, 1));
     keep = ar.rq;
     int32_t flag = -1;
     EXPECT_STATUS(gpuwire_test(&ar.rq, &flag), GPUWIRE_ERROR_INVALID_ARGUMENT);
     EXPECT(flag == -1);
-    EXPECT(ar.rq == keep || ar.rq == GPUWIRE_REQUEST_NULL);
+    EXPECT(ar.rq.h == keep.h || ar.rq.h == 0);
     /* An argument error inside the group comes back at once; the op is not added. */
-    gpuwire_request bad = 77;
+    gpuwire_request bad = {77};
     EXPECT_STATUS(gpuwire_isend(c, s, -5, 41, NULL, &bad), GPUWIRE_ERROR_INVALID_ARGUMENT);
-    EXPECT(bad == 77);
+    EXPECT(bad.h == 77);
     EXPECT_STATUS(gpuwire_send(c, s, size, 41, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
     EXPECT_STATUS(gpuwire_ibcast(c, s, size, NULL, &bad), GPUWIRE_ERROR_INVALID_ARGUMENT);
     EXPECT_STATUS(gpuwire_allreduce(c, s, r, 99, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
-    EXPECT(bad == 77);
+    EXPECT(bad.h == 77);
     EXPECT_OK(gpuwire_isend(c, s, next, 41, NULL, &sr));
     EXPECT_OK(gpuwire_group_end());
     const char *what = "irecv in a group whose wait was refused before group_end";

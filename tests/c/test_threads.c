@@ -52,7 +52,7 @@ static void sleep_s(double s)
 
 static gpuwire_buffer wrap(int64_t *p, int64_t n)
 {
-    gpuwire_buffer b = 0;
+    gpuwire_buffer b = GPUWIRE_BUFFER_NULL;
     EXPECT_OK(gpuwire_buffer_wrap(p, n, GPUWIRE_INT64, GPUWIRE_SPACE_HOST, &b));
     return b;
 }
@@ -60,7 +60,7 @@ static gpuwire_buffer wrap(int64_t *p, int64_t n)
 static gpuwire_comm world(int check, double timeout)
 {
     gpuwire_config cfg;
-    gpuwire_comm c = 0;
+    gpuwire_comm c = GPUWIRE_COMM_NULL;
     EXPECT_OK(gpuwire_config_init(&cfg));
     cfg.check = check;
     cfg.timeout_seconds = timeout;
@@ -90,7 +90,7 @@ static gpuwire_status run_op(int op, gpuwire_comm c, int rank)
     case SENDRECV: st = gpuwire_sendrecv(c, ba, 1 - rank, 5, bb, 1 - rank, 5, NULL); break;
     case RECV: st = gpuwire_recv(c, bb, 1 - rank, 6, NULL); break;
     case IRECV_WAIT: {
-        gpuwire_request rq = 0;
+        gpuwire_request rq = GPUWIRE_REQUEST_NULL;
         st = gpuwire_irecv(c, bb, 1 - rank, 7, NULL, &rq);
         if (st == GPUWIRE_SUCCESS)
             st = gpuwire_wait(&rq);
@@ -161,7 +161,7 @@ static void late_case(int op, int check, int rank)
 static void late_extras(int rank)
 {
     gpuwire_comm c = world(0, T);
-    gpuwire_buffer b = 0;
+    gpuwire_buffer b = GPUWIRE_BUFFER_NULL;
     EXPECT_OK(gpuwire_buffer_alloc(4, GPUWIRE_INT32, GPUWIRE_SPACE_HOST, -1, &b));
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0) {
@@ -187,7 +187,7 @@ static void late_extras(int rank)
         sleep_s(LATE);
     gpuwire_comm d = GPUWIRE_COMM_NULL;
     EXPECT_OK(gpuwire_comm_split(c, 0, rank, &d));
-    if (d != GPUWIRE_COMM_NULL)
+    if (d.h != 0)
         EXPECT_OK(gpuwire_comm_free(d));
     EXPECT_OK(gpuwire_comm_free(c));
     MPI_Barrier(MPI_COMM_WORLD);
@@ -226,7 +226,7 @@ static void *allreduce_loop(void *arg)
     struct worker *w = arg;
     const char *needle = "a collective is already in progress on this communicator on another thread";
     int64_t v[N_ELEMS];
-    gpuwire_buffer b = 0;
+    gpuwire_buffer b = GPUWIRE_BUFFER_NULL;
     pthread_barrier_wait(&start);
     if (gpuwire_buffer_wrap(v, N_ELEMS, GPUWIRE_INT64, GPUWIRE_SPACE_HOST, &b) != GPUWIRE_SUCCESS) {
         w->other++;
@@ -309,7 +309,7 @@ static void *level_loop(void *arg)
 {
     struct level_worker *w = arg;
     int64_t v[8];
-    gpuwire_buffer b = 0;
+    gpuwire_buffer b = GPUWIRE_BUFFER_NULL;
     /* Wrapping host memory makes no MPI call, but under FUNNELED it is refused as well. */
     gpuwire_status st = gpuwire_buffer_wrap(v, 8, GPUWIRE_INT64, GPUWIRE_SPACE_HOST, &b);
     for (int i = 0; i < 200; i++) {
@@ -335,14 +335,14 @@ static void *level_loop(void *arg)
         else
             w->wrong++;
     }
-    if (b)
+    if (b.h != 0)
         gpuwire_buffer_free(b);
     return NULL;
 }
 
 static void levels(int funneled)
 {
-    gpuwire_comm a = world(0, 0.0), c2 = 0;
+    gpuwire_comm a = world(0, 0.0), c2 = GPUWIRE_COMM_NULL;
     EXPECT_OK(gpuwire_comm_dup(a, &c2));
     struct level_worker mainw, second;
     memset(&mainw, 0, sizeof mainw);

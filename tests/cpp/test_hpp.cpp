@@ -99,17 +99,17 @@ static void test_buffers_and_spans()
     {
         gw::buffer b = gw::buffer::alloc<double>(4);
         raw = b.get();
-        EXPECT(raw != GPUWIRE_BUFFER_NULL && b.count() == 4 && b.owned());
+        EXPECT(raw.h != 0 && b.count() == 4 && b.owned());
         EXPECT(b.dtype() == GPUWIRE_FLOAT64 && b.space() == GPUWIRE_SPACE_HOST && b.device() == -1);
         gw::span<double> s = b.host_span<double>();
         EXPECT(s.size() == 4 && s[0] == 0.0 && s[3] == 0.0); // zero-filled
         EXPECT_THROW(b.host_span<float>(), GPUWIRE_ERROR_DTYPE_MISMATCH, "host_span");
         // Moves transfer the handle and leave NULL behind.
         gw::buffer c = std::move(b);
-        EXPECT(!b && b.get() == GPUWIRE_BUFFER_NULL && c.get() == raw);
+        EXPECT(!b && b.get().h == 0 && c.get().h == raw.h);
         gw::buffer d;
         d = std::move(c);
-        EXPECT(!c && d.get() == raw);
+        EXPECT(!c && d.get().h == raw.h);
     }
     int64_t n = -1;
     EXPECT(gpuwire_buffer_count(raw, &n) == GPUWIRE_ERROR_INVALID_HANDLE);
@@ -336,10 +336,10 @@ static void test_darray(const gw::comm &world)
         gw::darray d = gw::darray::create<double>(world, n);
         raw = d.get();
         gw::darray e = std::move(d);
-        EXPECT(!d && d.get() == GPUWIRE_DARRAY_NULL && e.get() == raw);
+        EXPECT(!d && d.get().h == 0 && e.get().h == raw.h);
         gw::darray f;
         f = std::move(e);
-        EXPECT(!e && f.get() == raw && f.global_len() == n);
+        EXPECT(!e && f.get().h == raw.h && f.global_len() == n);
     }
     int64_t v = -1;
     EXPECT(gpuwire_darray_global_len(raw, &v) == GPUWIRE_ERROR_INVALID_HANDLE);
@@ -366,10 +366,10 @@ static void test_darray(const gw::comm &world)
         // handle back, so y keeps it.
         gw::darray unknown(y.get());
         EXPECT_THROW(unknown.local_lens(), GPUWIRE_ERROR_INVALID_ARGUMENT, "local_lens");
-        EXPECT(unknown.release() == y.get());
+        EXPECT(unknown.release().h == y.get().h);
         gw::darray adopted(y.get(), size);
         EXPECT(adopted.local_lens() == lens);
-        EXPECT(adopted.release() == y.get() && !adopted);
+        EXPECT(adopted.release().h == y.get().h && !adopted);
     }
 
     // Data: set_global, allgather, gather; arithmetic; reductions.

@@ -27,7 +27,7 @@ with --cupy on a GPU).
 Rank 0 prints "test_bindings.py: PASS (...)" when every rank passed.
 
 Usage: mpirun -n 2 python3 tests/python/test_bindings.py [EXPECTED_RANKS] [--cupy]
-The library is $GPUWIRE_LIBRARY, or libgpuwire.so.0.1 from the loader's path.
+The package is the checkout's python/gpuwire; the library $GPUWIRE_LIBRARY, or as gpuwire._library says.
 """
 
 import ctypes
@@ -36,7 +36,7 @@ import os
 import sys
 import warnings
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples-python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 
 from mpi4py import MPI  # noqa: E402  (initializes MPI)
 import numpy as np  # noqa: E402

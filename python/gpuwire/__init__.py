@@ -1,43 +1,50 @@
-"""gpuwire from Python through ctypes: communicators from mpi4py, buffers over NumPy and CuPy arrays.
+"""gpuwire for Python: communicators from mpi4py, buffers over any array's own memory.
 
-A small module over libgpuwire.so, with no build step: every C function of gpuwire.h is declared
-in _PROTOTYPES (scripts/check-bindings.py checks them against the header), and the main ones
-have Pythonic wrappers:
+`pip install ./python` (from a gpuwire checkout) installs this package; `make install` puts a
+copy in PREFIX/share/gpuwire/python that loads PREFIX's library. The ctypes layer (_capi: every
+constant, struct and function of gpuwire.h) is generated from the header by
+scripts/gen-python.py; this file is the Pythonic layer:
 
     from mpi4py import MPI
     import numpy as np
     import gpuwire
 
     gpuwire.init()                            # adopts the MPI that mpi4py initialized
-    comm = gpuwire.Comm(MPI.COMM_WORLD)       # through comm.py2f(), the Fortran handle
-    x = np.full(8, comm.rank(), np.float64)
-    comm.allreduce(x, op=gpuwire.SUM)         # in place; a CuPy array works the same on a GPU
-    comm.free()
+    with gpuwire.Comm(MPI.COMM_WORLD) as comm:  # through comm.py2f(), the Fortran handle
+        x = np.full(8, comm.rank(), np.float64)
+        comm.allreduce(x, op=gpuwire.SUM)     # in place; a CuPy array works the same on a GPU
     gpuwire.finalize()                        # before mpi4py finalizes MPI at exit
 
-Arrays: NumPy arrays (host memory, through arr.ctypes.data) and CuPy or any
-__cuda_array_interface__ array (device memory, through arr.data.ptr) become buffers over their
-own memory, never a copy: a non-contiguous array (a[:, 1]) is refused with ValueError, so a
-nonblocking call can never send a temporary; so is an array whose byte order is not the
-machine's (np.full(3, 1.0, '>f8') on x86 or ARM, a CuPy view with such a dtype), whose bytes
-gpuwire would otherwise reduce and send as native values: convert it first
+Arrays become buffers over their own memory, never a copy: NumPy arrays; device arrays with
+__cuda_array_interface__ (CuPy, PyTorch CUDA tensors, Numba); any DLPack array (__dlpack__:
+PyTorch CPU tensors, JAX, ...); any host array with __array_interface__; and buffer-protocol
+objects (bytearray, array.array, memoryview of writable memory). A non-contiguous array (a[:, 1])
+is refused with ValueError, so a nonblocking call can never send a temporary; so is a read-only
+one, and one whose byte order is not the machine's (np.full(3, 1.0, '>f8') on x86 or ARM),
+whose bytes gpuwire would otherwise reduce and send as native values: convert it first
 (a.astype(a.dtype.newbyteorder('='))). Buffers and requests keep the arrays they use alive.
 For device arrays the operations take the array's stream (CuPy's current stream) unless given
 stream=.
+
+Datatypes follow C's rules: a value of another datatype is refused (gpuwire.Error with
+ERROR_DTYPE_MISMATCH, or ValueError for an element type gpuwire has not), never converted:
+DArray.set_global(np.arange(4, dtype=np.int32)) on a float64 array is refused, as are a float
+fill value for an integer array and a NumPy scalar of another dtype. Python ints, floats and
+complex numbers are taken for the array's dtype where that is the same kind of number.
 
 Freeing: gpuwire_comm_free is collective, and the garbage collector runs at different moments
 on different ranks, so a Comm is freed only by free() or at the end of a `with` block, on every
 rank. A Comm collected without free() is not freed: a ResourceWarning says so (shown with
 python -W default::ResourceWarning or -X dev), and gpuwire.finalize() releases it. Buffers and
 distributed arrays free locally (gpuwire_buffer_free, gpuwire_darray_free are not collective),
-so the collector frees them. A Request collected while pending is released through
-gpuwire_request_free, which never blocks longer than its communicator's timeout: one that does
-not complete by then is abandoned (the communicator is then broken), with a ResourceWarning, and
-its array is kept alive for good, since MPI may still use its memory.
+so the collector frees them; `with` frees them at once. A Request collected while pending is
+released through gpuwire_request_free, which never blocks longer than its communicator's timeout:
+one that does not complete by then is abandoned (the communicator is then broken), with a
+ResourceWarning, and its array is kept alive for good, since MPI may still use its memory.
+`with comm.irecv(x, 0) as r:` waits for r at the end of the block (frees it if the block raised).
 
-The library: $GPUWIRE_LIBRARY (a path) if set; else, in the copy `make install` puts in
-PREFIX/share/gpuwire/python, the installed library; else libgpuwire.so.0.1 from the loader's
-search path (LD_LIBRARY_PATH, the system directories). It must link the same MPI as mpi4py.
+The library: see gpuwire._library (GPUWIRE_LIBRARY, the install prefix, pkg-config, sys.prefix,
+the loader's path); gpuwire.LIBRARY says which was loaded. It must link the same MPI as mpi4py.
 
 Distributed arrays: gpuwire.DArray(comm, shape, dtype, ...) owns a gpuwire_darray, with NumPy for
 host data (set_global, allgather, gather, numpy()); examples-python/darray.py uses every method.
@@ -46,47 +53,17 @@ Errors raise gpuwire.Error with .code (the gpuwire_status) and the detailed mess
 """
 
 import ctypes
-import os
 import sys
 import threading
 import warnings
-from ctypes import POINTER, c_char_p, c_double, c_int, c_int32, c_int64, c_size_t, c_uint64, c_void_p
+from ctypes import POINTER, c_double, c_int32, c_int64, c_uint64, c_void_p
 
-# ---- constants (as gpuwire.h) ------------------------------------------------------------------
-
-SUCCESS = 0
-ERROR_NULL_ARGUMENT = 1
-ERROR_INVALID_ARGUMENT = 2
-ERROR_INVALID_HANDLE = 3
-ERROR_COUNT_MISMATCH = 4
-ERROR_DTYPE_MISMATCH = 5
-ERROR_OP_MISMATCH = 6
-ERROR_ROOT_MISMATCH = 7
-ERROR_UNSUPPORTED_DTYPE = 8
-ERROR_UNSUPPORTED_OP = 9
-ERROR_BACKEND_UNAVAILABLE = 10
-ERROR_MPI = 11
-ERROR_CUDA = 12
-ERROR_NCCL = 13
-ERROR_TIMEOUT = 14
-ERROR_NOT_INITIALIZED = 15
-ERROR_ALREADY_FINALIZED = 16
-ERROR_INTERNAL = 17
-ERROR_REMOTE_ARGUMENT = 18
-ERROR_COMM_BROKEN = 19
-
-INT8, UINT8, INT32, UINT32, INT64, UINT64 = 0, 1, 2, 3, 4, 5
-FLOAT16, FLOAT32, FLOAT64, BFLOAT16, COMPLEX64, COMPLEX128 = 6, 7, 8, 9, 10, 11
-SUM, PROD, MAX, MIN, AVG, BAND, BOR, BXOR = 0, 1, 2, 3, 4, 5, 6, 7
-SPACE_AUTO, SPACE_HOST, SPACE_DEVICE, SPACE_PINNED, SPACE_MANAGED = 0, 1, 2, 3, 4
-BACKEND_AUTO, BACKEND_HOST, BACKEND_MPI_STAGED, BACKEND_MPI_CUDA_AWARE, BACKEND_NCCL, BACKEND_IPC = 0, 1, 2, 3, 4, 5
-STAGING_PINNED, STAGING_PAGEABLE = 0, 1
-THREAD_SINGLE, THREAD_FUNNELED, THREAD_SERIALIZED, THREAD_MULTIPLE = 0, 1, 2, 3
-PROC_NULL = -1000
-UNDEFINED = -1
-PARTITION_SCATTER, PARTITION_BROADCAST = 0, 1
-NORM_INF, NORM_1, NORM_2 = 0, 1, 2
-DECIDE = -1
+from . import _library
+from ._capi import *  # noqa: F401,F403  (every constant of gpuwire.h, and Config)
+from ._capi import (BFLOAT16, COMPLEX64, COMPLEX128, DECIDE, ERROR_COMM_BROKEN, ERROR_COUNT_MISMATCH,
+                    ERROR_DTYPE_MISMATCH, ERROR_INVALID_ARGUMENT, ERROR_NULL_ARGUMENT, ERROR_TIMEOUT, FLOAT16,
+                    FLOAT32, FLOAT64, INT8, INT32, INT64, NORM_2, PARTITION_SCATTER, SPACE_AUTO, SPACE_DEVICE,
+                    SPACE_HOST, SUCCESS, SUM, UINT8, UINT32, UINT64, Config, _handle)
 
 # NumPy/CuPy dtype names (numpy.dtype(...).name) -> gpuwire datatypes.
 _DTYPES = {
@@ -102,156 +79,11 @@ _DTYPES = {
     "complex64": COMPLEX64,
     "complex128": COMPLEX128,
 }
-# __cuda_array_interface__ typestr (without the byte order) -> gpuwire datatypes.
+# __cuda_array_interface__ / __array_interface__ typestr (without the byte order) -> gpuwire datatypes.
 _TYPESTRS = {"i1": INT8, "u1": UINT8, "i4": INT32, "u4": UINT32, "i8": INT64, "u8": UINT64,
              "f2": FLOAT16, "f4": FLOAT32, "f8": FLOAT64, "c8": COMPLEX64, "c16": COMPLEX128}
 
-
-class Config(ctypes.Structure):
-    """gpuwire_config, field for field."""
-
-    _fields_ = [
-        ("backend", c_int32),
-        ("device", c_int32),
-        ("check", c_int32),
-        ("staging", c_int32),
-        ("timeout_seconds", c_double),
-        ("chunk_bytes", c_int64),
-    ]
-
-
-# ---- the C functions ---------------------------------------------------------------------------
-
-_status = c_int  # gpuwire_status is a C enum
-_handle = c_uint64  # gpuwire_comm, gpuwire_buffer, gpuwire_request, gpuwire_darray
-
-# Every function of gpuwire.h: (result, [arguments]). Checked against the header by
-# scripts/check-bindings.py.
-_PROTOTYPES = {
-    "gpuwire_buffer_alloc": (_status, [c_int64, c_int32, c_int32, c_int32, POINTER(_handle)]),
-    "gpuwire_buffer_wrap": (_status, [c_void_p, c_int64, c_int32, c_int32, POINTER(_handle)]),
-    "gpuwire_buffer_view": (_status, [_handle, c_int64, c_int64, POINTER(_handle)]),
-    "gpuwire_buffer_free": (_status, [_handle]),
-    "gpuwire_buffer_copy_from_host": (_status, [_handle, c_void_p, c_void_p]),
-    "gpuwire_buffer_copy_to_host": (_status, [_handle, c_void_p, c_void_p]),
-    "gpuwire_buffer_pointer": (_status, [_handle, POINTER(c_void_p)]),
-    "gpuwire_buffer_count": (_status, [_handle, POINTER(c_int64)]),
-    "gpuwire_buffer_dtype": (_status, [_handle, POINTER(c_int32)]),
-    "gpuwire_buffer_space": (_status, [_handle, POINTER(c_int32)]),
-    "gpuwire_buffer_device": (_status, [_handle, POINTER(c_int32)]),
-    "gpuwire_buffer_owned": (_status, [_handle, POINTER(c_int32)]),
-    "gpuwire_dtype_size": (_status, [c_int32, POINTER(c_int64)]),
-    "gpuwire_config_init": (_status, [POINTER(Config)]),
-    "gpuwire_comm_create": (_status, [c_int32, POINTER(Config), POINTER(_handle)]),
-    "gpuwire_comm_world": (_status, [POINTER(Config), POINTER(_handle)]),
-    "gpuwire_comm_free": (_status, [_handle]),
-    "gpuwire_comm_split": (_status, [_handle, c_int32, c_int32, POINTER(_handle)]),
-    "gpuwire_comm_dup": (_status, [_handle, POINTER(_handle)]),
-    "gpuwire_comm_rank": (_status, [_handle, POINTER(c_int32)]),
-    "gpuwire_comm_size": (_status, [_handle, POINTER(c_int32)]),
-    "gpuwire_comm_local_rank": (_status, [_handle, POINTER(c_int32)]),
-    "gpuwire_comm_local_size": (_status, [_handle, POINTER(c_int32)]),
-    "gpuwire_comm_backend": (_status, [_handle, POINTER(c_int32)]),
-    "gpuwire_comm_device": (_status, [_handle, POINTER(c_int32)]),
-    "gpuwire_comm_mpi": (_status, [_handle, POINTER(c_int32)]),
-    "gpuwire_comm_describe": (_status, [_handle, c_char_p, c_size_t]),
-    "gpuwire_init": (_status, []),
-    "gpuwire_finalize": (_status, []),
-    "gpuwire_initialized": (_status, [POINTER(c_int32)]),
-    "gpuwire_query_thread": (_status, [POINTER(c_int32)]),
-    "gpuwire_owns_mpi": (_status, [POINTER(c_int32)]),
-    "gpuwire_send": (_status, [_handle, _handle, c_int32, c_int32, c_void_p]),
-    "gpuwire_recv": (_status, [_handle, _handle, c_int32, c_int32, c_void_p]),
-    "gpuwire_isend": (_status, [_handle, _handle, c_int32, c_int32, c_void_p, POINTER(_handle)]),
-    "gpuwire_irecv": (_status, [_handle, _handle, c_int32, c_int32, c_void_p, POINTER(_handle)]),
-    "gpuwire_wait": (_status, [POINTER(_handle)]),
-    "gpuwire_test": (_status, [POINTER(_handle), POINTER(c_int32)]),
-    "gpuwire_request_free": (_status, [POINTER(_handle)]),
-    "gpuwire_waitall": (_status, [c_int32, POINTER(_handle)]),
-    "gpuwire_sendrecv": (_status, [_handle, _handle, c_int32, c_int32, _handle, c_int32, c_int32, c_void_p]),
-    "gpuwire_barrier": (_status, [_handle, c_void_p]),
-    "gpuwire_bcast": (_status, [_handle, _handle, c_int32, c_void_p]),
-    "gpuwire_reduce": (_status, [_handle, _handle, _handle, c_int32, c_int32, c_void_p]),
-    "gpuwire_allreduce": (_status, [_handle, _handle, _handle, c_int32, c_void_p]),
-    "gpuwire_allgather": (_status, [_handle, _handle, _handle, c_void_p]),
-    "gpuwire_allgatherv": (_status, [_handle, _handle, _handle, POINTER(c_int64), c_void_p]),
-    "gpuwire_reduce_scatter": (_status, [_handle, _handle, _handle, c_int32, c_void_p]),
-    "gpuwire_alltoall": (_status, [_handle, _handle, _handle, c_void_p]),
-    "gpuwire_gather": (_status, [_handle, _handle, _handle, c_int32, c_void_p]),
-    "gpuwire_scatter": (_status, [_handle, _handle, _handle, c_int32, c_void_p]),
-    "gpuwire_ibarrier": (_status, [_handle, c_void_p, POINTER(_handle)]),
-    "gpuwire_ibcast": (_status, [_handle, _handle, c_int32, c_void_p, POINTER(_handle)]),
-    "gpuwire_ireduce": (_status, [_handle, _handle, _handle, c_int32, c_int32, c_void_p, POINTER(_handle)]),
-    "gpuwire_iallreduce": (_status, [_handle, _handle, _handle, c_int32, c_void_p, POINTER(_handle)]),
-    "gpuwire_iallgather": (_status, [_handle, _handle, _handle, c_void_p, POINTER(_handle)]),
-    "gpuwire_iallgatherv": (_status, [_handle, _handle, _handle, POINTER(c_int64), c_void_p, POINTER(_handle)]),
-    "gpuwire_ireduce_scatter": (_status, [_handle, _handle, _handle, c_int32, c_void_p, POINTER(_handle)]),
-    "gpuwire_ialltoall": (_status, [_handle, _handle, _handle, c_void_p, POINTER(_handle)]),
-    "gpuwire_igather": (_status, [_handle, _handle, _handle, c_int32, c_void_p, POINTER(_handle)]),
-    "gpuwire_iscatter": (_status, [_handle, _handle, _handle, c_int32, c_void_p, POINTER(_handle)]),
-    "gpuwire_group_start": (_status, []),
-    "gpuwire_group_end": (_status, []),
-    "gpuwire_comm_async_error": (_status, [_handle]),
-    "gpuwire_status_string": (c_char_p, [c_int32]),
-    "gpuwire_last_error": (_status, [c_char_p, c_size_t]),
-    "gpuwire_get_version": (_status, [POINTER(c_int32), POINTER(c_int32), POINTER(c_int32)]),
-    "gpuwire_darray_create": (_status, [_handle, c_int64, c_int64, c_int32, c_int32, c_int32, POINTER(_handle)]),
-    "gpuwire_darray_create_nd": (_status, [_handle, c_int32, POINTER(c_int64), c_int64, c_int64, c_int32, c_int32,
-                                           c_int32, POINTER(_handle)]),
-    "gpuwire_darray_free": (_status, [_handle]),
-    "gpuwire_darray_global_len": (_status, [_handle, POINTER(c_int64)]),
-    "gpuwire_darray_local_len": (_status, [_handle, POINTER(c_int64)]),
-    "gpuwire_darray_global_offset": (_status, [_handle, POINTER(c_int64)]),
-    "gpuwire_darray_ndim": (_status, [_handle, POINTER(c_int32)]),
-    "gpuwire_darray_halo": (_status, [_handle, POINTER(c_int64)]),
-    "gpuwire_darray_dtype": (_status, [_handle, POINTER(c_int32)]),
-    "gpuwire_darray_space": (_status, [_handle, POINTER(c_int32)]),
-    "gpuwire_darray_partition": (_status, [_handle, POINTER(c_int32)]),
-    "gpuwire_darray_data": (_status, [_handle, POINTER(c_void_p)]),
-    "gpuwire_darray_local_lens": (_status, [_handle, POINTER(c_int64)]),
-    "gpuwire_darray_shape": (_status, [_handle, POINTER(c_int64)]),
-    "gpuwire_darray_local_shape": (_status, [_handle, POINTER(c_int64)]),
-    "gpuwire_darray_local": (_status, [_handle, POINTER(_handle)]),
-    "gpuwire_darray_local_with_halo": (_status, [_handle, POINTER(_handle)]),
-    "gpuwire_darray_fill": (_status, [_handle, c_void_p, c_void_p]),
-    "gpuwire_darray_set_global": (_status, [_handle, c_void_p, c_void_p]),
-    "gpuwire_darray_allgather": (_status, [_handle, c_void_p, c_void_p]),
-    "gpuwire_darray_gather": (_status, [_handle, c_void_p, c_int32, c_void_p]),
-    "gpuwire_darray_redistribute": (_status, [_handle, _handle, c_void_p]),
-    "gpuwire_darray_bcast": (_status, [_handle, c_int32, c_void_p]),
-    "gpuwire_darray_axpy": (_status, [c_void_p, _handle, _handle, c_void_p]),
-    "gpuwire_darray_scale": (_status, [_handle, c_void_p, c_void_p]),
-    "gpuwire_darray_dot": (_status, [_handle, _handle, c_void_p, c_void_p]),
-    "gpuwire_darray_norm": (_status, [_handle, c_int32, POINTER(c_double), c_void_p]),
-    "gpuwire_darray_sum": (_status, [_handle, c_void_p, c_void_p]),
-    "gpuwire_darray_min": (_status, [_handle, c_void_p, c_void_p]),
-    "gpuwire_darray_max": (_status, [_handle, c_void_p, c_void_p]),
-    "gpuwire_darray_halo_exchange": (_status, [_handle, c_int64, c_void_p]),
-}
-
-
-# `make install` writes the installed library's path here, in its copy of this file.
-_INSTALLED_LIBRARY = None
-
-
-def _load():
-    path = os.environ.get("GPUWIRE_LIBRARY") or _INSTALLED_LIBRARY
-    candidates = [path] if path else ["libgpuwire.so.0.1", "libgpuwire.so"]
-    errors = []
-    for name in candidates:
-        try:
-            # RTLD_GLOBAL: MPI's plugins look for libmpi's symbols globally.
-            return ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
-        except OSError as e:
-            errors.append(f"{name}: {e}")
-    raise OSError("gpuwire: cannot load the library (set GPUWIRE_LIBRARY to libgpuwire.so): " + "; ".join(errors))
-
-
-lib = _load()
-for _name, (_restype, _argtypes) in _PROTOTYPES.items():
-    _f = getattr(lib, _name)
-    _f.restype = _restype
-    _f.argtypes = _argtypes
+lib, LIBRARY = _library.load()
 
 # ---- errors ------------------------------------------------------------------------------------
 
@@ -333,42 +165,158 @@ def config_init():
 # ---- buffers -----------------------------------------------------------------------------------
 
 
+def _contiguous(shape, strides, itemsize):
+    """Whether strides (in bytes; None = C order) lay the shape out without gaps, in C or in
+    Fortran order (sizes-1 axes and empty arrays have any stride)."""
+    if strides is None or any(n == 0 for n in shape):
+        return True
+    dims = [(n, s) for n, s in zip(shape, strides) if n != 1]
+    for order in (dims[::-1], dims):
+        want, ok = itemsize, True
+        for n, s in order:
+            if s != want:
+                ok = False
+                break
+            want *= n
+        if ok:
+            return True
+    return False
+
+
+def _count(shape):
+    count = 1
+    for n in shape:
+        count *= int(n)
+    return count
+
+
+_NOT_CONTIGUOUS = ("gpuwire: the array is not contiguous (a section such as a[:, 1]?); a buffer must be the "
+                   "array's own memory: make a contiguous copy (numpy.ascontiguousarray) and keep it alive")
+_READ_ONLY = "gpuwire: the array is read-only (a buffer may be received into)"
+
+
+def _from_typestr(typestr):
+    _check_byte_order(typestr[0], typestr)
+    if typestr[1:] not in _TYPESTRS:
+        raise ValueError(f"gpuwire: unsupported element type {typestr}")
+    return _TYPESTRS[typestr[1:]]
+
+
+# DLPack (dlpack.h): the C structs a __dlpack__ capsule ("dltensor") points to.
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", c_int32), ("device_id", c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", c_void_p), ("device", _DLDevice), ("ndim", c_int32), ("dtype", _DLDataType),
+                ("shape", POINTER(c_int64)), ("strides", POINTER(c_int64)), ("byte_offset", c_uint64)]
+
+
+_DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 1, 2, 3, 13
+# (type code, bits) -> gpuwire datatype: 0 int, 1 uint, 2 float, 4 bfloat, 5 complex.
+_DL_DTYPES = {(0, 8): INT8, (0, 32): INT32, (0, 64): INT64, (1, 8): UINT8, (1, 32): UINT32, (1, 64): UINT64,
+              (2, 16): FLOAT16, (2, 32): FLOAT32, (2, 64): FLOAT64, (4, 16): BFLOAT16, (5, 64): COMPLEX64,
+              (5, 128): COMPLEX128}
+
+
+def _describe_dlpack(array):
+    """A DLPack array through its legacy "dltensor" capsule, read and left unconsumed: the
+    capsule's deleter releases the export, the memory stays the array's (kept alive)."""
+    device_type, _ = array.__dlpack_device__()
+    if device_type == _DL_CUDA:
+        capsule = array.__dlpack__(stream=1)  # ordered with the legacy default stream, which gpuwire uses
+    else:
+        capsule = array.__dlpack__()
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    t = _DLTensor.from_address(get(capsule, b"dltensor"))  # the DLManagedTensor starts with its DLTensor
+    if t.dtype.lanes != 1 or (t.dtype.code, t.dtype.bits) not in _DL_DTYPES:
+        raise ValueError(f"gpuwire: unsupported DLPack element type (code {t.dtype.code}, {t.dtype.bits} bits, "
+                         f"{t.dtype.lanes} lanes)")
+    itemsize = t.dtype.bits // 8
+    shape = [t.shape[i] for i in range(t.ndim)]
+    strides = [t.strides[i] * itemsize for i in range(t.ndim)] if t.strides else None
+    if not _contiguous(shape, strides, itemsize):
+        raise ValueError(_NOT_CONTIGUOUS)
+    if t.device.device_type not in (_DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED):
+        raise ValueError(f"gpuwire: a DLPack array on device type {t.device.device_type} (neither host nor CUDA)")
+    ptr = (t.data or 0) + t.byte_offset
+    device = t.device.device_type in (_DL_CUDA, _DL_CUDA_MANAGED)
+    return ptr, _count(shape), _DL_DTYPES[(t.dtype.code, t.dtype.bits)], device, None, array
+
+
+_FORMATS = {"b": "i", "h": "i", "i": "i", "l": "i", "q": "i", "B": "u", "H": "u", "I": "u", "L": "u", "Q": "u",
+            "e": "f", "f": "f", "d": "f", "Zf": "c", "Zd": "c"}
+
+
+def _describe_buffer(array):
+    """A buffer-protocol object (bytearray, array.array, memoryview, ...): the memoryview is kept,
+    so that the object cannot be resized while gpuwire uses its memory."""
+    try:
+        mv = memoryview(array)
+    except TypeError:
+        raise TypeError(f"gpuwire: {type(array).__name__} is not an array: expected a NumPy array, a "
+                        "__cuda_array_interface__, DLPack or __array_interface__ array, or a buffer") from None
+    if mv.readonly:
+        raise ValueError(_READ_ONLY)
+    if not (mv.c_contiguous or mv.f_contiguous):
+        raise ValueError(_NOT_CONTIGUOUS)
+    fmt = mv.format
+    order = "="
+    if fmt[:1] in "@=<>!":
+        order, fmt = fmt[0], fmt[1:]
+    kind = _FORMATS.get(fmt)
+    if kind is None:
+        raise ValueError(f"gpuwire: unsupported buffer format {mv.format!r}")
+    _check_byte_order({"@": "=", "!": ">"}.get(order, order), mv.format)
+    dtype = _from_typestr("|" + kind + str(mv.itemsize))
+    ptr = ctypes.addressof(ctypes.c_char.from_buffer(mv)) if mv.nbytes else 0
+    return ptr, mv.nbytes // mv.itemsize, dtype, False, None, mv
+
+
 def _describe_array(array):
-    """(address, element count, gpuwire datatype, is_device, stream) of a contiguous array."""
+    """(address, element count, gpuwire datatype, is_device, stream, object to keep alive) of a
+    contiguous array, without copying it."""
     cai = getattr(array, "__cuda_array_interface__", None)
     if cai is not None:  # CuPy, PyTorch, Numba: device memory
-        strides = cai.get("strides")
-        flags = getattr(array, "flags", None)
-        contiguous = strides is None or (flags is not None and (flags.c_contiguous or flags.f_contiguous))
-        if not contiguous:
-            raise ValueError("gpuwire: the array is not contiguous; a buffer must be the array's own "
-                             "memory (make a contiguous copy and keep it alive)")
-        _check_byte_order(cai["typestr"][0], cai["typestr"])
-        typestr = cai["typestr"][1:]
-        if typestr not in _TYPESTRS:
-            raise ValueError(f"gpuwire: unsupported element type {cai['typestr']}")
-        count = 1
-        for n in cai["shape"]:
-            count *= n
+        dtype = _from_typestr(cai["typestr"])
+        itemsize = int(cai["typestr"][2:])
+        if not _contiguous(cai["shape"], cai.get("strides"), itemsize):
+            raise ValueError(_NOT_CONTIGUOUS)
+        if cai["data"][1]:
+            raise ValueError(_READ_ONLY)
         ptr = array.data.ptr if hasattr(array, "data") and hasattr(array.data, "ptr") else cai["data"][0]
         stream = cai.get("stream")  # CUDA Array Interface v3: 1 = legacy, 2 = per-thread default
         if stream in (None, 0, 1):
             stream = None  # the legacy default stream, which gpuwire takes as NULL
-        return ptr, count, _TYPESTRS[typestr], True, stream
+        return ptr, _count(cai["shape"]), dtype, True, stream, array
     flags = getattr(array, "flags", None)
-    if flags is None or not hasattr(array, "ctypes"):
-        raise TypeError("gpuwire: expected a NumPy array or a __cuda_array_interface__ array")
-    if not (flags.c_contiguous or flags.f_contiguous):
-        raise ValueError("gpuwire: the array is not contiguous (a section such as a[:, 1]?); a buffer "
-                         "must be the array's own memory: use numpy.ascontiguousarray and keep the copy")
-    if not flags.writeable:
-        raise ValueError("gpuwire: the array is read-only (a buffer may be received into)")
-    if not array.dtype.isnative:
-        _check_byte_order(array.dtype.byteorder, array.dtype.str)
-    name = array.dtype.name
-    if name not in _DTYPES:
-        raise ValueError(f"gpuwire: unsupported dtype {name}")
-    return array.ctypes.data, array.size, _DTYPES[name], False, None
+    if flags is not None and hasattr(array, "ctypes") and hasattr(array, "dtype"):  # NumPy
+        if not (flags.c_contiguous or flags.f_contiguous):
+            raise ValueError(_NOT_CONTIGUOUS)
+        if not flags.writeable:
+            raise ValueError(_READ_ONLY)
+        if not array.dtype.isnative:
+            _check_byte_order(array.dtype.byteorder, array.dtype.str)
+        name = array.dtype.name
+        if name not in _DTYPES:
+            raise ValueError(f"gpuwire: unsupported dtype {name}")
+        return array.ctypes.data, array.size, _DTYPES[name], False, None, array
+    if hasattr(array, "__dlpack__") and hasattr(array, "__dlpack_device__"):  # PyTorch CPU, JAX, ...
+        return _describe_dlpack(array)
+    ai = getattr(array, "__array_interface__", None)
+    if ai is not None:  # host memory
+        dtype = _from_typestr(ai["typestr"])
+        if not _contiguous(ai["shape"], ai.get("strides"), int(ai["typestr"][2:])):
+            raise ValueError(_NOT_CONTIGUOUS)
+        if ai["data"][1]:
+            raise ValueError(_READ_ONLY)
+        return ai["data"][0] + ai.get("offset", 0), _count(ai["shape"]), dtype, False, None, array
+    return _describe_buffer(array)
 
 
 _NATIVE_ORDER = "<" if sys.byteorder == "little" else ">"
@@ -404,21 +352,21 @@ class Buffer:
     @classmethod
     def wrap(cls, array, space=SPACE_AUTO):
         """A buffer over a contiguous NumPy or CuPy array's own memory (no copy)."""
-        ptr, count, dtype, _device, stream = _describe_array(array)
+        ptr, count, dtype, _device, stream, keep = _describe_array(array)
         if stream is None and _device:
             stream = _cupy_current_stream()
-        return cls(_out(_handle, lib.gpuwire_buffer_wrap, ptr, count, dtype, space), keep=array, stream=stream)
+        return cls(_out(_handle, lib.gpuwire_buffer_wrap, ptr, count, dtype, space), keep=keep, stream=stream)
 
     def view(self, offset, count):
         return Buffer(_out(_handle, lib.gpuwire_buffer_view, self.handle, offset, count), keep=self, stream=self.stream)
 
     def copy_from_host(self, array, stream=None):
-        ptr, count, dtype, device, _ = _describe_array(array)
+        ptr, count, dtype, device, _, _ = _describe_array(array)
         self._check_shape(count, dtype, device, "gpuwire_buffer_copy_from_host")
         _check(lib.gpuwire_buffer_copy_from_host(self.handle, ptr, _stream_ptr(stream or self.stream)))
 
     def copy_to_host(self, array, stream=None):
-        ptr, count, dtype, device, _ = _describe_array(array)
+        ptr, count, dtype, device, _, _ = _describe_array(array)
         self._check_shape(count, dtype, device, "gpuwire_buffer_copy_to_host")
         _check(lib.gpuwire_buffer_copy_to_host(self.handle, ptr, _stream_ptr(stream or self.stream)))
 
@@ -558,6 +506,20 @@ class Request:
             _ABANDONED.append(self._keep)  # MPI may still use its memory
         self._keep = None
         _check(st)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, *exc):
+        """Waits for the request; after an exception in the block, frees it instead
+        (gpuwire_request_free: within the communicator's timeout, else abandoned)."""
+        if exc_type is None:
+            self.wait()
+        elif self.handle.value:
+            try:
+                self.free()
+            except Error:
+                pass  # the block's exception is the one to see
 
     def __del__(self):
         if getattr(self, "handle", None) is None or not self.handle.value or lib is None:
@@ -883,11 +845,12 @@ class DArray:
         g = gpuwire.DArray(comm, (n, n), np.float64, halo=1)        # N-D, split along axis 0
         b = gpuwire.DArray(comm, 16, np.float64, partition=gpuwire.PARTITION_BROADCAST)
 
-    Host data is NumPy: set_global takes the global array (converted to the array's dtype; ranks
-    that do not read it may pass None), allgather and gather return a new NumPy array of the global
+    Host data is NumPy: set_global takes the global array (of the array's dtype: another is refused;
+    ranks that do not read it may pass None), allgather and gather return a new NumPy array of the global
     shape (or fill `out`, which must have the array's dtype and global size), numpy() views a host
-    array's owned elements. Scalars (fill, axpy, scale) are converted to the array's dtype;
-    results (dot, sum, min, max) come back as NumPy scalars of it, norm as a float. An `out` of
+    array's owned elements. Scalars (fill, axpy, scale) have the array's dtype (a Python number
+    of its kind is taken); results (dot, sum, min, max) come back as NumPy scalars of it, norm as
+    a float. An `out` of
     another dtype or size is checked where the C function uses it: it goes to the C call as NULL,
     so that the call fails there (agreed across ranks in checking mode) and raises the mismatch.
     """
@@ -979,9 +942,22 @@ class DArray:
         raw = (ctypes.c_char * (n * dt.itemsize)).from_address(self.data())
         return np.frombuffer(raw, dtype=dt).reshape(shape)
 
-    # scalars: converted to the array's dtype; results as NumPy scalars of it
-    def _scalar(self, value):
-        return _numpy().array(value, dtype=self._np_dtype())
+    # scalars: of the array's dtype (results come back as NumPy scalars of it)
+    def _scalar(self, value, what="the scalar"):
+        """`value` as a 0-d array of the array's dtype: a NumPy value must have that dtype; a
+        Python number must be of its kind (an int for an integer array; an int or a float for a
+        real one; any number for a complex one). Anything else is refused, not converted."""
+        np = _numpy()
+        dt = self._np_dtype()
+        if isinstance(value, (np.ndarray, np.generic)):
+            if value.dtype != dt or value.size != 1:
+                raise Error(ERROR_DTYPE_MISMATCH, f"{what}: a NumPy {value.dtype} value for a distributed array of "
+                                                  f"{dt}: convert it first (numpy.{dt}(x))")
+            return np.array(value, dtype=dt).reshape(())
+        kinds = {"i": (int,), "u": (int,), "f": (int, float), "c": (int, float, complex)}.get(dt.kind, ())
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            raise Error(ERROR_DTYPE_MISMATCH, f"{what}: a {type(value).__name__} for a distributed array of {dt}")
+        return np.array(value, dtype=dt)
 
     def _result(self, fn, *args, stream=None):
         r = _numpy().zeros(1, dtype=self._np_dtype())
@@ -989,16 +965,16 @@ class DArray:
         return r[0]
 
     def fill(self, value, stream=None):
-        v = self._scalar(value)
+        v = self._scalar(value, "gpuwire_darray_fill")
         _check(lib.gpuwire_darray_fill(self.handle, v.ctypes.data, _stream_ptr(stream)))
 
     def axpy(self, alpha, x, stream=None):
         """self = alpha x + self (gpuwire_darray_axpy(alpha, x, self))."""
-        a = self._scalar(alpha)
+        a = self._scalar(alpha, "gpuwire_darray_axpy")
         _check(lib.gpuwire_darray_axpy(a.ctypes.data, x.handle, self.handle, _stream_ptr(stream)))
 
     def scale(self, alpha, stream=None):
-        a = self._scalar(alpha)
+        a = self._scalar(alpha, "gpuwire_darray_scale")
         _check(lib.gpuwire_darray_scale(self.handle, a.ctypes.data, _stream_ptr(stream)))
 
     def dot(self, y, stream=None):
@@ -1047,10 +1023,18 @@ class DArray:
         _check(st)
 
     def set_global(self, src, stream=None):
-        """This rank's part of the global array `src` (any array-like, converted to the array's
-        dtype; None where it is not read)."""
+        """This rank's part of the global array `src`: a NumPy array (or array-like, taken with
+        numpy.asarray) of the array's dtype and global size; None where it is not read. Another
+        dtype is refused (ERROR_DTYPE_MISMATCH), as in C, never converted; only the byte order
+        and the memory layout are made native and C-contiguous (the values are the same)."""
         if src is not None:
-            src = _numpy().ascontiguousarray(src, dtype=self._np_dtype())
+            np = _numpy()
+            src = np.asarray(src)
+            dt = self._np_dtype()
+            if src.dtype != dt and src.dtype.newbyteorder("=") == dt:
+                src = src.astype(dt)  # the same values in this machine's byte order
+            if src.dtype == dt:
+                src = np.ascontiguousarray(src)
         self._host("gpuwire_darray_set_global", src,
                    lambda p: lib.gpuwire_darray_set_global(self.handle, p, _stream_ptr(stream)))
 

@@ -1,0 +1,259 @@
+"""pytest for the gpuwire Python package (host memory), on any number of ranks:
+
+    mpirun -n 2 python3 -m pytest -q -p no:cacheprovider tests/python/test_package.py
+
+(scripts/run-c-tests.sh runs it on 1 and 2 ranks.) It checks that every kind of host array
+becomes a buffer over its own memory (NumPy, DLPack, __array_interface__, the buffer protocol),
+with the address compared and the values reduced across ranks; what is refused and why; the
+datatype rules (refused, never converted); communicators from mpi4py; the context managers of
+communicators, buffers and requests. Every rank runs the same tests in the same order, so the
+collective ones match. The package is the checkout's python/gpuwire unless GPUWIRE_TEST_INSTALLED
+is set (then the installed one); the library as gpuwire._library finds it.
+"""
+
+import array
+import ctypes
+import os
+import sys
+
+if not os.environ.get("GPUWIRE_TEST_INSTALLED"):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from mpi4py import MPI  # noqa: E402  (initializes MPI)
+
+import gpuwire  # noqa: E402
+
+gpuwire.init()
+WORLD = MPI.COMM_WORLD
+RANK, SIZE = WORLD.Get_rank(), WORLD.Get_size()
+RANK_SUM = SIZE * (SIZE + 1) // 2  # the sum of rank + 1 over the ranks
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _finalize():
+    yield
+    gpuwire.finalize()  # before mpi4py finalizes MPI at exit
+
+
+@pytest.fixture(scope="module")
+def comm():
+    c = gpuwire.Comm(WORLD)
+    yield c
+    c.free()
+
+
+class OnlyDLPack:
+    """An array that offers nothing but DLPack (as a PyTorch CPU tensor or a JAX array)."""
+
+    def __init__(self, a):
+        self._a = a
+
+    def __dlpack__(self, stream=None):
+        return self._a.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self._a.__dlpack_device__()
+
+
+class OnlyArrayInterface:
+    """An array that offers nothing but __array_interface__."""
+
+    def __init__(self, a):
+        self._a = a
+        self.__array_interface__ = a.__array_interface__
+
+
+def _wrapped(name):
+    """(object to wrap, NumPy view of its memory, its address, its gpuwire datatype)."""
+    if name == "numpy":
+        a = np.zeros(5, np.float64)
+        return a, a, a.ctypes.data, gpuwire.FLOAT64
+    if name == "dlpack":
+        a = np.zeros(5, np.int32)
+        return OnlyDLPack(a), a, a.ctypes.data, gpuwire.INT32
+    if name == "array_interface":
+        a = np.zeros((2, 3), np.complex128)
+        return OnlyArrayInterface(a), a, a.ctypes.data, gpuwire.COMPLEX128
+    if name == "bytearray":
+        b = bytearray(6)
+        return b, np.frombuffer(b, np.uint8), ctypes.addressof(ctypes.c_char.from_buffer(b)), gpuwire.UINT8
+    if name == "array.array":
+        b = array.array("d", [0.0] * 4)
+        return b, np.frombuffer(b, np.float64), b.buffer_info()[0], gpuwire.FLOAT64
+    if name == "memoryview":
+        a = np.zeros(4, np.int64)
+        return memoryview(a), a, a.ctypes.data, gpuwire.INT64
+    raise AssertionError(name)
+
+
+@pytest.mark.parametrize("name", ["numpy", "dlpack", "array_interface", "bytearray", "array.array", "memoryview"])
+def test_arrays_are_wrapped_without_a_copy(comm, name):
+    obj, view, address, dtype = _wrapped(name)
+    with gpuwire.Buffer.wrap(obj) as b:
+        assert b.pointer() == address, "the buffer is the array's own memory"
+        assert b.count() == view.size and b.dtype() == dtype and b.space() == gpuwire.SPACE_HOST
+    view[...] = RANK + 1
+    comm.allreduce(obj, op=gpuwire.SUM)  # in place, through the object itself
+    assert (view == RANK_SUM).all(), f"{name}: {view}"
+
+
+def test_refused_arrays(comm):
+    a = np.arange(12, dtype=np.float64).reshape(3, 4)
+    with pytest.raises(ValueError, match="not contiguous"):
+        gpuwire.Buffer.wrap(a[:, 1])
+    with pytest.raises(ValueError, match="not contiguous"):
+        gpuwire.Buffer.wrap(OnlyDLPack(a[:, 1]))
+    with pytest.raises(ValueError, match="not contiguous"):
+        gpuwire.Buffer.wrap(OnlyArrayInterface(a[:, 1]))
+    ro = np.zeros(3)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        comm.allreduce(ro)
+    with pytest.raises(ValueError, match="read-only"):
+        gpuwire.Buffer.wrap(b"abc")  # bytes: the buffer protocol, read-only
+    with pytest.raises(ValueError, match="unsupported"):
+        gpuwire.Buffer.wrap(np.zeros(2, np.bool_))
+    with pytest.raises(ValueError, match="byte order"):
+        gpuwire.Buffer.wrap(np.zeros(2, ">f8" if sys.byteorder == "little" else "<f8"))
+    with pytest.raises(TypeError, match="not an array"):
+        gpuwire.Buffer.wrap(object())
+
+
+def test_the_datatype_is_refused_not_converted(comm):
+    with gpuwire.DArray(comm, 3 * SIZE, np.float64) as d:
+        d.fill(7.0)
+        with pytest.raises(gpuwire.Error, match="int32") as e:
+            d.set_global(np.arange(3 * SIZE, dtype=np.int32))  # int32 for float64 (was converted)
+        assert e.value.code == gpuwire.ERROR_DTYPE_MISMATCH
+        with pytest.raises(gpuwire.Error) as e:
+            d.set_global(list(range(3 * SIZE)))  # Python ints: int64
+        assert e.value.code == gpuwire.ERROR_DTYPE_MISMATCH
+        assert (d.allgather() == 7.0).all(), "a refused set_global changes nothing"
+        d.set_global(np.arange(3 * SIZE, dtype=np.float64))
+        assert (d.allgather() == np.arange(3 * SIZE)).all()
+        for bad in (np.float32(2.0), np.int64(2), True, "2"):
+            with pytest.raises(gpuwire.Error) as e:
+                d.fill(bad)
+            assert e.value.code == gpuwire.ERROR_DTYPE_MISMATCH, repr(bad)
+        d.fill(2)  # a Python int is a real number
+        d.scale(np.float64(1.5))
+        assert d.sum() == pytest.approx(3.0 * 3 * SIZE)
+        with pytest.raises(gpuwire.Error):
+            d.scale(1j)
+        with pytest.raises(gpuwire.Error) as e:
+            d.allgather(out=np.zeros(3 * SIZE, np.float32))
+        assert e.value.code == gpuwire.ERROR_DTYPE_MISMATCH
+    with gpuwire.DArray(comm, 2 * SIZE, np.int32) as i:
+        with pytest.raises(gpuwire.Error) as e:
+            i.fill(1.5)  # a float for an integer array
+        assert e.value.code == gpuwire.ERROR_DTYPE_MISMATCH
+        i.fill(np.int32(4))
+        assert i.sum() == 4 * 2 * SIZE and i.sum().dtype == np.int32
+    with gpuwire.Buffer.alloc(4, gpuwire.FLOAT64) as b, pytest.raises(gpuwire.Error) as e:
+        b.copy_from_host(np.zeros(4, np.float32))
+    assert e.value.code == gpuwire.ERROR_DTYPE_MISMATCH
+
+
+def test_the_package_under_test():
+    here = os.path.dirname(os.path.abspath(gpuwire.__file__))
+    checkout = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+    assert (os.path.realpath(os.path.dirname(here)) != checkout) == bool(os.environ.get("GPUWIRE_TEST_INSTALLED"))
+    assert gpuwire.version()[:2] == (gpuwire.VERSION_MAJOR, gpuwire.VERSION_MINOR)
+
+
+def test_comm_from_mpi4py():
+    with gpuwire.Comm(WORLD) as c:
+        assert (c.rank(), c.size()) == (RANK, SIZE)
+        own = MPI.Comm.f2py(c.mpi())  # gpuwire's duplicate of MPI_COMM_WORLD
+        assert MPI.Comm.Compare(own, WORLD) == MPI.CONGRUENT
+    half = WORLD.Split(RANK % 2, RANK)
+    try:
+        with gpuwire.Comm(half) as c:
+            assert (c.rank(), c.size()) == (half.Get_rank(), half.Get_size())
+            x = np.full(2, RANK, np.int64)
+            c.allreduce(x)
+            assert (x == sum(range(RANK % 2, SIZE, 2))).all()
+    finally:
+        half.Free()
+
+
+def _invalid(fn, handle):
+    out = fn.argtypes[1]._type_()
+    return fn(handle, ctypes.byref(out)) == gpuwire.ERROR_INVALID_HANDLE
+
+
+def test_context_managers_free():
+    with gpuwire.Comm(WORLD) as c:
+        h = c.handle
+        assert not _invalid(gpuwire.lib.gpuwire_comm_rank, h)
+    assert c.handle == 0 and _invalid(gpuwire.lib.gpuwire_comm_rank, h), "the with block freed the communicator"
+    with gpuwire.Buffer.wrap(np.zeros(3)) as b:
+        h = b.handle
+    assert b.handle == 0 and _invalid(gpuwire.lib.gpuwire_buffer_count, h)
+    with gpuwire.Buffer.alloc(3, gpuwire.INT8) as b:
+        h = b.handle
+    assert _invalid(gpuwire.lib.gpuwire_buffer_count, h)
+
+
+def test_request_context_manager():
+    # A timeout: gpuwire_request_free (the block raised) then waits for the request up to it,
+    # where without one it would abandon it at once and break the communicator.
+    cfg = gpuwire.config_init()
+    cfg.timeout_seconds = 60.0
+    comm = gpuwire.Comm(WORLD, config=cfg)
+    dest, source = (RANK + 1) % SIZE, (RANK - 1) % SIZE
+    x, y = np.full(4, RANK, np.int32), np.full(4, -1, np.int32)
+    with comm.irecv(y, source, tag=3) as r:
+        comm.send(x, dest, tag=3)
+    assert not r.active() and (y == source).all(), "the with block waited for the receive"
+    y[:] = -1
+    with pytest.raises(KeyError):
+        with comm.irecv(y, source, tag=4) as r:
+            comm.send(x, dest, tag=4)
+            raise KeyError("the block's own exception")
+    assert not r.active() and (y == source).all(), "after an exception the request is freed (completed here)"
+    comm.free()
+
+
+# ---- device memory (the GPU machine: scripts/gpu-run.sh runs this file there; skipped here) ----
+
+
+def _cupy():
+    cp = pytest.importorskip("cupy")
+    try:
+        if cp.cuda.runtime.getDeviceCount() < 1:
+            pytest.skip("no CUDA device")
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"no CUDA device ({e})")
+    return cp
+
+
+def test_cupy_arrays_are_wrapped_without_a_copy(comm):
+    cp = _cupy()
+    a = cp.full(6, RANK + 1, dtype=cp.float32)
+    with gpuwire.Buffer.wrap(a) as b:
+        assert b.pointer() == a.data.ptr and b.count() == 6 and b.dtype() == gpuwire.FLOAT32
+    comm.allreduce(a)
+    cp.cuda.get_current_stream().synchronize()
+    assert (cp.asnumpy(a) == RANK_SUM).all()
+    with pytest.raises(ValueError, match="not contiguous"):
+        gpuwire.Buffer.wrap(cp.zeros((3, 4))[:, 1])
+
+
+def test_torch_tensors_are_wrapped_without_a_copy(comm):
+    torch = pytest.importorskip("torch")
+    cpu = torch.full((5,), RANK + 1, dtype=torch.float64)  # DLPack
+    with gpuwire.Buffer.wrap(cpu) as b:
+        assert b.pointer() == cpu.data_ptr() and b.dtype() == gpuwire.FLOAT64
+    comm.allreduce(cpu)
+    assert (cpu == RANK_SUM).all()
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device for torch")
+    dev = torch.full((5,), RANK + 1, dtype=torch.int32, device="cuda")  # __cuda_array_interface__
+    with gpuwire.Buffer.wrap(dev) as b:
+        assert b.pointer() == dev.data_ptr() and b.dtype() == gpuwire.INT32
+    comm.allreduce(dev)
+    torch.cuda.synchronize()
+    assert (dev.cpu() == RANK_SUM).all()
