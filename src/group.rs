@@ -239,6 +239,9 @@ impl Grouped {
 }
 
 impl Pending for Grouped {
+    fn ready_to_wait(&self) -> Result<()> {
+        self.not_started()
+    }
     fn wait(&mut self) -> Result<()> {
         self.not_started()?;
         self.done.wait_until(None).unwrap_or(Ok(()))

@@ -33,6 +33,11 @@ pub trait Pending: Send {
         std::mem::forget(self);
         false
     }
+    /// Whether the operation may be waited for or tested now: an operation of a group that has
+    /// not ended may not (it starts at the group's end); the default is yes.
+    fn ready_to_wait(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// A nonblocking operation in flight.
@@ -46,6 +51,15 @@ pub struct Request {
 impl Request {
     pub fn new(pending: Box<dyn Pending>, comm: Arc<Communicator>, bufs: Vec<Arc<Buffer>>) -> Request {
         Request { pending: Mutex::new(Some(pending)), comm, bufs }
+    }
+
+    /// Whether the request may be waited for or tested now ([`Pending::ready_to_wait`]); a
+    /// completed request may.
+    pub fn ready_to_wait(&self) -> Result<()> {
+        match self.pending.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            Some(p) => p.ready_to_wait(),
+            None => Ok(()),
+        }
     }
 
     /// Blocks until complete. A second call returns at once. With a timeout configured on the

@@ -112,6 +112,8 @@ fn finish(request: *mut gpuwire_request, wait: bool) -> Result<bool> {
         crate::runtime::ensure_ready()?;
         REQUESTS.get(h)?
     };
+    // A request of a group that has not ended: an error, and the request left as it was.
+    r.ready_to_wait()?;
     let done = if wait {
         r.wait().map(|_| true)
     } else {
@@ -664,7 +666,8 @@ pub extern "C" fn gpuwire_iscatter(
 /// the operation not added) and started together at the outermost end. Groups nest; only the
 /// outermost end starts anything. Inside a group a blocking form returns at once; a
 /// nonblocking form returns a request that may be waited for only after the group ended
-/// (earlier: GPUWIRE_ERROR_INVALID_ARGUMENT, and the request is released).
+/// (earlier, gpuwire_wait / gpuwire_test / gpuwire_waitall return GPUWIRE_ERROR_INVALID_ARGUMENT
+/// and leave the request as it was).
 ///
 /// Errors: GPUWIRE_ERROR_NOT_INITIALIZED, GPUWIRE_ERROR_INVALID_ARGUMENT (65536 levels deep).
 #[unsafe(no_mangle)]
