@@ -1722,7 +1722,8 @@ gpuwire_status gpuwire_iscatter(gpuwire_comm comm,
  * the operation not added) and started together at the outermost end. Groups nest; only the
  * outermost end starts anything. Inside a group a blocking form returns at once; a
  * nonblocking form returns a request that may be waited for only after the group ended
- * (earlier: GPUWIRE_ERROR_INVALID_ARGUMENT, and the request is released).
+ * (earlier, gpuwire_wait / gpuwire_test / gpuwire_waitall return GPUWIRE_ERROR_INVALID_ARGUMENT
+ * and leave the request as it was).
  *
  * Errors: GPUWIRE_ERROR_NOT_INITIALIZED, GPUWIRE_ERROR_INVALID_ARGUMENT (65536 levels deep).
  */
