@@ -83,6 +83,13 @@ impl Config {
             // Read by the IPC backend; checked here so that a value it would ignore is an error.
             parse_bool(&v).ok_or_else(|| bad_env("GPUWIRE_IPC_PROGRESS_THREAD", &v, BOOL_FORMS))?;
         }
+        // Process-wide switches read by `env_flag`; checked here so that a value it would take
+        // for off is an error.
+        for name in ENV_FLAGS {
+            if let Some(v) = lookup(name) {
+                parse_bool(&v).ok_or_else(|| bad_env(name, &v, BOOL_FORMS))?;
+            }
+        }
         if let Some(v) = lookup("GPUWIRE_CHECK") {
             c.check = parse_bool(&v).ok_or_else(|| bad_env("GPUWIRE_CHECK", &v, BOOL_FORMS))?;
         }
@@ -123,6 +130,17 @@ impl Config {
 
 /// What the on/off variables accept (for messages).
 const BOOL_FORMS: &str = "0 or 1 (also off/on, no/yes, false/true)";
+
+/// The process-wide on/off variables read with [`env_flag`] (README, Environment variables).
+const ENV_FLAGS: [&str; 4] = ["GPUWIRE_TRACE", "GPUWIRE_HOST_SYNC", "GPUWIRE_STREAM_ORDERED", "GPUWIRE_NCCL_NONBLOCKING"];
+
+/// Whether the process-wide switch `name` (one of [`ENV_FLAGS`]) is on. Unset is off; a value
+/// that is not an on/off form makes every communicator's creation fail naming it
+/// (`Config::from_lookup`), so reading it as off here never goes unnoticed.
+pub(crate) fn env_flag(name: &str) -> bool {
+    debug_assert!(ENV_FLAGS.contains(&name));
+    env(name).and_then(|v| parse_bool(&v)).unwrap_or(false)
+}
 
 /// An on/off value of a GPUWIRE_* variable: 1/on/yes/true or 0/off/no/false, any case.
 pub(crate) fn parse_bool(v: &str) -> Option<bool> {
@@ -188,6 +206,11 @@ mod tests {
         assert!(e.contains("GPUWIRE_CHECK") && e.contains("no/yes"), "{e}");
         let e = with(&[("GPUWIRE_DEBUG", "banana")]).unwrap_err().to_string();
         assert!(e.contains("GPUWIRE_DEBUG"), "{e}");
+        for name in super::ENV_FLAGS {
+            let e = with(&[(name, "2")]).unwrap_err().to_string();
+            assert!(e.contains(name) && e.contains("0 or 1"), "{e}");
+            assert!(with(&[(name, "off")]).is_ok() && with(&[(name, "1")]).is_ok());
+        }
         assert!(with(&[("GPUWIRE_DEBUG", "yes")]).is_ok() && with(&[("GPUWIRE_CHECK", "On")]).unwrap().check);
         // GPUWIRE_CUDA_AWARE is 0 or 1 only (its reader, mpisys::cuda_support, takes no other form).
         let e = with(&[("GPUWIRE_CUDA_AWARE", "yes")]).unwrap_err().to_string();

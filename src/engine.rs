@@ -51,7 +51,7 @@ pub fn available() -> bool {
 /// host (MPI's blocking meaning; for debugging).
 pub fn host_sync() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("GPUWIRE_HOST_SYNC").map(|v| matches!(v.trim(), "1" | "true" | "yes" | "on")).unwrap_or(false))
+    *ON.get_or_init(|| crate::config::env_flag("GPUWIRE_HOST_SYNC"))
 }
 
 /// Blocks until no engine has an operation queued or running (gpuwire_finalize, before MPI is
@@ -160,6 +160,9 @@ impl Engine {
     /// Waits until everything queued so far has run (an operation that must run on the
     /// caller's thread, after the queued ones).
     pub fn drain(&self) {
+        if self.idle() {
+            return;
+        }
         let mut g = lock(&self.q);
         while self.outstanding.load(Ordering::Acquire) > 0 {
             g = self.cv.wait_timeout(g, Duration::from_millis(1)).unwrap_or_else(|p| p.into_inner()).0;
@@ -378,7 +381,7 @@ fn refused(e: Error) -> Option<Arc<Done>> {
 /// writes flags, and never calls CUDA.
 fn stream_ordered_requested() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("GPUWIRE_STREAM_ORDERED").map(|v| matches!(v.trim(), "1" | "true" | "yes" | "on")).unwrap_or(false))
+    *ON.get_or_init(|| crate::config::env_flag("GPUWIRE_STREAM_ORDERED"))
 }
 
 /// Whether device operations of the MPI and IPC paths are stream-ordered: requested

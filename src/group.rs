@@ -84,13 +84,7 @@ fn submit_now(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) 
         return crate::op::issue(c, op, stream, nonblocking);
     }
     c.ensure_usable()?;
-    // This rank's argument errors are returned by the call; in checking mode a collective is
-    // still recorded, so that every rank learns of them in its agreement at the end.
-    if let Err(e) = op.check(c) {
-        if !c.config().check || op.is_p2p() {
-            return Err(e);
-        }
-    }
+    op.check_at_call(c)?;
     Ok(add(c, op, stream, nonblocking))
 }
 
@@ -158,23 +152,23 @@ fn run(entries: Vec<Entry>) -> Result<()> {
         });
         note(&r, &mut first);
     }
-    // Point-to-point: receives, then sends, started now.
-    let mut started: Vec<(&Entry, Vec<Request>)> = Vec::new();
+    // Point-to-point: receives, then sends, started now. Each operation's parts (a sendrecv has
+    // two) and the first error starting one.
+    let p2p: Vec<&Entry> = rest.iter().copied().filter(|e| e.op.is_p2p()).collect();
+    let mut parts: Vec<(Vec<Request>, Option<Error>)> = p2p.iter().map(|_| (Vec::new(), None)).collect();
     for pass in [true, false] {
-        for e in rest.iter().filter(|e| e.op.is_p2p()) {
-            let r: Result<Vec<Request>> = match (&e.op, pass) {
-                (Op::Recv { buf, source, tag } | Op::Irecv { buf, source, tag }, true) => e.c.irecv(buf, *source, *tag, e.stream).map(|r| vec![r]),
-                (Op::Sendrecv { recv, source, recvtag, .. }, true) => e.c.irecv(recv, *source, *recvtag, e.stream).map(|r| vec![r]),
-                (Op::Send { buf, dest, tag } | Op::Isend { buf, dest, tag }, false) => e.c.isend(buf, *dest, *tag, e.stream).map(|r| vec![r]),
-                (Op::Sendrecv { send, dest, sendtag, .. }, false) => e.c.isend(send, *dest, *sendtag, e.stream).map(|r| vec![r]),
-                _ => Ok(Vec::new()),
+        for (e, (reqs, failed)) in p2p.iter().zip(parts.iter_mut()) {
+            let r = match (&e.op, pass) {
+                (Op::Recv { buf, source, tag } | Op::Irecv { buf, source, tag }, true) => e.c.irecv(buf, *source, *tag, e.stream),
+                (Op::Sendrecv { recv, source, recvtag, .. }, true) => e.c.irecv(recv, *source, *recvtag, e.stream),
+                (Op::Send { buf, dest, tag } | Op::Isend { buf, dest, tag }, false) => e.c.isend(buf, *dest, *tag, e.stream),
+                (Op::Sendrecv { send, dest, sendtag, .. }, false) => e.c.isend(send, *dest, *sendtag, e.stream),
+                _ => continue,
             };
             match r {
-                Ok(v) => started.push((e, v)),
+                Ok(q) => reqs.push(q),
                 Err(x) => {
-                    let r = Err(x);
-                    finish(e, &r);
-                    note(&r, &mut first);
+                    failed.get_or_insert(x);
                 }
             }
         }
@@ -185,31 +179,25 @@ fn run(entries: Vec<Entry>) -> Result<()> {
         finish(e, &r);
         note(&r, &mut first);
     }
-    // Complete what was started; an operation's result is its first failing part.
-    let mut results: Vec<(*const Entry, Result<()>)> = Vec::new();
-    for (e, reqs) in started {
+    // Complete what was started (every part, also of an operation whose other part failed); an
+    // operation's result is its first failing part.
+    for (e, (reqs, failed)) in p2p.iter().zip(parts) {
+        let mut r = failed.map_or(Ok(()), Err);
         for q in reqs {
-            let r = q.wait();
-            note(&r, &mut first);
-            let key = e as *const Entry;
-            match results.iter_mut().find(|(k, _)| *k == key) {
-                Some((_, prev)) if prev.is_ok() => *prev = r,
-                Some(_) => {}
-                None => results.push((key, r)),
+            let w = q.wait();
+            if r.is_ok() {
+                r = w;
             }
         }
-    }
-    for e in rest.iter().filter(|e| e.op.is_p2p()) {
-        if let Some((_, r)) = results.iter().find(|(k, _)| *k == (*e as *const Entry)) {
-            finish(e, r);
-        }
+        finish(e, &r);
+        note(&r, &mut first);
     }
     first.map_or(Ok(()), Err)
 }
 
 /// Whether an entry goes to NCCL: device buffers only, on an NCCL communicator.
 fn is_nccl(e: &Entry) -> bool {
-    e.c.backend() == crate::types::BackendKind::GPUWIRE_BACKEND_NCCL && !e.op.buffers().is_empty() && e.op.buffers().iter().all(|b| !b.is_host())
+    !matches!(e.op, Op::Barrier) && e.op.nccl_native(&e.c)
 }
 
 /// Completes an entry's request (nonblocking forms) with its result.

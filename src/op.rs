@@ -148,6 +148,16 @@ impl Op {
         }
     }
 
+    /// The validation at the call of an operation that runs later (queued, or in a group): this
+    /// rank's argument errors are returned, except a collective's in checking mode, which still
+    /// runs so that every rank learns of the error in its agreement (none is left waiting).
+    pub fn check_at_call(&self, c: &Communicator) -> Result<()> {
+        match self.check(c) {
+            Err(e) if !c.config().check || self.is_p2p() => Err(e),
+            _ => Ok(()),
+        }
+    }
+
     /// Runs the operation to completion on this thread (the blocking form), on `stream`. A
     /// nonblocking point-to-point operation is started and then completed.
     pub fn run(&self, c: &Arc<Communicator>, stream: Stream) -> Result<()> {
@@ -181,7 +191,7 @@ impl Op {
 
     /// Whether this operation, with device memory, goes to NCCL (which orders it on its stream
     /// itself) rather than to an MPI or IPC path.
-    fn nccl_native(&self, c: &Communicator) -> bool {
+    pub(crate) fn nccl_native(&self, c: &Communicator) -> bool {
         c.backend() == crate::types::BackendKind::GPUWIRE_BACKEND_NCCL && self.slots().into_iter().flatten().all(|b| !b.is_host())
     }
 }
@@ -189,7 +199,7 @@ impl Op {
 /// Whether `GPUWIRE_TRACE=1`: one line per exported operation on stderr ([`trace_line`]).
 pub fn tracing() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("GPUWIRE_TRACE").ok().and_then(|v| crate::config::parse_bool(&v)).unwrap_or(false))
+    *ON.get_or_init(|| crate::config::env_flag("GPUWIRE_TRACE"))
 }
 
 /// Where `issue` sends `op` and why, in words (for `GPUWIRE_TRACE`); `grouped` inside a group.
@@ -261,13 +271,7 @@ pub fn issue(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -
         }
     }
     c.ensure_usable()?;
-    // This rank's argument errors are returned by the call; in checking mode the operation still
-    // runs, so that every rank learns of them in its agreement (none is left waiting).
-    if let Err(e) = op.check(c) {
-        if !checking || op.is_p2p() {
-            return Err(e);
-        }
-    }
+    op.check_at_call(c)?;
     let bufs = op.buffers();
     let device = op.on_device(c);
     if device && c.device() >= 0 && !op.nccl_native(c) {

@@ -494,7 +494,7 @@ fn parse_init_timeout(v: &str) -> Result<Option<Duration>> {
 
 /// Whether `GPUWIRE_NCCL_NONBLOCKING=1`: NCCL communicators are made nonblocking (module doc).
 fn nonblocking_requested() -> bool {
-    std::env::var("GPUWIRE_NCCL_NONBLOCKING").ok().and_then(|v| crate::config::parse_bool(&v)).unwrap_or(false)
+    crate::config::env_flag("GPUWIRE_NCCL_NONBLOCKING")
 }
 
 /// The blocking ncclCommInitRank on a thread of its own (in `device`'s context), waited for up
