@@ -185,6 +185,12 @@ impl Buffer {
         })
     }
 
+    /// Page-locked memory of gpuwire's own (staging), borrowed: `count` elements at `ptr` on
+    /// `device`'s context. No checks: `ptr` is a staging block of at least that size.
+    pub(crate) fn staging(ptr: usize, count: usize, dtype: Dtype, device: i32) -> Buffer {
+        Buffer { ptr, count, dtype, space: Space::GPUWIRE_SPACE_PINNED, device, storage: Storage::Borrowed }
+    }
+
     pub fn ptr(&self) -> usize {
         self.ptr
     }

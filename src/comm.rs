@@ -279,10 +279,10 @@ impl Communicator {
         let device = match self.choice.kind {
             BackendKind::GPUWIRE_BACKEND_HOST => "",
             BackendKind::GPUWIRE_BACKEND_NCCL => "; device operations enqueued on their stream by NCCL",
-            _ if crate::engine::host_sync() => "; device operations wait for completion on the host (GPUWIRE_HOST_SYNC=1)",
-            _ if self.config.check => "; device operations wait for completion on the host (checking mode)",
-            _ if crate::engine::stream_ordered() => "; device operations stream-ordered (GPUWIRE_STREAM_ORDERED=1, experimental: the call returns before the data moves)",
-            _ => "; blocking device operations return when their data is in place",
+            BackendKind::GPUWIRE_BACKEND_IPC => "; blocking device operations return when their data is in place",
+            _ if crate::engine::host_sync() => "; device operations stream-ordered, and wait for completion on the host (GPUWIRE_HOST_SYNC=1)",
+            _ if self.config.check => "; device operations stream-ordered, and wait for completion on the host (checking mode)",
+            _ => "; device operations stream-ordered: enqueued on their stream, MPI on the engine thread (the call returns before the data moves)",
         };
         format!("progress=engine thread (nonblocking operations run there){device}")
     }

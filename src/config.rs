@@ -132,7 +132,7 @@ impl Config {
 const BOOL_FORMS: &str = "0 or 1 (also off/on, no/yes, false/true)";
 
 /// The process-wide on/off variables read with [`env_flag`] (README, Environment variables).
-const ENV_FLAGS: [&str; 4] = ["GPUWIRE_TRACE", "GPUWIRE_HOST_SYNC", "GPUWIRE_STREAM_ORDERED", "GPUWIRE_NCCL_NONBLOCKING"];
+const ENV_FLAGS: [&str; 3] = ["GPUWIRE_TRACE", "GPUWIRE_HOST_SYNC", "GPUWIRE_NCCL_NONBLOCKING"];
 
 /// Whether the process-wide switch `name` (one of [`ENV_FLAGS`]) is on. Unset is off; a value
 /// that is not an on/off form makes every communicator's creation fail naming it

@@ -2,8 +2,9 @@
 //!
 //! Each communicator has one engine: a queue of operations run in call order by a thread of
 //! gpuwire's (started at the first queued operation, gone 50 ms after the queue ran dry). It runs
-//! what must not block the caller: the nonblocking collectives on host memory, the device
-//! operations of the MPI and IPC paths (stream-ordered: see [`Gate`]), and every operation issued
+//! what must not block the caller: the nonblocking collectives on host memory, the host side of
+//! the stream-ordered device operations of the MPI paths (`crate::backend::ordered`, ordered
+//! with their streams by [`Flags`]), and every operation issued
 //! while earlier ones are still queued (so operations of one communicator always reach MPI in
 //! call order, the same on every rank). An operation runs on the engine exactly as its blocking
 //! form runs on the caller's thread (the same code: `Communicator::allreduce` and its
@@ -13,14 +14,16 @@
 //! ([`available`] false) every operation runs on the caller's thread before the call returns.
 //!
 //! This module knows nothing of backends: it runs closures, records completions and errors, and
-//! orders device streams.
+//! keeps the flags that order device streams with the host. An engine thread makes no CUDA call
+//! for a stream-ordered operation (the calling thread enqueued its device work), so a program's
+//! device-synchronizing call (cudaFree, ...) while one is pending cannot deadlock with it.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::device::{self, CtxGuard, Event, Stream};
+use crate::device::{self, Stream};
 use crate::error::{Error, Result};
 
 /// How long an idle engine thread waits for more work before it ends.
@@ -110,18 +113,12 @@ impl Done {
 /// One queued operation.
 struct Job {
     /// Called with the engine's private stream (stream-ordered work) or the null stream.
-    work: Box<dyn FnOnce(Stream) -> Result<()> + Send>,
+    work: Box<dyn FnOnce() -> Result<()> + Send>,
     done: Arc<Done>,
-    /// Device ordering: the event at the call's place in the caller's stream (waited for before
-    /// the work) and the gate value to release afterwards.
-    gate: Option<(Event, i32, u32)>,
     /// Whether nobody waits for this job's result: a failure is then kept as the
     /// communicator's asynchronous error.
     detached: bool,
 }
-
-// SAFETY: the event is a CUDA handle, usable from any thread with its context current.
-unsafe impl Send for Job {}
 
 #[derive(Default)]
 struct Queue {
@@ -137,7 +134,7 @@ pub struct Engine {
     cv: Condvar,
     /// Queued or running operations.
     outstanding: AtomicUsize,
-    gate: Mutex<Option<Gate>>,
+    flags: Mutex<Option<Flags>>,
     /// The first failure of an operation that nobody waits for, until reported.
     async_error: Mutex<Option<Error>>,
     /// Whether `async_error` is set (read without the lock on every call).
@@ -183,58 +180,8 @@ impl Engine {
     /// runs now, on this thread. `detached`: nobody will wait for the result, so a failure
     /// becomes the communicator's asynchronous error.
     pub fn submit(self: &Arc<Self>, work: Box<dyn FnOnce() -> Result<()> + Send>, detached: bool) -> Arc<Done> {
-        self.push(Box::new(move |_| work()), None, detached)
-    }
-
-    /// Queues device work ordered in `stream` (see [`Gate`]): it runs once the work enqueued on
-    /// `stream` before this call has finished, and `stream`'s later work waits until it has run.
-    /// The caller's thread never waits. `Ok(None)`, nothing queued, where streams cannot be
-    /// ordered so (below MPI_THREAD_MULTIPLE, or a driver without stream memory operations):
-    /// the caller then runs the operation itself, blocking. Fails when `stream` is being
-    /// captured into a CUDA graph. `work` gets the engine's private stream of `device` (a
-    /// non-blocking stream: the caller's may be the legacy stream, waiting for the engine), and
-    /// must have finished its work there when it returns.
-    pub fn submit_on_stream(self: &Arc<Self>, device: i32, stream: Stream, work: Box<dyn FnOnce(Stream) -> Result<()> + Send>, detached: bool) -> Result<Option<Arc<Done>>> {
-        if !stream_ordered() {
-            return Ok(None);
-        }
-        let _ctx = CtxGuard::enter(device)?;
-        refuse_capture(stream)?;
-        let ev = Event::new()?;
-        ev.record(stream)?;
-        // The queue lock orders gate values as the queue orders jobs. Counted as outstanding
-        // before the stream waits, so no deferred free runs while it does (`device::free_deferred`).
-        let mut q = lock(&self.q);
-        self.reserve();
-        let value = {
-            let mut g = lock(&self.gate);
-            if g.is_none() {
-                match Gate::new(device) {
-                    Ok(gate) => *g = Some(gate),
-                    Err(e) => {
-                        self.unreserve();
-                        return Ok(refused(e));
-                    }
-                }
-            }
-            let gate = g.as_mut().expect("made above");
-            let v = gate.next.wrapping_add(1);
-            if let Err(e) = gate.hold(stream, v) {
-                self.unreserve();
-                return Ok(refused(e));
-            }
-            gate.next = v;
-            v
-        };
-        let done = Arc::new(Done::default());
-        crate::trace!("engine: queued stream-ordered operation {value} (stream {:#x})", stream.0);
-        self.enqueue(&mut q, Job { work, done: done.clone(), gate: Some((ev, device, value)), detached });
-        Ok(Some(done))
-    }
-
-    fn push(self: &Arc<Self>, work: Box<dyn FnOnce(Stream) -> Result<()> + Send>, gate: Option<(Event, i32, u32)>, detached: bool) -> Arc<Done> {
         if !available() {
-            let r = work(Stream(0));
+            let r = work();
             if detached {
                 if let Err(e) = &r {
                     self.note_error(e);
@@ -245,23 +192,23 @@ impl Engine {
         let done = Arc::new(Done::default());
         let mut q = lock(&self.q);
         self.reserve();
-        self.enqueue(&mut q, Job { work, done: done.clone(), gate, detached });
+        self.enqueue(&mut q, Job { work, done: done.clone(), detached });
         done
+    }
+
+    /// The next pair of stream flags of this communicator on `device` ([`Flags`]).
+    pub fn flag(&self, device: i32) -> Result<Flag> {
+        let mut g = lock(&self.flags);
+        if g.as_ref().is_none_or(|f| f.device != device) {
+            *g = Some(Flags::new(device)?);
+        }
+        g.as_mut().expect("made above").next()
     }
 
     /// Counts one more outstanding operation (before it is queued).
     fn reserve(&self) {
         self.outstanding.fetch_add(1, Ordering::AcqRel);
         *lock(&OUTSTANDING) += 1;
-    }
-
-    fn unreserve(&self) {
-        self.outstanding.fetch_sub(1, Ordering::AcqRel);
-        let mut n = lock(&OUTSTANDING);
-        *n -= 1;
-        if *n == 0 {
-            OUTSTANDING_CV.notify_all();
-        }
     }
 
     /// Queues a reserved job.
@@ -293,27 +240,8 @@ impl Engine {
     }
 
     fn run_job(&self, job: Job) {
-        let Job { work, done, gate, detached } = job;
-        let mut release = None;
-        let r = (|| {
-            let Some((ev, device, value)) = gate else { return work(Stream(0)) };
-            let _ctx = CtxGuard::enter(device)?;
-            release = Some(value);
-            // The call's place in the caller's stream: the data it reads is final.
-            crate::trace!("engine: operation {value} waits for its place in the stream");
-            ev.wait_host()?;
-            let s = lock(&self.gate).as_ref().map(|g| g.work).unwrap_or(Stream(0));
-            crate::trace!("engine: operation {value} runs");
-            let r = work(s);
-            crate::trace!("engine: operation {value} done ({})", if r.is_ok() { "ok" } else { "failed" });
-            r
-        })();
-        if let Some(v) = release {
-            if let Some(g) = lock(&self.gate).as_ref() {
-                g.release(v);
-                crate::trace!("engine: released the streams waiting for operation {v}");
-            }
-        }
+        let Job { work, done, detached } = job;
+        let r = work();
         if detached {
             if let Err(e) = &r {
                 self.note_error(e);
@@ -358,80 +286,120 @@ impl Engine {
     }
 }
 
-/// Set when the driver refused a stream gate: device operations block the caller from then on.
-static GATE_REFUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-fn refused(e: Error) -> Option<Arc<Done>> {
-    crate::trace!("stream ordering on the progress engine refused ({e}): device operations block the host from now on");
-    GATE_REFUSED.store(true, Ordering::Relaxed);
-    None
-}
-
-/// Whether `GPUWIRE_STREAM_ORDERED=1`: device operations of the MPI and IPC paths are
-/// stream-ordered through the engine's [`Gate`]. Experimental, off by default. Seen on the H200
-/// (2026-12-01, `diag` runs of GPU case c14 with GPUWIRE_DEBUG=1): one rank passes every
-/// operation; with two ranks (MPI_STAGED and IPC alike) a reduce hung while the engine ran it
-/// and the program's main thread called `cuMemFree` on another buffer. `cuMemFree` waits for
-/// the device's outstanding work, which includes the caller's stream waiting on the gate, while
-/// the engine needs CUDA calls (its copies) to release the gate. Any device-synchronizing CUDA
-/// call of the program (cudaFree, cudaMallocHost, ...) while an operation is pending can so
-/// deadlock. The way out is NCCL's: enqueue every CUDA step of an operation (the copies to and
-/// from pinned staging, the reduction kernels) on the caller's stream at the call, around
-/// stream waits and stream writes, so that the engine itself makes MPI calls on host memory and
-/// writes flags, and never calls CUDA.
-fn stream_ordered_requested() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| crate::config::env_flag("GPUWIRE_STREAM_ORDERED"))
-}
-
-/// Whether device operations of the MPI and IPC paths are stream-ordered: requested
-/// (`GPUWIRE_STREAM_ORDERED=1`), not refused by the driver so far, and the engine available.
-pub fn stream_ordered() -> bool {
-    stream_ordered_requested() && available() && !GATE_REFUSED.load(Ordering::Relaxed) && !host_sync()
-}
-
-/// Refuses a stream being captured into a CUDA graph: a capture would record the stream wait
-/// once, and every replay would then wait on a value that no replay releases.
+/// Refuses a stream being captured into a CUDA graph: a capture would record the stream's waits
+/// for gpuwire's flags once, and every replay would then wait on values that no replay writes.
 pub fn refuse_capture(stream: Stream) -> Result<()> {
     if device::is_capturing(stream)? {
         return Err(Error::InvalidArgument(
-            "the stream is being captured into a CUDA graph: device operations of the MPI and IPC backends wait for the stream on the host or on gpuwire's progress engine, and cannot be captured (NCCL's can); nothing was done and the capture is intact: end the capture, or issue the operation outside it".into(),
+            "the stream is being captured into a CUDA graph: device operations of the MPI and IPC backends are ordered with their stream by gpuwire's host threads, and cannot be captured (NCCL's can); nothing was done and the capture is intact: end the capture, or issue the operation outside it".into(),
         ));
     }
     Ok(())
 }
 
-/// Stream ordering of engine work: a counter in page-locked host memory mapped into the device.
-/// A call enqueues on its stream a wait until the counter reaches the call's value
-/// (`cuStreamWaitValue32`, cyclic GEQ), so the stream's later work waits; the engine, once the
-/// event recorded at the call's place has completed and the work has run, writes the value.
-/// Values grow by one per call in queue order, and the engine runs calls in that order.
-struct Gate {
+/// Slots of [`Flags`] per communicator: at most this many stream-ordered operations of one
+/// communicator may be unfinished at once.
+const FLAG_SLOTS: usize = 8192;
+
+/// The flags that order a stream with the host side of a stream-ordered operation
+/// (`crate::backend::ordered`): pairs of 32-bit words in page-locked host memory mapped into the
+/// device, one pair per operation (values grow by one per operation, never 0; slot = value mod
+/// [`FLAG_SLOTS`]). The stream writes the operation's value into `ready` once the work before the
+/// call has finished (`cuStreamWriteValue32`); the host side waits for it, moves the data, and
+/// writes the value into `done`, which the stream waits for before the work after the call
+/// (`cuStreamWaitValue32`, cyclic GEQ: a later operation's value in the slot also releases it).
+struct Flags {
     host: *mut u32,
     dev: u64,
+    device: i32,
     next: u32,
-    /// The stream the engine's device work runs on (non-blocking; never destroyed).
-    work: Stream,
+    /// Whether each slot's last operation has finished (written its `done`).
+    finished: Vec<Arc<std::sync::atomic::AtomicBool>>,
 }
 
-// SAFETY: the mapped word is written by the engine and read by the device only.
-unsafe impl Send for Gate {}
+// SAFETY: the mapped words are written by the host through `Flag`s and read by the device.
+unsafe impl Send for Flags {}
 
-impl Gate {
-    fn new(device: i32) -> Result<Gate> {
-        let (host, dev) = device::mapped_word(device)?;
-        let work = device::private_stream(device)?;
-        Ok(Gate { host, dev, next: 0, work })
+impl Flags {
+    fn new(device: i32) -> Result<Flags> {
+        let (host, dev) = device::mapped_words(device, 2 * FLAG_SLOTS)?;
+        let finished = (0..FLAG_SLOTS).map(|_| Arc::new(std::sync::atomic::AtomicBool::new(true))).collect();
+        Ok(Flags { host, dev, device, next: 0, finished })
     }
 
-    fn hold(&self, stream: Stream, value: u32) -> Result<()> {
-        device::stream_wait_geq(stream, self.dev, value)
+    fn next(&mut self) -> Result<Flag> {
+        let mut v = self.next.wrapping_add(1);
+        if v == 0 {
+            v = 1;
+        }
+        let i = v as usize % FLAG_SLOTS;
+        if !self.finished[i].load(Ordering::Acquire) {
+            return Err(Error::InvalidArgument(format!(
+                "more than {FLAG_SLOTS} stream-ordered device operations of this communicator are unfinished: wait for some of its requests first"
+            )));
+        }
+        self.next = v;
+        let finished = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        self.finished[i] = finished.clone();
+        // SAFETY: slot i of 2 * FLAG_SLOTS words.
+        let (ready, done) = unsafe { (self.host.add(2 * i), self.host.add(2 * i + 1)) };
+        let dev = self.dev + 8 * i as u64;
+        Ok(Flag { value: v, ready, done, ready_dev: dev, done_dev: dev + 4, finished })
     }
+}
 
-    fn release(&self, value: u32) {
-        // SAFETY: `host` is the mapped word, alive for the process (never freed: a stream may
-        // still wait on it).
-        unsafe { std::ptr::write_volatile(self.host, value) };
+/// One operation's pair of [`Flags`]. Dropping it writes `done` (releases the stream), so every
+/// path out of an operation, failures too, releases it.
+#[derive(Debug)]
+pub struct Flag {
+    pub value: u32,
+    ready: *const u32,
+    done: *mut u32,
+    /// The device addresses of the pair, for `device::stream_write` / `stream_wait_geq`.
+    pub ready_dev: u64,
+    pub done_dev: u64,
+    finished: Arc<std::sync::atomic::AtomicBool>,
+}
+
+// SAFETY: the words are mapped host memory, alive for the process, read and written volatile.
+unsafe impl Send for Flag {}
+
+impl Flag {
+    /// Waits on the host until the stream has written `ready` (the work before the call has
+    /// finished), or `stop` gives a reason to give up (the communicator broken). No CUDA call.
+    pub fn wait_ready(&self, stop: &dyn Fn() -> Option<Error>) -> Result<()> {
+        let t0 = Instant::now();
+        let mut n = 0u32;
+        loop {
+            // SAFETY: a mapped word (see `Flags`).
+            let now = unsafe { std::ptr::read_volatile(self.ready) };
+            if (now.wrapping_sub(self.value) as i32) >= 0 && now != 0 {
+                std::sync::atomic::fence(Ordering::Acquire);
+                return Ok(());
+            }
+            n += 1;
+            if n < 2000 {
+                std::hint::spin_loop();
+            } else if t0.elapsed() < Duration::from_millis(2) {
+                std::thread::yield_now();
+            } else {
+                if n % 64 == 0 {
+                    if let Some(e) = stop() {
+                        return Err(e);
+                    }
+                }
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+    }
+}
+
+impl Drop for Flag {
+    fn drop(&mut self) {
+        std::sync::atomic::fence(Ordering::Release);
+        // SAFETY: a mapped word (see `Flags`).
+        unsafe { std::ptr::write_volatile(self.done, self.value) };
         std::sync::atomic::fence(Ordering::SeqCst);
+        self.finished.store(true, Ordering::Release);
     }
 }

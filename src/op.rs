@@ -11,13 +11,13 @@
 //!   the blocking form's code; the request completes when it has run. NCCL device operations are
 //!   enqueued on their stream now (NCCL is asynchronous itself); the request completes when the
 //!   stream passes them.
-//! - **Device memory on MPI_STAGED, MPI_CUDA_AWARE and IPC, blocking form**: runs now and returns
-//!   when its data is in place (as in gpuwire 0.1). With `GPUWIRE_STREAM_ORDERED=1`
-//!   (experimental: see `engine::stream_ordered`) it is stream-ordered instead: the call returns
-//!   at once; the operation runs on the engine after the work enqueued on its stream, and the
-//!   stream's later work waits for it (`engine::Gate`) — except with `GPUWIRE_HOST_SYNC=1`, in
-//!   checking mode, below MPI_THREAD_MULTIPLE, or where the driver refuses stream memory
-//!   operations.
+//! - **Device memory on MPI_STAGED and MPI_CUDA_AWARE** (and an NCCL communicator's calls that
+//!   mix host and device memory), either form: stream-ordered (`crate::backend::ordered`): the
+//!   call enqueues its device work on its stream and returns; the host side runs on the engine
+//!   (on the caller's thread, waiting for the stream too, with `GPUWIRE_HOST_SYNC=1`, in checking
+//!   mode, and below MPI_THREAD_MULTIPLE).
+//! - **Device memory on IPC, blocking form**: runs now and returns when its data is in place (as
+//!   in gpuwire 0.1).
 //!
 //! Inside a group (`crate::group::submit`, the exported functions' entry) an operation is
 //! recorded instead, and issued at the outermost `gpuwire_group_end`.
@@ -31,6 +31,7 @@ use std::sync::{Arc, Mutex};
 use crate::buffer::Buffer;
 use crate::comm::Communicator;
 use crate::device::{CtxGuard, Event, Stream};
+use crate::backend::ordered::{self, HostSide, Role};
 use crate::engine::{self, Done};
 use crate::error::{Error, Result};
 use crate::request::{Pending, Request};
@@ -96,6 +97,72 @@ impl Op {
     /// The buffers this rank's part of the operation reads or writes.
     pub fn buffers(&self) -> Vec<Arc<Buffer>> {
         self.slots().into_iter().flatten().cloned().collect()
+    }
+
+    /// This rank's buffers in slot order, with what the operation does with each
+    /// (`crate::backend::ordered`); `rebind` takes replacements in the same order.
+    fn parts(&self, c: &Communicator) -> Vec<(Arc<Buffer>, Role)> {
+        let me = c.rank();
+        let [a, b] = self.slots();
+        let (ra, rb) = match self {
+            Op::Send { .. } | Op::Isend { .. } => (Role::In, Role::Unused),
+            Op::Recv { .. } | Op::Irecv { .. } => (Role::Out, Role::Unused),
+            Op::Bcast { root, .. } => (if *root == me { Role::In } else { Role::Out }, Role::Unused),
+            Op::Reduce { root, .. } | Op::Gather { root, .. } => (Role::In, if *root == me { Role::Out } else { Role::Unused }),
+            Op::Scatter { root, .. } => (if *root == me { Role::In } else { Role::Unused }, Role::Out),
+            _ => (Role::In, Role::Out),
+        };
+        [(a, ra), (b, rb)].into_iter().filter_map(|(x, r)| x.map(|x| (x.clone(), r))).collect()
+    }
+
+    /// The same operation on other buffers (`subs`: one per buffer, in slot order).
+    fn rebind(&self, subs: &[Arc<Buffer>]) -> Op {
+        let mut it = subs.iter().cloned();
+        let mut next = |old: &Arc<Buffer>| it.next().unwrap_or_else(|| old.clone());
+        match self {
+            Op::Send { buf, dest, tag } => Op::Send { buf: next(buf), dest: *dest, tag: *tag },
+            Op::Recv { buf, source, tag } => Op::Recv { buf: next(buf), source: *source, tag: *tag },
+            Op::Isend { buf, dest, tag } => Op::Isend { buf: next(buf), dest: *dest, tag: *tag },
+            Op::Irecv { buf, source, tag } => Op::Irecv { buf: next(buf), source: *source, tag: *tag },
+            Op::Sendrecv { send, dest, sendtag, recv, source, recvtag } => {
+                let send = next(send);
+                Op::Sendrecv { send, dest: *dest, sendtag: *sendtag, recv: next(recv), source: *source, recvtag: *recvtag }
+            }
+            Op::Barrier => Op::Barrier,
+            Op::Bcast { buf, root } => Op::Bcast { buf: next(buf), root: *root },
+            Op::Reduce { send, recv, op, root } => {
+                let send = next(send);
+                Op::Reduce { send, recv: recv.as_ref().map(&mut next), op: *op, root: *root }
+            }
+            Op::Allreduce { send, recv, op } => {
+                let send = next(send);
+                Op::Allreduce { send, recv: next(recv), op: *op }
+            }
+            Op::Allgather { send, recv } => {
+                let send = next(send);
+                Op::Allgather { send, recv: next(recv) }
+            }
+            Op::Allgatherv { send, recv, counts } => {
+                let send = next(send);
+                Op::Allgatherv { send, recv: next(recv), counts: counts.clone() }
+            }
+            Op::ReduceScatter { send, recv, op } => {
+                let send = next(send);
+                Op::ReduceScatter { send, recv: next(recv), op: *op }
+            }
+            Op::Alltoall { send, recv } => {
+                let send = next(send);
+                Op::Alltoall { send, recv: next(recv) }
+            }
+            Op::Gather { send, recv, root } => {
+                let send = next(send);
+                Op::Gather { send, recv: recv.as_ref().map(&mut next), root: *root }
+            }
+            Op::Scatter { send, recv, root } => {
+                let send = send.as_ref().map(&mut next);
+                Op::Scatter { send, recv: next(recv), root: *root }
+            }
+        }
     }
 
     /// Whether the operation is point-to-point.
@@ -217,8 +284,12 @@ pub fn route(c: &Communicator, op: &Op, nonblocking: bool, grouped: bool) -> Str
         if engine::available() { "queued on the communicator's progress engine" } else { "run now (below MPI_THREAD_MULTIPLE)" }
     } else if device && op.nccl_native(c) {
         "enqueued on the stream by NCCL"
-    } else if device && engine::stream_ordered() && !c.config().check {
-        "stream-ordered on the progress engine (GPUWIRE_STREAM_ORDERED=1)"
+    } else if device && ordered::applies(c) {
+        if ordered::returns_early(c) {
+            "stream-ordered: device work enqueued on the stream, MPI on the progress engine"
+        } else {
+            "stream-ordered, MPI on the calling thread, which then waits for the stream (GPUWIRE_HOST_SYNC=1, checking mode, or below MPI_THREAD_MULTIPLE)"
+        }
     } else if !c.engine().idle() {
         "queued behind earlier operations of the communicator, waited for"
     } else {
@@ -253,27 +324,26 @@ pub fn issue(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -
     if let Some(e) = eng.take_async_error() {
         return Err(Error::from_status(e.status(), format!("an earlier operation on this communicator failed after its call had returned (nothing was done by this call): {e}")));
     }
-    let checking = c.config().check;
+    let device = op.on_device(c);
+    if device && c.device() >= 0 && !op.nccl_native(c) && ordered::applies(c) {
+        return issue_ordered(c, op, stream, nonblocking);
+    }
     // The common case first, as in gpuwire 0.1: a blocking call that runs now on this thread
     // (validation, agreement and errors are the operation's own).
     if !nonblocking && eng.idle() {
-        let device = op.on_device(c);
         if device && c.device() >= 0 && !op.nccl_native(c) {
             refuse_capture(c, stream)?;
         }
-        if !device || op.nccl_native(c) || checking || engine::host_sync() || !engine::stream_ordered() {
-            op.run(c, stream)?;
-            if device && engine::host_sync() {
-                let _ctx = CtxGuard::enter(c.device())?;
-                crate::device::sync(stream)?;
-            }
-            return Ok(None);
+        op.run(c, stream)?;
+        if device && engine::host_sync() {
+            let _ctx = CtxGuard::enter(c.device())?;
+            crate::device::sync(stream)?;
         }
+        return Ok(None);
     }
     c.ensure_usable()?;
     op.check_at_call(c)?;
     let bufs = op.buffers();
-    let device = op.on_device(c);
     if device && c.device() >= 0 && !op.nccl_native(c) {
         refuse_capture(c, stream)?;
     }
@@ -300,40 +370,47 @@ pub fn issue(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -
             eng.drain();
             return Ok(Some(start_nccl(c, op, stream, bufs)?));
         }
-        let ordered = if device && engine::stream_ordered() {
-            let (c2, op2) = (c.clone(), op.clone());
-            eng.submit_on_stream(c.device(), stream, Box::new(move |s| run_ordered(&c2, &op2, s)), false)?
-        } else {
-            None
-        };
-        let done = if let Some(d) = ordered {
-            d
-        } else {
-            // The engine runs the blocking form (on a device buffer: it waits for `stream` first).
-            let (c2, op2) = (c.clone(), op.clone());
-            eng.submit(Box::new(move || op2.run(&c2, stream)), false)
-        };
-        return Ok(Some(Request::new(Box::new(Queued { done, then: None }), c.clone(), bufs)));
-    }
-    if device && !op.nccl_native(c) && !checking && !engine::host_sync() {
-        let (c2, op2) = (c.clone(), op.clone());
-        if eng.submit_on_stream(c.device(), stream, Box::new(move |s| run_ordered(&c2, &op2, s)), true)?.is_some() {
-            return Ok(None);
-        }
-    }
-    if !eng.idle() {
-        // Behind earlier operations of this communicator: in its turn, and waited for.
+        // The engine runs the blocking form (on a device buffer: it waits for `stream` first).
         let (c2, op2) = (c.clone(), op.clone());
         let done = eng.submit(Box::new(move || op2.run(&c2, stream)), false);
-        done.wait_until(None).unwrap_or_else(|| Err(Error::Internal("engine wait without deadline ended".into())))?;
-    } else {
-        op.run(c, stream)?;
+        return Ok(Some(Request::new(Box::new(Queued { done, then: None }), c.clone(), bufs)));
     }
+    // Behind earlier operations of this communicator: in its turn, and waited for.
+    let (c2, op2) = (c.clone(), op.clone());
+    let done = eng.submit(Box::new(move || op2.run(&c2, stream)), false);
+    done.wait_until(None).unwrap_or_else(|| Err(Error::Internal("engine wait without deadline ended".into())))?;
     if device && engine::host_sync() {
         let _ctx = CtxGuard::enter(c.device())?;
         crate::device::sync(stream)?;
     }
     Ok(None)
+}
+
+/// A device operation of an MPI path, stream-ordered (`crate::backend::ordered`): validated at
+/// the call (in checking mode by the agreement, on the calling thread), then its device work
+/// enqueued on `stream` and its MPI calls made, on staging, by the host side.
+fn issue_ordered(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -> Result<Option<Request>> {
+    c.ensure_usable()?;
+    if !c.config().check {
+        op.check(c)?;
+    }
+    if !ordered::returns_early(c) {
+        // The host side runs on this thread: after everything queued, in call order.
+        c.engine().drain();
+    }
+    let bufs = op.buffers();
+    let parts = op.parts(c);
+    let c2 = c.clone();
+    let side = if nonblocking && op.is_p2p() {
+        HostSide::Start(Box::new(move |subs| {
+            let r = op.rebind(subs).start(&c2, Stream(0))?;
+            Ok(Box::new(Started(r)) as Box<dyn Pending>)
+        }))
+    } else {
+        HostSide::Run(Box::new(move |subs| op.rebind(subs).run(&c2, Stream(0))))
+    };
+    let pending = ordered::issue(c, stream, parts, nonblocking, side)?;
+    Ok(pending.map(|p| Request::new(p, c.clone(), bufs)))
 }
 
 /// The MPI and IPC paths wait for the caller's stream on the host, which a stream being
@@ -342,13 +419,6 @@ pub fn issue(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -
 fn refuse_capture(c: &Communicator, stream: Stream) -> Result<()> {
     let _ctx = CtxGuard::enter(c.device())?;
     engine::refuse_capture(stream)
-}
-
-/// A stream-ordered operation on the engine, on the engine's private stream `s`: run, then wait
-/// for what it enqueued there, so its data is in place when the caller's stream is released.
-fn run_ordered(c: &Arc<Communicator>, op: &Op, s: Stream) -> Result<()> {
-    op.run(c, s)?;
-    crate::device::sync(s)
 }
 
 /// A nonblocking NCCL operation: enqueued now; its request completes when the stream has passed
@@ -396,6 +466,21 @@ impl Pending for Queued {
                 None => Ok(true),
             },
         }
+    }
+}
+
+/// A started point-to-point operation's request, as the pending half of another request.
+struct Started(Request);
+
+impl Pending for Started {
+    fn wait(&mut self) -> Result<()> {
+        self.0.wait()
+    }
+    fn test(&mut self) -> Result<bool> {
+        self.0.test()
+    }
+    fn abandon(self: Box<Self>) -> bool {
+        self.0.free().is_ok()
     }
 }
 

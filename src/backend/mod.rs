@@ -11,6 +11,7 @@ pub mod ipc_shm;
 pub mod mpi_cuda_aware;
 pub mod mpi_staged;
 pub mod nccl;
+pub mod ordered;
 pub mod p2p;
 pub mod path;
 pub mod ring;
@@ -262,6 +263,10 @@ pub fn path_for(c: &Communicator, bufs: &[Option<&Buffer>]) -> Result<&'static d
     let Some(b) = bufs.iter().flatten().find(|b| !b.is_host()) else {
         return Ok(&host::HostPath);
     };
+    // The host side of a stream-ordered CUDA-aware operation: the MPI moves device memory.
+    if ordered::plain_mpi() {
+        return Ok(&host::HostPath);
+    }
     match c.backend() {
         // NCCL needs every buffer of the call in device memory; a call that mixes in host memory
         // takes the staged MPI path of the same communicator.

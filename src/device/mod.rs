@@ -10,6 +10,7 @@
 
 pub mod array_kernels;
 pub mod kernels;
+pub mod staging;
 
 use std::ffi::c_void;
 use std::sync::OnceLock;
@@ -510,20 +511,36 @@ pub fn is_capturing(stream: Stream) -> Result<bool> {
     Ok(st != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
 }
 
-/// A zeroed 32-bit word of page-locked host memory mapped into `device`'s address space: its
-/// host address and its device address, for stream waits on values the host writes. Never
-/// freed (a stream may wait on it until the process ends); 64 bytes each.
-pub fn mapped_word(device: i32) -> Result<(*mut u32, u64)> {
+/// `n` zeroed 32-bit words of page-locked host memory mapped into `device`'s address space:
+/// their host address and their device address, for stream writes and waits that order a
+/// stream with the host (`crate::engine::Flags`). Never freed (a stream may wait on them until
+/// the process ends).
+pub fn mapped_words(device: i32, n: usize) -> Result<(*mut u32, u64)> {
     let _ctx = CtxGuard::enter(device)?;
+    let bytes = n.checked_mul(4).ok_or_else(|| Error::Internal(format!("{n} mapped words overflow")))?.max(64);
     let mut p: *mut std::ffi::c_void = std::ptr::null_mut();
-    // SAFETY: allocates 64 bytes of page-locked memory, PORTABLE | DEVICEMAP.
-    check(unsafe { sys::cuMemHostAlloc(&mut p, 64, 0x1 | 0x2) }, "cuMemHostAlloc (stream gate)")?;
-    // SAFETY: `p` is 64 writable bytes just allocated.
-    unsafe { std::ptr::write_bytes(p.cast::<u8>(), 0, 64) };
+    // SAFETY: allocates `bytes` of page-locked memory, PORTABLE | DEVICEMAP.
+    check(unsafe { sys::cuMemHostAlloc(&mut p, bytes, 0x1 | 0x2) }, "cuMemHostAlloc (stream flags)")?;
+    // SAFETY: `p` is `bytes` writable bytes just allocated.
+    unsafe { std::ptr::write_bytes(p.cast::<u8>(), 0, bytes) };
     let mut d: sys::CUdeviceptr = 0;
     // SAFETY: `p` was allocated with DEVICEMAP in the current context.
     check(unsafe { sys::cuMemHostGetDevicePointer_v2(&mut d, p, 0) }, "cuMemHostGetDevicePointer")?;
     Ok((p.cast::<u32>(), d as u64))
+}
+
+/// Enqueues on `stream` a write of `value` to the 32-bit word at device address `addr` (a
+/// mapped word of [`mapped_words`]), made after the stream's earlier work has completed and is
+/// visible to the host (`CU_STREAM_WRITE_VALUE_DEFAULT`).
+pub fn stream_write(stream: Stream, addr: u64, value: u32) -> Result<()> {
+    // SAFETY: `addr` is a mapped word of `mapped_words`, alive for the process.
+    check(unsafe { sys::cuStreamWriteValue32_v2(stream.raw(), addr as sys::CUdeviceptr, value, 0) }, "cuStreamWriteValue32")
+}
+
+/// Enqueues on `stream` a wait for `ev` (recorded on another stream).
+pub fn stream_wait_event(stream: Stream, ev: &Event) -> Result<()> {
+    // SAFETY: both handles are valid in the current context.
+    check(unsafe { sys::cuStreamWaitEvent(stream.raw(), ev.0, 0) }, "cuStreamWaitEvent")
 }
 
 /// A new non-blocking stream on `device` (it never waits for the legacy stream), never
@@ -539,7 +556,7 @@ pub fn private_stream(device: i32) -> Result<Stream> {
 /// Enqueues on `stream` a wait until the 32-bit word at device address `addr` reaches `value`
 /// (cyclic comparison, `CU_STREAM_WAIT_VALUE_GEQ`): the stream's later work starts after it.
 pub fn stream_wait_geq(stream: Stream, addr: u64, value: u32) -> Result<()> {
-    // SAFETY: `addr` is a mapped word of `mapped_word`, alive for the process.
+    // SAFETY: `addr` is a mapped word of `mapped_words`, alive for the process.
     check(unsafe { sys::cuStreamWaitValue32_v2(stream.raw(), addr as sys::CUdeviceptr, value, sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32) }, "cuStreamWaitValue32")
 }
 

@@ -1,0 +1,394 @@
+//! Stream-ordered device operations of the MPI paths (MPI_STAGED, MPI_CUDA_AWARE, and the calls
+//! of an NCCL communicator that mix host and device memory), as NCCL orders its own: the call
+//! enqueues its device work on the caller's stream and returns; the operation happens after the
+//! work enqueued on that stream before the call, and the stream's later work sees its result.
+//!
+//! How: at the call, on the caller's thread, every CUDA step is enqueued on the caller's stream
+//! around two flags in mapped host memory (`crate::engine::Flag`):
+//!
+//! 1. staged (MPI_STAGED): each device buffer the operation reads is copied into a page-locked
+//!    staging block (`device::staging`); then the stream writes `ready`;
+//! 2. the host side — on the communicator's progress engine, or on the caller's thread where
+//!    the engine cannot run it — waits for `ready`, makes the operation's MPI calls (the plain
+//!    MPI path, `host`, on the staging blocks; with a CUDA-aware MPI on the device buffers
+//!    themselves), and writes `done`;
+//! 3. the stream waits for `done`, then copies the staging blocks the operation wrote into the
+//!    device buffers.
+//!
+//! The host side makes no CUDA call, so a device-synchronizing call of the program (cudaFree, ...)
+//! while operations are pending cannot deadlock with it. Every rank makes the same MPI calls,
+//! whatever memory each passes (host, pinned or device: memory kinds are each rank's own, as in
+//! MPI): a collective where one rank passes host buffers and another device buffers matches.
+//!
+//! A nonblocking form reads its inputs in stream order too (the copies at its place in the
+//! stream) but its outputs are delivered by a private stream of gpuwire's after the host side,
+//! and complete with its request (the caller's stream never waits for it: an irecv and an isend
+//! on one stream by two ranks must not deadlock). As MPI, the buffers may be used after the wait.
+
+use std::sync::{Arc, Mutex};
+
+use crate::buffer::Buffer;
+use crate::comm::Communicator;
+use crate::device::staging::{self, Ticket};
+use crate::device::{self, CtxGuard, Event, Stream};
+use crate::engine::{self, Done, Flag};
+use crate::error::{Error, Result};
+use crate::request::Pending;
+use crate::types::BackendKind;
+
+/// What an operation does with one of its buffers (on this rank).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Read (a send buffer).
+    In,
+    /// Written (a receive buffer).
+    Out,
+    /// Read and written (in place).
+    InOut,
+    /// Not significant on this rank (a non-root's receive buffer of reduce, ...).
+    Unused,
+}
+
+impl Role {
+    fn reads(self) -> bool {
+        matches!(self, Role::In | Role::InOut)
+    }
+    fn writes(self) -> bool {
+        matches!(self, Role::Out | Role::InOut)
+    }
+    fn join(self, o: Role) -> Role {
+        match (self.reads() || o.reads(), self.writes() || o.writes()) {
+            (true, true) => Role::InOut,
+            (true, false) => Role::In,
+            (false, true) => Role::Out,
+            (false, false) => Role::Unused,
+        }
+    }
+}
+
+/// The host side of an operation, given its buffers with staging substituted (the order of the
+/// parts): run it to completion, or start it (a nonblocking point-to-point operation) and
+/// return its pending half.
+pub enum HostSide {
+    Run(Box<dyn FnOnce(&[Arc<Buffer>]) -> Result<()> + Send>),
+    Start(Box<dyn FnOnce(&[Arc<Buffer>]) -> Result<Box<dyn Pending>> + Send>),
+}
+
+thread_local! {
+    /// Set while the host side of a CUDA-aware operation runs: `path_for` then gives the plain
+    /// MPI path for device buffers too (the MPI moves them itself).
+    static PLAIN_MPI: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread runs the host side of a CUDA-aware operation ([`PLAIN_MPI`]).
+pub fn plain_mpi() -> bool {
+    PLAIN_MPI.with(|p| p.get())
+}
+
+fn with_plain_mpi<T>(on: bool, f: impl FnOnce() -> T) -> T {
+    let was = PLAIN_MPI.with(|p| p.replace(on));
+    let r = f();
+    PLAIN_MPI.with(|p| p.set(was));
+    r
+}
+
+/// Whether device operations on `c` are stream-ordered here (every backend but IPC, whose
+/// device operations still block the host, and NCCL's own, which NCCL orders).
+pub fn applies(c: &Communicator) -> bool {
+    matches!(c.backend(), BackendKind::GPUWIRE_BACKEND_MPI_STAGED | BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE | BackendKind::GPUWIRE_BACKEND_NCCL)
+}
+
+/// Where the host side runs: on the engine, unless the engine cannot call MPI (below
+/// MPI_THREAD_MULTIPLE), the host must wait anyway (`GPUWIRE_HOST_SYNC=1`), or checking mode
+/// must return every rank's verdict from the call.
+fn on_engine(c: &Communicator) -> bool {
+    engine::available() && !engine::host_sync() && !c.config().check
+}
+
+/// Whether the calls of `c` return before their data moved ([`on_engine`]).
+pub fn returns_early(c: &Communicator) -> bool {
+    on_engine(c)
+}
+
+/// The staging plan of one operation.
+struct Plan {
+    /// The buffers the host side uses, in the parts' order.
+    subs: Vec<Arc<Buffer>>,
+    /// (staging, device, bytes) copies before the host side, and after it.
+    before: Vec<(usize, usize, usize)>,
+    after: Vec<(usize, usize, usize)>,
+    /// Whether the host side touches device memory itself (CUDA-aware).
+    direct: bool,
+}
+
+fn plan(c: &Communicator, parts: &[(Arc<Buffer>, Role)], ticket: &Arc<Ticket>) -> Result<Plan> {
+    let direct = c.backend() == BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE;
+    let device = c.device();
+    let mut subs: Vec<Option<Arc<Buffer>>> = vec![None; parts.len()];
+    let (mut before, mut after) = (Vec::new(), Vec::new());
+    // Staged parts, the largest ranges first: a part inside another (an in-place block) is a
+    // view of the other's staging, so in-place stays in-place.
+    let mut staged: Vec<usize> = Vec::new();
+    for (i, (b, role)) in parts.iter().enumerate() {
+        crate::backend::devstate::check_device(c, b)?;
+        if b.is_host() || *role == Role::Unused || b.bytes() == 0 {
+            subs[i] = Some(b.clone());
+        } else if direct {
+            subs[i] = Some(b.clone());
+        } else {
+            staged.push(i);
+        }
+    }
+    staged.sort_by_key(|&i| (parts[i].0.range().0, std::cmp::Reverse(parts[i].0.bytes())));
+    // (container index, its staging pointer, its role so far)
+    let mut outer: Vec<(usize, usize, Role)> = Vec::new();
+    for &i in &staged {
+        let (b, role) = (&parts[i].0, parts[i].1);
+        let (lo, hi) = b.range();
+        if let Some(k) = outer.iter().position(|(j, _, _)| {
+            let (l, h) = parts[*j].0.range();
+            l <= lo && hi <= h
+        }) {
+            let (j, sp, r) = outer[k];
+            outer[k].2 = r.join(role);
+            let ptr = sp + (lo - parts[j].0.range().0);
+            subs[i] = Some(Arc::new(Buffer::staging(ptr, b.count(), b.dtype(), device)));
+        } else {
+            let sp = staging::take(device, b.bytes(), ticket)?;
+            outer.push((i, sp, role));
+            subs[i] = Some(Arc::new(Buffer::staging(sp, b.count(), b.dtype(), device)));
+        }
+    }
+    for (j, sp, role) in outer {
+        let b = &parts[j].0;
+        if role.reads() {
+            before.push((sp, b.ptr(), b.bytes()));
+        }
+        if role.writes() {
+            after.push((sp, b.ptr(), b.bytes()));
+        }
+    }
+    Ok(Plan { subs: subs.into_iter().map(|s| s.expect("every part planned")).collect(), before, after, direct })
+}
+
+/// Issues one stream-ordered operation with these `parts` on `stream` (see the module's
+/// comment). A blocking form returns `None` at once (on the engine; its failure becomes the
+/// communicator's asynchronous error) or after its host side (on the caller's thread: then the
+/// stream is also waited for, as MPI's blocking meaning); a nonblocking form returns its pending
+/// half. Arguments are validated (`Op::check`) before.
+pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Role)>, nonblocking: bool, side: HostSide) -> Result<Option<Box<dyn Pending>>> {
+    let device = c.device();
+    let _ctx = CtxGuard::enter(device)?;
+    engine::refuse_capture(stream)?;
+    let ticket = Arc::new(Ticket::default());
+    let p = plan(c, &parts, &ticket)?;
+    let eng = c.engine();
+    let flag = eng.flag(device)?;
+    // Does the host side need the stream's earlier work done? When it reads staged data, or
+    // touches device memory itself (a CUDA-aware MPI reads or writes the buffers).
+    let wait_ready = !p.before.is_empty() || p.direct;
+    for &(sp, dp, n) in &p.before {
+        device::copy_async(sp, dp, n, stream)?;
+    }
+    if wait_ready {
+        device::stream_write(stream, flag.ready_dev, flag.value)?;
+    }
+    let mut out_event = None;
+    if !nonblocking {
+        if !p.after.is_empty() || p.direct {
+            device::stream_wait_geq(stream, flag.done_dev, flag.value)?;
+        }
+        for &(sp, dp, n) in &p.after {
+            device::copy_async(dp, sp, n, stream)?;
+        }
+        let ev = Event::new()?;
+        ev.record(stream)?;
+        ticket.set_event(ev);
+    } else if !p.after.is_empty() {
+        // Delivered by a private stream, after the work before the call and the host side.
+        let ps = private_stream(device)?;
+        let at_call = Event::new()?;
+        at_call.record(stream)?;
+        device::stream_wait_event(ps, &at_call)?;
+        device::stream_wait_geq(ps, flag.done_dev, flag.value)?;
+        for &(sp, dp, n) in &p.after {
+            device::copy_async(dp, sp, n, ps)?;
+        }
+        let (ev, ev2) = (Event::new()?, Event::new()?);
+        ev.record(ps)?;
+        ev2.record(ps)?;
+        ticket.set_event(ev2);
+        out_event = Some(ev);
+    } else {
+        let ev = Event::new()?;
+        ev.record(stream)?;
+        ticket.set_event(ev);
+    }
+    let direct = p.direct;
+    let subs = p.subs;
+    let c2 = c.clone();
+    let stop = move || c2.is_broken().then(|| Error::CommBroken("the communicator broke while an operation waited for its stream".into()));
+    let started: Arc<Mutex<Option<Started>>> = Arc::new(Mutex::new(None));
+    let engine_side = on_engine(c);
+    let (t2, s2) = (ticket.clone(), started.clone());
+    let host = move || -> Result<()> {
+        let flag = flag;
+        let r = (|| {
+            if wait_ready {
+                flag.wait_ready(&stop)?;
+            }
+            // A CUDA-aware MPI finds the device memory through the thread's current context.
+            let _ctx = if direct { Some(CtxGuard::enter(device)?) } else { None };
+            with_plain_mpi(direct, || match side {
+                HostSide::Run(f) => f(&subs),
+                HostSide::Start(f) => {
+                    let pend = f(&subs)?;
+                    *s2.lock().unwrap_or_else(|p| p.into_inner()) = Some(Started { pending: Some(pend), flag: None });
+                    Ok(())
+                }
+            })
+        })();
+        // A started operation releases its flag when it completes; everything else now.
+        let mut g = s2.lock().unwrap_or_else(|p| p.into_inner());
+        match g.as_mut() {
+            Some(st) if r.is_ok() => st.flag = Some((flag, t2.clone())),
+            _ => {
+                drop(flag);
+                t2.finish();
+            }
+        }
+        r
+    };
+    if !engine_side {
+        let r = host();
+        if !nonblocking {
+            r?;
+            device::sync(stream)?;
+            return Ok(None);
+        }
+        let done = Done::finished(r);
+        return Ok(Some(Box::new(Ordered { done, started, out_event, device })));
+    }
+    let done = eng.submit(Box::new(host), !nonblocking);
+    if !nonblocking {
+        return Ok(None);
+    }
+    Ok(Some(Box::new(Ordered { done, started, out_event, device })))
+}
+
+/// The private stream that delivers nonblocking operations' outputs on `device` (non-blocking:
+/// never waits for the legacy stream), one per device for the process.
+fn private_stream(device: i32) -> Result<Stream> {
+    static STREAMS: Mutex<Vec<(i32, usize)>> = Mutex::new(Vec::new());
+    let mut g = STREAMS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, s)) = g.iter().find(|(d, _)| *d == device) {
+        return Ok(Stream(*s));
+    }
+    let s = device::private_stream(device)?;
+    g.push((device, s.0));
+    Ok(s)
+}
+
+/// A started nonblocking point-to-point operation: its MPI request, then the flag and ticket it
+/// releases when complete.
+struct Started {
+    pending: Option<Box<dyn Pending>>,
+    flag: Option<(Flag, Arc<Ticket>)>,
+}
+
+impl Started {
+    fn finish(&mut self) {
+        if let Some((flag, ticket)) = self.flag.take() {
+            drop(flag);
+            ticket.finish();
+        }
+    }
+}
+
+impl Pending for Started {
+    fn wait(&mut self) -> Result<()> {
+        let r = match self.pending.as_mut() {
+            Some(p) => p.wait(),
+            None => Ok(()),
+        };
+        self.pending = None;
+        self.finish();
+        r
+    }
+    fn test(&mut self) -> Result<bool> {
+        let Some(p) = self.pending.as_mut() else { return Ok(true) };
+        match p.test() {
+            Ok(false) => Ok(false),
+            r => {
+                self.pending = None;
+                self.finish();
+                r
+            }
+        }
+    }
+}
+
+/// The request of a nonblocking stream-ordered operation: its host side has run (or started its
+/// MPI request), that request has completed, and the private stream has delivered the outputs.
+struct Ordered {
+    done: Arc<Done>,
+    started: Arc<Mutex<Option<Started>>>,
+    out_event: Option<Event>,
+    device: i32,
+}
+
+// SAFETY: a CUDA event handle, used with its context current.
+unsafe impl Send for Ordered {}
+
+impl Ordered {
+    fn delivered(&mut self, block: bool) -> Result<bool> {
+        let Some(ev) = self.out_event.as_ref() else { return Ok(true) };
+        let _g = CtxGuard::enter(self.device)?;
+        if block {
+            ev.wait_host()?;
+        } else if !ev.query()? {
+            return Ok(false);
+        }
+        self.out_event = None;
+        Ok(true)
+    }
+}
+
+impl Pending for Ordered {
+    fn wait(&mut self) -> Result<()> {
+        self.done.wait_until(None).unwrap_or_else(|| Err(Error::Internal("engine wait without deadline ended".into())))?;
+        if let Some(p) = self.started.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            p.wait()?;
+        }
+        self.delivered(true).map(|_| ())
+    }
+    fn test(&mut self) -> Result<bool> {
+        match self.done.peek() {
+            None => return Ok(false),
+            Some(Err(e)) => return Err(e),
+            Some(Ok(())) => {}
+        }
+        if let Some(p) = self.started.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            if !p.test()? {
+                return Ok(false);
+            }
+        }
+        self.delivered(false)
+    }
+    fn abandon(self: Box<Self>) -> bool {
+        // The MPI request is given up (cancelled where MPI can), and the flag released so that
+        // the private stream moves on; what it then copies into the buffer is undefined, and the
+        // buffer stays alive (false: the request keeps it). Staging in use stays taken.
+        let this = *self;
+        if let Some(st) = this.started.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            if let Some(p) = st.pending.take() {
+                let _ = p.abandon();
+            }
+            if let Some((flag, _ticket)) = st.flag.take() {
+                drop(flag);
+            }
+        }
+        std::mem::forget(this.out_event);
+        false
+    }
+}
