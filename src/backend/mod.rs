@@ -7,7 +7,6 @@
 pub mod devstate;
 pub mod host;
 pub mod ipc;
-pub mod ipc_shm;
 pub mod mpi_cuda_aware;
 pub mod mpi_staged;
 pub mod nccl;

@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::error::Result;
@@ -453,6 +454,11 @@ pub fn leave(words: &[&AtomicU64], me: usize, timeout: Option<Duration>, broken:
         return false;
     }
     decision == LeaveDecision::Free
+}
+
+/// Locks `m`, also when a thread panicked holding it (the IPC state stays usable).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]

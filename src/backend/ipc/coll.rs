@@ -1,0 +1,672 @@
+//! The IPC collectives: a call in progress ([`Coll`]: the exchange of status and buffer records
+//! through the shared segment, the waits, the leader's outcome), the leader's device work through
+//! the peers' mappings ([`Lead`]), the small-message path through the segment, and each
+//! collective of the `Path` trait.
+
+use std::sync::atomic::Ordering;
+use std::sync::MutexGuard;
+
+use super::maps::{maps, Maps};
+use super::shm::{self, lock, BufRecord, CallArea, Stop, REC_HANDLE, REC_LOCAL_ONLY, SMALL, ST_ERROR, ST_OK};
+use super::state::{deliver, state, IpcState, View};
+use crate::backend::devstate;
+use crate::backend::mpi_staged::{StagedPath, input_buf};
+use crate::backend::path::{Input, Path};
+use crate::backend::ring::{self, Loc};
+use crate::buffer::Buffer;
+use crate::comm::Communicator;
+use crate::device::{self, CtxGuard, Stream};
+use crate::error::{Error, Result, Status};
+use crate::progress::progress_all;
+use crate::reduce;
+use crate::types::{Dtype, ReduceOp};
+
+/// One collective call in progress.
+struct Coll<'a> {
+    c: &'a Communicator,
+    s: &'a IpcState,
+    seq: u64,
+    stream: Stream,
+    what: &'static str,
+    /// This rank's failure before the exchange (published, then returned on every rank).
+    local: Result<()>,
+    _lock: MutexGuard<'a, u64>,
+    _ctx: CtxGuard,
+}
+
+impl<'a> Coll<'a> {
+    fn begin(c: &'a Communicator, what: &'static str, bufs: &[Option<&Buffer>], stream: Stream) -> Result<Coll<'a>> {
+        let s = state(c)?;
+        let ctx = CtxGuard::enter(s.device)?;
+        let mut g = lock(&s.coll);
+        *g += 1;
+        let seq = *g;
+        let mut local = Ok(());
+        for b in bufs.iter().flatten() {
+            if local.is_ok() {
+                local = devstate::check_device(c, b);
+            }
+        }
+        if local.is_ok() {
+            local = device::sync(stream);
+        }
+        Ok(Coll { c, s, seq, stream, what, local, _lock: g, _ctx: ctx })
+    }
+
+    fn me(&self) -> usize {
+        self.s.me
+    }
+    fn p(&self) -> usize {
+        self.s.p
+    }
+    fn area(&self, r: usize) -> *mut CallArea {
+        self.s.seg.area(r, self.seq)
+    }
+    fn rec(&self, r: usize, k: usize) -> BufRecord {
+        // SAFETY: published before rank r's arrival, which the caller observed.
+        unsafe { std::ptr::read(std::ptr::addr_of!((*self.area(r)).rec[k])) }
+    }
+    /// Rank r's small data of this call.
+    fn data(&self, r: usize) -> &[u8] {
+        let a = self.area(r);
+        // SAFETY: written before rank r's arrival; not rewritten before this rank's next arrival.
+        unsafe {
+            let n = ((*a).data_bytes as usize).min(SMALL);
+            std::slice::from_raw_parts(std::ptr::addr_of!((*a).data) as *const u8, n)
+        }
+    }
+
+    /// Copies `v` (at most SMALL bytes) into this rank's slot (device-to-host on the copy engine).
+    fn stage_in(&mut self, v: Option<View>) {
+        if self.local.is_err() {
+            return;
+        }
+        let a = self.area(self.me());
+        // SAFETY: this rank's own call area.
+        let dst = unsafe { std::ptr::addr_of_mut!((*a).data) as usize };
+        let n = v.map(|v| v.bytes).unwrap_or(0);
+        // SAFETY: as above.
+        unsafe { (*a).data_bytes = n as u64 };
+        if let Some(v) = v.filter(|v| v.bytes > 0) {
+            self.local = if v.host() {
+                // SAFETY: host memory of the caller valid for n bytes; n <= SMALL.
+                unsafe { std::ptr::copy_nonoverlapping(v.ptr as *const u8, dst as *mut u8, n) };
+                Ok(())
+            } else {
+                device::copy_async(dst, v.ptr, n, self.stream).and_then(|()| device::sync(self.stream))
+            };
+        }
+    }
+
+    /// Publishes this rank's status and records, then waits until every rank arrived. Returns
+    /// the lowest failing rank's error on every rank, else whether any rank's buffer cannot be
+    /// exported (the call then takes the staged path everywhere).
+    fn exchange(&mut self, recs: [BufRecord; 2]) -> Result<bool> {
+        let a = self.area(self.me());
+        // SAFETY: this rank's own call area; peers read it only after the Release store below.
+        unsafe {
+            (*a).rec = recs;
+            (*a).result = ST_OK;
+            match &self.local {
+                Ok(()) => (*a).status = ST_OK,
+                Err(e) => {
+                    (*a).status = ST_ERROR;
+                    (*a).code = e.status() as i32;
+                    shm::put_text(&mut (*std::ptr::addr_of_mut!((*a).msg)), &e.to_string());
+                }
+            }
+        }
+        let mine = self.s.seg.slot(self.me());
+        mine.cstate.0.store(shm::claim_word(self.seq, shm::OFFERED), Ordering::Release);
+        mine.arrive.0.store(self.seq, Ordering::Release);
+        if let Err(e) = self.wait(|s| &s.arrive, None) {
+            if self.me() == 0 {
+                // The leader gives up: ranks that arrive after all must not wait for its `done`.
+                self.publish_result(&Err(Error::from_status(e.status(), format!("{}: the leader (rank 0) gave up: {e}", self.what))));
+            }
+            return Err(e);
+        }
+        for r in 0..self.p() {
+            let a = self.area(r);
+            // SAFETY: published before rank r's arrival.
+            let (st, code) = unsafe { ((*a).status, (*a).code) };
+            if st == ST_ERROR {
+                // SAFETY: as above.
+                let msg = shm::get_text(unsafe { &*std::ptr::addr_of!((*a).msg) });
+                let detail = msg.split_once(": ").map(|(_, d)| d.to_string()).unwrap_or(msg);
+                let status = Status::from_i32(code).unwrap_or(Status::GPUWIRE_ERROR_INTERNAL);
+                return Err(Error::from_status(status, format!("{} failed on rank {r}: {detail}", self.what)));
+            }
+        }
+        Ok((0..self.p()).any(|r| (0..2).any(|k| self.rec(r, k).kind == REC_LOCAL_ONLY)))
+    }
+
+    /// Waits until `field` reached this call's sequence number on every rank (or on `only`).
+    fn wait(&self, field: fn(&shm::Slot) -> &shm::Counter, only: Option<usize>) -> Result<()> {
+        let (seg, seq) = (self.s.seg, self.seq);
+        let ready = || match only {
+            Some(r) => field(seg.slot(r)).0.load(Ordering::Acquire) >= seq,
+            None => (0..seg.p).all(|r| field(seg.slot(r)).0.load(Ordering::Acquire) >= seq),
+        };
+        // Pending irecvs progress meanwhile: a peer may be blocked in a send to this rank before
+        // it reaches this collective.
+        // One deadline per gpuwire call: what is left of it.
+        let r = shm::spin_until(self.c.remaining(), || self.c.is_broken(), || {
+            if ready() {
+                return Ok(true);
+            }
+            progress_all();
+            Ok(false)
+        })?;
+        match r {
+            Ok(()) => Ok(()),
+            // Everyone arrived just as the deadline passed: no reason to give up.
+            Err(Stop::TimedOut) if ready() => Ok(()),
+            Err(stop) if self.me() != 0 && !shm::abandon(&seg.slot(self.me()).cstate.0, seq) => {
+                // The leader claimed this rank's buffers first: it is working on them (all ranks
+                // arrived), and this rank may not return before it is done. No deadline: the
+                // leader's device work runs, and its `done` follows.
+                crate::trace!("ipc: {}: {stop:?} while the leader works on this rank's buffers; waiting for it", self.what);
+                shm::spin_until(None, || false, || {
+                    if ready() {
+                        return Ok(true);
+                    }
+                    progress_all();
+                    Ok(false)
+                })?
+                .map_err(|_| Error::Internal("unbounded wait ended".into()))
+            }
+            Err(Stop::Broken) => {
+                self.c.ensure_usable()?;
+                Err(Error::CommBroken(format!("{}: the communicator broke while waiting", self.what)))
+            }
+            Err(Stop::TimedOut) => {
+                let late: Vec<usize> = seg.behind(seq, field).into_iter().filter(|r| only.is_none_or(|o| o == *r)).collect();
+                let t = self.c.config().timeout.map(|t| t.as_secs_f64()).unwrap_or(0.0);
+                let msg = format!(
+                    "{}: rank(s) {late:?} did not arrive within the communicator's timeout of {t:.3} s (a rank did not make the matching call?); the communicator is now broken",
+                    self.what
+                );
+                self.c.mark_broken(msg.clone());
+                Err(Error::Timeout(msg))
+            }
+        }
+    }
+
+    /// Writes `bytes` (this rank's result) to `dst` and waits for it.
+    fn deliver(&self, dst: View, bytes: &[u8]) -> Result<()> {
+        let shared = devstate::dev(self.c)?.gpu_shared;
+        deliver(dst, bytes, self.stream, shared)
+    }
+
+    /// The leader's device work: `work` enqueues on the leader's stream; then the stream is
+    /// waited for and `done` published with the outcome. Other ranks wait for it.
+    fn lead_or_follow(&self, work: impl FnOnce(&mut Lead) -> Result<()>) -> Result<()> {
+        if self.me() != 0 {
+            self.wait(|s| &s.done, Some(0))?;
+            let a = self.area(0);
+            // SAFETY: written by the leader before its `done` store, which was observed.
+            let (res, code) = unsafe { ((*a).result, (*a).rcode) };
+            if res == ST_ERROR {
+                // SAFETY: as above.
+                let msg = shm::get_text(unsafe { &*std::ptr::addr_of!((*a).rmsg) });
+                let status = Status::from_i32(code).unwrap_or(Status::GPUWIRE_ERROR_INTERNAL);
+                return Err(Error::from_status(status, msg));
+            }
+            return Ok(());
+        }
+        // Claim every follower's buffers before touching any: a follower that gave up first
+        // (its wait timed out) has returned, and its buffers may be gone.
+        let seg = self.s.seg;
+        let refused = (1..self.p()).find(|r| shm::claim(&seg.slot(*r).cstate.0, self.seq).is_err());
+        let r = match refused {
+            Some(q) => {
+                let msg = format!("rank {q} gave up waiting (its timeout) before the device work started; nothing was done; the communicator is now broken");
+                self.c.mark_broken(format!("{}: {msg}", self.what));
+                Err(Error::CommBroken(msg))
+            }
+            None => {
+                let mut m = maps();
+                let mut l = Lead { co: self, maps: &mut m };
+                work(&mut l).and_then(|()| device::sync(self.stream))
+            }
+        };
+        let r = r.map_err(|e| {
+            let detail = e.to_string();
+            let detail = detail.split_once(": ").map(|(_, d)| d.to_string()).unwrap_or(detail);
+            Error::from_status(e.status(), format!("{} failed on rank 0 (the leader of the device work): {detail}", self.what))
+        });
+        self.publish_result(&r);
+        r
+    }
+
+    /// The leader's outcome of this call, published with its `done`.
+    fn publish_result(&self, r: &Result<()>) {
+        let a = self.area(0);
+        // SAFETY: the leader's own call area; read by others after the Release store below.
+        unsafe {
+            match r {
+                Ok(()) => (*a).result = ST_OK,
+                Err(e) => {
+                    (*a).result = ST_ERROR;
+                    (*a).rcode = e.status() as i32;
+                    // Without the kind's prefix ("CUDA error: "): the followers' Error adds it
+                    // again, and every rank must show the same message.
+                    let text = e.to_string();
+                    let detail = text.split_once(": ").map_or(text.as_str(), |(_, d)| d);
+                    shm::put_text(&mut (*std::ptr::addr_of_mut!((*a).rmsg)), detail);
+                }
+            }
+        }
+        self.s.seg.slot(0).done.0.store(self.seq, Ordering::Release);
+    }
+}
+
+/// The leader's view of a call: peers' buffers through their mappings.
+struct Lead<'b, 'a> {
+    co: &'b Coll<'a>,
+    maps: &'b mut Maps,
+}
+
+impl Lead<'_, '_> {
+    /// Rank r's buffer k (0 input, 1 output) in this process (0 when it has none).
+    fn ptr(&mut self, r: usize, k: usize) -> Result<usize> {
+        let rec = self.co.rec(r, k);
+        self.co.s.import(self.maps, r, &rec)
+    }
+    /// Whether rank r passed the same memory as input and output (in place).
+    fn same(&self, r: usize) -> bool {
+        let (a, b) = (self.co.rec(r, 0), self.co.rec(r, 1));
+        a.kind == REC_HANDLE && b.kind == REC_HANDLE && a.id == b.id && a.offset == b.offset
+    }
+    fn copy(&self, dst: usize, src: usize, bytes: usize) -> Result<()> {
+        ring::copy(Loc { ptr: dst, host: false }, Loc { ptr: src, host: false }, bytes, self.co.stream)
+    }
+    fn combine(&self, dst: usize, src: usize, n: usize, dtype: Dtype, op: ReduceOp) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        ring::combine(self.co.s.device, Loc { ptr: dst, host: false }, Loc { ptr: src, host: false }, n, dtype, op, self.co.stream)
+    }
+    fn avg(&self, x: usize, n: usize, dtype: Dtype, op: ReduceOp) -> Result<()> {
+        if op != ReduceOp::GPUWIRE_AVG || n == 0 {
+            return Ok(());
+        }
+        ring::divide(self.co.s.device, Loc { ptr: x, host: false }, n, dtype, self.co.p(), self.co.stream)
+    }
+    /// `acc = in_0 op in_1 op ... op in_{p-1}` over n elements at byte offset `off` of every
+    /// rank's input, in rank order; AVG divided.
+    fn reduce_into(&mut self, acc: usize, off: usize, n: usize, dtype: Dtype, op: ReduceOp) -> Result<()> {
+        let b = n * dtype.size();
+        let i0 = self.ptr(0, 0)?;
+        self.copy(acc, i0 + off, b)?;
+        for r in 1..self.co.p() {
+            let ir = self.ptr(r, 0)?;
+            self.combine(acc, ir + off, n, dtype, op)?;
+        }
+        self.avg(acc, n, dtype, op)
+    }
+    /// Device scratch of the leader (the communicator's working-copy scratch).
+    fn scratch(&self, bytes: usize) -> Result<usize> {
+        let mut st = devstate::dev(self.co.c)?;
+        st.dev[1].get(bytes)
+    }
+}
+
+/// `acc = d_0 op d_1 op ...` on the host, in rank order, over n elements at byte offset `off` of
+/// every rank's small data; AVG divided.
+fn host_reduce(co: &Coll, off: usize, n: usize, dtype: Dtype, op: ReduceOp) -> Result<Vec<u8>> {
+    let b = n * dtype.size();
+    let mut acc = vec![0u64; b.div_ceil(8)];
+    let accp = acc.as_mut_ptr() as *mut u8;
+    let d0 = co.data(0);
+    // SAFETY: acc holds b bytes; the data areas hold the ranks' inputs (length checked).
+    unsafe {
+        if d0.len() < off + b {
+            return Err(Error::Internal("small reduction: a rank published less data than expected".into()));
+        }
+        std::ptr::copy_nonoverlapping(d0.as_ptr().add(off), accp, b);
+        for r in 1..co.p() {
+            let dr = co.data(r);
+            if dr.len() < off + b {
+                return Err(Error::Internal("small reduction: a rank published less data than expected".into()));
+            }
+            // The data areas are 64-byte aligned; copy out anyway to keep alignment independent of off.
+            let mut tmp = vec![0u64; b.div_ceil(8)];
+            std::ptr::copy_nonoverlapping(dr.as_ptr().add(off), tmp.as_mut_ptr() as *mut u8, b);
+            reduce::combine(dtype, op, accp, tmp.as_ptr() as *const u8, n)?;
+        }
+        if op == ReduceOp::GPUWIRE_AVG {
+            reduce::divide(dtype, accp, n, co.p())?;
+        }
+    }
+    let mut out = vec![0u8; b];
+    // SAFETY: acc holds b bytes.
+    unsafe { std::ptr::copy_nonoverlapping(accp, out.as_mut_ptr(), b) };
+    Ok(out)
+}
+
+fn in_view(send: Input, recv: &Buffer, block_bytes: usize, bytes: usize) -> View {
+    match send {
+        Input::Buf(b) => View::of(b),
+        Input::InPlace => View::of(recv).at(block_bytes, bytes),
+    }
+}
+
+/// Whether GPU reduction kernels work on every rank (agreed at setup).
+fn kernels_ok(c: &Communicator) -> bool {
+    devstate::dev(c).map(|st| st.kernels.is_ok()).unwrap_or(false)
+}
+
+// ---- the collectives -----------------------------------------------------------------------
+
+pub(super) fn barrier(c: &Communicator, stream: Stream) -> Result<()> {
+    let mut co = Coll::begin(c, "barrier", &[], stream)?;
+    co.exchange([BufRecord::default(); 2]).map(|_| ())
+}
+
+pub(super) fn bcast(c: &Communicator, buf: &Buffer, root: i32, stream: Stream) -> Result<()> {
+    let bytes = buf.bytes();
+    let root = root as usize;
+    let mut co = Coll::begin(c, "bcast", &[Some(buf)], stream)?;
+    let me = co.me();
+    if bytes <= SMALL {
+        co.stage_in(if me == root { Some(View::of(buf)) } else { None });
+        co.exchange([BufRecord::default(); 2])?;
+        if me != root {
+            let d = co.data(root).to_vec();
+            co.deliver(View::of(buf), &d)?;
+        }
+        return Ok(());
+    }
+    let rec = co.s.export(Some(View::of(buf)));
+    if co.exchange([rec, BufRecord::default()])? {
+        drop(co);
+        return StagedPath.bcast(c, buf, root as i32, stream);
+    }
+    co.lead_or_follow(|l| {
+        let src = l.ptr(root, 0)?;
+        for r in (0..l.co.p()).filter(|r| *r != root) {
+            let d = l.ptr(r, 0)?;
+            l.copy(d, src, bytes)?;
+        }
+        Ok(())
+    })
+}
+
+pub(super) fn reduce(c: &Communicator, send: Input, recv: Option<&Buffer>, op: ReduceOp, root: i32, stream: Stream) -> Result<()> {
+    let (n, dtype) = match (send, recv) {
+        (Input::Buf(b), _) => (b.count(), b.dtype()),
+        (Input::InPlace, Some(r)) => (r.count(), r.dtype()),
+        _ => return Err(Error::Internal("in-place reduce off the root".into())),
+    };
+    let bytes = n * dtype.size();
+    let input = match (send, recv) {
+        (Input::Buf(b), _) => View::of(b),
+        (Input::InPlace, Some(r)) => View::of(r),
+        _ => unreachable!(),
+    };
+    let root = root as usize;
+    let mut co = Coll::begin(c, "reduce", &[input_buf(send), recv], stream)?;
+    if bytes <= SMALL {
+        co.stage_in(Some(input));
+        co.exchange([BufRecord::default(); 2])?;
+        if let Some(r) = recv {
+            let out = host_reduce(&co, 0, n, dtype, op)?;
+            co.deliver(View::of(r), &out)?;
+        }
+        return Ok(());
+    }
+    let recs = [co.s.export(Some(input)), co.s.export(recv.map(View::of))];
+    if co.exchange(recs)? || !kernels_ok(c) {
+        drop(co);
+        return StagedPath.reduce(c, send, recv, op, root as i32, stream);
+    }
+    co.lead_or_follow(|l| {
+        let out = l.ptr(root, 1)?;
+        // The root's input is its output when in place: accumulate elsewhere unless the root
+        // is rank 0 (whose input is read first).
+        let acc = if root != 0 && l.same(root) { l.scratch(bytes)? } else { out };
+        l.reduce_into(acc, 0, n, dtype, op)?;
+        l.copy(out, acc, bytes)
+    })
+}
+
+pub(super) fn allreduce(c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()> {
+    let (n, dtype, bytes) = (recv.count(), recv.dtype(), recv.bytes());
+    let input = in_view(send, recv, 0, bytes);
+    let mut co = Coll::begin(c, "allreduce", &[input_buf(send), Some(recv)], stream)?;
+    if bytes <= SMALL {
+        co.stage_in(Some(input));
+        co.exchange([BufRecord::default(); 2])?;
+        let out = host_reduce(&co, 0, n, dtype, op)?;
+        return co.deliver(View::of(recv), &out);
+    }
+    let recs = [co.s.export(Some(input)), co.s.export(Some(View::of(recv)))];
+    if co.exchange(recs)? || !kernels_ok(c) {
+        drop(co);
+        return StagedPath.allreduce(c, send, recv, op, stream);
+    }
+    co.lead_or_follow(|l| {
+        let o0 = l.ptr(0, 1)?;
+        l.reduce_into(o0, 0, n, dtype, op)?;
+        for r in 1..l.co.p() {
+            let o = l.ptr(r, 1)?;
+            l.copy(o, o0, bytes)?;
+        }
+        Ok(())
+    })
+}
+
+pub(super) fn allgather(c: &Communicator, send: Input, recv: &Buffer, stream: Stream) -> Result<()> {
+    let p = c.size() as usize;
+    let counts = vec![recv.count() / p; p];
+    gatherv(c, "allgather", send, Some(recv), &counts, None, stream)
+}
+
+pub(super) fn allgatherv(c: &Communicator, send: Input, recv: &Buffer, counts: &[usize], stream: Stream) -> Result<()> {
+    gatherv(c, "allgatherv", send, Some(recv), counts, None, stream)
+}
+
+pub(super) fn reduce_scatter(c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()> {
+    let Input::Buf(sb) = send else { return Err(Error::Internal("in-place reduce_scatter".into())) };
+    let (m, dtype) = (recv.count(), recv.dtype());
+    let mb = m * dtype.size();
+    let mut co = Coll::begin(c, "reduce_scatter", &[Some(sb), Some(recv)], stream)?;
+    let me = co.me();
+    if sb.bytes() <= SMALL {
+        co.stage_in(Some(View::of(sb)));
+        co.exchange([BufRecord::default(); 2])?;
+        let out = host_reduce(&co, me * mb, m, dtype, op)?;
+        return co.deliver(View::of(recv), &out);
+    }
+    let recs = [co.s.export(Some(View::of(sb))), co.s.export(Some(View::of(recv)))];
+    if co.exchange(recs)? || !kernels_ok(c) {
+        drop(co);
+        return StagedPath.reduce_scatter(c, send, recv, op, stream);
+    }
+    co.lead_or_follow(|l| {
+        for r in 0..l.co.p() {
+            let o = l.ptr(r, 1)?;
+            l.reduce_into(o, r * mb, m, dtype, op)?;
+        }
+        Ok(())
+    })
+}
+
+pub(super) fn alltoall(c: &Communicator, send: Input, recv: &Buffer, stream: Stream) -> Result<()> {
+    let p = c.size() as usize;
+    let bytes = recv.bytes();
+    let kb = bytes / p;
+    let input = in_view(send, recv, 0, bytes);
+    let mut co = Coll::begin(c, "alltoall", &[input_buf(send), Some(recv)], stream)?;
+    let me = co.me();
+    if bytes <= SMALL {
+        co.stage_in(Some(input));
+        co.exchange([BufRecord::default(); 2])?;
+        let mut out = vec![0u8; bytes];
+        for q in 0..p {
+            let d = co.data(q);
+            if d.len() < (me + 1) * kb {
+                return Err(Error::Internal("small alltoall: a rank published less data than expected".into()));
+            }
+            out[q * kb..(q + 1) * kb].copy_from_slice(&d[me * kb..(me + 1) * kb]);
+        }
+        return co.deliver(View::of(recv), &out);
+    }
+    let recs = [co.s.export(Some(input)), co.s.export(Some(View::of(recv)))];
+    if co.exchange(recs)? {
+        drop(co);
+        return StagedPath.alltoall(c, send, recv, stream);
+    }
+    co.lead_or_follow(|l| {
+        // Inputs of in-place ranks are overwritten by the exchange: copy them aside first.
+        let inplace: Vec<usize> = (0..p).filter(|r| l.same(*r)).collect();
+        let tmp = if inplace.is_empty() { 0 } else { l.scratch(inplace.len() * bytes)? };
+        let mut src = vec![0usize; p];
+        for (q, s) in src.iter_mut().enumerate() {
+            let i = l.ptr(q, 0)?;
+            *s = match inplace.iter().position(|r| *r == q) {
+                Some(k) => {
+                    l.copy(tmp + k * bytes, i, bytes)?;
+                    tmp + k * bytes
+                }
+                None => i,
+            };
+        }
+        for r in 0..p {
+            let o = l.ptr(r, 1)?;
+            for (q, s) in src.iter().enumerate() {
+                l.copy(o + q * kb, s + r * kb, kb)?;
+            }
+        }
+        Ok(())
+    })
+}
+
+pub(super) fn gather(c: &Communicator, send: Input, recv: Option<&Buffer>, root: i32, stream: Stream) -> Result<()> {
+    let p = c.size() as usize;
+    let n = match (send, recv) {
+        (Input::Buf(b), _) => b.count(),
+        (Input::InPlace, Some(r)) => r.count() / p,
+        _ => return Err(Error::Internal("in-place gather off the root".into())),
+    };
+    gatherv(c, "gather", send, recv, &vec![n; p], Some(root as usize), stream)
+}
+
+pub(super) fn scatter(c: &Communicator, send: Option<&Buffer>, recv: Input, root: i32, stream: Stream) -> Result<()> {
+    let p = c.size() as usize;
+    let root = root as usize;
+    let (n, dtype) = match (recv, send) {
+        (Input::Buf(b), _) => (b.count(), b.dtype()),
+        (Input::InPlace, Some(s)) => (s.count() / p, s.dtype()),
+        _ => return Err(Error::Internal("in-place scatter off the root".into())),
+    };
+    let nb = n * dtype.size();
+    let me = c.rank() as usize;
+    // This rank's output: its receive buffer, or its block of the root's send buffer.
+    let out = match (recv, send) {
+        (Input::Buf(b), _) => View::of(b),
+        (Input::InPlace, Some(s)) => View::of(s).at(me * nb, nb),
+        _ => unreachable!(),
+    };
+    let mut co = Coll::begin(c, "scatter", &[send, input_buf(recv)], stream)?;
+    if p * nb <= SMALL {
+        co.stage_in(send.map(View::of));
+        co.exchange([BufRecord::default(); 2])?;
+        if !matches!(recv, Input::InPlace) {
+            let d = co.data(root);
+            if d.len() < (me + 1) * nb {
+                return Err(Error::Internal("small scatter: the root published less data than expected".into()));
+            }
+            let mine = d[me * nb..(me + 1) * nb].to_vec();
+            co.deliver(out, &mine)?;
+        }
+        return Ok(());
+    }
+    let recs = [co.s.export(send.map(View::of)), co.s.export(Some(out))];
+    if co.exchange(recs)? {
+        drop(co);
+        return StagedPath.scatter(c, send, recv, root as i32, stream);
+    }
+    co.lead_or_follow(|l| {
+        let src = l.ptr(root, 0)?;
+        for q in 0..p {
+            let o = l.ptr(q, 1)?;
+            l.copy(o, src + q * nb, nb)?;
+        }
+        Ok(())
+    })
+}
+
+/// allgather(v) (root None) and gather (root Some): `counts[q]` elements from rank q, placed
+/// contiguously in rank order in every rank's (or the root's) `recv`.
+fn gatherv(c: &Communicator, what: &'static str, send: Input, recv: Option<&Buffer>, counts: &[usize], root: Option<usize>, stream: Stream) -> Result<()> {
+    let p = c.size() as usize;
+    let me = c.rank() as usize;
+    let dtype = match (send, recv) {
+        (Input::Buf(b), _) => b.dtype(),
+        (_, Some(r)) => r.dtype(),
+        _ => return Err(Error::Internal(format!("in-place {what} without a receive buffer"))),
+    };
+    let es = dtype.size();
+    let disp: Vec<usize> = counts.iter().scan(0, |a, n| {
+        let d = *a;
+        *a += n;
+        Some(d)
+    }).collect();
+    let total: usize = counts.iter().sum();
+    let input = match (send, recv) {
+        (Input::Buf(b), _) => View::of(b),
+        (Input::InPlace, Some(r)) => View::of(r).at(disp[me] * es, counts[me] * es),
+        _ => unreachable!(),
+    };
+    let input = View { bytes: counts[me] * es, ..input };
+    let mut co = Coll::begin(c, what, &[input_buf(send), recv], stream)?;
+    let largest = counts.iter().max().copied().unwrap_or(0) * es;
+    if largest <= SMALL {
+        co.stage_in(Some(input));
+        co.exchange([BufRecord::default(); 2])?;
+        if let Some(r) = recv.filter(|_| root.is_none_or(|x| x == me)) {
+            let mut out = vec![0u8; total * es];
+            for q in 0..p {
+                let d = co.data(q);
+                let b = counts[q] * es;
+                if d.len() < b {
+                    return Err(Error::Internal(format!("small {what}: a rank published less data than expected")));
+                }
+                out[disp[q] * es..disp[q] * es + b].copy_from_slice(&d[..b]);
+            }
+            co.deliver(View::of(r), &out)?;
+        }
+        return Ok(());
+    }
+    let recs = [co.s.export(Some(input)), co.s.export(recv.map(View::of))];
+    if co.exchange(recs)? {
+        drop(co);
+        return match root {
+            None => match recv {
+                Some(r) => StagedPath.allgatherv(c, send, r, counts, stream),
+                None => Err(Error::Internal(format!("{what} without a receive buffer"))),
+            },
+            Some(x) => StagedPath.gather(c, send, recv, x as i32, stream),
+        };
+    }
+    co.lead_or_follow(|l| {
+        let dests: Vec<usize> = match root {
+            Some(x) => vec![x],
+            None => (0..p).collect(),
+        };
+        let mut src = vec![0usize; p];
+        for (q, s) in src.iter_mut().enumerate() {
+            *s = l.ptr(q, 0)?;
+        }
+        for r in dests {
+            let o = l.ptr(r, 1)?;
+            for q in 0..p {
+                l.copy(o + disp[q] * es, src[q], counts[q] * es)?;
+            }
+        }
+        Ok(())
+    })
+}

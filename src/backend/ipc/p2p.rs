@@ -1,0 +1,750 @@
+//! IPC point-to-point: control messages (a [`Header`], with the data inline up to 1 KiB) on the
+//! state's private duplicates of the communicator; larger device data through a mapping of the
+//! sender's buffer and a completion cell, or as a second MPI message of host bytes. [`SendOp`]
+//! and [`RecvOp`] are the operations in flight, `IpcSend` and `IpcRecv` their requests.
+
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, TryLockError};
+
+use super::maps::{maps, MAPS};
+use super::shm::{self, lock, BufRecord, Stop, REC_HANDLE, REC_LOCAL_ONLY, REC_NONE, SMALL};
+use super::state::{deliver, state, IpcState, View};
+use crate::backend::devstate::{self, Pool, PoolBuf};
+use crate::backend::ring::{self, Loc};
+use crate::buffer::Buffer;
+use crate::comm::Communicator;
+use crate::device::{self, CtxGuard, Stream};
+use crate::error::{Error, Result};
+use crate::mpisys::{self, RawComm, RawRequest, sys};
+use crate::progress::progress_all;
+use crate::request::Pending;
+use crate::types::{Dtype, Space};
+
+const MAGIC: u32 = 0x6770_6970; // "gpip"
+const K_INLINE: u32 = 1;
+const K_HANDLE: u32 = 2;
+const K_LOCAL: u32 = 3;
+const K_DATA: u32 = 4;
+/// Device sends in this range go as K_DATA (staged through host memory) when ranks share a GPU.
+const STAGED_P2P_MIN: usize = SMALL + 1;
+const STAGED_P2P_MAX: usize = 512 << 10;
+
+/// A control message (only the first HDR_FIXED + inline bytes travel).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Header {
+    magic: u32,
+    kind: u32,
+    src: i32,
+    tag: i32,
+    bytes: u64,
+    cell: u64,
+    generation: u64,
+    /// The sender's element count and datatype (compared by the receiver in checking mode).
+    count: u64,
+    dtype: i32,
+    /// CHECK_COMPARE: the receiver compares count and datatype (checking mode); CHECK_CELL: an
+    /// inline or data message names a completion cell that the receiver ends (so the sender
+    /// learns of a refusal).
+    check: u32,
+    /// K_LOCAL: the sender's pointer (the same process); K_DATA: the tag of the data message.
+    ptr: u64,
+    rec: BufRecord,
+    data: [u8; SMALL],
+}
+
+const HDR_FIXED: usize = std::mem::size_of::<Header>() - SMALL;
+const CHECK_COMPARE: u32 = 1;
+const CHECK_CELL: u32 = 2;
+
+fn zeroed_header() -> Box<Header> {
+    // SAFETY: all-zero is a valid Header (plain integers and arrays).
+    Box::new(unsafe { std::mem::zeroed() })
+}
+
+fn mpi_test(req: &mut RawRequest) -> Result<bool> {
+    let mut flag: c_int = 0;
+    // SAFETY: a request of ours, or MPI_REQUEST_NULL (then flag is true).
+    mpisys::check(unsafe { sys::MPI_Test(&mut req.0, &mut flag, mpisys::status_ignore()) }, "MPI_Test")?;
+    Ok(flag != 0)
+}
+
+fn isend_bytes(comm: RawComm, ptr: usize, bytes: usize, dest: i32, tag: i32) -> Result<RawRequest> {
+    let n = mpisys::Count::new(Dtype::GPUWIRE_UINT8, bytes)?;
+    let mut req = mpisys::request_null();
+    // SAFETY: ptr valid for bytes until the request completes (kept by the operation).
+    mpisys::check(unsafe { sys::MPI_Isend(ptr as *const c_void, n.n, n.dt, dest, tag, comm.0, &mut req) }, "MPI_Isend")?;
+    Ok(RawRequest(req))
+}
+
+fn irecv_bytes(comm: RawComm, ptr: usize, bytes: usize, source: i32, tag: i32) -> Result<RawRequest> {
+    let n = mpisys::Count::new(Dtype::GPUWIRE_UINT8, bytes)?;
+    let mut req = mpisys::request_null();
+    // SAFETY: as above.
+    mpisys::check(unsafe { sys::MPI_Irecv(ptr as *mut c_void, n.n, n.dt, source, tag, comm.0, &mut req) }, "MPI_Irecv")?;
+    Ok(RawRequest(req))
+}
+
+/// A send in flight.
+struct SendOp {
+    reqs: Vec<RawRequest>,
+    _hdr: Box<Header>,
+    /// The completion cell the receiver stores into (mapping and local sends).
+    cell: Option<(usize, u64)>,
+    staged: Option<PoolBuf>,
+    pool: *const Pool,
+    state: *const IpcState,
+    dest: i32,
+}
+// SAFETY: the pointers refer to the communicator's state, which the request keeps alive.
+unsafe impl Send for SendOp {}
+
+impl SendOp {
+    fn start(c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<SendOp> {
+        let s = state(c)?;
+        devstate::check_device(c, buf)?;
+        let _g = CtxGuard::enter(s.device)?;
+        device::sync(stream)?;
+        let v = View::of(buf);
+        let mut h = zeroed_header();
+        h.magic = MAGIC;
+        h.src = c.rank();
+        h.tag = tag;
+        h.bytes = v.bytes as u64;
+        h.count = buf.count() as u64;
+        h.dtype = buf.dtype() as i32;
+        let mut op = SendOp { reqs: Vec::new(), _hdr: zeroed_header(), cell: None, staged: None, pool: devstate::pool(c)?, state: s, dest };
+        let mut len = HDR_FIXED;
+        let mut data: Option<(usize, usize, i32)> = None;
+        if v.bytes <= SMALL {
+            h.kind = K_INLINE;
+            if v.bytes > 0 {
+                let dst = h.data.as_mut_ptr() as usize;
+                if v.host() {
+                    // SAFETY: the caller's host memory, v.bytes <= SMALL.
+                    unsafe { std::ptr::copy_nonoverlapping(v.ptr as *const u8, dst as *mut u8, v.bytes) };
+                } else {
+                    device::copy_async(dst, v.ptr, v.bytes, stream)?;
+                    device::sync(stream)?;
+                }
+            }
+            len += v.bytes;
+        } else {
+            // Ranks sharing a GPU: above 1 KiB and up to 512 KiB the data goes as an MPI message
+            // staged through pinned host memory (two copy-engine copies; below 32 KiB the
+            // receiver's as device::htod_shared) rather than the receiver's device-to-device
+            // copy, which waits for the other process's time slice on the compute engine
+            // (~150 µs; staged 31–118 µs from 32 KiB, measured on the H200).
+            let staged = dest as usize != s.me && !v.host() && (STAGED_P2P_MIN..=STAGED_P2P_MAX).contains(&v.bytes) && devstate::dev(c)?.gpu_shared;
+            let mut rec = if dest as usize == s.me || staged { BufRecord::default() } else { s.export(Some(v)) };
+            // A send through a mapping needs a completion cell; with all of them taken (sends
+            // waiting for their receivers) it goes as a data message instead, which MPI completes.
+            let mut cell = None;
+            if dest as usize == s.me || rec.kind == REC_HANDLE {
+                cell = lock(&s.inner).cells.take(&s.seg.slot(s.me).cells);
+                if cell.is_none() && dest as usize != s.me {
+                    rec = BufRecord::default();
+                }
+            }
+            if dest as usize == s.me {
+                h.kind = K_LOCAL;
+                h.ptr = v.ptr as u64;
+                // Whether the pointer is host memory.
+                h.rec.kind = if v.host() { REC_LOCAL_ONLY } else { REC_NONE };
+            } else if rec.kind == REC_HANDLE {
+                h.kind = K_HANDLE;
+                h.rec = rec;
+            } else {
+                h.kind = K_DATA;
+                let src = if v.host() {
+                    v.ptr
+                } else {
+                    let st = devstate::dev(c)?;
+                    let pb = devstate::pool(c)?.take(v.bytes, st.pinned(), s.device)?;
+                    drop(st);
+                    let p = pb.ptr;
+                    op.staged = Some(pb);
+                    device::copy_async(p, v.ptr, v.bytes, stream)?;
+                    device::sync(stream)?;
+                    p
+                };
+                // The data message gets a tag of its own, named in the header: the receiver may
+                // process two headers from this rank out of order (request tests), and must still
+                // match each with its own data.
+                let dtag = (s.data_tag.fetch_add(1, Ordering::Relaxed) as i64 % (crate::runtime::ensure_ready()?.tag_ub as i64 + 1)) as i32;
+                h.ptr = dtag as u64;
+                data = Some((src, v.bytes, dtag));
+            }
+            if matches!(h.kind, K_LOCAL | K_HANDLE) {
+                let Some((cell, generation)) = cell else {
+                    return Err(Error::InvalidArgument(format!(
+                        "send to itself: {} sends of more than {SMALL} bytes are already waiting for their receivers on this communicator (complete some first)",
+                        shm::CELLS
+                    )));
+                };
+                h.cell = cell as u64;
+                h.generation = generation;
+                op.cell = Some((cell, generation));
+            }
+        }
+        if c.config().check {
+            // Checking mode: the receiver compares count and datatype, and an inline or data
+            // message takes a completion cell too, so that a refusal fails this send as well
+            // (without a free cell it goes without: then only the receiver reports it).
+            h.check = CHECK_COMPARE;
+            if op.cell.is_none() {
+                if let Some((cell, generation)) = lock(&s.inner).cells.take(&s.seg.slot(s.me).cells) {
+                    h.cell = cell as u64;
+                    h.generation = generation;
+                    h.check |= CHECK_CELL;
+                    op.cell = Some((cell, generation));
+                }
+            }
+        }
+        let hp = &*h as *const Header as usize;
+        {
+            let _order = lock(&s.send_order);
+            op.reqs.push(isend_bytes(s.ctrl, hp, len, dest, tag)?);
+            if let Some((p, n, dtag)) = data {
+                op.reqs.push(isend_bytes(s.data, p, n, dest, dtag)?);
+            }
+        }
+        op._hdr = h;
+        Ok(op)
+    }
+
+    fn test(&mut self) -> Result<bool> {
+        for r in self.reqs.iter_mut() {
+            if !mpi_test(r)? {
+                return Ok(false);
+            }
+        }
+        if let Some((cell, generation)) = self.cell {
+            // SAFETY: see the Send impl.
+            let s = unsafe { &*self.state };
+            match shm::cell_end(&s.seg.slot(s.me).cells, cell, generation) {
+                None => return Ok(false),
+                Some(shm::DONE) => {}
+                Some(st @ (shm::REFUSED_COUNT | shm::REFUSED_DTYPE)) => {
+                    self.cell = None;
+                    let what = if st == shm::REFUSED_DTYPE { "datatype" } else { "size (element count)" };
+                    let msg = format!("send: rank {}'s receive refused this message: its {what} differs from the receive buffer's (the receiver's error names both); nothing was received", self.dest);
+                    return Err(if st == shm::REFUSED_DTYPE { Error::DtypeMismatch(msg) } else { Error::CountMismatch(msg) });
+                }
+                Some(_) => {
+                    self.cell = None;
+                    return Err(Error::Cuda(format!(
+                        "send: rank {}'s receive of this message failed while copying it (its own error says why)",
+                        self.dest
+                    )));
+                }
+            }
+        }
+        if let Some(b) = self.staged.take() {
+            // SAFETY: see the Send impl.
+            unsafe { (*self.pool).give(b) };
+        }
+        Ok(true)
+    }
+
+    fn quitter(&self) -> Quitter {
+        Quitter { cell: self.cell, state: self.state }
+    }
+}
+
+/// What a send needs to give up at a timeout.
+#[derive(Clone, Copy)]
+struct Quitter {
+    cell: Option<(usize, u64)>,
+    state: *const IpcState,
+}
+
+impl Quitter {
+    /// Whether the send may give up. A send through a mapping gives up only if its receiver has
+    /// not claimed it (then never will); once claimed, the receiver is copying from this rank's
+    /// buffer (or finished), and the send must wait for it.
+    fn give_up(&self) -> bool {
+        let Some((cell, generation)) = self.cell else { return true };
+        // SAFETY: the communicator's state, alive while its send is (see SendOp).
+        let s = unsafe { &*self.state };
+        shm::abandon(&s.seg.slot(s.me).cells[cell], generation)
+    }
+
+    /// Waits (without a deadline) until the receiver that claimed the send finished; true.
+    fn wait_finished(&self) -> bool {
+        if let Some((cell, generation)) = self.cell {
+            // SAFETY: as in give_up.
+            let s = unsafe { &*self.state };
+            let _ = shm::spin_until(None, || false, || Ok(shm::cell_done(&s.seg.slot(s.me).cells, cell, generation).is_some()));
+        }
+        true
+    }
+}
+
+enum RState {
+    Header,
+    Data { req: RawRequest, pb: Option<PoolBuf> },
+    Done,
+}
+
+/// A receive in flight.
+pub struct RecvOp {
+    hdr: Box<Header>,
+    req: RawRequest,
+    state: RState,
+    dst: View,
+    stream: Stream,
+    error: Option<Error>,
+    ipc: *const IpcState,
+    pool: *const Pool,
+    pinned: bool,
+    /// Ranks share the GPU (small deliveries avoid the compute engine: `device::htod_shared`).
+    shared: bool,
+    /// The receive buffer's element count and datatype.
+    count: usize,
+    dtype: crate::types::Dtype,
+    /// Set by the owner (IpcRecv) when it is dropped: the pointers above may dangle from then
+    /// on, and nobody may progress the operation any more.
+    closed: bool,
+}
+// SAFETY: the pointers refer to the communicator's state and the receive buffer, which the
+// request keeps alive until it drops its IpcRecv; that sets `closed` under the operation's lock
+// first, and no thread progresses a closed operation.
+unsafe impl Send for RecvOp {}
+
+impl RecvOp {
+    pub(super) fn start(c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<RecvOp> {
+        let s = state(c)?;
+        devstate::check_device(c, buf)?;
+        let (pinned, shared) = {
+            let st = devstate::dev(c)?;
+            (st.pinned(), st.gpu_shared)
+        };
+        {
+            // The receive buffer may be written as soon as a message arrives: order it after the
+            // caller's earlier work.
+            let _g = CtxGuard::enter(s.device)?;
+            device::sync(stream)?;
+        }
+        let hdr = zeroed_header();
+        let req = irecv_bytes(s.ctrl, &*hdr as *const Header as usize, std::mem::size_of::<Header>(), source, tag)?;
+        Ok(RecvOp {
+            hdr,
+            req,
+            state: RState::Header,
+            dst: View::of(buf),
+            stream,
+            error: None,
+            ipc: s,
+            pool: devstate::pool(c)?,
+            pinned,
+            shared,
+            count: buf.count(),
+            dtype: buf.dtype(),
+            closed: false,
+        })
+    }
+
+    /// Whether another thread may progress it (the owner's request is alive, not finished).
+    pub(super) fn wants_progress(&self) -> bool {
+        !self.closed && !matches!(self.state, RState::Done)
+    }
+
+    /// Progress; errors are kept for the owner. `others`: called for another owner (a wait of
+    /// another call or communicator, the progress thread): never blocks on the mapping lock.
+    pub(super) fn poll_keep(&mut self, others: bool) {
+        if self.closed {
+            return;
+        }
+        if let Err(e) = self.progress(others) {
+            self.state = RState::Done;
+            self.error = Some(e);
+        }
+    }
+
+    /// Whether complete (its error, once, when it failed).
+    fn poll(&mut self) -> Result<bool> {
+        self.poll_keep(false);
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        Ok(matches!(self.state, RState::Done))
+    }
+
+    fn progress(&mut self, others: bool) -> Result<()> {
+        // SAFETY: see the Send impl.
+        let s = unsafe { &*self.ipc };
+        loop {
+            match &mut self.state {
+                RState::Done => return Ok(()),
+                RState::Header => {
+                    // Once complete, the request is MPI_REQUEST_NULL: testing it again (after a
+                    // return below without progress) reports it complete again.
+                    if !mpi_test(&mut self.req)? {
+                        return Ok(());
+                    }
+                    let h = *self.hdr;
+                    if h.magic != MAGIC {
+                        self.state = RState::Done;
+                        return Err(Error::Internal("recv: a control message without gpuwire's header arrived".into()));
+                    }
+                    let bytes = h.bytes as usize;
+                    // A message of another size (or, in checking mode, count or datatype) is
+                    // refused: nothing is written to the buffer.
+                    let refused = self.verdict(&h).is_some();
+                    let n = self.dst.bytes;
+                    let _g = CtxGuard::enter(s.device)?;
+                    let moved = match h.kind {
+                        K_INLINE if refused => Ok(()),
+                        K_INLINE => deliver(self.dst, &h.data[..n.min(SMALL)], self.stream, self.shared),
+                        K_LOCAL | K_HANDLE => {
+                            // The mapping lock before the claim: a caller for another owner
+                            // that cannot take it now comes back later, with nothing claimed.
+                            let mut mapg = if h.kind == K_HANDLE {
+                                match MAPS.try_lock() {
+                                    Ok(g) => Some(g),
+                                    Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                                    Err(TryLockError::WouldBlock) if others => return Ok(()),
+                                    Err(TryLockError::WouldBlock) => Some(maps()),
+                                }
+                            } else {
+                                None
+                            };
+                            let sender_ok = (h.src as usize) < s.p && (h.cell as usize) < shm::CELLS;
+                            if !sender_ok {
+                                self.state = RState::Done;
+                                return Err(Error::Internal(format!("recv: a header from rank {} names completion cell {}", h.src, h.cell)));
+                            }
+                            let word = &s.seg.slot(h.src as usize).cells[h.cell as usize];
+                            // Claimed before the sender's memory is read: a sender that gave up
+                            // first (timed out) has returned, and its buffer may be gone.
+                            if shm::claim(word, h.generation).is_err() {
+                                self.state = RState::Done;
+                                return Err(Error::CommBroken(format!(
+                                    "recv: rank {} gave up this send (its timeout) before it was received; nothing was received",
+                                    h.src
+                                )));
+                            }
+                            if let Some((st, e)) = self.verdict(&h) {
+                                drop(mapg);
+                                shm::refuse(word, h.generation, st);
+                                self.state = RState::Done;
+                                return Err(e);
+                            }
+                            let r = if h.kind == K_LOCAL {
+                                let src_host = h.rec.kind == REC_LOCAL_ONLY;
+                                ring::copy(Loc { ptr: self.dst.ptr, host: self.dst.host() }, Loc { ptr: h.ptr as usize, host: src_host }, n, self.stream)
+                                    .and_then(|()| device::sync(self.stream))
+                            } else {
+                                let m = mapg.as_mut().expect("taken for K_HANDLE");
+                                s.import(m, h.src as usize, &h.rec).and_then(|src| {
+                                    device::copy_async(self.dst.ptr, src, n, self.stream)?;
+                                    device::sync(self.stream)
+                                })
+                            };
+                            drop(mapg);
+                            // The sender may go on (told whether its data arrived).
+                            shm::finish(word, h.generation, r.is_ok());
+                            r
+                        }
+                        K_DATA => {
+                            let (target, pb) = if self.dst.host() && !refused {
+                                (self.dst.ptr, None)
+                            } else {
+                                // SAFETY: see the Send impl.
+                                let pb = unsafe { (*self.pool).take(bytes, self.pinned, s.device)? };
+                                (pb.ptr, Some(pb))
+                            };
+                            let req = irecv_bytes(s.data, target, bytes, h.src, h.ptr as i32)?;
+                            self.state = RState::Data { req, pb };
+                            continue;
+                        }
+                        k => Err(Error::Internal(format!("recv: unknown control message kind {k}"))),
+                    };
+                    self.state = RState::Done;
+                    moved?;
+                    return self.end(&h);
+                }
+                RState::Data { req, pb } => {
+                    if !mpi_test(req)? {
+                        return Ok(());
+                    }
+                    let h = *self.hdr;
+                    let taken = pb.take();
+                    let refused = self.verdict(&h).is_some();
+                    let n = self.dst.bytes;
+                    let r = match taken {
+                        Some(b) if refused => {
+                            // SAFETY: see the Send impl.
+                            unsafe { (*self.pool).give(b) };
+                            Ok(())
+                        }
+                        Some(b) => {
+                            let _g = CtxGuard::enter(s.device)?;
+                            let r = if self.shared && self.dst.space == Space::GPUWIRE_SPACE_DEVICE && n < device::SHARED_HTOD_2D_MAX {
+                                // SAFETY: the pool buffer holds the `bytes` >= n received bytes.
+                                let src = unsafe { std::slice::from_raw_parts(b.ptr as *const u8, n) };
+                                device::htod_shared(self.dst.ptr, src, self.stream)
+                            } else {
+                                ring::copy(Loc { ptr: self.dst.ptr, host: self.dst.host() }, Loc { ptr: b.ptr, host: true }, n, self.stream)
+                                    .and_then(|()| if self.dst.host() { Ok(()) } else { device::sync(self.stream) })
+                            };
+                            // SAFETY: see the Send impl.
+                            unsafe { (*self.pool).give(b) };
+                            r
+                        }
+                        None => Ok(()),
+                    };
+                    self.state = RState::Done;
+                    r?;
+                    return self.end(&h);
+                }
+            }
+        }
+    }
+
+    /// Why the message in `h` is refused (its completion state and the receiver's error), or
+    /// None when it is exactly this receive: its bytes always, its count and datatype in
+    /// checking mode.
+    fn verdict(&self, h: &Header) -> Option<(u64, Error)> {
+        let bytes = h.bytes as usize;
+        let theirs = crate::types::Dtype::from_c(h.dtype).map(|d| d.name()).unwrap_or("?");
+        if h.check & CHECK_COMPARE != 0 && h.dtype != self.dtype as i32 {
+            return Some((shm::REFUSED_DTYPE, Error::DtypeMismatch(format!(
+                "recv: rank {} sent {} {theirs} elements but this receive is of {} {} elements (checking mode); nothing was received",
+                h.src, h.count, self.count, self.dtype.name()
+            ))));
+        }
+        if bytes != self.dst.bytes || (h.check & CHECK_COMPARE != 0 && h.count as usize != self.count) {
+            let how = if bytes < self.dst.bytes { "shorter than" } else { "longer than" };
+            return Some((shm::REFUSED_COUNT, Error::CountMismatch(format!(
+                "recv: the message from rank {} (tag {}) has {bytes} bytes ({} {theirs} elements), {how} the receive buffer's {} bytes ({} {} elements); a receive takes exactly its buffer's count: the message was discarded and the buffer not written",
+                h.src, h.tag, h.count, self.dst.bytes, self.count, self.dtype.name()
+            ))));
+        }
+        None
+    }
+
+    /// The end of an inline or data message: its completion cell, when it has one (checking
+    /// mode), tells the sender; then the receiver's own error, if refused.
+    fn end(&self, h: &Header) -> Result<()> {
+        let verdict = self.verdict(h);
+        if h.check & CHECK_CELL != 0 && matches!(h.kind, K_INLINE | K_DATA) {
+            // SAFETY: see the Send impl.
+            let s = unsafe { &*self.ipc };
+            if (h.src as usize) < s.p && (h.cell as usize) < shm::CELLS {
+                let word = &s.seg.slot(h.src as usize).cells[h.cell as usize];
+                // A sender that gave up (its timeout) has returned already: nothing to tell.
+                if shm::claim(word, h.generation).is_ok() {
+                    match &verdict {
+                        Some((st, _)) => shm::refuse(word, h.generation, *st),
+                        None => shm::finish(word, h.generation, true),
+                    }
+                }
+            }
+        }
+        verdict.map_or(Ok(()), |(_, e)| Err(e))
+    }
+}
+
+/// Waits for `done` while progressing the process's pending receives, up to the timeout. At
+/// the timeout, `give_up` says whether the operation may end there (a send whose receiver
+/// already claimed it may not: the wait goes on, without a deadline, until the receiver is done).
+fn wait_p2p(c: &Communicator, what: &str, mut done: impl FnMut() -> Result<bool>, give_up: impl FnOnce() -> bool) -> Result<()> {
+    // One deadline per gpuwire call: what is left of it.
+    let r = shm::spin_until(c.remaining(), || c.is_broken(), || {
+        if done()? {
+            return Ok(true);
+        }
+        progress_all();
+        Ok(false)
+    })?;
+    match r {
+        Ok(()) => Ok(()),
+        Err(stop) if !give_up() => {
+            crate::trace!("ipc: {what}: {stop:?} while the receiver copies this send; waiting for it");
+            shm::spin_until(None, || false, || {
+                if done()? {
+                    return Ok(true);
+                }
+                progress_all();
+                Ok(false)
+            })?
+            .map_err(|_| Error::Internal("unbounded wait ended".into()))
+        }
+        Err(Stop::Broken) => {
+            c.ensure_usable()?;
+            Err(Error::CommBroken(format!("{what}: the communicator broke while waiting")))
+        }
+        Err(Stop::TimedOut) => {
+            let t = c.config().timeout.map(|t| t.as_secs_f64()).unwrap_or(0.0);
+            let msg = format!("{what} did not complete within the communicator's timeout of {t:.3} s (no matching call on the other rank?); the communicator is now broken");
+            c.mark_broken(msg.clone());
+            Err(Error::Timeout(msg))
+        }
+    }
+}
+
+struct IpcSend {
+    op: Option<SendOp>,
+    comm: *const Communicator,
+}
+// SAFETY: the request keeps the communicator alive; SendOp is Send.
+unsafe impl Send for IpcSend {}
+
+impl Pending for IpcSend {
+    fn wait(&mut self) -> Result<()> {
+        let Some(mut op) = self.op.take() else { return Ok(()) };
+        // SAFETY: see the Send impl.
+        let c = unsafe { &*self.comm };
+        let q = op.quitter();
+        let r = wait_p2p(c, "isend", || op.test(), || q.give_up());
+        if r.is_err() {
+            // MPI or the receiver may still use the header and data: never free them.
+            std::mem::forget(op);
+        }
+        r
+    }
+    fn test(&mut self) -> Result<bool> {
+        let Some(op) = self.op.as_mut() else { return Ok(true) };
+        if op.test()? {
+            self.op = None;
+            return Ok(true);
+        }
+        progress_all();
+        Ok(false)
+    }
+    fn abandon(self: Box<Self>) -> bool {
+        drop(self); // see Drop: the receiver may still read the data
+        false
+    }
+}
+
+impl Drop for IpcSend {
+    /// A send dropped before it completed (its request freed, gpuwire_finalize): its buffer may
+    /// go. Gives it up, or, when its receiver is already copying from it, waits for that copy.
+    fn drop(&mut self) {
+        let Some(mut op) = self.op.take() else { return };
+        // After the program's MPI_Finalize the segment may be gone, and MPI_Test would abort.
+        if crate::runtime::mpi_finalized() {
+            std::mem::forget(op);
+            return;
+        }
+        if !op.quitter().give_up() {
+            let _ = shm::spin_until(None, || false, || Ok(op.test().unwrap_or(true)));
+        }
+        // MPI may still use the header and data.
+        std::mem::forget(op);
+    }
+}
+
+pub(super) struct IpcRecv {
+    pub(super) op: Arc<Mutex<RecvOp>>,
+    pub(super) comm: *const Communicator,
+    pub(super) finished: bool,
+}
+// SAFETY: as IpcSend.
+unsafe impl Send for IpcRecv {}
+
+impl Pending for IpcRecv {
+    fn wait(&mut self) -> Result<()> {
+        if self.finished {
+            return Ok(());
+        }
+        // SAFETY: see the Send impl.
+        let c = unsafe { &*self.comm };
+        let op = self.op.clone();
+        let r = wait_p2p(c, "irecv", || lock(&op).poll(), || true);
+        self.finished = true;
+        r
+    }
+    fn test(&mut self) -> Result<bool> {
+        if self.finished {
+            return Ok(true);
+        }
+        // Busy: the progress thread (or another wait) is progressing it right now.
+        let done = match self.op.try_lock() {
+            Ok(mut op) => op.poll()?,
+            Err(TryLockError::Poisoned(p)) => p.into_inner().poll()?,
+            Err(TryLockError::WouldBlock) => false,
+        };
+        if done {
+            self.finished = true;
+        } else {
+            progress_all();
+        }
+        Ok(done)
+    }
+    fn abandon(self: Box<Self>) -> bool {
+        drop(self); // see Drop: closed, so no thread progresses it; MPI may still write the data
+        false
+    }
+}
+
+impl Drop for IpcRecv {
+    /// Closes the operation under its lock (so no other thread progresses it once the request's
+    /// communicator and buffer may be released), keeping it alive forever when MPI may still
+    /// write into its header or data (not finished: an error, or a request freed while pending).
+    fn drop(&mut self) {
+        let mut op = lock(&self.op);
+        op.closed = true;
+        if !matches!(op.state, RState::Done) {
+            std::mem::forget(self.op.clone());
+        }
+    }
+}
+
+// ---- the operations ------------------------------------------------------------------------
+
+pub(super) fn send(c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<()> {
+    let mut op = SendOp::start(c, buf, dest, tag, stream)?;
+    let q = op.quitter();
+    let r = wait_p2p(c, "send", || op.test(), || q.give_up());
+    if r.is_err() {
+        std::mem::forget(op);
+    }
+    r
+}
+
+pub(super) fn recv(c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<()> {
+    let mut op = RecvOp::start(c, buf, source, tag, stream)?;
+    let r = wait_p2p(c, "recv", || op.poll(), || true);
+    if r.is_err() && !matches!(op.state, RState::Done) {
+        std::mem::forget(op);
+    }
+    r
+}
+
+pub(super) fn isend(c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
+    let op = SendOp::start(c, buf, dest, tag, stream)?;
+    Ok(Box::new(IpcSend { op: Some(op), comm: c }))
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn sendrecv(c: &Communicator, send: &Buffer, dest: i32, sendtag: i32, recv: &Buffer, source: i32, recvtag: i32, stream: Stream) -> Result<()> {
+    let proc_null = crate::types::PROC_NULL;
+    // The receive first (a message to oneself then finds it).
+    let mut r = if source == proc_null { None } else { Some(RecvOp::start(c, recv, source, recvtag, stream)?) };
+    let mut w = if dest == proc_null { None } else { Some(SendOp::start(c, send, dest, sendtag, stream)?) };
+    let q = w.as_ref().map(|o| o.quitter());
+    // At a timeout the send part gives up, or (its receiver copying) ends first; the call
+    // then fails as a whole, also when the receive part was complete.
+    let give_up = || q.is_none_or(|q| q.give_up() || q.wait_finished());
+    let res = wait_p2p(c, "sendrecv", || {
+        let rd = match r.as_mut() {
+            Some(op) => op.poll()?,
+            None => true,
+        };
+        let sd = match w.as_mut() {
+            Some(op) => op.test()?,
+            None => true,
+        };
+        Ok(rd && sd)
+    }, give_up);
+    if res.is_err() {
+        std::mem::forget(r);
+        std::mem::forget(w);
+    }
+    res
+}
