@@ -279,7 +279,8 @@ impl Communicator {
         let device = match self.choice.kind {
             BackendKind::GPUWIRE_BACKEND_HOST => "",
             BackendKind::GPUWIRE_BACKEND_NCCL => "; device operations enqueued on their stream by NCCL",
-            BackendKind::GPUWIRE_BACKEND_IPC => "; blocking device operations return when their data is in place",
+            BackendKind::GPUWIRE_BACKEND_IPC => "; blocking device operations return when their data is in place (not yet stream-ordered on IPC)",
+            BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE => "; blocking device operations return when their data is in place (not yet stream-ordered on a CUDA-aware MPI)",
             _ if crate::engine::host_sync() => "; device operations stream-ordered, and wait for completion on the host (GPUWIRE_HOST_SYNC=1)",
             _ if self.config.check => "; device operations stream-ordered, and wait for completion on the host (checking mode)",
             _ => "; device operations stream-ordered: enqueued on their stream, MPI on the engine thread (the call returns before the data moves)",

@@ -231,7 +231,9 @@ impl Engine {
         }
     }
 
-    fn note_error(&self, e: &Error) {
+    /// Records `e` as the communicator's asynchronous error (the first one is kept until
+    /// reported).
+    pub fn note_error(&self, e: &Error) {
         let mut a = lock(&self.async_error);
         if a.is_none() {
             *a = Some(e.clone());

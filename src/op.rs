@@ -284,7 +284,7 @@ pub fn route(c: &Communicator, op: &Op, nonblocking: bool, grouped: bool) -> Str
         if engine::available() { "queued on the communicator's progress engine" } else { "run now (below MPI_THREAD_MULTIPLE)" }
     } else if device && op.nccl_native(c) {
         "enqueued on the stream by NCCL"
-    } else if device && ordered::applies(c) {
+    } else if device && ordered::applies(c, nonblocking) {
         if ordered::returns_early(c) {
             "stream-ordered: device work enqueued on the stream, MPI on the progress engine"
         } else {
@@ -325,7 +325,7 @@ pub fn issue(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -
         return Err(Error::from_status(e.status(), format!("an earlier operation on this communicator failed after its call had returned (nothing was done by this call): {e}")));
     }
     let device = op.on_device(c);
-    if device && c.device() >= 0 && !op.nccl_native(c) && ordered::applies(c) {
+    if device && c.device() >= 0 && !op.nccl_native(c) && ordered::applies(c, nonblocking) {
         return issue_ordered(c, op, stream, nonblocking);
     }
     // The common case first, as in gpuwire 0.1: a blocking call that runs now on this thread
@@ -394,7 +394,7 @@ fn issue_ordered(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: boo
     if !c.config().check {
         op.check(c)?;
     }
-    if !ordered::returns_early(c) {
+    if ordered::inline(c, nonblocking) {
         // The host side runs on this thread: after everything queued, in call order.
         c.engine().drain();
     }

@@ -160,8 +160,8 @@ impl Communicator {
             opt(sig.op.map(|o| o as i64)),
             opt(sig.root.map(|r| r as i64)),
             // Memory kinds are each rank's own where every kind takes the same MPI calls (the
-            // plain MPI path and the stream-ordered MPI paths); IPC and NCCL route by kind.
-            opt(sig.device.filter(|_| matches!(self.backend(), crate::types::BackendKind::GPUWIRE_BACKEND_IPC | crate::types::BackendKind::GPUWIRE_BACKEND_NCCL) && !backend::ordered::plain_mpi()).map(|d| d as i64)),
+            // plain MPI path and the stream-ordered staged path); the others route by kind.
+            opt(sig.device.filter(|_| self.backend() != crate::types::BackendKind::GPUWIRE_BACKEND_MPI_STAGED).map(|d| d as i64)),
         ];
         let err_flag = if local.is_err() { self.rank() as i64 + 1 } else { 0 };
         let kind = collective_id(what);

@@ -631,7 +631,13 @@ fn late_rank(cx: &Ctx) -> Result<(), String> {
         }
         for call in 1..=2 {
             let t0 = Instant::now();
-            let st = gpuwire_allreduce(comm, b, b, ReduceOp::GPUWIRE_SUM as i32, cx.stream as *mut c_void);
+            let mut st = gpuwire_allreduce(comm, b, b, ReduceOp::GPUWIRE_SUM as i32, cx.stream as *mut c_void);
+            if st == Status::GPUWIRE_SUCCESS && returns_early(comm) {
+                // Stream-ordered: the call returned before the data moved; its outcome is the
+                // communicator's asynchronous error once the stream has passed it.
+                cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
+                st = gpuwire_comm_async_error(comm);
+            }
             let secs = t0.elapsed().as_secs_f64();
             println!("rank {}: late-rank allreduce (check {check}) call {call}: {st:?} after {secs:.2} s", cx.rank);
             let broken = matches!(st, Status::GPUWIRE_ERROR_TIMEOUT | Status::GPUWIRE_ERROR_COMM_BROKEN);
@@ -1352,6 +1358,12 @@ fn ipc_dup(cx: &Ctx) -> Result<(), String> {
 /// neither the receive nor the guard after it is written (not on NCCL, which cannot detect it
 /// outside checking mode); in checking mode 3 into 5 float64 is COUNT_MISMATCH and 4 int32 into
 /// 2 float64 DTYPE_MISMATCH on both sender and receiver; an exact message then arrives.
+/// Whether device calls on `comm` return before their data moved (stream-ordered on the MPI
+/// paths, as its describe says): their failures are then asynchronous errors.
+fn returns_early(comm: gpuwire_comm) -> bool {
+    describe(comm).contains("stream-ordered: enqueued")
+}
+
 fn p2p_exact(cx: &Ctx) -> Result<(), String> {
     let st = cx.stream as *mut c_void;
     let (to, from) = ((cx.rank + 1) % cx.size, (cx.rank + cx.size - 1) % cx.size);
@@ -1373,12 +1385,24 @@ fn p2p_exact(cx: &Ctx) -> Result<(), String> {
             let r = view(all, rn);
             let mut q = 0;
             ok(gpuwire_isend(cx.comm, s, to, 61, st, &mut q), "isend");
-            let got = gpuwire_recv(cx.comm, r, from, 61, st);
+            let mut got = gpuwire_recv(cx.comm, r, from, 61, st);
             ok(gpuwire_wait(&mut q), "wait(isend)");
+            let early = got == Status::GPUWIRE_SUCCESS && returns_early(cx.comm);
+            if early {
+                // Stream-ordered: the refusal is the communicator's asynchronous error, and the
+                // receive buffer's content is undefined (as MPI's after a failed receive).
+                cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
+                got = gpuwire_comm_async_error(cx.comm);
+            }
             if got != Status::GPUWIRE_ERROR_COUNT_MISMATCH {
                 return Err(format!("{sn} float64 into a {rn}-element device receive gave {got:?} ({}), expected COUNT_MISMATCH", last_error()));
             }
-            if download(all, 13 * 8) != fill {
+            if early {
+                let tail = download(all, 13 * 8);
+                if tail[rn * 8..] != fill[rn * 8..] {
+                    return Err(format!("{sn} float64 into {rn}: the refused receive wrote past its buffer"));
+                }
+            } else if download(all, 13 * 8) != fill {
                 return Err(format!("{sn} float64 into {rn}: the refused receive wrote its buffer or past it"));
             }
             for b in [r, all, s] {
@@ -1714,6 +1738,71 @@ fn nbc_returns_early(cx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
+/// Memory kinds are each rank's own (issue 18): rank 0 passes host buffers, the others device
+/// buffers, to allreduce (64 elements, and 2^20: past the sizes where the old staged path took
+/// a ring that a host rank did not), bcast from a host root and from a device root, reduce to a
+/// device root, allgather, and a sendrecv ring; values checked on every rank. Below, the same
+/// with the kinds swapped (rank 0 device, the others host).
+fn mixed_memory_kinds(cx: &Ctx) -> Result<(), String> {
+    let (r, p, s) = (cx.rank, cx.size, cx.stream as *mut c_void);
+    if p < 2 {
+        println!("rank {r}: nbcmixed: needs 2 ranks, skipped (NOT RUN)");
+        return Ok(());
+    }
+    let sum = ReduceOp::GPUWIRE_SUM as i32;
+    let dev = DEVICE.load(std::sync::atomic::Ordering::Relaxed);
+    for swap in [false, true] {
+        let host_rank = (r == 0) != swap;
+        let alloc = |n: usize| -> gpuwire_buffer {
+            if host_rank {
+                let mut b = 0;
+                ok(gpuwire_buffer_alloc(n as i64, Dtype::GPUWIRE_FLOAT32 as i32, Space::GPUWIRE_SPACE_HOST as i32, dev, &mut b), "gpuwire_buffer_alloc(host)");
+                b
+            } else {
+                dev_alloc(n, Dtype::GPUWIRE_FLOAT32)
+            }
+        };
+        let f32s = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let kinds = if host_rank { "host" } else { "device" };
+        for n in [64usize, 1 << 20] {
+            let (a, b) = (alloc(n), alloc(n));
+            upload(a, &f32s(&vec![(r + 1) as f32; n]));
+            ok(gpuwire_allreduce(cx.comm, a, b, sum, s), "allreduce (mixed kinds)");
+            all_f32(&download(b, n * 4), (p * (p + 1) / 2) as f32).map_err(|e| format!("allreduce of {n} on {kinds} memory (swap {swap}): {e}"))?;
+            for root in [0, 1] {
+                upload(a, &f32s(&vec![if r == root { 7.0 + root as f32 } else { -1.0 }; n]));
+                ok(gpuwire_bcast(cx.comm, a, root, s), "bcast (mixed kinds)");
+                all_f32(&download(a, n * 4), 7.0 + root as f32).map_err(|e| format!("bcast of {n} from root {root} on {kinds} memory (swap {swap}): {e}"))?;
+            }
+            upload(a, &f32s(&vec![(r + 1) as f32; n]));
+            upload(b, &f32s(&vec![0.0; n]));
+            ok(gpuwire_reduce(cx.comm, a, b, sum, 1, s), "reduce (mixed kinds)");
+            if r == 1 {
+                all_f32(&download(b, n * 4), (p * (p + 1) / 2) as f32).map_err(|e| format!("reduce of {n} to root 1 on {kinds} memory (swap {swap}): {e}"))?;
+            }
+            gpuwire_buffer_free(a);
+            gpuwire_buffer_free(b);
+        }
+        let m = 1000usize;
+        let (a, g) = (alloc(m), alloc(m * p as usize));
+        upload(a, &f32s(&vec![(r * 10) as f32; m]));
+        ok(gpuwire_allgather(cx.comm, a, g, s), "allgather (mixed kinds)");
+        let got = download(g, m * p as usize * 4);
+        for q in 0..p as usize {
+            all_f32(&got[q * m * 4..(q + 1) * m * 4], (q * 10) as f32).map_err(|e| format!("allgather block {q} on {kinds} memory (swap {swap}): {e}"))?;
+        }
+        let (left, right) = ((r + p - 1) % p, (r + 1) % p);
+        let inbox = alloc(m);
+        ok(gpuwire_sendrecv(cx.comm, a, right, 3, inbox, left, 3, s), "sendrecv (mixed kinds)");
+        all_f32(&download(inbox, m * 4), (left * 10) as f32).map_err(|e| format!("sendrecv on {kinds} memory (swap {swap}): {e}"))?;
+        for x in [a, g, inbox] {
+            gpuwire_buffer_free(x);
+        }
+    }
+    println!("rank {r}: nbcmixed: allreduce, bcast (host and device roots), reduce, allgather, sendrecv with host memory on some ranks and device memory on others, both ways");
+    Ok(())
+}
+
 fn main() {
     let Ok(cases) = std::env::var("GPUWIRE_GPU_TEST") else {
         println!(
@@ -1793,6 +1882,7 @@ fn main() {
             "nbc" => nbc_device(&cx),
             "nbcgroup" => nbc_group_device(&cx),
             "nbcearly" => nbc_returns_early(&cx),
+            "nbcmixed" => mixed_memory_kinds(&cx),
             other => Err(format!("unknown case {other}")),
         };
         let ms = t0.elapsed().as_millis();

@@ -262,10 +262,6 @@ pub fn path_for(c: &Communicator, bufs: &[Option<&Buffer>]) -> Result<&'static d
     let Some(b) = bufs.iter().flatten().find(|b| !b.is_host()) else {
         return Ok(&host::HostPath);
     };
-    // The host side of a stream-ordered CUDA-aware operation: the MPI moves device memory.
-    if ordered::plain_mpi() {
-        return Ok(&host::HostPath);
-    }
     match c.backend() {
         // NCCL needs every buffer of the call in device memory; a call that mixes in host memory
         // takes the staged MPI path of the same communicator.

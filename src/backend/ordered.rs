@@ -1,17 +1,16 @@
-//! Stream-ordered device operations of the MPI paths (MPI_STAGED, MPI_CUDA_AWARE, and the calls
-//! of an NCCL communicator that mix host and device memory), as NCCL orders its own: the call
+//! Stream-ordered device operations of the staged MPI path (MPI_STAGED, and the calls of an NCCL
+//! communicator that mix host and device memory), as NCCL orders its own: the call
 //! enqueues its device work on the caller's stream and returns; the operation happens after the
 //! work enqueued on that stream before the call, and the stream's later work sees its result.
 //!
 //! How: at the call, on the caller's thread, every CUDA step is enqueued on the caller's stream
 //! around two flags in mapped host memory (`crate::engine::Flag`):
 //!
-//! 1. staged (MPI_STAGED): each device buffer the operation reads is copied into a page-locked
+//! 1. each device buffer the operation reads is copied into a page-locked
 //!    staging block (`device::staging`); then the stream writes `ready`;
 //! 2. the host side — on the communicator's progress engine, or on the caller's thread where
 //!    the engine cannot run it — waits for `ready`, makes the operation's MPI calls (the plain
-//!    MPI path, `host`, on the staging blocks; with a CUDA-aware MPI on the device buffers
-//!    themselves), and writes `done`;
+//!    MPI path, `host`, on the staging blocks), and writes `done`;
 //! 3. the stream waits for `done`, then copies the staging blocks the operation wrote into the
 //!    device buffers.
 //!
@@ -74,40 +73,32 @@ pub enum HostSide {
     Start(Box<dyn FnOnce(&[Arc<Buffer>]) -> Result<Box<dyn Pending>> + Send>),
 }
 
-thread_local! {
-    /// Set while the host side of a CUDA-aware operation runs: `path_for` then gives the plain
-    /// MPI path for device buffers too (the MPI moves them itself).
-    static PLAIN_MPI: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Whether this thread runs the host side of a CUDA-aware operation ([`PLAIN_MPI`]).
-pub fn plain_mpi() -> bool {
-    PLAIN_MPI.with(|p| p.get())
-}
-
-fn with_plain_mpi<T>(on: bool, f: impl FnOnce() -> T) -> T {
-    let was = PLAIN_MPI.with(|p| p.replace(on));
-    let r = f();
-    PLAIN_MPI.with(|p| p.set(was));
-    r
-}
-
-/// Whether device operations on `c` are stream-ordered here (every backend but IPC, whose
-/// device operations still block the host, and NCCL's own, which NCCL orders).
-pub fn applies(c: &Communicator) -> bool {
-    matches!(c.backend(), BackendKind::GPUWIRE_BACKEND_MPI_STAGED | BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE | BackendKind::GPUWIRE_BACKEND_NCCL)
+/// Whether device operations on `c` go through here: on MPI_STAGED and on NCCL's mixed calls.
+/// IPC's device operations still block the host, NCCL's own are ordered by NCCL, and
+/// MPI_CUDA_AWARE's block the host as in gpuwire 0.1: a CUDA-aware MPI makes CUDA calls of its own
+/// on device memory (synchronous copies on the legacy stream among them), which wait for a stream
+/// that waits for gpuwire's host side; giving it device memory from the engine, or from the
+/// calling thread while other streams waited, hung and gave wrong results on the H200
+/// (2026-12-01, GPU cases nbc, darray_blockrow and cg_poisson_device with the kit's Open MPI).
+pub fn applies(c: &Communicator, _nonblocking: bool) -> bool {
+    matches!(c.backend(), BackendKind::GPUWIRE_BACKEND_MPI_STAGED | BackendKind::GPUWIRE_BACKEND_NCCL)
 }
 
 /// Where the host side runs: on the engine, unless the engine cannot call MPI (below
-/// MPI_THREAD_MULTIPLE), the host must wait anyway (`GPUWIRE_HOST_SYNC=1`), or checking mode
-/// must return every rank's verdict from the call.
-fn on_engine(c: &Communicator) -> bool {
+/// MPI_THREAD_MULTIPLE), the host must wait anyway (`GPUWIRE_HOST_SYNC=1`), or checking mode must
+/// return every rank's verdict from the call.
+fn on_engine(c: &Communicator, _nonblocking: bool) -> bool {
     engine::available() && !engine::host_sync() && !c.config().check
 }
 
-/// Whether the calls of `c` return before their data moved ([`on_engine`]).
+/// Whether the host side of a call on `c` runs on the calling thread ([`on_engine`]).
+pub fn inline(c: &Communicator, nonblocking: bool) -> bool {
+    !on_engine(c, nonblocking)
+}
+
+/// Whether the blocking device calls of `c` return before their data moved ([`on_engine`]).
 pub fn returns_early(c: &Communicator) -> bool {
-    on_engine(c)
+    on_engine(c, false)
 }
 
 /// The staging plan of one operation.
@@ -117,12 +108,9 @@ struct Plan {
     /// (staging, device, bytes) copies before the host side, and after it.
     before: Vec<(usize, usize, usize)>,
     after: Vec<(usize, usize, usize)>,
-    /// Whether the host side touches device memory itself (CUDA-aware).
-    direct: bool,
 }
 
 fn plan(c: &Communicator, parts: &[(Arc<Buffer>, Role)], ticket: &Arc<Ticket>) -> Result<Plan> {
-    let direct = c.backend() == BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE;
     let device = c.device();
     let mut subs: Vec<Option<Arc<Buffer>>> = vec![None; parts.len()];
     let (mut before, mut after) = (Vec::new(), Vec::new());
@@ -132,8 +120,6 @@ fn plan(c: &Communicator, parts: &[(Arc<Buffer>, Role)], ticket: &Arc<Ticket>) -
     for (i, (b, role)) in parts.iter().enumerate() {
         crate::backend::devstate::check_device(c, b)?;
         if b.is_host() || *role == Role::Unused || b.bytes() == 0 {
-            subs[i] = Some(b.clone());
-        } else if direct {
             subs[i] = Some(b.clone());
         } else {
             staged.push(i);
@@ -168,7 +154,7 @@ fn plan(c: &Communicator, parts: &[(Arc<Buffer>, Role)], ticket: &Arc<Ticket>) -
             after.push((sp, b.ptr(), b.bytes()));
         }
     }
-    Ok(Plan { subs: subs.into_iter().map(|s| s.expect("every part planned")).collect(), before, after, direct })
+    Ok(Plan { subs: subs.into_iter().map(|s| s.expect("every part planned")).collect(), before, after })
 }
 
 /// Issues one stream-ordered operation with these `parts` on `stream` (see the module's
@@ -184,9 +170,8 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
     let p = plan(c, &parts, &ticket)?;
     let eng = c.engine();
     let flag = eng.flag(device)?;
-    // Does the host side need the stream's earlier work done? When it reads staged data, or
-    // touches device memory itself (a CUDA-aware MPI reads or writes the buffers).
-    let wait_ready = !p.before.is_empty() || p.direct;
+    // The host side needs the stream's earlier work done when it reads staged data.
+    let wait_ready = !p.before.is_empty();
     for &(sp, dp, n) in &p.before {
         device::copy_async(sp, dp, n, stream)?;
     }
@@ -194,8 +179,12 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
         device::stream_write(stream, flag.ready_dev, flag.value)?;
     }
     let mut out_event = None;
-    if !nonblocking {
-        if !p.after.is_empty() || p.direct {
+    let engine_side = on_engine(c, nonblocking);
+    if !nonblocking && !engine_side {
+        // The host side runs below, on this thread: the results are copied only if it succeeded
+        // (a refused receive leaves its buffer as it was).
+    } else if !nonblocking {
+        if !p.after.is_empty() {
             device::stream_wait_geq(stream, flag.done_dev, flag.value)?;
         }
         for &(sp, dp, n) in &p.after {
@@ -224,37 +213,48 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
         ev.record(stream)?;
         ticket.set_event(ev);
     }
-    let direct = p.direct;
     let subs = p.subs;
     let c2 = c.clone();
     let stop = move || c2.is_broken().then(|| Error::CommBroken("the communicator broke while an operation waited for its stream".into()));
     let started: Arc<Mutex<Option<Started>>> = Arc::new(Mutex::new(None));
-    let engine_side = on_engine(c);
     let (t2, s2) = (ticket.clone(), started.clone());
+    let after = p.after;
+    let (eng2, report) = (eng.clone(), engine_side && !nonblocking);
+    // Inline and blocking, the results are copied after the host side: the staging is free
+    // once the stream has been waited for, below.
+    let finish_here = engine_side || nonblocking;
     let host = move || -> Result<()> {
         let flag = flag;
         let r = (|| {
             if wait_ready {
                 flag.wait_ready(&stop)?;
             }
-            // A CUDA-aware MPI finds the device memory through the thread's current context.
-            let _ctx = if direct { Some(CtxGuard::enter(device)?) } else { None };
-            with_plain_mpi(direct, || match side {
+            match side {
                 HostSide::Run(f) => f(&subs),
                 HostSide::Start(f) => {
                     let pend = f(&subs)?;
                     *s2.lock().unwrap_or_else(|p| p.into_inner()) = Some(Started { pending: Some(pend), flag: None });
                     Ok(())
                 }
-            })
+            }
         })();
+        // Nobody waits for a blocking form on the engine: its failure is the communicator's
+        // asynchronous error, recorded before the stream is released (a program that
+        // synchronizes the stream, then asks, sees it).
+        if report {
+            if let Err(e) = &r {
+                eng2.note_error(e);
+            }
+        }
         // A started operation releases its flag when it completes; everything else now.
         let mut g = s2.lock().unwrap_or_else(|p| p.into_inner());
         match g.as_mut() {
             Some(st) if r.is_ok() => st.flag = Some((flag, t2.clone())),
             _ => {
                 drop(flag);
-                t2.finish();
+                if finish_here {
+                    t2.finish();
+                }
             }
         }
         r
@@ -262,14 +262,21 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
     if !engine_side {
         let r = host();
         if !nonblocking {
-            r?;
-            device::sync(stream)?;
-            return Ok(None);
+            if let Err(e) = r {
+                ticket.finish();
+                return Err(e);
+            }
+            for &(sp, dp, n) in &after {
+                device::copy_async(dp, sp, n, stream)?;
+            }
+            let r = device::sync(stream);
+            ticket.finish();
+            return r.map(|()| None);
         }
         let done = Done::finished(r);
         return Ok(Some(Box::new(Ordered { done, started, out_event, device })));
     }
-    let done = eng.submit(Box::new(host), !nonblocking);
+    let done = eng.submit(Box::new(host), false);
     if !nonblocking {
         return Ok(None);
     }

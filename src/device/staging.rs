@@ -45,31 +45,24 @@ struct Block {
 
 static POOL: Mutex<Vec<Block>> = Mutex::new(Vec::new());
 
-/// Blocks kept when free, beyond which free blocks are released.
-const KEEP: usize = 32;
-
 /// A page-locked block of at least `bytes` on `device`'s context (portable), owned by `ticket`
-/// until it is free. The caller's thread, the device's context current.
+/// until it is free: the smallest free block that fits, else a new one (a power of two). Blocks
+/// are never freed while the program runs: cuMemFreeHost synchronizes the device, and a stream
+/// may be waiting for the host side of an operation that this very thread is to issue next (seen
+/// on the H200 as a hang). The pool grows to what the program has in flight at once. The
+/// caller's thread, the device's context current.
 pub fn take(device: i32, bytes: usize, ticket: &Arc<Ticket>) -> Result<usize> {
     let bytes = bytes.max(1);
     let mut pool = POOL.lock().unwrap_or_else(|p| p.into_inner());
-    for b in pool.iter_mut() {
-        if b.alloc.device == device && b.alloc.bytes >= bytes && b.alloc.bytes / 4 <= bytes.max(4096) && b.ticket.as_ref().is_none_or(|t| t.free()) {
-            b.ticket = Some(ticket.clone());
-            return Ok(b.alloc.ptr);
-        }
-    }
-    if pool.len() >= KEEP {
-        // Release free blocks (the smallest first) to make room.
-        pool.sort_by_key(|b| b.alloc.bytes);
-        let mut i = 0;
-        while i < pool.len() && pool.len() >= KEEP {
-            if pool[i].ticket.as_ref().is_none_or(|t| t.free()) {
-                pool.remove(i);
-            } else {
-                i += 1;
-            }
-        }
+    let best = pool
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| b.alloc.device == device && b.alloc.bytes >= bytes && b.ticket.as_ref().is_none_or(|t| t.free()))
+        .min_by_key(|(_, b)| b.alloc.bytes)
+        .map(|(i, _)| i);
+    if let Some(i) = best {
+        pool[i].ticket = Some(ticket.clone());
+        return Ok(pool[i].alloc.ptr);
     }
     let want = bytes.max(4096).checked_next_power_of_two().unwrap_or(bytes);
     let alloc = CudaAlloc::new(Space::GPUWIRE_SPACE_PINNED, device, want)?;
