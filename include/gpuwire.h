@@ -225,6 +225,23 @@ enum gpuwire_dtype
    * Complex of two float64, as C `double _Complex` and MPI_C_DOUBLE_COMPLEX.
    */
   GPUWIRE_COMPLEX128 = 11,
+  /**
+   * A (value, index) pair of a float32 value and an int32 index, laid out as the C struct
+   * `struct { float value; int32_t index; }` (8 bytes), as MPI_FLOAT_INT. Reduced only by
+   * GPUWIRE_MINLOC and GPUWIRE_MAXLOC; moved by every other operation.
+   */
+  GPUWIRE_FLOAT32_INT32 = 12,
+  /**
+   * A (value, index) pair of a float64 value and an int32 index, laid out as the C struct
+   * `struct { double value; int32_t index; }` (16 bytes: 4 bytes of padding after the index,
+   * 8-byte alignment), as MPI_DOUBLE_INT. Reduced only by GPUWIRE_MINLOC and GPUWIRE_MAXLOC.
+   */
+  GPUWIRE_FLOAT64_INT32 = 13,
+  /**
+   * A (value, index) pair of two int32, laid out as `struct { int32_t value; int32_t index; }`
+   * (8 bytes), as MPI_2INT. Reduced only by GPUWIRE_MINLOC and GPUWIRE_MAXLOC.
+   */
+  GPUWIRE_INT32_INT32 = 14,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -278,6 +295,31 @@ enum gpuwire_op
    * Bitwise XOR (integer types only).
    */
   GPUWIRE_BXOR = 7,
+  /**
+   * Logical AND (integer types only), as MPI_LAND: a nonzero element is true; each result
+   * element is 1 (true) or 0 (false). As in MPI, the data of a single rank (a communicator
+   * of one rank, scan's rank 0, exscan's rank 1) is passed through as it is.
+   */
+  GPUWIRE_LAND = 8,
+  /**
+   * Logical OR (integer types only), as MPI_LOR; results 1 or 0.
+   */
+  GPUWIRE_LOR = 9,
+  /**
+   * Logical exclusive OR (integer types only), as MPI_LXOR; results 1 or 0.
+   */
+  GPUWIRE_LXOR = 10,
+  /**
+   * Minimum value and its index, on the pair datatypes only (GPUWIRE_FLOAT32_INT32,
+   * GPUWIRE_FLOAT64_INT32, GPUWIRE_INT32_INT32), as MPI_MINLOC: the smaller value wins; of
+   * equal values the lower index wins.
+   */
+  GPUWIRE_MINLOC = 11,
+  /**
+   * Maximum value and its index, on the pair datatypes only, as MPI_MAXLOC: the larger value
+   * wins; of equal values the lower index wins.
+   */
+  GPUWIRE_MAXLOC = 12,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -1492,7 +1534,8 @@ gpuwire_status gpuwire_bcast(gpuwire_comm comm,
  * same buffer as `sendbuf` reduces in place. Both hold the same count and datatype.
  *
  * Collective. Errors: those of gpuwire_bcast, plus GPUWIRE_ERROR_UNSUPPORTED_OP (MIN/MAX on
- * complex, bitwise ops on floating point: on every rank, nothing sent) and
+ * complex, bitwise and logical ops on anything but integers, MINLOC/MAXLOC on anything but
+ * the pair datatypes, other ops on the pair datatypes: on every rank, nothing sent) and
  * GPUWIRE_ERROR_INVALID_ARGUMENT (unknown op code, overlapping buffers).
  */
 gpuwire_status gpuwire_reduce(gpuwire_comm comm,
@@ -1557,6 +1600,37 @@ gpuwire_status gpuwire_reduce_scatter(gpuwire_comm comm,
                                       gpuwire_buffer recvbuf,
                                       int32_t op,
                                       void *stream);
+
+/**
+ * Inclusive prefix reduction in rank order, as MPI_Scan: rank r's `recvbuf` receives the
+ * element-wise reduction with `op` of the `sendbuf`s of ranks 0..=r. Both hold the same count
+ * and datatype on every rank; in place when `sendbuf` and `recvbuf` are the same buffer (or
+ * the same memory). Every datatype x op of gpuwire_allreduce, with its semantics (AVG: the sum
+ * divided by the number of ranks combined, r + 1). NCCL has no scan: on NCCL communicators
+ * device buffers take the communicator's staged MPI path (the stream's earlier work is waited
+ * for); MPI_STAGED and MPI_CUDA_AWARE reduce a host copy with one MPI_Scan.
+ *
+ * Collective. Errors as gpuwire_allreduce.
+ */
+gpuwire_status gpuwire_scan(gpuwire_comm comm,
+                            gpuwire_buffer sendbuf,
+                            gpuwire_buffer recvbuf,
+                            int32_t op,
+                            void *stream);
+
+/**
+ * Exclusive prefix reduction in rank order, as MPI_Exscan: rank r > 0's `recvbuf` receives
+ * the reduction with `op` of the `sendbuf`s of ranks 0..r-1 (rank 1: rank 0's data). Rank 0's
+ * `recvbuf` is left untouched (MPI leaves it undefined). AVG divides by r. Otherwise as
+ * gpuwire_scan (in place when both are the same buffer).
+ *
+ * Collective. Errors as gpuwire_allreduce.
+ */
+gpuwire_status gpuwire_exscan(gpuwire_comm comm,
+                              gpuwire_buffer sendbuf,
+                              gpuwire_buffer recvbuf,
+                              int32_t op,
+                              void *stream);
 
 /**
  * Sends block r of `sendbuf` to rank r and receives rank r's block into block r of `recvbuf`,
@@ -1684,6 +1758,27 @@ gpuwire_status gpuwire_ireduce_scatter(gpuwire_comm comm,
                                        gpuwire_request *request);
 
 /**
+ * Starts an inclusive scan, as MPI_Iscan (arguments as gpuwire_scan; see gpuwire_ibarrier).
+ */
+gpuwire_status gpuwire_iscan(gpuwire_comm comm,
+                             gpuwire_buffer sendbuf,
+                             gpuwire_buffer recvbuf,
+                             int32_t op,
+                             void *stream,
+                             gpuwire_request *request);
+
+/**
+ * Starts an exclusive scan, as MPI_Iexscan (arguments as gpuwire_exscan: rank 0's `recvbuf`
+ * is left untouched; see gpuwire_ibarrier).
+ */
+gpuwire_status gpuwire_iexscan(gpuwire_comm comm,
+                               gpuwire_buffer sendbuf,
+                               gpuwire_buffer recvbuf,
+                               int32_t op,
+                               void *stream,
+                               gpuwire_request *request);
+
+/**
  * Starts an all-to-all, as MPI_Ialltoall (arguments as gpuwire_alltoall; see
  * gpuwire_ibarrier).
  */
@@ -1781,6 +1876,16 @@ gpuwire_status gpuwire_last_error(char *buf,
 gpuwire_status gpuwire_get_version(int32_t *major,
                                    int32_t *minor,
                                    int32_t *patch);
+
+extern MPI_Op gpuwire_shim_op_minloc(void);
+
+extern MPI_Op gpuwire_shim_op_maxloc(void);
+
+extern MPI_Datatype gpuwire_shim_float_int(void);
+
+extern MPI_Datatype gpuwire_shim_double_int(void);
+
+extern MPI_Datatype gpuwire_shim_2int(void);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -1242,7 +1242,7 @@ mod host {
             GPUWIRE_UINT32 => int!(u32, false),
             GPUWIRE_INT64 => int!(i64, true),
             GPUWIRE_UINT64 => int!(u64, false),
-            GPUWIRE_FLOAT16 | GPUWIRE_BFLOAT16 => unreachable!("reduction on {} passed the datatype check", d.name()),
+            GPUWIRE_FLOAT16 | GPUWIRE_BFLOAT16 | GPUWIRE_FLOAT32_INT32 | GPUWIRE_FLOAT64_INT32 | GPUWIRE_INT32_INT32 => unreachable!("reduction on {} passed the datatype check", d.name()),
         }
     }
 }

@@ -16,6 +16,11 @@ unsafe extern "C" {
     fn gpuwire_shim_in_place() -> *mut c_void;
     fn gpuwire_shim_tag_ub_key() -> c_int;
     fn gpuwire_shim_comm_f2c(f: c_int, out: *mut MPI_Comm) -> c_int;
+    fn gpuwire_shim_op_minloc() -> sys::MPI_Op;
+    fn gpuwire_shim_op_maxloc() -> sys::MPI_Op;
+    fn gpuwire_shim_float_int() -> MPI_Datatype;
+    fn gpuwire_shim_double_int() -> MPI_Datatype;
+    fn gpuwire_shim_2int() -> MPI_Datatype;
 }
 
 /// MPI_IN_PLACE of the MPI we are linked against.
@@ -132,8 +137,31 @@ pub fn datatype(d: Dtype) -> MPI_Datatype {
             GPUWIRE_FLOAT64 => sys::RSMPI_DOUBLE,
             GPUWIRE_COMPLEX64 => sys::RSMPI_FLOAT_COMPLEX,
             GPUWIRE_COMPLEX128 => sys::RSMPI_DOUBLE_COMPLEX,
+            GPUWIRE_FLOAT32_INT32 => gpuwire_shim_float_int(),
+            GPUWIRE_INT32_INT32 => gpuwire_shim_2int(),
+            // 16 bytes moved as they are, the padding after the index too (MPI_DOUBLE_INT has
+            // extent 16 but size 12: MPI would not carry the padding, NCCL and the copies of the
+            // device paths do), so every path moves the same bytes. Reduced as MPI_DOUBLE_INT
+            // (`reduce_datatype`).
+            GPUWIRE_FLOAT64_INT32 => sys::RSMPI_DOUBLE_COMPLEX,
         }
     }
+}
+
+/// The MPI datatype that MPI reductions take for `d`: `datatype(d)`, but MPI_DOUBLE_INT for
+/// GPUWIRE_FLOAT64_INT32 (MPI_MINLOC/MPI_MAXLOC are defined on it).
+pub fn reduce_datatype(d: Dtype) -> MPI_Datatype {
+    if d == Dtype::GPUWIRE_FLOAT64_INT32 {
+        // SAFETY: the shim returns the MPI's constant.
+        return unsafe { gpuwire_shim_double_int() };
+    }
+    datatype(d)
+}
+
+/// MPI_MINLOC (`max` false) or MPI_MAXLOC.
+pub fn loc_op(max: bool) -> sys::MPI_Op {
+    // SAFETY: the shim returns the MPI's constants.
+    unsafe { if max { gpuwire_shim_op_maxloc() } else { gpuwire_shim_op_minloc() } }
 }
 
 /// The largest tag this MPI accepts (MPI_TAG_UB attribute of MPI_COMM_WORLD; at least 32767).

@@ -52,6 +52,8 @@ pub enum Op {
     Allgather { send: Arc<Buffer>, recv: Arc<Buffer> },
     Allgatherv { send: Arc<Buffer>, recv: Arc<Buffer>, counts: Option<Vec<i64>> },
     ReduceScatter { send: Arc<Buffer>, recv: Arc<Buffer>, op: ReduceOp },
+    /// MPI_Scan, or MPI_Exscan when `exclusive`.
+    Scan { send: Arc<Buffer>, recv: Arc<Buffer>, op: ReduceOp, exclusive: bool },
     Alltoall { send: Arc<Buffer>, recv: Arc<Buffer> },
     Gather { send: Arc<Buffer>, recv: Option<Arc<Buffer>>, root: i32 },
     Scatter { send: Option<Arc<Buffer>>, recv: Arc<Buffer>, root: i32 },
@@ -72,6 +74,8 @@ impl Op {
             Op::Allgather { .. } => "allgather",
             Op::Allgatherv { .. } => "allgatherv",
             Op::ReduceScatter { .. } => "reduce_scatter",
+            Op::Scan { exclusive: false, .. } => "scan",
+            Op::Scan { exclusive: true, .. } => "exscan",
             Op::Alltoall { .. } => "alltoall",
             Op::Gather { .. } => "gather",
             Op::Scatter { .. } => "scatter",
@@ -90,6 +94,7 @@ impl Op {
             | Op::Allgather { send, recv }
             | Op::Allgatherv { send, recv, .. }
             | Op::ReduceScatter { send, recv, .. }
+            | Op::Scan { send, recv, .. }
             | Op::Alltoall { send, recv } => [Some(send), Some(recv)],
         }
     }
@@ -209,6 +214,7 @@ impl Op {
             Op::Allgather { send, recv } => c.plan_allgather(send, recv).1.map(|_| ()),
             Op::Allgatherv { send, recv, counts } => c.plan_allgatherv(send, recv, counts.as_deref()),
             Op::ReduceScatter { send, recv, op } => c.plan_reduce_scatter(send, recv, *op).1.map(|_| ()),
+            Op::Scan { send, recv, op, exclusive } => c.plan_scan(send, recv, *op, *exclusive).1.map(|_| ()),
             Op::Alltoall { send, recv } => c.plan_alltoall(send, recv).1.map(|_| ()),
             Op::Gather { send, recv, root } => c.plan_gather(send, recv.as_deref(), *root).1.map(|_| ()),
             Op::Scatter { send, recv, root } => c.plan_scatter(send.as_deref(), recv, *root).1.map(|_| ()),
@@ -241,6 +247,7 @@ impl Op {
             Op::Allgather { send, recv } => c.allgather(send, recv, stream),
             Op::Allgatherv { send, recv, counts } => c.allgatherv(send, recv, counts.as_deref(), stream),
             Op::ReduceScatter { send, recv, op } => c.reduce_scatter(send, recv, *op, stream),
+            Op::Scan { send, recv, op, exclusive } => c.scan(send, recv, *op, *exclusive, stream),
             Op::Alltoall { send, recv } => c.alltoall(send, recv, stream),
             Op::Gather { send, recv, root } => c.gather(send, recv.as_deref(), *root, stream),
             Op::Scatter { send, recv, root } => c.scatter(send.as_deref(), recv, *root, stream),

@@ -40,8 +40,8 @@ impl Sig {
 }
 
 /// The collectives checking mode tells apart (other names are hashed).
-const COLLECTIVES: [&str; 10] =
-    ["barrier", "bcast", "reduce", "allreduce", "allgather", "allgatherv", "reduce_scatter", "alltoall", "gather", "scatter"];
+const COLLECTIVES: [&str; 12] =
+    ["barrier", "bcast", "reduce", "allreduce", "allgather", "allgatherv", "reduce_scatter", "alltoall", "gather", "scatter", "scan", "exscan"];
 
 /// A stable number for a collective's name (FNV-1a), the same on every rank.
 fn collective_id(what: &str) -> i64 {
@@ -390,6 +390,31 @@ impl Communicator {
         let (sig, local) = self.plan_allreduce(send, recv, op);
         let (input, path) = self.agree("allreduce", sig, local)?;
         path.allreduce(self, input, recv, op, stream)
+    }
+
+    pub(crate) fn plan_scan<'a>(&self, send: &'a Buffer, recv: &Buffer, op: ReduceOp, exclusive: bool) -> (Sig, Result<(Input<'a>, &'static dyn Path)>) {
+        let what = if exclusive { "exscan" } else { "scan" };
+        let local = (|| {
+            let dtype = same_dtype(what, send, recv)?;
+            op.check_supported(dtype)?;
+            if send.count() != recv.count() {
+                return Err(count_mismatch(what, format!("send has {} elements, receive {}", send.count(), recv.count())));
+            }
+            Ok((input(what, send, recv, 0)?, self.path(&[Some(send), Some(recv)])?))
+        })();
+        let sig = Sig { count: Some(recv.count()), dtype: Some(recv.dtype()), op: Some(op), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
+        (sig, local)
+    }
+
+    /// As MPI_Scan (`exclusive` false: rank r receives the reduction of ranks 0..=r) or
+    /// MPI_Exscan (ranks 0..r; rank 0's `recv` is left untouched); in-place when `send` and
+    /// `recv` are the same memory.
+    pub fn scan(&self, send: &Buffer, recv: &Buffer, op: ReduceOp, exclusive: bool, stream: Stream) -> Result<()> {
+        let what = if exclusive { "exscan" } else { "scan" };
+        let _call = self.enter(what, true)?;
+        let (sig, local) = self.plan_scan(send, recv, op, exclusive);
+        let (input, path) = self.agree(what, sig, local)?;
+        path.scan(self, input, recv, op, exclusive, stream)
     }
 
     pub(crate) fn plan_allgather<'a>(&self, send: &'a Buffer, recv: &Buffer) -> (Sig, Result<(Input<'a>, &'static dyn Path)>) {

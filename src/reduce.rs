@@ -4,7 +4,9 @@
 //! operations), for the division step of AVG, and by tests as the independent reference.
 //! Semantics: integers wrap on overflow; float16/bfloat16 compute each step in float32 and round
 //! the result to the nearest representable value (ties to even); complex PROD is the complex
-//! product; AVG is the sum divided by the number of ranks (integers truncate toward zero).
+//! product; AVG is the sum divided by the number of ranks (integers truncate toward zero);
+//! LAND/LOR/LXOR give 1 or 0; MINLOC/MAXLOC take the smaller/larger value of a (value, index)
+//! pair, the lower index of equal values (as MPI).
 
 use half::{bf16, f16};
 
@@ -34,6 +36,10 @@ pub unsafe fn combine(dtype: Dtype, op: ReduceOp, inout: *mut u8, input: *const 
                 ReduceOp::GPUWIRE_BAND => a.iter_mut().zip(b).for_each(|(x, y)| *x &= *y),
                 ReduceOp::GPUWIRE_BOR => a.iter_mut().zip(b).for_each(|(x, y)| *x |= *y),
                 ReduceOp::GPUWIRE_BXOR => a.iter_mut().zip(b).for_each(|(x, y)| *x ^= *y),
+                ReduceOp::GPUWIRE_LAND => a.iter_mut().zip(b).for_each(|(x, y)| *x = (*y != 0 && *x != 0) as $t),
+                ReduceOp::GPUWIRE_LOR => a.iter_mut().zip(b).for_each(|(x, y)| *x = (*y != 0 || *x != 0) as $t),
+                ReduceOp::GPUWIRE_LXOR => a.iter_mut().zip(b).for_each(|(x, y)| *x = ((*y != 0) != (*x != 0)) as $t),
+                ReduceOp::GPUWIRE_MINLOC | ReduceOp::GPUWIRE_MAXLOC => unreachable!("MINLOC/MAXLOC are rejected for integers"),
             }
         }};
     }
@@ -48,7 +54,7 @@ pub unsafe fn combine(dtype: Dtype, op: ReduceOp, inout: *mut u8, input: *const 
                     ReduceOp::GPUWIRE_PROD => y * x,
                     ReduceOp::GPUWIRE_MAX => if y > x || x.is_nan() { y } else { x },
                     ReduceOp::GPUWIRE_MIN => if y < x || x.is_nan() { y } else { x },
-                    _ => unreachable!("bitwise ops are rejected for floating point"),
+                    _ => unreachable!("bitwise and logical ops are rejected for floating point"),
                 })
             };
             a.iter_mut().zip(b).for_each(|(x, y)| *x = f(*y, *x));
@@ -68,8 +74,32 @@ pub unsafe fn combine(dtype: Dtype, op: ReduceOp, inout: *mut u8, input: *const 
             }
         }};
     }
+    macro_rules! pair {
+        ($t:ty) => {{
+            // SAFETY: caller guarantees validity and alignment; a pair is a value then an i32
+            // index at offset size_of::<$t>() (then padding up to the pair's size).
+            let es = dtype.size();
+            for k in 0..n {
+                let (x, y) = unsafe { (inout.add(k * es), input.add(k * es)) };
+                let (xv, yv) = unsafe { ((x as *const $t).read(), (y as *const $t).read()) };
+                let off = std::mem::size_of::<$t>();
+                let (xi, yi) = unsafe { ((x.add(off) as *const i32).read(), (y.add(off) as *const i32).read()) };
+                let y_wins = match op {
+                    ReduceOp::GPUWIRE_MINLOC => yv < xv || (yv == xv && yi < xi),
+                    ReduceOp::GPUWIRE_MAXLOC => yv > xv || (yv == xv && yi < xi),
+                    _ => unreachable!("pairs take MINLOC/MAXLOC only"),
+                };
+                if y_wins {
+                    unsafe { std::ptr::copy_nonoverlapping(y, x, off + 4) };
+                }
+            }
+        }};
+    }
     use Dtype::*;
     match dtype {
+        GPUWIRE_FLOAT32_INT32 => pair!(f32),
+        GPUWIRE_FLOAT64_INT32 => pair!(f64),
+        GPUWIRE_INT32_INT32 => pair!(i32),
         GPUWIRE_INT8 => int!(i8),
         GPUWIRE_UINT8 => int!(u8),
         GPUWIRE_INT32 => int!(i32),
@@ -118,6 +148,7 @@ pub unsafe fn divide(dtype: Dtype, buf: *mut u8, n: usize, divisor: usize) -> Re
         GPUWIRE_BFLOAT16 => each!(bf16, 1, |x: bf16| bf16::from_f32(f32::from(x) / d as f32)),
         GPUWIRE_FLOAT32 | GPUWIRE_COMPLEX64 => each!(f32, if dtype.is_complex() { 2 } else { 1 }, |x: f32| x / d as f32),
         GPUWIRE_FLOAT64 | GPUWIRE_COMPLEX128 => each!(f64, if dtype.is_complex() { 2 } else { 1 }, |x: f64| x / d as f64),
+        GPUWIRE_FLOAT32_INT32 | GPUWIRE_FLOAT64_INT32 | GPUWIRE_INT32_INT32 => return Err(Error::Internal("AVG of a pair datatype".into())),
     }
     Ok(())
 }
@@ -157,6 +188,28 @@ mod tests {
         let mut c = [-7i32];
         unsafe { divide(Dtype::GPUWIRE_INT32, c.as_mut_ptr().cast(), 1, 2).unwrap() };
         assert_eq!(c[0], -3);
+    }
+
+    #[test]
+    fn logical_and_loc() {
+        let mut a = [0i8, 3, -1, 0];
+        let b = [5i8, 0, 7, 0];
+        unsafe { combine(Dtype::GPUWIRE_INT8, ReduceOp::GPUWIRE_LOR, a.as_mut_ptr().cast(), b.as_ptr().cast(), 4).unwrap() };
+        assert_eq!(a, [1, 1, 1, 0]);
+        let mut a = [0u32, 3, 9];
+        unsafe { combine(Dtype::GPUWIRE_UINT32, ReduceOp::GPUWIRE_LXOR, a.as_mut_ptr().cast(), [4u32, 4, 0].as_ptr().cast(), 3).unwrap() };
+        assert_eq!(a, [1, 0, 1]);
+        #[repr(C)]
+        #[derive(Clone, Copy, Debug, PartialEq)]
+        struct Di(f64, i32);
+        // Ties: the lower index wins whichever operand holds it.
+        let mut a = [Di(1.0, 5), Di(2.0, 1), Di(3.0, 4)];
+        let b = [Di(1.0, 2), Di(2.0, 7), Di(0.5, 9)];
+        unsafe { combine(Dtype::GPUWIRE_FLOAT64_INT32, ReduceOp::GPUWIRE_MINLOC, a.as_mut_ptr().cast(), b.as_ptr().cast(), 3).unwrap() };
+        assert_eq!(a, [Di(1.0, 2), Di(2.0, 1), Di(0.5, 9)]);
+        let mut a = [3i32, 8, 3, 2];
+        unsafe { combine(Dtype::GPUWIRE_INT32_INT32, ReduceOp::GPUWIRE_MAXLOC, a.as_mut_ptr().cast(), [3i32, 1, 2, 0].as_ptr().cast(), 2).unwrap() };
+        assert_eq!(a, [3, 1, 3, 2]);
     }
 
     #[test]

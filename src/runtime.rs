@@ -107,10 +107,10 @@ pub struct RuntimeInfo {
     half_ops: [[RawOp; 4]; 2],
     /// gpuwire's own MPI operations, one per base operation (index `ReduceOp as usize`; AVG's
     /// slot holds a second SUM), on every datatype but float16/bfloat16.
-    own_ops: [RawOp; 8],
+    own_ops: [RawOp; 13],
     /// `own[dtype][op]`: this MPI's predefined operation differs from `reduce::combine` (found at
     /// init by `probe_builtin_ops`), so gpuwire's own operation is used instead.
-    own: [[bool; 8]; 12],
+    own: [[bool; 13]; 15],
     /// MPICH before 4.1: MPI_Reduce with MPI_IN_PLACE at a non-zero root crashes
     /// (pmodels/mpich#6540, fixed in 4.1 by #6543).
     pub reduce_in_place_root_broken: bool,
@@ -224,7 +224,7 @@ pub fn init() -> Result<()> {
     SERIALIZED.store(level == ThreadLevel::GPUWIRE_THREAD_SERIALIZED, Ordering::Relaxed);
     watch_finalize()?;
     let half_ops = create_half_ops()?;
-    let own_ops = create_ops(&[own_sum, own_prod, own_max, own_min, own_sum, own_band, own_bor, own_bxor])?;
+    let own_ops = create_ops(&[own_sum, own_prod, own_max, own_min, own_sum, own_band, own_bor, own_bxor, own_land, own_lor, own_lxor, own_minloc, own_maxloc])?;
     let own = probe_builtin_ops();
     let mpi_library = library_version();
     let info = RuntimeInfo {
@@ -234,7 +234,7 @@ pub fn init() -> Result<()> {
         mpi_library,
         tag_ub: mpisys::tag_ub(),
         half_ops,
-        own_ops: [own_ops[0], own_ops[1], own_ops[2], own_ops[3], own_ops[4], own_ops[5], own_ops[6], own_ops[7]],
+        own_ops: std::array::from_fn(|i| own_ops[i]),
         own,
     };
     // INFO can only be set once per process; a process initializes gpuwire once.
@@ -338,7 +338,7 @@ macro_rules! own_fn {
             let _ = std::panic::catch_unwind(|| {
                 // SAFETY: MPI passes its datatype and `*len` elements of it in both vectors.
                 let (n, dt) = unsafe { (*len as usize, *dt) };
-                if let Some(d) = Dtype::ALL.iter().copied().find(|d| !d.is_half() && mpisys::datatype(*d) == dt) {
+                if let Some(d) = Dtype::ALL.iter().copied().find(|d| !d.is_half() && mpisys::reduce_datatype(*d) == dt) {
                     let _ = unsafe { crate::reduce::combine(d, $op, inoutvec.cast(), invec.cast(), n) };
                 }
             });
@@ -352,6 +352,11 @@ own_fn!(own_min, ReduceOp::GPUWIRE_MIN);
 own_fn!(own_band, ReduceOp::GPUWIRE_BAND);
 own_fn!(own_bor, ReduceOp::GPUWIRE_BOR);
 own_fn!(own_bxor, ReduceOp::GPUWIRE_BXOR);
+own_fn!(own_land, ReduceOp::GPUWIRE_LAND);
+own_fn!(own_lor, ReduceOp::GPUWIRE_LOR);
+own_fn!(own_lxor, ReduceOp::GPUWIRE_LXOR);
+own_fn!(own_minloc, ReduceOp::GPUWIRE_MINLOC);
+own_fn!(own_maxloc, ReduceOp::GPUWIRE_MAXLOC);
 
 /// Elements of each probe vector: longer than the MPIs' vector loops (AVX-512 holds 64 bytes)
 /// and not a multiple of a vector, so both the vector part and the tail are probed.
@@ -381,6 +386,17 @@ fn probe_elem(d: Dtype, i: usize, variant: usize, out: &mut [u8]) {
             _ => (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(v.wrapping_mul(0xD1B5_4A32_D192_ED03)).rotate_left(29),
         } & m;
         out.copy_from_slice(&x.to_ne_bytes()[..size]);
+    } else if d.is_pair() {
+        // Values with many ties (k % 5) and indices in either order, so ties are decided by
+        // the index both ways.
+        let v = ((i * 7 + variant * 3) % 5) as f64 - 2.0;
+        let idx = ((i as i32).wrapping_mul(37) ^ (variant as i32 * 11)) % 97 - 40;
+        let w = match d {
+            Dtype::GPUWIRE_FLOAT32_INT32 => { out[..4].copy_from_slice(&(v as f32).to_ne_bytes()); 4 }
+            Dtype::GPUWIRE_FLOAT64_INT32 => { out[..8].copy_from_slice(&v.to_ne_bytes()); 8 }
+            _ => { out[..4].copy_from_slice(&(v as i32).to_ne_bytes()); 4 }
+        };
+        out[w..w + 4].copy_from_slice(&idx.to_ne_bytes());
     } else {
         let re = |k: usize| ((k % 13) as f64 - 6.0) * 0.5;
         let k = i * 3 + variant * 5;
@@ -406,8 +422,8 @@ fn probe_elem(d: Dtype, i: usize, variant: usize, out: &mut [u8]) {
 /// and compared with `reduce::combine`. Known cases: Open MPI 4.1's AVX loops saturate 8-bit
 /// SUM; MPICH 4.0 compares MPI_UINT8_T, MPI_UINT32_T and MPI_UINT64_T as signed in MIN/MAX
 /// (pmodels/mpich#6083). uint64 MIN/MAX always use gpuwire's own operations.
-fn probe_builtin_ops() -> [[bool; 8]; 12] {
-    let mut own = [[false; 8]; 12];
+fn probe_builtin_ops() -> [[bool; 13]; 15] {
+    let mut own = [[false; 13]; 15];
     own[Dtype::GPUWIRE_UINT64 as usize][ReduceOp::GPUWIRE_MAX as usize] = true;
     own[Dtype::GPUWIRE_UINT64 as usize][ReduceOp::GPUWIRE_MIN as usize] = true;
     for d in Dtype::ALL.into_iter().filter(|d| !d.is_half()) {
@@ -434,7 +450,7 @@ fn probe_builtin_ops() -> [[bool; 8]; 12] {
             let combined = unsafe { crate::reduce::combine(d, op, want.as_mut_ptr().cast(), b.as_ptr().cast(), PROBE_N) };
             let builtin = builtin_op(op);
             // SAFETY: as above; a predefined operation on a predefined datatype.
-            let rc = unsafe { sys::MPI_Reduce_local(b.as_ptr().cast(), got.as_mut_ptr().cast(), PROBE_N as c_int, mpisys::datatype(d), builtin) };
+            let rc = unsafe { sys::MPI_Reduce_local(b.as_ptr().cast(), got.as_mut_ptr().cast(), PROBE_N as c_int, mpisys::reduce_datatype(d), builtin) };
             own[d as usize][op as usize] = combined.is_err() || rc != 0 || want != got;
         }
         own[d as usize][ReduceOp::GPUWIRE_AVG as usize] = own[d as usize][ReduceOp::GPUWIRE_SUM as usize];
@@ -463,6 +479,11 @@ fn builtin_op(op: ReduceOp) -> sys::MPI_Op {
             ReduceOp::GPUWIRE_BAND => sys::RSMPI_BAND,
             ReduceOp::GPUWIRE_BOR => sys::RSMPI_BOR,
             ReduceOp::GPUWIRE_BXOR => sys::RSMPI_BXOR,
+            ReduceOp::GPUWIRE_LAND => sys::RSMPI_LAND,
+            ReduceOp::GPUWIRE_LOR => sys::RSMPI_LOR,
+            ReduceOp::GPUWIRE_LXOR => sys::RSMPI_LXOR,
+            ReduceOp::GPUWIRE_MINLOC => mpisys::loc_op(false),
+            ReduceOp::GPUWIRE_MAXLOC => mpisys::loc_op(true),
         }
     }
 }

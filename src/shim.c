@@ -77,3 +77,10 @@ int gpuwire_shim_comm_f2c(MPI_Fint f, MPI_Comm *out)
     return 0;
 #endif
 }
+
+/* MPI_MINLOC, MPI_MAXLOC and the pair datatypes they reduce (rsmpi exports none of them). */
+MPI_Op gpuwire_shim_op_minloc(void) { return MPI_MINLOC; }
+MPI_Op gpuwire_shim_op_maxloc(void) { return MPI_MAXLOC; }
+MPI_Datatype gpuwire_shim_float_int(void) { return MPI_FLOAT_INT; }
+MPI_Datatype gpuwire_shim_double_int(void) { return MPI_DOUBLE_INT; }
+MPI_Datatype gpuwire_shim_2int(void) { return MPI_2INT; }

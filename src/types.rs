@@ -50,6 +50,17 @@ pub enum gpuwire_dtype {
     GPUWIRE_COMPLEX64 = 10,
     /// Complex of two float64, as C `double _Complex` and MPI_C_DOUBLE_COMPLEX.
     GPUWIRE_COMPLEX128 = 11,
+    /// A (value, index) pair of a float32 value and an int32 index, laid out as the C struct
+    /// `struct { float value; int32_t index; }` (8 bytes), as MPI_FLOAT_INT. Reduced only by
+    /// GPUWIRE_MINLOC and GPUWIRE_MAXLOC; moved by every other operation.
+    GPUWIRE_FLOAT32_INT32 = 12,
+    /// A (value, index) pair of a float64 value and an int32 index, laid out as the C struct
+    /// `struct { double value; int32_t index; }` (16 bytes: 4 bytes of padding after the index,
+    /// 8-byte alignment), as MPI_DOUBLE_INT. Reduced only by GPUWIRE_MINLOC and GPUWIRE_MAXLOC.
+    GPUWIRE_FLOAT64_INT32 = 13,
+    /// A (value, index) pair of two int32, laid out as `struct { int32_t value; int32_t index; }`
+    /// (8 bytes), as MPI_2INT. Reduced only by GPUWIRE_MINLOC and GPUWIRE_MAXLOC.
+    GPUWIRE_INT32_INT32 = 14,
 }
 
 /// Reduction operation (values as NCCL's `ncclRedOp_t` for SUM..AVG).
@@ -76,6 +87,21 @@ pub enum gpuwire_op {
     GPUWIRE_BOR = 6,
     /// Bitwise XOR (integer types only).
     GPUWIRE_BXOR = 7,
+    /// Logical AND (integer types only), as MPI_LAND: a nonzero element is true; each result
+    /// element is 1 (true) or 0 (false). As in MPI, the data of a single rank (a communicator
+    /// of one rank, scan's rank 0, exscan's rank 1) is passed through as it is.
+    GPUWIRE_LAND = 8,
+    /// Logical OR (integer types only), as MPI_LOR; results 1 or 0.
+    GPUWIRE_LOR = 9,
+    /// Logical exclusive OR (integer types only), as MPI_LXOR; results 1 or 0.
+    GPUWIRE_LXOR = 10,
+    /// Minimum value and its index, on the pair datatypes only (GPUWIRE_FLOAT32_INT32,
+    /// GPUWIRE_FLOAT64_INT32, GPUWIRE_INT32_INT32), as MPI_MINLOC: the smaller value wins; of
+    /// equal values the lower index wins.
+    GPUWIRE_MINLOC = 11,
+    /// Maximum value and its index, on the pair datatypes only, as MPI_MAXLOC: the larger value
+    /// wins; of equal values the lower index wins.
+    GPUWIRE_MAXLOC = 12,
 }
 
 /// Where a buffer's memory lives.
@@ -171,7 +197,7 @@ pub use gpuwire_staging as Staging;
 pub use gpuwire_thread_level as ThreadLevel;
 
 impl Dtype {
-    pub const ALL: [Dtype; 12] = [
+    pub const ALL: [Dtype; 15] = [
         Dtype::GPUWIRE_INT8,
         Dtype::GPUWIRE_UINT8,
         Dtype::GPUWIRE_INT32,
@@ -184,13 +210,16 @@ impl Dtype {
         Dtype::GPUWIRE_BFLOAT16,
         Dtype::GPUWIRE_COMPLEX64,
         Dtype::GPUWIRE_COMPLEX128,
+        Dtype::GPUWIRE_FLOAT32_INT32,
+        Dtype::GPUWIRE_FLOAT64_INT32,
+        Dtype::GPUWIRE_INT32_INT32,
     ];
 
     /// Checked conversion from the C integer.
     pub fn from_c(v: i32) -> Result<Dtype> {
         Self::ALL.get(usize::try_from(v).unwrap_or(usize::MAX)).copied().ok_or_else(|| {
             Error::UnsupportedDtype(format!(
-                "datatype code {v} is not a gpuwire_dtype (valid codes are 0..=11)"
+                "datatype code {v} is not a gpuwire_dtype (valid codes are 0..=14)"
             ))
         })
     }
@@ -202,8 +231,8 @@ impl Dtype {
             GPUWIRE_INT8 | GPUWIRE_UINT8 => 1,
             GPUWIRE_FLOAT16 | GPUWIRE_BFLOAT16 => 2,
             GPUWIRE_INT32 | GPUWIRE_UINT32 | GPUWIRE_FLOAT32 => 4,
-            GPUWIRE_INT64 | GPUWIRE_UINT64 | GPUWIRE_FLOAT64 | GPUWIRE_COMPLEX64 => 8,
-            GPUWIRE_COMPLEX128 => 16,
+            GPUWIRE_INT64 | GPUWIRE_UINT64 | GPUWIRE_FLOAT64 | GPUWIRE_COMPLEX64 | GPUWIRE_FLOAT32_INT32 | GPUWIRE_INT32_INT32 => 8,
+            GPUWIRE_COMPLEX128 | GPUWIRE_FLOAT64_INT32 => 16,
         }
     }
 
@@ -213,6 +242,11 @@ impl Dtype {
 
     pub fn is_complex(self) -> bool {
         matches!(self, Dtype::GPUWIRE_COMPLEX64 | Dtype::GPUWIRE_COMPLEX128)
+    }
+
+    /// The (value, int32 index) pair datatypes of MINLOC and MAXLOC.
+    pub fn is_pair(self) -> bool {
+        matches!(self, Dtype::GPUWIRE_FLOAT32_INT32 | Dtype::GPUWIRE_FLOAT64_INT32 | Dtype::GPUWIRE_INT32_INT32)
     }
 
     /// float16 and bfloat16: no MPI type, reduced through gpuwire's own MPI operations.
@@ -236,12 +270,15 @@ impl Dtype {
             GPUWIRE_BFLOAT16 => "bfloat16",
             GPUWIRE_COMPLEX64 => "complex64",
             GPUWIRE_COMPLEX128 => "complex128",
+            GPUWIRE_FLOAT32_INT32 => "float32_int32",
+            GPUWIRE_FLOAT64_INT32 => "float64_int32",
+            GPUWIRE_INT32_INT32 => "int32_int32",
         }
     }
 }
 
 impl ReduceOp {
-    pub const ALL: [ReduceOp; 8] = [
+    pub const ALL: [ReduceOp; 13] = [
         ReduceOp::GPUWIRE_SUM,
         ReduceOp::GPUWIRE_PROD,
         ReduceOp::GPUWIRE_MAX,
@@ -250,13 +287,18 @@ impl ReduceOp {
         ReduceOp::GPUWIRE_BAND,
         ReduceOp::GPUWIRE_BOR,
         ReduceOp::GPUWIRE_BXOR,
+        ReduceOp::GPUWIRE_LAND,
+        ReduceOp::GPUWIRE_LOR,
+        ReduceOp::GPUWIRE_LXOR,
+        ReduceOp::GPUWIRE_MINLOC,
+        ReduceOp::GPUWIRE_MAXLOC,
     ];
 
     /// Checked conversion from the C integer.
     pub fn from_c(v: i32) -> Result<ReduceOp> {
         Self::ALL.get(usize::try_from(v).unwrap_or(usize::MAX)).copied().ok_or_else(|| {
             Error::InvalidArgument(format!(
-                "reduction code {v} is not a gpuwire_op (valid codes are 0..=7)"
+                "reduction code {v} is not a gpuwire_op (valid codes are 0..=12)"
             ))
         })
     }
@@ -272,6 +314,11 @@ impl ReduceOp {
             GPUWIRE_BAND => "BAND",
             GPUWIRE_BOR => "BOR",
             GPUWIRE_BXOR => "BXOR",
+            GPUWIRE_LAND => "LAND",
+            GPUWIRE_LOR => "LOR",
+            GPUWIRE_LXOR => "LXOR",
+            GPUWIRE_MINLOC => "MINLOC",
+            GPUWIRE_MAXLOC => "MAXLOC",
         }
     }
 
@@ -279,9 +326,30 @@ impl ReduceOp {
         matches!(self, ReduceOp::GPUWIRE_BAND | ReduceOp::GPUWIRE_BOR | ReduceOp::GPUWIRE_BXOR)
     }
 
+    pub fn is_logical(self) -> bool {
+        matches!(self, ReduceOp::GPUWIRE_LAND | ReduceOp::GPUWIRE_LOR | ReduceOp::GPUWIRE_LXOR)
+    }
+
+    /// MINLOC and MAXLOC, the operations of the pair datatypes.
+    pub fn is_loc(self) -> bool {
+        matches!(self, ReduceOp::GPUWIRE_MINLOC | ReduceOp::GPUWIRE_MAXLOC)
+    }
+
     /// Whether this operation is defined on `dtype`. The same answer on every backend: MIN/MAX
-    /// have no meaning on complex numbers, bitwise operations none on floating point.
+    /// have no meaning on complex numbers, bitwise and logical operations none on floating
+    /// point; MINLOC/MAXLOC are the pair datatypes' only operations, and theirs only.
     pub fn check_supported(self, dtype: Dtype) -> Result<()> {
+        if dtype.is_pair() != self.is_loc() {
+            return Err(Error::UnsupportedOp(if self.is_loc() {
+                format!(
+                    "{} is defined on the (value, index) pair datatypes only (GPUWIRE_FLOAT32_INT32, GPUWIRE_FLOAT64_INT32, GPUWIRE_INT32_INT32, as MPI_FLOAT_INT, MPI_DOUBLE_INT, MPI_2INT), not on {}",
+                    self.name(),
+                    dtype.name()
+                )
+            } else {
+                format!("{} is not defined on the pair datatype {} (its reductions are MINLOC and MAXLOC)", self.name(), dtype.name())
+            }));
+        }
         if dtype.is_complex() && matches!(self, ReduceOp::GPUWIRE_MIN | ReduceOp::GPUWIRE_MAX) {
             return Err(Error::UnsupportedOp(format!(
                 "{} is not defined on {} (complex numbers are not ordered)",
@@ -289,7 +357,7 @@ impl ReduceOp {
                 dtype.name()
             )));
         }
-        if self.is_bitwise() && !dtype.is_integer() {
+        if (self.is_bitwise() || self.is_logical()) && !dtype.is_integer() {
             return Err(Error::UnsupportedOp(format!(
                 "{} is defined on integer datatypes only, not on {}",
                 self.name(),
@@ -460,7 +528,13 @@ mod tests {
         assert!(GPUWIRE_PROD.check_supported(Dtype::GPUWIRE_COMPLEX64).is_ok());
         assert!(GPUWIRE_BXOR.check_supported(Dtype::GPUWIRE_FLOAT32).is_err());
         assert!(GPUWIRE_BXOR.check_supported(Dtype::GPUWIRE_INT8).is_ok());
-        assert!(ReduceOp::from_c(8).is_err());
+        assert!(GPUWIRE_LAND.check_supported(Dtype::GPUWIRE_FLOAT32).is_err());
+        assert!(GPUWIRE_LXOR.check_supported(Dtype::GPUWIRE_UINT64).is_ok());
+        assert!(GPUWIRE_MINLOC.check_supported(Dtype::GPUWIRE_FLOAT64_INT32).is_ok());
+        assert!(GPUWIRE_MINLOC.check_supported(Dtype::GPUWIRE_INT32).is_err());
+        assert!(GPUWIRE_SUM.check_supported(Dtype::GPUWIRE_INT32_INT32).is_err());
+        assert_eq!(Dtype::GPUWIRE_FLOAT64_INT32.size(), 16);
+        assert!(ReduceOp::from_c(13).is_err());
     }
 
     #[test]

@@ -156,7 +156,7 @@ fn f64_elem(v: V) -> f64 {
     match v {
         V::F(x) => x,
         V::I(x) => x as f64,
-        V::C(..) => panic!("test bug: complex where a real is expected"),
+        V::C(..) | V::P(..) => panic!("test bug: complex or pair where a real is expected"),
     }
 }
 

@@ -5,6 +5,10 @@
 //! kernels); unsigned MIN/MAX compare as unsigned. Open MPI 4.1 saturates 8-bit SUM in its AVX
 //! loops; MPICH 4.0 compares MPI_UINT8_T/MPI_UINT32_T/MPI_UINT64_T as signed in MIN/MAX.
 //!
+//! Scan and exscan: every datatype x op against a serial loop over the ranks' inputs (AVG
+//! divides by the number of ranks combined), in place too; exscan leaves rank 0's buffer
+//! untouched; the nonblocking and grouped forms. On 1 to 4 ranks.
+//!
 //! Also: in-place reduce at a non-zero root of 1000 and more float32 (and other) elements, which
 //! crashes MPICH 4.0 (pmodels/mpich#6540), a job of its own so that a crash names it.
 //!
@@ -13,6 +17,7 @@
 mod common;
 
 use common::*;
+use gpuwire::ffi::GPUWIRE_REQUEST_NULL;
 use gpuwire::ffi::ops::*;
 use gpuwire::types::{Dtype, ReduceOp};
 
@@ -27,6 +32,8 @@ fn main() {
             vec![
                 Job::new("every_dtype_op_np2", 2, "ops"),
                 Job::new("every_dtype_op_np3", 3, "ops"),
+                Job::new("scan_np1", 1, "scan"),
+                Job::new("scan_np4", 4, "scan"),
                 Job::new("in_place_root_np2", 2, "in_place_root"),
                 Job::new("in_place_root_np3", 3, "in_place_root"),
             ],
@@ -39,6 +46,12 @@ fn main() {
             allreduce(&ctx);
             reduce(&ctx);
             reduce_scatter(&ctx);
+            scan(&ctx);
+            scan_forms(&ctx);
+        }
+        "scan" => {
+            scan(&ctx);
+            scan_forms(&ctx);
         }
         "in_place_root" => in_place_root(&ctx),
         m => die(Some(ctx.rank), &format!("unknown mode {m}")),
@@ -109,6 +122,12 @@ fn int_reference(d: Dtype, op: ReduceOp, vals: &[u128]) -> i128 {
         ReduceOp::GPUWIRE_BAND => as_value(d, vals.iter().fold(m, |a, v| a & v)),
         ReduceOp::GPUWIRE_BOR => as_value(d, vals.iter().fold(0, |a, v| a | v)),
         ReduceOp::GPUWIRE_BXOR => as_value(d, vals.iter().fold(0, |a, v| a ^ v)),
+        // One rank's value is passed through as it is (as MPI: no operation is applied).
+        _ if p == 1 => as_value(d, vals[0]),
+        ReduceOp::GPUWIRE_LAND => vals.iter().all(|v| v & m != 0) as i128,
+        ReduceOp::GPUWIRE_LOR => vals.iter().any(|v| v & m != 0) as i128,
+        ReduceOp::GPUWIRE_LXOR => (vals.iter().filter(|v| **v & m != 0).count() % 2) as i128,
+        ReduceOp::GPUWIRE_MINLOC | ReduceOp::GPUWIRE_MAXLOC => unreachable!("no MINLOC/MAXLOC on integers"),
     }
 }
 
@@ -183,6 +202,108 @@ fn reduce_scatter(ctx: &Ctx) {
         ctx.ok(gpuwire_reduce_scatter(ctx.world, send.h, recv.h, op as i32, st()), &what);
         check_bytes(ctx, d, &recv.read(), &want(d, op, r * N, N, p, salt), &what);
     }
+}
+
+/// Rank `r`'s element `i` for a scan: as the reductions' inputs, but the same on every rank for
+/// a non-integer AVG (whose inputs are made exact for the average over all ranks, not over a
+/// prefix of them).
+fn scan_input(d: Dtype, op: ReduceOp, r: usize, i: usize, p: usize, salt: usize) -> Vec<u8> {
+    if d.is_integer() && !op.is_logical() {
+        encode(d, V::I(as_value(d, int_input(d, r, i, salt))))
+    } else if op == ReduceOp::GPUWIRE_AVG {
+        encode(d, input(d, ReduceOp::GPUWIRE_SUM, 0, i, p, salt))
+    } else {
+        encode(d, input(d, op, r, i, p, salt))
+    }
+}
+
+/// The scan's (or exscan's, `exclusive`) result on rank `r`, by a serial loop over ranks
+/// 0..=r (0..r): `int_reference` and `reference` reduce the prefix (AVG divides by its length).
+fn scan_want(d: Dtype, op: ReduceOp, r: usize, n: usize, p: usize, salt: usize, exclusive: bool) -> Vec<u8> {
+    let upto = if exclusive { r } else { r + 1 };
+    (0..n)
+        .flat_map(|i| {
+            if d.is_integer() && !op.is_logical() {
+                let vals: Vec<u128> = (0..upto).map(|q| int_input(d, q, i, salt)).collect();
+                encode(d, V::I(int_reference(d, op, &vals)))
+            } else {
+                let vals: Vec<V> = (0..upto).map(|q| decode(d, &scan_input(d, op, q, i, p, salt))).collect();
+                encode(d, reference(op, &vals))
+            }
+        })
+        .collect()
+}
+
+fn scan(ctx: &Ctx) {
+    ctx.section("scan and exscan, every datatype x op");
+    let (r, p) = (ctx.rank, ctx.size);
+    const M: usize = 67;
+    for (d, op) in pairs() {
+        for exclusive in [false, true] {
+            let salt = 5 + exclusive as usize;
+            let name = if exclusive { "exscan" } else { "scan" };
+            let f = if exclusive { gpuwire_exscan } else { gpuwire_scan };
+            let what = |v: &str| format!("{name} {} {} of {M} on {p} ranks, rank {r} ({v})", d.name(), op.name());
+            let mine: Vec<u8> = (0..M).flat_map(|i| scan_input(d, op, r, i, p, salt)).collect();
+            let send = Buf::from_bytes(d, &mine);
+            let recv = Buf::from_bytes(d, &sentinel(M * d.size()));
+            ctx.ok(f(ctx.world, send.h, recv.h, op as i32, st()), &what("separate buffers"));
+            let want = if exclusive && r == 0 { sentinel(M * d.size()) } else { scan_want(d, op, r, M, p, salt, exclusive) };
+            check_bytes(ctx, d, &recv.read(), &want, &what("separate buffers; exscan's rank 0 untouched"));
+            check_bytes(ctx, d, &send.read(), &mine, &what("send buffer unchanged"));
+            ctx.ok(f(ctx.world, send.h, send.h, op as i32, st()), &what("in place"));
+            let want = if exclusive && r == 0 { mine.clone() } else { scan_want(d, op, r, M, p, salt, exclusive) };
+            check_bytes(ctx, d, &send.read(), &want, &what("in place; exscan's rank 0 untouched"));
+        }
+    }
+}
+
+/// The nonblocking forms, alone and in one group with an allreduce; then a refused scan.
+fn scan_forms(ctx: &Ctx) {
+    ctx.section("iscan, iexscan, grouped; LAND on float32 refused");
+    let (r, p) = (ctx.rank, ctx.size);
+    const M: usize = 9;
+    let cases = [(Dtype::GPUWIRE_INT64, ReduceOp::GPUWIRE_SUM), (Dtype::GPUWIRE_FLOAT64_INT32, ReduceOp::GPUWIRE_MINLOC), (Dtype::GPUWIRE_UINT8, ReduceOp::GPUWIRE_LOR)];
+    for (d, op) in cases {
+        let what = |v: &str| format!("{v} {} {} on {p} ranks, rank {r}", d.name(), op.name());
+        let mine: Vec<u8> = (0..M).flat_map(|i| scan_input(d, op, r, i, p, 11)).collect();
+        let (s, a, b) = (Buf::from_bytes(d, &mine), Buf::from_bytes(d, &sentinel(M * d.size())), Buf::from_bytes(d, &sentinel(M * d.size())));
+        let mut q = [GPUWIRE_REQUEST_NULL; 2];
+        ctx.ok(gpuwire_iscan(ctx.world, s.h, a.h, op as i32, st(), &mut q[0]), &what("iscan"));
+        ctx.ok(gpuwire_iexscan(ctx.world, s.h, b.h, op as i32, st(), &mut q[1]), &what("iexscan"));
+        ctx.ok(gpuwire_wait(&mut q[0]), &what("wait iscan"));
+        ctx.ok(gpuwire_wait(&mut q[1]), &what("wait iexscan"));
+        check_bytes(ctx, d, &a.read(), &scan_want(d, op, r, M, p, 11, false), &what("iscan"));
+        let ex = if r == 0 { sentinel(M * d.size()) } else { scan_want(d, op, r, M, p, 11, true) };
+        check_bytes(ctx, d, &b.read(), &ex, &what("iexscan"));
+        // Grouped: an iexscan in place, an iscan and an allreduce, started at the group's end.
+        let (c, e) = (Buf::from_bytes(d, &mine), Buf::from_bytes(d, &sentinel(M * d.size())));
+        let tot = Buf::from_bytes(d, &sentinel(M * d.size()));
+        let mut q = [GPUWIRE_REQUEST_NULL; 3];
+        ctx.ok(gpuwire_group_start(), "group_start");
+        ctx.ok(gpuwire_iexscan(ctx.world, c.h, c.h, op as i32, st(), &mut q[0]), &what("grouped iexscan in place"));
+        ctx.ok(gpuwire_iscan(ctx.world, s.h, e.h, op as i32, st(), &mut q[1]), &what("grouped iscan"));
+        ctx.ok(gpuwire_iallreduce(ctx.world, s.h, tot.h, op as i32, st(), &mut q[2]), &what("grouped iallreduce"));
+        ctx.ok(gpuwire_group_end(), "group_end");
+        ctx.ok(gpuwire_waitall(3, q.as_mut_ptr()), &what("waitall of the group"));
+        let ex = if r == 0 { mine.clone() } else { scan_want(d, op, r, M, p, 11, true) };
+        check_bytes(ctx, d, &c.read(), &ex, &what("grouped iexscan in place"));
+        check_bytes(ctx, d, &e.read(), &scan_want(d, op, r, M, p, 11, false), &what("grouped iscan"));
+        check_bytes(ctx, d, &tot.read(), &scan_want(d, op, p - 1, M, p, 11, false), &what("grouped iallreduce (the last rank's scan)"));
+    }
+    // LAND on float32: refused on every rank, nothing written.
+    let d = Dtype::GPUWIRE_FLOAT32;
+    let s = Buf::from_bytes(d, &encode_all(d, &[V::F(1.0); 4]));
+    let recv = Buf::from_bytes(d, &sentinel(16));
+    let code = gpuwire::Status::GPUWIRE_ERROR_UNSUPPORTED_OP;
+    for (name, f) in [("scan", gpuwire_scan as extern "C" fn(_, _, _, _, _) -> _), ("exscan", gpuwire_exscan)] {
+        ctx.error(f(ctx.world, s.h, recv.h, ReduceOp::GPUWIRE_LAND as i32, st()), code, &["LAND", "float32"], &format!("{name} LAND on float32"));
+        let mut q = GPUWIRE_REQUEST_NULL;
+        let nb = if name == "scan" { gpuwire_iscan } else { gpuwire_iexscan };
+        ctx.error(nb(ctx.world, s.h, recv.h, ReduceOp::GPUWIRE_LAND as i32, st(), &mut q), code, &["LAND", "float32"], &format!("i{name} LAND on float32"));
+        ctx.check_eq(q, GPUWIRE_REQUEST_NULL, &format!("i{name} refused: no request"));
+    }
+    check_bytes(ctx, d, &recv.read(), &sentinel(16), "refused scans wrote nothing");
 }
 
 /// In-place reduce at every non-zero root, float32 of 1000 and more elements (the sizes that

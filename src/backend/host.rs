@@ -168,7 +168,7 @@ pub fn reduce(c: &Communicator, send: Src, recv: usize, count: usize, dtype: Dty
             scratch.as_ptr().cast()
         };
         // Ranges validated by the caller; n <= 2^30.
-        collective!(c, "MPI_Reduce", MPI_Reduce(s, r, n as c_int, mpisys::datatype(dtype), mop, root, c.raw()), MPI_Ireduce)?;
+        collective!(c, "MPI_Reduce", MPI_Reduce(s, r, n as c_int, mpisys::reduce_datatype(dtype), mop, root, c.raw()), MPI_Ireduce)?;
     }
     if divide && is_root && op == ReduceOp::GPUWIRE_AVG {
         avg_divide(c, recv, count, dtype)?;
@@ -182,12 +182,50 @@ pub fn allreduce(c: &Communicator, send: Src, recv: usize, count: usize, dtype: 
     let mop = runtime::mpi_op(info, dtype, op);
     for (off, n) in chunks(count) {
         // Ranges validated by the caller; n <= 2^30.
-        collective!(c, "MPI_Allreduce", MPI_Allreduce(send.at(off, dtype), at(recv, off, dtype), n as c_int, mpisys::datatype(dtype), mop, c.raw()), MPI_Iallreduce)?;
+        collective!(c, "MPI_Allreduce", MPI_Allreduce(send.at(off, dtype), at(recv, off, dtype), n as c_int, mpisys::reduce_datatype(dtype), mop, c.raw()), MPI_Iallreduce)?;
     }
     if divide && op == ReduceOp::GPUWIRE_AVG {
         avg_divide(c, recv, count, dtype)?;
     }
     Ok(())
+}
+
+/// MPI_Scan (`exclusive` false) or MPI_Exscan, in chunks of at most 2^30 elements (an
+/// elementwise prefix splits like allreduce). AVG divides each rank's prefix by the number of
+/// ranks it combines (rank + 1; exscan: rank) when `divide`. Exscan leaves rank 0's `recv` as
+/// MPI does (MPI leaves it undefined; Open MPI and MPICH do not write it).
+#[allow(clippy::too_many_arguments)]
+pub fn scan(c: &Communicator, send: Src, recv: usize, count: usize, dtype: Dtype, op: ReduceOp, exclusive: bool, divide: bool) -> Result<()> {
+    let info = runtime::ensure_ready()?;
+    let mop = runtime::mpi_op(info, dtype, op);
+    for (off, n) in chunks(count) {
+        let (s, r, dt) = (send.at(off, dtype), at(recv, off, dtype), mpisys::reduce_datatype(dtype));
+        // Ranges validated by the caller; n <= 2^30.
+        if exclusive {
+            collective!(c, "MPI_Exscan", MPI_Exscan(s, r, n as c_int, dt, mop, c.raw()), MPI_Iexscan)?;
+        } else {
+            collective!(c, "MPI_Scan", MPI_Scan(s, r, n as c_int, dt, mop, c.raw()), MPI_Iscan)?;
+        }
+    }
+    if divide && op == ReduceOp::GPUWIRE_AVG {
+        scan_divide(c, recv, count, dtype, exclusive)?;
+    }
+    Ok(())
+}
+
+/// The number of ranks whose data a scan (`exclusive` false) or exscan combines on this rank:
+/// AVG's divisor (0 on exscan's rank 0, whose result is not defined).
+pub fn scan_ranks(c: &Communicator, exclusive: bool) -> usize {
+    c.rank() as usize + !exclusive as usize
+}
+
+/// AVG's division of a scan's result on host memory.
+pub fn scan_divide(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, exclusive: bool) -> Result<()> {
+    match scan_ranks(c, exclusive) {
+        0 => Ok(()),
+        // SAFETY: ptr is host memory valid for count elements.
+        k => unsafe { reduce::divide(dtype, ptr as *mut u8, count, k) },
+    }
 }
 
 /// MPI_Allgather of `count` elements per rank.
@@ -298,7 +336,7 @@ pub fn reduce_scatter(c: &Communicator, send: Src, recv: usize, count: usize, dt
     };
     let mop = runtime::mpi_op(info, dtype, op);
     // send holds size*count elements, recv count (validated).
-    collective!(c, "MPI_Reduce_scatter_block", MPI_Reduce_scatter_block(send.at(0, dtype), at(recv, 0, dtype), n, mpisys::datatype(dtype), mop, c.raw()), MPI_Ireduce_scatter_block)?;
+    collective!(c, "MPI_Reduce_scatter_block", MPI_Reduce_scatter_block(send.at(0, dtype), at(recv, 0, dtype), n, mpisys::reduce_datatype(dtype), mop, c.raw()), MPI_Ireduce_scatter_block)?;
     if divide && op == ReduceOp::GPUWIRE_AVG {
         avg_divide(c, recv, count, dtype)?;
     }
@@ -427,6 +465,9 @@ impl Path for HostPath {
             Input::Buf(b) => Src::Ptr(b.ptr()),
         };
         reduce_scatter(c, send, recv.ptr(), recv.count(), recv.dtype(), op, true)
+    }
+    fn scan(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, exclusive: bool, _s: Stream) -> Result<()> {
+        scan(c, Src::of(send), recv.ptr(), recv.count(), recv.dtype(), op, exclusive, true)
     }
     fn alltoall(&self, c: &Communicator, send: Input, recv: &Buffer, _s: Stream) -> Result<()> {
         alltoall(c, Src::of(send), recv.ptr(), recv.count() / c.size() as usize, recv.dtype())

@@ -253,6 +253,25 @@ pub fn reduce_staged(call: &mut Call, send: Input, recv: Option<&Buffer>, op: Re
     Ok(())
 }
 
+/// Staged scan/exscan (every size, and the CUDA-aware and NCCL paths' too): host copy, one
+/// MPI_Scan/MPI_Exscan, copy back (not on exscan's rank 0, whose buffer is left untouched).
+pub fn scan_staged(call: &mut Call, send: Input, recv: &Buffer, op: ReduceOp, exclusive: bool) -> Result<()> {
+    let (n, dtype, bytes) = (recv.count(), recv.dtype(), recv.bytes());
+    let src = match send {
+        Input::InPlace => loc(recv),
+        Input::Buf(b) => loc(b),
+    };
+    let h_in = call.to_host(src, bytes, 0)?;
+    let h_out = call.host_for(loc(recv), bytes, 1)?;
+    let s = if h_in == h_out { Src::InPlace } else { Src::Ptr(h_in) };
+    host::scan(call.c, s, h_out, n, dtype, op, exclusive, true)?;
+    if exclusive && call.c.rank() == 0 {
+        // Exscan's rank 0 receives nothing: its buffer is left as it was.
+        return Ok(());
+    }
+    call.from_host(loc(recv), h_out, bytes)
+}
+
 /// Small staged reduce_scatter.
 pub fn reduce_scatter_staged(call: &mut Call, send: &Buffer, recv: &Buffer, op: ReduceOp) -> Result<()> {
     let h_in = call.to_host(loc(send), send.bytes(), 0)?;
@@ -446,6 +465,11 @@ impl Path for StagedPath {
         } else {
             reduce_scatter_staged(&mut call, s, recv, op)
         }
+    }
+
+    fn scan(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, exclusive: bool, stream: Stream) -> Result<()> {
+        let mut call = Call::begin(c, &[input_buf(send), Some(recv)], stream)?;
+        scan_staged(&mut call, send, recv, op, exclusive)
     }
 
     fn alltoall(&self, c: &Communicator, send: Input, recv: &Buffer, stream: Stream) -> Result<()> {

@@ -25,8 +25,9 @@
 //!   (or a wait/test) closes, so a send and a receive posted together progress together.
 //! - What NCCL cannot do correctly is routed: complex SUM/AVG run as float SUM on a real view of
 //!   twice the length; AVG is SUM then a division kernel (as on the MPI paths, so the results
-//!   are the same bits); complex PROD and bitwise ops go through the staged MPI path of the same
-//!   communicator.
+//!   are the same bits); complex PROD, bitwise and logical ops, MINLOC/MAXLOC and scan/exscan
+//!   (NCCL has none of them) go through the staged MPI path of the same communicator, on every
+//!   rank alike (the choice depends on the datatype and op only, which the ranks share).
 //! - With a timeout configured every operation waits for its completion, polling
 //!   ncclCommGetAsyncError; past the deadline gpuwire aborts the NCCL communicator, returns
 //!   GPUWIRE_ERROR_TIMEOUT and the communicator is broken from then on.
@@ -267,12 +268,15 @@ fn nccl_dtype(d: Dtype) -> c_int {
         GPUWIRE_FLOAT32 | GPUWIRE_COMPLEX64 => 7,
         GPUWIRE_FLOAT64 | GPUWIRE_COMPLEX128 => 8,
         GPUWIRE_BFLOAT16 => 9,
+        // Moved only (their reductions are routed): two 32-bit or two 64-bit words.
+        GPUWIRE_FLOAT32_INT32 | GPUWIRE_INT32_INT32 => 3,
+        GPUWIRE_FLOAT64_INT32 => 5,
     }
 }
 
-/// Elements NCCL sees for `n` elements of `d` (a complex is two reals).
+/// Elements NCCL sees for `n` elements of `d` (a complex is two reals, a pair two words).
 fn nccl_count(d: Dtype, n: usize) -> usize {
-    if d.is_complex() { 2 * n } else { n }
+    if d.is_complex() || d.is_pair() { 2 * n } else { n }
 }
 
 /// NCCL's op for a reduction it performs correctly, or None when gpuwire must route it.
@@ -282,7 +286,7 @@ fn nccl_op(d: Dtype, op: ReduceOp) -> Option<c_int> {
         ReduceOp::GPUWIRE_PROD if !d.is_complex() => Some(1),
         ReduceOp::GPUWIRE_MAX if !d.is_complex() => Some(2),
         ReduceOp::GPUWIRE_MIN if !d.is_complex() => Some(3),
-        _ => None, // complex PROD, bitwise ops
+        _ => None, // complex PROD, bitwise and logical ops, MINLOC/MAXLOC
     }
 }
 
@@ -918,6 +922,10 @@ impl Path for NcclPath {
         })?;
         cx.divide(recv, op)?;
         cx.done("ncclReduceScatter")
+    }
+    fn scan(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, exclusive: bool, stream: Stream) -> Result<()> {
+        // NCCL has no scan: the staged MPI path, after the stream's earlier work.
+        via_mpi(c)?.scan(c, send, recv, op, exclusive, stream)
     }
     fn alltoall(&self, c: &Communicator, send: Input, recv: &Buffer, stream: Stream) -> Result<()> {
         let p = c.size() as usize;

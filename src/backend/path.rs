@@ -34,6 +34,11 @@ pub trait Path: Sync {
     /// `counts[r]` elements from rank r, placed contiguously in rank order.
     fn allgatherv(&self, c: &Communicator, send: Input, recv: &Buffer, counts: &[usize], stream: Stream) -> Result<()>;
     fn reduce_scatter(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()>;
+    /// Inclusive (`exclusive` false: as MPI_Scan) or exclusive (as MPI_Exscan) prefix reduction
+    /// in rank order; exscan leaves rank 0's `recv` untouched.
+    fn scan(&self, _c: &Communicator, _send: Input, _recv: &Buffer, _op: ReduceOp, _exclusive: bool, _stream: Stream) -> Result<()> {
+        Err(crate::error::Error::BackendUnavailable("scan/exscan of device buffers is not implemented on this backend yet".into()))
+    }
     fn alltoall(&self, c: &Communicator, send: Input, recv: &Buffer, stream: Stream) -> Result<()>;
     /// `recv` is `Some` on the root only.
     fn gather(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, root: i32, stream: Stream) -> Result<()>;

@@ -141,6 +141,9 @@ fn c_type(d: Dtype) -> &'static str {
         GPUWIRE_FLOAT64 => "double",
         GPUWIRE_COMPLEX64 => "c64",
         GPUWIRE_COMPLEX128 => "c128",
+        // No array arithmetic or reduction is defined on the pair datatypes (`plan`, `arithmetic`).
+        GPUWIRE_FLOAT32_INT32 | GPUWIRE_INT32_INT32 => "u64",
+        GPUWIRE_FLOAT64_INT32 => "e16",
     }
 }
 

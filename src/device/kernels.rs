@@ -4,7 +4,8 @@
 //! `gw_<dtype>_<op>(T *inout, const T *in, u64 n)` computing `inout[i] = in[i] op inout[i]`
 //! with exactly the semantics of `crate::reduce::combine` (integers wrap, float16/bfloat16
 //! compute in float32 and round to nearest even, complex PROD is the complex product), and
-//! `gw_<dtype>_div(T *x, u64 n, i64 d)` for AVG. The source is compiled for the device's compute
+//! `gw_<dtype>_div(T *x, u64 n, i64 d)` for AVG (not for the pair datatypes, which take
+//! MINLOC/MAXLOC only: the smaller/larger value, of equal values the lower index). The source is compiled for the device's compute
 //! capability the first time a device reduction runs on that device; without NVRTC the
 //! backends reduce on the host instead and `gpuwire_comm_describe` says so.
 
@@ -25,6 +26,9 @@ typedef long long i64; typedef unsigned long long u64;
 typedef unsigned short f16; typedef unsigned short bf16;
 struct c64 { float re, im; };
 struct c128 { double re, im; };
+struct fi { float v; int i; };
+struct di { double v; int i; };
+struct ii { int v; int i; };
 __device__ __forceinline__ float f16_load(f16 h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 __device__ __forceinline__ f16 f16_store(float f) { f16 h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
 __device__ __forceinline__ float bf16_load(bf16 b) { return __uint_as_float(((unsigned)b) << 16); }
@@ -56,6 +60,9 @@ fn c_type(d: Dtype) -> &'static str {
         GPUWIRE_FLOAT64 => "double",
         GPUWIRE_COMPLEX64 => "c64",
         GPUWIRE_COMPLEX128 => "c128",
+        GPUWIRE_FLOAT32_INT32 => "fi",
+        GPUWIRE_FLOAT64_INT32 => "di",
+        GPUWIRE_INT32_INT32 => "ii",
     }
 }
 
@@ -95,7 +102,16 @@ fn combine_expr(d: Dtype, op: ReduceOp) -> Option<String> {
             GPUWIRE_BAND => format!("({t})(y & x)"),
             GPUWIRE_BOR => format!("({t})(y | x)"),
             GPUWIRE_BXOR => format!("({t})(y ^ x)"),
-            GPUWIRE_AVG => unreachable!(),
+            GPUWIRE_LAND => format!("({t})(y != 0 && x != 0)"),
+            GPUWIRE_LOR => format!("({t})(y != 0 || x != 0)"),
+            GPUWIRE_LXOR => format!("({t})((y != 0) != (x != 0))"),
+            GPUWIRE_AVG | GPUWIRE_MINLOC | GPUWIRE_MAXLOC => unreachable!(),
+        }
+    } else if d.is_pair() {
+        match op {
+            GPUWIRE_MINLOC => "(y.v < x.v || (y.v == x.v && y.i < x.i)) ? y : x".into(),
+            GPUWIRE_MAXLOC => "(y.v > x.v || (y.v == x.v && y.i < x.i)) ? y : x".into(),
+            _ => unreachable!(),
         }
     } else if d.is_half() {
         let (ld, st) = if d == Dtype::GPUWIRE_FLOAT16 { ("f16_load", "f16_store") } else { ("bf16_load", "bf16_store") };
@@ -136,6 +152,7 @@ fn div_expr(d: Dtype) -> String {
         GPUWIRE_FLOAT64 => "v / (double)dd".into(),
         GPUWIRE_COMPLEX64 => "c64{v.re / (float)dd, v.im / (float)dd}".into(),
         GPUWIRE_COMPLEX128 => "c128{v.re / (double)dd, v.im / (double)dd}".into(),
+        GPUWIRE_FLOAT32_INT32 | GPUWIRE_FLOAT64_INT32 | GPUWIRE_INT32_INT32 => unreachable!("pairs have no AVG"),
     }
 }
 
@@ -152,11 +169,13 @@ pub fn source() -> String {
                 );
             }
         }
-        s += &format!(
-            "extern \"C\" __global__ void {}({t} *io, u64 n, i64 dd) {{ GRID_LOOP {{ {t} v = io[i]; io[i] = {}; }} }}\n",
-            div_name(d),
-            div_expr(d)
-        );
+        if !d.is_pair() {
+            s += &format!(
+                "extern \"C\" __global__ void {}({t} *io, u64 n, i64 dd) {{ GRID_LOOP {{ {t} v = io[i]; io[i] = {}; }} }}\n",
+                div_name(d),
+                div_expr(d)
+            );
+        }
     }
     s
 }
@@ -213,7 +232,9 @@ fn compile(device: i32) -> std::result::Result<Module, String> {
     let mut functions = HashMap::new();
     for d in Dtype::ALL {
         let mut names: Vec<String> = ReduceOp::ALL.iter().filter(|op| combine_expr(d, **op).is_some()).map(|op| kernel_name(d, *op)).collect();
-        names.push(div_name(d));
+        if !d.is_pair() {
+            names.push(div_name(d));
+        }
         for n in names {
             let cn = CString::new(n.clone()).expect("no NUL");
             // SAFETY: module is loaded; the name exists in the source.
@@ -289,7 +310,7 @@ mod tests {
                 assert_eq!(present, op.check_supported(d).is_ok(), "{} {}", d.name(), op.name());
                 n += present as usize;
             }
-            assert!(s.contains(&format!("void {}(", div_name(d))));
+            assert_eq!(s.contains(&format!("void {}(", div_name(d))), !d.is_pair());
         }
         assert!(n > 40);
     }

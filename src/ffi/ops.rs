@@ -290,7 +290,8 @@ pub extern "C" fn gpuwire_bcast(comm: gpuwire_comm, buf: gpuwire_buffer, root: i
 /// same buffer as `sendbuf` reduces in place. Both hold the same count and datatype.
 ///
 /// Collective. Errors: those of gpuwire_bcast, plus GPUWIRE_ERROR_UNSUPPORTED_OP (MIN/MAX on
-/// complex, bitwise ops on floating point: on every rank, nothing sent) and
+/// complex, bitwise and logical ops on anything but integers, MINLOC/MAXLOC on anything but
+/// the pair datatypes, other ops on the pair datatypes: on every rank, nothing sent) and
 /// GPUWIRE_ERROR_INVALID_ARGUMENT (unknown op code, overlapping buffers).
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_reduce(
@@ -409,6 +410,43 @@ pub extern "C" fn gpuwire_reduce_scatter(
             "reduce_scatter",
             || Ok((boundary::buffer(sendbuf)?, boundary::buffer(recvbuf)?, ReduceOp::from_c(op)?)),
             |(s, r, op)| issue(&c, Op::ReduceScatter { send: s, recv: r, op }, st(stream), false).map(|_| ()),
+        )
+    })
+}
+
+/// Inclusive prefix reduction in rank order, as MPI_Scan: rank r's `recvbuf` receives the
+/// element-wise reduction with `op` of the `sendbuf`s of ranks 0..=r. Both hold the same count
+/// and datatype on every rank; in place when `sendbuf` and `recvbuf` are the same buffer (or
+/// the same memory). Every datatype x op of gpuwire_allreduce, with its semantics (AVG: the sum
+/// divided by the number of ranks combined, r + 1). NCCL has no scan: on NCCL communicators
+/// device buffers take the communicator's staged MPI path (the stream's earlier work is waited
+/// for); MPI_STAGED and MPI_CUDA_AWARE reduce a host copy with one MPI_Scan.
+///
+/// Collective. Errors as gpuwire_allreduce.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_scan(comm: gpuwire_comm, sendbuf: gpuwire_buffer, recvbuf: gpuwire_buffer, op: i32, stream: *mut c_void) -> gpuwire_status {
+    scan("gpuwire_scan", comm, sendbuf, recvbuf, op, stream, false)
+}
+
+/// Exclusive prefix reduction in rank order, as MPI_Exscan: rank r > 0's `recvbuf` receives
+/// the reduction with `op` of the `sendbuf`s of ranks 0..r-1 (rank 1: rank 0's data). Rank 0's
+/// `recvbuf` is left untouched (MPI leaves it undefined). AVG divides by r. Otherwise as
+/// gpuwire_scan (in place when both are the same buffer).
+///
+/// Collective. Errors as gpuwire_allreduce.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_exscan(comm: gpuwire_comm, sendbuf: gpuwire_buffer, recvbuf: gpuwire_buffer, op: i32, stream: *mut c_void) -> gpuwire_status {
+    scan("gpuwire_exscan", comm, sendbuf, recvbuf, op, stream, true)
+}
+
+fn scan(name: &'static str, comm: gpuwire_comm, sendbuf: gpuwire_buffer, recvbuf: gpuwire_buffer, op: i32, stream: *mut c_void, exclusive: bool) -> gpuwire_status {
+    call(name, || {
+        let c = boundary::comm(comm)?;
+        collective(
+            &c,
+            name.trim_start_matches("gpuwire_"),
+            || Ok((boundary::buffer(sendbuf)?, boundary::buffer(recvbuf)?, ReduceOp::from_c(op)?)),
+            |(s, r, op)| issue(&c, Op::Scan { send: s, recv: r, op, exclusive }, st(stream), false).map(|_| ()),
         )
     })
 }
@@ -616,6 +654,37 @@ pub extern "C" fn gpuwire_ireduce_scatter(
 ) -> gpuwire_status {
     nonblocking("gpuwire_ireduce_scatter", comm, request, stream, || {
         Ok(Op::ReduceScatter { send: boundary::buffer(sendbuf)?, recv: boundary::buffer(recvbuf)?, op: ReduceOp::from_c(op)? })
+    })
+}
+
+/// Starts an inclusive scan, as MPI_Iscan (arguments as gpuwire_scan; see gpuwire_ibarrier).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_iscan(
+    comm: gpuwire_comm,
+    sendbuf: gpuwire_buffer,
+    recvbuf: gpuwire_buffer,
+    op: i32,
+    stream: *mut c_void,
+    request: *mut gpuwire_request,
+) -> gpuwire_status {
+    nonblocking("gpuwire_iscan", comm, request, stream, || {
+        Ok(Op::Scan { send: boundary::buffer(sendbuf)?, recv: boundary::buffer(recvbuf)?, op: ReduceOp::from_c(op)?, exclusive: false })
+    })
+}
+
+/// Starts an exclusive scan, as MPI_Iexscan (arguments as gpuwire_exscan: rank 0's `recvbuf`
+/// is left untouched; see gpuwire_ibarrier).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_iexscan(
+    comm: gpuwire_comm,
+    sendbuf: gpuwire_buffer,
+    recvbuf: gpuwire_buffer,
+    op: i32,
+    stream: *mut c_void,
+    request: *mut gpuwire_request,
+) -> gpuwire_status {
+    nonblocking("gpuwire_iexscan", comm, request, stream, || {
+        Ok(Op::Scan { send: boundary::buffer(sendbuf)?, recv: boundary::buffer(recvbuf)?, op: ReduceOp::from_c(op)?, exclusive: true })
     })
 }
 

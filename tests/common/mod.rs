@@ -572,10 +572,17 @@ pub enum V {
     I(i128),
     F(f64),
     C(f64, f64),
+    /// A (value, index) pair (the value as f64, exact for every pair datatype's values here).
+    P(f64, i32),
 }
 
 pub fn is_float(d: Dtype) -> bool {
-    !d.is_integer() && !d.is_complex()
+    !d.is_integer() && !d.is_complex() && !is_pair(d)
+}
+
+/// The (value, int32 index) pair datatypes (as MPI_FLOAT_INT, MPI_DOUBLE_INT, MPI_2INT).
+pub fn is_pair(d: Dtype) -> bool {
+    matches!(d, Dtype::GPUWIRE_FLOAT32_INT32 | Dtype::GPUWIRE_FLOAT64_INT32 | Dtype::GPUWIRE_INT32_INT32)
 }
 
 pub fn is_signed(d: Dtype) -> bool {
@@ -622,6 +629,13 @@ pub fn encode(d: Dtype, v: V) -> Vec<u8> {
             b.extend(exact_real(d, im));
             b
         }
+        (V::P(x, i), Dtype::GPUWIRE_FLOAT32_INT32) => [exact_real(Dtype::GPUWIRE_FLOAT32, x), i.to_ne_bytes().to_vec()].concat(),
+        // C layout: double, int32, 4 bytes of padding (zero here).
+        (V::P(x, i), Dtype::GPUWIRE_FLOAT64_INT32) => [x.to_ne_bytes().to_vec(), i.to_ne_bytes().to_vec(), vec![0; 4]].concat(),
+        (V::P(x, i), Dtype::GPUWIRE_INT32_INT32) => {
+            assert_eq!(x as i32 as f64, x, "test bug: {x} is no int32");
+            [(x as i32).to_ne_bytes().to_vec(), i.to_ne_bytes().to_vec()].concat()
+        }
         _ => panic!("test bug: value {v:?} for {}", d.name()),
     }
 }
@@ -645,6 +659,9 @@ pub fn decode(d: Dtype, bytes: &[u8]) -> V {
         Dtype::GPUWIRE_FLOAT64 => V::F(f64v(bytes)),
         Dtype::GPUWIRE_COMPLEX64 => V::C(f32v(&bytes[..4]), f32v(&bytes[4..])),
         Dtype::GPUWIRE_COMPLEX128 => V::C(f64v(&bytes[..8]), f64v(&bytes[8..])),
+        Dtype::GPUWIRE_FLOAT32_INT32 => V::P(f32v(&bytes[..4]), i32::from_ne_bytes(bytes[4..8].try_into().unwrap())),
+        Dtype::GPUWIRE_FLOAT64_INT32 => V::P(f64v(&bytes[..8]), i32::from_ne_bytes(bytes[8..12].try_into().unwrap())),
+        Dtype::GPUWIRE_INT32_INT32 => V::P(i32::from_ne_bytes(bytes[..4].try_into().unwrap()) as f64, i32::from_ne_bytes(bytes[4..8].try_into().unwrap())),
     }
 }
 
@@ -685,6 +702,16 @@ pub fn sentinel(len: usize) -> Vec<u8> {
 /// Compares two byte images element by element; reports the first few differing elements with
 /// their decoded values.
 pub fn check_bytes(ctx: &Ctx, d: Dtype, got: &[u8], expected: &[u8], what: &str) -> bool {
+    // The padding after a float64_int32's index is no part of its value (MPI reductions do not
+    // write it).
+    let unpadded = |b: &[u8]| -> Vec<u8> {
+        let mut b = b.to_vec();
+        if d == Dtype::GPUWIRE_FLOAT64_INT32 {
+            b.chunks_mut(16).for_each(|e| e.iter_mut().skip(12).for_each(|x| *x = 0));
+        }
+        b
+    };
+    let (got, expected) = (&unpadded(got)[..], &unpadded(expected)[..]);
     if got == expected {
         return ctx.check(true, String::new);
     }
@@ -723,8 +750,31 @@ pub fn reference(op: ReduceOp, vals: &[V]) -> V {
                 ReduceOp::GPUWIRE_BAND => xs.iter().fold(-1i128, |a, x| a & x),
                 ReduceOp::GPUWIRE_BOR => xs.iter().fold(0i128, |a, x| a | x),
                 ReduceOp::GPUWIRE_BXOR => xs.iter().fold(0i128, |a, x| a ^ x),
+                // One rank's value is passed through as it is (as MPI: no operation is applied).
+                _ if xs.len() == 1 => xs[0],
+                // Logical: 1 or 0.
+                ReduceOp::GPUWIRE_LAND => xs.iter().all(|x| *x != 0) as i128,
+                ReduceOp::GPUWIRE_LOR => xs.iter().any(|x| *x != 0) as i128,
+                ReduceOp::GPUWIRE_LXOR => (xs.iter().filter(|x| **x != 0).count() % 2) as i128,
+                _ => panic!("test bug: {} on integers", op.name()),
             };
             V::I(r)
+        }
+        V::P(..) => {
+            // The smallest (MINLOC) or largest (MAXLOC) value; of equal values the lowest index.
+            let mut best = vals[0];
+            for v in &vals[1..] {
+                let (V::P(bv, bi), V::P(x, i)) = (best, *v) else { unreachable!() };
+                let better = match op {
+                    ReduceOp::GPUWIRE_MINLOC => x < bv,
+                    ReduceOp::GPUWIRE_MAXLOC => x > bv,
+                    _ => panic!("test bug: {} on pairs", op.name()),
+                };
+                if better || (x == bv && i < bi) {
+                    best = *v;
+                }
+            }
+            best
         }
         V::F(_) => {
             let xs: Vec<f64> = vals.iter().map(|v| if let V::F(x) = v { *x } else { unreachable!() }).collect();
@@ -771,6 +821,24 @@ fn small_real(k: usize) -> f64 {
 /// between calls. Values are chosen so that every result is exact and in range.
 pub fn input(d: Dtype, op: ReduceOp, r: usize, i: usize, p: usize, salt: usize) -> V {
     let k = r * 5 + i * 3 + salt * 7;
+    if is_pair(d) {
+        // Three values only, so ranks tie often; indices in no rank order, so ties are decided
+        // by the index both ways.
+        let v = ((r + 2 * i + salt) % 3) as f64 - 1.0;
+        let idx = ((i * 7 + r * 5 + salt) % 13) as i32 - 6;
+        return V::P(if d == Dtype::GPUWIRE_INT32_INT32 { v * 1000.0 } else { v * 0.25 }, idx);
+    }
+    if d.is_integer() && matches!(op, ReduceOp::GPUWIRE_LAND | ReduceOp::GPUWIRE_LOR | ReduceOp::GPUWIRE_LXOR) {
+        // Zeros and nonzeros mixed; 256 (wide types) has a zero low byte, -1/max all bits set.
+        let bits = int_bits(d);
+        let v: i128 = match (pattern((r * 1000 + i * 10 + salt) as u64, 1)[0] as usize + r) % 5 {
+            0 | 1 => 0,
+            2 => 1,
+            3 => if bits == 8 { 2 } else { 256 },
+            _ => if is_signed(d) { -1 } else { (1i128 << bits) - 1 },
+        };
+        return V::I(v);
+    }
     if d.is_integer() {
         let bits = int_bits(d);
         if op.is_bitwise() {
@@ -830,11 +898,14 @@ pub fn expected_elem(d: Dtype, op: ReduceOp, i: usize, p: usize, salt: usize) ->
 }
 
 /// Every (datatype, op) pair that gpuwire supports, and the unsupported ones, as the spec lists
-/// them (MIN/MAX undefined on complex, bitwise ops on integers only).
+/// them (MIN/MAX undefined on complex, bitwise and logical ops on integers only, MINLOC/MAXLOC
+/// the pair datatypes' only ops and on them only).
 pub fn supported(d: Dtype, op: ReduceOp) -> bool {
     let complex_order = d.is_complex() && matches!(op, ReduceOp::GPUWIRE_MIN | ReduceOp::GPUWIRE_MAX);
-    let float_bits = !d.is_integer() && op.is_bitwise();
-    !(complex_order || float_bits)
+    let logical = matches!(op, ReduceOp::GPUWIRE_LAND | ReduceOp::GPUWIRE_LOR | ReduceOp::GPUWIRE_LXOR);
+    let float_bits = !d.is_integer() && (op.is_bitwise() || logical);
+    let loc = matches!(op, ReduceOp::GPUWIRE_MINLOC | ReduceOp::GPUWIRE_MAXLOC);
+    !(complex_order || float_bits) && loc == is_pair(d)
 }
 
 // ---- raw MPI (the program's own MPI calls) ---------------------------------------------------
