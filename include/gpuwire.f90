@@ -121,13 +121,30 @@ include 'gpuwire_c.inc'
 ! mpi_f08-style generic subroutine for every C function (see the conventions at the top).
 module gpuwire
   use, intrinsic :: iso_c_binding, only: c_int, c_int32_t, c_int64_t, c_size_t, c_char, &
-    c_ptr, c_null_ptr, c_null_char, c_loc, c_f_pointer, c_associated
+    c_ptr, c_null_ptr, c_null_char, c_loc, c_f_pointer, c_associated, c_float, c_double
   use, intrinsic :: iso_fortran_env, only: int8, int32, int64, real32, real64, error_unit
   use gpuwire_types
   implicit none
   private :: c_int, c_int32_t, c_int64_t, c_size_t, c_char, c_ptr, c_null_ptr, c_null_char, &
-    c_loc, c_f_pointer, c_associated
+    c_loc, c_f_pointer, c_associated, c_float, c_double
   private :: int8, int32, int64, real32, real64, error_unit
+
+  ! The (value, index) pairs that GPUWIRE_MINLOC and GPUWIRE_MAXLOC reduce, with the C layouts of
+  ! the datatypes GPUWIRE_FLOAT32_INT32, GPUWIRE_FLOAT64_INT32 (16 bytes: padding after the
+  ! index) and GPUWIRE_INT32_INT32 (as MPI_FLOAT_INT, MPI_DOUBLE_INT, MPI_2INT). Arrays of them
+  ! become buffers with gpuwire_buffer_wrap(array, buf) (rank 1, TARGET or POINTER).
+  type, bind(C), public :: gpuwire_pair_float32
+    real(c_float) :: value
+    integer(c_int32_t) :: index
+  end type
+  type, bind(C), public :: gpuwire_pair_float64
+    real(c_double) :: value
+    integer(c_int32_t) :: index
+  end type
+  type, bind(C), public :: gpuwire_pair_int32
+    integer(c_int32_t) :: value
+    integer(c_int32_t) :: index
+  end type
 
   ! -- lifecycle, status, version ---------------------------------------------------------------
   interface gpuwire_init
@@ -206,7 +223,8 @@ module gpuwire
   ! wrap(array, buf [, space] [, ierror]) for Fortran scalars and arrays (gpuwire_generics.inc);
   ! wrap(ptr, count, dtype, space, buf [, ierror]) for any address (device memory).
   interface gpuwire_buffer_wrap
-    module procedure gw_buffer_wrap_ptr, gw_buffer_wrap_ptr_i4
+    module procedure gw_buffer_wrap_ptr, gw_buffer_wrap_ptr_i4, gw_wrap_float32_int32, &
+      gw_wrap_float64_int32, gw_wrap_int32_int32
   end interface
   interface gpuwire_buffer_view
     module procedure gw_buffer_view, gw_buffer_view_i4
@@ -308,6 +326,12 @@ module gpuwire
   interface gpuwire_iscatter
     module procedure gw_iscatter
   end interface
+  interface gpuwire_iscan
+    module procedure gw_iscan
+  end interface
+  interface gpuwire_iexscan
+    module procedure gw_iexscan
+  end interface
   ! Groups (as ncclGroupStart / ncclGroupEnd), and a communicator's asynchronous error.
   interface gpuwire_group_start
     module procedure gw_group_start
@@ -344,6 +368,14 @@ module gpuwire
   end interface
   interface gpuwire_scatter
     module procedure gw_scatter
+  end interface
+  ! scan(comm, sendbuf, recvbuf, op [, stream] [, ierror]), as MPI_Scan; exscan likewise, as
+  ! MPI_Exscan (rank 0's recvbuf is left untouched).
+  interface gpuwire_scan
+    module procedure gw_scan
+  end interface
+  interface gpuwire_exscan
+    module procedure gw_exscan
   end interface
 
   ! -- distributed arrays ---------------------------------------------------------------------
@@ -462,7 +494,9 @@ module gpuwire
     gw_isend, gw_irecv, gw_wait, gw_test, gw_request_free, gw_waitall, gw_sendrecv, gw_barrier, &
     gw_bcast, &
     gw_reduce, gw_allreduce, gw_allgather, gw_allgatherv, gw_reduce_scatter, gw_alltoall, &
-    gw_gather, gw_scatter
+    gw_gather, gw_scatter, gw_scan, gw_exscan, gw_wrap_float32_int32, gw_wrap_float64_int32, &
+    gw_wrap_int32_int32
+  private :: gw_iscan, gw_iexscan
   private :: gw_ibarrier, gw_ibcast, gw_ireduce, gw_iallreduce, gw_iallgather, gw_iallgatherv, &
     gw_ireduce_scatter, gw_ialltoall, gw_igather, gw_iscatter, gw_group_start, gw_group_end, &
     gw_comm_async_error
@@ -583,6 +617,9 @@ contains
     case (GPUWIRE_BFLOAT16); s = 'GPUWIRE_BFLOAT16'
     case (GPUWIRE_COMPLEX64); s = 'GPUWIRE_COMPLEX64'
     case (GPUWIRE_COMPLEX128); s = 'GPUWIRE_COMPLEX128'
+    case (GPUWIRE_FLOAT32_INT32); s = 'GPUWIRE_FLOAT32_INT32'
+    case (GPUWIRE_FLOAT64_INT32); s = 'GPUWIRE_FLOAT64_INT32'
+    case (GPUWIRE_INT32_INT32); s = 'GPUWIRE_INT32_INT32'
     case default; s = 'datatype ' // itoa(int(dtype, int64))
     end select
   end function dtype_name
@@ -1306,6 +1343,30 @@ contains
       stream_or_null(stream), request%handle), 'gpuwire_iallreduce', ierror)
   end subroutine gw_iallreduce
 
+  subroutine gw_iscan(comm, sendbuf, recvbuf, op, request, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_iscan
+    type(gpuwire_comm), intent(in) :: comm
+    type(gpuwire_buffer), intent(in) :: sendbuf, recvbuf
+    integer, intent(in) :: op
+    type(gpuwire_request), intent(out) :: request
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call finish(c(comm%handle, sendbuf%handle, recvbuf%handle, int(op, c_int32_t), &
+      stream_or_null(stream), request%handle), 'gpuwire_iscan', ierror)
+  end subroutine gw_iscan
+
+  subroutine gw_iexscan(comm, sendbuf, recvbuf, op, request, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_iexscan
+    type(gpuwire_comm), intent(in) :: comm
+    type(gpuwire_buffer), intent(in) :: sendbuf, recvbuf
+    integer, intent(in) :: op
+    type(gpuwire_request), intent(out) :: request
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call finish(c(comm%handle, sendbuf%handle, recvbuf%handle, int(op, c_int32_t), &
+      stream_or_null(stream), request%handle), 'gpuwire_iexscan', ierror)
+  end subroutine gw_iexscan
+
   subroutine gw_iallgather(comm, sendbuf, recvbuf, request, stream, ierror)
     use gpuwire_c, only: c => gpuwire_iallgather
     type(gpuwire_comm), intent(in) :: comm
@@ -1445,6 +1506,62 @@ contains
     call finish(c(comm%handle, sendbuf%handle, recvbuf%handle, int(op, c_int32_t), &
       stream_or_null(stream)), 'gpuwire_allreduce', ierror)
   end subroutine gw_allreduce
+
+  subroutine gw_scan(comm, sendbuf, recvbuf, op, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_scan
+    type(gpuwire_comm), intent(in) :: comm
+    type(gpuwire_buffer), intent(in) :: sendbuf, recvbuf
+    integer, intent(in) :: op
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call finish(c(comm%handle, sendbuf%handle, recvbuf%handle, int(op, c_int32_t), &
+      stream_or_null(stream)), 'gpuwire_scan', ierror)
+  end subroutine gw_scan
+
+  subroutine gw_exscan(comm, sendbuf, recvbuf, op, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_exscan
+    type(gpuwire_comm), intent(in) :: comm
+    type(gpuwire_buffer), intent(in) :: sendbuf, recvbuf
+    integer, intent(in) :: op
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call finish(c(comm%handle, sendbuf%handle, recvbuf%handle, int(op, c_int32_t), &
+      stream_or_null(stream)), 'gpuwire_exscan', ierror)
+  end subroutine gw_exscan
+
+  ! wrap(array, buf [, space] [, ierror]) of a rank-1 array of pairs (MINLOC/MAXLOC).
+  subroutine gw_wrap_float32_int32(array, buf, space, ierror)
+    type(gpuwire_pair_float32), pointer, contiguous, intent(in) :: array(:)
+    type(gpuwire_buffer), intent(out) :: buf
+    integer, intent(in), optional :: space
+    integer, intent(out), optional :: ierror
+    type(c_ptr) :: p
+    p = c_null_ptr ! a disassociated pointer: GPUWIRE_ERROR_NULL_ARGUMENT
+    if (associated(array)) p = c_loc(array)
+    call wrap_address(p, size(array, kind=int64), GPUWIRE_FLOAT32_INT32, buf, space, ierror)
+  end subroutine gw_wrap_float32_int32
+
+  subroutine gw_wrap_float64_int32(array, buf, space, ierror)
+    type(gpuwire_pair_float64), pointer, contiguous, intent(in) :: array(:)
+    type(gpuwire_buffer), intent(out) :: buf
+    integer, intent(in), optional :: space
+    integer, intent(out), optional :: ierror
+    type(c_ptr) :: p
+    p = c_null_ptr
+    if (associated(array)) p = c_loc(array)
+    call wrap_address(p, size(array, kind=int64), GPUWIRE_FLOAT64_INT32, buf, space, ierror)
+  end subroutine gw_wrap_float64_int32
+
+  subroutine gw_wrap_int32_int32(array, buf, space, ierror)
+    type(gpuwire_pair_int32), pointer, contiguous, intent(in) :: array(:)
+    type(gpuwire_buffer), intent(out) :: buf
+    integer, intent(in), optional :: space
+    integer, intent(out), optional :: ierror
+    type(c_ptr) :: p
+    p = c_null_ptr
+    if (associated(array)) p = c_loc(array)
+    call wrap_address(p, size(array, kind=int64), GPUWIRE_INT32_INT32, buf, space, ierror)
+  end subroutine gw_wrap_int32_int32
 
   subroutine gw_allgather(comm, sendbuf, recvbuf, stream, ierror)
     use gpuwire_c, only: c => gpuwire_allgather

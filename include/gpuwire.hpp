@@ -106,6 +106,30 @@ template <>
 struct dtype_of<std::complex<double>>
     : std::integral_constant<gpuwire_dtype, GPUWIRE_COMPLEX128> {};
 
+/** The (value, index) pairs that GPUWIRE_MINLOC and GPUWIRE_MAXLOC reduce, with the layouts of
+ * GPUWIRE_FLOAT32_INT32, GPUWIRE_FLOAT64_INT32 and GPUWIRE_INT32_INT32 (as MPI_FLOAT_INT,
+ * MPI_DOUBLE_INT, MPI_2INT). */
+struct float32_int32 {
+    float value;
+    int32_t index;
+};
+struct float64_int32 {
+    double value;
+    int32_t index;
+};
+struct int32_int32 {
+    int32_t value;
+    int32_t index;
+};
+static_assert(sizeof(float32_int32) == 8 && sizeof(float64_int32) == 16 && sizeof(int32_int32) == 8,
+              "the pair datatypes' C layouts");
+template <>
+struct dtype_of<float32_int32> : std::integral_constant<gpuwire_dtype, GPUWIRE_FLOAT32_INT32> {};
+template <>
+struct dtype_of<float64_int32> : std::integral_constant<gpuwire_dtype, GPUWIRE_FLOAT64_INT32> {};
+template <>
+struct dtype_of<int32_int32> : std::integral_constant<gpuwire_dtype, GPUWIRE_INT32_INT32> {};
+
 template <class T> constexpr gpuwire_dtype dtype_v = dtype_of<std::remove_cv_t<T>>::value;
 
 namespace detail {
@@ -115,7 +139,8 @@ inline std::string dtype_name(gpuwire_dtype dtype)
     static const char *const names[] = {
         "GPUWIRE_INT8",    "GPUWIRE_UINT8",   "GPUWIRE_INT32",    "GPUWIRE_UINT32",
         "GPUWIRE_INT64",   "GPUWIRE_UINT64",  "GPUWIRE_FLOAT16",  "GPUWIRE_FLOAT32",
-        "GPUWIRE_FLOAT64", "GPUWIRE_BFLOAT16", "GPUWIRE_COMPLEX64", "GPUWIRE_COMPLEX128"};
+        "GPUWIRE_FLOAT64", "GPUWIRE_BFLOAT16", "GPUWIRE_COMPLEX64", "GPUWIRE_COMPLEX128",
+        "GPUWIRE_FLOAT32_INT32", "GPUWIRE_FLOAT64_INT32", "GPUWIRE_INT32_INT32"};
     const int d = static_cast<int>(dtype);
     if (d >= 0 && d < static_cast<int>(sizeof names / sizeof names[0]))
         return names[d];
@@ -677,6 +702,18 @@ public:
     {
         detail::check(gpuwire_reduce_scatter(h_, sendbuf.get(), recvbuf.get(), op, stream));
     }
+    /** gpuwire_scan (as MPI_Scan); in place when both are the same buffer. */
+    void scan(const buffer &sendbuf, const buffer &recvbuf, gpuwire_op op,
+              void *stream = nullptr) const
+    {
+        detail::check(gpuwire_scan(h_, sendbuf.get(), recvbuf.get(), op, stream));
+    }
+    /** gpuwire_exscan (as MPI_Exscan): rank 0's recvbuf is left untouched. */
+    void exscan(const buffer &sendbuf, const buffer &recvbuf, gpuwire_op op,
+                void *stream = nullptr) const
+    {
+        detail::check(gpuwire_exscan(h_, sendbuf.get(), recvbuf.get(), op, stream));
+    }
     void alltoall(const buffer &sendbuf, const buffer &recvbuf, void *stream = nullptr) const
     {
         detail::check(gpuwire_alltoall(h_, sendbuf.get(), recvbuf.get(), stream));
@@ -754,6 +791,20 @@ public:
         }
         detail::check(gpuwire_iallgatherv(h_, sendbuf.get(), recvbuf.get(), recvcounts.data(),
                                           stream, &r));
+        return request(r);
+    }
+    request iscan(const buffer &sendbuf, const buffer &recvbuf, gpuwire_op op,
+                  void *stream = nullptr) const
+    {
+        gpuwire_request r = GPUWIRE_REQUEST_NULL;
+        detail::check(gpuwire_iscan(h_, sendbuf.get(), recvbuf.get(), op, stream, &r));
+        return request(r);
+    }
+    request iexscan(const buffer &sendbuf, const buffer &recvbuf, gpuwire_op op,
+                    void *stream = nullptr) const
+    {
+        gpuwire_request r = GPUWIRE_REQUEST_NULL;
+        detail::check(gpuwire_iexscan(h_, sendbuf.get(), recvbuf.get(), op, stream, &r));
         return request(r);
     }
     request ireduce_scatter(const buffer &sendbuf, const buffer &recvbuf, gpuwire_op op,

@@ -50,16 +50,17 @@ pub enum gpuwire_dtype {
     GPUWIRE_COMPLEX64 = 10,
     /// Complex of two float64, as C `double _Complex` and MPI_C_DOUBLE_COMPLEX.
     GPUWIRE_COMPLEX128 = 11,
-    /// A (value, index) pair of a float32 value and an int32 index, laid out as the C struct
-    /// `struct { float value; int32_t index; }` (8 bytes), as MPI_FLOAT_INT. Reduced only by
-    /// GPUWIRE_MINLOC and GPUWIRE_MAXLOC; moved by every other operation.
+    /// A (value, index) pair: a float32 value then an int32 index, laid out as the C struct of
+    /// a `float` and an `int32_t` (8 bytes), as MPI_FLOAT_INT. Reduced only by GPUWIRE_MINLOC
+    /// and GPUWIRE_MAXLOC; moved by every other operation.
     GPUWIRE_FLOAT32_INT32 = 12,
-    /// A (value, index) pair of a float64 value and an int32 index, laid out as the C struct
-    /// `struct { double value; int32_t index; }` (16 bytes: 4 bytes of padding after the index,
-    /// 8-byte alignment), as MPI_DOUBLE_INT. Reduced only by GPUWIRE_MINLOC and GPUWIRE_MAXLOC.
+    /// A (value, index) pair: a float64 value then an int32 index, laid out as the C struct of
+    /// a `double` and an `int32_t` (16 bytes: 4 bytes of padding after the index, 8-byte
+    /// alignment), as MPI_DOUBLE_INT. Reduced only by GPUWIRE_MINLOC and GPUWIRE_MAXLOC. Moved
+    /// as 16 bytes (the padding too) by every path.
     GPUWIRE_FLOAT64_INT32 = 13,
-    /// A (value, index) pair of two int32, laid out as `struct { int32_t value; int32_t index; }`
-    /// (8 bytes), as MPI_2INT. Reduced only by GPUWIRE_MINLOC and GPUWIRE_MAXLOC.
+    /// A (value, index) pair of two int32 (value then index; 8 bytes), as MPI_2INT. Reduced only
+    /// by GPUWIRE_MINLOC and GPUWIRE_MAXLOC.
     GPUWIRE_INT32_INT32 = 14,
 }
 

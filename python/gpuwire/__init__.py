@@ -62,7 +62,7 @@ from . import _library
 from ._capi import *  # noqa: F401,F403  (every constant of gpuwire.h, and Config)
 from ._capi import (BFLOAT16, COMPLEX64, COMPLEX128, DECIDE, ERROR_COMM_BROKEN, ERROR_COUNT_MISMATCH,
                     ERROR_DTYPE_MISMATCH, ERROR_INVALID_ARGUMENT, ERROR_NULL_ARGUMENT, ERROR_TIMEOUT, FLOAT16,
-                    FLOAT32, FLOAT64, INT8, INT32, INT64, NORM_2, PARTITION_SCATTER, SPACE_AUTO, SPACE_DEVICE,
+                    FLOAT32, FLOAT32_INT32, FLOAT64, FLOAT64_INT32, INT8, INT32, INT32_INT32, INT64, NORM_2, PARTITION_SCATTER, SPACE_AUTO, SPACE_DEVICE,
                     SPACE_HOST, SUCCESS, SUM, UINT8, UINT32, UINT64, Config, _handle)
 
 # NumPy/CuPy dtype names (numpy.dtype(...).name) -> gpuwire datatypes.
@@ -82,6 +82,33 @@ _DTYPES = {
 # __cuda_array_interface__ / __array_interface__ typestr (without the byte order) -> gpuwire datatypes.
 _TYPESTRS = {"i1": INT8, "u1": UINT8, "i4": INT32, "u4": UINT32, "i8": INT64, "u8": UINT64,
              "f2": FLOAT16, "f4": FLOAT32, "f8": FLOAT64, "c8": COMPLEX64, "c16": COMPLEX128}
+
+# The (value, index) pair datatypes of MINLOC/MAXLOC: (value format, itemsize) of their C layouts.
+_PAIRS = {FLOAT32_INT32: ("f4", 8), FLOAT64_INT32: ("f8", 16), INT32_INT32: ("i4", 8)}
+
+
+def pair_dtype(datatype):
+    """The NumPy structured dtype of a pair datatype (FLOAT32_INT32, FLOAT64_INT32, INT32_INT32, as
+    MPI_FLOAT_INT, MPI_DOUBLE_INT, MPI_2INT): fields "value" and "index" (int32) with the C struct's
+    layout (float64_int32: 16 bytes, padding after the index). Arrays of it are buffers like any other."""
+    import numpy
+
+    if datatype not in _PAIRS:
+        raise ValueError(f"gpuwire: {datatype} is not a pair datatype (FLOAT32_INT32, FLOAT64_INT32, INT32_INT32)")
+    return numpy.dtype([("value", _PAIRS[datatype][0]), ("index", "i4")], align=True)
+
+
+def _pair_of(dt):
+    """The pair datatype of a NumPy structured dtype with its C layout (any field names), or None."""
+    if dt.fields is None or len(dt.names) != 2:
+        return None
+    (v, vo), (i, io) = (dt.fields[n][:2] for n in dt.names)
+    for code, (fmt, size) in _PAIRS.items():
+        if (v.str[1:] == fmt and i.str[1:] == "i4" and v.isnative and i.isnative and vo == 0 and io == v.itemsize
+                and dt.itemsize == size):
+            return code
+    return None
+
 
 lib, LIBRARY = _library.load()
 
@@ -303,6 +330,9 @@ def _describe_array(array):
         if not array.dtype.isnative:
             _check_byte_order(array.dtype.byteorder, array.dtype.str)
         name = array.dtype.name
+        pair = _pair_of(array.dtype)
+        if pair is not None:
+            return array.ctypes.data, array.size, pair, False, None, array
         if name not in _DTYPES:
             raise ValueError(f"gpuwire: unsupported dtype {name}")
         return array.ctypes.data, array.size, _DTYPES[name], False, None, array
@@ -707,6 +737,25 @@ class Comm:
             return
         self._collective(lib.gpuwire_allreduce, [sendbuf, recvbuf], [op], stream)
 
+    def scan(self, sendbuf, recvbuf=None, op=SUM, stream=None):
+        """As MPI_Scan; in place when recvbuf is None (or the same object)."""
+        self._scan(lib.gpuwire_scan, sendbuf, recvbuf, op, stream)
+
+    def exscan(self, sendbuf, recvbuf=None, op=SUM, stream=None):
+        """As MPI_Exscan (rank 0's recvbuf is left untouched); in place when recvbuf is None."""
+        self._scan(lib.gpuwire_exscan, sendbuf, recvbuf, op, stream)
+
+    def _scan(self, fn, sendbuf, recvbuf, op, stream):
+        if recvbuf is None or recvbuf is sendbuf:
+            b, new = _as_buffer(sendbuf)
+            try:
+                _check(fn(self.handle, b.handle, b.handle, op, _stream_ptr(stream or b.stream)))
+            finally:
+                if new:
+                    _done(b)
+            return
+        self._collective(fn, [sendbuf, recvbuf], [op], stream)
+
     def allgather(self, sendbuf, recvbuf, stream=None):
         self._collective(lib.gpuwire_allgather, [sendbuf, recvbuf], [], stream)
 
@@ -763,6 +812,20 @@ class Comm:
             r = _out(_handle, lib.gpuwire_iallreduce, self.handle, b.handle, b.handle, op, _stream_ptr(stream or b.stream))
             return Request(r, keep=b)
         return self._icollective(lib.gpuwire_iallreduce, [sendbuf, recvbuf], [op], stream)
+
+    def iscan(self, sendbuf, recvbuf=None, op=SUM, stream=None):
+        """As MPI_Iscan; in place when recvbuf is None (or the same object)."""
+        return self._iscan(lib.gpuwire_iscan, sendbuf, recvbuf, op, stream)
+
+    def iexscan(self, sendbuf, recvbuf=None, op=SUM, stream=None):
+        """As MPI_Iexscan (rank 0's recvbuf is left untouched); in place when recvbuf is None."""
+        return self._iscan(lib.gpuwire_iexscan, sendbuf, recvbuf, op, stream)
+
+    def _iscan(self, fn, sendbuf, recvbuf, op, stream):
+        if recvbuf is None or recvbuf is sendbuf:
+            b, _ = _as_buffer(sendbuf)
+            return Request(_out(_handle, fn, self.handle, b.handle, b.handle, op, _stream_ptr(stream or b.stream)), keep=b)
+        return self._icollective(fn, [sendbuf, recvbuf], [op], stream)
 
     def iallgather(self, sendbuf, recvbuf, stream=None):
         return self._icollective(lib.gpuwire_iallgather, [sendbuf, recvbuf], [], stream)

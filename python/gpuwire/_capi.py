@@ -41,6 +41,9 @@ __all__ = [
     "BFLOAT16",
     "COMPLEX64",
     "COMPLEX128",
+    "FLOAT32_INT32",
+    "FLOAT64_INT32",
+    "INT32_INT32",
     "SUM",
     "PROD",
     "MAX",
@@ -49,6 +52,11 @@ __all__ = [
     "BAND",
     "BOR",
     "BXOR",
+    "LAND",
+    "LOR",
+    "LXOR",
+    "MINLOC",
+    "MAXLOC",
     "SPACE_AUTO",
     "SPACE_HOST",
     "SPACE_DEVICE",
@@ -117,6 +125,9 @@ FLOAT64 = 8
 BFLOAT16 = 9
 COMPLEX64 = 10
 COMPLEX128 = 11
+FLOAT32_INT32 = 12
+FLOAT64_INT32 = 13
+INT32_INT32 = 14
 SUM = 0
 PROD = 1
 MAX = 2
@@ -125,6 +136,11 @@ AVG = 4
 BAND = 5
 BOR = 6
 BXOR = 7
+LAND = 8
+LOR = 9
+LXOR = 10
+MINLOC = 11
+MAXLOC = 12
 SPACE_AUTO = 0
 SPACE_HOST = 1
 SPACE_DEVICE = 2
@@ -261,6 +277,8 @@ _PROTOTYPES = {
     "gpuwire_allgather": (_status, [_handle, _handle, _handle, c_void_p]),
     "gpuwire_allgatherv": (_status, [_handle, _handle, _handle, POINTER(c_int64), c_void_p]),
     "gpuwire_reduce_scatter": (_status, [_handle, _handle, _handle, c_int32, c_void_p]),
+    "gpuwire_scan": (_status, [_handle, _handle, _handle, c_int32, c_void_p]),
+    "gpuwire_exscan": (_status, [_handle, _handle, _handle, c_int32, c_void_p]),
     "gpuwire_alltoall": (_status, [_handle, _handle, _handle, c_void_p]),
     "gpuwire_gather": (_status, [_handle, _handle, _handle, c_int32, c_void_p]),
     "gpuwire_scatter": (_status, [_handle, _handle, _handle, c_int32, c_void_p]),
@@ -271,6 +289,8 @@ _PROTOTYPES = {
     "gpuwire_iallgather": (_status, [_handle, _handle, _handle, c_void_p, POINTER(_handle)]),
     "gpuwire_iallgatherv": (_status, [_handle, _handle, _handle, POINTER(c_int64), c_void_p, POINTER(_handle)]),
     "gpuwire_ireduce_scatter": (_status, [_handle, _handle, _handle, c_int32, c_void_p, POINTER(_handle)]),
+    "gpuwire_iscan": (_status, [_handle, _handle, _handle, c_int32, c_void_p, POINTER(_handle)]),
+    "gpuwire_iexscan": (_status, [_handle, _handle, _handle, c_int32, c_void_p, POINTER(_handle)]),
     "gpuwire_ialltoall": (_status, [_handle, _handle, _handle, c_void_p, POINTER(_handle)]),
     "gpuwire_igather": (_status, [_handle, _handle, _handle, c_int32, c_void_p, POINTER(_handle)]),
     "gpuwire_iscatter": (_status, [_handle, _handle, _handle, c_int32, c_void_p, POINTER(_handle)]),

@@ -452,6 +452,117 @@ static void allreduce_bitwise(void)
     bfree(r);
 }
 
+/* The logical ops on int32 and uint8 with mixed zeros and nonzeros (256: a zero low byte), and
+ * the scans of int32 SUM and LXOR, against serial loops over the ranks' values; a single rank's
+ * value passes through unchanged (as MPI); LAND on float32 refused. */
+static int32_t logic_val(int q, int i)
+{
+    static const int32_t v[] = {0, 1, 256, -1, 0, 7, 0};
+    return v[(q * 3 + i) % 7];
+}
+
+static int32_t logic_ref(int32_t op, int upto, int i)
+{
+    int32_t acc = logic_val(0, i);
+    int q;
+    for (q = 1; q < upto; q++) {
+        int32_t x = logic_val(q, i);
+        acc = op == GPUWIRE_LAND  ? (acc != 0 && x != 0)
+              : op == GPUWIRE_LOR ? (acc != 0 || x != 0)
+                                  : ((acc != 0) != (x != 0));
+    }
+    return acc;
+}
+
+typedef struct {
+    double value;
+    int32_t index;
+} double_int;
+
+static void logical_scans_and_locs(void)
+{
+    static const int32_t ops[] = {GPUWIRE_LAND, GPUWIRE_LOR, GPUWIRE_LXOR};
+    enum { n = 7 };
+    gpuwire_buffer s = balloc(n, GPUWIRE_INT32), r = balloc(n, GPUWIRE_INT32), e = balloc(n, GPUWIRE_INT32);
+    int32_t *sp = (int32_t *)bptr(s), *rp = (int32_t *)bptr(r), *ep = (int32_t *)bptr(e);
+    gpuwire_request q[2];
+    double_int mine[3], got[3], mpi[3];
+    gpuwire_buffer bm, bg, bf;
+    float f[2] = {1.0f, 2.0f};
+    size_t k;
+    int i;
+    for (k = 0; k < 3; k++) {
+        for (i = 0; i < n; i++) {
+            sp[i] = logic_val(rank, i);
+            ep[i] = -5;
+        }
+        EXPECT_OK(gpuwire_allreduce(comm, s, r, ops[k], NULL));
+        for (i = 0; i < n; i++)
+            EXPECT(rp[i] == logic_ref(ops[k], size, i));
+        EXPECT_OK(gpuwire_scan(comm, s, r, ops[k], NULL));
+        EXPECT_OK(gpuwire_exscan(comm, s, e, ops[k], NULL));
+        for (i = 0; i < n; i++) {
+            EXPECT(rp[i] == logic_ref(ops[k], rank + 1, i));
+            EXPECT(ep[i] == (rank == 0 ? -5 : logic_ref(ops[k], rank, i)));
+        }
+    }
+    /* Nonblocking, in a group: SUM scan and exscan in place. */
+    for (i = 0; i < n; i++) {
+        sp[i] = rank * 10 + i;
+        ep[i] = rank * 10 + i;
+    }
+    EXPECT_OK(gpuwire_group_start());
+    EXPECT_OK(gpuwire_iscan(comm, s, r, GPUWIRE_SUM, NULL, &q[0]));
+    EXPECT_OK(gpuwire_iexscan(comm, e, e, GPUWIRE_SUM, NULL, &q[1]));
+    EXPECT_OK(gpuwire_group_end());
+    EXPECT_OK(gpuwire_waitall(2, q));
+    for (i = 0; i < n; i++) {
+        EXPECT(rp[i] == 10 * rank * (rank + 1) / 2 + (rank + 1) * i);
+        EXPECT(ep[i] == (rank == 0 ? i : 10 * (rank - 1) * rank / 2 + rank * i));
+    }
+    /* MINLOC on MPI_DOUBLE_INT's C layout, against MPI's own MPI_MINLOC and a serial loop:
+     * values tie on even and odd ranks; the lowest index wins. */
+    for (i = 0; i < 3; i++) {
+        mine[i].value = (double)((rank + i) % 2);
+        mine[i].index = i == 1 ? 100 - rank : rank;
+        got[i].value = -1;
+        got[i].index = -1;
+    }
+    EXPECT_OK(gpuwire_buffer_wrap(mine, 3, GPUWIRE_FLOAT64_INT32, GPUWIRE_SPACE_HOST, &bm));
+    EXPECT_OK(gpuwire_buffer_wrap(got, 3, GPUWIRE_FLOAT64_INT32, GPUWIRE_SPACE_HOST, &bg));
+    EXPECT_OK(gpuwire_allreduce(comm, bm, bg, GPUWIRE_MINLOC, NULL));
+    MPI_Allreduce(mine, mpi, 3, MPI_DOUBLE_INT, MPI_MINLOC, MPI_COMM_WORLD);
+    for (i = 0; i < 3; i++) {
+        double_int want = {(double)(i % 2), 0};
+        int qq, first = 1;
+        for (qq = 0; qq < size; qq++) {
+            double_int c = {(double)((qq + i) % 2), i == 1 ? 100 - qq : qq};
+            if (first || c.value < want.value || (c.value == want.value && c.index < want.index))
+                want = c;
+            first = 0;
+        }
+        EXPECT(got[i].value == want.value && got[i].index == want.index);
+        EXPECT(got[i].value == mpi[i].value && got[i].index == mpi[i].index);
+    }
+    EXPECT_OK(gpuwire_allreduce(comm, bm, bg, GPUWIRE_MAXLOC, NULL));
+    MPI_Allreduce(mine, mpi, 3, MPI_DOUBLE_INT, MPI_MAXLOC, MPI_COMM_WORLD);
+    for (i = 0; i < 3; i++)
+        EXPECT(got[i].value == mpi[i].value && got[i].index == mpi[i].index);
+    /* Bad input: LAND on float32, MINLOC on int32, SUM on a pair: refused, nothing written. */
+    EXPECT_OK(gpuwire_buffer_wrap(f, 2, GPUWIRE_FLOAT32, GPUWIRE_SPACE_HOST, &bf));
+    EXPECT_STATUS(gpuwire_allreduce(comm, bf, bf, GPUWIRE_LAND, NULL), GPUWIRE_ERROR_UNSUPPORTED_OP);
+    EXPECT_STATUS(gpuwire_scan(comm, bf, bf, GPUWIRE_LOR, NULL), GPUWIRE_ERROR_UNSUPPORTED_OP);
+    EXPECT(f[0] == 1.0f && f[1] == 2.0f);
+    EXPECT_STATUS(gpuwire_allreduce(comm, s, r, GPUWIRE_MINLOC, NULL), GPUWIRE_ERROR_UNSUPPORTED_OP);
+    EXPECT_STATUS(gpuwire_exscan(comm, bm, bg, GPUWIRE_SUM, NULL), GPUWIRE_ERROR_UNSUPPORTED_OP);
+    bfree(bf);
+    bfree(bm);
+    bfree(bg);
+    bfree(s);
+    bfree(r);
+    bfree(e);
+}
+
 /* IEEE binary16 and bfloat16 encodings of a small positive integer k (exact). */
 static uint16_t f16_of(int k)
 {
@@ -964,6 +1075,7 @@ int main(int argc, char **argv)
     allreduce_f64(GPUWIRE_AVG);
     allreduce_avg_wraps();
     allreduce_bitwise();
+    logical_scans_and_locs();
     allreduce_half(GPUWIRE_FLOAT16);
     allreduce_half(GPUWIRE_BFLOAT16);
     allreduce_complex();

@@ -50,6 +50,7 @@ program test_fortran
   call test_point_to_point()
   call test_collectives()
   call test_nonblocking_and_groups()
+  call test_scans_and_pairs()
   call test_darray()
   call test_every_kind()
   call verdict()
@@ -360,6 +361,78 @@ contains
   end subroutine test_communicators
 
   ! The nonblocking collectives, completed in reverse order, groups, the asynchronous error.
+  ! scan, exscan (rank 0's recvbuf untouched), iscan, iexscan in a group; MINLOC/MAXLOC on the
+  ! pair types (ties: the lower index); LAND on integers, and on a real: an error.
+  subroutine test_scans_and_pairs()
+    integer(int64), target :: x(2), sc(2), ex(2)
+    real(real64), target :: f(1)
+    type(gpuwire_pair_float64), allocatable, target :: dp(:), dq(:)
+    type(gpuwire_pair_float32), allocatable, target :: fp(:)
+    type(gpuwire_pair_int32), allocatable, target :: ip(:)
+    type(gpuwire_buffer) :: bx, bsc, bex, bd, bdq, bf, bfp, bip
+    type(gpuwire_request) :: reqs(2)
+    integer :: st, q
+    x = [int(rank + 1, int64), int(mod(rank, 2), int64)]
+    sc = -1
+    ex = -7
+    call gpuwire_buffer_wrap(x, bx)
+    call gpuwire_buffer_wrap(sc, bsc)
+    call gpuwire_buffer_wrap(ex, bex)
+    call gpuwire_scan(world, bx, bsc, GPUWIRE_SUM)
+    call expect(sc(1) == (rank + 1) * (rank + 2) / 2, 'scan SUM')
+    call gpuwire_exscan(world, bx, bex, GPUWIRE_SUM, ierror=st)
+    call expect_ok(st, 'exscan')
+    if (rank == 0) then
+      call expect(all(ex == -7), 'exscan leaves rank 0''s recvbuf untouched')
+    else
+      call expect(ex(1) == rank * (rank + 1) / 2, 'exscan SUM')
+    end if
+    ! LOR of 0/1 over ranks 0..r: 1 once rank 1 is included (a single rank's value as it is).
+    call gpuwire_group_start()
+    call gpuwire_iscan(world, bx, bsc, GPUWIRE_LOR, reqs(1))
+    call gpuwire_iexscan(world, bx, bex, GPUWIRE_MAX, reqs(2), stream=c_null_ptr)
+    call gpuwire_group_end()
+    call gpuwire_waitall(reqs)
+    call expect(sc(2) == merge(0, 1, rank == 0), 'iscan LOR (grouped)')
+    if (rank > 0) call expect(ex(1) == rank, 'iexscan MAX (grouped)')
+    ! MINLOC / MAXLOC on float64 pairs: value mod(rank, 2) ties; the lower index wins.
+    allocate (dp(2), dq(2), fp(1), ip(1))
+    dp(1) = gpuwire_pair_float64(real(mod(rank, 2), real64), 10 - rank)
+    dp(2) = gpuwire_pair_float64(real(rank, real64), rank)
+    call gpuwire_buffer_wrap(dp, bd)
+    call gpuwire_buffer_wrap(dq, bdq)
+    call gpuwire_allreduce(world, bd, bdq, GPUWIRE_MINLOC)
+    ! Value 0 on every even rank; the lowest index among them: the last even rank's 10 - r.
+    q = 2 * ((nranks - 1) / 2)
+    call expect(dq(1)%value == 0 .and. dq(1)%index == 10 - q, 'allreduce MINLOC float64_int32 tie')
+    call expect(dq(2)%value == 0 .and. dq(2)%index == 0, 'allreduce MINLOC float64_int32')
+    fp(1) = gpuwire_pair_float32(1.0, nranks - rank)
+    call gpuwire_buffer_wrap(fp, bfp)
+    call gpuwire_allreduce(world, bfp, bfp, GPUWIRE_MAXLOC)
+    call expect(fp(1)%value == 1.0 .and. fp(1)%index == 1, 'allreduce MAXLOC float32_int32: all tie')
+    ip(1) = gpuwire_pair_int32(rank, rank)
+    call gpuwire_buffer_wrap(ip, bip)
+    call gpuwire_scan(world, bip, bip, GPUWIRE_MAXLOC)
+    call expect(ip(1)%value == rank .and. ip(1)%index == rank, 'scan MAXLOC int32_int32 in place')
+    ! LAND on a real: an error (on every rank), nothing written.
+    f = 2d0
+    call gpuwire_buffer_wrap(f, bf)
+    call gpuwire_allreduce(world, bf, bf, GPUWIRE_LAND, ierror=st)
+    call expect_status(st, int(GPUWIRE_ERROR_UNSUPPORTED_OP), 'allreduce LAND on float64')
+    call expect(f(1) == 2d0, 'a refused LAND leaves the buffer')
+    call gpuwire_allreduce(world, bx, bsc, GPUWIRE_LAND)
+    call expect(sc(1) == 1 .and. sc(2) == 0, 'allreduce LAND on int64')
+    call gpuwire_buffer_free(bx)
+    call gpuwire_buffer_free(bsc)
+    call gpuwire_buffer_free(bex)
+    call gpuwire_buffer_free(bd)
+    call gpuwire_buffer_free(bdq)
+    call gpuwire_buffer_free(bf)
+    call gpuwire_buffer_free(bfp)
+    call gpuwire_buffer_free(bip)
+    deallocate (dp, dq, fp, ip)
+  end subroutine test_scans_and_pairs
+
   subroutine test_nonblocking_and_groups()
     integer :: right, left, r, st
     integer, parameter :: k = 3

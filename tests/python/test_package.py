@@ -156,6 +156,43 @@ def test_the_datatype_is_refused_not_converted(comm):
     assert e.value.code == gpuwire.ERROR_DTYPE_MISMATCH
 
 
+def test_scans_logical_ops_and_pairs(comm):
+    # scan / exscan against a serial loop; exscan leaves rank 0's buffer alone; in place.
+    x = np.array([RANK + 1, 10 * RANK], np.int64)
+    out = np.full(2, -1, np.int64)
+    comm.scan(x, out, op=gpuwire.SUM)
+    assert out.tolist() == [sum(q + 1 for q in range(RANK + 1)), sum(10 * q for q in range(RANK + 1))]
+    ex = np.full(2, -7, np.int64)
+    comm.iexscan(x, ex, op=gpuwire.MAX).wait()
+    assert ex.tolist() == ([-7, -7] if RANK == 0 else [RANK, 10 * (RANK - 1)])
+    y = x.copy()
+    comm.iscan(y, op=gpuwire.PROD).wait()
+    assert y[0] == np.prod([q + 1 for q in range(RANK + 1)])
+    # Logical ops on mixed values (a single rank's value passes through, as in MPI).
+    m = np.array([0, 3, RANK % 2, 256], np.int32)
+    out4 = np.zeros(4, np.int32)
+    comm.allreduce(m, out4, op=gpuwire.LXOR)
+    vals = [[0, 3, q % 2, 256] for q in range(SIZE)]
+    want = vals[0] if SIZE == 1 else [sum(v[k] != 0 for v in vals) % 2 for k in range(4)]
+    assert out4.tolist() == want
+    with pytest.raises(gpuwire.Error, match="LAND") as e:
+        comm.allreduce(np.ones(2, np.float32), op=gpuwire.LAND)
+    assert e.value.code == gpuwire.ERROR_UNSUPPORTED_OP
+    # MINLOC on NumPy structured pairs; ties: the lowest index wins.
+    for dt in (gpuwire.FLOAT32_INT32, gpuwire.FLOAT64_INT32, gpuwire.INT32_INT32):
+        t = gpuwire.pair_dtype(dt)
+        assert t.itemsize == gpuwire.dtype_size(dt)
+        a = np.zeros(2, t)
+        a["value"] = [RANK % 2, -RANK]
+        a["index"] = [100 - RANK, RANK]
+        r = np.zeros(2, t)
+        comm.allreduce(a, r, op=gpuwire.MINLOC)
+        last_even = 2 * ((SIZE - 1) // 2)
+        assert r["value"].tolist() == [0, -(SIZE - 1)] and r["index"].tolist() == [100 - last_even, SIZE - 1]
+        comm.scan(a, r, op=gpuwire.MAXLOC)
+        assert r["value"][1] == 0 and r["index"][1] == 0
+
+
 def test_the_package_under_test():
     here = os.path.dirname(os.path.abspath(gpuwire.__file__))
     checkout = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
