@@ -436,7 +436,7 @@ static void call(int f)
     /* buffers */
     CASE(8, "gpuwire_buffer_alloc") {
         int64_t n = a_count(5);
-        int32_t dt = a_enum(12), sp = rnd(4) ? GPUWIRE_SPACE_HOST : a_enum(5), dev = bad(1) < 0 ? -1 : i32_bad[rnd(N_I32_BAD)];
+        int32_t dt = a_enum(15), sp = rnd(4) ? GPUWIRE_SPACE_HOST : a_enum(5), dev = bad(1) < 0 ? -1 : i32_bad[rnd(N_I32_BAD)];
         gpuwire_buffer *out = a_out(&ob);
         st = gpuwire_buffer_alloc(n, dt, sp, dev, out);
         done(st, 0);
@@ -447,7 +447,7 @@ static void call(int f)
         int b = bad(3);
         void *p = b < 0 ? (void *)wrapped : b == 0 ? NULL : b == 1 ? (void *)((char *)wrapped + 1) : (void *)(uintptr_t)8;
         int64_t n = a_count(8);
-        int32_t dt = a_enum(12), sp = rnd(3) ? GPUWIRE_SPACE_HOST : a_enum(5);
+        int32_t dt = a_enum(15), sp = rnd(3) ? GPUWIRE_SPACE_HOST : a_enum(5);
         gpuwire_buffer *out = a_out(&ob);
         st = gpuwire_buffer_wrap(p, n, dt, sp, out);
         done(st, 0);
@@ -494,7 +494,7 @@ static void call(int f)
     CASE(17, "gpuwire_buffer_space") { gpuwire_buffer b = a_buf(); done(gpuwire_buffer_space(b, a_out(&i32)), 0); } break;
     CASE(18, "gpuwire_buffer_device") { gpuwire_buffer b = a_buf(); done(gpuwire_buffer_device(b, a_out(&i32)), 0); } break;
     CASE(19, "gpuwire_buffer_owned") { gpuwire_buffer b = a_buf(); done(gpuwire_buffer_owned(b, a_out(&i32)), 0); } break;
-    CASE(20, "gpuwire_dtype_size") { int32_t dt = a_enum(12); done(gpuwire_dtype_size(dt, a_out(&i64)), 0); } break;
+    CASE(20, "gpuwire_dtype_size") { int32_t dt = a_enum(15); done(gpuwire_dtype_size(dt, a_out(&i64)), 0); } break;
     /* communicators */
     CASE(21, "gpuwire_comm_world") {
         gpuwire_config *p;
@@ -559,7 +559,7 @@ static void call(int f)
     CASE(34, "gpuwire_darray_create") {
         gpuwire_comm c = a_comm();
         int64_t n = a_count(9), local = bad(1) < 0 ? GPUWIRE_DECIDE : a_count(3);
-        int32_t dt = a_enum(12), sp = rnd(4) ? GPUWIRE_SPACE_HOST : a_enum(5), part = a_enum(2);
+        int32_t dt = a_enum(15), sp = rnd(4) ? GPUWIRE_SPACE_HOST : a_enum(5), part = a_enum(2);
         st = gpuwire_darray_create(c, n, local, dt, sp, part, a_out(&od));
         done(st, 1);
         if (st == GPUWIRE_SUCCESS)
@@ -579,7 +579,7 @@ static void call(int f)
         }
         local = bad(1) < 0 ? GPUWIRE_DECIDE : a_count(3);
         halo = a_count(2);
-        dt = a_enum(12);
+        dt = a_enum(15);
         sp = rnd(4) ? GPUWIRE_SPACE_HOST : a_enum(5);
         part = rnd(3) ? GPUWIRE_PARTITION_SCATTER : a_enum(2);
         st = gpuwire_darray_create_nd(c, ndim, a_out(shape), local, halo, dt, sp, part, a_out(&od));
@@ -743,13 +743,13 @@ static void call(int f)
     CASE(75, "gpuwire_reduce") {
         gpuwire_comm c = a_comm();
         gpuwire_buffer s = a_buf(), r = a_buf_opt();
-        int32_t op = a_enum(8), root = a_root();
+        int32_t op = a_enum(13), root = a_root();
         done(gpuwire_reduce(c, s, r, op, root, a_stream()), 1);
     } break;
     CASE(76, "gpuwire_allreduce") {
         gpuwire_comm c = a_comm();
         gpuwire_buffer s = a_buf(), r = rnd(3) ? a_buf() : s;
-        int32_t op = a_enum(8);
+        int32_t op = a_enum(13);
         done(gpuwire_allreduce(c, s, r, op, a_stream()), 1);
     } break;
     CASE(77, "gpuwire_allgather") {
@@ -772,7 +772,7 @@ static void call(int f)
     CASE(79, "gpuwire_reduce_scatter") {
         gpuwire_comm c = a_comm();
         gpuwire_buffer s = a_buf(), r = a_buf();
-        int32_t op = a_enum(8);
+        int32_t op = a_enum(13);
         done(gpuwire_reduce_scatter(c, s, r, op, a_stream()), 1);
     } break;
     CASE(80, "gpuwire_alltoall") {

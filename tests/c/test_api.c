@@ -121,7 +121,8 @@ static void dtype_sizes(void)
     } sizes[] = {{GPUWIRE_INT8, 1},    {GPUWIRE_UINT8, 1},     {GPUWIRE_INT32, 4},
                  {GPUWIRE_UINT32, 4},  {GPUWIRE_INT64, 8},     {GPUWIRE_UINT64, 8},
                  {GPUWIRE_FLOAT16, 2}, {GPUWIRE_FLOAT32, 4},   {GPUWIRE_FLOAT64, 8},
-                 {GPUWIRE_BFLOAT16, 2}, {GPUWIRE_COMPLEX64, 8}, {GPUWIRE_COMPLEX128, 16}};
+                 {GPUWIRE_BFLOAT16, 2}, {GPUWIRE_COMPLEX64, 8}, {GPUWIRE_COMPLEX128, 16},
+                 {GPUWIRE_FLOAT32_INT32, 8}, {GPUWIRE_FLOAT64_INT32, 16}, {GPUWIRE_INT32_INT32, 8}};
     size_t i;
     int64_t bytes;
     for (i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
@@ -129,7 +130,7 @@ static void dtype_sizes(void)
         EXPECT_OK(gpuwire_dtype_size(sizes[i].dtype, &bytes));
         EXPECT(bytes == sizes[i].bytes);
     }
-    EXPECT_UNTOUCHED(gpuwire_dtype_size(12, &bytes), GPUWIRE_ERROR_UNSUPPORTED_DTYPE, bytes, -7);
+    EXPECT_UNTOUCHED(gpuwire_dtype_size(15, &bytes), GPUWIRE_ERROR_UNSUPPORTED_DTYPE, bytes, -7);
     EXPECT_UNTOUCHED(gpuwire_dtype_size(-1, &bytes), GPUWIRE_ERROR_UNSUPPORTED_DTYPE, bytes, -7);
     EXPECT_STATUS(gpuwire_dtype_size(GPUWIRE_INT8, NULL), GPUWIRE_ERROR_NULL_ARGUMENT);
 }
