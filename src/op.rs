@@ -115,6 +115,9 @@ impl Op {
             Op::Bcast { root, .. } => (if *root == me { Role::In } else { Role::Out }, Role::Unused),
             Op::Reduce { root, .. } | Op::Gather { root, .. } => (Role::In, if *root == me { Role::Out } else { Role::Unused }),
             Op::Scatter { root, .. } => (if *root == me { Role::In } else { Role::Unused }, Role::Out),
+            // Exscan's rank 0 receives nothing and its buffer stays as it was: staged in and out
+            // unchanged (MPI does not write it).
+            Op::Scan { exclusive: true, .. } if me == 0 => (Role::In, Role::InOut),
             _ => (Role::In, Role::Out),
         };
         [(a, ra), (b, rb)].into_iter().filter_map(|(x, r)| x.map(|x| (x.clone(), r))).collect()
@@ -154,6 +157,10 @@ impl Op {
             Op::ReduceScatter { send, recv, op } => {
                 let send = next(send);
                 Op::ReduceScatter { send, recv: next(recv), op: *op }
+            }
+            Op::Scan { send, recv, op, exclusive } => {
+                let send = next(send);
+                Op::Scan { send, recv: next(recv), op: *op, exclusive: *exclusive }
             }
             Op::Alltoall { send, recv } => {
                 let send = next(send);

@@ -36,9 +36,7 @@ pub trait Path: Sync {
     fn reduce_scatter(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()>;
     /// Inclusive (`exclusive` false: as MPI_Scan) or exclusive (as MPI_Exscan) prefix reduction
     /// in rank order; exscan leaves rank 0's `recv` untouched.
-    fn scan(&self, _c: &Communicator, _send: Input, _recv: &Buffer, _op: ReduceOp, _exclusive: bool, _stream: Stream) -> Result<()> {
-        Err(crate::error::Error::BackendUnavailable("scan/exscan of device buffers is not implemented on this backend yet".into()))
-    }
+    fn scan(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, exclusive: bool, stream: Stream) -> Result<()>;
     fn alltoall(&self, c: &Communicator, send: Input, recv: &Buffer, stream: Stream) -> Result<()>;
     /// `recv` is `Some` on the root only.
     fn gather(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, root: i32, stream: Stream) -> Result<()>;

@@ -306,6 +306,43 @@ impl Lead<'_, '_> {
         }
         self.avg(acc, n, dtype, op)
     }
+    /// Rank r's prefix (as MPI_Scan; `exclusive`: as MPI_Exscan, rank 0's output not written)
+    /// into every rank's output, over n elements, in rank order with a running accumulator in
+    /// scratch: an output that is its rank's input (in place) is written only after that input
+    /// has been read. AVG divides each output by the number of ranks it combines.
+    fn scan_into(&mut self, n: usize, dtype: Dtype, op: ReduceOp, exclusive: bool) -> Result<()> {
+        let b = n * dtype.size();
+        // Two accumulators, 256-byte aligned: the prefix so far, and the next one.
+        let half = b.next_multiple_of(256);
+        let base = self.scratch(2 * half)?;
+        let (mut acc, mut next) = (base, base + half);
+        let i0 = self.ptr(0, 0)?;
+        self.copy(acc, i0, b)?;
+        for r in 0..self.co.p() {
+            let (ir, or) = (self.ptr(r, 0)?, self.ptr(r, 1)?);
+            if r > 0 {
+                // next = acc op in_r, read before out_r is written.
+                self.copy(next, acc, b)?;
+                self.combine(next, ir, n, dtype, op)?;
+            }
+            let (val, k) = match (exclusive, r) {
+                (true, 0) => (0, 0),
+                (true, _) => (acc, r),
+                (false, 0) => (acc, 1),
+                (false, _) => (next, r + 1),
+            };
+            if k > 0 && or != val {
+                self.copy(or, val, b)?;
+                if op == ReduceOp::GPUWIRE_AVG && n > 0 {
+                    ring::divide(self.co.s.device, Loc { ptr: or, host: false }, n, dtype, k, self.co.stream)?;
+                }
+            }
+            if r > 0 {
+                std::mem::swap(&mut acc, &mut next);
+            }
+        }
+        Ok(())
+    }
     /// Device scratch of the leader (the communicator's working-copy scratch).
     fn scratch(&self, bytes: usize) -> Result<usize> {
         let mut st = devstate::dev(self.co.c)?;
@@ -316,6 +353,11 @@ impl Lead<'_, '_> {
 /// `acc = d_0 op d_1 op ...` on the host, in rank order, over n elements at byte offset `off` of
 /// every rank's small data; AVG divided.
 fn host_reduce(co: &Coll, off: usize, n: usize, dtype: Dtype, op: ReduceOp) -> Result<Vec<u8>> {
+    host_reduce_ranks(co, off, n, dtype, op, co.p())
+}
+
+/// As [`host_reduce`] over the data of ranks 0..`upto` only (`upto` >= 1; AVG divides by it).
+fn host_reduce_ranks(co: &Coll, off: usize, n: usize, dtype: Dtype, op: ReduceOp, upto: usize) -> Result<Vec<u8>> {
     let b = n * dtype.size();
     let mut acc = vec![0u64; b.div_ceil(8)];
     let accp = acc.as_mut_ptr() as *mut u8;
@@ -326,7 +368,7 @@ fn host_reduce(co: &Coll, off: usize, n: usize, dtype: Dtype, op: ReduceOp) -> R
             return Err(Error::Internal("small reduction: a rank published less data than expected".into()));
         }
         std::ptr::copy_nonoverlapping(d0.as_ptr().add(off), accp, b);
-        for r in 1..co.p() {
+        for r in 1..upto {
             let dr = co.data(r);
             if dr.len() < off + b {
                 return Err(Error::Internal("small reduction: a rank published less data than expected".into()));
@@ -337,7 +379,7 @@ fn host_reduce(co: &Coll, off: usize, n: usize, dtype: Dtype, op: ReduceOp) -> R
             reduce::combine(dtype, op, accp, tmp.as_ptr() as *const u8, n)?;
         }
         if op == ReduceOp::GPUWIRE_AVG {
-            reduce::divide(dtype, accp, n, co.p())?;
+            reduce::divide(dtype, accp, n, upto)?;
         }
     }
     let mut out = vec![0u8; b];
@@ -456,6 +498,31 @@ pub(super) fn allreduce(c: &Communicator, send: Input, recv: &Buffer, op: Reduce
         }
         Ok(())
     })
+}
+
+/// As MPI_Scan (`exclusive` false) or MPI_Exscan: small inputs through the shared segment, each
+/// rank reducing its prefix on the host; large ones by the leader with GPU kernels, in rank
+/// order through the mappings (`Lead::scan_into`). Exscan leaves rank 0's `recv` untouched.
+pub(super) fn scan(c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, exclusive: bool, stream: Stream) -> Result<()> {
+    let (n, dtype, bytes) = (recv.count(), recv.dtype(), recv.bytes());
+    let input = in_view(send, recv, 0, bytes);
+    let mut co = Coll::begin(c, if exclusive { "exscan" } else { "scan" }, &[input_buf(send), Some(recv)], stream)?;
+    let upto = co.me() + !exclusive as usize;
+    if bytes <= SMALL {
+        co.stage_in(Some(input));
+        co.exchange([BufRecord::default(); 2])?;
+        if upto == 0 {
+            return Ok(());
+        }
+        let out = host_reduce_ranks(&co, 0, n, dtype, op, upto)?;
+        return co.deliver(View::of(recv), &out);
+    }
+    let recs = [co.s.export(Some(input)), co.s.export(Some(View::of(recv)))];
+    if co.exchange(recs)? || !kernels_ok(c) {
+        drop(co);
+        return StagedPath.scan(c, send, recv, op, exclusive, stream);
+    }
+    co.lead_or_follow(|l| l.scan_into(n, dtype, op, exclusive))
 }
 
 pub(super) fn allgather(c: &Communicator, send: Input, recv: &Buffer, stream: Stream) -> Result<()> {

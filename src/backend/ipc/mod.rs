@@ -180,6 +180,10 @@ impl Path for IpcPath {
         coll::reduce_scatter(c, send, recv, op, stream)
     }
 
+    fn scan(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, exclusive: bool, stream: Stream) -> Result<()> {
+        coll::scan(c, send, recv, op, exclusive, stream)
+    }
+
     fn alltoall(&self, c: &Communicator, send: Input, recv: &Buffer, stream: Stream) -> Result<()> {
         coll::alltoall(c, send, recv, stream)
     }
