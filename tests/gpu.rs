@@ -226,6 +226,10 @@ fn expected(d: Dtype, op: ReduceOp, p: i32, i: usize) -> (f64, f64) {
         return loc_reduce(op, &(0..p).map(|r| pair_elem(r, i)).collect::<Vec<_>>());
     }
     let vals: Vec<(f64, f64)> = (0..p).map(|r| (val(r, i), if d.is_complex() { imag(r, i) } else { 0.0 })).collect();
+    if p == 1 {
+        // One rank's data passes through as it is (as MPI: no operation applied).
+        return vals[0];
+    }
     match op {
         ReduceOp::GPUWIRE_SUM => vals.iter().fold((0.0, 0.0), |a, v| (a.0 + v.0, a.1 + v.1)),
         ReduceOp::GPUWIRE_AVG => {
@@ -391,6 +395,89 @@ fn ops_wrap(cx: &Ctx) -> Result<(), String> {
             }
         }
     }
+    Ok(())
+}
+
+/// scan and exscan on device buffers, every datatype x op, against the reduction of ranks
+/// 0..=r (0..r) computed here: separate buffers and in place, exscan's rank 0 untouched, at 7
+/// elements and 100,003 (IPC: the leader's GPU kernels), then iscan/iexscan alone and in a
+/// group with an allreduce.
+fn scan_matrix(cx: &Ctx) -> Result<(), String> {
+    let (r, p, s) = (cx.rank, cx.size, cx.stream as *mut c_void);
+    for n in [7usize, 100_003] {
+        for d in Dtype::ALL {
+            let es = d.size();
+            let mine = data(d, r, n);
+            for op in ReduceOp::ALL.into_iter().filter(|op| op.check_supported(d).is_ok()) {
+                for exclusive in [false, true] {
+                    let name = if exclusive { "exscan" } else { "scan" };
+                    let what = |v: &str| format!("{name} {} {} n={n} rank {r} ({v})", d.name(), op.name());
+                    let upto = r + !exclusive as i32;
+                    // A float AVG over 3 ranks is not exact: not compared.
+                    let inexact = op == ReduceOp::GPUWIRE_AVG && !d.is_integer() && upto == 3;
+                    let want = if upto == 0 { None } else { Some(expected_bytes(d, op, upto, 0..n)) };
+                    let f = if exclusive { gpuwire_exscan } else { gpuwire_scan };
+                    let (send, recv) = (dev_alloc(n, d), dev_alloc(n, d));
+                    upload(send, &mine);
+                    upload(recv, &vec![0x5Au8; n * es]);
+                    ok(f(cx.comm, send, recv, op as i32, s), &what("call"));
+                    let untouched = vec![0x5Au8; n * es];
+                    if !inexact {
+                        check_bytes(&what("separate buffers"), &download(recv, n * es), want.as_ref().unwrap_or(&untouched), d)?;
+                    }
+                    check_bytes(&what("send buffer unchanged"), &download(send, n * es), &mine, d)?;
+                    ok(f(cx.comm, send, send, op as i32, s), &what("in place"));
+                    if !inexact {
+                        check_bytes(&what("in place"), &download(send, n * es), want.as_ref().unwrap_or(&mine), d)?;
+                    }
+                    gpuwire_buffer_free(send);
+                    gpuwire_buffer_free(recv);
+                }
+            }
+        }
+    }
+    // Nonblocking, alone and in a group with an allreduce (which is the last rank's scan).
+    for (d, op) in [(Dtype::GPUWIRE_INT64, ReduceOp::GPUWIRE_SUM), (Dtype::GPUWIRE_FLOAT64_INT32, ReduceOp::GPUWIRE_MINLOC), (Dtype::GPUWIRE_UINT8, ReduceOp::GPUWIRE_LXOR)] {
+        let (n, es) = (1000usize, d.size());
+        let mine = data(d, r, n);
+        let [sb, a, b, t] = [0; 4].map(|_| dev_alloc(n, d));
+        upload(sb, &mine);
+        for x in [a, b, t] {
+            upload(x, &vec![0x5Au8; n * es]);
+        }
+        for grouped in [false, true] {
+            let what = |v: &str| format!("{v} {} {} rank {r}{}", d.name(), op.name(), if grouped { " (grouped)" } else { "" });
+            let mut q = [0u64; 3];
+            if grouped {
+                ok(gpuwire_group_start(), "group_start");
+            }
+            ok(gpuwire_iscan(cx.comm, sb, a, op as i32, s, &mut q[0]), &what("iscan"));
+            ok(gpuwire_iexscan(cx.comm, sb, b, op as i32, s, &mut q[1]), &what("iexscan"));
+            ok(gpuwire_iallreduce(cx.comm, sb, t, op as i32, s, &mut q[2]), &what("iallreduce"));
+            if grouped {
+                ok(gpuwire_group_end(), "group_end");
+            }
+            ok(gpuwire_waitall(3, q.as_mut_ptr()), &what("waitall"));
+            check_bytes(&what("iscan"), &download(a, n * es), &expected_bytes(d, op, r + 1, 0..n), d)?;
+            let ex = if r == 0 { vec![0x5Au8; n * es] } else { expected_bytes(d, op, r, 0..n) };
+            check_bytes(&what("iexscan"), &download(b, n * es), &ex, d)?;
+            check_bytes(&what("iallreduce"), &download(t, n * es), &expected_bytes(d, op, p, 0..n), d)?;
+        }
+        for x in [sb, a, b, t] {
+            gpuwire_buffer_free(x);
+        }
+    }
+    // LAND on float32 device buffers: refused on every rank, nothing written.
+    let (f, g) = (dev_alloc(4, Dtype::GPUWIRE_FLOAT32), dev_alloc(4, Dtype::GPUWIRE_FLOAT32));
+    upload(g, &[0x5Au8; 16]);
+    for (what, st) in [("allreduce", gpuwire_allreduce(cx.comm, f, g, ReduceOp::GPUWIRE_LAND as i32, s)), ("scan", gpuwire_scan(cx.comm, f, g, ReduceOp::GPUWIRE_LAND as i32, s))] {
+        if st != Status::GPUWIRE_ERROR_UNSUPPORTED_OP {
+            return Err(format!("{what} LAND on float32: expected UNSUPPORTED_OP, got {st:?}"));
+        }
+    }
+    check_bytes("refused LAND", &download(g, 16), &[0x5Au8; 16], Dtype::GPUWIRE_FLOAT32)?;
+    gpuwire_buffer_free(f);
+    gpuwire_buffer_free(g);
     Ok(())
 }
 
@@ -1910,6 +1997,7 @@ fn main() {
         let r = match case {
             "ops" => ops_matrix(&cx),
             "opswrap" => ops_wrap(&cx),
+            "scan" => scan_matrix(&cx),
             "c11" => c11_forced_cuda_aware(&cx),
             "c12" => c12_stream_ordering(&cx),
             "c13" => c13_staged_tails(&cx),
