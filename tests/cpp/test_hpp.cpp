@@ -216,6 +216,25 @@ static void test_operations(const gw::comm &world)
     world.allreduce(s, r, GPUWIRE_SUM);
     EXPECT(r.host_span<int32_t>()[2] == size * (size - 1) / 2);
 
+    // scan, exscan (rank 0's buffer untouched), iscan, iexscan; MINLOC on gw::float64_int32
+    // (ties: the lower index).
+    world.scan(s, r, GPUWIRE_SUM);
+    EXPECT(r.host_span<int32_t>()[0] == rank * (rank + 1) / 2);
+    for (int32_t &e : r.host_span<int32_t>())
+        e = -9;
+    world.exscan(s, r, GPUWIRE_MAX);
+    EXPECT(r.host_span<int32_t>()[1] == (rank == 0 ? -9 : rank - 1));
+    world.iscan(s, r, GPUWIRE_LOR).wait();
+    EXPECT(r.host_span<int32_t>()[2] == (rank == 0 ? 0 : 1));
+    world.iexscan(s, r, GPUWIRE_SUM).wait();
+    if (rank > 0)
+        EXPECT(r.host_span<int32_t>()[0] == rank * (rank - 1) / 2);
+    std::array<gw::float64_int32, 2> loc{{{double(rank % 2), 50 - rank}, {1.0, rank}}};
+    world.allreduce(gw::span<gw::float64_int32>(loc), GPUWIRE_MINLOC);
+    EXPECT(loc[0].value == 0.0 && loc[0].index == 50 - 2 * ((size - 1) / 2));
+    EXPECT(loc[1].value == 1.0 && loc[1].index == 0);
+    EXPECT_THROW(world.allreduce(gw::span<double>(x), GPUWIRE_LAND), GPUWIRE_ERROR_UNSUPPORTED_OP, "LAND");
+
     // bcast from the last rank.
     std::vector<float> b(5, rank == size - 1 ? 7.5f : 0.0f);
     world.bcast(gw::span<float>(b), size - 1);
