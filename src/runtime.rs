@@ -387,9 +387,9 @@ fn probe_elem(d: Dtype, i: usize, variant: usize, out: &mut [u8]) {
         } & m;
         out.copy_from_slice(&x.to_ne_bytes()[..size]);
     } else if d.is_pair() {
-        // Values with many ties (k % 5) and indices in either order, so ties are decided by
-        // the index both ways.
-        let v = ((i * 7 + variant * 3) % 5) as f64 - 2.0;
+        // Every third element ties (both operands' values equal), with indices in either
+        // order, so ties are decided by the index both ways; the others differ.
+        let v = if i % 3 == 0 { ((i / 3) % 5) as f64 - 2.0 } else { ((i * 7 + variant * 3) % 5) as f64 - 2.0 };
         let idx = ((i as i32).wrapping_mul(37) ^ (variant as i32 * 11)) % 97 - 40;
         let w = match d {
             Dtype::GPUWIRE_FLOAT32_INT32 => { out[..4].copy_from_slice(&(v as f32).to_ne_bytes()); 4 }
