@@ -229,11 +229,13 @@ fn c03_zero_counts(ctx: &Ctx) {
             follow_up(6, &what("the message after isend/irecv"));
             ctx.ok(gpuwire_sendrecv(ctx.world, a, peer as i32, 7, b, peer as i32, 7, st()), &what("sendrecv"));
             follow_up(7, &what("the message after sendrecv"));
-            ctx.ok(gpuwire_allreduce(ctx.world, a, b, SUM, st()), &what("allreduce"));
-            ctx.ok(gpuwire_allreduce(ctx.world, a, a, SUM, st()), &what("allreduce in place"));
+            // An op defined on the datatype (the pair datatypes take MINLOC/MAXLOC only).
+            let op = if is_pair(d) { ReduceOp::GPUWIRE_MINLOC as i32 } else { SUM };
+            ctx.ok(gpuwire_allreduce(ctx.world, a, b, op, st()), &what("allreduce"));
+            ctx.ok(gpuwire_allreduce(ctx.world, a, a, op, st()), &what("allreduce in place"));
             for root in 0..2i32 {
                 ctx.ok(gpuwire_bcast(ctx.world, a, root, st()), &what("bcast"));
-                ctx.ok(gpuwire_reduce(ctx.world, a, b, SUM, root, st()), &what("reduce"));
+                ctx.ok(gpuwire_reduce(ctx.world, a, b, op, root, st()), &what("reduce"));
                 ctx.ok(gpuwire_gather(ctx.world, a, b, root, st()), &what("gather"));
                 ctx.ok(gpuwire_scatter(ctx.world, a, b, root, st()), &what("scatter"));
             }
@@ -241,7 +243,9 @@ fn c03_zero_counts(ctx: &Ctx) {
             let zeros = [0i64, 0];
             ctx.ok(gpuwire_allgatherv(ctx.world, a, b, zeros.as_ptr(), st()), &what("allgatherv, counts given"));
             ctx.ok(gpuwire_allgatherv(ctx.world, a, b, std::ptr::null(), st()), &what("allgatherv, counts NULL"));
-            ctx.ok(gpuwire_reduce_scatter(ctx.world, a, b, SUM, st()), &what("reduce_scatter"));
+            ctx.ok(gpuwire_reduce_scatter(ctx.world, a, b, op, st()), &what("reduce_scatter"));
+            ctx.ok(gpuwire_scan(ctx.world, a, b, op, st()), &what("scan"));
+            ctx.ok(gpuwire_exscan(ctx.world, a, a, op, st()), &what("exscan in place"));
             ctx.ok(gpuwire_alltoall(ctx.world, a, b, st()), &what("alltoall"));
             // After all collectives, one real allreduce agrees: nobody is a call behind.
             let x = Buf::from_bytes(Dtype::GPUWIRE_INT32, &encode(Dtype::GPUWIRE_INT32, V::I(1 + r as i128)));
