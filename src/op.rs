@@ -271,9 +271,17 @@ impl Op {
     }
 
     /// Whether this operation, with device memory, goes to NCCL (which orders it on its stream
-    /// itself) rather than to an MPI or IPC path.
+    /// itself) rather than to an MPI or IPC path. What NCCL has not (scan/exscan; the reductions
+    /// `nccl::reduces` refuses: complex PROD, bitwise and logical ops, MINLOC/MAXLOC) is not: it
+    /// takes the communicator's stream-ordered MPI path, and in a group it runs after the NCCL
+    /// group, not inside it (where the NCCL operations before it would not have run yet).
     pub(crate) fn nccl_native(&self, c: &Communicator) -> bool {
-        c.backend() == crate::types::BackendKind::GPUWIRE_BACKEND_NCCL && self.slots().into_iter().flatten().all(|b| !b.is_host())
+        let served = match self {
+            Op::Scan { .. } => false,
+            Op::Reduce { send, op, .. } | Op::Allreduce { send, op, .. } | Op::ReduceScatter { send, op, .. } => crate::backend::nccl::reduces(send.dtype(), *op),
+            _ => true,
+        };
+        served && c.backend() == crate::types::BackendKind::GPUWIRE_BACKEND_NCCL && self.slots().into_iter().flatten().all(|b| !b.is_host())
     }
 }
 

@@ -279,6 +279,11 @@ fn nccl_count(d: Dtype, n: usize) -> usize {
     if d.is_complex() || d.is_pair() { 2 * n } else { n }
 }
 
+/// Whether NCCL performs the reduction `op` on `d` itself (else the staged MPI path does).
+pub fn reduces(d: Dtype, op: ReduceOp) -> bool {
+    nccl_op(d, op).is_some()
+}
+
 /// NCCL's op for a reduction it performs correctly, or None when gpuwire must route it.
 fn nccl_op(d: Dtype, op: ReduceOp) -> Option<c_int> {
     match op {
