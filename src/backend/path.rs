@@ -4,7 +4,7 @@
 use crate::buffer::Buffer;
 use crate::comm::Communicator;
 use crate::device::Stream;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::request::Pending;
 use crate::types::ReduceOp;
 
@@ -13,6 +13,29 @@ use crate::types::ReduceOp;
 pub enum Input<'a> {
     InPlace,
     Buf(&'a Buffer),
+}
+
+/// Validated blocks of a v-collective's buffer: block j holds `counts[j]` elements at element
+/// `displs[j]` (inside the buffer; receive blocks never overlap one another).
+#[derive(Clone, Copy, Debug)]
+pub struct Blocks<'a> {
+    pub counts: &'a [usize],
+    pub displs: &'a [usize],
+}
+
+impl Blocks<'_> {
+    /// Elements from the buffer's start to the end of its last non-empty block.
+    pub fn extent(&self) -> usize {
+        self.counts.iter().zip(self.displs).filter(|(n, _)| **n > 0).map(|(n, d)| n + d).max().unwrap_or(0)
+    }
+    /// The non-empty blocks, as (rank, count, displacement).
+    pub fn each(&self) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
+        self.counts.iter().zip(self.displs).enumerate().filter(|(_, (n, _))| **n > 0).map(|(j, (n, d))| (j, *n, *d))
+    }
+}
+
+fn not_here<T>(what: &str) -> Result<T> {
+    Err(Error::BackendUnavailable(format!("{what} is not implemented on this communicator's device backend yet")))
 }
 
 /// One data path. Arguments are already validated (ranks, counts, datatypes, ops), so a path
@@ -39,4 +62,24 @@ pub trait Path: Sync {
     fn gather(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, root: i32, stream: Stream) -> Result<()>;
     /// `send` is `Some` on the root only.
     fn scatter(&self, c: &Communicator, send: Option<&Buffer>, recv: Input, root: i32, stream: Stream) -> Result<()>;
+    /// Block j of `send` (`sb`) goes to rank j; rank j's block lands in block j of `recv` (`rb`).
+    /// In place (`Input::InPlace`): the send blocks are the receive blocks of `recv` (`sb` is `rb`).
+    fn alltoallv(&self, _c: &Communicator, _send: Input, _sb: Blocks, _recv: &Buffer, _rb: Blocks, _stream: Stream) -> Result<()> {
+        not_here("alltoallv")
+    }
+    /// `recv` and `rb` are `Some` on the root only. In place at the root: its block is already in
+    /// `recv` at `rb.displs[root]`.
+    fn gatherv(&self, _c: &Communicator, _send: Input, _recv: Option<&Buffer>, _rb: Option<Blocks>, _root: i32, _stream: Stream) -> Result<()> {
+        not_here("gatherv")
+    }
+    /// `send` and `sb` are `Some` on the root only. In place at the root: its block stays in `send`.
+    fn scatterv(&self, _c: &Communicator, _send: Option<&Buffer>, _sb: Option<Blocks>, _recv: Input, _root: i32, _stream: Stream) -> Result<()> {
+        not_here("scatterv")
+    }
+    /// Rank r receives the reduction of block r (`counts[r]` elements, blocks contiguous in rank
+    /// order) of every rank's input. In place (`Input::InPlace`): the input is `recv` itself (the
+    /// sum of the counts) and the result lands in its first `counts[rank]` elements.
+    fn reduce_scatterv(&self, _c: &Communicator, _send: Input, _recv: &Buffer, _counts: &[usize], _op: ReduceOp, _stream: Stream) -> Result<()> {
+        not_here("reduce_scatterv")
+    }
 }
