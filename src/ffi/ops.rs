@@ -458,20 +458,24 @@ fn alltoallv_op(c: &Communicator, sendbuf: gpuwire_buffer, sendcounts: *const i6
 }
 
 fn gatherv_op(c: &Communicator, sendbuf: gpuwire_buffer, recvbuf: gpuwire_buffer, recvcounts: *const i64, displs: *const i64, root: i32) -> Result<Op> {
+    // Handles first: a wrapper that found an array too short passes a NULL handle, and no array
+    // is then read.
+    let (send, recv) = (boundary::buffer(sendbuf)?, boundary::buffer_opt(recvbuf)?);
     let at_root = c.rank() == root;
     let recvl = Layout { counts: per_rank(recvcounts, c.size(), at_root), displs: per_rank(displs, c.size(), at_root) };
-    Ok(Op::Gatherv { send: boundary::buffer(sendbuf)?, recv: boundary::buffer_opt(recvbuf)?, recvl, root })
+    Ok(Op::Gatherv { send, recv, recvl, root })
 }
 
 fn scatterv_op(c: &Communicator, sendbuf: gpuwire_buffer, sendcounts: *const i64, displs: *const i64, recvbuf: gpuwire_buffer, root: i32) -> Result<Op> {
+    let (send, recv) = (boundary::buffer_opt(sendbuf)?, boundary::buffer(recvbuf)?);
     let at_root = c.rank() == root;
     let sendl = Layout { counts: per_rank(sendcounts, c.size(), at_root), displs: per_rank(displs, c.size(), at_root) };
-    Ok(Op::Scatterv { send: boundary::buffer_opt(sendbuf)?, sendl, recv: boundary::buffer(recvbuf)?, root })
+    Ok(Op::Scatterv { send, sendl, recv, root })
 }
 
 fn reduce_scatterv_op(c: &Communicator, sendbuf: gpuwire_buffer, recvbuf: gpuwire_buffer, recvcounts: *const i64, op: i32) -> Result<Op> {
-    let counts = per_rank(recvcounts, c.size(), true);
-    Ok(Op::ReduceScatterv { send: boundary::buffer(sendbuf)?, recv: boundary::buffer(recvbuf)?, counts, op: ReduceOp::from_c(op)? })
+    let (send, recv) = (boundary::buffer(sendbuf)?, boundary::buffer(recvbuf)?);
+    Ok(Op::ReduceScatterv { send, recv, counts: per_rank(recvcounts, c.size(), true), op: ReduceOp::from_c(op)? })
 }
 
 /// Sends block j of `sendbuf` (`sendcounts[j]` elements at element `sdispls[j]`) to rank j and
