@@ -119,7 +119,10 @@ impl Op {
             Op::Recv { .. } | Op::Irecv { .. } => (Role::Out, Role::Unused),
             Op::Bcast { root, .. } => (if *root == me { Role::In } else { Role::Out }, Role::Unused),
             Op::Reduce { root, .. } | Op::Gather { root, .. } => (Role::In, if *root == me { Role::Out } else { Role::Unused }),
-            Op::Scatter { root, .. } => (if *root == me { Role::In } else { Role::Unused }, Role::Out),
+            Op::Scatter { root, .. } | Op::Scatterv { root, .. } => (if *root == me { Role::In } else { Role::Unused }, Role::Out),
+            // What lies between the receive blocks is left as it was: staged in and out.
+            Op::Alltoallv { .. } => (Role::In, Role::InOut),
+            Op::Gatherv { root, .. } => (Role::In, if *root == me { Role::InOut } else { Role::Unused }),
             _ => (Role::In, Role::Out),
         };
         [(a, ra), (b, rb)].into_iter().filter_map(|(x, r)| x.map(|x| (x.clone(), r))).collect()
@@ -171,6 +174,22 @@ impl Op {
             Op::Scatter { send, recv, root } => {
                 let send = send.as_ref().map(&mut next);
                 Op::Scatter { send, recv: next(recv), root: *root }
+            }
+            Op::Alltoallv { send, sendl, recv, recvl } => {
+                let send = next(send);
+                Op::Alltoallv { send, sendl: sendl.clone(), recv: next(recv), recvl: recvl.clone() }
+            }
+            Op::Gatherv { send, recv, recvl, root } => {
+                let send = next(send);
+                Op::Gatherv { send, recv: recv.as_ref().map(&mut next), recvl: recvl.clone(), root: *root }
+            }
+            Op::Scatterv { send, sendl, recv, root } => {
+                let send = send.as_ref().map(&mut next);
+                Op::Scatterv { send, sendl: sendl.clone(), recv: next(recv), root: *root }
+            }
+            Op::ReduceScatterv { send, recv, counts, op } => {
+                let send = next(send);
+                Op::ReduceScatterv { send, recv: next(recv), counts: counts.clone(), op: *op }
             }
         }
     }

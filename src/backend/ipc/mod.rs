@@ -19,7 +19,8 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys as cu;
 
-use crate::backend::path::{Input, Path};
+use crate::backend::mpi_staged::StagedPath;
+use crate::backend::path::{Blocks, Input, Path};
 use crate::buffer::Buffer;
 use crate::comm::Communicator;
 use crate::device::{self, Stream};
@@ -190,6 +191,24 @@ impl Path for IpcPath {
 
     fn scatter(&self, c: &Communicator, send: Option<&Buffer>, recv: Input, root: i32, stream: Stream) -> Result<()> {
         coll::scatter(c, send, recv, root, stream)
+    }
+
+    // The v-collectives are not native to IPC yet: every rank stages them through MPI (the
+    // staged path), as IPC's other collectives do with memory they cannot map.
+    fn alltoallv(&self, c: &Communicator, send: Input, sb: Blocks, recv: &Buffer, rb: Blocks, stream: Stream) -> Result<()> {
+        StagedPath.alltoallv(c, send, sb, recv, rb, stream)
+    }
+
+    fn gatherv(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, rb: Option<Blocks>, root: i32, stream: Stream) -> Result<()> {
+        StagedPath.gatherv(c, send, recv, rb, root, stream)
+    }
+
+    fn scatterv(&self, c: &Communicator, send: Option<&Buffer>, sb: Option<Blocks>, recv: Input, root: i32, stream: Stream) -> Result<()> {
+        StagedPath.scatterv(c, send, sb, recv, root, stream)
+    }
+
+    fn reduce_scatterv(&self, c: &Communicator, send: Input, recv: &Buffer, counts: &[usize], op: ReduceOp, stream: Stream) -> Result<()> {
+        StagedPath.reduce_scatterv(c, send, recv, counts, op, stream)
     }
 }
 
