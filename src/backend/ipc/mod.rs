@@ -193,20 +193,20 @@ impl Path for IpcPath {
         coll::scatter(c, send, recv, root, stream)
     }
 
-    // The v-collectives are not native to IPC yet: every rank stages them through MPI (the
-    // staged path), as IPC's other collectives do with memory they cannot map.
     fn alltoallv(&self, c: &Communicator, send: Input, sb: Blocks, recv: &Buffer, rb: Blocks, stream: Stream) -> Result<()> {
-        StagedPath.alltoallv(c, send, sb, recv, rb, stream)
+        coll::alltoallv_blocks(c, send, sb, recv, rb, stream)
     }
 
     fn gatherv(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, rb: Option<Blocks>, root: i32, stream: Stream) -> Result<()> {
-        StagedPath.gatherv(c, send, recv, rb, root, stream)
+        coll::gatherv_blocks(c, send, recv, rb, root, stream)
     }
 
     fn scatterv(&self, c: &Communicator, send: Option<&Buffer>, sb: Option<Blocks>, recv: Input, root: i32, stream: Stream) -> Result<()> {
-        StagedPath.scatterv(c, send, sb, recv, root, stream)
+        coll::scatterv_blocks(c, send, sb, recv, root, stream)
     }
 
+    // Not native yet: every rank stages it through MPI (the staged path), as IPC's other
+    // collectives do with memory they cannot map.
     fn reduce_scatterv(&self, c: &Communicator, send: Input, recv: &Buffer, counts: &[usize], op: ReduceOp, stream: Stream) -> Result<()> {
         StagedPath.reduce_scatterv(c, send, recv, counts, op, stream)
     }
