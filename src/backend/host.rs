@@ -417,7 +417,11 @@ pub fn alltoallw(c: &Communicator, what: &str, send: usize, sb: &[(usize, usize)
     };
     let (sn, sd, st) = side(sb)?;
     let (rn, rd, rt) = side(rb)?;
-    let s = if send == 0 { std::ptr::null() } else { send as *const c_void };
+    let s = match send {
+        0 => std::ptr::null(),
+        IN_PLACE => mpisys::in_place(),
+        p => p as *const c_void,
+    };
     // Every block lies inside its buffer (validated by the caller); every array lives until the
     // call returns.
     let r = collective!(
@@ -432,6 +436,9 @@ pub fn alltoallw(c: &Communicator, what: &str, send: usize, sb: &[(usize, usize)
     }
     r
 }
+
+/// `alltoallw`'s send address for MPI_IN_PLACE (no buffer lives at address 1).
+const IN_PLACE: usize = 1;
 
 fn pairs(b: Blocks) -> Vec<(usize, usize)> {
     b.counts.iter().copied().zip(b.displs.iter().copied()).collect()
@@ -612,6 +619,12 @@ impl Path for HostPath {
     fn alltoallv(&self, c: &Communicator, send: Input, sb: Blocks, recv: &Buffer, rb: Blocks, _s: Stream) -> Result<()> {
         match send {
             Input::Buf(b) => alltoallv(c, b.ptr(), sb, recv.ptr(), rb, recv.dtype()),
+            // Device memory here is the host side of a stream-ordered CUDA-aware call
+            // (`ordered`), which makes no CUDA call: the MPI does the in-place exchange itself
+            // (MPI_IN_PLACE: there every rank must then be in place, as MPI requires).
+            Input::InPlace if !recv.is_host() => {
+                alltoallw(c, "MPI_Alltoallw (alltoallv in place)", IN_PLACE, &pairs(rb), recv.ptr(), &pairs(rb), recv.dtype())
+            }
             Input::InPlace => {
                 let copy = in_place_copy(recv.ptr(), rb.extent(), recv.dtype());
                 let r = alltoallv(c, copy.as_ptr() as usize, rb, recv.ptr(), rb, recv.dtype());
