@@ -4,7 +4,7 @@
 use crate::buffer::Buffer;
 use crate::comm::Communicator;
 use crate::device::Stream;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::request::Pending;
 use crate::types::ReduceOp;
 
@@ -34,10 +34,6 @@ impl Blocks<'_> {
     }
 }
 
-fn not_here<T>(what: &str) -> Result<T> {
-    Err(Error::BackendUnavailable(format!("{what} is not implemented on this communicator's device backend yet")))
-}
-
 /// One data path. Arguments are already validated (ranks, counts, datatypes, ops), so a path
 /// only moves and reduces data. Every method is called by all ranks that the MPI semantics
 /// require (collectives by every rank, in the same order).
@@ -64,22 +60,14 @@ pub trait Path: Sync {
     fn scatter(&self, c: &Communicator, send: Option<&Buffer>, recv: Input, root: i32, stream: Stream) -> Result<()>;
     /// Block j of `send` (`sb`) goes to rank j; rank j's block lands in block j of `recv` (`rb`).
     /// In place (`Input::InPlace`): the send blocks are the receive blocks of `recv` (`sb` is `rb`).
-    fn alltoallv(&self, _c: &Communicator, _send: Input, _sb: Blocks, _recv: &Buffer, _rb: Blocks, _stream: Stream) -> Result<()> {
-        not_here("alltoallv")
-    }
+    fn alltoallv(&self, c: &Communicator, send: Input, sb: Blocks, recv: &Buffer, rb: Blocks, stream: Stream) -> Result<()>;
     /// `recv` and `rb` are `Some` on the root only. In place at the root: its block is already in
     /// `recv` at `rb.displs[root]`.
-    fn gatherv(&self, _c: &Communicator, _send: Input, _recv: Option<&Buffer>, _rb: Option<Blocks>, _root: i32, _stream: Stream) -> Result<()> {
-        not_here("gatherv")
-    }
+    fn gatherv(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, rb: Option<Blocks>, root: i32, stream: Stream) -> Result<()>;
     /// `send` and `sb` are `Some` on the root only. In place at the root: its block stays in `send`.
-    fn scatterv(&self, _c: &Communicator, _send: Option<&Buffer>, _sb: Option<Blocks>, _recv: Input, _root: i32, _stream: Stream) -> Result<()> {
-        not_here("scatterv")
-    }
+    fn scatterv(&self, c: &Communicator, send: Option<&Buffer>, sb: Option<Blocks>, recv: Input, root: i32, stream: Stream) -> Result<()>;
     /// Rank r receives the reduction of block r (`counts[r]` elements, blocks contiguous in rank
     /// order) of every rank's input. In place (`Input::InPlace`): the input is `recv` itself (the
     /// sum of the counts) and the result lands in its first `counts[rank]` elements.
-    fn reduce_scatterv(&self, _c: &Communicator, _send: Input, _recv: &Buffer, _counts: &[usize], _op: ReduceOp, _stream: Stream) -> Result<()> {
-        not_here("reduce_scatterv")
-    }
+    fn reduce_scatterv(&self, c: &Communicator, send: Input, recv: &Buffer, counts: &[usize], op: ReduceOp, stream: Stream) -> Result<()>;
 }
