@@ -169,10 +169,10 @@ fn layout(what: &str, role: &str, l: &Layout, p: usize, len: usize, disjoint: bo
     Ok(b)
 }
 
-/// Whether `send` is the very memory of `recv` (same address, datatype and count): an in-place
-/// call; an error when the two overlap otherwise.
+/// Whether `send` is the very memory of `recv` (the same handle, or the same address, datatype
+/// and count): an in-place call; an error when the two overlap otherwise.
 fn same_memory(what: &str, send: &Buffer, recv: &Buffer) -> Result<bool> {
-    if send.ptr() == recv.ptr() && send.count() == recv.count() && send.dtype() == recv.dtype() && send.count() > 0 {
+    if std::ptr::eq(send, recv) || (send.ptr() == recv.ptr() && send.count() == recv.count() && send.dtype() == recv.dtype() && send.count() > 0) {
         return Ok(true);
     }
     if send.overlaps(recv) {

@@ -635,6 +635,10 @@ fn alltoallv(ctx: &Ctx) {
         let what = format!("alltoallv {} in place", d.name());
         ctx.ok(gpuwire_alltoallv(ctx.world, inout.h, std::ptr::null(), std::ptr::null(), inout.h, rc.as_ptr(), rd.as_ptr(), st()), &what);
         check_bytes(ctx, d, &inout.read(), &place(d, rlen, &rd, &incoming), &what);
+        // In place with nothing to exchange, on an empty buffer (the same handle: still in place).
+        let empty = Buf::new(d, 0);
+        let zeros = vec![0i64; p];
+        ctx.ok(gpuwire_alltoallv(ctx.world, empty.h, std::ptr::null(), std::ptr::null(), empty.h, zeros.as_ptr(), std::ptr::null(), st()), &format!("{what}, empty"));
     }
 }
 

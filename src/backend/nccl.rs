@@ -1107,10 +1107,10 @@ impl Path for NcclPath {
             }
             Ok(())
         })?;
-        if out != recv.ptr() {
+        if out != recv.ptr() && n_me > 0 {
             device::copy_async(recv.ptr(), out, n_me * es, stream)?;
         }
-        if op == ReduceOp::GPUWIRE_AVG {
+        if op == ReduceOp::GPUWIRE_AVG && n_me > 0 {
             ring::divide(cx.st.device, Loc { ptr: recv.ptr(), host: false }, n_me, d, c.size() as usize, stream)?;
         }
         cx.done("reduce_scatterv")

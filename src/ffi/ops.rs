@@ -443,9 +443,9 @@ fn per_rank(a: *const i64, n: i32, significant: bool) -> Option<Vec<i64>> {
     Some(unsafe { std::slice::from_raw_parts(a, n as usize) }.to_vec())
 }
 
-/// Whether two buffers are one memory (an in-place call, as in `ops`).
-fn same(a: &Buffer, b: &Buffer) -> bool {
-    a.ptr() == b.ptr() && a.count() == b.count() && a.dtype() == b.dtype() && a.count() > 0
+/// Whether two buffers are one memory (an in-place call, as `ops` decides it).
+fn same(a: &Arc<Buffer>, b: &Arc<Buffer>) -> bool {
+    Arc::ptr_eq(a, b) || (a.ptr() == b.ptr() && a.count() == b.count() && a.dtype() == b.dtype() && a.count() > 0)
 }
 
 fn alltoallv_op(c: &Communicator, sendbuf: gpuwire_buffer, sendcounts: *const i64, sdispls: *const i64, recvbuf: gpuwire_buffer, recvcounts: *const i64, rdispls: *const i64) -> Result<Op> {
