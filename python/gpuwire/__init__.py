@@ -738,7 +738,9 @@ class Comm:
 
     def _vcall(self, name, sendbuf, recvbuf, stream, args, nonblocking):
         """Calls gpuwire_NAME (or its nonblocking form) with args(send_handle, recv_handle)."""
-        (s, sn), (r, rn) = _as_buffer(sendbuf), _as_buffer(recvbuf)
+        # One object as both: one handle (in place, also for an empty array).
+        (s, sn) = _as_buffer(sendbuf)
+        (r, rn) = (s, False) if recvbuf is sendbuf else _as_buffer(recvbuf)
         st = stream
         if st is None:
             st = next((b.stream for b in (s, r) if b is not None and b.stream is not None), None)
