@@ -317,6 +317,21 @@ module gpuwire
   interface gpuwire_ireduce_scatter
     module procedure gw_ireduce_scatter
   end interface
+  interface gpuwire_ireduce_scatter_block
+    module procedure gw_ireduce_scatter_block
+  end interface
+  interface gpuwire_ireduce_scatterv
+    module procedure gw_ireduce_scatterv
+  end interface
+  interface gpuwire_ialltoallv
+    module procedure gw_ialltoallv
+  end interface
+  interface gpuwire_igatherv
+    module procedure gw_igatherv
+  end interface
+  interface gpuwire_iscatterv
+    module procedure gw_iscatterv
+  end interface
   interface gpuwire_ialltoall
     module procedure gw_ialltoall
   end interface
@@ -359,6 +374,26 @@ module gpuwire
   end interface
   interface gpuwire_reduce_scatter
     module procedure gw_reduce_scatter
+  end interface
+  ! The v-collectives (as MPI_Alltoallv, MPI_Gatherv, MPI_Scatterv, MPI_Reduce_scatter), in MPI's
+  ! argument order: counts and displacements integer(int64) arrays of one entry per rank, in
+  ! elements (significant at the root only for gatherv and scatterv); the nonblocking forms take
+  ! the request after them, before the optional stream. gpuwire_reduce_scatter_block is the
+  ! operation gpuwire_reduce_scatter (deprecated name) has always been.
+  interface gpuwire_reduce_scatter_block
+    module procedure gw_reduce_scatter_block
+  end interface
+  interface gpuwire_reduce_scatterv
+    module procedure gw_reduce_scatterv
+  end interface
+  interface gpuwire_alltoallv
+    module procedure gw_alltoallv
+  end interface
+  interface gpuwire_gatherv
+    module procedure gw_gatherv
+  end interface
+  interface gpuwire_scatterv
+    module procedure gw_scatterv
   end interface
   interface gpuwire_alltoall
     module procedure gw_alltoall
@@ -497,6 +532,9 @@ module gpuwire
     gw_gather, gw_scatter, gw_scan, gw_exscan, gw_wrap_float32_int32, gw_wrap_float64_int32, &
     gw_wrap_int32_int32
   private :: gw_iscan, gw_iexscan
+  private :: gw_reduce_scatter_block, gw_reduce_scatterv, gw_alltoallv, gw_gatherv, gw_scatterv, &
+    gw_ireduce_scatter_block, gw_ireduce_scatterv, gw_ialltoallv, gw_igatherv, gw_iscatterv, &
+    per_rank_ok
   private :: gw_ibarrier, gw_ibcast, gw_ireduce, gw_iallreduce, gw_iallgather, gw_iallgatherv, &
     gw_ireduce_scatter, gw_ialltoall, gw_igather, gw_iscatter, gw_group_start, gw_group_end, &
     gw_comm_async_error
@@ -1612,6 +1650,224 @@ contains
     call finish(c(comm%handle, sendbuf%handle, recvbuf%handle, int(op, c_int32_t), &
       stream_or_null(stream)), 'gpuwire_reduce_scatter', ierror)
   end subroutine gw_reduce_scatter
+
+  ! Whether each of the arrays has one entry per rank of `comm`; else GPUWIRE_ERROR_INVALID_ARGUMENT
+  ! through `ierror` (the caller then makes its C call with a NULL buffer, so that in checking
+  ! mode the other ranks fail too instead of waiting, and no array is read).
+  logical function per_rank_ok(comm, name, ierror, a, b, c, d) result(ok)
+    use gpuwire_c, only: c_size => gpuwire_comm_size
+    type(gpuwire_comm), intent(in) :: comm
+    character(*), intent(in) :: name
+    integer, intent(out), optional :: ierror
+    integer(int64), intent(in) :: a(:)
+    integer(int64), intent(in), optional :: b(:), c(:), d(:)
+    integer(c_int32_t) :: nranks
+    integer(int64) :: n
+    ok = .true.
+    if (c_size(comm%handle, nranks) /= GPUWIRE_SUCCESS) return ! the C call reports the handle
+    n = int(nranks, int64)
+    ok = size(a, kind=int64) == n
+    if (present(b)) ok = ok .and. size(b, kind=int64) == n
+    if (present(c)) ok = ok .and. size(c, kind=int64) == n
+    if (present(d)) ok = ok .and. size(d, kind=int64) == n
+    if (.not. ok) call fail(GPUWIRE_ERROR_INVALID_ARGUMENT, name, 'the counts and displacements ' &
+      // 'need one entry per rank (' // itoa(n) // ')', ierror)
+  end function per_rank_ok
+
+  subroutine gw_reduce_scatter_block(comm, sendbuf, recvbuf, op, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_reduce_scatter_block
+    type(gpuwire_comm), intent(in) :: comm
+    type(gpuwire_buffer), intent(in) :: sendbuf, recvbuf
+    integer, intent(in) :: op
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call finish(c(comm%handle, sendbuf%handle, recvbuf%handle, int(op, c_int32_t), &
+      stream_or_null(stream)), 'gpuwire_reduce_scatter_block', ierror)
+  end subroutine gw_reduce_scatter_block
+
+  subroutine gw_reduce_scatterv(comm, sendbuf, recvbuf, recvcounts, op, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_reduce_scatterv
+    type(gpuwire_comm), intent(in) :: comm
+    type(gpuwire_buffer), intent(in) :: sendbuf, recvbuf
+    integer(int64), intent(in) :: recvcounts(:)
+    integer, intent(in) :: op
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    integer(c_int) :: st
+    if (.not. per_rank_ok(comm, 'gpuwire_reduce_scatterv', ierror, recvcounts)) then
+      st = c(comm%handle, GPUWIRE_BUFFER_NULL%handle, recvbuf%handle, recvcounts, &
+        int(op, c_int32_t), stream_or_null(stream))
+      return
+    end if
+    call finish(c(comm%handle, sendbuf%handle, recvbuf%handle, recvcounts, int(op, c_int32_t), &
+      stream_or_null(stream)), 'gpuwire_reduce_scatterv', ierror)
+  end subroutine gw_reduce_scatterv
+
+  subroutine gw_alltoallv(comm, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, &
+      stream, ierror)
+    use gpuwire_c, only: c => gpuwire_alltoallv
+    type(gpuwire_comm), intent(in) :: comm
+    type(gpuwire_buffer), intent(in) :: sendbuf, recvbuf
+    integer(int64), intent(in) :: sendcounts(:), sdispls(:), recvcounts(:), rdispls(:)
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    integer(c_int) :: st
+    if (.not. per_rank_ok(comm, 'gpuwire_alltoallv', ierror, sendcounts, sdispls, recvcounts, &
+        rdispls)) then
+      st = c(comm%handle, GPUWIRE_BUFFER_NULL%handle, sendcounts, sdispls, recvbuf%handle, &
+        recvcounts, rdispls, stream_or_null(stream))
+      return
+    end if
+    call finish(c(comm%handle, sendbuf%handle, sendcounts, sdispls, recvbuf%handle, recvcounts, &
+      rdispls, stream_or_null(stream)), 'gpuwire_alltoallv', ierror)
+  end subroutine gw_alltoallv
+
+  ! At a non-root `recvcounts` and `displs` are not read (any arrays will do).
+  subroutine gw_gatherv(comm, sendbuf, recvbuf, recvcounts, displs, root, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_gatherv, c_rank => gpuwire_comm_rank
+    type(gpuwire_comm), intent(in) :: comm
+    type(gpuwire_buffer), intent(in) :: sendbuf, recvbuf
+    integer(int64), intent(in) :: recvcounts(:), displs(:)
+    integer, intent(in) :: root
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    integer(c_int32_t) :: me
+    integer(c_int) :: st
+    st = c_rank(comm%handle, me)
+    if (st == GPUWIRE_SUCCESS .and. me == root) then
+      if (.not. per_rank_ok(comm, 'gpuwire_gatherv', ierror, recvcounts, displs)) then
+        st = c(comm%handle, GPUWIRE_BUFFER_NULL%handle, recvbuf%handle, recvcounts, displs, &
+          int(root, c_int32_t), stream_or_null(stream))
+        return
+      end if
+    end if
+    call finish(c(comm%handle, sendbuf%handle, recvbuf%handle, recvcounts, displs, &
+      int(root, c_int32_t), stream_or_null(stream)), 'gpuwire_gatherv', ierror)
+  end subroutine gw_gatherv
+
+  ! At a non-root `sendcounts` and `displs` are not read (any arrays will do).
+  subroutine gw_scatterv(comm, sendbuf, sendcounts, displs, recvbuf, root, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_scatterv, c_rank => gpuwire_comm_rank
+    type(gpuwire_comm), intent(in) :: comm
+    type(gpuwire_buffer), intent(in) :: sendbuf, recvbuf
+    integer(int64), intent(in) :: sendcounts(:), displs(:)
+    integer, intent(in) :: root
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    integer(c_int32_t) :: me
+    integer(c_int) :: st
+    st = c_rank(comm%handle, me)
+    if (st == GPUWIRE_SUCCESS .and. me == root) then
+      if (.not. per_rank_ok(comm, 'gpuwire_scatterv', ierror, sendcounts, displs)) then
+        st = c(comm%handle, sendbuf%handle, sendcounts, displs, GPUWIRE_BUFFER_NULL%handle, &
+          int(root, c_int32_t), stream_or_null(stream))
+        return
+      end if
+    end if
+    call finish(c(comm%handle, sendbuf%handle, sendcounts, displs, recvbuf%handle, &
+      int(root, c_int32_t), stream_or_null(stream)), 'gpuwire_scatterv', ierror)
+  end subroutine gw_scatterv
+
+  subroutine gw_ireduce_scatter_block(comm, sendbuf, recvbuf, op, request, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_ireduce_scatter_block
+    type(gpuwire_comm), intent(in) :: comm
+    type(gpuwire_buffer), intent(in) :: sendbuf, recvbuf
+    integer, intent(in) :: op
+    type(gpuwire_request), intent(out) :: request
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call finish(c(comm%handle, sendbuf%handle, recvbuf%handle, int(op, c_int32_t), &
+      stream_or_null(stream), request%handle), 'gpuwire_ireduce_scatter_block', ierror)
+  end subroutine gw_ireduce_scatter_block
+
+  subroutine gw_ireduce_scatterv(comm, sendbuf, recvbuf, recvcounts, op, request, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_ireduce_scatterv
+    type(gpuwire_comm), intent(in) :: comm
+    type(gpuwire_buffer), intent(in) :: sendbuf, recvbuf
+    integer(int64), intent(in) :: recvcounts(:)
+    integer, intent(in) :: op
+    type(gpuwire_request), intent(out) :: request
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    integer(c_int) :: st
+    request = GPUWIRE_REQUEST_NULL
+    if (.not. per_rank_ok(comm, 'gpuwire_ireduce_scatterv', ierror, recvcounts)) then
+      st = c(comm%handle, GPUWIRE_BUFFER_NULL%handle, recvbuf%handle, recvcounts, &
+        int(op, c_int32_t), stream_or_null(stream), request%handle)
+      return
+    end if
+    call finish(c(comm%handle, sendbuf%handle, recvbuf%handle, recvcounts, int(op, c_int32_t), &
+      stream_or_null(stream), request%handle), 'gpuwire_ireduce_scatterv', ierror)
+  end subroutine gw_ireduce_scatterv
+
+  subroutine gw_ialltoallv(comm, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, &
+      request, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_ialltoallv
+    type(gpuwire_comm), intent(in) :: comm
+    type(gpuwire_buffer), intent(in) :: sendbuf, recvbuf
+    integer(int64), intent(in) :: sendcounts(:), sdispls(:), recvcounts(:), rdispls(:)
+    type(gpuwire_request), intent(out) :: request
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    integer(c_int) :: st
+    request = GPUWIRE_REQUEST_NULL
+    if (.not. per_rank_ok(comm, 'gpuwire_ialltoallv', ierror, sendcounts, sdispls, recvcounts, &
+        rdispls)) then
+      st = c(comm%handle, GPUWIRE_BUFFER_NULL%handle, sendcounts, sdispls, recvbuf%handle, &
+        recvcounts, rdispls, stream_or_null(stream), request%handle)
+      return
+    end if
+    call finish(c(comm%handle, sendbuf%handle, sendcounts, sdispls, recvbuf%handle, recvcounts, &
+      rdispls, stream_or_null(stream), request%handle), 'gpuwire_ialltoallv', ierror)
+  end subroutine gw_ialltoallv
+
+  subroutine gw_igatherv(comm, sendbuf, recvbuf, recvcounts, displs, root, request, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_igatherv, c_rank => gpuwire_comm_rank
+    type(gpuwire_comm), intent(in) :: comm
+    type(gpuwire_buffer), intent(in) :: sendbuf, recvbuf
+    integer(int64), intent(in) :: recvcounts(:), displs(:)
+    integer, intent(in) :: root
+    type(gpuwire_request), intent(out) :: request
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    integer(c_int32_t) :: me
+    integer(c_int) :: st
+    request = GPUWIRE_REQUEST_NULL
+    st = c_rank(comm%handle, me)
+    if (st == GPUWIRE_SUCCESS .and. me == root) then
+      if (.not. per_rank_ok(comm, 'gpuwire_igatherv', ierror, recvcounts, displs)) then
+        st = c(comm%handle, GPUWIRE_BUFFER_NULL%handle, recvbuf%handle, recvcounts, displs, &
+          int(root, c_int32_t), stream_or_null(stream), request%handle)
+        return
+      end if
+    end if
+    call finish(c(comm%handle, sendbuf%handle, recvbuf%handle, recvcounts, displs, &
+      int(root, c_int32_t), stream_or_null(stream), request%handle), 'gpuwire_igatherv', ierror)
+  end subroutine gw_igatherv
+
+  subroutine gw_iscatterv(comm, sendbuf, sendcounts, displs, recvbuf, root, request, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_iscatterv, c_rank => gpuwire_comm_rank
+    type(gpuwire_comm), intent(in) :: comm
+    type(gpuwire_buffer), intent(in) :: sendbuf, recvbuf
+    integer(int64), intent(in) :: sendcounts(:), displs(:)
+    integer, intent(in) :: root
+    type(gpuwire_request), intent(out) :: request
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    integer(c_int32_t) :: me
+    integer(c_int) :: st
+    request = GPUWIRE_REQUEST_NULL
+    st = c_rank(comm%handle, me)
+    if (st == GPUWIRE_SUCCESS .and. me == root) then
+      if (.not. per_rank_ok(comm, 'gpuwire_iscatterv', ierror, sendcounts, displs)) then
+        st = c(comm%handle, sendbuf%handle, sendcounts, displs, GPUWIRE_BUFFER_NULL%handle, &
+          int(root, c_int32_t), stream_or_null(stream), request%handle)
+        return
+      end if
+    end if
+    call finish(c(comm%handle, sendbuf%handle, sendcounts, displs, recvbuf%handle, &
+      int(root, c_int32_t), stream_or_null(stream), request%handle), 'gpuwire_iscatterv', ierror)
+  end subroutine gw_iscatterv
 
   subroutine gw_alltoall(comm, sendbuf, recvbuf, stream, ierror)
     use gpuwire_c, only: c => gpuwire_alltoall

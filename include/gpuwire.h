@@ -1592,9 +1592,20 @@ gpuwire_status gpuwire_allgatherv(gpuwire_comm comm,
 /**
  * Reduces every rank's `sendbuf` (size x n elements) element-wise with `op` and leaves block r
  * of the result (n elements) in rank r's `recvbuf`, as MPI_Reduce_scatter_block /
- * ncclReduceScatter. The buffers must not overlap.
+ * ncclReduceScatter. The buffers must not overlap. (gpuwire_reduce_scatterv is the form with
+ * one count per rank, as MPI_Reduce_scatter.)
  *
  * Collective. Errors as gpuwire_reduce.
+ */
+gpuwire_status gpuwire_reduce_scatter_block(gpuwire_comm comm,
+                                            gpuwire_buffer sendbuf,
+                                            gpuwire_buffer recvbuf,
+                                            int32_t op,
+                                            void *stream);
+
+/**
+ * Deprecated: the old name of gpuwire_reduce_scatter_block (MPI_Reduce_scatter_block), kept
+ * for existing callers; it is not MPI_Reduce_scatter, which is gpuwire_reduce_scatterv.
  */
 gpuwire_status gpuwire_reduce_scatter(gpuwire_comm comm,
                                       gpuwire_buffer sendbuf,
@@ -1632,6 +1643,90 @@ gpuwire_status gpuwire_exscan(gpuwire_comm comm,
                               gpuwire_buffer recvbuf,
                               int32_t op,
                               void *stream);
+
+/**
+ * Sends block j of `sendbuf` (`sendcounts[j]` elements at element `sdispls[j]`) to rank j and
+ * receives rank j's block into `recvbuf` (`recvcounts[j]` elements at `rdispls[j]`), as
+ * MPI_Alltoallv. Counts and displacements are in elements, one int64 per rank; a NULL
+ * displacement array places the blocks contiguously in rank order. Zero blocks are allowed
+ * anywhere; what lies between the receive blocks is left as it was. Rank j's `sendcounts[i]`
+ * must equal rank i's `recvcounts[j]`. In place (as MPI_IN_PLACE) when `sendbuf` is `recvbuf`
+ * (or the same memory): the data sent to rank j is `recvbuf`'s block j, replaced by what rank
+ * j sends; `sendcounts` and `sdispls` are then ignored (may be NULL), and ranks may mix
+ * in-place and not. On NCCL: grouped ncclSend/ncclRecv.
+ *
+ * Collective. Errors: GPUWIRE_ERROR_INVALID_HANDLE; GPUWIRE_ERROR_INVALID_ARGUMENT (a NULL
+ * count array where significant, a negative count or displacement, a block past its buffer's
+ * end or past the address space, overlapping receive blocks, buffers that overlap without
+ * being the same memory: nothing is sent); GPUWIRE_ERROR_DTYPE_MISMATCH; in checking mode, on
+ * every rank, GPUWIRE_ERROR_COUNT_MISMATCH when a receive count differs from its sender's send
+ * count (NCCL would hang or corrupt otherwise), REMOTE_ARGUMENT for another rank's argument
+ * error; GPUWIRE_ERROR_BACKEND_UNAVAILABLE, GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_CUDA.
+ */
+gpuwire_status gpuwire_alltoallv(gpuwire_comm comm,
+                                 gpuwire_buffer sendbuf,
+                                 const int64_t *sendcounts,
+                                 const int64_t *sdispls,
+                                 gpuwire_buffer recvbuf,
+                                 const int64_t *recvcounts,
+                                 const int64_t *rdispls,
+                                 void *stream);
+
+/**
+ * Gathers every rank's `sendbuf` into block r of the root's `recvbuf` (`recvcounts[r]`
+ * elements at element `displs[r]`; NULL `displs`: contiguous in rank order), as MPI_Gatherv.
+ * `recvbuf`, `recvcounts` and `displs` are significant at the root only (others may pass
+ * GPUWIRE_BUFFER_NULL and NULL). Rank r's send count must equal the root's `recvcounts[r]`.
+ * In place at the root when its `sendbuf` is a view of exactly its own block of `recvbuf`.
+ *
+ * Collective. Errors as gpuwire_alltoallv, plus ROOT_MISMATCH (checking mode) and
+ * GPUWIRE_ERROR_INVALID_ARGUMENT (root out of range).
+ */
+gpuwire_status gpuwire_gatherv(gpuwire_comm comm,
+                               gpuwire_buffer sendbuf,
+                               gpuwire_buffer recvbuf,
+                               const int64_t *recvcounts,
+                               const int64_t *displs,
+                               int32_t root,
+                               void *stream);
+
+/**
+ * Sends block r of the root's `sendbuf` (`sendcounts[r]` elements at element `displs[r]`;
+ * NULL `displs`: contiguous in rank order) to rank r's `recvbuf`, as MPI_Scatterv. `sendbuf`,
+ * `sendcounts` and `displs` are significant at the root only (others may pass
+ * GPUWIRE_BUFFER_NULL and NULL). Rank r's receive count must equal the root's
+ * `sendcounts[r]`. In place at the root when its `recvbuf` is a view of exactly its own block
+ * of `sendbuf`.
+ *
+ * Collective. Errors as gpuwire_gatherv.
+ */
+gpuwire_status gpuwire_scatterv(gpuwire_comm comm,
+                                gpuwire_buffer sendbuf,
+                                const int64_t *sendcounts,
+                                const int64_t *displs,
+                                gpuwire_buffer recvbuf,
+                                int32_t root,
+                                void *stream);
+
+/**
+ * Reduces every rank's `sendbuf` (the sum of `recvcounts` elements) element-wise with `op` and
+ * leaves block r of the result (`recvcounts[r]` elements, blocks contiguous in rank order) in
+ * rank r's `recvbuf`, as MPI_Reduce_scatter (gpuwire_reduce_scatter_block is the form with
+ * equal blocks). `recvcounts` has one int64 per rank, the same on every rank; zeros are
+ * allowed. In place (as MPI_IN_PLACE) when `sendbuf` is `recvbuf` (or the same memory): it
+ * holds the input, and the result is written to its first `recvcounts[r]` elements. On NCCL:
+ * one ncclReduce per block in one group.
+ *
+ * Collective. Errors as gpuwire_reduce, plus GPUWIRE_ERROR_INVALID_ARGUMENT (NULL or negative
+ * counts) and GPUWIRE_ERROR_COUNT_MISMATCH (a buffer of another size than the counts give; in
+ * checking mode, on every rank, counts that differ between ranks).
+ */
+gpuwire_status gpuwire_reduce_scatterv(gpuwire_comm comm,
+                                       gpuwire_buffer sendbuf,
+                                       gpuwire_buffer recvbuf,
+                                       const int64_t *recvcounts,
+                                       int32_t op,
+                                       void *stream);
 
 /**
  * Sends block r of `sendbuf` to rank r and receives rank r's block into block r of `recvbuf`,
@@ -1748,8 +1843,18 @@ gpuwire_status gpuwire_iallgatherv(gpuwire_comm comm,
                                    gpuwire_request *request);
 
 /**
- * Starts a reduce-scatter, as MPI_Ireduce_scatter_block (arguments as gpuwire_reduce_scatter;
- * see gpuwire_ibarrier).
+ * Starts a reduce-scatter with equal blocks, as MPI_Ireduce_scatter_block (arguments as
+ * gpuwire_reduce_scatter_block; see gpuwire_ibarrier).
+ */
+gpuwire_status gpuwire_ireduce_scatter_block(gpuwire_comm comm,
+                                             gpuwire_buffer sendbuf,
+                                             gpuwire_buffer recvbuf,
+                                             int32_t op,
+                                             void *stream,
+                                             gpuwire_request *request);
+
+/**
+ * Deprecated: the old name of gpuwire_ireduce_scatter_block (MPI_Ireduce_scatter_block).
  */
 gpuwire_status gpuwire_ireduce_scatter(gpuwire_comm comm,
                                        gpuwire_buffer sendbuf,
@@ -1778,6 +1883,58 @@ gpuwire_status gpuwire_iexscan(gpuwire_comm comm,
                                int32_t op,
                                void *stream,
                                gpuwire_request *request);
+
+/**
+ * Starts an all-to-all with per-rank counts, as MPI_Ialltoallv (arguments as
+ * gpuwire_alltoallv; the arrays are copied by the call; see gpuwire_ibarrier).
+ */
+gpuwire_status gpuwire_ialltoallv(gpuwire_comm comm,
+                                  gpuwire_buffer sendbuf,
+                                  const int64_t *sendcounts,
+                                  const int64_t *sdispls,
+                                  gpuwire_buffer recvbuf,
+                                  const int64_t *recvcounts,
+                                  const int64_t *rdispls,
+                                  void *stream,
+                                  gpuwire_request *request);
+
+/**
+ * Starts a gather with per-rank counts, as MPI_Igatherv (arguments as gpuwire_gatherv; the
+ * arrays are copied by the call; see gpuwire_ibarrier).
+ */
+gpuwire_status gpuwire_igatherv(gpuwire_comm comm,
+                                gpuwire_buffer sendbuf,
+                                gpuwire_buffer recvbuf,
+                                const int64_t *recvcounts,
+                                const int64_t *displs,
+                                int32_t root,
+                                void *stream,
+                                gpuwire_request *request);
+
+/**
+ * Starts a scatter with per-rank counts, as MPI_Iscatterv (arguments as gpuwire_scatterv; the
+ * arrays are copied by the call; see gpuwire_ibarrier).
+ */
+gpuwire_status gpuwire_iscatterv(gpuwire_comm comm,
+                                 gpuwire_buffer sendbuf,
+                                 const int64_t *sendcounts,
+                                 const int64_t *displs,
+                                 gpuwire_buffer recvbuf,
+                                 int32_t root,
+                                 void *stream,
+                                 gpuwire_request *request);
+
+/**
+ * Starts a reduce-scatter with per-rank counts, as MPI_Ireduce_scatter (arguments as
+ * gpuwire_reduce_scatterv; `recvcounts` is copied by the call; see gpuwire_ibarrier).
+ */
+gpuwire_status gpuwire_ireduce_scatterv(gpuwire_comm comm,
+                                        gpuwire_buffer sendbuf,
+                                        gpuwire_buffer recvbuf,
+                                        const int64_t *recvcounts,
+                                        int32_t op,
+                                        void *stream,
+                                        gpuwire_request *request);
 
 /**
  * Starts an all-to-all, as MPI_Ialltoall (arguments as gpuwire_alltoall; see

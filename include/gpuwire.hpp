@@ -37,6 +37,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <initializer_list>
 #include <iterator>
 #include <stdexcept>
 #include <string>
@@ -697,6 +698,7 @@ public:
         detail::check(
             gpuwire_allgatherv(h_, sendbuf.get(), recvbuf.get(), recvcounts.data(), stream));
     }
+    /** Deprecated name of reduce_scatter_block (MPI_Reduce_scatter_block). */
     void reduce_scatter(const buffer &sendbuf, const buffer &recvbuf, gpuwire_op op,
                         void *stream = nullptr) const
     {
@@ -713,6 +715,65 @@ public:
                 void *stream = nullptr) const
     {
         detail::check(gpuwire_exscan(h_, sendbuf.get(), recvbuf.get(), op, stream));
+    }
+    void reduce_scatter_block(const buffer &sendbuf, const buffer &recvbuf, gpuwire_op op,
+                              void *stream = nullptr) const
+    {
+        detail::check(gpuwire_reduce_scatter_block(h_, sendbuf.get(), recvbuf.get(), op, stream));
+    }
+    /* The v-collectives (as MPI_Alltoallv, MPI_Gatherv, MPI_Scatterv, MPI_Reduce_scatter):
+     * counts and displacements in elements, one per rank; an empty span is NULL (displacements:
+     * blocks contiguous in rank order; counts: not significant on this rank). A non-empty span
+     * of another length is GPUWIRE_ERROR_INVALID_ARGUMENT, reported through the C call (with a
+     * NULL buffer, so no array is read) so that, in checking mode, the other ranks fail too. */
+    void alltoallv(const buffer &sendbuf, span<const int64_t> sendcounts,
+                   span<const int64_t> sdispls, const buffer &recvbuf,
+                   span<const int64_t> recvcounts, span<const int64_t> rdispls,
+                   void *stream = nullptr) const
+    {
+        if (!per_rank({sendcounts, sdispls, recvcounts, rdispls})) {
+            (void)gpuwire_alltoallv(h_, GPUWIRE_BUFFER_NULL, nullptr, nullptr, recvbuf.get(),
+                                    nullptr, nullptr, stream);
+            throw wrong_length("gpuwire_alltoallv");
+        }
+        detail::check(gpuwire_alltoallv(h_, sendbuf.get(), or_null(sendcounts), or_null(sdispls),
+                                        recvbuf.get(), or_null(recvcounts), or_null(rdispls),
+                                        stream));
+    }
+    void gatherv(const buffer &sendbuf, const buffer &recvbuf, span<const int64_t> recvcounts,
+                 span<const int64_t> displs, int32_t root, void *stream = nullptr) const
+    {
+        if (!per_rank({recvcounts, displs})) {
+            (void)gpuwire_gatherv(h_, GPUWIRE_BUFFER_NULL, recvbuf.get(), nullptr, nullptr, root,
+                                  stream);
+            throw wrong_length("gpuwire_gatherv");
+        }
+        detail::check(gpuwire_gatherv(h_, sendbuf.get(), recvbuf.get(), or_null(recvcounts),
+                                      or_null(displs), root, stream));
+    }
+    void scatterv(const buffer &sendbuf, span<const int64_t> sendcounts,
+                  span<const int64_t> displs, const buffer &recvbuf, int32_t root,
+                  void *stream = nullptr) const
+    {
+        if (!per_rank({sendcounts, displs})) {
+            (void)gpuwire_scatterv(h_, sendbuf.get(), nullptr, nullptr, GPUWIRE_BUFFER_NULL, root,
+                                   stream);
+            throw wrong_length("gpuwire_scatterv");
+        }
+        detail::check(gpuwire_scatterv(h_, sendbuf.get(), or_null(sendcounts), or_null(displs),
+                                       recvbuf.get(), root, stream));
+    }
+    void reduce_scatterv(const buffer &sendbuf, const buffer &recvbuf,
+                         span<const int64_t> recvcounts, gpuwire_op op,
+                         void *stream = nullptr) const
+    {
+        if (!per_rank({recvcounts})) {
+            (void)gpuwire_reduce_scatterv(h_, GPUWIRE_BUFFER_NULL, recvbuf.get(), nullptr, op,
+                                          stream);
+            throw wrong_length("gpuwire_reduce_scatterv");
+        }
+        detail::check(gpuwire_reduce_scatterv(h_, sendbuf.get(), recvbuf.get(),
+                                              or_null(recvcounts), op, stream));
     }
     void alltoall(const buffer &sendbuf, const buffer &recvbuf, void *stream = nullptr) const
     {
@@ -807,11 +868,79 @@ public:
         detail::check(gpuwire_iexscan(h_, sendbuf.get(), recvbuf.get(), op, stream, &r));
         return request(r);
     }
+    /** Deprecated name of ireduce_scatter_block. */
     request ireduce_scatter(const buffer &sendbuf, const buffer &recvbuf, gpuwire_op op,
                             void *stream = nullptr) const
     {
         gpuwire_request r = GPUWIRE_REQUEST_NULL;
         detail::check(gpuwire_ireduce_scatter(h_, sendbuf.get(), recvbuf.get(), op, stream, &r));
+        return request(r);
+    }
+    request ireduce_scatter_block(const buffer &sendbuf, const buffer &recvbuf, gpuwire_op op,
+                                  void *stream = nullptr) const
+    {
+        gpuwire_request r = GPUWIRE_REQUEST_NULL;
+        detail::check(
+            gpuwire_ireduce_scatter_block(h_, sendbuf.get(), recvbuf.get(), op, stream, &r));
+        return request(r);
+    }
+    /** The nonblocking v-collectives: arguments as the blocking forms (the arrays are copied at
+     * the call). */
+    request ialltoallv(const buffer &sendbuf, span<const int64_t> sendcounts,
+                       span<const int64_t> sdispls, const buffer &recvbuf,
+                       span<const int64_t> recvcounts, span<const int64_t> rdispls,
+                       void *stream = nullptr) const
+    {
+        gpuwire_request r = GPUWIRE_REQUEST_NULL;
+        if (!per_rank({sendcounts, sdispls, recvcounts, rdispls})) {
+            (void)gpuwire_ialltoallv(h_, GPUWIRE_BUFFER_NULL, nullptr, nullptr, recvbuf.get(),
+                                     nullptr, nullptr, stream, &r);
+            throw wrong_length("gpuwire_ialltoallv");
+        }
+        detail::check(gpuwire_ialltoallv(h_, sendbuf.get(), or_null(sendcounts), or_null(sdispls),
+                                         recvbuf.get(), or_null(recvcounts), or_null(rdispls),
+                                         stream, &r));
+        return request(r);
+    }
+    request igatherv(const buffer &sendbuf, const buffer &recvbuf, span<const int64_t> recvcounts,
+                     span<const int64_t> displs, int32_t root, void *stream = nullptr) const
+    {
+        gpuwire_request r = GPUWIRE_REQUEST_NULL;
+        if (!per_rank({recvcounts, displs})) {
+            (void)gpuwire_igatherv(h_, GPUWIRE_BUFFER_NULL, recvbuf.get(), nullptr, nullptr, root,
+                                   stream, &r);
+            throw wrong_length("gpuwire_igatherv");
+        }
+        detail::check(gpuwire_igatherv(h_, sendbuf.get(), recvbuf.get(), or_null(recvcounts),
+                                       or_null(displs), root, stream, &r));
+        return request(r);
+    }
+    request iscatterv(const buffer &sendbuf, span<const int64_t> sendcounts,
+                      span<const int64_t> displs, const buffer &recvbuf, int32_t root,
+                      void *stream = nullptr) const
+    {
+        gpuwire_request r = GPUWIRE_REQUEST_NULL;
+        if (!per_rank({sendcounts, displs})) {
+            (void)gpuwire_iscatterv(h_, sendbuf.get(), nullptr, nullptr, GPUWIRE_BUFFER_NULL, root,
+                                    stream, &r);
+            throw wrong_length("gpuwire_iscatterv");
+        }
+        detail::check(gpuwire_iscatterv(h_, sendbuf.get(), or_null(sendcounts), or_null(displs),
+                                        recvbuf.get(), root, stream, &r));
+        return request(r);
+    }
+    request ireduce_scatterv(const buffer &sendbuf, const buffer &recvbuf,
+                             span<const int64_t> recvcounts, gpuwire_op op,
+                             void *stream = nullptr) const
+    {
+        gpuwire_request r = GPUWIRE_REQUEST_NULL;
+        if (!per_rank({recvcounts})) {
+            (void)gpuwire_ireduce_scatterv(h_, GPUWIRE_BUFFER_NULL, recvbuf.get(), nullptr, op,
+                                           stream, &r);
+            throw wrong_length("gpuwire_ireduce_scatterv");
+        }
+        detail::check(gpuwire_ireduce_scatterv(h_, sendbuf.get(), recvbuf.get(),
+                                               or_null(recvcounts), op, stream, &r));
         return request(r);
     }
     request ialltoall(const buffer &sendbuf, const buffer &recvbuf, void *stream = nullptr) const
@@ -856,6 +985,24 @@ public:
     }
 
 private:
+    /* Whether each non-empty span has one entry per rank (an invalid handle: true, the C call
+     * reports it). */
+    bool per_rank(std::initializer_list<span<const int64_t>> arrays) const
+    {
+        int32_t n = 0;
+        if (gpuwire_comm_size(h_, &n) != GPUWIRE_SUCCESS)
+            return true;
+        for (span<const int64_t> a : arrays)
+            if (!a.empty() && a.size() != static_cast<std::size_t>(n))
+                return false;
+        return true;
+    }
+    static const int64_t *or_null(span<const int64_t> a) { return a.empty() ? nullptr : a.data(); }
+    static error wrong_length(const char *fn)
+    {
+        return error(GPUWIRE_ERROR_INVALID_ARGUMENT,
+                     std::string(fn) + ": the counts and displacements need one entry per rank");
+    }
     int32_t query(gpuwire_status (*f)(gpuwire_comm, int32_t *)) const
     {
         int32_t v = 0;

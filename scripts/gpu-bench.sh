@@ -23,6 +23,11 @@
 #   gpuwire-cuda_aware    gpuwire, backend MPI_CUDA_AWARE        the CUDA-aware kit
 #   raw-cuda-aware        MPI_Allreduce/Send/Recv on device ptrs the CUDA-aware kit
 #   host-raw/host-gpuwire gpuwire-bench host (host memory)       stock
+# alltoallv (issue 13; only when named in GPUWIRE_BENCH_STEPS): the uneven alltoallv (rank r sends
+#   (r+1) k to each rank), 1 KiB .. 64 MiB per rank:
+#   nccl-alltoallv-<N>gpu gpuwire-nccl against raw NCCL grouped send/recv (>= 2 GPUs)       stock
+#   ipc-alltoallv         gpuwire IPC, two ranks sharing GPU 0                              stock
+#   raw-cuda-aware-alltoallv  the kit's MPI_Alltoallv on device pointers, the same two ranks the kit
 # then one combined table (size x method, median), bus bandwidth tables, the gpuwire-nccl vs
 # raw-nccl tables and the target checks (bench/summarize.py).
 #
@@ -136,6 +141,14 @@ if want multi; then
     CUDA_VISIBLE_DEVICES=$ALL_GPUS MPIRUN=$npN step "cuda_aware-${NGPU}gpu" 90 kit "$B/gpuwire-bench" device --backend cuda_aware --op "$MPI_OPS" --max-bytes "$MPI_MAXB" --tag "${NGPU}gpu"
     CUDA_VISIBLE_DEVICES=$ALL_GPUS MPIRUN=$npN step "staged-${NGPU}gpu" 90 stock "$B/gpuwire-bench" device --backend staged --op "$MPI_OPS" --max-bytes "$MPI_MAXB" --tag "${NGPU}gpu"
   fi
+fi
+if [[ " ${STEPS//,/ } " == *" alltoallv "* ]]; then
+  if [ "$NGPU" -ge 2 ]; then
+    npN="mpirun -np $NGPU --oversubscribe --bind-to none"
+    CUDA_VISIBLE_DEVICES=$ALL_GPUS MPIRUN=$npN step "nccl-alltoallv-${NGPU}gpu" 120 stock "$B/gpuwire-bench" device --backend nccl --op alltoallv --min-bytes 1K --max-bytes 64M --target-ms 10 --tag "alltoallv-${NGPU}gpu"
+  fi
+  CUDA_VISIBLE_DEVICES=0 step ipc-alltoallv 90 stock "$B/gpuwire-bench" device --backend ipc --op alltoallv --min-bytes 1K --max-bytes 64M
+  CUDA_VISIBLE_DEVICES=0 step raw-cuda-aware-alltoallv 120 kit "$B/gpuwire-bench" device --backend raw-cuda-aware --op alltoallv --min-bytes 1K --max-bytes 64M
 fi
 if want single; then
   # Two ranks sharing GPU 0, also on a machine with more.

@@ -34,6 +34,7 @@ use crate::device::{CtxGuard, Event, Stream};
 use crate::backend::ordered::{self, HostSide, Role};
 use crate::engine::{self, Done};
 use crate::error::{Error, Result};
+use crate::ops::Layout;
 use crate::request::{Pending, Request};
 use crate::types::ReduceOp;
 
@@ -57,6 +58,10 @@ pub enum Op {
     Alltoall { send: Arc<Buffer>, recv: Arc<Buffer> },
     Gather { send: Arc<Buffer>, recv: Option<Arc<Buffer>>, root: i32 },
     Scatter { send: Option<Arc<Buffer>>, recv: Arc<Buffer>, root: i32 },
+    Alltoallv { send: Arc<Buffer>, sendl: Layout, recv: Arc<Buffer>, recvl: Layout },
+    Gatherv { send: Arc<Buffer>, recv: Option<Arc<Buffer>>, recvl: Layout, root: i32 },
+    Scatterv { send: Option<Arc<Buffer>>, sendl: Layout, recv: Arc<Buffer>, root: i32 },
+    ReduceScatterv { send: Arc<Buffer>, recv: Arc<Buffer>, counts: Option<Vec<i64>>, op: ReduceOp },
 }
 
 impl Op {
@@ -79,6 +84,10 @@ impl Op {
             Op::Alltoall { .. } => "alltoall",
             Op::Gather { .. } => "gather",
             Op::Scatter { .. } => "scatter",
+            Op::Alltoallv { .. } => "alltoallv",
+            Op::Gatherv { .. } => "gatherv",
+            Op::Scatterv { .. } => "scatterv",
+            Op::ReduceScatterv { .. } => "reduce_scatterv",
         }
     }
 
@@ -88,8 +97,9 @@ impl Op {
             Op::Send { buf, .. } | Op::Recv { buf, .. } | Op::Isend { buf, .. } | Op::Irecv { buf, .. } | Op::Bcast { buf, .. } => [Some(buf), None],
             Op::Sendrecv { send, recv, .. } => [Some(send), Some(recv)],
             Op::Barrier => [None, None],
-            Op::Reduce { send, recv, .. } | Op::Gather { send, recv, .. } => [Some(send), recv.as_ref()],
-            Op::Scatter { send, recv, .. } => [send.as_ref(), Some(recv)],
+            Op::Reduce { send, recv, .. } | Op::Gather { send, recv, .. } | Op::Gatherv { send, recv, .. } => [Some(send), recv.as_ref()],
+            Op::Scatter { send, recv, .. } | Op::Scatterv { send, recv, .. } => [send.as_ref(), Some(recv)],
+            Op::Alltoallv { send, recv, .. } | Op::ReduceScatterv { send, recv, .. } => [Some(send), Some(recv)],
             Op::Allreduce { send, recv, .. }
             | Op::Allgather { send, recv }
             | Op::Allgatherv { send, recv, .. }
@@ -114,10 +124,13 @@ impl Op {
             Op::Recv { .. } | Op::Irecv { .. } => (Role::Out, Role::Unused),
             Op::Bcast { root, .. } => (if *root == me { Role::In } else { Role::Out }, Role::Unused),
             Op::Reduce { root, .. } | Op::Gather { root, .. } => (Role::In, if *root == me { Role::Out } else { Role::Unused }),
-            Op::Scatter { root, .. } => (if *root == me { Role::In } else { Role::Unused }, Role::Out),
+            Op::Scatter { root, .. } | Op::Scatterv { root, .. } => (if *root == me { Role::In } else { Role::Unused }, Role::Out),
             // Exscan's rank 0 receives nothing and its buffer stays as it was: staged in and out
             // unchanged (MPI does not write it).
             Op::Scan { exclusive: true, .. } if me == 0 => (Role::In, Role::InOut),
+            // What lies between the receive blocks is left as it was: staged in and out.
+            Op::Alltoallv { .. } => (Role::In, Role::InOut),
+            Op::Gatherv { root, .. } => (Role::In, if *root == me { Role::InOut } else { Role::Unused }),
             _ => (Role::In, Role::Out),
         };
         [(a, ra), (b, rb)].into_iter().filter_map(|(x, r)| x.map(|x| (x.clone(), r))).collect()
@@ -174,6 +187,22 @@ impl Op {
                 let send = send.as_ref().map(&mut next);
                 Op::Scatter { send, recv: next(recv), root: *root }
             }
+            Op::Alltoallv { send, sendl, recv, recvl } => {
+                let send = next(send);
+                Op::Alltoallv { send, sendl: sendl.clone(), recv: next(recv), recvl: recvl.clone() }
+            }
+            Op::Gatherv { send, recv, recvl, root } => {
+                let send = next(send);
+                Op::Gatherv { send, recv: recv.as_ref().map(&mut next), recvl: recvl.clone(), root: *root }
+            }
+            Op::Scatterv { send, sendl, recv, root } => {
+                let send = send.as_ref().map(&mut next);
+                Op::Scatterv { send, sendl: sendl.clone(), recv: next(recv), root: *root }
+            }
+            Op::ReduceScatterv { send, recv, counts, op } => {
+                let send = next(send);
+                Op::ReduceScatterv { send, recv: next(recv), counts: counts.clone(), op: *op }
+            }
         }
     }
 
@@ -187,8 +216,8 @@ impl Op {
     pub fn on_device(&self, c: &Communicator) -> bool {
         let [a, b] = self.slots();
         let (a, b) = match self {
-            Op::Reduce { root, .. } | Op::Gather { root, .. } if c.rank() != *root => (a, None),
-            Op::Scatter { root, .. } if c.rank() != *root => (None, b),
+            Op::Reduce { root, .. } | Op::Gather { root, .. } | Op::Gatherv { root, .. } if c.rank() != *root => (a, None),
+            Op::Scatter { root, .. } | Op::Scatterv { root, .. } if c.rank() != *root => (None, b),
             _ => (a, b),
         };
         a.is_some_and(|x| !x.is_host()) || b.is_some_and(|x| !x.is_host())
@@ -225,6 +254,10 @@ impl Op {
             Op::Alltoall { send, recv } => c.plan_alltoall(send, recv).1.map(|_| ()),
             Op::Gather { send, recv, root } => c.plan_gather(send, recv.as_deref(), *root).1.map(|_| ()),
             Op::Scatter { send, recv, root } => c.plan_scatter(send.as_deref(), recv, *root).1.map(|_| ()),
+            Op::Alltoallv { send, sendl, recv, recvl } => c.plan_alltoallv(send, sendl, recv, recvl).1.map(|_| ()),
+            Op::Gatherv { send, recv, recvl, root } => c.plan_gatherv(send, recv.as_deref(), recvl, *root).1.map(|_| ()),
+            Op::Scatterv { send, sendl, recv, root } => c.plan_scatterv(send.as_deref(), sendl, recv, *root).1.map(|_| ()),
+            Op::ReduceScatterv { send, recv, counts, op } => c.plan_reduce_scatterv(send, recv, counts.as_deref(), *op).1.map(|_| ()),
         }
     }
 
@@ -258,6 +291,10 @@ impl Op {
             Op::Alltoall { send, recv } => c.alltoall(send, recv, stream),
             Op::Gather { send, recv, root } => c.gather(send, recv.as_deref(), *root, stream),
             Op::Scatter { send, recv, root } => c.scatter(send.as_deref(), recv, *root, stream),
+            Op::Alltoallv { send, sendl, recv, recvl } => c.alltoallv(send, sendl, recv, recvl, stream),
+            Op::Gatherv { send, recv, recvl, root } => c.gatherv(send, recv.as_deref(), recvl, *root, stream),
+            Op::Scatterv { send, sendl, recv, root } => c.scatterv(send.as_deref(), sendl, recv, *root, stream),
+            Op::ReduceScatterv { send, recv, counts, op } => c.reduce_scatterv(send, recv, counts.as_deref(), *op, stream),
         }
     }
 

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use crate::backend::{self, Input, Path};
+use crate::backend::{self, Blocks, Input, Path};
 use crate::buffer::Buffer;
 use crate::comm::Communicator;
 use crate::device::Stream;
@@ -40,8 +40,10 @@ impl Sig {
 }
 
 /// The collectives checking mode tells apart (other names are hashed).
-const COLLECTIVES: [&str; 12] =
-    ["barrier", "bcast", "reduce", "allreduce", "allgather", "allgatherv", "reduce_scatter", "alltoall", "gather", "scatter", "scan", "exscan"];
+const COLLECTIVES: [&str; 16] = [
+    "barrier", "bcast", "reduce", "allreduce", "allgather", "allgatherv", "reduce_scatter", "alltoall", "gather", "scatter", "scan", "exscan", "alltoallv", "gatherv",
+    "scatterv", "reduce_scatterv",
+];
 
 /// A stable number for a collective's name (FNV-1a), the same on every rank.
 fn collective_id(what: &str) -> i64 {
@@ -102,6 +104,83 @@ fn input<'a>(what: &str, send: &'a Buffer, recv: &Buffer, block: usize) -> Resul
 
 fn count_mismatch(what: &str, detail: String) -> Error {
     Error::CountMismatch(format!("{what}: {detail}"))
+}
+
+/// A v-collective's counts and displacements as the caller gave them (one entry per rank, in
+/// elements; `None` for a NULL array): validated into [`OwnedBlocks`] by [`layout`].
+#[derive(Clone, Debug, Default)]
+pub struct Layout {
+    pub counts: Option<Vec<i64>>,
+    /// `None`: the blocks lie contiguously in rank order (displacements = prefix sums).
+    pub displs: Option<Vec<i64>>,
+}
+
+/// Validated counts and displacements, in elements (see [`Blocks`]).
+#[derive(Clone, Debug, Default)]
+pub struct OwnedBlocks {
+    pub counts: Vec<usize>,
+    pub displs: Vec<usize>,
+}
+
+impl OwnedBlocks {
+    pub fn view(&self) -> Blocks<'_> {
+        Blocks { counts: &self.counts, displs: &self.displs }
+    }
+}
+
+/// Validates `l` for a buffer of `len` elements on a communicator of `p` ranks: every count and
+/// displacement non-negative, every block inside the buffer (overflow checked), and receive
+/// blocks (`disjoint`) not overlapping one another (MPI forbids writing an element twice).
+/// `role` names the arrays in messages ("send", "recv").
+fn layout(what: &str, role: &str, l: &Layout, p: usize, len: usize, disjoint: bool) -> Result<OwnedBlocks> {
+    let Some(counts) = l.counts.as_deref() else {
+        return Err(Error::InvalidArgument(format!("{what}: {role}counts is NULL but significant on this rank")));
+    };
+    if counts.len() != p || l.displs.as_ref().is_some_and(|d| d.len() != p) {
+        return Err(Error::InvalidArgument(format!("{what}: {role}counts and displacements need one entry per rank ({p})")));
+    }
+    let mut b = OwnedBlocks { counts: Vec::with_capacity(p), displs: Vec::with_capacity(p) };
+    let mut next = 0usize;
+    for (j, &c) in counts.iter().enumerate() {
+        let n = usize::try_from(c).map_err(|_| Error::InvalidArgument(format!("{what}: {role}counts[{j}] = {c} is negative")))?;
+        let d = match l.displs.as_deref() {
+            Some(ds) => usize::try_from(ds[j]).map_err(|_| Error::InvalidArgument(format!("{what}: {role} displacement [{j}] = {} is negative", ds[j])))?,
+            None => next,
+        };
+        let end = d.checked_add(n).filter(|e| *e <= len).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "{what}: {role} block {j} ({n} elements at displacement {d}) ends past the {role} buffer's {len} elements; nothing was sent"
+            ))
+        })?;
+        next = end;
+        b.counts.push(n);
+        b.displs.push(d);
+    }
+    if disjoint {
+        let mut spans: Vec<(usize, usize, usize)> = b.counts.iter().zip(&b.displs).enumerate().filter(|(_, (n, _))| **n > 0).map(|(j, (n, d))| (*d, d + n, j)).collect();
+        spans.sort_unstable();
+        if let Some(w) = spans.windows(2).find(|w| w[1].0 < w[0].1) {
+            return Err(Error::InvalidArgument(format!(
+                "{what}: {role} blocks {} and {} overlap (elements {}..{} and {}..{}); an element may be received once; nothing was sent",
+                w[0].2, w[1].2, w[0].0, w[0].1, w[1].0, w[1].1
+            )));
+        }
+    }
+    Ok(b)
+}
+
+/// Whether `send` is the very memory of `recv` (the same handle, or the same address, datatype
+/// and count): an in-place call; an error when the two overlap otherwise.
+fn same_memory(what: &str, send: &Buffer, recv: &Buffer) -> Result<bool> {
+    if std::ptr::eq(send, recv) || (send.ptr() == recv.ptr() && send.count() == recv.count() && send.dtype() == recv.dtype() && send.count() > 0) {
+        return Ok(true);
+    }
+    if send.overlaps(recv) {
+        return Err(Error::InvalidArgument(format!(
+            "{what}: the send and receive buffers overlap; use disjoint buffers, or for in-place pass the same buffer as both"
+        )));
+    }
+    Ok(false)
 }
 
 impl Communicator {
@@ -650,6 +729,208 @@ impl Communicator {
         let (sig, local) = self.plan_scatter(send, recv, root);
         let (rinput, send, path) = self.agree("scatter", sig, local)?;
         path.scatter(self, send, rinput, root, stream)
+    }
+}
+
+impl Communicator {
+    /// Checking mode's agreement of a v-collective's count matrix (after `agree`): `sends[j]`
+    /// elements go from this rank to rank j, `recvs[j]` are expected from rank j. One
+    /// MPI_Alltoall of the send counts, then every rank returns the error of the lowest rank that
+    /// found a mismatch (NCCL would hang or corrupt on one, NVIDIA/nccl#788).
+    fn agree_matrix(&self, what: &str, sends: &[usize], recvs: &[usize]) -> Result<()> {
+        if !self.config().check {
+            return Ok(());
+        }
+        let mine: Vec<i64> = sends.iter().map(|n| *n as i64).collect();
+        let mut got = vec![0i64; sends.len()];
+        // One int64 to and from each rank.
+        let r = crate::comm::collective!(
+            self,
+            "MPI_Alltoall (checking the count matrix)",
+            MPI_Alltoall(mine.as_ptr().cast(), 1, sys::RSMPI_INT64_T, got.as_mut_ptr().cast(), 1, sys::RSMPI_INT64_T, self.raw()),
+            MPI_Ialltoall
+        );
+        if r.is_err() {
+            // An abandoned request (a timeout) may still use both.
+            std::mem::forget((mine, got));
+            return r;
+        }
+        let me = self.rank();
+        let local = match got.iter().zip(recvs).enumerate().find(|(_, (g, r))| **g != **r as i64) {
+            None => Ok(()),
+            Some((j, (g, r))) => Err(count_mismatch(
+                what,
+                format!("rank {me} expects {r} elements from rank {j}, which sends it {g}; nothing was done on any rank"),
+            )),
+        };
+        self.agree_on_result(local, what)
+    }
+
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn plan_alltoallv<'a>(&self, send: &'a Buffer, sendl: &Layout, recv: &Buffer, recvl: &Layout) -> (Sig, Result<(Input<'a>, OwnedBlocks, OwnedBlocks, &'static dyn Path)>) {
+        let what = "alltoallv";
+        let p = self.size() as usize;
+        let local = (|| {
+            same_dtype(what, send, recv)?;
+            let rb = layout(what, "recv", recvl, p, recv.count(), true)?;
+            if same_memory(what, send, recv)? {
+                return Ok((Input::InPlace, rb.clone(), rb, self.path(&[Some(recv)])?));
+            }
+            let sb = layout(what, "send", sendl, p, send.count(), false)?;
+            Ok((Input::Buf(send), sb, rb, self.path(&[Some(send), Some(recv)])?))
+        })();
+        let sig = Sig { dtype: Some(recv.dtype()), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
+        (sig, local)
+    }
+
+    /// As MPI_Alltoallv: block j of `send` (`sendl`) goes to rank j, rank j's block is received
+    /// into block j of `recv` (`recvl`). In place (MPI_IN_PLACE) when `send` is `recv`'s memory:
+    /// the send blocks are then the receive blocks, and `sendl` is ignored.
+    pub fn alltoallv(&self, send: &Buffer, sendl: &Layout, recv: &Buffer, recvl: &Layout, stream: Stream) -> Result<()> {
+        let what = "alltoallv";
+        let _call = self.enter(what, true)?;
+        let (sig, local) = self.plan_alltoallv(send, sendl, recv, recvl);
+        let (input, sb, rb, path) = self.agree(what, sig, local)?;
+        self.agree_matrix(what, &sb.counts, &rb.counts)?;
+        path.alltoallv(self, input, sb.view(), recv, rb.view(), stream)
+    }
+
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn plan_gatherv<'a>(&self, send: &'a Buffer, recv: Option<&'a Buffer>, recvl: &Layout, root: i32) -> (Sig, Result<(Input<'a>, Option<(&'a Buffer, OwnedBlocks)>, &'static dyn Path)>) {
+        let what = "gatherv";
+        let is_root = self.rank() == root;
+        let local = (|| {
+            self.check_rank(what, "root", root, false)?;
+            if !is_root {
+                return Ok((Input::Buf(send), None, self.path(&[Some(send)])?));
+            }
+            let Some(r) = recv else { return Err(Error::InvalidArgument(format!("{what}: the root needs a receive buffer"))) };
+            same_dtype(what, send, r)?;
+            let rb = layout(what, "recv", recvl, self.size() as usize, r.count(), true)?;
+            let me = root as usize;
+            if send.count() != rb.counts[me] {
+                return Err(count_mismatch(what, format!("recvcounts[{me}] = {} but the root sends {} elements", rb.counts[me], send.count())));
+            }
+            let input = input(what, send, r, rb.displs[me])?;
+            Ok((input, Some((r, rb)), self.path(&[Some(send), Some(r)])?))
+        })();
+        let sig = Sig { dtype: Some(send.dtype()), root: Some(root), ..Sig::default() }.with_bufs(&[Some(send), if is_root { recv } else { None }]);
+        (sig, local)
+    }
+
+    /// As MPI_Gatherv: rank j's `send` lands in block j of the root's `recv` (`recvl`, significant
+    /// at the root only; others may pass `None`). In place at the root when its `send` is exactly
+    /// its own block of `recv`.
+    pub fn gatherv(&self, send: &Buffer, recv: Option<&Buffer>, recvl: &Layout, root: i32, stream: Stream) -> Result<()> {
+        let what = "gatherv";
+        let _call = self.enter(what, true)?;
+        let (sig, local) = self.plan_gatherv(send, recv, recvl, root);
+        let (input, at_root, path) = self.agree(what, sig, local)?;
+        if self.config().check {
+            let p = self.size() as usize;
+            let mut sends = vec![0; p];
+            sends[root as usize] = send.count();
+            let recvs = at_root.as_ref().map_or(vec![0; p], |(_, b)| b.counts.clone());
+            self.agree_matrix(what, &sends, &recvs)?;
+        }
+        match &at_root {
+            Some((r, b)) => path.gatherv(self, input, Some(r), Some(b.view()), root, stream),
+            None => path.gatherv(self, input, None, None, root, stream),
+        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn plan_scatterv<'a>(&self, send: Option<&'a Buffer>, sendl: &Layout, recv: &'a Buffer, root: i32) -> (Sig, Result<(Input<'a>, Option<(&'a Buffer, OwnedBlocks)>, &'static dyn Path)>) {
+        let what = "scatterv";
+        let is_root = self.rank() == root;
+        let local = (|| {
+            self.check_rank(what, "root", root, false)?;
+            if !is_root {
+                return Ok((Input::Buf(recv), None, self.path(&[Some(recv)])?));
+            }
+            let Some(s) = send else { return Err(Error::InvalidArgument(format!("{what}: the root needs a send buffer"))) };
+            same_dtype(what, s, recv)?;
+            let sb = layout(what, "send", sendl, self.size() as usize, s.count(), false)?;
+            let me = root as usize;
+            if recv.count() != sb.counts[me] {
+                return Err(count_mismatch(what, format!("sendcounts[{me}] = {} but the root receives {} elements", sb.counts[me], recv.count())));
+            }
+            let rinput = input(what, recv, s, sb.displs[me])?;
+            Ok((rinput, Some((s, sb)), self.path(&[Some(s), Some(recv)])?))
+        })();
+        let sig = Sig { dtype: Some(recv.dtype()), root: Some(root), ..Sig::default() }.with_bufs(&[if is_root { send } else { None }, Some(recv)]);
+        (sig, local)
+    }
+
+    /// As MPI_Scatterv: block j of the root's `send` (`sendl`, significant at the root only;
+    /// others may pass `None`) lands in rank j's `recv`. In place at the root when its `recv` is
+    /// exactly its own block of `send`.
+    pub fn scatterv(&self, send: Option<&Buffer>, sendl: &Layout, recv: &Buffer, root: i32, stream: Stream) -> Result<()> {
+        let what = "scatterv";
+        let _call = self.enter(what, true)?;
+        let (sig, local) = self.plan_scatterv(send, sendl, recv, root);
+        let (rinput, at_root, path) = self.agree(what, sig, local)?;
+        if self.config().check {
+            let p = self.size() as usize;
+            let mut recvs = vec![0; p];
+            recvs[root as usize] = recv.count();
+            let sends = at_root.as_ref().map_or(vec![0; p], |(_, b)| b.counts.clone());
+            self.agree_matrix(what, &sends, &recvs)?;
+        }
+        match &at_root {
+            Some((s, b)) => path.scatterv(self, Some(s), Some(b.view()), rinput, root, stream),
+            None => path.scatterv(self, None, None, rinput, root, stream),
+        }
+    }
+
+    pub(crate) fn plan_reduce_scatterv<'a>(&self, send: &'a Buffer, recv: &Buffer, counts: Option<&[i64]>, op: ReduceOp) -> (Sig, Result<(Input<'a>, Vec<usize>, &'static dyn Path)>) {
+        let what = "reduce_scatterv";
+        let p = self.size() as usize;
+        let local = (|| {
+            let dtype = same_dtype(what, send, recv)?;
+            op.check_supported(dtype)?;
+            let Some(counts) = counts else { return Err(Error::InvalidArgument(format!("{what}: recvcounts is NULL"))) };
+            let l = Layout { counts: Some(counts.to_vec()), displs: None };
+            let in_place = same_memory(what, send, recv)?;
+            let total = counts.iter().try_fold(0i64, |t, c| if *c < 0 { None } else { t.checked_add(*c) });
+            let b = layout(what, "recv", &l, p, total.and_then(|t| usize::try_from(t).ok()).unwrap_or(usize::MAX), false)?;
+            let total: usize = b.counts.iter().sum();
+            let me = self.rank() as usize;
+            if send.count() != total {
+                return Err(count_mismatch(what, format!("the recvcounts add up to {total} elements but the send buffer holds {}", send.count())));
+            }
+            if !in_place && recv.count() != b.counts[me] {
+                return Err(count_mismatch(what, format!("recvcounts[{me}] = {} but the receive buffer holds {} elements", b.counts[me], recv.count())));
+            }
+            let input = if in_place { Input::InPlace } else { Input::Buf(send) };
+            Ok((input, b.counts, self.path(&[Some(send), Some(recv)])?))
+        })();
+        let sig = Sig { dtype: Some(recv.dtype()), op: Some(op), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
+        (sig, local)
+    }
+
+    /// As MPI_Reduce_scatter: every rank's `send` holds the sum of `counts` elements; rank r
+    /// receives the reduction of block r (`counts[r]` elements, blocks contiguous in rank order)
+    /// in `recv`. In place (MPI_IN_PLACE) when `send` is `recv`'s memory: the result is then in
+    /// its first `counts[rank]` elements. Checking mode agrees `counts` across ranks.
+    pub fn reduce_scatterv(&self, send: &Buffer, recv: &Buffer, counts: Option<&[i64]>, op: ReduceOp, stream: Stream) -> Result<()> {
+        let what = "reduce_scatterv";
+        let _call = self.enter(what, true)?;
+        let (sig, local) = self.plan_reduce_scatterv(send, recv, counts, op);
+        let (input, ucounts, path) = self.agree(what, sig, local)?;
+        if self.config().check {
+            // The counts, the same on every rank: MAX of each and of its negation.
+            let mut v: Vec<i64> = ucounts.iter().map(|n| *n as i64).chain(ucounts.iter().map(|n| -(*n as i64))).collect();
+            self.allreduce_max_i64(&mut v, what)?;
+            let p = ucounts.len();
+            if let Some(j) = (0..p).find(|&j| v[j] != -v[p + j]) {
+                return Err(count_mismatch(
+                    what,
+                    format!("ranks passed different recvcounts (recvcounts[{j}] from {} to {}; this rank {}); nothing was done on any rank", -v[p + j], v[j], ucounts[j]),
+                ));
+            }
+        }
+        path.reduce_scatterv(self, input, recv, &ucounts, op, stream)
     }
 }
 

@@ -1950,6 +1950,175 @@ fn mixed_memory_kinds(cx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
+/// Element k of the block rank `from` sends to rank `to` (exact in every datatype used).
+fn vblock(d: Dtype, from: usize, to: usize, n: usize) -> Vec<u8> {
+    let mut v = Vec::with_capacity(n * d.size());
+    for k in 0..n {
+        encode(d, (((from * 31 + to * 7 + k) % 97) + 1) as f64, 0.0, &mut v);
+    }
+    v
+}
+
+/// `blocks[j]` at element `displs[j]` of `len` elements, 0xA5 elsewhere.
+fn vplace(d: Dtype, len: usize, displs: &[i64], blocks: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = vec![0xA5u8; len * d.size()];
+    for (b, &o) in blocks.iter().zip(displs) {
+        out[o as usize * d.size()..o as usize * d.size() + b.len()].copy_from_slice(b);
+    }
+    out
+}
+
+/// Blocks in reverse rank order with a gap of j % 3 elements before block j; (displs, length).
+fn vgappy(counts: &[usize]) -> (Vec<i64>, usize) {
+    let mut d = vec![0i64; counts.len()];
+    let mut at = 0;
+    for j in (0..counts.len()).rev() {
+        at += j % 3;
+        d[j] = at as i64;
+        at += counts[j];
+    }
+    (d, at + 1)
+}
+
+/// The v-collectives on device buffers (issue 13): alltoallv with a zero row and column and with
+/// uneven counts and gaps (left as they were), in place; gatherv / scatterv at the last rank, in
+/// place at the root; reduce_scatterv with a zero block, in place; the nonblocking forms in a
+/// group; small and large (past the staged paths' small-message sizes) blocks; with checking on,
+/// a count matrix that does not match is COUNT_MISMATCH on every rank within a second.
+fn vcoll_device(cx: &Ctx) -> Result<(), String> {
+    let (r, p, s) = (cx.rank as usize, cx.size as usize, cx.stream as *mut c_void);
+    let null = std::ptr::null();
+    let free = |bs: &[gpuwire_buffer]| bs.iter().for_each(|b| {
+        gpuwire_buffer_free(*b);
+    });
+    for scale in [1usize, 20_011] {
+        for d in [Dtype::GPUWIRE_INT32, Dtype::GPUWIRE_FLOAT64, Dtype::GPUWIRE_FLOAT16] {
+            let es = d.size();
+            let what = |x: &str| format!("{x} {} scale {scale}", d.name());
+            // alltoallv: rank 0 sends nothing, nobody sends to the last rank.
+            for (name, cnt) in [
+                ("zero row and column", Box::new(move |i: usize, j: usize| if i == 0 || j == p - 1 { 0 } else { scale * (1 + (i + 2 * j) % 3) }) as Box<dyn Fn(usize, usize) -> usize>),
+                ("uneven", Box::new(move |i: usize, j: usize| scale * ((i * 5 + j * 3) % 4))),
+            ] {
+                let sc: Vec<usize> = (0..p).map(|j| cnt(r, j)).collect();
+                let rc: Vec<usize> = (0..p).map(|j| cnt(j, r)).collect();
+                let (sd, slen) = vgappy(&sc);
+                let (rd, rlen) = vgappy(&rc);
+                let sb: Vec<Vec<u8>> = (0..p).map(|j| vblock(d, r, j, sc[j])).collect();
+                let rb: Vec<Vec<u8>> = (0..p).map(|j| vblock(d, j, r, rc[j])).collect();
+                let (send, recv) = (dev_alloc(slen, d), dev_alloc(rlen, d));
+                upload(send, &vplace(d, slen, &sd, &sb));
+                upload(recv, &vec![0xA5u8; rlen * es]);
+                let (sc64, rc64): (Vec<i64>, Vec<i64>) = (sc.iter().map(|x| *x as i64).collect(), rc.iter().map(|x| *x as i64).collect());
+                ok(gpuwire_alltoallv(cx.comm, send, sc64.as_ptr(), sd.as_ptr(), recv, rc64.as_ptr(), rd.as_ptr(), s), &what("alltoallv"));
+                check_bytes(&what(&format!("alltoallv {name}")), &download(recv, rlen * es), &vplace(d, rlen, &rd, &rb), d)?;
+                free(&[send, recv]);
+            }
+            // In place: symmetric counts.
+            let c = |i: usize, j: usize| scale * ((i.min(j) + 2 * i.max(j)) % 3);
+            let rc: Vec<usize> = (0..p).map(|j| c(j, r)).collect();
+            let (rd, rlen) = vgappy(&rc);
+            let inout = dev_alloc(rlen, d);
+            upload(inout, &vplace(d, rlen, &rd, &(0..p).map(|j| vblock(d, r, j, rc[j])).collect::<Vec<_>>()));
+            let rc64: Vec<i64> = rc.iter().map(|x| *x as i64).collect();
+            ok(gpuwire_alltoallv(cx.comm, inout, null, null, inout, rc64.as_ptr(), rd.as_ptr(), s), &what("alltoallv in place"));
+            let want = vplace(d, rlen, &rd, &(0..p).map(|j| vblock(d, j, r, rc[j])).collect::<Vec<_>>());
+            check_bytes(&what("alltoallv in place"), &download(inout, rlen * es), &want, d)?;
+            free(&[inout]);
+            // gatherv / scatterv at the last rank.
+            let root = p - 1;
+            let gc: Vec<usize> = (0..p).map(|j| scale * ((2 * j + 1) % 4)).collect();
+            let gc64: Vec<i64> = gc.iter().map(|x| *x as i64).collect();
+            let (gd, glen) = vgappy(&gc);
+            let at_root = r == root;
+            let blocks: Vec<Vec<u8>> = (0..p).map(|j| vblock(d, j, root, gc[j])).collect();
+            let mine = dev_alloc(gc[r], d);
+            upload(mine, &blocks[r]);
+            let all = dev_alloc(glen, d);
+            upload(all, &vec![0xA5u8; glen * es]);
+            let (cp, dp, rh) = if at_root { (gc64.as_ptr(), gd.as_ptr(), all) } else { (null, null, 0) };
+            ok(gpuwire_gatherv(cx.comm, mine, rh, cp, dp, root as i32, s), &what("gatherv"));
+            let want_all = vplace(d, glen, &gd, &blocks);
+            if at_root {
+                check_bytes(&what("gatherv"), &download(all, glen * es), &want_all, d)?;
+                // In place at the root: its block is already there.
+                upload(all, &vplace(d, glen, &gd, &(0..p).map(|j| if j == root { blocks[j].clone() } else { vec![0xA5u8; gc[j] * es] }).collect::<Vec<_>>()));
+            }
+            let mut view = 0;
+            ok(gpuwire_buffer_view(all, gd[r].min(glen as i64 - 1), gc[r] as i64, &mut view), "view");
+            let sh = if at_root { view } else { mine };
+            ok(gpuwire_gatherv(cx.comm, sh, rh, cp, dp, root as i32, s), &what("gatherv in place"));
+            if at_root {
+                check_bytes(&what("gatherv in place"), &download(all, glen * es), &want_all, d)?;
+            }
+            // scatterv back: each rank gets its block.
+            let back = dev_alloc(gc[r], d);
+            upload(back, &vec![0u8; gc[r] * es]);
+            ok(gpuwire_scatterv(cx.comm, if at_root { all } else { 0 }, cp, dp, back, root as i32, s), &what("scatterv"));
+            check_bytes(&what("scatterv"), &download(back, gc[r] * es), &blocks[r], d)?;
+            ok(gpuwire_scatterv(cx.comm, if at_root { all } else { 0 }, cp, dp, if at_root { view } else { back }, root as i32, s), &what("scatterv in place"));
+            check_bytes(&what("scatterv in place"), &download(if at_root { all } else { back }, if at_root { glen * es } else { gc[r] * es }), if at_root { &want_all } else { &blocks[r] }, d)?;
+            free(&[mine, all, view, back]);
+            // reduce_scatterv (SUM), rank 1 gets nothing; in place too.
+            let rs: Vec<usize> = (0..p).map(|j| scale * [3, 0, 5, 1][j % 4]).collect();
+            let rs64: Vec<i64> = rs.iter().map(|x| *x as i64).collect();
+            let total: usize = rs.iter().sum();
+            let off: usize = rs[..r].iter().sum();
+            let op = ReduceOp::GPUWIRE_SUM;
+            let input = data(d, r as i32, total);
+            let want = expected_bytes(d, op, p as i32, off..off + rs[r]);
+            let (rsend, rrecv) = (dev_alloc(total, d), dev_alloc(rs[r], d));
+            upload(rsend, &input);
+            ok(gpuwire_reduce_scatterv(cx.comm, rsend, rrecv, rs64.as_ptr(), op as i32, s), &what("reduce_scatterv"));
+            check_bytes(&what("reduce_scatterv"), &download(rrecv, rs[r] * es), &want, d)?;
+            ok(gpuwire_reduce_scatterv(cx.comm, rsend, rsend, rs64.as_ptr(), op as i32, s), &what("reduce_scatterv in place"));
+            check_bytes(&what("reduce_scatterv in place"), &download(rsend, total * es)[..rs[r] * es], &want, d)?;
+            // The nonblocking forms in a group.
+            let (a_send, a_recv) = (dev_alloc(p * scale, d), dev_alloc(p * scale, d));
+            upload(a_send, &(0..p).flat_map(|j| vblock(d, r, j, scale)).collect::<Vec<u8>>());
+            let ones = vec![scale as i64; p];
+            upload(rsend, &input);
+            let mut q = [0u64; 2];
+            ok(gpuwire_group_start(), "group_start");
+            ok(gpuwire_ialltoallv(cx.comm, a_send, ones.as_ptr(), null, a_recv, ones.as_ptr(), null, s, &mut q[0]), "ialltoallv");
+            ok(gpuwire_ireduce_scatterv(cx.comm, rsend, rrecv, rs64.as_ptr(), op as i32, s, &mut q[1]), "ireduce_scatterv");
+            ok(gpuwire_group_end(), "group_end");
+            ok(gpuwire_waitall(2, q.as_mut_ptr()), "waitall");
+            check_bytes(&what("ialltoallv in a group"), &download(a_recv, p * scale * es), &(0..p).flat_map(|j| vblock(d, j, r, scale)).collect::<Vec<u8>>(), d)?;
+            check_bytes(&what("ireduce_scatterv in a group"), &download(rrecv, rs[r] * es), &want, d)?;
+            free(&[rsend, rrecv, a_send, a_recv]);
+        }
+    }
+    if p > 1 {
+        // Checking on: rank 0 expects one element more from rank 1 than rank 1 sends.
+        let mut cfg: gpuwire_config = unsafe { std::mem::zeroed() };
+        ok(gpuwire_config_init(&mut cfg), "config_init");
+        cfg.check = 1;
+        let mut comm = 0;
+        ok(gpuwire_comm_world(&cfg, &mut comm), "comm_world");
+        let d = Dtype::GPUWIRE_FLOAT32;
+        let ones = vec![4i64; p];
+        let mut rc = ones.clone();
+        if r == 0 {
+            rc[1] = 5;
+        }
+        let (send, recv) = (dev_alloc(4 * p, d), dev_alloc(4 * p + 1, d));
+        upload(recv, &vec![0xA5u8; (4 * p + 1) * 4]);
+        let t0 = Instant::now();
+        let st = gpuwire_alltoallv(comm, send, ones.as_ptr(), null, recv, rc.as_ptr(), null, s);
+        let secs = t0.elapsed().as_secs_f64();
+        if st != Status::GPUWIRE_ERROR_COUNT_MISMATCH || secs > 1.0 {
+            return Err(format!("alltoallv with a count matrix that does not match: {st:?} after {secs:.2} s, expected COUNT_MISMATCH within 1 s"));
+        }
+        if download(recv, (4 * p + 1) * 4).iter().any(|b| *b != 0xA5) {
+            return Err("alltoallv with a count matrix that does not match wrote the receive buffer".into());
+        }
+        free(&[send, recv]);
+        ok(gpuwire_comm_free(comm), "comm_free");
+    }
+    Ok(())
+}
+
 fn main() {
     let Ok(cases) = std::env::var("GPUWIRE_GPU_TEST") else {
         println!(
@@ -2031,6 +2200,7 @@ fn main() {
             "nbcgroup" => nbc_group_device(&cx),
             "nbcearly" => nbc_returns_early(&cx),
             "nbcmixed" => mixed_memory_kinds(&cx),
+            "vcoll" => vcoll_device(&cx),
             other => Err(format!("unknown case {other}")),
         };
         let ms = t0.elapsed().as_millis();

@@ -26,8 +26,10 @@ const N: usize = (1 << 31) + 16;
 const I8: Dtype = Dtype::GPUWIRE_INT8;
 const STRIDE: usize = 16 << 20;
 
-const OPS: [&str; 13] =
-    ["p2p", "bcast", "reduce", "allreduce", "allgather", "allgatherv", "reduce_scatter", "alltoall", "gather", "scatter", "darray", "reduce_scatter_big", "alltoall_big"];
+const OPS: [&str; 17] = [
+    "p2p", "bcast", "reduce", "allreduce", "allgather", "allgatherv", "reduce_scatter", "alltoall", "gather", "scatter", "darray", "alltoallv", "gatherv", "scatterv",
+    "reduce_scatterv", "reduce_scatter_big", "alltoall_big",
+];
 
 fn main() {
     if !is_child() {
@@ -54,6 +56,10 @@ fn main() {
         "gather" => gather(&ctx),
         "scatter" => scatter(&ctx),
         "darray" => darray(&ctx),
+        "alltoallv" => alltoallv(&ctx),
+        "gatherv" => gatherv(&ctx),
+        "scatterv" => scatterv(&ctx),
+        "reduce_scatterv" => reduce_scatterv(&ctx),
         m => die(Some(ctx.rank), &format!("unknown mode {m}")),
     }
     ctx.finish();
@@ -330,4 +336,82 @@ fn darray(ctx: &Ctx) {
         }
     }
     ctx.ok(gpuwire_darray_free(d), "darray_free");
+}
+
+/// Rank 0 sends 2^31 elements (from displacement 16) to rank 1 and 16 to itself; rank 1 sends
+/// 16 to each. Rank 1 receives rank 0's block at displacement 0 and its own at 2^31 + 16 (past
+/// MPI's int); rank 0 receives at 0 and 16. Then in place on rank 1's side too.
+fn alltoallv(ctx: &Ctx) {
+    let big = 1usize << 31;
+    let me = ctx.rank;
+    // (count, displacement) of block j sent by rank `from`, and received by `to`.
+    let sent = |from: usize, j: usize| -> (usize, usize) { if from == 0 { if j == 1 { (big, 16) } else { (16, 0) } } else { (16, 16 * j) } };
+    let got = |to: usize, j: usize| -> usize { if to == 0 { 16 * j } else if j == 0 { 0 } else { big + 16 } };
+    let slen = if me == 0 { big + 16 } else { 32 };
+    let rlen = if me == 0 { 32 } else { big + 32 };
+    let send = Buf::new(I8, slen);
+    for j in 0..2 {
+        let (n, d) = sent(me, j);
+        fill(unsafe { ptr(&send).add(d) }, n, 2 * me + j);
+    }
+    let recv = Buf::new(I8, rlen);
+    let sc: Vec<i64> = (0..2).map(|j| sent(me, j).0 as i64).collect();
+    let sd: Vec<i64> = (0..2).map(|j| sent(me, j).1 as i64).collect();
+    let rc: Vec<i64> = (0..2).map(|j| sent(j, me).0 as i64).collect();
+    let rd: Vec<i64> = (0..2).map(|j| got(me, j) as i64).collect();
+    ctx.ok(gpuwire_alltoallv(ctx.world, send.h, sc.as_ptr(), sd.as_ptr(), recv.h, rc.as_ptr(), rd.as_ptr(), st()), "alltoallv [2^31, 16]");
+    for j in 0..2 {
+        check_block(ctx, unsafe { ptr(&recv).add(got(me, j)) }, sent(j, me).0, 2 * j + me, &format!("alltoallv block from rank {j}"));
+    }
+}
+
+/// Root 1 gathers rank 0's 2^31 elements at displacement 16 and its own 16 at 0 (in place).
+fn gatherv(ctx: &Ctx) {
+    let big = 1usize << 31;
+    let counts: [i64; 2] = [big as i64, 16];
+    let displs: [i64; 2] = [16, 0];
+    if ctx.rank == 1 {
+        let all = Buf::new(I8, big + 16);
+        fill(ptr(&all), 16, 1);
+        let mine = all.view(0, 16);
+        ctx.ok(gpuwire_gatherv(ctx.world, mine.h, all.h, counts.as_ptr(), displs.as_ptr(), 1, st()), "gatherv in place at root 1");
+        check_block(ctx, unsafe { ptr(&all).add(16) }, big, 0, "gatherv block 0");
+        check_block(ctx, ptr(&all), 16, 1, "gatherv block 1");
+    } else {
+        let mine = Buf::new(I8, big);
+        fill(ptr(&mine), big, 0);
+        ctx.ok(gpuwire_gatherv(ctx.world, mine.h, 0, std::ptr::null(), std::ptr::null(), 1, st()), "gatherv (non-root)");
+    }
+}
+
+/// Root 1 scatters 2^31 elements from displacement 16 to rank 0 and keeps its own 16 at 0.
+fn scatterv(ctx: &Ctx) {
+    let big = 1usize << 31;
+    let counts: [i64; 2] = [big as i64, 16];
+    let displs: [i64; 2] = [16, 0];
+    if ctx.rank == 1 {
+        let all = Buf::new(I8, big + 16);
+        fill(ptr(&all), 16, 1);
+        fill(unsafe { ptr(&all).add(16) }, big, 0);
+        let mine = Buf::new(I8, 16);
+        ctx.ok(gpuwire_scatterv(ctx.world, all.h, counts.as_ptr(), displs.as_ptr(), mine.h, 1, st()), "scatterv from root 1");
+        check_block(ctx, ptr(&mine), 16, 1, "scatterv: the root's block");
+    } else {
+        let mine = Buf::new(I8, big);
+        fill(ptr(&mine), big, 7);
+        ctx.ok(gpuwire_scatterv(ctx.world, 0, std::ptr::null(), std::ptr::null(), mine.h, 1, st()), "scatterv (non-root)");
+        check_block(ctx, ptr(&mine), big, 0, "scatterv");
+    }
+}
+
+/// Counts [2^31, 16] (the sum passes MPI's int: one reduce per block), in place.
+fn reduce_scatterv(ctx: &Ctx) {
+    let big = 1usize << 31;
+    let counts: [i64; 2] = [big as i64, 16];
+    let b = Buf::new(I8, N);
+    fill(ptr(&b), big, 2 * ctx.rank);
+    fill(unsafe { ptr(&b).add(big) }, 16, 2 * ctx.rank + 1);
+    ctx.ok(gpuwire_reduce_scatterv(ctx.world, b.h, b.h, counts.as_ptr(), ReduceOp::GPUWIRE_SUM as i32, st()), "reduce_scatterv [2^31, 16] in place");
+    let j = ctx.rank;
+    check_sum(ctx, ptr(&b), counts[j] as usize, &[j, 2 + j], "reduce_scatterv");
 }

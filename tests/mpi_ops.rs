@@ -29,11 +29,18 @@ fn main() {
                 Job::new("np2", 2, "plain"),
                 Job::new("np3", 3, "plain"),
                 Job::new("np3_checking", 3, "checking").with_env("GPUWIRE_CHECK", "1"),
+                Job::new("np4_vcoll", 4, "vcoll"),
+                Job::new("np2_vcoll_checking", 2, "vcoll_checking").with_env("GPUWIRE_CHECK", "1"),
             ],
         );
     }
     let (mode, np) = child_args();
     let ctx = Ctx::init(np);
+    if mode.starts_with("vcoll") {
+        // The v-collectives alone (4 ranks; 2 with checking mode).
+        vcollectives(&ctx, mode == "vcoll_checking");
+        ctx.finish();
+    }
     checking_mode_is(&ctx, mode == "checking");
     point_to_point(&ctx);
     nonblocking(&ctx);
@@ -48,6 +55,7 @@ fn main() {
     alltoall(&ctx);
     gather(&ctx);
     scatter(&ctx);
+    vcollectives(&ctx, mode == "checking");
     unsupported_ops(&ctx);
     unsigned_extremes(&ctx);
     ctx.finish();
@@ -541,4 +549,349 @@ fn unsigned_extremes(ctx: &Ctx) {
         ctx.check_eq(got, expect, &format!("allreduce uint64 {} over values above 2^63", op.name()));
         let _ = b.free();
     }
+}
+
+// ---- v-collectives: alltoallv, gatherv, scatterv, reduce_scatterv ---------------------------
+
+/// A small pseudo-random number in 0..m from `parts` (fixed seed).
+fn rnd(parts: &[usize], m: usize) -> usize {
+    (seed(parts) % m as u64) as usize
+}
+
+/// Displacements for `counts`: blocks in reverse rank order with gaps of 0..2 elements before
+/// each (`salt` varies them), and the buffer length.
+fn gappy(counts: &[usize], salt: usize) -> (Vec<i64>, usize) {
+    let mut d = vec![0i64; counts.len()];
+    let mut at = 0;
+    for j in (0..counts.len()).rev() {
+        at += rnd(&[salt, j], 3);
+        d[j] = at as i64;
+        at += counts[j];
+    }
+    (d, at + 1)
+}
+
+fn i64s(v: &[usize]) -> Vec<i64> {
+    v.iter().map(|x| *x as i64).collect()
+}
+
+/// `buf` (sentinel elsewhere) with `blocks[j]` written at `displs[j]`.
+fn place(d: Dtype, len: usize, displs: &[i64], blocks: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = sentinel(len * d.size());
+    for (b, &o) in blocks.iter().zip(displs) {
+        let o = o as usize * d.size();
+        out[o..o + b.len()].copy_from_slice(b);
+    }
+    out
+}
+
+fn vcollectives(ctx: &Ctx, checking: bool) {
+    alltoallv(ctx);
+    gatherv_scatterv(ctx);
+    reduce_scatterv(ctx);
+    v_nonblocking(ctx);
+    v_bad_inputs(ctx, checking);
+}
+
+/// One alltoallv with count matrix `cnt(from, to)`, gappy displacements on both sides; checks
+/// the received blocks, the gaps (left as they were) and the send buffer (unchanged).
+fn alltoallv_case(ctx: &Ctx, d: Dtype, name: &str, cnt: &dyn Fn(usize, usize) -> usize) {
+    let (r, p) = (ctx.rank, ctx.size);
+    let scounts: Vec<usize> = (0..p).map(|j| cnt(r, j)).collect();
+    let rcounts: Vec<usize> = (0..p).map(|j| cnt(j, r)).collect();
+    let (sd, slen) = gappy(&scounts, 7 + r);
+    let (rd, rlen) = gappy(&rcounts, 11 + r);
+    let sblocks: Vec<Vec<u8>> = (0..p).map(|j| data(120, d, r, j, scounts[j])).collect();
+    let rblocks: Vec<Vec<u8>> = (0..p).map(|j| data(120, d, j, r, rcounts[j])).collect();
+    let mine = place(d, slen, &sd, &sblocks);
+    let want = place(d, rlen, &rd, &rblocks);
+    let send = Buf::from_bytes(d, &mine);
+    let recv = Buf::from_bytes(d, &sentinel(rlen * d.size()));
+    let (sc, rc) = (i64s(&scounts), i64s(&rcounts));
+    let what = format!("alltoallv {} {name}", d.name());
+    ctx.ok(gpuwire_alltoallv(ctx.world, send.h, sc.as_ptr(), sd.as_ptr(), recv.h, rc.as_ptr(), rd.as_ptr(), st()), &what);
+    check_bytes(ctx, d, &recv.read(), &want, &what);
+    check_bytes(ctx, d, &send.read(), &mine, &format!("{what}: send buffer unchanged"));
+    // NULL displacements: contiguous in rank order.
+    let want: Vec<u8> = rblocks.concat();
+    let send = Buf::from_bytes(d, &sblocks.concat());
+    let recv = Buf::from_bytes(d, &sentinel(want.len().max(d.size())));
+    let recv = recv.view(0, want.len() / d.size());
+    ctx.ok(gpuwire_alltoallv(ctx.world, send.h, sc.as_ptr(), std::ptr::null(), recv.h, rc.as_ptr(), std::ptr::null(), st()), &format!("{what}, NULL displacements"));
+    check_bytes(ctx, d, &recv.read(), &want, &format!("{what}, NULL displacements"));
+}
+
+fn alltoallv(ctx: &Ctx) {
+    ctx.section("alltoallv");
+    let (r, p) = (ctx.rank, ctx.size);
+    for d in [Dtype::GPUWIRE_INT32, Dtype::GPUWIRE_FLOAT64, Dtype::GPUWIRE_UINT8] {
+        // Rank 0 sends nothing (a zero row), nobody sends to the last rank (a zero column).
+        alltoallv_case(ctx, d, "zero row and column", &|i, j| if i == 0 || j == p - 1 { 0 } else { 1 + (i + 2 * j) % 3 });
+        alltoallv_case(ctx, d, "random counts (seed 5)", &|i, j| rnd(&[5, i, j], 5));
+        alltoallv_case(ctx, d, "all zero", &|_, _| 0);
+
+        // In place (sendbuf = recvbuf, send arrays NULL): symmetric counts, rank r's block j
+        // holds its data for j and is replaced by j's data for r.
+        let cnt = |i: usize, j: usize| rnd(&[6, i.min(j), i.max(j)], 4);
+        let rcounts: Vec<usize> = (0..p).map(|j| cnt(j, r)).collect();
+        let (rd, rlen) = gappy(&rcounts, 13 + r);
+        let outgoing: Vec<Vec<u8>> = (0..p).map(|j| data(121, d, r, j, rcounts[j])).collect();
+        let incoming: Vec<Vec<u8>> = (0..p).map(|j| data(121, d, j, r, rcounts[j])).collect();
+        let inout = Buf::from_bytes(d, &place(d, rlen, &rd, &outgoing));
+        let rc = i64s(&rcounts);
+        let what = format!("alltoallv {} in place", d.name());
+        ctx.ok(gpuwire_alltoallv(ctx.world, inout.h, std::ptr::null(), std::ptr::null(), inout.h, rc.as_ptr(), rd.as_ptr(), st()), &what);
+        check_bytes(ctx, d, &inout.read(), &place(d, rlen, &rd, &incoming), &what);
+        // In place with nothing to exchange, on an empty buffer (the same handle: still in place).
+        let empty = Buf::new(d, 0);
+        let zeros = vec![0i64; p];
+        ctx.ok(gpuwire_alltoallv(ctx.world, empty.h, std::ptr::null(), std::ptr::null(), empty.h, zeros.as_ptr(), std::ptr::null(), st()), &format!("{what}, empty"));
+    }
+}
+
+fn gatherv_scatterv(ctx: &Ctx) {
+    ctx.section("gatherv / scatterv");
+    let (r, p) = (ctx.rank, ctx.size);
+    let root = if p > 1 { p - 2 } else { 0 }; // not rank 0 where there are 3 ranks or more
+    let counts: Vec<usize> = (0..p).map(|j| (2 * j + 1) % 4).collect(); // rank 3 (if any) none
+    let (displs, len) = gappy(&counts, 17);
+    let c = i64s(&counts);
+    for d in [Dtype::GPUWIRE_INT32, Dtype::GPUWIRE_FLOAT64] {
+        let mine = data(130, d, r, root, counts[r]);
+        let blocks: Vec<Vec<u8>> = (0..p).map(|j| data(130, d, j, root, counts[j])).collect();
+        let want = place(d, len, &displs, &blocks);
+        let send = Buf::from_bytes(d, &mine);
+        let recv = Buf::from_bytes(d, &sentinel(len * d.size()));
+        // Non-roots pass no receive buffer and NULL arrays.
+        let (rh, cp, dp) = if r == root { (recv.h, c.as_ptr(), displs.as_ptr()) } else { (0, std::ptr::null(), std::ptr::null()) };
+        let what = format!("gatherv {} to root {root}", d.name());
+        ctx.ok(gpuwire_gatherv(ctx.world, send.h, rh, cp, dp, root as i32, st()), &what);
+        if r == root {
+            check_bytes(ctx, d, &recv.read(), &want, &what);
+        }
+        // In place at the root: its send buffer is a view of its own block.
+        let mut init = sentinel(len * d.size());
+        let o = displs[r] as usize * d.size();
+        init[o..o + mine.len()].copy_from_slice(&mine);
+        let recv = Buf::from_bytes(d, &init);
+        let block = recv.view(displs[r] as usize, counts[r]);
+        let sh = if r == root { block.h } else { send.h };
+        ctx.ok(gpuwire_gatherv(ctx.world, sh, rh.min(1) * recv.h, cp, dp, root as i32, st()), &format!("{what}, in place"));
+        if r == root {
+            check_bytes(ctx, d, &recv.read(), &want, &format!("{what}, in place"));
+        }
+
+        // scatterv from the same root, the same layout.
+        let blocks: Vec<Vec<u8>> = (0..p).map(|j| data(131, d, root, j, counts[j])).collect();
+        let all = place(d, len, &displs, &blocks);
+        let send = Buf::from_bytes(d, &all);
+        let recv = Buf::from_bytes(d, &sentinel(counts[r] * d.size()));
+        let (sh, cp, dp) = if r == root { (send.h, c.as_ptr(), displs.as_ptr()) } else { (0, std::ptr::null(), std::ptr::null()) };
+        let what = format!("scatterv {} from root {root}", d.name());
+        ctx.ok(gpuwire_scatterv(ctx.world, sh, cp, dp, recv.h, root as i32, st()), &what);
+        check_bytes(ctx, d, &recv.read(), &blocks[r], &what);
+        check_bytes(ctx, d, &send.read(), &all, &format!("{what}: send buffer unchanged"));
+        let block = send.view(displs[r] as usize, counts[r]);
+        let recv = Buf::from_bytes(d, &sentinel(counts[r] * d.size()));
+        let rh = if r == root { block.h } else { recv.h };
+        ctx.ok(gpuwire_scatterv(ctx.world, sh, cp, dp, rh, root as i32, st()), &format!("{what}, in place"));
+        if r != root {
+            check_bytes(ctx, d, &recv.read(), &blocks[r], &format!("{what}, in place"));
+        } else {
+            check_bytes(ctx, d, &send.read(), &all, &format!("{what}, in place: the root's buffer unchanged"));
+        }
+    }
+}
+
+fn reduce_scatterv(ctx: &Ctx) {
+    ctx.section("reduce_scatterv");
+    let (r, p) = (ctx.rank, ctx.size);
+    let counts: Vec<usize> = (0..p).map(|j| [3, 0, 1, 4][j % 4]).collect(); // rank 1 gets none
+    let c = i64s(&counts);
+    let total: usize = counts.iter().sum();
+    let off: usize = counts[..r].iter().sum();
+    let pairs = [
+        (Dtype::GPUWIRE_INT32, ReduceOp::GPUWIRE_SUM),
+        (Dtype::GPUWIRE_FLOAT64, ReduceOp::GPUWIRE_MAX),
+        (Dtype::GPUWIRE_FLOAT32, ReduceOp::GPUWIRE_AVG),
+        (Dtype::GPUWIRE_FLOAT16, ReduceOp::GPUWIRE_SUM),
+    ];
+    for (d, op) in pairs {
+        let salt = 140;
+        let mine = encode_all(d, &inputs(d, op, r, total, p, salt));
+        let want = expected(d, op, off..off + counts[r], p, salt);
+        let send = Buf::from_bytes(d, &mine);
+        let recv = Buf::from_bytes(d, &sentinel(counts[r].max(1) * d.size()));
+        let recv = recv.view(0, counts[r]);
+        let what = format!("reduce_scatterv {} {}", d.name(), op.name());
+        ctx.ok(gpuwire_reduce_scatterv(ctx.world, send.h, recv.h, c.as_ptr(), op as i32, st()), &what);
+        check_bytes(ctx, d, &recv.read(), &want, &what);
+        check_bytes(ctx, d, &send.read(), &mine, &format!("{what}: send buffer unchanged"));
+        let inout = Buf::from_bytes(d, &mine);
+        ctx.ok(gpuwire_reduce_scatterv(ctx.world, inout.h, inout.h, c.as_ptr(), op as i32, st()), &format!("{what}, in place"));
+        check_bytes(ctx, d, &inout.read()[..want.len()], &want, &format!("{what}, in place"));
+    }
+    // The block form under its new name, and the deprecated one.
+    let d = Dtype::GPUWIRE_INT64;
+    let op = ReduceOp::GPUWIRE_SUM;
+    let mine = encode_all(d, &inputs(d, op, r, p * N, p, 141));
+    let want = expected(d, op, r * N..(r + 1) * N, p, 141);
+    let send = Buf::from_bytes(d, &mine);
+    for (name, f) in [("reduce_scatter_block", gpuwire_reduce_scatter_block as extern "C" fn(_, _, _, _, _) -> _), ("reduce_scatter (deprecated)", gpuwire_reduce_scatter)] {
+        let recv = Buf::from_bytes(d, &sentinel(N * d.size()));
+        ctx.ok(f(ctx.world, send.h, recv.h, op as i32, st()), name);
+        check_bytes(ctx, d, &recv.read(), &want, name);
+    }
+}
+
+/// The nonblocking forms, all outstanding together inside one group, completed by waitall.
+fn v_nonblocking(ctx: &Ctx) {
+    ctx.section("v-collectives: nonblocking, in a group");
+    let (r, p) = (ctx.rank, ctx.size);
+    let d = Dtype::GPUWIRE_INT32;
+    let root = p - 1;
+    let cnt = |i: usize, j: usize| rnd(&[8, i, j], 4);
+    let scounts: Vec<usize> = (0..p).map(|j| cnt(r, j)).collect();
+    let rcounts: Vec<usize> = (0..p).map(|j| cnt(j, r)).collect();
+    let (mut sc, mut rc) = (i64s(&scounts), i64s(&rcounts));
+    let sblocks: Vec<Vec<u8>> = (0..p).map(|j| data(150, d, r, j, scounts[j])).collect();
+    let want_a: Vec<u8> = (0..p).flat_map(|j| data(150, d, j, r, rcounts[j])).collect();
+    let a_send = Buf::from_bytes(d, &sblocks.concat());
+    let a_recv = Buf::from_bytes(d, &sentinel(want_a.len().max(1) * d.size()));
+    let a_recv = a_recv.view(0, want_a.len() / d.size());
+    let gcounts: Vec<usize> = (0..p).map(|j| j % 3).collect();
+    let mut gc = i64s(&gcounts);
+    let gtotal: usize = gcounts.iter().sum();
+    let want_g: Vec<u8> = (0..p).flat_map(|j| data(151, d, j, root, gcounts[j])).collect();
+    let g_send = Buf::from_bytes(d, &data(151, d, r, root, gcounts[r]));
+    let g_recv = Buf::from_bytes(d, &sentinel(gtotal.max(1) * d.size()));
+    let g_recv = g_recv.view(0, gtotal);
+    let s_all: Vec<u8> = (0..p).flat_map(|j| data(152, d, root, j, gcounts[j])).collect();
+    let s_send = Buf::from_bytes(d, &s_all);
+    let s_recv = Buf::from_bytes(d, &sentinel(gcounts[r].max(1) * d.size()));
+    let s_recv = s_recv.view(0, gcounts[r]);
+    let op = ReduceOp::GPUWIRE_SUM;
+    let mut rsc = gc.clone();
+    let rs_send = Buf::from_bytes(d, &encode_all(d, &inputs(d, op, r, gtotal, p, 153)));
+    let off: usize = gcounts[..r].iter().sum();
+    let want_rs = expected(d, op, off..off + gcounts[r], p, 153);
+    let rs_recv = Buf::from_bytes(d, &sentinel(gcounts[r].max(1) * d.size()));
+    let rs_recv = rs_recv.view(0, gcounts[r]);
+    let b_send = Buf::from_bytes(d, &encode_all(d, &inputs(d, op, r, p * N, p, 154)));
+    let want_b = expected(d, op, r * N..(r + 1) * N, p, 154);
+    let b_recv = Buf::from_bytes(d, &sentinel(N * d.size()));
+    let mut reqs = vec![GPUWIRE_REQUEST_NULL; 5];
+    let is_root = r == root;
+    let null = std::ptr::null();
+    ctx.ok(gpuwire_group_start(), "group_start");
+    ctx.ok(gpuwire_ialltoallv(ctx.world, a_send.h, sc.as_ptr(), null, a_recv.h, rc.as_ptr(), null, st(), &mut reqs[0]), "ialltoallv");
+    ctx.ok(gpuwire_igatherv(ctx.world, g_send.h, if is_root { g_recv.h } else { 0 }, gc.as_ptr(), null, root as i32, st(), &mut reqs[1]), "igatherv");
+    ctx.ok(gpuwire_iscatterv(ctx.world, if is_root { s_send.h } else { 0 }, gc.as_ptr(), null, s_recv.h, root as i32, st(), &mut reqs[2]), "iscatterv");
+    ctx.ok(gpuwire_ireduce_scatterv(ctx.world, rs_send.h, rs_recv.h, rsc.as_ptr(), op as i32, st(), &mut reqs[3]), "ireduce_scatterv");
+    ctx.ok(gpuwire_ireduce_scatter_block(ctx.world, b_send.h, b_recv.h, op as i32, st(), &mut reqs[4]), "ireduce_scatter_block");
+    // The arrays are copied at the call.
+    for v in [&mut sc, &mut rc, &mut gc, &mut rsc] {
+        v.iter_mut().for_each(|x| *x = -7);
+    }
+    ctx.ok(gpuwire_group_end(), "group_end");
+    ctx.ok(gpuwire_waitall(reqs.len() as i32, reqs.as_mut_ptr()), "waitall");
+    check_bytes(ctx, d, &a_recv.read(), &want_a, "ialltoallv");
+    if is_root {
+        check_bytes(ctx, d, &g_recv.read(), &want_g, "igatherv");
+    }
+    check_bytes(ctx, d, &s_recv.read(), &data(152, d, root, r, gcounts[r]), "iscatterv");
+    check_bytes(ctx, d, &rs_recv.read(), &want_rs, "ireduce_scatterv");
+    check_bytes(ctx, d, &b_recv.read(), &want_b, "ireduce_scatter_block");
+    // Outside a group too.
+    let (sc, rc) = (i64s(&scounts), i64s(&rcounts));
+    let a_recv2 = Buf::from_bytes(d, &sentinel(want_a.len().max(1) * d.size()));
+    let a_recv2 = a_recv2.view(0, want_a.len() / d.size());
+    let mut rq = GPUWIRE_REQUEST_NULL;
+    ctx.ok(gpuwire_ialltoallv(ctx.world, a_send.h, sc.as_ptr(), null, a_recv2.h, rc.as_ptr(), null, st(), &mut rq), "ialltoallv outside a group");
+    ctx.ok(gpuwire_wait(&mut rq), "wait ialltoallv");
+    check_bytes(ctx, d, &a_recv2.read(), &want_a, "ialltoallv outside a group");
+}
+
+/// Bad counts and displacements: INVALID_ARGUMENT with nothing sent, on every rank (all ranks
+/// pass them; in checking mode one rank alone, the others then get REMOTE_ARGUMENT); in
+/// checking mode a count matrix that does not match is COUNT_MISMATCH on every rank.
+fn v_bad_inputs(ctx: &Ctx, checking: bool) {
+    ctx.section("v-collectives: bad inputs");
+    let (r, p) = (ctx.rank, ctx.size);
+    let d = Dtype::GPUWIRE_INT32;
+    let ones = vec![1i64; p];
+    let send = Buf::from_bytes(d, &data(160, d, r, 0, p));
+    let recv = Buf::from_bytes(d, &sentinel(p * d.size()));
+    let null = std::ptr::null();
+    let invalid = Status::GPUWIRE_ERROR_INVALID_ARGUMENT;
+    let mut neg = ones.clone();
+    neg[0] = -1;
+    let past: Vec<i64> = (0..p as i64).map(|j| j + 1).collect(); // the last block ends at p + 1
+    let big = vec![i64::MAX; p];
+    let mut overlap: Vec<i64> = (0..p as i64).collect();
+    overlap[p - 1] = 0;
+    let cases: Vec<(&str, &[i64], &[i64], &str)> = vec![
+        ("a negative count", &neg, &ones, "negative"),
+        ("a displacement past the buffer", &ones, &past, "past"),
+        ("a count past the buffer", &big, &ones, "past"),
+        ("overlapping receive blocks", &ones, &overlap, "overlap"),
+    ];
+    for (name, counts, displs, needle) in cases {
+        if name.contains("overlapping") && p == 1 {
+            continue;
+        }
+        let bad = !checking || r == 0;
+        let (c, dp) = if bad { (counts.as_ptr(), displs.as_ptr()) } else { (ones.as_ptr(), null) };
+        let mine: Vec<u8> = sentinel(p * d.size());
+        recv.write(&mine);
+        let st_ = gpuwire_alltoallv(ctx.world, send.h, ones.as_ptr(), null, recv.h, c, dp, st());
+        if bad {
+            ctx.error(st_, invalid, &[needle], &format!("alltoallv with {name}"));
+        } else {
+            ctx.status(st_, Status::GPUWIRE_ERROR_REMOTE_ARGUMENT, &format!("alltoallv with {name} on rank 0"));
+        }
+        check_bytes(ctx, d, &recv.read(), &mine, &format!("alltoallv with {name}: nothing received"));
+    }
+    // gatherv with a bad layout at the root: only the root can know (checking mode tells all).
+    if checking || p == 1 {
+        let total = Buf::from_bytes(d, &sentinel(p * d.size()));
+        let g = gpuwire_gatherv(ctx.world, send.view(0, 1).h, total.h, neg.as_ptr(), null, 0, st());
+        if r == 0 {
+            ctx.error(g, invalid, &["negative"], "gatherv with a negative count at the root");
+        } else {
+            ctx.status(g, Status::GPUWIRE_ERROR_REMOTE_ARGUMENT, "gatherv with a negative count at the root");
+        }
+    }
+    let rs = gpuwire_reduce_scatterv(ctx.world, send.h, recv.view(0, 1).h, neg.as_ptr(), ReduceOp::GPUWIRE_SUM as i32, st());
+    ctx.error(rs, invalid, &["negative"], "reduce_scatterv with a negative count");
+    if checking && p > 1 {
+        // Rank 0 expects one element more from rank 1 than rank 1 sends: every rank is told.
+        let mut rc = ones.clone();
+        if r == 0 {
+            rc[1] = 2;
+        }
+        let recv = Buf::from_bytes(d, &sentinel((p + 1) * d.size()));
+        let st_ = gpuwire_alltoallv(ctx.world, send.h, ones.as_ptr(), null, recv.h, rc.as_ptr(), null, st());
+        ctx.error(st_, Status::GPUWIRE_ERROR_COUNT_MISMATCH, &["rank 0 expects 2 elements from rank 1"], "alltoallv with a count matrix that does not match");
+        // gatherv: the root expects another count than rank 1 sends.
+        let mut gc = ones.clone();
+        gc[1] = 0;
+        let g_recv = Buf::from_bytes(d, &sentinel(p * d.size()));
+        let st_ = gpuwire_gatherv(ctx.world, send.view(0, 1).h, g_recv.h, gc.as_ptr(), null, 0, st());
+        ctx.error(st_, Status::GPUWIRE_ERROR_COUNT_MISMATCH, &["expects 0 elements from rank 1"], "gatherv with a count the sender does not send");
+        // reduce_scatterv with counts that differ between ranks.
+        let mut c = ones.clone();
+        if r == 1 {
+            c[0] = 0;
+            c[1] = 2;
+        }
+        let rbuf = Buf::from_bytes(d, &sentinel(2 * d.size()));
+        let st_ = gpuwire_reduce_scatterv(ctx.world, send.h, rbuf.view(0, c[r] as usize).h, c.as_ptr(), ReduceOp::GPUWIRE_SUM as i32, st());
+        ctx.error(st_, Status::GPUWIRE_ERROR_COUNT_MISMATCH, &["different recvcounts"], "reduce_scatterv with counts that differ between ranks");
+    }
+    // The communicator is in step afterwards.
+    let recv = Buf::from_bytes(d, &sentinel(p * d.size()));
+    ctx.ok(gpuwire_alltoallv(ctx.world, send.h, ones.as_ptr(), null, recv.h, ones.as_ptr(), null, st()), "alltoallv after the errors");
+    let want: Vec<u8> = (0..p).flat_map(|j| data(160, d, j, 0, p)[r * d.size()..(r + 1) * d.size()].to_vec()).collect();
+    check_bytes(ctx, d, &recv.read(), &want, "alltoallv after the errors");
 }

@@ -769,7 +769,61 @@ class Comm:
         self._collective(lib.gpuwire_allgatherv, [sendbuf, recvbuf], [counts], stream)
 
     def reduce_scatter(self, sendbuf, recvbuf, op=SUM, stream=None):
+        """Deprecated name of reduce_scatter_block (MPI_Reduce_scatter_block)."""
         self._collective(lib.gpuwire_reduce_scatter, [sendbuf, recvbuf], [op], stream)
+
+    def reduce_scatter_block(self, sendbuf, recvbuf, op=SUM, stream=None):
+        self._collective(lib.gpuwire_reduce_scatter_block, [sendbuf, recvbuf], [op], stream)
+
+    # The v-collectives (as MPI_Alltoallv, MPI_Gatherv, MPI_Scatterv, MPI_Reduce_scatter):
+    # counts and displacements are sequences of one int per rank, in elements; None is NULL
+    # (displacements: blocks contiguous in rank order; counts: not significant on this rank).
+    def _per_rank(self, name, a):
+        if a is None:
+            return None
+        if len(a) != self.size():
+            raise ValueError(f"{name}: {len(a)} counts or displacements for {self.size()} ranks")
+        return (c_int64 * len(a))(*a)
+
+    def _vcall(self, name, sendbuf, recvbuf, stream, args, nonblocking):
+        """Calls gpuwire_NAME (or its nonblocking form) with args(send_handle, recv_handle)."""
+        # One object as both: one handle (in place, also for an empty array).
+        (s, sn) = _as_buffer(sendbuf)
+        (r, rn) = (s, False) if recvbuf is sendbuf else _as_buffer(recvbuf)
+        st = stream
+        if st is None:
+            st = next((b.stream for b in (s, r) if b is not None and b.stream is not None), None)
+        sh, rh = (s.handle if s is not None else 0), (r.handle if r is not None else 0)
+        if nonblocking:
+            req = _out(_handle, getattr(lib, "gpuwire_i" + name), self.handle, *args(sh, rh), _stream_ptr(st))
+            return Request(req, keep=[s, r])
+        try:
+            _check(getattr(lib, "gpuwire_" + name)(self.handle, *args(sh, rh), _stream_ptr(st)))
+        finally:
+            for b, new in ((s, sn), (r, rn)):
+                if new:
+                    _done(b)
+
+    def alltoallv(self, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, stream=None, _nb=False):
+        """In place when recvbuf is sendbuf (sendcounts, sdispls are then ignored: may be None)."""
+        sc, sd = self._per_rank("gpuwire_alltoallv", sendcounts), self._per_rank("gpuwire_alltoallv", sdispls)
+        rc, rd = self._per_rank("gpuwire_alltoallv", recvcounts), self._per_rank("gpuwire_alltoallv", rdispls)
+        return self._vcall("alltoallv", sendbuf, recvbuf, stream, lambda s, r: (s, sc, sd, r, rc, rd), _nb)
+
+    def gatherv(self, sendbuf, recvbuf, recvcounts, displs=None, root=0, stream=None, _nb=False):
+        """recvbuf, recvcounts and displs matter at the root only (None elsewhere)."""
+        rc, d = self._per_rank("gpuwire_gatherv", recvcounts), self._per_rank("gpuwire_gatherv", displs)
+        return self._vcall("gatherv", sendbuf, recvbuf, stream, lambda s, r: (s, r, rc, d, root), _nb)
+
+    def scatterv(self, sendbuf, sendcounts, displs, recvbuf, root=0, stream=None, _nb=False):
+        """sendbuf, sendcounts and displs matter at the root only (None elsewhere)."""
+        sc, d = self._per_rank("gpuwire_scatterv", sendcounts), self._per_rank("gpuwire_scatterv", displs)
+        return self._vcall("scatterv", sendbuf, recvbuf, stream, lambda s, r: (s, sc, d, r, root), _nb)
+
+    def reduce_scatterv(self, sendbuf, recvbuf, recvcounts, op=SUM, stream=None, _nb=False):
+        """In place when recvbuf is sendbuf: the result is then in its first recvcounts[rank] elements."""
+        rc = self._per_rank("gpuwire_reduce_scatterv", recvcounts)
+        return self._vcall("reduce_scatterv", sendbuf, recvbuf, stream, lambda s, r: (s, r, rc, op), _nb)
 
     def alltoall(self, sendbuf, recvbuf, stream=None):
         self._collective(lib.gpuwire_alltoall, [sendbuf, recvbuf], [], stream)
@@ -840,7 +894,23 @@ class Comm:
         return self._icollective(lib.gpuwire_iallgatherv, [sendbuf, recvbuf], [counts], stream)
 
     def ireduce_scatter(self, sendbuf, recvbuf, op=SUM, stream=None):
+        """Deprecated name of ireduce_scatter_block."""
         return self._icollective(lib.gpuwire_ireduce_scatter, [sendbuf, recvbuf], [op], stream)
+
+    def ireduce_scatter_block(self, sendbuf, recvbuf, op=SUM, stream=None):
+        return self._icollective(lib.gpuwire_ireduce_scatter_block, [sendbuf, recvbuf], [op], stream)
+
+    def ialltoallv(self, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, stream=None):
+        return self.alltoallv(sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, stream, _nb=True)
+
+    def igatherv(self, sendbuf, recvbuf, recvcounts, displs=None, root=0, stream=None):
+        return self.gatherv(sendbuf, recvbuf, recvcounts, displs, root, stream, _nb=True)
+
+    def iscatterv(self, sendbuf, sendcounts, displs, recvbuf, root=0, stream=None):
+        return self.scatterv(sendbuf, sendcounts, displs, recvbuf, root, stream, _nb=True)
+
+    def ireduce_scatterv(self, sendbuf, recvbuf, recvcounts, op=SUM, stream=None):
+        return self.reduce_scatterv(sendbuf, recvbuf, recvcounts, op, stream, _nb=True)
 
     def ialltoall(self, sendbuf, recvbuf, stream=None):
         return self._icollective(lib.gpuwire_ialltoall, [sendbuf, recvbuf], [], stream)

@@ -12,7 +12,7 @@
 use std::ffi::{c_int, c_void};
 
 use crate::backend::p2p;
-use crate::backend::path::{Input, Path};
+use crate::backend::path::{Blocks, Input, Path};
 use crate::buffer::Buffer;
 use crate::comm::{Communicator, collective};
 use crate::device::Stream;
@@ -417,6 +417,175 @@ fn scatter_large(c: &Communicator, send: usize, recv: Src, count: usize, dtype: 
     )
 }
 
+/// One rank's side of MPI_Alltoallw: `sb[j]` = (count, displacement) in elements of the block
+/// of `send` for rank j, `rb[j]` the block of `recv` from rank j. A block is (count, byte
+/// displacement, the element type) where both fit MPI's int, else one element of a derived
+/// datatype that holds it at its displacement (`mpisys::Count::at`). The v-collectives with
+/// caller displacements go through it: only MPI_Alltoallw lets each rank pick its own
+/// representation (MPI_Alltoallv or MPI_Gatherv past int would have to be chosen alike on every
+/// rank, and no rank knows the others' counts).
+pub fn alltoallw(c: &Communicator, what: &str, send: usize, sb: &[(usize, usize)], recv: usize, rb: &[(usize, usize)], dtype: Dtype) -> Result<()> {
+    let (p, me) = (c.size() as usize, c.rank() as usize);
+    let base = mpisys::datatype(dtype);
+    let es = dtype.size();
+    let mut owned: Vec<mpisys::Count> = Vec::new();
+    let mut side = |blocks: &[(usize, usize)]| -> Result<(Vec<c_int>, Vec<c_int>, Vec<sys::MPI_Datatype>)> {
+        let (mut ns, mut ds, mut ts) = (vec![0 as c_int; p], vec![0 as c_int; p], vec![base; p]);
+        for (j, &(n, d)) in blocks.iter().enumerate() {
+            if n == 0 {
+                continue;
+            }
+            // Open MPI's single-rank MPI_Alltoallw (coll/self) scales the byte displacement by
+            // the extent: this rank's own block goes as a derived type at displacement 0.
+            let own_displaced = j == me && d > 0;
+            match (c_int::try_from(n), d.checked_mul(es).and_then(|b| c_int::try_from(b).ok())) {
+                (Ok(n), Some(b)) if !own_displaced => {
+                    ns[j] = n;
+                    ds[j] = b;
+                }
+                _ => {
+                    let t = mpisys::Count::at(dtype, n, d)?;
+                    ns[j] = t.n;
+                    ts[j] = t.dt;
+                    owned.push(t);
+                }
+            }
+        }
+        Ok((ns, ds, ts))
+    };
+    let (sn, sd, st) = side(sb)?;
+    let (rn, rd, rt) = side(rb)?;
+    let s = match send {
+        0 => std::ptr::null(),
+        IN_PLACE => mpisys::in_place(),
+        p => p as *const c_void,
+    };
+    // Every block lies inside its buffer (validated by the caller); every array lives until the
+    // call returns.
+    let r = collective!(
+        c,
+        what,
+        MPI_Alltoallw(s, sn.as_ptr(), sd.as_ptr(), st.as_ptr(), recv as *mut c_void, rn.as_ptr(), rd.as_ptr(), rt.as_ptr(), c.raw()),
+        MPI_Ialltoallw
+    );
+    if r.is_err() {
+        // An abandoned request (a timeout) may still read the arrays and types.
+        std::mem::forget((sn, sd, st, rn, rd, rt, owned));
+    }
+    r
+}
+
+/// `alltoallw`'s send address for MPI_IN_PLACE (no buffer lives at address 1).
+const IN_PLACE: usize = 1;
+
+fn pairs(b: Blocks) -> Vec<(usize, usize)> {
+    b.counts.iter().copied().zip(b.displs.iter().copied()).collect()
+}
+
+/// MPI_Alltoallv of blocks `sb` of `send` to blocks `rb` of `recv` (not in place: see
+/// [`in_place_copy`]).
+pub fn alltoallv(c: &Communicator, send: usize, sb: Blocks, recv: usize, rb: Blocks, dtype: Dtype) -> Result<()> {
+    alltoallw(c, "MPI_Alltoallw (alltoallv)", send, &pairs(sb), recv, &pairs(rb), dtype)
+}
+
+/// A host copy of the first `elems` elements at `ptr` (an in-place alltoallv's input: sent from
+/// there while the receives overwrite the buffer; MPI_IN_PLACE is not used, so that ranks may mix
+/// in-place and not).
+pub fn in_place_copy(ptr: usize, elems: usize, dtype: Dtype) -> Vec<u64> {
+    let bytes = elems * dtype.size();
+    let mut v = vec![0u64; bytes.div_ceil(8)];
+    // SAFETY: host memory of `elems` elements (validated by the caller).
+    unsafe { std::ptr::copy_nonoverlapping(ptr as *const u8, v.as_mut_ptr().cast::<u8>(), bytes) };
+    v
+}
+
+/// MPI_Gatherv to `root` of `count` elements from `send` (`Src::InPlace`: the root's block is
+/// already in `recv`) into blocks `rb` of the root's `recv`.
+pub fn gatherv(c: &Communicator, send: Src, count: usize, recv: usize, rb: Option<Blocks>, dtype: Dtype, root: i32) -> Result<()> {
+    let p = c.size() as usize;
+    let (me, root) = (c.rank() as usize, root as usize);
+    let mut sb = vec![(0, 0); p];
+    let s = match send {
+        Src::InPlace => 0,
+        Src::Ptr(ptr) => {
+            sb[root] = (count, 0);
+            ptr
+        }
+    };
+    let mut r = rb.map_or(vec![(0, 0); p], pairs);
+    if me == root && matches!(send, Src::InPlace) {
+        r[me] = (0, 0);
+    }
+    alltoallw(c, "MPI_Alltoallw (gatherv)", s, &sb, if me == root { recv } else { 0 }, &r, dtype)
+}
+
+/// MPI_Scatterv from blocks `sb` of the root's `send` to `count` elements of `recv`
+/// (`Src::InPlace` at the root: its block stays in `send`).
+pub fn scatterv(c: &Communicator, send: usize, sb: Option<Blocks>, recv: Src, count: usize, dtype: Dtype, root: i32) -> Result<()> {
+    let p = c.size() as usize;
+    let (me, root) = (c.rank() as usize, root as usize);
+    let mut s = sb.map_or(vec![(0, 0); p], pairs);
+    let mut rb = vec![(0, 0); p];
+    let r = match recv {
+        Src::InPlace => {
+            s[me] = (0, 0);
+            0
+        }
+        Src::Ptr(ptr) => {
+            rb[root] = (count, 0);
+            ptr
+        }
+    };
+    alltoallw(c, "MPI_Alltoallw (scatterv)", if me == root { send } else { 0 }, &s, r, &rb, dtype)
+}
+
+/// MPI_Reduce_scatter: rank r receives the reduction of block r (`counts[r]` elements,
+/// contiguous in rank order); in place (`Src::InPlace`) the input is `recv` and the result its
+/// first `counts[r]` elements. Where a count or the sum passes MPI's int: one (chunked) reduce
+/// per block to its rank (the counts are the same on every rank, so is the choice).
+pub fn reduce_scatterv(c: &Communicator, send: Src, recv: usize, counts: &[usize], dtype: Dtype, op: ReduceOp, divide: bool) -> Result<()> {
+    let info = runtime::ensure_ready()?;
+    let me = c.rank() as usize;
+    let total: usize = counts.iter().sum();
+    let ints: Option<Vec<c_int>> = counts.iter().map(|n| c_int::try_from(*n).ok()).collect();
+    let Some(ints) = ints.filter(|_| c_int::try_from(total).is_ok()) else {
+        let es = dtype.size();
+        for (j, &n) in counts.iter().enumerate() {
+            let off = off_of(counts, j);
+            let (s, r) = match send {
+                Src::Ptr(sp) => (Src::Ptr(sp + off * es), if j == me { recv } else { 0 }),
+                // In place: block j of `recv` is this rank's input; its own block is reduced
+                // where it lies and moved to the start once every block has been reduced.
+                Src::InPlace if j == me => (Src::InPlace, recv + off * es),
+                Src::InPlace => (Src::Ptr(recv + off * es), 0),
+            };
+            reduce(c, s, r, n, dtype, op, j as i32, divide)?;
+        }
+        if matches!(send, Src::InPlace) && off_of(counts, me) > 0 {
+            // SAFETY: recv holds the sum of the counts (validated); ptr::copy allows overlap.
+            unsafe { std::ptr::copy((recv + off_of(counts, me) * es) as *const u8, recv as *mut u8, counts[me] * es) };
+        }
+        return Ok(());
+    };
+    let mop = runtime::mpi_op(info, dtype, op);
+    // send (or recv, in place) holds the sum of the counts, recv counts[me] (validated); `ints`
+    // lives until the call returns.
+    let r = collective!(
+        c,
+        "MPI_Reduce_scatter",
+        MPI_Reduce_scatter(send.at(0, dtype), at(recv, 0, dtype), ints.as_ptr(), mpisys::datatype(dtype), mop, c.raw()),
+        MPI_Ireduce_scatter
+    );
+    if r.is_err() {
+        std::mem::forget(ints);
+        return r;
+    }
+    if divide && op == ReduceOp::GPUWIRE_AVG {
+        avg_divide(c, recv, counts[me], dtype)?;
+    }
+    Ok(())
+}
+
 /// The HOST path: buffers MPI can take as they are.
 pub struct HostPath;
 
@@ -487,5 +656,43 @@ impl Path for HostPath {
             (Input::InPlace, None) => unreachable!("in-place scatter is only possible at the root"),
         };
         scatter(c, send.map_or(0, |s| s.ptr()), Src::of(recv), count, dtype, root)
+    }
+    fn alltoallv(&self, c: &Communicator, send: Input, sb: Blocks, recv: &Buffer, rb: Blocks, _s: Stream) -> Result<()> {
+        match send {
+            Input::Buf(b) => alltoallv(c, b.ptr(), sb, recv.ptr(), rb, recv.dtype()),
+            // Device memory here is the host side of a stream-ordered CUDA-aware call
+            // (`ordered`), which makes no CUDA call: the MPI does the in-place exchange itself
+            // (MPI_IN_PLACE: there every rank must then be in place, as MPI requires).
+            Input::InPlace if !recv.is_host() => {
+                alltoallw(c, "MPI_Alltoallw (alltoallv in place)", IN_PLACE, &pairs(rb), recv.ptr(), &pairs(rb), recv.dtype())
+            }
+            Input::InPlace => {
+                let copy = in_place_copy(recv.ptr(), rb.extent(), recv.dtype());
+                let r = alltoallv(c, copy.as_ptr() as usize, rb, recv.ptr(), rb, recv.dtype());
+                if r.is_err() {
+                    std::mem::forget(copy); // an abandoned request may still read it
+                }
+                r
+            }
+        }
+    }
+    fn gatherv(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, rb: Option<Blocks>, root: i32, _s: Stream) -> Result<()> {
+        let (count, dtype) = match (send, recv) {
+            (Input::Buf(b), _) => (b.count(), b.dtype()),
+            (Input::InPlace, Some(r)) => (0, r.dtype()),
+            (Input::InPlace, None) => unreachable!("in-place gatherv is only possible at the root"),
+        };
+        gatherv(c, Src::of(send), count, recv.map_or(0, |r| r.ptr()), rb, dtype, root)
+    }
+    fn scatterv(&self, c: &Communicator, send: Option<&Buffer>, sb: Option<Blocks>, recv: Input, root: i32, _s: Stream) -> Result<()> {
+        let (count, dtype) = match (recv, send) {
+            (Input::Buf(b), _) => (b.count(), b.dtype()),
+            (Input::InPlace, Some(s)) => (0, s.dtype()),
+            (Input::InPlace, None) => unreachable!("in-place scatterv is only possible at the root"),
+        };
+        scatterv(c, send.map_or(0, |s| s.ptr()), sb, Src::of(recv), count, dtype, root)
+    }
+    fn reduce_scatterv(&self, c: &Communicator, send: Input, recv: &Buffer, counts: &[usize], op: ReduceOp, _s: Stream) -> Result<()> {
+        reduce_scatterv(c, Src::of(send), recv.ptr(), counts, recv.dtype(), op, true)
     }
 }

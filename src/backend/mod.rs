@@ -16,7 +16,7 @@ pub mod path;
 pub mod ring;
 pub mod topology;
 
-pub use path::{Input, Path};
+pub use path::{Blocks, Input, Path};
 
 use std::sync::Mutex;
 

@@ -10,7 +10,7 @@
 
 use crate::backend::host::{self, Src};
 use crate::backend::mpi_staged::{self, Call, input_buf};
-use crate::backend::path::{Input, Path};
+use crate::backend::path::{Blocks, Input, Path};
 use crate::buffer::Buffer;
 use crate::comm::Communicator;
 use crate::device::Stream;
@@ -135,5 +135,56 @@ impl Path for CudaAwarePath {
             _ => return Err(Error::Internal("in-place scatter off the root".into())),
         };
         host::scatter(c, send.map_or(0, |s| s.ptr()), src(recv), n, dtype, root)
+    }
+
+    fn alltoallv(&self, c: &Communicator, send: Input, sb: Blocks, recv: &Buffer, rb: Blocks, stream: Stream) -> Result<()> {
+        let mut call = Call::begin(c, &[input_buf(send), Some(recv)], stream)?;
+        let dtype = recv.dtype();
+        match send {
+            Input::Buf(b) => host::alltoallv(c, b.ptr(), sb, recv.ptr(), rb, dtype),
+            Input::InPlace if recv.is_host() => {
+                let copy = host::in_place_copy(recv.ptr(), rb.extent(), dtype);
+                let r = host::alltoallv(c, copy.as_ptr() as usize, rb, recv.ptr(), rb, dtype);
+                if r.is_err() {
+                    std::mem::forget(copy); // an abandoned request may still read it
+                }
+                r
+            }
+            Input::InPlace => {
+                // The input copied aside on the device, which the receives then overwrite.
+                let bytes = rb.extent() * dtype.size();
+                let tmp = call.st.dev[1].get(bytes)?;
+                crate::device::copy_async(tmp, recv.ptr(), bytes, stream)?;
+                crate::device::sync(stream)?;
+                host::alltoallv(c, tmp, rb, recv.ptr(), rb, dtype)
+            }
+        }
+    }
+
+    fn gatherv(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, rb: Option<Blocks>, root: i32, stream: Stream) -> Result<()> {
+        let _call = Call::begin(c, &[input_buf(send), recv], stream)?;
+        let (count, dtype) = match (send, recv) {
+            (Input::Buf(b), _) => (b.count(), b.dtype()),
+            (Input::InPlace, Some(r)) => (0, r.dtype()),
+            _ => return Err(Error::Internal("in-place gatherv off the root".into())),
+        };
+        host::gatherv(c, src(send), count, recv.map_or(0, |r| r.ptr()), rb, dtype, root)
+    }
+
+    fn scatterv(&self, c: &Communicator, send: Option<&Buffer>, sb: Option<Blocks>, recv: Input, root: i32, stream: Stream) -> Result<()> {
+        let _call = Call::begin(c, &[send, input_buf(recv)], stream)?;
+        let (count, dtype) = match (recv, send) {
+            (Input::Buf(b), _) => (b.count(), b.dtype()),
+            (Input::InPlace, Some(s)) => (0, s.dtype()),
+            _ => return Err(Error::Internal("in-place scatterv off the root".into())),
+        };
+        host::scatterv(c, send.map_or(0, |s| s.ptr()), sb, src(recv), count, dtype, root)
+    }
+
+    fn reduce_scatterv(&self, c: &Communicator, send: Input, recv: &Buffer, counts: &[usize], op: ReduceOp, stream: Stream) -> Result<()> {
+        // MPI reduces a host copy (its own reduction of device memory runs on the CPU, and
+        // gpuwire's float16 operations read the memory on the host).
+        let mut call = Call::begin(c, &[input_buf(send), Some(recv)], stream)?;
+        mpi_staged::reduce_scatterv_staged(&mut call, send, recv, counts, op)
     }
 }

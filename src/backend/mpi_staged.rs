@@ -13,6 +13,9 @@
 //!   with the reductions done by GPU kernels (`ring`). Without NVRTC, MPI reduces a host copy
 //!   at every size.
 //! - allgather(v), alltoall, gather, scatter: one MPI collective on host copies.
+//! - alltoallv, gatherv, scatterv, reduce_scatterv: one MPI collective on host copies of the
+//!   blocks' extent; only the received blocks are copied back (what lies between them is left as
+//!   it was, as MPI leaves it).
 //!
 //! The staging memory (page-locked by default, pageable on request) belongs to the
 //! communicator and is reused across calls.
@@ -22,7 +25,7 @@ use std::sync::MutexGuard;
 use crate::backend::devstate::{self, DevState, PoolBuf};
 use crate::backend::host::{self, Src};
 use crate::backend::ring::{self, Loc};
-use crate::backend::path::{Input, Path};
+use crate::backend::path::{Blocks, Input, Path};
 use crate::buffer::Buffer;
 use crate::comm::Communicator;
 use crate::device::{self, CtxGuard, Stream};
@@ -528,6 +531,138 @@ impl Path for StagedPath {
             }
         }
     }
+
+    fn alltoallv(&self, c: &Communicator, send: Input, sb: Blocks, recv: &Buffer, rb: Blocks, stream: Stream) -> Result<()> {
+        let mut call = Call::begin(c, &[input_buf(send), Some(recv)], stream)?;
+        alltoallv_staged(&mut call, send, sb, recv, rb)
+    }
+
+    fn gatherv(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, rb: Option<Blocks>, root: i32, stream: Stream) -> Result<()> {
+        let mut call = Call::begin(c, &[input_buf(send), recv], stream)?;
+        gatherv_blocks_staged(&mut call, send, recv, rb, root)
+    }
+
+    fn scatterv(&self, c: &Communicator, send: Option<&Buffer>, sb: Option<Blocks>, recv: Input, root: i32, stream: Stream) -> Result<()> {
+        let mut call = Call::begin(c, &[send, input_buf(recv)], stream)?;
+        scatterv_staged(&mut call, send, sb, recv, root)
+    }
+
+    fn reduce_scatterv(&self, c: &Communicator, send: Input, recv: &Buffer, counts: &[usize], op: ReduceOp, stream: Stream) -> Result<()> {
+        let mut call = Call::begin(c, &[input_buf(send), Some(recv)], stream)?;
+        reduce_scatterv_staged(&mut call, send, recv, counts, op)
+    }
+}
+
+/// Copies the received blocks `rb` from host `h` (a staging copy of `recv`'s first elements)
+/// back into `recv`, and waits; nothing when `h` is `recv` itself.
+fn deliver_blocks(call: &mut Call, recv: &Buffer, h: usize, rb: Blocks, skip: Option<usize>) -> Result<()> {
+    if h == recv.ptr() {
+        return Ok(());
+    }
+    let es = recv.dtype().size();
+    for (j, n, d) in rb.each() {
+        if Some(j) != skip {
+            ring::copy(loc(recv).at(d * es), Loc { ptr: h + d * es, host: true }, n * es, call.stream)?;
+        }
+    }
+    device::sync(call.stream)
+}
+
+/// A host copy of the first `bytes` of `b` that is not `b` itself (an in-place input, which the
+/// receives overwrite): staging slot `slot`, or for host memory a copy in `keep`.
+fn private_copy(call: &mut Call, b: &Buffer, bytes: usize, slot: usize, keep: &mut Vec<u64>) -> Result<usize> {
+    if b.is_host() {
+        *keep = host::in_place_copy(b.ptr(), bytes / b.dtype().size(), b.dtype());
+        return Ok(keep.as_ptr() as usize);
+    }
+    call.to_host(loc(b), bytes, slot)
+}
+
+/// Staged alltoallv.
+pub fn alltoallv_staged(call: &mut Call, send: Input, sb: Blocks, recv: &Buffer, rb: Blocks) -> Result<()> {
+    let c = call.c;
+    let dtype = recv.dtype();
+    let es = dtype.size();
+    let rbytes = rb.extent() * es;
+    let h_out = call.host_for(loc(recv), rbytes, 1)?;
+    let mut keep = Vec::new();
+    let h_in = match send {
+        Input::InPlace => private_copy(call, recv, rbytes, 0, &mut keep)?,
+        Input::Buf(b) => call.to_host(loc(b), sb.extent() * es, 0)?,
+    };
+    let r = host::alltoallv(c, h_in, sb, h_out, rb, dtype);
+    if r.is_err() {
+        std::mem::forget(keep);
+    }
+    r?;
+    deliver_blocks(call, recv, h_out, rb, None)
+}
+
+/// Staged gatherv: the root receives the blocks into a host copy and copies back only them.
+pub fn gatherv_blocks_staged(call: &mut Call, send: Input, recv: Option<&Buffer>, rb: Option<Blocks>, root: i32) -> Result<()> {
+    let c = call.c;
+    let me = c.rank() as usize;
+    let (count, dtype) = match (send, recv) {
+        (Input::Buf(b), _) => (b.count(), b.dtype()),
+        (Input::InPlace, Some(r)) => (0, r.dtype()),
+        _ => return Err(Error::Internal("in-place gatherv off the root".into())),
+    };
+    let es = dtype.size();
+    let s = match send {
+        Input::InPlace => Src::InPlace,
+        Input::Buf(b) => Src::Ptr(call.to_host(loc(b), b.bytes(), 0)?),
+    };
+    let (Some(r), Some(rb)) = (recv, rb) else {
+        return host::gatherv(c, s, count, 0, None, dtype, root);
+    };
+    let h_out = call.host_for(loc(r), rb.extent() * es, 1)?;
+    host::gatherv(c, s, count, h_out, Some(rb), dtype, root)?;
+    // In place, the root's own block is already in place (and not in the staging copy).
+    deliver_blocks(call, r, h_out, rb, matches!(send, Input::InPlace).then_some(me))
+}
+
+/// Staged scatterv: the root sends from a host copy of its blocks' extent.
+pub fn scatterv_staged(call: &mut Call, send: Option<&Buffer>, sb: Option<Blocks>, recv: Input, root: i32) -> Result<()> {
+    let c = call.c;
+    let (count, dtype) = match (recv, send) {
+        (Input::Buf(b), _) => (b.count(), b.dtype()),
+        (Input::InPlace, Some(s)) => (0, s.dtype()),
+        _ => return Err(Error::Internal("in-place scatterv off the root".into())),
+    };
+    let h_send = match (send, sb) {
+        (Some(s), Some(sb)) => call.to_host(loc(s), sb.extent() * dtype.size(), 0)?,
+        _ => 0,
+    };
+    match recv {
+        Input::InPlace => host::scatterv(c, h_send, sb, Src::InPlace, count, dtype, root),
+        Input::Buf(r) => {
+            let h = call.host_for(loc(r), r.bytes(), 1)?;
+            host::scatterv(c, h_send, sb, Src::Ptr(h), count, dtype, root)?;
+            call.from_host(loc(r), h, r.bytes())
+        }
+    }
+}
+
+/// Staged reduce_scatterv (also CUDA-aware's: MPI reduces a host copy).
+pub fn reduce_scatterv_staged(call: &mut Call, send: Input, recv: &Buffer, counts: &[usize], op: ReduceOp) -> Result<()> {
+    let c = call.c;
+    let dtype = recv.dtype();
+    let es = dtype.size();
+    let total: usize = counts.iter().sum();
+    let mine = counts[c.rank() as usize] * es;
+    let (s, h_out) = match send {
+        Input::InPlace if recv.is_host() => (Src::InPlace, recv.ptr()),
+        Input::InPlace => {
+            let h = call.to_host(loc(recv), total * es, 1)?;
+            (Src::InPlace, h)
+        }
+        Input::Buf(b) => {
+            let h_in = call.to_host(loc(b), b.bytes(), 0)?;
+            (Src::Ptr(h_in), call.host_for(loc(recv), mine, 1)?)
+        }
+    };
+    host::reduce_scatterv(c, s, h_out, counts, dtype, op, true)?;
+    call.from_host(loc(recv), h_out, mine)
 }
 
 pub fn input_buf(i: Input<'_>) -> Option<&Buffer> {

@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use crate::backend::devstate;
 use crate::backend::mpi_staged;
 use crate::backend::ring::{self, Loc};
-use crate::backend::path::{Input, Path};
+use crate::backend::path::{Blocks, Input, Path};
 use crate::buffer::Buffer;
 use crate::comm::Communicator;
 use crate::device::{self, CtxGuard, Event, Stream};
@@ -1016,6 +1016,117 @@ impl Path for NcclPath {
             ring::copy(Loc { ptr: r.ptr(), host: r.is_host() }, Loc { ptr: s.ptr() + me * bytes, host: false }, bytes, stream)?;
         }
         cx.done("scatter")
+    }
+    /// Grouped ncclSend/ncclRecv of the non-empty blocks (as Horovod's and vLLM's alltoallv);
+    /// checking mode has agreed the count matrix, which NCCL cannot check (NVIDIA/nccl#788).
+    fn alltoallv(&self, c: &Communicator, send: Input, sb: Blocks, recv: &Buffer, rb: Blocks, stream: Stream) -> Result<()> {
+        let d = recv.dtype();
+        let es = d.size();
+        let cx = enter(c, &[mpi_staged::input_buf(send), Some(recv)], stream)?;
+        // In place: send from a device copy of the input.
+        let src = match send {
+            Input::Buf(b) => b.ptr(),
+            Input::InPlace => {
+                let bytes = rb.extent() * es;
+                let mut st = devstate::dev(c)?;
+                let tmp = st.dev[1].get(bytes)?;
+                device::copy_async(tmp, recv.ptr(), bytes, stream)?;
+                tmp
+            }
+        };
+        cx.group(|| {
+            for (q, n, o) in sb.each() {
+                cx.send(src + o * es, n, d, q as i32)?;
+            }
+            for (q, n, o) in rb.each() {
+                cx.recv(recv.ptr() + o * es, n, d, q as i32)?;
+            }
+            Ok(())
+        })?;
+        cx.done("alltoallv")
+    }
+    fn gatherv(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, rb: Option<Blocks>, root: i32, stream: Stream) -> Result<()> {
+        let me = c.rank() as usize;
+        let cx = enter(c, &[mpi_staged::input_buf(send), recv], stream)?;
+        cx.group(|| {
+            if let Input::Buf(b) = send {
+                if me as i32 != root && b.count() > 0 {
+                    cx.send(b.ptr(), b.count(), b.dtype(), root)?;
+                }
+            }
+            if let (Some(r), Some(rb)) = (recv, rb) {
+                for (q, n, o) in rb.each() {
+                    if q != me {
+                        cx.recv(r.ptr() + o * r.dtype().size(), n, r.dtype(), q as i32)?;
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        if let (Input::Buf(b), Some(r), Some(rb)) = (send, recv, rb) {
+            ring::copy(Loc { ptr: r.ptr() + rb.displs[me] * b.dtype().size(), host: false }, Loc { ptr: b.ptr(), host: b.is_host() }, b.bytes(), stream)?;
+        }
+        cx.done("gatherv")
+    }
+    fn scatterv(&self, c: &Communicator, send: Option<&Buffer>, sb: Option<Blocks>, recv: Input, root: i32, stream: Stream) -> Result<()> {
+        let me = c.rank() as usize;
+        let cx = enter(c, &[send, mpi_staged::input_buf(recv)], stream)?;
+        cx.group(|| {
+            if let (Some(s), Some(sb)) = (send, sb) {
+                for (q, n, o) in sb.each() {
+                    if q != me {
+                        cx.send(s.ptr() + o * s.dtype().size(), n, s.dtype(), q as i32)?;
+                    }
+                }
+            }
+            if let Input::Buf(r) = recv {
+                if me as i32 != root && r.count() > 0 {
+                    cx.recv(r.ptr(), r.count(), r.dtype(), root)?;
+                }
+            }
+            Ok(())
+        })?;
+        if let (Some(s), Some(sb), Input::Buf(r)) = (send, sb, recv) {
+            ring::copy(Loc { ptr: r.ptr(), host: r.is_host() }, Loc { ptr: s.ptr() + sb.displs[me] * s.dtype().size(), host: false }, r.bytes(), stream)?;
+        }
+        cx.done("scatterv")
+    }
+    /// One ncclReduce per rank's block (to that rank), in one NCCL group: NCCL has no
+    /// reduce-scatter with counts.
+    fn reduce_scatterv(&self, c: &Communicator, send: Input, recv: &Buffer, counts: &[usize], op: ReduceOp, stream: Stream) -> Result<()> {
+        let d = recv.dtype();
+        let es = d.size();
+        let Some(nop) = nccl_op(d, op) else {
+            return via_mpi(c)?.reduce_scatterv(c, send, recv, counts, op, stream);
+        };
+        let me = c.rank() as usize;
+        let n_me = counts[me];
+        let cx = enter(c, &[mpi_staged::input_buf(send), Some(recv)], stream)?;
+        let (base, out) = match send {
+            Input::Buf(b) => (b.ptr(), recv.ptr()),
+            // In place: this rank's result goes to a device scratch block first (its input
+            // blocks are read until the group has run), then to the start of `recv`.
+            Input::InPlace => (recv.ptr(), devstate::dev(c)?.dev[1].get(n_me * es)?),
+        };
+        cx.group(|| {
+            let mut off = 0;
+            for (j, &n) in counts.iter().enumerate() {
+                if n > 0 {
+                    let rp = if j == me { out as *mut c_void } else { std::ptr::null_mut() };
+                    // SAFETY: device input of the sum of the counts; `out` holds n at the root.
+                    cx.call("ncclReduce", |cm| unsafe { (cx.api.reduce)((base + off * es) as *const c_void, rp, nccl_count(d, n), nccl_dtype(d), nop, j as c_int, cm, cx.s()) })?;
+                }
+                off += n;
+            }
+            Ok(())
+        })?;
+        if out != recv.ptr() && n_me > 0 {
+            device::copy_async(recv.ptr(), out, n_me * es, stream)?;
+        }
+        if op == ReduceOp::GPUWIRE_AVG && n_me > 0 {
+            ring::divide(cx.st.device, Loc { ptr: recv.ptr(), host: false }, n_me, d, c.size() as usize, stream)?;
+        }
+        cx.done("reduce_scatterv")
     }
 }
 

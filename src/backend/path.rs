@@ -15,6 +15,25 @@ pub enum Input<'a> {
     Buf(&'a Buffer),
 }
 
+/// Validated blocks of a v-collective's buffer: block j holds `counts[j]` elements at element
+/// `displs[j]` (inside the buffer; receive blocks never overlap one another).
+#[derive(Clone, Copy, Debug)]
+pub struct Blocks<'a> {
+    pub counts: &'a [usize],
+    pub displs: &'a [usize],
+}
+
+impl Blocks<'_> {
+    /// Elements from the buffer's start to the end of its last non-empty block.
+    pub fn extent(&self) -> usize {
+        self.counts.iter().zip(self.displs).filter(|(n, _)| **n > 0).map(|(n, d)| n + d).max().unwrap_or(0)
+    }
+    /// The non-empty blocks, as (rank, count, displacement).
+    pub fn each(&self) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
+        self.counts.iter().zip(self.displs).enumerate().filter(|(_, (n, _))| **n > 0).map(|(j, (n, d))| (j, *n, *d))
+    }
+}
+
 /// One data path. Arguments are already validated (ranks, counts, datatypes, ops), so a path
 /// only moves and reduces data. Every method is called by all ranks that the MPI semantics
 /// require (collectives by every rank, in the same order).
@@ -42,4 +61,16 @@ pub trait Path: Sync {
     fn gather(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, root: i32, stream: Stream) -> Result<()>;
     /// `send` is `Some` on the root only.
     fn scatter(&self, c: &Communicator, send: Option<&Buffer>, recv: Input, root: i32, stream: Stream) -> Result<()>;
+    /// Block j of `send` (`sb`) goes to rank j; rank j's block lands in block j of `recv` (`rb`).
+    /// In place (`Input::InPlace`): the send blocks are the receive blocks of `recv` (`sb` is `rb`).
+    fn alltoallv(&self, c: &Communicator, send: Input, sb: Blocks, recv: &Buffer, rb: Blocks, stream: Stream) -> Result<()>;
+    /// `recv` and `rb` are `Some` on the root only. In place at the root: its block is already in
+    /// `recv` at `rb.displs[root]`.
+    fn gatherv(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, rb: Option<Blocks>, root: i32, stream: Stream) -> Result<()>;
+    /// `send` and `sb` are `Some` on the root only. In place at the root: its block stays in `send`.
+    fn scatterv(&self, c: &Communicator, send: Option<&Buffer>, sb: Option<Blocks>, recv: Input, root: i32, stream: Stream) -> Result<()>;
+    /// Rank r receives the reduction of block r (`counts[r]` elements, blocks contiguous in rank
+    /// order) of every rank's input. In place (`Input::InPlace`): the input is `recv` itself (the
+    /// sum of the counts) and the result lands in its first `counts[rank]` elements.
+    fn reduce_scatterv(&self, c: &Communicator, send: Input, recv: &Buffer, counts: &[usize], op: ReduceOp, stream: Stream) -> Result<()>;
 }

@@ -42,7 +42,9 @@
 //! input; each rank receives bytes / ranks), `exchange` (ring: every rank sends to rank + 1 and
 //! receives from rank - 1 at once; gpuwire_sendrecv, grouped ncclSend/ncclRecv, MPI_Sendrecv;
 //! `--op sendrecv` means this for NCCL), `sendrecv` (MPI backends: ping-pong between ranks 0 and
-//! 1, one-way time).
+//! 1, one-way time), and by name only (not in `all`): `halo`, and `alltoallv` (issue 13: uneven,
+//! rank r sends (r + 1) k elements to each rank, k = bytes / 4 / ranks, so bytes = what rank 0
+//! sends; gpuwire_alltoallv, grouped ncclSend/ncclRecv of every block, MPI_Alltoallv).
 //!
 //! Both modes print one machine-readable line per measurement (rank 0 only):
 //! `BENCH <label> <op> <bytes> <median_us> <min_us> <samples>`; device mode appends
@@ -358,13 +360,13 @@ fn parse(args: &[String]) -> Result<Opts, String> {
     let valid: &[&'static str] = match o.device {
         None => &["sendrecv", "allreduce", "bw"],
         // NCCL's send/recv is the grouped ring exchange (nccl-tests' sendrecv): op `exchange`.
-        Some(DevBackend::Nccl) => &["allreduce", "allgather", "reduce_scatter", "exchange", "halo"],
-        Some(_) => &["allreduce", "allgather", "reduce_scatter", "sendrecv", "exchange", "halo"],
+        Some(DevBackend::Nccl) => &["allreduce", "allgather", "reduce_scatter", "exchange", "halo", "alltoallv"],
+        Some(_) => &["allreduce", "allgather", "reduce_scatter", "sendrecv", "exchange", "halo", "alltoallv"],
     };
     o.ops = vec![];
     if op == "all" {
-        // `halo` (issue 18's group benchmark) is asked for by name.
-        o.ops = valid.iter().copied().filter(|v| *v != "halo").collect();
+        // `halo` (issue 18's group benchmark) and `alltoallv` (issue 13's) are asked for by name.
+        o.ops = valid.iter().copied().filter(|v| *v != "halo" && *v != "alltoallv").collect();
     } else {
         for x in op.split(',') {
             let mut x = x.trim().replace('-', "_");
@@ -767,6 +769,12 @@ fn layout(op: &str, bytes: usize, ranks: usize) -> (usize, usize, usize) {
         }
         // Two rows of `bytes` each way (bytes = one row, as the issue counts halo sizes).
         "halo" => (2 * c, 2 * c, bytes),
+        // Uneven (issue 13): rank r sends (r + 1) k to each rank, k = bytes / 4 / ranks (bytes =
+        // what rank 0 sends in all); the send view holds the largest rank's ranks^2 k.
+        "alltoallv" => {
+            let k = (c / ranks).max(1);
+            (k * ranks * ranks, k * ranks * (ranks + 1) / 2, k * ranks * 4)
+        }
         _ => (c, c, bytes),
     }
 }
@@ -777,7 +785,7 @@ fn busbw_factor(op: &str, ranks: usize) -> f64 {
     let n = ranks as f64;
     match op {
         "allreduce" => 2.0 * (n - 1.0) / n,
-        "allgather" | "reduce_scatter" => (n - 1.0) / n,
+        "allgather" | "reduce_scatter" | "alltoallv" => (n - 1.0) / n,
         _ => 1.0,
     }
 }
@@ -796,6 +804,11 @@ fn expected(op: &str, rank: usize, ranks: usize, recv: usize, i: usize) -> Optio
     match op {
         "allreduce" | "reduce_scatter" => Some(all),
         "allgather" => Some((i / (recv / ranks)) as f32 + 1.0),
+        // Rank q's block (q + 1) k from offset k q (q + 1) / 2 holds q + 1.0.
+        "alltoallv" => {
+            let k = recv * 2 / (ranks * (ranks + 1));
+            (0..ranks).find(|q| i < k * (q + 1) * (q + 2) / 2).map(|q| q as f32 + 1.0)
+        }
         // Ring exchange: rank r receives from r - 1.
         "exchange" => Some(((rank + ranks - 1) % ranks) as f32 + 1.0),
         // Halo: the first row comes from rank - 1, the second from rank + 1.
@@ -814,11 +827,24 @@ fn check_points(op: &str, ranks: usize, recv: usize) -> Vec<usize> {
         (0..ranks).flat_map(|q| [q * k, q * k + k - 1]).collect()
     } else if op == "halo" {
         vec![0, recv / 2 - 1, recv / 2, recv - 1]
+    } else if op == "alltoallv" {
+        let k = recv * 2 / (ranks * (ranks + 1));
+        (0..ranks).flat_map(|q| [k * q * (q + 1) / 2, k * (q + 1) * (q + 2) / 2 - 1]).collect()
     } else {
         vec![0, recv - 1]
     };
     v.dedup();
     v
+}
+
+/// Counts and displacements (elements, contiguous in rank order) of the uneven alltoallv on
+/// `rank` of `ranks` with base block `k`: (sendcounts, sdispls, recvcounts, rdispls).
+fn alltoallv_counts(rank: usize, ranks: usize, k: usize) -> (Vec<i64>, Vec<i64>, Vec<i64>, Vec<i64>) {
+    let sc = vec![((rank + 1) * k) as i64; ranks];
+    let sd = (0..ranks).map(|q| (q * (rank + 1) * k) as i64).collect();
+    let rc: Vec<i64> = (0..ranks).map(|q| ((q + 1) * k) as i64).collect();
+    let rd = (0..ranks).map(|q| (k * q * (q + 1) / 2) as i64).collect();
+    (sc, sd, rc, rd)
 }
 
 /// NCCL mode's targets for one row of the gpuwire-nccl / raw-nccl comparison. One rank (issue
@@ -877,6 +903,7 @@ fn op_title(op: &str) -> &'static str {
         "reduce_scatter" => "reduce_scatter (float32 sum; bytes = the whole input)",
         "exchange" => "send/recv exchange (ring: send to rank+1, receive from rank-1, grouped)",
         "halo" => "halo exchange in one group (a row to rank+1 and one to rank-1, a row from each; bytes = one row)",
+        "alltoallv" => "alltoallv, uneven (rank r sends (r+1) k to each rank; bytes = what rank 0 sends)",
         _ => "send/recv ping-pong (one way = round trip / 2)",
     }
 }
@@ -1183,7 +1210,7 @@ fn device_mode(o: &Opts, backend: DevBackend) {
     let max = *sizes.last().unwrap_or(&8);
     let ranks = m.size as usize;
     // Room for every op's layout (allgather and reduce_scatter take at least one float per rank).
-    let n_max = (max / 4).max(ranks);
+    let n_max = (max / 4).max(ranks) * if o.ops.contains(&"alltoallv") { ranks } else { 1 };
     let target_s = o.target_ms * 1e-3;
     if m.rank == 0 {
         let what = match raw {
@@ -1278,6 +1305,24 @@ fn device_mode(o: &Opts, backend: DevBackend) {
                         }
                     }
                 }),
+                ("alltoallv", DevBackend::RawCudaAware) => {
+                    let k = rcount * 2 / (ranks * (ranks + 1));
+                    let (sc, sd, rc, rd) = alltoallv_counts(rank as usize, ranks, k);
+                    let int = |v: &[i64]| v.iter().map(|x| *x as c_int).collect::<Vec<c_int>>();
+                    let (sc, sd, rc, rd) = (int(&sc), int(&sd), int(&rc), int(&rd));
+                    Box::new(move || {
+                        // SAFETY: device buffers holding every block under a CUDA-aware MPI.
+                        mok(
+                            unsafe { msys::MPI_Alltoallv(sp as *const c_void, sc.as_ptr(), sd.as_ptr(), dt, rp as *mut c_void, rc.as_ptr(), rd.as_ptr(), dt, mc) },
+                            "MPI_Alltoallv",
+                        )
+                    })
+                }
+                ("alltoallv", _) => {
+                    let k = rcount * 2 / (ranks * (ranks + 1));
+                    let (sc, sd, rc, rd) = alltoallv_counts(rank as usize, ranks, k);
+                    Box::new(move || ok(gpuwire_alltoallv(comm, s, sc.as_ptr(), sd.as_ptr(), r, rc.as_ptr(), rd.as_ptr(), s_void), "gpuwire_alltoallv"))
+                }
                 ("allreduce", _) => Box::new(move || ok(gpuwire_allreduce(comm, s, r, SUM, s_void), "gpuwire_allreduce")),
                 ("allgather", _) => Box::new(move || ok(gpuwire_allgather(comm, s, r, s_void), "gpuwire_allgather")),
                 ("reduce_scatter", _) => Box::new(move || ok(gpuwire_reduce_scatter(comm, s, r, SUM, s_void), "gpuwire_reduce_scatter")),
@@ -1333,6 +1378,19 @@ fn device_mode(o: &Opts, backend: DevBackend) {
                         nccl.ok((nccl.recv)((rp + 4 * h) as *mut c_void, h, raw_nccl::FLOAT32, next, rc, s_void), "ncclRecv");
                         nccl.ok((nccl.group_end)(), "ncclGroupEnd");
                     }),
+                    "alltoallv" => {
+                        // Grouped ncclSend/ncclRecv of every block (as Horovod's and vLLM's).
+                        let k = rcount * 2 / (ranks * (ranks + 1));
+                        let (a_sc, a_sd, a_rc, a_rd) = alltoallv_counts(rank as usize, ranks, k);
+                        Box::new(move || unsafe {
+                            nccl.ok((nccl.group_start)(), "ncclGroupStart");
+                            for q in 0..ranks {
+                                nccl.ok((nccl.send)((sp + 4 * a_sd[q] as usize) as *const c_void, a_sc[q] as usize, raw_nccl::FLOAT32, q as c_int, rc, s_void), "ncclSend");
+                                nccl.ok((nccl.recv)((rp + 4 * a_rd[q] as usize) as *mut c_void, a_rc[q] as usize, raw_nccl::FLOAT32, q as c_int, rc, s_void), "ncclRecv");
+                            }
+                            nccl.ok((nccl.group_end)(), "ncclGroupEnd");
+                        })
+                    }
                     "exchange" => Box::new(move || unsafe {
                         nccl.ok((nccl.group_start)(), "ncclGroupStart");
                         nccl.ok((nccl.send)(sp as *const c_void, sc, raw_nccl::FLOAT32, next, rc, s_void), "ncclSend");

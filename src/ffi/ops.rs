@@ -16,7 +16,10 @@ use crate::error::{Error, Result, gpuwire_status};
 use crate::ffi::boundary::{self, call, collective, non_null, write};
 use crate::ffi::{gpuwire_buffer, gpuwire_comm, gpuwire_request};
 use crate::group::submit as issue;
+use crate::buffer::Buffer;
+use crate::comm::Communicator;
 use crate::op::Op;
+use crate::ops::Layout;
 use crate::request::{REQUESTS, Request};
 use crate::types::ReduceOp;
 use std::sync::Arc;
@@ -392,9 +395,23 @@ pub extern "C" fn gpuwire_allgatherv(
 
 /// Reduces every rank's `sendbuf` (size x n elements) element-wise with `op` and leaves block r
 /// of the result (n elements) in rank r's `recvbuf`, as MPI_Reduce_scatter_block /
-/// ncclReduceScatter. The buffers must not overlap.
+/// ncclReduceScatter. The buffers must not overlap. (gpuwire_reduce_scatterv is the form with
+/// one count per rank, as MPI_Reduce_scatter.)
 ///
 /// Collective. Errors as gpuwire_reduce.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_reduce_scatter_block(
+    comm: gpuwire_comm,
+    sendbuf: gpuwire_buffer,
+    recvbuf: gpuwire_buffer,
+    op: i32,
+    stream: *mut c_void,
+) -> gpuwire_status {
+    reduce_scatter_block("gpuwire_reduce_scatter_block", comm, sendbuf, recvbuf, op, stream)
+}
+
+/// Deprecated: the old name of gpuwire_reduce_scatter_block (MPI_Reduce_scatter_block), kept
+/// for existing callers; it is not MPI_Reduce_scatter, which is gpuwire_reduce_scatterv.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_reduce_scatter(
     comm: gpuwire_comm,
@@ -403,7 +420,11 @@ pub extern "C" fn gpuwire_reduce_scatter(
     op: i32,
     stream: *mut c_void,
 ) -> gpuwire_status {
-    call("gpuwire_reduce_scatter", || {
+    reduce_scatter_block("gpuwire_reduce_scatter", comm, sendbuf, recvbuf, op, stream)
+}
+
+fn reduce_scatter_block(name: &'static str, comm: gpuwire_comm, sendbuf: gpuwire_buffer, recvbuf: gpuwire_buffer, op: i32, stream: *mut c_void) -> gpuwire_status {
+    call(name, || {
         let c = boundary::comm(comm)?;
         collective(
             &c,
@@ -448,6 +469,159 @@ fn scan(name: &'static str, comm: gpuwire_comm, sendbuf: gpuwire_buffer, recvbuf
             || Ok((boundary::buffer(sendbuf)?, boundary::buffer(recvbuf)?, ReduceOp::from_c(op)?)),
             |(s, r, op)| issue(&c, Op::Scan { send: s, recv: r, op, exclusive }, st(stream), false).map(|_| ()),
         )
+    })
+}
+
+/// One entry per rank of a caller's array (`None` for NULL, or where not `significant`).
+fn per_rank(a: *const i64, n: i32, significant: bool) -> Option<Vec<i64>> {
+    if a.is_null() || !significant {
+        return None;
+    }
+    // SAFETY: the caller promises one entry per rank where the array is significant.
+    Some(unsafe { std::slice::from_raw_parts(a, n as usize) }.to_vec())
+}
+
+/// Whether two buffers are one memory (an in-place call, as `ops` decides it).
+fn same(a: &Arc<Buffer>, b: &Arc<Buffer>) -> bool {
+    Arc::ptr_eq(a, b) || (a.ptr() == b.ptr() && a.count() == b.count() && a.dtype() == b.dtype() && a.count() > 0)
+}
+
+fn alltoallv_op(c: &Communicator, sendbuf: gpuwire_buffer, sendcounts: *const i64, sdispls: *const i64, recvbuf: gpuwire_buffer, recvcounts: *const i64, rdispls: *const i64) -> Result<Op> {
+    let (s, r) = (boundary::buffer(sendbuf)?, boundary::buffer(recvbuf)?);
+    let p = c.size();
+    let sig = !same(&s, &r);
+    let sendl = Layout { counts: per_rank(sendcounts, p, sig), displs: per_rank(sdispls, p, sig) };
+    let recvl = Layout { counts: per_rank(recvcounts, p, true), displs: per_rank(rdispls, p, true) };
+    Ok(Op::Alltoallv { send: s, sendl, recv: r, recvl })
+}
+
+fn gatherv_op(c: &Communicator, sendbuf: gpuwire_buffer, recvbuf: gpuwire_buffer, recvcounts: *const i64, displs: *const i64, root: i32) -> Result<Op> {
+    // Handles first: a wrapper that found an array too short passes a NULL handle, and no array
+    // is then read.
+    let (send, recv) = (boundary::buffer(sendbuf)?, boundary::buffer_opt(recvbuf)?);
+    let at_root = c.rank() == root;
+    let recvl = Layout { counts: per_rank(recvcounts, c.size(), at_root), displs: per_rank(displs, c.size(), at_root) };
+    Ok(Op::Gatherv { send, recv, recvl, root })
+}
+
+fn scatterv_op(c: &Communicator, sendbuf: gpuwire_buffer, sendcounts: *const i64, displs: *const i64, recvbuf: gpuwire_buffer, root: i32) -> Result<Op> {
+    let (send, recv) = (boundary::buffer_opt(sendbuf)?, boundary::buffer(recvbuf)?);
+    let at_root = c.rank() == root;
+    let sendl = Layout { counts: per_rank(sendcounts, c.size(), at_root), displs: per_rank(displs, c.size(), at_root) };
+    Ok(Op::Scatterv { send, sendl, recv, root })
+}
+
+fn reduce_scatterv_op(c: &Communicator, sendbuf: gpuwire_buffer, recvbuf: gpuwire_buffer, recvcounts: *const i64, op: i32) -> Result<Op> {
+    let (send, recv) = (boundary::buffer(sendbuf)?, boundary::buffer(recvbuf)?);
+    Ok(Op::ReduceScatterv { send, recv, counts: per_rank(recvcounts, c.size(), true), op: ReduceOp::from_c(op)? })
+}
+
+/// Sends block j of `sendbuf` (`sendcounts[j]` elements at element `sdispls[j]`) to rank j and
+/// receives rank j's block into `recvbuf` (`recvcounts[j]` elements at `rdispls[j]`), as
+/// MPI_Alltoallv. Counts and displacements are in elements, one int64 per rank; a NULL
+/// displacement array places the blocks contiguously in rank order. Zero blocks are allowed
+/// anywhere; what lies between the receive blocks is left as it was. Rank j's `sendcounts[i]`
+/// must equal rank i's `recvcounts[j]`. In place (as MPI_IN_PLACE) when `sendbuf` is `recvbuf`
+/// (or the same memory): the data sent to rank j is `recvbuf`'s block j, replaced by what rank
+/// j sends; `sendcounts` and `sdispls` are then ignored (may be NULL), and ranks may mix
+/// in-place and not. On NCCL: grouped ncclSend/ncclRecv.
+///
+/// Collective. Errors: GPUWIRE_ERROR_INVALID_HANDLE; GPUWIRE_ERROR_INVALID_ARGUMENT (a NULL
+/// count array where significant, a negative count or displacement, a block past its buffer's
+/// end or past the address space, overlapping receive blocks, buffers that overlap without
+/// being the same memory: nothing is sent); GPUWIRE_ERROR_DTYPE_MISMATCH; in checking mode, on
+/// every rank, GPUWIRE_ERROR_COUNT_MISMATCH when a receive count differs from its sender's send
+/// count (NCCL would hang or corrupt otherwise), REMOTE_ARGUMENT for another rank's argument
+/// error; GPUWIRE_ERROR_BACKEND_UNAVAILABLE, GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_CUDA.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn gpuwire_alltoallv(
+    comm: gpuwire_comm,
+    sendbuf: gpuwire_buffer,
+    sendcounts: *const i64,
+    sdispls: *const i64,
+    recvbuf: gpuwire_buffer,
+    recvcounts: *const i64,
+    rdispls: *const i64,
+    stream: *mut c_void,
+) -> gpuwire_status {
+    call("gpuwire_alltoallv", || {
+        let c = boundary::comm(comm)?;
+        collective(&c, "alltoallv", || alltoallv_op(&c, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls), |op| issue(&c, op, st(stream), false).map(|_| ()))
+    })
+}
+
+/// Gathers every rank's `sendbuf` into block r of the root's `recvbuf` (`recvcounts[r]`
+/// elements at element `displs[r]`; NULL `displs`: contiguous in rank order), as MPI_Gatherv.
+/// `recvbuf`, `recvcounts` and `displs` are significant at the root only (others may pass
+/// GPUWIRE_BUFFER_NULL and NULL). Rank r's send count must equal the root's `recvcounts[r]`.
+/// In place at the root when its `sendbuf` is a view of exactly its own block of `recvbuf`.
+///
+/// Collective. Errors as gpuwire_alltoallv, plus ROOT_MISMATCH (checking mode) and
+/// GPUWIRE_ERROR_INVALID_ARGUMENT (root out of range).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_gatherv(
+    comm: gpuwire_comm,
+    sendbuf: gpuwire_buffer,
+    recvbuf: gpuwire_buffer,
+    recvcounts: *const i64,
+    displs: *const i64,
+    root: i32,
+    stream: *mut c_void,
+) -> gpuwire_status {
+    call("gpuwire_gatherv", || {
+        let c = boundary::comm(comm)?;
+        collective(&c, "gatherv", || gatherv_op(&c, sendbuf, recvbuf, recvcounts, displs, root), |op| issue(&c, op, st(stream), false).map(|_| ()))
+    })
+}
+
+/// Sends block r of the root's `sendbuf` (`sendcounts[r]` elements at element `displs[r]`;
+/// NULL `displs`: contiguous in rank order) to rank r's `recvbuf`, as MPI_Scatterv. `sendbuf`,
+/// `sendcounts` and `displs` are significant at the root only (others may pass
+/// GPUWIRE_BUFFER_NULL and NULL). Rank r's receive count must equal the root's
+/// `sendcounts[r]`. In place at the root when its `recvbuf` is a view of exactly its own block
+/// of `sendbuf`.
+///
+/// Collective. Errors as gpuwire_gatherv.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_scatterv(
+    comm: gpuwire_comm,
+    sendbuf: gpuwire_buffer,
+    sendcounts: *const i64,
+    displs: *const i64,
+    recvbuf: gpuwire_buffer,
+    root: i32,
+    stream: *mut c_void,
+) -> gpuwire_status {
+    call("gpuwire_scatterv", || {
+        let c = boundary::comm(comm)?;
+        collective(&c, "scatterv", || scatterv_op(&c, sendbuf, sendcounts, displs, recvbuf, root), |op| issue(&c, op, st(stream), false).map(|_| ()))
+    })
+}
+
+/// Reduces every rank's `sendbuf` (the sum of `recvcounts` elements) element-wise with `op` and
+/// leaves block r of the result (`recvcounts[r]` elements, blocks contiguous in rank order) in
+/// rank r's `recvbuf`, as MPI_Reduce_scatter (gpuwire_reduce_scatter_block is the form with
+/// equal blocks). `recvcounts` has one int64 per rank, the same on every rank; zeros are
+/// allowed. In place (as MPI_IN_PLACE) when `sendbuf` is `recvbuf` (or the same memory): it
+/// holds the input, and the result is written to its first `recvcounts[r]` elements. On NCCL:
+/// one ncclReduce per block in one group.
+///
+/// Collective. Errors as gpuwire_reduce, plus GPUWIRE_ERROR_INVALID_ARGUMENT (NULL or negative
+/// counts) and GPUWIRE_ERROR_COUNT_MISMATCH (a buffer of another size than the counts give; in
+/// checking mode, on every rank, counts that differ between ranks).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_reduce_scatterv(
+    comm: gpuwire_comm,
+    sendbuf: gpuwire_buffer,
+    recvbuf: gpuwire_buffer,
+    recvcounts: *const i64,
+    op: i32,
+    stream: *mut c_void,
+) -> gpuwire_status {
+    call("gpuwire_reduce_scatterv", || {
+        let c = boundary::comm(comm)?;
+        collective(&c, "reduce_scatterv", || reduce_scatterv_op(&c, sendbuf, recvbuf, recvcounts, op), |op| issue(&c, op, st(stream), false).map(|_| ()))
     })
 }
 
@@ -534,7 +708,10 @@ fn nonblocking(
     call(name, || {
         non_null(request, "request")?;
         let c = boundary::comm(comm)?;
-        let what = name.trim_start_matches("gpuwire_i");
+        let what = match name.trim_start_matches("gpuwire_i") {
+            "reduce_scatter_block" => "reduce_scatter",
+            w => w,
+        };
         let op = match prepare() {
             Ok(op) => op,
             Err(e) => return Err(c.fail_collective(what, e)),
@@ -641,8 +818,23 @@ pub extern "C" fn gpuwire_iallgatherv(
     })
 }
 
-/// Starts a reduce-scatter, as MPI_Ireduce_scatter_block (arguments as gpuwire_reduce_scatter;
-/// see gpuwire_ibarrier).
+/// Starts a reduce-scatter with equal blocks, as MPI_Ireduce_scatter_block (arguments as
+/// gpuwire_reduce_scatter_block; see gpuwire_ibarrier).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_ireduce_scatter_block(
+    comm: gpuwire_comm,
+    sendbuf: gpuwire_buffer,
+    recvbuf: gpuwire_buffer,
+    op: i32,
+    stream: *mut c_void,
+    request: *mut gpuwire_request,
+) -> gpuwire_status {
+    nonblocking("gpuwire_ireduce_scatter_block", comm, request, stream, || {
+        Ok(Op::ReduceScatter { send: boundary::buffer(sendbuf)?, recv: boundary::buffer(recvbuf)?, op: ReduceOp::from_c(op)? })
+    })
+}
+
+/// Deprecated: the old name of gpuwire_ireduce_scatter_block (MPI_Ireduce_scatter_block).
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_ireduce_scatter(
     comm: gpuwire_comm,
@@ -686,6 +878,73 @@ pub extern "C" fn gpuwire_iexscan(
     nonblocking("gpuwire_iexscan", comm, request, stream, || {
         Ok(Op::Scan { send: boundary::buffer(sendbuf)?, recv: boundary::buffer(recvbuf)?, op: ReduceOp::from_c(op)?, exclusive: true })
     })
+}
+
+/// Starts an all-to-all with per-rank counts, as MPI_Ialltoallv (arguments as
+/// gpuwire_alltoallv; the arrays are copied by the call; see gpuwire_ibarrier).
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn gpuwire_ialltoallv(
+    comm: gpuwire_comm,
+    sendbuf: gpuwire_buffer,
+    sendcounts: *const i64,
+    sdispls: *const i64,
+    recvbuf: gpuwire_buffer,
+    recvcounts: *const i64,
+    rdispls: *const i64,
+    stream: *mut c_void,
+    request: *mut gpuwire_request,
+) -> gpuwire_status {
+    nonblocking("gpuwire_ialltoallv", comm, request, stream, || alltoallv_op(&*boundary::comm(comm)?, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls))
+}
+
+/// Starts a gather with per-rank counts, as MPI_Igatherv (arguments as gpuwire_gatherv; the
+/// arrays are copied by the call; see gpuwire_ibarrier).
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn gpuwire_igatherv(
+    comm: gpuwire_comm,
+    sendbuf: gpuwire_buffer,
+    recvbuf: gpuwire_buffer,
+    recvcounts: *const i64,
+    displs: *const i64,
+    root: i32,
+    stream: *mut c_void,
+    request: *mut gpuwire_request,
+) -> gpuwire_status {
+    nonblocking("gpuwire_igatherv", comm, request, stream, || gatherv_op(&*boundary::comm(comm)?, sendbuf, recvbuf, recvcounts, displs, root))
+}
+
+/// Starts a scatter with per-rank counts, as MPI_Iscatterv (arguments as gpuwire_scatterv; the
+/// arrays are copied by the call; see gpuwire_ibarrier).
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn gpuwire_iscatterv(
+    comm: gpuwire_comm,
+    sendbuf: gpuwire_buffer,
+    sendcounts: *const i64,
+    displs: *const i64,
+    recvbuf: gpuwire_buffer,
+    root: i32,
+    stream: *mut c_void,
+    request: *mut gpuwire_request,
+) -> gpuwire_status {
+    nonblocking("gpuwire_iscatterv", comm, request, stream, || scatterv_op(&*boundary::comm(comm)?, sendbuf, sendcounts, displs, recvbuf, root))
+}
+
+/// Starts a reduce-scatter with per-rank counts, as MPI_Ireduce_scatter (arguments as
+/// gpuwire_reduce_scatterv; `recvcounts` is copied by the call; see gpuwire_ibarrier).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_ireduce_scatterv(
+    comm: gpuwire_comm,
+    sendbuf: gpuwire_buffer,
+    recvbuf: gpuwire_buffer,
+    recvcounts: *const i64,
+    op: i32,
+    stream: *mut c_void,
+    request: *mut gpuwire_request,
+) -> gpuwire_status {
+    nonblocking("gpuwire_ireduce_scatterv", comm, request, stream, || reduce_scatterv_op(&*boundary::comm(comm)?, sendbuf, recvbuf, recvcounts, op))
 }
 
 /// Starts an all-to-all, as MPI_Ialltoall (arguments as gpuwire_alltoall; see

@@ -386,12 +386,12 @@ static void self_message(gpuwire_comm c, gpuwire_buffer b, int32_t tag, gpuwire_
 
 /* ---- one call of function `f` -------------------------------------------------------------- */
 
-enum { F_COUNT = 84 };
+enum { F_COUNT = 88 };
 
 static void call(int f)
 {
     char text[64];
-    int64_t i64 = 0, lens[64], shape[8], counts[64];
+    int64_t i64 = 0, lens[64], shape[8], counts[64], displs[64], rcounts[64];
     int32_t i32 = 0, j32 = 0, k32 = 0;
     void *ptr = NULL;
     gpuwire_buffer ob = GPUWIRE_BUFFER_NULL;
@@ -816,6 +816,59 @@ static void call(int f)
                 keep_darr(od);
             }
         }
+    } break;
+    /* The v-collectives: counts and displacements small, contiguous (NULL) or one of them
+     * extreme; every rank passes the same arrays, so a count matrix that does not match is an
+     * error on every rank (checking mode), as is a bad value. */
+    CASE(84, "gpuwire_alltoallv") {
+        gpuwire_comm c = a_comm();
+        gpuwire_buffer s = a_buf(), r = rnd(4) ? a_buf() : s;
+        int k, b;
+        for (k = 0; k < size; k++)
+            counts[k] = rnd(3), displs[k] = rnd(4), rcounts[k] = rnd(4) ? counts[k] : rnd(3);
+        if ((b = bad(N_I64_BAD)) >= 0)
+            (rnd(2) ? counts : rnd(2) ? displs : rcounts)[rnd(size)] = i64_bad[b];
+        done(gpuwire_alltoallv(c, s, bad(1) < 0 ? counts : NULL, rnd(3) ? displs : NULL, r, bad(1) < 0 ? rcounts : NULL,
+                               rnd(3) ? displs : NULL, a_stream()), 1);
+    } break;
+    CASE(85, "gpuwire_gatherv") {
+        gpuwire_comm c = a_comm();
+        gpuwire_buffer s = a_buf(), r = a_buf_opt();
+        int32_t root = a_root();
+        int k, b;
+        int64_t n = 0;
+        gpuwire_buffer_count(s, &n);
+        for (k = 0; k < size; k++)
+            counts[k] = n, displs[k] = n * (size - 1 - k);
+        if ((b = bad(N_I64_BAD)) >= 0)
+            (rnd(2) ? counts : displs)[rnd(size)] = i64_bad[b];
+        done(gpuwire_gatherv(c, s, r, bad(1) < 0 ? counts : NULL, rnd(3) ? displs : NULL, root, a_stream()), 1);
+    } break;
+    CASE(86, "gpuwire_scatterv") {
+        gpuwire_comm c = a_comm();
+        gpuwire_buffer s = a_buf_opt(), r = a_buf();
+        int32_t root = a_root();
+        int k, b;
+        int64_t n = 0;
+        gpuwire_buffer_count(r, &n);
+        for (k = 0; k < size; k++)
+            counts[k] = n, displs[k] = rnd(3);
+        if ((b = bad(N_I64_BAD)) >= 0)
+            (rnd(2) ? counts : displs)[rnd(size)] = i64_bad[b];
+        done(gpuwire_scatterv(c, s, bad(1) < 0 ? counts : NULL, rnd(3) ? displs : NULL, r, root, a_stream()), 1);
+    } break;
+    CASE(87, "gpuwire_reduce_scatterv") {
+        gpuwire_comm c = a_comm();
+        gpuwire_buffer s = a_buf(), r = rnd(4) ? a_buf() : s;
+        int32_t op = a_enum(8);
+        int k, b;
+        int64_t n = 0;
+        gpuwire_buffer_count(r, &n);
+        for (k = 0; k < size; k++)
+            counts[k] = n;
+        if ((b = bad(N_I64_BAD)) >= 0)
+            counts[rnd(size)] = i64_bad[b];
+        done(gpuwire_reduce_scatterv(c, s, r, bad(1) < 0 ? counts : NULL, op, a_stream()), 1);
     } break;
     default:
         fprintf(stderr, "fuzz_api: no function %d\n", f);

@@ -28,6 +28,11 @@
  *   in one group; a halo exchange ring in one group; an argument error inside a group;
  *   group_end without start; wait / test on a request of an unfinished group; group_end
  *   returning its operations' first error; groups are per thread.
+ * - (part "vcoll", issue 13) The nonblocking v-collectives: ialltoallv (rank r sends r + 1
+ *   elements to each rank, received with a gap before each block), igatherv and iscatterv at
+ *   the last rank, ireduce_scatterv (rank j gets j + 1 elements), ireduce_scatter_block and
+ *   gpuwire_reduce_scatter_block, all outstanding at once (their arrays overwritten after the
+ *   call), completed by waitall; values computed here.
  *
  * Usage: mpirun -n P test_nbc P [funneled] [part]   (part: coll, many, mixed, early, timeout,
  * args, check, group; default all of these; or free, run only when named). "funneled" initializes MPI with MPI_THREAD_FUNNELED (operations
@@ -1111,6 +1116,73 @@ static void groups(void)
     EXPECT_OK(gpuwire_comm_free(c));
 }
 
+/* The nonblocking v-collectives, all outstanding at once (see the file's comment). */
+static void v_collectives(void)
+{
+    int64_t sc[MAXP], sd[MAXP], rc[MAXP], rd[MAXP], gc[MAXP], tri = (int64_t)size * (size + 1) / 2;
+    int64_t off = (int64_t)rank * (rank + 1) / 2, at = 0;
+    int root = size - 1, j, k, good = 1;
+    gpuwire_request rq[5];
+    for (j = 0; j < size; j++) {
+        sc[j] = rank + 1, sd[j] = (int64_t)j * (rank + 1), rc[j] = j + 1, gc[j] = j + 1;
+        rd[j] = at + 1; /* a gap of one element before each block */
+        at += j + 2;
+    }
+    gpuwire_buffer a_s = balloc(sc[0] * size, GPUWIRE_INT32), a_r = balloc(at, GPUWIRE_INT32);
+    gpuwire_buffer g_s = balloc(rank + 1, GPUWIRE_INT32), g_r = balloc(tri, GPUWIRE_INT32);
+    gpuwire_buffer s_r = balloc(rank + 1, GPUWIRE_INT32), rs_s = balloc(tri, GPUWIRE_INT32);
+    gpuwire_buffer rs_r = balloc(rank + 1, GPUWIRE_INT32), b_s = balloc(2 * size, GPUWIRE_INT32);
+    gpuwire_buffer b_r = balloc(2, GPUWIRE_INT32), b_r2 = balloc(2, GPUWIRE_INT32);
+    int32_t *as = bptr(a_s), *ar = bptr(a_r), *gs = bptr(g_s), *gr = bptr(g_r), *sr = bptr(s_r);
+    int32_t *rss = bptr(rs_s), *rsr = bptr(rs_r), *bs = bptr(b_s), *br = bptr(b_r), *br2 = bptr(b_r2);
+    for (j = 0; j < size; j++)
+        for (k = 0; k <= rank; k++)
+            as[j * (rank + 1) + k] = 100 * rank + j;
+    for (k = 0; k < at; k++)
+        ar[k] = -1;
+    for (k = 0; k <= rank; k++)
+        gs[k] = 7 * rank, sr[k] = -1, rsr[k] = -1;
+    for (k = 0; k < tri; k++)
+        gr[k] = -1, rss[k] = (int32_t)k + rank;
+    if (rank == root) /* the scatterv source: rank j's block of j + 1 elements holds 5 j */
+        for (j = 0, at = 0; j < size; at += j + 1, j++)
+            for (k = 0; k <= j; k++)
+                gr[at + k] = 5 * j;
+    for (k = 0; k < 2 * size; k++)
+        bs[k] = k;
+    br[0] = br[1] = br2[0] = br2[1] = -1;
+    EXPECT_OK(gpuwire_ialltoallv(world, a_s, sc, sd, a_r, rc, rd, NULL, &rq[0]));
+    EXPECT_OK(gpuwire_iscatterv(world, rank == root ? g_r : GPUWIRE_BUFFER_NULL, gc, NULL, s_r, root, NULL, &rq[1]));
+    EXPECT_OK(gpuwire_ireduce_scatterv(world, rs_s, rs_r, gc, GPUWIRE_SUM, NULL, &rq[2]));
+    EXPECT_OK(gpuwire_ireduce_scatter_block(world, b_s, b_r, GPUWIRE_SUM, NULL, &rq[3]));
+    for (j = 0; j < size; j++) /* copied at the call */
+        sc[j] = sd[j] = rc[j] = rd[j] = gc[j] = -5;
+    EXPECT_OK(gpuwire_waitall(4, rq));
+    for (j = 0; j < size; j++)
+        gc[j] = j + 1;
+    /* igatherv after iscatterv read g_r: it overwrites g_r at the root. */
+    EXPECT_OK(gpuwire_igatherv(world, g_s, rank == root ? g_r : GPUWIRE_BUFFER_NULL, gc, NULL, root, NULL, &rq[4]));
+    EXPECT_OK(gpuwire_reduce_scatter_block(world, b_s, b_r2, GPUWIRE_SUM, NULL));
+    EXPECT_OK(gpuwire_wait(&rq[4]));
+    for (j = 0, at = 0; j < size; at += j + 2, j++) {
+        good = good && ar[at] == -1;
+        for (k = 0; k <= j; k++)
+            good = good && ar[at + 1 + k] == 100 * j + rank;
+    }
+    EXPECT(good);
+    for (k = 0; k <= rank; k++)
+        EXPECT(sr[k] == 5 * rank && rsr[k] == size * (int32_t)(off + k) + size * (size - 1) / 2);
+    if (rank == root)
+        for (j = 0, at = 0; j < size; at += j + 1, j++)
+            for (k = 0; k <= j; k++)
+                EXPECT(gr[at + k] == 7 * j);
+    EXPECT(br[0] == 2 * rank * size && br[1] == (2 * rank + 1) * size);
+    EXPECT(br2[0] == 2 * rank * size && br2[1] == (2 * rank + 1) * size);
+    gpuwire_buffer all[] = {a_s, a_r, g_s, g_r, s_r, rs_s, rs_r, b_s, b_r, b_r2};
+    for (j = 0; j < 10; j++)
+        bfree(all[j]);
+}
+
 int main(int argc, char **argv)
 {
     int provided = 0, funneled = 0, expected;
@@ -1157,6 +1229,8 @@ int main(int argc, char **argv)
         checking();
     if (!*only || !strcmp(only, "group"))
         groups();
+    if (!*only || !strcmp(only, "vcoll"))
+        v_collectives();
     if (!strcmp(only, "free")) /* run on its own: see free_while_pending */
         free_while_pending();
 

@@ -289,6 +289,72 @@ static void test_operations(const gw::comm &world)
     world.scatter(rank == 0 ? gw::buffer::wrap(g) : gw::buffer(), gw::buffer::wrap(got), 0);
     EXPECT(got[0] == rank * 3);
 
+    // The v-collectives: rank r sends r + 1 elements (100 r + j) to rank j, blocks contiguous
+    // (empty displacement spans); gatherv / scatterv at the last rank; reduce_scatterv with rank
+    // j's block j + 1 elements; each blocking and nonblocking.
+    {
+        const std::size_t p = static_cast<std::size_t>(size), me = static_cast<std::size_t>(rank);
+        std::vector<int64_t> sc(p, rank + 1), rc(p), none;
+        std::vector<int32_t> vs, vr;
+        for (std::size_t j = 0; j < p; j++) {
+            rc[j] = static_cast<int64_t>(j) + 1;
+            vs.insert(vs.end(), me + 1, 100 * rank + static_cast<int32_t>(j));
+        }
+        for (int pass = 0; pass < 2; pass++) {
+            vr.assign(p * (p + 1) / 2, -1);
+            gw::buffer bs = gw::buffer::wrap(vs), br = gw::buffer::wrap(vr);
+            if (pass == 0)
+                world.alltoallv(bs, sc, none, br, rc, none);
+            else
+                world.ialltoallv(bs, sc, none, br, rc, none).wait();
+            bool good = true;
+            for (std::size_t j = 0, at = 0; j < p; at += j + 1, j++)
+                for (std::size_t k = 0; k <= j; k++)
+                    good = good && vr[at + k] == 100 * static_cast<int32_t>(j) + rank;
+            EXPECT(good);
+        }
+        EXPECT_THROW(world.alltoallv(gw::buffer::wrap(vs), too_few, none, gw::buffer::wrap(vr), rc, none),
+                     GPUWIRE_ERROR_INVALID_ARGUMENT, "one entry per rank");
+        const int32_t root = size - 1;
+        std::vector<int32_t> gs(me + 1, 7 * rank), gr(p * (p + 1) / 2, -1);
+        for (int pass = 0; pass < 2; pass++) {
+            std::fill(gr.begin(), gr.end(), -1);
+            gw::buffer bg = rank == root ? gw::buffer::wrap(gr) : gw::buffer();
+            if (pass == 0)
+                world.gatherv(gw::buffer::wrap(gs), bg, rc, none, root);
+            else
+                world.igatherv(gw::buffer::wrap(gs), bg, rc, none, root).wait();
+            if (rank == root)
+                EXPECT(gr[0] == 0 && gr[p * (p + 1) / 2 - 1] == 7 * (size - 1));
+        }
+        for (int pass = 0; pass < 2; pass++) {
+            std::vector<int32_t> back(me + 1, -1);
+            gw::buffer bg = rank == root ? gw::buffer::wrap(gr) : gw::buffer();
+            if (pass == 0)
+                world.scatterv(bg, rc, none, gw::buffer::wrap(back), root);
+            else
+                world.iscatterv(bg, rc, none, gw::buffer::wrap(back), root).wait();
+            EXPECT(back[0] == 7 * rank && back[me] == 7 * rank);
+        }
+        std::vector<int32_t> in(p * (p + 1) / 2), out;
+        std::iota(in.begin(), in.end(), rank);
+        const int32_t off = rank * (rank + 1) / 2;
+        for (int pass = 0; pass < 2; pass++) {
+            out.assign(me + 1, -1);
+            if (pass == 0)
+                world.reduce_scatterv(gw::buffer::wrap(in), gw::buffer::wrap(out), rc, GPUWIRE_SUM);
+            else
+                world.ireduce_scatterv(gw::buffer::wrap(in), gw::buffer::wrap(out), rc, GPUWIRE_SUM).wait();
+            EXPECT(out[0] == size * off + size * (size - 1) / 2 && out[me] == size * (off + rank) + size * (size - 1) / 2);
+        }
+        std::vector<int32_t> blk(2, -1);
+        world.reduce_scatter_block(gw::buffer::wrap(rs), gw::buffer::wrap(blk), GPUWIRE_SUM);
+        EXPECT(blk[0] == 2 * rank * size && blk[1] == (2 * rank + 1) * size);
+        blk.assign(2, -1);
+        world.ireduce_scatter_block(gw::buffer::wrap(rs), gw::buffer::wrap(blk), GPUWIRE_SUM).wait();
+        EXPECT(blk[0] == 2 * rank * size && blk[1] == (2 * rank + 1) * size);
+    }
+
     // Point-to-point around the ring.
     std::vector<double> out(3, rank), in(3, -1.0);
     gw::buffer bout = gw::buffer::wrap(out), bin = gw::buffer::wrap(in);

@@ -49,6 +49,7 @@ program test_fortran
   call test_communicators()
   call test_point_to_point()
   call test_collectives()
+  call test_vcollectives()
   call test_nonblocking_and_groups()
   call test_scans_and_pairs()
   call test_darray()
@@ -732,6 +733,147 @@ contains
     call gpuwire_buffer_free(bx)
     call gpuwire_buffer_free(btotal)
   end subroutine test_collectives
+
+  ! The v-collectives, blocking and nonblocking, with values computed here: rank r sends r + 1
+  ! elements (100 r + j) to rank j; gatherv / scatterv at the last rank with rank j's block of
+  ! j + 1 elements placed in reverse rank order; reduce_scatterv with rank j's block j + 1
+  ! elements.
+  subroutine test_vcollectives()
+    integer(int32), target, allocatable :: s(:), r(:), g(:), rs(:), out(:)
+    integer(int64) :: sc(nranks), sd(nranks), rc(nranks), rd(nranks), gc(nranks), gd(nranks)
+    integer(int64) :: short(1)
+    integer(int32), target :: blk(2), sent(nranks)
+    type(gpuwire_buffer) :: b1, b2, bnull
+    type(gpuwire_request) :: req
+    integer :: j, k, root, total, pass
+    logical :: good
+    bnull = GPUWIRE_BUFFER_NULL
+    root = nranks - 1
+    ! alltoallv, then ialltoallv.
+    allocate (s((rank + 1) * nranks), r(nranks * (nranks + 1) / 2))
+    do j = 0, nranks - 1
+      sc(j + 1) = rank + 1
+      sd(j + 1) = j * (rank + 1)
+      rc(j + 1) = j + 1
+      rd(j + 1) = j * (j + 1) / 2
+      s(j * (rank + 1) + 1:(j + 1) * (rank + 1)) = 100 * rank + j
+    end do
+    call gpuwire_buffer_wrap(s, b1)
+    call gpuwire_buffer_wrap(r, b2)
+    do pass = 1, 2
+      r = -1
+      if (pass == 1) then
+        call gpuwire_alltoallv(world, b1, sc, sd, b2, rc, rd, ierror=ierr)
+      else
+        call gpuwire_ialltoallv(world, b1, sc, sd, b2, rc, rd, req, ierror=ierr)
+        call gpuwire_wait(req)
+      end if
+      call expect_ok(ierr, 'alltoallv')
+      good = .true.
+      do j = 0, nranks - 1
+        good = good .and. all(r(rd(j + 1) + 1:rd(j + 1) + j + 1) == 100 * j + rank)
+      end do
+      call expect(good, 'alltoallv / ialltoallv')
+    end do
+    ! A count array of the wrong length: INVALID_ARGUMENT (the C call is still made, so a
+    ! checking communicator's other ranks would fail too).
+    short = 1
+    call gpuwire_alltoallv(world, b1, short, sd, b2, rc, rd, ierror=ierr)
+    if (nranks /= 1) call expect_status(ierr, int(GPUWIRE_ERROR_INVALID_ARGUMENT), &
+      'alltoallv with a short sendcounts')
+    call gpuwire_buffer_free(b1)
+    call gpuwire_buffer_free(b2)
+    ! gatherv and igatherv to the last rank, blocks in reverse rank order.
+    total = nranks * (nranks + 1) / 2
+    allocate (g(total))
+    k = 0
+    do j = nranks - 1, 0, -1
+      gc(j + 1) = j + 1
+      gd(j + 1) = k
+      k = k + j + 1
+    end do
+    deallocate (s)
+    allocate (s(rank + 1))
+    s = 7 * rank
+    call gpuwire_buffer_wrap(s, b1)
+    call gpuwire_buffer_wrap(g, b2)
+    do pass = 1, 2
+      g = -1
+      if (pass == 1) then
+        if (rank == root) then
+          call gpuwire_gatherv(world, b1, b2, gc, gd, root)
+        else
+          call gpuwire_gatherv(world, b1, bnull, gc, gd, root)
+        end if
+      else
+        if (rank == root) then
+          call gpuwire_igatherv(world, b1, b2, gc, gd, root, req)
+        else
+          call gpuwire_igatherv(world, b1, bnull, gc, gd, root, req)
+        end if
+        call gpuwire_wait(req)
+      end if
+      if (rank == root) then
+        good = .true.
+        do j = 0, nranks - 1
+          good = good .and. all(g(gd(j + 1) + 1:gd(j + 1) + j + 1) == 7 * j)
+        end do
+        call expect(good, 'gatherv / igatherv at the last rank')
+      end if
+    end do
+    ! scatterv and iscatterv from the last rank: rank j gets its block back from g (7 j).
+    do pass = 1, 2
+      s = -1
+      if (pass == 1) then
+        call gpuwire_scatterv(world, b2, gc, gd, b1, root)
+      else
+        call gpuwire_iscatterv(world, b2, gc, gd, b1, root, req)
+        call gpuwire_wait(req)
+      end if
+      call expect(all(s == 7 * rank), 'scatterv / iscatterv from the last rank')
+    end do
+    call gpuwire_buffer_free(b1)
+    call gpuwire_buffer_free(b2)
+    ! reduce_scatterv and ireduce_scatterv: rank j gets j + 1 elements of the sum.
+    total = nranks * (nranks + 1) / 2
+    allocate (rs(total), out(rank + 1))
+    rs = [(j + rank, j = 0, total - 1)]
+    do j = 0, nranks - 1
+      rc(j + 1) = j + 1
+    end do
+    call gpuwire_buffer_wrap(rs, b1)
+    call gpuwire_buffer_wrap(out, b2)
+    k = rank * (rank + 1) / 2 ! this rank's offset
+    do pass = 1, 2
+      out = -1
+      if (pass == 1) then
+        call gpuwire_reduce_scatterv(world, b1, b2, rc, GPUWIRE_SUM)
+      else
+        call gpuwire_ireduce_scatterv(world, b1, b2, rc, GPUWIRE_SUM, req)
+        call gpuwire_wait(req)
+      end if
+      good = .true.
+      do j = 1, rank + 1
+        good = good .and. out(j) == nranks * (k + j - 1) + nranks * (nranks - 1) / 2
+      end do
+      call expect(good, 'reduce_scatterv / ireduce_scatterv')
+    end do
+    call gpuwire_buffer_free(b1)
+    call gpuwire_buffer_free(b2)
+    ! reduce_scatter_block and ireduce_scatter_block (gpuwire_reduce_scatter's new name).
+    sent = [(j, j = 0, nranks - 1)]
+    call gpuwire_buffer_wrap(sent, b1)
+    call gpuwire_buffer_wrap(blk(1:1), b2)
+    blk = -1
+    call gpuwire_reduce_scatter_block(world, b1, b2, GPUWIRE_SUM)
+    call expect(blk(1) == nranks * rank, 'reduce_scatter_block')
+    blk = -1
+    call gpuwire_ireduce_scatter_block(world, b1, b2, GPUWIRE_SUM, req)
+    call gpuwire_wait(req)
+    call expect(blk(1) == nranks * rank, 'ireduce_scatter_block')
+    call gpuwire_buffer_free(b1)
+    call gpuwire_buffer_free(b2)
+  end subroutine test_vcollectives
 
   ! Distributed arrays: every gpuwire_darray generic, with answers computed here from the global
   ! data (11 elements: uneven on 2 and 3 ranks); host arrays and scalars of the wrong type or

@@ -24,6 +24,9 @@ with --cupy on a GPU).
      starts nothing. `with gw.group():` around blocking sends to every peer then receives of
      1 MiB (an order that deadlocks without the group), nested, and left by an exception (the
      thread is then outside the group); Comm.async_error().
+  6. The v-collectives (Comm.alltoallv, gatherv, scatterv, reduce_scatterv, reduce_scatter_block
+     and their nonblocking forms): uneven counts with gaps between the receive blocks (left as
+     they were), a non-zero root, in place, values computed here.
 Rank 0 prints "test_bindings.py: PASS (...)" when every rank passed.
 
 Usage: mpirun -n 2 python3 tests/python/test_bindings.py [EXPECTED_RANKS] [--cupy]
@@ -335,6 +338,73 @@ def nonblocking(world):
     check((y == size).all(), "the thread left the group on an exception")
 
 
+def vcollectives(world):
+    rank, size = world.rank(), world.size()
+    last = size - 1
+    # alltoallv: rank r sends r + 1 elements (100 r + j) to rank j; receive blocks one apart.
+    sc = [rank + 1] * size
+    rc = [j + 1 for j in range(size)]
+    rd = [sum(rc[:j]) + j for j in range(size)]
+    send = np.repeat(100 * rank + np.arange(size), rank + 1).astype(np.int32)
+    want = np.full(sum(rc) + size, -1, np.int32)
+    for j in range(size):
+        want[rd[j]:rd[j] + rc[j]] = 100 * j + rank
+    for nb in (False, True):
+        recv = np.full(sum(rc) + size, -1, np.int32)
+        if nb:
+            world.ialltoallv(send, sc, None, recv, rc, rd).wait()
+        else:
+            world.alltoallv(send, sc, None, recv, rc, rd)
+        check((recv == want).all(), f"alltoallv (nonblocking: {nb})")
+    # In place: symmetric counts (rank i and j exchange i + j + 1 elements).
+    cnt = [rank + j + 1 for j in range(size)]
+    inout = np.concatenate([np.full(cnt[j], 10 * rank + j, np.float64) for j in range(size)])
+    world.alltoallv(inout, None, None, inout, cnt, None)
+    check((inout == np.concatenate([np.full(cnt[j], 10 * j + rank, np.float64) for j in range(size)])).all(), "alltoallv in place")
+    # gatherv / scatterv at the last rank, blocks in reverse rank order.
+    gc = [j + 1 for j in range(size)]
+    gd = [sum(gc[j + 1:]) for j in range(size)]
+    for nb in (False, True):
+        g = np.full(sum(gc), -1, np.int32)
+        mine = np.full(rank + 1, 7 * rank, np.int32)
+        at_root = rank == last
+        r = (world.igatherv if nb else world.gatherv)(mine, g if at_root else None, gc if at_root else None, gd if at_root else None, root=last)
+        if nb:
+            r.wait()
+        want = np.concatenate([np.full(gc[j], 7 * j, np.int32) for j in reversed(range(size))])
+        check(not at_root or (g == want).all(), f"gatherv (nonblocking: {nb})")
+        back = np.full(rank + 1, -1, np.int32)
+        r = (world.iscatterv if nb else world.scatterv)(want if at_root else None, gc if at_root else None, gd if at_root else None, back, root=last)
+        if nb:
+            r.wait()
+        check((back == 7 * rank).all(), f"scatterv (nonblocking: {nb})")
+    # reduce_scatterv: rank j gets j + 1 elements of the sum; in place too.
+    total = sum(gc)
+    off = sum(gc[:rank])
+    x = (np.arange(total) + rank).astype(np.int64)
+    want = size * np.arange(off, off + rank + 1) + size * (size - 1) // 2
+    for nb in (False, True):
+        out = np.full(rank + 1, -1, np.int64)
+        r = (world.ireduce_scatterv if nb else world.reduce_scatterv)(x, out, gc, op=gw.SUM)
+        if nb:
+            r.wait()
+        check((out == want).all(), f"reduce_scatterv (nonblocking: {nb})")
+    inout = x.copy()
+    world.reduce_scatterv(inout, inout, gc, op=gw.SUM)
+    check((inout[:rank + 1] == want).all(), "reduce_scatterv in place")
+    blk = np.full(2, -1, np.int32)
+    world.reduce_scatter_block(np.arange(2 * size, dtype=np.int32), blk, op=gw.SUM)
+    check((blk == size * np.arange(2 * rank, 2 * rank + 2)).all(), "reduce_scatter_block")
+    blk[:] = -1
+    world.ireduce_scatter_block(np.arange(2 * size, dtype=np.int32), blk, op=gw.SUM).wait()
+    check((blk == size * np.arange(2 * rank, 2 * rank + 2)).all(), "ireduce_scatter_block")
+    try:
+        world.alltoallv(send, sc[:-1] + [1, 1], None, recv, rc, rd)
+        check(False, "alltoallv with too many counts did not raise")
+    except ValueError as e:
+        check("counts" in str(e), f"alltoallv with too many counts: {e}")
+
+
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     want_cupy = "--cupy" in sys.argv
@@ -348,6 +418,7 @@ def main():
     try:
         byte_order(world)
         nonblocking(world)
+        vcollectives(world)
         if want_cupy:
             byte_order_cupy(world)
             label = "numpy and cupy"

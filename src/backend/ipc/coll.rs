@@ -11,7 +11,7 @@ use super::shm::{self, lock, BufRecord, CallArea, Stop, REC_HANDLE, REC_LOCAL_ON
 use super::state::{deliver, state, IpcState, View};
 use crate::backend::devstate;
 use crate::backend::mpi_staged::{StagedPath, input_buf};
-use crate::backend::path::{Input, Path};
+use crate::backend::path::{Blocks, Input, Path};
 use crate::backend::ring::{self, Loc};
 use crate::buffer::Buffer;
 use crate::comm::Communicator;
@@ -736,4 +736,134 @@ fn gatherv(c: &Communicator, what: &'static str, send: Input, recv: Option<&Buff
         }
         Ok(())
     })
+}
+
+// ---- the v-collectives ----------------------------------------------------------------------
+
+/// What one rank gives a v-collective through the mappings: its input and output (`None` where
+/// it has none), and its layout: `sc[j]` elements to rank j from element `sd[j]` of the input,
+/// rank j's block received at element `rd[j]` of the output.
+struct VSide<'a> {
+    input: Option<View>,
+    output: Option<&'a Buffer>,
+    sc: Vec<usize>,
+    sd: Vec<usize>,
+    rd: Vec<usize>,
+}
+
+/// alltoallv, gatherv and scatterv natively: each rank's layout reaches the leader by one
+/// MPI_Gather (3 x size int64 per rank), the buffers' records by the shared segment; then the
+/// leader copies every non-empty block q -> r from rank q's input to rank r's output through the
+/// mappings (copy engine), inputs of in-place ranks (the same memory as input and output) first
+/// set aside in its scratch. Memory a rank cannot export makes every rank take `staged`.
+fn vcoll(c: &Communicator, what: &'static str, dtype: Dtype, side: VSide, bufs: &[Option<&Buffer>], stream: Stream, staged: impl FnOnce() -> Result<()>) -> Result<()> {
+    let p = c.size() as usize;
+    let es = dtype.size();
+    let mine: Vec<i64> = side.sc.iter().chain(&side.sd).chain(&side.rd).map(|x| *x as i64).collect();
+    let mut all = vec![0i64; if c.rank() == 0 { 3 * p * p } else { 1 }];
+    let n = (3 * p) as std::ffi::c_int;
+    // 3p int64 from every rank into the leader's `all` (rank order).
+    let r = crate::comm::collective!(
+        c,
+        "MPI_Gather (IPC v-collective layouts)",
+        MPI_Gather(mine.as_ptr().cast(), n, crate::mpisys::sys::RSMPI_INT64_T, all.as_mut_ptr().cast(), n, crate::mpisys::sys::RSMPI_INT64_T, 0, c.raw()),
+        MPI_Igather
+    );
+    if r.is_err() {
+        // An abandoned request (a timeout) may still use both.
+        std::mem::forget((mine, all));
+        return r;
+    }
+    let mut co = Coll::begin(c, what, bufs, stream)?;
+    let recs = [co.s.export(side.input), co.s.export(side.output.map(View::of))];
+    if co.exchange(recs)? {
+        drop(co);
+        return staged();
+    }
+    co.lead_or_follow(|l| {
+        let at = |q: usize, k: usize, j: usize| all[q * 3 * p + k * p + j] as usize;
+        // Bytes of rank q's input that its blocks reach.
+        let extent = |q: usize| (0..p).filter(|j| at(q, 0, *j) > 0).map(|j| (at(q, 1, j) + at(q, 0, j)) * es).max().unwrap_or(0);
+        let inplace: Vec<usize> = (0..p).filter(|q| extent(*q) > 0 && l.same(*q)).collect();
+        let aside: usize = inplace.iter().map(|q| extent(*q)).sum();
+        let tmp = if aside == 0 { 0 } else { l.scratch(aside)? };
+        let mut src = vec![0usize; p];
+        let mut used = 0;
+        for (q, s) in src.iter_mut().enumerate() {
+            if extent(q) == 0 {
+                continue;
+            }
+            let i = l.ptr(q, 0)?;
+            *s = if inplace.contains(&q) {
+                l.copy(tmp + used, i, extent(q))?;
+                used += extent(q);
+                tmp + used - extent(q)
+            } else {
+                i
+            };
+        }
+        for r in 0..p {
+            if (0..p).all(|q| at(q, 0, r) == 0) {
+                continue;
+            }
+            let o = l.ptr(r, 1)?;
+            for q in 0..p {
+                let n = at(q, 0, r);
+                if n > 0 {
+                    l.copy(o + at(r, 2, q) * es, src[q] + at(q, 1, r) * es, n * es)?;
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+pub(super) fn alltoallv_blocks(c: &Communicator, send: Input, sb: Blocks, recv: &Buffer, rb: Blocks, stream: Stream) -> Result<()> {
+    let input = match send {
+        Input::Buf(b) => View::of(b),
+        Input::InPlace => View::of(recv),
+    };
+    let side = VSide { input: Some(input), output: Some(recv), sc: sb.counts.to_vec(), sd: sb.displs.to_vec(), rd: rb.displs.to_vec() };
+    vcoll(c, "alltoallv", recv.dtype(), side, &[input_buf(send), Some(recv)], stream, || StagedPath.alltoallv(c, send, sb, recv, rb, stream))
+}
+
+pub(super) fn gatherv_blocks(c: &Communicator, send: Input, recv: Option<&Buffer>, rb: Option<Blocks>, root: i32, stream: Stream) -> Result<()> {
+    let (p, root_u) = (c.size() as usize, root as usize);
+    let dtype = match (send, recv) {
+        (Input::Buf(b), _) => b.dtype(),
+        (_, Some(r)) => r.dtype(),
+        _ => return Err(Error::Internal("in-place gatherv without a receive buffer".into())),
+    };
+    let mut sc = vec![0; p];
+    // In place at the root: its block is already where it goes (nothing to copy).
+    let input = match send {
+        Input::Buf(b) => {
+            sc[root_u] = b.count();
+            Some(View::of(b))
+        }
+        Input::InPlace => None,
+    };
+    let rd = rb.map_or(vec![0; p], |b| b.displs.to_vec());
+    let side = VSide { input, output: recv, sc, sd: vec![0; p], rd };
+    vcoll(c, "gatherv", dtype, side, &[input_buf(send), recv], stream, || StagedPath.gatherv(c, send, recv, rb, root, stream))
+}
+
+pub(super) fn scatterv_blocks(c: &Communicator, send: Option<&Buffer>, sb: Option<Blocks>, recv: Input, root: i32, stream: Stream) -> Result<()> {
+    let (p, me) = (c.size() as usize, c.rank() as usize);
+    let dtype = match (recv, send) {
+        (Input::Buf(b), _) => b.dtype(),
+        (_, Some(s)) => s.dtype(),
+        _ => return Err(Error::Internal("in-place scatterv without a send buffer".into())),
+    };
+    let (mut sc, sd) = sb.map_or((vec![0; p], vec![0; p]), |b| (b.counts.to_vec(), b.displs.to_vec()));
+    let output = match recv {
+        Input::Buf(b) => Some(b),
+        Input::InPlace => {
+            // In place at the root: its block stays where it is.
+            sc[me] = 0;
+            None
+        }
+    };
+    let side = VSide { input: send.map(View::of), output, sc, sd, rd: vec![0; p] };
+    vcoll(c, "scatterv", dtype, side, &[send, input_buf(recv)], stream, || StagedPath.scatterv(c, send, sb, recv, root, stream))
 }

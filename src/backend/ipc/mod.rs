@@ -19,7 +19,8 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys as cu;
 
-use crate::backend::path::{Input, Path};
+use crate::backend::mpi_staged::StagedPath;
+use crate::backend::path::{Blocks, Input, Path};
 use crate::buffer::Buffer;
 use crate::comm::Communicator;
 use crate::device::{self, Stream};
@@ -194,6 +195,24 @@ impl Path for IpcPath {
 
     fn scatter(&self, c: &Communicator, send: Option<&Buffer>, recv: Input, root: i32, stream: Stream) -> Result<()> {
         coll::scatter(c, send, recv, root, stream)
+    }
+
+    fn alltoallv(&self, c: &Communicator, send: Input, sb: Blocks, recv: &Buffer, rb: Blocks, stream: Stream) -> Result<()> {
+        coll::alltoallv_blocks(c, send, sb, recv, rb, stream)
+    }
+
+    fn gatherv(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, rb: Option<Blocks>, root: i32, stream: Stream) -> Result<()> {
+        coll::gatherv_blocks(c, send, recv, rb, root, stream)
+    }
+
+    fn scatterv(&self, c: &Communicator, send: Option<&Buffer>, sb: Option<Blocks>, recv: Input, root: i32, stream: Stream) -> Result<()> {
+        coll::scatterv_blocks(c, send, sb, recv, root, stream)
+    }
+
+    // Not native yet: every rank stages it through MPI (the staged path), as IPC's other
+    // collectives do with memory they cannot map.
+    fn reduce_scatterv(&self, c: &Communicator, send: Input, recv: &Buffer, counts: &[usize], op: ReduceOp, stream: Stream) -> Result<()> {
+        StagedPath.reduce_scatterv(c, send, recv, counts, op, stream)
     }
 }
 
