@@ -43,7 +43,8 @@ pub enum Op {
     Send { buf: Arc<Buffer>, dest: i32, tag: i32 },
     Recv { buf: Arc<Buffer>, source: i32, tag: i32 },
     Isend { buf: Arc<Buffer>, dest: i32, tag: i32 },
-    Irecv { buf: Arc<Buffer>, source: i32, tag: i32 },
+    /// `upto`: a message of up to the buffer's count (gpuwire_irecv_status), else exactly it.
+    Irecv { buf: Arc<Buffer>, source: i32, tag: i32, upto: bool },
     Sendrecv { send: Arc<Buffer>, dest: i32, sendtag: i32, recv: Arc<Buffer>, source: i32, recvtag: i32 },
     Barrier,
     Bcast { buf: Arc<Buffer>, root: i32 },
@@ -204,11 +205,12 @@ impl Op {
         match self {
             Op::Send { dest, tag, .. } => p2p("send", "destination", *dest, *tag),
             Op::Isend { dest, tag, .. } => p2p("isend", "destination", *dest, *tag),
-            Op::Recv { source, tag, .. } => p2p("recv", "source", *source, *tag),
-            Op::Irecv { source, tag, .. } => p2p("irecv", "source", *source, *tag),
+            Op::Recv { buf, source, tag } => c.check_source_tag("recv", *source, *tag).and_then(|()| c.check_wildcard_path("recv", buf, *source, *tag)),
+            Op::Irecv { buf, source, tag, .. } => c.check_source_tag("irecv", *source, *tag).and_then(|()| c.check_wildcard_path("irecv", buf, *source, *tag)),
             Op::Sendrecv { send, dest, sendtag, recv, source, recvtag } => {
                 p2p("sendrecv", "destination", *dest, *sendtag)?;
-                p2p("sendrecv", "source", *source, *recvtag)?;
+                c.check_source_tag("sendrecv", *source, *recvtag)?;
+                c.check_wildcard_path("sendrecv", recv, *source, *recvtag)?;
                 if send.overlaps(recv) {
                     return Err(Error::InvalidArgument("sendrecv: the send and receive buffers overlap".into()));
                 }
@@ -245,7 +247,7 @@ impl Op {
             Op::Send { buf, dest, tag } => c.send(buf, *dest, *tag, stream),
             Op::Recv { buf, source, tag } => c.recv(buf, *source, *tag, stream),
             Op::Isend { buf, dest, tag } => c.isend(buf, *dest, *tag, stream)?.wait(),
-            Op::Irecv { buf, source, tag } => c.irecv(buf, *source, *tag, stream)?.wait(),
+            Op::Irecv { buf, source, tag, upto } => c.irecv(buf, *source, *tag, *upto, stream)?.wait(),
             Op::Sendrecv { send, dest, sendtag, recv, source, recvtag } => c.sendrecv(send, *dest, *sendtag, recv, *source, *recvtag, stream),
             Op::Barrier => c.barrier(stream),
             Op::Bcast { buf, root } => c.bcast(buf, *root, stream),
@@ -265,7 +267,8 @@ impl Op {
     fn start(&self, c: &Arc<Communicator>, stream: Stream) -> Result<Request> {
         match self {
             Op::Isend { buf, dest, tag } | Op::Send { buf, dest, tag } => c.isend(buf, *dest, *tag, stream),
-            Op::Irecv { buf, source, tag } | Op::Recv { buf, source, tag } => c.irecv(buf, *source, *tag, stream),
+            Op::Irecv { buf, source, tag, upto } => c.irecv(buf, *source, *tag, *upto, stream),
+            Op::Recv { buf, source, tag } => c.irecv(buf, *source, *tag, false, stream),
             _ => Err(Error::Internal(format!("{} is not a point-to-point start", self.name()))),
         }
     }
@@ -450,7 +453,15 @@ fn start_nccl(c: &Arc<Communicator>, op: Op, stream: Stream, bufs: Vec<Arc<Buffe
     let _ctx = CtxGuard::enter(c.device())?;
     let ev = Event::new()?;
     ev.record(stream)?;
-    Ok(Request::new(Box::new(Passed { ev, device: c.device() }), c.clone(), bufs))
+    let r = Request::new(Box::new(Passed { ev, device: c.device() }), c.clone(), bufs);
+    // A receive's status: its (named) source and tag, the whole buffer (NCCL has no wildcards).
+    Ok(match &op {
+        Op::Irecv { source, .. } if *source == crate::types::PROC_NULL || *source == crate::mpisys::proc_null() => {
+            r.with_status(crate::request::Status { source: crate::types::PROC_NULL, tag: crate::types::ANY_TAG, count: 0 })
+        }
+        Op::Irecv { buf, source, tag, .. } => r.with_status(crate::request::Status { source: *source, tag: *tag, count: buf.count() as i64 }),
+        _ => r,
+    })
 }
 
 /// The request of an operation queued on the engine: complete when the engine has run it (and,
@@ -467,6 +478,11 @@ impl Queued {
 }
 
 impl Pending for Queued {
+    fn status(&self) -> Option<crate::request::Status> {
+        let slot = self.started()?;
+        let r = slot.lock().unwrap_or_else(|p| p.into_inner());
+        r.as_ref().map(|r| r.status())
+    }
     fn wait(&mut self) -> Result<()> {
         self.done.wait_until(None).unwrap_or_else(|| Err(Error::Internal("engine wait without deadline ended".into())))?;
         if let Some(slot) = self.started() {
