@@ -112,6 +112,9 @@ impl Op {
         let [a, b] = self.slots();
         let (ra, rb) = match self {
             Op::Send { .. } | Op::Isend { .. } => (Role::In, Role::Unused),
+            // A receive of up to its count writes only the message's start: the staging block
+            // holds the buffer's contents first, so that the rest comes back as it was.
+            Op::Irecv { upto: true, .. } => (Role::InOut, Role::Unused),
             Op::Recv { .. } | Op::Irecv { .. } => (Role::Out, Role::Unused),
             Op::Bcast { root, .. } => (if *root == me { Role::In } else { Role::Out }, Role::Unused),
             Op::Reduce { root, .. } | Op::Gather { root, .. } => (Role::In, if *root == me { Role::Out } else { Role::Unused }),
@@ -132,7 +135,7 @@ impl Op {
             Op::Send { buf, dest, tag } => Op::Send { buf: next(buf), dest: *dest, tag: *tag },
             Op::Recv { buf, source, tag } => Op::Recv { buf: next(buf), source: *source, tag: *tag },
             Op::Isend { buf, dest, tag } => Op::Isend { buf: next(buf), dest: *dest, tag: *tag },
-            Op::Irecv { buf, source, tag } => Op::Irecv { buf: next(buf), source: *source, tag: *tag },
+            Op::Irecv { buf, source, tag, upto } => Op::Irecv { buf: next(buf), source: *source, tag: *tag, upto: *upto },
             Op::Sendrecv { send, dest, sendtag, recv, source, recvtag } => {
                 let send = next(send);
                 Op::Sendrecv { send, dest: *dest, sendtag: *sendtag, recv: next(recv), source: *source, recvtag: *recvtag }
@@ -511,6 +514,9 @@ impl Pending for Queued {
 struct Started(Request);
 
 impl Pending for Started {
+    fn status(&self) -> Option<crate::request::Status> {
+        Some(self.0.status())
+    }
     fn wait(&mut self) -> Result<()> {
         self.0.wait()
     }

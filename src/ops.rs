@@ -199,10 +199,12 @@ impl Communicator {
     /// gpuwire_comm_abort: breaks the communicator (every pending gpuwire wait on it and every
     /// later operation fails with COMM_BROKEN) and aborts what the backend can abort.
     pub fn abort(&self) -> Result<()> {
-        if self.is_broken() {
-            return Ok(());
-        }
-        let why = format!("the communicator was aborted (gpuwire_comm_abort on rank {})", self.rank());
+        // A communicator broken earlier (a timeout) keeps its reason; its backend is aborted
+        // all the same (NCCL kernels still waiting for a peer end).
+        let why = match self.ensure_usable() {
+            Err(Error::CommBroken(why)) => why,
+            _ => format!("the communicator was aborted (gpuwire_comm_abort on rank {})", self.rank()),
+        };
         crate::backend::abort(self, why);
         Ok(())
     }

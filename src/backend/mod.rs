@@ -43,6 +43,7 @@ pub fn register_progress() {
 pub fn abort(c: &Communicator, why: String) {
     match c.backend() {
         BackendKind::GPUWIRE_BACKEND_NCCL => nccl::abort_comm(c, why),
+        BackendKind::GPUWIRE_BACKEND_IPC => ipc::abort(c, why),
         _ => c.mark_broken(why),
     }
 }

@@ -187,16 +187,17 @@ pub extern "C" fn gpuwire_comm_free(comm: gpuwire_comm) -> gpuwire_status {
 /// use them). What reaches the other ranks depends on the path: NCCL (device memory) aborts
 /// the NCCL communicator (ncclCommAbort: this rank's kernels end; peers blocked in a
 /// collective with this rank end at their own timeout or abort); IPC sets the shared
-/// segment's broken flag, so the peers on the node fail with GPUWIRE_ERROR_COMM_BROKEN within a
-/// second; on the MPI paths (HOST, MPI_STAGED, MPI_CUDA_AWARE) nothing is aborted in MPI: a
+/// segment's broken flag, so a peer waiting in an IPC device operation on the communicator
+/// fails with GPUWIRE_ERROR_COMM_BROKEN within a second; on the MPI paths (HOST, MPI_STAGED, MPI_CUDA_AWARE) nothing is aborted in MPI: a
 /// peer blocked in a gpuwire wait ends at its communicator's timeout (a peer blocked in a plain
 /// MPI call, or in a gpuwire call on a communicator without a timeout, cannot be woken by
 /// MPI). Free the communicator afterwards with gpuwire_comm_free. Not collective; thread-safe
-/// (another thread's gpuwire call on `comm` may be the one it ends). Aborting an aborted
-/// communicator does nothing more.
+/// (another thread's gpuwire call on `comm` may be the one it ends). A communicator broken
+/// earlier (a timeout) is aborted as well, keeping its first reason: on NCCL this ends this
+/// rank's kernels still waiting for a peer, so call it after a TIMEOUT before reusing the
+/// stream.
 ///
-/// Errors: GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_NCCL (ncclCommAbort failed; the
-/// communicator is broken all the same).
+/// Errors: GPUWIRE_ERROR_INVALID_HANDLE.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_comm_abort(comm: gpuwire_comm) -> gpuwire_status {
     call("gpuwire_comm_abort", || {
