@@ -1473,8 +1473,8 @@ gpuwire_status gpuwire_owns_mpi(int32_t *flag);
  * and the send completes once it answered (as MPI_Ssend): a mismatch fails on both sides.
  *
  * Errors: GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_INVALID_ARGUMENT (rank or tag out of
- * range; MPI_ANY_SOURCE, MPI_ANY_TAG and other negative values: wildcards are not supported
- * yet), GPUWIRE_ERROR_COUNT_MISMATCH / DTYPE_MISMATCH (checking mode: the receive differs),
+ * range; a wildcard, GPUWIRE_ANY_SOURCE / GPUWIRE_ANY_TAG or this MPI's, which only receives
+ * take; other negative values), GPUWIRE_ERROR_COUNT_MISMATCH / DTYPE_MISMATCH (checking mode: the receive differs),
  * GPUWIRE_ERROR_TIMEOUT, GPUWIRE_ERROR_BACKEND_UNAVAILABLE (a device buffer on a communicator
  * whose backend cannot move it), GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_CUDA.
  */
@@ -1490,7 +1490,10 @@ gpuwire_status gpuwire_send(gpuwire_comm comm,
  * and bytes): the message is consumed and the buffer is not written. In checking mode another
  * datatype or count than the sender's is GPUWIRE_ERROR_DTYPE_MISMATCH / COUNT_MISMATCH on both
  * sides. `source` GPUWIRE_PROC_NULL (or MPI_PROC_NULL) does nothing and leaves the buffer
- * untouched. Errors as gpuwire_send.
+ * untouched. `source` may be GPUWIRE_ANY_SOURCE and `tag` GPUWIRE_ANY_TAG (or this MPI's
+ * MPI_ANY_SOURCE / MPI_ANY_TAG), matched in MPI's order (see gpuwire_recv_status, which also
+ * reports what matched and takes shorter messages; wildcards on device memory as there).
+ * Errors as gpuwire_send.
  */
 gpuwire_status gpuwire_recv(gpuwire_comm comm,
                             gpuwire_buffer buf,

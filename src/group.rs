@@ -104,8 +104,15 @@ fn add(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -> Opti
         let done = nonblocking.then(|| Arc::new(Done::default()));
         let ended = g.ended.clone();
         let matched = Arc::new(Mutex::new(None));
+        let known = op.known_status();
         g.entries.push(Entry { c: c.clone(), op, stream, done: done.clone(), matched: matched.clone() });
-        done.map(|d| Request::new(Box::new(Grouped { done: d, ended, matched }), c.clone(), bufs))
+        done.map(|d| {
+            let r = Request::new(Box::new(Grouped { done: d, ended, matched }), c.clone(), bufs);
+            match known {
+                Some(st) => r.with_status(st),
+                None => r,
+            }
+        })
     })
 }
 

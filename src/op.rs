@@ -276,6 +276,17 @@ impl Op {
         }
     }
 
+    /// A nonblocking receive's status as far as its arguments tell (its source and tag, the
+    /// whole buffer; a GPUWIRE_PROC_NULL receive's empty one): what a path that reports none
+    /// (NCCL) gives; `None` for other operations.
+    pub(crate) fn known_status(&self) -> Option<crate::request::Status> {
+        let Op::Irecv { buf, source, tag, .. } = self else { return None };
+        if *source == crate::types::PROC_NULL || *source == crate::mpisys::proc_null() {
+            return Some(crate::request::Status { source: crate::types::PROC_NULL, tag: crate::types::ANY_TAG, count: 0 });
+        }
+        Some(crate::request::Status { source: *source, tag: *tag, count: buf.count() as i64 })
+    }
+
     /// Whether this operation, with device memory, goes to NCCL (which orders it on its stream
     /// itself) rather than to an MPI or IPC path. What NCCL has not (scan/exscan; the reductions
     /// `nccl::reduces` refuses: complex PROD, bitwise and logical ops, MINLOC/MAXLOC) is not: it
@@ -458,12 +469,9 @@ fn start_nccl(c: &Arc<Communicator>, op: Op, stream: Stream, bufs: Vec<Arc<Buffe
     ev.record(stream)?;
     let r = Request::new(Box::new(Passed { ev, device: c.device() }), c.clone(), bufs);
     // A receive's status: its (named) source and tag, the whole buffer (NCCL has no wildcards).
-    Ok(match &op {
-        Op::Irecv { source, .. } if *source == crate::types::PROC_NULL || *source == crate::mpisys::proc_null() => {
-            r.with_status(crate::request::Status { source: crate::types::PROC_NULL, tag: crate::types::ANY_TAG, count: 0 })
-        }
-        Op::Irecv { buf, source, tag, .. } => r.with_status(crate::request::Status { source: *source, tag: *tag, count: buf.count() as i64 }),
-        _ => r,
+    Ok(match op.known_status() {
+        Some(st) => r.with_status(st),
+        None => r,
     })
 }
 

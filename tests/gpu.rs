@@ -2017,10 +2017,15 @@ fn p2p_status(cx: &Ctx) -> Result<(), String> {
         if refused != Status::GPUWIRE_ERROR_BACKEND_UNAVAILABLE {
             return Err(format!("a wildcard device receive on backend {kind} gave {refused:?} ({}), expected BACKEND_UNAVAILABLE", last_error()));
         }
+        // In a group (NCCL: a send to oneself needs its receive in the same group).
         let r3 = dev_alloc(3, Dtype::GPUWIRE_FLOAT64);
+        let mut rq = 0;
+        ok(gpuwire_group_start(), "group_start");
+        ok(gpuwire_irecv_status(cx.comm, r3, from, 75, st, &mut rq), "irecv_status(named)");
         ok(gpuwire_isend(cx.comm, s, to, 75, st, &mut q), "isend");
+        ok(gpuwire_group_end(), "group_end");
         let mut rs = blank();
-        ok(gpuwire_recv_status(cx.comm, r3, from, 75, st, &mut rs), "recv_status(named)");
+        ok(gpuwire_wait_status(&mut rq, &mut rs), "wait_status");
         ok(gpuwire_wait(&mut q), "wait(isend)");
         if rs.source != from || rs.tag != 75 || rs.count != 3 || download(r3, 24) != want {
             return Err(format!("a named device receive with a status: ({}, {}, {})", rs.source, rs.tag, rs.count));
