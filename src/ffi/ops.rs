@@ -419,8 +419,10 @@ fn with_index(i: i32, e: Error) -> Error {
 /// ignored). When every request is GPUWIRE_REQUEST_NULL (or `count` is 0) it returns at once
 /// with `*index` GPUWIRE_UNDEFINED and MPI's empty status (as MPI). A request that fails is
 /// the one that completed: its error is returned, `*index` names it and it is released.
-/// Requests are tested in array order (the lowest completed index wins); each request's own
-/// timeout applies (a wait never blocks past the earliest communicator timeout among them).
+/// Requests are tested in array order (the lowest completed index wins). With timeouts: once
+/// the shortest timeout among the requests' communicators has passed with none complete, the
+/// first active request is waited for as by gpuwire_wait (up to its own timeout: its
+/// TIMEOUT then names its index).
 ///
 /// Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`requests` with count > 0, `index`),
 /// GPUWIRE_ERROR_INVALID_ARGUMENT (negative count, a request twice, a request of a group that

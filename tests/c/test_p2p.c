@@ -487,6 +487,8 @@ static void any_source_round(gpuwire_comm comm, int how, int source, int tag, in
     }
     if (rank < 4)
         EXPECT_OK(gpuwire_wait(&srq));
+    /* No rank's next message may reach rank 0's wildcard receives of this round. */
+    MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0)
         for (int i = 0; i < n; i++)
             EXPECT_OK(gpuwire_buffer_free(r[i]));
