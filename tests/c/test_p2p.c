@@ -712,7 +712,8 @@ static void test_status(gpuwire_comm comm)
     /* A wildcard receive in a group: posted at the group's end, after dup[0] (which alone can
      * take tag 42), and matched in MPI's order: the earliest message it can take (tag 44, sent
      * before the group); its status after the end. */
-    EXPECT_OK(gpuwire_isend(comm, small, rank, 44, NULL, &set[1]));
+    gpuwire_buffer two = bview(s, 0, 2);
+    EXPECT_OK(gpuwire_isend(comm, two, rank, 44, NULL, &set[1]));
     EXPECT_OK(gpuwire_group_start());
     EXPECT_STATUS(gpuwire_recv_status(comm, big, GPUWIRE_ANY_SOURCE, 43, NULL, &st), GPUWIRE_ERROR_INVALID_ARGUMENT);
     EXPECT_LAST_ERROR_HAS("inside a group");
@@ -721,12 +722,13 @@ static void test_status(gpuwire_comm comm)
     EXPECT_OK(gpuwire_group_end());
     st = blank_status();
     EXPECT_OK(gpuwire_wait_status(&set[0], &st));
-    EXPECT(st.source == rank && st.tag == 44 && st.count == 2);
+    EXPECT(st.source == rank && st.tag == 44 && st.count == 2 && is_seq(bptr(small), 2, 7));
     st = blank_status();
     EXPECT_OK(gpuwire_wait_status(&dup[0], &st));
     EXPECT(st.source == rank && st.tag == 42 && st.count == rank + 2);
     EXPECT(is_seq(bptr(big), rank + 2, 50 * rank));
     EXPECT_OK(gpuwire_wait(&set[1]));
+    EXPECT_OK(gpuwire_buffer_free(two));
 
     /* Bad sources, tags, datatypes, NULL arguments: clear errors, outputs untouched. */
     st = blank_status();
