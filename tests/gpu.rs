@@ -1948,6 +1948,9 @@ fn mixed_memory_kinds(cx: &Ctx) -> Result<(), String> {
         }
     }
     println!("rank {r}: nbcmixed: allreduce, bcast (host and device roots), reduce, allgather, sendrecv with host memory on some ranks and device memory on others, both ways");
+    Ok(())
+}
+
 // ---- issue 13: receive status, wildcards, probe, abort on device memory --------------------
 
 /// Device receives with a status on every backend: on MPI_STAGED and MPI_CUDA_AWARE a wildcard
