@@ -289,6 +289,35 @@ module gpuwire
   interface gpuwire_sendrecv
     module procedure gw_sendrecv
   end interface
+  ! Receive status, wildcards and probes (as MPI_Recv with a status, MPI_Probe ...); status is
+  ! type(gpuwire_status_t) (fields source, tag, count, error).
+  interface gpuwire_recv_status
+    module procedure gw_recv_status
+  end interface
+  interface gpuwire_irecv_status
+    module procedure gw_irecv_status
+  end interface
+  interface gpuwire_probe
+    module procedure gw_probe
+  end interface
+  interface gpuwire_iprobe
+    module procedure gw_iprobe
+  end interface
+  interface gpuwire_wait_status
+    module procedure gw_wait_status
+  end interface
+  interface gpuwire_test_status
+    module procedure gw_test_status
+  end interface
+  interface gpuwire_waitany
+    module procedure gw_waitany
+  end interface
+  interface gpuwire_testany
+    module procedure gw_testany
+  end interface
+  interface gpuwire_testall
+    module procedure gw_testall
+  end interface
 
   ! -- collectives --------------------------------------------------------------------------------
   interface gpuwire_barrier
@@ -356,6 +385,12 @@ module gpuwire
   end interface
   interface gpuwire_comm_async_error
     module procedure gw_comm_async_error
+  end interface
+  interface gpuwire_comm_get_async_error
+    module procedure gw_comm_get_async_error
+  end interface
+  interface gpuwire_comm_abort
+    module procedure gw_comm_abort
   end interface
   interface gpuwire_bcast
     module procedure gw_bcast
@@ -457,6 +492,9 @@ module gpuwire
   interface gpuwire_darray_local_lens
     module procedure gw_darray_local_lens
   end interface
+  interface gpuwire_darray_comm
+    module procedure gw_darray_comm
+  end interface
   interface gpuwire_darray_shape
     module procedure gw_darray_shape
   end interface
@@ -537,7 +575,9 @@ module gpuwire
     per_rank_ok
   private :: gw_ibarrier, gw_ibcast, gw_ireduce, gw_iallreduce, gw_iallgather, gw_iallgatherv, &
     gw_ireduce_scatter, gw_ialltoall, gw_igather, gw_iscatter, gw_group_start, gw_group_end, &
-    gw_comm_async_error
+    gw_comm_async_error, gw_comm_get_async_error, gw_comm_abort
+  private :: gw_recv_status, gw_irecv_status, gw_probe, gw_iprobe, gw_wait_status, gw_test_status, &
+    gw_waitany, gw_testany, gw_testall, gw_darray_comm
   private :: gw_darray_create, gw_darray_create_i4, gw_darray_create_i8_i4, gw_darray_create_nd, &
     gw_darray_create_nd_i4, gw_darray_create_nd_i8_i4, gw_darray_free, gw_darray_global_len, &
     gw_darray_local_len, gw_darray_global_offset, gw_darray_ndim, gw_darray_halo, gw_darray_dtype, &
@@ -1314,6 +1354,154 @@ contains
     call finish(st, 'gpuwire_waitall', ierror)
   end subroutine gw_waitall
 
+  ! A receive of up to buf's count from source (or GPUWIRE_ANY_SOURCE) with tag (or
+  ! GPUWIRE_ANY_TAG); status says what it matched (a longer message: GPUWIRE_ERROR_TRUNCATE).
+  subroutine gw_recv_status(comm, buf, source, tag, status, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_recv_status
+    type(gpuwire_comm), intent(in) :: comm
+    type(gpuwire_buffer), intent(in) :: buf
+    integer, intent(in) :: source, tag
+    type(gpuwire_status_t), intent(out) :: status
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call finish(c(comm%handle, buf%handle, int(source, c_int32_t), int(tag, c_int32_t), &
+      stream_or_null(stream), status), 'gpuwire_recv_status', ierror)
+  end subroutine gw_recv_status
+
+  subroutine gw_irecv_status(comm, buf, source, tag, request, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_irecv_status
+    type(gpuwire_comm), intent(in) :: comm
+    type(gpuwire_buffer), intent(in) :: buf
+    integer, intent(in) :: source, tag
+    type(gpuwire_request), intent(out) :: request
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call finish(c(comm%handle, buf%handle, int(source, c_int32_t), int(tag, c_int32_t), &
+      stream_or_null(stream), request%handle), 'gpuwire_irecv_status', ierror)
+  end subroutine gw_irecv_status
+
+  ! status%count is in elements of dtype (a GPUWIRE_INT32 ... constant).
+  subroutine gw_probe(comm, source, tag, dtype, status, ierror)
+    use gpuwire_c, only: c => gpuwire_probe
+    type(gpuwire_comm), intent(in) :: comm
+    integer, intent(in) :: source, tag, dtype
+    type(gpuwire_status_t), intent(out) :: status
+    integer, intent(out), optional :: ierror
+    call finish(c(comm%handle, int(source, c_int32_t), int(tag, c_int32_t), int(dtype, c_int32_t), &
+      status), 'gpuwire_probe', ierror)
+  end subroutine gw_probe
+
+  subroutine gw_iprobe(comm, source, tag, dtype, flag, status, ierror)
+    use gpuwire_c, only: c => gpuwire_iprobe
+    type(gpuwire_comm), intent(in) :: comm
+    integer, intent(in) :: source, tag, dtype
+    logical, intent(out) :: flag
+    type(gpuwire_status_t), intent(out) :: status
+    integer, intent(out), optional :: ierror
+    integer(c_int32_t) :: v
+    integer(c_int) :: st
+    v = 0
+    st = c(comm%handle, int(source, c_int32_t), int(tag, c_int32_t), int(dtype, c_int32_t), v, status)
+    flag = st == GPUWIRE_SUCCESS .and. v /= 0
+    call finish(st, 'gpuwire_iprobe', ierror)
+  end subroutine gw_iprobe
+
+  subroutine gw_wait_status(request, status, ierror)
+    use gpuwire_c, only: c => gpuwire_wait_status
+    type(gpuwire_request), intent(inout) :: request
+    type(gpuwire_status_t), intent(out) :: status
+    integer, intent(out), optional :: ierror
+    call finish(c(request%handle, status), 'gpuwire_wait_status', ierror)
+  end subroutine gw_wait_status
+
+  subroutine gw_test_status(request, flag, status, ierror)
+    use gpuwire_c, only: c => gpuwire_test_status
+    type(gpuwire_request), intent(inout) :: request
+    logical, intent(out) :: flag
+    type(gpuwire_status_t), intent(out) :: status
+    integer, intent(out), optional :: ierror
+    integer(c_int32_t) :: v
+    integer(c_int) :: st
+    v = 0
+    st = c(request%handle, v, status)
+    flag = st == GPUWIRE_SUCCESS .and. v /= 0
+    call finish(st, 'gpuwire_test_status', ierror)
+  end subroutine gw_test_status
+
+  ! index is 1-based, as in MPI's Fortran binding (GPUWIRE_UNDEFINED when no request is active).
+  subroutine gw_waitany(requests, index, status, ierror)
+    use gpuwire_c, only: c => gpuwire_waitany
+    type(gpuwire_request), intent(inout) :: requests(:)
+    integer, intent(out) :: index
+    type(gpuwire_status_t), intent(out), optional :: status
+    integer, intent(out), optional :: ierror
+    integer(gpuwire_handle_kind) :: handles(size(requests))
+    type(gpuwire_status_t) :: s
+    integer(c_int32_t) :: i
+    integer(c_int) :: st
+    handles = requests%handle
+    i = GPUWIRE_UNDEFINED
+    st = c(int(size(requests), c_int32_t), handles, i, s)
+    requests%handle = handles
+    index = int(i)
+    if (i >= 0) index = int(i) + 1
+    if (present(status) .and. st == GPUWIRE_SUCCESS) status = s
+    call finish(st, 'gpuwire_waitany', ierror)
+  end subroutine gw_waitany
+
+  subroutine gw_testany(requests, index, flag, status, ierror)
+    use gpuwire_c, only: c => gpuwire_testany
+    type(gpuwire_request), intent(inout) :: requests(:)
+    integer, intent(out) :: index
+    logical, intent(out) :: flag
+    type(gpuwire_status_t), intent(out), optional :: status
+    integer, intent(out), optional :: ierror
+    integer(gpuwire_handle_kind) :: handles(size(requests))
+    type(gpuwire_status_t) :: s
+    integer(c_int32_t) :: i, v
+    integer(c_int) :: st
+    handles = requests%handle
+    i = GPUWIRE_UNDEFINED
+    v = 0
+    st = c(int(size(requests), c_int32_t), handles, i, v, s)
+    requests%handle = handles
+    index = int(i)
+    if (i >= 0) index = int(i) + 1
+    flag = st == GPUWIRE_SUCCESS .and. v /= 0
+    if (present(status) .and. flag) status = s
+    call finish(st, 'gpuwire_testany', ierror)
+  end subroutine gw_testany
+
+  ! statuses, when present, needs one entry per request.
+  subroutine gw_testall(requests, flag, statuses, ierror)
+    use gpuwire_c, only: c => gpuwire_testall
+    type(gpuwire_request), intent(inout) :: requests(:)
+    logical, intent(out) :: flag
+    type(gpuwire_status_t), intent(inout), optional :: statuses(:)
+    integer, intent(out), optional :: ierror
+    integer(gpuwire_handle_kind) :: handles(size(requests))
+    type(gpuwire_status_t) :: s(size(requests))
+    integer(c_int32_t) :: v
+    integer(c_int) :: st
+    if (present(statuses)) then
+      if (size(statuses) < size(requests)) then
+        call fail(GPUWIRE_ERROR_INVALID_ARGUMENT, 'gpuwire_testall', 'statuses has ' &
+          // itoa(int(size(statuses), int64)) // ' entries for ' // itoa(int(size(requests), int64)) &
+          // ' requests', ierror)
+        flag = .false.
+        return
+      end if
+      s = statuses(1:size(requests))
+    end if
+    handles = requests%handle
+    v = 0
+    st = c(int(size(requests), c_int32_t), handles, v, s)
+    requests%handle = handles
+    flag = st == GPUWIRE_SUCCESS .and. v /= 0
+    if (present(statuses)) statuses(1:size(requests)) = s
+    call finish(st, 'gpuwire_testall', ierror)
+  end subroutine gw_testall
+
   subroutine gw_sendrecv(comm, sendbuf, dest, sendtag, recvbuf, source, recvtag, stream, ierror)
     use gpuwire_c, only: c => gpuwire_sendrecv
     type(gpuwire_comm), intent(in) :: comm
@@ -1511,6 +1699,28 @@ contains
     integer, intent(out) :: status
     status = int(c(comm%handle))
   end subroutine gw_comm_async_error
+
+  ! async_error: the asynchronous error, else GPUWIRE_ERROR_COMM_BROKEN for a broken (aborted)
+  ! communicator, else GPUWIRE_SUCCESS (as ncclCommGetAsyncError).
+  subroutine gw_comm_get_async_error(comm, async_error, ierror)
+    use gpuwire_c, only: c => gpuwire_comm_get_async_error
+    type(gpuwire_comm), intent(in) :: comm
+    integer, intent(out) :: async_error
+    integer, intent(out), optional :: ierror
+    integer(c_int32_t) :: v
+    integer(c_int) :: st
+    v = GPUWIRE_SUCCESS
+    st = c(comm%handle, v)
+    async_error = int(v)
+    call finish(st, 'gpuwire_comm_get_async_error', ierror)
+  end subroutine gw_comm_get_async_error
+
+  subroutine gw_comm_abort(comm, ierror)
+    use gpuwire_c, only: c => gpuwire_comm_abort
+    type(gpuwire_comm), intent(in) :: comm
+    integer, intent(out), optional :: ierror
+    call finish(c(comm%handle), 'gpuwire_comm_abort', ierror)
+  end subroutine gw_comm_abort
 
   subroutine gw_bcast(comm, buf, root, stream, ierror)
     use gpuwire_c, only: c => gpuwire_bcast
@@ -2104,14 +2314,49 @@ contains
   end subroutine gw_darray_data
 
   ! Every rank's number of owned elements, in rank order, into lens(1:nranks): `lens` needs at
-  ! least one entry per rank of the array's communicator (not checked: see the top of the file).
+  ! least one entry per rank of the array's communicator (gpuwire_darray_comm's nranks; fewer:
+  ! GPUWIRE_ERROR_INVALID_ARGUMENT, nothing written).
   subroutine gw_darray_local_lens(darray, lens, ierror)
-    use gpuwire_c, only: c => gpuwire_darray_local_lens
+    use gpuwire_c, only: c => gpuwire_darray_local_lens, c_comm => gpuwire_darray_comm, &
+      c_free => gpuwire_comm_free
     type(gpuwire_darray), intent(in) :: darray
     integer(int64), contiguous, intent(inout) :: lens(:)
     integer, intent(out), optional :: ierror
+    integer(gpuwire_handle_kind) :: h
+    integer(c_int32_t) :: n
+    integer(c_int) :: st
+    h = 0
+    n = 0
+    st = c_comm(darray%handle, h, n)
+    if (st /= GPUWIRE_SUCCESS) then
+      call finish(st, 'gpuwire_darray_local_lens', ierror)
+      return
+    end if
+    st = c_free(h)
+    if (size(lens, kind=int64) < int(n, int64)) then
+      call fail(GPUWIRE_ERROR_INVALID_ARGUMENT, 'gpuwire_darray_local_lens', 'lens has ' &
+        // itoa(size(lens, kind=int64)) // ' entries but the array''s communicator has ' &
+        // itoa(int(n, int64)) // ' ranks', ierror)
+      return
+    end if
     call finish(c(darray%handle, lens), 'gpuwire_darray_local_lens', ierror)
   end subroutine gw_darray_local_lens
+
+  ! A new handle to the array's communicator (free it with gpuwire_comm_free) and its number of
+  ! ranks.
+  subroutine gw_darray_comm(darray, comm, nranks, ierror)
+    use gpuwire_c, only: c => gpuwire_darray_comm
+    type(gpuwire_darray), intent(in) :: darray
+    type(gpuwire_comm), intent(out) :: comm
+    integer, intent(out) :: nranks
+    integer, intent(out), optional :: ierror
+    integer(c_int32_t) :: n
+    integer(c_int) :: st
+    n = 0
+    st = c(darray%handle, comm%handle, n)
+    nranks = int(n)
+    call finish(st, 'gpuwire_darray_comm', ierror)
+  end subroutine gw_darray_comm
 
   ! The global shape (C order) into shape(1:ndim); `shape` needs at least ndim entries.
   subroutine gw_darray_shape(darray, shape, ierror)

@@ -63,13 +63,29 @@
  * A rank that sends and receives nothing: point-to-point calls with it return at once (as
  * MPI_PROC_NULL). Its value, -1000, is no MPI's constant (Open MPI's MPI_ANY_SOURCE is -1 and
  * MPI_PROC_NULL -2, MPICH's the other way round); the MPI_PROC_NULL of the MPI gpuwire was
- * built with is accepted as well and means the same. Other negative ranks (MPI_ANY_SOURCE of
- * either MPI) are refused with GPUWIRE_ERROR_INVALID_ARGUMENT: wildcards are not supported yet.
+ * built with is accepted as well and means the same. Other negative ranks are refused with
+ * GPUWIRE_ERROR_INVALID_ARGUMENT.
  */
 #define GPUWIRE_PROC_NULL -1000
 
 /**
- * Color for `gpuwire_comm_split` meaning "not in any new communicator" (as MPI_UNDEFINED).
+ * The source of a receive or probe that matches a message from any rank (as MPI_ANY_SOURCE).
+ * Its value, -1001, is no MPI's constant; the MPI_ANY_SOURCE of the MPI gpuwire was built with
+ * is accepted as well and means the same. Receives only (a send to it is
+ * GPUWIRE_ERROR_INVALID_ARGUMENT). The source that matched is reported in gpuwire_status_t.
+ */
+#define GPUWIRE_ANY_SOURCE -1001
+
+/**
+ * The tag of a receive or probe that matches a message with any tag (as MPI_ANY_TAG). Its
+ * value, -1002, is no MPI's constant; the MPI_ANY_TAG of the MPI gpuwire was built with is
+ * accepted as well. Receives only; the tag that matched is reported in gpuwire_status_t.
+ */
+#define GPUWIRE_ANY_TAG -1002
+
+/**
+ * Color for `gpuwire_comm_split` meaning "not in any new communicator" (as MPI_UNDEFINED); the
+ * index gpuwire_waitany and gpuwire_testany write when no request of the array is active.
  */
 #define GPUWIRE_UNDEFINED -1
 
@@ -166,6 +182,12 @@ typedef enum {
    * The communicator can no longer be used (an earlier timeout or abort broke it).
    */
   GPUWIRE_ERROR_COMM_BROKEN = 19,
+  /**
+   * A message is longer than the receive buffer of a receive that takes up to its buffer's
+   * count (gpuwire_recv_status, gpuwire_irecv_status; as MPI_ERR_TRUNCATE): the message was
+   * consumed and the buffer not written.
+   */
+  GPUWIRE_ERROR_TRUNCATE = 20,
 } gpuwire_status;
 
 /**
@@ -643,6 +665,36 @@ typedef struct {
   uint64_t h;
 } gpuwire_request;
 
+/**
+ * What a completed receive or a probe matched, as MPI_Status: `source` (the sender's rank;
+ * GPUWIRE_PROC_NULL for a receive from GPUWIRE_PROC_NULL), `tag` (the message's tag),
+ * `count` (the elements received, of the receive buffer's datatype, or a probe's datatype) and
+ * `error` (a gpuwire_status code: GPUWIRE_SUCCESS, or in the arrays of gpuwire_testall, the
+ * request's own error). The status of an operation that is no receive, of
+ * GPUWIRE_REQUEST_NULL, and of a receive that never matched, is MPI's empty status:
+ * GPUWIRE_ANY_SOURCE, GPUWIRE_ANY_TAG, count 0. Written only by a call that succeeds (but
+ * for the arrays of gpuwire_testall, which say each request's error). Fortran: the bind(C)
+ * type gpuwire_status_t, the same fields.
+ */
+typedef struct {
+  /**
+   * The rank the message came from (MPI_SOURCE).
+   */
+  int32_t source;
+  /**
+   * The message's tag (MPI_TAG).
+   */
+  int32_t tag;
+  /**
+   * The elements received (as MPI_Get_count).
+   */
+  int64_t count;
+  /**
+   * A gpuwire_status code (MPI_ERROR).
+   */
+  int32_t error;
+} gpuwire_status_t;
+
 
 
 
@@ -844,6 +896,28 @@ gpuwire_status gpuwire_comm_world(const gpuwire_config *cfg,
  * gpuwire_finalize; MPI is not called).
  */
 gpuwire_status gpuwire_comm_free(gpuwire_comm comm);
+
+/**
+ * Aborts the communicator, as ncclCommAbort: on this rank every pending operation on `comm`
+ * that gpuwire waits for, and every later operation, fails at once with
+ * GPUWIRE_ERROR_COMM_BROKEN (the message says it was aborted, and on which rank); its
+ * requests are abandoned as at a timeout (their buffers kept, since a peer or MPI may still
+ * use them). What reaches the other ranks depends on the path: NCCL (device memory) aborts
+ * the NCCL communicator (ncclCommAbort: this rank's kernels end; peers blocked in a
+ * collective with this rank end at their own timeout or abort); IPC sets the shared
+ * segment's broken flag, so a peer waiting in an IPC device operation on the communicator
+ * fails with GPUWIRE_ERROR_COMM_BROKEN within a second; on the MPI paths (HOST, MPI_STAGED, MPI_CUDA_AWARE) nothing is aborted in MPI: a
+ * peer blocked in a gpuwire wait ends at its communicator's timeout (a peer blocked in a plain
+ * MPI call, or in a gpuwire call on a communicator without a timeout, cannot be woken by
+ * MPI). Free the communicator afterwards with gpuwire_comm_free. Not collective; thread-safe
+ * (another thread's gpuwire call on `comm` may be the one it ends). A communicator broken
+ * earlier (a timeout) is aborted as well, keeping its first reason: on NCCL this ends this
+ * rank's kernels still waiting for a peer, so call it after a TIMEOUT before reusing the
+ * stream.
+ *
+ * Errors: GPUWIRE_ERROR_INVALID_HANDLE.
+ */
+gpuwire_status gpuwire_comm_abort(gpuwire_comm comm);
 
 /**
  * Splits a communicator as MPI_Comm_split: ranks with the same `color` (>= 0) form a new
@@ -1086,8 +1160,23 @@ gpuwire_status gpuwire_darray_data(gpuwire_darray d,
                                    void **ptr);
 
 /**
+ * Writes a new handle to the array's communicator to `*comm` and its number of ranks to
+ * `*size` (the entries of gpuwire_darray_local_lens): so an array's caller can size the
+ * arrays it passes without knowing which communicator made it. The handle refers to the
+ * communicator the array keeps alive; free it with gpuwire_comm_free (which then frees
+ * nothing else while the array or another handle holds the communicator). Local;
+ * thread-safe.
+ *
+ * Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
+ */
+gpuwire_status gpuwire_darray_comm(gpuwire_darray d,
+                                   gpuwire_comm *comm,
+                                   int32_t *size);
+
+/**
  * Writes the number of elements each rank owns into `lens` (one entry per rank of the
  * communicator, in rank order: exactly what gpuwire_darray_allgather gathers from each).
+ * Size `lens` by gpuwire_darray_comm's `size`.
  *
  * Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
  */
@@ -1384,8 +1473,8 @@ gpuwire_status gpuwire_owns_mpi(int32_t *flag);
  * and the send completes once it answered (as MPI_Ssend): a mismatch fails on both sides.
  *
  * Errors: GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_INVALID_ARGUMENT (rank or tag out of
- * range; MPI_ANY_SOURCE, MPI_ANY_TAG and other negative values: wildcards are not supported
- * yet), GPUWIRE_ERROR_COUNT_MISMATCH / DTYPE_MISMATCH (checking mode: the receive differs),
+ * range; a wildcard, GPUWIRE_ANY_SOURCE / GPUWIRE_ANY_TAG or this MPI's, which only receives
+ * take; other negative values), GPUWIRE_ERROR_COUNT_MISMATCH / DTYPE_MISMATCH (checking mode: the receive differs),
  * GPUWIRE_ERROR_TIMEOUT, GPUWIRE_ERROR_BACKEND_UNAVAILABLE (a device buffer on a communicator
  * whose backend cannot move it), GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_CUDA.
  */
@@ -1401,7 +1490,10 @@ gpuwire_status gpuwire_send(gpuwire_comm comm,
  * and bytes): the message is consumed and the buffer is not written. In checking mode another
  * datatype or count than the sender's is GPUWIRE_ERROR_DTYPE_MISMATCH / COUNT_MISMATCH on both
  * sides. `source` GPUWIRE_PROC_NULL (or MPI_PROC_NULL) does nothing and leaves the buffer
- * untouched. Errors as gpuwire_send.
+ * untouched. `source` may be GPUWIRE_ANY_SOURCE and `tag` GPUWIRE_ANY_TAG (or this MPI's
+ * MPI_ANY_SOURCE / MPI_ANY_TAG), matched in MPI's order (see gpuwire_recv_status, which also
+ * reports what matched and takes shorter messages; wildcards on device memory as there).
+ * Errors as gpuwire_send.
  */
 gpuwire_status gpuwire_recv(gpuwire_comm comm,
                             gpuwire_buffer buf,
@@ -1435,6 +1527,80 @@ gpuwire_status gpuwire_irecv(gpuwire_comm comm,
                              int32_t tag,
                              void *stream,
                              gpuwire_request *request);
+
+/**
+ * Receives a message of up to `buf`'s element count from `source` with `tag`, as MPI_Recv
+ * with a status, and writes what it matched to `*status` (source, tag, elements received).
+ * `source` may be GPUWIRE_ANY_SOURCE and `tag` GPUWIRE_ANY_TAG (or this MPI's MPI_ANY_SOURCE,
+ * MPI_ANY_TAG). A shorter message (of whole elements) fills the buffer's start and leaves the
+ * rest as it was; a longer one is GPUWIRE_ERROR_TRUNCATE (as MPI_ERR_TRUNCATE: the message is
+ * consumed, the buffer not written). Messages are matched in MPI's order: with wildcards, a
+ * receive posted earlier that could take the same message takes it first. `source`
+ * GPUWIRE_PROC_NULL returns at once with GPUWIRE_PROC_NULL, GPUWIRE_ANY_TAG, count 0. Device
+ * memory: on MPI_STAGED and MPI_CUDA_AWARE as host memory; on NCCL and IPC the receive takes
+ * exactly its buffer's count (their messages carry no size) and wildcards are
+ * GPUWIRE_ERROR_BACKEND_UNAVAILABLE (NCCL matches by peer and order: name the source, or
+ * receive into host memory). Not inside a group (GPUWIRE_ERROR_INVALID_ARGUMENT: the status is
+ * known only at the group's end; use gpuwire_irecv_status there). In checking mode the sender
+ * learns a truncation (GPUWIRE_ERROR_COUNT_MISMATCH on its side).
+ *
+ * Errors as gpuwire_recv, plus GPUWIRE_ERROR_NULL_ARGUMENT (`status`), GPUWIRE_ERROR_TRUNCATE.
+ */
+gpuwire_status gpuwire_recv_status(gpuwire_comm comm,
+                                   gpuwire_buffer buf,
+                                   int32_t source,
+                                   int32_t tag,
+                                   void *stream,
+                                   gpuwire_status_t *status);
+
+/**
+ * Starts a receive of up to `buf`'s element count, as MPI_Irecv: gpuwire_recv_status's rules
+ * (wildcards, shorter messages, GPUWIRE_ERROR_TRUNCATE reported by the wait), and
+ * gpuwire_irecv's request. Its status comes with its completion: gpuwire_wait_status,
+ * gpuwire_test_status, gpuwire_waitany, gpuwire_testany, gpuwire_testall. Inside a group the
+ * receive is posted at the group's end (see gpuwire_group_start). Errors as gpuwire_irecv.
+ */
+gpuwire_status gpuwire_irecv_status(gpuwire_comm comm,
+                                    gpuwire_buffer buf,
+                                    int32_t source,
+                                    int32_t tag,
+                                    void *stream,
+                                    gpuwire_request *request);
+
+/**
+ * As MPI_Probe: blocks until a message from `source` with `tag` (wildcards allowed, as for
+ * gpuwire_recv_status) can be received, and writes its source, tag and size in elements of
+ * `dtype` (a gpuwire_dtype; a size that is no whole number of them is rounded down) to
+ * `*status`, without receiving it: a gpuwire_recv_status from `status->source` with
+ * `status->tag` into a buffer of `status->count` elements then receives it (from one thread:
+ * another thread may receive it in between, as with MPI_Probe). A receive posted earlier
+ * that matches the message takes it first. Sees the messages sent from host memory on every
+ * backend and from device memory on MPI_STAGED and MPI_CUDA_AWARE; NCCL's and IPC's device
+ * messages are not MPI messages and are not seen. `source` GPUWIRE_PROC_NULL returns at once
+ * (GPUWIRE_PROC_NULL, GPUWIRE_ANY_TAG, 0). Waits no longer than the communicator's timeout.
+ * Local.
+ *
+ * Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE,
+ * GPUWIRE_ERROR_INVALID_ARGUMENT (source or tag), GPUWIRE_ERROR_UNSUPPORTED_DTYPE (`dtype`), GPUWIRE_ERROR_TIMEOUT,
+ * GPUWIRE_ERROR_COMM_BROKEN, GPUWIRE_ERROR_MPI.
+ */
+gpuwire_status gpuwire_probe(gpuwire_comm comm,
+                             int32_t source,
+                             int32_t tag,
+                             int32_t dtype,
+                             gpuwire_status_t *status);
+
+/**
+ * As MPI_Iprobe: gpuwire_probe without blocking. Writes 1 to `*flag` and the message's status
+ * to `*status` when a message can be received now, else 0 to `*flag` (`*status` untouched).
+ * Errors as gpuwire_probe.
+ */
+gpuwire_status gpuwire_iprobe(gpuwire_comm comm,
+                              int32_t source,
+                              int32_t tag,
+                              int32_t dtype,
+                              int32_t *flag,
+                              gpuwire_status_t *status);
 
 /**
  * Blocks until the request completes (as MPI_Wait), then sets `*request` to
@@ -1477,6 +1643,72 @@ gpuwire_status gpuwire_request_free(gpuwire_request *request);
  */
 gpuwire_status gpuwire_test(gpuwire_request *request,
                             int32_t *flag);
+
+/**
+ * gpuwire_wait, writing the request's status to `*status` (see gpuwire_status_t: what a
+ * receive matched; MPI's empty status for other requests and GPUWIRE_REQUEST_NULL), as
+ * MPI_Wait with a status. Errors as gpuwire_wait (`*status` then untouched).
+ */
+gpuwire_status gpuwire_wait_status(gpuwire_request *request,
+                                   gpuwire_status_t *status);
+
+/**
+ * gpuwire_test, writing the request's status to `*status` when it completed (`*flag` 1), as
+ * MPI_Test with a status. Errors as gpuwire_test.
+ */
+gpuwire_status gpuwire_test_status(gpuwire_request *request,
+                                   int32_t *flag,
+                                   gpuwire_status_t *status);
+
+/**
+ * Waits until one of the `count` requests completes, as MPI_Waitany: writes its index to
+ * `*index`, sets it to GPUWIRE_REQUEST_NULL and writes its status to `*status` (may be NULL:
+ * ignored). When every request is GPUWIRE_REQUEST_NULL (or `count` is 0) it returns at once
+ * with `*index` GPUWIRE_UNDEFINED and MPI's empty status (as MPI). A request that fails is
+ * the one that completed: its error is returned, `*index` names it and it is released.
+ * Requests are tested in array order (the lowest completed index wins). With timeouts: once
+ * the shortest timeout among the requests' communicators has passed with none complete, the
+ * first active request is waited for as by gpuwire_wait (up to its own timeout: its
+ * TIMEOUT then names its index).
+ *
+ * Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`requests` with count > 0, `index`),
+ * GPUWIRE_ERROR_INVALID_ARGUMENT (negative count, a request twice, a request of a group that
+ * has not ended), GPUWIRE_ERROR_TIMEOUT, and those of gpuwire_wait.
+ */
+gpuwire_status gpuwire_waitany(int32_t count,
+                               gpuwire_request *requests,
+                               int32_t *index,
+                               gpuwire_status_t *status);
+
+/**
+ * As MPI_Testany, without blocking: when one of the `count` requests has completed, writes 1
+ * to `*flag`, its index to `*index`, its status to `*status` (may be NULL) and releases it;
+ * else 0 to `*flag` and GPUWIRE_UNDEFINED to `*index`. When every request is
+ * GPUWIRE_REQUEST_NULL (or `count` is 0): `*flag` 1, `*index` GPUWIRE_UNDEFINED, MPI's empty
+ * status (as MPI). A request that failed is released, `*index` names it and its error is
+ * returned. Errors as gpuwire_waitany, plus GPUWIRE_ERROR_NULL_ARGUMENT (`flag`).
+ */
+gpuwire_status gpuwire_testany(int32_t count,
+                               gpuwire_request *requests,
+                               int32_t *index,
+                               int32_t *flag,
+                               gpuwire_status_t *status);
+
+/**
+ * As MPI_Testall, without blocking: writes 1 to `*flag` when all `count` requests have
+ * completed — they are then released (set to GPUWIRE_REQUEST_NULL) and, when `statuses` is
+ * not NULL, `statuses[i]` holds request i's status with its own error in `error` — else 0,
+ * leaving every request active (those that completed stay so: a later test or wait returns at
+ * once with their status). GPUWIRE_REQUEST_NULL entries count as complete (empty status). A
+ * request that failed is released at once (set to GPUWIRE_REQUEST_NULL; its status entry
+ * says its error) and the first error is returned, naming its index.
+ *
+ * Errors as gpuwire_waitall, plus GPUWIRE_ERROR_NULL_ARGUMENT (`flag`).
+ */
+gpuwire_status gpuwire_testall(int32_t count,
+                               gpuwire_request *requests,
+                               int32_t *flag,
+                               gpuwire_status_t *statuses);
 
 /**
  * Waits for all `count` requests of the array `requests` (as MPI_Waitall), setting each to
@@ -1997,13 +2229,24 @@ gpuwire_status gpuwire_group_start(void);
 gpuwire_status gpuwire_group_end(void);
 
 /**
- * Reports, once, the error of an operation on `comm` that failed after its call had returned
- * (a stream-ordered device operation: see gpuwire_ibarrier): GPUWIRE_SUCCESS when there is
- * none, else its code, with its message as the thread's last error (gpuwire_last_error).
- * Without this call, the next operation on the communicator reports it (and does nothing).
- * As ncclCommGetAsyncError. Local; thread-safe.
+ * Writes the communicator's asynchronous error to `*async_error`, as ncclCommGetAsyncError:
+ * the code of an operation on `comm` that failed after its call had returned (a
+ * stream-ordered device operation: see gpuwire_ibarrier), reported once, with its message as
+ * the thread's last error (gpuwire_last_error); else GPUWIRE_ERROR_COMM_BROKEN when the
+ * communicator is broken (gpuwire_comm_abort, a timeout; its message as the last error; every
+ * time, as NCCL's); else GPUWIRE_SUCCESS. Without this call, the next operation on the
+ * communicator reports an asynchronous error (and does nothing). Local; thread-safe. (The
+ * older gpuwire_comm_async_error returns the asynchronous error as its own status.)
  *
- * Errors: GPUWIRE_ERROR_INVALID_HANDLE, and the asynchronous error.
+ * Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
+ */
+gpuwire_status gpuwire_comm_get_async_error(gpuwire_comm comm,
+                                            gpuwire_status *async_error);
+
+/**
+ * The older form of gpuwire_comm_get_async_error (kept): returns the asynchronous error as
+ * its own status (GPUWIRE_SUCCESS when there is none; a broken communicator is not reported
+ * here). Errors: GPUWIRE_ERROR_INVALID_HANDLE, and the asynchronous error.
  */
 gpuwire_status gpuwire_comm_async_error(gpuwire_comm comm);
 

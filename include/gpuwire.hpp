@@ -483,6 +483,20 @@ public:
 
     /** Blocks until the operation completes (gpuwire_wait); the request is then NULL. */
     void wait() { detail::check(gpuwire_wait(&h_)); }
+    /** gpuwire_wait_status: waits and returns what its receive matched (source, tag, count). */
+    gpuwire_status_t wait_status()
+    {
+        gpuwire_status_t st{};
+        detail::check(gpuwire_wait_status(&h_, &st));
+        return st;
+    }
+    /** gpuwire_test_status: whether it completed; `status` is written when it did. */
+    bool test_status(gpuwire_status_t &status)
+    {
+        int32_t flag = 0;
+        detail::check(gpuwire_test_status(&h_, &flag, &status));
+        return flag != 0;
+    }
     /** Whether the operation has completed (gpuwire_test; never blocks). */
     bool test()
     {
@@ -525,6 +539,55 @@ inline void wait_all(span<request> requests)
     for (std::size_t i = 0; i < handles.size(); i++)
         requests[i] = request(handles[i]); // NULL after gpuwire_waitall
     detail::check(st);
+}
+
+/** gpuwire_waitany: waits until one request completes; its index (GPUWIRE_UNDEFINED when every
+ * request is NULL), with its status in `status` when given. That request is NULL afterwards. */
+inline int32_t wait_any(span<request> requests, gpuwire_status_t *status = nullptr)
+{
+    std::vector<gpuwire_request> handles;
+    handles.reserve(requests.size());
+    for (request &r : requests)
+        handles.push_back(r.release());
+    int32_t index = GPUWIRE_UNDEFINED;
+    gpuwire_status st = gpuwire_waitany(static_cast<int32_t>(handles.size()), handles.data(), &index, status);
+    for (std::size_t i = 0; i < handles.size(); i++)
+        requests[i] = request(handles[i]);
+    detail::check(st);
+    return index;
+}
+
+/** gpuwire_testany: whether one request completed (or all are NULL), its index in `index`
+ * (GPUWIRE_UNDEFINED when none), its status in `status` when given. */
+inline bool test_any(span<request> requests, int32_t &index, gpuwire_status_t *status = nullptr)
+{
+    std::vector<gpuwire_request> handles;
+    handles.reserve(requests.size());
+    for (request &r : requests)
+        handles.push_back(r.release());
+    int32_t flag = 0;
+    index = GPUWIRE_UNDEFINED;
+    gpuwire_status st = gpuwire_testany(static_cast<int32_t>(handles.size()), handles.data(), &index, &flag, status);
+    for (std::size_t i = 0; i < handles.size(); i++)
+        requests[i] = request(handles[i]);
+    detail::check(st);
+    return flag != 0;
+}
+
+/** gpuwire_testall: whether every request completed (all NULL then); `statuses`, when given,
+ * needs one entry per request. */
+inline bool test_all(span<request> requests, gpuwire_status_t *statuses = nullptr)
+{
+    std::vector<gpuwire_request> handles;
+    handles.reserve(requests.size());
+    for (request &r : requests)
+        handles.push_back(r.release());
+    int32_t flag = 0;
+    gpuwire_status st = gpuwire_testall(static_cast<int32_t>(handles.size()), handles.data(), &flag, statuses);
+    for (std::size_t i = 0; i < handles.size(); i++)
+        requests[i] = request(handles[i]);
+    detail::check(st);
+    return flag != 0;
 }
 
 // ---- comm --------------------------------------------------------------------------------------
@@ -635,6 +698,38 @@ public:
         detail::check(gpuwire_irecv(h_, buf.get(), source, tag, stream, &r));
         return request(r);
     }
+    /** gpuwire_recv_status: up to `buf`'s count from `source` (or GPUWIRE_ANY_SOURCE) with
+     * `tag` (or GPUWIRE_ANY_TAG); what it matched. */
+    gpuwire_status_t recv_status(const buffer &buf, int32_t source, int32_t tag, void *stream = nullptr) const
+    {
+        gpuwire_status_t st{};
+        detail::check(gpuwire_recv_status(h_, buf.get(), source, tag, stream, &st));
+        return st;
+    }
+    /** gpuwire_irecv_status: its status comes with request::wait_status and the like. */
+    request irecv_status(const buffer &buf, int32_t source, int32_t tag, void *stream = nullptr) const
+    {
+        gpuwire_request r = GPUWIRE_REQUEST_NULL;
+        detail::check(gpuwire_irecv_status(h_, buf.get(), source, tag, stream, &r));
+        return request(r);
+    }
+    /** gpuwire_probe: the next matching message's status, its count in `dtype` elements. */
+    gpuwire_status_t probe(int32_t source, int32_t tag, gpuwire_dtype dtype) const
+    {
+        gpuwire_status_t st{};
+        detail::check(gpuwire_probe(h_, source, tag, dtype, &st));
+        return st;
+    }
+    /** gpuwire_iprobe: whether a matching message is there (its status in `status`). */
+    bool iprobe(int32_t source, int32_t tag, gpuwire_dtype dtype, gpuwire_status_t &status) const
+    {
+        int32_t flag = 0;
+        detail::check(gpuwire_iprobe(h_, source, tag, dtype, &flag, &status));
+        return flag != 0;
+    }
+    /** gpuwire_comm_abort: every pending and later operation fails with
+     * GPUWIRE_ERROR_COMM_BROKEN. */
+    void abort() const { detail::check(gpuwire_comm_abort(h_)); }
     void sendrecv(const buffer &sendbuf, int32_t dest, int32_t sendtag, const buffer &recvbuf,
                   int32_t source, int32_t recvtag, void *stream = nullptr) const
     {
@@ -967,6 +1062,14 @@ public:
     /** Throws the error of an operation that failed after its call had returned
      * (gpuwire_comm_async_error; reported once, as ncclCommGetAsyncError). */
     void check_async_error() const { detail::check(gpuwire_comm_async_error(h_)); }
+    /** gpuwire_comm_get_async_error: the asynchronous error's code, GPUWIRE_ERROR_COMM_BROKEN
+     * for a broken communicator, else GPUWIRE_SUCCESS (does not throw for them). */
+    gpuwire_status async_error() const
+    {
+        gpuwire_status e = GPUWIRE_SUCCESS;
+        detail::check(gpuwire_comm_get_async_error(h_, &e));
+        return e;
+    }
 
     gpuwire_comm get() const noexcept { return h_; }
     gpuwire_comm release() noexcept { return std::exchange(h_, GPUWIRE_COMM_NULL); }
@@ -1176,16 +1279,19 @@ public:
                         "gpuwire::darray::host_span: the array is in device memory");
         return span<T>(static_cast<T *>(data()), static_cast<std::size_t>(local_len()));
     }
-    /** Every rank's number of owned elements, in rank order (gpuwire_darray_local_lens). Needs
-     * the communicator's size: known for arrays made by create and create_nd, given to the
-     * constructor for adopted handles (else GPUWIRE_ERROR_INVALID_ARGUMENT). */
+    /** Every rank's number of owned elements, in rank order (gpuwire_darray_local_lens), one
+     * per rank of the array's communicator (its size from create, create_nd, the constructor,
+     * else gpuwire_darray_comm). */
     std::vector<int64_t> local_lens() const
     {
-        if (nranks_ <= 0)
-            throw error(GPUWIRE_ERROR_INVALID_ARGUMENT,
-                        "gpuwire::darray::local_lens: the size of the array's communicator is "
-                        "unknown (an adopted handle: pass it to the constructor)");
-        std::vector<int64_t> lens(static_cast<std::size_t>(nranks_));
+        int32_t n = nranks_;
+        if (n <= 0) {
+            // An adopted handle: the array's own communicator says (gpuwire_darray_comm).
+            gpuwire_comm c = GPUWIRE_COMM_NULL;
+            detail::check(gpuwire_darray_comm(h_, &c, &n));
+            (void)gpuwire_comm_free(c);
+        }
+        std::vector<int64_t> lens(static_cast<std::size_t>(n));
         detail::check(gpuwire_darray_local_lens(h_, lens.data()));
         return lens;
     }

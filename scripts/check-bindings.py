@@ -404,7 +404,10 @@ def py_kind(expr):
             return "void**"
         if inner in PY_KINDS:
             return PY_KINDS[inner] + "*"
-        return "struct gpuwire_" + inner.lower() + "*" if inner == "Config" else inner + "*"
+        if inner[:1].isupper():
+            # A struct's class (gen-python.py's class_name): Config is gpuwire_config, StatusT gpuwire_status_t.
+            return "struct gpuwire_" + re.sub(r"(?<!^)([A-Z])", r"_\1", inner).lower() + "*"
+        return inner + "*"
     return PY_KINDS.get(expr, "?" + expr)
 
 

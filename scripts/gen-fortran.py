@@ -50,6 +50,10 @@ ARRAYS = {
     ("gpuwire_darray_local_lens", "lens"),
     ("gpuwire_darray_shape", "shape"),
     ("gpuwire_darray_local_shape", "shape"),
+    ("gpuwire_waitany", "requests"),
+    ("gpuwire_testany", "requests"),
+    ("gpuwire_testall", "requests"),
+    ("gpuwire_testall", "statuses"),
 }
 # Pointer arguments that may be NULL (Fortran `optional`: absent = NULL).
 OPTIONAL = {
@@ -57,6 +61,9 @@ OPTIONAL = {
     ("gpuwire_comm_world", "cfg"),
     ("gpuwire_allgatherv", "recvcounts"),
     ("gpuwire_iallgatherv", "recvcounts"),
+    ("gpuwire_waitany", "status"),
+    ("gpuwire_testany", "status"),
+    ("gpuwire_testall", "statuses"),
 }
 # Non-const pointer arguments that are read and written (intent(inout)); the others are
 # outputs (intent(out)).
@@ -65,6 +72,11 @@ INOUT = {
     ("gpuwire_test", "request"),
     ("gpuwire_request_free", "request"),
     ("gpuwire_waitall", "requests"),
+    ("gpuwire_wait_status", "request"),
+    ("gpuwire_test_status", "request"),
+    ("gpuwire_waitany", "requests"),
+    ("gpuwire_testany", "requests"),
+    ("gpuwire_testall", "requests"),
 }
 
 # The Fortran types of gpuwire's datatypes: (suffix, Fortran type, datatype constant, class).

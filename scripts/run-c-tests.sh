@@ -314,6 +314,8 @@ for n in 1 2 3; do
     check "test_darray -n $n" 0 "$n" "^test_darray: PASS" "$build/test_darray" "$n"
     check "test_p2p -n $n" 0 "$n" "^test_p2p: PASS \\($n ranks" "$build/test_p2p"
 done
+# Receive status and wildcards: ANY_SOURCE receives from three other ranks (issue 13).
+check "test_p2p status -n 4" 0 4 "^test_p2p: PASS \\(4 ranks" "$build/test_p2p" status
 # Nonblocking collectives and groups (4 ranks oversubscribe the machine: fine), and below
 # MPI_THREAD_MULTIPLE, where each operation completes inside its call.
 for n in 1 2 3 4; do

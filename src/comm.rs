@@ -442,7 +442,9 @@ impl Communicator {
                 return Ok(());
             }
             crate::progress::progress_all();
-            if deadline.is_some_and(|d| Instant::now() >= d) {
+            // Broken meanwhile (gpuwire_comm_abort, another thread's timeout): given up at once.
+            let broken = if spins % 64 == 63 { self.ensure_usable().err() } else { None };
+            if broken.is_some() || deadline.is_some_and(|d| Instant::now() >= d) {
                 if cancel {
                     let _mpi = runtime::mpi_lock();
                     // SAFETY: an active receive of ours; a cancelled request's wait returns
@@ -451,6 +453,9 @@ impl Communicator {
                         sys::MPI_Cancel(req);
                         sys::MPI_Wait(req, mpisys::status_ignore());
                     }
+                }
+                if let Some(e) = broken {
+                    return Err(e);
                 }
                 let t = self.config.timeout.map(|t| t.as_secs_f64()).unwrap_or(0.0);
                 let msg = format!(

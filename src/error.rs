@@ -61,13 +61,17 @@ pub enum gpuwire_status {
     GPUWIRE_ERROR_REMOTE_ARGUMENT = 18,
     /// The communicator can no longer be used (an earlier timeout or abort broke it).
     GPUWIRE_ERROR_COMM_BROKEN = 19,
+    /// A message is longer than the receive buffer of a receive that takes up to its buffer's
+    /// count (gpuwire_recv_status, gpuwire_irecv_status; as MPI_ERR_TRUNCATE): the message was
+    /// consumed and the buffer not written.
+    GPUWIRE_ERROR_TRUNCATE = 20,
 }
 
 pub use gpuwire_status as Status;
 
 impl Status {
     /// All codes, in numeric order.
-    pub const ALL: [Status; 20] = [
+    pub const ALL: [Status; 21] = [
         Status::GPUWIRE_SUCCESS,
         Status::GPUWIRE_ERROR_NULL_ARGUMENT,
         Status::GPUWIRE_ERROR_INVALID_ARGUMENT,
@@ -88,6 +92,7 @@ impl Status {
         Status::GPUWIRE_ERROR_INTERNAL,
         Status::GPUWIRE_ERROR_REMOTE_ARGUMENT,
         Status::GPUWIRE_ERROR_COMM_BROKEN,
+        Status::GPUWIRE_ERROR_TRUNCATE,
     ];
 
     /// The code for a raw integer, if it is one.
@@ -119,6 +124,7 @@ impl Status {
             GPUWIRE_ERROR_INTERNAL => c"internal error in gpuwire",
             GPUWIRE_ERROR_REMOTE_ARGUMENT => c"another rank rejected its arguments to this collective",
             GPUWIRE_ERROR_COMM_BROKEN => c"communicator is broken by an earlier failure",
+            GPUWIRE_ERROR_TRUNCATE => c"message longer than the receive buffer (truncated)",
         }
     }
 }
@@ -165,6 +171,8 @@ pub enum Error {
     RemoteArgument(String),
     #[error("communicator broken: {0}")]
     CommBroken(String),
+    #[error("message truncated: {0}")]
+    Truncate(String),
 }
 
 impl Error {
@@ -191,6 +199,7 @@ impl Error {
             Error::Internal(_) => GPUWIRE_ERROR_INTERNAL,
             Error::RemoteArgument(_) => GPUWIRE_ERROR_REMOTE_ARGUMENT,
             Error::CommBroken(_) => GPUWIRE_ERROR_COMM_BROKEN,
+            Error::Truncate(_) => GPUWIRE_ERROR_TRUNCATE,
         }
     }
 
@@ -217,6 +226,7 @@ impl Error {
             GPUWIRE_ERROR_ALREADY_FINALIZED => Error::AlreadyFinalized(msg),
             GPUWIRE_ERROR_REMOTE_ARGUMENT => Error::RemoteArgument(msg),
             GPUWIRE_ERROR_COMM_BROKEN => Error::CommBroken(msg),
+            GPUWIRE_ERROR_TRUNCATE => Error::Truncate(msg),
             GPUWIRE_SUCCESS | GPUWIRE_ERROR_INTERNAL => Error::Internal(msg),
         }
     }
@@ -237,6 +247,6 @@ mod tests {
             }
         }
         assert_eq!(Status::from_i32(-1), None);
-        assert_eq!(Status::from_i32(20), None);
+        assert_eq!(Status::from_i32(21), None);
     }
 }

@@ -10,6 +10,11 @@
 //! the data of host-memory and MPI-path operations is in place (NCCL's are stream-ordered).
 //! Groups are per thread; a communicator's operations queued on its progress engine before
 //! the group run first.
+//!
+//! Wildcard receives (GPUWIRE_ANY_SOURCE, GPUWIRE_ANY_TAG) in a group are posted at its end, in
+//! the group's call order before any send, and match as receives posted then would; the
+//! status of a gpuwire_irecv_status is its request's once the group ended. A blocking
+//! gpuwire_recv_status is refused inside a group (its status would be known only at the end).
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -20,7 +25,8 @@ use crate::device::Stream;
 use crate::engine::Done;
 use crate::error::{Error, Result};
 use crate::op::Op;
-use crate::request::{Pending, Request};
+use crate::request::{Pending, Request, Status};
+use std::sync::Mutex;
 
 /// Deepest nesting accepted (a program that never ends its groups fails instead of growing).
 const MAX_DEPTH: u32 = 1 << 16;
@@ -31,6 +37,8 @@ struct Entry {
     stream: Stream,
     /// The completion of a nonblocking form's request.
     done: Option<Arc<Done>>,
+    /// What a receive matched, for its request's status.
+    matched: Arc<Mutex<Option<Status>>>,
 }
 
 #[derive(Default)]
@@ -95,8 +103,16 @@ fn add(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -> Opti
         let bufs = op.buffers();
         let done = nonblocking.then(|| Arc::new(Done::default()));
         let ended = g.ended.clone();
-        g.entries.push(Entry { c: c.clone(), op, stream, done: done.clone() });
-        done.map(|d| Request::new(Box::new(Grouped { done: d, ended }), c.clone(), bufs))
+        let matched = Arc::new(Mutex::new(None));
+        let known = op.known_status();
+        g.entries.push(Entry { c: c.clone(), op, stream, done: done.clone(), matched: matched.clone() });
+        done.map(|d| {
+            let r = Request::new(Box::new(Grouped { done: d, ended, matched }), c.clone(), bufs);
+            match known {
+                Some(st) => r.with_status(st),
+                None => r,
+            }
+        })
     })
 }
 
@@ -159,8 +175,9 @@ fn run(entries: Vec<Entry>) -> Result<()> {
     for pass in [true, false] {
         for (e, (reqs, failed)) in p2p.iter().zip(parts.iter_mut()) {
             let r = match (&e.op, pass) {
-                (Op::Recv { buf, source, tag } | Op::Irecv { buf, source, tag }, true) => e.c.irecv(buf, *source, *tag, e.stream),
-                (Op::Sendrecv { recv, source, recvtag, .. }, true) => e.c.irecv(recv, *source, *recvtag, e.stream),
+                (Op::Recv { buf, source, tag }, true) => e.c.irecv(buf, *source, *tag, false, e.stream),
+                (Op::Irecv { buf, source, tag, upto }, true) => e.c.irecv(buf, *source, *tag, *upto, e.stream),
+                (Op::Sendrecv { recv, source, recvtag, .. }, true) => e.c.irecv(recv, *source, *recvtag, false, e.stream),
                 (Op::Send { buf, dest, tag } | Op::Isend { buf, dest, tag }, false) => e.c.isend(buf, *dest, *tag, e.stream),
                 (Op::Sendrecv { send, dest, sendtag, .. }, false) => e.c.isend(send, *dest, *sendtag, e.stream),
                 _ => continue,
@@ -183,8 +200,11 @@ fn run(entries: Vec<Entry>) -> Result<()> {
     // operation's result is its first failing part.
     for (e, (reqs, failed)) in p2p.iter().zip(parts) {
         let mut r = failed.map_or(Ok(()), Err);
-        for q in reqs {
+        for (i, q) in reqs.into_iter().enumerate() {
             let w = q.wait();
+            if i == 0 && matches!(e.op, Op::Irecv { .. }) {
+                *e.matched.lock().unwrap_or_else(|p| p.into_inner()) = Some(q.status());
+            }
             if r.is_ok() {
                 r = w;
             }
@@ -213,6 +233,7 @@ fn finish(e: &Entry, r: &Result<()>) {
 struct Grouped {
     done: Arc<Done>,
     ended: Arc<AtomicBool>,
+    matched: Arc<Mutex<Option<Status>>>,
 }
 
 impl Grouped {
@@ -227,6 +248,9 @@ impl Grouped {
 }
 
 impl Pending for Grouped {
+    fn status(&self) -> Option<Status> {
+        *self.matched.lock().unwrap_or_else(|p| p.into_inner())
+    }
     fn ready_to_wait(&self) -> Result<()> {
         self.not_started()
     }

@@ -91,6 +91,16 @@ pub fn proc_null() -> c_int {
     unsafe { sys::RSMPI_PROC_NULL }
 }
 
+pub fn any_source() -> c_int {
+    // SAFETY: as above.
+    unsafe { sys::RSMPI_ANY_SOURCE }
+}
+
+pub fn any_tag() -> c_int {
+    // SAFETY: as above.
+    unsafe { sys::RSMPI_ANY_TAG }
+}
+
 pub fn undefined() -> c_int {
     // SAFETY: as above.
     unsafe { sys::RSMPI_UNDEFINED }

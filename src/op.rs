@@ -44,7 +44,8 @@ pub enum Op {
     Send { buf: Arc<Buffer>, dest: i32, tag: i32 },
     Recv { buf: Arc<Buffer>, source: i32, tag: i32 },
     Isend { buf: Arc<Buffer>, dest: i32, tag: i32 },
-    Irecv { buf: Arc<Buffer>, source: i32, tag: i32 },
+    /// `upto`: a message of up to the buffer's count (gpuwire_irecv_status), else exactly it.
+    Irecv { buf: Arc<Buffer>, source: i32, tag: i32, upto: bool },
     Sendrecv { send: Arc<Buffer>, dest: i32, sendtag: i32, recv: Arc<Buffer>, source: i32, recvtag: i32 },
     Barrier,
     Bcast { buf: Arc<Buffer>, root: i32 },
@@ -121,6 +122,9 @@ impl Op {
         let [a, b] = self.slots();
         let (ra, rb) = match self {
             Op::Send { .. } | Op::Isend { .. } => (Role::In, Role::Unused),
+            // A receive of up to its count writes only the message's start: the staging block
+            // holds the buffer's contents first, so that the rest comes back as it was.
+            Op::Irecv { upto: true, .. } => (Role::InOut, Role::Unused),
             Op::Recv { .. } | Op::Irecv { .. } => (Role::Out, Role::Unused),
             Op::Bcast { root, .. } => (if *root == me { Role::In } else { Role::Out }, Role::Unused),
             Op::Reduce { root, .. } | Op::Gather { root, .. } => (Role::In, if *root == me { Role::Out } else { Role::Unused }),
@@ -144,7 +148,7 @@ impl Op {
             Op::Send { buf, dest, tag } => Op::Send { buf: next(buf), dest: *dest, tag: *tag },
             Op::Recv { buf, source, tag } => Op::Recv { buf: next(buf), source: *source, tag: *tag },
             Op::Isend { buf, dest, tag } => Op::Isend { buf: next(buf), dest: *dest, tag: *tag },
-            Op::Irecv { buf, source, tag } => Op::Irecv { buf: next(buf), source: *source, tag: *tag },
+            Op::Irecv { buf, source, tag, upto } => Op::Irecv { buf: next(buf), source: *source, tag: *tag, upto: *upto },
             Op::Sendrecv { send, dest, sendtag, recv, source, recvtag } => {
                 let send = next(send);
                 Op::Sendrecv { send, dest: *dest, sendtag: *sendtag, recv: next(recv), source: *source, recvtag: *recvtag }
@@ -233,11 +237,12 @@ impl Op {
         match self {
             Op::Send { dest, tag, .. } => p2p("send", "destination", *dest, *tag),
             Op::Isend { dest, tag, .. } => p2p("isend", "destination", *dest, *tag),
-            Op::Recv { source, tag, .. } => p2p("recv", "source", *source, *tag),
-            Op::Irecv { source, tag, .. } => p2p("irecv", "source", *source, *tag),
+            Op::Recv { buf, source, tag } => c.check_source_tag("recv", *source, *tag).and_then(|()| c.check_wildcard_path("recv", buf, *source, *tag)),
+            Op::Irecv { buf, source, tag, .. } => c.check_source_tag("irecv", *source, *tag).and_then(|()| c.check_wildcard_path("irecv", buf, *source, *tag)),
             Op::Sendrecv { send, dest, sendtag, recv, source, recvtag } => {
                 p2p("sendrecv", "destination", *dest, *sendtag)?;
-                p2p("sendrecv", "source", *source, *recvtag)?;
+                c.check_source_tag("sendrecv", *source, *recvtag)?;
+                c.check_wildcard_path("sendrecv", recv, *source, *recvtag)?;
                 if send.overlaps(recv) {
                     return Err(Error::InvalidArgument("sendrecv: the send and receive buffers overlap".into()));
                 }
@@ -278,7 +283,7 @@ impl Op {
             Op::Send { buf, dest, tag } => c.send(buf, *dest, *tag, stream),
             Op::Recv { buf, source, tag } => c.recv(buf, *source, *tag, stream),
             Op::Isend { buf, dest, tag } => c.isend(buf, *dest, *tag, stream)?.wait(),
-            Op::Irecv { buf, source, tag } => c.irecv(buf, *source, *tag, stream)?.wait(),
+            Op::Irecv { buf, source, tag, upto } => c.irecv(buf, *source, *tag, *upto, stream)?.wait(),
             Op::Sendrecv { send, dest, sendtag, recv, source, recvtag } => c.sendrecv(send, *dest, *sendtag, recv, *source, *recvtag, stream),
             Op::Barrier => c.barrier(stream),
             Op::Bcast { buf, root } => c.bcast(buf, *root, stream),
@@ -302,9 +307,21 @@ impl Op {
     fn start(&self, c: &Arc<Communicator>, stream: Stream) -> Result<Request> {
         match self {
             Op::Isend { buf, dest, tag } | Op::Send { buf, dest, tag } => c.isend(buf, *dest, *tag, stream),
-            Op::Irecv { buf, source, tag } | Op::Recv { buf, source, tag } => c.irecv(buf, *source, *tag, stream),
+            Op::Irecv { buf, source, tag, upto } => c.irecv(buf, *source, *tag, *upto, stream),
+            Op::Recv { buf, source, tag } => c.irecv(buf, *source, *tag, false, stream),
             _ => Err(Error::Internal(format!("{} is not a point-to-point start", self.name()))),
         }
+    }
+
+    /// A nonblocking receive's status as far as its arguments tell (its source and tag, the
+    /// whole buffer; a GPUWIRE_PROC_NULL receive's empty one): what a path that reports none
+    /// (NCCL) gives; `None` for other operations.
+    pub(crate) fn known_status(&self) -> Option<crate::request::Status> {
+        let Op::Irecv { buf, source, tag, .. } = self else { return None };
+        if *source == crate::types::PROC_NULL || *source == crate::mpisys::proc_null() {
+            return Some(crate::request::Status { source: crate::types::PROC_NULL, tag: crate::types::ANY_TAG, count: 0 });
+        }
+        Some(crate::request::Status { source: *source, tag: *tag, count: buf.count() as i64 })
     }
 
     /// Whether this operation, with device memory, goes to NCCL (which orders it on its stream
@@ -487,7 +504,12 @@ fn start_nccl(c: &Arc<Communicator>, op: Op, stream: Stream, bufs: Vec<Arc<Buffe
     let _ctx = CtxGuard::enter(c.device())?;
     let ev = Event::new()?;
     ev.record(stream)?;
-    Ok(Request::new(Box::new(Passed { ev, device: c.device() }), c.clone(), bufs))
+    let r = Request::new(Box::new(Passed { ev, device: c.device() }), c.clone(), bufs);
+    // A receive's status: its (named) source and tag, the whole buffer (NCCL has no wildcards).
+    Ok(match op.known_status() {
+        Some(st) => r.with_status(st),
+        None => r,
+    })
 }
 
 /// The request of an operation queued on the engine: complete when the engine has run it (and,
@@ -504,6 +526,11 @@ impl Queued {
 }
 
 impl Pending for Queued {
+    fn status(&self) -> Option<crate::request::Status> {
+        let slot = self.started()?;
+        let r = slot.lock().unwrap_or_else(|p| p.into_inner());
+        r.as_ref().map(|r| r.status())
+    }
     fn wait(&mut self) -> Result<()> {
         self.done.wait_until(None).unwrap_or_else(|| Err(Error::Internal("engine wait without deadline ended".into())))?;
         if let Some(slot) = self.started() {
@@ -532,6 +559,9 @@ impl Pending for Queued {
 struct Started(Request);
 
 impl Pending for Started {
+    fn status(&self) -> Option<crate::request::Status> {
+        Some(self.0.status())
+    }
     fn wait(&mut self) -> Result<()> {
         self.0.wait()
     }

@@ -64,6 +64,7 @@ fn collective_name(id: i64) -> String {
 
 /// `GPUWIRE_PROC_NULL`: a send or receive to/from it does nothing (as MPI_PROC_NULL).
 pub(crate) use crate::types::PROC_NULL;
+use crate::types::{ANY_SOURCE, ANY_TAG};
 
 /// Whether `r` names no rank: GPUWIRE_PROC_NULL, or the MPI_PROC_NULL of the MPI gpuwire was
 /// built with.
@@ -74,6 +75,27 @@ fn is_proc_null(r: i32) -> bool {
 /// A validated peer rank with MPI_PROC_NULL as GPUWIRE_PROC_NULL (what the paths compare with).
 fn peer(r: i32) -> i32 {
     if is_proc_null(r) { PROC_NULL } else { r }
+}
+
+/// Whether `r` is a wildcard source: GPUWIRE_ANY_SOURCE, or the MPI_ANY_SOURCE of the MPI
+/// gpuwire was built with.
+fn is_any_source(r: i32) -> bool {
+    r == ANY_SOURCE || r == mpisys::any_source()
+}
+
+/// Whether `t` is a wildcard tag: GPUWIRE_ANY_TAG, or this MPI's MPI_ANY_TAG.
+fn is_any_tag(t: i32) -> bool {
+    t == ANY_TAG || t == mpisys::any_tag()
+}
+
+/// A validated receive's source, with MPI's constants as gpuwire's.
+fn recv_source(r: i32) -> i32 {
+    if is_any_source(r) { ANY_SOURCE } else { peer(r) }
+}
+
+/// A validated receive's tag, with MPI_ANY_TAG as GPUWIRE_ANY_TAG.
+fn recv_tag(t: i32) -> i32 {
+    if is_any_tag(t) { ANY_TAG } else { t }
 }
 
 fn same_dtype(what: &str, a: &Buffer, b: &Buffer) -> Result<Dtype> {
@@ -188,12 +210,19 @@ impl Communicator {
         if (allow_proc_null && is_proc_null(r)) || (0..self.size()).contains(&r) {
             return Ok(());
         }
+        if allow_proc_null && is_any_source(r) {
+            return Err(Error::InvalidArgument(format!(
+                "{what}: {role} {r} is a wildcard (GPUWIRE_ANY_SOURCE / MPI_ANY_SOURCE), which only a receive or probe takes: pass a rank 0..{}, or GPUWIRE_PROC_NULL for none",
+                self.size() - 1
+            )));
+        }
         if allow_proc_null && r < 0 {
             // MPI_ANY_SOURCE is -1 in Open MPI and -2 in MPICH: any other negative rank.
             return Err(Error::InvalidArgument(format!(
-                "{what}: {role} {r} is a wildcard or special rank (MPI_ANY_SOURCE?); wildcards are not supported yet: pass a rank 0..{}, or GPUWIRE_PROC_NULL / MPI_PROC_NULL ({}) for none",
+                "{what}: {role} {r} is negative and no rank: pass a rank 0..{}, GPUWIRE_PROC_NULL / MPI_PROC_NULL ({}) for none{}",
                 self.size() - 1,
-                mpisys::proc_null()
+                mpisys::proc_null(),
+                if role == "source" { ", or GPUWIRE_ANY_SOURCE / MPI_ANY_SOURCE for any" } else { "" }
             )));
         }
         Err(Error::InvalidArgument(format!(
@@ -208,12 +237,70 @@ impl Communicator {
         if (0..=ub).contains(&tag) {
             return Ok(());
         }
+        if is_any_tag(tag) {
+            return Err(Error::InvalidArgument(format!(
+                "{what}: tag {tag} is a wildcard (GPUWIRE_ANY_TAG / MPI_ANY_TAG), which only a receive or probe takes: pass a tag 0..={ub}"
+            )));
+        }
         if tag < 0 {
             return Err(Error::InvalidArgument(format!(
-                "{what}: tag {tag} is negative (MPI_ANY_TAG?); wildcard tags are not supported yet: pass a tag 0..={ub}"
+                "{what}: tag {tag} is negative: pass a tag 0..={ub} (a receive or probe may pass GPUWIRE_ANY_TAG / MPI_ANY_TAG)"
             )));
         }
         Err(Error::InvalidArgument(format!("{what}: tag {tag} is outside 0..={ub} (MPI_TAG_UB of this MPI)")))
+    }
+
+    /// The source and tag of a receive or probe: a rank, GPUWIRE_PROC_NULL or GPUWIRE_ANY_SOURCE
+    /// (or MPI's constants), a tag or GPUWIRE_ANY_TAG (or MPI_ANY_TAG).
+    pub(crate) fn check_source_tag(&self, what: &str, source: i32, tag: i32) -> Result<()> {
+        if !is_any_source(source) {
+            self.check_rank(what, "source", source, true)?;
+        }
+        if !is_any_tag(tag) {
+            self.check_tag(what, tag)?;
+        }
+        Ok(())
+    }
+
+    /// A wildcard receive of device memory on a path that has no wildcards (NCCL matches by
+    /// peer and order; IPC's device messages are not MPI messages) is refused.
+    pub(crate) fn check_wildcard_path(&self, what: &str, buf: &Buffer, source: i32, tag: i32) -> Result<()> {
+        use crate::types::BackendKind::{GPUWIRE_BACKEND_IPC, GPUWIRE_BACKEND_NCCL};
+        if (is_any_source(source) || is_any_tag(tag)) && !buf.is_host() && matches!(self.backend(), GPUWIRE_BACKEND_NCCL | GPUWIRE_BACKEND_IPC) {
+            return Err(Error::BackendUnavailable(format!(
+                "{what}: a receive of device memory with GPUWIRE_ANY_SOURCE or GPUWIRE_ANY_TAG on the {} backend, which has no wildcards (its device messages are matched by peer and order): name the source and tag, or receive into host memory (which goes through MPI on every backend)",
+                self.backend().name()
+            )));
+        }
+        Ok(())
+    }
+
+    /// gpuwire_comm_abort: breaks the communicator (every pending gpuwire wait on it and every
+    /// later operation fails with COMM_BROKEN) and aborts what the backend can abort.
+    pub fn abort(&self) -> Result<()> {
+        // A communicator broken earlier (a timeout) keeps its reason; its backend is aborted
+        // all the same (NCCL kernels still waiting for a peer end).
+        let why = match self.ensure_usable() {
+            Err(Error::CommBroken(why)) => why,
+            _ => format!("the communicator was aborted (gpuwire_comm_abort on rank {})", self.rank()),
+        };
+        crate::backend::abort(self, why);
+        Ok(())
+    }
+
+    /// As MPI_Probe (`block`) / MPI_Iprobe: what the next message from `source` with `tag` that
+    /// a receive would match is (wildcards allowed), in elements of `dtype`; `None` when not
+    /// blocking and there is none. GPUWIRE_PROC_NULL: at once, a status of GPUWIRE_PROC_NULL,
+    /// GPUWIRE_ANY_TAG and 0 elements (as MPI).
+    pub fn probe(&self, source: i32, tag: i32, dtype: Dtype, block: bool) -> Result<Option<crate::request::Status>> {
+        let what = if block { "probe" } else { "iprobe" };
+        let _call = self.enter(what, false)?;
+        self.check_source_tag(what, source, tag)?;
+        let source = recv_source(source);
+        if source == PROC_NULL {
+            return Ok(Some(crate::request::Status { source: PROC_NULL, tag: ANY_TAG, count: 0 }));
+        }
+        Ok(crate::backend::p2p::probe(self, source, recv_tag(tag), block)?.map(|m| m.status(dtype)))
     }
 
     pub(crate) fn path(&self, bufs: &[Option<&Buffer>]) -> Result<&'static dyn Path> {
@@ -332,9 +419,9 @@ impl Communicator {
     /// As MPI_Recv of exactly `buf.count()` elements from `source`.
     pub fn recv(&self, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<()> {
         let _call = self.enter("recv", false)?;
-        self.check_rank("recv", "source", source, true)?;
-        self.check_tag("recv", tag)?;
-        let source = peer(source);
+        self.check_source_tag("recv", source, tag)?;
+        self.check_wildcard_path("recv", buf, source, tag)?;
+        let (source, tag) = (recv_source(source), recv_tag(tag));
         if source == PROC_NULL {
             return Ok(());
         }
@@ -355,18 +442,23 @@ impl Communicator {
         Ok(Request::new(pending, self.clone(), vec![buf.clone()]))
     }
 
-    /// As MPI_Irecv of exactly `buf.count()` elements.
-    pub fn irecv(self: &Arc<Self>, buf: &Arc<Buffer>, source: i32, tag: i32, stream: Stream) -> Result<Request> {
+    /// As MPI_Irecv of exactly `buf.count()` elements, or with `upto` of up to them. The
+    /// request reports what it matched (a GPUWIRE_PROC_NULL receive: GPUWIRE_PROC_NULL,
+    /// GPUWIRE_ANY_TAG, 0 elements, as MPI).
+    pub fn irecv(self: &Arc<Self>, buf: &Arc<Buffer>, source: i32, tag: i32, upto: bool, stream: Stream) -> Result<Request> {
         self.ensure_usable()?;
-        self.check_rank("irecv", "source", source, true)?;
-        self.check_tag("irecv", tag)?;
-        let source = peer(source);
-        let pending: Box<dyn crate::request::Pending> = if source == PROC_NULL {
-            Box::new(Done)
-        } else {
-            self.p2p_path(&[Some(buf)])?.irecv(self, buf, source, tag, stream)?
-        };
-        Ok(Request::new(pending, self.clone(), vec![buf.clone()]))
+        self.check_source_tag("irecv", source, tag)?;
+        self.check_wildcard_path("irecv", buf, source, tag)?;
+        let (source, tag) = (recv_source(source), recv_tag(tag));
+        if source == PROC_NULL {
+            let s = crate::request::Status { source: PROC_NULL, tag: ANY_TAG, count: 0 };
+            return Ok(Request::new(Box::new(Done), self.clone(), vec![buf.clone()]).with_status(s));
+        }
+        let path = self.p2p_path(&[Some(buf)])?;
+        let pending = if upto { path.irecv_upto(self, buf, source, tag, stream)? } else { path.irecv(self, buf, source, tag, stream)? };
+        // Paths without wildcards report nothing: the source and tag are the given ones.
+        let s = crate::request::Status { source, tag, count: buf.count() as i64 };
+        Ok(Request::new(pending, self.clone(), vec![buf.clone()]).with_status(s))
     }
 
     /// As MPI_Sendrecv (either side may be GPUWIRE_PROC_NULL).
@@ -374,10 +466,10 @@ impl Communicator {
     pub fn sendrecv(&self, send: &Buffer, dest: i32, sendtag: i32, recv: &Buffer, source: i32, recvtag: i32, stream: Stream) -> Result<()> {
         let _call = self.enter("sendrecv", false)?;
         self.check_rank("sendrecv", "destination", dest, true)?;
-        self.check_rank("sendrecv", "source", source, true)?;
         self.check_tag("sendrecv", sendtag)?;
-        self.check_tag("sendrecv", recvtag)?;
-        let (dest, source) = (peer(dest), peer(source));
+        self.check_source_tag("sendrecv", source, recvtag)?;
+        self.check_wildcard_path("sendrecv", recv, source, recvtag)?;
+        let (dest, source, recvtag) = (peer(dest), recv_source(source), recv_tag(recvtag));
         if send.overlaps(recv) {
             return Err(Error::InvalidArgument("sendrecv: the send and receive buffers overlap".into()));
         }

@@ -15,6 +15,21 @@ use crate::comm::Communicator;
 use crate::error::{Error, Result};
 use crate::handles::{Kind, Registry};
 
+/// What a completed receive matched: the source rank, the tag and the element count received
+/// (`gpuwire_status_t` without its error). Every other request, a GPUWIRE_REQUEST_NULL and a
+/// receive that has not matched report [`Status::EMPTY`], as MPI's empty status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Status {
+    pub source: i32,
+    pub tag: i32,
+    pub count: i64,
+}
+
+impl Status {
+    /// MPI's empty status: any source, any tag, no elements.
+    pub const EMPTY: Status = Status { source: crate::types::ANY_SOURCE, tag: crate::types::ANY_TAG, count: 0 };
+}
+
 /// All live requests, by handle.
 pub static REQUESTS: Registry<Request> = Registry::new(Kind::Request);
 
@@ -38,6 +53,12 @@ pub trait Pending: Send {
     fn ready_to_wait(&self) -> Result<()> {
         Ok(())
     }
+    /// What the receive matched, once it has (also when it failed after matching, e.g. a
+    /// truncated message); `None` for other operations and where the path does not know (the
+    /// request's own default is then used: `Request::with_status`).
+    fn status(&self) -> Option<Status> {
+        None
+    }
 }
 
 /// A nonblocking operation in flight.
@@ -46,11 +67,41 @@ pub struct Request {
     comm: Arc<Communicator>,
     /// The buffers the operation reads or writes, kept alive until it completes.
     bufs: Vec<Arc<Buffer>>,
+    /// What the operation matched, noted when it completed (or failed).
+    matched: Mutex<Option<Status>>,
+    /// The status of a receive whose path reports none (a known source and tag, the buffer's
+    /// count: the NCCL and IPC paths, whose receives take exactly their buffer).
+    default_status: Option<Status>,
 }
 
 impl Request {
     pub fn new(pending: Box<dyn Pending>, comm: Arc<Communicator>, bufs: Vec<Arc<Buffer>>) -> Request {
-        Request { pending: Mutex::new(Some(pending)), comm, bufs }
+        Request { pending: Mutex::new(Some(pending)), comm, bufs, matched: Mutex::new(None), default_status: None }
+    }
+
+    /// The request with the status it reports when its path reports none.
+    pub fn with_status(mut self, s: Status) -> Request {
+        self.default_status = Some(s);
+        self
+    }
+
+    /// The status of a completed (or failed) request: what its receive matched, else
+    /// [`Status::EMPTY`].
+    pub fn status(&self) -> Status {
+        let m = *self.matched.lock().unwrap_or_else(|e| e.into_inner());
+        m.or(self.default_status).unwrap_or(Status::EMPTY)
+    }
+
+    /// Notes what `op` matched (at its completion or failure).
+    fn note(&self, op: &dyn Pending) {
+        if let Some(s) = op.status() {
+            *self.matched.lock().unwrap_or_else(|e| e.into_inner()) = Some(s);
+        }
+    }
+
+    /// The communicator of the request.
+    pub fn comm(&self) -> &Arc<Communicator> {
+        &self.comm
     }
 
     /// Whether the request may be waited for or tested now ([`Pending::ready_to_wait`]); a
@@ -74,10 +125,22 @@ impl Request {
         if let Err(e) = self.comm.ensure_usable() {
             return self.give_up_broken(op, e);
         }
-        let Some(t) = self.comm.config().timeout else { return op.wait() };
+        let Some(t) = self.comm.config().timeout else {
+            let r = op.wait();
+            self.note(&*op);
+            return r;
+        };
         let deadline = Instant::now() + t;
         let mut spins = 0u32;
-        while !op.test()? {
+        loop {
+            match op.test() {
+                Ok(true) => break,
+                Ok(false) => {}
+                Err(e) => {
+                    self.note(&*op);
+                    return Err(e);
+                }
+            }
             if let Err(e) = self.comm.ensure_usable() {
                 return self.give_up_broken(op, e);
             }
@@ -100,6 +163,7 @@ impl Request {
                 std::thread::sleep(std::time::Duration::from_micros(50));
             }
         }
+        self.note(&*op);
         Ok(())
     }
 
@@ -110,8 +174,15 @@ impl Request {
         match p.as_mut() {
             None => Ok(true),
             Some(op) => {
-                let done = op.test()?;
+                let done = match op.test() {
+                    Ok(d) => d,
+                    Err(e) => {
+                        self.note(&**op);
+                        return Err(e);
+                    }
+                };
                 if done {
+                    self.note(&**op);
                     *p = None;
                 } else if let Err(e) = self.comm.ensure_usable() {
                     let op = p.take().expect("pending checked above");
@@ -125,7 +196,9 @@ impl Request {
     /// On a broken communicator: Ok if `op` completed after all, else it is abandoned (its
     /// buffer kept for ever if MPI may still use it) and `broken` returned.
     fn give_up_broken(&self, mut op: Box<dyn Pending>, broken: Error) -> Result<()> {
-        if op.test()? {
+        let done = op.test();
+        self.note(&*op);
+        if done? {
             return Ok(());
         }
         if !op.abandon() {

@@ -11,15 +11,30 @@ use crate::error::{Error, Result};
 /// A rank that sends and receives nothing: point-to-point calls with it return at once (as
 /// MPI_PROC_NULL). Its value, -1000, is no MPI's constant (Open MPI's MPI_ANY_SOURCE is -1 and
 /// MPI_PROC_NULL -2, MPICH's the other way round); the MPI_PROC_NULL of the MPI gpuwire was
-/// built with is accepted as well and means the same. Other negative ranks (MPI_ANY_SOURCE of
-/// either MPI) are refused with GPUWIRE_ERROR_INVALID_ARGUMENT: wildcards are not supported yet.
+/// built with is accepted as well and means the same. Other negative ranks are refused with
+/// GPUWIRE_ERROR_INVALID_ARGUMENT.
 pub const GPUWIRE_PROC_NULL: i32 = -1000;
 
-/// Color for `gpuwire_comm_split` meaning "not in any new communicator" (as MPI_UNDEFINED).
+/// The source of a receive or probe that matches a message from any rank (as MPI_ANY_SOURCE).
+/// Its value, -1001, is no MPI's constant; the MPI_ANY_SOURCE of the MPI gpuwire was built with
+/// is accepted as well and means the same. Receives only (a send to it is
+/// GPUWIRE_ERROR_INVALID_ARGUMENT). The source that matched is reported in gpuwire_status_t.
+pub const GPUWIRE_ANY_SOURCE: i32 = -1001;
+
+/// The tag of a receive or probe that matches a message with any tag (as MPI_ANY_TAG). Its
+/// value, -1002, is no MPI's constant; the MPI_ANY_TAG of the MPI gpuwire was built with is
+/// accepted as well. Receives only; the tag that matched is reported in gpuwire_status_t.
+pub const GPUWIRE_ANY_TAG: i32 = -1002;
+
+/// Color for `gpuwire_comm_split` meaning "not in any new communicator" (as MPI_UNDEFINED); the
+/// index gpuwire_waitany and gpuwire_testany write when no request of the array is active.
 pub const GPUWIRE_UNDEFINED: i32 = -1;
 
 /// `GPUWIRE_PROC_NULL`, the name the operations and every path compare peers with.
 pub(crate) const PROC_NULL: i32 = GPUWIRE_PROC_NULL;
+/// `GPUWIRE_ANY_SOURCE` and `GPUWIRE_ANY_TAG`, as the operations and paths compare with.
+pub(crate) const ANY_SOURCE: i32 = GPUWIRE_ANY_SOURCE;
+pub(crate) const ANY_TAG: i32 = GPUWIRE_ANY_TAG;
 
 /// Element datatype of a buffer (values as NCCL's `ncclDataType_t` where NCCL has the type).
 #[repr(i32)]

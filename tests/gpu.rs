@@ -1,5 +1,6 @@
 //! GPU tests: device buffers on the MPI_STAGED and MPI_CUDA_AWARE backends, and the device cases
-//! C11–C14, C16, C17 of the project's case list.
+//! C11–C14, C16, C17 of the project's case list; receive status, wildcards and abort on device
+//! memory (`p2pstatus`, issue 13).
 //!
 //! They need a GPU, so CI cannot run them: without `GPUWIRE_GPU_TEST` set, this binary prints
 //! that it was NOT RUN and why. `scripts/gpu-test` runs it on the GPU machine under `mpirun -np 2`
@@ -2119,6 +2120,136 @@ fn vcoll_device(cx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
+// ---- issue 13: receive status, wildcards, probe, abort on device memory --------------------
+
+/// Device receives with a status on every backend: on MPI_STAGED and MPI_CUDA_AWARE a wildcard
+/// receive of a shorter message reports its source, tag and count and leaves the rest of the
+/// device buffer as it was, probe sees device messages, a longer message is TRUNCATE with the
+/// buffer untouched, waitany completes an irecv_status; on NCCL and IPC a wildcard device
+/// receive is BACKEND_UNAVAILABLE and a named one reports its status. Then gpuwire_comm_abort
+/// on rank 0 while the others wait in an iallreduce: on IPC they return COMM_BROKEN within 1.5 s
+/// (the shared segment's flag); elsewhere at their 3 s timeout (TIMEOUT or COMM_BROKEN).
+fn p2p_status(cx: &Ctx) -> Result<(), String> {
+    let st = cx.stream as *mut c_void;
+    let (to, from) = ((cx.rank + 1) % cx.size, (cx.rank + cx.size - 1) % cx.size);
+    let mut kind = 0;
+    ok(gpuwire_comm_backend(cx.comm, &mut kind), "backend");
+    let mpi_path = kind == BackendKind::GPUWIRE_BACKEND_MPI_STAGED as i32 || kind == BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE as i32;
+    let fill = vec![0x7eu8; 13 * 8];
+    let sent: Vec<u8> = (0..3).flat_map(|i| val(cx.rank, i).to_le_bytes()).collect();
+    let want: Vec<u8> = (0..3).flat_map(|i| val(from, i).to_le_bytes()).collect();
+    let s = dev_alloc(3, Dtype::GPUWIRE_FLOAT64);
+    upload(s, &sent);
+    let r = dev_alloc(13, Dtype::GPUWIRE_FLOAT64);
+    let blank = || gpuwire_status_t { source: 55, tag: 55, count: 55, error: 55 };
+    let (any_s, any_t) = (gpuwire::types::GPUWIRE_ANY_SOURCE, gpuwire::types::GPUWIRE_ANY_TAG);
+    let mut q = 0;
+    if mpi_path {
+        upload(r, &fill);
+        ok(gpuwire_isend(cx.comm, s, to, 71, st, &mut q), "isend");
+        let mut ps = blank();
+        ok(gpuwire_probe(cx.comm, any_s, 71, Dtype::GPUWIRE_FLOAT64 as i32, &mut ps), "probe");
+        if ps.source != from || ps.count != 3 {
+            return Err(format!("probe of a device message: source {} count {}, expected {from} and 3", ps.source, ps.count));
+        }
+        let mut rs = blank();
+        ok(gpuwire_recv_status(cx.comm, r, any_s, any_t, st, &mut rs), "recv_status");
+        ok(gpuwire_wait(&mut q), "wait(isend)");
+        let got = download(r, 13 * 8);
+        if rs.source != from || rs.tag != 71 || rs.count != 3 || got[..24] != want[..] || got[24..] != fill[24..] {
+            return Err(format!("wildcard device receive of 3 into 13: status ({}, {}, {}), data right {}, tail untouched {}", rs.source, rs.tag, rs.count, got[..24] == want[..], got[24..] == fill[24..]));
+        }
+        // Longer than the buffer: TRUNCATE, nothing written.
+        let small = dev_alloc(2, Dtype::GPUWIRE_FLOAT64);
+        upload(small, &fill[..16]);
+        ok(gpuwire_isend(cx.comm, s, to, 72, st, &mut q), "isend");
+        let t = gpuwire_recv_status(cx.comm, small, from, 72, st, &mut rs);
+        ok(gpuwire_wait(&mut q), "wait(isend)");
+        if t != Status::GPUWIRE_ERROR_TRUNCATE || download(small, 16) != fill[..16] {
+            return Err(format!("3 float64 into a 2-element device receive gave {t:?} ({}), expected TRUNCATE with the buffer untouched", last_error()));
+        }
+        gpuwire_buffer_free(small);
+        // irecv_status completed by waitany.
+        let mut reqs = [0u64; 2];
+        ok(gpuwire_irecv_status(cx.comm, r, any_s, 73, st, &mut reqs[0]), "irecv_status");
+        ok(gpuwire_isend(cx.comm, s, to, 73, st, &mut reqs[1]), "isend");
+        let mut seen = 0;
+        for _ in 0..2 {
+            let (mut idx, mut ws) = (0, blank());
+            ok(gpuwire_waitany(2, reqs.as_mut_ptr(), &mut idx, &mut ws), "waitany");
+            if idx == 0 && ws.source == from && ws.tag == 73 && ws.count == 3 {
+                seen += 1;
+            }
+        }
+        if seen != 1 || reqs != [0, 0] {
+            return Err(format!("waitany over a device irecv_status: receive status seen {seen} times, requests {reqs:?}"));
+        }
+    } else {
+        let refused = gpuwire_recv_status(cx.comm, r, any_s, 74, st, &mut blank());
+        if refused != Status::GPUWIRE_ERROR_BACKEND_UNAVAILABLE {
+            return Err(format!("a wildcard device receive on backend {kind} gave {refused:?} ({}), expected BACKEND_UNAVAILABLE", last_error()));
+        }
+        // In a group (NCCL: a send to oneself needs its receive in the same group).
+        let r3 = dev_alloc(3, Dtype::GPUWIRE_FLOAT64);
+        let mut rq = 0;
+        ok(gpuwire_group_start(), "group_start");
+        ok(gpuwire_irecv_status(cx.comm, r3, from, 75, st, &mut rq), "irecv_status(named)");
+        ok(gpuwire_isend(cx.comm, s, to, 75, st, &mut q), "isend");
+        ok(gpuwire_group_end(), "group_end");
+        let mut rs = blank();
+        ok(gpuwire_wait_status(&mut rq, &mut rs), "wait_status");
+        ok(gpuwire_wait(&mut q), "wait(isend)");
+        if rs.source != from || rs.tag != 75 || rs.count != 3 || download(r3, 24) != want {
+            return Err(format!("a named device receive with a status: ({}, {}, {})", rs.source, rs.tag, rs.count));
+        }
+        gpuwire_buffer_free(r3);
+    }
+    gpuwire_buffer_free(r);
+    // Abort while the peers wait in a collective.
+    let mut cfg: gpuwire_config = unsafe { std::mem::zeroed() };
+    ok(gpuwire_config_init(&mut cfg), "config_init");
+    cfg.timeout_seconds = 3.0;
+    let mut ac = 0;
+    ok(gpuwire_comm_world(&cfg, &mut ac), "comm_world(timeout)");
+    ok(gpuwire_barrier(ac, st), "barrier");
+    let b = dev_alloc(4, Dtype::GPUWIRE_FLOAT32);
+    // A stream of its own: a collective left hanging on it (NCCL) holds no later case up.
+    let mut astream: cu::CUstream = std::ptr::null_mut();
+    cuok(unsafe { cu::cuStreamCreate(&mut astream, 1) }, "cuStreamCreate");
+    let st = astream as *mut c_void;
+    let t0 = Instant::now();
+    if cx.rank == 0 {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        ok(gpuwire_comm_abort(ac), "comm_abort");
+        let later = gpuwire_allreduce(ac, b, b, ReduceOp::GPUWIRE_SUM as i32, st);
+        if later != Status::GPUWIRE_ERROR_COMM_BROKEN {
+            return Err(format!("an allreduce after gpuwire_comm_abort gave {later:?}, expected COMM_BROKEN"));
+        }
+        let mut ae = Status::GPUWIRE_SUCCESS;
+        ok(gpuwire_comm_get_async_error(ac, &mut ae), "get_async_error");
+        if ae != Status::GPUWIRE_ERROR_COMM_BROKEN {
+            return Err(format!("gpuwire_comm_get_async_error after abort: {ae:?}"));
+        }
+    } else {
+        let mut rq = 0;
+        let started = gpuwire_iallreduce(ac, b, b, ReduceOp::GPUWIRE_SUM as i32, st, &mut rq);
+        let w = if started == Status::GPUWIRE_SUCCESS { gpuwire_wait(&mut rq) } else { started };
+        let took = t0.elapsed().as_secs_f64();
+        let ipc = kind == BackendKind::GPUWIRE_BACKEND_IPC as i32;
+        let fine = if ipc { w == Status::GPUWIRE_ERROR_COMM_BROKEN && took < 1.5 } else { matches!(w, Status::GPUWIRE_ERROR_TIMEOUT | Status::GPUWIRE_ERROR_COMM_BROKEN) && took < 10.0 };
+        if !fine {
+            return Err(format!("a peer waiting in an iallreduce when rank 0 aborted got {w:?} after {took:.2} s ({}); expected {}", last_error(), if ipc { "COMM_BROKEN within 1.5 s" } else { "TIMEOUT or COMM_BROKEN at the 3 s timeout" }));
+        }
+        // This rank's own abort ends its NCCL kernel that waits for rank 0 (ncclCommAbort).
+        ok(gpuwire_comm_abort(ac), "comm_abort (peer)");
+    }
+    gpuwire_buffer_free(b);
+    gpuwire_buffer_free(s);
+    gpuwire_comm_free(ac);
+    ok(gpuwire_barrier(cx.comm, cx.stream as *mut c_void), "barrier");
+    Ok(())
+}
+
 fn main() {
     let Ok(cases) = std::env::var("GPUWIRE_GPU_TEST") else {
         println!(
@@ -2181,6 +2312,7 @@ fn main() {
             "c15" => c15_shared_gpu_nccl(&cx),
             "mismatch" => mismatch_checked(&cx),
             "p2pexact" => p2p_exact(&cx),
+            "p2pstatus" => p2p_status(&cx),
             "nonccl" => no_nccl_library(&cx),
             "ncclinit" => nccl_init_deadline(&cx),
             "acrosshosts" => across_hosts(&cx),

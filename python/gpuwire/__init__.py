@@ -63,7 +63,8 @@ from ._capi import *  # noqa: F401,F403  (every constant of gpuwire.h, and Confi
 from ._capi import (BFLOAT16, COMPLEX64, COMPLEX128, DECIDE, ERROR_COMM_BROKEN, ERROR_COUNT_MISMATCH,
                     ERROR_DTYPE_MISMATCH, ERROR_INVALID_ARGUMENT, ERROR_NULL_ARGUMENT, ERROR_TIMEOUT, FLOAT16,
                     FLOAT32, FLOAT32_INT32, FLOAT64, FLOAT64_INT32, INT8, INT32, INT32_INT32, INT64, NORM_2, PARTITION_SCATTER, SPACE_AUTO, SPACE_DEVICE,
-                    SPACE_HOST, SUCCESS, SUM, UINT8, UINT32, UINT64, Config, _handle)
+                    SPACE_HOST, SUCCESS, SUM, UINT8, UINT32, UINT64, ANY_SOURCE, ANY_TAG, Config, StatusT,
+                    _handle)
 
 # NumPy/CuPy dtype names (numpy.dtype(...).name) -> gpuwire datatypes.
 _DTYPES = {
@@ -522,6 +523,24 @@ class Request:
             self._keep = None
         return flag.value != 0
 
+    def wait_status(self):
+        """gpuwire_wait_status: waits; what its receive matched (a StatusT: source, tag, count)."""
+        st = StatusT()
+        try:
+            _check(lib.gpuwire_wait_status(ctypes.byref(self.handle), ctypes.byref(st)))
+        finally:
+            if not self.handle.value:
+                self._keep = None
+        return st
+
+    def test_status(self):
+        """gpuwire_test_status: (completed, StatusT or None)."""
+        flag, st = c_int32(), StatusT()
+        _check(lib.gpuwire_test_status(ctypes.byref(self.handle), ctypes.byref(flag), ctypes.byref(st)))
+        if flag.value:
+            self._keep = None
+        return flag.value != 0, (st if flag.value else None)
+
     def active(self):
         return self.handle.value != 0
 
@@ -573,6 +592,47 @@ def waitall(requests):
         r.handle.value = h
         r._keep = None
     _check(st)
+
+
+def _request_array(requests):
+    return (_handle * max(len(requests), 1))(*(r.handle.value for r in requests))
+
+
+def _back(requests, arr):
+    for r, h in zip(requests, arr):
+        r.handle.value = h
+        if not h:
+            r._keep = None
+
+
+def waitany(requests):
+    """gpuwire_waitany: waits until one request completes; (its index, its StatusT). The index is
+    UNDEFINED when every request is already complete (NULL)."""
+    arr, index, st = _request_array(requests), c_int32(), StatusT()
+    rc = lib.gpuwire_waitany(len(requests), arr, ctypes.byref(index), ctypes.byref(st))
+    _back(requests, arr)
+    _check(rc)
+    return index.value, st
+
+
+def testany(requests):
+    """gpuwire_testany: (completed, index, StatusT); completed with index UNDEFINED when every
+    request is NULL."""
+    arr, index, flag, st = _request_array(requests), c_int32(), c_int32(), StatusT()
+    rc = lib.gpuwire_testany(len(requests), arr, ctypes.byref(index), ctypes.byref(flag), ctypes.byref(st))
+    _back(requests, arr)
+    _check(rc)
+    return flag.value != 0, index.value, st
+
+
+def testall(requests):
+    """gpuwire_testall: (all completed, [StatusT per request] or None)."""
+    arr, flag = _request_array(requests), c_int32()
+    sts = (StatusT * max(len(requests), 1))()
+    rc = lib.gpuwire_testall(len(requests), arr, ctypes.byref(flag), sts)
+    _back(requests, arr)
+    _check(rc)
+    return flag.value != 0, (list(sts)[:len(requests)] if flag.value else None)
 
 
 class group:
@@ -683,6 +743,48 @@ class Comm:
         b, _ = _as_buffer(buf)
         r = _out(_handle, lib.gpuwire_irecv, self.handle, b.handle, source, tag, _stream_ptr(stream or b.stream))
         return Request(r, keep=b)
+
+    def recv_status(self, buf, source=ANY_SOURCE, tag=ANY_TAG, stream=None):
+        """gpuwire_recv_status: up to the buffer's count, wildcards allowed; a StatusT (source,
+        tag, count) of what it received."""
+        b, new = _as_buffer(buf)
+        st = StatusT()
+        try:
+            _check(lib.gpuwire_recv_status(self.handle, b.handle, source, tag, _stream_ptr(stream or b.stream),
+                                           ctypes.byref(st)))
+        finally:
+            if new:
+                _done(b)
+        return st
+
+    def irecv_status(self, buf, source=ANY_SOURCE, tag=ANY_TAG, stream=None):
+        """gpuwire_irecv_status: a Request whose wait_status() says what it received."""
+        b, _ = _as_buffer(buf)
+        r = _out(_handle, lib.gpuwire_irecv_status, self.handle, b.handle, source, tag,
+                 _stream_ptr(stream or b.stream))
+        return Request(r, keep=b)
+
+    def probe(self, source=ANY_SOURCE, tag=ANY_TAG, dtype=UINT8):
+        """gpuwire_probe: the StatusT of the next matching message (count in `dtype` elements)."""
+        st = StatusT()
+        _check(lib.gpuwire_probe(self.handle, source, tag, _dtype_code(dtype), ctypes.byref(st)))
+        return st
+
+    def iprobe(self, source=ANY_SOURCE, tag=ANY_TAG, dtype=UINT8):
+        """gpuwire_iprobe: the StatusT of a matching message, or None when there is none."""
+        flag, st = c_int32(), StatusT()
+        _check(lib.gpuwire_iprobe(self.handle, source, tag, _dtype_code(dtype), ctypes.byref(flag),
+                                  ctypes.byref(st)))
+        return st if flag.value else None
+
+    def abort(self):
+        """gpuwire_comm_abort: every pending and later operation fails with ERROR_COMM_BROKEN."""
+        _check(lib.gpuwire_comm_abort(self.handle))
+
+    def get_async_error(self):
+        """gpuwire_comm_get_async_error: the asynchronous error's code, ERROR_COMM_BROKEN for a
+        broken communicator, else SUCCESS."""
+        return _out(c_int32, lib.gpuwire_comm_get_async_error, self.handle)
 
     def sendrecv(self, sendbuf, dest, sendtag, recvbuf, source, recvtag, stream=None):
         (s, sn), (r, rn) = _as_buffer(sendbuf), _as_buffer(recvbuf)
@@ -1040,6 +1142,13 @@ class DArray:
     def local_lens(self):
         """Every rank's number of owned elements, in rank order."""
         return list(self._int64s(lib.gpuwire_darray_local_lens, self._nranks))
+
+    def comm(self):
+        """gpuwire_darray_comm: (a Comm of the array's communicator, its number of ranks); free()
+        the Comm (local: the array keeps the communicator)."""
+        h, n = _handle(), c_int32()
+        _check(lib.gpuwire_darray_comm(self.handle, ctypes.byref(h), ctypes.byref(n)))
+        return Comm(handle=h.value), n.value
 
     def shape(self):
         return self._int64s(lib.gpuwire_darray_shape, self.ndim())

@@ -29,6 +29,7 @@ __all__ = [
     "ERROR_INTERNAL",
     "ERROR_REMOTE_ARGUMENT",
     "ERROR_COMM_BROKEN",
+    "ERROR_TRUNCATE",
     "INT8",
     "UINT8",
     "INT32",
@@ -89,8 +90,11 @@ __all__ = [
     "DARRAY_NULL",
     "DECIDE",
     "PROC_NULL",
+    "ANY_SOURCE",
+    "ANY_TAG",
     "UNDEFINED",
     "Config",
+    "StatusT",
 ]
 
 SUCCESS = 0
@@ -113,6 +117,7 @@ ERROR_ALREADY_FINALIZED = 16
 ERROR_INTERNAL = 17
 ERROR_REMOTE_ARGUMENT = 18
 ERROR_COMM_BROKEN = 19
+ERROR_TRUNCATE = 20
 INT8 = 0
 UINT8 = 1
 INT32 = 2
@@ -173,6 +178,8 @@ REQUEST_NULL = 0
 DARRAY_NULL = 0
 DECIDE = -1
 PROC_NULL = -1000
+ANY_SOURCE = -1001
+ANY_TAG = -1002
 UNDEFINED = -1
 
 # ---- structs -----------------------------------------------------------------------------------
@@ -188,6 +195,17 @@ class Config(ctypes.Structure):
         ("staging", c_int32),
         ("timeout_seconds", c_double),
         ("chunk_bytes", c_int64),
+    ]
+
+
+class StatusT(ctypes.Structure):
+    """gpuwire_status_t, field for field."""
+
+    _fields_ = [
+        ("source", c_int32),
+        ("tag", c_int32),
+        ("count", c_int64),
+        ("error", c_int32),
     ]
 
 
@@ -215,6 +233,7 @@ _PROTOTYPES = {
     "gpuwire_comm_create": (_status, [c_int32, POINTER(Config), POINTER(_handle)]),
     "gpuwire_comm_world": (_status, [POINTER(Config), POINTER(_handle)]),
     "gpuwire_comm_free": (_status, [_handle]),
+    "gpuwire_comm_abort": (_status, [_handle]),
     "gpuwire_comm_split": (_status, [_handle, c_int32, c_int32, POINTER(_handle)]),
     "gpuwire_comm_dup": (_status, [_handle, POINTER(_handle)]),
     "gpuwire_comm_rank": (_status, [_handle, POINTER(c_int32)]),
@@ -237,6 +256,7 @@ _PROTOTYPES = {
     "gpuwire_darray_space": (_status, [_handle, POINTER(c_int32)]),
     "gpuwire_darray_partition": (_status, [_handle, POINTER(c_int32)]),
     "gpuwire_darray_data": (_status, [_handle, POINTER(c_void_p)]),
+    "gpuwire_darray_comm": (_status, [_handle, POINTER(_handle), POINTER(c_int32)]),
     "gpuwire_darray_local_lens": (_status, [_handle, POINTER(c_int64)]),
     "gpuwire_darray_shape": (_status, [_handle, POINTER(c_int64)]),
     "gpuwire_darray_local_shape": (_status, [_handle, POINTER(c_int64)]),
@@ -265,9 +285,18 @@ _PROTOTYPES = {
     "gpuwire_recv": (_status, [_handle, _handle, c_int32, c_int32, c_void_p]),
     "gpuwire_isend": (_status, [_handle, _handle, c_int32, c_int32, c_void_p, POINTER(_handle)]),
     "gpuwire_irecv": (_status, [_handle, _handle, c_int32, c_int32, c_void_p, POINTER(_handle)]),
+    "gpuwire_recv_status": (_status, [_handle, _handle, c_int32, c_int32, c_void_p, POINTER(StatusT)]),
+    "gpuwire_irecv_status": (_status, [_handle, _handle, c_int32, c_int32, c_void_p, POINTER(_handle)]),
+    "gpuwire_probe": (_status, [_handle, c_int32, c_int32, c_int32, POINTER(StatusT)]),
+    "gpuwire_iprobe": (_status, [_handle, c_int32, c_int32, c_int32, POINTER(c_int32), POINTER(StatusT)]),
     "gpuwire_wait": (_status, [POINTER(_handle)]),
     "gpuwire_request_free": (_status, [POINTER(_handle)]),
     "gpuwire_test": (_status, [POINTER(_handle), POINTER(c_int32)]),
+    "gpuwire_wait_status": (_status, [POINTER(_handle), POINTER(StatusT)]),
+    "gpuwire_test_status": (_status, [POINTER(_handle), POINTER(c_int32), POINTER(StatusT)]),
+    "gpuwire_waitany": (_status, [c_int32, POINTER(_handle), POINTER(c_int32), POINTER(StatusT)]),
+    "gpuwire_testany": (_status, [c_int32, POINTER(_handle), POINTER(c_int32), POINTER(c_int32), POINTER(StatusT)]),
+    "gpuwire_testall": (_status, [c_int32, POINTER(_handle), POINTER(c_int32), POINTER(StatusT)]),
     "gpuwire_waitall": (_status, [c_int32, POINTER(_handle)]),
     "gpuwire_sendrecv": (_status, [_handle, _handle, c_int32, c_int32, _handle, c_int32, c_int32, c_void_p]),
     "gpuwire_barrier": (_status, [_handle, c_void_p]),
@@ -306,6 +335,7 @@ _PROTOTYPES = {
     "gpuwire_iscatter": (_status, [_handle, _handle, _handle, c_int32, c_void_p, POINTER(_handle)]),
     "gpuwire_group_start": (_status, []),
     "gpuwire_group_end": (_status, []),
+    "gpuwire_comm_get_async_error": (_status, [_handle, POINTER(c_int32)]),
     "gpuwire_comm_async_error": (_status, [_handle]),
     "gpuwire_status_string": (c_char_p, [c_int32]),
     "gpuwire_last_error": (_status, [c_char_p, c_size_t]),

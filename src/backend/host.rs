@@ -78,7 +78,7 @@ pub fn send(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, dest: i32,
 /// A receive of exactly `count` elements into `ptr`: a message of another size is an error and
 /// is never written to the buffer (`p2p`: MPI is not trusted with truncation).
 pub fn recv(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, source: i32, tag: i32) -> Result<()> {
-    p2p::recv(c, p2p::Want { ptr, count, dtype, source, tag })
+    p2p::recv(c, p2p::Want { ptr, count, dtype, source, tag, upto: false }).map(|_| ())
 }
 
 /// The request of a send (`p2p::Sending`).
@@ -92,7 +92,12 @@ pub fn isend(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, dest: i32
 }
 
 pub fn irecv(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, source: i32, tag: i32) -> Result<RecvPending> {
-    p2p::post(c, p2p::Want { ptr, count, dtype, source, tag })
+    p2p::post(c, p2p::Want { ptr, count, dtype, source, tag, upto: false })
+}
+
+/// A receive of up to `count` elements (as MPI_Irecv: `p2p::Want::upto`).
+pub fn irecv_upto(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, source: i32, tag: i32) -> Result<RecvPending> {
+    p2p::post(c, p2p::Want { ptr, count, dtype, source, tag, upto: true })
 }
 
 /// MPI_Sendrecv, as a send and an exact receive (`recv`), both progressed until complete.
@@ -115,8 +120,8 @@ pub fn sendrecv(
     let send = if dest == proc_null { None } else { Some(p2p::isend(c, sptr, scount, sdtype, dest, stag)?) };
     // After the send is posted (a message to oneself then matches at once); the receive's wait
     // progresses MPI, and so the send (MPI_Mprobe, or a test loop when anything else needs it).
-    let want = p2p::Want { ptr: rptr, count: rcount, dtype: rdtype, source, tag: rtag };
-    let recv = if source == proc_null { Ok(()) } else { p2p::recv(c, want) };
+    let want = p2p::Want { ptr: rptr, count: rcount, dtype: rdtype, source, tag: rtag, upto: false };
+    let recv = if source == proc_null { Ok(()) } else { p2p::recv(c, want).map(|_| ()) };
     // The send is completed whatever the receive did (as MPI_Sendrecv's).
     let sent = send.map_or(Ok(()), |s| s.finish());
     recv.and(sent)
@@ -601,6 +606,9 @@ impl Path for HostPath {
     }
     fn irecv(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, _s: Stream) -> Result<Box<dyn Pending>> {
         Ok(Box::new(irecv(c, buf.ptr(), buf.count(), buf.dtype(), source, tag)?))
+    }
+    fn irecv_upto(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, _s: Stream) -> Result<Box<dyn Pending>> {
+        Ok(Box::new(irecv_upto(c, buf.ptr(), buf.count(), buf.dtype(), source, tag)?))
     }
     fn sendrecv(&self, c: &Communicator, s: &Buffer, dest: i32, stag: i32, r: &Buffer, source: i32, rtag: i32, _s: Stream) -> Result<()> {
         sendrecv(c, s.ptr(), s.count(), s.dtype(), dest, stag, r.ptr(), r.count(), r.dtype(), source, rtag)

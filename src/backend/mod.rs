@@ -37,6 +37,17 @@ pub fn register_progress() {
     crate::progress::register(&PROGRESS);
 }
 
+/// gpuwire_comm_abort's part in the backends (`Communicator::abort`): NCCL aborts its
+/// communicator; the MPI paths have nothing to abort (the communicator is broken: gpuwire's
+/// waits end).
+pub fn abort(c: &Communicator, why: String) {
+    match c.backend() {
+        BackendKind::GPUWIRE_BACKEND_NCCL => nccl::abort_comm(c, why),
+        BackendKind::GPUWIRE_BACKEND_IPC => ipc::abort(c, why),
+        _ => c.mark_broken(why),
+    }
+}
+
 /// At communicator creation (local; the caller agrees the outcome across ranks): picks the
 /// backend for device buffers and this rank's device.
 pub fn choose(c: &Communicator) -> Result<Choice> {

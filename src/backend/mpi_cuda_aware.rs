@@ -50,6 +50,11 @@ impl Path for CudaAwarePath {
         Ok(Box::new(host::irecv(c, buf.ptr(), buf.count(), buf.dtype(), source, tag)?))
     }
 
+    fn irecv_upto(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
+        let _call = Call::begin(c, &[Some(buf)], stream)?;
+        Ok(Box::new(host::irecv_upto(c, buf.ptr(), buf.count(), buf.dtype(), source, tag)?))
+    }
+
     fn sendrecv(&self, c: &Communicator, s: &Buffer, dest: i32, stag: i32, r: &Buffer, source: i32, rtag: i32, stream: Stream) -> Result<()> {
         let _call = Call::begin(c, &[Some(s), Some(r)], stream)?;
         host::sendrecv(c, s.ptr(), s.count(), s.dtype(), dest, stag, r.ptr(), r.count(), r.dtype(), source, rtag)

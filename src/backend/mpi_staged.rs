@@ -342,7 +342,9 @@ impl StagedRecv {
     fn finish(&mut self) -> Result<()> {
         if let Some(b) = self.buf.take() {
             let _g = CtxGuard::enter(self.device)?;
-            let r = devstate::copy_wait(b.ptr, self.dst, self.bytes, self.stream);
+            // A receive of up to the buffer's count copies what arrived, no more.
+            let bytes = self.inner.received_bytes().map_or(self.bytes, |n| (n as usize).min(self.bytes));
+            let r = devstate::copy_wait(b.ptr, self.dst, bytes, self.stream);
             // SAFETY: see StagedSend.
             unsafe { (*self.pool).give(b) };
             r?;
@@ -352,6 +354,9 @@ impl StagedRecv {
 }
 
 impl Pending for StagedRecv {
+    fn status(&self) -> Option<crate::request::Status> {
+        self.inner.status()
+    }
     fn wait(&mut self) -> Result<()> {
         if let Err(e) = self.inner.wait() {
             self.release();
@@ -402,6 +407,14 @@ impl Path for StagedPath {
         let pool = devstate::pool(c)?;
         let pb = pool.take(buf.bytes(), call.st.pinned(), call.device())?;
         let inner = host::irecv(c, pb.ptr, buf.count(), buf.dtype(), source, tag)?;
+        Ok(Box::new(StagedRecv { inner, buf: Some(pb), pool, dst: buf.ptr(), bytes: buf.bytes(), device: call.device(), stream }))
+    }
+
+    fn irecv_upto(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
+        let call = Call::begin(c, &[Some(buf)], stream)?;
+        let pool = devstate::pool(c)?;
+        let pb = pool.take(buf.bytes(), call.st.pinned(), call.device())?;
+        let inner = host::irecv_upto(c, pb.ptr, buf.count(), buf.dtype(), source, tag)?;
         Ok(Box::new(StagedRecv { inner, buf: Some(pb), pool, dst: buf.ptr(), bytes: buf.bytes(), device: call.device(), stream }))
     }
 

@@ -611,6 +611,15 @@ fn wait_event(st: &NcclState, c: &Communicator, ev: &Event, deadline: Instant, w
     }
 }
 
+/// gpuwire_comm_abort on an NCCL communicator: ncclCommAbort (this rank's NCCL operations end)
+/// and the communicator broken.
+pub fn abort_comm(c: &Communicator, why: String) {
+    match c.backend_state.get::<NcclState>() {
+        Some(st) => abort(st, c, why),
+        None => c.mark_broken(why),
+    }
+}
+
 fn abort(st: &NcclState, c: &Communicator, why: String) {
     if let Ok(api) = api() {
         let comm = std::mem::replace(&mut *st.comm(), std::ptr::null_mut());

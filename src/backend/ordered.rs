@@ -233,7 +233,7 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
                 HostSide::Run(f) => f(&subs),
                 HostSide::Start(f) => {
                     let pend = f(&subs)?;
-                    *s2.lock().unwrap_or_else(|p| p.into_inner()) = Some(Started { pending: Some(pend), flag: None });
+                    *s2.lock().unwrap_or_else(|p| p.into_inner()) = Some(Started { pending: Some(pend), flag: None, matched: None });
                     Ok(())
                 }
             }
@@ -301,6 +301,8 @@ fn private_stream(device: i32) -> Result<Stream> {
 struct Started {
     pending: Option<Box<dyn Pending>>,
     flag: Option<(Flag, Arc<Ticket>)>,
+    /// What the operation's receive matched, kept when `pending` is dropped.
+    matched: Option<crate::request::Status>,
 }
 
 impl Started {
@@ -313,11 +315,15 @@ impl Started {
 }
 
 impl Pending for Started {
+    fn status(&self) -> Option<crate::request::Status> {
+        self.pending.as_ref().and_then(|p| p.status()).or(self.matched)
+    }
     fn wait(&mut self) -> Result<()> {
         let r = match self.pending.as_mut() {
             Some(p) => p.wait(),
             None => Ok(()),
         };
+        self.matched = self.status();
         self.pending = None;
         self.finish();
         r
@@ -327,6 +333,7 @@ impl Pending for Started {
         match p.test() {
             Ok(false) => Ok(false),
             r => {
+                self.matched = self.status();
                 self.pending = None;
                 self.finish();
                 r
@@ -362,6 +369,9 @@ impl Ordered {
 }
 
 impl Pending for Ordered {
+    fn status(&self) -> Option<crate::request::Status> {
+        self.started.lock().unwrap_or_else(|p| p.into_inner()).as_ref().and_then(|s| s.status())
+    }
     fn wait(&mut self) -> Result<()> {
         self.done.wait_until(None).unwrap_or_else(|| Err(Error::Internal("engine wait without deadline ended".into())))?;
         if let Some(p) = self.started.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {

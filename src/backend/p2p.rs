@@ -10,12 +10,19 @@
 //! scratch allocation that is dropped, and the receive fails with GPUWIRE_ERROR_COUNT_MISMATCH
 //! naming both sizes (the buffer is not written).
 //!
+//! A receive that takes *up to* its buffer's count (`Want::upto`: gpuwire_recv_status,
+//! gpuwire_irecv_status, as MPI) receives a shorter message (of whole elements) into the
+//! buffer's start and reports its count; a longer one is GPUWIRE_ERROR_TRUNCATE (as
+//! MPI_ERR_TRUNCATE), received into scratch memory as above, the buffer not written.
+//!
 //! A nonblocking receive whose message has not arrived when it is posted is *deferred*: it waits
 //! in `QUEUE`, in posting order, and is matched by `progress`, which every gpuwire wait and test
 //! and every blocking point-to-point call of gpuwire runs while any receive is deferred (through
-//! `progress::progress_all` and `progress::pending`). Entries with the same communicator, source and
-//! tag are matched strictly in posting order (no wildcards exist, so others cannot steal a
-//! message from each other), so MPI's matching order is kept.
+//! `progress::progress_all` and `progress::pending`). An entry is not tried while an earlier
+//! unmatched entry of the same communicator could match the same messages (same or wildcard
+//! source, same or wildcard tag: `overlap`), so MPI's matching order is kept also with
+//! GPUWIRE_ANY_SOURCE and GPUWIRE_ANY_TAG. What a receive matched (source, tag, size) is kept
+//! for its status (`Recv::status`).
 //!
 //! In checking mode a send also sends a header (datatype and count) on the communicator's
 //! checking duplicate (`Check::hdr`) with the same tag, and completes only once the receiver's
@@ -65,7 +72,7 @@ struct Ack {
 const HDR_WORDS: c_int = 2;
 const ACK_WORDS: c_int = 3;
 
-/// What a receive wants.
+/// What a receive wants. `source` and `tag` may be `types::ANY_SOURCE` / `types::ANY_TAG`.
 #[derive(Clone, Copy, Debug)]
 pub struct Want {
     pub ptr: usize,
@@ -73,6 +80,8 @@ pub struct Want {
     pub dtype: Dtype,
     pub source: i32,
     pub tag: i32,
+    /// A message of up to `count` elements is received (as MPI); else exactly `count`.
+    pub upto: bool,
 }
 
 impl Want {
@@ -81,11 +90,47 @@ impl Want {
     }
 }
 
+/// MPI's source for gpuwire's (GPUWIRE_ANY_SOURCE as MPI_ANY_SOURCE).
+fn mpi_source(s: i32) -> i32 {
+    if s == crate::types::ANY_SOURCE { mpisys::any_source() } else { s }
+}
+
+/// MPI's tag for gpuwire's (GPUWIRE_ANY_TAG as MPI_ANY_TAG).
+fn mpi_tag(t: i32) -> i32 {
+    if t == crate::types::ANY_TAG { mpisys::any_tag() } else { t }
+}
+
+/// Whether two receives' (source, tag) could match the same message.
+fn overlap(a: (i32, i32), b: (i32, i32)) -> bool {
+    use crate::types::{ANY_SOURCE, ANY_TAG};
+    (a.0 == b.0 || a.0 == ANY_SOURCE || b.0 == ANY_SOURCE) && (a.1 == b.1 || a.1 == ANY_TAG || b.1 == ANY_TAG)
+}
+
+/// What a matched message is: its source, tag and byte size.
+#[derive(Clone, Copy, Debug)]
+pub struct Matched {
+    pub source: i32,
+    pub tag: i32,
+    pub bytes: u64,
+}
+
+impl Matched {
+    fn of(status: &sys::MPI_Status) -> Result<Matched> {
+        Ok(Matched { source: status.MPI_SOURCE, tag: status.MPI_TAG, bytes: message_bytes(status)? })
+    }
+
+    /// As a request's status, in elements of `dtype` (whole elements only).
+    pub fn status(&self, dtype: Dtype) -> crate::request::Status {
+        crate::request::Status { source: self.source, tag: self.tag, count: (self.bytes / dtype.size() as u64) as i64 }
+    }
+}
+
 enum State {
     /// Posted; no message matched yet (queued).
     Unmatched,
-    /// Checking mode: the header matched and was answered; the data message is next.
-    Checked { err: Option<Error>, ack: Box<Ack>, ack_req: RawRequest },
+    /// Checking mode: the header from `source` with `tag` matched and was answered; that
+    /// sender's data message is next.
+    Checked { err: Option<Error>, ack: Box<Ack>, ack_req: RawRequest, source: i32, tag: i32 },
     /// Matched; MPI receives it (into `scratch` when its size is wrong: `err` says so).
     Receiving { req: RawRequest, scratch: Option<Vec<u8>>, err: Option<Error>, ack_req: RawRequest, _ack: Option<Box<Ack>> },
     /// Complete (its error, taken once).
@@ -99,6 +144,8 @@ struct Entry {
     key: usize,
     check: Option<(RawComm, RawComm)>,
     state: Mutex<State>,
+    /// What the receive matched (set when its data message matched).
+    matched: Mutex<Option<Matched>>,
 }
 
 // SAFETY: the pointers in `want` refer to memory that the request keeps alive; the MPI handles
@@ -137,7 +184,8 @@ pub fn progress() {
             // Its request is gone (never waited for): nothing may be written for it any more.
             return false;
         }
-        if blocked.contains(&sig) {
+        if blocked.iter().any(|b| b.0 == sig.0 && overlap((b.1, b.2), (sig.1, sig.2))) {
+            blocked.push(sig);
             return true;
         }
         let Ok(mut st) = e.state.try_lock() else {
@@ -167,28 +215,33 @@ fn try_match(e: &Entry, st: &mut State) -> Result<bool> {
             State::Unmatched => {
                 if let Some((hdr_comm, ack_comm)) = e.check {
                     let mut h = Hdr::default();
-                    if !improbe_recv(hdr_comm, e.want.source, e.want.tag, (&mut h as *mut Hdr).cast(), HDR_WORDS)? {
+                    let Some((source, tag)) = improbe_recv(hdr_comm, mpi_source(e.want.source), mpi_tag(e.want.tag), (&mut h as *mut Hdr).cast(), HDR_WORDS)? else {
                         return Ok(false);
-                    }
-                    let (err, ack) = compare(&e.want, &h);
+                    };
+                    let (err, ack) = compare(&e.want, source, &h);
                     let ack = Box::new(ack);
                     let mut req = mpisys::request_null();
                     // SAFETY: the answer lives in the entry until the send completed.
                     mpisys::check(
-                        unsafe { sys::MPI_Isend((&*ack as *const Ack).cast(), ACK_WORDS, sys::RSMPI_INT64_T, e.want.source, e.want.tag, ack_comm.0, &mut req) },
+                        unsafe { sys::MPI_Isend((&*ack as *const Ack).cast(), ACK_WORDS, sys::RSMPI_INT64_T, source, tag, ack_comm.0, &mut req) },
                         "MPI_Isend (checking-mode answer)",
                     )?;
-                    *st = State::Checked { err, ack, ack_req: RawRequest(req) };
+                    *st = State::Checked { err, ack, ack_req: RawRequest(req), source, tag };
                     continue;
                 }
-                let Some((mut msg, status)) = improbe(e)? else { return Ok(false) };
-                *st = receive(&e.want, &mut msg, &status, None, RawRequest(mpisys::request_null()), None)?;
+                let Some((mut msg, status)) = improbe(e, mpi_source(e.want.source), mpi_tag(e.want.tag))? else { return Ok(false) };
+                let m = Matched::of(&status)?;
+                *lock(&e.matched) = Some(m);
+                *st = receive(&e.want, &mut msg, m, None, RawRequest(mpisys::request_null()), None)?;
                 return Ok(true);
             }
-            State::Checked { .. } => {
-                let Some((mut msg, status)) = improbe(e)? else { return Ok(false) };
-                let State::Checked { err, ack, ack_req } = std::mem::replace(st, State::Unmatched) else { unreachable!() };
-                *st = receive(&e.want, &mut msg, &status, err, ack_req, Some(ack))?;
+            State::Checked { source, tag, .. } => {
+                // The data message of the sender whose header matched (not any other's).
+                let Some((mut msg, status)) = improbe(e, *source, *tag)? else { return Ok(false) };
+                let m = Matched::of(&status)?;
+                *lock(&e.matched) = Some(m);
+                let State::Checked { err, ack, ack_req, .. } = std::mem::replace(st, State::Unmatched) else { unreachable!() };
+                *st = receive(&e.want, &mut msg, m, err, ack_req, Some(ack))?;
                 return Ok(true);
             }
             _ => return Ok(true),
@@ -196,13 +249,14 @@ fn try_match(e: &Entry, st: &mut State) -> Result<bool> {
     }
 }
 
-/// MPI_Improbe of the entry's data message: the matched message and its status, if there.
-fn improbe(e: &Entry) -> Result<Option<(sys::MPI_Message, sys::MPI_Status)>> {
+/// MPI_Improbe of the entry's data message (MPI's source and tag): the matched message and its
+/// status, if there.
+fn improbe(e: &Entry, source: i32, tag: i32) -> Result<Option<(sys::MPI_Message, sys::MPI_Status)>> {
     let mut msg = message_null();
     let mut flag: c_int = 0;
     // SAFETY: plain out-parameters.
     let mut status: sys::MPI_Status = unsafe { std::mem::zeroed() };
-    mpisys::check(unsafe { sys::MPI_Improbe(e.want.source, e.want.tag, e.comm.0, &mut flag, &mut msg, &mut status) }, "MPI_Improbe")?;
+    mpisys::check(unsafe { sys::MPI_Improbe(source, tag, e.comm.0, &mut flag, &mut msg, &mut status) }, "MPI_Improbe")?;
     Ok((flag != 0).then_some((msg, status)))
 }
 
@@ -212,15 +266,15 @@ fn message_null() -> sys::MPI_Message {
 }
 
 /// MPI_Improbe, then MPI_Mrecv of exactly `words` int64 into `ptr` (a header or an answer,
-/// which always has that size); false when no message is there.
-fn improbe_recv(comm: RawComm, source: i32, tag: i32, ptr: *mut c_void, words: c_int) -> Result<bool> {
+/// which always has that size): the message's source and tag, `None` when no message is there.
+fn improbe_recv(comm: RawComm, source: i32, tag: i32, ptr: *mut c_void, words: c_int) -> Result<Option<(i32, i32)>> {
     let mut msg = message_null();
     let mut flag: c_int = 0;
     // SAFETY: plain out-parameters.
     let mut status: sys::MPI_Status = unsafe { std::mem::zeroed() };
     mpisys::check(unsafe { sys::MPI_Improbe(source, tag, comm.0, &mut flag, &mut msg, &mut status) }, "MPI_Improbe (checking mode)")?;
     if flag == 0 {
-        return Ok(false);
+        return Ok(None);
     }
     let got = message_bytes(&status)?;
     if got != words as u64 * 8 {
@@ -231,28 +285,43 @@ fn improbe_recv(comm: RawComm, source: i32, tag: i32, ptr: *mut c_void, words: c
     }
     // SAFETY: ptr holds `words` int64.
     mpisys::check(unsafe { sys::MPI_Mrecv(ptr, words, sys::RSMPI_INT64_T, &mut msg, mpisys::status_ignore()) }, "MPI_Mrecv (checking mode)")?;
-    Ok(true)
+    Ok(Some((status.MPI_SOURCE, status.MPI_TAG)))
 }
 
-/// The receiver's side of checking mode: its error (if any) and its answer.
-fn compare(w: &Want, h: &Hdr) -> (Option<Error>, Ack) {
+/// The receiver's side of checking mode for a header from `source`: its error (if any) and its
+/// answer.
+fn compare(w: &Want, source: i32, h: &Hdr) -> (Option<Error>, Ack) {
     let ack = Ack { ok: 0, dtype: w.dtype as i64, count: w.count as i64 };
     let their = Dtype::from_c(h.dtype as i32).map(|d| d.name()).unwrap_or("?");
     if h.dtype != w.dtype as i64 {
         let e = Error::DtypeMismatch(format!(
-            "recv: rank {} sent {} {their} elements but this receive is of {} {} elements (checking mode); nothing was received",
-            w.source, h.count, w.count, w.dtype.name()
+            "recv: rank {source} sent {} {their} elements but this receive is of {} {} elements (checking mode); nothing was received",
+            h.count, w.count, w.dtype.name()
         ));
         return (Some(e), ack);
     }
-    if h.count != w.count as i64 {
+    if w.upto && h.count > w.count as i64 {
+        let e = Error::Truncate(format!(
+            "recv: rank {source} sent {} {their} elements but this receive takes at most {} (checking mode); nothing was received",
+            h.count, w.count
+        ));
+        return (Some(e), ack);
+    }
+    if !w.upto && h.count != w.count as i64 {
         let e = Error::CountMismatch(format!(
-            "recv: rank {} sent {} {their} elements but this receive takes exactly {} (checking mode); nothing was received",
-            w.source, h.count, w.count
+            "recv: rank {source} sent {} {their} elements but this receive takes exactly {} (checking mode); nothing was received",
+            h.count, w.count
         ));
         return (Some(e), ack);
     }
     (None, Ack { ok: 1, ..ack })
+}
+
+/// Whether a message of `got` bytes goes into the receive's buffer: exactly its size, or with
+/// `upto` a whole number of elements up to it.
+fn fits(w: &Want, got: u64) -> bool {
+    let want = w.bytes() as u64;
+    got == want || (w.upto && got < want && got % w.dtype.size() as u64 == 0)
 }
 
 /// The byte size of a matched message.
@@ -289,22 +358,21 @@ fn bytes_type(bytes: u64) -> Result<(sys::MPI_Datatype, c_int, bool)> {
     }
 }
 
-/// Starts the receive of a matched message: into the buffer when it has exactly the buffer's
-/// size (and checking mode found no mismatch), else into scratch memory, with the error.
-fn receive(w: &Want, msg: &mut sys::MPI_Message, status: &sys::MPI_Status, err: Option<Error>, ack_req: RawRequest, ack: Option<Box<Ack>>) -> Result<State> {
-    let got = message_bytes(status)?;
-    let want = w.bytes() as u64;
+/// Starts the receive of a matched message: into the buffer when it fits (`fits`: and checking
+/// mode found no mismatch), else into scratch memory, with the error.
+fn receive(w: &Want, msg: &mut sys::MPI_Message, m: Matched, err: Option<Error>, ack_req: RawRequest, ack: Option<Box<Ack>>) -> Result<State> {
+    let got = m.bytes;
     let mut req = mpisys::request_null();
-    if got == want && err.is_none() {
+    if fits(w, got) && err.is_none() {
         // Past MPI's int count as one element of a derived type (freed once posted: MPI keeps
         // it alive for the receive).
-        let n = mpisys::Count::new(w.dtype, w.count)?;
+        let n = mpisys::Count::new(w.dtype, (got / w.dtype.size() as u64) as usize)?;
         // SAFETY: the buffer holds exactly the message (validated by the caller, kept alive by
         // the request).
         mpisys::check(unsafe { sys::MPI_Imrecv(w.ptr as *mut c_void, n.n, n.dt, msg, &mut req) }, "MPI_Imrecv")?;
         return Ok(State::Receiving { req: RawRequest(req), scratch: None, err: None, ack_req, _ack: ack });
     }
-    let err = err.unwrap_or_else(|| size_error(w, got));
+    let err = err.unwrap_or_else(|| size_error(w, m));
     let mut scratch = vec![0u8; got.max(1) as usize];
     let (t, n, free) = bytes_type(got)?;
     // SAFETY: scratch holds the whole message.
@@ -318,18 +386,21 @@ fn receive(w: &Want, msg: &mut sys::MPI_Message, status: &sys::MPI_Status, err: 
     Ok(State::Receiving { req: RawRequest(req), scratch: Some(scratch), err: Some(err), ack_req, _ack: ack })
 }
 
-fn size_error(w: &Want, got: u64) -> Error {
+fn size_error(w: &Want, m: Matched) -> Error {
+    let got = m.bytes;
     let es = w.dtype.size() as u64;
     let theirs = if got % es == 0 { format!("{} {} elements", got / es, w.dtype.name()) } else { format!("not a whole number of {} elements", w.dtype.name()) };
     let how = if got < w.bytes() as u64 { "shorter than" } else { "longer than" };
-    Error::CountMismatch(format!(
-        "recv: the message from rank {} (tag {}) has {got} bytes ({theirs}), {how} the receive buffer's {} bytes ({} {} elements); a receive takes exactly its buffer's count: the message was discarded and the buffer not written",
-        w.source,
-        w.tag,
+    let rule = if w.upto { "a receive takes up to its buffer's count, in whole elements" } else { "a receive takes exactly its buffer's count" };
+    let msg = format!(
+        "recv: the message from rank {} (tag {}) has {got} bytes ({theirs}), {how} the receive buffer's {} bytes ({} {} elements); {rule}: the message was discarded and the buffer not written",
+        m.source,
+        m.tag,
         w.bytes(),
         w.count,
         w.dtype.name()
-    ))
+    );
+    if w.upto && got > w.bytes() as u64 { Error::Truncate(msg) } else { Error::CountMismatch(msg) }
 }
 
 /// A receive in flight (the request of gpuwire_irecv, and blocking receives that had to wait).
@@ -361,6 +432,11 @@ fn test_req(req: &mut RawRequest, what: &str) -> Result<bool> {
 }
 
 impl Recv {
+    /// The byte size of the matched message, once matched.
+    pub fn received_bytes(&self) -> Option<u64> {
+        lock(&self.e.matched).map(|m| m.bytes)
+    }
+
     fn step(&mut self) -> Result<bool> {
         let mut st = lock(&self.e.state);
         if matches!(&*st, State::Unmatched | State::Checked { .. }) {
@@ -394,6 +470,9 @@ impl Pending for Recv {
             crate::progress::progress_all();
         }
         Ok(done)
+    }
+    fn status(&self) -> Option<crate::request::Status> {
+        lock(&self.e.matched).map(|m| m.status(self.e.want.dtype))
     }
     /// An unmatched receive is withdrawn (nothing will ever be written for it: true); one whose
     /// message matched, or whose checking-mode answer is in flight, is left to MPI (false).
@@ -449,9 +528,9 @@ pub fn wait_until(c: &Communicator, what: &str, mut done: impl FnMut() -> Result
 /// communicator, source and tag waits, else deferred.
 pub fn post(c: &Communicator, w: Want) -> Result<Recv> {
     let check = c.backend_state.get::<Check>().map(|k| (k.hdr, k.ack));
-    let e = Arc::new(Entry { want: w, comm: RawComm(c.raw()), key: c as *const Communicator as usize, check, state: Mutex::new(State::Unmatched) });
+    let e = Arc::new(Entry { want: w, comm: RawComm(c.raw()), key: c as *const Communicator as usize, check, state: Mutex::new(State::Unmatched), matched: Mutex::new(None) });
     let mut q = lock(&QUEUE);
-    let behind = q.iter().any(|x| x.key == e.key && x.want.source == w.source && x.want.tag == w.tag);
+    let behind = q.iter().any(|x| x.key == e.key && overlap((x.want.source, x.want.tag), (w.source, w.tag)));
     if !behind {
         let mut st = lock(&e.state);
         let mpi = crate::runtime::mpi_lock();
@@ -469,30 +548,68 @@ pub fn post(c: &Communicator, w: Want) -> Result<Recv> {
     Ok(Recv { e, comm: c })
 }
 
-/// A blocking receive of exactly `w`: MPI_Mprobe and a receive when nothing else needs
-/// progress (the common case), else a posted receive waited for.
-pub fn recv(c: &Communicator, w: Want) -> Result<()> {
+/// A blocking receive of `w`: MPI_Mprobe and a receive when nothing else needs progress (the
+/// common case), else a posted receive waited for. What it matched.
+pub fn recv(c: &Communicator, w: Want) -> Result<Matched> {
     // (`nb_p2p`: no timeout, not MPI_THREAD_SERIALIZED, no IPC receive pending.)
     if !deferred() && !c.nb_p2p() && c.backend_state.get::<Check>().is_none() {
         let mut msg = message_null();
         // SAFETY: plain out-parameters.
         let mut status: sys::MPI_Status = unsafe { std::mem::zeroed() };
-        mpisys::check(unsafe { sys::MPI_Mprobe(w.source, w.tag, c.raw(), &mut msg, &mut status) }, "MPI_Mprobe")?;
-        if message_bytes(&status)? == w.bytes() as u64 {
+        mpisys::check(unsafe { sys::MPI_Mprobe(mpi_source(w.source), mpi_tag(w.tag), c.raw(), &mut msg, &mut status) }, "MPI_Mprobe")?;
+        let m = Matched::of(&status)?;
+        if m.bytes == w.bytes() as u64 {
             let n = mpisys::Count::new(w.dtype, w.count)?;
             // SAFETY: the buffer holds exactly the matched message (validated by the caller).
-            return mpisys::check(unsafe { sys::MPI_Mrecv(w.ptr as *mut c_void, n.n, n.dt, &mut msg, mpisys::status_ignore()) }, "MPI_Mrecv");
+            mpisys::check(unsafe { sys::MPI_Mrecv(w.ptr as *mut c_void, n.n, n.dt, &mut msg, mpisys::status_ignore()) }, "MPI_Mrecv")?;
+            return Ok(m);
         }
-        let st = receive(&w, &mut msg, &status, None, RawRequest(mpisys::request_null()), None)?;
+        let st = receive(&w, &mut msg, m, None, RawRequest(mpisys::request_null()), None)?;
         let State::Receiving { mut req, err, scratch, .. } = st else { unreachable!() };
         // SAFETY: the receive just started; its memory (buffer or scratch) lives until it ends.
         let r = mpisys::check(unsafe { sys::MPI_Wait(&mut req.0, mpisys::status_ignore()) }, "MPI_Wait (recv)");
         drop(scratch);
         r?;
-        return err.map_or(Ok(()), Err);
+        return err.map_or(Ok(m), Err);
     }
     let mut r = post(c, w)?;
-    r.wait()
+    r.wait()?;
+    lock(&r.e.matched).ok_or_else(|| Error::Internal("a completed receive matched no message".into()))
+}
+
+/// As MPI_Probe (`block`) or MPI_Iprobe of (`source`, `tag`) on `c` (wildcards allowed): what
+/// the next message a receive of them would match is, without receiving it; `None` when
+/// `block` is false and none is there. Deferred receives are progressed first (a receive
+/// posted earlier takes its message before a probe sees it, as in MPI).
+pub fn probe(c: &Communicator, source: i32, tag: i32, block: bool) -> Result<Option<Matched>> {
+    let (s, t) = (mpi_source(source), mpi_tag(tag));
+    let iprobe = || -> Result<Option<Matched>> {
+        progress();
+        let _mpi = crate::runtime::mpi_lock();
+        let mut flag: c_int = 0;
+        // SAFETY: plain out-parameters.
+        let mut status: sys::MPI_Status = unsafe { std::mem::zeroed() };
+        mpisys::check(unsafe { sys::MPI_Iprobe(s, t, c.raw(), &mut flag, &mut status) }, "MPI_Iprobe")?;
+        if flag == 0 {
+            return Ok(None);
+        }
+        Matched::of(&status).map(Some)
+    };
+    if !block {
+        return iprobe();
+    }
+    if !deferred() && !c.nb_p2p() {
+        // SAFETY: plain out-parameters.
+        let mut status: sys::MPI_Status = unsafe { std::mem::zeroed() };
+        mpisys::check(unsafe { sys::MPI_Probe(s, t, c.raw(), &mut status) }, "MPI_Probe")?;
+        return Matched::of(&status).map(Some);
+    }
+    let mut found = None;
+    wait_until(c, "probe", || {
+        found = iprobe()?;
+        Ok(found.is_some())
+    })?;
+    Ok(found)
 }
 
 /// A send in flight: the data, and in checking mode the header and the receiver's answer.

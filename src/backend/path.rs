@@ -42,6 +42,12 @@ pub trait Path: Sync {
     fn recv(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<()>;
     fn isend(&self, c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>>;
     fn irecv(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>>;
+    /// A receive of up to `buf`'s count (as MPI_Irecv; a longer message is
+    /// GPUWIRE_ERROR_TRUNCATE); its request reports what it matched (`Pending::status`). The
+    /// default, for paths whose receives take exactly their buffer (NCCL, IPC), is `irecv`.
+    fn irecv_upto(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
+        self.irecv(c, buf, source, tag, stream)
+    }
     #[allow(clippy::too_many_arguments)]
     fn sendrecv(&self, c: &Communicator, send: &Buffer, dest: i32, sendtag: i32, recv: &Buffer, source: i32, recvtag: i32, stream: Stream) -> Result<()>;
     fn barrier(&self, c: &Communicator, stream: Stream) -> Result<()>;

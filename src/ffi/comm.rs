@@ -180,6 +180,32 @@ pub extern "C" fn gpuwire_comm_free(comm: gpuwire_comm) -> gpuwire_status {
     })
 }
 
+/// Aborts the communicator, as ncclCommAbort: on this rank every pending operation on `comm`
+/// that gpuwire waits for, and every later operation, fails at once with
+/// GPUWIRE_ERROR_COMM_BROKEN (the message says it was aborted, and on which rank); its
+/// requests are abandoned as at a timeout (their buffers kept, since a peer or MPI may still
+/// use them). What reaches the other ranks depends on the path: NCCL (device memory) aborts
+/// the NCCL communicator (ncclCommAbort: this rank's kernels end; peers blocked in a
+/// collective with this rank end at their own timeout or abort); IPC sets the shared
+/// segment's broken flag, so a peer waiting in an IPC device operation on the communicator
+/// fails with GPUWIRE_ERROR_COMM_BROKEN within a second; on the MPI paths (HOST, MPI_STAGED, MPI_CUDA_AWARE) nothing is aborted in MPI: a
+/// peer blocked in a gpuwire wait ends at its communicator's timeout (a peer blocked in a plain
+/// MPI call, or in a gpuwire call on a communicator without a timeout, cannot be woken by
+/// MPI). Free the communicator afterwards with gpuwire_comm_free. Not collective; thread-safe
+/// (another thread's gpuwire call on `comm` may be the one it ends). A communicator broken
+/// earlier (a timeout) is aborted as well, keeping its first reason: on NCCL this ends this
+/// rank's kernels still waiting for a peer, so call it after a TIMEOUT before reusing the
+/// stream.
+///
+/// Errors: GPUWIRE_ERROR_INVALID_HANDLE.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_comm_abort(comm: gpuwire_comm) -> gpuwire_status {
+    call("gpuwire_comm_abort", || {
+        runtime::ensure_ready()?;
+        boundary::comm(comm)?.abort()
+    })
+}
+
 /// Splits a communicator as MPI_Comm_split: ranks with the same `color` (>= 0) form a new
 /// communicator, ordered by `key` then by old rank; it inherits `comm`'s configuration. Ranks
 /// passing GPUWIRE_UNDEFINED get GPUWIRE_COMM_NULL in `*out`.

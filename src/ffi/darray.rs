@@ -263,8 +263,31 @@ fn write_array(out: *mut i64, vals: impl IntoIterator<Item = usize>) {
     }
 }
 
+/// Writes a new handle to the array's communicator to `*comm` and its number of ranks to
+/// `*size` (the entries of gpuwire_darray_local_lens): so an array's caller can size the
+/// arrays it passes without knowing which communicator made it. The handle refers to the
+/// communicator the array keeps alive; free it with gpuwire_comm_free (which then frees
+/// nothing else while the array or another handle holds the communicator). Local;
+/// thread-safe.
+///
+/// Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_darray_comm(d: gpuwire_darray, comm: *mut gpuwire_comm, size: *mut i32) -> gpuwire_status {
+    call("gpuwire_darray_comm", || {
+        non_null(comm, "comm")?;
+        non_null(size, "size")?;
+        let a = darray(d)?;
+        let c = a.comm().clone();
+        let n = c.size();
+        write(comm, crate::comm::COMMS.insert(c)?);
+        write(size, n);
+        Ok(())
+    })
+}
+
 /// Writes the number of elements each rank owns into `lens` (one entry per rank of the
 /// communicator, in rank order: exactly what gpuwire_darray_allgather gathers from each).
+/// Size `lens` by gpuwire_darray_comm's `size`.
 ///
 /// Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
 #[unsafe(no_mangle)]

@@ -35,8 +35,8 @@ fn st(stream: *mut c_void) -> Stream {
 /// and the send completes once it answered (as MPI_Ssend): a mismatch fails on both sides.
 ///
 /// Errors: GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_INVALID_ARGUMENT (rank or tag out of
-/// range; MPI_ANY_SOURCE, MPI_ANY_TAG and other negative values: wildcards are not supported
-/// yet), GPUWIRE_ERROR_COUNT_MISMATCH / DTYPE_MISMATCH (checking mode: the receive differs),
+/// range; a wildcard, GPUWIRE_ANY_SOURCE / GPUWIRE_ANY_TAG or this MPI's, which only receives
+/// take; other negative values), GPUWIRE_ERROR_COUNT_MISMATCH / DTYPE_MISMATCH (checking mode: the receive differs),
 /// GPUWIRE_ERROR_TIMEOUT, GPUWIRE_ERROR_BACKEND_UNAVAILABLE (a device buffer on a communicator
 /// whose backend cannot move it), GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_CUDA.
 #[unsafe(no_mangle)]
@@ -52,7 +52,10 @@ pub extern "C" fn gpuwire_send(comm: gpuwire_comm, buf: gpuwire_buffer, dest: i3
 /// and bytes): the message is consumed and the buffer is not written. In checking mode another
 /// datatype or count than the sender's is GPUWIRE_ERROR_DTYPE_MISMATCH / COUNT_MISMATCH on both
 /// sides. `source` GPUWIRE_PROC_NULL (or MPI_PROC_NULL) does nothing and leaves the buffer
-/// untouched. Errors as gpuwire_send.
+/// untouched. `source` may be GPUWIRE_ANY_SOURCE and `tag` GPUWIRE_ANY_TAG (or this MPI's
+/// MPI_ANY_SOURCE / MPI_ANY_TAG), matched in MPI's order (see gpuwire_recv_status, which also
+/// reports what matched and takes shorter messages; wildcards on device memory as there).
+/// Errors as gpuwire_send.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_recv(comm: gpuwire_comm, buf: gpuwire_buffer, source: i32, tag: i32, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_recv", || {
@@ -98,17 +101,153 @@ pub extern "C" fn gpuwire_irecv(
 ) -> gpuwire_status {
     call("gpuwire_irecv", || {
         non_null(request, "request")?;
-        let r = issue(&boundary::comm(comm)?, Op::Irecv { buf: boundary::buffer(buf)?, source, tag }, st(stream), true)?.ok_or_else(no_request)?;
+        let r = issue(&boundary::comm(comm)?, Op::Irecv { buf: boundary::buffer(buf)?, source, tag, upto: false }, st(stream), true)?.ok_or_else(no_request)?;
         write(request, REQUESTS.insert(Arc::new(r))?);
         Ok(())
     })
 }
 
+/// What a completed receive or a probe matched, as MPI_Status: `source` (the sender's rank;
+/// GPUWIRE_PROC_NULL for a receive from GPUWIRE_PROC_NULL), `tag` (the message's tag),
+/// `count` (the elements received, of the receive buffer's datatype, or a probe's datatype) and
+/// `error` (a gpuwire_status code: GPUWIRE_SUCCESS, or in the arrays of gpuwire_testall, the
+/// request's own error). The status of an operation that is no receive, of
+/// GPUWIRE_REQUEST_NULL, and of a receive that never matched, is MPI's empty status:
+/// GPUWIRE_ANY_SOURCE, GPUWIRE_ANY_TAG, count 0. Written only by a call that succeeds (but
+/// for the arrays of gpuwire_testall, which say each request's error). Fortran: the bind(C)
+/// type gpuwire_status_t, the same fields.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+#[allow(non_camel_case_types)]
+pub struct gpuwire_status_t {
+    /// The rank the message came from (MPI_SOURCE).
+    pub source: i32,
+    /// The message's tag (MPI_TAG).
+    pub tag: i32,
+    /// The elements received (as MPI_Get_count).
+    pub count: i64,
+    /// A gpuwire_status code (MPI_ERROR).
+    pub error: i32,
+}
+
+fn c_status(s: crate::request::Status, error: gpuwire_status) -> gpuwire_status_t {
+    gpuwire_status_t { source: s.source, tag: s.tag, count: s.count, error: error as i32 }
+}
+
+/// Receives a message of up to `buf`'s element count from `source` with `tag`, as MPI_Recv
+/// with a status, and writes what it matched to `*status` (source, tag, elements received).
+/// `source` may be GPUWIRE_ANY_SOURCE and `tag` GPUWIRE_ANY_TAG (or this MPI's MPI_ANY_SOURCE,
+/// MPI_ANY_TAG). A shorter message (of whole elements) fills the buffer's start and leaves the
+/// rest as it was; a longer one is GPUWIRE_ERROR_TRUNCATE (as MPI_ERR_TRUNCATE: the message is
+/// consumed, the buffer not written). Messages are matched in MPI's order: with wildcards, a
+/// receive posted earlier that could take the same message takes it first. `source`
+/// GPUWIRE_PROC_NULL returns at once with GPUWIRE_PROC_NULL, GPUWIRE_ANY_TAG, count 0. Device
+/// memory: on MPI_STAGED and MPI_CUDA_AWARE as host memory; on NCCL and IPC the receive takes
+/// exactly its buffer's count (their messages carry no size) and wildcards are
+/// GPUWIRE_ERROR_BACKEND_UNAVAILABLE (NCCL matches by peer and order: name the source, or
+/// receive into host memory). Not inside a group (GPUWIRE_ERROR_INVALID_ARGUMENT: the status is
+/// known only at the group's end; use gpuwire_irecv_status there). In checking mode the sender
+/// learns a truncation (GPUWIRE_ERROR_COUNT_MISMATCH on its side).
+///
+/// Errors as gpuwire_recv, plus GPUWIRE_ERROR_NULL_ARGUMENT (`status`), GPUWIRE_ERROR_TRUNCATE.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_recv_status(comm: gpuwire_comm, buf: gpuwire_buffer, source: i32, tag: i32, stream: *mut c_void, status: *mut gpuwire_status_t) -> gpuwire_status {
+    call("gpuwire_recv_status", || {
+        non_null(status, "status")?;
+        if crate::group::is_open() {
+            return Err(Error::InvalidArgument(
+                "gpuwire_recv_status inside a group: its status is known only at the group's end; use gpuwire_irecv_status and gpuwire_wait_status after gpuwire_group_end".into(),
+            ));
+        }
+        let r = issue(&boundary::comm(comm)?, Op::Irecv { buf: boundary::buffer(buf)?, source, tag, upto: true }, st(stream), true)?.ok_or_else(no_request)?;
+        r.wait()?;
+        write(status, c_status(r.status(), gpuwire_status::GPUWIRE_SUCCESS));
+        Ok(())
+    })
+}
+
+/// Starts a receive of up to `buf`'s element count, as MPI_Irecv: gpuwire_recv_status's rules
+/// (wildcards, shorter messages, GPUWIRE_ERROR_TRUNCATE reported by the wait), and
+/// gpuwire_irecv's request. Its status comes with its completion: gpuwire_wait_status,
+/// gpuwire_test_status, gpuwire_waitany, gpuwire_testany, gpuwire_testall. Inside a group the
+/// receive is posted at the group's end (see gpuwire_group_start). Errors as gpuwire_irecv.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_irecv_status(
+    comm: gpuwire_comm,
+    buf: gpuwire_buffer,
+    source: i32,
+    tag: i32,
+    stream: *mut c_void,
+    request: *mut gpuwire_request,
+) -> gpuwire_status {
+    call("gpuwire_irecv_status", || {
+        non_null(request, "request")?;
+        let r = issue(&boundary::comm(comm)?, Op::Irecv { buf: boundary::buffer(buf)?, source, tag, upto: true }, st(stream), true)?.ok_or_else(no_request)?;
+        write(request, REQUESTS.insert(Arc::new(r))?);
+        Ok(())
+    })
+}
+
+/// As MPI_Probe: blocks until a message from `source` with `tag` (wildcards allowed, as for
+/// gpuwire_recv_status) can be received, and writes its source, tag and size in elements of
+/// `dtype` (a gpuwire_dtype; a size that is no whole number of them is rounded down) to
+/// `*status`, without receiving it: a gpuwire_recv_status from `status->source` with
+/// `status->tag` into a buffer of `status->count` elements then receives it (from one thread:
+/// another thread may receive it in between, as with MPI_Probe). A receive posted earlier
+/// that matches the message takes it first. Sees the messages sent from host memory on every
+/// backend and from device memory on MPI_STAGED and MPI_CUDA_AWARE; NCCL's and IPC's device
+/// messages are not MPI messages and are not seen. `source` GPUWIRE_PROC_NULL returns at once
+/// (GPUWIRE_PROC_NULL, GPUWIRE_ANY_TAG, 0). Waits no longer than the communicator's timeout.
+/// Local.
+///
+/// Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE,
+/// GPUWIRE_ERROR_INVALID_ARGUMENT (source or tag), GPUWIRE_ERROR_UNSUPPORTED_DTYPE (`dtype`), GPUWIRE_ERROR_TIMEOUT,
+/// GPUWIRE_ERROR_COMM_BROKEN, GPUWIRE_ERROR_MPI.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_probe(comm: gpuwire_comm, source: i32, tag: i32, dtype: i32, status: *mut gpuwire_status_t) -> gpuwire_status {
+    call("gpuwire_probe", || {
+        non_null(status, "status")?;
+        let c = boundary::comm(comm)?;
+        let d = crate::types::Dtype::from_c(dtype)?;
+        let s = c.probe(source, tag, d, true)?.ok_or_else(|| Error::Internal("a blocking probe found nothing".into()))?;
+        write(status, c_status(s, gpuwire_status::GPUWIRE_SUCCESS));
+        Ok(())
+    })
+}
+
+/// As MPI_Iprobe: gpuwire_probe without blocking. Writes 1 to `*flag` and the message's status
+/// to `*status` when a message can be received now, else 0 to `*flag` (`*status` untouched).
+/// Errors as gpuwire_probe.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_iprobe(comm: gpuwire_comm, source: i32, tag: i32, dtype: i32, flag: *mut i32, status: *mut gpuwire_status_t) -> gpuwire_status {
+    call("gpuwire_iprobe", || {
+        non_null(flag, "flag")?;
+        non_null(status, "status")?;
+        let c = boundary::comm(comm)?;
+        let d = crate::types::Dtype::from_c(dtype)?;
+        match c.probe(source, tag, d, false)? {
+            Some(s) => {
+                write(status, c_status(s, gpuwire_status::GPUWIRE_SUCCESS));
+                write(flag, 1);
+            }
+            None => write(flag, 0),
+        }
+        Ok(())
+    })
+}
+
 fn finish(request: *mut gpuwire_request, wait: bool) -> Result<bool> {
+    let mut ignored = crate::request::Status::EMPTY;
+    finish_status(request, wait, &mut ignored)
+}
+
+/// `finish`, writing the request's status to `status` once it completed (or failed).
+fn finish_status(request: *mut gpuwire_request, wait: bool, status: &mut crate::request::Status) -> Result<bool> {
     // SAFETY: checked non-NULL by the caller.
     let h = unsafe { *request };
     if h == 0 {
         crate::runtime::ensure_ready()?;
+        *status = crate::request::Status::EMPTY;
         return Ok(true);
     }
     let r: Arc<Request> = {
@@ -124,6 +263,7 @@ fn finish(request: *mut gpuwire_request, wait: bool) -> Result<bool> {
     };
     match done {
         Ok(true) | Err(_) => {
+            *status = r.status();
             // A completed (or failed) request is gone, as MPI sets it to MPI_REQUEST_NULL.
             let _ = REQUESTS.remove(h);
             write(request, 0);
@@ -195,6 +335,242 @@ pub extern "C" fn gpuwire_test(request: *mut gpuwire_request, flag: *mut i32) ->
         let done = finish(request, false)?;
         write(flag, done as i32);
         Ok(())
+    })
+}
+
+/// gpuwire_wait, writing the request's status to `*status` (see gpuwire_status_t: what a
+/// receive matched; MPI's empty status for other requests and GPUWIRE_REQUEST_NULL), as
+/// MPI_Wait with a status. Errors as gpuwire_wait (`*status` then untouched).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_wait_status(request: *mut gpuwire_request, status: *mut gpuwire_status_t) -> gpuwire_status {
+    call("gpuwire_wait_status", || {
+        non_null(request, "request")?;
+        non_null(status, "status")?;
+        let mut s = crate::request::Status::EMPTY;
+        finish_status(request, true, &mut s)?;
+        write(status, c_status(s, gpuwire_status::GPUWIRE_SUCCESS));
+        Ok(())
+    })
+}
+
+/// gpuwire_test, writing the request's status to `*status` when it completed (`*flag` 1), as
+/// MPI_Test with a status. Errors as gpuwire_test.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_test_status(request: *mut gpuwire_request, flag: *mut i32, status: *mut gpuwire_status_t) -> gpuwire_status {
+    call("gpuwire_test_status", || {
+        non_null(request, "request")?;
+        non_null(flag, "flag")?;
+        non_null(status, "status")?;
+        let mut s = crate::request::Status::EMPTY;
+        let done = finish_status(request, false, &mut s)?;
+        if done {
+            write(status, c_status(s, gpuwire_status::GPUWIRE_SUCCESS));
+        }
+        write(flag, done as i32);
+        Ok(())
+    })
+}
+
+/// The requests of an array (`count` of them; NULL allowed for count 0), with a request that
+/// appears twice refused before anything is done (as MPI: each request once).
+fn request_array<'a>(count: i32, requests: *mut gpuwire_request) -> Result<&'a mut [gpuwire_request]> {
+    crate::runtime::ensure_ready()?;
+    if count < 0 {
+        return Err(Error::InvalidArgument(format!("count {count} is negative")));
+    }
+    if count == 0 {
+        return Ok(&mut []);
+    }
+    non_null(requests, "requests")?;
+    // SAFETY: the caller promises `count` requests.
+    let given = unsafe { std::slice::from_raw_parts_mut(requests, count as usize) };
+    let mut sorted: Vec<(gpuwire_request, usize)> = given.iter().copied().zip(0..).filter(|(h, _)| *h != 0).collect();
+    sorted.sort_unstable();
+    if let Some(w) = sorted.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(Error::InvalidArgument(format!(
+            "requests[{}] and requests[{}] are the same request ({:#x}): each request may appear once; nothing was done",
+            w[0].1, w[1].1, w[0].0
+        )));
+    }
+    Ok(given)
+}
+
+/// One pass of gpuwire_testany / gpuwire_waitany: the index of the first request of the array
+/// that completed (released, its status in `s`), `Ok(None)` when none did; an error names its
+/// index in `index`.
+fn test_any(reqs: &mut [gpuwire_request], s: &mut crate::request::Status, index: &mut i32) -> Result<Option<usize>> {
+    for i in 0..reqs.len() {
+        if reqs[i] == 0 {
+            continue;
+        }
+        *index = i as i32;
+        if finish_status(&mut reqs[i], false, s)? {
+            return Ok(Some(i));
+        }
+    }
+    Ok(None)
+}
+
+fn with_index(i: i32, e: Error) -> Error {
+    let text = e.to_string();
+    let detail = text.split_once(": ").map_or(text.as_str(), |(_, d)| d).to_string();
+    Error::from_status(e.status(), format!("request {i}: {detail}"))
+}
+
+/// Waits until one of the `count` requests completes, as MPI_Waitany: writes its index to
+/// `*index`, sets it to GPUWIRE_REQUEST_NULL and writes its status to `*status` (may be NULL:
+/// ignored). When every request is GPUWIRE_REQUEST_NULL (or `count` is 0) it returns at once
+/// with `*index` GPUWIRE_UNDEFINED and MPI's empty status (as MPI). A request that fails is
+/// the one that completed: its error is returned, `*index` names it and it is released.
+/// Requests are tested in array order (the lowest completed index wins). With timeouts: once
+/// the shortest timeout among the requests' communicators has passed with none complete, the
+/// first active request is waited for as by gpuwire_wait (up to its own timeout: its
+/// TIMEOUT then names its index).
+///
+/// Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`requests` with count > 0, `index`),
+/// GPUWIRE_ERROR_INVALID_ARGUMENT (negative count, a request twice, a request of a group that
+/// has not ended), GPUWIRE_ERROR_TIMEOUT, and those of gpuwire_wait.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_waitany(count: i32, requests: *mut gpuwire_request, index: *mut i32, status: *mut gpuwire_status_t) -> gpuwire_status {
+    call("gpuwire_waitany", || {
+        non_null(index, "index")?;
+        let reqs = request_array(count, requests)?;
+        let mut s = crate::request::Status::EMPTY;
+        let mut at = crate::types::GPUWIRE_UNDEFINED;
+        // The earliest deadline among the requests' communicators.
+        let mut deadline: Option<std::time::Instant> = None;
+        for h in reqs.iter().filter(|h| **h != 0) {
+            let r = REQUESTS.get(*h)?;
+            r.ready_to_wait()?;
+            if let Some(t) = r.comm().config().timeout {
+                let d = std::time::Instant::now() + t;
+                deadline = Some(deadline.map_or(d, |x: std::time::Instant| x.min(d)));
+            }
+        }
+        let mut spins = 0u32;
+        loop {
+            if reqs.iter().all(|h| *h == 0) {
+                write(index, crate::types::GPUWIRE_UNDEFINED);
+                if !status.is_null() {
+                    write(status, c_status(crate::request::Status::EMPTY, gpuwire_status::GPUWIRE_SUCCESS));
+                }
+                return Ok(());
+            }
+            match test_any(reqs, &mut s, &mut at) {
+                Ok(Some(i)) => {
+                    write(index, i as i32);
+                    if !status.is_null() {
+                        write(status, c_status(s, gpuwire_status::GPUWIRE_SUCCESS));
+                    }
+                    return Ok(());
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    write(index, at);
+                    return Err(with_index(at, e));
+                }
+            }
+            if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                // Each request's own wait gives up at its timeout (and breaks its communicator).
+                let first = reqs.iter().position(|h| *h != 0).expect("an active request");
+                let r = finish(&mut reqs[first], true);
+                write(index, first as i32);
+                return r.map(|_| ()).map_err(|e| with_index(first as i32, e));
+            }
+            spins += 1;
+            if spins > 1000 {
+                std::thread::sleep(std::time::Duration::from_micros(20));
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    })
+}
+
+/// As MPI_Testany, without blocking: when one of the `count` requests has completed, writes 1
+/// to `*flag`, its index to `*index`, its status to `*status` (may be NULL) and releases it;
+/// else 0 to `*flag` and GPUWIRE_UNDEFINED to `*index`. When every request is
+/// GPUWIRE_REQUEST_NULL (or `count` is 0): `*flag` 1, `*index` GPUWIRE_UNDEFINED, MPI's empty
+/// status (as MPI). A request that failed is released, `*index` names it and its error is
+/// returned. Errors as gpuwire_waitany, plus GPUWIRE_ERROR_NULL_ARGUMENT (`flag`).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_testany(count: i32, requests: *mut gpuwire_request, index: *mut i32, flag: *mut i32, status: *mut gpuwire_status_t) -> gpuwire_status {
+    call("gpuwire_testany", || {
+        non_null(index, "index")?;
+        non_null(flag, "flag")?;
+        let reqs = request_array(count, requests)?;
+        let mut s = crate::request::Status::EMPTY;
+        let mut at = crate::types::GPUWIRE_UNDEFINED;
+        let all_null = reqs.iter().all(|h| *h == 0);
+        let found = match test_any(reqs, &mut s, &mut at) {
+            Ok(f) => f,
+            Err(e) => {
+                write(index, at);
+                return Err(with_index(at, e));
+            }
+        };
+        write(index, found.map_or(crate::types::GPUWIRE_UNDEFINED, |i| i as i32));
+        write(flag, (all_null || found.is_some()) as i32);
+        if (all_null || found.is_some()) && !status.is_null() {
+            write(status, c_status(s, gpuwire_status::GPUWIRE_SUCCESS));
+        }
+        Ok(())
+    })
+}
+
+/// As MPI_Testall, without blocking: writes 1 to `*flag` when all `count` requests have
+/// completed — they are then released (set to GPUWIRE_REQUEST_NULL) and, when `statuses` is
+/// not NULL, `statuses[i]` holds request i's status with its own error in `error` — else 0,
+/// leaving every request active (those that completed stay so: a later test or wait returns at
+/// once with their status). GPUWIRE_REQUEST_NULL entries count as complete (empty status). A
+/// request that failed is released at once (set to GPUWIRE_REQUEST_NULL; its status entry
+/// says its error) and the first error is returned, naming its index.
+///
+/// Errors as gpuwire_waitall, plus GPUWIRE_ERROR_NULL_ARGUMENT (`flag`).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_testall(count: i32, requests: *mut gpuwire_request, flag: *mut i32, statuses: *mut gpuwire_status_t) -> gpuwire_status {
+    call("gpuwire_testall", || {
+        non_null(flag, "flag")?;
+        let reqs = request_array(count, requests)?;
+        let mut out = vec![c_status(crate::request::Status::EMPTY, gpuwire_status::GPUWIRE_SUCCESS); reqs.len()];
+        let mut first: Option<Error> = None;
+        let mut all = true;
+        for (i, h) in reqs.iter_mut().enumerate() {
+            if *h == 0 {
+                continue;
+            }
+            let r = REQUESTS.get(*h)?;
+            r.ready_to_wait()?;
+            match r.test() {
+                Ok(true) => out[i] = c_status(r.status(), gpuwire_status::GPUWIRE_SUCCESS),
+                Ok(false) => all = false,
+                Err(e) => {
+                    out[i] = c_status(r.status(), e.status());
+                    let _ = REQUESTS.remove(*h);
+                    *h = 0;
+                    first.get_or_insert(with_index(i as i32, e));
+                }
+            }
+        }
+        if all {
+            for h in reqs.iter_mut().filter(|h| **h != 0) {
+                let _ = REQUESTS.remove(*h);
+                *h = 0;
+            }
+            if !statuses.is_null() {
+                for (i, s) in out.iter().enumerate() {
+                    // SAFETY: the caller promises `count` statuses when not NULL.
+                    unsafe { statuses.add(i).write(*s) };
+                }
+            }
+        } else if !statuses.is_null() {
+            for (i, s) in out.iter().enumerate().filter(|(_, s)| s.error != 0) {
+                // SAFETY: as above.
+                unsafe { statuses.add(i).write(*s) };
+            }
+        }
+        write(flag, all as i32);
+        first.map_or(Ok(()), Err)
     })
 }
 
@@ -1024,13 +1400,39 @@ pub extern "C" fn gpuwire_group_end() -> gpuwire_status {
     })
 }
 
-/// Reports, once, the error of an operation on `comm` that failed after its call had returned
-/// (a stream-ordered device operation: see gpuwire_ibarrier): GPUWIRE_SUCCESS when there is
-/// none, else its code, with its message as the thread's last error (gpuwire_last_error).
-/// Without this call, the next operation on the communicator reports it (and does nothing).
-/// As ncclCommGetAsyncError. Local; thread-safe.
+/// Writes the communicator's asynchronous error to `*async_error`, as ncclCommGetAsyncError:
+/// the code of an operation on `comm` that failed after its call had returned (a
+/// stream-ordered device operation: see gpuwire_ibarrier), reported once, with its message as
+/// the thread's last error (gpuwire_last_error); else GPUWIRE_ERROR_COMM_BROKEN when the
+/// communicator is broken (gpuwire_comm_abort, a timeout; its message as the last error; every
+/// time, as NCCL's); else GPUWIRE_SUCCESS. Without this call, the next operation on the
+/// communicator reports an asynchronous error (and does nothing). Local; thread-safe. (The
+/// older gpuwire_comm_async_error returns the asynchronous error as its own status.)
 ///
-/// Errors: GPUWIRE_ERROR_INVALID_HANDLE, and the asynchronous error.
+/// Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_comm_get_async_error(comm: gpuwire_comm, async_error: *mut gpuwire_status) -> gpuwire_status {
+    let mut code = gpuwire_status::GPUWIRE_SUCCESS;
+    let r = call("gpuwire_comm_get_async_error", || {
+        non_null(async_error, "async_error")?;
+        let c = boundary::comm(comm)?;
+        let e = c.engine().take_async_error().map(Err).unwrap_or_else(|| c.ensure_usable());
+        if let Err(e) = e {
+            code = e.status();
+            // The message as the thread's last error, the call itself succeeding.
+            boundary::set_last_error(format!("gpuwire_comm_get_async_error: {e}"));
+        }
+        Ok(())
+    });
+    if r == gpuwire_status::GPUWIRE_SUCCESS {
+        write(async_error, code);
+    }
+    r
+}
+
+/// The older form of gpuwire_comm_get_async_error (kept): returns the asynchronous error as
+/// its own status (GPUWIRE_SUCCESS when there is none; a broken communicator is not reported
+/// here). Errors: GPUWIRE_ERROR_INVALID_HANDLE, and the asynchronous error.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_comm_async_error(comm: gpuwire_comm) -> gpuwire_status {
     call("gpuwire_comm_async_error", || match boundary::comm(comm)?.engine().take_async_error() {

@@ -136,6 +136,14 @@ static int32_t a_peer(void)
     return b == N_I32_BAD ? size : i32_bad[b];
 }
 
+/* The source of a receive that never waits: oneself and the wildcards (GPUWIRE_ANY_SOURCE, and
+ * this MPI's MPI_ANY_SOURCE among the bad values) become GPUWIRE_PROC_NULL, nothing would match
+ * them; other values are kept (refused when no rank). */
+static int32_t recv_source(int32_t peer)
+{
+    return (peer == rank || peer == GPUWIRE_ANY_SOURCE || peer == MPI_ANY_SOURCE) ? GPUWIRE_PROC_NULL : peer;
+}
+
 static int32_t a_tag(void)
 {
     static const int32_t tags[] = {-1, INT32_MIN, INT32_MAX, 32001, 32767, 1 << 30};
@@ -670,7 +678,7 @@ static void call(int f)
         gpuwire_comm c = a_comm();
         gpuwire_buffer b = a_buf();
         int32_t peer = a_peer(), tag = a_tag();
-        done(gpuwire_recv(c, b, peer == rank ? GPUWIRE_PROC_NULL : peer, tag, a_stream()), 0);
+        done(gpuwire_recv(c, b, recv_source(peer), tag, a_stream()), 0);
     } break;
     CASE(67, "gpuwire_isend") {
         gpuwire_comm c = a_comm();
@@ -692,7 +700,7 @@ static void call(int f)
         gpuwire_buffer b = a_buf();
         int32_t peer = a_peer(), tag = a_tag();
         gpuwire_request *out = a_out(&req);
-        st = gpuwire_irecv(c, b, peer == rank ? GPUWIRE_PROC_NULL : peer, tag, a_stream(), out);
+        st = gpuwire_irecv(c, b, recv_source(peer), tag, a_stream(), out);
         done(st, 0);
         if (st == GPUWIRE_SUCCESS)
             done(gpuwire_wait(&req), 0);

@@ -83,14 +83,14 @@ static void status_strings(void)
 {
     int32_t i, j;
     const char *unknown = "unknown status code";
-    for (i = 0; i <= GPUWIRE_ERROR_COMM_BROKEN; i++) {
+    for (i = 0; i <= GPUWIRE_ERROR_TRUNCATE; i++) {
         const char *s = gpuwire_status_string(i);
         EXPECT(s != NULL && s[0] != '\0' && strcmp(s, unknown) != 0);
         for (j = 0; j < i && s != NULL; j++)
             EXPECT(strcmp(s, gpuwire_status_string(j)) != 0); /* one description per code */
     }
     EXPECT(strcmp(gpuwire_status_string(-1), unknown) == 0);
-    EXPECT(strcmp(gpuwire_status_string(GPUWIRE_ERROR_COMM_BROKEN + 1), unknown) == 0);
+    EXPECT(strcmp(gpuwire_status_string(GPUWIRE_ERROR_TRUNCATE + 1), unknown) == 0);
     EXPECT(strcmp(gpuwire_status_string(INT32_MAX), unknown) == 0);
     EXPECT(strcmp(gpuwire_status_string(GPUWIRE_ERROR_NULL_ARGUMENT),
                   "a required pointer argument is NULL") == 0);

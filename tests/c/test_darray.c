@@ -55,6 +55,17 @@ static void queries_and_views(void)
     EXPECT(v == len);
     EXPECT_OK(gpuwire_darray_global_offset(d, &v));
     EXPECT(v == off);
+    /* The array's communicator and its rank count (what lens needs), a handle of its own. */
+    gpuwire_comm dc = GPUWIRE_COMM_NULL;
+    EXPECT_OK(gpuwire_darray_comm(d, &dc, &i32));
+    EXPECT(i32 == size && dc.h != 0);
+    int32_t dsize = -1;
+    EXPECT_OK(gpuwire_comm_size(dc, &dsize));
+    EXPECT(dsize == size);
+    EXPECT_OK(gpuwire_comm_free(dc));
+    EXPECT_STATUS(gpuwire_darray_comm(d, NULL, &i32), GPUWIRE_ERROR_NULL_ARGUMENT);
+    EXPECT_STATUS(gpuwire_darray_comm(d, &dc, NULL), GPUWIRE_ERROR_NULL_ARGUMENT);
+    EXPECT_UNTOUCHED_H(gpuwire_darray_comm(GPUWIRE_DARRAY_NULL, &dc, &i32), GPUWIRE_ERROR_INVALID_HANDLE, dc, 77u);
     EXPECT_OK(gpuwire_darray_local_lens(d, lens));
     for (r = 0; r < size; r++) {
         int64_t o, l;

@@ -2,9 +2,9 @@
  * test_p2p.c: point-to-point ranks and message sizes (issue 17, items 1, 2 and 16).
  *
  * - GPUWIRE_PROC_NULL is no MPI's constant; the MPI_PROC_NULL of the MPI this program was
- *   compiled with is accepted (nothing moves); MPI_ANY_SOURCE / MPI_ANY_TAG (either MPI's values:
- *   every other negative rank or tag) are refused with GPUWIRE_ERROR_INVALID_ARGUMENT, buffer
- *   untouched.
+ *   compiled with is accepted (nothing moves); every other negative rank or tag that is no
+ *   wildcard (GPUWIRE_ANY_SOURCE / GPUWIRE_ANY_TAG and this MPI's own) is refused with
+ *   GPUWIRE_ERROR_INVALID_ARGUMENT, buffer untouched; a wildcard is refused for a send.
  * - A receive takes exactly its buffer's count: a shorter or longer message is
  *   GPUWIRE_ERROR_COUNT_MISMATCH, below and above the eager sizes, to another rank and to
  *   oneself, blocking, nonblocking (posted before and after the message arrived) and sendrecv;
@@ -13,12 +13,22 @@
  * - Checking mode (config check = 1): a datatype or count mismatch fails on both sides, also
  *   when the bytes are not a whole number of the receiver's elements.
  *
+ * - Receive status and wildcards (issue 13): ANY_SOURCE receives from every rank in any order
+ *   with the right source, tag and count (gpuwire_recv_status, gpuwire_irecv_status with
+ *   gpuwire_waitany, MPI's own wildcards), ANY_TAG in the senders' order, probe then a receive of
+ *   the probed size, iprobe false then true, a shorter message (count reported) and a longer one
+ *   (GPUWIRE_ERROR_TRUNCATE, buffer untouched), waitany / testany / testall with null requests,
+ *   a wildcard receive in a group, bad sources and tags; abort (gpuwire_comm_abort): another
+ *   thread's wait on the communicator returns COMM_BROKEN at once, later calls fail at once, a
+ *   peer's wait returns at its timeout.
+ *
  * Ring: rank r sends to r+1 and receives from r-1 (mod P; oneself on 1 rank).
- * Usage: mpirun -n P test_p2p [ranks|sizes|mistyped|checking|pending]   Prints "test_p2p: PASS (...)" from rank 0.
+ * Usage: mpirun -n P test_p2p [ranks|sizes|mistyped|checking|pending|status]   Prints "test_p2p: PASS (...)" from rank 0.
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include <mpi.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,16 +99,16 @@ static void test_ranks(gpuwire_comm comm)
     int32_t *p = bptr(b);
     gpuwire_request rq = {77};
 
-    /* MPI_ANY_SOURCE, and every other negative rank that is not a PROC_NULL (Open MPI's and
-     * MPICH's wildcards, MPI_ROOT): refused, nothing received. */
-    int bad[] = {MPI_ANY_SOURCE, -1, -2, -3, -4, -5, -999, -1001};
+    /* Every negative rank that is no PROC_NULL and no wildcard (the other MPI's wildcards,
+     * MPI_ROOT): refused, nothing received. */
+    int bad[] = {-1, -2, -3, -4, -5, -999, -1002, MPI_ROOT};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int r = bad[i];
-        if (r == MPI_PROC_NULL)
+        if (r == MPI_PROC_NULL || r == MPI_ANY_SOURCE)
             continue;
         memset(p, FILL, 16);
         EXPECT_STATUS(gpuwire_recv(comm, b, r, 0, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
-        EXPECT_LAST_ERROR_HAS("wildcards are not supported yet");
+        EXPECT_LAST_ERROR_HAS("is negative and no rank");
         EXPECT(all_bytes(p, 16, FILL));
         EXPECT_UNTOUCHED_H(gpuwire_irecv(comm, b, r, 0, NULL, &rq), GPUWIRE_ERROR_INVALID_ARGUMENT, rq, 77u);
         EXPECT_STATUS(gpuwire_send(comm, b, r, 0, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
@@ -106,11 +116,22 @@ static void test_ranks(gpuwire_comm comm)
         EXPECT_STATUS(gpuwire_sendrecv(comm, b, GPUWIRE_PROC_NULL, 0, b, r, 0, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
         EXPECT_STATUS(gpuwire_sendrecv(comm, b, r, 0, b, GPUWIRE_PROC_NULL, 0, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
     }
-    /* MPI_ANY_TAG (and any negative tag). */
-    EXPECT_STATUS(gpuwire_recv(comm, b, rank, MPI_ANY_TAG, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
-    EXPECT_LAST_ERROR_HAS("wildcard tags are not supported yet");
-    EXPECT_UNTOUCHED_H(gpuwire_irecv(comm, b, rank, MPI_ANY_TAG, NULL, &rq), GPUWIRE_ERROR_INVALID_ARGUMENT, rq, 77u);
+    /* A wildcard source (gpuwire's or this MPI's) is for receives only. */
+    int wild[] = {GPUWIRE_ANY_SOURCE, MPI_ANY_SOURCE};
+    for (int i = 0; i < 2; i++) {
+        EXPECT_STATUS(gpuwire_send(comm, b, wild[i], 0, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+        EXPECT_LAST_ERROR_HAS("only a receive or probe takes");
+        EXPECT_UNTOUCHED_H(gpuwire_isend(comm, b, wild[i], 0, NULL, &rq), GPUWIRE_ERROR_INVALID_ARGUMENT, rq, 77u);
+        EXPECT_STATUS(gpuwire_sendrecv(comm, b, wild[i], 0, b2, rank, 0, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    }
+    /* Negative tags that are no wildcard; wildcard tags for sends. */
+    EXPECT_STATUS(gpuwire_recv(comm, b, rank, -5, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_HAS("tag -5 is negative");
+    EXPECT_UNTOUCHED_H(gpuwire_irecv(comm, b, rank, -1001, NULL, &rq), GPUWIRE_ERROR_INVALID_ARGUMENT, rq, 77u);
     EXPECT_STATUS(gpuwire_send(comm, b, rank, -2, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT_STATUS(gpuwire_send(comm, b, rank, MPI_ANY_TAG, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT_STATUS(gpuwire_send(comm, b, rank, GPUWIRE_ANY_TAG, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_HAS("only a receive or probe takes");
 
     /* MPI_PROC_NULL of this MPI and GPUWIRE_PROC_NULL: accepted, nothing moves. */
     int nulls[] = {MPI_PROC_NULL, GPUWIRE_PROC_NULL};
@@ -394,6 +415,359 @@ static void test_pending_across_collective(gpuwire_comm comm)
     EXPECT_OK(gpuwire_buffer_free(s));
 }
 
+/* ---- issue 13: receive status, wildcards, probe, waitany/testany/testall, abort ---------- */
+
+static gpuwire_status_t blank_status(void)
+{
+    gpuwire_status_t s;
+    s.source = 55;
+    s.tag = 55;
+    s.count = 55;
+    s.error = 55;
+    return s;
+}
+
+static int is_empty(gpuwire_status_t s)
+{
+    return s.source == GPUWIRE_ANY_SOURCE && s.tag == GPUWIRE_ANY_TAG && s.count == 0;
+}
+
+/* Every rank sends rank+1 int32 elements (1000 r + i) with tag `tag0 + r` (with a wildcard
+ * `tag`; else `tag0` = `tag`) to rank 0 (itself included); rank 0 receives them with `source` / `tag` wildcards into buffers of 8 and checks
+ * each status: every rank seen once, with its tag and count. `how`: 0 gpuwire_recv_status,
+ * 1 gpuwire_irecv_status posted before the sends, completed by gpuwire_waitany. */
+static void any_source_round(gpuwire_comm comm, int how, int source, int tag, int tag0)
+{
+    gpuwire_buffer s = balloc(rank + 1, GPUWIRE_INT32);
+    fill_seq(bptr(s), rank + 1, 1000 * rank);
+    gpuwire_request srq = GPUWIRE_REQUEST_NULL;
+    gpuwire_request rq[4] = {GPUWIRE_REQUEST_NULL, GPUWIRE_REQUEST_NULL, GPUWIRE_REQUEST_NULL, GPUWIRE_REQUEST_NULL};
+    gpuwire_buffer r[4];
+    int n = size < 4 ? size : 4;
+    int step = tag == GPUWIRE_ANY_TAG || tag == MPI_ANY_TAG;
+    if (rank == 0) {
+        for (int i = 0; i < n; i++) {
+            r[i] = balloc(8, GPUWIRE_INT32);
+            memset(bptr(r[i]), FILL, 32);
+            if (how == 1)
+                EXPECT_OK(gpuwire_irecv_status(comm, r[i], source, tag, NULL, &rq[i]));
+        }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank < 4)
+        EXPECT_OK(gpuwire_isend(comm, s, 0, tag0 + step * rank, NULL, &srq));
+    if (rank == 0) {
+        int seen[4] = {0, 0, 0, 0};
+        for (int k = 0; k < n; k++) {
+            gpuwire_status_t st = blank_status();
+            int i = k;
+            if (how == 0) {
+                EXPECT_OK(gpuwire_recv_status(comm, r[k], source, tag, NULL, &st));
+            } else {
+                EXPECT_OK(gpuwire_waitany(n, rq, &i, &st));
+                EXPECT(i >= 0 && i < n && rq[i].h == 0);
+            }
+            EXPECT(st.source >= 0 && st.source < n && st.error == GPUWIRE_SUCCESS);
+            if (st.source < 0 || st.source >= n || i < 0 || i >= n)
+                continue;
+            seen[st.source]++;
+            EXPECT(st.tag == tag0 + step * st.source);
+            EXPECT(st.count == st.source + 1);
+            int32_t *p = bptr(r[i]);
+            EXPECT(is_seq(p, st.source + 1, 1000 * st.source));
+            EXPECT(all_bytes(p + st.source + 1, (size_t)(8 - st.source - 1) * 4, FILL));
+        }
+        for (int k = 0; k < n; k++)
+            EXPECT(seen[k] == 1);
+        /* Every request done: waitany says so. */
+        int i = 77;
+        gpuwire_status_t st = blank_status();
+        EXPECT_OK(gpuwire_waitany(n, rq, &i, &st));
+        EXPECT(i == GPUWIRE_UNDEFINED && is_empty(st));
+    }
+    if (rank < 4)
+        EXPECT_OK(gpuwire_wait(&srq));
+    /* No rank's next message may reach rank 0's wildcard receives of this round. */
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0)
+        for (int i = 0; i < n; i++)
+            EXPECT_OK(gpuwire_buffer_free(r[i]));
+    EXPECT_OK(gpuwire_buffer_free(s));
+}
+
+struct waiter {
+    gpuwire_request rq;
+    gpuwire_status result;
+    double took;
+};
+
+static void *wait_thread(void *arg)
+{
+    struct waiter *w = arg;
+    double t0 = MPI_Wtime();
+    w->result = gpuwire_wait(&w->rq);
+    w->took = MPI_Wtime() - t0;
+    return NULL;
+}
+
+static void test_abort(void)
+{
+    /* A communicator of its own with a timeout of 1.5 s: the peers' waits end there; rank 0's
+     * other thread's wait must end at the abort, long before. */
+    gpuwire_config cfg;
+    EXPECT_OK(gpuwire_config_init(&cfg));
+    cfg.timeout_seconds = 1.5;
+    gpuwire_comm c = GPUWIRE_COMM_NULL;
+    EXPECT_OK(gpuwire_comm_create((int32_t)MPI_Comm_c2f(MPI_COMM_WORLD), &cfg, &c));
+    gpuwire_buffer b = balloc(4, GPUWIRE_INT32);
+    memset(bptr(b), FILL, 16);
+    if (rank == 0) {
+        /* Another thread waits for a receive that never comes; the abort ends it at once. */
+        struct waiter w;
+        w.took = -1;
+        w.result = GPUWIRE_SUCCESS;
+        EXPECT_OK(gpuwire_irecv_status(c, b, GPUWIRE_ANY_SOURCE, 99, NULL, &w.rq));
+        pthread_t th;
+        EXPECT(pthread_create(&th, NULL, wait_thread, &w) == 0);
+        double t0 = MPI_Wtime();
+        while (MPI_Wtime() - t0 < 0.05)
+            ;
+        EXPECT_OK(gpuwire_comm_abort(c));
+        pthread_join(th, NULL);
+        EXPECT(w.result == GPUWIRE_ERROR_COMM_BROKEN);
+        EXPECT(w.took >= 0 && w.took < 1.2);
+        EXPECT(w.rq.h == 0);
+        /* Later operations fail at once; the asynchronous error says broken. */
+        t0 = MPI_Wtime();
+        EXPECT_STATUS(gpuwire_send(c, b, 0, 1, NULL), GPUWIRE_ERROR_COMM_BROKEN);
+        EXPECT_LAST_ERROR_HAS("gpuwire_comm_abort on rank 0");
+        EXPECT_STATUS(gpuwire_allreduce(c, b, b, GPUWIRE_SUM, NULL), GPUWIRE_ERROR_COMM_BROKEN);
+        gpuwire_status_t st = blank_status();
+        EXPECT_STATUS(gpuwire_probe(c, GPUWIRE_ANY_SOURCE, GPUWIRE_ANY_TAG, GPUWIRE_INT32, &st), GPUWIRE_ERROR_COMM_BROKEN);
+        EXPECT(MPI_Wtime() - t0 < 5.0);
+        gpuwire_status ae = GPUWIRE_SUCCESS;
+        EXPECT_OK(gpuwire_comm_get_async_error(c, &ae));
+        EXPECT(ae == GPUWIRE_ERROR_COMM_BROKEN);
+        EXPECT_OK(gpuwire_comm_abort(c));
+    } else {
+        /* A peer waiting for rank 0 (which aborted) returns at its timeout. */
+        double t0 = MPI_Wtime();
+        gpuwire_status_t st = blank_status();
+        EXPECT_STATUS(gpuwire_recv_status(c, b, 0, 98, NULL, &st), GPUWIRE_ERROR_TIMEOUT);
+        EXPECT(st.source == 55);
+        EXPECT(MPI_Wtime() - t0 < 20.0);
+        EXPECT(all_bytes(bptr(b), 16, FILL));
+    }
+    gpuwire_status ae = 77;
+    EXPECT_STATUS(gpuwire_comm_get_async_error(c, NULL), GPUWIRE_ERROR_NULL_ARGUMENT);
+    EXPECT_UNTOUCHED(gpuwire_comm_get_async_error(GPUWIRE_COMM_NULL, &ae), GPUWIRE_ERROR_INVALID_HANDLE, ae, 77);
+    EXPECT_STATUS(gpuwire_comm_abort(GPUWIRE_COMM_NULL), GPUWIRE_ERROR_INVALID_HANDLE);
+    EXPECT_OK(gpuwire_buffer_free(b));
+    EXPECT_OK(gpuwire_comm_free(c));
+}
+
+static void test_status(gpuwire_comm comm)
+{
+    /* The wildcards collide with no constant of this MPI nor with each other. */
+    int consts[] = {MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_PROC_NULL, MPI_ROOT, MPI_UNDEFINED, GPUWIRE_PROC_NULL};
+    for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++) {
+        EXPECT(GPUWIRE_ANY_SOURCE != consts[i]);
+        EXPECT(GPUWIRE_ANY_TAG != consts[i]);
+    }
+    EXPECT(GPUWIRE_ANY_SOURCE != GPUWIRE_ANY_TAG);
+
+    /* ANY_SOURCE from every rank, in whatever order they arrive. */
+    any_source_round(comm, 0, GPUWIRE_ANY_SOURCE, GPUWIRE_ANY_TAG, 100);
+    any_source_round(comm, 1, GPUWIRE_ANY_SOURCE, 200, 200);
+    any_source_round(comm, 0, MPI_ANY_SOURCE, MPI_ANY_TAG, 300);
+
+    /* ANY_TAG from one source: the sender's order (non-overtaking), tags reported. */
+    gpuwire_buffer s = balloc(3, GPUWIRE_INT32), r = balloc(3, GPUWIRE_INT32);
+    gpuwire_request rq[3] = {GPUWIRE_REQUEST_NULL, GPUWIRE_REQUEST_NULL, GPUWIRE_REQUEST_NULL};
+    fill_seq(bptr(s), 3, 7);
+    EXPECT_OK(gpuwire_isend(comm, s, next, 17, NULL, &rq[0]));
+    EXPECT_OK(gpuwire_isend(comm, s, next, 18, NULL, &rq[1]));
+    gpuwire_status_t st = blank_status();
+    EXPECT_OK(gpuwire_recv_status(comm, r, prev, GPUWIRE_ANY_TAG, NULL, &st));
+    EXPECT(st.source == prev && st.tag == 17 && st.count == 3 && st.error == 0);
+    EXPECT_OK(gpuwire_recv_status(comm, r, prev, MPI_ANY_TAG, NULL, &st));
+    EXPECT(st.source == prev && st.tag == 18 && st.count == 3);
+    EXPECT(is_seq(bptr(r), 3, 7));
+    EXPECT_OK(gpuwire_waitall(2, rq));
+
+    /* Probe, then a receive of the probed size. */
+    gpuwire_buffer ps = balloc(rank + 2, GPUWIRE_INT32);
+    fill_seq(bptr(ps), rank + 2, 50 * rank);
+    EXPECT_OK(gpuwire_isend(comm, ps, next, 30, NULL, &rq[0]));
+    st = blank_status();
+    EXPECT_OK(gpuwire_probe(comm, GPUWIRE_ANY_SOURCE, 30, GPUWIRE_INT32, &st));
+    EXPECT(st.source == prev && st.tag == 30 && st.count == prev + 2);
+    gpuwire_status_t bytes = blank_status();
+    EXPECT_OK(gpuwire_probe(comm, prev, GPUWIRE_ANY_TAG, GPUWIRE_UINT8, &bytes));
+    EXPECT(bytes.count == 4 * (prev + 2) && bytes.tag == 30);
+    gpuwire_buffer pr = balloc(st.count, GPUWIRE_INT32);
+    gpuwire_status_t st2 = blank_status();
+    EXPECT_OK(gpuwire_recv_status(comm, pr, st.source, st.tag, NULL, &st2));
+    EXPECT(st2.source == prev && st2.count == prev + 2);
+    EXPECT(is_seq(bptr(pr), prev + 2, 50 * prev));
+    EXPECT_OK(gpuwire_wait(&rq[0]));
+    /* Iprobe: nothing with tag 31 yet, then a message to oneself. */
+    int flag = 7;
+    st = blank_status();
+    EXPECT_OK(gpuwire_iprobe(comm, GPUWIRE_ANY_SOURCE, 31, GPUWIRE_INT32, &flag, &st));
+    EXPECT(flag == 0 && st.source == 55);
+    EXPECT_OK(gpuwire_isend(comm, s, rank, 31, NULL, &rq[0]));
+    double t0 = MPI_Wtime();
+    do
+        EXPECT_OK(gpuwire_iprobe(comm, rank, 31, GPUWIRE_INT32, &flag, &st));
+    while (!flag && MPI_Wtime() - t0 < 20.0);
+    EXPECT(flag == 1 && st.source == rank && st.tag == 31 && st.count == 3);
+    /* A PROC_NULL probe: at once, as MPI. */
+    EXPECT_OK(gpuwire_probe(comm, GPUWIRE_PROC_NULL, 31, GPUWIRE_INT32, &st2));
+    EXPECT(st2.source == GPUWIRE_PROC_NULL && st2.tag == GPUWIRE_ANY_TAG && st2.count == 0);
+
+    /* Truncation: the probed message of 3 into a buffer of 2 (as MPI_ERR_TRUNCATE), nothing
+     * written; a shorter message fills the buffer's start. */
+    gpuwire_buffer small = balloc(2, GPUWIRE_INT32);
+    memset(bptr(small), FILL, 8);
+    st2 = blank_status();
+    EXPECT_STATUS(gpuwire_recv_status(comm, small, rank, 31, NULL, &st2), GPUWIRE_ERROR_TRUNCATE);
+    EXPECT_LAST_ERROR_HAS("longer than the receive buffer");
+    EXPECT(st2.source == 55);
+    EXPECT(all_bytes(bptr(small), 8, FILL));
+    EXPECT_OK(gpuwire_wait(&rq[0]));
+    gpuwire_buffer big = balloc(8, GPUWIRE_INT32);
+    memset(bptr(big), FILL, 32);
+    EXPECT_OK(gpuwire_isend(comm, s, rank, 32, NULL, &rq[0]));
+    EXPECT_OK(gpuwire_irecv_status(comm, big, GPUWIRE_ANY_SOURCE, 32, NULL, &rq[1]));
+    EXPECT_OK(gpuwire_wait_status(&rq[1], &st2));
+    EXPECT(st2.source == rank && st2.tag == 32 && st2.count == 3 && rq[1].h == 0);
+    EXPECT(is_seq(bptr(big), 3, 7) && all_bytes((int32_t *)bptr(big) + 3, 20, FILL));
+    EXPECT_OK(gpuwire_wait(&rq[0]));
+    /* The irecv form's truncation comes with the wait. */
+    EXPECT_OK(gpuwire_isend(comm, s, rank, 33, NULL, &rq[0]));
+    EXPECT_OK(gpuwire_irecv_status(comm, small, rank, 33, NULL, &rq[1]));
+    EXPECT_STATUS(gpuwire_wait_status(&rq[1], &st2), GPUWIRE_ERROR_TRUNCATE);
+    EXPECT(rq[1].h == 0 && all_bytes(bptr(small), 8, FILL));
+    EXPECT_OK(gpuwire_wait(&rq[0]));
+
+    /* waitany / testany / testall with null requests (MPI's rules). */
+    gpuwire_request nul[2] = {GPUWIRE_REQUEST_NULL, GPUWIRE_REQUEST_NULL};
+    int idx = 77;
+    st = blank_status();
+    EXPECT_OK(gpuwire_waitany(2, nul, &idx, &st));
+    EXPECT(idx == GPUWIRE_UNDEFINED && is_empty(st));
+    EXPECT_OK(gpuwire_waitany(0, NULL, &idx, NULL));
+    EXPECT(idx == GPUWIRE_UNDEFINED);
+    flag = 0;
+    idx = 77;
+    EXPECT_OK(gpuwire_testany(2, nul, &idx, &flag, &st));
+    EXPECT(flag == 1 && idx == GPUWIRE_UNDEFINED && is_empty(st));
+    flag = 0;
+    EXPECT_OK(gpuwire_testall(2, nul, &flag, NULL));
+    EXPECT(flag == 1);
+    /* Pending: a receive from oneself (tag 40) not yet sent. */
+    gpuwire_request set[3] = {GPUWIRE_REQUEST_NULL, GPUWIRE_REQUEST_NULL, GPUWIRE_REQUEST_NULL};
+    EXPECT_OK(gpuwire_irecv_status(comm, big, GPUWIRE_ANY_SOURCE, 40, NULL, &set[1]));
+    EXPECT_OK(gpuwire_testany(3, set, &idx, &flag, &st));
+    EXPECT(flag == 0 && idx == GPUWIRE_UNDEFINED && set[1].h != 0);
+    gpuwire_status_t sts[3] = {blank_status(), blank_status(), blank_status()};
+    EXPECT_OK(gpuwire_testall(3, set, &flag, sts));
+    EXPECT(flag == 0 && set[1].h != 0 && sts[1].source == 55);
+    EXPECT_OK(gpuwire_isend(comm, ps, rank, 40, NULL, &set[2]));
+    t0 = MPI_Wtime();
+    do
+        EXPECT_OK(gpuwire_testall(3, set, &flag, sts));
+    while (!flag && MPI_Wtime() - t0 < 20.0);
+    EXPECT(flag == 1 && set[0].h == 0 && set[1].h == 0 && set[2].h == 0);
+    EXPECT(is_empty(sts[0]) && is_empty(sts[2]));
+    EXPECT(sts[1].source == rank && sts[1].tag == 40 && sts[1].count == rank + 2 && sts[1].error == 0);
+    /* testany finds the completed one. */
+    EXPECT_OK(gpuwire_isend(comm, s, rank, 41, NULL, &set[0]));
+    EXPECT_OK(gpuwire_irecv_status(comm, big, rank, 41, NULL, &set[2]));
+    int got_send = 0, got_recv = 0;
+    t0 = MPI_Wtime();
+    while ((!got_send || !got_recv) && MPI_Wtime() - t0 < 20.0) {
+        st = blank_status();
+        EXPECT_OK(gpuwire_testany(3, set, &idx, &flag, &st));
+        if (flag && idx == 0)
+            got_send = is_empty(st);
+        if (flag && idx == 2)
+            got_recv = st.source == rank && st.tag == 41 && st.count == 3;
+    }
+    EXPECT(got_send && got_recv);
+    /* Bad arrays. */
+    gpuwire_request dup[2];
+    EXPECT_OK(gpuwire_irecv_status(comm, big, rank, 42, NULL, &dup[0]));
+    dup[1] = dup[0];
+    EXPECT_STATUS(gpuwire_waitany(2, dup, &idx, &st), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT_STATUS(gpuwire_testany(2, dup, &idx, &flag, &st), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT_STATUS(gpuwire_testall(2, dup, &flag, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_HAS("the same request");
+    EXPECT_STATUS(gpuwire_waitany(-1, dup, &idx, &st), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT_STATUS(gpuwire_waitany(1, dup, NULL, &st), GPUWIRE_ERROR_NULL_ARGUMENT);
+    EXPECT_STATUS(gpuwire_testany(1, NULL, &idx, &flag, &st), GPUWIRE_ERROR_NULL_ARGUMENT);
+    EXPECT_STATUS(gpuwire_testall(1, dup, NULL, NULL), GPUWIRE_ERROR_NULL_ARGUMENT);
+    EXPECT(dup[0].h != 0);
+    /* A wildcard receive in a group: posted at the group's end, after dup[0] (which alone can
+     * take tag 42), and matched in MPI's order: the earliest message it can take (tag 44, sent
+     * before the group); its status after the end. */
+    gpuwire_buffer two = bview(s, 0, 2);
+    EXPECT_OK(gpuwire_isend(comm, two, rank, 44, NULL, &set[1]));
+    EXPECT_OK(gpuwire_group_start());
+    EXPECT_STATUS(gpuwire_recv_status(comm, big, GPUWIRE_ANY_SOURCE, 43, NULL, &st), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_HAS("inside a group");
+    EXPECT_OK(gpuwire_irecv_status(comm, small, GPUWIRE_ANY_SOURCE, GPUWIRE_ANY_TAG, NULL, &set[0]));
+    EXPECT_OK(gpuwire_send(comm, ps, rank, 42, NULL));
+    EXPECT_OK(gpuwire_group_end());
+    st = blank_status();
+    EXPECT_OK(gpuwire_wait_status(&set[0], &st));
+    EXPECT(st.source == rank && st.tag == 44 && st.count == 2 && is_seq(bptr(small), 2, 7));
+    st = blank_status();
+    EXPECT_OK(gpuwire_wait_status(&dup[0], &st));
+    EXPECT(st.source == rank && st.tag == 42 && st.count == rank + 2);
+    EXPECT(is_seq(bptr(big), rank + 2, 50 * rank));
+    EXPECT_OK(gpuwire_wait(&set[1]));
+    EXPECT_OK(gpuwire_buffer_free(two));
+
+    /* Bad sources, tags, datatypes, NULL arguments: clear errors, outputs untouched. */
+    st = blank_status();
+    int bad_src[] = {size, -5, -999, -1002};
+    for (int i = 0; i < 4; i++) {
+        EXPECT_STATUS(gpuwire_recv_status(comm, r, bad_src[i], 0, NULL, &st), GPUWIRE_ERROR_INVALID_ARGUMENT);
+        EXPECT_STATUS(gpuwire_probe(comm, bad_src[i], 0, GPUWIRE_INT32, &st), GPUWIRE_ERROR_INVALID_ARGUMENT);
+        EXPECT_STATUS(gpuwire_iprobe(comm, bad_src[i], 0, GPUWIRE_INT32, &flag, &st), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    }
+    EXPECT_STATUS(gpuwire_recv_status(comm, r, GPUWIRE_ANY_SOURCE, -7, NULL, &st), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_HAS("tag -7 is negative");
+    EXPECT_UNTOUCHED_H(gpuwire_irecv_status(comm, r, GPUWIRE_ANY_SOURCE, -7, NULL, &rq[2]), GPUWIRE_ERROR_INVALID_ARGUMENT, rq[2], 77u);
+    EXPECT_STATUS(gpuwire_probe(comm, 0, GPUWIRE_ANY_TAG, 99, &st), GPUWIRE_ERROR_UNSUPPORTED_DTYPE);
+    EXPECT(st.source == 55 && st.count == 55);
+    EXPECT_STATUS(gpuwire_recv_status(comm, r, 0, 0, NULL, NULL), GPUWIRE_ERROR_NULL_ARGUMENT);
+    EXPECT_STATUS(gpuwire_probe(comm, 0, 0, GPUWIRE_INT32, NULL), GPUWIRE_ERROR_NULL_ARGUMENT);
+    EXPECT_STATUS(gpuwire_iprobe(comm, 0, 0, GPUWIRE_INT32, NULL, &st), GPUWIRE_ERROR_NULL_ARGUMENT);
+    EXPECT_STATUS(gpuwire_wait_status(&rq[2], NULL), GPUWIRE_ERROR_NULL_ARGUMENT);
+    EXPECT_STATUS(gpuwire_probe(GPUWIRE_COMM_NULL, 0, 0, GPUWIRE_INT32, &st), GPUWIRE_ERROR_INVALID_HANDLE);
+    /* A PROC_NULL receive's status, and a null request's. */
+    rq[2] = GPUWIRE_REQUEST_NULL;
+    EXPECT_OK(gpuwire_wait_status(&rq[2], &st));
+    EXPECT(is_empty(st));
+    EXPECT_OK(gpuwire_recv_status(comm, r, GPUWIRE_PROC_NULL, 0, NULL, &st));
+    EXPECT(st.source == GPUWIRE_PROC_NULL && st.tag == GPUWIRE_ANY_TAG && st.count == 0);
+    EXPECT_OK(gpuwire_irecv_status(comm, r, MPI_PROC_NULL, 0, NULL, &rq[2]));
+    EXPECT_OK(gpuwire_test_status(&rq[2], &flag, &st));
+    EXPECT(flag == 1 && st.source == GPUWIRE_PROC_NULL && st.count == 0);
+
+    MPI_Barrier(MPI_COMM_WORLD);
+    EXPECT_OK(gpuwire_buffer_free(s));
+    EXPECT_OK(gpuwire_buffer_free(r));
+    EXPECT_OK(gpuwire_buffer_free(ps));
+    EXPECT_OK(gpuwire_buffer_free(pr));
+    EXPECT_OK(gpuwire_buffer_free(small));
+    EXPECT_OK(gpuwire_buffer_free(big));
+    test_abort();
+}
+
 int main(int argc, char **argv)
 {
     int provided = 0;
@@ -419,6 +793,8 @@ int main(int argc, char **argv)
         test_checking();
     if (!*only || !strcmp(only, "pending"))
         test_pending_across_collective(comm);
+    if (!*only || !strcmp(only, "status"))
+        test_status(comm);
 
     EXPECT_OK(gpuwire_comm_free(comm));
     EXPECT_OK(gpuwire_finalize());

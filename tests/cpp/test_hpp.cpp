@@ -398,6 +398,52 @@ static void test_operations(const gw::comm &world)
         gw::request pending_send = timed.isend(bout, right, 5);
     } // both destructors wait, up to the communicator's timeout
     EXPECT(in[0] == left);
+
+    // Receive status, wildcards and probes (issue 13): from the left neighbour, any tag.
+    std::vector<double> wide(5, -1.0);
+    gw::buffer bwide = gw::buffer::wrap(wide);
+    gw::request ws = world.isend(bout, right, 6);
+    gpuwire_status_t ps = world.probe(GPUWIRE_ANY_SOURCE, 6, GPUWIRE_FLOAT64);
+    EXPECT(ps.source == left && ps.tag == 6 && ps.count == 3);
+    gpuwire_status_t got_st{};
+    EXPECT(world.iprobe(left, GPUWIRE_ANY_TAG, GPUWIRE_FLOAT64, got_st) && got_st.tag == 6);
+    gpuwire_status_t rs_st = world.recv_status(bwide, GPUWIRE_ANY_SOURCE, GPUWIRE_ANY_TAG);
+    EXPECT(rs_st.source == left && rs_st.tag == 6 && rs_st.count == 3 && wide[2] == left && wide[3] == -1.0);
+    ws.wait();
+    std::vector<gw::request> st_reqs;
+    st_reqs.push_back(world.irecv_status(bwide, GPUWIRE_ANY_SOURCE, 7));
+    st_reqs.push_back(world.isend(bout, right, 7));
+    int32_t first = gw::wait_any(st_reqs);
+    EXPECT(first == 0 || first == 1);
+    int32_t idx = 0;
+    gpuwire_status_t any_st{};
+    while (!gw::test_any(st_reqs, idx, &any_st)) {
+    }
+    EXPECT(!st_reqs[0].active() && !st_reqs[1].active());
+    st_reqs[0] = world.irecv_status(bwide, left, 8);
+    st_reqs[1] = world.isend(bout, right, 8);
+    gpuwire_status_t all_st[2];
+    while (!gw::test_all(st_reqs, all_st)) {
+    }
+    EXPECT(all_st[0].source == left && all_st[0].count == 3 && all_st[1].count == 0);
+    gw::request one_req = world.irecv_status(bwide, left, 9);
+    gw::request one_send = world.isend(bout, right, 9);
+    gpuwire_status_t ts{};
+    while (!one_req.test_status(ts)) {
+    }
+    EXPECT(ts.tag == 9);
+    one_send.wait();
+    gw::request wreq = world.irecv_status(bwide, left, 10);
+    gw::request wsend = world.isend(bout, right, 10);
+    EXPECT(wreq.wait_status().tag == 10);
+    wsend.wait();
+    {
+        gw::comm doomed = gw::comm::world();
+        EXPECT(doomed.async_error() == GPUWIRE_SUCCESS);
+        doomed.abort();
+        EXPECT(doomed.async_error() == GPUWIRE_ERROR_COMM_BROKEN);
+        EXPECT_THROW(doomed.barrier(), GPUWIRE_ERROR_COMM_BROKEN, "aborted");
+    }
     world.barrier();
 }
 
@@ -447,10 +493,10 @@ static void test_darray(const gw::comm &world)
     gw::buffer lb = x.local(), wb = x.local_with_halo();
     EXPECT(lb.count() == len && wb.count() == len && (len == 0 || lb.pointer() == x.data()));
     {
-        // An adopted handle: local_lens needs the communicator's size. release() gives the
-        // handle back, so y keeps it.
+        // An adopted handle: local_lens asks the array's communicator for its size
+        // (gpuwire_darray_comm). release() gives the handle back, so y keeps it.
         gw::darray unknown(y.get());
-        EXPECT_THROW(unknown.local_lens(), GPUWIRE_ERROR_INVALID_ARGUMENT, "local_lens");
+        EXPECT(unknown.local_lens() == lens);
         EXPECT(unknown.release().h == y.get().h);
         gw::darray adopted(y.get(), size);
         EXPECT(adopted.local_lens() == lens);

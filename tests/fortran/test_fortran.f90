@@ -48,6 +48,7 @@ program test_fortran
   call test_buffer_queries()
   call test_communicators()
   call test_point_to_point()
+  call test_status_and_probe()
   call test_collectives()
   call test_vcollectives()
   call test_nonblocking_and_groups()
@@ -620,6 +621,114 @@ contains
     call gpuwire_buffer_free(bout)
     call gpuwire_buffer_free(bin)
   end subroutine test_point_to_point
+
+  ! Issue 13: wildcards and receive status, probes, waitany / testany / testall, abort, the
+  ! asynchronous error, a distributed array's communicator. Messages to oneself (any rank count).
+  subroutine test_status_and_probe()
+    integer(int32), target, asynchronous :: out(3), in(5), small(2)
+    type(gpuwire_buffer) :: bout, bin, bsmall
+    type(gpuwire_request) :: reqs(2), req
+    type(gpuwire_status_t) :: st, sts(2)
+    type(gpuwire_comm) :: dc, ac
+    type(gpuwire_darray) :: d
+    integer(int64), allocatable :: lens(:)
+    integer :: idx, j, n, aerr
+    logical :: flag
+    out = [7, 8, 9]
+    in = -1
+    call gpuwire_buffer_wrap(out, bout)
+    call gpuwire_buffer_wrap(in, bin)
+    call gpuwire_buffer_wrap(small, bsmall)
+    ! A shorter message than the buffer, with wildcards: source, tag and count reported.
+    call gpuwire_isend(world, bout, rank, 11, req)
+    call gpuwire_recv_status(world, bin, GPUWIRE_ANY_SOURCE, GPUWIRE_ANY_TAG, st)
+    call expect(st%source == rank .and. st%tag == 11 .and. st%count == 3 .and. st%error == 0, &
+      'gpuwire_recv_status with wildcards')
+    call expect(all(in(1:3) == out) .and. all(in(4:5) == -1), 'a short message fills the start')
+    call gpuwire_wait(req)
+    ! Probe, iprobe, then a longer message than the buffer: GPUWIRE_ERROR_TRUNCATE.
+    call gpuwire_isend(world, bout, rank, 12, req)
+    call gpuwire_probe(world, GPUWIRE_ANY_SOURCE, 12, GPUWIRE_INT32, st)
+    call expect(st%source == rank .and. st%count == 3, 'gpuwire_probe')
+    call gpuwire_iprobe(world, rank, 12, GPUWIRE_INT8, flag, st)
+    call expect(flag .and. st%count == 12, 'gpuwire_iprobe (in bytes)')
+    call gpuwire_iprobe(world, rank, 13, GPUWIRE_INT32, flag, st)
+    call expect(.not. flag, 'gpuwire_iprobe finds nothing')
+    small = -1
+    call gpuwire_recv_status(world, bsmall, rank, 12, st, ierror=ierr)
+    call expect_status(ierr, int(GPUWIRE_ERROR_TRUNCATE), 'a longer message: truncated')
+    call expect(all(small == -1), 'the truncated receive wrote nothing')
+    call gpuwire_wait(req)
+    ! irecv_status with wait_status / test_status.
+    call gpuwire_irecv_status(world, bin, GPUWIRE_ANY_SOURCE, 14, req)
+    call gpuwire_send(world, bout, rank, 14)
+    call gpuwire_wait_status(req, st)
+    call expect(st%tag == 14 .and. st%count == 3 .and. req == GPUWIRE_REQUEST_NULL, 'gpuwire_wait_status')
+    call gpuwire_irecv_status(world, bin, rank, 15, req)
+    call gpuwire_send(world, bout, rank, 15)
+    flag = .false.
+    do j = 1, 100000000
+      call gpuwire_test_status(req, flag, st)
+      if (flag) exit
+    end do
+    call expect(flag .and. st%tag == 15, 'gpuwire_test_status')
+    ! waitany (1-based index), testany, testall, with null requests.
+    reqs = GPUWIRE_REQUEST_NULL
+    call gpuwire_waitany(reqs, idx, st)
+    call expect(idx == GPUWIRE_UNDEFINED .and. st%source == GPUWIRE_ANY_SOURCE, 'waitany of nulls')
+    call gpuwire_isend(world, bout, rank, 16, reqs(1))
+    call gpuwire_irecv_status(world, bin, rank, 16, reqs(2))
+    call gpuwire_waitany(reqs, idx)
+    call expect(idx == 1 .or. idx == 2, 'gpuwire_waitany')
+    flag = .false.
+    do j = 1, 100000000
+      call gpuwire_testany(reqs, idx, flag, st)
+      if (flag) exit
+    end do
+    call expect(flag .and. all(reqs == GPUWIRE_REQUEST_NULL), 'gpuwire_testany')
+    call gpuwire_isend(world, bout, rank, 17, reqs(1))
+    call gpuwire_irecv_status(world, bin, rank, 17, reqs(2))
+    flag = .false.
+    do j = 1, 100000000
+      call gpuwire_testall(reqs, flag, sts)
+      if (flag) exit
+    end do
+    call expect(flag .and. sts(2)%tag == 17 .and. sts(2)%count == 3 .and. sts(1)%count == 0, &
+      'gpuwire_testall')
+    call gpuwire_testall(reqs(1:1), flag, sts, ierror=ierr)
+    call expect(flag .and. ierr == 0, 'gpuwire_testall of nulls')
+    call gpuwire_recv_status(world, bin, -5, 0, st, ierror=ierr)
+    call expect_status(ierr, int(GPUWIRE_ERROR_INVALID_ARGUMENT), 'a bad source')
+    ! Abort: later calls fail at once; the asynchronous error says broken.
+    call gpuwire_comm_dup(world, ac)
+    call gpuwire_comm_get_async_error(ac, aerr)
+    call expect(aerr == GPUWIRE_SUCCESS, 'no asynchronous error')
+    call gpuwire_comm_abort(ac)
+    call gpuwire_send(ac, bout, rank, 1, ierror=ierr)
+    call expect_status(ierr, int(GPUWIRE_ERROR_COMM_BROKEN), 'a send after gpuwire_comm_abort')
+    call gpuwire_comm_get_async_error(ac, aerr)
+    call expect(aerr == GPUWIRE_ERROR_COMM_BROKEN, 'gpuwire_comm_get_async_error after abort')
+    call gpuwire_comm_free(ac)
+    ! A distributed array's communicator sizes local_lens.
+    call gpuwire_darray_create(world, int(4 * nranks, int64), GPUWIRE_DECIDE, GPUWIRE_INT32, &
+      GPUWIRE_SPACE_HOST, GPUWIRE_PARTITION_SCATTER, d)
+    call gpuwire_darray_comm(d, dc, n)
+    call expect(n == nranks .and. dc /= GPUWIRE_COMM_NULL, 'gpuwire_darray_comm')
+    allocate (lens(n))
+    call gpuwire_darray_local_lens(d, lens)
+    call expect(all(lens == 4), 'local_lens sized by darray_comm')
+    call gpuwire_comm_free(dc)
+    if (nranks > 1) then
+      deallocate (lens)
+      allocate (lens(n - 1))
+      call gpuwire_darray_local_lens(d, lens, ierror=ierr)
+      call expect_status(ierr, int(GPUWIRE_ERROR_INVALID_ARGUMENT), 'local_lens too short')
+    end if
+    call gpuwire_darray_free(d)
+    call gpuwire_buffer_free(bout)
+    call gpuwire_buffer_free(bin)
+    call gpuwire_buffer_free(bsmall)
+  end subroutine test_status_and_probe
 
   subroutine test_collectives()
     type(gpuwire_comm) :: checked

@@ -27,6 +27,10 @@ with --cupy on a GPU).
   6. The v-collectives (Comm.alltoallv, gatherv, scatterv, reduce_scatterv, reduce_scatter_block
      and their nonblocking forms): uneven counts with gaps between the receive blocks (left as
      they were), a non-zero root, in place, values computed here.
+  7. Receive status and wildcards (issue 13): recv_status from ANY_SOURCE / ANY_TAG (a shorter
+     message: its count), probe / iprobe, a longer message raises ERROR_TRUNCATE, irecv_status
+     with wait_status / test_status, waitany / testany / testall (with completed requests),
+     abort and get_async_error, DArray.comm().
 Rank 0 prints "test_bindings.py: PASS (...)" when every rank passed.
 
 Usage: mpirun -n 2 python3 tests/python/test_bindings.py [EXPECTED_RANKS] [--cupy]
@@ -405,6 +409,62 @@ def vcollectives(world):
         check("counts" in str(e), f"alltoallv with too many counts: {e}")
 
 
+def status(world):
+    rank, size = world.rank(), world.size()
+    right, left = (rank + 1) % size, (rank - 1) % size
+    out = np.arange(3, dtype=np.int32) + 10 * rank
+    r = world.isend(out, right, 21)
+    st = world.probe(gw.ANY_SOURCE, 21, gw.INT32)
+    check(st.source == left and st.tag == 21 and st.count == 3, "probe")
+    check(world.iprobe(left, gw.ANY_TAG).count == 12, "iprobe, in bytes")
+    check(world.iprobe(left, 22) is None, "iprobe finds nothing")
+    small = np.full(2, -1, np.int32)
+    try:
+        world.recv_status(small, left, 21)
+        check(False, "a longer message raises")
+    except gw.Error as e:
+        check(e.code == gw.ERROR_TRUNCATE and (small == -1).all(), "ERROR_TRUNCATE, nothing written")
+    r.wait()
+    r = world.isend(out, right, 23)
+    wide = np.full(5, -1, np.int32)
+    st = world.recv_status(wide)
+    check(st.source == left and st.tag == 23 and st.count == 3, "recv_status with wildcards")
+    check((wide[:3] == np.arange(3) + 10 * left).all() and (wide[3:] == -1).all(), "a shorter message")
+    r.wait()
+    rq = [world.irecv_status(wide, left, 24), world.isend(out, right, 24)]
+    i, st = gw.waitany(rq)
+    check(i in (0, 1), "waitany")
+    while not gw.testany(rq)[0]:
+        pass
+    check(not rq[0].active() and not rq[1].active(), "testany")
+    rq = [world.irecv_status(wide, gw.ANY_SOURCE, 25), world.isend(out, right, 25)]
+    while True:
+        done, sts = gw.testall(rq)
+        if done:
+            break
+    check(sts[0].source == left and sts[0].tag == 25 and sts[1].count == 0, "testall statuses")
+    a, b = world.irecv_status(wide, left, 26), world.isend(out, right, 26)
+    check(a.wait_status().tag == 26, "wait_status")
+    b.wait()
+    a, b = world.irecv_status(wide, left, 27), world.isend(out, right, 27)
+    while True:
+        done, st = a.test_status()
+        if done:
+            break
+    check(st.tag == 27, "test_status")
+    b.wait()
+    doomed = world.dup()
+    check(doomed.get_async_error() == gw.SUCCESS, "no asynchronous error")
+    doomed.abort()
+    check(doomed.get_async_error() == gw.ERROR_COMM_BROKEN, "aborted: broken")
+    doomed.free()
+    d = gw.DArray(world, 4 * size, dtype=gw.INT32)
+    c, n = d.comm()
+    check(n == size and c.size() == size and d.local_lens() == [4] * size, "DArray.comm")
+    c.free()
+    d.free()
+
+
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     want_cupy = "--cupy" in sys.argv
@@ -419,6 +479,7 @@ def main():
         byte_order(world)
         nonblocking(world)
         vcollectives(world)
+        status(world)
         if want_cupy:
             byte_order_cupy(world)
             label = "numpy and cupy"

@@ -151,7 +151,7 @@ impl<'a> Coll<'a> {
         // Pending irecvs progress meanwhile: a peer may be blocked in a send to this rank before
         // it reaches this collective.
         // One deadline per gpuwire call: what is left of it.
-        let r = shm::spin_until(self.c.remaining(), || self.c.is_broken(), || {
+        let r = shm::spin_until(self.c.remaining(), || super::broken(self.c), || {
             if ready() {
                 return Ok(true);
             }

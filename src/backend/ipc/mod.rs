@@ -60,6 +60,28 @@ fn hex(u: &[u8]) -> String {
 
 /// Collective over `c` (every rank calls it, with or without CUDA): whether the IPC backend can
 /// be used, with the reason, or why not. The outcome and its text are the same on every rank.
+/// gpuwire_comm_abort on an IPC communicator: sets this rank's `aborted` word of the shared
+/// segment (the peers on the node find it within their next few hundred polls: `broken`) and
+/// breaks the communicator.
+pub fn abort(c: &Communicator, why: String) {
+    if let Some(st) = c.backend_state.get::<IpcState>() {
+        st.seg.slot(st.me).aborted.0.store(1, std::sync::atomic::Ordering::Release);
+    }
+    c.mark_broken(why);
+}
+
+/// Whether the communicator is broken: on this rank, or aborted by a peer (its `aborted` word
+/// of the shared segment: the communicator is then broken here too).
+pub(super) fn broken(c: &Communicator) -> bool {
+    if c.is_broken() {
+        return true;
+    }
+    let Some(st) = c.backend_state.get::<IpcState>() else { return false };
+    let Some(r) = (0..st.p).find(|&r| st.seg.slot(r).aborted.0.load(std::sync::atomic::Ordering::Acquire) != 0) else { return false };
+    c.mark_broken(format!("the communicator was aborted (gpuwire_comm_abort on rank {r})"));
+    true
+}
+
 pub fn eligible(c: &Communicator, device: Option<i32>) -> Result<std::result::Result<String, String>> {
     let p = c.size() as usize;
     if c.local_size() != c.size() {

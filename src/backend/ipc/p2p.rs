@@ -553,7 +553,7 @@ impl RecvOp {
 /// already claimed it may not: the wait goes on, without a deadline, until the receiver is done).
 fn wait_p2p(c: &Communicator, what: &str, mut done: impl FnMut() -> Result<bool>, give_up: impl FnOnce() -> bool) -> Result<()> {
     // One deadline per gpuwire call: what is left of it.
-    let r = shm::spin_until(c.remaining(), || c.is_broken(), || {
+    let r = shm::spin_until(c.remaining(), || super::broken(c), || {
         if done()? {
             return Ok(true);
         }

@@ -116,6 +116,9 @@ pub struct Slot {
     /// number): OFFERED when it arrived, CLAIMED by the leader before it touches this rank's
     /// buffers, ABANDONED by this rank when it gave up first.
     pub cstate: Counter,
+    /// Nonzero once this rank aborted the communicator (gpuwire_comm_abort): the communicator's
+    /// broken flag, which every peer's wait reads (`super::broken`).
+    pub aborted: Counter,
     pub call: [CallArea; 2],
     /// Completion cells of this rank's sends: claim words ([`claim_word`]) of the send's
     /// generation: OFFERED by the sender, CLAIMED by the receiver before it reads the sender's
