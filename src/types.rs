@@ -18,6 +18,14 @@ pub const GPUWIRE_PROC_NULL: i32 = -1000;
 /// Color for `gpuwire_comm_split` meaning "not in any new communicator" (as MPI_UNDEFINED).
 pub const GPUWIRE_UNDEFINED: i32 = -1;
 
+/// Subarray order of `gpuwire_buffer_view_subarray`: the last dimension varies fastest (row
+/// major, as MPI_ORDER_C).
+pub const GPUWIRE_ORDER_C: i32 = 0;
+
+/// Subarray order of `gpuwire_buffer_view_subarray`: the first dimension varies fastest (column
+/// major, as MPI_ORDER_FORTRAN).
+pub const GPUWIRE_ORDER_FORTRAN: i32 = 1;
+
 /// `GPUWIRE_PROC_NULL`, the name the operations and every path compare peers with.
 pub(crate) const PROC_NULL: i32 = GPUWIRE_PROC_NULL;
 

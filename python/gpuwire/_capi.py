@@ -82,6 +82,8 @@ __all__ = [
     "DECIDE",
     "PROC_NULL",
     "UNDEFINED",
+    "ORDER_C",
+    "ORDER_FORTRAN",
     "Config",
 ]
 
@@ -158,6 +160,8 @@ DARRAY_NULL = 0
 DECIDE = -1
 PROC_NULL = -1000
 UNDEFINED = -1
+ORDER_C = 0
+ORDER_FORTRAN = 1
 
 # ---- structs -----------------------------------------------------------------------------------
 
@@ -185,6 +189,9 @@ _PROTOTYPES = {
     "gpuwire_buffer_alloc": (_status, [c_int64, c_int32, c_int32, c_int32, POINTER(_handle)]),
     "gpuwire_buffer_wrap": (_status, [c_void_p, c_int64, c_int32, c_int32, POINTER(_handle)]),
     "gpuwire_buffer_view": (_status, [_handle, c_int64, c_int64, POINTER(_handle)]),
+    "gpuwire_buffer_view_strided": (_status, [_handle, c_int64, c_int64, c_int64, c_int64, POINTER(_handle)]),
+    "gpuwire_buffer_view_subarray": (_status, [_handle, c_int32, POINTER(c_int64), POINTER(c_int64), POINTER(c_int64), c_int32, POINTER(_handle)]),
+    "gpuwire_buffer_wrap_strided": (_status, [c_void_p, c_int32, POINTER(c_int64), POINTER(c_int64), c_int32, c_int32, POINTER(_handle)]),
     "gpuwire_buffer_free": (_status, [_handle]),
     "gpuwire_buffer_copy_from_host": (_status, [_handle, c_void_p, c_void_p]),
     "gpuwire_buffer_copy_to_host": (_status, [_handle, c_void_p, c_void_p]),
