@@ -425,7 +425,41 @@ pub fn issue(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -
 /// A device operation of an MPI path, stream-ordered (`crate::backend::ordered`): validated at
 /// the call (in checking mode by the agreement, on the calling thread), then its device work
 /// enqueued on `stream` and its MPI calls made, on staging, by the host side.
+///
+/// Strided and subarray views are packed into device scratch on `stream` first (kernels at the
+/// call, `crate::view`); the operation then runs stream-ordered on the scratch, and the unpack
+/// kernels follow on `stream` (a nonblocking form's when its request completes).
 fn issue_ordered(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -> Result<Option<Request>> {
+    if !crate::view::has_views(&op) {
+        return issue_ordered_contiguous(c, op, stream, nonblocking);
+    }
+    c.ensure_usable()?;
+    let p = {
+        let _ctx = CtxGuard::enter(c.device())?;
+        crate::view::pack(&op, c, stream).map_err(|e| op.failed_views(c, e))?
+    };
+    let bufs = op.buffers();
+    match issue_ordered_contiguous(c, p.op.clone(), stream, nonblocking)? {
+        Some(inner) => {
+            let pending = crate::view::Unpacking { inner: Some(inner), packed: Some(p), stream };
+            Ok(Some(Request::new(Box::new(pending), c.clone(), bufs)))
+        }
+        None => {
+            let _ctx = CtxGuard::enter(c.device())?;
+            if p.unpacks_on_host() {
+                // A host view is unpacked by this thread, once the stream passed the operation.
+                crate::device::sync(stream)?;
+            }
+            p.unpack(stream)?;
+            if !ordered::returns_early(c) {
+                crate::device::sync(stream)?;
+            }
+            Ok(None)
+        }
+    }
+}
+
+fn issue_ordered_contiguous(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -> Result<Option<Request>> {
     c.ensure_usable()?;
     if !c.config().check {
         op.check(c)?;

@@ -107,6 +107,11 @@ impl Packed {
         !self.unpack.is_empty() || !self.keep.is_empty()
     }
 
+    /// Whether any unpack writes host memory (a loop on this thread).
+    pub fn unpacks_on_host(&self) -> bool {
+        self.unpack.iter().any(|(v, _)| v.is_host())
+    }
+
     /// Whether any unpack writes device memory (a blocking MPI path then waits for it).
     pub fn unpacks_on_device(&self) -> bool {
         self.unpack.iter().any(|(v, _)| !v.is_host())
@@ -295,8 +300,22 @@ pub(crate) fn pack(op: &Op, c: &Communicator, stream: Stream) -> Result<Packed> 
     Ok(out)
 }
 
-/// The request of a nonblocking point-to-point operation started on scratch: when the inner
-/// request completes, the scratch is unpacked into the view.
+/// The stream that unpacks completed nonblocking operations' views on `device` (one per device
+/// for the process; non-blocking: never waits for the legacy stream).
+fn private_stream(device: i32) -> Result<Stream> {
+    static STREAMS: Mutex<Vec<(i32, usize)>> = Mutex::new(Vec::new());
+    let mut g = STREAMS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, s)) = g.iter().find(|(d, _)| *d == device) {
+        return Ok(Stream(*s));
+    }
+    let s = device::private_stream(device)?;
+    g.push((device, s.0));
+    Ok(s)
+}
+
+/// The request of a nonblocking operation started on scratch: when the inner
+/// request completes, the scratch is unpacked into the view (point-to-point operations started
+/// now, stream-ordered operations of the MPI paths).
 pub(crate) struct Unpacking {
     pub inner: Option<Request>,
     pub packed: Option<Packed>,
@@ -309,8 +328,13 @@ impl Unpacking {
         // reused.
         drop(self.inner.take());
         if let Some(p) = self.packed.take() {
-            p.unpack(self.stream)?;
-            p.sync_device(self.stream)?;
+            // Device views on a stream of gpuwire's (the caller's may hold later work), waited for.
+            let s = match p.unpack.iter().find(|(v, _)| !v.is_host()) {
+                Some((v, _)) => private_stream(v.device())?,
+                None => self.stream,
+            };
+            p.unpack(s)?;
+            p.sync_device(s)?;
         }
         Ok(())
     }
