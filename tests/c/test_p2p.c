@@ -658,6 +658,20 @@ static void test_views(gpuwire_comm comm)
         gpuwire_buffer sub2 = bview(flat, 1, 2);
         gpuwire_buffer_free(sub2);
         gpuwire_buffer_free(flat);
+        /* The program's own elements at strides, first index fastest: M[1..3][2..4] of the 6 x 5
+         * int32 matrix at b, then a negative stride refused. */
+        int32_t *bp = bptr(b), got[6];
+        for (int k = 0; k < 30; k++)
+            bp[k] = 3 * k;
+        int64_t lens[2] = {3, 2}, strides[2] = {1, 5};
+        gpuwire_buffer w = GPUWIRE_BUFFER_NULL;
+        EXPECT_OK(gpuwire_buffer_wrap_strided(bp + 7, 2, lens, strides, GPUWIRE_INT32, GPUWIRE_SPACE_HOST, &w));
+        EXPECT_OK(gpuwire_buffer_copy_to_host(w, got, NULL));
+        EXPECT(got[0] == 21 && got[1] == 24 && got[2] == 27 && got[3] == 36 && got[4] == 39 && got[5] == 42);
+        strides[1] = -5;
+        EXPECT_UNTOUCHED_H(gpuwire_buffer_wrap_strided(bp + 7, 2, lens, strides, GPUWIRE_INT32, GPUWIRE_SPACE_HOST, &v), GPUWIRE_ERROR_INVALID_ARGUMENT, v, 77);
+        EXPECT_LAST_ERROR_HAS("negative");
+        gpuwire_buffer_free(w);
         gpuwire_buffer_free(col);
         gpuwire_buffer_free(b);
     }
