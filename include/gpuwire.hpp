@@ -425,7 +425,8 @@ public:
     }
     /** The memory of a host, pinned or managed buffer as a span of T; throws
      * GPUWIRE_ERROR_DTYPE_MISMATCH unless T is the buffer's type, and
-     * GPUWIRE_ERROR_INVALID_ARGUMENT for device memory. */
+     * GPUWIRE_ERROR_INVALID_ARGUMENT for device memory. Of contiguous buffers only: a strided or
+     * subarray view's elements are not count() consecutive ones (copy_to_host gives them). */
     template <class T> span<T> host_span() const
     {
         if (dtype() != dtype_v<T>)
