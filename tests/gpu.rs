@@ -1751,8 +1751,12 @@ fn views_device(cx: &Ctx) -> Result<(), String> {
     let fail = |what: &str, got: &[f64], want: &[f64]| -> Result<(), String> {
         if got == want { Ok(()) } else { Err(format!("{what}: got {got:?}, expected {want:?}")) }
     };
-    // Point-to-point: 3 blocks of 2 at 1, 6, 11 of a 6 x 5 matrix into a 4 x 6 subarray block.
-    for mode in 0..3 {
+    let mut kind = 0;
+    ok(gpuwire_comm_backend(cx.comm, &mut kind), "backend");
+    let nccl = kind == BackendKind::GPUWIRE_BACKEND_NCCL as i32;
+    // Point-to-point: 3 blocks of 2 at 1, 6, 11 of a 6 x 5 matrix into a 4 x 6 subarray block
+    // (irecv then isend on one stream is NCCL's deadlock, not gpuwire's: not on NCCL).
+    for mode in (0..3).filter(|m| *m != 1 || !nccl) {
         let m = dev_alloc(30, Dtype::GPUWIRE_FLOAT64);
         upload(m, &f64s(&(0..30).map(|k| mval(rank, k)).collect::<Vec<_>>()));
         let r = dev_alloc(24, Dtype::GPUWIRE_FLOAT64);
