@@ -7,7 +7,8 @@ mpi4py initializes MPI; gpuwire adopts it. On every rank:
      examples-c/isend_irecv.c, checked on rank 1;
   3. a gpuwire communicator over an mpi4py sub-communicator (COMM_WORLD.Split into halves):
      an allgather of the ranks, checked;
-  4. a non-contiguous array (a column of a C-ordered matrix) is refused with ValueError;
+  4. a non-contiguous array (a column of a C-ordered matrix) is broadcast as a strided buffer
+     (its elements where they are, no copy), checked; a reversed one is refused with ValueError;
   5. with CuPy and a GPU (or --cupy, which requires them): the allreduce and the exchange again
      on CuPy arrays in device memory, on CuPy's current stream.
 Rank 0 prints "allreduce.py: PASS (...)" when every rank passed.
@@ -96,11 +97,15 @@ def main():
               failures)
     half.Free()
 
-    # A column of a C-ordered matrix is not contiguous: refused, never copied behind your back.
-    m = np.zeros((4, 4))
+    # A column of a C-ordered matrix is not contiguous: a strided buffer over its elements, never
+    # a copy; a reversed array (a negative stride) cannot be one: refused.
+    m = np.arange(16.0).reshape(4, 4) + 100 * rank
+    comm.bcast(m[:, 1], root=size - 1)
+    check(m[:, 1].tolist() == [100 * (size - 1) + 4 * i + 1 for i in range(4)] and m[0, 0] == 100 * rank,
+          f"bcast of the column m[:, 1]: {m}", failures)
     try:
-        gw.Buffer.wrap(m[:, 1])
-        check(False, "a non-contiguous array was accepted", failures)
+        gw.Buffer.wrap(m[::-1, 1])
+        check(False, "a reversed array was accepted", failures)
     except ValueError:
         pass
     try:

@@ -59,13 +59,15 @@
 !   - gpuwire_buffer_wrap(array, buf) makes a buffer over the array's own memory (no copy) for
 !     scalars (a buffer of one element) and arrays of integer(int8), integer(int32),
 !     integer(int64), real(real32), real(real64), complex(real32), complex(real64), of any rank
-!     from 1 to 15. The array must be simply contiguous and have the TARGET or POINTER
-!     attribute, and it (or the scalar) must stay allocated
-!     while the buffer, a view of it or a request using it exists. Anything else, in particular
-!     a non-contiguous section such as A(2,:) or an array without TARGET, is rejected at
-!     compile time (the dummy argument is a contiguous pointer with intent(in)): a buffer can
-!     never refer to a compiler temporary, so a nonblocking call never sends one. Declare
-!     arrays used by nonblocking calls ASYNCHRONOUS as well, as for MPI.
+!     from 1 to 15. The array must have the TARGET or POINTER attribute, and it (or the scalar)
+!     must stay allocated while the buffer, a view of it or a request using it exists. A
+!     non-contiguous section of rank 1 to 7 (A(2,:), A(:,j,:), W(1:n:2)) becomes a strided buffer
+!     over the section's elements where they are (gpuwire_buffer_wrap_strided: no copy, no
+!     temporary; operations pack and unpack it); a reversed section (negative stride) returns
+!     GPUWIRE_ERROR_INVALID_ARGUMENT. An array without TARGET, or a non-contiguous section of
+!     rank 8 or more, is rejected at compile time (the dummy argument is a pointer with
+!     intent(in)): a buffer can never refer to a compiler temporary, so a nonblocking call never
+!     sends one. Declare arrays used by nonblocking calls ASYNCHRONOUS as well, as for MPI.
 !   - gpuwire_buffer_copy_from_host(buf, array) and gpuwire_buffer_copy_to_host(buf, array) are
 !     blocking and take any array, contiguous or not: a non-contiguous section is copied in
 !     and out by the compiler around the call, which is correct for a blocking copy. The array
@@ -121,7 +123,7 @@ include 'gpuwire_c.inc'
 ! mpi_f08-style generic subroutine for every C function (see the conventions at the top).
 module gpuwire
   use, intrinsic :: iso_c_binding, only: c_int, c_int32_t, c_int64_t, c_size_t, c_char, &
-    c_ptr, c_null_ptr, c_null_char, c_loc, c_f_pointer, c_associated, c_float, c_double
+    c_ptr, c_null_ptr, c_null_char, c_loc, c_f_pointer, c_associated, c_float, c_double, c_intptr_t
   use, intrinsic :: iso_fortran_env, only: int8, int32, int64, real32, real64, error_unit
   use gpuwire_types
   implicit none
@@ -228,6 +230,20 @@ module gpuwire
   end interface
   interface gpuwire_buffer_view
     module procedure gw_buffer_view, gw_buffer_view_i4
+  end interface
+  ! view_strided(buf, offset, count, blocklen, stride, view [, ierror]), as MPI_Type_vector.
+  interface gpuwire_buffer_view_strided
+    module procedure gw_buffer_view_strided, gw_buffer_view_strided_i4
+  end interface
+  ! view_subarray(buf, sizes, subsizes, starts, view [, order] [, ierror]), as
+  ! MPI_Type_create_subarray (starts 0-based; order GPUWIRE_ORDER_FORTRAN unless given).
+  interface gpuwire_buffer_view_subarray
+    module procedure gw_buffer_view_subarray, gw_buffer_view_subarray_i4
+  end interface
+  ! wrap_strided(ptr, lens, strides, dtype, buf [, space] [, ierror]): elements at strides (in
+  ! elements) from any address (device memory); array sections go through gpuwire_buffer_wrap.
+  interface gpuwire_buffer_wrap_strided
+    module procedure gw_buffer_wrap_strided
   end interface
   interface gpuwire_buffer_free
     module procedure gw_buffer_free
@@ -561,7 +577,9 @@ module gpuwire
     gw_comm_world, gw_comm_free, gw_comm_split, gw_comm_dup, gw_comm_rank, gw_comm_size, &
     gw_comm_local_rank, gw_comm_local_size, gw_comm_backend, gw_comm_device, gw_comm_mpi, &
     gw_comm_describe, gw_buffer_alloc, gw_buffer_alloc_i4, gw_buffer_wrap_ptr, &
-    gw_buffer_wrap_ptr_i4, gw_buffer_view, gw_buffer_view_i4, gw_buffer_free, &
+    gw_buffer_wrap_ptr_i4, gw_buffer_view, gw_buffer_view_i4, gw_buffer_view_strided, &
+    gw_buffer_view_strided_i4, gw_buffer_view_subarray, gw_buffer_view_subarray_i4, &
+    gw_buffer_wrap_strided, gw_buffer_free, &
     gw_copy_from_ptr, gw_copy_to_ptr, gw_buffer_pointer, gw_buffer_count, gw_buffer_dtype, &
     gw_buffer_space, gw_buffer_device, gw_buffer_owned, gw_dtype_size, gw_send, gw_recv, &
     gw_isend, gw_irecv, gw_wait, gw_test, gw_request_free, gw_waitall, gw_sendrecv, gw_barrier, &
@@ -589,7 +607,7 @@ module gpuwire
     gw_darray_halo_exchange, gw_darray_halo_exchange_i4
   private :: finish, fail, die, stream_or_null, c_chars_to_string, dtype_name, itoa, &
     first_address, wrap_address, copy_host, host_collective, darray_host, darray_scalar, &
-    darray_shape
+    darray_shape, section_stride, wrap_section
 
   ! MPI_IN_PLACE's counterpart for the collectives on Fortran variables:
   ! gpuwire_allreduce(comm, GPUWIRE_IN_PLACE, x, op) reduces x in place.
@@ -1146,6 +1164,97 @@ contains
     integer, intent(out), optional :: ierror
     call gw_buffer_view(buf, int(offset, int64), int(count, int64), view, ierror)
   end subroutine gw_buffer_view_i4
+
+  ! `count` blocks of `blocklen` elements, block i at element offset + i * stride of `buf`.
+  subroutine gw_buffer_view_strided(buf, offset, count, blocklen, stride, view, ierror)
+    use gpuwire_c, only: c => gpuwire_buffer_view_strided
+    type(gpuwire_buffer), intent(in) :: buf
+    integer(int64), intent(in) :: offset, count, blocklen, stride
+    type(gpuwire_buffer), intent(out) :: view
+    integer, intent(out), optional :: ierror
+    call finish(c(buf%handle, offset, count, blocklen, stride, view%handle), &
+      'gpuwire_buffer_view_strided', ierror)
+  end subroutine gw_buffer_view_strided
+
+  subroutine gw_buffer_view_strided_i4(buf, offset, count, blocklen, stride, view, ierror)
+    type(gpuwire_buffer), intent(in) :: buf
+    integer, intent(in) :: offset, count, blocklen, stride
+    type(gpuwire_buffer), intent(out) :: view
+    integer, intent(out), optional :: ierror
+    call gw_buffer_view_strided(buf, int(offset, int64), int(count, int64), int(blocklen, int64), &
+      int(stride, int64), view, ierror)
+  end subroutine gw_buffer_view_strided_i4
+
+  ! The subsizes block at starts (0-based) of an array of sizes laid out from buf's first element.
+  subroutine gw_buffer_view_subarray(buf, sizes, subsizes, starts, view, order, ierror)
+    use gpuwire_c, only: c => gpuwire_buffer_view_subarray
+    type(gpuwire_buffer), intent(in) :: buf
+    integer(int64), intent(in) :: sizes(:), subsizes(:), starts(:)
+    type(gpuwire_buffer), intent(out) :: view
+    integer, intent(in), optional :: order
+    integer, intent(out), optional :: ierror
+    integer(c_int32_t) :: o
+    o = GPUWIRE_ORDER_FORTRAN
+    if (present(order)) o = int(order, c_int32_t)
+    if (size(subsizes) /= size(sizes) .or. size(starts) /= size(sizes)) then
+      call fail(GPUWIRE_ERROR_INVALID_ARGUMENT, 'gpuwire_buffer_view_subarray', 'sizes, ' // &
+        'subsizes and starts must have the same length', ierror)
+      return
+    end if
+    call finish(c(buf%handle, int(size(sizes), c_int32_t), sizes, subsizes, starts, o, view%handle), &
+      'gpuwire_buffer_view_subarray', ierror)
+  end subroutine gw_buffer_view_subarray
+
+  subroutine gw_buffer_view_subarray_i4(buf, sizes, subsizes, starts, view, order, ierror)
+    type(gpuwire_buffer), intent(in) :: buf
+    integer, intent(in) :: sizes(:), subsizes(:), starts(:)
+    type(gpuwire_buffer), intent(out) :: view
+    integer, intent(in), optional :: order
+    integer, intent(out), optional :: ierror
+    call gw_buffer_view_subarray(buf, int(sizes, int64), int(subsizes, int64), int(starts, int64), &
+      view, order, ierror)
+  end subroutine gw_buffer_view_subarray_i4
+
+  ! Elements (i_1, ..., i_n), 0 <= i_k < lens(k), at sum i_k * strides(k) elements after ptr.
+  subroutine gw_buffer_wrap_strided(ptr, lens, strides, dtype, buf, space, ierror)
+    type(c_ptr), intent(in) :: ptr
+    integer(int64), intent(in) :: lens(:), strides(:)
+    integer, intent(in) :: dtype
+    type(gpuwire_buffer), intent(out) :: buf
+    integer, intent(in), optional :: space
+    integer, intent(out), optional :: ierror
+    if (size(strides) /= size(lens)) then
+      call fail(GPUWIRE_ERROR_INVALID_ARGUMENT, 'gpuwire_buffer_wrap_strided', 'lens and ' // &
+        'strides must have the same length', ierror)
+      return
+    end if
+    call wrap_section(ptr, lens, strides, int(dtype, c_int32_t), buf, space, ierror)
+  end subroutine gw_buffer_wrap_strided
+
+  ! The elements between an array section's first element (at `base`) and another one (at `p`),
+  ! for elements of `bits` bits.
+  subroutine section_stride(stride, p, base, bits)
+    integer(int64), intent(out) :: stride
+    type(c_ptr), intent(in) :: p, base
+    integer, intent(in) :: bits
+    stride = (transfer(p, 0_c_intptr_t) - transfer(base, 0_c_intptr_t)) / (bits / 8)
+  end subroutine section_stride
+
+  ! A strided buffer over the elements of a section (gpuwire_buffer_wrap_strided).
+  subroutine wrap_section(p, lens, strides, dtype, buf, space, ierror)
+    use gpuwire_c, only: c => gpuwire_buffer_wrap_strided
+    type(c_ptr), intent(in) :: p
+    integer(int64), intent(in) :: lens(:), strides(:)
+    integer(c_int32_t), intent(in) :: dtype
+    type(gpuwire_buffer), intent(out) :: buf
+    integer, intent(in), optional :: space
+    integer, intent(out), optional :: ierror
+    integer(c_int32_t) :: sp
+    sp = GPUWIRE_SPACE_AUTO
+    if (present(space)) sp = int(space, c_int32_t)
+    call finish(c(p, int(size(lens), c_int32_t), lens, strides, dtype, sp, buf%handle), &
+      'gpuwire_buffer_wrap_strided', ierror)
+  end subroutine wrap_section
 
   ! Frees the buffer handle and sets `buf` to GPUWIRE_BUFFER_NULL (left unchanged on failure).
   subroutine gw_buffer_free(buf, ierror)

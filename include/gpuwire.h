@@ -90,6 +90,18 @@
 #define GPUWIRE_UNDEFINED -1
 
 /**
+ * Subarray order of `gpuwire_buffer_view_subarray`: the last dimension varies fastest (row
+ * major, as MPI_ORDER_C).
+ */
+#define GPUWIRE_ORDER_C 0
+
+/**
+ * Subarray order of `gpuwire_buffer_view_subarray`: the first dimension varies fastest (column
+ * major, as MPI_ORDER_FORTRAN).
+ */
+#define GPUWIRE_ORDER_FORTRAN 1
+
+/**
  * Status code returned by every C function of gpuwire.
  *
  * `GPUWIRE_SUCCESS` (0) means success. The codes are explicit numbers and are never reused.
@@ -753,6 +765,77 @@ gpuwire_status gpuwire_buffer_view(gpuwire_buffer buf,
                                    int64_t offset,
                                    int64_t count,
                                    gpuwire_buffer *out);
+
+/**
+ * A strided view of `buf`, as MPI_Type_vector: `count` blocks of `blocklen` elements, block i
+ * starting at element `offset + i * stride` of `buf` (all in elements). Shares `buf`'s memory and
+ * keeps it alive, as gpuwire_buffer_view. The view's element count is `count * blocklen`; every
+ * operation takes it as any buffer, with counts in elements of the view, in order (block by
+ * block). Operations pack a view's elements into contiguous scratch memory of the same kind
+ * before the transfer and unpack the received ones after it: on device memory one GPU kernel
+ * per view on the operation's stream, on host memory a loop; the scratch is reused across calls.
+ * `stride` may be below `blocklen` (blocks overlap): such a view can be sent from, not received
+ * into (the operation returns GPUWIRE_ERROR_INVALID_ARGUMENT and sends nothing). A view whose
+ * elements turn out contiguous (stride == blocklen, or one block) is an ordinary view. `buf` must
+ * be contiguous (not itself a strided or subarray view). Device views need NVRTC (the reduction
+ * kernels' compiler) to be moved.
+ *
+ * Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE,
+ * GPUWIRE_ERROR_INVALID_ARGUMENT (a negative offset, count, blocklen or stride; blocks past the
+ * end of `buf`; sizes that overflow; `buf` a strided or subarray view).
+ */
+gpuwire_status gpuwire_buffer_view_strided(gpuwire_buffer buf,
+                                           int64_t offset,
+                                           int64_t count,
+                                           int64_t blocklen,
+                                           int64_t stride,
+                                           gpuwire_buffer *out);
+
+/**
+ * A subarray view of `buf`, as MPI_Type_create_subarray: `buf` holds an `ndim`-dimensional array
+ * (1 <= ndim <= 4) of `sizes[0..ndim]` elements from its first element, in `order`
+ * (GPUWIRE_ORDER_C: the last dimension varies fastest; GPUWIRE_ORDER_FORTRAN: the first); the
+ * view is the block of `subsizes` elements starting at index `starts` (0-based), its elements in
+ * the same order. Shares and keeps alive `buf`'s memory; operations take it as
+ * gpuwire_buffer_view_strided's views (packed and unpacked around the transfer). The element
+ * count is the product of `subsizes`. A subarray that is contiguous is an ordinary view.
+ *
+ * Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`out`, or an array NULL),
+ * GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_INVALID_ARGUMENT (ndim outside 1..4, a size
+ * below 1, a negative subsize or start, start + subsize past the size, an array larger than
+ * `buf`, sizes that overflow, an unknown order, `buf` a strided or subarray view).
+ */
+gpuwire_status gpuwire_buffer_view_subarray(gpuwire_buffer buf,
+                                            int32_t ndim,
+                                            const int64_t *sizes,
+                                            const int64_t *subsizes,
+                                            const int64_t *starts,
+                                            int32_t order,
+                                            gpuwire_buffer *out);
+
+/**
+ * Wraps the caller's non-contiguous elements without copying, as gpuwire_buffer_wrap (borrowed,
+ * never freed, `space` as there): element (i_0, ..., i_{ndim-1}), 0 <= i_k < `lens[k]`, lies
+ * `i_0 * strides[0] + ... + i_{ndim-1} * strides[ndim-1]` elements after `ptr` (strides in
+ * elements, >= 0); the buffer's elements are in that order with i_0 varying fastest (Fortran's
+ * array element order: an array section `A(2, :)` is lens {n}, strides {leading dimension}; a
+ * NumPy array gives its shape and strides / itemsize reversed). Operations take it as a
+ * gpuwire_buffer_view_strided view (packed and unpacked around the transfer; a layout whose
+ * elements may coincide, as a stride 0, can be sent from but not received into). 1 <= ndim <=
+ * 15; dimensions that are contiguous together are merged, and at most 4 may remain.
+ *
+ * Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`out`, `lens` or `strides`, `ptr`
+ * NULL with elements), GPUWIRE_ERROR_INVALID_ARGUMENT (ndim outside 1..15, a negative length or
+ * stride, sizes that overflow, more than 4 dimensions left, a misaligned pointer, a space that
+ * contradicts CUDA), GPUWIRE_ERROR_UNSUPPORTED_DTYPE, GPUWIRE_ERROR_NOT_INITIALIZED.
+ */
+gpuwire_status gpuwire_buffer_wrap_strided(void *ptr,
+                                           int32_t ndim,
+                                           const int64_t *lens,
+                                           const int64_t *strides,
+                                           int32_t dtype,
+                                           int32_t space,
+                                           gpuwire_buffer *out);
 
 /**
  * Frees a buffer handle; owned memory is released once no view or pending request uses it.

@@ -321,6 +321,21 @@ public:
         detail::check(gpuwire_buffer_wrap(ptr, count, dtype, space, &h));
         return buffer(h);
     }
+    /** Elements (i_0, ..., i_{n-1}), 0 <= i_k < lens[k], at sum i_k strides[k] elements after
+     * `ptr`, in that order with i_0 fastest (gpuwire_buffer_wrap_strided: a Fortran section's
+     * layout; a C array's lengths and strides reversed). Borrowed, as wrap(). */
+    static buffer wrap_strided(void *ptr, const std::vector<int64_t> &lens,
+                               const std::vector<int64_t> &strides, gpuwire_dtype dtype,
+                               gpuwire_space space = GPUWIRE_SPACE_AUTO)
+    {
+        if (lens.size() != strides.size())
+            throw error(GPUWIRE_ERROR_INVALID_ARGUMENT,
+                        "gpuwire::buffer::wrap_strided: lens and strides differ in length");
+        gpuwire_buffer h = GPUWIRE_BUFFER_NULL;
+        detail::check(gpuwire_buffer_wrap_strided(ptr, static_cast<int32_t>(lens.size()),
+                                                  lens.data(), strides.data(), dtype, space, &h));
+        return buffer(h);
+    }
     /** The elements of a span (borrowed; the datatype is T's). */
     template <class T, class = std::enable_if_t<detail::has_dtype<T>::value>>
     static buffer wrap(span<T> s, gpuwire_space space = GPUWIRE_SPACE_AUTO)
@@ -343,6 +358,30 @@ public:
     {
         gpuwire_buffer h = GPUWIRE_BUFFER_NULL;
         detail::check(gpuwire_buffer_view(h_, offset, count, &h));
+        return buffer(h);
+    }
+
+    /** `count` blocks of `blocklen` elements, block i at element offset + i * stride, as
+     * MPI_Type_vector (gpuwire_buffer_view_strided); operations pack and unpack it. */
+    buffer view_strided(int64_t offset, int64_t count, int64_t blocklen, int64_t stride) const
+    {
+        gpuwire_buffer h = GPUWIRE_BUFFER_NULL;
+        detail::check(gpuwire_buffer_view_strided(h_, offset, count, blocklen, stride, &h));
+        return buffer(h);
+    }
+    /** The `subsizes` block at `starts` of an array of `sizes` from the first element, as
+     * MPI_Type_create_subarray (gpuwire_buffer_view_subarray; order GPUWIRE_ORDER_C or
+     * GPUWIRE_ORDER_FORTRAN). */
+    buffer view_subarray(const std::vector<int64_t> &sizes, const std::vector<int64_t> &subsizes,
+                         const std::vector<int64_t> &starts, int32_t order = GPUWIRE_ORDER_C) const
+    {
+        if (subsizes.size() != sizes.size() || starts.size() != sizes.size())
+            throw error(GPUWIRE_ERROR_INVALID_ARGUMENT,
+                        "gpuwire::buffer::view_subarray: sizes, subsizes and starts differ in length");
+        gpuwire_buffer h = GPUWIRE_BUFFER_NULL;
+        detail::check(gpuwire_buffer_view_subarray(h_, static_cast<int32_t>(sizes.size()),
+                                                   sizes.data(), subsizes.data(), starts.data(),
+                                                   order, &h));
         return buffer(h);
     }
 
@@ -412,7 +451,8 @@ public:
     }
     /** The memory of a host, pinned or managed buffer as a span of T; throws
      * GPUWIRE_ERROR_DTYPE_MISMATCH unless T is the buffer's type, and
-     * GPUWIRE_ERROR_INVALID_ARGUMENT for device memory. */
+     * GPUWIRE_ERROR_INVALID_ARGUMENT for device memory. Of contiguous buffers only: a strided or
+     * subarray view's elements are not count() consecutive ones (copy_to_host gives them). */
     template <class T> span<T> host_span() const
     {
         if (dtype() != dtype_v<T>)

@@ -54,6 +54,11 @@ ARRAYS = {
     ("gpuwire_testany", "requests"),
     ("gpuwire_testall", "requests"),
     ("gpuwire_testall", "statuses"),
+    ("gpuwire_buffer_view_subarray", "sizes"),
+    ("gpuwire_buffer_view_subarray", "subsizes"),
+    ("gpuwire_buffer_view_subarray", "starts"),
+    ("gpuwire_buffer_wrap_strided", "lens"),
+    ("gpuwire_buffer_wrap_strided", "strides"),
 }
 # Pointer arguments that may be NULL (Fortran `optional`: absent = NULL).
 OPTIONAL = {
@@ -91,6 +96,9 @@ KINDS = [
     ("c64", "complex(real64)", "GPUWIRE_COMPLEX128", "c"),
 ]
 MAX_RANK = 15  # Fortran 2018's
+# gpuwire_buffer_wrap takes non-contiguous sections (A(2, :), A(:, j, :)) of ranks 1 to this one,
+# as strided buffers (gpuwire_buffer_wrap_strided); higher ranks need simply contiguous arrays.
+SECTION_RANK = 7
 
 # ---- the per-type procedures of module gpuwire ----------------------------------------------------
 #
@@ -104,8 +112,9 @@ OPT = ["type(c_ptr), intent(in), optional :: stream", "integer, intent(out), opt
 TEMPLATES = [
     dict(
         generic="gpuwire_buffer_wrap",
-        comment="wrap(array, buf [, space] [, ierror]): a TARGET or POINTER scalar or simply "
-        "contiguous array of rank 1 to 15",
+        comment="wrap(array, buf [, space] [, ierror]): a TARGET or POINTER scalar, an array of "
+        "rank 1 to 15, or an array section of rank 1 to 7 (non-contiguous: a strided buffer over "
+        "the section's elements where they are)",
         name="wrap_{k}_{rank}",
         kinds="irc",
         ranks=True,
@@ -116,6 +125,7 @@ TEMPLATES = [
             "integer, intent(in), optional :: space",
             "integer, intent(out), optional :: ierror",
         ],
+        section_decls=["integer :: lb({rank})", "integer(int64) :: st({rank})"],
         body=[
             "if (associated(array)) then",
             "  call wrap_address(first_address(array), {count}, {DT}, buf, space, ierror)",
@@ -602,6 +612,36 @@ def gen_c_inc(h, header_name):
     return "\n".join(out) + "\n"
 
 
+def section_body(rank):
+    """The body of gpuwire_buffer_wrap's specific of `rank` that also takes non-contiguous
+    sections: their lengths, and strides measured between elements' addresses."""
+
+    def at(bump):
+        return "array(" + ", ".join(f"lb({d})" + (" + 1" if d == bump else "") for d in range(1, rank + 1)) + ")"
+
+    out = [
+        "if (.not. associated(array)) then ! a disassociated pointer: GPUWIRE_ERROR_NULL_ARGUMENT",
+        "  call wrap_address(c_null_ptr, 1_int64, {DT}, buf, space, ierror)",
+        "else if (size(array) == 0) then",
+        "  call wrap_address(c_null_ptr, 0_int64, {DT}, buf, space, ierror)",
+        "else if (is_contiguous(array)) then ! the first element's address (no copy-in)",
+        "  lb = lbound(array)",
+        f"  call wrap_address(c_loc({at(0)}), {{count}}, {{DT}}, buf, space, ierror)",
+        "else ! a section: its elements where they are, by the strides between them",
+        "  lb = lbound(array)",
+        "  st = 0",
+    ]
+    for d in range(1, rank + 1):
+        out += [
+            f"  if (size(array, {d}) > 1) then",
+            f"    call section_stride(st({d}), c_loc({at(d)}), c_loc({at(0)}), storage_size(array))",
+            "  end if",
+        ]
+    out.append(f"  call wrap_section(c_loc({at(0)}), shape(array, kind=int64), st, {{DT}}, buf, space, ierror)")
+    out.append("end if")
+    return out
+
+
 def instances():
     """(template, specific name, Fortran lines) for every per-type procedure."""
     found = []
@@ -611,15 +651,20 @@ def instances():
                 continue
             for rank in range(0, MAX_RANK + 1) if t.get("ranks") else [None]:
                 fields = dict(k=k, T=ftype, DT=dt, rank=rank)
+                section = rank is not None and 1 <= rank <= SECTION_RANK and "section_decls" in t
                 if rank is not None:
                     fields["dims"] = "" if rank == 0 else "(" + ",".join([":"] * rank) + ")"
-                    fields["contiguous"] = "" if rank == 0 else ", contiguous"
+                    fields["contiguous"] = "" if rank == 0 or section else ", contiguous"
                     fields["count"] = "1_int64" if rank == 0 else "size(array, kind=int64)"
                 name = t["name"].format(**fields)
                 lines = [f"  subroutine {name}({t['args']})"]
                 lines += ["    " + d.format(**fields) for d in t["decls"]]
+                body = t["body"]
+                if section:
+                    lines += ["    " + d.format(**fields) for d in t["section_decls"]]
+                    body = section_body(rank)
                 stmt = ""
-                for b in t["body"]:  # statements: continuation lines joined, wrapped again below
+                for b in body:  # statements: continuation lines joined, wrapped again below
                     b = b.format(**fields)
                     if b.endswith("&"):
                         stmt += b.rstrip("&").strip() + " " if stmt else b.rstrip("&").rstrip() + " "

@@ -185,8 +185,8 @@ for e in darray_cg_poisson darray_blockrow; do
         "$root/examples-fortran/$e.f90" "$fdir/gpuwire.o"
 done
 
-# Arrays that cannot be buffers are compile-time errors: a non-contiguous section, an array
-# without TARGET. Each file must fail to compile at its gpuwire_buffer_wrap call, and compile
+# Arrays that cannot be buffers are compile-time errors: a non-contiguous section of rank 8 or
+# more, an array without TARGET. Each file must fail to compile at its gpuwire_buffer_wrap call, and compile
 # with -DCONTROL (the same call on an acceptable array).
 for r in reject_section reject_no_target; do
     log=$logs/build-$r.log

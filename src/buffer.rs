@@ -1,8 +1,9 @@
 //! Buffers: a pointer, an element count, a datatype, a memory space, a device and an owner.
 //!
 //! A buffer either owns its memory (allocated by gpuwire, zeroed, freed when the last reference
-//! goes), borrows a caller's pointer (never freed by gpuwire), or is a view (offset, count) into
-//! another buffer, which it keeps alive.
+//! goes), borrows a caller's pointer (never freed by gpuwire), or is a view into another buffer,
+//! which it keeps alive: contiguous (offset, count), or with a [`Shape`] (strided, subarray),
+//! whose elements the operations pack into contiguous scratch and unpack (`crate::view`).
 
 use std::alloc::Layout;
 use std::sync::Arc;
@@ -56,6 +57,79 @@ enum Storage {
     Empty,
 }
 
+/// The elements of a non-contiguous view, in order: an index over `dims` (outermost first, the
+/// last varying fastest), each a (length, stride in elements) pair, from the view's pointer.
+/// Normalized: no dimension of length 1 or 0, adjacent dimensions that are one are merged, never
+/// a single dimension of stride 1 (that view is contiguous and has no shape).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shape {
+    pub dims: Vec<(usize, usize)>,
+    /// Elements from the first to one past the last one the view touches.
+    pub extent: usize,
+    /// Whether two of the view's elements are the same memory (a strided view whose stride is
+    /// below its block length): such a view can be sent, never received into.
+    pub self_overlapping: bool,
+}
+
+impl Shape {
+    /// The normalized shape of `dims` (lengths > 0, strides >= 0, the extent checked by the
+    /// caller), `None` when contiguous.
+    fn of(dims: &[(usize, usize)]) -> Option<Shape> {
+        let mut d: Vec<(usize, usize)> = Vec::with_capacity(dims.len());
+        for &(len, stride) in dims.iter().filter(|x| x.0 != 1) {
+            d.push((len, stride));
+        }
+        // Merge from the innermost outward: outer (l0, s0) over inner (l1, s1) with s0 = l1 s1.
+        let mut i = d.len();
+        while i >= 2 {
+            let (l0, s0) = d[i - 2];
+            let (l1, s1) = d[i - 1];
+            if l1.checked_mul(s1) == Some(s0) {
+                d[i - 2] = (l0 * l1, s1);
+                d.remove(i - 1);
+            }
+            i -= 1;
+        }
+        if d.is_empty() || (d.len() == 1 && d[0].1 == 1) {
+            return None;
+        }
+        let extent = d.iter().map(|(l, s)| (l - 1) * s).sum::<usize>() + 1;
+        // No two elements alike when each dimension, by increasing stride, steps past all the
+        // smaller ones span (otherwise taken as overlapping: never received into).
+        let mut by_stride = d.clone();
+        by_stride.sort_by_key(|x| x.1);
+        let mut span = 1usize;
+        let mut self_overlapping = false;
+        for (l, st) in by_stride {
+            self_overlapping |= st < span;
+            span = span.max((l - 1) * st + span);
+        }
+        Some(Shape { dims: d, extent, self_overlapping })
+    }
+
+    /// Calls `f(element offset, elements)` for every contiguous run of the view, in order.
+    pub fn each_run(&self, mut f: impl FnMut(usize, usize)) {
+        let (inner_len, inner_stride) = *self.dims.last().expect("a shape has a dimension");
+        let (run, runs) = if inner_stride == 1 { (inner_len, 1) } else { (1, inner_len) };
+        let outer = &self.dims[..self.dims.len() - 1];
+        let n_outer: usize = outer.iter().map(|x| x.0).product();
+        let mut idx = [0usize; 8];
+        for _ in 0..n_outer {
+            let base: usize = outer.iter().zip(idx.iter()).map(|((_, s), i)| s * i).sum();
+            for j in 0..runs {
+                f(base + j * inner_stride, run);
+            }
+            for k in (0..outer.len()).rev() {
+                idx[k] += 1;
+                if idx[k] < outer[k].0 {
+                    break;
+                }
+                idx[k] = 0;
+            }
+        }
+    }
+}
+
 /// A typed span of memory.
 #[derive(Debug)]
 pub struct Buffer {
@@ -65,6 +139,14 @@ pub struct Buffer {
     space: Space,
     device: i32,
     storage: Storage,
+    shape: Option<Box<Shape>>,
+}
+
+/// Subarray element order (`gpuwire_buffer_view_subarray`), as MPI_ORDER_C / MPI_ORDER_FORTRAN.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order {
+    C,
+    Fortran,
 }
 
 fn count_from_c(count: i64) -> Result<usize> {
@@ -90,10 +172,10 @@ impl Buffer {
             )),
             Space::GPUWIRE_SPACE_HOST => {
                 if bytes == 0 {
-                    return Ok(Buffer { ptr: 0, count: 0, dtype, space, device: -1, storage: Storage::Empty });
+                    return Ok(Buffer { ptr: 0, count: 0, dtype, space, device: -1, storage: Storage::Empty, shape: None });
                 }
                 let a = HostAlloc::new(bytes)?;
-                Ok(Buffer { ptr: a.ptr as usize, count, dtype, space, device: -1, storage: Storage::Host(a) })
+                Ok(Buffer { ptr: a.ptr as usize, count, dtype, space, device: -1, storage: Storage::Host(a), shape: None })
             }
             _ => {
                 if device < -1 {
@@ -108,10 +190,10 @@ impl Buffer {
                 let device = if device >= 0 { device } else { device::current_device()?.unwrap_or(0) };
                 if bytes == 0 {
                     device::primary_context(device)?; // validates the ordinal
-                    return Ok(Buffer { ptr: 0, count: 0, dtype, space, device, storage: Storage::Empty });
+                    return Ok(Buffer { ptr: 0, count: 0, dtype, space, device, storage: Storage::Empty, shape: None });
                 }
                 let a = CudaAlloc::new(space, device, bytes)?;
-                Ok(Buffer { ptr: a.ptr, count, dtype, space, device, storage: Storage::Cuda(a) })
+                Ok(Buffer { ptr: a.ptr, count, dtype, space, device, storage: Storage::Cuda(a), shape: None })
             }
         }
     }
@@ -155,7 +237,7 @@ impl Buffer {
             device::cuda_with_devices()?;
         }
         let device = if space == Space::GPUWIRE_SPACE_HOST { -1 } else { device.max(0) };
-        Ok(Buffer { ptr, count, dtype, space, device, storage: Storage::Borrowed })
+        Ok(Buffer { ptr, count, dtype, space, device, storage: Storage::Borrowed, shape: None })
     }
 
     /// gpuwire_buffer_view: `count` elements starting at element `offset` of `parent`; shares
@@ -164,6 +246,7 @@ impl Buffer {
         let off = usize::try_from(offset)
             .map_err(|_| Error::InvalidArgument(format!("offset {offset} is negative")))?;
         let count = count_from_c(count)?;
+        parent.unshaped("gpuwire_buffer_view")?;
         if off.checked_add(count).is_none_or(|end| end > parent.count) {
             return Err(Error::InvalidArgument(format!(
                 "elements [{off}, {off}+{count}) lie outside the parent's {} elements",
@@ -182,13 +265,201 @@ impl Buffer {
             space: parent.space,
             device: parent.device,
             storage: Storage::View(root),
+            shape: None,
         })
     }
 
     /// Page-locked memory of gpuwire's own (staging), borrowed: `count` elements at `ptr` on
     /// `device`'s context. No checks: `ptr` is a staging block of at least that size.
     pub(crate) fn staging(ptr: usize, count: usize, dtype: Dtype, device: i32) -> Buffer {
-        Buffer { ptr, count, dtype, space: Space::GPUWIRE_SPACE_PINNED, device, storage: Storage::Borrowed }
+        Buffer { ptr, count, dtype, space: Space::GPUWIRE_SPACE_PINNED, device, storage: Storage::Borrowed, shape: None }
+    }
+
+    fn unshaped(&self, what: &str) -> Result<()> {
+        if self.shape.is_some() {
+            return Err(Error::InvalidArgument(format!(
+                "{what}: the buffer is a strided or subarray view; make the view from the original (contiguous) buffer"
+            )));
+        }
+        Ok(())
+    }
+
+    /// A view of `parent` whose element `e` of `count` x `blocklen` lies at element
+    /// `offset + (e / blocklen) * stride + e % blocklen` of `parent`.
+    fn shaped(parent: &Arc<Buffer>, offset: usize, count: usize, shape: Option<Shape>) -> Buffer {
+        let root = match &parent.storage {
+            Storage::View(p) => p.clone(),
+            _ => parent.clone(),
+        };
+        let ptr = if parent.ptr == 0 { 0 } else { parent.ptr + offset * parent.dtype.size() };
+        let shape = if count == 0 { None } else { shape.map(Box::new) };
+        Buffer { ptr, count, dtype: parent.dtype, space: parent.space, device: parent.device, storage: Storage::View(root), shape }
+    }
+
+    /// gpuwire_buffer_view_strided: `count` blocks of `blocklen` elements, the first at element
+    /// `offset` of `parent`, each `stride` elements after the previous one (as MPI_Type_vector).
+    pub fn view_strided(parent: &Arc<Buffer>, offset: i64, count: i64, blocklen: i64, stride: i64) -> Result<Buffer> {
+        let what = "gpuwire_buffer_view_strided";
+        parent.unshaped(what)?;
+        let nonneg = |v: i64, name: &str| {
+            usize::try_from(v).map_err(|_| Error::InvalidArgument(format!("{what}: {name} {v} is negative{}", if name == "stride" { " (negative strides are not supported: view the blocks in increasing order)" } else { "" })))
+        };
+        let (off, n, bl, st) = (nonneg(offset, "offset")?, nonneg(count, "count")?, nonneg(blocklen, "blocklen")?, nonneg(stride, "stride")?);
+        let elems = n.checked_mul(bl).ok_or_else(|| Error::InvalidArgument(format!("{what}: {n} blocks of {bl} elements overflow")))?;
+        bytes_of(elems, parent.dtype)?;
+        let extent = if elems == 0 {
+            0
+        } else {
+            (n - 1).checked_mul(st).and_then(|x| x.checked_add(bl)).ok_or_else(|| Error::InvalidArgument(format!("{what}: {n} blocks {st} elements apart overflow")))?
+        };
+        if off.checked_add(extent).is_none_or(|end| end > parent.count) {
+            return Err(Error::InvalidArgument(format!(
+                "{what}: {n} blocks of {bl} elements, {st} apart, from element {off} reach element {} but the buffer holds {} elements",
+                off as u128 + extent as u128,
+                parent.count
+            )));
+        }
+        let shape = if elems == 0 { None } else { Shape::of(&[(n, st), (bl, 1)]) };
+        Ok(Buffer::shaped(parent, off, elems, shape))
+    }
+
+    /// gpuwire_buffer_view_subarray: the `subsizes` block starting at `starts` of an `ndim`-d array
+    /// of `sizes` elements laid out from `parent`'s first element in `order` (as
+    /// MPI_Type_create_subarray).
+    pub fn view_subarray(parent: &Arc<Buffer>, sizes: &[i64], subsizes: &[i64], starts: &[i64], order: Order) -> Result<Buffer> {
+        let what = "gpuwire_buffer_view_subarray";
+        parent.unshaped(what)?;
+        let nd = sizes.len();
+        if !(1..=4).contains(&nd) {
+            return Err(Error::InvalidArgument(format!("{what}: ndim {nd}: expected 1 to 4")));
+        }
+        let mut dims = Vec::with_capacity(nd);
+        for i in 0..nd {
+            let (n, sub, st) = (sizes[i], subsizes[i], starts[i]);
+            if n < 1 || sub < 0 || st < 0 || st.checked_add(sub).is_none_or(|e| e > n) {
+                return Err(Error::InvalidArgument(format!(
+                    "{what}: dimension {i}: size {n}, subsize {sub}, start {st}: expected size >= 1, subsize >= 0, start >= 0 and start + subsize <= size"
+                )));
+            }
+            dims.push((n as usize, sub as usize, st as usize));
+        }
+        if order == Order::Fortran {
+            dims.reverse(); // outermost first
+        }
+        let overflow = || Error::InvalidArgument(format!("{what}: the array's sizes {sizes:?} overflow"));
+        let mut stride = vec![0usize; nd];
+        let mut total = 1usize;
+        for i in (0..nd).rev() {
+            stride[i] = total;
+            total = total.checked_mul(dims[i].0).ok_or_else(overflow)?;
+        }
+        bytes_of(total, parent.dtype)?;
+        if total > parent.count {
+            return Err(Error::InvalidArgument(format!(
+                "{what}: an array of sizes {sizes:?} holds {total} elements but the buffer holds {}",
+                parent.count
+            )));
+        }
+        let elems: usize = dims.iter().map(|d| d.1).product();
+        let off: usize = dims.iter().zip(&stride).map(|(d, s)| d.2 * s).sum();
+        let shape_dims: Vec<(usize, usize)> = dims.iter().zip(&stride).map(|(d, s)| (d.1, *s)).collect();
+        let shape = if elems == 0 { None } else { Shape::of(&shape_dims) };
+        Ok(Buffer::shaped(parent, if elems == 0 { 0 } else { off }, elems, shape))
+    }
+
+    /// gpuwire_buffer_wrap_strided: borrows the caller's elements (i_0, ..., i_{n-1}),
+    /// 0 <= i_k < lens[k], at element offset sum i_k strides[k] from `ptr`, in that order with the
+    /// first index varying fastest (Fortran's array element order: an array section's).
+    pub fn wrap_strided(ptr: usize, lens: &[i64], strides: &[i64], dtype: Dtype, space: Space) -> Result<Buffer> {
+        let what = "gpuwire_buffer_wrap_strided";
+        if !(1..=15).contains(&lens.len()) {
+            return Err(Error::InvalidArgument(format!("{what}: ndim {}: expected 1 to 15", lens.len())));
+        }
+        let mut dims = Vec::with_capacity(lens.len());
+        let (mut count, mut extent) = (1usize, 1usize);
+        let overflow = || Error::InvalidArgument(format!("{what}: lengths {lens:?} with strides {strides:?} overflow"));
+        for (k, (&l, &st)) in lens.iter().zip(strides).enumerate() {
+            let l = usize::try_from(l).map_err(|_| Error::InvalidArgument(format!("{what}: lens[{k}] = {l} is negative")))?;
+            let st = usize::try_from(st).map_err(|_| {
+                Error::InvalidArgument(format!("{what}: strides[{k}] = {st} is negative (negative strides, as a reversed section, are not supported)"))
+            })?;
+            count = count.checked_mul(l).ok_or_else(overflow)?;
+            if l > 0 {
+                extent = (l - 1).checked_mul(st).and_then(|x| x.checked_add(extent)).ok_or_else(overflow)?;
+            }
+            dims.push((l, st));
+        }
+        if count == 0 {
+            return Buffer::wrap(ptr, 0, dtype, space);
+        }
+        let root = Arc::new(Buffer::wrap(ptr, i64::try_from(extent).map_err(|_| overflow())?, dtype, space)?);
+        dims.reverse(); // outermost first
+        let shape = Shape::of(&dims);
+        if shape.as_ref().is_some_and(|s| s.dims.len() > 4) {
+            return Err(Error::InvalidArgument(format!(
+                "{what}: lengths {lens:?} with strides {strides:?} have more than 4 dimensions that cannot be merged (at most 4 are supported)"
+            )));
+        }
+        Ok(Buffer::shaped(&root, 0, count, shape))
+    }
+
+    /// The view's shape; `None` for contiguous memory.
+    pub fn shape(&self) -> Option<&Shape> {
+        self.shape.as_deref()
+    }
+
+    /// A contiguous buffer of `count` elements of `dtype` over the start of `root`'s memory
+    /// (scratch reuse: `crate::view`).
+    pub(crate) fn over(root: &Arc<Buffer>, count: usize, dtype: Dtype) -> Buffer {
+        debug_assert!(count * dtype.size() <= root.bytes());
+        Buffer { ptr: root.ptr, count, dtype, space: root.space, device: root.device, storage: Storage::View(root.clone()), shape: None }
+    }
+
+    /// Copies the view's elements (in order) to contiguous host memory at `dst`; host-accessible
+    /// memory only.
+    ///
+    /// # Safety
+    /// `dst` must be writable for `self.bytes()` bytes.
+    pub(crate) unsafe fn pack_host(&self, dst: usize) {
+        let es = self.dtype.size();
+        let mut at = dst;
+        match &self.shape {
+            None => unsafe { std::ptr::copy(self.ptr as *const u8, dst as *mut u8, self.bytes()) },
+            Some(s) => s.each_run(|off, n| {
+                // SAFETY: the run lies inside the view's extent (checked at its creation).
+                unsafe { std::ptr::copy((self.ptr + off * es) as *const u8, at as *mut u8, n * es) };
+                at += n * es;
+            }),
+        }
+    }
+
+    /// Copies contiguous host memory at `src` into the view's elements (in order).
+    ///
+    /// # Safety
+    /// `src` must be readable for `self.bytes()` bytes.
+    pub(crate) unsafe fn unpack_host(&self, src: usize) {
+        let es = self.dtype.size();
+        let mut at = src;
+        match &self.shape {
+            None => unsafe { std::ptr::copy(src as *const u8, self.ptr as *mut u8, self.bytes()) },
+            Some(s) => s.each_run(|off, n| {
+                // SAFETY: as in pack_host.
+                unsafe { std::ptr::copy(at as *const u8, (self.ptr + off * es) as *mut u8, n * es) };
+                at += n * es;
+            }),
+        }
+    }
+
+    /// The sorted byte ranges of the view's runs (contiguous: one).
+    fn runs(&self) -> Vec<(usize, usize)> {
+        let es = self.dtype.size();
+        let mut v = Vec::new();
+        match &self.shape {
+            None => v.push(self.range()),
+            Some(s) => s.each_run(|off, n| v.push((self.ptr + off * es, self.ptr + (off + n) * es))),
+        }
+        v.sort_unstable();
+        v
     }
 
     pub fn ptr(&self) -> usize {
@@ -222,19 +493,38 @@ impl Buffer {
         self.space.is_host_accessible()
     }
 
-    /// Address range [start, end) in bytes.
+    /// Address range [start, end) in bytes (a shaped view's: from its first element to one past
+    /// its last).
     pub fn range(&self) -> (usize, usize) {
-        (self.ptr, self.ptr + self.bytes())
+        match &self.shape {
+            None => (self.ptr, self.ptr + self.bytes()),
+            Some(s) => (self.ptr, self.ptr + s.extent * self.dtype.size()),
+        }
     }
 
-    /// Whether the two buffers' memory overlaps (empty buffers overlap nothing).
+    /// Whether the two buffers' memory overlaps (empty buffers overlap nothing); of shaped views,
+    /// whether an element of one shares a byte with an element of the other.
     pub fn overlaps(&self, other: &Buffer) -> bool {
         if self.bytes() == 0 || other.bytes() == 0 {
             return false; // an empty range inside another one still shares no byte with it
         }
         let (a0, a1) = self.range();
         let (b0, b1) = other.range();
-        a0 < b1 && b0 < a1
+        if !(a0 < b1 && b0 < a1) {
+            return false;
+        }
+        if self.shape.is_none() && other.shape.is_none() {
+            return true;
+        }
+        let (x, y) = (self.runs(), other.runs());
+        let (mut i, mut j) = (0, 0);
+        while i < x.len() && j < y.len() {
+            if x[i].0 < y[j].1 && y[j].0 < x[i].1 {
+                return true;
+            }
+            if x[i].1 <= y[j].1 { i += 1 } else { j += 1 }
+        }
+        false
     }
 
     /// Copies `self.count()` elements from host memory at `src` into this buffer, after the work
@@ -244,6 +534,18 @@ impl Buffer {
     /// `src` must be readable for `self.bytes()` bytes.
     pub unsafe fn copy_from_host(&self, src: usize, stream: Stream) -> Result<()> {
         self.copy_checked(src, "the source")?;
+        if self.shape.is_some() {
+            if self.is_host() {
+                // SAFETY: caller guarantees src.
+                unsafe { self.unpack_host(src) };
+                return Ok(());
+            }
+            let tmp = CudaAlloc::new(Space::GPUWIRE_SPACE_DEVICE, self.device, self.bytes())?;
+            device::copy_sync(self.device, tmp.ptr, src, self.bytes(), stream)?;
+            crate::device::kernels::pack(self, tmp.ptr, true, stream)?;
+            let _g = device::CtxGuard::enter(self.device)?;
+            return device::sync(stream);
+        }
         if self.is_host() {
             // SAFETY: caller guarantees src; self is valid for bytes(). ptr::copy tolerates overlap.
             unsafe { std::ptr::copy(src as *const u8, self.ptr as *mut u8, self.bytes()) };
@@ -259,6 +561,16 @@ impl Buffer {
     /// `dst` must be writable for `self.bytes()` bytes.
     pub unsafe fn copy_to_host(&self, dst: usize, stream: Stream) -> Result<()> {
         self.copy_checked(dst, "the destination")?;
+        if self.shape.is_some() {
+            if self.is_host() {
+                // SAFETY: caller guarantees dst.
+                unsafe { self.pack_host(dst) };
+                return Ok(());
+            }
+            let tmp = CudaAlloc::new(Space::GPUWIRE_SPACE_DEVICE, self.device, self.bytes())?;
+            crate::device::kernels::pack(self, tmp.ptr, false, stream)?;
+            return device::copy_sync(self.device, dst, tmp.ptr, self.bytes(), stream);
+        }
         if self.is_host() {
             // SAFETY: as above.
             unsafe { std::ptr::copy(self.ptr as *const u8, dst as *mut u8, self.bytes()) };

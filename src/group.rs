@@ -39,6 +39,9 @@ struct Entry {
     done: Option<Arc<Done>>,
     /// What a receive matched, for its request's status.
     matched: Arc<Mutex<Option<Status>>>,
+    /// A point-to-point or NCCL operation's views packed at the group's end (`op` then runs on
+    /// the scratch), unpacked once it completed.
+    packed: Option<crate::view::Packed>,
 }
 
 #[derive(Default)]
@@ -105,7 +108,7 @@ fn add(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -> Opti
         let ended = g.ended.clone();
         let matched = Arc::new(Mutex::new(None));
         let known = op.known_status();
-        g.entries.push(Entry { c: c.clone(), op, stream, done: done.clone(), matched: matched.clone() });
+        g.entries.push(Entry { c: c.clone(), op, stream, done: done.clone(), matched: matched.clone(), packed: None });
         done.map(|d| {
             let r = Request::new(Box::new(Grouped { done: d, ended, matched }), c.clone(), bufs);
             match known {
@@ -146,6 +149,27 @@ fn run(entries: Vec<Entry>) -> Result<()> {
     for e in &entries {
         e.c.engine().drain();
     }
+    // Views of the operations started here (collectives off NCCL pack their own, in `run`).
+    let entries: Vec<Entry> = entries
+        .into_iter()
+        .filter_map(|mut e| {
+            if (e.op.is_p2p() || is_nccl(&e)) && crate::view::has_views(&e.op) {
+                match crate::view::pack(&e.op, &e.c, e.stream) {
+                    Ok(p) => {
+                        e.op = p.op.clone();
+                        e.packed = Some(p);
+                    }
+                    Err(x) => {
+                        let r = Err(x);
+                        finish(&e, &r);
+                        note(&r, &mut first);
+                        return None;
+                    }
+                }
+            }
+            Some(e)
+        })
+        .collect();
     // NCCL device operations: one NCCL group.
     let (nccl, rest): (Vec<&Entry>, Vec<&Entry>) = entries.iter().partition(|e| is_nccl(e));
     if !nccl.is_empty() {
@@ -167,6 +191,12 @@ fn run(entries: Vec<Entry>) -> Result<()> {
             first.map_or(Ok(()), Err)
         });
         note(&r, &mut first);
+        // Unpacked on each stream after the NCCL group's launch.
+        for e in &nccl {
+            if let Some(p) = &e.packed {
+                note(&p.unpack(e.stream), &mut first);
+            }
+        }
     }
     // Point-to-point: receives, then sends, started now. Each operation's parts (a sendrecv has
     // two) and the first error starting one.
@@ -208,6 +238,9 @@ fn run(entries: Vec<Entry>) -> Result<()> {
             if r.is_ok() {
                 r = w;
             }
+        }
+        if let (Ok(()), Some(p)) = (&r, &e.packed) {
+            r = p.unpack(e.stream).and_then(|()| p.sync_device(e.stream));
         }
         finish(e, &r);
         note(&r, &mut first);

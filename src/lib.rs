@@ -60,5 +60,6 @@ pub mod reduce;
 pub mod request;
 pub mod runtime;
 pub mod types;
+pub mod view;
 
 pub use error::{Error, Result, Status};

@@ -93,7 +93,7 @@ impl Op {
     }
 
     /// The buffers of the operation as given (without allocating; `None` where there is none).
-    fn slots(&self) -> [Option<&Arc<Buffer>>; 2] {
+    pub(crate) fn slots(&self) -> [Option<&Arc<Buffer>>; 2] {
         match self {
             Op::Send { buf, .. } | Op::Recv { buf, .. } | Op::Isend { buf, .. } | Op::Irecv { buf, .. } | Op::Bcast { buf, .. } => [Some(buf), None],
             Op::Sendrecv { send, recv, .. } => [Some(send), Some(recv)],
@@ -234,6 +234,9 @@ impl Op {
             c.check_rank(what, role, r, true)?;
             c.check_tag(what, tag)
         };
+        if crate::view::has_views(self) {
+            crate::view::check(self, c.rank())?;
+        }
         match self {
             Op::Send { dest, tag, .. } => p2p("send", "destination", *dest, *tag),
             Op::Isend { dest, tag, .. } => p2p("isend", "destination", *dest, *tag),
@@ -277,8 +280,30 @@ impl Op {
     }
 
     /// Runs the operation to completion on this thread (the blocking form), on `stream`. A
-    /// nonblocking point-to-point operation is started and then completed.
+    /// nonblocking point-to-point operation is started and then completed. Strided and subarray
+    /// views are packed into scratch first and unpacked after (`crate::view`).
     pub fn run(&self, c: &Arc<Communicator>, stream: Stream) -> Result<()> {
+        if !crate::view::has_views(self) {
+            return self.run_contiguous(c, stream);
+        }
+        let p = crate::view::pack(self, c, stream).map_err(|e| self.failed_views(c, e))?;
+        p.op.run_contiguous(c, stream)?;
+        p.unpack(stream)?;
+        if p.unpacks_on_device() && !self.nccl_native(c) {
+            // The MPI paths return when the data is in place: the unpack too.
+            let _ctx = CtxGuard::enter(c.device())?;
+            crate::device::sync(stream)?;
+        }
+        Ok(())
+    }
+
+    /// A collective's view error in checking mode reaches the other ranks through the agreement
+    /// (none of them is left waiting); otherwise it is returned as it is.
+    fn failed_views(&self, c: &Communicator, e: Error) -> Error {
+        if c.config().check && !self.is_p2p() { c.fail_collective(self.name(), e) } else { e }
+    }
+
+    fn run_contiguous(&self, c: &Arc<Communicator>, stream: Stream) -> Result<()> {
         match self {
             Op::Send { buf, dest, tag } => c.send(buf, *dest, *tag, stream),
             Op::Recv { buf, source, tag } => c.recv(buf, *source, *tag, stream),
@@ -303,8 +328,19 @@ impl Op {
         }
     }
 
-    /// Starts a nonblocking point-to-point operation (isend/irecv) now and returns its request.
+    /// Starts a nonblocking point-to-point operation (isend/irecv) now and returns its request
+    /// (of a view: on scratch, unpacked when the request completes).
     fn start(&self, c: &Arc<Communicator>, stream: Stream) -> Result<Request> {
+        if !crate::view::has_views(self) {
+            return self.start_contiguous(c, stream);
+        }
+        let p = crate::view::pack(self, c, stream)?;
+        let inner = p.op.start_contiguous(c, stream)?;
+        let pending = crate::view::Unpacking { inner: Some(inner), packed: Some(p), stream };
+        Ok(Request::new(Box::new(pending), c.clone(), self.buffers()))
+    }
+
+    fn start_contiguous(&self, c: &Arc<Communicator>, stream: Stream) -> Result<Request> {
         match self {
             Op::Isend { buf, dest, tag } | Op::Send { buf, dest, tag } => c.isend(buf, *dest, *tag, stream),
             Op::Irecv { buf, source, tag, upto } => c.irecv(buf, *source, *tag, *upto, stream),
@@ -465,7 +501,41 @@ pub fn issue(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -
 /// A device operation of an MPI path, stream-ordered (`crate::backend::ordered`): validated at
 /// the call (in checking mode by the agreement, on the calling thread), then its device work
 /// enqueued on `stream` and its MPI calls made, on staging, by the host side.
+///
+/// Strided and subarray views are packed into device scratch on `stream` first (kernels at the
+/// call, `crate::view`); the operation then runs stream-ordered on the scratch, and the unpack
+/// kernels follow on `stream` (a nonblocking form's when its request completes).
 fn issue_ordered(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -> Result<Option<Request>> {
+    if !crate::view::has_views(&op) {
+        return issue_ordered_contiguous(c, op, stream, nonblocking);
+    }
+    c.ensure_usable()?;
+    let p = {
+        let _ctx = CtxGuard::enter(c.device())?;
+        crate::view::pack(&op, c, stream).map_err(|e| op.failed_views(c, e))?
+    };
+    let bufs = op.buffers();
+    match issue_ordered_contiguous(c, p.op.clone(), stream, nonblocking)? {
+        Some(inner) => {
+            let pending = crate::view::Unpacking { inner: Some(inner), packed: Some(p), stream };
+            Ok(Some(Request::new(Box::new(pending), c.clone(), bufs)))
+        }
+        None => {
+            let _ctx = CtxGuard::enter(c.device())?;
+            if p.unpacks_on_host() {
+                // A host view is unpacked by this thread, once the stream passed the operation.
+                crate::device::sync(stream)?;
+            }
+            p.unpack(stream)?;
+            if !ordered::returns_early(c) {
+                crate::device::sync(stream)?;
+            }
+            Ok(None)
+        }
+    }
+}
+
+fn issue_ordered_contiguous(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -> Result<Option<Request>> {
     c.ensure_usable()?;
     if !c.config().check {
         op.check(c)?;

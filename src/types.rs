@@ -30,6 +30,14 @@ pub const GPUWIRE_ANY_TAG: i32 = -1002;
 /// index gpuwire_waitany and gpuwire_testany write when no request of the array is active.
 pub const GPUWIRE_UNDEFINED: i32 = -1;
 
+/// Subarray order of `gpuwire_buffer_view_subarray`: the last dimension varies fastest (row
+/// major, as MPI_ORDER_C).
+pub const GPUWIRE_ORDER_C: i32 = 0;
+
+/// Subarray order of `gpuwire_buffer_view_subarray`: the first dimension varies fastest (column
+/// major, as MPI_ORDER_FORTRAN).
+pub const GPUWIRE_ORDER_FORTRAN: i32 = 1;
+
 /// `GPUWIRE_PROC_NULL`, the name the operations and every path compare peers with.
 pub(crate) const PROC_NULL: i32 = GPUWIRE_PROC_NULL;
 /// `GPUWIRE_ANY_SOURCE` and `GPUWIRE_ANY_TAG`, as the operations and paths compare with.

@@ -1,6 +1,6 @@
 //! GPU tests: device buffers on the MPI_STAGED and MPI_CUDA_AWARE backends, and the device cases
 //! C11–C14, C16, C17 of the project's case list; receive status, wildcards and abort on device
-//! memory (`p2pstatus`, issue 13).
+//! memory (`p2pstatus`, issue 13); strided and subarray device views (`views`, issue 15).
 //!
 //! They need a GPU, so CI cannot run them: without `GPUWIRE_GPU_TEST` set, this binary prints
 //! that it was NOT RUN and why. `scripts/gpu-test` runs it on the GPU machine under `mpirun -np 2`
@@ -2250,6 +2250,179 @@ fn p2p_status(cx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
+// ---- issue 15: strided and subarray views of device memory ---------------------------------
+
+fn f64s(v: &[f64]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_ne_bytes()).collect()
+}
+
+fn from_f64s(b: &[u8]) -> Vec<f64> {
+    b.chunks(8).map(|c| f64::from_ne_bytes(c.try_into().unwrap())).collect()
+}
+
+fn strided(b: gpuwire_buffer, off: i64, n: i64, bl: i64, st: i64) -> gpuwire_buffer {
+    let mut v = 0;
+    ok(gpuwire_buffer_view_strided(b, off, n, bl, st, &mut v), "view_strided");
+    v
+}
+
+fn subarray(b: gpuwire_buffer, sz: &[i64], sub: &[i64], st: &[i64], order: i32) -> gpuwire_buffer {
+    let mut v = 0;
+    ok(gpuwire_buffer_view_subarray(b, sz.len() as i32, sz.as_ptr(), sub.as_ptr(), st.as_ptr(), order, &mut v), "view_subarray");
+    v
+}
+
+/// Device views on every backend, each value against a host computation: a strided send into a
+/// C-order subarray receive (sendrecv, isend/irecv, a group), a Fortran-order subarray bcast,
+/// allreduce of a column into another column of the same matrix and in place, iallreduce,
+/// allgather from and into strided views, a strided bcast of every element size (1, 2, 4, 8,
+/// 16 bytes: each pack kernel); a receive into overlapping blocks refused with nothing written;
+/// repeated calls reuse the scratch (the cache does not grow).
+fn views_device(cx: &Ctx) -> Result<(), String> {
+    use gpuwire::types::{GPUWIRE_ORDER_C, GPUWIRE_ORDER_FORTRAN};
+    let st = cx.stream as *mut c_void;
+    let (rank, size) = (cx.rank, cx.size);
+    let (next, prev) = ((rank + 1) % size, (rank + size - 1) % size);
+    let mval = |r: i32, k: usize| 1000.0 * r as f64 + k as f64;
+    let fail = |what: &str, got: &[f64], want: &[f64]| -> Result<(), String> {
+        if got == want { Ok(()) } else { Err(format!("{what}: got {got:?}, expected {want:?}")) }
+    };
+    let mut kind = 0;
+    ok(gpuwire_comm_backend(cx.comm, &mut kind), "backend");
+    let nccl = kind == BackendKind::GPUWIRE_BACKEND_NCCL as i32;
+    // Point-to-point: 3 blocks of 2 at 1, 6, 11 of a 6 x 5 matrix into a 4 x 6 subarray block
+    // (irecv then isend on one stream is NCCL's deadlock, not gpuwire's: not on NCCL).
+    for mode in (0..3).filter(|m| *m != 1 || !nccl) {
+        let m = dev_alloc(30, Dtype::GPUWIRE_FLOAT64);
+        upload(m, &f64s(&(0..30).map(|k| mval(rank, k)).collect::<Vec<_>>()));
+        let r = dev_alloc(24, Dtype::GPUWIRE_FLOAT64);
+        upload(r, &f64s(&[-1.0; 24]));
+        let sv = strided(m, 1, 3, 2, 5);
+        let rv = subarray(r, &[4, 6], &[2, 3], &[1, 2], GPUWIRE_ORDER_C);
+        match mode {
+            0 => ok(gpuwire_sendrecv(cx.comm, sv, next, 71, rv, prev, 71, st), "sendrecv(views)"),
+            1 => {
+                let mut q = [0u64; 2];
+                ok(gpuwire_irecv(cx.comm, rv, prev, 71, st, &mut q[0]), "irecv(view)");
+                ok(gpuwire_isend(cx.comm, sv, next, 71, st, &mut q[1]), "isend(view)");
+                ok(gpuwire_waitall(2, q.as_mut_ptr()), "waitall(views)");
+            }
+            _ => {
+                ok(gpuwire_group_start(), "group_start");
+                ok(gpuwire_send(cx.comm, sv, next, 71, st), "send(view) in a group");
+                ok(gpuwire_recv(cx.comm, rv, prev, 71, st), "recv(view) in a group");
+                ok(gpuwire_group_end(), "group_end");
+            }
+        }
+        let got = from_f64s(&download(r, 24 * 8));
+        let want: Vec<f64> = (0..24)
+            .map(|e| {
+                let (i, j) = (e / 6, e % 6);
+                if (1..3).contains(&i) && (2..5).contains(&j) {
+                    let k = (i - 1) * 3 + (j - 2);
+                    mval(prev, (k / 2) * 5 + 1 + k % 2)
+                } else {
+                    -1.0
+                }
+            })
+            .collect();
+        fail(&format!("point-to-point views, mode {mode}"), &got, &want)?;
+        for b in [sv, rv, m, r] {
+            gpuwire_buffer_free(b);
+        }
+    }
+    // bcast of a Fortran-order subarray (i fastest) of a 4 x 6 array from the last rank.
+    let root = size - 1;
+    let a = dev_alloc(24, Dtype::GPUWIRE_FLOAT64);
+    let mine: Vec<f64> = (0..24).map(|k| if rank == root { 0.5 * k as f64 } else { -1.0 }).collect();
+    upload(a, &f64s(&mine));
+    let v = subarray(a, &[4, 6], &[3, 2], &[1, 3], GPUWIRE_ORDER_FORTRAN);
+    ok(gpuwire_bcast(cx.comm, v, root, st), "bcast(subarray)");
+    let want: Vec<f64> = (0..24).map(|k| if rank == root || (k % 4 >= 1 && (3..5).contains(&(k / 4))) { 0.5 * k as f64 } else { -1.0 }).collect();
+    fail("bcast of a Fortran-order subarray", &from_f64s(&download(a, 24 * 8)), &want)?;
+    gpuwire_buffer_free(v);
+    gpuwire_buffer_free(a);
+    // allreduce column 1 into column 3, column 0 in place, then iallreduce MAX of column 0 into 1;
+    // repeated, the scratch cache does not grow.
+    let m = dev_alloc(30, Dtype::GPUWIRE_FLOAT64);
+    let (c0, c1, c3) = (strided(m, 0, 6, 1, 5), strided(m, 1, 6, 1, 5), strided(m, 3, 6, 1, 5));
+    let mut cached = 0;
+    for round in 0..4 {
+        upload(m, &f64s(&(0..30).map(|k| mval(rank, k)).collect::<Vec<_>>()));
+        ok(gpuwire_allreduce(cx.comm, c1, c3, ReduceOp::GPUWIRE_SUM as i32, st), "allreduce(column into column)");
+        ok(gpuwire_allreduce(cx.comm, c0, c0, ReduceOp::GPUWIRE_SUM as i32, st), "allreduce(column in place)");
+        let mut q = 0;
+        ok(gpuwire_iallreduce(cx.comm, c0, c1, ReduceOp::GPUWIRE_MAX as i32, st, &mut q), "iallreduce(columns)");
+        ok(gpuwire_wait(&mut q), "wait(iallreduce)");
+        let sum_r = 1000.0 * (size * (size - 1) / 2) as f64;
+        let want: Vec<f64> = (0..30)
+            .map(|k| match k % 5 {
+                0 | 1 => sum_r + (size as usize * (k - k % 5)) as f64,
+                3 => sum_r + (size as usize * (k - 3 + 1)) as f64,
+                _ => mval(rank, k),
+            })
+            .collect();
+        fail(&format!("allreduce of columns, round {round}"), &from_f64s(&download(m, 30 * 8)), &want)?;
+        if round == 1 {
+            cached = gpuwire::view::cached();
+        } else if round > 1 && gpuwire::view::cached() > cached {
+            return Err(format!("the scratch cache grew from {cached} to {} entries on repeated same-size calls", gpuwire::view::cached()));
+        }
+    }
+    for b in [c0, c1, c3, m] {
+        gpuwire_buffer_free(b);
+    }
+    // allgather: elements 0 and 3 of each rank's 6 into every other element of 4 x size.
+    let s = dev_alloc(6, Dtype::GPUWIRE_FLOAT64);
+    upload(s, &f64s(&(0..6).map(|k| 100.0 * rank as f64 + k as f64).collect::<Vec<_>>()));
+    let n = 4 * size as usize;
+    let r = dev_alloc(n, Dtype::GPUWIRE_FLOAT64);
+    upload(r, &f64s(&vec![-7.0; n]));
+    let (sv, rv) = (strided(s, 0, 2, 1, 3), strided(r, 1, 2 * size as i64, 1, 2));
+    ok(gpuwire_allgather(cx.comm, sv, rv, st), "allgather(views)");
+    let want: Vec<f64> = (0..n).map(|k| if k % 2 == 1 { let e = k / 2; 100.0 * (e / 2) as f64 + 3.0 * (e % 2) as f64 } else { -7.0 }).collect();
+    fail("allgather of strided views", &from_f64s(&download(r, n * 8)), &want)?;
+    for b in [sv, rv, s, r] {
+        gpuwire_buffer_free(b);
+    }
+    // A strided bcast of every element size: 3 blocks of 2, 4 apart, of 12 elements.
+    for d in [Dtype::GPUWIRE_INT8, Dtype::GPUWIRE_FLOAT16, Dtype::GPUWIRE_INT32, Dtype::GPUWIRE_FLOAT64, Dtype::GPUWIRE_COMPLEX128] {
+        let es = d.size();
+        let b = dev_alloc(12, d);
+        let bytes: Vec<u8> = (0..12 * es).map(|i| (i as u8).wrapping_mul(3).wrapping_add(rank as u8 * 17)).collect();
+        upload(b, &bytes);
+        let v = strided(b, 1, 3, 2, 4);
+        ok(gpuwire_bcast(cx.comm, v, root, st), "bcast(strided)");
+        let got = download(b, 12 * es);
+        let want: Vec<u8> = (0..12 * es)
+            .map(|i| {
+                let e = i / es;
+                let inside = e >= 1 && (e - 1) % 4 < 2 && e < 11;
+                (i as u8).wrapping_mul(3).wrapping_add(if inside { root as u8 * 17 } else { rank as u8 * 17 })
+            })
+            .collect();
+        if got != want {
+            return Err(format!("strided bcast of {}: got {got:?}, expected {want:?}", d.name()));
+        }
+        gpuwire_buffer_free(v);
+        gpuwire_buffer_free(b);
+    }
+    // A receive into overlapping blocks: refused, nothing written.
+    let r = dev_alloc(12, Dtype::GPUWIRE_FLOAT64);
+    upload(r, &f64s(&[5.0; 12]));
+    let over = strided(r, 0, 3, 2, 1);
+    let mut q = 0;
+    let got = gpuwire_irecv(cx.comm, over, prev, 72, st, &mut q);
+    if got != Status::GPUWIRE_ERROR_INVALID_ARGUMENT {
+        return Err(format!("irecv into overlapping blocks gave {got:?} ({}), expected INVALID_ARGUMENT", last_error()));
+    }
+    fail("the refused receive's buffer", &from_f64s(&download(r, 12 * 8)), &[5.0; 12])?;
+    gpuwire_buffer_free(over);
+    gpuwire_buffer_free(r);
+    ok(gpuwire_barrier(cx.comm, st), "barrier");
+    Ok(())
+}
+
 fn main() {
     let Ok(cases) = std::env::var("GPUWIRE_GPU_TEST") else {
         println!(
@@ -2333,6 +2506,7 @@ fn main() {
             "nbcearly" => nbc_returns_early(&cx),
             "nbcmixed" => mixed_memory_kinds(&cx),
             "vcoll" => vcoll_device(&cx),
+            "views" => views_device(&cx),
             other => Err(format!("unknown case {other}")),
         };
         let ms = t0.elapsed().as_millis();

@@ -18,8 +18,12 @@ scripts/gen-python.py; this file is the Pythonic layer:
 Arrays become buffers over their own memory, never a copy: NumPy arrays; device arrays with
 __cuda_array_interface__ (CuPy, PyTorch CUDA tensors, Numba); any DLPack array (__dlpack__:
 PyTorch CPU tensors, JAX, ...); any host array with __array_interface__; and buffer-protocol
-objects (bytearray, array.array, memoryview of writable memory). A non-contiguous array (a[:, 1])
-is refused with ValueError, so a nonblocking call can never send a temporary; so is a read-only
+objects (bytearray, array.array, memoryview of writable memory). A non-contiguous NumPy or
+device array (a[:, 1], a[1:5:2, 2:]) becomes a strided buffer over its elements where they are
+(gpuwire_buffer_wrap_strided: no copy; the operations pack and unpack it), as long as its strides
+are non-negative whole elements and it has at most 4 axes left that are not contiguous together;
+otherwise it is refused with ValueError, never copied, so a nonblocking call can never send a
+temporary (the copies to and from host arrays need contiguous arrays). So is a read-only
 one, and one whose byte order is not the machine's (np.full(3, 1.0, '>f8') on x86 or ARM),
 whose bytes gpuwire would otherwise reduce and send as native values: convert it first
 (a.astype(a.dtype.newbyteorder('='))). Buffers and requests keep the arrays they use alive.
@@ -63,7 +67,7 @@ from ._capi import *  # noqa: F401,F403  (every constant of gpuwire.h, and Confi
 from ._capi import (BFLOAT16, COMPLEX64, COMPLEX128, DECIDE, ERROR_COMM_BROKEN, ERROR_COUNT_MISMATCH,
                     ERROR_DTYPE_MISMATCH, ERROR_INVALID_ARGUMENT, ERROR_NULL_ARGUMENT, ERROR_TIMEOUT, FLOAT16,
                     FLOAT32, FLOAT32_INT32, FLOAT64, FLOAT64_INT32, INT8, INT32, INT32_INT32, INT64, NORM_2, PARTITION_SCATTER, SPACE_AUTO, SPACE_DEVICE,
-                    SPACE_HOST, SUCCESS, SUM, UINT8, UINT32, UINT64, ANY_SOURCE, ANY_TAG, Config, StatusT,
+                    ORDER_C, SPACE_HOST, SUCCESS, SUM, UINT8, UINT32, UINT64, ANY_SOURCE, ANY_TAG, Config, StatusT,
                     _handle)
 
 # NumPy/CuPy dtype names (numpy.dtype(...).name) -> gpuwire datatypes.
@@ -306,6 +310,24 @@ def _describe_buffer(array):
     return ptr, mv.nbytes // mv.itemsize, dtype, False, None, mv
 
 
+class _Strided(ValueError):
+    """A non-contiguous array (raised by _describe_array): its layout, for a strided buffer."""
+
+    def __init__(self, ptr, shape, strides, itemsize, dtype, device, stream, keep):
+        super().__init__(_NOT_CONTIGUOUS)
+        self.ptr, self.shape, self.strides, self.itemsize = ptr, tuple(shape), tuple(strides), itemsize
+        self.dtype, self.device, self.stream, self.keep = dtype, device, stream, keep
+
+    def layout(self):
+        """(lens, strides in elements), the first axis fastest (gpuwire_buffer_wrap_strided's
+        order: NumPy's axes reversed)."""
+        for s in self.strides:
+            if s < 0 or s % self.itemsize:
+                raise ValueError(f"gpuwire: the array's strides {self.strides} (bytes) are not non-negative "
+                                 f"multiples of its element size {self.itemsize}: it cannot be a strided buffer")
+        return [int(n) for n in self.shape[::-1]], [s // self.itemsize for s in self.strides[::-1]]
+
+
 def _describe_array(array):
     """(address, element count, gpuwire datatype, is_device, stream, object to keep alive) of a
     contiguous array, without copying it."""
@@ -313,19 +335,17 @@ def _describe_array(array):
     if cai is not None:  # CuPy, PyTorch, Numba: device memory
         dtype = _from_typestr(cai["typestr"])
         itemsize = int(cai["typestr"][2:])
-        if not _contiguous(cai["shape"], cai.get("strides"), itemsize):
-            raise ValueError(_NOT_CONTIGUOUS)
         if cai["data"][1]:
             raise ValueError(_READ_ONLY)
         ptr = array.data.ptr if hasattr(array, "data") and hasattr(array.data, "ptr") else cai["data"][0]
         stream = cai.get("stream")  # CUDA Array Interface v3: 1 = legacy, 2 = per-thread default
         if stream in (None, 0, 1):
             stream = None  # the legacy default stream, which gpuwire takes as NULL
+        if not _contiguous(cai["shape"], cai.get("strides"), itemsize):
+            raise _Strided(ptr, cai["shape"], cai["strides"], itemsize, dtype, True, stream, array)
         return ptr, _count(cai["shape"]), dtype, True, stream, array
     flags = getattr(array, "flags", None)
     if flags is not None and hasattr(array, "ctypes") and hasattr(array, "dtype"):  # NumPy
-        if not (flags.c_contiguous or flags.f_contiguous):
-            raise ValueError(_NOT_CONTIGUOUS)
         if not flags.writeable:
             raise ValueError(_READ_ONLY)
         if not array.dtype.isnative:
@@ -336,6 +356,8 @@ def _describe_array(array):
             return array.ctypes.data, array.size, pair, False, None, array
         if name not in _DTYPES:
             raise ValueError(f"gpuwire: unsupported dtype {name}")
+        if not (flags.c_contiguous or flags.f_contiguous):
+            raise _Strided(array.ctypes.data, array.shape, array.strides, array.dtype.itemsize, _DTYPES[name], False, None, array)
         return array.ctypes.data, array.size, _DTYPES[name], False, None, array
     if hasattr(array, "__dlpack__") and hasattr(array, "__dlpack_device__"):  # PyTorch CPU, JAX, ...
         return _describe_dlpack(array)
@@ -382,14 +404,38 @@ class Buffer:
 
     @classmethod
     def wrap(cls, array, space=SPACE_AUTO):
-        """A buffer over a contiguous NumPy or CuPy array's own memory (no copy)."""
-        ptr, count, dtype, _device, stream, keep = _describe_array(array)
+        """A buffer over a NumPy or CuPy array's own memory (no copy); of a non-contiguous one, a
+        strided buffer over its elements in C order (gpuwire_buffer_wrap_strided)."""
+        try:
+            ptr, count, dtype, _device, stream, keep = _describe_array(array)
+        except _Strided as st:
+            lens, strides = st.layout()
+            stream = st.stream if st.stream is not None or not st.device else _cupy_current_stream()
+            h = _out(_handle, lib.gpuwire_buffer_wrap_strided, st.ptr, len(lens), (c_int64 * len(lens))(*lens),
+                     (c_int64 * len(lens))(*strides), st.dtype, space)
+            return cls(h, keep=st.keep, stream=stream)
         if stream is None and _device:
             stream = _cupy_current_stream()
         return cls(_out(_handle, lib.gpuwire_buffer_wrap, ptr, count, dtype, space), keep=keep, stream=stream)
 
     def view(self, offset, count):
         return Buffer(_out(_handle, lib.gpuwire_buffer_view, self.handle, offset, count), keep=self, stream=self.stream)
+
+    def view_strided(self, offset, count, blocklen, stride):
+        """count blocks of blocklen elements, block i at element offset + i * stride, as
+        MPI_Type_vector (gpuwire_buffer_view_strided)."""
+        return Buffer(_out(_handle, lib.gpuwire_buffer_view_strided, self.handle, offset, count, blocklen, stride),
+                      keep=self, stream=self.stream)
+
+    def view_subarray(self, sizes, subsizes, starts, order=ORDER_C):
+        """The subsizes block at starts of an array of sizes from the first element, as
+        MPI_Type_create_subarray (gpuwire_buffer_view_subarray)."""
+        n = len(sizes)
+        if len(subsizes) != n or len(starts) != n:
+            raise ValueError("gpuwire_buffer_view_subarray: sizes, subsizes and starts differ in length")
+        arr = [(c_int64 * max(n, 1))(*v) for v in (sizes, subsizes, starts)]
+        return Buffer(_out(_handle, lib.gpuwire_buffer_view_subarray, self.handle, n, arr[0], arr[1], arr[2], order),
+                      keep=self, stream=self.stream)
 
     def copy_from_host(self, array, stream=None):
         ptr, count, dtype, device, _, _ = _describe_array(array)

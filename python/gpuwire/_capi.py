@@ -93,6 +93,8 @@ __all__ = [
     "ANY_SOURCE",
     "ANY_TAG",
     "UNDEFINED",
+    "ORDER_C",
+    "ORDER_FORTRAN",
     "Config",
     "StatusT",
 ]
@@ -181,6 +183,8 @@ PROC_NULL = -1000
 ANY_SOURCE = -1001
 ANY_TAG = -1002
 UNDEFINED = -1
+ORDER_C = 0
+ORDER_FORTRAN = 1
 
 # ---- structs -----------------------------------------------------------------------------------
 
@@ -219,6 +223,9 @@ _PROTOTYPES = {
     "gpuwire_buffer_alloc": (_status, [c_int64, c_int32, c_int32, c_int32, POINTER(_handle)]),
     "gpuwire_buffer_wrap": (_status, [c_void_p, c_int64, c_int32, c_int32, POINTER(_handle)]),
     "gpuwire_buffer_view": (_status, [_handle, c_int64, c_int64, POINTER(_handle)]),
+    "gpuwire_buffer_view_strided": (_status, [_handle, c_int64, c_int64, c_int64, c_int64, POINTER(_handle)]),
+    "gpuwire_buffer_view_subarray": (_status, [_handle, c_int32, POINTER(c_int64), POINTER(c_int64), POINTER(c_int64), c_int32, POINTER(_handle)]),
+    "gpuwire_buffer_wrap_strided": (_status, [c_void_p, c_int32, POINTER(c_int64), POINTER(c_int64), c_int32, c_int32, POINTER(_handle)]),
     "gpuwire_buffer_free": (_status, [_handle]),
     "gpuwire_buffer_copy_from_host": (_status, [_handle, c_void_p, c_void_p]),
     "gpuwire_buffer_copy_to_host": (_status, [_handle, c_void_p, c_void_p]),

@@ -8,6 +8,12 @@
 //! MINLOC/MAXLOC only: the smaller/larger value, of equal values the lower index). The source is compiled for the device's compute
 //! capability the first time a device reduction runs on that device; without NVRTC the
 //! backends reduce on the host instead and `gpuwire_comm_describe` says so.
+//!
+//! The same source holds the pack kernels of strided and subarray views (`crate::view`):
+//! `gw_pack_<bytes>(E *packed, E *view, u64 n, u64 l1, u64 l2, u64 l3, u64 s0, u64 s1, u64 s2,
+//! u64 s3, u32 unpack)` for element sizes 1, 2, 4, 8, 16 copies the n elements of a view of up to
+//! four dimensions (lengths l0 = n / (l1 l2 l3), l1, l2, l3; strides s0..s3 in elements) to or
+//! from contiguous memory: one launch per view, one thread per element.
 
 use std::collections::HashMap;
 use std::ffi::{CString, c_void};
@@ -156,9 +162,45 @@ fn div_expr(d: Dtype) -> String {
     }
 }
 
+/// Element sizes of the pack kernels.
+const PACK_WIDTHS: [usize; 5] = [1, 2, 4, 8, 16];
+
+const PACK: &str = r#"
+struct w16 { u64 a, b; };
+template <typename E> __device__ __forceinline__ void gw_pack_t(E *packed, E *view, u64 n, u64 l1, u64 l2, u64 l3, u64 s0, u64 s1, u64 s2, u64 s3, u32 unpack) {
+  GRID_LOOP {
+    u64 t = i; u64 c3 = t % l3; t /= l3; u64 c2 = t % l2; t /= l2; u64 c1 = t % l1; u64 c0 = t / l1;
+    u64 off = c0 * s0 + c1 * s1 + c2 * s2 + c3 * s3;
+    if (unpack) view[off] = packed[i]; else packed[i] = view[off];
+  }
+}
+"#;
+
+fn pack_name(width: usize) -> String {
+    format!("gw_pack_{width}")
+}
+
+fn pack_type(width: usize) -> &'static str {
+    match width {
+        1 => "u8",
+        2 => "unsigned short",
+        4 => "u32",
+        8 => "u64",
+        _ => "w16",
+    }
+}
+
 /// The full CUDA C source of every kernel.
 pub fn source() -> String {
     let mut s = String::from(PRELUDE);
+    s += PACK;
+    for w in PACK_WIDTHS {
+        let e = pack_type(w);
+        s += &format!(
+            "extern \"C\" __global__ void {}({e} *p, {e} *v, u64 n, u64 l1, u64 l2, u64 l3, u64 s0, u64 s1, u64 s2, u64 s3, u32 u) {{ gw_pack_t(p, v, n, l1, l2, l3, s0, s1, s2, s3, u); }}\n",
+            pack_name(w)
+        );
+    }
     for d in Dtype::ALL {
         let t = c_type(d);
         for op in ReduceOp::ALL {
@@ -235,6 +277,9 @@ fn compile(device: i32) -> std::result::Result<Module, String> {
         if !d.is_pair() {
             names.push(div_name(d));
         }
+        if d == Dtype::GPUWIRE_UINT8 {
+            names.extend(PACK_WIDTHS.iter().map(|w| pack_name(*w)));
+        }
         for n in names {
             let cn = CString::new(n.clone()).expect("no NUL");
             // SAFETY: module is loaded; the name exists in the source.
@@ -296,9 +341,51 @@ pub fn divide(device: i32, dtype: Dtype, x: usize, n: usize, d: i64, stream: Str
     launch(device, &div_name(dtype), n, stream, &mut params)
 }
 
+/// Enqueues on `stream` one kernel that copies the elements of the device view `view` (a
+/// strided or subarray view, or contiguous) to contiguous device memory at `packed`, or back
+/// (`unpack`).
+pub fn pack(view: &crate::buffer::Buffer, packed: usize, unpack: bool, stream: Stream) -> Result<()> {
+    let n = view.count();
+    let dims: Vec<(usize, usize)> = match view.shape() {
+        Some(s) => s.dims.clone(),
+        None => vec![(n, 1)],
+    };
+    if dims.len() > 4 {
+        return Err(Error::Internal(format!("a view of {} dimensions", dims.len())));
+    }
+    let mut d4 = vec![(1usize, 0usize); 4 - dims.len()];
+    d4.extend(dims);
+    let (mut p, mut v, mut nn) = (packed as u64, view.ptr() as u64, n as u64);
+    let (mut l1, mut l2, mut l3) = (d4[1].0 as u64, d4[2].0 as u64, d4[3].0 as u64);
+    let (mut s0, mut s1, mut s2, mut s3) = (d4[0].1 as u64, d4[1].1 as u64, d4[2].1 as u64, d4[3].1 as u64);
+    let mut u = unpack as u32;
+    let mut params: [*mut c_void; 11] = [
+        (&mut p as *mut u64).cast(),
+        (&mut v as *mut u64).cast(),
+        (&mut nn as *mut u64).cast(),
+        (&mut l1 as *mut u64).cast(),
+        (&mut l2 as *mut u64).cast(),
+        (&mut l3 as *mut u64).cast(),
+        (&mut s0 as *mut u64).cast(),
+        (&mut s1 as *mut u64).cast(),
+        (&mut s2 as *mut u64).cast(),
+        (&mut s3 as *mut u64).cast(),
+        (&mut u as *mut u32).cast(),
+    ];
+    launch(view.device(), &pack_name(view.dtype().size()), n, stream, &mut params)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn source_has_the_pack_kernels() {
+        let s = source();
+        for w in PACK_WIDTHS {
+            assert!(s.contains(&format!("void {}(", pack_name(w))), "{w}");
+        }
+    }
 
     #[test]
     fn source_has_every_supported_kernel() {
@@ -319,6 +406,16 @@ mod tests {
 /// Compiles the kernel source to PTX for `arch` (e.g. "compute_90") without a GPU: NVRTC needs
 /// none. Used by the tests to check the source on machines without a GPU.
 pub fn compile_ptx_for(arch: &str) -> std::result::Result<usize, String> {
+    ptx_for(arch).map(|p| p.len())
+}
+
+/// The names of the pack kernels of strided and subarray views.
+pub fn pack_kernel_names() -> Vec<String> {
+    PACK_WIDTHS.iter().map(|w| pack_name(*w)).collect()
+}
+
+/// The PTX text of the kernel source for `arch`, compiled without a GPU.
+pub fn ptx_for(arch: &str) -> std::result::Result<String, String> {
     nvrtc_available()?;
     let src = CString::new(source()).expect("no NUL in kernel source");
     let prog = cudarc::nvrtc::result::create_program(&src, Some(c"gpuwire_kernels.cu")).map_err(|e| format!("{e:?}"))?;
@@ -329,7 +426,9 @@ pub fn compile_ptx_for(arch: &str) -> std::result::Result<usize, String> {
         .map(|l| String::from_utf8_lossy(&l.iter().map(|c| *c as u8).collect::<Vec<_>>()).into_owned())
         .unwrap_or_default();
     let out = match r {
-        Ok(()) => unsafe { cudarc::nvrtc::result::get_ptx(prog) }.map(|p| p.len()).map_err(|e| format!("{e:?}")),
+        Ok(()) => unsafe { cudarc::nvrtc::result::get_ptx(prog) }
+            .map(|p| String::from_utf8_lossy(&p.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect::<Vec<_>>()).into_owned())
+            .map_err(|e| format!("{e:?}")),
         Err(e) => Err(format!("{e:?}: {log}")),
     };
     unsafe { cudarc::nvrtc::result::destroy_program(prog).ok() };

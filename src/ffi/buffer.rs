@@ -3,13 +3,13 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use crate::buffer::{BUFFERS, Buffer};
+use crate::buffer::{BUFFERS, Buffer, Order};
 use crate::device::Stream;
-use crate::error::gpuwire_status;
+use crate::error::{Error, gpuwire_status};
 use crate::ffi::boundary::{self, call, non_null, write};
 use crate::ffi::gpuwire_buffer;
 use crate::runtime;
-use crate::types::{Dtype, Space};
+use crate::types::{Dtype, GPUWIRE_ORDER_C, GPUWIRE_ORDER_FORTRAN, Space};
 
 /// Allocates an owned buffer of `count` elements of `dtype` (a gpuwire_dtype) in `space` (a
 /// gpuwire_space other than AUTO), zero-filled. `device` is the CUDA device for DEVICE, PINNED
@@ -64,6 +64,118 @@ pub extern "C" fn gpuwire_buffer_view(buf: gpuwire_buffer, offset: i64, count: i
         let parent = boundary::buffer(buf)?;
         let v = Buffer::view(&parent, offset, count)?;
         write(out, BUFFERS.insert(Arc::new(v))?);
+        Ok(())
+    })
+}
+
+/// A strided view of `buf`, as MPI_Type_vector: `count` blocks of `blocklen` elements, block i
+/// starting at element `offset + i * stride` of `buf` (all in elements). Shares `buf`'s memory and
+/// keeps it alive, as gpuwire_buffer_view. The view's element count is `count * blocklen`; every
+/// operation takes it as any buffer, with counts in elements of the view, in order (block by
+/// block). Operations pack a view's elements into contiguous scratch memory of the same kind
+/// before the transfer and unpack the received ones after it: on device memory one GPU kernel
+/// per view on the operation's stream, on host memory a loop; the scratch is reused across calls.
+/// `stride` may be below `blocklen` (blocks overlap): such a view can be sent from, not received
+/// into (the operation returns GPUWIRE_ERROR_INVALID_ARGUMENT and sends nothing). A view whose
+/// elements turn out contiguous (stride == blocklen, or one block) is an ordinary view. `buf` must
+/// be contiguous (not itself a strided or subarray view). Device views need NVRTC (the reduction
+/// kernels' compiler) to be moved.
+///
+/// Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE,
+/// GPUWIRE_ERROR_INVALID_ARGUMENT (a negative offset, count, blocklen or stride; blocks past the
+/// end of `buf`; sizes that overflow; `buf` a strided or subarray view).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_buffer_view_strided(buf: gpuwire_buffer, offset: i64, count: i64, blocklen: i64, stride: i64, out: *mut gpuwire_buffer) -> gpuwire_status {
+    call("gpuwire_buffer_view_strided", || {
+        non_null(out, "out")?;
+        let parent = boundary::buffer(buf)?;
+        let v = Buffer::view_strided(&parent, offset, count, blocklen, stride)?;
+        write(out, BUFFERS.insert(Arc::new(v))?);
+        Ok(())
+    })
+}
+
+/// A subarray view of `buf`, as MPI_Type_create_subarray: `buf` holds an `ndim`-dimensional array
+/// (1 <= ndim <= 4) of `sizes[0..ndim]` elements from its first element, in `order`
+/// (GPUWIRE_ORDER_C: the last dimension varies fastest; GPUWIRE_ORDER_FORTRAN: the first); the
+/// view is the block of `subsizes` elements starting at index `starts` (0-based), its elements in
+/// the same order. Shares and keeps alive `buf`'s memory; operations take it as
+/// gpuwire_buffer_view_strided's views (packed and unpacked around the transfer). The element
+/// count is the product of `subsizes`. A subarray that is contiguous is an ordinary view.
+///
+/// Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`out`, or an array NULL),
+/// GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_INVALID_ARGUMENT (ndim outside 1..4, a size
+/// below 1, a negative subsize or start, start + subsize past the size, an array larger than
+/// `buf`, sizes that overflow, an unknown order, `buf` a strided or subarray view).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_buffer_view_subarray(
+    buf: gpuwire_buffer,
+    ndim: i32,
+    sizes: *const i64,
+    subsizes: *const i64,
+    starts: *const i64,
+    order: i32,
+    out: *mut gpuwire_buffer,
+) -> gpuwire_status {
+    call("gpuwire_buffer_view_subarray", || {
+        non_null(out, "out")?;
+        non_null(sizes, "sizes")?;
+        non_null(subsizes, "subsizes")?;
+        non_null(starts, "starts")?;
+        let parent = boundary::buffer(buf)?;
+        if !(1..=4).contains(&ndim) {
+            return Err(Error::InvalidArgument(format!("gpuwire_buffer_view_subarray: ndim {ndim}: expected 1 to 4")));
+        }
+        let order = match order {
+            GPUWIRE_ORDER_C => Order::C,
+            GPUWIRE_ORDER_FORTRAN => Order::Fortran,
+            o => return Err(Error::InvalidArgument(format!("gpuwire_buffer_view_subarray: order {o}: expected GPUWIRE_ORDER_C (0) or GPUWIRE_ORDER_FORTRAN (1)"))),
+        };
+        let n = ndim as usize;
+        // SAFETY: the caller passes ndim elements in each array (checked non-NULL).
+        let (sz, sub, st) = unsafe { (std::slice::from_raw_parts(sizes, n), std::slice::from_raw_parts(subsizes, n), std::slice::from_raw_parts(starts, n)) };
+        let v = Buffer::view_subarray(&parent, sz, sub, st, order)?;
+        write(out, BUFFERS.insert(Arc::new(v))?);
+        Ok(())
+    })
+}
+
+/// Wraps the caller's non-contiguous elements without copying, as gpuwire_buffer_wrap (borrowed,
+/// never freed, `space` as there): element (i_0, ..., i_{ndim-1}), 0 <= i_k < `lens[k]`, lies
+/// `i_0 * strides[0] + ... + i_{ndim-1} * strides[ndim-1]` elements after `ptr` (strides in
+/// elements, >= 0); the buffer's elements are in that order with i_0 varying fastest (Fortran's
+/// array element order: an array section `A(2, :)` is lens {n}, strides {leading dimension}; a
+/// NumPy array gives its shape and strides / itemsize reversed). Operations take it as a
+/// gpuwire_buffer_view_strided view (packed and unpacked around the transfer; a layout whose
+/// elements may coincide, as a stride 0, can be sent from but not received into). 1 <= ndim <=
+/// 15; dimensions that are contiguous together are merged, and at most 4 may remain.
+///
+/// Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`out`, `lens` or `strides`, `ptr`
+/// NULL with elements), GPUWIRE_ERROR_INVALID_ARGUMENT (ndim outside 1..15, a negative length or
+/// stride, sizes that overflow, more than 4 dimensions left, a misaligned pointer, a space that
+/// contradicts CUDA), GPUWIRE_ERROR_UNSUPPORTED_DTYPE, GPUWIRE_ERROR_NOT_INITIALIZED.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_buffer_wrap_strided(
+    ptr: *mut c_void,
+    ndim: i32,
+    lens: *const i64,
+    strides: *const i64,
+    dtype: i32,
+    space: i32,
+    out: *mut gpuwire_buffer,
+) -> gpuwire_status {
+    call("gpuwire_buffer_wrap_strided", || {
+        non_null(out, "out")?;
+        non_null(lens, "lens")?;
+        non_null(strides, "strides")?;
+        runtime::ensure_ready()?;
+        if !(1..=15).contains(&ndim) {
+            return Err(Error::InvalidArgument(format!("gpuwire_buffer_wrap_strided: ndim {ndim}: expected 1 to 15")));
+        }
+        // SAFETY: the caller passes ndim elements in each array (checked non-NULL).
+        let (l, s) = unsafe { (std::slice::from_raw_parts(lens, ndim as usize), std::slice::from_raw_parts(strides, ndim as usize)) };
+        let b = Buffer::wrap_strided(ptr as usize, l, s, Dtype::from_c(dtype)?, Space::from_c(space)?)?;
+        write(out, BUFFERS.insert(Arc::new(b))?);
         Ok(())
     })
 }

@@ -21,9 +21,18 @@
  *   a wildcard receive in a group, bad sources and tags; abort (gpuwire_comm_abort): another
  *   thread's wait on the communicator returns COMM_BROKEN at once, later calls fail at once, a
  *   peer's wait returns at its timeout.
+ * - Strided and subarray views (issue 15): a strided send into a C-order subarray receive
+ *   (sendrecv, isend/irecv, a group), a Fortran-order subarray bcast, allreduce of a column into
+ *   another column of the same matrix and in place, allgather from and into strided views, the
+ *   iallreduce of views; every value against a host computation, the elements outside a view
+ *   untouched. Bad views: past the buffer, negative stride or count, overflow, bad subarrays
+ *   (INVALID_ARGUMENT at the view); overlapping blocks as a receive and views sharing memory
+ *   (INVALID_ARGUMENT at the operation, nothing sent: the next exchange gets its own data). A
+ *   periodic 3-D halo exchange of every axis's faces in the program's memory, one group of
+ *   subarray views.
  *
  * Ring: rank r sends to r+1 and receives from r-1 (mod P; oneself on 1 rank).
- * Usage: mpirun -n P test_p2p [ranks|sizes|mistyped|checking|pending|status]   Prints "test_p2p: PASS (...)" from rank 0.
+ * Usage: mpirun -n P test_p2p [ranks|sizes|mistyped|checking|pending|status|views]   Prints "test_p2p: PASS (...)" from rank 0.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -768,6 +777,318 @@ static void test_status(gpuwire_comm comm)
     test_abort();
 }
 
+/* ---- issue 15: strided and subarray views ----------------------------------------------- */
+
+static gpuwire_buffer vstrided(gpuwire_buffer b, int64_t off, int64_t n, int64_t bl, int64_t st)
+{
+    gpuwire_buffer v = GPUWIRE_BUFFER_NULL;
+    EXPECT_OK(gpuwire_buffer_view_strided(b, off, n, bl, st, &v));
+    return v;
+}
+
+static gpuwire_buffer vsub(gpuwire_buffer b, int nd, const int64_t *sz, const int64_t *sub, const int64_t *st, int32_t order)
+{
+    gpuwire_buffer v = GPUWIRE_BUFFER_NULL;
+    EXPECT_OK(gpuwire_buffer_view_subarray(b, nd, sz, sub, st, order, &v));
+    return v;
+}
+
+/* The value rank r puts at element k of its 6 x 5 matrix. */
+static int32_t mval(int r, int k) { return 1000 * r + k; }
+
+/* A strided send (3 blocks of 2 at 1, 6, 11: M[0..3][1..3]) into a 4 x 6 C-order subarray
+ * receive (rows 1..3, columns 2..5), in mode 0 sendrecv, 1 isend/irecv, 2 a group. */
+static void views_p2p(gpuwire_comm comm, int mode)
+{
+    gpuwire_buffer m = balloc(30, GPUWIRE_INT32), r = balloc(24, GPUWIRE_INT32);
+    int32_t *mp = bptr(m), *rp = bptr(r);
+    for (int k = 0; k < 30; k++)
+        mp[k] = mval(rank, k);
+    for (int k = 0; k < 24; k++)
+        rp[k] = -1;
+    gpuwire_buffer sv = vstrided(m, 1, 3, 2, 5);
+    int64_t sz[2] = {4, 6}, sub[2] = {2, 3}, st[2] = {1, 2};
+    gpuwire_buffer rv = vsub(r, 2, sz, sub, st, GPUWIRE_ORDER_C);
+    int64_t n = 0;
+    EXPECT_OK(gpuwire_buffer_count(rv, &n));
+    EXPECT(n == 6);
+    if (mode == 0) {
+        EXPECT_OK(gpuwire_sendrecv(comm, sv, next, 15, rv, prev, 15, NULL));
+    } else if (mode == 1) {
+        gpuwire_request q[2] = {GPUWIRE_REQUEST_NULL, GPUWIRE_REQUEST_NULL};
+        EXPECT_OK(gpuwire_irecv(comm, rv, prev, 15, NULL, &q[0]));
+        EXPECT_OK(gpuwire_isend(comm, sv, next, 15, NULL, &q[1]));
+        EXPECT_OK(gpuwire_waitall(2, q));
+    } else {
+        EXPECT_OK(gpuwire_group_start());
+        EXPECT_OK(gpuwire_send(comm, sv, next, 15, NULL));
+        EXPECT_OK(gpuwire_recv(comm, rv, prev, 15, NULL));
+        EXPECT_OK(gpuwire_group_end());
+    }
+    /* Element (a, b) of the received block is the sender's (a, b) of M[0..3][1..3]. */
+    int bad = 0;
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 6; j++) {
+            int in = i >= 1 && i < 3 && j >= 2 && j < 5;
+            int k = (i - 1) * 3 + (j - 2); /* index in the view */
+            int32_t want = in ? mval(prev, (k / 2) * 5 + 1 + k % 2) : -1;
+            bad += rp[i * 6 + j] != want;
+        }
+    EXPECT(bad == 0);
+    if (bad)
+        fprintf(stderr, "views_p2p mode %d: %d wrong elements\n", mode, bad);
+    gpuwire_buffer_free(sv);
+    gpuwire_buffer_free(rv);
+    gpuwire_buffer_free(m);
+    gpuwire_buffer_free(r);
+}
+
+/* A periodic 3-D halo exchange of the faces of every axis of a grid in the program's own memory,
+ * as one group of subarray views: ranks split the z axis (periodic across ranks: neighbours
+ * prev and next), x and y are periodic on each rank (a rank is its own neighbour). Local grid
+ * [Z+2][Y+2][X+2] (C order), halo 1; interior cell (z, y, x) of rank r holds
+ * 10000 (r Z + z) + 100 y + x. Every ghost face cell must hold its periodic neighbour's value;
+ * edges and corners stay untouched (-1). */
+static void views_halo3d(gpuwire_comm comm)
+{
+    enum { Z = 2, Y = 3, X = 4 };
+    const int64_t n[3] = {Z, Y, X}, sz[3] = {Z + 2, Y + 2, X + 2};
+    static double g[(Z + 2) * (Y + 2) * (X + 2)];
+    const int gz0 = rank * Z, nz = size * Z;
+    for (int k = 0; k < (Z + 2) * (Y + 2) * (X + 2); k++)
+        g[k] = -1.0;
+    for (int z = 0; z < Z; z++)
+        for (int y = 0; y < Y; y++)
+            for (int x = 0; x < X; x++)
+                g[((z + 1) * (Y + 2) + y + 1) * (X + 2) + x + 1] = 10000.0 * (gz0 + z) + 100.0 * y + x;
+    gpuwire_buffer whole = GPUWIRE_BUFFER_NULL;
+    EXPECT_OK(gpuwire_buffer_wrap(g, (Z + 2) * (Y + 2) * (X + 2), GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, &whole));
+    gpuwire_buffer v[12];
+    int nv = 0;
+    EXPECT_OK(gpuwire_group_start());
+    for (int a = 0; a < 3; a++)
+        for (int up = 0; up < 2; up++) {
+            /* Send the interior face on the `up` side of axis a to that neighbour, whose ghost
+             * face on the other side receives it; receive this side's ghost face likewise. */
+            int64_t sub[3], send_at[3], recv_at[3];
+            for (int b = 0; b < 3; b++) {
+                sub[b] = b == a ? 1 : n[b];
+                send_at[b] = recv_at[b] = 1;
+            }
+            send_at[a] = up ? n[a] : 1;
+            recv_at[a] = up ? 0 : n[a] + 1;
+            int to = a == 0 ? (up ? next : prev) : rank, from = a == 0 ? (up ? prev : next) : rank;
+            EXPECT_OK(gpuwire_buffer_view_subarray(whole, 3, sz, sub, send_at, GPUWIRE_ORDER_C, &v[nv]));
+            EXPECT_OK(gpuwire_buffer_view_subarray(whole, 3, sz, sub, recv_at, GPUWIRE_ORDER_C, &v[nv + 1]));
+            EXPECT_OK(gpuwire_send(comm, v[nv], to, 20 + 2 * a + up, NULL));
+            EXPECT_OK(gpuwire_recv(comm, v[nv + 1], from, 20 + 2 * a + up, NULL));
+            nv += 2;
+        }
+    EXPECT_OK(gpuwire_group_end());
+    int bad = 0;
+    for (int z = 0; z < Z + 2; z++)
+        for (int y = 0; y < Y + 2; y++)
+            for (int x = 0; x < X + 2; x++) {
+                int c[3] = {z, y, x}, ghost = -1, ghosts = 0;
+                for (int a = 0; a < 3; a++)
+                    if (c[a] == 0 || c[a] == n[a] + 1) {
+                        ghost = a;
+                        ghosts++;
+                    }
+                double want = -1.0;
+                if (ghosts <= 1) {
+                    int i[3] = {z - 1, y - 1, x - 1};
+                    if (ghosts == 1)
+                        i[ghost] = c[ghost] == 0 ? (int)n[ghost] - 1 : 0; /* periodic neighbour */
+                    int gz = ghost == 0 ? (c[0] == 0 ? (gz0 - 1 + nz) % nz : (gz0 + Z) % nz) : gz0 + i[0];
+                    want = 10000.0 * gz + 100.0 * i[1] + i[2];
+                }
+                bad += g[(z * (Y + 2) + y) * (X + 2) + x] != want;
+            }
+    EXPECT(bad == 0);
+    if (bad)
+        fprintf(stderr, "views_halo3d: %d wrong cells\n", bad);
+    for (int k = 0; k < nv; k++)
+        gpuwire_buffer_free(v[k]);
+    gpuwire_buffer_free(whole);
+}
+
+static void test_views(gpuwire_comm comm)
+{
+    for (int mode = 0; mode < 3; mode++)
+        views_p2p(comm, mode);
+    views_halo3d(comm);
+
+    /* bcast of a Fortran-order subarray: a 4 x 6 array (i fastest), i in 1..4, j in 3..5. */
+    {
+        int root = size - 1;
+        gpuwire_buffer a = balloc(24, GPUWIRE_FLOAT64);
+        double *ap = bptr(a);
+        for (int k = 0; k < 24; k++)
+            ap[k] = rank == root ? 0.5 * k : -1.0;
+        int64_t sz[2] = {4, 6}, sub[2] = {3, 2}, st[2] = {1, 3};
+        gpuwire_buffer v = vsub(a, 2, sz, sub, st, GPUWIRE_ORDER_FORTRAN);
+        EXPECT_OK(gpuwire_bcast(comm, v, root, NULL));
+        int bad = 0;
+        for (int j = 0; j < 6; j++)
+            for (int i = 0; i < 4; i++) {
+                int in = i >= 1 && j >= 3 && j < 5;
+                double want = rank == root || in ? 0.5 * (i + 4 * j) : -1.0;
+                bad += ap[i + 4 * j] != want;
+            }
+        EXPECT(bad == 0);
+        /* copy_to_host of the view: its elements in order. */
+        double h[6];
+        EXPECT_OK(gpuwire_buffer_copy_to_host(v, h, NULL));
+        EXPECT(h[0] == 0.5 * 13 && h[1] == 0.5 * 14 && h[2] == 0.5 * 15 && h[3] == 0.5 * 17 && h[5] == 0.5 * 19);
+        gpuwire_buffer_free(v);
+        gpuwire_buffer_free(a);
+    }
+
+    /* allreduce: column 1 of each rank's 6 x 5 matrix into column 3 of the same matrix (the views
+     * interleave without sharing an element), then column 0 in place; then iallreduce. */
+    {
+        gpuwire_buffer m = balloc(30, GPUWIRE_INT32);
+        int32_t *mp = bptr(m);
+        for (int k = 0; k < 30; k++)
+            mp[k] = mval(rank, k);
+        gpuwire_buffer c1 = vstrided(m, 1, 6, 1, 5), c3 = vstrided(m, 3, 6, 1, 5), c0 = vstrided(m, 0, 6, 1, 5);
+        EXPECT_OK(gpuwire_allreduce(comm, c1, c3, GPUWIRE_SUM, NULL));
+        EXPECT_OK(gpuwire_allreduce(comm, c0, c0, GPUWIRE_SUM, NULL));
+        gpuwire_request q = GPUWIRE_REQUEST_NULL;
+        EXPECT_OK(gpuwire_iallreduce(comm, c0, c1, GPUWIRE_MAX, NULL, &q));
+        EXPECT_OK(gpuwire_wait(&q));
+        int bad = 0;
+        int32_t sum_r = 1000 * (size * (size - 1) / 2);
+        for (int i = 0; i < 6; i++)
+            for (int j = 0; j < 5; j++) {
+                int32_t want = mval(rank, i * 5 + j);
+                if (j == 3)
+                    want = sum_r + size * (i * 5 + 1);
+                if (j == 0 || j == 1)
+                    want = sum_r + size * (i * 5); /* the in-place sum, then its maximum */
+                bad += mp[i * 5 + j] != want;
+            }
+        EXPECT(bad == 0);
+        gpuwire_buffer_free(c0);
+        gpuwire_buffer_free(c1);
+        gpuwire_buffer_free(c3);
+        gpuwire_buffer_free(m);
+    }
+
+    /* allgather: elements 0 and 3 of each rank's array (stride 3) into every other element of a
+     * 4 x size array. */
+    {
+        gpuwire_buffer s = balloc(6, GPUWIRE_INT64), r = balloc(4 * size, GPUWIRE_INT64);
+        int64_t *sp = bptr(s), *rp = bptr(r);
+        for (int k = 0; k < 6; k++)
+            sp[k] = 100 * rank + k;
+        for (int k = 0; k < 4 * size; k++)
+            rp[k] = -7;
+        gpuwire_buffer sv = vstrided(s, 0, 2, 1, 3), rv = vstrided(r, 1, 2 * size, 1, 2);
+        EXPECT_OK(gpuwire_allgather(comm, sv, rv, NULL));
+        int bad = 0;
+        for (int k = 0; k < 4 * size; k++) {
+            int e = k / 2, who = e / 2;
+            int64_t want = k % 2 ? 100 * who + 3 * (e % 2) : -7;
+            bad += rp[k] != want;
+        }
+        EXPECT(bad == 0);
+        gpuwire_buffer_free(sv);
+        gpuwire_buffer_free(rv);
+        gpuwire_buffer_free(s);
+        gpuwire_buffer_free(r);
+    }
+
+    /* Bad views, refused where they are made. */
+    {
+        gpuwire_buffer b = balloc(30, GPUWIRE_INT32), v = GPUWIRE_BUFFER_NULL;
+        EXPECT_UNTOUCHED_H(gpuwire_buffer_view_strided(b, 1, 6, 1, 6, &v), GPUWIRE_ERROR_INVALID_ARGUMENT, v, 77);
+        EXPECT_LAST_ERROR_HAS("the buffer holds 30 elements");
+        EXPECT_UNTOUCHED_H(gpuwire_buffer_view_strided(b, 25, 2, 1, -5, &v), GPUWIRE_ERROR_INVALID_ARGUMENT, v, 77);
+        EXPECT_LAST_ERROR_HAS("negative strides are not supported");
+        EXPECT_UNTOUCHED_H(gpuwire_buffer_view_strided(b, 0, -1, 1, 1, &v), GPUWIRE_ERROR_INVALID_ARGUMENT, v, 77);
+        EXPECT_UNTOUCHED_H(gpuwire_buffer_view_strided(b, 0, INT64_MAX / 2, 4, 1, &v), GPUWIRE_ERROR_INVALID_ARGUMENT, v, 77);
+        EXPECT_UNTOUCHED_H(gpuwire_buffer_view_strided(b, 0, 2, 1, INT64_MAX, &v), GPUWIRE_ERROR_INVALID_ARGUMENT, v, 77);
+        int64_t sz[5] = {6, 5, 1, 1, 1}, sub[5] = {2, 2, 1, 1, 1}, st[5] = {5, 0, 0, 0, 0};
+        EXPECT_UNTOUCHED_H(gpuwire_buffer_view_subarray(b, 2, sz, sub, st, GPUWIRE_ORDER_C, &v), GPUWIRE_ERROR_INVALID_ARGUMENT, v, 77);
+        EXPECT_LAST_ERROR_HAS("start + subsize <= size");
+        st[0] = 0;
+        EXPECT_UNTOUCHED_H(gpuwire_buffer_view_subarray(b, 5, sz, sub, st, GPUWIRE_ORDER_C, &v), GPUWIRE_ERROR_INVALID_ARGUMENT, v, 77);
+        EXPECT_UNTOUCHED_H(gpuwire_buffer_view_subarray(b, 2, sz, sub, st, 7, &v), GPUWIRE_ERROR_INVALID_ARGUMENT, v, 77);
+        int64_t big[2] = {7, 5};
+        EXPECT_UNTOUCHED_H(gpuwire_buffer_view_subarray(b, 2, big, sub, st, GPUWIRE_ORDER_C, &v), GPUWIRE_ERROR_INVALID_ARGUMENT, v, 77);
+        EXPECT_LAST_ERROR_HAS("holds 35 elements but the buffer holds 30");
+        int64_t huge[2] = {INT64_MAX / 2, 4};
+        EXPECT_UNTOUCHED_H(gpuwire_buffer_view_subarray(b, 2, huge, sub, st, GPUWIRE_ORDER_C, &v), GPUWIRE_ERROR_INVALID_ARGUMENT, v, 77);
+        EXPECT_UNTOUCHED_H(gpuwire_buffer_view_subarray(b, 2, NULL, sub, st, GPUWIRE_ORDER_C, &v), GPUWIRE_ERROR_NULL_ARGUMENT, v, 77);
+        gpuwire_buffer col = vstrided(b, 0, 6, 1, 5);
+        EXPECT_UNTOUCHED_H(gpuwire_buffer_view(col, 0, 2, &v), GPUWIRE_ERROR_INVALID_ARGUMENT, v, 77);
+        EXPECT_UNTOUCHED_H(gpuwire_buffer_view_strided(col, 0, 2, 1, 2, &v), GPUWIRE_ERROR_INVALID_ARGUMENT, v, 77);
+        /* A strided view that is contiguous (stride == blocklen) is an ordinary one: its views work. */
+        gpuwire_buffer flat = vstrided(b, 5, 3, 4, 4);
+        gpuwire_buffer sub2 = bview(flat, 1, 2);
+        gpuwire_buffer_free(sub2);
+        gpuwire_buffer_free(flat);
+        /* The program's own elements at strides, first index fastest: M[1..3][2..4] of the 6 x 5
+         * int32 matrix at b, then a negative stride refused. */
+        int32_t *bp = bptr(b), got[6];
+        for (int k = 0; k < 30; k++)
+            bp[k] = 3 * k;
+        int64_t lens[2] = {3, 2}, strides[2] = {1, 5};
+        gpuwire_buffer w = GPUWIRE_BUFFER_NULL;
+        EXPECT_OK(gpuwire_buffer_wrap_strided(bp + 7, 2, lens, strides, GPUWIRE_INT32, GPUWIRE_SPACE_HOST, &w));
+        EXPECT_OK(gpuwire_buffer_copy_to_host(w, got, NULL));
+        EXPECT(got[0] == 21 && got[1] == 24 && got[2] == 27 && got[3] == 36 && got[4] == 39 && got[5] == 42);
+        strides[1] = -5;
+        EXPECT_UNTOUCHED_H(gpuwire_buffer_wrap_strided(bp + 7, 2, lens, strides, GPUWIRE_INT32, GPUWIRE_SPACE_HOST, &v), GPUWIRE_ERROR_INVALID_ARGUMENT, v, 77);
+        EXPECT_LAST_ERROR_HAS("negative");
+        gpuwire_buffer_free(w);
+        gpuwire_buffer_free(col);
+        gpuwire_buffer_free(b);
+    }
+
+    /* Bad views, refused at the operation with nothing sent. */
+    {
+        gpuwire_buffer s = balloc(6, GPUWIRE_INT32), r = balloc(12, GPUWIRE_INT32);
+        int32_t *sp = bptr(s), *rp = bptr(r);
+        for (int k = 0; k < 6; k++)
+            sp[k] = 10 * rank + k;
+        for (int k = 0; k < 12; k++)
+            rp[k] = -1;
+        /* 3 blocks of 2, 1 apart: elements 0 1 1 2 2 3; fine to send, not to receive into. */
+        gpuwire_buffer over_s = vstrided(s, 0, 3, 2, 1), over_r = vstrided(r, 0, 3, 2, 1);
+        gpuwire_buffer r6 = bview(r, 0, 6);
+        EXPECT_STATUS(gpuwire_sendrecv(comm, over_s, next, 16, over_r, prev, 16, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+        EXPECT_LAST_ERROR_HAS("blocks overlap");
+        gpuwire_request q = GPUWIRE_REQUEST_NULL;
+        EXPECT_STATUS(gpuwire_irecv(comm, over_r, prev, 16, NULL, &q), GPUWIRE_ERROR_INVALID_ARGUMENT);
+        EXPECT(all_bytes(rp, 12 * sizeof(int32_t), 0xff));
+        /* Nothing was sent: this exchange receives this call's data, not a stale message. */
+        sp[0] = 10 * rank + 9;
+        EXPECT_OK(gpuwire_sendrecv(comm, over_s, next, 16, r6, prev, 16, NULL));
+        EXPECT(rp[0] == 10 * prev + 9 && rp[1] == 10 * prev + 1 && rp[2] == 10 * prev + 1 && rp[3] == 10 * prev + 2 &&
+               rp[4] == 10 * prev + 2 && rp[5] == 10 * prev + 3 && rp[6] == -1);
+        /* Views sharing memory: columns 0..1 and 1..2 of a 3 x 4 matrix (every rank refuses). */
+        gpuwire_buffer a = vstrided(r, 0, 3, 2, 4), b2 = vstrided(r, 1, 3, 2, 4);
+        for (int k = 0; k < 12; k++)
+            rp[k] = 5;
+        EXPECT_STATUS(gpuwire_allreduce(comm, a, b2, GPUWIRE_SUM, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+        EXPECT_LAST_ERROR_HAS("share memory");
+        int bad = 0;
+        for (int k = 0; k < 12; k++)
+            bad += rp[k] != 5;
+        EXPECT(bad == 0);
+        gpuwire_buffer_free(a);
+        gpuwire_buffer_free(b2);
+        gpuwire_buffer_free(r6);
+        gpuwire_buffer_free(over_s);
+        gpuwire_buffer_free(over_r);
+        gpuwire_buffer_free(s);
+        gpuwire_buffer_free(r);
+    }
+}
+
 int main(int argc, char **argv)
 {
     int provided = 0;
@@ -795,6 +1116,8 @@ int main(int argc, char **argv)
         test_pending_across_collective(comm);
     if (!*only || !strcmp(only, "status"))
         test_status(comm);
+    if (!*only || !strcmp(only, "views"))
+        test_views(comm);
 
     EXPECT_OK(gpuwire_comm_free(comm));
     EXPECT_OK(gpuwire_finalize());

@@ -240,6 +240,39 @@ static void test_operations(const gw::comm &world)
     world.bcast(gw::span<float>(b), size - 1);
     EXPECT(b[4] == 7.5f);
 
+    // Strided and subarray views (issue 15): column 1 of a 4 x 5 row-major matrix broadcast from
+    // the last rank, the 2 x 2 block at (1, 2) summed into column 4, a wrap_strided send.
+    {
+        std::vector<int32_t> mat(20);
+        for (int32_t k = 0; k < 20; k++)
+            mat[k] = 100 * rank + k;
+        gw::buffer whole = gw::buffer::wrap(mat);
+        world.bcast(whole.view_strided(1, 4, 1, 5), size - 1);
+        gw::buffer blk = whole.view_subarray({4, 5}, {2, 2}, {1, 2});
+        world.allreduce(blk, whole.view_strided(4, 4, 1, 5), GPUWIRE_SUM);
+        int bad = 0;
+        for (int32_t i = 0; i < 4; i++)
+            for (int32_t j = 0; j < 5; j++) {
+                int32_t want = 100 * rank + 5 * i + j;
+                if (j == 1)
+                    want = 100 * (size - 1) + 5 * i + 1;
+                if (j == 4) { // the block's elements (1,2) (1,3) (2,2) (2,3), summed over ranks
+                    const int32_t at[4] = {7, 8, 12, 13};
+                    want = 100 * size * (size - 1) / 2 + size * at[i];
+                }
+                bad += mat[5 * i + j] != want;
+            }
+        EXPECT(bad == 0);
+        std::vector<int32_t> got(4, -1);
+        gw::buffer rows = gw::buffer::wrap_strided(mat.data(), {2, 2}, {1, 10}, GPUWIRE_INT32);
+        rows.copy_to_host(gw::span<int32_t>(got));
+        EXPECT(got[0] == mat[0] && got[1] == mat[1] && got[2] == mat[10] && got[3] == mat[11]);
+        EXPECT_THROW(whole.view_strided(0, 5, 1, 5), GPUWIRE_ERROR_INVALID_ARGUMENT,
+                     "gpuwire_buffer_view_strided");
+        EXPECT_THROW(whole.view_subarray({4, 5}, {2}, {0, 0}), GPUWIRE_ERROR_INVALID_ARGUMENT,
+                     "differ in length");
+    }
+
     // reduce to rank 0 (others pass a NULL buffer as the receive buffer).
     gw::buffer rsend = gw::buffer::wrap(x);
     std::vector<double> total(4, -1.0);

@@ -4,7 +4,8 @@
 ! Every generic of module gpuwire is called (scripts/check-bindings.py checks that each C
 ! function is called from a Fortran test or example); arrays of every supported type and of
 ! ranks 1 to 4 are wrapped; blocking copies to and from non-contiguous sections are checked
-! element by element; errors come back through ierror with gpuwire_last_error's message; every
+! element by element; non-contiguous sections (a(2,:), c(:,j,:)) wrapped as strided buffers move
+! exact values (bcast, allreduce, sendrecv); strided and subarray views; errors come back through ierror with gpuwire_last_error's message; every
 ! gpuwire_darray generic is called with its result checked; test_kinds.inc (generated) runs every
 ! per-type specific (scalars, arrays of rank 1 to 15, allreduce and bcast on Fortran variables).
 ! Prints "test_fortran: PASS" on rank 0 when every rank passed.
@@ -45,6 +46,7 @@ program test_fortran
   call test_lifecycle()
   call test_wrap_every_type_and_rank()
   call test_copies_and_sections()
+  call test_sections_as_buffers()
   call test_buffer_queries()
   call test_communicators()
   call test_point_to_point()
@@ -279,6 +281,87 @@ contains
   end subroutine test_copies_and_sections
 
   ! Owned buffers: alloc with default-integer and int64 counts, views, queries.
+  ! Non-contiguous sections as buffers (issue 15): a row and a plane of a 3-D array wrapped where
+  ! they are (strided buffers), moved by bcast, allreduce and sendrecv with exact values, the
+  ! elements around them untouched; strided and subarray views of a buffer; a reversed section
+  ! refused.
+  subroutine test_sections_as_buffers()
+    real(real64), target :: a(4, 5), got(6)
+    integer(int32), target :: c(3, 4, 2), d(3, 4, 2)
+    type(gpuwire_buffer) :: b, b2, v
+    integer(int64) :: n
+    integer :: i, j, k, root, left, right
+    root = nranks - 1
+    do j = 1, 5
+      do i = 1, 4
+        a(i, j) = 100 * rank + 10 * i + j + 0.25_real64
+      end do
+    end do
+    ! bcast of the row a(2, :) (stride 4): the root's row exactly, the other rows this rank's.
+    call gpuwire_buffer_wrap(a(2, :), b, ierror=ierr)
+    call expect_ok(ierr, 'wrap of the section a(2,:)')
+    call gpuwire_buffer_count(b, n)
+    call expect(n == 5, 'the row buffer holds 5 elements')
+    call gpuwire_bcast(world, b, root, ierror=ierr)
+    call expect_ok(ierr, 'bcast of a(2,:)')
+    call expect(all(a(2, :) == [(100 * root + 20 + j + 0.25_real64, j = 1, 5)]), 'a(2,:) is the root''s row')
+    call expect(all(a(1, :) == [(100 * rank + 10 + j + 0.25_real64, j = 1, 5)]) .and. &
+      all(a(3, :) == [(100 * rank + 30 + j + 0.25_real64, j = 1, 5)]), 'the other rows untouched')
+    call gpuwire_buffer_free(b)
+    ! allreduce of the plane c(:, 2, :) into d(:, 3, :); sendrecv of c(:, 4, :) into d(:, 1, :).
+    do k = 1, 2
+      do j = 1, 4
+        do i = 1, 3
+          c(i, j, k) = 1000 * rank + 100 * i + 10 * j + k
+        end do
+      end do
+    end do
+    d = -1
+    call gpuwire_buffer_wrap(c(:, 2, :), b)
+    call gpuwire_buffer_wrap(d(:, 3, :), b2)
+    call gpuwire_allreduce(world, b, b2, GPUWIRE_SUM, ierror=ierr)
+    call expect_ok(ierr, 'allreduce of c(:,2,:) into d(:,3,:)')
+    call expect(all(d(:, 3, :) == reshape([((1000 * (nranks * (nranks - 1) / 2) + nranks * (100 * i + 20 + k), &
+      i = 1, 3), k = 1, 2)], [3, 2])), 'd(:,3,:) is the sum of every rank''s c(:,2,:)')
+    call gpuwire_buffer_free(b)
+    call gpuwire_buffer_free(b2)
+    right = mod(rank + 1, nranks)
+    left = mod(rank + nranks - 1, nranks)
+    call gpuwire_buffer_wrap(c(:, 4, :), b)
+    call gpuwire_buffer_wrap(d(:, 1, :), b2)
+    call gpuwire_sendrecv(world, b, right, 3, b2, left, 3, ierror=ierr)
+    call expect_ok(ierr, 'sendrecv of c(:,4,:) into d(:,1,:)')
+    call expect(all(d(:, 1, :) == reshape([((1000 * left + 100 * i + 40 + k, i = 1, 3), k = 1, 2)], [3, 2])), &
+      'd(:,1,:) is the left neighbour''s c(:,4,:)')
+    call expect(all(d(:, 2, :) == -1) .and. all(d(:, 4, :) == -1), 'd''s other planes untouched')
+    call gpuwire_buffer_free(b)
+    call gpuwire_buffer_free(b2)
+    ! Views of a buffer over the whole of a: a strided row, a subarray, a strided wrap.
+    call gpuwire_buffer_wrap(a, b)
+    call gpuwire_buffer_view_strided(b, 2, 5, 1, 4, v) ! the row a(3, :)
+    call gpuwire_buffer_copy_to_host(v, got(1:5))
+    call expect(all(got(1:5) == a(3, :)), 'view_strided: the row a(3,:)')
+    call gpuwire_buffer_free(v)
+    call gpuwire_buffer_view_subarray(b, [4, 5], [2, 3], [1, 1], v) ! a(2:3, 2:4)
+    call gpuwire_buffer_copy_to_host(v, got)
+    call expect(all(got == [a(2:3, 2), a(2:3, 3), a(2:3, 4)]), 'view_subarray: a(2:3,2:4) in order')
+    call gpuwire_buffer_free(v)
+    call gpuwire_buffer_view_subarray(b, [4_int64, 5_int64], [3_int64, 2_int64], [0_int64, 0_int64], v, &
+      order=GPUWIRE_ORDER_C) ! rows of 5: elements 0 1 5 6 10 11
+    call gpuwire_buffer_copy_to_host(v, got)
+    call expect(all(got == [a(1, 1), a(2, 1), a(2, 2), a(3, 2), a(3, 3), a(4, 3)]), 'view_subarray in C order')
+    call gpuwire_buffer_free(v)
+    call gpuwire_buffer_free(b)
+    call gpuwire_buffer_wrap_strided(c_loc(a(2, 2)), [2_int64, 3_int64], [1_int64, 4_int64], &
+      GPUWIRE_FLOAT64, b)
+    call gpuwire_buffer_copy_to_host(b, got)
+    call expect(all(got == [a(2:3, 2), a(2:3, 3), a(2:3, 4)]), 'wrap_strided: a(2:3,2:4)')
+    call gpuwire_buffer_free(b)
+    ! A reversed section (negative stride) is refused with a clear error.
+    call gpuwire_buffer_wrap(a(4:1:-1, 1), b, ierror=ierr)
+    call expect_status(ierr, int(GPUWIRE_ERROR_INVALID_ARGUMENT), 'wrap of the reversed section a(4:1:-1,1)')
+  end subroutine test_sections_as_buffers
+
   subroutine test_buffer_queries()
     type(gpuwire_buffer) :: b, v, v2
     integer(int64) :: n

@@ -465,6 +465,44 @@ def status(world):
     d.free()
 
 
+def views(world):
+    """Strided buffers of non-contiguous NumPy arrays and strided and subarray views (issue 15),
+    against values computed here."""
+    rank, size = world.rank(), world.size()
+    m = np.arange(30, dtype=np.int64).reshape(5, 6) + 1000 * rank
+    # sendrecv of the block m[1:4:2, 2:5] (two axes, both strided) into a column of r.
+    r = np.full((6, 4), -1, np.int64)
+    world.sendrecv(m[1:4:2, 2:5], (rank + 1) % size, 9, r[:, 2], (rank - 1) % size, 9)
+    left = (rank - 1) % size
+    want = [1000 * left + 6 * i + j for i in (1, 3) for j in (2, 3, 4)]
+    check(r[:, 2].tolist() == want and (r[:, [0, 1, 3]] == -1).all(), f"sendrecv of m[1:4:2, 2:5]: {r}")
+    # allreduce of a Fortran-ordered array's row into another row, and in place.
+    f = np.asfortranarray(np.arange(12.0).reshape(3, 4)) + rank
+    world.allreduce(f[0, :], f[2, :], op=gw.SUM)
+    check(f[2, :].tolist() == [size * j + size * (size - 1) / 2 for j in range(4)] and f[1, 0] == 4 + rank,
+          f"allreduce of f[0, :] into f[2, :]: {f}")
+    # Views of a buffer: strided and subarray, in C and Fortran order.
+    b = gw.Buffer.wrap(m)
+    got = np.zeros(5, np.int64)
+    b.view_strided(1, 5, 1, 6).copy_to_host(got)
+    check(got.tolist() == m[:, 1].tolist(), f"view_strided: column 1 {got}")
+    got = np.zeros(4, np.int64)
+    b.view_subarray([5, 6], [2, 2], [3, 4]).copy_to_host(got)
+    check(got.tolist() == m[3:5, 4:6].ravel().tolist(), f"view_subarray C order: {got}")
+    b.view_subarray([6, 5], [2, 2], [4, 3], order=gw.ORDER_FORTRAN).copy_to_host(got)
+    check(got.tolist() == m[3:5, 4:6].ravel().tolist(), f"view_subarray Fortran order (the same block): {got}")
+    try:
+        b.view_strided(0, 6, 1, 6)
+        check(False, "a strided view past the buffer was accepted")
+    except gw.Error as e:
+        check(e.code == gw.ERROR_INVALID_ARGUMENT, f"strided view past the buffer: {e}")
+    try:
+        gw.Buffer.wrap(m[:, ::-2])
+        check(False, "a negative stride was accepted")
+    except ValueError:
+        pass
+
+
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     want_cupy = "--cupy" in sys.argv
@@ -480,6 +518,7 @@ def main():
         nonblocking(world)
         vcollectives(world)
         status(world)
+        views(world)
         if want_cupy:
             byte_order_cupy(world)
             label = "numpy and cupy"

@@ -101,8 +101,10 @@ def test_arrays_are_wrapped_without_a_copy(comm, name):
 
 def test_refused_arrays(comm):
     a = np.arange(12, dtype=np.float64).reshape(3, 4)
-    with pytest.raises(ValueError, match="not contiguous"):
-        gpuwire.Buffer.wrap(a[:, 1])
+    with gpuwire.Buffer.wrap(a[:, 1]) as b:  # a NumPy column: a strided buffer where it is
+        assert b.count() == 3 and b.pointer() == a[:, 1].ctypes.data
+    with pytest.raises(ValueError, match="strides"):
+        gpuwire.Buffer.wrap(a[::-1, 1])
     with pytest.raises(ValueError, match="not contiguous"):
         gpuwire.Buffer.wrap(OnlyDLPack(a[:, 1]))
     with pytest.raises(ValueError, match="not contiguous"):
@@ -275,8 +277,13 @@ def test_cupy_arrays_are_wrapped_without_a_copy(comm):
     comm.allreduce(a)
     cp.cuda.get_current_stream().synchronize()
     assert (cp.asnumpy(a) == RANK_SUM).all()
-    with pytest.raises(ValueError, match="not contiguous"):
-        gpuwire.Buffer.wrap(cp.zeros((3, 4))[:, 1])
+    col = cp.zeros((3, 4), dtype=cp.float64)[:, 1]  # a strided buffer in device memory
+    col[...] = RANK + 1
+    comm.allreduce(col)
+    cp.cuda.get_current_stream().synchronize()
+    assert (cp.asnumpy(col) == RANK_SUM).all()
+    with pytest.raises(ValueError, match="strides"):
+        gpuwire.Buffer.wrap(cp.zeros((3, 4))[::-1, 1])
 
 
 def test_torch_tensors_are_wrapped_without_a_copy(comm):

@@ -1,0 +1,418 @@
+//! Strided and subarray views in operations: packed once, in the core, for every backend.
+//!
+//! An operation ([`crate::op::Op`]) whose buffers include a non-contiguous view ([`Shape`]) runs
+//! on contiguous scratch buffers of the same memory kind instead: [`pack`] copies each view this
+//! rank sends from into its scratch before the operation, [`Packed::unpack`] copies each scratch
+//! this rank receives into back into its view after it. Device views are packed by one GPU kernel
+//! per view on the operation's stream (`device::kernels::pack`), host memory by a plain loop.
+//! Scratch comes from a process-wide cache (by memory space, device, stream and a power-of-two
+//! size class), so repeated calls of the same size allocate nothing; it goes back to the cache
+//! only when nothing else (a request MPI may still write through) holds it.
+//!
+//! The descriptor owns the scratch until the operation completes: the blocking form until it
+//! returns, a nonblocking one until its request completes (`Unpacking`), a group's until the
+//! group's end.
+
+use std::sync::{Arc, Mutex};
+
+use crate::buffer::{Buffer, Shape};
+use crate::comm::Communicator;
+use crate::device::{self, CtxGuard, Stream};
+use crate::error::{Error, Result};
+use crate::op::Op;
+use crate::request::{Pending, Request};
+use crate::types::{Dtype, Space};
+
+/// Cached scratch allocations kept at most (the oldest is freed beyond).
+const CACHE_ENTRIES: usize = 32;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Key {
+    space: Space,
+    device: i32,
+    stream: usize,
+    class: usize,
+}
+
+static CACHE: Mutex<Vec<(Key, Arc<Buffer>)>> = Mutex::new(Vec::new());
+
+/// Contiguous scratch memory for one view, returned to the cache when dropped and unshared.
+pub(crate) struct Scratch {
+    key: Key,
+    root: Option<Arc<Buffer>>,
+    /// The view's count of its datatype over `root`.
+    buf: Option<Arc<Buffer>>,
+}
+
+impl Scratch {
+    /// Scratch for the elements of `view`: host memory for host-accessible views, else the
+    /// view's own space on its device, ordered on `stream`.
+    fn for_view(view: &Buffer, stream: Stream) -> Result<Scratch> {
+        let host = view.is_host();
+        let space = if host { Space::GPUWIRE_SPACE_HOST } else { view.space() };
+        let bytes = view.bytes();
+        let class = bytes.max(256).checked_next_power_of_two().unwrap_or(bytes);
+        let key = Key { space, device: if host { -1 } else { view.device() }, stream: if host { 0 } else { stream.0 }, class };
+        let cached = {
+            let mut c = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+            c.iter().position(|(k, _)| *k == key).map(|i| c.remove(i).1)
+        };
+        let root = match cached {
+            Some(r) => r,
+            None => Arc::new(Buffer::alloc(class as i64, Dtype::GPUWIRE_UINT8, space, key.device.max(0))?),
+        };
+        let buf = Arc::new(Buffer::over(&root, view.count(), view.dtype()));
+        Ok(Scratch { key, root: Some(root), buf: Some(buf) })
+    }
+
+    pub fn buf(&self) -> &Arc<Buffer> {
+        self.buf.as_ref().expect("scratch buffer present until dropped")
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        drop(self.buf.take());
+        let Some(root) = self.root.take() else { return };
+        // Shared still (a request MPI may still write through was abandoned): never reused.
+        if Arc::strong_count(&root) != 1 {
+            return;
+        }
+        let mut c = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+        if c.len() >= CACHE_ENTRIES {
+            // Freeing device memory waits for the device (cuMemFree), so for the streams that
+            // may still use it.
+            c.remove(0);
+        }
+        c.push((self.key, root));
+    }
+}
+
+/// How many scratch allocations the cache holds (tests).
+pub fn cached() -> usize {
+    CACHE.lock().unwrap_or_else(|p| p.into_inner()).len()
+}
+
+/// An operation moved onto contiguous scratch: run `op`, then [`Packed::unpack`].
+pub(crate) struct Packed {
+    pub op: Op,
+    /// Views this rank receives into, with their scratch; scratch of views only sent from.
+    unpack: Vec<(Arc<Buffer>, Scratch)>,
+    keep: Vec<Scratch>,
+}
+
+impl Packed {
+    /// Whether anything was packed (the operation's buffers were not all contiguous).
+    pub fn any(&self) -> bool {
+        !self.unpack.is_empty() || !self.keep.is_empty()
+    }
+
+    /// Whether any unpack writes host memory (a loop on this thread).
+    pub fn unpacks_on_host(&self) -> bool {
+        self.unpack.iter().any(|(v, _)| v.is_host())
+    }
+
+    /// Whether any unpack writes device memory (a blocking MPI path then waits for it).
+    pub fn unpacks_on_device(&self) -> bool {
+        self.unpack.iter().any(|(v, _)| !v.is_host())
+    }
+
+
+    /// Waits for `stream` when an unpack wrote device memory (the MPI paths return when the data
+    /// is in place).
+    pub fn sync_device(&self, stream: Stream) -> Result<()> {
+        if let Some((v, _)) = self.unpack.iter().find(|(v, _)| !v.is_host()) {
+            let _g = CtxGuard::enter(v.device())?;
+            device::sync(stream)?;
+        }
+        Ok(())
+    }
+
+    /// Copies each received scratch into its view (device views: one kernel each on `stream`).
+    pub fn unpack(&self, stream: Stream) -> Result<()> {
+        for (view, s) in &self.unpack {
+            unpack_one(view, s.buf(), stream)?;
+        }
+        Ok(())
+    }
+}
+
+fn pack_one(view: &Buffer, scratch: &Buffer, stream: Stream) -> Result<()> {
+    if view.is_host() {
+        // SAFETY: the scratch holds the view's bytes.
+        unsafe { view.pack_host(scratch.ptr()) };
+        return Ok(());
+    }
+    let _g = CtxGuard::enter(view.device())?;
+    device::kernels::pack(view, scratch.ptr(), false, stream)
+}
+
+fn unpack_one(view: &Buffer, scratch: &Buffer, stream: Stream) -> Result<()> {
+    if view.is_host() {
+        // SAFETY: as in pack_one.
+        unsafe { view.unpack_host(scratch.ptr()) };
+        return Ok(());
+    }
+    let _g = CtxGuard::enter(view.device())?;
+    device::kernels::pack(view, scratch.ptr(), true, stream)
+}
+
+/// What this rank does with one buffer of an operation.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Read,
+    Write,
+    Both,
+    /// Not significant on this rank (a non-root's receive buffer of reduce, ...).
+    None,
+}
+
+/// The operation's buffer slots, each with this rank's role (send side first), as
+/// `(slot index, buffer, role)`.
+fn roles(op: &Op, rank: i32) -> [(Option<&Arc<Buffer>>, Role); 2] {
+    use Role::*;
+    let root_role = |root: i32, at_root: Role| if rank == root { at_root } else { None };
+    match op {
+        Op::Send { buf, .. } | Op::Isend { buf, .. } => [(Some(buf), Read), (Option::None, None)],
+        Op::Recv { buf, .. } | Op::Irecv { buf, .. } => [(Some(buf), Write), (Option::None, None)],
+        Op::Bcast { buf, root } => [(Some(buf), if rank == *root { Read } else { Write }), (Option::None, None)],
+        Op::Sendrecv { send, recv, .. } => [(Some(send), Read), (Some(recv), Write)],
+        Op::Barrier => [(Option::None, None), (Option::None, None)],
+        Op::Reduce { send, recv, root, .. } | Op::Gather { send, recv, root } => [(Some(send), Read), (recv.as_ref(), root_role(*root, Write))],
+        Op::Scatter { send, recv, root } | Op::Scatterv { send, recv, root, .. } => [(send.as_ref(), root_role(*root, Read)), (Some(recv), Write)],
+        // What lies between receive blocks, and exscan's rank 0's buffer, stay as they were.
+        Op::Gatherv { send, recv, root, .. } => [(Some(send), Read), (recv.as_ref(), root_role(*root, Both))],
+        Op::Alltoallv { send, recv, .. } => [(Some(send), Read), (Some(recv), Both)],
+        Op::Scan { send, recv, exclusive, .. } => [(Some(send), Read), (Some(recv), if *exclusive && rank == 0 { Both } else { Write })],
+        Op::ReduceScatterv { send, recv, .. } => [(Some(send), Read), (Some(recv), Write)],
+        Op::Allreduce { send, recv, .. }
+        | Op::Allgather { send, recv }
+        | Op::Allgatherv { send, recv, .. }
+        | Op::ReduceScatter { send, recv, .. }
+        | Op::Alltoall { send, recv } => [(Some(send), Read), (Some(recv), Write)],
+    }
+}
+
+/// Rebuilds `op` with its two buffer slots replaced (`None` keeps a slot).
+fn replace(op: &Op, a: Option<Arc<Buffer>>, b: Option<Arc<Buffer>>) -> Op {
+    let mut op = op.clone();
+    let pick = |slot: &mut Arc<Buffer>, with: &Option<Arc<Buffer>>| {
+        if let Some(w) = with {
+            *slot = w.clone();
+        }
+    };
+    let pick_opt = |slot: &mut Option<Arc<Buffer>>, with: &Option<Arc<Buffer>>| {
+        if let (Some(s), Some(w)) = (slot.as_mut(), with) {
+            *s = w.clone();
+        }
+    };
+    match &mut op {
+        Op::Send { buf, .. } | Op::Isend { buf, .. } | Op::Recv { buf, .. } | Op::Irecv { buf, .. } | Op::Bcast { buf, .. } => pick(buf, &a),
+        Op::Sendrecv { send, recv, .. } => {
+            pick(send, &a);
+            pick(recv, &b);
+        }
+        Op::Barrier => {}
+        Op::Reduce { send, recv, .. } | Op::Gather { send, recv, .. } => {
+            pick(send, &a);
+            pick_opt(recv, &b);
+        }
+        Op::Scatter { send, recv, .. } | Op::Scatterv { send, recv, .. } => {
+            pick_opt(send, &a);
+            pick(recv, &b);
+        }
+        Op::Gatherv { send, recv, .. } => {
+            pick(send, &a);
+            pick_opt(recv, &b);
+        }
+        Op::Alltoallv { send, recv, .. } | Op::Scan { send, recv, .. } | Op::ReduceScatterv { send, recv, .. } => {
+            pick(send, &a);
+            pick(recv, &b);
+        }
+        Op::Allreduce { send, recv, .. }
+        | Op::Allgather { send, recv }
+        | Op::Allgatherv { send, recv, .. }
+        | Op::ReduceScatter { send, recv, .. }
+        | Op::Alltoall { send, recv } => {
+            pick(send, &a);
+            pick(recv, &b);
+        }
+    }
+    op
+}
+
+/// Whether `op` has a non-contiguous view among its buffers (cheap: no allocation).
+pub(crate) fn has_views(op: &Op) -> bool {
+    op.slots().into_iter().flatten().any(|b| b.shape().is_some())
+}
+
+fn same_view(a: &Buffer, b: &Buffer) -> bool {
+    a.ptr() == b.ptr() && a.count() == b.count() && a.dtype() == b.dtype() && a.shape() == b.shape()
+}
+
+/// The validation of an operation's views that the contiguous operation cannot do (it sees only
+/// scratch): a view received into must not have overlapping elements; a view and the other
+/// buffer must not share memory unless they are the same view (in-place).
+pub(crate) fn check(op: &Op, rank: i32) -> Result<()> {
+    let what = op.name();
+    let [(a, ra), (b, rb)] = roles(op, rank);
+    for (buf, role) in [(a, ra), (b, rb)] {
+        if let (Some(v), Role::Write | Role::Both) = (buf, role) {
+            if v.shape().is_some_and(|s: &Shape| s.self_overlapping) {
+                return Err(Error::InvalidArgument(format!(
+                    "{what}: the receive buffer is a strided view whose blocks overlap (stride below the block length): received elements would overwrite each other; nothing was sent"
+                )));
+            }
+        }
+    }
+    if let (Some(x), Some(y)) = (a, b) {
+        let significant = ra != Role::None && rb != Role::None;
+        if significant && (x.shape().is_some() || y.shape().is_some()) && !same_view(x, y) && x.overlaps(y) {
+            return Err(Error::InvalidArgument(format!(
+                "{what}: the send and receive buffers share memory and one of them is a strided or subarray view; in-place with a view needs the same view as send and receive buffer (else pass disjoint buffers); nothing was sent"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Packs `op`'s views for this rank (after [`check`]): the operation on scratch, with what to
+/// unpack after it. An operation without views is returned as it is.
+pub(crate) fn pack(op: &Op, c: &Communicator, stream: Stream) -> Result<Packed> {
+    let rank = c.rank();
+    check(op, rank)?;
+    let [(a, ra), (b, rb)] = roles(op, rank);
+    let mut out = Packed { op: op.clone(), unpack: Vec::new(), keep: Vec::new() };
+    let in_place = ra != Role::None && rb != Role::None && matches!((a, b), (Some(x), Some(y)) if x.shape().is_some() && same_view(x, y));
+    let mut subs: [Option<Arc<Buffer>>; 2] = [None, None];
+    for (i, (buf, role)) in [(a, ra), (b, rb)].into_iter().enumerate() {
+        let Some(v) = buf.filter(|v| v.shape().is_some()) else { continue };
+        if role == Role::None {
+            continue;
+        }
+        if in_place && i == 1 {
+            subs[1] = subs[0].clone(); // the send side's scratch, packed and unpacked
+            continue;
+        }
+        let role = if in_place { Role::Both } else { role };
+        let s = Scratch::for_view(v, stream)?;
+        if matches!(role, Role::Read | Role::Both) {
+            pack_one(v, s.buf(), stream)?;
+        }
+        subs[i] = Some(s.buf().clone());
+        if matches!(role, Role::Write | Role::Both) {
+            out.unpack.push((v.clone(), s));
+        } else {
+            out.keep.push(s);
+        }
+    }
+    if out.any() {
+        let [x, y] = subs;
+        out.op = replace(op, x, y);
+    }
+    Ok(out)
+}
+
+/// The stream that unpacks completed nonblocking operations' views on `device` (one per device
+/// for the process; non-blocking: never waits for the legacy stream).
+fn private_stream(device: i32) -> Result<Stream> {
+    static STREAMS: Mutex<Vec<(i32, usize)>> = Mutex::new(Vec::new());
+    let mut g = STREAMS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, s)) = g.iter().find(|(d, _)| *d == device) {
+        return Ok(Stream(*s));
+    }
+    let s = device::private_stream(device)?;
+    g.push((device, s.0));
+    Ok(s)
+}
+
+/// The request of a nonblocking operation started on scratch: when the inner
+/// request completes, the scratch is unpacked into the view (point-to-point operations started
+/// now, stream-ordered operations of the MPI paths).
+pub(crate) struct Unpacking {
+    pub inner: Option<Request>,
+    pub packed: Option<Packed>,
+    pub stream: Stream,
+}
+
+impl Unpacking {
+    fn finish(&mut self) -> Result<()> {
+        // The completed inner request first: its hold on the scratch ends, which can then be
+        // reused.
+        drop(self.inner.take());
+        if let Some(p) = self.packed.take() {
+            // Device views on a stream of gpuwire's (the caller's may hold later work), waited for.
+            let s = match p.unpack.iter().find(|(v, _)| !v.is_host()) {
+                Some((v, _)) => private_stream(v.device())?,
+                None => self.stream,
+            };
+            p.unpack(s)?;
+            p.sync_device(s)?;
+        }
+        Ok(())
+    }
+}
+
+impl Pending for Unpacking {
+    fn wait(&mut self) -> Result<()> {
+        if let Some(r) = &self.inner {
+            r.wait()?;
+        }
+        self.finish()
+    }
+    fn test(&mut self) -> Result<bool> {
+        if let Some(r) = &self.inner {
+            if !r.test()? {
+                return Ok(false);
+            }
+        }
+        self.finish().map(|()| true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Repeated same-size calls reuse one allocation; a scratch still shared is never reused.
+    #[test]
+    fn scratch_is_reused_and_never_while_shared() {
+        let parent = Arc::new(Buffer::alloc(64, Dtype::GPUWIRE_FLOAT64, Space::GPUWIRE_SPACE_HOST, -1).unwrap());
+        let view = Buffer::view_strided(&parent, 1, 8, 2, 7).unwrap();
+        let first = Scratch::for_view(&view, Stream(0)).unwrap();
+        let p = first.buf().ptr();
+        drop(first);
+        let again = Scratch::for_view(&view, Stream(0)).unwrap();
+        assert_eq!(again.buf().ptr(), p, "the same size class reuses the cached scratch");
+        let held = again.buf().clone(); // as a request abandoned to MPI holds it
+        drop(again);
+        let other = Scratch::for_view(&view, Stream(0)).unwrap();
+        assert_ne!(other.buf().ptr(), p, "a scratch still held is not handed out again");
+        drop(held);
+    }
+
+    /// Host pack and unpack of a subarray, against the index arithmetic.
+    #[test]
+    fn subarray_pack_round_trip() {
+        let parent = Arc::new(Buffer::alloc(60, Dtype::GPUWIRE_INT32, Space::GPUWIRE_SPACE_HOST, -1).unwrap());
+        // SAFETY: 60 int32 of host memory.
+        let a = unsafe { std::slice::from_raw_parts_mut(parent.ptr() as *mut i32, 60) };
+        for (k, x) in a.iter_mut().enumerate() {
+            *x = k as i32;
+        }
+        let v = Buffer::view_subarray(&parent, &[3, 4, 5], &[2, 2, 3], &[1, 1, 2], crate::buffer::Order::C).unwrap();
+        assert_eq!(v.count(), 12);
+        let mut out = vec![0i32; 12];
+        // SAFETY: out holds the view's 12 elements.
+        unsafe { v.pack_host(out.as_mut_ptr() as usize) };
+        let want: Vec<i32> = (1..3).flat_map(|i| (1..3).flat_map(move |j| (2..5).map(move |k| i * 20 + j * 5 + k))).collect();
+        assert_eq!(out, want);
+        let back: Vec<i32> = (0..12).map(|x| -x).collect();
+        // SAFETY: as above.
+        unsafe { v.unpack_host(back.as_ptr() as usize) };
+        assert_eq!(a[20 + 5 + 2], 0);
+        assert_eq!(a[2 * 20 + 2 * 5 + 4], -11);
+        assert_eq!(a[0], 0);
+        assert_eq!(a[59], 59);
+    }
+}
