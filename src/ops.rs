@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use crate::backend::{self, Input, Path};
+use crate::backend::{self, Input, Operation, Path};
 use crate::buffer::Buffer;
 use crate::comm::Communicator;
 use crate::device::Stream;
@@ -137,12 +137,14 @@ impl Communicator {
         Err(Error::InvalidArgument(format!("{what}: tag {tag} is outside 0..={ub} (MPI_TAG_UB of this MPI)")))
     }
 
-    pub(crate) fn path(&self, bufs: &[Option<&Buffer>]) -> Result<&'static dyn Path> {
-        backend::path_for(self, bufs)
+    /// The path of a call of `op` on these buffers (`backend::route`).
+    pub(crate) fn path(&self, op: Operation, bufs: &[Option<&Buffer>]) -> Result<&'static dyn Path> {
+        backend::route(self, op, None, bufs)
     }
 
-    pub(crate) fn p2p_path(&self, bufs: &[Option<&Buffer>]) -> Result<&'static dyn Path> {
-        backend::path_for_p2p(self, bufs)
+    /// The path of a reduction of `dtype` with `rop` on these buffers (`backend::route`).
+    pub(crate) fn reduce_path(&self, op: Operation, dtype: Dtype, rop: ReduceOp, bufs: &[Option<&Buffer>]) -> Result<&'static dyn Path> {
+        backend::route(self, op, Some((dtype, rop)), bufs)
     }
 
     /// Runs checking mode's agreement (when on) and returns the locally validated value, or the
@@ -247,7 +249,7 @@ impl Communicator {
         if dest == PROC_NULL {
             return Ok(());
         }
-        self.p2p_path(&[Some(buf)])?.send(self, buf, dest, tag, stream)
+        self.path(Operation::Send, &[Some(buf)])?.send(self, buf, dest, tag, stream)
     }
 
     /// As MPI_Recv of exactly `buf.count()` elements from `source`.
@@ -259,7 +261,7 @@ impl Communicator {
         if source == PROC_NULL {
             return Ok(());
         }
-        self.p2p_path(&[Some(buf)])?.recv(self, buf, source, tag, stream)
+        self.path(Operation::Recv, &[Some(buf)])?.recv(self, buf, source, tag, stream)
     }
 
     /// As MPI_Isend; the request keeps the communicator and the buffer alive.
@@ -271,7 +273,7 @@ impl Communicator {
         let pending: Box<dyn crate::request::Pending> = if dest == PROC_NULL {
             Box::new(Done)
         } else {
-            self.p2p_path(&[Some(buf)])?.isend(self, buf, dest, tag, stream)?
+            self.path(Operation::Isend, &[Some(buf)])?.isend(self, buf, dest, tag, stream)?
         };
         Ok(Request::new(pending, self.clone(), vec![buf.clone()]))
     }
@@ -285,7 +287,7 @@ impl Communicator {
         let pending: Box<dyn crate::request::Pending> = if source == PROC_NULL {
             Box::new(Done)
         } else {
-            self.p2p_path(&[Some(buf)])?.irecv(self, buf, source, tag, stream)?
+            self.path(Operation::Irecv, &[Some(buf)])?.irecv(self, buf, source, tag, stream)?
         };
         Ok(Request::new(pending, self.clone(), vec![buf.clone()]))
     }
@@ -302,7 +304,7 @@ impl Communicator {
         if send.overlaps(recv) {
             return Err(Error::InvalidArgument("sendrecv: the send and receive buffers overlap".into()));
         }
-        let p = self.p2p_path(&[Some(send), Some(recv)])?;
+        let p = self.path(Operation::Sendrecv, &[Some(send), Some(recv)])?;
         p.sendrecv(self, send, dest, sendtag, recv, source, recvtag, stream)
     }
 
@@ -315,14 +317,14 @@ impl Communicator {
     /// As MPI_Barrier (ordered after the work on `stream` for device backends).
     pub fn barrier(&self, stream: Stream) -> Result<()> {
         let _call = self.enter("barrier", true)?;
-        let path = self.agree("barrier", Sig::default(), self.path(&[]))?;
+        let path = self.agree("barrier", Sig::default(), self.path(Operation::Barrier, &[]))?;
         path.barrier(self, stream)
     }
 
     pub(crate) fn plan_bcast(&self, buf: &Buffer, root: i32) -> (Sig, Result<&'static dyn Path>) {
         let local = (|| {
             self.check_rank("bcast", "root", root, false)?;
-            self.path(&[Some(buf)])
+            self.path(Operation::Bcast, &[Some(buf)])
         })();
         let sig = Sig { count: Some(buf.count()), dtype: Some(buf.dtype()), root: Some(root), ..Sig::default() }.with_bufs(&[Some(buf)]);
         (sig, local)
@@ -355,7 +357,7 @@ impl Communicator {
                 _ => Input::Buf(send),
             };
             let recv = if is_root { recv } else { None };
-            Ok((input, recv, self.path(&[Some(send), recv])?))
+            Ok((input, recv, self.reduce_path(Operation::Reduce, send.dtype(), op, &[Some(send), recv])?))
         })();
         let sig = Sig { count: Some(send.count()), dtype: Some(send.dtype()), op: Some(op), root: Some(root), ..Sig::default() }.with_bufs(&[Some(send), if is_root { recv } else { None }]);
         (sig, local)
@@ -378,7 +380,7 @@ impl Communicator {
             if send.count() != recv.count() {
                 return Err(count_mismatch(what, format!("send has {} elements, receive {}", send.count(), recv.count())));
             }
-            Ok((input(what, send, recv, 0)?, self.path(&[Some(send), Some(recv)])?))
+            Ok((input(what, send, recv, 0)?, self.reduce_path(Operation::Allreduce, dtype, op, &[Some(send), Some(recv)])?))
         })();
         let sig = Sig { count: Some(recv.count()), dtype: Some(recv.dtype()), op: Some(op), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
         (sig, local)
@@ -400,7 +402,7 @@ impl Communicator {
             if send.count() != recv.count() {
                 return Err(count_mismatch(what, format!("send has {} elements, receive {}", send.count(), recv.count())));
             }
-            Ok((input(what, send, recv, 0)?, self.path(&[Some(send), Some(recv)])?))
+            Ok((input(what, send, recv, 0)?, self.reduce_path(Operation::Scan, dtype, op, &[Some(send), Some(recv)])?))
         })();
         let sig = Sig { count: Some(recv.count()), dtype: Some(recv.dtype()), op: Some(op), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
         (sig, local)
@@ -428,7 +430,7 @@ impl Communicator {
                     format!("the receive buffer must hold size x send count = {} x {n} elements, it holds {}", self.size(), recv.count()),
                 ));
             }
-            Ok((input(what, send, recv, self.rank() as usize * n)?, self.path(&[Some(send), Some(recv)])?))
+            Ok((input(what, send, recv, self.rank() as usize * n)?, self.path(Operation::Allgather, &[Some(send), Some(recv)])?))
         })();
         let sig = Sig { count: Some(n), dtype: Some(send.dtype()), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
         (sig, local)
@@ -474,7 +476,7 @@ impl Communicator {
                 return Err(count_mismatch(what, format!("the counts add up to {total} elements but the receive buffer holds {}", recv.count())));
             }
             let block: usize = ucounts[..me].iter().sum();
-            Ok((input(what, send, recv, block)?, ucounts, self.path(&[Some(send), Some(recv)])?))
+            Ok((input(what, send, recv, block)?, ucounts, self.path(Operation::Allgatherv, &[Some(send), Some(recv)])?))
         })();
         let sig = Sig { count: Some(counts.iter().map(|c| *c as usize).fold(0usize, usize::wrapping_add)), dtype: Some(send.dtype()), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
         (sig, local)
@@ -537,7 +539,7 @@ impl Communicator {
             if send.overlaps(recv) {
                 return Err(Error::InvalidArgument(format!("{what}: the send and receive buffers overlap")));
             }
-            self.path(&[Some(send), Some(recv)])
+            self.reduce_path(Operation::ReduceScatter, recv.dtype(), op, &[Some(send), Some(recv)])
         })();
         let sig = Sig { count: Some(recv.count()), dtype: Some(recv.dtype()), op: Some(op), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
         (sig, local)
@@ -563,7 +565,7 @@ impl Communicator {
                     format!("both buffers must hold the same multiple of the size {size}; send has {}, receive {}", send.count(), recv.count()),
                 ));
             }
-            Ok((input(what, send, recv, 0)?, self.path(&[Some(send), Some(recv)])?))
+            Ok((input(what, send, recv, 0)?, self.path(Operation::Alltoall, &[Some(send), Some(recv)])?))
         })();
         let sig = Sig { count: Some(recv.count()), dtype: Some(recv.dtype()), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
         (sig, local)
@@ -600,7 +602,7 @@ impl Communicator {
                 _ => Input::Buf(send),
             };
             let recv = if is_root { recv } else { None };
-            Ok((input, recv, self.path(&[Some(send), recv])?))
+            Ok((input, recv, self.path(Operation::Gather, &[Some(send), recv])?))
         })();
         let sig = Sig { count: Some(n), dtype: Some(send.dtype()), root: Some(root), ..Sig::default() }.with_bufs(&[Some(send), if is_root { recv } else { None }]);
         (sig, local)
@@ -637,7 +639,7 @@ impl Communicator {
                 _ => Input::Buf(recv),
             };
             let send = if is_root { send } else { None };
-            Ok((rinput, send, self.path(&[send, Some(recv)])?))
+            Ok((rinput, send, self.path(Operation::Scatter, &[send, Some(recv)])?))
         })();
         let sig = Sig { count: Some(n), dtype: Some(recv.dtype()), root: Some(root), ..Sig::default() }.with_bufs(&[if is_root { send } else { None }, Some(recv)]);
         (sig, local)
