@@ -1096,7 +1096,7 @@ contains
     call finish(st, 'gpuwire_comm_mpi', ierror)
   end subroutine gw_comm_mpi
 
-  ! One line describing the communicator (truncated to len(description); 1023 hold it).
+  ! One line describing the communicator (truncated to len(description); 4095 hold it).
   subroutine gw_comm_describe(comm, description, ierror)
     use gpuwire_c, only: c => gpuwire_comm_describe
     type(gpuwire_comm), intent(in) :: comm

@@ -715,6 +715,8 @@ typedef struct {
 
 
 
+
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -1085,10 +1087,12 @@ gpuwire_status gpuwire_comm_mpi(gpuwire_comm comm,
 
 /**
  * Writes a one-line, human-readable description of the communicator into `buf` (`buflen`
- * bytes, truncated, always NUL-terminated; 1024 bytes hold it): the backend chosen for device
+ * bytes, truncated, always NUL-terminated; 4096 bytes hold it): the backend chosen for device
  * buffers and why, the device, ranks (and node-local ranks), this rank's host name and the
  * number of nodes the ranks are on, the MPI library and version, the MPI thread level,
- * checking mode and timeout.
+ * checking mode and timeout, how operations progress, and last the routing table ("routing:
+ * ..."): which operations the backend does natively, which go to its fallback and which to
+ * plain MPI.
  *
  * Local. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_ARGUMENT (`buflen` 0),
  * GPUWIRE_ERROR_INVALID_HANDLE.

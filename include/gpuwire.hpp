@@ -711,7 +711,7 @@ public:
     /** gpuwire_comm_describe. */
     std::string describe() const
     {
-        char buf[1024];
+        char buf[4096];
         detail::check(gpuwire_comm_describe(h_, buf, sizeof buf));
         return std::string(buf);
     }

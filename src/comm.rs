@@ -83,11 +83,13 @@ pub struct Choice {
     pub reason: String,
     /// CUDA device of this rank, or -1.
     pub device: i32,
+    /// The routing table of the backend, in words (`backend::routing_table`; describe).
+    pub routing: String,
 }
 
 impl Default for Choice {
     fn default() -> Self {
-        Choice { kind: BackendKind::GPUWIRE_BACKEND_HOST, reason: String::new(), device: -1 }
+        Choice { kind: BackendKind::GPUWIRE_BACKEND_HOST, reason: String::new(), device: -1, routing: String::new() }
     }
 }
 
@@ -237,6 +239,10 @@ impl Communicator {
         self.choice.kind = kind;
         self.choice.reason = reason;
     }
+    /// Records the routing table of the set-up backend (`backend::setup`).
+    pub(crate) fn set_routing(&mut self, table: String) {
+        self.choice.routing = table;
+    }
     /// Adds to the backend's reason (setup notes such as where reductions run).
     pub(crate) fn append_reason(&mut self, note: &str) {
         self.choice.reason.push_str(note);
@@ -252,7 +258,7 @@ impl Communicator {
         let info = runtime::ensure_ready().ok();
         let device = if self.choice.device >= 0 { format!("cuda:{}", self.choice.device) } else { "none".into() };
         format!(
-            "gpuwire {}: backend={} ({}); device={}; rank {}/{} (node-local {}/{}); host={}; nodes={}; mpi={}; thread level={}; check={}; timeout={}; {}",
+            "gpuwire {}: backend={} ({}); device={}; rank {}/{} (node-local {}/{}); host={}; nodes={}; mpi={}; thread level={}; check={}; timeout={}; {}; {}",
             env!("CARGO_PKG_VERSION"),
             self.choice.kind.name(),
             self.choice.reason,
@@ -268,6 +274,7 @@ impl Communicator {
             if self.config.check { "on" } else { "off" },
             self.config.timeout.map(|t| format!("{:.3}s", t.as_secs_f64())).unwrap_or_else(|| "none".into()),
             self.progress_note(),
+            self.choice.routing,
         )
     }
 

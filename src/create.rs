@@ -114,14 +114,14 @@ impl Communicator {
         crate::trace!("local backend choice: {:?}", local.as_ref().map(|ch| (ch.kind.name(), ch.device, ch.reason.clone())));
         let mut choice = c.agree_on_result(local, "choosing the backend")?;
         // Ranks may differ under AUTO (one without CUDA, one without libnccl): all take the
-        // least capable backend chosen anywhere, which every rank can use (HOST < MPI_STAGED <
-        // MPI_CUDA_AWARE < IPC < NCCL; IPC's eligibility is already the same on every rank).
-        let k = capability(choice.kind);
+        // least capable backend chosen anywhere, which every rank can use (the registry's order,
+        // `backend::BACKENDS`; IPC's eligibility is already the same on every rank).
+        let k = backend::capability(choice.kind);
         let mut v = [k, -k, (crate::progress::collectives_must_progress() || runtime::serialized()) as i64];
         c.allreduce_max_i64(&mut v, "agreeing on the backend")?;
         c.nb_coll = v[2] != 0;
         if v[0] != -v[1] {
-            let lowest = of_capability(-v[1]);
+            let lowest = backend::of_capability(-v[1]);
             if lowest != choice.kind {
                 choice.reason = format!("auto: another rank can only use {}, so every rank does (this rank could use {})", lowest.name(), choice.kind.name());
                 choice.kind = lowest;
@@ -219,42 +219,6 @@ impl Drop for Communicator {
             sys::MPI_Comm_free(&mut node);
             let mut raw = self.raw.0;
             sys::MPI_Comm_free(&mut raw);
-        }
-    }
-}
-
-/// The order in which AUTO falls back between ranks: a rank that chose a backend can use every
-/// backend of lower capability.
-const CAPABILITY: [BackendKind; 5] = [
-    BackendKind::GPUWIRE_BACKEND_HOST,
-    BackendKind::GPUWIRE_BACKEND_MPI_STAGED,
-    BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE,
-    BackendKind::GPUWIRE_BACKEND_IPC,
-    BackendKind::GPUWIRE_BACKEND_NCCL,
-];
-
-fn capability(k: BackendKind) -> i64 {
-    CAPABILITY.iter().position(|&x| x == k).unwrap_or(0) as i64
-}
-
-fn of_capability(i: i64) -> BackendKind {
-    CAPABILITY.get(i as usize).copied().unwrap_or(BackendKind::GPUWIRE_BACKEND_HOST)
-}
-
-#[cfg(test)]
-mod capability_tests {
-    use super::*;
-
-    #[test]
-    fn auto_falls_back_to_a_backend_every_rank_can_use() {
-        // One rank loads libnccl (NCCL), another not (IPC): IPC, not NCCL as by enum value.
-        let pick = |a: BackendKind, b: BackendKind| of_capability(capability(a).min(capability(b)));
-        assert_eq!(pick(BackendKind::GPUWIRE_BACKEND_NCCL, BackendKind::GPUWIRE_BACKEND_IPC), BackendKind::GPUWIRE_BACKEND_IPC);
-        assert_eq!(pick(BackendKind::GPUWIRE_BACKEND_IPC, BackendKind::GPUWIRE_BACKEND_MPI_STAGED), BackendKind::GPUWIRE_BACKEND_MPI_STAGED);
-        assert_eq!(pick(BackendKind::GPUWIRE_BACKEND_NCCL, BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE), BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE);
-        assert_eq!(pick(BackendKind::GPUWIRE_BACKEND_NCCL, BackendKind::GPUWIRE_BACKEND_HOST), BackendKind::GPUWIRE_BACKEND_HOST);
-        for k in CAPABILITY {
-            assert_eq!(of_capability(capability(k)), k);
         }
     }
 }

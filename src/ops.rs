@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use crate::backend::{self, Blocks, Input, Path};
+use crate::backend::{self, Blocks, Input, Operation, Path};
 use crate::buffer::Buffer;
 use crate::comm::Communicator;
 use crate::device::Stream;
@@ -303,12 +303,14 @@ impl Communicator {
         Ok(crate::backend::p2p::probe(self, source, recv_tag(tag), block)?.map(|m| m.status(dtype)))
     }
 
-    pub(crate) fn path(&self, bufs: &[Option<&Buffer>]) -> Result<&'static dyn Path> {
-        backend::path_for(self, bufs)
+    /// The path of a call of `op` on these buffers (`backend::route`).
+    pub(crate) fn path(&self, op: Operation, bufs: &[Option<&Buffer>]) -> Result<&'static dyn Path> {
+        backend::route(self, op, None, bufs)
     }
 
-    pub(crate) fn p2p_path(&self, bufs: &[Option<&Buffer>]) -> Result<&'static dyn Path> {
-        backend::path_for_p2p(self, bufs)
+    /// The path of a reduction of `dtype` with `rop` on these buffers (`backend::route`).
+    pub(crate) fn reduce_path(&self, op: Operation, dtype: Dtype, rop: ReduceOp, bufs: &[Option<&Buffer>]) -> Result<&'static dyn Path> {
+        backend::route(self, op, Some((dtype, rop)), bufs)
     }
 
     /// Runs checking mode's agreement (when on) and returns the locally validated value, or the
@@ -413,7 +415,7 @@ impl Communicator {
         if dest == PROC_NULL {
             return Ok(());
         }
-        self.p2p_path(&[Some(buf)])?.send(self, buf, dest, tag, stream)
+        self.path(Operation::Send, &[Some(buf)])?.send(self, buf, dest, tag, stream)
     }
 
     /// As MPI_Recv of exactly `buf.count()` elements from `source`.
@@ -425,7 +427,7 @@ impl Communicator {
         if source == PROC_NULL {
             return Ok(());
         }
-        self.p2p_path(&[Some(buf)])?.recv(self, buf, source, tag, stream)
+        self.path(Operation::Recv, &[Some(buf)])?.recv(self, buf, source, tag, stream)
     }
 
     /// As MPI_Isend; the request keeps the communicator and the buffer alive.
@@ -437,7 +439,7 @@ impl Communicator {
         let pending: Box<dyn crate::request::Pending> = if dest == PROC_NULL {
             Box::new(Done)
         } else {
-            self.p2p_path(&[Some(buf)])?.isend(self, buf, dest, tag, stream)?
+            self.path(Operation::Isend, &[Some(buf)])?.isend(self, buf, dest, tag, stream)?
         };
         Ok(Request::new(pending, self.clone(), vec![buf.clone()]))
     }
@@ -454,7 +456,7 @@ impl Communicator {
             let s = crate::request::Status { source: PROC_NULL, tag: ANY_TAG, count: 0 };
             return Ok(Request::new(Box::new(Done), self.clone(), vec![buf.clone()]).with_status(s));
         }
-        let path = self.p2p_path(&[Some(buf)])?;
+        let path = self.path(Operation::Irecv, &[Some(buf)])?;
         let pending = if upto { path.irecv_upto(self, buf, source, tag, stream)? } else { path.irecv(self, buf, source, tag, stream)? };
         // Paths without wildcards report nothing: the source and tag are the given ones.
         let s = crate::request::Status { source, tag, count: buf.count() as i64 };
@@ -473,7 +475,7 @@ impl Communicator {
         if send.overlaps(recv) {
             return Err(Error::InvalidArgument("sendrecv: the send and receive buffers overlap".into()));
         }
-        let p = self.p2p_path(&[Some(send), Some(recv)])?;
+        let p = self.path(Operation::Sendrecv, &[Some(send), Some(recv)])?;
         p.sendrecv(self, send, dest, sendtag, recv, source, recvtag, stream)
     }
 
@@ -486,14 +488,14 @@ impl Communicator {
     /// As MPI_Barrier (ordered after the work on `stream` for device backends).
     pub fn barrier(&self, stream: Stream) -> Result<()> {
         let _call = self.enter("barrier", true)?;
-        let path = self.agree("barrier", Sig::default(), self.path(&[]))?;
+        let path = self.agree("barrier", Sig::default(), self.path(Operation::Barrier, &[]))?;
         path.barrier(self, stream)
     }
 
     pub(crate) fn plan_bcast(&self, buf: &Buffer, root: i32) -> (Sig, Result<&'static dyn Path>) {
         let local = (|| {
             self.check_rank("bcast", "root", root, false)?;
-            self.path(&[Some(buf)])
+            self.path(Operation::Bcast, &[Some(buf)])
         })();
         let sig = Sig { count: Some(buf.count()), dtype: Some(buf.dtype()), root: Some(root), ..Sig::default() }.with_bufs(&[Some(buf)]);
         (sig, local)
@@ -526,7 +528,7 @@ impl Communicator {
                 _ => Input::Buf(send),
             };
             let recv = if is_root { recv } else { None };
-            Ok((input, recv, self.path(&[Some(send), recv])?))
+            Ok((input, recv, self.reduce_path(Operation::Reduce, send.dtype(), op, &[Some(send), recv])?))
         })();
         let sig = Sig { count: Some(send.count()), dtype: Some(send.dtype()), op: Some(op), root: Some(root), ..Sig::default() }.with_bufs(&[Some(send), if is_root { recv } else { None }]);
         (sig, local)
@@ -549,7 +551,7 @@ impl Communicator {
             if send.count() != recv.count() {
                 return Err(count_mismatch(what, format!("send has {} elements, receive {}", send.count(), recv.count())));
             }
-            Ok((input(what, send, recv, 0)?, self.path(&[Some(send), Some(recv)])?))
+            Ok((input(what, send, recv, 0)?, self.reduce_path(Operation::Allreduce, dtype, op, &[Some(send), Some(recv)])?))
         })();
         let sig = Sig { count: Some(recv.count()), dtype: Some(recv.dtype()), op: Some(op), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
         (sig, local)
@@ -571,7 +573,7 @@ impl Communicator {
             if send.count() != recv.count() {
                 return Err(count_mismatch(what, format!("send has {} elements, receive {}", send.count(), recv.count())));
             }
-            Ok((input(what, send, recv, 0)?, self.path(&[Some(send), Some(recv)])?))
+            Ok((input(what, send, recv, 0)?, self.reduce_path(Operation::Scan, dtype, op, &[Some(send), Some(recv)])?))
         })();
         let sig = Sig { count: Some(recv.count()), dtype: Some(recv.dtype()), op: Some(op), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
         (sig, local)
@@ -599,7 +601,7 @@ impl Communicator {
                     format!("the receive buffer must hold size x send count = {} x {n} elements, it holds {}", self.size(), recv.count()),
                 ));
             }
-            Ok((input(what, send, recv, self.rank() as usize * n)?, self.path(&[Some(send), Some(recv)])?))
+            Ok((input(what, send, recv, self.rank() as usize * n)?, self.path(Operation::Allgather, &[Some(send), Some(recv)])?))
         })();
         let sig = Sig { count: Some(n), dtype: Some(send.dtype()), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
         (sig, local)
@@ -645,7 +647,7 @@ impl Communicator {
                 return Err(count_mismatch(what, format!("the counts add up to {total} elements but the receive buffer holds {}", recv.count())));
             }
             let block: usize = ucounts[..me].iter().sum();
-            Ok((input(what, send, recv, block)?, ucounts, self.path(&[Some(send), Some(recv)])?))
+            Ok((input(what, send, recv, block)?, ucounts, self.path(Operation::Allgatherv, &[Some(send), Some(recv)])?))
         })();
         let sig = Sig { count: Some(counts.iter().map(|c| *c as usize).fold(0usize, usize::wrapping_add)), dtype: Some(send.dtype()), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
         (sig, local)
@@ -708,7 +710,7 @@ impl Communicator {
             if send.overlaps(recv) {
                 return Err(Error::InvalidArgument(format!("{what}: the send and receive buffers overlap")));
             }
-            self.path(&[Some(send), Some(recv)])
+            self.reduce_path(Operation::ReduceScatter, recv.dtype(), op, &[Some(send), Some(recv)])
         })();
         let sig = Sig { count: Some(recv.count()), dtype: Some(recv.dtype()), op: Some(op), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
         (sig, local)
@@ -734,7 +736,7 @@ impl Communicator {
                     format!("both buffers must hold the same multiple of the size {size}; send has {}, receive {}", send.count(), recv.count()),
                 ));
             }
-            Ok((input(what, send, recv, 0)?, self.path(&[Some(send), Some(recv)])?))
+            Ok((input(what, send, recv, 0)?, self.path(Operation::Alltoall, &[Some(send), Some(recv)])?))
         })();
         let sig = Sig { count: Some(recv.count()), dtype: Some(recv.dtype()), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
         (sig, local)
@@ -771,7 +773,7 @@ impl Communicator {
                 _ => Input::Buf(send),
             };
             let recv = if is_root { recv } else { None };
-            Ok((input, recv, self.path(&[Some(send), recv])?))
+            Ok((input, recv, self.path(Operation::Gather, &[Some(send), recv])?))
         })();
         let sig = Sig { count: Some(n), dtype: Some(send.dtype()), root: Some(root), ..Sig::default() }.with_bufs(&[Some(send), if is_root { recv } else { None }]);
         (sig, local)
@@ -808,7 +810,7 @@ impl Communicator {
                 _ => Input::Buf(recv),
             };
             let send = if is_root { send } else { None };
-            Ok((rinput, send, self.path(&[send, Some(recv)])?))
+            Ok((rinput, send, self.path(Operation::Scatter, &[send, Some(recv)])?))
         })();
         let sig = Sig { count: Some(n), dtype: Some(recv.dtype()), root: Some(root), ..Sig::default() }.with_bufs(&[if is_root { send } else { None }, Some(recv)]);
         (sig, local)
@@ -866,10 +868,10 @@ impl Communicator {
             same_dtype(what, send, recv)?;
             let rb = layout(what, "recv", recvl, p, recv.count(), true)?;
             if same_memory(what, send, recv)? {
-                return Ok((Input::InPlace, rb.clone(), rb, self.path(&[Some(recv)])?));
+                return Ok((Input::InPlace, rb.clone(), rb, self.path(Operation::Alltoallv, &[Some(recv)])?));
             }
             let sb = layout(what, "send", sendl, p, send.count(), false)?;
-            Ok((Input::Buf(send), sb, rb, self.path(&[Some(send), Some(recv)])?))
+            Ok((Input::Buf(send), sb, rb, self.path(Operation::Alltoallv, &[Some(send), Some(recv)])?))
         })();
         let sig = Sig { dtype: Some(recv.dtype()), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
         (sig, local)
@@ -894,7 +896,7 @@ impl Communicator {
         let local = (|| {
             self.check_rank(what, "root", root, false)?;
             if !is_root {
-                return Ok((Input::Buf(send), None, self.path(&[Some(send)])?));
+                return Ok((Input::Buf(send), None, self.path(Operation::Gatherv, &[Some(send)])?));
             }
             let Some(r) = recv else { return Err(Error::InvalidArgument(format!("{what}: the root needs a receive buffer"))) };
             same_dtype(what, send, r)?;
@@ -904,7 +906,7 @@ impl Communicator {
                 return Err(count_mismatch(what, format!("recvcounts[{me}] = {} but the root sends {} elements", rb.counts[me], send.count())));
             }
             let input = input(what, send, r, rb.displs[me])?;
-            Ok((input, Some((r, rb)), self.path(&[Some(send), Some(r)])?))
+            Ok((input, Some((r, rb)), self.path(Operation::Gatherv, &[Some(send), Some(r)])?))
         })();
         let sig = Sig { dtype: Some(send.dtype()), root: Some(root), ..Sig::default() }.with_bufs(&[Some(send), if is_root { recv } else { None }]);
         (sig, local)
@@ -938,7 +940,7 @@ impl Communicator {
         let local = (|| {
             self.check_rank(what, "root", root, false)?;
             if !is_root {
-                return Ok((Input::Buf(recv), None, self.path(&[Some(recv)])?));
+                return Ok((Input::Buf(recv), None, self.path(Operation::Scatterv, &[Some(recv)])?));
             }
             let Some(s) = send else { return Err(Error::InvalidArgument(format!("{what}: the root needs a send buffer"))) };
             same_dtype(what, s, recv)?;
@@ -948,7 +950,7 @@ impl Communicator {
                 return Err(count_mismatch(what, format!("sendcounts[{me}] = {} but the root receives {} elements", sb.counts[me], recv.count())));
             }
             let rinput = input(what, recv, s, sb.displs[me])?;
-            Ok((rinput, Some((s, sb)), self.path(&[Some(s), Some(recv)])?))
+            Ok((rinput, Some((s, sb)), self.path(Operation::Scatterv, &[Some(s), Some(recv)])?))
         })();
         let sig = Sig { dtype: Some(recv.dtype()), root: Some(root), ..Sig::default() }.with_bufs(&[if is_root { send } else { None }, Some(recv)]);
         (sig, local)
@@ -995,7 +997,7 @@ impl Communicator {
                 return Err(count_mismatch(what, format!("recvcounts[{me}] = {} but the receive buffer holds {} elements", b.counts[me], recv.count())));
             }
             let input = if in_place { Input::InPlace } else { Input::Buf(send) };
-            Ok((input, b.counts, self.path(&[Some(send), Some(recv)])?))
+            Ok((input, b.counts, self.reduce_path(Operation::ReduceScatterv, recv.dtype(), op, &[Some(send), Some(recv)])?))
         })();
         let sig = Sig { dtype: Some(recv.dtype()), op: Some(op), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
         (sig, local)

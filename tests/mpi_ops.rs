@@ -42,6 +42,7 @@ fn main() {
         ctx.finish();
     }
     checking_mode_is(&ctx, mode == "checking");
+    describe_lists_the_routing(&ctx);
     point_to_point(&ctx);
     nonblocking(&ctx);
     sendrecv(&ctx);
@@ -73,6 +74,23 @@ fn checking_mode_is(ctx: &Ctx, on: bool) {
     let text = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned();
     let want = if on { "check=on" } else { "check=off" };
     ctx.check(text.contains(want), || format!("describe should say {want}: {text:?}"));
+}
+
+/// gpuwire_comm_describe ends with the routing table of the communicator's backend (on a
+/// machine without CUDA, AUTO's HOST: every call by plain MPI).
+fn describe_lists_the_routing(ctx: &Ctx) {
+    ctx.section("describe: routing table");
+    let mut buf = vec![0 as std::ffi::c_char; 4096];
+    ctx.ok(gpuwire_comm_describe(ctx.world, buf.as_mut_ptr(), buf.len()), "gpuwire_comm_describe");
+    // SAFETY: NUL-terminated by gpuwire_comm_describe.
+    let text = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned();
+    let mut backend = 0;
+    ctx.ok(gpuwire_comm_backend(ctx.world, &mut backend), "gpuwire_comm_backend");
+    let table = text.split_once("; routing: ").map(|(_, t)| t).unwrap_or("");
+    ctx.check(!table.is_empty() && !table.contains("; routing: "), || format!("describe should end with one routing table: {text:?}"));
+    let name = gpuwire::types::BackendKind::from_c(backend).map(|k| k.name()).unwrap_or("?");
+    let want = if name == "HOST" { "every call by HOST (plain MPI; device buffers are refused)".to_string() } else { format!("{name} does send, recv, isend, irecv, sendrecv, bcast, reduce, allreduce") };
+    ctx.check(table.starts_with(&want), || format!("the routing table should start with {want:?}: {table:?}"));
 }
 
 /// Bytes of rank `from`'s data for `to` (or for everyone) in test `what`.

@@ -750,7 +750,7 @@ class Comm:
         return _out(c_int32, lib.gpuwire_comm_mpi, self.handle)
 
     def describe(self):
-        buf = ctypes.create_string_buffer(1024)
+        buf = ctypes.create_string_buffer(4096)
         _check(lib.gpuwire_comm_describe(self.handle, buf, len(buf)))
         return buf.value.decode(errors="replace")
 

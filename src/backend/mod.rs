@@ -1,8 +1,18 @@
-//! The data paths, and the one place that chooses among them.
+//! The data paths, and the one place that chooses among them: [`BACKENDS`], the registry.
 //!
-//! Host-accessible buffers (HOST, PINNED) always go through plain MPI ([`host`]). Device buffers
-//! go through the communicator's chosen backend. The choice is made once, collectively, when the
-//! communicator is created, and recorded with its reason for `gpuwire_comm_describe`.
+//! Each backend is one entry of [`BACKENDS`]: when it can be used (its eligibility, judged at
+//! communicator creation), its state (setup, teardown), its [`Path`], what it does natively
+//! (operations, reductions, memory) and its fallback, the backend of the same communicator that
+//! does the rest. The list's order is AUTO's (the first eligible entry), and the order used when
+//! ranks chose differently (every rank takes the entry furthest down the list that any rank
+//! chose: each can use those below its own). [`route`] picks each call's path from the entry
+//! alone; no backend calls another.
+//!
+//! **Routing rule.** Whether a call is native or goes to the fallback depends only on what every
+//! rank passes alike (MPI requires it of a correct program; checking mode verifies it): the
+//! operation, and a reduction's datatype and op. The memory kinds of a rank's buffers choose
+//! between plain MPI ([`host`]: host-accessible buffers only) and the device backend, on each
+//! rank, as before (checking mode refuses a collective whose ranks differ there).
 
 pub mod devstate;
 pub mod host;
@@ -16,17 +26,17 @@ pub mod path;
 pub mod ring;
 pub mod topology;
 
-pub use path::{Blocks, Input, Path};
+pub use path::{Blocks, Input, Operation, Path};
 
 use std::sync::Mutex;
 
-
 use crate::buffer::Buffer;
 use crate::comm::{Choice, Communicator};
-use crate::device;
+use crate::device::{self, Stream};
 use crate::mpisys;
 use crate::error::{Error, Result};
-use crate::types::BackendKind;
+use crate::request::Pending;
+use crate::types::{BackendKind, Dtype, ReduceOp};
 
 /// The backends' progress sources, in the order every wait runs them (`crate::progress`).
 static PROGRESS: [&crate::progress::Source; 2] = [&p2p::PROGRESS, &ipc::PROGRESS];
@@ -48,13 +58,271 @@ pub fn abort(c: &Communicator, why: String) {
     }
 }
 
-/// At communicator creation (local; the caller agrees the outcome across ranks): picks the
-/// backend for device buffers and this rank's device.
+// ---- the registry ----------------------------------------------------------------------------
+
+/// What eligibility is judged from, at creation.
+pub(crate) struct Probe<'a> {
+    c: &'a Communicator,
+    /// This rank's device, if it has one.
+    device: Option<i32>,
+    /// Whether this process has CUDA with devices.
+    cuda: bool,
+}
+
+/// Operations a backend does on device memory.
+pub(crate) enum Ops {
+    /// Every operation of [`Path`] (a new one too: the MPI paths, which have no fallback).
+    Every,
+    /// These; a new operation goes to the fallback until it is listed.
+    Only(&'static [Operation]),
+}
+
+impl Ops {
+    fn contains(&self, op: Operation) -> bool {
+        match self {
+            Ops::Every => true,
+            Ops::Only(l) => l.contains(&op),
+        }
+    }
+}
+
+/// What a backend does itself; the rest goes to its fallback.
+pub(crate) struct Native {
+    /// The operations it does on device memory.
+    pub ops: Ops,
+    /// The reductions (datatype, op) it does.
+    pub reduces: fn(Dtype, ReduceOp) -> bool,
+    /// Whether it takes a call that mixes host and device buffers.
+    pub mixed: bool,
+    /// The operations it does with host memory only, or with no buffer, too (else plain MPI).
+    pub host: &'static [Operation],
+    /// What goes to the fallback at the call, decided there by every rank together, in words.
+    pub at_call: &'static str,
+}
+
+/// One backend.
+pub(crate) struct Backend {
+    pub kind: BackendKind,
+    /// Whether it can be used, with its words for the reason, or why not. Collective over the
+    /// communicator when the agreed configuration may take this backend (so every rank calls
+    /// it, whatever its own state).
+    eligible: fn(&Probe) -> Result<std::result::Result<String, String>>,
+    /// The reason when it was requested (from its eligibility's words).
+    requested: fn(&str) -> String,
+    /// The error when it was requested but cannot be used (from why not).
+    refused: fn(&str) -> String,
+    /// AUTO took it: the last clause of the reason (None: the clause before says it).
+    taken: fn(&str) -> Option<String>,
+    /// AUTO passed it over: its clause of the reason.
+    passed: fn(&str) -> String,
+    /// Collective, once every rank agreed on the choice: makes its state. Under AUTO it may
+    /// hand the communicator to the next eligible backend (`fall_back_from`).
+    setup: fn(&mut Communicator) -> Result<()>,
+    /// Releases its state, if the communicator has it (every entry's runs at a free).
+    teardown: fn(&mut Communicator),
+    path: &'static dyn Path,
+    pub native: Native,
+    /// What does, on the same communicator, what this one does not natively.
+    pub fallback: Option<Fallback>,
+}
+
+/// A backend's fallback: another backend of the same communicator, and the path that takes a
+/// call there (with any step of leaving the first one: NCCL closes its open group).
+pub(crate) struct Fallback {
+    pub kind: BackendKind,
+    path: &'static dyn Path,
+}
+
+/// Every operation but barrier (which has no buffer: plain MPI unless a backend does it itself)
+/// and scan, as NCCL does them.
+const NCCL_OPS: &[Operation] = &[
+    Operation::Send,
+    Operation::Recv,
+    Operation::Isend,
+    Operation::Irecv,
+    Operation::Sendrecv,
+    Operation::Bcast,
+    Operation::Reduce,
+    Operation::Allreduce,
+    Operation::Allgather,
+    Operation::Allgatherv,
+    Operation::ReduceScatter,
+    Operation::Alltoall,
+    Operation::Gather,
+    Operation::Scatter,
+    Operation::Alltoallv,
+    Operation::Gatherv,
+    Operation::Scatterv,
+    Operation::ReduceScatterv,
+];
+/// NCCL's and scan: every operation with buffers, as IPC does them.
+const IPC_OPS: &[Operation] = &[
+    Operation::Send,
+    Operation::Recv,
+    Operation::Isend,
+    Operation::Irecv,
+    Operation::Sendrecv,
+    Operation::Bcast,
+    Operation::Reduce,
+    Operation::Allreduce,
+    Operation::Allgather,
+    Operation::Allgatherv,
+    Operation::ReduceScatter,
+    Operation::Scan,
+    Operation::Alltoall,
+    Operation::Gather,
+    Operation::Scatter,
+    Operation::Alltoallv,
+    Operation::Gatherv,
+    Operation::Scatterv,
+    Operation::ReduceScatterv,
+];
+const P2P_AND_BARRIER: &[Operation] = &[Operation::Send, Operation::Recv, Operation::Isend, Operation::Irecv, Operation::Sendrecv, Operation::Barrier];
+
+fn every_reduction(_: Dtype, _: ReduceOp) -> bool {
+    true
+}
+fn no_state(_: &mut Communicator) -> Result<()> {
+    Ok(())
+}
+fn no_teardown(_: &mut Communicator) {}
+fn eligible_always(_: &Probe) -> Result<std::result::Result<String, String>> {
+    Ok(Ok(String::new()))
+}
+
+/// The backends, most capable first: AUTO's order, and the order used when ranks disagree.
+pub(crate) static BACKENDS: [Backend; 5] = [
+    Backend {
+        kind: BackendKind::GPUWIRE_BACKEND_NCCL,
+        // Two ranks on one GPU make NCCL unusable (collective: every rank asks).
+        eligible: |p| {
+            let shared = topology::shared_gpus(p.c, p.device)?;
+            Ok(match shared {
+                Some(s) => Err(s),
+                None if !p.cuda => Err("no CUDA".into()),
+                None => nccl::available(),
+            })
+        },
+        requested: |v| format!("requested; NCCL {v}"),
+        refused: |e| format!("NCCL was requested but cannot be used: {e}"),
+        taken: |v| Some(format!("every rank has its own GPU and NCCL {v} loads")),
+        passed: |why| format!("NCCL not used ({why})"),
+        setup: setup_nccl,
+        teardown: |c| {
+            if let Some(mut n) = c.backend_state.take::<nccl::NcclState>() {
+                n.destroy(c.is_broken());
+            }
+        },
+        path: &nccl::NcclPath,
+        native: Native { ops: Ops::Only(NCCL_OPS), reduces: nccl::reduces, mixed: false, host: &[], at_call: "" },
+        fallback: Some(Fallback { kind: BackendKind::GPUWIRE_BACKEND_MPI_STAGED, path: &FROM_NCCL }),
+    },
+    Backend {
+        kind: BackendKind::GPUWIRE_BACKEND_IPC,
+        eligible: |p| ipc::eligible(p.c, p.device),
+        requested: |v| format!("requested; {v}"),
+        refused: |e| format!("IPC was requested but cannot be used: {e}"),
+        taken: |v| Some(format!("{v}: CUDA IPC")),
+        passed: |why| format!("IPC not used ({why})"),
+        setup: |c| {
+            let st = ipc::IpcState::new(c, c.device())?;
+            c.backend_state.set(st);
+            Ok(())
+        },
+        teardown: |c| {
+            if let Some(mut s) = c.backend_state.take::<ipc::IpcState>() {
+                s.destroy(c);
+            }
+        },
+        path: &ipc::IpcPath,
+        // Point-to-point with host memory too: the two sides of a message must use one protocol,
+        // and neither knows the other's memory. Its barrier synchronises on the shared segment.
+        native: Native {
+            ops: Ops::Only(IPC_OPS),
+            reduces: every_reduction,
+            mixed: true,
+            host: P2P_AND_BARRIER,
+            at_call: "memory IPC cannot export (MANAGED, host, VMM allocations without IPC support), and reductions above 1 KiB where the GPU kernels do not work",
+        },
+        // At the call, inside the IPC path (it needs the published buffer records).
+        fallback: Some(Fallback { kind: BackendKind::GPUWIRE_BACKEND_MPI_STAGED, path: &mpi_staged::StagedPath }),
+    },
+    Backend {
+        kind: BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE,
+        eligible: |p| {
+            if !p.cuda {
+                return Ok(Err("no CUDA".into()));
+            }
+            let (aware, source) = mpisys::cuda_support()?;
+            Ok(if aware == Some(true) { Ok(source) } else { Err(source) })
+        },
+        requested: |source| format!("requested; {source}"),
+        refused: |source| format!(
+            "MPI_CUDA_AWARE was requested but the MPI is not known to be CUDA-aware ({source}); gpuwire never gives a device pointer to such an MPI (use MPI_STAGED, or set GPUWIRE_CUDA_AWARE=1 if you know better)"
+        ),
+        taken: |source| Some(format!("the MPI is CUDA-aware ({source})")),
+        // Passed over, AUTO takes MPI_STAGED, which is always eligible.
+        passed: |source| format!("the MPI is not known to be CUDA-aware ({source}), so device data is staged through host memory"),
+        setup: no_state,
+        teardown: no_teardown,
+        path: &mpi_cuda_aware::CudaAwarePath,
+        native: Native { ops: Ops::Every, reduces: every_reduction, mixed: true, host: &[], at_call: "" },
+        fallback: None,
+    },
+    Backend {
+        kind: BackendKind::GPUWIRE_BACKEND_MPI_STAGED,
+        eligible: eligible_always,
+        requested: |_| "requested".into(),
+        refused: |e| format!("MPI_STAGED was requested but cannot be used: {e}"),
+        taken: |_| None,
+        passed: |why| format!("MPI_STAGED not used ({why})"),
+        setup: no_state,
+        teardown: no_teardown,
+        path: &mpi_staged::StagedPath,
+        native: Native { ops: Ops::Every, reduces: every_reduction, mixed: true, host: &[], at_call: "" },
+        fallback: None,
+    },
+    Backend {
+        kind: BackendKind::GPUWIRE_BACKEND_HOST,
+        eligible: eligible_always,
+        requested: |_| "requested; device buffers are refused".into(),
+        refused: |e| format!("HOST was requested but cannot be used: {e}"),
+        taken: |_| None,
+        passed: |why| format!("HOST not used ({why})"),
+        setup: no_state,
+        teardown: no_teardown,
+        path: &host::HostPath,
+        native: Native { ops: Ops::Only(&[]), reduces: every_reduction, mixed: false, host: &[], at_call: "" },
+        fallback: None,
+    },
+];
+
+/// The registry's entry of `kind` (AUTO has none: it is resolved at creation).
+pub(crate) fn entry(kind: BackendKind) -> Result<&'static Backend> {
+    BACKENDS.iter().find(|b| b.kind == kind).ok_or_else(|| Error::Internal(format!("no backend {} in the registry", kind.name())))
+}
+
+/// How capable `kind` is: higher for entries further up [`BACKENDS`] (0 for the last). Ranks that
+/// chose differently all take the least capable choice, which every one of them can use.
+pub fn capability(kind: BackendKind) -> i64 {
+    BACKENDS.iter().position(|b| b.kind == kind).map_or(0, |i| (BACKENDS.len() - 1 - i) as i64)
+}
+
+/// The backend of capability `i` ([`capability`]).
+pub fn of_capability(i: i64) -> BackendKind {
+    usize::try_from(i).ok().and_then(|i| (BACKENDS.len() - 1).checked_sub(i)).map_or(BackendKind::GPUWIRE_BACKEND_HOST, |k| BACKENDS[k].kind)
+}
+
+// ---- choosing, setting up, tearing down --------------------------------------------------------
+
+/// At communicator creation (local, but for the collective eligibility checks; the caller agrees
+/// the outcome across ranks): picks the backend for device buffers and this rank's device.
 pub fn choose(c: &Communicator) -> Result<Choice> {
     let cfg = c.config();
     let requested = cfg.backend;
     if requested == BackendKind::GPUWIRE_BACKEND_HOST {
-        return Ok(Choice { kind: BackendKind::GPUWIRE_BACKEND_HOST, reason: "requested; device buffers are refused".into(), device: -1 });
+        let host = entry(requested)?;
+        return Ok(Choice { kind: requested, reason: (host.requested)(""), device: -1, ..Choice::default() });
     }
     let cuda = device::cuda_with_devices();
     // A bad device is reported after the collective exchanges below, which every rank must
@@ -72,69 +340,49 @@ pub fn choose(c: &Communicator) -> Result<Choice> {
         Ok(cuda) => Some(c.local_rank() % cuda.device_count),
         Err(_) => None,
     };
-    // Who shares a GPU, and whether IPC can be used: collective, so every rank asks, whatever
-    // its own state (also without CUDA), whenever the (agreed) configuration may need the answer.
-    let shared = if matches!(requested, BackendKind::GPUWIRE_BACKEND_AUTO | BackendKind::GPUWIRE_BACKEND_NCCL) {
-        topology::shared_gpus(c, device)?
-    } else {
-        None
-    };
-    let ipc_ok = if matches!(requested, BackendKind::GPUWIRE_BACKEND_AUTO | BackendKind::GPUWIRE_BACKEND_IPC) {
-        ipc::eligible(c, device)?
-    } else {
-        Err("not considered".into())
-    };
+    // The eligibility of every backend the (agreed) configuration may take, in the list's
+    // order: collective checks among them, so every rank asks, whatever its own state.
+    let probe = Probe { c, device, cuda: cuda.is_ok() };
+    let auto = requested == BackendKind::GPUWIRE_BACKEND_AUTO;
+    let mut judged = Vec::new();
+    for b in BACKENDS.iter().filter(|b| (auto && b.kind != BackendKind::GPUWIRE_BACKEND_HOST) || b.kind == requested) {
+        judged.push((b, (b.eligible)(&probe)?));
+    }
     if let Some(e) = bad_device {
         return Err(e);
     }
-    let cuda = match cuda {
-        Ok(cuda) => cuda,
-        Err(e) if requested == BackendKind::GPUWIRE_BACKEND_AUTO => {
-            return Ok(Choice { kind: BackendKind::GPUWIRE_BACKEND_HOST, reason: format!("auto: {}", strip_kind(&e)), device: -1 });
+    if let Err(e) = cuda {
+        if auto {
+            return Ok(Choice { kind: BackendKind::GPUWIRE_BACKEND_HOST, reason: format!("auto: {}", strip_kind(&e)), device: -1, ..Choice::default() });
         }
-        Err(e) => {
-            return Err(Error::BackendUnavailable(format!("{} was requested but cannot be used: {}", requested.name(), strip_kind(&e))));
-        }
-    };
-    let _ = cuda;
+        return Err(Error::BackendUnavailable(format!("{} was requested but cannot be used: {}", requested.name(), strip_kind(&e))));
+    }
     let device = device.unwrap_or(0);
-    let nccl_ok = match (&shared, nccl::available()) {
-        (Some(s), _) => Err(s.clone()),
-        (None, Err(e)) => Err(e),
-        (None, Ok(v)) => Ok(v),
-    };
-    let (aware, source) = mpisys::cuda_support()?;
-    let (kind, reason) = match requested {
-        BackendKind::GPUWIRE_BACKEND_NCCL => match nccl_ok {
-            Ok(v) => (requested, format!("requested; NCCL {v}")),
-            Err(e) => return Err(Error::BackendUnavailable(format!("NCCL was requested but cannot be used: {e}"))),
-        },
-        BackendKind::GPUWIRE_BACKEND_AUTO => match (nccl_ok, ipc_ok) {
-            (Ok(v), _) => (BackendKind::GPUWIRE_BACKEND_NCCL, format!("auto: every rank has its own GPU and NCCL {v} loads")),
-            (Err(why), Ok(ipc)) => (BackendKind::GPUWIRE_BACKEND_IPC, format!("auto: NCCL not used ({why}); {ipc}: CUDA IPC")),
-            (Err(why), Err(no_ipc)) if aware == Some(true) => (
-                BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE,
-                format!("auto: NCCL not used ({why}); IPC not used ({no_ipc}); the MPI is CUDA-aware ({source})"),
-            ),
-            (Err(why), Err(no_ipc)) => (
-                BackendKind::GPUWIRE_BACKEND_MPI_STAGED,
-                format!("auto: NCCL not used ({why}); IPC not used ({no_ipc}); the MPI is not known to be CUDA-aware ({source}), so device data is staged through host memory"),
-            ),
-        },
-        BackendKind::GPUWIRE_BACKEND_IPC => match ipc_ok {
-            Ok(v) => (requested, format!("requested; {v}")),
-            Err(e) => return Err(Error::BackendUnavailable(format!("IPC was requested but cannot be used: {e}"))),
-        },
-        BackendKind::GPUWIRE_BACKEND_MPI_STAGED => (requested, "requested".into()),
-        BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE if aware == Some(true) => (requested, format!("requested; {source}")),
-        BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE => {
-            return Err(Error::BackendUnavailable(format!(
-                "MPI_CUDA_AWARE was requested but the MPI is not known to be CUDA-aware ({source}); gpuwire never gives a device pointer to such an MPI (use MPI_STAGED, or set GPUWIRE_CUDA_AWARE=1 if you know better)"
-            )));
+    let (kind, reason) = if auto {
+        auto_pick(&judged, Vec::new())?
+    } else {
+        match &judged[..] {
+            [(b, Ok(v))] => (b.kind, (b.requested)(v)),
+            [(b, Err(e))] => return Err(Error::BackendUnavailable((b.refused)(e))),
+            _ => return Err(Error::Internal(format!("{} is not in the registry", requested.name()))),
         }
-        BackendKind::GPUWIRE_BACKEND_HOST => unreachable!(),
     };
-    Ok(Choice { kind, reason: device_reason(&reason, device, cfg.device >= 0), device })
+    Ok(Choice { kind, reason: device_reason(&reason, device, cfg.device >= 0), device, ..Choice::default() })
+}
+
+/// AUTO's pick among judged backends (in the list's order): the first eligible one, with the
+/// reason `auto: <clauses>; <why each before it was passed over>; <its own words>`.
+fn auto_pick(judged: &[(&'static Backend, std::result::Result<String, String>)], mut clauses: Vec<String>) -> Result<(BackendKind, String)> {
+    for (b, e) in judged {
+        match e {
+            Ok(v) => {
+                clauses.extend((b.taken)(v));
+                return Ok((b.kind, format!("auto: {}", clauses.join("; "))));
+            }
+            Err(why) => clauses.push((b.passed)(why)),
+        }
+    }
+    Err(Error::Internal("auto: no backend of the registry is eligible".into()))
 }
 
 /// The reason of a device backend's choice, with how its device was chosen.
@@ -148,7 +396,9 @@ fn strip_kind(e: &Error) -> String {
     s.split_once(": ").map(|(_, d)| d.to_string()).unwrap_or(s)
 }
 
-/// Collective: sets up the chosen backend's state once every rank agreed on the choice.
+/// Collective: sets up the chosen backend's state once every rank agreed on the choice (a
+/// backend that gives way under AUTO hands over to the next one, whose setup then runs), then
+/// the device state every device backend uses, and records the routing table.
 pub fn setup(c: &mut Communicator) -> Result<()> {
     // Host buffers of staged nonblocking requests (`devstate::pool`).
     c.backend_state.set(devstate::Pool::default());
@@ -156,8 +406,12 @@ pub fn setup(c: &mut Communicator) -> Result<()> {
         let check = p2p::check_comms(c)?;
         c.backend_state.set(check);
     }
-    if c.backend() == BackendKind::GPUWIRE_BACKEND_NCCL {
-        setup_nccl(c)?;
+    loop {
+        let kind = c.backend();
+        (entry(kind)?.setup)(c)?;
+        if c.backend() == kind {
+            break;
+        }
     }
     let kind = c.backend();
     if kind != BackendKind::GPUWIRE_BACKEND_HOST {
@@ -173,17 +427,14 @@ pub fn setup(c: &mut Communicator) -> Result<()> {
         c.append_reason(&note);
         c.backend_state.set(Mutex::new(st));
     }
-    if kind == BackendKind::GPUWIRE_BACKEND_IPC {
-        let st = ipc::IpcState::new(c, c.device())?;
-        c.backend_state.set(st);
-    }
+    c.set_routing(routing_table(entry(kind)?));
     Ok(())
 }
 
 /// Collective: creates the NCCL communicator, and every rank learns whether any rank could not
 /// (an NCCL error, or its initialization deadline: `nccl::NcclState::new`). NCCL requested: that
-/// error on every rank. AUTO: every rank falls back together to what AUTO takes without NCCL
-/// (`without_nccl`), with the reason in the choice; a bad GPUWIRE_NCCL_INIT_TIMEOUT stays an
+/// error on every rank. AUTO: every rank falls back together to what AUTO takes after NCCL
+/// (`fall_back_from`), with the reason in the choice; a bad GPUWIRE_NCCL_INIT_TIMEOUT stays an
 /// error.
 fn setup_nccl(c: &mut Communicator) -> Result<()> {
     let made = nccl::NcclState::new(c, c.device());
@@ -202,31 +453,34 @@ fn setup_nccl(c: &mut Communicator) -> Result<()> {
     if c.config().backend != BackendKind::GPUWIRE_BACKEND_AUTO || e.status() == crate::error::Status::GPUWIRE_ERROR_INVALID_ARGUMENT {
         return Err(e);
     }
-    let (kind, reason) = without_nccl(c, &strip_kind(&e))?;
-    let reason = device_reason(&reason, c.device(), c.config().device >= 0);
-    crate::trace!("NCCL could not be set up on every rank; auto falls back to {}", kind.name());
-    c.fall_back(kind, reason);
-    Ok(())
+    fall_back_from(c, BackendKind::GPUWIRE_BACKEND_NCCL, &format!("creating its communicator failed: {}", strip_kind(&e)))
 }
 
-/// Collective, under AUTO once every rank knows that NCCL cannot be used (`why`): the backend
-/// AUTO takes without it, as `choose` would — IPC if eligible, else CUDA-aware MPI if the MPI
-/// is so on every rank, else staged — and the reason.
-fn without_nccl(c: &Communicator, why: &str) -> Result<(BackendKind, String)> {
-    let ipc = ipc::eligible(c, Some(c.device()))?;
-    let (aware, source) = mpisys::cuda_support()?;
-    // MAX of the negation: -1 only if every rank's MPI is CUDA-aware.
-    let mut v = [-((aware == Some(true)) as i64)];
-    c.allreduce_max_i64(&mut v, "agreeing on CUDA-aware MPI")?;
-    let why = format!("auto: NCCL not used (creating its communicator failed: {why})");
-    Ok(match ipc {
-        Ok(ipc) => (BackendKind::GPUWIRE_BACKEND_IPC, format!("{why}; {ipc}: CUDA IPC")),
-        Err(no_ipc) if v[0] == -1 => (BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE, format!("{why}; IPC not used ({no_ipc}); the MPI is CUDA-aware ({source})")),
-        Err(no_ipc) => (
-            BackendKind::GPUWIRE_BACKEND_MPI_STAGED,
-            format!("{why}; IPC not used ({no_ipc}); the MPI is not known to be CUDA-aware on every rank ({source}), so device data is staged through host memory"),
-        ),
-    })
+/// Collective, under AUTO once every rank knows that backend `failed` cannot be set up (`why`):
+/// every rank takes what AUTO takes among the entries after it, as `choose` would, the least
+/// capable of the ranks' picks where they differ; the reason says why.
+fn fall_back_from(c: &mut Communicator, failed: BackendKind, why: &str) -> Result<()> {
+    let mut judged = Vec::new();
+    {
+        let probe = Probe { c, device: Some(c.device()), cuda: true };
+        for b in BACKENDS.iter().skip_while(|b| b.kind != failed).skip(1).filter(|b| b.kind != BackendKind::GPUWIRE_BACKEND_HOST) {
+            judged.push((b, (b.eligible)(&probe)?));
+        }
+    }
+    let passed = (entry(failed)?.passed)(why);
+    let (mut kind, mut reason) = auto_pick(&judged, vec![passed.clone()])?;
+    let k = capability(kind);
+    let mut v = [k, -k];
+    c.allreduce_max_i64(&mut v, "agreeing on the backend")?;
+    if v[0] != -v[1] && of_capability(-v[1]) != kind {
+        let lowest = of_capability(-v[1]);
+        reason = format!("auto: {passed}; another rank can only use {}, so every rank does (this rank could use {})", lowest.name(), kind.name());
+        kind = lowest;
+    }
+    crate::trace!("{} could not be set up on every rank; auto falls back to {}", failed.name(), kind.name());
+    let reason = device_reason(&reason, c.device(), c.config().device >= 0);
+    c.fall_back(kind, reason);
+    Ok(())
 }
 
 /// Releases backend state before the MPI communicators are freed.
@@ -234,11 +488,8 @@ pub fn teardown(c: &mut Communicator) {
     if let Some(mut k) = c.backend_state.take::<p2p::Check>() {
         k.free();
     }
-    if let Some(mut n) = c.backend_state.take::<nccl::NcclState>() {
-        n.destroy(c.is_broken());
-    }
-    if let Some(mut s) = c.backend_state.take::<ipc::IpcState>() {
-        s.destroy(c);
+    for b in BACKENDS.iter() {
+        (b.teardown)(c);
     }
     if let Some(m) = c.backend_state.take::<Mutex<devstate::DevState>>() {
         let mut st = m.into_inner().unwrap_or_else(|p| p.into_inner());
@@ -252,48 +503,354 @@ pub fn teardown(c: &mut Communicator) {
     }
 }
 
-/// The path of a point-to-point call: on IPC communicators always the IPC path, host buffers
-/// included, because the two sides of a message must use the same protocol and neither knows
-/// the other's memory (the IPC path moves host memory by MPI messages of its own); elsewhere as
-/// [`path_for`].
-pub fn path_for_p2p(c: &Communicator, bufs: &[Option<&Buffer>]) -> Result<&'static dyn Path> {
-    if c.backend() == BackendKind::GPUWIRE_BACKEND_IPC {
-        return Ok(&ipc::IpcPath);
-    }
-    path_for(c, bufs)
+// ---- routing -----------------------------------------------------------------------------------
+
+/// Where a call goes ([`decide`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// The communicator's backend itself.
+    Native,
+    /// The backend's fallback (of the same communicator).
+    Fallback(BackendKind),
+    /// Plain MPI: host-accessible buffers only.
+    Host,
+    /// Device memory on a communicator without a device backend.
+    Refused,
 }
 
-/// The path that moves these buffers on this communicator: plain MPI when every buffer is
-/// host-accessible, else the communicator's device backend.
-pub fn path_for(c: &Communicator, bufs: &[Option<&Buffer>]) -> Result<&'static dyn Path> {
-    // IPC's barrier synchronises on the shared segment's counters, not with MPI.
-    if bufs.is_empty() && c.backend() == BackendKind::GPUWIRE_BACKEND_IPC {
-        return Ok(&ipc::IpcPath);
+/// The memory of a call's buffers on this rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Memory {
+    /// No buffer, or host-accessible buffers only.
+    Host,
+    /// Device buffers only.
+    Device,
+    /// Host and device buffers together.
+    Mixed,
+}
+
+impl Memory {
+    pub fn of(bufs: &[Option<&Buffer>]) -> Memory {
+        let (mut host, mut dev) = (false, false);
+        for b in bufs.iter().flatten() {
+            if b.is_host() { host = true } else { dev = true }
+        }
+        match (host, dev) {
+            (_, false) => Memory::Host,
+            (false, true) => Memory::Device,
+            (true, true) => Memory::Mixed,
+        }
     }
-    let Some(b) = bufs.iter().flatten().find(|b| !b.is_host()) else {
-        return Ok(&host::HostPath);
-    };
-    match c.backend() {
-        // NCCL needs every buffer of the call in device memory; a call that mixes in host memory
-        // takes the staged MPI path of the same communicator.
-        BackendKind::GPUWIRE_BACKEND_NCCL if bufs.iter().flatten().all(|b| !b.is_host()) => Ok(&nccl::NcclPath),
-        BackendKind::GPUWIRE_BACKEND_NCCL => Ok(&mpi_staged::StagedPath),
-        BackendKind::GPUWIRE_BACKEND_MPI_STAGED => Ok(&mpi_staged::StagedPath),
-        BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE => Ok(&mpi_cuda_aware::CudaAwarePath),
-        // Every call with a device (or managed) buffer; memory that cannot be exported is routed
-        // to the staged path inside, by all ranks together.
-        BackendKind::GPUWIRE_BACKEND_IPC => Ok(&ipc::IpcPath),
-        other => Err(Error::BackendUnavailable(format!(
-            "a {} buffer was given, but this communicator's backend is {} ({})",
-            b.space().name(),
-            other.name(),
-            c.choice().reason
-        ))),
+}
+
+/// The registry's rule: where backend `b` sends a call of `op` (with `reduction`, for the
+/// reductions) on buffers of `memory`.
+pub(crate) fn decide(b: &Backend, op: Operation, reduction: Option<(Dtype, ReduceOp)>, memory: Memory) -> Route {
+    let n = &b.native;
+    if memory == Memory::Host {
+        return if n.host.contains(&op) { Route::Native } else { Route::Host };
+    }
+    if b.kind == BackendKind::GPUWIRE_BACKEND_HOST {
+        return Route::Refused;
+    }
+    let native = n.ops.contains(op) && reduction.is_none_or(|(d, o)| (n.reduces)(d, o)) && (n.mixed || memory == Memory::Device);
+    match (native, &b.fallback) {
+        (true, _) | (false, None) => Route::Native,
+        (false, Some(f)) => Route::Fallback(f.kind),
+    }
+}
+
+/// The path of a call of `op` (with `reduction`, for the reductions) on these buffers of this
+/// rank on communicator `c`: its backend, its backend's fallback, or plain MPI ([`decide`]).
+pub fn route(c: &Communicator, op: Operation, reduction: Option<(Dtype, ReduceOp)>, bufs: &[Option<&Buffer>]) -> Result<&'static dyn Path> {
+    let b = entry(c.backend())?;
+    match decide(b, op, reduction, Memory::of(bufs)) {
+        Route::Native => Ok(b.path),
+        Route::Host => Ok(&host::HostPath),
+        Route::Fallback(_) => b.fallback.as_ref().map(|f| f.path).ok_or_else(|| Error::Internal("a fallback route without a fallback".into())),
+        Route::Refused => {
+            let space = bufs.iter().flatten().find(|x| !x.is_host()).map_or("device", |x| x.space().name());
+            Err(Error::BackendUnavailable(format!(
+                "a {space} buffer was given, but this communicator's backend is {} ({})",
+                b.kind.name(),
+                c.choice().reason
+            )))
+        }
+    }
+}
+
+// ---- the routing table, in words (gpuwire_comm_describe) ---------------------------------------
+
+fn names(ops: impl Iterator<Item = Operation>) -> String {
+    ops.map(|o| o.name()).collect::<Vec<_>>().join(", ")
+}
+
+/// The reductions `b` does not do itself, in words ("BAND, PROD on complex64/complex128"), or "".
+fn reductions_not_native(b: &Backend) -> String {
+    let mut out = Vec::new();
+    for op in ReduceOp::ALL {
+        let defined: Vec<Dtype> = Dtype::ALL.into_iter().filter(|d| op.check_supported(*d).is_ok()).collect();
+        let not: Vec<Dtype> = defined.iter().copied().filter(|d| !(b.native.reduces)(*d, op)).collect();
+        if not.is_empty() {
+            continue;
+        }
+        if not.len() == defined.len() {
+            out.push(op.name().to_string());
+        } else {
+            out.push(format!("{} on {}", op.name(), not.iter().map(|d| d.name()).collect::<Vec<_>>().join("/")));
+        }
+    }
+    match out.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        _ => out.join(""),
+    }
+}
+
+/// The routing table of backend `b`: which operations it does itself, what goes to its fallback
+/// and what to plain MPI (`gpuwire_comm_describe`).
+pub(crate) fn routing_table(b: &Backend) -> String {
+    let name = b.kind.name();
+    if b.kind == BackendKind::GPUWIRE_BACKEND_HOST {
+        return "routing: every call by HOST (plain MPI; device buffers are refused)".into();
+    }
+    let n = &b.native;
+    let mut parts = vec![format!("{name} does {} on device memory", names(Operation::ALL.into_iter().filter(|o| *o != Operation::Barrier && n.ops.contains(*o))))];
+    let host_too: Vec<Operation> = n.host.iter().copied().filter(|o| *o != Operation::Barrier).collect();
+    if !host_too.is_empty() {
+        parts[0].push_str(&format!(", {} on host memory too", names(host_too.into_iter())));
+    }
+    if n.host.contains(&Operation::Barrier) {
+        parts[0].push_str(", and barrier");
+    }
+    if let Some(fb) = b.fallback.as_ref().map(|f| f.kind) {
+        let mut to = Vec::new();
+        let missing: Vec<Operation> = Operation::ALL.into_iter().filter(|o| !n.ops.contains(*o) && !n.host.contains(o) && *o != Operation::Barrier).collect();
+        if !missing.is_empty() {
+            to.push(names(missing.into_iter()));
+        }
+        let red = reductions_not_native(b);
+        if !red.is_empty() {
+            to.push(format!("the reductions {red}"));
+        }
+        if !n.mixed {
+            to.push("calls mixing host and device memory".into());
+        }
+        if !to.is_empty() {
+            parts.push(format!("{} does {}", fb.name(), to.join(", and ")));
+        }
+        if !n.at_call.is_empty() {
+            parts.push(format!("{} does, decided at the call by every rank together, {}", fb.name(), n.at_call));
+        }
+    }
+    let calls = if n.host.is_empty() { "calls" } else { "the other calls" };
+    let barrier = if n.host.contains(&Operation::Barrier) { "" } else { ", and barrier" };
+    parts.push(format!("HOST (plain MPI) does {calls} on host memory only{barrier}"));
+    format!("routing: {}", parts.join("; "))
+}
+
+// ---- the fallback path of NCCL -----------------------------------------------------------------
+
+/// NCCL's fallback path: the open NCCL group closed first (`nccl::leave`), so stream order is
+/// kept, then the staged MPI path of the same communicator.
+struct Leaving {
+    leave: fn(&Communicator) -> Result<()>,
+    to: &'static dyn Path,
+}
+
+static FROM_NCCL: Leaving = Leaving { leave: nccl::leave, to: &mpi_staged::StagedPath };
+
+impl Path for Leaving {
+    fn send(&self, c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<()> {
+        (self.leave)(c)?;
+        self.to.send(c, buf, dest, tag, stream)
+    }
+    fn recv(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<()> {
+        (self.leave)(c)?;
+        self.to.recv(c, buf, source, tag, stream)
+    }
+    fn isend(&self, c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
+        (self.leave)(c)?;
+        self.to.isend(c, buf, dest, tag, stream)
+    }
+    fn irecv(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
+        (self.leave)(c)?;
+        self.to.irecv(c, buf, source, tag, stream)
+    }
+    fn sendrecv(&self, c: &Communicator, send: &Buffer, dest: i32, sendtag: i32, recv: &Buffer, source: i32, recvtag: i32, stream: Stream) -> Result<()> {
+        (self.leave)(c)?;
+        self.to.sendrecv(c, send, dest, sendtag, recv, source, recvtag, stream)
+    }
+    fn barrier(&self, c: &Communicator, stream: Stream) -> Result<()> {
+        (self.leave)(c)?;
+        self.to.barrier(c, stream)
+    }
+    fn bcast(&self, c: &Communicator, buf: &Buffer, root: i32, stream: Stream) -> Result<()> {
+        (self.leave)(c)?;
+        self.to.bcast(c, buf, root, stream)
+    }
+    fn reduce(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, op: ReduceOp, root: i32, stream: Stream) -> Result<()> {
+        (self.leave)(c)?;
+        self.to.reduce(c, send, recv, op, root, stream)
+    }
+    fn allreduce(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()> {
+        (self.leave)(c)?;
+        self.to.allreduce(c, send, recv, op, stream)
+    }
+    fn allgather(&self, c: &Communicator, send: Input, recv: &Buffer, stream: Stream) -> Result<()> {
+        (self.leave)(c)?;
+        self.to.allgather(c, send, recv, stream)
+    }
+    fn allgatherv(&self, c: &Communicator, send: Input, recv: &Buffer, counts: &[usize], stream: Stream) -> Result<()> {
+        (self.leave)(c)?;
+        self.to.allgatherv(c, send, recv, counts, stream)
+    }
+    fn reduce_scatter(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()> {
+        (self.leave)(c)?;
+        self.to.reduce_scatter(c, send, recv, op, stream)
+    }
+    fn scan(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, exclusive: bool, stream: Stream) -> Result<()> {
+        (self.leave)(c)?;
+        self.to.scan(c, send, recv, op, exclusive, stream)
+    }
+    fn alltoall(&self, c: &Communicator, send: Input, recv: &Buffer, stream: Stream) -> Result<()> {
+        (self.leave)(c)?;
+        self.to.alltoall(c, send, recv, stream)
+    }
+    fn gather(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, root: i32, stream: Stream) -> Result<()> {
+        (self.leave)(c)?;
+        self.to.gather(c, send, recv, root, stream)
+    }
+    fn scatter(&self, c: &Communicator, send: Option<&Buffer>, recv: Input, root: i32, stream: Stream) -> Result<()> {
+        (self.leave)(c)?;
+        self.to.scatter(c, send, recv, root, stream)
+    }
+    fn alltoallv(&self, c: &Communicator, send: Input, sb: Blocks, recv: &Buffer, rb: Blocks, stream: Stream) -> Result<()> {
+        (self.leave)(c)?;
+        self.to.alltoallv(c, send, sb, recv, rb, stream)
+    }
+    fn gatherv(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, rb: Option<Blocks>, root: i32, stream: Stream) -> Result<()> {
+        (self.leave)(c)?;
+        self.to.gatherv(c, send, recv, rb, root, stream)
+    }
+    fn scatterv(&self, c: &Communicator, send: Option<&Buffer>, sb: Option<Blocks>, recv: Input, root: i32, stream: Stream) -> Result<()> {
+        (self.leave)(c)?;
+        self.to.scatterv(c, send, sb, recv, root, stream)
+    }
+    fn reduce_scatterv(&self, c: &Communicator, send: Input, recv: &Buffer, counts: &[usize], op: ReduceOp, stream: Stream) -> Result<()> {
+        (self.leave)(c)?;
+        self.to.reduce_scatterv(c, send, recv, counts, op, stream)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use BackendKind::*;
+
+    #[test]
+    fn auto_falls_back_to_a_backend_every_rank_can_use() {
+        // One rank loads libnccl (NCCL), another not (IPC): IPC, not NCCL as by enum value.
+        let pick = |a: BackendKind, b: BackendKind| of_capability(capability(a).min(capability(b)));
+        assert_eq!(pick(GPUWIRE_BACKEND_NCCL, GPUWIRE_BACKEND_IPC), GPUWIRE_BACKEND_IPC);
+        assert_eq!(pick(GPUWIRE_BACKEND_IPC, GPUWIRE_BACKEND_MPI_STAGED), GPUWIRE_BACKEND_MPI_STAGED);
+        assert_eq!(pick(GPUWIRE_BACKEND_NCCL, GPUWIRE_BACKEND_MPI_CUDA_AWARE), GPUWIRE_BACKEND_MPI_CUDA_AWARE);
+        assert_eq!(pick(GPUWIRE_BACKEND_NCCL, GPUWIRE_BACKEND_HOST), GPUWIRE_BACKEND_HOST);
+        for b in BACKENDS.iter() {
+            assert_eq!(of_capability(capability(b.kind)), b.kind);
+        }
+    }
+
+    #[test]
+    fn calls_go_where_the_registry_says() {
+        use Memory::*;
+        use Operation::*;
+        let at = |k: BackendKind, op: Operation, red: Option<(Dtype, ReduceOp)>, m: Memory| decide(entry(k).unwrap(), op, red, m);
+        let staged = Route::Fallback(GPUWIRE_BACKEND_MPI_STAGED);
+        let (sum, band, prod) = (ReduceOp::GPUWIRE_SUM, ReduceOp::GPUWIRE_BAND, ReduceOp::GPUWIRE_PROD);
+        let (i32_, f32_, c64) = (Dtype::GPUWIRE_INT32, Dtype::GPUWIRE_FLOAT32, Dtype::GPUWIRE_COMPLEX64);
+        // NCCL: device memory natively, but bitwise ops, complex PROD and mixed memory go to the
+        // staged path; barrier and host memory to plain MPI.
+        for op in NCCL_OPS {
+            assert_eq!(at(GPUWIRE_BACKEND_NCCL, *op, None, Device), Route::Native, "{op:?}");
+            assert_eq!(at(GPUWIRE_BACKEND_NCCL, *op, None, Host), Route::Host, "{op:?}");
+            assert_eq!(at(GPUWIRE_BACKEND_NCCL, *op, None, Mixed), staged, "{op:?}");
+        }
+        for op in [Reduce, Allreduce, ReduceScatter] {
+            assert_eq!(at(GPUWIRE_BACKEND_NCCL, op, Some((f32_, sum)), Device), Route::Native);
+            assert_eq!(at(GPUWIRE_BACKEND_NCCL, op, Some((c64, sum)), Device), Route::Native);
+            assert_eq!(at(GPUWIRE_BACKEND_NCCL, op, Some((f32_, prod)), Device), Route::Native);
+            assert_eq!(at(GPUWIRE_BACKEND_NCCL, op, Some((c64, prod)), Device), staged);
+            assert_eq!(at(GPUWIRE_BACKEND_NCCL, op, Some((i32_, band)), Device), staged);
+            assert_eq!(at(GPUWIRE_BACKEND_NCCL, op, Some((i32_, band)), Host), Route::Host);
+        }
+        assert_eq!(at(GPUWIRE_BACKEND_NCCL, Barrier, None, Host), Route::Host);
+        assert_eq!(at(GPUWIRE_BACKEND_NCCL, Scan, Some((f32_, sum)), Device), staged);
+        assert_eq!(at(GPUWIRE_BACKEND_IPC, Scan, Some((f32_, sum)), Device), Route::Native);
+        // IPC: everything with device memory; point-to-point and barrier with host memory too.
+        for op in Operation::ALL {
+            if op != Barrier {
+                assert_eq!(at(GPUWIRE_BACKEND_IPC, op, Some((i32_, band)), Device), Route::Native, "{op:?}");
+                assert_eq!(at(GPUWIRE_BACKEND_IPC, op, None, Mixed), Route::Native, "{op:?}");
+            }
+            let host = if op.is_p2p() || op == Barrier { Route::Native } else { Route::Host };
+            assert_eq!(at(GPUWIRE_BACKEND_IPC, op, None, Host), host, "{op:?}");
+        }
+        // The MPI paths: every call with device memory; host memory by plain MPI.
+        for k in [GPUWIRE_BACKEND_MPI_STAGED, GPUWIRE_BACKEND_MPI_CUDA_AWARE] {
+            for op in Operation::ALL {
+                if op == Barrier {
+                    assert_eq!(at(k, op, None, Host), Route::Host);
+                    continue;
+                }
+                assert_eq!(at(k, op, Some((c64, prod)), Device), Route::Native, "{k:?} {op:?}");
+                assert_eq!(at(k, op, None, Mixed), Route::Native, "{k:?} {op:?}");
+                assert_eq!(at(k, op, None, Host), Route::Host, "{k:?} {op:?}");
+            }
+        }
+        assert_eq!(at(GPUWIRE_BACKEND_HOST, Allreduce, None, Device), Route::Refused);
+        assert_eq!(at(GPUWIRE_BACKEND_HOST, Allreduce, None, Host), Route::Host);
+    }
+
+    #[test]
+    fn the_routing_table_names_what_goes_where() {
+        let t = |k: BackendKind| routing_table(entry(k).unwrap());
+        let nccl = t(GPUWIRE_BACKEND_NCCL);
+        assert!(nccl.starts_with("routing: NCCL does send, recv, isend, irecv, sendrecv, bcast, reduce, allreduce, "), "{nccl}");
+        assert!(nccl.contains("; MPI_STAGED does scan/exscan, and the reductions PROD on complex64/complex128, BAND, BOR, BXOR, LAND, LOR, LXOR, MINLOC and MAXLOC, and calls mixing host and device memory;"), "{nccl}");
+        assert!(nccl.ends_with("; HOST (plain MPI) does calls on host memory only, and barrier"), "{nccl}");
+        let ipc = t(GPUWIRE_BACKEND_IPC);
+        assert!(ipc.contains("IPC does send, recv, isend, irecv, sendrecv, bcast,"), "{ipc}");
+        assert!(ipc.contains("scatter on device memory, send, recv, isend, irecv, sendrecv on host memory too, and barrier;"), "{ipc}");
+        assert!(ipc.contains("MPI_STAGED does, decided at the call by every rank together, memory IPC cannot export"), "{ipc}");
+        assert!(ipc.ends_with("; HOST (plain MPI) does the other calls on host memory only"), "{ipc}");
+        let staged = t(GPUWIRE_BACKEND_MPI_STAGED);
+        assert!(!staged.contains("does the reductions") && staged.ends_with("HOST (plain MPI) does calls on host memory only, and barrier"), "{staged}");
+        assert_eq!(t(GPUWIRE_BACKEND_HOST), "routing: every call by HOST (plain MPI; device buffers are refused)");
+        for b in BACKENDS.iter() {
+            eprintln!("{}", routing_table(b));
+        }
+    }
+
+    #[test]
+    fn auto_says_why_in_the_words_it_always_did() {
+        let e = |k: BackendKind| entry(k).unwrap();
+        let judged = |v: Vec<(BackendKind, std::result::Result<&str, &str>)>| -> Vec<(&'static Backend, std::result::Result<String, String>)> {
+            v.into_iter().map(|(k, r)| (e(k), r.map(String::from).map_err(String::from))).collect()
+        };
+        let pick = |v| auto_pick(&judged(v), Vec::new()).unwrap();
+        let (n, i, a, s) = (GPUWIRE_BACKEND_NCCL, GPUWIRE_BACKEND_IPC, GPUWIRE_BACKEND_MPI_CUDA_AWARE, GPUWIRE_BACKEND_MPI_STAGED);
+        assert_eq!(pick(vec![(n, Ok("2.28.3")), (i, Err("x")), (a, Err("q")), (s, Ok(""))]), (n, "auto: every rank has its own GPU and NCCL 2.28.3 loads".into()));
+        assert_eq!(pick(vec![(n, Err("why")), (i, Ok("all 2 ranks")), (a, Err("q")), (s, Ok(""))]), (i, "auto: NCCL not used (why); all 2 ranks: CUDA IPC".into()));
+        assert_eq!(
+            pick(vec![(n, Err("why")), (i, Err("no")), (a, Ok("src")), (s, Ok(""))]),
+            (a, "auto: NCCL not used (why); IPC not used (no); the MPI is CUDA-aware (src)".into())
+        );
+        assert_eq!(
+            pick(vec![(n, Err("why")), (i, Err("no")), (a, Err("src")), (s, Ok(""))]),
+            (s, "auto: NCCL not used (why); IPC not used (no); the MPI is not known to be CUDA-aware (src), so device data is staged through host memory".into())
+        );
+    }
+
     #[test]
     fn device_reason_reads_as_a_sentence() {
         assert_eq!(super::device_reason("requested", 0, true), "requested; device 0, as configured (GPUWIRE_DEVICE or config.device)");

@@ -26,8 +26,9 @@
 //! - What NCCL cannot do correctly is routed: complex SUM/AVG run as float SUM on a real view of
 //!   twice the length; AVG is SUM then a division kernel (as on the MPI paths, so the results
 //!   are the same bits); complex PROD, bitwise and logical ops, MINLOC/MAXLOC and scan/exscan
-//!   (NCCL has none of them) go through the staged MPI path of the same communicator, on every
-//!   rank alike (the choice depends on the datatype and op only, which the ranks share).
+//!   (NCCL has none of them: [`reduces`]) are not NCCL's: the registry routes them to the staged
+//!   MPI path of the same communicator, after [`leave`], on every rank alike (the choice depends
+//!   on the operation, datatype and op only, which the ranks share).
 //! - With a timeout configured every operation waits for its completion, polling
 //!   ncclCommGetAsyncError; past the deadline gpuwire aborts the NCCL communicator, returns
 //!   GPUWIRE_ERROR_TIMEOUT and the communicator is broken from then on.
@@ -279,7 +280,8 @@ fn nccl_count(d: Dtype, n: usize) -> usize {
     if d.is_complex() || d.is_pair() { 2 * n } else { n }
 }
 
-/// Whether NCCL performs the reduction `op` on `d` itself (else the staged MPI path does).
+/// Whether NCCL performs the reduction `op` on `d` itself (the registry's declaration: the
+/// others go to the communicator's fallback, `backend::route`).
 pub fn reduces(d: Dtype, op: ReduceOp) -> bool {
     nccl_op(d, op).is_some()
 }
@@ -774,11 +776,15 @@ fn grouped(c: &Communicator, stream: Stream, post: impl FnOnce(&Ctx) -> Result<(
     Ok(Box::new(GroupedPending { group, stream, state: st as *const NcclState, device: st.device }))
 }
 
-/// The staged MPI path of this communicator, for what NCCL cannot do correctly (after closing
-/// any open NCCL group, so stream order is kept).
-fn via_mpi(c: &Communicator) -> Result<&'static mpi_staged::StagedPath> {
-    state(c)?.close_group()?;
-    Ok(&mpi_staged::StagedPath)
+/// Before a call of this communicator leaves NCCL for the fallback path (`backend::route`):
+/// closes any open NCCL group, so stream order is kept.
+pub fn leave(c: &Communicator) -> Result<()> {
+    state(c)?.close_group()
+}
+
+/// A reduction NCCL does not do reached its path (the registry routes those elsewhere).
+fn not_native(what: &str, d: Dtype, op: ReduceOp) -> Error {
+    Error::Internal(format!("{what} of {} with {} reached the NCCL path, which does not do it (the registry routes it to the fallback)", d.name(), op.name()))
 }
 
 fn inp<'a>(i: Input<'a>, recv: &'a Buffer) -> &'a Buffer {
@@ -855,7 +861,7 @@ impl Path for NcclPath {
         };
         let (d, n) = (sb.dtype(), sb.count());
         let Some(nop) = nccl_op(d, op) else {
-            return via_mpi(c)?.reduce(c, send, recv, op, root, stream);
+            return Err(not_native("reduce", d, op));
         };
         let cx = enter(c, &[Some(sb), recv], stream)?;
         let rp = recv.map_or(std::ptr::null_mut(), |r| r.ptr() as *mut c_void);
@@ -870,7 +876,7 @@ impl Path for NcclPath {
         let sb = inp(send, recv);
         let (d, n) = (recv.dtype(), recv.count());
         let Some(nop) = nccl_op(d, op) else {
-            return via_mpi(c)?.allreduce(c, send, recv, op, stream);
+            return Err(not_native("allreduce", d, op));
         };
         let cx = enter(c, &[Some(sb), Some(recv)], stream)?;
         // SAFETY: device buffers of n elements.
@@ -927,7 +933,7 @@ impl Path for NcclPath {
         let Input::Buf(sb) = send else { return Err(Error::Internal("in-place reduce_scatter".into())) };
         let (d, n) = (recv.dtype(), recv.count());
         let Some(nop) = nccl_op(d, op) else {
-            return via_mpi(c)?.reduce_scatter(c, send, recv, op, stream);
+            return Err(not_native("reduce_scatter", d, op));
         };
         let cx = enter(c, &[Some(sb), Some(recv)], stream)?;
         // SAFETY: send size x n, recv n elements.
@@ -938,8 +944,9 @@ impl Path for NcclPath {
         cx.done("ncclReduceScatter")
     }
     fn scan(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, exclusive: bool, stream: Stream) -> Result<()> {
-        // NCCL has no scan: the staged MPI path, after the stream's earlier work.
-        via_mpi(c)?.scan(c, send, recv, op, exclusive, stream)
+        // NCCL has no scan: the registry routes it to the fallback.
+        let _ = (c, send, exclusive, stream);
+        Err(not_native("scan", recv.dtype(), op))
     }
     fn alltoall(&self, c: &Communicator, send: Input, recv: &Buffer, stream: Stream) -> Result<()> {
         let p = c.size() as usize;
@@ -1106,7 +1113,7 @@ impl Path for NcclPath {
         let d = recv.dtype();
         let es = d.size();
         let Some(nop) = nccl_op(d, op) else {
-            return via_mpi(c)?.reduce_scatterv(c, send, recv, counts, op, stream);
+            return Err(not_native("reduce_scatterv", d, op));
         };
         let me = c.rank() as usize;
         let n_me = counts[me];

@@ -1,5 +1,6 @@
-//! What every data path implements: the `Path` trait (one method per operation) and `Input`,
-//! the send side of a collective. Each backend imports this, never the registry (`backend`).
+//! What every data path implements: the `Path` trait (one method per [`Operation`], the unit
+//! the registry routes) and `Input`, the send side of a collective. Each backend imports this,
+//! never the registry (`backend`).
 
 use crate::buffer::Buffer;
 use crate::comm::Communicator;
@@ -7,6 +8,88 @@ use crate::device::Stream;
 use crate::error::Result;
 use crate::request::Pending;
 use crate::types::ReduceOp;
+
+/// The operations of [`Path`], one per method: what the registry (`backend::route`) routes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operation {
+    Send,
+    Recv,
+    Isend,
+    Irecv,
+    Sendrecv,
+    Barrier,
+    Bcast,
+    Reduce,
+    Allreduce,
+    Allgather,
+    Allgatherv,
+    ReduceScatter,
+    /// scan and exscan (one `Path` method).
+    Scan,
+    Alltoall,
+    Gather,
+    Scatter,
+    Alltoallv,
+    Gatherv,
+    Scatterv,
+    ReduceScatterv,
+}
+
+impl Operation {
+    pub const ALL: [Operation; 20] = [
+        Operation::Send,
+        Operation::Recv,
+        Operation::Isend,
+        Operation::Irecv,
+        Operation::Sendrecv,
+        Operation::Barrier,
+        Operation::Bcast,
+        Operation::Reduce,
+        Operation::Allreduce,
+        Operation::Allgather,
+        Operation::Allgatherv,
+        Operation::ReduceScatter,
+        Operation::Scan,
+        Operation::Alltoall,
+        Operation::Gather,
+        Operation::Scatter,
+        Operation::Alltoallv,
+        Operation::Gatherv,
+        Operation::Scatterv,
+        Operation::ReduceScatterv,
+    ];
+
+    /// The operation's name in the API (gpuwire_<name>).
+    pub fn name(self) -> &'static str {
+        use Operation::*;
+        match self {
+            Send => "send",
+            Recv => "recv",
+            Isend => "isend",
+            Irecv => "irecv",
+            Sendrecv => "sendrecv",
+            Barrier => "barrier",
+            Bcast => "bcast",
+            Reduce => "reduce",
+            Allreduce => "allreduce",
+            Allgather => "allgather",
+            Allgatherv => "allgatherv",
+            ReduceScatter => "reduce_scatter",
+            Scan => "scan/exscan",
+            Alltoall => "alltoall",
+            Gather => "gather",
+            Scatter => "scatter",
+            Alltoallv => "alltoallv",
+            Gatherv => "gatherv",
+            Scatterv => "scatterv",
+            ReduceScatterv => "reduce_scatterv",
+        }
+    }
+
+    pub fn is_p2p(self) -> bool {
+        matches!(self, Operation::Send | Operation::Recv | Operation::Isend | Operation::Irecv | Operation::Sendrecv)
+    }
+}
 
 /// The send-side data of a collective: a buffer, or the receive buffer itself (MPI_IN_PLACE).
 #[derive(Clone, Copy, Debug)]

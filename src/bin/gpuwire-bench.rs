@@ -416,7 +416,7 @@ fn ptr_of(b: gpuwire_buffer) -> usize {
 }
 
 fn describe(c: gpuwire_comm) -> String {
-    let mut d = vec![0 as c_char; 1024];
+    let mut d = vec![0 as c_char; 4096];
     ok(gpuwire_comm_describe(c, d.as_mut_ptr(), d.len()), "gpuwire_comm_describe");
     let bytes: Vec<u8> = d.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
     String::from_utf8_lossy(&bytes).into_owned()
