@@ -195,7 +195,8 @@ fn is_pair(d: Dtype) -> bool {
 /// Rank `r`'s pair `i`: two values only (ranks tie), and indices rising with the rank for some
 /// elements and falling for others (ties decided both ways).
 fn pair_elem(r: i32, i: usize) -> (f64, f64) {
-    let v = ((r as usize + i) % 2) as f64 - 0.5;
+    // Integral, so that the int32 pairs tie where the float ones do.
+    let v = ((r as usize + i) % 2) as f64;
     let idx = if i % 3 == 0 { 10 - r } else { r - 3 };
     (v, idx as f64)
 }
@@ -328,6 +329,11 @@ fn wrap_expected(d: Dtype, op: ReduceOp, p: i32, range: std::ops::Range<usize>) 
     let mut out = Vec::new();
     for i in range {
         let xs: Vec<u64> = (0..p).map(|r| wrap_input(d, r, i)).collect();
+        if p == 1 {
+            // One rank's data passes through as it is (as MPI: no operation applied).
+            out.extend_from_slice(&xs[0].to_le_bytes()[..d.size()]);
+            continue;
+        }
         let sum = xs.iter().fold(0u64, |a, x| a.wrapping_add(*x)) & m;
         let v: u64 = match op {
             ReduceOp::GPUWIRE_SUM => sum,

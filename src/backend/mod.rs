@@ -820,7 +820,7 @@ mod tests {
         assert!(nccl.ends_with("; HOST (plain MPI) does calls on host memory only, and barrier"), "{nccl}");
         let ipc = t(GPUWIRE_BACKEND_IPC);
         assert!(ipc.contains("IPC does send, recv, isend, irecv, sendrecv, bcast,"), "{ipc}");
-        assert!(ipc.contains("scatter on device memory, send, recv, isend, irecv, sendrecv on host memory too, and barrier;"), "{ipc}");
+        assert!(ipc.contains("scatter, alltoallv, gatherv, scatterv, reduce_scatterv on device memory, send, recv, isend, irecv, sendrecv on host memory too, and barrier;"), "{ipc}");
         assert!(ipc.contains("MPI_STAGED does, decided at the call by every rank together, memory IPC cannot export"), "{ipc}");
         assert!(ipc.ends_with("; HOST (plain MPI) does the other calls on host memory only"), "{ipc}");
         let staged = t(GPUWIRE_BACKEND_MPI_STAGED);
