@@ -560,7 +560,7 @@ def self_test(root):
         ("a value argument passed by reference", h, f.replace("integer(c_int32_t), value :: root", "integer(c_int32_t), intent(in) :: root", 1), x, "gpuwire_"),
         ("a generic wrapper removed", h, f.replace("  interface gpuwire_bcast\n", "  interface gpuwire_bcast_old\n"), x, "gpuwire_bcast"),
         ("a constant's value changed", h, f.replace("GPUWIRE_MAX = 2", "GPUWIRE_MAX = 3"), x, "GPUWIRE_MAX"),
-        ("a constant missing", h.replace("GPUWIRE_BXOR = 7,", "GPUWIRE_BXOR = 7,\n  GPUWIRE_LAND = 8,"), f, x, "GPUWIRE_LAND"),
+        ("a constant missing", h.replace("GPUWIRE_BXOR = 7,", "GPUWIRE_BXOR = 7,\n  GPUWIRE_BNAND = 90,"), f, x, "GPUWIRE_BNAND"),
         ("config fields reordered", h, f.replace("    integer(c_int32_t) :: check\n", "    integer(c_int32_t) :: chk\n"), x, "gpuwire_config"),
         ("a C++ wrapper missing", h, f, x.replace("(gpuwire_comm_local_size)", "(gpuwire_comm_local_sz)"), "gpuwire_comm_local_size"),
     ]

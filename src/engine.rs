@@ -64,6 +64,19 @@ pub fn drain_all() {
     while *n > 0 {
         n = OUTSTANDING_CV.wait(n).unwrap_or_else(|p| p.into_inner());
     }
+    drop(n);
+    free_dropped();
+}
+
+/// Frees, on the calling thread, the CUDA memory that engine threads dropped
+/// (`device::free_deferred`), when no engine has work queued or running. Never on an engine
+/// thread: cuMemFree synchronizes the device, and a stream may be waiting for the next
+/// operation of that very engine (seen on the H200 as a hang of GPU case opswrap on
+/// MPI_STAGED). Called at every operation's issue and at gpuwire_finalize.
+pub fn free_dropped() {
+    if *lock(&OUTSTANDING) == 0 {
+        device::free_deferred();
+    }
 }
 
 /// The completion of one queued operation: its result, once it has run.
@@ -254,8 +267,6 @@ impl Engine {
         let mut n = lock(&OUTSTANDING);
         *n -= 1;
         if *n == 0 {
-            // No stream waits on engine work any more: what engines dropped can be freed.
-            device::free_deferred();
             OUTSTANDING_CV.notify_all();
         }
         drop(n);

@@ -432,6 +432,7 @@ pub fn trace_line(c: &Communicator, op: &Op, route: &str, nonblocking: bool, too
 /// request of a nonblocking one (`nonblocking`). Outside a group; `crate::group::submit` is the
 /// entry that also records operations in groups.
 pub fn issue(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -> Result<Option<Request>> {
+    engine::free_dropped();
     let eng = c.engine();
     if let Some(e) = eng.take_async_error() {
         return Err(Error::from_status(e.status(), format!("an earlier operation on this communicator failed after its call had returned (nothing was done by this call): {e}")));

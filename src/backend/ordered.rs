@@ -238,6 +238,9 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
                 }
             }
         })();
+        // The buffers go before the stream is released: no CUDA memory is freed here (an engine
+        // thread never frees: see `engine::free_dropped`).
+        drop(subs);
         // Nobody waits for a blocking form on the engine: its failure is the communicator's
         // asynchronous error, recorded before the stream is released (a program that
         // synchronizes the stream, then asks, sees it).

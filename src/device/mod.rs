@@ -204,6 +204,8 @@ impl CudaAlloc {
 /// cuMemFree and cuMemFreeHost synchronize the device, and a caller's stream may be waiting for
 /// the very thread that frees (`crate::engine`).
 static GRAVEYARD: std::sync::Mutex<Vec<CudaAlloc>> = std::sync::Mutex::new(Vec::new());
+/// Whether GRAVEYARD may hold something (read without its lock on every call).
+static DEAD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 thread_local! {
     static DEFER_FREES: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
@@ -216,6 +218,9 @@ pub fn defer_frees_on_this_thread() {
 
 /// Frees the allocations deferred so far (call when no stream waits on engine work).
 pub fn free_deferred() {
+    if !DEAD.swap(false, std::sync::atomic::Ordering::AcqRel) {
+        return;
+    }
     let dead: Vec<CudaAlloc> = std::mem::take(&mut *GRAVEYARD.lock().unwrap_or_else(|p| p.into_inner()));
     let was = DEFER_FREES.with(|d| d.replace(false));
     drop(dead);
@@ -228,6 +233,7 @@ impl Drop for CudaAlloc {
             let a = CudaAlloc { ptr: self.ptr, bytes: self.bytes, device: self.device, space: self.space };
             self.ptr = 0;
             GRAVEYARD.lock().unwrap_or_else(|p| p.into_inner()).push(a);
+            DEAD.store(true, std::sync::atomic::Ordering::Release);
             return;
         }
         if self.ptr == 0 {
