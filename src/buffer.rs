@@ -462,6 +462,11 @@ impl Buffer {
         v
     }
 
+    /// This buffer as the pack kernels see it (`device::kernels::pack`).
+    pub fn pack_view(&self) -> crate::device::kernels::PackView<'_> {
+        crate::device::kernels::PackView { ptr: self.ptr, count: self.count, elem: self.dtype.size(), device: self.device, dims: self.shape.as_ref().map(|s| s.dims.as_slice()) }
+    }
+
     pub fn ptr(&self) -> usize {
         self.ptr
     }
@@ -542,7 +547,7 @@ impl Buffer {
             }
             let tmp = CudaAlloc::new(Space::GPUWIRE_SPACE_DEVICE, self.device, self.bytes())?;
             device::copy_sync(self.device, tmp.ptr, src, self.bytes(), stream)?;
-            crate::device::kernels::pack(self, tmp.ptr, true, stream)?;
+            crate::device::kernels::pack(self.pack_view(), tmp.ptr, true, stream)?;
             let _g = device::CtxGuard::enter(self.device)?;
             return device::sync(stream);
         }
@@ -568,7 +573,7 @@ impl Buffer {
                 return Ok(());
             }
             let tmp = CudaAlloc::new(Space::GPUWIRE_SPACE_DEVICE, self.device, self.bytes())?;
-            crate::device::kernels::pack(self, tmp.ptr, false, stream)?;
+            crate::device::kernels::pack(self.pack_view(), tmp.ptr, false, stream)?;
             return device::copy_sync(self.device, dst, tmp.ptr, self.bytes(), stream);
         }
         if self.is_host() {

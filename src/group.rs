@@ -41,7 +41,7 @@ struct Entry {
     matched: Arc<Mutex<Option<Status>>>,
     /// A point-to-point or NCCL operation's views packed at the group's end (`op` then runs on
     /// the scratch), unpacked once it completed.
-    packed: Option<crate::view::Packed>,
+    packed: Option<crate::view::Packed<Op>>,
 }
 
 #[derive(Default)]

@@ -375,6 +375,84 @@ impl Op {
     }
 }
 
+/// The operation as the views see it (`crate::view`): its slots and this rank's role in each.
+impl crate::view::Slotted for Op {
+    fn what(&self) -> &'static str {
+        self.name()
+    }
+    fn roles(&self, rank: i32) -> [(Option<&Arc<Buffer>>, crate::view::Role); 2] {
+        let op = self;
+        use crate::view::Role::{self, *};
+        let root_role = |root: i32, at_root: Role| if rank == root { at_root } else { None };
+        match op {
+            Op::Send { buf, .. } | Op::Isend { buf, .. } => [(Some(buf), Read), (Option::None, None)],
+            Op::Recv { buf, .. } | Op::Irecv { buf, .. } => [(Some(buf), Write), (Option::None, None)],
+            Op::Bcast { buf, root } => [(Some(buf), if rank == *root { Read } else { Write }), (Option::None, None)],
+            Op::Sendrecv { send, recv, .. } => [(Some(send), Read), (Some(recv), Write)],
+            Op::Barrier => [(Option::None, None), (Option::None, None)],
+            Op::Reduce { send, recv, root, .. } | Op::Gather { send, recv, root } => [(Some(send), Read), (recv.as_ref(), root_role(*root, Write))],
+            Op::Scatter { send, recv, root } | Op::Scatterv { send, recv, root, .. } => [(send.as_ref(), root_role(*root, Read)), (Some(recv), Write)],
+            // What lies between receive blocks, and exscan's rank 0's buffer, stay as they were.
+            Op::Gatherv { send, recv, root, .. } => [(Some(send), Read), (recv.as_ref(), root_role(*root, Both))],
+            Op::Alltoallv { send, recv, .. } => [(Some(send), Read), (Some(recv), Both)],
+            Op::Scan { send, recv, exclusive, .. } => [(Some(send), Read), (Some(recv), if *exclusive && rank == 0 { Both } else { Write })],
+            Op::ReduceScatterv { send, recv, .. } => [(Some(send), Read), (Some(recv), Write)],
+            Op::Allreduce { send, recv, .. }
+            | Op::Allgather { send, recv }
+            | Op::Allgatherv { send, recv, .. }
+            | Op::ReduceScatter { send, recv, .. }
+            | Op::Alltoall { send, recv } => [(Some(send), Read), (Some(recv), Write)],
+        }
+    }
+
+    fn replace(&self, a: Option<Arc<Buffer>>, b: Option<Arc<Buffer>>) -> Op {
+        let mut op = self.clone();
+        let pick = |slot: &mut Arc<Buffer>, with: &Option<Arc<Buffer>>| {
+            if let Some(w) = with {
+                *slot = w.clone();
+            }
+        };
+        let pick_opt = |slot: &mut Option<Arc<Buffer>>, with: &Option<Arc<Buffer>>| {
+            if let (Some(s), Some(w)) = (slot.as_mut(), with) {
+                *s = w.clone();
+            }
+        };
+        match &mut op {
+            Op::Send { buf, .. } | Op::Isend { buf, .. } | Op::Recv { buf, .. } | Op::Irecv { buf, .. } | Op::Bcast { buf, .. } => pick(buf, &a),
+            Op::Sendrecv { send, recv, .. } => {
+                pick(send, &a);
+                pick(recv, &b);
+            }
+            Op::Barrier => {}
+            Op::Reduce { send, recv, .. } | Op::Gather { send, recv, .. } => {
+                pick(send, &a);
+                pick_opt(recv, &b);
+            }
+            Op::Scatter { send, recv, .. } | Op::Scatterv { send, recv, .. } => {
+                pick_opt(send, &a);
+                pick(recv, &b);
+            }
+            Op::Gatherv { send, recv, .. } => {
+                pick(send, &a);
+                pick_opt(recv, &b);
+            }
+            Op::Alltoallv { send, recv, .. } | Op::Scan { send, recv, .. } | Op::ReduceScatterv { send, recv, .. } => {
+                pick(send, &a);
+                pick(recv, &b);
+            }
+            Op::Allreduce { send, recv, .. }
+            | Op::Allgather { send, recv }
+            | Op::Allgatherv { send, recv, .. }
+            | Op::ReduceScatter { send, recv, .. }
+            | Op::Alltoall { send, recv } => {
+                pick(send, &a);
+                pick(recv, &b);
+            }
+        }
+        op
+    }
+}
+
 /// Whether `GPUWIRE_TRACE=1`: one line per exported operation on stderr ([`trace_line`]).
 pub fn tracing() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();

@@ -19,7 +19,6 @@ use crate::buffer::{Buffer, Shape};
 use crate::comm::Communicator;
 use crate::device::{self, CtxGuard, Stream};
 use crate::error::{Error, Result};
-use crate::op::Op;
 use crate::request::{Pending, Request};
 use crate::types::{Dtype, Space};
 
@@ -94,14 +93,14 @@ pub fn cached() -> usize {
 }
 
 /// An operation moved onto contiguous scratch: run `op`, then [`Packed::unpack`].
-pub(crate) struct Packed {
-    pub op: Op,
+pub(crate) struct Packed<O> {
+    pub op: O,
     /// Views this rank receives into, with their scratch; scratch of views only sent from.
     unpack: Vec<(Arc<Buffer>, Scratch)>,
     keep: Vec<Scratch>,
 }
 
-impl Packed {
+impl<O> Packed<O> {
     /// Whether anything was packed (the operation's buffers were not all contiguous).
     pub fn any(&self) -> bool {
         !self.unpack.is_empty() || !self.keep.is_empty()
@@ -144,7 +143,7 @@ fn pack_one(view: &Buffer, scratch: &Buffer, stream: Stream) -> Result<()> {
         return Ok(());
     }
     let _g = CtxGuard::enter(view.device())?;
-    device::kernels::pack(view, scratch.ptr(), false, stream)
+    device::kernels::pack(view.pack_view(), scratch.ptr(), false, stream)
 }
 
 fn unpack_one(view: &Buffer, scratch: &Buffer, stream: Stream) -> Result<()> {
@@ -154,12 +153,12 @@ fn unpack_one(view: &Buffer, scratch: &Buffer, stream: Stream) -> Result<()> {
         return Ok(());
     }
     let _g = CtxGuard::enter(view.device())?;
-    device::kernels::pack(view, scratch.ptr(), true, stream)
+    device::kernels::pack(view.pack_view(), scratch.ptr(), true, stream)
 }
 
 /// What this rank does with one buffer of an operation.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Role {
+pub(crate) enum Role {
     Read,
     Write,
     Both,
@@ -167,83 +166,18 @@ enum Role {
     None,
 }
 
-/// The operation's buffer slots, each with this rank's role (send side first), as
-/// `(slot index, buffer, role)`.
-fn roles(op: &Op, rank: i32) -> [(Option<&Arc<Buffer>>, Role); 2] {
-    use Role::*;
-    let root_role = |root: i32, at_root: Role| if rank == root { at_root } else { None };
-    match op {
-        Op::Send { buf, .. } | Op::Isend { buf, .. } => [(Some(buf), Read), (Option::None, None)],
-        Op::Recv { buf, .. } | Op::Irecv { buf, .. } => [(Some(buf), Write), (Option::None, None)],
-        Op::Bcast { buf, root } => [(Some(buf), if rank == *root { Read } else { Write }), (Option::None, None)],
-        Op::Sendrecv { send, recv, .. } => [(Some(send), Read), (Some(recv), Write)],
-        Op::Barrier => [(Option::None, None), (Option::None, None)],
-        Op::Reduce { send, recv, root, .. } | Op::Gather { send, recv, root } => [(Some(send), Read), (recv.as_ref(), root_role(*root, Write))],
-        Op::Scatter { send, recv, root } | Op::Scatterv { send, recv, root, .. } => [(send.as_ref(), root_role(*root, Read)), (Some(recv), Write)],
-        // What lies between receive blocks, and exscan's rank 0's buffer, stay as they were.
-        Op::Gatherv { send, recv, root, .. } => [(Some(send), Read), (recv.as_ref(), root_role(*root, Both))],
-        Op::Alltoallv { send, recv, .. } => [(Some(send), Read), (Some(recv), Both)],
-        Op::Scan { send, recv, exclusive, .. } => [(Some(send), Read), (Some(recv), if *exclusive && rank == 0 { Both } else { Write })],
-        Op::ReduceScatterv { send, recv, .. } => [(Some(send), Read), (Some(recv), Write)],
-        Op::Allreduce { send, recv, .. }
-        | Op::Allgather { send, recv }
-        | Op::Allgatherv { send, recv, .. }
-        | Op::ReduceScatter { send, recv, .. }
-        | Op::Alltoall { send, recv } => [(Some(send), Read), (Some(recv), Write)],
-    }
-}
-
-/// Rebuilds `op` with its two buffer slots replaced (`None` keeps a slot).
-fn replace(op: &Op, a: Option<Arc<Buffer>>, b: Option<Arc<Buffer>>) -> Op {
-    let mut op = op.clone();
-    let pick = |slot: &mut Arc<Buffer>, with: &Option<Arc<Buffer>>| {
-        if let Some(w) = with {
-            *slot = w.clone();
-        }
-    };
-    let pick_opt = |slot: &mut Option<Arc<Buffer>>, with: &Option<Arc<Buffer>>| {
-        if let (Some(s), Some(w)) = (slot.as_mut(), with) {
-            *s = w.clone();
-        }
-    };
-    match &mut op {
-        Op::Send { buf, .. } | Op::Isend { buf, .. } | Op::Recv { buf, .. } | Op::Irecv { buf, .. } | Op::Bcast { buf, .. } => pick(buf, &a),
-        Op::Sendrecv { send, recv, .. } => {
-            pick(send, &a);
-            pick(recv, &b);
-        }
-        Op::Barrier => {}
-        Op::Reduce { send, recv, .. } | Op::Gather { send, recv, .. } => {
-            pick(send, &a);
-            pick_opt(recv, &b);
-        }
-        Op::Scatter { send, recv, .. } | Op::Scatterv { send, recv, .. } => {
-            pick_opt(send, &a);
-            pick(recv, &b);
-        }
-        Op::Gatherv { send, recv, .. } => {
-            pick(send, &a);
-            pick_opt(recv, &b);
-        }
-        Op::Alltoallv { send, recv, .. } | Op::Scan { send, recv, .. } | Op::ReduceScatterv { send, recv, .. } => {
-            pick(send, &a);
-            pick(recv, &b);
-        }
-        Op::Allreduce { send, recv, .. }
-        | Op::Allgather { send, recv }
-        | Op::Allgatherv { send, recv, .. }
-        | Op::ReduceScatter { send, recv, .. }
-        | Op::Alltoall { send, recv } => {
-            pick(send, &a);
-            pick(recv, &b);
-        }
-    }
-    op
+/// What this module needs of an operation (`crate::op::Op` implements it): its name, its two
+/// buffer slots with this rank's role in each (send side first), and itself on other buffers.
+pub(crate) trait Slotted: Clone {
+    fn what(&self) -> &'static str;
+    fn roles(&self, rank: i32) -> [(Option<&Arc<Buffer>>, Role); 2];
+    /// The operation with its two buffer slots replaced (`None` keeps a slot).
+    fn replace(&self, a: Option<Arc<Buffer>>, b: Option<Arc<Buffer>>) -> Self;
 }
 
 /// Whether `op` has a non-contiguous view among its buffers (cheap: no allocation).
-pub(crate) fn has_views(op: &Op) -> bool {
-    op.slots().into_iter().flatten().any(|b| b.shape().is_some())
+pub(crate) fn has_views<O: Slotted>(op: &O) -> bool {
+    op.roles(0).into_iter().filter_map(|(b, _)| b).any(|b| b.shape().is_some())
 }
 
 fn same_view(a: &Buffer, b: &Buffer) -> bool {
@@ -253,9 +187,9 @@ fn same_view(a: &Buffer, b: &Buffer) -> bool {
 /// The validation of an operation's views that the contiguous operation cannot do (it sees only
 /// scratch): a view received into must not have overlapping elements; a view and the other
 /// buffer must not share memory unless they are the same view (in-place).
-pub(crate) fn check(op: &Op, rank: i32) -> Result<()> {
-    let what = op.name();
-    let [(a, ra), (b, rb)] = roles(op, rank);
+pub(crate) fn check<O: Slotted>(op: &O, rank: i32) -> Result<()> {
+    let what = op.what();
+    let [(a, ra), (b, rb)] = op.roles(rank);
     for (buf, role) in [(a, ra), (b, rb)] {
         if let (Some(v), Role::Write | Role::Both) = (buf, role) {
             if v.shape().is_some_and(|s: &Shape| s.self_overlapping) {
@@ -278,10 +212,10 @@ pub(crate) fn check(op: &Op, rank: i32) -> Result<()> {
 
 /// Packs `op`'s views for this rank (after [`check`]): the operation on scratch, with what to
 /// unpack after it. An operation without views is returned as it is.
-pub(crate) fn pack(op: &Op, c: &Communicator, stream: Stream) -> Result<Packed> {
+pub(crate) fn pack<O: Slotted>(op: &O, c: &Communicator, stream: Stream) -> Result<Packed<O>> {
     let rank = c.rank();
     check(op, rank)?;
-    let [(a, ra), (b, rb)] = roles(op, rank);
+    let [(a, ra), (b, rb)] = op.roles(rank);
     let mut out = Packed { op: op.clone(), unpack: Vec::new(), keep: Vec::new() };
     let in_place = ra != Role::None && rb != Role::None && matches!((a, b), (Some(x), Some(y)) if x.shape().is_some() && same_view(x, y));
     let mut subs: [Option<Arc<Buffer>>; 2] = [None, None];
@@ -308,7 +242,7 @@ pub(crate) fn pack(op: &Op, c: &Communicator, stream: Stream) -> Result<Packed> 
     }
     if out.any() {
         let [x, y] = subs;
-        out.op = replace(op, x, y);
+        out.op = op.replace(x, y);
     }
     Ok(out)
 }
@@ -329,13 +263,13 @@ fn private_stream(device: i32) -> Result<Stream> {
 /// The request of a nonblocking operation started on scratch: when the inner
 /// request completes, the scratch is unpacked into the view (point-to-point operations started
 /// now, stream-ordered operations of the MPI paths).
-pub(crate) struct Unpacking {
+pub(crate) struct Unpacking<O> {
     pub inner: Option<Request>,
-    pub packed: Option<Packed>,
+    pub packed: Option<Packed<O>>,
     pub stream: Stream,
 }
 
-impl Unpacking {
+impl<O> Unpacking<O> {
     fn finish(&mut self) -> Result<()> {
         // The completed inner request first: its hold on the scratch ends, which can then be
         // reused.
@@ -353,7 +287,7 @@ impl Unpacking {
     }
 }
 
-impl Pending for Unpacking {
+impl<O: Send> Pending for Unpacking<O> {
     fn wait(&mut self) -> Result<()> {
         if let Some(r) = &self.inner {
             r.wait()?;

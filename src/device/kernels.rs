@@ -344,10 +344,10 @@ pub fn divide(device: i32, dtype: Dtype, x: usize, n: usize, d: i64, stream: Str
 /// Enqueues on `stream` one kernel that copies the elements of the device view `view` (a
 /// strided or subarray view, or contiguous) to contiguous device memory at `packed`, or back
 /// (`unpack`).
-pub fn pack(view: &crate::buffer::Buffer, packed: usize, unpack: bool, stream: Stream) -> Result<()> {
-    let n = view.count();
-    let dims: Vec<(usize, usize)> = match view.shape() {
-        Some(s) => s.dims.clone(),
+pub fn pack(view: PackView, packed: usize, unpack: bool, stream: Stream) -> Result<()> {
+    let n = view.count;
+    let dims: Vec<(usize, usize)> = match view.dims {
+        Some(d) => d.to_vec(),
         None => vec![(n, 1)],
     };
     if dims.len() > 4 {
@@ -355,7 +355,7 @@ pub fn pack(view: &crate::buffer::Buffer, packed: usize, unpack: bool, stream: S
     }
     let mut d4 = vec![(1usize, 0usize); 4 - dims.len()];
     d4.extend(dims);
-    let (mut p, mut v, mut nn) = (packed as u64, view.ptr() as u64, n as u64);
+    let (mut p, mut v, mut nn) = (packed as u64, view.ptr as u64, n as u64);
     let (mut l1, mut l2, mut l3) = (d4[1].0 as u64, d4[2].0 as u64, d4[3].0 as u64);
     let (mut s0, mut s1, mut s2, mut s3) = (d4[0].1 as u64, d4[1].1 as u64, d4[2].1 as u64, d4[3].1 as u64);
     let mut u = unpack as u32;
@@ -372,7 +372,19 @@ pub fn pack(view: &crate::buffer::Buffer, packed: usize, unpack: bool, stream: S
         (&mut s3 as *mut u64).cast(),
         (&mut u as *mut u32).cast(),
     ];
-    launch(view.device(), &pack_name(view.dtype().size()), n, stream, &mut params)
+    launch(view.device, &pack_name(view.elem), n, stream, &mut params)
+}
+
+/// What [`pack`] needs of a view (a buffer's fields, so that this module knows no buffer):
+/// `count` elements of `elem` bytes at `ptr` on `device`, laid out as `dims` ((length, stride
+/// in elements) per dimension, the slowest first; `None`: contiguous).
+#[derive(Clone, Copy)]
+pub struct PackView<'a> {
+    pub ptr: usize,
+    pub count: usize,
+    pub elem: usize,
+    pub device: i32,
+    pub dims: Option<&'a [(usize, usize)]>,
 }
 
 #[cfg(test)]
