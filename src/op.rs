@@ -386,6 +386,9 @@ impl crate::view::Slotted for Op {
         let root_role = |root: i32, at_root: Role| if rank == root { at_root } else { None };
         match op {
             Op::Send { buf, .. } | Op::Isend { buf, .. } => [(Some(buf), Read), (Option::None, None)],
+            // A receive of up to its count (irecv_status): what a shorter message leaves is kept,
+            // as `parts` stages it in and out.
+            Op::Irecv { buf, upto: true, .. } => [(Some(buf), Both), (Option::None, None)],
             Op::Recv { buf, .. } | Op::Irecv { buf, .. } => [(Some(buf), Write), (Option::None, None)],
             Op::Bcast { buf, root } => [(Some(buf), if rank == *root { Read } else { Write }), (Option::None, None)],
             Op::Sendrecv { send, recv, .. } => [(Some(send), Read), (Some(recv), Write)],
