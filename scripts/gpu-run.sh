@@ -78,14 +78,15 @@ if has nbc; then
   # completed out of order (nbc); groups of 2, 4, 8 sends then receives to different peers, nested,
   # a halo ring, nonblocking forms in a group (nbcgroup); "returns before the data" (nbcearly: a
   # 50 ms kernel, then allreduce / iallreduce / sendrecv on its stream: under 25 ms on the host,
-  # right result after cuStreamSynchronize) on the stream-ordered backends (NCCL, MPI_STAGED;
-  # MPI_CUDA_AWARE and IPC still block the host); mixed memory kinds across ranks (nbcmixed: host
-  # buffers on one rank, device on another) on MPI_STAGED.
+  # right result after cuStreamSynchronize; a cudaFree while one is pending) on the
+  # stream-ordered backends (NCCL, MPI_STAGED; MPI_CUDA_AWARE and IPC still block the host); mixed
+  # memory kinds across ranks (nbcmixed: host buffers on one rank, device on another) on
+  # MPI_STAGED and IPC.
   nbccases=nbc,nbcgroup
   GPUWIRE_BACKEND=mpi_staged gputest nbc-kit-staged kit $nbccases,nbcearly,nbcmixed -x GPUWIRE_BACKEND
   GPUWIRE_BACKEND=mpi_cuda_aware gputest nbc-kit-cuda-aware kit $nbccases -x GPUWIRE_BACKEND
   GPUWIRE_BACKEND=mpi_staged GPUWIRE_HOST_SYNC=1 gputest nbc-kit-staged-hostsync kit $nbccases -x GPUWIRE_BACKEND -x GPUWIRE_HOST_SYNC
-  GPUWIRE_BACKEND=ipc gputest nbc-ipc-np2 stock $nbccases -x GPUWIRE_BACKEND
+  GPUWIRE_BACKEND=ipc gputest nbc-ipc-np2 stock $nbccases,nbcmixed -x GPUWIRE_BACKEND
   GPUWIRE_BACKEND=ipc GPUWIRE_GPU_TEST_NP=3 np2="mpirun -np 3 --oversubscribe --bind-to none" \
     gputest nbc-ipc-np3 stock $nbccases -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP
   GPUWIRE_BACKEND=nccl GPUWIRE_GPU_TEST_NP=1 np2=$np1 gputest nbc-nccl-1rank stock $nbccases,nbcearly -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP

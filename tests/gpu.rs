@@ -1866,6 +1866,13 @@ fn nbc_returns_early(cx: &Ctx) -> Result<(), String> {
             };
             times.push(t0.elapsed().as_secs_f64() * 1e3);
             ok(st, form);
+            if rep == 1 {
+                // The program frees memory while the operation waits on its stream: cuMemFree
+                // waits for the device, which must not wait for gpuwire's host side forever.
+                let mut d: cu::CUdeviceptr = 0;
+                cuok(unsafe { cu::cuMemAlloc_v2(&mut d, 1 << 20) }, "cuMemAlloc");
+                cuok(unsafe { cu::cuMemFree_v2(d) }, "cuMemFree while the operation is pending");
+            }
             if form == "iallreduce" {
                 ok(gpuwire_wait(&mut q), "wait");
             }

@@ -74,7 +74,13 @@ pub enum HostSide {
 }
 
 /// Whether device operations on `c` go through here: on MPI_STAGED and on NCCL's mixed calls.
-/// IPC's device operations still block the host, NCCL's own are ordered by NCCL, and
+/// NCCL's own are ordered by NCCL. IPC's device operations still block the host: their host
+/// side makes CUDA calls (the leader's copies and kernels, `cuIpcCloseMemHandle` of a peer's
+/// freed buffer), and on the H200 (2026-12-01) an engine thread making them while the caller's
+/// stream waited for it deadlocked, in `cuIpcCloseMemHandle`, and in every call while the program
+/// freed memory (`cuMemFree` waits for the waiting stream); stream-ordering IPC needs the
+/// leader's device work enqueued at the call, with the cross-process waits as stream memory
+/// operations on the shared segment. And
 /// MPI_CUDA_AWARE's block the host as in gpuwire 0.1: a CUDA-aware MPI makes CUDA calls of its own
 /// on device memory (synchronous copies on the legacy stream among them), which wait for a stream
 /// that waits for gpuwire's host side; giving it device memory from the engine, or from the
@@ -227,8 +233,10 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
         let flag = flag;
         let r = (|| {
             if wait_ready {
+                crate::trace!("ordered: host side waits for its stream (flag {})", flag.value);
                 flag.wait_ready(&stop)?;
             }
+            crate::trace!("ordered: host side runs (flag {})", flag.value);
             match side {
                 HostSide::Run(f) => f(&subs),
                 HostSide::Start(f) => {
@@ -238,6 +246,7 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
                 }
             }
         })();
+        crate::trace!("ordered: host side ran (flag {}): {r:?}", flag.value);
         // The buffers go before the stream is released: no CUDA memory is freed here (an engine
         // thread never frees: see `engine::free_dropped`).
         drop(subs);
