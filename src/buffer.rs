@@ -13,6 +13,38 @@ use crate::error::{Error, Result};
 use crate::handles::{Kind, Registry};
 use crate::types::{Dtype, Space};
 
+/// What an operation does with one of its buffers, on this rank (`crate::op::Op::roles`: the one
+/// table, which the views' packing and the stream-ordered staging both read).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Read (a send buffer).
+    In,
+    /// Written (a receive buffer).
+    Out,
+    /// Read and written (in place; or a receive whose untouched elements must stay as they were).
+    InOut,
+    /// Not significant on this rank (a non-root's receive buffer of reduce, ...).
+    Unused,
+}
+
+impl Role {
+    pub fn reads(self) -> bool {
+        matches!(self, Role::In | Role::InOut)
+    }
+    pub fn writes(self) -> bool {
+        matches!(self, Role::Out | Role::InOut)
+    }
+    /// The role of a buffer that holds both (an in-place block inside another part).
+    pub fn join(self, o: Role) -> Role {
+        match (self.reads() || o.reads(), self.writes() || o.writes()) {
+            (true, true) => Role::InOut,
+            (true, false) => Role::In,
+            (false, true) => Role::Out,
+            (false, false) => Role::Unused,
+        }
+    }
+}
+
 /// All live buffers, by handle.
 pub static BUFFERS: Registry<Buffer> = Registry::new(Kind::Buffer);
 

@@ -28,10 +28,10 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::buffer::Buffer;
+use crate::buffer::{Buffer, Role};
 use crate::comm::Communicator;
 use crate::device::{CtxGuard, Event, Stream};
-use crate::backend::ordered::{self, HostSide, Role};
+use crate::backend::ordered::{self, HostSide};
 use crate::engine::{self, Done};
 use crate::error::{Error, Result};
 use crate::ops::Layout;
@@ -118,26 +118,8 @@ impl Op {
     /// This rank's buffers in slot order, with what the operation does with each
     /// (`crate::backend::ordered`); `rebind` takes replacements in the same order.
     fn parts(&self, c: &Communicator) -> Vec<(Arc<Buffer>, Role)> {
-        let me = c.rank();
-        let [a, b] = self.slots();
-        let (ra, rb) = match self {
-            Op::Send { .. } | Op::Isend { .. } => (Role::In, Role::Unused),
-            // A receive of up to its count writes only the message's start: the staging block
-            // holds the buffer's contents first, so that the rest comes back as it was.
-            Op::Irecv { upto: true, .. } => (Role::InOut, Role::Unused),
-            Op::Recv { .. } | Op::Irecv { .. } => (Role::Out, Role::Unused),
-            Op::Bcast { root, .. } => (if *root == me { Role::In } else { Role::Out }, Role::Unused),
-            Op::Reduce { root, .. } | Op::Gather { root, .. } => (Role::In, if *root == me { Role::Out } else { Role::Unused }),
-            Op::Scatter { root, .. } | Op::Scatterv { root, .. } => (if *root == me { Role::In } else { Role::Unused }, Role::Out),
-            // Exscan's rank 0 receives nothing and its buffer stays as it was: staged in and out
-            // unchanged (MPI does not write it).
-            Op::Scan { exclusive: true, .. } if me == 0 => (Role::In, Role::InOut),
-            // What lies between the receive blocks is left as it was: staged in and out.
-            Op::Alltoallv { .. } => (Role::In, Role::InOut),
-            Op::Gatherv { root, .. } => (Role::In, if *root == me { Role::InOut } else { Role::Unused }),
-            _ => (Role::In, Role::Out),
-        };
-        [(a, ra), (b, rb)].into_iter().filter_map(|(x, r)| x.map(|x| (x.clone(), r))).collect()
+        use crate::view::Slotted;
+        self.roles(c.rank()).into_iter().filter_map(|(b, r)| b.map(|b| (b.clone(), r))).collect()
     }
 
     /// The same operation on other buffers (`subs`: one per buffer, in slot order).
@@ -375,36 +357,37 @@ impl Op {
     }
 }
 
-/// The operation as the views see it (`crate::view`): its slots and this rank's role in each.
+/// The operation as the views see it (`crate::view`): its slots and this rank's role in each,
+/// the one table of roles (the stream-ordered staging reads it too, through `parts`).
 impl crate::view::Slotted for Op {
     fn what(&self) -> &'static str {
         self.name()
     }
-    fn roles(&self, rank: i32) -> [(Option<&Arc<Buffer>>, crate::view::Role); 2] {
+    fn roles(&self, rank: i32) -> [(Option<&Arc<Buffer>>, Role); 2] {
         let op = self;
-        use crate::view::Role::{self, *};
-        let root_role = |root: i32, at_root: Role| if rank == root { at_root } else { None };
+        use Role::*;
+        let root_role = |root: i32, at_root: Role| if rank == root { at_root } else { Unused };
         match op {
-            Op::Send { buf, .. } | Op::Isend { buf, .. } => [(Some(buf), Read), (Option::None, None)],
-            // A receive of up to its count (irecv_status): what a shorter message leaves is kept,
-            // as `parts` stages it in and out.
-            Op::Irecv { buf, upto: true, .. } => [(Some(buf), Both), (Option::None, None)],
-            Op::Recv { buf, .. } | Op::Irecv { buf, .. } => [(Some(buf), Write), (Option::None, None)],
-            Op::Bcast { buf, root } => [(Some(buf), if rank == *root { Read } else { Write }), (Option::None, None)],
-            Op::Sendrecv { send, recv, .. } => [(Some(send), Read), (Some(recv), Write)],
-            Op::Barrier => [(Option::None, None), (Option::None, None)],
-            Op::Reduce { send, recv, root, .. } | Op::Gather { send, recv, root } => [(Some(send), Read), (recv.as_ref(), root_role(*root, Write))],
-            Op::Scatter { send, recv, root } | Op::Scatterv { send, recv, root, .. } => [(send.as_ref(), root_role(*root, Read)), (Some(recv), Write)],
+            Op::Send { buf, .. } | Op::Isend { buf, .. } => [(Some(buf), In), (None, Unused)],
+            // A receive of up to its count (irecv_status): what a shorter message leaves is kept
+            // (packed or staged in and out).
+            Op::Irecv { buf, upto: true, .. } => [(Some(buf), InOut), (None, Unused)],
+            Op::Recv { buf, .. } | Op::Irecv { buf, .. } => [(Some(buf), Out), (None, Unused)],
+            Op::Bcast { buf, root } => [(Some(buf), if rank == *root { In } else { Out }), (None, Unused)],
+            Op::Sendrecv { send, recv, .. } => [(Some(send), In), (Some(recv), Out)],
+            Op::Barrier => [(None, Unused), (None, Unused)],
+            Op::Reduce { send, recv, root, .. } | Op::Gather { send, recv, root } => [(Some(send), In), (recv.as_ref(), root_role(*root, Out))],
+            Op::Scatter { send, recv, root } | Op::Scatterv { send, recv, root, .. } => [(send.as_ref(), root_role(*root, In)), (Some(recv), Out)],
             // What lies between receive blocks, and exscan's rank 0's buffer, stay as they were.
-            Op::Gatherv { send, recv, root, .. } => [(Some(send), Read), (recv.as_ref(), root_role(*root, Both))],
-            Op::Alltoallv { send, recv, .. } => [(Some(send), Read), (Some(recv), Both)],
-            Op::Scan { send, recv, exclusive, .. } => [(Some(send), Read), (Some(recv), if *exclusive && rank == 0 { Both } else { Write })],
-            Op::ReduceScatterv { send, recv, .. } => [(Some(send), Read), (Some(recv), Write)],
+            Op::Gatherv { send, recv, root, .. } => [(Some(send), In), (recv.as_ref(), root_role(*root, InOut))],
+            Op::Alltoallv { send, recv, .. } => [(Some(send), In), (Some(recv), InOut)],
+            Op::Scan { send, recv, exclusive, .. } => [(Some(send), In), (Some(recv), if *exclusive && rank == 0 { InOut } else { Out })],
+            Op::ReduceScatterv { send, recv, .. } => [(Some(send), In), (Some(recv), Out)],
             Op::Allreduce { send, recv, .. }
             | Op::Allgather { send, recv }
             | Op::Allgatherv { send, recv, .. }
             | Op::ReduceScatter { send, recv, .. }
-            | Op::Alltoall { send, recv } => [(Some(send), Read), (Some(recv), Write)],
+            | Op::Alltoall { send, recv } => [(Some(send), In), (Some(recv), Out)],
         }
     }
 

@@ -15,7 +15,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::buffer::{Buffer, Shape};
+use crate::buffer::{Buffer, Role, Shape};
 use crate::comm::Communicator;
 use crate::device::{self, CtxGuard, Stream};
 use crate::error::{Error, Result};
@@ -156,16 +156,6 @@ fn unpack_one(view: &Buffer, scratch: &Buffer, stream: Stream) -> Result<()> {
     device::kernels::pack(view.pack_view(), scratch.ptr(), true, stream)
 }
 
-/// What this rank does with one buffer of an operation.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Role {
-    Read,
-    Write,
-    Both,
-    /// Not significant on this rank (a non-root's receive buffer of reduce, ...).
-    None,
-}
-
 /// What this module needs of an operation (`crate::op::Op` implements it): its name, its two
 /// buffer slots with this rank's role in each (send side first), and itself on other buffers.
 pub(crate) trait Slotted: Clone {
@@ -191,7 +181,7 @@ pub(crate) fn check<O: Slotted>(op: &O, rank: i32) -> Result<()> {
     let what = op.what();
     let [(a, ra), (b, rb)] = op.roles(rank);
     for (buf, role) in [(a, ra), (b, rb)] {
-        if let (Some(v), Role::Write | Role::Both) = (buf, role) {
+        if let (Some(v), Role::Out | Role::InOut) = (buf, role) {
             if v.shape().is_some_and(|s: &Shape| s.self_overlapping) {
                 return Err(Error::InvalidArgument(format!(
                     "{what}: the receive buffer is a strided view whose blocks overlap (stride below the block length): received elements would overwrite each other; nothing was sent"
@@ -200,7 +190,7 @@ pub(crate) fn check<O: Slotted>(op: &O, rank: i32) -> Result<()> {
         }
     }
     if let (Some(x), Some(y)) = (a, b) {
-        let significant = ra != Role::None && rb != Role::None;
+        let significant = ra != Role::Unused && rb != Role::Unused;
         if significant && (x.shape().is_some() || y.shape().is_some()) && !same_view(x, y) && x.overlaps(y) {
             return Err(Error::InvalidArgument(format!(
                 "{what}: the send and receive buffers share memory and one of them is a strided or subarray view; in-place with a view needs the same view as send and receive buffer (else pass disjoint buffers); nothing was sent"
@@ -217,24 +207,24 @@ pub(crate) fn pack<O: Slotted>(op: &O, c: &Communicator, stream: Stream) -> Resu
     check(op, rank)?;
     let [(a, ra), (b, rb)] = op.roles(rank);
     let mut out = Packed { op: op.clone(), unpack: Vec::new(), keep: Vec::new() };
-    let in_place = ra != Role::None && rb != Role::None && matches!((a, b), (Some(x), Some(y)) if x.shape().is_some() && same_view(x, y));
+    let in_place = ra != Role::Unused && rb != Role::Unused && matches!((a, b), (Some(x), Some(y)) if x.shape().is_some() && same_view(x, y));
     let mut subs: [Option<Arc<Buffer>>; 2] = [None, None];
     for (i, (buf, role)) in [(a, ra), (b, rb)].into_iter().enumerate() {
         let Some(v) = buf.filter(|v| v.shape().is_some()) else { continue };
-        if role == Role::None {
+        if role == Role::Unused {
             continue;
         }
         if in_place && i == 1 {
             subs[1] = subs[0].clone(); // the send side's scratch, packed and unpacked
             continue;
         }
-        let role = if in_place { Role::Both } else { role };
+        let role = if in_place { Role::InOut } else { role };
         let s = Scratch::for_view(v, stream)?;
-        if matches!(role, Role::Read | Role::Both) {
+        if matches!(role, Role::In | Role::InOut) {
             pack_one(v, s.buf(), stream)?;
         }
         subs[i] = Some(s.buf().clone());
-        if matches!(role, Role::Write | Role::Both) {
+        if matches!(role, Role::Out | Role::InOut) {
             out.unpack.push((v.clone(), s));
         } else {
             out.keep.push(s);

@@ -26,7 +26,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::buffer::Buffer;
+use crate::buffer::{Buffer, Role};
 use crate::comm::Communicator;
 use crate::device::staging::{self, Ticket};
 use crate::device::{self, CtxGuard, Event, Stream};
@@ -34,36 +34,6 @@ use crate::engine::{self, Done, Flag};
 use crate::error::{Error, Result};
 use crate::request::Pending;
 use crate::types::BackendKind;
-
-/// What an operation does with one of its buffers (on this rank).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
-    /// Read (a send buffer).
-    In,
-    /// Written (a receive buffer).
-    Out,
-    /// Read and written (in place).
-    InOut,
-    /// Not significant on this rank (a non-root's receive buffer of reduce, ...).
-    Unused,
-}
-
-impl Role {
-    fn reads(self) -> bool {
-        matches!(self, Role::In | Role::InOut)
-    }
-    fn writes(self) -> bool {
-        matches!(self, Role::Out | Role::InOut)
-    }
-    fn join(self, o: Role) -> Role {
-        match (self.reads() || o.reads(), self.writes() || o.writes()) {
-            (true, true) => Role::InOut,
-            (true, false) => Role::In,
-            (false, true) => Role::Out,
-            (false, false) => Role::Unused,
-        }
-    }
-}
 
 /// The host side of an operation, given its buffers with staging substituted (the order of the
 /// parts): run it to completion, or start it (a nonblocking point-to-point operation) and
