@@ -77,7 +77,7 @@ if has nbc; then
   # Issue 18 on device buffers, every device backend: each nonblocking collective, 11 outstanding,
   # completed out of order (nbc); groups of 2, 4, 8 sends then receives to different peers, nested,
   # a halo ring, nonblocking forms in a group (nbcgroup); "returns before the data" (nbcearly: a
-  # 50 ms kernel, then allreduce / iallreduce / sendrecv on its stream: under 25 ms on the host,
+  # 50 ms kernel, then allreduce / iallreduce / sendrecv / a group of send and recv on its stream: under 25 ms on the host,
   # right result after cuStreamSynchronize; a cudaFree while one is pending) on the
   # stream-ordered backends (NCCL, MPI_STAGED; MPI_CUDA_AWARE and IPC still block the host); mixed
   # memory kinds across ranks (nbcmixed: host buffers on one rank, device on another) on

@@ -11,6 +11,12 @@
 //! Groups are per thread; a communicator's operations queued on its progress engine before
 //! the group run first.
 //!
+//! On a stream-ordered MPI path (MPI_STAGED), a communicator's part of a group that is only
+//! blocking point-to-point forms on device memory, all on one stream (a halo exchange), is one
+//! stream-ordered operation (`crate::backend::ordered`): its sends' data staged at the group's
+//! place in the stream, the receives then sends started together by the progress engine, the
+//! received data copied back on the stream; the end returns before the data moves, as NCCL's.
+//!
 //! Wildcard receives (GPUWIRE_ANY_SOURCE, GPUWIRE_ANY_TAG) in a group are posted at its end, in
 //! the group's call order before any send, and match as receives posted then would; the
 //! status of a gpuwire_irecv_status is its request's once the group ended. A blocking
@@ -198,20 +204,31 @@ fn run(entries: Vec<Entry>) -> Result<()> {
             }
         }
     }
+    // Stream-ordered batches (module comment): issued now, each as one operation.
+    let (batched, rest): (Vec<&Entry>, Vec<&Entry>) = rest.into_iter().partition(|e| batchable(e, &entries));
+    let mut comms: Vec<&Arc<Communicator>> = Vec::new();
+    for e in &batched {
+        if !comms.iter().any(|c| Arc::ptr_eq(c, &e.c)) {
+            comms.push(&e.c);
+        }
+    }
+    for c in comms {
+        let es: Vec<&Entry> = batched.iter().copied().filter(|e| Arc::ptr_eq(&e.c, c)).collect();
+        let r = issue_batch(c, &es);
+        note(&r, &mut first);
+        for e in &es {
+            if let (Ok(()), Some(p)) = (&r, &e.packed) {
+                note(&p.unpack(e.stream), &mut first);
+            }
+        }
+    }
     // Point-to-point: receives, then sends, started now. Each operation's parts (a sendrecv has
     // two) and the first error starting one.
     let p2p: Vec<&Entry> = rest.iter().copied().filter(|e| e.op.is_p2p()).collect();
     let mut parts: Vec<(Vec<Request>, Option<Error>)> = p2p.iter().map(|_| (Vec::new(), None)).collect();
     for pass in [true, false] {
         for (e, (reqs, failed)) in p2p.iter().zip(parts.iter_mut()) {
-            let r = match (&e.op, pass) {
-                (Op::Recv { buf, source, tag }, true) => e.c.irecv(buf, *source, *tag, false, e.stream),
-                (Op::Irecv { buf, source, tag, upto }, true) => e.c.irecv(buf, *source, *tag, *upto, e.stream),
-                (Op::Sendrecv { recv, source, recvtag, .. }, true) => e.c.irecv(recv, *source, *recvtag, false, e.stream),
-                (Op::Send { buf, dest, tag } | Op::Isend { buf, dest, tag }, false) => e.c.isend(buf, *dest, *tag, e.stream),
-                (Op::Sendrecv { send, dest, sendtag, .. }, false) => e.c.isend(send, *dest, *sendtag, e.stream),
-                _ => continue,
-            };
+            let Some(r) = start_part(&e.c, &e.op, e.stream, pass) else { continue };
             match r {
                 Ok(q) => reqs.push(q),
                 Err(x) => {
@@ -246,6 +263,79 @@ fn run(entries: Vec<Entry>) -> Result<()> {
         note(&r, &mut first);
     }
     first.map_or(Ok(()), Err)
+}
+
+/// Starts `op`'s receive (`receives`) or its send, if it has one, as a nonblocking operation.
+fn start_part(c: &Arc<Communicator>, op: &Op, stream: Stream, receives: bool) -> Option<Result<Request>> {
+    Some(match (op, receives) {
+        (Op::Recv { buf, source, tag }, true) => c.irecv(buf, *source, *tag, false, stream),
+        (Op::Irecv { buf, source, tag, upto }, true) => c.irecv(buf, *source, *tag, *upto, stream),
+        (Op::Sendrecv { recv, source, recvtag, .. }, true) => c.irecv(recv, *source, *recvtag, false, stream),
+        (Op::Send { buf, dest, tag } | Op::Isend { buf, dest, tag }, false) => c.isend(buf, *dest, *tag, stream),
+        (Op::Sendrecv { send, dest, sendtag, .. }, false) => c.isend(send, *dest, *sendtag, stream),
+        _ => return None,
+    })
+}
+
+/// Whether `e` joins its communicator's stream-ordered batch (module comment): every entry of
+/// that communicator is a blocking point-to-point form on device memory of a stream-ordered MPI
+/// path, on `e`'s stream, its views (if any) unpacked on the device.
+fn batchable(e: &Entry, all: &[Entry]) -> bool {
+    let fits = |x: &Entry| {
+        x.op.is_p2p()
+            && x.done.is_none()
+            && x.stream == e.stream
+            && x.c.device() >= 0
+            && x.c.backend() == crate::types::BackendKind::GPUWIRE_BACKEND_MPI_STAGED
+            && x.op.on_device(&x.c)
+            && x.packed.as_ref().is_none_or(|p| !p.unpacks_on_host())
+    };
+    all.iter().filter(|x| Arc::ptr_eq(&x.c, &e.c)).all(fits)
+}
+
+/// Issues a communicator's batch: one stream-ordered operation whose host side starts the
+/// receives, then the sends, on the staging, and completes them all.
+fn issue_batch(c: &Arc<Communicator>, es: &[&Entry]) -> Result<()> {
+    use crate::backend::ordered::{self, HostSide};
+    let ops: Vec<Op> = es.iter().map(|e| e.op.clone()).collect();
+    let (mut parts, mut counts) = (Vec::new(), Vec::new());
+    for op in &ops {
+        let p = op.parts(c);
+        counts.push(p.len());
+        parts.extend(p);
+    }
+    let c2 = c.clone();
+    let side = HostSide::Run(Box::new(move |subs| {
+        let mut k = 0;
+        let ops: Vec<Op> = ops
+            .iter()
+            .zip(&counts)
+            .map(|(op, n)| {
+                let o = op.rebind(&subs[k..k + n]);
+                k += n;
+                o
+            })
+            .collect();
+        let (mut reqs, mut first) = (Vec::new(), None);
+        for pass in [true, false] {
+            for op in &ops {
+                match start_part(&c2, op, Stream(0), pass) {
+                    Some(Ok(q)) => reqs.push(q),
+                    Some(Err(x)) => {
+                        first.get_or_insert(x);
+                    }
+                    None => {}
+                }
+            }
+        }
+        for q in reqs {
+            if let (Err(x), None) = (q.wait(), &first) {
+                first = Some(x);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }));
+    ordered::issue(c, es[0].stream, parts, false, side).map(|_| ())
 }
 
 /// Whether an entry goes to NCCL: device buffers only, on an NCCL communicator.

@@ -117,13 +117,13 @@ impl Op {
 
     /// This rank's buffers in slot order, with what the operation does with each
     /// (`crate::backend::ordered`); `rebind` takes replacements in the same order.
-    fn parts(&self, c: &Communicator) -> Vec<(Arc<Buffer>, Role)> {
+    pub(crate) fn parts(&self, c: &Communicator) -> Vec<(Arc<Buffer>, Role)> {
         use crate::view::Slotted;
         self.roles(c.rank()).into_iter().filter_map(|(b, r)| b.map(|b| (b.clone(), r))).collect()
     }
 
     /// The same operation on other buffers (`subs`: one per buffer, in slot order).
-    fn rebind(&self, subs: &[Arc<Buffer>]) -> Op {
+    pub(crate) fn rebind(&self, subs: &[Arc<Buffer>]) -> Op {
         let mut it = subs.iter().cloned();
         let mut next = |old: &Arc<Buffer>| it.next().unwrap_or_else(|| old.clone());
         match self {

@@ -1851,7 +1851,7 @@ fn nbc_returns_early(cx: &Ctx) -> Result<(), String> {
     ok(gpuwire_sendrecv(cx.comm, b, right, 9, inbox, left, 9, s), "sendrecv (warm-up)");
     cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
     let mut report = Vec::new();
-    for form in ["allreduce", "iallreduce", "sendrecv"] {
+    for form in ["allreduce", "iallreduce", "sendrecv", "group"] {
         let mut times = Vec::new();
         for rep in 0..3 {
             let v = (r + 1 + rep) as f32;
@@ -1862,7 +1862,14 @@ fn nbc_returns_early(cx: &Ctx) -> Result<(), String> {
             let st = match form {
                 "allreduce" => gpuwire_allreduce(cx.comm, b, b, sum, s),
                 "iallreduce" => gpuwire_iallreduce(cx.comm, b, b, sum, s, &mut q),
-                _ => gpuwire_sendrecv(cx.comm, b, right, 10 + rep, inbox, left, 10 + rep, s),
+                "sendrecv" => gpuwire_sendrecv(cx.comm, b, right, 10 + rep, inbox, left, 10 + rep, s),
+                // A halo exchange in a group: a send to the right, a receive from the left.
+                _ => {
+                    ok(gpuwire_group_start(), "group_start");
+                    ok(gpuwire_send(cx.comm, b, right, 20 + rep, s), "send in the group");
+                    ok(gpuwire_recv(cx.comm, inbox, left, 20 + rep, s), "recv in the group");
+                    gpuwire_group_end()
+                }
             };
             times.push(t0.elapsed().as_secs_f64() * 1e3);
             ok(st, form);
@@ -1876,7 +1883,7 @@ fn nbc_returns_early(cx: &Ctx) -> Result<(), String> {
             if form == "iallreduce" {
                 ok(gpuwire_wait(&mut q), "wait");
             }
-            let (want, p_read) = if form == "sendrecv" {
+            let (want, p_read) = if form == "sendrecv" || form == "group" {
                 ((left + 1 + rep) as f32, iptr)
             } else {
                 scale_f32(&cx.kernels, ptr, n, 2.0, cx.stream);
