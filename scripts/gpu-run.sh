@@ -88,7 +88,7 @@ if has nbc; then
   GPUWIRE_BACKEND=mpi_staged GPUWIRE_HOST_SYNC=1 gputest nbc-kit-staged-hostsync kit $nbccases -x GPUWIRE_BACKEND -x GPUWIRE_HOST_SYNC
   GPUWIRE_BACKEND=ipc gputest nbc-ipc-np2 stock $nbccases,nbcmixed -x GPUWIRE_BACKEND
   GPUWIRE_BACKEND=ipc GPUWIRE_GPU_TEST_NP=3 np2="mpirun -np 3 --oversubscribe --bind-to none" \
-    gputest nbc-ipc-np3 stock $nbccases -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP
+    gputest nbc-ipc-np3 stock $nbccases,nbcmixed -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP
   GPUWIRE_BACKEND=nccl GPUWIRE_GPU_TEST_NP=1 np2=$np1 gputest nbc-nccl-1rank stock $nbccases,nbcearly -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP
   gputest nbc-stock-auto stock $nbccases
 fi

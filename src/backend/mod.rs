@@ -176,8 +176,8 @@ const IPC_OPS: &[Operation] = &[
     Operation::Gatherv,
     Operation::Scatterv,
     Operation::ReduceScatterv,
+    Operation::Barrier,
 ];
-const P2P_AND_BARRIER: &[Operation] = &[Operation::Send, Operation::Recv, Operation::Isend, Operation::Irecv, Operation::Sendrecv, Operation::Barrier];
 
 fn every_reduction(_: Dtype, _: ReduceOp) -> bool {
     true
@@ -235,13 +235,17 @@ pub(crate) static BACKENDS: [Backend; 5] = [
             }
         },
         path: &ipc::IpcPath,
-        // Point-to-point with host memory too: the two sides of a message must use one protocol,
-        // and neither knows the other's memory. Its barrier synchronises on the shared segment.
+        // Host memory too, every operation: the two sides of a message, and the ranks of a
+        // collective, must use one protocol, and none knows the others' memory (memory kinds are
+        // each rank's own: a rank's host buffer meets another's device buffer in the IPC call,
+        // whose small-message path takes host memory and which stages the call on every rank
+        // when any rank's memory cannot be exported). Its barrier synchronises on the shared
+        // segment.
         native: Native {
             ops: Ops::Only(IPC_OPS),
             reduces: every_reduction,
             mixed: true,
-            host: P2P_AND_BARRIER,
+            host: IPC_OPS,
             at_call: "memory IPC cannot export (MANAGED, host, VMM allocations without IPC support), and reductions above 1 KiB where the GPU kernels do not work",
         },
         // At the call, inside the IPC path (it needs the published buffer records).
@@ -614,11 +618,17 @@ pub(crate) fn routing_table(b: &Backend) -> String {
         return "routing: every call by HOST (plain MPI; device buffers are refused)".into();
     }
     let n = &b.native;
-    let mut parts = vec![format!("{name} does {} on device memory", names(Operation::ALL.into_iter().filter(|o| *o != Operation::Barrier && n.ops.contains(*o))))];
+    let device: Vec<Operation> = Operation::ALL.into_iter().filter(|o| *o != Operation::Barrier && n.ops.contains(*o)).collect();
     let host_too: Vec<Operation> = n.host.iter().copied().filter(|o| *o != Operation::Barrier).collect();
-    if !host_too.is_empty() {
-        parts[0].push_str(&format!(", {} on host memory too", names(host_too.into_iter())));
-    }
+    let mut parts = if !device.is_empty() && device.iter().all(|o| host_too.contains(o)) {
+        vec![format!("{name} does {} on device and host memory", names(device.into_iter()))]
+    } else {
+        let mut p = vec![format!("{name} does {} on device memory", names(device.into_iter()))];
+        if !host_too.is_empty() {
+            p[0].push_str(&format!(", {} on host memory too", names(host_too.into_iter())));
+        }
+        p
+    };
     if n.host.contains(&Operation::Barrier) {
         parts[0].push_str(", and barrier");
     }
@@ -644,7 +654,9 @@ pub(crate) fn routing_table(b: &Backend) -> String {
     }
     let calls = if n.host.is_empty() { "calls" } else { "the other calls" };
     let barrier = if n.host.contains(&Operation::Barrier) { "" } else { ", and barrier" };
-    parts.push(format!("HOST (plain MPI) does {calls} on host memory only{barrier}"));
+    if !Operation::ALL.iter().all(|o| n.host.contains(o)) {
+        parts.push(format!("HOST (plain MPI) does {calls} on host memory only{barrier}"));
+    }
     format!("routing: {}", parts.join("; "))
 }
 
@@ -820,9 +832,10 @@ mod tests {
         assert!(nccl.ends_with("; HOST (plain MPI) does calls on host memory only, and barrier"), "{nccl}");
         let ipc = t(GPUWIRE_BACKEND_IPC);
         assert!(ipc.contains("IPC does send, recv, isend, irecv, sendrecv, bcast,"), "{ipc}");
-        assert!(ipc.contains("scatter, alltoallv, gatherv, scatterv, reduce_scatterv on device memory, send, recv, isend, irecv, sendrecv on host memory too, and barrier;"), "{ipc}");
+        assert!(ipc.contains("scatter, alltoallv, gatherv, scatterv, reduce_scatterv on device and host memory, and barrier;"), "{ipc}");
         assert!(ipc.contains("MPI_STAGED does, decided at the call by every rank together, memory IPC cannot export"), "{ipc}");
-        assert!(ipc.ends_with("; HOST (plain MPI) does the other calls on host memory only"), "{ipc}");
+        // Every call on host memory too (memory kinds are each rank's own): nothing left to HOST.
+        assert!(!ipc.contains("HOST (plain MPI)"), "{ipc}");
         let staged = t(GPUWIRE_BACKEND_MPI_STAGED);
         assert!(!staged.contains("does the reductions") && staged.ends_with("HOST (plain MPI) does calls on host memory only, and barrier"), "{staged}");
         assert_eq!(t(GPUWIRE_BACKEND_HOST), "routing: every call by HOST (plain MPI; device buffers are refused)");
