@@ -434,6 +434,15 @@ enum gpuwire_backend
    * on one node and every pair of devices the same GPU or peers (cuDeviceCanAccessPeer).
    */
   GPUWIRE_BACKEND_IPC = 5,
+  /**
+   * Hierarchical, for a communicator whose ranks span nodes: the ranks of each node combine
+   * on their node (CUDA IPC between them), one leader per node exchanges over MPI (staged or
+   * CUDA-aware), the result spreads back on each node; bcast, reduce, allreduce, allgather,
+   * allgatherv and reduce_scatter_block (the other calls: MPI_STAGED). At least two nodes, one
+   * with two ranks or more, each node's ranks consecutive in rank order. Forced, it also takes
+   * host memory without CUDA (plain MPI on each level).
+   */
+  GPUWIRE_BACKEND_HIER = 6,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L

@@ -447,6 +447,14 @@ impl Buffer {
         Buffer { ptr: root.ptr, count, dtype, space: root.space, device: root.device, storage: Storage::View(root.clone()), shape: None }
     }
 
+    /// Elements [`offset`, `offset + count`) of this contiguous buffer, borrowed (valid while
+    /// `self` is): the parts of a buffer that the hierarchical path hands to its communicators.
+    pub(crate) fn part(&self, offset: usize, count: usize) -> Buffer {
+        debug_assert!(self.shape.is_none() && offset.checked_add(count).is_some_and(|e| e <= self.count));
+        let ptr = if self.ptr == 0 { 0 } else { self.ptr + offset * self.dtype.size() };
+        Buffer { ptr, count, dtype: self.dtype, space: self.space, device: self.device, storage: Storage::Borrowed, shape: None }
+    }
+
     /// Copies the view's elements (in order) to contiguous host memory at `dst`; host-accessible
     /// memory only.
     ///

@@ -287,6 +287,7 @@ impl Communicator {
             BackendKind::GPUWIRE_BACKEND_HOST => "",
             BackendKind::GPUWIRE_BACKEND_NCCL => "; device operations enqueued on their stream by NCCL",
             BackendKind::GPUWIRE_BACKEND_IPC => "; blocking device operations return when their data is in place (not yet stream-ordered on IPC)",
+            BackendKind::GPUWIRE_BACKEND_HIER => "; hierarchical device operations return when their node's last step has its data in place (each step as its level's backend runs it)",
             BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE => "; blocking device operations return when their data is in place (not yet stream-ordered on a CUDA-aware MPI)",
             _ if crate::engine::host_sync() => "; device operations stream-ordered, and wait for completion on the host (GPUWIRE_HOST_SYNC=1)",
             _ if self.config.check => "; device operations stream-ordered, and wait for completion on the host (checking mode)",

@@ -2,7 +2,7 @@
 //!
 //! | variable | values | default |
 //! | --- | --- | --- |
-//! | `GPUWIRE_BACKEND` | auto, host, mpi_staged (staged), mpi_cuda_aware (cuda_aware), nccl | auto |
+//! | `GPUWIRE_BACKEND` | auto, host, mpi_staged (staged), mpi_cuda_aware (cuda_aware), nccl, ipc, hier (hierarchical) | auto |
 //! | `GPUWIRE_DEVICE` | CUDA device ordinal, or -1 = node-local rank modulo the device count | -1 |
 //! | `GPUWIRE_CHECK` | 0 or 1: agree counts/datatypes/ops/roots across ranks before collectives | 0 |
 //! | `GPUWIRE_TIMEOUT` | seconds (decimal), 0.001 to 1e9; 0 = no timeout | 0 |
@@ -65,7 +65,7 @@ impl Config {
         let mut c = Config::default();
         if let Some(v) = lookup("GPUWIRE_BACKEND") {
             c.backend = BackendKind::parse(&v)
-                .ok_or_else(|| bad_env("GPUWIRE_BACKEND", &v, "auto, host, mpi_staged, mpi_cuda_aware, nccl or ipc"))?;
+                .ok_or_else(|| bad_env("GPUWIRE_BACKEND", &v, "auto, host, mpi_staged, mpi_cuda_aware, nccl, ipc or hier"))?;
         }
         if let Some(v) = lookup("GPUWIRE_DEVICE") {
             c.device = v

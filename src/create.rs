@@ -52,8 +52,9 @@ impl Communicator {
 
     /// Collective over `comm`, which gpuwire now owns (freed on failure too). `config` is this
     /// rank's configuration, or why it could not be read: every rank learns of any rank's bad
-    /// or different configuration and fails the same way, instead of hanging.
-    fn adopt(comm: MPI_Comm, config: Result<Config>) -> Result<Communicator> {
+    /// or different configuration and fails the same way, instead of hanging. (Also the HIER
+    /// backend's node and leaders communicators: `backend::hier`.)
+    pub(crate) fn adopt(comm: MPI_Comm, config: Result<Config>) -> Result<Communicator> {
         backend::register_progress();
         let mut owned = Owned(vec![comm]);
         // SAFETY: comm is a valid communicator owned by gpuwire.

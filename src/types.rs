@@ -161,6 +161,13 @@ pub enum gpuwire_backend {
     /// CUDA IPC between the ranks of one node (MPI carries only control messages); every rank
     /// on one node and every pair of devices the same GPU or peers (cuDeviceCanAccessPeer).
     GPUWIRE_BACKEND_IPC = 5,
+    /// Hierarchical, for a communicator whose ranks span nodes: the ranks of each node combine
+    /// on their node (CUDA IPC between them), one leader per node exchanges over MPI (staged or
+    /// CUDA-aware), the result spreads back on each node; bcast, reduce, allreduce, allgather,
+    /// allgatherv and reduce_scatter_block (the other calls: MPI_STAGED). At least two nodes, one
+    /// with two ranks or more, each node's ranks consecutive in rank order. Forced, it also takes
+    /// host memory without CUDA (plain MPI on each level).
+    GPUWIRE_BACKEND_HIER = 6,
 }
 
 /// How the staged backend holds host copies of device data.
@@ -436,16 +443,17 @@ impl BackendKind {
             3 => GPUWIRE_BACKEND_MPI_CUDA_AWARE,
             4 => GPUWIRE_BACKEND_NCCL,
             5 => GPUWIRE_BACKEND_IPC,
+            6 => GPUWIRE_BACKEND_HIER,
             _ => {
                 return Err(Error::InvalidArgument(format!(
-                    "backend code {v} is not a gpuwire_backend (valid codes are 0..=5)"
+                    "backend code {v} is not a gpuwire_backend (valid codes are 0..=6)"
                 )));
             }
         })
     }
 
     /// Parses the value of GPUWIRE_BACKEND (case-insensitive; "auto", "host", "mpi_staged" or
-    /// "staged", "mpi_cuda_aware" or "cuda_aware", "nccl", "ipc").
+    /// "staged", "mpi_cuda_aware" or "cuda_aware", "nccl", "ipc", "hier" or "hierarchical").
     pub fn parse(s: &str) -> Option<BackendKind> {
         use BackendKind::*;
         Some(match s.trim().to_ascii_lowercase().replace('-', "_").as_str() {
@@ -455,6 +463,7 @@ impl BackendKind {
             "mpi_cuda_aware" | "cuda_aware" => GPUWIRE_BACKEND_MPI_CUDA_AWARE,
             "nccl" => GPUWIRE_BACKEND_NCCL,
             "ipc" => GPUWIRE_BACKEND_IPC,
+            "hier" | "hierarchical" => GPUWIRE_BACKEND_HIER,
             _ => return None,
         })
     }
@@ -468,6 +477,7 @@ impl BackendKind {
             GPUWIRE_BACKEND_MPI_CUDA_AWARE => "MPI_CUDA_AWARE",
             GPUWIRE_BACKEND_NCCL => "NCCL",
             GPUWIRE_BACKEND_IPC => "IPC",
+            GPUWIRE_BACKEND_HIER => "HIER",
         }
     }
 }
@@ -563,13 +573,14 @@ mod tests {
 
     #[test]
     fn backend_names_parse() {
-        for b in 0..=5 {
+        for b in 0..=6 {
             let k = BackendKind::from_c(b).unwrap();
             assert_eq!(BackendKind::parse(k.name()), Some(k));
         }
         assert_eq!(BackendKind::parse("Staged"), Some(BackendKind::GPUWIRE_BACKEND_MPI_STAGED));
         assert_eq!(BackendKind::parse("gpu"), None);
         assert_eq!(BackendKind::parse(" IPC "), Some(BackendKind::GPUWIRE_BACKEND_IPC));
-        assert!(BackendKind::from_c(6).is_err());
+        assert_eq!(BackendKind::parse("Hierarchical"), Some(BackendKind::GPUWIRE_BACKEND_HIER));
+        assert!(BackendKind::from_c(7).is_err());
     }
 }

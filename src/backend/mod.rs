@@ -15,6 +15,7 @@
 //! rank, as before (checking mode refuses a collective whose ranks differ there).
 
 pub mod devstate;
+pub mod hier;
 pub mod host;
 pub mod ipc;
 pub mod mpi_cuda_aware;
@@ -178,6 +179,8 @@ const IPC_OPS: &[Operation] = &[
     Operation::ReduceScatterv,
     Operation::Barrier,
 ];
+/// What HIER composes from its node and leaders communicators (on host memory too).
+const HIER_OPS: &[Operation] = &[Operation::Bcast, Operation::Reduce, Operation::Allreduce, Operation::Allgather, Operation::Allgatherv, Operation::ReduceScatter];
 
 fn every_reduction(_: Dtype, _: ReduceOp) -> bool {
     true
@@ -191,7 +194,7 @@ fn eligible_always(_: &Probe) -> Result<std::result::Result<String, String>> {
 }
 
 /// The backends, most capable first: AUTO's order, and the order used when ranks disagree.
-pub(crate) static BACKENDS: [Backend; 5] = [
+pub(crate) static BACKENDS: [Backend; 6] = [
     Backend {
         kind: BackendKind::GPUWIRE_BACKEND_NCCL,
         // Two ranks on one GPU make NCCL unusable (collective: every rank asks).
@@ -216,6 +219,21 @@ pub(crate) static BACKENDS: [Backend; 5] = [
         path: &nccl::NcclPath,
         native: Native { ops: Ops::Only(NCCL_OPS), reduces: nccl::reduces, mixed: false, host: &[], at_call: "" },
         fallback: Some(Fallback { kind: BackendKind::GPUWIRE_BACKEND_MPI_STAGED, path: &FROM_NCCL }),
+    },
+    Backend {
+        kind: BackendKind::GPUWIRE_BACKEND_HIER,
+        // Ranks on several nodes, one node with two or more (collective: every rank asks).
+        eligible: |p| hier::eligible(p.c, p.cuda),
+        requested: |v| format!("requested; {v}"),
+        refused: |e| format!("HIER was requested but cannot be used: {e}"),
+        // The setup says how (what each level chose).
+        taken: |_| None,
+        passed: |why| format!("hierarchical not used ({why})"),
+        setup: setup_hier,
+        teardown: |c| drop(c.backend_state.take::<hier::HierState>()),
+        path: &hier::HierPath,
+        native: Native { ops: Ops::Only(HIER_OPS), reduces: hier::reduces, mixed: false, host: HIER_OPS, at_call: "" },
+        fallback: Some(Fallback { kind: BackendKind::GPUWIRE_BACKEND_MPI_STAGED, path: &mpi_staged::StagedPath }),
     },
     Backend {
         kind: BackendKind::GPUWIRE_BACKEND_IPC,
@@ -359,6 +377,15 @@ pub fn choose(c: &Communicator) -> Result<Choice> {
         if auto {
             return Ok(Choice { kind: BackendKind::GPUWIRE_BACKEND_HOST, reason: format!("auto: {}", strip_kind(&e)), device: -1, ..Choice::default() });
         }
+        if let [(b, judged)] = &judged[..] {
+            if b.kind == BackendKind::GPUWIRE_BACKEND_HIER {
+                // HIER composes communicators of its own: without CUDA, for host memory.
+                return match judged {
+                    Ok(v) => Ok(Choice { kind: b.kind, reason: format!("{}; host memory only ({})", (b.requested)(v), strip_kind(&e)), device: -1, ..Choice::default() }),
+                    Err(why) => Err(Error::BackendUnavailable((b.refused)(why))),
+                };
+            }
+        }
         return Err(Error::BackendUnavailable(format!("{} was requested but cannot be used: {}", requested.name(), strip_kind(&e))));
     }
     let device = device.unwrap_or(0);
@@ -418,7 +445,7 @@ pub fn setup(c: &mut Communicator) -> Result<()> {
         }
     }
     let kind = c.backend();
-    if kind != BackendKind::GPUWIRE_BACKEND_HOST {
+    if kind != BackendKind::GPUWIRE_BACKEND_HOST && c.device() >= 0 {
         let st = devstate::DevState::new(c, c.device())?;
         let note = match &st.kernels {
             Ok(()) if st.gpu_shared && kind != BackendKind::GPUWIRE_BACKEND_IPC => format!(
@@ -432,6 +459,38 @@ pub fn setup(c: &mut Communicator) -> Result<()> {
         c.backend_state.set(Mutex::new(st));
     }
     c.set_routing(routing_table(entry(kind)?));
+    Ok(())
+}
+
+/// Collective: makes HIER's node and leaders communicators (each choosing its own backend), and
+/// says in the reason what they chose. Under AUTO, every rank falls back together
+/// (`fall_back_from`) when any node's ranks cannot move device memory between themselves
+/// directly (IPC or NCCL inside the node), or any rank could not make its communicators.
+fn setup_hier(c: &mut Communicator) -> Result<()> {
+    use BackendKind::*;
+    let made = hier::HierState::new(c);
+    let agreed = c.agree_on_result(made.as_ref().map(|_| ()).map_err(Clone::clone), "making HIER's node and leaders communicators");
+    let st = match (made, agreed) {
+        (Ok(st), Ok(())) => st,
+        (_, Err(e)) if c.config().backend != GPUWIRE_BACKEND_AUTO || e.status() == crate::error::Status::GPUWIRE_ERROR_INVALID_ARGUMENT => return Err(e),
+        (_, Err(e)) => return fall_back_from(c, GPUWIRE_BACKEND_HIER, &format!("making its communicators failed: {}", strip_kind(&e))),
+        (Err(e), Ok(())) => return Err(e),
+    };
+    // Every rank learns whether some node is not direct, whether the nodes chose alike, and the
+    // leaders' backend.
+    let node = st.node_backend();
+    let direct = matches!(node, GPUWIRE_BACKEND_IPC | GPUWIRE_BACKEND_NCCL);
+    let mut v = [(!direct) as i64, node as i64, -(node as i64), st.leaders_backend().map_or(-1, |k| k as i64)];
+    c.allreduce_max_i64(&mut v, "agreeing on HIER's levels")?;
+    let leaders = BackendKind::from_c(v[3] as i32).map_or("?", |k| k.name());
+    if c.config().backend == GPUWIRE_BACKEND_AUTO && v[0] != 0 {
+        drop(st);
+        return fall_back_from(c, GPUWIRE_BACKEND_HIER, "the ranks of some node cannot use IPC among themselves");
+    }
+    let inside = if v[1] == -v[2] { format!("{} inside each", node.name()) } else { format!("{} inside this one (other nodes differ)", node.name()) };
+    let note = format!("; hierarchical: {} nodes, {inside}, {leaders} between leaders", st.nodes());
+    c.append_reason(&note);
+    c.backend_state.set(st);
     Ok(())
 }
 
@@ -819,6 +878,16 @@ mod tests {
                 assert_eq!(at(k, op, None, Host), Route::Host, "{k:?} {op:?}");
             }
         }
+        // HIER: its six collectives on device and host memory; the rest (and mixed memory) to the
+        // staged path on device memory, to plain MPI on host memory.
+        for op in Operation::ALL {
+            let mine = HIER_OPS.contains(&op);
+            assert_eq!(at(GPUWIRE_BACKEND_HIER, op, Some((f32_, sum)), Device), if mine { Route::Native } else { staged }, "{op:?}");
+            assert_eq!(at(GPUWIRE_BACKEND_HIER, op, Some((i32_, band)), Host), if mine { Route::Native } else { Route::Host }, "{op:?}");
+            if op != Barrier {
+                assert_eq!(at(GPUWIRE_BACKEND_HIER, op, None, Mixed), staged, "{op:?}");
+            }
+        }
         assert_eq!(at(GPUWIRE_BACKEND_HOST, Allreduce, None, Device), Route::Refused);
         assert_eq!(at(GPUWIRE_BACKEND_HOST, Allreduce, None, Host), Route::Host);
     }
@@ -852,6 +921,13 @@ mod tests {
         };
         let pick = |v| auto_pick(&judged(v), Vec::new()).unwrap();
         let (n, i, a, s) = (GPUWIRE_BACKEND_NCCL, GPUWIRE_BACKEND_IPC, GPUWIRE_BACKEND_MPI_CUDA_AWARE, GPUWIRE_BACKEND_MPI_STAGED);
+        let h = GPUWIRE_BACKEND_HIER;
+        // Across nodes on shared GPUs: hierarchical, its setup says how.
+        assert_eq!(pick(vec![(n, Err("share")), (h, Ok("2 nodes")), (i, Err("x")), (a, Err("q")), (s, Ok(""))]), (h, "auto: NCCL not used (share)".into()));
+        assert_eq!(
+            pick(vec![(n, Err("share")), (h, Err("one node")), (i, Ok("all 2 ranks")), (a, Err("q")), (s, Ok(""))]),
+            (i, "auto: NCCL not used (share); hierarchical not used (one node); all 2 ranks: CUDA IPC".into())
+        );
         assert_eq!(pick(vec![(n, Ok("2.28.3")), (i, Err("x")), (a, Err("q")), (s, Ok(""))]), (n, "auto: every rank has its own GPU and NCCL 2.28.3 loads".into()));
         assert_eq!(pick(vec![(n, Err("why")), (i, Ok("all 2 ranks")), (a, Err("q")), (s, Ok(""))]), (i, "auto: NCCL not used (why); all 2 ranks: CUDA IPC".into()));
         assert_eq!(

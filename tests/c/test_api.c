@@ -731,8 +731,10 @@ static void backends(int no_cuda)
     static const int32_t device_backends[] = {GPUWIRE_BACKEND_MPI_STAGED,
                                               GPUWIRE_BACKEND_MPI_CUDA_AWARE,
                                               GPUWIRE_BACKEND_NCCL,
-                                              GPUWIRE_BACKEND_IPC};
-    static const char *const names[] = {"MPI_STAGED", "MPI_CUDA_AWARE", "NCCL", "IPC"};
+                                              GPUWIRE_BACKEND_IPC,
+                                              GPUWIRE_BACKEND_HIER};
+    static const char *const names[] = {"MPI_STAGED", "MPI_CUDA_AWARE", "NCCL", "IPC",
+                                        "HIER was requested but cannot be used: the ranks are all on one node"};
     gpuwire_config cfg;
     gpuwire_comm c;
     int32_t backend;

@@ -357,6 +357,295 @@ static void timeout_across(int check)
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* ---- the hierarchical path (HIER requested) on host memory -------------------------------- */
+
+/* Element i of rank q's input: a small integer, exact in every datatype (float16 too). */
+static int hval(int q, int i) { return (q * 7 + i * 3) % 5 + 1; }
+
+static uint16_t half_of(int v) /* v in 1..2047 */
+{
+    int e = 0;
+    while ((v >> (e + 1)) != 0)
+        e++;
+    return (uint16_t)(((e + 15) << 10) | (((v << 10) >> e) & 0x3ff));
+}
+
+/* Sets element i of `p` (datatype dt) to v (pairs: value v, index q). */
+static void hput(void *p, int32_t dt, int i, int v, int q)
+{
+    float f = (float)v;
+    uint32_t fb;
+    memcpy(&fb, &f, 4);
+    switch (dt) {
+    case GPUWIRE_INT8: ((int8_t *)p)[i] = (int8_t)v; break;
+    case GPUWIRE_UINT8: ((uint8_t *)p)[i] = (uint8_t)v; break;
+    case GPUWIRE_INT32: ((int32_t *)p)[i] = v; break;
+    case GPUWIRE_UINT32: ((uint32_t *)p)[i] = (uint32_t)v; break;
+    case GPUWIRE_INT64: ((int64_t *)p)[i] = v; break;
+    case GPUWIRE_UINT64: ((uint64_t *)p)[i] = (uint64_t)v; break;
+    case GPUWIRE_FLOAT16: ((uint16_t *)p)[i] = half_of(v); break;
+    case GPUWIRE_FLOAT32: ((float *)p)[i] = f; break;
+    case GPUWIRE_FLOAT64: ((double *)p)[i] = v; break;
+    case GPUWIRE_BFLOAT16: ((uint16_t *)p)[i] = (uint16_t)(fb >> 16); break;
+    case GPUWIRE_COMPLEX64: ((float *)p)[2 * i] = f; ((float *)p)[2 * i + 1] = f - 2; break;
+    case GPUWIRE_COMPLEX128: ((double *)p)[2 * i] = v; ((double *)p)[2 * i + 1] = v - 2; break;
+    case GPUWIRE_FLOAT32_INT32: ((float *)p)[2 * i] = f; ((int32_t *)p)[2 * i + 1] = q; break;
+    case GPUWIRE_FLOAT64_INT32: {
+        char *e = (char *)p + 16 * i;
+        double d = v;
+        int32_t k = q;
+        memcpy(e, &d, 8);
+        memcpy(e + 8, &k, 4);
+        break;
+    }
+    case GPUWIRE_INT32_INT32: ((int32_t *)p)[2 * i] = v; ((int32_t *)p)[2 * i + 1] = q; break;
+    }
+}
+
+/* Whether n elements of a and b hold the same values (pairs with padding: value and index). */
+static int hsame(const void *a, const void *b, int32_t dt, int n)
+{
+    if (dt != GPUWIRE_FLOAT64_INT32) {
+        int64_t es = 0;
+        gpuwire_dtype_size(dt, &es);
+        return memcmp(a, b, (size_t)(es * n)) == 0;
+    }
+    for (int i = 0; i < n; i++)
+        if (memcmp((const char *)a + 16 * i, (const char *)b + 16 * i, 12) != 0)
+            return 0;
+    return 1;
+}
+
+/* A rank of another host than rank 0's, not its host's first rank (a non-leader root); else the
+ * last rank. */
+static int far_non_leader(void)
+{
+    for (int q = size - 1; q > 0; q--)
+        if (!same_host(q, 0) && same_host(q - 1, q))
+            return q;
+    return size - 1;
+}
+
+static void hier_across(void)
+{
+    enum { N = 7 };
+    gpuwire_config cfg;
+    gpuwire_comm h = GPUWIRE_COMM_NULL, flat = GPUWIRE_COMM_NULL;
+    int32_t backend = -1;
+    char text[2048], want[200];
+    long combos = 0;
+    int nodes = 0, root = far_non_leader();
+
+    for (int q = 0; q < size; q++)
+        nodes += q == 0 || !same_host(q - 1, q);
+    EXPECT_OK(gpuwire_config_init(&cfg));
+    cfg.backend = GPUWIRE_BACKEND_HIER;
+    EXPECT_OK(gpuwire_comm_world(&cfg, &h));
+    cfg.backend = GPUWIRE_BACKEND_HOST;
+    EXPECT_OK(gpuwire_comm_world(&cfg, &flat));
+    EXPECT_OK(gpuwire_comm_backend(h, &backend));
+    EXPECT(backend == GPUWIRE_BACKEND_HIER);
+    EXPECT_OK(gpuwire_comm_describe(h, text, sizeof text));
+    snprintf(want, sizeof want, "hierarchical: %d nodes, HOST inside each, HOST between leaders", nodes);
+    EXPECT(strstr(text, "backend=HIER (requested;") != NULL && strstr(text, want) != NULL);
+    if (rank == 0 || strstr(text, want) == NULL)
+        printf("rank %d: hier: %s\n", rank, text);
+    {
+        int all[MAX_RANKS];
+        for (int q = 0; q < size; q++)
+            all[q] = q;
+        check_comm(h, all, size, "hier world");
+    }
+
+    /* allreduce: every datatype x op, out of place and in place, identical to the flat path's
+     * (plain MPI_Allreduce); what the flat path refuses, HIER refuses alike. */
+    for (int32_t dt = GPUWIRE_INT8; dt <= GPUWIRE_INT32_INT32; dt++)
+        for (int32_t op = GPUWIRE_SUM; op <= GPUWIRE_MAXLOC; op++) {
+            gpuwire_buffer in = balloc(N, dt), a = balloc(N, dt), b = balloc(N, dt), c = balloc(N, dt);
+            void *ip = bptr(in), *ap = bptr(a), *bp = bptr(b), *cp = bptr(c);
+            gpuwire_status fs, hs;
+            for (int i = 0; i < N; i++) {
+                hput(ip, dt, i, hval(rank, i), rank);
+                hput(cp, dt, i, hval(rank, i), rank);
+            }
+            fs = gpuwire_allreduce(flat, in, a, op, NULL);
+            hs = gpuwire_allreduce(h, in, b, op, NULL);
+            EXPECT(fs == hs);
+            if (fs == GPUWIRE_SUCCESS) {
+                combos++;
+                EXPECT(hsame(ap, bp, dt, N));
+                EXPECT_OK(gpuwire_allreduce(h, c, c, op, NULL)); /* in place */
+                EXPECT(hsame(ap, cp, dt, N));
+                if (!hsame(ap, bp, dt, N) || !hsame(ap, cp, dt, N))
+                    fprintf(stderr, "rank %d: hier allreduce dtype %d op %d differs from flat\n", rank, (int)dt, (int)op);
+            }
+            EXPECT_OK(gpuwire_buffer_free(in));
+            EXPECT_OK(gpuwire_buffer_free(a));
+            EXPECT_OK(gpuwire_buffer_free(b));
+            EXPECT_OK(gpuwire_buffer_free(c));
+        }
+    EXPECT(combos >= 80);
+
+    /* Values computed here: int32 SUM and int64 MAX; float64 SUM of inexact values within
+     * rounding of the flat path's (another order of combination), the same on every rank. */
+    {
+        gpuwire_buffer x = balloc(N, GPUWIRE_INT32), y = balloc(N, GPUWIRE_INT64);
+        gpuwire_buffer f = balloc(N, GPUWIRE_FLOAT64), g = balloc(N, GPUWIRE_FLOAT64), g0 = balloc(N, GPUWIRE_FLOAT64);
+        int32_t *xp = bptr(x);
+        int64_t *yp = bptr(y);
+        double *fp = bptr(f), *gp = bptr(g), *g0p = bptr(g0);
+        for (int i = 0; i < N; i++) {
+            xp[i] = hval(rank, i) * 1000003;
+            yp[i] = (int64_t)hval(rank, i) << 40 | rank;
+            fp[i] = 0.1 * (rank + 1) + 1e-3 * i;
+        }
+        EXPECT_OK(gpuwire_allreduce(h, x, x, GPUWIRE_SUM, NULL));
+        EXPECT_OK(gpuwire_allreduce(h, y, y, GPUWIRE_MAX, NULL));
+        EXPECT_OK(gpuwire_allreduce(h, f, g, GPUWIRE_SUM, NULL));
+        EXPECT_OK(gpuwire_allreduce(flat, f, g0, GPUWIRE_SUM, NULL));
+        for (int i = 0; i < N; i++) {
+            int32_t s = 0;
+            int64_t m = 0;
+            for (int q = 0; q < size; q++) {
+                s += hval(q, i) * 1000003;
+                if (((int64_t)hval(q, i) << 40 | q) > m)
+                    m = (int64_t)hval(q, i) << 40 | q;
+            }
+            EXPECT(xp[i] == s && yp[i] == m);
+            EXPECT(gp[i] > g0p[i] - 1e-12 * g0p[i] && gp[i] < g0p[i] + 1e-12 * g0p[i]);
+        }
+        {
+            double first = gp[0], top = 0;
+            MPI_Allreduce(&first, &top, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+            EXPECT(first == top); /* the same bits on every rank */
+        }
+        EXPECT_OK(gpuwire_buffer_free(x));
+        EXPECT_OK(gpuwire_buffer_free(y));
+        EXPECT_OK(gpuwire_buffer_free(f));
+        EXPECT_OK(gpuwire_buffer_free(g));
+        EXPECT_OK(gpuwire_buffer_free(g0));
+    }
+
+    /* bcast and reduce from a non-leader root on another host than rank 0's (in place too). */
+    {
+        gpuwire_buffer b = balloc(N, GPUWIRE_INT64), s = balloc(N, GPUWIRE_INT32), r = balloc(N, GPUWIRE_INT32);
+        int64_t *bp = bptr(b);
+        int32_t *sp = bptr(s), *rp = bptr(r);
+        for (int i = 0; i < N; i++)
+            bp[i] = rank == root ? 5000 + i : -1;
+        EXPECT_OK(gpuwire_bcast(h, b, root, NULL));
+        for (int i = 0; i < N; i++)
+            EXPECT(bp[i] == 5000 + i);
+        for (int pass = 0; pass < 2; pass++) {
+            for (int i = 0; i < N; i++) {
+                sp[i] = hval(rank, i) * (rank + 1);
+                rp[i] = pass == 1 && rank == root ? sp[i] : -7;
+            }
+            if (pass == 0)
+                EXPECT_OK(gpuwire_reduce(h, s, r, GPUWIRE_SUM, root, NULL));
+            else
+                EXPECT_OK(gpuwire_reduce(h, rank == root ? r : s, r, GPUWIRE_SUM, root, NULL)); /* in place at the root */
+            for (int i = 0; i < N; i++) {
+                int32_t want_i = 0;
+                for (int q = 0; q < size; q++)
+                    want_i += hval(q, i) * (q + 1);
+                EXPECT(rank == root ? rp[i] == want_i : rp[i] == -7);
+                if (rank == root && rp[i] != want_i)
+                    fprintf(stderr, "rank %d: hier reduce pass %d [%d] = %d, expected %d\n", rank, pass, i, (int)rp[i], (int)want_i);
+            }
+        }
+        /* reduce onto rank 0 (a leader) too. */
+        for (int i = 0; i < N; i++)
+            rp[i] = -7;
+        EXPECT_OK(gpuwire_reduce(h, s, r, GPUWIRE_MAX, 0, NULL));
+        if (rank == 0)
+            for (int i = 0; i < N; i++) {
+                int32_t m = 0;
+                for (int q = 0; q < size; q++)
+                    m = hval(q, i) * (q + 1) > m ? hval(q, i) * (q + 1) : m;
+                EXPECT(rp[i] == m);
+            }
+        EXPECT_OK(gpuwire_buffer_free(b));
+        EXPECT_OK(gpuwire_buffer_free(s));
+        EXPECT_OK(gpuwire_buffer_free(r));
+    }
+
+    /* allgather, allgatherv with uneven counts (one rank sends none), in place too;
+     * reduce_scatter_block. */
+    {
+        int counts[MAX_RANKS], displs[MAX_RANKS], total = 0;
+        int64_t c64[MAX_RANKS];
+        gpuwire_buffer s = balloc(3, GPUWIRE_INT32), g = balloc(3 * size, GPUWIRE_INT32);
+        int32_t *sp = bptr(s), *gp = bptr(g);
+        for (int pass = 0; pass < 2; pass++) {
+            gpuwire_buffer mine = GPUWIRE_BUFFER_NULL;
+            for (int i = 0; i < 3 * size; i++)
+                gp[i] = -1;
+            for (int i = 0; i < 3; i++)
+                sp[i] = rank * 100 + i;
+            if (pass == 1) {
+                EXPECT_OK(gpuwire_buffer_view(g, 3 * rank, 3, &mine));
+                memcpy(gp + 3 * rank, sp, 3 * sizeof *sp);
+            }
+            EXPECT_OK(gpuwire_allgather(h, pass == 1 ? mine : s, g, NULL));
+            for (int q = 0; q < size; q++)
+                for (int i = 0; i < 3; i++)
+                    EXPECT(gp[3 * q + i] == q * 100 + i);
+            if (pass == 1)
+                EXPECT_OK(gpuwire_buffer_free(mine));
+        }
+        for (int q = 0; q < size; q++) {
+            counts[q] = (q + 2) % 3;
+            c64[q] = counts[q];
+            displs[q] = total;
+            total += counts[q];
+        }
+        {
+            gpuwire_buffer v = balloc(total, GPUWIRE_INT32), vs = GPUWIRE_BUFFER_NULL;
+            int32_t *vp = bptr(v);
+            for (int pass = 0; pass < 2; pass++) {
+                for (int i = 0; i < total; i++)
+                    vp[i] = -1;
+                for (int i = 0; i < counts[rank]; i++)
+                    sp[i] = rank * 10 + i;
+                if (pass == 0) {
+                    EXPECT_OK(gpuwire_buffer_view(s, 0, counts[rank], &vs));
+                } else {
+                    EXPECT_OK(gpuwire_buffer_view(v, displs[rank], counts[rank], &vs));
+                    memcpy(vp + displs[rank], sp, (size_t)counts[rank] * sizeof *sp);
+                }
+                EXPECT_OK(gpuwire_allgatherv(h, vs, v, c64, NULL));
+                for (int q = 0; q < size; q++)
+                    for (int i = 0; i < counts[q]; i++)
+                        EXPECT(vp[displs[q] + i] == q * 10 + i);
+                EXPECT_OK(gpuwire_buffer_free(vs));
+            }
+            EXPECT_OK(gpuwire_buffer_free(v));
+        }
+        {
+            gpuwire_buffer rs = balloc(2 * size, GPUWIRE_INT64), rr = balloc(2, GPUWIRE_INT64), rf = balloc(2, GPUWIRE_INT64);
+            int64_t *rsp = bptr(rs), *rrp = bptr(rr), *rfp = bptr(rf);
+            for (int j = 0; j < 2 * size; j++)
+                rsp[j] = hval(rank, j) * (j + 1);
+            EXPECT_OK(gpuwire_reduce_scatter_block(h, rs, rr, GPUWIRE_SUM, NULL));
+            EXPECT_OK(gpuwire_reduce_scatter_block(flat, rs, rf, GPUWIRE_SUM, NULL));
+            for (int i = 0; i < 2; i++) {
+                int64_t w = 0;
+                for (int q = 0; q < size; q++)
+                    w += hval(q, 2 * rank + i) * (2 * rank + i + 1);
+                EXPECT(rrp[i] == w && rfp[i] == w);
+            }
+            EXPECT_OK(gpuwire_buffer_free(rs));
+            EXPECT_OK(gpuwire_buffer_free(rr));
+            EXPECT_OK(gpuwire_buffer_free(rf));
+        }
+        EXPECT_OK(gpuwire_buffer_free(s));
+        EXPECT_OK(gpuwire_buffer_free(g));
+    }
+    EXPECT_OK(gpuwire_comm_free(h));
+    EXPECT_OK(gpuwire_comm_free(flat));
+}
+
 int main(int argc, char **argv)
 {
     int provided, expected, host_of[MAX_RANKS], len = 0;
@@ -408,6 +697,7 @@ int main(int argc, char **argv)
     checking_across();
     timeout_across(0);
     timeout_across(1);
+    hier_across();
     EXPECT_OK(gpuwire_comm_free(comm));
     EXPECT_OK(gpuwire_finalize());
 

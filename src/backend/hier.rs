@@ -1,0 +1,454 @@
+//! HIER: the hierarchical path of a communicator whose ranks span nodes, built from two gpuwire
+//! communicators of its own, each with the backend its own registry chose: the node communicator
+//! (the ranks of this rank's node: CUDA IPC between them on device memory) and, on each node's
+//! leader (node-local rank 0), the leaders communicator (one rank per node: MPI_STAGED, or
+//! MPI_CUDA_AWARE when the MPI is). An operation is the node's part onto the leader, the
+//! leaders' collective, then the node's part back, each an ordinary operation of those
+//! communicators (validated, routed and run as the program's own calls are): no data movement
+//! of its own.
+//!
+//! | operation | on each node | between the leaders | on each node |
+//! | --- | --- | --- | --- |
+//! | allreduce | reduce onto the leader | allreduce in place | bcast from the leader |
+//! | bcast | (root's node) bcast from the root | bcast from the root's leader | bcast from the leader |
+//! | reduce | reduce onto the leader | reduce onto the root's leader | (root's node) leader sends to the root |
+//! | allgather | gather onto the leader | allgatherv of the node blocks in place | bcast |
+//! | allgatherv | allgatherv of the node's block | allgatherv of the node blocks in place | bcast |
+//! | reduce_scatter_block | reduce onto the leader | reduce_scatterv of the node blocks | scatter |
+//!
+//! Each node's ranks are consecutive in rank order (an eligibility condition), so a node's blocks
+//! of an allgather or a reduce_scatter are one contiguous block in rank order, and the leaders
+//! (ordered by rank) hold them in the parent's order: the results are placed exactly as the flat
+//! paths place them. Reductions combine in another order than the flat paths (each node first,
+//! then the nodes): exact for integers, bitwise and logical ops, MIN/MAX/MINLOC/MAXLOC; a
+//! floating-point sum or product may differ from a flat path's in its last bits (as between MPI
+//! algorithms), and is the same on every rank (the leader's result is broadcast).
+//!
+//! Streams: each step runs on the call's stream, as the program's own calls on that stream would,
+//! so each starts after the one before it (IPC synchronizes the stream first; the staged path is
+//! stream-ordered).
+
+use std::ffi::c_int;
+
+use crate::backend::path::{Blocks, Input, Path};
+use crate::buffer::Buffer;
+use crate::comm::Communicator;
+use crate::device::Stream;
+use crate::error::{Error, Result};
+use crate::mpisys::{self, sys};
+use crate::request::Pending;
+use crate::types::{BackendKind, ReduceOp};
+
+/// The tag of the message that carries a reduce's result from the root's leader to the root
+/// (on the private node communicator: no other message uses it).
+const TO_ROOT: i32 = 1;
+
+/// The layout of a communicator's ranks on nodes, from every rank's node-local rank and size.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Layout {
+    /// The first rank of each node, in rank order (the leaders'), and its rank count.
+    pub first: Vec<usize>,
+    pub sizes: Vec<usize>,
+}
+
+impl Layout {
+    /// From (node-local rank, node-local size) of every rank, in rank order: the nodes, or why
+    /// the ranks of a node are not consecutive.
+    pub(crate) fn of(locals: &[(i32, i32)]) -> std::result::Result<Layout, String> {
+        let (mut first, mut sizes) = (Vec::new(), Vec::new());
+        for (r, &(l, n)) in locals.iter().enumerate() {
+            if l == 0 {
+                if let (Some(f), Some(s)) = (first.last(), sizes.last()) {
+                    if r - f != *s {
+                        return Err(format!("the ranks of each node are not consecutive in rank order (the node of rank {f} has {s} ranks, ranks {f}..{} are on it)", r - 1));
+                    }
+                }
+                first.push(r);
+                sizes.push(n.max(1) as usize);
+            } else if first.last().is_none_or(|f| r - f != l as usize) {
+                return Err(format!("the ranks of each node are not consecutive in rank order (rank {r} is node-local rank {l})"));
+            }
+        }
+        if let (Some(f), Some(s)) = (first.last(), sizes.last()) {
+            if locals.len() - f != *s {
+                return Err(format!("the ranks of each node are not consecutive in rank order (the node of rank {f} has {s} ranks)"));
+            }
+        }
+        Ok(Layout { first, sizes })
+    }
+
+    /// The node of rank `r`.
+    fn node_of(&self, r: usize) -> usize {
+        self.first.partition_point(|f| *f <= r) - 1
+    }
+}
+
+/// Collective over `c`: whether HIER can be used, with its words (the nodes), or why not.
+/// `cuda`: this process has CUDA with devices; without, HIER is for host memory and is taken only
+/// when requested.
+pub(crate) fn eligible(c: &Communicator, cuda: bool) -> Result<std::result::Result<String, String>> {
+    let layout = layout(c)?;
+    let nodes = layout.as_ref().map_or(0, |l| l.first.len());
+    let most = layout.as_ref().map_or(0, |l| l.sizes.iter().copied().max().unwrap_or(0));
+    Ok(match layout {
+        Err(why) => Err(why),
+        Ok(_) if nodes < 2 => Err("the ranks are all on one node".into()),
+        Ok(_) if most < 2 => Err("every node has one rank".into()),
+        Ok(_) if !cuda && c.config().backend == BackendKind::GPUWIRE_BACKEND_AUTO => Err("no CUDA".into()),
+        Ok(_) => Ok(format!("{nodes} nodes of up to {most} ranks")),
+    })
+}
+
+/// Collective over `c`: the layout of its ranks on nodes (every rank learns every rank's
+/// node-local rank and size).
+fn layout(c: &Communicator) -> Result<std::result::Result<Layout, String>> {
+    let mine: [c_int; 2] = [c.local_rank(), c.local_size()];
+    let mut all = vec![0 as c_int; 2 * c.size() as usize];
+    // SAFETY: two ints from every rank into `all` (2 x size entries).
+    mpisys::check(
+        unsafe { sys::MPI_Allgather(mine.as_ptr().cast(), 2, sys::RSMPI_INT32_T, all.as_mut_ptr().cast(), 2, sys::RSMPI_INT32_T, c.raw()) },
+        "MPI_Allgather (node-local rank and size of every rank)",
+    )?;
+    let locals: Vec<(i32, i32)> = all.chunks(2).map(|x| (x[0], x[1])).collect();
+    Ok(Layout::of(&locals))
+}
+
+/// The state of a HIER communicator: its node communicator, its leaders communicator (on the
+/// leaders), and the layout.
+pub(crate) struct HierState {
+    node: Communicator,
+    leaders: Option<Communicator>,
+    layout: Layout,
+    /// This rank's node.
+    me: usize,
+}
+
+impl HierState {
+    /// Collective over `c` (every rank agreed on HIER): makes the node and leaders communicators,
+    /// each choosing its own backend under AUTO (with `c`'s timeout, device and staging;
+    /// checking mode is `c`'s, done before the parts start), broken when `c` is.
+    pub(crate) fn new(c: &Communicator) -> Result<HierState> {
+        let layout = layout(c)?.map_err(|why| Error::BackendUnavailable(format!("HIER: {why}")))?;
+        let mut config = c.config().clone();
+        config.backend = BackendKind::GPUWIRE_BACKEND_AUTO;
+        config.check = false;
+        if c.device() >= 0 {
+            config.device = c.device();
+        }
+        let mut dup = mpisys::comm_null();
+        // SAFETY: the node communicator of `c` is valid; `dup` is gpuwire's (adopt frees it).
+        mpisys::check(unsafe { sys::MPI_Comm_dup(c.node_comm(), &mut dup) }, "MPI_Comm_dup (HIER's node communicator)")?;
+        let mut node = Communicator::adopt(dup, Ok(config.clone()))?;
+        node.broken = c.broken.clone();
+        let lead = c.local_rank() == 0;
+        let mut out = mpisys::comm_null();
+        let color = if lead { 0 } else { mpisys::undefined() };
+        // SAFETY: raw is valid; `out` is gpuwire's (adopt frees it) or MPI_COMM_NULL.
+        mpisys::check(unsafe { sys::MPI_Comm_split(c.raw(), color, c.rank(), &mut out) }, "MPI_Comm_split (HIER's leaders)")?;
+        let leaders = if lead {
+            let mut l = Communicator::adopt(out, Ok(config))?;
+            l.broken = c.broken.clone();
+            Some(l)
+        } else {
+            None
+        };
+        let me = layout.node_of(c.rank() as usize);
+        Ok(HierState { node, leaders, layout, me })
+    }
+
+    /// The backend of this rank's node communicator.
+    pub(crate) fn node_backend(&self) -> BackendKind {
+        self.node.backend()
+    }
+
+    /// The backend of the leaders communicator (on a leader).
+    pub(crate) fn leaders_backend(&self) -> Option<BackendKind> {
+        self.leaders.as_ref().map(|l| l.backend())
+    }
+
+    /// The number of nodes.
+    pub(crate) fn nodes(&self) -> usize {
+        self.layout.first.len()
+    }
+
+    fn leaders(&self) -> Result<&Communicator> {
+        self.leaders.as_ref().ok_or_else(|| Error::Internal("HIER: a leaders' step on a rank that is not its node's leader".into()))
+    }
+
+    fn lead(&self) -> bool {
+        self.leaders.is_some()
+    }
+
+    /// Node-local rank of `r` and its node.
+    fn place(&self, r: usize) -> (usize, i32) {
+        let k = self.layout.node_of(r);
+        (k, (r - self.layout.first[k]) as i32)
+    }
+}
+
+fn state(c: &Communicator) -> Result<&HierState> {
+    c.backend_state.get::<HierState>().ok_or_else(|| Error::Internal("HIER path on a communicator without its state".into()))
+}
+
+/// Scratch like `like` (memory kind and device) of `count` elements.
+fn scratch(like: &Buffer, count: usize) -> Result<Buffer> {
+    let n = i64::try_from(count).map_err(|_| Error::InvalidArgument(format!("HIER: {count} elements of scratch overflow")))?;
+    Buffer::alloc(n, like.dtype(), like.space(), like.device())
+}
+
+/// AVG is SUM on both levels, then one division by the communicator's size where the result is
+/// complete (as the flat paths: the sum formed in the datatype, then divided). Host memory only:
+/// the registry sends AVG on device memory to the fallback.
+fn sum_for_avg(op: ReduceOp) -> (ReduceOp, bool) {
+    if op == ReduceOp::GPUWIRE_AVG { (ReduceOp::GPUWIRE_SUM, true) } else { (op, false) }
+}
+
+fn divide(c: &Communicator, b: &Buffer) -> Result<()> {
+    if !b.is_host() {
+        return Err(Error::Internal("HIER: AVG on device memory is the fallback's".into()));
+    }
+    // SAFETY: host-accessible memory of b.count() elements, written by this call's last step.
+    unsafe { crate::reduce::divide(b.dtype(), b.ptr() as *mut u8, b.count(), c.size() as usize) }
+}
+
+/// Whether HIER reduces (`dtype`, `op`) on device memory itself: all but AVG (one division of
+/// the whole sum, which the node's and leaders' AVG would not give).
+pub(crate) fn reduces(_: crate::types::Dtype, op: ReduceOp) -> bool {
+    op != ReduceOp::GPUWIRE_AVG
+}
+
+/// Frees scratch `t` after its steps, unless they failed: a step abandoned at a timeout may leave
+/// MPI a request that still uses it (leaked, as the MPI paths leak theirs).
+fn kept(t: Buffer, done: Result<()>) -> Result<()> {
+    if done.is_err() {
+        std::mem::forget(t);
+    }
+    done
+}
+
+/// `n` x `per` as a count, checked.
+fn times(n: usize, per: usize) -> Result<usize> {
+    n.checked_mul(per).ok_or_else(|| Error::InvalidArgument(format!("HIER: {n} x {per} elements overflow")))
+}
+
+/// As i64 counts (the communicators' operations take the C API's counts).
+fn counts_i64(v: &[usize]) -> Result<Vec<i64>> {
+    v.iter().map(|n| i64::try_from(*n).map_err(|_| Error::InvalidArgument(format!("HIER: a count of {n} elements overflows")))).collect()
+}
+
+fn not_routed(what: &str) -> Error {
+    Error::Internal(format!("HIER: {what} is not routed to the hierarchical path (the registry sends it to the fallback)"))
+}
+
+/// The hierarchical path.
+pub struct HierPath;
+
+impl Path for HierPath {
+    fn send(&self, _: &Communicator, _: &Buffer, _: i32, _: i32, _: Stream) -> Result<()> {
+        Err(not_routed("send"))
+    }
+    fn recv(&self, _: &Communicator, _: &Buffer, _: i32, _: i32, _: Stream) -> Result<()> {
+        Err(not_routed("recv"))
+    }
+    fn isend(&self, _: &Communicator, _: &Buffer, _: i32, _: i32, _: Stream) -> Result<Box<dyn Pending>> {
+        Err(not_routed("isend"))
+    }
+    fn irecv(&self, _: &Communicator, _: &Buffer, _: i32, _: i32, _: Stream) -> Result<Box<dyn Pending>> {
+        Err(not_routed("irecv"))
+    }
+    fn sendrecv(&self, _: &Communicator, _: &Buffer, _: i32, _: i32, _: &Buffer, _: i32, _: i32, _: Stream) -> Result<()> {
+        Err(not_routed("sendrecv"))
+    }
+    fn barrier(&self, _: &Communicator, _: Stream) -> Result<()> {
+        Err(not_routed("barrier"))
+    }
+
+    fn bcast(&self, c: &Communicator, buf: &Buffer, root: i32, stream: Stream) -> Result<()> {
+        let st = state(c)?;
+        let (k, l) = st.place(root as usize);
+        if st.me == k {
+            st.node.bcast(buf, l, stream)?;
+        }
+        if st.lead() {
+            st.leaders()?.bcast(buf, k as i32, stream)?;
+        }
+        if st.me != k {
+            st.node.bcast(buf, 0, stream)?;
+        }
+        Ok(())
+    }
+
+    fn reduce(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, op: ReduceOp, root: i32, stream: Stream) -> Result<()> {
+        let st = state(c)?;
+        let (k, l) = st.place(root as usize);
+        let (op, avg) = sum_for_avg(op);
+        let at_root = |r: &Buffer| if avg { divide(c, r) } else { Ok(()) };
+        let s = match (send, recv) {
+            (Input::Buf(b), _) => b,
+            (Input::InPlace, Some(r)) => r,
+            (Input::InPlace, None) => return Err(Error::Internal("HIER reduce: in place without a receive buffer".into())),
+        };
+        if !st.lead() {
+            st.node.reduce(s, None, op, 0, stream)?;
+            if st.me == k && c.rank() == root {
+                let r = recv.ok_or_else(|| Error::Internal("HIER reduce: the root has no receive buffer".into()))?;
+                st.node.recv(r, 0, TO_ROOT, stream)?;
+                at_root(r)?;
+            }
+            return Ok(());
+        }
+        let leaders = st.leaders()?;
+        if c.rank() == root {
+            let r = recv.ok_or_else(|| Error::Internal("HIER reduce: the root has no receive buffer".into()))?;
+            st.node.reduce(s, Some(r), op, 0, stream)?;
+            leaders.reduce(r, Some(r), op, k as i32, stream)?;
+            return at_root(r);
+        }
+        let t = scratch(s, s.count())?;
+        let done = (|| {
+            st.node.reduce(s, Some(&t), op, 0, stream)?;
+            if st.me == k {
+                leaders.reduce(&t, Some(&t), op, k as i32, stream)?;
+                st.node.send(&t, l, TO_ROOT, stream)
+            } else {
+                leaders.reduce(&t, None, op, k as i32, stream)
+            }
+        })();
+        kept(t, done)
+    }
+
+    fn allreduce(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()> {
+        let st = state(c)?;
+        let s = match send {
+            Input::Buf(b) => b,
+            Input::InPlace => recv,
+        };
+        let (op, avg) = sum_for_avg(op);
+        if st.lead() {
+            st.node.reduce(s, Some(recv), op, 0, stream)?;
+            st.leaders()?.allreduce(recv, recv, op, stream)?;
+            if avg {
+                divide(c, recv)?;
+            }
+        } else {
+            st.node.reduce(s, None, op, 0, stream)?;
+        }
+        st.node.bcast(recv, 0, stream)
+    }
+
+    fn allgather(&self, c: &Communicator, send: Input, recv: &Buffer, stream: Stream) -> Result<()> {
+        let st = state(c)?;
+        let n = recv.count() / c.size() as usize;
+        let r = c.rank() as usize;
+        let own;
+        let s = match send {
+            Input::Buf(b) => b,
+            Input::InPlace => {
+                own = recv.part(times(r, n)?, n);
+                &own
+            }
+        };
+        let lay = &st.layout;
+        let block = recv.part(times(lay.first[st.me], n)?, times(lay.sizes[st.me], n)?);
+        if st.lead() {
+            st.node.gather(s, Some(&block), 0, stream)?;
+            let counts = counts_i64(&lay.sizes.iter().map(|m| times(*m, n)).collect::<Result<Vec<usize>>>()?)?;
+            st.leaders()?.allgatherv(&block, recv, Some(&counts), stream)?;
+        } else {
+            st.node.gather(s, None, 0, stream)?;
+        }
+        st.node.bcast(recv, 0, stream)
+    }
+
+    fn allgatherv(&self, c: &Communicator, send: Input, recv: &Buffer, counts: &[usize], stream: Stream) -> Result<()> {
+        let st = state(c)?;
+        let lay = &st.layout;
+        let sum = |v: &[usize]| v.iter().try_fold(0usize, |t, x| t.checked_add(*x)).ok_or_else(|| Error::InvalidArgument("HIER allgatherv: the counts overflow".into()));
+        let r = c.rank() as usize;
+        let own;
+        let s = match send {
+            Input::Buf(b) => b,
+            Input::InPlace => {
+                own = recv.part(sum(&counts[..r])?, counts[r]);
+                &own
+            }
+        };
+        let (f, m) = (lay.first[st.me], lay.sizes[st.me]);
+        let mine = &counts[f..f + m];
+        let block = recv.part(sum(&counts[..f])?, sum(mine)?);
+        st.node.allgatherv(s, &block, Some(&counts_i64(mine)?), stream)?;
+        if st.lead() {
+            let per_node: Vec<usize> = lay.first.iter().zip(&lay.sizes).map(|(f, m)| sum(&counts[*f..f + m])).collect::<Result<_>>()?;
+            st.leaders()?.allgatherv(&block, recv, Some(&counts_i64(&per_node)?), stream)?;
+        }
+        st.node.bcast(recv, 0, stream)
+    }
+
+    fn reduce_scatter(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()> {
+        let st = state(c)?;
+        let Input::Buf(s) = send else { return Err(Error::Internal("HIER reduce_scatter: in place is not a reduce_scatter_block".into())) };
+        let n = recv.count();
+        let (op, avg) = sum_for_avg(op);
+        if !st.lead() {
+            st.node.reduce(s, None, op, 0, stream)?;
+            st.node.scatter(None, recv, 0, stream)?;
+            return if avg { divide(c, recv) } else { Ok(()) };
+        }
+        let lay = &st.layout;
+        let counts = counts_i64(&lay.sizes.iter().map(|m| times(*m, n)).collect::<Result<Vec<usize>>>()?)?;
+        let mine = times(lay.sizes[st.me], n)?;
+        let t = scratch(s, s.count())?;
+        let done = (|| {
+            st.node.reduce(s, Some(&t), op, 0, stream)?;
+            // In place: the node's blocks land in t's first elements.
+            st.leaders()?.reduce_scatterv(&t, &t, Some(&counts), op, stream)?;
+            st.node.scatter(Some(&t.part(0, mine)), recv, 0, stream)
+        })();
+        kept(t, done)?;
+        if avg { divide(c, recv) } else { Ok(()) }
+    }
+
+    fn scan(&self, _: &Communicator, _: Input, _: &Buffer, _: ReduceOp, _: bool, _: Stream) -> Result<()> {
+        Err(not_routed("scan"))
+    }
+    fn alltoall(&self, _: &Communicator, _: Input, _: &Buffer, _: Stream) -> Result<()> {
+        Err(not_routed("alltoall"))
+    }
+    fn gather(&self, _: &Communicator, _: Input, _: Option<&Buffer>, _: i32, _: Stream) -> Result<()> {
+        Err(not_routed("gather"))
+    }
+    fn scatter(&self, _: &Communicator, _: Option<&Buffer>, _: Input, _: i32, _: Stream) -> Result<()> {
+        Err(not_routed("scatter"))
+    }
+    fn alltoallv(&self, _: &Communicator, _: Input, _: Blocks, _: &Buffer, _: Blocks, _: Stream) -> Result<()> {
+        Err(not_routed("alltoallv"))
+    }
+    fn gatherv(&self, _: &Communicator, _: Input, _: Option<&Buffer>, _: Option<Blocks>, _: i32, _: Stream) -> Result<()> {
+        Err(not_routed("gatherv"))
+    }
+    fn scatterv(&self, _: &Communicator, _: Option<&Buffer>, _: Option<Blocks>, _: Input, _: i32, _: Stream) -> Result<()> {
+        Err(not_routed("scatterv"))
+    }
+    fn reduce_scatterv(&self, _: &Communicator, _: Input, _: &Buffer, _: &[usize], _: ReduceOp, _: Stream) -> Result<()> {
+        Err(not_routed("reduce_scatterv"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layouts_of_consecutive_nodes_only() {
+        let l = Layout::of(&[(0, 2), (1, 2), (0, 2), (1, 2)]).unwrap();
+        assert_eq!((l.first.clone(), l.sizes.clone()), (vec![0, 2], vec![2, 2]));
+        assert_eq!((0..4).map(|r| l.node_of(r)).collect::<Vec<_>>(), vec![0, 0, 1, 1]);
+        let l = Layout::of(&[(0, 1), (0, 2), (1, 2), (0, 1)]).unwrap();
+        assert_eq!((l.first.clone(), l.sizes.clone()), (vec![0, 1, 3], vec![1, 2, 1]));
+        assert_eq!((0..4).map(|r| l.node_of(r)).collect::<Vec<_>>(), vec![0, 1, 1, 2]);
+        // Round-robin placement (A B A B): not consecutive.
+        assert!(Layout::of(&[(0, 2), (0, 2), (1, 2), (1, 2)]).is_err());
+        assert!(Layout::of(&[(0, 3), (1, 3), (0, 1)]).is_err());
+        assert!(Layout::of(&[(0, 2), (1, 2), (0, 2)]).is_err());
+    }
+}
