@@ -261,6 +261,33 @@ def nccl_targets(pairs):
     return out
 
 
+def hier_targets(rows):
+    """Issue 20: the hierarchical path on 2 simulated hosts x 2 ranks (one GPU) against the flat
+    staged path (stock MPI): >= 2x from 1 MiB, never slower; and against the flat CUDA-aware path
+    (the kit), for the record."""
+    out = []
+    for hier, flat, need_big in (("gpuwire-hier-2x2", "gpuwire-staged-2x2", True), ("gpuwire-hier-2x2-kit", "gpuwire-cuda_aware-2x2", False),
+                                 ("gpuwire-hier-2x2", "gpuwire-cuda_aware-2x2", False)):
+        sizes = sorted(k[2] for k in rows if k[0] == hier and k[1] == "allreduce" and (flat, "allreduce", k[2]) in rows)
+        if not sizes:
+            if any(k[0] in (hier, flat) for k in rows):
+                out.append(f"- {hier} vs {flat} allreduce: NO DATA (missing one of them)")
+            continue
+        ratio = {b: rows[(flat, "allreduce", b)][0] / rows[(hier, "allreduce", b)][0] for b in sizes}
+        slower = [b for b in sizes if ratio[b] < 1.0]
+        worst = min(sizes, key=lambda b: ratio[b])
+        line = f"- {hier} vs {flat} allreduce, {human_size(sizes[0])} .. {human_size(sizes[-1])}: worst {ratio[worst]:.2f}x at {human_size(worst)}"
+        line += f"; never slower: {'MET' if not slower else 'MISSED (' + ', '.join(human_size(b) for b in slower) + ')'}"
+        if need_big:
+            big = [b for b in sizes if b >= MIB]
+            short = [b for b in big if ratio[b] < 2.0]
+            if big:
+                low = min(big, key=lambda b: ratio[b])
+                line += f"; >= 2x from 1 MiB: {'MET' if not short else 'MISSED'} (lowest {ratio[low]:.2f}x at {human_size(low)})"
+        out.append(line)
+    return out
+
+
 def targets(rows, pairs=None):
     out = ["## targets (ratios of median times)"]
     for name, num, den, op, nbytes, need, what in TARGETS:
@@ -287,6 +314,7 @@ def targets(rows, pairs=None):
             out.append(f"- host {op} >= 64 KiB: {n_ok}/{len(big)} sizes within 3 % of raw MPI (worst {worst[1]:.4f} at {human_size(worst[0])})")
     out += abs_targets(rows)
     out += nccl_targets(pairs or {})
+    out += hier_targets(rows)
     return out
 
 

@@ -28,6 +28,13 @@
 #   nccl-alltoallv-<N>gpu gpuwire-nccl against raw NCCL grouped send/recv (>= 2 GPUs)       stock
 #   ipc-alltoallv         gpuwire IPC, two ranks sharing GPU 0                              stock
 #   raw-cuda-aware-alltoallv  the kit's MPI_Alltoallv on device pointers, the same two ranks the kit
+# hier (issue 20; only when named in GPUWIRE_BENCH_STEPS): 2 simulated hosts x 2 ranks, all four
+#   on GPU 0 (scripts/multihost.sh: each host its own host name, TCP over loopback between
+#   them; the "hosts" share this machine's memory bus), allreduce 8 B .. $GPUWIRE_BENCH_MAX_BYTES:
+#   gpuwire-hier-2x2      HIER (IPC inside each host, MPI_STAGED between the leaders)    stock
+#   gpuwire-staged-2x2    flat MPI_STAGED                                                stock
+#   gpuwire-hier-2x2-kit  HIER (IPC inside each host, MPI_CUDA_AWARE between leaders)    the kit
+#   gpuwire-cuda_aware-2x2 flat MPI_CUDA_AWARE                                           the kit
 # then one combined table (size x method, median), bus bandwidth tables, the gpuwire-nccl vs
 # raw-nccl tables and the target checks (bench/summarize.py).
 #
@@ -107,7 +114,10 @@ step() {
   log "=== $label (limit ${limit}s; CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-unset}): $mpirun $*"
   local t0=$SECONDS
   # shellcheck disable=SC2086
-  $launcher timeout -k 5 "$limit" $mpirun -x CUDA_VISIBLE_DEVICES -x NCCL_NVLS_ENABLE "$@" 2>&1 | tee -a "$RAW"
+  # MPIX: the launcher's arguments that pass the environment on (none for scripts/multihost.sh,
+  # whose ranks inherit it).
+  # shellcheck disable=SC2086
+  $launcher timeout -k 5 "$limit" $mpirun ${MPIX--x CUDA_VISIBLE_DEVICES -x NCCL_NVLS_ENABLE} "$@" 2>&1 | tee -a "$RAW"
   local rc=${PIPESTATUS[0]}
   local what="exit $rc"
   [ "$rc" = 124 ] && what="KILLED after ${limit}s (the BENCH lines before that are kept)"
@@ -149,6 +159,14 @@ if [[ " ${STEPS//,/ } " == *" alltoallv "* ]]; then
   fi
   CUDA_VISIBLE_DEVICES=0 step ipc-alltoallv 90 stock "$B/gpuwire-bench" device --backend ipc --op alltoallv --min-bytes 1K --max-bytes 64M
   CUDA_VISIBLE_DEVICES=0 step raw-cuda-aware-alltoallv 120 kit "$B/gpuwire-bench" device --backend raw-cuda-aware --op alltoallv --min-bytes 1K --max-bytes 64M
+fi
+if [[ " ${STEPS//,/ } " == *" hier "* ]]; then
+  # 2 simulated hosts x 2 ranks on GPU 0: the hierarchical path against the flat ones, one run.
+  mh="bash scripts/multihost.sh openmpi 2,2"
+  CUDA_VISIBLE_DEVICES=0 MPIRUN=$mh MPIX= step gpuwire-hier-2x2 150 stock "$B/gpuwire-bench" device --backend hier --op allreduce --max-bytes "$MAXB" --tag 2x2
+  CUDA_VISIBLE_DEVICES=0 MPIRUN=$mh MPIX= step gpuwire-staged-2x2 150 stock "$B/gpuwire-bench" device --backend staged --op allreduce --max-bytes "$MAXB" --tag 2x2
+  CUDA_VISIBLE_DEVICES=0 MPIRUN=$mh MPIX= step gpuwire-hier-2x2-kit 150 kit "$B/gpuwire-bench" device --backend hier --op allreduce --max-bytes "$MAXB" --tag 2x2-kit
+  CUDA_VISIBLE_DEVICES=0 MPIRUN=$mh MPIX= step gpuwire-cuda_aware-2x2 150 kit "$B/gpuwire-bench" device --backend cuda_aware --op allreduce --max-bytes "$MAXB" --tag 2x2
 fi
 if want single; then
   # Two ranks sharing GPU 0, also on a machine with more.

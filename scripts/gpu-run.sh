@@ -197,9 +197,13 @@ if [[ " $what " == *" multinode "* ]]; then
   # namespace, TCP over loopback between hosts; it sets OMPI_MCA_plm=rsh over this machine's
   # isolated), every rank on GPU 0: 2 hosts x 1 rank, 2 hosts x 2 ranks. acrosshosts: describe
   # counts 2 nodes, AUTO takes neither IPC (not one node) nor NCCL (one GPU UUID: shared, whatever
-  # the host names) and says why, IPC and NCCL requested fail saying why; then every operation x
-  # datatype x op on AUTO (stock: staged; kit: CUDA-aware) and MPI_STAGED forced (kit), and
-  # cg_poisson_device, whose answers must agree between the two layouts.
+  # the host names) and says why, IPC and NCCL requested fail saying why; 2 x 1: AUTO says
+  # why not HIER (one rank per host), HIER requested fails saying why; 2 x 2: AUTO takes HIER
+  # (IPC inside each host; between the leaders stock: MPI_STAGED, kit: MPI_CUDA_AWARE), and
+  # HIER's allreduce, reduce to a non-leader root, reduce_scatter_block and allgatherv equal
+  # the flat staged path's; then every operation x datatype x op on AUTO (2 x 1 stock: staged,
+  # kit: CUDA-aware; 2 x 2: HIER) and MPI_STAGED forced (kit), and cg_poisson_device, whose
+  # answers must agree between the two layouts.
   # GPUWIRE_MULTINODE_SLOTS="1,1" (or "2,2") runs one layout only (each takes a few minutes).
   mh_example() { # label launcher slots binary args...: as example, on simulated hosts
     local label=$1 launcher=$2 slots=$3; shift 3

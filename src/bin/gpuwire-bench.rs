@@ -4,7 +4,7 @@
 //! ```text
 //! mpirun -np 2 gpuwire-bench host   [--op sendrecv|allreduce|bw|all] [--max-bytes N] [--min-bytes N]
 //!                                   [--iters-scale F] [--reps R]
-//! mpirun -np 2 gpuwire-bench device --backend staged|cuda_aware|ipc|raw-cuda-aware
+//! mpirun -np 2 gpuwire-bench device --backend staged|cuda_aware|ipc|hier|raw-cuda-aware
 //!                                   [--op allreduce,allgather,reduce_scatter,sendrecv,exchange|all]
 //!                                   [--max-bytes N] [--min-bytes N] [--target-ms T] [--reps R]
 //!                                   [--sync each|end] [--label L | --tag T]
@@ -22,7 +22,7 @@
 //! Send/recv is a ping-pong (one-way time = half the round trip); `bw` streams a window of
 //! isends (OSU's osu_bw) and waits for an acknowledgement.
 //!
-//! **device**: device float32 buffers on the GPU machine. `staged`, `cuda_aware` and `ipc` force
+//! **device**: device float32 buffers on the GPU machine. `staged`, `cuda_aware`, `ipc` and `hier` (ranks on several nodes, e.g. under scripts/multihost.sh) force
 //! gpuwire's backend in `gpuwire_config.backend`; `raw-cuda-aware` calls MPI_Allreduce,
 //! MPI_Allgather, MPI_Reduce_scatter_block, MPI_Sendrecv, MPI_Send/MPI_Recv on the device
 //! pointers (valid only under a CUDA-aware MPI). One variant per run; every call is followed by
@@ -73,7 +73,7 @@ use mpi::ffi as msys;
 const USAGE: &str = "usage:
   mpirun -np 2 gpuwire-bench host [--op sendrecv|allreduce|bw|all] [--max-bytes N] [--min-bytes N]
                                   [--iters-scale F] [--reps R]
-  mpirun -np 2 gpuwire-bench device --backend staged|cuda_aware|ipc|raw-cuda-aware
+  mpirun -np 2 gpuwire-bench device --backend staged|cuda_aware|ipc|hier|raw-cuda-aware
                                   [--op allreduce,allgather,reduce_scatter,sendrecv,exchange,halo|all]
                                   [--max-bytes N] [--min-bytes N] [--target-ms T] [--reps R]
                                   [--sync each|end] [--label L | --tag T]
@@ -250,6 +250,8 @@ enum DevBackend {
     CudaAware,
     /// gpuwire on CUDA IPC (ranks of one node).
     Ipc,
+    /// gpuwire's hierarchical path (ranks on several nodes: IPC inside each, MPI between).
+    Hier,
     RawCudaAware,
     /// gpuwire on NCCL, always beside raw NCCL in the same run.
     Nccl,
@@ -342,16 +344,17 @@ fn parse(args: &[String]) -> Result<Opts, String> {
                     "staged" | "mpi_staged" => DevBackend::Staged,
                     "cuda_aware" | "mpi_cuda_aware" => DevBackend::CudaAware,
                     "ipc" => DevBackend::Ipc,
+                    "hier" | "hierarchical" => DevBackend::Hier,
                     "raw_cuda_aware" | "raw" => DevBackend::RawCudaAware,
                     "nccl" => DevBackend::Nccl,
-                    _ => return Err(format!("--backend {v:?}: expected staged, cuda_aware, ipc, raw-cuda-aware or nccl")),
+                    _ => return Err(format!("--backend {v:?}: expected staged, cuda_aware, ipc, hier, raw-cuda-aware or nccl")),
                 })
             }
             other => return Err(format!("unknown option {other:?} for mode {mode}")),
         }
     }
     if device.is_some() {
-        o.device = Some(backend.ok_or("device mode needs --backend staged|cuda_aware|ipc|raw-cuda-aware|nccl")?);
+        o.device = Some(backend.ok_or("device mode needs --backend staged|cuda_aware|ipc|hier|raw-cuda-aware|nccl")?);
     }
     let nccl = o.device == Some(DevBackend::Nccl);
     if nccl && o.label.is_some() {
@@ -1160,6 +1163,7 @@ fn device_mode(o: &Opts, backend: DevBackend) {
                 DevBackend::Staged => (BackendKind::GPUWIRE_BACKEND_MPI_STAGED, "gpuwire-staged"),
                 DevBackend::CudaAware => (BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE, "gpuwire-cuda_aware"),
                 DevBackend::Ipc => (BackendKind::GPUWIRE_BACKEND_IPC, "gpuwire-ipc"),
+                DevBackend::Hier => (BackendKind::GPUWIRE_BACKEND_HIER, "gpuwire-hier"),
                 _ => (BackendKind::GPUWIRE_BACKEND_NCCL, "gpuwire-nccl"),
             };
             cfg.backend = kind as i32;
@@ -1546,6 +1550,7 @@ mod tests {
         assert_eq!(o.ops, vec!["sendrecv", "allreduce", "bw"]);
         assert_eq!(*sizes(&o).last().unwrap(), 64 << 20);
         assert_eq!(parse(&args("device --backend ipc")).unwrap().device, Some(DevBackend::Ipc));
+        assert_eq!(parse(&args("device --backend hier")).unwrap().device, Some(DevBackend::Hier));
         let o = parse(&args("device --backend raw-cuda-aware --op=sendrecv")).unwrap();
         assert_eq!(o.device, Some(DevBackend::RawCudaAware));
         assert_eq!(o.ops, vec!["sendrecv"]);
