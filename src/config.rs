@@ -9,6 +9,7 @@
 //! | `GPUWIRE_STAGING` | pinned or pageable | pinned |
 //! | `GPUWIRE_CHUNK_BYTES` | staging chunk size in bytes (>= 4096) | 4194304 |
 //! | `GPUWIRE_CUDA_AWARE` | 0 or 1: override the MPI's answer to "does it accept device pointers?" | unset |
+//! | `GPUWIRE_HIER_MIN_BYTES` | bytes: HIER's device calls below it take the flat staged path (0 = none) | 65536 |
 
 use std::time::Duration;
 
@@ -17,6 +18,19 @@ use crate::types::{BackendKind, Staging};
 
 /// Default staging chunk (bytes).
 pub(crate) const DEFAULT_CHUNK_BYTES: usize = 4 << 20;
+
+/// HIER's default `GPUWIRE_HIER_MIN_BYTES`: device calls below it take the flat staged path,
+/// where three steps (node, leaders, node) cost more than one flat exchange.
+pub(crate) const DEFAULT_HIER_MIN_BYTES: usize = 64 << 10;
+
+fn parse_hier_min(v: &str) -> Option<usize> {
+    v.trim().parse::<usize>().ok()
+}
+
+/// `GPUWIRE_HIER_MIN_BYTES` of this process (validated with the configuration), else the default.
+pub(crate) fn hier_min_bytes() -> usize {
+    std::env::var("GPUWIRE_HIER_MIN_BYTES").ok().and_then(|v| parse_hier_min(&v)).unwrap_or(DEFAULT_HIER_MIN_BYTES)
+}
 
 /// A validated configuration.
 #[derive(Clone, Debug, PartialEq)]
@@ -115,6 +129,11 @@ impl Config {
             if !matches!(v.trim(), "0" | "1") {
                 return Err(bad_env("GPUWIRE_CUDA_AWARE", &v, "0 or 1"));
             }
+        }
+        if let Some(v) = lookup("GPUWIRE_HIER_MIN_BYTES") {
+            // Read by the HIER backend (`hier_min_bytes`); checked here so that a bad value is an
+            // error also where HIER is not used.
+            parse_hier_min(&v).ok_or_else(|| bad_env("GPUWIRE_HIER_MIN_BYTES", &v, "a number of bytes >= 0"))?;
         }
         if let Some(v) = lookup("GPUWIRE_CHUNK_BYTES") {
             c.chunk_bytes = v
@@ -218,6 +237,8 @@ mod tests {
         assert!(with(&[("GPUWIRE_TIMEOUT", "-1")]).is_err());
         assert!(with(&[("GPUWIRE_DEVICE", "-2")]).is_err());
         assert!(with(&[("GPUWIRE_CHUNK_BYTES", "12")]).is_err());
+        assert!(with(&[("GPUWIRE_HIER_MIN_BYTES", "-1")]).is_err());
+        assert!(with(&[("GPUWIRE_HIER_MIN_BYTES", "0")]).is_ok());
         assert!(with(&[("GPUWIRE_STAGING", "mapped")]).is_err());
         assert!(with(&[("GPUWIRE_CUDA_AWARE", "2")]).unwrap_err().to_string().contains("GPUWIRE_CUDA_AWARE"));
         // Timeouts: 0, or 1 ms to 1e9 s; below, above, NaN and infinities are refused with a

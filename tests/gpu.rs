@@ -987,8 +987,9 @@ fn hier_against_flat(cx: &Ctx) -> Result<(), String> {
     }
     gpuwire_buffer_free(x);
     gpuwire_buffer_free(y);
-    // reduce onto the last rank, reduce_scatter_block, allgatherv with uneven counts.
-    let m = 1000usize;
+    // reduce onto the last rank, reduce_scatter_block, allgatherv with uneven counts (each above
+    // GPUWIRE_HIER_MIN_BYTES' default, so HIER composes them).
+    let m = 20_000usize;
     let both = |c: gpuwire_comm| -> Vec<u8> {
         let (x, y) = (dev_alloc(m * p, Dtype::GPUWIRE_INT32), dev_alloc(m * p, Dtype::GPUWIRE_INT32));
         let (z, w) = (dev_alloc(m, Dtype::GPUWIRE_INT32), dev_alloc(m * p, Dtype::GPUWIRE_INT32));
@@ -997,7 +998,7 @@ fn hier_against_flat(cx: &Ctx) -> Result<(), String> {
         let last = cx.size - 1;
         ok(gpuwire_reduce(c, x, if cx.rank == last { y } else { 0 }, ReduceOp::GPUWIRE_SUM as i32, last, s), "reduce");
         ok(gpuwire_reduce_scatter_block(c, x, z, ReduceOp::GPUWIRE_SUM as i32, s), "reduce_scatter_block");
-        let counts: Vec<i64> = (0..p).map(|q| ((q * 37) % (m + 1)) as i64).collect();
+        let counts: Vec<i64> = (0..p).map(|q| ((q * 7919 + 5000) % (m + 1)) as i64).collect();
         let total: i64 = counts.iter().sum();
         let mut v = 0;
         ok(gpuwire_buffer_view(x, 0, counts[r], &mut v), "view");

@@ -121,14 +121,29 @@ pub(crate) struct HierState {
     layout: Layout,
     /// This rank's node.
     me: usize,
+    /// The flat path (the registry's fallback of HIER) that device calls of fewer bytes than
+    /// `min_bytes` take (`GPUWIRE_HIER_MIN_BYTES`, agreed by every rank): there one exchange
+    /// costs less than three steps.
+    flat: &'static dyn Path,
+    min_bytes: usize,
 }
 
 impl HierState {
     /// Collective over `c` (every rank agreed on HIER): makes the node and leaders communicators,
     /// each choosing its own backend under AUTO (with `c`'s timeout, device and staging;
     /// checking mode is `c`'s, done before the parts start), broken when `c` is.
-    pub(crate) fn new(c: &Communicator) -> Result<HierState> {
+    pub(crate) fn new(c: &Communicator, flat: &'static dyn Path) -> Result<HierState> {
         let layout = layout(c)?.map_err(|why| Error::BackendUnavailable(format!("HIER: {why}")))?;
+        let m = i64::try_from(crate::config::hier_min_bytes()).unwrap_or(i64::MAX);
+        let mut v = [m, -m];
+        c.allreduce_max_i64(&mut v, "agreeing on GPUWIRE_HIER_MIN_BYTES")?;
+        if v[0] != -v[1] {
+            return Err(Error::InvalidArgument(format!(
+                "the ranks have different GPUWIRE_HIER_MIN_BYTES (from {} to {}): set it the same on every rank",
+                -v[1], v[0]
+            )));
+        }
+        let min_bytes = m as usize;
         let mut config = c.config().clone();
         config.backend = BackendKind::GPUWIRE_BACKEND_AUTO;
         config.check = false;
@@ -153,7 +168,7 @@ impl HierState {
             None
         };
         let me = layout.node_of(c.rank() as usize);
-        Ok(HierState { node, leaders, layout, me })
+        Ok(HierState { node, leaders, layout, me, flat, min_bytes })
     }
 
     /// The backend of this rank's node communicator.
@@ -173,6 +188,11 @@ impl HierState {
 
     fn leaders(&self) -> Result<&Communicator> {
         self.leaders.as_ref().ok_or_else(|| Error::Internal("HIER: a leaders' step on a rank that is not its node's leader".into()))
+    }
+
+    /// The flat path for a device call of `bytes` (the same on every rank) below `min_bytes`.
+    fn small(&self, b: &Buffer, bytes: usize) -> Option<&'static dyn Path> {
+        (!b.is_host() && bytes < self.min_bytes).then_some(self.flat)
     }
 
     fn lead(&self) -> bool {
@@ -265,6 +285,9 @@ impl Path for HierPath {
 
     fn bcast(&self, c: &Communicator, buf: &Buffer, root: i32, stream: Stream) -> Result<()> {
         let st = state(c)?;
+        if let Some(p) = st.small(buf, buf.bytes()) {
+            return p.bcast(c, buf, root, stream);
+        }
         let (k, l) = st.place(root as usize);
         if st.me == k {
             st.node.bcast(buf, l, stream)?;
@@ -288,6 +311,9 @@ impl Path for HierPath {
             (Input::InPlace, Some(r)) => r,
             (Input::InPlace, None) => return Err(Error::Internal("HIER reduce: in place without a receive buffer".into())),
         };
+        if let Some(p) = st.small(s, s.bytes()) {
+            return p.reduce(c, send, recv, if avg { ReduceOp::GPUWIRE_AVG } else { op }, root, stream);
+        }
         if !st.lead() {
             st.node.reduce(s, None, op, 0, stream)?;
             if st.me == k && c.rank() == root {
@@ -323,6 +349,9 @@ impl Path for HierPath {
             Input::Buf(b) => b,
             Input::InPlace => recv,
         };
+        if let Some(p) = st.small(recv, recv.bytes()) {
+            return p.allreduce(c, send, recv, op, stream);
+        }
         let (op, avg) = sum_for_avg(op);
         if st.lead() {
             st.node.reduce(s, Some(recv), op, 0, stream)?;
@@ -338,6 +367,9 @@ impl Path for HierPath {
 
     fn allgather(&self, c: &Communicator, send: Input, recv: &Buffer, stream: Stream) -> Result<()> {
         let st = state(c)?;
+        if let Some(p) = st.small(recv, recv.bytes()) {
+            return p.allgather(c, send, recv, stream);
+        }
         let n = recv.count() / c.size() as usize;
         let r = c.rank() as usize;
         let own;
@@ -362,6 +394,9 @@ impl Path for HierPath {
 
     fn allgatherv(&self, c: &Communicator, send: Input, recv: &Buffer, counts: &[usize], stream: Stream) -> Result<()> {
         let st = state(c)?;
+        if let Some(p) = st.small(recv, recv.bytes()) {
+            return p.allgatherv(c, send, recv, counts, stream);
+        }
         let lay = &st.layout;
         let sum = |v: &[usize]| v.iter().try_fold(0usize, |t, x| t.checked_add(*x)).ok_or_else(|| Error::InvalidArgument("HIER allgatherv: the counts overflow".into()));
         let r = c.rank() as usize;
@@ -387,6 +422,9 @@ impl Path for HierPath {
     fn reduce_scatter(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()> {
         let st = state(c)?;
         let Input::Buf(s) = send else { return Err(Error::Internal("HIER reduce_scatter: in place is not a reduce_scatter_block".into())) };
+        if let Some(p) = st.small(s, s.bytes()) {
+            return p.reduce_scatter(c, send, recv, op, stream);
+        }
         let n = recv.count();
         let (op, avg) = sum_for_avg(op);
         if !st.lead() {

@@ -232,7 +232,13 @@ pub(crate) static BACKENDS: [Backend; 6] = [
         setup: setup_hier,
         teardown: |c| drop(c.backend_state.take::<hier::HierState>()),
         path: &hier::HierPath,
-        native: Native { ops: Ops::Only(HIER_OPS), reduces: hier::reduces, mixed: false, host: HIER_OPS, at_call: "" },
+        native: Native {
+            ops: Ops::Only(HIER_OPS),
+            reduces: hier::reduces,
+            mixed: false,
+            host: HIER_OPS,
+            at_call: "device-memory calls of fewer bytes than GPUWIRE_HIER_MIN_BYTES (64 KiB unless set)",
+        },
         fallback: Some(Fallback { kind: BackendKind::GPUWIRE_BACKEND_MPI_STAGED, path: &mpi_staged::StagedPath }),
     },
     Backend {
@@ -468,7 +474,8 @@ pub fn setup(c: &mut Communicator) -> Result<()> {
 /// directly (IPC or NCCL inside the node), or any rank could not make its communicators.
 fn setup_hier(c: &mut Communicator) -> Result<()> {
     use BackendKind::*;
-    let made = hier::HierState::new(c);
+    let flat = entry(GPUWIRE_BACKEND_HIER)?.fallback.as_ref().map(|f| f.path).ok_or_else(|| Error::Internal("HIER has no fallback".into()))?;
+    let made = hier::HierState::new(c, flat);
     let agreed = c.agree_on_result(made.as_ref().map(|_| ()).map_err(Clone::clone), "making HIER's node and leaders communicators");
     let st = match (made, agreed) {
         (Ok(st), Ok(())) => st,
