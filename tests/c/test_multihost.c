@@ -642,6 +642,39 @@ static void hier_across(void)
         EXPECT_OK(gpuwire_buffer_free(s));
         EXPECT_OK(gpuwire_buffer_free(g));
     }
+    /* Nonblocking forms and a group run the same composition (on the progress engine). */
+    {
+        gpuwire_buffer x = balloc(N, GPUWIRE_INT64), y = balloc(N, GPUWIRE_INT64), b = balloc(N, GPUWIRE_INT32);
+        int64_t *xp = bptr(x), *yp = bptr(y);
+        int32_t *bp = bptr(b);
+        gpuwire_request rq[2] = {GPUWIRE_REQUEST_NULL, GPUWIRE_REQUEST_NULL};
+        for (int i = 0; i < N; i++) {
+            xp[i] = hval(rank, i) + rank;
+            bp[i] = rank == root ? 77 + i : 0;
+        }
+        EXPECT_OK(gpuwire_iallreduce(h, x, y, GPUWIRE_SUM, NULL, &rq[0]));
+        EXPECT_OK(gpuwire_ibcast(h, b, root, NULL, &rq[1]));
+        EXPECT_OK(gpuwire_waitall(2, rq));
+        for (int i = 0; i < N; i++) {
+            int64_t w = 0;
+            for (int q = 0; q < size; q++)
+                w += hval(q, i) + q;
+            EXPECT(yp[i] == w && bp[i] == 77 + i);
+        }
+        EXPECT_OK(gpuwire_group_start());
+        EXPECT_OK(gpuwire_allreduce(h, x, x, GPUWIRE_MAX, NULL));
+        EXPECT_OK(gpuwire_bcast(h, b, 0, NULL));
+        EXPECT_OK(gpuwire_group_end());
+        for (int i = 0; i < N; i++) {
+            int64_t m = 0;
+            for (int q = 0; q < size; q++)
+                m = hval(q, i) + q > m ? hval(q, i) + q : m;
+            EXPECT(xp[i] == m && bp[i] == 77 + i);
+        }
+        EXPECT_OK(gpuwire_buffer_free(x));
+        EXPECT_OK(gpuwire_buffer_free(y));
+        EXPECT_OK(gpuwire_buffer_free(b));
+    }
     EXPECT_OK(gpuwire_comm_free(h));
     EXPECT_OK(gpuwire_comm_free(flat));
 }
