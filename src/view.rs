@@ -45,8 +45,8 @@ pub(crate) struct Scratch {
 
 impl Scratch {
     /// Scratch for the elements of `view`: host memory for host-accessible views, else the
-    /// view's own space on its device, ordered on `stream`.
-    fn for_view(view: &Buffer, stream: Stream) -> Result<Scratch> {
+    /// view's own space on its device, ordered on `stream` (also HIER's scratch: `backend::hier`).
+    pub(crate) fn for_view(view: &Buffer, stream: Stream) -> Result<Scratch> {
         let host = view.is_host();
         let space = if host { Space::GPUWIRE_SPACE_HOST } else { view.space() };
         let bytes = view.bytes();

@@ -38,6 +38,7 @@ use crate::error::{Error, Result};
 use crate::mpisys::{self, sys};
 use crate::request::Pending;
 use crate::types::{BackendKind, ReduceOp};
+use crate::view::Scratch;
 
 /// The tag of the message that carries a reduce's result from the root's leader to the root
 /// (on the private node communicator: no other message uses it).
@@ -150,23 +151,42 @@ impl HierState {
         if c.device() >= 0 {
             config.device = c.device();
         }
+        // Both MPI communicators first, on every rank (collective over `c`), then each level's
+        // creation, its outcome agreed over `c` after each, so no rank is left in a collective
+        // that another rank gave up before.
         let mut dup = mpisys::comm_null();
         // SAFETY: the node communicator of `c` is valid; `dup` is gpuwire's (adopt frees it).
-        mpisys::check(unsafe { sys::MPI_Comm_dup(c.node_comm(), &mut dup) }, "MPI_Comm_dup (HIER's node communicator)")?;
-        let mut node = Communicator::adopt(dup, Ok(config.clone()))?;
-        node.broken = c.broken.clone();
+        let made = mpisys::check(unsafe { sys::MPI_Comm_dup(c.node_comm(), &mut dup) }, "MPI_Comm_dup (HIER's node communicator)");
         let lead = c.local_rank() == 0;
         let mut out = mpisys::comm_null();
         let color = if lead { 0 } else { mpisys::undefined() };
         // SAFETY: raw is valid; `out` is gpuwire's (adopt frees it) or MPI_COMM_NULL.
-        mpisys::check(unsafe { sys::MPI_Comm_split(c.raw(), color, c.rank(), &mut out) }, "MPI_Comm_split (HIER's leaders)")?;
-        let leaders = if lead {
-            let mut l = Communicator::adopt(out, Ok(config))?;
-            l.broken = c.broken.clone();
-            Some(l)
-        } else {
-            None
+        let split = mpisys::check(unsafe { sys::MPI_Comm_split(c.raw(), color, c.rank(), &mut out) }, "MPI_Comm_split (HIER's leaders)");
+        let free = |mut x: mpisys::MPI_Comm| {
+            if x != mpisys::comm_null() {
+                // SAFETY: made above for HIER, used nowhere else.
+                unsafe { sys::MPI_Comm_free(&mut x) };
+            }
         };
+        if let Err(e) = c.agree_on_result(made.and(split), "making HIER's MPI communicators") {
+            free(dup);
+            free(out);
+            return Err(e);
+        }
+        let node = match c.agree_on_result(Communicator::adopt(dup, Ok(config.clone())), "making HIER's node communicator") {
+            Ok(n) => n,
+            Err(e) => {
+                free(out);
+                return Err(e);
+            }
+        };
+        let leaders = if lead { Some(Communicator::adopt(out, Ok(config))) } else { None };
+        let leaders = c.agree_on_result(leaders.transpose(), "making HIER's leaders communicator")?;
+        let (mut node, mut leaders) = (node, leaders);
+        node.broken = c.broken.clone();
+        if let Some(l) = leaders.as_mut() {
+            l.broken = c.broken.clone();
+        }
         let me = layout.node_of(c.rank() as usize);
         Ok(HierState { node, leaders, layout, me, flat, min_bytes })
     }
@@ -210,10 +230,10 @@ fn state(c: &Communicator) -> Result<&HierState> {
     c.backend_state.get::<HierState>().ok_or_else(|| Error::Internal("HIER path on a communicator without its state".into()))
 }
 
-/// Scratch like `like` (memory kind and device) of `count` elements.
-fn scratch(like: &Buffer, count: usize) -> Result<Buffer> {
-    let n = i64::try_from(count).map_err(|_| Error::InvalidArgument(format!("HIER: {count} elements of scratch overflow")))?;
-    Buffer::alloc(n, like.dtype(), like.space(), like.device())
+/// Scratch of `like`'s count, datatype and memory kind (from the process-wide scratch cache of
+/// `crate::view`, so repeated calls allocate nothing).
+fn scratch(like: &Buffer, stream: Stream) -> Result<Scratch> {
+    Scratch::for_view(like, stream)
 }
 
 /// AVG is SUM on both levels, then one division by the communicator's size where the result is
@@ -239,7 +259,7 @@ pub(crate) fn reduces(_: crate::types::Dtype, op: ReduceOp) -> bool {
 
 /// Frees scratch `t` after its steps, unless they failed: a step abandoned at a timeout may leave
 /// MPI a request that still uses it (leaked, as the MPI paths leak theirs).
-fn kept(t: Buffer, done: Result<()>) -> Result<()> {
+fn kept(t: Scratch, done: Result<()>) -> Result<()> {
     if done.is_err() {
         std::mem::forget(t);
     }
@@ -330,17 +350,18 @@ impl Path for HierPath {
             leaders.reduce(r, Some(r), op, k as i32, stream)?;
             return at_root(r);
         }
-        let t = scratch(s, s.count())?;
+        let scr = scratch(s, stream)?;
+        let t: &Buffer = scr.buf();
         let done = (|| {
-            st.node.reduce(s, Some(&t), op, 0, stream)?;
+            st.node.reduce(s, Some(t), op, 0, stream)?;
             if st.me == k {
-                leaders.reduce(&t, Some(&t), op, k as i32, stream)?;
-                st.node.send(&t, l, TO_ROOT, stream)
+                leaders.reduce(t, Some(t), op, k as i32, stream)?;
+                st.node.send(t, l, TO_ROOT, stream)
             } else {
-                leaders.reduce(&t, None, op, k as i32, stream)
+                leaders.reduce(t, None, op, k as i32, stream)
             }
         })();
-        kept(t, done)
+        kept(scr, done)
     }
 
     fn allreduce(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()> {
@@ -435,14 +456,15 @@ impl Path for HierPath {
         let lay = &st.layout;
         let counts = counts_i64(&lay.sizes.iter().map(|m| times(*m, n)).collect::<Result<Vec<usize>>>()?)?;
         let mine = times(lay.sizes[st.me], n)?;
-        let t = scratch(s, s.count())?;
+        let scr = scratch(s, stream)?;
+        let t: &Buffer = scr.buf();
         let done = (|| {
-            st.node.reduce(s, Some(&t), op, 0, stream)?;
+            st.node.reduce(s, Some(t), op, 0, stream)?;
             // In place: the node's blocks land in t's first elements.
-            st.leaders()?.reduce_scatterv(&t, &t, Some(&counts), op, stream)?;
+            st.leaders()?.reduce_scatterv(t, t, Some(&counts), op, stream)?;
             st.node.scatter(Some(&t.part(0, mine)), recv, 0, stream)
         })();
-        kept(t, done)?;
+        kept(scr, done)?;
         if avg { divide(c, recv) } else { Ok(()) }
     }
 
