@@ -27,7 +27,9 @@
 # with the python3 that scripts/find-python.sh finds for this MPI, on the checkout's package
 # python/gpuwire.
 #
-# The library must be built first (the Makefile does it). Exits 1 if a test failed, or if one
+# Steps run two at a time (GPUWIRE_TEST_JOBS=N: N at a time; 1: one after another); their
+# output is printed in the order they were started. The library must be built first (the
+# Makefile does it). Exits 1 if a test failed, or if one
 # was skipped while CI is set (on CI everything here must run). Logs: build/c/FLAVOUR/logs/.
 set -uo pipefail
 
@@ -94,6 +96,7 @@ timeout_s=${GPUWIRE_TEST_TIMEOUT:-300}
 passed=0 failed=0 skipped=0
 record() { # STATUS ID [DETAIL]
     local status=$1 id=$2 detail=${3:-}
+    drain
     case $status in
     PASS) passed=$((passed + 1)) ;;
     FAIL) failed=$((failed + 1)) ;;
@@ -103,6 +106,63 @@ record() { # STATUS ID [DETAIL]
 }
 show_log() { # LOG: the end of a failed step's output
     sed -e 's/^/    | /' "$1" | tail -n 40
+}
+
+# Two steps at a time (GPUWIRE_TEST_JOBS, default 2; 1: one after another): compile and check
+# run each step in the background through run_job, which keeps its output and its counts in a
+# slot of its own; the slots are printed, and counted, in the order the steps were started (as
+# if they had run one after another). A step run in this shell (record, or code that reads a
+# step's log) first waits for every step started before it (drain).
+jobs_max=${GPUWIRE_TEST_JOBS:-2}
+[[ $jobs_max =~ ^[1-9][0-9]*$ ]] || jobs_max=2
+slotdir=$build/slots
+rm -rf "$slotdir"
+mkdir -p "$slotdir"
+in_job=0 nslots=0 pending=()
+declare -A job_slot
+drain_ready() { # prints and counts the finished slots at the head of the queue
+    local slot p f s
+    while [[ ${#pending[@]} -gt 0 && -f ${pending[0]}.done ]]; do
+        slot=${pending[0]}
+        pending=("${pending[@]:1}")
+        cat "$slot.out"
+        read -r p f s < "$slot.done"
+        passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+    done
+}
+drain() { # waits for every step started, then prints their slots
+    [[ $in_job -eq 1 || ${#pending[@]} -eq 0 ]] && return 0
+    wait
+    drain_ready
+    local slot
+    for slot in "${pending[@]}"; do # a step that ended without its counts (killed)
+        cat "$slot.out" 2> /dev/null
+        failed=$((failed + 1))
+        printf 'FAIL [%s] a step ended without its result (%s)\n' "$flavour" "$slot"
+    done
+    pending=()
+}
+run_job() { # FUNCTION ARGS...: runs FUNCTION ARGS... as a step in the background
+    while [[ $(jobs -rp | wc -l) -ge $jobs_max ]]; do
+        wait -n
+    done
+    drain_ready
+    nslots=$((nslots + 1))
+    local slot
+    printf -v slot '%s/%05d' "$slotdir" "$nslots"
+    (
+        in_job=1 passed=0 failed=0 skipped=0
+        "$@" > "$slot.out" 2>&1
+        echo "$passed $failed $skipped" > "$slot.tmp" && mv "$slot.tmp" "$slot.done"
+    ) &
+    pending+=("$slot")
+    job_slot[$1]=$slot
+}
+wait_for() { # FUNCTION: waits until the step run_job FUNCTION (the last one started) has ended
+    local slot=${job_slot[$1]}
+    while [[ ! -f $slot.done && $(jobs -rp | wc -l) -gt 0 ]]; do
+        wait -n
+    done
 }
 
 echo "== C tests and examples: $flavour ($CC, ${launcher[0]}, $libdir)"
@@ -122,7 +182,8 @@ fi
 
 # ---- build ------------------------------------------------------------------------------------
 
-compile() { # ID OUTPUT COMPILER FLAGS... -- SOURCE
+compile() { run_job compile_now "$@"; }
+compile_now() { # ID OUTPUT COMPILER FLAGS... -- SOURCE
     local id=$1 out=$2 compiler=$3 log=$logs/build-$1.log
     shift 3
     if "$compiler" "$@" -I"$root/include" -L"$libdir" -lgpuwire -Wl,-rpath,"$libdir" -lm \
@@ -134,6 +195,22 @@ compile() { # ID OUTPUT COMPILER FLAGS... -- SOURCE
         show_log "$log"
     fi
 }
+
+# Fortran: the modules (gpuwire_types, gpuwire_c, gpuwire; gpuwire_f08), the programs below.
+fdir=$build/fortran
+rm -rf "$fdir"
+mkdir -p "$fdir"
+fortran_modules() {
+    local log=$logs/build-fortran-modules.log
+    if (cd "$fdir" && "$FC" "${fflags[@]}" -c "$root/include/gpuwire.f90" "$root/include/gpuwire_f08.f90") \
+        > "$log" 2>&1; then
+        record PASS "build Fortran modules gpuwire, gpuwire_f08 ($FC ${fflags[*]})"
+    else
+        record FAIL "build Fortran modules gpuwire, gpuwire_f08" "log $log"
+        show_log "$log"
+    fi
+}
+run_job fortran_modules
 
 for t in test_api test_comm test_darray test_p2p test_threads test_nbc; do
     compile "$t" "$build/$t" "$CC" "${cflags[@]}" "$root/tests/c/$t.c"
@@ -157,18 +234,9 @@ compile "test_hpp_unwind (C++17)" "$build/test_hpp_unwind" "$CXX" "${cxxflags[@]
 compile "test_hpp_nbc (C++17)" "$build/test_hpp_nbc" "$CXX" "${cxxflags[@]}" "$root/tests/cpp/test_hpp_nbc.cpp"
 compile "ring (C++17 example)" "$build/ring" "$CXX" "${cxxflags[@]}" "$root/examples-cpp/ring.cpp"
 
-# Fortran: the modules (gpuwire_types, gpuwire_c, gpuwire; gpuwire_f08), then the programs.
-fdir=$build/fortran
-rm -rf "$fdir"
-mkdir -p "$fdir"
-log=$logs/build-fortran-modules.log
-if (cd "$fdir" && "$FC" "${fflags[@]}" -c "$root/include/gpuwire.f90" "$root/include/gpuwire_f08.f90") \
-    > "$log" 2>&1; then
-    record PASS "build Fortran modules gpuwire, gpuwire_f08 ($FC ${fflags[*]})"
-else
-    record FAIL "build Fortran modules gpuwire, gpuwire_f08" "log $log"
-    show_log "$log"
-fi
+# Fortran: the modules (built first, beside the C programs: the longest build), then the
+# programs.
+wait_for fortran_modules
 ftests=(-Wno-compare-reals) # the tests compare reals for exact equality on purpose
 compile "test_fortran (Fortran)" "$build/test_fortran" "$FC" "${fflags[@]}" "${ftests[@]}" -I"$fdir" \
     "$root/tests/fortran/test_fortran.f90" "$fdir/gpuwire.o"
@@ -188,8 +256,8 @@ done
 # Arrays that cannot be buffers are compile-time errors: a non-contiguous section of rank 8 or
 # more, an array without TARGET. Each file must fail to compile at its gpuwire_buffer_wrap call, and compile
 # with -DCONTROL (the same call on an acceptable array).
-for r in reject_section reject_no_target; do
-    log=$logs/build-$r.log
+fortran_reject() { # NAME
+    local r=$1 log=$logs/build-$1.log
     if (cd "$fdir" && "$FC" -cpp "${fflags[@]}" -c "$root/tests/fortran/$r.f90" -o "$r.o") > "$log" 2>&1; then
         record FAIL "Fortran: $r.f90 is rejected at compile time" "it compiled"
     elif ! grep -q "gpuwire_buffer_wrap" "$log"; then
@@ -202,11 +270,14 @@ for r in reject_section reject_no_target; do
     else
         record PASS "Fortran: $r.f90 is rejected at compile time (-DCONTROL compiles)"
     fi
+}
+for r in reject_section reject_no_target; do
+    run_job fortran_reject "$r"
 done
 
 # The header alone, with the plain C compiler and no MPI include path, as C99, C11 and C17.
-for std in c99 c11 c17; do
-    log=$logs/header-$std.log
+header_alone() { # STD
+    local std=$1 log=$logs/header-$1.log
     if cc -std=$std -Wall -Wextra -Werror -pedantic -I"$root/include" -c \
         "$root/tests/c/header_only.c" -o "$build/header_only-$std.o" > "$log" 2>&1; then
         record PASS "header alone as $std, without mpi.h"
@@ -214,6 +285,9 @@ for std in c99 c11 c17; do
         record FAIL "header alone as $std, without mpi.h"
         show_log "$log"
     fi
+}
+for std in c99 c11 c17; do
+    run_job header_alone "$std"
 done
 
 # Handles of two kinds swapped do not compile, as C and as C++ (tests/c/reject_handles.c): each
@@ -221,7 +295,8 @@ done
 # Cases 1-6 pass handles by value: errors without -Werror; 7-8 pass an out-parameter's address,
 # which C reports as an error under -pedantic-errors (GCC < 14 only warns by default).
 rh=$root/tests/c/reject_handles.c
-for lang in c c++; do
+reject_handles() { # LANG
+    local lang=$1 rcc ctrl log bad n extra line
     if [[ $lang == c ]]; then
         rcc=(cc -x c -std=c99) ctrl=(-Wall -Wextra -Werror -pedantic)
     else
@@ -230,7 +305,7 @@ for lang in c c++; do
     log=$logs/reject-handles-$lang.log
     : > "$log"
     bad=()
-    if ! "${rcc[@]}" "${ctrl[@]}" -I"$root/include" -c "$rh" -o "$build/reject_handles.o" >> "$log" 2>&1; then
+    if ! "${rcc[@]}" "${ctrl[@]}" -I"$root/include" -c "$rh" -o "$build/reject_handles-$lang.o" >> "$log" 2>&1; then
         bad+=("the correct calls do not compile")
     fi
     for n in 1 2 3 4 5 6 7 8; do
@@ -238,7 +313,7 @@ for lang in c c++; do
         [[ $lang == c && $n -ge 7 ]] && extra=(-pedantic-errors)
         line=$(awk -v n="$n" '$0 ~ "^#(el)?if CASE == " n " " { print NR + 1; exit }' "$rh")
         echo "-- CASE=$n (error expected at line $line)" >> "$log"
-        if "${rcc[@]}" "${extra[@]}" -DCASE=$n -I"$root/include" -c "$rh" -o "$build/reject_handles.o" >> "$log" 2>&1; then
+        if "${rcc[@]}" "${extra[@]}" -DCASE=$n -I"$root/include" -c "$rh" -o "$build/reject_handles-$lang.o" >> "$log" 2>&1; then
             bad+=("case $n compiled")
         elif [[ -z $line ]] || ! grep -qE "reject_handles\\.c:$line:[0-9]+: error" "$log"; then
             bad+=("case $n: no error at line ${line:-?}")
@@ -250,6 +325,9 @@ for lang in c c++; do
         record FAIL "$lang: calls with handles of the wrong kind do not compile" "${bad[*]}; log $log"
         show_log "$log"
     fi
+}
+for lang in c c++; do
+    run_job reject_handles "$lang"
 done
 
 # Every function the header declares is called by a C test.
@@ -266,11 +344,14 @@ fi
 
 # ---- run --------------------------------------------------------------------------------------
 
+drain # every program is built
+
 # check ID WANT N PATTERNS PROGRAM ARGS...: runs PROGRAM on N ranks (N = hosts:SLOTS: on
 # simulated hosts, SLOTS ranks per host, by scripts/multihost.sh); passes when the exit status
 # is WANT ("0" or "nonzero") and the output matches every extended regex in PATTERNS (one per
-# line).
-check() {
+# line). A step of its own (run_job).
+check() { run_job check_now "$@"; }
+check_now() {
     local id=$1 want=$2 n=$3 patterns=$4 log=$logs/$1.log rc
     shift 4
     if [[ ! -x $1 ]]; then
@@ -372,16 +453,17 @@ if [[ $sanitize -eq 0 ]]; then
     fi
 fi
 
-if [[ -x $build/test_header ]]; then
-    if "$build/test_header" > "$logs/test_header.log" 2>&1 && grep -q "^test_header_cxx: PASS" "$logs/test_header.log"; then
+test_header_runs() {
+    if [[ ! -x $build/test_header ]]; then
+        record FAIL "test_header (C++17) runs" "not built"
+    elif "$build/test_header" > "$logs/test_header.log" 2>&1 && grep -q "^test_header_cxx: PASS" "$logs/test_header.log"; then
         record PASS "test_header (C++17) runs"
     else
         record FAIL "test_header (C++17) runs" "log $logs/test_header.log"
         show_log "$logs/test_header.log"
     fi
-else
-    record FAIL "test_header (C++17) runs" "not built"
-fi
+}
+run_job test_header_runs
 
 isend_ok='^rank 1 after: 100 110 120 130 140 150 160 170 180 190$
 ^rank 0 after: 100 110 120 130 140 150 160 170 180 190$
@@ -401,6 +483,7 @@ for n in 1 2 3; do
 done
 
 # The same answer on 1, 2 and 3 ranks: the same iteration count, errors within 1e-10.
+drain # the runs above, whose logs are read here
 cg_results=()
 for n in 1 2 3; do
     log=$logs/cg_poisson\ $cg_n\ -n\ $n.log
@@ -435,6 +518,7 @@ done
 # cg_poisson on distributed arrays computes what the hand-written version computes: the same
 # iteration count and error on each rank count (bit for bit where the C compiler contracts no
 # multiply-add; within 1e-12 in any case).
+drain # the runs above, whose logs are read here
 for n in 1 2 3; do
     a=$logs/cg_poisson\ $cg_n\ -n\ $n.log
     b=$logs/darray_cg_poisson\ $cg_n\ -n\ $n.log
@@ -490,6 +574,7 @@ done
 # Same answers: the Fortran examples print exactly what the C ones print (but the wall time).
 same_output() { # ID C_LOG FORTRAN_LOG
     local id=$1 clog=$logs/$2.log flog=$logs/$3.log
+    drain # the runs that wrote the logs
     if [[ -s $clog && -s $flog ]] && diff <(grep -v '^wall time:' "$clog") <(grep -v '^wall time:' "$flog") \
         > "$logs/$1.diff" 2>&1; then
         record PASS "$id"
@@ -521,9 +606,8 @@ done
 # Every procedure of the Fortran modules (each wrapper, each per-type specific of the generated
 # gpuwire_kinds.inc) is run by a Fortran test: the modules and tests again with --coverage, the
 # tests run, gcov's function summary checked by check-bindings.py (not under the sanitizers).
-if [[ $sanitize -eq 0 ]]; then
-    cdir=$fdir/coverage
-    log=$logs/fortran-coverage.log
+fortran_coverage() {
+    local cdir=$fdir/coverage log=$logs/fortran-coverage.log cov link
     mkdir -p "$cdir"
     rm -f "$cdir"/*.gcda
     cov=(-std=f2018 -Wall -Wextra -Werror -g -O0 --coverage)
@@ -547,12 +631,16 @@ if [[ $sanitize -eq 0 ]]; then
         record FAIL "Fortran: the coverage build and run of test_fortran, test_f08" "log $log"
         show_log "$log"
     fi
+}
+if [[ $sanitize -eq 0 ]]; then
+    run_job fortran_coverage
 fi
 
 # Python: the ctypes module with mpi4py and NumPy, where an mpi4py for this MPI exists.
 if [[ $sanitize -eq 0 ]]; then
     if py=$(bash "$root/scripts/find-python.sh" "$mpi_vendor"); then
         export GPUWIRE_LIBRARY=$libdir/libgpuwire.so
+        drain # the steps above print first
         echo "== Python: $py ($("$py" --version 2>&1)), GPUWIRE_LIBRARY=$GPUWIRE_LIBRARY"
         for n in 2 3; do
             check "allreduce.py (Python) -n $n" 0 "$n" "^allreduce.py: PASS \\(numpy[^;]*; $n ranks
@@ -580,14 +668,15 @@ if [[ $sanitize -eq 0 ]]; then
     elif [[ $mpi == openmpi ]]; then
         record SKIP "allreduce.py, darray.py, test_bindings.py, test_package.py (Python)" "no python3 with mpi4py (for $mpi_vendor) and NumPy: apt-get install python3-mpi4py python3-numpy"
     else
+        drain # the steps above print first
         echo "NOTE [$flavour] allreduce.py, darray.py, test_bindings.py, test_package.py (Python): no mpi4py built for $mpi_vendor here; the Python examples run in the Open MPI pass"
     fi
 fi
 
 # A binary started by the other MPI's launcher runs as N singletons: the rank-count check must
 # catch it (this is why every program takes the expected count).
-if command -v "${other_launcher[0]}" > /dev/null 2>&1; then
-    log=$logs/wrong-launcher.log
+wrong_launcher() {
+    local log=$logs/wrong-launcher.log rc
     timeout -k 10 60 "${other_launcher[@]}" 2 "$build/vstack_matvec" 2 > "$log" 2>&1
     rc=$?
     if [[ $rc -ne 0 && $rc -ne 124 ]] && grep -q "launched on 1 ranks, expected 2" "$log"; then
@@ -596,6 +685,9 @@ if command -v "${other_launcher[0]}" > /dev/null 2>&1; then
         record FAIL "wrong launcher (${other_launcher[0]}) is detected" "exit status $rc; log $log"
         show_log "$log"
     fi
+}
+if command -v "${other_launcher[0]}" > /dev/null 2>&1; then
+    run_job wrong_launcher
 else
     record SKIP "wrong launcher is detected" "${other_launcher[0]} is not installed"
 fi
@@ -605,7 +697,6 @@ fi
 if [[ $sanitize -eq 0 ]]; then
     if [[ $mpi == openmpi ]]; then other_cc=mpicc.mpich; built="Open MPI"; else other_cc=mpicc; built=MPICH; fi
     if command -v "$other_cc" > /dev/null 2>&1; then
-        log=$logs/wrong-mpi.log
         cat > "$build/wrong_mpi.c" <<'EOC'
 #include <stdio.h>
 #include "gpuwire.h"
@@ -618,6 +709,8 @@ int main(void)
     return st == GPUWIRE_ERROR_MPI ? 0 : 1;
 }
 EOC
+        wrong_mpi() {
+        local log=$logs/wrong-mpi.log
         if "$other_cc" "${cflags[@]}" -I"$root/include" "$build/wrong_mpi.c" -L"$libdir" -lgpuwire -Wl,-rpath,"$libdir" \
             -o "$build/wrong_mpi" > "$log" 2>&1 && timeout -k 10 60 "$build/wrong_mpi" >> "$log" 2>&1 \
             && grep -q "built against $built" "$log"; then
@@ -626,11 +719,14 @@ EOC
             record FAIL "a program built with another MPI ($other_cc) gets a clear error from gpuwire_init" "log $log"
             show_log "$log"
         fi
+        }
+        run_job wrong_mpi
     else
         record SKIP "a program built with another MPI gets a clear error" "$other_cc is not installed"
     fi
 fi
 
+drain
 echo "c-$flavour: $passed passed, $failed failed, $skipped skipped"
 echo "$passed $failed $skipped" > "$results/c-$flavour.txt"
 if [[ $failed -gt 0 ]]; then
