@@ -33,7 +33,7 @@
 
 enum { MAX_RANKS = 64, NAME_LEN = MPI_MAX_PROCESSOR_NAME };
 
-static const double T = 1.5;     /* the timeout of the timeout cases */
+static const double T = 0.75;    /* the timeout of the timeout cases */
 static const double SLACK = 3.0; /* margin over it for a loaded machine */
 
 static int rank, size, hosts;

@@ -2,7 +2,7 @@
  * test_threads.c: timeouts, threads and MPI thread levels, on 2 ranks. The program initializes
  * MPI itself (MPI_Init_thread) at the level its mode needs, then gpuwire.
  *
- *   late [check]      timeout 1.5 s: rank 1 comes 3 s late to an allreduce (checking off or on),
+ *   late [check]      timeout 0.75 s: rank 1 comes 2 s late to an allreduce (checking off or on),
  *                     a bcast, a sendrecv; both ranks receive with no sender (gpuwire_recv, and
  *                     gpuwire_irecv + gpuwire_wait). Every call on every
  *                     rank returns within about the timeout; the early rank gets TIMEOUT, then
@@ -33,8 +33,8 @@
 
 #include "gwtest.h"
 
-static const double T = 1.5;      /* the communicators' timeout */
-static const double LATE = 3.0;   /* how late rank 1 comes: T + 1.5 s */
+static const double T = 0.75;     /* the communicators' timeout */
+static const double LATE = 2.0;   /* how late rank 1 comes: T + 1.25 s */
 static const double SLACK = 3.0;  /* margin over the timeout for a loaded machine */
 
 static double now(void)
