@@ -166,9 +166,12 @@ test-install:
 	cargo build
 	bash scripts/install-test.sh
 
-# 6. Everything again against MPICH (a separate target directory: the library links one MPI).
+# 6. Everything again against MPICH (a separate target directory: the library links one MPI; a
+# new one starts as a copy of the Open MPI one without mpi-sys, mpi and gpuwire, so that the
+# other dependencies are not compiled twice: scripts/seed-target.sh).
 test-mpich:
 	@echo "== 6. cargo test, C, C++ and Fortran tests and examples (MPICH) =="
+	@bash scripts/seed-target.sh $(CARGO_TARGET_DIR)/debug $(CARGO_TARGET_DIR)/mpich/debug
 	$(MPICH_ENV) cargo build
 	$(MPICH_ENV) GPUWIRE_MPIEXEC=mpiexec.mpich cargo test
 	bash scripts/run-c-tests.sh mpich
