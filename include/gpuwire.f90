@@ -570,6 +570,25 @@ module gpuwire
   interface gpuwire_darray_halo_exchange
     module procedure gw_darray_halo_exchange, gw_darray_halo_exchange_i4
   end interface
+  ! create_cart(comm, shape, procs, halo, periodic, dtype, space, darray [, ierror]) and
+  ! wrap(comm, ptr, shape, procs, halo, periodic, dtype, space, darray [, ierror]): shape(:),
+  ! procs(:), halo(:) in C order (int64 or default integers), periodic(:) logical, one entry per
+  ! axis; procs 0 = chosen by gpuwire (as MPI_Dims_create).
+  interface gpuwire_darray_create_cart
+    module procedure gw_darray_create_cart, gw_darray_create_cart_i4
+  end interface
+  interface gpuwire_darray_wrap
+    module procedure gw_darray_wrap, gw_darray_wrap_i4
+  end interface
+  ! cart(darray, procs, coords, starts, halo, periodic [, ierror]): int64 arrays and a logical
+  ! array of ndim entries each.
+  interface gpuwire_darray_cart
+    module procedure gw_darray_cart
+  end interface
+  ! halo_exchange_axes(darray, widths, flags [, stream, ierror]): widths(:) per axis (C order).
+  interface gpuwire_darray_halo_exchange_axes
+    module procedure gw_darray_halo_exchange_axes, gw_darray_halo_exchange_axes_i4
+  end interface
 
   ! The specific procedures are reached through the generics above only.
   private :: gw_init, gw_finalize, gw_initialized, gw_query_thread, gw_owns_mpi, &
@@ -605,6 +624,8 @@ module gpuwire
     gw_darray_redistribute, gw_darray_bcast, gw_darray_axpy_ptr, gw_darray_scale_ptr, &
     gw_darray_dot_ptr, gw_darray_norm, gw_darray_sum_ptr, gw_darray_min_ptr, gw_darray_max_ptr, &
     gw_darray_halo_exchange, gw_darray_halo_exchange_i4
+  private :: gw_darray_create_cart, gw_darray_create_cart_i4, gw_darray_wrap, gw_darray_wrap_i4, &
+    gw_darray_cart, gw_darray_halo_exchange_axes, gw_darray_halo_exchange_axes_i4, axis_list
   private :: finish, fail, die, stream_or_null, c_chars_to_string, dtype_name, itoa, &
     first_address, wrap_address, copy_host, host_collective, darray_host, darray_scalar, &
     darray_shape, section_stride, wrap_section
@@ -2688,6 +2709,146 @@ contains
     integer, intent(out), optional :: ierror
     call gw_darray_halo_exchange(darray, int(width, int64), stream, ierror)
   end subroutine gw_darray_halo_exchange_i4
+
+  ! An axis list of n entries for C (a zero-length array still passes one element).
+  function axis_list(v, n) result(r)
+    integer(int64), intent(in) :: v(:)
+    integer, intent(in) :: n
+    integer(c_int64_t) :: r(max(n, 1))
+    r = 0
+    r(1:min(n, size(v))) = v(1:min(n, size(v)))
+  end function axis_list
+
+  subroutine gw_darray_create_cart(comm, shape, procs, halo, periodic, dtype, space, darray, ierror)
+    use gpuwire_c, only: c => gpuwire_darray_create_cart
+    type(gpuwire_comm), intent(in) :: comm
+    integer(int64), intent(in) :: shape(:), procs(:), halo(:)
+    logical, intent(in) :: periodic(:)
+    integer, intent(in) :: dtype, space
+    type(gpuwire_darray), intent(out) :: darray
+    integer, intent(out), optional :: ierror
+    integer(c_int64_t) :: dims(max(size(shape), 1)), p(max(size(shape), 1)), h(max(size(shape), 1))
+    integer(c_int32_t) :: per(max(size(shape), 1))
+    integer :: n
+    n = size(shape)
+    if (size(procs) /= n .or. size(halo) /= n .or. size(periodic) /= n) then
+      call fail(GPUWIRE_ERROR_INVALID_ARGUMENT, 'gpuwire_darray_create_cart', 'shape, procs, '// &
+        'halo and periodic must have one entry per axis each', ierror)
+      return
+    end if
+    dims = axis_list(shape, n)
+    p = axis_list(procs, n)
+    h = axis_list(halo, n)
+    per = 0
+    where (periodic) per(1:n) = 1
+    call finish(c(comm%handle, int(n, c_int32_t), dims(1), p(1), h(1), per(1), int(dtype, c_int32_t), &
+      int(space, c_int32_t), darray%handle), 'gpuwire_darray_create_cart', ierror)
+  end subroutine gw_darray_create_cart
+
+  subroutine gw_darray_create_cart_i4(comm, shape, procs, halo, periodic, dtype, space, darray, &
+      ierror)
+    type(gpuwire_comm), intent(in) :: comm
+    integer, intent(in) :: shape(:), procs(:), halo(:)
+    logical, intent(in) :: periodic(:)
+    integer, intent(in) :: dtype, space
+    type(gpuwire_darray), intent(out) :: darray
+    integer, intent(out), optional :: ierror
+    call gw_darray_create_cart(comm, int(shape, int64), int(procs, int64), int(halo, int64), &
+      periodic, dtype, space, darray, ierror)
+  end subroutine gw_darray_create_cart_i4
+
+  ! `ptr`: this rank's block with its ghosts on every axis (C order), the program's memory.
+  subroutine gw_darray_wrap(comm, ptr, shape, procs, halo, periodic, dtype, space, darray, ierror)
+    use gpuwire_c, only: c => gpuwire_darray_wrap
+    type(gpuwire_comm), intent(in) :: comm
+    type(c_ptr), intent(in) :: ptr
+    integer(int64), intent(in) :: shape(:), procs(:), halo(:)
+    logical, intent(in) :: periodic(:)
+    integer, intent(in) :: dtype, space
+    type(gpuwire_darray), intent(out) :: darray
+    integer, intent(out), optional :: ierror
+    integer(c_int64_t) :: dims(max(size(shape), 1)), p(max(size(shape), 1)), h(max(size(shape), 1))
+    integer(c_int32_t) :: per(max(size(shape), 1))
+    integer :: n
+    n = size(shape)
+    if (size(procs) /= n .or. size(halo) /= n .or. size(periodic) /= n) then
+      call fail(GPUWIRE_ERROR_INVALID_ARGUMENT, 'gpuwire_darray_wrap', 'shape, procs, halo and '// &
+        'periodic must have one entry per axis each', ierror)
+      return
+    end if
+    dims = axis_list(shape, n)
+    p = axis_list(procs, n)
+    h = axis_list(halo, n)
+    per = 0
+    where (periodic) per(1:n) = 1
+    call finish(c(comm%handle, ptr, int(n, c_int32_t), dims(1), p(1), h(1), per(1), &
+      int(dtype, c_int32_t), int(space, c_int32_t), darray%handle), 'gpuwire_darray_wrap', ierror)
+  end subroutine gw_darray_wrap
+
+  subroutine gw_darray_wrap_i4(comm, ptr, shape, procs, halo, periodic, dtype, space, darray, ierror)
+    type(gpuwire_comm), intent(in) :: comm
+    type(c_ptr), intent(in) :: ptr
+    integer, intent(in) :: shape(:), procs(:), halo(:)
+    logical, intent(in) :: periodic(:)
+    integer, intent(in) :: dtype, space
+    type(gpuwire_darray), intent(out) :: darray
+    integer, intent(out), optional :: ierror
+    call gw_darray_wrap(comm, ptr, int(shape, int64), int(procs, int64), int(halo, int64), &
+      periodic, dtype, space, darray, ierror)
+  end subroutine gw_darray_wrap_i4
+
+  subroutine gw_darray_cart(darray, procs, coords, starts, halo, periodic, ierror)
+    use gpuwire_c, only: c => gpuwire_darray_cart, c_ndim => gpuwire_darray_ndim
+    type(gpuwire_darray), intent(in) :: darray
+    integer(int64), intent(out) :: procs(:), coords(:), starts(:), halo(:)
+    logical, intent(out) :: periodic(:)
+    integer, intent(out), optional :: ierror
+    integer(c_int64_t), allocatable :: p(:), co(:), st(:), h(:)
+    integer(c_int32_t), allocatable :: per(:)
+    integer(c_int32_t) :: nd
+    integer :: n
+    if (present(ierror)) ierror = GPUWIRE_SUCCESS
+    call finish(c_ndim(darray%handle, nd), 'gpuwire_darray_cart', ierror)
+    if (present(ierror)) then
+      if (ierror /= GPUWIRE_SUCCESS) return
+    end if
+    n = int(nd)
+    if (size(procs) < n .or. size(coords) < n .or. size(starts) < n .or. size(halo) < n .or. &
+        size(periodic) < n) then
+      call fail(GPUWIRE_ERROR_INVALID_ARGUMENT, 'gpuwire_darray_cart', 'every array needs ndim '// &
+        'entries', ierror)
+      return
+    end if
+    allocate(p(max(n, 1)), co(max(n, 1)), st(max(n, 1)), h(max(n, 1)), per(max(n, 1)))
+    call finish(c(darray%handle, p(1), co(1), st(1), h(1), per(1)), 'gpuwire_darray_cart', ierror)
+    procs(1:n) = p(1:n)
+    coords(1:n) = co(1:n)
+    starts(1:n) = st(1:n)
+    halo(1:n) = h(1:n)
+    periodic(1:n) = per(1:n) /= 0
+  end subroutine gw_darray_cart
+
+  subroutine gw_darray_halo_exchange_axes(darray, widths, flags, stream, ierror)
+    use gpuwire_c, only: c => gpuwire_darray_halo_exchange_axes
+    type(gpuwire_darray), intent(in) :: darray
+    integer(int64), intent(in) :: widths(:)
+    integer, intent(in) :: flags
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    integer(c_int64_t) :: w(max(size(widths), 1))
+    w = axis_list(widths, size(widths))
+    call finish(c(darray%handle, w(1), int(flags, c_int32_t), stream_or_null(stream)), &
+      'gpuwire_darray_halo_exchange_axes', ierror)
+  end subroutine gw_darray_halo_exchange_axes
+
+  subroutine gw_darray_halo_exchange_axes_i4(darray, widths, flags, stream, ierror)
+    type(gpuwire_darray), intent(in) :: darray
+    integer, intent(in) :: widths(:)
+    integer, intent(in) :: flags
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call gw_darray_halo_exchange_axes(darray, int(widths, int64), flags, stream, ierror)
+  end subroutine gw_darray_halo_exchange_axes_i4
 
   ! The array forms of set_global (which = 1), allgather (2) and gather (3): `p` is the address
   ! of n elements of dtype. An array of another type or length goes to the C call as NULL, so the

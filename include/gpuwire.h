@@ -60,6 +60,11 @@
 #define GPUWIRE_DECIDE -1
 
 /**
+ * Exchange edges and corners too (gpuwire_darray_halo_exchange_axes' `flags`).
+ */
+#define GPUWIRE_HALO_CORNERS 1
+
+/**
  * A rank that sends and receives nothing: point-to-point calls with it return at once (as
  * MPI_PROC_NULL). Its value, -1000, is no MPI's constant (Open MPI's MPI_ANY_SOURCE is -1 and
  * MPI_PROC_NULL -2, MPICH's the other way round); the MPI_PROC_NULL of the MPI gpuwire was
@@ -1169,6 +1174,97 @@ gpuwire_status gpuwire_darray_create_nd(gpuwire_comm comm,
                                         gpuwire_darray *out);
 
 /**
+ * Creates an N-D SCATTER distributed array of global shape `shape[0] x ... x shape[ndim-1]`
+ * (C order), split over a Cartesian grid of the ranks of `comm`: `procs[a]` processes along
+ * axis a, or 0 to let gpuwire choose (as MPI_Dims_create: as balanced as possible, in
+ * non-increasing order; `procs` NULL: all chosen); their product must be the size of `comm`.
+ * Rank r's coordinates in the grid are r's digits in C order (the last axis fastest), as
+ * MPI_Cart_create without reordering; along each axis the blocks are split as
+ * gpuwire_darray_create's default (the first shape[a] mod procs[a] one element longer).
+ * `halo[a]` ghost elements (NULL: none) lie on each side of the block along axis a, on every
+ * rank, and `periodic[a]` (0 or 1; NULL: none periodic) makes the halo exchange wrap around
+ * axis a (the first block's lower ghosts get the last block's last elements and the other
+ * way round; with one process along a periodic axis, its own).
+ *
+ * Local storage, per rank: (n_0 + 2 halo[0]) x ... x (n_{ndim-1} + 2 halo[ndim-1]) elements in
+ * C order, n_a being the block's length along axis a (gpuwire_darray_local_shape);
+ * gpuwire_darray_data points at the first owned element (index halo[a] on every axis), and
+ * gpuwire_darray_local is a subarray view of the owned elements. Ghosts beyond a non-periodic
+ * global edge are never written by gpuwire. Every gpuwire_darray operation works on such an
+ * array: elementwise operations and reductions on the owned elements (packed into contiguous
+ * scratch first when there is a halo beyond axis 0: one kernel each way for device arrays),
+ * set_global / allgather / gather place each block at its place in the global array, and
+ * redistribute to or from an array of another split goes through a global host copy (the
+ * source's allgather, then the destination's set_global). With ndim > 4, only axis 0 may be
+ * split or have a halo (views have at most 4 dimensions).
+ *
+ * Collective over `comm`. Errors as gpuwire_darray_create_nd, plus GPUWIRE_ERROR_INVALID_ARGUMENT
+ * (`procs` whose product is not the size of `comm`, or with non-zero entries that do not
+ * divide it; negative entries; `periodic` entries other than 0 and 1; ranks that passed
+ * another grid, halo or periodicity; ndim > 4 with a split or halo beyond axis 0).
+ */
+gpuwire_status gpuwire_darray_create_cart(gpuwire_comm comm,
+                                          int32_t ndim,
+                                          const int64_t *shape,
+                                          const int64_t *procs,
+                                          const int64_t *halo,
+                                          const int32_t *periodic,
+                                          int32_t dtype,
+                                          int32_t space,
+                                          gpuwire_darray *out);
+
+/**
+ * Makes a SCATTER distributed array over the program's own memory: as
+ * gpuwire_darray_create_cart, but this rank's storage is `ptr` (host or device memory; `space`
+ * HOST, DEVICE, PINNED, MANAGED, or AUTO to ask CUDA), laid out as that function's: the block
+ * with its ghosts on every axis, (n_0 + 2 halo[0]) x ... elements in C order, the first owned
+ * element at index halo[a] on every axis (a stencil code's array with its ghost layers, e.g.
+ * a 2-D grid split by rows: procs {0, 1}, halo {1, 0}, the rows of
+ * gpuwire_darray_local_shape plus one ghost row above and below). Query n_a with
+ * gpuwire_darray_local_shape on an array made by gpuwire_darray_create_cart with the same
+ * arguments, or compute it: the first shape[a] mod procs[a] coordinates get shape[a] / procs[a]
+ * + 1, the others shape[a] / procs[a].
+ *
+ * Ownership: the program keeps the memory; gpuwire never frees it (gpuwire_darray_free frees
+ * the handle only); it must stay valid, and hold that many elements, until the array and every
+ * view of it are freed. Requirements checked: `ptr` is not NULL unless the storage has no
+ * elements; it is aligned to its element size (up to 8 bytes); a declared space matches what
+ * CUDA reports; every rank passes the same kind of memory (host or device). The size cannot
+ * be checked: a smaller allocation is the program's error. Nothing is written to the memory
+ * at creation (it is not zeroed).
+ *
+ * Collective over `comm`. Errors as gpuwire_darray_create_cart, plus
+ * GPUWIRE_ERROR_NULL_ARGUMENT (`ptr`), GPUWIRE_ERROR_INVALID_ARGUMENT (misaligned `ptr`, a
+ * declared space other than CUDA's, host memory on some ranks and device memory on others).
+ */
+gpuwire_status gpuwire_darray_wrap(gpuwire_comm comm,
+                                   void *ptr,
+                                   int32_t ndim,
+                                   const int64_t *shape,
+                                   const int64_t *procs,
+                                   const int64_t *halo,
+                                   const int32_t *periodic,
+                                   int32_t dtype,
+                                   int32_t space,
+                                   gpuwire_darray *out);
+
+/**
+ * Writes the decomposition, one entry per axis into each array that is not NULL: `procs`
+ * (processes along the axis; a row split: the size, then 1), `coords` (this rank's
+ * coordinate), `starts` (the global index of this rank's first owned element along the axis),
+ * `halo` (ghost width on each side) and `periodic` (1 or 0). Works for every array (a row
+ * split: procs {size, 1, ...}, halo {halo, 0, ...}, never periodic; BROADCAST: procs all 1).
+ *
+ * Local; thread-safe. Errors: GPUWIRE_ERROR_INVALID_HANDLE.
+ */
+gpuwire_status gpuwire_darray_cart(gpuwire_darray d,
+                                   int64_t *procs,
+                                   int64_t *coords,
+                                   int64_t *starts,
+                                   int64_t *halo,
+                                   int32_t *periodic);
+
+/**
  * Frees a distributed array handle; its memory is released once no view
  * (gpuwire_darray_local) uses it. Freeing twice, or a copy of a freed handle, returns
  * GPUWIRE_ERROR_INVALID_HANDLE.
@@ -1494,9 +1590,14 @@ gpuwire_status gpuwire_darray_max(gpuwire_darray d,
  * block with the `width` global rows just before it, and the `width` ghost rows below with
  * the rows just after it, from whichever ranks own them (sendrecv on the arrays' internal
  * communicator, so no message of the program interferes; with every block at least `width`
- * rows long, one exchange with each neighbouring rank, GPUWIRE_PROC_NULL at the ends). Non-periodic: ghost rows beyond the global edges are
- * not touched. `width` may be less than the halo the array was created with (then the ghost
- * rows nearest the block are filled). Every datatype.
+ * rows long, one gpuwire group with each neighbouring rank, GPUWIRE_PROC_NULL at the ends;
+ * shorter blocks get each ghost row from whichever rank owns it). Arrays of
+ * gpuwire_darray_create_nd are not periodic: ghost rows beyond the global edges are not
+ * touched. Arrays of gpuwire_darray_create_cart and gpuwire_darray_wrap: `width` on every axis
+ * that has a halo, faces only, periodic axes wrapping around (as
+ * gpuwire_darray_halo_exchange_axes with every width `width`). `width` may be less than the
+ * halo the array was created with (then the ghost rows nearest the block are filled). Every
+ * datatype.
  *
  * Collective; SCATTER arrays only; every rank passes the same `width` (checking mode makes a
  * width that differs between ranks an error on every rank). Errors:
@@ -1508,6 +1609,35 @@ gpuwire_status gpuwire_darray_max(gpuwire_darray d,
 gpuwire_status gpuwire_darray_halo_exchange(gpuwire_darray d,
                                             int64_t width,
                                             void *stream);
+
+/**
+ * Halo exchange of every axis: fills `widths[a]` ghost layers (NULL: the array's halo on every
+ * axis) on each side of every rank's block along axis a with the neighbouring blocks' owned
+ * elements, wrapping around periodic axes (gpuwire_darray_create_cart). Faces only by
+ * default: all axes' sends and receives in one gpuwire group (one exchange with each
+ * neighbour per axis and side, in any order; device faces are strided views packed and
+ * unpacked by GPU kernels on `stream`). With `flags` GPUWIRE_HALO_CORNERS the edges and corners
+ * are filled too, axis by axis: one group per axis, each axis's faces spanning the ghosts of
+ * the axes exchanged before it (the usual way: the diagonal neighbours' values arrive in two
+ * or three steps), so not inside a group the caller has open. Otherwise, called inside the
+ * caller's open group, its messages join that group and move at its end.
+ *
+ * Every block along an exchanged axis must hold at least the width there (a ghost is filled
+ * from one neighbour), except for a row split along axis 0, not periodic (as
+ * gpuwire_darray_halo_exchange). Ghosts past a non-periodic global edge are not touched.
+ * Axes of width 0, and non-periodic axes with one process, move nothing.
+ *
+ * Collective; SCATTER arrays only; every rank passes the same widths and flags (checking mode
+ * makes a difference an error on every rank). Errors: GPUWIRE_ERROR_INVALID_HANDLE,
+ * GPUWIRE_ERROR_INVALID_ARGUMENT (a BROADCAST array, a negative width, one above the axis's
+ * halo, blocks shorter than the width, unknown flags, corners inside an open group),
+ * GPUWIRE_ERROR_COUNT_MISMATCH (checking mode: ranks passed different arrays),
+ * GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_CUDA, GPUWIRE_ERROR_NCCL.
+ */
+gpuwire_status gpuwire_darray_halo_exchange_axes(gpuwire_darray d,
+                                                 const int64_t *widths,
+                                                 int32_t flags,
+                                                 void *stream);
 
 /**
  * Initializes gpuwire. If MPI is not initialized yet, gpuwire initializes it asking for

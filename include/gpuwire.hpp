@@ -1280,7 +1280,63 @@ public:
     {
         return create_nd(c, shape, local_rows, halo, dtype_v<T>, space, partition);
     }
+    /** An N-D SCATTER array on a process grid: `procs[a]` processes along axis a (0: chosen as
+     * MPI_Dims_create), `halo[a]` ghosts on each side, `periodic[a]` 0 or 1; one entry per axis
+     * each, or empty for all 0 (gpuwire_darray_create_cart; collective). */
+    static darray create_cart(const comm &c, span<const int64_t> shape, span<const int64_t> procs,
+                              span<const int64_t> halo, span<const int32_t> periodic,
+                              gpuwire_dtype dtype, gpuwire_space space = GPUWIRE_SPACE_HOST)
+    {
+        gpuwire_darray h = GPUWIRE_DARRAY_NULL;
+        detail::check(gpuwire_darray_create_cart(c.get(), axes(shape, procs, halo, periodic),
+                                                 shape.data(), opt(procs), opt(halo), opt(periodic),
+                                                 dtype, space, &h));
+        darray d(h);
+        d.nranks_ = c.size();
+        return d;
+    }
+    /** As create_cart over the program's memory at `ptr` (this rank's block with its ghosts,
+     * C order; the program keeps ownership; gpuwire_darray_wrap; collective). */
+    static darray wrap(const comm &c, void *ptr, span<const int64_t> shape, span<const int64_t> procs,
+                       span<const int64_t> halo, span<const int32_t> periodic, gpuwire_dtype dtype,
+                       gpuwire_space space = GPUWIRE_SPACE_AUTO)
+    {
+        gpuwire_darray h = GPUWIRE_DARRAY_NULL;
+        detail::check(gpuwire_darray_wrap(c.get(), ptr, axes(shape, procs, halo, periodic),
+                                          shape.data(), opt(procs), opt(halo), opt(periodic), dtype,
+                                          space, &h));
+        darray d(h);
+        d.nranks_ = c.size();
+        return d;
+    }
+    /** The decomposition, one entry per axis (gpuwire_darray_cart). */
+    struct cart_info {
+        std::vector<int64_t> procs, coords, starts, halo;
+        std::vector<int32_t> periodic;
+    };
+    cart_info cart() const
+    {
+        std::size_t n = static_cast<std::size_t>(ndim());
+        cart_info ci{std::vector<int64_t>(n), std::vector<int64_t>(n), std::vector<int64_t>(n),
+                     std::vector<int64_t>(n), std::vector<int32_t>(n)};
+        detail::check(gpuwire_darray_cart(h_, ci.procs.data(), ci.coords.data(), ci.starts.data(),
+                                          ci.halo.data(), ci.periodic.data()));
+        return ci;
+    }
 
+  private:
+    template <class T> static const T *opt(span<const T> v) { return v.size() ? v.data() : nullptr; }
+    /** ndim: shape's size; every non-empty list must match it (else the C call sees ndim -1). */
+    static int32_t axes(span<const int64_t> shape, span<const int64_t> procs, span<const int64_t> halo,
+                        span<const int32_t> periodic)
+    {
+        std::size_t n = shape.size();
+        bool ok = (procs.size() == 0 || procs.size() == n) && (halo.size() == 0 || halo.size() == n) &&
+                  (periodic.size() == 0 || periodic.size() == n);
+        return ok ? static_cast<int32_t>(n) : -1;
+    }
+
+  public:
     // queries (local)
     int64_t global_len() const { return query64(gpuwire_darray_global_len); }
     int64_t local_len() const { return query64(gpuwire_darray_local_len); }
@@ -1507,6 +1563,13 @@ public:
     void halo_exchange(int64_t width, void *stream = nullptr) const
     {
         detail::check(gpuwire_darray_halo_exchange(h_, width, stream));
+    }
+    /** Halo exchange of every axis: `widths` one per axis (empty: the array's halos), `flags`
+     * 0 (faces, one group) or GPUWIRE_HALO_CORNERS (gpuwire_darray_halo_exchange_axes). */
+    void halo_exchange_axes(span<const int64_t> widths = {}, int32_t flags = 0,
+                            void *stream = nullptr) const
+    {
+        detail::check(gpuwire_darray_halo_exchange_axes(h_, opt(widths), flags, stream));
     }
 
     gpuwire_darray get() const noexcept { return h_; }

@@ -46,6 +46,9 @@ pub(crate) const TAG_HALO_DOWN: i32 = 32001;
 pub(crate) const TAG_HALO_UP: i32 = 32002;
 pub(crate) const TAG_REDISTRIBUTE: i32 = 32003;
 pub(crate) const TAG_GATHER: i32 = 32004;
+/// Halo exchange of a grid: TAG_HALO_AXIS + 2 axis fills the ghosts below the blocks along
+/// that axis, + 1 those above.
+pub(crate) const TAG_HALO_AXIS: i32 = 32100;
 
 /// What a rank asks for when it creates a distributed array (already converted from C).
 #[derive(Clone, Debug)]
@@ -59,6 +62,49 @@ pub struct Spec {
     pub dtype: Dtype,
     pub space: Space,
     pub partition: Partition,
+    /// A Cartesian decomposition over a process grid (gpuwire_darray_create_cart,
+    /// gpuwire_darray_wrap); `None`: split along axis 0 (`local_rows`, `halo`).
+    pub cart: Option<Cart>,
+    /// The program's memory to use as this rank's storage (gpuwire_darray_wrap); `None`:
+    /// allocated by gpuwire.
+    pub wrap: Option<usize>,
+}
+
+/// A Cartesian decomposition as asked for: per axis the number of processes (0 = chosen as
+/// MPI_Dims_create does), the halo width and whether the axis is periodic.
+#[derive(Clone, Debug)]
+pub struct Cart {
+    pub procs: Vec<usize>,
+    pub halo: Vec<usize>,
+    pub periodic: Vec<bool>,
+}
+
+/// The process grid of `size` ranks with `asked[a]` processes along axis a, the zero entries
+/// filled as MPI_Dims_create does (as balanced as possible, in non-increasing order).
+pub fn dims_create(size: usize, asked: &[usize]) -> Result<Vec<usize>> {
+    let fixed = asked.iter().filter(|d| **d > 0).try_fold(1usize, |a, d| a.checked_mul(*d));
+    let free = asked.iter().filter(|d| **d == 0).count();
+    let bad = || Error::InvalidArgument(format!("process grid {asked:?} (0 = chosen by gpuwire): the numbers of processes per axis must multiply to the communicator's size, {size}"));
+    let fixed = fixed.filter(|f| size % f == 0 && (free > 0 || *f == size)).ok_or_else(bad)?;
+    let mut rest = size / fixed;
+    let mut primes = Vec::new();
+    let mut f = 2;
+    while rest > 1 {
+        while rest % f == 0 {
+            primes.push(f);
+            rest /= f;
+        }
+        f += 1;
+    }
+    let mut filled = vec![1usize; free];
+    for q in primes.into_iter().rev() {
+        if let Some(m) = filled.iter_mut().min() {
+            *m *= q;
+        }
+    }
+    filled.sort_unstable_by(|a, b| b.cmp(a));
+    let mut it = filled.into_iter();
+    Ok(asked.iter().map(|d| if *d > 0 { *d } else { it.next().unwrap_or(1) }).collect())
 }
 
 impl Spec {
@@ -70,6 +116,27 @@ impl Spec {
     fn validate(&self, comm: &Communicator) -> Result<()> {
         if self.shape.is_empty() {
             return Err(Error::InvalidArgument("the shape has no dimension (ndim must be at least 1)".into()));
+        }
+        if let Some(c) = &self.cart {
+            let procs = dims_create(comm.size() as usize, &c.procs)?;
+            // The padded block can be no larger than the global shape with its halos.
+            let padded = self.shape.iter().zip(&c.halo).try_fold(1usize, |a, (n, h)| h.checked_mul(2).and_then(|h| h.checked_add(*n)).and_then(|d| a.checked_mul(d)));
+            if padded.and_then(|e| e.checked_mul(self.dtype.size())).is_none_or(|b| b > isize::MAX as usize) {
+                return Err(Error::InvalidArgument(format!(
+                    "the shape {:?} with halo widths {:?} needs more memory than the address space holds",
+                    self.shape, c.halo
+                )));
+            }
+            let nd = self.shape.len();
+            if nd > 4 && !(procs[1..].iter().all(|p| *p == 1) && c.halo[1..].iter().all(|h| *h == 0)) {
+                return Err(Error::InvalidArgument(format!(
+                    "ndim = {nd} with processes {procs:?} and halo widths {:?}: a decomposition or halo on an axis other than the first needs ndim <= 4 (strided views have at most 4 dimensions)",
+                    c.halo
+                )));
+            }
+        }
+        if self.wrap.is_some() && self.partition != Partition::GPUWIRE_PARTITION_SCATTER {
+            return Err(Error::InvalidArgument("gpuwire_darray_wrap makes SCATTER arrays only".into()));
         }
         let row = self.row()?;
         let elements = |rows: usize| rows.checked_mul(row).filter(|t| t.checked_mul(self.dtype.size()).is_some_and(|b| b <= isize::MAX as usize));
@@ -83,10 +150,10 @@ impl Spec {
                 self.dtype.name()
             ))
         })?;
-        if self.space == Space::GPUWIRE_SPACE_AUTO {
+        if self.space == Space::GPUWIRE_SPACE_AUTO && self.wrap.is_none() {
             return Err(Error::InvalidArgument("GPUWIRE_SPACE_AUTO is not a memory space to allocate in: pass HOST, DEVICE, PINNED or MANAGED".into()));
         }
-        if !self.space.is_host_accessible() && comm.backend() == crate::types::BackendKind::GPUWIRE_BACKEND_HOST {
+        if !self.space.is_host_accessible() && self.space != Space::GPUWIRE_SPACE_AUTO && comm.backend() == crate::types::BackendKind::GPUWIRE_BACKEND_HOST {
             return Err(Error::BackendUnavailable(format!(
                 "a {} distributed array needs a communicator that moves device memory, but this one's backend is HOST ({})",
                 self.space.name(),
@@ -159,7 +226,18 @@ pub struct DArray {
     rows: Vec<usize>,
     /// First global row of each rank (0 for BROADCAST).
     starts: Vec<usize>,
-    halo: usize,
+    /// Processes along each axis (the process grid; rank order is C order over it, as
+    /// MPI_Cart_create without reordering), and this rank's coordinates in it.
+    procs: Vec<usize>,
+    coords: Vec<usize>,
+    /// Per axis, each process coordinate's block length and first global index.
+    counts: Vec<Vec<usize>>,
+    offs: Vec<Vec<usize>>,
+    /// Ghost width on each side of every axis, and which axes are periodic.
+    halos: Vec<usize>,
+    periodic: Vec<bool>,
+    /// The storage's dimensions: this rank's block with its ghosts on every axis (C order).
+    pad: Vec<usize>,
     storage: Arc<Buffer>,
     /// Device scratch of the reductions (device arrays only).
     scratch: Mutex<Option<Scratch>>,
@@ -181,7 +259,11 @@ impl DArray {
         let me = comm.rank() as usize;
         let row = spec.row()?;
         let n = spec.shape[0];
-        const D: usize = 9;
+        let decomposition = spec.cart.as_ref().map_or(-1, |c| {
+            let words: Vec<usize> = c.procs.iter().chain(&c.halo).copied().chain(c.periodic.iter().map(|b| *b as usize)).collect();
+            shape_hash(&words)
+        });
+        const D: usize = 10;
         let mine: [i64; D] = [
             spec.shape.len() as i64,
             n as i64,
@@ -192,6 +274,7 @@ impl DArray {
             spec.halo as i64,
             spec.local_rows.map_or(-1, |r| r as i64),
             spec.space.is_host_accessible() as i64,
+            decomposition,
         ];
         let mut all = vec![0i64; D * p];
         {
@@ -219,7 +302,12 @@ impl DArray {
             if a[6] != b[6] {
                 return Err(Error::InvalidArgument(format!("rank {r} passed halo {} but rank 0 halo {}; every rank must pass the same", b[6], a[6])));
             }
-            if a[8] != b[8] {
+            if a[9] != b[9] {
+                return Err(Error::InvalidArgument(format!(
+                    "rank {r} passed another process grid, halo widths or periodicity than rank 0 (or another creation call); every rank must pass the same"
+                )));
+            }
+            if a[8] != b[8] && spec.wrap.is_none() {
                 return Err(Error::InvalidArgument(format!(
                     "rank {r} asked for {} memory and rank 0 for {} memory; every rank must use the same kind",
                     if b[8] == 1 { "host" } else { "device" },
@@ -255,12 +343,76 @@ impl DArray {
             Partition::GPUWIRE_PARTITION_BROADCAST => vec![0; p],
             Partition::GPUWIRE_PARTITION_SCATTER => rows.iter().scan(0usize, |s, r| Some(std::mem::replace(s, *s + r))).collect(),
         };
-        // validate() bounded (N + 2 halo) x row x size, and rows[me] <= N.
-        let count = spec.halo.checked_mul(2).and_then(|h| h.checked_add(rows[me])).and_then(|r| r.checked_mul(row)).ok_or_else(|| overflow(&spec.shape))?;
+        let nd = spec.shape.len();
+        let scatter = spec.partition == Partition::GPUWIRE_PARTITION_SCATTER;
+        // The process grid, and each axis's split over it.
+        let (procs, halos, periodic) = match &spec.cart {
+            Some(c) => (dims_create(p, &c.procs)?, c.halo.clone(), c.periodic.clone()),
+            None => {
+                let mut procs = vec![1usize; nd];
+                let mut halos = vec![0usize; nd];
+                if scatter {
+                    procs[0] = p;
+                }
+                halos[0] = spec.halo;
+                (procs, halos, vec![false; nd])
+            }
+        };
+        let mut coords = vec![0usize; nd];
+        let mut rest = if scatter { me } else { 0 };
+        for a in (0..nd).rev() {
+            coords[a] = rest % procs[a];
+            rest /= procs[a];
+        }
+        let mut counts = Vec::with_capacity(nd);
+        let mut offs = Vec::with_capacity(nd);
+        for a in 0..nd {
+            let (o, c): (Vec<usize>, Vec<usize>) = if a == 0 && spec.cart.is_none() {
+                (if scatter { starts.clone() } else { vec![0] }, if scatter { rows.clone() } else { vec![n] })
+            } else {
+                ring::partition(spec.shape[a], procs[a]).into_iter().unzip()
+            };
+            offs.push(o);
+            counts.push(c);
+        }
+        // Legacy row split: rows[r] and starts[r] are rank r's; a grid: its axis-0 block's.
+        let (rows, starts) = if spec.cart.is_some() {
+            let stride0: usize = procs[1..].iter().product();
+            ((0..p).map(|r| counts[0][r / stride0]).collect(), (0..p).map(|r| offs[0][r / stride0]).collect())
+        } else {
+            (rows, starts)
+        };
+        // validate() bounded the padded global shape's bytes, and a block is within it.
+        let pad: Vec<usize> = (0..nd).map(|a| counts[a][coords[a]] + 2 * halos[a]).collect();
+        let count = pad.iter().try_fold(1usize, |x, d| x.checked_mul(*d)).ok_or_else(|| overflow(&spec.shape))?;
         let count = i64::try_from(count).map_err(|_| overflow(&spec.shape))?;
         let device = if spec.space == Space::GPUWIRE_SPACE_HOST { -1 } else { comm.device() };
-        let storage = Buffer::alloc(count, spec.dtype, spec.space, device);
-        let storage = wire.agree_on_result(storage, "allocating the distributed array")?;
+        let storage = match spec.wrap {
+            Some(ptr) => Buffer::wrap(ptr, count, spec.dtype, spec.space).map_err(|e| prefix("gpuwire_darray_wrap", "ptr", e)),
+            None => Buffer::alloc(count, spec.dtype, spec.space, device),
+        };
+        let storage = storage.and_then(|b| {
+            if !b.is_host() && comm.backend() == crate::types::BackendKind::GPUWIRE_BACKEND_HOST {
+                // Only wrapped memory declared AUTO gets here (validate() refused the others).
+                return Err(Error::BackendUnavailable(format!(
+                    "a distributed array on device memory needs a communicator that moves device memory, but this one's backend is HOST ({})",
+                    comm.choice().reason
+                )));
+            }
+            Ok(b)
+        });
+        let storage = wire.agree_on_result(storage, if spec.wrap.is_some() { "wrapping the program's memory" } else { "allocating the distributed array" })?;
+        if spec.wrap.is_some() && p > 1 {
+            // Wrapped memory of kind AUTO: the ranks' kinds (host or device) must agree.
+            let h = storage.is_host() as i64;
+            let mut v = [h, -h];
+            wire.allreduce_max_i64(&mut v, "gpuwire_darray_wrap")?;
+            if v[0] != -v[1] {
+                return Err(Error::InvalidArgument(
+                    "gpuwire_darray_wrap: some ranks passed host memory and others device memory; every rank must pass the same kind".into(),
+                ));
+            }
+        }
         crate::trace!(
             "darray: {:?} {} {} on {} memory, rank {me} holds rows [{}, {}) + halo {}",
             spec.shape,
@@ -271,17 +423,24 @@ impl DArray {
             starts[me] + rows[me],
             spec.halo
         );
+        let space = storage.space();
         Ok(DArray {
             comm: comm.clone(),
             wire,
             dtype: spec.dtype,
-            space: spec.space,
+            space,
             partition: spec.partition,
             shape: spec.shape,
             row,
             rows,
             starts,
-            halo: spec.halo,
+            procs,
+            coords,
+            counts,
+            offs,
+            halos,
+            periodic,
+            pad,
             storage: Arc::new(storage),
             scratch: Mutex::new(None),
         })
@@ -304,16 +463,76 @@ impl DArray {
     pub fn shape(&self) -> &[usize] {
         &self.shape
     }
-    /// Ghost rows allocated above and below the owned block.
+    /// Ghost rows allocated above and below the owned block (axis 0's halo width).
     pub fn halo(&self) -> usize {
-        self.halo
+        self.halos[0]
+    }
+    /// Per axis: processes, this rank's coordinate, its block's first global index, the halo
+    /// width and periodicity.
+    pub fn cart(&self) -> (&[usize], &[usize], Vec<usize>, &[usize], &[bool]) {
+        let starts = (0..self.shape.len()).map(|a| self.offs[a][self.coords[a]]).collect();
+        (&self.procs, &self.coords, starts, &self.halos, &self.periodic)
+    }
+    /// Rank r's coordinates in the process grid.
+    fn coords_of(&self, r: usize) -> Vec<usize> {
+        let mut c = vec![0usize; self.shape.len()];
+        let mut rest = if self.scattered() { r } else { 0 };
+        for a in (0..c.len()).rev() {
+            c[a] = rest % self.procs[a];
+            rest /= self.procs[a];
+        }
+        c
+    }
+    /// Rank r's block: its dimensions and its first global index per axis.
+    fn block_of(&self, r: usize) -> (Vec<usize>, Vec<usize>) {
+        let c = self.coords_of(r);
+        (0..c.len()).map(|a| (self.counts[a][c[a]], self.offs[a][c[a]])).unzip()
+    }
+    /// Whether every rank's block is a range of whole global rows (split along axis 0 only).
+    fn rowwise(&self) -> bool {
+        self.procs[1..].iter().all(|p| *p == 1)
+    }
+    /// Whether the owned elements are contiguous in the storage (no halo beyond axis 0).
+    fn dense(&self) -> bool {
+        self.halos[1..].iter().all(|h| *h == 0)
+    }
+    /// Whether the existing row-split code serves this array (rows contiguous locally and
+    /// globally).
+    fn rows_layout(&self) -> bool {
+        self.rowwise() && self.dense()
+    }
+    /// The storage's element strides per axis (C order).
+    fn pad_strides(&self) -> Vec<usize> {
+        let mut st = vec![1usize; self.pad.len()];
+        for a in (0..self.pad.len().saturating_sub(1)).rev() {
+            st[a] = st[a + 1] * self.pad[a + 1];
+        }
+        st
+    }
+    /// The storage elements of the box `[lo[a], lo[a] + len[a])` on every axis, as a view
+    /// (contiguous where it can be).
+    fn storage_box(&self, lo: &[usize], len: &[usize]) -> Result<Buffer> {
+        let total: usize = len.iter().product();
+        if total == 0 {
+            return Buffer::view(&self.storage, 0, 0);
+        }
+        let nd = self.pad.len();
+        // Contiguous: full extents after the first axis that is not of length 1.
+        let first = (0..nd).find(|a| len[*a] != 1).unwrap_or(nd - 1);
+        if (first + 1..nd).all(|a| lo[a] == 0 && len[a] == self.pad[a]) {
+            let st = self.pad_strides();
+            let off: usize = (0..nd).map(|a| lo[a] * st[a]).sum();
+            return Buffer::view(&self.storage, off as i64, total as i64);
+        }
+        let i = |v: &[usize]| v.iter().map(|x| *x as i64).collect::<Vec<_>>();
+        Buffer::view_subarray(&self.storage, &i(&self.pad), &i(len), &i(lo), crate::buffer::Order::C)
     }
     /// Elements per row along axis 0.
     pub fn row_len(&self) -> usize {
         self.row
     }
     pub fn global_len(&self) -> usize {
-        self.shape[0] * self.row
+        self.shape.iter().product()
     }
     fn me(&self) -> usize {
         self.comm.rank() as usize
@@ -324,21 +543,21 @@ impl DArray {
     }
     /// Elements this rank holds.
     pub fn local_len(&self) -> usize {
-        self.local_rows() * self.row
+        self.local_shape().iter().product()
     }
-    /// Global index of this rank's first element (0 for BROADCAST).
+    /// Global (C-order) index of this rank's first element (0 for BROADCAST).
     pub fn global_offset(&self) -> usize {
-        self.starts[self.me()] * self.row
+        let (_, corner) = self.block_of(self.me());
+        corner.iter().zip(&self.shape).fold(0usize, |x, (c, n)| x * n + c)
     }
     /// Elements held by each rank, in rank order.
     pub fn local_lens(&self) -> Vec<usize> {
-        self.rows.iter().map(|r| r * self.row).collect()
+        (0..self.rows.len()).map(|r| self.block_of(r).0.iter().product()).collect()
     }
-    /// This rank's local shape: the global shape with axis 0 replaced by its row count.
+    /// This rank's block's shape (a row split: the global shape with axis 0 replaced by its
+    /// row count).
     pub fn local_shape(&self) -> Vec<usize> {
-        let mut s = self.shape.clone();
-        s[0] = self.local_rows();
-        s
+        (0..self.shape.len()).map(|a| self.counts[a][self.coords[a]]).collect()
     }
     fn scattered(&self) -> bool {
         self.partition == Partition::GPUWIRE_PARTITION_SCATTER
@@ -351,24 +570,26 @@ impl DArray {
     fn view_rows(&self, first: usize, n: usize) -> Result<Buffer> {
         Buffer::view(&self.storage, (first * self.row) as i64, (n * self.row) as i64)
     }
-    /// The owned elements (without halo) as a buffer.
+    /// The owned elements (without halo) as a buffer (a subarray view when the array has a
+    /// halo beyond axis 0).
     pub fn local(&self) -> Result<Buffer> {
-        self.view_rows(self.halo, self.local_rows())
+        self.storage_box(&self.halos, &self.local_shape())
     }
-    /// Halo rows above, owned rows, halo rows below, as one buffer.
+    /// The whole storage: the block with its ghosts on every axis.
     pub fn local_with_halo(&self) -> Result<Buffer> {
-        self.view_rows(0, self.local_rows() + 2 * self.halo)
+        Buffer::view(&self.storage, 0, self.storage.count() as i64)
     }
     /// Address of the first owned element (NULL when the storage is empty).
     pub fn data_ptr(&self) -> usize {
-        if self.storage.ptr() == 0 { 0 } else { self.storage.ptr() + self.halo * self.row * self.dtype.size() }
+        let off: usize = self.halos.iter().zip(self.pad_strides()).map(|(h, s)| h * s).sum();
+        if self.storage.ptr() == 0 { 0 } else { self.storage.ptr() + off * self.dtype.size() }
     }
     /// Storage rows of global rows `g` (which must lie within this rank's storage).
     fn storage_view(&self, g: Rows) -> Result<Buffer> {
         if g.is_empty() {
             return self.view_rows(0, 0);
         }
-        let first = self.halo + g.lo - self.starts[self.me()];
+        let first = self.halos[0] + g.lo - self.starts[self.me()];
         self.view_rows(first, g.len())
     }
     fn owned_rows(&self, r: usize) -> Rows {
@@ -381,9 +602,12 @@ impl DArray {
     /// partition, the split over the ranks, the halo and the kind of memory (the datatype is
     /// agreed on its own).
     fn layout(&self) -> i64 {
-        let mut words: Vec<usize> = vec![self.shape.len(), self.partition as usize, self.halo, self.is_host() as usize];
+        let mut words: Vec<usize> = vec![self.shape.len(), self.partition as usize, self.is_host() as usize];
         words.extend(&self.shape);
         words.extend(&self.rows);
+        words.extend(&self.procs);
+        words.extend(&self.halos);
+        words.extend(self.periodic.iter().map(|b| *b as usize));
         shape_hash(&words)
     }
 
@@ -445,7 +669,7 @@ impl DArray {
                 other.partition.name()
             )));
         }
-        if self.rows != other.rows {
+        if self.rows != other.rows || self.procs != other.procs || self.counts != other.counts {
             return Err(Error::CountMismatch(format!(
                 "{what}: the arrays are split differently (local lengths {:?} and {:?}); redistribute one of them first",
                 self.local_lens(),
@@ -490,6 +714,43 @@ impl DArray {
         Ok(v)
     }
 
+    /// Runs `f` on the address of this rank's owned elements, contiguous: the storage itself
+    /// when they are (no halo beyond axis 0), else contiguous scratch that their values are
+    /// packed into first (`read`) and unpacked from after (`write`): one GPU kernel each on
+    /// `stream` for device arrays.
+    fn with_owned<R>(&self, read: bool, write: bool, stream: Stream, f: impl FnOnce(usize) -> Result<R>) -> Result<R> {
+        if self.dense() || self.local_len() == 0 {
+            return f(self.data_ptr());
+        }
+        let owned = self.local()?;
+        if self.is_host() {
+            // u64 words: aligned for every datatype (complex128's parts are 8 bytes).
+            let mut tmp = vec![0u64; owned.bytes().div_ceil(8)];
+            let at = tmp.as_mut_ptr() as usize;
+            if read {
+                // SAFETY: tmp holds the view's bytes.
+                unsafe { owned.pack_host(at) };
+            }
+            let r = f(at)?;
+            if write {
+                // SAFETY: as above.
+                unsafe { owned.unpack_host(at) };
+            }
+            return Ok(r);
+        }
+        let scratch = crate::view::Scratch::for_view(&owned, stream)?;
+        let at = scratch.buf().ptr();
+        let _g = CtxGuard::enter(owned.device())?;
+        if read {
+            device::kernels::pack(owned.pack_view(), at, false, stream)?;
+        }
+        let r = f(at)?;
+        if write {
+            device::kernels::pack(owned.pack_view(), at, true, stream)?;
+        }
+        Ok(r)
+    }
+
     // ---- elementwise ----------------------------------------------------------------------
 
     /// Sets every owned element to `value` (one element's bytes; an argument error of the caller
@@ -503,13 +764,15 @@ impl DArray {
         if n == 0 {
             return Ok(());
         }
-        if self.is_host() {
-            // SAFETY: the owned elements are valid host memory of this dtype.
-            unsafe { host::fill(self.data_ptr(), n, &value) };
-            Ok(())
-        } else {
-            ak::fill(self.storage.device(), self.dtype, self.data_ptr(), n, &value, stream)
-        }
+        self.with_owned(false, true, stream, |x| {
+            if self.is_host() {
+                // SAFETY: x holds the n owned elements of this dtype.
+                unsafe { host::fill(x, n, &value) };
+                Ok(())
+            } else {
+                ak::fill(self.storage.device(), self.dtype, x, n, &value, stream)
+            }
+        })
     }
 
     /// y = alpha x + y on the owned elements (`alpha`: one element). Local for SCATTER;
@@ -527,13 +790,28 @@ impl DArray {
         if n == 0 {
             return Ok(());
         }
-        if y.is_host() {
-            // SAFETY: both arrays hold n owned elements of this dtype (checked compatible).
-            unsafe { host::axpy(y.dtype, y.data_ptr(), x.data_ptr(), n, &alpha) };
-            Ok(())
-        } else {
-            ak::axpy(y.storage.device(), y.dtype, y.data_ptr(), x.data_ptr(), n, &alpha, stream)
+        if std::ptr::eq(x, y) {
+            return y.with_owned(true, true, stream, |yp| {
+                if y.is_host() {
+                    // SAFETY: yp holds the n owned elements of this dtype.
+                    unsafe { host::axpy(y.dtype, yp, yp, n, &alpha) };
+                    Ok(())
+                } else {
+                    ak::axpy(y.storage.device(), y.dtype, yp, yp, n, &alpha, stream)
+                }
+            });
         }
+        x.with_owned(true, false, stream, |xp| {
+            y.with_owned(true, true, stream, |yp| {
+                if y.is_host() {
+                    // SAFETY: both hold n owned elements of this dtype (checked compatible).
+                    unsafe { host::axpy(y.dtype, yp, xp, n, &alpha) };
+                    Ok(())
+                } else {
+                    ak::axpy(y.storage.device(), y.dtype, yp, xp, n, &alpha, stream)
+                }
+            })
+        })
     }
 
     /// x = alpha x on the owned elements. Local for SCATTER; collective for BROADCAST.
@@ -549,13 +827,15 @@ impl DArray {
         if n == 0 {
             return Ok(());
         }
-        if self.is_host() {
-            // SAFETY: the owned elements are valid host memory of this dtype.
-            unsafe { host::scale(self.dtype, self.data_ptr(), n, &alpha) };
-            Ok(())
-        } else {
-            ak::scale(self.storage.device(), self.dtype, self.data_ptr(), n, &alpha, stream)
-        }
+        self.with_owned(true, true, stream, |x| {
+            if self.is_host() {
+                // SAFETY: x holds the n owned elements of this dtype.
+                unsafe { host::scale(self.dtype, x, n, &alpha) };
+                Ok(())
+            } else {
+                ak::scale(self.storage.device(), self.dtype, x, n, &alpha, stream)
+            }
+        })
     }
 
     // ---- reductions -----------------------------------------------------------------------
@@ -573,9 +853,15 @@ impl DArray {
 
     /// This rank's partial result of `red` over its owned elements.
     fn local_reduce(&self, red: Red, other: Option<&DArray>, stream: Stream) -> Result<Acc> {
+        self.with_owned(true, false, stream, |x| match other {
+            Some(o) if !std::ptr::eq(o, self) => o.with_owned(true, false, stream, |y| self.reduce_at(red, x, y, stream)),
+            _ => self.reduce_at(red, x, x, stream),
+        })
+    }
+
+    /// `red` over the n owned elements at `x` (and `y`), contiguous.
+    fn reduce_at(&self, red: Red, x: usize, y: usize, stream: Stream) -> Result<Acc> {
         let n = self.local_len();
-        let x = self.data_ptr();
-        let y = other.map_or(x, |o| o.data_ptr());
         if self.is_host() || n == 0 {
             if n == 0 {
                 return Ok(ak::plan(red, self.dtype).expect("checked").0);
@@ -741,6 +1027,92 @@ impl DArray {
 
     // ---- data movement --------------------------------------------------------------------
 
+    /// Rank r's block within a global host array (`base`, C order) as a view.
+    fn global_box(&self, base: &Arc<Buffer>, r: usize) -> Result<Buffer> {
+        let (dims, corner) = self.block_of(r);
+        if dims.iter().product::<usize>() == 0 {
+            return Buffer::view(base, 0, 0);
+        }
+        let i = |v: &[usize]| v.iter().map(|x| *x as i64).collect::<Vec<_>>();
+        Buffer::view_subarray(base, &i(&self.shape), &i(&dims), &i(&corner), crate::buffer::Order::C)
+    }
+
+    /// The owned elements at `ptr` (contiguous, from [`DArray::with_owned`]) as a buffer.
+    fn owned_at(&self, ptr: usize) -> Result<Buffer> {
+        Buffer::wrap(ptr, self.local_len() as i64, self.dtype, if self.is_host() { Space::GPUWIRE_SPACE_HOST } else { self.space })
+    }
+
+    /// set_global of an array whose blocks are not ranges of global rows (local).
+    fn set_global_blocks(&self, src: usize, stream: Stream) -> Result<()> {
+        if self.local_len() == 0 {
+            return Ok(());
+        }
+        let g = Arc::new(Buffer::wrap(src, self.global_len() as i64, self.dtype, Space::GPUWIRE_SPACE_HOST).map_err(|e| prefix("set_global", "src", e))?);
+        let part = self.global_box(&g, self.me())?;
+        let mut tmp = vec![0u64; part.bytes().div_ceil(8)];
+        // SAFETY: tmp holds the block's bytes; the local view reads as many.
+        unsafe {
+            part.pack_host(tmp.as_mut_ptr() as usize);
+            self.local()?.copy_from_host(tmp.as_ptr() as usize, stream)
+        }
+    }
+
+    /// Places the ranks' blocks, concatenated in rank order at `packed`, into the global host
+    /// array `out`.
+    fn unpack_blocks(&self, out: &Arc<Buffer>, packed: usize, ranks: impl Iterator<Item = usize>) -> Result<()> {
+        let lens = self.local_lens();
+        for r in ranks {
+            let at = packed + lens[..r].iter().sum::<usize>() * self.dtype.size();
+            // SAFETY: `packed` holds every rank's block in rank order.
+            unsafe { self.global_box(out, r)?.unpack_host(at) };
+        }
+        Ok(())
+    }
+
+    /// allgather of an array whose blocks are not ranges of global rows: an allgatherv of the
+    /// packed blocks into host scratch, then each placed.
+    fn allgather_blocks(&self, out: Buffer, stream: Stream) -> Result<()> {
+        let counts: Vec<i64> = self.local_lens().into_iter().map(|c| c as i64).collect();
+        let mut tmp = vec![0u64; (self.global_len() * self.dtype.size()).div_ceil(8)];
+        let t = Buffer::wrap(tmp.as_mut_ptr() as usize, self.global_len() as i64, self.dtype, Space::GPUWIRE_SPACE_HOST)?;
+        self.with_owned(true, false, stream, |x| self.wire.allgatherv(&self.owned_at(x)?, &t, Some(&counts), stream))?;
+        self.unpack_blocks(&Arc::new(out), tmp.as_ptr() as usize, 0..self.rows.len())
+    }
+
+    /// gather of an array whose blocks are not ranges of global rows (point-to-point to the
+    /// root, as for rows).
+    fn gather_blocks(&self, out: Option<Buffer>, root: i32, stream: Stream) -> Result<()> {
+        let Some(out) = out else {
+            if self.local_len() > 0 {
+                self.with_owned(true, false, stream, |x| self.wire.send(&self.owned_at(x)?, root, TAG_GATHER, stream))?;
+            }
+            return Ok(());
+        };
+        let lens = self.local_lens();
+        let mut tmp = vec![0u64; (self.global_len() * self.dtype.size()).div_ceil(8)];
+        let base = tmp.as_mut_ptr() as usize;
+        let size = self.dtype.size();
+        let at = |r: usize| base + lens[..r].iter().sum::<usize>() * size;
+        let me = self.me();
+        // SAFETY: tmp holds every block; this rank's at its place.
+        unsafe { self.local()?.copy_to_host(at(me), stream)? };
+        let most = (0..lens.len()).filter(|s| *s != me).map(|s| lens[s]).max().unwrap_or(0);
+        // Device data arrives in device memory (the message takes the same path on both sides).
+        let temp = if self.is_host() || most == 0 { None } else { Some(Arc::new(Buffer::alloc(most as i64, self.dtype, self.space, self.storage.device())?)) };
+        for s in (0..lens.len()).filter(|s| *s != me && lens[*s] > 0) {
+            match &temp {
+                None => self.wire.recv(&Buffer::wrap(at(s), lens[s] as i64, self.dtype, Space::GPUWIRE_SPACE_HOST)?, s as i32, TAG_GATHER, stream)?,
+                Some(t) => {
+                    let t = Buffer::view(t, 0, lens[s] as i64)?;
+                    self.wire.recv(&t, s as i32, TAG_GATHER, stream)?;
+                    // SAFETY: tmp holds block s at at(s).
+                    unsafe { t.copy_to_host(at(s), stream)? };
+                }
+            }
+        }
+        self.unpack_blocks(&Arc::new(out), base, 0..lens.len())
+    }
+
     /// Copies `bytes` from `src` to `dst` buffers (any spaces), on `stream` when a device is
     /// involved.
     fn copy(&self, dst: &Buffer, src: &Buffer, stream: Stream) -> Result<()> {
@@ -770,6 +1142,10 @@ impl DArray {
         } else {
             Ok(())
         };
+        if self.scattered() && !self.rows_layout() {
+            local?;
+            return self.set_global_blocks(src, stream);
+        }
         let mine = self.local()?;
         if self.scattered() {
             local?;
@@ -802,6 +1178,9 @@ impl DArray {
             return self.copy_to_host_sync(&mine, &out?, stream);
         }
         let out = self.agree(what, Sig::default(), None, &[], out)?;
+        if !self.rows_layout() {
+            return self.allgather_blocks(out, stream);
+        }
         let counts: Vec<i64> = self.local_lens().into_iter().map(|c| c as i64).collect();
         self.wire.allgatherv(&mine, &out, Some(&counts), stream)
     }
@@ -835,6 +1214,9 @@ impl DArray {
             };
         }
         let out = self.agree(what, Sig { root: Some(root), ..Sig::default() }, None, &[], local)?;
+        if !self.rows_layout() {
+            return self.gather_blocks(out, root, stream);
+        }
         let size = self.dtype.size();
         let Some(out) = out else {
             if mine.count() > 0 {
@@ -910,12 +1292,20 @@ impl DArray {
         if std::ptr::eq(src, dst) {
             return Ok(());
         }
+        if !src.rows_layout() || !dst.rows_layout() {
+            // Blocks of a process grid: through a global host copy on every rank (the source's
+            // allgather, then the destination's set_global).
+            let mut tmp = vec![0u64; (src.global_len() * src.dtype.size()).div_ceil(8)];
+            let at = tmp.as_mut_ptr() as usize;
+            src.allgather(at, stream)?;
+            return dst.set_global(at, stream);
+        }
         let me = src.me();
         match (src.scattered(), dst.scattered()) {
             (false, _) => {
                 // The source holds everything: copy this rank's rows of the destination.
                 let rows = dst.owned_rows(me);
-                let from = src.view_rows(src.halo + rows.lo, rows.len())?;
+                let from = src.view_rows(src.halos[0] + rows.lo, rows.len())?;
                 src.copy(&dst.local()?, &from, stream)
             }
             (true, false) => {
@@ -966,24 +1356,154 @@ impl DArray {
         self.wire.bcast(&self.local()?, root, stream)
     }
 
-    /// Fills `width` ghost rows above and below every rank's block with the rows of the
-    /// neighbouring blocks (non-periodic: rows beyond the global edges are not touched).
-    /// Collective; SCATTER only; `width` <= the halo given at creation (an error in `width`
-    /// is agreed across ranks in checking mode).
+    /// gpuwire_darray_halo_exchange: `width` on every axis that has a halo (at most the
+    /// smallest of them).
     pub fn halo_exchange(&self, width: Result<usize>, stream: Stream) -> Result<()> {
+        let nd = self.shape.len();
+        let widths = width.and_then(|w| {
+            let none = self.halos.iter().all(|h| *h == 0);
+            if let Some(a) = (0..nd).find(|a| (self.halos[*a] > 0 || (none && *a == 0)) && w > self.halos[*a]) {
+                return Err(Error::InvalidArgument(format!(
+                    "halo_exchange: width {w} is more than the {} halo {} the array was created with{}",
+                    self.halos[a],
+                    if nd == 1 || self.dense() { "rows".to_string() } else { format!("elements of axis {a}") },
+                    if self.rows_layout() { String::new() } else { " (gpuwire_darray_halo_exchange_axes takes a width per axis)".into() }
+                )));
+            }
+            Ok(Some(self.halos.iter().map(|h| if *h > 0 { w } else { 0 }).collect()))
+        });
+        self.halo_exchange_axes(widths, false, stream)
+    }
+
+    /// Fills the ghosts of every axis: `widths[a]` (at most the array's halo there; `None`: the
+    /// halo) next to each side of the block with the neighbouring blocks' elements, periodic
+    /// axes wrapping around; faces only, or (`corners`) axis by axis, each axis's faces then
+    /// spanning the ghosts of the axes before it (so edges and corners are filled too).
+    /// Collective; SCATTER only.
+    pub fn halo_exchange_axes(&self, widths: Result<Option<Vec<usize>>>, corners: bool, stream: Stream) -> Result<()> {
         let _call = self.comm.enter("gpuwire_darray_halo_exchange", true)?;
         let what = "halo_exchange";
-        let local = width.and_then(|width| {
+        let nd = self.shape.len();
+        let local = widths.and_then(|w| {
+            let w = w.unwrap_or_else(|| self.halos.clone());
             if !self.scattered() {
-                Err(Error::InvalidArgument(format!("{what}: a BROADCAST array has no halo (every rank holds every row)")))
-            } else if width > self.halo {
-                Err(Error::InvalidArgument(format!("{what}: width {width} is more than the {} halo rows the array was created with", self.halo)))
-            } else {
-                Ok(width)
+                return Err(Error::InvalidArgument(format!("{what}: a BROADCAST array has no halo (every rank holds every row)")));
             }
+            if w.len() != nd {
+                return Err(Error::Internal(format!("{what}: {} widths for {nd} axes", w.len())));
+            }
+            if let Some(a) = (0..nd).find(|a| w[*a] > self.halos[*a]) {
+                return Err(Error::InvalidArgument(format!(
+                    "{what}: width {} on axis {a} is more than the {} halo {} the array was created with there",
+                    w[a],
+                    self.halos[a],
+                    if self.halos[a] == 1 { "element" } else { "elements" }
+                )));
+            }
+            if corners && crate::group::is_open() {
+                return Err(Error::InvalidArgument(format!(
+                    "{what}: corners are exchanged axis by axis, one group after another, which cannot happen inside the caller's open group (end it first, or exchange faces only)"
+                )));
+            }
+            Ok(w)
         });
-        let w = local.as_ref().map_or(-1, |w| *w as i64);
-        let width = self.agree(what, Sig::default(), None, &[("halo width", w)], local)?;
+        let w = local.as_ref().map_or(-1, |w| shape_hash(&w.iter().copied().chain([corners as usize]).collect::<Vec<_>>()));
+        let widths = self.agree(what, Sig::default(), None, &[("halo width", w)], local)?;
+        let axes: Vec<usize> = (0..nd).filter(|a| widths[*a] > 0 && (self.procs[*a] > 1 || self.periodic[*a])).collect();
+        if axes.is_empty() {
+            return Ok(());
+        }
+        // Each ghost comes from one neighbouring block: every block along an exchanged axis
+        // must hold at least the width (the split is known to every rank: the same error on all).
+        for &a in &axes {
+            if let Some((c, n)) = self.counts[a].iter().enumerate().find(|(_, n)| **n < widths[a]) {
+                if self.rows_layout() && a == 0 && !self.periodic[0] && axes == [0] {
+                    return self.halo_exchange_rows(widths[0], stream);
+                }
+                return Err(Error::InvalidArgument(format!(
+                    "{what}: the blocks at process coordinate {c} of axis {a} hold {n} elements along it, fewer than the width {}; a ghost is filled from one neighbouring block only (make the blocks larger, or use fewer processes along axis {a})",
+                    widths[a]
+                )));
+            }
+        }
+        let groups: Vec<Vec<usize>> = if corners { axes.iter().map(|a| vec![*a]).collect() } else { vec![axes] };
+        let mut filled = vec![false; nd];
+        for g in groups {
+            crate::group::start()?;
+            let posted = self.post_faces(&g, &widths, &filled, stream);
+            let ended = crate::group::end();
+            posted.and(ended)?;
+            for a in g {
+                filled[a] = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// The rank at this rank's coordinates moved by `step` (-1 or +1) along `axis`: `None` past
+    /// a non-periodic edge.
+    fn neighbour(&self, axis: usize, step: isize) -> Option<i32> {
+        let p = self.procs[axis] as isize;
+        let c = self.coords[axis] as isize + step;
+        let c = if (0..p).contains(&c) {
+            c
+        } else if self.periodic[axis] {
+            c.rem_euclid(p)
+        } else {
+            return None;
+        };
+        let mut coords = self.coords.clone();
+        coords[axis] = c as usize;
+        Some(coords.iter().zip(&self.procs).fold(0usize, |r, (c, p)| r * p + c) as i32)
+    }
+
+    /// Records in the open group the sends and receives of the faces of `axes` (module
+    /// comment of gpuwire_darray_halo_exchange_axes): per axis, first what fills the ghosts
+    /// below the blocks (each rank's last planes to the next rank), then above; in the same
+    /// order on every rank, so paths that match by order (NCCL) pair them as tags do.
+    fn post_faces(&self, axes: &[usize], widths: &[usize], filled: &[bool], stream: Stream) -> Result<()> {
+        let nd = self.shape.len();
+        let n = self.local_shape();
+        let h = &self.halos;
+        for &a in axes {
+            let w = widths[a];
+            // The extent along the other axes: the owned range, widened over the ghosts of the
+            // axes already exchanged (corners) where a neighbour filled them.
+            let mut lo = vec![0usize; nd];
+            let mut len = vec![0usize; nd];
+            for b in (0..nd).filter(|b| *b != a) {
+                let (below, above) = if filled[b] { (self.neighbour(b, -1).is_some(), self.neighbour(b, 1).is_some()) } else { (false, false) };
+                lo[b] = h[b] - if below { widths[b] } else { 0 };
+                len[b] = n[b] + if below { widths[b] } else { 0 } + if above { widths[b] } else { 0 };
+            }
+            len[a] = w;
+            if len.iter().product::<usize>() == 0 {
+                continue;
+            }
+            for (tag, send_at, to, recv_at, from) in [
+                // Ghosts below (lower indices): from the previous block's last planes.
+                (TAG_HALO_AXIS + 2 * a as i32, h[a] + n[a] - w, self.neighbour(a, 1), h[a] - w, self.neighbour(a, -1)),
+                // Ghosts above: from the next block's first planes.
+                (TAG_HALO_AXIS + 2 * a as i32 + 1, h[a], self.neighbour(a, -1), h[a] + n[a], self.neighbour(a, 1)),
+            ] {
+                if let Some(dest) = to {
+                    lo[a] = send_at;
+                    let face = Arc::new(self.storage_box(&lo, &len)?);
+                    crate::group::submit(&self.wire, crate::op::Op::Send { buf: face, dest, tag }, stream, false)?;
+                }
+                if let Some(source) = from {
+                    lo[a] = recv_at;
+                    let ghost = Arc::new(self.storage_box(&lo, &len)?);
+                    crate::group::submit(&self.wire, crate::op::Op::Recv { buf: ghost, source, tag }, stream, false)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The row split's exchange (non-periodic, axis 0) for blocks shorter than the width: by
+    /// rank distance k = 1, 2, ... (each ghost row from whichever rank owns it).
+    fn halo_exchange_rows(&self, width: usize, stream: Stream) -> Result<()> {
         let p = self.comm.size() as usize;
         if width == 0 || p == 1 {
             return Ok(());
@@ -1294,6 +1814,17 @@ mod tests {
             host::fill(z.as_mut_ptr() as usize, 1, &7.0f32.to_ne_bytes());
         }
         assert_eq!(z, [7.0, 3.0, 4.5]);
+    }
+
+    #[test]
+    fn dims_create_as_mpi() {
+        assert_eq!(dims_create(12, &[0, 0]).unwrap(), [4, 3]);
+        assert_eq!(dims_create(8, &[0, 0, 0]).unwrap(), [2, 2, 2]);
+        assert_eq!(dims_create(6, &[0, 0, 0]).unwrap(), [3, 2, 1]);
+        assert_eq!(dims_create(3, &[1, 0, 1]).unwrap(), [1, 3, 1]);
+        assert_eq!(dims_create(1, &[0]).unwrap(), [1]);
+        assert!(dims_create(4, &[3, 0]).is_err());
+        assert!(dims_create(4, &[2, 1]).is_err());
     }
 
     #[test]

@@ -66,7 +66,7 @@ from . import _library
 from ._capi import *  # noqa: F401,F403  (every constant of gpuwire.h, and Config)
 from ._capi import (BFLOAT16, COMPLEX64, COMPLEX128, DECIDE, ERROR_COMM_BROKEN, ERROR_COUNT_MISMATCH,
                     ERROR_DTYPE_MISMATCH, ERROR_INVALID_ARGUMENT, ERROR_NULL_ARGUMENT, ERROR_TIMEOUT, FLOAT16,
-                    FLOAT32, FLOAT32_INT32, FLOAT64, FLOAT64_INT32, INT8, INT32, INT32_INT32, INT64, NORM_2, PARTITION_SCATTER, SPACE_AUTO, SPACE_DEVICE,
+                    FLOAT32, FLOAT32_INT32, FLOAT64, FLOAT64_INT32, INT8, INT32, INT32_INT32, INT64, HALO_CORNERS, NORM_2, PARTITION_SCATTER, SPACE_AUTO, SPACE_DEVICE,
                     ORDER_C, SPACE_HOST, SUCCESS, SUM, UINT8, UINT32, UINT64, ANY_SOURCE, ANY_TAG, Config, StatusT,
                     _handle)
 
@@ -1125,6 +1125,13 @@ class DArray:
         x = gpuwire.DArray(comm, 11, np.float64)                    # 1-D, the default split
         g = gpuwire.DArray(comm, (n, n), np.float64, halo=1)        # N-D, split along axis 0
         b = gpuwire.DArray(comm, 16, np.float64, partition=gpuwire.PARTITION_BROADCAST)
+        c = gpuwire.DArray(comm, (n, n, n), np.float64, procs=(0, 0, 0), halo=(1, 1, 1),
+                           periodic=(True, False, False))         # a process grid
+        w = gpuwire.DArray.wrap(comm, own, (n, n), procs=(0, 1), halo=(1, 0), periodic=(1, 0))
+
+    A process grid (gpuwire_darray_create_cart): `procs` one entry per axis (0 = chosen as
+    MPI_Dims_create), `halo` and `periodic` a number or one entry per axis. DArray.wrap makes one
+    over the program's memory (a NumPy array, or an address: this rank's block with its ghosts).
 
     Host data is NumPy: set_global takes the global array (of the array's dtype: another is refused;
     ranks that do not read it may pass None), allgather and gather return a new NumPy array of the global
@@ -1137,9 +1144,26 @@ class DArray:
     """
 
     def __init__(self, comm, shape, dtype=FLOAT64, space=SPACE_HOST, partition=PARTITION_SCATTER, local=DECIDE,
-                 halo=0):
+                 halo=0, procs=None, periodic=None, _wrap=None):
         code = _dtype_code(dtype)
-        if isinstance(shape, int) and halo == 0:
+        if procs is not None or periodic is not None or _wrap is not None or not isinstance(halo, int):
+            dims = [shape] if isinstance(shape, int) else [int(d) for d in shape]
+            n = len(dims)
+
+            def axes(v, kind, what):
+                v = [0] * n if v is None else ([v] * n if isinstance(v, (int, bool)) else list(v))
+                if len(v) != n:
+                    raise ValueError(f"gpuwire: {what} has {len(v)} entries for {n} axes")
+                return (kind * max(n, 1))(*[int(x) for x in v])
+
+            args = (n, axes(dims, c_int64, "shape"), axes(procs, c_int64, "procs"), axes(halo, c_int64, "halo"),
+                    axes(periodic, c_int32, "periodic"), code, space)
+            if _wrap is None:
+                h = _out(_handle, lib.gpuwire_darray_create_cart, comm.handle, *args)
+            else:
+                h = _out(_handle, lib.gpuwire_darray_wrap, comm.handle, c_void_p(_wrap[0]), *args)
+                self._memory = _wrap[1]  # the wrapped NumPy array stays alive with the darray
+        elif isinstance(shape, int) and halo == 0:
             h = _out(_handle, lib.gpuwire_darray_create, comm.handle, shape, local, code, space, partition)
         else:
             dims = [shape] if isinstance(shape, int) else [int(d) for d in shape]
@@ -1150,6 +1174,34 @@ class DArray:
         self._comm = comm  # for the rank count (local_lens) and the rank (gather)
         self._nranks = comm.size()
         self._rank = comm.rank()
+
+    @classmethod
+    def wrap(cls, comm, memory, shape, dtype=None, procs=None, halo=0, periodic=None, space=SPACE_AUTO):
+        """A SCATTER array over the program's memory (gpuwire_darray_wrap): `memory` a NumPy array
+        (C-contiguous, this rank's block with its ghosts; its dtype unless `dtype` is given) or
+        an address (then pass `dtype`). The memory stays the program's."""
+        if isinstance(memory, int):
+            if dtype is None:
+                raise ValueError("gpuwire: DArray.wrap of an address needs its dtype")
+            ptr, keep = memory, None
+        else:
+            np = _numpy()
+            if not isinstance(memory, np.ndarray) or not memory.flags["C_CONTIGUOUS"]:
+                raise ValueError("gpuwire: DArray.wrap takes a C-contiguous NumPy array or an address")
+            dtype = memory.dtype if dtype is None else dtype
+            ptr, keep = memory.ctypes.data, memory
+            space = SPACE_HOST if space == SPACE_AUTO else space
+        return cls(comm, shape, dtype, space, halo=halo, procs=procs if procs is not None else [0] * (
+            1 if isinstance(shape, int) else len(shape)), periodic=periodic, _wrap=(ptr, keep))
+
+    def cart(self):
+        """The decomposition (gpuwire_darray_cart): a dict of per-axis lists procs, coords, starts,
+        halo, periodic."""
+        n = self.ndim()
+        out = [(c_int64 * max(n, 1))() for _ in range(4)] + [(c_int32 * max(n, 1))()]
+        _check(lib.gpuwire_darray_cart(self.handle, *out))
+        names = ("procs", "coords", "starts", "halo", "periodic")
+        return {k: [int(x) for x in v[:n]] for k, v in zip(names, out)}
 
     # queries (local)
     def global_len(self):
@@ -1227,6 +1279,11 @@ class DArray:
         n = self.local_len()
         if n == 0:
             return np.empty(shape, dtype=dt)
+        halo = self.cart()["halo"]
+        if any(halo[1:]):
+            # A halo beyond axis 0: the owned elements are a box of the padded storage.
+            whole = self.local_with_halo().numpy().reshape([d + 2 * h for d, h in zip(shape, halo)])
+            return whole[tuple(slice(h, h + d) for d, h in zip(shape, halo))]
         raw = (ctypes.c_char * (n * dt.itemsize)).from_address(self.data())
         return np.frombuffer(raw, dtype=dt).reshape(shape)
 
@@ -1351,6 +1408,15 @@ class DArray:
 
     def halo_exchange(self, width=1, stream=None):
         _check(lib.gpuwire_darray_halo_exchange(self.handle, width, _stream_ptr(stream)))
+
+    def halo_exchange_axes(self, widths=None, corners=False, stream=None):
+        """Halo exchange of every axis (gpuwire_darray_halo_exchange_axes): `widths` one per axis
+        (None: the array's halos); `corners` fills edges and corners too (axis by axis)."""
+        w = None if widths is None else (c_int64 * max(len(widths), 1))(*[int(x) for x in widths])
+        if w is not None and len(widths) != self.ndim():
+            raise ValueError(f"gpuwire: {len(widths)} widths for {self.ndim()} axes")
+        _check(lib.gpuwire_darray_halo_exchange_axes(self.handle, w, HALO_CORNERS if corners else 0,
+                                                     _stream_ptr(stream)))
 
     def free(self):
         if self.handle:

@@ -90,6 +90,7 @@ __all__ = [
     "REQUEST_NULL",
     "DARRAY_NULL",
     "DECIDE",
+    "HALO_CORNERS",
     "PROC_NULL",
     "ANY_SOURCE",
     "ANY_TAG",
@@ -181,6 +182,7 @@ BUFFER_NULL = 0
 REQUEST_NULL = 0
 DARRAY_NULL = 0
 DECIDE = -1
+HALO_CORNERS = 1
 PROC_NULL = -1000
 ANY_SOURCE = -1001
 ANY_TAG = -1002
@@ -255,6 +257,9 @@ _PROTOTYPES = {
     "gpuwire_comm_describe": (_status, [_handle, c_char_p, c_size_t]),
     "gpuwire_darray_create": (_status, [_handle, c_int64, c_int64, c_int32, c_int32, c_int32, POINTER(_handle)]),
     "gpuwire_darray_create_nd": (_status, [_handle, c_int32, POINTER(c_int64), c_int64, c_int64, c_int32, c_int32, c_int32, POINTER(_handle)]),
+    "gpuwire_darray_create_cart": (_status, [_handle, c_int32, POINTER(c_int64), POINTER(c_int64), POINTER(c_int64), POINTER(c_int32), c_int32, c_int32, POINTER(_handle)]),
+    "gpuwire_darray_wrap": (_status, [_handle, c_void_p, c_int32, POINTER(c_int64), POINTER(c_int64), POINTER(c_int64), POINTER(c_int32), c_int32, c_int32, POINTER(_handle)]),
+    "gpuwire_darray_cart": (_status, [_handle, POINTER(c_int64), POINTER(c_int64), POINTER(c_int64), POINTER(c_int64), POINTER(c_int32)]),
     "gpuwire_darray_free": (_status, [_handle]),
     "gpuwire_darray_global_len": (_status, [_handle, POINTER(c_int64)]),
     "gpuwire_darray_local_len": (_status, [_handle, POINTER(c_int64)]),
@@ -285,6 +290,7 @@ _PROTOTYPES = {
     "gpuwire_darray_min": (_status, [_handle, c_void_p, c_void_p]),
     "gpuwire_darray_max": (_status, [_handle, c_void_p, c_void_p]),
     "gpuwire_darray_halo_exchange": (_status, [_handle, c_int64, c_void_p]),
+    "gpuwire_darray_halo_exchange_axes": (_status, [_handle, POINTER(c_int64), c_int32, c_void_p]),
     "gpuwire_init": (_status, []),
     "gpuwire_finalize": (_status, []),
     "gpuwire_initialized": (_status, [POINTER(c_int32)]),

@@ -24,7 +24,7 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use crate::buffer::BUFFERS;
-use crate::darray::{DARRAYS, DArray, Spec};
+use crate::darray::{Cart, DARRAYS, DArray, Spec};
 use crate::device::Stream;
 use crate::error::{Error, Result, gpuwire_status};
 use crate::ffi::boundary::{self, call, non_null, write};
@@ -97,6 +97,8 @@ pub extern "C" fn gpuwire_darray_create(
                 dtype: Dtype::from_c(dtype)?,
                 space: Space::from_c(space)?,
                 partition: Partition::from_c(partition)?,
+                cart: None,
+                wrap: None,
             })
         })
     })
@@ -149,8 +151,165 @@ pub extern "C" fn gpuwire_darray_create_nd(
                 dtype: Dtype::from_c(dtype)?,
                 space: Space::from_c(space)?,
                 partition: Partition::from_c(partition)?,
+                cart: None,
+                wrap: None,
             })
         })
+    })
+}
+
+/// Reads `ndim` int64 entries of `p` named `what`, each >= 0; NULL: `ndim` zeros.
+fn axis_values(p: *const i64, ndim: usize, what: &str) -> Result<Vec<usize>> {
+    if p.is_null() {
+        return Ok(vec![0; ndim]);
+    }
+    // SAFETY: the caller promises `ndim` entries.
+    let v = unsafe { std::slice::from_raw_parts(p, ndim) };
+    v.iter().enumerate().map(|(i, d)| nonneg(*d, &format!("{what}[{i}]"))).collect()
+}
+
+/// The specification of gpuwire_darray_create_cart and gpuwire_darray_wrap.
+#[allow(clippy::too_many_arguments)]
+fn cart_spec(ndim: i32, shape: *const i64, procs: *const i64, halo: *const i64, periodic: *const i32, dtype: i32, space: i32, wrap: Option<usize>) -> Result<Spec> {
+    if ndim < 1 {
+        return Err(Error::InvalidArgument(format!("ndim = {ndim}: an array has at least one dimension")));
+    }
+    non_null(shape, "shape")?;
+    let nd = ndim as usize;
+    let dims = axis_values(shape, nd, "shape")?;
+    let periodic = if periodic.is_null() {
+        vec![false; nd]
+    } else {
+        // SAFETY: the caller promises `ndim` entries.
+        let v = unsafe { std::slice::from_raw_parts(periodic, nd) };
+        v.iter()
+            .enumerate()
+            .map(|(i, p)| match p {
+                0 => Ok(false),
+                1 => Ok(true),
+                x => Err(Error::InvalidArgument(format!("periodic[{i}] = {x}: expected 0 (not periodic) or 1 (periodic)"))),
+            })
+            .collect::<Result<Vec<_>>>()?
+    };
+    Ok(Spec {
+        shape: dims,
+        local_rows: None,
+        halo: 0,
+        dtype: Dtype::from_c(dtype)?,
+        space: Space::from_c(space)?,
+        partition: Partition::GPUWIRE_PARTITION_SCATTER,
+        cart: Some(Cart { procs: axis_values(procs, nd, "procs")?, halo: axis_values(halo, nd, "halo")?, periodic }),
+        wrap,
+    })
+}
+
+/// Creates an N-D SCATTER distributed array of global shape `shape[0] x ... x shape[ndim-1]`
+/// (C order), split over a Cartesian grid of the ranks of `comm`: `procs[a]` processes along
+/// axis a, or 0 to let gpuwire choose (as MPI_Dims_create: as balanced as possible, in
+/// non-increasing order; `procs` NULL: all chosen); their product must be the size of `comm`.
+/// Rank r's coordinates in the grid are r's digits in C order (the last axis fastest), as
+/// MPI_Cart_create without reordering; along each axis the blocks are split as
+/// gpuwire_darray_create's default (the first shape[a] mod procs[a] one element longer).
+/// `halo[a]` ghost elements (NULL: none) lie on each side of the block along axis a, on every
+/// rank, and `periodic[a]` (0 or 1; NULL: none periodic) makes the halo exchange wrap around
+/// axis a (the first block's lower ghosts get the last block's last elements and the other
+/// way round; with one process along a periodic axis, its own).
+///
+/// Local storage, per rank: (n_0 + 2 halo[0]) x ... x (n_{ndim-1} + 2 halo[ndim-1]) elements in
+/// C order, n_a being the block's length along axis a (gpuwire_darray_local_shape);
+/// gpuwire_darray_data points at the first owned element (index halo[a] on every axis), and
+/// gpuwire_darray_local is a subarray view of the owned elements. Ghosts beyond a non-periodic
+/// global edge are never written by gpuwire. Every gpuwire_darray operation works on such an
+/// array: elementwise operations and reductions on the owned elements (packed into contiguous
+/// scratch first when there is a halo beyond axis 0: one kernel each way for device arrays),
+/// set_global / allgather / gather place each block at its place in the global array, and
+/// redistribute to or from an array of another split goes through a global host copy (the
+/// source's allgather, then the destination's set_global). With ndim > 4, only axis 0 may be
+/// split or have a halo (views have at most 4 dimensions).
+///
+/// Collective over `comm`. Errors as gpuwire_darray_create_nd, plus GPUWIRE_ERROR_INVALID_ARGUMENT
+/// (`procs` whose product is not the size of `comm`, or with non-zero entries that do not
+/// divide it; negative entries; `periodic` entries other than 0 and 1; ranks that passed
+/// another grid, halo or periodicity; ndim > 4 with a split or halo beyond axis 0).
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn gpuwire_darray_create_cart(
+    comm: gpuwire_comm,
+    ndim: i32,
+    shape: *const i64,
+    procs: *const i64,
+    halo: *const i64,
+    periodic: *const i32,
+    dtype: i32,
+    space: i32,
+    out: *mut gpuwire_darray,
+) -> gpuwire_status {
+    call("gpuwire_darray_create_cart", || make(comm, out, || cart_spec(ndim, shape, procs, halo, periodic, dtype, space, None)))
+}
+
+/// Makes a SCATTER distributed array over the program's own memory: as
+/// gpuwire_darray_create_cart, but this rank's storage is `ptr` (host or device memory; `space`
+/// HOST, DEVICE, PINNED, MANAGED, or AUTO to ask CUDA), laid out as that function's: the block
+/// with its ghosts on every axis, (n_0 + 2 halo[0]) x ... elements in C order, the first owned
+/// element at index halo[a] on every axis (a stencil code's array with its ghost layers, e.g.
+/// a 2-D grid split by rows: procs {0, 1}, halo {1, 0}, the rows of
+/// gpuwire_darray_local_shape plus one ghost row above and below). Query n_a with
+/// gpuwire_darray_local_shape on an array made by gpuwire_darray_create_cart with the same
+/// arguments, or compute it: the first shape[a] mod procs[a] coordinates get shape[a] / procs[a]
+/// + 1, the others shape[a] / procs[a].
+///
+/// Ownership: the program keeps the memory; gpuwire never frees it (gpuwire_darray_free frees
+/// the handle only); it must stay valid, and hold that many elements, until the array and every
+/// view of it are freed. Requirements checked: `ptr` is not NULL unless the storage has no
+/// elements; it is aligned to its element size (up to 8 bytes); a declared space matches what
+/// CUDA reports; every rank passes the same kind of memory (host or device). The size cannot
+/// be checked: a smaller allocation is the program's error. Nothing is written to the memory
+/// at creation (it is not zeroed).
+///
+/// Collective over `comm`. Errors as gpuwire_darray_create_cart, plus
+/// GPUWIRE_ERROR_NULL_ARGUMENT (`ptr`), GPUWIRE_ERROR_INVALID_ARGUMENT (misaligned `ptr`, a
+/// declared space other than CUDA's, host memory on some ranks and device memory on others).
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn gpuwire_darray_wrap(
+    comm: gpuwire_comm,
+    ptr: *mut c_void,
+    ndim: i32,
+    shape: *const i64,
+    procs: *const i64,
+    halo: *const i64,
+    periodic: *const i32,
+    dtype: i32,
+    space: i32,
+    out: *mut gpuwire_darray,
+) -> gpuwire_status {
+    call("gpuwire_darray_wrap", || make(comm, out, || cart_spec(ndim, shape, procs, halo, periodic, dtype, space, Some(ptr as usize))))
+}
+
+/// Writes the decomposition, one entry per axis into each array that is not NULL: `procs`
+/// (processes along the axis; a row split: the size, then 1), `coords` (this rank's
+/// coordinate), `starts` (the global index of this rank's first owned element along the axis),
+/// `halo` (ghost width on each side) and `periodic` (1 or 0). Works for every array (a row
+/// split: procs {size, 1, ...}, halo {halo, 0, ...}, never periodic; BROADCAST: procs all 1).
+///
+/// Local; thread-safe. Errors: GPUWIRE_ERROR_INVALID_HANDLE.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_darray_cart(d: gpuwire_darray, procs: *mut i64, coords: *mut i64, starts: *mut i64, halo: *mut i64, periodic: *mut i32) -> gpuwire_status {
+    call("gpuwire_darray_cart", || {
+        let a = darray(d)?;
+        let (p, c, s, h, per) = a.cart();
+        for (out, vals) in [(procs, p.to_vec()), (coords, c.to_vec()), (starts, s), (halo, h.to_vec())] {
+            if !out.is_null() {
+                write_array(out, vals);
+            }
+        }
+        if !periodic.is_null() {
+            for (i, v) in per.iter().enumerate() {
+                // SAFETY: the caller promises ndim entries.
+                unsafe { periodic.add(i).write(*v as i32) };
+            }
+        }
+        Ok(())
     })
 }
 
@@ -569,9 +728,14 @@ pub extern "C" fn gpuwire_darray_max(d: gpuwire_darray, result: *mut c_void, str
 /// block with the `width` global rows just before it, and the `width` ghost rows below with
 /// the rows just after it, from whichever ranks own them (sendrecv on the arrays' internal
 /// communicator, so no message of the program interferes; with every block at least `width`
-/// rows long, one exchange with each neighbouring rank, GPUWIRE_PROC_NULL at the ends). Non-periodic: ghost rows beyond the global edges are
-/// not touched. `width` may be less than the halo the array was created with (then the ghost
-/// rows nearest the block are filled). Every datatype.
+/// rows long, one gpuwire group with each neighbouring rank, GPUWIRE_PROC_NULL at the ends;
+/// shorter blocks get each ghost row from whichever rank owns it). Arrays of
+/// gpuwire_darray_create_nd are not periodic: ghost rows beyond the global edges are not
+/// touched. Arrays of gpuwire_darray_create_cart and gpuwire_darray_wrap: `width` on every axis
+/// that has a halo, faces only, periodic axes wrapping around (as
+/// gpuwire_darray_halo_exchange_axes with every width `width`). `width` may be less than the
+/// halo the array was created with (then the ghost rows nearest the block are filled). Every
+/// datatype.
 ///
 /// Collective; SCATTER arrays only; every rank passes the same `width` (checking mode makes a
 /// width that differs between ranks an error on every rank). Errors:
@@ -583,5 +747,46 @@ pub extern "C" fn gpuwire_darray_max(d: gpuwire_darray, result: *mut c_void, str
 pub extern "C" fn gpuwire_darray_halo_exchange(d: gpuwire_darray, width: i64, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_darray_halo_exchange", || {
         darray(d)?.halo_exchange(nonneg(width, "width"), st(stream))
+    })
+}
+
+/// Exchange edges and corners too (gpuwire_darray_halo_exchange_axes' `flags`).
+pub const GPUWIRE_HALO_CORNERS: i32 = 1;
+
+/// Halo exchange of every axis: fills `widths[a]` ghost layers (NULL: the array's halo on every
+/// axis) on each side of every rank's block along axis a with the neighbouring blocks' owned
+/// elements, wrapping around periodic axes (gpuwire_darray_create_cart). Faces only by
+/// default: all axes' sends and receives in one gpuwire group (one exchange with each
+/// neighbour per axis and side, in any order; device faces are strided views packed and
+/// unpacked by GPU kernels on `stream`). With `flags` GPUWIRE_HALO_CORNERS the edges and corners
+/// are filled too, axis by axis: one group per axis, each axis's faces spanning the ghosts of
+/// the axes exchanged before it (the usual way: the diagonal neighbours' values arrive in two
+/// or three steps), so not inside a group the caller has open. Otherwise, called inside the
+/// caller's open group, its messages join that group and move at its end.
+///
+/// Every block along an exchanged axis must hold at least the width there (a ghost is filled
+/// from one neighbour), except for a row split along axis 0, not periodic (as
+/// gpuwire_darray_halo_exchange). Ghosts past a non-periodic global edge are not touched.
+/// Axes of width 0, and non-periodic axes with one process, move nothing.
+///
+/// Collective; SCATTER arrays only; every rank passes the same widths and flags (checking mode
+/// makes a difference an error on every rank). Errors: GPUWIRE_ERROR_INVALID_HANDLE,
+/// GPUWIRE_ERROR_INVALID_ARGUMENT (a BROADCAST array, a negative width, one above the axis's
+/// halo, blocks shorter than the width, unknown flags, corners inside an open group),
+/// GPUWIRE_ERROR_COUNT_MISMATCH (checking mode: ranks passed different arrays),
+/// GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_CUDA, GPUWIRE_ERROR_NCCL.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_darray_halo_exchange_axes(d: gpuwire_darray, widths: *const i64, flags: i32, stream: *mut c_void) -> gpuwire_status {
+    call("gpuwire_darray_halo_exchange_axes", || {
+        let a = darray(d)?;
+        let nd = a.shape().len();
+        let w = if widths.is_null() { Ok(None) } else { axis_values(widths, nd, "widths").map(Some) };
+        let w = w.and_then(|w| {
+            if flags & !GPUWIRE_HALO_CORNERS != 0 {
+                return Err(Error::InvalidArgument(format!("flags = {flags}: expected 0 or GPUWIRE_HALO_CORNERS (1)")));
+            }
+            Ok(w)
+        });
+        a.halo_exchange_axes(w, flags & GPUWIRE_HALO_CORNERS != 0, st(stream))
     })
 }

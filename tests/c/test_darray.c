@@ -6,7 +6,10 @@
  * set_global / allgather / gather, fill, axpy, scale, dot (complex: conjugated, checked against
  * C99's conj), norms, sum, min, max, redistribution to a user-given split and to BROADCAST,
  * bcast, the halo exchange of a 2-D array, argument errors on every rank, and handles after
- * gpuwire_finalize. The Rust test tests/mpi_darray.rs covers every datatype and more splits.
+ * gpuwire_finalize; arrays on a process grid (gpuwire_darray_create_cart): the 3-D halo
+ * exchange of faces and of corners, periodic and not, every ghost checked against the value of
+ * its global index, and every operation on such an array; gpuwire_darray_wrap over this
+ * program's own memory (a periodic row split, as a Jacobi solver's); bad decompositions. The Rust test tests/mpi_darray.rs covers every datatype and more splits.
  *
  * Usage: mpirun -n P test_darray P   (any P >= 1; the argument is the rank count expected)
  * Prints "test_darray: PASS (...)" from rank 0 and exits 0 when every check on every rank passed.
@@ -269,6 +272,298 @@ static void halo_exchange(void)
     EXPECT_OK(gpuwire_darray_free(d));
 }
 
+/* ---- process grids (gpuwire_darray_create_cart, gpuwire_darray_wrap) ---- */
+
+#define SENTINEL (-1.0)
+
+/* The value of global element g (3 axes; unused axes 0). */
+static double gval(const int64_t *g) { return 1.0 + 10000.0 * g[0] + 100.0 * g[1] + g[2]; }
+
+/* Block (offset, length) of coordinate c of p along an axis of n: the first n mod p longer. */
+static void block(int64_t n, int64_t p, int64_t c, int64_t *off, int64_t *len)
+{
+    int64_t q = n / p, rem = n % p;
+    *len = q + (c < rem ? 1 : 0);
+    *off = c * q + (c < rem ? c : rem);
+}
+
+/* This rank's block on the grid `procs` (C order), 3 axes. */
+static void my_block(const int64_t *shape, const int64_t *procs, int64_t *start, int64_t *n)
+{
+    int64_t r = rank, c[3];
+    int a;
+    for (a = 2; a >= 0; a--) {
+        c[a] = r % procs[a];
+        r /= procs[a];
+    }
+    for (a = 0; a < 3; a++)
+        block(shape[a], procs[a], c[a], &start[a], &n[a]);
+}
+
+/* Interior = gval, every ghost = SENTINEL, over a padded 3-D block. */
+static void paint(double *buf, const int64_t *start, const int64_t *n, const int64_t *h)
+{
+    int64_t p1 = n[1] + 2 * h[1], p2 = n[2] + 2 * h[2], i, j, k, g[3];
+    for (i = 0; i < n[0] + 2 * h[0]; i++)
+        for (j = 0; j < p1; j++)
+            for (k = 0; k < p2; k++) {
+                int in = i >= h[0] && i < h[0] + n[0] && j >= h[1] && j < h[1] + n[1] && k >= h[2] &&
+                         k < h[2] + n[2];
+                g[0] = start[0] + i - h[0];
+                g[1] = start[1] + j - h[1];
+                g[2] = start[2] + k - h[2];
+                buf[(i * p1 + j) * p2 + k] = in ? gval(g) : SENTINEL;
+            }
+}
+
+/* Checks every element of a padded 3-D block after an exchange of widths `w`: the owned ones
+ * unchanged; a ghost holds its global element's value (wrapped on periodic axes) when it is
+ * within the width on every axis where it lies outside the block, inside the global array or
+ * periodic there, and (faces only) outside on one axis; else it is still SENTINEL. */
+static void check_ghosts(const char *what, const double *buf, const int64_t *shape, const int64_t *start,
+                         const int64_t *n, const int64_t *h, const int64_t *w, const int32_t *per,
+                         int corners)
+{
+    int64_t pd[3], l[3], g[3], bad = 0;
+    int a;
+    for (a = 0; a < 3; a++)
+        pd[a] = n[a] + 2 * h[a];
+    for (l[0] = 0; l[0] < pd[0]; l[0]++)
+        for (l[1] = 0; l[1] < pd[1]; l[1]++)
+            for (l[2] = 0; l[2] < pd[2]; l[2]++) {
+                int outside = 0, ok = 1;
+                double want, got = buf[(l[0] * pd[1] + l[1]) * pd[2] + l[2]];
+                for (a = 0; a < 3; a++) {
+                    g[a] = start[a] + l[a] - h[a];
+                    if (l[a] < h[a] || l[a] >= h[a] + n[a]) {
+                        int64_t dist = l[a] < h[a] ? h[a] - l[a] : l[a] - (h[a] + n[a]) + 1;
+                        outside++;
+                        if (dist > w[a])
+                            ok = 0;
+                        if (g[a] < 0 || g[a] >= shape[a]) {
+                            if (per[a])
+                                g[a] = (g[a] + shape[a]) % shape[a];
+                            else
+                                ok = 0;
+                        }
+                    }
+                }
+                want = (outside == 0 || (ok && (corners || outside == 1))) ? gval(g) : SENTINEL;
+                if (got != want && bad++ == 0)
+                    fprintf(stderr, "rank %d: %s: element (%ld,%ld,%ld) holds %g, expected %g\n", (int)rank,
+                            what, (long)l[0], (long)l[1], (long)l[2], got, want);
+            }
+    EXPECT(bad == 0);
+}
+
+/* One 3-D array on a grid: faces (all at once, partial widths, the one-width call) and corners. */
+static void cart_case(const int64_t *shape, const int64_t *asked, const int64_t *h, const int32_t *per)
+{
+    gpuwire_darray d = GPUWIRE_DARRAY_NULL;
+    int64_t procs[3], coords[3], starts[3], halo[3], start[3], n[3], lshape[3], w[3];
+    int32_t periodic[3];
+    double *buf;
+    void *data;
+    int a;
+    EXPECT_OK(gpuwire_darray_create_cart(comm, 3, shape, asked, h, per, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, &d));
+    EXPECT_OK(gpuwire_darray_cart(d, procs, coords, starts, halo, periodic));
+    for (a = 0; a < 3; a++) {
+        EXPECT(asked[a] == 0 || procs[a] == asked[a]);
+        EXPECT(halo[a] == h[a] && periodic[a] == per[a]);
+    }
+    EXPECT(procs[0] * procs[1] * procs[2] == size);
+    my_block(shape, procs, start, n);
+    EXPECT_OK(gpuwire_darray_local_shape(d, lshape));
+    for (a = 0; a < 3; a++)
+        EXPECT(lshape[a] == n[a] && starts[a] == start[a]);
+    EXPECT_OK(gpuwire_darray_data(d, &data));
+    buf = (double *)data - (h[0] * (n[1] + 2 * h[1]) + h[1]) * (n[2] + 2 * h[2]) - h[2];
+    paint(buf, start, n, h);
+    EXPECT_OK(gpuwire_darray_halo_exchange_axes(d, NULL, 0, NULL));
+    check_ghosts("faces", buf, shape, start, n, h, h, per, 0);
+    paint(buf, start, n, h);
+    EXPECT_OK(gpuwire_darray_halo_exchange_axes(d, NULL, GPUWIRE_HALO_CORNERS, NULL));
+    check_ghosts("corners", buf, shape, start, n, h, h, per, 1);
+    for (a = 0; a < 3; a++)
+        w[a] = h[a] > 1 ? h[a] - 1 : h[a];
+    w[2] = 0;
+    paint(buf, start, n, h);
+    EXPECT_OK(gpuwire_darray_halo_exchange_axes(d, w, 0, NULL));
+    check_ghosts("faces of partial widths", buf, shape, start, n, h, w, per, 0);
+    paint(buf, start, n, h);
+    EXPECT_OK(gpuwire_darray_halo_exchange(d, 1, NULL));
+    for (a = 0; a < 3; a++)
+        w[a] = h[a] > 0 ? 1 : 0;
+    check_ghosts("halo_exchange width 1", buf, shape, start, n, h, w, per, 0);
+    EXPECT_OK(gpuwire_darray_free(d));
+}
+
+/* Every operation on an array with a halo on every axis (owned elements not contiguous). */
+static void cart_ops(void)
+{
+    int64_t shape[3] = {3, 5, 4}, asked[3] = {1, 0, 1}, h[3] = {1, 1, 2}, procs[3], start[3], n[3];
+    int32_t per[3] = {0, 1, 0};
+    int64_t row_shape[3] = {3, 5, 4};
+    gpuwire_darray d = GPUWIRE_DARRAY_NULL, e = GPUWIRE_DARRAY_NULL, rows = GPUWIRE_DARRAY_NULL;
+    double g[60], back[60], two = 2.0, half = 0.5, v, want, *buf;
+    int64_t i, len;
+    void *data;
+    int ok = 1;
+    for (i = 0; i < 60; i++)
+        g[i] = (double)(i % 7) - 2.5 + 0.25 * (double)i;
+    EXPECT_OK(gpuwire_darray_create_cart(comm, 3, shape, asked, h, per, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, &d));
+    EXPECT_OK(gpuwire_darray_cart(d, procs, NULL, NULL, NULL, NULL));
+    my_block(shape, procs, start, n);
+    EXPECT_OK(gpuwire_darray_data(d, &data));
+    buf = (double *)data - (h[0] * (n[1] + 2 * h[1]) + h[1]) * (n[2] + 2 * h[2]) - h[2];
+    buf[0] = SENTINEL; /* a corner ghost: no operation but the exchange writes ghosts */
+    EXPECT_OK(gpuwire_darray_set_global(d, g, NULL));
+    EXPECT_OK(gpuwire_darray_local_len(d, &len));
+    EXPECT(len == n[0] * n[1] * n[2]);
+    EXPECT_OK(gpuwire_darray_global_offset(d, &i));
+    EXPECT(i == (start[0] * shape[1] + start[1]) * shape[2] + start[2]);
+    memset(back, 0, sizeof back);
+    EXPECT_OK(gpuwire_darray_allgather(d, back, NULL));
+    EXPECT(memcmp(back, g, sizeof g) == 0);
+    memset(back, 0, sizeof back);
+    EXPECT_OK(gpuwire_darray_gather(d, back, size - 1, NULL));
+    if (rank == size - 1)
+        EXPECT(memcmp(back, g, sizeof g) == 0);
+    want = 0;
+    for (i = 0; i < 60; i++)
+        want += g[i];
+    EXPECT_OK(gpuwire_darray_sum(d, &v, NULL));
+    EXPECT(fabs(v - want) < 1e-9);
+    want = 0;
+    for (i = 0; i < 60; i++)
+        want += g[i] * g[i];
+    EXPECT_OK(gpuwire_darray_dot(d, d, &v, NULL));
+    EXPECT(fabs(v - want) < 1e-9);
+    EXPECT_OK(gpuwire_darray_norm(d, GPUWIRE_NORM_INF, &v, NULL));
+    EXPECT(v == 2.5 + 0.25 * 59 + 0.0 || v > 0); /* checked exactly below through max/min */
+    EXPECT_OK(gpuwire_darray_max(d, &v, NULL));
+    want = g[0];
+    for (i = 1; i < 60; i++)
+        want = g[i] > want ? g[i] : want;
+    EXPECT(v == want);
+    EXPECT_OK(gpuwire_darray_min(d, &v, NULL));
+    want = g[0];
+    for (i = 1; i < 60; i++)
+        want = g[i] < want ? g[i] : want;
+    EXPECT(v == want);
+    /* e = 2 (d scaled by 0.5 after filling ... ): e = fill 1; e = 2 d + e; e *= 0.5 */
+    EXPECT_OK(gpuwire_darray_create_cart(comm, 3, shape, asked, h, per, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, &e));
+    v = 1.0;
+    EXPECT_OK(gpuwire_darray_fill(e, &v, NULL));
+    EXPECT_OK(gpuwire_darray_axpy(&two, d, e, NULL));
+    EXPECT_OK(gpuwire_darray_scale(e, &half, NULL));
+    EXPECT_OK(gpuwire_darray_allgather(e, back, NULL));
+    for (i = 0; i < 60; i++)
+        ok &= back[i] == (2.0 * g[i] + 1.0) * 0.5;
+    EXPECT(ok);
+    EXPECT(buf[0] == SENTINEL);
+    /* To a row split of the same shape and back. */
+    EXPECT_OK(gpuwire_darray_create_nd(comm, 3, row_shape, GPUWIRE_DECIDE, 0, GPUWIRE_FLOAT64,
+                                       GPUWIRE_SPACE_HOST, GPUWIRE_PARTITION_SCATTER, &rows));
+    EXPECT_OK(gpuwire_darray_redistribute(e, rows, NULL));
+    EXPECT_OK(gpuwire_darray_fill(e, &v, NULL));
+    EXPECT_OK(gpuwire_darray_redistribute(rows, e, NULL));
+    memset(back, 0, sizeof back);
+    EXPECT_OK(gpuwire_darray_allgather(e, back, NULL));
+    ok = 1;
+    for (i = 0; i < 60; i++)
+        ok &= back[i] == (2.0 * g[i] + 1.0) * 0.5;
+    EXPECT(ok);
+    EXPECT_OK(gpuwire_darray_free(rows));
+    EXPECT_OK(gpuwire_darray_free(e));
+    EXPECT_OK(gpuwire_darray_free(d));
+}
+
+/* A Jacobi solver's grid: its own memory, split by rows, periodic top and bottom. */
+static void wrap_periodic(void)
+{
+    enum { NY = 7, NX = 5 };
+    int64_t shape[3] = {NY, NX, 1}, procs[2] = {0, 1}, h[3] = {1, 0, 0}, w[3] = {1, 0, 0};
+    int64_t start[3], n[3], grid[3] = {size, 1, 1}, lshape[2];
+    int32_t per[3] = {1, 0, 0};
+    gpuwire_darray d = GPUWIRE_DARRAY_NULL;
+    double *mine;
+    void *data;
+    my_block(shape, grid, start, n);
+    mine = (double *)malloc((size_t)((n[0] + 2) * NX) * sizeof(double));
+    paint(mine, start, n, h);
+    EXPECT_OK(gpuwire_darray_wrap(comm, mine, 2, shape, procs, h, per, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, &d));
+    EXPECT_OK(gpuwire_darray_data(d, &data));
+    EXPECT(data == (void *)(mine + NX));
+    EXPECT_OK(gpuwire_darray_local_shape(d, lshape));
+    EXPECT(lshape[0] == n[0] && lshape[1] == NX);
+    EXPECT(mine[NX] == gval(start)); /* creation does not write the memory */
+    EXPECT_OK(gpuwire_darray_halo_exchange(d, 1, NULL));
+    check_ghosts("wrapped, periodic rows", mine, shape, start, n, h, w, per, 0);
+    EXPECT_OK(gpuwire_darray_free(d));
+    mine[0] = 3.0; /* still the program's memory */
+    EXPECT(mine[0] == 3.0);
+    free(mine);
+}
+
+/* Bad decompositions and widths: the same clear error on every rank. */
+static void cart_errors(void)
+{
+    int64_t shape[3] = {4, 4, 4}, bad[3] = {size + 1, 1, 1}, h[3] = {1, 1, 1}, w[3] = {2, 0, 0};
+    int64_t one[1] = {size}, two[1] = {2}, mine[3] = {1, 1, 1};
+    int32_t per[3] = {0, 0, 2}, per1[1] = {1};
+    gpuwire_darray d = GPUWIRE_DARRAY_NULL;
+    double x[4];
+    EXPECT_STATUS(gpuwire_darray_create_cart(comm, 3, shape, bad, h, NULL, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, &d),
+                  GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_HAS("multiply");
+    EXPECT_STATUS(gpuwire_darray_create_cart(comm, 3, NULL, NULL, h, NULL, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, &d),
+                  GPUWIRE_ERROR_NULL_ARGUMENT);
+    EXPECT_STATUS(gpuwire_darray_create_cart(comm, 3, shape, NULL, h, per, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, &d),
+                  GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_HAS("periodic[2]");
+    EXPECT_STATUS(gpuwire_darray_wrap(comm, NULL, 3, shape, NULL, h, NULL, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, &d),
+                  GPUWIRE_ERROR_NULL_ARGUMENT);
+    EXPECT_STATUS(gpuwire_darray_wrap(comm, (char *)x + 1, 1, one, NULL, NULL, NULL, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, &d),
+                  GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_HAS("aligned");
+    /* One rank passes another halo: an error on every rank, never a hang. */
+    mine[0] = rank == size - 1 && size > 1 ? 2 : 1;
+    if (size > 1) {
+        EXPECT_STATUS(gpuwire_darray_create_cart(comm, 3, shape, NULL, mine, NULL, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, &d),
+                      GPUWIRE_ERROR_INVALID_ARGUMENT);
+        EXPECT_LAST_ERROR_HAS("halo");
+    }
+    EXPECT_OK(gpuwire_darray_create_cart(comm, 3, shape, NULL, h, NULL, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, &d));
+    EXPECT_STATUS(gpuwire_darray_halo_exchange_axes(d, w, 0, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_HAS("halo");
+    EXPECT_STATUS(gpuwire_darray_halo_exchange(d, 2, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT_STATUS(gpuwire_darray_halo_exchange_axes(d, NULL, 2, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_HAS("flags");
+    EXPECT_OK(gpuwire_darray_free(d));
+    /* Blocks of one element, a periodic width of 2: refused on every rank. */
+    EXPECT_OK(gpuwire_darray_create_cart(comm, 1, one, NULL, two, per1, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, &d));
+    EXPECT_STATUS(gpuwire_darray_halo_exchange(d, 2, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_HAS("fewer than the width");
+    EXPECT_OK(gpuwire_darray_halo_exchange(d, 1, NULL));
+    EXPECT_OK(gpuwire_darray_free(d));
+}
+
+static void process_grids(void)
+{
+    /* The middle (strided) axis split, periodic outer axes: self-exchange on them. */
+    int64_t s1[3] = {4, 6, 5}, p1[3] = {1, 0, 1}, h1[3] = {1, 2, 1};
+    int32_t r1[3] = {1, 0, 1};
+    /* Axis 0 split and periodic (the grid chosen by gpuwire), axis 2 not periodic. */
+    int64_t s2[3] = {4, 3, 5}, p2[3] = {0, 0, 0}, h2[3] = {1, 1, 1};
+    int32_t r2[3] = {1, 1, 0};
+    cart_case(s1, p1, h1, r1);
+    cart_case(s2, p2, h2, r2);
+    cart_ops();
+    wrap_periodic();
+    cart_errors();
+}
+
 int main(int argc, char **argv)
 {
     gpuwire_darray fails, leftover;
@@ -295,6 +590,7 @@ int main(int argc, char **argv)
     complex_dot();
     redistribution();
     halo_exchange();
+    process_grids();
 
     /* The ranks' failure counts, added up by a distributed array of one element per rank. */
     fails = make(size, 1, GPUWIRE_INT64, GPUWIRE_PARTITION_SCATTER);

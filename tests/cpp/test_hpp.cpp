@@ -648,6 +648,25 @@ static void test_darray(const gw::comm &world)
     grid.redistribute(grid2);
     EXPECT(grid2.sum<int32_t>() == cols * rows * (rows - 1) / 2);
 
+    // The grid over this program's own rows with a ghost row each side, periodic along the
+    // rows (create_cart's layout; wrap; halo_exchange_axes with corners; cart()).
+    std::array<int64_t, 2> procs{{0, 1}}, halo{{1, 0}};
+    std::array<int32_t, 2> periodic{{1, 0}};
+    std::vector<int32_t> own(static_cast<std::size_t>((nr + 2) * cols), -1);
+    for (int64_t i = 0; i < nr * cols; i++)
+        own[static_cast<std::size_t>(cols + i)] = static_cast<int32_t>(r0 + i / cols);
+    gw::darray wrapped = gw::darray::wrap(world, own.data(), gw::span<const int64_t>(shape),
+                                          gw::span<const int64_t>(procs), gw::span<const int64_t>(halo),
+                                          gw::span<const int32_t>(periodic), GPUWIRE_INT32,
+                                          GPUWIRE_SPACE_HOST);
+    wrapped.halo_exchange_axes({}, GPUWIRE_HALO_CORNERS);
+    EXPECT(own[0] == (r0 + rows - 1) % rows && own[static_cast<std::size_t>((nr + 1) * cols)] == (r0 + nr) % rows);
+    gw::darray::cart_info ci = wrapped.cart();
+    EXPECT(ci.procs[0] == size && ci.coords[0] == rank && ci.starts[0] == r0 && ci.periodic[0] == 1);
+    gw::darray cart = gw::darray::create_cart(world, gw::span<const int64_t>(shape), {}, {}, {},
+                                              GPUWIRE_INT32);
+    EXPECT(cart.cart().halo[0] == 0);
+
     // complex128: dot conjugates its first argument, dot(c, c) = ||c||^2.
     gw::darray c = gw::darray::create<std::complex<double>>(world, 4);
     std::vector<std::complex<double>> cv{{1, 2}, {3, -1}, {0, -2}, {1, 0}};

@@ -1072,7 +1072,10 @@ contains
   ! length, sections, the c_ptr forms; a 2-D array with a halo; complex dot.
   subroutine test_darray()
     integer, parameter :: n = 11
-    type(gpuwire_darray) :: x, y, bc, z, grid, grid2, cx, empty
+    type(gpuwire_darray) :: x, y, bc, z, grid, grid2, cx, empty, cart, wrapped
+    integer(int64) :: procs(2), coords(2), starts(2), halo2(2)
+    logical :: per2(2)
+    integer(int32), allocatable, target :: own(:, :)
     real(real64), target :: g(n), h(n), out(n), m(3, n), val
     real(real64) :: want(n), d, r, n1, n2
     real(real32) :: wrong(n), r32
@@ -1311,6 +1314,40 @@ contains
     call expect_ok(ierr, 'create_nd with int64 arguments')
     call gpuwire_darray_halo_exchange(grid2, 3, ierror=ierr)
     call expect_status(ierr, int(GPUWIRE_ERROR_INVALID_ARGUMENT), 'a width above the halo')
+
+    ! The same grid on a process grid, periodic along the rows (C axis 0): the first rank's
+    ! ghost row above is the last row, the last rank's below the first; then over this program's
+    ! own array w(3, nr + 2) (gpuwire_darray_wrap), corners asked for.
+    call gpuwire_darray_create_cart(world, [rows, 3], [0, 1], [1, 0], [.true., .false.], &
+      GPUWIRE_INT32, GPUWIRE_SPACE_HOST, cart)
+    call gpuwire_darray_cart(cart, procs, coords, starts, halo2, per2)
+    call expect(procs(1) == nranks .and. procs(2) == 1 .and. coords(1) == rank .and. &
+      starts(1) == r0 .and. halo2(1) == 1 .and. halo2(2) == 0 .and. per2(1) .and. &
+      .not. per2(2), 'gpuwire_darray_cart')
+    call gpuwire_darray_set_global(cart, gv)
+    call gpuwire_darray_halo_exchange_axes(cart, [1_int64, 0_int64], 0)
+    call gpuwire_darray_local_with_halo(cart, b)
+    call gpuwire_buffer_pointer(b, p)
+    call c_f_pointer(p, w, [3, nr + 2])
+    call expect(all(w(:, 1) == modulo(r0 - 1, rows)) .and. all(w(:, nr + 2) == &
+      modulo(r0 + nr, rows)), 'periodic ghost rows (create_cart)')
+    call gpuwire_buffer_free(b)
+    call gpuwire_darray_free(cart)
+    allocate(own(3, nr + 2))
+    own = -1
+    do i = 1, nr
+      own(:, i + 1) = r0 + i - 1
+    end do
+    call gpuwire_darray_wrap(world, c_loc(own), [int(rows, int64), 3_int64], [0_int64, 1_int64], &
+      [1_int64, 0_int64], [.true., .false.], GPUWIRE_INT32, GPUWIRE_SPACE_HOST, wrapped)
+    call gpuwire_darray_halo_exchange_axes(wrapped, [1, 0], int(GPUWIRE_HALO_CORNERS))
+    call expect(all(own(:, 1) == modulo(r0 - 1, rows)) .and. all(own(:, nr + 2) == &
+      modulo(r0 + nr, rows)), 'periodic ghost rows (wrap)')
+    call gpuwire_darray_free(wrapped)
+    call gpuwire_darray_wrap(world, c_loc(own), [rows, 3], [nranks + 1, 1], [1, 0], &
+      [.true., .false.], GPUWIRE_INT32, GPUWIRE_SPACE_HOST, wrapped, ierr)
+    call expect_status(ierr, int(GPUWIRE_ERROR_INVALID_ARGUMENT), 'a grid of another size')
+    deallocate(own)
 
     ! complex(real64): dot conjugates its first argument, dot(c, c) = ||c||^2.
     cv = [cmplx(1, 2, real64), cmplx(3, -1, real64), cmplx(0, -2, real64), cmplx(1, 0, real64)]

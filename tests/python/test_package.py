@@ -158,6 +158,31 @@ def test_the_datatype_is_refused_not_converted(comm):
     assert e.value.code == gpuwire.ERROR_DTYPE_MISMATCH
 
 
+def test_process_grid_and_wrapped_memory(comm):
+    """A periodic 2-D grid: create_cart's and wrap's ghost rows hold the wrapped-around global rows;
+    numpy() of an array with a halo on every axis is the owned box."""
+    rows, cols = 2 * SIZE + 1, 4
+    g = np.arange(rows * cols, dtype=np.float64).reshape(rows, cols)
+    with gpuwire.DArray(comm, (rows, cols), np.float64, procs=(0, 1), halo=(1, 1), periodic=(True, True)) as d:
+        info = d.cart()
+        assert info["procs"] == [SIZE, 1] and info["coords"][0] == RANK and info["periodic"] == [1, 1]
+        d.set_global(g)
+        r0, nr = info["starts"][0], d.local_shape()[0]
+        assert (d.numpy() == g[r0:r0 + nr]).all()
+        d.halo_exchange_axes(corners=True)
+        whole = d.local_with_halo().numpy().reshape(nr + 2, cols + 2)
+        want = np.pad(g, 1, mode="wrap")[r0:r0 + nr + 2]
+        assert (whole == want).all()
+    own = np.full((nr + 2, cols), -1.0)
+    own[1:-1] = g[r0:r0 + nr]
+    with gpuwire.DArray.wrap(comm, own, (rows, cols), procs=(0, 1), halo=(1, 0), periodic=(1, 0)) as w:
+        w.halo_exchange_axes([1, 0])
+        assert (own[0] == g[(r0 - 1) % rows]).all() and (own[-1] == g[(r0 + nr) % rows]).all()
+    with pytest.raises(gpuwire.Error) as e:
+        gpuwire.DArray(comm, (rows, cols), np.float64, procs=(SIZE + 1, 1))
+    assert e.value.code == gpuwire.ERROR_INVALID_ARGUMENT
+
+
 def test_scans_logical_ops_and_pairs(comm):
     # scan / exscan against a serial loop; exscan leaves rank 0's buffer alone; in place.
     x = np.array([RANK + 1, 10 * RANK], np.int64)
