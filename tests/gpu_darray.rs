@@ -12,7 +12,7 @@
 //! `GPUWIRE_GPU_TEST_SPACE=host` runs the same checks on host arrays (a dry run of the test
 //! itself where there is no GPU; it proves nothing about the device code). On the GPU
 //! machine scripts/gpu-run.sh runs it under `mpirun -np 2` (and with NCCL on one rank) with
-//! `GPUWIRE_GPU_TEST=dops,dmove,dhalo,dstream,dtags` and reads its `RESULT` lines.
+//! `GPUWIRE_GPU_TEST=dops,dmove,dhalo,dstream,dtags,dgrid` and reads its `RESULT` lines.
 
 mod common;
 
@@ -340,6 +340,165 @@ fn dhalo(ctx: &Ctx) {
     }
 }
 
+/// The value of global element g of a grid test array.
+fn grid_value(g: &[usize; 3]) -> f64 {
+    1.0 + 10000.0 * g[0] as f64 + 100.0 * g[1] as f64 + g[2] as f64
+}
+
+/// A padded 3-D block (dims n + 2 h): owned elements their global value, ghosts -1.
+fn grid_paint(start: &[usize; 3], n: &[usize; 3], h: &[usize; 3]) -> Vec<f64> {
+    let pd = [n[0] + 2 * h[0], n[1] + 2 * h[1], n[2] + 2 * h[2]];
+    let mut v = vec![-1.0; pd[0] * pd[1] * pd[2]];
+    for i in 0..n[0] {
+        for j in 0..n[1] {
+            for k in 0..n[2] {
+                v[((i + h[0]) * pd[1] + j + h[1]) * pd[2] + k + h[2]] = grid_value(&[start[0] + i, start[1] + j, start[2] + k]);
+            }
+        }
+    }
+    v
+}
+
+/// The mismatches of a padded block after an exchange of widths `w` (the rule of
+/// tests/c/test_darray.c's check_ghosts): owned elements unchanged; a ghost within the width on
+/// every axis where it lies outside, inside the global array or periodic there, and (faces
+/// only) outside on one axis, holds its global element's value (wrapped); the others stay -1.
+#[allow(clippy::too_many_arguments)]
+fn grid_check(got: &[f64], shape: &[usize; 3], start: &[usize; 3], n: &[usize; 3], h: &[usize; 3], w: &[usize; 3], per: &[bool; 3], corners: bool) -> Vec<String> {
+    let pd = [n[0] + 2 * h[0], n[1] + 2 * h[1], n[2] + 2 * h[2]];
+    let mut bad = Vec::new();
+    for l0 in 0..pd[0] {
+        for l1 in 0..pd[1] {
+            for l2 in 0..pd[2] {
+                let l = [l0, l1, l2];
+                let (mut outside, mut ok, mut g) = (0, true, [0usize; 3]);
+                for a in 0..3 {
+                    let mut ga = start[a] as i64 + l[a] as i64 - h[a] as i64;
+                    if l[a] < h[a] || l[a] >= h[a] + n[a] {
+                        outside += 1;
+                        let dist = if l[a] < h[a] { h[a] - l[a] } else { l[a] + 1 - h[a] - n[a] };
+                        ok &= dist <= w[a];
+                        if ga < 0 || ga >= shape[a] as i64 {
+                            if per[a] {
+                                ga = ga.rem_euclid(shape[a] as i64);
+                            } else {
+                                ok = false;
+                            }
+                        }
+                    }
+                    g[a] = ga.max(0) as usize;
+                }
+                let want = if outside == 0 || (ok && (corners || outside == 1)) { grid_value(&g) } else { -1.0 };
+                let v = got[(l0 * pd[1] + l1) * pd[2] + l2];
+                if v != want && bad.len() < 4 {
+                    bad.push(format!("element {l:?}: {v} != {want}"));
+                }
+            }
+        }
+    }
+    bad
+}
+
+/// dgrid: 3-D device arrays on a process grid (gpuwire_darray_create_cart): the halo exchange
+/// of the faces (one group: the x faces contiguous, the others strided views packed by kernels)
+/// and of the corners (axis by axis), periodic and not, on the legacy and a non-blocking
+/// stream, every ghost checked; operations on the owned box (not contiguous); then
+/// gpuwire_darray_wrap over cuMemAlloc'd memory, a periodic row split (an NCCL Jacobi solver's
+/// layout), the memory still the program's after gpuwire_darray_free.
+fn dgrid(ctx: &Ctx, stream: cu::CUstream) {
+    ctx.section("dgrid: halo exchange of 3-D device arrays on a process grid, and of wrapped device memory");
+    let f64s = Dtype::GPUWIRE_FLOAT64 as i32;
+    let cases: [([usize; 3], [i64; 3], [usize; 3], [bool; 3]); 3] = [
+        ([6, 5, 4], [0, 1, 1], [1, 1, 1], [true, false, true]),
+        ([4, 6, 5], [1, 0, 1], [1, 2, 1], [false, true, false]),
+        ([5, 4, 6], [1, 1, 0], [2, 1, 1], [true, true, true]),
+    ];
+    for (shape, procs, h, per) in cases {
+        for corners in [false, true] {
+            for (sname, st) in [("legacy stream", null()), ("non-blocking stream", stream.cast::<c_void>())] {
+                let what = format!("shape {shape:?} procs {procs:?} halo {h:?} periodic {per:?}{} on the {sname}", if corners { " with corners" } else { "" });
+                let dims = shape.map(|d| d as i64);
+                let hs = h.map(|d| d as i64);
+                let ps = per.map(|b| b as i32);
+                let mut d = 0;
+                if !ctx.ok(gpuwire_darray_create_cart(ctx.world, 3, dims.as_ptr(), procs.as_ptr(), hs.as_ptr(), ps.as_ptr(), f64s, dev() as i32, &mut d), &format!("{what}: create_cart")) {
+                    continue;
+                }
+                let (mut starts, mut ls) = ([0i64; 3], [0i64; 3]);
+                ctx.ok(gpuwire_darray_cart(d, std::ptr::null_mut(), std::ptr::null_mut(), starts.as_mut_ptr(), std::ptr::null_mut(), std::ptr::null_mut()), "cart");
+                ctx.ok(gpuwire_darray_local_shape(d, ls.as_mut_ptr()), "local_shape");
+                let (start, n) = (starts.map(|v| v as usize), ls.map(|v| v as usize));
+                let mut whole = 0u64;
+                ctx.ok(gpuwire_darray_local_with_halo(d, &mut whole), "view with halo");
+                ctx.ok(gpuwire_buffer_copy_from_host(whole, grid_paint(&start, &n, &h).as_ptr().cast(), null()), "paint");
+                let flags = if corners { GPUWIRE_HALO_CORNERS } else { 0 };
+                ctx.ok(gpuwire_darray_halo_exchange_axes(d, std::ptr::null(), flags, st), &format!("{what}: halo_exchange_axes"));
+                let mut got = grid_paint(&start, &n, &h);
+                ctx.ok(gpuwire_buffer_copy_to_host(whole, got.as_mut_ptr().cast(), st), "read back");
+                let bad = grid_check(&got, &shape, &start, &n, &h, &h, &per, corners);
+                ctx.check(bad.is_empty(), || format!("{what}: {}", bad.join("; ")));
+                if !corners && st.is_null() {
+                    // The owned box is not contiguous (a halo on every axis): ops pack it.
+                    let total: usize = shape.iter().product();
+                    let g: Vec<f64> = (0..total).map(|i| (i % 11) as f64 - 5.0).collect();
+                    ctx.ok(gpuwire_darray_set_global(d, g.as_ptr().cast(), null()), "set_global");
+                    let two = 2.0f64;
+                    ctx.ok(gpuwire_darray_scale(d, (&two as *const f64).cast(), null()), "scale");
+                    let mut back = vec![0f64; total];
+                    ctx.ok(gpuwire_darray_allgather(d, back.as_mut_ptr().cast(), null()), "allgather");
+                    ctx.check(back.iter().zip(&g).all(|(b, x)| *b == 2.0 * x), || format!("{what}: set_global, scale, allgather"));
+                    let mut sum = 0f64;
+                    ctx.ok(gpuwire_darray_sum(d, (&mut sum as *mut f64).cast(), null()), "sum");
+                    ctx.check_eq(sum, 2.0 * g.iter().sum::<f64>(), &format!("{what}: sum"));
+                    let mut after = vec![0f64; got.len()];
+                    ctx.ok(gpuwire_buffer_copy_to_host(whole, after.as_mut_ptr().cast(), null()), "read back");
+                    let pd = [n[0] + 2 * h[0], n[1] + 2 * h[1], n[2] + 2 * h[2]];
+                    ctx.check(after[0] == got[0] && after[pd[0] * pd[1] * pd[2] - 1] == got[got.len() - 1], || format!("{what}: operations leave the ghosts alone"));
+                }
+                ctx.ok(gpuwire_buffer_free(whole), "free view");
+                ctx.ok(gpuwire_darray_free(d), "free");
+            }
+        }
+    }
+    // A Jacobi solver's grid in its own device memory: rows split, periodic top and bottom.
+    let (ny, nx) = (7usize, 5usize);
+    let (r, p) = (ctx.rank, ctx.size);
+    let rows = ny / p + usize::from(r < ny % p);
+    let start = r * (ny / p) + r.min(ny % p);
+    let count = (rows + 2) * nx;
+    let mut host_mem = vec![0f64; count];
+    let mut raw: cu::CUdeviceptr = 0;
+    let ptr = if dev() == HOST {
+        host_mem.as_mut_ptr() as usize
+    } else {
+        // SAFETY: a plain device allocation in the current context, freed below.
+        assert_eq!(unsafe { cu::cuMemAlloc_v2(&mut raw, count * 8) }, cu::CUresult::CUDA_SUCCESS, "cuMemAlloc");
+        raw as usize
+    };
+    let mut mem = 0u64;
+    ctx.ok(gpuwire_buffer_wrap(ptr as *mut c_void, count as i64, f64s, Space::GPUWIRE_SPACE_AUTO as i32, &mut mem), "wrap the memory as a buffer");
+    let (st3, n3, h3) = ([start, 0, 0], [rows, nx, 1], [1usize, 0, 0]);
+    ctx.ok(gpuwire_buffer_copy_from_host(mem, grid_paint(&st3, &n3, &h3).as_ptr().cast(), null()), "paint");
+    let (dims, procs, halo, per) = ([ny as i64, nx as i64], [0i64, 1], [1i64, 0], [1i32, 0]);
+    let mut d = 0;
+    if ctx.ok(gpuwire_darray_wrap(ctx.world, ptr as *mut c_void, 2, dims.as_ptr(), procs.as_ptr(), halo.as_ptr(), per.as_ptr(), f64s, Space::GPUWIRE_SPACE_AUTO as i32, &mut d), "darray_wrap") {
+        let mut data = null();
+        ctx.ok(gpuwire_darray_data(d, &mut data), "data");
+        ctx.check_eq(data as usize, ptr + nx * 8, "the first owned element of wrapped memory");
+        ctx.ok(gpuwire_darray_halo_exchange(d, 1, stream.cast()), "halo_exchange (wrapped, periodic)");
+        ctx.ok(gpuwire_darray_free(d), "free");
+        let mut got = vec![0f64; count];
+        ctx.ok(gpuwire_buffer_copy_to_host(mem, got.as_mut_ptr().cast(), stream.cast()), "read back after free");
+        let bad = grid_check(&got, &[ny, nx, 1], &st3, &n3, &h3, &[1, 0, 0], &[true, false, false], false);
+        ctx.check(bad.is_empty(), || format!("wrapped device rows, periodic: {}", bad.join("; ")));
+    }
+    ctx.ok(gpuwire_buffer_free(mem), "free buffer");
+    if raw != 0 {
+        // SAFETY: allocated above; nothing uses it any more.
+        assert_eq!(unsafe { cu::cuMemFree_v2(raw) }, cu::CUresult::CUDA_SUCCESS, "cuMemFree: the memory was still the program's");
+    }
+}
+
 /// dtags: the program's own messages on device memory never meet a distributed array's. Before
 /// a halo exchange (then a gather), each rank posts gpuwire_isend of a device row marked -777
 /// to the peers the exchange sends to, with the tags the arrays once used on the program's
@@ -458,7 +617,7 @@ fn dstream(ctx: &Ctx, stream: cu::CUstream) {
 fn main() {
     let Ok(cases) = std::env::var("GPUWIRE_GPU_TEST") else {
         println!(
-            "GPU darray tests NOT RUN here: they need a GPU. scripts/gpu-run.sh runs them on the GPU machine (GPUWIRE_GPU_TEST=dops,dmove,dhalo,dstream,dtags under mpirun)."
+            "GPU darray tests NOT RUN here: they need a GPU. scripts/gpu-run.sh runs them on the GPU machine (GPUWIRE_GPU_TEST=dops,dmove,dhalo,dstream,dtags,dgrid under mpirun)."
         );
         return;
     };
@@ -487,6 +646,7 @@ fn main() {
             "dhalo" => dhalo(&ctx),
             "dstream" => dstream(&ctx, stream),
             "dtags" => dtags(&ctx),
+            "dgrid" => dgrid(&ctx, stream),
             other => {
                 ctx.check(false, || format!("unknown case {other}"));
             }
