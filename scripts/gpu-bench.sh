@@ -35,6 +35,12 @@
 #   gpuwire-staged-2x2    flat MPI_STAGED                                                stock
 #   gpuwire-hier-2x2-kit  HIER (IPC inside each host, MPI_CUDA_AWARE between leaders)    the kit
 #   gpuwire-cuda_aware-2x2 flat MPI_CUDA_AWARE                                           the kit
+# halo3d (issue 15; only when named in GPUWIRE_BENCH_STEPS): gpuwire-bench halo3d, the six faces of
+#   a 256^3 float64 local grid, two ranks sharing GPU 0, under the kit (CUDA-aware):
+#   halo3d-auto           gpuwire (backend AUTO) vs the kit's subarray datatypes vs packing kernels + the kit's sends
+#   halo3d-cuda_aware     the same with gpuwire's backend MPI_CUDA_AWARE                    the kit
+#   halo3d-ipc            the same with gpuwire's backend IPC                               the kit
+#   (target: gpuwire >= 10x the derived datatypes and within 10 % of by hand: the HALO3D lines)
 # then one combined table (size x method, median), bus bandwidth tables, the gpuwire-nccl vs
 # raw-nccl tables and the target checks (bench/summarize.py).
 #
@@ -167,6 +173,12 @@ if [[ " ${STEPS//,/ } " == *" hier "* ]]; then
   CUDA_VISIBLE_DEVICES=0 MPIRUN=$mh MPIX= step gpuwire-staged-2x2 150 stock "$B/gpuwire-bench" device --backend staged --op allreduce --max-bytes "$MAXB" --tag 2x2
   CUDA_VISIBLE_DEVICES=0 MPIRUN=$mh MPIX= step gpuwire-hier-2x2-kit 150 kit "$B/gpuwire-bench" device --backend hier --op allreduce --max-bytes "$MAXB" --tag 2x2-kit
   CUDA_VISIBLE_DEVICES=0 MPIRUN=$mh MPIX= step gpuwire-cuda_aware-2x2 150 kit "$B/gpuwire-bench" device --backend cuda_aware --op allreduce --max-bytes "$MAXB" --tag 2x2
+fi
+if [[ " ${STEPS//,/ } " == *" halo3d "* ]]; then
+  CUDA_VISIBLE_DEVICES=0 step halo3d-auto 150 kit "$B/gpuwire-bench" halo3d --n 256 --tag auto
+  CUDA_VISIBLE_DEVICES=0 step halo3d-cuda_aware 150 kit "$B/gpuwire-bench" halo3d --n 256 --backend cuda_aware --tag cuda_aware
+  CUDA_VISIBLE_DEVICES=0 step halo3d-ipc 150 kit "$B/gpuwire-bench" halo3d --n 256 --backend ipc --tag ipc
+  grep -h "^HALO3D" "$RAW" 2> /dev/null || true
 fi
 if want single; then
   # Two ranks sharing GPU 0, also on a machine with more.

@@ -8,6 +8,7 @@
 //!                                   [--op allreduce,allgather,reduce_scatter,sendrecv,exchange|all]
 //!                                   [--max-bytes N] [--min-bytes N] [--target-ms T] [--reps R]
 //!                                   [--sync each|end] [--label L | --tag T]
+//! mpirun -np 2 gpuwire-bench halo3d [--n 256] [--reps R] [--target-ms T] [--backend B] [--tag T]
 //! mpirun -np N gpuwire-bench device --backend nccl      (N = 1 on one GPU; one rank per GPU)
 //!                                   [--op allreduce,allgather,reduce_scatter,sendrecv|all]
 //!                                   [--max-bytes N] [--min-bytes N] [--target-ms T] [--reps R]
@@ -82,6 +83,9 @@ const USAGE: &str = "usage:
                                   [--op allreduce,allgather,reduce_scatter,sendrecv,halo|all]
                                   [--max-bytes N] [--min-bytes N] [--target-ms T] [--reps R]
                                   [--sync end|each] [--tag T]
+  mpirun -np 2 gpuwire-bench halo3d [--n 256] [--reps R] [--target-ms T]   (CUDA-aware MPI:
+                                  the six faces of an n^3 float64 grid: gpuwire_darray_halo_exchange_axes
+                                  against MPI subarray datatypes and against packing kernels + MPI)
 `halo` (not in `all`): two rows each way in one gpuwire group (raw: one NCCL group of two
 ncclSend and two ncclRecv; raw-cuda-aware: two MPI_Sendrecv); sizes are one row's bytes.
 Sizes are bytes of float32 data, powers of two from --min-bytes (default 8) to --max-bytes
@@ -1503,8 +1507,14 @@ fn local_rank(m: &Mpi) -> i32 {
     r
 }
 
+#[path = "gpuwire-bench/halo3d.rs"]
+mod halo3d;
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("halo3d") {
+        return halo3d::run(&args[1..]);
+    }
     let o = match parse(&args) {
         Ok(o) => o,
         Err(e) if e.is_empty() => {
