@@ -482,7 +482,8 @@ static void cart_ops(void)
 /* A Jacobi solver's grid: its own memory, split by rows, periodic top and bottom. */
 static void wrap_periodic(void)
 {
-    enum { NY = 7, NX = 5 };
+    enum { NX = 5 };
+    const int64_t NY = 2 * size + 1; /* blocks of 2 or 3 rows */
     int64_t shape[3] = {NY, NX, 1}, procs[2] = {0, 1}, h[3] = {1, 0, 0}, w[3] = {1, 0, 0};
     int64_t start[3], n[3], grid[3] = {size, 1, 1}, lshape[2];
     int32_t per[3] = {1, 0, 0};
@@ -552,10 +553,10 @@ static void cart_errors(void)
 static void process_grids(void)
 {
     /* The middle (strided) axis split, periodic outer axes: self-exchange on them. */
-    int64_t s1[3] = {4, 6, 5}, p1[3] = {1, 0, 1}, h1[3] = {1, 2, 1};
+    int64_t s1[3] = {4, 2 * size, 5}, p1[3] = {1, 0, 1}, h1[3] = {1, 2, 1}; /* blocks of 2 */
     int32_t r1[3] = {1, 0, 1};
     /* Axis 0 split and periodic (the grid chosen by gpuwire), axis 2 not periodic. */
-    int64_t s2[3] = {4, 3, 5}, p2[3] = {0, 0, 0}, h2[3] = {1, 1, 1};
+    int64_t s2[3] = {size > 4 ? size : 4, 3, 5}, p2[3] = {0, 0, 0}, h2[3] = {1, 1, 1};
     int32_t r2[3] = {1, 1, 0};
     cart_case(s1, p1, h1, r1);
     cart_case(s2, p2, h2, r2);
