@@ -528,6 +528,19 @@ static void cart_errors(void)
     EXPECT_STATUS(gpuwire_darray_wrap(comm, (char *)x + 1, 1, one, NULL, NULL, NULL, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, &d),
                   GPUWIRE_ERROR_INVALID_ARGUMENT);
     EXPECT_LAST_ERROR_HAS("aligned");
+    /* Five axes with a halo beyond axis 0: refused (views have at most 4 dimensions); with
+     * the halo on axis 0 only, accepted. */
+    {
+        int64_t s5[5] = {2, 2, 2, 2, 2}, h5[5] = {0, 1, 0, 0, 0}, h50[5] = {1, 0, 0, 0, 0};
+        int64_t p5[5] = {0, 1, 1, 1, 1};
+        EXPECT_STATUS(gpuwire_darray_create_cart(comm, 5, s5, NULL, h5, NULL, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, &d),
+                      GPUWIRE_ERROR_INVALID_ARGUMENT);
+        EXPECT_LAST_ERROR_HAS("ndim <= 4");
+        s5[0] = 2 * size;
+        EXPECT_OK(gpuwire_darray_create_cart(comm, 5, s5, p5, h50, NULL, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, &d));
+        EXPECT_OK(gpuwire_darray_halo_exchange(d, 1, NULL));
+        EXPECT_OK(gpuwire_darray_free(d));
+    }
     /* One rank passes another halo: an error on every rank, never a hang. */
     mine[0] = rank == size - 1 && size > 1 ? 2 : 1;
     if (size > 1) {
