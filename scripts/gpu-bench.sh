@@ -160,8 +160,8 @@ if [[ " ${STEPS//,/ } " == *" alltoallv "* ]]; then
 fi
 if [[ " ${STEPS//,/ } " == *" halo3d "* ]]; then
   # AUTO under the kit on two ranks sharing a GPU is IPC (its `# gpuwire:` line says so).
-  CUDA_VISIBLE_DEVICES=0 step halo3d-auto 150 kit "$B/gpuwire-bench" halo3d --n 256 --reps 5 --target-ms 20 --tag auto
-  CUDA_VISIBLE_DEVICES=0 step halo3d-cuda_aware 150 kit "$B/gpuwire-bench" halo3d --n 256 --reps 5 --target-ms 20 --backend cuda_aware --tag cuda_aware
+  CUDA_VISIBLE_DEVICES=0 step halo3d-auto 240 kit "$B/gpuwire-bench" halo3d --n 256 --reps 3 --target-ms 20 --tag auto
+  CUDA_VISIBLE_DEVICES=0 step halo3d-cuda_aware 240 kit "$B/gpuwire-bench" halo3d --n 256 --reps 3 --target-ms 20 --backend cuda_aware --tag cuda_aware
   grep -h "^HALO3D" "$RAW" 2> /dev/null || true
 fi
 if want single; then

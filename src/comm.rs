@@ -99,6 +99,10 @@ impl Default for Choice {
 #[derive(Default)]
 pub struct BackendState(Vec<Box<dyn Any + Send + Sync>>);
 
+/// A backend's own words on how its device operations complete (describe's `progress=`), set
+/// in [`BackendState`] where they differ from its kind's usual ones.
+pub struct StreamNote(pub &'static str);
+
 impl BackendState {
     /// The value of type `T`, if set (a TypeId compare per value held: a few).
     pub fn get<T: Any>(&self) -> Option<&T> {
@@ -284,9 +288,10 @@ impl Communicator {
             return "progress=none (below MPI_THREAD_MULTIPLE: nonblocking operations complete before their call returns, and device operations block the host)".into();
         }
         let device = match self.choice.kind {
+            _ if self.backend_state.get::<StreamNote>().is_some() => self.backend_state.get::<StreamNote>().map_or("", |n| n.0),
             BackendKind::GPUWIRE_BACKEND_HOST => "",
             BackendKind::GPUWIRE_BACKEND_NCCL => "; device operations enqueued on their stream by NCCL",
-            BackendKind::GPUWIRE_BACKEND_IPC => "; blocking device operations return when their data is in place (not yet stream-ordered on IPC)",
+            BackendKind::GPUWIRE_BACKEND_IPC => "; blocking device operations return when their data is in place (IPC collectives are stream-ordered only with MPI_THREAD_MULTIPLE, outside checking mode and GPUWIRE_HOST_SYNC=1, unless GPUWIRE_IPC_STREAM_ORDERED=0)",
             BackendKind::GPUWIRE_BACKEND_HIER => "; hierarchical device operations return when their node's last step has its data in place (each step as its level's backend runs it)",
             BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE => "; blocking device operations return when their data is in place (not yet stream-ordered on a CUDA-aware MPI)",
             _ if crate::engine::host_sync() => "; device operations stream-ordered, and wait for completion on the host (GPUWIRE_HOST_SYNC=1)",

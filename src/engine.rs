@@ -50,6 +50,18 @@ pub fn available() -> bool {
     MULTIPLE.load(Ordering::Relaxed)
 }
 
+thread_local! {
+    /// Whether this thread runs an engine's jobs (`on_engine_thread`).
+    static ON_ENGINE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the calling thread is running an engine's job: an operation called there must be
+/// complete when it returns (the job's end completes a request), so it may not merely enqueue
+/// its device work on a stream (the IPC backend's collectives check this).
+pub fn on_engine_thread() -> bool {
+    ON_ENGINE.with(|c| c.get())
+}
+
 /// Whether `GPUWIRE_HOST_SYNC=1`: every device operation also waits for its completion on the
 /// host (MPI's blocking meaning; for debugging).
 pub fn host_sync() -> bool {
@@ -235,9 +247,11 @@ impl Engine {
                 q.thread = false;
                 crate::trace!("engine thread not started ({e}): running the operation on the caller's thread");
                 let jobs: Vec<Job> = q.jobs.drain(..).collect();
+                let was = ON_ENGINE.with(|c| c.replace(true));
                 for j in jobs {
                     self.run_job(j);
                 }
+                ON_ENGINE.with(|c| c.set(was));
             }
         } else {
             self.cv.notify_all();
@@ -275,6 +289,7 @@ impl Engine {
 
     fn run(self: Arc<Self>) {
         device::defer_frees_on_this_thread();
+        ON_ENGINE.with(|c| c.set(true));
         loop {
             let job = {
                 let mut q = lock(&self.q);

@@ -250,6 +250,11 @@ pub(crate) static BACKENDS: [Backend; 6] = [
         passed: |why| format!("IPC not used ({why})"),
         setup: |c| {
             let st = ipc::IpcState::new(c, c.device())?;
+            if st.collectives_stream_ordered() {
+                c.backend_state.set(crate::comm::StreamNote(
+                    "; device collectives stream-ordered: enqueued on their stream around words of the shared segment, the call returning before the data moves (point-to-point still returns when its data is in place)",
+                ));
+            }
             c.backend_state.set(st);
             Ok(())
         },

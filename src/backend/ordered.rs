@@ -44,13 +44,11 @@ pub enum HostSide {
 }
 
 /// Whether device operations on `c` go through here: on MPI_STAGED and on NCCL's mixed calls.
-/// NCCL's own are ordered by NCCL. IPC's device operations still block the host: their host
-/// side makes CUDA calls (the leader's copies and kernels, `cuIpcCloseMemHandle` of a peer's
-/// freed buffer), and on the H200 (2026-12-01) an engine thread making them while the caller's
-/// stream waited for it deadlocked, in `cuIpcCloseMemHandle`, and in every call while the program
-/// freed memory (`cuMemFree` waits for the waiting stream); stream-ordering IPC needs the
-/// leader's device work enqueued at the call, with the cross-process waits as stream memory
-/// operations on the shared segment. And
+/// NCCL's own are ordered by NCCL. IPC's collectives are stream-ordered by the IPC backend
+/// itself (the leader's device work enqueued at the call, the cross-process waits as stream
+/// memory operations on the shared segment: docs/IPC.md), not here: an engine thread making its
+/// CUDA calls while the caller's stream waited for it deadlocked on the H200 (2026-12-01), in
+/// `cuIpcCloseMemHandle`, and in every call while the program freed memory. And
 /// MPI_CUDA_AWARE's block the host as in gpuwire 0.1: a CUDA-aware MPI makes CUDA calls of its own
 /// on device memory (synchronous copies on the legacy stream among them), which wait for a stream
 /// that waits for gpuwire's host side; giving it device memory from the engine, or from the

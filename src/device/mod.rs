@@ -577,6 +577,9 @@ pub fn sync(stream: Stream) -> Result<()> {
 pub struct Event(sys::CUevent);
 // SAFETY: an event handle is usable from any thread.
 unsafe impl Send for Event {}
+// SAFETY: the driver's event calls (record, query, synchronize, stream waits) are thread-safe;
+// `Event` has no state of its own beside the handle.
+unsafe impl Sync for Event {}
 
 impl Event {
     pub fn new() -> Result<Event> {

@@ -30,6 +30,10 @@ struct Coll<'a> {
     what: &'static str,
     /// This rank's failure before the exchange (published, then returned on every rank).
     local: Result<()>,
+    /// Whether this call's device work is stream-ordered: enqueued on `stream` around words of
+    /// the shared segment, the call returning before it is done (the communicator's mode,
+    /// `IpcState::so`, except on an engine thread, whose jobs complete requests).
+    so: bool,
     _lock: MutexGuard<'a, u64>,
     _ctx: CtxGuard,
 }
@@ -47,10 +51,18 @@ impl<'a> Coll<'a> {
                 local = devstate::check_device(c, b);
             }
         }
+        let so = s.so && !crate::engine::on_engine_thread();
         if local.is_ok() {
-            local = device::sync(stream);
+            local = if s.so { arrive_ordered(s, stream, so, seq) } else { device::sync(stream) };
         }
-        Ok(Coll { c, s, seq, stream, what, local, _lock: g, _ctx: ctx })
+        Ok(Coll { c, s, seq, stream, what, local, so, _lock: g, _ctx: ctx })
+    }
+
+    /// Whether a call of `bytes` goes through the segment's small data (the host reduces):
+    /// only where device collectives block the host; stream-ordered, every device call takes
+    /// the leader's device work (a call without data has nothing to order).
+    fn small(&self, bytes: usize) -> bool {
+        bytes == 0 || (bytes <= SMALL && !self.s.so)
     }
 
     fn me(&self) -> usize {
@@ -201,6 +213,12 @@ impl<'a> Coll<'a> {
 
     /// The leader's device work: `work` enqueues on the leader's stream; then the stream is
     /// waited for and `done` published with the outcome. Other ranks wait for it.
+    ///
+    /// Stream-ordered (`IpcState::so`), the leader enqueues, before the work, waits for every
+    /// follower's `ready` word and, after it, a write of its own `done` word; it publishes its
+    /// outcome once the work is enqueued. A follower whose call is stream-ordered then enqueues
+    /// a wait for that `done` word and returns; one on an engine thread waits for it on the
+    /// host.
     fn lead_or_follow(&self, work: impl FnOnce(&mut Lead) -> Result<()>) -> Result<()> {
         if self.me() != 0 {
             self.wait(|s| &s.done, Some(0))?;
@@ -213,6 +231,15 @@ impl<'a> Coll<'a> {
                 let status = Status::from_i32(code).unwrap_or(Status::GPUWIRE_ERROR_INTERNAL);
                 return Err(Error::from_status(status, msg));
             }
+            if self.s.so {
+                let w = &self.s.seg.slot(0).gpu.done;
+                if self.so {
+                    device::stream_wait_geq(self.stream, self.s.word_dev(w), self.seq as u32)?;
+                    self.leave_ordered()?;
+                } else {
+                    self.wait_word(w)?;
+                }
+            }
             return Ok(());
         }
         // Claim every follower's buffers before touching any: a follower that gave up first
@@ -224,6 +251,31 @@ impl<'a> Coll<'a> {
                 let msg = format!("rank {q} gave up waiting (its timeout) before the device work started; nothing was done; the communicator is now broken");
                 self.c.mark_broken(format!("{}: {msg}", self.what));
                 Err(Error::CommBroken(msg))
+            }
+            None if self.s.so => {
+                let mut m = maps();
+                let r = (|| {
+                    for q in 1..self.p() {
+                        device::stream_wait_geq(self.stream, self.s.word_dev(&seg.slot(q).gpu.ready), self.seq as u32)?;
+                    }
+                    let mut l = Lead { co: self, maps: &mut m };
+                    work(&mut l)?;
+                    device::stream_write(self.stream, self.s.word_dev(&seg.slot(0).gpu.done), self.seq as u32)?;
+                    if !self.so {
+                        return device::sync(self.stream);
+                    }
+                    let e = std::sync::Arc::new(device::Event::new()?);
+                    e.record(self.stream)?;
+                    m.in_flight(e.clone());
+                    *lock(&self.s.last_stream) = Some((self.stream, e));
+                    Ok(())
+                })();
+                if r.is_err() {
+                    // The followers take the error from the published outcome and do not wait
+                    // for `done`; later calls' words are written by later calls.
+                    crate::trace!("ipc: {}: the leader's stream-ordered device work failed", self.what);
+                }
+                r
             }
             None => {
                 let mut m = maps();
@@ -238,6 +290,32 @@ impl<'a> Coll<'a> {
         });
         self.publish_result(&r);
         r
+    }
+
+    /// A stream-ordered follower's end of a call: its stream's place after the call, for the
+    /// next call on another stream.
+    fn leave_ordered(&self) -> Result<()> {
+        let e = std::sync::Arc::new(device::Event::new()?);
+        e.record(self.stream)?;
+        *lock(&self.s.last_stream) = Some((self.stream, e));
+        Ok(())
+    }
+
+    /// Waits on the host until the leader's stream wrote this call's `done` word (a call on an
+    /// engine thread must be complete when it returns).
+    fn wait_word(&self, w: &std::sync::atomic::AtomicU32) -> Result<()> {
+        let seq = self.seq as u32;
+        let reached = || (w.load(Ordering::Acquire).wrapping_sub(seq) as i32) >= 0;
+        match shm::spin_until(self.c.remaining(), || super::broken(self.c), || Ok(reached()))? {
+            Ok(()) => Ok(()),
+            Err(_) if reached() => Ok(()),
+            Err(Stop::Broken) => Err(Error::CommBroken(format!("{}: the communicator broke while waiting for the leader's device work", self.what))),
+            Err(Stop::TimedOut) => {
+                let msg = format!("{}: the leader's device work did not finish within the communicator's timeout; the communicator is now broken", self.what);
+                self.c.mark_broken(msg.clone());
+                Err(Error::Timeout(msg))
+            }
+        }
     }
 
     /// The leader's outcome of this call, published with its `done`.
@@ -350,6 +428,26 @@ impl Lead<'_, '_> {
     }
 }
 
+/// The start of a call on a stream-ordered communicator: `stream` first waits for the
+/// previous stream-ordered collective's place in its stream when that was another stream (the
+/// communicator's collectives run in call order on the GPU, so each word of the segment only
+/// grows), then this rank's `ready` word becomes `seq`: written by the stream once the work
+/// before the call is done (`so`), or by the host after waiting for the stream.
+fn arrive_ordered(s: &IpcState, stream: Stream, so: bool, seq: u64) -> Result<()> {
+    if let Some((prev, e)) = lock(&s.last_stream).as_ref() {
+        if *prev != stream {
+            device::stream_wait_event(stream, e)?;
+        }
+    }
+    let w = &s.seg.slot(s.me).gpu.ready;
+    if so {
+        return device::stream_write(stream, s.word_dev(w), seq as u32);
+    }
+    device::sync(stream)?;
+    w.store(seq as u32, Ordering::Release);
+    Ok(())
+}
+
 /// `acc = d_0 op d_1 op ...` on the host, in rank order, over n elements at byte offset `off` of
 /// every rank's small data; AVG divided.
 fn host_reduce(co: &Coll, off: usize, n: usize, dtype: Dtype, op: ReduceOp) -> Result<Vec<u8>> {
@@ -412,7 +510,7 @@ pub(super) fn bcast(c: &Communicator, buf: &Buffer, root: i32, stream: Stream) -
     let root = root as usize;
     let mut co = Coll::begin(c, "bcast", &[Some(buf)], stream)?;
     let me = co.me();
-    if bytes <= SMALL {
+    if co.small(bytes) {
         co.stage_in(if me == root { Some(View::of(buf)) } else { None });
         co.exchange([BufRecord::default(); 2])?;
         if me != root {
@@ -450,7 +548,7 @@ pub(super) fn reduce(c: &Communicator, send: Input, recv: Option<&Buffer>, op: R
     };
     let root = root as usize;
     let mut co = Coll::begin(c, "reduce", &[input_buf(send), recv], stream)?;
-    if bytes <= SMALL {
+    if co.small(bytes) {
         co.stage_in(Some(input));
         co.exchange([BufRecord::default(); 2])?;
         if let Some(r) = recv {
@@ -478,7 +576,7 @@ pub(super) fn allreduce(c: &Communicator, send: Input, recv: &Buffer, op: Reduce
     let (n, dtype, bytes) = (recv.count(), recv.dtype(), recv.bytes());
     let input = in_view(send, recv, 0, bytes);
     let mut co = Coll::begin(c, "allreduce", &[input_buf(send), Some(recv)], stream)?;
-    if bytes <= SMALL {
+    if co.small(bytes) {
         co.stage_in(Some(input));
         co.exchange([BufRecord::default(); 2])?;
         let out = host_reduce(&co, 0, n, dtype, op)?;
@@ -508,7 +606,7 @@ pub(super) fn scan(c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, e
     let input = in_view(send, recv, 0, bytes);
     let mut co = Coll::begin(c, if exclusive { "exscan" } else { "scan" }, &[input_buf(send), Some(recv)], stream)?;
     let upto = co.me() + !exclusive as usize;
-    if bytes <= SMALL {
+    if co.small(bytes) {
         co.stage_in(Some(input));
         co.exchange([BufRecord::default(); 2])?;
         if upto == 0 {
@@ -541,7 +639,7 @@ pub(super) fn reduce_scatter(c: &Communicator, send: Input, recv: &Buffer, op: R
     let mb = m * dtype.size();
     let mut co = Coll::begin(c, "reduce_scatter", &[Some(sb), Some(recv)], stream)?;
     let me = co.me();
-    if sb.bytes() <= SMALL {
+    if co.small(sb.bytes()) {
         co.stage_in(Some(View::of(sb)));
         co.exchange([BufRecord::default(); 2])?;
         let out = host_reduce(&co, me * mb, m, dtype, op)?;
@@ -568,7 +666,7 @@ pub(super) fn alltoall(c: &Communicator, send: Input, recv: &Buffer, stream: Str
     let input = in_view(send, recv, 0, bytes);
     let mut co = Coll::begin(c, "alltoall", &[input_buf(send), Some(recv)], stream)?;
     let me = co.me();
-    if bytes <= SMALL {
+    if co.small(bytes) {
         co.stage_in(Some(input));
         co.exchange([BufRecord::default(); 2])?;
         let mut out = vec![0u8; bytes];
@@ -638,7 +736,7 @@ pub(super) fn scatter(c: &Communicator, send: Option<&Buffer>, recv: Input, root
         _ => unreachable!(),
     };
     let mut co = Coll::begin(c, "scatter", &[send, input_buf(recv)], stream)?;
-    if p * nb <= SMALL {
+    if co.small(p * nb) {
         co.stage_in(send.map(View::of));
         co.exchange([BufRecord::default(); 2])?;
         if !matches!(recv, Input::InPlace) {
@@ -691,7 +789,7 @@ fn gatherv(c: &Communicator, what: &'static str, send: Input, recv: Option<&Buff
     let input = View { bytes: counts[me] * es, ..input };
     let mut co = Coll::begin(c, what, &[input_buf(send), recv], stream)?;
     let largest = counts.iter().max().copied().unwrap_or(0) * es;
-    if largest <= SMALL {
+    if co.small(largest) {
         co.stage_in(Some(input));
         co.exchange([BufRecord::default(); 2])?;
         if let Some(r) = recv.filter(|_| root.is_none_or(|x| x == me)) {

@@ -23,15 +23,40 @@ struct Mapping {
 /// The process's mappings of its peers' allocations, shared by every IPC communicator: one
 /// cache per (exporter process, importing device), by buffer id. One lock covers every use: a
 /// call holds it from the lookup until the device work that reads or writes through the
-/// mappings is complete (its stream synchronised), and mappings are only closed under it, so
+/// mappings is complete (its stream synchronised) or, stream-ordered, enqueued with an event
+/// after it ([`Maps::in_flight`]); mappings are only closed under it, after those events, so
 /// none is closed while in use.
 pub(super) struct Maps {
     lrus: BTreeMap<(u64, i32), Lru<u64, Mapping>>,
     /// Live IPC communicators of this process; the last one's free closes every mapping.
     pub(super) states: usize,
+    /// Events recorded after stream-ordered device work through mappings (`coll.rs`), which
+    /// returns before that work is done: no mapping is closed before every one has passed
+    /// ([`Maps::quiesce`]).
+    pending: Vec<std::sync::Arc<device::Event>>,
 }
 
-pub(super) static MAPS: Mutex<Maps> = Mutex::new(Maps { lrus: BTreeMap::new(), states: 0 });
+pub(super) static MAPS: Mutex<Maps> = Mutex::new(Maps { lrus: BTreeMap::new(), states: 0, pending: Vec::new() });
+
+impl Maps {
+    /// Notes device work through mappings that is still in flight (its event, recorded after
+    /// it); forgets the events that have passed.
+    pub(super) fn in_flight(&mut self, e: std::sync::Arc<device::Event>) {
+        self.pending.retain(|x| !x.query().unwrap_or(true));
+        self.pending.push(e);
+    }
+
+    /// Waits until the device work of every [`Maps::in_flight`] event is done (before a mapping
+    /// may be closed). The work waits only for the peers' streams, never for a host thread of
+    /// this process, so this ends.
+    fn quiesce(&mut self) {
+        for e in self.pending.drain(..) {
+            if let Err(err) = e.wait_host() {
+                crate::trace!("ipc: waiting for device work through mappings before closing one: {err}");
+            }
+        }
+    }
+}
 
 pub(super) fn maps() -> MutexGuard<'static, Maps> {
     lock(&MAPS)
@@ -47,6 +72,7 @@ fn close_mapping(device: i32, m: Mapping) {
 
 /// Closes every mapping (the last IPC communicator's free; gpuwire_finalize).
 pub(super) fn close_all(m: &mut Maps) {
+    m.quiesce();
     for (&(_, device), l) in m.lrus.iter_mut() {
         l.drain(|x| close_mapping(device, x));
     }
@@ -73,6 +99,9 @@ pub(super) fn import(maps: &mut Maps, device: i32, me: usize, peer: usize, rec: 
     // every device's cache of that process, whichever communicator opened it. No call uses it:
     // uses hold `maps` until their device work is complete.
     if !maps.lrus.get(&key).is_some_and(|l| l.contains(&rec.id)) {
+        // Opening one may close others (below, and the cache's eviction): after the device work
+        // still in flight through them.
+        maps.quiesce();
         let (b, e) = (rec.base, rec.base + rec.size);
         for (&(_, dev), l) in maps.lrus.iter_mut().filter(|((p, _), _)| *p == rec.proc_id) {
             l.evict_if(|_, m| m.base < e && b < m.base + m.size, |m| {

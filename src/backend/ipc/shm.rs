@@ -102,6 +102,20 @@ pub struct CallArea {
     pub data: [u8; SMALL],
 }
 
+/// Words of a slot that GPU streams write (`cuStreamWriteValue32`) and wait for
+/// (`cuStreamWaitValue32`, cyclic GEQ) through each process's registration of the segment: the
+/// low 32 bits of collective sequence numbers, which grow by one per collective. A
+/// communicator's stream-ordered collectives run in call order on the GPU (`coll.rs`), so each
+/// word only grows.
+#[repr(C, align(64))]
+#[derive(Debug, Default)]
+pub struct GpuWords {
+    /// The collective whose place this rank's stream has reached (its inputs are ready).
+    pub ready: std::sync::atomic::AtomicU32,
+    /// The last collective whose device work this rank (the leader) has finished on its stream.
+    pub done: std::sync::atomic::AtomicU32,
+}
+
 /// One rank's slot of the shared segment.
 #[repr(C)]
 pub struct Slot {
@@ -119,6 +133,9 @@ pub struct Slot {
     /// Nonzero once this rank aborted the communicator (gpuwire_comm_abort): the communicator's
     /// broken flag, which every peer's wait reads (`super::broken`).
     pub aborted: Counter,
+    /// The words this rank's stream writes and the peers' streams wait on (stream-ordered
+    /// collectives, `coll.rs`).
+    pub gpu: GpuWords,
     pub call: [CallArea; 2],
     /// Completion cells of this rank's sends: claim words ([`claim_word`]) of the send's
     /// generation: OFFERED by the sender, CLAIMED by the receiver before it reads the sender's

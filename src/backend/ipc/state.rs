@@ -42,8 +42,17 @@ pub(super) struct Inner {
 pub struct IpcState {
     pub(super) seg: Seg,
     win: Option<RawWin>,
-    /// The base this rank registered with cuMemHostRegister (its slot), if it could.
+    /// The base this rank registered with cuMemHostRegister (the whole segment, mapped into the
+    /// device), if it could.
     registered: Option<usize>,
+    /// The device address of the segment's base (its registration), 0 without one.
+    seg_dev: u64,
+    /// Whether this communicator's device collectives are stream-ordered (agreed at creation:
+    /// see [`IpcState::stream_ordered`]).
+    pub(super) so: bool,
+    /// The stream of the last stream-ordered collective: a collective on another stream first
+    /// makes its stream wait for that one's work, so that they run in call order on the GPU.
+    pub(super) last_stream: Mutex<Option<(Stream, std::sync::Arc<device::Event>)>>,
     pub(super) ctrl: RawComm,
     pub(super) data: RawComm,
     pub(super) device: i32,
@@ -93,6 +102,9 @@ impl IpcState {
             seg: Seg { base: 0, p },
             win: Some(RawWin(win)),
             registered: None,
+            seg_dev: 0,
+            so: false,
+            last_stream: Mutex::new(None),
             ctrl: RawComm(mpisys::comm_null()),
             data: RawComm(mpisys::comm_null()),
             device,
@@ -132,14 +144,26 @@ impl IpcState {
         unsafe { std::ptr::write_bytes(my as *mut u8, 0, shm::SLOT_BYTES) };
         {
             let _g = CtxGuard::enter(device)?;
+            // The whole segment, mapped into the device: this rank's stream writes words of its
+            // slot and waits on words of the peers' (stream-ordered collectives).
             // SAFETY: page-multiple range of this process's mapping of the window.
-            let r = unsafe { cu::cuMemHostRegister_v2(my as *mut c_void, shm::SLOT_BYTES, cu::CU_MEMHOSTREGISTER_PORTABLE) };
+            let r = unsafe { cu::cuMemHostRegister_v2(seg_base as *mut c_void, bytes, cu::CU_MEMHOSTREGISTER_PORTABLE | cu::CU_MEMHOSTREGISTER_DEVICEMAP) };
             if r == cu::CUresult::CUDA_SUCCESS {
-                st.registered = Some(my);
+                st.registered = Some(seg_base);
+                let mut d: cu::CUdeviceptr = 0;
+                // SAFETY: registered with DEVICEMAP just above, in the current context.
+                if unsafe { cu::cuMemHostGetDevicePointer_v2(&mut d, seg_base as *mut c_void, 0) } == cu::CUresult::CUDA_SUCCESS {
+                    st.seg_dev = d as u64;
+                }
             } else {
-                crate::trace!("ipc: cuMemHostRegister of the segment slot failed ({r:?}); small copies use pageable memory");
+                crate::trace!("ipc: cuMemHostRegister of the segment failed ({r:?}); small copies use pageable memory, and device collectives block the host");
             }
         }
+        // Stream-ordered collectives where every rank can: the same on every rank.
+        let want = Self::stream_ordered(c) && st.seg_dev != 0;
+        let mut v = [-(want as i64)];
+        c.allreduce_max_i64(&mut v, "agreeing on stream-ordered IPC collectives")?;
+        st.so = v[0] == -1;
         let mut ctrl = mpisys::comm_null();
         let mut data = mpisys::comm_null();
         // SAFETY: collective duplicates of c.
@@ -155,6 +179,25 @@ impl IpcState {
         maps().states += 1;
         st.counted = true;
         Ok(st)
+    }
+
+    /// Whether this rank can stream-order its device collectives: the progress engine can run
+    /// (MPI_THREAD_MULTIPLE: nonblocking forms run there and complete on the host), the host
+    /// is not asked to wait (GPUWIRE_HOST_SYNC=1), not in checking mode (whose verdicts come
+    /// from the call), and not turned off (`GPUWIRE_IPC_STREAM_ORDERED=0`).
+    fn stream_ordered(c: &Communicator) -> bool {
+        let off = std::env::var("GPUWIRE_IPC_STREAM_ORDERED").is_ok_and(|v| v.trim() == "0");
+        crate::engine::available() && !crate::engine::host_sync() && !c.config().check && !off
+    }
+
+    /// Whether this communicator's device collectives are stream-ordered (describe).
+    pub fn collectives_stream_ordered(&self) -> bool {
+        self.so
+    }
+
+    /// The device address (for stream memory operations) of a word of the segment.
+    pub(super) fn word_dev(&self, w: &std::sync::atomic::AtomicU32) -> u64 {
+        self.seg_dev + (w as *const std::sync::atomic::AtomicU32 as usize - self.seg.base) as u64
     }
 
     /// Collective teardown (at communicator free): closes every mapping when this was the
