@@ -84,14 +84,14 @@ if has nbc; then
   # memory kinds across ranks (nbcmixed: host buffers on one rank, device on another) on
   # MPI_STAGED and IPC.
   nbccases=nbc,nbcgroup
-  GPUWIRE_BACKEND=mpi_staged gputest nbc-kit-staged kit $nbccases,nbcearly,nbcstreams,nbcmixed -x GPUWIRE_BACKEND
+  GPUWIRE_BACKEND=mpi_staged gputest nbc-kit-staged kit $nbccases,nbcearly,nbcstreams,p2pordered,nbcmixed -x GPUWIRE_BACKEND
   GPUWIRE_BACKEND=mpi_cuda_aware gputest nbc-kit-cuda-aware kit $nbccases -x GPUWIRE_BACKEND
   GPUWIRE_BACKEND=mpi_staged GPUWIRE_HOST_SYNC=1 gputest nbc-kit-staged-hostsync kit $nbccases -x GPUWIRE_BACKEND -x GPUWIRE_HOST_SYNC
-  GPUWIRE_BACKEND=ipc gputest nbc-ipc-np2 stock $nbccases,nbcearly,nbcstreams,nbcmixed -x GPUWIRE_BACKEND
+  GPUWIRE_BACKEND=ipc gputest nbc-ipc-np2 stock $nbccases,nbcearly,nbcstreams,p2pordered,nbcmixed -x GPUWIRE_BACKEND
   GPUWIRE_BACKEND=ipc GPUWIRE_GPU_TEST_NP=3 np2="mpirun -np 3 --oversubscribe --bind-to none" \
-    gputest nbc-ipc-np3 stock $nbccases,nbcearly,nbcstreams,nbcmixed -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP
+    gputest nbc-ipc-np3 stock $nbccases,nbcearly,nbcstreams,p2pordered,nbcmixed -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP
   # IPC collectives blocking the host, as before (GPUWIRE_IPC_STREAM_ORDERED=0).
-  GPUWIRE_BACKEND=ipc GPUWIRE_IPC_STREAM_ORDERED=0 gputest nbc-ipc-blocking stock $nbccases,nbcstreams,nbcmixed -x GPUWIRE_BACKEND -x GPUWIRE_IPC_STREAM_ORDERED
+  GPUWIRE_BACKEND=ipc GPUWIRE_IPC_STREAM_ORDERED=0 gputest nbc-ipc-blocking stock $nbccases,nbcstreams,p2pordered,nbcmixed -x GPUWIRE_BACKEND -x GPUWIRE_IPC_STREAM_ORDERED
   GPUWIRE_BACKEND=nccl GPUWIRE_GPU_TEST_NP=1 np2=$np1 gputest nbc-nccl-1rank stock $nbccases,nbcearly -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP
   gputest nbc-stock-auto stock $nbccases
 fi

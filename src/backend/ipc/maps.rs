@@ -101,8 +101,12 @@ pub(super) fn import(maps: &mut Maps, device: i32, me: usize, peer: usize, rec: 
     if !maps.lrus.get(&key).is_some_and(|l| l.contains(&rec.id)) {
         // Opening one may close others (below, and the cache's eviction): after the device work
         // still in flight through them.
-        maps.quiesce();
         let (b, e) = (rec.base, rec.base + rec.size);
+        let full = maps.lrus.get(&key).is_some_and(|l| l.len() >= shm::MAPPINGS_PER_PEER);
+        let stale = maps.lrus.iter().filter(|((p, _), _)| *p == rec.proc_id).any(|(_, l)| l.any(|m| m.base < e && b < m.base + m.size));
+        if full || stale {
+            maps.quiesce();
+        }
         for (&(_, dev), l) in maps.lrus.iter_mut().filter(|((p, _), _)| *p == rec.proc_id) {
             l.evict_if(|_, m| m.base < e && b < m.base + m.size, |m| {
                 crate::trace!("ipc: closing rank {peer}'s freed allocation at {:#x} (mapped at {:#x})", m.base, m.ptr);

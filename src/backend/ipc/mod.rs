@@ -166,7 +166,7 @@ impl Path for IpcPath {
 
     fn irecv(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
         // Here, not in p2p: the registry of pending receives (progress) sits above p2p.
-        let op = Arc::new(Mutex::new(RecvOp::start(c, buf, source, tag, stream)?));
+        let op = Arc::new(Mutex::new(RecvOp::start(c, buf, source, tag, stream, false)?));
         register(&op);
         Ok(Box::new(IpcRecv { op, comm: c, finished: false }))
     }

@@ -48,6 +48,9 @@ struct Header {
     /// inline or data message names a completion cell that the receiver ends (so the sender
     /// learns of a refusal).
     check: u32,
+    /// Nonzero for a stream-ordered send (K_HANDLE): the receiver waits for the cell's GPU
+    /// `ready` word before it copies and writes its `done` word after (`shm::CellWords`).
+    ordered: u32,
     /// K_LOCAL: the sender's pointer (the same process); K_DATA: the tag of the data message.
     ptr: u64,
     rec: BufRecord,
@@ -96,16 +99,20 @@ struct SendOp {
     pool: *const Pool,
     state: *const IpcState,
     dest: i32,
+    /// A stream-ordered send's completion cell (its GPU words; the host `cell` is then None):
+    /// [`SendOp::order_after`] makes the stream wait for the receiver's copy.
+    ordered: Option<(usize, u64)>,
 }
 // SAFETY: the pointers refer to the communicator's state, which the request keeps alive.
 unsafe impl Send for SendOp {}
 
 impl SendOp {
-    fn start(c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<SendOp> {
+    /// `ordered`: the call may be stream-ordered (a blocking send or sendrecv on the caller's
+    /// thread; see [`SendOp::start_ordered`]).
+    fn start(c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream, ordered: bool) -> Result<SendOp> {
         let s = state(c)?;
         devstate::check_device(c, buf)?;
         let _g = CtxGuard::enter(s.device)?;
-        device::sync(stream)?;
         let v = View::of(buf);
         let mut h = zeroed_header();
         h.magic = MAGIC;
@@ -114,7 +121,13 @@ impl SendOp {
         h.bytes = v.bytes as u64;
         h.count = buf.count() as u64;
         h.dtype = buf.dtype() as i32;
-        let mut op = SendOp { reqs: Vec::new(), _hdr: zeroed_header(), cell: None, staged: None, pool: devstate::pool(c)?, state: s, dest };
+        let mut op = SendOp { reqs: Vec::new(), _hdr: zeroed_header(), cell: None, staged: None, pool: devstate::pool(c)?, state: s, dest, ordered: None };
+        if ordered && s.so && !crate::engine::on_engine_thread() && !v.host() && v.bytes > SMALL && dest as usize != s.me {
+            if op.start_ordered(c, s, &mut h, v, stream)? {
+                return Ok(op);
+            }
+        }
+        device::sync(stream)?;
         let mut len = HDR_FIXED;
         let mut data: Option<(usize, usize, i32)> = None;
         if v.bytes <= SMALL {
@@ -142,7 +155,8 @@ impl SendOp {
             // waiting for their receivers) it goes as a data message instead, which MPI completes.
             let mut cell = None;
             if dest as usize == s.me || rec.kind == REC_HANDLE {
-                cell = lock(&s.inner).cells.take(&s.seg.slot(s.me).cells);
+                let slot = s.seg.slot(s.me);
+                cell = lock(&s.inner).cells.take(&slot.cells, &slot.cgpu, false);
                 if cell.is_none() && dest as usize != s.me {
                     rec = BufRecord::default();
                 }
@@ -194,7 +208,8 @@ impl SendOp {
             // (without a free cell it goes without: then only the receiver reports it).
             h.check = CHECK_COMPARE;
             if op.cell.is_none() {
-                if let Some((cell, generation)) = lock(&s.inner).cells.take(&s.seg.slot(s.me).cells) {
+                let slot = s.seg.slot(s.me);
+                if let Some((cell, generation)) = lock(&s.inner).cells.take(&slot.cells, &slot.cgpu, false) {
                     h.cell = cell as u64;
                     h.generation = generation;
                     h.check |= CHECK_CELL;
@@ -212,6 +227,54 @@ impl SendOp {
         }
         op._hdr = h;
         Ok(op)
+    }
+
+    /// A stream-ordered send (more than 1 KiB of exportable device memory to another rank, on a
+    /// stream-ordered communicator): no wait for the stream. The stream writes the cell's GPU
+    /// `ready` word where the send is in it; the header (with the buffer's IPC record) goes at
+    /// once; the receiver's stream waits for `ready`, copies through its mapping and writes the
+    /// cell's `done` word, which this rank's stream waits for ([`SendOp::order_after`]) before
+    /// its later work may touch the buffer. None (nothing done) when the buffer cannot be
+    /// exported or no cell is free: the send then takes the blocking path.
+    fn start_ordered(&mut self, c: &Communicator, s: &IpcState, h: &mut Box<Header>, v: View, stream: Stream) -> Result<bool> {
+        let rec = s.export(Some(v));
+        if rec.kind != REC_HANDLE {
+            return Ok(false);
+        }
+        let slot = s.seg.slot(s.me);
+        let Some((cell, generation)) = lock(&s.inner).cells.take(&slot.cells, &slot.cgpu, true) else { return Ok(false) };
+        if let Err(e) = device::stream_write(stream, s.word_dev(&slot.cgpu[cell].ready), generation as u32) {
+            // No receiver will be told of it: the cell ends here.
+            shm::abandon(&slot.cells[cell], generation);
+            slot.cgpu[cell].done.store(generation as u32, Ordering::Release);
+            return Err(e);
+        }
+        h.kind = K_HANDLE;
+        h.rec = rec;
+        h.cell = cell as u64;
+        h.generation = generation;
+        h.ordered = 1;
+        if c.config().check {
+            h.check = CHECK_COMPARE;
+        }
+        self.ordered = Some((cell, generation));
+        let hp = &**h as *const Header as usize;
+        {
+            let _order = lock(&s.send_order);
+            self.reqs.push(isend_bytes(s.ctrl, hp, HDR_FIXED, self.dest, h.tag)?);
+        }
+        self._hdr = std::mem::replace(h, zeroed_header());
+        Ok(true)
+    }
+
+    /// A stream-ordered send's end on its stream: the stream waits until the receiver's stream
+    /// has copied the data (after the receives of the same call were enqueued, so that two ranks
+    /// exchanging data never wait for each other's later work).
+    fn order_after(&self, stream: Stream) -> Result<()> {
+        let Some((cell, generation)) = self.ordered else { return Ok(()) };
+        // SAFETY: see the Send impl.
+        let s = unsafe { &*self.state };
+        device::stream_wait_geq(stream, s.word_dev(&s.seg.slot(s.me).cgpu[cell].done), generation as u32)
     }
 
     fn test(&mut self) -> Result<bool> {
@@ -301,6 +364,15 @@ pub struct RecvOp {
     pinned: bool,
     /// Ranks share the GPU (small deliveries avoid the compute engine: `device::htod_shared`).
     shared: bool,
+    /// Whether a stream-ordered send's copy is only enqueued on `stream` (a blocking receive on
+    /// the caller's thread, into device memory, on a stream-ordered communicator); else it is
+    /// complete when the receive is.
+    so: bool,
+    /// A receive into device memory that completes on the host copies on a stream of its own
+    /// (`stream` is then that one, ordered after the caller's work before the call by an event):
+    /// never behind later work of the caller's stream, such as a stream-ordered send's wait for
+    /// its receiver (an irecv, then a send, then a wait, on two ranks, must not deadlock).
+    side: Option<(i32, Stream)>,
     /// The receive buffer's element count and datatype.
     count: usize,
     dtype: crate::types::Dtype,
@@ -314,19 +386,31 @@ pub struct RecvOp {
 unsafe impl Send for RecvOp {}
 
 impl RecvOp {
-    pub(super) fn start(c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<RecvOp> {
+    /// `ordered`: the receive may be stream-ordered (a blocking receive or sendrecv on the
+    /// caller's thread).
+    pub(super) fn start(c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream, ordered: bool) -> Result<RecvOp> {
         let s = state(c)?;
         devstate::check_device(c, buf)?;
         let (pinned, shared) = {
             let st = devstate::dev(c)?;
             (st.pinned(), st.gpu_shared)
         };
-        {
+        let so = ordered && s.so && !crate::engine::on_engine_thread() && buf.space() == Space::GPUWIRE_SPACE_DEVICE;
+        let mut side = None;
+        if !so {
             // The receive buffer may be written as soon as a message arrives: order it after the
-            // caller's earlier work.
+            // caller's earlier work. (Stream-ordered, every write to it goes through the stream.)
             let _g = CtxGuard::enter(s.device)?;
-            device::sync(stream)?;
+            if buf.is_host() || !s.so {
+                device::sync(stream)?;
+            } else {
+                let own = take_side(s.device)?;
+                let e = device::Event::new()?;
+                e.record(stream).and_then(|()| device::stream_wait_event(own, &e)).inspect_err(|_| give_side(s.device, own))?;
+                side = Some((s.device, own));
+            }
         }
+        let stream = side.map_or(stream, |(_, own)| own);
         let hdr = zeroed_header();
         let req = irecv_bytes(s.ctrl, &*hdr as *const Header as usize, std::mem::size_of::<Header>(), source, tag)?;
         Ok(RecvOp {
@@ -340,6 +424,8 @@ impl RecvOp {
             pool: devstate::pool(c)?,
             pinned,
             shared,
+            so,
+            side,
             count: buf.count(),
             dtype: buf.dtype(),
             closed: false,
@@ -426,13 +512,42 @@ impl RecvOp {
                                     h.src
                                 )));
                             }
+                            let gw = &s.seg.slot(h.src as usize).cgpu[h.cell as usize];
+                            let ordered = h.ordered != 0 && h.kind == K_HANDLE;
+                            let g32 = h.generation as u32;
                             if let Some((st, e)) = self.verdict(&h) {
                                 drop(mapg);
+                                if ordered {
+                                    // The sender's stream waits for this word: nothing is copied.
+                                    gw.done.store(g32, Ordering::Release);
+                                }
                                 shm::refuse(word, h.generation, st);
                                 self.state = RState::Done;
                                 return Err(e);
                             }
-                            let r = if h.kind == K_LOCAL {
+                            let r = if ordered && self.so {
+                                // Enqueued after the work before this call: wait for the sender's
+                                // stream, copy, tell the sender's stream.
+                                let m = mapg.as_mut().expect("taken for K_HANDLE");
+                                s.import(m, h.src as usize, &h.rec).and_then(|src| {
+                                    device::stream_wait_geq(self.stream, s.word_dev(&gw.ready), g32)?;
+                                    device::copy_async(self.dst.ptr, src, n, self.stream)?;
+                                    device::stream_write(self.stream, s.word_dev(&gw.done), g32)?;
+                                    let e = Arc::new(device::Event::new()?);
+                                    e.record(self.stream)?;
+                                    m.in_flight(e);
+                                    Ok(())
+                                })
+                            } else if ordered {
+                                // Complete on return: after the sender's stream reached the send
+                                // (its `ready` word, read on the host), copy and wait.
+                                let _ = shm::spin_until(None, || false, || Ok(shm::reached(&gw.ready, g32)));
+                                let m = mapg.as_mut().expect("taken for K_HANDLE");
+                                s.import(m, h.src as usize, &h.rec).and_then(|src| {
+                                    device::copy_async(self.dst.ptr, src, n, self.stream)?;
+                                    device::sync(self.stream)
+                                })
+                            } else if h.kind == K_LOCAL {
                                 let src_host = h.rec.kind == REC_LOCAL_ONLY;
                                 ring::copy(Loc { ptr: self.dst.ptr, host: self.dst.host() }, Loc { ptr: h.ptr as usize, host: src_host }, n, self.stream)
                                     .and_then(|()| device::sync(self.stream))
@@ -444,6 +559,10 @@ impl RecvOp {
                                 })
                             };
                             drop(mapg);
+                            if ordered && (!self.so || r.is_err()) {
+                                // Copied (or failed): the sender's stream may go on.
+                                gw.done.store(g32, Ordering::Release);
+                            }
                             // The sender may go on (told whether its data arrived).
                             shm::finish(word, h.generation, r.is_ok());
                             r
@@ -546,6 +665,34 @@ impl RecvOp {
         }
         verdict.map_or(Ok(()), |(_, e)| Err(e))
     }
+}
+
+impl Drop for RecvOp {
+    fn drop(&mut self) {
+        // A finished receive's own stream is idle (its copy was waited for): reused.
+        if let Some((device, st)) = self.side.take().filter(|_| matches!(self.state, RState::Done)) {
+            give_side(device, st);
+        }
+    }
+}
+
+/// Streams of gpuwire's for receives that complete on the host (`RecvOp::side`), by device,
+/// reused (never destroyed).
+static SIDE: Mutex<Vec<(i32, Stream)>> = Mutex::new(Vec::new());
+
+fn take_side(device: i32) -> Result<Stream> {
+    let mut g = lock(&SIDE);
+    match g.iter().position(|(d, _)| *d == device) {
+        Some(i) => Ok(g.swap_remove(i).1),
+        None => {
+            drop(g);
+            device::private_stream(device)
+        }
+    }
+}
+
+fn give_side(device: i32, st: Stream) {
+    lock(&SIDE).push((device, st));
 }
 
 /// Waits for `done` while progressing the process's pending receives, up to the timeout. At
@@ -698,7 +845,11 @@ impl Drop for IpcRecv {
 // ---- the operations ------------------------------------------------------------------------
 
 pub(super) fn send(c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<()> {
-    let mut op = SendOp::start(c, buf, dest, tag, stream)?;
+    let mut op = SendOp::start(c, buf, dest, tag, stream, true)?;
+    if let Err(e) = op.order_after(stream) {
+        std::mem::forget(op);
+        return Err(e);
+    }
     let q = op.quitter();
     let r = wait_p2p(c, "send", || op.test(), || q.give_up());
     if r.is_err() {
@@ -708,7 +859,7 @@ pub(super) fn send(c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: 
 }
 
 pub(super) fn recv(c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<()> {
-    let mut op = RecvOp::start(c, buf, source, tag, stream)?;
+    let mut op = RecvOp::start(c, buf, source, tag, stream, true)?;
     let r = wait_p2p(c, "recv", || op.poll(), || true);
     if r.is_err() && !matches!(op.state, RState::Done) {
         std::mem::forget(op);
@@ -717,7 +868,7 @@ pub(super) fn recv(c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream
 }
 
 pub(super) fn isend(c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
-    let op = SendOp::start(c, buf, dest, tag, stream)?;
+    let op = SendOp::start(c, buf, dest, tag, stream, false)?;
     Ok(Box::new(IpcSend { op: Some(op), comm: c }))
 }
 
@@ -725,8 +876,8 @@ pub(super) fn isend(c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream:
 pub(super) fn sendrecv(c: &Communicator, send: &Buffer, dest: i32, sendtag: i32, recv: &Buffer, source: i32, recvtag: i32, stream: Stream) -> Result<()> {
     let proc_null = crate::types::PROC_NULL;
     // The receive first (a message to oneself then finds it).
-    let mut r = if source == proc_null { None } else { Some(RecvOp::start(c, recv, source, recvtag, stream)?) };
-    let mut w = if dest == proc_null { None } else { Some(SendOp::start(c, send, dest, sendtag, stream)?) };
+    let mut r = if source == proc_null { None } else { Some(RecvOp::start(c, recv, source, recvtag, stream, true)?) };
+    let mut w = if dest == proc_null { None } else { Some(SendOp::start(c, send, dest, sendtag, stream, true)?) };
     let q = w.as_ref().map(|o| o.quitter());
     // At a timeout the send part gives up, or (its receiver copying) ends first; the call
     // then fails as a whole, also when the receive part was complete.
@@ -745,6 +896,8 @@ pub(super) fn sendrecv(c: &Communicator, send: &Buffer, dest: i32, sendtag: i32,
     if res.is_err() {
         std::mem::forget(r);
         std::mem::forget(w);
+        return res;
     }
-    res
+    // A stream-ordered send part waits for its receiver after this rank's receive was enqueued.
+    w.as_ref().map_or(Ok(()), |w| w.order_after(stream))
 }

@@ -141,6 +141,25 @@ pub struct Slot {
     /// generation: OFFERED by the sender, CLAIMED by the receiver before it reads the sender's
     /// memory, then DONE or FAILED by it; ABANDONED by a sender that gave up first.
     pub cells: [AtomicU64; CELLS],
+    /// The GPU words of the completion cells, for stream-ordered sends (`p2p.rs`).
+    pub cgpu: [CellWords; CELLS],
+}
+
+/// The GPU words of one completion cell (low 32 bits of the send's generation), for a
+/// stream-ordered send: the sender's stream writes `ready` where the send is in it; the
+/// receiver's stream waits for it, copies, and writes `done`, which the sender's stream waits
+/// for before its later work.
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct CellWords {
+    pub ready: std::sync::atomic::AtomicU32,
+    pub done: std::sync::atomic::AtomicU32,
+}
+
+/// Whether a 32-bit GPU word has reached `v` (the cyclic comparison of `cuStreamWaitValue32`'s
+/// GEQ).
+pub fn reached(w: &std::sync::atomic::AtomicU32, v: u32) -> bool {
+    (w.load(Ordering::Acquire).wrapping_sub(v) as i32) >= 0
 }
 
 /// Distance between two ranks' slots (page multiple).
@@ -272,6 +291,11 @@ impl<K: Eq + Hash + Copy, V: Copy> Lru<K, V> {
         Ok(v)
     }
 
+    /// Whether some entry's value satisfies `pred`.
+    pub fn any(&self, pred: impl Fn(&V) -> bool) -> bool {
+        self.map.values().any(|(v, _)| pred(v))
+    }
+
     pub fn contains(&self, key: &K) -> bool {
         self.map.contains_key(key)
     }
@@ -300,27 +324,38 @@ impl<K: Eq + Hash + Copy, V: Copy> Lru<K, V> {
 #[derive(Debug)]
 pub struct Cells {
     assigned: Vec<u64>,
+    /// Whether the cell's last send was stream-ordered.
+    ordered: Vec<bool>,
     next: usize,
     generation: u64,
 }
 
 impl Default for Cells {
     fn default() -> Self {
-        Cells { assigned: vec![0; CELLS], next: 0, generation: 0 }
+        Cells::new(CELLS)
     }
 }
 
 impl Cells {
+    pub fn new(n: usize) -> Cells {
+        Cells { assigned: vec![0; n], ordered: vec![false; n], next: 0, generation: 0 }
+    }
+
     /// A free cell and its new generation, or None when all are in use. The cell's word is set
-    /// to OFFERED(generation) here, before the header that names it is sent.
-    pub fn take(&mut self, cells: &[AtomicU64]) -> Option<(usize, u64)> {
+    /// to OFFERED(generation) here, before the header that names it is sent. A cell whose last
+    /// send was stream-ordered is free only once the receiver's stream has also written that
+    /// send's `done` word in `gpu` (its copy happened, not only its enqueueing). `ordered`:
+    /// whether the new send is.
+    pub fn take(&mut self, cells: &[AtomicU64], gpu: &[CellWords], ordered: bool) -> Option<(usize, u64)> {
         for k in 0..cells.len() {
             let i = (self.next + k) % cells.len();
             let w = cells[i].load(Ordering::Acquire);
             let free = self.assigned[i] == 0 || (claim_tag(w) == self.assigned[i] && matches!(claim_state(w), DONE | FAILED | ABANDONED | REFUSED_COUNT | REFUSED_DTYPE));
-            if free {
+            let copied = !self.ordered[i] || reached(&gpu[i].done, self.assigned[i] as u32);
+            if free && copied {
                 self.generation += 1;
                 self.assigned[i] = self.generation;
+                self.ordered[i] = ordered;
                 self.next = (i + 1) % cells.len();
                 cells[i].store(claim_word(self.generation, OFFERED), Ordering::Release);
                 return Some((i, self.generation));
@@ -601,19 +636,20 @@ mod tests {
     #[test]
     fn cells_are_reused_only_after_completion() {
         let cells: Arc<Vec<AtomicU64>> = Arc::new((0..4).map(|_| AtomicU64::new(0)).collect());
-        let mut a = Cells { assigned: vec![0; 4], next: 0, generation: 0 };
-        let taken: Vec<(usize, u64)> = (0..4).map(|_| a.take(&cells).unwrap()).collect();
+        let gpu: Vec<CellWords> = (0..4).map(|_| CellWords::default()).collect();
+        let mut a = Cells::new(4);
+        let taken: Vec<(usize, u64)> = (0..4).map(|_| a.take(&cells, &gpu, false).unwrap()).collect();
         assert_eq!(taken.iter().map(|t| t.0).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
-        assert!(a.take(&cells).is_none(), "all four in flight");
+        assert!(a.take(&cells, &gpu, false).is_none(), "all four in flight");
         assert_eq!(cell_done(&cells, 2, taken[2].1), None);
         // The receiver claims send 2: still in flight, and the sender can no longer abandon it.
         claim(&cells[2], taken[2].1).unwrap();
-        assert!(a.take(&cells).is_none());
+        assert!(a.take(&cells, &gpu, false).is_none());
         assert!(!abandon(&cells[2], taken[2].1));
         assert_eq!(cell_done(&cells, 2, taken[2].1), None);
         finish(&cells[2], taken[2].1, true);
         assert_eq!(cell_done(&cells, 2, taken[2].1), Some(true));
-        let (i, g) = a.take(&cells).unwrap();
+        let (i, g) = a.take(&cells, &gpu, false).unwrap();
         assert_eq!(i, 2);
         assert!(g > taken[2].1);
         // The old send still reads as complete; the new one not yet.
@@ -622,7 +658,7 @@ mod tests {
         // Send 0's sender gives up first: its receiver may not claim it, and the cell is free.
         assert!(abandon(&cells[0], taken[0].1));
         assert_eq!(claim(&cells[0], taken[0].1), Err(claim_word(taken[0].1, ABANDONED)));
-        let (j, g2) = a.take(&cells).unwrap();
+        let (j, g2) = a.take(&cells, &gpu, false).unwrap();
         assert_eq!(j, 0);
         // A late receiver of the abandoned send cannot claim the cell's new send either.
         assert!(claim(&cells[0], taken[0].1).is_err());
@@ -630,7 +666,22 @@ mod tests {
         finish(&cells[0], g2, false);
         assert_eq!(cell_done(&cells, 0, g2), Some(false));
         // A failed send frees its cell too.
-        assert_eq!(a.take(&cells).map(|t| t.0), Some(0));
+        let (k, g3) = a.take(&cells, &gpu, true).unwrap();
+        assert_eq!(k, 0);
+        // A stream-ordered send: finished on the host (its copy enqueued), it is free only once
+        // the receiver's stream wrote its done word.
+        claim(&cells[0], g3).unwrap();
+        finish(&cells[0], g3, true);
+        for c in [1, 3] {
+            claim(&cells[c], taken[c].1).unwrap();
+            finish(&cells[c], taken[c].1, true);
+        }
+        assert_eq!(a.take(&cells, &gpu, false).map(|t| t.0), Some(1));
+        assert_eq!(a.take(&cells, &gpu, false).map(|t| t.0), Some(3));
+        assert!(a.take(&cells, &gpu, false).is_none(), "cell 0 copied on the GPU not yet");
+        gpu[0].done.store(g3 as u32, Ordering::Release);
+        assert_eq!(a.take(&cells, &gpu, false).map(|t| t.0), Some(0));
+        assert!(reached(&gpu[0].done, g3 as u32 - 5) && !reached(&gpu[0].done, g3 as u32 + 1));
     }
 
     #[test]
