@@ -79,8 +79,7 @@ if has nbc; then
   # a halo ring, nonblocking forms in a group (nbcgroup); "returns before the data" (nbcearly: a
   # 50 ms kernel, then allreduce / iallreduce / sendrecv / a group of send and recv on its stream: under 25 ms on the host,
   # right result after cuStreamSynchronize; a cudaFree while one is pending) on the
-  # stream-ordered backends (NCCL, MPI_STAGED; IPC's collectives: its point-to-point forms are
-  # reported, not required; MPI_CUDA_AWARE still blocks the host); mixed
+  # stream-ordered backends (NCCL, MPI_STAGED, IPC; MPI_CUDA_AWARE still blocks the host); mixed
   # memory kinds across ranks (nbcmixed: host buffers on one rank, device on another) on
   # MPI_STAGED and IPC.
   nbccases=nbc,nbcgroup

@@ -17,6 +17,11 @@
 //! place in the stream, the receives then sends started together by the progress engine, the
 //! received data copied back on the stream; the end returns before the data moves, as NCCL's.
 //!
+//! On IPC with stream-ordered point-to-point (`crate::backend::ipc::p2p_stream_ordered`), such a
+//! part is started as one batch: receives, then sends, each stream-ordered where it can be (more
+//! than 1 KiB of exportable device memory), the sends' waits for their receivers enqueued after
+//! every receive's copy; the end returns once the headers have met, before the data moves.
+//!
 //! Wildcard receives (GPUWIRE_ANY_SOURCE, GPUWIRE_ANY_TAG) in a group are posted at its end, in
 //! the group's call order before any send, and match as receives posted then would; the
 //! status of a gpuwire_irecv_status is its request's once the group ended. A blocking
@@ -222,6 +227,36 @@ fn run(entries: Vec<Entry>) -> Result<()> {
             }
         }
     }
+    // Stream-ordered IPC batches (module comment): each communicator's part at once.
+    let (ipc, rest): (Vec<&Entry>, Vec<&Entry>) = rest.into_iter().partition(|e| ipc_batchable(e, &entries));
+    let mut comms: Vec<&Arc<Communicator>> = Vec::new();
+    for e in &ipc {
+        if !comms.iter().any(|c| Arc::ptr_eq(c, &e.c)) {
+            comms.push(&e.c);
+        }
+    }
+    for c in comms {
+        let es: Vec<&Entry> = ipc.iter().copied().filter(|e| Arc::ptr_eq(&e.c, c)).collect();
+        let (mut sends, mut recvs) = (Vec::new(), Vec::new());
+        for e in &es {
+            match &e.op {
+                Op::Send { buf, dest, tag } => sends.push((&**buf, *dest, *tag)),
+                Op::Recv { buf, source, tag } => recvs.push((&**buf, *source, *tag)),
+                Op::Sendrecv { send, dest, sendtag, recv, source, recvtag } => {
+                    sends.push((&**send, *dest, *sendtag));
+                    recvs.push((&**recv, *source, *recvtag));
+                }
+                _ => {}
+            }
+        }
+        let r = crate::backend::ipc::group_p2p(c, &sends, &recvs, es[0].stream);
+        note(&r, &mut first);
+        for e in &es {
+            if let (Ok(()), Some(p)) = (&r, &e.packed) {
+                note(&p.unpack(e.stream), &mut first);
+            }
+        }
+    }
     // Point-to-point: receives, then sends, started now. Each operation's parts (a sendrecv has
     // two) and the first error starting one.
     let p2p: Vec<&Entry> = rest.iter().copied().filter(|e| e.op.is_p2p()).collect();
@@ -291,6 +326,22 @@ fn batchable(e: &Entry, all: &[Entry]) -> bool {
             && x.packed.as_ref().is_none_or(|p| !p.unpacks_on_host())
     };
     all.iter().filter(|x| Arc::ptr_eq(&x.c, &e.c)).all(fits)
+}
+
+/// Whether `e` joins its communicator's stream-ordered IPC batch (module comment): every entry
+/// of that communicator is a blocking send, receive or sendrecv on `e`'s stream, on an IPC
+/// communicator whose point-to-point is stream-ordered, its views (if any) unpacked on the
+/// device.
+fn ipc_batchable(e: &Entry, all: &[Entry]) -> bool {
+    let fits = |x: &Entry| {
+        matches!(x.op, Op::Send { .. } | Op::Recv { .. } | Op::Sendrecv { .. })
+            && x.done.is_none()
+            && x.stream == e.stream
+            && x.c.device() >= 0
+            && x.op.on_device(&x.c)
+            && x.packed.as_ref().is_none_or(|p| !p.unpacks_on_host())
+    };
+    e.c.backend() == crate::types::BackendKind::GPUWIRE_BACKEND_IPC && crate::backend::ipc::p2p_stream_ordered(&e.c) && all.iter().filter(|x| Arc::ptr_eq(&x.c, &e.c)).all(fits)
 }
 
 /// Issues a communicator's batch: one stream-ordered operation whose host side starts the

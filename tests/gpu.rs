@@ -1907,11 +1907,6 @@ fn nbc_returns_early(cx: &Ctx) -> Result<(), String> {
         }
         let fastest = times.iter().cloned().fold(f64::MAX, f64::min);
         report.push(format!("{form} {:.2?} ms", times));
-        // IPC's point-to-point still returns when its data is in place (README, Backends).
-        if fastest >= 25.0 && form == "group" && describe(cx.comm).contains("backend=IPC") {
-            println!("rank {r}: nbcearly: {form} on IPC waited for the stream ({times:.1?} ms): IPC point-to-point is not yet stream-ordered (NOT A PASS of this form)");
-            continue;
-        }
         if fastest >= 25.0 {
             return Err(format!("{form} after a 50 ms kernel on its stream took {times:.1?} ms on the host: it waited for the stream (backend: {})", describe(cx.comm)));
         }

@@ -82,6 +82,19 @@ pub(super) fn broken(c: &Communicator) -> bool {
     true
 }
 
+/// Whether blocking point-to-point calls on `c` from this thread can be stream-ordered (an IPC
+/// communicator whose ranks agreed on it, off the progress engine): `crate::group` then issues a
+/// group's point-to-point part through [`group_p2p`].
+pub fn p2p_stream_ordered(c: &Communicator) -> bool {
+    c.backend_state.get::<IpcState>().is_some_and(|s| s.so) && !crate::engine::on_engine_thread()
+}
+
+/// A group's blocking sends (buffer, dest, tag) and receives (buffer, source, tag) on `c`,
+/// started together and stream-ordered (`p2p::batch`).
+pub fn group_p2p(c: &Communicator, sends: &[(&Buffer, i32, i32)], recvs: &[(&Buffer, i32, i32)], stream: Stream) -> Result<()> {
+    p2p::batch(c, sends, recvs, stream)
+}
+
 pub fn eligible(c: &Communicator, device: Option<i32>) -> Result<std::result::Result<String, String>> {
     let p = c.size() as usize;
     if c.local_size() != c.size() {

@@ -274,6 +274,7 @@ impl SendOp {
         let Some((cell, generation)) = self.ordered else { return Ok(()) };
         // SAFETY: see the Send impl.
         let s = unsafe { &*self.state };
+        let _g = CtxGuard::enter(s.device)?;
         device::stream_wait_geq(stream, s.word_dev(&s.seg.slot(s.me).cgpu[cell].done), generation as u32)
     }
 
@@ -900,4 +901,46 @@ pub(super) fn sendrecv(c: &Communicator, send: &Buffer, dest: i32, sendtag: i32,
     }
     // A stream-ordered send part waits for its receiver after this rank's receive was enqueued.
     w.as_ref().map_or(Ok(()), |w| w.order_after(stream))
+}
+
+/// A group's point-to-point part on a stream-ordered IPC communicator (`crate::group`): every
+/// receive started, then every send (each stream-ordered where it can be, as in [`sendrecv`]),
+/// all completed on the host (their headers; the copies enqueued), then the sends' waits for
+/// their receivers enqueued on `stream`. GPUWIRE_PROC_NULL peers are skipped.
+pub(super) fn batch(c: &Communicator, sends: &[(&Buffer, i32, i32)], recvs: &[(&Buffer, i32, i32)], stream: Stream) -> Result<()> {
+    let proc_null = crate::types::PROC_NULL;
+    let mut rs = Vec::new();
+    for (b, source, tag) in recvs.iter().filter(|r| r.1 != proc_null) {
+        rs.push(RecvOp::start(c, b, *source, *tag, stream, true)?);
+    }
+    let mut ws = Vec::new();
+    for (b, dest, tag) in sends.iter().filter(|s| s.1 != proc_null) {
+        match SendOp::start(c, b, *dest, *tag, stream, true) {
+            Ok(w) => ws.push(w),
+            Err(e) => {
+                std::mem::forget((rs, ws));
+                return Err(e);
+            }
+        }
+    }
+    let qs: Vec<Quitter> = ws.iter().map(|w| w.quitter()).collect();
+    let give_up = || qs.iter().all(|q| q.give_up() || q.wait_finished());
+    let res = wait_p2p(c, "group", || {
+        let mut all = true;
+        for op in rs.iter_mut() {
+            all &= op.poll()?;
+        }
+        for op in ws.iter_mut() {
+            all &= op.test()?;
+        }
+        Ok(all)
+    }, give_up);
+    if res.is_err() {
+        std::mem::forget((rs, ws));
+        return res;
+    }
+    for w in &ws {
+        w.order_after(stream)?;
+    }
+    Ok(())
 }
