@@ -836,6 +836,63 @@ fn gatherv(c: &Communicator, what: &'static str, send: Input, recv: Option<&Buff
     })
 }
 
+/// As MPI_Reduce_scatter: rank r gets the reduction, in rank order, of block r (`counts[r]`
+/// elements at the sum of the counts before it) of every rank's input. In place, the input is
+/// `recv` (the sum of the counts) and rank r's block lands at its start. Small calls through the
+/// segment (the host reduces); large ones by the leader with GPU kernels through the mappings,
+/// into every rank's output, or, when some rank is in place (its output overlaps its input's
+/// blocks), first into the leader's scratch and copied out after every block was read.
+pub(super) fn reduce_scatterv(c: &Communicator, send: Input, recv: &Buffer, counts: &[usize], op: ReduceOp, stream: Stream) -> Result<()> {
+    let (p, me) = (c.size() as usize, c.rank() as usize);
+    let (dtype, es) = (recv.dtype(), recv.dtype().size());
+    let disp: Vec<usize> = counts.iter().scan(0, |a, n| {
+        let d = *a;
+        *a += n;
+        Some(d)
+    }).collect();
+    let total: usize = counts.iter().sum();
+    let input = match send {
+        Input::Buf(b) => View::of(b),
+        Input::InPlace => View::of(recv),
+    };
+    let input = View { bytes: total * es, ..input };
+    let output = View::of(recv).at(0, counts[me] * es);
+    let mut co = Coll::begin(c, "reduce_scatterv", &[input_buf(send), Some(recv)], stream)?;
+    if co.small(total * es) {
+        co.stage_in(Some(input));
+        co.exchange([BufRecord::default(); 2])?;
+        if counts[me] == 0 {
+            return Ok(());
+        }
+        let out = host_reduce(&co, disp[me] * es, counts[me], dtype, op)?;
+        return co.deliver(output, &out);
+    }
+    let recs = [co.s.export(Some(input)), co.s.export(Some(View::of(recv)))];
+    if co.exchange(recs)? || !kernels_ok(c) {
+        drop(co);
+        return StagedPath.reduce_scatterv(c, send, recv, counts, op, stream);
+    }
+    co.lead_or_follow(|l| {
+        let blocks = (0..p).filter(|r| counts[*r] > 0);
+        if (0..p).any(|r| l.same(r)) {
+            let base = l.scratch(total * es)?;
+            for r in blocks.clone() {
+                l.reduce_into(base + disp[r] * es, disp[r] * es, counts[r], dtype, op)?;
+            }
+            for r in blocks {
+                let o = l.ptr(r, 1)?;
+                l.copy(o, base + disp[r] * es, counts[r] * es)?;
+            }
+        } else {
+            for r in blocks {
+                let o = l.ptr(r, 1)?;
+                l.reduce_into(o, disp[r] * es, counts[r], dtype, op)?;
+            }
+        }
+        Ok(())
+    })
+}
+
 // ---- the v-collectives ----------------------------------------------------------------------
 
 /// What one rank gives a v-collective through the mappings: its input and output (`None` where

@@ -19,7 +19,6 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys as cu;
 
-use crate::backend::mpi_staged::StagedPath;
 use crate::backend::path::{Blocks, Input, Path};
 use crate::buffer::Buffer;
 use crate::comm::Communicator;
@@ -244,10 +243,8 @@ impl Path for IpcPath {
         coll::scatterv_blocks(c, send, sb, recv, root, stream)
     }
 
-    // Not native yet: every rank stages it through MPI (the staged path), as IPC's other
-    // collectives do with memory they cannot map.
     fn reduce_scatterv(&self, c: &Communicator, send: Input, recv: &Buffer, counts: &[usize], op: ReduceOp, stream: Stream) -> Result<()> {
-        StagedPath.reduce_scatterv(c, send, recv, counts, op, stream)
+        coll::reduce_scatterv(c, send, recv, counts, op, stream)
     }
 }
 
