@@ -99,17 +99,30 @@ struct SendOp {
     pool: *const Pool,
     state: *const IpcState,
     dest: i32,
-    /// A stream-ordered send's completion cell (its GPU words; the host `cell` is then None):
-    /// [`SendOp::order_after`] makes the stream wait for the receiver's copy.
+    /// A stream-ordered send's completion cell (its GPU words): a blocking send's stream waits
+    /// for the receiver's copy ([`SendOp::order_after`]; its host `cell` is None); an isend's
+    /// request completes once the receiver's copy wrote the cell's `done` word (its host `cell`
+    /// is the same cell, for giving up at a timeout).
     ordered: Option<(usize, u64)>,
+}
+
+/// How a send may be stream-ordered ([`SendOp::start`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Order {
+    /// Not: the call waits for its stream first (engine jobs, sends to oneself, ...).
+    No,
+    /// A blocking send or sendrecv: its stream waits for the receiver's copy.
+    Stream,
+    /// An isend: the stream only marks where the data is ready; the request completes on the
+    /// host when the receiver has copied it.
+    Request,
 }
 // SAFETY: the pointers refer to the communicator's state, which the request keeps alive.
 unsafe impl Send for SendOp {}
 
 impl SendOp {
-    /// `ordered`: the call may be stream-ordered (a blocking send or sendrecv on the caller's
-    /// thread; see [`SendOp::start_ordered`]).
-    fn start(c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream, ordered: bool) -> Result<SendOp> {
+    /// `order`: how the call may be stream-ordered (see [`SendOp::start_ordered`]).
+    fn start(c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream, order: Order) -> Result<SendOp> {
         let s = state(c)?;
         devstate::check_device(c, buf)?;
         let _g = CtxGuard::enter(s.device)?;
@@ -122,8 +135,8 @@ impl SendOp {
         h.count = buf.count() as u64;
         h.dtype = buf.dtype() as i32;
         let mut op = SendOp { reqs: Vec::new(), _hdr: zeroed_header(), cell: None, staged: None, pool: devstate::pool(c)?, state: s, dest, ordered: None };
-        if ordered && s.so && !crate::engine::on_engine_thread() && !v.host() && v.bytes > SMALL && dest as usize != s.me {
-            if op.start_ordered(c, s, &mut h, v, stream)? {
+        if order != Order::No && s.so && !crate::engine::on_engine_thread() && !v.host() && v.bytes > SMALL && dest as usize != s.me {
+            if op.start_ordered(c, s, &mut h, v, stream, order)? {
                 return Ok(op);
             }
         }
@@ -236,7 +249,7 @@ impl SendOp {
     /// cell's `done` word, which this rank's stream waits for ([`SendOp::order_after`]) before
     /// its later work may touch the buffer. None (nothing done) when the buffer cannot be
     /// exported or no cell is free: the send then takes the blocking path.
-    fn start_ordered(&mut self, c: &Communicator, s: &IpcState, h: &mut Box<Header>, v: View, stream: Stream) -> Result<bool> {
+    fn start_ordered(&mut self, c: &Communicator, s: &IpcState, h: &mut Box<Header>, v: View, stream: Stream, order: Order) -> Result<bool> {
         let rec = s.export(Some(v));
         if rec.kind != REC_HANDLE {
             return Ok(false);
@@ -258,6 +271,9 @@ impl SendOp {
             h.check = CHECK_COMPARE;
         }
         self.ordered = Some((cell, generation));
+        if order == Order::Request {
+            self.cell = Some((cell, generation));
+        }
         let hp = &**h as *const Header as usize;
         {
             let _order = lock(&s.send_order);
@@ -271,7 +287,7 @@ impl SendOp {
     /// has copied the data (after the receives of the same call were enqueued, so that two ranks
     /// exchanging data never wait for each other's later work).
     fn order_after(&self, stream: Stream) -> Result<()> {
-        let Some((cell, generation)) = self.ordered else { return Ok(()) };
+        let Some((cell, generation)) = self.ordered.filter(|_| self.cell.is_none()) else { return Ok(()) };
         // SAFETY: see the Send impl.
         let s = unsafe { &*self.state };
         let _g = CtxGuard::enter(s.device)?;
@@ -303,6 +319,14 @@ impl SendOp {
                         self.dest
                     )));
                 }
+            }
+        }
+        if let Some((cell, generation)) = self.ordered.filter(|_| self.cell.is_some()) {
+            // A stream-ordered isend: complete once the receiver's copy happened on the GPU.
+            // SAFETY: see the Send impl.
+            let s = unsafe { &*self.state };
+            if !shm::reached(&s.seg.slot(s.me).cgpu[cell].done, generation as u32) {
+                return Ok(false);
             }
         }
         if let Some(b) = self.staged.take() {
@@ -846,7 +870,7 @@ impl Drop for IpcRecv {
 // ---- the operations ------------------------------------------------------------------------
 
 pub(super) fn send(c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<()> {
-    let mut op = SendOp::start(c, buf, dest, tag, stream, true)?;
+    let mut op = SendOp::start(c, buf, dest, tag, stream, Order::Stream)?;
     if let Err(e) = op.order_after(stream) {
         std::mem::forget(op);
         return Err(e);
@@ -869,7 +893,7 @@ pub(super) fn recv(c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream
 }
 
 pub(super) fn isend(c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
-    let op = SendOp::start(c, buf, dest, tag, stream, false)?;
+    let op = SendOp::start(c, buf, dest, tag, stream, Order::Request)?;
     Ok(Box::new(IpcSend { op: Some(op), comm: c }))
 }
 
@@ -878,7 +902,7 @@ pub(super) fn sendrecv(c: &Communicator, send: &Buffer, dest: i32, sendtag: i32,
     let proc_null = crate::types::PROC_NULL;
     // The receive first (a message to oneself then finds it).
     let mut r = if source == proc_null { None } else { Some(RecvOp::start(c, recv, source, recvtag, stream, true)?) };
-    let mut w = if dest == proc_null { None } else { Some(SendOp::start(c, send, dest, sendtag, stream, true)?) };
+    let mut w = if dest == proc_null { None } else { Some(SendOp::start(c, send, dest, sendtag, stream, Order::Stream)?) };
     let q = w.as_ref().map(|o| o.quitter());
     // At a timeout the send part gives up, or (its receiver copying) ends first; the call
     // then fails as a whole, also when the receive part was complete.
@@ -915,7 +939,7 @@ pub(super) fn batch(c: &Communicator, sends: &[(&Buffer, i32, i32)], recvs: &[(&
     }
     let mut ws = Vec::new();
     for (b, dest, tag) in sends.iter().filter(|s| s.1 != proc_null) {
-        match SendOp::start(c, b, *dest, *tag, stream, true) {
+        match SendOp::start(c, b, *dest, *tag, stream, Order::Stream) {
             Ok(w) => ws.push(w),
             Err(e) => {
                 std::mem::forget((rs, ws));
