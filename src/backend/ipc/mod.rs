@@ -65,6 +65,8 @@ fn hex(u: &[u8]) -> String {
 pub fn abort(c: &Communicator, why: String) {
     if let Some(st) = c.backend_state.get::<IpcState>() {
         st.seg.slot(st.me).aborted.0.store(1, std::sync::atomic::Ordering::Release);
+        // Stream-ordered calls of every rank waiting on this segment's words go on.
+        st.seg.release_all();
     }
     c.mark_broken(why);
 }

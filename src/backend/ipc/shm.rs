@@ -198,6 +198,25 @@ impl Seg {
         unsafe { std::ptr::addr_of_mut!((*s).call[(seq % 2) as usize]) }
     }
 
+    /// Releases every stream wait on this segment's GPU words, on every rank (an aborted
+    /// communicator: its later operations fail at the call, and no stream may be left waiting
+    /// for a peer that will not come, as `ncclCommAbort` ends NCCL's kernels): every word is
+    /// moved 2^30 ahead, past any sequence number or generation enqueued before.
+    pub fn release_all(&self) {
+        let ahead = |w: &std::sync::atomic::AtomicU32| {
+            let _ = w.fetch_add(1 << 30, Ordering::AcqRel);
+        };
+        for r in 0..self.p {
+            let s = self.slot(r);
+            ahead(&s.gpu.ready);
+            ahead(&s.gpu.done);
+            for c in &s.cgpu {
+                ahead(&c.ready);
+                ahead(&c.done);
+            }
+        }
+    }
+
     /// Ranks whose `field` counter is below `v`.
     pub fn behind(&self, v: u64, field: impl Fn(&Slot) -> &Counter) -> Vec<usize> {
         (0..self.p).filter(|r| field(self.slot(*r)).0.load(Ordering::Acquire) < v).collect()
