@@ -49,7 +49,7 @@ impl Maps {
     /// Waits until the device work of every [`Maps::in_flight`] event is done (before a mapping
     /// may be closed). The work waits only for the peers' streams, never for a host thread of
     /// this process, so this ends.
-    fn quiesce(&mut self) {
+    pub(super) fn quiesce(&mut self) {
         for e in self.pending.drain(..) {
             if let Err(err) = e.wait_host() {
                 crate::trace!("ipc: waiting for device work through mappings before closing one: {err}");

@@ -291,7 +291,11 @@ impl SendOp {
         // SAFETY: see the Send impl.
         let s = unsafe { &*self.state };
         let _g = CtxGuard::enter(s.device)?;
-        device::stream_wait_geq(stream, s.word_dev(&s.seg.slot(s.me).cgpu[cell].done), generation as u32)
+        device::stream_wait_geq(stream, s.word_dev(&s.seg.slot(s.me).cgpu[cell].done), generation as u32)?;
+        let e = device::Event::new()?;
+        e.record(stream)?;
+        s.send_in_flight(e);
+        Ok(())
     }
 
     fn test(&mut self) -> Result<bool> {

@@ -53,6 +53,9 @@ pub struct IpcState {
     /// The stream of the last stream-ordered collective: a collective on another stream first
     /// makes its stream wait for that one's work, so that they run in call order on the GPU.
     pub(super) last_stream: Mutex<Option<(Stream, std::sync::Arc<device::Event>)>>,
+    /// Events recorded after stream-ordered blocking sends' waits for their receivers (their
+    /// streams read the segment until then): waited for before the segment is unregistered.
+    pub(super) sends_in_flight: Mutex<Vec<device::Event>>,
     pub(super) ctrl: RawComm,
     pub(super) data: RawComm,
     pub(super) device: i32,
@@ -105,6 +108,7 @@ impl IpcState {
             seg_dev: 0,
             so: false,
             last_stream: Mutex::new(None),
+            sends_in_flight: Mutex::new(Vec::new()),
             ctrl: RawComm(mpisys::comm_null()),
             data: RawComm(mpisys::comm_null()),
             device,
@@ -190,6 +194,13 @@ impl IpcState {
         crate::engine::available() && !crate::engine::host_sync() && !c.config().check && !off
     }
 
+    /// Notes a stream-ordered send's wait (its event, recorded after it); forgets those passed.
+    pub(super) fn send_in_flight(&self, e: device::Event) {
+        let mut g = lock(&self.sends_in_flight);
+        g.retain(|x| !x.query().unwrap_or(true));
+        g.push(e);
+    }
+
     /// Whether this communicator's device collectives are stream-ordered (describe).
     pub fn collectives_stream_ordered(&self) -> bool {
         self.so
@@ -213,6 +224,16 @@ impl IpcState {
             }
         }
         if let Ok(_g) = CtxGuard::enter(self.device) {
+            // Stream-ordered work that still reads or writes the segment's words (the last
+            // collective's place, the sends' waits, the receives' copies) is done before the
+            // segment is unregistered (a stream waiting on it would then fault).
+            if let Some((_, e)) = lock(&self.last_stream).take() {
+                let _ = e.wait_host();
+            }
+            for e in lock(&self.sends_in_flight).drain(..) {
+                let _ = e.wait_host();
+            }
+            maps().quiesce();
             lock(&self.inner).exports.clear();
             if let Some(b) = self.registered.take() {
                 // SAFETY: registered in `new`.
