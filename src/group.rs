@@ -211,14 +211,8 @@ fn run(entries: Vec<Entry>) -> Result<()> {
     }
     // Stream-ordered batches (module comment): issued now, each as one operation.
     let (batched, rest): (Vec<&Entry>, Vec<&Entry>) = rest.into_iter().partition(|e| batchable(e, &entries));
-    let mut comms: Vec<&Arc<Communicator>> = Vec::new();
-    for e in &batched {
-        if !comms.iter().any(|c| Arc::ptr_eq(c, &e.c)) {
-            comms.push(&e.c);
-        }
-    }
-    for c in comms {
-        let es: Vec<&Entry> = batched.iter().copied().filter(|e| Arc::ptr_eq(&e.c, c)).collect();
+    for es in by_comm(&batched) {
+        let c = &es[0].c;
         let r = issue_batch(c, &es);
         note(&r, &mut first);
         for e in &es {
@@ -229,14 +223,8 @@ fn run(entries: Vec<Entry>) -> Result<()> {
     }
     // Stream-ordered IPC batches (module comment): each communicator's part at once.
     let (ipc, rest): (Vec<&Entry>, Vec<&Entry>) = rest.into_iter().partition(|e| ipc_batchable(e, &entries));
-    let mut comms: Vec<&Arc<Communicator>> = Vec::new();
-    for e in &ipc {
-        if !comms.iter().any(|c| Arc::ptr_eq(c, &e.c)) {
-            comms.push(&e.c);
-        }
-    }
-    for c in comms {
-        let es: Vec<&Entry> = ipc.iter().copied().filter(|e| Arc::ptr_eq(&e.c, c)).collect();
+    for es in by_comm(&ipc) {
+        let c = &es[0].c;
         let (mut sends, mut recvs) = (Vec::new(), Vec::new());
         for e in &es {
             match &e.op {
@@ -298,6 +286,18 @@ fn run(entries: Vec<Entry>) -> Result<()> {
         note(&r, &mut first);
     }
     first.map_or(Ok(()), Err)
+}
+
+/// `es` split by communicator, in the order of each communicator's first entry.
+fn by_comm<'a>(es: &[&'a Entry]) -> Vec<Vec<&'a Entry>> {
+    let mut out: Vec<Vec<&Entry>> = Vec::new();
+    for e in es {
+        match out.iter_mut().find(|g| Arc::ptr_eq(&g[0].c, &e.c)) {
+            Some(g) => g.push(e),
+            None => out.push(vec![e]),
+        }
+    }
+    out
 }
 
 /// Starts `op`'s receive (`receives`) or its send, if it has one, as a nonblocking operation.
