@@ -1032,7 +1032,8 @@ fn hier_against_flat(cx: &Ctx) -> Result<(), String> {
         res = Err("HIER reduce / reduce_scatter_block / allgatherv differ from the flat staged path".into());
     }
     // reduce_scatter_block of float64_int32 MINLOC (the leaders' reduce_scatterv failed with
-    // MPI_ERR_OP on it before f765ce9): value and index of every result element as flat's.
+    // MPI_ERR_OP on it, the MPI given the pair's move datatype): value and index of every result
+    // element as flat's.
     let k = 20_000usize;
     let dt = Dtype::GPUWIRE_FLOAT64_INT32;
     let pairs: Vec<u8> = (0..k * p).flat_map(|i| [((val(i, r) % 17) as f64).to_le_bytes().to_vec(), (r as i32).to_le_bytes().to_vec(), vec![0; 4]].concat()).collect();

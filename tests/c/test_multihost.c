@@ -500,7 +500,8 @@ static void hier_across(void)
         }
         {
             /* reduce_scatter_block of the same pair: the leaders' step is a reduce_scatterv
-             * (float64_int32 MINLOC/MAXLOC failed there with MPI_ERR_OP before f765ce9). */
+             * (float64_int32 MINLOC/MAXLOC failed there with MPI_ERR_OP while MPI was given the
+             * pair's move datatype). */
             gpuwire_buffer rin = balloc(N * size, dt), rf = balloc(N, dt), rh = balloc(N, dt);
             for (int i = 0; i < N * size; i++)
                 hput(bptr(rin), dt, i, hval(rank, i), rank);
