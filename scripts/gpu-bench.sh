@@ -28,6 +28,14 @@
 #   nccl-alltoallv-<N>gpu gpuwire-nccl against raw NCCL grouped send/recv (>= 2 GPUs)       stock
 #   ipc-alltoallv         gpuwire IPC, two ranks sharing GPU 0                              stock
 #   raw-cuda-aware-alltoallv  the kit's MPI_Alltoallv on device pointers, the same two ranks the kit
+# hier (issue 20; only when named in GPUWIRE_BENCH_STEPS): 2 simulated hosts x 2 ranks, all four
+#   on GPU 0 (scripts/multihost.sh: each host its own host name, TCP over loopback between
+#   them; the "hosts" share this machine's memory bus), allreduce 8 B .. $GPUWIRE_BENCH_MAX_BYTES,
+#   all under the kit (the stock Open MPI hangs in this layout there, a plain MPI program too):
+#   gpuwire-hier-2x2      HIER (IPC inside each host, MPI_CUDA_AWARE between the leaders,
+#                         their reductions staged)                                        the kit
+#   gpuwire-staged-2x2    flat MPI_STAGED (--backend staged)                              the kit
+#   gpuwire-cuda_aware-2x2 flat MPI_CUDA_AWARE                                           the kit
 # halo3d (issue 15; only when named in GPUWIRE_BENCH_STEPS): gpuwire-bench halo3d, the six faces of
 #   a 256^3 float64 local grid, two ranks sharing GPU 0, under the kit (CUDA-aware):
 #   halo3d-auto           gpuwire (backend AUTO) vs the kit's subarray datatypes vs packing kernels + the kit's sends
@@ -157,6 +165,13 @@ if [[ " ${STEPS//,/ } " == *" alltoallv "* ]]; then
   fi
   CUDA_VISIBLE_DEVICES=0 step ipc-alltoallv 90 stock "$B/gpuwire-bench" device --backend ipc --op alltoallv --min-bytes 1K --max-bytes 64M
   CUDA_VISIBLE_DEVICES=0 step raw-cuda-aware-alltoallv 120 kit "$B/gpuwire-bench" device --backend raw-cuda-aware --op alltoallv --min-bytes 1K --max-bytes 64M
+fi
+if [[ " ${STEPS//,/ } " == *" hier "* ]]; then
+  # 2 simulated hosts x 2 ranks on GPU 0: the hierarchical path against the flat ones, one run.
+  mh="bash scripts/multihost.sh openmpi 2,2"
+  CUDA_VISIBLE_DEVICES=0 MPIRUN=$mh MPIX= step gpuwire-hier-2x2 150 kit "$B/gpuwire-bench" device --backend hier --op allreduce --max-bytes "$MAXB" --tag 2x2
+  CUDA_VISIBLE_DEVICES=0 MPIRUN=$mh MPIX= step gpuwire-staged-2x2 150 kit "$B/gpuwire-bench" device --backend staged --op allreduce --max-bytes "$MAXB" --tag 2x2
+  CUDA_VISIBLE_DEVICES=0 MPIRUN=$mh MPIX= step gpuwire-cuda_aware-2x2 150 kit "$B/gpuwire-bench" device --backend cuda_aware --op allreduce --max-bytes "$MAXB" --tag 2x2
 fi
 if [[ " ${STEPS//,/ } " == *" halo3d "* ]]; then
   # AUTO under the kit on two ranks sharing a GPU is IPC (its `# gpuwire:` line says so).

@@ -206,11 +206,17 @@ if [[ " $what " == *" multinode "* ]]; then
   # isolated), every rank on GPU 0: 2 hosts x 1 rank, 2 hosts x 2 ranks. acrosshosts: describe
   # counts 2 nodes, AUTO takes neither IPC (not one node) nor NCCL (one GPU UUID: shared, whatever
   # the host names) and says why, IPC and NCCL requested fail saying why; 2 x 1: AUTO says
-  # why not HIER (one rank per host), HIER requested fails saying why; 2 x 2: AUTO passes HIER
-  # by (its device path is not yet proven: src/backend/hier.rs) and says so, HIER requested
-  # fails saying why; then every operation x datatype x op on AUTO (stock: staged, kit:
-  # CUDA-aware) and MPI_STAGED forced (kit), and cg_poisson_device, whose
-  # answers must agree between the two layouts.
+  # why not HIER (one rank per host), HIER requested fails saying why; 2 x 2: AUTO takes HIER
+  # (IPC inside each host; between the leaders stock: MPI_STAGED, kit: MPI_CUDA_AWARE with
+  # their reductions staged), and HIER's allreduce (also 4 MiB, the leaders' staged ring),
+  # reduce to a non-leader root, reduce_scatter_block (float64_int32 MINLOC too) and
+  # allgatherv equal the flat staged path's (and on 2 x 2 the cases again with
+  # GPUWIRE_HIER_MIN_BYTES=0: HIER composes every size); then every operation x datatype x op on
+  # AUTO (2 x 1 stock: staged, kit: CUDA-aware; 2 x 2: HIER) and MPI_STAGED forced (kit), and
+  # cg_poisson_device, whose answers must agree between the two layouts.
+  # 2 x 2 runs under the kit only: with the stock Open MPI a plain MPI program (no gpuwire) hangs
+  # in that layout on the H200 machine too (seen 2026-12-01), so its stock steps are skipped
+  # with a NOTE (the stock steps run on 2 x 1).
   # GPUWIRE_MULTINODE_SLOTS="1,1" (or "2,2") runs one layout only (each takes a few minutes).
   mh_example() { # label launcher slots binary args...: as example, on simulated hosts
     local label=$1 launcher=$2 slots=$3; shift 3
@@ -223,13 +229,28 @@ if [[ " $what " == *" multinode "* ]]; then
   }
   for slots in ${GPUWIRE_MULTINODE_SLOTS:-1,1 2,2}; do
     n=$((${slots%,*} + ${slots#*,})) l=mh2x${slots%,*}
-    GPUWIRE_GPU_TEST_NP=$n np2="bash scripts/multihost.sh openmpi $slots" \
-      gputest "$l-stock-auto" stock acrosshosts,ops,opswrap,scan,c13,c14,c17 -x GPUWIRE_GPU_TEST_NP
+    # The MPI of the stock steps (and of cg_poisson_device): the kit where stock hangs (2 x 2).
+    cg=stock
+    if [ "$slots" = 2,2 ]; then
+      cg=kit
+      echo "NOTE $l: the stock Open MPI steps are skipped: a plain MPI program hangs with it in the 2 x 2 layout on this machine too (not gpuwire's); 2 x 2 runs under the kit" | tee -a "$LOG"
+    else
+      GPUWIRE_GPU_TEST_NP=$n np2="bash scripts/multihost.sh openmpi $slots" \
+        gputest "$l-stock-auto" stock acrosshosts,ops,opswrap,scan,c13,c14,c17 -x GPUWIRE_GPU_TEST_NP
+    fi
     GPUWIRE_GPU_TEST_NP=$n np2="bash scripts/multihost.sh openmpi $slots" \
       gputest "$l-kit-auto" kit acrosshosts,ops,c13,c14 -x GPUWIRE_GPU_TEST_NP
     GPUWIRE_BACKEND=mpi_staged GPUWIRE_GPU_TEST_NP=$n np2="bash scripts/multihost.sh openmpi $slots" \
       gputest "$l-kit-staged" kit acrosshosts,ops,c13,c14 -x GPUWIRE_GPU_TEST_NP -x GPUWIRE_BACKEND
-    mh_example "$l-cg-device" stock "$slots" "$B/cg_poisson_device" 512 "$n"
+    if [ "$slots" = 2,2 ]; then
+      # HIER at every size (its device calls below 64 KiB take the flat path by default), then
+      # the other cases the stock step would have run (two runs: each within $LIMIT s).
+      GPUWIRE_HIER_MIN_BYTES=0 GPUWIRE_GPU_TEST_NP=$n np2="bash scripts/multihost.sh openmpi $slots" \
+        gputest "$l-kit-hier0" kit acrosshosts,ops,c13,c14 -x GPUWIRE_GPU_TEST_NP -x GPUWIRE_HIER_MIN_BYTES
+      GPUWIRE_HIER_MIN_BYTES=0 GPUWIRE_GPU_TEST_NP=$n np2="bash scripts/multihost.sh openmpi $slots" \
+        gputest "$l-kit-hier0-more" kit opswrap,scan,c17 -x GPUWIRE_GPU_TEST_NP -x GPUWIRE_HIER_MIN_BYTES
+    fi
+    mh_example "$l-cg-device" $cg "$slots" "$B/cg_poisson_device" 512 "$n"
   done
   if grep -q "^\[mh2x1-cg-device\] iterations" "$LOG" && grep -q "^\[mh2x2-cg-device\] iterations" "$LOG"; then
     agree mh2x1-cg-device mh2x2-cg-device

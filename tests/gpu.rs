@@ -890,22 +890,28 @@ fn across_hosts(cx: &Ctx) -> Result<(), String> {
     if backend == BackendKind::GPUWIRE_BACKEND_IPC as i32 {
         return Err(format!("IPC across {nodes} hosts: {text}"));
     }
-    // Some host has two ranks or more: HIER would fit, but its device path is not yet proven
-    // (src/backend/hier.rs: DEVICE_NOT_PROVEN): AUTO passes it by, saying why.
+    // Some host has two ranks or more: AUTO takes the hierarchical path (IPC inside each host).
     let multi = cx.size > nodes;
     if std::env::var("GPUWIRE_BACKEND").is_err() {
         if backend == BackendKind::GPUWIRE_BACKEND_NCCL as i32 || !text.contains("share one GPU") {
             return Err(format!("AUTO across hosts on one GPU should say the GPU is shared, and not take NCCL: {text}"));
         }
-        if multi && (backend == BackendKind::GPUWIRE_BACKEND_HIER as i32 || !text.contains("hierarchical not used (its device path is not yet proven")) {
-            return Err(format!("AUTO across hosts with two ranks on a host should pass HIER by (its device path is not yet proven) and say so: {text}"));
+        // CUDA-aware leaders stage their reductions (the MPI never reduces device memory).
+        let hier = text.contains(&format!("hierarchical: {nodes} nodes, IPC inside each, MPI_STAGED between leaders"))
+            || text.contains(&format!("hierarchical: {nodes} nodes, IPC inside each, MPI_CUDA_AWARE between leaders, their reductions staged through host memory"));
+        if multi && (backend != BackendKind::GPUWIRE_BACKEND_HIER as i32 || !hier) {
+            return Err(format!("AUTO across hosts with two ranks on a host should take HIER (IPC inside each host, MPI between the leaders) and say so: {text}"));
         }
         if !multi && (!text.contains("hierarchical not used (every node has one rank)") || !text.contains("IPC not used (the ranks are not all on one node)")) {
             return Err(format!("AUTO across hosts with one rank each should say why neither HIER nor IPC: {text}"));
         }
     }
     let mut refused = vec![(BackendKind::GPUWIRE_BACKEND_IPC, "not all on one node"), (BackendKind::GPUWIRE_BACKEND_NCCL, "share one GPU")];
-    refused.push((BackendKind::GPUWIRE_BACKEND_HIER, if multi { "not yet proven" } else { "every node has one rank" }));
+    if !multi {
+        refused.push((BackendKind::GPUWIRE_BACKEND_HIER, "every node has one rank"));
+    } else {
+        hier_against_flat(cx)?;
+    }
     for (kind, want) in refused {
         let mut cfg: gpuwire_config = unsafe { std::mem::zeroed() };
         ok(gpuwire_config_init(&mut cfg), "config_init");
@@ -930,6 +936,123 @@ fn across_hosts(cx: &Ctx) -> Result<(), String> {
     }
     println!("rank {}: across {nodes} hosts: {text}", cx.rank);
     Ok(())
+}
+
+/// HIER requested against MPI_STAGED requested (flat), on device memory across hosts: allreduce
+/// of int32 (SUM, MAX, BXOR: bit for bit) and float32 SUM of inexact values (within rounding,
+/// and the same bits on every rank), reduce onto the last rank (a non-leader on another host
+/// than rank 0's in 2 x 2), reduce_scatter_block and allgatherv with uneven counts: identical;
+/// an int32 SUM of 4 MiB against values computed here; reduce_scatter_block of float64_int32
+/// MINLOC: identical.
+fn hier_against_flat(cx: &Ctx) -> Result<(), String> {
+    let s = cx.stream as *mut c_void;
+    let (p, r) = (cx.size as usize, cx.rank as usize);
+    let world = |kind: BackendKind| {
+        let mut cfg: gpuwire_config = unsafe { std::mem::zeroed() };
+        ok(gpuwire_config_init(&mut cfg), "config_init");
+        cfg.backend = kind as i32;
+        let mut c = 0;
+        ok(gpuwire_comm_world(&cfg, &mut c), "comm_world");
+        c
+    };
+    let (h, f) = (world(BackendKind::GPUWIRE_BACKEND_HIER), world(BackendKind::GPUWIRE_BACKEND_MPI_STAGED));
+    let n = 100_003usize;
+    let ints: Vec<u8> = (0..n).flat_map(|i| (((i * 7 + r * 13) % 1001) as i32 - 300).to_le_bytes()).collect();
+    let floats: Vec<u8> = (0..n).flat_map(|i| (0.1f32 * (r + 1) as f32 + 1e-3 * (i % 97) as f32).to_le_bytes()).collect();
+    let run = |c: gpuwire_comm, data: &[u8], dt: Dtype, op: ReduceOp, what: &str| -> Vec<u8> {
+        let n = data.len() / 4;
+        let (x, y) = (dev_alloc(n, dt), dev_alloc(n, dt));
+        upload(x, data);
+        ok(gpuwire_allreduce(c, x, y, op as i32, s), what);
+        let out = download(y, 4 * n);
+        gpuwire_buffer_free(x);
+        gpuwire_buffer_free(y);
+        out
+    };
+    let mut res = Ok(());
+    for op in [ReduceOp::GPUWIRE_SUM, ReduceOp::GPUWIRE_MAX, ReduceOp::GPUWIRE_BXOR] {
+        if run(h, &ints, Dtype::GPUWIRE_INT32, op, "allreduce HIER") != run(f, &ints, Dtype::GPUWIRE_INT32, op, "allreduce flat") {
+            res = Err(format!("HIER int32 allreduce {op:?} differs from the flat staged path"));
+        }
+    }
+    // 4 MiB: above the staged path's host-copy size (2 MiB with a shared GPU), so the leaders'
+    // reduction is the staged ring (GPU kernels) under either MPI; values computed here.
+    let big = 1usize << 20;
+    let val = |i: usize, q: usize| ((i * 7 + q * 13) % 1001) as i32 - 300;
+    let big_ints: Vec<u8> = (0..big).flat_map(|i| val(i, r).to_le_bytes()).collect();
+    let want: Vec<u8> = (0..big).flat_map(|i| (0..p).map(|q| val(i, q)).sum::<i32>().to_le_bytes()).collect();
+    for (c, what) in [(h, "HIER"), (f, "flat")] {
+        if run(c, &big_ints, Dtype::GPUWIRE_INT32, ReduceOp::GPUWIRE_SUM, "allreduce 4 MiB") != want {
+            res = Err(format!("{what} int32 allreduce SUM of 4 MiB is wrong"));
+        }
+    }
+    let (a, b) = (run(h, &floats, Dtype::GPUWIRE_FLOAT32, ReduceOp::GPUWIRE_SUM, "allreduce HIER"), run(f, &floats, Dtype::GPUWIRE_FLOAT32, ReduceOp::GPUWIRE_SUM, "allreduce flat"));
+    let fl = |v: &[u8]| v.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect::<Vec<f32>>();
+    if fl(&a).iter().zip(fl(&b)).any(|(x, y)| (x - y).abs() > 1e-5 * y.abs()) {
+        res = Err("HIER float32 allreduce SUM is not within rounding of the flat path's".into());
+    }
+    // The same bits on every rank: the bitwise AND and OR of the results agree.
+    let (x, y) = (dev_alloc(n, Dtype::GPUWIRE_INT32), dev_alloc(n, Dtype::GPUWIRE_INT32));
+    upload(x, &a);
+    ok(gpuwire_allreduce(f, x, y, ReduceOp::GPUWIRE_BAND as i32, s), "allreduce BAND");
+    let band = download(y, 4 * n);
+    ok(gpuwire_allreduce(f, x, y, ReduceOp::GPUWIRE_BOR as i32, s), "allreduce BOR");
+    if band != download(y, 4 * n) || band != a {
+        res = Err("HIER float32 allreduce SUM differs between ranks".into());
+    }
+    gpuwire_buffer_free(x);
+    gpuwire_buffer_free(y);
+    // reduce onto the last rank, reduce_scatter_block, allgatherv with uneven counts (each above
+    // GPUWIRE_HIER_MIN_BYTES' default, so HIER composes them).
+    let m = 20_000usize;
+    let both = |c: gpuwire_comm| -> Vec<u8> {
+        let (x, y) = (dev_alloc(m * p, Dtype::GPUWIRE_INT32), dev_alloc(m * p, Dtype::GPUWIRE_INT32));
+        let (z, w) = (dev_alloc(m, Dtype::GPUWIRE_INT32), dev_alloc(m * p, Dtype::GPUWIRE_INT32));
+        upload(x, &ints[..4 * m * p]);
+        upload(y, &vec![0u8; 4 * m * p]);
+        let last = cx.size - 1;
+        ok(gpuwire_reduce(c, x, if cx.rank == last { y } else { 0 }, ReduceOp::GPUWIRE_SUM as i32, last, s), "reduce");
+        ok(gpuwire_reduce_scatter_block(c, x, z, ReduceOp::GPUWIRE_SUM as i32, s), "reduce_scatter_block");
+        let counts: Vec<i64> = (0..p).map(|q| ((q * 7919 + 5000) % (m + 1)) as i64).collect();
+        let total: i64 = counts.iter().sum();
+        let mut v = 0;
+        ok(gpuwire_buffer_view(x, 0, counts[r], &mut v), "view");
+        let mut gv = 0;
+        ok(gpuwire_buffer_view(w, 0, total, &mut gv), "view");
+        ok(gpuwire_allgatherv(c, v, gv, counts.as_ptr(), s), "allgatherv");
+        let mut out = download(y, 4 * m * p);
+        out.extend(download(z, 4 * m));
+        out.extend(download(gv, 4 * total as usize));
+        for b in [x, y, z, w, v, gv] {
+            gpuwire_buffer_free(b);
+        }
+        out
+    };
+    if both(h) != both(f) {
+        res = Err("HIER reduce / reduce_scatter_block / allgatherv differ from the flat staged path".into());
+    }
+    // reduce_scatter_block of float64_int32 MINLOC (the leaders' reduce_scatterv failed with
+    // MPI_ERR_OP on it, the MPI given the pair's move datatype): value and index of every result
+    // element as flat's.
+    let k = 20_000usize;
+    let dt = Dtype::GPUWIRE_FLOAT64_INT32;
+    let pairs: Vec<u8> = (0..k * p).flat_map(|i| [((val(i, r) % 17) as f64).to_le_bytes().to_vec(), (r as i32).to_le_bytes().to_vec(), vec![0; 4]].concat()).collect();
+    let minloc = |c: gpuwire_comm| -> Vec<u8> {
+        let (x, y) = (dev_alloc(k * p, dt), dev_alloc(k, dt));
+        upload(x, &pairs);
+        upload(y, &vec![0u8; 16 * k]);
+        ok(gpuwire_reduce_scatter_block(c, x, y, ReduceOp::GPUWIRE_MINLOC as i32, s), "reduce_scatter_block MINLOC");
+        let out: Vec<u8> = download(y, 16 * k).chunks(16).flat_map(|e| e[..12].to_vec()).collect();
+        gpuwire_buffer_free(x);
+        gpuwire_buffer_free(y);
+        out
+    };
+    if minloc(h) != minloc(f) {
+        res = Err("HIER float64_int32 reduce_scatter_block MINLOC differs from the flat staged path".into());
+    }
+    gpuwire_comm_free(h);
+    gpuwire_comm_free(f);
+    res
 }
 
 fn nccl_init_deadline(cx: &Ctx) -> Result<(), String> {

@@ -733,6 +733,8 @@ fn reduce_scatterv(ctx: &Ctx) {
         (Dtype::GPUWIRE_FLOAT64, ReduceOp::GPUWIRE_MAX),
         (Dtype::GPUWIRE_FLOAT32, ReduceOp::GPUWIRE_AVG),
         (Dtype::GPUWIRE_FLOAT16, ReduceOp::GPUWIRE_SUM),
+        // A pair: MPI reduces it as MPI_DOUBLE_INT (its moves carry the padding as 16 bytes).
+        (Dtype::GPUWIRE_FLOAT64_INT32, ReduceOp::GPUWIRE_MINLOC),
     ];
     for (d, op) in pairs {
         let salt = 140;

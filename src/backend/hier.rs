@@ -27,6 +27,13 @@
 //! Streams: each step runs on the call's stream, as the program's own calls on that stream would,
 //! so each starts after the one before it (IPC synchronizes the stream first; the staged path is
 //! stream-ordered).
+//!
+//! Between the leaders, device memory reaches the MPI only where the MPI moves it without
+//! reducing it ([`exchange`]): with CUDA-aware leaders, bcast and allgatherv hand the MPI device
+//! pointers; every reduction (allreduce, reduce, reduce_scatterv) takes MPI_STAGED's path on the
+//! leaders communicator instead (device to pinned host memory, MPI on the host copies, back to the
+//! device; large ones a ring of staged exchanges combined by GPU kernels), so no MPI ever applies
+//! an operation, its own or gpuwire's (float16, AVG, ...), to device memory.
 
 use std::ffi::c_int;
 
@@ -39,6 +46,34 @@ use crate::mpisys::{self, sys};
 use crate::request::Pending;
 use crate::types::{BackendKind, ReduceOp};
 use crate::view::Scratch;
+
+/// How the leaders' step of a call on device memory moves it between the nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Exchange {
+    /// The leaders communicator's own path (NCCL: on the device; MPI_STAGED: through host memory;
+    /// MPI_CUDA_AWARE: device pointers to the MPI).
+    Own,
+    /// MPI_STAGED's path on the leaders communicator: the MPI sees host memory only.
+    Staged,
+}
+
+/// The leaders' exchange, for leaders whose backend is `leaders`, of a step that reduces
+/// (`reducing`: allreduce, reduce, reduce_scatterv) or only moves data (bcast, allgatherv). A
+/// CUDA-aware MPI reduces device memory with its predefined operations on predefined datatypes
+/// at best (gpuwire's own MPI operations, for float16, bfloat16 and the ops an MPI gets wrong,
+/// run on the host and cannot read it), so every reduction between CUDA-aware leaders is staged;
+/// NCCL reduces on the device itself, MPI_STAGED stages already.
+pub(crate) fn exchange(leaders: BackendKind, reducing: bool) -> Exchange {
+    if reducing && leaders == BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE { Exchange::Staged } else { Exchange::Own }
+}
+
+/// The words of the leaders' exchange in `gpuwire_comm_describe` (after "X between leaders").
+pub(crate) fn exchange_words(leaders: BackendKind) -> &'static str {
+    match exchange(leaders, true) {
+        Exchange::Staged => ", their reductions staged through host memory (device pointers for bcast and allgatherv only)",
+        Exchange::Own => "",
+    }
+}
 
 /// The tag of the message that carries a reduce's result from the root's leader to the root
 /// (on the private node communicator: no other message uses it).
@@ -87,9 +122,6 @@ impl Layout {
 /// Collective over `c`: whether HIER can be used, with its words (the nodes), or why not.
 /// `cuda`: this process has CUDA with devices; without, HIER is for host memory and is taken only
 /// when requested.
-/// Why HIER is not used where the ranks have CUDA: its device path failed its first GPU run.
-pub(crate) const DEVICE_NOT_PROVEN: &str = "its device path is not yet proven (on the H200, 2026-12-01, 2 simulated hosts x 2 ranks: creating the communicator hung with the stock Open MPI, and reduce_scatter failed with MPI_ERR_OP between CUDA-aware leaders), so HIER is used only on ranks without CUDA, on host memory";
-
 pub(crate) fn eligible(c: &Communicator, cuda: bool) -> Result<std::result::Result<String, String>> {
     let layout = layout(c)?;
     let nodes = layout.as_ref().map_or(0, |l| l.first.len());
@@ -98,8 +130,7 @@ pub(crate) fn eligible(c: &Communicator, cuda: bool) -> Result<std::result::Resu
         Err(why) => Err(why),
         Ok(_) if nodes < 2 => Err("the ranks are all on one node".into()),
         Ok(_) if most < 2 => Err("every node has one rank".into()),
-        Ok(_) if cuda => Err(DEVICE_NOT_PROVEN.into()),
-        Ok(_) if c.config().backend == BackendKind::GPUWIRE_BACKEND_AUTO => Err("no CUDA".into()),
+        Ok(_) if !cuda && c.config().backend == BackendKind::GPUWIRE_BACKEND_AUTO => Err("no CUDA".into()),
         Ok(_) => Ok(format!("{nodes} nodes of up to {most} ranks")),
     })
 }
@@ -131,13 +162,18 @@ pub(crate) struct HierState {
     /// costs less than three steps.
     flat: &'static dyn Path,
     min_bytes: usize,
+    /// MPI_STAGED's path, and whether the leaders' reductions on device memory take it
+    /// ([`exchange`]; on the leaders).
+    staged: &'static dyn Path,
+    stage_reductions: bool,
 }
 
 impl HierState {
     /// Collective over `c` (every rank agreed on HIER): makes the node and leaders communicators,
     /// each choosing its own backend under AUTO (with `c`'s timeout, device and staging;
-    /// checking mode is `c`'s, done before the parts start), broken when `c` is.
-    pub(crate) fn new(c: &Communicator, flat: &'static dyn Path) -> Result<HierState> {
+    /// checking mode is `c`'s, done before the parts start), broken when `c` is. `staged`:
+    /// MPI_STAGED's path, for the leaders' reductions where [`exchange`] says so.
+    pub(crate) fn new(c: &Communicator, flat: &'static dyn Path, staged: &'static dyn Path) -> Result<HierState> {
         let layout = layout(c)?.map_err(|why| Error::BackendUnavailable(format!("HIER: {why}")))?;
         let m = i64::try_from(crate::config::hier_min_bytes()).unwrap_or(i64::MAX);
         let mut v = [m, -m];
@@ -192,7 +228,8 @@ impl HierState {
             l.broken = c.broken.clone();
         }
         let me = layout.node_of(c.rank() as usize);
-        Ok(HierState { node, leaders, layout, me, flat, min_bytes })
+        let stage_reductions = leaders.as_ref().is_some_and(|l| exchange(l.backend(), true) == Exchange::Staged);
+        Ok(HierState { node, leaders, layout, me, flat, min_bytes, staged, stage_reductions })
     }
 
     /// The backend of this rank's node communicator.
@@ -221,6 +258,46 @@ impl HierState {
 
     fn lead(&self) -> bool {
         self.leaders.is_some()
+    }
+
+    /// On a leader, for a reduction on `b` that takes MPI_STAGED's path ([`exchange`]: device
+    /// memory between CUDA-aware leaders): the call entered on the leaders communicator, as its
+    /// own calls are (its deadline, its broken state); else None (the leaders' own call).
+    fn staged_reduction(&self, b: &Buffer, what: &str) -> Result<Option<crate::comm::CallGuard<'_>>> {
+        if !self.stage_reductions || b.is_host() {
+            return Ok(None);
+        }
+        self.leaders()?.enter(what, true).map(Some)
+    }
+
+    /// The leaders' reduce onto leader `root`, in place there (`at_root`: `b` is the receive
+    /// buffer), else from `b`.
+    fn leaders_reduce(&self, b: &Buffer, at_root: bool, op: ReduceOp, root: i32, stream: Stream) -> Result<()> {
+        let l = self.leaders()?;
+        if let Some(_call) = self.staged_reduction(b, "reduce")? {
+            let p = self.staged;
+            return if at_root { p.reduce(l, Input::InPlace, Some(b), op, root, stream) } else { p.reduce(l, Input::Buf(b), None, op, root, stream) };
+        }
+        l.reduce(b, at_root.then_some(b), op, root, stream)
+    }
+
+    /// The leaders' allreduce in place.
+    fn leaders_allreduce(&self, b: &Buffer, op: ReduceOp, stream: Stream) -> Result<()> {
+        let l = self.leaders()?;
+        if let Some(_call) = self.staged_reduction(b, "allreduce")? {
+            return self.staged.allreduce(l, Input::InPlace, b, op, stream);
+        }
+        l.allreduce(b, b, op, stream)
+    }
+
+    /// The leaders' reduce_scatterv in place (`counts` per leader: its result lands in `b`'s
+    /// first elements).
+    fn leaders_reduce_scatterv(&self, b: &Buffer, counts: &[usize], op: ReduceOp, stream: Stream) -> Result<()> {
+        let l = self.leaders()?;
+        if let Some(_call) = self.staged_reduction(b, "reduce_scatterv")? {
+            return self.staged.reduce_scatterv(l, Input::InPlace, b, counts, op, stream);
+        }
+        l.reduce_scatterv(b, b, Some(&counts_i64(counts)?), op, stream)
     }
 
     /// Node-local rank of `r` and its node.
@@ -347,11 +424,10 @@ impl Path for HierPath {
             }
             return Ok(());
         }
-        let leaders = st.leaders()?;
         if c.rank() == root {
             let r = recv.ok_or_else(|| Error::Internal("HIER reduce: the root has no receive buffer".into()))?;
             st.node.reduce(s, Some(r), op, 0, stream)?;
-            leaders.reduce(r, Some(r), op, k as i32, stream)?;
+            st.leaders_reduce(r, true, op, k as i32, stream)?;
             return at_root(r);
         }
         let scr = scratch(s, stream)?;
@@ -359,10 +435,10 @@ impl Path for HierPath {
         let done = (|| {
             st.node.reduce(s, Some(t), op, 0, stream)?;
             if st.me == k {
-                leaders.reduce(t, Some(t), op, k as i32, stream)?;
+                st.leaders_reduce(t, true, op, k as i32, stream)?;
                 st.node.send(t, l, TO_ROOT, stream)
             } else {
-                leaders.reduce(t, None, op, k as i32, stream)
+                st.leaders_reduce(t, false, op, k as i32, stream)
             }
         })();
         kept(scr, done)
@@ -380,7 +456,7 @@ impl Path for HierPath {
         let (op, avg) = sum_for_avg(op);
         if st.lead() {
             st.node.reduce(s, Some(recv), op, 0, stream)?;
-            st.leaders()?.allreduce(recv, recv, op, stream)?;
+            st.leaders_allreduce(recv, op, stream)?;
             if avg {
                 divide(c, recv)?;
             }
@@ -458,14 +534,14 @@ impl Path for HierPath {
             return if avg { divide(c, recv) } else { Ok(()) };
         }
         let lay = &st.layout;
-        let counts = counts_i64(&lay.sizes.iter().map(|m| times(*m, n)).collect::<Result<Vec<usize>>>()?)?;
+        let counts = lay.sizes.iter().map(|m| times(*m, n)).collect::<Result<Vec<usize>>>()?;
         let mine = times(lay.sizes[st.me], n)?;
         let scr = scratch(s, stream)?;
         let t: &Buffer = scr.buf();
         let done = (|| {
             st.node.reduce(s, Some(t), op, 0, stream)?;
             // In place: the node's blocks land in t's first elements.
-            st.leaders()?.reduce_scatterv(t, t, Some(&counts), op, stream)?;
+            st.leaders_reduce_scatterv(t, &counts, op, stream)?;
             st.node.scatter(Some(&t.part(0, mine)), recv, 0, stream)
         })();
         kept(scr, done)?;
@@ -514,5 +590,23 @@ mod tests {
         assert!(Layout::of(&[(0, 2), (0, 2), (1, 2), (1, 2)]).is_err());
         assert!(Layout::of(&[(0, 3), (1, 3), (0, 1)]).is_err());
         assert!(Layout::of(&[(0, 2), (1, 2), (0, 2)]).is_err());
+    }
+
+    #[test]
+    fn the_mpi_reduces_no_device_memory_between_leaders() {
+        use BackendKind::*;
+        for k in [GPUWIRE_BACKEND_NCCL, GPUWIRE_BACKEND_MPI_CUDA_AWARE, GPUWIRE_BACKEND_MPI_STAGED, GPUWIRE_BACKEND_HOST] {
+            // Moves (bcast, allgatherv) take the leaders' own path: device pointers where the MPI
+            // is CUDA-aware.
+            assert_eq!(exchange(k, false), Exchange::Own, "{k:?}");
+        }
+        // Reductions: staged between CUDA-aware leaders; NCCL reduces on the device, MPI_STAGED
+        // stages already, HOST has host memory only.
+        assert_eq!(exchange(GPUWIRE_BACKEND_MPI_CUDA_AWARE, true), Exchange::Staged);
+        for k in [GPUWIRE_BACKEND_NCCL, GPUWIRE_BACKEND_MPI_STAGED, GPUWIRE_BACKEND_HOST] {
+            assert_eq!(exchange(k, true), Exchange::Own, "{k:?}");
+        }
+        assert_eq!(exchange_words(GPUWIRE_BACKEND_MPI_STAGED), "");
+        assert!(exchange_words(GPUWIRE_BACKEND_MPI_CUDA_AWARE).contains("reductions staged through host memory"));
     }
 }

@@ -578,7 +578,7 @@ pub fn reduce_scatterv(c: &Communicator, send: Src, recv: usize, counts: &[usize
     let r = collective!(
         c,
         "MPI_Reduce_scatter",
-        MPI_Reduce_scatter(send.at(0, dtype), at(recv, 0, dtype), ints.as_ptr(), mpisys::datatype(dtype), mop, c.raw()),
+        MPI_Reduce_scatter(send.at(0, dtype), at(recv, 0, dtype), ints.as_ptr(), mpisys::reduce_datatype(dtype), mop, c.raw()),
         MPI_Ireduce_scatter
     );
     if r.is_err() {

@@ -480,7 +480,7 @@ pub fn setup(c: &mut Communicator) -> Result<()> {
 fn setup_hier(c: &mut Communicator) -> Result<()> {
     use BackendKind::*;
     let flat = entry(GPUWIRE_BACKEND_HIER)?.fallback.as_ref().map(|f| f.path).ok_or_else(|| Error::Internal("HIER has no fallback".into()))?;
-    let made = hier::HierState::new(c, flat);
+    let made = hier::HierState::new(c, flat, entry(GPUWIRE_BACKEND_MPI_STAGED)?.path);
     let agreed = c.agree_on_result(made.as_ref().map(|_| ()).map_err(Clone::clone), "making HIER's node and leaders communicators");
     let st = match (made, agreed) {
         (Ok(st), Ok(())) => st,
@@ -494,13 +494,15 @@ fn setup_hier(c: &mut Communicator) -> Result<()> {
     let direct = matches!(node, GPUWIRE_BACKEND_IPC | GPUWIRE_BACKEND_NCCL);
     let mut v = [(!direct) as i64, node as i64, -(node as i64), st.leaders_backend().map_or(-1, |k| k as i64)];
     c.allreduce_max_i64(&mut v, "agreeing on HIER's levels")?;
-    let leaders = BackendKind::from_c(v[3] as i32).map_or("?", |k| k.name());
+    let leaders = BackendKind::from_c(v[3] as i32).ok();
+    let words = leaders.map_or("", hier::exchange_words);
+    let leaders = leaders.map_or("?", |k| k.name());
     if c.config().backend == GPUWIRE_BACKEND_AUTO && v[0] != 0 {
         drop(st);
         return fall_back_from(c, GPUWIRE_BACKEND_HIER, "the ranks of some node cannot use IPC among themselves");
     }
     let inside = if v[1] == -v[2] { format!("{} inside each", node.name()) } else { format!("{} inside this one (other nodes differ)", node.name()) };
-    let note = format!("; hierarchical: {} nodes, {inside}, {leaders} between leaders", st.nodes());
+    let note = format!("; hierarchical: {} nodes, {inside}, {leaders} between leaders{words}", st.nodes());
     c.append_reason(&note);
     c.backend_state.set(st);
     Ok(())
