@@ -200,6 +200,9 @@ if has fortran || has darray; then
   fi
 fi
 if [[ " $what " == *" multinode "* ]]; then
+  # HIER's device path is used only with GPUWIRE_HIER_DEVICE=1 until it has passed here again
+  # (src/backend/hier.rs: DEVICE_NOT_RUN); every rank gets the environment.
+  export GPUWIRE_HIER_DEVICE=1
   # Hosts simulated on this one machine (scripts/multihost.sh: one MPI daemon per host, started
   # through scripts/multihost-agent.sh in place of ssh, each host its own host name in a UTS
   # namespace, TCP over loopback between hosts; it sets OMPI_MCA_plm=rsh over this machine's

@@ -122,6 +122,10 @@ impl Layout {
 /// Collective over `c`: whether HIER can be used, with its words (the nodes), or why not.
 /// `cuda`: this process has CUDA with devices; without, HIER is for host memory and is taken only
 /// when requested.
+/// Why HIER is not used where the ranks have CUDA, unless `GPUWIRE_HIER_DEVICE=1`: its device
+/// path, fixed since its first GPU run, has not run on a GPU again yet.
+pub(crate) const DEVICE_NOT_RUN: &str = "its device path has not yet run on a GPU since its fix (2026-12-02: the MPI_ERR_OP of its first GPU run was a reduce_scatterv datatype fault, now fixed; reductions between CUDA-aware leaders staged): set GPUWIRE_HIER_DEVICE=1 on every rank to use it (the GPU tests do)";
+
 pub(crate) fn eligible(c: &Communicator, cuda: bool) -> Result<std::result::Result<String, String>> {
     let layout = layout(c)?;
     let nodes = layout.as_ref().map_or(0, |l| l.first.len());
@@ -131,6 +135,7 @@ pub(crate) fn eligible(c: &Communicator, cuda: bool) -> Result<std::result::Resu
         Ok(_) if nodes < 2 => Err("the ranks are all on one node".into()),
         Ok(_) if most < 2 => Err("every node has one rank".into()),
         Ok(_) if !cuda && c.config().backend == BackendKind::GPUWIRE_BACKEND_AUTO => Err("no CUDA".into()),
+        Ok(_) if cuda && !crate::config::env_flag("GPUWIRE_HIER_DEVICE") => Err(DEVICE_NOT_RUN.into()),
         Ok(_) => Ok(format!("{nodes} nodes of up to {most} ranks")),
     })
 }
