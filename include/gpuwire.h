@@ -629,6 +629,14 @@ typedef struct {
    * of this size so device copies overlap MPI transfers.
    */
   int64_t chunk_bytes;
+  /**
+   * How point-to-point messages of device memory are matched (a gpuwire_p2p_matching;
+   * GPUWIRE_P2P_MATCHING=backend|mpi). GPUWIRE_P2P_MATCHING_MPI gives device receives on
+   * NCCL MPI's matching (tags, GPUWIRE_ANY_SOURCE, GPUWIRE_ANY_TAG, statuses, probe, shorter
+   * messages) by moving NCCL's device point-to-point through the staged MPI path; the other
+   * backends match as MPI either way. Must be the same on every rank.
+   */
+  int32_t p2p_matching;
 } gpuwire_config;
 
 /**
@@ -944,7 +952,7 @@ gpuwire_status gpuwire_dtype_size(int32_t dtype,
 
 /**
  * Fills `*cfg` with the defaults (AUTO backend, device -1, checking off, pinned staging, no
- * timeout, 4 MiB chunks), overridden by the GPUWIRE_* environment variables. Local; works
+ * timeout, 4 MiB chunks, the backend's point-to-point matching), overridden by the GPUWIRE_* environment variables. Local; works
  * before gpuwire_init.
  *
  * Errors: GPUWIRE_ERROR_NULL_ARGUMENT; GPUWIRE_ERROR_INVALID_ARGUMENT when an environment
@@ -963,7 +971,7 @@ gpuwire_status gpuwire_config_init(gpuwire_config *cfg);
  * GPUWIRE_ERROR_INVALID_ARGUMENT (MPI_COMM_NULL; an integer that names no communicator in use —
  * garbage, another object's handle, a freed communicator — on Open MPI and MPICH alike, never an
  * MPI abort; a bad config field or environment variable on
- * any rank, or configurations — backend, check, timeout, staging, chunk size — that differ
+ * any rank, or configurations — backend, check, timeout, staging, chunk size, p2p_matching — that differ
  * between ranks: every rank gets the error, none hangs);
  * GPUWIRE_ERROR_BACKEND_UNAVAILABLE when the requested backend cannot be used on some rank
  * (the same error and message on every rank); GPUWIRE_ERROR_MPI;

@@ -170,12 +170,13 @@ impl Communicator {
     /// Every rank must pass the same configuration (the device may differ): one exchange.
     pub(crate) fn agree_config(&self, cfg: &Config) -> Result<()> {
         let t = cfg.timeout.map(|t| t.as_micros().min(i64::MAX as u128) as i64).unwrap_or(0);
-        let fields: [(&str, i64); 5] = [
+        let fields: [(&str, i64); 6] = [
             ("backend", cfg.backend as i64),
             ("check", cfg.check as i64),
             ("timeout", t),
             ("staging", cfg.staging as i64),
             ("chunk_bytes", cfg.chunk_bytes as i64),
+            ("p2p_matching", cfg.p2p_matching as i64),
         ];
         let mut v: Vec<i64> = fields.iter().flat_map(|(_, x)| [*x, -*x]).collect();
         self.allreduce_max_i64(&mut v, "agreeing on the configuration")?;

@@ -9,12 +9,13 @@
 //! | `GPUWIRE_STAGING` | pinned or pageable | pinned |
 //! | `GPUWIRE_CHUNK_BYTES` | staging chunk size in bytes (>= 4096) | 4194304 |
 //! | `GPUWIRE_CUDA_AWARE` | 0 or 1: override the MPI's answer to "does it accept device pointers?" | unset |
+//! | `GPUWIRE_P2P_MATCHING` | backend or mpi: how device point-to-point messages are matched (`P2pMatching`) | backend |
 //! | `GPUWIRE_HIER_MIN_BYTES` | bytes: HIER's device calls below it take the flat staged path (0 = none) | 65536 |
 
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::types::{BackendKind, Staging};
+use crate::types::{BackendKind, P2pMatching, Staging};
 
 /// Default staging chunk (bytes).
 pub(crate) const DEFAULT_CHUNK_BYTES: usize = 4 << 20;
@@ -42,6 +43,8 @@ pub struct Config {
     pub timeout: Option<Duration>,
     pub staging: Staging,
     pub chunk_bytes: usize,
+    /// How device point-to-point messages are matched (NCCL: by peer and order, or MPI's).
+    pub p2p_matching: P2pMatching,
 }
 
 impl Default for Config {
@@ -53,6 +56,7 @@ impl Default for Config {
             timeout: None,
             staging: Staging::GPUWIRE_STAGING_PINNED,
             chunk_bytes: DEFAULT_CHUNK_BYTES,
+            p2p_matching: P2pMatching::GPUWIRE_P2P_MATCHING_BACKEND,
         }
     }
 }
@@ -120,6 +124,13 @@ impl Config {
                 "pinned" => Staging::GPUWIRE_STAGING_PINNED,
                 "pageable" => Staging::GPUWIRE_STAGING_PAGEABLE,
                 _ => return Err(bad_env("GPUWIRE_STAGING", &v, "pinned or pageable")),
+            };
+        }
+        if let Some(v) = lookup("GPUWIRE_P2P_MATCHING") {
+            c.p2p_matching = match v.trim().to_ascii_lowercase().as_str() {
+                "backend" => P2pMatching::GPUWIRE_P2P_MATCHING_BACKEND,
+                "mpi" => P2pMatching::GPUWIRE_P2P_MATCHING_MPI,
+                _ => return Err(bad_env("GPUWIRE_P2P_MATCHING", &v, "backend or mpi")),
             };
         }
         if let Some(v) = lookup("GPUWIRE_CUDA_AWARE") {
@@ -240,6 +251,10 @@ mod tests {
         assert!(with(&[("GPUWIRE_HIER_MIN_BYTES", "-1")]).is_err());
         assert!(with(&[("GPUWIRE_HIER_MIN_BYTES", "0")]).is_ok());
         assert!(with(&[("GPUWIRE_STAGING", "mapped")]).is_err());
+        assert_eq!(with(&[("GPUWIRE_P2P_MATCHING", " MPI ")]).unwrap().p2p_matching, P2pMatching::GPUWIRE_P2P_MATCHING_MPI);
+        assert_eq!(with(&[("GPUWIRE_P2P_MATCHING", "backend")]).unwrap().p2p_matching, P2pMatching::GPUWIRE_P2P_MATCHING_BACKEND);
+        let e = with(&[("GPUWIRE_P2P_MATCHING", "nccl")]).unwrap_err().to_string();
+        assert!(e.contains("GPUWIRE_P2P_MATCHING") && e.contains("backend or mpi"), "{e}");
         assert!(with(&[("GPUWIRE_CUDA_AWARE", "2")]).unwrap_err().to_string().contains("GPUWIRE_CUDA_AWARE"));
         // Timeouts: 0, or 1 ms to 1e9 s; below, above, NaN and infinities are refused with a
         // message (1e300 and 1.8447e19 once reached a panic in Duration::from_secs_f64).

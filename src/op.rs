@@ -343,13 +343,16 @@ impl Op {
     }
 
     /// Whether this operation, with device memory, goes to NCCL (which orders it on its stream
-    /// itself) rather than to an MPI or IPC path. What NCCL has not (scan/exscan; the reductions
+    /// itself) rather than to an MPI or IPC path. What NCCL has not (point-to-point under
+    /// GPUWIRE_P2P_MATCHING=mpi; scan/exscan; the reductions
     /// `nccl::reduces` refuses: complex PROD, bitwise and logical ops, MINLOC/MAXLOC) is not: it
     /// takes the communicator's stream-ordered MPI path, and in a group it runs after the NCCL
     /// group, not inside it (where the NCCL operations before it would not have run yet).
     pub(crate) fn nccl_native(&self, c: &Communicator) -> bool {
         let served = match self {
             Op::Scan { .. } => false,
+            // GPUWIRE_P2P_MATCHING=mpi: point-to-point takes the staged MPI path (MPI's matching).
+            _ if self.is_p2p() && crate::backend::mpi_matched_p2p(c) => false,
             Op::Reduce { send, op, .. } | Op::Allreduce { send, op, .. } | Op::ReduceScatter { send, op, .. } => crate::backend::nccl::reduces(send.dtype(), *op),
             _ => true,
         };

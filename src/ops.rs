@@ -262,14 +262,15 @@ impl Communicator {
         Ok(())
     }
 
-    /// A wildcard receive of device memory on a path that has no wildcards (NCCL matches by
-    /// peer and order; IPC's device messages are not MPI messages) is refused.
+    /// A wildcard receive of device memory on NCCL without GPUWIRE_P2P_MATCHING=mpi (the one
+    /// path without wildcards) is refused, naming the setting.
     pub(crate) fn check_wildcard_path(&self, what: &str, buf: &Buffer, source: i32, tag: i32) -> Result<()> {
-        use crate::types::BackendKind::{GPUWIRE_BACKEND_IPC, GPUWIRE_BACKEND_NCCL};
-        if (is_any_source(source) || is_any_tag(tag)) && !buf.is_host() && matches!(self.backend(), GPUWIRE_BACKEND_NCCL | GPUWIRE_BACKEND_IPC) {
+        // NCCL matches device messages by peer and order only; under GPUWIRE_P2P_MATCHING=mpi its
+        // device point-to-point goes through MPI (`backend::mpi_matched_p2p`). Every other
+        // backend matches device messages as MPI (IPC: its control headers are MPI messages).
+        if (is_any_source(source) || is_any_tag(tag)) && !buf.is_host() && self.backend() == crate::types::BackendKind::GPUWIRE_BACKEND_NCCL && !crate::backend::mpi_matched_p2p(self) {
             return Err(Error::BackendUnavailable(format!(
-                "{what}: a receive of device memory with GPUWIRE_ANY_SOURCE or GPUWIRE_ANY_TAG on the {} backend, which has no wildcards (its device messages are matched by peer and order): name the source and tag, or receive into host memory (which goes through MPI on every backend)",
-                self.backend().name()
+                "{what}: a receive of device memory with GPUWIRE_ANY_SOURCE or GPUWIRE_ANY_TAG on the NCCL backend, which has no wildcards (NCCL matches device messages by peer and order): create the communicator with p2p_matching = GPUWIRE_P2P_MATCHING_MPI (GPUWIRE_P2P_MATCHING=mpi, on every rank) for MPI's matching of device messages, or name the source and tag, or receive into host memory"
             )));
         }
         Ok(())

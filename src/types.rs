@@ -180,6 +180,23 @@ pub enum gpuwire_staging {
     GPUWIRE_STAGING_PAGEABLE = 1,
 }
 
+/// How point-to-point messages of device memory are matched (`gpuwire_config.p2p_matching`,
+/// GPUWIRE_P2P_MATCHING; the same on every rank).
+#[repr(i32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum gpuwire_p2p_matching {
+    /// As the backend matches them (default): MPI's matching (tags, wildcards, probe, shorter
+    /// messages) on every backend but NCCL, whose device messages are matched by peer and order
+    /// only (tags ignored; GPUWIRE_ANY_SOURCE and GPUWIRE_ANY_TAG refused, naming this setting).
+    GPUWIRE_P2P_MATCHING_BACKEND = 0,
+    /// MPI's matching on every backend: on NCCL, device point-to-point (send, recv, isend,
+    /// irecv, sendrecv and their status forms) goes through the staged MPI path of the same
+    /// communicator (gpuwire's MPI control path; host-staged bandwidth), so that tags,
+    /// wildcards, statuses, probe, shorter messages and GPUWIRE_ERROR_TRUNCATE behave as on
+    /// host memory; NCCL's collectives are not affected. Elsewhere the same as BACKEND.
+    GPUWIRE_P2P_MATCHING_MPI = 1,
+}
+
 /// MPI thread support level, as MPI_THREAD_SINGLE .. MPI_THREAD_MULTIPLE.
 #[repr(i32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -222,6 +239,7 @@ pub use gpuwire_backend as BackendKind;
 pub use gpuwire_dtype as Dtype;
 pub use gpuwire_norm as NormKind;
 pub use gpuwire_op as ReduceOp;
+pub use gpuwire_p2p_matching as P2pMatching;
 pub use gpuwire_partition as Partition;
 pub use gpuwire_space as Space;
 pub use gpuwire_staging as Staging;
@@ -521,6 +539,18 @@ impl Staging {
             1 => Ok(Staging::GPUWIRE_STAGING_PAGEABLE),
             _ => Err(Error::InvalidArgument(format!(
                 "staging code {v} is not a gpuwire_staging (0 = pinned, 1 = pageable)"
+            ))),
+        }
+    }
+}
+
+impl P2pMatching {
+    pub fn from_c(v: i32) -> Result<P2pMatching> {
+        match v {
+            0 => Ok(P2pMatching::GPUWIRE_P2P_MATCHING_BACKEND),
+            1 => Ok(P2pMatching::GPUWIRE_P2P_MATCHING_MPI),
+            _ => Err(Error::InvalidArgument(format!(
+                "config.p2p_matching = {v}: expected a gpuwire_p2p_matching (0 = backend, 1 = mpi)"
             ))),
         }
     }

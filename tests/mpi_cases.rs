@@ -953,6 +953,26 @@ fn one_rank_differs(np: usize) -> ! {
     ctx.ok(gpuwire_config_init(&mut cfgt), "config_init");
     cfgt.timeout_seconds = if r == 1 { 2.5 } else { 0.25 };
     ctx.error(gpuwire_comm_world(&cfgt, &mut c), inv, &["different configurations", "timeout ranges from 0.25 s to 2.5 s"], "a timeout that differs on one rank");
+    // Point-to-point matching (GPUWIRE_P2P_MATCHING) that differs on rank 1, and one valid
+    // everywhere: a communicator whose host wildcards still match as MPI.
+    let mut cfgm: gpuwire_config = unsafe { std::mem::zeroed() };
+    ctx.ok(gpuwire_config_init(&mut cfgm), "config_init");
+    cfgm.p2p_matching = if r == 1 { gpuwire::types::P2pMatching::GPUWIRE_P2P_MATCHING_MPI as i32 } else { 0 };
+    ctx.error(gpuwire_comm_world(&cfgm, &mut c), inv, &["different configurations", "p2p_matching"], "point-to-point matching on one rank only");
+    cfgm.p2p_matching = gpuwire::types::P2pMatching::GPUWIRE_P2P_MATCHING_MPI as i32;
+    let mut cm = 0u64;
+    ctx.ok(gpuwire_comm_world(&cfgm, &mut cm), "comm_world with p2p_matching = mpi");
+    let mine = Buf::from_bytes(F64, &f64s(&[r as f64 + 0.5]));
+    let got = Buf::from_bytes(F64, &f64s(&[0.0; 2]));
+    let mut q = 0u64;
+    ctx.ok(gpuwire_isend(cm, mine.h, ((r + 1) % np) as i32, 40 + r as i32, st(), &mut q), "isend (p2p_matching = mpi)");
+    let mut rs = gpuwire_status_t { source: 55, tag: 55, count: 55, error: 55 };
+    ctx.ok(gpuwire_recv_status(cm, got.h, gpuwire::types::GPUWIRE_ANY_SOURCE, gpuwire::types::GPUWIRE_ANY_TAG, st(), &mut rs), "wildcard recv_status (p2p_matching = mpi)");
+    ctx.ok(gpuwire_wait(&mut q), "wait(isend)");
+    let from = (r + np - 1) % np;
+    ctx.check_eq((rs.source, rs.tag, rs.count), (from as i32, 40 + from as i32, 1), "wildcard status with p2p_matching = mpi");
+    ctx.check_eq(read_f64s(&got), vec![from as f64 + 0.5, 0.0], "wildcard data with p2p_matching = mpi");
+    ctx.ok(gpuwire_comm_free(cm), "comm_free");
     // An invalid configuration on rank 0 only.
     let mut cfg2: gpuwire_config = unsafe { std::mem::zeroed() };
     ctx.ok(gpuwire_config_init(&mut cfg2), "config_init");

@@ -203,6 +203,7 @@ class Config(ctypes.Structure):
         ("staging", c_int32),
         ("timeout_seconds", c_double),
         ("chunk_bytes", c_int64),
+        ("p2p_matching", c_int32),
     ]
 
 

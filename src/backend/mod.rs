@@ -469,7 +469,11 @@ pub fn setup(c: &mut Communicator) -> Result<()> {
         c.append_reason(&note);
         c.backend_state.set(Mutex::new(st));
     }
-    c.set_routing(routing_table(entry(kind)?));
+    let mut routing = routing_table(entry(kind)?);
+    if mpi_matched_p2p(c) {
+        routing.push_str("; with p2p_matching = mpi, MPI_STAGED does device point-to-point (send, recv, isend, irecv, sendrecv: MPI's matching, tags and wildcards)");
+    }
+    c.set_routing(routing);
     Ok(())
 }
 
@@ -641,7 +645,12 @@ pub(crate) fn decide(b: &Backend, op: Operation, reduction: Option<(Dtype, Reduc
 /// rank on communicator `c`: its backend, its backend's fallback, or plain MPI ([`decide`]).
 pub fn route(c: &Communicator, op: Operation, reduction: Option<(Dtype, ReduceOp)>, bufs: &[Option<&Buffer>]) -> Result<&'static dyn Path> {
     let b = entry(c.backend())?;
-    match decide(b, op, reduction, Memory::of(bufs)) {
+    let memory = Memory::of(bufs);
+    if op.is_p2p() && memory != Memory::Host && mpi_matched_p2p(c) {
+        // GPUWIRE_P2P_MATCHING=mpi on NCCL: device point-to-point matched as MPI (its fallback).
+        return Ok(&FROM_NCCL);
+    }
+    match decide(b, op, reduction, memory) {
         Route::Native => Ok(b.path),
         Route::Host => Ok(&host::HostPath),
         Route::Fallback(_) => b.fallback.as_ref().map(|f| f.path).ok_or_else(|| Error::Internal("a fallback route without a fallback".into())),
@@ -654,6 +663,17 @@ pub fn route(c: &Communicator, op: Operation, reduction: Option<(Dtype, ReduceOp
             )))
         }
     }
+}
+
+/// Whether `c`'s device point-to-point leaves its backend for MPI's matching: NCCL (which matches
+/// device messages by peer and order only, ignoring tags, with no wildcards) under
+/// GPUWIRE_P2P_MATCHING=mpi, whose device sends and receives then all go through the staged MPI
+/// path of the same communicator (both sides of every message, as the setting is agreed at
+/// creation), after the open NCCL group is closed (`FROM_NCCL`). Without the setting nothing is
+/// added to NCCL's send/recv (a wildcard device receive there is refused:
+/// `Communicator::check_wildcard_path`).
+pub(crate) fn mpi_matched_p2p(c: &Communicator) -> bool {
+    c.backend() == BackendKind::GPUWIRE_BACKEND_NCCL && c.config().p2p_matching == crate::types::P2pMatching::GPUWIRE_P2P_MATCHING_MPI
 }
 
 // ---- the routing table, in words (gpuwire_comm_describe) ---------------------------------------
@@ -760,6 +780,10 @@ impl Path for Leaving {
     fn irecv(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
         (self.leave)(c)?;
         self.to.irecv(c, buf, source, tag, stream)
+    }
+    fn irecv_upto(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
+        (self.leave)(c)?;
+        self.to.irecv_upto(c, buf, source, tag, stream)
     }
     fn sendrecv(&self, c: &Communicator, send: &Buffer, dest: i32, sendtag: i32, recv: &Buffer, source: i32, recvtag: i32, stream: Stream) -> Result<()> {
         (self.leave)(c)?;

@@ -42,6 +42,12 @@ pub struct gpuwire_config {
     /// Staging chunk size in bytes (>= 4096; GPUWIRE_CHUNK_BYTES). Large messages move in chunks
     /// of this size so device copies overlap MPI transfers.
     pub chunk_bytes: i64,
+    /// How point-to-point messages of device memory are matched (a gpuwire_p2p_matching;
+    /// GPUWIRE_P2P_MATCHING=backend|mpi). GPUWIRE_P2P_MATCHING_MPI gives device receives on
+    /// NCCL MPI's matching (tags, GPUWIRE_ANY_SOURCE, GPUWIRE_ANY_TAG, statuses, probe, shorter
+    /// messages) by moving NCCL's device point-to-point through the staged MPI path; the other
+    /// backends match as MPI either way. Must be the same on every rank.
+    pub p2p_matching: i32,
 }
 
 impl gpuwire_config {
@@ -53,6 +59,7 @@ impl gpuwire_config {
             staging: c.staging as i32,
             timeout_seconds: c.timeout.map(|t| t.as_secs_f64()).unwrap_or(0.0),
             chunk_bytes: c.chunk_bytes as i64,
+            p2p_matching: c.p2p_matching as i32,
         }
     }
 
@@ -74,6 +81,7 @@ impl gpuwire_config {
             timeout: config::timeout_from_seconds(self.timeout_seconds, "config.timeout_seconds")?,
             staging: Staging::from_c(self.staging)?,
             chunk_bytes: self.chunk_bytes as usize,
+            p2p_matching: crate::types::P2pMatching::from_c(self.p2p_matching)?,
         })
     }
 }
@@ -87,7 +95,7 @@ fn resolve_config(cfg: *const gpuwire_config) -> Result<Config> {
 }
 
 /// Fills `*cfg` with the defaults (AUTO backend, device -1, checking off, pinned staging, no
-/// timeout, 4 MiB chunks), overridden by the GPUWIRE_* environment variables. Local; works
+/// timeout, 4 MiB chunks, the backend's point-to-point matching), overridden by the GPUWIRE_* environment variables. Local; works
 /// before gpuwire_init.
 ///
 /// Errors: GPUWIRE_ERROR_NULL_ARGUMENT; GPUWIRE_ERROR_INVALID_ARGUMENT when an environment
@@ -116,7 +124,7 @@ fn register(c: Communicator, out: *mut gpuwire_comm) -> Result<()> {
 /// GPUWIRE_ERROR_INVALID_ARGUMENT (MPI_COMM_NULL; an integer that names no communicator in use —
 /// garbage, another object's handle, a freed communicator — on Open MPI and MPICH alike, never an
 /// MPI abort; a bad config field or environment variable on
-/// any rank, or configurations — backend, check, timeout, staging, chunk size — that differ
+/// any rank, or configurations — backend, check, timeout, staging, chunk size, p2p_matching — that differ
 /// between ranks: every rank gets the error, none hangs);
 /// GPUWIRE_ERROR_BACKEND_UNAVAILABLE when the requested backend cannot be used on some rank
 /// (the same error and message on every rank); GPUWIRE_ERROR_MPI;

@@ -24,7 +24,8 @@
 #include "gwtest.h"
 
 static const char *const env_vars[] = {"GPUWIRE_BACKEND", "GPUWIRE_DEVICE",  "GPUWIRE_CHECK",
-                                       "GPUWIRE_TIMEOUT", "GPUWIRE_STAGING", "GPUWIRE_CHUNK_BYTES"};
+                                       "GPUWIRE_TIMEOUT", "GPUWIRE_STAGING", "GPUWIRE_CHUNK_BYTES",
+                                       "GPUWIRE_P2P_MATCHING"};
 
 static void clear_env(void)
 {
@@ -500,7 +501,7 @@ static void config(void)
     EXPECT_OK(gpuwire_config_init(&cfg));
     EXPECT(cfg.backend == GPUWIRE_BACKEND_AUTO && cfg.device == -1 && cfg.check == 0);
     EXPECT(cfg.staging == GPUWIRE_STAGING_PINNED && cfg.timeout_seconds == 0.0);
-    EXPECT(cfg.chunk_bytes == 4194304);
+    EXPECT(cfg.chunk_bytes == 4194304 && cfg.p2p_matching == GPUWIRE_P2P_MATCHING_BACKEND);
 
     /* The environment overrides the defaults. */
     setenv("GPUWIRE_BACKEND", "host", 1);
@@ -509,10 +510,15 @@ static void config(void)
     setenv("GPUWIRE_TIMEOUT", "2.5", 1);
     setenv("GPUWIRE_STAGING", "pageable", 1);
     setenv("GPUWIRE_CHUNK_BYTES", "8192", 1);
+    setenv("GPUWIRE_P2P_MATCHING", "mpi", 1);
     EXPECT_OK(gpuwire_config_init(&cfg));
     EXPECT(cfg.backend == GPUWIRE_BACKEND_HOST && cfg.device == 0 && cfg.check == 1);
     EXPECT(cfg.timeout_seconds == 2.5 && cfg.staging == GPUWIRE_STAGING_PAGEABLE);
-    EXPECT(cfg.chunk_bytes == 8192);
+    EXPECT(cfg.chunk_bytes == 8192 && cfg.p2p_matching == GPUWIRE_P2P_MATCHING_MPI);
+    clear_env();
+    setenv("GPUWIRE_P2P_MATCHING", "nccl", 1);
+    EXPECT_STATUS(gpuwire_config_init(&cfg), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_HAS("GPUWIRE_P2P_MATCHING");
     clear_env();
 
     /* An invalid variable is named in the message and leaves *cfg untouched. */
@@ -553,6 +559,10 @@ static void config(void)
     cfg.chunk_bytes = 100;
     EXPECT_UNTOUCHED_H(gpuwire_comm_world(&cfg, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
     EXPECT_LAST_ERROR_HAS("chunk_bytes");
+    cfg = saved;
+    cfg.p2p_matching = 2;
+    EXPECT_UNTOUCHED_H(gpuwire_comm_world(&cfg, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
+    EXPECT_LAST_ERROR_HAS("p2p_matching");
 
     /* Timeouts: 0 (none), or 0.001 s (1 ms) to 1e9 s. Huge values were a caught panic
      * (GPUWIRE_ERROR_INTERNAL), tiny ones were accepted and then timed out. */
