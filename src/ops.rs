@@ -301,7 +301,7 @@ impl Communicator {
         if source == PROC_NULL {
             return Ok(Some(crate::request::Status { source: PROC_NULL, tag: ANY_TAG, count: 0 }));
         }
-        Ok(crate::backend::p2p::probe(self, source, recv_tag(tag), block)?.map(|m| m.status(dtype)))
+        Ok(crate::backend::probe(self, source, recv_tag(tag), block)?.map(|m| m.status(dtype)))
     }
 
     /// The path of a call of `op` on these buffers (`backend::route`).

@@ -665,6 +665,17 @@ pub fn route(c: &Communicator, op: Operation, reduction: Option<(Dtype, ReduceOp
     }
 }
 
+/// As MPI_Probe (`block`) / MPI_Iprobe of (`source`, `tag`) on `c`: IPC's point-to-point
+/// messages are headers on its own control communicator (`ipc::probe`); every other backend's
+/// that a probe can see are MPI messages on `c` itself (`p2p::probe`: host memory, and device
+/// memory on the MPI paths and on NCCL under GPUWIRE_P2P_MATCHING=mpi).
+pub fn probe(c: &Communicator, source: i32, tag: i32, block: bool) -> Result<Option<p2p::Matched>> {
+    if c.backend() == BackendKind::GPUWIRE_BACKEND_IPC {
+        return ipc::probe(c, source, tag, block);
+    }
+    p2p::probe(c, source, tag, block)
+}
+
 /// Whether `c`'s device point-to-point leaves its backend for MPI's matching: NCCL (which matches
 /// device messages by peer and order only, ignoring tags, with no wildcards) under
 /// GPUWIRE_P2P_MATCHING=mpi, whose device sends and receives then all go through the staged MPI

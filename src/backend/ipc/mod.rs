@@ -162,6 +162,20 @@ pub fn eligible(c: &Communicator, device: Option<i32>) -> Result<std::result::Re
 
 // ---- the path ------------------------------------------------------------------------------
 
+/// A started irecv (of exactly its buffer's count, or with `upto` of up to it), registered with
+/// the progress of pending receives. Here, not in p2p: the registry (progress) sits above p2p.
+fn irecv(c: &Communicator, buf: &Buffer, source: i32, tag: i32, upto: bool, stream: Stream) -> Result<Box<dyn Pending>> {
+    let op = Arc::new(Mutex::new(RecvOp::start(c, buf, source, tag, stream, false, upto)?));
+    register(&op);
+    Ok(Box::new(IpcRecv { op, comm: c, finished: false }))
+}
+
+/// As MPI_Probe / MPI_Iprobe on an IPC communicator, whose point-to-point messages (host and
+/// device memory) are headers on its control communicator (`p2p::probe`).
+pub fn probe(c: &Communicator, source: i32, tag: i32, block: bool) -> Result<Option<crate::backend::p2p::Matched>> {
+    p2p::probe(c, source, tag, block)
+}
+
 /// The IPC path: point-to-point in `p2p`, collectives in `coll`.
 pub struct IpcPath;
 
@@ -180,9 +194,11 @@ impl Path for IpcPath {
 
     fn irecv(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
         // Here, not in p2p: the registry of pending receives (progress) sits above p2p.
-        let op = Arc::new(Mutex::new(RecvOp::start(c, buf, source, tag, stream, false)?));
-        register(&op);
-        Ok(Box::new(IpcRecv { op, comm: c, finished: false }))
+        irecv(c, buf, source, tag, false, stream)
+    }
+
+    fn irecv_upto(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
+        irecv(c, buf, source, tag, true, stream)
     }
 
     fn sendrecv(&self, c: &Communicator, send: &Buffer, dest: i32, sendtag: i32, recv: &Buffer, source: i32, recvtag: i32, stream: Stream) -> Result<()> {

@@ -2,6 +2,18 @@
 //! state's private duplicates of the communicator; larger device data through a mapping of the
 //! sender's buffer and a completion cell, or as a second MPI message of host bytes. [`SendOp`]
 //! and [`RecvOp`] are the operations in flight, `IpcSend` and `IpcRecv` their requests.
+//!
+//! Matching is MPI's, on host and device memory alike: a header is an MPI message from the
+//! sender with the caller's tag, and every receive posts its header's MPI_Irecv when it starts,
+//! with MPI's MPI_ANY_SOURCE / MPI_ANY_TAG for GPUWIRE_ANY_SOURCE / GPUWIRE_ANY_TAG (so MPI's
+//! non-overtaking order holds between receives, wildcard or not). What the header says (its
+//! source, tag, size) decides the rest: the data message's source and tag, the completion cell,
+//! the receive's status. A receive of up to its count (`upto`: gpuwire_(i)recv_status) takes a
+//! shorter message of whole elements into its buffer's start; a longer one is
+//! GPUWIRE_ERROR_TRUNCATE, with nothing written. A probe (`probe`) takes the header it finds off
+//! MPI (MPI_Improbe, MPI_Mrecv) into the communicator's [`Probed`] list, in arrival order, to
+//! read its size; a receive that starts later takes the first header of that list that it
+//! matches before it posts its own (under the list's lock, so that no header passes between).
 
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::Ordering;
@@ -60,6 +72,24 @@ struct Header {
 const HDR_FIXED: usize = std::mem::size_of::<Header>() - SMALL;
 const CHECK_COMPARE: u32 = 1;
 const CHECK_CELL: u32 = 2;
+
+/// Headers that a probe took off MPI (`probe`), in arrival order: a receive started later takes
+/// the first that it matches before posting its own MPI receive (`IpcState::probed`).
+#[derive(Default)]
+pub(super) struct Probed(Vec<Box<Header>>);
+
+/// MPI's source and tag for gpuwire's (its wildcards as MPI's).
+fn mpi_source_tag(source: i32, tag: i32) -> (i32, i32) {
+    let any_s = source == crate::types::ANY_SOURCE || source == mpisys::any_source();
+    let any_t = tag == crate::types::ANY_TAG || tag == mpisys::any_tag();
+    (if any_s { mpisys::any_source() } else { source }, if any_t { mpisys::any_tag() } else { tag })
+}
+
+/// Whether header `h` is a message that a receive or probe of (`source`, `tag`) takes.
+fn takes(h: &Header, source: i32, tag: i32) -> bool {
+    let (s, t) = mpi_source_tag(source, tag);
+    (s == mpisys::any_source() || s == h.src) && (t == mpisys::any_tag() || t == h.tag)
+}
 
 fn zeroed_header() -> Box<Header> {
     // SAFETY: all-zero is a valid Header (plain integers and arrays).
@@ -405,6 +435,10 @@ pub struct RecvOp {
     /// The receive buffer's element count and datatype.
     count: usize,
     dtype: crate::types::Dtype,
+    /// A message of up to `count` elements is taken (as MPI's receives), else exactly `count`.
+    upto: bool,
+    /// What the header said (source, tag, bytes), once it arrived: the receive's status.
+    matched: Option<(i32, i32, u64)>,
     /// Set by the owner (IpcRecv) when it is dropped: the pointers above may dangle from then
     /// on, and nobody may progress the operation any more.
     closed: bool,
@@ -416,8 +450,9 @@ unsafe impl Send for RecvOp {}
 
 impl RecvOp {
     /// `ordered`: the receive may be stream-ordered (a blocking receive or sendrecv on the
-    /// caller's thread).
-    pub(super) fn start(c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream, ordered: bool) -> Result<RecvOp> {
+    /// caller's thread). `source` and `tag` may be wildcards (gpuwire's or MPI's); `upto`: see
+    /// the field.
+    pub(super) fn start(c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream, ordered: bool, upto: bool) -> Result<RecvOp> {
         let s = state(c)?;
         devstate::check_device(c, buf)?;
         let (pinned, shared) = {
@@ -440,8 +475,22 @@ impl RecvOp {
             }
         }
         let stream = side.map_or(stream, |(_, own)| own);
-        let hdr = zeroed_header();
-        let req = irecv_bytes(s.ctrl, &*hdr as *const Header as usize, std::mem::size_of::<Header>(), source, tag)?;
+        let mut hdr = zeroed_header();
+        let req = {
+            // A header a probe took off MPI comes first (it arrived before any still in MPI).
+            let mut probed = lock(&s.probed);
+            match probed.0.iter().position(|h| takes(h, source, tag)) {
+                Some(i) => {
+                    hdr = probed.0.remove(i);
+                    // A null request tests complete: the header is processed at once.
+                    RawRequest(mpisys::request_null())
+                }
+                None => {
+                    let (ms, mt) = mpi_source_tag(source, tag);
+                    irecv_bytes(s.ctrl, &*hdr as *const Header as usize, std::mem::size_of::<Header>(), ms, mt)?
+                }
+            }
+        };
         Ok(RecvOp {
             hdr,
             req,
@@ -457,8 +506,15 @@ impl RecvOp {
             side,
             count: buf.count(),
             dtype: buf.dtype(),
+            upto,
+            matched: None,
             closed: false,
         })
+    }
+
+    /// What the receive matched, once its header arrived (also when it then failed).
+    fn status(&self) -> Option<crate::request::Status> {
+        self.matched.map(|(source, tag, bytes)| crate::request::Status { source, tag, count: (bytes / self.dtype.size() as u64) as i64 })
     }
 
     /// Whether another thread may progress it (the owner's request is alive, not finished).
@@ -504,11 +560,13 @@ impl RecvOp {
                         self.state = RState::Done;
                         return Err(Error::Internal("recv: a control message without gpuwire's header arrived".into()));
                     }
+                    self.matched = Some((h.src, h.tag, h.bytes));
                     let bytes = h.bytes as usize;
                     // A message of another size (or, in checking mode, count or datatype) is
-                    // refused: nothing is written to the buffer.
+                    // refused: nothing is written to the buffer. `n`: the bytes written (fewer
+                    // than the buffer's for a shorter message taken by an `upto` receive).
                     let refused = self.verdict(&h).is_some();
-                    let n = self.dst.bytes;
+                    let n = bytes.min(self.dst.bytes);
                     let _g = CtxGuard::enter(s.device)?;
                     let moved = match h.kind {
                         K_INLINE if refused => Ok(()),
@@ -621,7 +679,7 @@ impl RecvOp {
                     let h = *self.hdr;
                     let taken = pb.take();
                     let refused = self.verdict(&h).is_some();
-                    let n = self.dst.bytes;
+                    let n = (h.bytes as usize).min(self.dst.bytes);
                     let r = match taken {
                         Some(b) if refused => {
                             // SAFETY: see the Send impl.
@@ -653,7 +711,8 @@ impl RecvOp {
     }
 
     /// Why the message in `h` is refused (its completion state and the receiver's error), or
-    /// None when it is exactly this receive: its bytes always, its count and datatype in
+    /// None when this receive takes it: its bytes always (exactly the buffer's; with `upto` whole
+    /// elements up to them, a longer message GPUWIRE_ERROR_TRUNCATE), its count and datatype in
     /// checking mode.
     fn verdict(&self, h: &Header) -> Option<(u64, Error)> {
         let bytes = h.bytes as usize;
@@ -663,6 +722,22 @@ impl RecvOp {
                 "recv: rank {} sent {} {theirs} elements but this receive is of {} {} elements (checking mode); nothing was received",
                 h.src, h.count, self.count, self.dtype.name()
             ))));
+        }
+        if self.upto {
+            let es = self.dtype.size();
+            if bytes > self.dst.bytes {
+                return Some((shm::REFUSED_COUNT, Error::Truncate(format!(
+                    "recv: the message from rank {} (tag {}) has {bytes} bytes ({} {theirs} elements), longer than the receive buffer's {} bytes ({} {} elements); a receive takes up to its buffer's count: the message was discarded and the buffer not written",
+                    h.src, h.tag, h.count, self.dst.bytes, self.count, self.dtype.name()
+                ))));
+            }
+            if bytes % es != 0 {
+                return Some((shm::REFUSED_COUNT, Error::CountMismatch(format!(
+                    "recv: the message from rank {} (tag {}) has {bytes} bytes, not a whole number of {} elements; the message was discarded and the buffer not written",
+                    h.src, h.tag, self.dtype.name()
+                ))));
+            }
+            return None;
         }
         if bytes != self.dst.bytes || (h.check & CHECK_COMPARE != 0 && h.count as usize != self.count) {
             let how = if bytes < self.dst.bytes { "shorter than" } else { "longer than" };
@@ -824,6 +899,9 @@ pub(super) struct IpcRecv {
 unsafe impl Send for IpcRecv {}
 
 impl Pending for IpcRecv {
+    fn status(&self) -> Option<crate::request::Status> {
+        lock(&self.op).status()
+    }
     fn wait(&mut self) -> Result<()> {
         if self.finished {
             return Ok(());
@@ -888,7 +966,7 @@ pub(super) fn send(c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: 
 }
 
 pub(super) fn recv(c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<()> {
-    let mut op = RecvOp::start(c, buf, source, tag, stream, true)?;
+    let mut op = RecvOp::start(c, buf, source, tag, stream, true, false)?;
     let r = wait_p2p(c, "recv", || op.poll(), || true);
     if r.is_err() && !matches!(op.state, RState::Done) {
         std::mem::forget(op);
@@ -905,7 +983,7 @@ pub(super) fn isend(c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream:
 pub(super) fn sendrecv(c: &Communicator, send: &Buffer, dest: i32, sendtag: i32, recv: &Buffer, source: i32, recvtag: i32, stream: Stream) -> Result<()> {
     let proc_null = crate::types::PROC_NULL;
     // The receive first (a message to oneself then finds it).
-    let mut r = if source == proc_null { None } else { Some(RecvOp::start(c, recv, source, recvtag, stream, true)?) };
+    let mut r = if source == proc_null { None } else { Some(RecvOp::start(c, recv, source, recvtag, stream, true, false)?) };
     let mut w = if dest == proc_null { None } else { Some(SendOp::start(c, send, dest, sendtag, stream, Order::Stream)?) };
     let q = w.as_ref().map(|o| o.quitter());
     // At a timeout the send part gives up, or (its receiver copying) ends first; the call
@@ -939,7 +1017,7 @@ pub(super) fn batch(c: &Communicator, sends: &[(&Buffer, i32, i32)], recvs: &[(&
     let proc_null = crate::types::PROC_NULL;
     let mut rs = Vec::new();
     for (b, source, tag) in recvs.iter().filter(|r| r.1 != proc_null) {
-        rs.push(RecvOp::start(c, b, *source, *tag, stream, true)?);
+        rs.push(RecvOp::start(c, b, *source, *tag, stream, true, false)?);
     }
     let mut ws = Vec::new();
     for (b, dest, tag) in sends.iter().filter(|s| s.1 != proc_null) {
@@ -971,4 +1049,54 @@ pub(super) fn batch(c: &Communicator, sends: &[(&Buffer, i32, i32)], recvs: &[(&
         w.order_after(stream)?;
     }
     Ok(())
+}
+
+/// As MPI_Probe (`block`) / MPI_Iprobe of (`source`, `tag`) on an IPC communicator (wildcards
+/// allowed): the next message (host or device memory) that a receive of them would take, as
+/// (source, tag, bytes), without receiving its data; `None` when not blocking and there is none.
+/// A header found in MPI is taken off it into the communicator's [`Probed`] list (to read its
+/// size), where the next receive that matches it finds it first. Receives posted earlier take
+/// their messages first (their headers' MPI receives were posted before). Waits no longer than
+/// the call's deadline.
+pub(super) fn probe(c: &Communicator, source: i32, tag: i32, block: bool) -> Result<Option<crate::backend::p2p::Matched>> {
+    let s = state(c)?;
+    let (ms, mt) = mpi_source_tag(source, tag);
+    let found = |h: &Header| crate::backend::p2p::Matched { source: h.src, tag: h.tag, bytes: h.bytes };
+    let look = || -> Result<Option<crate::backend::p2p::Matched>> {
+        let mut probed = lock(&s.probed);
+        if let Some(h) = probed.0.iter().find(|h| takes(h, source, tag)) {
+            return Ok(Some(found(h)));
+        }
+        let _mpi = crate::runtime::mpi_lock();
+        // SAFETY: reading a constant; plain out-parameters.
+        let mut msg = unsafe { sys::RSMPI_MESSAGE_NULL };
+        let mut flag: c_int = 0;
+        let mut status: sys::MPI_Status = unsafe { std::mem::zeroed() };
+        mpisys::check(unsafe { sys::MPI_Improbe(ms, mt, s.ctrl.0, &mut flag, &mut msg, &mut status) }, "MPI_Improbe (IPC control)")?;
+        if flag == 0 {
+            return Ok(None);
+        }
+        let mut h = zeroed_header();
+        // SAFETY: a control message is at most a Header.
+        mpisys::check(
+            unsafe { sys::MPI_Mrecv((&mut *h as *mut Header).cast(), std::mem::size_of::<Header>() as c_int, sys::RSMPI_UINT8_T, &mut msg, mpisys::status_ignore()) },
+            "MPI_Mrecv (IPC control)",
+        )?;
+        if h.magic != MAGIC {
+            return Err(Error::Internal("probe: a control message without gpuwire's header arrived".into()));
+        }
+        let m = found(&h);
+        probed.0.push(h);
+        Ok(Some(m))
+    };
+    if !block {
+        progress_all();
+        return look();
+    }
+    let mut got = None;
+    wait_p2p(c, "probe", || {
+        got = look()?;
+        Ok(got.is_some())
+    }, || true)?;
+    Ok(got)
 }

@@ -71,6 +71,8 @@ pub struct IpcState {
     counted: bool,
     /// Tags of data messages (K_DATA), rotating through 0..=MPI_TAG_UB.
     pub(super) data_tag: std::sync::atomic::AtomicU64,
+    /// Point-to-point headers taken off MPI by a probe, not yet received (`p2p::probe`).
+    pub(super) probed: Mutex<super::p2p::Probed>,
 }
 
 impl std::fmt::Debug for IpcState {
@@ -119,6 +121,7 @@ impl IpcState {
             send_order: Mutex::new(()),
             counted: false,
             data_tag: std::sync::atomic::AtomicU64::new(0),
+            probed: Mutex::default(),
         };
         let (mut qsize, mut disp, mut qbase): (sys::MPI_Aint, c_int, *mut c_void) = (0, 0, std::ptr::null_mut());
         // SAFETY: valid window; writes size, unit and base of rank 0's part.
