@@ -2397,72 +2397,33 @@ fn vcoll_device(cx: &Ctx) -> Result<(), String> {
 
 // ---- issue 13: receive status, wildcards, probe, abort on device memory --------------------
 
-/// Device receives with a status on every backend: on MPI_STAGED and MPI_CUDA_AWARE a wildcard
-/// receive of a shorter message reports its source, tag and count and leaves the rest of the
-/// device buffer as it was, probe sees device messages, a longer message is TRUNCATE with the
-/// buffer untouched, waitany completes an irecv_status; on NCCL and IPC a wildcard device
-/// receive is BACKEND_UNAVAILABLE and a named one reports its status. Then gpuwire_comm_abort
-/// on rank 0 while the others wait in an iallreduce: on IPC they return COMM_BROKEN within 1.5 s
-/// (the shared segment's flag); elsewhere at their 3 s timeout (TIMEOUT or COMM_BROKEN).
+/// Device receives with a status on every backend, MPI's matching (`p2p_wild`) on MPI_STAGED,
+/// MPI_CUDA_AWARE, IPC (2 and 3 ranks: its control headers are MPI messages) and on NCCL under
+/// GPUWIRE_P2P_MATCHING=mpi (a communicator of its own: device point-to-point then takes the
+/// staged MPI path); on NCCL without it a wildcard device receive is BACKEND_UNAVAILABLE naming
+/// the setting, and a named one in a group reports its status. Then gpuwire_comm_abort on rank 0
+/// while the others wait in an iallreduce: on IPC they return COMM_BROKEN within 1.5 s (the
+/// shared segment's flag); elsewhere at their 3 s timeout (TIMEOUT or COMM_BROKEN).
 fn p2p_status(cx: &Ctx) -> Result<(), String> {
     let st = cx.stream as *mut c_void;
     let (to, from) = ((cx.rank + 1) % cx.size, (cx.rank + cx.size - 1) % cx.size);
     let mut kind = 0;
     ok(gpuwire_comm_backend(cx.comm, &mut kind), "backend");
-    let mpi_path = kind == BackendKind::GPUWIRE_BACKEND_MPI_STAGED as i32 || kind == BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE as i32;
-    let fill = vec![0x7eu8; 13 * 8];
-    let sent: Vec<u8> = (0..3).flat_map(|i| val(cx.rank, i).to_le_bytes()).collect();
+    let mpi_matching = kind != BackendKind::GPUWIRE_BACKEND_NCCL as i32;
     let want: Vec<u8> = (0..3).flat_map(|i| val(from, i).to_le_bytes()).collect();
     let s = dev_alloc(3, Dtype::GPUWIRE_FLOAT64);
-    upload(s, &sent);
+    upload(s, &(0..3).flat_map(|i| val(cx.rank, i).to_le_bytes()).collect::<Vec<u8>>());
     let r = dev_alloc(13, Dtype::GPUWIRE_FLOAT64);
     let blank = || gpuwire_status_t { source: 55, tag: 55, count: 55, error: 55 };
-    let (any_s, any_t) = (gpuwire::types::GPUWIRE_ANY_SOURCE, gpuwire::types::GPUWIRE_ANY_TAG);
+    let any_s = gpuwire::types::GPUWIRE_ANY_SOURCE;
     let mut q = 0;
-    if mpi_path {
-        upload(r, &fill);
-        ok(gpuwire_isend(cx.comm, s, to, 71, st, &mut q), "isend");
-        let mut ps = blank();
-        ok(gpuwire_probe(cx.comm, any_s, 71, Dtype::GPUWIRE_FLOAT64 as i32, &mut ps), "probe");
-        if ps.source != from || ps.count != 3 {
-            return Err(format!("probe of a device message: source {} count {}, expected {from} and 3", ps.source, ps.count));
-        }
-        let mut rs = blank();
-        ok(gpuwire_recv_status(cx.comm, r, any_s, any_t, st, &mut rs), "recv_status");
-        ok(gpuwire_wait(&mut q), "wait(isend)");
-        let got = download(r, 13 * 8);
-        if rs.source != from || rs.tag != 71 || rs.count != 3 || got[..24] != want[..] || got[24..] != fill[24..] {
-            return Err(format!("wildcard device receive of 3 into 13: status ({}, {}, {}), data right {}, tail untouched {}", rs.source, rs.tag, rs.count, got[..24] == want[..], got[24..] == fill[24..]));
-        }
-        // Longer than the buffer: TRUNCATE, nothing written.
-        let small = dev_alloc(2, Dtype::GPUWIRE_FLOAT64);
-        upload(small, &fill[..16]);
-        ok(gpuwire_isend(cx.comm, s, to, 72, st, &mut q), "isend");
-        let t = gpuwire_recv_status(cx.comm, small, from, 72, st, &mut rs);
-        ok(gpuwire_wait(&mut q), "wait(isend)");
-        if t != Status::GPUWIRE_ERROR_TRUNCATE || download(small, 16) != fill[..16] {
-            return Err(format!("3 float64 into a 2-element device receive gave {t:?} ({}), expected TRUNCATE with the buffer untouched", last_error()));
-        }
-        gpuwire_buffer_free(small);
-        // irecv_status completed by waitany.
-        let mut reqs = [0u64; 2];
-        ok(gpuwire_irecv_status(cx.comm, r, any_s, 73, st, &mut reqs[0]), "irecv_status");
-        ok(gpuwire_isend(cx.comm, s, to, 73, st, &mut reqs[1]), "isend");
-        let mut seen = 0;
-        for _ in 0..2 {
-            let (mut idx, mut ws) = (0, blank());
-            ok(gpuwire_waitany(2, reqs.as_mut_ptr(), &mut idx, &mut ws), "waitany");
-            if idx == 0 && ws.source == from && ws.tag == 73 && ws.count == 3 {
-                seen += 1;
-            }
-        }
-        if seen != 1 || reqs != [0, 0] {
-            return Err(format!("waitany over a device irecv_status: receive status seen {seen} times, requests {reqs:?}"));
-        }
+    if mpi_matching {
+        p2p_wild(cx, cx.comm, "")?;
     } else {
         let refused = gpuwire_recv_status(cx.comm, r, any_s, 74, st, &mut blank());
-        if refused != Status::GPUWIRE_ERROR_BACKEND_UNAVAILABLE {
-            return Err(format!("a wildcard device receive on backend {kind} gave {refused:?} ({}), expected BACKEND_UNAVAILABLE", last_error()));
+        let why = last_error();
+        if refused != Status::GPUWIRE_ERROR_BACKEND_UNAVAILABLE || !why.contains("GPUWIRE_P2P_MATCHING") {
+            return Err(format!("a wildcard device receive on NCCL gave {refused:?} ({why}), expected BACKEND_UNAVAILABLE naming GPUWIRE_P2P_MATCHING"));
         }
         // In a group (NCCL: a send to oneself needs its receive in the same group).
         let r3 = dev_alloc(3, Dtype::GPUWIRE_FLOAT64);
@@ -2478,6 +2439,23 @@ fn p2p_status(cx: &Ctx) -> Result<(), String> {
             return Err(format!("a named device receive with a status: ({}, {}, {})", rs.source, rs.tag, rs.count));
         }
         gpuwire_buffer_free(r3);
+        // GPUWIRE_P2P_MATCHING=mpi: MPI's matching of device messages on an NCCL communicator.
+        let mut cfg: gpuwire_config = unsafe { std::mem::zeroed() };
+        ok(gpuwire_config_init(&mut cfg), "config_init");
+        cfg.p2p_matching = gpuwire::types::P2pMatching::GPUWIRE_P2P_MATCHING_MPI as i32;
+        let mut mc = 0;
+        ok(gpuwire_comm_world(&cfg, &mut mc), "comm_world(p2p_matching = mpi)");
+        let mut k2 = 0;
+        ok(gpuwire_comm_backend(mc, &mut k2), "backend");
+        let mut desc = vec![0 as c_char; 8192];
+        ok(gpuwire_comm_describe(mc, desc.as_mut_ptr(), desc.len()), "describe");
+        let d: Vec<u8> = desc.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
+        let text = String::from_utf8_lossy(&d).into_owned();
+        if k2 != kind || !text.contains("p2p_matching = mpi") {
+            return Err(format!("an NCCL communicator with p2p_matching = mpi: backend {k2}, describe {text:?}"));
+        }
+        p2p_wild(cx, mc, " (NCCL, p2p_matching = mpi)")?;
+        ok(gpuwire_comm_free(mc), "comm_free");
     }
     gpuwire_buffer_free(r);
     // Abort while the peers wait in a collective.
@@ -2522,6 +2500,195 @@ fn p2p_status(cx: &Ctx) -> Result<(), String> {
     gpuwire_buffer_free(s);
     gpuwire_comm_free(ac);
     ok(gpuwire_barrier(cx.comm, cx.stream as *mut c_void), "barrier");
+    Ok(())
+}
+
+/// MPI's matching of device messages on `c` (whose point-to-point matches as MPI): a wildcard
+/// receive of a shorter message reports its source, tag and count and leaves the rest of the
+/// buffer as it was; probe sees device messages; a longer message is TRUNCATE with the buffer
+/// untouched; waitany completes an irecv_status; GPUWIRE_ANY_SOURCE takes the messages of every
+/// sender, in whatever order they come, each with its sender's status; receives with
+/// GPUWIRE_ANY_TAG and a named one take a sender's messages in MPI's order (the wildcard posted
+/// first takes the first message, the named one skips to its tag); probe, then a receive of the
+/// probed source, tag and size (and iprobe, then a wildcard receive of the probed size). Sizes
+/// cover IPC's three ways (inline up to 1 KiB, a host-staged data message, a mapping above
+/// 512 KiB). One rank: every message is a message to oneself.
+fn p2p_wild(cx: &Ctx, c: gpuwire_comm, on: &str) -> Result<(), String> {
+    let st = cx.stream as *mut c_void;
+    let (me, p) = (cx.rank, cx.size);
+    let (to, from) = ((me + 1) % p, (me + p - 1) % p);
+    let f64d = Dtype::GPUWIRE_FLOAT64;
+    let blank = || gpuwire_status_t { source: 55, tag: 55, count: 55, error: 55 };
+    let (any_s, any_t) = (gpuwire::types::GPUWIRE_ANY_SOURCE, gpuwire::types::GPUWIRE_ANY_TAG);
+    // Element i of the message of rank `src` with tag `tag`.
+    let v = |src: i32, tag: i32, i: usize| (src * 1000 + tag * 10) as f64 + (i % 7) as f64;
+    let msg = |src: i32, tag: i32, n: usize| -> Vec<u8> { (0..n).flat_map(|i| v(src, tag, i).to_le_bytes()).collect() };
+    let dev_msg = |src: i32, tag: i32, n: usize| {
+        let b = dev_alloc(n, f64d);
+        upload(b, &msg(src, tag, n));
+        b
+    };
+    let sentinel = |n: usize| vec![0x7eu8; n * 8];
+    let mut q = 0;
+    // A wildcard receive of 3 into 13; probe first.
+    let s3 = dev_msg(me, 71, 3);
+    let r = dev_alloc(13, f64d);
+    upload(r, &sentinel(13));
+    ok(gpuwire_isend(c, s3, to, 71, st, &mut q), "isend");
+    let mut ps = blank();
+    ok(gpuwire_probe(c, any_s, 71, f64d as i32, &mut ps), "probe");
+    if ps.source != from || ps.tag != 71 || ps.count != 3 {
+        return Err(format!("probe of a device message{on}: ({}, {}, {}), expected ({from}, 71, 3)", ps.source, ps.tag, ps.count));
+    }
+    let mut rs = blank();
+    ok(gpuwire_recv_status(c, r, any_s, any_t, st, &mut rs), "recv_status");
+    ok(gpuwire_wait(&mut q), "wait(isend)");
+    let got = download(r, 13 * 8);
+    if rs.source != from || rs.tag != 71 || rs.count != 3 || got[..24] != msg(from, 71, 3)[..] || got[24..] != sentinel(13)[24..] {
+        return Err(format!("wildcard device receive of 3 into 13{on}: status ({}, {}, {}), data right {}, tail untouched {}", rs.source, rs.tag, rs.count, got[..24] == msg(from, 71, 3)[..], got[24..] == sentinel(13)[24..]));
+    }
+    // Longer than the buffer: TRUNCATE, nothing written.
+    let small = dev_alloc(2, f64d);
+    upload(small, &sentinel(2));
+    ok(gpuwire_isend(c, s3, to, 72, st, &mut q), "isend");
+    let t = gpuwire_recv_status(c, small, any_s, 72, st, &mut rs);
+    let why = last_error();
+    ok(gpuwire_wait(&mut q), "wait(isend)");
+    if t != Status::GPUWIRE_ERROR_TRUNCATE || download(small, 16) != sentinel(2) {
+        return Err(format!("3 float64 into a 2-element device receive{on} gave {t:?} ({why}), expected TRUNCATE with the buffer untouched"));
+    }
+    gpuwire_buffer_free(small);
+    // irecv_status completed by waitany.
+    let mut reqs = [0u64; 2];
+    ok(gpuwire_irecv_status(c, r, any_s, 73, st, &mut reqs[0]), "irecv_status");
+    ok(gpuwire_isend(c, s3, to, 73, st, &mut reqs[1]), "isend");
+    let mut seen = 0;
+    for _ in 0..2 {
+        let (mut idx, mut ws) = (0, blank());
+        ok(gpuwire_waitany(2, reqs.as_mut_ptr(), &mut idx, &mut ws), "waitany");
+        if idx == 0 && ws.source == from && ws.tag == 73 && ws.count == 3 {
+            seen += 1;
+        }
+    }
+    if seen != 1 || reqs != [0, 0] {
+        return Err(format!("waitany over a device irecv_status{on}: receive status seen {seen} times, requests {reqs:?}"));
+    }
+    gpuwire_buffer_free(s3);
+    gpuwire_buffer_free(r);
+    ok(gpuwire_barrier(c, st), "barrier");
+    // GPUWIRE_ANY_SOURCE from several senders (every rank but 0; one rank: itself), each of
+    // base + its rank elements, into a buffer of base + p: any order, each status its sender's.
+    let senders: Vec<i32> = if p == 1 { vec![0] } else { (1..p).collect() };
+    for base in [3usize, 300, 70_000] {
+        let mut sent = Vec::new();
+        if senders.contains(&me) {
+            let b = dev_msg(me, 80, base + me as usize);
+            let mut sq = 0;
+            ok(gpuwire_isend(c, b, 0, 80, st, &mut sq), "isend (to rank 0)");
+            sent.push((b, sq));
+        }
+        if me == 0 {
+            let cap = base + p as usize;
+            let rb = dev_alloc(cap, f64d);
+            let mut from_ranks = Vec::new();
+            for _ in &senders {
+                upload(rb, &sentinel(cap));
+                let mut rs = blank();
+                ok(gpuwire_recv_status(c, rb, any_s, 80, st, &mut rs), "recv_status(ANY_SOURCE)");
+                let n = base + rs.source.max(0) as usize;
+                let got = download(rb, cap * 8);
+                if !senders.contains(&rs.source) || from_ranks.contains(&rs.source) || rs.tag != 80 || rs.count != n as i64 || got[..n * 8] != msg(rs.source, 80, n)[..] || got[n * 8..] != sentinel(cap)[n * 8..] {
+                    return Err(format!(
+                        "GPUWIRE_ANY_SOURCE receive of up to {cap} (messages of {base} + rank){on}: status ({}, {}, {}) after sources {from_ranks:?}, data right {}",
+                        rs.source, rs.tag, rs.count, got.len() >= n * 8 && got[..n * 8] == msg(rs.source, 80, n)[..]
+                    ));
+                }
+                from_ranks.push(rs.source);
+            }
+            gpuwire_buffer_free(rb);
+        }
+        for (b, mut sq) in sent {
+            ok(gpuwire_wait(&mut sq), "wait(isend)");
+            gpuwire_buffer_free(b);
+        }
+    }
+    ok(gpuwire_barrier(c, st), "barrier");
+    // MPI's order: tags 91, 92, 93 sent in that order (inline, staged, mapped sizes); an
+    // ANY_TAG receive posted first takes 91, a named one for 93 skips 92, the last takes 92.
+    let sizes = [(91, 4usize), (92, 300), (93, 70_000)];
+    let mut sent = Vec::new();
+    let cap = 70_010;
+    let rbs: Vec<gpuwire_buffer> = (0..3).map(|_| dev_alloc(cap, f64d)).collect();
+    let mut rq = [0u64; 3];
+    for (i, (src, tag)) in [(any_s, any_t), (from, 93), (any_s, any_t)].iter().enumerate() {
+        upload(rbs[i], &sentinel(cap));
+        ok(gpuwire_irecv_status(c, rbs[i], *src, *tag, st, &mut rq[i]), "irecv_status");
+    }
+    for (tag, n) in sizes {
+        let b = dev_msg(me, tag, n);
+        let mut sq = 0;
+        ok(gpuwire_isend(c, b, to, tag, st, &mut sq), "isend");
+        sent.push((b, sq));
+    }
+    for (i, want_tag) in [91, 93, 92].into_iter().enumerate() {
+        let mut rs = blank();
+        ok(gpuwire_wait_status(&mut rq[i], &mut rs), "wait_status");
+        let n = sizes.iter().find(|x| x.0 == want_tag).map(|x| x.1).unwrap_or(0);
+        let got = download(rbs[i], cap * 8);
+        if rs.source != from || rs.tag != want_tag || rs.count != n as i64 || got[..n * 8] != msg(from, want_tag, n)[..] || got[n * 8..] != sentinel(cap)[n * 8..] {
+            return Err(format!("receive {i} of (ANY_TAG, tag 93, ANY_TAG) over tags 91, 92, 93 sent in order{on}: status ({}, {}, {}), expected ({from}, {want_tag}, {n}), data right {}", rs.source, rs.tag, rs.count, got[..n * 8] == msg(from, want_tag, n)[..]));
+        }
+    }
+    for (b, mut sq) in sent {
+        ok(gpuwire_wait(&mut sq), "wait(isend)");
+        gpuwire_buffer_free(b);
+    }
+    rbs.iter().for_each(|b| {
+        gpuwire_buffer_free(*b);
+    });
+    ok(gpuwire_barrier(c, st), "barrier");
+    // Probe, then a receive of the probed source, tag and size; iprobe (nothing of tag 97
+    // there), then a wildcard receive of the probed size.
+    let (b1, b2) = (dev_msg(me, 95, 257), dev_msg(me, 96, 70_003));
+    let (mut q1, mut q2) = (0, 0);
+    ok(gpuwire_isend(c, b1, to, 95, st, &mut q1), "isend");
+    ok(gpuwire_isend(c, b2, to, 96, st, &mut q2), "isend");
+    let mut ps = blank();
+    ok(gpuwire_probe(c, any_s, any_t, f64d as i32, &mut ps), "probe");
+    if ps.source != from || ps.tag != 95 || ps.count != 257 {
+        return Err(format!("probe(ANY_SOURCE, ANY_TAG){on}: ({}, {}, {}), expected ({from}, 95, 257)", ps.source, ps.tag, ps.count));
+    }
+    let rb = dev_alloc(ps.count as usize, f64d);
+    let mut rs = blank();
+    ok(gpuwire_recv_status(c, rb, ps.source, ps.tag, st, &mut rs), "recv_status (probed)");
+    if rs.source != from || rs.tag != 95 || rs.count != 257 || download(rb, 257 * 8) != msg(from, 95, 257) {
+        return Err(format!("the receive of a probed message{on}: ({}, {}, {})", rs.source, rs.tag, rs.count));
+    }
+    gpuwire_buffer_free(rb);
+    let mut flag = 7;
+    ok(gpuwire_iprobe(c, any_s, 97, f64d as i32, &mut flag, &mut blank()), "iprobe (tag 97)");
+    if flag != 0 {
+        return Err(format!("iprobe of tag 97, which nobody sent{on}, found a message"));
+    }
+    let t0 = Instant::now();
+    flag = 0;
+    while flag == 0 && t0.elapsed().as_secs() < 20 {
+        ok(gpuwire_iprobe(c, any_s, any_t, f64d as i32, &mut flag, &mut ps), "iprobe");
+    }
+    if flag == 0 || ps.source != from || ps.tag != 96 || ps.count != 70_003 {
+        return Err(format!("iprobe(ANY_SOURCE, ANY_TAG){on}: flag {flag}, ({}, {}, {}), expected ({from}, 96, 70003)", ps.source, ps.tag, ps.count));
+    }
+    let rb = dev_alloc(ps.count as usize, f64d);
+    ok(gpuwire_recv_status(c, rb, any_s, any_t, st, &mut rs), "recv_status (wildcard, iprobed)");
+    if rs.source != from || rs.tag != 96 || rs.count != 70_003 || download(rb, 70_003 * 8) != msg(from, 96, 70_003) {
+        return Err(format!("the wildcard receive of an iprobed message{on}: ({}, {}, {})", rs.source, rs.tag, rs.count));
+    }
+    gpuwire_buffer_free(rb);
+    ok(gpuwire_wait(&mut q1), "wait(isend)");
+    ok(gpuwire_wait(&mut q2), "wait(isend)");
+    gpuwire_buffer_free(b1);
+    gpuwire_buffer_free(b2);
+    ok(gpuwire_barrier(c, st), "barrier");
     Ok(())
 }
 
