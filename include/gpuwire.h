@@ -483,6 +483,38 @@ typedef int32_t gpuwire_staging;
 #endif // __cplusplus
 
 /**
+ * How point-to-point messages of device memory are matched (`gpuwire_config.p2p_matching`,
+ * GPUWIRE_P2P_MATCHING; the same on every rank).
+ */
+enum gpuwire_p2p_matching
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : int32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * As the backend matches them (default): MPI's matching (tags, wildcards, probe, shorter
+   * messages) on every backend but NCCL, whose device messages are matched by peer and order
+   * only (tags ignored; GPUWIRE_ANY_SOURCE and GPUWIRE_ANY_TAG refused, naming this setting).
+   */
+  GPUWIRE_P2P_MATCHING_BACKEND = 0,
+  /**
+   * MPI's matching on every backend: on NCCL, device point-to-point (send, recv, isend,
+   * irecv, sendrecv and their status forms) goes through the staged MPI path of the same
+   * communicator (gpuwire's MPI control path; host-staged bandwidth), so that tags,
+   * wildcards, statuses, probe, shorter messages and GPUWIRE_ERROR_TRUNCATE behave as on
+   * host memory; NCCL's collectives are not affected. Elsewhere the same as BACKEND.
+   */
+  GPUWIRE_P2P_MATCHING_MPI = 1,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum gpuwire_p2p_matching gpuwire_p2p_matching;
+#else
+typedef int32_t gpuwire_p2p_matching;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
  * MPI thread support level, as MPI_THREAD_SINGLE .. MPI_THREAD_MULTIPLE.
  */
 enum gpuwire_thread_level
@@ -1771,10 +1803,13 @@ gpuwire_status gpuwire_irecv(gpuwire_comm comm,
  * consumed, the buffer not written). Messages are matched in MPI's order: with wildcards, a
  * receive posted earlier that could take the same message takes it first. `source`
  * GPUWIRE_PROC_NULL returns at once with GPUWIRE_PROC_NULL, GPUWIRE_ANY_TAG, count 0. Device
- * memory: on MPI_STAGED and MPI_CUDA_AWARE as host memory; on NCCL and IPC the receive takes
- * exactly its buffer's count (their messages carry no size) and wildcards are
- * GPUWIRE_ERROR_BACKEND_UNAVAILABLE (NCCL matches by peer and order: name the source, or
- * receive into host memory). Not inside a group (GPUWIRE_ERROR_INVALID_ARGUMENT: the status is
+ * memory: on MPI_STAGED, MPI_CUDA_AWARE and IPC as host memory (IPC's control header, an MPI
+ * message, is matched as MPI; its source, tag and size decide the rest). On NCCL, which
+ * matches device messages by peer and order only: with config.p2p_matching =
+ * GPUWIRE_P2P_MATCHING_MPI (GPUWIRE_P2P_MATCHING=mpi) as host memory, through the staged MPI
+ * path; without it the receive takes exactly its buffer's count (NCCL's messages carry no
+ * size) and wildcards are GPUWIRE_ERROR_BACKEND_UNAVAILABLE, naming the setting (or name the
+ * source and tag, or receive into host memory). Not inside a group (GPUWIRE_ERROR_INVALID_ARGUMENT: the status is
  * known only at the group's end; use gpuwire_irecv_status there). In checking mode the sender
  * learns a truncation (GPUWIRE_ERROR_COUNT_MISMATCH on its side).
  *
@@ -1809,8 +1844,10 @@ gpuwire_status gpuwire_irecv_status(gpuwire_comm comm,
  * `status->tag` into a buffer of `status->count` elements then receives it (from one thread:
  * another thread may receive it in between, as with MPI_Probe). A receive posted earlier
  * that matches the message takes it first. Sees the messages sent from host memory on every
- * backend and from device memory on MPI_STAGED and MPI_CUDA_AWARE; NCCL's and IPC's device
- * messages are not MPI messages and are not seen. `source` GPUWIRE_PROC_NULL returns at once
+ * backend and from device memory on MPI_STAGED, MPI_CUDA_AWARE, IPC (its control headers: a
+ * header found is taken off MPI and kept for the receive that matches it) and on NCCL with
+ * config.p2p_matching = GPUWIRE_P2P_MATCHING_MPI; NCCL's own device messages (the default)
+ * are not MPI messages and are not seen. `source` GPUWIRE_PROC_NULL returns at once
  * (GPUWIRE_PROC_NULL, GPUWIRE_ANY_TAG, 0). Waits no longer than the communicator's timeout.
  * Local.
  *

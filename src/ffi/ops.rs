@@ -142,10 +142,13 @@ fn c_status(s: crate::request::Status, error: gpuwire_status) -> gpuwire_status_
 /// consumed, the buffer not written). Messages are matched in MPI's order: with wildcards, a
 /// receive posted earlier that could take the same message takes it first. `source`
 /// GPUWIRE_PROC_NULL returns at once with GPUWIRE_PROC_NULL, GPUWIRE_ANY_TAG, count 0. Device
-/// memory: on MPI_STAGED and MPI_CUDA_AWARE as host memory; on NCCL and IPC the receive takes
-/// exactly its buffer's count (their messages carry no size) and wildcards are
-/// GPUWIRE_ERROR_BACKEND_UNAVAILABLE (NCCL matches by peer and order: name the source, or
-/// receive into host memory). Not inside a group (GPUWIRE_ERROR_INVALID_ARGUMENT: the status is
+/// memory: on MPI_STAGED, MPI_CUDA_AWARE and IPC as host memory (IPC's control header, an MPI
+/// message, is matched as MPI; its source, tag and size decide the rest). On NCCL, which
+/// matches device messages by peer and order only: with config.p2p_matching =
+/// GPUWIRE_P2P_MATCHING_MPI (GPUWIRE_P2P_MATCHING=mpi) as host memory, through the staged MPI
+/// path; without it the receive takes exactly its buffer's count (NCCL's messages carry no
+/// size) and wildcards are GPUWIRE_ERROR_BACKEND_UNAVAILABLE, naming the setting (or name the
+/// source and tag, or receive into host memory). Not inside a group (GPUWIRE_ERROR_INVALID_ARGUMENT: the status is
 /// known only at the group's end; use gpuwire_irecv_status there). In checking mode the sender
 /// learns a truncation (GPUWIRE_ERROR_COUNT_MISMATCH on its side).
 ///
@@ -195,8 +198,10 @@ pub extern "C" fn gpuwire_irecv_status(
 /// `status->tag` into a buffer of `status->count` elements then receives it (from one thread:
 /// another thread may receive it in between, as with MPI_Probe). A receive posted earlier
 /// that matches the message takes it first. Sees the messages sent from host memory on every
-/// backend and from device memory on MPI_STAGED and MPI_CUDA_AWARE; NCCL's and IPC's device
-/// messages are not MPI messages and are not seen. `source` GPUWIRE_PROC_NULL returns at once
+/// backend and from device memory on MPI_STAGED, MPI_CUDA_AWARE, IPC (its control headers: a
+/// header found is taken off MPI and kept for the receive that matches it) and on NCCL with
+/// config.p2p_matching = GPUWIRE_P2P_MATCHING_MPI; NCCL's own device messages (the default)
+/// are not MPI messages and are not seen. `source` GPUWIRE_PROC_NULL returns at once
 /// (GPUWIRE_PROC_NULL, GPUWIRE_ANY_TAG, 0). Waits no longer than the communicator's timeout.
 /// Local.
 ///
