@@ -281,6 +281,22 @@ def test_request_context_manager():
     comm.free()
 
 
+def test_p2p_matching_config():
+    # config.p2p_matching (GPUWIRE_P2P_MATCHING): the backend's matching by default; MPI's
+    # requested, a communicator whose wildcard receives match as MPI.
+    cfg = gpuwire.config_init()
+    assert cfg.p2p_matching == gpuwire.P2P_MATCHING_BACKEND
+    cfg.p2p_matching = gpuwire.P2P_MATCHING_MPI
+    comm = gpuwire.Comm(WORLD, config=cfg)
+    dest, source = (RANK + 1) % SIZE, (RANK - 1) % SIZE
+    x, y = np.full(2, RANK, np.int32), np.full(3, -1, np.int32)
+    r = comm.isend(x, dest, tag=20 + RANK)
+    st = comm.recv_status(y)
+    r.wait()
+    assert (st.source, st.tag, st.count) == (source, 20 + source, 2) and list(y) == [source, source, -1]
+    comm.free()
+
+
 # ---- device memory (the GPU machine: scripts/gpu-run.sh runs this file there; skipped here) ----
 
 

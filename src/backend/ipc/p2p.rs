@@ -11,7 +11,7 @@
 //! the receive's status. A receive of up to its count (`upto`: gpuwire_(i)recv_status) takes a
 //! shorter message of whole elements into its buffer's start; a longer one is
 //! GPUWIRE_ERROR_TRUNCATE, with nothing written. A probe (`probe`) takes the header it finds off
-//! MPI (MPI_Improbe, MPI_Mrecv) into the communicator's [`Probed`] list, in arrival order, to
+//! MPI (MPI_Improbe, MPI_Mrecv) into the communicator's `IpcState::probed` list, in arrival order, to
 //! read its size; a receive that starts later takes the first header of that list that it
 //! matches before it posts its own (under the list's lock, so that no header passes between).
 
@@ -73,10 +73,10 @@ const HDR_FIXED: usize = std::mem::size_of::<Header>() - SMALL;
 const CHECK_COMPARE: u32 = 1;
 const CHECK_CELL: u32 = 2;
 
-/// Headers that a probe took off MPI (`probe`), in arrival order: a receive started later takes
-/// the first that it matches before posting its own MPI receive (`IpcState::probed`).
-#[derive(Default)]
-pub(super) struct Probed(Vec<Box<Header>>);
+/// The header at `i` of a probed list (`IpcState::probed`: only headers are put there).
+fn probed_at(list: &[Box<dyn std::any::Any + Send>], i: usize) -> Option<&Header> {
+    list.get(i).and_then(|h| h.downcast_ref::<Header>())
+}
 
 /// MPI's source and tag for gpuwire's (its wildcards as MPI's).
 fn mpi_source_tag(source: i32, tag: i32) -> (i32, i32) {
@@ -479,9 +479,9 @@ impl RecvOp {
         let req = {
             // A header a probe took off MPI comes first (it arrived before any still in MPI).
             let mut probed = lock(&s.probed);
-            match probed.0.iter().position(|h| takes(h, source, tag)) {
+            match (0..probed.len()).position(|i| probed_at(&probed, i).is_some_and(|h| takes(h, source, tag))) {
                 Some(i) => {
-                    hdr = probed.0.remove(i);
+                    hdr = probed.remove(i).downcast::<Header>().map_err(|_| Error::Internal("a probed control message that is no header".into()))?;
                     // A null request tests complete: the header is processed at once.
                     RawRequest(mpisys::request_null())
                 }
@@ -1054,7 +1054,7 @@ pub(super) fn batch(c: &Communicator, sends: &[(&Buffer, i32, i32)], recvs: &[(&
 /// As MPI_Probe (`block`) / MPI_Iprobe of (`source`, `tag`) on an IPC communicator (wildcards
 /// allowed): the next message (host or device memory) that a receive of them would take, as
 /// (source, tag, bytes), without receiving its data; `None` when not blocking and there is none.
-/// A header found in MPI is taken off it into the communicator's [`Probed`] list (to read its
+/// A header found in MPI is taken off it into the communicator's `IpcState::probed` list (to read its
 /// size), where the next receive that matches it finds it first. Receives posted earlier take
 /// their messages first (their headers' MPI receives were posted before). Waits no longer than
 /// the call's deadline.
@@ -1064,7 +1064,7 @@ pub(super) fn probe(c: &Communicator, source: i32, tag: i32, block: bool) -> Res
     let found = |h: &Header| crate::backend::p2p::Matched { source: h.src, tag: h.tag, bytes: h.bytes };
     let look = || -> Result<Option<crate::backend::p2p::Matched>> {
         let mut probed = lock(&s.probed);
-        if let Some(h) = probed.0.iter().find(|h| takes(h, source, tag)) {
+        if let Some(h) = (0..probed.len()).filter_map(|i| probed_at(&probed, i)).find(|h| takes(h, source, tag)) {
             return Ok(Some(found(h)));
         }
         let _mpi = crate::runtime::mpi_lock();
@@ -1086,7 +1086,7 @@ pub(super) fn probe(c: &Communicator, source: i32, tag: i32, block: bool) -> Res
             return Err(Error::Internal("probe: a control message without gpuwire's header arrived".into()));
         }
         let m = found(&h);
-        probed.0.push(h);
+        probed.push(h);
         Ok(Some(m))
     };
     if !block {

@@ -71,8 +71,9 @@ pub struct IpcState {
     counted: bool,
     /// Tags of data messages (K_DATA), rotating through 0..=MPI_TAG_UB.
     pub(super) data_tag: std::sync::atomic::AtomicU64,
-    /// Point-to-point headers taken off MPI by a probe, not yet received (`p2p::probe`).
-    pub(super) probed: Mutex<super::p2p::Probed>,
+    /// Point-to-point headers taken off MPI by a probe, not yet received, in arrival order
+    /// (`p2p::probe`; each a `p2p::Header`).
+    pub(super) probed: Mutex<Vec<Box<dyn std::any::Any + Send>>>,
 }
 
 impl std::fmt::Debug for IpcState {
