@@ -67,8 +67,9 @@ if has ipc; then
   GPUWIRE_BACKEND=ipc gputest ipc-np2 stock "$ipccases" -x GPUWIRE_BACKEND
   GPUWIRE_BACKEND=ipc GPUWIRE_GPU_TEST_NP=3 np2="mpirun -np 3 --oversubscribe --bind-to none" \
     gputest ipc-np3 stock "$ipccases" -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP
-  # Without the progress thread: receives progress in gpuwire's own waits only.
-  GPUWIRE_BACKEND=ipc GPUWIRE_IPC_PROGRESS_THREAD=0 gputest ipc-nothread stock ipcprogress -x GPUWIRE_BACKEND -x GPUWIRE_IPC_PROGRESS_THREAD
+  # Without the progress thread: receives progress in gpuwire's own waits only (wildcard,
+  # probed and ordered receives too: p2pstatus).
+  GPUWIRE_BACKEND=ipc GPUWIRE_IPC_PROGRESS_THREAD=0 gputest ipc-nothread stock ipcprogress,p2pstatus -x GPUWIRE_BACKEND -x GPUWIRE_IPC_PROGRESS_THREAD
   gputest ipc-auto stock ipcauto,c15
   # A timeout configured: a collective one rank skips fails on every rank within it.
   GPUWIRE_BACKEND=ipc gputest ipc-timeout stock timeout,late -x GPUWIRE_BACKEND

@@ -140,5 +140,6 @@ fn calls_before_init_are_refused_without_mpi() {
         assert_eq!((cfg.backend, cfg.device, cfg.check, cfg.staging), (0, -1, 0, 0));
         assert_eq!(cfg.timeout_seconds, 0.0);
         assert_eq!(cfg.chunk_bytes, 4 << 20);
+        assert_eq!(cfg.p2p_matching, gpuwire::types::P2pMatching::GPUWIRE_P2P_MATCHING_BACKEND as i32);
     }
 }
