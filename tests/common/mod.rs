@@ -49,8 +49,8 @@ fn job_timeout() -> Duration {
 
 /// gpuwire configuration variables: cleared for launched jobs so that a developer's environment
 /// cannot change what the tests see; a job sets the ones it needs.
-const CONFIG_VARS: [&str; 6] =
-    ["GPUWIRE_BACKEND", "GPUWIRE_DEVICE", "GPUWIRE_CHECK", "GPUWIRE_TIMEOUT", "GPUWIRE_STAGING", "GPUWIRE_CHUNK_BYTES"];
+const CONFIG_VARS: [&str; 7] =
+    ["GPUWIRE_BACKEND", "GPUWIRE_DEVICE", "GPUWIRE_CHECK", "GPUWIRE_TIMEOUT", "GPUWIRE_STAGING", "GPUWIRE_CHUNK_BYTES", "GPUWIRE_P2P_MATCHING"];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Flavour {
