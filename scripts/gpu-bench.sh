@@ -31,7 +31,7 @@
 # hier (issue 20; only when named in GPUWIRE_BENCH_STEPS): 2 simulated hosts x 2 ranks, all four
 #   on GPU 0 (scripts/multihost.sh: each host its own host name, TCP over loopback between
 #   them; the "hosts" share this machine's memory bus), allreduce 8 B .. $GPUWIRE_BENCH_MAX_BYTES,
-#   all under the kit (the stock Open MPI hangs in this layout there, a plain MPI program too):
+#   all under the kit (with the stock Open MPI every program tried hangs in this layout there):
 #   gpuwire-hier-2x2      HIER (IPC inside each host, MPI_CUDA_AWARE between the leaders,
 #                         their reductions staged)                                        the kit
 #   gpuwire-staged-2x2    flat MPI_STAGED (--backend staged)                              the kit
