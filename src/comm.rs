@@ -62,7 +62,7 @@ pub struct Communicator {
     pub(crate) config: Config,
     pub(crate) choice: Choice,
     /// Why the communicator is broken; shared with its internal duplicate ([`Self::internal`]).
-    pub(crate) broken: Arc<Mutex<Option<String>>>,
+    pub(crate) broken: Arc<Broken>,
     /// The duplicate that carries gpuwire's own messages on behalf of this communicator.
     pub(crate) internal: Mutex<Option<Arc<Communicator>>>,
     /// MPI collectives in their nonblocking form with a test loop that progresses pending IPC
@@ -74,6 +74,28 @@ pub struct Communicator {
     /// The progress engine of the operations that complete after their call (`crate::op`).
     pub(crate) engine: Arc<crate::engine::Engine>,
     pub(crate) backend_state: BackendState,
+}
+
+/// Why a communicator is broken (`None`: it is not), with a flag that every call reads without
+/// the lock (`Communicator::ensure_usable`).
+#[derive(Debug, Default)]
+pub struct Broken {
+    set: std::sync::atomic::AtomicBool,
+    why: Mutex<Option<String>>,
+}
+
+impl Broken {
+    fn why(&self) -> Option<String> {
+        if !self.set.load(Ordering::Acquire) {
+            return None;
+        }
+        self.why.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn mark(&self, why: String) {
+        *self.why.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+        self.set.store(true, Ordering::Release);
+    }
 }
 
 /// The backend chosen for a communicator's device buffers, its device, and why.
@@ -305,20 +327,20 @@ impl Communicator {
     /// Fails if an earlier timeout or abort broke this communicator.
     pub fn ensure_usable(&self) -> Result<()> {
         runtime::ensure_ready()?;
-        match &*self.broken.lock().unwrap_or_else(|p| p.into_inner()) {
-            Some(why) => Err(Error::CommBroken(why.clone())),
+        match self.broken.why() {
+            Some(why) => Err(Error::CommBroken(why)),
             None => Ok(()),
         }
     }
 
     /// Whether an earlier timeout or abort broke this communicator.
     pub fn is_broken(&self) -> bool {
-        self.broken.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+        self.broken.set.load(Ordering::Acquire)
     }
 
     /// Marks the communicator unusable; later calls return GPUWIRE_ERROR_COMM_BROKEN.
     pub fn mark_broken(&self, why: String) {
-        *self.broken.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+        self.broken.mark(why);
     }
 
     /// Begins a gpuwire call on this communicator: fails if an earlier timeout broke it. A

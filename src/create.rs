@@ -97,7 +97,7 @@ impl Communicator {
             // No timeout or checking until the configuration is agreed.
             config: Config::default(),
             choice: Choice::default(),
-            broken: Arc::new(Mutex::new(None)),
+            broken: Arc::default(),
             internal: Mutex::new(None),
             // Until agreed below: the same (nonblocking) form on every rank.
             nb_coll: true,

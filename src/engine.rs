@@ -86,7 +86,7 @@ pub fn drain_all() {
 /// operation of that very engine (seen on the H200 as a hang of GPU case opswrap on
 /// MPI_STAGED). Called at every operation's issue and at gpuwire_finalize.
 pub fn free_dropped() {
-    if *lock(&OUTSTANDING) == 0 {
+    if device::has_deferred() && *lock(&OUTSTANDING) == 0 {
         device::free_deferred();
     }
 }

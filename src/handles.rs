@@ -14,9 +14,39 @@
 //! Registries hand out `Arc`s: an object stays alive while an operation or a pending request
 //! uses it, even if its handle is freed meanwhile; the last `Arc` releases it.
 
+use std::mem::MaybeUninit;
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
+
+/// The allocation of `a`'s object, the object dropped, when `a` is its only reference (no other
+/// `Arc`, no `Weak`): kept for a later object of the same type ([`refill`]), so that an object
+/// made and dropped once per operation (a request) need not cost an allocation each. Otherwise
+/// `a` is dropped as usual and `None` returned.
+pub fn vacate<T>(mut a: Arc<T>) -> Option<Arc<MaybeUninit<T>>> {
+    Arc::get_mut(&mut a)?;
+    // SAFETY: `a` is the only reference (checked above), and MaybeUninit<T> has T's size and
+    // alignment (what Arc::from_raw asks of another type).
+    let mut m: Arc<MaybeUninit<T>> = unsafe { Arc::from_raw(Arc::into_raw(a).cast::<MaybeUninit<T>>()) };
+    let p = Arc::get_mut(&mut m).expect("the only reference").as_mut_ptr();
+    // SAFETY: the object is initialized and is never used as a T again (`m` is a MaybeUninit now:
+    // should the object's drop panic, nothing is dropped twice).
+    unsafe { std::ptr::drop_in_place(p) };
+    Some(m)
+}
+
+/// `value` in an allocation that [`vacate`] returned.
+pub fn refill<T>(mut spare: Arc<MaybeUninit<T>>, value: T) -> Arc<T> {
+    match Arc::get_mut(&mut spare) {
+        Some(slot) => {
+            slot.write(value);
+            // SAFETY: written just above.
+            unsafe { spare.assume_init() }
+        }
+        // Not reachable (vacate returns the only reference); a new allocation is right anyway.
+        None => Arc::new(value),
+    }
+}
 
 const GEN_BITS: u32 = 24;
 const GEN_MASK: u64 = (1 << GEN_BITS) - 1;
@@ -123,6 +153,7 @@ impl<T> Registry<T> {
         }
     }
 
+    #[inline]
     fn decode(&self, h: u64) -> Result<(usize, u64)> {
         if h == 0 {
             return Err(Error::InvalidHandle(format!("the NULL {} handle (0) was given", self.kind.name())));
@@ -143,11 +174,24 @@ impl<T> Registry<T> {
 
     /// The object behind `h`.
     pub fn get(&self, h: u64) -> Result<Arc<T>> {
-        let (index, generation) = self.decode(h)?;
-        let s = self.lock();
-        match s.slots.get(index) {
-            Some(Slot { generation: g, value: Some(v) }) if *g == generation => Ok(v.clone()),
-            _ => Err(self.stale(h)),
+        // A handle of this kind found in its slot: no error value built on the way.
+        if h >> 56 == self.kind as u64 {
+            let (index, generation) = ((h & 0xFFFF_FFFF) as usize, (h >> 32) & GEN_MASK);
+            if let Some(Slot { generation: g, value: Some(v) }) = self.lock().slots.get(index) {
+                if *g == generation {
+                    return Ok(v.clone());
+                }
+            }
+        }
+        Err(self.refused(h))
+    }
+
+    /// Why `get` refused `h`: NULL, another kind, never issued, or freed.
+    #[cold]
+    fn refused(&self, h: u64) -> Error {
+        match self.decode(h) {
+            Err(e) => e,
+            Ok(_) => self.stale(h),
         }
     }
 
@@ -267,6 +311,74 @@ mod tests {
         assert_ne!(next, first);
         assert!(r.remove(first).is_err());
         assert_eq!(*r.get(next).unwrap(), 1);
+    }
+
+    /// A request's allocation reused (`vacate`, `refill`, as `request::register` and `release`
+    /// do): the object is dropped at once, the next one lives in the same memory, and the freed
+    /// handle stays refused; a shared object is never vacated.
+    #[test]
+    fn vacated_allocations_are_reused_and_old_handles_refused() {
+        #[derive(Debug)]
+        struct Noted(Arc<std::sync::atomic::AtomicUsize>, u64);
+        impl Drop for Noted {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        let drops = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let r: Registry<Noted> = Registry::new(Kind::Request);
+        let h1 = r.insert(Arc::new(Noted(drops.clone(), 1))).unwrap();
+        let a = r.get(h1).unwrap();
+        r.remove(h1).unwrap();
+        let at = Arc::as_ptr(&a) as usize;
+        let spare = vacate(a).expect("the last reference");
+        assert_eq!(drops.load(std::sync::atomic::Ordering::SeqCst), 1, "vacate drops the object");
+        let h2 = r.insert(refill(spare, Noted(drops.clone(), 2))).unwrap();
+        assert_ne!(h1, h2);
+        let b = r.get(h2).unwrap();
+        assert_eq!((b.1, Arc::as_ptr(&b) as usize), (2, at), "the new object lives in the old allocation");
+        assert!(r.get(h1).unwrap_err().to_string().contains("request handle") && r.get(h1).unwrap_err().to_string().contains("freed"));
+        assert!(r.remove(h1).is_err());
+        // Shared (the registry still holds it): not vacated, not dropped.
+        assert!(vacate(b).is_none());
+        assert_eq!(drops.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(r.get(h2).unwrap().1, 2);
+        // A Weak reference also keeps the allocation from reuse.
+        let c = r.remove(h2).unwrap();
+        let w = Arc::downgrade(&c);
+        assert!(vacate(c).is_none());
+        assert!(w.upgrade().is_none(), "dropped as usual");
+        assert_eq!(drops.load(std::sync::atomic::Ordering::SeqCst), 2);
+        // Many outstanding at once, then all released and reissued: every handle distinct, every
+        // stale one refused, every object dropped once.
+        let mut spares = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for round in 0..3u64 {
+            let hs: Vec<u64> = (0..1000u64)
+                .map(|i| {
+                    let v = Noted(drops.clone(), round * 1000 + i);
+                    let a = match spares.pop() {
+                        Some(m) => refill(m, v),
+                        None => Arc::new(v),
+                    };
+                    r.insert(a).unwrap()
+                })
+                .collect();
+            assert_eq!(r.live(), 1000);
+            for (i, h) in hs.iter().enumerate() {
+                assert!(seen.insert(*h), "handle {h:#x} issued twice");
+                let a = r.get(*h).unwrap();
+                assert_eq!(a.1, round * 1000 + i as u64);
+                r.remove(*h).unwrap();
+                spares.push(vacate(a).expect("the last reference"));
+            }
+            assert_eq!(r.live(), 0);
+        }
+        assert_eq!(drops.load(std::sync::atomic::Ordering::SeqCst), 2 + 3000);
+        for h in &seen {
+            assert!(r.get(*h).unwrap_err().to_string().contains("freed"));
+        }
+        assert!(r.get(0).unwrap_err().to_string().contains("NULL"));
     }
 
     #[test]

@@ -521,12 +521,17 @@ pub fn issue(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -
         }
         return Ok(None);
     }
+    if nonblocking && !device && op.is_p2p() && eng.idle() && !crate::view::has_views(&op) {
+        // isend/irecv on host memory, started now: `Communicator::isend` / `irecv` validate
+        // (as `check_at_call` would, in the same order) before anything is posted.
+        return op.start(c, stream).map(Some);
+    }
     c.ensure_usable()?;
     op.check_at_call(c)?;
-    let bufs = op.buffers();
     if device && c.device() >= 0 && !op.nccl_native(c) {
         refuse_capture(c, stream)?;
     }
+    let bufs = op.buffers();
     if nonblocking && op.is_p2p() {
         if eng.idle() {
             return op.start(c, stream).map(Some);

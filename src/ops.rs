@@ -442,7 +442,7 @@ impl Communicator {
         } else {
             self.path(Operation::Isend, &[Some(buf)])?.isend(self, buf, dest, tag, stream)?
         };
-        Ok(Request::new(pending, self.clone(), vec![buf.clone()]))
+        Ok(Request::of_one(pending, self.clone(), buf.clone()))
     }
 
     /// As MPI_Irecv of exactly `buf.count()` elements, or with `upto` of up to them. The
@@ -455,13 +455,13 @@ impl Communicator {
         let (source, tag) = (recv_source(source), recv_tag(tag));
         if source == PROC_NULL {
             let s = crate::request::Status { source: PROC_NULL, tag: ANY_TAG, count: 0 };
-            return Ok(Request::new(Box::new(Done), self.clone(), vec![buf.clone()]).with_status(s));
+            return Ok(Request::of_one(Box::new(Done), self.clone(), buf.clone()).with_status(s));
         }
         let path = self.path(Operation::Irecv, &[Some(buf)])?;
         let pending = if upto { path.irecv_upto(self, buf, source, tag, stream)? } else { path.irecv(self, buf, source, tag, stream)? };
         // Paths without wildcards report nothing: the source and tag are the given ones.
         let s = crate::request::Status { source, tag, count: buf.count() as i64 };
-        Ok(Request::new(pending, self.clone(), vec![buf.clone()]).with_status(s))
+        Ok(Request::of_one(pending, self.clone(), buf.clone()).with_status(s))
     }
 
     /// As MPI_Sendrecv (either side may be GPUWIRE_PROC_NULL).

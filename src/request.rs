@@ -7,13 +7,15 @@
 //! garbage collector) never blocks longer than its communicator's timeout: what is still pending
 //! then is abandoned, and the communicator is broken.
 
+use std::cell::RefCell;
+use std::mem::MaybeUninit;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::buffer::Buffer;
 use crate::comm::Communicator;
 use crate::error::{Error, Result};
-use crate::handles::{Kind, Registry};
+use crate::handles::{self, Kind, Registry};
 
 /// What a completed receive matched: the source rank, the tag and the element count received
 /// (`gpuwire_status_t` without its error). Every other request, a GPUWIRE_REQUEST_NULL and a
@@ -32,6 +34,41 @@ impl Status {
 
 /// All live requests, by handle.
 pub static REQUESTS: Registry<Request> = Registry::new(Kind::Request);
+
+/// Most allocations of completed requests a thread keeps for its next ones ([`register`],
+/// [`release`]).
+const SPARE_REQUESTS: usize = 256;
+
+thread_local! {
+    /// Allocations of this thread's completed requests, for its next ones.
+    static SPARE: RefCell<Vec<Arc<MaybeUninit<Request>>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Registers `r` and returns its handle: in the allocation of a request that this thread
+/// completed earlier when it has one (no allocation per request in a loop of isends and waits).
+pub fn register(r: Request) -> Result<u64> {
+    let spare = SPARE.try_with(|s| s.borrow_mut().pop()).ok().flatten();
+    let a = match spare {
+        Some(m) => handles::refill(m, r),
+        None => Arc::new(r),
+    };
+    REQUESTS.insert(a)
+}
+
+/// Unregisters `h`, a completed (or failed) request whose object `r` the caller is done with:
+/// later uses of `h` fail as freed, and `r`'s allocation is kept for the thread's next request
+/// when nothing else refers to it.
+pub fn release(h: u64, r: Arc<Request>) {
+    let _ = REQUESTS.remove(h);
+    if let Some(m) = handles::vacate(r) {
+        let _ = SPARE.try_with(|s| {
+            let mut s = s.borrow_mut();
+            if s.len() < SPARE_REQUESTS {
+                s.push(m);
+            }
+        });
+    }
+}
 
 /// The backend's half of a nonblocking operation.
 pub trait Pending: Send {
@@ -61,12 +98,28 @@ pub trait Pending: Send {
     }
 }
 
+/// The buffers a request keeps alive: isend's and irecv's one without a Vec of its own.
+enum Held {
+    One(Arc<Buffer>),
+    Many(Vec<Arc<Buffer>>),
+}
+
+impl Held {
+    /// Keeps the buffers alive for the life of the process (MPI may still use them).
+    fn keep_for_ever(&self) {
+        match self {
+            Held::One(b) => std::mem::forget(b.clone()),
+            Held::Many(v) => std::mem::forget(v.clone()),
+        }
+    }
+}
+
 /// A nonblocking operation in flight.
 pub struct Request {
     pending: Mutex<Option<Box<dyn Pending>>>,
     comm: Arc<Communicator>,
     /// The buffers the operation reads or writes, kept alive until it completes.
-    bufs: Vec<Arc<Buffer>>,
+    bufs: Held,
     /// What the operation matched, noted when it completed (or failed).
     matched: Mutex<Option<Status>>,
     /// The status of a receive whose path reports none (a known source and tag, the buffer's
@@ -76,7 +129,12 @@ pub struct Request {
 
 impl Request {
     pub fn new(pending: Box<dyn Pending>, comm: Arc<Communicator>, bufs: Vec<Arc<Buffer>>) -> Request {
-        Request { pending: Mutex::new(Some(pending)), comm, bufs, matched: Mutex::new(None), default_status: None }
+        Request { pending: Mutex::new(Some(pending)), comm, bufs: Held::Many(bufs), matched: Mutex::new(None), default_status: None }
+    }
+
+    /// A request of an operation on one buffer (isend, irecv).
+    pub fn of_one(pending: Box<dyn Pending>, comm: Arc<Communicator>, buf: Arc<Buffer>) -> Request {
+        Request { pending: Mutex::new(Some(pending)), comm, bufs: Held::One(buf), matched: Mutex::new(None), default_status: None }
     }
 
     /// The request with the status it reports when its path reports none.
@@ -147,7 +205,7 @@ impl Request {
             if Instant::now() >= deadline {
                 if !op.abandon() {
                     // MPI may still write the buffer when the peer arrives: never freed.
-                    std::mem::forget(self.bufs.clone());
+                    self.bufs.keep_for_ever();
                 }
                 let msg = format!(
                     "wait: the request did not complete within the communicator's timeout of {:.3} s (no matching call on the other rank?); the communicator is now broken",
@@ -202,7 +260,7 @@ impl Request {
             return Ok(());
         }
         if !op.abandon() {
-            std::mem::forget(self.bufs.clone());
+            self.bufs.keep_for_ever();
         }
         Err(broken)
     }
@@ -239,7 +297,7 @@ impl Request {
         }
         if !op.abandon() {
             // MPI (or a peer, a device) may still read or write the buffer: keep it for ever.
-            std::mem::forget(self.bufs.clone());
+            self.bufs.keep_for_ever();
         }
         let msg = match deadline.and(timeout) {
             Some(t) => format!(

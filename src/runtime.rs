@@ -117,7 +117,20 @@ pub struct RuntimeInfo {
 }
 
 /// Fails unless `init` ran and `finalize` did not.
+#[inline]
 pub fn ensure_ready() -> Result<&'static RuntimeInfo> {
+    // Every call's case, inlined at each of its several checks per operation.
+    if STATE.load(Ordering::Acquire) == READY && !MPI_GONE.load(Ordering::Acquire) && !MAIN_ONLY.load(Ordering::Relaxed) {
+        if let Some(info) = INFO.get() {
+            return Ok(info);
+        }
+    }
+    ensure_ready_slow()
+}
+
+#[cold]
+#[inline(never)]
+fn ensure_ready_slow() -> Result<&'static RuntimeInfo> {
     match STATE.load(Ordering::Acquire) {
         // A program that initialized MPI itself may have finalized it under gpuwire's feet: any
         // MPI call now would abort the process.

@@ -72,7 +72,7 @@ impl Src {
 /// MPI_Send of `count` elements at `ptr` (in checking mode with its header: `p2p`).
 pub fn send(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, dest: i32, tag: i32) -> Result<()> {
     // ptr is valid for count elements (validated by the caller).
-    p2p::isend(c, ptr, count, dtype, dest, tag)?.finish()
+    p2p::send(c, ptr, count, dtype, dest, tag)
 }
 
 /// A receive of exactly `count` elements into `ptr`: a message of another size is an error and

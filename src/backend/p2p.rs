@@ -177,25 +177,25 @@ pub fn progress() {
     let mut q = lock(&QUEUE);
     // Under MPI_THREAD_SERIALIZED, gpuwire's MPI lock for the matching calls below.
     let _mpi = crate::runtime::mpi_lock();
-    let mut blocked: Vec<(usize, i32, i32)> = Vec::new();
+    let mut blocked = Blocked::default();
     q.retain(|e| {
         let sig = (e.key, e.want.source, e.want.tag);
         if Arc::strong_count(e) == 1 {
             // Its request is gone (never waited for): nothing may be written for it any more.
             return false;
         }
-        if blocked.iter().any(|b| b.0 == sig.0 && overlap((b.1, b.2), (sig.1, sig.2))) {
-            blocked.push(sig);
+        if blocked.blocks(sig) {
+            blocked.add(sig);
             return true;
         }
         let Ok(mut st) = e.state.try_lock() else {
-            blocked.push(sig);
+            blocked.add(sig);
             return true;
         };
         match try_match(e, &mut st) {
             Ok(true) => false,
             Ok(false) => {
-                blocked.push(sig);
+                blocked.add(sig);
                 true
             }
             Err(err) => {
@@ -205,6 +205,36 @@ pub fn progress() {
         }
     });
     QUEUED.store(q.len(), Ordering::Release);
+}
+
+/// The (communicator, source, tag) of the entries that `progress` left unmatched, which block
+/// the later entries they overlap: a few held inline (one per distinct signature), so that a
+/// pass over a queue of receives of one source and tag allocates nothing.
+#[derive(Default)]
+struct Blocked {
+    few: [(usize, i32, i32); 4],
+    n: usize,
+    more: Vec<(usize, i32, i32)>,
+}
+
+impl Blocked {
+    /// Whether an earlier unmatched entry could take `sig`'s messages.
+    fn blocks(&self, sig: (usize, i32, i32)) -> bool {
+        self.few[..self.n].iter().chain(&self.more).any(|b| b.0 == sig.0 && overlap((b.1, b.2), (sig.1, sig.2)))
+    }
+
+    /// Adds an unmatched entry's signature (once: an equal one blocks exactly what it blocks).
+    fn add(&mut self, sig: (usize, i32, i32)) {
+        if self.few[..self.n].contains(&sig) || self.more.contains(&sig) {
+            return;
+        }
+        if self.n < self.few.len() {
+            self.few[self.n] = sig;
+            self.n += 1;
+        } else {
+            self.more.push(sig);
+        }
+    }
 }
 
 /// One nonblocking matching step of an entry: true once its message (and in checking mode its
@@ -541,10 +571,15 @@ pub fn post(c: &Communicator, w: Want) -> Result<Recv> {
             return Ok(Recv { e, comm: c });
         }
     }
+    let first = q.is_empty();
     q.push(e.clone());
     QUEUED.store(q.len(), Ordering::Release);
     drop(q);
-    crate::progress::posted();
+    if first {
+        // The queue was empty: a progress thread that saw it so may have ended. While it holds
+        // entries, `progress::pending` keeps that thread running, so only the first needs it.
+        crate::progress::posted();
+    }
     Ok(Recv { e, comm: c })
 }
 
@@ -610,6 +645,20 @@ pub fn probe(c: &Communicator, source: i32, tag: i32, block: bool) -> Result<Opt
         Ok(found.is_some())
     })?;
     Ok(found)
+}
+
+/// A blocking send of `count` elements at `ptr`: MPI_Send when nothing needs progress and no
+/// deadline is set (as `Sending::finish` would wait with MPI_Wait then), else a send in flight
+/// waited for.
+pub fn send(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, dest: i32, tag: i32) -> Result<()> {
+    if c.backend_state.get::<Check>().is_none() && !deferred() && !c.nb_p2p() {
+        let n = mpisys::Count::new(dtype, count)?;
+        let p = if ptr == 0 { std::ptr::null() } else { ptr as *const c_void };
+        // SAFETY: ptr is valid for count elements (validated by the caller); no lock is needed
+        // (`nb_p2p`: not MPI_THREAD_SERIALIZED).
+        return mpisys::check(unsafe { sys::MPI_Send(p, n.n, n.dt, dest, tag, c.raw()) }, "MPI_Send");
+    }
+    isend(c, ptr, count, dtype, dest, tag)?.finish()
 }
 
 /// A send in flight: the data, and in checking mode the header and the receiver's answer.

@@ -216,6 +216,11 @@ pub fn defer_frees_on_this_thread() {
     DEFER_FREES.with(|d| d.set(true));
 }
 
+/// Whether allocations wait in the graveyard (`free_deferred`); one atomic load.
+pub fn has_deferred() -> bool {
+    DEAD.load(std::sync::atomic::Ordering::Acquire)
+}
+
 /// Frees the allocations deferred so far (call when no stream waits on engine work).
 pub fn free_deferred() {
     if !DEAD.swap(false, std::sync::atomic::Ordering::AcqRel) {

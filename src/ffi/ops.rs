@@ -80,7 +80,7 @@ pub extern "C" fn gpuwire_isend(
     call("gpuwire_isend", || {
         non_null(request, "request")?;
         let r = issue(&boundary::comm(comm)?, Op::Isend { buf: boundary::buffer(buf)?, dest, tag }, st(stream), true)?.ok_or_else(no_request)?;
-        write(request, REQUESTS.insert(Arc::new(r))?);
+        write(request, crate::request::register(r)?);
         Ok(())
     })
 }
@@ -102,7 +102,7 @@ pub extern "C" fn gpuwire_irecv(
     call("gpuwire_irecv", || {
         non_null(request, "request")?;
         let r = issue(&boundary::comm(comm)?, Op::Irecv { buf: boundary::buffer(buf)?, source, tag, upto: false }, st(stream), true)?.ok_or_else(no_request)?;
-        write(request, REQUESTS.insert(Arc::new(r))?);
+        write(request, crate::request::register(r)?);
         Ok(())
     })
 }
@@ -186,7 +186,7 @@ pub extern "C" fn gpuwire_irecv_status(
     call("gpuwire_irecv_status", || {
         non_null(request, "request")?;
         let r = issue(&boundary::comm(comm)?, Op::Irecv { buf: boundary::buffer(buf)?, source, tag, upto: true }, st(stream), true)?.ok_or_else(no_request)?;
-        write(request, REQUESTS.insert(Arc::new(r))?);
+        write(request, crate::request::register(r)?);
         Ok(())
     })
 }
@@ -270,7 +270,7 @@ fn finish_status(request: *mut gpuwire_request, wait: bool, status: &mut crate::
         Ok(true) | Err(_) => {
             *status = r.status();
             // A completed (or failed) request is gone, as MPI sets it to MPI_REQUEST_NULL.
-            let _ = REQUESTS.remove(h);
+            crate::request::release(h, r);
             write(request, 0);
         }
         Ok(false) => {}
@@ -600,7 +600,20 @@ pub extern "C" fn gpuwire_waitall(count: i32, requests: *mut gpuwire_request) ->
         non_null(requests, "requests")?;
         // SAFETY: the caller promises `count` requests.
         let given = unsafe { std::slice::from_raw_parts(requests, count as usize) };
-        let mut sorted: Vec<(gpuwire_request, usize)> = given.iter().copied().zip(0..).filter(|(h, _)| *h != 0).collect();
+        // The duplicate check sorts a copy: on the stack for up to 128 requests.
+        let mut few = [(0 as gpuwire_request, 0usize); 128];
+        let mut many = Vec::new();
+        let sorted: &mut [(gpuwire_request, usize)] = if given.len() <= few.len() {
+            let mut n = 0;
+            for (i, h) in given.iter().enumerate().filter(|(_, h)| **h != 0) {
+                few[n] = (*h, i);
+                n += 1;
+            }
+            &mut few[..n]
+        } else {
+            many.extend(given.iter().copied().zip(0..).filter(|(h, _)| *h != 0));
+            &mut many
+        };
         sorted.sort_unstable();
         if let Some(w) = sorted.windows(2).find(|w| w[0].0 == w[1].0) {
             return Err(Error::InvalidArgument(format!(
@@ -1098,7 +1111,7 @@ fn nonblocking(
             Err(e) => return Err(c.fail_collective(what, e)),
         };
         let r = issue(&c, op, st(stream), true)?.ok_or_else(no_request)?;
-        write(request, REQUESTS.insert(Arc::new(r))?);
+        write(request, crate::request::register(r)?);
         Ok(())
     })
 }
