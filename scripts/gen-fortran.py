@@ -922,7 +922,7 @@ def self_test(root):
         ("an argument's type changed", h.replace("gpuwire_status gpuwire_buffer_view(gpuwire_buffer buf,\n                                   int64_t offset,", "gpuwire_status gpuwire_buffer_view(gpuwire_buffer buf,\n                                   int32_t offset,"),
          "integer(c_int32_t), value :: offset"),
         ("an enumerator added", h.replace("GPUWIRE_BXOR = 7,", "GPUWIRE_BXOR = 7,\n  GPUWIRE_LAND = 8,"), "GPUWIRE_LAND = 8"),
-        ("a struct field added", h.replace("  int64_t chunk_bytes;\n} gpuwire_config;", "  int64_t chunk_bytes;\n  int32_t spare;\n} gpuwire_config;"), ":: spare"),
+        ("a struct field added", h.replace("\n} gpuwire_config;", "\n  int32_t spare;\n} gpuwire_config;", 1), ":: spare"),
         ("a handle type added", h.replace("} gpuwire_request;", "} gpuwire_request;\n\ntypedef struct {\n  uint64_t h;\n} gpuwire_group;", 1), "type :: gpuwire_group"),
     ]
     # The same ABI written otherwise generates the same files.
