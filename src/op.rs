@@ -471,6 +471,8 @@ pub fn route(c: &Communicator, op: &Op, nonblocking: bool, grouped: bool) -> Str
         }
     } else if !c.engine().idle() {
         "queued behind earlier operations of the communicator, waited for"
+    } else if device && crate::backend::ipc::p2p_stream_ordered(c) {
+        "run now on the calling thread, stream-ordered by IPC where it can be (collectives, point-to-point of more than 1 KiB): enqueued on the stream around the shared segment's words"
     } else {
         "run now on the calling thread"
     };
