@@ -3,7 +3,8 @@
 //! outermost end.
 //!
 //! At the end, for each communicator in call order: NCCL device operations are issued inside
-//! one NCCL group (one launch); every other point-to-point operation is started as a
+//! one NCCL group (one launch; point-to-point operations on NCCL are issued into it at their
+//! calls, as NCCL's own inside ncclGroupStart/End, so the group costs NCCL's own); every other point-to-point operation is started as a
 //! nonblocking MPI (or IPC) operation — receives first, then sends — then the collectives run
 //! in call order, then every started operation is completed. So a halo exchange with any number
 //! of neighbours cannot deadlock on the order of its sends and receives. The end returns once
@@ -48,11 +49,13 @@ struct Entry {
     stream: Stream,
     /// The completion of a nonblocking form's request.
     done: Option<Arc<Done>>,
-    /// What a receive matched, for its request's status.
-    matched: Arc<Mutex<Option<Status>>>,
+    /// What a receive matched, for its request's status (nonblocking forms only).
+    matched: Option<Arc<Mutex<Option<Status>>>>,
     /// A point-to-point or NCCL operation's views packed at the group's end (`op` then runs on
     /// the scratch), unpacked once it completed.
     packed: Option<crate::view::Packed<Op>>,
+    /// Issued at its call into the group's NCCL group (`direct`): the end only launches it.
+    issued: bool,
 }
 
 #[derive(Default)]
@@ -80,7 +83,12 @@ pub fn start() -> Result<()> {
             return Err(Error::InvalidArgument(format!("gpuwire_group_start: groups nested {MAX_DEPTH} deep (a missing gpuwire_group_end?)")));
         }
         if g.depth == 0 {
-            g.ended = Arc::new(AtomicBool::new(false));
+            // A new flag unless no request of an earlier group holds the last one.
+            if Arc::strong_count(&g.ended) == 1 {
+                g.ended.store(false, Ordering::Relaxed);
+            } else {
+                g.ended = Arc::new(AtomicBool::new(false));
+            }
         }
         g.depth += 1;
         Ok(())
@@ -107,20 +115,52 @@ fn submit_now(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) 
     }
     c.ensure_usable()?;
     op.check_at_call(c)?;
-    Ok(add(c, op, stream, nonblocking))
+    let issued = direct(c, &op, stream)?;
+    Ok(add(c, op, stream, nonblocking, issued))
+}
+
+/// A point-to-point operation on NCCL is issued at its call into the NCCL group of this
+/// thread's gpuwire group, as NCCL's own calls inside ncclGroupStart/End are
+/// (`nccl::issue_direct`); the end only launches it, so a halo exchange costs NCCL's own
+/// group. Not in checking mode, with views, or with GPUWIRE_P2P_MATCHING=mpi (`nccl_native`),
+/// nor for a receive of up to its count: those are issued at the end. Whether it was issued.
+fn direct(c: &Arc<Communicator>, op: &Op, stream: Stream) -> Result<bool> {
+    use crate::ops::peer;
+    use crate::types::PROC_NULL;
+    let fits = matches!(op, Op::Send { .. } | Op::Isend { .. } | Op::Recv { .. } | Op::Sendrecv { .. } | Op::Irecv { upto: false, .. });
+    if !fits || c.config().check || !op.nccl_native(c) || crate::view::has_views(op) {
+        return Ok(false);
+    }
+    c.engine().drain();
+    let issue = |b: &crate::buffer::Buffer, r: i32, send: bool| if peer(r) == PROC_NULL { Ok(()) } else { crate::backend::nccl::issue_direct(c, b, r, send, stream) };
+    match op {
+        Op::Send { buf, dest, .. } | Op::Isend { buf, dest, .. } => issue(buf, *dest, true)?,
+        Op::Recv { buf, source, .. } | Op::Irecv { buf, source, .. } => issue(buf, *source, false)?,
+        Op::Sendrecv { send, dest, recv, source, .. } => {
+            issue(send, *dest, true)?;
+            issue(recv, *source, false)?;
+        }
+        _ => {}
+    }
+    Ok(true)
 }
 
 /// Records `op` in this thread's open group; the request of a nonblocking form.
-fn add(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -> Option<Request> {
+fn add(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool, issued: bool) -> Option<Request> {
     GROUP.with(|g| {
         let mut g = g.borrow_mut();
+        if !nonblocking {
+            // No request: nothing else to make (a group's per-operation cost).
+            g.entries.push(Entry { c: c.clone(), op, stream, done: None, matched: None, packed: None, issued });
+            return None;
+        }
         let bufs = op.buffers();
-        let done = nonblocking.then(|| Arc::new(Done::default()));
+        let done = Arc::new(Done::default());
         let ended = g.ended.clone();
         let matched = Arc::new(Mutex::new(None));
         let known = op.known_status();
-        g.entries.push(Entry { c: c.clone(), op, stream, done: done.clone(), matched: matched.clone(), packed: None });
-        done.map(|d| {
+        g.entries.push(Entry { c: c.clone(), op, stream, done: Some(done.clone()), matched: Some(matched.clone()), packed: None, issued });
+        Some(done).map(|d| {
             let r = Request::new(Box::new(Grouped { done: d, ended, matched }), c.clone(), bufs);
             match known {
                 Some(st) => r.with_status(st),
@@ -141,7 +181,8 @@ pub fn end() -> Result<()> {
         if g.depth > 0 {
             return Ok((Vec::new(), None));
         }
-        Ok((std::mem::take(&mut g.entries), Some(g.ended.clone())))
+        let room = g.entries.capacity();
+        Ok((std::mem::replace(&mut g.entries, Vec::with_capacity(room)), Some(g.ended.clone())))
     })?;
     let Some(ended) = ended else { return Ok(()) };
     ended.store(true, Ordering::Release);
@@ -156,6 +197,20 @@ fn run(entries: Vec<Entry>) -> Result<()> {
             *first = Some(e.clone());
         }
     };
+    if !entries.is_empty() && entries.iter().all(|e| e.issued) {
+        // Only NCCL operations issued at their calls (`direct`): launch them.
+        let mut comms: Vec<&Communicator> = Vec::new();
+        for e in &entries {
+            if !comms.iter().any(|c| std::ptr::eq(*c, &*e.c)) {
+                comms.push(&e.c);
+            }
+        }
+        let r = crate::backend::nccl::with_group(&comms, || Ok(()));
+        for e in &entries {
+            finish(e, &r);
+        }
+        return r;
+    }
     // Earlier queued operations of these communicators come first.
     for e in &entries {
         e.c.engine().drain();
@@ -181,9 +236,10 @@ fn run(entries: Vec<Entry>) -> Result<()> {
             Some(e)
         })
         .collect();
-    // NCCL device operations: one NCCL group.
-    let (nccl, rest): (Vec<&Entry>, Vec<&Entry>) = entries.iter().partition(|e| is_nccl(e));
-    if !nccl.is_empty() {
+    // NCCL device operations: one NCCL group (opened by the first operation issued at its call,
+    // if any: `direct`).
+    let (nccl, rest): (Vec<&Entry>, Vec<&Entry>) = entries.iter().partition(|e| e.issued || is_nccl(e));
+    if !nccl.is_empty() || crate::backend::nccl::direct_open() {
         let mut comms: Vec<&Communicator> = Vec::new();
         for e in &nccl {
             if !comms.iter().any(|c| std::ptr::eq(*c, &*e.c)) {
@@ -192,7 +248,7 @@ fn run(entries: Vec<Entry>) -> Result<()> {
         }
         let r = crate::backend::nccl::with_group(&comms, || {
             let mut first = None;
-            for e in &nccl {
+            for e in nccl.iter().filter(|e| !e.issued) {
                 let r = e.op.run(&e.c, e.stream);
                 finish(e, &r);
                 if let (Err(x), None) = (&r, &first) {
@@ -201,6 +257,9 @@ fn run(entries: Vec<Entry>) -> Result<()> {
             }
             first.map_or(Ok(()), Err)
         });
+        for e in nccl.iter().filter(|e| e.issued) {
+            finish(e, &r);
+        }
         note(&r, &mut first);
         // Unpacked on each stream after the NCCL group's launch.
         for e in &nccl {
@@ -273,7 +332,9 @@ fn run(entries: Vec<Entry>) -> Result<()> {
         for (i, q) in reqs.into_iter().enumerate() {
             let w = q.wait();
             if i == 0 && matches!(e.op, Op::Irecv { .. }) {
-                *e.matched.lock().unwrap_or_else(|p| p.into_inner()) = Some(q.status());
+                if let Some(m) = &e.matched {
+                    *m.lock().unwrap_or_else(|p| p.into_inner()) = Some(q.status());
+                }
             }
             if r.is_ok() {
                 r = w;

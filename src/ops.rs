@@ -73,7 +73,7 @@ fn is_proc_null(r: i32) -> bool {
 }
 
 /// A validated peer rank with MPI_PROC_NULL as GPUWIRE_PROC_NULL (what the paths compare with).
-fn peer(r: i32) -> i32 {
+pub(crate) fn peer(r: i32) -> i32 {
     if is_proc_null(r) { PROC_NULL } else { r }
 }
 

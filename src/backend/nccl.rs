@@ -95,6 +95,49 @@ impl NcclConfig {
     }
 }
 
+thread_local! {
+    /// Whether this thread's open gpuwire group has opened its NCCL group ([`issue_direct`]);
+    /// [`with_group`] at the group's end closes it.
+    static DIRECT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread's gpuwire group has its NCCL group open ([`issue_direct`]).
+pub fn direct_open() -> bool {
+    DIRECT.with(|d| d.get())
+}
+
+/// A send (`send`) or a receive of all of `buf` with `peer` issued at once, as NCCL does, into
+/// the NCCL group of this thread's open gpuwire group (opened at its first such operation,
+/// after `c`'s open isend/irecv group was closed; launched by [`with_group`] at the gpuwire
+/// group's end). For the blocking and nonblocking point-to-point forms of a gpuwire group, not
+/// in checking mode (which agrees each message first) and without views (packed at the end):
+/// the group's host cost is then NCCL's own (issue 18's halo benchmark). The caller validated
+/// the arguments (`Op::check_at_call`); `peer` is not GPUWIRE_PROC_NULL.
+pub fn issue_direct(c: &Communicator, buf: &Buffer, peer: i32, send: bool, stream: Stream) -> Result<()> {
+    devstate::check_device(c, buf)?;
+    let st = state(c)?;
+    let api = api()?;
+    let _g = CtxGuard::enter(st.device)?;
+    if !DIRECT.with(|d| d.get()) {
+        st.close_group()?;
+        // SAFETY: closed by `with_group` at the gpuwire group's end, on this thread.
+        check(api, std::ptr::null_mut(), unsafe { (api.group_start)() }, "ncclGroupStart")?;
+        DIRECT.with(|d| d.set(true));
+    } else if st.maybe_open.load(std::sync::atomic::Ordering::Acquire) {
+        st.close_group()?;
+    }
+    let comm = st.comm();
+    if comm.is_null() {
+        return Err(Error::CommBroken(format!("{}: the NCCL communicator was aborted", if send { "ncclSend" } else { "ncclRecv" })));
+    }
+    let (ptr, n, d) = (buf.ptr(), nccl_count(buf.dtype(), buf.count()), nccl_dtype(buf.dtype()));
+    let s = stream.0 as *mut c_void;
+    // SAFETY: device memory of `n` elements on `c`'s device (checked above), kept alive by the
+    // group's entry until its end and by the caller until the stream has passed the operation.
+    let r = unsafe { if send { (api.send)(ptr as *const c_void, n, d, peer, *comm, s) } else { (api.recv)(ptr as *mut c_void, n, d, peer, *comm, s) } };
+    check(api, *comm, r, if send { "ncclSend" } else { "ncclRecv" })
+}
+
 /// How long communicator creation waits for NCCL's initialization by default.
 pub const DEFAULT_INIT_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -457,8 +500,13 @@ thread_local! {
 /// of `comms` to leave that state, as a blocking communicator waits inside the call.
 pub fn with_group<T>(comms: &[&Communicator], f: impl FnOnce() -> Result<T>) -> Result<T> {
     let api = api()?;
-    // SAFETY: paired with group_end below on this thread.
-    check(api, std::ptr::null_mut(), unsafe { (api.group_start)() }, "ncclGroupStart")?;
+    if DIRECT.with(|d| d.replace(false)) {
+        // The gpuwire group's NCCL group is open already (`issue_direct`): `f` adds to it and
+        // the end below closes it.
+    } else {
+        // SAFETY: paired with group_end below on this thread.
+        check(api, std::ptr::null_mut(), unsafe { (api.group_start)() }, "ncclGroupStart")?;
+    }
     let was = IN_GROUP.with(|g| g.replace(true));
     let r = f();
     IN_GROUP.with(|g| g.set(was));
