@@ -36,6 +36,11 @@
 #                         their reductions staged)                                        the kit
 #   gpuwire-staged-2x2    flat MPI_STAGED (--backend staged)                              the kit
 #   gpuwire-cuda_aware-2x2 flat MPI_CUDA_AWARE                                           the kit
+# halo (issue 18; only when named in GPUWIRE_BENCH_STEPS): --op halo, one group of two sends and two
+#   receives per iteration, rows of 1 KiB .. 32 MiB:
+#   nccl-halo-1gpu        gpuwire-nccl beside raw NCCL's grouped ncclSend/ncclRecv, 1 rank    stock
+#   ipc-halo, staged-halo gpuwire IPC / MPI_STAGED, two ranks sharing GPU 0                  stock
+#   raw-cuda-aware-halo   the kit's two MPI_Sendrecv on device pointers, the same two ranks   the kit
 # halo3d (issue 15; only when named in GPUWIRE_BENCH_STEPS): gpuwire-bench halo3d, the six faces of
 #   a 256^3 float64 local grid, two ranks sharing GPU 0, under the kit (CUDA-aware):
 #   halo3d-auto           gpuwire (backend AUTO) vs the kit's subarray datatypes vs packing kernels + the kit's sends
@@ -168,12 +173,19 @@ if [[ " ${STEPS//,/ } " == *" alltoallv "* ]]; then
 fi
 if [[ " ${STEPS//,/ } " == *" hier "* ]]; then
   # 2 simulated hosts x 2 ranks on GPU 0: the hierarchical path against the flat ones, one run.
-  # (HIER's device path needs GPUWIRE_HIER_DEVICE=1 until it has passed the GPU tests again.)
-  export GPUWIRE_HIER_DEVICE=1
   mh="bash scripts/multihost.sh openmpi 2,2"
   CUDA_VISIBLE_DEVICES=0 MPIRUN=$mh MPIX= step gpuwire-hier-2x2 150 kit "$B/gpuwire-bench" device --backend hier --op allreduce --max-bytes "$MAXB" --tag 2x2
   CUDA_VISIBLE_DEVICES=0 MPIRUN=$mh MPIX= step gpuwire-staged-2x2 150 kit "$B/gpuwire-bench" device --backend staged --op allreduce --max-bytes "$MAXB" --tag 2x2
   CUDA_VISIBLE_DEVICES=0 MPIRUN=$mh MPIX= step gpuwire-cuda_aware-2x2 150 kit "$B/gpuwire-bench" device --backend cuda_aware --op allreduce --max-bytes "$MAXB" --tag 2x2
+fi
+if [[ " ${STEPS//,/ } " == *" halo "* ]]; then
+  # One group of two sends and two receives per iteration (issue 18), same run: NCCL on one rank
+  # beside raw NCCL's group; two ranks sharing GPU 0: IPC and staged (stock) against the kit's
+  # two MPI_Sendrecv on device pointers.
+  CUDA_VISIBLE_DEVICES=0 MPIRUN=$np1 step nccl-halo-1gpu 60 stock "$B/gpuwire-bench" device --backend nccl --op halo --min-bytes 1K --max-bytes 32M --target-ms 5 --reps 5 --tag halo-1gpu
+  CUDA_VISIBLE_DEVICES=0 step ipc-halo 60 stock "$B/gpuwire-bench" device --backend ipc --op halo --min-bytes 1K --max-bytes 32M --target-ms 5 --reps 3
+  CUDA_VISIBLE_DEVICES=0 step staged-halo 60 stock "$B/gpuwire-bench" device --backend staged --op halo --min-bytes 1K --max-bytes 32M --target-ms 5 --reps 3
+  CUDA_VISIBLE_DEVICES=0 step raw-cuda-aware-halo 60 kit "$B/gpuwire-bench" device --backend raw-cuda-aware --op halo --min-bytes 1K --max-bytes 32M --target-ms 5 --reps 3
 fi
 if [[ " ${STEPS//,/ } " == *" halo3d "* ]]; then
   # AUTO under the kit on two ranks sharing a GPU is IPC (its `# gpuwire:` line says so).

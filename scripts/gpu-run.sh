@@ -45,7 +45,7 @@ if has tests; then
   gputest stock-auto stock c17,c14,c16,c11,c15,ops,opswrap,scan,c13,c12,p2pexact,p2pstatus,capture,vcoll,views
   GPUWIRE_BACKEND=mpi_staged gputest kit-staged kit ops,opswrap,scan,c13,c14,c17,reqfree,p2pexact,p2pstatus,capture,vcoll,views -x GPUWIRE_BACKEND
   # A rank merely late to an allreduce, timeout 2 s, checking off and on: no rank blocks longer.
-  GPUWIRE_BACKEND=mpi_staged gputest staged-late stock late -x GPUWIRE_BACKEND
+  GPUWIRE_BACKEND=mpi_staged gputest staged-late stock late,sendtimeout -x GPUWIRE_BACKEND
   GPUWIRE_BACKEND=mpi_cuda_aware gputest kit-cuda-aware kit ops,opswrap,scan,c12,c13,c14,c16,c17,reqfree,p2pexact,p2pstatus,capture,vcoll,views -x GPUWIRE_BACKEND
 fi
 if has nccl || has tests; then
@@ -71,8 +71,9 @@ if has ipc; then
   # probed and ordered receives too: p2pstatus).
   GPUWIRE_BACKEND=ipc GPUWIRE_IPC_PROGRESS_THREAD=0 gputest ipc-nothread stock ipcprogress,p2pstatus -x GPUWIRE_BACKEND -x GPUWIRE_IPC_PROGRESS_THREAD
   gputest ipc-auto stock ipcauto,c15
-  # A timeout configured: a collective one rank skips fails on every rank within it.
-  GPUWIRE_BACKEND=ipc gputest ipc-timeout stock timeout,late -x GPUWIRE_BACKEND
+  # A timeout configured: a collective one rank skips fails on every rank within it; a
+  # stream-ordered send nobody receives releases its stream at the deadline (sendtimeout).
+  GPUWIRE_BACKEND=ipc gputest ipc-timeout stock timeout,late,sendtimeout -x GPUWIRE_BACKEND
 fi
 if has nbc; then
   # Issue 18 on device buffers, every device backend: each nonblocking collective, 11 outstanding,
@@ -201,9 +202,6 @@ if has fortran || has darray; then
   fi
 fi
 if [[ " $what " == *" multinode "* ]]; then
-  # HIER's device path is used only with GPUWIRE_HIER_DEVICE=1 until it has passed here again
-  # (src/backend/hier.rs: DEVICE_NOT_RUN); every rank gets the environment.
-  export GPUWIRE_HIER_DEVICE=1
   # Hosts simulated on this one machine (scripts/multihost.sh: one MPI daemon per host, started
   # through scripts/multihost-agent.sh in place of ssh, each host its own host name in a UTS
   # namespace, TCP over loopback between hosts; it sets OMPI_MCA_plm=rsh over this machine's

@@ -24,13 +24,21 @@ pub(crate) const DEFAULT_CHUNK_BYTES: usize = 4 << 20;
 /// where three steps (node, leaders, node) cost more than one flat exchange.
 pub(crate) const DEFAULT_HIER_MIN_BYTES: usize = 64 << 10;
 
+/// The same where ranks share a GPU: HIER's steps inside a node are then time-sliced on its
+/// compute engine (~270 µs each), while the flat staged path reduces on a host copy up to 2 MiB
+/// (`devstate::SHARED_SMALL_BYTES`). Measured on the H200, 2 simulated hosts x 2 ranks
+/// (docs/PERFORMANCE.md, "Hierarchical"): HIER 649 µs against flat staged 140 µs at 64 KiB,
+/// 1.22 against 1.00 ms at 1 MiB, 1.62 against 1.85 ms at 2 MiB.
+pub(crate) const DEFAULT_HIER_MIN_BYTES_SHARED_GPU: usize = 2 << 20;
+
 fn parse_hier_min(v: &str) -> Option<usize> {
     v.trim().parse::<usize>().ok()
 }
 
 /// `GPUWIRE_HIER_MIN_BYTES` of this process (validated with the configuration), else the default.
-pub(crate) fn hier_min_bytes() -> usize {
-    std::env::var("GPUWIRE_HIER_MIN_BYTES").ok().and_then(|v| parse_hier_min(&v)).unwrap_or(DEFAULT_HIER_MIN_BYTES)
+pub(crate) fn hier_min_bytes(shared_gpu: bool) -> usize {
+    let default = if shared_gpu { DEFAULT_HIER_MIN_BYTES_SHARED_GPU } else { DEFAULT_HIER_MIN_BYTES };
+    std::env::var("GPUWIRE_HIER_MIN_BYTES").ok().and_then(|v| parse_hier_min(&v)).unwrap_or(default)
 }
 
 /// A validated configuration.

@@ -122,10 +122,6 @@ impl Layout {
 /// Collective over `c`: whether HIER can be used, with its words (the nodes), or why not.
 /// `cuda`: this process has CUDA with devices; without, HIER is for host memory and is taken only
 /// when requested.
-/// Why HIER is not used where the ranks have CUDA, unless `GPUWIRE_HIER_DEVICE=1`: its device
-/// path, fixed since its first GPU run, has not run on a GPU again yet.
-pub(crate) const DEVICE_NOT_RUN: &str = "its device path has not yet run on a GPU since its fix (2026-12-02: the MPI_ERR_OP of its first GPU run was a reduce_scatterv datatype fault, now fixed; reductions between CUDA-aware leaders staged): set GPUWIRE_HIER_DEVICE=1 on every rank to use it (the GPU tests do)";
-
 pub(crate) fn eligible(c: &Communicator, cuda: bool) -> Result<std::result::Result<String, String>> {
     let layout = layout(c)?;
     let nodes = layout.as_ref().map_or(0, |l| l.first.len());
@@ -135,7 +131,6 @@ pub(crate) fn eligible(c: &Communicator, cuda: bool) -> Result<std::result::Resu
         Ok(_) if nodes < 2 => Err("the ranks are all on one node".into()),
         Ok(_) if most < 2 => Err("every node has one rank".into()),
         Ok(_) if !cuda && c.config().backend == BackendKind::GPUWIRE_BACKEND_AUTO => Err("no CUDA".into()),
-        Ok(_) if cuda && !crate::config::env_flag("GPUWIRE_HIER_DEVICE") => Err(DEVICE_NOT_RUN.into()),
         Ok(_) => Ok(format!("{nodes} nodes of up to {most} ranks")),
     })
 }
@@ -180,7 +175,8 @@ impl HierState {
     /// MPI_STAGED's path, for the leaders' reductions where [`exchange`] says so.
     pub(crate) fn new(c: &Communicator, flat: &'static dyn Path, staged: &'static dyn Path) -> Result<HierState> {
         let layout = layout(c)?.map_err(|why| Error::BackendUnavailable(format!("HIER: {why}")))?;
-        let m = i64::try_from(crate::config::hier_min_bytes()).unwrap_or(i64::MAX);
+        let shared = crate::backend::topology::shared_gpus(c, (c.device() >= 0).then_some(c.device()))?.is_some();
+        let m = i64::try_from(crate::config::hier_min_bytes(shared)).unwrap_or(i64::MAX);
         let mut v = [m, -m];
         c.allreduce_max_i64(&mut v, "agreeing on GPUWIRE_HIER_MIN_BYTES")?;
         if v[0] != -v[1] {
