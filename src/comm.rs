@@ -92,7 +92,7 @@ impl Broken {
         self.why.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    fn mark(&self, why: String) {
+    pub(crate) fn mark(&self, why: String) {
         *self.why.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
         self.set.store(true, Ordering::Release);
     }

@@ -763,6 +763,62 @@ fn timeout_skipped_collective(cx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
+/// Timeout 2 s: rank 0 sends 4 MiB of device memory to rank 1, which never receives it. A
+/// stream-ordered send returns at once and its stream waits for the receiver: at the deadline
+/// that wait must end (IPC: the send's watch aborts the communicator; MPI_STAGED: the engine's
+/// send times out), so a stream synchronization returns within about the deadline and the
+/// communicator's asynchronous error is TIMEOUT; a blocking send itself gives TIMEOUT. Rank 1,
+/// 4 s later, finds the communicator broken or times out: no rank hangs.
+fn send_timeout(cx: &Ctx) -> Result<(), String> {
+    let mut cfg: gpuwire_config = unsafe { std::mem::zeroed() };
+    ok(gpuwire_config_init(&mut cfg), "config_init");
+    cfg.timeout_seconds = 2.0;
+    let mut comm = 0;
+    ok(gpuwire_comm_world(&cfg, &mut comm), "comm_world");
+    let b = dev_alloc(1 << 20, Dtype::GPUWIRE_FLOAT32);
+    ok(gpuwire_barrier(comm, cx.stream as *mut c_void), "barrier");
+    if cx.rank == 0 {
+        let t0 = Instant::now();
+        let mut st = gpuwire_send(comm, b, 1, 7, cx.stream as *mut c_void);
+        let at_call = t0.elapsed().as_secs_f64();
+        if st == Status::GPUWIRE_SUCCESS {
+            cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
+            st = gpuwire_comm_async_error(comm);
+        }
+        let secs = t0.elapsed().as_secs_f64();
+        if st != Status::GPUWIRE_ERROR_TIMEOUT {
+            return Err(format!("a send nobody receives gave {st:?} after {secs:.2} s, expected TIMEOUT"));
+        }
+        if !(1.5..10.0).contains(&secs) {
+            return Err(format!("the send's timeout came after {secs:.2} s (deadline 2 s)"));
+        }
+        println!("rank 0: send returned after {at_call:.3} s, TIMEOUT after {secs:.2} s: {}", last_error());
+        let st = gpuwire_send(comm, b, 1, 7, cx.stream as *mut c_void);
+        if st != Status::GPUWIRE_ERROR_COMM_BROKEN && st != Status::GPUWIRE_ERROR_TIMEOUT {
+            return Err(format!("a send after the timeout gave {st:?}, expected COMM_BROKEN"));
+        }
+    } else if cx.rank == 1 {
+        std::thread::sleep(std::time::Duration::from_millis(4000));
+        let t0 = Instant::now();
+        let mut st = gpuwire_allreduce(comm, b, b, ReduceOp::GPUWIRE_SUM as i32, cx.stream as *mut c_void);
+        if st == Status::GPUWIRE_SUCCESS {
+            cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
+            st = gpuwire_comm_async_error(comm);
+        }
+        let secs = t0.elapsed().as_secs_f64();
+        if st != Status::GPUWIRE_ERROR_COMM_BROKEN && st != Status::GPUWIRE_ERROR_TIMEOUT {
+            return Err(format!("rank 1's call after rank 0's timeout gave {st:?}, expected COMM_BROKEN or TIMEOUT"));
+        }
+        if secs > 10.0 {
+            return Err(format!("rank 1's call after rank 0's timeout took {secs:.2} s"));
+        }
+        println!("rank 1: {st:?} after {secs:.2} s: {}", last_error());
+    }
+    gpuwire_buffer_free(b);
+    gpuwire_comm_free(comm);
+    Ok(())
+}
+
 fn late_rank(cx: &Ctx) -> Result<(), String> {
     // Timeout 2 s, checking off then on: the last rank comes 3.5 s late to an allreduce of device
     // memory. The others get TIMEOUT within about 2 s, then COMM_BROKEN at once; the late rank's
@@ -2933,6 +2989,7 @@ fn main() {
             "acrosshosts" => across_hosts(&cx),
             "timeout" => timeout_skipped_collective(&cx),
             "late" => late_rank(&cx),
+            "sendtimeout" => send_timeout(&cx),
             "otherdev" => other_device_current(&cx),
             "c17" => c17_seed_demo(&cx),
             "ipcauto" => ipc_auto(&cx),

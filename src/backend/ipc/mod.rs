@@ -11,7 +11,8 @@
 //! The files, from the bottom up: [`shm`] the shared host segment's layout and the waits and
 //! claims on it (pure, unit-tested); `maps` the process's mappings of peers' buffers; `state`
 //! the per-communicator state ([`IpcState`]) and the buffers it exports; `p2p` point-to-point;
-//! `progress` the pending receives and the progress thread; `coll` the collectives; this file
+//! `progress` the pending receives and the progress thread; `watch` the deadlines of
+//! stream-ordered sends; `coll` the collectives; this file
 //! the eligibility and the [`Path`] that dispatches to them.
 
 use std::ffi::c_int;
@@ -34,6 +35,7 @@ mod p2p;
 mod progress;
 pub mod shm;
 mod state;
+mod watch;
 
 pub use maps::close_all_mappings;
 pub use progress::{shutdown, wait_request, PROGRESS};

@@ -316,12 +316,17 @@ impl SendOp {
     /// A stream-ordered send's end on its stream: the stream waits until the receiver's stream
     /// has copied the data (after the receives of the same call were enqueued, so that two ranks
     /// exchanging data never wait for each other's later work).
-    fn order_after(&self, stream: Stream) -> Result<()> {
+    fn order_after(&self, c: &Communicator, stream: Stream, what: &'static str) -> Result<()> {
         let Some((cell, generation)) = self.ordered.filter(|_| self.cell.is_none()) else { return Ok(()) };
         // SAFETY: see the Send impl.
         let s = unsafe { &*self.state };
         let _g = CtxGuard::enter(s.device)?;
         device::stream_wait_geq(stream, s.word_dev(&s.seg.slot(s.me).cgpu[cell].done), generation as u32)?;
+        if let Some(t) = c.config().timeout {
+            // The wait ends at the call's deadline should the receiver not come (`watch`).
+            let deadline = c.call_deadline().unwrap_or_else(|| std::time::Instant::now() + t);
+            super::watch::watch(&s.seg, s.me, cell, generation as u32, deadline, &c.broken, c.engine(), what);
+        }
         let e = device::Event::new()?;
         e.record(stream)?;
         s.send_in_flight(e);
@@ -953,7 +958,7 @@ impl Drop for IpcRecv {
 
 pub(super) fn send(c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<()> {
     let mut op = SendOp::start(c, buf, dest, tag, stream, Order::Stream)?;
-    if let Err(e) = op.order_after(stream) {
+    if let Err(e) = op.order_after(c, stream, "send") {
         std::mem::forget(op);
         return Err(e);
     }
@@ -1006,7 +1011,7 @@ pub(super) fn sendrecv(c: &Communicator, send: &Buffer, dest: i32, sendtag: i32,
         return res;
     }
     // A stream-ordered send part waits for its receiver after this rank's receive was enqueued.
-    w.as_ref().map_or(Ok(()), |w| w.order_after(stream))
+    w.as_ref().map_or(Ok(()), |w| w.order_after(c, stream, "sendrecv"))
 }
 
 /// A group's point-to-point part on a stream-ordered IPC communicator (`crate::group`): every
@@ -1046,7 +1051,7 @@ pub(super) fn batch(c: &Communicator, sends: &[(&Buffer, i32, i32)], recvs: &[(&
         return res;
     }
     for w in &ws {
-        w.order_after(stream)?;
+        w.order_after(c, stream, "group")?;
     }
     Ok(())
 }

@@ -244,6 +244,7 @@ impl IpcState {
                 unsafe { cu::cuMemHostUnregister(b as *mut c_void) };
             }
         }
+        super::watch::forget(&self.seg);
         let mut free_win = false;
         if self.seg.base != 0 {
             let seg = self.seg;

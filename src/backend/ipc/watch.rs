@@ -1,0 +1,106 @@
+//! Deadlines of stream-ordered sends. A blocking send on a stream-ordered IPC communicator
+//! returns once its header is out and leaves its stream waiting for the receiver's copy (the
+//! `done` word of its completion cell, `p2p::SendOp::order_after`). With a timeout configured,
+//! that wait is watched here: should the word not have come by the call's deadline (a receiver
+//! that never posts its receive), the watch ends it as `gpuwire_comm_abort` would — this rank's
+//! `aborted` word set, every stream wait on the segment released — and the communicator is
+//! broken on this rank with GPUWIRE_ERROR_TIMEOUT as its asynchronous error, which the next call
+//! or `gpuwire_comm_get_async_error` reports (the peers' calls see the abort: COMM_BROKEN).
+//!
+//! One thread for the process, running while a watch is pending (it touches only words of the
+//! shared segments: no MPI, no CUDA), polling every [`POLL`]. A communicator's watches are
+//! forgotten before its segment is unregistered (`IpcState::destroy`).
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::shm::{Seg, lock};
+use crate::comm::Broken;
+use crate::engine::Engine;
+use crate::error::Error;
+
+/// How often pending watches are read.
+const POLL: Duration = Duration::from_millis(1);
+
+struct Watch {
+    /// The segment (of an `IpcState` that forgets its watches before it unmaps it: [`forget`]).
+    seg: Seg,
+    me: usize,
+    cell: usize,
+    generation: u32,
+    deadline: Instant,
+    broken: Arc<Broken>,
+    engine: Arc<Engine>,
+    what: &'static str,
+}
+
+struct Watches {
+    list: Vec<Watch>,
+    running: bool,
+}
+
+static WATCHES: Mutex<Watches> = Mutex::new(Watches { list: Vec::new(), running: false });
+
+/// Watches `seg`'s completion cell `cell` of rank `me` until its `done` word reaches
+/// `generation`, or `deadline` (module comment). `what` names the call for the error.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn watch(seg: &Seg, me: usize, cell: usize, generation: u32, deadline: Instant, broken: &Arc<Broken>, engine: &Arc<Engine>, what: &'static str) {
+    let mut g = lock(&WATCHES);
+    g.list.push(Watch { seg: *seg, me, cell, generation, deadline, broken: broken.clone(), engine: engine.clone(), what });
+    if !g.running {
+        g.running = true;
+        let started = std::thread::Builder::new().name("gpuwire-ipc-watch".into()).spawn(run);
+        if started.is_err() {
+            // No thread: the deadline is not enforced (as without a timeout), said once here.
+            g.running = false;
+            g.list.clear();
+        }
+    }
+}
+
+/// Forgets the watches of `seg` (its state is going; its stream work has ended).
+pub(super) fn forget(seg: &Seg) {
+    lock(&WATCHES).list.retain(|w| w.seg.base != seg.base);
+}
+
+/// Whether `w`'s word has come (wrapping, as the stream's GEQ wait compares).
+fn arrived(w: &Watch) -> bool {
+    // Mapped while the watch exists (`forget`, under WATCHES' lock).
+    let done = w.seg.slot(w.me).cgpu[w.cell].done.load(Ordering::Acquire);
+    done.wrapping_sub(w.generation) as i32 >= 0
+}
+
+fn run() {
+    loop {
+        std::thread::sleep(POLL);
+        let mut g = lock(&WATCHES);
+        let now = Instant::now();
+        let mut fired = Vec::new();
+        g.list.retain(|w| {
+            if arrived(w) {
+                return false;
+            }
+            if now < w.deadline {
+                return true;
+            }
+            w.seg.slot(w.me).aborted.0.store(1, Ordering::Release);
+            w.seg.release_all();
+            fired.push((w.broken.clone(), w.engine.clone(), w.what));
+            false
+        });
+        if g.list.is_empty() {
+            g.running = false;
+        }
+        let running = g.running;
+        drop(g);
+        for (broken, engine, what) in fired {
+            let why = format!("{what}: timeout: the receiver did not take the stream-ordered message before the deadline; the stream's wait for it was released and the communicator aborted");
+            engine.note_error(&Error::Timeout(why.clone()));
+            broken.mark(why);
+        }
+        if !running {
+            return;
+        }
+    }
+}
