@@ -651,6 +651,9 @@ fn c11_forced_cuda_aware(_cx: &Ctx) -> Result<(), String> {
     let v: Vec<u8> = (0..10i32).flat_map(|i| i.to_le_bytes()).collect();
     upload(b, &v);
     ok(gpuwire_allreduce(_cx.comm, b, b, ReduceOp::GPUWIRE_SUM as i32, std::ptr::null_mut()), "allreduce");
+    // Stream-ordered (IPC): in place once the legacy stream has passed it; `download` copies on
+    // the test's non-blocking stream, which does not wait for the legacy one.
+    cuok(unsafe { cu::cuStreamSynchronize(std::ptr::null_mut()) }, "cuStreamSynchronize(legacy)");
     let want: Vec<u8> = (0..10i32).flat_map(|i| (2 * i).to_le_bytes()).collect();
     check_bytes("C11 allreduce", &download(b, 40), &want, Dtype::GPUWIRE_INT32)?;
     gpuwire_buffer_free(b);
@@ -764,10 +767,11 @@ fn timeout_skipped_collective(cx: &Ctx) -> Result<(), String> {
 }
 
 /// Timeout 2 s: rank 0 sends 4 MiB of device memory to rank 1, which never receives it. A
-/// stream-ordered send returns at once and its stream waits for the receiver: at the deadline
-/// that wait must end (IPC: the send's watch aborts the communicator; MPI_STAGED: the engine's
-/// send times out), so a stream synchronization returns within about the deadline and the
-/// communicator's asynchronous error is TIMEOUT; a blocking send itself gives TIMEOUT. Rank 1,
+/// stream-ordered send returns at once: on IPC its stream waits for the receiver, and at the
+/// deadline that wait must end (the send's watch aborts the communicator), so a stream
+/// synchronization returns within about the deadline; on MPI_STAGED the engine's send times out
+/// then. Either way the communicator's asynchronous error is TIMEOUT within about the deadline;
+/// a blocking send itself gives TIMEOUT. Rank 1,
 /// 4 s later, finds the communicator broken or times out: no rank hangs.
 fn send_timeout(cx: &Ctx) -> Result<(), String> {
     let mut cfg: gpuwire_config = unsafe { std::mem::zeroed() };
@@ -782,8 +786,14 @@ fn send_timeout(cx: &Ctx) -> Result<(), String> {
         let mut st = gpuwire_send(comm, b, 1, 7, cx.stream as *mut c_void);
         let at_call = t0.elapsed().as_secs_f64();
         if st == Status::GPUWIRE_SUCCESS {
+            // IPC: the stream waits for the receiver, until the deadline. MPI_STAGED: the stream
+            // only stages the data; the engine's send times out later.
             cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
             st = gpuwire_comm_async_error(comm);
+            while st == Status::GPUWIRE_SUCCESS && t0.elapsed().as_secs_f64() < 10.0 {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                st = gpuwire_comm_async_error(comm);
+            }
         }
         let secs = t0.elapsed().as_secs_f64();
         if st != Status::GPUWIRE_ERROR_TIMEOUT {
