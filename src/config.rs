@@ -105,9 +105,11 @@ impl Config {
             // Read by `debug_enabled`; checked here so that a value it would ignore is an error.
             parse_bool(&v).ok_or_else(|| bad_env("GPUWIRE_DEBUG", &v, BOOL_FORMS))?;
         }
-        if let Some(v) = lookup("GPUWIRE_IPC_PROGRESS_THREAD") {
-            // Read by the IPC backend; checked here so that a value it would ignore is an error.
-            parse_bool(&v).ok_or_else(|| bad_env("GPUWIRE_IPC_PROGRESS_THREAD", &v, BOOL_FORMS))?;
+        for name in ["GPUWIRE_IPC_PROGRESS_THREAD", "GPUWIRE_IPC_KERNELS"] {
+            if let Some(v) = lookup(name) {
+                // Read by the IPC backend; checked here so that a value it would ignore is an error.
+                parse_bool(&v).ok_or_else(|| bad_env(name, &v, BOOL_FORMS))?;
+            }
         }
         // Process-wide switches read by `env_flag`; checked here so that a value it would take
         // for off is an error.

@@ -13,6 +13,9 @@ fn kernel_source_compiles_for_hopper_and_ampere() {
                 for name in gpuwire::device::kernels::pack_kernel_names() {
                     assert!(ptx.contains(&format!(".entry {name}(")), "PTX for {arch} lacks the view pack kernel {name}");
                 }
+                for name in gpuwire::device::kernels::ipc_kernel_names() {
+                    assert!(ptx.contains(&format!(".entry {name}(")), "PTX for {arch} lacks the IPC kernel {name}");
+                }
                 let ptx = gpuwire::device::array_kernels::compile_ptx_for(arch).unwrap_or_else(|e| panic!("array kernels, {arch}: {e}"));
                 for name in gpuwire::device::array_kernels::names() {
                     assert!(ptx.contains(&format!(".entry {name}(")), "array-kernel PTX for {arch} lacks the entry {name}");

@@ -14,6 +14,15 @@
 //! u64 s3, u32 unpack)` for element sizes 1, 2, 4, 8, 16 copies the n elements of a view of up to
 //! four dimensions (lengths l0 = n / (l1 l2 l3), l1, l2, l3; strides s0..s3 in elements) to or
 //! from contiguous memory: one launch per view, one thread per element.
+//!
+//! And for the IPC collectives (through the peers' mappings), for SUM on the real datatypes
+//! ([`fused`]): `gw_<dtype>_sum_all(gw_ptrs a,
+//! u32 p, u32 q, u64 n)` reduces element i of the p inputs `a.in[0..p]` in rank order (the
+//! accumulator starts as `in[0][i]`, then `acc = in[r][i] op acc`, as `combine` applied rank by
+//! rank) and writes the result to the q outputs `a.out[0..q]` (p, q <= [`ALL_MAX`]): one pass
+//! over memory, each input read once and each output written once (in place is safe: a thread
+//! reads every input of its element before it writes); `gw_copy16(uint4 *dst, const uint4 *src,
+//! u64 n)` copies n 16-byte words.
 
 use std::collections::HashMap;
 use std::ffi::{CString, c_void};
@@ -162,6 +171,25 @@ fn div_expr(d: Dtype) -> String {
     }
 }
 
+/// Most inputs and outputs of one fused reduction (`reduce_all`): its pointers are passed by value.
+pub const ALL_MAX: usize = 8;
+
+const ALL: &str = r#"
+struct gw_ptrs { u64 in[8]; u64 out[8]; };
+extern "C" __global__ void gw_copy16(uint4 *dst, const uint4 *src, u64 n) { GRID_LOOP { dst[i] = src[i]; } }
+"#;
+
+/// Whether (d, op) has a fused reduction kernel: SUM on the real datatypes (the common large
+/// reduction; each kernel adds to the NVRTC compile every process makes: all of them would add
+/// about 2 s); the others reduce rank by rank (`combine`).
+pub fn fused(d: Dtype, op: ReduceOp) -> bool {
+    op == ReduceOp::GPUWIRE_SUM && !d.is_pair() && !d.is_complex() && op.check_supported(d).is_ok()
+}
+
+fn all_name(d: Dtype, op: ReduceOp) -> String {
+    format!("{}_all", kernel_name(d, op))
+}
+
 /// Element sizes of the pack kernels.
 const PACK_WIDTHS: [usize; 5] = [1, 2, 4, 8, 16];
 
@@ -194,6 +222,7 @@ fn pack_type(width: usize) -> &'static str {
 pub fn source() -> String {
     let mut s = String::from(PRELUDE);
     s += PACK;
+    s += ALL;
     for w in PACK_WIDTHS {
         let e = pack_type(w);
         s += &format!(
@@ -209,6 +238,12 @@ pub fn source() -> String {
                     "extern \"C\" __global__ void {}({t} *io, const {t} *in, u64 n) {{ GRID_LOOP {{ {t} y = in[i]; {t} x = io[i]; io[i] = {e}; }} }}\n",
                     kernel_name(d, op)
                 );
+                if fused(d, op) {
+                    s += &format!(
+                        "extern \"C\" __global__ void {}(gw_ptrs a, u32 p, u32 q, u64 n) {{ GRID_LOOP {{ {t} x = ((const {t} *)a.in[0])[i];\n#pragma unroll 1\nfor (u32 r = 1; r < p; r++) {{ {t} y = ((const {t} *)a.in[r])[i]; x = {e}; }}\n#pragma unroll 1\nfor (u32 r = 0; r < q; r++) (({t} *)a.out[r])[i] = x; }} }}\n",
+                        all_name(d, op)
+                    );
+                }
             }
         }
         if !d.is_pair() {
@@ -274,11 +309,13 @@ fn compile(device: i32) -> std::result::Result<Module, String> {
     let mut functions = HashMap::new();
     for d in Dtype::ALL {
         let mut names: Vec<String> = ReduceOp::ALL.iter().filter(|op| combine_expr(d, **op).is_some()).map(|op| kernel_name(d, *op)).collect();
+        names.extend(ReduceOp::ALL.iter().filter(|op| fused(d, **op)).map(|op| all_name(d, *op)));
         if !d.is_pair() {
             names.push(div_name(d));
         }
         if d == Dtype::GPUWIRE_UINT8 {
             names.extend(PACK_WIDTHS.iter().map(|w| pack_name(*w)));
+            names.push("gw_copy16".into());
         }
         for n in names {
             let cn = CString::new(n.clone()).expect("no NUL");
@@ -329,6 +366,46 @@ pub fn combine(device: i32, dtype: Dtype, op: ReduceOp, inout: usize, input: usi
     let (mut io, mut inp, mut nn) = (inout as u64, input as u64, n as u64);
     let mut params = [(&mut io as *mut u64).cast(), (&mut inp as *mut u64).cast(), (&mut nn as *mut u64).cast()];
     launch(device, &kernel_name(dtype, op), n, stream, &mut params)
+}
+
+/// The pointers of a fused reduction, as the kernels' `gw_ptrs`.
+#[repr(C)]
+struct Ptrs {
+    ins: [u64; ALL_MAX],
+    outs: [u64; ALL_MAX],
+}
+
+/// Enqueues on `stream` one kernel computing, for each of `n` elements, the reduction of the
+/// inputs `ins` in their order (as [`combine`] applied input by input: `acc = ins[r] op acc`)
+/// and writing it to every one of `outs` (module comment). At most [`ALL_MAX`] of each, one
+/// input at least; only where [`fused`] (AVG: SUM, then [`divide`]).
+pub fn reduce_all(device: i32, dtype: Dtype, op: ReduceOp, ins: &[usize], outs: &[usize], n: usize, stream: Stream) -> Result<()> {
+    op.check_supported(dtype)?;
+    if ins.is_empty() || ins.len() > ALL_MAX || outs.len() > ALL_MAX || !fused(dtype, op) {
+        return Err(Error::Internal(format!("reduce_all of {} inputs and {} outputs with {}", ins.len(), outs.len(), op.name())));
+    }
+    let mut a = Ptrs { ins: [0; ALL_MAX], outs: [0; ALL_MAX] };
+    for (k, p) in ins.iter().enumerate() {
+        a.ins[k] = *p as u64;
+    }
+    for (k, p) in outs.iter().enumerate() {
+        a.outs[k] = *p as u64;
+    }
+    let (mut p, mut q, mut nn) = (ins.len() as u32, outs.len() as u32, n as u64);
+    let mut params = [(&mut a as *mut Ptrs).cast(), (&mut p as *mut u32).cast(), (&mut q as *mut u32).cast(), (&mut nn as *mut u64).cast()];
+    launch(device, &all_name(dtype, op), n, stream, &mut params)
+}
+
+/// Enqueues on `stream` a copy of `bytes` (a multiple of 16) between 16-byte aligned device
+/// addresses as a kernel: through another process's IPC mapping it runs at the device's memory
+/// bandwidth, where `cuMemcpyAsync` reached about half of it on the H200.
+pub fn copy16(device: i32, dst: usize, src: usize, bytes: usize, stream: Stream) -> Result<()> {
+    if bytes % 16 != 0 || dst % 16 != 0 || src % 16 != 0 {
+        return Err(Error::Internal(format!("copy16 of {bytes} bytes from {src:#x} to {dst:#x}: not 16-byte aligned")));
+    }
+    let (mut d, mut s, mut nn) = (dst as u64, src as u64, (bytes / 16) as u64);
+    let mut params = [(&mut d as *mut u64).cast(), (&mut s as *mut u64).cast(), (&mut nn as *mut u64).cast()];
+    launch(device, "gw_copy16", bytes / 16, stream, &mut params)
 }
 
 /// Enqueues `x[i] /= d` for `n` elements on `stream` (the second step of AVG).
@@ -410,6 +487,9 @@ mod tests {
                 n += present as usize;
             }
             assert_eq!(s.contains(&format!("void {}(", div_name(d))), !d.is_pair());
+            for op in ReduceOp::ALL.into_iter().filter(|op| *op != ReduceOp::GPUWIRE_AVG) {
+                assert_eq!(s.contains(&format!("void {}(", all_name(d, op))), fused(d, op), "{} {} fused", d.name(), op.name());
+            }
         }
         assert!(n > 40);
     }
@@ -419,6 +499,15 @@ mod tests {
 /// none. Used by the tests to check the source on machines without a GPU.
 pub fn compile_ptx_for(arch: &str) -> std::result::Result<usize, String> {
     ptx_for(arch).map(|p| p.len())
+}
+
+/// The names of the IPC collectives' kernels: the fused reductions and the 16-byte copy.
+pub fn ipc_kernel_names() -> Vec<String> {
+    let mut v = vec!["gw_copy16".to_string()];
+    for d in Dtype::ALL {
+        v.extend(ReduceOp::ALL.iter().filter(|op| fused(d, **op)).map(|op| all_name(d, *op)));
+    }
+    v
 }
 
 /// The names of the pack kernels of strided and subarray views.

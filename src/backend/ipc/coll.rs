@@ -15,7 +15,7 @@ use crate::backend::path::{Blocks, Input, Path};
 use crate::backend::ring::{self, Loc};
 use crate::buffer::Buffer;
 use crate::comm::Communicator;
-use crate::device::{self, CtxGuard, Stream};
+use crate::device::{self, CtxGuard, Stream, kernels};
 use crate::error::{Error, Result, Status};
 use crate::progress::progress_all;
 use crate::reduce;
@@ -358,7 +358,7 @@ impl Lead<'_, '_> {
         a.kind == REC_HANDLE && b.kind == REC_HANDLE && a.id == b.id && a.offset == b.offset
     }
     fn copy(&self, dst: usize, src: usize, bytes: usize) -> Result<()> {
-        ring::copy(Loc { ptr: dst, host: false }, Loc { ptr: src, host: false }, bytes, self.co.stream)
+        super::state::copy_device(self.co.s.device, dst, src, bytes, self.co.stream)
     }
     fn combine(&self, dst: usize, src: usize, n: usize, dtype: Dtype, op: ReduceOp) -> Result<()> {
         if n == 0 {
@@ -371,6 +371,22 @@ impl Lead<'_, '_> {
             return Ok(());
         }
         ring::divide(self.co.s.device, Loc { ptr: x, host: false }, n, dtype, self.co.p(), self.co.stream)
+    }
+    /// As [`Lead::reduce_into`] into every one of `outs` at once, by one fused kernel that reads
+    /// each input once and writes each output once (`kernels::reduce_all`; the same order of
+    /// combination, so the same result), where there is one for (dtype, op) and the ranks are
+    /// few enough; whether it ran.
+    fn fused_into(&mut self, off: usize, outs: &[usize], n: usize, dtype: Dtype, op: ReduceOp) -> Result<bool> {
+        let p = self.co.p();
+        if n == 0 || !super::state::kernels_on() || !kernels::fused(dtype, op) || p > kernels::ALL_MAX || outs.len() > kernels::ALL_MAX {
+            return Ok(false);
+        }
+        let mut ins = Vec::with_capacity(p);
+        for r in 0..p {
+            ins.push(self.ptr(r, 0)? + off);
+        }
+        kernels::reduce_all(self.co.s.device, dtype, op, &ins, outs, n, self.co.stream)?;
+        Ok(true)
     }
     /// `acc = in_0 op in_1 op ... op in_{p-1}` over n elements at byte offset `off` of every
     /// rank's input, in rank order; AVG divided.
@@ -564,6 +580,9 @@ pub(super) fn reduce(c: &Communicator, send: Input, recv: Option<&Buffer>, op: R
     }
     co.lead_or_follow(|l| {
         let out = l.ptr(root, 1)?;
+        if l.fused_into(0, &[out], n, dtype, op)? {
+            return Ok(());
+        }
         // The root's input is its output when in place: accumulate elsewhere unless the root
         // is rank 0 (whose input is read first).
         let acc = if root != 0 && l.same(root) { l.scratch(bytes)? } else { out };
@@ -588,7 +607,14 @@ pub(super) fn allreduce(c: &Communicator, send: Input, recv: &Buffer, op: Reduce
         return StagedPath.allreduce(c, send, recv, op, stream);
     }
     co.lead_or_follow(|l| {
-        let o0 = l.ptr(0, 1)?;
+        let mut outs = Vec::with_capacity(l.co.p());
+        for r in 0..l.co.p() {
+            outs.push(l.ptr(r, 1)?);
+        }
+        if l.fused_into(0, &outs, n, dtype, op)? {
+            return Ok(());
+        }
+        let o0 = outs[0];
         l.reduce_into(o0, 0, n, dtype, op)?;
         for r in 1..l.co.p() {
             let o = l.ptr(r, 1)?;
@@ -653,7 +679,9 @@ pub(super) fn reduce_scatter(c: &Communicator, send: Input, recv: &Buffer, op: R
     co.lead_or_follow(|l| {
         for r in 0..l.co.p() {
             let o = l.ptr(r, 1)?;
-            l.reduce_into(o, r * mb, m, dtype, op)?;
+            if !l.fused_into(r * mb, &[o], m, dtype, op)? {
+                l.reduce_into(o, r * mb, m, dtype, op)?;
+            }
         }
         Ok(())
     })
