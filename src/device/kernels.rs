@@ -21,8 +21,10 @@
 //! accumulator starts as `in[0][i]`, then `acc = in[r][i] op acc`, as `combine` applied rank by
 //! rank) and writes the result to the q outputs `a.out[0..q]` (p, q <= [`ALL_MAX`]): one pass
 //! over memory, each input read once and each output written once (in place is safe: a thread
-//! reads every input of its element before it writes); `gw_copy16(uint4 *dst, const uint4 *src,
-//! u64 n)` copies n 16-byte words.
+//! reads every input of its element before it writes). The loops are unrolled to the eight
+//! pointers, so that the pointers stay in the parameter space: indexed at run time they were
+//! copied to each thread's local memory (20 `.local` accesses in the PTX), and the kernel ran 4x
+//! slower than the rank-by-rank reduction on the H200.
 
 use std::collections::HashMap;
 use std::ffi::{CString, c_void};
@@ -176,7 +178,6 @@ pub const ALL_MAX: usize = 8;
 
 const ALL: &str = r#"
 struct gw_ptrs { u64 in[8]; u64 out[8]; };
-extern "C" __global__ void gw_copy16(uint4 *dst, const uint4 *src, u64 n) { GRID_LOOP { dst[i] = src[i]; } }
 "#;
 
 /// Whether (d, op) has a fused reduction kernel: SUM on the real datatypes (the common large
@@ -240,7 +241,7 @@ pub fn source() -> String {
                 );
                 if fused(d, op) {
                     s += &format!(
-                        "extern \"C\" __global__ void {}(gw_ptrs a, u32 p, u32 q, u64 n) {{ GRID_LOOP {{ {t} x = ((const {t} *)a.in[0])[i];\n#pragma unroll 1\nfor (u32 r = 1; r < p; r++) {{ {t} y = ((const {t} *)a.in[r])[i]; x = {e}; }}\n#pragma unroll 1\nfor (u32 r = 0; r < q; r++) (({t} *)a.out[r])[i] = x; }} }}\n",
+                        "extern \"C\" __global__ void {}(gw_ptrs a, u32 p, u32 q, u64 n) {{ GRID_LOOP {{ {t} x = ((const {t} *)a.in[0])[i];\n#pragma unroll\nfor (u32 r = 1; r < 8; r++) if (r < p) {{ {t} y = ((const {t} *)a.in[r])[i]; x = {e}; }}\n#pragma unroll\nfor (u32 r = 0; r < 8; r++) if (r < q) (({t} *)a.out[r])[i] = x; }} }}\n",
                         all_name(d, op)
                     );
                 }
@@ -315,7 +316,6 @@ fn compile(device: i32) -> std::result::Result<Module, String> {
         }
         if d == Dtype::GPUWIRE_UINT8 {
             names.extend(PACK_WIDTHS.iter().map(|w| pack_name(*w)));
-            names.push("gw_copy16".into());
         }
         for n in names {
             let cn = CString::new(n.clone()).expect("no NUL");
@@ -394,18 +394,6 @@ pub fn reduce_all(device: i32, dtype: Dtype, op: ReduceOp, ins: &[usize], outs: 
     let (mut p, mut q, mut nn) = (ins.len() as u32, outs.len() as u32, n as u64);
     let mut params = [(&mut a as *mut Ptrs).cast(), (&mut p as *mut u32).cast(), (&mut q as *mut u32).cast(), (&mut nn as *mut u64).cast()];
     launch(device, &all_name(dtype, op), n, stream, &mut params)
-}
-
-/// Enqueues on `stream` a copy of `bytes` (a multiple of 16) between 16-byte aligned device
-/// addresses as a kernel: through another process's IPC mapping it runs at the device's memory
-/// bandwidth, where `cuMemcpyAsync` reached about half of it on the H200.
-pub fn copy16(device: i32, dst: usize, src: usize, bytes: usize, stream: Stream) -> Result<()> {
-    if bytes % 16 != 0 || dst % 16 != 0 || src % 16 != 0 {
-        return Err(Error::Internal(format!("copy16 of {bytes} bytes from {src:#x} to {dst:#x}: not 16-byte aligned")));
-    }
-    let (mut d, mut s, mut nn) = (dst as u64, src as u64, (bytes / 16) as u64);
-    let mut params = [(&mut d as *mut u64).cast(), (&mut s as *mut u64).cast(), (&mut nn as *mut u64).cast()];
-    launch(device, "gw_copy16", bytes / 16, stream, &mut params)
 }
 
 /// Enqueues `x[i] /= d` for `n` elements on `stream` (the second step of AVG).
@@ -501,9 +489,9 @@ pub fn compile_ptx_for(arch: &str) -> std::result::Result<usize, String> {
     ptx_for(arch).map(|p| p.len())
 }
 
-/// The names of the IPC collectives' kernels: the fused reductions and the 16-byte copy.
+/// The names of the IPC collectives' fused reduction kernels.
 pub fn ipc_kernel_names() -> Vec<String> {
-    let mut v = vec!["gw_copy16".to_string()];
+    let mut v = Vec::new();
     for d in Dtype::ALL {
         v.extend(ReduceOp::ALL.iter().filter(|op| fused(d, **op)).map(|op| all_name(d, *op)));
     }

@@ -358,7 +358,7 @@ impl Lead<'_, '_> {
         a.kind == REC_HANDLE && b.kind == REC_HANDLE && a.id == b.id && a.offset == b.offset
     }
     fn copy(&self, dst: usize, src: usize, bytes: usize) -> Result<()> {
-        super::state::copy_device(self.co.s.device, dst, src, bytes, self.co.stream)
+        ring::copy(Loc { ptr: dst, host: false }, Loc { ptr: src, host: false }, bytes, self.co.stream)
     }
     fn combine(&self, dst: usize, src: usize, n: usize, dtype: Dtype, op: ReduceOp) -> Result<()> {
         if n == 0 {

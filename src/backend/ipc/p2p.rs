@@ -623,7 +623,7 @@ impl RecvOp {
                                 let m = mapg.as_mut().expect("taken for K_HANDLE");
                                 s.import(m, h.src as usize, &h.rec).and_then(|src| {
                                     device::stream_wait_geq(self.stream, s.word_dev(&gw.ready), g32)?;
-                                    super::state::copy_device(s.device, self.dst.ptr, src, n, self.stream)?;
+                                    device::copy_async(self.dst.ptr, src, n, self.stream)?;
                                     device::stream_write(self.stream, s.word_dev(&gw.done), g32)?;
                                     let e = Arc::new(device::Event::new()?);
                                     e.record(self.stream)?;
@@ -636,7 +636,7 @@ impl RecvOp {
                                 let _ = shm::spin_until(None, || false, || Ok(shm::reached(&gw.ready, g32)));
                                 let m = mapg.as_mut().expect("taken for K_HANDLE");
                                 s.import(m, h.src as usize, &h.rec).and_then(|src| {
-                                    super::state::copy_device(s.device, self.dst.ptr, src, n, self.stream)?;
+                                    device::copy_async(self.dst.ptr, src, n, self.stream)?;
                                     device::sync(self.stream)
                                 })
                             } else if h.kind == K_LOCAL {
@@ -646,7 +646,7 @@ impl RecvOp {
                             } else {
                                 let m = mapg.as_mut().expect("taken for K_HANDLE");
                                 s.import(m, h.src as usize, &h.rec).and_then(|src| {
-                                    super::state::copy_device(s.device, self.dst.ptr, src, n, self.stream)?;
+                                    device::copy_async(self.dst.ptr, src, n, self.stream)?;
                                     device::sync(self.stream)
                                 })
                             };

@@ -389,29 +389,9 @@ pub(super) fn deliver(dst: View, bytes: &[u8], stream: Stream, shared: bool) -> 
     device::sync(stream)
 }
 
-/// Whether IPC's own kernels move and reduce data through the mappings ([`copy_device`], the
-/// fused reductions of `coll`): `GPUWIRE_IPC_KERNELS=0` keeps `cuMemcpyAsync` and reductions
-/// rank by rank, as in gpuwire 0.1 (to compare in one run).
+/// Whether IPC reduces through the mappings in one fused kernel (`coll`: `Lead::fused_into`):
+/// `GPUWIRE_IPC_KERNELS=0` reduces rank by rank, as in gpuwire 0.1 (to compare in one run).
 pub(super) fn kernels_on() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("GPUWIRE_IPC_KERNELS").ok().and_then(|v| crate::config::parse_bool(&v)) != Some(false))
-}
-
-/// Device copies of at least this many bytes through IPC mappings run as a copy kernel
-/// ([`copy_device`]).
-const COPY_KERNEL_MIN: usize = 1 << 20;
-
-/// Enqueues a copy of `bytes` between device memory (ours or a peer's through its mapping) on
-/// `stream`: from [`COPY_KERNEL_MIN`], of 16-byte aligned addresses, as a kernel
-/// (`kernels::copy16`; the tail of fewer than 16 bytes by `cuMemcpyAsync`), which reads and
-/// writes at the device's memory bandwidth, where `cuMemcpyAsync` through a mapping reached
-/// about half of it on the H200 (IPC send/recv of 256 MiB: 933 GB/s one way); else (and with
-/// `GPUWIRE_IPC_KERNELS=0`) `cuMemcpyAsync`.
-pub(super) fn copy_device(device: i32, dst: usize, src: usize, bytes: usize, stream: Stream) -> Result<()> {
-    if kernels_on() && bytes >= COPY_KERNEL_MIN && dst % 16 == 0 && src % 16 == 0 && crate::device::kernels::available(device).is_ok() {
-        let body = bytes & !15;
-        crate::device::kernels::copy16(device, dst, src, body, stream)?;
-        return device::copy_async(dst + body, src + body, bytes - body, stream);
-    }
-    device::copy_async(dst, src, bytes, stream)
 }
