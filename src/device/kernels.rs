@@ -24,7 +24,8 @@
 //! reads every input of its element before it writes). The loops are unrolled to the eight
 //! pointers, so that the pointers stay in the parameter space: indexed at run time they were
 //! copied to each thread's local memory (20 `.local` accesses in the PTX), and the kernel ran 4x
-//! slower than the rank-by-rank reduction on the H200.
+//! slower than the rank-by-rank reduction on the H200. `..._sum_all_v` does the same on 16-byte
+//! words (vector loads and stores, every pointer 16-byte aligned), the scalar form the tail.
 
 use std::collections::HashMap;
 use std::ffi::{CString, c_void};
@@ -240,6 +241,12 @@ pub fn source() -> String {
                     kernel_name(d, op)
                 );
                 if fused(d, op) {
+                    // 16 bytes per thread and pointer: vector loads and stores.
+                    let k = 16 / d.size();
+                    s += &format!(
+                        "struct __align__(16) gw_v_{name} {{ {t} e[{k}]; }};\nextern \"C\" __global__ void {name}_v(gw_ptrs a, u32 p, u32 q, u64 n) {{ GRID_LOOP {{ gw_v_{name} x = ((const gw_v_{name} *)a.in[0])[i];\n#pragma unroll\nfor (u32 r = 1; r < 8; r++) if (r < p) {{ gw_v_{name} w = ((const gw_v_{name} *)a.in[r])[i];\n#pragma unroll\nfor (int j = 0; j < {k}; j++) {{ {t} y = w.e[j]; {t} x1 = x.e[j]; {{ {t} x = x1; x1 = {e}; }} x.e[j] = x1; }} }}\n#pragma unroll\nfor (u32 r = 0; r < 8; r++) if (r < q) ((gw_v_{name} *)a.out[r])[i] = x; }} }}\n",
+                        name = all_name(d, op)
+                    );
                     s += &format!(
                         "extern \"C\" __global__ void {}(gw_ptrs a, u32 p, u32 q, u64 n) {{ GRID_LOOP {{ {t} x = ((const {t} *)a.in[0])[i];\n#pragma unroll\nfor (u32 r = 1; r < 8; r++) if (r < p) {{ {t} y = ((const {t} *)a.in[r])[i]; x = {e}; }}\n#pragma unroll\nfor (u32 r = 0; r < 8; r++) if (r < q) (({t} *)a.out[r])[i] = x; }} }}\n",
                         all_name(d, op)
@@ -310,7 +317,7 @@ fn compile(device: i32) -> std::result::Result<Module, String> {
     let mut functions = HashMap::new();
     for d in Dtype::ALL {
         let mut names: Vec<String> = ReduceOp::ALL.iter().filter(|op| combine_expr(d, **op).is_some()).map(|op| kernel_name(d, *op)).collect();
-        names.extend(ReduceOp::ALL.iter().filter(|op| fused(d, **op)).map(|op| all_name(d, *op)));
+        names.extend(ReduceOp::ALL.iter().filter(|op| fused(d, **op)).flat_map(|op| [all_name(d, *op), format!("{}_v", all_name(d, *op))]));
         if !d.is_pair() {
             names.push(div_name(d));
         }
@@ -384,16 +391,28 @@ pub fn reduce_all(device: i32, dtype: Dtype, op: ReduceOp, ins: &[usize], outs: 
     if ins.is_empty() || ins.len() > ALL_MAX || outs.len() > ALL_MAX || !fused(dtype, op) {
         return Err(Error::Internal(format!("reduce_all of {} inputs and {} outputs with {}", ins.len(), outs.len(), op.name())));
     }
-    let mut a = Ptrs { ins: [0; ALL_MAX], outs: [0; ALL_MAX] };
-    for (k, p) in ins.iter().enumerate() {
-        a.ins[k] = *p as u64;
+    // Whole 16-byte words by the vector form where every pointer is 16-byte aligned, the rest
+    // (fewer than 16 bytes' worth of elements) by the scalar form.
+    let k = 16 / dtype.size();
+    let aligned = ins.iter().chain(outs).all(|p| p % 16 == 0);
+    let words = if aligned { n / k } else { 0 };
+    let run = |name: &str, skip: usize, n: usize| -> Result<()> {
+        let mut a = Ptrs { ins: [0; ALL_MAX], outs: [0; ALL_MAX] };
+        for (j, p) in ins.iter().enumerate() {
+            a.ins[j] = (*p + skip) as u64;
+        }
+        for (j, p) in outs.iter().enumerate() {
+            a.outs[j] = (*p + skip) as u64;
+        }
+        let (mut p, mut q, mut nn) = (ins.len() as u32, outs.len() as u32, n as u64);
+        let mut params = [(&mut a as *mut Ptrs).cast(), (&mut p as *mut u32).cast(), (&mut q as *mut u32).cast(), (&mut nn as *mut u64).cast()];
+        launch(device, name, n, stream, &mut params)
+    };
+    let name = all_name(dtype, op);
+    if words > 0 {
+        run(&format!("{name}_v"), 0, words)?;
     }
-    for (k, p) in outs.iter().enumerate() {
-        a.outs[k] = *p as u64;
-    }
-    let (mut p, mut q, mut nn) = (ins.len() as u32, outs.len() as u32, n as u64);
-    let mut params = [(&mut a as *mut Ptrs).cast(), (&mut p as *mut u32).cast(), (&mut q as *mut u32).cast(), (&mut nn as *mut u64).cast()];
-    launch(device, &all_name(dtype, op), n, stream, &mut params)
+    run(&name, words * 16, n - words * k)
 }
 
 /// Enqueues `x[i] /= d` for `n` elements on `stream` (the second step of AVG).
@@ -493,7 +512,7 @@ pub fn compile_ptx_for(arch: &str) -> std::result::Result<usize, String> {
 pub fn ipc_kernel_names() -> Vec<String> {
     let mut v = Vec::new();
     for d in Dtype::ALL {
-        v.extend(ReduceOp::ALL.iter().filter(|op| fused(d, **op)).map(|op| all_name(d, *op)));
+        v.extend(ReduceOp::ALL.iter().filter(|op| fused(d, **op)).flat_map(|op| [all_name(d, *op), format!("{}_v", all_name(d, *op))]));
     }
     v
 }
