@@ -85,7 +85,7 @@ pub struct Broken {
 }
 
 impl Broken {
-    fn why(&self) -> Option<String> {
+    pub(crate) fn why(&self) -> Option<String> {
         if !self.set.load(Ordering::Acquire) {
             return None;
         }

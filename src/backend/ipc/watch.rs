@@ -104,3 +104,65 @@ fn run() {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Page-aligned zeroed memory standing in for the MPI window.
+    fn segment(p: usize) -> (Vec<u8>, Seg) {
+        let mut mem = vec![0u8; Seg::bytes(p) + 4096];
+        let base = (mem.as_mut_ptr() as usize).next_multiple_of(4096);
+        // SAFETY: base..base+p*SLOT_BYTES lies in `mem`, zeroed; the test keeps `mem` alive.
+        (mem, unsafe { Seg::new(base, p) })
+    }
+
+    fn until(what: &str, f: impl Fn() -> bool) {
+        let t = Instant::now();
+        while !f() {
+            assert!(t.elapsed() < Duration::from_secs(10), "{what}: not within 10 s");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn a_send_whose_word_comes_is_forgotten_and_one_past_its_deadline_aborts() {
+        let (_m1, seg) = segment(2);
+        let (_m2, late) = segment(2);
+        let (b1, e1) = (Arc::new(Broken::default()), Arc::new(Engine::default()));
+        let (b2, e2) = (Arc::new(Broken::default()), Arc::new(Engine::default()));
+        // Generation 5 of cell 3 on rank 1: its done word comes (written 5, as the receiver's
+        // stream would) well before a deadline 1 h away.
+        watch(&seg, 1, 3, 5, Instant::now() + Duration::from_secs(3600), &b1, &e1, "send");
+        // Another segment's send, its deadline 20 ms away, whose word never comes (wrapping: the
+        // word 2^32 - 1 is behind generation 2).
+        late.slot(0).cgpu[1].done.store(u32::MAX, Ordering::Release);
+        watch(&late, 0, 1, 2, Instant::now() + Duration::from_millis(20), &b2, &e2, "sendrecv");
+        seg.slot(1).cgpu[3].done.store(5, Ordering::Release);
+        until("the watches end", || lock(&WATCHES).list.iter().all(|w| w.seg.base != seg.base && w.seg.base != late.base));
+        // The first ended quietly.
+        assert_eq!(seg.slot(1).aborted.0.load(Ordering::Acquire), 0);
+        assert!(b1.why().is_none());
+        assert!(e1.take_async_error().is_none());
+        // The second aborted its communicator: this rank's word set, every GPU word moved ahead
+        // (the stream's wait released), broken with TIMEOUT as the asynchronous error.
+        assert_eq!(late.slot(0).aborted.0.load(Ordering::Acquire), 1);
+        assert!(late.slot(0).cgpu[1].done.load(Ordering::Acquire).wrapping_sub(2) as i32 >= 0);
+        assert!(late.slot(1).gpu.ready.load(Ordering::Acquire) >= 1 << 30);
+        until("the communicator is broken", || b2.why().is_some());
+        assert!(b2.why().is_some_and(|w| w.contains("sendrecv: timeout")), "{:?}", b2.why());
+        let e = e2.take_async_error().expect("an asynchronous error");
+        assert_eq!(e.status(), crate::error::Status::GPUWIRE_ERROR_TIMEOUT, "{e}");
+    }
+
+    #[test]
+    fn forget_drops_a_segments_watches() {
+        let (_m, seg) = segment(1);
+        let (b, e) = (Arc::new(Broken::default()), Arc::new(Engine::default()));
+        watch(&seg, 0, 0, 1, Instant::now() + Duration::from_millis(200), &b, &e, "send");
+        forget(&seg);
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(seg.slot(0).aborted.0.load(Ordering::Acquire), 0);
+        assert!(b.why().is_none());
+    }
+}
