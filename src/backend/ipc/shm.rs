@@ -536,12 +536,12 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use std::sync::Arc;
 
-    /// Page-aligned zeroed memory standing in for the MPI window.
-    fn segment(p: usize) -> (Vec<u8>, Seg) {
+    /// Page-aligned zeroed memory standing in for the MPI window (also for `watch`'s tests).
+    pub(in crate::backend::ipc) fn segment(p: usize) -> (Vec<u8>, Seg) {
         let mut mem = vec![0u8; Seg::bytes(p) + 4096];
         let base = (mem.as_mut_ptr() as usize).next_multiple_of(4096);
         // SAFETY: base..base+p*SLOT_BYTES lies in `mem`, zeroed; the tests keep `mem` alive.

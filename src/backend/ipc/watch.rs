@@ -107,15 +107,8 @@ fn run() {
 
 #[cfg(test)]
 mod tests {
+    use super::super::shm::tests::segment;
     use super::*;
-
-    /// Page-aligned zeroed memory standing in for the MPI window.
-    fn segment(p: usize) -> (Vec<u8>, Seg) {
-        let mut mem = vec![0u8; Seg::bytes(p) + 4096];
-        let base = (mem.as_mut_ptr() as usize).next_multiple_of(4096);
-        // SAFETY: base..base+p*SLOT_BYTES lies in `mem`, zeroed; the test keeps `mem` alive.
-        (mem, unsafe { Seg::new(base, p) })
-    }
 
     fn until(what: &str, f: impl Fn() -> bool) {
         let t = Instant::now();
