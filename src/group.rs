@@ -128,7 +128,7 @@ fn direct(c: &Arc<Communicator>, op: &Op, stream: Stream) -> Result<bool> {
     use crate::ops::peer;
     use crate::types::PROC_NULL;
     let fits = matches!(op, Op::Send { .. } | Op::Isend { .. } | Op::Recv { .. } | Op::Sendrecv { .. } | Op::Irecv { upto: false, .. });
-    if !fits || c.config().check || !op.nccl_native(c) || crate::view::has_views(op) {
+    if !fits || c.config().check || !op.nccl_native(c) || crate::view::has_views(op) || !crate::backend::nccl::direct_possible(c)? {
         return Ok(false);
     }
     c.engine().drain();

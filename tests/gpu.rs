@@ -2022,7 +2022,30 @@ fn nbc_group_device(cx: &Ctx) -> Result<(), String> {
     for b in [x, ri, ro] {
         gpuwire_buffer_free(b);
     }
-    println!("rank {r}: nbcgroup: groups of 2, 4, 8 sends then receives, nested, halo ring, nonblocking forms");
+    // A group on this communicator while an irecv and an isend of a duplicate are pending
+    // (on NCCL: that communicator's NCCL group is open on this thread), the duplicate's requests
+    // waited inside the group: both right (the group's operations must not be launched by the
+    // duplicate's close, nor the duplicate's by the group's end only).
+    let mut dup = 0;
+    ok(gpuwire_comm_dup(cx.comm, &mut dup), "comm_dup");
+    let (a, ar, g, gr) = (dev_alloc(n, Dtype::GPUWIRE_FLOAT32), dev_alloc(n, Dtype::GPUWIRE_FLOAT32), dev_alloc(n, Dtype::GPUWIRE_FLOAT32), dev_alloc(n, Dtype::GPUWIRE_FLOAT32));
+    upload(a, &f32s(&vec![r as f32 + 7.0; n]));
+    upload(g, &f32s(&vec![r as f32 + 9.0; n]));
+    let mut dq = [0u64; 2];
+    ok(gpuwire_irecv(dup, ar, left, 6, s, &mut dq[0]), "irecv on the duplicate");
+    ok(gpuwire_isend(dup, a, right, 6, s, &mut dq[1]), "isend on the duplicate");
+    ok(gpuwire_group_start(), "group_start (duplicate pending)");
+    ok(gpuwire_send(cx.comm, g, right, 8, s), "send in a group (duplicate pending)");
+    ok(gpuwire_recv(cx.comm, gr, left, 8, s), "recv in a group (duplicate pending)");
+    ok(gpuwire_waitall(2, dq.as_mut_ptr()), "waitall of the duplicate's requests inside the group");
+    ok(gpuwire_group_end(), "group_end (duplicate pending)");
+    all_f32(&download(ar, n * 4), left as f32 + 7.0).map_err(|e| format!("the duplicate's irecv waited inside a group: {e}"))?;
+    all_f32(&download(gr, n * 4), left as f32 + 9.0).map_err(|e| format!("a group's recv while the duplicate's requests were pending: {e}"))?;
+    for b in [a, ar, g, gr] {
+        gpuwire_buffer_free(b);
+    }
+    ok(gpuwire_comm_free(dup), "comm_free (duplicate)");
+    println!("rank {r}: nbcgroup: groups of 2, 4, 8 sends then receives, nested, halo ring, nonblocking forms, a duplicate's requests waited inside a group");
     Ok(())
 }
 

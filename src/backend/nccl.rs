@@ -101,6 +101,19 @@ thread_local! {
     static DIRECT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// Whether a point-to-point operation on `c` may be issued at its call ([`issue_direct`]): the
+/// gpuwire group's NCCL group is open already, or this thread has no isend/irecv group of
+/// another communicator open (after `c`'s own is closed), whose later close (a wait inside the
+/// gpuwire group) would end the gpuwire group's NCCL group early; such a group's operations are
+/// issued at its end instead, as before.
+pub fn direct_possible(c: &Communicator) -> Result<bool> {
+    if DIRECT.with(|d| d.get()) {
+        return Ok(true);
+    }
+    state(c)?.close_group()?;
+    Ok(LAZY.with(|l| l.get()) == 0)
+}
+
 /// Whether this thread's gpuwire group has its NCCL group open ([`issue_direct`]).
 pub fn direct_open() -> bool {
     DIRECT.with(|d| d.get())
@@ -120,6 +133,9 @@ pub fn issue_direct(c: &Communicator, buf: &Buffer, peer: i32, send: bool, strea
     let _g = CtxGuard::enter(st.device)?;
     if !DIRECT.with(|d| d.get()) {
         st.close_group()?;
+        if LAZY.with(|l| l.get()) > 0 {
+            return Err(Error::Internal("issue_direct with another communicator's isend/irecv group open on this thread (`direct_possible` says no then)".into()));
+        }
         // SAFETY: closed by `with_group` at the gpuwire group's end, on this thread.
         check(api, std::ptr::null_mut(), unsafe { (api.group_start)() }, "ncclGroupStart")?;
         DIRECT.with(|d| d.set(true));
@@ -367,6 +383,13 @@ impl std::fmt::Debug for NcclState {
 pub struct Group {
     streams: Mutex<Vec<Stream>>,
     done: Mutex<Option<Vec<(Stream, Event)>>>,
+    /// The thread that opened it (its NCCL group is that thread's: `LAZY`).
+    opener: std::thread::ThreadId,
+}
+
+thread_local! {
+    /// How many isend/irecv groups this thread has open (`grouped`; closed by `close_group`).
+    static LAZY: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
 /// The NCCL state of `c` (NCCL backend only).
@@ -430,6 +453,9 @@ impl NcclState {
         };
         let api = api()?;
         let comm = self.comm();
+        if g.opener == std::thread::current().id() {
+            LAZY.with(|l| l.set(l.get().saturating_sub(1)));
+        }
         // SAFETY: closes the group this state opened on this thread.
         check(api, *comm, unsafe { (api.group_end)() }, "ncclGroupEnd")?;
         let mut evs = Vec::new();
@@ -806,7 +832,8 @@ fn grouped(c: &Communicator, stream: Stream, post: impl FnOnce(&Ctx) -> Result<(
         None => {
             // SAFETY: closed by close_group (next call on this communicator, or a wait/test).
             check(api, std::ptr::null_mut(), unsafe { (api.group_start)() }, "ncclGroupStart")?;
-            let g = Arc::new(Group { streams: Mutex::new(Vec::new()), done: Mutex::new(None) });
+            let g = Arc::new(Group { streams: Mutex::new(Vec::new()), done: Mutex::new(None), opener: std::thread::current().id() });
+            LAZY.with(|l| l.set(l.get() + 1));
             *open = Some(g.clone());
             st.maybe_open.store(true, std::sync::atomic::Ordering::Release);
             g
