@@ -175,7 +175,7 @@ fn div_expr(d: Dtype) -> String {
 }
 
 /// Most inputs and outputs of one fused reduction (`reduce_all`): its pointers are passed by value.
-pub const ALL_MAX: usize = 8;
+pub(crate) const ALL_MAX: usize = 8;
 
 const ALL: &str = r#"
 struct gw_ptrs { u64 in[8]; u64 out[8]; };
