@@ -8,14 +8,18 @@
 //!
 //! A slot never issues the same handle twice: once it has used its last generation (2^24 - 1
 //! objects) it is retired and a new slot takes over, so copies of a freed handle stay invalid
-//! for the life of the process. A retired slot costs 16 bytes; the 2^32 slots hold 2^56
+//! for the life of the process. A retired slot costs 24 bytes; the 2^32 slots hold 2^56
 //! handles (centuries of allocations), after which `insert` fails instead of reusing one.
 //!
 //! Registries hand out `Arc`s: an object stays alive while an operation or a pending request
-//! uses it, even if its handle is freed meanwhile; the last `Arc` releases it.
+//! uses it, even if its handle is freed meanwhile; the last `Arc` releases it. Lookups, inserts
+//! and removals take no lock (see [`Registry`]): threads that use different handles do not
+//! wait for each other.
 
+use std::marker::PhantomData;
 use std::mem::MaybeUninit;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::error::{Error, Result};
 
@@ -81,25 +85,59 @@ impl Kind {
     }
 }
 
+/// A slot's state word: its generation (bits 33..), whether it holds an object (bit 32) and
+/// the number of lookups reading it at this moment (bits 0..32).
+const OCCUPIED: u64 = 1 << 32;
+const GEN_SHIFT: u32 = 33;
+const READERS: u64 = OCCUPIED - 1;
+
 struct Slot<T> {
-    generation: u64,
-    value: Option<Arc<T>>,
+    state: AtomicU64,
+    /// `Arc::into_raw` of the object while OCCUPIED; written only by the thread that owns the
+    /// slot (the inserter before it sets OCCUPIED, the remover once no lookup reads it).
+    value: AtomicPtr<T>,
+    /// The next free slot (index + 1; 0: none) while this one is on the free list.
+    next: AtomicU32,
 }
 
-struct Slots<T> {
-    slots: Vec<Slot<T>>,
-    free: Vec<usize>,
-    live: usize,
+/// Slots are allocated in chunks that never move or shrink: chunk k holds `CHUNK0 << k` slots,
+/// from index `CHUNK0 * (2^k - 1)`; 27 chunks hold the 2^32 slots that a handle can name.
+const CHUNK0: usize = 64;
+const CHUNKS: usize = 27;
+
+/// Chunk and offset of slot `index`.
+#[inline]
+fn locate(index: usize) -> (usize, usize) {
+    let q = index / CHUNK0 + 1;
+    let k = (usize::BITS - 1 - q.leading_zeros()) as usize;
+    (k, index - CHUNK0 * ((1 << k) - 1))
 }
 
 /// A registry of one kind of object.
+///
+/// Lookups take no lock: a lookup announces itself in the slot's state word (one atomic add),
+/// checks generation and occupancy in the value that add returned, clones the `Arc` and leaves
+/// (one atomic subtract). `remove` clears OCCUPIED first (lookups that come later refuse the
+/// handle) and then waits for the lookups already inside the slot, a few instructions each,
+/// before it takes the object; so a lookup never touches an object that was released. Slots live
+/// in chunks that are never freed while the registry exists, so a garbage handle that names an
+/// allocated slot reads only the registry's memory. Free slots are on a lock-free stack whose
+/// head carries a 32-bit count of its changes (ABA: a pop fails unless the head is unchanged).
 pub struct Registry<T> {
     kind: Kind,
     /// The last generation a slot issues before it is retired (GEN_MASK; less in tests).
     last_generation: u64,
     /// The number of slots (2^32; less in tests).
     max_slots: usize,
-    inner: Mutex<Slots<T>>,
+    chunks: [AtomicPtr<Slot<T>>; CHUNKS],
+    /// Slots taken into use so far (the next new slot's index).
+    used: AtomicUsize,
+    /// The free list's head: its count of changes (bits 32..64), the top slot's index + 1
+    /// (bits 0..32; 0 when empty).
+    free: AtomicU64,
+    live: AtomicUsize,
+    /// The registry owns `Arc<T>`s: Send and Sync as they are.
+    _owns: PhantomData<Arc<T>>,
 }
 
 impl<T> Registry<T> {
@@ -110,47 +148,109 @@ impl<T> Registry<T> {
     /// A registry whose slots retire after `last_generation` objects and which has `max_slots`
     /// slots: tests reach both limits quickly through the code that production uses.
     const fn with_limits(kind: Kind, last_generation: u64, max_slots: usize) -> Self {
-        Registry { kind, last_generation, max_slots, inner: Mutex::new(Slots { slots: Vec::new(), free: Vec::new(), live: 0 }) }
+        Registry {
+            kind,
+            last_generation,
+            max_slots,
+            chunks: [const { AtomicPtr::new(std::ptr::null_mut()) }; CHUNKS],
+            used: AtomicUsize::new(0),
+            free: AtomicU64::new(0),
+            live: AtomicUsize::new(0),
+            _owns: PhantomData,
+        }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Slots<T>> {
-        // A panic while holding the lock cannot leave the slab inconsistent (every mutation is
-        // a single assignment), so a poisoned lock is still usable.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    /// Slot `index` if its chunk is allocated.
+    #[inline]
+    fn slot(&self, index: usize) -> Option<&Slot<T>> {
+        let (k, at) = locate(index);
+        let c = self.chunks.get(k)?.load(Ordering::Acquire);
+        if c.is_null() {
+            return None;
+        }
+        // SAFETY: chunk k holds `CHUNK0 << k` initialized slots (`at` is less) and is freed only
+        // when the registry is dropped.
+        Some(unsafe { &*c.add(at) })
+    }
+
+    /// Slot `index`, allocating its chunk if no thread did yet.
+    fn slot_or_allocate(&self, index: usize) -> &Slot<T> {
+        let (k, at) = locate(index);
+        let mut c = self.chunks[k].load(Ordering::Acquire);
+        if c.is_null() {
+            let fresh: Box<[Slot<T>]> =
+                (0..CHUNK0 << k).map(|_| Slot { state: AtomicU64::new(0), value: AtomicPtr::new(std::ptr::null_mut()), next: AtomicU32::new(0) }).collect();
+            let fresh = Box::into_raw(fresh).cast::<Slot<T>>();
+            c = match self.chunks[k].compare_exchange(std::ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => fresh,
+                Err(other) => {
+                    // SAFETY: `fresh` was made just above and never shared.
+                    drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(fresh, CHUNK0 << k)) });
+                    other
+                }
+            };
+        }
+        // SAFETY: as in `slot`.
+        unsafe { &*c.add(at) }
+    }
+
+    /// A free slot off the free list.
+    fn pop_free(&self) -> Option<usize> {
+        let mut head = self.free.load(Ordering::Acquire);
+        loop {
+            let top = (head & 0xFFFF_FFFF) as usize;
+            if top == 0 {
+                return None;
+            }
+            // A slot on the free list has its chunk (it was in use); should `top` be popped and
+            // reused meanwhile, `next` may be stale but the head's count has changed: the
+            // exchange fails and the loop reads again.
+            let next = self.slot(top - 1).expect("a free slot's chunk").next.load(Ordering::Relaxed) as u64;
+            let new = ((head >> 32).wrapping_add(1) << 32) | next;
+            match self.free.compare_exchange_weak(head, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Some(top - 1),
+                Err(h) => head = h,
+            }
+        }
+    }
+
+    fn push_free(&self, index: usize) {
+        let slot = self.slot(index).expect("a used slot's chunk");
+        let mut head = self.free.load(Ordering::Relaxed);
+        loop {
+            slot.next.store((head & 0xFFFF_FFFF) as u32, Ordering::Relaxed);
+            let new = ((head >> 32).wrapping_add(1) << 32) | (index as u64 + 1);
+            match self.free.compare_exchange_weak(head, new, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(h) => head = h,
+            }
+        }
     }
 
     /// Registers `value` and returns its new handle (never 0, never one issued before).
     pub fn insert(&self, value: Arc<T>) -> Result<u64> {
-        let mut s = self.lock();
-        let index = match s.free.pop() {
+        let index = match self.pop_free() {
             Some(i) => i,
-            None if s.slots.len() < self.max_slots => {
-                s.slots.push(Slot { generation: 0, value: None });
-                s.slots.len() - 1
-            }
-            None => {
-                return Err(Error::Internal(format!(
-                    "every {} handle has been issued ({} slots of {} generations): the process has created too many objects",
-                    self.kind.name(),
-                    self.max_slots,
-                    self.last_generation
-                )));
-            }
+            None => match self.used.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < self.max_slots).then_some(n + 1)) {
+                Ok(i) => i,
+                Err(_) => {
+                    return Err(Error::Internal(format!(
+                        "every {} handle has been issued ({} slots of {} generations): the process has created too many objects",
+                        self.kind.name(),
+                        self.max_slots,
+                        self.last_generation
+                    )));
+                }
+            },
         };
-        s.live += 1;
-        let slot = &mut s.slots[index];
-        // Free slots have a generation left (see `release`): 1..=last_generation, never 0.
-        slot.generation += 1;
-        slot.value = Some(value);
-        Ok(((self.kind as u64) << 56) | (slot.generation << 32) | index as u64)
-    }
-
-    /// Returns slot `index`, just emptied, to the free list, unless its last generation is
-    /// used up: then it is retired, and no handle of it is ever issued again.
-    fn release(&self, s: &mut Slots<T>, index: usize) {
-        if s.slots[index].generation < self.last_generation {
-            s.free.push(index);
-        }
+        let slot = self.slot_or_allocate(index);
+        slot.value.store(Arc::into_raw(value).cast_mut(), Ordering::Relaxed);
+        self.live.fetch_add(1, Ordering::Relaxed);
+        // Free slots have a generation left (see `remove`): the new one is 1..=last_generation,
+        // never 0. Lookups may be counted in the word meanwhile: one addition keeps their count.
+        let s = slot.state.fetch_add((1 << GEN_SHIFT) | OCCUPIED, Ordering::Release);
+        let generation = (s >> GEN_SHIFT) + 1;
+        Ok(((self.kind as u64) << 56) | (generation << 32) | index as u64)
     }
 
     #[inline]
@@ -173,13 +273,27 @@ impl<T> Registry<T> {
     }
 
     /// The object behind `h`.
+    #[inline]
     pub fn get(&self, h: u64) -> Result<Arc<T>> {
-        // A handle of this kind found in its slot: no error value built on the way.
+        // A handle of this kind found in its slot: no lock, no error value built on the way.
         if h >> 56 == self.kind as u64 {
             let (index, generation) = ((h & 0xFFFF_FFFF) as usize, (h >> 32) & GEN_MASK);
-            if let Some(Slot { generation: g, value: Some(v) }) = self.lock().slots.get(index) {
-                if *g == generation {
-                    return Ok(v.clone());
+            if let Some(slot) = self.slot(index) {
+                let s = slot.state.fetch_add(1, Ordering::Acquire);
+                let found = if s >> 32 == (generation << 1) | 1 {
+                    let p = slot.value.load(Ordering::Relaxed);
+                    // SAFETY: OCCUPIED with this generation when this lookup was counted: `p` is
+                    // the registry's `Arc`, which `remove` releases only once the count is 0.
+                    unsafe {
+                        Arc::increment_strong_count(p);
+                        Some(Arc::from_raw(p))
+                    }
+                } else {
+                    None
+                };
+                slot.state.fetch_sub(1, Ordering::Release);
+                if let Some(v) = found {
+                    return Ok(v);
                 }
             }
         }
@@ -195,41 +309,77 @@ impl<T> Registry<T> {
         }
     }
 
+    /// Takes the object out of slot `index` if it holds generation `generation`; then returns
+    /// the slot to the free list, unless its last generation is used up: then it is retired,
+    /// and no handle of it is ever issued again.
+    fn take(&self, index: usize, generation: u64) -> Option<Arc<T>> {
+        let slot = self.slot(index)?;
+        let mut s = slot.state.load(Ordering::Relaxed);
+        loop {
+            if s >> 32 != (generation << 1) | 1 {
+                return None;
+            }
+            match slot.state.compare_exchange_weak(s, s & !OCCUPIED, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => break,
+                Err(now) => s = now,
+            }
+        }
+        // This thread owns the slot now; lookups counted before OCCUPIED was cleared may still
+        // be cloning the Arc (a few instructions): wait for them.
+        let mut spins = 0u32;
+        while slot.state.load(Ordering::Acquire) & READERS != 0 {
+            spins += 1;
+            if spins < 100 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        let p = slot.value.swap(std::ptr::null_mut(), Ordering::Relaxed);
+        self.live.fetch_sub(1, Ordering::Relaxed);
+        if generation < self.last_generation {
+            self.push_free(index);
+        }
+        // SAFETY: `p` is the `Arc::into_raw` that `insert` stored for this generation; no lookup
+        // reads it any more and no other `take` won the exchange above.
+        Some(unsafe { Arc::from_raw(p) })
+    }
+
     /// Unregisters `h` and returns its object; later lookups of `h` fail.
     pub fn remove(&self, h: u64) -> Result<Arc<T>> {
         let (index, generation) = self.decode(h)?;
-        let mut s = self.lock();
-        let taken = match s.slots.get_mut(index) {
-            Some(slot) if slot.generation == generation && slot.value.is_some() => slot.value.take(),
-            _ => None,
-        };
-        match taken {
-            Some(v) => {
-                self.release(&mut s, index);
-                s.live -= 1;
-                Ok(v)
-            }
-            None => Err(self.stale(h)),
-        }
+        self.take(index, generation).ok_or_else(|| self.stale(h))
     }
 
     /// Unregisters every object (gpuwire_finalize) and returns them, oldest slot first.
     pub fn drain(&self) -> Vec<Arc<T>> {
-        let mut s = self.lock();
         let mut out = Vec::new();
-        for i in 0..s.slots.len() {
-            if let Some(v) = s.slots[i].value.take() {
-                out.push(v);
-                self.release(&mut s, i);
+        for i in 0..self.used.load(Ordering::Acquire) {
+            let Some(slot) = self.slot(i) else { continue };
+            let s = slot.state.load(Ordering::Acquire);
+            if s & OCCUPIED != 0 {
+                out.extend(self.take(i, s >> GEN_SHIFT));
             }
         }
-        s.live = 0;
         out
     }
 
     /// Number of live handles.
     pub fn live(&self) -> usize {
-        self.lock().live
+        self.live.load(Ordering::Relaxed)
+    }
+}
+
+impl<T> Drop for Registry<T> {
+    fn drop(&mut self) {
+        drop(self.drain());
+        for (k, c) in self.chunks.iter_mut().enumerate() {
+            let c = *c.get_mut();
+            if !c.is_null() {
+                // SAFETY: made by `slot_or_allocate` as a boxed slice of this length.
+                drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(c, CHUNK0 << k)) });
+            }
+        }
     }
 }
 
@@ -400,5 +550,113 @@ mod tests {
         r.insert(Arc::new(2)).unwrap();
         r.drain();
         assert!(r.insert(Arc::new(3)).is_err());
+    }
+
+    /// Several threads insert, look up and remove their own handles while others look up every
+    /// handle they saw: a live handle always gives its own object, a removed one is refused
+    /// from then on, every object is dropped exactly once, and no handle is issued twice.
+    #[test]
+    fn concurrent_insert_get_remove_keep_every_guarantee() {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+        #[derive(Debug)]
+        struct Noted(Arc<AtomicUsize>, u64);
+        impl Drop for Noted {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, SeqCst);
+            }
+        }
+        // Few generations per slot: slots retire and new chunks are allocated during the run.
+        let r: Arc<Registry<Noted>> = Arc::new(Registry::with_limits(Kind::Request, 7, 1 << 32));
+        let drops = Arc::new(AtomicUsize::new(0));
+        let freed = Arc::new(std::sync::Mutex::new(Vec::<u64>::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        const PER_THREAD: u64 = 20_000;
+        let writers: Vec<_> = (0..4u64)
+            .map(|t| {
+                let (r, drops, freed) = (r.clone(), drops.clone(), freed.clone());
+                std::thread::spawn(move || {
+                    let mut mine = Vec::new();
+                    let mut issued = Vec::new();
+                    for n in 0..PER_THREAD {
+                        let v = t * PER_THREAD + n;
+                        let h = r.insert(Arc::new(Noted(drops.clone(), v))).unwrap();
+                        issued.push(h);
+                        mine.push((h, v));
+                        assert_eq!(r.get(h).unwrap().1, v);
+                        if mine.len() > 16 || n % 3 == 0 {
+                            let (h, v) = mine.swap_remove((n as usize * 7) % mine.len());
+                            assert_eq!(r.remove(h).unwrap().1, v);
+                            assert!(r.get(h).is_err() && r.remove(h).is_err(), "a removed handle is refused");
+                            freed.lock().unwrap().push(h);
+                        }
+                    }
+                    for (h, v) in mine {
+                        assert_eq!(r.remove(h).unwrap().1, v);
+                    }
+                    issued
+                })
+            })
+            .collect();
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let (r, freed, stop) = (r.clone(), freed.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut checks = 0u64;
+                    while !stop.load(SeqCst) {
+                        let hs: Vec<u64> = freed.lock().unwrap().iter().rev().take(64).copied().collect();
+                        for h in hs {
+                            assert!(r.get(h).is_err(), "freed handle {h:#x} found");
+                            checks += 1;
+                        }
+                        // Garbage and foreign handles next to live slots.
+                        assert!(r.get(0xB0_000001_00000000).is_err() && r.get(0).is_err());
+                        assert!(r.get(0xA0_000000_FFFF_FFFF).is_err());
+                    }
+                    checks
+                })
+            })
+            .collect();
+        let mut seen = std::collections::HashSet::new();
+        for w in writers {
+            for h in w.join().unwrap() {
+                assert!(seen.insert(h), "handle {h:#x} issued twice");
+            }
+        }
+        stop.store(true, SeqCst);
+        for t in readers {
+            t.join().unwrap();
+        }
+        assert_eq!(r.live(), 0);
+        assert_eq!(drops.load(SeqCst), 4 * PER_THREAD as usize, "every object dropped once");
+        for h in freed.lock().unwrap().iter() {
+            assert!(r.get(*h).unwrap_err().to_string().contains("freed"));
+        }
+        // Lookups of one live handle from 3 threads while it is removed and released at once:
+        // each gets the object or a refusal, never a released one (it is dropped exactly once).
+        for round in 0..500u64 {
+            let before = drops.load(SeqCst);
+            let h = r.insert(Arc::new(Noted(drops.clone(), round))).unwrap();
+            let go = Arc::new(AtomicBool::new(false));
+            let ts: Vec<_> = (0..3)
+                .map(|_| {
+                    let (r, go) = (r.clone(), go.clone());
+                    std::thread::spawn(move || {
+                        while !go.load(SeqCst) {
+                            std::hint::spin_loop();
+                        }
+                        while let Ok(a) = r.get(h) {
+                            assert_eq!(a.1, round);
+                        }
+                    })
+                })
+                .collect();
+            go.store(true, SeqCst);
+            std::thread::yield_now();
+            drop(r.remove(h).unwrap());
+            for t in ts {
+                t.join().unwrap();
+            }
+            assert_eq!(drops.load(SeqCst), before + 1, "round {round}: the object is dropped once");
+        }
     }
 }
