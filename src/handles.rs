@@ -16,9 +16,11 @@
 //! and removals take no lock (see [`Registry`]): threads that use different handles do not
 //! wait for each other.
 
+use std::cell::RefCell;
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
 use std::sync::Arc;
+use std::thread::LocalKey;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::error::{Error, Result};
@@ -37,6 +39,41 @@ pub fn vacate<T>(mut a: Arc<T>) -> Option<Arc<MaybeUninit<T>>> {
     // should the object's drop panic, nothing is dropped twice).
     unsafe { std::ptr::drop_in_place(p) };
     Some(m)
+}
+
+/// Most allocations of one type a thread keeps for its next objects ([`boxed`], [`unbox`], and
+/// the `Arc`s of [`vacate`] where their owners keep them).
+pub const SPARES: usize = 256;
+
+/// A thread's kept allocations of one type (the value of a `thread_local!`).
+pub type Spares<T> = RefCell<Vec<Box<MaybeUninit<T>>>>;
+
+/// `value` in a box: in an allocation kept in `spares` ([`unbox`]) when the thread has one, so
+/// that an object made and dropped once per operation need not cost an allocation each.
+#[inline]
+pub fn boxed<T>(spares: &'static LocalKey<Spares<T>>, value: T) -> Box<T> {
+    match spares.try_with(|s| s.try_borrow_mut().ok().and_then(|mut s| s.pop())).ok().flatten() {
+        Some(b) => Box::write(b, value),
+        None => Box::new(value),
+    }
+}
+
+/// Drops `b`'s object and keeps its allocation in `spares` (up to [`SPARES`]; else freed).
+#[inline]
+pub fn unbox<T>(spares: &'static LocalKey<Spares<T>>, b: Box<T>) {
+    let p = Box::into_raw(b);
+    // SAFETY: `p` is the box's initialized object, never used as a T again (should its drop
+    // panic, the allocation is leaked, nothing dropped twice).
+    unsafe { std::ptr::drop_in_place(p) };
+    // SAFETY: the box's allocation, MaybeUninit<T> of T's layout.
+    let m = unsafe { Box::from_raw(p.cast::<MaybeUninit<T>>()) };
+    let _ = spares.try_with(|s| {
+        if let Ok(mut s) = s.try_borrow_mut() {
+            if s.len() < SPARES {
+                s.push(m);
+            }
+        }
+    });
 }
 
 /// `value` in an allocation that [`vacate`] returned.
@@ -658,5 +695,36 @@ mod tests {
             }
             assert_eq!(drops.load(SeqCst), before + 1, "round {round}: the object is dropped once");
         }
+    }
+
+    /// `boxed` and `unbox`: the object is dropped at once, the next one of the thread lives in
+    /// the same memory, at most SPARES allocations are kept, and another thread's are its own.
+    #[test]
+    fn unboxed_allocations_serve_the_next_box() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        static DROPS: AtomicUsize = AtomicUsize::new(0);
+        struct Noted(#[allow(dead_code)] u64);
+        impl Drop for Noted {
+            fn drop(&mut self) {
+                DROPS.fetch_add(1, SeqCst);
+            }
+        }
+        thread_local! {
+            static KEPT: Spares<Noted> = const { RefCell::new(Vec::new()) };
+        }
+        let a = boxed(&KEPT, Noted(1));
+        let at = &*a as *const Noted as usize;
+        unbox(&KEPT, a);
+        assert_eq!(DROPS.load(SeqCst), 1, "unbox drops the object");
+        let b = boxed(&KEPT, Noted(2));
+        assert_eq!((b.0, &*b as *const Noted as usize), (2, at), "the next box is the kept allocation");
+        let many: Vec<Box<Noted>> = (0..SPARES as u64 + 10).map(|i| boxed(&KEPT, Noted(i))).collect();
+        for m in many {
+            unbox(&KEPT, m);
+        }
+        assert_eq!(KEPT.with(|k| k.borrow().len()), SPARES, "at most SPARES kept");
+        std::thread::spawn(|| assert_eq!(KEPT.with(|k| k.borrow().len()), 0)).join().unwrap();
+        drop(b);
+        assert_eq!(DROPS.load(SeqCst), 2 + SPARES + 10);
     }
 }

@@ -37,7 +37,7 @@ pub static REQUESTS: Registry<Request> = Registry::new(Kind::Request);
 
 /// Most allocations of completed requests a thread keeps for its next ones ([`register`],
 /// [`release`]).
-const SPARE_REQUESTS: usize = 256;
+const SPARE_REQUESTS: usize = handles::SPARES;
 
 thread_local! {
     /// Allocations of this thread's completed requests, for its next ones.
@@ -96,6 +96,9 @@ pub trait Pending: Send {
     fn status(&self) -> Option<Status> {
         None
     }
+    /// Drops the completed operation; a path may keep its allocation for the thread's next
+    /// operation ([`handles::unbox`]). The default drops it.
+    fn recycle(self: Box<Self>) {}
 }
 
 /// The buffers a request keeps alive: isend's and irecv's one without a Vec of its own.
@@ -186,6 +189,9 @@ impl Request {
         let Some(t) = self.comm.config().timeout else {
             let r = op.wait();
             self.note(&*op);
+            if r.is_ok() {
+                op.recycle();
+            }
             return r;
         };
         let deadline = Instant::now() + t;
@@ -222,6 +228,7 @@ impl Request {
             }
         }
         self.note(&*op);
+        op.recycle();
         Ok(())
     }
 
@@ -241,7 +248,7 @@ impl Request {
                 };
                 if done {
                     self.note(&**op);
-                    *p = None;
+                    p.take().expect("pending checked above").recycle();
                 } else if let Err(e) = self.comm.ensure_usable() {
                     let op = p.take().expect("pending checked above");
                     return self.give_up_broken(op, e).map(|()| true);

@@ -602,13 +602,13 @@ impl Path for HostPath {
         recv(c, buf.ptr(), buf.count(), buf.dtype(), source, tag)
     }
     fn isend(&self, c: &Communicator, buf: &Buffer, dest: i32, tag: i32, _s: Stream) -> Result<Box<dyn Pending>> {
-        Ok(Box::new(isend(c, buf.ptr(), buf.count(), buf.dtype(), dest, tag)?))
+        Ok(p2p::boxed_send(isend(c, buf.ptr(), buf.count(), buf.dtype(), dest, tag)?))
     }
     fn irecv(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, _s: Stream) -> Result<Box<dyn Pending>> {
-        Ok(Box::new(irecv(c, buf.ptr(), buf.count(), buf.dtype(), source, tag)?))
+        Ok(p2p::boxed_recv(irecv(c, buf.ptr(), buf.count(), buf.dtype(), source, tag)?))
     }
     fn irecv_upto(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, _s: Stream) -> Result<Box<dyn Pending>> {
-        Ok(Box::new(irecv_upto(c, buf.ptr(), buf.count(), buf.dtype(), source, tag)?))
+        Ok(p2p::boxed_recv(irecv_upto(c, buf.ptr(), buf.count(), buf.dtype(), source, tag)?))
     }
     fn sendrecv(&self, c: &Communicator, s: &Buffer, dest: i32, stag: i32, r: &Buffer, source: i32, rtag: i32, _s: Stream) -> Result<()> {
         sendrecv(c, s.ptr(), s.count(), s.dtype(), dest, stag, r.ptr(), r.count(), r.dtype(), source, rtag)

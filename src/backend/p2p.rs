@@ -29,12 +29,14 @@
 //! answer (`Check::ack`) arrived: a datatype or count mismatch fails on both sides.
 
 use std::ffi::{c_int, c_void};
+use std::mem::{ManuallyDrop, MaybeUninit};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::comm::Communicator;
 use crate::error::{Error, Result};
+use crate::handles::{self, Spares};
 use crate::mpisys::{self, RawComm, RawRequest, sys};
 use crate::request::Pending;
 use crate::types::Dtype;
@@ -435,8 +437,35 @@ fn size_error(w: &Want, m: Matched) -> Error {
 
 /// A receive in flight (the request of gpuwire_irecv, and blocking receives that had to wait).
 pub struct Recv {
-    e: Arc<Entry>,
+    /// Taken by `drop` only.
+    e: ManuallyDrop<Arc<Entry>>,
     comm: *const Communicator,
+}
+
+thread_local! {
+    /// Allocations of this thread's completed requests' parts, for its next ones (no allocation
+    /// per request in a loop of isends, irecvs and waits).
+    static SPARE_SENDS: Spares<Sending> = const { std::cell::RefCell::new(Vec::new()) };
+    static SPARE_RECVS: Spares<Recv> = const { std::cell::RefCell::new(Vec::new()) };
+    static SPARE_ENTRIES: std::cell::RefCell<Vec<Arc<MaybeUninit<Entry>>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A send's request, boxed in an allocation of an earlier one when the thread has one.
+pub fn boxed_send(s: Sending) -> Box<dyn Pending> {
+    handles::boxed::<Sending>(&SPARE_SENDS, s)
+}
+
+/// A receive's request, boxed in an allocation of an earlier one when the thread has one.
+pub fn boxed_recv(r: Recv) -> Box<dyn Pending> {
+    handles::boxed::<Recv>(&SPARE_RECVS, r)
+}
+
+/// `e` in the allocation of an entry this thread's requests dropped, when there is one.
+fn new_entry(e: Entry) -> Arc<Entry> {
+    match SPARE_ENTRIES.try_with(|s| s.try_borrow_mut().ok().and_then(|mut s| s.pop())).ok().flatten() {
+        Some(m) => handles::refill(m, e),
+        None => Arc::new(e),
+    }
 }
 // SAFETY: the request keeps the communicator alive; Entry is Send.
 unsafe impl Send for Recv {}
@@ -445,10 +474,21 @@ impl Drop for Recv {
     fn drop(&mut self) {
         // An unmatched receive is withdrawn (`progress` drops entries nobody holds); a matched
         // one whose scratch MPI may still write keeps it (the entry is leaked with its request).
-        let st = lock(&self.e.state);
-        if matches!(&*st, State::Receiving { scratch: Some(_), .. }) {
-            drop(st);
-            std::mem::forget(self.e.clone());
+        // SAFETY: `e` is never used again.
+        let e = unsafe { ManuallyDrop::take(&mut self.e) };
+        if matches!(&*lock(&e.state), State::Receiving { scratch: Some(_), .. }) {
+            std::mem::forget(e);
+            return;
+        }
+        // The last reference (no longer queued): its allocation serves the thread's next receive.
+        if let Some(m) = handles::vacate(e) {
+            let _ = SPARE_ENTRIES.try_with(|s| {
+                if let Ok(mut s) = s.try_borrow_mut() {
+                    if s.len() < handles::SPARES {
+                        s.push(m);
+                    }
+                }
+            });
         }
     }
 }
@@ -489,6 +529,9 @@ impl Recv {
 }
 
 impl Pending for Recv {
+    fn recycle(self: Box<Self>) {
+        handles::unbox(&SPARE_RECVS, self)
+    }
     fn wait(&mut self) -> Result<()> {
         let c = self.comm;
         // SAFETY: see the Send impl.
@@ -512,7 +555,7 @@ impl Pending for Recv {
         let mut q = lock(&QUEUE);
         let unmatched = matches!(&*lock(&self.e.state), State::Unmatched | State::Done(_));
         if unmatched {
-            q.retain(|e| !Arc::ptr_eq(e, &self.e));
+            q.retain(|e| !Arc::ptr_eq(e, &*self.e));
             QUEUED.store(q.len(), Ordering::Release);
             drop(q);
             drop(self);
@@ -558,7 +601,7 @@ pub fn wait_until(c: &Communicator, what: &str, mut done: impl FnMut() -> Result
 /// communicator, source and tag waits, else deferred.
 pub fn post(c: &Communicator, w: Want) -> Result<Recv> {
     let check = c.backend_state.get::<Check>().map(|k| (k.hdr, k.ack));
-    let e = Arc::new(Entry { want: w, comm: RawComm(c.raw()), key: c as *const Communicator as usize, check, state: Mutex::new(State::Unmatched), matched: Mutex::new(None) });
+    let e = new_entry(Entry { want: w, comm: RawComm(c.raw()), key: c as *const Communicator as usize, check, state: Mutex::new(State::Unmatched), matched: Mutex::new(None) });
     let mut q = lock(&QUEUE);
     let behind = q.iter().any(|x| x.key == e.key && overlap((x.want.source, x.want.tag), (w.source, w.tag)));
     if !behind {
@@ -568,7 +611,7 @@ pub fn post(c: &Communicator, w: Want) -> Result<Recv> {
         drop(mpi);
         drop(st);
         if matched {
-            return Ok(Recv { e, comm: c });
+            return Ok(Recv { e: ManuallyDrop::new(e), comm: c });
         }
     }
     let first = q.is_empty();
@@ -580,7 +623,7 @@ pub fn post(c: &Communicator, w: Want) -> Result<Recv> {
         // entries, `progress::pending` keeps that thread running, so only the first needs it.
         crate::progress::posted();
     }
-    Ok(Recv { e, comm: c })
+    Ok(Recv { e: ManuallyDrop::new(e), comm: c })
 }
 
 /// A blocking receive of `w`: MPI_Mprobe and a receive when nothing else needs progress (the
@@ -765,6 +808,9 @@ impl Sending {
 }
 
 impl Pending for Sending {
+    fn recycle(self: Box<Self>) {
+        handles::unbox(&SPARE_SENDS, self)
+    }
     fn wait(&mut self) -> Result<()> {
         // SAFETY: see the Send impl.
         let c = unsafe { &*self.comm };
