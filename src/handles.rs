@@ -43,7 +43,7 @@ pub fn vacate<T>(mut a: Arc<T>) -> Option<Arc<MaybeUninit<T>>> {
 
 /// Most allocations of one type a thread keeps for its next objects ([`boxed`], [`unbox`], and
 /// the `Arc`s of [`vacate`] where their owners keep them).
-pub const SPARES: usize = 256;
+pub(crate) const SPARES: usize = 256;
 
 /// A thread's kept allocations of one type (the value of a `thread_local!`).
 pub type Spares<T> = RefCell<Vec<Box<MaybeUninit<T>>>>;
