@@ -29,6 +29,7 @@ use crate::error::{Error, Result};
 /// `Arc`, no `Weak`): kept for a later object of the same type ([`refill`]), so that an object
 /// made and dropped once per operation (a request) need not cost an allocation each. Otherwise
 /// `a` is dropped as usual and `None` returned.
+#[inline]
 pub fn vacate<T>(mut a: Arc<T>) -> Option<Arc<MaybeUninit<T>>> {
     Arc::get_mut(&mut a)?;
     // SAFETY: `a` is the only reference (checked above), and MaybeUninit<T> has T's size and
@@ -77,6 +78,7 @@ pub fn unbox<T>(spares: &'static LocalKey<Spares<T>>, b: Box<T>) {
 }
 
 /// `value` in an allocation that [`vacate`] returned.
+#[inline]
 pub fn refill<T>(mut spare: Arc<MaybeUninit<T>>, value: T) -> Arc<T> {
     match Arc::get_mut(&mut spare) {
         Some(slot) => {
@@ -172,7 +174,6 @@ pub struct Registry<T> {
     /// The free list's head: its count of changes (bits 32..64), the top slot's index + 1
     /// (bits 0..32; 0 when empty).
     free: AtomicU64,
-    live: AtomicUsize,
     /// The registry owns `Arc<T>`s: Send and Sync as they are.
     _owns: PhantomData<Arc<T>>,
 }
@@ -192,7 +193,6 @@ impl<T> Registry<T> {
             chunks: [const { AtomicPtr::new(std::ptr::null_mut()) }; CHUNKS],
             used: AtomicUsize::new(0),
             free: AtomicU64::new(0),
-            live: AtomicUsize::new(0),
             _owns: PhantomData,
         }
     }
@@ -265,6 +265,7 @@ impl<T> Registry<T> {
     }
 
     /// Registers `value` and returns its new handle (never 0, never one issued before).
+    #[inline]
     pub fn insert(&self, value: Arc<T>) -> Result<u64> {
         let index = match self.pop_free() {
             Some(i) => i,
@@ -282,7 +283,6 @@ impl<T> Registry<T> {
         };
         let slot = self.slot_or_allocate(index);
         slot.value.store(Arc::into_raw(value).cast_mut(), Ordering::Relaxed);
-        self.live.fetch_add(1, Ordering::Relaxed);
         // Free slots have a generation left (see `remove`): the new one is 1..=last_generation,
         // never 0. Lookups may be counted in the word meanwhile: one addition keeps their count.
         let s = slot.state.fetch_add((1 << GEN_SHIFT) | OCCUPIED, Ordering::Release);
@@ -361,19 +361,21 @@ impl<T> Registry<T> {
                 Err(now) => s = now,
             }
         }
-        // This thread owns the slot now; lookups counted before OCCUPIED was cleared may still
-        // be cloning the Arc (a few instructions): wait for them.
-        let mut spins = 0u32;
-        while slot.state.load(Ordering::Acquire) & READERS != 0 {
-            spins += 1;
-            if spins < 100 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
+        // This thread owns the slot now. Lookups counted after the exchange see it empty and
+        // leave `value` alone; those counted before it (`s`'s count) may still be cloning the
+        // Arc (a few instructions): wait for them.
+        if s & READERS != 0 {
+            let mut spins = 0u32;
+            while slot.state.load(Ordering::Acquire) & READERS != 0 {
+                spins += 1;
+                if spins < 100 {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
             }
         }
-        let p = slot.value.swap(std::ptr::null_mut(), Ordering::Relaxed);
-        self.live.fetch_sub(1, Ordering::Relaxed);
+        let p = slot.value.load(Ordering::Relaxed);
         if generation < self.last_generation {
             self.push_free(index);
         }
@@ -401,9 +403,9 @@ impl<T> Registry<T> {
         out
     }
 
-    /// Number of live handles.
+    /// Number of live handles (counted over the slots: for tests and diagnostics).
     pub fn live(&self) -> usize {
-        self.live.load(Ordering::Relaxed)
+        (0..self.used.load(Ordering::Acquire)).filter(|&i| self.slot(i).is_some_and(|s| s.state.load(Ordering::Relaxed) & OCCUPIED != 0)).count()
     }
 }
 
