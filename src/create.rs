@@ -19,6 +19,89 @@ use crate::mpisys::{self, MPI_Comm, RawComm, sys};
 use crate::runtime;
 use crate::types::BackendKind;
 
+/// Collective over `comm` (of `size` ranks): the number of nodes its ranks are on, from every
+/// rank's node as MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) gave it (`node`, of `local_size`
+/// ranks). Each rank names its node by its lowest member's rank in `comm` (found locally, with
+/// MPI_Group_translate_ranks) and its members (a hash); the ranks exchange these over `comm`
+/// only (no call on `node`, which may be the faulty one) and check that they agree
+/// ([`check_nodes`]). Where they do not, every rank fails alike with GPUWIRE_ERROR_MPI instead
+/// of hanging in the first collective on its node (seen with an Open MPI 4.1.6 on two hosts
+/// simulated in one machine: two ranks of one host counted three ranks on their node).
+fn count_nodes(comm: MPI_Comm, node: MPI_Comm, size: c_int, local_size: c_int) -> Result<c_int> {
+    let n = local_size.max(0) as usize;
+    let mut members = vec![0 as c_int; n];
+    let locals: Vec<c_int> = (0..local_size).collect();
+    // SAFETY: valid communicators; groups freed below; `members` has local_size entries.
+    unsafe {
+        let (mut gn, mut gc) = (std::mem::zeroed(), std::mem::zeroed());
+        mpisys::check(sys::MPI_Comm_group(node, &mut gn), "MPI_Comm_group")?;
+        mpisys::check(sys::MPI_Comm_group(comm, &mut gc), "MPI_Comm_group")?;
+        let r = sys::MPI_Group_translate_ranks(gn, local_size, locals.as_ptr(), gc, members.as_mut_ptr());
+        sys::MPI_Group_free(&mut gn);
+        sys::MPI_Group_free(&mut gc);
+        mpisys::check(r, "MPI_Group_translate_ranks (this node's ranks)")?;
+    }
+    members.sort_unstable();
+    let hash = members.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, m| (h ^ *m as u32 as u64).wrapping_mul(0x1000_0000_01b3)) as i64;
+    let mine = [members.first().map_or(-1, |m| *m as i64), local_size as i64, hash];
+    let mut all = vec![0i64; 3 * size.max(0) as usize];
+    // SAFETY: three i64 from every rank into `all` (3 x size entries).
+    mpisys::check(
+        unsafe { sys::MPI_Allgather(mine.as_ptr().cast(), 3, sys::RSMPI_INT64_T, all.as_mut_ptr().cast(), 3, sys::RSMPI_INT64_T, comm) },
+        "MPI_Allgather (every rank's node)",
+    )?;
+    let recs: Vec<[i64; 3]> = all.chunks(3).map(|x| [x[0], x[1], x[2]]).collect();
+    check_nodes(&recs).map(|k| k as c_int).map_err(|why| {
+        Error::Mpi(format!("MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) gave the ranks inconsistent nodes ({why}): the MPI or the way it was launched is at fault (hosts whose ranks disagree about who shares their memory); gpuwire stops here rather than hang in the first call on such a node"))
+    })
+}
+
+/// The number of nodes, from each rank's (lowest member, member count, hash of the members), or
+/// why they disagree: every rank must be its node's lowest member or list the same node as that
+/// member does, and a node's count must be the number of ranks naming it.
+fn check_nodes(recs: &[[i64; 3]]) -> std::result::Result<usize, String> {
+    let p = recs.len() as i64;
+    let mut nodes = 0;
+    for (r, rec) in recs.iter().enumerate() {
+        let [lead, count, _] = *rec;
+        if lead < 0 || lead > r as i64 || lead >= p {
+            return Err(format!("rank {r} names rank {lead} as its node's lowest rank"));
+        }
+        let theirs = recs[lead as usize];
+        if theirs != *rec {
+            return Err(format!("rank {r} counts {count} ranks on the node of rank {lead}, which counts {} (or other ones)", theirs[1]));
+        }
+        let named = recs.iter().filter(|x| x[0] == lead).count() as i64;
+        if named != count {
+            return Err(format!("rank {lead}'s node has {count} ranks by its members' count, {named} ranks name it"));
+        }
+        nodes += (lead == r as i64) as usize;
+    }
+    Ok(nodes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_nodes;
+
+    #[test]
+    fn consistent_nodes_are_counted_and_inconsistent_ones_refused() {
+        // 2 nodes {0, 1} and {2, 3}; 3 nodes {0}, {1, 2}, {3}.
+        assert_eq!(check_nodes(&[[0, 2, 7], [0, 2, 7], [2, 2, 9], [2, 2, 9]]), Ok(2));
+        assert_eq!(check_nodes(&[[0, 1, 1], [1, 2, 5], [1, 2, 5], [3, 1, 4]]), Ok(3));
+        assert_eq!(check_nodes(&[[0, 1, 1]]), Ok(1));
+        // As seen with Open MPI 4.1.6 on simulated hosts: ranks 0 and 1 count three ranks on their
+        // node, ranks 2 and 3 two on theirs.
+        let e = check_nodes(&[[0, 3, 7], [0, 3, 7], [2, 2, 9], [2, 2, 9]]).unwrap_err();
+        assert!(e.contains("rank 0's node has 3 ranks"), "{e}");
+        // Members that disagree with their lowest rank (another hash or count).
+        assert!(check_nodes(&[[0, 2, 7], [0, 2, 8]]).unwrap_err().contains("rank 1 counts 2 ranks on the node of rank 0"));
+        // A lowest rank above the rank itself, or out of range.
+        assert!(check_nodes(&[[1, 2, 7], [1, 2, 7]]).is_err());
+        assert!(check_nodes(&[[0, 1, 1], [5, 1, 1]]).is_err());
+    }
+}
+
 /// MPI communicators being set up; freed if setup fails part-way.
 struct Owned(Vec<MPI_Comm>);
 
@@ -79,13 +162,7 @@ impl Communicator {
             mpisys::check(sys::MPI_Comm_rank(node, &mut local_rank), "MPI_Comm_rank")?;
             mpisys::check(sys::MPI_Comm_size(node, &mut local_size), "MPI_Comm_size")?;
         }
-        // The number of nodes: one leader (node-local rank 0) on each.
-        let (leader, mut nodes): (c_int, c_int) = ((local_rank == 0) as c_int, 0);
-        // SAFETY: one int each way, on comm.
-        mpisys::check(
-            unsafe { sys::MPI_Allreduce((&leader as *const c_int).cast(), (&mut nodes as *mut c_int).cast(), 1, sys::RSMPI_INT32_T, sys::RSMPI_SUM, comm) },
-            "MPI_Allreduce (the number of nodes)",
-        )?;
+        let nodes = count_nodes(comm, node, size, local_size)?;
         let mut c = Communicator {
             raw: RawComm(comm),
             node: RawComm(node),
