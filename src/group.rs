@@ -500,4 +500,9 @@ impl Pending for Grouped {
             Some(r) => r.map(|()| true),
         }
     }
+    fn test_settled(&mut self, until: std::time::Instant) -> Result<bool> {
+        self.not_started()?;
+        self.done.wait_until(Some(until));
+        self.test()
+    }
 }

@@ -698,6 +698,10 @@ impl Pending for Queued {
             },
         }
     }
+    fn test_settled(&mut self, until: std::time::Instant) -> Result<bool> {
+        self.done.wait_until(Some(until));
+        self.test()
+    }
 }
 
 /// A started point-to-point operation's request, as the pending half of another request.

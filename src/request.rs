@@ -70,6 +70,11 @@ pub fn release(h: u64, r: Arc<Request>) {
     }
 }
 
+/// How long a wait or test on a communicator found broken waits for an engine's operation to
+/// report its own outcome ([`Pending::test_settled`]); the engine's MPI loop sees the break
+/// within milliseconds.
+const SETTLE: Duration = Duration::from_millis(500);
+
 /// The backend's half of a nonblocking operation.
 pub trait Pending: Send {
     /// Blocks until the operation is complete (its data is in place).
@@ -99,6 +104,15 @@ pub trait Pending: Send {
     /// Drops the completed operation; a path may keep its allocation for the thread's next
     /// operation ([`handles::unbox`]). The default drops it.
     fn recycle(self: Box<Self>) {}
+    /// On a communicator found broken: whether the operation is complete, waiting up to `until`
+    /// for an outcome that is on its way. An operation run by gpuwire's engine ends promptly
+    /// once its communicator is broken, and the timeout that broke it may be this operation's
+    /// own (its error, TIMEOUT, is then the one to report, not the COMM_BROKEN it caused), so
+    /// such a path waits for the engine's result; the default tests once.
+    fn test_settled(&mut self, until: Instant) -> Result<bool> {
+        let _ = until;
+        self.test()
+    }
 }
 
 /// The buffers a request keeps alive: isend's and irecv's one without a Vec of its own.
@@ -258,10 +272,12 @@ impl Request {
         }
     }
 
-    /// On a broken communicator: Ok if `op` completed after all, else it is abandoned (its
-    /// buffer kept for ever if MPI may still use it) and `broken` returned.
+    /// On a broken communicator: Ok if `op` completed after all, its own error if it failed (the
+    /// timeout that broke the communicator may be its own: [`Pending::test_settled`] waits up to
+    /// [`SETTLE`] for that), else it is abandoned (its buffer kept for ever if MPI may still use
+    /// it) and `broken` returned.
     fn give_up_broken(&self, mut op: Box<dyn Pending>, broken: Error) -> Result<()> {
-        let done = op.test();
+        let done = op.test_settled(Instant::now() + SETTLE);
         self.note(&*op);
         if done? {
             return Ok(());

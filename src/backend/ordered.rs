@@ -372,6 +372,10 @@ impl Pending for Ordered {
         }
         self.delivered(false)
     }
+    fn test_settled(&mut self, until: std::time::Instant) -> Result<bool> {
+        self.done.wait_until(Some(until));
+        self.test()
+    }
     fn abandon(self: Box<Self>) -> bool {
         // The MPI request is given up (cancelled where MPI can), and the flag released so that
         // the private stream moves on; what it then copies into the buffer is undefined, and the
