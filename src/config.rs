@@ -251,6 +251,13 @@ mod tests {
             assert!(e.contains(name) && e.contains("0 or 1"), "{e}");
             assert!(with(&[(name, "off")]).is_ok() && with(&[(name, "1")]).is_ok());
         }
+        // Read by the IPC backend alone; a value it would ignore is an error at creation.
+        for name in ["GPUWIRE_IPC_PROGRESS_THREAD", "GPUWIRE_IPC_KERNELS"] {
+            let e = with(&[(name, "fused")]).unwrap_err();
+            assert_eq!(e.status(), crate::error::gpuwire_status::GPUWIRE_ERROR_INVALID_ARGUMENT, "{name}");
+            assert!(e.to_string().contains(name), "{e}");
+            assert!(with(&[(name, "0")]).is_ok() && with(&[(name, "yes")]).is_ok());
+        }
         assert!(with(&[("GPUWIRE_DEBUG", "yes")]).is_ok() && with(&[("GPUWIRE_CHECK", "On")]).unwrap().check);
         // GPUWIRE_CUDA_AWARE is 0 or 1 only (its reader, mpisys::cuda_support, takes no other form).
         let e = with(&[("GPUWIRE_CUDA_AWARE", "yes")]).unwrap_err().to_string();
