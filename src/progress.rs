@@ -8,6 +8,7 @@
 //! test loop that progresses them (`Communicator::nb_p2p`).
 
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::types::ThreadLevel;
 
@@ -39,9 +40,24 @@ pub fn pending() -> bool {
     sources().iter().any(|s| (s.pending)())
 }
 
+/// Passes of [`progress_all`] made by gpuwire's waits and tests (not by a progress thread).
+static PASSES: AtomicU64 = AtomicU64::new(0);
+
 /// Progresses every source's pending receives that no other thread is progressing (each is
 /// tried, never waited for).
 pub fn progress_all() {
+    PASSES.fetch_add(1, Ordering::Relaxed);
+    progress_sources();
+}
+
+/// How many passes gpuwire's waits and tests have made: a progress thread that sees the count
+/// move knows that a wait is progressing every source, and need not.
+pub fn passes() -> u64 {
+    PASSES.load(Ordering::Relaxed)
+}
+
+/// [`progress_all`] of a progress thread (not counted in [`passes`]).
+pub fn progress_sources() {
     for s in sources() {
         (s.progress)();
     }

@@ -5,7 +5,7 @@
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, TryLockError, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::p2p::RecvOp;
 use super::shm::lock;
@@ -108,17 +108,42 @@ fn poll_ops(ops: &[Arc<Mutex<RecvOp>>]) {
     }
 }
 
-/// The progress thread: runs while IPC receives or deferred receives of the MPI paths (`p2p`)
-/// are pending (and gpuwire is not finalized), polling them every 20 µs, and IDLE_GRACE longer
-/// (every 200 µs). Started by `register` and `deferred_receive_posted`, joined by `shutdown`.
 /// How long the progress thread waits, with nothing pending, before it ends.
 const IDLE_GRACE: Duration = Duration::from_millis(50);
+/// How often the progress thread polls while IPC receives are pending.
+const POLL: Duration = Duration::from_micros(20);
+/// How often it looks while nothing is pending (before it ends at IDLE_GRACE).
+const IDLE_POLL: Duration = Duration::from_micros(200);
+/// How long gpuwire's own waits and tests must have made no progress pass
+/// (`progress::passes`) before the thread matches deferred receives of the MPI paths itself.
+const QUIET: Duration = Duration::from_millis(1);
+/// The longest the thread sleeps between looks while gpuwire's waits progress (`BACKOFF_MAX`
+/// plus QUIET bounds how late it takes over when the process then blocks in a plain MPI call).
+const BACKOFF_MAX: Duration = Duration::from_millis(1);
 
+/// The progress thread: runs while IPC receives or deferred receives of the MPI paths (`p2p`)
+/// are pending (and gpuwire is not finalized). Started by `register` and
+/// `deferred_receive_posted`, joined by `shutdown`.
+///
+/// - IPC receives pending: every source is polled every 20 µs (a peer may be blocked in a send
+///   to this process until it copies the data, and a stream may wait for the receive).
+/// - Only deferred receives of the MPI paths pending: they are matched by the thread once
+///   gpuwire's own waits and tests have made no progress pass for 100 µs (the process blocks in
+///   a plain MPI call, or computes: as a posted MPI_Irecv would be matched there), then every
+///   20 µs. While a gpuwire wait progresses them the thread stays out of the way, and looks
+///   less and less often (every 20 µs doubling up to 1 ms): its passes and its wake-ups, each
+///   preempting a rank that shares the core, cost up to 1 µs per message in the windowed
+///   message-rate benchmark on 2 cores.
+/// - Nothing pending: it looks every 200 µs, and ends after IDLE_GRACE.
 fn progress_thread() {
     let r = std::panic::catch_unwind(|| {
         // Idle since: the thread stays IDLE_GRACE after the last pending receive, so that a
         // loop that leaves a receive pending in every iteration does not start a thread each time.
-        let mut idle: Option<std::time::Instant> = None;
+        let mut idle: Option<Instant> = None;
+        // The waits' pass count when last seen to move, and when.
+        let mut seen = progress::passes();
+        let mut still_since = Instant::now();
+        let mut backoff = POLL;
         loop {
             let ops = {
                 let mut g = lock(&RECVS);
@@ -128,7 +153,7 @@ fn progress_thread() {
                 }
                 let ops = live_ops(&mut g);
                 if ops.is_empty() && !progress::pending() {
-                    let since = *idle.get_or_insert_with(std::time::Instant::now);
+                    let since = *idle.get_or_insert_with(Instant::now);
                     if since.elapsed() >= IDLE_GRACE {
                         g.running = false;
                         return;
@@ -138,10 +163,28 @@ fn progress_thread() {
                 }
                 ops
             };
-            // Every source's receives: the MPI paths' deferred ones (`p2p`) and these.
-            progress_all();
+            let now = Instant::now();
+            let passes = progress::passes();
+            if passes != seen {
+                seen = passes;
+                still_since = now;
+                // A wait is progressing: look less and less often (each look preempts a rank
+                // that may share this core).
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+            }
+            let quiet_for = now.duration_since(still_since);
+            let nap = if !ops.is_empty() || (idle.is_none() && quiet_for >= QUIET) {
+                // Every source's receives: the MPI paths' deferred ones (`p2p`) and these.
+                progress::progress_sources();
+                backoff = POLL;
+                POLL
+            } else if idle.is_some() {
+                IDLE_POLL
+            } else {
+                backoff.max(QUIET - quiet_for)
+            };
             drop(ops);
-            std::thread::sleep(Duration::from_micros(if idle.is_some() { 200 } else { 20 }));
+            std::thread::sleep(nap);
         }
     });
     if r.is_err() {
