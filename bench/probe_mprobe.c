@@ -8,6 +8,11 @@
  *                    its message is there, else it stays queued), then completes them in order:
  *                    a queued one is matched by MPI_Improbe + MPI_Imrecv in a test loop, every
  *                    received one waited for with MPI_Wait.
+ * Window 0: a ping-pong of blocking calls instead (what `gpuwire-bench host --op sendrecv`
+ * times): rank 0 MPI_Send then receives, rank 1 receives then MPI_Send, the receive being
+ *   mode 0 (raw):    MPI_Recv;
+ *   mode 1 (match):  MPI_Mprobe, the size from the status, MPI_Mrecv (gpuwire_recv's path);
+ * the time printed is one way (half the round trip).
  * mpirun -np 2 probe_mprobe [bytes] [window] [iterations per block] [repetitions]
  * Prints, for both modes, the median time per message over the repetitions (blocks alternate
  * between the modes, the order flipping each repetition) and the median per-repetition
@@ -22,7 +27,41 @@ static int cmpd(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* A blocking receive of `bytes` from `peer`: MPI_Recv (mode 0) or matched first (mode 1). */
+static void recv_one(int mode, char *buf, int bytes, int peer, MPI_Comm comm) {
+    if (mode == 0) {
+        MPI_Recv(buf, bytes, MPI_BYTE, peer, 1, comm, MPI_STATUS_IGNORE);
+        return;
+    }
+    MPI_Message m;
+    MPI_Status st;
+    int n;
+    MPI_Mprobe(peer, 1, comm, &m, &st);
+    MPI_Get_count(&st, MPI_BYTE, &n); /* the size check gpuwire makes */
+    MPI_Mrecv(buf, n, MPI_BYTE, &m, MPI_STATUS_IGNORE);
+}
+
+/* Window 0: one way of a ping-pong, per message. */
+static double pingpong(int mode, int rank, char *buf, int bytes, int iters, MPI_Comm comm) {
+    MPI_Barrier(comm);
+    double t0 = MPI_Wtime();
+    for (int k = 0; k < iters; k++) {
+        if (rank == 0) {
+            MPI_Send(buf, bytes, MPI_BYTE, 1, 1, comm);
+            recv_one(mode, buf, bytes, 1, comm);
+        } else {
+            recv_one(mode, buf, bytes, 0, comm);
+            MPI_Send(buf, bytes, MPI_BYTE, 0, 1, comm);
+        }
+    }
+    double t = (MPI_Wtime() - t0) / (2.0 * iters);
+    MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, comm);
+    return t;
+}
+
 static double block(int mode, int rank, char *buf, int bytes, int w, int iters, MPI_Comm comm) {
+    if (w == 0)
+        return pingpong(mode, rank, buf, bytes, iters, comm);
     MPI_Request *q = malloc(sizeof(MPI_Request) * w);
     MPI_Message *m = malloc(sizeof(MPI_Message) * w);
     int *matched = malloc(sizeof(int) * w);
@@ -93,7 +132,7 @@ int main(int argc, char **argv) {
     int bytes = argc > 1 ? atoi(argv[1]) : 8, w = argc > 2 ? atoi(argv[2]) : 64;
     int iters = argc > 3 ? atoi(argv[3]) : 200, reps = argc > 4 ? atoi(argv[4]) : 21;
     if (reps > 101) reps = 101;
-    char *buf = calloc((size_t)bytes * w, 1);
+    char *buf = calloc((size_t)bytes * (w > 0 ? w : 1), 1);
     double t[2][101], d[101];
     block(0, rank, buf, bytes, w, iters / 4 + 1, MPI_COMM_WORLD);
     block(1, rank, buf, bytes, w, iters / 4 + 1, MPI_COMM_WORLD);
@@ -107,8 +146,12 @@ int main(int argc, char **argv) {
         qsort(t[0], reps, sizeof(double), cmpd);
         qsort(t[1], reps, sizeof(double), cmpd);
         qsort(d, reps, sizeof(double), cmpd);
-        printf("probe_mprobe %d B, window %d: raw (MPI_Irecv) %.3f us, match first (MPI_Improbe + MPI_Imrecv) %.3f us per message; added %.3f us (medians of %d repetitions)\n",
-               bytes, w, t[0][reps / 2] * 1e6, t[1][reps / 2] * 1e6, d[reps / 2] * 1e6, reps);
+        if (w == 0)
+            printf("probe_mprobe %d B, ping-pong: raw (MPI_Recv) %.3f us, match first (MPI_Mprobe + MPI_Mrecv) %.3f us one way; added %.3f us (medians of %d repetitions)\n",
+                   bytes, t[0][reps / 2] * 1e6, t[1][reps / 2] * 1e6, d[reps / 2] * 1e6, reps);
+        else
+            printf("probe_mprobe %d B, window %d: raw (MPI_Irecv) %.3f us, match first (MPI_Improbe + MPI_Imrecv) %.3f us per message; added %.3f us (medians of %d repetitions)\n",
+                   bytes, w, t[0][reps / 2] * 1e6, t[1][reps / 2] * 1e6, d[reps / 2] * 1e6, reps);
     }
     free(buf);
     MPI_Finalize();
