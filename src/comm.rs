@@ -226,7 +226,7 @@ impl Communicator {
     /// Whether MPI collectives on this communicator run as their nonblocking form waited by
     /// `wait_mpi` (`collective!`), the same on every rank (MPI does not match a blocking
     /// collective with a nonblocking one): with a timeout (the configuration is agreed), or when
-    /// agreed at creation: any rank sees a GPU but has no IPC progress thread, or runs under
+    /// agreed at creation: any rank sees a GPU but has no progress thread, or runs under
     /// MPI_THREAD_SERIALIZED.
     pub fn nb_collectives(&self) -> bool {
         self.nb_coll || self.config.timeout.is_some()

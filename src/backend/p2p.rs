@@ -166,10 +166,12 @@ pub fn deferred() -> bool {
 }
 
 /// The deferred receives' part of `crate::progress`.
-pub static PROGRESS: crate::progress::Source = crate::progress::Source { pending: deferred, progress, posted: no_thread };
+/// Not urgent: the progress thread matches them only while gpuwire's own waits do not.
+pub static PROGRESS: crate::progress::Source = crate::progress::Source { pending: deferred, progress, urgent: never };
 
-/// Deferred receives have no thread of their own (the IPC backend's progress thread matches them).
-fn no_thread() {}
+fn never() -> bool {
+    false
+}
 
 /// Matches what can be matched of the deferred receives, in posting order.
 pub fn progress() {

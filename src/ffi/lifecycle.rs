@@ -46,8 +46,8 @@ fn drain() {
 
 /// gpuwire_finalize, once every handle is invalid: releases every object of gpuwire.
 fn release_all() {
-    // The IPC progress thread makes MPI calls: joined before anything is released.
-    crate::backend::ipc::shutdown();
+    // The progress thread makes MPI calls: joined before anything is released.
+    crate::progress::shutdown();
     drop(crate::request::REQUESTS.drain());
     drop(crate::darray::DARRAYS.drain());
     drop(crate::buffer::BUFFERS.drain());
