@@ -3,7 +3,7 @@
 (bytes / median time) against message size, log-log, one line per method; one panel for
 allreduce and one for send/recv (one way).
 
-    python3 scripts/plot-bench.py bench.csv [-o docs/bench-device.png]
+    python3 scripts/plot-bench.py bench.csv [-o docs/bench-device.png] [--ops allreduce,sendrecv,bw]
 
 Needs matplotlib (`python3 -m venv .venv && .venv/bin/pip install matplotlib`, then run it
 with .venv/bin/python).
@@ -23,7 +23,7 @@ STYLE = {
     "host-gpuwire": dict(color="tab:gray", marker=".", linestyle="--"),
     "host-raw": dict(color="black", marker=".", linestyle=":"),
 }
-OPS = [("allreduce", "allreduce (float32 sum)"), ("sendrecv", "send/recv, one way")]
+OPS = {"allreduce": "allreduce (float32 sum)", "sendrecv": "send/recv, one way", "bw": "streaming, per message (OSU osu_bw)"}
 
 
 def size_label(b):
@@ -38,6 +38,7 @@ def main():
     ap.add_argument("csv")
     ap.add_argument("-o", "--output", default="docs/bench-device.png")
     ap.add_argument("--title", default="gpuwire-bench device: 2 ranks on one H200, float32, median")
+    ap.add_argument("--ops", default="allreduce,sendrecv", help="comma-separated operations, one panel each (of: " + ", ".join(OPS) + ")")
     ap.add_argument("--labels", help="regular expression: plot only these labels (default: every label without "
                     "'nccl' or a -<N>gpu tag, i.e. the 2-ranks-on-one-GPU methods)")
     args = ap.parse_args()
@@ -67,9 +68,16 @@ def main():
     if not data:
         print(f"plot-bench.py: no rows in {args.csv}", file=sys.stderr)
         return 1
+    ops = [o.strip() for o in args.ops.split(",") if o.strip()]
+    unknown = [o for o in ops if o not in OPS]
+    if unknown or not ops:
+        print(f"plot-bench.py: --ops takes some of {', '.join(OPS)} (got {args.ops!r})", file=sys.stderr)
+        return 2
     order = list(STYLE) + sorted({l for _, l in data} - set(STYLE))
-    fig, axes = plt.subplots(1, len(OPS), figsize=(13, 5.2), sharey=True)
-    for ax, (op, title) in zip(axes, OPS):
+    fig, axes = plt.subplots(1, len(ops), figsize=(6.5 * len(ops), 5.2), sharey=True, squeeze=False)
+    axes = axes[0]
+    for ax, op in zip(axes, ops):
+        title = OPS[op]
         sizes = set()
         for label in order:
             pts = sorted(data.get((op, label), []))
