@@ -273,11 +273,14 @@ impl Request {
     }
 
     /// On a broken communicator: Ok if `op` completed after all, its own error if it failed (the
-    /// timeout that broke the communicator may be its own: [`Pending::test_settled`] waits up to
-    /// [`SETTLE`] for that), else it is abandoned (its buffer kept for ever if MPI may still use
-    /// it) and `broken` returned.
+    /// timeout that broke the communicator may be its own: with a timeout configured, every MPI
+    /// wait of gpuwire's has a deadline and sees the break, so [`Pending::test_settled`] waits up
+    /// to [`SETTLE`] for that; without one, the communicator was aborted and an engine's blocking
+    /// MPI call may never return), else it is abandoned (its buffer kept for ever if MPI may
+    /// still use it) and `broken` returned.
     fn give_up_broken(&self, mut op: Box<dyn Pending>, broken: Error) -> Result<()> {
-        let done = op.test_settled(Instant::now() + SETTLE);
+        let settle = if self.comm.config().timeout.is_some() { SETTLE } else { Duration::ZERO };
+        let done = op.test_settled(Instant::now() + settle);
         self.note(&*op);
         if done? {
             return Ok(());
