@@ -36,7 +36,7 @@ macro_rules! collective {
                 // completes (waited for below; at a timeout see above).
                 crate::mpisys::check(unsafe { crate::mpisys::sys::$nb($($a),*, &mut req) }, $what)?;
             }
-            $c.wait_mpi(&mut req, crate::mpisys::status_ignore(), $what, false)
+            $c.wait_mpi(&mut req, crate::mpisys::status_ignore(), $what, crate::comm::Waited::Collective)
         } else {
             // SAFETY: as documented at the call.
             crate::mpisys::check(unsafe { crate::mpisys::sys::$b($($a),*) }, $what)
@@ -44,6 +44,18 @@ macro_rules! collective {
     }};
 }
 pub(crate) use collective;
+
+/// What [`Communicator::wait_mpi`] waits for: how it is tested, and what becomes of it at the
+/// deadline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Waited {
+    /// A nonblocking collective (tested by `mpisys::test_collective`); abandoned at the deadline.
+    Collective,
+    /// A send, or a receive that is left to MPI at the deadline.
+    PointToPoint,
+    /// A receive, cancelled at the deadline.
+    Receive,
+}
 
 /// All live communicators, by handle.
 pub static COMMS: Registry<Communicator> = Registry::new(Kind::Comm);
@@ -448,7 +460,7 @@ impl Communicator {
             let _mpi = runtime::mpi_lock();
             mpisys::check(post(bptr, &mut req), what)?;
         }
-        self.wait_mpi(&mut req, mpisys::status_ignore(), what, false)?;
+        self.wait_mpi(&mut req, mpisys::status_ignore(), what, Waited::Collective)?;
         v.copy_from_slice(buf);
         // SAFETY: the request completed: MPI no longer uses buf, which came from the Box leaked
         // above.
@@ -458,21 +470,28 @@ impl Communicator {
 
     /// Waits for `req`, an active request of a call on this communicator (or MPI_REQUEST_NULL):
     /// MPI_Test in a loop (under MPI_THREAD_SERIALIZED, each test holds gpuwire's MPI lock, so
-    /// other threads' calls proceed in between) that progresses the process's pending IPC
+    /// other threads' calls proceed in between; a collective's by `mpisys::test_collective`,
+    /// so that its error is returned on every MPI) that progresses the process's pending IPC
     /// receives (a peer may be blocked in a send to this process until it copies the data),
     /// until the call's deadline (`call_deadline`), if any. At the deadline a receive
-    /// (`cancel`) is cancelled (MPI_Cancel, then completed); any other request is abandoned (MPI
-    /// cannot cancel a collective): MPI may still read its send buffer and write its receive
-    /// buffer if the peer arrives later. The communicator is then broken, and TIMEOUT returned.
-    pub fn wait_mpi(&self, req: &mut sys::MPI_Request, status: *mut sys::MPI_Status, what: &str, cancel: bool) -> Result<()> {
+    /// ([`Waited::Receive`]) is cancelled (MPI_Cancel, then completed); any other request is
+    /// abandoned (MPI cannot cancel a collective): MPI may still read its send buffer and write
+    /// its receive buffer if the peer arrives later. The communicator is then broken, and
+    /// TIMEOUT returned.
+    pub fn wait_mpi(&self, req: &mut sys::MPI_Request, status: *mut sys::MPI_Status, what: &str, kind: Waited) -> Result<()> {
         let deadline = self.call_deadline();
+        let cancel = kind == Waited::Receive;
         let mut spins = 0u32;
         loop {
             let mut flag: c_int = 0;
             {
                 let _mpi = runtime::mpi_lock();
                 // SAFETY: an active request of ours, or MPI_REQUEST_NULL.
-                mpisys::check(unsafe { sys::MPI_Test(req, &mut flag, status) }, what)?;
+                let rc = match kind {
+                    Waited::Collective => mpisys::test_collective(req, &mut flag, status),
+                    _ => unsafe { sys::MPI_Test(req, &mut flag, status) },
+                };
+                mpisys::check(rc, what)?;
             }
             if flag != 0 {
                 return Ok(());

@@ -375,3 +375,59 @@ pub fn finalized() -> bool {
     unsafe { sys::MPI_Finalized(&mut finalized) };
     finalized != 0
 }
+
+/// Whether this MPI raises the error of a nonblocking collective's request on MPI_COMM_WORLD's
+/// (Open MPI 4: `ompi_errhandler_request_invoke` sends a collective request to its default
+/// case) or MPI_COMM_SELF's error handler (Open MPI 5, open-mpi/ompi#10460), not on the request's
+/// communicator: Open MPI.
+fn collective_errors_elsewhere() -> bool {
+    static OPEN_MPI: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OPEN_MPI.get_or_init(|| {
+        let mut buf = vec![0u8; 8192];
+        let mut len: c_int = 0;
+        // SAFETY: MPI_MAX_LIBRARY_VERSION_STRING is 256 (Open MPI) or 8192 (MPICH); callable
+        // at any time.
+        let rc = unsafe { sys::MPI_Get_library_version(buf.as_mut_ptr().cast(), &mut len) };
+        rc == 0 && buf.starts_with(b"Open MPI")
+    })
+}
+
+/// Serialises the swaps of MPI_COMM_WORLD's and MPI_COMM_SELF's error handlers by
+/// [`test_collective`] (two interleaved swaps could leave MPI_ERRORS_RETURN behind).
+static HANDLER_SWAP: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// MPI_Test of a nonblocking collective's request on one of gpuwire's communicators (which
+/// return errors: MPI_ERRORS_RETURN): its return code, `flag` and `status` as MPI_Test's.
+///
+/// Open MPI invokes the error of a collective request (a message truncated because ranks passed
+/// different counts, a peer gone) on MPI_COMM_WORLD's or MPI_COMM_SELF's error handler, fatal by
+/// default ([`collective_errors_elsewhere`]): MPI_Test would kill the whole job where the
+/// blocking form of the same call returns the error. There the request is polled with
+/// MPI_Request_get_status, which invokes no handler, and completed by MPI_Test with both
+/// handlers set to MPI_ERRORS_RETURN for that one call (the program's handlers are restored at
+/// once; another thread's error on those communicators in that instant returns instead).
+pub fn test_collective(req: &mut MPI_Request, flag: &mut c_int, status: *mut sys::MPI_Status) -> c_int {
+    // SAFETY: an active request of the caller's (or MPI_REQUEST_NULL); plain out-parameters.
+    unsafe {
+        if !collective_errors_elsewhere() {
+            return sys::MPI_Test(req, flag, status);
+        }
+        let rc = sys::MPI_Request_get_status(*req, flag, status_ignore());
+        if rc != 0 || *flag == 0 {
+            return rc;
+        }
+        let _swap = HANDLER_SWAP.lock().unwrap_or_else(|p| p.into_inner());
+        let comms = [sys::RSMPI_COMM_WORLD, sys::RSMPI_COMM_SELF];
+        let mut saved: [sys::MPI_Errhandler; 2] = [sys::RSMPI_ERRORS_RETURN; 2];
+        for (c, h) in comms.iter().zip(saved.iter_mut()) {
+            sys::MPI_Comm_get_errhandler(*c, h);
+            sys::MPI_Comm_set_errhandler(*c, sys::RSMPI_ERRORS_RETURN);
+        }
+        let rc = sys::MPI_Test(req, flag, status);
+        for (c, h) in comms.iter().zip(saved.iter_mut()) {
+            sys::MPI_Comm_set_errhandler(*c, *h);
+            sys::MPI_Errhandler_free(h);
+        }
+        rc
+    }
+}

@@ -663,6 +663,67 @@ static void pending_timeout(void)
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* Ranks that disagree on a collective on a communicator with a timeout (its MPI collectives are
+ * nonblocking and tested in a loop): rank 0 passes fewer elements than the others, then one rank
+ * skips a bcast that the others make before a barrier. Every rank returns an error or, where its
+ * MPI sees nothing wrong, success or TIMEOUT: never is the job killed (Open MPI raised the error
+ * of a nonblocking collective's request on MPI_COMM_WORLD's fatal handler, not on gpuwire's
+ * communicator), and MPI_COMM_WORLD's handler is the program's afterwards. */
+static int survivable(gpuwire_status st)
+{
+    return st == GPUWIRE_SUCCESS || st == GPUWIRE_ERROR_MPI || st == GPUWIRE_ERROR_TIMEOUT || st == GPUWIRE_ERROR_COMM_BROKEN;
+}
+
+static void mismatch_timeout(void)
+{
+    if (size < 2)
+        return;
+    for (int k = 0; k < 3; k++) {
+        gpuwire_config cfg;
+        EXPECT_OK(gpuwire_config_init(&cfg));
+        cfg.timeout_seconds = 0.75;
+        gpuwire_comm tc = GPUWIRE_COMM_NULL;
+        EXPECT_OK(gpuwire_comm_world(&cfg, &tc));
+        gpuwire_status st;
+        if (k < 2) {
+            int64_t n = rank == 0 ? 8 : 64;
+            gpuwire_buffer s = balloc(n, GPUWIRE_INT32), r = balloc(n, GPUWIRE_INT32);
+            memset(bptr(s), 0, (size_t)n * 4);
+            if (k == 0) {
+                st = gpuwire_allreduce(tc, s, r, GPUWIRE_SUM, NULL);
+            } else {
+                gpuwire_request q = GPUWIRE_REQUEST_NULL;
+                st = call_then_wait(gpuwire_iallreduce(tc, s, r, GPUWIRE_SUM, NULL, &q), &q);
+            }
+            gwt_checks++;
+            if (!survivable(st))
+                gwt_fail(__FILE__, __LINE__, "allreduce with counts that differ across ranks", gpuwire_status_string(st));
+            /* gpuwire keeps their memory while MPI may still write it (an abandoned request). */
+            bfree(s);
+            bfree(r);
+        } else {
+            gpuwire_buffer b = balloc(1 << 18, GPUWIRE_INT32);
+            memset(bptr(b), 0, (size_t)4 << 18);
+            st = GPUWIRE_SUCCESS;
+            if (rank != 1)
+                st = gpuwire_bcast(tc, b, 0, NULL);
+            if (st == GPUWIRE_SUCCESS)
+                st = gpuwire_barrier(tc, NULL);
+            gwt_checks++;
+            if (!survivable(st))
+                gwt_fail(__FILE__, __LINE__, "rank 1 skips a bcast before a barrier", gpuwire_status_string(st));
+            bfree(b);
+        }
+        MPI_Errhandler h;
+        MPI_Comm_get_errhandler(MPI_COMM_WORLD, &h);
+        gwt_checks++;
+        if (h != MPI_ERRORS_ARE_FATAL)
+            gwt_fail(__FILE__, __LINE__, "MPI_COMM_WORLD's error handler after a failed collective", "not MPI_ERRORS_ARE_FATAL any more");
+        MPI_Errhandler_free(&h);
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
+}
+
 /* ---- argument errors from the call itself ------------------------------------------------- */
 
 /* The nonblocking call fails with `code`, writes no request, and the blocking form with the
@@ -1221,8 +1282,10 @@ int main(int argc, char **argv)
         mixed_forms();
     if (!*only || !strcmp(only, "early"))
         returns_early();
-    if (!*only || !strcmp(only, "timeout"))
+    if (!*only || !strcmp(only, "timeout")) {
         pending_timeout();
+        mismatch_timeout();
+    }
     if (!*only || !strcmp(only, "args"))
         argument_errors();
     if (!*only || !strcmp(only, "check"))

@@ -38,7 +38,7 @@ mod state;
 mod watch;
 
 pub use maps::close_all_mappings;
-pub use progress::{wait_request, PROGRESS};
+pub use progress::PROGRESS;
 pub use state::IpcState;
 
 use p2p::{IpcRecv, RecvOp};

@@ -1,16 +1,13 @@
 //! Progress of the IPC backend's pending receives: the process-wide registry of irecvs (`RECVS`,
 //! registered with `crate::progress` as `PROGRESS`, whose progress thread polls them while any
-//! is pending), and `wait_request`, an MPI wait that progresses them.
+//! is pending).
 
-use std::ffi::c_int;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, TryLockError, Weak};
 
 use super::p2p::RecvOp;
 use super::shm::lock;
-use crate::error::Result;
-use crate::mpisys::{self, sys};
-use crate::progress::{self, progress_all};
+use crate::progress;
 
 /// Pending irecvs of every IPC communicator of the process.
 static RECVS: Mutex<Vec<Weak<Mutex<RecvOp>>>> = Mutex::new(Vec::new());
@@ -71,30 +68,6 @@ fn poll_ops(ops: &[Arc<Mutex<RecvOp>>]) {
             if op.wants_progress() {
                 op.poll_keep(true);
             }
-        }
-    }
-}
-
-/// Waits for an MPI request, progressing the process's pending IPC receives meanwhile (so that
-/// gpuwire's own blocking MPI calls never hang on a peer that waits for this process to copy
-/// its send).
-pub fn wait_request(req: &mut sys::MPI_Request, what: &str) -> Result<()> {
-    let mut spins = 0u32;
-    loop {
-        let mut flag: c_int = 0;
-        let mpi = crate::runtime::mpi_lock();
-        // SAFETY: an active request of the caller's, or MPI_REQUEST_NULL.
-        mpisys::check(unsafe { sys::MPI_Test(req, &mut flag, mpisys::status_ignore()) }, what)?;
-        drop(mpi);
-        if flag != 0 {
-            return Ok(());
-        }
-        progress_all();
-        spins += 1;
-        if spins > 20_000 {
-            std::thread::yield_now();
-        } else {
-            std::hint::spin_loop();
         }
     }
 }
