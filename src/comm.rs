@@ -362,11 +362,20 @@ impl Communicator {
     /// concurrent collectives on one communicator; the calls would corrupt each other's data):
     /// one atomic compare-exchange; a call nested in a collective of the same thread passes.
     /// With a timeout configured, the call's deadline starts here (unless this thread is already
-    /// inside a call that has one): every MPI step of the call shares it (`wait_mpi`).
+    /// inside a call that has one): every MPI step of the call shares it (`wait_mpi`). A
+    /// collective first waits for what the communicator's engine has queued.
     pub fn enter(&self, what: &str, collective: bool) -> Result<CallGuard<'_>> {
         self.ensure_usable()?;
         let mut release = false;
         if collective {
+            if !crate::engine::on_engine_thread() {
+                // After the operations this communicator's engine still has queued (a pending
+                // nonblocking collective before gpuwire_comm_dup, say): in call order, as MPI,
+                // never concurrently with them. Operations issued through `op::issue` find the
+                // engine idle here (it queues them otherwise); dup, split and the distributed
+                // arrays' creation come here directly.
+                self.engine().drain();
+            }
             let me = thread_id();
             match self.busy.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed) {
                 Ok(_) => release = true,

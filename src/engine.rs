@@ -6,7 +6,8 @@
 //! the stream-ordered device operations of the MPI paths (`crate::backend::ordered`, ordered
 //! with their streams by [`Flags`]), and every operation issued
 //! while earlier ones are still queued (so operations of one communicator always reach MPI in
-//! call order, the same on every rank). An operation runs on the engine exactly as its blocking
+//! call order, the same on every rank; a point-to-point operation on host memory waits only for
+//! queued point-to-point operations: [`Engine::no_p2p`]). An operation runs on the engine exactly as its blocking
 //! form runs on the caller's thread (the same code: `Communicator::allreduce` and its
 //! neighbours), so a nonblocking form matches the blocking form on another rank.
 //!
@@ -143,6 +144,8 @@ struct Job {
     /// Whether nobody waits for this job's result: a failure is then kept as the
     /// communicator's asynchronous error.
     detached: bool,
+    /// Whether it may make point-to-point calls (`Engine::no_p2p`).
+    p2p: bool,
 }
 
 #[derive(Default)]
@@ -159,6 +162,8 @@ pub struct Engine {
     cv: Condvar,
     /// Queued or running operations.
     outstanding: AtomicUsize,
+    /// Of those, the ones that may make point-to-point calls (`no_p2p`).
+    p2p: AtomicUsize,
     flags: Mutex<Option<Flags>>,
     /// The first failure of an operation that nobody waits for, until reported.
     async_error: Mutex<Option<Error>>,
@@ -177,6 +182,15 @@ impl Engine {
     /// without overtaking an earlier one.
     pub fn idle(&self) -> bool {
         self.outstanding.load(Ordering::Acquire) == 0
+    }
+
+    /// Whether no operation that may make point-to-point calls is queued or running: a
+    /// point-to-point operation on host memory may then run on the caller's thread (MPI matches
+    /// point-to-point messages apart from collectives, so it need not wait for queued
+    /// collectives, and holding it behind them deadlocks valid programs: a rank whose engine
+    /// runs an allreduce while its peer waits in a receive for a send queued behind it).
+    pub fn no_p2p(&self) -> bool {
+        self.p2p.load(Ordering::Acquire) == 0
     }
 
     /// Waits until everything queued so far has run (an operation that must run on the
@@ -203,8 +217,9 @@ impl Engine {
 
     /// Queues `work`; it runs after everything queued before it. Below MPI_THREAD_MULTIPLE it
     /// runs now, on this thread. `detached`: nobody will wait for the result, so a failure
-    /// becomes the communicator's asynchronous error.
-    pub fn submit(self: &Arc<Self>, work: Box<dyn FnOnce() -> Result<()> + Send>, detached: bool) -> Arc<Done> {
+    /// becomes the communicator's asynchronous error. `p2p`: it may make point-to-point calls
+    /// (host point-to-point operations then wait for it: [`Engine::no_p2p`]).
+    pub fn submit(self: &Arc<Self>, work: Box<dyn FnOnce() -> Result<()> + Send>, detached: bool, p2p: bool) -> Arc<Done> {
         if !available() {
             let r = work();
             if detached {
@@ -217,7 +232,10 @@ impl Engine {
         let done = Arc::new(Done::default());
         let mut q = lock(&self.q);
         self.reserve();
-        self.enqueue(&mut q, Job { work, done: done.clone(), detached });
+        if p2p {
+            self.p2p.fetch_add(1, Ordering::AcqRel);
+        }
+        self.enqueue(&mut q, Job { work, done: done.clone(), detached, p2p });
         done
     }
 
@@ -269,7 +287,7 @@ impl Engine {
     }
 
     fn run_job(&self, job: Job) {
-        let Job { work, done, detached } = job;
+        let Job { work, done, detached, p2p } = job;
         let r = work();
         if detached {
             if let Err(e) = &r {
@@ -277,6 +295,9 @@ impl Engine {
             }
         }
         done.set(r);
+        if p2p {
+            self.p2p.fetch_sub(1, Ordering::AcqRel);
+        }
         self.outstanding.fetch_sub(1, Ordering::AcqRel);
         let mut n = lock(&OUTSTANDING);
         *n -= 1;

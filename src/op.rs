@@ -510,9 +510,14 @@ pub fn issue(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -
     if device && c.device() >= 0 && !op.nccl_native(c) && ordered::applies(c, nonblocking) {
         return issue_ordered(c, op, stream, nonblocking);
     }
+    // Whether nothing queued must reach MPI before this operation: a point-to-point operation on
+    // host memory waits only for queued point-to-point operations (`Engine::no_p2p`: MPI
+    // matches it apart from collectives), every other operation for everything queued.
+    let host_p2p = !device && op.is_p2p();
+    let clear = if host_p2p { eng.no_p2p() } else { eng.idle() };
     // The common case first, as in gpuwire 0.1: a blocking call that runs now on this thread
     // (validation, agreement and errors are the operation's own).
-    if !nonblocking && eng.idle() {
+    if !nonblocking && clear {
         if device && c.device() >= 0 && !op.nccl_native(c) {
             refuse_capture(c, stream)?;
         }
@@ -523,7 +528,7 @@ pub fn issue(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -
         }
         return Ok(None);
     }
-    if nonblocking && !device && op.is_p2p() && eng.idle() && !crate::view::has_views(&op) {
+    if nonblocking && host_p2p && clear && !crate::view::has_views(&op) {
         // isend/irecv on host memory, started now: `Communicator::isend` / `irecv` validate
         // (as `check_at_call` would, in the same order) before anything is posted.
         return op.start(c, stream).map(Some);
@@ -535,7 +540,7 @@ pub fn issue(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -
     }
     let bufs = op.buffers();
     if nonblocking && op.is_p2p() {
-        if eng.idle() {
+        if clear {
             return op.start(c, stream).map(Some);
         }
         // Queued behind earlier operations: the engine starts it in its turn, and the request
@@ -549,6 +554,7 @@ pub fn issue(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -
                 Ok(())
             }),
             false,
+            true,
         );
         return Ok(Some(Request::new(Box::new(Queued { done, then: Some(slot) }), c.clone(), bufs)));
     }
@@ -559,12 +565,13 @@ pub fn issue(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -
         }
         // The engine runs the blocking form (on a device buffer: it waits for `stream` first).
         let (c2, op2) = (c.clone(), op.clone());
-        let done = eng.submit(Box::new(move || op2.run(&c2, stream)), false);
+        let done = eng.submit(Box::new(move || op2.run(&c2, stream)), false, false);
         return Ok(Some(Request::new(Box::new(Queued { done, then: None }), c.clone(), bufs)));
     }
     // Behind earlier operations of this communicator: in its turn, and waited for.
     let (c2, op2) = (c.clone(), op.clone());
-    let done = eng.submit(Box::new(move || op2.run(&c2, stream)), false);
+    let p2p = op.is_p2p();
+    let done = eng.submit(Box::new(move || op2.run(&c2, stream)), false, p2p);
     done.wait_until(None).unwrap_or_else(|| Err(Error::Internal("engine wait without deadline ended".into())))?;
     if device && engine::host_sync() {
         let _ctx = CtxGuard::enter(c.device())?;

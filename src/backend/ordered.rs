@@ -256,7 +256,9 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
         let done = Done::finished(r);
         return Ok(Some(Box::new(Ordered { done, started, out_event, device })));
     }
-    let done = eng.submit(Box::new(host), false);
+    // Counted as point-to-point whatever it is: a device operation's host side keeps its place
+    // before every later operation of the communicator (its stream waits for it in call order).
+    let done = eng.submit(Box::new(host), false, true);
     if !nonblocking {
         return Ok(None);
     }

@@ -724,6 +724,104 @@ static void mismatch_timeout(void)
     }
 }
 
+/* ---- what a pending nonblocking collective must not hold up ---------------------------------
+ * A pending iallreduce, then gpuwire_comm_dup and gpuwire_comm_split on the same communicator
+ * from the same thread: they run after it (in call order), and it completes with its value.
+ * gpuwire_comm_dup used to run beside it on the engine: one of the two was refused as "a
+ * collective already in progress on another thread" (or the ranks hung). */
+static void create_after_pending(void)
+{
+    for (int k = 0; k < 2; k++) {
+        gpuwire_buffer x = balloc(1, GPUWIRE_INT32), y = balloc(1, GPUWIRE_INT32);
+        *(int32_t *)bptr(x) = rank + 1;
+        *(int32_t *)bptr(y) = -1;
+        gpuwire_request q = GPUWIRE_REQUEST_NULL;
+        EXPECT_OK(gpuwire_iallreduce(world, x, y, GPUWIRE_SUM, NULL, &q));
+        gpuwire_comm d = GPUWIRE_COMM_NULL;
+        if (k == 0)
+            EXPECT_OK(gpuwire_comm_dup(world, &d));
+        else
+            EXPECT_OK(gpuwire_comm_split(world, 0, rank, &d));
+        EXPECT_OK(gpuwire_wait(&q));
+        EXPECT(*(int32_t *)bptr(y) == size * (size + 1) / 2);
+        EXPECT_OK(gpuwire_comm_free(d));
+        bfree(x);
+        bfree(y);
+    }
+}
+
+/* Point-to-point on host memory is not held behind a pending collective (MPI matches them
+ * apart): rank 0 starts an iallreduce and then sends to rank 1, which receives before it starts
+ * its iallreduce. Valid MPI; it timed out (hung without a timeout) while the send waited behind
+ * the allreduce on the engine. Then the same with threads: one thread's iallreduce and wait in a
+ * loop, another thread's sendrecv ring on the same communicator. */
+static gpuwire_comm shared;
+static int thread_failures;
+
+static void *sendrecv_ring(void *arg)
+{
+    (void)arg;
+    gpuwire_buffer s = balloc(4, GPUWIRE_INT32), r = balloc(4, GPUWIRE_INT32);
+    for (int it = 0; it < 40; it++) {
+        int32_t *sp = bptr(s), *rp = bptr(r);
+        for (int i = 0; i < 4; i++)
+            sp[i] = 1000 * rank + it + i;
+        gpuwire_status st = gpuwire_sendrecv(shared, s, next, 5, r, prev, 5, NULL);
+        if (st != GPUWIRE_SUCCESS || rp[3] != 1000 * prev + it + 3) {
+            __atomic_add_fetch(&thread_failures, 1, __ATOMIC_RELAXED);
+            break;
+        }
+    }
+    bfree(s);
+    bfree(r);
+    return NULL;
+}
+
+static void p2p_beside_pending(void)
+{
+    if (size < 2 || !multiple)
+        return;
+    gpuwire_config cfg;
+    EXPECT_OK(gpuwire_config_init(&cfg));
+    cfg.timeout_seconds = 5.0;
+    EXPECT_OK(gpuwire_comm_world(&cfg, &shared));
+    gpuwire_buffer x = balloc(1, GPUWIRE_INT32), y = balloc(1, GPUWIRE_INT32), m = balloc(8, GPUWIRE_INT32);
+    *(int32_t *)bptr(x) = 2;
+    gpuwire_request q = GPUWIRE_REQUEST_NULL;
+    if (rank == 0) {
+        EXPECT_OK(gpuwire_iallreduce(shared, x, y, GPUWIRE_SUM, NULL, &q));
+        for (int i = 0; i < 8; i++)
+            ((int32_t *)bptr(m))[i] = 70 + i;
+        EXPECT_OK(gpuwire_send(shared, m, 1, 9, NULL));
+    } else {
+        if (rank == 1) {
+            EXPECT_OK(gpuwire_recv(shared, m, 0, 9, NULL));
+            EXPECT(((int32_t *)bptr(m))[7] == 77);
+        }
+        EXPECT_OK(gpuwire_iallreduce(shared, x, y, GPUWIRE_SUM, NULL, &q));
+    }
+    EXPECT_OK(gpuwire_wait(&q));
+    EXPECT(*(int32_t *)bptr(y) == 2 * size);
+
+    pthread_t t;
+    thread_failures = 0;
+    EXPECT(pthread_create(&t, NULL, sendrecv_ring, NULL) == 0);
+    for (int it = 0; it < 40; it++) {
+        *(int32_t *)bptr(x) = it;
+        EXPECT_OK(gpuwire_iallreduce(shared, x, y, GPUWIRE_SUM, NULL, &q));
+        EXPECT_OK(gpuwire_wait(&q));
+        EXPECT(*(int32_t *)bptr(y) == it * size);
+    }
+    pthread_join(t, NULL);
+    gwt_checks++;
+    if (thread_failures)
+        gwt_fail(__FILE__, __LINE__, "a sendrecv ring beside another thread's iallreduce loop", "failed or received wrong data");
+    bfree(x);
+    bfree(y);
+    bfree(m);
+    EXPECT_OK(gpuwire_comm_free(shared));
+}
+
 /* ---- argument errors from the call itself ------------------------------------------------- */
 
 /* The nonblocking call fails with `code`, writes no request, and the blocking form with the
@@ -1285,6 +1383,10 @@ int main(int argc, char **argv)
     if (!*only || !strcmp(only, "timeout")) {
         pending_timeout();
         mismatch_timeout();
+    }
+    if (!*only || !strcmp(only, "order")) {
+        create_after_pending();
+        p2p_beside_pending();
     }
     if (!*only || !strcmp(only, "args"))
         argument_errors();
