@@ -2084,7 +2084,8 @@ gpuwire_status gpuwire_allgather(gpuwire_comm comm,
  * exactly this rank's block of `recvbuf`.
  *
  * Collective. Errors as gpuwire_allgather, plus GPUWIRE_ERROR_INVALID_ARGUMENT (a negative
- * count).
+ * count); in checking mode, GPUWIRE_ERROR_COUNT_MISMATCH on every rank when ranks passed
+ * different `recvcounts`.
  */
 gpuwire_status gpuwire_allgatherv(gpuwire_comm comm,
                                   gpuwire_buffer sendbuf,

@@ -661,6 +661,7 @@ impl Communicator {
         let what = "allgatherv";
         let _call = self.enter(what, true)?;
         let size = self.size() as usize;
+        let given = counts.is_some();
         let exchanged;
         let counts: &[i64] = match counts {
             Some(c) => c,
@@ -694,7 +695,29 @@ impl Communicator {
         };
         let (sig, local) = self.plan_allgatherv_counts(send, recv, counts);
         let (input, ucounts, path) = self.agree(what, sig, local)?;
+        if given {
+            // (Counts gpuwire exchanged are the same on every rank by construction.)
+            self.agree_counts(what, &ucounts)?;
+        }
         path.allgatherv(self, input, recv, &ucounts, stream)
+    }
+
+    /// Checking mode: fails with COUNT_MISMATCH on every rank unless every rank passed the same
+    /// `recvcounts` (the MAX of each entry and of its negation across ranks).
+    fn agree_counts(&self, what: &str, counts: &[usize]) -> Result<()> {
+        if !self.config().check {
+            return Ok(());
+        }
+        let mut v: Vec<i64> = counts.iter().map(|n| *n as i64).chain(counts.iter().map(|n| -(*n as i64))).collect();
+        self.allreduce_max_i64(&mut v, what)?;
+        let p = counts.len();
+        if let Some(j) = (0..p).find(|&j| v[j] != -v[p + j]) {
+            return Err(count_mismatch(
+                what,
+                format!("ranks passed different recvcounts (recvcounts[{j}] from {} to {}; this rank {}); nothing was done on any rank", -v[p + j], v[j], counts[j]),
+            ));
+        }
+        Ok(())
     }
 
     pub(crate) fn plan_reduce_scatter(&self, send: &Buffer, recv: &Buffer, op: ReduceOp) -> (Sig, Result<&'static dyn Path>) {
@@ -1013,18 +1036,7 @@ impl Communicator {
         let _call = self.enter(what, true)?;
         let (sig, local) = self.plan_reduce_scatterv(send, recv, counts, op);
         let (input, ucounts, path) = self.agree(what, sig, local)?;
-        if self.config().check {
-            // The counts, the same on every rank: MAX of each and of its negation.
-            let mut v: Vec<i64> = ucounts.iter().map(|n| *n as i64).chain(ucounts.iter().map(|n| -(*n as i64))).collect();
-            self.allreduce_max_i64(&mut v, what)?;
-            let p = ucounts.len();
-            if let Some(j) = (0..p).find(|&j| v[j] != -v[p + j]) {
-                return Err(count_mismatch(
-                    what,
-                    format!("ranks passed different recvcounts (recvcounts[{j}] from {} to {}; this rank {}); nothing was done on any rank", -v[p + j], v[j], ucounts[j]),
-                ));
-            }
-        }
+        self.agree_counts(what, &ucounts)?;
         path.reduce_scatterv(self, input, recv, &ucounts, op, stream)
     }
 }

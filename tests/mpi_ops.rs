@@ -908,6 +908,12 @@ fn v_bad_inputs(ctx: &Ctx, checking: bool) {
         let rbuf = Buf::from_bytes(d, &sentinel(2 * d.size()));
         let st_ = gpuwire_reduce_scatterv(ctx.world, send.h, rbuf.view(0, c[r] as usize).h, c.as_ptr(), ReduceOp::GPUWIRE_SUM as i32, st());
         ctx.error(st_, Status::GPUWIRE_ERROR_COUNT_MISMATCH, &["different recvcounts"], "reduce_scatterv with counts that differ between ranks");
+        // allgatherv with the same counts, which add up alike on every rank (each rank sends its
+        // own entry): only the comparison of the counts themselves finds it.
+        let all = Buf::from_bytes(d, &sentinel(p * d.size()));
+        let st_ = gpuwire_allgatherv(ctx.world, send.view(0, c[r] as usize).h, all.h, c.as_ptr(), st());
+        ctx.error(st_, Status::GPUWIRE_ERROR_COUNT_MISMATCH, &["different recvcounts"], "allgatherv with counts that differ between ranks");
+        check_bytes(ctx, d, &all.read(), &sentinel(p * d.size()), "allgatherv with counts that differ between ranks: nothing received");
     }
     // The communicator is in step afterwards.
     let recv = Buf::from_bytes(d, &sentinel(p * d.size()));

@@ -761,7 +761,8 @@ pub extern "C" fn gpuwire_allgather(comm: gpuwire_comm, sendbuf: gpuwire_buffer,
 /// exactly this rank's block of `recvbuf`.
 ///
 /// Collective. Errors as gpuwire_allgather, plus GPUWIRE_ERROR_INVALID_ARGUMENT (a negative
-/// count).
+/// count); in checking mode, GPUWIRE_ERROR_COUNT_MISMATCH on every rank when ranks passed
+/// different `recvcounts`.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_allgatherv(
     comm: gpuwire_comm,
