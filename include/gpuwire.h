@@ -637,7 +637,8 @@ typedef struct {
   /**
    * 1 = before every collective, agree count, datatype, op and root across ranks and return
    * a mismatch error on every rank instead of hanging (GPUWIRE_CHECK). Costs one small
-   * MPI_Allreduce per collective.
+   * MPI_Allreduce per collective (a second one for the counts of allgatherv and
+   * reduce_scatterv when they are given).
    */
   int32_t check;
   /**
@@ -649,7 +650,9 @@ typedef struct {
    * With a timeout, no collective, point-to-point call or wait on the communicator blocks
    * longer, on any backend, checking mode on or off: past it the call returns
    * GPUWIRE_ERROR_TIMEOUT and the communicator is broken (later calls return
-   * GPUWIRE_ERROR_COMM_BROKEN). Communicator creation (comm_world, comm_create, split, dup,
+   * GPUWIRE_ERROR_COMM_BROKEN); gpuwire_waitany over requests of several communicators may
+   * take the shortest of their timeouts plus the chosen request's own (see there).
+   * Communicator creation (comm_world, comm_create, split, dup,
    * the first darray_create on a communicator) is not bounded, on any rank (MPI has no
    * nonblocking MPI_Comm_split). 0, or at least 0.001 (1 ms) and at
    * most 1e9 (about 31.7 years): other values (negative, NaN, infinite, shorter, longer) are
@@ -802,7 +805,8 @@ gpuwire_status gpuwire_buffer_alloc(int64_t count,
  *
  * Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`out`, or `ptr` NULL with
  * count > 0), GPUWIRE_ERROR_INVALID_ARGUMENT (negative count, misaligned pointer, space that
- * contradicts CUDA), GPUWIRE_ERROR_UNSUPPORTED_DTYPE, GPUWIRE_ERROR_NOT_INITIALIZED.
+ * contradicts CUDA), GPUWIRE_ERROR_BACKEND_UNAVAILABLE (GPUWIRE_SPACE_DEVICE without a
+ * CUDA driver), GPUWIRE_ERROR_UNSUPPORTED_DTYPE, GPUWIRE_ERROR_NOT_INITIALIZED.
  */
 gpuwire_status gpuwire_buffer_wrap(void *ptr,
                                    int64_t count,

@@ -331,7 +331,7 @@ impl Buffer {
     /// gpuwire_buffer_view_strided: `count` blocks of `blocklen` elements, the first at element
     /// `offset` of `parent`, each `stride` elements after the previous one (as MPI_Type_vector).
     pub fn view_strided(parent: &Arc<Buffer>, offset: i64, count: i64, blocklen: i64, stride: i64) -> Result<Buffer> {
-        let what = "gpuwire_buffer_view_strided";
+        let what = "view_strided";
         parent.unshaped(what)?;
         let nonneg = |v: i64, name: &str| {
             usize::try_from(v).map_err(|_| Error::InvalidArgument(format!("{what}: {name} {v} is negative{}", if name == "stride" { " (negative strides are not supported: view the blocks in increasing order)" } else { "" })))
@@ -359,7 +359,7 @@ impl Buffer {
     /// of `sizes` elements laid out from `parent`'s first element in `order` (as
     /// MPI_Type_create_subarray).
     pub fn view_subarray(parent: &Arc<Buffer>, sizes: &[i64], subsizes: &[i64], starts: &[i64], order: Order) -> Result<Buffer> {
-        let what = "gpuwire_buffer_view_subarray";
+        let what = "view_subarray";
         parent.unshaped(what)?;
         let nd = sizes.len();
         if !(1..=4).contains(&nd) {
@@ -403,7 +403,7 @@ impl Buffer {
     /// 0 <= i_k < lens[k], at element offset sum i_k strides[k] from `ptr`, in that order with the
     /// first index varying fastest (Fortran's array element order: an array section's).
     pub fn wrap_strided(ptr: usize, lens: &[i64], strides: &[i64], dtype: Dtype, space: Space) -> Result<Buffer> {
-        let what = "gpuwire_buffer_wrap_strided";
+        let what = "wrap_strided";
         if !(1..=15).contains(&lens.len()) {
             return Err(Error::InvalidArgument(format!("{what}: ndim {}: expected 1 to 15", lens.len())));
         }

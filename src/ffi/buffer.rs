@@ -40,7 +40,8 @@ pub extern "C" fn gpuwire_buffer_alloc(count: i64, dtype: i32, space: i32, devic
 ///
 /// Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`out`, or `ptr` NULL with
 /// count > 0), GPUWIRE_ERROR_INVALID_ARGUMENT (negative count, misaligned pointer, space that
-/// contradicts CUDA), GPUWIRE_ERROR_UNSUPPORTED_DTYPE, GPUWIRE_ERROR_NOT_INITIALIZED.
+/// contradicts CUDA), GPUWIRE_ERROR_BACKEND_UNAVAILABLE (GPUWIRE_SPACE_DEVICE without a
+/// CUDA driver), GPUWIRE_ERROR_UNSUPPORTED_DTYPE, GPUWIRE_ERROR_NOT_INITIALIZED.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_buffer_wrap(ptr: *mut c_void, count: i64, dtype: i32, space: i32, out: *mut gpuwire_buffer) -> gpuwire_status {
     call("gpuwire_buffer_wrap", || {
@@ -124,12 +125,12 @@ pub extern "C" fn gpuwire_buffer_view_subarray(
         non_null(starts, "starts")?;
         let parent = boundary::buffer(buf)?;
         if !(1..=4).contains(&ndim) {
-            return Err(Error::InvalidArgument(format!("gpuwire_buffer_view_subarray: ndim {ndim}: expected 1 to 4")));
+            return Err(Error::InvalidArgument(format!("view_subarray: ndim {ndim}: expected 1 to 4")));
         }
         let order = match order {
             GPUWIRE_ORDER_C => Order::C,
             GPUWIRE_ORDER_FORTRAN => Order::Fortran,
-            o => return Err(Error::InvalidArgument(format!("gpuwire_buffer_view_subarray: order {o}: expected GPUWIRE_ORDER_C (0) or GPUWIRE_ORDER_FORTRAN (1)"))),
+            o => return Err(Error::InvalidArgument(format!("view_subarray: order {o}: expected GPUWIRE_ORDER_C (0) or GPUWIRE_ORDER_FORTRAN (1)"))),
         };
         let n = ndim as usize;
         // SAFETY: the caller passes ndim elements in each array (checked non-NULL).
@@ -170,7 +171,7 @@ pub extern "C" fn gpuwire_buffer_wrap_strided(
         non_null(strides, "strides")?;
         runtime::ensure_ready()?;
         if !(1..=15).contains(&ndim) {
-            return Err(Error::InvalidArgument(format!("gpuwire_buffer_wrap_strided: ndim {ndim}: expected 1 to 15")));
+            return Err(Error::InvalidArgument(format!("wrap_strided: ndim {ndim}: expected 1 to 15")));
         }
         // SAFETY: the caller passes ndim elements in each array (checked non-NULL).
         let (l, s) = unsafe { (std::slice::from_raw_parts(lens, ndim as usize), std::slice::from_raw_parts(strides, ndim as usize)) };

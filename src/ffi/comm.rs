@@ -25,7 +25,8 @@ pub struct gpuwire_config {
     pub device: i32,
     /// 1 = before every collective, agree count, datatype, op and root across ranks and return
     /// a mismatch error on every rank instead of hanging (GPUWIRE_CHECK). Costs one small
-    /// MPI_Allreduce per collective.
+    /// MPI_Allreduce per collective (a second one for the counts of allgatherv and
+    /// reduce_scatterv when they are given).
     pub check: i32,
     /// How the staged backend holds host copies (a gpuwire_staging; GPUWIRE_STAGING).
     pub staging: i32,
@@ -33,7 +34,9 @@ pub struct gpuwire_config {
     /// With a timeout, no collective, point-to-point call or wait on the communicator blocks
     /// longer, on any backend, checking mode on or off: past it the call returns
     /// GPUWIRE_ERROR_TIMEOUT and the communicator is broken (later calls return
-    /// GPUWIRE_ERROR_COMM_BROKEN). Communicator creation (comm_world, comm_create, split, dup,
+    /// GPUWIRE_ERROR_COMM_BROKEN); gpuwire_waitany over requests of several communicators may
+    /// take the shortest of their timeouts plus the chosen request's own (see there).
+    /// Communicator creation (comm_world, comm_create, split, dup,
     /// the first darray_create on a communicator) is not bounded, on any rank (MPI has no
     /// nonblocking MPI_Comm_split). 0, or at least 0.001 (1 ms) and at
     /// most 1e9 (about 31.7 years): other values (negative, NaN, infinite, shorter, longer) are
