@@ -448,6 +448,14 @@ pub fn tracing() -> bool {
     *ON.get_or_init(|| crate::config::env_flag("GPUWIRE_TRACE"))
 }
 
+/// Whether nothing queued on `c`'s engine must reach MPI before `op` (on device memory or
+/// not): a point-to-point operation on host memory waits only for queued point-to-point
+/// operations (`Engine::no_p2p`: MPI matches it apart from collectives), every other operation
+/// for everything queued.
+fn nothing_before(c: &Communicator, op: &Op, device: bool) -> bool {
+    if !device && op.is_p2p() { c.engine().no_p2p() } else { c.engine().idle() }
+}
+
 /// Where `issue` sends `op` and why, in words (for `GPUWIRE_TRACE`); `grouped` inside a group.
 pub fn route(c: &Communicator, op: &Op, nonblocking: bool, grouped: bool) -> String {
     let device = op.on_device(c);
@@ -458,7 +466,7 @@ pub fn route(c: &Communicator, op: &Op, nonblocking: bool, grouped: bool) -> Str
     } else if nonblocking && device && op.nccl_native(c) {
         "enqueued on the stream by NCCL; the request completes when the stream passes it"
     } else if nonblocking && op.is_p2p() {
-        if c.engine().idle() { "started now" } else { "queued behind earlier operations of the communicator (progress engine)" }
+        if nothing_before(c, op, device) { "started now" } else { "queued behind earlier operations of the communicator (progress engine)" }
     } else if nonblocking {
         if engine::available() { "queued on the communicator's progress engine" } else { "run now (below MPI_THREAD_MULTIPLE)" }
     } else if device && op.nccl_native(c) {
@@ -469,7 +477,7 @@ pub fn route(c: &Communicator, op: &Op, nonblocking: bool, grouped: bool) -> Str
         } else {
             "stream-ordered, MPI on the calling thread, which then waits for the stream (GPUWIRE_HOST_SYNC=1, checking mode, or below MPI_THREAD_MULTIPLE)"
         }
-    } else if !c.engine().idle() {
+    } else if !nothing_before(c, op, device) {
         "queued behind earlier operations of the communicator, waited for"
     } else if device && crate::backend::ipc::p2p_stream_ordered(c) {
         "run now on the calling thread, stream-ordered by IPC where it can be (collectives, point-to-point of more than 1 KiB): enqueued on the stream around the shared segment's words"
@@ -510,11 +518,8 @@ pub fn issue(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -
     if device && c.device() >= 0 && !op.nccl_native(c) && ordered::applies(c, nonblocking) {
         return issue_ordered(c, op, stream, nonblocking);
     }
-    // Whether nothing queued must reach MPI before this operation: a point-to-point operation on
-    // host memory waits only for queued point-to-point operations (`Engine::no_p2p`: MPI
-    // matches it apart from collectives), every other operation for everything queued.
     let host_p2p = !device && op.is_p2p();
-    let clear = if host_p2p { eng.no_p2p() } else { eng.idle() };
+    let clear = nothing_before(c, &op, device);
     // The common case first, as in gpuwire 0.1: a blocking call that runs now on this thread
     // (validation, agreement and errors are the operation's own).
     if !nonblocking && clear {
