@@ -351,14 +351,14 @@ def _describe_array(array):
         if not array.dtype.isnative:
             _check_byte_order(array.dtype.byteorder, array.dtype.str)
         name = array.dtype.name
-        pair = _pair_of(array.dtype)
-        if pair is not None:
-            return array.ctypes.data, array.size, pair, False, None, array
-        if name not in _DTYPES:
-            raise ValueError(f"gpuwire: unsupported dtype {name}")
+        code = _pair_of(array.dtype)
+        if code is None:
+            if name not in _DTYPES:
+                raise ValueError(f"gpuwire: unsupported dtype {name}")
+            code = _DTYPES[name]
         if not (flags.c_contiguous or flags.f_contiguous):
-            raise _Strided(array.ctypes.data, array.shape, array.strides, array.dtype.itemsize, _DTYPES[name], False, None, array)
-        return array.ctypes.data, array.size, _DTYPES[name], False, None, array
+            raise _Strided(array.ctypes.data, array.shape, array.strides, array.dtype.itemsize, code, False, None, array)
+        return array.ctypes.data, array.size, code, False, None, array
     if hasattr(array, "__dlpack__") and hasattr(array, "__dlpack_device__"):  # PyTorch CPU, JAX, ...
         return _describe_dlpack(array)
     ai = getattr(array, "__array_interface__", None)
@@ -555,36 +555,41 @@ class Request:
         self.handle = _handle(handle)
         self._keep = keep
 
+    def _settle(self, st):
+        """After a call that may have finished the request (its handle is then NULL): its array is
+        let go, unless the call abandoned the operation (TIMEOUT, COMM_BROKEN: MPI may still
+        write it when a late peer arrives), which keeps the array alive for good."""
+        if not self.handle.value and self._keep is not None:
+            if st in (ERROR_TIMEOUT, ERROR_COMM_BROKEN):
+                _ABANDONED.append(self._keep)
+            self._keep = None
+
     def wait(self):
-        try:
-            _check(lib.gpuwire_wait(ctypes.byref(self.handle)))
-        finally:
-            if not self.handle.value:
-                self._keep = None
+        st = lib.gpuwire_wait(ctypes.byref(self.handle))
+        self._settle(st)
+        _check(st)
 
     def test(self):
         flag = c_int32()
-        _check(lib.gpuwire_test(ctypes.byref(self.handle), ctypes.byref(flag)))
-        if flag.value:
-            self._keep = None
+        st = lib.gpuwire_test(ctypes.byref(self.handle), ctypes.byref(flag))
+        self._settle(st)
+        _check(st)
         return flag.value != 0
 
     def wait_status(self):
         """gpuwire_wait_status: waits; what its receive matched (a StatusT: source, tag, count)."""
         st = StatusT()
-        try:
-            _check(lib.gpuwire_wait_status(ctypes.byref(self.handle), ctypes.byref(st)))
-        finally:
-            if not self.handle.value:
-                self._keep = None
+        rc = lib.gpuwire_wait_status(ctypes.byref(self.handle), ctypes.byref(st))
+        self._settle(rc)
+        _check(rc)
         return st
 
     def test_status(self):
         """gpuwire_test_status: (completed, StatusT or None)."""
         flag, st = c_int32(), StatusT()
-        _check(lib.gpuwire_test_status(ctypes.byref(self.handle), ctypes.byref(flag), ctypes.byref(st)))
-        if flag.value:
-            self._keep = None
+        rc = lib.gpuwire_test_status(ctypes.byref(self.handle), ctypes.byref(flag), ctypes.byref(st))
+        self._settle(rc)
+        _check(rc)
         return flag.value != 0, (st if flag.value else None)
 
     def active(self):
@@ -631,12 +636,12 @@ class Request:
 
 
 def waitall(requests):
-    """gpuwire_waitall over a list of Request: all are completed (NULL) afterwards."""
-    arr = (_handle * len(requests))(*(r.handle.value for r in requests))
+    """gpuwire_waitall over a list of Request: all are completed (NULL) afterwards, unless the
+    call was refused (the same request twice, inside a group: the requests are left as they
+    were)."""
+    arr = _request_array(requests)
     st = lib.gpuwire_waitall(len(requests), arr)
-    for r, h in zip(requests, arr):
-        r.handle.value = h
-        r._keep = None
+    _back(requests, arr, st)
     _check(st)
 
 
@@ -644,11 +649,13 @@ def _request_array(requests):
     return (_handle * max(len(requests), 1))(*(r.handle.value for r in requests))
 
 
-def _back(requests, arr):
+def _back(requests, arr, st):
+    """The handles the C call left, and what becomes of the arrays of those it finished (one
+    that TIMEOUT or COMM_BROKEN may have abandoned among them keeps its array for good: the
+    call's status does not say which)."""
     for r, h in zip(requests, arr):
         r.handle.value = h
-        if not h:
-            r._keep = None
+        r._settle(st)
 
 
 def waitany(requests):
@@ -656,7 +663,7 @@ def waitany(requests):
     UNDEFINED when every request is already complete (NULL)."""
     arr, index, st = _request_array(requests), c_int32(), StatusT()
     rc = lib.gpuwire_waitany(len(requests), arr, ctypes.byref(index), ctypes.byref(st))
-    _back(requests, arr)
+    _back(requests, arr, rc)
     _check(rc)
     return index.value, st
 
@@ -666,7 +673,7 @@ def testany(requests):
     request is NULL."""
     arr, index, flag, st = _request_array(requests), c_int32(), c_int32(), StatusT()
     rc = lib.gpuwire_testany(len(requests), arr, ctypes.byref(index), ctypes.byref(flag), ctypes.byref(st))
-    _back(requests, arr)
+    _back(requests, arr, rc)
     _check(rc)
     return flag.value != 0, index.value, st
 
@@ -676,7 +683,7 @@ def testall(requests):
     arr, flag = _request_array(requests), c_int32()
     sts = (StatusT * max(len(requests), 1))()
     rc = lib.gpuwire_testall(len(requests), arr, ctypes.byref(flag), sts)
-    _back(requests, arr)
+    _back(requests, arr, rc)
     _check(rc)
     return flag.value != 0, (list(sts)[:len(requests)] if flag.value else None)
 
@@ -1109,13 +1116,17 @@ def _numpy():
 
 
 def _dtype_code(dtype):
-    """A gpuwire datatype from a gpuwire constant or anything numpy.dtype() takes."""
+    """A gpuwire datatype from a gpuwire constant or anything numpy.dtype() takes (a pair_dtype
+    too)."""
     if isinstance(dtype, int):
         return dtype
-    name = _numpy().dtype(dtype).name
-    if name not in _DTYPES:
-        raise ValueError(f"gpuwire: unsupported dtype {name}")
-    return _DTYPES[name]
+    dt = _numpy().dtype(dtype)
+    pair = _pair_of(dt)
+    if pair is not None:
+        return pair
+    if dt.name not in _DTYPES:
+        raise ValueError(f"gpuwire: unsupported dtype {dt.name}")
+    return _DTYPES[dt.name]
 
 
 class DArray:
@@ -1265,6 +1276,8 @@ class DArray:
     def _np_dtype(self):
         names = {v: k for k, v in _DTYPES.items()}
         d = self.dtype()
+        if d in _PAIRS:
+            return pair_dtype(d)
         if d not in names:
             raise ValueError(f"gpuwire: datatype {d} has no NumPy dtype")
         return _numpy().dtype(names[d])

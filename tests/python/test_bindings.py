@@ -503,6 +503,74 @@ def views(world):
         pass
 
 
+def keeps_arrays(world):
+    """Arrays the package hands to gpuwire: a strided array of pairs is a strided buffer, and a
+    request keeps its arrays while MPI may still write them (a refused waitall, a timed-out wait)."""
+    size, rank = world.size(), world.rank()
+    pt = gw.pair_dtype(gw.FLOAT64_INT32)
+    q = np.zeros(8, pt)
+    q["value"] = 1000.0 * rank + 10 * np.arange(8)
+    q["index"] = rank
+    world.allreduce(q[::2], op=gw.MAXLOC)
+    want_v = [1000.0 * (size - 1) + 10 * i if i % 2 == 0 else 1000.0 * rank + 10 * i for i in range(8)]
+    want_i = [size - 1 if i % 2 == 0 else rank for i in range(8)]
+    check(q["value"].tolist() == want_v and q["index"].tolist() == want_i,
+          f"MAXLOC allreduce of a strided pair array q[::2]: {q['value'].tolist()} {q['index'].tolist()}")
+
+    # A refused waitall (the same request twice) leaves the request pending with its array.
+    r = world.irecv(np.full(5, -1.0), rank, 31)
+    try:
+        gw.waitall([r, r])
+        check(False, "waitall of one request twice was accepted")
+    except gw.Error as e:
+        check(e.code == gw.ERROR_INVALID_ARGUMENT, f"waitall of one request twice: {e.code}")
+    check(r.active() and r._keep is not None, "a refused waitall keeps the request and its array")
+    gc.collect()
+    world.send(np.arange(5.0), rank, 31)
+    r.wait()
+    check(r._keep is None, "a completed request lets its array go")
+
+    # A timed-out wait abandons the operation: its arrays are kept for good (MPI writes them when
+    # the late ranks arrive).
+    if size > 1:
+        cfg = gw.config_init()
+        cfg.timeout_seconds = 0.3
+        late = gw.Comm(MPI.COMM_WORLD, config=cfg)
+        out = np.zeros(64)
+        if rank == 0:
+            rq = late.iallreduce(np.ones(64), out)
+            del out
+            try:
+                rq.wait()
+                check(False, "an iallreduce the other ranks join late did not time out")
+            except gw.Error as e:
+                check(e.code == gw.ERROR_TIMEOUT, f"iallreduce joined late: {e.code}")
+            # (A request keeps its Buffers, each Buffer its array.)
+            kept = [getattr(b, "_keep", None) for b in (gw._ABANDONED[-1] if gw._ABANDONED else ())]
+            check(rq._keep is None and len(kept) == 2 and all(getattr(k, "shape", None) == (64,) for k in kept),
+                  "a timed-out request's arrays are kept for good")
+            MPI.COMM_WORLD.Barrier()
+            MPI.COMM_WORLD.Barrier()
+            check(len(kept) == 2 and (kept[1] == size).all(), "MPI wrote the kept receive array when the late ranks arrived")
+        else:
+            MPI.COMM_WORLD.Barrier()
+            late.allreduce(np.ones(64), out)
+            check((out == size).all(), "the late ranks' allreduce")
+            MPI.COMM_WORLD.Barrier()
+        late.free()
+
+    # Distributed arrays of a pair datatype, by constant and by NumPy dtype.
+    for dt in (gw.FLOAT64_INT32, pt):
+        d = gw.DArray(world, 2 * size, dt)
+        g = np.zeros(2 * size, pt)
+        g["value"] = np.arange(2 * size) * 1.5
+        g["index"] = np.arange(2 * size)
+        d.set_global(g)
+        mine = d.numpy()
+        check(mine.dtype == pt and mine["index"].tolist() == [2 * rank, 2 * rank + 1], f"DArray of pairs ({dt!r})")
+        d.free()
+
+
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     want_cupy = "--cupy" in sys.argv
@@ -519,6 +587,7 @@ def main():
         vcollectives(world)
         status(world)
         views(world)
+        keeps_arrays(world)
         if want_cupy:
             byte_order_cupy(world)
             label = "numpy and cupy"
