@@ -105,9 +105,9 @@
 !     the darray's datatype (checked the same way), or a type(c_ptr) for the other datatypes;
 !     gpuwire_darray_norm's result is real(real64) for every datatype.
 !   - gpuwire_darray_local_lens(darray, lens) writes one entry per rank of the array's
-!     communicator: `lens` must have at least that many (the array cannot tell; MPI does not
-!     check the count arrays of MPI_Allgatherv either). gpuwire_darray_shape and _local_shape
-!     check that their array has at least ndim entries.
+!     communicator: `lens` must have at least that many (GPUWIRE_ERROR_INVALID_ARGUMENT
+!     otherwise). gpuwire_darray_shape and _local_shape check that their array has at least
+!     ndim entries.
 !
 ! Every function of include/gpuwire.h appears twice: in gpuwire_c (generated) and as a generic in
 ! gpuwire (written here). scripts/check-bindings.py checks both (and the constants and the config
