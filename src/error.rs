@@ -177,6 +177,13 @@ pub enum Error {
 
 impl Error {
     /// The C status code of this error.
+    /// Whether an operation that failed with this error may have left an MPI request behind
+    /// (abandoned at a timeout, or given up on a broken communicator): MPI may still read and
+    /// write its buffers, which must then never be freed.
+    pub fn abandons(&self) -> bool {
+        matches!(self, Error::Timeout(_) | Error::CommBroken(_))
+    }
+
     pub fn status(&self) -> Status {
         use Status::*;
         match self {

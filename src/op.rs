@@ -448,6 +448,15 @@ pub fn tracing() -> bool {
     *ON.get_or_init(|| crate::config::env_flag("GPUWIRE_TRACE"))
 }
 
+/// A blocking call that failed by a timeout or a broken communicator may have left an MPI
+/// request behind (abandoned at its deadline): MPI may still write its buffers when a late peer
+/// arrives (in MPI_Finalize at the latest), so they are never freed.
+fn keep_if_abandoned(op: &Op, e: &Error) {
+    if e.abandons() {
+        std::mem::forget(op.buffers());
+    }
+}
+
 /// Whether nothing queued on `c`'s engine must reach MPI before `op` (on device memory or
 /// not): a point-to-point operation on host memory waits only for queued point-to-point
 /// operations (`Engine::no_p2p`: MPI matches it apart from collectives), every other operation
@@ -526,7 +535,7 @@ pub fn issue(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -
         if device && c.device() >= 0 && !op.nccl_native(c) {
             refuse_capture(c, stream)?;
         }
-        op.run(c, stream)?;
+        op.run(c, stream).inspect_err(|e| keep_if_abandoned(&op, e))?;
         if device && engine::host_sync() {
             let _ctx = CtxGuard::enter(c.device())?;
             crate::device::sync(stream)?;
@@ -577,7 +586,9 @@ pub fn issue(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -
     let (c2, op2) = (c.clone(), op.clone());
     let p2p = op.is_p2p();
     let done = eng.submit(Box::new(move || op2.run(&c2, stream)), false, p2p);
-    done.wait_until(None).unwrap_or_else(|| Err(Error::Internal("engine wait without deadline ended".into())))?;
+    done.wait_until(None)
+        .unwrap_or_else(|| Err(Error::Internal("engine wait without deadline ended".into())))
+        .inspect_err(|e| keep_if_abandoned(&op, e))?;
     if device && engine::host_sync() {
         let _ctx = CtxGuard::enter(c.device())?;
         crate::device::sync(stream)?;

@@ -203,8 +203,9 @@ impl Request {
         let Some(t) = self.comm.config().timeout else {
             let r = op.wait();
             self.note(&*op);
-            if r.is_ok() {
-                op.recycle();
+            match &r {
+                Ok(()) => op.recycle(),
+                Err(e) => self.keep_if_abandoned(e),
             }
             return r;
         };
@@ -216,6 +217,7 @@ impl Request {
                 Ok(false) => {}
                 Err(e) => {
                     self.note(&*op);
+                    self.keep_if_abandoned(&e);
                     return Err(e);
                 }
             }
@@ -257,6 +259,7 @@ impl Request {
                     Ok(d) => d,
                     Err(e) => {
                         self.note(&**op);
+                        self.keep_if_abandoned(&e);
                         return Err(e);
                     }
                 };
@@ -282,6 +285,9 @@ impl Request {
         let settle = if self.comm.config().timeout.is_some() { SETTLE } else { Duration::ZERO };
         let done = op.test_settled(Instant::now() + settle);
         self.note(&*op);
+        if let Err(e) = &done {
+            self.keep_if_abandoned(e);
+        }
         if done? {
             return Ok(());
         }
@@ -289,6 +295,15 @@ impl Request {
             self.bufs.keep_for_ever();
         }
         Err(broken)
+    }
+
+    /// An operation that failed by a timeout or a broken communicator may have left its MPI
+    /// request behind (an engine's step abandoned at its deadline): its buffers are kept for
+    /// ever, as at a wait's own timeout.
+    fn keep_if_abandoned(&self, e: &Error) {
+        if e.abandons() {
+            self.bufs.keep_for_ever();
+        }
     }
 
     /// gpuwire_request_free: completes the request if it completes within the communicator's
@@ -307,7 +322,11 @@ impl Request {
         loop {
             match op.test() {
                 Ok(true) => return Ok(()),
-                Err(e) => return Err(e), // failed: finished, released as gpuwire_wait releases it
+                Err(e) => {
+                    // Failed: finished, released as gpuwire_wait releases it.
+                    self.keep_if_abandoned(&e);
+                    return Err(e);
+                }
                 Ok(false) => {}
             }
             match deadline {

@@ -724,6 +724,57 @@ static void mismatch_timeout(void)
     }
 }
 
+/* A collective the last rank joins after the others timed out: MPI completes the abandoned
+ * requests later (here in a barrier), writing the early ranks' receive buffers, which the program
+ * has freed meanwhile. gpuwire keeps that memory (it freed it before: a later allocation got the
+ * late peer's data, and MPI_Finalize aborted on a corrupted heap). Blocking and nonblocking. */
+static void late_peer(void)
+{
+    if (size < 2)
+        return;
+    const int64_t n = 4096;
+    for (int k = 0; k < 2; k++) {
+        gpuwire_config cfg;
+        EXPECT_OK(gpuwire_config_init(&cfg));
+        cfg.timeout_seconds = 0.3;
+        gpuwire_comm tc = GPUWIRE_COMM_NULL;
+        EXPECT_OK(gpuwire_comm_world(&cfg, &tc));
+        gpuwire_buffer s = balloc(n, GPUWIRE_INT32), r = balloc(n, GPUWIRE_INT32);
+        for (int64_t i = 0; i < n; i++)
+            ((int32_t *)bptr(s))[i] = 1;
+        if (rank < size - 1) {
+            gpuwire_request q = GPUWIRE_REQUEST_NULL;
+            gpuwire_status st = k == 0 ? gpuwire_allreduce(tc, s, r, GPUWIRE_SUM, NULL)
+                                       : call_then_wait(gpuwire_iallreduce(tc, s, r, GPUWIRE_SUM, NULL, &q), &q);
+            gwt_checks++;
+            if (st != GPUWIRE_ERROR_TIMEOUT)
+                gwt_fail(__FILE__, __LINE__, "an allreduce the last rank joins late", gpuwire_status_string(st));
+            bfree(s);
+            bfree(r);
+            /* Fresh memory of the same size, likely where the freed buffers were. */
+            gpuwire_buffer fresh[8];
+            for (int j = 0; j < 8; j++) {
+                fresh[j] = balloc(n, GPUWIRE_INT32);
+                memset(bptr(fresh[j]), 0x5a, (size_t)n * 4);
+            }
+            MPI_Barrier(MPI_COMM_WORLD);
+            MPI_Barrier(MPI_COMM_WORLD);
+            for (int j = 0; j < 8; j++) {
+                EXPECT(all_bytes(bptr(fresh[j]), (size_t)n * 4, 0x5a));
+                bfree(fresh[j]);
+            }
+        } else {
+            MPI_Barrier(MPI_COMM_WORLD);
+            EXPECT_OK(gpuwire_allreduce(tc, s, r, GPUWIRE_SUM, NULL));
+            EXPECT(((int32_t *)bptr(r))[n - 1] == size);
+            MPI_Barrier(MPI_COMM_WORLD);
+            bfree(s);
+            bfree(r);
+            EXPECT_OK(gpuwire_comm_free(tc));
+        }
+    }
+}
+
 /* ---- what a pending nonblocking collective must not hold up ---------------------------------
  * A pending iallreduce, then gpuwire_comm_dup and gpuwire_comm_split on the same communicator
  * from the same thread: they run after it (in call order), and it completes with its value.
@@ -1383,6 +1434,7 @@ int main(int argc, char **argv)
     if (!*only || !strcmp(only, "timeout")) {
         pending_timeout();
         mismatch_timeout();
+        late_peer();
     }
     if (!*only || !strcmp(only, "order")) {
         create_after_pending();
