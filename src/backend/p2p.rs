@@ -664,16 +664,32 @@ pub fn recv(c: &Communicator, w: Want) -> Result<Matched> {
 pub fn probe(c: &Communicator, source: i32, tag: i32, block: bool) -> Result<Option<Matched>> {
     let (s, t) = (mpi_source(source), mpi_tag(tag));
     let iprobe = || -> Result<Option<Matched>> {
-        progress();
-        let _mpi = crate::runtime::mpi_lock();
-        let mut flag: c_int = 0;
-        // SAFETY: plain out-parameters.
-        let mut status: sys::MPI_Status = unsafe { std::mem::zeroed() };
-        mpisys::check(unsafe { sys::MPI_Iprobe(s, t, c.raw(), &mut flag, &mut status) }, "MPI_Iprobe")?;
-        if flag == 0 {
-            return Ok(None);
+        loop {
+            progress();
+            let queued = QUEUED.load(Ordering::Acquire);
+            let m = {
+                let _mpi = crate::runtime::mpi_lock();
+                let mut flag: c_int = 0;
+                // SAFETY: plain out-parameters.
+                let mut status: sys::MPI_Status = unsafe { std::mem::zeroed() };
+                mpisys::check(unsafe { sys::MPI_Iprobe(s, t, c.raw(), &mut flag, &mut status) }, "MPI_Iprobe")?;
+                if flag == 0 {
+                    return Ok(None);
+                }
+                Matched::of(&status)?
+            };
+            if !spoken_for(c, m.source, m.tag) {
+                return Ok(Some(m));
+            }
+            // The message arrived after the pass above, and a receive posted before the probe
+            // matches it: that receive takes it (the next pass), and the probe looks again. If
+            // no receive could take it yet (one waits behind an earlier one), the probe sees
+            // nothing for now.
+            progress();
+            if QUEUED.load(Ordering::Acquire) >= queued {
+                return Ok(None);
+            }
         }
-        Matched::of(&status).map(Some)
     };
     if !block {
         return iprobe();
@@ -690,6 +706,13 @@ pub fn probe(c: &Communicator, source: i32, tag: i32, block: bool) -> Result<Opt
         Ok(found.is_some())
     })?;
     Ok(found)
+}
+
+/// Whether a deferred receive of `c` that has not taken its message yet could take one from
+/// `source` with `tag` (MPI's rank and tag): it takes it before a probe sees it, as in MPI.
+fn spoken_for(c: &Communicator, source: i32, tag: i32) -> bool {
+    let key = c as *const Communicator as usize;
+    lock(&QUEUE).iter().any(|e| e.key == key && overlap((e.want.source, e.want.tag), (source, tag)))
 }
 
 /// A blocking send of `count` elements at `ptr`: MPI_Send when nothing needs progress and no

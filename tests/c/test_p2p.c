@@ -424,6 +424,56 @@ static void test_pending_across_collective(gpuwire_comm comm)
     EXPECT_OK(gpuwire_buffer_free(s));
 }
 
+/* ---- a probe after a receive that is still deferred ------------------------------------------
+ * Rank 0 posts an irecv of 10 elements from rank 1 before the message is there, then probes
+ * (blocking, then a gpuwire_iprobe loop); rank 1 sends 10 elements, then 20. The receive posted
+ * earlier takes the first message, so each probe must report the second one (20 elements), as in
+ * MPI: the probe reported the first one (the 10 elements), and the receive of what it reported
+ * then truncated the second message. Also with GPUWIRE_ANY_SOURCE on the irecv. */
+static void test_probe_after_deferred(gpuwire_comm comm)
+{
+    if (size < 2)
+        return;
+    for (int k = 0; k < 3; k++) {
+        int src = k == 1 ? GPUWIRE_ANY_SOURCE : 1;
+        if (rank == 0) {
+            gpuwire_buffer r1 = balloc(10, GPUWIRE_INT32);
+            gpuwire_request q = GPUWIRE_REQUEST_NULL;
+            EXPECT_OK(gpuwire_irecv(comm, r1, src, 41, NULL, &q));
+            MPI_Barrier(MPI_COMM_WORLD); /* the irecv is posted (and deferred) before any send */
+            gpuwire_status_t st;
+            st.count = -1;
+            if (k < 2) {
+                EXPECT_OK(gpuwire_probe(comm, 1, 41, GPUWIRE_INT32, &st));
+            } else {
+                int32_t flag = 0;
+                while (!flag)
+                    EXPECT_OK(gpuwire_iprobe(comm, 1, 41, GPUWIRE_INT32, &flag, &st));
+            }
+            EXPECT(st.count == 20 && st.source == 1);
+            gpuwire_buffer r2 = balloc(20, GPUWIRE_INT32);
+            EXPECT_OK(gpuwire_recv(comm, r2, 1, 41, NULL));
+            EXPECT(is_seq(bptr(r2), 20, 200));
+            EXPECT_OK(gpuwire_wait(&q));
+            EXPECT(is_seq(bptr(r1), 10, 100));
+            EXPECT_OK(gpuwire_buffer_free(r1));
+            EXPECT_OK(gpuwire_buffer_free(r2));
+        } else {
+            MPI_Barrier(MPI_COMM_WORLD);
+            if (rank == 1) {
+                gpuwire_buffer s1 = balloc(10, GPUWIRE_INT32), s2 = balloc(20, GPUWIRE_INT32);
+                fill_seq(bptr(s1), 10, 100);
+                fill_seq(bptr(s2), 20, 200);
+                EXPECT_OK(gpuwire_send(comm, s1, 0, 41, NULL));
+                EXPECT_OK(gpuwire_send(comm, s2, 0, 41, NULL));
+                EXPECT_OK(gpuwire_buffer_free(s1));
+                EXPECT_OK(gpuwire_buffer_free(s2));
+            }
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
+}
+
 /* ---- issue 13: receive status, wildcards, probe, waitany/testany/testall, abort ---------- */
 
 static gpuwire_status_t blank_status(void)
@@ -1114,8 +1164,10 @@ int main(int argc, char **argv)
         test_checking();
     if (!*only || !strcmp(only, "pending"))
         test_pending_across_collective(comm);
-    if (!*only || !strcmp(only, "status"))
+    if (!*only || !strcmp(only, "status")) {
         test_status(comm);
+        test_probe_after_deferred(comm);
+    }
     if (!*only || !strcmp(only, "views"))
         test_views(comm);
 
