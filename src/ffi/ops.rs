@@ -306,11 +306,15 @@ pub extern "C" fn gpuwire_wait(request: *mut gpuwire_request) -> gpuwire_status 
 /// they are and may still read or write the buffer, so keep that memory valid (a buffer from
 /// gpuwire_buffer_alloc is then kept for ever); and the communicator is marked broken on this
 /// rank: every later call on it returns GPUWIRE_ERROR_COMM_BROKEN, because the other ranks'
-/// messages no longer meet what this rank expects. Without a timeout it does not wait at all. Freeing GPUWIRE_REQUEST_NULL returns at once. Local; thread-safe for
-/// different requests.
+/// messages no longer meet what this rank expects. Without a timeout it does not wait at all. A
+/// nonblocking collective abandoned before the progress engine started it is never started, so
+/// the other ranks wait for it (up to their timeout): free a collective's request only after it
+/// completed (as MPI, where freeing one is erroneous). Freeing GPUWIRE_REQUEST_NULL returns at
+/// once. Local; thread-safe for different requests.
 ///
 /// Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE (freed or foreign handle;
-/// `*request` unchanged), GPUWIRE_ERROR_TIMEOUT (abandoned at the communicator's timeout),
+/// `*request` unchanged), GPUWIRE_ERROR_INVALID_ARGUMENT (a request of a group that has not
+/// ended; `*request` unchanged), GPUWIRE_ERROR_TIMEOUT (abandoned at the communicator's timeout),
 /// GPUWIRE_ERROR_COMM_BROKEN (abandoned at once: no timeout, or the communicator was already
 /// broken), and those of gpuwire_wait for a request that completed with an error.
 #[unsafe(no_mangle)]
@@ -324,6 +328,9 @@ pub extern "C" fn gpuwire_request_free(request: *mut gpuwire_request) -> gpuwire
             return Ok(());
         }
         let r: Arc<Request> = REQUESTS.get(h)?;
+        // A request of a group that has not ended is left as it was (as gpuwire_wait leaves it):
+        // its operation starts at the group's end.
+        r.ready_to_wait()?;
         let _ = REQUESTS.remove(h);
         write(request, 0);
         r.free()

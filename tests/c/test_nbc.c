@@ -1232,6 +1232,9 @@ static void group_errors(gpuwire_comm c)
     EXPECT_STATUS(gpuwire_test(&ar.rq, &flag), GPUWIRE_ERROR_INVALID_ARGUMENT);
     EXPECT(flag == -1);
     EXPECT(ar.rq.h == keep.h);
+    /* gpuwire_request_free too (it set the handle to NULL while the operation still ran). */
+    EXPECT_STATUS(gpuwire_request_free(&rr), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT(rr.h != 0);
     /* An argument error inside the group comes back at once; the op is not added. */
     gpuwire_request bad = {77};
     EXPECT_STATUS(gpuwire_isend(c, s, -5, 41, NULL, &bad), GPUWIRE_ERROR_INVALID_ARGUMENT);
