@@ -667,6 +667,10 @@ pub fn probe(c: &Communicator, source: i32, tag: i32, block: bool) -> Result<Opt
         loop {
             progress();
             let queued = QUEUED.load(Ordering::Acquire);
+            // Under the queue's lock (taken before MPI's, as `progress` takes them): no deferred
+            // receive matches the message between the probe and the look at the queue (the
+            // progress thread could have taken it, and the probe reported a message gone).
+            let q = lock(&QUEUE);
             let m = {
                 let _mpi = crate::runtime::mpi_lock();
                 let mut flag: c_int = 0;
@@ -678,9 +682,10 @@ pub fn probe(c: &Communicator, source: i32, tag: i32, block: bool) -> Result<Opt
                 }
                 Matched::of(&status)?
             };
-            if !spoken_for(c, m.source, m.tag) {
+            if !spoken_for(&q, c, m.source, m.tag) {
                 return Ok(Some(m));
             }
+            drop(q);
             // The message arrived after the pass above, and a receive posted before the probe
             // matches it: that receive takes it (the next pass), and the probe looks again. If
             // no receive could take it yet (one waits behind an earlier one), the probe sees
@@ -710,9 +715,9 @@ pub fn probe(c: &Communicator, source: i32, tag: i32, block: bool) -> Result<Opt
 
 /// Whether a deferred receive of `c` that has not taken its message yet could take one from
 /// `source` with `tag` (MPI's rank and tag): it takes it before a probe sees it, as in MPI.
-fn spoken_for(c: &Communicator, source: i32, tag: i32) -> bool {
+fn spoken_for(queue: &[Arc<Entry>], c: &Communicator, source: i32, tag: i32) -> bool {
     let key = c as *const Communicator as usize;
-    lock(&QUEUE).iter().any(|e| e.key == key && overlap((e.want.source, e.want.tag), (source, tag)))
+    queue.iter().any(|e| e.key == key && overlap((e.want.source, e.want.tag), (source, tag)))
 }
 
 /// A blocking send of `count` elements at `ptr`: MPI_Send when nothing needs progress and no
