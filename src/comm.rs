@@ -368,7 +368,7 @@ impl Communicator {
         self.ensure_usable()?;
         let mut release = false;
         if collective {
-            if !crate::engine::on_engine_thread() {
+            if !self.engine.idle() && !crate::engine::on_engine_thread() {
                 // After the operations this communicator's engine still has queued (a pending
                 // nonblocking collective before gpuwire_comm_dup, say): in call order, as MPI,
                 // never concurrently with them. Operations issued through `op::issue` find the
