@@ -176,7 +176,6 @@ pub enum Error {
 }
 
 impl Error {
-    /// The C status code of this error.
     /// Whether an operation that failed with this error may have left an MPI request behind
     /// (abandoned at a timeout, or given up on a broken communicator): MPI may still read and
     /// write its buffers, which must then never be freed.
@@ -184,6 +183,7 @@ impl Error {
         matches!(self, Error::Timeout(_) | Error::CommBroken(_))
     }
 
+    /// The C status code of this error.
     pub fn status(&self) -> Status {
         use Status::*;
         match self {
