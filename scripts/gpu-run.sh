@@ -69,7 +69,7 @@ if has ipc; then
     gputest ipc-np3 stock "$ipccases" -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP
   # Without the progress thread: receives progress in gpuwire's own waits only (wildcard,
   # probed and ordered receives too: p2pstatus).
-  GPUWIRE_BACKEND=ipc GPUWIRE_IPC_PROGRESS_THREAD=0 gputest ipc-nothread stock ipcprogress,p2pstatus -x GPUWIRE_BACKEND -x GPUWIRE_IPC_PROGRESS_THREAD
+  GPUWIRE_BACKEND=ipc GPUWIRE_PROGRESS_THREAD=0 gputest ipc-nothread stock ipcprogress,p2pstatus -x GPUWIRE_BACKEND -x GPUWIRE_PROGRESS_THREAD
   gputest ipc-auto stock ipcauto,c15
   # A timeout configured: a collective one rank skips fails on every rank within it; a
   # stream-ordered send nobody receives releases its stream at the deadline (sendtimeout).

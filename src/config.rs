@@ -105,9 +105,10 @@ impl Config {
             // Read by `debug_enabled`; checked here so that a value it would ignore is an error.
             parse_bool(&v).ok_or_else(|| bad_env("GPUWIRE_DEBUG", &v, BOOL_FORMS))?;
         }
-        for name in ["GPUWIRE_IPC_PROGRESS_THREAD", "GPUWIRE_IPC_KERNELS"] {
+        for name in ["GPUWIRE_PROGRESS_THREAD", "GPUWIRE_IPC_PROGRESS_THREAD", "GPUWIRE_IPC_KERNELS"] {
             if let Some(v) = lookup(name) {
-                // Read by the IPC backend; checked here so that a value it would ignore is an error.
+                // Read by `progress::thread_allowed` and the IPC backend; checked here so that a
+                // value they would ignore is an error.
                 parse_bool(&v).ok_or_else(|| bad_env(name, &v, BOOL_FORMS))?;
             }
         }
@@ -251,8 +252,8 @@ mod tests {
             assert!(e.contains(name) && e.contains("0 or 1"), "{e}");
             assert!(with(&[(name, "off")]).is_ok() && with(&[(name, "1")]).is_ok());
         }
-        // Read by the IPC backend alone; a value it would ignore is an error at creation.
-        for name in ["GPUWIRE_IPC_PROGRESS_THREAD", "GPUWIRE_IPC_KERNELS"] {
+        // Read outside the configuration; a value they would ignore is an error at creation.
+        for name in ["GPUWIRE_PROGRESS_THREAD", "GPUWIRE_IPC_PROGRESS_THREAD", "GPUWIRE_IPC_KERNELS"] {
             let e = with(&[(name, "fused")]).unwrap_err();
             assert_eq!(e.status(), crate::error::gpuwire_status::GPUWIRE_ERROR_INVALID_ARGUMENT, "{name}");
             assert!(e.to_string().contains(name), "{e}");

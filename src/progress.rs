@@ -193,10 +193,14 @@ fn progress_thread() {
 }
 
 /// Whether the progress thread may be used: MPI provides MPI_THREAD_MULTIPLE (it calls MPI_Test
-/// concurrently with the program's MPI calls), and GPUWIRE_IPC_PROGRESS_THREAD is not 0.
+/// concurrently with the program's MPI calls), and GPUWIRE_PROGRESS_THREAD is not 0 (or, when it
+/// is not set, its former name GPUWIRE_IPC_PROGRESS_THREAD, from when the thread served IPC only).
 pub fn thread_allowed() -> bool {
     static ENV_OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let off = *ENV_OFF.get_or_init(|| std::env::var("GPUWIRE_IPC_PROGRESS_THREAD").ok().and_then(|v| crate::config::parse_bool(&v)) == Some(false));
+    let off = *ENV_OFF.get_or_init(|| {
+        let v = std::env::var("GPUWIRE_PROGRESS_THREAD").or_else(|_| std::env::var("GPUWIRE_IPC_PROGRESS_THREAD"));
+        v.ok().and_then(|v| crate::config::parse_bool(&v)) == Some(false)
+    });
     !off && crate::runtime::ensure_ready().is_ok_and(|i| i.thread_level == ThreadLevel::GPUWIRE_THREAD_MULTIPLE)
 }
 

@@ -1604,7 +1604,9 @@ fn ipc_mixed(cx: &Ctx) -> Result<(), String> {
 fn ipc_progress(cx: &Ctx) -> Result<(), String> {
     let (r, s) = (cx.rank, cx.stream as *mut c_void);
     let n = 1usize << 20;
-    let thread = std::env::var("GPUWIRE_IPC_PROGRESS_THREAD").map_or(true, |v| v.trim() != "0");
+    let thread = std::env::var("GPUWIRE_PROGRESS_THREAD")
+        .or_else(|_| std::env::var("GPUWIRE_IPC_PROGRESS_THREAD"))
+        .map_or(true, |v| v.trim() != "0");
     let mut provided = 0;
     unsafe { mpi::ffi::MPI_Query_thread(&mut provided) };
     let multiple = provided == unsafe { mpi::ffi::RSMPI_THREAD_MULTIPLE };
