@@ -1093,6 +1093,14 @@ static void test_views(gpuwire_comm comm)
         strides[1] = -5;
         EXPECT_UNTOUCHED_H(gpuwire_buffer_wrap_strided(bp + 7, 2, lens, strides, GPUWIRE_INT32, GPUWIRE_SPACE_HOST, &v), GPUWIRE_ERROR_INVALID_ARGUMENT, v, 77);
         EXPECT_LAST_ERROR_HAS("negative");
+        /* A stride of 0 keeps the extent at one element, but 2^61 float64 (and 2^31 x 2^31 int32)
+         * are 2^64 and 2^64 bytes: refused, as the same layout is by gpuwire_buffer_view_strided,
+         * not accepted with a size that wraps (a heap overflow in packing, in a release build). */
+        int64_t wide[1] = {(int64_t)1 << 61}, zero[2] = {0, 0}, half[2] = {(int64_t)1 << 31, (int64_t)1 << 31};
+        EXPECT_UNTOUCHED_H(gpuwire_buffer_wrap_strided(bp, 1, wide, zero, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, &v), GPUWIRE_ERROR_INVALID_ARGUMENT, v, 77);
+        EXPECT_LAST_ERROR_HAS("overflow");
+        EXPECT_UNTOUCHED_H(gpuwire_buffer_wrap_strided(bp, 2, half, zero, GPUWIRE_INT32, GPUWIRE_SPACE_HOST, &v), GPUWIRE_ERROR_INVALID_ARGUMENT, v, 77);
+        EXPECT_LAST_ERROR_HAS("overflow");
         gpuwire_buffer_free(w);
         gpuwire_buffer_free(col);
         gpuwire_buffer_free(b);
