@@ -7,7 +7,7 @@
 //! | `GPUWIRE_CHECK` | 0 or 1: agree counts/datatypes/ops/roots across ranks before collectives | 0 |
 //! | `GPUWIRE_TIMEOUT` | seconds (decimal), 0.001 to 1e9; 0 = no timeout | 0 |
 //! | `GPUWIRE_STAGING` | pinned or pageable | pinned |
-//! | `GPUWIRE_CHUNK_BYTES` | staging chunk size in bytes (>= 4096) | 4194304 |
+//! | `GPUWIRE_CHUNK_BYTES` | staging chunk size in bytes (4096 to 2^63 - 1) | 4194304 |
 //! | `GPUWIRE_CUDA_AWARE` | 0 or 1: override the MPI's answer to "does it accept device pointers?" | unset |
 //! | `GPUWIRE_P2P_MATCHING` | backend or mpi: how device point-to-point messages are matched (`P2pMatching`) | backend |
 //! | `GPUWIRE_HIER_MIN_BYTES` | bytes: HIER's device calls below it take the flat staged path (0 = none) | 65536 |
@@ -162,8 +162,9 @@ impl Config {
                 .trim()
                 .parse::<usize>()
                 .ok()
-                .filter(|n| *n >= 4096)
-                .ok_or_else(|| bad_env("GPUWIRE_CHUNK_BYTES", &v, "a number of bytes >= 4096"))?;
+                // At most i64::MAX: the C configuration's int64_t field, and the agreement's value.
+                .filter(|n| (4096..=i64::MAX as usize).contains(n))
+                .ok_or_else(|| bad_env("GPUWIRE_CHUNK_BYTES", &v, "a number of bytes from 4096 to 2^63 - 1"))?;
         }
         Ok(c)
     }
@@ -266,6 +267,9 @@ mod tests {
         assert!(with(&[("GPUWIRE_TIMEOUT", "-1")]).is_err());
         assert!(with(&[("GPUWIRE_DEVICE", "-2")]).is_err());
         assert!(with(&[("GPUWIRE_CHUNK_BYTES", "12")]).is_err());
+        // Beyond int64_t (the C field, the agreement across ranks): refused, not wrapped negative.
+        assert!(with(&[("GPUWIRE_CHUNK_BYTES", "9223372036854775808")]).is_err());
+        assert!(with(&[("GPUWIRE_CHUNK_BYTES", "9223372036854775807")]).is_ok());
         assert!(with(&[("GPUWIRE_HIER_MIN_BYTES", "-1")]).is_err());
         assert!(with(&[("GPUWIRE_HIER_MIN_BYTES", "0")]).is_ok());
         assert!(with(&[("GPUWIRE_STAGING", "mapped")]).is_err());
