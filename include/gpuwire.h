@@ -1460,7 +1460,10 @@ gpuwire_status gpuwire_darray_local_with_halo(gpuwire_darray d,
  * complex: real then imaginary part). Ghost rows are not touched. Every datatype.
  *
  * Local for SCATTER. Collective for BROADCAST: rank 0's value is broadcast, so the copies
- * stay identical. Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`value`), GPUWIRE_ERROR_INVALID_HANDLE,
+ * stay identical; every rank must still pass a value (unlike gpuwire_darray_set_global's
+ * `src`, a NULL `value` is an error on any rank, and without checking mode a rank that fails
+ * leaves the others' broadcast unmatched, as any argument error of one rank in a collective).
+ * Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`value`), GPUWIRE_ERROR_INVALID_HANDLE,
  * GPUWIRE_ERROR_CUDA, GPUWIRE_ERROR_BACKEND_UNAVAILABLE (device arrays without NVRTC).
  */
 gpuwire_status gpuwire_darray_fill(gpuwire_darray d,
@@ -1543,8 +1546,8 @@ gpuwire_status gpuwire_darray_bcast(gpuwire_darray d,
  * complex64 and complex128 (as BLAS axpy; no fused multiply-add, so host and device give the
  * same bits).
  *
- * Local for SCATTER. Collective for BROADCAST (rank 0's alpha). Errors:
- * GPUWIRE_ERROR_NULL_ARGUMENT (`alpha`), GPUWIRE_ERROR_INVALID_HANDLE,
+ * Local for SCATTER. Collective for BROADCAST (rank 0's alpha; every rank passes one, as for
+ * gpuwire_darray_fill's value). Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`alpha`), GPUWIRE_ERROR_INVALID_HANDLE,
  * GPUWIRE_ERROR_UNSUPPORTED_DTYPE (another datatype), GPUWIRE_ERROR_DTYPE_MISMATCH,
  * GPUWIRE_ERROR_COUNT_MISMATCH (other shapes or local lengths), GPUWIRE_ERROR_INVALID_ARGUMENT
  * (different communicators or partitions, host and device arrays), GPUWIRE_ERROR_CUDA.
@@ -1557,8 +1560,8 @@ gpuwire_status gpuwire_darray_axpy(const void *alpha,
 /**
  * x = alpha x, elementwise on the owned elements. float32, float64, complex64, complex128.
  *
- * Local for SCATTER. Collective for BROADCAST (rank 0's alpha). Errors:
- * GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_UNSUPPORTED_DTYPE,
+ * Local for SCATTER. Collective for BROADCAST (rank 0's alpha; every rank passes one, as for
+ * gpuwire_darray_fill's value). Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_UNSUPPORTED_DTYPE,
  * GPUWIRE_ERROR_CUDA.
  */
 gpuwire_status gpuwire_darray_scale(gpuwire_darray d,

@@ -530,7 +530,10 @@ fn write_bytes(out: *mut c_void, bytes: &[u8]) {
 /// complex: real then imaginary part). Ghost rows are not touched. Every datatype.
 ///
 /// Local for SCATTER. Collective for BROADCAST: rank 0's value is broadcast, so the copies
-/// stay identical. Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`value`), GPUWIRE_ERROR_INVALID_HANDLE,
+/// stay identical; every rank must still pass a value (unlike gpuwire_darray_set_global's
+/// `src`, a NULL `value` is an error on any rank, and without checking mode a rank that fails
+/// leaves the others' broadcast unmatched, as any argument error of one rank in a collective).
+/// Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`value`), GPUWIRE_ERROR_INVALID_HANDLE,
 /// GPUWIRE_ERROR_CUDA, GPUWIRE_ERROR_BACKEND_UNAVAILABLE (device arrays without NVRTC).
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_darray_fill(d: gpuwire_darray, value: *const c_void, stream: *mut c_void) -> gpuwire_status {
@@ -612,8 +615,8 @@ pub extern "C" fn gpuwire_darray_bcast(d: gpuwire_darray, root: i32, stream: *mu
 /// complex64 and complex128 (as BLAS axpy; no fused multiply-add, so host and device give the
 /// same bits).
 ///
-/// Local for SCATTER. Collective for BROADCAST (rank 0's alpha). Errors:
-/// GPUWIRE_ERROR_NULL_ARGUMENT (`alpha`), GPUWIRE_ERROR_INVALID_HANDLE,
+/// Local for SCATTER. Collective for BROADCAST (rank 0's alpha; every rank passes one, as for
+/// gpuwire_darray_fill's value). Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`alpha`), GPUWIRE_ERROR_INVALID_HANDLE,
 /// GPUWIRE_ERROR_UNSUPPORTED_DTYPE (another datatype), GPUWIRE_ERROR_DTYPE_MISMATCH,
 /// GPUWIRE_ERROR_COUNT_MISMATCH (other shapes or local lengths), GPUWIRE_ERROR_INVALID_ARGUMENT
 /// (different communicators or partitions, host and device arrays), GPUWIRE_ERROR_CUDA.
@@ -627,8 +630,8 @@ pub extern "C" fn gpuwire_darray_axpy(alpha: *const c_void, x: gpuwire_darray, y
 
 /// x = alpha x, elementwise on the owned elements. float32, float64, complex64, complex128.
 ///
-/// Local for SCATTER. Collective for BROADCAST (rank 0's alpha). Errors:
-/// GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_UNSUPPORTED_DTYPE,
+/// Local for SCATTER. Collective for BROADCAST (rank 0's alpha; every rank passes one, as for
+/// gpuwire_darray_fill's value). Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_UNSUPPORTED_DTYPE,
 /// GPUWIRE_ERROR_CUDA.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_darray_scale(d: gpuwire_darray, alpha: *const c_void, stream: *mut c_void) -> gpuwire_status {
