@@ -318,7 +318,7 @@ impl Op {
         }
         let p = crate::view::pack(self, c, stream)?;
         let inner = p.op.start_contiguous(c, stream)?;
-        let pending = crate::view::Unpacking { inner: Some(inner), packed: Some(p), stream };
+        let pending = crate::view::Unpacking { inner: Some(inner), packed: Some(p), stream, matched: None };
         Ok(Request::new(Box::new(pending), c.clone(), self.buffers()))
     }
 
@@ -615,7 +615,7 @@ fn issue_ordered(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: boo
     let bufs = op.buffers();
     match issue_ordered_contiguous(c, p.op.clone(), stream, nonblocking)? {
         Some(inner) => {
-            let pending = crate::view::Unpacking { inner: Some(inner), packed: Some(p), stream };
+            let pending = crate::view::Unpacking { inner: Some(inner), packed: Some(p), stream, matched: None };
             Ok(Some(Request::new(Box::new(pending), c.clone(), bufs)))
         }
         None => {

@@ -257,13 +257,18 @@ pub(crate) struct Unpacking<O> {
     pub inner: Option<Request>,
     pub packed: Option<Packed<O>>,
     pub stream: Stream,
+    /// The inner request's status, kept when it is dropped (a receive's source, tag, count:
+    /// the packed scratch holds as many elements as the view).
+    pub matched: Option<crate::request::Status>,
 }
 
 impl<O> Unpacking<O> {
     fn finish(&mut self) -> Result<()> {
         // The completed inner request first: its hold on the scratch ends, which can then be
-        // reused.
-        drop(self.inner.take());
+        // reused. What its receive matched is kept (`status`).
+        if let Some(r) = self.inner.take() {
+            self.matched = Some(r.status());
+        }
         if let Some(p) = self.packed.take() {
             // Device views on a stream of gpuwire's (the caller's may hold later work), waited for.
             let s = match p.unpack.iter().find(|(v, _)| !v.is_host()) {
@@ -278,6 +283,9 @@ impl<O> Unpacking<O> {
 }
 
 impl<O: Send> Pending for Unpacking<O> {
+    fn status(&self) -> Option<crate::request::Status> {
+        self.matched.or_else(|| self.inner.as_ref().map(|r| r.status()))
+    }
     fn wait(&mut self) -> Result<()> {
         if let Some(r) = &self.inner {
             r.wait()?;

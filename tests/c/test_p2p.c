@@ -654,6 +654,31 @@ static void test_status(gpuwire_comm comm)
     EXPECT(is_seq(bptr(r), 3, 7));
     EXPECT_OK(gpuwire_waitall(2, rq));
 
+    /* Into a strided view (received into packed scratch, unpacked at completion): the same
+     * status, blocking and not, also for a message shorter than the view (it filled the status
+     * with source -1001, tag -1002, count 0). */
+    {
+        gpuwire_buffer wide = balloc(6, GPUWIRE_INT32), col = GPUWIRE_BUFFER_NULL, two = bview(s, 0, 2);
+        EXPECT_OK(gpuwire_buffer_view_strided(wide, 0, 3, 1, 2, &col));
+        int32_t *w = bptr(wide);
+        EXPECT_OK(gpuwire_isend(comm, s, next, 19, NULL, &rq[0]));
+        st = blank_status();
+        EXPECT_OK(gpuwire_recv_status(comm, col, GPUWIRE_ANY_SOURCE, GPUWIRE_ANY_TAG, NULL, &st));
+        EXPECT(st.source == prev && st.tag == 19 && st.count == 3 && st.error == 0);
+        EXPECT(w[0] == 7 && w[2] == 8 && w[4] == 9);
+        EXPECT_OK(gpuwire_wait(&rq[0]));
+        EXPECT_OK(gpuwire_irecv_status(comm, col, prev, GPUWIRE_ANY_TAG, NULL, &rq[1]));
+        EXPECT_OK(gpuwire_isend(comm, two, next, 20, NULL, &rq[0]));
+        st = blank_status();
+        EXPECT_OK(gpuwire_wait_status(&rq[1], &st));
+        EXPECT(st.source == prev && st.tag == 20 && st.count == 2);
+        EXPECT(w[0] == 7 && w[2] == 8 && w[4] == 9);
+        EXPECT_OK(gpuwire_wait(&rq[0]));
+        gpuwire_buffer_free(two);
+        gpuwire_buffer_free(col);
+        gpuwire_buffer_free(wide);
+    }
+
     /* Probe, then a receive of the probed size. */
     gpuwire_buffer ps = balloc(rank + 2, GPUWIRE_INT32);
     fill_seq(bptr(ps), rank + 2, 50 * rank);
