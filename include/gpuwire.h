@@ -1004,7 +1004,7 @@ gpuwire_status gpuwire_config_init(gpuwire_config *cfg);
  * gpuwire_config_init). Chooses the backend for device buffers (all ranks agree).
  *
  * Collective over `mpi_comm`. Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`out`);
- * GPUWIRE_ERROR_INVALID_ARGUMENT (MPI_COMM_NULL; an integer that names no communicator in use —
+ * GPUWIRE_ERROR_INVALID_ARGUMENT (MPI_COMM_NULL; an intercommunicator; an integer that names no communicator in use —
  * garbage, another object's handle, a freed communicator — on Open MPI and MPICH alike, never an
  * MPI abort; a bad config field or environment variable on
  * any rank, or configurations — backend, check, timeout, staging, chunk size, p2p_matching — that differ

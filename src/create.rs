@@ -127,6 +127,16 @@ impl Communicator {
         if parent == mpisys::comm_null() {
             return Err(Error::InvalidArgument("the MPI communicator is MPI_COMM_NULL (or an invalid Fortran handle)".into()));
         }
+        // Local, so every rank of an intercommunicator refuses it alike (its collectives have
+        // another meaning, and gpuwire's own agreements on it would be erroneous MPI).
+        let mut inter = 0;
+        // SAFETY: parent is a communicator of the caller; inter is a plain int.
+        mpisys::check(unsafe { sys::MPI_Comm_test_inter(parent, &mut inter) }, "MPI_Comm_test_inter")?;
+        if inter != 0 {
+            return Err(Error::InvalidArgument(
+                "the MPI communicator is an intercommunicator; gpuwire works on intracommunicators (merge it with MPI_Intercomm_merge first)".into(),
+            ));
+        }
         let mut dup = mpisys::comm_null();
         // SAFETY: parent is a communicator of the caller.
         mpisys::check(unsafe { sys::MPI_Comm_dup(parent, &mut dup) }, "MPI_Comm_dup")?;

@@ -75,6 +75,21 @@ static void from_mpi_handles(void)
     EXPECT_UNTOUCHED_H(gpuwire_comm_create(MPI_Comm_c2f(MPI_COMM_NULL), NULL, &c),
                        GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
     EXPECT_LAST_ERROR_HAS("MPI_COMM_NULL");
+    /* An intercommunicator (even ranks against odd ones) is an argument error on every rank:
+     * Open MPI aborted the job in gpuwire's own agreement on it, MPICH returned an MPI error. */
+    {
+        int wr;
+        MPI_Comm_rank(MPI_COMM_WORLD, &wr);
+        if (size >= 2) {
+            MPI_Comm half, inter;
+            MPI_Comm_split(MPI_COMM_WORLD, wr % 2, wr, &half);
+            MPI_Intercomm_create(half, 0, MPI_COMM_WORLD, wr % 2 ? 0 : 1, 42, &inter);
+            EXPECT_UNTOUCHED_H(gpuwire_comm_create(MPI_Comm_c2f(inter), NULL, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
+            EXPECT_LAST_ERROR_HAS("intercommunicator");
+            MPI_Comm_free(&inter);
+            MPI_Comm_free(&half);
+        }
+    }
     /* Fortran handles that name no communicator are an argument error with a message, on
      * every MPI: garbage integers, MPICH's encodings of a built-in index past its table, a
      * direct index past the preallocated block (read out of bounds by MPICH), an indirect block
