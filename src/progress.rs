@@ -128,6 +128,17 @@ const QUIET: Duration = Duration::from_millis(1);
 /// QUIET bounds how late it takes over when the process then blocks in a plain MPI call).
 const BACKOFF_MAX: Duration = Duration::from_millis(1);
 
+thread_local! {
+    /// Whether the calling thread is the progress thread (`on_progress_thread`).
+    static ON_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the calling thread is the progress thread: a source whose progress may make CUDA
+/// calls leaves it alone there (`request::reap_detached`).
+pub fn on_progress_thread() -> bool {
+    ON_THREAD.with(|t| t.get())
+}
+
 /// The progress thread: runs while any source has something pending (and gpuwire is not
 /// finalized). Started by [`posted`], joined by [`shutdown`].
 ///
@@ -141,6 +152,7 @@ const BACKOFF_MAX: Duration = Duration::from_millis(1);
 ///   message-rate benchmark on 2 cores.
 /// - Nothing pending: it looks every 200 µs, and ends after IDLE_GRACE.
 fn progress_thread() {
+    ON_THREAD.with(|t| t.set(true));
     let r = std::panic::catch_unwind(|| {
         // Idle since: the thread stays IDLE_GRACE after the last pending receive, so that a
         // loop that leaves a receive pending in every iteration does not start a thread each time.

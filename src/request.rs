@@ -122,6 +122,14 @@ enum Held {
 }
 
 impl Held {
+    /// Another hold on the same buffers.
+    fn share(&self) -> Held {
+        match self {
+            Held::One(b) => Held::One(b.clone()),
+            Held::Many(v) => Held::Many(v.clone()),
+        }
+    }
+
     /// Keeps the buffers alive for the life of the process (MPI may still use them).
     fn keep_for_ever(&self) {
         match self {
@@ -142,16 +150,81 @@ pub struct Request {
     /// The status of a receive whose path reports none (a known source and tag, the buffer's
     /// count: the NCCL and IPC paths, whose receives take exactly their buffer).
     default_status: Option<Status>,
+    /// A send's request (gpuwire_isend): gpuwire_request_free lets it go on (`detach`).
+    send: bool,
+}
+
+/// A send whose request gpuwire_request_free released while it was in flight: it goes on, as
+/// after MPI_Request_free, and its buffer and communicator stay alive until it completes.
+struct Detached {
+    op: Box<dyn Pending>,
+    bufs: Held,
+    comm: Arc<Communicator>,
+}
+
+/// The detached sends of the process, and how many (read without the lock).
+static DETACHED: Mutex<Vec<Detached>> = Mutex::new(Vec::new());
+static N_DETACHED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The detached sends as a progress source: every progress pass of gpuwire's waits and tests
+/// releases those that have completed. None needs gpuwire to progress it (MPI, the stream or
+/// the receiving peer completes a send), so it never counts as pending, and the progress thread
+/// leaves them alone (a device send's test makes CUDA calls).
+pub static DETACHED_PROGRESS: crate::progress::Source =
+    crate::progress::Source { pending: || false, progress: reap_detached, urgent: || false };
+
+/// Releases the detached sends that have completed (never blocks; a send that failed is its
+/// communicator's asynchronous error).
+pub fn reap_detached() {
+    use std::sync::atomic::Ordering;
+    if N_DETACHED.load(Ordering::Relaxed) == 0 || crate::progress::on_progress_thread() {
+        return;
+    }
+    // A test below may run a progress pass itself: the list is then busy and left alone.
+    let Ok(mut list) = DETACHED.try_lock() else { return };
+    list.retain_mut(|d| match d.op.test() {
+        Ok(false) => true,
+        Ok(true) => false,
+        Err(e) => {
+            if e.abandons() {
+                d.bufs.keep_for_ever();
+            }
+            d.comm.engine().note_error(&e);
+            false
+        }
+    });
+    N_DETACHED.store(list.len(), Ordering::Relaxed);
+}
+
+/// At gpuwire_finalize (before MPI_Finalize): the detached sends still in flight are left to
+/// MPI, their buffers kept for the rest of the process.
+pub fn finish_detached() {
+    let list = std::mem::take(&mut *DETACHED.lock().unwrap_or_else(|e| e.into_inner()));
+    N_DETACHED.store(0, std::sync::atomic::Ordering::Relaxed);
+    for mut d in list {
+        if !matches!(d.op.test(), Ok(true)) {
+            let bufs = d.bufs.share();
+            if !d.op.abandon() {
+                bufs.keep_for_ever();
+            }
+        }
+    }
 }
 
 impl Request {
     pub fn new(pending: Box<dyn Pending>, comm: Arc<Communicator>, bufs: Vec<Arc<Buffer>>) -> Request {
-        Request { pending: Mutex::new(Some(pending)), comm, bufs: Held::Many(bufs), matched: Mutex::new(None), default_status: None }
+        Request { pending: Mutex::new(Some(pending)), comm, bufs: Held::Many(bufs), matched: Mutex::new(None), default_status: None, send: false }
     }
 
     /// A request of an operation on one buffer (isend, irecv).
     pub fn of_one(pending: Box<dyn Pending>, comm: Arc<Communicator>, buf: Arc<Buffer>) -> Request {
-        Request { pending: Mutex::new(Some(pending)), comm, bufs: Held::One(buf), matched: Mutex::new(None), default_status: None }
+        Request { pending: Mutex::new(Some(pending)), comm, bufs: Held::One(buf), matched: Mutex::new(None), default_status: None, send: false }
+    }
+
+    /// The request of a send (gpuwire_isend): `free` lets it go on.
+    pub fn of_send(mut self) -> Request {
+        self.send = true;
+        self
     }
 
     /// The request with the status it reports when its path reports none.
@@ -315,6 +388,22 @@ impl Request {
     pub fn free(&self) -> Result<()> {
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         let Some(mut op) = p.take() else { return Ok(()) };
+        reap_detached();
+        if self.send && !self.comm.is_broken() {
+            // A send goes on, as after MPI_Request_free: its buffer is kept until it completes.
+            match op.test() {
+                Ok(true) => return Ok(()),
+                Err(e) => {
+                    self.keep_if_abandoned(&e);
+                    return Err(e);
+                }
+                Ok(false) => {}
+            }
+            let mut list = DETACHED.lock().unwrap_or_else(|e| e.into_inner());
+            list.push(Detached { op, bufs: self.bufs.share(), comm: self.comm.clone() });
+            N_DETACHED.store(list.len(), std::sync::atomic::Ordering::Relaxed);
+            return Ok(());
+        }
         let timeout = self.comm.config().timeout;
         // A broken communicator completes nothing more: no waiting then.
         let deadline = timeout.filter(|_| !self.comm.is_broken()).map(|t| Instant::now() + t);

@@ -551,9 +551,26 @@ class Request:
     communicator's timeout); one abandoned then warns (ResourceWarning), breaks its communicator
     and keeps its array alive for good."""
 
-    def __init__(self, handle, keep):
+    def __init__(self, handle, keep, send=False):
         self.handle = _handle(handle)
         self._keep = keep
+        self._send = send
+
+    def _release(self):
+        """gpuwire_request_free, keeping the array alive for good where MPI may still use it: the
+        request was abandoned (TIMEOUT, COMM_BROKEN), or it is an isend's, released in flight
+        (its send goes on, as after MPI_Request_free). Returns the status."""
+        if self._send:
+            flag = c_int32()
+            st = lib.gpuwire_test(ctypes.byref(self.handle), ctypes.byref(flag))
+            if st != SUCCESS or flag.value:
+                self._settle(st)
+                return st
+        st = lib.gpuwire_request_free(ctypes.byref(self.handle))
+        if self._keep is not None and (st in (ERROR_TIMEOUT, ERROR_COMM_BROKEN) or (self._send and st == SUCCESS)):
+            _ABANDONED.append(self._keep)
+        self._keep = None
+        return st
 
     def _settle(self, st):
         """After a call that may have finished the request (its handle is then NULL): its array is
@@ -596,16 +613,14 @@ class Request:
         return self.handle.value != 0
 
     def free(self):
-        """gpuwire_request_free: completes the request within the communicator's timeout, else
-        abandons it (raising Error ERROR_TIMEOUT or ERROR_COMM_BROKEN; the communicator is then
-        broken and the array kept alive for good)."""
+        """gpuwire_request_free: an isend's request still in flight is released and its send goes
+        on (as after MPI_Request_free; the array is then kept alive for good). Any other request
+        is completed within the communicator's timeout, else abandoned (raising Error
+        ERROR_TIMEOUT or ERROR_COMM_BROKEN; the communicator is then broken and the array kept
+        alive for good)."""
         if not self.handle.value:
             return
-        st = lib.gpuwire_request_free(ctypes.byref(self.handle))
-        if st in (ERROR_TIMEOUT, ERROR_COMM_BROKEN) and self._keep is not None:
-            _ABANDONED.append(self._keep)  # MPI may still use its memory
-        self._keep = None
-        _check(st)
+        _check(self._release())
 
     def __enter__(self):
         return self
@@ -625,10 +640,8 @@ class Request:
         if getattr(self, "handle", None) is None or not self.handle.value or lib is None:
             return
         try:
-            st = lib.gpuwire_request_free(ctypes.byref(self.handle))
+            st = self._release()
             if st in (ERROR_TIMEOUT, ERROR_COMM_BROKEN):
-                if self._keep is not None:
-                    _ABANDONED.append(self._keep)
                 warnings.warn(f"gpuwire.Request collected while pending: abandoned ({last_error()}); wait() for "
                               "requests before dropping them", ResourceWarning, stacklevel=2)
         except Exception:
@@ -790,7 +803,7 @@ class Comm:
         """Returns a Request; the array stays referenced until it completes."""
         b, _ = _as_buffer(buf)
         r = _out(_handle, lib.gpuwire_isend, self.handle, b.handle, dest, tag, _stream_ptr(stream or b.stream))
-        return Request(r, keep=b)
+        return Request(r, keep=b, send=True)
 
     def irecv(self, buf, source, tag=0, stream=None):
         b, _ = _as_buffer(buf)

@@ -40,7 +40,7 @@ use crate::request::Pending;
 use crate::types::{BackendKind, Dtype, ReduceOp};
 
 /// The backends' progress sources, in the order every wait runs them (`crate::progress`).
-static PROGRESS: [&crate::progress::Source; 2] = [&p2p::PROGRESS, &ipc::PROGRESS];
+static PROGRESS: [&crate::progress::Source; 3] = [&p2p::PROGRESS, &ipc::PROGRESS, &crate::request::DETACHED_PROGRESS];
 
 /// Hands the backends' progress sources to `crate::progress` (at every communicator creation;
 /// the first counts).

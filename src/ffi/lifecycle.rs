@@ -48,6 +48,7 @@ fn drain() {
 fn release_all() {
     // The progress thread makes MPI calls: joined before anything is released.
     crate::progress::shutdown();
+    crate::request::finish_detached();
     drop(crate::request::REQUESTS.drain());
     drop(crate::darray::DARRAYS.drain());
     drop(crate::buffer::BUFFERS.drain());

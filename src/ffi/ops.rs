@@ -80,7 +80,7 @@ pub extern "C" fn gpuwire_isend(
     call("gpuwire_isend", || {
         non_null(request, "request")?;
         let r = issue(&boundary::comm(comm)?, Op::Isend { buf: boundary::buffer(buf)?, dest, tag }, st(stream), true)?.ok_or_else(no_request)?;
-        write(request, crate::request::register(r)?);
+        write(request, crate::request::register(r.of_send())?);
         Ok(())
     })
 }
@@ -298,9 +298,15 @@ pub extern "C" fn gpuwire_wait(request: *mut gpuwire_request) -> gpuwire_status 
 /// Frees a request without blocking longer than its communicator's timeout, and sets
 /// `*request` to GPUWIRE_REQUEST_NULL (also when it returns an error, but for the two argument
 /// errors below): what destructors and finalizers call (gpuwire.hpp's `~request`, Python's
-/// `Request.__del__`). A request that has completed, or completes within the communicator's
-/// timeout, is released as by gpuwire_wait (GPUWIRE_SUCCESS, or the operation's error). One that
-/// has not is abandoned, as MPI_Request_free abandons a request, but louder: on the HOST and
+/// `Request.__del__`). A gpuwire_isend's request still in flight is released at once and its
+/// send goes on, as after MPI_Request_free (the fire-and-forget idiom: learn of its completion
+/// otherwise, e.g. from a reply): gpuwire keeps its buffer alive until it completes (the
+/// program may free the buffer's handle; wrapped memory must stay valid until then), releases
+/// it at a later wait or test, and a failure is the communicator's asynchronous error
+/// (gpuwire_comm_get_async_error); at gpuwire_finalize a send still in flight is left to MPI.
+/// Any other request that has completed, or completes within the communicator's timeout, is
+/// released as by gpuwire_wait (GPUWIRE_SUCCESS, or the operation's error). One that has not is
+/// abandoned, as MPI_Request_free abandons a request, but louder: on the HOST and
 /// MPI_CUDA_AWARE paths a receive not yet matched is cancelled (MPI_Cancel) and will not write
 /// its buffer; a send the MPI cannot cancel, and operations of the other backends, are left as
 /// they are and may still read or write the buffer, so keep that memory valid (a buffer from

@@ -309,6 +309,32 @@ static void request_free(void)
     EXPECT_OK(gpuwire_barrier(tc, NULL));
     EXPECT_OK(gpuwire_comm_free(tc));
 
+    /* A send in flight goes on after gpuwire_request_free, as after MPI_Request_free (the
+     * fire-and-forget idiom; it broke the communicator): the free returns at once, the
+     * communicator stays usable, the buffer's handle may be freed as well (the send keeps its
+     * memory), and the receiver, which posts its receive only after a barrier, gets the data.
+     * 1 MiB: past every eager size, so the send cannot have completed at the free. */
+    {
+        const int64_t n = 1 << 17;
+        gpuwire_buffer big = balloc(n, GPUWIRE_INT64), got = balloc(n, GPUWIRE_INT64);
+        int64_t *bp = (int64_t *)bptr(big), *gp = (int64_t *)bptr(got), wrong = 0;
+        for (int64_t k = 0; k < n; k++) {
+            bp[k] = rank * 1000000 + k;
+            gp[k] = -1;
+        }
+        EXPECT_OK(gpuwire_isend(comm, big, next, 12, NULL, &req));
+        EXPECT_OK(gpuwire_request_free(&req));
+        EXPECT(req.h == 0);
+        bfree(big);
+        EXPECT_OK(gpuwire_barrier(comm, NULL));
+        EXPECT_OK(gpuwire_recv(comm, got, prev, 12, NULL));
+        for (int64_t k = 0; k < n; k++)
+            wrong += gp[k] != prev * 1000000 + k;
+        EXPECT(wrong == 0);
+        EXPECT_OK(gpuwire_barrier(comm, NULL));
+        bfree(got);
+    }
+
     /* No timeout: a receive nobody sends to is abandoned at once, and cancelled. */
     EXPECT_OK(gpuwire_comm_dup(comm, &dc));
     for (i = 0; i < 4; i++)

@@ -281,6 +281,23 @@ def test_request_context_manager():
     comm.free()
 
 
+def test_free_an_isend_in_flight():
+    # The fire-and-forget idiom (MPI_Isend, MPI_Request_free): the send goes on, its array kept
+    # alive (it was abandoned and the communicator broken). 1 MiB: past every eager size, and
+    # the receive is posted after a barrier, so the send is in flight at the free.
+    comm = gpuwire.Comm(WORLD)
+    dest, source = (RANK + 1) % SIZE, (RANK - 1) % SIZE
+    x, y = np.arange(1 << 17, dtype=np.int64) + 1000000 * RANK, np.full(1 << 17, -1, np.int64)
+    r = comm.isend(x, dest, tag=5)
+    r.free()
+    del x, r
+    comm.barrier()
+    comm.recv(y, source, tag=5)
+    assert (y == np.arange(1 << 17) + 1000000 * source).all()
+    comm.barrier()
+    comm.free()
+
+
 def test_p2p_matching_config():
     # config.p2p_matching (GPUWIRE_P2P_MATCHING): the backend's matching by default; MPI's
     # requested, a communicator whose wildcard receives match as MPI.
