@@ -1461,9 +1461,9 @@ contains
     call finish(st, 'gpuwire_test', ierror)
   end subroutine gw_test
 
-  ! Frees a request without blocking longer than its communicator's timeout (an isend's goes on,
-  ! as MPI_Request_free; any other still pending then is abandoned, which breaks the
-  ! communicator: see gpuwire.h); it is GPUWIRE_REQUEST_NULL after.
+  ! Frees a request without blocking longer than its communicator's timeout (an isend's or a
+  ! nonblocking collective's goes on, as MPI_Request_free a send; a receive still pending then is
+  ! abandoned, which breaks the communicator: see gpuwire.h); it is GPUWIRE_REQUEST_NULL after.
   subroutine gw_request_free(request, ierror)
     use gpuwire_c, only: c => gpuwire_request_free
     type(gpuwire_request), intent(inout) :: request

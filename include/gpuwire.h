@@ -1897,13 +1897,16 @@ gpuwire_status gpuwire_wait(gpuwire_request *request);
  * Frees a request without blocking longer than its communicator's timeout, and sets
  * `*request` to GPUWIRE_REQUEST_NULL (also when it returns an error, but for the two argument
  * errors below): what destructors and finalizers call (gpuwire.hpp's `~request`, Python's
- * `Request.__del__`). A gpuwire_isend's request still in flight is released at once and its
- * send goes on, as after MPI_Request_free (the fire-and-forget idiom: learn of its completion
- * otherwise, e.g. from a reply): gpuwire keeps its buffer alive until it completes (the
- * program may free the buffer's handle; wrapped memory must stay valid until then), releases
- * it at a later wait or test, and a failure is the communicator's asynchronous error
- * (gpuwire_comm_get_async_error); at gpuwire_finalize a send still in flight is left to MPI.
- * Any other request that has completed, or completes within the communicator's timeout, is
+ * `Request.__del__`). The request of a gpuwire_isend or of a nonblocking collective still in
+ * flight is released at once and its operation goes on, as a send after MPI_Request_free (the
+ * fire-and-forget idiom: learn of its completion otherwise, e.g. from a reply; MPI forbids
+ * freeing a collective's request, here the other ranks simply meet it): gpuwire keeps its
+ * buffers alive until it completes (the program may free the buffers' handles; wrapped memory
+ * must stay valid until then, and a receive buffer is written when it completes), releases
+ * them at a later wait or test, and a failure is the communicator's asynchronous error
+ * (gpuwire_comm_get_async_error); at gpuwire_finalize one still in flight is left to MPI.
+ * Any other request (a receive's) that has completed, or completes within the communicator's
+ * timeout, is
  * released as by gpuwire_wait (GPUWIRE_SUCCESS, or the operation's error). One that has not is
  * abandoned, as MPI_Request_free abandons a request, but louder: on the HOST and
  * MPI_CUDA_AWARE paths a receive not yet matched is cancelled (MPI_Cancel) and will not write
@@ -1911,11 +1914,8 @@ gpuwire_status gpuwire_wait(gpuwire_request *request);
  * they are and may still read or write the buffer, so keep that memory valid (a buffer from
  * gpuwire_buffer_alloc is then kept for ever); and the communicator is marked broken on this
  * rank: every later call on it returns GPUWIRE_ERROR_COMM_BROKEN, because the other ranks'
- * messages no longer meet what this rank expects. Without a timeout it does not wait at all. A
- * nonblocking collective abandoned before the progress engine started it is never started, so
- * the other ranks wait for it (up to their timeout): free a collective's request only after it
- * completed (as MPI, where freeing one is erroneous). Freeing GPUWIRE_REQUEST_NULL returns at
- * once. Local; thread-safe for different requests.
+ * messages no longer meet what this rank expects. Without a timeout it does not wait at all.
+ * Freeing GPUWIRE_REQUEST_NULL returns at once. Local; thread-safe for different requests.
  *
  * Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE (freed or foreign handle;
  * `*request` unchanged), GPUWIRE_ERROR_INVALID_ARGUMENT (a request of a group that has not

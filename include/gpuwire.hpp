@@ -5,9 +5,9 @@
 //  - gpuwire::comm, gpuwire::buffer, gpuwire::request, gpuwire::darray: RAII owners of the C
 //    handles, move-only; the destructor frees the handle. A request's destructor never blocks
 //    longer than its communicator's timeout, and without a timeout never blocks: it calls
-//    gpuwire_request_free, which lets an isend in flight go on (as MPI_Request_free), and waits
-//    for any other pending request up to the timeout and then (or at once, without a timeout)
-//    abandons it: a receive is cancelled, a collective's send left to MPI, and the
+//    gpuwire_request_free, which lets an isend or a nonblocking collective in flight go on (as
+//    MPI_Request_free a send), and waits for a pending receive up to the timeout and then (or
+//    at once, without a timeout) abandons it: the receive is cancelled, and the
 //    communicator is broken (every later call on it throws GPUWIRE_ERROR_COMM_BROKEN). So an
 //    exception thrown while a request is pending reaches its catch; wait() for requests whose
 //    results you need. get() gives the C handle, release() gives it up; a default-constructed
@@ -502,8 +502,9 @@ private:
 
 /** Owns a gpuwire_request. The destructor (and move assignment over a pending request) calls
  * gpuwire_request_free, ignoring its errors: it never blocks longer than the communicator's
- * timeout (without a timeout: not at all); an isend's goes on, any other request still pending
- * then is abandoned and its communicator broken (see gpuwire_request_free in gpuwire.h), also
+ * timeout (without a timeout: not at all); an isend's or a nonblocking collective's goes on, a
+ * receive still pending then is abandoned and its communicator broken (see
+ * gpuwire_request_free in gpuwire.h), also
  * while an exception unwinds the stack. */
 class request {
 public:

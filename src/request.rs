@@ -150,30 +150,32 @@ pub struct Request {
     /// The status of a receive whose path reports none (a known source and tag, the buffer's
     /// count: the NCCL and IPC paths, whose receives take exactly their buffer).
     default_status: Option<Status>,
-    /// A send's request (gpuwire_isend): gpuwire_request_free lets it go on (`detach`).
-    send: bool,
+    /// An isend's or a nonblocking collective's request: gpuwire_request_free lets its operation
+    /// go on (`Detached`).
+    goes_on: bool,
 }
 
-/// A send whose request gpuwire_request_free released while it was in flight: it goes on, as
-/// after MPI_Request_free, and its buffer and communicator stay alive until it completes.
+/// An isend or a nonblocking collective whose request gpuwire_request_free released while it was
+/// in flight: it goes on, as a send after MPI_Request_free, and its buffers and communicator stay
+/// alive until it completes.
 struct Detached {
     op: Box<dyn Pending>,
     bufs: Held,
     comm: Arc<Communicator>,
 }
 
-/// The detached sends of the process, and how many (read without the lock).
+/// The detached operations of the process, and how many (read without the lock).
 static DETACHED: Mutex<Vec<Detached>> = Mutex::new(Vec::new());
 static N_DETACHED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-/// The detached sends as a progress source: every progress pass of gpuwire's waits and tests
-/// releases those that have completed. None needs gpuwire to progress it (MPI, the stream or
-/// the receiving peer completes a send), so it never counts as pending, and the progress thread
-/// leaves them alone (a device send's test makes CUDA calls).
+/// The detached operations as a progress source: every progress pass of gpuwire's waits and
+/// tests releases those that have completed. None needs gpuwire to progress it (MPI, the stream,
+/// the receiving peer or the communicator's engine completes it), so it never counts as pending,
+/// and the progress thread leaves them alone (a device operation's test makes CUDA calls).
 pub static DETACHED_PROGRESS: crate::progress::Source =
     crate::progress::Source { pending: || false, progress: reap_detached, urgent: || false };
 
-/// Releases the detached sends that have completed (never blocks; a send that failed is its
+/// Releases the detached operations that have completed (never blocks; one that failed is its
 /// communicator's asynchronous error).
 pub fn reap_detached() {
     use std::sync::atomic::Ordering;
@@ -196,8 +198,8 @@ pub fn reap_detached() {
     N_DETACHED.store(list.len(), Ordering::Relaxed);
 }
 
-/// At gpuwire_finalize (before MPI_Finalize): the detached sends still in flight are left to
-/// MPI, their buffers kept for the rest of the process.
+/// At gpuwire_finalize (before MPI_Finalize, after the engines ran their queues): the detached
+/// operations still in flight are left to MPI, their buffers kept for the rest of the process.
 pub fn finish_detached() {
     let list = std::mem::take(&mut *DETACHED.lock().unwrap_or_else(|e| e.into_inner()));
     N_DETACHED.store(0, std::sync::atomic::Ordering::Relaxed);
@@ -213,17 +215,17 @@ pub fn finish_detached() {
 
 impl Request {
     pub fn new(pending: Box<dyn Pending>, comm: Arc<Communicator>, bufs: Vec<Arc<Buffer>>) -> Request {
-        Request { pending: Mutex::new(Some(pending)), comm, bufs: Held::Many(bufs), matched: Mutex::new(None), default_status: None, send: false }
+        Request { pending: Mutex::new(Some(pending)), comm, bufs: Held::Many(bufs), matched: Mutex::new(None), default_status: None, goes_on: false }
     }
 
     /// A request of an operation on one buffer (isend, irecv).
     pub fn of_one(pending: Box<dyn Pending>, comm: Arc<Communicator>, buf: Arc<Buffer>) -> Request {
-        Request { pending: Mutex::new(Some(pending)), comm, bufs: Held::One(buf), matched: Mutex::new(None), default_status: None, send: false }
+        Request { pending: Mutex::new(Some(pending)), comm, bufs: Held::One(buf), matched: Mutex::new(None), default_status: None, goes_on: false }
     }
 
-    /// The request of a send (gpuwire_isend): `free` lets it go on.
-    pub fn of_send(mut self) -> Request {
-        self.send = true;
+    /// The request of an isend or a nonblocking collective: `free` lets its operation go on.
+    pub fn going_on(mut self) -> Request {
+        self.goes_on = true;
         self
     }
 
@@ -389,8 +391,9 @@ impl Request {
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         let Some(mut op) = p.take() else { return Ok(()) };
         reap_detached();
-        if self.send && !self.comm.is_broken() {
-            // A send goes on, as after MPI_Request_free: its buffer is kept until it completes.
+        if self.goes_on && !self.comm.is_broken() {
+            // It goes on, as a send after MPI_Request_free (a collective, which MPI forbids to
+            // free, too: the other ranks meet it); its buffers are kept until it completes.
             match op.test() {
                 Ok(true) => return Ok(()),
                 Err(e) => {

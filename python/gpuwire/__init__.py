@@ -551,23 +551,24 @@ class Request:
     communicator's timeout); one abandoned then warns (ResourceWarning), breaks its communicator
     and keeps its array alive for good."""
 
-    def __init__(self, handle, keep, send=False):
+    def __init__(self, handle, keep, goes_on=False):
         self.handle = _handle(handle)
         self._keep = keep
-        self._send = send
+        self._goes_on = goes_on
 
     def _release(self):
         """gpuwire_request_free, keeping the array alive for good where MPI may still use it: the
-        request was abandoned (TIMEOUT, COMM_BROKEN), or it is an isend's, released in flight
-        (its send goes on, as after MPI_Request_free). Returns the status."""
-        if self._send:
+        request was abandoned (TIMEOUT, COMM_BROKEN), or it is an isend's or a nonblocking
+        collective's, released in flight (its operation goes on, as a send after
+        MPI_Request_free). Returns the status."""
+        if self._goes_on:
             flag = c_int32()
             st = lib.gpuwire_test(ctypes.byref(self.handle), ctypes.byref(flag))
             if st != SUCCESS or flag.value:
                 self._settle(st)
                 return st
         st = lib.gpuwire_request_free(ctypes.byref(self.handle))
-        if self._keep is not None and (st in (ERROR_TIMEOUT, ERROR_COMM_BROKEN) or (self._send and st == SUCCESS)):
+        if self._keep is not None and (st in (ERROR_TIMEOUT, ERROR_COMM_BROKEN) or (self._goes_on and st == SUCCESS)):
             _ABANDONED.append(self._keep)
         self._keep = None
         return st
@@ -613,9 +614,10 @@ class Request:
         return self.handle.value != 0
 
     def free(self):
-        """gpuwire_request_free: an isend's request still in flight is released and its send goes
-        on (as after MPI_Request_free; the array is then kept alive for good). Any other request
-        is completed within the communicator's timeout, else abandoned (raising Error
+        """gpuwire_request_free: an isend's or a nonblocking collective's request still in flight
+        is released and its operation goes on (as a send after MPI_Request_free; the arrays are
+        then kept alive for good). A receive's is completed within the communicator's timeout,
+        else abandoned (raising Error
         ERROR_TIMEOUT or ERROR_COMM_BROKEN; the communicator is then broken and the array kept
         alive for good)."""
         if not self.handle.value:
@@ -803,7 +805,7 @@ class Comm:
         """Returns a Request; the array stays referenced until it completes."""
         b, _ = _as_buffer(buf)
         r = _out(_handle, lib.gpuwire_isend, self.handle, b.handle, dest, tag, _stream_ptr(stream or b.stream))
-        return Request(r, keep=b, send=True)
+        return Request(r, keep=b, goes_on=True)
 
     def irecv(self, buf, source, tag=0, stream=None):
         b, _ = _as_buffer(buf)
@@ -964,7 +966,7 @@ class Comm:
         sh, rh = (s.handle if s is not None else 0), (r.handle if r is not None else 0)
         if nonblocking:
             req = _out(_handle, getattr(lib, "gpuwire_i" + name), self.handle, *args(sh, rh), _stream_ptr(st))
-            return Request(req, keep=[s, r])
+            return Request(req, keep=[s, r], goes_on=True)
         try:
             _check(getattr(lib, "gpuwire_" + name)(self.handle, *args(sh, rh), _stream_ptr(st)))
         finally:
@@ -1011,10 +1013,10 @@ class Comm:
             s = next((b.stream for b in wrapped if b is not None and b.stream is not None), None)
         handles = [b.handle if b is not None else 0 for b in wrapped]
         r = _out(_handle, fn, self.handle, *handles, *args, _stream_ptr(s))
-        return Request(r, keep=wrapped)
+        return Request(r, keep=wrapped, goes_on=True)
 
     def ibarrier(self, stream=None):
-        return Request(_out(_handle, lib.gpuwire_ibarrier, self.handle, _stream_ptr(stream)), keep=None)
+        return Request(_out(_handle, lib.gpuwire_ibarrier, self.handle, _stream_ptr(stream)), keep=None, goes_on=True)
 
     def ibcast(self, buf, root=0, stream=None):
         return self._icollective(lib.gpuwire_ibcast, [buf], [root], stream)
@@ -1024,7 +1026,7 @@ class Comm:
         if recvbuf is sendbuf:
             b, _ = _as_buffer(sendbuf)
             r = _out(_handle, lib.gpuwire_ireduce, self.handle, b.handle, b.handle, op, root, _stream_ptr(stream or b.stream))
-            return Request(r, keep=b)
+            return Request(r, keep=b, goes_on=True)
         return self._icollective(lib.gpuwire_ireduce, [sendbuf, recvbuf], [op, root], stream)
 
     def iallreduce(self, sendbuf, recvbuf=None, op=SUM, stream=None):
@@ -1032,7 +1034,7 @@ class Comm:
         if recvbuf is None or recvbuf is sendbuf:
             b, _ = _as_buffer(sendbuf)
             r = _out(_handle, lib.gpuwire_iallreduce, self.handle, b.handle, b.handle, op, _stream_ptr(stream or b.stream))
-            return Request(r, keep=b)
+            return Request(r, keep=b, goes_on=True)
         return self._icollective(lib.gpuwire_iallreduce, [sendbuf, recvbuf], [op], stream)
 
     def iscan(self, sendbuf, recvbuf=None, op=SUM, stream=None):
@@ -1046,7 +1048,7 @@ class Comm:
     def _iscan(self, fn, sendbuf, recvbuf, op, stream):
         if recvbuf is None or recvbuf is sendbuf:
             b, _ = _as_buffer(sendbuf)
-            return Request(_out(_handle, fn, self.handle, b.handle, b.handle, op, _stream_ptr(stream or b.stream)), keep=b)
+            return Request(_out(_handle, fn, self.handle, b.handle, b.handle, op, _stream_ptr(stream or b.stream)), keep=b, goes_on=True)
         return self._icollective(fn, [sendbuf, recvbuf], [op], stream)
 
     def iallgather(self, sendbuf, recvbuf, stream=None):

@@ -335,6 +335,38 @@ static void request_free(void)
         bfree(got);
     }
 
+    /* A nonblocking collective freed in flight goes on as well (MPI forbids freeing one; it
+     * broke the communicator, and the other ranks waited for it): rank 0 calls last (so the
+     * others' are in flight at their free), every rank frees its request at once, and a later
+     * blocking allreduce runs after it, the freed one's result in place by then. */
+    {
+        gpuwire_buffer x = balloc(4, GPUWIRE_INT64), y = balloc(4, GPUWIRE_INT64);
+        gpuwire_buffer one = balloc(1, GPUWIRE_INT64), n = balloc(1, GPUWIRE_INT64);
+        int64_t *xp = (int64_t *)bptr(x), *yp = (int64_t *)bptr(y);
+        for (i = 0; i < 4; i++) {
+            xp[i] = rank + i;
+            yp[i] = -1;
+        }
+        *(int64_t *)bptr(one) = 1;
+        EXPECT_OK(gpuwire_barrier(comm, NULL));
+        if (rank == 0) {
+            t0 = MPI_Wtime();
+            while (MPI_Wtime() - t0 < 0.2)
+                ;
+        }
+        EXPECT_OK(gpuwire_iallreduce(comm, x, y, GPUWIRE_SUM, NULL, &req));
+        EXPECT_OK(gpuwire_request_free(&req));
+        EXPECT(req.h == 0);
+        EXPECT_OK(gpuwire_allreduce(comm, one, n, GPUWIRE_SUM, NULL));
+        EXPECT(*(int64_t *)bptr(n) == size);
+        for (i = 0; i < 4; i++)
+            EXPECT(yp[i] == (int64_t)size * (size - 1) / 2 + (int64_t)size * i);
+        bfree(x);
+        bfree(y);
+        bfree(one);
+        bfree(n);
+    }
+
     /* No timeout: a receive nobody sends to is abandoned at once, and cancelled. */
     EXPECT_OK(gpuwire_comm_dup(comm, &dc));
     for (i = 0; i < 4; i++)

@@ -281,7 +281,7 @@ def test_request_context_manager():
     comm.free()
 
 
-def test_free_an_isend_in_flight():
+def test_free_isend_and_collective_in_flight():
     # The fire-and-forget idiom (MPI_Isend, MPI_Request_free): the send goes on, its array kept
     # alive (it was abandoned and the communicator broken). 1 MiB: past every eager size, and
     # the receive is posted after a barrier, so the send is in flight at the free.
@@ -294,7 +294,12 @@ def test_free_an_isend_in_flight():
     comm.barrier()
     comm.recv(y, source, tag=5)
     assert (y == np.arange(1 << 17) + 1000000 * source).all()
+    # A nonblocking collective too: it goes on, the later blocking collective runs after it.
+    a, b = np.full(3, RANK + 1, np.int64), np.zeros(3, np.int64)
+    r = comm.iallreduce(a, b)
+    r.free()
     comm.barrier()
+    assert (b == SIZE * (SIZE + 1) // 2).all()
     comm.free()
 
 
