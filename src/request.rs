@@ -381,8 +381,9 @@ impl Request {
         }
     }
 
-    /// gpuwire_request_free: completes the request if it completes within the communicator's
-    /// timeout (without a timeout: if it has already completed), else abandons it (see
+    /// gpuwire_request_free: an isend's or a nonblocking collective's operation not yet complete
+    /// goes on (`Detached`: Ok(())). Any other request is completed if it completes within the
+    /// communicator's timeout (without a timeout: if it has already completed), else abandoned (see
     /// [`Pending::abandon`]; the buffer is then kept for ever if MPI may still use it) and
     /// breaks the communicator: Ok(()) when it completed, its error when it failed,
     /// Error::Timeout or Error::CommBroken when it was abandoned. Never blocks longer than the
@@ -391,22 +392,9 @@ impl Request {
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         let Some(mut op) = p.take() else { return Ok(()) };
         reap_detached();
-        if self.goes_on && !self.comm.is_broken() {
-            // It goes on, as a send after MPI_Request_free (a collective, which MPI forbids to
-            // free, too: the other ranks meet it); its buffers are kept until it completes.
-            match op.test() {
-                Ok(true) => return Ok(()),
-                Err(e) => {
-                    self.keep_if_abandoned(&e);
-                    return Err(e);
-                }
-                Ok(false) => {}
-            }
-            let mut list = DETACHED.lock().unwrap_or_else(|e| e.into_inner());
-            list.push(Detached { op, bufs: self.bufs.share(), comm: self.comm.clone() });
-            N_DETACHED.store(list.len(), std::sync::atomic::Ordering::Relaxed);
-            return Ok(());
-        }
+        // An isend or a nonblocking collective goes on, as a send after MPI_Request_free (a
+        // collective, which MPI forbids to free, too: the other ranks meet it).
+        let detach = self.goes_on && !self.comm.is_broken();
         let timeout = self.comm.config().timeout;
         // A broken communicator completes nothing more: no waiting then.
         let deadline = timeout.filter(|_| !self.comm.is_broken()).map(|t| Instant::now() + t);
@@ -420,6 +408,13 @@ impl Request {
                     return Err(e);
                 }
                 Ok(false) => {}
+            }
+            if detach {
+                // Its buffers are kept until it completes (`reap_detached`).
+                let mut list = DETACHED.lock().unwrap_or_else(|e| e.into_inner());
+                list.push(Detached { op, bufs: self.bufs.share(), comm: self.comm.clone() });
+                N_DETACHED.store(list.len(), std::sync::atomic::Ordering::Relaxed);
+                return Ok(());
             }
             match deadline {
                 Some(d) if Instant::now() < d => {}
