@@ -21,8 +21,9 @@ PyTorch CPU tensors, JAX, ...); any host array with __array_interface__; and buf
 objects (bytearray, array.array, memoryview of writable memory). A non-contiguous NumPy or
 device array (a[:, 1], a[1:5:2, 2:]) becomes a strided buffer over its elements where they are
 (gpuwire_buffer_wrap_strided: no copy; the operations pack and unpack it), as long as its strides
-are non-negative whole elements and it has at most 4 axes left that are not contiguous together;
-otherwise it is refused with ValueError, never copied, so a nonblocking call can never send a
+are non-negative whole elements (else it is refused with ValueError) and it has at most 4 axes
+left that are not contiguous together (else gpuwire.Error INVALID_ARGUMENT); it is never copied,
+so a nonblocking call can never send a
 temporary (the copies to and from host arrays need contiguous arrays). So is a read-only
 one, and one whose byte order is not the machine's (np.full(3, 1.0, '>f8') on x86 or ARM),
 whose bytes gpuwire would otherwise reduce and send as native values: convert it first
@@ -56,6 +57,7 @@ host data (set_global, allgather, gather, numpy()); examples-python/darray.py us
 Errors raise gpuwire.Error with .code (the gpuwire_status) and the detailed message.
 """
 
+import collections
 import ctypes
 import sys
 import threading
@@ -64,7 +66,7 @@ from ctypes import POINTER, c_double, c_int32, c_int64, c_uint64, c_void_p
 
 from . import _library
 from ._capi import *  # noqa: F401,F403  (every constant of gpuwire.h, and Config)
-from ._capi import (BFLOAT16, COMPLEX64, COMPLEX128, DECIDE, ERROR_COMM_BROKEN, ERROR_COUNT_MISMATCH,
+from ._capi import (BFLOAT16, COMPLEX64, COMPLEX128, DECIDE, ERROR_ALREADY_FINALIZED, ERROR_COMM_BROKEN, ERROR_COUNT_MISMATCH,
                     ERROR_DTYPE_MISMATCH, ERROR_INVALID_ARGUMENT, ERROR_NULL_ARGUMENT, ERROR_TIMEOUT, FLOAT16,
                     FLOAT32, FLOAT32_INT32, FLOAT64, FLOAT64_INT32, INT8, INT32, INT32_INT32, INT64, HALO_CORNERS, NORM_2, PARTITION_SCATTER, SPACE_AUTO, SPACE_DEVICE,
                     ORDER_C, SPACE_HOST, SUCCESS, SUM, UINT8, UINT32, UINT64, ANY_SOURCE, ANY_TAG, Config, StatusT,
@@ -295,7 +297,8 @@ def _describe_buffer(array):
                         "__cuda_array_interface__, DLPack or __array_interface__ array, or a buffer") from None
     if mv.readonly:
         raise ValueError(_READ_ONLY)
-    if not (mv.c_contiguous or mv.f_contiguous):
+    if not mv.c_contiguous:
+        # A Fortran-ordered memoryview too: ctypes takes only C-contiguous exported memory.
         raise ValueError(_NOT_CONTIGUOUS)
     fmt = mv.format
     order = "="
@@ -474,23 +477,31 @@ class Buffer:
         return _out(c_int32, lib.gpuwire_buffer_owned, self.handle) != 0
 
     def numpy(self):
-        """A NumPy array over a host buffer's memory (no copy; valid while the buffer lives)."""
+        """A NumPy array over a host buffer's memory (no copy). It keeps this Buffer object
+        alive, but not past free(): after free() the memory of gpuwire_buffer_alloc is gone."""
         import numpy
 
         names = {v: k for k, v in _DTYPES.items()}
-        n = self.count()
+        n, d = self.count(), self.dtype()
         if self.space() == SPACE_DEVICE:
             raise ValueError("gpuwire: a device buffer has no NumPy view")
+        if d in _PAIRS:
+            dt = pair_dtype(d)
+        elif d in names:
+            dt = numpy.dtype(names[d])
+        else:
+            raise ValueError(f"gpuwire: datatype {d} has no NumPy dtype")
         if n == 0:
-            return numpy.empty(0, dtype=names[self.dtype()])
-        raw = (ctypes.c_char * (n * dtype_size(self.dtype()))).from_address(self.pointer())
-        a = numpy.frombuffer(raw, dtype=names[self.dtype()])
-        return a
+            return numpy.empty(0, dtype=dt)
+        raw = (ctypes.c_char * (n * dtype_size(d))).from_address(self.pointer())
+        raw._owner = self  # the array's base: the memory's owner lives as long as the view
+        return numpy.frombuffer(raw, dtype=dt)
 
     def free(self):
+        """gpuwire_buffer_free. The array (or parent) stays referenced until this object is
+        collected: a request or a view that holds this object may still use its memory."""
         if self.handle:
             h, self.handle = self.handle, 0
-            self._keep = None
             _check(lib.gpuwire_buffer_free(h))
 
     def __enter__(self):
@@ -526,6 +537,13 @@ def _as_buffer(x):
     return Buffer.wrap(x), True
 
 
+def _one_buffer(x):
+    """_as_buffer of an argument that must be given (TypeError for None)."""
+    if x is None:
+        raise TypeError("gpuwire: expected an array or a gpuwire.Buffer, got None")
+    return _as_buffer(x)
+
+
 # Buffers that blocking operations wrapped inside this thread's open group (`with group():`):
 # the operations start at the outermost end, so the arrays must live until then.
 _GROUP = threading.local()
@@ -544,6 +562,28 @@ def _done(b):
 # Arrays of requests abandoned by the garbage collector: MPI may still read or write them.
 _ABANDONED = []
 
+# Requests released (free(), or collected) while their isend or nonblocking collective was in
+# flight: the operation goes on, as a send after MPI_Request_free, and its arrays stay
+# referenced until a later look (_reap, at every new request) finds it complete.
+_DETACHED = collections.deque()
+
+
+def _reap():
+    """Tests each detached request once; lets go of the arrays of those that completed."""
+    for _ in range(len(_DETACHED)):
+        try:
+            h, keep = _DETACHED.popleft()
+        except IndexError:
+            return
+        flag = c_int32()
+        st = lib.gpuwire_test(ctypes.byref(h), ctypes.byref(flag))
+        if st == SUCCESS and not flag.value:
+            _DETACHED.append((h, keep))
+        elif st in (ERROR_TIMEOUT, ERROR_COMM_BROKEN):
+            _ABANDONED.append(keep)
+        elif st not in (SUCCESS, ERROR_ALREADY_FINALIZED):
+            warnings.warn(f"gpuwire: a released request failed: {last_error()}", RuntimeWarning, stacklevel=2)
+
 
 class Request:
     """A nonblocking operation; keeps its buffer alive until it completes. Collected while still
@@ -555,20 +595,25 @@ class Request:
         self.handle = _handle(handle)
         self._keep = keep
         self._goes_on = goes_on
+        if _DETACHED:
+            _reap()
 
     def _release(self):
-        """gpuwire_request_free, keeping the array alive for good where MPI may still use it: the
-        request was abandoned (TIMEOUT, COMM_BROKEN), or it is an isend's or a nonblocking
-        collective's, released in flight (its operation goes on, as a send after
-        MPI_Request_free). Returns the status."""
+        """Releases the request. An isend's or a nonblocking collective's still in flight goes on,
+        as a send after MPI_Request_free: it joins _DETACHED with its arrays. Any other goes
+        through gpuwire_request_free, its arrays kept alive for good if it was abandoned
+        (TIMEOUT, COMM_BROKEN: MPI may still use them). Returns the status."""
         if self._goes_on:
             flag = c_int32()
             st = lib.gpuwire_test(ctypes.byref(self.handle), ctypes.byref(flag))
             if st != SUCCESS or flag.value:
                 self._settle(st)
                 return st
+            _DETACHED.append((self.handle, self._keep))
+            self.handle, self._keep = _handle(0), None
+            return SUCCESS
         st = lib.gpuwire_request_free(ctypes.byref(self.handle))
-        if self._keep is not None and (st in (ERROR_TIMEOUT, ERROR_COMM_BROKEN) or (self._goes_on and st == SUCCESS)):
+        if self._keep is not None and st in (ERROR_TIMEOUT, ERROR_COMM_BROKEN):
             _ABANDONED.append(self._keep)
         self._keep = None
         return st
@@ -615,8 +660,9 @@ class Request:
 
     def free(self):
         """gpuwire_request_free: an isend's or a nonblocking collective's request still in flight
-        is released and its operation goes on (as a send after MPI_Request_free; the arrays are
-        then kept alive for good). A receive's is completed within the communicator's timeout,
+        is released and its operation goes on (as a send after MPI_Request_free; its arrays are
+        let go once a later request finds it complete). A receive's is completed within the
+        communicator's timeout,
         else abandoned (raising Error
         ERROR_TIMEOUT or ERROR_COMM_BROKEN; the communicator is then broken and the array kept
         alive for good)."""
@@ -786,7 +832,7 @@ class Comm:
     # Blocking operations free the buffers they wrapped for the call; isend and irecv hand
     # theirs to the Request, which keeps the array alive until the operation completes.
     def send(self, buf, dest, tag=0, stream=None):
-        b, new = _as_buffer(buf)
+        b, new = _one_buffer(buf)
         try:
             _check(lib.gpuwire_send(self.handle, b.handle, dest, tag, _stream_ptr(stream or b.stream)))
         finally:
@@ -794,7 +840,7 @@ class Comm:
                 _done(b)
 
     def recv(self, buf, source, tag=0, stream=None):
-        b, new = _as_buffer(buf)
+        b, new = _one_buffer(buf)
         try:
             _check(lib.gpuwire_recv(self.handle, b.handle, source, tag, _stream_ptr(stream or b.stream)))
         finally:
@@ -803,19 +849,19 @@ class Comm:
 
     def isend(self, buf, dest, tag=0, stream=None):
         """Returns a Request; the array stays referenced until it completes."""
-        b, _ = _as_buffer(buf)
+        b, _ = _one_buffer(buf)
         r = _out(_handle, lib.gpuwire_isend, self.handle, b.handle, dest, tag, _stream_ptr(stream or b.stream))
         return Request(r, keep=b, goes_on=True)
 
     def irecv(self, buf, source, tag=0, stream=None):
-        b, _ = _as_buffer(buf)
+        b, _ = _one_buffer(buf)
         r = _out(_handle, lib.gpuwire_irecv, self.handle, b.handle, source, tag, _stream_ptr(stream or b.stream))
         return Request(r, keep=b)
 
     def recv_status(self, buf, source=ANY_SOURCE, tag=ANY_TAG, stream=None):
         """gpuwire_recv_status: up to the buffer's count, wildcards allowed; a StatusT (source,
         tag, count) of what it received."""
-        b, new = _as_buffer(buf)
+        b, new = _one_buffer(buf)
         st = StatusT()
         try:
             _check(lib.gpuwire_recv_status(self.handle, b.handle, source, tag, _stream_ptr(stream or b.stream),
@@ -827,7 +873,7 @@ class Comm:
 
     def irecv_status(self, buf, source=ANY_SOURCE, tag=ANY_TAG, stream=None):
         """gpuwire_irecv_status: a Request whose wait_status() says what it received."""
-        b, _ = _as_buffer(buf)
+        b, _ = _one_buffer(buf)
         r = _out(_handle, lib.gpuwire_irecv_status, self.handle, b.handle, source, tag,
                  _stream_ptr(stream or b.stream))
         return Request(r, keep=b)
@@ -886,7 +932,7 @@ class Comm:
     def reduce(self, sendbuf, recvbuf, op=SUM, root=0, stream=None):
         """recvbuf matters at the root only (None elsewhere); the same object as sendbuf = in place."""
         if recvbuf is sendbuf:
-            b, new = _as_buffer(sendbuf)
+            b, new = _one_buffer(sendbuf)
             try:
                 _check(lib.gpuwire_reduce(self.handle, b.handle, b.handle, op, root, _stream_ptr(stream or b.stream)))
             finally:
@@ -898,7 +944,7 @@ class Comm:
     def allreduce(self, sendbuf, recvbuf=None, op=SUM, stream=None):
         """In place when recvbuf is None (or the same object)."""
         if recvbuf is None or recvbuf is sendbuf:
-            b, new = _as_buffer(sendbuf)
+            b, new = _one_buffer(sendbuf)
             try:
                 _check(lib.gpuwire_allreduce(self.handle, b.handle, b.handle, op, _stream_ptr(stream or b.stream)))
             finally:
@@ -917,7 +963,7 @@ class Comm:
 
     def _scan(self, fn, sendbuf, recvbuf, op, stream):
         if recvbuf is None or recvbuf is sendbuf:
-            b, new = _as_buffer(sendbuf)
+            b, new = _one_buffer(sendbuf)
             try:
                 _check(fn(self.handle, b.handle, b.handle, op, _stream_ptr(stream or b.stream)))
             finally:
@@ -1024,7 +1070,7 @@ class Comm:
     def ireduce(self, sendbuf, recvbuf, op=SUM, root=0, stream=None):
         """recvbuf matters at the root only (None elsewhere); the same object as sendbuf = in place."""
         if recvbuf is sendbuf:
-            b, _ = _as_buffer(sendbuf)
+            b, _ = _one_buffer(sendbuf)
             r = _out(_handle, lib.gpuwire_ireduce, self.handle, b.handle, b.handle, op, root, _stream_ptr(stream or b.stream))
             return Request(r, keep=b, goes_on=True)
         return self._icollective(lib.gpuwire_ireduce, [sendbuf, recvbuf], [op, root], stream)
@@ -1032,7 +1078,7 @@ class Comm:
     def iallreduce(self, sendbuf, recvbuf=None, op=SUM, stream=None):
         """In place when recvbuf is None (or the same object)."""
         if recvbuf is None or recvbuf is sendbuf:
-            b, _ = _as_buffer(sendbuf)
+            b, _ = _one_buffer(sendbuf)
             r = _out(_handle, lib.gpuwire_iallreduce, self.handle, b.handle, b.handle, op, _stream_ptr(stream or b.stream))
             return Request(r, keep=b, goes_on=True)
         return self._icollective(lib.gpuwire_iallreduce, [sendbuf, recvbuf], [op], stream)
@@ -1047,7 +1093,7 @@ class Comm:
 
     def _iscan(self, fn, sendbuf, recvbuf, op, stream):
         if recvbuf is None or recvbuf is sendbuf:
-            b, _ = _as_buffer(sendbuf)
+            b, _ = _one_buffer(sendbuf)
             return Request(_out(_handle, fn, self.handle, b.handle, b.handle, op, _stream_ptr(stream or b.stream)), keep=b, goes_on=True)
         return self._icollective(fn, [sendbuf, recvbuf], [op], stream)
 
@@ -1298,8 +1344,8 @@ class DArray:
         return _numpy().dtype(names[d])
 
     def numpy(self):
-        """A NumPy view of a host array's owned elements, in the local shape (no copy; valid while
-        this array lives)."""
+        """A NumPy view of a host array's owned elements, in the local shape (no copy). It keeps
+        this DArray object alive, but not past free()."""
         np = _numpy()
         if self.space() == SPACE_DEVICE:
             raise ValueError("gpuwire: a device array has no NumPy view")
@@ -1313,6 +1359,7 @@ class DArray:
             whole = self.local_with_halo().numpy().reshape([d + 2 * h for d, h in zip(shape, halo)])
             return whole[tuple(slice(h, h + d) for d, h in zip(shape, halo))]
         raw = (ctypes.c_char * (n * dt.itemsize)).from_address(self.data())
+        raw._owner = self  # the array's base: the distributed array lives as long as the view
         return np.frombuffer(raw, dtype=dt).reshape(shape)
 
     # scalars: of the array's dtype (results come back as NumPy scalars of it)

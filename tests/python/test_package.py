@@ -303,6 +303,56 @@ def test_free_isend_and_collective_in_flight():
     comm.free()
 
 
+def test_memory_stays_alive(comm):
+    # From a new-user pass, each a segfault or silent corruption before: a Buffer freed (its with
+    # block left) while an irecv on it is pending; a view used after its parent's free(); the
+    # NumPy view of a Buffer or DArray nobody else holds. And the arrays of released isends are
+    # let go once they completed (they were kept for good).
+    import gc
+
+    dest, source = (RANK + 1) % SIZE, (RANK - 1) % SIZE
+    n = 1 << 16
+    y = np.full(n, -1.0)
+    with gpuwire.Buffer.wrap(y) as b:
+        r = comm.irecv(b, source, tag=21)
+    del y, b
+    gc.collect()
+    junk = [np.full(n, 7.0) for _ in range(8)]  # reuses the freed memory, were it freed
+    comm.send(np.arange(n, dtype=np.float64) + RANK, dest, tag=21)
+    r.wait()
+    assert all((j == 7.0).all() for j in junk)
+    z = np.zeros(n)
+    p = gpuwire.Buffer.wrap(z)
+    v = p.view(0, n)
+    p.free()
+    comm.sendrecv(np.full(n, 3.0), dest, 22, v, source, 22)
+    assert (z == 3.0).all()
+    v.free()
+    a = gpuwire.Buffer.alloc(4, gpuwire.FLOAT64).numpy()
+    gc.collect()
+    a[:] = 5.0
+    assert a.sum() == 20.0
+    d = gpuwire.DArray(comm, 4 * SIZE, np.float64).numpy()
+    gc.collect()
+    d[:] = 2.0
+    assert d.sum() == 8.0
+    q = gpuwire.Buffer.alloc(2, gpuwire.FLOAT64_INT32).numpy()
+    assert q.dtype == gpuwire.pair_dtype(gpuwire.FLOAT64_INT32) and len(q) == 2
+    with pytest.raises(TypeError):
+        comm.allreduce(None)
+    with pytest.raises(ValueError):
+        gpuwire.Buffer.wrap(memoryview(np.zeros((3, 2), order="F")))
+    for _ in range(20):
+        comm.isend(np.full(1 << 17, 1.0), dest, tag=23)  # each request dropped at once
+    got = np.zeros(1 << 17)
+    for _ in range(20):
+        comm.recv(got, source, tag=23)
+    comm.barrier()
+    comm.isend(np.zeros(1), RANK, tag=24).wait()  # a new request looks at the released ones
+    comm.recv(np.zeros(1), RANK, tag=24)
+    assert len(gpuwire._DETACHED) == 0, len(gpuwire._DETACHED)
+
+
 def test_p2p_matching_config():
     # config.p2p_matching (GPUWIRE_P2P_MATCHING): the backend's matching by default; MPI's
     # requested, a communicator whose wildcard receives match as MPI.
