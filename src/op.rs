@@ -360,6 +360,11 @@ impl Op {
     }
 }
 
+/// Whether a receive's source is GPUWIRE_PROC_NULL (or MPI_PROC_NULL): it receives nothing.
+fn from_nobody(source: i32) -> bool {
+    crate::ops::peer(source) == crate::types::PROC_NULL
+}
+
 /// The operation as the views see it (`crate::view`): its slots and this rank's role in each,
 /// the one table of roles (the stream-ordered staging reads it too, through `parts`).
 impl crate::view::Slotted for Op {
@@ -373,11 +378,13 @@ impl crate::view::Slotted for Op {
         match op {
             Op::Send { buf, .. } | Op::Isend { buf, .. } => [(Some(buf), In), (None, Unused)],
             // A receive of up to its count (irecv_status): what a shorter message leaves is kept
-            // (packed or staged in and out).
+            // (packed or staged in and out); so is the whole view of one from PROC_NULL, which
+            // receives nothing (as MPI, which writes nothing).
             Op::Irecv { buf, upto: true, .. } => [(Some(buf), InOut), (None, Unused)],
+            Op::Recv { buf, source, .. } | Op::Irecv { buf, source, .. } if from_nobody(*source) => [(Some(buf), InOut), (None, Unused)],
             Op::Recv { buf, .. } | Op::Irecv { buf, .. } => [(Some(buf), Out), (None, Unused)],
             Op::Bcast { buf, root } => [(Some(buf), if rank == *root { In } else { Out }), (None, Unused)],
-            Op::Sendrecv { send, recv, .. } => [(Some(send), In), (Some(recv), Out)],
+            Op::Sendrecv { send, recv, source, .. } => [(Some(send), In), (Some(recv), if from_nobody(*source) { InOut } else { Out })],
             Op::Barrier => [(None, Unused), (None, Unused)],
             Op::Reduce { send, recv, root, .. } | Op::Gather { send, recv, root } => [(Some(send), In), (recv.as_ref(), root_role(*root, Out))],
             Op::Scatter { send, recv, root } | Op::Scatterv { send, recv, root, .. } => [(send.as_ref(), root_role(*root, In)), (Some(recv), Out)],

@@ -158,6 +158,22 @@ static void test_ranks(gpuwire_comm comm)
         EXPECT_OK(gpuwire_sendrecv(comm, b2, r, 0, b, r, 0, NULL));
         EXPECT(all_bytes(p, 16, FILL));
     }
+    /* Into a strided view too: nothing is written (the scratch it is received through was
+     * unpacked into it: zeros, or another operation's bytes). */
+    {
+        gpuwire_buffer big = balloc(8, GPUWIRE_INT32), col = GPUWIRE_BUFFER_NULL;
+        EXPECT_OK(gpuwire_buffer_view_strided(big, 0, 4, 1, 2, &col));
+        for (int i = 0; i < 2; i++) {
+            memset(bptr(big), FILL, 32);
+            EXPECT_OK(gpuwire_recv(comm, col, nulls[i], 0, NULL));
+            EXPECT_OK(gpuwire_irecv(comm, col, nulls[i], 3, NULL, &rq));
+            EXPECT_OK(gpuwire_wait(&rq));
+            EXPECT_OK(gpuwire_sendrecv(comm, b2, nulls[i], 0, col, nulls[i], 0, NULL));
+            EXPECT(all_bytes(bptr(big), 32, FILL));
+        }
+        gpuwire_buffer_free(col);
+        gpuwire_buffer_free(big);
+    }
     /* Mixed: a real exchange around the ring with the null rank on one side. */
     gpuwire_buffer s = balloc(4, GPUWIRE_INT32);
     fill_seq(bptr(s), 4, 100 * rank);
