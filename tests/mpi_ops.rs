@@ -30,6 +30,9 @@ fn main() {
                 Job::new("np3", 3, "plain"),
                 Job::new("np3_checking", 3, "checking").with_env("GPUWIRE_CHECK", "1"),
                 Job::new("np4_vcoll", 4, "vcoll"),
+                // With a timeout the MPI collectives run in their nonblocking form (libnbc on
+                // Open MPI, which reads a send buffer equal to the receive buffer as in place).
+                Job::new("np4_vcoll_timeout", 4, "vcoll").with_env("GPUWIRE_TIMEOUT", "60"),
                 Job::new("np2_vcoll_checking", 2, "vcoll_checking").with_env("GPUWIRE_CHECK", "1"),
             ],
         );
@@ -606,6 +609,7 @@ fn place(d: Dtype, len: usize, displs: &[i64], blocks: &[Vec<u8>]) -> Vec<u8> {
 fn vcollectives(ctx: &Ctx, checking: bool) {
     alltoallv(ctx);
     gatherv_scatterv(ctx);
+    empty_root_in_place(ctx);
     reduce_scatterv(ctx);
     v_nonblocking(ctx);
     v_bad_inputs(ctx, checking);
@@ -718,6 +722,36 @@ fn gatherv_scatterv(ctx: &Ctx) {
         } else {
             check_bytes(ctx, d, &send.read(), &all, &format!("{what}, in place: the root's buffer unchanged"));
         }
+    }
+}
+
+/// gatherv and scatterv in place at a root whose own block is empty and lies where the buffer
+/// starts (ranks 0 and 1 send or receive nothing, the root is rank 1): the root's receive (or
+/// send) buffer is then at the same address as the whole buffer. Under a timeout rank 2 waited
+/// for its block until the timeout (Open MPI's nonblocking MPI_Ialltoallw took the root's call
+/// for an in-place one and sent nothing).
+fn empty_root_in_place(ctx: &Ctx) {
+    ctx.section("gatherv / scatterv in place at an empty root");
+    let (r, p) = (ctx.rank, ctx.size);
+    let root = 1.min(p - 1);
+    let counts: Vec<usize> = (0..p).map(|j| if j <= 1 { 0 } else { 3 }).collect();
+    let displs: Vec<i64> = (0..p).map(|j| 3 * j.saturating_sub(2) as i64).collect();
+    let (c, len, d) = (i64s(&counts), 3 * p.saturating_sub(2), Dtype::GPUWIRE_INT32);
+    let blocks: Vec<Vec<u8>> = (0..p).map(|j| data(140, d, root, j, counts[j])).collect();
+    let all = place(d, len, &displs, &blocks);
+    let send = Buf::from_bytes(d, &all);
+    let recv = Buf::from_bytes(d, &sentinel(counts[r] * d.size()));
+    let own = send.view(0, 0);
+    let (sh, rh, cp, dp) = if r == root { (send.h, own.h, c.as_ptr(), displs.as_ptr()) } else { (0, recv.h, std::ptr::null(), std::ptr::null()) };
+    ctx.ok(gpuwire_scatterv(ctx.world, sh, cp, dp, rh, root as i32, st()), "scatterv in place at an empty root");
+    check_bytes(ctx, d, &recv.read(), &blocks[r], "scatterv in place at an empty root");
+    let gathered = Buf::from_bytes(d, &sentinel(len * d.size()));
+    let mine = Buf::from_bytes(d, &blocks[r]);
+    let first = gathered.view(0, 0);
+    let (sh, rh) = if r == root { (first.h, gathered.h) } else { (mine.h, 0) };
+    ctx.ok(gpuwire_gatherv(ctx.world, sh, rh, cp, dp, root as i32, st()), "gatherv in place at an empty root");
+    if r == root {
+        check_bytes(ctx, d, &gathered.read(), &all, "gatherv in place at an empty root");
     }
 }
 

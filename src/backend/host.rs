@@ -314,10 +314,11 @@ pub fn gatherv_large(c: &Communicator, send: Src, recv: usize, counts: &[usize],
     let rtypes: Vec<sys::MPI_Datatype> = if receives { recvtypes.iter().map(|t| t.dt).collect() } else { vec![mine.dt; p] };
     // recv holds sum(counts) elements where it receives (validated); every array lives until the
     // call returns.
+    let (s, r) = apart(s, &scounts, at(recv, 0, dtype), &rcounts);
     collective!(
         c,
         "MPI_Alltoallw (gatherv of large blocks)",
-        MPI_Alltoallw(s, scounts.as_ptr(), zeros.as_ptr(), stypes.as_ptr(), at(recv, 0, dtype), rcounts.as_ptr(), zeros.as_ptr(), rtypes.as_ptr(), c.raw()),
+        MPI_Alltoallw(s, scounts.as_ptr(), zeros.as_ptr(), stypes.as_ptr(), r, rcounts.as_ptr(), zeros.as_ptr(), rtypes.as_ptr(), c.raw()),
         MPI_Ialltoallw
     )
 }
@@ -413,6 +414,7 @@ fn scatter_large(c: &Communicator, send: usize, recv: Src, count: usize, dtype: 
     let stypes: Vec<sys::MPI_Datatype> = if is_root { sendtypes.iter().map(|t| t.dt).collect() } else { vec![block.dt; p] };
     let rtypes = vec![block.dt; p];
     let s = if is_root { at(send, 0, dtype) } else { std::ptr::null_mut() };
+    let (s, r) = apart(s, &scounts, r, &rcounts);
     // Validated by the caller; every array lives until the call returns.
     collective!(
         c,
@@ -465,12 +467,13 @@ pub fn alltoallw(c: &Communicator, what: &str, send: usize, sb: &[(usize, usize)
         IN_PLACE => mpisys::in_place(),
         p => p as *const c_void,
     };
+    let (s, r) = apart(s, &sn, recv as *mut c_void, &rn);
     // Every block lies inside its buffer (validated by the caller); every array lives until the
     // call returns.
     let r = collective!(
         c,
         what,
-        MPI_Alltoallw(s, sn.as_ptr(), sd.as_ptr(), st.as_ptr(), recv as *mut c_void, rn.as_ptr(), rd.as_ptr(), rt.as_ptr(), c.raw()),
+        MPI_Alltoallw(s, sn.as_ptr(), sd.as_ptr(), st.as_ptr(), r, rn.as_ptr(), rd.as_ptr(), rt.as_ptr(), c.raw()),
         MPI_Ialltoallw
     );
     if r.is_err() {
@@ -482,6 +485,24 @@ pub fn alltoallw(c: &Communicator, what: &str, send: usize, sb: &[(usize, usize)
 
 /// `alltoallw`'s send address for MPI_IN_PLACE (no buffer lives at address 1).
 const IN_PLACE: usize = 1;
+
+/// The send and receive addresses of an MPI_Alltoallw, never the same unless MPI_IN_PLACE is
+/// meant: Open MPI's nonblocking form (libnbc) takes a send buffer equal to the receive buffer
+/// for in place, and then never sends. A gatherv's or scatterv's root whose own block is empty
+/// and first passes such a pair (a timeout makes gpuwire use the nonblocking form: the other
+/// ranks then waited for ever). The side whose counts are all 0 passes NULL instead.
+fn apart(s: *const c_void, sn: &[c_int], r: *mut c_void, rn: &[c_int]) -> (*const c_void, *mut c_void) {
+    if s.is_null() || s != r as *const c_void || s == mpisys::in_place() {
+        return (s, r);
+    }
+    if rn.iter().all(|&n| n == 0) {
+        (s, std::ptr::null_mut())
+    } else if sn.iter().all(|&n| n == 0) {
+        (std::ptr::null(), r)
+    } else {
+        (s, r)
+    }
+}
 
 fn pairs(b: Blocks) -> Vec<(usize, usize)> {
     b.counts.iter().copied().zip(b.displs.iter().copied()).collect()
