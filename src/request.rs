@@ -161,7 +161,8 @@ pub struct Request {
 struct Detached {
     op: Box<dyn Pending>,
     bufs: Held,
-    comm: Arc<Communicator>,
+    /// Kept alive for the operation (a send refers to its communicator).
+    _comm: Arc<Communicator>,
 }
 
 /// The detached operations of the process, and how many (read without the lock).
@@ -175,8 +176,13 @@ static N_DETACHED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsi
 pub static DETACHED_PROGRESS: crate::progress::Source =
     crate::progress::Source { pending: || false, progress: reap_detached, urgent: || false };
 
-/// Releases the detached operations that have completed (never blocks; one that failed is its
-/// communicator's asynchronous error).
+/// Releases the detached operations that have completed (never blocks). One that failed has
+/// nobody to tell, as a request freed in MPI: its error is lost, but for a line on stderr. It is
+/// not made the communicator's asynchronous error, which the next operation of this rank alone
+/// would return instead of running: when a rank notices depends on its own calls and timing, so
+/// the ranks would skip different collectives (found by a new-user pass: wrong sums reported
+/// as success in checking mode, or a hang). A failure that breaks the communicator (a timeout)
+/// still breaks it.
 pub fn reap_detached() {
     use std::sync::atomic::Ordering;
     if N_DETACHED.load(Ordering::Relaxed) == 0 || crate::progress::on_progress_thread() {
@@ -191,7 +197,7 @@ pub fn reap_detached() {
             if e.abandons() {
                 d.bufs.keep_for_ever();
             }
-            d.comm.engine().note_error(&e);
+            lost(&e);
             false
         }
     });
@@ -204,13 +210,28 @@ pub fn finish_detached() {
     let list = std::mem::take(&mut *DETACHED.lock().unwrap_or_else(|e| e.into_inner()));
     N_DETACHED.store(0, std::sync::atomic::Ordering::Relaxed);
     for mut d in list {
-        if !matches!(d.op.test(), Ok(true)) {
-            let bufs = d.bufs.share();
-            if !d.op.abandon() {
-                bufs.keep_for_ever();
+        match d.op.test() {
+            Ok(true) => {}
+            Err(e) => {
+                if e.abandons() {
+                    d.bufs.keep_for_ever();
+                }
+                lost(&e);
+            }
+            Ok(false) => {
+                let bufs = d.bufs.share();
+                if !d.op.abandon() {
+                    bufs.keep_for_ever();
+                }
             }
         }
     }
+}
+
+/// The line on stderr for a detached operation that failed.
+fn lost(e: &Error) {
+    let line = format!("gpuwire[{}]: warning: an operation whose request was freed failed (the error has no caller to go to): {e}\n", std::process::id());
+    let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
 }
 
 impl Request {
@@ -412,7 +433,7 @@ impl Request {
             if detach {
                 // Its buffers are kept until it completes (`reap_detached`).
                 let mut list = DETACHED.lock().unwrap_or_else(|e| e.into_inner());
-                list.push(Detached { op, bufs: self.bufs.share(), comm: self.comm.clone() });
+                list.push(Detached { op, bufs: self.bufs.share(), _comm: self.comm.clone() });
                 N_DETACHED.store(list.len(), std::sync::atomic::Ordering::Relaxed);
                 return Ok(());
             }

@@ -303,9 +303,11 @@ pub extern "C" fn gpuwire_wait(request: *mut gpuwire_request) -> gpuwire_status 
 /// fire-and-forget idiom: learn of its completion otherwise, e.g. from a reply; MPI forbids
 /// freeing a collective's request, here the other ranks simply meet it): gpuwire keeps its
 /// buffers alive until it completes (the program may free the buffers' handles; wrapped memory
-/// must stay valid until then, and a receive buffer is written when it completes), releases
-/// them at a later wait or test, and a failure is the communicator's asynchronous error
-/// (gpuwire_comm_get_async_error); at gpuwire_finalize one still in flight is left to MPI.
+/// must stay valid until then, and a receive buffer is written when it completes), and releases
+/// them at a later wait, test or request free of this rank. As in MPI, a failure of such an
+/// operation has no caller to go to: it is lost, but for a warning line on stderr (a timeout
+/// still breaks the communicator). At gpuwire_finalize one still in flight is left to MPI (a
+/// send whose receive never comes may then block MPICH's MPI_Finalize).
 /// Any other request (a receive's) that has completed, or completes within the communicator's
 /// timeout, is
 /// released as by gpuwire_wait (GPUWIRE_SUCCESS, or the operation's error). One that has not is

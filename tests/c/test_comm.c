@@ -367,6 +367,44 @@ static void request_free(void)
         bfree(n);
     }
 
+    /* In checking mode, a freed iallreduce whose counts differ between ranks fails on every rank
+     * with nobody to tell; the ranks then run the same later collectives (its error was the
+     * next call's "earlier operation failed" on a rank when that rank happened to notice: rank
+     * 0, noticing last, skipped another allreduce than the others, and two mismatched
+     * allreduces returned success with wrong sums). */
+    if (size >= 2) {
+        gpuwire_comm cc;
+        gpuwire_status async = GPUWIRE_ERROR_INTERNAL;
+        EXPECT_OK(gpuwire_config_init(&cfg));
+        cfg.check = 1;
+        EXPECT_OK(gpuwire_comm_world(&cfg, &cc));
+        gpuwire_buffer a = balloc(rank == 0 ? 1 : 2, GPUWIRE_INT64), b = balloc(rank == 0 ? 1 : 2, GPUWIRE_INT64);
+        gpuwire_buffer one = balloc(1, GPUWIRE_INT64), tot = balloc(1, GPUWIRE_INT64), z = balloc(0, GPUWIRE_INT64);
+        EXPECT_OK(gpuwire_iallreduce(cc, a, b, GPUWIRE_SUM, NULL, &req));
+        EXPECT_OK(gpuwire_request_free(&req));
+        if (rank == 0) {
+            t0 = MPI_Wtime();
+            while (MPI_Wtime() - t0 < 0.2)
+                ;
+        }
+        EXPECT_OK(gpuwire_isend(cc, z, GPUWIRE_PROC_NULL, 0, NULL, &req));
+        EXPECT_OK(gpuwire_request_free(&req)); /* looks at the freed ones */
+        for (i = 0; i < 4; i++) {
+            *(int64_t *)bptr(one) = 10 * (i + 1);
+            *(int64_t *)bptr(tot) = -1;
+            EXPECT_OK(gpuwire_allreduce(cc, one, tot, GPUWIRE_SUM, NULL));
+            EXPECT(*(int64_t *)bptr(tot) == 10 * (i + 1) * size);
+        }
+        EXPECT_OK(gpuwire_comm_get_async_error(cc, &async));
+        EXPECT(async == GPUWIRE_SUCCESS);
+        EXPECT_OK(gpuwire_comm_free(cc));
+        bfree(a);
+        bfree(b);
+        bfree(one);
+        bfree(tot);
+        bfree(z);
+    }
+
     /* No timeout: a receive nobody sends to is abandoned at once, and cancelled. */
     EXPECT_OK(gpuwire_comm_dup(comm, &dc));
     for (i = 0; i < 4; i++)
