@@ -628,7 +628,7 @@ module gpuwire
     gw_darray_cart, gw_darray_halo_exchange_axes, gw_darray_halo_exchange_axes_i4, axis_list
   private :: finish, fail, die, stream_or_null, c_chars_to_string, dtype_name, itoa, &
     first_address, wrap_address, copy_host, host_collective, darray_host, darray_scalar, &
-    darray_shape, section_stride, wrap_section
+    darray_shape, section_stride, dense, wrap_section
 
   ! MPI_IN_PLACE's counterpart for the collectives on Fortran variables:
   ! gpuwire_allreduce(comm, GPUWIRE_IN_PLACE, x, op) reduces x in place.
@@ -1253,13 +1253,31 @@ contains
   end subroutine gw_buffer_wrap_strided
 
   ! The elements between an array section's first element (at `base`) and another one (at `p`),
-  ! for elements of `bits` bits.
+  ! for elements of `bits` bits; -1 when the distance is no whole number of elements (a section
+  ! of a component of an unpadded sequence type), which gpuwire_buffer_wrap_strided refuses.
   subroutine section_stride(stride, p, base, bits)
     integer(int64), intent(out) :: stride
     type(c_ptr), intent(in) :: p, base
     integer, intent(in) :: bits
-    stride = (transfer(p, 0_c_intptr_t) - transfer(base, 0_c_intptr_t)) / (bits / 8)
+    integer(int64) :: bytes
+    bytes = transfer(p, 0_c_intptr_t) - transfer(base, 0_c_intptr_t)
+    stride = bytes / (bits / 8)
+    if (mod(bytes, int(bits / 8, int64)) /= 0) stride = -1
   end subroutine section_stride
+
+  ! Whether elements of extents `lens` at element strides `st` (0 where the extent is 1) lie
+  ! packed in array element order: the first element's address then describes them all.
+  logical function dense(lens, st)
+    integer(int64), intent(in) :: lens(:), st(:)
+    integer(int64) :: expected
+    integer :: d
+    dense = .true.
+    expected = 1
+    do d = 1, size(lens)
+      if (lens(d) > 1 .and. st(d) /= expected) dense = .false.
+      expected = expected * lens(d)
+    end do
+  end function dense
 
   ! A strided buffer over the elements of a section (gpuwire_buffer_wrap_strided).
   subroutine wrap_section(p, lens, strides, dtype, buf, space, ierror)

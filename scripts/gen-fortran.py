@@ -619,15 +619,14 @@ def section_body(rank):
     def at(bump):
         return "array(" + ", ".join(f"lb({d})" + (" + 1" if d == bump else "") for d in range(1, rank + 1)) + ")"
 
+    # Contiguity is read from the elements' addresses, not from is_contiguous: gfortran 12 calls
+    # a component section (t(:)%x, z%re) contiguous, and its elements would be taken as packed.
     out = [
         "if (.not. associated(array)) then ! a disassociated pointer: GPUWIRE_ERROR_NULL_ARGUMENT",
         "  call wrap_address(c_null_ptr, 1_int64, {DT}, buf, space, ierror)",
         "else if (size(array) == 0) then",
         "  call wrap_address(c_null_ptr, 0_int64, {DT}, buf, space, ierror)",
-        "else if (is_contiguous(array)) then ! the first element's address (no copy-in)",
-        "  lb = lbound(array)",
-        f"  call wrap_address(c_loc({at(0)}), {{count}}, {{DT}}, buf, space, ierror)",
-        "else ! a section: its elements where they are, by the strides between them",
+        "else ! the elements where they are, by the strides between their addresses",
         "  lb = lbound(array)",
         "  st = 0",
     ]
@@ -637,8 +636,14 @@ def section_body(rank):
             f"    call section_stride(st({d}), c_loc({at(d)}), c_loc({at(0)}), storage_size(array))",
             "  end if",
         ]
-    out.append(f"  call wrap_section(c_loc({at(0)}), shape(array, kind=int64), st, {{DT}}, buf, space, ierror)")
-    out.append("end if")
+    out += [
+        "  if (dense(shape(array, kind=int64), st)) then ! the first element's address (no copy-in)",
+        f"    call wrap_address(c_loc({at(0)}), {{count}}, {{DT}}, buf, space, ierror)",
+        "  else",
+        f"    call wrap_section(c_loc({at(0)}), shape(array, kind=int64), st, {{DT}}, buf, space, ierror)",
+        "  end if",
+        "end if",
+    ]
     return out
 
 

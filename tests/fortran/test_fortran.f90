@@ -287,12 +287,38 @@ contains
   ! elements around them untouched; strided and subarray views of a buffer; a reversed section
   ! refused.
   subroutine test_sections_as_buffers()
+    type :: rec
+      real(real64) :: x
+      real(real32) :: y
+    end type rec
     real(real64), target :: a(4, 5), got(6)
     integer(int32), target :: c(3, 4, 2), d(3, 4, 2)
+    type(rec), target :: t(5)
+    complex(real64), target :: z(4)
     type(gpuwire_buffer) :: b, b2, v
     integer(int64) :: n
     integer :: i, j, k, root, left, right
     root = nranks - 1
+    ! Sections of a component (t(:)%x, z%re): gfortran calls them contiguous, and they were
+    ! wrapped as packed elements (the root's y and imaginary parts overwrote this rank's, and
+    ! the last x and real parts were not received).
+    do i = 1, 5
+      t(i)%x = 10 * rank + i
+      t(i)%y = -1 - 100 * rank
+    end do
+    z = [(cmplx(10 * rank + i, -10 * rank - i, real64), i = 1, 4)]
+    call gpuwire_buffer_wrap(t(:)%x, b)
+    call gpuwire_bcast(world, b, root, ierror=ierr)
+    call expect_ok(ierr, 'bcast of the component section t(:)%x')
+    call expect(all(t%x == [(10 * root + i, i = 1, 5)]) .and. all(t%y == -1 - 100 * rank), &
+      't(:)%x is the root''s, t(:)%y this rank''s')
+    call gpuwire_buffer_free(b)
+    call gpuwire_buffer_wrap(z%re, b)
+    call gpuwire_bcast(world, b, root, ierror=ierr)
+    call expect_ok(ierr, 'bcast of z%re')
+    call expect(all(z%re == [(10 * root + i, i = 1, 4)]) .and. all(z%im == [(-10 * rank - i, i = 1, 4)]), &
+      'z%re is the root''s, z%im this rank''s')
+    call gpuwire_buffer_free(b)
     do j = 1, 5
       do i = 1, 4
         a(i, j) = 100 * rank + 10 * i + j + 0.25_real64
