@@ -357,7 +357,7 @@ module gpuwire
     module procedure gw_iallgather
   end interface
   interface gpuwire_iallgatherv
-    module procedure gw_iallgatherv
+    module procedure gw_iallgatherv, gw_iallgatherv_i4
   end interface
   interface gpuwire_ireduce_scatter
     module procedure gw_ireduce_scatter
@@ -366,16 +366,16 @@ module gpuwire
     module procedure gw_ireduce_scatter_block
   end interface
   interface gpuwire_ireduce_scatterv
-    module procedure gw_ireduce_scatterv
+    module procedure gw_ireduce_scatterv, gw_ireduce_scatterv_i4
   end interface
   interface gpuwire_ialltoallv
-    module procedure gw_ialltoallv
+    module procedure gw_ialltoallv, gw_ialltoallv_i4
   end interface
   interface gpuwire_igatherv
-    module procedure gw_igatherv
+    module procedure gw_igatherv, gw_igatherv_i4
   end interface
   interface gpuwire_iscatterv
-    module procedure gw_iscatterv
+    module procedure gw_iscatterv, gw_iscatterv_i4
   end interface
   interface gpuwire_ialltoall
     module procedure gw_ialltoall
@@ -421,30 +421,31 @@ module gpuwire
     module procedure gw_allgather
   end interface
   interface gpuwire_allgatherv
-    module procedure gw_allgatherv
+    module procedure gw_allgatherv, gw_allgatherv_i4
   end interface
   interface gpuwire_reduce_scatter
     module procedure gw_reduce_scatter
   end interface
   ! The v-collectives (as MPI_Alltoallv, MPI_Gatherv, MPI_Scatterv, MPI_Reduce_scatter), in MPI's
-  ! argument order: counts and displacements integer(int64) arrays of one entry per rank, in
-  ! elements (significant at the root only for gatherv and scatterv); the nonblocking forms take
+  ! argument order: counts and displacements integer(int64) (or all default integer) arrays of
+  ! one entry per rank, in elements (significant at the root only for gatherv and scatterv); the
+  ! nonblocking forms take
   ! the request after them, before the optional stream. gpuwire_reduce_scatter_block is the
   ! operation gpuwire_reduce_scatter (deprecated name) has always been.
   interface gpuwire_reduce_scatter_block
     module procedure gw_reduce_scatter_block
   end interface
   interface gpuwire_reduce_scatterv
-    module procedure gw_reduce_scatterv
+    module procedure gw_reduce_scatterv, gw_reduce_scatterv_i4
   end interface
   interface gpuwire_alltoallv
-    module procedure gw_alltoallv
+    module procedure gw_alltoallv, gw_alltoallv_i4
   end interface
   interface gpuwire_gatherv
-    module procedure gw_gatherv
+    module procedure gw_gatherv, gw_gatherv_i4
   end interface
   interface gpuwire_scatterv
-    module procedure gw_scatterv
+    module procedure gw_scatterv, gw_scatterv_i4
   end interface
   interface gpuwire_alltoall
     module procedure gw_alltoall
@@ -610,6 +611,9 @@ module gpuwire
   private :: gw_reduce_scatter_block, gw_reduce_scatterv, gw_alltoallv, gw_gatherv, gw_scatterv, &
     gw_ireduce_scatter_block, gw_ireduce_scatterv, gw_ialltoallv, gw_igatherv, gw_iscatterv, &
     per_rank_ok
+  private :: gw_allgatherv_i4, gw_reduce_scatterv_i4, gw_alltoallv_i4, gw_gatherv_i4, &
+    gw_scatterv_i4, gw_iallgatherv_i4, gw_ireduce_scatterv_i4, gw_ialltoallv_i4, gw_igatherv_i4, &
+    gw_iscatterv_i4
   private :: gw_ibarrier, gw_ibcast, gw_ireduce, gw_iallreduce, gw_iallgather, gw_iallgatherv, &
     gw_ireduce_scatter, gw_ialltoall, gw_igather, gw_iscatter, gw_group_start, gw_group_end, &
     gw_comm_async_error, gw_comm_get_async_error, gw_comm_abort
@@ -2126,6 +2130,121 @@ contains
     call finish(c(comm%handle, sendbuf%handle, sendcounts, displs, recvbuf%handle, &
       int(root, c_int32_t), stream_or_null(stream)), 'gpuwire_scatterv', ierror)
   end subroutine gw_scatterv
+
+  ! The v-collectives with default-integer counts and displacements (copied to int64: the
+  ! nonblocking forms copy their arrays at the call anyway).
+  subroutine gw_allgatherv_i4(comm, sendbuf, recvbuf, recvcounts, stream, ierror)
+    type(gpuwire_comm), intent(in) :: comm
+    type(gpuwire_buffer), intent(in) :: sendbuf, recvbuf
+    integer, intent(in) :: recvcounts(:)
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call gw_allgatherv(comm, sendbuf, recvbuf, int(recvcounts, int64), stream, ierror)
+  end subroutine gw_allgatherv_i4
+
+  subroutine gw_reduce_scatterv_i4(comm, sendbuf, recvbuf, recvcounts, op, stream, ierror)
+    type(gpuwire_comm), intent(in) :: comm
+    type(gpuwire_buffer), intent(in) :: sendbuf, recvbuf
+    integer, intent(in) :: recvcounts(:)
+    integer, intent(in) :: op
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call gw_reduce_scatterv(comm, sendbuf, recvbuf, int(recvcounts, int64), op, stream, ierror)
+  end subroutine gw_reduce_scatterv_i4
+
+  subroutine gw_alltoallv_i4(comm, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, &
+      stream, ierror)
+    type(gpuwire_comm), intent(in) :: comm
+    type(gpuwire_buffer), intent(in) :: sendbuf, recvbuf
+    integer, intent(in) :: sendcounts(:), sdispls(:), recvcounts(:), rdispls(:)
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call gw_alltoallv(comm, sendbuf, int(sendcounts, int64), int(sdispls, int64), recvbuf, &
+      int(recvcounts, int64), int(rdispls, int64), stream, ierror)
+  end subroutine gw_alltoallv_i4
+
+  subroutine gw_gatherv_i4(comm, sendbuf, recvbuf, recvcounts, displs, root, stream, ierror)
+    type(gpuwire_comm), intent(in) :: comm
+    type(gpuwire_buffer), intent(in) :: sendbuf, recvbuf
+    integer, intent(in) :: recvcounts(:), displs(:)
+    integer, intent(in) :: root
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call gw_gatherv(comm, sendbuf, recvbuf, int(recvcounts, int64), int(displs, int64), root, &
+      stream, ierror)
+  end subroutine gw_gatherv_i4
+
+  subroutine gw_scatterv_i4(comm, sendbuf, sendcounts, displs, recvbuf, root, stream, ierror)
+    type(gpuwire_comm), intent(in) :: comm
+    type(gpuwire_buffer), intent(in) :: sendbuf, recvbuf
+    integer, intent(in) :: sendcounts(:), displs(:)
+    integer, intent(in) :: root
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call gw_scatterv(comm, sendbuf, int(sendcounts, int64), int(displs, int64), recvbuf, root, &
+      stream, ierror)
+  end subroutine gw_scatterv_i4
+
+  subroutine gw_iallgatherv_i4(comm, sendbuf, recvbuf, request, recvcounts, stream, ierror)
+    type(gpuwire_comm), intent(in) :: comm
+    type(gpuwire_buffer), intent(in) :: sendbuf, recvbuf
+    type(gpuwire_request), intent(out) :: request
+    integer, intent(in) :: recvcounts(:)
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call gw_iallgatherv(comm, sendbuf, recvbuf, request, int(recvcounts, int64), stream, ierror)
+  end subroutine gw_iallgatherv_i4
+
+  subroutine gw_ireduce_scatterv_i4(comm, sendbuf, recvbuf, recvcounts, op, request, stream, &
+      ierror)
+    type(gpuwire_comm), intent(in) :: comm
+    type(gpuwire_buffer), intent(in) :: sendbuf, recvbuf
+    integer, intent(in) :: recvcounts(:)
+    integer, intent(in) :: op
+    type(gpuwire_request), intent(out) :: request
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call gw_ireduce_scatterv(comm, sendbuf, recvbuf, int(recvcounts, int64), op, request, stream, &
+      ierror)
+  end subroutine gw_ireduce_scatterv_i4
+
+  subroutine gw_ialltoallv_i4(comm, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, &
+      request, stream, ierror)
+    type(gpuwire_comm), intent(in) :: comm
+    type(gpuwire_buffer), intent(in) :: sendbuf, recvbuf
+    integer, intent(in) :: sendcounts(:), sdispls(:), recvcounts(:), rdispls(:)
+    type(gpuwire_request), intent(out) :: request
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call gw_ialltoallv(comm, sendbuf, int(sendcounts, int64), int(sdispls, int64), recvbuf, &
+      int(recvcounts, int64), int(rdispls, int64), request, stream, ierror)
+  end subroutine gw_ialltoallv_i4
+
+  subroutine gw_igatherv_i4(comm, sendbuf, recvbuf, recvcounts, displs, root, request, stream, &
+      ierror)
+    type(gpuwire_comm), intent(in) :: comm
+    type(gpuwire_buffer), intent(in) :: sendbuf, recvbuf
+    integer, intent(in) :: recvcounts(:), displs(:)
+    integer, intent(in) :: root
+    type(gpuwire_request), intent(out) :: request
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call gw_igatherv(comm, sendbuf, recvbuf, int(recvcounts, int64), int(displs, int64), root, &
+      request, stream, ierror)
+  end subroutine gw_igatherv_i4
+
+  subroutine gw_iscatterv_i4(comm, sendbuf, sendcounts, displs, recvbuf, root, request, stream, &
+      ierror)
+    type(gpuwire_comm), intent(in) :: comm
+    type(gpuwire_buffer), intent(in) :: sendbuf, recvbuf
+    integer, intent(in) :: sendcounts(:), displs(:)
+    integer, intent(in) :: root
+    type(gpuwire_request), intent(out) :: request
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    call gw_iscatterv(comm, sendbuf, int(sendcounts, int64), int(displs, int64), recvbuf, root, &
+      request, stream, ierror)
+  end subroutine gw_iscatterv_i4
 
   subroutine gw_ireduce_scatter_block(comm, sendbuf, recvbuf, op, request, stream, ierror)
     use gpuwire_c, only: c => gpuwire_ireduce_scatter_block

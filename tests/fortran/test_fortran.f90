@@ -979,12 +979,17 @@ contains
     end do
     call gpuwire_buffer_wrap(s, b1)
     call gpuwire_buffer_wrap(r, b2)
-    do pass = 1, 2
+    do pass = 1, 4 ! passes 3 and 4 with default-integer counts and displacements
       r = -1
       if (pass == 1) then
         call gpuwire_alltoallv(world, b1, sc, sd, b2, rc, rd, ierror=ierr)
-      else
+      else if (pass == 2) then
         call gpuwire_ialltoallv(world, b1, sc, sd, b2, rc, rd, req, ierror=ierr)
+        call gpuwire_wait(req)
+      else if (pass == 3) then
+        call gpuwire_alltoallv(world, b1, int(sc), int(sd), b2, int(rc), int(rd), ierror=ierr)
+      else
+        call gpuwire_ialltoallv(world, b1, int(sc), int(sd), b2, int(rc), int(rd), req, ierror=ierr)
         call gpuwire_wait(req)
       end if
       call expect_ok(ierr, 'alltoallv')
