@@ -850,6 +850,7 @@ contains
     integer(int64) :: counts(nranks), wrong_counts(nranks + 1)
     complex(real64), target :: z(2)
     type(gpuwire_buffer) :: bx, btotal, b1, b2, bnull
+    type(gpuwire_request) :: req
     integer :: j, sum_counts
     call gpuwire_barrier(world)
     ! allreduce in place and out of place; complex sum.
@@ -903,6 +904,13 @@ contains
     vrecv = -1
     call gpuwire_allgatherv(world, b1, b2)
     call expect(vrecv(sum_counts) == nranks - 1, 'allgatherv, counts exchanged')
+    vrecv = -1
+    call gpuwire_allgatherv(world, b1, b2, int(counts))
+    call expect(vrecv(1) == 0 .and. vrecv(sum_counts) == nranks - 1, 'allgatherv with default-integer counts')
+    vrecv = -1
+    call gpuwire_iallgatherv(world, b1, b2, req, int(counts))
+    call gpuwire_wait(req)
+    call expect(vrecv(1) == 0 .and. vrecv(sum_counts) == nranks - 1, 'iallgatherv with default-integer counts')
     ! A recvcounts of the wrong length fails on every rank of a checking communicator.
     call gpuwire_config_init(cfg)
     cfg%check = 1
@@ -1021,7 +1029,7 @@ contains
     s = 7 * rank
     call gpuwire_buffer_wrap(s, b1)
     call gpuwire_buffer_wrap(g, b2)
-    do pass = 1, 2
+    do pass = 1, 4 ! passes 3 and 4 with default-integer counts and displacements
       g = -1
       if (pass == 1) then
         if (rank == root) then
@@ -1029,12 +1037,17 @@ contains
         else
           call gpuwire_gatherv(world, b1, bnull, gc, gd, root)
         end if
-      else
+      else if (pass == 2) then
         if (rank == root) then
           call gpuwire_igatherv(world, b1, b2, gc, gd, root, req)
         else
           call gpuwire_igatherv(world, b1, bnull, gc, gd, root, req)
         end if
+        call gpuwire_wait(req)
+      else if (pass == 3) then
+        call gpuwire_gatherv(world, b1, merge(b2, bnull, rank == root), int(gc), int(gd), root)
+      else
+        call gpuwire_igatherv(world, b1, merge(b2, bnull, rank == root), int(gc), int(gd), root, req)
         call gpuwire_wait(req)
       end if
       if (rank == root) then
@@ -1046,12 +1059,17 @@ contains
       end if
     end do
     ! scatterv and iscatterv from the last rank: rank j gets its block back from g (7 j).
-    do pass = 1, 2
+    do pass = 1, 4 ! passes 3 and 4 with default-integer counts and displacements
       s = -1
       if (pass == 1) then
         call gpuwire_scatterv(world, b2, gc, gd, b1, root)
-      else
+      else if (pass == 2) then
         call gpuwire_iscatterv(world, b2, gc, gd, b1, root, req)
+        call gpuwire_wait(req)
+      else if (pass == 3) then
+        call gpuwire_scatterv(world, b2, int(gc), int(gd), b1, root)
+      else
+        call gpuwire_iscatterv(world, b2, int(gc), int(gd), b1, root, req)
         call gpuwire_wait(req)
       end if
       call expect(all(s == 7 * rank), 'scatterv / iscatterv from the last rank')
@@ -1068,12 +1086,17 @@ contains
     call gpuwire_buffer_wrap(rs, b1)
     call gpuwire_buffer_wrap(out, b2)
     k = rank * (rank + 1) / 2 ! this rank's offset
-    do pass = 1, 2
+    do pass = 1, 4 ! passes 3 and 4 with default-integer counts
       out = -1
       if (pass == 1) then
         call gpuwire_reduce_scatterv(world, b1, b2, rc, GPUWIRE_SUM)
-      else
+      else if (pass == 2) then
         call gpuwire_ireduce_scatterv(world, b1, b2, rc, GPUWIRE_SUM, req)
+        call gpuwire_wait(req)
+      else if (pass == 3) then
+        call gpuwire_reduce_scatterv(world, b1, b2, int(rc), GPUWIRE_SUM)
+      else
+        call gpuwire_ireduce_scatterv(world, b1, b2, int(rc), GPUWIRE_SUM, req)
         call gpuwire_wait(req)
       end if
       good = .true.
