@@ -132,6 +132,18 @@ struct dtype_of<float64_int32> : std::integral_constant<gpuwire_dtype, GPUWIRE_F
 template <>
 struct dtype_of<int32_int32> : std::integral_constant<gpuwire_dtype, GPUWIRE_INT32_INT32> {};
 
+/** The 64-bit integer type that int64_t is not (long long where int64_t is long, as on Linux):
+ * the same datatype by its size, so that std::vector<long long> works too. */
+using other_int64 = std::conditional_t<std::is_same<int64_t, long>::value, long long, long>;
+using other_uint64 =
+    std::conditional_t<std::is_same<uint64_t, unsigned long>::value, unsigned long long, unsigned long>;
+template <>
+struct dtype_of<other_int64>
+    : std::integral_constant<gpuwire_dtype, sizeof(other_int64) == 8 ? GPUWIRE_INT64 : GPUWIRE_INT32> {};
+template <>
+struct dtype_of<other_uint64>
+    : std::integral_constant<gpuwire_dtype, sizeof(other_uint64) == 8 ? GPUWIRE_UINT64 : GPUWIRE_UINT32> {};
+
 template <class T> constexpr gpuwire_dtype dtype_v = dtype_of<std::remove_cv_t<T>>::value;
 
 namespace detail {
@@ -397,6 +409,18 @@ public:
         check_shape(dtype_v<T>, src.size(), "gpuwire_buffer_copy_from_host");
         copy_from_host(static_cast<const void *>(src.data()), stream);
     }
+    template <class T, class = std::enable_if_t<!std::is_const<T>::value>>
+    void copy_from_host(span<T> src, void *stream = nullptr) const
+    {
+        copy_from_host(span<const T>(src.data(), src.size()), stream);
+    }
+    /** From a container with data() and size() (std::vector, std::array, ...). */
+    template <class C, class T = std::remove_pointer_t<decltype(std::data(std::declval<const C &>()))>,
+              class = std::enable_if_t<detail::has_dtype<T>::value>>
+    void copy_from_host(const C &src, void *stream = nullptr) const
+    {
+        copy_from_host(span<T>(std::data(src), std::size(src)), stream);
+    }
     /** Copies count() elements into host memory (gpuwire_buffer_copy_to_host). */
     void copy_to_host(void *dst, void *stream = nullptr) const
     {
@@ -406,6 +430,13 @@ public:
     {
         check_shape(dtype_v<T>, dst.size(), "gpuwire_buffer_copy_to_host");
         copy_to_host(static_cast<void *>(dst.data()), stream);
+    }
+    /** Into a container with data() and size() (std::vector, std::array, ...). */
+    template <class C, class T = std::remove_pointer_t<decltype(std::data(std::declval<C &>()))>,
+              class = std::enable_if_t<detail::has_dtype<T>::value && !std::is_const<T>::value>>
+    void copy_to_host(C &dst, void *stream = nullptr) const
+    {
+        copy_to_host(span<T>(std::data(dst), std::size(dst)), stream);
     }
 
     /** The address of the first element (gpuwire_buffer_pointer). */
@@ -790,6 +821,13 @@ public:
     {
         bcast(buffer::wrap(data), root);
     }
+    /** Broadcasts a container's elements (std::vector, std::array, ...; wrapped for the call). */
+    template <class C, class T = std::remove_pointer_t<decltype(std::data(std::declval<C &>()))>,
+              class = std::enable_if_t<detail::has_dtype<T>::value>>
+    void bcast(C &data, int32_t root) const
+    {
+        bcast(span<T>(std::data(data), std::size(data)), root);
+    }
     void reduce(const buffer &sendbuf, const buffer &recvbuf, gpuwire_op op, int32_t root,
                 void *stream = nullptr) const
     {
@@ -810,6 +848,13 @@ public:
     {
         buffer b = buffer::wrap(data);
         allreduce(b, b, op);
+    }
+    /** In place on a container's elements (std::vector, std::array, ...; wrapped for the call). */
+    template <class C, class T = std::remove_pointer_t<decltype(std::data(std::declval<C &>()))>,
+              class = std::enable_if_t<detail::has_dtype<T>::value>>
+    void allreduce(C &data, gpuwire_op op) const
+    {
+        allreduce(span<T>(std::data(data), std::size(data)), op);
     }
     void allgather(const buffer &sendbuf, const buffer &recvbuf, void *stream = nullptr) const
     {

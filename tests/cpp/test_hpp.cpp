@@ -209,6 +209,29 @@ static void test_operations(const gw::comm &world)
     std::array<int64_t, 2> m{{rank, -rank}};
     world.allreduce(gw::span<int64_t>(m), GPUWIRE_MAX);
     EXPECT(m[0] == size - 1 && m[1] == 0);
+    // On containers themselves (they did not compile: no span is deduced from a std::vector),
+    // and long long, the 64-bit integer type int64_t is not on Linux.
+    std::vector<double> y(3, rank + 1.0);
+    world.allreduce(y, GPUWIRE_SUM);
+    EXPECT(y[0] == size * (size + 1) / 2.0 && y[2] == y[0]);
+    std::vector<long long> ll(2, rank);
+    world.allreduce(ll, GPUWIRE_MAX);
+    EXPECT(ll[0] == size - 1 && ll[1] == size - 1);
+    EXPECT(gw::buffer::wrap(ll).dtype() == GPUWIRE_INT64);
+    std::array<int32_t, 2> b2{{rank, 7}};
+    world.bcast(b2, size - 1);
+    EXPECT(b2[0] == size - 1 && b2[1] == 7);
+    {
+        gw::buffer cb = gw::buffer::alloc<double>(3);
+        std::vector<double> back(3, -1.0);
+        cb.copy_from_host(y);
+        cb.copy_to_host(back);
+        EXPECT(back == y);
+        y[1] = 42.0;
+        cb.copy_from_host(gw::span<double>(y));
+        cb.copy_to_host(gw::span<double>(back));
+        EXPECT(back[1] == 42.0);
+    }
     // allreduce out of place.
     gw::buffer s = gw::buffer::alloc<int32_t>(3), r = gw::buffer::alloc<int32_t>(3);
     for (int32_t &e : s.host_span<int32_t>())
