@@ -1065,10 +1065,11 @@ gpuwire_status gpuwire_comm_abort(gpuwire_comm comm);
 /**
  * Splits a communicator as MPI_Comm_split: ranks with the same `color` (>= 0) form a new
  * communicator, ordered by `key` then by old rank; it inherits `comm`'s configuration. Ranks
- * passing GPUWIRE_UNDEFINED get GPUWIRE_COMM_NULL in `*out`.
+ * passing GPUWIRE_UNDEFINED (or the MPI_UNDEFINED of the MPI gpuwire was built with) get
+ * GPUWIRE_COMM_NULL in `*out`.
  *
  * Collective over `comm`. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE,
- * GPUWIRE_ERROR_INVALID_ARGUMENT (a negative color other than GPUWIRE_UNDEFINED),
+ * GPUWIRE_ERROR_INVALID_ARGUMENT (a negative color other than those two),
  * GPUWIRE_ERROR_MPI, and the errors of gpuwire_comm_create.
  */
 gpuwire_status gpuwire_comm_split(gpuwire_comm comm,

@@ -226,18 +226,20 @@ impl Communicator {
         Ok(c)
     }
 
-    /// Collective: MPI_Comm_split of this communicator; ranks passing GPUWIRE_UNDEFINED (-1)
-    /// get `None`. A bad color on any rank is an error on every rank. The new communicator
-    /// inherits this one's configuration.
+    /// Collective: MPI_Comm_split of this communicator; ranks passing GPUWIRE_UNDEFINED (-1), or
+    /// the MPI_UNDEFINED of the MPI gpuwire was built with (as MPI_PROC_NULL is taken for
+    /// GPUWIRE_PROC_NULL), get `None`. A bad color on any rank is an error on every rank. The
+    /// new communicator inherits this one's configuration.
     pub fn split(&self, color: i32, key: i32) -> Result<Option<Communicator>> {
         let _call = self.enter_unbounded("gpuwire_comm_split")?;
-        let valid = if color < 0 && color != -1 {
-            Err(Error::InvalidArgument(format!("color {color}: colors are >= 0, or GPUWIRE_UNDEFINED")))
+        let none = color == -1 || color == mpisys::undefined();
+        let valid = if color < 0 && !none {
+            Err(Error::InvalidArgument(format!("color {color}: colors are >= 0, or GPUWIRE_UNDEFINED (MPI_UNDEFINED)")))
         } else {
             Ok(())
         };
         self.agree_on_result(valid, "gpuwire_comm_split")?;
-        let color = if color == -1 { None } else { Some(color) };
+        let color = if none { None } else { Some(color) };
         let mut out = mpisys::comm_null();
         let color = color.unwrap_or_else(mpisys::undefined);
         // SAFETY: raw is valid.

@@ -219,10 +219,11 @@ pub extern "C" fn gpuwire_comm_abort(comm: gpuwire_comm) -> gpuwire_status {
 
 /// Splits a communicator as MPI_Comm_split: ranks with the same `color` (>= 0) form a new
 /// communicator, ordered by `key` then by old rank; it inherits `comm`'s configuration. Ranks
-/// passing GPUWIRE_UNDEFINED get GPUWIRE_COMM_NULL in `*out`.
+/// passing GPUWIRE_UNDEFINED (or the MPI_UNDEFINED of the MPI gpuwire was built with) get
+/// GPUWIRE_COMM_NULL in `*out`.
 ///
 /// Collective over `comm`. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE,
-/// GPUWIRE_ERROR_INVALID_ARGUMENT (a negative color other than GPUWIRE_UNDEFINED),
+/// GPUWIRE_ERROR_INVALID_ARGUMENT (a negative color other than those two),
 /// GPUWIRE_ERROR_MPI, and the errors of gpuwire_comm_create.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_comm_split(comm: gpuwire_comm, color: i32, key: i32, out: *mut gpuwire_comm) -> gpuwire_status {

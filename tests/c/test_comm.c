@@ -1052,6 +1052,15 @@ static void split(void)
         EXPECT(*v == members - 1);
         EXPECT_OK(gpuwire_comm_free(sub));
     }
+    /* MPI's own MPI_UNDEFINED too (as MPI_PROC_NULL is taken; it was INVALID_ARGUMENT). */
+    EXPECT_OK(gpuwire_comm_split(half, r == 0 ? MPI_UNDEFINED : 0, 0, &sub));
+    if (r == 0) {
+        EXPECT(sub.h == 0);
+    } else {
+        EXPECT_OK(gpuwire_comm_size(sub, &s));
+        EXPECT(s == members - 1);
+        EXPECT_OK(gpuwire_comm_free(sub));
+    }
     bfree(b);
     EXPECT_OK(gpuwire_comm_free(half));
 }
