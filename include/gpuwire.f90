@@ -273,6 +273,9 @@ module gpuwire
   interface gpuwire_buffer_owned
     module procedure gw_buffer_owned
   end interface
+  interface gpuwire_buffer_contiguous
+    module procedure gw_buffer_contiguous
+  end interface
   interface gpuwire_dtype_size
     module procedure gw_dtype_size
   end interface
@@ -601,7 +604,8 @@ module gpuwire
     gw_buffer_view_strided_i4, gw_buffer_view_subarray, gw_buffer_view_subarray_i4, &
     gw_buffer_wrap_strided, gw_buffer_free, &
     gw_copy_from_ptr, gw_copy_to_ptr, gw_buffer_pointer, gw_buffer_count, gw_buffer_dtype, &
-    gw_buffer_space, gw_buffer_device, gw_buffer_owned, gw_dtype_size, gw_send, gw_recv, &
+    gw_buffer_space, gw_buffer_device, gw_buffer_owned, gw_buffer_contiguous, gw_dtype_size, &
+    gw_send, gw_recv, &
     gw_isend, gw_irecv, gw_wait, gw_test, gw_request_free, gw_waitall, gw_sendrecv, gw_barrier, &
     gw_bcast, &
     gw_reduce, gw_allreduce, gw_allgather, gw_allgatherv, gw_reduce_scatter, gw_alltoall, &
@@ -1403,6 +1407,19 @@ contains
     owned = st == GPUWIRE_SUCCESS .and. v /= 0
     call finish(st, 'gpuwire_buffer_owned', ierror)
   end subroutine gw_buffer_owned
+
+  ! Whether the buffer's elements are consecutive (not a strided or subarray view or section).
+  subroutine gw_buffer_contiguous(buf, contiguous, ierror)
+    use gpuwire_c, only: c => gpuwire_buffer_contiguous
+    type(gpuwire_buffer), intent(in) :: buf
+    logical, intent(out) :: contiguous
+    integer, intent(out), optional :: ierror
+    integer(c_int32_t) :: v
+    integer(c_int) :: st
+    st = c(buf%handle, v)
+    contiguous = st == GPUWIRE_SUCCESS .and. v /= 0
+    call finish(st, 'gpuwire_buffer_contiguous', ierror)
+  end subroutine gw_buffer_contiguous
 
   subroutine gw_dtype_size(dtype, bytes, ierror)
     use gpuwire_c, only: c => gpuwire_dtype_size

@@ -978,6 +978,16 @@ gpuwire_status gpuwire_buffer_owned(gpuwire_buffer buf,
                                     int32_t *owned);
 
 /**
+ * 1 if the buffer's elements are count() consecutive ones at gpuwire_buffer_pointer (an
+ * allocation, a wrap, a contiguous view), 0 for a strided or subarray view or a strided wrap,
+ * whose elements lie apart (read them with gpuwire_buffer_copy_to_host).
+ *
+ * Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
+ */
+gpuwire_status gpuwire_buffer_contiguous(gpuwire_buffer buf,
+                                         int32_t *contiguous);
+
+/**
  * The size of one element of `dtype` in bytes (float16 2, complex128 16, ...). Works before
  * gpuwire_init.
  *

@@ -481,10 +481,18 @@ public:
         detail::check(gpuwire_buffer_owned(h_, &o));
         return o != 0;
     }
+    /** Whether the elements are count() consecutive ones (gpuwire_buffer_contiguous): not a
+     * strided or subarray view. */
+    bool contiguous() const
+    {
+        int32_t c = 0;
+        detail::check(gpuwire_buffer_contiguous(h_, &c));
+        return c != 0;
+    }
     /** The memory of a host, pinned or managed buffer as a span of T; throws
      * GPUWIRE_ERROR_DTYPE_MISMATCH unless T is the buffer's type, and
-     * GPUWIRE_ERROR_INVALID_ARGUMENT for device memory. Of contiguous buffers only: a strided or
-     * subarray view's elements are not count() consecutive ones (copy_to_host gives them). */
+     * GPUWIRE_ERROR_INVALID_ARGUMENT for device memory and for a strided or subarray view, whose
+     * elements are not count() consecutive ones (copy_to_host gives them). */
     template <class T> span<T> host_span() const
     {
         if (dtype() != dtype_v<T>)
@@ -493,6 +501,10 @@ public:
         if (space() == GPUWIRE_SPACE_DEVICE)
             throw error(GPUWIRE_ERROR_INVALID_ARGUMENT,
                         "gpuwire::buffer::host_span: the buffer is in device memory");
+        if (!contiguous())
+            throw error(GPUWIRE_ERROR_INVALID_ARGUMENT,
+                        "gpuwire::buffer::host_span: the buffer is a strided or subarray view, "
+                        "whose elements are not consecutive (copy_to_host gives them)");
         return span<T>(static_cast<T *>(pointer()), static_cast<std::size_t>(count()));
     }
 
@@ -1411,7 +1423,8 @@ public:
     }
     /** The owned elements of a host-accessible array as a span of T; throws
      * GPUWIRE_ERROR_DTYPE_MISMATCH unless T is the array's type, GPUWIRE_ERROR_INVALID_ARGUMENT
-     * for device memory. */
+     * for device memory and for a grid array with a halo on an axis after the first, whose owned
+     * elements are not consecutive (local_with_halo() views the padded storage). */
     template <class T> span<T> host_span() const
     {
         if (dtype() != dtype_v<T>)
@@ -1420,6 +1433,13 @@ public:
         if (space() == GPUWIRE_SPACE_DEVICE)
             throw error(GPUWIRE_ERROR_INVALID_ARGUMENT,
                         "gpuwire::darray::host_span: the array is in device memory");
+        const std::vector<int64_t> halo = cart().halo;
+        for (std::size_t a = 1; a < halo.size(); a++)
+            if (halo[a] != 0)
+                throw error(GPUWIRE_ERROR_INVALID_ARGUMENT,
+                            "gpuwire::darray::host_span: the array has a halo on an axis after the "
+                            "first, so its owned elements are not consecutive (local_with_halo() "
+                            "views the padded storage)");
         return span<T>(static_cast<T *>(data()), static_cast<std::size_t>(local_len()));
     }
     /** Every rank's number of owned elements, in rank order (gpuwire_darray_local_lens), one

@@ -476,6 +476,11 @@ class Buffer:
     def owned(self):
         return _out(c_int32, lib.gpuwire_buffer_owned, self.handle) != 0
 
+    def contiguous(self):
+        """Whether the elements are consecutive (gpuwire_buffer_contiguous): not a strided or
+        subarray view."""
+        return _out(c_int32, lib.gpuwire_buffer_contiguous, self.handle) != 0
+
     def numpy(self):
         """A NumPy array over a host buffer's memory (no copy). It keeps this Buffer object
         alive, but not past free(): after free() the memory of gpuwire_buffer_alloc is gone."""
@@ -485,6 +490,9 @@ class Buffer:
         n, d = self.count(), self.dtype()
         if self.space() == SPACE_DEVICE:
             raise ValueError("gpuwire: a device buffer has no NumPy view")
+        if not self.contiguous():
+            raise ValueError("gpuwire: a strided or subarray view's elements are not consecutive: it has no NumPy "
+                             "view over them (copy_to_host gives them)")
         if d in _PAIRS:
             dt = pair_dtype(d)
         elif d in names:

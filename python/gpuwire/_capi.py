@@ -244,6 +244,7 @@ _PROTOTYPES = {
     "gpuwire_buffer_space": (_status, [_handle, POINTER(c_int32)]),
     "gpuwire_buffer_device": (_status, [_handle, POINTER(c_int32)]),
     "gpuwire_buffer_owned": (_status, [_handle, POINTER(c_int32)]),
+    "gpuwire_buffer_contiguous": (_status, [_handle, POINTER(c_int32)]),
     "gpuwire_dtype_size": (_status, [c_int32, POINTER(c_int64)]),
     "gpuwire_config_init": (_status, [POINTER(Config)]),
     "gpuwire_comm_create": (_status, [c_int32, POINTER(Config), POINTER(_handle)]),

@@ -297,6 +297,21 @@ pub extern "C" fn gpuwire_buffer_owned(buf: gpuwire_buffer, owned: *mut i32) -> 
     })
 }
 
+/// 1 if the buffer's elements are count() consecutive ones at gpuwire_buffer_pointer (an
+/// allocation, a wrap, a contiguous view), 0 for a strided or subarray view or a strided wrap,
+/// whose elements lie apart (read them with gpuwire_buffer_copy_to_host).
+///
+/// Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_buffer_contiguous(buf: gpuwire_buffer, contiguous: *mut i32) -> gpuwire_status {
+    call("gpuwire_buffer_contiguous", || {
+        non_null(contiguous, "contiguous")?;
+        let b = boundary::buffer(buf)?;
+        write(contiguous, b.shape().is_none() as i32);
+        Ok(())
+    })
+}
+
 /// The size of one element of `dtype` in bytes (float16 2, complex128 16, ...). Works before
 /// gpuwire_init.
 ///

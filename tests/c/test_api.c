@@ -174,6 +174,7 @@ static void null_out_pointers(gpuwire_comm comm, gpuwire_buffer buf)
     EXPECT_STATUS(gpuwire_buffer_space(buf, NULL), GPUWIRE_ERROR_NULL_ARGUMENT);
     EXPECT_STATUS(gpuwire_buffer_device(buf, NULL), GPUWIRE_ERROR_NULL_ARGUMENT);
     EXPECT_STATUS(gpuwire_buffer_owned(buf, NULL), GPUWIRE_ERROR_NULL_ARGUMENT);
+    EXPECT_STATUS(gpuwire_buffer_contiguous(buf, NULL), GPUWIRE_ERROR_NULL_ARGUMENT);
     EXPECT_STATUS(gpuwire_buffer_copy_from_host(buf, NULL, NULL), GPUWIRE_ERROR_NULL_ARGUMENT);
     EXPECT_STATUS(gpuwire_buffer_copy_to_host(buf, NULL, NULL), GPUWIRE_ERROR_NULL_ARGUMENT);
     EXPECT_STATUS(gpuwire_config_init(NULL), GPUWIRE_ERROR_NULL_ARGUMENT);
@@ -322,6 +323,14 @@ static void buffers(void)
     EXPECT(n == 4);
     EXPECT_OK(gpuwire_buffer_owned(v1, &i32));
     EXPECT(i32 == 1);
+    /* Contiguous: an allocation and a view; not a strided view (its elements lie apart). */
+    i32 = -1;
+    EXPECT_OK(gpuwire_buffer_contiguous(v1, &i32));
+    EXPECT(i32 == 1);
+    EXPECT_OK(gpuwire_buffer_view_strided(buf, 0, 3, 1, 2, &w));
+    EXPECT_OK(gpuwire_buffer_contiguous(w, &i32));
+    EXPECT(i32 == 0);
+    EXPECT_OK(gpuwire_buffer_free(w));
     EXPECT_OK(gpuwire_buffer_view(v1, 1, 2, &v2));
     EXPECT_OK(gpuwire_buffer_pointer(v2, &pv));
     EXPECT((char *)pv == (char *)p + 3 * sizeof(double));

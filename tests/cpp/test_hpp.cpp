@@ -124,6 +124,12 @@ static void test_buffers_and_spans()
     EXPECT(sv.data() == v.data() && sv.size() == 6 && sv[5] == 15);
     gw::buffer view = bv.view(2, 3);
     EXPECT(view.count() == 3 && view.pointer() == static_cast<void *>(v.data() + 2));
+    EXPECT(view.contiguous() && view.host_span<int32_t>()[0] == 12);
+    // A strided view's elements are not consecutive: host_span refuses it (it gave count()
+    // consecutive elements, which are not the view's).
+    gw::buffer every_other = bv.view_strided(0, 3, 1, 2);
+    EXPECT(!every_other.contiguous());
+    EXPECT_THROW(every_other.host_span<int32_t>(), GPUWIRE_ERROR_INVALID_ARGUMENT, "not consecutive");
     std::array<float, 3> arr{{1.0f, 2.0f, 3.0f}};
     gw::buffer ba = gw::buffer::wrap(gw::span<float>(arr));
     EXPECT(ba.count() == 3 && ba.dtype() == GPUWIRE_FLOAT32);
@@ -689,6 +695,13 @@ static void test_darray(const gw::comm &world)
     gw::darray cart = gw::darray::create_cart(world, gw::span<const int64_t>(shape), {}, {}, {},
                                               GPUWIRE_INT32);
     EXPECT(cart.cart().halo[0] == 0);
+    EXPECT(wrapped.host_span<int32_t>().size() == static_cast<std::size_t>(nr * cols));
+    // A halo on the second axis: the owned elements are not consecutive (host_span gave the
+    // local_len() elements from the first owned one, ghosts among them).
+    std::array<int64_t, 2> halo2{{0, 1}};
+    gw::darray padded = gw::darray::create_cart(world, gw::span<const int64_t>(shape), {},
+                                                gw::span<const int64_t>(halo2), {}, GPUWIRE_INT32);
+    EXPECT_THROW(padded.host_span<int32_t>(), GPUWIRE_ERROR_INVALID_ARGUMENT, "not consecutive");
 
     // complex128: dot conjugates its first argument, dot(c, c) = ||c||^2.
     gw::darray c = gw::darray::create<std::complex<double>>(world, 4);

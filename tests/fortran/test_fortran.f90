@@ -298,6 +298,7 @@ contains
     type(gpuwire_buffer) :: b, b2, v
     integer(int64) :: n
     integer :: i, j, k, root, left, right
+    logical :: good
     root = nranks - 1
     ! Sections of a component (t(:)%x, z%re): gfortran calls them contiguous, and they were
     ! wrapped as packed elements (the root's y and imaginary parts overwrote this rank's, and
@@ -366,6 +367,8 @@ contains
     ! Views of a buffer over the whole of a: a strided row, a subarray, a strided wrap.
     call gpuwire_buffer_wrap(a, b)
     call gpuwire_buffer_view_strided(b, 2, 5, 1, 4, v) ! the row a(3, :)
+    call gpuwire_buffer_contiguous(v, good)
+    call expect(.not. good, 'a strided view is not contiguous')
     call gpuwire_buffer_copy_to_host(v, got(1:5))
     call expect(all(got(1:5) == a(3, :)), 'view_strided: the row a(3,:)')
     call gpuwire_buffer_free(v)
@@ -408,6 +411,8 @@ contains
     call expect(n == 5 .and. c_associated(pv, c_loc(x(3))), 'view(2, 5) starts at element 3')
     call gpuwire_buffer_owned(v2, owned)
     call expect(owned, 'a view reports its original''s owner')
+    call gpuwire_buffer_contiguous(v2, owned)
+    call expect(owned, 'a view is contiguous')
     call gpuwire_buffer_free(b)
     call gpuwire_buffer_count(v2, n) ! the view keeps the memory alive
     call expect(n == 6, 'a view outlives its parent handle')

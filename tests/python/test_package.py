@@ -336,6 +336,13 @@ def test_memory_stays_alive(comm):
     gc.collect()
     d[:] = 2.0
     assert d.sum() == 8.0
+    whole = gpuwire.Buffer.alloc(6, gpuwire.FLOAT64)
+    col = whole.view_strided(0, 3, 1, 2)
+    assert whole.contiguous() and not col.contiguous()
+    with pytest.raises(ValueError):
+        col.numpy()  # it gave 3 consecutive elements, which are not the view's
+    col.free()
+    whole.free()
     q = gpuwire.Buffer.alloc(2, gpuwire.FLOAT64_INT32).numpy()
     assert q.dtype == gpuwire.pair_dtype(gpuwire.FLOAT64_INT32) and len(q) == 2
     with pytest.raises(TypeError):
