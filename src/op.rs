@@ -371,6 +371,9 @@ impl crate::view::Slotted for Op {
     fn what(&self) -> &'static str {
         self.name()
     }
+    fn slots(&self) -> [Option<&Arc<Buffer>>; 2] {
+        Op::slots(self)
+    }
     fn roles(&self, rank: i32) -> [(Option<&Arc<Buffer>>, Role); 2] {
         let op = self;
         use Role::*;

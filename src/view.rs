@@ -160,6 +160,8 @@ fn unpack_one(view: &Buffer, scratch: &Buffer, stream: Stream) -> Result<()> {
 /// buffer slots with this rank's role in each (send side first), and itself on other buffers.
 pub(crate) trait Slotted: Clone {
     fn what(&self) -> &'static str;
+    /// The two buffer slots, whatever this rank's role in them.
+    fn slots(&self) -> [Option<&Arc<Buffer>>; 2];
     fn roles(&self, rank: i32) -> [(Option<&Arc<Buffer>>, Role); 2];
     /// The operation with its two buffer slots replaced (`None` keeps a slot).
     fn replace(&self, a: Option<Arc<Buffer>>, b: Option<Arc<Buffer>>) -> Self;
@@ -167,7 +169,7 @@ pub(crate) trait Slotted: Clone {
 
 /// Whether `op` has a non-contiguous view among its buffers (cheap: no allocation).
 pub(crate) fn has_views<O: Slotted>(op: &O) -> bool {
-    op.roles(0).into_iter().filter_map(|(b, _)| b).any(|b| b.shape().is_some())
+    op.slots().into_iter().flatten().any(|b| b.shape().is_some())
 }
 
 fn same_view(a: &Buffer, b: &Buffer) -> bool {
