@@ -28,10 +28,16 @@ pub struct Source {
 
 static SOURCES: OnceLock<&'static [&'static Source]> = OnceLock::new();
 
-/// Registers the process's sources, in the order `progress_all` runs them (the first call
-/// counts; later ones pass the same list).
-pub fn register(sources: &'static [&'static Source]) {
+/// What every pass of gpuwire's own waits and tests runs after the sources (never the progress
+/// thread): the release of operations whose requests were freed in flight
+/// (`request::reap_detached`), which nothing waits for and which may make CUDA calls.
+static AFTER_PASS: OnceLock<fn()> = OnceLock::new();
+
+/// Registers the process's sources, in the order `progress_all` runs them, and what runs after
+/// them (the first call counts; later ones pass the same).
+pub fn register(sources: &'static [&'static Source], after_pass: fn()) {
     let _ = SOURCES.set(sources);
+    let _ = AFTER_PASS.set(after_pass);
 }
 
 fn sources() -> &'static [&'static Source] {
@@ -53,6 +59,9 @@ pub fn progress_all() {
     // count moves matters, so an increment lost between two threads' passes loses nothing.
     PASSES.store(PASSES.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
     progress_sources();
+    if let Some(f) = AFTER_PASS.get() {
+        f();
+    }
 }
 
 /// How many passes gpuwire's waits and tests have made: a progress thread that sees the count
@@ -128,17 +137,6 @@ const QUIET: Duration = Duration::from_millis(1);
 /// QUIET bounds how late it takes over when the process then blocks in a plain MPI call).
 const BACKOFF_MAX: Duration = Duration::from_millis(1);
 
-thread_local! {
-    /// Whether the calling thread is the progress thread (`on_progress_thread`).
-    static ON_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Whether the calling thread is the progress thread: a source whose progress may make CUDA
-/// calls leaves it alone there (`request::reap_detached`).
-pub fn on_progress_thread() -> bool {
-    ON_THREAD.with(|t| t.get())
-}
-
 /// The progress thread: runs while any source has something pending (and gpuwire is not
 /// finalized). Started by [`posted`], joined by [`shutdown`].
 ///
@@ -152,7 +150,6 @@ pub fn on_progress_thread() -> bool {
 ///   message-rate benchmark on 2 cores.
 /// - Nothing pending: it looks every 200 µs, and ends after IDLE_GRACE.
 fn progress_thread() {
-    ON_THREAD.with(|t| t.set(true));
     let r = std::panic::catch_unwind(|| {
         // Idle since: the thread stays IDLE_GRACE after the last pending receive, so that a
         // loop that leaves a receive pending in every iteration does not start a thread each time.

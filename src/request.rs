@@ -46,6 +46,7 @@ thread_local! {
 
 /// Registers `r` and returns its handle: in the allocation of a request that this thread
 /// completed earlier when it has one (no allocation per request in a loop of isends and waits).
+#[inline]
 pub fn register(r: Request) -> Result<u64> {
     let spare = SPARE.try_with(|s| s.borrow_mut().pop()).ok().flatten();
     let a = match spare {
@@ -149,7 +150,9 @@ pub struct Request {
     matched: Mutex<Option<Status>>,
     /// The status of a receive whose path reports none (a known source and tag, the buffer's
     /// count: the NCCL and IPC paths, whose receives take exactly their buffer).
-    default_status: Option<Status>,
+    /// (Status::EMPTY where the path reports its own; not an Option, so that the flag below fits
+    /// in the request's size of before.)
+    default_status: Status,
     /// An isend's or a nonblocking collective's request: gpuwire_request_free lets its operation
     /// go on (`Detached`).
     goes_on: bool,
@@ -169,13 +172,6 @@ struct Detached {
 static DETACHED: Mutex<Vec<Detached>> = Mutex::new(Vec::new());
 static N_DETACHED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-/// The detached operations as a progress source: every progress pass of gpuwire's waits and
-/// tests releases those that have completed. None needs gpuwire to progress it (MPI, the stream,
-/// the receiving peer or the communicator's engine completes it), so it never counts as pending,
-/// and the progress thread leaves them alone (a device operation's test makes CUDA calls).
-pub static DETACHED_PROGRESS: crate::progress::Source =
-    crate::progress::Source { pending: || false, progress: reap_detached, urgent: || false };
-
 /// Releases the detached operations that have completed (never blocks). One that failed has
 /// nobody to tell, as a request freed in MPI: its error is lost, but for a line on stderr. It is
 /// not made the communicator's asynchronous error, which the next operation of this rank alone
@@ -183,9 +179,13 @@ pub static DETACHED_PROGRESS: crate::progress::Source =
 /// the ranks would skip different collectives (found by a new-user pass: wrong sums reported
 /// as success in checking mode, or a hang). A failure that breaks the communicator (a timeout)
 /// still breaks it.
+///
+/// Run after every progress pass of gpuwire's waits and tests (`progress::register`), never by
+/// the progress thread (a device operation's test makes CUDA calls); none of them needs gpuwire
+/// to progress it (MPI, the stream, the receiving peer or the engine completes it).
 pub fn reap_detached() {
     use std::sync::atomic::Ordering;
-    if N_DETACHED.load(Ordering::Relaxed) == 0 || crate::progress::on_progress_thread() {
+    if N_DETACHED.load(Ordering::Relaxed) == 0 {
         return;
     }
     // A test below may run a progress pass itself: the list is then busy and left alone.
@@ -236,15 +236,16 @@ fn lost(e: &Error) {
 
 impl Request {
     pub fn new(pending: Box<dyn Pending>, comm: Arc<Communicator>, bufs: Vec<Arc<Buffer>>) -> Request {
-        Request { pending: Mutex::new(Some(pending)), comm, bufs: Held::Many(bufs), matched: Mutex::new(None), default_status: None, goes_on: false }
+        Request { pending: Mutex::new(Some(pending)), comm, bufs: Held::Many(bufs), matched: Mutex::new(None), default_status: Status::EMPTY, goes_on: false }
     }
 
     /// A request of an operation on one buffer (isend, irecv).
     pub fn of_one(pending: Box<dyn Pending>, comm: Arc<Communicator>, buf: Arc<Buffer>) -> Request {
-        Request { pending: Mutex::new(Some(pending)), comm, bufs: Held::One(buf), matched: Mutex::new(None), default_status: None, goes_on: false }
+        Request { pending: Mutex::new(Some(pending)), comm, bufs: Held::One(buf), matched: Mutex::new(None), default_status: Status::EMPTY, goes_on: false }
     }
 
     /// The request of an isend or a nonblocking collective: `free` lets its operation go on.
+    #[inline(always)]
     pub fn going_on(mut self) -> Request {
         self.goes_on = true;
         self
@@ -252,7 +253,7 @@ impl Request {
 
     /// The request with the status it reports when its path reports none.
     pub fn with_status(mut self, s: Status) -> Request {
-        self.default_status = Some(s);
+        self.default_status = s;
         self
     }
 
@@ -260,7 +261,7 @@ impl Request {
     /// [`Status::EMPTY`].
     pub fn status(&self) -> Status {
         let m = *self.matched.lock().unwrap_or_else(|e| e.into_inner());
-        m.or(self.default_status).unwrap_or(Status::EMPTY)
+        m.unwrap_or(self.default_status)
     }
 
     /// Notes what `op` matched (at its completion or failure).

@@ -40,12 +40,12 @@ use crate::request::Pending;
 use crate::types::{BackendKind, Dtype, ReduceOp};
 
 /// The backends' progress sources, in the order every wait runs them (`crate::progress`).
-static PROGRESS: [&crate::progress::Source; 3] = [&p2p::PROGRESS, &ipc::PROGRESS, &crate::request::DETACHED_PROGRESS];
+static PROGRESS: [&crate::progress::Source; 2] = [&p2p::PROGRESS, &ipc::PROGRESS];
 
 /// Hands the backends' progress sources to `crate::progress` (at every communicator creation;
 /// the first counts).
 pub fn register_progress() {
-    crate::progress::register(&PROGRESS);
+    crate::progress::register(&PROGRESS, crate::request::reap_detached);
 }
 
 /// gpuwire_comm_abort's part in the backends (`Communicator::abort`): NCCL aborts its
