@@ -442,8 +442,16 @@ if [[ $sanitize -eq 0 ]]; then
             IFS=, read -r -a per_host <<< "$slots"
             n=0
             for k in "${per_host[@]}"; do n=$((n + k)); done
-            check "test_multihost on hosts $slots" 0 "hosts:$slots" \
-                "^test_multihost: PASS \\($n ranks on ${#per_host[@]} hosts" "$build/test_multihost" "$slots"
+            if [[ $slots == 2,2 ]]; then
+                # With GPUWIRE_TRACE=1: HIER's collectives on host memory are traced as HIER's
+                # (the trace named plain MPI, HOST, for every host-memory call).
+                check "test_multihost on hosts $slots (GPUWIRE_TRACE=1)" 0 "hosts:$slots" \
+                    "^test_multihost: PASS \\($n ranks on ${#per_host[@]} hosts
+allreduce [0-9]+ B; HIER \\(host memory\\): run now" /usr/bin/env GPUWIRE_TRACE=1 "$build/test_multihost" "$slots"
+            else
+                check "test_multihost on hosts $slots" 0 "hosts:$slots" \
+                    "^test_multihost: PASS \\($n ranks on ${#per_host[@]} hosts" "$build/test_multihost" "$slots"
+            fi
             check "test_comm on hosts $slots" 0 "hosts:$slots" "^test_comm: PASS" "$build/test_comm" "$n"
             check "test_p2p on hosts $slots" 0 "hosts:$slots" "^test_p2p: PASS \\($n ranks" "$build/test_p2p"
             check "test_darray on hosts $slots" 0 "hosts:$slots" "^test_darray: PASS" "$build/test_darray" "$n"

@@ -92,6 +92,33 @@ impl Op {
         }
     }
 
+    /// The operation's kind as the backends' routing names it.
+    pub(crate) fn operation(&self) -> crate::backend::Operation {
+        use crate::backend::Operation as O;
+        match self {
+            Op::Send { .. } => O::Send,
+            Op::Recv { .. } => O::Recv,
+            Op::Isend { .. } => O::Isend,
+            Op::Irecv { .. } => O::Irecv,
+            Op::Sendrecv { .. } => O::Sendrecv,
+            Op::Barrier => O::Barrier,
+            Op::Bcast { .. } => O::Bcast,
+            Op::Reduce { .. } => O::Reduce,
+            Op::Allreduce { .. } => O::Allreduce,
+            Op::Allgather { .. } => O::Allgather,
+            Op::Allgatherv { .. } => O::Allgatherv,
+            Op::ReduceScatter { .. } => O::ReduceScatter,
+            Op::Scan { .. } => O::Scan,
+            Op::Alltoall { .. } => O::Alltoall,
+            Op::Gather { .. } => O::Gather,
+            Op::Scatter { .. } => O::Scatter,
+            Op::Alltoallv { .. } => O::Alltoallv,
+            Op::Gatherv { .. } => O::Gatherv,
+            Op::Scatterv { .. } => O::Scatterv,
+            Op::ReduceScatterv { .. } => O::ReduceScatterv,
+        }
+    }
+
     /// The buffers of the operation as given (without allocating; `None` where there is none).
     pub(crate) fn slots(&self) -> [Option<&Arc<Buffer>>; 2] {
         match self {
@@ -478,7 +505,9 @@ fn nothing_before(c: &Communicator, op: &Op, device: bool) -> bool {
 /// Where `issue` sends `op` and why, in words (for `GPUWIRE_TRACE`); `grouped` inside a group.
 pub fn route(c: &Communicator, op: &Op, nonblocking: bool, grouped: bool) -> String {
     let device = op.on_device(c);
-    let backend = if device { c.backend().name() } else { "HOST" };
+    // Host memory takes plain MPI unless the backend does the operation on host memory itself
+    // (HIER's collectives, IPC's): `backend::decide`, as the call itself is routed.
+    let backend = if device || crate::backend::native_on_host(c, op.operation()) { c.backend().name() } else { "HOST" };
     let memory = if device { "device memory" } else { "host memory" };
     let how = if grouped {
         "recorded in the thread's group, started at gpuwire_group_end"

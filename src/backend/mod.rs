@@ -641,6 +641,12 @@ pub(crate) fn decide(b: &Backend, op: Operation, reduction: Option<(Dtype, Reduc
     }
 }
 
+/// Whether `c`'s backend does `op` on host memory itself (`decide`'s `Route::Native` for host
+/// buffers), rather than plain MPI: what `GPUWIRE_TRACE` names.
+pub fn native_on_host(c: &Communicator, op: Operation) -> bool {
+    entry(c.backend()).is_ok_and(|b| b.native.host.contains(&op))
+}
+
 /// The path of a call of `op` (with `reduction`, for the reductions) on these buffers of this
 /// rank on communicator `c`: its backend, its backend's fallback, or plain MPI ([`decide`]).
 pub fn route(c: &Communicator, op: Operation, reduction: Option<(Dtype, ReduceOp)>, bufs: &[Option<&Buffer>]) -> Result<&'static dyn Path> {
