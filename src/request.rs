@@ -150,8 +150,7 @@ pub struct Request {
     matched: Mutex<Option<Status>>,
     /// The status of a receive whose path reports none (a known source and tag, the buffer's
     /// count: the NCCL and IPC paths, whose receives take exactly their buffer).
-    /// (Status::EMPTY where the path reports its own; not an Option, so that the flag below fits
-    /// in the request's size of before.)
+    /// (Status::EMPTY where the path reports its own.)
     default_status: Status,
     /// An isend's or a nonblocking collective's request: gpuwire_request_free lets its operation
     /// go on (`Detached`).
@@ -181,11 +180,12 @@ static N_DETACHED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsi
 /// still breaks it.
 ///
 /// Run after every progress pass of gpuwire's waits and tests (`progress::register`), never by
-/// the progress thread (a device operation's test makes CUDA calls); none of them needs gpuwire
-/// to progress it (MPI, the stream, the receiving peer or the engine completes it).
+/// the progress thread or an engine thread (a device operation's test makes CUDA calls, which an
+/// engine thread must not); none of them needs gpuwire to progress it (MPI, the stream, the
+/// receiving peer or the engine completes it).
 pub fn reap_detached() {
     use std::sync::atomic::Ordering;
-    if N_DETACHED.load(Ordering::Relaxed) == 0 {
+    if N_DETACHED.load(Ordering::Relaxed) == 0 || crate::engine::on_engine_thread() {
         return;
     }
     // A test below may run a progress pass itself: the list is then busy and left alone.
