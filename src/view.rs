@@ -220,7 +220,12 @@ pub(crate) fn pack<O: Slotted>(op: &O, c: &Communicator, stream: Stream) -> Resu
             subs[1] = subs[0].clone(); // the send side's scratch, packed and unpacked
             continue;
         }
-        let role = if in_place { Role::InOut } else { role };
+        // float64_int32's 4 padding bytes: a reduction (MPI_DOUBLE_INT) writes the other 12 of
+        // each element, so the scratch starts as the view's own elements, and unpacking it back
+        // leaves the padding as it was (it unpacked a cached scratch's bytes of an earlier
+        // operation there).
+        let padded = v.dtype() == crate::types::Dtype::GPUWIRE_FLOAT64_INT32;
+        let role = if in_place || (padded && role == Role::Out) { Role::InOut } else { role };
         let s = Scratch::for_view(v, stream)?;
         if matches!(role, Role::In | Role::InOut) {
             pack_one(v, s.buf(), stream)?;

@@ -1010,6 +1010,41 @@ static void test_views(gpuwire_comm comm)
         views_p2p(comm, mode);
     views_halo3d(comm);
 
+    /* float64_int32 MAXLOC into a strided view: each result's 4 padding bytes stay as they were
+     * (MPI_DOUBLE_INT writes the other 12; the view's cached scratch, which a strided uint8
+     * receive of the same size just filled with 0xee, was unpacked there). */
+    {
+        enum { N = 9 };
+        typedef struct {
+            double v;
+            int32_t i;
+            uint32_t pad;
+        } di;
+        gpuwire_buffer junk = balloc(N * 16, GPUWIRE_UINT8), wide = balloc(2 * N * 16, GPUWIRE_UINT8), jv = GPUWIRE_BUFFER_NULL;
+        memset(bptr(junk), 0xee, N * 16);
+        EXPECT_OK(gpuwire_buffer_view_strided(wide, 0, N, 16, 32, &jv));
+        EXPECT_OK(gpuwire_allreduce(comm, junk, jv, GPUWIRE_BAND, NULL));
+        gpuwire_buffer s = balloc(N, GPUWIRE_FLOAT64_INT32), r = balloc(2 * N, GPUWIRE_FLOAT64_INT32), col = GPUWIRE_BUFFER_NULL;
+        di *sp = bptr(s), *rp = bptr(r);
+        for (int k = 0; k < N; k++) {
+            sp[k].v = (k * 7 + rank) % 5;
+            sp[k].i = rank * 100 + k;
+        }
+        memset(rp, 0x55, 2 * N * sizeof(di));
+        EXPECT_OK(gpuwire_buffer_view_strided(r, 0, N, 1, 2, &col));
+        EXPECT_OK(gpuwire_allreduce(comm, s, col, GPUWIRE_MAXLOC, NULL));
+        int stale = 0;
+        for (int k = 0; k < N; k++)
+            stale += rp[2 * k].pad != 0x55555555u;
+        EXPECT(stale == 0);
+        gpuwire_buffer_free(col);
+        gpuwire_buffer_free(jv);
+        gpuwire_buffer_free(s);
+        gpuwire_buffer_free(r);
+        gpuwire_buffer_free(wide);
+        gpuwire_buffer_free(junk);
+    }
+
     /* bcast of a Fortran-order subarray: a 4 x 6 array (i fastest), i in 1..4, j in 3..5. */
     {
         int root = size - 1;
