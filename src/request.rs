@@ -194,10 +194,7 @@ pub fn reap_detached() {
         Ok(false) => true,
         Ok(true) => false,
         Err(e) => {
-            if e.abandons() {
-                d.bufs.keep_for_ever();
-            }
-            lost(&e);
+            d.failed(&e);
             false
         }
     });
@@ -212,12 +209,7 @@ pub fn finish_detached() {
     for mut d in list {
         match d.op.test() {
             Ok(true) => {}
-            Err(e) => {
-                if e.abandons() {
-                    d.bufs.keep_for_ever();
-                }
-                lost(&e);
-            }
+            Err(e) => d.failed(&e),
             Ok(false) => {
                 let bufs = d.bufs.share();
                 if !d.op.abandon() {
@@ -228,10 +220,16 @@ pub fn finish_detached() {
     }
 }
 
-/// The line on stderr for a detached operation that failed.
-fn lost(e: &Error) {
-    let line = format!("gpuwire[{}]: warning: an operation whose request was freed failed (the error has no caller to go to): {e}\n", std::process::id());
-    let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+impl Detached {
+    /// It failed: its buffers are kept for ever if MPI may still use them (a timeout), and the
+    /// error, which has no caller to go to, is a line on stderr.
+    fn failed(&self, e: &Error) {
+        if e.abandons() {
+            self.bufs.keep_for_ever();
+        }
+        let line = format!("gpuwire[{}]: warning: an operation whose request was freed failed (the error has no caller to go to): {e}\n", std::process::id());
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+    }
 }
 
 impl Request {
