@@ -50,6 +50,19 @@ pub fn mpi_lock() -> Option<std::sync::MutexGuard<'static, ()>> {
     if serialized() { Some(MPI_LOCK.lock().unwrap_or_else(|p| p.into_inner())) } else { None }
 }
 
+/// [`mpi_lock`] where it is free: `None` when this or another thread holds it (the caller then
+/// makes no MPI call), `Some(None)` at the other thread levels.
+pub fn try_mpi_lock() -> Option<Option<std::sync::MutexGuard<'static, ()>>> {
+    if !serialized() {
+        return Some(None);
+    }
+    match MPI_LOCK.try_lock() {
+        Ok(g) => Some(Some(g)),
+        Err(std::sync::TryLockError::Poisoned(p)) => Some(Some(p.into_inner())),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
+}
+
 /// Under MPI_THREAD_FUNNELED or SINGLE, refuses a call from a thread other than MPI's main
 /// thread: MPI would abort (or corrupt its state) on that thread's MPI calls.
 fn check_thread(level: ThreadLevel) -> Result<()> {

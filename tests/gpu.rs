@@ -1601,6 +1601,7 @@ fn ipc_mixed(cx: &Ctx) -> Result<(), String> {
 /// B. a host-buffer allreduce through gpuwire (its MPI call waits progressing the receive);
 /// C. a device allreduce on another (dup'ed) IPC communicator.
 /// Rank 1 sends, then makes the same call. Every part must finish, with the right data.
+/// D. (the other way round) host isends in flight while their sender waits in a gpuwire barrier.
 fn ipc_progress(cx: &Ctx) -> Result<(), String> {
     let (r, s) = (cx.rank, cx.stream as *mut c_void);
     let n = 1usize << 20;
@@ -1662,6 +1663,37 @@ fn ipc_progress(cx: &Ctx) -> Result<(), String> {
         gpuwire_buffer_free(b);
     }
     ok(gpuwire_comm_free(c2), "comm_free(dup)");
+    // D. Sends in flight while their sender waits in an IPC collective: rank 1 isends 8 x 4 MiB
+    // of host memory to rank 0 (MPI messages) and enters a gpuwire barrier, rank 0 receives them
+    // and then enters it. The sends must move while rank 1 waits on shared memory (a Python
+    // test hung so on the H200, whose Open MPI copies such messages through fragments that the
+    // sender writes).
+    let t0 = Instant::now();
+    let mut host = vec![0.0f32; n];
+    let mut hb = 0;
+    ok(gpuwire_buffer_wrap(host.as_mut_ptr().cast(), n as i64, Dtype::GPUWIRE_FLOAT32 as i32, Space::GPUWIRE_SPACE_HOST as i32, &mut hb), "wrap host");
+    if r == 1 {
+        host.iter_mut().for_each(|x| *x = 9.0);
+        let mut rq = vec![0u64; 8];
+        for q in rq.iter_mut() {
+            ok(gpuwire_isend(cx.comm, hb, 0, 69, s, q), "isend host");
+        }
+        ok(gpuwire_barrier(cx.comm, s), "barrier after the isends");
+        ok(gpuwire_waitall(rq.len() as i32, rq.as_mut_ptr()), "waitall isends");
+    } else {
+        if r == 0 {
+            for i in 0..8 {
+                host.iter_mut().for_each(|x| *x = 0.0);
+                ok(gpuwire_recv(cx.comm, hb, 1, 69, s), "recv host");
+                if host.iter().any(|x| *x != 9.0) {
+                    return Err(format!("part D: message {i} received {}", host[0]));
+                }
+            }
+        }
+        ok(gpuwire_barrier(cx.comm, s), "barrier after the receives");
+    }
+    gpuwire_buffer_free(hb);
+    println!("rank {r}: ipcprogress part D: {:.1} ms", t0.elapsed().as_secs_f64() * 1e3);
     Ok(())
 }
 
