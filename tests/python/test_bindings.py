@@ -531,10 +531,12 @@ def keeps_arrays(world):
     check(r._keep is None, "a completed request lets its array go")
 
     # A timed-out wait abandons the operation: its arrays are kept for good (MPI writes them when
-    # the late ranks arrive).
+    # the late ranks arrive). On plain MPI (BACKEND_HOST): on the GPU machine AUTO picks IPC,
+    # whose collective a rank has abandoned never completes for the late ranks (they time out).
     if size > 1:
         cfg = gw.config_init()
         cfg.timeout_seconds = 0.3
+        cfg.backend = gw.BACKEND_HOST
         late = gw.Comm(MPI.COMM_WORLD, config=cfg)
         out = np.zeros(64)
         if rank == 0:
