@@ -313,10 +313,13 @@ impl Drop for Count {
 /// MPI's shared-memory transport without single-copy support copies it through fragments that
 /// the sender writes), and a peer waiting for it would wait for ever, where inside a real MPI
 /// call it completes. Does nothing when another thread holds gpuwire's MPI lock
-/// (MPI_THREAD_SERIALIZED), or after MPI_Finalize.
+/// (MPI_THREAD_SERIALIZED), or outside MPI_Init .. MPI_Finalize.
 pub fn poke_progress() {
     let Some(_mpi) = crate::runtime::try_mpi_lock() else { return };
-    if finalized() {
+    let mut initialized: c_int = 0;
+    // SAFETY: may be called at any time.
+    unsafe { sys::MPI_Initialized(&mut initialized) };
+    if initialized == 0 || finalized() {
         return;
     }
     let mut flag: c_int = 0;
