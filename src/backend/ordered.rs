@@ -81,7 +81,29 @@ struct Plan {
     subs: Vec<Arc<Buffer>>,
     /// (staging, device, bytes) copies before the host side, and after it.
     before: Vec<(usize, usize, usize)>,
-    after: Vec<(usize, usize, usize)>,
+    after: Vec<After>,
+}
+
+/// A copy of a result from its staging block into the device buffer, after the host side.
+#[derive(Clone, Copy)]
+struct After {
+    staging: usize,
+    dst: usize,
+    bytes: usize,
+    /// Into device memory of a GPU that processes share: small copies go as two rows
+    /// (`device::htod_pinned_async`), off the time-sliced compute engine.
+    rows: bool,
+}
+
+impl After {
+    /// Enqueues the copy on `stream`.
+    fn enqueue(&self, stream: Stream) -> Result<()> {
+        if self.rows {
+            device::htod_pinned_async(self.dst, self.staging, self.bytes, stream)
+        } else {
+            device::copy_async(self.dst, self.staging, self.bytes, stream)
+        }
+    }
 }
 
 fn plan(c: &Communicator, parts: &[(Arc<Buffer>, Role)], ticket: &Arc<Ticket>) -> Result<Plan> {
@@ -119,13 +141,15 @@ fn plan(c: &Communicator, parts: &[(Arc<Buffer>, Role)], ticket: &Arc<Ticket>) -
             subs[i] = Some(Arc::new(Buffer::staging(sp, b.count(), b.dtype(), device)));
         }
     }
+    let shared = !outer.is_empty() && crate::backend::devstate::dev(c)?.gpu_shared;
     for (j, sp, role) in outer {
         let b = &parts[j].0;
         if role.reads() {
             before.push((sp, b.ptr(), b.bytes()));
         }
         if role.writes() {
-            after.push((sp, b.ptr(), b.bytes()));
+            let rows = shared && b.space() == crate::types::Space::GPUWIRE_SPACE_DEVICE;
+            after.push(After { staging: sp, dst: b.ptr(), bytes: b.bytes(), rows });
         }
     }
     Ok(Plan { subs: subs.into_iter().map(|s| s.expect("every part planned")).collect(), before, after })
@@ -161,8 +185,8 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
         if !p.after.is_empty() {
             device::stream_wait_geq(stream, flag.done_dev, flag.value)?;
         }
-        for &(sp, dp, n) in &p.after {
-            device::copy_async(dp, sp, n, stream)?;
+        for a in &p.after {
+            a.enqueue(stream)?;
         }
         let ev = Event::new()?;
         ev.record(stream)?;
@@ -174,8 +198,8 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
         at_call.record(stream)?;
         device::stream_wait_event(ps, &at_call)?;
         device::stream_wait_geq(ps, flag.done_dev, flag.value)?;
-        for &(sp, dp, n) in &p.after {
-            device::copy_async(dp, sp, n, ps)?;
+        for a in &p.after {
+            a.enqueue(ps)?;
         }
         let (ev, ev2) = (Event::new()?, Event::new()?);
         ev.record(ps)?;
@@ -246,8 +270,8 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
                 ticket.finish();
                 return Err(e);
             }
-            for &(sp, dp, n) in &after {
-                device::copy_async(dp, sp, n, stream)?;
+            for a in &after {
+                a.enqueue(stream)?;
             }
             let r = device::sync(stream);
             ticket.finish();

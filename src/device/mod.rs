@@ -396,6 +396,26 @@ pub fn htod_shared(dst: usize, src: &[u8], stream: Stream) -> Result<()> {
     r
 }
 
+/// Enqueues a copy of `bytes` from pinned host memory at `src` to device (not managed) memory at
+/// `dst` on `stream`, as [`htod_shared`] makes it but without a bounce buffer or a wait (the
+/// caller keeps `src` until the stream passed the copy): from 2 bytes to below
+/// [`SHARED_HTOD_2D_MAX`] as a 2-D copy of two rows, which takes the copy engine where a linear
+/// copy of that size waits for the other processes' time slice on a shared GPU; otherwise one
+/// linear copy. For the stream-ordered staged path's results (`backend::ordered`), whose bytes
+/// are not known when the copy is enqueued (no stream writes).
+pub fn htod_pinned_async(dst: usize, src: usize, bytes: usize, stream: Stream) -> Result<()> {
+    if !(2..SHARED_HTOD_2D_MAX).contains(&bytes) {
+        return copy_async(dst, src, bytes, stream);
+    }
+    let w = bytes / 2;
+    copy_2d(dst, src, w, w, 2, stream)?;
+    if bytes % 2 == 1 {
+        // The odd last byte with its neighbour, as two rows of one byte.
+        copy_2d(dst + bytes - 2, src + bytes - 2, 1, 1, 2, stream)?;
+    }
+    Ok(())
+}
+
 /// Enqueues a 2-D copy of `height` rows of `width` bytes, `pitch` bytes apart on both sides, from
 /// host memory at `src` to device memory at `dst`.
 fn copy_2d(
