@@ -306,29 +306,6 @@ impl Drop for Count {
     }
 }
 
-/// Lets MPI progress this process's operations in flight (MPI_Iprobe on MPI_COMM_SELF, where
-/// gpuwire sends nothing: it matches no message and leaves any alone). For gpuwire's waits that
-/// make no MPI call (the IPC backend's waits on shared memory): a send in flight there, such as
-/// an isend of host memory on an IPC communicator, may need its sender inside MPI to move (Open
-/// MPI's shared-memory transport without single-copy support copies it through fragments that
-/// the sender writes), and a peer waiting for it would wait for ever, where inside a real MPI
-/// call it completes. Does nothing when another thread holds gpuwire's MPI lock
-/// (MPI_THREAD_SERIALIZED), or outside MPI_Init .. MPI_Finalize.
-pub fn poke_progress() {
-    let Some(_mpi) = crate::runtime::try_mpi_lock() else { return };
-    let mut initialized: c_int = 0;
-    // SAFETY: may be called at any time.
-    unsafe { sys::MPI_Initialized(&mut initialized) };
-    if initialized == 0 || finalized() {
-        return;
-    }
-    let mut flag: c_int = 0;
-    // SAFETY: plain out-parameters; MPI_COMM_SELF is always valid before MPI_Finalize.
-    let mut status: sys::MPI_Status = unsafe { std::mem::zeroed() };
-    // An error is no reason to fail the wait: the operations it moves report their own.
-    let _ = unsafe { sys::MPI_Iprobe(any_source(), any_tag(), sys::RSMPI_COMM_SELF, &mut flag, &mut status) };
-}
-
 /// MPI_Wtime.
 pub fn wtime() -> f64 {
     // SAFETY: no arguments.

@@ -246,7 +246,7 @@ pub enum Stop {
 /// Polls `ready` until it is true: spins first, then yields the CPU. Stops at `timeout` (from
 /// now) or when `broken` says the communicator broke (both checked every few hundred polls).
 /// A wait that lasts (past 1024 polls) lets MPI progress every 256 polls
-/// (`mpisys::poke_progress`): a peer may be waiting for this process's sends in flight (an
+/// (`runtime::poke_progress`): a peer may be waiting for this process's sends in flight (an
 /// isend of host memory goes as an MPI message), which move only while it is inside MPI.
 pub fn spin_until(timeout: Option<Duration>, mut broken: impl FnMut() -> bool, mut ready: impl FnMut() -> Result<bool>) -> Result<std::result::Result<(), Stop>> {
     let deadline = timeout.map(|t| Instant::now() + t);
@@ -264,7 +264,7 @@ pub fn spin_until(timeout: Option<Duration>, mut broken: impl FnMut() -> bool, m
                 return Ok(Err(Stop::TimedOut));
             }
             if i >= 1024 {
-                crate::mpisys::poke_progress();
+                crate::runtime::poke_progress();
             }
         }
         if i < 20_000 {
