@@ -2984,13 +2984,26 @@ contains
   end subroutine gw_darray_cart
 
   subroutine gw_darray_halo_exchange_axes(darray, widths, flags, stream, ierror)
-    use gpuwire_c, only: c => gpuwire_darray_halo_exchange_axes
+    use gpuwire_c, only: c => gpuwire_darray_halo_exchange_axes, c_ndim => gpuwire_darray_ndim
     type(gpuwire_darray), intent(in) :: darray
     integer(int64), intent(in) :: widths(:)
     integer, intent(in) :: flags
     type(c_ptr), intent(in), optional :: stream
     integer, intent(out), optional :: ierror
     integer(c_int64_t) :: w(max(size(widths), 1))
+    integer(c_int32_t) :: nd
+    ! The C function reads ndim widths: fewer would be read past the end of `widths`.
+    if (present(ierror)) ierror = GPUWIRE_SUCCESS
+    call finish(c_ndim(darray%handle, nd), 'gpuwire_darray_halo_exchange_axes', ierror)
+    if (present(ierror)) then
+      if (ierror /= GPUWIRE_SUCCESS) return
+    end if
+    if (size(widths) /= int(nd)) then
+      call fail(GPUWIRE_ERROR_INVALID_ARGUMENT, 'gpuwire_darray_halo_exchange_axes', 'widths has '// &
+        itoa(int(size(widths), int64))//' entries for an array of ndim '//itoa(int(nd, int64))// &
+        ' (one per axis)', ierror)
+      return
+    end if
     w = axis_list(widths, size(widths))
     call finish(c(darray%handle, w(1), int(flags, c_int32_t), stream_or_null(stream)), &
       'gpuwire_darray_halo_exchange_axes', ierror)

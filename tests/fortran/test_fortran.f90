@@ -1386,6 +1386,11 @@ contains
       .not. per2(2), 'gpuwire_darray_cart')
     call gpuwire_darray_set_global(cart, gv)
     call gpuwire_darray_halo_exchange_axes(cart, [1_int64, 0_int64], 0)
+    ! One width per axis: fewer would make the C function read past the end of the array.
+    call gpuwire_darray_halo_exchange_axes(cart, [1_int64], 0, ierror=ierr)
+    call expect_status(ierr, int(GPUWIRE_ERROR_INVALID_ARGUMENT), 'halo_exchange_axes, 1 width for 2 axes')
+    call gpuwire_darray_halo_exchange_axes(cart, [1, 0, 0], 0, ierror=ierr)
+    call expect_status(ierr, int(GPUWIRE_ERROR_INVALID_ARGUMENT), 'halo_exchange_axes, 3 widths for 2 axes')
     call gpuwire_darray_local_with_halo(cart, b)
     call gpuwire_buffer_pointer(b, p)
     call c_f_pointer(p, w, [3, nr + 2])
