@@ -59,6 +59,7 @@ Errors raise gpuwire.Error with .code (the gpuwire_status) and the detailed mess
 
 import collections
 import ctypes
+import numbers
 import sys
 import threading
 import warnings
@@ -1226,12 +1227,22 @@ class DArray:
     def __init__(self, comm, shape, dtype=FLOAT64, space=SPACE_HOST, partition=PARTITION_SCATTER, local=DECIDE,
                  halo=0, procs=None, periodic=None, _wrap=None):
         code = _dtype_code(dtype)
+        # A number is any integer, NumPy's too (numbers.Integral), never taken for a per-axis list.
+        if isinstance(shape, numbers.Integral):
+            shape = int(shape)
+        if isinstance(halo, numbers.Integral):
+            halo = int(halo)
         if procs is not None or periodic is not None or _wrap is not None or not isinstance(halo, int):
+            # A process grid is SCATTER, split as gpuwire_darray_create_cart splits: refuse what
+            # it would otherwise ignore.
+            if partition != PARTITION_SCATTER or local != DECIDE:
+                raise ValueError("gpuwire: a process grid (procs, per-axis halo, periodic) is a SCATTER array split "
+                                 "by gpuwire: partition and local cannot be given with it")
             dims = [shape] if isinstance(shape, int) else [int(d) for d in shape]
             n = len(dims)
 
             def axes(v, kind, what):
-                v = [0] * n if v is None else ([v] * n if isinstance(v, (int, bool)) else list(v))
+                v = [0] * n if v is None else ([v] * n if isinstance(v, numbers.Integral) else list(v))
                 if len(v) != n:
                     raise ValueError(f"gpuwire: {what} has {len(v)} entries for {n} axes")
                 return (kind * max(n, 1))(*[int(x) for x in v])
@@ -1272,7 +1283,7 @@ class DArray:
             ptr, keep = memory.ctypes.data, memory
             space = SPACE_HOST if space == SPACE_AUTO else space
         return cls(comm, shape, dtype, space, halo=halo, procs=procs if procs is not None else [0] * (
-            1 if isinstance(shape, int) else len(shape)), periodic=periodic, _wrap=(ptr, keep))
+            1 if isinstance(shape, numbers.Integral) else len(shape)), periodic=periodic, _wrap=(ptr, keep))
 
     def cart(self):
         """The decomposition (gpuwire_darray_cart): a dict of per-axis lists procs, coords, starts,

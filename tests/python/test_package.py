@@ -183,6 +183,22 @@ def test_process_grid_and_wrapped_memory(comm):
     assert e.value.code == gpuwire.ERROR_INVALID_ARGUMENT
 
 
+def test_darray_numpy_integers_and_grid_arguments(comm):
+    """NumPy integers are numbers (a halo of np.int64(1) is the row split's halo, as 1 is); a
+    process grid refuses a partition or a local length it would otherwise ignore."""
+    rows = 2 * SIZE + 1
+    with gpuwire.DArray(comm, (rows, 3), np.float64, halo=np.int64(1)) as d:
+        assert d.cart()["procs"] == [SIZE, 1] and d.halo() == 1
+    with gpuwire.DArray(comm, np.int64(rows), np.float64, halo=np.int32(2)) as d:
+        assert d.shape() == (rows,) and d.halo() == 2
+    with gpuwire.DArray(comm, (rows, 3), np.float64, procs=(0, 1), halo=np.int64(1), periodic=np.int8(0)) as d:
+        assert d.cart()["halo"] == [1, 1] and d.cart()["periodic"] == [0, 0]
+    with pytest.raises(ValueError, match="SCATTER"):
+        gpuwire.DArray(comm, rows, np.float64, partition=gpuwire.PARTITION_BROADCAST, periodic=0)
+    with pytest.raises(ValueError, match="local"):
+        gpuwire.DArray(comm, rows, np.float64, local=rows if RANK == 0 else 0, halo=(1,))
+
+
 def test_scans_logical_ops_and_pairs(comm):
     # scan / exscan against a serial loop; exscan leaves rank 0's buffer alone; in place.
     x = np.array([RANK + 1, 10 * RANK], np.int64)
