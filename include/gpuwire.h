@@ -1251,7 +1251,8 @@ gpuwire_status gpuwire_darray_create_nd(gpuwire_comm comm,
  * set_global / allgather / gather place each block at its place in the global array, and
  * redistribute to or from an array of another split goes through a global host copy (the
  * source's allgather, then the destination's set_global). With ndim > 4, only axis 0 may be
- * split or have a halo (views have at most 4 dimensions).
+ * split or have a halo (views have at most 4 dimensions); there gpuwire's choice (`procs` 0 or
+ * NULL) splits axis 0 only.
  *
  * Collective over `comm`. Errors as gpuwire_darray_create_nd, plus GPUWIRE_ERROR_INVALID_ARGUMENT
  * (`procs` whose product is not the size of `comm`, or with non-zero entries that do not

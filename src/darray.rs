@@ -79,6 +79,19 @@ pub struct Cart {
     pub periodic: Vec<bool>,
 }
 
+impl Cart {
+    /// The process grid over `size` ranks: `procs` with its zero entries chosen by
+    /// [`dims_create`]; with more than 4 axes only axis 0 may be split, so there gpuwire's own
+    /// choice for the other axes is 1.
+    fn grid(&self, size: usize) -> Result<Vec<usize>> {
+        let mut asked = self.procs.clone();
+        if asked.len() > 4 {
+            asked[1..].iter_mut().filter(|p| **p == 0).for_each(|p| *p = 1);
+        }
+        dims_create(size, &asked)
+    }
+}
+
 /// The process grid of `size` ranks with `asked[a]` processes along axis a, the zero entries
 /// filled as MPI_Dims_create does (as balanced as possible, in non-increasing order).
 pub fn dims_create(size: usize, asked: &[usize]) -> Result<Vec<usize>> {
@@ -118,7 +131,7 @@ impl Spec {
             return Err(Error::InvalidArgument("the shape has no dimension (ndim must be at least 1)".into()));
         }
         if let Some(c) = &self.cart {
-            let procs = dims_create(comm.size() as usize, &c.procs)?;
+            let procs = c.grid(comm.size() as usize)?;
             // The padded block can be no larger than the global shape with its halos.
             let padded = self.shape.iter().zip(&c.halo).try_fold(1usize, |a, (n, h)| h.checked_mul(2).and_then(|h| h.checked_add(*n)).and_then(|d| a.checked_mul(d)));
             if padded.and_then(|e| e.checked_mul(self.dtype.size())).is_none_or(|b| b > isize::MAX as usize) {
@@ -347,7 +360,7 @@ impl DArray {
         let scatter = spec.partition == Partition::GPUWIRE_PARTITION_SCATTER;
         // The process grid, and each axis's split over it.
         let (procs, halos, periodic) = match &spec.cart {
-            Some(c) => (dims_create(p, &c.procs)?, c.halo.clone(), c.periodic.clone()),
+            Some(c) => (c.grid(p)?, c.halo.clone(), c.periodic.clone()),
             None => {
                 let mut procs = vec![1usize; nd];
                 let mut halos = vec![0usize; nd];

@@ -540,6 +540,14 @@ static void cart_errors(void)
         EXPECT_OK(gpuwire_darray_create_cart(comm, 5, s5, p5, h50, NULL, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, &d));
         EXPECT_OK(gpuwire_darray_halo_exchange(d, 1, NULL));
         EXPECT_OK(gpuwire_darray_free(d));
+        /* The grid left to gpuwire (procs NULL) splits axis 0 only, on any number of ranks (it
+         * chose a grid it then refused on 4 ranks). */
+        int64_t got[5] = {-1, -1, -1, -1, -1};
+        EXPECT_OK(gpuwire_darray_create_cart(comm, 5, s5, NULL, h50, NULL, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, &d));
+        EXPECT_OK(gpuwire_darray_cart(d, got, NULL, NULL, NULL, NULL));
+        EXPECT(got[0] == size && got[1] == 1 && got[2] == 1 && got[3] == 1 && got[4] == 1);
+        EXPECT_OK(gpuwire_darray_halo_exchange(d, 1, NULL));
+        EXPECT_OK(gpuwire_darray_free(d));
     }
     /* One rank passes another halo: an error on every rank, never a hang. */
     mine[0] = rank == size - 1 && size > 1 ? 2 : 1;
