@@ -372,7 +372,8 @@ pub extern "C" fn gpuwire_darray_ndim(d: gpuwire_darray, ndim: *mut i32) -> gpuw
     query("gpuwire_darray_ndim", d, ndim, "ndim", |a| a.shape().len() as i32)
 }
 
-/// The number of ghost rows allocated above and below each rank's block (0 for none).
+/// The number of ghost rows allocated above and below each rank's block (0 for none); for an
+/// array on a process grid, axis 0's halo (gpuwire_darray_cart gives every axis's).
 ///
 /// Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
 #[unsafe(no_mangle)]
@@ -406,7 +407,9 @@ pub extern "C" fn gpuwire_darray_partition(d: gpuwire_darray, partition: *mut i3
 
 /// The address of this rank's first owned element, in the array's memory space (a device
 /// pointer for DEVICE arrays; NULL when this rank holds no storage). Owned elements follow
-/// contiguously, row-major; the `halo` x row ghost elements above lie just before it.
+/// contiguously, row-major; the `halo` x row ghost elements above lie just before it. (An
+/// array of gpuwire_darray_create_cart or gpuwire_darray_wrap with a halo beyond axis 0: the
+/// owned elements are a box of the padded storage, laid out as described there.)
 /// Writing to a BROADCAST array through it is your business: gpuwire_darray_bcast makes the
 /// ranks' copies equal again. Valid until the array is freed.
 ///
@@ -472,7 +475,8 @@ pub extern "C" fn gpuwire_darray_shape(d: gpuwire_darray, shape: *mut i64) -> gp
 }
 
 /// Writes this rank's local shape into `shape` (ndim entries): the global shape with axis 0
-/// replaced by the number of rows this rank owns.
+/// replaced by the number of rows this rank owns (on a process grid: this rank's block length
+/// along every axis).
 ///
 /// Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
 #[unsafe(no_mangle)]
@@ -500,7 +504,8 @@ pub extern "C" fn gpuwire_darray_local(d: gpuwire_darray, out: *mut gpuwire_buff
 }
 
 /// A new buffer handle viewing this rank's whole storage: `halo` ghost rows, the owned rows,
-/// `halo` ghost rows ((local rows + 2 halo) x row elements). Free it with gpuwire_buffer_free.
+/// `halo` ghost rows ((local rows + 2 halo) x row elements; on a process grid, the block padded
+/// on every axis, as gpuwire_darray_create_cart describes). Free it with gpuwire_buffer_free.
 ///
 /// Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
 #[unsafe(no_mangle)]
@@ -546,7 +551,8 @@ pub extern "C" fn gpuwire_darray_fill(d: gpuwire_darray, value: *const c_void, s
 
 /// Copies this rank's part of the global array `src` (host memory, global_len elements in
 /// global row-major order) into its owned elements: rank r copies elements [offset_r, offset_r
-/// + local_len_r). Blocks until done.
+/// + local_len_r) (on a process grid split beyond axis 0: its block of the global array).
+/// Blocks until done.
 ///
 /// Local for SCATTER (a rank that owns no element does not read `src`, which may then be
 /// NULL). Collective for BROADCAST: rank 0's `src` is broadcast (the others' `src` is not read
