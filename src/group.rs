@@ -56,6 +56,9 @@ struct Entry {
     packed: Option<crate::view::Packed<Op>>,
     /// Issued at its call into the group's NCCL group (`direct`): the end only launches it.
     issued: bool,
+    /// A collective whose arguments did not resolve at its call (`fail_collective`): its name
+    /// and error, told to the other ranks in the group's call order (`op` is a placeholder).
+    failed: Option<(String, Error)>,
 }
 
 #[derive(Default)]
@@ -145,13 +148,29 @@ fn direct(c: &Arc<Communicator>, op: &Op, stream: Stream) -> Result<bool> {
     Ok(true)
 }
 
+/// A collective whose arguments did not resolve on this rank (an invalid handle or enum value):
+/// `Communicator::fail_collective`, except inside a group in checking mode, where the error is
+/// returned at once and the agreement that tells the other ranks is made at the end, in the
+/// group's call order: made at the call, it would meet another rank's earlier collective of
+/// the group (which then fails instead, and the rest of the group runs one collective apart).
+pub fn fail_collective(c: &Arc<Communicator>, what: &str, e: Error) -> Error {
+    if !is_open() || !c.config().check {
+        return c.fail_collective(what, e);
+    }
+    GROUP.with(|g| {
+        let failed = Some((what.to_string(), e.clone()));
+        g.borrow_mut().entries.push(Entry { c: c.clone(), op: Op::Barrier, stream: Stream(0), done: None, matched: None, packed: None, issued: false, failed });
+    });
+    e
+}
+
 /// Records `op` in this thread's open group; the request of a nonblocking form.
 fn add(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool, issued: bool) -> Option<Request> {
     GROUP.with(|g| {
         let mut g = g.borrow_mut();
         if !nonblocking {
             // No request: nothing else to make (a group's per-operation cost).
-            g.entries.push(Entry { c: c.clone(), op, stream, done: None, matched: None, packed: None, issued });
+            g.entries.push(Entry { c: c.clone(), op, stream, done: None, matched: None, packed: None, issued, failed: None });
             return None;
         }
         let bufs = op.buffers();
@@ -159,7 +178,7 @@ fn add(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool, issued:
         let ended = g.ended.clone();
         let matched = Arc::new(Mutex::new(None));
         let known = op.known_status();
-        g.entries.push(Entry { c: c.clone(), op, stream, done: Some(done.clone()), matched: Some(matched.clone()), packed: None, issued });
+        g.entries.push(Entry { c: c.clone(), op, stream, done: Some(done.clone()), matched: Some(matched.clone()), packed: None, issued, failed: None });
         Some(done).map(|d| {
             let r = Request::new(Box::new(Grouped { done: d, ended, matched }), c.clone(), bufs);
             match known {
@@ -321,7 +340,10 @@ fn run(entries: Vec<Entry>) -> Result<()> {
     }
     // Collectives, in call order.
     for e in rest.iter().filter(|e| !e.op.is_p2p()) {
-        let r = e.op.run(&e.c, e.stream);
+        let r = match &e.failed {
+            Some((what, x)) => Err(e.c.fail_collective(what, x.clone())),
+            None => e.op.run(&e.c, e.stream),
+        };
         finish(e, &r);
         note(&r, &mut first);
     }

@@ -99,13 +99,13 @@ pub fn copy_str(s: &str, buf: *mut std::ffi::c_char, len: usize) {
 /// the communicator's checking mode still tells the other ranks (so none of them hangs) and
 /// every rank returns an error.
 pub fn collective<T>(
-    c: &Communicator,
+    c: &Arc<Communicator>,
     what: &str,
     prepare: impl FnOnce() -> Result<T>,
     run: impl FnOnce(T) -> Result<()>,
 ) -> Result<()> {
     match prepare() {
         Ok(args) => run(args),
-        Err(e) => Err(c.fail_collective(what, e)),
+        Err(e) => Err(crate::group::fail_collective(c, what, e)),
     }
 }

@@ -1124,7 +1124,7 @@ fn nonblocking(
         };
         let op = match prepare() {
             Ok(op) => op,
-            Err(e) => return Err(c.fail_collective(what, e)),
+            Err(e) => return Err(crate::group::fail_collective(&c, what, e)),
         };
         let r = issue(&c, op, st(stream), true)?.ok_or_else(no_request)?;
         write(request, crate::request::register(r.going_on())?);

@@ -1060,6 +1060,29 @@ static void checking_on(gpuwire_comm cc)
     if (gs == GPUWIRE_SUCCESS && ge == GPUWIRE_SUCCESS && gw == GPUWIRE_SUCCESS)
         gwt_fail(__FILE__, __LINE__, "checking mode in a group", "a count mismatch of an iallreduce inside a group was not reported (call, group_end, wait all succeeded)");
     in_step(cc, "after a mismatch in a group");
+    /* A good collective, then one whose op code rank 0 cannot resolve, in one group: rank 0's
+     * call fails at once, but the other ranks learn of it in the group's call order, so the
+     * first one still runs on every rank and the second is done on none. (The refused call's
+     * agreement was once made at its call, ahead of the group: it met the other ranks' first
+     * allreduce, and their second one then reduced with rank 0's first.) */
+    {
+        int32_t *x = bptr(a5), *y = bptr(a6);
+        for (int i = 0; i < 5; i++)
+            x[i] = rank + i;
+        memset(y, FILL, 24);
+        EXPECT_OK(gpuwire_group_start());
+        EXPECT_OK(gpuwire_allreduce(cc, a5, a5, GPUWIRE_SUM, NULL));
+        EXPECT_STATUS(gpuwire_allreduce(cc, a6, a6, z ? 99 : GPUWIRE_SUM, NULL), z ? GPUWIRE_ERROR_INVALID_ARGUMENT : GPUWIRE_SUCCESS);
+        EXPECT_STATUS(gpuwire_group_end(), z ? GPUWIRE_ERROR_INVALID_ARGUMENT : GPUWIRE_ERROR_REMOTE_ARGUMENT);
+        int good = 1;
+        for (int i = 0; i < 5; i++)
+            good &= x[i] == size * (size - 1) / 2 + size * i;
+        gwt_checks++;
+        if (!good)
+            gwt_fail(__FILE__, __LINE__, "checking mode in a group", "a good allreduce before rank 0's refused one in the same group gave a wrong result");
+        EXPECT(all_bytes(y, 24, FILL));
+    }
+    in_step(cc, "after a refused call in a group");
     bfree(a5), bfree(a6), bfree(f5);
 }
 
