@@ -355,6 +355,15 @@ impl Communicator {
             };
         }
         let (cmax, cmin) = (v[1], -v[2]);
+        if cmax != cmin && cmin == -1 {
+            // No count on some ranks (-1): an allgatherv with NULL recvcounts there, met by one
+            // with recvcounts.
+            let mine = if vals[0] == -1 { "NULL" } else { "given" };
+            return Err(count_mismatch(
+                what,
+                format!("some ranks passed recvcounts and others NULL (this rank {mine}); every rank must do the same; nothing was done on any rank"),
+            ));
+        }
         if cmax != cmin {
             return Err(count_mismatch(
                 what,

@@ -1118,6 +1118,19 @@ static void checking_mode(void)
                                        : GPUWIRE_ERROR_REMOTE_ARGUMENT);
         EXPECT_STATUS(gpuwire_reduce(cc, a, GPUWIRE_BUFFER_NULL, GPUWIRE_SUM, 0, NULL),
                       rank == 0 ? GPUWIRE_ERROR_INVALID_ARGUMENT : GPUWIRE_ERROR_REMOTE_ARGUMENT);
+        /* allgatherv with recvcounts on rank 0 and NULL elsewhere: the message says so (it
+         * once read "different element counts (from -1 to N)", -1 standing for NULL). */
+        {
+            int64_t counts[64];
+            gpuwire_buffer one = bview(a, 0, 1), all = balloc(size, GPUWIRE_FLOAT64);
+            for (i = 0; i < size && i < 64; i++)
+                counts[i] = 1;
+            EXPECT_STATUS(gpuwire_allgatherv(cc, one, all, rank == 0 ? counts : NULL, NULL),
+                          GPUWIRE_ERROR_COUNT_MISMATCH);
+            EXPECT_LAST_ERROR_HAS("some ranks passed recvcounts and others NULL");
+            bfree(all);
+            bfree(one);
+        }
     }
     /* The communicator still works after refused calls. */
     for (i = 0; i < 4; i++)
