@@ -1124,6 +1124,15 @@ fn nonblocking(
         };
         let op = match prepare() {
             Ok(op) => op,
+            Err(e) if c.config().check && !crate::group::is_open() && crate::engine::available() => {
+                // The other ranks learn of it on the engine, in this communicator's call order,
+                // as of any nonblocking collective's error: made here, the agreement would hold
+                // this call until every rank reached it (a rank waiting for a message that this
+                // one sends after the call would never get there).
+                let (c2, e2) = (c.clone(), e.clone());
+                let _ = c.engine().submit(Box::new(move || Err(c2.fail_collective(what, e2))), false, false);
+                return Err(e);
+            }
             Err(e) => return Err(crate::group::fail_collective(&c, what, e)),
         };
         let r = issue(&c, op, st(stream), true)?.ok_or_else(no_request)?;

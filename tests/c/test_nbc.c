@@ -1083,6 +1083,25 @@ static void checking_on(gpuwire_comm cc)
         EXPECT(all_bytes(y, 24, FILL));
     }
     in_step(cc, "after a refused call in a group");
+    /* Rank 0's iallreduce with op code 99 returns at once (its agreement, which tells the
+     * others, runs on the engine): rank 0 then sends to rank 1, which receives before its own
+     * iallreduce. (The agreement was once made at the call, which then waited for rank 1,
+     * itself waiting for the message: a hang, here a timeout.) Below MPI_THREAD_MULTIPLE a
+     * nonblocking collective completes at its call, so this order deadlocks there as documented. */
+    if (multiple) {
+        rq = GPUWIRE_REQUEST_NULL;
+        if (z) {
+            rq.h = 77;
+            EXPECT_STATUS(gpuwire_iallreduce(cc, a5, a5, 99, NULL, &rq), GPUWIRE_ERROR_INVALID_ARGUMENT);
+            EXPECT(rq.h == 77);
+            EXPECT_OK(gpuwire_send(cc, a6, 1, 5, NULL));
+        } else {
+            if (rank == 1)
+                EXPECT_OK(gpuwire_recv(cc, a6, 0, 5, NULL));
+            expect_everywhere(gpuwire_iallreduce(cc, a5, a5, GPUWIRE_SUM, NULL, &rq), &rq, GPUWIRE_ERROR_REMOTE_ARGUMENT, "iallreduce against rank 0's op 99, rank 0 sending to rank 1 after its call");
+        }
+        in_step(cc, "after a refused nonblocking call followed by a send");
+    }
     bfree(a5), bfree(a6), bfree(f5);
 }
 
