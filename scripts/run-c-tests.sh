@@ -423,8 +423,9 @@ for n in 1 2; do
 done
 
 # Timeouts (a late rank, a receive with no sender), two threads on one communicator, and the
-# thread levels FUNNELED and SERIALIZED (the program initializes MPI itself): 2 ranks.
-for m in "late" "late check" "concurrent" "concurrent check" "funneled" "serialized"; do
+# thread levels FUNNELED and SERIALIZED (the program initializes MPI itself), and MPI's matching
+# order between a receive blocked in one thread and a later one of another thread: 2 ranks.
+for m in "late" "late check" "concurrent" "concurrent check" "funneled" "serialized" "order"; do
     # shellcheck disable=SC2086 # the mode is one or two words
     check "test_threads $m -n 2" 0 2 "^test_threads $m: PASS" "$build/test_threads" $m
 done

@@ -148,6 +148,8 @@ struct Entry {
     state: Mutex<State>,
     /// What the receive matched (set when its data message matched).
     matched: Mutex<Option<Matched>>,
+    /// A blocking receive waiting in MPI_Mprobe (`recv`), not a deferred one.
+    probing: bool,
 }
 
 // SAFETY: the pointers in `want` refer to memory that the request keeps alive; the MPI handles
@@ -482,16 +484,21 @@ impl Drop for Recv {
             std::mem::forget(e);
             return;
         }
-        // The last reference (no longer queued): its allocation serves the thread's next receive.
-        if let Some(m) = handles::vacate(e) {
-            let _ = SPARE_ENTRIES.try_with(|s| {
-                if let Ok(mut s) = s.try_borrow_mut() {
-                    if s.len() < handles::SPARES {
-                        s.push(m);
-                    }
+        spare_entry(e);
+    }
+}
+
+/// Keeps the allocation of an entry that is no longer queued for the thread's next receive,
+/// when `e` is its last reference.
+fn spare_entry(e: Arc<Entry>) {
+    if let Some(m) = handles::vacate(e) {
+        let _ = SPARE_ENTRIES.try_with(|s| {
+            if let Ok(mut s) = s.try_borrow_mut() {
+                if s.len() < handles::SPARES {
+                    s.push(m);
                 }
-            });
-        }
+            }
+        });
     }
 }
 
@@ -603,7 +610,7 @@ pub fn wait_until(c: &Communicator, what: &str, mut done: impl FnMut() -> Result
 /// communicator, source and tag waits, else deferred.
 pub fn post(c: &Communicator, w: Want) -> Result<Recv> {
     let check = c.backend_state.get::<Check>().map(|k| (k.hdr, k.ack));
-    let e = new_entry(Entry { want: w, comm: RawComm(c.raw()), key: c as *const Communicator as usize, check, state: Mutex::new(State::Unmatched), matched: Mutex::new(None) });
+    let e = new_entry(Entry { want: w, comm: RawComm(c.raw()), key: c as *const Communicator as usize, check, state: Mutex::new(State::Unmatched), matched: Mutex::new(None), probing: false });
     let mut q = lock(&QUEUE);
     let behind = q.iter().any(|x| x.key == e.key && overlap((x.want.source, x.want.tag), (w.source, w.tag)));
     if !behind {
@@ -616,7 +623,8 @@ pub fn post(c: &Communicator, w: Want) -> Result<Recv> {
             return Ok(Recv { e: ManuallyDrop::new(e), comm: c });
         }
     }
-    let first = q.is_empty();
+    // (A blocking receive waiting in MPI_Mprobe is no work for the progress thread.)
+    let first = q.iter().all(|x| x.probing);
     q.push(e.clone());
     QUEUED.store(q.len(), Ordering::Release);
     drop(q);
@@ -630,31 +638,65 @@ pub fn post(c: &Communicator, w: Want) -> Result<Recv> {
 
 /// A blocking receive of `w`: MPI_Mprobe and a receive when nothing else needs progress (the
 /// common case), else a posted receive waited for. What it matched.
+///
+/// While it waits in MPI_Mprobe the receive is held in `QUEUE` (`Entry::probing`), as the earlier
+/// receive it is: a receive that another thread posts meanwhile and that could take the same
+/// message waits behind it, as behind a posted MPI_Recv. MPICH does not treat a pending
+/// MPI_Mprobe as a posted receive: another thread's later MPI_Improbe took its message (the
+/// later receive got the first message, or a wildcard one took a message it did not fit and
+/// the blocked receive waited for ever).
 pub fn recv(c: &Communicator, w: Want) -> Result<Matched> {
     // (`nb_p2p`: no timeout, not MPI_THREAD_SERIALIZED, no IPC receive pending.)
     if !deferred() && !c.nb_p2p() && c.backend_state.get::<Check>().is_none() {
-        let mut msg = message_null();
-        // SAFETY: plain out-parameters.
-        let mut status: sys::MPI_Status = unsafe { std::mem::zeroed() };
-        mpisys::check(unsafe { sys::MPI_Mprobe(mpi_source(w.source), mpi_tag(w.tag), c.raw(), &mut msg, &mut status) }, "MPI_Mprobe")?;
-        let m = Matched::of(&status)?;
-        if m.bytes == w.bytes() as u64 {
-            let n = mpisys::Count::new(w.dtype, w.count)?;
-            // SAFETY: the buffer holds exactly the matched message (validated by the caller).
-            mpisys::check(unsafe { sys::MPI_Mrecv(w.ptr as *mut c_void, n.n, n.dt, &mut msg, mpisys::status_ignore()) }, "MPI_Mrecv")?;
-            return Ok(m);
+        let e = new_entry(Entry { want: w, comm: RawComm(c.raw()), key: c as *const Communicator as usize, check: None, state: Mutex::new(State::Unmatched), matched: Mutex::new(None), probing: true });
+        let mut q = lock(&QUEUE);
+        if q.is_empty() {
+            // Locked while in MPI_Mprobe: `progress` never tries it (nor what it blocks), and
+            // finds it done afterwards (it makes no MPI call for it).
+            let mut held = lock(&e.state);
+            q.push(e.clone());
+            QUEUED.store(q.len(), Ordering::Release);
+            drop(q);
+            let mut msg = message_null();
+            // SAFETY: plain out-parameters.
+            let mut status: sys::MPI_Status = unsafe { std::mem::zeroed() };
+            let r = mpisys::check(unsafe { sys::MPI_Mprobe(mpi_source(w.source), mpi_tag(w.tag), c.raw(), &mut msg, &mut status) }, "MPI_Mprobe");
+            *held = State::Done(None);
+            drop(held);
+            let mut q = lock(&QUEUE);
+            q.retain(|x| !Arc::ptr_eq(x, &e));
+            QUEUED.store(q.len(), Ordering::Release);
+            drop(q);
+            spare_entry(e);
+            r?;
+            return recv_probed(w, msg, &status);
         }
-        let st = receive(&w, &mut msg, m, None, RawRequest(mpisys::request_null()), None)?;
-        let State::Receiving { mut req, err, scratch, .. } = st else { unreachable!() };
-        // SAFETY: the receive just started; its memory (buffer or scratch) lives until it ends.
-        let r = mpisys::check(unsafe { sys::MPI_Wait(&mut req.0, mpisys::status_ignore()) }, "MPI_Wait (recv)");
-        drop(scratch);
-        r?;
-        return err.map_or(Ok(m), Err);
+        // Another thread deferred a receive meanwhile: posted below, behind it where it overlaps.
+        drop(q);
+        spare_entry(e);
     }
     let mut r = post(c, w)?;
     r.wait()?;
     lock(&r.e.matched).ok_or_else(|| Error::Internal("a completed receive matched no message".into()))
+}
+
+/// The rest of `recv` once MPI_Mprobe matched `msg`: received into the buffer when its size is
+/// exact, else into scratch memory and the size error returned.
+fn recv_probed(w: Want, mut msg: sys::MPI_Message, status: &sys::MPI_Status) -> Result<Matched> {
+    let m = Matched::of(status)?;
+    if m.bytes == w.bytes() as u64 {
+        let n = mpisys::Count::new(w.dtype, w.count)?;
+        // SAFETY: the buffer holds exactly the matched message (validated by the caller).
+        mpisys::check(unsafe { sys::MPI_Mrecv(w.ptr as *mut c_void, n.n, n.dt, &mut msg, mpisys::status_ignore()) }, "MPI_Mrecv")?;
+        return Ok(m);
+    }
+    let st = receive(&w, &mut msg, m, None, RawRequest(mpisys::request_null()), None)?;
+    let State::Receiving { mut req, err, scratch, .. } = st else { unreachable!() };
+    // SAFETY: the receive just started; its memory (buffer or scratch) lives until it ends.
+    let r = mpisys::check(unsafe { sys::MPI_Wait(&mut req.0, mpisys::status_ignore()) }, "MPI_Wait (recv)");
+    drop(scratch);
+    r?;
+    err.map_or(Ok(m), Err)
 }
 
 /// As MPI_Probe (`block`) or MPI_Iprobe of (`source`, `tag`) on `c` (wildcards allowed): what

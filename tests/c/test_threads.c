@@ -18,6 +18,11 @@
  *                     thread's calls are refused with INVALID_ARGUMENT naming the thread level.
  *   serialized        MPI_THREAD_SERIALIZED: two threads run allreduces at once (each on its own
  *                     communicator): all right, no abort.
+ *   order             MPI's matching order across threads: a thread blocked in gpuwire_recv (its
+ *                     message not there yet) was posted first, so a receive of the same source and
+ *                     tag that another thread posts later (gpuwire_irecv + wait, or gpuwire_recv)
+ *                     takes the second message, as with MPI_Recv (MPICH does not treat the blocked
+ *                     thread's MPI_Mprobe as a posted receive: the later receive took the first).
  *
  * Prints "test_threads MODE: PASS" on rank 0 when every check on every rank passed.
  */
@@ -370,6 +375,73 @@ static void levels(int funneled)
     EXPECT_OK(gpuwire_comm_free(a));
 }
 
+/* ---- matching order across threads ----------------------------------------------------- */
+
+#define ORDER_ROUNDS 20
+static gpuwire_comm order_comm;
+static volatile int order_in;
+static int64_t order_first[4];
+
+static void *order_blocked(void *arg)
+{
+    (void)arg;
+    gpuwire_buffer b = wrap(order_first, 4);
+    order_in = 1;
+    EXPECT_OK(gpuwire_recv(order_comm, b, 1, 5, NULL));
+    gpuwire_buffer_free(b);
+    return NULL;
+}
+
+static void order(int rank)
+{
+    order_comm = world(0, 0.0);
+    int64_t later[4], out[4];
+    long wrong = 0;
+    for (int round = 0; round < 2 * ORDER_ROUNDS; round++) {
+        int blocking = round >= ORDER_ROUNDS; /* the later receive: irecv + wait, then recv */
+        if (rank == 0) {
+            memset(order_first, 0, sizeof order_first);
+            memset(later, 0, sizeof later);
+            order_in = 0;
+            pthread_t th;
+            EXPECT(pthread_create(&th, NULL, order_blocked, NULL) == 0);
+            while (!order_in)
+                sched_yield();
+            sleep_s(0.1); /* the thread is inside gpuwire_recv, waiting */
+            gpuwire_buffer b = wrap(later, 4);
+            gpuwire_request r = GPUWIRE_REQUEST_NULL;
+            if (!blocking)
+                EXPECT_OK(gpuwire_irecv(order_comm, b, 1, 5, NULL, &r));
+            MPI_Barrier(MPI_COMM_WORLD); /* rank 1 sends now */
+            if (blocking)
+                EXPECT_OK(gpuwire_recv(order_comm, b, 1, 5, NULL));
+            else
+                EXPECT_OK(gpuwire_wait(&r));
+            pthread_join(th, NULL);
+            gpuwire_buffer_free(b);
+            if (order_first[0] != 1 || later[0] != 2) {
+                if (wrong++ == 0)
+                    printf("rank 0 round %d (%s): the receive posted first got message %lld, the later one %lld (want 1 and 2)\n",
+                           round, blocking ? "recv" : "irecv + wait", (long long)order_first[0], (long long)later[0]);
+            }
+        } else {
+            MPI_Barrier(MPI_COMM_WORLD);
+            sleep_s(0.02);
+            gpuwire_buffer b = wrap(out, 4);
+            for (int m = 1; m <= 2; m++) {
+                for (int j = 0; j < 4; j++)
+                    out[j] = m;
+                EXPECT_OK(gpuwire_send(order_comm, b, 0, 5, NULL));
+            }
+            gpuwire_buffer_free(b);
+        }
+    }
+    printf("rank %d: %ld of %d rounds out of MPI's matching order\n", rank, wrong, 2 * ORDER_ROUNDS);
+    fflush(stdout);
+    EXPECT(wrong == 0);
+    EXPECT_OK(gpuwire_comm_free(order_comm));
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -379,8 +451,8 @@ int main(int argc, char **argv)
         want = MPI_THREAD_FUNNELED;
     else if (strcmp(mode, "serialized") == 0)
         want = MPI_THREAD_SERIALIZED;
-    else if (strcmp(mode, "late") != 0 && strcmp(mode, "concurrent") != 0) {
-        fprintf(stderr, "usage: test_threads late|concurrent|funneled|serialized [check]\n");
+    else if (strcmp(mode, "late") != 0 && strcmp(mode, "concurrent") != 0 && strcmp(mode, "order") != 0) {
+        fprintf(stderr, "usage: test_threads late|concurrent|funneled|serialized|order [check]\n");
         return 2;
     }
     MPI_Init_thread(&argc, &argv, want, &provided);
@@ -398,6 +470,8 @@ int main(int argc, char **argv)
         late(rank, check);
     else if (strcmp(mode, "concurrent") == 0)
         concurrent(check);
+    else if (strcmp(mode, "order") == 0)
+        order(rank);
     else
         levels(want == MPI_THREAD_FUNNELED);
     EXPECT_OK(gpuwire_finalize());
