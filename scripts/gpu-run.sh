@@ -85,9 +85,13 @@ if has nbc; then
   # memory kinds across ranks (nbcmixed: host buffers on one rank, device on another) on
   # MPI_STAGED and IPC.
   nbccases=nbc,nbcgroup
-  GPUWIRE_BACKEND=mpi_staged gputest nbc-kit-staged kit $nbccases,nbcearly,nbcstreams,p2pordered,nbcmixed -x GPUWIRE_BACKEND
+  # MPI_STAGED's large allreduces in two phases (split), stream-ordered and with the host
+  # waiting (hostsync: the CPU reduces), on 2 and 3 ranks.
+  GPUWIRE_BACKEND=mpi_staged gputest nbc-kit-staged kit $nbccases,nbcearly,nbcstreams,p2pordered,nbcmixed,split -x GPUWIRE_BACKEND
   GPUWIRE_BACKEND=mpi_cuda_aware gputest nbc-kit-cuda-aware kit $nbccases -x GPUWIRE_BACKEND
-  GPUWIRE_BACKEND=mpi_staged GPUWIRE_HOST_SYNC=1 gputest nbc-kit-staged-hostsync kit $nbccases -x GPUWIRE_BACKEND -x GPUWIRE_HOST_SYNC
+  GPUWIRE_BACKEND=mpi_staged GPUWIRE_HOST_SYNC=1 gputest nbc-kit-staged-hostsync kit $nbccases,nbcmixed,split -x GPUWIRE_BACKEND -x GPUWIRE_HOST_SYNC
+  GPUWIRE_BACKEND=mpi_staged GPUWIRE_GPU_TEST_NP=3 np2="mpirun -np 3 --oversubscribe --bind-to none" \
+    gputest nbc-staged-np3 stock nbcmixed,split -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP
   GPUWIRE_BACKEND=ipc gputest nbc-ipc-np2 stock $nbccases,nbcearly,nbcstreams,p2pordered,nbcmixed -x GPUWIRE_BACKEND
   GPUWIRE_BACKEND=ipc GPUWIRE_GPU_TEST_NP=3 np2="mpirun -np 3 --oversubscribe --bind-to none" \
     gputest nbc-ipc-np3 stock $nbccases,nbcearly,nbcstreams,p2pordered,nbcmixed -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP

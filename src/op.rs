@@ -680,6 +680,12 @@ fn issue_ordered_contiguous(c: &Arc<Communicator>, op: Op, stream: Stream, nonbl
     if ordered::inline(c, nonblocking) {
         // The host side runs on this thread: after everything queued, in call order.
         c.engine().drain();
+    } else if let (false, Op::Allreduce { send, recv, op: rop }) = (nonblocking, &op) {
+        // A large one reduced on the stream, in two phases (the same MPI calls as the general
+        // path below makes for it, which reduces on the CPU).
+        if crate::backend::split::issue(c, send, recv, *rop, stream)? {
+            return Ok(None);
+        }
     }
     let bufs = op.buffers();
     let parts = op.parts(c);

@@ -2285,8 +2285,9 @@ fn p2p_stream_ordered(cx: &Ctx) -> Result<(), String> {
 }
 
 /// Memory kinds are each rank's own (issue 18): rank 0 passes host buffers, the others device
-/// buffers, to allreduce (64 elements, and 2^20: past the sizes where the old staged path took
-/// a ring that a host rank did not), bcast from a host root and from a device root, reduce to a
+/// buffers, to allreduce (64 elements, and 2^20 and 3 * 2^20 + 7: past the sizes where the old
+/// staged path took a ring that a host rank did not, and where MPI_STAGED now reduces in two
+/// phases), bcast from a host root and from a device root, reduce to a
 /// device root, allgather, and a sendrecv ring; values checked on every rank. Below, the same
 /// with the kinds swapped (rank 0 device, the others host).
 fn mixed_memory_kinds(cx: &Ctx) -> Result<(), String> {
@@ -2310,7 +2311,9 @@ fn mixed_memory_kinds(cx: &Ctx) -> Result<(), String> {
         };
         let f32s = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
         let kinds = if host_rank { "host" } else { "device" };
-        for n in [64usize, 1 << 20] {
+        // 2^20 and 3 * 2^20 + 7 float32: MPI_STAGED's two-phase allreduce (`backend::split`),
+        // a device rank's reduction on its stream meeting a host rank's on its CPU.
+        for n in [64usize, 1 << 20, (3 << 20) + 7] {
             let (a, b) = (alloc(n), alloc(n));
             upload(a, &f32s(&vec![(r + 1) as f32; n]));
             ok(gpuwire_allreduce(cx.comm, a, b, sum, s), "allreduce (mixed kinds)");
@@ -2346,6 +2349,66 @@ fn mixed_memory_kinds(cx: &Ctx) -> Result<(), String> {
         }
     }
     println!("rank {r}: nbcmixed: allreduce, bcast (host and device roots), reduce, allgather, sendrecv with host memory on some ranks and device memory on others, both ways");
+    Ok(())
+}
+
+/// MPI_STAGED's large allreduces in two phases (`backend::split`: the blocks exchanged by MPI
+/// without reduction, each rank reducing its own block on its stream, then an allgather): float32
+/// SUM (one fused kernel writing the device result and the staging), float64 AVG (fused sum, then
+/// a divide), int32 MAX and float64_int32 MINLOC (kernel by kernel) of one segment and of several
+/// with uneven blocks, separate buffers (the send buffer must stay as it was) and in place;
+/// then a kernel on the stream doubles a float32 result, which must see it (stream order); then
+/// iallreduce (its host side reduces on the CPU, on the staging). Values computed here. Needs an
+/// MPI_STAGED communicator of 2 or more ranks (GPUWIRE_BACKEND=mpi_staged), else NOT RUN.
+fn split_allreduce(cx: &Ctx) -> Result<(), String> {
+    let (r, p, s) = (cx.rank, cx.size, cx.stream as *mut c_void);
+    let mut backend = 0;
+    ok(gpuwire_comm_backend(cx.comm, &mut backend), "comm_backend");
+    if p < 2 || backend != BackendKind::GPUWIRE_BACKEND_MPI_STAGED as i32 {
+        println!("rank {r}: split: needs MPI_STAGED on 2 or more ranks (backend {backend}, {p} ranks), skipped (NOT RUN)");
+        return Ok(());
+    }
+    let cases = [
+        (Dtype::GPUWIRE_FLOAT32, ReduceOp::GPUWIRE_SUM),
+        (Dtype::GPUWIRE_FLOAT64, ReduceOp::GPUWIRE_AVG),
+        (Dtype::GPUWIRE_INT32, ReduceOp::GPUWIRE_MAX),
+        (Dtype::GPUWIRE_FLOAT64_INT32, ReduceOp::GPUWIRE_MINLOC),
+    ];
+    for (d, op) in cases {
+        // 2 MiB and more: one segment (4 MiB) or several, the last shorter.
+        for bytes in [(2 << 20) + 24 * 16, (9 << 20) + 48] {
+            let n = bytes / d.size();
+            let what = |v: &str| format!("split allreduce {} {} of {n} on {p} ranks ({v})", d.name(), op.name());
+            let want = expected_bytes(d, op, p, 0..n);
+            let mine = data(d, r, n);
+            let (a, b) = (dev_alloc(n, d), dev_alloc(n, d));
+            upload(a, &mine);
+            ok(gpuwire_allreduce(cx.comm, a, b, op as i32, s), &what("separate"));
+            check_bytes(&what("separate"), &download(b, n * d.size()), &want, d)?;
+            check_bytes(&what("the send buffer after it"), &download(a, n * d.size()), &mine, d)?;
+            ok(gpuwire_allreduce(cx.comm, a, a, op as i32, s), &what("in place"));
+            check_bytes(&what("in place"), &download(a, n * d.size()), &want, d)?;
+            upload(a, &mine);
+            let mut req = 0;
+            ok(gpuwire_iallreduce(cx.comm, a, b, op as i32, s, &mut req), &what("iallreduce"));
+            ok(gpuwire_wait(&mut req), &what("wait"));
+            check_bytes(&what("iallreduce"), &download(b, n * d.size()), &want, d)?;
+            gpuwire_buffer_free(a);
+            gpuwire_buffer_free(b);
+        }
+    }
+    // Stream order: a kernel enqueued after the call sees its result (x2), without any
+    // synchronization between them.
+    let n = (6 << 20) / 4 + 1;
+    let (a, b) = (dev_alloc(n, Dtype::GPUWIRE_FLOAT32), dev_alloc(n, Dtype::GPUWIRE_FLOAT32));
+    upload(a, &data(Dtype::GPUWIRE_FLOAT32, r, n));
+    ok(gpuwire_allreduce(cx.comm, a, b, ReduceOp::GPUWIRE_SUM as i32, s), "split allreduce before a kernel");
+    scale_f32(&cx.kernels, ptr_of(b), n, 2.0, cx.stream);
+    let want: Vec<u8> = (0..n).flat_map(|i| (2.0 * expected(Dtype::GPUWIRE_FLOAT32, ReduceOp::GPUWIRE_SUM, p, i).0 as f32).to_le_bytes()).collect();
+    check_bytes("split allreduce, then a kernel doubling it on the stream", &download(b, n * 4), &want, Dtype::GPUWIRE_FLOAT32)?;
+    gpuwire_buffer_free(a);
+    gpuwire_buffer_free(b);
+    println!("rank {r}: split: float32 SUM, float64 AVG, int32 MAX, float64_int32 MINLOC in two phases (1 and 3 segments), separate, in place, nonblocking, and a kernel after it on the stream");
     Ok(())
 }
 
@@ -3073,6 +3136,7 @@ fn main() {
             "nbcstreams" => nbc_two_streams(&cx),
             "p2pordered" => p2p_stream_ordered(&cx),
             "nbcmixed" => mixed_memory_kinds(&cx),
+            "split" => split_allreduce(&cx),
             "vcoll" => vcoll_device(&cx),
             "views" => views_device(&cx),
             other => Err(format!("unknown case {other}")),

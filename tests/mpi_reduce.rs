@@ -12,6 +12,11 @@
 //! Also: in-place reduce at a non-zero root of 1000 and more float32 (and other) elements, which
 //! crashes MPICH 4.0 (pmodels/mpich#6540), a job of its own so that a crash names it.
 //!
+//! The two-phase allreduce of MPI_STAGED's large calls (`gpuwire::backend::split`: blocks
+//! exchanged without reduction, each rank reducing its own, then an allgather), called directly
+//! on host memory of a plain communicator (MPI_STAGED itself needs CUDA): every datatype x op, one
+//! element fewer than ranks up to several segments, in place and not, on 2 to 4 ranks.
+//!
 //! Every expected value is computed here, with wrapping arithmetic in u128, never by gpuwire.
 
 mod common;
@@ -36,6 +41,9 @@ fn main() {
                 Job::new("scan_np4", 4, "scan"),
                 Job::new("in_place_root_np2", 2, "in_place_root"),
                 Job::new("in_place_root_np3", 3, "in_place_root"),
+                Job::new("split_np2", 2, "split"),
+                Job::new("split_np3", 3, "split"),
+                Job::new("split_np4", 4, "split"),
             ],
         );
     }
@@ -54,6 +62,7 @@ fn main() {
             scan_forms(&ctx);
         }
         "in_place_root" => in_place_root(&ctx),
+        "split" => split(&ctx),
         m => die(Some(ctx.rank), &format!("unknown mode {m}")),
     }
     ctx.finish();
@@ -337,5 +346,54 @@ fn in_place_root(ctx: &Ctx) {
                 }
             }
         }
+    }
+}
+
+/// `gpuwire::backend::split::allreduce_host` (what an MPI_STAGED communicator makes of an
+/// allreduce of 2 MiB and more on host memory, and its device ranks' host sides) against values
+/// computed here. Sizes: fewer elements than ranks (empty blocks), one segment, and float32/int32
+/// over several segments with a tail (segments of 4 MiB).
+fn split(ctx: &Ctx) {
+    use gpuwire::backend::host::Src;
+    use gpuwire::backend::split;
+    ctx.section("two-phase allreduce (MPI_STAGED's large allreduce), every datatype x op");
+    let (r, p) = (ctx.rank, ctx.size);
+    let comm = gpuwire::comm::COMMS.get(ctx.world).unwrap_or_else(|e| die(Some(r), &format!("the world communicator: {e}")));
+    let run = |d: Dtype, op: ReduceOp, n: usize, salt: usize| {
+        let what = |v: &str| format!("two-phase allreduce {} {} of {n} on {p} ranks ({v})", d.name(), op.name());
+        let bytes = n * d.size();
+        let expect = want(d, op, 0, n, p, salt);
+        let input = mine(d, op, r, 0, n, p, salt);
+        // 8-byte aligned buffers, as gpuwire's host buffers of every datatype may be.
+        let aligned = |b: &[u8]| {
+            let mut v = vec![0u64; bytes.div_ceil(8).max(1)];
+            // SAFETY: v holds at least b.len() bytes.
+            unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), v.as_mut_ptr().cast::<u8>(), b.len()) };
+            v
+        };
+        let read = |v: &Vec<u64>| -> Vec<u8> {
+            // SAFETY: v holds at least `bytes` bytes.
+            unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), bytes) }.to_vec()
+        };
+        let send = aligned(&input);
+        let mut recv = aligned(&sentinel(bytes));
+        let rc = split::allreduce_host(&comm, Src::Ptr(send.as_ptr() as usize), recv.as_mut_ptr() as usize, n, d, op);
+        ctx.check(rc.is_ok(), || format!("{}: {rc:?}", what("separate buffers")));
+        check_bytes(ctx, d, &read(&recv), &expect, &what("separate buffers"));
+        ctx.check(read(&send) == input, || what("the send buffer changed"));
+        let mut inplace = aligned(&input);
+        let rc = split::allreduce_host(&comm, Src::InPlace, inplace.as_mut_ptr() as usize, n, d, op);
+        ctx.check(rc.is_ok(), || format!("{}: {rc:?}", what("in place")));
+        check_bytes(ctx, d, &read(&inplace), &expect, &what("in place"));
+    };
+    for (d, op) in pairs() {
+        run(d, op, p - 1, 3);
+        run(d, op, N, 5);
+    }
+    // The segment size (`split::SEGMENT_BYTES`, internal).
+    let seg = 4 << 20;
+    for (d, op) in [(Dtype::GPUWIRE_FLOAT32, ReduceOp::GPUWIRE_SUM), (Dtype::GPUWIRE_INT32, ReduceOp::GPUWIRE_AVG), (Dtype::GPUWIRE_FLOAT64_INT32, ReduceOp::GPUWIRE_MINLOC)] {
+        // Two whole segments and a tail that does not split evenly.
+        run(d, op, 2 * seg / d.size() + 2 * p + 1, 7);
     }
 }

@@ -61,7 +61,7 @@ impl Src {
             Src::Ptr(p) => at(p, elems, dtype),
         }
     }
-    fn of(input: Input) -> Src {
+    pub(crate) fn of(input: Input) -> Src {
         match input {
             Input::InPlace => Src::InPlace,
             Input::Buf(b) => Src::Ptr(b.ptr()),

@@ -25,6 +25,7 @@ pub mod ordered;
 pub mod p2p;
 pub mod path;
 pub mod ring;
+pub mod split;
 pub mod topology;
 
 pub use path::{Blocks, Input, Operation, Path};
@@ -312,7 +313,9 @@ pub(crate) static BACKENDS: [Backend; 6] = [
         setup: no_state,
         teardown: no_teardown,
         path: &mpi_staged::StagedPath,
-        native: Native { ops: Ops::Every, reduces: every_reduction, mixed: true, host: &[], at_call: "" },
+        // Allreduce on host memory too: a large one is made in two phases on every rank whatever
+        // its memory (`split`), so that a rank's host buffers meet another's device buffers.
+        native: Native { ops: Ops::Every, reduces: every_reduction, mixed: true, host: &[Operation::Allreduce], at_call: "" },
         fallback: None,
     },
     Backend {
@@ -921,7 +924,8 @@ mod tests {
             }
             assert_eq!(at(GPUWIRE_BACKEND_IPC, op, None, Host), Route::Native, "{op:?}");
         }
-        // The MPI paths: every call with device memory; host memory by plain MPI.
+        // The MPI paths: every call with device memory; host memory by plain MPI, except
+        // MPI_STAGED's allreduce (a large one in two phases on every rank: `split`).
         for k in [GPUWIRE_BACKEND_MPI_STAGED, GPUWIRE_BACKEND_MPI_CUDA_AWARE] {
             for op in Operation::ALL {
                 if op == Barrier {
@@ -930,7 +934,8 @@ mod tests {
                 }
                 assert_eq!(at(k, op, Some((c64, prod)), Device), Route::Native, "{k:?} {op:?}");
                 assert_eq!(at(k, op, None, Mixed), Route::Native, "{k:?} {op:?}");
-                assert_eq!(at(k, op, None, Host), Route::Host, "{k:?} {op:?}");
+                let own = k == GPUWIRE_BACKEND_MPI_STAGED && op == Allreduce;
+                assert_eq!(at(k, op, None, Host), if own { Route::Native } else { Route::Host }, "{k:?} {op:?}");
             }
         }
         // HIER: its six collectives on device and host memory; the rest (and mixed memory) to the
@@ -961,7 +966,7 @@ mod tests {
         // Every call on host memory too (memory kinds are each rank's own): nothing left to HOST.
         assert!(!ipc.contains("HOST (plain MPI)"), "{ipc}");
         let staged = t(GPUWIRE_BACKEND_MPI_STAGED);
-        assert!(!staged.contains("does the reductions") && staged.ends_with("HOST (plain MPI) does calls on host memory only, and barrier"), "{staged}");
+        assert!(!staged.contains("does the reductions") && staged.ends_with("on device memory, allreduce on host memory too; HOST (plain MPI) does the other calls on host memory only, and barrier"), "{staged}");
         assert_eq!(t(GPUWIRE_BACKEND_HOST), "routing: every call by HOST (plain MPI; device buffers are refused)");
         for b in BACKENDS.iter() {
             eprintln!("{}", routing_table(b));

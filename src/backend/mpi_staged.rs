@@ -8,6 +8,10 @@
 //!   one side matches a host buffer on the other); isend/irecv stage through pooled buffers.
 //! - bcast: pipelined in chunks: the device-to-host copy of chunk i+1 overlaps the MPI_Bcast of
 //!   chunk i (root), the host-to-device copy of chunk i the MPI_Bcast of chunk i+1 (others).
+//! (What follows is the blocking form, which other backends fall back to. An MPI_STAGED
+//! communicator's own device calls are stream-ordered, `ordered`; its allreduces of 2 MiB and
+//! more, on any memory, go in two phases, `split`.)
+//!
 //! - allreduce, reduce, reduce_scatter: up to 64 KiB (2 MiB when ranks share a GPU), one MPI
 //!   collective on a host copy (latency-bound); above, a ring of pipelined staged exchanges
 //!   with the reductions done by GPU kernels (`ring`). Without NVRTC, MPI reduces a host copy
@@ -25,6 +29,7 @@ use std::sync::MutexGuard;
 use crate::backend::devstate::{self, DevState, PoolBuf};
 use crate::backend::host::{self, Src};
 use crate::backend::ring::{self, Loc};
+use crate::backend::split;
 use crate::backend::path::{Blocks, Input, Path};
 use crate::buffer::Buffer;
 use crate::comm::Communicator;
@@ -32,7 +37,7 @@ use crate::device::{self, CtxGuard, Stream};
 use crate::error::{Error, Result};
 use crate::mpisys;
 use crate::request::Pending;
-use crate::types::{Dtype, ReduceOp};
+use crate::types::{BackendKind, Dtype, ReduceOp};
 
 /// The staged path.
 pub struct StagedPath;
@@ -453,6 +458,16 @@ impl Path for StagedPath {
     }
 
     fn allreduce(&self, c: &Communicator, send: Input, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<()> {
+        if c.backend() == BackendKind::GPUWIRE_BACKEND_MPI_STAGED && recv.is_host() && input_buf(send).is_none_or(|b| b.is_host()) {
+            // Host memory of an MPI_STAGED communicator (the registry routes it here; so does the
+            // stream-ordered path's host side, on its staging): large ones in two phases, as
+            // every rank's device memory is reduced.
+            return if split::applies(c, recv.bytes()) {
+                split::allreduce_host(c, Src::of(send), recv.ptr(), recv.count(), recv.dtype(), op)
+            } else {
+                host::HostPath.allreduce(c, send, recv, op, stream)
+            };
+        }
         let mut call = Call::begin(c, &[input_buf(send), Some(recv)], stream)?;
         if call.gpu_reduce(recv.bytes()) {
             allreduce_ring(&mut call, send, recv, op, false)

@@ -86,18 +86,18 @@ struct Plan {
 
 /// A copy of a result from its staging block into the device buffer, after the host side.
 #[derive(Clone, Copy)]
-struct After {
-    staging: usize,
-    dst: usize,
-    bytes: usize,
+pub(crate) struct After {
+    pub staging: usize,
+    pub dst: usize,
+    pub bytes: usize,
     /// Into device memory of a GPU that processes share: small copies go as two rows
     /// (`device::htod_pinned_async`), off the time-sliced compute engine.
-    rows: bool,
+    pub rows: bool,
 }
 
 impl After {
     /// Enqueues the copy on `stream`.
-    fn enqueue(&self, stream: Stream) -> Result<()> {
+    pub fn enqueue(&self, stream: Stream) -> Result<()> {
         if self.rows {
             device::htod_pinned_async(self.dst, self.staging, self.bytes, stream)
         } else {
