@@ -2285,7 +2285,7 @@ fn p2p_stream_ordered(cx: &Ctx) -> Result<(), String> {
 }
 
 /// Memory kinds are each rank's own (issue 18): rank 0 passes host buffers, the others device
-/// buffers, to allreduce (64 elements, and 2^20 and 3 * 2^20 + 7: past the sizes where the old
+/// buffers, to allreduce, also inside a group (64 elements, and 2^20 and 3 * 2^20 + 7: past the sizes where the old
 /// staged path took a ring that a host rank did not, and where MPI_STAGED now reduces in two
 /// phases), bcast from a host root and from a device root, reduce to a
 /// device root, allgather, and a sendrecv ring; values checked on every rank. Below, the same
@@ -2318,6 +2318,12 @@ fn mixed_memory_kinds(cx: &Ctx) -> Result<(), String> {
             upload(a, &f32s(&vec![(r + 1) as f32; n]));
             ok(gpuwire_allreduce(cx.comm, a, b, sum, s), "allreduce (mixed kinds)");
             all_f32(&download(b, n * 4), (p * (p + 1) / 2) as f32).map_err(|e| format!("allreduce of {n} on {kinds} memory (swap {swap}): {e}"))?;
+            // The same inside a group (its collectives take the blocking path of the backend).
+            upload(b, &f32s(&vec![0.0; n]));
+            ok(gpuwire_group_start(), "group_start");
+            ok(gpuwire_allreduce(cx.comm, a, b, sum, s), "allreduce in a group (mixed kinds)");
+            ok(gpuwire_group_end(), "group_end");
+            all_f32(&download(b, n * 4), (p * (p + 1) / 2) as f32).map_err(|e| format!("allreduce of {n} in a group on {kinds} memory (swap {swap}): {e}"))?;
             for root in [0, 1] {
                 upload(a, &f32s(&vec![if r == root { 7.0 + root as f32 } else { -1.0 }; n]));
                 ok(gpuwire_bcast(cx.comm, a, root, s), "bcast (mixed kinds)");
@@ -2348,7 +2354,7 @@ fn mixed_memory_kinds(cx: &Ctx) -> Result<(), String> {
             gpuwire_buffer_free(x);
         }
     }
-    println!("rank {r}: nbcmixed: allreduce, bcast (host and device roots), reduce, allgather, sendrecv with host memory on some ranks and device memory on others, both ways");
+    println!("rank {r}: nbcmixed: allreduce (also in a group), bcast (host and device roots), reduce, allgather, sendrecv with host memory on some ranks and device memory on others, both ways");
     Ok(())
 }
 

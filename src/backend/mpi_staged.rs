@@ -103,9 +103,12 @@ impl<'a> Call<'a> {
         device::sync(self.stream)
     }
 
-    /// Whether large reductions run on the GPU (NVRTC kernels available everywhere).
+    /// Whether large reductions take the ring, which reduces on the GPU (NVRTC kernels available
+    /// everywhere). Never on an MPI_STAGED communicator's own calls (its groups' collectives): a
+    /// rank there may pass host memory, which takes the host calls (`split` from 2 MiB, one MPI
+    /// collective below), and every rank must make the same MPI calls.
     pub fn gpu_reduce(&self, bytes: usize) -> bool {
-        bytes > self.st.small_bytes() && self.st.kernels.is_ok()
+        bytes > self.st.small_bytes() && self.st.kernels.is_ok() && self.c.backend() != BackendKind::GPUWIRE_BACKEND_MPI_STAGED
     }
 }
 
@@ -113,7 +116,8 @@ pub fn loc(b: &Buffer) -> Loc {
     Loc { ptr: b.ptr(), host: b.is_host() }
 }
 
-/// Staged allreduce (also the small-message path of the CUDA-aware backend).
+/// Staged allreduce (also the small-message path of the CUDA-aware backend): on host copies, by
+/// the calls a host-memory rank makes (`split` from 2 MiB on an MPI_STAGED communicator).
 pub fn allreduce_staged(call: &mut Call, send: Input, recv: &Buffer, op: ReduceOp) -> Result<()> {
     let (n, dtype, bytes) = (recv.count(), recv.dtype(), recv.bytes());
     let src = match send {
@@ -123,7 +127,11 @@ pub fn allreduce_staged(call: &mut Call, send: Input, recv: &Buffer, op: ReduceO
     let h_in = call.to_host(src, bytes, 0)?;
     let h_out = call.host_for(loc(recv), bytes, 1)?;
     let s = if h_in == h_out { Src::InPlace } else { Src::Ptr(h_in) };
-    host::allreduce(call.c, s, h_out, n, dtype, op, true)?;
+    if split::applies(call.c, bytes) {
+        split::allreduce_host(call.c, s, h_out, n, dtype, op)?;
+    } else {
+        host::allreduce(call.c, s, h_out, n, dtype, op, true)?;
+    }
     call.from_host(loc(recv), h_out, bytes)
 }
 
