@@ -677,13 +677,17 @@ fn issue_ordered_contiguous(c: &Arc<Communicator>, op: Op, stream: Stream, nonbl
     if !c.config().check {
         op.check(c)?;
     }
-    if ordered::inline(c, nonblocking) {
+    let inline = ordered::inline(c, nonblocking);
+    if inline {
         // The host side runs on this thread: after everything queued, in call order.
         c.engine().drain();
-    } else if let (false, Op::Allreduce { send, recv, op: rop }) = (nonblocking, &op) {
+    }
+    if let (false, false, Op::Allreduce { send, recv, op: rop }) = (nonblocking, c.config().check, &op) {
         // A large one reduced on the stream, in two phases (the same MPI calls as the general
-        // path below makes for it, which reduces on the CPU).
-        if crate::backend::split::issue(c, send, recv, *rop, stream)? {
+        // path below makes for it, which reduces on the CPU; checking mode takes that path, whose
+        // call agrees with the other ranks first).
+        use crate::backend::split;
+        if if inline { split::blocking(c, send, recv, *rop, stream)? } else { split::issue(c, send, recv, *rop, stream)? } {
             return Ok(None);
         }
     }

@@ -476,6 +476,11 @@ impl Path for StagedPath {
                 host::HostPath.allreduce(c, send, recv, op, stream)
             };
         }
+        if c.backend() == BackendKind::GPUWIRE_BACKEND_MPI_STAGED && split::blocking(c, input_buf(send).unwrap_or(recv), recv, op, stream)? {
+            // Device memory of an MPI_STAGED communicator in a blocking call (its groups, HIER's
+            // leaders): from 2 MiB the two phases with the reduction on the stream.
+            return Ok(());
+        }
         let mut call = Call::begin(c, &[input_buf(send), Some(recv)], stream)?;
         if call.gpu_reduce(recv.bytes()) {
             allreduce_ring(&mut call, send, recv, op, false)

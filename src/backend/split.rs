@@ -37,6 +37,12 @@
 //! staging, and writes the second `ready`; the engine makes phase 2 on the staging and writes the
 //! second `done`, after which the stream copies the other ranks' blocks into the receive buffer.
 //! The call returns before any of it has run, as every stream-ordered call of MPI_STAGED.
+//! Where the call must block (the collectives of a group, HIER's leaders, `GPUWIRE_HOST_SYNC=1`,
+//! below MPI_THREAD_MULTIPLE) the calling thread makes the host side itself, then waits for the
+//! stream ([`blocking`]). Nonblocking forms and checking mode take the general stream-ordered
+//! path, whose host side reduces on the CPU ([`allreduce_host`] on its staging).
+//!
+//! Not yet run on a GPU (2026-12-05): the GPU cases `split` and `nbcmixed` cover it.
 
 use std::sync::Arc;
 
@@ -50,7 +56,7 @@ use crate::device::staging::{self, Ticket};
 use crate::device::{self, CtxGuard, Event, Stream, kernels};
 use crate::engine::{self, Flag};
 use crate::error::{Error, Result};
-use crate::types::{BackendKind, Dtype, ReduceOp};
+use crate::types::{BackendKind, Dtype, ReduceOp, Space};
 
 /// The smallest allreduce (bytes) made in two phases. Below it one `MPI_Allreduce` on a host copy
 /// is faster: it is latency-bound, and the two-phase form waits twice for its stream.
@@ -127,13 +133,13 @@ pub fn allreduce_host(c: &Communicator, send: Src, recv: usize, n: usize, dtype:
     let most = segs.iter().map(|s| s.blocks[me].1).max().unwrap_or(0);
     let bytes = most.checked_mul(p * es).ok_or_else(|| Error::InvalidArgument("allreduce: the count overflows".into()))?;
     // 8-byte aligned, as every datatype needs.
-    let mut got = vec![0u64; bytes.div_ceil(8)];
-    let got = got.as_mut_ptr() as usize;
+    let mut keep = vec![0u64; bytes.div_ceil(8)];
+    let got = keep.as_mut_ptr() as usize;
     let input = match send {
         Src::InPlace => recv,
         Src::Ptr(ptr) => ptr,
     };
-    drive(
+    let r = drive(
         segs.len(),
         |s| {
             let seg = &segs[s];
@@ -157,7 +163,12 @@ pub fn allreduce_host(c: &Communicator, send: Src, recv: usize, n: usize, dtype:
             Ok(())
         },
         |s| gather(c, &segs[s], recv, dtype),
-    )
+    );
+    if r.as_ref().is_err_and(|e| e.abandons()) {
+        // A request abandoned at a deadline may still write it (a late peer).
+        std::mem::forget(keep);
+    }
+    r
 }
 
 /// The stream-ordered two-phase allreduce of device memory (the module's comment): enqueued on
@@ -165,18 +176,110 @@ pub fn allreduce_host(c: &Communicator, send: Src, recv: usize, n: usize, dtype:
 /// it does not apply (then the caller's general stream-ordered path, `backend::ordered`, makes the
 /// same MPI calls with the reduction on the CPU: [`allreduce_host`] on the staging). Arguments are
 /// validated before; the engine must be able to run the host side (`ordered::returns_early`).
-pub fn issue(c: &Arc<Communicator>, send: &Arc<Buffer>, recv: &Arc<Buffer>, op: ReduceOp, stream: Stream) -> Result<bool> {
+pub fn issue(c: &Arc<Communicator>, send: &Buffer, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<bool> {
+    let Some(prepared) = prepare(c, send, recv, op, stream)? else { return Ok(false) };
+    let (c2, eng) = (c.clone(), c.engine().clone());
+    let host = move || -> Result<()> {
+        let mut prepared = prepared;
+        let r = prepared.host_side(&c2);
+        // Nobody waits for it: a failure is the communicator's asynchronous error, recorded
+        // before the stream is released (`Prepared::finish`).
+        if let Err(e) = &r {
+            eng.note_error(e);
+        }
+        prepared.finish(&r);
+        r
+    };
+    // Counted as point-to-point, as `ordered::issue`'s: its place before every later operation.
+    c.engine().submit(Box::new(host), false, true);
+    Ok(true)
+}
+
+/// The same two-phase allreduce with the host side on the calling thread, which then waits for
+/// the stream (a blocking call: the collectives of a group on MPI_STAGED, HIER's leaders,
+/// `GPUWIRE_HOST_SYNC=1`, below MPI_THREAD_MULTIPLE). False, having done nothing, where it does
+/// not apply, and on a progress-engine thread (which takes no staging).
+pub fn blocking(c: &Communicator, send: &Buffer, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<bool> {
+    if engine::on_engine_thread() {
+        return Ok(false);
+    }
+    let Some(mut prepared) = prepare(c, send, recv, op, stream)? else { return Ok(false) };
+    let r = prepared.host_side(c);
+    prepared.finish(&r);
+    r?;
+    let _ctx = CtxGuard::enter(c.device())?;
+    device::sync(stream)?;
+    Ok(true)
+}
+
+/// A two-phase allreduce whose stream work is enqueued: what its host side needs.
+struct Prepared {
+    segs: Vec<Segment>,
+    /// Where each segment's received blocks start in `got` (bytes).
+    got_at: Vec<usize>,
+    /// Per segment, the flags before phase 1 and before phase 2 (dropped when the phase is done:
+    /// that writes `done`, and the stream goes on).
+    first: Vec<Option<Flag>>,
+    second: Vec<Option<Flag>>,
+    /// The buffer as MPI sends and receives it (element i at byte i * es), and the received
+    /// blocks: page-locked staging.
+    staged: usize,
+    got: usize,
+    ticket: Arc<Ticket>,
+    me: usize,
+    dtype: Dtype,
+    device: i32,
+}
+
+impl Prepared {
+    /// Phase 1 and phase 2 of every segment, in [`drive`]'s order, each after its flag's `ready`.
+    fn host_side(&mut self, c: &Communicator) -> Result<()> {
+        let stop = || c.is_broken().then(|| Error::CommBroken("the communicator broke while an operation waited for its stream".into()));
+        let Prepared { segs, got_at, first, second, staged, got, me, dtype, .. } = self;
+        drive(
+            segs.len(),
+            |s| {
+                first[s].as_ref().expect("each phase once").wait_ready(&stop)?;
+                exchange(c, &segs[s], *me, *staged, *got + got_at[s], *dtype)?;
+                first[s] = None;
+                Ok(())
+            },
+            |s| {
+                second[s].as_ref().expect("each phase once").wait_ready(&stop)?;
+                gather(c, &segs[s], *staged, *dtype)?;
+                second[s] = None;
+                Ok(())
+            },
+        )
+    }
+
+    /// Releases the stream (the flags left, after a failure) and the staging: a request abandoned
+    /// at a deadline may still write its staging (a late peer), which then stays taken for good.
+    fn finish(mut self, r: &Result<()>) {
+        self.first.clear();
+        self.second.clear();
+        if !r.as_ref().is_err_and(|e| e.abandons()) {
+            self.ticket.finish();
+        }
+    }
+}
+
+/// Enqueues the stream's part of a two-phase allreduce (the module's comment) and returns what
+/// its host side needs; None, having done nothing, where it does not apply: not an allreduce
+/// [`applies`] to, memory other than device memory, no GPU kernels, or no flags left (the
+/// general path needs one).
+fn prepare(c: &Communicator, send: &Buffer, recv: &Buffer, op: ReduceOp, stream: Stream) -> Result<Option<Prepared>> {
     let (n, dtype, bytes) = (recv.count(), recv.dtype(), recv.bytes());
     let in_place = send.ptr() == recv.ptr();
     if !applies(c, bytes) || recv.is_host() || (!in_place && send.is_host()) {
-        return Ok(false);
+        return Ok(None);
     }
     devstate::check_device(c, recv)?;
     devstate::check_device(c, send)?;
     let shared = {
         let st = devstate::dev(c)?;
         if st.kernels.is_err() {
-            return Ok(false);
+            return Ok(None);
         }
         st.gpu_shared
     };
@@ -185,99 +288,97 @@ pub fn issue(c: &Arc<Communicator>, send: &Arc<Buffer>, recv: &Arc<Buffer>, op: 
     engine::refuse_capture(stream)?;
     let (p, me, es) = (c.size() as usize, c.rank() as usize, dtype.size());
     let segs = segments(n, es, p);
-    // Where each segment's received blocks start in `got` (bytes).
     let mut got_at = Vec::with_capacity(segs.len());
     let mut total = 0usize;
     for seg in &segs {
         got_at.push(total);
         total = seg.blocks[me].1.checked_mul(p * es).and_then(|b| total.checked_add(b)).ok_or_else(|| Error::InvalidArgument("allreduce: the count overflows".into()))?;
     }
-    let ticket = Arc::new(Ticket::default());
-    // `staged`: the buffer as MPI sends and receives it (element i at byte i * es).
-    let staged = staging::take(device, bytes, &ticket)?;
-    let got = staging::take(device, total, &ticket)?;
+    // The flags first: where they run out (many operations unfinished), the general path (one
+    // flag) takes the call, with the same MPI calls.
     let eng = c.engine();
-    let mut first = Vec::with_capacity(segs.len());
-    let mut second = Vec::with_capacity(segs.len());
+    let (mut first, mut second) = (Vec::with_capacity(segs.len()), Vec::with_capacity(segs.len()));
     for _ in &segs {
-        first.push(Some(eng.flag(device)?));
-        second.push(Some(eng.flag(device)?));
+        match (eng.flag(device), eng.flag(device)) {
+            (Ok(a), Ok(b)) => {
+                first.push(Some(a));
+                second.push(Some(b));
+            }
+            _ => return Ok(None),
+        }
     }
+    let ticket = Arc::new(Ticket::default());
+    let staged = staging::take(device, bytes, &ticket)?;
+    let got = match staging::take(device, total, &ticket) {
+        Ok(g) => g,
+        Err(e) => {
+            ticket.finish();
+            return Err(e);
+        }
+    };
+    let prepared = Prepared { segs, got_at, first, second, staged, got, ticket, me, dtype, device };
+    let rows = shared && recv.space() == Space::GPUWIRE_SPACE_DEVICE;
+    let src = if in_place { recv.ptr() } else { send.ptr() };
+    match enqueue(&prepared, src, recv.ptr(), op, p, rows, stream) {
+        Ok(()) => Ok(Some(prepared)),
+        Err(e) => {
+            // Whatever was enqueued runs through (the flags released) before the staging is
+            // taken again.
+            if let Ok(ev) = Event::new().and_then(|ev| ev.record(stream).map(|()| ev)) {
+                prepared.ticket.set_event(ev);
+            }
+            prepared.finish(&Ok(()));
+            Err(e)
+        }
+    }
+}
+
+/// The stream's part: the blocks other ranks reduce copied into staging (then each segment's
+/// first `ready`); per segment, after its first `done`, this rank's block reduced into `dst` and
+/// into staging (then its second `ready`), and after its second `done` the other blocks copied
+/// from staging into `dst` (`rows`: small ones as two-row copies, device memory of a shared GPU).
+fn enqueue(pr: &Prepared, src: usize, dst: usize, op: ReduceOp, p: usize, rows: bool, stream: Stream) -> Result<()> {
+    let (me, es, staged, got) = (pr.me, pr.dtype.size(), pr.staged, pr.got);
     let flag = |f: &Option<Flag>| f.as_ref().map(|f| (f.ready_dev, f.done_dev, f.value)).expect("taken above");
-    let (src, dst) = (if in_place { recv.ptr() } else { send.ptr() }, recv.ptr());
     // (first byte, own block's first byte, own block's bytes, last byte + 1) of segment s.
-    let span = |seg: &Segment| {
+    let span = |s: usize| {
+        let seg = &pr.segs[s];
         let (off, len) = seg.blocks[me];
         (seg.start * es, (seg.start + off) * es, len * es, (seg.start + seg.len()) * es)
     };
-    for (s, seg) in segs.iter().enumerate() {
-        let (a, own, len, b) = span(seg);
+    for s in 0..pr.segs.len() {
+        let (a, own, len, b) = span(s);
         device::copy_async(staged + a, src + a, own - a, stream)?;
         device::copy_async(staged + own + len, src + own + len, b - own - len, stream)?;
-        device::stream_write(stream, flag(&first[s]).0, flag(&first[s]).2)?;
+        let (ready, _, value) = flag(&pr.first[s]);
+        device::stream_write(stream, ready, value)?;
     }
-    // The other ranks' reduced blocks of segment s into the receive buffer, once phase 2 is done.
     let deliver = |s: usize| -> Result<()> {
-        let (a, own, len, b) = span(&segs[s]);
-        let (_, done, value) = flag(&second[s]);
+        let (a, own, len, b) = span(s);
+        let (_, done, value) = flag(&pr.second[s]);
         device::stream_wait_geq(stream, done, value)?;
         for (from, bytes) in [(a, own - a), (own + len, b - own - len)] {
-            let rows = shared && bytes < device::SHARED_HTOD_2D_MAX;
-            After { staging: staged + from, dst: dst + from, bytes, rows }.enqueue(stream)?;
+            After { staging: staged + from, dst: dst + from, bytes, rows: rows && bytes < device::SHARED_HTOD_2D_MAX }.enqueue(stream)?;
         }
         Ok(())
     };
-    for (s, seg) in segs.iter().enumerate() {
-        let (_, done, value) = flag(&first[s]);
+    for s in 0..pr.segs.len() {
+        let (_, done, value) = flag(&pr.first[s]);
         device::stream_wait_geq(stream, done, value)?;
-        let (_, own, len, _) = span(seg);
-        let ins: Vec<usize> = std::iter::once(src + own).chain((0..p).filter(|&j| j != me).map(|j| got + got_at[s] + j * len)).collect();
-        reduce_block(device, dtype, op, &ins, dst + own, staged + own, len / es, p, stream)?;
-        device::stream_write(stream, flag(&second[s]).0, flag(&second[s]).2)?;
+        let (_, own, len, _) = span(s);
+        let ins: Vec<usize> = std::iter::once(src + own).chain((0..p).filter(|&j| j != me).map(|j| got + pr.got_at[s] + j * len)).collect();
+        reduce_block(pr.device, pr.dtype, op, &ins, dst + own, staged + own, len / es, p, stream)?;
+        let (ready, _, value) = flag(&pr.second[s]);
+        device::stream_write(stream, ready, value)?;
         if s > 0 {
             deliver(s - 1)?;
         }
     }
-    deliver(segs.len() - 1)?;
+    deliver(pr.segs.len() - 1)?;
     let ev = Event::new()?;
     ev.record(stream)?;
-    ticket.set_event(ev);
-    let c2 = c.clone();
-    let eng2 = eng.clone();
-    let host = move || -> Result<()> {
-        let stop = || c2.is_broken().then(|| Error::CommBroken("the communicator broke while an operation waited for its stream".into()));
-        let r = drive(
-            segs.len(),
-            |s| {
-                first[s].as_ref().expect("each phase once").wait_ready(&stop)?;
-                exchange(&c2, &segs[s], me, staged, got + got_at[s], dtype)?;
-                // Dropping the flag writes its `done`: the stream goes on.
-                first[s] = None;
-                Ok(())
-            },
-            |s| {
-                second[s].as_ref().expect("each phase once").wait_ready(&stop)?;
-                gather(&c2, &segs[s], staged, dtype)?;
-                second[s] = None;
-                Ok(())
-            },
-        );
-        // Nobody waits for it: a failure is the communicator's asynchronous error, recorded
-        // before the stream is released (the flags left, dropped below).
-        if let Err(e) = &r {
-            eng2.note_error(e);
-        }
-        drop((first, second));
-        // A request abandoned at a deadline may still write its staging (a late peer): that stays
-        // taken for good.
-        if !r.as_ref().is_err_and(|e| e.abandons()) {
-            ticket.finish();
-        }
-        r
-    };
-    // Counted as point-to-point, as `ordered::issue`'s: its place before every later operation.
-    eng.submit(Box::new(host), false, true);
-    Ok(true)
+    pr.ticket.set_event(ev);
+    Ok(())
 }
 
 /// Enqueues the reduction of one block of `n` elements: `ins[0]` (this rank's own block, device
