@@ -362,11 +362,12 @@ fn bounce_take() -> Result<usize> {
 
 /// Copies the host bytes `src` to device memory at `dst` on `stream` and waits for it, in the way
 /// that stays off the compute engine when processes share the GPU: up to 8 bytes as stream
-/// writes ([`write_small`], ~6.5 µs), below [`SHARED_HTOD_2D_MAX`] as a 2-D copy of two rows from a
-/// pinned bounce buffer (the copy engine: ~8.7 µs from 64 B to 32 KiB with two ranks on one H200,
-/// against ~270 µs for a linear copy there and ~1.5 µs per 8 bytes for stream writes; probe
-/// modes 4, 11 and 16 of bench/probe_share.c), above that as one linear copy (the copy engine
-/// too). For device (not managed) memory; the right context is current (caller).
+/// writes ([`write_small`], ~6.5 µs), below [`SHARED_HTOD_2D_MAX`] from a pinned bounce buffer as
+/// [`htod_pinned_async`] makes it (2-D copies of two rows: the copy engine, ~8.7 µs from 64 B to
+/// 32 KiB with two ranks on one H200, against ~270 µs for a linear copy there and ~1.5 µs per 8
+/// bytes for stream writes; probe modes 4, 11 and 16 of bench/probe_share.c), above that as one
+/// linear copy (the copy engine too). For device (not managed) memory; the right context is
+/// current (caller).
 pub fn htod_shared(dst: usize, src: &[u8], stream: Stream) -> Result<()> {
     let n = src.len();
     if n == 0 {
@@ -382,13 +383,7 @@ pub fn htod_shared(dst: usize, src: &[u8], stream: Stream) -> Result<()> {
     let b = bounce_take()?;
     // SAFETY: the bounce buffer holds SHARED_HTOD_2D_MAX > n bytes and is ours until returned.
     unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), b as *mut u8, n) };
-    // Two rows of n / 2 bytes; an odd last byte goes with its neighbour as two rows of one byte.
-    let w = n / 2;
-    let mut r = copy_2d(dst, b, w, w, 2, stream);
-    if r.is_ok() && n % 2 == 1 {
-        r = copy_2d(dst + n - 2, b + n - 2, 1, 1, 2, stream);
-    }
-    let r = r.and_then(|()| sync(stream));
+    let r = htod_pinned_async(dst, b, n, stream).and_then(|()| sync(stream));
     if r.is_ok() {
         BOUNCE.lock().unwrap_or_else(|p| p.into_inner()).push(b);
     }
@@ -397,38 +392,106 @@ pub fn htod_shared(dst: usize, src: &[u8], stream: Stream) -> Result<()> {
 }
 
 /// Enqueues a copy of `bytes` from pinned host memory at `src` to device (not managed) memory at
-/// `dst` on `stream`, as [`htod_shared`] makes it but without a bounce buffer or a wait (the
-/// caller keeps `src` until the stream passed the copy): from 2 bytes to below
-/// [`SHARED_HTOD_2D_MAX`] as a 2-D copy of two rows, which takes the copy engine where a linear
-/// copy of that size waits for the other processes' time slice on a shared GPU; otherwise one
-/// linear copy. For the stream-ordered staged path's results (`backend::ordered`), whose bytes
-/// are not known when the copy is enqueued (no stream writes).
+/// `dst` on `stream`, without a wait (the caller keeps `src` until the stream passed the copy):
+/// from 2 bytes to below [`SHARED_HTOD_2D_MAX`] as 2-D copies of two rows ([`copy_rows`]), which
+/// take the copy engine where a linear copy of that size waits for the other processes' time
+/// slice on a shared GPU; otherwise one linear copy. For [`htod_shared`] and the stream-ordered
+/// staged path's results (`backend::ordered`), whose bytes are not known when the copy is
+/// enqueued (no stream writes).
 pub fn htod_pinned_async(dst: usize, src: usize, bytes: usize, stream: Stream) -> Result<()> {
     if !(2..SHARED_HTOD_2D_MAX).contains(&bytes) {
         return copy_async(dst, src, bytes, stream);
     }
-    let w = bytes / 2;
-    copy_2d(dst, src, w, w, 2, stream)?;
-    if bytes % 2 == 1 {
-        // The odd last byte with its neighbour, as two rows of one byte.
-        copy_2d(dst + bytes - 2, src + bytes - 2, 1, 1, 2, stream)?;
+    copy_rows(dst, src, Side::Host, bytes, usize::MAX, stream)
+}
+
+/// Device-to-device copies up to this size are made by [`dtod_rows_async`] as 2-D copies. A
+/// linear one (`cuMemcpyAsync`) runs on the compute engine whatever its size (H200, driver
+/// 580), so on a GPU that processes share it waits for the other's time slice (~150 µs an IPC
+/// point-to-point message, 2 KiB to 16 MiB, issue 19). From bench/probe_d2d.c
+/// (`bash scripts/gpu-probe.sh d2d`): the largest size at which 2-D copies still beat a linear
+/// copy with the other process busy.
+pub(crate) const SHARED_DTOD_2D_MAX: usize = 16 << 20;
+
+/// The widest row of [`dtod_rows_async`]'s 2-D copies (`usize::MAX`: two rows, as the host
+/// copies' [`htod_pinned_async`]); from bench/probe_d2d.c's rows of 1 MiB / 256 KiB / 64 KiB.
+pub(crate) const SHARED_DTOD_ROW_MAX: usize = usize::MAX;
+
+/// Enqueues a copy of `bytes` from device memory at `src` (this process's, or a peer's through
+/// an IPC mapping) to device (not managed) memory at `dst` on `stream`, without a wait: from 2
+/// bytes up to [`SHARED_DTOD_2D_MAX`] as 2-D copies of rows of at most [`SHARED_DTOD_ROW_MAX`]
+/// bytes ([`copy_rows`]), which a GPU shared by processes is to run on a copy engine, off the
+/// time-sliced compute engine; otherwise one linear copy. For receivers of IPC point-to-point
+/// messages on a shared GPU (`backend::ipc::p2p`); elsewhere a linear copy is as fast or faster.
+/// The right context is current (caller).
+pub fn dtod_rows_async(dst: usize, src: usize, bytes: usize, stream: Stream) -> Result<()> {
+    if !(2..=SHARED_DTOD_2D_MAX).contains(&bytes) {
+        return copy_async(dst, src, bytes, stream);
+    }
+    copy_rows(dst, src, Side::Device, bytes, SHARED_DTOD_ROW_MAX, stream)
+}
+
+/// Where a 2-D copy reads: host (pinned) or device memory. It writes device memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    Host,
+    Device,
+}
+
+/// Rows wider than this are never made (CU_DEVICE_ATTRIBUTE_MAX_PITCH is 2^31 - 1 bytes on the
+/// GPUs gpuwire runs on; a 2-D copy with a larger pitch is refused).
+const ROW_LIMIT: usize = 1 << 30;
+
+/// How [`copy_rows`] splits `bytes` (at least 2) into 2-D copies of at least two rows each, rows
+/// at most `row_max` bytes wide: (offset, row width, rows) of up to three copies, in order. The
+/// body is rows of w = min(bytes / 2, row_max) bytes; what is left (fewer than w bytes) goes as
+/// two rows of half of it, and an odd last byte with its neighbour as two rows of one byte (that
+/// neighbour is copied twice, the same bytes).
+fn row_plan(bytes: usize, row_max: usize) -> ([(usize, usize, usize); 3], usize) {
+    debug_assert!(bytes >= 2);
+    let mut plan = [(0, 0, 0); 3];
+    let w = (bytes / 2).min(row_max).clamp(1, ROW_LIMIT);
+    let rows = bytes / w;
+    plan[0] = (0, w, rows);
+    let mut k = 1;
+    let done = rows * w;
+    let rest = bytes - done;
+    if rest >= 2 {
+        plan[k] = (done, rest / 2, 2);
+        k += 1;
+    }
+    if rest % 2 == 1 {
+        plan[k] = (bytes - 2, 1, 2);
+        k += 1;
+    }
+    (plan, k)
+}
+
+/// Enqueues a copy of `bytes` (at least 2) from `src` to device memory at `dst` on `stream` as
+/// 2-D copies of at least two rows of at most `row_max` bytes ([`row_plan`]): one row would be a
+/// linear copy, which runs on the compute engine where two or more rows take a copy engine.
+fn copy_rows(dst: usize, src: usize, from: Side, bytes: usize, row_max: usize, stream: Stream) -> Result<()> {
+    let (plan, k) = row_plan(bytes, row_max);
+    for &(off, w, rows) in &plan[..k] {
+        copy_2d(dst + off, src + off, from, w, w, rows, stream)?;
     }
     Ok(())
 }
 
 /// Enqueues a 2-D copy of `height` rows of `width` bytes, `pitch` bytes apart on both sides, from
-/// host memory at `src` to device memory at `dst`.
+/// memory at `src` (host or device, `from`) to device memory at `dst`.
 fn copy_2d(
     dst: usize,
     src: usize,
+    from: Side,
     width: usize,
     pitch: usize,
     height: usize,
     stream: Stream,
 ) -> Result<()> {
-    let m = copy_2d_params(dst, src, width, pitch, height);
-    // SAFETY: both ranges valid for (height - 1) x pitch + width bytes (callers); the source is
-    // pinned and kept until the stream is synchronized.
+    let m = copy_2d_params(dst, src, from, width, pitch, height);
+    // SAFETY: both ranges valid for (height - 1) x pitch + width bytes (callers); a host source
+    // is pinned and kept until the stream passed the copy.
     check(
         unsafe { sys::cuMemcpy2DAsync_v2(&m, stream.raw()) },
         "cuMemcpy2DAsync",
@@ -440,16 +503,18 @@ fn copy_2d(
 fn copy_2d_params(
     dst: usize,
     src: usize,
+    from: Side,
     width: usize,
     pitch: usize,
     height: usize,
 ) -> sys::CUDA_MEMCPY2D {
+    let host = from == Side::Host;
     sys::CUDA_MEMCPY2D {
         srcXInBytes: 0,
         srcY: 0,
-        srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_HOST,
-        srcHost: src as *const c_void,
-        srcDevice: 0,
+        srcMemoryType: if host { sys::CUmemorytype::CU_MEMORYTYPE_HOST } else { sys::CUmemorytype::CU_MEMORYTYPE_DEVICE },
+        srcHost: if host { src as *const c_void } else { std::ptr::null() },
+        srcDevice: if host { 0 } else { src as sys::CUdeviceptr },
         srcArray: std::ptr::null_mut(),
         srcPitch: pitch,
         dstXInBytes: 0,
@@ -685,17 +750,48 @@ mod tests {
     /// value (an all-zero block is not one: its memory-type enums have no zero).
     #[test]
     fn copy_2d_params_are_two_rows() {
-        let m = copy_2d_params(0x7000_0000, 0x1000, 3, 3, 2);
+        let m = copy_2d_params(0x7000_0000, 0x1000, Side::Host, 3, 3, 2);
         assert_eq!(m.srcMemoryType, sys::CUmemorytype::CU_MEMORYTYPE_HOST);
         assert_eq!(m.dstMemoryType, sys::CUmemorytype::CU_MEMORYTYPE_DEVICE);
         assert_eq!(
-            (m.srcHost as usize, m.dstDevice as usize),
-            (0x1000, 0x7000_0000)
+            (m.srcHost as usize, m.srcDevice, m.dstDevice as usize),
+            (0x1000, 0, 0x7000_0000)
         );
         assert_eq!(
             (m.WidthInBytes, m.Height, m.srcPitch, m.dstPitch),
             (3, 2, 3, 3)
         );
         assert!(m.srcArray.is_null() && m.dstArray.is_null() && m.dstHost.is_null());
+        let d = copy_2d_params(0x7000_0000, 0x5000_0000, Side::Device, 8, 8, 4);
+        assert_eq!(d.srcMemoryType, sys::CUmemorytype::CU_MEMORYTYPE_DEVICE);
+        assert_eq!((d.srcDevice as usize, d.srcHost as usize), (0x5000_0000, 0));
+        assert_eq!((d.WidthInBytes, d.Height, d.srcPitch, d.dstPitch), (8, 4, 8, 8));
+    }
+
+    /// Every byte of `bytes` is copied (the odd last byte's neighbour twice, the same bytes), by
+    /// at most three 2-D copies of at least two rows each, no row wider than the limit.
+    #[test]
+    fn row_plan_covers_every_byte_in_rows() {
+        let sizes = [2, 3, 4, 5, 7, 8, 9, 1000, 1025, 2048, 4097, 65536, 65537, (1 << 20) + 3, 16 << 20, (16 << 20) + 1];
+        for &bytes in &sizes {
+            for row_max in [1, 2, 3, 64 << 10, 1 << 20, usize::MAX] {
+                let (plan, k) = row_plan(bytes, row_max);
+                assert!((1..=3).contains(&k), "{bytes} {row_max}");
+                let mut seen = vec![0u8; bytes];
+                for &(off, w, rows) in &plan[..k] {
+                    assert!(rows >= 2 && w >= 1 && w <= row_max.max(1) && w <= ROW_LIMIT, "{bytes} {row_max}: {:?}", &plan[..k]);
+                    for b in &mut seen[off..off + w * rows] {
+                        *b += 1;
+                    }
+                }
+                assert!(seen.iter().all(|&c| c >= 1), "{bytes} {row_max}: {:?} misses bytes", &plan[..k]);
+                let twice = seen.iter().filter(|&&c| c > 1).count();
+                assert!(twice <= 1 && (twice == 0 || seen[bytes - 2] == 2), "{bytes} {row_max}: {:?}", &plan[..k]);
+            }
+        }
+        // Two rows where nothing limits them (the host copies' way), and the 1 GiB row limit.
+        assert_eq!(row_plan(2048, usize::MAX), ([(0, 1024, 2), (0, 0, 0), (0, 0, 0)], 1));
+        assert_eq!(row_plan(5, usize::MAX).0[..2], [(0, 2, 2), (3, 1, 2)]);
+        assert_eq!(row_plan(4 << 30, usize::MAX).0[0], (0, 1 << 30, 4));
     }
 }

@@ -426,7 +426,8 @@ pub struct RecvOp {
     ipc: *const IpcState,
     pool: *const Pool,
     pinned: bool,
-    /// Ranks share the GPU (small deliveries avoid the compute engine: `device::htod_shared`).
+    /// Ranks share the GPU (deliveries into device memory avoid the compute engine:
+    /// `device::htod_shared`, `RecvOp::copy_mapped`).
     shared: bool,
     /// Whether a stream-ordered send's copy is only enqueued on `stream` (a blocking receive on
     /// the caller's thread, into device memory, on a stream-ordered communicator); else it is
@@ -623,7 +624,7 @@ impl RecvOp {
                                 let m = mapg.as_mut().expect("taken for K_HANDLE");
                                 s.import(m, h.src as usize, &h.rec).and_then(|src| {
                                     device::stream_wait_geq(self.stream, s.word_dev(&gw.ready), g32)?;
-                                    device::copy_async(self.dst.ptr, src, n, self.stream)?;
+                                    self.copy_mapped(src, n)?;
                                     device::stream_write(self.stream, s.word_dev(&gw.done), g32)?;
                                     let e = Arc::new(device::Event::new()?);
                                     e.record(self.stream)?;
@@ -636,7 +637,7 @@ impl RecvOp {
                                 let _ = shm::spin_until(None, || false, || Ok(shm::reached(&gw.ready, g32)));
                                 let m = mapg.as_mut().expect("taken for K_HANDLE");
                                 s.import(m, h.src as usize, &h.rec).and_then(|src| {
-                                    device::copy_async(self.dst.ptr, src, n, self.stream)?;
+                                    self.copy_mapped(src, n)?;
                                     device::sync(self.stream)
                                 })
                             } else if h.kind == K_LOCAL {
@@ -646,7 +647,7 @@ impl RecvOp {
                             } else {
                                 let m = mapg.as_mut().expect("taken for K_HANDLE");
                                 s.import(m, h.src as usize, &h.rec).and_then(|src| {
-                                    device::copy_async(self.dst.ptr, src, n, self.stream)?;
+                                    self.copy_mapped(src, n)?;
                                     device::sync(self.stream)
                                 })
                             };
@@ -712,6 +713,18 @@ impl RecvOp {
                     return self.end(&h);
                 }
             }
+        }
+    }
+
+    /// Enqueues the copy of `n` bytes from a sender's buffer mapped at `src` into this receive's
+    /// buffer on its stream: on a GPU that ranks share, into device memory, as 2-D copies
+    /// (`device::dtod_rows_async`: a copy engine; a linear copy would wait for the other
+    /// process's time slice on the compute engine), else as one copy.
+    fn copy_mapped(&self, src: usize, n: usize) -> Result<()> {
+        if self.shared && self.dst.space == Space::GPUWIRE_SPACE_DEVICE {
+            device::dtod_rows_async(self.dst.ptr, src, n, self.stream)
+        } else {
+            device::copy_async(self.dst.ptr, src, n, self.stream)
         }
     }
 
