@@ -1,6 +1,7 @@
 /* Device-to-device copies through a CUDA IPC mapping on a GPU shared by two processes (issue 19):
  * which way of copying stays off the time-sliced compute engine?
  *   mpirun -np 2 probe_d2d [iterations] [bytes...]      (both ranks on one GPU: device 0)
+ * (default: 200 iterations; 2 KiB, 64 KiB, 1 MiB, 16 MiB and 256 MiB)
  * Rank 1 exports a buffer (cuIpcGetMemHandle); rank 0 opens it (cuIpcOpenMemHandle) and times
  * copies from the mapping into its own buffer, each followed by cuStreamSynchronize, as the IPC
  * point-to-point receiver does, while rank 1 is in turn
@@ -139,7 +140,7 @@ int main(int argc, char **argv) {
   int iters = argc > 1 ? atoi(argv[1]) : 200; if (iters < 5) iters = 5;
   size_t sizes[16]; int ns = 0;
   for (int i = 2; i < argc && ns < 16; i++) sizes[ns++] = strtoul(argv[i], 0, 0);
-  if (!ns) { sizes[0] = 2048; sizes[1] = 64 << 10; sizes[2] = 1 << 20; sizes[3] = 16 << 20; ns = 4; }
+  if (!ns) { sizes[0] = 2048; sizes[1] = 64 << 10; sizes[2] = 1 << 20; sizes[3] = 16 << 20; sizes[4] = 256 << 20; ns = 5; }
   size_t maxb = 0; for (int i = 0; i < ns; i++) if (sizes[i] > maxb) maxb = sizes[i];
 
   void *h = dlopen("libcuda.so.1", RTLD_NOW); if (!h) { fprintf(stderr, "probe_d2d: no libcuda.so.1\n"); MPI_Abort(MPI_COMM_WORLD, 1); }
@@ -223,7 +224,7 @@ int main(int argc, char **argv) {
   double *t = malloc(sizeof(double) * (size_t)iters);
   char name[128] = "?"; cuDeviceGetName(name, sizeof name, dev);
   printf("# probe_d2d: 2 ranks on one GPU (%s). Rank 0 copies n bytes from rank 1's buffer through a CUDA IPC\n", name);
-  printf("# mapping into its own, then cuStreamSynchronize: median [p10 p90] us over up to %d copies (0.4 s a cell).\n", iters);
+  printf("# mapping into its own, then cuStreamSynchronize: median [p10 p90] us over up to %d copies (0.3 s a cell).\n", iters);
   printf("# Rank 1 meanwhile: idle (in MPI_Recv); wait (its stream in cuStreamWaitValue32); kernels (spin\n");
   printf("# kernels, 4 x ~20 us then sync, back to back); copies (linear 4 KiB device-to-device copies + sync).\n");
   printf("# BAD: the copied bytes were wrong. ERR: the driver refused it (its error code).\n");
@@ -246,7 +247,7 @@ int main(int argc, char **argv) {
         C(cuMemsetD8Async(buf, 0, n, s)); C(cuStreamSynchronize(s));
         int ord = m == M_ORD_LINEAR || m == M_ORD_2ROWS, k = 0, bad = 0;
         CUresult err = 0;
-        double t_end = now() + 0.4; /* at most 0.4 s a cell */
+        double t_end = now() + 0.3; /* at most 0.3 s a cell */
         for (int i = -5; i < iters && !err; i++) {
           double t0 = now();
           if (ord) { word[1] = ++seq; err = cuStreamWaitValue32(s, word_dev + 4, seq, 0 /* GEQ */); }

@@ -4,7 +4,7 @@
 # Modes: see bench/probe_share.c.
 #   bash scripts/gpu-probe.sh d2d [iterations] [bytes...]
 # instead runs bench/probe_d2d.c once: device-to-device copies through a CUDA IPC mapping with
-# the other rank idle or busy, one table (default 2 KiB, 64 KiB, 1 MiB, 16 MiB; under 100 s; also
+# the other rank idle or busy, one table (default 2 KiB, 64 KiB, 1 MiB, 16 MiB, 256 MiB; under 100 s; also
 # written to $OUT/probe_d2d.txt when OUT is set).
 set -u
 cd "$(dirname "$0")/.."

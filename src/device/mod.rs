@@ -408,13 +408,15 @@ pub fn htod_pinned_async(dst: usize, src: usize, bytes: usize, stream: Stream) -
 /// Device-to-device copies up to this size are made by [`dtod_rows_async`] as 2-D copies. A
 /// linear one (`cuMemcpyAsync`) runs on the compute engine whatever its size (H200, driver
 /// 580), so on a GPU that processes share it waits for the other's time slice (~150 µs an IPC
-/// point-to-point message, 2 KiB to 16 MiB, issue 19). From bench/probe_d2d.c
-/// (`bash scripts/gpu-probe.sh d2d`): the largest size at which 2-D copies still beat a linear
-/// copy with the other process busy.
+/// point-to-point message, 2 KiB to 16 MiB, issue 19). To be the largest size at which 2-D
+/// copies still beat a linear copy with the other process busy, as bench/probe_d2d.c measures
+/// it (`bash scripts/gpu-probe.sh d2d`; 16 MiB until it has run on a GPU: the sizes issue 19
+/// measured).
 pub(crate) const SHARED_DTOD_2D_MAX: usize = 16 << 20;
 
 /// The widest row of [`dtod_rows_async`]'s 2-D copies (`usize::MAX`: two rows, as the host
-/// copies' [`htod_pinned_async`]); from bench/probe_d2d.c's rows of 1 MiB / 256 KiB / 64 KiB.
+/// copies' [`htod_pinned_async`]), to be chosen from bench/probe_d2d.c's rows of 1 MiB, 256 KiB,
+/// 64 KiB and 4 KiB.
 pub(crate) const SHARED_DTOD_ROW_MAX: usize = usize::MAX;
 
 /// Enqueues a copy of `bytes` from device memory at `src` (this process's, or a peer's through
