@@ -105,7 +105,7 @@ impl Config {
             // Read by `debug_enabled`; checked here so that a value it would ignore is an error.
             parse_bool(&v).ok_or_else(|| bad_env("GPUWIRE_DEBUG", &v, BOOL_FORMS))?;
         }
-        for name in ["GPUWIRE_PROGRESS_THREAD", "GPUWIRE_IPC_PROGRESS_THREAD", "GPUWIRE_IPC_KERNELS"] {
+        for name in ["GPUWIRE_PROGRESS_THREAD", "GPUWIRE_IPC_PROGRESS_THREAD", "GPUWIRE_IPC_KERNELS", "GPUWIRE_IPC_COPY_ROWS"] {
             if let Some(v) = lookup(name) {
                 // Read by `progress::thread_allowed` and the IPC backend; checked here so that a
                 // value they would ignore is an error.
@@ -254,7 +254,7 @@ mod tests {
             assert!(with(&[(name, "off")]).is_ok() && with(&[(name, "1")]).is_ok());
         }
         // Read outside the configuration; a value they would ignore is an error at creation.
-        for name in ["GPUWIRE_PROGRESS_THREAD", "GPUWIRE_IPC_PROGRESS_THREAD", "GPUWIRE_IPC_KERNELS"] {
+        for name in ["GPUWIRE_PROGRESS_THREAD", "GPUWIRE_IPC_PROGRESS_THREAD", "GPUWIRE_IPC_KERNELS", "GPUWIRE_IPC_COPY_ROWS"] {
             let e = with(&[(name, "fused")]).unwrap_err();
             assert_eq!(e.status(), crate::error::gpuwire_status::GPUWIRE_ERROR_INVALID_ARGUMENT, "{name}");
             assert!(e.to_string().contains(name), "{e}");

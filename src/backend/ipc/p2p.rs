@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, TryLockError};
 
 use super::maps::{maps, MAPS};
 use super::shm::{self, lock, BufRecord, Stop, REC_HANDLE, REC_LOCAL_ONLY, REC_NONE, SMALL};
-use super::state::{deliver, state, IpcState, View};
+use super::state::{copy_rows_on, deliver, state, IpcState, View};
 use crate::backend::devstate::{self, Pool, PoolBuf};
 use crate::backend::ring::{self, Loc};
 use crate::buffer::Buffer;
@@ -719,9 +719,10 @@ impl RecvOp {
     /// Enqueues the copy of `n` bytes from a sender's buffer mapped at `src` into this receive's
     /// buffer on its stream: on a GPU that ranks share, into device memory, as 2-D copies
     /// (`device::dtod_rows_async`: a copy engine; a linear copy would wait for the other
-    /// process's time slice on the compute engine), else as one copy.
+    /// process's time slice on the compute engine; not with `GPUWIRE_IPC_COPY_ROWS=0`), else as
+    /// one copy.
     fn copy_mapped(&self, src: usize, n: usize) -> Result<()> {
-        if self.shared && self.dst.space == Space::GPUWIRE_SPACE_DEVICE {
+        if self.shared && self.dst.space == Space::GPUWIRE_SPACE_DEVICE && copy_rows_on() {
             device::dtod_rows_async(self.dst.ptr, src, n, self.stream)
         } else {
             device::copy_async(self.dst.ptr, src, n, self.stream)

@@ -389,6 +389,14 @@ pub(super) fn deliver(dst: View, bytes: &[u8], stream: Stream, shared: bool) -> 
     device::sync(stream)
 }
 
+/// Whether IPC point-to-point receives into device memory of a GPU the ranks share copy from the
+/// sender's mapping as 2-D copies (`p2p`: `RecvOp::copy_mapped`, `device::dtod_rows_async`):
+/// `GPUWIRE_IPC_COPY_ROWS=0` makes them one linear copy, as before (to compare in one run).
+pub(super) fn copy_rows_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("GPUWIRE_IPC_COPY_ROWS").ok().and_then(|v| crate::config::parse_bool(&v)) != Some(false))
+}
+
 /// Whether IPC reduces through the mappings in one fused kernel (`coll`: `Lead::fused_into`):
 /// `GPUWIRE_IPC_KERNELS=0` reduces rank by rank, as in gpuwire 0.1 (to compare in one run).
 pub(super) fn kernels_on() -> bool {
