@@ -422,8 +422,8 @@ pub(crate) const SHARED_DTOD_ROW_MAX: usize = usize::MAX;
 /// Enqueues a copy of `bytes` from device memory at `src` (this process's, or a peer's through
 /// an IPC mapping) to device (not managed) memory at `dst` on `stream`, without a wait: from 2
 /// bytes up to [`SHARED_DTOD_2D_MAX`] as 2-D copies of rows of at most [`SHARED_DTOD_ROW_MAX`]
-/// bytes ([`copy_rows`]), which a GPU shared by processes is to run on a copy engine, off the
-/// time-sliced compute engine; otherwise one linear copy. For receivers of IPC point-to-point
+/// bytes ([`copy_rows`]), meant to run on a copy engine as the two-row host-to-device copies do,
+/// off the time-sliced compute engine (bench/probe_d2d.c checks it); otherwise one linear copy. For receivers of IPC point-to-point
 /// messages on a shared GPU (`backend::ipc::p2p`); elsewhere a linear copy is as fast or faster.
 /// The right context is current (caller).
 pub fn dtod_rows_async(dst: usize, src: usize, bytes: usize, stream: Stream) -> Result<()> {

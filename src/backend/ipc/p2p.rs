@@ -718,7 +718,7 @@ impl RecvOp {
 
     /// Enqueues the copy of `n` bytes from a sender's buffer mapped at `src` into this receive's
     /// buffer on its stream: on a GPU that ranks share, into device memory, as 2-D copies
-    /// (`device::dtod_rows_async`: a copy engine; a linear copy would wait for the other
+    /// (`device::dtod_rows_async`, meant for a copy engine; a linear copy waits for the other
     /// process's time slice on the compute engine; not with `GPUWIRE_IPC_COPY_ROWS=0`), else as
     /// one copy.
     fn copy_mapped(&self, src: usize, n: usize) -> Result<()> {
