@@ -402,7 +402,7 @@ pub fn htod_pinned_async(dst: usize, src: usize, bytes: usize, stream: Stream) -
     if !(2..SHARED_HTOD_2D_MAX).contains(&bytes) {
         return copy_async(dst, src, bytes, stream);
     }
-    copy_rows(dst, src, Side::Host, bytes, usize::MAX, stream)
+    copy_rows(dst, src, Source::Host, bytes, usize::MAX, stream)
 }
 
 /// Device-to-device copies up to this size are made by [`dtod_rows_async`] as 2-D copies. A
@@ -423,19 +423,19 @@ pub(crate) const SHARED_DTOD_ROW_MAX: usize = usize::MAX;
 /// an IPC mapping) to device (not managed) memory at `dst` on `stream`, without a wait: from 2
 /// bytes up to [`SHARED_DTOD_2D_MAX`] as 2-D copies of rows of at most [`SHARED_DTOD_ROW_MAX`]
 /// bytes ([`copy_rows`]), meant to run on a copy engine as the two-row host-to-device copies do,
-/// off the time-sliced compute engine (bench/probe_d2d.c checks it); otherwise one linear copy. For receivers of IPC point-to-point
-/// messages on a shared GPU (`backend::ipc::p2p`); elsewhere a linear copy is as fast or faster.
-/// The right context is current (caller).
+/// off the time-sliced compute engine (bench/probe_d2d.c checks it); otherwise one linear copy.
+/// For receivers of IPC point-to-point messages on a shared GPU (`backend::ipc::p2p`); elsewhere
+/// device-to-device copies stay linear. The right context is current (caller).
 pub fn dtod_rows_async(dst: usize, src: usize, bytes: usize, stream: Stream) -> Result<()> {
     if !(2..=SHARED_DTOD_2D_MAX).contains(&bytes) {
         return copy_async(dst, src, bytes, stream);
     }
-    copy_rows(dst, src, Side::Device, bytes, SHARED_DTOD_ROW_MAX, stream)
+    copy_rows(dst, src, Source::Device, bytes, SHARED_DTOD_ROW_MAX, stream)
 }
 
 /// Where a 2-D copy reads: host (pinned) or device memory. It writes device memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Side {
+enum Source {
     Host,
     Device,
 }
@@ -471,8 +471,9 @@ fn row_plan(bytes: usize, row_max: usize) -> ([(usize, usize, usize); 3], usize)
 
 /// Enqueues a copy of `bytes` (at least 2) from `src` to device memory at `dst` on `stream` as
 /// 2-D copies of at least two rows of at most `row_max` bytes ([`row_plan`]): one row would be a
-/// linear copy, which runs on the compute engine where two or more rows take a copy engine.
-fn copy_rows(dst: usize, src: usize, from: Side, bytes: usize, row_max: usize, stream: Stream) -> Result<()> {
+/// linear copy, which runs on the compute engine where two or more rows take a copy engine
+/// (host-to-device: bench/probe_share.c modes 12 and 16; device-to-device: bench/probe_d2d.c).
+fn copy_rows(dst: usize, src: usize, from: Source, bytes: usize, row_max: usize, stream: Stream) -> Result<()> {
     let (plan, k) = row_plan(bytes, row_max);
     for &(off, w, rows) in &plan[..k] {
         copy_2d(dst + off, src + off, from, w, w, rows, stream)?;
@@ -485,7 +486,7 @@ fn copy_rows(dst: usize, src: usize, from: Side, bytes: usize, row_max: usize, s
 fn copy_2d(
     dst: usize,
     src: usize,
-    from: Side,
+    from: Source,
     width: usize,
     pitch: usize,
     height: usize,
@@ -505,12 +506,12 @@ fn copy_2d(
 fn copy_2d_params(
     dst: usize,
     src: usize,
-    from: Side,
+    from: Source,
     width: usize,
     pitch: usize,
     height: usize,
 ) -> sys::CUDA_MEMCPY2D {
-    let host = from == Side::Host;
+    let host = from == Source::Host;
     sys::CUDA_MEMCPY2D {
         srcXInBytes: 0,
         srcY: 0,
@@ -752,7 +753,7 @@ mod tests {
     /// value (an all-zero block is not one: its memory-type enums have no zero).
     #[test]
     fn copy_2d_params_are_two_rows() {
-        let m = copy_2d_params(0x7000_0000, 0x1000, Side::Host, 3, 3, 2);
+        let m = copy_2d_params(0x7000_0000, 0x1000, Source::Host, 3, 3, 2);
         assert_eq!(m.srcMemoryType, sys::CUmemorytype::CU_MEMORYTYPE_HOST);
         assert_eq!(m.dstMemoryType, sys::CUmemorytype::CU_MEMORYTYPE_DEVICE);
         assert_eq!(
@@ -764,7 +765,7 @@ mod tests {
             (3, 2, 3, 3)
         );
         assert!(m.srcArray.is_null() && m.dstArray.is_null() && m.dstHost.is_null());
-        let d = copy_2d_params(0x7000_0000, 0x5000_0000, Side::Device, 8, 8, 4);
+        let d = copy_2d_params(0x7000_0000, 0x5000_0000, Source::Device, 8, 8, 4);
         assert_eq!(d.srcMemoryType, sys::CUmemorytype::CU_MEMORYTYPE_DEVICE);
         assert_eq!((d.srcDevice as usize, d.srcHost as usize), (0x5000_0000, 0));
         assert_eq!((d.WidthInBytes, d.Height, d.srcPitch, d.dstPitch), (8, 4, 8, 8));
