@@ -70,6 +70,9 @@ if has ipc; then
   # Without the progress thread: receives progress in gpuwire's own waits only (wildcard,
   # probed and ordered receives too: p2pstatus).
   GPUWIRE_BACKEND=ipc GPUWIRE_PROGRESS_THREAD=0 gputest ipc-nothread stock ipcprogress,p2pstatus -x GPUWIRE_BACKEND -x GPUWIRE_PROGRESS_THREAD
+  # IPC point-to-point receivers copying through the mapping as 2-D copies (experimental,
+  # GPUWIRE_IPC_COPY_ROWS=1): odd sizes (ops), exact and status receives, stream order.
+  GPUWIRE_BACKEND=ipc GPUWIRE_IPC_COPY_ROWS=1 gputest ipc-copyrows stock ops,p2pexact,p2pstatus,p2pordered,ipcprogress -x GPUWIRE_BACKEND -x GPUWIRE_IPC_COPY_ROWS
   gputest ipc-auto stock ipcauto,c15
   # A timeout configured: a collective one rank skips fails on every rank within it; a
   # stream-ordered send nobody receives releases its stream at the deadline (sendtimeout).

@@ -717,10 +717,10 @@ impl RecvOp {
     }
 
     /// Enqueues the copy of `n` bytes from a sender's buffer mapped at `src` into this receive's
-    /// buffer on its stream: on a GPU that ranks share, into device memory, as 2-D copies
-    /// (`device::dtod_rows_async`, meant for a copy engine; a linear copy waits for the other
-    /// process's time slice on the compute engine; not with `GPUWIRE_IPC_COPY_ROWS=0`), else as
-    /// one copy.
+    /// buffer on its stream: on a GPU that ranks share, into device memory, with
+    /// `GPUWIRE_IPC_COPY_ROWS=1` as 2-D copies (`device::dtod_rows_async`, meant for a copy engine;
+    /// a linear copy waits for the other process's time slice on the compute engine; off by
+    /// default until measured on a GPU), else as one copy.
     fn copy_mapped(&self, src: usize, n: usize) -> Result<()> {
         if self.shared && self.dst.space == Space::GPUWIRE_SPACE_DEVICE && copy_rows_on() {
             device::dtod_rows_async(self.dst.ptr, src, n, self.stream)

@@ -391,10 +391,11 @@ pub(super) fn deliver(dst: View, bytes: &[u8], stream: Stream, shared: bool) -> 
 
 /// Whether IPC point-to-point receives into device memory of a GPU the ranks share copy from the
 /// sender's mapping as 2-D copies (`p2p`: `RecvOp::copy_mapped`, `device::dtod_rows_async`):
-/// `GPUWIRE_IPC_COPY_ROWS=0` makes them one linear copy, as before (to compare in one run).
+/// only with `GPUWIRE_IPC_COPY_ROWS=1` until bench/probe_d2d.c and the benchmark have shown on a
+/// GPU that they are faster (not yet run on one, 2026-12-05); otherwise one linear copy.
 pub(super) fn copy_rows_on() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("GPUWIRE_IPC_COPY_ROWS").ok().and_then(|v| crate::config::parse_bool(&v)) != Some(false))
+    *ON.get_or_init(|| std::env::var("GPUWIRE_IPC_COPY_ROWS").ok().and_then(|v| crate::config::parse_bool(&v)) == Some(true))
 }
 
 /// Whether IPC reduces through the mappings in one fused kernel (`coll`: `Lead::fused_into`):
