@@ -586,8 +586,8 @@ def _reap():
             return
         flag = c_int32()
         st = lib.gpuwire_test(ctypes.byref(h), ctypes.byref(flag))
-        if st == SUCCESS and not flag.value:
-            _DETACHED.append((h, keep))
+        if (st == SUCCESS and not flag.value) or st == ERROR_INVALID_ARGUMENT:
+            _DETACHED.append((h, keep))  # pending, or refused: its group has not ended yet
         elif st in (ERROR_TIMEOUT, ERROR_COMM_BROKEN):
             _ABANDONED.append(keep)
         elif st not in (SUCCESS, ERROR_ALREADY_FINALIZED):
@@ -622,6 +622,8 @@ class Request:
             self.handle, self._keep = _handle(0), None
             return SUCCESS
         st = lib.gpuwire_request_free(ctypes.byref(self.handle))
+        if st == ERROR_INVALID_ARGUMENT and self.handle.value:
+            return st  # refused, left as it was (a request of a group that has not ended)
         if self._keep is not None and st in (ERROR_TIMEOUT, ERROR_COMM_BROKEN):
             _ABANDONED.append(self._keep)
         self._keep = None
@@ -698,7 +700,11 @@ class Request:
             return
         try:
             st = self._release()
-            if st in (ERROR_TIMEOUT, ERROR_COMM_BROKEN):
+            if st == ERROR_INVALID_ARGUMENT and self.handle.value:
+                # Refused: a request of a group that has not ended. Its operation starts at the
+                # group's end, so its arrays wait in _DETACHED until a later look finds it complete.
+                _DETACHED.append((self.handle, self._keep))
+            elif st in (ERROR_TIMEOUT, ERROR_COMM_BROKEN):
                 warnings.warn(f"gpuwire.Request collected while pending: abandoned ({last_error()}); wait() for "
                               "requests before dropping them", ResourceWarning, stacklevel=2)
         except Exception:
@@ -782,6 +788,8 @@ class group:
             held, _GROUP.held = _GROUP.held, None
             for b in held:  # the group's operations have started and, for blocking forms, ended
                 b.free()
+            if _DETACHED:
+                _reap()
         if exc_type is None:
             _check(st)
 

@@ -42,6 +42,7 @@ import gc
 import os
 import sys
 import warnings
+import weakref
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 
@@ -529,6 +530,31 @@ def keeps_arrays(world):
     world.send(np.arange(5.0), rank, 31)
     r.wait()
     check(r._keep is None, "a completed request lets its array go")
+
+    # Requests dropped inside an open group (an isend's, as fire-and-forget; an irecv's) start at
+    # the group's end: their arrays stay alive until then (a freed 8 MiB send array crashed MPI).
+    left, right = (rank - 1) % size, (rank + 1) % size
+    a, got = np.full(1 << 20, float(rank)), np.zeros(1 << 20)
+    wa = weakref.ref(a)
+    with gw.group():
+        world.isend(a, right, 41)  # the Request is dropped at once
+        world.irecv(np.zeros(8), right, 42)  # so is this one, and its array
+        del a
+        gc.collect()
+        check(wa() is not None, "the array of an isend dropped inside an open group is kept until the group ends")
+        r = world.irecv(got, left, 41)
+        try:
+            r.free()
+            check(False, "Request.free() inside the group was accepted")
+        except gw.Error as e:
+            check(e.code == gw.ERROR_INVALID_ARGUMENT and r.active() and r._keep is not None,
+                  f"a refused Request.free() inside a group leaves the request and its array: {e.code}")
+        world.send(np.arange(8.0), left, 42)
+    r.wait()
+    check((got == left).all(), f"an isend dropped inside a group delivered {got[:2]}, want {left}")
+    gc.collect()
+    world.barrier()
+    check(wa() is None, "the dropped isend's array is let go once a later look finds it complete")
 
     # A timed-out wait abandons the operation: its arrays are kept for good (MPI writes them when
     # the late ranks arrive). On plain MPI (BACKEND_HOST): on the GPU machine AUTO picks IPC,
