@@ -200,6 +200,16 @@ def config_init():
 # ---- buffers -----------------------------------------------------------------------------------
 
 
+def _int64s(values, least=0):
+    """A C int64_t array of `values` (at least `least` entries), refusing a Python integer it
+    cannot hold with OverflowError (ctypes would keep its low bits: a count of 2**64 became 0)."""
+    values = list(values)
+    for v in values:
+        if isinstance(v, int) and not -(1 << 63) <= v < (1 << 63):
+            raise OverflowError(f"{v} does not fit int64_t")
+    return (c_int64 * max(len(values), least))(*values)
+
+
 def _contiguous(shape, strides, itemsize):
     """Whether strides (in bytes; None = C order) lay the shape out without gaps, in C or in
     Fortran order (sizes-1 axes and empty arrays have any stride)."""
@@ -437,7 +447,7 @@ class Buffer:
         n = len(sizes)
         if len(subsizes) != n or len(starts) != n:
             raise ValueError("gpuwire_buffer_view_subarray: sizes, subsizes and starts differ in length")
-        arr = [(c_int64 * max(n, 1))(*v) for v in (sizes, subsizes, starts)]
+        arr = [_int64s(v, 1) for v in (sizes, subsizes, starts)]
         return Buffer(_out(_handle, lib.gpuwire_buffer_view_subarray, self.handle, n, arr[0], arr[1], arr[2], order),
                       keep=self, stream=self.stream)
 
@@ -998,7 +1008,7 @@ class Comm:
         if recvcounts is not None:
             if len(recvcounts) != self.size():
                 raise ValueError(f"gpuwire_allgatherv: {len(recvcounts)} recvcounts for {self.size()} ranks")
-            counts = (c_int64 * len(recvcounts))(*recvcounts)
+            counts = _int64s(recvcounts)
         self._collective(lib.gpuwire_allgatherv, [sendbuf, recvbuf], [counts], stream)
 
     def reduce_scatter(self, sendbuf, recvbuf, op=SUM, stream=None):
@@ -1016,7 +1026,7 @@ class Comm:
             return None
         if len(a) != self.size():
             raise ValueError(f"{name}: {len(a)} counts or displacements for {self.size()} ranks")
-        return (c_int64 * len(a))(*a)
+        return _int64s(a)
 
     def _vcall(self, name, sendbuf, recvbuf, stream, args, nonblocking):
         """Calls gpuwire_NAME (or its nonblocking form) with args(send_handle, recv_handle)."""
@@ -1123,7 +1133,7 @@ class Comm:
         if recvcounts is not None:
             if len(recvcounts) != self.size():
                 raise ValueError(f"gpuwire_iallgatherv: {len(recvcounts)} recvcounts for {self.size()} ranks")
-            counts = (c_int64 * len(recvcounts))(*recvcounts)
+            counts = _int64s(recvcounts)
         return self._icollective(lib.gpuwire_iallgatherv, [sendbuf, recvbuf], [counts], stream)
 
     def ireduce_scatter(self, sendbuf, recvbuf, op=SUM, stream=None):
@@ -1266,7 +1276,7 @@ class DArray:
             h = _out(_handle, lib.gpuwire_darray_create, comm.handle, shape, local, code, space, partition)
         else:
             dims = [shape] if isinstance(shape, int) else [int(d) for d in shape]
-            arr = (c_int64 * max(len(dims), 1))(*dims)
+            arr = _int64s(dims, 1)
             h = _out(_handle, lib.gpuwire_darray_create_nd, comm.handle, len(dims), arr, local, halo, code, space,
                      partition)
         self.handle = h

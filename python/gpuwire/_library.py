@@ -58,6 +58,23 @@ def candidates():
     return found
 
 
+def _checked(ctype, bits):
+    """`ctype` as an argument type that refuses a Python integer it cannot hold (ctypes would
+    silently keep its low bits: rank 2**40 became rank 0), raising OverflowError."""
+    lo, hi = -(1 << (bits - 1)), 1 << (bits - 1)
+
+    def from_param(cls, value):
+        if isinstance(value, int) and not lo <= value < hi:
+            raise OverflowError(f"{value} does not fit the C argument's int{bits}_t")
+        return ctype.from_param(value)
+
+    return type(f"checked_{ctype.__name__}", (ctype,), {"from_param": classmethod(from_param)})
+
+
+# By-value integer arguments (ranks, tags, roots, colors, keys, codes, counts), range-checked.
+_CHECKED = {ctypes.c_int32: _checked(ctypes.c_int32, 32), ctypes.c_int64: _checked(ctypes.c_int64, 64)}
+
+
 def load():
     """(the ctypes.CDLL with every prototype set, where it was found)."""
     errors = []
@@ -76,7 +93,7 @@ def load():
         for fname, (restype, argtypes) in _capi._PROTOTYPES.items():
             f = getattr(lib, fname)
             f.restype = restype
-            f.argtypes = argtypes
+            f.argtypes = [_CHECKED.get(a, a) for a in argtypes]
         v = [ctypes.c_int32() for _ in range(3)]
         lib.gpuwire_get_version(*(ctypes.byref(x) for x in v))
         have = tuple(x.value for x in v)

@@ -413,6 +413,20 @@ def vcollectives(world):
 def status(world):
     rank, size = world.rank(), world.size()
     right, left = (rank + 1) % size, (rank - 1) % size
+    # Integers that do not fit the C argument are refused, not cut to their low bits (rank 2**40
+    # was rank 0, tag 2**32 + 5 tag 5, a count of 2**64 a count of 0) and nothing is sent.
+    for what, call in (("a rank of 2**40", lambda: world.send(np.zeros(1), 1 << 40, 0)),
+                       ("a tag of 2**32 + 5", lambda: world.isend(np.zeros(1), rank, (1 << 32) + 5)),
+                       ("a root of 2**32", lambda: world.bcast(np.zeros(1), 1 << 32)),
+                       ("a color of 2**33", lambda: world.split(1 << 33, 0)),
+                       ("a count of 2**64", lambda: world.alltoallv(np.zeros(1), [1 << 64] * size, None, np.zeros(1),
+                                                                    [0] * size, None))):
+        try:
+            call()
+            check(False, f"{what} was accepted")
+        except (OverflowError, ctypes.ArgumentError) as e:
+            check("does not fit" in str(e), f"{what}: {e}")
+    check(world.iprobe() is None, "a refused call sent nothing")
     out = np.arange(3, dtype=np.int32) + 10 * rank
     r = world.isend(out, right, 21)
     st = world.probe(gw.ANY_SOURCE, 21, gw.INT32)
