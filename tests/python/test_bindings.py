@@ -426,7 +426,10 @@ def status(world):
             check(False, f"{what} was accepted")
         except (OverflowError, ctypes.ArgumentError) as e:
             check("does not fit" in str(e), f"{what}: {e}")
+    # Between two barriers no rank sends anything else (the next lines do).
+    world.barrier()
     check(world.iprobe() is None, "a refused call sent nothing")
+    world.barrier()
     out = np.arange(3, dtype=np.int32) + 10 * rank
     r = world.isend(out, right, 21)
     st = world.probe(gw.ANY_SOURCE, 21, gw.INT32)
