@@ -337,8 +337,19 @@ impl Communicator {
     }
 
     /// Fails if an earlier timeout or abort broke this communicator.
+    #[inline]
     pub fn ensure_usable(&self) -> Result<()> {
         runtime::ensure_ready()?;
+        if self.is_broken() {
+            return self.broken_error();
+        }
+        Ok(())
+    }
+
+    /// `ensure_usable`'s answer on a communicator whose broken flag is set.
+    #[cold]
+    #[inline(never)]
+    fn broken_error(&self) -> Result<()> {
         match self.broken.why() {
             Some(why) => Err(Error::CommBroken(why)),
             None => Ok(()),

@@ -30,11 +30,19 @@ pub fn in_place() -> *mut c_void {
 }
 
 /// Turns an MPI return code into a `Result`, with MPI's own error string.
+#[inline]
 pub fn check(rc: c_int, what: &str) -> Result<()> {
     if rc == 0 {
         return Ok(());
     }
-    Err(Error::Mpi(format!("{what} failed: {} (MPI error code {rc})", error_string(rc))))
+    Err(failed(rc, what))
+}
+
+/// The error of a failed MPI call (`check`).
+#[cold]
+#[inline(never)]
+fn failed(rc: c_int, what: &str) -> Error {
+    Error::Mpi(format!("{what} failed: {} (MPI error code {rc})", error_string(rc)))
 }
 
 /// MPI's description of an error code.
@@ -221,15 +229,24 @@ unsafe impl Send for Count {}
 const BIG_BLOCK: usize = 1 << 30;
 
 impl Count {
+    #[inline]
     pub fn new(d: Dtype, count: usize) -> Result<Count> {
         Self::of(datatype(d), d.size(), count)
     }
 
     /// As `new`, for `count` elements of `size` bytes of the predefined datatype `base`.
+    #[inline]
     pub fn of(base: MPI_Datatype, size: usize, count: usize) -> Result<Count> {
         if let Ok(n) = c_int::try_from(count) {
             return Ok(Count { n, dt: base, owned: false });
         }
+        Self::large(base, size, count)
+    }
+
+    /// `of` past MPI's int count: one element of a derived datatype.
+    #[cold]
+    #[inline(never)]
+    fn large(base: MPI_Datatype, size: usize, count: usize) -> Result<Count> {
         let bytes = count.checked_mul(size).and_then(|b| sys::MPI_Aint::try_from(b).ok()).ok_or_else(|| {
             Error::InvalidArgument(format!("{count} elements of {size} bytes exceed the address space"))
         })?;

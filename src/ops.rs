@@ -124,6 +124,23 @@ fn input<'a>(what: &str, send: &'a Buffer, recv: &Buffer, block: usize) -> Resul
     Ok(Input::Buf(send))
 }
 
+/// Why `Communicator::check_tag` refused `tag` (`ub`: MPI_TAG_UB).
+#[cold]
+#[inline(never)]
+fn bad_tag(what: &str, tag: i32, ub: i32) -> Error {
+    if is_any_tag(tag) {
+        return Error::InvalidArgument(format!(
+            "{what}: tag {tag} is a wildcard (GPUWIRE_ANY_TAG / MPI_ANY_TAG), which only a receive or probe takes: pass a tag 0..={ub}"
+        ));
+    }
+    if tag < 0 {
+        return Error::InvalidArgument(format!(
+            "{what}: tag {tag} is negative: pass a tag 0..={ub} (a receive or probe may pass GPUWIRE_ANY_TAG / MPI_ANY_TAG)"
+        ));
+    }
+    Error::InvalidArgument(format!("{what}: tag {tag} is outside 0..={ub} (MPI_TAG_UB of this MPI)"))
+}
+
 fn count_mismatch(what: &str, detail: String) -> Error {
     Error::CountMismatch(format!("{what}: {detail}"))
 }
@@ -206,48 +223,47 @@ fn same_memory(what: &str, send: &Buffer, recv: &Buffer) -> Result<bool> {
 }
 
 impl Communicator {
+    #[inline]
     pub(crate) fn check_rank(&self, what: &str, role: &str, r: i32, allow_proc_null: bool) -> Result<()> {
-        if (allow_proc_null && is_proc_null(r)) || (0..self.size()).contains(&r) {
+        if (0..self.size()).contains(&r) || (allow_proc_null && is_proc_null(r)) {
             return Ok(());
         }
+        Err(self.bad_rank(what, role, r, allow_proc_null))
+    }
+
+    /// Why `check_rank` refused `r`.
+    #[cold]
+    #[inline(never)]
+    fn bad_rank(&self, what: &str, role: &str, r: i32, allow_proc_null: bool) -> Error {
         if allow_proc_null && is_any_source(r) {
-            return Err(Error::InvalidArgument(format!(
+            return Error::InvalidArgument(format!(
                 "{what}: {role} {r} is a wildcard (GPUWIRE_ANY_SOURCE / MPI_ANY_SOURCE), which only a receive or probe takes: pass a rank 0..{}, or GPUWIRE_PROC_NULL for none",
                 self.size() - 1
-            )));
+            ));
         }
         if allow_proc_null && r < 0 {
             // MPI_ANY_SOURCE is -1 in Open MPI and -2 in MPICH: any other negative rank.
-            return Err(Error::InvalidArgument(format!(
+            return Error::InvalidArgument(format!(
                 "{what}: {role} {r} is negative and no rank: pass a rank 0..{}, GPUWIRE_PROC_NULL / MPI_PROC_NULL ({}) for none{}",
                 self.size() - 1,
                 mpisys::proc_null(),
                 if role == "source" { ", or GPUWIRE_ANY_SOURCE / MPI_ANY_SOURCE for any" } else { "" }
-            )));
+            ));
         }
-        Err(Error::InvalidArgument(format!(
+        Error::InvalidArgument(format!(
             "{what}: {role} {r} is not a rank of this communicator (ranks are 0..{}{})",
             self.size() - 1,
             if allow_proc_null { ", or GPUWIRE_PROC_NULL" } else { "" }
-        )))
+        ))
     }
 
+    #[inline]
     pub(crate) fn check_tag(&self, what: &str, tag: i32) -> Result<()> {
         let ub = runtime::ensure_ready()?.tag_ub;
         if (0..=ub).contains(&tag) {
             return Ok(());
         }
-        if is_any_tag(tag) {
-            return Err(Error::InvalidArgument(format!(
-                "{what}: tag {tag} is a wildcard (GPUWIRE_ANY_TAG / MPI_ANY_TAG), which only a receive or probe takes: pass a tag 0..={ub}"
-            )));
-        }
-        if tag < 0 {
-            return Err(Error::InvalidArgument(format!(
-                "{what}: tag {tag} is negative: pass a tag 0..={ub} (a receive or probe may pass GPUWIRE_ANY_TAG / MPI_ANY_TAG)"
-            )));
-        }
-        Err(Error::InvalidArgument(format!("{what}: tag {tag} is outside 0..={ub} (MPI_TAG_UB of this MPI)")))
+        Err(bad_tag(what, tag, ub))
     }
 
     /// The source and tag of a receive or probe: a rank, GPUWIRE_PROC_NULL or GPUWIRE_ANY_SOURCE
