@@ -140,14 +140,22 @@ impl Held {
     }
 }
 
+/// A request's operation and what it matched, under one lock (a wait or test takes it once).
+struct Inner {
+    /// The operation, until it completed (or failed, or was given up).
+    pending: Option<Box<dyn Pending>>,
+    /// What the operation matched, noted when it completed (or failed).
+    matched: Option<Status>,
+}
+
+type Locked<'a> = std::sync::MutexGuard<'a, Inner>;
+
 /// A nonblocking operation in flight.
 pub struct Request {
-    pending: Mutex<Option<Box<dyn Pending>>>,
+    inner: Mutex<Inner>,
     comm: Arc<Communicator>,
     /// The buffers the operation reads or writes, kept alive until it completes.
     bufs: Held,
-    /// What the operation matched, noted when it completed (or failed).
-    matched: Mutex<Option<Status>>,
     /// The status of a receive whose path reports none (a known source and tag, the buffer's
     /// count: the NCCL and IPC paths, whose receives take exactly their buffer).
     /// (Status::EMPTY where the path reports its own.)
@@ -234,12 +242,12 @@ impl Detached {
 
 impl Request {
     pub fn new(pending: Box<dyn Pending>, comm: Arc<Communicator>, bufs: Vec<Arc<Buffer>>) -> Request {
-        Request { pending: Mutex::new(Some(pending)), comm, bufs: Held::Many(bufs), matched: Mutex::new(None), default_status: Status::EMPTY, goes_on: false }
+        Request { inner: Mutex::new(Inner { pending: Some(pending), matched: None }), comm, bufs: Held::Many(bufs), default_status: Status::EMPTY, goes_on: false }
     }
 
     /// A request of an operation on one buffer (isend, irecv).
     pub fn of_one(pending: Box<dyn Pending>, comm: Arc<Communicator>, buf: Arc<Buffer>) -> Request {
-        Request { pending: Mutex::new(Some(pending)), comm, bufs: Held::One(buf), matched: Mutex::new(None), default_status: Status::EMPTY, goes_on: false }
+        Request { inner: Mutex::new(Inner { pending: Some(pending), matched: None }), comm, bufs: Held::One(buf), default_status: Status::EMPTY, goes_on: false }
     }
 
     /// The request of an isend or a nonblocking collective: `free` lets its operation go on.
@@ -258,14 +266,21 @@ impl Request {
     /// The status of a completed (or failed) request: what its receive matched, else
     /// [`Status::EMPTY`].
     pub fn status(&self) -> Status {
-        let m = *self.matched.lock().unwrap_or_else(|e| e.into_inner());
-        m.unwrap_or(self.default_status)
+        self.status_of(&self.lock())
+    }
+
+    fn status_of(&self, i: &Inner) -> Status {
+        i.matched.unwrap_or(self.default_status)
+    }
+
+    fn lock(&self) -> Locked<'_> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Notes what `op` matched (at its completion or failure).
-    fn note(&self, op: &dyn Pending) {
+    fn note(matched: &mut Option<Status>, op: &dyn Pending) {
         if let Some(s) = op.status() {
-            *self.matched.lock().unwrap_or_else(|e| e.into_inner()) = Some(s);
+            *matched = Some(s);
         }
     }
 
@@ -277,10 +292,24 @@ impl Request {
     /// Whether the request may be waited for or tested now ([`Pending::ready_to_wait`]); a
     /// completed request may.
     pub fn ready_to_wait(&self) -> Result<()> {
-        match self.pending.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        Self::ready(&self.lock())
+    }
+
+    fn ready(i: &Inner) -> Result<()> {
+        match i.pending.as_ref() {
             Some(p) => p.ready_to_wait(),
             None => Ok(()),
         }
+    }
+
+    /// gpuwire_wait (`wait`) or gpuwire_test of the request, under one lock: `Err` when it may
+    /// not be waited for yet ([`Self::ready_to_wait`]: left as it was); else the outcome of
+    /// [`Self::wait`] (as `Ok(true)`) or [`Self::test`], with the request's status then.
+    pub fn finish(&self, wait: bool) -> Result<(Result<bool>, Status)> {
+        let mut i = self.lock();
+        Self::ready(&i)?;
+        let done = if wait { self.wait_locked(&mut i).map(|()| true) } else { self.test_locked(&mut i) };
+        Ok((done, self.status_of(&i)))
     }
 
     /// Blocks until complete. A second call returns at once. With a timeout configured on the
@@ -288,16 +317,20 @@ impl Request {
     /// then broken, TIMEOUT returned, and the operation abandoned: its buffer is never freed
     /// (MPI may still write it when the peer arrives).
     pub fn wait(&self) -> Result<()> {
-        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(mut op) = p.take() else { return Ok(()) };
+        self.wait_locked(&mut self.lock())
+    }
+
+    fn wait_locked(&self, i: &mut Inner) -> Result<()> {
+        let Some(mut op) = i.pending.take() else { return Ok(()) };
+        let matched = &mut i.matched;
         // A communicator broken earlier completes nothing more: COMM_BROKEN at once unless the
         // operation already completed (so one timeout breaks a waitall once, not per request).
         if let Err(e) = self.comm.ensure_usable() {
-            return self.give_up_broken(op, e);
+            return self.give_up_broken(matched, op, e);
         }
         let Some(t) = self.comm.config().timeout else {
             let r = op.wait();
-            self.note(&*op);
+            Self::note(matched, &*op);
             match &r {
                 Ok(()) => op.recycle(),
                 Err(e) => self.keep_if_abandoned(e),
@@ -311,13 +344,13 @@ impl Request {
                 Ok(true) => break,
                 Ok(false) => {}
                 Err(e) => {
-                    self.note(&*op);
+                    Self::note(matched, &*op);
                     self.keep_if_abandoned(&e);
                     return Err(e);
                 }
             }
             if let Err(e) = self.comm.ensure_usable() {
-                return self.give_up_broken(op, e);
+                return self.give_up_broken(matched, op, e);
             }
             if Instant::now() >= deadline {
                 if !op.abandon() {
@@ -338,7 +371,7 @@ impl Request {
                 std::thread::sleep(std::time::Duration::from_micros(50));
             }
         }
-        self.note(&*op);
+        Self::note(matched, &*op);
         op.recycle();
         Ok(())
     }
@@ -346,24 +379,28 @@ impl Request {
     /// Whether complete; completes it when it is. On a communicator broken meanwhile, a request
     /// that has not completed is given up and COMM_BROKEN returned.
     pub fn test(&self) -> Result<bool> {
-        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        self.test_locked(&mut self.lock())
+    }
+
+    fn test_locked(&self, i: &mut Inner) -> Result<bool> {
+        let Inner { pending: p, matched } = i;
         match p.as_mut() {
             None => Ok(true),
             Some(op) => {
                 let done = match op.test() {
                     Ok(d) => d,
                     Err(e) => {
-                        self.note(&**op);
+                        Self::note(matched, &**op);
                         self.keep_if_abandoned(&e);
                         return Err(e);
                     }
                 };
                 if done {
-                    self.note(&**op);
+                    Self::note(matched, &**op);
                     p.take().expect("pending checked above").recycle();
                 } else if let Err(e) = self.comm.ensure_usable() {
                     let op = p.take().expect("pending checked above");
-                    return self.give_up_broken(op, e).map(|()| true);
+                    return self.give_up_broken(matched, op, e).map(|()| true);
                 }
                 Ok(done)
             }
@@ -376,10 +413,10 @@ impl Request {
     /// to [`SETTLE`] for that; without one, the communicator was aborted and an engine's blocking
     /// MPI call may never return), else it is abandoned (its buffer kept for ever if MPI may
     /// still use it) and `broken` returned.
-    fn give_up_broken(&self, mut op: Box<dyn Pending>, broken: Error) -> Result<()> {
+    fn give_up_broken(&self, matched: &mut Option<Status>, mut op: Box<dyn Pending>, broken: Error) -> Result<()> {
         let settle = if self.comm.config().timeout.is_some() { SETTLE } else { Duration::ZERO };
         let done = op.test_settled(Instant::now() + settle);
-        self.note(&*op);
+        Self::note(matched, &*op);
         if let Err(e) = &done {
             self.keep_if_abandoned(e);
         }
@@ -409,8 +446,8 @@ impl Request {
     /// Error::Timeout or Error::CommBroken when it was abandoned. Never blocks longer than the
     /// timeout.
     pub fn free(&self) -> Result<()> {
-        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(mut op) = p.take() else { return Ok(()) };
+        let mut i = self.lock();
+        let Some(mut op) = i.pending.take() else { return Ok(()) };
         reap_detached();
         // An isend or a nonblocking collective goes on, as a send after MPI_Request_free (a
         // collective, which MPI forbids to free, too: the other ranks meet it).

@@ -260,15 +260,10 @@ fn finish_status(request: *mut gpuwire_request, wait: bool, status: &mut crate::
         REQUESTS.get(h)?
     };
     // A request of a group that has not ended: an error, and the request left as it was.
-    r.ready_to_wait()?;
-    let done = if wait {
-        r.wait().map(|_| true)
-    } else {
-        r.test()
-    };
+    let (done, s) = r.finish(wait)?;
     match done {
         Ok(true) | Err(_) => {
-            *status = r.status();
+            *status = s;
             // A completed (or failed) request is gone, as MPI sets it to MPI_REQUEST_NULL.
             crate::request::release(h, r);
             write(request, 0);
