@@ -112,6 +112,7 @@ pub fn submit(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) 
     submit_now(c, op, stream, nonblocking)
 }
 
+#[inline]
 fn submit_now(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -> Result<Option<Request>> {
     if !is_open() {
         return crate::op::issue(c, op, stream, nonblocking);

@@ -59,9 +59,11 @@ pub enum Op {
     Alltoall { send: Arc<Buffer>, recv: Arc<Buffer> },
     Gather { send: Arc<Buffer>, recv: Option<Arc<Buffer>>, root: i32 },
     Scatter { send: Option<Arc<Buffer>>, recv: Arc<Buffer>, root: i32 },
-    Alltoallv { send: Arc<Buffer>, sendl: Layout, recv: Arc<Buffer>, recvl: Layout },
-    Gatherv { send: Arc<Buffer>, recv: Option<Arc<Buffer>>, recvl: Layout, root: i32 },
-    Scatterv { send: Option<Arc<Buffer>>, sendl: Layout, recv: Arc<Buffer>, root: i32 },
+    // The layouts boxed: every operation moves through the call's layers by value, at the
+    // size of the largest variant.
+    Alltoallv { send: Arc<Buffer>, sendl: Box<Layout>, recv: Arc<Buffer>, recvl: Box<Layout> },
+    Gatherv { send: Arc<Buffer>, recv: Option<Arc<Buffer>>, recvl: Box<Layout>, root: i32 },
+    Scatterv { send: Option<Arc<Buffer>>, sendl: Box<Layout>, recv: Arc<Buffer>, root: i32 },
     ReduceScatterv { send: Arc<Buffer>, recv: Arc<Buffer>, counts: Option<Vec<i64>>, op: ReduceOp },
 }
 

@@ -897,7 +897,7 @@ fn alltoallv_op(c: &Communicator, sendbuf: gpuwire_buffer, sendcounts: *const i6
     let sig = !same(&s, &r);
     let sendl = Layout { counts: per_rank(sendcounts, p, sig), displs: per_rank(sdispls, p, sig) };
     let recvl = Layout { counts: per_rank(recvcounts, p, true), displs: per_rank(rdispls, p, true) };
-    Ok(Op::Alltoallv { send: s, sendl, recv: r, recvl })
+    Ok(Op::Alltoallv { send: s, sendl: Box::new(sendl), recv: r, recvl: Box::new(recvl) })
 }
 
 fn gatherv_op(c: &Communicator, sendbuf: gpuwire_buffer, recvbuf: gpuwire_buffer, recvcounts: *const i64, displs: *const i64, root: i32) -> Result<Op> {
@@ -906,14 +906,14 @@ fn gatherv_op(c: &Communicator, sendbuf: gpuwire_buffer, recvbuf: gpuwire_buffer
     let (send, recv) = (boundary::buffer(sendbuf)?, boundary::buffer_opt(recvbuf)?);
     let at_root = c.rank() == root;
     let recvl = Layout { counts: per_rank(recvcounts, c.size(), at_root), displs: per_rank(displs, c.size(), at_root) };
-    Ok(Op::Gatherv { send, recv, recvl, root })
+    Ok(Op::Gatherv { send, recv, recvl: Box::new(recvl), root })
 }
 
 fn scatterv_op(c: &Communicator, sendbuf: gpuwire_buffer, sendcounts: *const i64, displs: *const i64, recvbuf: gpuwire_buffer, root: i32) -> Result<Op> {
     let (send, recv) = (boundary::buffer_opt(sendbuf)?, boundary::buffer(recvbuf)?);
     let at_root = c.rank() == root;
     let sendl = Layout { counts: per_rank(sendcounts, c.size(), at_root), displs: per_rank(displs, c.size(), at_root) };
-    Ok(Op::Scatterv { send, sendl, recv, root })
+    Ok(Op::Scatterv { send, sendl: Box::new(sendl), recv, root })
 }
 
 fn reduce_scatterv_op(c: &Communicator, sendbuf: gpuwire_buffer, recvbuf: gpuwire_buffer, recvcounts: *const i64, op: i32) -> Result<Op> {
