@@ -148,8 +148,12 @@ struct Entry {
     state: Mutex<State>,
     /// What the receive matched (set when its data message matched).
     matched: Mutex<Option<Matched>>,
-    /// A blocking receive waiting in MPI_Mprobe (`recv`), not a deferred one.
-    probing: bool,
+}
+
+impl Entry {
+    fn sig(&self) -> Sig {
+        (self.key, self.want.source, self.want.tag)
+    }
 }
 
 // SAFETY: the pointers in `want` refer to memory that the request keeps alive; the MPI handles
@@ -157,9 +161,33 @@ struct Entry {
 unsafe impl Send for Entry {}
 unsafe impl Sync for Entry {}
 
-/// Deferred receives of the process, in posting order.
-static QUEUE: Mutex<Vec<Arc<Entry>>> = Mutex::new(Vec::new());
-/// Entries of QUEUE (read without the lock).
+/// The (communicator, source, tag) of a receive: what decides which messages it could take.
+type Sig = (usize, i32, i32);
+
+/// The receives of the process that later receives must not overtake.
+struct Queue {
+    /// Deferred receives, in posting order.
+    entries: Vec<Arc<Entry>>,
+    /// A blocking receive waiting in MPI_Mprobe (`recv`): only one at a time, made on an empty
+    /// queue, so it is earlier than every entry.
+    probing: Option<Sig>,
+}
+
+impl Queue {
+    /// The receives queued, the probing one included.
+    fn len(&self) -> usize {
+        self.entries.len() + self.probing.is_some() as usize
+    }
+
+    /// Whether a queued receive of communicator `key` could take the messages of (`source`,
+    /// `tag`).
+    fn overlaps(&self, key: usize, source: i32, tag: i32) -> bool {
+        self.probing.into_iter().chain(self.entries.iter().map(|e| e.sig())).any(|x| x.0 == key && overlap((x.1, x.2), (source, tag)))
+    }
+}
+
+static QUEUE: Mutex<Queue> = Mutex::new(Queue { entries: Vec::new(), probing: None });
+/// Receives queued (`Queue::len`; read without the lock).
 static QUEUED: AtomicUsize = AtomicUsize::new(0);
 
 /// Whether any receive is deferred: blocking calls must then progress them (`progress`).
@@ -184,8 +212,12 @@ pub fn progress() {
     // Under MPI_THREAD_SERIALIZED, gpuwire's MPI lock for the matching calls below.
     let _mpi = crate::runtime::mpi_lock();
     let mut blocked = Blocked::default();
-    q.retain(|e| {
-        let sig = (e.key, e.want.source, e.want.tag);
+    // A blocking receive in MPI_Mprobe is earlier than every entry.
+    if let Some(sig) = q.probing {
+        blocked.add(sig);
+    }
+    q.entries.retain(|e| {
+        let sig = e.sig();
         if Arc::strong_count(e) == 1 {
             // Its request is gone (never waited for): nothing may be written for it any more.
             return false;
@@ -213,24 +245,24 @@ pub fn progress() {
     QUEUED.store(q.len(), Ordering::Release);
 }
 
-/// The (communicator, source, tag) of the entries that `progress` left unmatched, which block
+/// The (communicator, source, tag) of the receives that `progress` left unmatched, which block
 /// the later entries they overlap: a few held inline (one per distinct signature), so that a
 /// pass over a queue of receives of one source and tag allocates nothing.
 #[derive(Default)]
 struct Blocked {
-    few: [(usize, i32, i32); 4],
+    few: [Sig; 4],
     n: usize,
-    more: Vec<(usize, i32, i32)>,
+    more: Vec<Sig>,
 }
 
 impl Blocked {
     /// Whether an earlier unmatched entry could take `sig`'s messages.
-    fn blocks(&self, sig: (usize, i32, i32)) -> bool {
+    fn blocks(&self, sig: Sig) -> bool {
         self.few[..self.n].iter().chain(&self.more).any(|b| b.0 == sig.0 && overlap((b.1, b.2), (sig.1, sig.2)))
     }
 
     /// Adds an unmatched entry's signature (once: an equal one blocks exactly what it blocks).
-    fn add(&mut self, sig: (usize, i32, i32)) {
+    fn add(&mut self, sig: Sig) {
         if self.few[..self.n].contains(&sig) || self.more.contains(&sig) {
             return;
         }
@@ -564,7 +596,7 @@ impl Pending for Recv {
         let mut q = lock(&QUEUE);
         let unmatched = matches!(&*lock(&self.e.state), State::Unmatched | State::Done(_));
         if unmatched {
-            q.retain(|e| !Arc::ptr_eq(e, &*self.e));
+            q.entries.retain(|e| !Arc::ptr_eq(e, &*self.e));
             QUEUED.store(q.len(), Ordering::Release);
             drop(q);
             drop(self);
@@ -610,9 +642,9 @@ pub fn wait_until(c: &Communicator, what: &str, mut done: impl FnMut() -> Result
 /// communicator, source and tag waits, else deferred.
 pub fn post(c: &Communicator, w: Want) -> Result<Recv> {
     let check = c.backend_state.get::<Check>().map(|k| (k.hdr, k.ack));
-    let e = new_entry(Entry { want: w, comm: RawComm(c.raw()), key: c as *const Communicator as usize, check, state: Mutex::new(State::Unmatched), matched: Mutex::new(None), probing: false });
+    let e = new_entry(Entry { want: w, comm: RawComm(c.raw()), key: c as *const Communicator as usize, check, state: Mutex::new(State::Unmatched), matched: Mutex::new(None) });
     let mut q = lock(&QUEUE);
-    let behind = q.iter().any(|x| x.key == e.key && overlap((x.want.source, x.want.tag), (w.source, w.tag)));
+    let behind = q.overlaps(e.key, w.source, w.tag);
     if !behind {
         let mut st = lock(&e.state);
         let mpi = crate::runtime::mpi_lock();
@@ -624,8 +656,8 @@ pub fn post(c: &Communicator, w: Want) -> Result<Recv> {
         }
     }
     // (A blocking receive waiting in MPI_Mprobe is no work for the progress thread.)
-    let first = q.iter().all(|x| x.probing);
-    q.push(e.clone());
+    let first = q.entries.is_empty();
+    q.entries.push(e.clone());
     QUEUED.store(q.len(), Ordering::Release);
     drop(q);
     if first {
@@ -639,41 +671,34 @@ pub fn post(c: &Communicator, w: Want) -> Result<Recv> {
 /// A blocking receive of `w`: MPI_Mprobe and a receive when nothing else needs progress (the
 /// common case), else a posted receive waited for. What it matched.
 ///
-/// While it waits in MPI_Mprobe the receive is held in `QUEUE` (`Entry::probing`), as the earlier
-/// receive it is: a receive that another thread posts meanwhile and that could take the same
-/// message waits behind it, as behind a posted MPI_Recv. MPICH does not treat a pending
+/// While it waits in MPI_Mprobe the receive is held in `QUEUE` (`Queue::probing`), as the
+/// earlier receive it is: a receive that another thread posts meanwhile and that could take the
+/// same message waits behind it, as behind a posted MPI_Recv. MPICH does not treat a pending
 /// MPI_Mprobe as a posted receive: another thread's later MPI_Improbe took its message (the
 /// later receive got the first message, or a wildcard one took a message it did not fit and
 /// the blocked receive waited for ever).
 pub fn recv(c: &Communicator, w: Want) -> Result<Matched> {
     // (`nb_p2p`: no timeout, not MPI_THREAD_SERIALIZED, no IPC receive pending.)
     if !deferred() && !c.nb_p2p() && c.backend_state.get::<Check>().is_none() {
-        let e = new_entry(Entry { want: w, comm: RawComm(c.raw()), key: c as *const Communicator as usize, check: None, state: Mutex::new(State::Unmatched), matched: Mutex::new(None), probing: true });
         let mut q = lock(&QUEUE);
-        if q.is_empty() {
-            // Locked while in MPI_Mprobe: `progress` never tries it (nor what it blocks), and
-            // finds it done afterwards (it makes no MPI call for it).
-            let mut held = lock(&e.state);
-            q.push(e.clone());
+        if q.len() == 0 {
+            // `progress` never tries what it blocks, nor does `post` match such a receive at
+            // once; MPI matches nothing for it (its message is this MPI_Mprobe's).
+            q.probing = Some((c as *const Communicator as usize, w.source, w.tag));
             QUEUED.store(q.len(), Ordering::Release);
             drop(q);
             let mut msg = message_null();
             // SAFETY: plain out-parameters.
             let mut status: sys::MPI_Status = unsafe { std::mem::zeroed() };
             let r = mpisys::check(unsafe { sys::MPI_Mprobe(mpi_source(w.source), mpi_tag(w.tag), c.raw(), &mut msg, &mut status) }, "MPI_Mprobe");
-            *held = State::Done(None);
-            drop(held);
             let mut q = lock(&QUEUE);
-            q.retain(|x| !Arc::ptr_eq(x, &e));
+            q.probing = None;
             QUEUED.store(q.len(), Ordering::Release);
             drop(q);
-            spare_entry(e);
             r?;
             return recv_probed(w, msg, &status);
         }
         // Another thread deferred a receive meanwhile: posted below, behind it where it overlaps.
-        drop(q);
-        spare_entry(e);
     }
     let mut r = post(c, w)?;
     r.wait()?;
@@ -755,11 +780,10 @@ pub fn probe(c: &Communicator, source: i32, tag: i32, block: bool) -> Result<Opt
     Ok(found)
 }
 
-/// Whether a deferred receive of `c` that has not taken its message yet could take one from
+/// Whether a queued receive of `c` that has not taken its message yet could take one from
 /// `source` with `tag` (MPI's rank and tag): it takes it before a probe sees it, as in MPI.
-fn spoken_for(queue: &[Arc<Entry>], c: &Communicator, source: i32, tag: i32) -> bool {
-    let key = c as *const Communicator as usize;
-    queue.iter().any(|e| e.key == key && overlap((e.want.source, e.want.tag), (source, tag)))
+fn spoken_for(queue: &Queue, c: &Communicator, source: i32, tag: i32) -> bool {
+    queue.overlaps(c as *const Communicator as usize, source, tag)
 }
 
 /// A blocking send of `count` elements at `ptr`: MPI_Send when nothing needs progress and no
