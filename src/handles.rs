@@ -14,12 +14,14 @@
 //! Registries hand out `Arc`s: an object stays alive while an operation or a pending request
 //! uses it, even if its handle is freed meanwhile; the last `Arc` releases it. Lookups, inserts
 //! and removals take no lock (see [`Registry`]): threads that use different handles do not
-//! wait for each other.
+//! wait for each other. The C API's lookups of communicators and buffers go through the
+//! thread's recent handles ([`Recent`]: a weak reference per handle, checked against its slot),
+//! which halves the atomic instructions of a lookup, the most of what it costs.
 
-use std::cell::RefCell;
+use std::cell::{RefCell, UnsafeCell};
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::thread::LocalKey;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
@@ -150,6 +152,99 @@ fn locate(index: usize) -> (usize, usize) {
     let q = index / CHUNK0 + 1;
     let k = (usize::BITS - 1 - q.leading_zeros()) as usize;
     (k, index - CHUNK0 * ((1 << k) - 1))
+}
+
+/// Entries of a thread's [`Recent`] handles of one registry.
+const RECENT: usize = 32;
+/// Highest score of a [`Recent`] entry.
+const RECENT_SCORE: u8 = 3;
+
+/// A handle a thread looked up, with a weak reference to its object (which keeps only the
+/// allocation: the object is dropped with its last `Arc`, as without the entry).
+struct Remembered<T> {
+    /// The handle (0: no entry).
+    handle: u64,
+    /// Its slot's state word.
+    state: *const AtomicU64,
+    /// The state's bits 32.. while the slot holds this handle's object: its generation, occupied.
+    occupied: u64,
+    object: Weak<T>,
+    /// Hits, up to RECENT_SCORE, less the lookups of other handles that wanted the entry since.
+    score: u8,
+    /// The last other handle that wanted the entry: it takes the entry when it misses again
+    /// with the score at 0. So handles that share an entry, or many handles looked up in turn
+    /// (more than there are entries), do not evict one another at every lookup (an eviction
+    /// costs two atomic instructions).
+    candidate: u64,
+}
+
+impl<T> Remembered<T> {
+    const EMPTY: Remembered<T> = Remembered { handle: 0, state: std::ptr::null(), occupied: 0, object: Weak::new(), score: 0, candidate: 0 };
+}
+
+/// A thread's recently looked-up handles of one registry, by slot (direct-mapped): what
+/// [`Registry::get_recent`] looks in first (the value of a `thread_local!`).
+pub struct Recent<T> {
+    entries: UnsafeCell<[Remembered<T>; RECENT]>,
+}
+
+impl<T> Default for Recent<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> Recent<T> {
+    pub const fn new() -> Self {
+        Recent { entries: UnsafeCell::new([const { Remembered::EMPTY }; RECENT]) }
+    }
+
+    /// The entry of `h`'s slot.
+    #[inline]
+    #[allow(clippy::mut_from_ref)]
+    fn entry(&self, h: u64) -> &mut Remembered<T> {
+        // SAFETY: a thread's own (thread_local), and no reference into it outlives the call that
+        // took it (`hit`, `note`, which call nothing that could reach it).
+        unsafe { &mut (*self.entries.get())[h as usize % RECENT] }
+    }
+
+    /// `h`'s object, if `h` is here and its slot holds it still.
+    #[inline]
+    fn hit(&self, h: u64) -> Option<Arc<T>> {
+        let e = self.entry(h);
+        if e.handle != h || h == 0 {
+            return None;
+        }
+        // SAFETY: a slot of the registry that made the entry (handles name their registry's
+        // kind); its chunks never move and are never freed while the registry exists.
+        let s = unsafe { &*e.state }.load(Ordering::Acquire);
+        if s >> 32 != e.occupied {
+            return None;
+        }
+        // The registry holds the object, unless a removal came just after the load: the upgrade
+        // then fails (and `get` refuses the handle) or finds the object alive, as a lookup
+        // counted before that removal would.
+        let a = e.object.upgrade()?;
+        e.score = (e.score + 1).min(RECENT_SCORE);
+        Some(a)
+    }
+
+    /// After a `get` of `h` (`found`, in `state`'s slot) that `hit` did not answer: `h` takes
+    /// the entry when it is free, or when `h` missed it last and its score is down to 0.
+    fn note(&self, h: u64, state: Option<&AtomicU64>, found: Option<&Arc<T>>) {
+        let e = self.entry(h);
+        if e.handle == h && h != 0 {
+            // Freed (or being freed).
+            *e = Remembered::EMPTY;
+        }
+        let (Some(state), Some(a)) = (state, found) else { return };
+        if e.handle != 0 && (e.score > 0 || e.candidate != h) {
+            e.score = e.score.saturating_sub(1);
+            e.candidate = h;
+            return;
+        }
+        *e = Remembered { handle: h, state, occupied: (((h >> 32) & GEN_MASK) << 1) | 1, object: Arc::downgrade(a), score: 1, candidate: 0 };
+    }
 }
 
 /// A registry of one kind of object.
@@ -335,6 +430,28 @@ impl<T> Registry<T> {
             }
         }
         Err(self.refused(h))
+    }
+
+    /// `get` through this thread's [`Recent`] handles of the registry: a handle found there
+    /// whose slot still holds it (one plain load) has its object from the weak reference kept
+    /// there, one atomic instruction instead of the three of `get`. Any other handle takes
+    /// `get`, and the entry when the entry's score allows ([`Recent`]).
+    /// One `Recent` per registry: its entries point into this registry's slots.
+    #[inline]
+    pub fn get_recent(&'static self, recent: &'static LocalKey<Recent<T>>, h: u64) -> Result<Arc<T>> {
+        match recent.try_with(|r| r.hit(h)) {
+            Ok(Some(a)) => Ok(a),
+            _ => self.get_noted(recent, h),
+        }
+    }
+
+    /// `get_recent` of a handle that is not in `recent` (or is there, but freed).
+    #[inline(never)]
+    fn get_noted(&self, recent: &'static LocalKey<Recent<T>>, h: u64) -> Result<Arc<T>> {
+        let found = self.get(h);
+        let slot = found.as_ref().ok().and_then(|_| self.slot((h & 0xFFFF_FFFF) as usize));
+        let _ = recent.try_with(|r| r.note(h, slot.map(|s| &s.state), found.as_ref().ok()));
+        found
     }
 
     /// Why `get` refused `h`: NULL, another kind, never issued, or freed.
@@ -697,6 +814,119 @@ mod tests {
             }
             assert_eq!(drops.load(SeqCst), before + 1, "round {round}: the object is dropped once");
         }
+    }
+
+    /// `get_recent`: a handle looked up before is found through the thread's entry (a weak
+    /// reference: the object is dropped when freed); a freed handle is refused, also while its
+    /// object lives on and after its slot took a new one; handles that share an entry do not
+    /// evict one another at every lookup.
+    #[test]
+    fn recent_handles_are_found_while_live_only() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        static DROPS: AtomicUsize = AtomicUsize::new(0);
+        #[derive(Debug)]
+        struct Noted(u64);
+        impl Drop for Noted {
+            fn drop(&mut self) {
+                DROPS.fetch_add(1, SeqCst);
+            }
+        }
+        static R: Registry<Noted> = Registry::new(Kind::Buffer);
+        thread_local! {
+            static MINE: Recent<Noted> = const { Recent::new() };
+        }
+        let remembered = |h: u64| Arc::weak_count(&R.get(h).unwrap()) == 1;
+        let h = R.insert(Arc::new(Noted(1))).unwrap();
+        assert!(R.get_recent(&MINE, 0).unwrap_err().to_string().contains("NULL"), "the NULL handle, as a free entry's");
+        assert_eq!(R.get_recent(&MINE, h).unwrap().0, 1);
+        assert!(remembered(h), "the first lookup takes the free entry");
+        assert!(R.get_recent(&MINE, 0).is_err() && R.get_recent(&MINE, h ^ 1 << 40).is_err());
+        assert_eq!(R.get_recent(&MINE, h).unwrap().0, 1);
+        drop(R.remove(h).unwrap());
+        assert_eq!(DROPS.load(SeqCst), 1, "the entry keeps no object alive");
+        assert!(R.get_recent(&MINE, h).unwrap_err().to_string().contains("freed"));
+        let h2 = R.insert(Arc::new(Noted(2))).unwrap();
+        assert_eq!(h2 & 0xFFFF_FFFF, h & 0xFFFF_FFFF, "the slot is reused");
+        assert!(R.get_recent(&MINE, h).is_err());
+        assert_eq!(R.get_recent(&MINE, h2).unwrap().0, 2);
+        assert_eq!(R.get_recent(&MINE, h2).unwrap().0, 2);
+        let kept = R.get_recent(&MINE, h2).unwrap();
+        drop(R.remove(h2).unwrap());
+        assert!(R.get_recent(&MINE, h2).is_err(), "freed while its object lives on");
+        drop(kept);
+        // Slots 0 and RECENT share an entry.
+        let hs: Vec<u64> = (0..=RECENT as u64).map(|i| R.insert(Arc::new(Noted(10 + i))).unwrap()).collect();
+        let (a, b) = (hs[0], hs[RECENT]);
+        assert_eq!(a as usize % RECENT, b as usize % RECENT);
+        for _ in 0..3 {
+            R.get_recent(&MINE, a).unwrap();
+        }
+        for _ in 0..10 {
+            assert_eq!(R.get_recent(&MINE, b).unwrap().0, 10 + RECENT as u64);
+            assert_eq!(R.get_recent(&MINE, a).unwrap().0, 10);
+        }
+        assert!(remembered(a) && !remembered(b), "a, hit between b's lookups, keeps the entry");
+        for _ in 0..4 {
+            R.get_recent(&MINE, b).unwrap();
+        }
+        assert!(remembered(b) && !remembered(a), "b, looked up in a row, takes it");
+        std::thread::spawn(move || assert_eq!(R.get_recent(&MINE, a).unwrap().0, 10)).join().unwrap();
+        for h in hs {
+            drop(R.remove(h).unwrap());
+        }
+        assert_eq!(DROPS.load(SeqCst), 3 + RECENT);
+    }
+
+    /// `get_recent` from several threads while handles are inserted and removed (slots retire
+    /// after 7 generations): a live handle gives its own object, a freed one is refused, every
+    /// object is dropped once.
+    #[test]
+    fn concurrent_recent_lookups_find_live_handles_only() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        static DROPS: AtomicUsize = AtomicUsize::new(0);
+        #[derive(Debug)]
+        struct Noted(u64);
+        impl Drop for Noted {
+            fn drop(&mut self) {
+                DROPS.fetch_add(1, SeqCst);
+            }
+        }
+        static R: Registry<Noted> = Registry::with_limits(Kind::Request, 7, 1 << 32);
+        thread_local! {
+            static MINE: Recent<Noted> = const { Recent::new() };
+        }
+        static LIVE: std::sync::Mutex<Vec<(u64, u64)>> = std::sync::Mutex::new(Vec::new());
+        const PER_THREAD: u64 = 20_000;
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                std::thread::spawn(move || {
+                    for n in 0..PER_THREAD {
+                        let v = t * PER_THREAD + n;
+                        let h = R.insert(Arc::new(Noted(v))).unwrap();
+                        assert_eq!(R.get_recent(&MINE, h).unwrap().0, v);
+                        LIVE.lock().unwrap().push((h, v));
+                        // Another thread's handle, looked up twice (remembered), then freed.
+                        let other = {
+                            let mut l = LIVE.lock().unwrap();
+                            let i = (n as usize * 7) % l.len();
+                            l.swap_remove(i)
+                        };
+                        for _ in 0..2 {
+                            assert_eq!(R.get_recent(&MINE, other.0).unwrap().0, other.1, "handle {:#x} gave another object", other.0);
+                        }
+                        assert_eq!(R.remove(other.0).unwrap().0, other.1);
+                        assert!(R.get_recent(&MINE, other.0).is_err(), "freed handle {:#x} found", other.0);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        for (h, _) in std::mem::take(&mut *LIVE.lock().unwrap()) {
+            drop(R.remove(h).unwrap());
+        }
+        assert_eq!(DROPS.load(SeqCst), 4 * PER_THREAD as usize);
     }
 
     /// `boxed` and `unbox`: the object is dropped at once, the next one of the thread lives in

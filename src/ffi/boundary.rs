@@ -8,10 +8,14 @@ use std::sync::Arc;
 use crate::buffer::{BUFFERS, Buffer};
 use crate::comm::{COMMS, Communicator};
 use crate::error::{Error, Result, Status};
+use crate::handles::Recent;
 use crate::runtime;
 
 thread_local! {
     static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
+    /// The communicators and buffers this thread looked up recently (`Registry::get_recent`).
+    static RECENT_COMMS: Recent<Communicator> = const { Recent::new() };
+    static RECENT_BUFFERS: Recent<Buffer> = const { Recent::new() };
 }
 
 /// Records `msg` as this thread's last error.
@@ -63,13 +67,13 @@ pub fn write<T>(p: *mut T, v: T) {
 /// The communicator behind a handle.
 pub fn comm(h: u64) -> Result<Arc<Communicator>> {
     runtime::ensure_ready()?;
-    COMMS.get(h)
+    COMMS.get_recent(&RECENT_COMMS, h)
 }
 
 /// The buffer behind a handle.
 pub fn buffer(h: u64) -> Result<Arc<Buffer>> {
     runtime::ensure_ready()?;
-    BUFFERS.get(h)
+    BUFFERS.get_recent(&RECENT_BUFFERS, h)
 }
 
 /// The buffer behind a handle, or `None` for the NULL handle (arguments that are not
