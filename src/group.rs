@@ -387,11 +387,11 @@ fn by_comm<'a>(es: &[&'a Entry]) -> Vec<Vec<&'a Entry>> {
 /// Starts `op`'s receive (`receives`) or its send, if it has one, as a nonblocking operation.
 fn start_part(c: &Arc<Communicator>, op: &Op, stream: Stream, receives: bool) -> Option<Result<Request>> {
     Some(match (op, receives) {
-        (Op::Recv { buf, source, tag }, true) => c.irecv(buf, *source, *tag, false, stream),
-        (Op::Irecv { buf, source, tag, upto }, true) => c.irecv(buf, *source, *tag, *upto, stream),
-        (Op::Sendrecv { recv, source, recvtag, .. }, true) => c.irecv(recv, *source, *recvtag, false, stream),
-        (Op::Send { buf, dest, tag } | Op::Isend { buf, dest, tag }, false) => c.isend(buf, *dest, *tag, stream),
-        (Op::Sendrecv { send, dest, sendtag, .. }, false) => c.isend(send, *dest, *sendtag, stream),
+        (Op::Recv { buf, source, tag }, true) => c.irecv(buf.clone(), *source, *tag, false, stream),
+        (Op::Irecv { buf, source, tag, upto }, true) => c.irecv(buf.clone(), *source, *tag, *upto, stream),
+        (Op::Sendrecv { recv, source, recvtag, .. }, true) => c.irecv(recv.clone(), *source, *recvtag, false, stream),
+        (Op::Send { buf, dest, tag } | Op::Isend { buf, dest, tag }, false) => c.isend(buf.clone(), *dest, *tag, stream),
+        (Op::Sendrecv { send, dest, sendtag, .. }, false) => c.isend(send.clone(), *dest, *sendtag, stream),
         _ => return None,
     })
 }

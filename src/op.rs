@@ -318,8 +318,8 @@ impl Op {
         match self {
             Op::Send { buf, dest, tag } => c.send(buf, *dest, *tag, stream),
             Op::Recv { buf, source, tag } => c.recv(buf, *source, *tag, stream),
-            Op::Isend { buf, dest, tag } => c.isend(buf, *dest, *tag, stream)?.wait(),
-            Op::Irecv { buf, source, tag, upto } => c.irecv(buf, *source, *tag, *upto, stream)?.wait(),
+            Op::Isend { buf, dest, tag } => c.isend(buf.clone(), *dest, *tag, stream)?.wait(),
+            Op::Irecv { buf, source, tag, upto } => c.irecv(buf.clone(), *source, *tag, *upto, stream)?.wait(),
             Op::Sendrecv { send, dest, sendtag, recv, source, recvtag } => c.sendrecv(send, *dest, *sendtag, recv, *source, *recvtag, stream),
             Op::Barrier => c.barrier(stream),
             Op::Bcast { buf, root } => c.bcast(buf, *root, stream),
@@ -340,23 +340,23 @@ impl Op {
     }
 
     /// Starts a nonblocking point-to-point operation (isend/irecv) now and returns its request
-    /// (of a view: on scratch, unpacked when the request completes).
-    fn start(&self, c: &Arc<Communicator>, stream: Stream) -> Result<Request> {
-        if !crate::view::has_views(self) {
+    /// (of a view: on scratch, unpacked when the request completes), which takes the buffers.
+    fn start(self, c: &Arc<Communicator>, stream: Stream) -> Result<Request> {
+        if !crate::view::has_views(&self) {
             return self.start_contiguous(c, stream);
         }
-        let p = crate::view::pack(self, c, stream)?;
-        let inner = p.op.start_contiguous(c, stream)?;
+        let p = crate::view::pack(&self, c, stream)?;
+        let inner = p.op.clone().start_contiguous(c, stream)?;
         let pending = crate::view::Unpacking { inner: Some(inner), packed: Some(p), stream, matched: None };
         Ok(Request::new(Box::new(pending), c.clone(), self.buffers()))
     }
 
-    fn start_contiguous(&self, c: &Arc<Communicator>, stream: Stream) -> Result<Request> {
+    fn start_contiguous(self, c: &Arc<Communicator>, stream: Stream) -> Result<Request> {
         match self {
-            Op::Isend { buf, dest, tag } | Op::Send { buf, dest, tag } => c.isend(buf, *dest, *tag, stream),
-            Op::Irecv { buf, source, tag, upto } => c.irecv(buf, *source, *tag, *upto, stream),
-            Op::Recv { buf, source, tag } => c.irecv(buf, *source, *tag, false, stream),
-            _ => Err(Error::Internal(format!("{} is not a point-to-point start", self.name()))),
+            Op::Isend { buf, dest, tag } | Op::Send { buf, dest, tag } => c.isend(buf, dest, tag, stream),
+            Op::Irecv { buf, source, tag, upto } => c.irecv(buf, source, tag, upto, stream),
+            Op::Recv { buf, source, tag } => c.irecv(buf, source, tag, false, stream),
+            other => Err(Error::Internal(format!("{} is not a point-to-point start", other.name()))),
         }
     }
 

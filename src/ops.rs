@@ -456,8 +456,8 @@ impl Communicator {
         self.path(Operation::Recv, &[Some(buf)])?.recv(self, buf, source, tag, stream)
     }
 
-    /// As MPI_Isend; the request keeps the communicator and the buffer alive.
-    pub fn isend(self: &Arc<Self>, buf: &Arc<Buffer>, dest: i32, tag: i32, stream: Stream) -> Result<Request> {
+    /// As MPI_Isend; the request keeps the communicator and the buffer alive (it takes `buf`).
+    pub fn isend(self: &Arc<Self>, buf: Arc<Buffer>, dest: i32, tag: i32, stream: Stream) -> Result<Request> {
         self.ensure_usable()?;
         self.check_rank("isend", "destination", dest, true)?;
         self.check_tag("isend", tag)?;
@@ -465,28 +465,28 @@ impl Communicator {
         let pending: Box<dyn crate::request::Pending> = if dest == PROC_NULL {
             Box::new(Done)
         } else {
-            self.path(Operation::Isend, &[Some(buf)])?.isend(self, buf, dest, tag, stream)?
+            self.path(Operation::Isend, &[Some(&buf)])?.isend(self, &buf, dest, tag, stream)?
         };
-        Ok(Request::of_one(pending, self.clone(), buf.clone()))
+        Ok(Request::of_one(pending, self.clone(), buf))
     }
 
     /// As MPI_Irecv of exactly `buf.count()` elements, or with `upto` of up to them. The
     /// request reports what it matched (a GPUWIRE_PROC_NULL receive: GPUWIRE_PROC_NULL,
-    /// GPUWIRE_ANY_TAG, 0 elements, as MPI).
-    pub fn irecv(self: &Arc<Self>, buf: &Arc<Buffer>, source: i32, tag: i32, upto: bool, stream: Stream) -> Result<Request> {
+    /// GPUWIRE_ANY_TAG, 0 elements, as MPI). The request takes `buf`.
+    pub fn irecv(self: &Arc<Self>, buf: Arc<Buffer>, source: i32, tag: i32, upto: bool, stream: Stream) -> Result<Request> {
         self.ensure_usable()?;
         self.check_source_tag("irecv", source, tag)?;
-        self.check_wildcard_path("irecv", buf, source, tag)?;
+        self.check_wildcard_path("irecv", &buf, source, tag)?;
         let (source, tag) = (recv_source(source), recv_tag(tag));
         if source == PROC_NULL {
             let s = crate::request::Status { source: PROC_NULL, tag: ANY_TAG, count: 0 };
-            return Ok(Request::of_one(Box::new(Done), self.clone(), buf.clone()).with_status(s));
+            return Ok(Request::of_one(Box::new(Done), self.clone(), buf).with_status(s));
         }
-        let path = self.path(Operation::Irecv, &[Some(buf)])?;
-        let pending = if upto { path.irecv_upto(self, buf, source, tag, stream)? } else { path.irecv(self, buf, source, tag, stream)? };
+        let path = self.path(Operation::Irecv, &[Some(&buf)])?;
+        let pending = if upto { path.irecv_upto(self, &buf, source, tag, stream)? } else { path.irecv(self, &buf, source, tag, stream)? };
         // Paths without wildcards report nothing: the source and tag are the given ones.
         let s = crate::request::Status { source, tag, count: buf.count() as i64 };
-        Ok(Request::of_one(pending, self.clone(), buf.clone()).with_status(s))
+        Ok(Request::of_one(pending, self.clone(), buf).with_status(s))
     }
 
     /// As MPI_Sendrecv (either side may be GPUWIRE_PROC_NULL).
