@@ -49,19 +49,26 @@ pub fn pending() -> bool {
     sources().iter().any(|s| (s.pending)())
 }
 
-/// Passes of [`progress_all`] made by gpuwire's waits and tests (not by a progress thread).
+/// Passes of gpuwire's waits and tests ([`count_pass`]; not of a progress thread).
 static PASSES: AtomicU64 = AtomicU64::new(0);
 
 /// Progresses every source's pending receives that no other thread is progressing (each is
 /// tried, never waited for).
 pub fn progress_all() {
-    // A load and a store, not an atomic add (a locked instruction per pass): only whether the
-    // count moves matters, so an increment lost between two threads' passes loses nothing.
-    PASSES.store(PASSES.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+    count_pass();
     progress_sources();
     if let Some(f) = AFTER_PASS.get() {
         f();
     }
+}
+
+/// Counts a pass of gpuwire's waits and tests: [`progress_all`]'s, and a wait's or test's own
+/// progress of a source (a receive's step matches the deferred receives itself, and a wait whose
+/// first step completes makes no other pass).
+pub fn count_pass() {
+    // A load and a store, not an atomic add (a locked instruction per pass): only whether the
+    // count moves matters, so an increment lost between two threads' passes loses nothing.
+    PASSES.store(PASSES.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
 }
 
 /// How many passes gpuwire's waits and tests have made: a progress thread that sees the count

@@ -553,6 +553,8 @@ impl Recv {
         if matches!(&*st, State::Unmatched | State::Checked { .. }) {
             drop(st);
             progress();
+            // (A wait's pass: the progress thread leaves the queue to it.)
+            crate::progress::count_pass();
             st = lock(&self.e.state);
         }
         match &mut *st {
@@ -860,6 +862,7 @@ impl Sending {
             return Ok(true);
         }
         progress();
+        crate::progress::count_pass();
         if !test_req(&mut self.req, "MPI_Test (send)")? {
             return Ok(false);
         }
