@@ -9,9 +9,18 @@
  * and 7: per message pair). Cases: 0 gpuwire_isend to GPUWIRE_PROC_NULL + gpuwire_wait;
  * 1 gpuwire_allreduce of 8 B; 2 gpuwire_sendrecv of 8 B to itself; 3 a window of 64
  * gpuwire_irecv + 64 gpuwire_isend to itself + gpuwire_waitall; 4-7 the same with raw MPI
- * (MPI_Isend + MPI_Wait, MPI_Allreduce, MPI_Sendrecv, MPI_Irecv/MPI_Isend/MPI_Waitall). */
+ * (MPI_Isend + MPI_Wait, MPI_Allreduce, MPI_Sendrecv, MPI_Irecv/MPI_Isend/MPI_Waitall).
+ *
+ * Wall clock of the same loops: `./host_calls time [REPS]` prints, per case, the medians of
+ * REPS (default 31) blocks of gpuwire and raw MPI timed alternately, and the median of the
+ * blocks' differences (ns added per call; per message pair for the window). Atomic instructions
+ * weigh more there than in the counts (about 6 ns each on the development machine). */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <mpi.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "gpuwire.h"
 
@@ -58,10 +67,48 @@ __attribute__((noinline)) void run_loop(int which, int n) {
     }
 }
 
+static double now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e9 + t.tv_nsec;
+}
+
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void wall_clock(int reps) {
+    static const char *names[4] = {"isend+wait", "allreduce 8 B", "sendrecv 8 B", "window, per pair"};
+    static const int iters[4] = {20000, 20000, 10000, 300};
+    double g[201], w[201], d[201];
+    if (reps < 1 || reps > 201) reps = 31;
+    for (int c = 0; c < 4; c++) {
+        double per = c == 3 ? iters[c] * (double)W : iters[c];
+        run_loop(c, iters[c]);
+        run_loop(c + 4, iters[c]);
+        for (int k = 0; k < reps; k++) {
+            double t0 = now_ns();
+            run_loop(c, iters[c]);
+            double t1 = now_ns();
+            run_loop(c + 4, iters[c]);
+            double t2 = now_ns();
+            g[k] = (t1 - t0) / per;
+            w[k] = (t2 - t1) / per;
+            d[k] = g[k] - w[k];
+        }
+        qsort(g, reps, sizeof g[0], by_value);
+        qsort(w, reps, sizeof w[0], by_value);
+        qsort(d, reps, sizeof d[0], by_value);
+        printf("%-17s raw %8.1f ns  gpuwire %8.1f ns  added %8.1f ns\n", names[c], w[reps / 2], g[reps / 2], d[reps / 2]);
+    }
+}
+
 int main(int argc, char **argv) {
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    if (argc != 3 || gpuwire_init() != GPUWIRE_SUCCESS) return 2;
+    int timing = argc >= 2 && strcmp(argv[1], "time") == 0;
+    if ((!timing && argc != 3) || gpuwire_init() != GPUWIRE_SUCCESS) return 2;
     gpuwire_config cfg;
     gpuwire_config_init(&cfg);
     cfg.backend = GPUWIRE_BACKEND_HOST;
@@ -71,9 +118,13 @@ int main(int argc, char **argv) {
         gpuwire_buffer_wrap(sb + 2 * i, 2, GPUWIRE_FLOAT32, GPUWIRE_SPACE_HOST, &s[i]);
         gpuwire_buffer_wrap(rb + 2 * i, 2, GPUWIRE_FLOAT32, GPUWIRE_SPACE_HOST, &r[i]);
     }
-    int which = atoi(argv[1]), n = atoi(argv[2]);
-    run_loop(which, 50); /* warm-up: in both counts, so it cancels */
-    run_loop(which, n);
+    if (timing) {
+        wall_clock(argc > 2 ? atoi(argv[2]) : 31);
+    } else {
+        int which = atoi(argv[1]), n = atoi(argv[2]);
+        run_loop(which, 50); /* warm-up: in both counts, so it cancels */
+        run_loop(which, n);
+    }
     gpuwire_finalize();
     MPI_Comm_free(&raw);
     MPI_Finalize();
