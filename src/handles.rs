@@ -252,8 +252,9 @@ impl<T> Recent<T> {
 /// Lookups take no lock: a lookup announces itself in the slot's state word (one atomic add),
 /// checks generation and occupancy in the value that add returned, clones the `Arc` and leaves
 /// (one atomic subtract). `remove` clears OCCUPIED first (lookups that come later refuse the
-/// handle) and then waits for the lookups already inside the slot, a few instructions each,
-/// before it takes the object; so a lookup never touches an object that was released. Slots live
+/// handle) and then waits for the lookups already inside the slot, a few instructions each (or
+/// a borrowing [`Registry::with`]'s call), before it takes the object; so a lookup never touches
+/// an object that was released. Slots live
 /// in chunks that are never freed while the registry exists, so a garbage handle that names an
 /// allocated slot reads only the registry's memory. Free slots are on a lock-free stack whose
 /// head carries a 32-bit count of its changes (ABA: a pop fails unless the head is unchanged).
@@ -452,6 +453,39 @@ impl<T> Registry<T> {
         let slot = found.as_ref().ok().and_then(|_| self.slot((h & 0xFFFF_FFFF) as usize));
         let _ = recent.try_with(|r| r.note(h, slot.map(|s| &s.state), found.as_ref().ok()));
         found
+    }
+
+    /// `f` of the object behind `h`, borrowed: the lookup stays counted in its slot while `f`
+    /// runs (one atomic instruction in, one out), instead of cloning the `Arc`. A removal of `h`
+    /// meanwhile waits until `f` returns: for calls that no other thread's removal may meet (a
+    /// request's wait or test: its own thread removes it once it completed).
+    #[inline]
+    pub fn with<R>(&self, h: u64, f: impl FnOnce(&Arc<T>) -> R) -> Result<R> {
+        if h >> 56 == self.kind as u64 {
+            let (index, generation) = ((h & 0xFFFF_FFFF) as usize, (h >> 32) & GEN_MASK);
+            if let Some(slot) = self.slot(index) {
+                /// Leaves the slot's count of lookups, also if `f` unwinds.
+                struct Counted<'a>(&'a AtomicU64);
+                impl Drop for Counted<'_> {
+                    fn drop(&mut self) {
+                        self.0.fetch_sub(1, Ordering::Release);
+                    }
+                }
+                let s = slot.state.fetch_add(1, Ordering::Acquire);
+                let counted = Counted(&slot.state);
+                if s >> 32 == (generation << 1) | 1 {
+                    // SAFETY: OCCUPIED with this generation when this lookup was counted: the
+                    // pointer is the registry's `Arc`, which `remove` releases only once the count
+                    // is 0 (after `counted` is dropped); it is not dropped here.
+                    let a = std::mem::ManuallyDrop::new(unsafe { Arc::from_raw(slot.value.load(Ordering::Relaxed)) });
+                    let r = f(&a);
+                    drop(counted);
+                    return Ok(r);
+                }
+                drop(counted);
+            }
+        }
+        Err(self.refused(h))
     }
 
     /// Why `get` refused `h`: NULL, another kind, never issued, or freed.
@@ -875,6 +909,32 @@ mod tests {
             drop(R.remove(h).unwrap());
         }
         assert_eq!(DROPS.load(SeqCst), 3 + RECENT);
+    }
+
+    /// `with`: the object borrowed for the call, no `Arc` taken; a stale handle refused; a
+    /// removal by another thread meanwhile waits until the call returns.
+    #[test]
+    fn with_borrows_and_removal_waits_for_it() {
+        use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+        let r: Arc<Registry<u64>> = Arc::new(Registry::new(Kind::Request));
+        let h = r.insert(Arc::new(7)).unwrap();
+        assert_eq!(r.with(h, |v| (**v, Arc::strong_count(v))).unwrap(), (7, 1));
+        let removed = Arc::new(AtomicBool::new(false));
+        let (r2, removed2) = (r.clone(), removed.clone());
+        let seen = r
+            .with(h, move |v| {
+                let t = std::thread::spawn(move || {
+                    drop(r2.remove(h).unwrap());
+                    removed2.store(true, SeqCst);
+                });
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                (**v, removed.load(SeqCst), t)
+            })
+            .unwrap();
+        seen.2.join().unwrap();
+        assert_eq!((seen.0, seen.1), (7, false), "the removal waited for the borrow");
+        assert!(r.with(h, |_| ()).unwrap_err().to_string().contains("freed"));
+        assert!(r.with(0, |_| ()).is_err());
     }
 
     /// `get_recent` from several threads while handles are inserted and removed (slots retire

@@ -56,11 +56,10 @@ pub fn register(r: Request) -> Result<u64> {
     REQUESTS.insert(a)
 }
 
-/// Unregisters `h`, a completed (or failed) request whose object `r` the caller is done with:
-/// later uses of `h` fail as freed, and `r`'s allocation is kept for the thread's next request
-/// when nothing else refers to it.
-pub fn release(h: u64, r: Arc<Request>) {
-    let _ = REQUESTS.remove(h);
+/// Unregisters `h`, a completed (or failed) request: later uses of `h` fail as freed, and its
+/// object's allocation is kept for the thread's next request when nothing else refers to it.
+pub fn release(h: u64) {
+    let Ok(r) = REQUESTS.remove(h) else { return };
     if let Some(m) = handles::vacate(r) {
         let _ = SPARE.try_with(|s| {
             let mut s = s.borrow_mut();

@@ -255,17 +255,15 @@ fn finish_status(request: *mut gpuwire_request, wait: bool, status: &mut crate::
         *status = crate::request::Status::EMPTY;
         return Ok(true);
     }
-    let r: Arc<Request> = {
-        crate::runtime::ensure_ready()?;
-        REQUESTS.get(h)?
-    };
+    crate::runtime::ensure_ready()?;
+    // Borrowed, not cloned: this thread alone removes the request (below, once it completed).
     // A request of a group that has not ended: an error, and the request left as it was.
-    let (done, s) = r.finish(wait)?;
+    let (done, s) = REQUESTS.with(h, |r| r.finish(wait))??;
     match done {
         Ok(true) | Err(_) => {
             *status = s;
             // A completed (or failed) request is gone, as MPI sets it to MPI_REQUEST_NULL.
-            crate::request::release(h, r);
+            crate::request::release(h);
             write(request, 0);
         }
         Ok(false) => {}
