@@ -145,9 +145,18 @@ struct Entry {
     comm: RawComm,
     key: usize,
     check: Option<(RawComm, RawComm)>,
-    state: Mutex<State>,
+    state: Mutex<Stage>,
+}
+
+/// A receive's state and what it matched, under the entry's lock.
+struct Stage {
+    now: State,
     /// What the receive matched (set when its data message matched).
-    matched: Mutex<Option<Matched>>,
+    matched: Option<Matched>,
+}
+
+impl Stage {
+    const POSTED: Stage = Stage { now: State::Unmatched, matched: None };
 }
 
 impl Entry {
@@ -237,7 +246,7 @@ pub fn progress() {
                 true
             }
             Err(err) => {
-                *st = State::Done(Some(err));
+                st.now = State::Done(Some(err));
                 false
             }
         }
@@ -277,7 +286,8 @@ impl Blocked {
 
 /// One nonblocking matching step of an entry: true once its message (and in checking mode its
 /// header) matched.
-fn try_match(e: &Entry, st: &mut State) -> Result<bool> {
+fn try_match(e: &Entry, stage: &mut Stage) -> Result<bool> {
+    let Stage { now: st, matched } = stage;
     loop {
         match st {
             State::Unmatched => {
@@ -299,7 +309,7 @@ fn try_match(e: &Entry, st: &mut State) -> Result<bool> {
                 }
                 let Some((mut msg, status)) = improbe(e, mpi_source(e.want.source), mpi_tag(e.want.tag))? else { return Ok(false) };
                 let m = Matched::of(&status)?;
-                *lock(&e.matched) = Some(m);
+                *matched = Some(m);
                 *st = receive(&e.want, &mut msg, m, None, RawRequest(mpisys::request_null()), None)?;
                 return Ok(true);
             }
@@ -307,7 +317,7 @@ fn try_match(e: &Entry, st: &mut State) -> Result<bool> {
                 // The data message of the sender whose header matched (not any other's).
                 let Some((mut msg, status)) = improbe(e, *source, *tag)? else { return Ok(false) };
                 let m = Matched::of(&status)?;
-                *lock(&e.matched) = Some(m);
+                *matched = Some(m);
                 let State::Checked { err, ack, ack_req, .. } = std::mem::replace(st, State::Unmatched) else { unreachable!() };
                 *st = receive(&e.want, &mut msg, m, err, ack_req, Some(ack))?;
                 return Ok(true);
@@ -476,6 +486,9 @@ pub struct Recv {
     /// Taken by `drop` only.
     e: ManuallyDrop<Arc<Entry>>,
     comm: *const Communicator,
+    /// Complete (its step returned its outcome), with what it matched: read without the
+    /// entry's lock from then on.
+    finished: Option<Option<Matched>>,
 }
 
 thread_local! {
@@ -512,7 +525,7 @@ impl Drop for Recv {
         // one whose scratch MPI may still write keeps it (the entry is leaked with its request).
         // SAFETY: `e` is never used again.
         let e = unsafe { ManuallyDrop::take(&mut self.e) };
-        if matches!(&*lock(&e.state), State::Receiving { scratch: Some(_), .. }) {
+        if self.finished.is_none() && matches!(&lock(&e.state).now, State::Receiving { scratch: Some(_), .. }) {
             std::mem::forget(e);
             return;
         }
@@ -545,29 +558,41 @@ fn test_req(req: &mut RawRequest, what: &str) -> Result<bool> {
 impl Recv {
     /// The byte size of the matched message, once matched.
     pub fn received_bytes(&self) -> Option<u64> {
-        lock(&self.e.matched).map(|m| m.bytes)
+        self.matched().map(|m| m.bytes)
+    }
+
+    fn matched(&self) -> Option<Matched> {
+        match self.finished {
+            Some(m) => m,
+            None => lock(&self.e.state).matched,
+        }
     }
 
     fn step(&mut self) -> Result<bool> {
+        if self.finished.is_some() {
+            return Ok(true);
+        }
         let mut st = lock(&self.e.state);
-        if matches!(&*st, State::Unmatched | State::Checked { .. }) {
+        if matches!(&st.now, State::Unmatched | State::Checked { .. }) {
             drop(st);
             progress();
             // (A wait's pass: the progress thread leaves the queue to it.)
             crate::progress::count_pass();
             st = lock(&self.e.state);
         }
-        match &mut *st {
-            State::Unmatched | State::Checked { .. } => Ok(false),
+        let outcome = match &mut st.now {
+            State::Unmatched | State::Checked { .. } => return Ok(false),
             State::Receiving { req, ack_req, .. } => {
                 if !test_req(req, "MPI_Test (recv)")? || !test_req(ack_req, "MPI_Test (checking-mode answer)")? {
                     return Ok(false);
                 }
-                let State::Receiving { err, .. } = std::mem::replace(&mut *st, State::Done(None)) else { unreachable!() };
+                let State::Receiving { err, .. } = std::mem::replace(&mut st.now, State::Done(None)) else { unreachable!() };
                 err.map_or(Ok(true), Err)
             }
             State::Done(e) => e.take().map_or(Ok(true), Err),
-        }
+        };
+        self.finished = Some(st.matched);
+        outcome
     }
 }
 
@@ -588,7 +613,7 @@ impl Pending for Recv {
         Ok(done)
     }
     fn status(&self) -> Option<crate::request::Status> {
-        lock(&self.e.matched).map(|m| m.status(self.e.want.dtype))
+        self.matched().map(|m| m.status(self.e.want.dtype))
     }
     /// An unmatched receive is withdrawn (nothing will ever be written for it: true); one whose
     /// message matched, or whose checking-mode answer is in flight, is left to MPI (false).
@@ -596,7 +621,7 @@ impl Pending for Recv {
         // Under the queue's lock (taken before the entry's, as `progress` does), so that no
         // other thread matches the entry between the look and the withdrawal.
         let mut q = lock(&QUEUE);
-        let unmatched = matches!(&*lock(&self.e.state), State::Unmatched | State::Done(_));
+        let unmatched = matches!(&lock(&self.e.state).now, State::Unmatched | State::Done(_));
         if unmatched {
             q.entries.retain(|e| !Arc::ptr_eq(e, &*self.e));
             QUEUED.store(q.len(), Ordering::Release);
@@ -644,7 +669,7 @@ pub fn wait_until(c: &Communicator, what: &str, mut done: impl FnMut() -> Result
 /// communicator, source and tag waits, else deferred.
 pub fn post(c: &Communicator, w: Want) -> Result<Recv> {
     let check = c.backend_state.get::<Check>().map(|k| (k.hdr, k.ack));
-    let e = new_entry(Entry { want: w, comm: RawComm(c.raw()), key: c as *const Communicator as usize, check, state: Mutex::new(State::Unmatched), matched: Mutex::new(None) });
+    let e = new_entry(Entry { want: w, comm: RawComm(c.raw()), key: c as *const Communicator as usize, check, state: Mutex::new(Stage::POSTED) });
     let mut q = lock(&QUEUE);
     let behind = q.overlaps(e.key, w.source, w.tag);
     if !behind {
@@ -654,7 +679,7 @@ pub fn post(c: &Communicator, w: Want) -> Result<Recv> {
         drop(mpi);
         drop(st);
         if matched {
-            return Ok(Recv { e: ManuallyDrop::new(e), comm: c });
+            return Ok(Recv { e: ManuallyDrop::new(e), comm: c, finished: None });
         }
     }
     // (A blocking receive waiting in MPI_Mprobe is no work for the progress thread.)
@@ -667,7 +692,7 @@ pub fn post(c: &Communicator, w: Want) -> Result<Recv> {
         // entries, `progress::pending` keeps that thread running, so only the first needs it.
         crate::progress::posted();
     }
-    Ok(Recv { e: ManuallyDrop::new(e), comm: c })
+    Ok(Recv { e: ManuallyDrop::new(e), comm: c, finished: None })
 }
 
 /// A blocking receive of `w`: MPI_Mprobe and a receive when nothing else needs progress (the
@@ -704,7 +729,7 @@ pub fn recv(c: &Communicator, w: Want) -> Result<Matched> {
     }
     let mut r = post(c, w)?;
     r.wait()?;
-    lock(&r.e.matched).ok_or_else(|| Error::Internal("a completed receive matched no message".into()))
+    r.matched().ok_or_else(|| Error::Internal("a completed receive matched no message".into()))
 }
 
 /// The rest of `recv` once MPI_Mprobe matched `msg`: received into the buffer when its size is
