@@ -1,0 +1,535 @@
+/* A null device: the CUDA driver, NCCL and NVRTC calls gpuwire makes, answered on the CPU, so the
+ * host side of gpuwire's device paths can be profiled on a machine without a GPU (callgrind,
+ * perf, a wall clock). It is a measuring instrument, not a GPU emulator:
+ *
+ * - "Device" memory (cuMemAlloc) and pinned memory (cuMemHostAlloc, cuMemAllocHost,
+ *   cuMemHostRegister) are ordinary host memory that the library remembers, so that
+ *   cuPointerGetAttribute classifies pointers as the driver does (unknown memory:
+ *   CUDA_ERROR_INVALID_VALUE).
+ * - Every stream is synchronous: a copy or a memset happens in the call, events are complete
+ *   when recorded, cuStreamWriteValue32 writes at once. A cuStreamWaitValue32 whose word is not
+ *   reached yet fails (CUDA_ERROR_NOT_SUPPORTED): the stream-ordered MPI paths do not run here.
+ * - Kernels do not run: cuLaunchKernel returns CUDA_SUCCESS and does nothing (a path that
+ *   needs a kernel's result gives wrong data; the first launch prints a warning).
+ *   NULLDEV_KERNELS=fail makes launches fail instead.
+ * - NCCL for one rank: collectives copy their input (a reduction over one rank), sends to
+ *   oneself are matched with receives in order at the outermost ncclGroupEnd (or at once
+ *   outside a group). More ranks: ncclCommInitRank fails.
+ * - CUDA IPC and peer access are "not supported".
+ *
+ * One device (NULLDEV_DEVICES=N for more), compute capability 9.0, driver 12.8, NCCL 2.23.4.
+ *
+ * Build and use (scripts/null-device.sh does both):
+ *   cc -O2 -shared -fPIC -o .nulldev/libcuda.so bench/null_device.c -lpthread
+ *   for l in libcuda.so.1 libnccl.so libnccl.so.2 libnvrtc.so; do ln -sf libcuda.so .nulldev/$l; done
+ *   LD_LIBRARY_PATH=$PWD/.nulldev mpirun -np 1 target/release/gpuwire-bench device --backend nccl
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef void *CUstream;
+typedef void *CUevent;
+typedef void *CUcontext;
+typedef void *CUmodule;
+typedef void *CUfunction;
+
+enum {
+    CUDA_SUCCESS = 0,
+    CUDA_ERROR_INVALID_VALUE = 1,
+    CUDA_ERROR_NOT_SUPPORTED = 801,
+    CUDA_ERROR_LAUNCH_FAILED = 719,
+};
+enum { MEM_HOST = 1, MEM_DEVICE = 2 };
+enum { KIND_DEVICE, KIND_MANAGED, KIND_PINNED, KIND_REGISTERED };
+
+/* ---- memory the driver knows ---- */
+
+struct range {
+    uintptr_t start;
+    size_t bytes;
+    int kind;
+    unsigned long long id;
+};
+
+static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct range *ranges;
+static size_t n_ranges, cap_ranges;
+static unsigned long long next_id = 1;
+
+static void remember(void *p, size_t bytes, int kind) {
+    pthread_mutex_lock(&mem_lock);
+    if (n_ranges == cap_ranges) {
+        cap_ranges = cap_ranges ? 2 * cap_ranges : 256;
+        ranges = realloc(ranges, cap_ranges * sizeof *ranges);
+        if (!ranges)
+            abort();
+    }
+    ranges[n_ranges++] = (struct range){(uintptr_t)p, bytes ? bytes : 1, kind, next_id++};
+    pthread_mutex_unlock(&mem_lock);
+}
+
+static int forget(void *p) {
+    int found = 0;
+    pthread_mutex_lock(&mem_lock);
+    for (size_t i = 0; i < n_ranges; i++)
+        if (ranges[i].start == (uintptr_t)p) {
+            ranges[i] = ranges[--n_ranges];
+            found = 1;
+            break;
+        }
+    pthread_mutex_unlock(&mem_lock);
+    return found;
+}
+
+static int lookup(uintptr_t p, struct range *out) {
+    int found = 0;
+    pthread_mutex_lock(&mem_lock);
+    for (size_t i = 0; i < n_ranges; i++)
+        if (p >= ranges[i].start && p - ranges[i].start < ranges[i].bytes) {
+            *out = ranges[i];
+            found = 1;
+            break;
+        }
+    pthread_mutex_unlock(&mem_lock);
+    return found;
+}
+
+static void *alloc_kind(size_t bytes, int kind) {
+    void *p = NULL;
+    if (posix_memalign(&p, 256, bytes ? bytes : 1))
+        return NULL;
+    remember(p, bytes, kind);
+    return p;
+}
+
+static int devices(void) {
+    const char *e = getenv("NULLDEV_DEVICES");
+    int n = e ? atoi(e) : 1;
+    return n < 0 ? 0 : n;
+}
+
+/* ---- driver: initialisation, devices, contexts ---- */
+
+CUresult cuInit(unsigned flags) { (void)flags; return CUDA_SUCCESS; }
+CUresult cuDriverGetVersion(int *v) { *v = 12080; return CUDA_SUCCESS; }
+CUresult cuDeviceGetCount(int *n) { *n = devices(); return CUDA_SUCCESS; }
+CUresult cuDeviceGet(int *dev, int ordinal) {
+    if (ordinal < 0 || ordinal >= devices())
+        return CUDA_ERROR_INVALID_VALUE;
+    *dev = ordinal;
+    return CUDA_SUCCESS;
+}
+CUresult cuDeviceGetAttribute(int *v, int attr, int dev) {
+    (void)dev;
+    switch (attr) {
+    case 75: *v = 9; break; /* COMPUTE_CAPABILITY_MAJOR */
+    case 76: *v = 0; break; /* COMPUTE_CAPABILITY_MINOR */
+    case 16: *v = 132; break; /* MULTIPROCESSOR_COUNT */
+    case 1: *v = 1024; break; /* MAX_THREADS_PER_BLOCK */
+    case 10: *v = 32; break; /* WARP_SIZE */
+    default: *v = 1;
+    }
+    return CUDA_SUCCESS;
+}
+CUresult cuDeviceGetName(char *name, int len, int dev) {
+    (void)dev;
+    snprintf(name, (size_t)len, "null device (bench/null_device.c)");
+    return CUDA_SUCCESS;
+}
+CUresult cuDeviceGetUuid(unsigned char *uuid, int dev) {
+    memset(uuid, 0, 16);
+    uuid[0] = 0x4e; /* 'N' */
+    uuid[15] = (unsigned char)dev;
+    return CUDA_SUCCESS;
+}
+CUresult cuDeviceGetUuid_v2(unsigned char *uuid, int dev) { return cuDeviceGetUuid(uuid, dev); }
+CUresult cuDeviceTotalMem_v2(size_t *bytes, int dev) { (void)dev; *bytes = (size_t)80 << 30; return CUDA_SUCCESS; }
+CUresult cuDeviceCanAccessPeer(int *can, int a, int b) { (void)a; (void)b; *can = 0; return CUDA_SUCCESS; }
+CUresult cuDeviceGetPCIBusId(char *id, int len, int dev) { snprintf(id, (size_t)len, "0000:%02x:00.0", dev); return CUDA_SUCCESS; }
+
+static char contexts[64];
+static __thread CUcontext ctx_stack[16];
+static __thread int ctx_depth; /* ctx_stack[ctx_depth - 1] is current */
+
+static int ctx_device(CUcontext c) { return (int)((char *)c - contexts); }
+CUresult cuDevicePrimaryCtxRetain(CUcontext *c, int dev) {
+    if (dev < 0 || dev >= 64)
+        return CUDA_ERROR_INVALID_VALUE;
+    *c = &contexts[dev];
+    return CUDA_SUCCESS;
+}
+CUresult cuDevicePrimaryCtxRelease(int dev) { (void)dev; return CUDA_SUCCESS; }
+CUresult cuDevicePrimaryCtxRelease_v2(int dev) { (void)dev; return CUDA_SUCCESS; }
+CUresult cuCtxGetCurrent(CUcontext *c) { *c = ctx_depth ? ctx_stack[ctx_depth - 1] : NULL; return CUDA_SUCCESS; }
+CUresult cuCtxSetCurrent(CUcontext c) {
+    if (ctx_depth == 0)
+        ctx_depth = 1;
+    ctx_stack[ctx_depth - 1] = c;
+    if (!c)
+        ctx_depth = 0;
+    return CUDA_SUCCESS;
+}
+CUresult cuCtxPushCurrent_v2(CUcontext c) {
+    if (ctx_depth == 16)
+        return CUDA_ERROR_INVALID_VALUE;
+    ctx_stack[ctx_depth++] = c;
+    return CUDA_SUCCESS;
+}
+CUresult cuCtxPushCurrent(CUcontext c) { return cuCtxPushCurrent_v2(c); }
+CUresult cuCtxPopCurrent_v2(CUcontext *c) {
+    if (ctx_depth == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUcontext top = ctx_stack[--ctx_depth];
+    if (c)
+        *c = top;
+    return CUDA_SUCCESS;
+}
+CUresult cuCtxPopCurrent(CUcontext *c) { return cuCtxPopCurrent_v2(c); }
+CUresult cuCtxGetDevice(int *dev) {
+    if (!ctx_depth || !ctx_stack[ctx_depth - 1])
+        return CUDA_ERROR_INVALID_VALUE;
+    *dev = ctx_device(ctx_stack[ctx_depth - 1]);
+    return CUDA_SUCCESS;
+}
+CUresult cuCtxSynchronize(void) { return CUDA_SUCCESS; }
+CUresult cuCtxGetApiVersion(CUcontext c, unsigned *v) { (void)c; *v = 12080; return CUDA_SUCCESS; }
+
+CUresult cuGetErrorName(CUresult r, const char **s) {
+    switch (r) {
+    case CUDA_SUCCESS: *s = "CUDA_SUCCESS"; break;
+    case CUDA_ERROR_INVALID_VALUE: *s = "CUDA_ERROR_INVALID_VALUE"; break;
+    case CUDA_ERROR_NOT_SUPPORTED: *s = "CUDA_ERROR_NOT_SUPPORTED"; break;
+    case CUDA_ERROR_LAUNCH_FAILED: *s = "CUDA_ERROR_LAUNCH_FAILED"; break;
+    default: *s = "CUDA_ERROR_UNKNOWN";
+    }
+    return CUDA_SUCCESS;
+}
+CUresult cuGetErrorString(CUresult r, const char **s) {
+    *s = r == CUDA_ERROR_NOT_SUPPORTED ? "operation not supported by the null device" : "null device error";
+    return CUDA_SUCCESS;
+}
+
+/* ---- memory ---- */
+
+CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes) {
+    void *q = alloc_kind(bytes, KIND_DEVICE);
+    if (!q)
+        return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
+    *p = (CUdeviceptr)(uintptr_t)q;
+    return CUDA_SUCCESS;
+}
+CUresult cuMemAlloc(CUdeviceptr *p, size_t bytes) { return cuMemAlloc_v2(p, bytes); }
+CUresult cuMemAllocManaged(CUdeviceptr *p, size_t bytes, unsigned flags) {
+    (void)flags;
+    void *q = alloc_kind(bytes, KIND_MANAGED);
+    if (!q)
+        return 2;
+    *p = (CUdeviceptr)(uintptr_t)q;
+    return CUDA_SUCCESS;
+}
+CUresult cuMemFree_v2(CUdeviceptr p) {
+    if (p && forget((void *)(uintptr_t)p))
+        free((void *)(uintptr_t)p);
+    return CUDA_SUCCESS;
+}
+CUresult cuMemFree(CUdeviceptr p) { return cuMemFree_v2(p); }
+CUresult cuMemHostAlloc(void **p, size_t bytes, unsigned flags) {
+    (void)flags;
+    *p = alloc_kind(bytes, KIND_PINNED);
+    return *p ? CUDA_SUCCESS : 2;
+}
+CUresult cuMemAllocHost_v2(void **p, size_t bytes) { return cuMemHostAlloc(p, bytes, 0); }
+CUresult cuMemAllocHost(void **p, size_t bytes) { return cuMemHostAlloc(p, bytes, 0); }
+CUresult cuMemFreeHost(void *p) {
+    if (p && forget(p))
+        free(p);
+    return CUDA_SUCCESS;
+}
+CUresult cuMemHostRegister_v2(void *p, size_t bytes, unsigned flags) {
+    (void)flags;
+    remember(p, bytes, KIND_REGISTERED);
+    return CUDA_SUCCESS;
+}
+CUresult cuMemHostRegister(void *p, size_t bytes, unsigned flags) { return cuMemHostRegister_v2(p, bytes, flags); }
+CUresult cuMemHostUnregister(void *p) { return forget(p) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
+CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *d, void *p, unsigned flags) {
+    (void)flags;
+    *d = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+CUresult cuMemHostGetDevicePointer(CUdeviceptr *d, void *p, unsigned flags) { return cuMemHostGetDevicePointer_v2(d, p, flags); }
+CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *bytes, CUdeviceptr p) {
+    struct range r;
+    if (!lookup((uintptr_t)p, &r))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (base)
+        *base = r.start;
+    if (bytes)
+        *bytes = r.bytes;
+    return CUDA_SUCCESS;
+}
+CUresult cuMemGetAddressRange(CUdeviceptr *base, size_t *bytes, CUdeviceptr p) { return cuMemGetAddressRange_v2(base, bytes, p); }
+CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total) { *free_b = (size_t)64 << 30; *total = (size_t)80 << 30; return CUDA_SUCCESS; }
+
+CUresult cuPointerGetAttribute(void *out, int attr, CUdeviceptr p) {
+    struct range r;
+    if (!lookup((uintptr_t)p, &r))
+        return CUDA_ERROR_INVALID_VALUE;
+    int device = r.kind == KIND_DEVICE || r.kind == KIND_MANAGED;
+    switch (attr) {
+    case 1: *(CUcontext *)out = &contexts[0]; break; /* CONTEXT */
+    case 2: *(unsigned *)out = device ? MEM_DEVICE : MEM_HOST; break; /* MEMORY_TYPE */
+    case 3: case 4: *(void **)out = (void *)(uintptr_t)p; break; /* DEVICE_POINTER, HOST_POINTER */
+    case 7: *(unsigned long long *)out = r.id; break; /* BUFFER_ID */
+    case 8: *(unsigned *)out = r.kind == KIND_MANAGED; break; /* IS_MANAGED */
+    case 9: *(int *)out = 0; break; /* DEVICE_ORDINAL */
+    case 10: *(unsigned *)out = 0; break; /* IS_LEGACY_CUDA_IPC_CAPABLE */
+    case 11: *(CUdeviceptr *)out = r.start; break; /* RANGE_START_ADDR */
+    case 12: *(size_t *)out = r.bytes; break; /* RANGE_SIZE */
+    default: return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
+}
+CUresult cuPointerGetAttributes(unsigned n, int *attrs, void **out, CUdeviceptr p) {
+    for (unsigned i = 0; i < n; i++) {
+        CUresult e = cuPointerGetAttribute(out[i], attrs[i], p);
+        if (e)
+            return e;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* Copies and memsets: synchronous (every stream is). */
+CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { (void)st; memmove((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); return CUDA_SUCCESS; }
+CUresult cuMemcpy(CUdeviceptr d, CUdeviceptr s, size_t n) { return cuMemcpyAsync(d, s, n, NULL); }
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, CUstream st) { return cuMemcpyAsync(d, (CUdeviceptr)(uintptr_t)s, n, st); }
+CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n) { return cuMemcpyAsync(d, (CUdeviceptr)(uintptr_t)s, n, NULL); }
+CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n) { return cuMemcpyAsync((CUdeviceptr)(uintptr_t)d, s, n, NULL); }
+CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, CUstream st) { return cuMemcpyAsync((CUdeviceptr)(uintptr_t)d, s, n, st); }
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return cuMemcpyAsync(d, s, n, st); }
+CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { return cuMemcpyAsync(d, s, n, NULL); }
+
+struct memcpy2d { /* CUDA_MEMCPY2D */
+    size_t srcXInBytes, srcY;
+    int srcMemoryType;
+    const void *srcHost;
+    CUdeviceptr srcDevice;
+    void *srcArray;
+    size_t srcPitch;
+    size_t dstXInBytes, dstY;
+    int dstMemoryType;
+    void *dstHost;
+    CUdeviceptr dstDevice;
+    void *dstArray;
+    size_t dstPitch;
+    size_t WidthInBytes, Height;
+};
+CUresult cuMemcpy2DAsync_v2(const struct memcpy2d *m, CUstream st) {
+    (void)st;
+    const char *s = m->srcMemoryType == MEM_HOST ? m->srcHost : (const char *)(uintptr_t)m->srcDevice;
+    char *d = m->dstMemoryType == MEM_HOST ? m->dstHost : (char *)(uintptr_t)m->dstDevice;
+    if (m->srcMemoryType == 4 /* UNIFIED */)
+        s = (const char *)(uintptr_t)m->srcDevice;
+    if (m->dstMemoryType == 4)
+        d = (char *)(uintptr_t)m->dstDevice;
+    for (size_t y = 0; y < m->Height; y++)
+        memmove(d + (m->dstY + y) * m->dstPitch + m->dstXInBytes, s + (m->srcY + y) * m->srcPitch + m->srcXInBytes, m->WidthInBytes);
+    return CUDA_SUCCESS;
+}
+CUresult cuMemcpy2D_v2(const struct memcpy2d *m) { return cuMemcpy2DAsync_v2(m, NULL); }
+
+CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream st) { (void)st; memset((void *)(uintptr_t)d, v, n); return CUDA_SUCCESS; }
+CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) { return cuMemsetD8Async(d, v, n, NULL); }
+CUresult cuMemsetD32Async(CUdeviceptr d, unsigned v, size_t n, CUstream st) {
+    (void)st;
+    unsigned *p = (unsigned *)(uintptr_t)d;
+    for (size_t i = 0; i < n; i++)
+        p[i] = v;
+    return CUDA_SUCCESS;
+}
+CUresult cuMemsetD32_v2(CUdeviceptr d, unsigned v, size_t n) { return cuMemsetD32Async(d, v, n, NULL); }
+
+/* ---- streams and events ---- */
+
+CUresult cuStreamCreate(CUstream *s, unsigned flags) { (void)flags; *s = malloc(1); return CUDA_SUCCESS; }
+CUresult cuStreamCreateWithPriority(CUstream *s, unsigned flags, int prio) { (void)prio; return cuStreamCreate(s, flags); }
+CUresult cuStreamDestroy_v2(CUstream s) { free(s); return CUDA_SUCCESS; }
+CUresult cuStreamDestroy(CUstream s) { return cuStreamDestroy_v2(s); }
+CUresult cuStreamSynchronize(CUstream s) { (void)s; return CUDA_SUCCESS; }
+CUresult cuStreamQuery(CUstream s) { (void)s; return CUDA_SUCCESS; }
+CUresult cuStreamIsCapturing(CUstream s, int *status) { (void)s; *status = 0; return CUDA_SUCCESS; }
+CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags) { (void)s; (void)e; (void)flags; return CUDA_SUCCESS; }
+CUresult cuStreamWriteValue32_v2(CUstream s, CUdeviceptr addr, unsigned v, unsigned flags) {
+    (void)s; (void)flags;
+    __atomic_store_n((unsigned *)(uintptr_t)addr, v, __ATOMIC_RELEASE);
+    return CUDA_SUCCESS;
+}
+CUresult cuStreamWriteValue32(CUstream s, CUdeviceptr addr, unsigned v, unsigned flags) { return cuStreamWriteValue32_v2(s, addr, v, flags); }
+/* A stream cannot wait here for what another thread does later (every stream is synchronous):
+ * a word already reached passes (GEQ cyclic, as the driver's: (int32_t)(word - v) >= 0; EQ),
+ * any other wait is CUDA_ERROR_NOT_SUPPORTED. So the stream-ordered MPI paths (MPI_STAGED,
+ * MPI_CUDA_AWARE, IPC) fail on the null device instead of hanging; NCCL's do not wait. */
+CUresult cuStreamWaitValue32_v2(CUstream s, CUdeviceptr addr, unsigned v, unsigned flags) {
+    (void)s;
+    unsigned now = __atomic_load_n((volatile unsigned *)(uintptr_t)addr, __ATOMIC_ACQUIRE);
+    if ((flags & 3) == 1 ? now == v : (int)(now - v) >= 0)
+        return CUDA_SUCCESS;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+CUresult cuStreamWaitValue32(CUstream s, CUdeviceptr addr, unsigned v, unsigned flags) { return cuStreamWaitValue32_v2(s, addr, v, flags); }
+CUresult cuStreamBatchMemOp_v2(CUstream s, unsigned n, void *ops, unsigned flags) {
+    (void)s; (void)n; (void)ops; (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+CUresult cuStreamBatchMemOp(CUstream s, unsigned n, void *ops, unsigned flags) { return cuStreamBatchMemOp_v2(s, n, ops, flags); }
+
+CUresult cuEventCreate(CUevent *e, unsigned flags) { (void)flags; *e = malloc(1); return CUDA_SUCCESS; }
+CUresult cuEventDestroy_v2(CUevent e) { free(e); return CUDA_SUCCESS; }
+CUresult cuEventDestroy(CUevent e) { return cuEventDestroy_v2(e); }
+CUresult cuEventRecord(CUevent e, CUstream s) { (void)e; (void)s; return CUDA_SUCCESS; }
+CUresult cuEventQuery(CUevent e) { (void)e; return CUDA_SUCCESS; }
+CUresult cuEventSynchronize(CUevent e) { (void)e; return CUDA_SUCCESS; }
+CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) { (void)a; (void)b; *ms = 0; return CUDA_SUCCESS; }
+
+/* ---- modules and kernels (not run) ---- */
+
+CUresult cuModuleLoadData(CUmodule *m, const void *image) { (void)image; *m = malloc(1); return CUDA_SUCCESS; }
+CUresult cuModuleUnload(CUmodule m) { free(m); return CUDA_SUCCESS; }
+CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) { (void)m; (void)name; *f = malloc(1); return CUDA_SUCCESS; }
+CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned shared, CUstream s, void **params, void **extra) {
+    (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shared; (void)s; (void)params; (void)extra;
+    static int warned;
+    const char *e = getenv("NULLDEV_KERNELS");
+    if (e && !strcmp(e, "fail"))
+        return CUDA_ERROR_LAUNCH_FAILED;
+    if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+        fprintf(stderr, "null device: a kernel was launched and not run (results that depend on it are wrong)\n");
+    return CUDA_SUCCESS;
+}
+
+/* ---- CUDA IPC: not supported ---- */
+
+CUresult cuIpcGetMemHandle(void *h, CUdeviceptr p) { (void)h; (void)p; return CUDA_ERROR_NOT_SUPPORTED; }
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, const void *h, unsigned flags) { (void)p; (void)h; (void)flags; return CUDA_ERROR_NOT_SUPPORTED; }
+CUresult cuIpcCloseMemHandle(CUdeviceptr p) { (void)p; return CUDA_ERROR_NOT_SUPPORTED; }
+
+/* ---- NVRTC: compiles anything to an empty module ---- */
+
+static const char ptx[] = "// null device\n";
+int nvrtcVersion(int *major, int *minor) { *major = 12; *minor = 8; return 0; }
+int nvrtcCreateProgram(void **prog, const char *src, const char *name, int n, const char *const *h, const char *const *i) {
+    (void)src; (void)name; (void)n; (void)h; (void)i;
+    *prog = malloc(1);
+    return 0;
+}
+int nvrtcDestroyProgram(void **prog) { free(*prog); *prog = NULL; return 0; }
+int nvrtcCompileProgram(void *prog, int n, const char *const *opts) { (void)prog; (void)n; (void)opts; return 0; }
+int nvrtcGetPTXSize(void *prog, size_t *n) { (void)prog; *n = sizeof ptx; return 0; }
+int nvrtcGetPTX(void *prog, char *out) { (void)prog; memcpy(out, ptx, sizeof ptx); return 0; }
+int nvrtcGetProgramLogSize(void *prog, size_t *n) { (void)prog; *n = 1; return 0; }
+int nvrtcGetProgramLog(void *prog, char *out) { (void)prog; out[0] = 0; return 0; }
+const char *nvrtcGetErrorString(int r) { return r ? "NVRTC_ERROR (null device)" : "NVRTC_SUCCESS"; }
+
+/* ---- NCCL, one rank ---- */
+
+typedef struct {
+    int nranks, rank;
+    int aborted;
+} *ncclComm_t;
+typedef struct {
+    char internal[128];
+} ncclUniqueId;
+
+enum { ncclSuccess = 0, ncclInvalidArgument = 4, ncclInvalidUsage = 5 };
+
+static size_t nccl_size(int dtype) {
+    switch (dtype) {
+    case 0: case 1: case 10: case 11: return 1; /* int8, uint8, fp8 e4m3 / e5m2 */
+    case 6: case 9: return 2; /* float16, bfloat16 */
+    case 2: case 3: case 7: return 4; /* int32, uint32, float32 */
+    case 4: case 5: case 8: return 8; /* int64, uint64, float64 */
+    default: return 0;
+    }
+}
+
+int ncclGetVersion(int *v) { *v = 22304; return ncclSuccess; }
+int ncclGetUniqueId(ncclUniqueId *id) { memset(id, 0, sizeof *id); strcpy(id->internal, "null device"); return ncclSuccess; }
+int ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
+    (void)id;
+    if (nranks != 1 || rank != 0) {
+        *comm = NULL;
+        return ncclInvalidUsage;
+    }
+    *comm = calloc(1, sizeof **comm);
+    (*comm)->nranks = 1;
+    return ncclSuccess;
+}
+int ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, void *config) {
+    (void)config;
+    return ncclCommInitRank(comm, nranks, id, rank);
+}
+int ncclCommFinalize(ncclComm_t comm) { (void)comm; return ncclSuccess; }
+int ncclCommDestroy(ncclComm_t comm) { free(comm); return ncclSuccess; }
+int ncclCommAbort(ncclComm_t comm) { free(comm); return ncclSuccess; }
+int ncclCommGetAsyncError(ncclComm_t comm, int *e) { (void)comm; *e = ncclSuccess; return ncclSuccess; }
+int ncclCommCount(ncclComm_t comm, int *n) { *n = comm->nranks; return ncclSuccess; }
+int ncclCommUserRank(ncclComm_t comm, int *r) { *r = comm->rank; return ncclSuccess; }
+const char *ncclGetErrorString(int r) { return r ? "NCCL error (null device)" : "no error"; }
+const char *ncclGetLastError(ncclComm_t comm) { (void)comm; return ""; }
+
+static int copy_one(const void *s, void *r, size_t count, int dtype) {
+    size_t e = nccl_size(dtype);
+    if (!e)
+        return ncclInvalidArgument;
+    if (s != r && count)
+        memmove(r, s, count * e);
+    return ncclSuccess;
+}
+int ncclAllReduce(const void *s, void *r, size_t n, int dt, int op, ncclComm_t c, CUstream st) { (void)op; (void)c; (void)st; return copy_one(s, r, n, dt); }
+int ncclBroadcast(const void *s, void *r, size_t n, int dt, int root, ncclComm_t c, CUstream st) { (void)root; (void)c; (void)st; return copy_one(s, r, n, dt); }
+int ncclReduce(const void *s, void *r, size_t n, int dt, int op, int root, ncclComm_t c, CUstream st) { (void)op; (void)root; (void)c; (void)st; return copy_one(s, r, n, dt); }
+int ncclAllGather(const void *s, void *r, size_t n, int dt, ncclComm_t c, CUstream st) { (void)c; (void)st; return copy_one(s, r, n, dt); }
+int ncclReduceScatter(const void *s, void *r, size_t n, int dt, int op, ncclComm_t c, CUstream st) { (void)op; (void)c; (void)st; return copy_one(s, r, n, dt); }
+
+/* Point-to-point to oneself: sends and receives wait in order until the outermost group ends. */
+struct p2p {
+    void *ptr;
+    size_t bytes;
+};
+static __thread struct p2p sends[256], recvs[256];
+static __thread int n_sends, n_recvs, depth;
+
+static int match(void) {
+    int k = n_sends < n_recvs ? n_sends : n_recvs;
+    for (int i = 0; i < k; i++)
+        if (sends[i].bytes == recvs[i].bytes)
+            memmove(recvs[i].ptr, sends[i].ptr, sends[i].bytes);
+        else
+            return ncclInvalidUsage;
+    memmove(sends, sends + k, (size_t)(n_sends - k) * sizeof *sends);
+    memmove(recvs, recvs + k, (size_t)(n_recvs - k) * sizeof *recvs);
+    n_sends -= k;
+    n_recvs -= k;
+    return ncclSuccess;
+}
+static int post(struct p2p *q, int *n, void *ptr, size_t count, int dt, int peer) {
+    if (peer != 0 || !nccl_size(dt) || *n == 256)
+        return ncclInvalidArgument;
+    q[(*n)++] = (struct p2p){ptr, count * nccl_size(dt)};
+    return depth ? ncclSuccess : match();
+}
+int ncclSend(const void *s, size_t n, int dt, int peer, ncclComm_t c, CUstream st) { (void)c; (void)st; return post(sends, &n_sends, (void *)s, n, dt, peer); }
+int ncclRecv(void *r, size_t n, int dt, int peer, ncclComm_t c, CUstream st) { (void)c; (void)st; return post(recvs, &n_recvs, r, n, dt, peer); }
+int ncclGroupStart(void) { depth++; return ncclSuccess; }
+int ncclGroupEnd(void) {
+    if (depth == 0)
+        return ncclInvalidUsage;
+    return --depth ? ncclSuccess : match();
+}
