@@ -1874,10 +1874,12 @@ gpuwire_status gpuwire_irecv_status(gpuwire_comm comm,
  * config.p2p_matching = GPUWIRE_P2P_MATCHING_MPI; NCCL's own device messages (the default)
  * are not MPI messages and are not seen. `source` GPUWIRE_PROC_NULL returns at once
  * (GPUWIRE_PROC_NULL, GPUWIRE_ANY_TAG, 0). Waits no longer than the communicator's timeout.
- * Local.
+ * Local. Not inside a group (GPUWIRE_ERROR_INVALID_ARGUMENT: the group's receives are posted
+ * only at its end, so a probe would report messages they take, and could wait for the
+ * group's own sends for ever).
  *
  * Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE,
- * GPUWIRE_ERROR_INVALID_ARGUMENT (source or tag), GPUWIRE_ERROR_UNSUPPORTED_DTYPE (`dtype`), GPUWIRE_ERROR_TIMEOUT,
+ * GPUWIRE_ERROR_INVALID_ARGUMENT (source or tag; inside a group), GPUWIRE_ERROR_UNSUPPORTED_DTYPE (`dtype`), GPUWIRE_ERROR_TIMEOUT,
  * GPUWIRE_ERROR_COMM_BROKEN, GPUWIRE_ERROR_MPI.
  */
 gpuwire_status gpuwire_probe(gpuwire_comm comm,

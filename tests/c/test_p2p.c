@@ -819,6 +819,15 @@ static void test_status(gpuwire_comm comm)
     EXPECT_LAST_ERROR_HAS("inside a group");
     EXPECT_OK(gpuwire_irecv_status(comm, small, GPUWIRE_ANY_SOURCE, GPUWIRE_ANY_TAG, NULL, &set[0]));
     EXPECT_OK(gpuwire_send(comm, ps, rank, 42, NULL));
+    /* Probes inside the group are refused: an iprobe would report the tag-44 message that the
+     * group's irecv_status, posted at the end, takes; a blocking probe of the group's own send
+     * (tag 42) waited for ever, since that send starts only at the end. */
+    st = blank_status();
+    EXPECT_STATUS(gpuwire_iprobe(comm, GPUWIRE_ANY_SOURCE, GPUWIRE_ANY_TAG, GPUWIRE_INT32, &flag, &st), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_HAS("inside a group");
+    EXPECT_STATUS(gpuwire_probe(comm, rank, 42, GPUWIRE_INT32, &st), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_HAS("inside a group");
+    EXPECT(st.source == blank_status().source && st.count == blank_status().count);
     EXPECT_OK(gpuwire_group_end());
     st = blank_status();
     EXPECT_OK(gpuwire_wait_status(&set[0], &st));
