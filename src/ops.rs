@@ -1043,6 +1043,9 @@ impl Communicator {
             let l = Layout { counts: Some(counts.to_vec()), displs: None };
             let in_place = same_memory(what, send, recv)?;
             let total = counts.iter().try_fold(0i64, |t, c| if *c < 0 { None } else { t.checked_add(*c) });
+            if total.is_none() && counts.iter().all(|c| *c >= 0) {
+                return Err(count_mismatch(what, format!("the recvcounts add up to more than {} elements but the send buffer holds {}", i64::MAX, send.count())));
+            }
             let b = layout(what, "recv", &l, p, total.and_then(|t| usize::try_from(t).ok()).unwrap_or(usize::MAX), false)?;
             let total: usize = b.counts.iter().sum();
             let me = self.rank() as usize;

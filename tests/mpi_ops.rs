@@ -918,6 +918,12 @@ fn v_bad_inputs(ctx: &Ctx, checking: bool) {
     }
     let rs = gpuwire_reduce_scatterv(ctx.world, send.h, recv.view(0, 1).h, neg.as_ptr(), ReduceOp::GPUWIRE_SUM as i32, st());
     ctx.error(rs, invalid, &["negative"], "reduce_scatterv with a negative count");
+    // Counts whose sum overflows int64 (from 3 ranks on, the usize sum too): the buffer cannot
+    // hold them, a count mismatch naming the send buffer (it was an invalid argument about a
+    // "recv buffer of 18446744073709551615 elements").
+    let huge = vec![i64::MAX; p];
+    let rs = gpuwire_reduce_scatterv(ctx.world, send.h, recv.view(0, 1).h, huge.as_ptr(), ReduceOp::GPUWIRE_SUM as i32, st());
+    ctx.error(rs, Status::GPUWIRE_ERROR_COUNT_MISMATCH, &["recvcounts add up to", "send buffer holds"], "reduce_scatterv with counts that overflow int64");
     if checking && p > 1 {
         // Rank 0 expects one element more from rank 1 than rank 1 sends: every rank is told.
         let mut rc = ones.clone();
