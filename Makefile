@@ -147,6 +147,7 @@ test-rust:
 	@echo "== 2. cargo test (Open MPI) =="
 	GPUWIRE_MPIEXEC=mpirun cargo test
 	bash scripts/nvrtc-check.sh
+	bash scripts/null-device.sh tests
 
 # 3. C, C++, Fortran and Python tests and examples against Open MPI.
 test-c:

@@ -6,6 +6,11 @@
 #     of 8 B and a halo group (two sends, two receives), each against the same raw NCCL calls;
 #   - the wall clock of the same loops (`device_calls time`: medians, ns added per call).
 # Usage: bash scripts/null-device.sh [count|time|all]   (default all; needs `cargo build --release`)
+#        bash scripts/null-device.sh tests   (make test-rust, CI: the NCCL backend's host logic)
+# `tests` runs the GPU test cases whose data only NCCL moves (tests/gpu.rs: c16, vcoll, nbc,
+# nbcgroup: collectives, v-collectives, nonblocking forms, groups of sends and receives issued in
+# an order that needs the group, nested groups, a halo exchange, on one rank, values checked) with GPUWIRE_BACKEND=nccl on the null device; the cases that need kernels or the
+# stream-ordered MPI paths run on the GPU machine only (scripts/gpu-run.sh).
 # On the GPU machine the same program runs against the real libraries:
 #   mpirun -np 1 .gpu/bin/device_calls time   (built by scripts/gpu-test)
 set -eu
@@ -15,6 +20,25 @@ what=${1:-all}
 mkdir -p .nulldev
 cc -O2 -Wall -Wextra -shared -fPIC -o .nulldev/libcuda.so bench/null_device.c -lpthread
 for l in libcuda.so.1 libnccl.so libnccl.so.2 libnvrtc.so; do ln -sf libcuda.so .nulldev/$l; done
+if [ "$what" = tests ]; then
+  bin=$(cargo test --test gpu --no-run --message-format=json 2>/dev/null | python3 -c 'import sys, json
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "gpu" and m.get("executable"): print(m["executable"])' | tail -1)
+  [ -n "$bin" ] || { echo "null-device: the gpu test binary did not build"; exit 1; }
+  cases=c16,vcoll,nbc,nbcgroup
+  out=$(LD_LIBRARY_PATH=$PWD/.nulldev GPUWIRE_BACKEND=nccl GPUWIRE_GPU_TEST_NP=1 GPUWIRE_GPU_TEST=$cases \
+    timeout 300 mpirun -np 1 -x LD_LIBRARY_PATH -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP -x GPUWIRE_GPU_TEST "$bin" 2>&1) || true
+  echo "$out" | grep -E '^RESULT' || true
+  pass=$(echo "$out" | grep -c '^RESULT PASS' || true)
+  if [ "$pass" -ne 4 ] || echo "$out" | grep -q '^RESULT FAIL'; then
+    echo "$out" | tail -30
+    echo "null-device: NCCL host logic on the null device: FAILED ($pass of 4 cases passed)"
+    exit 1
+  fi
+  echo "null-device: NCCL host logic on the null device ($cases, 1 rank): 4 of 4 passed (kernels and GPUs not involved: the GPU machine runs the rest)"
+  exit 0
+fi
 bash scripts/soname-link.sh target/release >/dev/null
 mpicc -O2 -Wall -Wextra -Iinclude bench/device_calls.c -o .nulldev/device_calls -Ltarget/release -lgpuwire \
   -Wl,-rpath,"$PWD/target/release" -ldl
