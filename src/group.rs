@@ -192,21 +192,48 @@ fn add(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool, issued:
 
 /// gpuwire_group_end: at the outermost end, starts and completes the group's operations.
 pub fn end() -> Result<()> {
-    let (entries, ended) = GROUP.with(|g| {
+    let entries = GROUP.with(|g| {
         let mut g = g.borrow_mut();
         if g.depth == 0 {
             return Err(Error::InvalidArgument("gpuwire_group_end without a matching gpuwire_group_start".into()));
         }
         g.depth -= 1;
         if g.depth > 0 {
-            return Ok((Vec::new(), None));
+            return Ok(None);
         }
-        let room = g.entries.capacity();
-        Ok((std::mem::replace(&mut g.entries, Vec::with_capacity(room)), Some(g.ended.clone())))
+        g.ended.store(true, Ordering::Release);
+        Ok(Some(std::mem::take(&mut g.entries)))
     })?;
-    let Some(ended) = ended else { return Ok(()) };
-    ended.store(true, Ordering::Release);
-    run(entries)
+    let Some(mut entries) = entries else { return Ok(()) };
+    if entries.is_empty() || !entries.iter().all(|e| e.issued) {
+        return run(entries);
+    }
+    // Only NCCL operations issued at their calls (`direct`): launch them (one communicator's,
+    // as a halo exchange's, without collecting the communicators).
+    let one = &*entries[0].c;
+    let r = if entries.iter().all(|e| std::ptr::eq(&*e.c, one)) {
+        crate::backend::nccl::with_group(&[one], || Ok(()))
+    } else {
+        let mut comms: Vec<&Communicator> = Vec::new();
+        for e in &entries {
+            if !comms.iter().any(|c| std::ptr::eq(*c, &*e.c)) {
+                comms.push(&e.c);
+            }
+        }
+        crate::backend::nccl::with_group(&comms, || Ok(()))
+    };
+    for e in &entries {
+        finish(e, &r);
+    }
+    // The next group records into the same allocation.
+    entries.clear();
+    GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        if g.entries.capacity() == 0 {
+            g.entries = entries;
+        }
+    });
+    r
 }
 
 /// Runs a group's operations (module comment), each communicator's in call order.
@@ -217,20 +244,6 @@ fn run(entries: Vec<Entry>) -> Result<()> {
             *first = Some(e.clone());
         }
     };
-    if !entries.is_empty() && entries.iter().all(|e| e.issued) {
-        // Only NCCL operations issued at their calls (`direct`): launch them.
-        let mut comms: Vec<&Communicator> = Vec::new();
-        for e in &entries {
-            if !comms.iter().any(|c| std::ptr::eq(*c, &*e.c)) {
-                comms.push(&e.c);
-            }
-        }
-        let r = crate::backend::nccl::with_group(&comms, || Ok(()));
-        for e in &entries {
-            finish(e, &r);
-        }
-        return r;
-    }
     // Earlier queued operations of these communicators come first.
     for e in &entries {
         e.c.engine().drain();

@@ -565,7 +565,9 @@ pub fn issue(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -
         return Err(Error::from_status(e.status(), format!("an earlier operation on this communicator failed after its call had returned (nothing was done by this call): {e}")));
     }
     let device = op.on_device(c);
-    if device && c.device() >= 0 && !op.nccl_native(c) && ordered::applies(c, nonblocking) {
+    // On device memory: whether NCCL does it (it orders it on its stream itself).
+    let native = device && op.nccl_native(c);
+    if device && c.device() >= 0 && !native && ordered::applies(c, nonblocking) {
         return issue_ordered(c, op, stream, nonblocking);
     }
     let host_p2p = !device && op.is_p2p();
@@ -573,7 +575,7 @@ pub fn issue(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -
     // The common case first, as in gpuwire 0.1: a blocking call that runs now on this thread
     // (validation, agreement and errors are the operation's own).
     if !nonblocking && clear {
-        if device && c.device() >= 0 && !op.nccl_native(c) {
+        if device && c.device() >= 0 && !native {
             refuse_capture(c, stream)?;
         }
         op.run(c, stream).inspect_err(|e| keep_if_abandoned(&op, e))?;
@@ -590,7 +592,7 @@ pub fn issue(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -
     }
     c.ensure_usable()?;
     op.check_at_call(c)?;
-    if device && c.device() >= 0 && !op.nccl_native(c) {
+    if device && c.device() >= 0 && !native {
         refuse_capture(c, stream)?;
     }
     let bufs = op.buffers();
@@ -614,7 +616,7 @@ pub fn issue(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -
         return Ok(Some(Request::new(Box::new(Queued { done, then: Some(slot) }), c.clone(), bufs)));
     }
     if nonblocking {
-        if device && op.nccl_native(c) {
+        if native {
             eng.drain();
             return Ok(Some(start_nccl(c, op, stream, bufs)?));
         }

@@ -296,7 +296,16 @@ fn settle(api: &Api, comm: NcclComm, r: c_int) -> c_int {
     }
 }
 
+/// The outcome of an NCCL call that returned `r` on `comm` (`settle`d), as a gpuwire error with
+/// NCCL's messages. The success of a call that completed (`r` = ncclSuccess) costs one compare.
+#[inline]
 fn check(api: &Api, comm: NcclComm, r: c_int, what: &str) -> Result<()> {
+    if r == 0 { Ok(()) } else { check_outcome(api, comm, r, what) }
+}
+
+#[cold]
+#[inline(never)]
+fn check_outcome(api: &Api, comm: NcclComm, r: c_int, what: &str) -> Result<()> {
     let r = settle(api, comm, r);
     if r == 0 {
         return Ok(());

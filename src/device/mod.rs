@@ -77,8 +77,25 @@ unsafe impl Sync for Primary {}
 
 static PRIMARY: OnceLock<Vec<OnceLock<std::result::Result<Primary, String>>>> = OnceLock::new();
 
+/// The primary contexts of the first devices once retained (every gpuwire call on a device
+/// looks its context up: [`CtxGuard::enter`]).
+static PRIMARY_FAST: [std::sync::atomic::AtomicPtr<sys::CUctx_st>; 16] = [const { std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()) }; 16];
+
 /// The primary context of `device` (retained once for the life of the process).
+#[inline]
 pub fn primary_context(device: i32) -> Result<sys::CUcontext> {
+    if let Some(fast) = usize::try_from(device).ok().and_then(|d| PRIMARY_FAST.get(d)) {
+        let ctx = fast.load(std::sync::atomic::Ordering::Acquire);
+        if !ctx.is_null() {
+            return Ok(ctx);
+        }
+    }
+    primary_context_slow(device)
+}
+
+#[cold]
+#[inline(never)]
+fn primary_context_slow(device: i32) -> Result<sys::CUcontext> {
     let c = cuda_with_devices()?;
     if device < 0 || device >= c.device_count {
         return Err(Error::InvalidArgument(format!(
@@ -94,7 +111,11 @@ pub fn primary_context(device: i32) -> Result<sys::CUcontext> {
             .map_err(|e| format!("cuDevicePrimaryCtxRetain({device}): {e:?}"))?;
         Ok(Primary(ctx))
     });
-    slot.as_ref().map(|p| p.0).map_err(|m| Error::Cuda(m.clone()))
+    let ctx = slot.as_ref().map(|p| p.0).map_err(|m| Error::Cuda(m.clone()))?;
+    if let Some(fast) = PRIMARY_FAST.get(device as usize) {
+        fast.store(ctx, std::sync::atomic::Ordering::Release);
+    }
+    Ok(ctx)
 }
 
 /// The device of the calling thread's current CUDA context, if one is current.
