@@ -53,12 +53,12 @@ struct Entry {
     matched: Option<Arc<Mutex<Option<Status>>>>,
     /// A point-to-point or NCCL operation's views packed at the group's end (`op` then runs on
     /// the scratch), unpacked once it completed.
-    packed: Option<crate::view::Packed<Op>>,
+    packed: Option<Box<crate::view::Packed<Op>>>,
     /// Issued at its call into the group's NCCL group (`direct`): the end only launches it.
     issued: bool,
     /// A collective whose arguments did not resolve at its call (`fail_collective`): its name
     /// and error, told to the other ranks in the group's call order (`op` is a placeholder).
-    failed: Option<(String, Error)>,
+    failed: Option<Box<(String, Error)>>,
 }
 
 #[derive(Default)]
@@ -159,7 +159,7 @@ pub fn fail_collective(c: &Arc<Communicator>, what: &str, e: Error) -> Error {
         return c.fail_collective(what, e);
     }
     GROUP.with(|g| {
-        let failed = Some((what.to_string(), e.clone()));
+        let failed = Some(Box::new((what.to_string(), e.clone())));
         g.borrow_mut().entries.push(Entry { c: c.clone(), op: Op::Barrier, stream: Stream(0), done: None, matched: None, packed: None, issued: false, failed });
     });
     e
@@ -256,7 +256,7 @@ fn run(entries: Vec<Entry>) -> Result<()> {
                 match crate::view::pack(&e.op, &e.c, e.stream) {
                     Ok(p) => {
                         e.op = p.op.clone();
-                        e.packed = Some(p);
+                        e.packed = Some(Box::new(p));
                     }
                     Err(x) => {
                         let r = Err(x);
@@ -354,7 +354,7 @@ fn run(entries: Vec<Entry>) -> Result<()> {
     }
     // Collectives, in call order.
     for e in rest.iter().filter(|e| !e.op.is_p2p()) {
-        let r = match &e.failed {
+        let r = match e.failed.as_deref() {
             Some((what, x)) => Err(e.c.fail_collective(what, x.clone())),
             None => e.op.run(&e.c, e.stream),
         };
