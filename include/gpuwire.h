@@ -1051,15 +1051,24 @@ gpuwire_status gpuwire_comm_world(const gpuwire_config *cfg,
 gpuwire_status gpuwire_comm_free(gpuwire_comm comm);
 
 /**
- * Aborts the communicator, as ncclCommAbort: on this rank every pending operation on `comm`
- * that gpuwire waits for, and every later operation, fails at once with
- * GPUWIRE_ERROR_COMM_BROKEN (the message says it was aborted, and on which rank); its
- * requests are abandoned as at a timeout (their buffers kept, since a peer or MPI may still
- * use them). What reaches the other ranks depends on the path: NCCL (device memory) aborts
- * the NCCL communicator (ncclCommAbort: this rank's kernels end; peers blocked in a
- * collective with this rank end at their own timeout or abort); IPC sets the shared
- * segment's broken flag, so a peer waiting in an IPC device operation on the communicator
- * fails with GPUWIRE_ERROR_COMM_BROKEN within a second; on the MPI paths (HOST, MPI_STAGED, MPI_CUDA_AWARE) nothing is aborted in MPI: a
+ * Aborts the communicator, as ncclCommAbort. On this rank every later operation on `comm`
+ * fails at once with GPUWIRE_ERROR_COMM_BROKEN (the message says it was aborted, and on which
+ * rank), and so do the pending ones that gpuwire waits for in a loop of its own, in any thread:
+ * gpuwire_wait, gpuwire_test and the other completions of point-to-point requests
+ * (gpuwire_isend, gpuwire_irecv), the waits of IPC device operations, and, on a communicator
+ * with a timeout, every call (each MPI step is then nonblocking and tested), all within
+ * milliseconds, not at the timeout. Without a timeout, a call that is inside a blocking
+ * MPI call when the abort comes is not woken: a blocking gpuwire_recv or gpuwire_recv_status
+ * waiting for its message, gpuwire_probe, a gpuwire_send or gpuwire_sendrecv that MPI does not
+ * complete at once (a large message, not buffered), a blocking collective on the MPI paths,
+ * and gpuwire_wait on a nonblocking collective (the engine runs it as the blocking form): each
+ * returns only when MPI returns, if ever. Set a timeout on a communicator that another thread
+ * may need to abort. Aborted requests are abandoned as at a timeout (their buffers kept, since a peer or MPI may still use them). What reaches the
+ * other ranks depends on the path: NCCL (device memory) aborts the NCCL communicator
+ * (ncclCommAbort: this rank's kernels end; peers blocked in a collective with this rank end at
+ * their own timeout or abort); IPC sets the shared segment's broken flag, so a peer waiting in
+ * an IPC device operation on the communicator fails with GPUWIRE_ERROR_COMM_BROKEN within a
+ * second; on the MPI paths (HOST, MPI_STAGED, MPI_CUDA_AWARE) nothing is aborted in MPI: a
  * peer blocked in a gpuwire wait ends at its communicator's timeout (a peer blocked in a plain
  * MPI call, or in a gpuwire call on a communicator without a timeout, cannot be woken by
  * MPI). Free the communicator afterwards with gpuwire_comm_free. Not collective; thread-safe

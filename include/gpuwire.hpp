@@ -812,8 +812,9 @@ public:
         detail::check(gpuwire_iprobe(h_, source, tag, dtype, &flag, &status));
         return flag != 0;
     }
-    /** gpuwire_comm_abort: every pending and later operation fails with
-     * GPUWIRE_ERROR_COMM_BROKEN. */
+    /** gpuwire_comm_abort: every later operation fails with GPUWIRE_ERROR_COMM_BROKEN, and so
+     * do pending waits gpuwire runs in a loop; without a timeout a call blocked inside MPI
+     * (recv, probe, a large send, a collective) is not woken (see the C function). */
     void abort() const { detail::check(gpuwire_comm_abort(h_)); }
     void sendrecv(const buffer &sendbuf, int32_t dest, int32_t sendtag, const buffer &recvbuf,
                   int32_t source, int32_t recvtag, void *stream = nullptr) const

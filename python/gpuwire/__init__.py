@@ -919,7 +919,9 @@ class Comm:
         return st if flag.value else None
 
     def abort(self):
-        """gpuwire_comm_abort: every pending and later operation fails with ERROR_COMM_BROKEN."""
+        """gpuwire_comm_abort: every later operation fails with ERROR_COMM_BROKEN, and so do
+        pending waits gpuwire runs in a loop; without a timeout a call blocked inside MPI (recv,
+        probe, a large send, a collective) is not woken (see the C function)."""
         _check(lib.gpuwire_comm_abort(self.handle))
 
     def get_async_error(self):
