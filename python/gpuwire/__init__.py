@@ -200,13 +200,15 @@ def config_init():
 # ---- buffers -----------------------------------------------------------------------------------
 
 
-def _int64s(values, least=0):
-    """A C int64_t array of `values` (at least `least` entries), refusing a Python integer it
-    cannot hold with OverflowError (ctypes would keep its low bits: a count of 2**64 became 0)."""
+def _int64s(values, least=0, what="counts"):
+    """A C int64_t array of `values` (at least `least` entries), refusing an integer it cannot
+    hold, Python's or NumPy's, with OverflowError naming `what` and the entry (ctypes would keep
+    its low bits: a count of 2**64 became 0, one of np.uint64(2**64 - 1) became -1)."""
     values = list(values)
-    for v in values:
-        if isinstance(v, int) and not -(1 << 63) <= v < (1 << 63):
-            raise OverflowError(f"{v} does not fit int64_t")
+    for i, v in enumerate(values):
+        n = _library.integer(v)
+        if n is not None and not -(1 << 63) <= n < (1 << 63):
+            raise OverflowError(f"{what}[{i}] = {n} does not fit int64_t")
     return (c_int64 * max(len(values), least))(*values)
 
 
@@ -447,7 +449,8 @@ class Buffer:
         n = len(sizes)
         if len(subsizes) != n or len(starts) != n:
             raise ValueError("gpuwire_buffer_view_subarray: sizes, subsizes and starts differ in length")
-        arr = [_int64s(v, 1) for v in (sizes, subsizes, starts)]
+        arr = [_int64s(v, 1, "gpuwire_buffer_view_subarray: " + w)
+               for v, w in ((sizes, "sizes"), (subsizes, "subsizes"), (starts, "starts"))]
         return Buffer(_out(_handle, lib.gpuwire_buffer_view_subarray, self.handle, n, arr[0], arr[1], arr[2], order),
                       keep=self, stream=self.stream)
 
@@ -1010,7 +1013,7 @@ class Comm:
         if recvcounts is not None:
             if len(recvcounts) != self.size():
                 raise ValueError(f"gpuwire_allgatherv: {len(recvcounts)} recvcounts for {self.size()} ranks")
-            counts = _int64s(recvcounts)
+            counts = _int64s(recvcounts, what="gpuwire_allgatherv: recvcounts")
         self._collective(lib.gpuwire_allgatherv, [sendbuf, recvbuf], [counts], stream)
 
     def reduce_scatter(self, sendbuf, recvbuf, op=SUM, stream=None):
@@ -1023,12 +1026,12 @@ class Comm:
     # The v-collectives (as MPI_Alltoallv, MPI_Gatherv, MPI_Scatterv, MPI_Reduce_scatter):
     # counts and displacements are sequences of one int per rank, in elements; None is NULL
     # (displacements: blocks contiguous in rank order; counts: not significant on this rank).
-    def _per_rank(self, name, a):
+    def _per_rank(self, name, a, what):
         if a is None:
             return None
         if len(a) != self.size():
             raise ValueError(f"{name}: {len(a)} counts or displacements for {self.size()} ranks")
-        return _int64s(a)
+        return _int64s(a, what=f"{name}: {what}")
 
     def _vcall(self, name, sendbuf, recvbuf, stream, args, nonblocking):
         """Calls gpuwire_NAME (or its nonblocking form) with args(send_handle, recv_handle)."""
@@ -1051,23 +1054,26 @@ class Comm:
 
     def alltoallv(self, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, stream=None, _nb=False):
         """In place when recvbuf is sendbuf (sendcounts, sdispls are then ignored: may be None)."""
-        sc, sd = self._per_rank("gpuwire_alltoallv", sendcounts), self._per_rank("gpuwire_alltoallv", sdispls)
-        rc, rd = self._per_rank("gpuwire_alltoallv", recvcounts), self._per_rank("gpuwire_alltoallv", rdispls)
+        name = "gpuwire_alltoallv"
+        sc, sd = self._per_rank(name, sendcounts, "sendcounts"), self._per_rank(name, sdispls, "sdispls")
+        rc, rd = self._per_rank(name, recvcounts, "recvcounts"), self._per_rank(name, rdispls, "rdispls")
         return self._vcall("alltoallv", sendbuf, recvbuf, stream, lambda s, r: (s, sc, sd, r, rc, rd), _nb)
 
     def gatherv(self, sendbuf, recvbuf, recvcounts, displs=None, root=0, stream=None, _nb=False):
         """recvbuf, recvcounts and displs matter at the root only (None elsewhere)."""
-        rc, d = self._per_rank("gpuwire_gatherv", recvcounts), self._per_rank("gpuwire_gatherv", displs)
+        rc = self._per_rank("gpuwire_gatherv", recvcounts, "recvcounts")
+        d = self._per_rank("gpuwire_gatherv", displs, "displs")
         return self._vcall("gatherv", sendbuf, recvbuf, stream, lambda s, r: (s, r, rc, d, root), _nb)
 
     def scatterv(self, sendbuf, sendcounts, displs, recvbuf, root=0, stream=None, _nb=False):
         """sendbuf, sendcounts and displs matter at the root only (None elsewhere)."""
-        sc, d = self._per_rank("gpuwire_scatterv", sendcounts), self._per_rank("gpuwire_scatterv", displs)
+        sc = self._per_rank("gpuwire_scatterv", sendcounts, "sendcounts")
+        d = self._per_rank("gpuwire_scatterv", displs, "displs")
         return self._vcall("scatterv", sendbuf, recvbuf, stream, lambda s, r: (s, sc, d, r, root), _nb)
 
     def reduce_scatterv(self, sendbuf, recvbuf, recvcounts, op=SUM, stream=None, _nb=False):
         """In place when recvbuf is sendbuf: the result is then in its first recvcounts[rank] elements."""
-        rc = self._per_rank("gpuwire_reduce_scatterv", recvcounts)
+        rc = self._per_rank("gpuwire_reduce_scatterv", recvcounts, "recvcounts")
         return self._vcall("reduce_scatterv", sendbuf, recvbuf, stream, lambda s, r: (s, r, rc, op), _nb)
 
     def alltoall(self, sendbuf, recvbuf, stream=None):
@@ -1135,7 +1141,7 @@ class Comm:
         if recvcounts is not None:
             if len(recvcounts) != self.size():
                 raise ValueError(f"gpuwire_iallgatherv: {len(recvcounts)} recvcounts for {self.size()} ranks")
-            counts = _int64s(recvcounts)
+            counts = _int64s(recvcounts, what="gpuwire_iallgatherv: recvcounts")
         return self._icollective(lib.gpuwire_iallgatherv, [sendbuf, recvbuf], [counts], stream)
 
     def ireduce_scatter(self, sendbuf, recvbuf, op=SUM, stream=None):
@@ -1278,7 +1284,7 @@ class DArray:
             h = _out(_handle, lib.gpuwire_darray_create, comm.handle, shape, local, code, space, partition)
         else:
             dims = [shape] if isinstance(shape, int) else [int(d) for d in shape]
-            arr = _int64s(dims, 1)
+            arr = _int64s(dims, 1, "gpuwire_darray_create_nd: shape")
             h = _out(_handle, lib.gpuwire_darray_create_nd, comm.handle, len(dims), arr, local, halo, code, space,
                      partition)
         self.handle = h
@@ -1526,7 +1532,8 @@ class DArray:
     def halo_exchange_axes(self, widths=None, corners=False, stream=None):
         """Halo exchange of every axis (gpuwire_darray_halo_exchange_axes): `widths` one per axis
         (None: the array's halos); `corners` fills edges and corners too (axis by axis)."""
-        w = None if widths is None else (c_int64 * max(len(widths), 1))(*[int(x) for x in widths])
+        what = "gpuwire_darray_halo_exchange_axes: widths"
+        w = None if widths is None else _int64s([int(x) for x in widths], 1, what)
         if w is not None and len(widths) != self.ndim():
             raise ValueError(f"gpuwire: {len(widths)} widths for {self.ndim()} axes")
         _check(lib.gpuwire_darray_halo_exchange_axes(self.handle, w, HALO_CORNERS if corners else 0,

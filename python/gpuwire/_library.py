@@ -58,14 +58,30 @@ def candidates():
     return found
 
 
+def integer(value):
+    """`value` as a Python int when it is an integer of any kind (int, bool, a NumPy integer
+    scalar or 0-d array: what has __index__), else None (ctypes then takes or refuses it)."""
+    if type(value) is int:
+        return value
+    index = getattr(type(value), "__index__", None)
+    if index is None:
+        return None
+    try:
+        return index(value)
+    except TypeError:  # a NumPy array of more than one element, or of floats
+        return None
+
+
 def _checked(ctype, bits):
-    """`ctype` as an argument type that refuses a Python integer it cannot hold (ctypes would
-    silently keep its low bits: rank 2**40 became rank 0), raising OverflowError."""
+    """`ctype` as an argument type that refuses an integer it cannot hold, Python's or NumPy's
+    (ctypes would silently keep its low bits: rank 2**40 became rank 0, a count of
+    np.uint64(2**64 - 1) a count of -1), raising OverflowError."""
     lo, hi = -(1 << (bits - 1)), 1 << (bits - 1)
 
     def from_param(cls, value):
-        if isinstance(value, int) and not lo <= value < hi:
-            raise OverflowError(f"{value} does not fit the C argument's int{bits}_t")
+        n = integer(value)
+        if n is not None and not lo <= n < hi:
+            raise OverflowError(f"{n} does not fit the C argument's int{bits}_t")
         return ctype.from_param(value)
 
     return type(f"checked_{ctype.__name__}", (ctype,), {"from_param": classmethod(from_param)})

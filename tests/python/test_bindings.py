@@ -420,7 +420,18 @@ def status(world):
                        ("a root of 2**32", lambda: world.bcast(np.zeros(1), 1 << 32)),
                        ("a color of 2**33", lambda: world.split(1 << 33, 0)),
                        ("a count of 2**64", lambda: world.alltoallv(np.zeros(1), [1 << 64] * size, None, np.zeros(1),
-                                                                    [0] * size, None))):
+                                                                    [0] * size, None)),
+                       # NumPy integers too (np.uint64(2**64 - 1) was a count of -1, "is negative";
+                       # np.int64(2**40) rank 0), in sequences, arrays and by value.
+                       ("a count of np.uint64(2**64 - 1)",
+                        lambda: world.alltoallv(np.zeros(1), [np.uint64(2**64 - 1)] * size, None, np.zeros(1),
+                                                [0] * size, None)),
+                       ("an array of counts of 2**64 - 1",
+                        lambda: world.allgatherv(np.zeros(1), np.zeros(size), np.full(size, 2**64 - 1, np.uint64))),
+                       ("a displacement of np.uint64(2**63)",
+                        lambda: world.gatherv(np.zeros(1), np.zeros(size), [1] * size, [np.uint64(1 << 63)] * size)),
+                       ("a by-value count of np.uint64(2**64 - 1)", lambda: gw.Buffer.alloc(np.uint64(2**64 - 1), gw.INT8)),
+                       ("a rank of np.int64(2**40)", lambda: world.send(np.zeros(1), np.int64(1 << 40), 0))):
         try:
             call()
             check(False, f"{what} was accepted")
