@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """gen-python.py: writes python/gpuwire/_capi.py, the ctypes layer of the Python package, from
 include/gpuwire.h: every constant (GPUWIRE_ dropped: GPUWIRE_SUM is gpuwire.SUM), every struct
-as a ctypes.Structure (gpuwire_config: Config) and every function's prototype. The output is
-committed; `make test` regenerates it and fails when that changes it (as for the header).
+as a ctypes.Structure (gpuwire_config: Config), every function's prototype and its argument
+names. The output is committed; `make test` regenerates it and fails when that changes it (as for
+the header).
 
 usage: scripts/gen-python.py [--check]
   (no option)  rewrite python/gpuwire/_capi.py (after `cargo build` regenerated the header)
@@ -107,6 +108,10 @@ def generate(text):
         else:
             r = ctype(ret, h.structs)
         out.append(f'    "{name}": ({r}, [{", ".join(ctype(k, h.structs) for _, k in args)}]),')
+    out += ["}", "", "# Every function's argument names, as the header's (for messages about an argument).", "_ARGUMENTS = {"]
+    for name, (_, args) in h.functions.items():
+        names = ", ".join(f'"{a}"' for a, _ in args) + ("," if len(args) == 1 else "")
+        out.append(f'    "{name}": ({names}),')
     out += ["}", ""]
     return "\n".join(out)
 

@@ -72,23 +72,36 @@ def integer(value):
         return None
 
 
-def _checked(ctype, bits):
-    """`ctype` as an argument type that refuses an integer it cannot hold, Python's or NumPy's
-    (ctypes would silently keep its low bits: rank 2**40 became rank 0, a count of
-    np.uint64(2**64 - 1) a count of -1), raising OverflowError."""
-    lo, hi = -(1 << (bits - 1)), 1 << (bits - 1)
-
-    def from_param(cls, value):
-        n = integer(value)
-        if n is not None and not lo <= n < hi:
-            raise OverflowError(f"{n} does not fit the C argument's int{bits}_t")
-        return ctype.from_param(value)
-
-    return type(f"checked_{ctype.__name__}", (ctype,), {"from_param": classmethod(from_param)})
+# The by-value integer arguments (ranks, tags, roots, colors, keys, codes, counts) and their bits.
+_INTEGERS = {ctypes.c_int32: 32, ctypes.c_int64: 64}
 
 
-# By-value integer arguments (ranks, tags, roots, colors, keys, codes, counts), range-checked.
-_CHECKED = {ctypes.c_int32: _checked(ctypes.c_int32, 32), ctypes.c_int64: _checked(ctypes.c_int64, 64)}
+def _checking(name, f):
+    """`f`, the function `name` of the library, or where it takes integers by value a function
+    that first refuses one that does not fit with OverflowError naming the function and the
+    argument, then calls `f`. ctypes alone would keep an integer's low bits (rank 2**40 became
+    rank 0, a count of np.uint64(2**64 - 1) a count of -1), and an argument type that refuses
+    one in from_param raises ctypes.ArgumentError, not OverflowError."""
+    argnames = _capi._ARGUMENTS[name]
+    checks = tuple((i, -(1 << (bits - 1)), 1 << (bits - 1), bits, argnames[i])
+                   for i, bits in enumerate(_INTEGERS.get(a) for a in f.argtypes) if bits)
+    if not checks:
+        return f
+    nargs = len(f.argtypes)
+
+    def call(*args):
+        if len(args) == nargs:  # else ctypes says what is wrong
+            for i, lo, hi, bits, arg in checks:
+                v = args[i]
+                if type(v) is not int or not lo <= v < hi:
+                    n = integer(v)
+                    if n is not None and not lo <= n < hi:
+                        raise OverflowError(f"{name}: {arg} = {n} does not fit the C argument's int{bits}_t")
+        return f(*args)
+
+    call.__name__ = call.__qualname__ = name
+    call.__wrapped__, call.argtypes, call.restype = f, f.argtypes, f.restype
+    return call
 
 
 def load():
@@ -109,7 +122,8 @@ def load():
         for fname, (restype, argtypes) in _capi._PROTOTYPES.items():
             f = getattr(lib, fname)
             f.restype = restype
-            f.argtypes = [_CHECKED.get(a, a) for a in argtypes]
+            f.argtypes = argtypes
+            setattr(lib, fname, _checking(fname, f))
         v = [ctypes.c_int32() for _ in range(3)]
         lib.gpuwire_get_version(*(ctypes.byref(x) for x in v))
         have = tuple(x.value for x in v)

@@ -413,10 +413,13 @@ def vcollectives(world):
 def status(world):
     rank, size = world.rank(), world.size()
     right, left = (rank + 1) % size, (rank - 1) % size
-    # Integers that do not fit the C argument are refused, not cut to their low bits (rank 2**40
-    # was rank 0, tag 2**32 + 5 tag 5, a count of 2**64 a count of 0) and nothing is sent.
+    # Integers that do not fit the C argument are refused with OverflowError (not cut to their
+    # low bits: rank 2**40 was rank 0, tag 2**32 + 5 tag 5, a count of 2**64 a count of 0; nor
+    # ctypes.ArgumentError, as by-value ones were), naming the argument, and nothing is sent.
     for what, call in (("a rank of 2**40", lambda: world.send(np.zeros(1), 1 << 40, 0)),
                        ("a tag of 2**32 + 5", lambda: world.isend(np.zeros(1), rank, (1 << 32) + 5)),
+                       ("a tag of -2**31 - 1", lambda: world.recv(np.zeros(1), rank, -(1 << 31) - 1)),
+                       ("a source of np.int64(2**31)", lambda: world.probe(np.int64(1 << 31), 0, gw.INT32)),
                        ("a root of 2**32", lambda: world.bcast(np.zeros(1), 1 << 32)),
                        ("a color of 2**33", lambda: world.split(1 << 33, 0)),
                        ("a count of 2**64", lambda: world.alltoallv(np.zeros(1), [1 << 64] * size, None, np.zeros(1),
@@ -435,8 +438,19 @@ def status(world):
         try:
             call()
             check(False, f"{what} was accepted")
-        except (OverflowError, ctypes.ArgumentError) as e:
+        except OverflowError as e:
             check("does not fit" in str(e), f"{what}: {e}")
+    for what, call, says in (("a rank of 2**40", lambda: world.send(np.zeros(1), 1 << 40, 0),
+                              "gpuwire_send: dest = 1099511627776 does not fit"),
+                             ("a tag of np.uint32(2**31)", lambda: world.isend(np.zeros(1), rank, np.uint32(1 << 31)),
+                              "gpuwire_isend: tag = 2147483648 does not fit"),
+                             ("a count of 2**64", lambda: world.allgatherv(np.zeros(1), np.zeros(size), [1 << 64] * size),
+                              "gpuwire_allgatherv: recvcounts[0] = 18446744073709551616 does not fit")):
+        try:
+            call()
+            check(False, f"{what} was accepted")
+        except OverflowError as e:
+            check(says in str(e), f"{what}: {e}")
     # Between two barriers no rank sends anything else (the next lines do).
     world.barrier()
     check(world.iprobe() is None, "a refused call sent nothing")
