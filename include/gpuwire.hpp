@@ -1,7 +1,8 @@
 // gpuwire.hpp: the C++ interface of gpuwire (header-only, C++17; include it instead of gpuwire.h).
 //
 // A thin layer over the C API of gpuwire.h, which it includes:
-//  - gpuwire::environment   gpuwire_init in its constructor, gpuwire_finalize in its destructor;
+//  - gpuwire::environment   gpuwire_init in its constructor, gpuwire_finalize in its destructor
+//    (that of the environment that initialized gpuwire: a nested one does not finalize);
 //  - gpuwire::comm, gpuwire::buffer, gpuwire::request, gpuwire::darray: RAII owners of the C
 //    handles, move-only; the destructor frees the handle. A request's destructor never blocks
 //    longer than its communicator's timeout, and without a timeout never blocks: it calls
@@ -232,11 +233,17 @@ template <class T, std::size_t N> span(T (&)[N]) -> span<T>;
 // ---- library -----------------------------------------------------------------------------------
 
 /** gpuwire_init in the constructor, gpuwire_finalize in the destructor (errors ignored there).
- * Declare it before any comm, buffer or request, so that it is destroyed after them. */
+ * Declare it before any comm, buffer or request, so that it is destroyed after them. Only the
+ * environment that initialized gpuwire finalizes it: one made while gpuwire is initialized (a
+ * library routine's, under the program's own) leaves gpuwire running when it is destroyed. */
 class environment {
 public:
-    environment() { detail::check(gpuwire_init()); }
-    ~environment() { (void)gpuwire_finalize(); }
+    environment() : owner_(!initialized()) { detail::check(gpuwire_init()); }
+    ~environment()
+    {
+        if (owner_)
+            (void)gpuwire_finalize();
+    }
     environment(const environment &) = delete;
     environment &operator=(const environment &) = delete;
 
@@ -268,6 +275,9 @@ public:
         detail::check(gpuwire_owns_mpi(&flag));
         return flag != 0;
     }
+
+private:
+    bool owner_; // whether gpuwire was not initialized before this object
 };
 
 struct version_info {

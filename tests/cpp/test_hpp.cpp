@@ -1,7 +1,7 @@
 // test_hpp.cpp: the C++ header gpuwire.hpp, on 1, 2 and 3 ranks (C++17, -Wall -Wextra -Werror).
 //
-// RAII (handles freed by destructors, moves leave NULL, move-only types), exceptions (status code
-// and message), spans (views of std::vector, std::array, C arrays; host_span of buffers), every
+// RAII (handles freed by destructors, moves leave NULL, move-only types, a nested environment
+// that does not finalize), exceptions (status code and message), spans (views of std::vector, std::array, C arrays; host_span of buffers), every
 // communicator query and every operation with data checked, requests (wait, test, wait_all, a
 // pending request waited for by its destructor on a communicator with a timeout; the cases
 // without a timeout and during unwinding are in test_hpp_unwind.cpp), and every gpuwire::darray method with its
@@ -178,6 +178,15 @@ static void test_comm(const gw::comm &world)
     EXPECT(world.describe().find("gpuwire") != std::string::npos);
     EXPECT(gw::environment::initialized() && gw::environment::owns_mpi());
     EXPECT(gw::environment::thread_level() >= GPUWIRE_THREAD_SINGLE);
+    // An environment made while gpuwire is initialized (a library routine's) does not finalize
+    // it: the destructor of this one used to call gpuwire_finalize, and every later call threw
+    // GPUWIRE_ERROR_ALREADY_FINALIZED.
+    {
+        gw::environment inner;
+        EXPECT(gw::environment::initialized());
+    }
+    EXPECT(gw::environment::initialized());
+    world.barrier();
 
     // split: even and odd ranks; the last rank of an odd count sits out (GPUWIRE_UNDEFINED).
     int32_t color = (size % 2 == 1 && rank == size - 1) ? GPUWIRE_UNDEFINED : rank % 2;
