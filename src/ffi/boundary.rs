@@ -18,14 +18,16 @@ thread_local! {
     static RECENT_BUFFERS: Recent<Buffer> = const { Recent::new() };
 }
 
-/// Records `msg` as this thread's last error.
+/// Records `msg` as this thread's last error. Once the thread's thread-locals are destroyed (a
+/// call from a C++ static destructor or an atexit handler, after main returned) the message is
+/// dropped: `with` would panic there, and abort the process.
 pub fn set_last_error(msg: String) {
-    LAST_ERROR.with(|e| *e.borrow_mut() = msg);
+    let _ = LAST_ERROR.try_with(|e| *e.borrow_mut() = msg);
 }
 
-/// This thread's last error message ("" when none).
+/// This thread's last error message ("" when none, and once its thread-locals are destroyed).
 pub fn last_error() -> String {
-    LAST_ERROR.with(|e| e.borrow().clone())
+    LAST_ERROR.try_with(|e| e.borrow().clone()).unwrap_or_default()
 }
 
 /// Runs an exported function's body: `Ok` is GPUWIRE_SUCCESS; an error becomes its code and the

@@ -46,6 +46,11 @@ static_assert(std::is_base_of<std::runtime_error, gw::error>::value, "gpuwire::e
 
 static int failures = 0;
 static int rank_ = -1;
+// Destroyed after main returned, once the main thread's thread-locals are gone: their frees fail
+// (gpuwire is finalized), quietly. Recording that error used to panic in the library and abort
+// the process (exit status 134) after the PASS line.
+static gw::buffer static_leftover;
+static gw::comm static_comm;
 
 #define EXPECT(cond)                                                                             \
     do {                                                                                         \
@@ -765,6 +770,8 @@ int main(int argc, char **argv)
         failures = bad[0];
         // Handles destroyed after finalize are ignored quietly: `leftover` outlives env.finalize().
         gw::buffer leftover = gw::buffer::alloc<float>(1);
+        static_leftover = gw::buffer::alloc<float>(1);
+        static_comm = world.dup();
         world.barrier();
         env.finalize();
         EXPECT(!gw::environment::initialized());
