@@ -68,6 +68,10 @@
 !     rank 8 or more, is rejected at compile time (the dummy argument is a pointer with
 !     intent(in)): a buffer can never refer to a compiler temporary, so a nonblocking call never
 !     sends one. Declare arrays used by nonblocking calls ASYNCHRONOUS as well, as for MPI.
+!     gfortran 12 passes a section of a component (pts%y of a derived type, z%im of a complex
+!     array) to the pointer dummy with the parent's address: the buffer would start at pts(1)%x
+!     (z(1)%re), silently. Point a pointer at the section first (p => pts%y, then wrap p), or
+!     use gpuwire_buffer_wrap_strided(c_loc(pts(1)%y), ...).
 !   - gpuwire_buffer_copy_from_host(buf, array) and gpuwire_buffer_copy_to_host(buf, array) are
 !     blocking and take any array, contiguous or not: a non-contiguous section is copied in
 !     and out by the compiler around the call, which is correct for a blocking copy. The array

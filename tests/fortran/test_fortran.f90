@@ -295,6 +295,8 @@ contains
     integer(int32), target :: c(3, 4, 2), d(3, 4, 2)
     type(rec), target :: t(5)
     complex(real64), target :: z(4)
+    real(real32), pointer :: ty(:)
+    real(real64), pointer :: zim(:)
     type(gpuwire_buffer) :: b, b2, v
     integer(int64) :: n
     integer :: i, j, k, root, left, right
@@ -319,6 +321,22 @@ contains
     call expect_ok(ierr, 'bcast of z%re')
     call expect(all(z%re == [(10 * root + i, i = 1, 4)]) .and. all(z%im == [(-10 * rank - i, i = 1, 4)]), &
       'z%re is the root''s, z%im this rank''s')
+    call gpuwire_buffer_free(b)
+    ! A section of a later component goes through a pointer: gfortran 12 passes t(:)%y and z%im
+    ! themselves with the parent's address (the buffer would start at t(1)%x, z(1)%re).
+    ty => t(:)%y
+    call gpuwire_buffer_wrap(ty, b)
+    call gpuwire_bcast(world, b, root, ierror=ierr)
+    call expect_ok(ierr, 'bcast of ty => t(:)%y')
+    call expect(all(t%y == -1 - 100 * root) .and. all(t%x == [(10 * root + i, i = 1, 5)]), &
+      'ty => t(:)%y: t%y is the root''s, t%x untouched')
+    call gpuwire_buffer_free(b)
+    zim => z%im
+    call gpuwire_buffer_wrap(zim, b)
+    call gpuwire_bcast(world, b, root, ierror=ierr)
+    call expect_ok(ierr, 'bcast of zim => z%im')
+    call expect(all(z == [(cmplx(10 * root + i, -10 * root - i, real64), i = 1, 4)]), &
+      'zim => z%im: z%im is the root''s, z%re untouched')
     call gpuwire_buffer_free(b)
     do j = 1, 5
       do i = 1, 4
