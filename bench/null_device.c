@@ -6,15 +6,18 @@
  *   cuMemHostRegister) are ordinary host memory that the library remembers, so that
  *   cuPointerGetAttribute classifies pointers as the driver does (unknown memory:
  *   CUDA_ERROR_INVALID_VALUE).
- * - Every stream is synchronous: a copy or a memset happens in the call, events are complete
- *   when recorded, cuStreamWriteValue32 writes at once. A cuStreamWaitValue32 whose word is not
- *   reached yet fails (CUDA_ERROR_NOT_SUPPORTED): the stream-ordered MPI paths do not run here.
+ * - Streams: by default synchronous (a copy or a memset happens in the call, events are
+ *   complete when recorded, cuStreamWriteValue32 writes at once, a cuStreamWaitValue32 whose
+ *   word is not reached yet fails with CUDA_ERROR_NOT_SUPPORTED): what instruction counts want.
+ *   NULLDEV_STREAMS=async: each stream is a worker thread running its operations in order, so
+ *   the stream-ordered MPI paths (MPI_STAGED, MPI_CUDA_AWARE) run (scripts/null-device.sh tests).
  * - Kernels do not run: cuLaunchKernel returns CUDA_SUCCESS and does nothing (a path that
  *   needs a kernel's result gives wrong data; the first launch prints a warning).
  *   NULLDEV_KERNELS=fail makes launches fail instead.
- * - NCCL for one rank: collectives copy their input (a reduction over one rank), sends to
- *   oneself are matched with receives in order at the outermost ncclGroupEnd (or at once
- *   outside a group). More ranks: ncclCommInitRank fails.
+ * - NCCL for one rank: collectives copy their input on their stream (a reduction over one
+ *   rank), sends to oneself are matched with receives in order at the outermost ncclGroupEnd (or
+ *   at once outside a group). More ranks: ncclCommInitRank fails. Not modelled: groups that
+ *   defer collectives, ncclInProgress (nonblocking communicators), matching per communicator.
  * - CUDA IPC and peer access are "not supported".
  *
  * One device (NULLDEV_DEVICES=N for more), compute capability 9.0, driver 12.8, NCCL 2.23.4.
@@ -30,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
@@ -44,6 +48,7 @@ enum {
     CUDA_ERROR_INVALID_VALUE = 1,
     CUDA_ERROR_NOT_SUPPORTED = 801,
     CUDA_ERROR_LAUNCH_FAILED = 719,
+    CUDA_ERROR_NOT_READY = 600,
 };
 enum { MEM_HOST = 1, MEM_DEVICE = 2 };
 enum { KIND_DEVICE, KIND_MANAGED, KIND_PINNED, KIND_REGISTERED };
@@ -54,8 +59,11 @@ struct range {
     uintptr_t start;
     size_t bytes;
     int kind;
+    int device; /* of the context current at the allocation */
     unsigned long long id;
 };
+
+static int current_device(void);
 
 static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct range *ranges;
@@ -70,7 +78,7 @@ static void remember(void *p, size_t bytes, int kind) {
         if (!ranges)
             abort();
     }
-    ranges[n_ranges++] = (struct range){(uintptr_t)p, bytes ? bytes : 1, kind, next_id++};
+    ranges[n_ranges++] = (struct range){(uintptr_t)p, bytes ? bytes : 1, kind, current_device(), next_id++};
     pthread_mutex_unlock(&mem_lock);
 }
 
@@ -158,6 +166,7 @@ static __thread CUcontext ctx_stack[16];
 static __thread int ctx_depth; /* ctx_stack[ctx_depth - 1] is current */
 
 static int ctx_device(CUcontext c) { return (int)((char *)c - contexts); }
+static int current_device(void) { return ctx_depth && ctx_stack[ctx_depth - 1] ? ctx_device(ctx_stack[ctx_depth - 1]) : 0; }
 CUresult cuDevicePrimaryCtxRetain(CUcontext *c, int dev) {
     if (dev < 0 || dev >= 64)
         return CUDA_ERROR_INVALID_VALUE;
@@ -197,7 +206,8 @@ CUresult cuCtxGetDevice(int *dev) {
     *dev = ctx_device(ctx_stack[ctx_depth - 1]);
     return CUDA_SUCCESS;
 }
-CUresult cuCtxSynchronize(void) { return CUDA_SUCCESS; }
+static void sync_all(void);
+CUresult cuCtxSynchronize(void) { sync_all(); return CUDA_SUCCESS; }
 CUresult cuCtxGetApiVersion(CUcontext c, unsigned *v) { (void)c; *v = 12080; return CUDA_SUCCESS; }
 
 CUresult cuGetErrorName(CUresult r, const char **s) {
@@ -234,6 +244,7 @@ CUresult cuMemAllocManaged(CUdeviceptr *p, size_t bytes, unsigned flags) {
     return CUDA_SUCCESS;
 }
 CUresult cuMemFree_v2(CUdeviceptr p) {
+    sync_all();
     if (p && forget((void *)(uintptr_t)p))
         free((void *)(uintptr_t)p);
     return CUDA_SUCCESS;
@@ -247,6 +258,7 @@ CUresult cuMemHostAlloc(void **p, size_t bytes, unsigned flags) {
 CUresult cuMemAllocHost_v2(void **p, size_t bytes) { return cuMemHostAlloc(p, bytes, 0); }
 CUresult cuMemAllocHost(void **p, size_t bytes) { return cuMemHostAlloc(p, bytes, 0); }
 CUresult cuMemFreeHost(void *p) {
+    sync_all();
     if (p && forget(p))
         free(p);
     return CUDA_SUCCESS;
@@ -283,12 +295,12 @@ CUresult cuPointerGetAttribute(void *out, int attr, CUdeviceptr p) {
         return CUDA_ERROR_INVALID_VALUE;
     int device = r.kind == KIND_DEVICE || r.kind == KIND_MANAGED;
     switch (attr) {
-    case 1: *(CUcontext *)out = &contexts[0]; break; /* CONTEXT */
+    case 1: *(CUcontext *)out = &contexts[r.device]; break; /* CONTEXT */
     case 2: *(unsigned *)out = device ? MEM_DEVICE : MEM_HOST; break; /* MEMORY_TYPE */
     case 3: case 4: *(void **)out = (void *)(uintptr_t)p; break; /* DEVICE_POINTER, HOST_POINTER */
     case 7: *(unsigned long long *)out = r.id; break; /* BUFFER_ID */
     case 8: *(unsigned *)out = r.kind == KIND_MANAGED; break; /* IS_MANAGED */
-    case 9: *(int *)out = 0; break; /* DEVICE_ORDINAL */
+    case 9: *(int *)out = r.device; break; /* DEVICE_ORDINAL */
     case 10: *(unsigned *)out = 0; break; /* IS_LEGACY_CUDA_IPC_CAPABLE */
     case 11: *(CUdeviceptr *)out = r.start; break; /* RANGE_START_ADDR */
     case 12: *(size_t *)out = r.bytes; break; /* RANGE_SIZE */
@@ -305,16 +317,6 @@ CUresult cuPointerGetAttributes(unsigned n, int *attrs, void **out, CUdeviceptr 
     return CUDA_SUCCESS;
 }
 
-/* Copies and memsets: synchronous (every stream is). */
-CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { (void)st; memmove((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); return CUDA_SUCCESS; }
-CUresult cuMemcpy(CUdeviceptr d, CUdeviceptr s, size_t n) { return cuMemcpyAsync(d, s, n, NULL); }
-CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, CUstream st) { return cuMemcpyAsync(d, (CUdeviceptr)(uintptr_t)s, n, st); }
-CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n) { return cuMemcpyAsync(d, (CUdeviceptr)(uintptr_t)s, n, NULL); }
-CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n) { return cuMemcpyAsync((CUdeviceptr)(uintptr_t)d, s, n, NULL); }
-CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, CUstream st) { return cuMemcpyAsync((CUdeviceptr)(uintptr_t)d, s, n, st); }
-CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return cuMemcpyAsync(d, s, n, st); }
-CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { return cuMemcpyAsync(d, s, n, NULL); }
-
 struct memcpy2d { /* CUDA_MEMCPY2D */
     size_t srcXInBytes, srcY;
     int srcMemoryType;
@@ -330,8 +332,8 @@ struct memcpy2d { /* CUDA_MEMCPY2D */
     size_t dstPitch;
     size_t WidthInBytes, Height;
 };
-CUresult cuMemcpy2DAsync_v2(const struct memcpy2d *m, CUstream st) {
-    (void)st;
+
+static void copy_2d(const struct memcpy2d *m) {
     const char *s = m->srcMemoryType == MEM_HOST ? m->srcHost : (const char *)(uintptr_t)m->srcDevice;
     char *d = m->dstMemoryType == MEM_HOST ? m->dstHost : (char *)(uintptr_t)m->dstDevice;
     if (m->srcMemoryType == 4 /* UNIFIED */)
@@ -340,47 +342,263 @@ CUresult cuMemcpy2DAsync_v2(const struct memcpy2d *m, CUstream st) {
         d = (char *)(uintptr_t)m->dstDevice;
     for (size_t y = 0; y < m->Height; y++)
         memmove(d + (m->dstY + y) * m->dstPitch + m->dstXInBytes, s + (m->srcY + y) * m->srcPitch + m->srcXInBytes, m->WidthInBytes);
-    return CUDA_SUCCESS;
 }
-CUresult cuMemcpy2D_v2(const struct memcpy2d *m) { return cuMemcpy2DAsync_v2(m, NULL); }
 
-CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream st) { (void)st; memset((void *)(uintptr_t)d, v, n); return CUDA_SUCCESS; }
-CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) { return cuMemsetD8Async(d, v, n, NULL); }
-CUresult cuMemsetD32Async(CUdeviceptr d, unsigned v, size_t n, CUstream st) {
-    (void)st;
-    unsigned *p = (unsigned *)(uintptr_t)d;
-    for (size_t i = 0; i < n; i++)
-        p[i] = v;
+/* ---- streams ----
+ * By default every stream is synchronous: an operation runs in its call (what instruction
+ * counts want). NULLDEV_STREAMS=async gives each stream a worker thread that runs its
+ * operations in order (copies, memsets, value writes and waits, waits for events; a kernel is a
+ * no-op), so a stream may wait (cuStreamWaitValue32) for what the host does after the call, as
+ * the stream-ordered MPI paths need; the synchronous driver calls (cuMemcpyHtoD, cuMemcpyDtoH,
+ * cuMemsetD32, cuMemFree, ...) and cuCtxSynchronize wait for every stream first. */
+
+enum { OP_COPY, OP_SET8, OP_SET32, OP_COPY2D, OP_WRITE32, OP_WAIT32, OP_WAIT_SEQ, OP_NOP };
+
+struct stream;
+struct op {
+    int kind;
+    char *dst;
+    const char *src;
+    size_t n;
+    unsigned v, flags;
+    struct memcpy2d m;
+    struct stream *other; /* OP_WAIT_SEQ: until `other` has run `seq` operations */
+    unsigned long long seq;
+    struct op *next;
+};
+
+struct stream {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct op *head, *tail;
+    unsigned long long enqueued, done;
+    int stop;
+    pthread_t thread;
+    struct stream *next_all;
+};
+
+static pthread_mutex_t all_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct stream *all_streams, *legacy;
+
+static int async_streams(void) {
+    static int mode = -1;
+    if (mode < 0) {
+        const char *e = getenv("NULLDEV_STREAMS");
+        mode = e && !strcmp(e, "async");
+    }
+    return mode;
+}
+
+/* cuStreamWaitValue32's test: GEQ cyclic as the driver's ((int32_t)(word - v) >= 0), EQ, AND, NOR. */
+static int reached(const char *addr, unsigned v, unsigned flags) {
+    unsigned now = __atomic_load_n((const unsigned *)addr, __ATOMIC_ACQUIRE);
+    switch (flags & 3) {
+    case 0: return (int)(now - v) >= 0;
+    case 1: return now == v;
+    case 2: return (now & v) != 0;
+    default: return ~(now | v) != 0;
+    }
+}
+
+static void wait_done(struct stream *s, unsigned long long seq) {
+    pthread_mutex_lock(&s->mu);
+    while (s->done < seq)
+        pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void run_op(const struct op *o) {
+    switch (o->kind) {
+    case OP_COPY: memmove(o->dst, o->src, o->n); break;
+    case OP_SET8: memset(o->dst, (int)o->v, o->n); break;
+    case OP_SET32:
+        for (size_t i = 0; i < o->n; i++)
+            ((unsigned *)o->dst)[i] = o->v;
+        break;
+    case OP_COPY2D: copy_2d(&o->m); break;
+    case OP_WRITE32: __atomic_store_n((unsigned *)o->dst, o->v, __ATOMIC_RELEASE); break;
+    case OP_WAIT32:
+        while (!reached(o->dst, o->v, o->flags))
+            usleep(5);
+        break;
+    case OP_WAIT_SEQ: wait_done(o->other, o->seq); break;
+    default: break;
+    }
+}
+
+static void *worker(void *arg) {
+    struct stream *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->head && !s->stop)
+            pthread_cond_wait(&s->cv, &s->mu);
+        if (!s->head)
+            break;
+        struct op *o = s->head;
+        pthread_mutex_unlock(&s->mu);
+        run_op(o);
+        pthread_mutex_lock(&s->mu);
+        s->head = o->next;
+        if (!s->head)
+            s->tail = NULL;
+        s->done++;
+        pthread_cond_broadcast(&s->cv);
+        free(o);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+static struct stream *stream_new(void) {
+    struct stream *s = calloc(1, sizeof *s);
+    if (!s)
+        abort();
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    if (pthread_create(&s->thread, NULL, worker, s))
+        abort();
+    pthread_mutex_lock(&all_lock);
+    s->next_all = all_streams;
+    all_streams = s;
+    pthread_mutex_unlock(&all_lock);
+    return s;
+}
+
+/* NULL, CU_STREAM_LEGACY (1) and CU_STREAM_PER_THREAD (2) are one default stream here. */
+static struct stream *resolve(CUstream st) {
+    if ((uintptr_t)st > 2)
+        return st;
+    pthread_mutex_lock(&all_lock);
+    struct stream *s = legacy;
+    pthread_mutex_unlock(&all_lock);
+    if (s)
+        return s;
+    s = stream_new();
+    pthread_mutex_lock(&all_lock);
+    if (!legacy)
+        legacy = s;
+    s = legacy;
+    pthread_mutex_unlock(&all_lock);
+    return s;
+}
+
+/* Runs `o` in order on `st` (async) or now; the stream's count of operations once it has run. */
+static unsigned long long submit(CUstream st, struct op o) {
+    if (!async_streams()) {
+        run_op(&o);
+        return 0;
+    }
+    struct stream *s = resolve(st);
+    struct op *p = malloc(sizeof *p);
+    if (!p)
+        abort();
+    *p = o;
+    p->next = NULL;
+    pthread_mutex_lock(&s->mu);
+    if (s->tail)
+        s->tail->next = p;
+    else
+        s->head = p;
+    s->tail = p;
+    unsigned long long seq = ++s->enqueued;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return seq;
+}
+
+static void sync_stream(struct stream *s) {
+    pthread_mutex_lock(&s->mu);
+    while (s->done < s->enqueued)
+        pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void sync_all(void) {
+    if (!async_streams())
+        return;
+    pthread_mutex_lock(&all_lock);
+    for (struct stream *s = all_streams; s; s = s->next_all)
+        sync_stream(s);
+    pthread_mutex_unlock(&all_lock);
+}
+
+static struct op op_copy(void *d, const void *s, size_t n) { return (struct op){.kind = OP_COPY, .dst = d, .src = s, .n = n}; }
+
+/* Copies and memsets. */
+CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { submit(st, op_copy((void *)(uintptr_t)d, (void *)(uintptr_t)s, n)); return CUDA_SUCCESS; }
+CUresult cuMemcpy(CUdeviceptr d, CUdeviceptr s, size_t n) { sync_all(); memmove((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); return CUDA_SUCCESS; }
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, CUstream st) { return cuMemcpyAsync(d, (CUdeviceptr)(uintptr_t)s, n, st); }
+CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n) { return cuMemcpy(d, (CUdeviceptr)(uintptr_t)s, n); }
+CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n) { return cuMemcpy((CUdeviceptr)(uintptr_t)d, s, n); }
+CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, CUstream st) { return cuMemcpyAsync((CUdeviceptr)(uintptr_t)d, s, n, st); }
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return cuMemcpyAsync(d, s, n, st); }
+CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { return cuMemcpy(d, s, n); }
+CUresult cuMemcpy2DAsync_v2(const struct memcpy2d *m, CUstream st) { submit(st, (struct op){.kind = OP_COPY2D, .m = *m}); return CUDA_SUCCESS; }
+CUresult cuMemcpy2D_v2(const struct memcpy2d *m) { sync_all(); copy_2d(m); return CUDA_SUCCESS; }
+CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream st) { submit(st, (struct op){.kind = OP_SET8, .dst = (char *)(uintptr_t)d, .v = v, .n = n}); return CUDA_SUCCESS; }
+CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) { sync_all(); memset((void *)(uintptr_t)d, v, n); return CUDA_SUCCESS; }
+CUresult cuMemsetD32Async(CUdeviceptr d, unsigned v, size_t n, CUstream st) { submit(st, (struct op){.kind = OP_SET32, .dst = (char *)(uintptr_t)d, .v = v, .n = n}); return CUDA_SUCCESS; }
+CUresult cuMemsetD32_v2(CUdeviceptr d, unsigned v, size_t n) {
+    sync_all();
+    struct op o = {.kind = OP_SET32, .dst = (char *)(uintptr_t)d, .v = v, .n = n};
+    run_op(&o);
     return CUDA_SUCCESS;
 }
-CUresult cuMemsetD32_v2(CUdeviceptr d, unsigned v, size_t n) { return cuMemsetD32Async(d, v, n, NULL); }
 
 /* ---- streams and events ---- */
 
-CUresult cuStreamCreate(CUstream *s, unsigned flags) { (void)flags; *s = malloc(1); return CUDA_SUCCESS; }
+CUresult cuStreamCreate(CUstream *s, unsigned flags) {
+    (void)flags;
+    *s = async_streams() ? (void *)stream_new() : malloc(1);
+    return CUDA_SUCCESS;
+}
 CUresult cuStreamCreateWithPriority(CUstream *s, unsigned flags, int prio) { (void)prio; return cuStreamCreate(s, flags); }
-CUresult cuStreamDestroy_v2(CUstream s) { free(s); return CUDA_SUCCESS; }
+/* The stream's memory is kept (an event recorded on it may still be queried). */
+CUresult cuStreamDestroy_v2(CUstream st) {
+    if (!async_streams()) {
+        free(st);
+        return CUDA_SUCCESS;
+    }
+    struct stream *s = resolve(st);
+    if (s == legacy)
+        return CUDA_SUCCESS;
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    return CUDA_SUCCESS;
+}
 CUresult cuStreamDestroy(CUstream s) { return cuStreamDestroy_v2(s); }
-CUresult cuStreamSynchronize(CUstream s) { (void)s; return CUDA_SUCCESS; }
-CUresult cuStreamQuery(CUstream s) { (void)s; return CUDA_SUCCESS; }
+CUresult cuStreamSynchronize(CUstream s) {
+    if (async_streams())
+        sync_stream(resolve(s));
+    return CUDA_SUCCESS;
+}
+CUresult cuStreamQuery(CUstream st) {
+    if (!async_streams())
+        return CUDA_SUCCESS;
+    struct stream *s = resolve(st);
+    pthread_mutex_lock(&s->mu);
+    int idle = s->done == s->enqueued;
+    pthread_mutex_unlock(&s->mu);
+    return idle ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
 CUresult cuStreamIsCapturing(CUstream s, int *status) { (void)s; *status = 0; return CUDA_SUCCESS; }
-CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags) { (void)s; (void)e; (void)flags; return CUDA_SUCCESS; }
 CUresult cuStreamWriteValue32_v2(CUstream s, CUdeviceptr addr, unsigned v, unsigned flags) {
-    (void)s; (void)flags;
-    __atomic_store_n((unsigned *)(uintptr_t)addr, v, __ATOMIC_RELEASE);
+    (void)flags;
+    submit(s, (struct op){.kind = OP_WRITE32, .dst = (char *)(uintptr_t)addr, .v = v});
     return CUDA_SUCCESS;
 }
 CUresult cuStreamWriteValue32(CUstream s, CUdeviceptr addr, unsigned v, unsigned flags) { return cuStreamWriteValue32_v2(s, addr, v, flags); }
-/* A stream cannot wait here for what another thread does later (every stream is synchronous):
- * a word already reached passes (GEQ cyclic, as the driver's: (int32_t)(word - v) >= 0; EQ),
- * any other wait is CUDA_ERROR_NOT_SUPPORTED. So the stream-ordered MPI paths (MPI_STAGED,
- * MPI_CUDA_AWARE, IPC) fail on the null device instead of hanging; NCCL's do not wait. */
+/* Synchronous streams cannot wait for what the host does after the call: there a word already
+ * reached passes and any other wait is CUDA_ERROR_NOT_SUPPORTED (the stream-ordered MPI paths
+ * then fail instead of hanging). Asynchronous streams wait. */
 CUresult cuStreamWaitValue32_v2(CUstream s, CUdeviceptr addr, unsigned v, unsigned flags) {
-    (void)s;
-    unsigned now = __atomic_load_n((volatile unsigned *)(uintptr_t)addr, __ATOMIC_ACQUIRE);
-    if ((flags & 3) == 1 ? now == v : (int)(now - v) >= 0)
-        return CUDA_SUCCESS;
-    return CUDA_ERROR_NOT_SUPPORTED;
+    if (!async_streams())
+        return reached((const char *)(uintptr_t)addr, v, flags) ? CUDA_SUCCESS : CUDA_ERROR_NOT_SUPPORTED;
+    submit(s, (struct op){.kind = OP_WAIT32, .dst = (char *)(uintptr_t)addr, .v = v, .flags = flags});
+    return CUDA_SUCCESS;
 }
 CUresult cuStreamWaitValue32(CUstream s, CUdeviceptr addr, unsigned v, unsigned flags) { return cuStreamWaitValue32_v2(s, addr, v, flags); }
 CUresult cuStreamBatchMemOp_v2(CUstream s, unsigned n, void *ops, unsigned flags) {
@@ -389,12 +607,47 @@ CUresult cuStreamBatchMemOp_v2(CUstream s, unsigned n, void *ops, unsigned flags
 }
 CUresult cuStreamBatchMemOp(CUstream s, unsigned n, void *ops, unsigned flags) { return cuStreamBatchMemOp_v2(s, n, ops, flags); }
 
-CUresult cuEventCreate(CUevent *e, unsigned flags) { (void)flags; *e = malloc(1); return CUDA_SUCCESS; }
+/* An event: the stream it was last recorded on, and that stream's count of operations then. */
+struct event {
+    struct stream *s;
+    unsigned long long seq;
+};
+CUresult cuEventCreate(CUevent *e, unsigned flags) { (void)flags; *e = calloc(1, sizeof(struct event)); return CUDA_SUCCESS; }
 CUresult cuEventDestroy_v2(CUevent e) { free(e); return CUDA_SUCCESS; }
 CUresult cuEventDestroy(CUevent e) { return cuEventDestroy_v2(e); }
-CUresult cuEventRecord(CUevent e, CUstream s) { (void)e; (void)s; return CUDA_SUCCESS; }
-CUresult cuEventQuery(CUevent e) { (void)e; return CUDA_SUCCESS; }
-CUresult cuEventSynchronize(CUevent e) { (void)e; return CUDA_SUCCESS; }
+CUresult cuEventRecord(CUevent ev, CUstream st) {
+    if (!async_streams())
+        return CUDA_SUCCESS;
+    struct event *e = ev;
+    struct stream *s = resolve(st);
+    pthread_mutex_lock(&s->mu);
+    e->s = s;
+    e->seq = s->enqueued;
+    pthread_mutex_unlock(&s->mu);
+    return CUDA_SUCCESS;
+}
+CUresult cuEventQuery(CUevent ev) {
+    struct event *e = ev;
+    if (!e->s)
+        return CUDA_SUCCESS;
+    pthread_mutex_lock(&e->s->mu);
+    int done = e->s->done >= e->seq;
+    pthread_mutex_unlock(&e->s->mu);
+    return done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+CUresult cuEventSynchronize(CUevent ev) {
+    struct event *e = ev;
+    if (e->s)
+        wait_done(e->s, e->seq);
+    return CUDA_SUCCESS;
+}
+CUresult cuStreamWaitEvent(CUstream s, CUevent ev, unsigned flags) {
+    (void)flags;
+    struct event *e = ev;
+    if (e->s)
+        submit(s, (struct op){.kind = OP_WAIT_SEQ, .other = e->s, .seq = e->seq});
+    return CUDA_SUCCESS;
+}
 CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) { (void)a; (void)b; *ms = 0; return CUDA_SUCCESS; }
 
 /* ---- modules and kernels (not run) ---- */
@@ -411,6 +664,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
         return CUDA_ERROR_LAUNCH_FAILED;
     if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
         fprintf(stderr, "null device: a kernel was launched and not run (results that depend on it are wrong)\n");
+    submit(s, (struct op){.kind = OP_NOP});
     return CUDA_SUCCESS;
 }
 
@@ -484,49 +738,59 @@ int ncclCommUserRank(ncclComm_t comm, int *r) { *r = comm->rank; return ncclSucc
 const char *ncclGetErrorString(int r) { return r ? "NCCL error (null device)" : "no error"; }
 const char *ncclGetLastError(ncclComm_t comm) { (void)comm; return ""; }
 
-static int copy_one(const void *s, void *r, size_t count, int dtype) {
+/* A collective over one rank: its input copied to its output, in order on the stream. */
+static int copy_one(const void *s, void *r, size_t count, int dtype, CUstream st) {
     size_t e = nccl_size(dtype);
     if (!e)
         return ncclInvalidArgument;
     if (s != r && count)
-        memmove(r, s, count * e);
+        submit(st, op_copy(r, s, count * e));
     return ncclSuccess;
 }
-int ncclAllReduce(const void *s, void *r, size_t n, int dt, int op, ncclComm_t c, CUstream st) { (void)op; (void)c; (void)st; return copy_one(s, r, n, dt); }
-int ncclBroadcast(const void *s, void *r, size_t n, int dt, int root, ncclComm_t c, CUstream st) { (void)root; (void)c; (void)st; return copy_one(s, r, n, dt); }
-int ncclReduce(const void *s, void *r, size_t n, int dt, int op, int root, ncclComm_t c, CUstream st) { (void)op; (void)root; (void)c; (void)st; return copy_one(s, r, n, dt); }
-int ncclAllGather(const void *s, void *r, size_t n, int dt, ncclComm_t c, CUstream st) { (void)c; (void)st; return copy_one(s, r, n, dt); }
-int ncclReduceScatter(const void *s, void *r, size_t n, int dt, int op, ncclComm_t c, CUstream st) { (void)op; (void)c; (void)st; return copy_one(s, r, n, dt); }
+int ncclAllReduce(const void *s, void *r, size_t n, int dt, int op, ncclComm_t c, CUstream st) { (void)op; (void)c; return copy_one(s, r, n, dt, st); }
+int ncclBroadcast(const void *s, void *r, size_t n, int dt, int root, ncclComm_t c, CUstream st) { (void)root; (void)c; return copy_one(s, r, n, dt, st); }
+int ncclReduce(const void *s, void *r, size_t n, int dt, int op, int root, ncclComm_t c, CUstream st) { (void)op; (void)root; (void)c; return copy_one(s, r, n, dt, st); }
+int ncclAllGather(const void *s, void *r, size_t n, int dt, ncclComm_t c, CUstream st) { (void)c; return copy_one(s, r, n, dt, st); }
+int ncclReduceScatter(const void *s, void *r, size_t n, int dt, int op, ncclComm_t c, CUstream st) { (void)op; (void)c; return copy_one(s, r, n, dt, st); }
 
 /* Point-to-point to oneself: sends and receives wait in order until the outermost group ends. */
 struct p2p {
     void *ptr;
     size_t bytes;
+    CUstream stream;
 };
 static __thread struct p2p sends[256], recvs[256];
 static __thread int n_sends, n_recvs, depth;
 
 static int match(void) {
     int k = n_sends < n_recvs ? n_sends : n_recvs;
-    for (int i = 0; i < k; i++)
-        if (sends[i].bytes == recvs[i].bytes)
-            memmove(recvs[i].ptr, sends[i].ptr, sends[i].bytes);
-        else
+    for (int i = 0; i < k; i++) {
+        if (sends[i].bytes != recvs[i].bytes)
             return ncclInvalidUsage;
+        /* On the receive's stream, after what the send's stream had before the send. */
+        if (async_streams() && resolve(sends[i].stream) != resolve(recvs[i].stream)) {
+            struct stream *from = resolve(sends[i].stream);
+            pthread_mutex_lock(&from->mu);
+            unsigned long long seq = from->enqueued;
+            pthread_mutex_unlock(&from->mu);
+            submit(recvs[i].stream, (struct op){.kind = OP_WAIT_SEQ, .other = from, .seq = seq});
+        }
+        submit(recvs[i].stream, op_copy(recvs[i].ptr, sends[i].ptr, sends[i].bytes));
+    }
     memmove(sends, sends + k, (size_t)(n_sends - k) * sizeof *sends);
     memmove(recvs, recvs + k, (size_t)(n_recvs - k) * sizeof *recvs);
     n_sends -= k;
     n_recvs -= k;
     return ncclSuccess;
 }
-static int post(struct p2p *q, int *n, void *ptr, size_t count, int dt, int peer) {
+static int post(struct p2p *q, int *n, void *ptr, size_t count, int dt, int peer, CUstream st) {
     if (peer != 0 || !nccl_size(dt) || *n == 256)
         return ncclInvalidArgument;
-    q[(*n)++] = (struct p2p){ptr, count * nccl_size(dt)};
+    q[(*n)++] = (struct p2p){ptr, count * nccl_size(dt), st};
     return depth ? ncclSuccess : match();
 }
-int ncclSend(const void *s, size_t n, int dt, int peer, ncclComm_t c, CUstream st) { (void)c; (void)st; return post(sends, &n_sends, (void *)s, n, dt, peer); }
-int ncclRecv(void *r, size_t n, int dt, int peer, ncclComm_t c, CUstream st) { (void)c; (void)st; return post(recvs, &n_recvs, r, n, dt, peer); }
+int ncclSend(const void *s, size_t n, int dt, int peer, ncclComm_t c, CUstream st) { (void)c; return post(sends, &n_sends, (void *)s, n, dt, peer, st); }
+int ncclRecv(void *r, size_t n, int dt, int peer, ncclComm_t c, CUstream st) { (void)c; return post(recvs, &n_recvs, r, n, dt, peer, st); }
 int ncclGroupStart(void) { depth++; return ncclSuccess; }
 int ncclGroupEnd(void) {
     if (depth == 0)

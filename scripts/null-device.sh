@@ -26,17 +26,33 @@ for l in sys.stdin:
     m = json.loads(l)
     if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "gpu" and m.get("executable"): print(m["executable"])' | tail -1)
   [ -n "$bin" ] || { echo "null-device: the gpu test binary did not build"; exit 1; }
-  cases=c16,vcoll,nbc,nbcgroup
-  out=$(LD_LIBRARY_PATH=$PWD/.nulldev GPUWIRE_BACKEND=nccl GPUWIRE_GPU_TEST_NP=1 GPUWIRE_GPU_TEST=$cases \
-    timeout 300 mpirun -np 1 -x LD_LIBRARY_PATH -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP -x GPUWIRE_GPU_TEST "$bin" 2>&1) || true
-  echo "$out" | grep -E '^RESULT' || true
-  pass=$(echo "$out" | grep -c '^RESULT PASS' || true)
-  if [ "$pass" -ne 4 ] || echo "$out" | grep -q '^RESULT FAIL'; then
-    echo "$out" | tail -30
-    echo "null-device: NCCL host logic on the null device: FAILED ($pass of 4 cases passed)"
-    exit 1
-  fi
-  echo "null-device: NCCL host logic on the null device ($cases, 1 rank): 4 of 4 passed (kernels and GPUs not involved: the GPU machine runs the rest)"
+  failed=0
+  # run_cases LABEL RANKS CASES [VAR=VALUE...]: every rank must print RESULT PASS for every case.
+  run_cases() {
+    local label=$1 np=$2 cases=$3; shift 3
+    local want=$(( np * $(echo "$cases" | tr ',' '\n' | wc -l) ))
+    local xs=() kv
+    for kv in "$@"; do xs+=(-x "${kv%%=*}"); done
+    local out
+    local rc=0
+    out=$(env NULLDEV_STREAMS=async NULLDEV_KERNELS=fail LD_LIBRARY_PATH="$PWD/.nulldev" GPUWIRE_GPU_TEST_NP="$np" \
+      GPUWIRE_GPU_TEST="$cases" "$@" timeout 300 mpirun -np "$np" --oversubscribe --bind-to none -x NULLDEV_STREAMS \
+      -x NULLDEV_KERNELS -x LD_LIBRARY_PATH -x GPUWIRE_GPU_TEST_NP -x GPUWIRE_GPU_TEST "${xs[@]}" "$bin" 2>&1) || rc=$?
+    local pass
+    pass=$(echo "$out" | grep -c '^RESULT PASS' || true)
+    if [ "$rc" -ne 0 ] || [ "$pass" -ne "$want" ] || echo "$out" | grep -q '^RESULT FAIL'; then
+      echo "$out" | grep -v '^RESULT PASS' | tail -30
+      echo "FAIL null-device $label ($cases, $np rank(s)): $pass of $want RESULT PASS lines, exit status $rc"
+      failed=1
+    else
+      echo "PASS null-device $label ($cases, $np rank(s)): $pass of $want"
+    fi
+  }
+  run_cases nccl 1 c16,vcoll,nbc,nbcgroup GPUWIRE_BACKEND=nccl
+  run_cases staged 2 ops,opswrap,scan,p2pexact,p2pstatus,vcoll GPUWIRE_BACKEND=staged
+  run_cases cuda_aware 2 scan,p2pstatus,vcoll GPUWIRE_BACKEND=cuda_aware GPUWIRE_CUDA_AWARE=1
+  [ "$failed" = 0 ] || exit 1
+  echo "null-device: host logic of the NCCL, MPI_STAGED and MPI_CUDA_AWARE paths passed on the null device (no kernel ran: the GPU machine runs the rest)"
   exit 0
 fi
 bash scripts/soname-link.sh target/release >/dev/null
