@@ -49,6 +49,7 @@ for l in sys.stdin:
     fi
   }
   run_cases nccl 1 c16,vcoll,nbc,nbcgroup GPUWIRE_BACKEND=nccl
+  run_cases nccl-two-devices 1 directrefused GPUWIRE_BACKEND=nccl NULLDEV_DEVICES=2
   run_cases staged 2 ops,opswrap,scan,p2pexact,p2pstatus,vcoll GPUWIRE_BACKEND=staged
   run_cases cuda_aware 2 scan,p2pstatus,vcoll GPUWIRE_BACKEND=cuda_aware GPUWIRE_CUDA_AWARE=1
   [ "$failed" = 0 ] || exit 1

@@ -135,6 +135,11 @@ fn direct(c: &Arc<Communicator>, op: &Op, stream: Stream) -> Result<bool> {
     if !fits || c.config().check || !op.nccl_native(c) || crate::view::has_views(op) || !crate::backend::nccl::direct_possible(c)? {
         return Ok(false);
     }
+    // Every buffer is checked before anything is issued: a sendrecv whose receive is refused
+    // must not leave its send in the NCCL group (launched at the end, its buffer no longer kept).
+    for b in op.slots().into_iter().flatten() {
+        crate::backend::nccl::check_direct(c, b)?;
+    }
     c.engine().drain();
     let issue = |b: &crate::buffer::Buffer, r: i32, send: bool| if peer(r) == PROC_NULL { Ok(()) } else { crate::backend::nccl::issue_direct(c, b, r, send, stream) };
     match op {
@@ -206,6 +211,14 @@ pub fn end() -> Result<()> {
     })?;
     let Some(mut entries) = entries else { return Ok(()) };
     if entries.is_empty() || !entries.iter().all(|e| e.issued) {
+        // The next group records into an allocation of this one's size (`run` consumes it).
+        let room = entries.capacity();
+        GROUP.with(|g| {
+            let mut g = g.borrow_mut();
+            if g.entries.capacity() == 0 {
+                g.entries = Vec::with_capacity(room);
+            }
+        });
         return run(entries);
     }
     // Only NCCL operations issued at their calls (`direct`): launch them (one communicator's,

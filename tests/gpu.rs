@@ -1418,6 +1418,44 @@ fn all_f32(bytes: &[u8], want: f32) -> Result<(), String> {
     }
 }
 
+/// A sendrecv inside a group whose receive buffer lives on another device than the
+/// communicator's is refused at its call and leaves nothing behind: the next group's receive
+/// gets the next group's send. (Found in review: on NCCL the send half had been issued into the
+/// group's NCCL group before the receive was refused, and was launched at the group's end.)
+/// Needs two devices: a machine with two GPUs, or the null device with NULLDEV_DEVICES=2.
+fn direct_refused(cx: &Ctx) -> Result<(), String> {
+    let (r, p, s) = (cx.rank, cx.size, cx.stream as *mut c_void);
+    let (to, from) = ((r + 1) % p, (r + p - 1) % p);
+    let count = cudarc::driver::result::device::get_count().map_err(|e| format!("cuDeviceGetCount: {e:?}"))?;
+    if count < 2 {
+        return Err(format!("needs two devices, this process sees {count}"));
+    }
+    let other = (DEVICE.load(std::sync::atomic::Ordering::Relaxed) + 1) % count;
+    let n = 256usize;
+    let a = dev_alloc(n, Dtype::GPUWIRE_FLOAT32);
+    upload(a, &f32s(&vec![42.0; n]));
+    let mut elsewhere = 0;
+    ok(gpuwire_buffer_alloc(n as i64, Dtype::GPUWIRE_FLOAT32 as i32, Space::GPUWIRE_SPACE_DEVICE as i32, other, &mut elsewhere), "alloc on the other device");
+    ok(gpuwire_group_start(), "group_start");
+    let refused = gpuwire_sendrecv(cx.comm, a, to, 7, elsewhere, from, 7, s);
+    ok(gpuwire_group_end(), "group_end (after the refused sendrecv)");
+    if refused == Status::GPUWIRE_SUCCESS {
+        return Err("a sendrecv into a buffer on another device than the communicator's succeeded".into());
+    }
+    let (b, got) = (dev_alloc(n, Dtype::GPUWIRE_FLOAT32), dev_alloc(n, Dtype::GPUWIRE_FLOAT32));
+    upload(b, &f32s(&vec![r as f32 + 1.0; n]));
+    upload(got, &f32s(&vec![0.0; n]));
+    ok(gpuwire_group_start(), "group_start");
+    ok(gpuwire_send(cx.comm, b, to, 8, s), "send");
+    ok(gpuwire_recv(cx.comm, got, from, 8, s), "recv");
+    ok(gpuwire_group_end(), "group_end");
+    let result = all_f32(&download(got, n * 4), from as f32 + 1.0).map_err(|e| format!("the group after a refused sendrecv received the wrong data: {e}"));
+    for x in [a, elsewhere, b, got] {
+        gpuwire_buffer_free(x);
+    }
+    result
+}
+
 /// AUTO with the ranks of one node sharing one GPU picks IPC and says why.
 fn ipc_auto(cx: &Ctx) -> Result<(), String> {
     let mut c = 0;
@@ -3144,6 +3182,7 @@ fn main() {
             "nbcmixed" => mixed_memory_kinds(&cx),
             "split" => split_allreduce(&cx),
             "vcoll" => vcoll_device(&cx),
+            "directrefused" => direct_refused(&cx),
             "views" => views_device(&cx),
             other => Err(format!("unknown case {other}")),
         };

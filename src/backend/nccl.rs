@@ -119,6 +119,12 @@ pub fn direct_open() -> bool {
     DIRECT.with(|d| d.get())
 }
 
+/// What [`issue_direct`] refuses `buf` for (a buffer on another device), checked for every buffer
+/// of an operation before any of it is issued.
+pub fn check_direct(c: &Communicator, buf: &Buffer) -> Result<()> {
+    devstate::check_device(c, buf)
+}
+
 /// A send (`send`) or a receive of all of `buf` with `peer` issued at once, as NCCL does, into
 /// the NCCL group of this thread's open gpuwire group (opened at its first such operation,
 /// after `c`'s open isend/irecv group was closed; launched by [`with_group`] at the gpuwire
@@ -127,7 +133,7 @@ pub fn direct_open() -> bool {
 /// the group's host cost is then NCCL's own (issue 18's halo benchmark). The caller validated
 /// the arguments (`Op::check_at_call`); `peer` is not GPUWIRE_PROC_NULL.
 pub fn issue_direct(c: &Communicator, buf: &Buffer, peer: i32, send: bool, stream: Stream) -> Result<()> {
-    devstate::check_device(c, buf)?;
+    check_direct(c, buf)?;
     let st = state(c)?;
     let api = api()?;
     let _g = CtxGuard::enter(st.device)?;
