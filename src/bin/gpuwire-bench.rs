@@ -2,8 +2,8 @@
 //! it wraps.
 //!
 //! ```text
-//! mpirun -np 2 gpuwire-bench host   [--op sendrecv|allreduce|bw|all] [--max-bytes N] [--min-bytes N]
-//!                                   [--iters-scale F] [--reps R]
+//! mpirun -np 2 gpuwire-bench host   [--op sendrecv|allreduce|bw|split|all] [--max-bytes N] [--min-bytes N]
+//!                                   [--iters-scale F] [--reps R] [--dtype float32,float64]
 //! mpirun -np 2 gpuwire-bench device --backend staged|cuda_aware|ipc|hier|raw-cuda-aware
 //!                                   [--op allreduce,allgather,reduce_scatter,sendrecv,exchange|all]
 //!                                   [--max-bytes N] [--min-bytes N] [--target-ms T] [--reps R]
@@ -21,7 +21,10 @@
 //! flips every repetition, so drift hits both alike). Each block starts at a barrier; its time
 //! per iteration is the maximum over the ranks; the table shows the median over repetitions.
 //! Send/recv is a ping-pong (one-way time = half the round trip); `bw` streams a window of
-//! isends (OSU's osu_bw) and waits for an acknowledgement.
+//! isends (OSU's osu_bw) and waits for an acknowledgement. `split` (by name, not in `all`):
+//! `gpuwire::backend::split::allreduce_host`, what an MPI_STAGED communicator makes of a
+//! host-memory allreduce from 2 MiB, on gpuwire's communicator, against MPI_Allreduce, SUM, out
+//! of place, in each datatype of `--dtype` (float32 and/or float64; BENCH op `split-<dtype>`).
 //!
 //! **device**: device float32 buffers on the GPU machine. `staged`, `cuda_aware`, `ipc` and `hier` (ranks on several nodes, e.g. under scripts/multihost.sh) force
 //! gpuwire's backend in `gpuwire_config.backend`; `raw-cuda-aware` calls MPI_Allreduce,
@@ -72,8 +75,8 @@ use gpuwire::types::{BackendKind, Dtype, ReduceOp, Space};
 use mpi::ffi as msys;
 
 const USAGE: &str = "usage:
-  mpirun -np 2 gpuwire-bench host [--op sendrecv|allreduce|bw|all] [--max-bytes N] [--min-bytes N]
-                                  [--iters-scale F] [--reps R]
+  mpirun -np 2 gpuwire-bench host [--op sendrecv|allreduce|bw|split|all] [--max-bytes N] [--min-bytes N]
+                                  [--iters-scale F] [--reps R] [--dtype float32,float64]
   mpirun -np 2 gpuwire-bench device --backend staged|cuda_aware|ipc|hier|raw-cuda-aware
                                   [--op allreduce,allgather,reduce_scatter,sendrecv,exchange,halo|all]
                                   [--max-bytes N] [--min-bytes N] [--target-ms T] [--reps R]
@@ -86,6 +89,8 @@ const USAGE: &str = "usage:
   mpirun -np 2 gpuwire-bench halo3d [--n 256] [--reps R] [--target-ms T]   (CUDA-aware MPI:
                                   the six faces of an n^3 float64 grid: gpuwire_darray_halo_exchange_axes
                                   against MPI subarray datatypes and against packing kernels + MPI)
+`split` (host, not in `all`): the two-phase allreduce of MPI_STAGED's large host-memory calls
+(split::allreduce_host) against MPI_Allreduce, in each --dtype (float32, float64; default float32).
 `halo` (not in `all`): two rows each way in one gpuwire group (raw: one NCCL group of two
 ncclSend and two ncclRecv; raw-cuda-aware: two MPI_Sendrecv); sizes are one row's bytes.
 Sizes are bytes of float32 data, powers of two from --min-bytes (default 8) to --max-bytes
@@ -276,6 +281,8 @@ struct Opts {
     /// Device mode: synchronize the stream after every call (true) or once per block (false);
     /// None = the backend's default (NCCL: once per block; the MPI backends: every call).
     sync_each: Option<bool>,
+    /// Host mode `split`: the datatypes (float32, float64).
+    dtypes: Vec<Dtype>,
 }
 
 fn parse(args: &[String]) -> Result<Opts, String> {
@@ -297,6 +304,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         label: None,
         tag: None,
         sync_each: None,
+        dtypes: vec![Dtype::GPUWIRE_FLOAT32],
     };
     let mut op = "all".to_string();
     let mut backend: Option<DevBackend> = None;
@@ -327,6 +335,17 @@ fn parse(args: &[String]) -> Result<Opts, String> {
                 o.target_ms = v.parse::<f64>().ok().filter(|f| f.is_finite() && *f > 0.0).ok_or(format!("--target-ms {v:?}: expected a number > 0"))?
             }
             "--label" if device.is_some() => o.label = Some(val()?),
+            "--dtype" if device.is_none() => {
+                let v = val()?;
+                o.dtypes = v
+                    .split(',')
+                    .map(|d| match d.trim() {
+                        "float32" | "f32" => Ok(Dtype::GPUWIRE_FLOAT32),
+                        "float64" | "f64" => Ok(Dtype::GPUWIRE_FLOAT64),
+                        x => Err(format!("--dtype {x:?}: expected float32 or float64")),
+                    })
+                    .collect::<Result<_, _>>()?
+            }
             "--tag" if device.is_some() => {
                 let v = val()?;
                 if v.is_empty() || v.contains(char::is_whitespace) {
@@ -365,15 +384,16 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         return Err("--label does not apply to --backend nccl (it prints two labels, gpuwire-nccl and raw-nccl): use --tag".into());
     }
     let valid: &[&'static str] = match o.device {
-        None => &["sendrecv", "allreduce", "bw"],
+        None => &["sendrecv", "allreduce", "bw", "split"],
         // NCCL's send/recv is the grouped ring exchange (nccl-tests' sendrecv): op `exchange`.
         Some(DevBackend::Nccl) => &["allreduce", "allgather", "reduce_scatter", "exchange", "halo", "alltoallv"],
         Some(_) => &["allreduce", "allgather", "reduce_scatter", "sendrecv", "exchange", "halo", "alltoallv"],
     };
     o.ops = vec![];
     if op == "all" {
-        // `halo` (issue 18's group benchmark) and `alltoallv` (issue 13's) are asked for by name.
-        o.ops = valid.iter().copied().filter(|v| *v != "halo" && *v != "alltoallv").collect();
+        // `halo` (issue 18's group benchmark), `alltoallv` (issue 13's) and `split` are asked for
+        // by name.
+        o.ops = valid.iter().copied().filter(|v| !matches!(*v, "halo" | "alltoallv" | "split")).collect();
     } else {
         for x in op.split(',') {
             let mut x = x.trim().replace('-', "_");
@@ -589,8 +609,17 @@ fn host_mode(o: &Opts) {
     let mut bad = 0usize;
     let (mut met, mut missed) = (0, 0);
     let t_start = Instant::now();
-    for &op in &o.ops {
+    // `split` once per datatype.
+    let runs: Vec<(&str, Dtype)> =
+        o.ops.iter().flat_map(|&op| if op == "split" { o.dtypes.clone() } else { vec![Dtype::GPUWIRE_FLOAT32] }.into_iter().map(move |d| (op, d))).collect();
+    for &(op, dtype) in &runs {
         let mut rows = vec![];
+        if dtype == Dtype::GPUWIRE_FLOAT64 {
+            // SAFETY: a host buffer of n_max float32, 8-byte aligned (gpuwire's host buffers are).
+            unsafe { std::slice::from_raw_parts_mut(sp as *mut f64, n_max / 2).fill((m.rank + 1) as f64) };
+        } else {
+            fill_host(sb, n_max, (m.rank + 1) as f32);
+        }
         for &bytes in &sizes {
             let n = bytes / 4;
             let s = view(sb, 0, n);
@@ -659,6 +688,40 @@ fn host_mode(o: &Opts) {
                     }
                     interleaved(&m, reps, iters, &mut w, &mut g)
                 }
+                "split" => {
+                    use gpuwire::backend::{host::Src, split};
+                    let (es, f64s) = (dtype.size(), dtype == Dtype::GPUWIRE_FLOAT64);
+                    let n = bytes / es;
+                    // SAFETY: reading a constant.
+                    let mdt = if f64s { unsafe { msys::RSMPI_DOUBLE } } else { dt };
+                    let c = gpuwire::comm::COMMS.get(comm).unwrap_or_else(|e| fatal(&format!("the communicator: {e}")));
+                    let mut g = |k: usize| {
+                        for _ in 0..k {
+                            if let Err(e) = split::allreduce_host(&c, Src::Ptr(sp), rp, n, dtype, ReduceOp::GPUWIRE_SUM) {
+                                fatal(&format!("split::allreduce_host: {e}"));
+                            }
+                        }
+                    };
+                    let mut w = |k: usize| {
+                        for _ in 0..k {
+                            // SAFETY: host buffers of n elements; a valid communicator.
+                            mok(unsafe { msys::MPI_Allreduce(sp as *const c_void, rp as *mut c_void, n as c_int, mdt, msys::RSMPI_SUM, rc) }, "MPI_Allreduce");
+                        }
+                    };
+                    let iters = calibrate(&m, target_s, 100_000, &mut w);
+                    // SAFETY: a host buffer of at least n elements of dtype.
+                    let value = |i: usize| unsafe { if f64s { *(rp as *const f64).add(i) } else { f64::from(*(rp as *const f32).add(i)) } };
+                    // Poisoned first, so the check sees what the two-phase form wrote.
+                    // SAFETY: as above.
+                    unsafe { std::ptr::write_bytes(rp as *mut u8, 0xff, bytes) };
+                    block(&m, iters.div_ceil(4), &mut g);
+                    let want = f64::from(m.size * (m.size + 1) / 2);
+                    if (0..n).step_by((n / 97).max(1)).chain([n - 1]).any(|i| value(i) != want) {
+                        bad += 1;
+                        eprintln!("gpuwire-bench: rank {rank}: split {} {bytes} B: got {} .. {} expected {want}", dtype.name(), value(0), value(n - 1));
+                    }
+                    interleaved(&m, reps, iters, &mut w, &mut g)
+                }
                 "bw" => {
                     // OSU osu_bw: rank 0 streams a window of messages (distinct slices of one
                     // buffer), rank 1 acknowledges the window with one small message.
@@ -723,8 +786,9 @@ fn host_mode(o: &Opts) {
                 }
                 _ => unreachable!(),
             };
-            bench_line(&m, "host-raw", op, bytes, &raw);
-            bench_line(&m, "host-gpuwire", op, bytes, &gw);
+            let bop = if op == "split" { format!("split-{}", dtype.name()) } else { op.to_string() };
+            bench_line(&m, "host-raw", &bop, bytes, &raw);
+            bench_line(&m, "host-gpuwire", &bop, bytes, &gw);
             rows.push(HostRow { bytes, extra, raw, gw });
             ok(gpuwire_buffer_free(s), "gpuwire_buffer_free");
             ok(gpuwire_buffer_free(r), "gpuwire_buffer_free");
@@ -732,6 +796,14 @@ fn host_mode(o: &Opts) {
         let (a, b) = match op {
             "sendrecv" => host_table(&m, "send/recv ping-pong latency", "one way = round trip / 2", &rows, "", true),
             "allreduce" => host_table(&m, "allreduce latency", "MPI_SUM, out of place", &rows, "", false),
+            "split" => host_table(
+                &m,
+                &format!("two-phase allreduce (split::allreduce_host, MPI_STAGED's host-memory form) against MPI_Allreduce, {}", dtype.name()),
+                "MPI_SUM, out of place",
+                &rows,
+                "",
+                false,
+            ),
             _ => host_table(&m, "bandwidth, OSU osu_bw style", "time per message of a window of isends, then an ack", &rows, "window ", true),
         };
         met += a;
