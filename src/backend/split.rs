@@ -44,6 +44,8 @@
 //!
 //! Not yet run on a GPU (2026-12-05): the GPU cases `split` and `nbcmixed` cover it.
 
+use std::cell::Cell;
+use std::mem::MaybeUninit;
 use std::sync::Arc;
 
 use crate::backend::devstate;
@@ -68,6 +70,20 @@ pub(crate) const SEGMENT_BYTES: usize = 4 << 20;
 
 /// The most segments of one call.
 const MAX_SEGMENTS: usize = 256;
+
+/// The piece of a block (bytes, rounded down to whole elements) that [`allreduce_host`] reduces
+/// at a time: every input is combined into it while it stays in cache.
+const CHUNK_BYTES: usize = 32 << 10;
+
+/// The largest received-blocks buffer (bytes) that a thread keeps for its next
+/// [`allreduce_host`]: one segment's, for buffers of up to [`MAX_SEGMENTS`] segments.
+const KEEP_BYTES: usize = 2 * SEGMENT_BYTES;
+
+thread_local! {
+    /// The received-blocks buffer of the thread's last [`allreduce_host`], reused as it is, not
+    /// zeroed: only what MPI wrote into it is read.
+    static SCRATCH: Cell<Option<Box<[MaybeUninit<u64>]>>> = const { Cell::new(None) };
+}
 
 /// Whether an allreduce of `bytes` on `c` is made in two phases (the same answer on every rank).
 pub fn applies(c: &Communicator, bytes: usize) -> bool {
@@ -133,7 +149,11 @@ pub fn allreduce_host(c: &Communicator, send: Src, recv: usize, n: usize, dtype:
     let most = segs.iter().map(|s| s.blocks[me].1).max().unwrap_or(0);
     let bytes = most.checked_mul(p * es).ok_or_else(|| Error::InvalidArgument("allreduce: the count overflows".into()))?;
     // 8-byte aligned, as every datatype needs.
-    let mut keep = vec![0u64; bytes.div_ceil(8)];
+    let words = bytes.div_ceil(8);
+    let mut keep = match SCRATCH.try_with(Cell::take) {
+        Ok(Some(b)) if b.len() >= words => b,
+        _ => Box::new_uninit_slice(words),
+    };
     let got = keep.as_mut_ptr() as usize;
     let input = match send {
         Src::InPlace => recv,
@@ -146,29 +166,53 @@ pub fn allreduce_host(c: &Communicator, send: Src, recv: usize, n: usize, dtype:
             exchange(c, seg, me, input, got, dtype)?;
             let (off, len) = seg.blocks[me];
             let at = (seg.start + off) * es;
-            let (own, out) = (input + at, recv + at);
-            // SAFETY: the caller's buffers hold `n` elements, `got` holds p blocks of `len`;
-            // `own` and `out` are the same memory or disjoint (validated).
-            unsafe {
-                if own != out {
-                    std::ptr::copy_nonoverlapping(own as *const u8, out as *mut u8, len * es);
-                }
-                for j in (0..p).filter(|&j| j != me) {
-                    crate::reduce::combine(dtype, op, out as *mut u8, (got + j * len * es) as *const u8, len)?;
-                }
-                if op == ReduceOp::GPUWIRE_AVG {
-                    crate::reduce::divide(dtype, out as *mut u8, len, p)?;
-                }
-            }
-            Ok(())
+            // SAFETY: the caller's buffers hold `n` elements, `got` holds p blocks of `len`, those
+            // of the other ranks written by `exchange`; input and output are the same memory or
+            // disjoint (validated).
+            unsafe { reduce_own(dtype, op, input + at, recv + at, got, len, me, p) }
         },
         |s| gather(c, &segs[s], recv, dtype),
     );
     if r.as_ref().is_err_and(|e| e.abandons()) {
         // A request abandoned at a deadline may still write it (a late peer).
         std::mem::forget(keep);
+    } else if keep.len() * 8 <= KEEP_BYTES {
+        let _ = SCRATCH.try_with(|s| s.set(Some(keep)));
     }
     r
+}
+
+/// Rank `me`'s block of `n` elements reduced into `out`: `own`, then the blocks of the other
+/// ranks in rank order (rank j's at `got` + j n elements), each as `reduce::combine`, AVG divided
+/// by `p`, a piece of [`CHUNK_BYTES`] at a time (every element the same steps in the same order
+/// as a whole block at a time).
+///
+/// # Safety
+/// `own` and `out` valid for `n` elements of `dtype`, aligned for it, the same memory or
+/// disjoint; `got` + j n valid and initialized for `n` elements for every j but `me`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn reduce_own(dtype: Dtype, op: ReduceOp, own: usize, out: usize, got: usize, n: usize, me: usize, p: usize) -> Result<()> {
+    let es = dtype.size();
+    let step = (CHUNK_BYTES / es).max(1);
+    let mut i = 0;
+    while i < n {
+        let k = step.min(n - i);
+        let (o, at) = (out + i * es, i * es);
+        // SAFETY: pieces of the blocks of the caller's contract.
+        unsafe {
+            if own != out {
+                std::ptr::copy_nonoverlapping((own + at) as *const u8, o as *mut u8, k * es);
+            }
+            for j in (0..p).filter(|&j| j != me) {
+                crate::reduce::combine(dtype, op, o as *mut u8, (got + j * n * es + at) as *const u8, k)?;
+            }
+            if op == ReduceOp::GPUWIRE_AVG {
+                crate::reduce::divide(dtype, o as *mut u8, k, p)?;
+            }
+        }
+        i += k;
+    }
+    Ok(())
 }
 
 /// The stream-ordered two-phase allreduce of device memory (the module's comment): enqueued on
