@@ -1641,6 +1641,11 @@ mod tests {
         assert!(parse(&args("host --op bcast")).is_err());
         assert!(parse(&args("host --backend staged")).is_err(), "--backend is for device mode");
         assert!(parse(&args("host --min-bytes 6")).is_err());
+        let o = parse(&args("host --op split --dtype float32,f64 --min-bytes 2M")).unwrap();
+        assert_eq!((o.ops, o.dtypes), (vec!["split"], vec![Dtype::GPUWIRE_FLOAT32, Dtype::GPUWIRE_FLOAT64]));
+        assert_eq!(parse(&args("host --op split")).unwrap().dtypes, vec![Dtype::GPUWIRE_FLOAT32]);
+        assert!(parse(&args("host --dtype int32")).is_err());
+        assert!(parse(&args("device --backend staged --dtype float64")).is_err(), "--dtype is for host mode");
     }
 
     #[test]
