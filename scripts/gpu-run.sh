@@ -138,7 +138,7 @@ if has multi; then
     # other cases, mismatched counts with checking on, another device current, then a timeout.
     all=$(seq -s, 0 $((NGPU - 1)))
     CUDA_VISIBLE_DEVICES=$all GPUWIRE_GPU_TEST_NP=$NGPU np2="mpirun -np $NGPU --oversubscribe --bind-to none" \
-      gputest multi-nccl stock "${GPUWIRE_MULTI_CASES:-ops,opswrap,scan,c12,c13,c14,c16,c17,mismatch,p2pexact,p2pstatus,otherdev,timeout,late,vcoll,views,directrefused}" -x GPUWIRE_GPU_TEST_NP
+      gputest multi-nccl stock "${GPUWIRE_MULTI_CASES:-ops,opswrap,scan,c12,c13,c14,c16,c17,mismatch,p2pexact,p2pstatus,otherdev,timeout,late,vcoll,views,directrefused,groupblame}" -x GPUWIRE_GPU_TEST_NP
     # The library loaded where libnccl is absent: AUTO falls back, NCCL requested says why.
     CUDA_VISIBLE_DEVICES=$all GPUWIRE_NCCL_LIBRARY=/nonexistent/libnccl.so.2 GPUWIRE_GPU_TEST_NP=$NGPU np2="mpirun -np $NGPU --oversubscribe --bind-to none" \
       gputest multi-no-nccl stock nonccl -x GPUWIRE_GPU_TEST_NP -x GPUWIRE_NCCL_LIBRARY

@@ -292,21 +292,25 @@ fn run(entries: Vec<Entry>) -> Result<()> {
                 comms.push(&e.c);
             }
         }
-        let r = crate::backend::nccl::with_group(&comms, || {
-            let mut first = None;
+        let mut ran: Vec<Result<()>> = Vec::new();
+        let launched = crate::backend::nccl::with_group(&comms, || {
             for e in nccl.iter().filter(|e| !e.issued) {
-                let r = e.op.run(&e.c, e.stream);
-                finish(e, &r);
-                if let (Err(x), None) = (&r, &first) {
-                    first = Some(x.clone());
-                }
+                ran.push(e.op.run(&e.c, e.stream));
             }
-            first.map_or(Ok(()), Err)
+            Ok(())
         });
-        for e in nccl.iter().filter(|e| e.issued) {
+        // Each operation's outcome: its own error, else the launch's (an operation issued at its
+        // call, or one that ran, is not failed by another operation of the group).
+        let mut ran = ran.into_iter();
+        for e in &nccl {
+            let own = if e.issued { None } else { ran.next() };
+            let r = match own {
+                Some(Err(x)) => Err(x),
+                _ => launched.clone(),
+            };
             finish(e, &r);
+            note(&r, &mut first);
         }
-        note(&r, &mut first);
         // Unpacked on each stream after the NCCL group's launch.
         for e in &nccl {
             if let Some(p) = &e.packed {

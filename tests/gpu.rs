@@ -1456,6 +1456,45 @@ fn direct_refused(cx: &Ctx) -> Result<(), String> {
     result
 }
 
+/// A group holding a send and a receive issued at their calls and an allreduce that fails when
+/// the group runs it (its buffer on another device than the communicator's): the send and the
+/// receive complete with success and their data, only the allreduce's request fails, and
+/// gpuwire_group_end returns its error. (Found in review: every operation of the NCCL group took
+/// the first error of the group.) Needs two devices, as `direct_refused`.
+fn group_blame(cx: &Ctx) -> Result<(), String> {
+    let (r, p, s) = (cx.rank, cx.size, cx.stream as *mut c_void);
+    let (to, from) = ((r + 1) % p, (r + p - 1) % p);
+    let count = cudarc::driver::result::device::get_count().map_err(|e| format!("cuDeviceGetCount: {e:?}"))?;
+    if count < 2 {
+        return Err(format!("needs two devices, this process sees {count}"));
+    }
+    let other = (DEVICE.load(std::sync::atomic::Ordering::Relaxed) + 1) % count;
+    let n = 256usize;
+    let (a, b) = (dev_alloc(n, Dtype::GPUWIRE_FLOAT32), dev_alloc(n, Dtype::GPUWIRE_FLOAT32));
+    upload(a, &f32s(&vec![r as f32 + 1.0; n]));
+    upload(b, &f32s(&vec![0.0; n]));
+    let mut x = 0;
+    ok(gpuwire_buffer_alloc(n as i64, Dtype::GPUWIRE_FLOAT32 as i32, Space::GPUWIRE_SPACE_DEVICE as i32, other, &mut x), "alloc on the other device");
+    let mut q = [0u64; 3];
+    ok(gpuwire_group_start(), "group_start");
+    ok(gpuwire_isend(cx.comm, a, to, 9, s, &mut q[0]), "isend in the group");
+    ok(gpuwire_irecv(cx.comm, b, from, 9, s, &mut q[1]), "irecv in the group");
+    ok(gpuwire_iallreduce(cx.comm, x, x, ReduceOp::GPUWIRE_SUM as i32, s, &mut q[2]), "iallreduce in the group");
+    let end = gpuwire_group_end();
+    let (w0, w1, w2) = (gpuwire_wait(&mut q[0]), gpuwire_wait(&mut q[1]), gpuwire_wait(&mut q[2]));
+    let got = download(b, n * 4);
+    for y in [a, b, x] {
+        gpuwire_buffer_free(y);
+    }
+    if end == Status::GPUWIRE_SUCCESS || w2 == Status::GPUWIRE_SUCCESS {
+        return Err(format!("the allreduce on another device did not fail (group_end {end:?}, its wait {w2:?})"));
+    }
+    if w0 != Status::GPUWIRE_SUCCESS || w1 != Status::GPUWIRE_SUCCESS {
+        return Err(format!("the send and receive that moved their data reported {w0:?} and {w1:?}: the allreduce's error"));
+    }
+    all_f32(&got, from as f32 + 1.0).map_err(|e| format!("receive in the group: {e}"))
+}
+
 /// AUTO with the ranks of one node sharing one GPU picks IPC and says why.
 fn ipc_auto(cx: &Ctx) -> Result<(), String> {
     let mut c = 0;
@@ -3183,6 +3222,7 @@ fn main() {
             "split" => split_allreduce(&cx),
             "vcoll" => vcoll_device(&cx),
             "directrefused" => direct_refused(&cx),
+            "groupblame" => group_blame(&cx),
             "views" => views_device(&cx),
             other => Err(format!("unknown case {other}")),
         };
