@@ -11,9 +11,10 @@
  *   word is not reached yet fails with CUDA_ERROR_NOT_SUPPORTED): what instruction counts want.
  *   NULLDEV_STREAMS=async: each stream is a worker thread running its operations in order, so
  *   the stream-ordered MPI paths (MPI_STAGED, MPI_CUDA_AWARE) run (scripts/null-device.sh tests).
- * - Kernels do not run: cuLaunchKernel returns CUDA_SUCCESS and does nothing (a path that
- *   needs a kernel's result gives wrong data; the first launch prints a warning).
- *   NULLDEV_KERNELS=fail makes launches fail instead.
+ * - Kernels run as C loops on the stream, by name: gpuwire's reductions, AVG divisions, fused
+ *   sums and view packing (src/device/kernels.rs), and the GPU tests' spin, fill and scale
+ *   kernels. Any other kernel (the distributed arrays', IPC's) does nothing and warns, or fails
+ *   to launch with NULLDEV_KERNELS=fail.
  * - NCCL for one rank: collectives copy their input on their stream (a reduction over one
  *   rank), sends to oneself are matched with receives in order at the outermost ncclGroupEnd (or
  *   at once outside a group). More ranks: ncclCommInitRank fails. Not modelled: groups that
@@ -352,7 +353,7 @@ static void copy_2d(const struct memcpy2d *m) {
  * the stream-ordered MPI paths need; the synchronous driver calls (cuMemcpyHtoD, cuMemcpyDtoH,
  * cuMemsetD32, cuMemFree, ...) and cuCtxSynchronize wait for every stream first. */
 
-enum { OP_COPY, OP_SET8, OP_SET32, OP_COPY2D, OP_WRITE32, OP_WAIT32, OP_WAIT_SEQ, OP_NOP };
+enum { OP_COPY, OP_SET8, OP_SET32, OP_COPY2D, OP_WRITE32, OP_WAIT32, OP_WAIT_SEQ, OP_NOP, OP_KERNEL };
 
 struct stream;
 struct op {
@@ -364,6 +365,7 @@ struct op {
     struct memcpy2d m;
     struct stream *other; /* OP_WAIT_SEQ: until `other` has run `seq` operations */
     unsigned long long seq;
+    void *call; /* OP_KERNEL: a struct launch, freed once run */
     struct op *next;
 };
 
@@ -407,6 +409,9 @@ static void wait_done(struct stream *s, unsigned long long seq) {
     pthread_mutex_unlock(&s->mu);
 }
 
+struct launch;
+static void run_kernel(const struct launch *l);
+
 static void run_op(const struct op *o) {
     switch (o->kind) {
     case OP_COPY: memmove(o->dst, o->src, o->n); break;
@@ -422,6 +427,10 @@ static void run_op(const struct op *o) {
             usleep(5);
         break;
     case OP_WAIT_SEQ: wait_done(o->other, o->seq); break;
+    case OP_KERNEL:
+        run_kernel(o->call);
+        free(o->call);
+        break;
     default: break;
     }
 }
@@ -650,21 +659,294 @@ CUresult cuStreamWaitEvent(CUstream s, CUevent ev, unsigned flags) {
 }
 CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) { (void)a; (void)b; *ms = 0; return CUDA_SUCCESS; }
 
-/* ---- modules and kernels (not run) ---- */
+/* ---- kernels, emulated by name ----
+ * The kernels gpuwire compiles (src/device/kernels.rs: gw_<dtype>_<op> combine, gw_<dtype>_div,
+ * gw_<dtype>_sum_all and _sum_all_v, gw_pack_<bytes>) and the GPU tests' own (tests/gpu.rs:
+ * spin, fill_f32, scale_f32, scale_f64) run on the stream as C loops with the same semantics
+ * (integers wrap, float16/bfloat16 compute in float32 and round to nearest even at every step,
+ * the complex product, MINLOC/MAXLOC's lower index of equal values). Any other kernel: a no-op
+ * with a warning, or a failed launch with NULLDEV_KERNELS=fail. */
+
+enum { K_OTHER, K_SPIN, K_FILL_F32, K_SCALE_F32, K_SCALE_F64, K_COMBINE, K_DIV, K_SUM_ALL, K_SUM_ALL_V, K_PACK };
+enum { T_I8, T_U8, T_I32, T_U32, T_I64, T_U64, T_F16, T_BF16, T_F32, T_F64, T_C64, T_C128, T_FI, T_DI, T_II };
+enum { O_SUM, O_PROD, O_MAX, O_MIN, O_BAND, O_BOR, O_BXOR, O_LAND, O_LOR, O_LXOR, O_MINLOC, O_MAXLOC };
+
+static const char *type_names[] = {"int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "bfloat16",
+                                   "float32", "float64", "complex64", "complex128", "float32_int32", "float64_int32", "int32_int32"};
+static const size_t type_sizes[] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8, 8, 16, 8, 16, 8};
+static const char *op_names[] = {"sum", "prod", "max", "min", "band", "bor", "bxor", "land", "lor", "lxor", "minloc", "maxloc"};
+
+struct kernel {
+    int kind, type, op;
+    size_t width; /* K_PACK: element bytes */
+};
+
+struct fi { float v; int i; };
+struct di { double v; int i; };
+struct ii { int v; int i; };
+
+static float bf16_load(uint16_t b) { uint32_t u = (uint32_t)b << 16; float f; memcpy(&f, &u, 4); return f; }
+static uint16_t bf16_store(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static float f16_load(uint16_t h) { _Float16 x; memcpy(&x, &h, 2); return (float)x; }
+static uint16_t f16_store(float f) { _Float16 x = (_Float16)f; uint16_t h; memcpy(&h, &x, 2); return h; }
+
+#define FMAX(y, x) (((y) > (x) || (x) != (x)) ? (y) : (x))
+#define FMIN(y, x) (((y) < (x) || (x) != (x)) ? (y) : (x))
+#define INT_OP(T, U)                                                                   \
+    do {                                                                               \
+        T y, x;                                                                        \
+        memcpy(&y, yp, sizeof y);                                                      \
+        memcpy(&x, xp, sizeof x);                                                      \
+        T r;                                                                           \
+        switch (op) {                                                                  \
+        case O_SUM: r = (T)((U)y + (U)x); break;                                       \
+        case O_PROD: r = (T)((U)y * (U)x); break;                                      \
+        case O_MAX: r = y > x ? y : x; break;                                          \
+        case O_MIN: r = y < x ? y : x; break;                                          \
+        case O_BAND: r = (T)(y & x); break;                                            \
+        case O_BOR: r = (T)(y | x); break;                                             \
+        case O_BXOR: r = (T)(y ^ x); break;                                            \
+        case O_LAND: r = (T)(y != 0 && x != 0); break;                                 \
+        case O_LOR: r = (T)(y != 0 || x != 0); break;                                  \
+        default: r = (T)((y != 0) != (x != 0)); break;                                 \
+        }                                                                              \
+        memcpy(xp, &r, sizeof r);                                                      \
+    } while (0)
+#define FLOAT_OP(T)                                                                    \
+    do {                                                                               \
+        T y, x;                                                                        \
+        memcpy(&y, yp, sizeof y);                                                      \
+        memcpy(&x, xp, sizeof x);                                                      \
+        T r = op == O_SUM ? y + x : op == O_PROD ? y * x : op == O_MAX ? FMAX(y, x) : FMIN(y, x); \
+        memcpy(xp, &r, sizeof r);                                                      \
+    } while (0)
+#define HALF_OP(LOAD, STORE)                                                           \
+    do {                                                                               \
+        uint16_t a, b;                                                                 \
+        memcpy(&a, yp, 2);                                                             \
+        memcpy(&b, xp, 2);                                                             \
+        float y = LOAD(a), x = LOAD(b);                                                \
+        float r = op == O_SUM ? y + x : op == O_PROD ? y * x : op == O_MAX ? FMAX(y, x) : FMIN(y, x); \
+        uint16_t h = STORE(r);                                                         \
+        memcpy(xp, &h, 2);                                                             \
+    } while (0)
+#define COMPLEX_OP(T)                                                                  \
+    do {                                                                               \
+        T y[2], x[2], r[2];                                                            \
+        memcpy(y, yp, sizeof y);                                                       \
+        memcpy(x, xp, sizeof x);                                                       \
+        if (op == O_SUM) {                                                             \
+            r[0] = y[0] + x[0];                                                        \
+            r[1] = y[1] + x[1];                                                        \
+        } else {                                                                       \
+            r[0] = y[0] * x[0] - y[1] * x[1];                                          \
+            r[1] = y[0] * x[1] + y[1] * x[0];                                          \
+        }                                                                              \
+        memcpy(xp, r, sizeof r);                                                       \
+    } while (0)
+#define PAIR_OP(T)                                                                     \
+    do {                                                                               \
+        T y, x;                                                                        \
+        memcpy(&y, yp, sizeof y);                                                      \
+        memcpy(&x, xp, sizeof x);                                                      \
+        int take_y = op == O_MINLOC ? (y.v < x.v || (y.v == x.v && y.i < x.i)) : (y.v > x.v || (y.v == x.v && y.i < x.i)); \
+        if (take_y)                                                                    \
+            memcpy(xp, &y, sizeof y);                                                  \
+    } while (0)
+
+/* *xp = *yp op *xp, as the kernels' `x = y op x` (y the input, x the accumulator). */
+static void combine_one(int type, int op, char *xp, const char *yp) {
+    switch (type) {
+    case T_I8: INT_OP(int8_t, uint8_t); break;
+    case T_U8: INT_OP(uint8_t, uint8_t); break;
+    case T_I32: INT_OP(int32_t, uint32_t); break;
+    case T_U32: INT_OP(uint32_t, uint32_t); break;
+    case T_I64: INT_OP(int64_t, uint64_t); break;
+    case T_U64: INT_OP(uint64_t, uint64_t); break;
+    case T_F16: HALF_OP(f16_load, f16_store); break;
+    case T_BF16: HALF_OP(bf16_load, bf16_store); break;
+    case T_F32: FLOAT_OP(float); break;
+    case T_F64: FLOAT_OP(double); break;
+    case T_C64: COMPLEX_OP(float); break;
+    case T_C128: COMPLEX_OP(double); break;
+    case T_FI: PAIR_OP(struct fi); break;
+    case T_DI: PAIR_OP(struct di); break;
+    default: PAIR_OP(struct ii); break;
+    }
+}
+
+static void divide_one(int type, char *xp, int64_t d) {
+#define DIV_INT(T) do { T v; memcpy(&v, xp, sizeof v); v = (T)((int64_t)v / d); memcpy(xp, &v, sizeof v); } while (0)
+#define DIV_UINT(T) do { T v; memcpy(&v, xp, sizeof v); v = (T)((uint64_t)v / (uint64_t)d); memcpy(xp, &v, sizeof v); } while (0)
+#define DIV_FLOAT(T, N) do { T v[N]; memcpy(v, xp, sizeof v); for (int k = 0; k < N; k++) v[k] = v[k] / (T)d; memcpy(xp, v, sizeof v); } while (0)
+    uint16_t h;
+    switch (type) {
+    case T_I8: DIV_INT(int8_t); break;
+    case T_I32: DIV_INT(int32_t); break;
+    case T_I64: DIV_INT(int64_t); break;
+    case T_U8: DIV_UINT(uint8_t); break;
+    case T_U32: DIV_UINT(uint32_t); break;
+    case T_U64: DIV_UINT(uint64_t); break;
+    case T_F16: memcpy(&h, xp, 2); h = f16_store(f16_load(h) / (float)d); memcpy(xp, &h, 2); break;
+    case T_BF16: memcpy(&h, xp, 2); h = bf16_store(bf16_load(h) / (float)d); memcpy(xp, &h, 2); break;
+    case T_F32: DIV_FLOAT(float, 1); break;
+    case T_F64: DIV_FLOAT(double, 1); break;
+    case T_C64: DIV_FLOAT(float, 2); break;
+    case T_C128: DIV_FLOAT(double, 2); break;
+    default: break;
+    }
+}
+
+/* One launch, its arguments copied at the call (they point into the caller's stack). */
+struct launch {
+    const struct kernel *k;
+    uint64_t v[11];
+    uint64_t ptrs[16]; /* gw_ptrs: in[8], out[8] */
+    float f;
+    double d;
+};
+
+static void run_kernel(const struct launch *l) {
+    const struct kernel *k = l->k;
+    size_t es = type_sizes[k->type];
+    switch (k->kind) {
+    case K_SPIN: usleep((useconds_t)(l->v[0] / 1000)); break;
+    case K_FILL_F32:
+        for (uint64_t i = 0; i < l->v[1]; i++)
+            ((float *)(uintptr_t)l->v[0])[i] = l->f;
+        break;
+    case K_SCALE_F32:
+        for (uint64_t i = 0; i < l->v[1]; i++)
+            ((float *)(uintptr_t)l->v[0])[i] *= l->f;
+        break;
+    case K_SCALE_F64:
+        for (uint64_t i = 0; i < l->v[1]; i++)
+            ((double *)(uintptr_t)l->v[0])[i] *= l->d;
+        break;
+    case K_COMBINE:
+        for (uint64_t i = 0; i < l->v[2]; i++)
+            combine_one(k->type, k->op, (char *)(uintptr_t)l->v[0] + i * es, (const char *)(uintptr_t)l->v[1] + i * es);
+        break;
+    case K_DIV:
+        for (uint64_t i = 0; i < l->v[1]; i++)
+            divide_one(k->type, (char *)(uintptr_t)l->v[0] + i * es, (int64_t)l->v[2]);
+        break;
+    case K_SUM_ALL:
+    case K_SUM_ALL_V: {
+        uint64_t n = k->kind == K_SUM_ALL_V ? l->v[2] * (16 / es) : l->v[2];
+        char acc[16];
+        for (uint64_t i = 0; i < n; i++) {
+            memcpy(acc, (const char *)(uintptr_t)l->ptrs[0] + i * es, es);
+            for (uint64_t r = 1; r < l->v[0] && r < 8; r++)
+                combine_one(k->type, O_SUM, acc, (const char *)(uintptr_t)l->ptrs[r] + i * es);
+            for (uint64_t r = 0; r < l->v[1] && r < 8; r++)
+                memcpy((char *)(uintptr_t)l->ptrs[8 + r] + i * es, acc, es);
+        }
+        break;
+    }
+    case K_PACK: {
+        const uint64_t *v = l->v;
+        char *packed = (char *)(uintptr_t)v[0], *view = (char *)(uintptr_t)v[1];
+        size_t w = k->width;
+        for (uint64_t i = 0; i < v[2]; i++) {
+            uint64_t t = i, c3 = t % v[5];
+            t /= v[5];
+            uint64_t c2 = t % v[4];
+            t /= v[4];
+            uint64_t c1 = t % v[3], c0 = t / v[3];
+            uint64_t off = c0 * v[6] + c1 * v[7] + c2 * v[8] + c3 * v[9];
+            if (v[10])
+                memcpy(view + off * w, packed + i * w, w);
+            else
+                memcpy(packed + i * w, view + off * w, w);
+        }
+        break;
+    }
+    default: break;
+    }
+}
 
 CUresult cuModuleLoadData(CUmodule *m, const void *image) { (void)image; *m = malloc(1); return CUDA_SUCCESS; }
 CUresult cuModuleUnload(CUmodule m) { free(m); return CUDA_SUCCESS; }
-CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) { (void)m; (void)name; *f = malloc(1); return CUDA_SUCCESS; }
+CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
+    (void)m;
+    struct kernel *k = calloc(1, sizeof *k);
+    if (!k)
+        return 2;
+    if (!strcmp(name, "spin")) k->kind = K_SPIN;
+    else if (!strcmp(name, "fill_f32")) k->kind = K_FILL_F32;
+    else if (!strcmp(name, "scale_f32")) k->kind = K_SCALE_F32;
+    else if (!strcmp(name, "scale_f64")) k->kind = K_SCALE_F64;
+    else if (!strncmp(name, "gw_pack_", 8)) {
+        k->kind = K_PACK;
+        k->width = (size_t)atoi(name + 8);
+    } else if (!strncmp(name, "gw_", 3)) {
+        const char *rest = NULL;
+        size_t best = 0;
+        for (int t = 0; t < (int)(sizeof type_names / sizeof *type_names); t++) {
+            size_t len = strlen(type_names[t]);
+            if (len > best && !strncmp(name + 3, type_names[t], len) && name[3 + len] == '_') {
+                best = len;
+                k->type = t;
+                rest = name + 3 + len + 1;
+            }
+        }
+        if (rest && !strcmp(rest, "div")) k->kind = K_DIV;
+        else if (rest && !strcmp(rest, "sum_all")) k->kind = K_SUM_ALL;
+        else if (rest && !strcmp(rest, "sum_all_v")) k->kind = K_SUM_ALL_V;
+        else if (rest)
+            for (int o = 0; o < (int)(sizeof op_names / sizeof *op_names); o++)
+                if (!strcmp(rest, op_names[o])) {
+                    k->kind = K_COMBINE;
+                    k->op = o;
+                }
+    }
+    *f = k;
+    return CUDA_SUCCESS;
+}
+
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned shared, CUstream s, void **params, void **extra) {
-    (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shared; (void)s; (void)params; (void)extra;
-    static int warned;
+    (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shared; (void)extra;
+    const struct kernel *k = f;
     const char *e = getenv("NULLDEV_KERNELS");
-    if (e && !strcmp(e, "fail"))
-        return CUDA_ERROR_LAUNCH_FAILED;
-    if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
-        fprintf(stderr, "null device: a kernel was launched and not run (results that depend on it are wrong)\n");
-    submit(s, (struct op){.kind = OP_NOP});
+    if (k->kind == K_OTHER) {
+        static int warned;
+        if (e && !strcmp(e, "fail"))
+            return CUDA_ERROR_LAUNCH_FAILED;
+        if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+            fprintf(stderr, "null device: a kernel it does not know was launched and not run (results that depend on it are wrong)\n");
+        submit(s, (struct op){.kind = OP_NOP});
+        return CUDA_SUCCESS;
+    }
+    struct launch *l = calloc(1, sizeof *l);
+    if (!l)
+        return 2;
+    l->k = k;
+    int words = k->kind == K_PACK ? 10 : k->kind == K_SPIN ? 1 : k->kind == K_COMBINE || k->kind == K_DIV ? 3 : 2;
+    if (k->kind == K_SUM_ALL || k->kind == K_SUM_ALL_V) {
+        memcpy(l->ptrs, params[0], sizeof l->ptrs);
+        l->v[0] = *(const uint32_t *)params[1];
+        l->v[1] = *(const uint32_t *)params[2];
+        l->v[2] = *(const uint64_t *)params[3];
+    } else {
+        for (int i = 0; i < words; i++)
+            l->v[i] = *(const uint64_t *)params[i];
+        if (k->kind == K_PACK)
+            l->v[10] = *(const uint32_t *)params[10];
+        if (k->kind == K_FILL_F32 || k->kind == K_SCALE_F32)
+            l->f = *(const float *)params[2];
+        if (k->kind == K_SCALE_F64)
+            l->d = *(const double *)params[2];
+    }
+    submit(s, (struct op){.kind = OP_KERNEL, .call = l});
     return CUDA_SUCCESS;
 }
 

@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
-# The host cost of gpuwire's NCCL calls, measured on any machine (no GPU needed): builds the null
-# device (bench/null_device.c: libcuda, libnccl and libnvrtc answered on the CPU) into .nulldev/
-# and bench/device_calls.c against target/release, then prints
-#   - instructions per call (callgrind, deterministic): gpuwire_allreduce of 8 B, gpuwire_sendrecv
-#     of 8 B and a halo group (two sends, two receives), each against the same raw NCCL calls;
-#   - the wall clock of the same loops (`device_calls time`: medians, ns added per call).
+# The null device (bench/null_device.c: libcuda, libnccl for one rank and libnvrtc answered on
+# the CPU), built into .nulldev/, for two jobs on machines without a GPU.
+#
 # Usage: bash scripts/null-device.sh [count|time|all]   (default all; needs `cargo build --release`)
-#        bash scripts/null-device.sh tests   (make test-rust, CI: the NCCL backend's host logic)
-# `tests` runs the GPU test cases whose data only NCCL moves (tests/gpu.rs: c16, vcoll, nbc,
-# nbcgroup: collectives, v-collectives, nonblocking forms, groups of sends and receives issued in
-# an order that needs the group, nested groups, a halo exchange, on one rank, values checked) with GPUWIRE_BACKEND=nccl on the null device; the cases that need kernels or the
-# stream-ordered MPI paths run on the GPU machine only (scripts/gpu-run.sh).
-# On the GPU machine the same program runs against the real libraries:
+#   The host cost of gpuwire's NCCL calls: builds bench/device_calls.c against target/release and
+#   prints instructions per call (callgrind, deterministic) and the wall clock of the same loops
+#   (`device_calls time`: medians, ns added per call) for gpuwire_allreduce of 8 B,
+#   gpuwire_sendrecv of 8 B and a halo group (two sends, two receives), each against the same
+#   raw NCCL calls. On the GPU machine the same program runs against the real libraries:
 #   mpirun -np 1 .gpu/bin/device_calls time   (built by scripts/gpu-test)
+#
+# Usage: bash scripts/null-device.sh tests   (make test-rust, so CI)
+#   GPU test cases (tests/gpu.rs) on the null device with asynchronous streams
+#   (NULLDEV_STREAMS=async) and its emulated kernels, values checked, an unknown kernel failing
+#   to launch, every job exiting 0: the device paths' host logic (stream ordering through the
+#   progress engine, staging, flags, groups, the two-phase reductions, views) on NCCL (one
+#   rank; two devices for directrefused), MPI_STAGED (two and three ranks) and MPI_CUDA_AWARE
+#   with GPUWIRE_CUDA_AWARE=1 (the null device's "device" memory is host memory, which any MPI
+#   takes). Not covered here: IPC, real GPUs' timing and memory, NCCL across ranks: the GPU
+#   machine runs those (scripts/gpu-run.sh).
 set -eu
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -48,12 +54,14 @@ for l in sys.stdin:
       echo "PASS null-device $label ($cases, $np rank(s)): $pass of $want"
     fi
   }
-  run_cases nccl 1 c16,vcoll,nbc,nbcgroup GPUWIRE_BACKEND=nccl
-  run_cases nccl-two-devices 1 directrefused GPUWIRE_BACKEND=nccl NULLDEV_DEVICES=2
-  run_cases staged 2 ops,opswrap,scan,p2pexact,p2pstatus,vcoll GPUWIRE_BACKEND=staged
-  run_cases cuda_aware 2 scan,p2pstatus,vcoll GPUWIRE_BACKEND=cuda_aware GPUWIRE_CUDA_AWARE=1
+  run_cases nccl 1 c16,vcoll,nbc,nbcgroup,nbcearly,nbcstreams,views GPUWIRE_BACKEND=nccl
+  run_cases nccl-two-devices 1 directrefused,groupblame GPUWIRE_BACKEND=nccl NULLDEV_DEVICES=2
+  run_cases staged 2 ops,opswrap,scan,p2pexact,p2pstatus,vcoll,split,nbcmixed,nbc,nbcgroup,nbcearly,p2pordered,views \
+    GPUWIRE_BACKEND=staged
+  run_cases staged-np3 3 split,nbcmixed,nbc GPUWIRE_BACKEND=staged
+  run_cases cuda_aware 2 scan,p2pstatus,vcoll,nbc,nbcgroup,views GPUWIRE_BACKEND=cuda_aware GPUWIRE_CUDA_AWARE=1
   [ "$failed" = 0 ] || exit 1
-  echo "null-device: host logic of the NCCL, MPI_STAGED and MPI_CUDA_AWARE paths passed on the null device (no kernel ran: the GPU machine runs the rest)"
+  echo "null-device: the NCCL, MPI_STAGED and MPI_CUDA_AWARE paths passed on the null device (emulated kernels; the GPU machine runs them on a GPU)"
   exit 0
 fi
 bash scripts/soname-link.sh target/release >/dev/null
