@@ -753,17 +753,22 @@ fn gatherv_staged(call: &mut Call, send: Input, recv: &Buffer, counts: &[usize],
 fn bcast_pipelined(call: &mut Call, buf: &Buffer, root: i32) -> Result<()> {
     let c = call.c;
     let bytes = buf.bytes();
-    if buf.is_host() {
-        return host::bcast(c, buf.ptr(), buf.count(), buf.dtype(), root);
-    }
     let chunk = (call.st.chunk / 16 * 16).max(16);
     let nchunks = bytes.div_ceil(chunk);
+    let u8t = Dtype::GPUWIRE_UINT8;
+    if buf.is_host() {
+        // The device ranks' MPI calls, chunk by chunk (memory kinds are each rank's own: a host
+        // rank meets device ranks here when a backend falls back to this path).
+        for i in 0..nchunks {
+            host::bcast(c, buf.ptr() + i * chunk, chunk.min(bytes - i * chunk), u8t, root)?;
+        }
+        return Ok(());
+    }
     let slots = call.st.host[0].get(2 * chunk)?;
     call.st.event(1)?;
     let stream = call.stream;
     let len = |i: usize| chunk.min(bytes - i * chunk);
     let slot = |i: usize| slots + (i % 2) * chunk;
-    let u8t = Dtype::GPUWIRE_UINT8;
     if c.rank() == root {
         if nchunks > 0 {
             device::copy_async(slot(0), buf.ptr(), len(0), stream)?;
