@@ -19,7 +19,9 @@
  *   rank), sends to oneself are matched with receives in order at the outermost ncclGroupEnd (or
  *   at once outside a group). More ranks: ncclCommInitRank fails. Not modelled: groups that
  *   defer collectives, ncclInProgress (nonblocking communicators), matching per communicator.
- * - CUDA IPC and peer access are "not supported".
+ * - CUDA IPC: with NULLDEV_IPC=1 device memory is pages of one shared memfd per process, and a
+ *   handle lets another process map them (/proc/PID/fd/FD); else "not supported". Peer access
+ *   between devices: never. CUDA graphs (stream capture): not there.
  *
  * One device (NULLDEV_DEVICES=N for more), compute capability 9.0, driver 12.8, NCCL 2.23.4.
  *
@@ -29,11 +31,13 @@
  *   LD_LIBRARY_PATH=$PWD/.nulldev mpirun -np 1 target/release/gpuwire-bench device --backend nccl
  */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 typedef int CUresult;
@@ -52,7 +56,7 @@ enum {
     CUDA_ERROR_NOT_READY = 600,
 };
 enum { MEM_HOST = 1, MEM_DEVICE = 2 };
-enum { KIND_DEVICE, KIND_MANAGED, KIND_PINNED, KIND_REGISTERED };
+enum { KIND_DEVICE, KIND_MANAGED, KIND_PINNED, KIND_REGISTERED, KIND_ARENA, KIND_MAPPED };
 
 /* ---- memory the driver knows ---- */
 
@@ -83,17 +87,18 @@ static void remember(void *p, size_t bytes, int kind) {
     pthread_mutex_unlock(&mem_lock);
 }
 
+/* The kind of the range that starts at `p`, now forgotten; -1 if none does. */
 static int forget(void *p) {
-    int found = 0;
+    int kind = -1;
     pthread_mutex_lock(&mem_lock);
     for (size_t i = 0; i < n_ranges; i++)
         if (ranges[i].start == (uintptr_t)p) {
+            kind = ranges[i].kind;
             ranges[i] = ranges[--n_ranges];
-            found = 1;
             break;
         }
     pthread_mutex_unlock(&mem_lock);
-    return found;
+    return kind;
 }
 
 static int lookup(uintptr_t p, struct range *out) {
@@ -107,6 +112,47 @@ static int lookup(uintptr_t p, struct range *out) {
         }
     pthread_mutex_unlock(&mem_lock);
     return found;
+}
+
+/* Device memory that other processes can map (NULLDEV_IPC=1: CUDA IPC): allocations are pages of
+ * one sparse memfd per process, never reused (a free punches a hole); a handle names the
+ * process, the memfd and the range, and a peer maps it through /proc/PID/fd/FD. */
+#define ARENA_BYTES ((size_t)1 << 40)
+static pthread_mutex_t arena_lock = PTHREAD_MUTEX_INITIALIZER;
+static int arena_fd = -1;
+static char *arena_base;
+static size_t arena_used;
+
+static int ipc_mode(void) {
+    static int mode = -1;
+    if (mode < 0) {
+        const char *e = getenv("NULLDEV_IPC");
+        mode = e && !strcmp(e, "1");
+    }
+    return mode;
+}
+
+static size_t pages(size_t bytes) { return ((bytes ? bytes : 1) + 4095) & ~(size_t)4095; }
+
+static void *arena_alloc(size_t bytes) {
+    size_t len = pages(bytes);
+    void *p = NULL;
+    pthread_mutex_lock(&arena_lock);
+    if (arena_fd < 0) {
+        arena_fd = memfd_create("nulldev-device", MFD_CLOEXEC);
+        if (arena_fd >= 0 && ftruncate(arena_fd, (off_t)ARENA_BYTES) == 0) {
+            void *m = mmap(NULL, ARENA_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, arena_fd, 0);
+            arena_base = m == MAP_FAILED ? NULL : m;
+        }
+    }
+    if (arena_base && arena_used + len <= ARENA_BYTES) {
+        p = arena_base + arena_used;
+        arena_used += len;
+    }
+    pthread_mutex_unlock(&arena_lock);
+    if (p)
+        remember(p, bytes, KIND_ARENA);
+    return p;
 }
 
 static void *alloc_kind(size_t bytes, int kind) {
@@ -229,7 +275,7 @@ CUresult cuGetErrorString(CUresult r, const char **s) {
 /* ---- memory ---- */
 
 CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes) {
-    void *q = alloc_kind(bytes, KIND_DEVICE);
+    void *q = ipc_mode() ? arena_alloc(bytes) : alloc_kind(bytes, KIND_DEVICE);
     if (!q)
         return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
     *p = (CUdeviceptr)(uintptr_t)q;
@@ -244,10 +290,28 @@ CUresult cuMemAllocManaged(CUdeviceptr *p, size_t bytes, unsigned flags) {
     *p = (CUdeviceptr)(uintptr_t)q;
     return CUDA_SUCCESS;
 }
+static struct range range_at(uintptr_t p) {
+    struct range r = {0};
+    pthread_mutex_lock(&mem_lock);
+    for (size_t i = 0; i < n_ranges; i++)
+        if (ranges[i].start == p)
+            r = ranges[i];
+    pthread_mutex_unlock(&mem_lock);
+    return r;
+}
+
 CUresult cuMemFree_v2(CUdeviceptr p) {
     sync_all();
-    if (p && forget((void *)(uintptr_t)p))
-        free((void *)(uintptr_t)p);
+    if (!p)
+        return CUDA_SUCCESS;
+    struct range r = range_at((uintptr_t)p);
+    switch (forget((void *)(uintptr_t)p)) {
+    case KIND_ARENA:
+        fallocate(arena_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)((char *)(uintptr_t)p - arena_base), (off_t)pages(r.bytes));
+        break;
+    case KIND_DEVICE: case KIND_MANAGED: free((void *)(uintptr_t)p); break;
+    default: break;
+    }
     return CUDA_SUCCESS;
 }
 CUresult cuMemFree(CUdeviceptr p) { return cuMemFree_v2(p); }
@@ -260,7 +324,7 @@ CUresult cuMemAllocHost_v2(void **p, size_t bytes) { return cuMemHostAlloc(p, by
 CUresult cuMemAllocHost(void **p, size_t bytes) { return cuMemHostAlloc(p, bytes, 0); }
 CUresult cuMemFreeHost(void *p) {
     sync_all();
-    if (p && forget(p))
+    if (p && forget(p) == KIND_PINNED)
         free(p);
     return CUDA_SUCCESS;
 }
@@ -270,7 +334,7 @@ CUresult cuMemHostRegister_v2(void *p, size_t bytes, unsigned flags) {
     return CUDA_SUCCESS;
 }
 CUresult cuMemHostRegister(void *p, size_t bytes, unsigned flags) { return cuMemHostRegister_v2(p, bytes, flags); }
-CUresult cuMemHostUnregister(void *p) { return forget(p) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
+CUresult cuMemHostUnregister(void *p) { return forget(p) >= 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
 CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *d, void *p, unsigned flags) {
     (void)flags;
     *d = (CUdeviceptr)(uintptr_t)p;
@@ -294,7 +358,7 @@ CUresult cuPointerGetAttribute(void *out, int attr, CUdeviceptr p) {
     struct range r;
     if (!lookup((uintptr_t)p, &r))
         return CUDA_ERROR_INVALID_VALUE;
-    int device = r.kind == KIND_DEVICE || r.kind == KIND_MANAGED;
+    int device = r.kind == KIND_DEVICE || r.kind == KIND_MANAGED || r.kind == KIND_ARENA || r.kind == KIND_MAPPED;
     switch (attr) {
     case 1: *(CUcontext *)out = &contexts[r.device]; break; /* CONTEXT */
     case 2: *(unsigned *)out = device ? MEM_DEVICE : MEM_HOST; break; /* MEMORY_TYPE */
@@ -302,7 +366,7 @@ CUresult cuPointerGetAttribute(void *out, int attr, CUdeviceptr p) {
     case 7: *(unsigned long long *)out = r.id; break; /* BUFFER_ID */
     case 8: *(unsigned *)out = r.kind == KIND_MANAGED; break; /* IS_MANAGED */
     case 9: *(int *)out = r.device; break; /* DEVICE_ORDINAL */
-    case 10: *(unsigned *)out = 0; break; /* IS_LEGACY_CUDA_IPC_CAPABLE */
+    case 10: *(unsigned *)out = r.kind == KIND_ARENA; break; /* IS_LEGACY_CUDA_IPC_CAPABLE */
     case 11: *(CUdeviceptr *)out = r.start; break; /* RANGE_START_ADDR */
     case 12: *(size_t *)out = r.bytes; break; /* RANGE_SIZE */
     default: return CUDA_ERROR_INVALID_VALUE;
@@ -952,9 +1016,53 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
 
 /* ---- CUDA IPC: not supported ---- */
 
-CUresult cuIpcGetMemHandle(void *h, CUdeviceptr p) { (void)h; (void)p; return CUDA_ERROR_NOT_SUPPORTED; }
-CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, const void *h, unsigned flags) { (void)p; (void)h; (void)flags; return CUDA_ERROR_NOT_SUPPORTED; }
-CUresult cuIpcCloseMemHandle(CUdeviceptr p) { (void)p; return CUDA_ERROR_NOT_SUPPORTED; }
+/* NULLDEV_IPC=1: handles of the process's device memory (see arena_alloc); else not supported. */
+struct ipc_handle { /* the 64 bytes of a CUipcMemHandle */
+    uint32_t magic;
+    int32_t pid, fd;
+    uint32_t pad;
+    uint64_t offset, bytes;
+    char unused[32];
+};
+#define IPC_MAGIC 0x4e554c44u /* "NULD" */
+
+CUresult cuIpcGetMemHandle(void *h, CUdeviceptr p) {
+    struct range r;
+    if (!ipc_mode() || !lookup((uintptr_t)p, &r) || r.kind != KIND_ARENA || r.start != (uintptr_t)p)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    struct ipc_handle x = {IPC_MAGIC, (int32_t)getpid(), arena_fd, 0, (uint64_t)((char *)(uintptr_t)p - arena_base), pages(r.bytes), {0}};
+    memcpy(h, &x, sizeof x);
+    return CUDA_SUCCESS;
+}
+/* The handle comes by value, as the driver's CUipcMemHandle. */
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, struct ipc_handle x, unsigned flags) {
+    (void)flags;
+    if (x.magic != IPC_MAGIC)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (x.pid == (int32_t)getpid())
+        return 201; /* CUDA_ERROR_INVALID_CONTEXT, as the driver answers a process's own handle */
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", x.pid, x.fd);
+    int fd = open(path, O_RDWR);
+    if (fd < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    void *m = mmap(NULL, x.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)x.offset);
+    close(fd);
+    if (m == MAP_FAILED)
+        return 2;
+    remember(m, x.bytes, KIND_MAPPED);
+    *p = (CUdeviceptr)(uintptr_t)m;
+    return CUDA_SUCCESS;
+}
+CUresult cuIpcOpenMemHandle(CUdeviceptr *p, struct ipc_handle x, unsigned flags) { return cuIpcOpenMemHandle_v2(p, x, flags); }
+CUresult cuIpcCloseMemHandle(CUdeviceptr p) {
+    sync_all();
+    struct range r = range_at((uintptr_t)p);
+    if (forget((void *)(uintptr_t)p) != KIND_MAPPED)
+        return CUDA_ERROR_INVALID_VALUE;
+    munmap((void *)(uintptr_t)p, r.bytes);
+    return CUDA_SUCCESS;
+}
 
 /* ---- NVRTC: compiles anything to an empty module ---- */
 

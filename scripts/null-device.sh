@@ -15,9 +15,10 @@
 #   (NULLDEV_STREAMS=async) and its emulated kernels, values checked, an unknown kernel failing
 #   to launch, every job exiting 0: the device paths' host logic (stream ordering through the
 #   progress engine, staging, flags, groups, the two-phase reductions, views) on NCCL (one
-#   rank; two devices for directrefused), MPI_STAGED (two and three ranks) and MPI_CUDA_AWARE
+#   rank; two devices for directrefused), MPI_STAGED (two and three ranks), MPI_CUDA_AWARE
 #   with GPUWIRE_CUDA_AWARE=1 (the null device's "device" memory is host memory, which any MPI
-#   takes). Not covered here: IPC, real GPUs' timing and memory, NCCL across ranks: the GPU
+#   takes) and IPC (two and three ranks; NULLDEV_IPC=1 emulates CUDA IPC with shared memory).
+#   Not covered here: real GPUs' timing and memory, NCCL across ranks, CUDA graphs: the GPU
 #   machine runs those (scripts/gpu-run.sh).
 set -eu
 cd "$(dirname "$0")/.."
@@ -63,8 +64,12 @@ for l in sys.stdin:
     GPUWIRE_BACKEND=staged
   run_cases staged-np3 3 split,nbcmixed,nbc GPUWIRE_BACKEND=staged
   run_cases cuda_aware 2 ops,scan,c13,p2pstatus,reqfree,vcoll,nbc,nbcgroup,views GPUWIRE_BACKEND=cuda_aware GPUWIRE_CUDA_AWARE=1
+  # CUDA IPC between the ranks' processes (NULLDEV_IPC=1: device memory in a shared memfd).
+  run_cases ipc 2 ops,opswrap,scan,c13,ipcprogress,ipcdup,ipcfree,ipcexit,ipcmixed,reqfree,p2pexact,p2pstatus,vcoll,views,nbc,nbcgroup,nbcearly,p2pordered,nbcmixed \
+    GPUWIRE_BACKEND=ipc NULLDEV_IPC=1
+  run_cases ipc-np3 3 nbcmixed,nbc GPUWIRE_BACKEND=ipc NULLDEV_IPC=1
   [ "$failed" = 0 ] || exit 1
-  echo "null-device: the NCCL, MPI_STAGED and MPI_CUDA_AWARE paths passed on the null device (emulated kernels; the GPU machine runs them on a GPU)"
+  echo "null-device: the NCCL, MPI_STAGED, MPI_CUDA_AWARE and IPC paths passed on the null device (emulated kernels and CUDA IPC; the GPU machine runs them on a GPU)"
   exit 0
 fi
 bash scripts/soname-link.sh target/release >/dev/null
