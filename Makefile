@@ -175,6 +175,7 @@ test-mpich:
 	@bash scripts/seed-target.sh $(CARGO_TARGET_DIR)/debug $(CARGO_TARGET_DIR)/mpich/debug
 	$(MPICH_ENV) cargo build
 	$(MPICH_ENV) GPUWIRE_MPIEXEC=mpiexec.mpich cargo test
+	$(MPICH_ENV) bash scripts/null-device.sh tests-mpich
 	bash scripts/run-c-tests.sh mpich
 
 # Counts past 2^31 (not in `make test`: several GB per job and long runs).

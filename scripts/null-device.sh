@@ -11,6 +11,7 @@
 #   mpirun -np 1 .gpu/bin/device_calls time   (built by scripts/gpu-test)
 #
 # Usage: bash scripts/null-device.sh tests   (make test-rust, so CI)
+#        bash scripts/null-device.sh tests-mpich   (make test-mpich: a subset with MPICH)
 #   GPU test cases (tests/gpu.rs) on the null device with asynchronous streams
 #   (NULLDEV_STREAMS=async) and its emulated kernels, values checked, an unknown kernel failing
 #   to launch, every job exiting 0: the device paths' host logic (stream ordering through the
@@ -27,7 +28,7 @@ what=${1:-all}
 mkdir -p .nulldev
 cc -O2 -Wall -Wextra -shared -fPIC -o .nulldev/libcuda.so bench/null_device.c -lpthread
 for l in libcuda.so.1 libnccl.so libnccl.so.2 libnvrtc.so; do ln -sf libcuda.so .nulldev/$l; done
-if [ "$what" = tests ]; then
+if [ "$what" = tests ] || [ "$what" = tests-mpich ]; then
   bin=$(cargo test --test gpu --no-run --message-format=json 2>/dev/null | python3 -c 'import sys, json
 for l in sys.stdin:
     m = json.loads(l)
@@ -42,9 +43,11 @@ for l in sys.stdin:
     for kv in "$@"; do xs+=(-x "${kv%%=*}"); done
     local out
     local rc=0
+    local launch=(mpirun -np "$np" --oversubscribe --bind-to none -x NULLDEV_STREAMS -x NULLDEV_KERNELS -x LD_LIBRARY_PATH
+      -x GPUWIRE_GPU_TEST_NP -x GPUWIRE_GPU_TEST "${xs[@]}")
+    [ "$what" = tests-mpich ] && launch=(mpiexec.mpich -np "$np" -genvall)
     out=$(env NULLDEV_STREAMS=async NULLDEV_KERNELS=fail LD_LIBRARY_PATH="$PWD/.nulldev" GPUWIRE_GPU_TEST_NP="$np" \
-      GPUWIRE_GPU_TEST="$cases" "$@" timeout 300 mpirun -np "$np" --oversubscribe --bind-to none -x NULLDEV_STREAMS \
-      -x NULLDEV_KERNELS -x LD_LIBRARY_PATH -x GPUWIRE_GPU_TEST_NP -x GPUWIRE_GPU_TEST "${xs[@]}" "$bin" 2>&1) || rc=$?
+      GPUWIRE_GPU_TEST="$cases" "$@" timeout 300 "${launch[@]}" "$bin" 2>&1) || rc=$?
     local pass
     pass=$(echo "$out" | grep -c '^RESULT PASS' || true)
     if [ "$rc" -ne 0 ] || [ "$pass" -ne "$want" ] || echo "$out" | grep -q '^RESULT FAIL'; then
@@ -55,6 +58,15 @@ for l in sys.stdin:
       echo "PASS null-device $label ($cases, $np rank(s)): $pass of $want"
     fi
   }
+  if [ "$what" = tests-mpich ]; then
+    # The MPICH build (make test-mpich: CARGO_TARGET_DIR and MPICC set for it): a subset.
+    run_cases mpich-staged 2 p2pstatus,split,nbcmixed,nbc,nbcgroup GPUWIRE_BACKEND=staged
+    run_cases mpich-ipc 2 p2pstatus,nbcmixed,nbc,nbcgroup GPUWIRE_BACKEND=ipc NULLDEV_IPC=1
+    run_cases mpich-nccl 1 nbc,nbcgroup GPUWIRE_BACKEND=nccl
+    [ "$failed" = 0 ] || exit 1
+    echo "null-device: MPI_STAGED, IPC and NCCL passed on the null device with MPICH"
+    exit 0
+  fi
   # Not here: the cases that time ranks against each other (late, sendtimeout: run on the GPU
   # machine) and `timeout`, whose blocking TIMEOUT holds on IPC and NCCL, not on the
   # stream-ordered MPI paths (their timeout is the communicator's asynchronous error).

@@ -42,7 +42,9 @@
 //! stream ([`blocking`]). Nonblocking forms and checking mode take the general stream-ordered
 //! path, whose host side reduces on the CPU ([`allreduce_host`] on its staging).
 //!
-//! Not yet run on a GPU (2026-12-05): the GPU cases `split` and `nbcmixed` cover it.
+//! Not yet run on a GPU (2026-12-05): the GPU cases `split` and `nbcmixed` cover it; they pass
+//! on the null device (`make test`: `scripts/null-device.sh tests`, 2 and 3 ranks), which runs
+//! the kernels as C loops.
 
 use std::cell::Cell;
 use std::mem::MaybeUninit;
