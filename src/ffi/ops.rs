@@ -191,6 +191,18 @@ pub extern "C" fn gpuwire_irecv_status(
     })
 }
 
+/// A probe inside a group is refused: the group's receives are posted at its end, so a probe now
+/// would report a message that one of them takes first, and a blocking one would wait for the
+/// group's own sends.
+fn not_in_group(what: &str) -> Result<()> {
+    if crate::group::is_open() {
+        return Err(Error::InvalidArgument(format!(
+            "{what} inside a group: the group's receives are posted only at gpuwire_group_end, so a probe would see messages they take (a blocking one could wait for ever); probe before gpuwire_group_start or after gpuwire_group_end"
+        )));
+    }
+    Ok(())
+}
+
 /// As MPI_Probe: blocks until a message from `source` with `tag` (wildcards allowed, as for
 /// gpuwire_recv_status) can be received, and writes its source, tag and size in elements of
 /// `dtype` (a gpuwire_dtype; a size that is no whole number of them is rounded down) to
@@ -216,6 +228,7 @@ pub extern "C" fn gpuwire_probe(comm: gpuwire_comm, source: i32, tag: i32, dtype
         non_null(status, "status")?;
         let c = boundary::comm(comm)?;
         let d = crate::types::Dtype::from_c(dtype)?;
+        not_in_group("probe")?;
         let s = c.probe(source, tag, d, true)?.ok_or_else(|| Error::Internal("a blocking probe found nothing".into()))?;
         write(status, c_status(s, gpuwire_status::GPUWIRE_SUCCESS));
         Ok(())
@@ -232,6 +245,7 @@ pub extern "C" fn gpuwire_iprobe(comm: gpuwire_comm, source: i32, tag: i32, dtyp
         non_null(status, "status")?;
         let c = boundary::comm(comm)?;
         let d = crate::types::Dtype::from_c(dtype)?;
+        not_in_group("iprobe")?;
         match c.probe(source, tag, d, false)? {
             Some(s) => {
                 write(status, c_status(s, gpuwire_status::GPUWIRE_SUCCESS));
