@@ -17,8 +17,9 @@
  *   to launch with NULLDEV_KERNELS=fail.
  * - NCCL for one rank: collectives copy their input on their stream (a reduction over one
  *   rank), sends to oneself are matched with receives in order at the outermost ncclGroupEnd (or
- *   at once outside a group). More ranks: ncclCommInitRank fails. Not modelled: groups that
- *   defer collectives, ncclInProgress (nonblocking communicators), matching per communicator.
+ *   at once outside a group), per communicator; one left unmatched fails the group's end (a
+ *   real NCCL would hang). More ranks: ncclCommInitRank fails. Not modelled: groups that defer
+ *   collectives, ncclInProgress (nonblocking communicators).
  * - CUDA IPC: with NULLDEV_IPC=1 device memory is pages of one shared memfd per process, and a
  *   handle lets another process map them (/proc/PID/fd/FD); else "not supported". Peer access
  *   between devices: never. CUDA graphs (stream capture): not there.
@@ -1143,44 +1144,60 @@ int ncclReduce(const void *s, void *r, size_t n, int dt, int op, int root, ncclC
 int ncclAllGather(const void *s, void *r, size_t n, int dt, ncclComm_t c, CUstream st) { (void)c; return copy_one(s, r, n, dt, st); }
 int ncclReduceScatter(const void *s, void *r, size_t n, int dt, int op, ncclComm_t c, CUstream st) { (void)op; (void)c; return copy_one(s, r, n, dt, st); }
 
-/* Point-to-point to oneself: sends and receives wait in order until the outermost group ends. */
+/* Point-to-point to oneself: sends and receives wait in order until the outermost group ends,
+ * and there each send meets the receive of the same communicator in the same place in order
+ * (as NCCL matches by peer and order). What is left unmatched then would hang a real NCCL: the
+ * group end fails with ncclInvalidUsage and says so on stderr. */
 struct p2p {
     void *ptr;
     size_t bytes;
     CUstream stream;
+    ncclComm_t comm;
 };
-static __thread struct p2p sends[256], recvs[256];
+#define P2P_MAX 1024
+static __thread struct p2p sends[P2P_MAX], recvs[P2P_MAX];
 static __thread int n_sends, n_recvs, depth;
 
 static int match(void) {
-    int k = n_sends < n_recvs ? n_sends : n_recvs;
-    for (int i = 0; i < k; i++) {
-        if (sends[i].bytes != recvs[i].bytes)
-            return ncclInvalidUsage;
+    int r = ncclSuccess;
+    char used[P2P_MAX] = {0};
+    for (int i = 0; i < n_sends; i++) {
+        int j = 0;
+        while (j < n_recvs && (used[j] || recvs[j].comm != sends[i].comm))
+            j++;
+        if (j == n_recvs || recvs[j].bytes != sends[i].bytes) {
+            fprintf(stderr, "null device: an ncclSend of %zu bytes to oneself has %s at the end of its group (a real NCCL would hang)\n",
+                    sends[i].bytes, j == n_recvs ? "no ncclRecv" : "an ncclRecv of another size");
+            r = ncclInvalidUsage;
+            continue;
+        }
+        used[j] = 1;
         /* On the receive's stream, after what the send's stream had before the send. */
-        if (async_streams() && resolve(sends[i].stream) != resolve(recvs[i].stream)) {
+        if (async_streams() && resolve(sends[i].stream) != resolve(recvs[j].stream)) {
             struct stream *from = resolve(sends[i].stream);
             pthread_mutex_lock(&from->mu);
             unsigned long long seq = from->enqueued;
             pthread_mutex_unlock(&from->mu);
-            submit(recvs[i].stream, (struct op){.kind = OP_WAIT_SEQ, .other = from, .seq = seq});
+            submit(recvs[j].stream, (struct op){.kind = OP_WAIT_SEQ, .other = from, .seq = seq});
         }
-        submit(recvs[i].stream, op_copy(recvs[i].ptr, sends[i].ptr, sends[i].bytes));
+        submit(recvs[j].stream, op_copy(recvs[j].ptr, sends[i].ptr, sends[i].bytes));
     }
-    memmove(sends, sends + k, (size_t)(n_sends - k) * sizeof *sends);
-    memmove(recvs, recvs + k, (size_t)(n_recvs - k) * sizeof *recvs);
-    n_sends -= k;
-    n_recvs -= k;
-    return ncclSuccess;
+    for (int j = 0; j < n_recvs; j++)
+        if (!used[j]) {
+            fprintf(stderr, "null device: an ncclRecv of %zu bytes from oneself has no ncclSend at the end of its group (a real NCCL would hang)\n", recvs[j].bytes);
+            r = ncclInvalidUsage;
+        }
+    n_sends = n_recvs = 0;
+    return r;
 }
-static int post(struct p2p *q, int *n, void *ptr, size_t count, int dt, int peer, CUstream st) {
-    if (peer != 0 || !nccl_size(dt) || *n == 256)
+static int post(struct p2p *q, int *n, void *ptr, size_t count, int dt, int peer, CUstream st, ncclComm_t c) {
+    if (peer != 0 || !nccl_size(dt) || *n == P2P_MAX)
         return ncclInvalidArgument;
-    q[(*n)++] = (struct p2p){ptr, count * nccl_size(dt), st};
+    q[(*n)++] = (struct p2p){ptr, count * nccl_size(dt), st, c};
     return depth ? ncclSuccess : match();
 }
-int ncclSend(const void *s, size_t n, int dt, int peer, ncclComm_t c, CUstream st) { (void)c; return post(sends, &n_sends, (void *)s, n, dt, peer, st); }
-int ncclRecv(void *r, size_t n, int dt, int peer, ncclComm_t c, CUstream st) { (void)c; return post(recvs, &n_recvs, r, n, dt, peer, st); }
+int ncclSend(const void *s, size_t n, int dt, int peer, ncclComm_t c, CUstream st) { return post(sends, &n_sends, (void *)s, n, dt, peer, st, c); }
+int ncclRecv(void *r, size_t n, int dt, int peer, ncclComm_t c, CUstream st) { return post(recvs, &n_recvs, r, n, dt, peer, st, c); }
 int ncclGroupStart(void) { depth++; return ncclSuccess; }
 int ncclGroupEnd(void) {
     if (depth == 0)
