@@ -18,8 +18,8 @@
  * - NCCL for one rank: collectives copy their input on their stream (a reduction over one
  *   rank), sends to oneself are matched with receives in order at the outermost ncclGroupEnd (or
  *   at once outside a group), per communicator; one left unmatched fails the group's end (a
- *   real NCCL would hang). More ranks: ncclCommInitRank fails. Not modelled: groups that defer
- *   collectives, ncclInProgress (nonblocking communicators).
+ *   real NCCL would hang). A nonblocking communicator answers ncclInProgress as NCCL does. More
+ *   ranks: ncclCommInitRank fails. Not modelled: groups that defer collectives.
  * - CUDA IPC: with NULLDEV_IPC=1 device memory is pages of one shared memfd per process, and a
  *   handle lets another process map them (/proc/PID/fd/FD); else "not supported". Peer access
  *   between devices: never. CUDA graphs (stream capture): not there.
@@ -1087,12 +1087,14 @@ const char *nvrtcGetErrorString(int r) { return r ? "NVRTC_ERROR (null device)" 
 typedef struct {
     int nranks, rank;
     int aborted;
+    int nonblocking; /* made with config.blocking = 0 */
+    int busy;        /* polls of ncclCommGetAsyncError that still answer ncclInProgress */
 } *ncclComm_t;
 typedef struct {
     char internal[128];
 } ncclUniqueId;
 
-enum { ncclSuccess = 0, ncclInvalidArgument = 4, ncclInvalidUsage = 5 };
+enum { ncclSuccess = 0, ncclInvalidArgument = 4, ncclInvalidUsage = 5, ncclInProgress = 7 };
 
 static size_t nccl_size(int dtype) {
     switch (dtype) {
@@ -1116,14 +1118,34 @@ int ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
     (*comm)->nranks = 1;
     return ncclSuccess;
 }
+/* A nonblocking communicator (ncclConfig_t's `blocking`, at byte 16, 0) answers its calls with
+ * ncclInProgress and its asynchronous error with ncclInProgress for the next two or three
+ * polls, as NCCL while it completes them in the background. */
 int ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, void *config) {
-    (void)config;
-    return ncclCommInitRank(comm, nranks, id, rank);
+    int r = ncclCommInitRank(comm, nranks, id, rank);
+    if (r || !config || *(const int *)((const char *)config + 16) != 0)
+        return r;
+    (*comm)->nonblocking = 1;
+    (*comm)->busy = 3;
+    return ncclInProgress;
 }
-int ncclCommFinalize(ncclComm_t comm) { (void)comm; return ncclSuccess; }
+static int in_progress(ncclComm_t c, int r) {
+    if (r || !c || !c->nonblocking)
+        return r;
+    c->busy = 2;
+    return ncclInProgress;
+}
+int ncclCommFinalize(ncclComm_t comm) { return in_progress(comm, ncclSuccess); }
 int ncclCommDestroy(ncclComm_t comm) { free(comm); return ncclSuccess; }
 int ncclCommAbort(ncclComm_t comm) { free(comm); return ncclSuccess; }
-int ncclCommGetAsyncError(ncclComm_t comm, int *e) { (void)comm; *e = ncclSuccess; return ncclSuccess; }
+int ncclCommGetAsyncError(ncclComm_t comm, int *e) {
+    *e = ncclSuccess;
+    if (comm && comm->busy > 0) {
+        comm->busy--;
+        *e = ncclInProgress;
+    }
+    return ncclSuccess;
+}
 int ncclCommCount(ncclComm_t comm, int *n) { *n = comm->nranks; return ncclSuccess; }
 int ncclCommUserRank(ncclComm_t comm, int *r) { *r = comm->rank; return ncclSuccess; }
 const char *ncclGetErrorString(int r) { return r ? "NCCL error (null device)" : "no error"; }
@@ -1138,11 +1160,21 @@ static int copy_one(const void *s, void *r, size_t count, int dtype, CUstream st
         submit(st, op_copy(r, s, count * e));
     return ncclSuccess;
 }
-int ncclAllReduce(const void *s, void *r, size_t n, int dt, int op, ncclComm_t c, CUstream st) { (void)op; (void)c; return copy_one(s, r, n, dt, st); }
-int ncclBroadcast(const void *s, void *r, size_t n, int dt, int root, ncclComm_t c, CUstream st) { (void)root; (void)c; return copy_one(s, r, n, dt, st); }
-int ncclReduce(const void *s, void *r, size_t n, int dt, int op, int root, ncclComm_t c, CUstream st) { (void)op; (void)root; (void)c; return copy_one(s, r, n, dt, st); }
-int ncclAllGather(const void *s, void *r, size_t n, int dt, ncclComm_t c, CUstream st) { (void)c; return copy_one(s, r, n, dt, st); }
-int ncclReduceScatter(const void *s, void *r, size_t n, int dt, int op, ncclComm_t c, CUstream st) { (void)op; (void)c; return copy_one(s, r, n, dt, st); }
+static __thread ncclComm_t group_nonblocking; /* a nonblocking communicator of the open group */
+static __thread int depth;
+/* A call's answer: inside a group the group's end answers for a nonblocking communicator. */
+static int answer(ncclComm_t c, int r) {
+    if (depth && c && c->nonblocking && !r) {
+        group_nonblocking = c;
+        return r;
+    }
+    return depth ? r : in_progress(c, r);
+}
+int ncclAllReduce(const void *s, void *r, size_t n, int dt, int op, ncclComm_t c, CUstream st) { (void)op; return answer(c, copy_one(s, r, n, dt, st)); }
+int ncclBroadcast(const void *s, void *r, size_t n, int dt, int root, ncclComm_t c, CUstream st) { (void)root; return answer(c, copy_one(s, r, n, dt, st)); }
+int ncclReduce(const void *s, void *r, size_t n, int dt, int op, int root, ncclComm_t c, CUstream st) { (void)op; (void)root; return answer(c, copy_one(s, r, n, dt, st)); }
+int ncclAllGather(const void *s, void *r, size_t n, int dt, ncclComm_t c, CUstream st) { return answer(c, copy_one(s, r, n, dt, st)); }
+int ncclReduceScatter(const void *s, void *r, size_t n, int dt, int op, ncclComm_t c, CUstream st) { (void)op; return answer(c, copy_one(s, r, n, dt, st)); }
 
 /* Point-to-point to oneself: sends and receives wait in order until the outermost group ends,
  * and there each send meets the receive of the same communicator in the same place in order
@@ -1156,7 +1188,7 @@ struct p2p {
 };
 #define P2P_MAX 1024
 static __thread struct p2p sends[P2P_MAX], recvs[P2P_MAX];
-static __thread int n_sends, n_recvs, depth;
+static __thread int n_sends, n_recvs;
 
 static int match(void) {
     int r = ncclSuccess;
@@ -1194,7 +1226,7 @@ static int post(struct p2p *q, int *n, void *ptr, size_t count, int dt, int peer
     if (peer != 0 || !nccl_size(dt) || *n == P2P_MAX)
         return ncclInvalidArgument;
     q[(*n)++] = (struct p2p){ptr, count * nccl_size(dt), st, c};
-    return depth ? ncclSuccess : match();
+    return answer(c, depth ? ncclSuccess : match());
 }
 int ncclSend(const void *s, size_t n, int dt, int peer, ncclComm_t c, CUstream st) { return post(sends, &n_sends, (void *)s, n, dt, peer, st, c); }
 int ncclRecv(void *r, size_t n, int dt, int peer, ncclComm_t c, CUstream st) { return post(recvs, &n_recvs, r, n, dt, peer, st, c); }
@@ -1202,5 +1234,9 @@ int ncclGroupStart(void) { depth++; return ncclSuccess; }
 int ncclGroupEnd(void) {
     if (depth == 0)
         return ncclInvalidUsage;
-    return --depth ? ncclSuccess : match();
+    if (--depth)
+        return ncclSuccess;
+    ncclComm_t nb = group_nonblocking;
+    group_nonblocking = NULL;
+    return in_progress(nb, match());
 }
