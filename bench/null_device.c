@@ -12,9 +12,10 @@
  *   NULLDEV_STREAMS=async: each stream is a worker thread running its operations in order, so
  *   the stream-ordered MPI paths (MPI_STAGED, MPI_CUDA_AWARE) run (scripts/null-device.sh tests).
  * - Kernels run as C loops on the stream, by name: gpuwire's reductions, AVG divisions, fused
- *   sums and view packing (src/device/kernels.rs), and the GPU tests' spin, fill and scale
- *   kernels. Any other kernel (the distributed arrays', IPC's) does nothing and warns, or fails
- *   to launch with NULLDEV_KERNELS=fail.
+ *   sums and view packing (src/device/kernels.rs), the distributed arrays' fill, axpy, scale and
+ *   reductions in the GPU's order of operations (src/device/array_kernels.rs), and the GPU
+ *   tests' spin, fill and scale kernels. Any other kernel does nothing and warns, or fails to
+ *   launch with NULLDEV_KERNELS=fail.
  * - NCCL for one rank: collectives copy their input on their stream (a reduction over one
  *   rank), sends to oneself are matched with receives in order at the outermost ncclGroupEnd (or
  *   at once outside a group), per communicator; one left unmatched fails the group's end (a
@@ -27,12 +28,13 @@
  * One device (NULLDEV_DEVICES=N for more), compute capability 9.0, driver 12.8, NCCL 2.23.4.
  *
  * Build and use (scripts/null-device.sh does both):
- *   cc -O2 -shared -fPIC -o .nulldev/libcuda.so bench/null_device.c -lpthread
+ *   cc -O2 -shared -fPIC -o .nulldev/libcuda.so bench/null_device.c -lpthread -lm
  *   for l in libcuda.so.1 libnccl.so libnccl.so.2 libnvrtc.so; do ln -sf libcuda.so .nulldev/$l; done
  *   LD_LIBRARY_PATH=$PWD/.nulldev mpirun -np 1 target/release/gpuwire-bench device --backend nccl
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -732,7 +734,13 @@ CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) { (void)a; (void)b;
  * the complex product, MINLOC/MAXLOC's lower index of equal values). Any other kernel: a no-op
  * with a warning, or a failed launch with NULLDEV_KERNELS=fail. */
 
-enum { K_OTHER, K_SPIN, K_FILL_F32, K_SCALE_F32, K_SCALE_F64, K_COMBINE, K_DIV, K_SUM_ALL, K_SUM_ALL_V, K_PACK };
+enum { K_OTHER, K_SPIN, K_FILL_F32, K_SCALE_F32, K_SCALE_F64, K_COMBINE, K_DIV, K_SUM_ALL, K_SUM_ALL_V, K_PACK,
+       K_AFILL, K_AXPY, K_ASCALE, K_ARED, K_AFINAL };
+/* The distributed arrays' reductions (src/device/array_kernels.rs) and their accumulators. */
+enum { R_DOT, R_SUM, R_NORM1, R_NORM2SQ, R_NORMINF, R_MIN, R_MAX };
+enum { C_ADD, C_MIN, C_MAX };
+enum { A_F64, A_C128, A_U64, A_I64 };
+static const char *red_names[] = {"dot", "sum", "norm1", "norm2sq", "norminf", "min", "max"};
 enum { T_I8, T_U8, T_I32, T_U32, T_I64, T_U64, T_F16, T_BF16, T_F32, T_F64, T_C64, T_C128, T_FI, T_DI, T_II };
 enum { O_SUM, O_PROD, O_MAX, O_MIN, O_BAND, O_BOR, O_BXOR, O_LAND, O_LOR, O_LXOR, O_MINLOC, O_MAXLOC };
 
@@ -743,7 +751,8 @@ static const char *op_names[] = {"sum", "prod", "max", "min", "band", "bor", "bx
 
 struct kernel {
     int kind, type, op;
-    size_t width; /* K_PACK: element bytes */
+    size_t width; /* K_PACK, K_AFILL: element bytes */
+    int comb, acc; /* K_ARED, K_AFINAL */
 };
 
 struct fi { float v; int i; };
@@ -876,7 +885,183 @@ struct launch {
     uint64_t ptrs[16]; /* gw_ptrs: in[8], out[8] */
     float f;
     double d;
+    unsigned char val[16]; /* an argument passed by value (fill value, axpy/scale factor, identity) */
+    unsigned grid, block;
 };
+
+/* ---- the distributed arrays' kernels, in the GPU's order of operations ---- */
+
+typedef union {
+    double f;
+    struct { double re, im; } c;
+    uint64_t u;
+    int64_t i;
+} acc_t;
+
+static double hypot_host(double re, double im) { /* array_kernels.rs gw_hypot */
+    double a = fabs(re), b = fabs(im);
+    if (isinf(a) || isinf(b)) return INFINITY;
+    if (isnan(a) || isnan(b)) return NAN;
+    double m = a > b ? a : b, n = a > b ? b : a;
+    if (m == 0.0) return 0.0;
+    double r = n / m;
+    return m * sqrt(1.0 + r * r);
+}
+
+/* Element i's contribution to reduction `red` of type `type` (x, y the arrays). */
+static acc_t element(int red, int type, const char *x, const char *y, uint64_t i) {
+    acc_t a = {0};
+    size_t es = type_sizes[type];
+    const char *xp = x + i * es, *yp = y ? y + i * es : NULL;
+    double xr = 0, xi = 0, yr = 0, yi = 0;
+    int complex_t = type == T_C64 || type == T_C128, float_t = type == T_F32 || type == T_F64;
+    if (type == T_F32) { float v; memcpy(&v, xp, 4); xr = v; if (yp) { memcpy(&v, yp, 4); yr = v; } }
+    if (type == T_F64) { memcpy(&xr, xp, 8); if (yp) memcpy(&yr, yp, 8); }
+    if (type == T_C64) { float v[2]; memcpy(v, xp, 8); xr = v[0]; xi = v[1]; if (yp) { memcpy(v, yp, 8); yr = v[0]; yi = v[1]; } }
+    if (type == T_C128) { double v[2]; memcpy(v, xp, 16); xr = v[0]; xi = v[1]; if (yp) { memcpy(v, yp, 16); yr = v[0]; yi = v[1]; } }
+    int64_t si = 0;
+    uint64_t ui = 0;
+    switch (type) {
+    case T_I8: { int8_t v; memcpy(&v, xp, 1); si = v; ui = (uint64_t)(int64_t)v; break; }
+    case T_I32: { int32_t v; memcpy(&v, xp, 4); si = v; ui = (uint64_t)(int64_t)v; break; }
+    case T_I64: { int64_t v; memcpy(&v, xp, 8); si = v; ui = (uint64_t)v; break; }
+    case T_U8: { uint8_t v; memcpy(&v, xp, 1); ui = v; break; }
+    case T_U32: { uint32_t v; memcpy(&v, xp, 4); ui = v; break; }
+    case T_U64: { memcpy(&ui, xp, 8); break; }
+    default: break;
+    }
+    int signed_t = type == T_I8 || type == T_I32 || type == T_I64;
+    switch (red) {
+    case R_DOT:
+        if (complex_t) { a.c.re = xr * yr + xi * yi; a.c.im = xr * yi - xi * yr; }
+        else a.f = xr * yr;
+        break;
+    case R_SUM:
+        if (complex_t) { a.c.re = xr; a.c.im = xi; }
+        else if (float_t) a.f = xr;
+        else a.u = ui;
+        break;
+    case R_NORM1: case R_NORMINF: a.f = complex_t ? hypot_host(xr, xi) : fabs(xr); break;
+    case R_NORM2SQ: a.f = complex_t ? xr * xr + xi * xi : xr * xr; break;
+    default: /* min, max */
+        if (float_t) a.f = xr;
+        else if (signed_t) a.i = si;
+        else a.u = ui;
+    }
+    return a;
+}
+
+static acc_t combine_acc(int acc, int comb, acc_t a, acc_t b) {
+    acc_t r = a;
+    switch (acc) {
+    case A_F64:
+        if (comb == C_ADD) r.f = a.f + b.f;
+        else if (isnan(a.f) || isnan(b.f)) r.f = isnan(a.f) ? a.f : b.f;
+        else r.f = comb == C_MAX ? (a.f > b.f ? a.f : b.f) : (a.f < b.f ? a.f : b.f);
+        break;
+    case A_C128: r.c.re = a.c.re + b.c.re; r.c.im = a.c.im + b.c.im; break;
+    case A_U64: r.u = comb == C_ADD ? a.u + b.u : comb == C_MAX ? (a.u > b.u ? a.u : b.u) : (a.u < b.u ? a.u : b.u); break;
+    default: r.i = comb == C_MAX ? (a.i > b.i ? a.i : b.i) : (a.i < b.i ? a.i : b.i); break;
+    }
+    return r;
+}
+
+static size_t acc_size(int acc) { return acc == A_C128 ? 16 : 8; }
+
+/* The block's fixed tree (gw_block_reduce), over `block` values. */
+static acc_t tree(acc_t *v, unsigned block, int acc, int comb) {
+    for (unsigned s = block / 2; s > 0; s >>= 1)
+        for (unsigned t = 0; t < s; t++)
+            v[t] = combine_acc(acc, comb, v[t], v[t + s]);
+    return v[0];
+}
+
+static void run_array_kernel(const struct launch *l) {
+    const struct kernel *k = l->k;
+    size_t es = type_sizes[k->type];
+    switch (k->kind) {
+    case K_AFILL:
+        for (uint64_t i = 0; i < l->v[1]; i++)
+            memcpy((char *)(uintptr_t)l->v[0] + i * k->width, l->val, k->width);
+        break;
+    case K_AXPY: case K_ASCALE: {
+        int axpy = k->kind == K_AXPY;
+        char *out = (char *)(uintptr_t)l->v[0];
+        const char *in = axpy ? (const char *)(uintptr_t)l->v[1] : out;
+        uint64_t n = axpy ? l->v[2] : l->v[1];
+        for (uint64_t i = 0; i < n; i++) {
+            if (k->type == T_F32 || k->type == T_F64) {
+                double a, x, y;
+                if (k->type == T_F32) {
+                    float af, xf, yf;
+                    memcpy(&af, l->val, 4); memcpy(&xf, in + i * 4, 4); memcpy(&yf, out + i * 4, 4);
+                    float r = axpy ? af * xf + yf : af * xf;
+                    memcpy(out + i * 4, &r, 4);
+                    continue;
+                }
+                memcpy(&a, l->val, 8); memcpy(&x, in + i * 8, 8); memcpy(&y, out + i * 8, 8);
+                double r = axpy ? a * x + y : a * x;
+                memcpy(out + i * 8, &r, 8);
+            } else if (k->type == T_C64) {
+                float a[2], x[2], y[2], r[2];
+                memcpy(a, l->val, 8); memcpy(x, in + i * 8, 8); memcpy(y, out + i * 8, 8);
+                r[0] = a[0] * x[0] - a[1] * x[1];
+                r[1] = a[0] * x[1] + a[1] * x[0];
+                if (axpy) { r[0] = r[0] + y[0]; r[1] = r[1] + y[1]; }
+                memcpy(out + i * 8, r, 8);
+            } else {
+                double a[2], x[2], y[2], r[2];
+                memcpy(a, l->val, 16); memcpy(x, in + i * 16, 16); memcpy(y, out + i * 16, 16);
+                r[0] = a[0] * x[0] - a[1] * x[1];
+                r[1] = a[0] * x[1] + a[1] * x[0];
+                if (axpy) { r[0] = r[0] + y[0]; r[1] = r[1] + y[1]; }
+                memcpy(out + i * 16, r, 16);
+            }
+        }
+        (void)es;
+        break;
+    }
+    case K_ARED: {
+        const char *x = (const char *)(uintptr_t)l->v[0], *y = (const char *)(uintptr_t)l->v[1];
+        uint64_t n = l->v[2];
+        char *partial = (char *)(uintptr_t)l->v[3];
+        acc_t ident, *v = calloc(l->block, sizeof *v);
+        memcpy(&ident, l->val, acc_size(k->acc));
+        uint64_t stride = (uint64_t)l->grid * l->block;
+        for (unsigned b = 0; b < l->grid; b++) {
+            for (unsigned t = 0; t < l->block; t++) {
+                v[t] = ident;
+                for (uint64_t i = (uint64_t)b * l->block + t; i < n; i += stride)
+                    v[t] = combine_acc(k->acc, k->comb, v[t], element(k->op, k->type, x, k->op == R_DOT ? y : NULL, i));
+            }
+            acc_t r = tree(v, l->block, k->acc, k->comb);
+            memcpy(partial + b * acc_size(k->acc), &r, acc_size(k->acc));
+        }
+        free(v);
+        break;
+    }
+    case K_AFINAL: {
+        const char *partial = (const char *)(uintptr_t)l->v[0];
+        uint64_t np = l->v[1];
+        char *out = (char *)(uintptr_t)l->v[2];
+        acc_t ident, *v = calloc(l->block, sizeof *v);
+        memcpy(&ident, l->val, acc_size(k->acc));
+        for (unsigned t = 0; t < l->block; t++) {
+            v[t] = ident;
+            for (uint64_t i = t; i < np; i += l->block) {
+                acc_t p = {0};
+                memcpy(&p, partial + i * acc_size(k->acc), acc_size(k->acc));
+                v[t] = combine_acc(k->acc, k->comb, v[t], p);
+            }
+        }
+        acc_t r = tree(v, l->block, k->acc, k->comb);
+        memcpy(out, &r, acc_size(k->acc));
+        free(v);
+        break;
+    }
+    default: break;
+    }
+}
 
 static void run_kernel(const struct launch *l) {
     const struct kernel *k = l->k;
@@ -916,6 +1101,7 @@ static void run_kernel(const struct launch *l) {
         }
         break;
     }
+    case K_AFILL: case K_AXPY: case K_ASCALE: case K_ARED: case K_AFINAL: run_array_kernel(l); break;
     case K_PACK: {
         const uint64_t *v = l->v;
         char *packed = (char *)(uintptr_t)v[0], *view = (char *)(uintptr_t)v[1];
@@ -949,7 +1135,53 @@ CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
     else if (!strcmp(name, "fill_f32")) k->kind = K_FILL_F32;
     else if (!strcmp(name, "scale_f32")) k->kind = K_SCALE_F32;
     else if (!strcmp(name, "scale_f64")) k->kind = K_SCALE_F64;
-    else if (!strncmp(name, "gw_pack_", 8)) {
+    else if (!strncmp(name, "gwa_", 4)) {
+        const char *rest = name + 4;
+        if (!strncmp(rest, "fill_", 5)) {
+            k->kind = K_AFILL;
+            k->width = (size_t)atoi(rest + 5);
+        } else if (!strncmp(rest, "final_", 6)) {
+            const char *c = rest + 6;
+            k->comb = !strncmp(c, "add_", 4) ? C_ADD : !strncmp(c, "min_", 4) ? C_MIN : C_MAX;
+            const char *a = strchr(c, '_') + 1;
+            k->acc = !strcmp(a, "f64") ? A_F64 : !strcmp(a, "c128") ? A_C128 : !strcmp(a, "u64") ? A_U64 : A_I64;
+            k->kind = K_AFINAL;
+        } else {
+            int kind = !strncmp(rest, "axpy_", 5) ? K_AXPY : !strncmp(rest, "scale_", 6) ? K_ASCALE : K_ARED;
+            const char *tn = strchr(rest, '_');
+            if (kind == K_ARED) {
+                /* gwa_<red>_<dtype>: the red name has no '_' except norm2sq / norminf (none). */
+                for (int r = 0; r < 7; r++) {
+                    size_t len = strlen(red_names[r]);
+                    if (!strncmp(rest, red_names[r], len) && rest[len] == '_') {
+                        k->op = r;
+                        tn = rest + len;
+                    }
+                }
+            }
+            for (int ty = 0; ty < (int)(sizeof type_names / sizeof *type_names); ty++)
+                if (tn && !strcmp(tn + 1, type_names[ty])) {
+                    k->type = ty;
+                    k->kind = kind;
+                }
+            if (k->kind == K_ARED) {
+                /* The accumulator and combination of array_kernels.rs `plan`. */
+                int complex_t = k->type == T_C64 || k->type == T_C128, float_t = k->type == T_F32 || k->type == T_F64;
+                int signed_t = k->type == T_I8 || k->type == T_I32 || k->type == T_I64;
+                switch (k->op) {
+                case R_DOT: case R_SUM:
+                    k->acc = complex_t ? A_C128 : float_t ? A_F64 : A_U64;
+                    k->comb = C_ADD;
+                    break;
+                case R_NORM1: case R_NORM2SQ: k->acc = A_F64; k->comb = C_ADD; break;
+                case R_NORMINF: k->acc = A_F64; k->comb = C_MAX; break;
+                default:
+                    k->acc = float_t ? A_F64 : signed_t ? A_I64 : A_U64;
+                    k->comb = k->op == R_MIN ? C_MIN : C_MAX;
+                }
+            }
+        }
+    } else if (!strncmp(name, "gw_pack_", 8)) {
         k->kind = K_PACK;
         k->width = (size_t)atoi(name + 8);
     } else if (!strncmp(name, "gw_", 3)) {
@@ -995,6 +1227,41 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
     if (!l)
         return 2;
     l->k = k;
+    l->grid = gx;
+    l->block = bx;
+    if (k->kind >= K_AFILL) {
+        size_t es = type_sizes[k->type], as = k->acc == A_C128 ? 16 : 8;
+        switch (k->kind) {
+        case K_AFILL: /* (E *x, u64 n, E v) */
+            l->v[0] = *(const uint64_t *)params[0];
+            l->v[1] = *(const uint64_t *)params[1];
+            memcpy(l->val, params[2], k->width);
+            break;
+        case K_AXPY: /* (T *y, const T *x, u64 n, T a) */
+            for (int i = 0; i < 3; i++)
+                l->v[i] = *(const uint64_t *)params[i];
+            memcpy(l->val, params[3], es);
+            break;
+        case K_ASCALE: /* (T *x, u64 n, T a) */
+            l->v[0] = *(const uint64_t *)params[0];
+            l->v[1] = *(const uint64_t *)params[1];
+            memcpy(l->val, params[2], es);
+            break;
+        case K_ARED: /* (const T *x, const T *y, u64 n, A ident, A *partial) */
+            for (int i = 0; i < 3; i++)
+                l->v[i] = *(const uint64_t *)params[i];
+            memcpy(l->val, params[3], as);
+            l->v[3] = *(const uint64_t *)params[4];
+            break;
+        default: /* K_AFINAL: (const A *partial, u32 np, A ident, A *out) */
+            l->v[0] = *(const uint64_t *)params[0];
+            l->v[1] = *(const uint32_t *)params[1];
+            memcpy(l->val, params[2], as);
+            l->v[2] = *(const uint64_t *)params[3];
+        }
+        submit(s, (struct op){.kind = OP_KERNEL, .call = l});
+        return CUDA_SUCCESS;
+    }
     int words = k->kind == K_PACK ? 10 : k->kind == K_SPIN ? 1 : k->kind == K_COMBINE || k->kind == K_DIV ? 3 : 2;
     if (k->kind == K_SUM_ALL || k->kind == K_SUM_ALL_V) {
         memcpy(l->ptrs, params[0], sizeof l->ptrs);

@@ -26,14 +26,18 @@ cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 what=${1:-all}
 mkdir -p .nulldev
-cc -O2 -Wall -Wextra -shared -fPIC -o .nulldev/libcuda.so bench/null_device.c -lpthread
+cc -O2 -Wall -Wextra -shared -fPIC -o .nulldev/libcuda.so bench/null_device.c -lpthread -lm
 for l in libcuda.so.1 libnccl.so libnccl.so.2 libnvrtc.so; do ln -sf libcuda.so .nulldev/$l; done
 if [ "$what" = tests ] || [ "$what" = tests-mpich ]; then
   bin=$(cargo test --test gpu --no-run --message-format=json 2>/dev/null | python3 -c 'import sys, json
 for l in sys.stdin:
     m = json.loads(l)
     if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "gpu" and m.get("executable"): print(m["executable"])' | tail -1)
-  [ -n "$bin" ] || { echo "null-device: the gpu test binary did not build"; exit 1; }
+  dbin=$(cargo test --test gpu_darray --no-run --message-format=json 2>/dev/null | python3 -c 'import sys, json
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "gpu_darray" and m.get("executable"): print(m["executable"])' | tail -1)
+  [ -n "$bin" ] && [ -n "$dbin" ] || { echo "null-device: the gpu test binaries did not build"; exit 1; }
   failed=0
   # run_cases LABEL RANKS CASES [VAR=VALUE...]: every rank must print RESULT PASS for every case.
   run_cases() {
@@ -47,7 +51,7 @@ for l in sys.stdin:
       -x GPUWIRE_GPU_TEST_NP -x GPUWIRE_GPU_TEST "${xs[@]}")
     [ "$what" = tests-mpich ] && launch=(mpiexec.mpich -np "$np" -genvall)
     out=$(env NULLDEV_STREAMS=async NULLDEV_KERNELS=fail LD_LIBRARY_PATH="$PWD/.nulldev" GPUWIRE_GPU_TEST_NP="$np" \
-      GPUWIRE_GPU_TEST="$cases" "$@" timeout 300 "${launch[@]}" "$bin" 2>&1) || rc=$?
+      GPUWIRE_GPU_TEST="$cases" "$@" timeout 300 "${launch[@]}" "${runbin:-$bin}" 2>&1) || rc=$?
     local pass
     pass=$(echo "$out" | grep -c '^RESULT PASS' || true)
     if [ "$rc" -ne 0 ] || [ "$pass" -ne "$want" ] || echo "$out" | grep -q '^RESULT FAIL'; then
@@ -67,19 +71,26 @@ for l in sys.stdin:
     echo "null-device: MPI_STAGED, IPC and NCCL passed on the null device with MPICH"
     exit 0
   fi
-  # Not here: the cases that time ranks against each other (late, sendtimeout: run on the GPU
-  # machine) and `timeout`, whose blocking TIMEOUT holds on IPC and NCCL, not on the
+  # Not here: the cases that time ranks against each other or the host against a kernel (late,
+  # sendtimeout, nbcearly: run on the GPU machine; on a loaded CI machine they could fail) and
+  # `timeout`, whose blocking TIMEOUT holds on IPC and NCCL, not on the
   # stream-ordered MPI paths (their timeout is the communicator's asynchronous error).
-  run_cases nccl 1 ops,opswrap,scan,c13,c16,p2pstatus,vcoll,nbc,nbcgroup,nbcearly,nbcstreams,views GPUWIRE_BACKEND=nccl
+  run_cases nccl 1 ops,opswrap,scan,c13,c16,p2pstatus,vcoll,nbc,nbcgroup,nbcstreams,views GPUWIRE_BACKEND=nccl
   run_cases nccl-two-devices 1 directrefused,groupblame GPUWIRE_BACKEND=nccl NULLDEV_DEVICES=2
   # Nonblocking NCCL communicators: every call may answer ncclInProgress, which gpuwire settles.
   run_cases nccl-nonblocking 1 ops,c16,nbc,nbcgroup GPUWIRE_BACKEND=nccl GPUWIRE_NCCL_NONBLOCKING=1
-  run_cases staged 2 ops,opswrap,scan,c12,c13,mismatch,p2pexact,p2pstatus,reqfree,vcoll,split,nbcmixed,nbc,nbcgroup,nbcearly,p2pordered,views \
+  run_cases staged 2 ops,opswrap,scan,c12,c13,mismatch,p2pexact,p2pstatus,reqfree,vcoll,split,nbcmixed,nbc,nbcgroup,p2pordered,views \
     GPUWIRE_BACKEND=staged
   run_cases staged-np3 3 split,nbcmixed,nbc GPUWIRE_BACKEND=staged
   run_cases cuda_aware 2 ops,scan,c13,p2pstatus,reqfree,vcoll,nbc,nbcgroup,views GPUWIRE_BACKEND=cuda_aware GPUWIRE_CUDA_AWARE=1
+  # Distributed arrays on device memory (tests/gpu_darray.rs; their kernels emulated too).
+  dcases=dops,dmove,dhalo,dstream,dtags,dgrid
+  runbin=$dbin run_cases darray-nccl 1 $dcases GPUWIRE_BACKEND=nccl
+  runbin=$dbin run_cases darray-staged 2 $dcases GPUWIRE_BACKEND=staged
+  runbin=$dbin run_cases darray-cuda_aware 2 $dcases GPUWIRE_BACKEND=cuda_aware GPUWIRE_CUDA_AWARE=1
+  runbin=$dbin run_cases darray-ipc 2 $dcases GPUWIRE_BACKEND=ipc NULLDEV_IPC=1
   # CUDA IPC between the ranks' processes (NULLDEV_IPC=1: device memory in a shared memfd).
-  run_cases ipc 2 ops,opswrap,scan,c13,ipcprogress,ipcdup,ipcfree,ipcexit,ipcmixed,reqfree,p2pexact,p2pstatus,vcoll,views,nbc,nbcgroup,nbcearly,p2pordered,nbcmixed \
+  run_cases ipc 2 ops,opswrap,scan,c13,ipcprogress,ipcdup,ipcfree,ipcexit,ipcmixed,reqfree,p2pexact,p2pstatus,vcoll,views,nbc,nbcgroup,p2pordered,nbcmixed \
     GPUWIRE_BACKEND=ipc NULLDEV_IPC=1
   run_cases ipc-np3 3 nbcmixed,nbc GPUWIRE_BACKEND=ipc NULLDEV_IPC=1
   [ "$failed" = 0 ] || exit 1
