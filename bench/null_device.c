@@ -126,13 +126,18 @@ static int arena_fd = -1;
 static char *arena_base;
 static size_t arena_used;
 
+/* Whether environment variable `name` is `on`, read once into `*cache` (-1 before). */
+static int env_is(const char *name, const char *on, int *cache) {
+    if (*cache < 0) {
+        const char *e = getenv(name);
+        *cache = e && !strcmp(e, on);
+    }
+    return *cache;
+}
+
 static int ipc_mode(void) {
     static int mode = -1;
-    if (mode < 0) {
-        const char *e = getenv("NULLDEV_IPC");
-        mode = e && !strcmp(e, "1");
-    }
-    return mode;
+    return env_is("NULLDEV_IPC", "1", &mode);
 }
 
 static size_t pages(size_t bytes) { return ((bytes ? bytes : 1) + 4095) & ~(size_t)4095; }
@@ -451,11 +456,7 @@ static struct stream *all_streams, *legacy;
 
 static int async_streams(void) {
     static int mode = -1;
-    if (mode < 0) {
-        const char *e = getenv("NULLDEV_STREAMS");
-        mode = e && !strcmp(e, "async");
-    }
-    return mode;
+    return env_is("NULLDEV_STREAMS", "async", &mode);
 }
 
 /* cuStreamWaitValue32's test: GEQ cyclic as the driver's ((int32_t)(word - v) >= 0), EQ, AND, NOR. */

@@ -1418,6 +1418,16 @@ fn all_f32(bytes: &[u8], want: f32) -> Result<(), String> {
     }
 }
 
+/// A device other than the communicator's, for the cases that need two (an error when this
+/// process sees one).
+fn other_device() -> Result<i32, String> {
+    let count = cudarc::driver::result::device::get_count().map_err(|e| format!("cuDeviceGetCount: {e:?}"))?;
+    if count < 2 {
+        return Err(format!("needs two devices, this process sees {count}"));
+    }
+    Ok((DEVICE.load(std::sync::atomic::Ordering::Relaxed) + 1) % count)
+}
+
 /// A sendrecv inside a group whose receive buffer lives on another device than the
 /// communicator's is refused at its call and leaves nothing behind: the next group's receive
 /// gets the next group's send. (Found in review: on NCCL the send half had been issued into the
@@ -1426,11 +1436,7 @@ fn all_f32(bytes: &[u8], want: f32) -> Result<(), String> {
 fn direct_refused(cx: &Ctx) -> Result<(), String> {
     let (r, p, s) = (cx.rank, cx.size, cx.stream as *mut c_void);
     let (to, from) = ((r + 1) % p, (r + p - 1) % p);
-    let count = cudarc::driver::result::device::get_count().map_err(|e| format!("cuDeviceGetCount: {e:?}"))?;
-    if count < 2 {
-        return Err(format!("needs two devices, this process sees {count}"));
-    }
-    let other = (DEVICE.load(std::sync::atomic::Ordering::Relaxed) + 1) % count;
+    let other = other_device()?;
     let n = 256usize;
     let a = dev_alloc(n, Dtype::GPUWIRE_FLOAT32);
     upload(a, &f32s(&vec![42.0; n]));
@@ -1464,11 +1470,7 @@ fn direct_refused(cx: &Ctx) -> Result<(), String> {
 fn group_blame(cx: &Ctx) -> Result<(), String> {
     let (r, p, s) = (cx.rank, cx.size, cx.stream as *mut c_void);
     let (to, from) = ((r + 1) % p, (r + p - 1) % p);
-    let count = cudarc::driver::result::device::get_count().map_err(|e| format!("cuDeviceGetCount: {e:?}"))?;
-    if count < 2 {
-        return Err(format!("needs two devices, this process sees {count}"));
-    }
-    let other = (DEVICE.load(std::sync::atomic::Ordering::Relaxed) + 1) % count;
+    let other = other_device()?;
     let n = 256usize;
     let (a, b) = (dev_alloc(n, Dtype::GPUWIRE_FLOAT32), dev_alloc(n, Dtype::GPUWIRE_FLOAT32));
     upload(a, &f32s(&vec![r as f32 + 1.0; n]));
