@@ -1379,6 +1379,72 @@ fn c16_other_thread(cx: &Ctx) -> Result<(), String> {
     res
 }
 
+/// isend/irecv on the main thread, then another thread's calls on the same communicator: an
+/// allreduce there is right, and its wait of the main thread's receive completes it (on NCCL the
+/// posted operations are launched by whichever thread's call comes next, not only by the thread
+/// that posted them: NCCL's groups are per thread). Then isend/irecv on a duplicate left posted
+/// while a group's sends and receives go to the NCCL group at their calls: the duplicate's join
+/// that group and complete after its end. Values: rank r sends r + 1 (and 10 r + 3) to the next.
+fn thread_wait(cx: &Ctx) -> Result<(), String> {
+    let (r, p, s) = (cx.rank, cx.size, cx.stream as *mut c_void);
+    let (to, from) = ((r + 1) % p, (r + p - 1) % p);
+    let n = 1usize << 12;
+    let f32buf = || dev_alloc(n, Dtype::GPUWIRE_FLOAT32);
+    let (a, b, x, a2, b2) = (f32buf(), f32buf(), f32buf(), f32buf(), f32buf());
+    fill_f32(&cx.kernels, ptr_of(a), n, (r + 1) as f32, cx.stream);
+    fill_f32(&cx.kernels, ptr_of(b), n, -1.0, cx.stream);
+    fill_f32(&cx.kernels, ptr_of(x), n, 1.0, cx.stream);
+    fill_f32(&cx.kernels, ptr_of(a2), n, (10 * r + 3) as f32, cx.stream);
+    fill_f32(&cx.kernels, ptr_of(b2), n, -1.0, cx.stream);
+    cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
+    let (mut rq, mut sq) = (0u64, 0u64);
+    ok(gpuwire_irecv(cx.comm, b, from, 5, s, &mut rq), "irecv");
+    ok(gpuwire_isend(cx.comm, a, to, 5, s, &mut sq), "isend");
+    let (comm, size, su) = (cx.comm, cx.size, s as usize);
+    let other = std::thread::spawn(move || -> Result<(), String> {
+        let s = su as *mut c_void;
+        let st = gpuwire_allreduce(comm, x, x, ReduceOp::GPUWIRE_SUM as i32, s);
+        if st != Status::GPUWIRE_SUCCESS {
+            return Err(format!("allreduce on another thread with isend/irecv pending: {st:?}: {}", last_error()));
+        }
+        all_f32(&download(x, n * 4), size as f32).map_err(|e| format!("allreduce on another thread: {e}"))?;
+        let mut q = rq;
+        let st = gpuwire_wait(&mut q);
+        if st != Status::GPUWIRE_SUCCESS || q != 0 {
+            return Err(format!("wait on another thread: {st:?}, request {q}: {}", last_error()));
+        }
+        Ok(())
+    });
+    other.join().map_err(|_| "thread panicked".to_string())??;
+    ok(gpuwire_wait(&mut sq), "wait(isend)");
+    cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
+    all_f32(&download(b, n * 4), (from + 1) as f32).map_err(|e| format!("irecv waited on another thread: {e}"))?;
+    // Posted on a duplicate, then a group on the communicator and the duplicate.
+    let mut dup = 0;
+    ok(gpuwire_comm_dup(cx.comm, &mut dup), "comm_dup");
+    fill_f32(&cx.kernels, ptr_of(b), n, -1.0, cx.stream);
+    ok(gpuwire_irecv(dup, b2, from, 6, s, &mut rq), "irecv (duplicate)");
+    ok(gpuwire_isend(dup, a2, to, 6, s, &mut sq), "isend (duplicate)");
+    ok(gpuwire_group_start(), "group_start");
+    ok(gpuwire_send(cx.comm, a, to, 7, s), "send (group)");
+    ok(gpuwire_recv(cx.comm, b, from, 7, s), "recv (group)");
+    ok(gpuwire_send(dup, x, to, 8, s), "send (group, duplicate)");
+    ok(gpuwire_recv(dup, x, from, 8, s), "recv (group, duplicate)");
+    ok(gpuwire_group_end(), "group_end");
+    ok(gpuwire_wait(&mut rq), "wait(irecv, duplicate)");
+    ok(gpuwire_wait(&mut sq), "wait(isend, duplicate)");
+    cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
+    all_f32(&download(b, n * 4), (from + 1) as f32).map_err(|e| format!("recv in the group: {e}"))?;
+    all_f32(&download(b2, n * 4), (10 * from + 3) as f32).map_err(|e| format!("irecv on the duplicate, posted before the group: {e}"))?;
+    all_f32(&download(x, n * 4), size as f32).map_err(|e| format!("send/recv of the duplicate in the group: {e}"))?;
+    ok(gpuwire_comm_free(dup), "comm_free (duplicate)");
+    for q in [a, b, x, a2, b2] {
+        gpuwire_buffer_free(q);
+    }
+    println!("rank {r}: threadwait: another thread's allreduce and wait right; isend/irecv posted before a group right");
+    Ok(())
+}
+
 fn c17_seed_demo(cx: &Ctx) -> Result<(), String> {
     let b = dev_alloc(10, Dtype::GPUWIRE_FLOAT32);
     let seed: Vec<f32> = (0..10).map(|i| 100.0 + 10.0 * i as f32).collect();
@@ -3202,6 +3268,7 @@ fn main() {
                 r
             }
             "c15" => c15_shared_gpu_nccl(&cx),
+            "threadwait" => thread_wait(&cx),
             "mismatch" => mismatch_checked(&cx),
             "p2pexact" => p2p_exact(&cx),
             "p2pstatus" => p2p_status(&cx),

@@ -101,17 +101,20 @@ thread_local! {
     static DIRECT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// How many NCCL communicators have isend/irecv operations posted and not yet launched.
+static POSTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// Whether a point-to-point operation on `c` may be issued at its call ([`issue_direct`]): the
-/// gpuwire group's NCCL group is open already, or this thread has no isend/irecv group of
-/// another communicator open (after `c`'s own is closed), whose later close (a wait inside the
-/// gpuwire group) would end the gpuwire group's NCCL group early; such a group's operations are
-/// issued at its end instead, as before.
+/// gpuwire group's NCCL group is open already, or no communicator has isend/irecv operations
+/// posted (after `c`'s own are launched). Those would join the gpuwire group's NCCL group if
+/// launched inside it, so a wait for them inside the gpuwire group could not return; with such
+/// operations posted, the group's operations are issued at its end instead.
 pub fn direct_possible(c: &Communicator) -> Result<bool> {
     if DIRECT.with(|d| d.get()) {
         return Ok(true);
     }
     state(c)?.close_group()?;
-    Ok(LAZY.with(|l| l.get()) == 0)
+    Ok(POSTED.load(std::sync::atomic::Ordering::Acquire) == 0)
 }
 
 /// Whether this thread's gpuwire group has its NCCL group open ([`issue_direct`]).
@@ -127,7 +130,7 @@ pub fn check_direct(c: &Communicator, buf: &Buffer) -> Result<()> {
 
 /// A send (`send`) or a receive of all of `buf` with `peer` issued at once, as NCCL does, into
 /// the NCCL group of this thread's open gpuwire group (opened at its first such operation,
-/// after `c`'s open isend/irecv group was closed; launched by [`with_group`] at the gpuwire
+/// after `c`'s posted isend/irecv operations were launched; launched by [`with_group`] at the gpuwire
 /// group's end). For the blocking and nonblocking point-to-point forms of a gpuwire group, not
 /// in checking mode (which agrees each message first) and without views (packed at the end):
 /// the group's host cost is then NCCL's own (issue 18's halo benchmark). The caller validated
@@ -138,10 +141,8 @@ pub fn issue_direct(c: &Communicator, buf: &Buffer, peer: i32, send: bool, strea
     let api = api()?;
     let _g = CtxGuard::enter(st.device)?;
     if !DIRECT.with(|d| d.get()) {
+        // isend/irecv operations posted earlier are launched first, on their own.
         st.close_group()?;
-        if LAZY.with(|l| l.get()) > 0 {
-            return Err(Error::Internal("issue_direct with another communicator's isend/irecv group open on this thread (`direct_possible` says no then)".into()));
-        }
         // SAFETY: closed by `with_group` at the gpuwire group's end, on this thread.
         check(api, std::ptr::null_mut(), unsafe { (api.group_start)() }, "ncclGroupStart")?;
         DIRECT.with(|d| d.set(true));
@@ -377,8 +378,9 @@ pub struct NcclState {
     device: i32,
     /// Made by ncclCommInitRankConfig with `blocking = 0`.
     nonblocking: bool,
-    /// The NCCL group isend/irecv opened and the next call closes.
-    open: Mutex<Option<Arc<Group>>>,
+    /// The isend/irecv operations posted and not yet launched, and their group; the next call
+    /// on this communicator, from any thread, launches them (`close_group`).
+    open: Mutex<Option<(Arc<Group>, Vec<Post>)>>,
     /// Whether `open` may hold a group (set under its lock when one is opened, cleared when it is
     /// taken): lets every other call skip that lock when no isend/irecv is pending.
     maybe_open: std::sync::atomic::AtomicBool,
@@ -394,17 +396,40 @@ impl std::fmt::Debug for NcclState {
     }
 }
 
-/// A group of point-to-point operations launched together.
+/// A group of point-to-point operations launched together: once launched, each stream's
+/// completion event (or the launch's error).
 pub struct Group {
-    streams: Mutex<Vec<Stream>>,
-    done: Mutex<Option<Vec<(Stream, Event)>>>,
-    /// The thread that opened it (its NCCL group is that thread's: `LAZY`).
-    opener: std::thread::ThreadId,
+    done: Mutex<Option<Result<Vec<(Stream, Arc<Event>)>>>>,
+}
+
+impl Group {
+    /// After the launch of its operations on `streams`: each stream's completion event.
+    fn record(&self, streams: impl Iterator<Item = Stream>) {
+        let mut evs: Vec<(Stream, Arc<Event>)> = Vec::new();
+        let mut r = Ok(());
+        for s in streams {
+            if r.is_ok() && !evs.iter().any(|(t, _)| *t == s) {
+                r = Event::new().and_then(|e| e.record(s).map(|()| evs.push((s, Arc::new(e)))));
+            }
+        }
+        *self.done.lock().unwrap_or_else(|p| p.into_inner()) = Some(r.map(|()| evs));
+    }
+}
+
+/// An isend or irecv waiting for its group's launch.
+struct Post {
+    ptr: usize,
+    count: usize,
+    dtype: Dtype,
+    peer: i32,
+    send: bool,
+    stream: Stream,
 }
 
 thread_local! {
-    /// How many isend/irecv groups this thread has open (`grouped`; closed by `close_group`).
-    static LAZY: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    /// Groups of isend/irecv operations that joined this thread's open NCCL group (a gpuwire
+    /// group's, [`with_group`]): their completion events are recorded after its end.
+    static JOINED: std::cell::RefCell<Vec<(Arc<Group>, Vec<Stream>)>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// The NCCL state of `c` (NCCL backend only).
@@ -450,37 +475,57 @@ impl NcclState {
         self.comm.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Closes the open isend/irecv group, if any: launches its operations and records their
-    /// completion events.
+    /// Launches the posted isend/irecv operations, if any, from whichever thread calls: one
+    /// ncclGroupStart, their ncclSend/ncclRecv, one ncclGroupEnd; then records each stream's
+    /// completion event. Inside this thread's open NCCL group (a gpuwire group's: `DIRECT`,
+    /// `IN_GROUP`) they join that group and their events are recorded after its end
+    /// ([`with_group`]). An error of the launch is the group's requests' (their wait or test).
     fn close_group(&self) -> Result<()> {
-        // `maybe_open` is set and cleared under the `open` lock together with the group itself;
-        // a call that reads it false while another thread opens a group takes no part in that
-        // group (NCCL groups are per thread: README, "launches").
+        // `maybe_open` is set and cleared under the `open` lock together with the group itself.
         if !self.maybe_open.load(std::sync::atomic::Ordering::Acquire) {
             return Ok(());
         }
-        let Some(g) = ({
+        let Some((g, posts)) = ({
             let mut o = self.open.lock().unwrap_or_else(|p| p.into_inner());
             self.maybe_open.store(false, std::sync::atomic::Ordering::Release);
             o.take()
         }) else {
             return Ok(());
         };
-        let api = api()?;
-        let comm = self.comm();
-        if g.opener == std::thread::current().id() {
-            LAZY.with(|l| l.set(l.get().saturating_sub(1)));
+        POSTED.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        let joins = DIRECT.with(|d| d.get()) || IN_GROUP.with(|g| g.get());
+        let launched = self.launch(&posts);
+        match launched {
+            Ok(()) if joins => JOINED.with(|j| j.borrow_mut().push((g, posts.iter().map(|p| p.stream).collect()))),
+            Ok(()) => g.record(posts.iter().map(|p| p.stream)),
+            Err(e) => *g.done.lock().unwrap_or_else(|p| p.into_inner()) = Some(Err(e)),
         }
-        // SAFETY: closes the group this state opened on this thread.
-        check(api, *comm, unsafe { (api.group_end)() }, "ncclGroupEnd")?;
-        let mut evs = Vec::new();
-        for s in g.streams.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-            let e = Event::new()?;
-            e.record(*s)?;
-            evs.push((*s, e));
-        }
-        *g.done.lock().unwrap_or_else(|p| p.into_inner()) = Some(evs);
         Ok(())
+    }
+
+    /// `posts` in one NCCL group on this thread.
+    fn launch(&self, posts: &[Post]) -> Result<()> {
+        let api = api()?;
+        let _g = CtxGuard::enter(self.device)?;
+        let comm = self.comm();
+        if comm.is_null() {
+            return Err(Error::CommBroken("ncclSend/ncclRecv: the NCCL communicator was aborted".into()));
+        }
+        // SAFETY: paired with the group_end below on this thread.
+        check(api, std::ptr::null_mut(), unsafe { (api.group_start)() }, "ncclGroupStart")?;
+        let mut first = Ok(());
+        for p in posts {
+            let (n, d, s) = (nccl_count(p.dtype, p.count), nccl_dtype(p.dtype), p.stream.0 as *mut c_void);
+            // SAFETY: device memory of `count` elements on this communicator's device (checked at
+            // the call), kept alive by the request until the stream has passed the operation.
+            let r = unsafe { if p.send { (api.send)(p.ptr as *const c_void, n, d, p.peer, *comm, s) } else { (api.recv)(p.ptr as *mut c_void, n, d, p.peer, *comm, s) } };
+            if first.is_ok() {
+                first = check(api, *comm, r, if p.send { "ncclSend" } else { "ncclRecv" });
+            }
+        }
+        // SAFETY: closes the group opened above.
+        let e = check(api, *comm, unsafe { (api.group_end)() }, "ncclGroupEnd");
+        first.and(e)
     }
 
     /// The async error of the NCCL communicator (ncclSuccess = 0).
@@ -564,6 +609,13 @@ pub fn with_group<T>(comms: &[&Communicator], f: impl FnOnce() -> Result<T>) -> 
         }
     }
     let e = check(api, std::ptr::null_mut(), e, "ncclGroupEnd");
+    // isend/irecv groups launched inside this one (`close_group`): complete after its end.
+    for (g, streams) in JOINED.with(|j| std::mem::take(&mut *j.borrow_mut())) {
+        match &e {
+            Ok(()) => g.record(streams.into_iter()),
+            Err(x) => *g.done.lock().unwrap_or_else(|p| p.into_inner()) = Some(Err(x.clone())),
+        }
+    }
     let v = r?;
     e?;
     Ok(v)
@@ -798,71 +850,81 @@ struct GroupedPending {
 unsafe impl Send for GroupedPending {}
 
 impl GroupedPending {
-    fn closed_event(&self) -> Result<bool> {
+    /// Launches the posted operations if they are not yet, then: `None` while another thread
+    /// launches them (inside its gpuwire group, until that group's end), else the launch's
+    /// outcome and this stream's completion event (none where the launch had no event).
+    fn launched(&self) -> Result<Option<Option<Arc<Event>>>> {
         // SAFETY: see the Send impl.
-        let st = unsafe { &*self.state };
-        st.close_group()?;
+        unsafe { &*self.state }.close_group()?;
         let done = self.group.done.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(evs) = done.as_ref() else { return Ok(false) };
-        for (s, e) in evs {
-            if *s == self.stream {
-                return e.query();
-            }
+        match done.as_ref() {
+            None => Ok(None),
+            Some(Err(e)) => Err(e.clone()),
+            Some(Ok(evs)) => Ok(Some(evs.iter().find(|(s, _)| *s == self.stream).map(|(_, e)| e.clone()))),
         }
-        Ok(true)
+    }
+
+    /// Its operation joined this thread's open gpuwire group's NCCL group: launched at that
+    /// group's end (waiting here would never return).
+    fn joined_here(&self) -> bool {
+        JOINED.with(|j| j.borrow().iter().any(|(g, _)| Arc::ptr_eq(g, &self.group)))
     }
 }
 
 impl Pending for GroupedPending {
-    fn wait(&mut self) -> Result<()> {
-        let _g = CtxGuard::enter(self.device)?;
-        // SAFETY: see the Send impl.
-        unsafe { &*self.state }.close_group()?;
-        let done = self.group.done.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(evs) = done.as_ref() {
-            for (s, e) in evs {
-                if *s == self.stream {
-                    e.wait_host()?;
-                }
-            }
+    fn ready_to_wait(&self) -> Result<()> {
+        // Inside `with_group` (a gpuwire group's operations run at its end, as `Op::run`: an
+        // irecv's wait) the operation is issued into the group like the group's others: done.
+        if self.joined_here() && !IN_GROUP.with(|g| g.get()) {
+            return Err(Error::InvalidArgument(
+                "the request's NCCL send or receive was launched inside this thread's open group: it starts at the outermost gpuwire_group_end (waiting for it inside the group would never return)".into(),
+            ));
         }
         Ok(())
     }
+    fn wait(&mut self) -> Result<()> {
+        let _g = CtxGuard::enter(self.device)?;
+        self.ready_to_wait()?;
+        loop {
+            match self.launched()? {
+                Some(ev) => return ev.map_or(Ok(()), |e| e.wait_host()),
+                None if self.joined_here() && IN_GROUP.with(|g| g.get()) => return Ok(()),
+                None => {
+                    // Another thread's gpuwire group launches it at its end (or, where it was
+                    // posted while this thread's group was open, this one's: refused).
+                    self.ready_to_wait()?;
+                    std::thread::sleep(Duration::from_micros(20));
+                }
+            }
+        }
+    }
     fn test(&mut self) -> Result<bool> {
         let _g = CtxGuard::enter(self.device)?;
-        self.closed_event()
+        self.ready_to_wait()?;
+        match self.launched()? {
+            None if self.joined_here() && IN_GROUP.with(|g| g.get()) => Ok(true),
+            None => Ok(false),
+            Some(None) => Ok(true),
+            Some(Some(e)) => e.query(),
+        }
     }
 }
 
-fn grouped(c: &Communicator, stream: Stream, post: impl FnOnce(&Ctx) -> Result<()>) -> Result<Box<dyn Pending>> {
+fn grouped(c: &Communicator, post: Post) -> Result<Box<dyn Pending>> {
     let st = state(c)?;
-    let _g = CtxGuard::enter(st.device)?;
     if st.comm().is_null() {
         return Err(Error::CommBroken("the NCCL communicator was aborted".into()));
     }
-    let api = api()?;
+    let stream = post.stream;
     let mut open = st.open.lock().unwrap_or_else(|p| p.into_inner());
-    let group = match open.as_ref() {
-        Some(g) => g.clone(),
-        None => {
-            // SAFETY: closed by close_group (next call on this communicator, or a wait/test).
-            check(api, std::ptr::null_mut(), unsafe { (api.group_start)() }, "ncclGroupStart")?;
-            let g = Arc::new(Group { streams: Mutex::new(Vec::new()), done: Mutex::new(None), opener: std::thread::current().id() });
-            LAZY.with(|l| l.set(l.get() + 1));
-            *open = Some(g.clone());
-            st.maybe_open.store(true, std::sync::atomic::Ordering::Release);
-            g
-        }
-    };
-    {
-        let mut ss = group.streams.lock().unwrap_or_else(|p| p.into_inner());
-        if !ss.contains(&stream) {
-            ss.push(stream);
-        }
-    }
+    let (group, posts) = open.get_or_insert_with(|| {
+        POSTED.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        (Arc::new(Group { done: Mutex::new(None) }), Vec::new())
+    });
+    let group = group.clone();
+    posts.push(post);
+    st.maybe_open.store(true, std::sync::atomic::Ordering::Release);
     drop(open);
-    let cx = Ctx { c, st, api, stream, _g: CtxGuard::enter(st.device)? };
-    post(&cx)?;
     Ok(Box::new(GroupedPending { group, stream, state: st as *const NcclState, device: st.device }))
 }
 
@@ -901,11 +963,11 @@ impl Path for NcclPath {
     }
     fn isend(&self, c: &Communicator, buf: &Buffer, dest: i32, _tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
         devstate::check_device(c, buf)?;
-        grouped(c, stream, |cx| cx.send(buf.ptr(), buf.count(), buf.dtype(), dest))
+        grouped(c, Post { ptr: buf.ptr(), count: buf.count(), dtype: buf.dtype(), peer: dest, send: true, stream })
     }
     fn irecv(&self, c: &Communicator, buf: &Buffer, source: i32, _tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
         devstate::check_device(c, buf)?;
-        grouped(c, stream, |cx| cx.recv(buf.ptr(), buf.count(), buf.dtype(), source))
+        grouped(c, Post { ptr: buf.ptr(), count: buf.count(), dtype: buf.dtype(), peer: source, send: false, stream })
     }
     fn sendrecv(&self, c: &Communicator, s: &Buffer, dest: i32, _st: i32, r: &Buffer, source: i32, _rt: i32, stream: Stream) -> Result<()> {
         let proc_null = crate::types::PROC_NULL;
