@@ -117,8 +117,11 @@ fn segments(n: usize, size: usize, p: usize) -> Vec<Segment> {
 }
 
 /// The order of the phases (the module's comment): `phase1(s)` and `phase2(s)` for each of
-/// `segs` (at least one) segments.
+/// `segs` segments (none for an empty buffer: every rank's count is the same).
 fn drive(segs: usize, mut phase1: impl FnMut(usize) -> Result<()>, mut phase2: impl FnMut(usize) -> Result<()>) -> Result<()> {
+    if segs == 0 {
+        return Ok(());
+    }
     for s in 0..segs {
         phase1(s)?;
         if s > 0 {
@@ -481,6 +484,8 @@ mod tests {
             assert_eq!(next, n);
         }
         assert_eq!(segments(SEGMENT_BYTES / 4 * 3, 4, 2).len(), 3);
+        assert!(segments(0, 4, 2).is_empty());
+        assert!(drive(0, |_| panic!("no segment"), |_| panic!("no segment")).is_ok());
     }
 
     #[test]
