@@ -1445,6 +1445,188 @@ fn thread_wait(cx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether `comm` is on NCCL; else the NCCL-only case `what` says it was not run.
+fn nccl_only(comm: gpuwire_comm, rank: i32, what: &str) -> bool {
+    let mut backend = 0;
+    ok(gpuwire_comm_backend(comm, &mut backend), "comm_backend");
+    let nccl = backend == BackendKind::GPUWIRE_BACKEND_NCCL as i32;
+    if !nccl {
+        println!("rank {rank}: {what}: NCCL only, skipped (NOT RUN)");
+    }
+    nccl
+}
+
+/// NCCL: the main thread posts an irecv and an isend, hands the receive's request to a waiter
+/// thread and at once makes an allreduce that reads the received buffer on the same stream, 2000
+/// times: the waiter's wait launches the posted operations (`close_group`), and the main thread's
+/// call must come after them in stream order (it waits for a launch in progress), never read the
+/// buffer before the receive.
+fn thread_order(cx: &Ctx) -> Result<(), String> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    if !nccl_only(cx.comm, cx.rank, "threadorder") {
+        return Ok(());
+    }
+    let (r, p, s) = (cx.rank, cx.size, cx.stream as *mut c_void);
+    let (to, from) = ((r + 1) % p, (r + p - 1) % p);
+    let n = 64usize;
+    let (a, b, out) = (dev_alloc(n, Dtype::GPUWIRE_FLOAT32), dev_alloc(n, Dtype::GPUWIRE_FLOAT32), dev_alloc(n, Dtype::GPUWIRE_FLOAT32));
+    fill_f32(&cx.kernels, ptr_of(a), n, (r + 1) as f32, cx.stream);
+    let want: f32 = (1..=p).map(|x| x as f32).sum();
+    // 0: nothing to wait for; u64::MAX: waited; else the request to wait for.
+    let slot = std::sync::Arc::new(AtomicU64::new(0));
+    let (iters, mut bad) = (2000usize, 0usize);
+    let waiter = {
+        let slot = slot.clone();
+        std::thread::spawn(move || -> Result<(), String> {
+            for _ in 0..iters {
+                let mut q = loop {
+                    match slot.load(Ordering::Acquire) {
+                        0 | u64::MAX => std::hint::spin_loop(),
+                        q => break q,
+                    }
+                };
+                let st = gpuwire_wait(&mut q);
+                if st != Status::GPUWIRE_SUCCESS {
+                    return Err(format!("wait on the waiter thread: {st:?}: {}", last_error()));
+                }
+                slot.store(u64::MAX, Ordering::Release);
+            }
+            Ok(())
+        })
+    };
+    for _ in 0..iters {
+        fill_f32(&cx.kernels, ptr_of(b), n, -1.0, cx.stream);
+        let (mut rq, mut sq) = (0u64, 0u64);
+        ok(gpuwire_irecv(cx.comm, b, from, 5, s, &mut rq), "irecv");
+        ok(gpuwire_isend(cx.comm, a, to, 5, s, &mut sq), "isend");
+        slot.store(rq, Ordering::Release);
+        ok(gpuwire_allreduce(cx.comm, b, out, ReduceOp::GPUWIRE_SUM as i32, s), "allreduce");
+        ok(gpuwire_wait(&mut sq), "wait(isend)");
+        while slot.load(Ordering::Acquire) != u64::MAX {
+            std::hint::spin_loop();
+        }
+        slot.store(0, Ordering::Release);
+        if all_f32(&download(out, n * 4), want).is_err() {
+            bad += 1;
+        }
+    }
+    waiter.join().map_err(|_| "thread panicked".to_string())??;
+    for q in [a, b, out] {
+        gpuwire_buffer_free(q);
+    }
+    println!("rank {r}: threadorder: {bad} of {iters} allreduces read the buffer before the receive posted before them");
+    if bad > 0 { Err(format!("{bad} of {iters} allreduces ran before the irecv posted before them on their stream")) } else { Ok(()) }
+}
+
+/// NCCL: a group's isend and irecv, 1000 times, while another communicator has an irecv posted
+/// (so the group's operations run at its end, not at their calls) and a second thread makes
+/// sendrecvs on the group's communicator on a stream of its own: the group's operations are one
+/// launch, never taken apart by the other thread's calls (NCCL would hang on a send launched
+/// without its receive).
+fn thread_group(cx: &Ctx) -> Result<(), String> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    if !nccl_only(cx.comm, cx.rank, "threadgroup") {
+        return Ok(());
+    }
+    let (r, p, s) = (cx.rank, cx.size, cx.stream as *mut c_void);
+    let (to, from) = ((r + 1) % p, (r + p - 1) % p);
+    let n = 64usize;
+    let f32buf = || dev_alloc(n, Dtype::GPUWIRE_FLOAT32);
+    let (a, b, hx, hy, pa, pb) = (f32buf(), f32buf(), f32buf(), f32buf(), f32buf(), f32buf());
+    fill_f32(&cx.kernels, ptr_of(a), n, (r + 1) as f32, cx.stream);
+    fill_f32(&cx.kernels, ptr_of(pa), n, (r + 7) as f32, cx.stream);
+    cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
+    let mut dup = 0;
+    ok(gpuwire_comm_dup(cx.comm, &mut dup), "comm_dup");
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let comm = cx.comm;
+    let helper = {
+        let stop = stop.clone();
+        std::thread::spawn(move || -> Result<usize, String> {
+            let mut s2: cu::CUstream = std::ptr::null_mut();
+            cuok(unsafe { cu::cuStreamCreate(&mut s2, 1) }, "cuStreamCreate");
+            let mut k = 0;
+            while !stop.load(Ordering::Acquire) {
+                let st = gpuwire_sendrecv(comm, hx, to, 9, hy, from, 9, s2.cast());
+                if st != Status::GPUWIRE_SUCCESS {
+                    return Err(format!("sendrecv on the second thread: {st:?}: {}", last_error()));
+                }
+                k += 1;
+            }
+            cuok(unsafe { cu::cuStreamSynchronize(s2) }, "cuStreamSynchronize(second thread)");
+            Ok(k)
+        })
+    };
+    let (iters, mut failed) = (1000usize, None);
+    for it in 0..iters {
+        let (mut prq, mut psq, mut rq, mut sq) = (0u64, 0u64, 0u64, 0u64);
+        ok(gpuwire_irecv(dup, pb, from, 3, s, &mut prq), "irecv (duplicate)");
+        ok(gpuwire_group_start(), "group_start");
+        ok(gpuwire_isend(cx.comm, a, to, 5, s, &mut sq), "isend (group)");
+        ok(gpuwire_irecv(cx.comm, b, from, 5, s, &mut rq), "irecv (group)");
+        let st = [gpuwire_group_end(), gpuwire_wait(&mut sq), gpuwire_wait(&mut rq)];
+        ok(gpuwire_isend(dup, pa, to, 3, s, &mut psq), "isend (duplicate)");
+        ok(gpuwire_wait(&mut prq), "wait(irecv, duplicate)");
+        ok(gpuwire_wait(&mut psq), "wait(isend, duplicate)");
+        if st.iter().any(|x| *x != Status::GPUWIRE_SUCCESS) && failed.is_none() {
+            failed = Some(format!("iteration {it}: group_end, wait(isend), wait(irecv): {st:?}: {}", last_error()));
+        }
+    }
+    stop.store(true, Ordering::Release);
+    let k = helper.join().map_err(|_| "thread panicked".to_string())??;
+    cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
+    all_f32(&download(b, n * 4), (from + 1) as f32).map_err(|e| format!("the group's irecv: {e}"))?;
+    all_f32(&download(pb, n * 4), (from + 7) as f32).map_err(|e| format!("the duplicate's irecv: {e}"))?;
+    ok(gpuwire_comm_free(dup), "comm_free");
+    for q in [a, b, hx, hy, pa, pb] {
+        gpuwire_buffer_free(q);
+    }
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    println!("rank {r}: threadgroup: {iters} groups right beside {k} sendrecvs of another thread");
+    Ok(())
+}
+
+/// A group's sends and receives keep their call order when posted operations of another
+/// communicator are launched in the middle of the group (a wait inside it): the first send is
+/// issued at the group's end (operations were posted at its call), so the later ones are too
+/// (on NCCL, issued at their calls they would overtake it and meet the wrong receives).
+fn group_order(cx: &Ctx) -> Result<(), String> {
+    let (r, p, s) = (cx.rank, cx.size, cx.stream as *mut c_void);
+    let (to, from) = ((r + 1) % p, (r + p - 1) % p);
+    let n = 64usize;
+    let f32buf = || dev_alloc(n, Dtype::GPUWIRE_FLOAT32);
+    let (a, b, c, d, pa, pb) = (f32buf(), f32buf(), f32buf(), f32buf(), f32buf(), f32buf());
+    fill_f32(&cx.kernels, ptr_of(a), n, 1.0, cx.stream);
+    fill_f32(&cx.kernels, ptr_of(c), n, 2.0, cx.stream);
+    fill_f32(&cx.kernels, ptr_of(b), n, -1.0, cx.stream);
+    fill_f32(&cx.kernels, ptr_of(d), n, -1.0, cx.stream);
+    cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
+    let mut dup = 0;
+    ok(gpuwire_comm_dup(cx.comm, &mut dup), "comm_dup");
+    let (mut prq, mut psq) = (0u64, 0u64);
+    ok(gpuwire_irecv(dup, pb, from, 3, s, &mut prq), "irecv (duplicate)");
+    ok(gpuwire_isend(dup, pa, to, 3, s, &mut psq), "isend (duplicate)");
+    ok(gpuwire_group_start(), "group_start");
+    ok(gpuwire_send(cx.comm, a, to, 1, s), "send a");
+    ok(gpuwire_wait(&mut prq), "wait(irecv, duplicate) inside the group");
+    ok(gpuwire_wait(&mut psq), "wait(isend, duplicate) inside the group");
+    ok(gpuwire_send(cx.comm, c, to, 2, s), "send c");
+    ok(gpuwire_recv(cx.comm, b, from, 1, s), "recv b");
+    ok(gpuwire_recv(cx.comm, d, from, 2, s), "recv d");
+    ok(gpuwire_group_end(), "group_end");
+    cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
+    all_f32(&download(b, n * 4), 1.0).map_err(|e| format!("recv b (tag 1): {e}"))?;
+    all_f32(&download(d, n * 4), 2.0).map_err(|e| format!("recv d (tag 2): {e}"))?;
+    ok(gpuwire_comm_free(dup), "comm_free");
+    for q in [a, b, c, d, pa, pb] {
+        gpuwire_buffer_free(q);
+    }
+    println!("rank {r}: grouporder: sends and receives of a group in call order around a wait inside it");
+    Ok(())
+}
+
 fn c17_seed_demo(cx: &Ctx) -> Result<(), String> {
     let b = dev_alloc(10, Dtype::GPUWIRE_FLOAT32);
     let seed: Vec<f32> = (0..10).map(|i| 100.0 + 10.0 * i as f32).collect();
@@ -3269,6 +3451,9 @@ fn main() {
             }
             "c15" => c15_shared_gpu_nccl(&cx),
             "threadwait" => thread_wait(&cx),
+            "threadorder" => thread_order(&cx),
+            "threadgroup" => thread_group(&cx),
+            "grouporder" => group_order(&cx),
             "mismatch" => mismatch_checked(&cx),
             "p2pexact" => p2p_exact(&cx),
             "p2pstatus" => p2p_status(&cx),

@@ -424,6 +424,8 @@ struct Post {
     peer: i32,
     send: bool,
     stream: Stream,
+    /// The thread that posted it.
+    thread: std::thread::ThreadId,
 }
 
 thread_local! {
@@ -477,29 +479,37 @@ impl NcclState {
 
     /// Launches the posted isend/irecv operations, if any, from whichever thread calls: one
     /// ncclGroupStart, their ncclSend/ncclRecv, one ncclGroupEnd; then records each stream's
-    /// completion event. Inside this thread's open NCCL group (a gpuwire group's: `DIRECT`,
-    /// `IN_GROUP`) they join that group and their events are recorded after its end
-    /// ([`with_group`]). An error of the launch is the group's requests' (their wait or test).
+    /// completion event. The launch is made under the `open` lock and `maybe_open` cleared only
+    /// after it, so another thread's call on this communicator waits for it: the posted
+    /// operations come first in stream order and in NCCL's order. Inside this thread's open NCCL
+    /// group (a gpuwire group's: `DIRECT`, `IN_GROUP`) they join that group and their events are
+    /// recorded after its end ([`with_group`]); operations another thread posted are refused
+    /// there (that thread's next calls would overtake them). An error of the launch is the
+    /// group's requests' (their wait or test).
     fn close_group(&self) -> Result<()> {
-        // `maybe_open` is set and cleared under the `open` lock together with the group itself.
-        if !self.maybe_open.load(std::sync::atomic::Ordering::Acquire) {
+        use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
+        if !self.maybe_open.load(Acquire) {
             return Ok(());
         }
-        let Some((g, posts)) = ({
-            let mut o = self.open.lock().unwrap_or_else(|p| p.into_inner());
-            self.maybe_open.store(false, std::sync::atomic::Ordering::Release);
-            o.take()
-        }) else {
-            return Ok(());
-        };
-        POSTED.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
         let joins = DIRECT.with(|d| d.get()) || IN_GROUP.with(|g| g.get());
-        let launched = self.launch(&posts);
-        match launched {
-            Ok(()) if joins => JOINED.with(|j| j.borrow_mut().push((g, posts.iter().map(|p| p.stream).collect()))),
-            Ok(()) => g.record(posts.iter().map(|p| p.stream)),
-            Err(e) => *g.done.lock().unwrap_or_else(|p| p.into_inner()) = Some(Err(e)),
+        let mut o = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        if joins {
+            let me = std::thread::current().id();
+            if o.as_ref().is_some_and(|(_, posts)| posts.iter().any(|p| p.thread != me)) {
+                return Err(Error::InvalidArgument(
+                    "another thread's isend/irecv operations on this NCCL communicator are not launched yet, and this thread's open group cannot take them (NCCL's groups are per thread, and that thread's later calls would overtake them): complete them before the group".into(),
+                ));
+            }
         }
+        if let Some((g, posts)) = o.take() {
+            POSTED.fetch_sub(1, AcqRel);
+            match self.launch(&posts) {
+                Ok(()) if joins => JOINED.with(|j| j.borrow_mut().push((g, posts.iter().map(|p| p.stream).collect()))),
+                Ok(()) => g.record(posts.iter().map(|p| p.stream)),
+                Err(e) => *g.done.lock().unwrap_or_else(|p| p.into_inner()) = Some(Err(e)),
+            }
+        }
+        self.maybe_open.store(false, Release);
         Ok(())
     }
 
@@ -554,11 +564,12 @@ impl NcclState {
     /// Releases the NCCL communicator.
     pub fn destroy(&mut self, abort: bool) {
         let Ok(api) = api() else { return };
+        // Posted operations are launched (or, on an aborted communicator, fail) first.
+        let _ = self.close_group();
         let comm = std::mem::replace(&mut *self.comm(), std::ptr::null_mut());
         if comm.is_null() {
             return;
         }
-        let _ = self.close_group();
         let _g = CtxGuard::enter(self.device);
         // SAFETY: the communicator is not used after this. A nonblocking one is finalized first
         // (its operations flushed; ncclInProgress waited for), as NCCL asks.
@@ -873,9 +884,7 @@ impl GroupedPending {
 
 impl Pending for GroupedPending {
     fn ready_to_wait(&self) -> Result<()> {
-        // Inside `with_group` (a gpuwire group's operations run at its end, as `Op::run`: an
-        // irecv's wait) the operation is issued into the group like the group's others: done.
-        if self.joined_here() && !IN_GROUP.with(|g| g.get()) {
+        if self.joined_here() {
             return Err(Error::InvalidArgument(
                 "the request's NCCL send or receive was launched inside this thread's open group: it starts at the outermost gpuwire_group_end (waiting for it inside the group would never return)".into(),
             ));
@@ -888,7 +897,6 @@ impl Pending for GroupedPending {
         loop {
             match self.launched()? {
                 Some(ev) => return ev.map_or(Ok(()), |e| e.wait_host()),
-                None if self.joined_here() && IN_GROUP.with(|g| g.get()) => return Ok(()),
                 None => {
                     // Another thread's gpuwire group launches it at its end (or, where it was
                     // posted while this thread's group was open, this one's: refused).
@@ -902,11 +910,24 @@ impl Pending for GroupedPending {
         let _g = CtxGuard::enter(self.device)?;
         self.ready_to_wait()?;
         match self.launched()? {
-            None if self.joined_here() && IN_GROUP.with(|g| g.get()) => Ok(true),
             None => Ok(false),
             Some(None) => Ok(true),
             Some(Some(e)) => e.query(),
         }
+    }
+}
+
+/// An isend or irecv of a gpuwire group's end (`with_group`, whose `Op::run` waits for it):
+/// issued into the group's NCCL group, launched and stream-ordered with the group's other
+/// operations, nothing for the host to wait for.
+struct InGroup;
+
+impl Pending for InGroup {
+    fn wait(&mut self) -> Result<()> {
+        Ok(())
+    }
+    fn test(&mut self) -> Result<bool> {
+        Ok(true)
     }
 }
 
@@ -963,11 +984,21 @@ impl Path for NcclPath {
     }
     fn isend(&self, c: &Communicator, buf: &Buffer, dest: i32, _tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
         devstate::check_device(c, buf)?;
-        grouped(c, Post { ptr: buf.ptr(), count: buf.count(), dtype: buf.dtype(), peer: dest, send: true, stream })
+        if IN_GROUP.with(|g| g.get()) {
+            let cx = enter(c, &[Some(buf)], stream)?;
+            cx.send(buf.ptr(), buf.count(), buf.dtype(), dest)?;
+            return Ok(Box::new(InGroup));
+        }
+        grouped(c, Post { ptr: buf.ptr(), count: buf.count(), dtype: buf.dtype(), peer: dest, send: true, stream, thread: std::thread::current().id() })
     }
     fn irecv(&self, c: &Communicator, buf: &Buffer, source: i32, _tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
         devstate::check_device(c, buf)?;
-        grouped(c, Post { ptr: buf.ptr(), count: buf.count(), dtype: buf.dtype(), peer: source, send: false, stream })
+        if IN_GROUP.with(|g| g.get()) {
+            let cx = enter(c, &[Some(buf)], stream)?;
+            cx.recv(buf.ptr(), buf.count(), buf.dtype(), source)?;
+            return Ok(Box::new(InGroup));
+        }
+        grouped(c, Post { ptr: buf.ptr(), count: buf.count(), dtype: buf.dtype(), peer: source, send: false, stream, thread: std::thread::current().id() })
     }
     fn sendrecv(&self, c: &Communicator, s: &Buffer, dest: i32, _st: i32, r: &Buffer, source: i32, _rt: i32, stream: Stream) -> Result<()> {
         let proc_null = crate::types::PROC_NULL;
