@@ -67,14 +67,10 @@ struct Open {
     entries: Vec<Entry>,
     /// Set when the group has been started (its requests may then be waited for).
     ended: Arc<AtomicBool>,
-    /// Whether a point-to-point operation of the group was recorded for its end: the later ones
-    /// are too (`direct`), so NCCL sees them in call order.
-    deferred_p2p: bool,
 }
 
 thread_local! {
-    static GROUP: RefCell<Open> = RefCell::new(Open::default());
-}
+    static GROUP: RefCell<Open> = RefCell::new(Open::default());}
 
 /// Whether this thread is inside a group.
 pub fn is_open() -> bool {
@@ -95,7 +91,7 @@ pub fn start() -> Result<()> {
             } else {
                 g.ended = Arc::new(AtomicBool::new(false));
             }
-            g.deferred_p2p = false;
+            crate::backend::nccl::defer_direct(false);
         }
         g.depth += 1;
         Ok(())
@@ -136,7 +132,7 @@ fn direct(c: &Arc<Communicator>, op: &Op, stream: Stream) -> Result<bool> {
     use crate::ops::peer;
     use crate::types::PROC_NULL;
     let fits = matches!(op, Op::Send { .. } | Op::Isend { .. } | Op::Recv { .. } | Op::Sendrecv { .. } | Op::Irecv { upto: false, .. });
-    if !fits || c.config().check || !op.nccl_native(c) || crate::view::has_views(op) || GROUP.with(|g| g.borrow().deferred_p2p) || !crate::backend::nccl::direct_possible(c)? {
+    if !fits || c.config().check || !op.nccl_native(c) || crate::view::has_views(op) || !crate::backend::nccl::direct_possible(c)? {
         return Ok(false);
     }
     // Every buffer is checked before anything is issued: a sendrecv whose receive is refused
@@ -179,7 +175,8 @@ fn add(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool, issued:
     GROUP.with(|g| {
         let mut g = g.borrow_mut();
         if !issued && op.is_p2p() {
-            g.deferred_p2p = true;
+            // Its later point-to-point operations are recorded too, in call order.
+            crate::backend::nccl::defer_direct(true);
         }
         if !nonblocking {
             // No request: nothing else to make (a group's per-operation cost).

@@ -96,22 +96,35 @@ impl NcclConfig {
 }
 
 thread_local! {
-    /// Whether this thread's open gpuwire group has opened its NCCL group ([`issue_direct`]);
-    /// [`with_group`] at the group's end closes it.
-    static DIRECT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// This thread's open gpuwire group and its NCCL group (one thread-local: each access from
+    /// the shared library costs a call): `OPEN`, the NCCL group is open ([`issue_direct`];
+    /// [`with_group`] at the group's end closes it); `DEFERRED`, a point-to-point operation of
+    /// the gpuwire group was recorded for its end ([`defer_direct`]).
+    static DIRECT: std::cell::Cell<u8> = const { std::cell::Cell::new(0) };
+}
+const OPEN: u8 = 1;
+const DEFERRED: u8 = 2;
+
+/// A point-to-point operation of this thread's gpuwire group was recorded for its end: its later
+/// ones are too ([`direct_possible`]), so NCCL sees them in call order (`on` false: a new group).
+pub fn defer_direct(on: bool) {
+    DIRECT.with(|d| d.set(if on { d.get() | DEFERRED } else { d.get() & !DEFERRED }));
 }
 
 /// How many NCCL communicators have isend/irecv operations posted and not yet launched.
 static POSTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-/// Whether a point-to-point operation on `c` may be issued at its call ([`issue_direct`]): the
-/// gpuwire group's NCCL group is open already, or no communicator has isend/irecv operations
-/// posted (after `c`'s own are launched). Those would join the gpuwire group's NCCL group if
-/// launched inside it, so a wait for them inside the gpuwire group could not return; with such
-/// operations posted, the group's operations are issued at its end instead.
+/// Whether a point-to-point operation on `c` may be issued at its call ([`issue_direct`]): none
+/// of the gpuwire group's was recorded for its end ([`defer_direct`]), and its NCCL group is
+/// open already or no communicator has isend/irecv operations posted (after `c`'s own are
+/// launched). Those would join the gpuwire group's NCCL group if launched inside it, so a wait
+/// for them inside the gpuwire group could not return; with such operations posted, the
+/// group's operations are issued at its end instead.
 pub fn direct_possible(c: &Communicator) -> Result<bool> {
-    if DIRECT.with(|d| d.get()) {
-        return Ok(true);
+    match DIRECT.with(|d| d.get()) {
+        OPEN => return Ok(true),
+        0 => {}
+        _ => return Ok(false),
     }
     state(c)?.close_group()?;
     Ok(POSTED.load(std::sync::atomic::Ordering::Acquire) == 0)
@@ -119,7 +132,7 @@ pub fn direct_possible(c: &Communicator) -> Result<bool> {
 
 /// Whether this thread's gpuwire group has its NCCL group open ([`issue_direct`]).
 pub fn direct_open() -> bool {
-    DIRECT.with(|d| d.get())
+    DIRECT.with(|d| d.get()) & OPEN != 0
 }
 
 /// What [`issue_direct`] refuses `buf` for (a buffer on another device), checked for every buffer
@@ -140,12 +153,12 @@ pub fn issue_direct(c: &Communicator, buf: &Buffer, peer: i32, send: bool, strea
     let st = state(c)?;
     let api = api()?;
     let _g = CtxGuard::enter(st.device)?;
-    if !DIRECT.with(|d| d.get()) {
+    if DIRECT.with(|d| d.get()) & OPEN == 0 {
         // isend/irecv operations posted earlier are launched first, on their own.
         st.close_group()?;
         // SAFETY: closed by `with_group` at the gpuwire group's end, on this thread.
         check(api, std::ptr::null_mut(), unsafe { (api.group_start)() }, "ncclGroupStart")?;
-        DIRECT.with(|d| d.set(true));
+        DIRECT.with(|d| d.set(d.get() | OPEN));
     } else if st.maybe_open.load(std::sync::atomic::Ordering::Acquire) {
         st.close_group()?;
     }
@@ -491,7 +504,7 @@ impl NcclState {
         if !self.maybe_open.load(Acquire) {
             return Ok(());
         }
-        let joins = DIRECT.with(|d| d.get()) || IN_GROUP.with(|g| g.get());
+        let joins = direct_open() || IN_GROUP.with(|g| g.get());
         let mut o = self.open.lock().unwrap_or_else(|p| p.into_inner());
         if joins {
             let me = std::thread::current().id();
@@ -597,7 +610,7 @@ thread_local! {
 /// of `comms` to leave that state, as a blocking communicator waits inside the call.
 pub fn with_group<T>(comms: &[&Communicator], f: impl FnOnce() -> Result<T>) -> Result<T> {
     let api = api()?;
-    if DIRECT.with(|d| d.replace(false)) {
+    if DIRECT.with(|d| d.replace(0)) & OPEN != 0 {
         // The gpuwire group's NCCL group is open already (`issue_direct`): `f` adds to it and
         // the end below closes it.
     } else {
@@ -620,16 +633,24 @@ pub fn with_group<T>(comms: &[&Communicator], f: impl FnOnce() -> Result<T>) -> 
         }
     }
     let e = check(api, std::ptr::null_mut(), e, "ncclGroupEnd");
-    // isend/irecv groups launched inside this one (`close_group`): complete after its end.
-    for (g, streams) in JOINED.with(|j| std::mem::take(&mut *j.borrow_mut())) {
-        match &e {
-            Ok(()) => g.record(streams.into_iter()),
-            Err(x) => *g.done.lock().unwrap_or_else(|p| p.into_inner()) = Some(Err(x.clone())),
-        }
+    if JOINED.with(|j| !j.borrow().is_empty()) {
+        finish_joined(&e);
     }
     let v = r?;
     e?;
     Ok(v)
+}
+
+/// After this thread's NCCL group ended with `launched`: the isend/irecv groups launched inside
+/// it (`close_group`) complete after its end.
+#[cold]
+fn finish_joined(launched: &Result<()>) {
+    for (g, streams) in JOINED.with(|j| std::mem::take(&mut *j.borrow_mut())) {
+        match launched {
+            Ok(()) => g.record(streams.into_iter()),
+            Err(x) => *g.done.lock().unwrap_or_else(|p| p.into_inner()) = Some(Err(x.clone())),
+        }
+    }
 }
 
 /// How long communicator creation waits for NCCL's initialization: GPUWIRE_NCCL_INIT_TIMEOUT
