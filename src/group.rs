@@ -70,7 +70,8 @@ struct Open {
 }
 
 thread_local! {
-    static GROUP: RefCell<Open> = RefCell::new(Open::default());}
+    static GROUP: RefCell<Open> = RefCell::new(Open::default());
+}
 
 /// Whether this thread is inside a group.
 pub fn is_open() -> bool {

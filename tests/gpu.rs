@@ -1627,6 +1627,114 @@ fn group_order(cx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
+/// NCCL: another thread's isend/irecv posted on the communicator while this thread's group is
+/// open fail none of this thread's calls and stay posted for their own thread: (a) a group's
+/// allreduce run at its end, (b) a group's recv issued at its call after its send, (c) a wait
+/// inside a group for a request posted before it. Values checked after.
+fn thread_posts(cx: &Ctx) -> Result<(), String> {
+    use std::sync::mpsc::channel;
+    if !nccl_only(cx.comm, cx.rank, "threadposts") {
+        return Ok(());
+    }
+    let (r, p, s) = (cx.rank, cx.size, cx.stream as *mut c_void);
+    let (to, from) = ((r + 1) % p, (r + p - 1) % p);
+    let n = 64usize;
+    let f32buf = || dev_alloc(n, Dtype::GPUWIRE_FLOAT32);
+    let (a, b, x, hx, hy) = (f32buf(), f32buf(), f32buf(), f32buf(), f32buf());
+    fill_f32(&cx.kernels, ptr_of(a), n, (r + 1) as f32, cx.stream);
+    fill_f32(&cx.kernels, ptr_of(x), n, 1.0, cx.stream);
+    fill_f32(&cx.kernels, ptr_of(hx), n, 5.0, cx.stream);
+    cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
+    let (cmd_tx, cmd_rx) = channel::<bool>();
+    let (ack_tx, ack_rx) = channel::<Result<(), String>>();
+    let comm = cx.comm;
+    // The other thread: on `true` posts an isend and an irecv and acknowledges; on `false` waits
+    // for them and acknowledges.
+    let other = std::thread::spawn(move || {
+        let mut s2: cu::CUstream = std::ptr::null_mut();
+        cuok(unsafe { cu::cuStreamCreate(&mut s2, 1) }, "cuStreamCreate");
+        let (mut rq, mut sq) = (0u64, 0u64);
+        while let Ok(post) = cmd_rx.recv() {
+            let res = if post {
+                let a = gpuwire_irecv(comm, hy, from, 9, s2.cast(), &mut rq);
+                let b = gpuwire_isend(comm, hx, to, 9, s2.cast(), &mut sq);
+                if a == Status::GPUWIRE_SUCCESS && b == Status::GPUWIRE_SUCCESS { Ok(()) } else { Err(format!("post: {a:?} {b:?}: {}", last_error())) }
+            } else {
+                let a = gpuwire_wait(&mut rq);
+                let b = gpuwire_wait(&mut sq);
+                if a == Status::GPUWIRE_SUCCESS && b == Status::GPUWIRE_SUCCESS { Ok(()) } else { Err(format!("waits: {a:?} {b:?}: {}", last_error())) }
+            };
+            ack_tx.send(res).unwrap();
+        }
+    });
+    let other_posts = || -> Result<(), String> {
+        cmd_tx.send(true).unwrap();
+        ack_rx.recv().unwrap()
+    };
+    let other_waits = || -> Result<(), String> {
+        cmd_tx.send(false).unwrap();
+        ack_rx.recv().unwrap()
+    };
+    let mut errs = Vec::new();
+    // (a) a collective of the group, run at its end.
+    ok(gpuwire_group_start(), "group_start");
+    ok(gpuwire_allreduce(cx.comm, x, x, ReduceOp::GPUWIRE_SUM as i32, s), "allreduce (group)");
+    other_posts()?;
+    let st = gpuwire_group_end();
+    if st != Status::GPUWIRE_SUCCESS {
+        errs.push(format!("(a) group_end with an allreduce: {st:?}: {}", last_error()));
+    }
+    other_waits()?;
+    // (b) a send issued into the group's NCCL group at its call, then a recv.
+    ok(gpuwire_group_start(), "group_start");
+    ok(gpuwire_send(cx.comm, a, to, 1, s), "send (group)");
+    other_posts()?;
+    let st = gpuwire_recv(cx.comm, b, from, 1, s);
+    if st != Status::GPUWIRE_SUCCESS {
+        errs.push(format!("(b) recv in a group after its send: {st:?}: {}", last_error()));
+    }
+    let st = gpuwire_group_end();
+    if st != Status::GPUWIRE_SUCCESS {
+        errs.push(format!("(b) group_end: {st:?}: {}", last_error()));
+    }
+    other_waits()?;
+    // (c) a wait inside a group for a request posted (and launched) before it.
+    let (mut rq, mut sq) = (0u64, 0u64);
+    ok(gpuwire_irecv(cx.comm, b, from, 2, s, &mut rq), "irecv");
+    ok(gpuwire_isend(cx.comm, a, to, 2, s, &mut sq), "isend");
+    ok(gpuwire_group_start(), "group_start");
+    ok(gpuwire_send(cx.comm, x, to, 3, s), "send (group)");
+    ok(gpuwire_recv(cx.comm, x, from, 3, s), "recv (group)");
+    other_posts()?;
+    let st = gpuwire_wait(&mut rq);
+    if st != Status::GPUWIRE_SUCCESS {
+        errs.push(format!("(c) wait inside a group for an irecv launched before the other thread's posts: {st:?} (request now {rq}): {}", last_error()));
+    }
+    let st = gpuwire_group_end();
+    if st != Status::GPUWIRE_SUCCESS {
+        errs.push(format!("(c) group_end: {st:?}: {}", last_error()));
+    }
+    other_waits()?;
+    if rq != 0 {
+        ok(gpuwire_wait(&mut rq), "wait(irecv)");
+    }
+    ok(gpuwire_wait(&mut sq), "wait(isend)");
+    drop(cmd_tx);
+    other.join().map_err(|_| "thread panicked".to_string())?;
+    cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
+    if !errs.is_empty() {
+        return Err(errs.join("; "));
+    }
+    all_f32(&download(b, n * 4), (from + 1) as f32).map_err(|e| format!("(c) irecv: {e}"))?;
+    all_f32(&download(x, n * 4), p as f32).map_err(|e| format!("(a) allreduce, then (c) its ring: {e}"))?;
+    all_f32(&download(hy, n * 4), 5.0).map_err(|e| format!("the other thread's irecv: {e}"))?;
+    for q in [a, b, x, hx, hy] {
+        gpuwire_buffer_free(q);
+    }
+    println!("rank {r}: threadposts: another thread's posts beside this thread's groups: every call right");
+    Ok(())
+}
+
 fn c17_seed_demo(cx: &Ctx) -> Result<(), String> {
     let b = dev_alloc(10, Dtype::GPUWIRE_FLOAT32);
     let seed: Vec<f32> = (0..10).map(|i| 100.0 + 10.0 * i as f32).collect();
@@ -3454,6 +3562,7 @@ fn main() {
             "threadorder" => thread_order(&cx),
             "threadgroup" => thread_group(&cx),
             "grouporder" => group_order(&cx),
+            "threadposts" => thread_posts(&cx),
             "mismatch" => mismatch_checked(&cx),
             "p2pexact" => p2p_exact(&cx),
             "p2pstatus" => p2p_status(&cx),

@@ -21,8 +21,9 @@
 //!   NCCL backend then fails on every rank with the same message naming the ranks and the
 //!   device, and AUTO falls back to an MPI path.
 //! - Operations are enqueued on the caller's stream and return at once (asynchronous to the host,
-//!   as NCCL). isend/irecv join an open NCCL group that the next other call on the communicator
-//!   (or a wait/test) closes, so a send and a receive posted together progress together.
+//!   as NCCL). isend/irecv are posted, and the next other call on the communicator (or a
+//!   wait/test), from any thread, launches them in one NCCL group, so a send and a receive
+//!   posted together progress together (`NcclState::close_group`).
 //! - What NCCL cannot do correctly is routed: complex SUM/AVG run as float SUM on a real view of
 //!   twice the length; AVG is SUM then a division kernel (as on the MPI paths, so the results
 //!   are the same bits); complex PROD, bitwise and logical ops, MINLOC/MAXLOC and scan/exscan
@@ -126,7 +127,7 @@ pub fn direct_possible(c: &Communicator) -> Result<bool> {
         0 => {}
         _ => return Ok(false),
     }
-    state(c)?.close_group()?;
+    state(c)?.close_group();
     Ok(POSTED.load(std::sync::atomic::Ordering::Acquire) == 0)
 }
 
@@ -155,12 +156,12 @@ pub fn issue_direct(c: &Communicator, buf: &Buffer, peer: i32, send: bool, strea
     let _g = CtxGuard::enter(st.device)?;
     if DIRECT.with(|d| d.get()) & OPEN == 0 {
         // isend/irecv operations posted earlier are launched first, on their own.
-        st.close_group()?;
+        st.close_group();
         // SAFETY: closed by `with_group` at the gpuwire group's end, on this thread.
         check(api, std::ptr::null_mut(), unsafe { (api.group_start)() }, "ncclGroupStart")?;
         DIRECT.with(|d| d.set(d.get() | OPEN));
     } else if st.maybe_open.load(std::sync::atomic::Ordering::Acquire) {
-        st.close_group()?;
+        st.close_group();
     }
     let comm = st.comm();
     if comm.is_null() {
@@ -393,7 +394,7 @@ pub struct NcclState {
     nonblocking: bool,
     /// The isend/irecv operations posted and not yet launched, and their group; the next call
     /// on this communicator, from any thread, launches them (`close_group`).
-    open: Mutex<Option<(Arc<Group>, Vec<Post>)>>,
+    open: Mutex<Posted>,
     /// Whether `open` may hold a group (set under its lock when one is opened, cleared when it is
     /// taken): lets every other call skip that lock when no isend/irecv is pending.
     maybe_open: std::sync::atomic::AtomicBool,
@@ -413,6 +414,8 @@ impl std::fmt::Debug for NcclState {
 /// completion event (or the launch's error).
 pub struct Group {
     done: Mutex<Option<Result<Vec<(Stream, Arc<Event>)>>>>,
+    /// The thread that posted its operations.
+    thread: std::thread::ThreadId,
 }
 
 impl Group {
@@ -427,6 +430,14 @@ impl Group {
         }
         *self.done.lock().unwrap_or_else(|p| p.into_inner()) = Some(r.map(|()| evs));
     }
+}
+
+/// A communicator's isend/irecv operations not yet launched, in posting order, and the group of
+/// each thread that posted some (one per thread: a thread's own open NCCL group takes only its
+/// own, `close_group`).
+struct Posted {
+    posts: Vec<Post>,
+    groups: Vec<(std::thread::ThreadId, Arc<Group>)>,
 }
 
 /// An isend or irecv waiting for its group's launch.
@@ -483,7 +494,7 @@ impl NcclState {
             crate::trace!("nccl: ncclCommInitRank rank {} of {} on device {device}, deadline {timeout:?}", c.rank(), c.size());
             comm = init_bounded(api, device, c.size(), id, c.rank(), timeout)?;
         }
-        Ok(NcclState { comm: Mutex::new(comm), device, nonblocking, open: Mutex::new(None), maybe_open: std::sync::atomic::AtomicBool::new(false) })
+        Ok(NcclState { comm: Mutex::new(comm), device, nonblocking, open: Mutex::new(Posted { posts: Vec::new(), groups: Vec::new() }), maybe_open: std::sync::atomic::AtomicBool::new(false) })
     }
 
     fn comm(&self) -> std::sync::MutexGuard<'_, NcclComm> {
@@ -491,39 +502,47 @@ impl NcclState {
     }
 
     /// Launches the posted isend/irecv operations, if any, from whichever thread calls: one
-    /// ncclGroupStart, their ncclSend/ncclRecv, one ncclGroupEnd; then records each stream's
-    /// completion event. The launch is made under the `open` lock and `maybe_open` cleared only
-    /// after it, so another thread's call on this communicator waits for it: the posted
-    /// operations come first in stream order and in NCCL's order. Inside this thread's open NCCL
-    /// group (a gpuwire group's: `DIRECT`, `IN_GROUP`) they join that group and their events are
-    /// recorded after its end ([`with_group`]); operations another thread posted are refused
-    /// there (that thread's next calls would overtake them). An error of the launch is the
-    /// group's requests' (their wait or test).
-    fn close_group(&self) -> Result<()> {
+    /// ncclGroupStart, their ncclSend/ncclRecv in posting order, one ncclGroupEnd; then records
+    /// each stream's completion event in each posting thread's group. The launch is made under
+    /// the `open` lock and `maybe_open` cleared only after it, so another thread's call on this
+    /// communicator waits for it: the posted operations come first in stream order and in NCCL's
+    /// order. Inside this thread's open NCCL group (a gpuwire group's: `DIRECT`, `IN_GROUP`)
+    /// only this thread's posts are taken: they join that group and their events are recorded
+    /// after its end ([`with_group`]); other threads' stay posted for their next calls. An error
+    /// of the launch is the groups' requests' (their wait or test).
+    fn close_group(&self) {
         use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
         if !self.maybe_open.load(Acquire) {
-            return Ok(());
+            return;
         }
         let joins = direct_open() || IN_GROUP.with(|g| g.get());
         let mut o = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        if joins {
+        if o.posts.is_empty() {
+            return;
+        }
+        let (posts, groups) = if joins {
             let me = std::thread::current().id();
-            if o.as_ref().is_some_and(|(_, posts)| posts.iter().any(|p| p.thread != me)) {
-                return Err(Error::InvalidArgument(
-                    "another thread's isend/irecv operations on this NCCL communicator are not launched yet, and this thread's open group cannot take them (NCCL's groups are per thread, and that thread's later calls would overtake them): complete them before the group".into(),
-                ));
+            let Some(i) = o.groups.iter().position(|(t, _)| *t == me) else { return };
+            let g = o.groups.swap_remove(i);
+            let (mine, others): (Vec<Post>, Vec<Post>) = std::mem::take(&mut o.posts).into_iter().partition(|p| p.thread == me);
+            o.posts = others;
+            (mine, vec![g])
+        } else {
+            (std::mem::take(&mut o.posts), std::mem::take(&mut o.groups))
+        };
+        let launched = self.launch(&posts);
+        for (t, g) in groups {
+            let streams = posts.iter().filter(|p| p.thread == t).map(|p| p.stream);
+            match &launched {
+                Ok(()) if joins => JOINED.with(|j| j.borrow_mut().push((g, streams.collect()))),
+                Ok(()) => g.record(streams),
+                Err(e) => *g.done.lock().unwrap_or_else(|p| p.into_inner()) = Some(Err(e.clone())),
             }
         }
-        if let Some((g, posts)) = o.take() {
+        if o.posts.is_empty() {
             POSTED.fetch_sub(1, AcqRel);
-            match self.launch(&posts) {
-                Ok(()) if joins => JOINED.with(|j| j.borrow_mut().push((g, posts.iter().map(|p| p.stream).collect()))),
-                Ok(()) => g.record(posts.iter().map(|p| p.stream)),
-                Err(e) => *g.done.lock().unwrap_or_else(|p| p.into_inner()) = Some(Err(e)),
-            }
+            self.maybe_open.store(false, Release);
         }
-        self.maybe_open.store(false, Release);
-        Ok(())
     }
 
     /// `posts` in one NCCL group on this thread.
@@ -578,7 +597,7 @@ impl NcclState {
     pub fn destroy(&mut self, abort: bool) {
         let Ok(api) = api() else { return };
         // Posted operations are launched (or, on an aborted communicator, fail) first.
-        let _ = self.close_group();
+        self.close_group();
         let comm = std::mem::replace(&mut *self.comm(), std::ptr::null_mut());
         if comm.is_null() {
             return;
@@ -823,7 +842,7 @@ fn enter<'a>(c: &'a Communicator, bufs: &[Option<&Buffer>], stream: Stream) -> R
     }
     let st = state(c)?;
     let g = CtxGuard::enter(st.device)?;
-    st.close_group()?;
+    st.close_group();
     // An aborted communicator (null) is refused by `Ctx::call`, under the lock it takes anyway.
     Ok(Ctx { c, st, api: api()?, stream, _g: g })
 }
@@ -887,7 +906,7 @@ impl GroupedPending {
     /// outcome and this stream's completion event (none where the launch had no event).
     fn launched(&self) -> Result<Option<Option<Arc<Event>>>> {
         // SAFETY: see the Send impl.
-        unsafe { &*self.state }.close_group()?;
+        unsafe { &*self.state }.close_group();
         let done = self.group.done.lock().unwrap_or_else(|p| p.into_inner());
         match done.as_ref() {
             None => Ok(None),
@@ -910,6 +929,11 @@ impl Pending for GroupedPending {
                 "the request's NCCL send or receive was launched inside this thread's open group: it starts at the outermost gpuwire_group_end (waiting for it inside the group would never return)".into(),
             ));
         }
+        if direct_open() && self.group.thread != std::thread::current().id() && self.group.done.lock().unwrap_or_else(|p| p.into_inner()).is_none() {
+            return Err(Error::InvalidArgument(
+                "the request's NCCL send or receive was posted by another thread and is not launched yet: its thread's next call launches it, or a call outside a group (this thread's open group cannot take it: NCCL's groups are per thread)".into(),
+            ));
+        }
         Ok(())
     }
     fn wait(&mut self) -> Result<()> {
@@ -919,8 +943,8 @@ impl Pending for GroupedPending {
             match self.launched()? {
                 Some(ev) => return ev.map_or(Ok(()), |e| e.wait_host()),
                 None => {
-                    // Another thread's gpuwire group launches it at its end (or, where it was
-                    // posted while this thread's group was open, this one's: refused).
+                    // Another thread launches it (its gpuwire group's end, or its next call);
+                    // where this thread's own open group would have to: refused.
                     self.ready_to_wait()?;
                     std::thread::sleep(Duration::from_micros(20));
                 }
@@ -957,23 +981,30 @@ fn grouped(c: &Communicator, post: Post) -> Result<Box<dyn Pending>> {
     if st.comm().is_null() {
         return Err(Error::CommBroken("the NCCL communicator was aborted".into()));
     }
-    let stream = post.stream;
+    let (stream, me) = (post.stream, post.thread);
     let mut open = st.open.lock().unwrap_or_else(|p| p.into_inner());
-    let (group, posts) = open.get_or_insert_with(|| {
+    if open.posts.is_empty() {
         POSTED.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        (Arc::new(Group { done: Mutex::new(None) }), Vec::new())
-    });
-    let group = group.clone();
-    posts.push(post);
+    }
+    let group = match open.groups.iter().find(|(t, _)| *t == me) {
+        Some((_, g)) => g.clone(),
+        None => {
+            let g = Arc::new(Group { done: Mutex::new(None), thread: me });
+            open.groups.push((me, g.clone()));
+            g
+        }
+    };
+    open.posts.push(post);
     st.maybe_open.store(true, std::sync::atomic::Ordering::Release);
     drop(open);
     Ok(Box::new(GroupedPending { group, stream, state: st as *const NcclState, device: st.device }))
 }
 
 /// Before a call of this communicator leaves NCCL for the fallback path (`backend::route`):
-/// closes any open NCCL group, so stream order is kept.
+/// launches its posted isend/irecv operations, so stream order is kept.
 pub fn leave(c: &Communicator) -> Result<()> {
-    state(c)?.close_group()
+    state(c)?.close_group();
+    Ok(())
 }
 
 /// A reduction NCCL does not do reached its path (the registry routes those elsewhere).
@@ -1043,7 +1074,7 @@ impl Path for NcclPath {
     fn barrier(&self, c: &Communicator, stream: Stream) -> Result<()> {
         // An MPI barrier after the stream's earlier work (NCCL has none).
         let st = state(c)?;
-        st.close_group()?;
+        st.close_group();
         let _g = CtxGuard::enter(st.device)?;
         device::sync(stream)?;
         crate::backend::host::barrier(c)
