@@ -70,7 +70,7 @@ from ._capi import *  # noqa: F401,F403  (every constant of gpuwire.h, and Confi
 from ._capi import (BFLOAT16, COMPLEX64, COMPLEX128, DECIDE, ERROR_ALREADY_FINALIZED, ERROR_COMM_BROKEN, ERROR_COUNT_MISMATCH,
                     ERROR_DTYPE_MISMATCH, ERROR_INVALID_ARGUMENT, ERROR_NULL_ARGUMENT, ERROR_TIMEOUT, FLOAT16,
                     FLOAT32, FLOAT32_INT32, FLOAT64, FLOAT64_INT32, INT8, INT32, INT32_INT32, INT64, HALO_CORNERS, NORM_2, PARTITION_SCATTER, SPACE_AUTO, SPACE_DEVICE,
-                    ORDER_C, SPACE_HOST, SUCCESS, SUM, UINT8, UINT32, UINT64, ANY_SOURCE, ANY_TAG, Config, StatusT,
+                    MAX, ORDER_C, SPACE_HOST, SUCCESS, SUM, UINT8, UINT32, UINT64, ANY_SOURCE, ANY_TAG, Config, StatusT,
                     _handle)
 
 # NumPy/CuPy dtype names (numpy.dtype(...).name) -> gpuwire datatypes.
@@ -213,21 +213,17 @@ def _int64s(values, least=0, what="counts"):
 
 
 def _contiguous(shape, strides, itemsize):
-    """Whether strides (in bytes; None = C order) lay the shape out without gaps, in C or in
-    Fortran order (sizes-1 axes and empty arrays have any stride)."""
+    """Whether strides (in bytes; None = C order) lay the shape out without gaps in C order, the
+    order of a buffer's elements (sizes-1 axes and empty arrays have any stride). A Fortran-ordered
+    array is not: its elements would go in memory order, transposed."""
     if strides is None or any(n == 0 for n in shape):
         return True
-    dims = [(n, s) for n, s in zip(shape, strides) if n != 1]
-    for order in (dims[::-1], dims):
-        want, ok = itemsize, True
-        for n, s in order:
-            if s != want:
-                ok = False
-                break
-            want *= n
-        if ok:
-            return True
-    return False
+    want = itemsize
+    for n, s in reversed([(n, s) for n, s in zip(shape, strides) if n != 1]):
+        if s != want:
+            return False
+        want *= n
+    return True
 
 
 def _count(shape):
@@ -239,7 +235,8 @@ def _count(shape):
 
 _NOT_CONTIGUOUS = ("gpuwire: the array is not contiguous (a section such as a[:, 1]?); a buffer must be the "
                    "array's own memory: make a contiguous copy (numpy.ascontiguousarray) and keep it alive")
-_READ_ONLY = "gpuwire: the array is read-only (a buffer may be received into)"
+_READ_ONLY = ("gpuwire: the array is read-only (a buffer may be received into); a NumPy scalar is too: pass an "
+              "array, e.g. numpy.array([x])")
 
 
 def _from_typestr(typestr):
@@ -361,6 +358,10 @@ def _describe_array(array):
             raise _Strided(ptr, cai["shape"], cai["strides"], itemsize, dtype, True, stream, array)
         return ptr, _count(cai["shape"]), dtype, True, stream, array
     flags = getattr(array, "flags", None)
+    if flags is not None and not getattr(flags, "writeable", True):
+        # Read-only NumPy arrays, and NumPy scalars (immutable; their array interface points at a
+        # temporary copy that is freed at once).
+        raise ValueError(_READ_ONLY)
     if flags is not None and hasattr(array, "ctypes") and hasattr(array, "dtype"):  # NumPy
         if not flags.writeable:
             raise ValueError(_READ_ONLY)
@@ -372,7 +373,9 @@ def _describe_array(array):
             if name not in _DTYPES:
                 raise ValueError(f"gpuwire: unsupported dtype {name}")
             code = _DTYPES[name]
-        if not (flags.c_contiguous or flags.f_contiguous):
+        if not flags.c_contiguous:
+            # Fortran-ordered arrays too: their elements in C order (the array's index order), as
+            # any view's, never their memory order.
             raise _Strided(array.ctypes.data, array.shape, array.strides, array.dtype.itemsize, code, False, None, array)
         return array.ctypes.data, array.size, code, False, None, array
     if hasattr(array, "__dlpack__") and hasattr(array, "__dlpack_device__"):  # PyTorch CPU, JAX, ...
@@ -1295,21 +1298,42 @@ class DArray:
     @classmethod
     def wrap(cls, comm, memory, shape, dtype=None, procs=None, halo=0, periodic=None, space=SPACE_AUTO):
         """A SCATTER array over the program's memory (gpuwire_darray_wrap): `memory` a NumPy array
-        (C-contiguous, this rank's block with its ghosts; its dtype unless `dtype` is given) or
-        an address (then pass `dtype`). The memory stays the program's."""
+        (C-contiguous, writable, at least this rank's block with its ghosts; its dtype unless
+        `dtype` is given) or an address (then pass `dtype`; its size cannot be checked). The
+        memory stays the program's. Collective: an array refused on one rank (ValueError) is
+        refused on every rank."""
+        procs = procs if procs is not None else [0] * (1 if isinstance(shape, numbers.Integral) else len(shape))
         if isinstance(memory, int):
             if dtype is None:
                 raise ValueError("gpuwire: DArray.wrap of an address needs its dtype")
-            ptr, keep = memory, None
-        else:
-            np = _numpy()
-            if not isinstance(memory, np.ndarray) or not memory.flags["C_CONTIGUOUS"]:
-                raise ValueError("gpuwire: DArray.wrap takes a C-contiguous NumPy array or an address")
-            dtype = memory.dtype if dtype is None else dtype
-            ptr, keep = memory.ctypes.data, memory
-            space = SPACE_HOST if space == SPACE_AUTO else space
-        return cls(comm, shape, dtype, space, halo=halo, procs=procs if procs is not None else [0] * (
-            1 if isinstance(shape, numbers.Integral) else len(shape)), periodic=periodic, _wrap=(ptr, keep))
+            return cls(comm, shape, dtype, space, halo=halo, procs=procs, periodic=periodic, _wrap=(memory, None))
+        # A NumPy array: what is wrong with it is found on its rank, and every rank raises (after
+        # the collective creation, over a placeholder where the memory is not an array), so that no
+        # rank is left waiting in a collective the others never make.
+        np = _numpy()
+        problem = None
+        if not isinstance(memory, np.ndarray) or not memory.flags["C_CONTIGUOUS"]:
+            problem = "gpuwire: DArray.wrap takes a C-contiguous NumPy array or an address"
+        elif not memory.flags.writeable:
+            problem = _READ_ONLY
+        keep = memory if isinstance(memory, np.ndarray) else np.empty(1)
+        dtype = keep.dtype if dtype is None else dtype
+        space = SPACE_HOST if space == SPACE_AUTO else space
+        d = cls(comm, shape, dtype, space, halo=halo, procs=procs, periodic=periodic, _wrap=(keep.ctypes.data, keep))
+        if problem is None:
+            ghosts = d.cart()["halo"]
+            need = d._np_dtype().itemsize
+            for n, h in zip(d.local_shape(), ghosts):
+                need *= n + 2 * h
+            if memory.nbytes < need:
+                problem = (f"gpuwire: DArray.wrap: the array holds {memory.nbytes} bytes; this rank's block with its "
+                           f"ghosts, {tuple(n + 2 * h for n, h in zip(d.local_shape(), ghosts))} elements, needs {need}")
+        flag = np.array([0 if problem is None else 1], dtype=np.int32)
+        comm.allreduce(flag, op=MAX)
+        if flag[0]:
+            d.free()
+            raise ValueError(problem or "gpuwire: DArray.wrap: another rank's memory was refused (its error says why)")
+        return d
 
     def cart(self):
         """The decomposition (gpuwire_darray_cart): a dict of per-axis lists procs, coords, starts,

@@ -121,6 +121,27 @@ def test_refused_arrays(comm):
         gpuwire.Buffer.wrap(np.zeros(2, ">f8" if sys.byteorder == "little" else "<f8"))
     with pytest.raises(TypeError, match="not an array"):
         gpuwire.Buffer.wrap(object())
+    for scalar in (np.float64(RANK), np.int32(1)):  # immutable; their array interface is a temporary
+        with pytest.raises(ValueError, match="scalar"):
+            comm.allreduce(scalar)
+        with pytest.raises(ValueError, match="read-only"):
+            gpuwire.Buffer.wrap(scalar)
+
+
+def test_fortran_ordered_arrays_go_in_c_order(comm):
+    """A buffer's elements are in C order of the array's indices, whatever its memory order: a
+    Fortran-ordered array (contiguous or a view of one) meets a C-ordered one element for
+    element, and receives into it too."""
+    c = np.arange(12, dtype=np.float64).reshape(3, 4) * (RANK + 1)
+    f = np.asfortranarray(c)
+    got = np.zeros((3, 4), order="F")
+    comm.allreduce(f if RANK % 2 == 0 else c, got)  # mixed memory orders across ranks
+    assert (got == np.arange(12).reshape(3, 4) * RANK_SUM).all()
+    part = np.zeros((2, 4))
+    comm.allreduce(f[:2, :], part)
+    assert (part == np.arange(8).reshape(2, 4) * RANK_SUM).all()
+    with pytest.raises(ValueError, match="not contiguous"):
+        gpuwire.Buffer.wrap(OnlyArrayInterface(f))  # no strided form there: refused, never transposed
 
 
 def test_the_datatype_is_refused_not_converted(comm):
@@ -181,6 +202,16 @@ def test_process_grid_and_wrapped_memory(comm):
     with pytest.raises(gpuwire.Error) as e:
         gpuwire.DArray(comm, (rows, cols), np.float64, procs=(SIZE + 1, 1))
     assert e.value.code == gpuwire.ERROR_INVALID_ARGUMENT
+    # Memory smaller than the block with its ghosts (on the last rank only), or read-only: refused
+    # on every rank (the others name no size), never written past.
+    small = np.zeros(((nr + 2) * cols - (1 if RANK == SIZE - 1 else 0),))
+    with pytest.raises(ValueError, match="needs" if RANK == SIZE - 1 else "another rank"):
+        gpuwire.DArray.wrap(comm, small, (rows, cols), procs=(0, 1), halo=(1, 0))
+    ro = np.zeros((nr + 2, cols))
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        gpuwire.DArray.wrap(comm, ro, (rows, cols), procs=(0, 1), halo=(1, 0))
+    assert not ro.any()
 
 
 def test_darray_numpy_integers_and_grid_arguments(comm):
