@@ -69,6 +69,22 @@ struct Open {
     ended: Arc<AtomicBool>,
 }
 
+impl Drop for Open {
+    /// A group its thread left open when it exited never starts: its nonblocking operations'
+    /// requests fail (another thread's wait or free of them returns instead of being refused
+    /// for good).
+    fn drop(&mut self) {
+        if self.depth == 0 {
+            return;
+        }
+        let e = Err(Error::InvalidArgument("the group's thread exited before its gpuwire_group_end: its operations never started".into()));
+        for x in &self.entries {
+            finish(x, &e);
+        }
+        self.ended.store(true, Ordering::Release);
+    }
+}
+
 thread_local! {
     static GROUP: RefCell<Open> = RefCell::new(Open::default());
 }

@@ -1331,6 +1331,44 @@ static void group_per_thread(void)
     EXPECT_OK(gpuwire_comm_free(thread_comm));
 }
 
+/* A thread that exits inside a group: its isend never starts, and the request it made fails
+ * (INVALID_ARGUMENT naming the exit) when the main thread waits for it, instead of being refused
+ * for good; the buffer is not sent (the peer's receive below gets the next message). */
+static gpuwire_request exited_request = GPUWIRE_REQUEST_NULL;
+static gpuwire_status exited_status = GPUWIRE_ERROR_INTERNAL;
+static gpuwire_buffer exited_buffer = GPUWIRE_BUFFER_NULL;
+
+static void *exit_inside_group(void *arg)
+{
+    (void)arg;
+    if (gpuwire_group_start() == GPUWIRE_SUCCESS)
+        exited_status = gpuwire_isend(thread_comm, exited_buffer, next, 61, NULL, &exited_request);
+    return NULL; /* no gpuwire_group_end */
+}
+
+static void group_thread_exits(void)
+{
+    if (!multiple)
+        return;
+    EXPECT_OK(gpuwire_comm_dup(world, &thread_comm));
+    exited_buffer = balloc(3, GPUWIRE_INT32);
+    pthread_t t;
+    EXPECT(pthread_create(&t, NULL, exit_inside_group, NULL) == 0);
+    EXPECT(pthread_join(t, NULL) == 0);
+    EXPECT_OK(exited_status);
+    EXPECT_STATUS(gpuwire_wait(&exited_request), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_HAS("exited");
+    EXPECT(exited_request.h == 0);
+    /* Nothing was sent: the next message with that tag is this one. */
+    int32_t *v = bptr(exited_buffer);
+    v[0] = v[1] = v[2] = 1000 + rank;
+    gpuwire_buffer got = balloc(3, GPUWIRE_INT32);
+    EXPECT_OK(gpuwire_sendrecv(thread_comm, exited_buffer, next, 61, got, prev, 61, NULL));
+    EXPECT(((int32_t *)bptr(got))[0] == 1000 + prev);
+    bfree(got), bfree(exited_buffer);
+    EXPECT_OK(gpuwire_comm_free(thread_comm));
+}
+
 /* group_end returns the first error of the group's operations: a receive of 6 elements for a
  * message of 5 (every rank), COUNT_MISMATCH, the receive buffer untouched. */
 static void group_first_error(gpuwire_comm c)
@@ -1365,6 +1403,7 @@ static void groups(void)
     group_errors(c);
     group_first_error(c);
     group_per_thread();
+    group_thread_exits();
     /* A group on the world communicator (no timeout) too. */
     group_sends_then_recvs(world, 2, 1 << 20, 0);
     EXPECT_OK(gpuwire_comm_async_error(c));
