@@ -1334,9 +1334,9 @@ static void group_per_thread(void)
 /* A thread that exits inside a group: its isend never starts, and the request it made fails
  * (INVALID_ARGUMENT naming the exit) when the main thread waits for it, instead of being refused
  * for good; the buffer is not sent (the peer's receive below gets the next message). */
-static gpuwire_request exited_request = GPUWIRE_REQUEST_NULL;
+static gpuwire_request exited_request; /* zero: the NULL handles */
 static gpuwire_status exited_status = GPUWIRE_ERROR_INTERNAL;
-static gpuwire_buffer exited_buffer = GPUWIRE_BUFFER_NULL;
+static gpuwire_buffer exited_buffer;
 
 static void *exit_inside_group(void *arg)
 {
