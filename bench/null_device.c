@@ -230,6 +230,9 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *c, int dev) {
 }
 CUresult cuDevicePrimaryCtxRelease(int dev) { (void)dev; return CUDA_SUCCESS; }
 CUresult cuDevicePrimaryCtxRelease_v2(int dev) { (void)dev; return CUDA_SUCCESS; }
+/* Calls that make something "in the current context" fail without one, as CUDA's do. */
+static int no_context(void) { return !ctx_depth || !ctx_stack[ctx_depth - 1]; }
+#define CUDA_ERROR_INVALID_CONTEXT 201
 CUresult cuCtxGetCurrent(CUcontext *c) { *c = ctx_depth ? ctx_stack[ctx_depth - 1] : NULL; return CUDA_SUCCESS; }
 CUresult cuCtxSetCurrent(CUcontext c) {
     if (ctx_depth == 0)
@@ -283,6 +286,8 @@ CUresult cuGetErrorString(CUresult r, const char **s) {
 /* ---- memory ---- */
 
 CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes) {
+    if (no_context())
+        return CUDA_ERROR_INVALID_CONTEXT;
     void *q = ipc_mode() ? arena_alloc(bytes) : alloc_kind(bytes, KIND_DEVICE);
     if (!q)
         return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
@@ -626,6 +631,8 @@ CUresult cuMemsetD32_v2(CUdeviceptr d, unsigned v, size_t n) {
 
 CUresult cuStreamCreate(CUstream *s, unsigned flags) {
     (void)flags;
+    if (no_context())
+        return CUDA_ERROR_INVALID_CONTEXT;
     *s = async_streams() ? (void *)stream_new() : malloc(1);
     return CUDA_SUCCESS;
 }
@@ -689,7 +696,13 @@ struct event {
     struct stream *s;
     unsigned long long seq;
 };
-CUresult cuEventCreate(CUevent *e, unsigned flags) { (void)flags; *e = calloc(1, sizeof(struct event)); return CUDA_SUCCESS; }
+CUresult cuEventCreate(CUevent *e, unsigned flags) {
+    (void)flags;
+    if (no_context())
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *e = calloc(1, sizeof(struct event));
+    return CUDA_SUCCESS;
+}
 CUresult cuEventDestroy_v2(CUevent e) { free(e); return CUDA_SUCCESS; }
 CUresult cuEventDestroy(CUevent e) { return cuEventDestroy_v2(e); }
 CUresult cuEventRecord(CUevent ev, CUstream st) {

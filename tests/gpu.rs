@@ -1413,12 +1413,28 @@ fn thread_wait(cx: &Ctx) -> Result<(), String> {
         if st != Status::GPUWIRE_SUCCESS || q != 0 {
             return Err(format!("wait on another thread: {st:?}, request {q}: {}", last_error()));
         }
+        // This thread holds no CUDA context: its own posted irecv and isend are launched by its
+        // group's first send (gpuwire makes their completion events in the device's context).
+        let (mut rq2, mut sq2) = (0u64, 0u64);
+        let calls = [
+            gpuwire_irecv(comm, b, from, 9, s, &mut rq2),
+            gpuwire_isend(comm, a, to, 9, s, &mut sq2),
+            gpuwire_group_start(),
+            gpuwire_send(comm, x, to, 10, s),
+            gpuwire_recv(comm, x, from, 10, s),
+            gpuwire_group_end(),
+            gpuwire_wait(&mut rq2),
+            gpuwire_wait(&mut sq2),
+        ];
+        if calls.iter().any(|c| *c != Status::GPUWIRE_SUCCESS) {
+            return Err(format!("isend/irecv then a group on a thread without a CUDA context: {calls:?}: {}", last_error()));
+        }
         Ok(())
     });
     other.join().map_err(|_| "thread panicked".to_string())??;
     ok(gpuwire_wait(&mut sq), "wait(isend)");
     cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
-    all_f32(&download(b, n * 4), (from + 1) as f32).map_err(|e| format!("irecv waited on another thread: {e}"))?;
+    all_f32(&download(b, n * 4), (from + 1) as f32).map_err(|e| format!("irecv waited on another thread, then its own irecv: {e}"))?;
     // Posted on a duplicate, then a group on the communicator and the duplicate.
     let mut dup = 0;
     ok(gpuwire_comm_dup(cx.comm, &mut dup), "comm_dup");
@@ -1443,6 +1459,14 @@ fn thread_wait(cx: &Ctx) -> Result<(), String> {
     }
     println!("rank {r}: threadwait: another thread's allreduce and wait right; isend/irecv posted before a group right");
     Ok(())
+}
+
+/// Makes the device's primary context current on this (new) thread, as the main thread's: CUDA
+/// makes streams only in a current context.
+fn primary_context_current() {
+    let dev = cudarc::driver::result::device::get(DEVICE.load(std::sync::atomic::Ordering::Relaxed)).expect("cuDeviceGet");
+    let ctx = unsafe { cudarc::driver::result::primary_ctx::retain(dev) }.expect("cuDevicePrimaryCtxRetain");
+    unsafe { cudarc::driver::result::ctx::set_current(ctx) }.expect("cuCtxSetCurrent");
 }
 
 /// Whether `comm` is on NCCL; else the NCCL-only case `what` says it was not run.
@@ -1543,6 +1567,7 @@ fn thread_group(cx: &Ctx) -> Result<(), String> {
     let helper = {
         let stop = stop.clone();
         std::thread::spawn(move || -> Result<usize, String> {
+            primary_context_current();
             let mut s2: cu::CUstream = std::ptr::null_mut();
             cuok(unsafe { cu::cuStreamCreate(&mut s2, 1) }, "cuStreamCreate");
             let mut k = 0;
@@ -1651,6 +1676,7 @@ fn thread_posts(cx: &Ctx) -> Result<(), String> {
     // The other thread: on `true` posts an isend and an irecv and acknowledges; on `false` waits
     // for them and acknowledges.
     let other = std::thread::spawn(move || {
+        primary_context_current();
         let mut s2: cu::CUstream = std::ptr::null_mut();
         cuok(unsafe { cu::cuStreamCreate(&mut s2, 1) }, "cuStreamCreate");
         let (mut rq, mut sq) = (0u64, 0u64);

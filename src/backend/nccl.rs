@@ -530,7 +530,9 @@ impl NcclState {
         } else {
             (std::mem::take(&mut o.posts), std::mem::take(&mut o.groups))
         };
-        let launched = self.launch(&posts);
+        // The launch and the events in the device's context, whatever the calling thread holds.
+        let ctx = CtxGuard::enter(self.device);
+        let launched = ctx.as_ref().map_err(|e| e.clone()).and_then(|_| self.launch(&posts));
         for (t, g) in groups {
             let streams = posts.iter().filter(|p| p.thread == t).map(|p| p.stream);
             match &launched {
@@ -545,10 +547,9 @@ impl NcclState {
         }
     }
 
-    /// `posts` in one NCCL group on this thread.
+    /// `posts` in one NCCL group on this thread (in the device's context: `close_group`).
     fn launch(&self, posts: &[Post]) -> Result<()> {
         let api = api()?;
-        let _g = CtxGuard::enter(self.device)?;
         let comm = self.comm();
         if comm.is_null() {
             return Err(Error::CommBroken("ncclSend/ncclRecv: the NCCL communicator was aborted".into()));
