@@ -154,25 +154,36 @@ pub fn issue_direct(c: &Communicator, buf: &Buffer, peer: i32, send: bool, strea
     let st = state(c)?;
     let api = api()?;
     let _g = CtxGuard::enter(st.device)?;
+    // isend/irecv operations posted earlier come first: launched on their own before the group's
+    // NCCL group opens, joining it after.
+    st.close_group();
     if DIRECT.with(|d| d.get()) & OPEN == 0 {
-        // isend/irecv operations posted earlier are launched first, on their own.
-        st.close_group();
         // SAFETY: closed by `with_group` at the gpuwire group's end, on this thread.
         check(api, std::ptr::null_mut(), unsafe { (api.group_start)() }, "ncclGroupStart")?;
         DIRECT.with(|d| d.set(d.get() | OPEN));
-    } else if st.maybe_open.load(std::sync::atomic::Ordering::Acquire) {
-        st.close_group();
     }
     let comm = st.comm();
     if comm.is_null() {
         return Err(Error::CommBroken(format!("{}: the NCCL communicator was aborted", if send { "ncclSend" } else { "ncclRecv" })));
     }
-    let (ptr, n, d) = (buf.ptr(), nccl_count(buf.dtype(), buf.count()), nccl_dtype(buf.dtype()));
-    let s = stream.0 as *mut c_void;
-    // SAFETY: device memory of `n` elements on `c`'s device (checked above), kept alive by the
-    // group's entry until its end and by the caller until the stream has passed the operation.
-    let r = unsafe { if send { (api.send)(ptr as *const c_void, n, d, peer, *comm, s) } else { (api.recv)(ptr as *mut c_void, n, d, peer, *comm, s) } };
-    check(api, *comm, r, if send { "ncclSend" } else { "ncclRecv" })
+    // SAFETY: device memory of the buffer's elements on `c`'s device (checked above), kept alive
+    // by the group's entry until its end and by the caller until the stream has passed it.
+    unsafe { send_or_recv(api, *comm, buf.ptr(), buf.count(), buf.dtype(), peer, send, stream) }
+}
+
+/// One ncclSend (`send`) or ncclRecv of `count` elements of `dtype` at `ptr` with `peer` on
+/// `stream`, on `comm` (whose lock the caller holds), and its outcome.
+///
+/// # Safety
+/// `ptr` is device memory of `count` elements on the communicator's device that stays valid
+/// until the stream has passed the operation.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+unsafe fn send_or_recv(api: &Api, comm: NcclComm, ptr: usize, count: usize, dtype: Dtype, peer: i32, send: bool, stream: Stream) -> Result<()> {
+    let (n, d, s) = (nccl_count(dtype, count), nccl_dtype(dtype), stream.0 as *mut c_void);
+    // SAFETY: as the function's contract.
+    let r = unsafe { if send { (api.send)(ptr as *const c_void, n, d, peer, comm, s) } else { (api.recv)(ptr as *mut c_void, n, d, peer, comm, s) } };
+    check(api, comm, r, if send { "ncclSend" } else { "ncclRecv" })
 }
 
 /// How long communicator creation waits for NCCL's initialization by default.
@@ -410,10 +421,13 @@ impl std::fmt::Debug for NcclState {
     }
 }
 
+/// A launch's outcome: each stream's completion event.
+type Launched = Result<Vec<(Stream, Arc<Event>)>>;
+
 /// A group of point-to-point operations launched together: once launched, each stream's
 /// completion event (or the launch's error).
 pub struct Group {
-    done: Mutex<Option<Result<Vec<(Stream, Arc<Event>)>>>>,
+    done: Mutex<Option<Launched>>,
     /// The thread that posted its operations.
     thread: std::thread::ThreadId,
 }
@@ -510,11 +524,18 @@ impl NcclState {
     /// only this thread's posts are taken: they join that group and their events are recorded
     /// after its end ([`with_group`]); other threads' stay posted for their next calls. An error
     /// of the launch is the groups' requests' (their wait or test).
+    #[inline]
     fn close_group(&self) {
-        use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
-        if !self.maybe_open.load(Acquire) {
-            return;
+        if self.maybe_open.load(std::sync::atomic::Ordering::Acquire) {
+            self.launch_posted();
         }
+    }
+
+    /// [`Self::close_group`] with operations posted.
+    #[cold]
+    #[inline(never)]
+    fn launch_posted(&self) {
+        use std::sync::atomic::Ordering::{AcqRel, Release};
         let joins = direct_open() || IN_GROUP.with(|g| g.get());
         let mut o = self.open.lock().unwrap_or_else(|p| p.into_inner());
         if o.posts.is_empty() {
@@ -558,12 +579,11 @@ impl NcclState {
         check(api, std::ptr::null_mut(), unsafe { (api.group_start)() }, "ncclGroupStart")?;
         let mut first = Ok(());
         for p in posts {
-            let (n, d, s) = (nccl_count(p.dtype, p.count), nccl_dtype(p.dtype), p.stream.0 as *mut c_void);
             // SAFETY: device memory of `count` elements on this communicator's device (checked at
             // the call), kept alive by the request until the stream has passed the operation.
-            let r = unsafe { if p.send { (api.send)(p.ptr as *const c_void, n, d, p.peer, *comm, s) } else { (api.recv)(p.ptr as *mut c_void, n, d, p.peer, *comm, s) } };
+            let r = unsafe { send_or_recv(api, *comm, p.ptr, p.count, p.dtype, p.peer, p.send, p.stream) };
             if first.is_ok() {
-                first = check(api, *comm, r, if p.send { "ncclSend" } else { "ncclRecv" });
+                first = r;
             }
         }
         // SAFETY: closes the group opened above.
