@@ -1655,7 +1655,9 @@ fn group_order(cx: &Ctx) -> Result<(), String> {
 /// NCCL: another thread's isend/irecv posted on the communicator while this thread's group is
 /// open fail none of this thread's calls and stay posted for their own thread: (a) a group's
 /// allreduce run at its end, (b) a group's recv issued at its call after its send, (c) a wait
-/// inside a group for a request posted before it. Values checked after.
+/// inside a group for a request posted before it; (d) a wait inside a group, whose send was issued
+/// at its call, for the other thread's request not yet launched is refused (INVALID_ARGUMENT, the
+/// request kept for its own thread's wait) instead of waiting forever. Values checked after.
 fn thread_posts(cx: &Ctx) -> Result<(), String> {
     use std::sync::mpsc::channel;
     if !nccl_only(cx.comm, cx.rank, "threadposts") {
@@ -1671,10 +1673,10 @@ fn thread_posts(cx: &Ctx) -> Result<(), String> {
     fill_f32(&cx.kernels, ptr_of(hx), n, 5.0, cx.stream);
     cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
     let (cmd_tx, cmd_rx) = channel::<bool>();
-    let (ack_tx, ack_rx) = channel::<Result<(), String>>();
+    let (ack_tx, ack_rx) = channel::<Result<u64, String>>();
     let comm = cx.comm;
-    // The other thread: on `true` posts an isend and an irecv and acknowledges; on `false` waits
-    // for them and acknowledges.
+    // The other thread: on `true` posts an isend and an irecv and acknowledges with the irecv's
+    // request; on `false` waits for them and acknowledges.
     let other = std::thread::spawn(move || {
         primary_context_current();
         let mut s2: cu::CUstream = std::ptr::null_mut();
@@ -1684,22 +1686,22 @@ fn thread_posts(cx: &Ctx) -> Result<(), String> {
             let res = if post {
                 let a = gpuwire_irecv(comm, hy, from, 9, s2.cast(), &mut rq);
                 let b = gpuwire_isend(comm, hx, to, 9, s2.cast(), &mut sq);
-                if a == Status::GPUWIRE_SUCCESS && b == Status::GPUWIRE_SUCCESS { Ok(()) } else { Err(format!("post: {a:?} {b:?}: {}", last_error())) }
+                if a == Status::GPUWIRE_SUCCESS && b == Status::GPUWIRE_SUCCESS { Ok(rq) } else { Err(format!("post: {a:?} {b:?}: {}", last_error())) }
             } else {
                 let a = gpuwire_wait(&mut rq);
                 let b = gpuwire_wait(&mut sq);
-                if a == Status::GPUWIRE_SUCCESS && b == Status::GPUWIRE_SUCCESS { Ok(()) } else { Err(format!("waits: {a:?} {b:?}: {}", last_error())) }
+                if a == Status::GPUWIRE_SUCCESS && b == Status::GPUWIRE_SUCCESS { Ok(0) } else { Err(format!("waits: {a:?} {b:?}: {}", last_error())) }
             };
             ack_tx.send(res).unwrap();
         }
     });
-    let other_posts = || -> Result<(), String> {
+    let other_posts = || -> Result<u64, String> {
         cmd_tx.send(true).unwrap();
         ack_rx.recv().unwrap()
     };
     let other_waits = || -> Result<(), String> {
         cmd_tx.send(false).unwrap();
-        ack_rx.recv().unwrap()
+        ack_rx.recv().unwrap().map(|_| ())
     };
     let mut errs = Vec::new();
     // (a) a collective of the group, run at its end.
@@ -1745,6 +1747,22 @@ fn thread_posts(cx: &Ctx) -> Result<(), String> {
         ok(gpuwire_wait(&mut rq), "wait(irecv)");
     }
     ok(gpuwire_wait(&mut sq), "wait(isend)");
+    // (d) this thread's group is NCCL's open group (its send issued at its call): the other
+    // thread's posted irecv cannot launch inside it.
+    ok(gpuwire_group_start(), "group_start");
+    ok(gpuwire_send(cx.comm, a, to, 4, s), "send (group)");
+    let mut theirs = other_posts()?;
+    let posted = theirs;
+    let st = gpuwire_wait(&mut theirs);
+    if st != Status::GPUWIRE_ERROR_INVALID_ARGUMENT || theirs != posted {
+        errs.push(format!("(d) wait inside a group for another thread's unlaunched irecv: {st:?}, request {posted} -> {theirs} (want INVALID_ARGUMENT, request kept): {}", last_error()));
+    }
+    ok(gpuwire_recv(cx.comm, b, from, 4, s), "recv (group)");
+    let st = gpuwire_group_end();
+    if st != Status::GPUWIRE_SUCCESS {
+        errs.push(format!("(d) group_end: {st:?}: {}", last_error()));
+    }
+    other_waits()?;
     drop(cmd_tx);
     other.join().map_err(|_| "thread panicked".to_string())?;
     cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
@@ -1757,7 +1775,7 @@ fn thread_posts(cx: &Ctx) -> Result<(), String> {
     for q in [a, b, x, hx, hy] {
         gpuwire_buffer_free(q);
     }
-    println!("rank {r}: threadposts: another thread's posts beside this thread's groups: every call right");
+    println!("rank {r}: threadposts: another thread's posts beside this thread's groups: every call right, a wait for one inside a group refused");
     Ok(())
 }
 
