@@ -19,7 +19,10 @@
  * - NCCL for one rank: collectives copy their input on their stream (a reduction over one
  *   rank), sends to oneself are matched with receives in order at the outermost ncclGroupEnd (or
  *   at once outside a group), per communicator; one left unmatched fails the group's end (a
- *   real NCCL would hang). A nonblocking communicator answers ncclInProgress as NCCL does. More
+ *   real NCCL would hang). A call on a communicator that another thread's open group has
+ *   operations on, or that another thread is in a call on, fails with ncclInvalidUsage (NCCL's
+ *   communicators are not thread-safe: its group's operations are in the communicator's plan
+ *   from their calls, and another thread's group end would launch them apart). A nonblocking communicator answers ncclInProgress as NCCL does. More
  *   ranks: ncclCommInitRank fails. Not modelled: groups that defer collectives.
  * - CUDA IPC: with NULLDEV_IPC=1 device memory is pages of one shared memfd per process, and a
  *   handle lets another process map them (/proc/PID/fd/FD); else "not supported". Peer access
@@ -36,6 +39,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1370,6 +1374,7 @@ typedef struct {
     int aborted;
     int nonblocking; /* made with config.blocking = 0 */
     int busy;        /* polls of ncclCommGetAsyncError that still answer ncclInProgress */
+    _Atomic(void *) owner; /* the thread in a call on it, or whose open group has operations on it */
 } *ncclComm_t;
 typedef struct {
     char internal[128];
@@ -1443,6 +1448,32 @@ static int copy_one(const void *s, void *r, size_t count, int dtype, CUstream st
 }
 static __thread ncclComm_t group_nonblocking; /* a nonblocking communicator of the open group */
 static __thread int depth;
+
+/* The communicators this thread's open group has operations on (it owns them until its end). */
+static __thread char thread_token;
+static __thread ncclComm_t touched[64];
+static __thread int n_touched;
+/* A call's use of `c` (module comment): owned by this thread during the call, or inside a group
+ * until the group's end (`done_comm`). */
+static int use_comm(ncclComm_t c, const char *what) {
+    void *mine = &thread_token, *o = NULL;
+    if (!c)
+        return ncclSuccess;
+    if (atomic_compare_exchange_strong(&c->owner, &o, mine)) {
+        if (depth && n_touched < 64)
+            touched[n_touched++] = c;
+        return ncclSuccess;
+    }
+    if (o == mine && depth)
+        return ncclSuccess;
+    fprintf(stderr, "null device: %s on a communicator that another thread's call or open group is using (NCCL's communicators are not thread-safe)\n", what);
+    return ncclInvalidUsage;
+}
+/* After a call on `c`: outside a group, this thread's use of it ends. */
+static void done_comm(ncclComm_t c) {
+    if (c && !depth)
+        atomic_store(&c->owner, NULL);
+}
 /* A call's answer: inside a group the group's end answers for a nonblocking communicator. */
 static int answer(ncclComm_t c, int r) {
     if (depth && c && c->nonblocking && !r) {
@@ -1451,11 +1482,20 @@ static int answer(ncclComm_t c, int r) {
     }
     return depth ? r : in_progress(c, r);
 }
-int ncclAllReduce(const void *s, void *r, size_t n, int dt, int op, ncclComm_t c, CUstream st) { (void)op; return answer(c, copy_one(s, r, n, dt, st)); }
-int ncclBroadcast(const void *s, void *r, size_t n, int dt, int root, ncclComm_t c, CUstream st) { (void)root; return answer(c, copy_one(s, r, n, dt, st)); }
-int ncclReduce(const void *s, void *r, size_t n, int dt, int op, int root, ncclComm_t c, CUstream st) { (void)op; (void)root; return answer(c, copy_one(s, r, n, dt, st)); }
-int ncclAllGather(const void *s, void *r, size_t n, int dt, ncclComm_t c, CUstream st) { return answer(c, copy_one(s, r, n, dt, st)); }
-int ncclReduceScatter(const void *s, void *r, size_t n, int dt, int op, ncclComm_t c, CUstream st) { (void)op; return answer(c, copy_one(s, r, n, dt, st)); }
+/* A collective: `c` used by this thread for the call (or its group). */
+static int collective(const void *s, void *r, size_t n, int dt, ncclComm_t c, CUstream st, const char *what) {
+    int u = use_comm(c, what);
+    if (u)
+        return u;
+    int x = answer(c, copy_one(s, r, n, dt, st));
+    done_comm(c);
+    return x;
+}
+int ncclAllReduce(const void *s, void *r, size_t n, int dt, int op, ncclComm_t c, CUstream st) { (void)op; return collective(s, r, n, dt, c, st, "ncclAllReduce"); }
+int ncclBroadcast(const void *s, void *r, size_t n, int dt, int root, ncclComm_t c, CUstream st) { (void)root; return collective(s, r, n, dt, c, st, "ncclBroadcast"); }
+int ncclReduce(const void *s, void *r, size_t n, int dt, int op, int root, ncclComm_t c, CUstream st) { (void)op; (void)root; return collective(s, r, n, dt, c, st, "ncclReduce"); }
+int ncclAllGather(const void *s, void *r, size_t n, int dt, ncclComm_t c, CUstream st) { return collective(s, r, n, dt, c, st, "ncclAllGather"); }
+int ncclReduceScatter(const void *s, void *r, size_t n, int dt, int op, ncclComm_t c, CUstream st) { (void)op; return collective(s, r, n, dt, c, st, "ncclReduceScatter"); }
 
 /* Point-to-point to oneself: sends and receives wait in order until the outermost group ends,
  * and there each send meets the receive of the same communicator in the same place in order
@@ -1503,14 +1543,19 @@ static int match(void) {
     n_sends = n_recvs = 0;
     return r;
 }
-static int post(struct p2p *q, int *n, void *ptr, size_t count, int dt, int peer, CUstream st, ncclComm_t c) {
+static int post(struct p2p *q, int *n, void *ptr, size_t count, int dt, int peer, CUstream st, ncclComm_t c, const char *what) {
     if (peer != 0 || !nccl_size(dt) || *n == P2P_MAX)
         return ncclInvalidArgument;
+    int u = use_comm(c, what);
+    if (u)
+        return u;
     q[(*n)++] = (struct p2p){ptr, count * nccl_size(dt), st, c};
-    return answer(c, depth ? ncclSuccess : match());
+    int x = answer(c, depth ? ncclSuccess : match());
+    done_comm(c);
+    return x;
 }
-int ncclSend(const void *s, size_t n, int dt, int peer, ncclComm_t c, CUstream st) { return post(sends, &n_sends, (void *)s, n, dt, peer, st, c); }
-int ncclRecv(void *r, size_t n, int dt, int peer, ncclComm_t c, CUstream st) { return post(recvs, &n_recvs, r, n, dt, peer, st, c); }
+int ncclSend(const void *s, size_t n, int dt, int peer, ncclComm_t c, CUstream st) { return post(sends, &n_sends, (void *)s, n, dt, peer, st, c, "ncclSend"); }
+int ncclRecv(void *r, size_t n, int dt, int peer, ncclComm_t c, CUstream st) { return post(recvs, &n_recvs, r, n, dt, peer, st, c, "ncclRecv"); }
 int ncclGroupStart(void) { depth++; return ncclSuccess; }
 int ncclGroupEnd(void) {
     if (depth == 0)
@@ -1519,5 +1564,9 @@ int ncclGroupEnd(void) {
         return ncclSuccess;
     ncclComm_t nb = group_nonblocking;
     group_nonblocking = NULL;
-    return in_progress(nb, match());
+    int r = in_progress(nb, match());
+    for (int i = 0; i < n_touched; i++)
+        atomic_store(&touched[i]->owner, NULL);
+    n_touched = 0;
+    return r;
 }

@@ -77,11 +77,14 @@ impl Drop for Open {
         if self.depth == 0 {
             return;
         }
-        let e = Err(Error::InvalidArgument("the group's thread exited before its gpuwire_group_end: its operations never started".into()));
+        let e = Err(Error::InvalidArgument(
+            "the group's thread exited before its gpuwire_group_end: its operations did not run as a group (on NCCL, those issued at their calls were launched at the thread's exit; the others never started)".into(),
+        ));
         for x in &self.entries {
             finish(x, &e);
         }
         self.ended.store(true, Ordering::Release);
+        crate::backend::nccl::thread_exits_in_group();
     }
 }
 

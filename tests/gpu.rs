@@ -1779,6 +1779,54 @@ fn thread_posts(cx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
+/// NCCL: a thread whose group's send and receive were issued at their calls (its NCCL group open,
+/// its turn at NCCL held) exits before `gpuwire_group_end`: its NCCL group is ended at its exit
+/// and the turn given back, so this thread's next calls on the communicator neither hang nor
+/// meet that group's operations (values checked).
+fn thread_exit(cx: &Ctx) -> Result<(), String> {
+    if !nccl_only(cx.comm, cx.rank, "threadexit") {
+        return Ok(());
+    }
+    let (r, p, s) = (cx.rank, cx.size, cx.stream as *mut c_void);
+    let (to, from) = ((r + 1) % p, (r + p - 1) % p);
+    let n = 64usize;
+    let f32buf = || dev_alloc(n, Dtype::GPUWIRE_FLOAT32);
+    let (a, b, c, d) = (f32buf(), f32buf(), f32buf(), f32buf());
+    fill_f32(&cx.kernels, ptr_of(a), n, (r + 1) as f32, cx.stream);
+    fill_f32(&cx.kernels, ptr_of(c), n, (r + 11) as f32, cx.stream);
+    cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
+    let comm = cx.comm;
+    let exited = std::thread::spawn(move || -> Result<(), String> {
+        primary_context_current();
+        let mut s2: cu::CUstream = std::ptr::null_mut();
+        cuok(unsafe { cu::cuStreamCreate(&mut s2, 1) }, "cuStreamCreate");
+        ok(gpuwire_group_start(), "group_start (exiting thread)");
+        let a1 = gpuwire_send(comm, a, to, 6, s2.cast());
+        let b1 = gpuwire_recv(comm, b, from, 6, s2.cast());
+        cuok(unsafe { cu::cuStreamSynchronize(s2) }, "cuStreamSynchronize (nothing launched yet)");
+        if a1 != Status::GPUWIRE_SUCCESS || b1 != Status::GPUWIRE_SUCCESS {
+            return Err(format!("send, recv in the exiting thread's group: {a1:?} {b1:?}: {}", last_error()));
+        }
+        Ok(())
+    })
+    .join()
+    .map_err(|_| "thread panicked".to_string())?;
+    exited?;
+    // This thread's calls after the other's exit: a sendrecv and an allreduce.
+    ok(gpuwire_sendrecv(cx.comm, c, to, 7, d, from, 7, s), "sendrecv after the exit");
+    ok(gpuwire_allreduce(cx.comm, c, c, ReduceOp::GPUWIRE_SUM as i32, s), "allreduce after the exit");
+    cuok(unsafe { cu::cuCtxSynchronize() }, "cuCtxSynchronize");
+    all_f32(&download(b, n * 4), (from + 1) as f32).map_err(|e| format!("the exited thread's recv (launched at its exit): {e}"))?;
+    all_f32(&download(d, n * 4), (from + 11) as f32).map_err(|e| format!("the sendrecv after the exit: {e}"))?;
+    let want: f32 = (0..p).map(|x| (x + 11) as f32).sum();
+    all_f32(&download(c, n * 4), want).map_err(|e| format!("the allreduce after the exit: {e}"))?;
+    for q in [a, b, c, d] {
+        gpuwire_buffer_free(q);
+    }
+    println!("rank {r}: threadexit: a thread exiting inside its group ended its NCCL group and gave its turn back");
+    Ok(())
+}
+
 fn c17_seed_demo(cx: &Ctx) -> Result<(), String> {
     let b = dev_alloc(10, Dtype::GPUWIRE_FLOAT32);
     let seed: Vec<f32> = (0..10).map(|i| 100.0 + 10.0 * i as f32).collect();
@@ -3607,6 +3655,7 @@ fn main() {
             "threadgroup" => thread_group(&cx),
             "grouporder" => group_order(&cx),
             "threadposts" => thread_posts(&cx),
+            "threadexit" => thread_exit(&cx),
             "mismatch" => mismatch_checked(&cx),
             "p2pexact" => p2p_exact(&cx),
             "p2pstatus" => p2p_status(&cx),

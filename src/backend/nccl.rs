@@ -100,11 +100,96 @@ thread_local! {
     /// This thread's open gpuwire group and its NCCL group (one thread-local: each access from
     /// the shared library costs a call): `OPEN`, the NCCL group is open ([`issue_direct`];
     /// [`with_group`] at the group's end closes it); `DEFERRED`, a point-to-point operation of
-    /// the gpuwire group was recorded for its end ([`defer_direct`]).
+    /// the gpuwire group was recorded for its end ([`defer_direct`]); `HELD`, this thread has
+    /// the turn at NCCL ([`Turn`]); `STICKY`, it keeps it until its NCCL group ends.
     static DIRECT: std::cell::Cell<u8> = const { std::cell::Cell::new(0) };
 }
 const OPEN: u8 = 1;
 const DEFERRED: u8 = 2;
+const HELD: u8 = 4;
+const STICKY: u8 = 8;
+
+/// Whether some thread has the turn at NCCL, and its release's signal.
+static TURN: (Mutex<bool>, std::sync::Condvar) = (Mutex::new(false), std::sync::Condvar::new());
+
+/// This thread's turn at NCCL: one thread at a time makes NCCL calls in this process, from the
+/// first operation of an NCCL group to its ncclGroupEnd. NCCL's communicators are not thread-
+/// safe, and an ncclSend or ncclRecv inside a thread's group goes into its communicator's plan
+/// at once, so another thread's ncclGroupEnd on that communicator would launch it apart from
+/// the rest of its group (on the GPU: a send without its receive, a hang). One turn for all
+/// communicators: a group may span several, and one lock has no order to deadlock on. Taken
+/// again by the thread that holds it, it is a no-op; inside a gpuwire group's NCCL group it is
+/// kept until [`with_group`] ends that group ([`keep_turn`]).
+struct Turn {
+    release: bool,
+}
+
+impl Turn {
+    #[inline]
+    fn take() -> Turn {
+        if DIRECT.with(|d| d.get()) & HELD != 0 {
+            return Turn { release: false };
+        }
+        acquire_turn();
+        Turn { release: true }
+    }
+}
+
+impl Drop for Turn {
+    #[inline]
+    fn drop(&mut self) {
+        if self.release && DIRECT.with(|d| d.get()) & (HELD | STICKY) == HELD {
+            release_turn();
+        }
+    }
+}
+
+/// Waits for the turn at NCCL (cold: contended or not, the mutex dominates).
+fn acquire_turn() {
+    let (busy, free) = &TURN;
+    let mut b = busy.lock().unwrap_or_else(|p| p.into_inner());
+    while *b {
+        b = free.wait(b).unwrap_or_else(|p| p.into_inner());
+    }
+    *b = true;
+    DIRECT.with(|d| d.set(d.get() | HELD));
+}
+
+/// Gives this thread's turn at NCCL back (if it has it).
+fn release_turn() {
+    let d = DIRECT.with(|d| d.replace(d.get() & !(HELD | STICKY)));
+    if d & HELD == 0 {
+        return;
+    }
+    let (busy, free) = &TURN;
+    *busy.lock().unwrap_or_else(|p| p.into_inner()) = false;
+    free.notify_one();
+}
+
+/// Takes the turn at NCCL, if this thread has not, and keeps it until its NCCL group's end
+/// ([`with_group`], or [`thread_exits_in_group`]).
+fn keep_turn() {
+    if DIRECT.with(|d| d.get()) & HELD == 0 {
+        acquire_turn();
+    }
+    DIRECT.with(|d| d.set(d.get() | STICKY));
+}
+
+/// This thread exits with its gpuwire group open (`group::Open`'s drop): an NCCL group it
+/// opened at the group's point-to-point calls is ended (NCCL has their operations in its
+/// communicators' plans already; left there, another thread's next group would launch them),
+/// and its turn at NCCL given back, so no other thread waits for it forever.
+pub fn thread_exits_in_group() {
+    let d = DIRECT.with(|d| d.get());
+    if d & OPEN != 0 {
+        if let Ok(api) = api() {
+            // SAFETY: closes the group `issue_direct` opened on this thread.
+            unsafe { (api.group_end)() };
+        }
+    }
+    DIRECT.with(|x| x.set(x.get() & !(OPEN | DEFERRED)));
+    release_turn();
+}
 
 /// A point-to-point operation of this thread's gpuwire group was recorded for its end: its later
 /// ones are too ([`direct_possible`]), so NCCL sees them in call order (`on` false: a new group).
@@ -122,7 +207,7 @@ static POSTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::
 /// for them inside the gpuwire group could not return; with such operations posted, the
 /// group's operations are issued at its end instead.
 pub fn direct_possible(c: &Communicator) -> Result<bool> {
-    match DIRECT.with(|d| d.get()) {
+    match DIRECT.with(|d| d.get()) & (OPEN | DEFERRED) {
         OPEN => return Ok(true),
         0 => {}
         _ => return Ok(false),
@@ -158,8 +243,13 @@ pub fn issue_direct(c: &Communicator, buf: &Buffer, peer: i32, send: bool, strea
     // NCCL group opens, joining it after.
     st.close_group();
     if DIRECT.with(|d| d.get()) & OPEN == 0 {
+        // The turn at NCCL is this thread's until the group's end.
+        keep_turn();
         // SAFETY: closed by `with_group` at the gpuwire group's end, on this thread.
-        check(api, std::ptr::null_mut(), unsafe { (api.group_start)() }, "ncclGroupStart")?;
+        if let Err(e) = check(api, std::ptr::null_mut(), unsafe { (api.group_start)() }, "ncclGroupStart") {
+            release_turn();
+            return Err(e);
+        }
         DIRECT.with(|d| d.set(d.get() | OPEN));
     }
     let comm = st.comm();
@@ -537,6 +627,8 @@ impl NcclState {
     fn launch_posted(&self) {
         use std::sync::atomic::Ordering::{AcqRel, Release};
         let joins = direct_open() || IN_GROUP.with(|g| g.get());
+        // The turn first, then the posts (the order every thread takes them in).
+        let _turn = Turn::take();
         let mut o = self.open.lock().unwrap_or_else(|p| p.into_inner());
         if o.posts.is_empty() {
             return;
@@ -650,12 +742,17 @@ thread_local! {
 /// of `comms` to leave that state, as a blocking communicator waits inside the call.
 pub fn with_group<T>(comms: &[&Communicator], f: impl FnOnce() -> Result<T>) -> Result<T> {
     let api = api()?;
-    if DIRECT.with(|d| d.replace(0)) & OPEN != 0 {
+    // The turn at NCCL is this thread's until the group's end (kept from `issue_direct`'s).
+    keep_turn();
+    if DIRECT.with(|d| d.replace(d.get() & (HELD | STICKY))) & OPEN != 0 {
         // The gpuwire group's NCCL group is open already (`issue_direct`): `f` adds to it and
         // the end below closes it.
     } else {
         // SAFETY: paired with group_end below on this thread.
-        check(api, std::ptr::null_mut(), unsafe { (api.group_start)() }, "ncclGroupStart")?;
+        if let Err(e) = check(api, std::ptr::null_mut(), unsafe { (api.group_start)() }, "ncclGroupStart") {
+            release_turn();
+            return Err(e);
+        }
     }
     let was = IN_GROUP.with(|g| g.replace(true));
     let r = f();
@@ -665,13 +762,15 @@ pub fn with_group<T>(comms: &[&Communicator], f: impl FnOnce() -> Result<T>) -> 
     if e == IN_PROGRESS {
         e = 0;
         for c in comms {
-            let comm = *state(c)?.comm();
+            let Ok(st) = state(c) else { continue };
+            let comm = *st.comm();
             let s = settle(api, comm, IN_PROGRESS);
             if s != 0 && e == 0 {
                 e = s;
             }
         }
     }
+    release_turn();
     let e = check(api, std::ptr::null_mut(), e, "ncclGroupEnd");
     if JOINED.with(|j| !j.borrow().is_empty()) {
         finish_joined(&e);
@@ -870,6 +969,7 @@ fn enter<'a>(c: &'a Communicator, bufs: &[Option<&Buffer>], stream: Stream) -> R
 
 impl Ctx<'_> {
     fn call(&self, what: &str, f: impl FnOnce(NcclComm) -> c_int) -> Result<()> {
+        let _turn = Turn::take();
         let comm = self.st.comm();
         if comm.is_null() {
             return Err(Error::CommBroken(format!("{what}: the NCCL communicator was aborted")));
@@ -891,6 +991,7 @@ impl Ctx<'_> {
         Ok(())
     }
     fn group<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        let _turn = Turn::take();
         // SAFETY: paired with group_end below on this thread.
         check(self.api, std::ptr::null_mut(), unsafe { (self.api.group_start)() }, "ncclGroupStart")?;
         let r = f();
