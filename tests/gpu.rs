@@ -3272,15 +3272,25 @@ fn p2p_wild(cx: &Ctx, c: gpuwire_comm, on: &str) -> Result<(), String> {
     if rs.source != from || rs.tag != 71 || rs.count != 3 || got[..24] != msg(from, 71, 3)[..] || got[24..] != sentinel(13)[24..] {
         return Err(format!("wildcard device receive of 3 into 13{on}: status ({}, {}, {}), data right {}, tail untouched {}", rs.source, rs.tag, rs.count, got[..24] == msg(from, 71, 3)[..], got[24..] == sentinel(13)[24..]));
     }
-    // Longer than the buffer: TRUNCATE, nothing written.
+    // Longer than the buffer: TRUNCATE, nothing written, then or after the call (the program's
+    // write after it stays, every stream's work done, gpuwire's own too), 10 times.
     let small = dev_alloc(2, f64d);
     upload(small, &sentinel(2));
-    ok(gpuwire_isend(c, s3, to, 72, st, &mut q), "isend");
-    let t = gpuwire_recv_status(c, small, any_s, 72, st, &mut rs);
-    let why = last_error();
-    ok(gpuwire_wait(&mut q), "wait(isend)");
-    if t != Status::GPUWIRE_ERROR_TRUNCATE || download(small, 16) != sentinel(2) {
-        return Err(format!("3 float64 into a 2-element device receive{on} gave {t:?} ({why}), expected TRUNCATE with the buffer untouched"));
+    for k in 0..10u8 {
+        ok(gpuwire_isend(c, s3, to, 72, st, &mut q), "isend");
+        let t = gpuwire_recv_status(c, small, any_s, 72, st, &mut rs);
+        let why = last_error();
+        ok(gpuwire_wait(&mut q), "wait(isend)");
+        let untouched = download(small, 16) == sentinel(2);
+        upload(small, &vec![k; 16]);
+        cuok(unsafe { cu::cuCtxSynchronize() }, "cuCtxSynchronize");
+        let kept = download(small, 16) == vec![k; 16];
+        upload(small, &sentinel(2));
+        if t != Status::GPUWIRE_ERROR_TRUNCATE || !untouched || !kept {
+            return Err(format!(
+                "3 float64 into a 2-element device receive{on} (try {k}) gave {t:?} ({why}), buffer untouched {untouched}, a write after the call kept {kept}: expected TRUNCATE, both true"
+            ));
+        }
     }
     gpuwire_buffer_free(small);
     // irecv_status completed by waitany.

@@ -109,8 +109,11 @@ const DEFERRED: u8 = 2;
 const HELD: u8 = 4;
 const STICKY: u8 = 8;
 
-/// Whether some thread has the turn at NCCL, and its release's signal.
-static TURN: (Mutex<bool>, std::sync::Condvar) = (Mutex::new(false), std::sync::Condvar::new());
+/// Whether some thread has the turn at NCCL ([`Turn`]); how many threads wait for it, and where
+/// (a release signals only where some thread waits: no system call on the common path).
+static TURN_HELD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static TURN_WAITERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static TURN_WAIT: (Mutex<()>, std::sync::Condvar) = (Mutex::new(()), std::sync::Condvar::new());
 
 /// This thread's turn at NCCL: one thread at a time makes NCCL calls in this process, from the
 /// first operation of an NCCL group to its ncclGroupEnd. NCCL's communicators are not thread-
@@ -144,15 +147,27 @@ impl Drop for Turn {
     }
 }
 
-/// Waits for the turn at NCCL (cold: contended or not, the mutex dominates).
+/// Takes the turn at NCCL, waiting while another thread has it.
 fn acquire_turn() {
-    let (busy, free) = &TURN;
-    let mut b = busy.lock().unwrap_or_else(|p| p.into_inner());
-    while *b {
-        b = free.wait(b).unwrap_or_else(|p| p.into_inner());
+    use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+    if TURN_HELD.compare_exchange(false, true, SeqCst, Relaxed).is_err() {
+        wait_for_turn();
     }
-    *b = true;
     DIRECT.with(|d| d.set(d.get() | HELD));
+}
+
+/// [`acquire_turn`] while another thread has the turn: counted as a waiter (so its release
+/// signals) before trying again, then waiting for the signal.
+#[cold]
+fn wait_for_turn() {
+    use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+    let (lock, freed) = &TURN_WAIT;
+    let mut g = lock.lock().unwrap_or_else(|p| p.into_inner());
+    TURN_WAITERS.fetch_add(1, SeqCst);
+    while TURN_HELD.compare_exchange(false, true, SeqCst, Relaxed).is_err() {
+        g = freed.wait_timeout(g, Duration::from_millis(1)).unwrap_or_else(|p| p.into_inner()).0;
+    }
+    TURN_WAITERS.fetch_sub(1, SeqCst);
 }
 
 /// Gives this thread's turn at NCCL back (if it has it).
@@ -161,9 +176,13 @@ fn release_turn() {
     if d & HELD == 0 {
         return;
     }
-    let (busy, free) = &TURN;
-    *busy.lock().unwrap_or_else(|p| p.into_inner()) = false;
-    free.notify_one();
+    use std::sync::atomic::Ordering::SeqCst;
+    TURN_HELD.store(false, SeqCst);
+    if TURN_WAITERS.load(SeqCst) > 0 {
+        let (lock, freed) = &TURN_WAIT;
+        let _g = lock.lock().unwrap_or_else(|p| p.into_inner());
+        freed.notify_one();
+    }
 }
 
 /// Takes the turn at NCCL, if this thread has not, and keeps it until its NCCL group's end

@@ -23,6 +23,9 @@
 //! stream) but its outputs are delivered by a private stream of gpuwire's after the host side,
 //! and complete with its request (the caller's stream never waits for it: an irecv and an isend
 //! on one stream by two ranks must not deadlock). As MPI, the buffers may be used after the wait.
+//! A nonblocking receive's delivery is enqueued only once its MPI receive succeeded (by the wait
+//! or test that sees it complete): a receive that fails (a message of the wrong size) leaves its
+//! buffer as it was, and nothing is written to it after its wait returned.
 
 use std::sync::{Arc, Mutex};
 
@@ -177,7 +180,10 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
         device::stream_write(stream, flag.ready_dev, flag.value)?;
     }
     let mut out_event = None;
+    let mut deliver = None;
     let engine_side = on_engine(c, nonblocking);
+    // A nonblocking receive's outputs: delivered once it succeeded (`Ordered::deliver`).
+    let deliver_later = nonblocking && matches!(side, HostSide::Start(_)) && !p.after.is_empty();
     if !nonblocking && !engine_side {
         // The host side runs below, on this thread: the results are copied only if it succeeded
         // (a refused receive leaves its buffer as it was).
@@ -191,6 +197,11 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
         let ev = Event::new()?;
         ev.record(stream)?;
         ticket.set_event(ev);
+    } else if deliver_later {
+        let ps = private_stream(device)?;
+        let at_call = Event::new()?;
+        at_call.record(stream)?;
+        deliver = Some(Deliver { after: p.after.clone(), at_call, ps, ticket: ticket.clone() });
     } else if !p.after.is_empty() {
         // Delivered by a private stream, after the work before the call and the host side.
         let ps = private_stream(device)?;
@@ -216,6 +227,9 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
     let stop = move || c2.is_broken().then(|| Error::CommBroken("the communicator broke while an operation waited for its stream".into()));
     let started: Arc<Mutex<Option<Started>>> = Arc::new(Mutex::new(None));
     let (t2, s2) = (ticket.clone(), started.clone());
+    // A receive delivered later keeps its staging until its delivery (`Ordered::deliver`), not
+    // only until its MPI receive completed.
+    let t_started = if deliver_later { Arc::new(Ticket::default()) } else { ticket.clone() };
     let after = p.after;
     let (eng2, report) = (eng.clone(), engine_side && !nonblocking);
     // Inline and blocking, the results are copied after the host side: the staging is free
@@ -253,7 +267,7 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
         // A started operation releases its flag when it completes; everything else now.
         let mut g = s2.lock().unwrap_or_else(|p| p.into_inner());
         match g.as_mut() {
-            Some(st) if r.is_ok() => st.flag = Some((flag, t2.clone())),
+            Some(st) if r.is_ok() => st.flag = Some((flag, t_started)),
             _ => {
                 drop(flag);
                 if finish_here {
@@ -278,7 +292,7 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
             return r.map(|()| None);
         }
         let done = Done::finished(r);
-        return Ok(Some(Box::new(Ordered { done, started, out_event, device })));
+        return Ok(Some(Box::new(Ordered { done, started, out_event, deliver, device })));
     }
     // Counted as point-to-point whatever it is: a device operation's host side keeps its place
     // before every later operation of the communicator (its stream waits for it in call order).
@@ -286,7 +300,7 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
     if !nonblocking {
         return Ok(None);
     }
-    Ok(Some(Box::new(Ordered { done, started, out_event, device })))
+    Ok(Some(Box::new(Ordered { done, started, out_event, deliver, device })))
 }
 
 /// The private stream that delivers nonblocking operations' outputs on `device` (non-blocking:
@@ -354,13 +368,52 @@ struct Ordered {
     done: Arc<Done>,
     started: Arc<Mutex<Option<Started>>>,
     out_event: Option<Event>,
+    /// A receive's delivery, not yet enqueued.
+    deliver: Option<Deliver>,
     device: i32,
+}
+
+/// The copies of a nonblocking receive's staging into its device buffers, enqueued on the
+/// private stream `ps` after the caller's stream's work before the call (`at_call`) once the
+/// receive succeeded; its staging is the ticket's until they ran.
+struct Deliver {
+    after: Vec<After>,
+    at_call: Event,
+    ps: Stream,
+    ticket: Arc<Ticket>,
 }
 
 // SAFETY: a CUDA event handle, used with its context current.
 unsafe impl Send for Ordered {}
 
 impl Ordered {
+    /// The receive succeeded: its delivery enqueued (`out_event` after it).
+    fn deliver(&mut self) -> Result<()> {
+        let Some(d) = self.deliver.take() else { return Ok(()) };
+        let _g = CtxGuard::enter(self.device)?;
+        let r = (|| {
+            device::stream_wait_event(d.ps, &d.at_call)?;
+            for a in &d.after {
+                a.enqueue(d.ps)?;
+            }
+            let (ev, ev2) = (Event::new()?, Event::new()?);
+            ev.record(d.ps)?;
+            ev2.record(d.ps)?;
+            d.ticket.set_event(ev2);
+            self.out_event = Some(ev);
+            Ok(())
+        })();
+        d.ticket.finish();
+        r
+    }
+
+    /// The receive failed: nothing is delivered, its staging is free.
+    fn no_delivery(&mut self) {
+        if let Some(d) = self.deliver.take() {
+            d.ticket.finish();
+        }
+    }
+
     fn delivered(&mut self, block: bool) -> Result<bool> {
         let Some(ev) = self.out_event.as_ref() else { return Ok(true) };
         let _g = CtxGuard::enter(self.device)?;
@@ -379,23 +432,36 @@ impl Pending for Ordered {
         self.started.lock().unwrap_or_else(|p| p.into_inner()).as_ref().and_then(|s| s.status())
     }
     fn wait(&mut self) -> Result<()> {
-        self.done.wait_until(None).unwrap_or_else(|| Err(Error::Internal("engine wait without deadline ended".into())))?;
-        if let Some(p) = self.started.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
-            p.wait()?;
+        let r = self.done.wait_until(None).unwrap_or_else(|| Err(Error::Internal("engine wait without deadline ended".into())));
+        let r = r.and_then(|()| match self.started.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            Some(p) => p.wait(),
+            None => Ok(()),
+        });
+        if let Err(e) = r {
+            self.no_delivery();
+            return Err(e);
         }
+        self.deliver()?;
         self.delivered(true).map(|_| ())
     }
     fn test(&mut self) -> Result<bool> {
-        match self.done.peek() {
+        let r = match self.done.peek() {
             None => return Ok(false),
-            Some(Err(e)) => return Err(e),
-            Some(Ok(())) => {}
-        }
-        if let Some(p) = self.started.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
-            if !p.test()? {
-                return Ok(false);
+            Some(r) => r,
+        };
+        let r = r.and_then(|()| match self.started.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            Some(p) => p.test(),
+            None => Ok(true),
+        });
+        match r {
+            Ok(false) => return Ok(false),
+            Ok(true) => {}
+            Err(e) => {
+                self.no_delivery();
+                return Err(e);
             }
         }
+        self.deliver()?;
         self.delivered(false)
     }
     fn test_settled(&mut self, until: std::time::Instant) -> Result<bool> {
