@@ -2082,7 +2082,8 @@ gpuwire_status gpuwire_bcast(gpuwire_comm comm,
 /**
  * Reduces every rank's `sendbuf` element-wise with `op` (a gpuwire_op) into the root's
  * `recvbuf`, as MPI_Reduce (AVG: the sum divided by the number of ranks). `recvbuf` is only
- * significant at the root (others may pass GPUWIRE_BUFFER_NULL); at the root, passing the
+ * significant at the root (others may pass GPUWIRE_BUFFER_NULL; a handle they pass is still
+ * checked: a freed one is GPUWIRE_ERROR_INVALID_HANDLE there); at the root, passing the
  * same buffer as `sendbuf` reduces in place. Both hold the same count and datatype.
  *
  * Collective. Errors: those of gpuwire_bcast, plus GPUWIRE_ERROR_UNSUPPORTED_OP (MIN/MAX on

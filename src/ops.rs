@@ -370,6 +370,15 @@ impl Communicator {
                 ))),
             };
         }
+        // Datatypes first: counts of different datatypes do not compare (MPI's type signature).
+        if v[3] != -v[4] {
+            let name = |x: i64| Dtype::from_c(x as i32).map(|d| d.name()).unwrap_or("?");
+            return Err(Error::DtypeMismatch(format!(
+                "{what}: ranks passed different datatypes ({} and {}); nothing was done on any rank",
+                name(-v[4]),
+                name(v[3])
+            )));
+        }
         let (cmax, cmin) = (v[1], -v[2]);
         if cmax != cmin && cmin == -1 {
             // No count on some ranks (-1): an allgatherv with NULL recvcounts there, met by one
@@ -385,14 +394,6 @@ impl Communicator {
                 what,
                 format!("ranks passed different element counts (from {cmin} to {cmax}; this rank {}); nothing was done on any rank", vals[0]),
             ));
-        }
-        if v[3] != -v[4] {
-            let name = |x: i64| Dtype::from_c(x as i32).map(|d| d.name()).unwrap_or("?");
-            return Err(Error::DtypeMismatch(format!(
-                "{what}: ranks passed different datatypes ({} and {}); nothing was done on any rank",
-                name(-v[4]),
-                name(v[3])
-            )));
         }
         if v[5] != -v[6] {
             let name = |x: i64| ReduceOp::from_c(x as i32).map(|o| o.name()).unwrap_or("?");

@@ -578,6 +578,12 @@ fn c08_mismatched_counts(ctx: &Ctx) {
     expect_error("allreduce with float32 on rank 2, float64 elsewhere", Status::GPUWIRE_ERROR_DTYPE_MISMATCH, &["float32", "float64"], &|| {
         gpuwire_allreduce(c, other_dtype.h, other_dtype.h, SUM, st())
     });
+    // The same bytes as other elements: int32 x 8 on rank 1, float64 x 4 elsewhere (the datatypes
+    // differ, whatever the counts).
+    let same_bytes = if r == 1 { Buf::from_bytes(Dtype::GPUWIRE_INT32, &[0u8; 32]) } else { Buf::from_bytes(F64, &[0u8; 32]) };
+    expect_error("allreduce with int32 x 8 on rank 1, float64 x 4 elsewhere", Status::GPUWIRE_ERROR_DTYPE_MISMATCH, &["int32", "float64"], &|| {
+        gpuwire_allreduce(c, same_bytes.h, same_bytes.h, SUM, st())
+    });
     let four = Buf::from_bytes(F64, &f64s(&[5.0; 4]));
     let op = if r == 0 { ReduceOp::GPUWIRE_MAX } else { ReduceOp::GPUWIRE_SUM } as i32;
     expect_error("allreduce with MAX on rank 0, SUM elsewhere", Status::GPUWIRE_ERROR_OP_MISMATCH, &["MAX", "SUM"], &|| {
