@@ -1451,7 +1451,7 @@ static __thread int depth;
 
 /* The communicators this thread's open group has operations on (it owns them until its end). */
 static __thread char thread_token;
-static __thread ncclComm_t touched[64];
+static __thread ncclComm_t touched[4096];
 static __thread int n_touched;
 /* A call's use of `c` (module comment): owned by this thread during the call, or inside a group
  * until the group's end (`done_comm`). */
@@ -1460,7 +1460,7 @@ static int use_comm(ncclComm_t c, const char *what) {
     if (!c)
         return ncclSuccess;
     if (atomic_compare_exchange_strong(&c->owner, &o, mine)) {
-        if (depth && n_touched < 64)
+        if (depth && n_touched < 4096)
             touched[n_touched++] = c;
         return ncclSuccess;
     }

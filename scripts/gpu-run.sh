@@ -50,7 +50,7 @@ if has tests; then
 fi
 if has nccl || has tests; then
   # One GPU: NCCL on 1-rank communicators (every operation, datatype and op); C15 with 2 ranks.
-  GPUWIRE_BACKEND=nccl GPUWIRE_GPU_TEST_NP=1 np2=$np1 gputest nccl-1rank stock ops,opswrap,scan,c13,c14,c16,c17,p2pexact,p2pstatus,capture,vcoll,views,threadwait,threadorder,threadgroup,threadposts,threadexit,grouporder -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP
+  GPUWIRE_BACKEND=nccl GPUWIRE_GPU_TEST_NP=1 np2=$np1 gputest nccl-1rank stock ops,opswrap,scan,c13,c14,c16,c17,p2pexact,p2pstatus,capture,vcoll,views,threadwait,threadorder,threadgroup,threadposts,threadexit,turndrain,grouporder -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP
   gputest stock-c15 stock c15
   # NCCL's initialization deadline (1 ms: never kept): NCCL requested fails with TIMEOUT, AUTO
   # falls back and says why (one rank, so AUTO tries NCCL).
@@ -90,7 +90,7 @@ if has nbc; then
   nbccases=nbc,nbcgroup
   # MPI_STAGED's large allreduces in two phases (split), stream-ordered and with the host
   # waiting (hostsync: the CPU reduces), on 2 and 3 ranks.
-  GPUWIRE_BACKEND=mpi_staged gputest nbc-kit-staged kit $nbccases,nbcearly,nbcstreams,p2pordered,nbcmixed,split -x GPUWIRE_BACKEND
+  GPUWIRE_BACKEND=mpi_staged gputest nbc-kit-staged kit $nbccases,nbcearly,nbcstreams,p2pordered,nbcmixed,split,deliverorder -x GPUWIRE_BACKEND
   GPUWIRE_BACKEND=mpi_cuda_aware gputest nbc-kit-cuda-aware kit $nbccases -x GPUWIRE_BACKEND
   GPUWIRE_BACKEND=mpi_staged GPUWIRE_HOST_SYNC=1 gputest nbc-kit-staged-hostsync kit $nbccases,nbcmixed,split -x GPUWIRE_BACKEND -x GPUWIRE_HOST_SYNC
   GPUWIRE_BACKEND=mpi_staged GPUWIRE_GPU_TEST_NP=3 np2="mpirun -np 3 --oversubscribe --bind-to none" \
@@ -138,7 +138,7 @@ if has multi; then
     # other cases, mismatched counts with checking on, another device current, then a timeout.
     all=$(seq -s, 0 $((NGPU - 1)))
     CUDA_VISIBLE_DEVICES=$all GPUWIRE_GPU_TEST_NP=$NGPU np2="mpirun -np $NGPU --oversubscribe --bind-to none" \
-      gputest multi-nccl stock "${GPUWIRE_MULTI_CASES:-ops,opswrap,scan,c12,c13,c14,c16,c17,mismatch,p2pexact,p2pstatus,otherdev,timeout,late,vcoll,views,directrefused,groupblame,threadwait,threadorder,threadgroup,threadposts,threadexit,grouporder}" -x GPUWIRE_GPU_TEST_NP
+      gputest multi-nccl stock "${GPUWIRE_MULTI_CASES:-ops,opswrap,scan,c12,c13,c14,c16,c17,mismatch,p2pexact,p2pstatus,otherdev,timeout,late,vcoll,views,directrefused,groupblame,threadwait,threadorder,threadgroup,threadposts,threadexit,turndrain,grouporder}" -x GPUWIRE_GPU_TEST_NP
     # The library loaded where libnccl is absent: AUTO falls back, NCCL requested says why.
     CUDA_VISIBLE_DEVICES=$all GPUWIRE_NCCL_LIBRARY=/nonexistent/libnccl.so.2 GPUWIRE_GPU_TEST_NP=$NGPU np2="mpirun -np $NGPU --oversubscribe --bind-to none" \
       gputest multi-no-nccl stock nonccl -x GPUWIRE_GPU_TEST_NP -x GPUWIRE_NCCL_LIBRARY

@@ -160,7 +160,7 @@ fn direct(c: &Arc<Communicator>, op: &Op, stream: Stream) -> Result<bool> {
     for b in op.slots().into_iter().flatten() {
         crate::backend::nccl::check_direct(c, b)?;
     }
-    c.engine().drain();
+    drain(c);
     let issue = |b: &crate::buffer::Buffer, r: i32, send: bool| if peer(r) == PROC_NULL { Ok(()) } else { crate::backend::nccl::issue_direct(c, b, r, send, stream) };
     match op {
         Op::Send { buf, dest, .. } | Op::Isend { buf, dest, .. } => issue(buf, *dest, true)?,
@@ -273,6 +273,15 @@ pub fn end() -> Result<()> {
     r
 }
 
+/// Waits for the operations queued on `c`'s engine, except where this thread's group has `c`'s
+/// NCCL turn (`nccl::holds_turn`): it drained them when it took it, and what other threads
+/// queued since waits for the group's end.
+fn drain(c: &Communicator) {
+    if !crate::backend::nccl::holds_turn(c) {
+        c.engine().drain();
+    }
+}
+
 /// Runs a group's operations (module comment), each communicator's in call order.
 fn run(entries: Vec<Entry>) -> Result<()> {
     let mut first: Option<Error> = None;
@@ -283,7 +292,7 @@ fn run(entries: Vec<Entry>) -> Result<()> {
     };
     // Earlier queued operations of these communicators come first.
     for e in &entries {
-        e.c.engine().drain();
+        drain(&e.c);
     }
     // Views of the operations started here (collectives off NCCL pack their own, in `run`).
     let entries: Vec<Entry> = entries

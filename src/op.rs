@@ -613,7 +613,7 @@ pub fn issue(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -
             false,
             true,
         );
-        return Ok(Some(Request::new(Box::new(Queued { done, then: Some(slot) }), c.clone(), bufs)));
+        return Ok(Some(Request::new(Box::new(Queued { done, then: Some(slot), comm: c.clone() }), c.clone(), bufs)));
     }
     if nonblocking {
         if native {
@@ -623,7 +623,7 @@ pub fn issue(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -
         // The engine runs the blocking form (on a device buffer: it waits for `stream` first).
         let (c2, op2) = (c.clone(), op.clone());
         let done = eng.submit(Box::new(move || op2.run(&c2, stream)), false, false);
-        return Ok(Some(Request::new(Box::new(Queued { done, then: None }), c.clone(), bufs)));
+        return Ok(Some(Request::new(Box::new(Queued { done, then: None, comm: c.clone() }), c.clone(), bufs)));
     }
     // Behind earlier operations of this communicator: in its turn, and waited for.
     let (c2, op2) = (c.clone(), op.clone());
@@ -738,6 +738,7 @@ fn start_nccl(c: &Arc<Communicator>, op: Op, stream: Stream, bufs: Vec<Arc<Buffe
 struct Queued {
     done: Arc<Done>,
     then: Option<Arc<Mutex<Option<Request>>>>,
+    comm: Arc<Communicator>,
 }
 
 impl Queued {
@@ -752,7 +753,16 @@ impl Pending for Queued {
         let r = slot.lock().unwrap_or_else(|p| p.into_inner());
         r.as_ref().map(|r| r.status())
     }
+    fn ready_to_wait(&self) -> Result<()> {
+        if self.done.peek().is_none() && crate::backend::nccl::holds_turn(&self.comm) {
+            return Err(Error::InvalidArgument(
+                "the request's operation is queued behind others on its NCCL communicator, on which this thread's open group has issued operations: it runs after the group's end (waiting for it inside the group would never return); wait after gpuwire_group_end".into(),
+            ));
+        }
+        Ok(())
+    }
     fn wait(&mut self) -> Result<()> {
+        self.ready_to_wait()?;
         self.done.wait_until(None).unwrap_or_else(|| Err(Error::Internal("engine wait without deadline ended".into())))?;
         if let Some(slot) = self.started() {
             if let Some(r) = slot.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {

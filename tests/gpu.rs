@@ -1827,6 +1827,112 @@ fn thread_exit(cx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
+/// NCCL: this thread's group has issued a send on a duplicate Y at its call (Y's turn is this
+/// thread's until the group's end) while another thread's large scan keeps the engine of X busy
+/// and its blocking allreduce on X waits behind it; the group then records an allreduce on X.
+/// Its end waits for X's queued work, which needs X's turn only: no deadlock (found in review:
+/// with one turn for all communicators the group's end waited for an engine that waited for the
+/// group). Values checked.
+fn turn_drain(cx: &Ctx) -> Result<(), String> {
+    if !nccl_only(cx.comm, cx.rank, "turndrain") {
+        return Ok(());
+    }
+    let (r, p, s) = (cx.rank, cx.size, cx.stream as *mut c_void);
+    let (to, from) = ((r + 1) % p, (r + p - 1) % p);
+    let (n, big) = (64usize, 4usize << 20);
+    let f32buf = |k| dev_alloc(k, Dtype::GPUWIRE_FLOAT32);
+    let (a, b, c, bs, br, bx) = (f32buf(n), f32buf(n), f32buf(n), f32buf(big), f32buf(big), f32buf(n));
+    fill_f32(&cx.kernels, ptr_of(a), n, (r + 1) as f32, cx.stream);
+    for q in [c, bx] {
+        fill_f32(&cx.kernels, ptr_of(q), n, 1.0, cx.stream);
+    }
+    fill_f32(&cx.kernels, ptr_of(bs), big, 1.0, cx.stream);
+    cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
+    let mut y = 0;
+    ok(gpuwire_comm_dup(cx.comm, &mut y), "comm_dup");
+    let x = cx.comm;
+    ok(gpuwire_group_start(), "group_start");
+    ok(gpuwire_send(y, a, to, 1, s), "send (group, duplicate)");
+    let other = std::thread::spawn(move || -> Result<(), String> {
+        primary_context_current();
+        let mut s2: cu::CUstream = std::ptr::null_mut();
+        cuok(unsafe { cu::cuStreamCreate(&mut s2, 1) }, "cuStreamCreate");
+        let a1 = gpuwire_scan(x, bs, br, ReduceOp::GPUWIRE_SUM as i32, s2.cast());
+        let a2 = gpuwire_allreduce(x, bx, bx, ReduceOp::GPUWIRE_SUM as i32, s2.cast());
+        cuok(unsafe { cu::cuStreamSynchronize(s2) }, "cuStreamSynchronize (other thread)");
+        if a1 != Status::GPUWIRE_SUCCESS || a2 != Status::GPUWIRE_SUCCESS {
+            return Err(format!("the other thread's scan, allreduce: {a1:?} {a2:?}: {}", last_error()));
+        }
+        Ok(())
+    });
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    ok(gpuwire_recv(y, b, from, 1, s), "recv (group, duplicate)");
+    ok(gpuwire_allreduce(x, c, c, ReduceOp::GPUWIRE_SUM as i32, s), "allreduce (group)");
+    ok(gpuwire_group_end(), "group_end");
+    other.join().map_err(|_| "thread panicked".to_string())??;
+    cuok(unsafe { cu::cuCtxSynchronize() }, "cuCtxSynchronize");
+    all_f32(&download(b, n * 4), (from + 1) as f32).map_err(|e| format!("the group's recv: {e}"))?;
+    all_f32(&download(c, n * 4), p as f32).map_err(|e| format!("the group's allreduce: {e}"))?;
+    all_f32(&download(bx, n * 4), p as f32).map_err(|e| format!("the other thread's allreduce: {e}"))?;
+    all_f32(&download(br, big * 4), (r + 1) as f32).map_err(|e| format!("the other thread's scan: {e}"))?;
+    ok(gpuwire_comm_free(y), "comm_free");
+    for q in [a, b, c, bs, br, bx] {
+        gpuwire_buffer_free(q);
+    }
+    println!("rank {r}: turndrain: a group holding one communicator's turn waited for another's queued work");
+    Ok(())
+}
+
+/// Rank 0 posts an irecv, then an iallreduce, and waits for the irecv first; rank 1 joins the
+/// iallreduce only after rank 0's next send (MPI-legal): the irecv's delivery must not wait
+/// behind the iallreduce's (found in review: both on one private stream, rank 0 hung). Two
+/// ranks; values checked.
+fn deliver_order(cx: &Ctx) -> Result<(), String> {
+    let (r, s) = (cx.rank, cx.stream as *mut c_void);
+    if cx.size < 2 {
+        println!("rank {r}: deliverorder: needs 2 ranks, skipped (NOT RUN)");
+        return Ok(());
+    }
+    let n = 64usize;
+    let f32buf = || dev_alloc(n, Dtype::GPUWIRE_FLOAT32);
+    let (rb, sb, x) = (f32buf(), f32buf(), f32buf());
+    fill_f32(&cx.kernels, ptr_of(sb), n, (r + 5) as f32, cx.stream);
+    fill_f32(&cx.kernels, ptr_of(x), n, 1.0, cx.stream);
+    fill_f32(&cx.kernels, ptr_of(rb), n, -1.0, cx.stream);
+    cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
+    let mut z = 0;
+    ok(gpuwire_comm_dup(cx.comm, &mut z), "comm_dup");
+    let sum = ReduceOp::GPUWIRE_SUM as i32;
+    if r == 0 {
+        let (mut q1, mut q2) = (0u64, 0u64);
+        ok(gpuwire_irecv(cx.comm, rb, 1, 1, s, &mut q1), "irecv");
+        ok(gpuwire_iallreduce(cx.comm, x, x, sum, s, &mut q2), "iallreduce");
+        ok(gpuwire_wait(&mut q1), "wait(irecv) before the iallreduce's");
+        ok(gpuwire_send(z, sb, 1, 2, s), "send (duplicate)");
+        ok(gpuwire_wait(&mut q2), "wait(iallreduce)");
+    } else {
+        if r == 1 {
+            ok(gpuwire_send(cx.comm, sb, 0, 1, s), "send");
+            ok(gpuwire_recv(z, rb, 0, 2, s), "recv (duplicate)");
+            cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
+        }
+        let mut q2 = 0u64;
+        ok(gpuwire_iallreduce(cx.comm, x, x, sum, s, &mut q2), "iallreduce");
+        ok(gpuwire_wait(&mut q2), "wait(iallreduce)");
+    }
+    cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
+    if r <= 1 {
+        all_f32(&download(rb, n * 4), (1 - r + 5) as f32).map_err(|e| format!("the receive: {e}"))?;
+    }
+    all_f32(&download(x, n * 4), cx.size as f32).map_err(|e| format!("the iallreduce: {e}"))?;
+    ok(gpuwire_comm_free(z), "comm_free");
+    for q in [rb, sb, x] {
+        gpuwire_buffer_free(q);
+    }
+    println!("rank {r}: deliverorder: an irecv waited for before an earlier-issued iallreduce completed");
+    Ok(())
+}
+
 fn c17_seed_demo(cx: &Ctx) -> Result<(), String> {
     let b = dev_alloc(10, Dtype::GPUWIRE_FLOAT32);
     let seed: Vec<f32> = (0..10).map(|i| 100.0 + 10.0 * i as f32).collect();
@@ -3666,6 +3772,8 @@ fn main() {
             "grouporder" => group_order(&cx),
             "threadposts" => thread_posts(&cx),
             "threadexit" => thread_exit(&cx),
+            "turndrain" => turn_drain(&cx),
+            "deliverorder" => deliver_order(&cx),
             "mismatch" => mismatch_checked(&cx),
             "p2pexact" => p2p_exact(&cx),
             "p2pstatus" => p2p_status(&cx),

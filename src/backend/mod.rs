@@ -27,6 +27,7 @@ pub mod path;
 pub mod ring;
 pub mod split;
 pub mod topology;
+pub mod turn;
 
 pub use path::{Blocks, Input, Operation, Path};
 

@@ -41,6 +41,7 @@ use std::time::{Duration, Instant};
 use crate::backend::devstate;
 use crate::backend::mpi_staged;
 use crate::backend::ring::{self, Loc};
+use crate::backend::turn::{self, TurnLock};
 use crate::backend::path::{Blocks, Input, Path};
 use crate::buffer::Buffer;
 use crate::comm::Communicator;
@@ -100,114 +101,32 @@ thread_local! {
     /// This thread's open gpuwire group and its NCCL group (one thread-local: each access from
     /// the shared library costs a call): `OPEN`, the NCCL group is open ([`issue_direct`];
     /// [`with_group`] at the group's end closes it); `DEFERRED`, a point-to-point operation of
-    /// the gpuwire group was recorded for its end ([`defer_direct`]); `HELD`, this thread has
-    /// the turn at NCCL ([`Turn`]); `STICKY`, it keeps it until its NCCL group ends.
+    /// the gpuwire group was recorded for its end ([`defer_direct`]).
     static DIRECT: std::cell::Cell<u8> = const { std::cell::Cell::new(0) };
 }
 const OPEN: u8 = 1;
 const DEFERRED: u8 = 2;
-const HELD: u8 = 4;
-const STICKY: u8 = 8;
-
-/// Whether some thread has the turn at NCCL ([`Turn`]); how many threads wait for it, and where
-/// (a release signals only where some thread waits: no system call on the common path).
-static TURN_HELD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-static TURN_WAITERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-static TURN_WAIT: (Mutex<()>, std::sync::Condvar) = (Mutex::new(()), std::sync::Condvar::new());
-
-/// This thread's turn at NCCL: one thread at a time makes NCCL calls in this process, from the
-/// first operation of an NCCL group to its ncclGroupEnd. NCCL's communicators are not thread-
-/// safe, and an ncclSend or ncclRecv inside a thread's group goes into its communicator's plan
-/// at once, so another thread's ncclGroupEnd on that communicator would launch it apart from
-/// the rest of its group (on the GPU: a send without its receive, a hang). One turn for all
-/// communicators: a group may span several, and one lock has no order to deadlock on. Taken
-/// again by the thread that holds it, it is a no-op; inside a gpuwire group's NCCL group it is
-/// kept until [`with_group`] ends that group ([`keep_turn`]).
-struct Turn {
-    release: bool,
-}
-
-impl Turn {
-    #[inline]
-    fn take() -> Turn {
-        if DIRECT.with(|d| d.get()) & HELD != 0 {
-            return Turn { release: false };
-        }
-        acquire_turn();
-        Turn { release: true }
-    }
-}
-
-impl Drop for Turn {
-    #[inline]
-    fn drop(&mut self) {
-        if self.release && DIRECT.with(|d| d.get()) & (HELD | STICKY) == HELD {
-            release_turn();
-        }
-    }
-}
-
-/// Takes the turn at NCCL, waiting while another thread has it.
-fn acquire_turn() {
-    use std::sync::atomic::Ordering::{Relaxed, SeqCst};
-    if TURN_HELD.compare_exchange(false, true, SeqCst, Relaxed).is_err() {
-        wait_for_turn();
-    }
-    DIRECT.with(|d| d.set(d.get() | HELD));
-}
-
-/// [`acquire_turn`] while another thread has the turn: counted as a waiter (so its release
-/// signals) before trying again, then waiting for the signal.
-#[cold]
-fn wait_for_turn() {
-    use std::sync::atomic::Ordering::{Relaxed, SeqCst};
-    let (lock, freed) = &TURN_WAIT;
-    let mut g = lock.lock().unwrap_or_else(|p| p.into_inner());
-    TURN_WAITERS.fetch_add(1, SeqCst);
-    while TURN_HELD.compare_exchange(false, true, SeqCst, Relaxed).is_err() {
-        g = freed.wait_timeout(g, Duration::from_millis(1)).unwrap_or_else(|p| p.into_inner()).0;
-    }
-    TURN_WAITERS.fetch_sub(1, SeqCst);
-}
-
-/// Gives this thread's turn at NCCL back (if it has it).
-fn release_turn() {
-    let d = DIRECT.with(|d| d.replace(d.get() & !(HELD | STICKY)));
-    if d & HELD == 0 {
-        return;
-    }
-    use std::sync::atomic::Ordering::SeqCst;
-    TURN_HELD.store(false, SeqCst);
-    if TURN_WAITERS.load(SeqCst) > 0 {
-        let (lock, freed) = &TURN_WAIT;
-        let _g = lock.lock().unwrap_or_else(|p| p.into_inner());
-        freed.notify_one();
-    }
-}
-
-/// Takes the turn at NCCL, if this thread has not, and keeps it until its NCCL group's end
-/// ([`with_group`], or [`thread_exits_in_group`]).
-fn keep_turn() {
-    if DIRECT.with(|d| d.get()) & HELD == 0 {
-        acquire_turn();
-    }
-    DIRECT.with(|d| d.set(d.get() | STICKY));
-}
 
 /// This thread exits with its gpuwire group open (`group::Open`'s drop): an NCCL group it
 /// opened at the group's point-to-point calls is ended (NCCL has their operations in its
 /// communicators' plans already; left there, another thread's next group would launch them),
-/// and its turn at NCCL given back, so no other thread waits for it forever.
+/// and its turns at NCCL given back (`turn`), so no other thread waits for them forever.
 pub fn thread_exits_in_group() {
-    let d = DIRECT.with(|d| d.get());
+    let d = DIRECT.with(|d| d.replace(0));
     if d & OPEN != 0 {
         if let Ok(api) = api() {
             // SAFETY: closes the group `issue_direct` opened on this thread.
             unsafe { (api.group_end)() };
         }
     }
-    DIRECT.with(|x| x.set(x.get() & !(OPEN | DEFERRED)));
-    release_turn();
+    turn::end_group();
+}
+
+/// Whether this thread has `c`'s turn at NCCL (inside its group, which has issued operations on
+/// it): work other threads queued on `c` since then waits for the group's end, so the group
+/// must not wait for it (`group`'s drains).
+pub fn holds_turn(c: &Communicator) -> bool {
+    c.backend_state.get::<NcclState>().is_some_and(|st| st.turn.mine())
 }
 
 /// A point-to-point operation of this thread's gpuwire group was recorded for its end: its later
@@ -226,7 +145,7 @@ static POSTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::
 /// for them inside the gpuwire group could not return; with such operations posted, the
 /// group's operations are issued at its end instead.
 pub fn direct_possible(c: &Communicator) -> Result<bool> {
-    match DIRECT.with(|d| d.get()) & (OPEN | DEFERRED) {
+    match DIRECT.with(|d| d.get()) {
         OPEN => return Ok(true),
         0 => {}
         _ => return Ok(false),
@@ -262,15 +181,14 @@ pub fn issue_direct(c: &Communicator, buf: &Buffer, peer: i32, send: bool, strea
     // NCCL group opens, joining it after.
     st.close_group();
     if DIRECT.with(|d| d.get()) & OPEN == 0 {
-        // The turn at NCCL is this thread's until the group's end.
-        keep_turn();
         // SAFETY: closed by `with_group` at the gpuwire group's end, on this thread.
-        if let Err(e) = check(api, std::ptr::null_mut(), unsafe { (api.group_start)() }, "ncclGroupStart") {
-            release_turn();
-            return Err(e);
-        }
+        check(api, std::ptr::null_mut(), unsafe { (api.group_start)() }, "ncclGroupStart")?;
         DIRECT.with(|d| d.set(d.get() | OPEN));
+        // Turns taken from here on are kept until the group's end.
+        turn::begin_group();
     }
+    // The communicator's turn, this thread's until the group's end.
+    let _turn = st.turn.take()?;
     let comm = st.comm();
     if comm.is_null() {
         return Err(Error::CommBroken(format!("{}: the NCCL communicator was aborted", if send { "ncclSend" } else { "ncclRecv" })));
@@ -518,6 +436,8 @@ pub struct NcclState {
     /// Whether `open` may hold a group (set under its lock when one is opened, cleared when it is
     /// taken): lets every other call skip that lock when no isend/irecv is pending.
     maybe_open: std::sync::atomic::AtomicBool,
+    /// Which thread makes NCCL calls on it (`turn`).
+    turn: TurnLock,
 }
 
 // SAFETY: the NCCL communicator is only used under the mutex (NCCL allows one thread at a time).
@@ -617,7 +537,14 @@ impl NcclState {
             crate::trace!("nccl: ncclCommInitRank rank {} of {} on device {device}, deadline {timeout:?}", c.rank(), c.size());
             comm = init_bounded(api, device, c.size(), id, c.rank(), timeout)?;
         }
-        Ok(NcclState { comm: Mutex::new(comm), device, nonblocking, open: Mutex::new(Posted { posts: Vec::new(), groups: Vec::new() }), maybe_open: std::sync::atomic::AtomicBool::new(false) })
+        Ok(NcclState {
+            comm: Mutex::new(comm),
+            device,
+            nonblocking,
+            open: Mutex::new(Posted { posts: Vec::new(), groups: Vec::new() }),
+            maybe_open: std::sync::atomic::AtomicBool::new(false),
+            turn: TurnLock::default(),
+        })
     }
 
     fn comm(&self) -> std::sync::MutexGuard<'_, NcclComm> {
@@ -647,7 +574,7 @@ impl NcclState {
         use std::sync::atomic::Ordering::{AcqRel, Release};
         let joins = direct_open() || IN_GROUP.with(|g| g.get());
         // The turn first, then the posts (the order every thread takes them in).
-        let _turn = Turn::take();
+        let turn = self.turn.take();
         let mut o = self.open.lock().unwrap_or_else(|p| p.into_inner());
         if o.posts.is_empty() {
             return;
@@ -664,7 +591,7 @@ impl NcclState {
         };
         // The launch and the events in the device's context, whatever the calling thread holds.
         let ctx = CtxGuard::enter(self.device);
-        let launched = ctx.as_ref().map_err(|e| e.clone()).and_then(|_| self.launch(&posts));
+        let launched = turn.and(ctx.as_ref().map_err(|e| e.clone())).and_then(|_| self.launch(&posts));
         for (t, g) in groups {
             let streams = posts.iter().filter(|p| p.thread == t).map(|p| p.stream);
             match &launched {
@@ -761,20 +688,21 @@ thread_local! {
 /// of `comms` to leave that state, as a blocking communicator waits inside the call.
 pub fn with_group<T>(comms: &[&Communicator], f: impl FnOnce() -> Result<T>) -> Result<T> {
     let api = api()?;
-    // The turn at NCCL is this thread's until the group's end (kept from `issue_direct`'s).
-    keep_turn();
-    if DIRECT.with(|d| d.replace(d.get() & (HELD | STICKY))) & OPEN != 0 {
+    if DIRECT.with(|d| d.replace(0)) & OPEN != 0 {
         // The gpuwire group's NCCL group is open already (`issue_direct`): `f` adds to it and
         // the end below closes it.
     } else {
         // SAFETY: paired with group_end below on this thread.
-        if let Err(e) = check(api, std::ptr::null_mut(), unsafe { (api.group_start)() }, "ncclGroupStart") {
-            release_turn();
-            return Err(e);
-        }
+        check(api, std::ptr::null_mut(), unsafe { (api.group_start)() }, "ncclGroupStart")?;
+        // The turns of the communicators `f` uses are kept until the end below.
+        turn::begin_group();
     }
     let was = IN_GROUP.with(|g| g.replace(true));
+    // A panic in `f` (caught at the C boundary) still ends the NCCL group and gives the turns
+    // back.
+    let unwinding = Unwinding { api, was };
     let r = f();
+    std::mem::forget(unwinding);
     IN_GROUP.with(|g| g.set(was));
     // SAFETY: closes the group opened above.
     let mut e = unsafe { (api.group_end)() };
@@ -789,7 +717,7 @@ pub fn with_group<T>(comms: &[&Communicator], f: impl FnOnce() -> Result<T>) -> 
             }
         }
     }
-    release_turn();
+    turn::end_group();
     let e = check(api, std::ptr::null_mut(), e, "ncclGroupEnd");
     if JOINED.with(|j| !j.borrow().is_empty()) {
         finish_joined(&e);
@@ -797,6 +725,22 @@ pub fn with_group<T>(comms: &[&Communicator], f: impl FnOnce() -> Result<T>) -> 
     let v = r?;
     e?;
     Ok(v)
+}
+
+/// [`with_group`]'s end, where its `f` panicked.
+struct Unwinding {
+    api: &'static Api,
+    was: bool,
+}
+
+impl Drop for Unwinding {
+    fn drop(&mut self) {
+        // SAFETY: closes the group `with_group` opened (or found open) on this thread.
+        unsafe { (self.api.group_end)() };
+        IN_GROUP.with(|g| g.set(self.was));
+        turn::end_group();
+        finish_joined(&Err(Error::Internal("the group's end failed (a panic)".into())));
+    }
 }
 
 /// After this thread's NCCL group ended with `launched`: the isend/irecv groups launched inside
@@ -988,7 +932,7 @@ fn enter<'a>(c: &'a Communicator, bufs: &[Option<&Buffer>], stream: Stream) -> R
 
 impl Ctx<'_> {
     fn call(&self, what: &str, f: impl FnOnce(NcclComm) -> c_int) -> Result<()> {
-        let _turn = Turn::take();
+        let _turn = self.st.turn.take()?;
         let comm = self.st.comm();
         if comm.is_null() {
             return Err(Error::CommBroken(format!("{what}: the NCCL communicator was aborted")));
@@ -1010,7 +954,7 @@ impl Ctx<'_> {
         Ok(())
     }
     fn group<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
-        let _turn = Turn::take();
+        let _turn = self.st.turn.take()?;
         // SAFETY: paired with group_end below on this thread.
         check(self.api, std::ptr::null_mut(), unsafe { (self.api.group_start)() }, "ncclGroupStart")?;
         let r = f();

@@ -198,7 +198,7 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
         ev.record(stream)?;
         ticket.set_event(ev);
     } else if deliver_later {
-        let ps = private_stream(device)?;
+        let ps = delivery_stream(device)?;
         let at_call = Event::new()?;
         at_call.record(stream)?;
         deliver = Some(Deliver { after: p.after.clone(), at_call, ps, ticket: ticket.clone() });
@@ -307,7 +307,19 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
 /// never waits for the legacy stream), one per device for the process.
 fn private_stream(device: i32) -> Result<Stream> {
     static STREAMS: Mutex<Vec<(i32, usize)>> = Mutex::new(Vec::new());
-    let mut g = STREAMS.lock().unwrap_or_else(|p| p.into_inner());
+    stream_of(&STREAMS, device)
+}
+
+/// The private stream of nonblocking receives' deliveries on `device` (`Ordered::deliver`):
+/// apart from [`private_stream`], whose deliveries wait for their host sides' flags, so that a
+/// receive that completed never waits behind an unrelated operation still in progress.
+fn delivery_stream(device: i32) -> Result<Stream> {
+    static STREAMS: Mutex<Vec<(i32, usize)>> = Mutex::new(Vec::new());
+    stream_of(&STREAMS, device)
+}
+
+fn stream_of(streams: &Mutex<Vec<(i32, usize)>>, device: i32) -> Result<Stream> {
+    let mut g = streams.lock().unwrap_or_else(|p| p.into_inner());
     if let Some((_, s)) = g.iter().find(|(d, _)| *d == device) {
         return Ok(Stream(*s));
     }
@@ -374,7 +386,7 @@ struct Ordered {
 }
 
 /// The copies of a nonblocking receive's staging into its device buffers, enqueued on the
-/// private stream `ps` after the caller's stream's work before the call (`at_call`) once the
+/// delivery stream `ps` after the caller's stream's work before the call (`at_call`) once the
 /// receive succeeded; its staging is the ticket's until they ran.
 struct Deliver {
     after: Vec<After>,
@@ -403,6 +415,10 @@ impl Ordered {
             self.out_event = Some(ev);
             Ok(())
         })();
+        if r.is_err() {
+            // Copies enqueued before the failure still read the staging: done before it is free.
+            let _ = device::sync(d.ps);
+        }
         d.ticket.finish();
         r
     }

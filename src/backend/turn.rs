@@ -1,0 +1,221 @@
+//! Whose turn it is at an NCCL communicator.
+//!
+//! NCCL's communicators are not thread-safe, and an NCCL operation made inside a thread's group
+//! (ncclGroupStart) enters its communicator's plan at its call: another thread's ncclGroupEnd
+//! on that communicator would launch it apart from the rest of its group (on the GPU, a send
+//! without its receive: a hang). So one thread at a time makes NCCL calls on a communicator —
+//! that thread has the communicator's *turn* — from its first operation on it inside a group to
+//! the group's ncclGroupEnd ([`begin_group`] … [`end_group`]), or for one call outside a group.
+//! Threads on different communicators (NCCL's one communicator per thread) never wait for each
+//! other.
+//!
+//! A thread that would wait for a turn held by a thread that waits (directly or through
+//! others) for a turn it holds — two threads' groups spanning the same communicators in
+//! opposite orders — is refused with `GPUWIRE_ERROR_INVALID_ARGUMENT` instead of waiting for
+//! ever.
+
+use std::cell::RefCell;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::{Condvar, Mutex};
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// One communicator's turn: the token of the thread that has it (0: none).
+#[derive(Debug, Default)]
+pub struct TurnLock {
+    owner: AtomicUsize,
+}
+
+/// This thread's token and the turns it keeps until its group's end.
+struct Mine {
+    token: usize,
+    /// Inside a group: turns taken are kept until [`end_group`].
+    in_group: bool,
+    kept: Vec<*const TurnLock>,
+}
+
+impl Drop for Mine {
+    /// A thread that exits with turns kept gives them back (`group::Open`'s drop ends its NCCL
+    /// group first, where it can still run).
+    fn drop(&mut self) {
+        for l in self.kept.drain(..) {
+            // SAFETY: a kept turn's communicator outlives its group (the group's entries hold it).
+            release(unsafe { &*l });
+        }
+    }
+}
+
+thread_local! {
+    static MINE: RefCell<Mine> = const { RefCell::new(Mine { token: 0, in_group: false, kept: Vec::new() }) };
+}
+
+static NEXT_TOKEN: AtomicUsize = AtomicUsize::new(1);
+/// The threads waiting for a turn, and which (thread token, lock address): what [`wait_for`]
+/// follows to refuse a cycle. Its lock also orders the signal of a release.
+static WAITS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+static WAITING: AtomicUsize = AtomicUsize::new(0);
+static FREED: Condvar = Condvar::new();
+
+/// A turn taken for one call, given back when dropped (inside a group: kept to its end).
+pub struct Turn {
+    lock: *const TurnLock,
+}
+
+impl Drop for Turn {
+    #[inline]
+    fn drop(&mut self) {
+        if !self.lock.is_null() {
+            // SAFETY: the guard does not outlive the communicator of the call that took it.
+            release(unsafe { &*self.lock });
+        }
+    }
+}
+
+impl TurnLock {
+    /// This thread's turn at the communicator: at once where it has it already or nobody has,
+    /// else after the thread that has it gives it back. Inside a group ([`begin_group`]) it is
+    /// kept until [`end_group`].
+    #[inline]
+    pub fn take(&self) -> Result<Turn> {
+        MINE.with(|m| {
+            let mut m = m.borrow_mut();
+            if m.token == 0 {
+                m.token = NEXT_TOKEN.fetch_add(1, Relaxed);
+            }
+            let me = m.token;
+            if self.owner.load(Relaxed) == me {
+                return Ok(Turn { lock: std::ptr::null() });
+            }
+            if self.owner.compare_exchange(0, me, SeqCst, Relaxed).is_err() {
+                wait_for(self, me)?;
+            }
+            if m.in_group {
+                m.kept.push(self);
+                Ok(Turn { lock: std::ptr::null() })
+            } else {
+                Ok(Turn { lock: self })
+            }
+        })
+    }
+
+    /// Whether this thread has the turn (inside its group: then the communicator's queued work
+    /// of other threads waits for the group's end, and must not be waited for).
+    pub fn mine(&self) -> bool {
+        let o = self.owner.load(Relaxed);
+        o != 0 && MINE.try_with(|m| m.borrow().token == o).unwrap_or(false)
+    }
+}
+
+/// Waits for `lock`'s turn, unless its holder waits (through others) for a turn `me` holds.
+#[cold]
+#[inline(never)]
+fn wait_for(lock: &TurnLock, me: usize) -> Result<()> {
+    let addr = lock as *const TurnLock as usize;
+    let mut w = WAITS.lock().unwrap_or_else(|p| p.into_inner());
+    let mut holder = lock.owner.load(SeqCst);
+    for _ in 0..1024 {
+        let Some(&(_, other)) = w.iter().find(|(t, _)| *t == holder && holder != 0) else { break };
+        // SAFETY: a lock some thread waits for is alive while its entry is listed (the waiter
+        // removes it under this mutex before its call returns).
+        holder = unsafe { &*(other as *const TurnLock) }.owner.load(SeqCst);
+        if holder == me {
+            return Err(Error::InvalidArgument(
+                "NCCL communicator in use: another thread's open group has issued operations on it and waits for a communicator this thread's group has issued operations on (NCCL's communicators take one thread at a time: order the two groups' communicators alike, or make the groups one after the other); this operation was not issued".into(),
+            ));
+        }
+    }
+    w.push((me, addr));
+    WAITING.fetch_add(1, SeqCst);
+    while lock.owner.compare_exchange(0, me, SeqCst, Relaxed).is_err() {
+        w = FREED.wait_timeout(w, Duration::from_millis(1)).unwrap_or_else(|p| p.into_inner()).0;
+    }
+    WAITING.fetch_sub(1, SeqCst);
+    if let Some(i) = w.iter().position(|&(t, l)| t == me && l == addr) {
+        w.swap_remove(i);
+    }
+    Ok(())
+}
+
+/// Gives `lock`'s turn back (signalling only where some thread waits).
+fn release(lock: &TurnLock) {
+    lock.owner.store(0, SeqCst);
+    if WAITING.load(SeqCst) > 0 {
+        let _w = WAITS.lock().unwrap_or_else(|p| p.into_inner());
+        FREED.notify_all();
+    }
+}
+
+/// This thread's group begins (an NCCL group open across calls): turns taken from now on are
+/// kept until [`end_group`].
+pub fn begin_group() {
+    MINE.with(|m| m.borrow_mut().in_group = true);
+}
+
+/// This thread's NCCL group ended: the turns it kept are given back.
+pub fn end_group() {
+    let _ = MINE.try_with(|m| {
+        let mut m = m.borrow_mut();
+        m.in_group = false;
+        for l in m.kept.drain(..) {
+            // SAFETY: see `Mine`'s drop.
+            release(unsafe { &*l });
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_turn_is_one_threads_and_reentrant() {
+        let l = Arc::new(TurnLock::default());
+        let t = l.take().unwrap();
+        let again = l.take().unwrap();
+        assert!(l.mine());
+        let l2 = l.clone();
+        let other = std::thread::spawn(move || {
+            let _t = l2.take().unwrap();
+            assert!(l2.mine());
+        });
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!other.is_finished(), "another thread took a turn this thread has");
+        drop(again);
+        assert!(l.mine(), "the inner guard gave the turn back");
+        drop(t);
+        other.join().unwrap();
+        assert!(!l.mine());
+    }
+
+    #[test]
+    fn a_group_keeps_its_turns_and_a_cycle_is_refused() {
+        let (x, y) = (Arc::new(TurnLock::default()), Arc::new(TurnLock::default()));
+        begin_group();
+        drop(x.take().unwrap());
+        assert!(x.mine(), "kept to the group's end");
+        let (x2, y2) = (x.clone(), y.clone());
+        let (tx, rx) = std::sync::mpsc::channel();
+        // The other thread's group has y, then waits for x.
+        let other = std::thread::spawn(move || {
+            begin_group();
+            drop(y2.take().unwrap());
+            tx.send(()).unwrap();
+            let r = x2.take().map(|_| ());
+            end_group();
+            r
+        });
+        rx.recv().unwrap();
+        while WAITING.load(SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        let e = y.take().map(|_| ()).expect_err("a cycle is refused");
+        assert!(format!("{e}").contains("opposite") || format!("{e}").contains("order"), "{e}");
+        end_group();
+        assert!(!x.mine());
+        other.join().unwrap().unwrap();
+        assert!(!y.mine());
+    }
+}
