@@ -277,8 +277,9 @@ pub fn end() -> Result<()> {
 /// NCCL turn (`nccl::holds_turn`): it drained them when it took it, and what other threads
 /// queued since waits for the group's end.
 fn drain(c: &Communicator) {
-    if !crate::backend::nccl::holds_turn(c) {
-        c.engine().drain();
+    let e = c.engine();
+    if !e.idle() && !crate::backend::nccl::holds_turn(c) {
+        e.drain();
     }
 }
 
