@@ -169,6 +169,8 @@ pub struct Engine {
     async_error: Mutex<Option<Error>>,
     /// Whether `async_error` is set (read without the lock on every call).
     has_async_error: std::sync::atomic::AtomicBool,
+    /// The communicator's NCCL turn, where it has one (`crate::backend::turn`).
+    turn: std::sync::OnceLock<Arc<AtomicUsize>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -193,10 +195,18 @@ impl Engine {
         self.p2p.load(Ordering::Acquire) == 0
     }
 
+    /// The communicator's NCCL turn (set once, at the NCCL backend's setup).
+    pub fn set_turn(&self, turn: Arc<AtomicUsize>) {
+        let _ = self.turn.set(turn);
+    }
+
     /// Waits until everything queued so far has run (an operation that must run on the
-    /// caller's thread, after the queued ones).
+    /// caller's thread, after the queued ones) — except where this thread's group has the
+    /// communicator's NCCL turn: it drained the engine when it took it, and what other threads
+    /// queued since then needs that turn, so it runs after the group's end (waiting for it here
+    /// would never return).
     pub fn drain(&self) {
-        if self.idle() {
+        if self.idle() || self.turn.get().is_some_and(|t| crate::backend::turn::held_here(t)) {
             return;
         }
         let mut g = lock(&self.q);

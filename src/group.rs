@@ -89,7 +89,11 @@ impl Drop for Open {
 }
 
 thread_local! {
-    static GROUP: RefCell<Open> = RefCell::new(Open::default());
+    // The turns' record first (`turn::touch`): destroyed after this one at the thread's exit.
+    static GROUP: RefCell<Open> = {
+        crate::backend::turn::touch();
+        RefCell::new(Open::default())
+    };
 }
 
 /// Whether this thread is inside a group.
@@ -160,7 +164,7 @@ fn direct(c: &Arc<Communicator>, op: &Op, stream: Stream) -> Result<bool> {
     for b in op.slots().into_iter().flatten() {
         crate::backend::nccl::check_direct(c, b)?;
     }
-    drain(c);
+    c.engine().drain();
     let issue = |b: &crate::buffer::Buffer, r: i32, send: bool| if peer(r) == PROC_NULL { Ok(()) } else { crate::backend::nccl::issue_direct(c, b, r, send, stream) };
     match op {
         Op::Send { buf, dest, .. } | Op::Isend { buf, dest, .. } => issue(buf, *dest, true)?,
@@ -273,16 +277,6 @@ pub fn end() -> Result<()> {
     r
 }
 
-/// Waits for the operations queued on `c`'s engine, except where this thread's group has `c`'s
-/// NCCL turn (`nccl::holds_turn`): it drained them when it took it, and what other threads
-/// queued since waits for the group's end.
-fn drain(c: &Communicator) {
-    let e = c.engine();
-    if !e.idle() && !crate::backend::nccl::holds_turn(c) {
-        e.drain();
-    }
-}
-
 /// Runs a group's operations (module comment), each communicator's in call order.
 fn run(entries: Vec<Entry>) -> Result<()> {
     let mut first: Option<Error> = None;
@@ -293,7 +287,7 @@ fn run(entries: Vec<Entry>) -> Result<()> {
     };
     // Earlier queued operations of these communicators come first.
     for e in &entries {
-        drain(&e.c);
+        e.c.engine().drain();
     }
     // Views of the operations started here (collectives off NCCL pack their own, in `run`).
     let entries: Vec<Entry> = entries

@@ -1933,6 +1933,69 @@ fn deliver_order(cx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
+/// NCCL: a thread exits inside its group after many isend/irecv issued into its NCCL group and
+/// many recorded iallreduces (a long exit), while another thread's allreduce waits for the
+/// communicator's turn: the turn is free only after the exiting thread's NCCL group ended, so
+/// the allreduce never meets that group's operations in the communicator's plan (found in
+/// review: the turns' thread-local was destroyed first and gave them back early), 5 rounds.
+fn thread_exit_turn(cx: &Ctx) -> Result<(), String> {
+    if !nccl_only(cx.comm, cx.rank, "threadexitturn") {
+        return Ok(());
+    }
+    let n = 16usize;
+    let (a, b, c) = (dev_alloc(n, Dtype::GPUWIRE_FLOAT32), dev_alloc(n, Dtype::GPUWIRE_FLOAT32), dev_alloc(n, Dtype::GPUWIRE_FLOAT32));
+    let (comm, me) = (cx.comm, cx.rank);
+    for round in 0..5 {
+        let (tx, rx) = std::sync::mpsc::channel::<Result<(), String>>();
+        let exiting = std::thread::spawn(move || {
+            primary_context_current();
+            let mut s2: cu::CUstream = std::ptr::null_mut();
+            cuok(unsafe { cu::cuStreamCreate(&mut s2, 1) }, "cuStreamCreate");
+            let mut r = Ok(());
+            if gpuwire_group_start() != Status::GPUWIRE_SUCCESS {
+                r = Err(format!("group_start: {}", last_error()));
+            }
+            for _ in 0..200 {
+                let (mut q1, mut q2) = (0, 0);
+                let x = gpuwire_isend(comm, a, me, 1, s2.cast(), &mut q1);
+                let y = gpuwire_irecv(comm, b, me, 1, s2.cast(), &mut q2);
+                if (x != Status::GPUWIRE_SUCCESS || y != Status::GPUWIRE_SUCCESS) && r.is_ok() {
+                    r = Err(format!("isend, irecv in the group: {x:?} {y:?}: {}", last_error()));
+                }
+            }
+            for _ in 0..20000 {
+                let mut q = 0;
+                let x = gpuwire_iallreduce(comm, b, b, ReduceOp::GPUWIRE_SUM as i32, s2.cast(), &mut q);
+                if x != Status::GPUWIRE_SUCCESS && r.is_ok() {
+                    r = Err(format!("iallreduce in the group: {x:?}: {}", last_error()));
+                }
+            }
+            tx.send(r).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            // Exits with the group open.
+        });
+        rx.recv().unwrap()?;
+        let waiter = std::thread::spawn(move || {
+            primary_context_current();
+            let mut s3: cu::CUstream = std::ptr::null_mut();
+            cuok(unsafe { cu::cuStreamCreate(&mut s3, 1) }, "cuStreamCreate");
+            let st = gpuwire_allreduce(comm, c, c, ReduceOp::GPUWIRE_SUM as i32, s3.cast());
+            cuok(unsafe { cu::cuStreamSynchronize(s3) }, "cuStreamSynchronize");
+            if st != Status::GPUWIRE_SUCCESS { Some(format!("{st:?}: {}", last_error())) } else { None }
+        });
+        exiting.join().map_err(|_| "the exiting thread panicked".to_string())?;
+        if let Some(e) = waiter.join().map_err(|_| "the waiting thread panicked".to_string())? {
+            return Err(format!("round {round}: an allreduce waiting for the exiting thread's turn failed: {e}"));
+        }
+    }
+    cuok(unsafe { cu::cuCtxSynchronize() }, "cuCtxSynchronize");
+    for q in [a, b, c] {
+        gpuwire_buffer_free(q);
+    }
+    println!("rank {me}: threadexitturn: 5 threads exited inside their groups; the turn was free only after their NCCL groups ended");
+    Ok(())
+}
+
 fn c17_seed_demo(cx: &Ctx) -> Result<(), String> {
     let b = dev_alloc(10, Dtype::GPUWIRE_FLOAT32);
     let seed: Vec<f32> = (0..10).map(|i| 100.0 + 10.0 * i as f32).collect();
@@ -3772,6 +3835,7 @@ fn main() {
             "grouporder" => group_order(&cx),
             "threadposts" => thread_posts(&cx),
             "threadexit" => thread_exit(&cx),
+            "threadexitturn" => thread_exit_turn(&cx),
             "turndrain" => turn_drain(&cx),
             "deliverorder" => deliver_order(&cx),
             "mismatch" => mismatch_checked(&cx),

@@ -537,13 +537,16 @@ impl NcclState {
             crate::trace!("nccl: ncclCommInitRank rank {} of {} on device {device}, deadline {timeout:?}", c.rank(), c.size());
             comm = init_bounded(api, device, c.size(), id, c.rank(), timeout)?;
         }
+        let turn = TurnLock::default();
+        // The engine's drains skip what waits for this thread's group (`Engine::drain`).
+        c.engine().set_turn(turn.share());
         Ok(NcclState {
             comm: Mutex::new(comm),
             device,
             nonblocking,
             open: Mutex::new(Posted { posts: Vec::new(), groups: Vec::new() }),
             maybe_open: std::sync::atomic::AtomicBool::new(false),
-            turn: TurnLock::default(),
+            turn,
         })
     }
 

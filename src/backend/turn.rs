@@ -17,15 +17,16 @@
 use std::cell::RefCell;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use crate::error::{Error, Result};
 
-/// One communicator's turn: the token of the thread that has it (0: none).
+/// One communicator's turn: the token of the thread that has it (0: none); shared with the
+/// groups that keep it (a communicator freed inside a group leaves nothing dangling).
 #[derive(Debug, Default)]
 pub struct TurnLock {
-    owner: AtomicUsize,
+    owner: Arc<AtomicUsize>,
 }
 
 /// This thread's token and the turns it keeps until its group's end.
@@ -33,16 +34,15 @@ struct Mine {
     token: usize,
     /// Inside a group: turns taken are kept until [`end_group`].
     in_group: bool,
-    kept: Vec<*const TurnLock>,
+    kept: Vec<Arc<AtomicUsize>>,
 }
 
 impl Drop for Mine {
-    /// A thread that exits with turns kept gives them back (`group::Open`'s drop ends its NCCL
-    /// group first, where it can still run).
+    /// A thread that exits with turns kept gives them back (`group::Open`'s drop, destroyed
+    /// first: [`touch`], has ended its NCCL group and given them back already).
     fn drop(&mut self) {
         for l in self.kept.drain(..) {
-            // SAFETY: a kept turn's communicator outlives its group (the group's entries hold it).
-            release(unsafe { &*l });
+            release(&l);
         }
     }
 }
@@ -60,7 +60,7 @@ static FREED: Condvar = Condvar::new();
 
 /// A turn taken for one call, given back when dropped (inside a group: kept to its end).
 pub struct Turn {
-    lock: *const TurnLock,
+    lock: *const AtomicUsize,
 }
 
 impl Drop for Turn {
@@ -92,10 +92,10 @@ impl TurnLock {
                 wait_for(self, me)?;
             }
             if m.in_group {
-                m.kept.push(self);
+                m.kept.push(self.owner.clone());
                 Ok(Turn { lock: std::ptr::null() })
             } else {
-                Ok(Turn { lock: self })
+                Ok(Turn { lock: &*self.owner })
             }
         })
     }
@@ -103,23 +103,33 @@ impl TurnLock {
     /// Whether this thread has the turn (inside its group: then the communicator's queued work
     /// of other threads waits for the group's end, and must not be waited for).
     pub fn mine(&self) -> bool {
-        let o = self.owner.load(Relaxed);
-        o != 0 && MINE.try_with(|m| m.borrow().token == o).unwrap_or(false)
+        held_here(&self.owner)
     }
+
+    /// The turn's word, for the communicator's engine (`Engine::set_turn`).
+    pub fn share(&self) -> Arc<AtomicUsize> {
+        self.owner.clone()
+    }
+}
+
+/// Whether this thread has the turn whose word is `owner` ([`TurnLock::share`]).
+pub fn held_here(owner: &AtomicUsize) -> bool {
+    let o = owner.load(Relaxed);
+    o != 0 && MINE.try_with(|m| m.try_borrow().is_ok_and(|m| m.token == o)).unwrap_or(false)
 }
 
 /// Waits for `lock`'s turn, unless its holder waits (through others) for a turn `me` holds.
 #[cold]
 #[inline(never)]
 fn wait_for(lock: &TurnLock, me: usize) -> Result<()> {
-    let addr = lock as *const TurnLock as usize;
+    let addr = &*lock.owner as *const AtomicUsize as usize;
     let mut w = WAITS.lock().unwrap_or_else(|p| p.into_inner());
     let mut holder = lock.owner.load(SeqCst);
     for _ in 0..1024 {
         let Some(&(_, other)) = w.iter().find(|(t, _)| *t == holder && holder != 0) else { break };
         // SAFETY: a lock some thread waits for is alive while its entry is listed (the waiter
         // removes it under this mutex before its call returns).
-        holder = unsafe { &*(other as *const TurnLock) }.owner.load(SeqCst);
+        holder = unsafe { &*(other as *const AtomicUsize) }.load(SeqCst);
         if holder == me {
             return Err(Error::InvalidArgument(
                 "NCCL communicator in use: another thread's open group has issued operations on it and waits for a communicator this thread's group has issued operations on (NCCL's communicators take one thread at a time: order the two groups' communicators alike, or make the groups one after the other); this operation was not issued".into(),
@@ -138,13 +148,22 @@ fn wait_for(lock: &TurnLock, me: usize) -> Result<()> {
     Ok(())
 }
 
-/// Gives `lock`'s turn back (signalling only where some thread waits).
-fn release(lock: &TurnLock) {
-    lock.owner.store(0, SeqCst);
+/// Gives the turn of `owner` back (signalling only where some thread waits).
+fn release(owner: &AtomicUsize) {
+    owner.store(0, SeqCst);
     if WAITING.load(SeqCst) > 0 {
         let _w = WAITS.lock().unwrap_or_else(|p| p.into_inner());
         FREED.notify_all();
     }
+}
+
+/// Makes this thread's turns' record exist: `group`'s thread-local calls it first, so that at
+/// the thread's exit the group's drop (which ends the NCCL group, then gives the turns back)
+/// runs before the record's own (thread-locals are destroyed in the reverse order of their
+/// first use): a turn is never free while the exiting thread's operations are in its
+/// communicator's plan.
+pub fn touch() {
+    MINE.with(|_| ());
 }
 
 /// This thread's group begins (an NCCL group open across calls): turns taken from now on are
@@ -159,8 +178,7 @@ pub fn end_group() {
         let mut m = m.borrow_mut();
         m.in_group = false;
         for l in m.kept.drain(..) {
-            // SAFETY: see `Mine`'s drop.
-            release(unsafe { &*l });
+            release(&l);
         }
     });
 }
@@ -168,7 +186,6 @@ pub fn end_group() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
     #[test]
     fn a_turn_is_one_threads_and_reentrant() {
