@@ -385,7 +385,7 @@ impl Communicator {
                 // never concurrently with them. Operations issued through `op::issue` find the
                 // engine idle here (it queues them otherwise); dup, split and the distributed
                 // arrays' creation come here directly.
-                self.engine().drain();
+                self.engine().drain()?;
             }
             let me = thread_id();
             match self.busy.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed) {

@@ -204,15 +204,23 @@ impl Engine {
     /// caller's thread, after the queued ones) — except where this thread's group has the
     /// communicator's NCCL turn: it drained the engine when it took it, and what other threads
     /// queued since then needs that turn, so it runs after the group's end (waiting for it here
-    /// would never return).
-    pub fn drain(&self) {
-        if self.idle() || self.turn.get().is_some_and(|t| crate::backend::turn::held_here(t)) {
-            return;
+    /// would never return). Where another thread has the turn and waits for one this thread's
+    /// group keeps, the queued work could never run: GPUWIRE_ERROR_INVALID_ARGUMENT
+    /// (`turn::engine_wait`), nothing waited for.
+    pub fn drain(&self) -> Result<()> {
+        if self.idle() {
+            return Ok(());
         }
+        let _listed = match self.turn.get() {
+            Some(t) if crate::backend::turn::held_here(t) => return Ok(()),
+            Some(t) => crate::backend::turn::engine_wait(t)?,
+            None => None,
+        };
         let mut g = lock(&self.q);
         while self.outstanding.load(Ordering::Acquire) > 0 {
             g = self.cv.wait_timeout(g, Duration::from_millis(1)).unwrap_or_else(|p| p.into_inner()).0;
         }
+        Ok(())
     }
 
     /// Takes the asynchronous error (reported once).
@@ -460,5 +468,66 @@ impl Drop for Flag {
         unsafe { std::ptr::write_volatile(self.done, self.value) };
         std::sync::atomic::fence(Ordering::SeqCst);
         self.finished.store(true, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::turn::{self, TurnLock};
+    use std::sync::mpsc;
+
+    /// Two threads' groups keep two NCCL communicators' turns in opposite orders while a third
+    /// thread's calls, queued on both engines, need those turns: each group's drain of the other
+    /// communicator's engine would wait for ever. One of the two drains is refused; the other
+    /// returns once the refused thread's group has ended, and the queued calls then run.
+    #[test]
+    fn a_drain_that_closes_a_cycle_of_turns_is_refused() {
+        set_thread_multiple(true);
+        let (x, y) = (Arc::new(TurnLock::default()), Arc::new(TurnLock::default()));
+        let (ex, ey) = (Arc::new(Engine::default()), Arc::new(Engine::default()));
+        ex.set_turn(x.share());
+        ey.set_turn(y.share());
+        let (held_tx, held_rx) = mpsc::channel();
+        let (done_tx, done_rx) = mpsc::channel();
+        let mut go = Vec::new();
+        for (mine, other) in [(x.clone(), ey.clone()), (y.clone(), ex.clone())] {
+            let (held, done) = (held_tx.clone(), done_tx.clone());
+            let (go_tx, go_rx) = mpsc::channel::<()>();
+            go.push(go_tx);
+            std::thread::spawn(move || {
+                turn::begin_group();
+                drop(mine.take().unwrap());
+                held.send(()).unwrap();
+                go_rx.recv().unwrap();
+                let r = other.drain();
+                turn::end_group();
+                done.send(r).unwrap();
+            });
+        }
+        held_rx.recv().unwrap();
+        held_rx.recv().unwrap();
+        // The third thread's calls, each needing its communicator's turn.
+        let queued: Vec<Arc<Done>> = [(&ex, &x), (&ey, &y)]
+            .into_iter()
+            .map(|(e, t)| {
+                let t = t.clone();
+                e.submit(Box::new(move || t.take().map(drop)), false, false)
+            })
+            .collect();
+        for g in go {
+            g.send(()).unwrap();
+        }
+        let within = Duration::from_secs(20);
+        let first = done_rx.recv_timeout(within).expect("a drain of a cycle of turns hung");
+        let second = done_rx.recv_timeout(within).expect("the other drain did not return after the refused group ended");
+        let refused: Vec<&Error> = [&first, &second].into_iter().filter_map(|r| r.as_ref().err()).collect();
+        assert_eq!(refused.len(), 1, "exactly one of the two drains is refused: {first:?}, {second:?}");
+        assert_eq!(refused[0].status(), crate::error::Status::GPUWIRE_ERROR_INVALID_ARGUMENT, "{}", refused[0]);
+        for d in queued {
+            let r = d.wait_until(Some(Instant::now() + within)).expect("a queued call never ran");
+            assert!(r.is_ok(), "{r:?}");
+        }
+        assert!(!x.mine() && !y.mine());
     }
 }

@@ -164,7 +164,7 @@ fn direct(c: &Arc<Communicator>, op: &Op, stream: Stream) -> Result<bool> {
     for b in op.slots().into_iter().flatten() {
         crate::backend::nccl::check_direct(c, b)?;
     }
-    c.engine().drain();
+    c.engine().drain()?;
     let issue = |b: &crate::buffer::Buffer, r: i32, send: bool| if peer(r) == PROC_NULL { Ok(()) } else { crate::backend::nccl::issue_direct(c, b, r, send, stream) };
     match op {
         Op::Send { buf, dest, .. } | Op::Isend { buf, dest, .. } => issue(buf, *dest, true)?,
@@ -285,14 +285,29 @@ fn run(entries: Vec<Entry>) -> Result<()> {
             *first = Some(e.clone());
         }
     };
-    // Earlier queued operations of these communicators come first.
+    // Earlier queued operations of these communicators come first. Where that work waits for
+    // an NCCL turn whose holder waits for one this group keeps (`Engine::drain`), the
+    // communicator's operations fail with that refusal (none of them was issued at its call:
+    // this thread would have its turn).
+    let mut refused: Vec<(*const Communicator, Error)> = Vec::new();
     for e in &entries {
-        e.c.engine().drain();
+        let c: *const Communicator = &*e.c;
+        if !refused.iter().any(|(r, _)| *r == c) {
+            if let Err(x) = e.c.engine().drain() {
+                refused.push((c, x));
+            }
+        }
     }
     // Views of the operations started here (collectives off NCCL pack their own, in `run`).
     let entries: Vec<Entry> = entries
         .into_iter()
         .filter_map(|mut e| {
+            if let Some((_, x)) = refused.iter().find(|(r, _)| std::ptr::eq(*r, &*e.c)) {
+                let r = Err(x.clone());
+                finish(&e, &r);
+                note(&r, &mut first);
+                return None;
+            }
             if (e.op.is_p2p() || is_nccl(&e)) && crate::view::has_views(&e.op) {
                 match crate::view::pack(&e.op, &e.c, e.stream) {
                     Ok(p) => {

@@ -617,7 +617,7 @@ pub fn issue(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -
     }
     if nonblocking {
         if native {
-            eng.drain();
+            eng.drain()?;
             return Ok(Some(start_nccl(c, op, stream, bufs)?));
         }
         // The engine runs the blocking form (on a device buffer: it waits for `stream` first).
@@ -684,7 +684,7 @@ fn issue_ordered_contiguous(c: &Arc<Communicator>, op: Op, stream: Stream, nonbl
     let inline = ordered::inline(c, nonblocking);
     if inline {
         // The host side runs on this thread: after everything queued, in call order.
-        c.engine().drain();
+        c.engine().drain()?;
     }
     if let (false, false, Op::Allreduce { send, recv, op: rop }) = (nonblocking, c.config().check, &op) {
         // A large one reduced on the stream, in two phases (the same MPI calls as the general

@@ -118,23 +118,36 @@ pub fn held_here(owner: &AtomicUsize) -> bool {
     o != 0 && MINE.try_with(|m| m.try_borrow().is_ok_and(|m| m.token == o)).unwrap_or(false)
 }
 
+/// Whether the thread that has the turn `owner` waits, directly or through others, for a turn
+/// `me` holds (`w`: the listed waits).
+fn closes_cycle(w: &[(usize, usize)], owner: &AtomicUsize, me: usize) -> bool {
+    let mut holder = owner.load(SeqCst);
+    for _ in 0..1024 {
+        let Some(&(_, other)) = w.iter().find(|(t, _)| *t == holder && holder != 0) else { return false };
+        // SAFETY: a turn some thread waits for is alive while its entry is listed (the waiter
+        // removes it under this mutex before its call returns).
+        holder = unsafe { &*(other as *const AtomicUsize) }.load(SeqCst);
+        if holder == me {
+            return true;
+        }
+    }
+    false
+}
+
+fn cycle_refused() -> Error {
+    Error::InvalidArgument(
+        "NCCL communicator in use: another thread's open group has issued operations on it and waits for a communicator this thread's group has issued operations on (NCCL's communicators take one thread at a time: order the two groups' communicators alike, or make the groups one after the other); this operation was not issued".into(),
+    )
+}
+
 /// Waits for `lock`'s turn, unless its holder waits (through others) for a turn `me` holds.
 #[cold]
 #[inline(never)]
 fn wait_for(lock: &TurnLock, me: usize) -> Result<()> {
     let addr = &*lock.owner as *const AtomicUsize as usize;
     let mut w = WAITS.lock().unwrap_or_else(|p| p.into_inner());
-    let mut holder = lock.owner.load(SeqCst);
-    for _ in 0..1024 {
-        let Some(&(_, other)) = w.iter().find(|(t, _)| *t == holder && holder != 0) else { break };
-        // SAFETY: a lock some thread waits for is alive while its entry is listed (the waiter
-        // removes it under this mutex before its call returns).
-        holder = unsafe { &*(other as *const AtomicUsize) }.load(SeqCst);
-        if holder == me {
-            return Err(Error::InvalidArgument(
-                "NCCL communicator in use: another thread's open group has issued operations on it and waits for a communicator this thread's group has issued operations on (NCCL's communicators take one thread at a time: order the two groups' communicators alike, or make the groups one after the other); this operation was not issued".into(),
-            ));
-        }
+    if closes_cycle(&w, &lock.owner, me) {
+        return Err(cycle_refused());
     }
     w.push((me, addr));
     WAITING.fetch_add(1, SeqCst);
@@ -146,6 +159,42 @@ fn wait_for(lock: &TurnLock, me: usize) -> Result<()> {
         w.swap_remove(i);
     }
     Ok(())
+}
+
+/// A wait for a communicator's engine, listed as a wait for its turn ([`engine_wait`]); unlisted
+/// when dropped.
+pub struct EngineWait {
+    me: usize,
+    addr: usize,
+}
+
+impl Drop for EngineWait {
+    fn drop(&mut self) {
+        let mut w = WAITS.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = w.iter().position(|&(t, l)| t == self.me && l == self.addr) {
+            w.swap_remove(i);
+        }
+    }
+}
+
+/// This thread is about to wait for the queued work of the communicator whose turn is `owner`
+/// (`Engine::drain`): that work may need the turn, so while this thread's group keeps turns the
+/// wait is one for `owner`'s holder, as [`TurnLock::take`]'s. Refused
+/// (`GPUWIRE_ERROR_INVALID_ARGUMENT`) where that holder waits, directly or through others, for a
+/// turn this thread keeps — two groups holding two communicators in opposite orders while a
+/// third thread's calls are queued on both engines would otherwise wait for each other for
+/// ever; else listed until the returned guard is dropped (`None`: this thread keeps no turns,
+/// so nobody can be waiting for it).
+pub fn engine_wait(owner: &Arc<AtomicUsize>) -> Result<Option<EngineWait>> {
+    let me = MINE.try_with(|m| m.try_borrow().ok().filter(|m| !m.kept.is_empty()).map(|m| m.token)).ok().flatten();
+    let Some(me) = me else { return Ok(None) };
+    let mut w = WAITS.lock().unwrap_or_else(|p| p.into_inner());
+    if closes_cycle(&w, owner, me) {
+        return Err(cycle_refused());
+    }
+    let addr = &**owner as *const AtomicUsize as usize;
+    w.push((me, addr));
+    Ok(Some(EngineWait { me, addr }))
 }
 
 /// Gives the turn of `owner` back (signalling only where some thread waits).

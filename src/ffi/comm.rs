@@ -174,7 +174,7 @@ pub extern "C" fn gpuwire_comm_free(comm: gpuwire_comm) -> gpuwire_status {
         if let Ok(c) = boundary::comm(comm) {
             // Operations still queued on its progress engine run first (the requests keep the
             // communicator alive; a collective of the engine is not another thread's).
-            c.engine().drain();
+            c.engine().drain()?;
             // Not while another thread is inside a collective on it (a broken one may be freed).
             let call = c.enter("gpuwire_comm_free", true);
             if let Err(e @ Error::InvalidArgument(_)) = call {
