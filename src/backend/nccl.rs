@@ -171,19 +171,20 @@ pub fn check_direct(c: &Communicator, buf: &Buffer) -> Result<()> {
 /// group's end). For the blocking and nonblocking point-to-point forms of a gpuwire group, not
 /// in checking mode (which agrees each message first) and without views (packed at the end):
 /// the group's host cost is then NCCL's own (issue 18's halo benchmark). The caller validated
-/// the arguments (`Op::check_at_call`); `peer` is not GPUWIRE_PROC_NULL.
+/// the arguments (`Op::check_at_call`) and every buffer of the operation ([`check_direct`]);
+/// `peer` is not GPUWIRE_PROC_NULL.
 pub fn issue_direct(c: &Communicator, buf: &Buffer, peer: i32, send: bool, stream: Stream) -> Result<()> {
-    check_direct(c, buf)?;
     let st = state(c)?;
     let api = api()?;
     let _g = CtxGuard::enter(st.device)?;
     // isend/irecv operations posted earlier come first: launched on their own before the group's
     // NCCL group opens, joining it after.
     st.close_group();
-    if DIRECT.with(|d| d.get()) & OPEN == 0 {
+    let d = DIRECT.with(|d| d.get());
+    if d & OPEN == 0 {
         // SAFETY: closed by `with_group` at the gpuwire group's end, on this thread.
         check(api, std::ptr::null_mut(), unsafe { (api.group_start)() }, "ncclGroupStart")?;
-        DIRECT.with(|d| d.set(d.get() | OPEN));
+        DIRECT.with(|x| x.set(d | OPEN));
         // Turns taken from here on are kept until the group's end.
         turn::begin_group();
     }
