@@ -22,7 +22,9 @@
  *   real NCCL would hang). A call on a communicator that another thread's open group has
  *   operations on, or that another thread is in a call on, fails with ncclInvalidUsage (NCCL's
  *   communicators are not thread-safe: its group's operations are in the communicator's plan
- *   from their calls, and another thread's group end would launch them apart). A nonblocking communicator answers ncclInProgress as NCCL does. More
+ *   from their calls, and another thread's group end would launch them apart). A nonblocking
+ *   communicator answers ncclInProgress as NCCL does, and a call on it before its state was
+ *   polled back to ncclSuccess (ncclCommGetAsyncError) fails with ncclInvalidUsage. More
  *   ranks: ncclCommInitRank fails. Not modelled: groups that defer collectives.
  * - CUDA IPC: with NULLDEV_IPC=1 device memory is pages of one shared memfd per process, and a
  *   handle lets another process map them (/proc/PID/fd/FD); else "not supported". Peer access
@@ -1373,7 +1375,7 @@ typedef struct {
     int nranks, rank;
     int aborted;
     int nonblocking; /* made with config.blocking = 0 */
-    int busy;        /* polls of ncclCommGetAsyncError that still answer ncclInProgress */
+    _Atomic int busy; /* polls of ncclCommGetAsyncError that still answer ncclInProgress */
     _Atomic(void *) owner; /* the thread in a call on it, or whose open group has operations on it */
 } *ncclComm_t;
 typedef struct {
@@ -1459,6 +1461,12 @@ static int use_comm(ncclComm_t c, const char *what) {
     void *mine = &thread_token, *o = NULL;
     if (!c)
         return ncclSuccess;
+    if (c->nonblocking && c->busy > 0) {
+        /* NCCL: after ncclInProgress, nothing may be issued on the communicator until
+         * ncclCommGetAsyncError no longer answers ncclInProgress. */
+        fprintf(stderr, "null device: %s on a nonblocking communicator still in progress (its last call answered ncclInProgress and was not settled)\n", what);
+        return ncclInvalidUsage;
+    }
     if (atomic_compare_exchange_strong(&c->owner, &o, mine)) {
         if (depth && n_touched < 4096)
             touched[n_touched++] = c;

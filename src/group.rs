@@ -84,7 +84,8 @@ impl Drop for Open {
             finish(x, &e);
         }
         self.ended.store(true, Ordering::Release);
-        crate::backend::nccl::thread_exits_in_group();
+        let comms: Vec<&Communicator> = self.entries.iter().map(|x| &*x.c).collect();
+        crate::backend::nccl::thread_exits_in_group(&comms);
     }
 }
 

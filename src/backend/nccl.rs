@@ -110,16 +110,35 @@ const DEFERRED: u8 = 2;
 /// This thread exits with its gpuwire group open (`group::Open`'s drop): an NCCL group it
 /// opened at the group's point-to-point calls is ended (NCCL has their operations in its
 /// communicators' plans already; left there, another thread's next group would launch them),
-/// and its turns at NCCL given back (`turn`), so no other thread waits for them forever.
-pub fn thread_exits_in_group() {
+/// and its turns at NCCL given back (`turn`), so no other thread waits for them forever. Where
+/// the end answers ncclInProgress (nonblocking communicators), each of `comms` (the group's) is
+/// settled first: nothing may be issued on it before.
+pub fn thread_exits_in_group(comms: &[&Communicator]) {
     let d = DIRECT.with(|d| d.replace(0));
     if d & OPEN != 0 {
         if let Ok(api) = api() {
             // SAFETY: closes the group `issue_direct` opened on this thread.
-            unsafe { (api.group_end)() };
+            if unsafe { (api.group_end)() } == IN_PROGRESS {
+                settle_all(api, comms);
+            }
         }
     }
     turn::end_group();
+}
+
+/// After a group end that answered ncclInProgress: waits for each of `comms` (NCCL's) to leave
+/// that state; the first error of one, else ncclSuccess.
+fn settle_all(api: &Api, comms: &[&Communicator]) -> c_int {
+    let mut e = 0;
+    for c in comms {
+        let Ok(st) = state(c) else { continue };
+        let comm = *st.comm();
+        let s = settle(api, comm, IN_PROGRESS);
+        if s != 0 && e == 0 {
+            e = s;
+        }
+    }
+    e
 }
 
 /// Whether this thread has `c`'s turn at NCCL (inside its group, which has issued operations on
@@ -704,22 +723,14 @@ pub fn with_group<T>(comms: &[&Communicator], f: impl FnOnce() -> Result<T>) -> 
     let was = IN_GROUP.with(|g| g.replace(true));
     // A panic in `f` (caught at the C boundary) still ends the NCCL group and gives the turns
     // back.
-    let unwinding = Unwinding { api, was };
+    let unwinding = Unwinding { api, was, comms };
     let r = f();
     std::mem::forget(unwinding);
     IN_GROUP.with(|g| g.set(was));
     // SAFETY: closes the group opened above.
     let mut e = unsafe { (api.group_end)() };
     if e == IN_PROGRESS {
-        e = 0;
-        for c in comms {
-            let Ok(st) = state(c) else { continue };
-            let comm = *st.comm();
-            let s = settle(api, comm, IN_PROGRESS);
-            if s != 0 && e == 0 {
-                e = s;
-            }
-        }
+        e = settle_all(api, comms);
     }
     turn::end_group();
     let e = check(api, std::ptr::null_mut(), e, "ncclGroupEnd");
@@ -732,15 +743,18 @@ pub fn with_group<T>(comms: &[&Communicator], f: impl FnOnce() -> Result<T>) -> 
 }
 
 /// [`with_group`]'s end, where its `f` panicked.
-struct Unwinding {
+struct Unwinding<'a, 'b> {
     api: &'static Api,
     was: bool,
+    comms: &'a [&'b Communicator],
 }
 
-impl Drop for Unwinding {
+impl Drop for Unwinding<'_, '_> {
     fn drop(&mut self) {
         // SAFETY: closes the group `with_group` opened (or found open) on this thread.
-        unsafe { (self.api.group_end)() };
+        if unsafe { (self.api.group_end)() } == IN_PROGRESS {
+            settle_all(self.api, self.comms);
+        }
         IN_GROUP.with(|g| g.set(self.was));
         turn::end_group();
         finish_joined(&Err(Error::Internal("the group's end failed (a panic)".into())));
