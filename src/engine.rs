@@ -208,19 +208,26 @@ impl Engine {
     /// group keeps, the queued work could never run: GPUWIRE_ERROR_INVALID_ARGUMENT
     /// (`turn::engine_wait`), nothing waited for.
     pub fn drain(&self) -> Result<()> {
-        if self.idle() {
+        if self.idle() || self.turn.get().is_some_and(|t| crate::backend::turn::held_here(t)) {
             return Ok(());
         }
-        let _listed = match self.turn.get() {
-            Some(t) if crate::backend::turn::held_here(t) => return Ok(()),
-            Some(t) => crate::backend::turn::engine_wait(t)?,
-            None => None,
-        };
+        let _listed = self.waiting()?;
         let mut g = lock(&self.q);
         while self.outstanding.load(Ordering::Acquire) > 0 {
             g = self.cv.wait_timeout(g, Duration::from_millis(1)).unwrap_or_else(|p| p.into_inner()).0;
         }
         Ok(())
+    }
+
+    /// This thread is about to wait for work queued here (a drain, a queued request's wait):
+    /// where the communicator has an NCCL turn that another thread has, the wait is listed as
+    /// one for that turn until the guard is dropped, and refused (GPUWIRE_ERROR_INVALID_ARGUMENT)
+    /// where it would close a cycle of waits (`turn::engine_wait`).
+    pub fn waiting(&self) -> Result<Option<crate::backend::turn::EngineWait>> {
+        match self.turn.get() {
+            Some(t) if !crate::backend::turn::held_here(t) => crate::backend::turn::engine_wait(t),
+            _ => Ok(None),
+        }
     }
 
     /// Takes the asynchronous error (reported once).

@@ -74,6 +74,7 @@ impl Drop for Open {
     /// requests fail (another thread's wait or free of them returns instead of being refused
     /// for good).
     fn drop(&mut self) {
+        OPEN.with(|o| o.set(false));
         if self.depth == 0 {
             return;
         }
@@ -97,9 +98,16 @@ thread_local! {
     };
 }
 
+thread_local! {
+    /// Whether [`GROUP`]'s depth is above 0: read by every operation (a thread-local without a
+    /// destructor costs the least to reach).
+    static OPEN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// Whether this thread is inside a group.
+#[inline]
 pub fn is_open() -> bool {
-    GROUP.with(|g| g.borrow().depth > 0)
+    OPEN.with(|o| o.get())
 }
 
 /// gpuwire_group_start.
@@ -119,6 +127,7 @@ pub fn start() -> Result<()> {
             crate::backend::nccl::defer_direct(false);
         }
         g.depth += 1;
+        OPEN.with(|o| o.set(true));
         Ok(())
     })
 }
@@ -232,6 +241,7 @@ pub fn end() -> Result<()> {
             return Err(Error::InvalidArgument("gpuwire_group_end without a matching gpuwire_group_start".into()));
         }
         g.depth -= 1;
+        OPEN.with(|o| o.set(g.depth > 0));
         if g.depth > 0 {
             return Ok(None);
         }
@@ -286,19 +296,13 @@ fn run(entries: Vec<Entry>) -> Result<()> {
             *first = Some(e.clone());
         }
     };
-    // Earlier queued operations of these communicators come first. Where that work waits for
-    // an NCCL turn whose holder waits for one this group keeps (`Engine::drain`), the
-    // communicator's operations fail with that refusal (none of them was issued at its call:
-    // this thread would have its turn).
-    let mut refused: Vec<(*const Communicator, Error)> = Vec::new();
-    for e in &entries {
-        let c: *const Communicator = &*e.c;
-        if !refused.iter().any(|(r, _)| *r == c) {
-            if let Err(x) = e.c.engine().drain() {
-                refused.push((c, x));
-            }
-        }
-    }
+    // Earlier queued operations of these communicators come first: for the NCCL group's, now.
+    // Where that work waits for an NCCL turn whose holder waits for one this group keeps
+    // (`Engine::drain`), the communicator's NCCL operations fail with that refusal, as taking
+    // its turn in the NCCL group would (none of them was issued at its call: this thread would
+    // have its turn). The other operations' communicators are drained after the NCCL group
+    // has given its turns back (`drain_each`, below): those drains are never refused.
+    let refused = drain_each(entries.iter().filter(|e| e.issued || is_nccl(e)));
     // Views of the operations started here (collectives off NCCL pack their own, in `run`).
     let entries: Vec<Entry> = entries
         .into_iter()
@@ -362,6 +366,20 @@ fn run(entries: Vec<Entry>) -> Result<()> {
             }
         }
     }
+    // The other operations' communicators, drained (this thread keeps no turns now).
+    let refused = drain_each(rest.iter().copied());
+    let rest: Vec<&Entry> = rest
+        .into_iter()
+        .filter(|e| match refused.iter().find(|(r, _)| std::ptr::eq(*r, &*e.c)) {
+            Some((_, x)) => {
+                let r = Err(x.clone());
+                finish(e, &r);
+                note(&r, &mut first);
+                false
+            }
+            None => true,
+        })
+        .collect();
     // Stream-ordered batches (module comment): issued now, each as one operation.
     let (batched, rest): (Vec<&Entry>, Vec<&Entry>) = rest.into_iter().partition(|e| batchable(e, &entries));
     for es in by_comm(&batched) {
@@ -550,6 +568,23 @@ fn issue_batch(c: &Arc<Communicator>, es: &[&Entry]) -> Result<()> {
 /// Whether an entry goes to NCCL: device buffers only, on an NCCL communicator.
 fn is_nccl(e: &Entry) -> bool {
     !matches!(e.op, Op::Barrier) && e.op.nccl_native(&e.c)
+}
+
+/// Drains the engine of each entry's communicator (once each): the communicators whose drain
+/// was refused (`Engine::drain`), with the refusal.
+fn drain_each<'a>(entries: impl Iterator<Item = &'a Entry>) -> Vec<(*const Communicator, Error)> {
+    let mut drained: Vec<*const Communicator> = Vec::new();
+    let mut refused = Vec::new();
+    for e in entries {
+        let c: *const Communicator = &*e.c;
+        if !drained.contains(&c) {
+            drained.push(c);
+            if let Err(x) = e.c.engine().drain() {
+                refused.push((c, x));
+            }
+        }
+    }
+    refused
 }
 
 /// Completes an entry's request (nonblocking forms) with its result.

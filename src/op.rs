@@ -763,7 +763,10 @@ impl Pending for Queued {
     }
     fn wait(&mut self) -> Result<()> {
         self.ready_to_wait()?;
+        // A wait for the engine, as its drain: refused where it closes a cycle of NCCL turns.
+        let listed = if self.done.peek().is_none() { self.comm.engine().waiting()? } else { None };
         self.done.wait_until(None).unwrap_or_else(|| Err(Error::Internal("engine wait without deadline ended".into())))?;
+        drop(listed);
         if let Some(slot) = self.started() {
             if let Some(r) = slot.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
                 return r.wait();
@@ -785,7 +788,10 @@ impl Pending for Queued {
         }
     }
     fn test_settled(&mut self, until: std::time::Instant) -> Result<bool> {
-        self.done.wait_until(Some(until));
+        if self.done.peek().is_none() {
+            let _listed = self.comm.engine().waiting()?;
+            self.done.wait_until(Some(until));
+        }
         self.test()
     }
 }

@@ -14,7 +14,7 @@
 //! opposite orders — is refused with `GPUWIRE_ERROR_INVALID_ARGUMENT` instead of waiting for
 //! ever.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::{Arc, Condvar, Mutex};
@@ -51,7 +51,15 @@ thread_local! {
     static MINE: RefCell<Mine> = const { RefCell::new(Mine { token: 0, in_group: false, kept: Vec::new() }) };
 }
 
-static NEXT_TOKEN: AtomicUsize = AtomicUsize::new(1);
+thread_local! {
+    /// [`Mine`]'s token, and [`IN_GROUP`] while `in_group`: readable without its borrow (and
+    /// after its destruction at the thread's exit, when its turns have been given back).
+    static TOKEN: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Tokens are even: [`TOKEN`]'s lowest bit says whether the thread is inside its group.
+static NEXT_TOKEN: AtomicUsize = AtomicUsize::new(2);
+const IN_GROUP: usize = 1;
 /// The threads waiting for a turn, and which (thread token, lock address): what [`wait_for`]
 /// follows to refuse a cycle. Its lock also orders the signal of a release.
 static WAITS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
@@ -79,10 +87,30 @@ impl TurnLock {
     /// kept until [`end_group`].
     #[inline]
     pub fn take(&self) -> Result<Turn> {
+        // The common cases without [`MINE`]'s borrow: this thread has the turn already (a
+        // group's later operations on the communicator), or nobody has it and this call takes it
+        // outside a group.
+        let t = TOKEN.with(Cell::get);
+        let me = t & !IN_GROUP;
+        if me != 0 {
+            let o = self.owner.load(Relaxed);
+            if o == me {
+                return Ok(Turn { lock: std::ptr::null() });
+            }
+            if t & IN_GROUP == 0 && o == 0 && self.owner.compare_exchange(0, me, SeqCst, Relaxed).is_ok() {
+                return Ok(Turn { lock: &*self.owner });
+            }
+        }
+        self.take_now()
+    }
+
+    #[inline(never)]
+    fn take_now(&self) -> Result<Turn> {
         MINE.with(|m| {
             let mut m = m.borrow_mut();
             if m.token == 0 {
-                m.token = NEXT_TOKEN.fetch_add(1, Relaxed);
+                m.token = NEXT_TOKEN.fetch_add(2, Relaxed);
+                TOKEN.with(|t| t.set(m.token | if m.in_group { IN_GROUP } else { 0 }));
             }
             let me = m.token;
             if self.owner.load(Relaxed) == me {
@@ -115,7 +143,7 @@ impl TurnLock {
 /// Whether this thread has the turn whose word is `owner` ([`TurnLock::share`]).
 pub fn held_here(owner: &AtomicUsize) -> bool {
     let o = owner.load(Relaxed);
-    o != 0 && MINE.try_with(|m| m.try_borrow().is_ok_and(|m| m.token == o)).unwrap_or(false)
+    o != 0 && TOKEN.with(Cell::get) & !IN_GROUP == o
 }
 
 /// Whether the thread that has the turn `owner` waits, directly or through others, for a turn
@@ -219,6 +247,7 @@ pub fn touch() {
 /// kept until [`end_group`].
 pub fn begin_group() {
     MINE.with(|m| m.borrow_mut().in_group = true);
+    TOKEN.with(|t| t.set(t.get() | IN_GROUP));
 }
 
 /// This thread's NCCL group ended: the turns it kept are given back.
@@ -226,6 +255,7 @@ pub fn end_group() {
     let _ = MINE.try_with(|m| {
         let mut m = m.borrow_mut();
         m.in_group = false;
+        TOKEN.with(|t| t.set(t.get() & !IN_GROUP));
         for l in m.kept.drain(..) {
             release(&l);
         }
@@ -274,7 +304,9 @@ mod tests {
             r
         });
         rx.recv().unwrap();
-        while WAITING.load(SeqCst) == 0 {
+        // Until the other thread is listed as waiting for x (not any thread: other tests' too).
+        let xa = &*x.owner as *const AtomicUsize as usize;
+        while !WAITS.lock().unwrap().iter().any(|&(_, l)| l == xa) {
             std::thread::yield_now();
         }
         let e = y.take().map(|_| ()).expect_err("a cycle is refused");
