@@ -1424,8 +1424,17 @@ static int in_progress(ncclComm_t c, int r) {
     return ncclInProgress;
 }
 int ncclCommFinalize(ncclComm_t comm) { return in_progress(comm, ncclSuccess); }
-int ncclCommDestroy(ncclComm_t comm) { free(comm); return ncclSuccess; }
-int ncclCommAbort(ncclComm_t comm) { free(comm); return ncclSuccess; }
+/* Freeing a communicator that a call or an open group (this thread's too) is using: NCCL's
+ * communicators take one thread at a time, and that group's ncclGroupEnd would reach freed
+ * memory. Undefined in NCCL: here the process aborts. */
+static void check_unused(ncclComm_t c, const char *what) {
+    if (c && atomic_load(&c->owner)) {
+        fprintf(stderr, "null device: %s of a communicator that a call or an open group is using (NCCL's communicators take one thread at a time)\n", what);
+        abort();
+    }
+}
+int ncclCommDestroy(ncclComm_t comm) { check_unused(comm, "ncclCommDestroy"); free(comm); return ncclSuccess; }
+int ncclCommAbort(ncclComm_t comm) { check_unused(comm, "ncclCommAbort"); free(comm); return ncclSuccess; }
 int ncclCommGetAsyncError(ncclComm_t comm, int *e) {
     *e = ncclSuccess;
     if (comm && comm->busy > 0) {

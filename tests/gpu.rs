@@ -1827,6 +1827,70 @@ fn thread_exit(cx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
+/// NCCL: gpuwire_comm_abort of a communicator whose NCCL group is open with a send and a
+/// receive issued at their calls — (a) by the group's own thread, (b) by another thread while the
+/// group's thread has not ended it. ncclCommAbort frees the communicator, which that group's
+/// ncclGroupEnd still reaches: the abort waits for the group's end (the null device aborts the
+/// process on such a free). The abort returns at once; the group's end returns; the communicator
+/// is broken afterwards (GPUWIRE_ERROR_COMM_BROKEN) and can be freed.
+fn abort_group(cx: &Ctx) -> Result<(), String> {
+    if !nccl_only(cx.comm, cx.rank, "abortgroup") {
+        return Ok(());
+    }
+    let (r, p, s) = (cx.rank, cx.size, cx.stream as *mut c_void);
+    let (to, from) = ((r + 1) % p, (r + p - 1) % p);
+    let n = 64usize;
+    let (a, b, c) = (dev_alloc(n, Dtype::GPUWIRE_FLOAT32), dev_alloc(n, Dtype::GPUWIRE_FLOAT32), dev_alloc(n, Dtype::GPUWIRE_FLOAT32));
+    let broken_after = |y: gpuwire_comm, what: &str| -> Result<(), String> {
+        let st = gpuwire_allreduce(y, c, c, ReduceOp::GPUWIRE_SUM as i32, s);
+        if st != Status::GPUWIRE_ERROR_COMM_BROKEN {
+            return Err(format!("{what}: an allreduce on the aborted communicator returned {st:?}, not COMM_BROKEN: {}", last_error()));
+        }
+        ok(gpuwire_comm_free(y), "comm_free (aborted)");
+        Ok(())
+    };
+    // (a) The group's own thread.
+    let mut y = 0;
+    ok(gpuwire_comm_dup(cx.comm, &mut y), "comm_dup");
+    ok(gpuwire_group_start(), "group_start (a)");
+    ok(gpuwire_send(y, a, to, 3, s), "send (a)");
+    ok(gpuwire_recv(y, b, from, 3, s), "recv (a)");
+    ok(gpuwire_comm_abort(y), "comm_abort inside the group (a)");
+    let _ = gpuwire_group_end();
+    broken_after(y, "(a)")?;
+    // (b) Another thread, while the group is open.
+    let mut z = 0;
+    ok(gpuwire_comm_dup(cx.comm, &mut z), "comm_dup");
+    let (opened_tx, opened_rx) = std::sync::mpsc::channel::<()>();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let grouped = std::thread::spawn(move || -> Result<(), String> {
+        primary_context_current();
+        let mut s2: cu::CUstream = std::ptr::null_mut();
+        cuok(unsafe { cu::cuStreamCreate(&mut s2, 1) }, "cuStreamCreate");
+        ok(gpuwire_group_start(), "group_start (b)");
+        let (x1, x2) = (gpuwire_send(z, a, to, 4, s2.cast()), gpuwire_recv(z, b, from, 4, s2.cast()));
+        opened_tx.send(()).map_err(|e| e.to_string())?;
+        go_rx.recv().map_err(|e| e.to_string())?;
+        let _ = gpuwire_group_end();
+        cuok(unsafe { cu::cuStreamSynchronize(s2) }, "cuStreamSynchronize (b)");
+        if x1 != Status::GPUWIRE_SUCCESS || x2 != Status::GPUWIRE_SUCCESS {
+            return Err(format!("send, recv in the group (b): {x1:?} {x2:?}"));
+        }
+        Ok(())
+    });
+    opened_rx.recv().map_err(|e| format!("the group's thread: {e}"))?;
+    ok(gpuwire_comm_abort(z), "comm_abort while another thread's group is open (b)");
+    go_tx.send(()).map_err(|e| e.to_string())?;
+    grouped.join().map_err(|_| "the group's thread panicked".to_string())??;
+    broken_after(z, "(b)")?;
+    cuok(unsafe { cu::cuCtxSynchronize() }, "cuCtxSynchronize");
+    for q in [a, b, c] {
+        gpuwire_buffer_free(q);
+    }
+    println!("rank {r}: abortgroup: aborts of communicators in open groups (this thread's, another's) waited for the groups' ends");
+    Ok(())
+}
+
 /// NCCL: this thread's group has issued a send on a duplicate Y at its call (Y's turn is this
 /// thread's until the group's end) while another thread's large scan keeps the engine of X busy
 /// and its blocking allreduce on X waits behind it; the group then records an allreduce on X.
@@ -3836,6 +3900,7 @@ fn main() {
             "threadposts" => thread_posts(&cx),
             "threadexit" => thread_exit(&cx),
             "threadexitturn" => thread_exit_turn(&cx),
+            "abortgroup" => abort_group(&cx),
             "turndrain" => turn_drain(&cx),
             "deliverorder" => deliver_order(&cx),
             "mismatch" => mismatch_checked(&cx),

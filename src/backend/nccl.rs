@@ -123,6 +123,7 @@ pub fn thread_exits_in_group(comms: &[&Communicator]) {
             }
         }
     }
+    aborts_pending(comms);
     turn::end_group();
 }
 
@@ -458,7 +459,12 @@ pub struct NcclState {
     maybe_open: std::sync::atomic::AtomicBool,
     /// Which thread makes NCCL calls on it (`turn`).
     turn: TurnLock,
+    /// An abort waits for the end of the group that keeps the turn ([`abort`]).
+    abort_pending: std::sync::atomic::AtomicBool,
 }
+
+/// How many communicators have an abort pending (their groups' ends check: [`aborts_pending`]).
+static ABORTS_PENDING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 // SAFETY: the NCCL communicator is only used under the mutex (NCCL allows one thread at a time).
 unsafe impl Send for NcclState {}
@@ -566,6 +572,7 @@ impl NcclState {
             nonblocking,
             open: Mutex::new(Posted { posts: Vec::new(), groups: Vec::new() }),
             maybe_open: std::sync::atomic::AtomicBool::new(false),
+            abort_pending: std::sync::atomic::AtomicBool::new(false),
             turn,
         })
     }
@@ -675,8 +682,25 @@ impl NcclState {
         wait_event(self, c, &ev, c.call_deadline().unwrap_or(Instant::now() + t), what)
     }
 
+    /// ncclCommAbort, by a thread that has the turn ([`abort`]): the communicator is not used
+    /// again (its calls find it aborted).
+    fn abort_now(&self) {
+        if let Ok(api) = api() {
+            let comm = std::mem::replace(&mut *self.comm(), std::ptr::null_mut());
+            if !comm.is_null() {
+                // SAFETY: aborting a communicator whose operations hang; never used again.
+                unsafe { (api.comm_abort)(comm) };
+            }
+        }
+    }
+
     /// Releases the NCCL communicator.
     pub fn destroy(&mut self, abort: bool) {
+        let pending = self.abort_pending.swap(false, std::sync::atomic::Ordering::SeqCst);
+        if pending {
+            ABORTS_PENDING.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        let abort = abort || pending;
         let Ok(api) = api() else { return };
         // Posted operations are launched (or, on an aborted communicator, fail) first.
         self.close_group();
@@ -732,6 +756,7 @@ pub fn with_group<T>(comms: &[&Communicator], f: impl FnOnce() -> Result<T>) -> 
     if e == IN_PROGRESS {
         e = settle_all(api, comms);
     }
+    aborts_pending(comms);
     turn::end_group();
     let e = check(api, std::ptr::null_mut(), e, "ncclGroupEnd");
     if JOINED.with(|j| !j.borrow().is_empty()) {
@@ -756,6 +781,7 @@ impl Drop for Unwinding<'_, '_> {
             settle_all(self.api, self.comms);
         }
         IN_GROUP.with(|g| g.set(self.was));
+        aborts_pending(self.comms);
         turn::end_group();
         finish_joined(&Err(Error::Internal("the group's end failed (a panic)".into())));
     }
@@ -915,15 +941,52 @@ pub fn abort_comm(c: &Communicator, why: String) {
     }
 }
 
+/// NCCL's communicators take one thread at a time, and ncclCommAbort frees the communicator:
+/// where a group (this thread's or another's) keeps its turn, its NCCL group has operations on
+/// it that its ncclGroupEnd still reaches, so that group's end aborts it ([`aborts_pending`]);
+/// another thread's call outside a group is waited for (up to 100 ms; the communicator's release
+/// aborts it otherwise). The communicator is broken at once.
 fn abort(st: &NcclState, c: &Communicator, why: String) {
-    if let Ok(api) = api() {
-        let comm = std::mem::replace(&mut *st.comm(), std::ptr::null_mut());
-        if !comm.is_null() {
-            // SAFETY: aborting a communicator whose operations hang; never used again.
-            unsafe { (api.comm_abort)(comm) };
+    use std::sync::atomic::Ordering::SeqCst;
+    loop {
+        match st.turn.for_abort(Duration::from_millis(100)) {
+            turn::ForAbort::Now(_turn) => {
+                if st.abort_pending.swap(false, SeqCst) {
+                    ABORTS_PENDING.fetch_sub(1, SeqCst);
+                }
+                st.abort_now();
+                break;
+            }
+            turn::ForAbort::KeptByAGroup | turn::ForAbort::Busy => {
+                if !st.abort_pending.swap(true, SeqCst) {
+                    ABORTS_PENDING.fetch_add(1, SeqCst);
+                }
+                // Still kept or busy after the mark: the group's end (or the release) aborts it;
+                // else it was given back meanwhile, perhaps before the mark was seen: again.
+                if !matches!(st.turn.for_abort(Duration::ZERO), turn::ForAbort::Now(_)) {
+                    break;
+                }
+            }
         }
     }
     c.mark_broken(why);
+}
+
+/// A group's end, after its ncclGroupEnd and before it gives its turns back: the aborts of
+/// `comms` that waited for it ([`abort`]).
+fn aborts_pending(comms: &[&Communicator]) {
+    use std::sync::atomic::Ordering::SeqCst;
+    if ABORTS_PENDING.load(SeqCst) == 0 {
+        return;
+    }
+    for c in comms {
+        if let Ok(st) = state(c) {
+            if st.abort_pending.swap(false, SeqCst) {
+                ABORTS_PENDING.fetch_sub(1, SeqCst);
+                st.abort_now();
+            }
+        }
+    }
 }
 
 /// The NCCL path.

@@ -57,9 +57,13 @@ thread_local! {
     static TOKEN: Cell<usize> = const { Cell::new(0) };
 }
 
-/// Tokens are even: [`TOKEN`]'s lowest bit says whether the thread is inside its group.
-static NEXT_TOKEN: AtomicUsize = AtomicUsize::new(2);
+/// Tokens are even: [`TOKEN`]'s lowest bit says whether the thread is inside its group, a turn
+/// word's whether a group keeps it ([`KEPT`]).
+static NEXT_TOKEN: AtomicUsize = AtomicUsize::new(4);
 const IN_GROUP: usize = 1;
+const KEPT: usize = 1;
+/// The holder of a turn taken for an abort by a thread without a token.
+const ABORTING: usize = 2;
 /// The threads waiting for a turn, and which (thread token, lock address): what [`wait_for`]
 /// follows to refuse a cycle. Its lock also orders the signal of a release.
 static WAITS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
@@ -94,7 +98,7 @@ impl TurnLock {
         let me = t & !IN_GROUP;
         if me != 0 {
             let o = self.owner.load(Relaxed);
-            if o == me {
+            if o & !KEPT == me {
                 return Ok(Turn { lock: std::ptr::null() });
             }
             if t & IN_GROUP == 0 && o == 0 && self.owner.compare_exchange(0, me, SeqCst, Relaxed).is_ok() {
@@ -113,13 +117,15 @@ impl TurnLock {
                 TOKEN.with(|t| t.set(m.token | if m.in_group { IN_GROUP } else { 0 }));
             }
             let me = m.token;
-            if self.owner.load(Relaxed) == me {
+            if self.owner.load(Relaxed) & !KEPT == me {
                 return Ok(Turn { lock: std::ptr::null() });
             }
             if self.owner.compare_exchange(0, me, SeqCst, Relaxed).is_err() {
                 wait_for(self, me)?;
             }
             if m.in_group {
+                // Kept: marked so (`kept_by_a_group`), this thread's still.
+                self.owner.store(me | KEPT, SeqCst);
                 m.kept.push(self.owner.clone());
                 Ok(Turn { lock: std::ptr::null() })
             } else {
@@ -134,6 +140,11 @@ impl TurnLock {
         held_here(&self.owner)
     }
 
+    /// The turn for an abort ([`abort_turn`]).
+    pub fn for_abort(&self, patience: Duration) -> ForAbort {
+        abort_turn(&self.owner, patience)
+    }
+
     /// The turn's word, for the communicator's engine (`Engine::set_turn`).
     pub fn share(&self) -> Arc<AtomicUsize> {
         self.owner.clone()
@@ -143,18 +154,55 @@ impl TurnLock {
 /// Whether this thread has the turn whose word is `owner` ([`TurnLock::share`]).
 pub fn held_here(owner: &AtomicUsize) -> bool {
     let o = owner.load(Relaxed);
-    o != 0 && TOKEN.with(Cell::get) & !IN_GROUP == o
+    o != 0 && TOKEN.with(Cell::get) & !IN_GROUP == o & !KEPT
+}
+
+/// What [`abort_turn`] found.
+pub enum ForAbort {
+    /// This thread has the turn now (or had it outside a group): the communicator may be
+    /// aborted; the guard gives it back.
+    Now(Turn),
+    /// A group (of any thread, this one's too) keeps the turn: its NCCL group has operations
+    /// on the communicator in NCCL's plan, and its end still uses it.
+    KeptByAGroup,
+    /// Another thread's call has had it for longer than the wait allowed.
+    Busy,
+}
+
+/// The turn for an abort of the communicator whose word is `owner`: taken at once where it is
+/// free or this thread's outside a group, after another thread's call outside a group (up to
+/// `patience`); never while a group keeps it (the group's end must abort it after its NCCL
+/// group: NCCL's communicators take one thread at a time, and an abort frees the communicator).
+fn abort_turn(owner: &AtomicUsize, patience: Duration) -> ForAbort {
+    let me = TOKEN.with(Cell::get) & !IN_GROUP;
+    let t0 = std::time::Instant::now();
+    loop {
+        let o = owner.load(SeqCst);
+        if o & KEPT != 0 {
+            return ForAbort::KeptByAGroup;
+        }
+        if o != 0 && o == me {
+            return ForAbort::Now(Turn { lock: std::ptr::null() });
+        }
+        if o == 0 && owner.compare_exchange(0, ABORTING, SeqCst, Relaxed).is_ok() {
+            return ForAbort::Now(Turn { lock: owner });
+        }
+        if t0.elapsed() >= patience {
+            return ForAbort::Busy;
+        }
+        std::thread::sleep(Duration::from_micros(50));
+    }
 }
 
 /// Whether the thread that has the turn `owner` waits, directly or through others, for a turn
 /// `me` holds (`w`: the listed waits).
 fn closes_cycle(w: &[(usize, usize)], owner: &AtomicUsize, me: usize) -> bool {
-    let mut holder = owner.load(SeqCst);
+    let mut holder = owner.load(SeqCst) & !KEPT;
     for _ in 0..1024 {
         let Some(&(_, other)) = w.iter().find(|(t, _)| *t == holder && holder != 0) else { return false };
         // SAFETY: a turn some thread waits for is alive while its entry is listed (the waiter
         // removes it under this mutex before its call returns).
-        holder = unsafe { &*(other as *const AtomicUsize) }.load(SeqCst);
+        holder = unsafe { &*(other as *const AtomicUsize) }.load(SeqCst) & !KEPT;
         if holder == me {
             return true;
         }

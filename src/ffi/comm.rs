@@ -206,7 +206,10 @@ pub extern "C" fn gpuwire_comm_free(comm: gpuwire_comm) -> gpuwire_status {
 /// may need to abort. Aborted requests are abandoned as at a timeout (their buffers kept, since a peer or MPI may still use them). What reaches the
 /// other ranks depends on the path: NCCL (device memory) aborts the NCCL communicator
 /// (ncclCommAbort: this rank's kernels end; peers blocked in a collective with this rank end at
-/// their own timeout or abort); IPC sets the shared segment's broken flag, so a peer waiting in
+/// their own timeout or abort; where an open group of any thread, this one's too, has issued
+/// operations on it, NCCL's communicator is aborted at that group's gpuwire_group_end, after
+/// its launch, since the abort frees what the launch uses; another thread's NCCL call on it is
+/// waited for up to 100 ms, else the NCCL communicator is aborted when freed); IPC sets the shared segment's broken flag, so a peer waiting in
 /// an IPC device operation on the communicator fails with GPUWIRE_ERROR_COMM_BROKEN within a
 /// second; on the MPI paths (HOST, MPI_STAGED, MPI_CUDA_AWARE) nothing is aborted in MPI: a
 /// peer blocked in a gpuwire wait ends at its communicator's timeout (a peer blocked in a plain
