@@ -1262,6 +1262,13 @@ static void group_errors(gpuwire_comm c)
     gpuwire_request rr = GPUWIRE_REQUEST_NULL, sr = GPUWIRE_REQUEST_NULL;
     op_t ar;
     setup(&ar, K_ALLREDUCE_SUM, 10, 0);
+    /* A receive posted before the group whose message is sent after it. */
+    gpuwire_buffer ps = balloc(4, GPUWIRE_INT32), pr = balloc(4, GPUWIRE_INT32);
+    for (int64_t i = 0; i < 4; i++)
+        ((int32_t *)bptr(ps))[i] = w(rank, 5, i);
+    memset(bptr(pr), FILL, 16);
+    gpuwire_request pre = GPUWIRE_REQUEST_NULL;
+    EXPECT_OK(gpuwire_irecv(c, pr, prev, 42, NULL, &pre));
     EXPECT_OK(gpuwire_group_start());
     EXPECT_OK(gpuwire_irecv(c, r, prev, 41, NULL, &rr));
     gpuwire_request keep = rr;
@@ -1274,6 +1281,16 @@ static void group_errors(gpuwire_comm c)
     EXPECT_STATUS(gpuwire_test(&ar.rq, &flag), GPUWIRE_ERROR_INVALID_ARGUMENT);
     EXPECT(flag == -1);
     EXPECT(ar.rq.h == keep.h);
+    /* waitall of the group's request and the earlier receive (its message comes after the
+     * group): refused before anything is waited for (waiting for the receive first never
+     * returned), the array left as it was, in either order. */
+    gpuwire_request both[2] = {ar.rq, pre};
+    EXPECT_STATUS(gpuwire_waitall(2, both), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_HAS("group");
+    EXPECT(both[0].h == ar.rq.h && both[1].h == pre.h);
+    gpuwire_request swapped[2] = {pre, ar.rq};
+    EXPECT_STATUS(gpuwire_waitall(2, swapped), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT(swapped[0].h == pre.h && swapped[1].h == ar.rq.h);
     /* gpuwire_request_free too (it set the handle to NULL while the operation still ran). */
     EXPECT_STATUS(gpuwire_request_free(&rr), GPUWIRE_ERROR_INVALID_ARGUMENT);
     EXPECT(rr.h != 0);
@@ -1293,6 +1310,11 @@ static void group_errors(gpuwire_comm c)
     EXPECT_OK(gpuwire_wait(&sr));
     EXPECT_OK(gpuwire_wait(&ar.rq));
     verify(&ar, "iallreduce in a group whose test was refused before group_end");
+    EXPECT_OK(gpuwire_send(c, ps, next, 42, NULL));
+    EXPECT_OK(gpuwire_wait(&pre));
+    what = "irecv posted before the group, its waitall refused inside it";
+    EXPECT_SEQ((int32_t *)bptr(pr), 4, w(prev, 5, i));
+    bfree(ps), bfree(pr);
     /* The communicator is in step. */
     in_step(c, "after the group with refused calls");
     bfree(s), bfree(r);
