@@ -1831,8 +1831,8 @@ fn thread_exit(cx: &Ctx) -> Result<(), String> {
 /// receive issued at their calls — (a) by the group's own thread, (b) by another thread while the
 /// group's thread has not ended it. ncclCommAbort frees the communicator, which that group's
 /// ncclGroupEnd still reaches: the abort waits for the group's end (the null device aborts the
-/// process on such a free). The abort returns at once; the group's end returns; the communicator
-/// is broken afterwards (GPUWIRE_ERROR_COMM_BROKEN) and can be freed.
+/// process on such a free). The abort returns at once; the group's end returns
+/// GPUWIRE_ERROR_COMM_BROKEN, as does the communicator's next call; it can be freed.
 fn abort_group(cx: &Ctx) -> Result<(), String> {
     if !nccl_only(cx.comm, cx.rank, "abortgroup") {
         return Ok(());
@@ -1856,7 +1856,10 @@ fn abort_group(cx: &Ctx) -> Result<(), String> {
     ok(gpuwire_send(y, a, to, 3, s), "send (a)");
     ok(gpuwire_recv(y, b, from, 3, s), "recv (a)");
     ok(gpuwire_comm_abort(y), "comm_abort inside the group (a)");
-    let _ = gpuwire_group_end();
+    let st = gpuwire_group_end();
+    if st != Status::GPUWIRE_ERROR_COMM_BROKEN {
+        return Err(format!("(a) group_end after the abort: {st:?}, not COMM_BROKEN: {}", last_error()));
+    }
     broken_after(y, "(a)")?;
     // (b) Another thread, while the group is open.
     let mut z = 0;
@@ -1871,10 +1874,13 @@ fn abort_group(cx: &Ctx) -> Result<(), String> {
         let (x1, x2) = (gpuwire_send(z, a, to, 4, s2.cast()), gpuwire_recv(z, b, from, 4, s2.cast()));
         opened_tx.send(()).map_err(|e| e.to_string())?;
         go_rx.recv().map_err(|e| e.to_string())?;
-        let _ = gpuwire_group_end();
+        let end = gpuwire_group_end();
         cuok(unsafe { cu::cuStreamSynchronize(s2) }, "cuStreamSynchronize (b)");
         if x1 != Status::GPUWIRE_SUCCESS || x2 != Status::GPUWIRE_SUCCESS {
             return Err(format!("send, recv in the group (b): {x1:?} {x2:?}"));
+        }
+        if end != Status::GPUWIRE_ERROR_COMM_BROKEN {
+            return Err(format!("(b) group_end after another thread's abort: {end:?}, not COMM_BROKEN"));
         }
         Ok(())
     });

@@ -123,7 +123,7 @@ pub fn thread_exits_in_group(comms: &[&Communicator]) {
             }
         }
     }
-    aborts_pending(comms);
+    let _ = aborts_pending(comms);
     turn::end_group();
 }
 
@@ -756,9 +756,12 @@ pub fn with_group<T>(comms: &[&Communicator], f: impl FnOnce() -> Result<T>) -> 
     if e == IN_PROGRESS {
         e = settle_all(api, comms);
     }
-    aborts_pending(comms);
+    let aborted = aborts_pending(comms);
     turn::end_group();
-    let e = check(api, std::ptr::null_mut(), e, "ncclGroupEnd");
+    let mut e = check(api, std::ptr::null_mut(), e, "ncclGroupEnd");
+    if aborted && e.is_ok() {
+        e = Err(Error::CommBroken("ncclGroupEnd: a communicator of the group was aborted (gpuwire_comm_abort) while the group was open: its operations were launched, then aborted, and may not have completed".into()));
+    }
     if JOINED.with(|j| !j.borrow().is_empty()) {
         finish_joined(&e);
     }
@@ -781,7 +784,7 @@ impl Drop for Unwinding<'_, '_> {
             settle_all(self.api, self.comms);
         }
         IN_GROUP.with(|g| g.set(self.was));
-        aborts_pending(self.comms);
+        let _ = aborts_pending(self.comms);
         turn::end_group();
         finish_joined(&Err(Error::Internal("the group's end failed (a panic)".into())));
     }
@@ -973,20 +976,24 @@ fn abort(st: &NcclState, c: &Communicator, why: String) {
 }
 
 /// A group's end, after its ncclGroupEnd and before it gives its turns back: the aborts of
-/// `comms` that waited for it ([`abort`]).
-fn aborts_pending(comms: &[&Communicator]) {
+/// `comms` that waited for it ([`abort`]). Whether there was one (the group's operations on
+/// that communicator were launched, then aborted: the group's end reports it broken).
+fn aborts_pending(comms: &[&Communicator]) -> bool {
     use std::sync::atomic::Ordering::SeqCst;
     if ABORTS_PENDING.load(SeqCst) == 0 {
-        return;
+        return false;
     }
+    let mut aborted = false;
     for c in comms {
         if let Ok(st) = state(c) {
             if st.abort_pending.swap(false, SeqCst) {
                 ABORTS_PENDING.fetch_sub(1, SeqCst);
                 st.abort_now();
+                aborted = true;
             }
         }
     }
+    aborted
 }
 
 /// The NCCL path.
