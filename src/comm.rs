@@ -177,6 +177,16 @@ fn thread_id() -> u64 {
     THREAD_ID.with(|t| *t)
 }
 
+/// `Communicator::busy`'s mark of an entry made by a progress engine's thread (for the operation
+/// of a call that has returned).
+const ENGINE_ENTRY: u64 = 1 << 63;
+
+fn concurrent_collective(what: &str) -> Error {
+    Error::InvalidArgument(format!(
+        "{what}: a collective is already in progress on this communicator on another thread (MPI forbids concurrent collectives on one communicator: give each thread its own communicator, e.g. from gpuwire_comm_dup, or serialize the calls)"
+    ))
+}
+
 /// One gpuwire call on a communicator (`Communicator::enter`): releases the collective slot and
 /// the call's deadline when the call returns, on every path.
 pub struct CallGuard<'a> {
@@ -388,14 +398,12 @@ impl Communicator {
                 self.engine().drain()?;
             }
             let me = thread_id();
-            match self.busy.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed) {
+            // An engine thread's entry is marked (`collective_elsewhere`).
+            let mark = if crate::engine::on_engine_thread() { me | ENGINE_ENTRY } else { me };
+            match self.busy.compare_exchange(0, mark, Ordering::Acquire, Ordering::Relaxed) {
                 Ok(_) => release = true,
-                Err(t) if t == me => {}
-                Err(_) => {
-                    return Err(Error::InvalidArgument(format!(
-                        "{what}: a collective is already in progress on this communicator on another thread (MPI forbids concurrent collectives on one communicator: give each thread its own communicator, e.g. from gpuwire_comm_dup, or serialize the calls)"
-                    )));
-                }
+                Err(t) if t & !ENGINE_ENTRY == me => {}
+                Err(_) => return Err(concurrent_collective(what)),
             }
         }
         let clear_deadline = match self.config.timeout {
@@ -406,6 +414,20 @@ impl Communicator {
             None => false,
         };
         Ok(CallGuard { c: self, release, clear_deadline, clear_unbounded: false })
+    }
+
+    /// At the call of a collective that may complete after it returns (queued on the engine,
+    /// or stream-ordered): refused, as `enter` would refuse it, where another thread of the
+    /// program is inside a collective on this communicator now — the operation would meet it on
+    /// the engine after this call had returned success, and fail there (its error then the
+    /// communicator's asynchronous error, its output not written). A collective that the
+    /// engine runs for this or another call is not another thread's.
+    pub fn collective_elsewhere(&self, what: &str) -> Result<()> {
+        let b = self.busy.load(Ordering::Acquire);
+        if b != 0 && b & ENGINE_ENTRY == 0 && b != thread_id() && !crate::engine::on_engine_thread() {
+            return Err(concurrent_collective(what));
+        }
+        Ok(())
     }
 
     /// As `enter` for a collective that creates a communicator (split, dup, the first

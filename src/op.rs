@@ -564,6 +564,10 @@ pub fn issue(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -
     if let Some(e) = eng.take_async_error() {
         return Err(Error::from_status(e.status(), format!("an earlier operation on this communicator failed after its call had returned (nothing was done by this call): {e}")));
     }
+    if !op.is_p2p() {
+        // Another thread inside a collective on `c`: refused now, not after returning.
+        c.collective_elsewhere(op.name())?;
+    }
     let device = op.on_device(c);
     // On device memory: whether NCCL does it (it orders it on its stream itself).
     let native = device && op.nccl_native(c);
