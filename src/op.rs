@@ -758,10 +758,15 @@ impl Pending for Queued {
         r.as_ref().map(|r| r.status())
     }
     fn ready_to_wait(&self) -> Result<()> {
-        if self.done.peek().is_none() && crate::backend::nccl::holds_turn(&self.comm) {
-            return Err(Error::InvalidArgument(
-                "the request's operation is queued behind others on its NCCL communicator, on which this thread's open group has issued operations: it runs after the group's end (waiting for it inside the group would never return); wait after gpuwire_group_end".into(),
-            ));
+        if self.done.peek().is_none() {
+            if crate::backend::nccl::holds_turn(&self.comm) {
+                return Err(Error::InvalidArgument(
+                    "the request's operation is queued behind others on its NCCL communicator, on which this thread's open group has issued operations: it runs after the group's end (waiting for it inside the group would never return); wait after gpuwire_group_end".into(),
+                ));
+            }
+            // A wait that would close a cycle of NCCL turns (`Engine::waiting`): refused here,
+            // the request left as it was.
+            drop(self.comm.engine().waiting()?);
         }
         Ok(())
     }
@@ -792,10 +797,7 @@ impl Pending for Queued {
         }
     }
     fn test_settled(&mut self, until: std::time::Instant) -> Result<bool> {
-        if self.done.peek().is_none() {
-            let _listed = self.comm.engine().waiting()?;
-            self.done.wait_until(Some(until));
-        }
+        self.done.wait_until(Some(until));
         self.test()
     }
 }
