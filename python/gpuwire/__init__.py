@@ -1274,6 +1274,13 @@ class DArray:
                 v = [0] * n if v is None else ([v] * n if isinstance(v, numbers.Integral) else list(v))
                 if len(v) != n:
                     raise ValueError(f"gpuwire: {what} has {len(v)} entries for {n} axes")
+                # Refused, as every integer argument, where it does not fit (ctypes would keep its
+                # low bits: a periodic flag of 2**32 became 0).
+                bits = 8 * ctypes.sizeof(kind)
+                for i, x in enumerate(v):
+                    if not -(1 << (bits - 1)) <= int(x) < (1 << (bits - 1)):
+                        raise OverflowError(f"gpuwire_darray_create_cart: {what}[{i}] = {int(x)} does not fit "
+                                            f"int{bits}_t")
                 return (kind * max(n, 1))(*[int(x) for x in v])
 
             args = (n, axes(dims, c_int64, "shape"), axes(procs, c_int64, "procs"), axes(halo, c_int64, "halo"),
@@ -1446,7 +1453,14 @@ class DArray:
         kinds = {"i": (int,), "u": (int,), "f": (int, float), "c": (int, float, complex)}.get(dt.kind, ())
         if isinstance(value, bool) or not isinstance(value, kinds):
             raise Error(ERROR_DTYPE_MISMATCH, f"{what}: a {type(value).__name__} for a distributed array of {dt}")
-        return np.array(value, dtype=dt)
+        # A number its dtype cannot hold is refused, never stored with its low bits (NumPy 1.x
+        # wraps integers: 300 became 44 in int8).
+        if dt.kind in "iu" and not np.iinfo(dt).min <= value <= np.iinfo(dt).max:
+            raise OverflowError(f"{what}: {value} does not fit {dt}")
+        try:
+            return np.array(value, dtype=dt)
+        except OverflowError as e:
+            raise OverflowError(f"{what}: {value!r} does not fit {dt} ({e})") from None
 
     def _result(self, fn, *args, stream=None):
         r = _numpy().zeros(1, dtype=self._np_dtype())

@@ -230,6 +230,25 @@ def test_darray_numpy_integers_and_grid_arguments(comm):
         gpuwire.DArray(comm, rows, np.float64, local=rows if RANK == 0 else 0, halo=(1,))
 
 
+def test_darray_integers_that_do_not_fit_are_refused(comm):
+    """Per-axis lists and scalars that their C or NumPy type cannot hold raise OverflowError
+    naming the call, never keep their low bits (procs 2**64 + 1 became 1, a periodic flag of 2**32
+    became 0, an int8 fill of 300 stored 44)."""
+    for kw in ({"procs": (2**64 + 1, 1)}, {"halo": (2**64 + 1, 0)}, {"periodic": (2**32, 0)}):
+        with pytest.raises(OverflowError, match="does not fit"):
+            gpuwire.DArray(comm, (8, 4), np.float64, **kw)
+    with pytest.raises(OverflowError, match="does not fit"):
+        gpuwire.DArray.wrap(comm, np.zeros(12), (10,), halo=(2**64 + 1,))
+    for dt, bad in ((np.int8, 300), (np.uint32, -1), (np.int64, 2**63)):
+        with gpuwire.DArray(comm, 3, dt) as d:
+            with pytest.raises(OverflowError, match="gpuwire_darray_fill: .* does not fit"):
+                d.fill(bad)
+            with pytest.raises(OverflowError, match="gpuwire_darray_scale"):
+                d.scale(bad)
+            d.fill(7)
+            assert d.allgather().tolist() == [7, 7, 7]
+
+
 def test_scans_logical_ops_and_pairs(comm):
     # scan / exscan against a serial loop; exscan leaves rank 0's buffer alone; in place.
     x = np.array([RANK + 1, 10 * RANK], np.int64)
