@@ -274,9 +274,15 @@ pub fn end() -> Result<()> {
         }
         crate::backend::nccl::with_group(&comms, || Ok(()))
     };
+    let mut first = r.clone().err();
     for e in &entries {
+        let r = after_launch(e, &r);
         finish(e, &r);
+        if let (Err(x), None) = (r, &first) {
+            first = Some(x);
+        }
     }
+    let r = first.map_or(Ok(()), Err);
     // The next group records into the same allocation.
     entries.clear();
     GROUP.with(|g| {
@@ -354,7 +360,7 @@ fn run(entries: Vec<Entry>) -> Result<()> {
             let own = if e.issued { None } else { ran.next() };
             let r = match own {
                 Some(Err(x)) => Err(x),
-                _ => launched.clone(),
+                _ => after_launch(e, &launched),
             };
             finish(e, &r);
             note(&r, &mut first);
@@ -568,6 +574,16 @@ fn issue_batch(c: &Arc<Communicator>, es: &[&Entry]) -> Result<()> {
 /// Whether an entry goes to NCCL: device buffers only, on an NCCL communicator.
 fn is_nccl(e: &Entry) -> bool {
     !matches!(e.op, Op::Barrier) && e.op.nccl_native(&e.c)
+}
+
+/// An NCCL operation's outcome after its group's launch (`launched`): its communicator broken
+/// meanwhile (aborted while the group was open: `gpuwire_comm_abort` waits for the launch) is
+/// its error, not the other communicators' operations'.
+fn after_launch(e: &Entry, launched: &Result<()>) -> Result<()> {
+    launched.clone()?;
+    e.c.ensure_usable().map_err(|x| {
+        Error::from_status(x.status(), format!("the operation was launched, then its communicator was broken (aborted while the group was open), and may not have completed: {x}"))
+    })
 }
 
 /// Drains the engine of each entry's communicator (once each): the communicators whose drain

@@ -1849,17 +1849,37 @@ fn abort_group(cx: &Ctx) -> Result<(), String> {
         ok(gpuwire_comm_free(y), "comm_free (aborted)");
         Ok(())
     };
-    // (a) The group's own thread.
-    let mut y = 0;
+    // (a) The group's own thread; the group also exchanges on a healthy duplicate W, whose
+    // operations are not failed by Y's abort.
+    let (mut y, mut wc) = (0, 0);
     ok(gpuwire_comm_dup(cx.comm, &mut y), "comm_dup");
+    ok(gpuwire_comm_dup(cx.comm, &mut wc), "comm_dup");
+    let (ws, wr) = (dev_alloc(n, Dtype::GPUWIRE_FLOAT32), dev_alloc(n, Dtype::GPUWIRE_FLOAT32));
+    fill_f32(&cx.kernels, ptr_of(ws), n, (r + 21) as f32, cx.stream);
+    fill_f32(&cx.kernels, ptr_of(wr), n, -1.0, cx.stream);
+    cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
+    let (mut wsq, mut wrq) = (0u64, 0u64);
     ok(gpuwire_group_start(), "group_start (a)");
     ok(gpuwire_send(y, a, to, 3, s), "send (a)");
     ok(gpuwire_recv(y, b, from, 3, s), "recv (a)");
+    ok(gpuwire_isend(wc, ws, to, 3, s, &mut wsq), "isend on W (a)");
+    ok(gpuwire_irecv(wc, wr, from, 3, s, &mut wrq), "irecv on W (a)");
     ok(gpuwire_comm_abort(y), "comm_abort inside the group (a)");
     let st = gpuwire_group_end();
     if st != Status::GPUWIRE_ERROR_COMM_BROKEN {
         return Err(format!("(a) group_end after the abort: {st:?}, not COMM_BROKEN: {}", last_error()));
     }
+    for (q, what) in [(&mut wsq, "isend"), (&mut wrq, "irecv")] {
+        let st = gpuwire_wait(q);
+        if st != Status::GPUWIRE_SUCCESS {
+            return Err(format!("(a) the {what} on the healthy W of the group with Y aborted: {st:?}: {}", last_error()));
+        }
+    }
+    cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
+    all_f32(&download(wr, n * 4), (from + 21) as f32).map_err(|e| format!("(a) W's irecv beside Y's abort: {e}"))?;
+    ok(gpuwire_comm_free(wc), "comm_free (W)");
+    gpuwire_buffer_free(ws);
+    gpuwire_buffer_free(wr);
     broken_after(y, "(a)")?;
     // (b) Another thread, while the group is open.
     let mut z = 0;

@@ -123,8 +123,9 @@ pub fn thread_exits_in_group(comms: &[&Communicator]) {
             }
         }
     }
-    let _ = aborts_pending(comms);
+    aborts_pending(comms);
     turn::end_group();
+    aborts_pending_after(comms);
 }
 
 /// After a group end that answered ncclInProgress: waits for each of `comms` (NCCL's) to leave
@@ -756,12 +757,10 @@ pub fn with_group<T>(comms: &[&Communicator], f: impl FnOnce() -> Result<T>) -> 
     if e == IN_PROGRESS {
         e = settle_all(api, comms);
     }
-    let aborted = aborts_pending(comms);
+    aborts_pending(comms);
     turn::end_group();
-    let mut e = check(api, std::ptr::null_mut(), e, "ncclGroupEnd");
-    if aborted && e.is_ok() {
-        e = Err(Error::CommBroken("ncclGroupEnd: a communicator of the group was aborted (gpuwire_comm_abort) while the group was open: its operations were launched, then aborted, and may not have completed".into()));
-    }
+    aborts_pending_after(comms);
+    let e = check(api, std::ptr::null_mut(), e, "ncclGroupEnd");
     if JOINED.with(|j| !j.borrow().is_empty()) {
         finish_joined(&e);
     }
@@ -784,8 +783,9 @@ impl Drop for Unwinding<'_, '_> {
             settle_all(self.api, self.comms);
         }
         IN_GROUP.with(|g| g.set(self.was));
-        let _ = aborts_pending(self.comms);
+        aborts_pending(self.comms);
         turn::end_group();
+        aborts_pending_after(self.comms);
         finish_joined(&Err(Error::Internal("the group's end failed (a panic)".into())));
     }
 }
@@ -976,24 +976,41 @@ fn abort(st: &NcclState, c: &Communicator, why: String) {
 }
 
 /// A group's end, after its ncclGroupEnd and before it gives its turns back: the aborts of
-/// `comms` that waited for it ([`abort`]). Whether there was one (the group's operations on
-/// that communicator were launched, then aborted: the group's end reports it broken).
-fn aborts_pending(comms: &[&Communicator]) -> bool {
+/// `comms` that waited for it ([`abort`]). The communicators are broken already: their
+/// operations' results say so (`group`).
+fn aborts_pending(comms: &[&Communicator]) {
     use std::sync::atomic::Ordering::SeqCst;
     if ABORTS_PENDING.load(SeqCst) == 0 {
-        return false;
+        return;
     }
-    let mut aborted = false;
     for c in comms {
         if let Ok(st) = state(c) {
             if st.abort_pending.swap(false, SeqCst) {
                 ABORTS_PENDING.fetch_sub(1, SeqCst);
                 st.abort_now();
-                aborted = true;
             }
         }
     }
-    aborted
+}
+
+/// After a group's end gave its turns back: an abort marked pending between [`aborts_pending`]
+/// and that (its second look still saw the turn kept) is made now, with the turn.
+fn aborts_pending_after(comms: &[&Communicator]) {
+    use std::sync::atomic::Ordering::SeqCst;
+    if ABORTS_PENDING.load(SeqCst) == 0 {
+        return;
+    }
+    for c in comms {
+        let Ok(st) = state(c) else { continue };
+        if st.abort_pending.load(SeqCst) {
+            if let turn::ForAbort::Now(_turn) = st.turn.for_abort(Duration::from_millis(100)) {
+                if st.abort_pending.swap(false, SeqCst) {
+                    ABORTS_PENDING.fetch_sub(1, SeqCst);
+                    st.abort_now();
+                }
+            }
+        }
+    }
 }
 
 /// The NCCL path.

@@ -208,8 +208,9 @@ pub extern "C" fn gpuwire_comm_free(comm: gpuwire_comm) -> gpuwire_status {
 /// (ncclCommAbort: this rank's kernels end; peers blocked in a collective with this rank end at
 /// their own timeout or abort; where an open group of any thread, this one's too, has issued
 /// operations on it, NCCL's communicator is aborted at that group's gpuwire_group_end, after
-/// its launch, since the abort frees what the launch uses (that end returns
-/// GPUWIRE_ERROR_COMM_BROKEN); another thread's NCCL call on it is
+/// its launch, since the abort frees what the launch uses (that group's operations on it fail
+/// with GPUWIRE_ERROR_COMM_BROKEN, its others keep their own outcome); another thread's NCCL
+/// call on it is
 /// waited for up to 100 ms, else the NCCL communicator is aborted when freed); IPC sets the shared segment's broken flag, so a peer waiting in
 /// an IPC device operation on the communicator fails with GPUWIRE_ERROR_COMM_BROKEN within a
 /// second; on the MPI paths (HOST, MPI_STAGED, MPI_CUDA_AWARE) nothing is aborted in MPI: a
