@@ -163,8 +163,8 @@ impl std::fmt::Debug for BackendState {
 static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
 
 thread_local! {
-    /// This thread's number for `Communicator::busy` (never 0).
-    static THREAD_ID: u64 = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
+    /// This thread's number for `Communicator::busy` (0 until its first use).
+    static THREAD_ID: Cell<u64> = const { Cell::new(0) };
     /// The deadline of the gpuwire call this thread is in (set by `Communicator::enter`): every
     /// MPI step of one call (its agreement, its chunks, its sends and receives) shares it.
     static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
@@ -173,8 +173,18 @@ thread_local! {
     static UNBOUNDED: Cell<bool> = const { Cell::new(false) };
 }
 
+/// This thread's number for `Communicator::busy` (never 0); a progress engine's thread's is
+/// marked [`ENGINE_ENTRY`] (engine threads are marked before their first call).
 fn thread_id() -> u64 {
-    THREAD_ID.with(|t| *t)
+    THREAD_ID.with(|t| {
+        let v = t.get();
+        if v != 0 {
+            return v;
+        }
+        let v = NEXT_THREAD.fetch_add(1, Ordering::Relaxed) | if crate::engine::on_engine_thread() { ENGINE_ENTRY } else { 0 };
+        t.set(v);
+        v
+    })
 }
 
 /// `Communicator::busy`'s mark of an entry made by a progress engine's thread (for the operation
@@ -397,12 +407,11 @@ impl Communicator {
                 // arrays' creation come here directly.
                 self.engine().drain()?;
             }
+            // An engine thread's entry is marked (`thread_id`, `collective_elsewhere`).
             let me = thread_id();
-            // An engine thread's entry is marked (`collective_elsewhere`).
-            let mark = if crate::engine::on_engine_thread() { me | ENGINE_ENTRY } else { me };
-            match self.busy.compare_exchange(0, mark, Ordering::Acquire, Ordering::Relaxed) {
+            match self.busy.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed) {
                 Ok(_) => release = true,
-                Err(t) if t & !ENGINE_ENTRY == me => {}
+                Err(t) if t == me => {}
                 Err(_) => return Err(concurrent_collective(what)),
             }
         }
@@ -422,9 +431,19 @@ impl Communicator {
     /// the engine after this call had returned success, and fail there (its error then the
     /// communicator's asynchronous error, its output not written). A collective that the
     /// engine runs for this or another call is not another thread's.
-    pub fn collective_elsewhere(&self, what: &str) -> Result<()> {
+    #[inline]
+    pub fn collective_elsewhere(&self, what: impl FnOnce() -> &'static str) -> Result<()> {
         let b = self.busy.load(Ordering::Acquire);
-        if b != 0 && b & ENGINE_ENTRY == 0 && b != thread_id() && !crate::engine::on_engine_thread() {
+        if b != 0 && b & ENGINE_ENTRY == 0 {
+            return self.collective_elsewhere_held(b, what());
+        }
+        Ok(())
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn collective_elsewhere_held(&self, b: u64, what: &str) -> Result<()> {
+        if b != thread_id() && thread_id() & ENGINE_ENTRY == 0 {
             return Err(concurrent_collective(what));
         }
         Ok(())

@@ -274,15 +274,24 @@ pub fn end() -> Result<()> {
         }
         crate::backend::nccl::with_group(&comms, || Ok(()))
     };
-    let mut first = r.clone().err();
-    for e in &entries {
-        let r = after_launch(e, &r);
-        finish(e, &r);
-        if let (Err(x), None) = (r, &first) {
-            first = Some(x);
+    let r = if r.is_ok() && entries.iter().any(|e| e.c.is_broken()) {
+        // A communicator broken while the group was open (`after_launch`): its operations'
+        // error, the first of them the group's.
+        let mut first = None;
+        for e in &entries {
+            let x = after_launch(e, &r);
+            finish(e, &x);
+            if let (Err(x), None) = (x, &first) {
+                first = Some(x);
+            }
         }
-    }
-    let r = first.map_or(Ok(()), Err);
+        first.map_or(Ok(()), Err)
+    } else {
+        for e in &entries {
+            finish(e, &r);
+        }
+        r
+    };
     // The next group records into the same allocation.
     entries.clear();
     GROUP.with(|g| {

@@ -566,7 +566,7 @@ pub fn issue(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -
     }
     if !op.is_p2p() {
         // Another thread inside a collective on `c`: refused now, not after returning.
-        c.collective_elsewhere(op.name())?;
+        c.collective_elsewhere(|| op.name())?;
     }
     let device = op.on_device(c);
     // On device memory: whether NCCL does it (it orders it on its stream itself).

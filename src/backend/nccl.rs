@@ -978,11 +978,17 @@ fn abort(st: &NcclState, c: &Communicator, why: String) {
 /// A group's end, after its ncclGroupEnd and before it gives its turns back: the aborts of
 /// `comms` that waited for it ([`abort`]). The communicators are broken already: their
 /// operations' results say so (`group`).
+#[inline]
 fn aborts_pending(comms: &[&Communicator]) {
-    use std::sync::atomic::Ordering::SeqCst;
-    if ABORTS_PENDING.load(SeqCst) == 0 {
-        return;
+    if ABORTS_PENDING.load(std::sync::atomic::Ordering::SeqCst) != 0 {
+        aborts_pending_now(comms);
     }
+}
+
+#[cold]
+#[inline(never)]
+fn aborts_pending_now(comms: &[&Communicator]) {
+    use std::sync::atomic::Ordering::SeqCst;
     for c in comms {
         if let Ok(st) = state(c) {
             if st.abort_pending.swap(false, SeqCst) {
@@ -995,11 +1001,17 @@ fn aborts_pending(comms: &[&Communicator]) {
 
 /// After a group's end gave its turns back: an abort marked pending between [`aborts_pending`]
 /// and that (its second look still saw the turn kept) is made now, with the turn.
+#[inline]
 fn aborts_pending_after(comms: &[&Communicator]) {
-    use std::sync::atomic::Ordering::SeqCst;
-    if ABORTS_PENDING.load(SeqCst) == 0 {
-        return;
+    if ABORTS_PENDING.load(std::sync::atomic::Ordering::SeqCst) != 0 {
+        aborts_pending_after_now(comms);
     }
+}
+
+#[cold]
+#[inline(never)]
+fn aborts_pending_after_now(comms: &[&Communicator]) {
+    use std::sync::atomic::Ordering::SeqCst;
     for c in comms {
         let Ok(st) = state(c) else { continue };
         if st.abort_pending.load(SeqCst) {
