@@ -947,32 +947,36 @@ pub fn abort_comm(c: &Communicator, why: String) {
 /// NCCL's communicators take one thread at a time, and ncclCommAbort frees the communicator:
 /// where a group (this thread's or another's) keeps its turn, its NCCL group has operations on
 /// it that its ncclGroupEnd still reaches, so that group's end aborts it ([`aborts_pending`]);
-/// another thread's call outside a group is waited for (up to 100 ms; the communicator's release
-/// aborts it otherwise). The communicator is broken at once.
+/// another thread's call outside a group is waited for (as its lock on the communicator was
+/// before turns). The communicator is broken first (its operations' results in that group's end
+/// say so: `group`).
 fn abort(st: &NcclState, c: &Communicator, why: String) {
     use std::sync::atomic::Ordering::SeqCst;
+    c.mark_broken(why);
+    let now = |_turn: turn::Turn| {
+        if st.abort_pending.swap(false, SeqCst) {
+            ABORTS_PENDING.fetch_sub(1, SeqCst);
+        }
+        st.abort_now();
+    };
     loop {
-        match st.turn.for_abort(Duration::from_millis(100)) {
-            turn::ForAbort::Now(_turn) => {
-                if st.abort_pending.swap(false, SeqCst) {
-                    ABORTS_PENDING.fetch_sub(1, SeqCst);
-                }
-                st.abort_now();
-                break;
-            }
+        match st.turn.for_abort(Duration::MAX) {
+            turn::ForAbort::Now(t) => return now(t),
             turn::ForAbort::KeptByAGroup | turn::ForAbort::Busy => {
                 if !st.abort_pending.swap(true, SeqCst) {
                     ABORTS_PENDING.fetch_add(1, SeqCst);
                 }
-                // Still kept or busy after the mark: the group's end (or the release) aborts it;
-                // else it was given back meanwhile, perhaps before the mark was seen: again.
-                if !matches!(st.turn.for_abort(Duration::ZERO), turn::ForAbort::Now(_)) {
-                    break;
+                // Still kept after the mark: the group's end aborts it (before or after it gives
+                // its turns back); else it was given back meanwhile, perhaps before the mark was
+                // seen: made here.
+                match st.turn.for_abort(Duration::ZERO) {
+                    turn::ForAbort::KeptByAGroup => return,
+                    turn::ForAbort::Now(t) => return now(t),
+                    turn::ForAbort::Busy => {}
                 }
             }
         }
     }
-    c.mark_broken(why);
 }
 
 /// A group's end, after its ncclGroupEnd and before it gives its turns back: the aborts of
@@ -1015,7 +1019,7 @@ fn aborts_pending_after_now(comms: &[&Communicator]) {
     for c in comms {
         let Ok(st) = state(c) else { continue };
         if st.abort_pending.load(SeqCst) {
-            if let turn::ForAbort::Now(_turn) = st.turn.for_abort(Duration::from_millis(100)) {
+            if let turn::ForAbort::Now(_turn) = st.turn.for_abort(Duration::MAX) {
                 if st.abort_pending.swap(false, SeqCst) {
                     ABORTS_PENDING.fetch_sub(1, SeqCst);
                     st.abort_now();

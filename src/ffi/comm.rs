@@ -210,8 +210,7 @@ pub extern "C" fn gpuwire_comm_free(comm: gpuwire_comm) -> gpuwire_status {
 /// operations on it, NCCL's communicator is aborted at that group's gpuwire_group_end, after
 /// its launch, since the abort frees what the launch uses (that group's operations on it fail
 /// with GPUWIRE_ERROR_COMM_BROKEN, its others keep their own outcome); another thread's NCCL
-/// call on it is
-/// waited for up to 100 ms, else the NCCL communicator is aborted when freed); IPC sets the shared segment's broken flag, so a peer waiting in
+/// call on it is waited for); IPC sets the shared segment's broken flag, so a peer waiting in
 /// an IPC device operation on the communicator fails with GPUWIRE_ERROR_COMM_BROKEN within a
 /// second; on the MPI paths (HOST, MPI_STAGED, MPI_CUDA_AWARE) nothing is aborted in MPI: a
 /// peer blocked in a gpuwire wait ends at its communicator's timeout (a peer blocked in a plain
