@@ -17,6 +17,7 @@
 #                host memory, 2 ranks, one operation per job, Open MPI then MPICH; needs ~9 GB free
 #                and ~25 min (GPUWIRE_TEST_LARGE_ALL=1 adds the 17 GB jobs); not part of `make test`
 #   make bindings   regenerate the generated layers (include/gpuwire.h, include/gpuwire_*.inc,
+#                python/gpuwire/_capi.py)
 #   make deps    check prerequisites (scripts/deps.sh; installs Debian packages when root)
 #   make install PREFIX=/path   release build, then libraries, headers, Fortran module sources,
 #                pkg-config and CMake files and the Python module under PREFIX (DESTDIR honoured;
