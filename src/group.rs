@@ -313,10 +313,10 @@ fn run(entries: Vec<Entry>) -> Result<()> {
     };
     // Earlier queued operations of these communicators come first: for the NCCL group's, now.
     // Where that work waits for an NCCL turn whose holder waits for one this group keeps
-    // (`Engine::drain`), the communicator's NCCL operations fail with that refusal, as taking
-    // its turn in the NCCL group would (none of them was issued at its call: this thread would
-    // have its turn). The other operations' communicators are drained after the NCCL group
-    // has given its turns back (`drain_each`, below): those drains are never refused.
+    // (`Engine::drain`), the communicator's operations of the group fail with that refusal
+    // (its NCCL ones as taking its turn in the NCCL group would; none of them was issued at its
+    // call: this thread would have its turn). The other communicators are drained after the
+    // NCCL group has given its turns back (`drain_each`, below): those drains are never refused.
     let refused = drain_each(entries.iter().filter(|e| e.issued || is_nccl(e)));
     // Views of the operations started here (collectives off NCCL pack their own, in `run`).
     let entries: Vec<Entry> = entries
@@ -591,7 +591,7 @@ fn is_nccl(e: &Entry) -> bool {
 fn after_launch(e: &Entry, launched: &Result<()>) -> Result<()> {
     launched.clone()?;
     e.c.ensure_usable().map_err(|x| {
-        Error::from_status(x.status(), format!("the operation was launched, then its communicator was broken (aborted while the group was open), and may not have completed: {x}"))
+        Error::from_status(x.status(), format!("the operation was launched, then its communicator was broken (aborted or timed out while the group was open), and may not have completed: {x}"))
     })
 }
 

@@ -764,6 +764,11 @@ impl Pending for Queued {
                     "the request's operation is queued behind others on its NCCL communicator, on which this thread's open group has issued operations: it runs after the group's end (waiting for it inside the group would never return); wait after gpuwire_group_end".into(),
                 ));
             }
+        }
+        Ok(())
+    }
+    fn ready_to_block(&self) -> Result<()> {
+        if self.done.peek().is_none() {
             // A wait that would close a cycle of NCCL turns (`Engine::waiting`): refused here,
             // the request left as it was.
             drop(self.comm.engine().waiting()?);
@@ -772,7 +777,9 @@ impl Pending for Queued {
     }
     fn wait(&mut self) -> Result<()> {
         self.ready_to_wait()?;
-        // A wait for the engine, as its drain: refused where it closes a cycle of NCCL turns.
+        // A wait for the engine, as its drain, listed (`ready_to_block` refused one that would
+        // close a cycle of NCCL turns; one that forms only now is refused here, the request
+        // then failed).
         let listed = if self.done.peek().is_none() { self.comm.engine().waiting()? } else { None };
         self.done.wait_until(None).unwrap_or_else(|| Err(Error::Internal("engine wait without deadline ended".into())))?;
         drop(listed);

@@ -95,6 +95,12 @@ pub trait Pending: Send {
     fn ready_to_wait(&self) -> Result<()> {
         Ok(())
     }
+    /// Whether a blocking wait for it may start now (beyond [`Self::ready_to_wait`]): refused
+    /// where the wait could never return; tests, which never block, do not ask. The default is
+    /// yes.
+    fn ready_to_block(&self) -> Result<()> {
+        Ok(())
+    }
     /// What the receive matched, once it has (also when it failed after matching, e.g. a
     /// truncated message); `None` for other operations and where the path does not know (the
     /// request's own default is then used: `Request::with_status`).
@@ -291,11 +297,17 @@ impl Request {
     /// Whether the request may be waited for or tested now ([`Pending::ready_to_wait`]); a
     /// completed request may.
     pub fn ready_to_wait(&self) -> Result<()> {
-        Self::ready(&self.lock())
+        Self::ready(&self.lock(), false)
     }
 
-    fn ready(i: &Inner) -> Result<()> {
+    /// [`Self::ready_to_wait`], for a blocking wait ([`Pending::ready_to_block`]).
+    pub fn ready_to_block(&self) -> Result<()> {
+        Self::ready(&self.lock(), true)
+    }
+
+    fn ready(i: &Inner, block: bool) -> Result<()> {
         match i.pending.as_ref() {
+            Some(p) if block => p.ready_to_wait().and_then(|()| p.ready_to_block()),
             Some(p) => p.ready_to_wait(),
             None => Ok(()),
         }
@@ -306,7 +318,7 @@ impl Request {
     /// [`Self::wait`] (as `Ok(true)`) or [`Self::test`], with the request's status then.
     pub fn finish(&self, wait: bool) -> Result<(Result<bool>, Status)> {
         let mut i = self.lock();
-        Self::ready(&i)?;
+        Self::ready(&i, wait)?;
         let done = if wait { self.wait_locked(&mut i).map(|()| true) } else { self.test_locked(&mut i) };
         Ok((done, self.status_of(&i)))
     }

@@ -1279,8 +1279,8 @@ class DArray:
                 bits = 8 * ctypes.sizeof(kind)
                 for i, x in enumerate(v):
                     if not -(1 << (bits - 1)) <= int(x) < (1 << (bits - 1)):
-                        raise OverflowError(f"gpuwire_darray_create_cart: {what}[{i}] = {int(x)} does not fit "
-                                            f"int{bits}_t")
+                        fn = "gpuwire_darray_create_cart" if _wrap is None else "gpuwire_darray_wrap"
+                        raise OverflowError(f"{fn}: {what}[{i}] = {int(x)} does not fit int{bits}_t")
                 return (kind * max(n, 1))(*[int(x) for x in v])
 
             args = (n, axes(dims, c_int64, "shape"), axes(procs, c_int64, "procs"), axes(halo, c_int64, "halo"),

@@ -470,7 +470,7 @@ pub extern "C" fn gpuwire_waitany(count: i32, requests: *mut gpuwire_request, in
         let mut deadline: Option<std::time::Instant> = None;
         for h in reqs.iter().filter(|h| **h != 0) {
             let r = REQUESTS.get(*h)?;
-            r.ready_to_wait()?;
+            r.ready_to_block()?;
             if let Some(t) = r.comm().config().timeout {
                 let d = std::time::Instant::now() + t;
                 deadline = Some(deadline.map_or(d, |x: std::time::Instant| x.min(d)));
@@ -653,7 +653,7 @@ pub extern "C" fn gpuwire_waitall(count: i32, requests: *mut gpuwire_request) ->
         // group), and would complete some of them in a call that is refused.
         for (i, h) in given.iter().enumerate().filter(|(_, h)| **h != 0) {
             if let Ok(r) = REQUESTS.get(*h) {
-                r.ready_to_wait().map_err(|e| Error::from_status(e.status(), format!("request {i}: {e}; nothing was waited for")))?;
+                r.ready_to_block().map_err(|e| Error::from_status(e.status(), format!("request {i}: {e}; nothing was waited for")))?;
             }
         }
         let mut first: Option<Error> = None;
