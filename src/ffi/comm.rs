@@ -158,8 +158,10 @@ pub extern "C" fn gpuwire_comm_world(cfg: *const gpuwire_config, out: *mut gpuwi
 /// Frees a communicator. Collective, as MPI_Comm_free: every rank of the communicator must call
 /// it (the NCCL backend destroys its NCCL communicator, the IPC backend waits until every rank
 /// reached its free before releasing the shared segment; a rank that never frees makes the
-/// others wait, up to the communicator's timeout on IPC). Pending requests on it still complete.
-/// The handle, and every copy of it, becomes invalid. A communicator broken by a timeout is
+/// others wait, up to the communicator's timeout on IPC). Pending requests on it still complete;
+/// operations still queued on its progress engine (a nonblocking collective, say) run first, so
+/// the free waits for them, and a nonblocking collective then waits for the other ranks' matching
+/// calls (as MPI_Comm_free may synchronize). The handle, and every copy of it, becomes invalid. A communicator broken by a timeout is
 /// freed locally; its MPI communicators are left to MPI_Finalize (MPI may still progress the
 /// operations the timeout abandoned).
 ///
