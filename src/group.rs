@@ -522,8 +522,16 @@ fn batchable(e: &Entry, all: &[Entry]) -> bool {
 /// Whether `e` joins its communicator's stream-ordered IPC batch (module comment): every entry
 /// of that communicator is a blocking send, receive or sendrecv on `e`'s stream, on an IPC
 /// communicator whose point-to-point is stream-ordered, its views (if any) unpacked on the
-/// device.
+/// device; and no other IPC communicator's point-to-point operation of the group is on that
+/// stream. (Two batches on one stream put one communicator's sends' waits before the other's
+/// receive copies: a rank sending on X and receiving on Y, its peer the mirror, each waited on
+/// its stream for a copy queued behind the other's wait. Such a group takes the path of
+/// nonblocking operations started together, whose end waits for the data.)
 fn ipc_batchable(e: &Entry, all: &[Entry]) -> bool {
+    let ipc = crate::types::BackendKind::GPUWIRE_BACKEND_IPC;
+    if all.iter().any(|x| x.stream == e.stream && x.op.is_p2p() && x.c.backend() == ipc && !Arc::ptr_eq(&x.c, &e.c)) {
+        return false;
+    }
     let fits = |x: &Entry| {
         matches!(x.op, Op::Send { .. } | Op::Recv { .. } | Op::Sendrecv { .. })
             && x.done.is_none()

@@ -1652,6 +1652,37 @@ fn group_order(cx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
+/// A group whose send and receive are on two communicators, mirrored between neighbours: rank
+/// k sends on A(k) (X for even k, Y for odd) and receives from its left neighbour on that
+/// neighbour's A, all on one stream, 16 KiB (above IPC's 1 KiB eager size). On IPC each
+/// communicator's stream-ordered batch put its sends' waits on the stream before the other's
+/// receive copies: with two ranks each stream waited for a copy queued behind the peer's wait
+/// (a helper's program on the null device hung in the stream synchronization). Values checked.
+fn group_comms(cx: &Ctx) -> Result<(), String> {
+    let (r, p, s) = (cx.rank, cx.size, cx.stream as *mut c_void);
+    let (to, from) = ((r + 1) % p, (r + p - 1) % p);
+    let n = 4096usize;
+    let (a, b) = (dev_alloc(n, Dtype::GPUWIRE_FLOAT32), dev_alloc(n, Dtype::GPUWIRE_FLOAT32));
+    let mut y = 0;
+    ok(gpuwire_comm_dup(cx.comm, &mut y), "comm_dup");
+    let on = |k: i32| if k % 2 == 0 { cx.comm } else { y };
+    for it in 0..20 {
+        fill_f32(&cx.kernels, ptr_of(a), n, (100 * it + r + 1) as f32, cx.stream);
+        fill_f32(&cx.kernels, ptr_of(b), n, -1.0, cx.stream);
+        ok(gpuwire_group_start(), "group_start");
+        ok(gpuwire_send(on(r), a, to, 5, s), "send");
+        ok(gpuwire_recv(on(from), b, from, 5, s), "recv");
+        ok(gpuwire_group_end(), "group_end");
+        cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
+        all_f32(&download(b, n * 4), (100 * it + from + 1) as f32).map_err(|e| format!("iteration {it}: the receive on the left neighbour's communicator: {e}"))?;
+    }
+    ok(gpuwire_comm_free(y), "comm_free");
+    gpuwire_buffer_free(a);
+    gpuwire_buffer_free(b);
+    println!("rank {r}: groupcomms: a group's send and receive on two communicators, mirrored between neighbours, 20 times");
+    Ok(())
+}
+
 /// NCCL: another thread's isend/irecv posted on the communicator while this thread's group is
 /// open fail none of this thread's calls and stay posted for their own thread: (a) a group's
 /// allreduce run at its end, (b) a group's recv issued at its call after its send, (c) a wait
@@ -3923,6 +3954,7 @@ fn main() {
             "threadorder" => thread_order(&cx),
             "threadgroup" => thread_group(&cx),
             "grouporder" => group_order(&cx),
+            "groupcomms" => group_comms(&cx),
             "threadposts" => thread_posts(&cx),
             "threadexit" => thread_exit(&cx),
             "threadexitturn" => thread_exit_turn(&cx),
