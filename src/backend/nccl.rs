@@ -123,9 +123,9 @@ pub fn thread_exits_in_group(comms: &[&Communicator]) {
             }
         }
     }
-    aborts_pending(comms);
+    aborts_pending(comms, false);
     turn::end_group();
-    aborts_pending_after(comms);
+    aborts_pending(comms, true);
 }
 
 /// After a group end that answered ncclInProgress: waits for each of `comms` (NCCL's) to leave
@@ -683,6 +683,16 @@ impl NcclState {
         wait_event(self, c, &ev, c.call_deadline().unwrap_or(Instant::now() + t), what)
     }
 
+    /// Takes the abort marked pending on this communicator ([`abort`]), if any.
+    fn take_pending_abort(&self) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        let pending = self.abort_pending.swap(false, SeqCst);
+        if pending {
+            ABORTS_PENDING.fetch_sub(1, SeqCst);
+        }
+        pending
+    }
+
     /// ncclCommAbort, by a thread that has the turn ([`abort`]): the communicator is not used
     /// again (its calls find it aborted).
     fn abort_now(&self) {
@@ -697,11 +707,7 @@ impl NcclState {
 
     /// Releases the NCCL communicator.
     pub fn destroy(&mut self, abort: bool) {
-        let pending = self.abort_pending.swap(false, std::sync::atomic::Ordering::SeqCst);
-        if pending {
-            ABORTS_PENDING.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-        }
-        let abort = abort || pending;
+        let abort = self.take_pending_abort() || abort;
         let Ok(api) = api() else { return };
         // Posted operations are launched (or, on an aborted communicator, fail) first.
         self.close_group();
@@ -757,9 +763,9 @@ pub fn with_group<T>(comms: &[&Communicator], f: impl FnOnce() -> Result<T>) -> 
     if e == IN_PROGRESS {
         e = settle_all(api, comms);
     }
-    aborts_pending(comms);
+    aborts_pending(comms, false);
     turn::end_group();
-    aborts_pending_after(comms);
+    aborts_pending(comms, true);
     let e = check(api, std::ptr::null_mut(), e, "ncclGroupEnd");
     if JOINED.with(|j| !j.borrow().is_empty()) {
         finish_joined(&e);
@@ -783,9 +789,9 @@ impl Drop for Unwinding<'_, '_> {
             settle_all(self.api, self.comms);
         }
         IN_GROUP.with(|g| g.set(self.was));
-        aborts_pending(self.comms);
+        aborts_pending(self.comms, false);
         turn::end_group();
-        aborts_pending_after(self.comms);
+        aborts_pending(self.comms, true);
         finish_joined(&Err(Error::Internal("the group's end failed (a panic)".into())));
     }
 }
@@ -954,9 +960,7 @@ fn abort(st: &NcclState, c: &Communicator, why: String) {
     use std::sync::atomic::Ordering::SeqCst;
     c.mark_broken(why);
     let now = |_turn: turn::Turn| {
-        if st.abort_pending.swap(false, SeqCst) {
-            ABORTS_PENDING.fetch_sub(1, SeqCst);
-        }
+        st.take_pending_abort();
         st.abort_now();
     };
     loop {
@@ -979,52 +983,35 @@ fn abort(st: &NcclState, c: &Communicator, why: String) {
     }
 }
 
-/// A group's end, after its ncclGroupEnd and before it gives its turns back: the aborts of
-/// `comms` that waited for it ([`abort`]). The communicators are broken already: their
-/// operations' results say so (`group`).
+/// A group's end: the aborts of `comms` that waited for it ([`abort`]) — after its
+/// ncclGroupEnd and before it gives its turns back (`after` false), and once it gave them back
+/// (`after`: an abort marked between the two looks, its second look still seeing the turn kept,
+/// made now with the turn). The communicators are broken already: their operations' results
+/// say so (`group`).
 #[inline]
-fn aborts_pending(comms: &[&Communicator]) {
+fn aborts_pending(comms: &[&Communicator], after: bool) {
     if ABORTS_PENDING.load(std::sync::atomic::Ordering::SeqCst) != 0 {
-        aborts_pending_now(comms);
+        aborts_pending_now(comms, after);
     }
 }
 
 #[cold]
 #[inline(never)]
-fn aborts_pending_now(comms: &[&Communicator]) {
-    use std::sync::atomic::Ordering::SeqCst;
-    for c in comms {
-        if let Ok(st) = state(c) {
-            if st.abort_pending.swap(false, SeqCst) {
-                ABORTS_PENDING.fetch_sub(1, SeqCst);
-                st.abort_now();
-            }
-        }
-    }
-}
-
-/// After a group's end gave its turns back: an abort marked pending between [`aborts_pending`]
-/// and that (its second look still saw the turn kept) is made now, with the turn.
-#[inline]
-fn aborts_pending_after(comms: &[&Communicator]) {
-    if ABORTS_PENDING.load(std::sync::atomic::Ordering::SeqCst) != 0 {
-        aborts_pending_after_now(comms);
-    }
-}
-
-#[cold]
-#[inline(never)]
-fn aborts_pending_after_now(comms: &[&Communicator]) {
-    use std::sync::atomic::Ordering::SeqCst;
+fn aborts_pending_now(comms: &[&Communicator], after: bool) {
     for c in comms {
         let Ok(st) = state(c) else { continue };
-        if st.abort_pending.load(SeqCst) {
-            if let turn::ForAbort::Now(_turn) = st.turn.for_abort(Duration::MAX) {
-                if st.abort_pending.swap(false, SeqCst) {
-                    ABORTS_PENDING.fetch_sub(1, SeqCst);
-                    st.abort_now();
-                }
-            }
+        if !st.abort_pending.load(std::sync::atomic::Ordering::SeqCst) {
+            continue;
+        }
+        let _turn = match after {
+            false => None,
+            true => match st.turn.for_abort(Duration::MAX) {
+                turn::ForAbort::Now(t) => Some(t),
+                _ => continue,
+            },
+        };
+        if st.take_pending_abort() {
+            st.abort_now();
         }
     }
 }
