@@ -18,11 +18,15 @@
 //! A nonblocking receive whose message has not arrived when it is posted is *deferred*: it waits
 //! in `QUEUE`, in posting order, and is matched by `progress`, which every gpuwire wait and test
 //! and every blocking point-to-point call of gpuwire runs while any receive is deferred (through
-//! `progress::progress_all` and `progress::pending`). An entry is not tried while an earlier
-//! unmatched entry of the same communicator could match the same messages (same or wildcard
-//! source, same or wildcard tag: `overlap`), so MPI's matching order is kept also with
-//! GPUWIRE_ANY_SOURCE and GPUWIRE_ANY_TAG. What a receive matched (source, tag, size) is kept
-//! for its status (`Recv::status`).
+//! `progress::progress_all` and `progress::pending`). MPI's matching order is kept also with
+//! GPUWIRE_ANY_SOURCE and GPUWIRE_ANY_TAG: a message goes to the earliest posted receive that matches it. Where an
+//! earlier unmatched entry of the same communicator could match some of an entry's messages
+//! (same or wildcard source, same or wildcard tag: `overlap`), `progress` looks at the entry's
+//! next message first (MPI_Iprobe) and gives it to the earliest entry it matches: a wildcard
+//! receive posted after a receive of (0, tag 7) takes a message of tag 5 at once, as in MPI
+//! (waiting behind the earlier receive instead hung a sender of tag 5 that needs its match,
+//! 2026-12-05). What a receive matched (source, tag, size) is kept for its status
+//! (`Recv::status`).
 //!
 //! In checking mode a send also sends a header (datatype and count) on the communicator's
 //! checking duplicate (`Check::hdr`) with the same tag, and completes only once the receiver's
@@ -180,6 +184,10 @@ struct Queue {
     /// A blocking receive waiting in MPI_Mprobe (`recv`): only one at a time, made on an empty
     /// queue, so it is earlier than every entry.
     probing: Option<Sig>,
+    /// `progress`'s marks of the entries that leave the queue, and its list of unmatched ones
+    /// beyond the first few (kept: no allocation per pass).
+    gone: Vec<bool>,
+    spill: Vec<Waiting>,
 }
 
 impl Queue {
@@ -195,7 +203,7 @@ impl Queue {
     }
 }
 
-static QUEUE: Mutex<Queue> = Mutex::new(Queue { entries: Vec::new(), probing: None });
+static QUEUE: Mutex<Queue> = Mutex::new(Queue { entries: Vec::new(), probing: None, gone: Vec::new(), spill: Vec::new() });
 /// Receives queued (`Queue::len`; read without the lock).
 static QUEUED: AtomicUsize = AtomicUsize::new(0);
 
@@ -212,7 +220,8 @@ fn never() -> bool {
     false
 }
 
-/// Matches what can be matched of the deferred receives, in posting order.
+/// Matches what can be matched of the deferred receives, in posting order: each message to the
+/// earliest receive that matches it.
 pub fn progress() {
     if !deferred() {
         return;
@@ -220,80 +229,219 @@ pub fn progress() {
     let mut q = lock(&QUEUE);
     // Under MPI_THREAD_SERIALIZED, gpuwire's MPI lock for the matching calls below.
     let _mpi = crate::runtime::mpi_lock();
-    let mut blocked = Blocked::default();
+    let Queue { entries, probing, gone, spill } = &mut *q;
+    gone.clear();
+    gone.resize(entries.len(), false);
+    spill.clear();
+    let mut earlier = Earlier { few: [Waiting::Taken; 4], n: 0, more: spill };
     // A blocking receive in MPI_Mprobe is earlier than every entry.
-    if let Some(sig) = q.probing {
-        blocked.add(sig);
+    if let Some(sig) = *probing {
+        earlier.push(Waiting::Opaque(sig));
     }
-    q.entries.retain(|e| {
+    for (i, e) in entries.iter().enumerate() {
         let sig = e.sig();
         if Arc::strong_count(e) == 1 {
             // Its request is gone (never waited for): nothing may be written for it any more.
-            return false;
+            gone[i] = true;
+            continue;
         }
-        if blocked.blocks(sig) {
-            blocked.add(sig);
-            return true;
+        if earlier.competes(sig, true) {
+            // An earlier receive of the same signature takes every message of this one first
+            // (not locked: not a receive a later one's message can go to in this pass).
+            earlier.push(Waiting::Opaque(sig));
+            continue;
         }
         let Ok(mut st) = e.state.try_lock() else {
-            blocked.add(sig);
-            return true;
+            earlier.push(Waiting::Opaque(sig));
+            continue;
         };
-        match try_match(e, &mut st) {
-            Ok(true) => false,
-            Ok(false) => {
-                blocked.add(sig);
-                true
-            }
+        match step(entries, gone, &mut earlier, i, &mut st) {
+            Ok(true) => gone[i] = true,
+            Ok(false) => earlier.push(match st.now {
+                State::Checked { source, tag, .. } => Waiting::Data((sig.0, source, tag)),
+                _ => Waiting::Unmatched(sig, i),
+            }),
             Err(err) => {
                 st.now = State::Done(Some(err));
-                false
+                gone[i] = true;
             }
         }
+    }
+    let mut i = 0;
+    entries.retain(|_| {
+        i += 1;
+        !gone[i - 1]
     });
     QUEUED.store(q.len(), Ordering::Release);
 }
 
-/// The (communicator, source, tag) of the receives that `progress` left unmatched, which block
-/// the later entries they overlap: a few held inline (one per distinct signature), so that a
-/// pass over a queue of receives of one source and tag allocates nothing.
-#[derive(Default)]
-struct Blocked {
-    few: [Sig; 4],
-    n: usize,
-    more: Vec<Sig>,
+/// What an entry that a pass of `progress` left unmatched could still take, in posting order.
+#[derive(Clone, Copy)]
+enum Waiting {
+    /// An unmatched receive (its signature; its index in the queue).
+    Unmatched(Sig, usize),
+    /// Checking mode: a receive whose header from (source, tag) matched, waiting for that
+    /// sender's data message (communicator, source, tag).
+    Data(Sig),
+    /// A receive not looked at (its lock was busy, an earlier unmatched one has its signature,
+    /// or the blocking receive in MPI_Mprobe): every message its signature matches waits for it.
+    Opaque(Sig),
+    /// Matched since (a later entry's message went to it).
+    Taken,
 }
 
-impl Blocked {
-    /// Whether an earlier unmatched entry could take `sig`'s messages.
-    fn blocks(&self, sig: Sig) -> bool {
-        self.few[..self.n].iter().chain(&self.more).any(|b| b.0 == sig.0 && overlap((b.1, b.2), (sig.1, sig.2)))
-    }
+/// The entries a pass of `progress` left unmatched, in posting order: the first few inline, the
+/// rest in the queue's kept vector (no allocation per pass).
+struct Earlier<'a> {
+    few: [Waiting; 4],
+    n: usize,
+    more: &'a mut Vec<Waiting>,
+}
 
-    /// Adds an unmatched entry's signature (once: an equal one blocks exactly what it blocks).
-    fn add(&mut self, sig: Sig) {
-        if self.few[..self.n].contains(&sig) || self.more.contains(&sig) {
-            return;
-        }
+impl Earlier<'_> {
+    fn push(&mut self, w: Waiting) {
         if self.n < self.few.len() {
-            self.few[self.n] = sig;
+            self.few[self.n] = w;
             self.n += 1;
         } else {
-            self.more.push(sig);
+            self.more.push(w);
         }
     }
+
+    fn len(&self) -> usize {
+        self.n + self.more.len()
+    }
+
+    fn get(&self, k: usize) -> Waiting {
+        if k < self.n { self.few[k] } else { self.more[k - self.few.len()] }
+    }
+
+    fn set(&mut self, k: usize, w: Waiting) {
+        if k < self.n { self.few[k] = w } else { self.more[k - self.few.len()] = w }
+    }
+
+    /// Whether an earlier entry could take a message (or, in checking mode, a header and then a
+    /// data message) that unmatched receive `sig` matches; with `same`, whether an unmatched one
+    /// has exactly `sig` (it takes all of `sig`'s messages first).
+    fn competes(&self, sig: Sig, same: bool) -> bool {
+        (0..self.len()).any(|k| match self.get(k) {
+            Waiting::Unmatched(x, _) | Waiting::Opaque(x) => if same { x == sig } else { x.0 == sig.0 && overlap((x.1, x.2), (sig.1, sig.2)) },
+            Waiting::Data(x) => !same && x.0 == sig.0 && overlap((x.1, x.2), (sig.1, sig.2)),
+            Waiting::Taken => false,
+        })
+    }
+
+    /// The place of the earliest entry that the next message from `source` with `tag` (MPI's
+    /// values) on communicator `key` goes to (its header, in checking mode), if an earlier one
+    /// could take it.
+    fn first_for(&self, key: usize, source: i32, tag: i32) -> Option<usize> {
+        (0..self.len()).find(|&k| match self.get(k) {
+            Waiting::Unmatched(x, _) | Waiting::Opaque(x) => x.0 == key && overlap((x.1, x.2), (source, tag)),
+            _ => false,
+        })
+    }
+
+    /// Whether an entry before place `pos` could take the next checking-mode data message of
+    /// `d` (communicator, source, tag): one waiting for that sender's data (whose header came
+    /// first), or one not looked at.
+    fn data_before(&self, pos: usize, d: Sig) -> bool {
+        (0..pos.min(self.len())).any(|k| match self.get(k) {
+            Waiting::Data(x) => x == d,
+            Waiting::Opaque(x) => x.0 == d.0 && overlap((x.1, x.2), (d.1, d.2)),
+            _ => false,
+        })
+    }
+}
+
+/// One matching step of entry `i` (locked: `st`) in a pass of `progress`: true once its message
+/// matched. Where no earlier unmatched entry could take its messages, as `try_match`. Where one
+/// could, the entry's next message (MPI_Iprobe) goes to the earliest entry it matches (`gone`
+/// marks an earlier one that this completes), and the entry looks again; it stops when its own
+/// message matched, none is there, or the earliest is an entry not looked at.
+fn step(entries: &[Arc<Entry>], gone: &mut [bool], earlier: &mut Earlier, i: usize, st: &mut Stage) -> Result<bool> {
+    let e = &entries[i];
+    let sig = e.sig();
+    match st.now {
+        State::Unmatched => {}
+        State::Checked { source, tag, .. } => {
+            // Checking mode: a sender's data messages come in the order of its headers.
+            if earlier.data_before(earlier.len(), (sig.0, source, tag)) {
+                return Ok(false);
+            }
+            return try_match(e, st, None, false);
+        }
+        _ => return Ok(true),
+    }
+    if !earlier.competes(sig, false) {
+        return try_match(e, st, None, false);
+    }
+    for _ in 0..=earlier.len() {
+        let Some(from) = peek(e)? else { return Ok(false) };
+        let Some(k) = earlier.first_for(sig.0, from.0, from.1) else {
+            // No earlier receive matches it: this one's.
+            return take(e, st, from, earlier, earlier.len());
+        };
+        let Waiting::Unmatched(xsig, j) = earlier.get(k) else { return Ok(false) };
+        let Ok(mut other) = entries[j].state.try_lock() else { return Ok(false) };
+        match take(&entries[j], &mut other, from, earlier, k) {
+            Ok(true) => {
+                gone[j] = true;
+                earlier.set(k, Waiting::Taken);
+            }
+            Ok(false) => match other.now {
+                State::Checked { source, tag, .. } => earlier.set(k, Waiting::Data((xsig.0, source, tag))),
+                _ => return Ok(false),
+            },
+            Err(err) => {
+                other.now = State::Done(Some(err));
+                gone[j] = true;
+                earlier.set(k, Waiting::Taken);
+            }
+        }
+    }
+    Ok(false)
+}
+
+/// Unmatched entry `e` (at place `pos` of `earlier`) takes the next message from `from` (MPI's
+/// source and tag), which it matches; in checking mode the header, then the data message unless
+/// an entry before it waits for that sender's data.
+fn take(e: &Entry, st: &mut Stage, from: (i32, i32), earlier: &Earlier, pos: usize) -> Result<bool> {
+    if e.check.is_none() {
+        return try_match(e, st, Some(from), false);
+    }
+    if try_match(e, st, Some(from), true)? {
+        return Ok(true);
+    }
+    match st.now {
+        State::Checked { source, tag, .. } if !earlier.data_before(pos, (e.key, source, tag)) => try_match(e, st, None, false),
+        _ => Ok(false),
+    }
+}
+
+/// The source and tag (MPI's) of the next message that entry `e` could take (its header's, in
+/// checking mode), without taking it; `None` when none is there.
+fn peek(e: &Entry) -> Result<Option<(i32, i32)>> {
+    let comm = e.check.map_or(e.comm, |(hdr, _)| hdr);
+    let mut flag: c_int = 0;
+    // SAFETY: plain out-parameters.
+    let mut status: sys::MPI_Status = unsafe { std::mem::zeroed() };
+    mpisys::check(unsafe { sys::MPI_Iprobe(mpi_source(e.want.source), mpi_tag(e.want.tag), comm.0, &mut flag, &mut status) }, "MPI_Iprobe")?;
+    Ok((flag != 0).then_some((status.MPI_SOURCE, status.MPI_TAG)))
 }
 
 /// One nonblocking matching step of an entry: true once its message (and in checking mode its
-/// header) matched.
-fn try_match(e: &Entry, stage: &mut Stage) -> Result<bool> {
+/// header) matched. `from`: an unmatched entry takes the next message (header) of this source
+/// and tag (MPI's), one that its own source and tag match, rather than of its own;
+/// `header_only`: in checking mode it stops once its header matched.
+fn try_match(e: &Entry, stage: &mut Stage, from: Option<(i32, i32)>, header_only: bool) -> Result<bool> {
+    let (want_source, want_tag) = from.unwrap_or((mpi_source(e.want.source), mpi_tag(e.want.tag)));
     let Stage { now: st, matched } = stage;
     loop {
         match st {
             State::Unmatched => {
                 if let Some((hdr_comm, ack_comm)) = e.check {
                     let mut h = Hdr::default();
-                    let Some((source, tag)) = improbe_recv(hdr_comm, mpi_source(e.want.source), mpi_tag(e.want.tag), (&mut h as *mut Hdr).cast(), HDR_WORDS)? else {
+                    let Some((source, tag)) = improbe_recv(hdr_comm, want_source, want_tag, (&mut h as *mut Hdr).cast(), HDR_WORDS)? else {
                         return Ok(false);
                     };
                     let (err, ack) = compare(&e.want, source, &h);
@@ -305,9 +453,12 @@ fn try_match(e: &Entry, stage: &mut Stage) -> Result<bool> {
                         "MPI_Isend (checking-mode answer)",
                     )?;
                     *st = State::Checked { err, ack, ack_req: RawRequest(req), source, tag };
+                    if header_only {
+                        return Ok(false);
+                    }
                     continue;
                 }
-                let Some((mut msg, status)) = improbe(e, mpi_source(e.want.source), mpi_tag(e.want.tag))? else { return Ok(false) };
+                let Some((mut msg, status)) = improbe(e, want_source, want_tag)? else { return Ok(false) };
                 let m = Matched::of(&status)?;
                 *matched = Some(m);
                 *st = receive(&e.want, &mut msg, m, None, RawRequest(mpisys::request_null()), None)?;
@@ -675,7 +826,7 @@ pub fn post(c: &Communicator, w: Want) -> Result<Recv> {
     if !behind {
         let mut st = lock(&e.state);
         let mpi = crate::runtime::mpi_lock();
-        let matched = try_match(&e, &mut st)?;
+        let matched = try_match(&e, &mut st, None, false)?;
         drop(mpi);
         drop(st);
         if matched {

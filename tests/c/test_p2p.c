@@ -1232,6 +1232,98 @@ static void test_views(gpuwire_comm comm)
     }
 }
 
+/* MPI's matching order with wildcards: a message goes to the earliest posted receive that
+ * matches it, and a later receive takes a message that no earlier one matches at once. Rank 0
+ * sends to rank 1, whose receive of tag 7 is posted before a receive of any tag:
+ *   how 0: rank 0 sends tag 5, then tag 7: the wildcard receive takes tag 5 (a send that needs
+ *          its match, above the eager size or in checking mode, hung while the wildcard
+ *          receive waited behind the receive of tag 7);
+ *   how 1: the same with the wildcard receive blocking (gpuwire_recv after the irecv);
+ *   how 2: rank 0 sends tag 7, then tag 5: tag 7 goes to the earlier receive, though the
+ *          wildcard one could take it too.
+ * With 3 ranks, rank 0 (a server) posts a receive from rank 2, then one from any source; rank 1
+ * sends, then lets rank 2 send: rank 1's message goes to the any-source receive. */
+static void order_round(gpuwire_comm comm, int how, int64_t n)
+{
+    gpuwire_buffer a = balloc(n, GPUWIRE_INT32), b = balloc(n, GPUWIRE_INT32);
+    int32_t *pa = bptr(a), *pb = bptr(b);
+    if (rank == 0) {
+        int first = how == 2 ? 7 : 5, second = how == 2 ? 5 : 7;
+        fill_seq(pa, n, 100 * first);
+        fill_seq(pb, n, 100 * second);
+        EXPECT_OK(gpuwire_send(comm, a, 1, first, NULL));
+        EXPECT_OK(gpuwire_send(comm, b, 1, second, NULL));
+    } else if (rank == 1) {
+        memset(pa, 0, (size_t)n * 4);
+        memset(pb, 0, (size_t)n * 4);
+        gpuwire_request rq[2] = {GPUWIRE_REQUEST_NULL, GPUWIRE_REQUEST_NULL};
+        gpuwire_status_t st[2];
+        EXPECT_OK(gpuwire_irecv(comm, a, 0, 7, NULL, &rq[0]));
+        if (how == 1) {
+            EXPECT_OK(gpuwire_recv_status(comm, b, 0, GPUWIRE_ANY_TAG, NULL, &st[1]));
+            EXPECT_OK(gpuwire_wait_status(&rq[0], &st[0]));
+        } else {
+            EXPECT_OK(gpuwire_irecv(comm, b, 0, GPUWIRE_ANY_TAG, NULL, &rq[1]));
+            EXPECT_OK(gpuwire_wait_status(&rq[0], &st[0]));
+            EXPECT_OK(gpuwire_wait_status(&rq[1], &st[1]));
+        }
+        EXPECT(is_seq(pa, n, 700)); /* the receive of tag 7 got its message */
+        EXPECT(is_seq(pb, n, 500)); /* the wildcard receive got tag 5 */
+        EXPECT(st[0].tag == 7 && st[1].tag == 5 && st[1].source == 0);
+    }
+    gpuwire_buffer_free(a);
+    gpuwire_buffer_free(b);
+}
+
+static void order_server(gpuwire_comm comm, int64_t n)
+{
+    gpuwire_buffer a = balloc(n, GPUWIRE_INT32), b = balloc(n, GPUWIRE_INT32), go = balloc(1, GPUWIRE_INT32);
+    int32_t *pa = bptr(a), *pb = bptr(b);
+    if (rank == 0) {
+        memset(pa, 0, (size_t)n * 4);
+        memset(pb, 0, (size_t)n * 4);
+        gpuwire_request rq[2];
+        EXPECT_OK(gpuwire_irecv(comm, a, 2, 0, NULL, &rq[0]));
+        EXPECT_OK(gpuwire_irecv(comm, b, GPUWIRE_ANY_SOURCE, 0, NULL, &rq[1]));
+        EXPECT_OK(gpuwire_waitall(2, rq));
+        /* Rank 2's message to the receive from 2, rank 1's to the any-source one. */
+        EXPECT(is_seq(pa, n, 2000) && is_seq(pb, n, 1000));
+    } else if (rank == 1) {
+        fill_seq(pa, n, 1000);
+        EXPECT_OK(gpuwire_send(comm, a, 0, 0, NULL));
+        EXPECT_OK(gpuwire_send(comm, go, 2, 1, NULL));
+    } else if (rank == 2) {
+        EXPECT_OK(gpuwire_recv(comm, go, 1, 1, NULL));
+        fill_seq(pa, n, 2000);
+        EXPECT_OK(gpuwire_send(comm, a, 0, 0, NULL));
+    }
+    gpuwire_buffer_free(a);
+    gpuwire_buffer_free(b);
+    gpuwire_buffer_free(go);
+}
+
+static void test_wildcard_order(gpuwire_comm comm)
+{
+    if (size < 2)
+        return;
+    gpuwire_config cfg;
+    EXPECT_OK(gpuwire_config_init(&cfg));
+    cfg.check = 1;
+    gpuwire_comm cc = GPUWIRE_COMM_NULL;
+    EXPECT_OK(gpuwire_comm_create((int32_t)MPI_Comm_c2f(MPI_COMM_WORLD), &cfg, &cc));
+    gpuwire_comm both[2] = {comm, cc};
+    const int64_t sizes[2] = {4, 100000}; /* eager, and past every MPI's eager size */
+    for (int c = 0; c < 2; c++) {
+        for (int k = 0; k < 2; k++) {
+            for (int how = 0; how < 3; how++)
+                order_round(both[c], how, sizes[k]);
+            if (size >= 3)
+                order_server(both[c], sizes[k]);
+        }
+    }
+    EXPECT_OK(gpuwire_comm_free(cc));
+}
+
 int main(int argc, char **argv)
 {
     int provided = 0;
@@ -1245,7 +1337,8 @@ int main(int argc, char **argv)
     gpuwire_comm comm = GPUWIRE_COMM_NULL;
     EXPECT_OK(gpuwire_comm_create((int32_t)MPI_Comm_c2f(MPI_COMM_WORLD), NULL, &comm));
 
-    /* An argument runs one part only: ranks, sizes, mistyped, checking or pending. */
+    /* An argument runs one part only: ranks, sizes, mistyped, checking, pending, status, views or
+     * order. */
     const char *only = argc > 1 ? argv[1] : "";
     if (!*only || !strcmp(only, "ranks"))
         test_ranks(comm);
@@ -1263,6 +1356,8 @@ int main(int argc, char **argv)
     }
     if (!*only || !strcmp(only, "views"))
         test_views(comm);
+    if (!*only || !strcmp(only, "order"))
+        test_wildcard_order(comm);
 
     EXPECT_OK(gpuwire_comm_free(comm));
     EXPECT_OK(gpuwire_finalize());
