@@ -397,6 +397,12 @@ for n in 1 2 3; do
 done
 # Receive status and wildcards: ANY_SOURCE receives from three other ranks (issue 13).
 check "test_p2p status -n 4" 0 4 "^test_p2p: PASS \\(4 ranks" "$build/test_p2p" status
+# GPUWIRE_TRACE=1: a blocking receive with status is one line (named recv_status, its whole time),
+# and probes are traced.
+check "test_p2p status -n 2 (GPUWIRE_TRACE=1)" 0 2 $'^test_p2p: PASS \\(2 ranks
+: recv_status [0-9]+ B; HOST \\(host memory\\): run now on the calling thread; [0-9.]+ us; ok
+: probe 0 B; MPI \\(the communicator.s MPI messages\\): found a message from rank [0-9]+ with tag [0-9]+; [0-9.]+ us; ok
+: iprobe 0 B; MPI \\(the communicator.s MPI messages\\): ' /usr/bin/env GPUWIRE_TRACE=1 "$build/test_p2p" status
 # Nonblocking collectives and groups (4 ranks oversubscribe the machine: fine), and below
 # MPI_THREAD_MULTIPLE, where each operation completes inside its call.
 for n in 1 2 3 4; do

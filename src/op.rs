@@ -537,12 +537,22 @@ pub fn route(c: &Communicator, op: &Op, nonblocking: bool, grouped: bool) -> Str
     format!("{backend} ({memory}): {how}")
 }
 
-/// The `GPUWIRE_TRACE` line of one call: operation, bytes, backend, why, time, outcome.
-pub fn trace_line(c: &Communicator, op: &Op, route: &str, nonblocking: bool, took: std::time::Duration, r: &Result<Option<Request>>) {
+/// The `GPUWIRE_TRACE` line of one call of `op`: operation, bytes, backend, why, time, outcome;
+/// `name` replaces the operation's name (a blocking receive made of a nonblocking one).
+pub fn trace_line(c: &Communicator, op: &Op, name: Option<&str>, route: &str, nonblocking: bool, took: std::time::Duration, r: std::result::Result<(), &Error>) {
     let bytes = op.buffers().iter().map(|b| b.bytes()).max().unwrap_or(0);
-    let name = if nonblocking && !op.is_p2p() { format!("i{}", op.name()) } else { op.name().to_string() };
+    let name = match name {
+        Some(n) => n.to_string(),
+        None if nonblocking && !op.is_p2p() => format!("i{}", op.name()),
+        None => op.name().to_string(),
+    };
+    trace_call(c, &name, bytes, route, took, r);
+}
+
+/// The `GPUWIRE_TRACE` line of one call (`trace_line`, and the probes, which move no data).
+pub fn trace_call(c: &Communicator, name: &str, bytes: usize, route: &str, took: std::time::Duration, r: std::result::Result<(), &Error>) {
     let outcome = match r {
-        Ok(_) => "ok".to_string(),
+        Ok(()) => "ok".to_string(),
         Err(e) => format!("error: {e}"),
     };
     let line = format!(

@@ -686,6 +686,17 @@ pub fn probe(c: &Communicator, source: i32, tag: i32, block: bool) -> Result<Opt
     p2p::probe(c, source, tag, block)
 }
 
+/// Which messages a probe on `c` sees, in words (`GPUWIRE_TRACE`): as [`probe`].
+pub fn probe_route(c: &Communicator) -> &'static str {
+    if c.backend() == BackendKind::GPUWIRE_BACKEND_IPC {
+        "IPC (the headers of its point-to-point messages, host and device)"
+    } else if mpi_matched_p2p(c) || c.backend() != BackendKind::GPUWIRE_BACKEND_NCCL {
+        "MPI (the communicator's MPI messages)"
+    } else {
+        "MPI (the communicator's messages of host memory; NCCL's device messages are not seen)"
+    }
+}
+
 /// Whether `c`'s device point-to-point leaves its backend for MPI's matching: NCCL (which matches
 /// device messages by peer and order only, ignoring tags, with no wildcards) under
 /// GPUWIRE_P2P_MATCHING=mpi, whose device sends and receives then all go through the staged MPI

@@ -162,9 +162,9 @@ pub extern "C" fn gpuwire_recv_status(comm: gpuwire_comm, buf: gpuwire_buffer, s
                 "gpuwire_recv_status inside a group: its status is known only at the group's end; use gpuwire_irecv_status and gpuwire_wait_status after gpuwire_group_end".into(),
             ));
         }
-        let r = issue(&boundary::comm(comm)?, Op::Irecv { buf: boundary::buffer(buf)?, source, tag, upto: true }, st(stream), true)?.ok_or_else(no_request)?;
-        r.wait()?;
-        write(status, c_status(r.status(), gpuwire_status::GPUWIRE_SUCCESS));
+        let op = Op::Irecv { buf: boundary::buffer(buf)?, source, tag, upto: true };
+        let s = crate::group::submit_and_wait(&boundary::comm(comm)?, op, st(stream), "recv_status", |r| r.status())?;
+        write(status, c_status(s, gpuwire_status::GPUWIRE_SUCCESS));
         Ok(())
     })
 }
@@ -229,7 +229,7 @@ pub extern "C" fn gpuwire_probe(comm: gpuwire_comm, source: i32, tag: i32, dtype
         let c = boundary::comm(comm)?;
         let d = crate::types::Dtype::from_c(dtype)?;
         not_in_group("probe")?;
-        let s = c.probe(source, tag, d, true)?.ok_or_else(|| Error::Internal("a blocking probe found nothing".into()))?;
+        let s = traced_probe(&c, source, tag, d, true)?.ok_or_else(|| Error::Internal("a blocking probe found nothing".into()))?;
         write(status, c_status(s, gpuwire_status::GPUWIRE_SUCCESS));
         Ok(())
     })
@@ -246,7 +246,7 @@ pub extern "C" fn gpuwire_iprobe(comm: gpuwire_comm, source: i32, tag: i32, dtyp
         let c = boundary::comm(comm)?;
         let d = crate::types::Dtype::from_c(dtype)?;
         not_in_group("iprobe")?;
-        match c.probe(source, tag, d, false)? {
+        match traced_probe(&c, source, tag, d, false)? {
             Some(s) => {
                 write(status, c_status(s, gpuwire_status::GPUWIRE_SUCCESS));
                 write(flag, 1);
@@ -255,6 +255,24 @@ pub extern "C" fn gpuwire_iprobe(comm: gpuwire_comm, source: i32, tag: i32, dtyp
         }
         Ok(())
     })
+}
+
+/// `Communicator::probe`, with its `GPUWIRE_TRACE` line.
+fn traced_probe(c: &Communicator, source: i32, tag: i32, d: crate::types::Dtype, block: bool) -> Result<Option<crate::request::Status>> {
+    if !crate::op::tracing() {
+        return c.probe(source, tag, d, block);
+    }
+    let t = std::time::Instant::now();
+    let r = c.probe(source, tag, d, block);
+    let name = if block { "probe" } else { "iprobe" };
+    let found = match &r {
+        Ok(Some(s)) => format!("found a message from rank {} with tag {}", s.source, s.tag),
+        Ok(None) => "no message".to_string(),
+        Err(_) => "failed".to_string(),
+    };
+    let route = format!("{}: {found}", crate::backend::probe_route(c));
+    crate::op::trace_call(c, name, 0, &route, t.elapsed(), r.as_ref().map(|_| ()));
+    r
 }
 
 fn finish(request: *mut gpuwire_request, wait: bool) -> Result<bool> {
