@@ -46,6 +46,10 @@
 #   halo3d-auto           gpuwire (backend AUTO) vs the kit's subarray datatypes vs packing kernels + the kit's sends
 #   halo3d-cuda_aware     the same with gpuwire's backend MPI_CUDA_AWARE                    the kit
 #   (target: gpuwire >= 10x the derived datatypes and within 10 % of by hand: the HALO3D lines)
+# copyrows (issue 19; only when named in GPUWIRE_BENCH_STEPS): IPC send/recv and the halo group,
+#   two ranks sharing GPU 0, 1 KiB .. 16 MiB, receives copying through the mapping as one linear
+#   copy and as 2-D copies (GPUWIRE_IPC_COPY_ROWS=0 / 1), same run, to decide its default:
+#   ipc-linear, ipc-rows  gpuwire-ipc-linear, gpuwire-ipc-rows                            stock
 # then one combined table (size x method, median), bus bandwidth tables, the gpuwire-nccl vs
 # raw-nccl tables and the target checks (bench/summarize.py).
 #
@@ -186,6 +190,13 @@ if [[ " ${STEPS//,/ } " == *" halo "* ]]; then
   CUDA_VISIBLE_DEVICES=0 step ipc-halo 60 stock "$B/gpuwire-bench" device --backend ipc --op halo --min-bytes 1K --max-bytes 32M --target-ms 5 --reps 3
   CUDA_VISIBLE_DEVICES=0 step staged-halo 60 stock "$B/gpuwire-bench" device --backend staged --op halo --min-bytes 1K --max-bytes 32M --target-ms 5 --reps 3
   CUDA_VISIBLE_DEVICES=0 step raw-cuda-aware-halo 60 kit "$B/gpuwire-bench" device --backend raw-cuda-aware --op halo --min-bytes 1K --max-bytes 32M --target-ms 5 --reps 3
+fi
+if [[ " ${STEPS//,/ } " == *" copyrows "* ]]; then
+  # Twice each, alternately (the shared GPU's time slices make single runs noisy).
+  for r in 0 1 0 1; do
+    name=$([ "$r" = 1 ] && echo rows || echo linear)
+    CUDA_VISIBLE_DEVICES=0 GPUWIRE_IPC_COPY_ROWS=$r step "ipc-$name" 60 stock -x GPUWIRE_IPC_COPY_ROWS "$B/gpuwire-bench" device --backend ipc --op sendrecv,halo --min-bytes 1K --max-bytes 16M --target-ms 5 --reps 3 --tag "$name"
+  done
 fi
 if [[ " ${STEPS//,/ } " == *" halo3d "* ]]; then
   # AUTO under the kit on two ranks sharing a GPU is IPC (its `# gpuwire:` line says so).
