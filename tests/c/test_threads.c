@@ -23,6 +23,8 @@
  *                     tag that another thread posts later (gpuwire_irecv + wait, or gpuwire_recv)
  *                     takes the second message, as with MPI_Recv (MPICH does not treat the blocked
  *                     thread's MPI_Mprobe as a posted receive: the later receive took the first).
+ *                     And a later receive of any tag takes a message of another tag that the
+ *                     blocked receive does not match, past the eager size (no hang).
  *
  * Prints "test_threads MODE: PASS" on rank 0 when every check on every rank passed.
  */
@@ -392,6 +394,68 @@ static void *order_blocked(void *arg)
     return NULL;
 }
 
+/* A thread blocked in gpuwire_recv of tag 7; another thread's later receive of any tag takes the
+ * message of tag 5 that rank 1 sends first, past MPI's eager size, whose send waits for its match
+ * (it waited behind the blocked receive: a hang). */
+#define WILD_N 100000
+static int64_t *wild_first;
+
+static void *order_blocked7(void *arg)
+{
+    (void)arg;
+    gpuwire_buffer b = wrap(wild_first, 4);
+    order_in = 1;
+    EXPECT_OK(gpuwire_recv(order_comm, b, 1, 7, NULL));
+    gpuwire_buffer_free(b);
+    return NULL;
+}
+
+static void order_wildcard(int rank)
+{
+    int64_t *big = calloc(WILD_N, sizeof *big), first[4] = {0};
+    wild_first = first;
+    for (int round = 0; round < 4; round++) {
+        int blocking = round % 2; /* the later receive: irecv + wait, or recv */
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (rank == 0) {
+            memset(big, 0, WILD_N * sizeof *big);
+            memset(first, 0, sizeof first);
+            order_in = 0;
+            pthread_t th;
+            EXPECT(pthread_create(&th, NULL, order_blocked7, NULL) == 0);
+            while (!order_in)
+                sched_yield();
+            sleep_s(0.1);
+            gpuwire_buffer b = wrap(big, WILD_N);
+            gpuwire_status_t st;
+            if (blocking) {
+                MPI_Barrier(MPI_COMM_WORLD);
+                EXPECT_OK(gpuwire_recv_status(order_comm, b, 1, GPUWIRE_ANY_TAG, NULL, &st));
+            } else {
+                gpuwire_request r = GPUWIRE_REQUEST_NULL;
+                EXPECT_OK(gpuwire_irecv(order_comm, b, 1, GPUWIRE_ANY_TAG, NULL, &r));
+                MPI_Barrier(MPI_COMM_WORLD);
+                EXPECT_OK(gpuwire_wait_status(&r, &st));
+            }
+            pthread_join(th, NULL);
+            gpuwire_buffer_free(b);
+            EXPECT(st.tag == 5 && big[0] == 5 && big[WILD_N - 1] == 5 && first[0] == 7);
+        } else {
+            MPI_Barrier(MPI_COMM_WORLD);
+            sleep_s(0.02);
+            for (int64_t j = 0; j < WILD_N; j++)
+                big[j] = 5;
+            int64_t seven[4] = {7, 7, 7, 7};
+            gpuwire_buffer b = wrap(big, WILD_N), s = wrap(seven, 4);
+            EXPECT_OK(gpuwire_send(order_comm, b, 0, 5, NULL));
+            EXPECT_OK(gpuwire_send(order_comm, s, 0, 7, NULL));
+            gpuwire_buffer_free(b);
+            gpuwire_buffer_free(s);
+        }
+    }
+    free(big);
+}
+
 static void order(int rank)
 {
     order_comm = world(0, 0.0);
@@ -439,6 +503,7 @@ static void order(int rank)
     printf("rank %d: %ld of %d rounds out of MPI's matching order\n", rank, wrong, 2 * ORDER_ROUNDS);
     fflush(stdout);
     EXPECT(wrong == 0);
+    order_wildcard(rank);
     EXPECT_OK(gpuwire_comm_free(order_comm));
 }
 
