@@ -46,7 +46,10 @@ if has tests; then
   GPUWIRE_BACKEND=mpi_staged gputest kit-staged kit ops,opswrap,scan,c13,c14,c17,reqfree,p2pexact,p2pstatus,capture,vcoll,views -x GPUWIRE_BACKEND
   # A rank merely late to an allreduce, timeout 2 s, checking off and on: no rank blocks longer.
   GPUWIRE_BACKEND=mpi_staged gputest staged-late stock late,sendtimeout -x GPUWIRE_BACKEND
-  GPUWIRE_BACKEND=mpi_cuda_aware gputest kit-cuda-aware kit ops,opswrap,scan,c12,c13,c14,c16,c17,reqfree,p2pexact,p2pstatus,capture,vcoll,views -x GPUWIRE_BACKEND
+  GPUWIRE_BACKEND=mpi_cuda_aware gputest kit-cuda-aware kit ops,opswrap,scan,c12,c13,c14,c16,c17,reqfree,p2pexact,p2pstatus,capture,vcoll,views,nbcmixed -x GPUWIRE_BACKEND
+  # Memory kinds mixed across ranks, checking mode on (it refused such calls on IPC and CUDA-aware before).
+  GPUWIRE_CHECK=1 GPUWIRE_BACKEND=mpi_cuda_aware gputest kit-cuda-aware-check kit nbcmixed -x GPUWIRE_BACKEND -x GPUWIRE_CHECK
+  GPUWIRE_CHECK=1 GPUWIRE_BACKEND=ipc gputest ipc-check stock nbcmixed -x GPUWIRE_BACKEND -x GPUWIRE_CHECK
 fi
 if has nccl || has tests; then
   # One GPU: NCCL on 1-rank communicators (every operation, datatype and op); C15 with 2 ranks.

@@ -82,7 +82,9 @@ for l in sys.stdin:
   run_cases staged 2 ops,opswrap,scan,c12,c13,mismatch,p2pexact,p2pstatus,reqfree,vcoll,split,nbcmixed,nbc,nbcgroup,p2pordered,views,threadwait,grouporder,groupcomms,deliverorder \
     GPUWIRE_BACKEND=staged
   run_cases staged-np3 3 split,nbcmixed,nbc GPUWIRE_BACKEND=staged
-  run_cases cuda_aware 2 ops,scan,c13,p2pstatus,reqfree,vcoll,nbc,nbcgroup,views GPUWIRE_BACKEND=cuda_aware GPUWIRE_CUDA_AWARE=1
+  run_cases cuda_aware 2 ops,scan,c13,p2pstatus,reqfree,vcoll,nbc,nbcgroup,nbcmixed,views GPUWIRE_BACKEND=cuda_aware GPUWIRE_CUDA_AWARE=1
+  # Memory kinds mixed across ranks in checking mode (refused there before, though the path takes them).
+  run_cases cuda_aware-check 2 nbcmixed GPUWIRE_BACKEND=cuda_aware GPUWIRE_CUDA_AWARE=1 GPUWIRE_CHECK=1
   # Distributed arrays on device memory (tests/gpu_darray.rs; their kernels emulated too).
   dcases=dops,dmove,dhalo,dstream,dtags,dgrid
   runbin=$dbin run_cases darray-nccl 1 $dcases GPUWIRE_BACKEND=nccl
@@ -93,6 +95,7 @@ for l in sys.stdin:
   run_cases ipc 2 ops,opswrap,scan,c13,ipcprogress,ipcdup,ipcfree,ipcexit,ipcmixed,reqfree,p2pexact,p2pstatus,vcoll,views,nbc,nbcgroup,p2pordered,nbcmixed,threadwait,grouporder,groupcomms \
     GPUWIRE_BACKEND=ipc NULLDEV_IPC=1
   run_cases ipc-np3 3 nbcmixed,nbc GPUWIRE_BACKEND=ipc NULLDEV_IPC=1
+  run_cases ipc-check 2 nbcmixed GPUWIRE_BACKEND=ipc NULLDEV_IPC=1 GPUWIRE_CHECK=1
   [ "$failed" = 0 ] || exit 1
   echo "null-device: the NCCL, MPI_STAGED, MPI_CUDA_AWARE and IPC paths passed on the null device (emulated kernels and CUDA IPC; the GPU machine runs them on a GPU)"
   exit 0

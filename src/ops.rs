@@ -344,9 +344,9 @@ impl Communicator {
             opt(sig.dtype.map(|d| d as i64)),
             opt(sig.op.map(|o| o as i64)),
             opt(sig.root.map(|r| r as i64)),
-            // Memory kinds are each rank's own where every kind takes the same MPI calls (the
-            // plain MPI path and the stream-ordered staged path); the others route by kind.
-            opt(sig.device.filter(|_| self.backend() != crate::types::BackendKind::GPUWIRE_BACKEND_MPI_STAGED).map(|d| d as i64)),
+            // Memory kinds are each rank's own where every kind takes the same MPI calls (IPC,
+            // MPI_STAGED, MPI_CUDA_AWARE: `backend::kinds_per_rank`); NCCL and HIER route by kind.
+            opt(sig.device.filter(|_| !crate::backend::kinds_per_rank(self)).map(|d| d as i64)),
         ];
         let err_flag = if local.is_err() { self.rank() as i64 + 1 } else { 0 };
         let kind = collective_id(what);
@@ -412,7 +412,8 @@ impl Communicator {
         }
         if v[9] != -v[10] {
             return Err(Error::InvalidArgument(format!(
-                "{what}: some ranks passed device buffers and others host buffers; every rank of a collective must pass the same kind; nothing was done on any rank"
+                "{what}: some ranks passed device buffers and others host buffers; on a {} communicator every rank of a collective must pass the same kind (IPC, MPI_STAGED and MPI_CUDA_AWARE take a mix); nothing was done on any rank",
+                self.backend().name()
             )));
         }
         local

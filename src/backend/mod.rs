@@ -97,6 +97,12 @@ pub(crate) struct Native {
     pub reduces: fn(Dtype, ReduceOp) -> bool,
     /// Whether it takes a call that mixes host and device buffers.
     pub mixed: bool,
+    /// Whether ranks of one call may pass different memory kinds (host buffers on one, device
+    /// buffers on another, as MPI allows): a host-memory rank's path (plain MPI, or this
+    /// backend's own for the operations in `host`) makes the same MPI calls as a device rank's,
+    /// also where the device rank's call goes to the fallback. Where not, checking mode compares
+    /// the memory kinds (`Communicator::agree`) and refuses a mix on every rank.
+    pub kinds_per_rank: bool,
     /// The operations it does with host memory only, or with no buffer, too (else plain MPI).
     pub host: &'static [Operation],
     /// What goes to the fallback at the call, decided there by every rank together, in words.
@@ -219,7 +225,8 @@ pub(crate) static BACKENDS: [Backend; 6] = [
             }
         },
         path: &nccl::NcclPath,
-        native: Native { ops: Ops::Only(NCCL_OPS), reduces: nccl::reduces, mixed: false, host: &[], at_call: "" },
+        // A host-memory rank takes plain MPI, a device rank NCCL (or the fallback's ring).
+        native: Native { ops: Ops::Only(NCCL_OPS), reduces: nccl::reduces, mixed: false, kinds_per_rank: false, host: &[], at_call: "" },
         fallback: Some(Fallback { kind: BackendKind::GPUWIRE_BACKEND_MPI_STAGED, path: &FROM_NCCL }),
     },
     Backend {
@@ -238,6 +245,8 @@ pub(crate) static BACKENDS: [Backend; 6] = [
             ops: Ops::Only(HIER_OPS),
             reduces: hier::reduces,
             mixed: false,
+            // Device calls below GPUWIRE_HIER_MIN_BYTES take the flat staged path, host calls HIER's.
+            kinds_per_rank: false,
             host: HIER_OPS,
             at_call: "device-memory calls of fewer bytes than GPUWIRE_HIER_MIN_BYTES (64 KiB unless set)",
         },
@@ -276,6 +285,7 @@ pub(crate) static BACKENDS: [Backend; 6] = [
             ops: Ops::Only(IPC_OPS),
             reduces: every_reduction,
             mixed: true,
+            kinds_per_rank: true,
             host: IPC_OPS,
             at_call: "memory IPC cannot export (MANAGED, host, VMM allocations without IPC support), and reductions above 1 KiB where the GPU kernels do not work",
         },
@@ -301,7 +311,18 @@ pub(crate) static BACKENDS: [Backend; 6] = [
         setup: no_state,
         teardown: no_teardown,
         path: &mpi_cuda_aware::CudaAwarePath,
-        native: Native { ops: Ops::Every, reduces: every_reduction, mixed: true, host: &[], at_call: "" },
+        // Reductions on host memory too: a large one takes the ring on every rank whatever its
+        // memory (device chunks by the CUDA-aware MPI and GPU kernels, host ones by the CPU), so
+        // that a rank's host buffers meet another's device buffers (plain MPI's collective there
+        // hung against the ring). The other operations are the same MPI calls either way.
+        native: Native {
+            ops: Ops::Every,
+            reduces: every_reduction,
+            mixed: true,
+            kinds_per_rank: true,
+            host: &[Operation::Reduce, Operation::Allreduce, Operation::ReduceScatter],
+            at_call: "",
+        },
         fallback: None,
     },
     Backend {
@@ -316,7 +337,7 @@ pub(crate) static BACKENDS: [Backend; 6] = [
         path: &mpi_staged::StagedPath,
         // Allreduce on host memory too: a large one is made in two phases on every rank whatever
         // its memory (`split`), so that a rank's host buffers meet another's device buffers.
-        native: Native { ops: Ops::Every, reduces: every_reduction, mixed: true, host: &[Operation::Allreduce], at_call: "" },
+        native: Native { ops: Ops::Every, reduces: every_reduction, mixed: true, kinds_per_rank: true, host: &[Operation::Allreduce], at_call: "" },
         fallback: None,
     },
     Backend {
@@ -329,7 +350,7 @@ pub(crate) static BACKENDS: [Backend; 6] = [
         setup: no_state,
         teardown: no_teardown,
         path: &host::HostPath,
-        native: Native { ops: Ops::Only(&[]), reduces: every_reduction, mixed: false, host: &[], at_call: "" },
+        native: Native { ops: Ops::Only(&[]), reduces: every_reduction, mixed: false, kinds_per_rank: false, host: &[], at_call: "" },
         fallback: None,
     },
 ];
@@ -645,6 +666,11 @@ pub(crate) fn decide(b: &Backend, op: Operation, reduction: Option<(Dtype, Reduc
     }
 }
 
+/// Whether ranks of a call on `c` may pass different memory kinds (`Native::kinds_per_rank`).
+pub fn kinds_per_rank(c: &Communicator) -> bool {
+    entry(c.backend()).is_ok_and(|b| b.native.kinds_per_rank)
+}
+
 /// Whether `c`'s backend does `op` on host memory itself (`decide`'s `Route::Native` for host
 /// buffers), rather than plain MPI: what `GPUWIRE_TRACE` names.
 pub fn native_on_host(c: &Communicator, op: Operation) -> bool {
@@ -937,7 +963,8 @@ mod tests {
             assert_eq!(at(GPUWIRE_BACKEND_IPC, op, None, Host), Route::Native, "{op:?}");
         }
         // The MPI paths: every call with device memory; host memory by plain MPI, except
-        // MPI_STAGED's allreduce (a large one in two phases on every rank: `split`).
+        // MPI_STAGED's allreduce (a large one in two phases on every rank: `split`) and
+        // MPI_CUDA_AWARE's reductions (a large one by the ring on every rank).
         for k in [GPUWIRE_BACKEND_MPI_STAGED, GPUWIRE_BACKEND_MPI_CUDA_AWARE] {
             for op in Operation::ALL {
                 if op == Barrier {
@@ -946,7 +973,10 @@ mod tests {
                 }
                 assert_eq!(at(k, op, Some((c64, prod)), Device), Route::Native, "{k:?} {op:?}");
                 assert_eq!(at(k, op, None, Mixed), Route::Native, "{k:?} {op:?}");
-                let own = k == GPUWIRE_BACKEND_MPI_STAGED && op == Allreduce;
+                let own = match k {
+                    GPUWIRE_BACKEND_MPI_STAGED => op == Allreduce,
+                    _ => [Reduce, Allreduce, ReduceScatter].contains(&op),
+                };
                 assert_eq!(at(k, op, None, Host), if own { Route::Native } else { Route::Host }, "{k:?} {op:?}");
             }
         }
