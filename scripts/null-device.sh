@@ -82,6 +82,9 @@ for l in sys.stdin:
   run_cases staged 2 ops,opswrap,scan,c12,c13,mismatch,p2pexact,p2pstatus,reqfree,vcoll,split,nbcmixed,nbc,nbcgroup,p2pordered,views,threadwait,grouporder,groupcomms,deliverorder \
     GPUWIRE_BACKEND=staged
   run_cases staged-np3 3 split,nbcmixed,nbc GPUWIRE_BACKEND=staged
+  # A stream-ordered send that times out, then the next call: it reports the send's TIMEOUT, once
+  # (rank 0 only; its peer stays away 2 s past the deadline).
+  run_cases staged-sendnext 2 sendnext GPUWIRE_BACKEND=staged
   run_cases cuda_aware 2 ops,scan,c13,p2pstatus,reqfree,vcoll,nbc,nbcgroup,nbcmixed,views GPUWIRE_BACKEND=cuda_aware GPUWIRE_CUDA_AWARE=1
   # Memory kinds mixed across ranks in checking mode (refused there before, though the path takes them).
   run_cases cuda_aware-check 2 nbcmixed GPUWIRE_BACKEND=cuda_aware GPUWIRE_CUDA_AWARE=1 GPUWIRE_CHECK=1
