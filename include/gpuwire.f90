@@ -1793,6 +1793,11 @@ contains
     if (present(recvcounts)) then
       st = c_size(comm%handle, nranks)
       if (st == GPUWIRE_SUCCESS .and. size(recvcounts) /= nranks) then
+        ! A NULL send buffer makes the C call fail on this rank as a bad argument would (in
+        ! checking mode the other ranks' waits then fail too instead of waiting).
+        st = c(comm%handle, GPUWIRE_BUFFER_NULL%handle, recvbuf%handle, &
+          stream=stream_or_null(stream), request=request%handle)
+        request = GPUWIRE_REQUEST_NULL
         call fail(GPUWIRE_ERROR_INVALID_ARGUMENT, 'gpuwire_iallgatherv', 'recvcounts has ' &
           // itoa(int(size(recvcounts), int64)) // ' entries, the communicator ' &
           // itoa(int(nranks, int64)) // ' ranks', ierror)
@@ -2891,6 +2896,14 @@ contains
     integer :: n
     n = size(shape)
     if (size(procs) /= n .or. size(halo) /= n .or. size(periodic) /= n) then
+      ! An ndim of -1 makes the collective C call fail on every rank (none waits for this one).
+      dims = 0
+      p = 0
+      h = 0
+      per = 0
+      n = int(c(comm%handle, -1_c_int32_t, dims(1), p(1), h(1), per(1), int(dtype, c_int32_t), &
+        int(space, c_int32_t), darray%handle))
+      darray = GPUWIRE_DARRAY_NULL
       call fail(GPUWIRE_ERROR_INVALID_ARGUMENT, 'gpuwire_darray_create_cart', 'shape, procs, '// &
         'halo and periodic must have one entry per axis each', ierror)
       return
@@ -2931,6 +2944,14 @@ contains
     integer :: n
     n = size(shape)
     if (size(procs) /= n .or. size(halo) /= n .or. size(periodic) /= n) then
+      ! An ndim of -1 makes the collective C call fail on every rank (none waits for this one).
+      dims = 0
+      p = 0
+      h = 0
+      per = 0
+      n = int(c(comm%handle, ptr, -1_c_int32_t, dims(1), p(1), h(1), per(1), &
+        int(dtype, c_int32_t), int(space, c_int32_t), darray%handle))
+      darray = GPUWIRE_DARRAY_NULL
       call fail(GPUWIRE_ERROR_INVALID_ARGUMENT, 'gpuwire_darray_wrap', 'shape, procs, halo and '// &
         'periodic must have one entry per axis each', ierror)
       return
@@ -2995,7 +3016,9 @@ contains
     type(c_ptr), intent(in), optional :: stream
     integer, intent(out), optional :: ierror
     integer(c_int64_t) :: w(max(size(widths), 1))
+    integer(c_int64_t), allocatable :: bad(:)
     integer(c_int32_t) :: nd
+    integer(c_int) :: st
     ! The C function reads ndim widths: fewer would be read past the end of `widths`.
     if (present(ierror)) ierror = GPUWIRE_SUCCESS
     call finish(c_ndim(darray%handle, nd), 'gpuwire_darray_halo_exchange_axes', ierror)
@@ -3003,6 +3026,11 @@ contains
       if (ierror /= GPUWIRE_SUCCESS) return
     end if
     if (size(widths) /= int(nd)) then
+      ! Widths of -1 make the C call fail on this rank (in checking mode the others fail too
+      ! instead of waiting).
+      allocate(bad(max(int(nd), 1)))
+      bad = -1
+      st = c(darray%handle, bad(1), int(flags, c_int32_t), stream_or_null(stream))
       call fail(GPUWIRE_ERROR_INVALID_ARGUMENT, 'gpuwire_darray_halo_exchange_axes', 'widths has '// &
         itoa(int(size(widths), int64))//' entries for an array of ndim '//itoa(int(nd, int64))// &
         ' (one per axis)', ierror)

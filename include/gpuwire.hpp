@@ -1643,10 +1643,21 @@ public:
         detail::check(gpuwire_darray_halo_exchange(h_, width, stream));
     }
     /** Halo exchange of every axis: `widths` one per axis (empty: the array's halos), `flags`
-     * 0 (faces, one group) or GPUWIRE_HALO_CORNERS (gpuwire_darray_halo_exchange_axes). */
+     * 0 (faces, one group) or GPUWIRE_HALO_CORNERS (gpuwire_darray_halo_exchange_axes).
+     * Another number of widths is GPUWIRE_ERROR_INVALID_ARGUMENT, reported through the C call
+     * (widths of -1) so that, in checking mode, the other ranks fail too instead of waiting. */
     void halo_exchange_axes(span<const int64_t> widths = {}, int32_t flags = 0,
                             void *stream = nullptr) const
     {
+        const std::size_t nd = static_cast<std::size_t>(ndim());
+        if (!widths.empty() && widths.size() != nd) {
+            std::vector<int64_t> bad(nd > 0 ? nd : 1, -1);
+            (void)gpuwire_darray_halo_exchange_axes(h_, bad.data(), flags, stream);
+            throw error(GPUWIRE_ERROR_INVALID_ARGUMENT,
+                        "gpuwire_darray_halo_exchange_axes: " + std::to_string(widths.size()) +
+                            " widths for an array of ndim " + std::to_string(nd) +
+                            " (one per axis)");
+        }
         detail::check(gpuwire_darray_halo_exchange_axes(h_, opt(widths), flags, stream));
     }
 

@@ -703,6 +703,10 @@ static void test_darray(const gw::comm &world)
                                           gw::span<const int32_t>(periodic), GPUWIRE_INT32,
                                           GPUWIRE_SPACE_HOST);
     wrapped.halo_exchange_axes({}, GPUWIRE_HALO_CORNERS);
+    // One width per axis (a shorter span was read past its end): refused on every rank.
+    std::array<int64_t, 1> one_width{{1}};
+    EXPECT_THROW(wrapped.halo_exchange_axes(gw::span<const int64_t>(one_width)), GPUWIRE_ERROR_INVALID_ARGUMENT,
+                 "one per axis");
     EXPECT(own[0] == (r0 + rows - 1) % rows && own[static_cast<std::size_t>((nr + 1) * cols)] == (r0 + nr) % rows);
     gw::darray::cart_info ci = wrapped.cart();
     EXPECT(ci.procs[0] == size && ci.coords[0] == rank && ci.starts[0] == r0 && ci.periodic[0] == 1);

@@ -942,6 +942,18 @@ contains
     call gpuwire_allgatherv(checked, b1, b2, wrong_counts, ierror=ierr)
     call expect_status(ierr, int(GPUWIRE_ERROR_INVALID_ARGUMENT), 'allgatherv, wrong recvcounts')
     call gpuwire_barrier(checked) ! still usable: the failure was agreed
+    ! The same in the nonblocking form on rank 0 only: its call fails, the others' waits do
+    ! (they waited for ever before: the binding made no C call on rank 0).
+    if (rank == 0) then
+      call gpuwire_iallgatherv(checked, b1, b2, req, wrong_counts, ierror=ierr)
+      call expect_status(ierr, int(GPUWIRE_ERROR_INVALID_ARGUMENT), 'iallgatherv, wrong recvcounts')
+    else
+      call gpuwire_iallgatherv(checked, b1, b2, req, counts, ierror=ierr)
+      call expect_ok(ierr, 'iallgatherv beside a rank with wrong recvcounts')
+      call gpuwire_wait(req, ierr)
+      call expect_status(ierr, int(GPUWIRE_ERROR_REMOTE_ARGUMENT), 'iallgatherv beside a rank with wrong recvcounts: its wait')
+    end if
+    call gpuwire_barrier(checked)
     call gpuwire_comm_free(checked)
     call gpuwire_buffer_free(b1)
     call gpuwire_buffer_free(b2)
@@ -1150,7 +1162,7 @@ contains
   ! length, sections, the c_ptr forms; a 2-D array with a halo; complex dot.
   subroutine test_darray()
     integer, parameter :: n = 11
-    type(gpuwire_darray) :: x, y, bc, z, grid, grid2, cx, empty, cart, wrapped
+    type(gpuwire_darray) :: x, y, bc, z, grid, grid2, cx, empty, cart, cart2, wrapped
     integer(int64) :: procs(2), coords(2), starts(2), halo2(2)
     logical :: per2(2)
     integer(int32), allocatable, target :: own(:, :)
@@ -1409,6 +1421,17 @@ contains
     call expect_status(ierr, int(GPUWIRE_ERROR_INVALID_ARGUMENT), 'halo_exchange_axes, 1 width for 2 axes')
     call gpuwire_darray_halo_exchange_axes(cart, [1, 0, 0], 0, ierror=ierr)
     call expect_status(ierr, int(GPUWIRE_ERROR_INVALID_ARGUMENT), 'halo_exchange_axes, 3 widths for 2 axes')
+    ! Arrays of the wrong length on rank 0 only: creation fails on every rank (the others waited
+    ! for ever before: the binding made no C call on rank 0).
+    if (rank == 0) then
+      call gpuwire_darray_create_cart(world, [rows, 3], [0, 1], [1, 0], [.true., .false., .true.], &
+        GPUWIRE_INT32, GPUWIRE_SPACE_HOST, cart2, ierr)
+      call expect_status(ierr, int(GPUWIRE_ERROR_INVALID_ARGUMENT), 'create_cart, 3 periodic entries for 2 axes')
+    else
+      call gpuwire_darray_create_cart(world, [rows, 3], [0, 1], [1, 0], [.true., .false.], &
+        GPUWIRE_INT32, GPUWIRE_SPACE_HOST, cart2, ierr)
+      call expect(ierr /= GPUWIRE_SUCCESS, 'create_cart beside a rank with 3 periodic entries fails')
+    end if
     call gpuwire_darray_local_with_halo(cart, b)
     call gpuwire_buffer_pointer(b, p)
     call c_f_pointer(p, w, [3, nr + 2])
