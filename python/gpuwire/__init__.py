@@ -945,8 +945,33 @@ class Comm:
                 if new:
                     _done(b)
 
+    def _refuse(self, fn, nbufs, args, nonblocking=False):
+        """A collective refused on this rank before its C call (an argument Python checks): the
+        C call is made with NULL buffer handles, so that it fails here too and, in checking mode,
+        the other ranks fail instead of waiting for this one (as the C++ and Fortran bindings do).
+        The caller then raises its own error."""
+        try:
+            extra = (ctypes.byref(_handle()),) if nonblocking else ()
+            fn(self.handle, *([0] * nbufs), *args, None, *extra)
+        except Exception:  # an argument ctypes cannot convert: nothing more can be done here
+            pass
+
+    def _wrap_all(self, fn, bufs, args, nonblocking=False):
+        """`_as_buffer` of each of `bufs`; one refused fails the call on every rank (`_refuse`)."""
+        wrapped = []
+        try:
+            for b in bufs:
+                wrapped.append(_as_buffer(b))
+        except (ValueError, TypeError, OverflowError):
+            for b, new in wrapped:
+                if new:
+                    _done(b)
+            self._refuse(fn, len(bufs), args, nonblocking)
+            raise
+        return wrapped
+
     def _collective(self, fn, bufs, args, stream):
-        wrapped = [_as_buffer(b) for b in bufs]
+        wrapped = self._wrap_all(fn, bufs, args)
         try:
             s = stream
             if s is None:
@@ -1014,9 +1039,13 @@ class Comm:
         """recvcounts: one count per rank, or None to let gpuwire exchange them."""
         counts = None
         if recvcounts is not None:
-            if len(recvcounts) != self.size():
-                raise ValueError(f"gpuwire_allgatherv: {len(recvcounts)} recvcounts for {self.size()} ranks")
-            counts = _int64s(recvcounts, what="gpuwire_allgatherv: recvcounts")
+            try:
+                if len(recvcounts) != self.size():
+                    raise ValueError(f"gpuwire_allgatherv: {len(recvcounts)} recvcounts for {self.size()} ranks")
+                counts = _int64s(recvcounts, what="gpuwire_allgatherv: recvcounts")
+            except (ValueError, TypeError, OverflowError):
+                self._refuse(lib.gpuwire_allgatherv, 2, [None])
+                raise
         self._collective(lib.gpuwire_allgatherv, [sendbuf, recvbuf], [counts], stream)
 
     def reduce_scatter(self, sendbuf, recvbuf, op=SUM, stream=None):
@@ -1036,11 +1065,40 @@ class Comm:
             raise ValueError(f"{name}: {len(a)} counts or displacements for {self.size()} ranks")
         return _int64s(a, what=f"{name}: {what}")
 
+    def _vrefuse(self, name, args, nonblocking):
+        """`_refuse` of gpuwire_NAME (or its nonblocking form), args(0, 0) its arguments with
+        NULL buffers."""
+        fn = getattr(lib, ("gpuwire_i" if nonblocking else "gpuwire_") + name)
+        extra = (ctypes.byref(_handle()),) if nonblocking else ()
+        try:
+            fn(self.handle, *args(0, 0), None, *extra)
+        except Exception:
+            pass
+
+    def _vargs(self, name, nonblocking, nulls, make):
+        """make(): the per-rank arrays of gpuwire_NAME; one refused fails the call on every
+        rank (`_vrefuse` with `nulls`, its arguments with NULL arrays)."""
+        try:
+            return make()
+        except (ValueError, TypeError, OverflowError):
+            self._vrefuse(name, nulls, nonblocking)
+            raise
+
     def _vcall(self, name, sendbuf, recvbuf, stream, args, nonblocking):
         """Calls gpuwire_NAME (or its nonblocking form) with args(send_handle, recv_handle)."""
         # One object as both: one handle (in place, also for an empty array).
-        (s, sn) = _as_buffer(sendbuf)
-        (r, rn) = (s, False) if recvbuf is sendbuf else _as_buffer(recvbuf)
+        try:
+            (s, sn) = _as_buffer(sendbuf)
+        except (ValueError, TypeError, OverflowError):
+            self._vrefuse(name, args, nonblocking)
+            raise
+        try:
+            (r, rn) = (s, False) if recvbuf is sendbuf else _as_buffer(recvbuf)
+        except (ValueError, TypeError, OverflowError):
+            if sn:
+                _done(s)
+            self._vrefuse(name, args, nonblocking)
+            raise
         st = stream
         if st is None:
             st = next((b.stream for b in (s, r) if b is not None and b.stream is not None), None)
@@ -1058,25 +1116,27 @@ class Comm:
     def alltoallv(self, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, stream=None, _nb=False):
         """In place when recvbuf is sendbuf (sendcounts, sdispls are then ignored: may be None)."""
         name = "gpuwire_alltoallv"
-        sc, sd = self._per_rank(name, sendcounts, "sendcounts"), self._per_rank(name, sdispls, "sdispls")
-        rc, rd = self._per_rank(name, recvcounts, "recvcounts"), self._per_rank(name, rdispls, "rdispls")
+        sc, sd, rc, rd = self._vargs("alltoallv", _nb, lambda s, r: (s, None, None, r, None, None), lambda: (
+            self._per_rank(name, sendcounts, "sendcounts"), self._per_rank(name, sdispls, "sdispls"),
+            self._per_rank(name, recvcounts, "recvcounts"), self._per_rank(name, rdispls, "rdispls")))
         return self._vcall("alltoallv", sendbuf, recvbuf, stream, lambda s, r: (s, sc, sd, r, rc, rd), _nb)
 
     def gatherv(self, sendbuf, recvbuf, recvcounts, displs=None, root=0, stream=None, _nb=False):
         """recvbuf, recvcounts and displs matter at the root only (None elsewhere)."""
-        rc = self._per_rank("gpuwire_gatherv", recvcounts, "recvcounts")
-        d = self._per_rank("gpuwire_gatherv", displs, "displs")
+        rc, d = self._vargs("gatherv", _nb, lambda s, r: (s, r, None, None, root), lambda: (
+            self._per_rank("gpuwire_gatherv", recvcounts, "recvcounts"), self._per_rank("gpuwire_gatherv", displs, "displs")))
         return self._vcall("gatherv", sendbuf, recvbuf, stream, lambda s, r: (s, r, rc, d, root), _nb)
 
     def scatterv(self, sendbuf, sendcounts, displs, recvbuf, root=0, stream=None, _nb=False):
         """sendbuf, sendcounts and displs matter at the root only (None elsewhere)."""
-        sc = self._per_rank("gpuwire_scatterv", sendcounts, "sendcounts")
-        d = self._per_rank("gpuwire_scatterv", displs, "displs")
+        sc, d = self._vargs("scatterv", _nb, lambda s, r: (s, None, None, r, root), lambda: (
+            self._per_rank("gpuwire_scatterv", sendcounts, "sendcounts"), self._per_rank("gpuwire_scatterv", displs, "displs")))
         return self._vcall("scatterv", sendbuf, recvbuf, stream, lambda s, r: (s, sc, d, r, root), _nb)
 
     def reduce_scatterv(self, sendbuf, recvbuf, recvcounts, op=SUM, stream=None, _nb=False):
         """In place when recvbuf is sendbuf: the result is then in its first recvcounts[rank] elements."""
-        rc = self._per_rank("gpuwire_reduce_scatterv", recvcounts, "recvcounts")
+        rc = self._vargs("reduce_scatterv", _nb, lambda s, r: (s, r, None, op),
+                         lambda: self._per_rank("gpuwire_reduce_scatterv", recvcounts, "recvcounts"))
         return self._vcall("reduce_scatterv", sendbuf, recvbuf, stream, lambda s, r: (s, r, rc, op), _nb)
 
     def alltoall(self, sendbuf, recvbuf, stream=None):
@@ -1091,7 +1151,7 @@ class Comm:
     # Nonblocking collectives: arguments as the blocking forms; each returns a Request, which
     # keeps the buffers (and the arrays they wrap) alive until it completes.
     def _icollective(self, fn, bufs, args, stream):
-        wrapped = [_as_buffer(b)[0] for b in bufs]
+        wrapped = [b for b, _ in self._wrap_all(fn, bufs, args, nonblocking=True)]
         s = stream
         if s is None:
             s = next((b.stream for b in wrapped if b is not None and b.stream is not None), None)
@@ -1142,9 +1202,13 @@ class Comm:
         """recvcounts: one count per rank (copied by the call), or None to let gpuwire exchange them."""
         counts = None
         if recvcounts is not None:
-            if len(recvcounts) != self.size():
-                raise ValueError(f"gpuwire_iallgatherv: {len(recvcounts)} recvcounts for {self.size()} ranks")
-            counts = _int64s(recvcounts, what="gpuwire_iallgatherv: recvcounts")
+            try:
+                if len(recvcounts) != self.size():
+                    raise ValueError(f"gpuwire_iallgatherv: {len(recvcounts)} recvcounts for {self.size()} ranks")
+                counts = _int64s(recvcounts, what="gpuwire_iallgatherv: recvcounts")
+            except (ValueError, TypeError, OverflowError):
+                self._refuse(lib.gpuwire_iallgatherv, 2, [None], nonblocking=True)
+                raise
         return self._icollective(lib.gpuwire_iallgatherv, [sendbuf, recvbuf], [counts], stream)
 
     def ireduce_scatter(self, sendbuf, recvbuf, op=SUM, stream=None):
@@ -1283,8 +1347,16 @@ class DArray:
                         raise OverflowError(f"{fn}: {what}[{i}] = {int(x)} does not fit int{bits}_t")
                 return (kind * max(n, 1))(*[int(x) for x in v])
 
-            args = (n, axes(dims, c_int64, "shape"), axes(procs, c_int64, "procs"), axes(halo, c_int64, "halo"),
-                    axes(periodic, c_int32, "periodic"), code, space)
+            try:
+                args = (n, axes(dims, c_int64, "shape"), axes(procs, c_int64, "procs"), axes(halo, c_int64, "halo"),
+                        axes(periodic, c_int32, "periodic"), code, space)
+            except (ValueError, TypeError, OverflowError):
+                # The collective creation with an ndim of -1 fails on every rank (none waits).
+                z, zi, out = (c_int64 * 1)(0), (c_int32 * 1)(0), _handle()
+                head = (comm.handle,) if _wrap is None else (comm.handle, c_void_p(_wrap[0]))
+                fn = lib.gpuwire_darray_create_cart if _wrap is None else lib.gpuwire_darray_wrap
+                fn(*head, -1, z, z, z, zi, code, space, ctypes.byref(out))
+                raise
             if _wrap is None:
                 h = _out(_handle, lib.gpuwire_darray_create_cart, comm.handle, *args)
             else:
@@ -1571,9 +1643,17 @@ class DArray:
         """Halo exchange of every axis (gpuwire_darray_halo_exchange_axes): `widths` one per axis
         (None: the array's halos); `corners` fills edges and corners too (axis by axis)."""
         what = "gpuwire_darray_halo_exchange_axes: widths"
-        w = None if widths is None else _int64s([int(x) for x in widths], 1, what)
-        if w is not None and len(widths) != self.ndim():
-            raise ValueError(f"gpuwire: {len(widths)} widths for {self.ndim()} axes")
+        try:
+            w = None if widths is None else _int64s([int(x) for x in widths], 1, what)
+            if w is not None and len(widths) != self.ndim():
+                raise ValueError(f"gpuwire: {len(widths)} widths for {self.ndim()} axes")
+        except (ValueError, TypeError, OverflowError):
+            # Widths of -1 make the C call fail here too (in checking mode the others fail
+            # instead of waiting).
+            nd = max(self.ndim(), 1)
+            lib.gpuwire_darray_halo_exchange_axes(self.handle, (c_int64 * nd)(*([-1] * nd)),
+                                                  HALO_CORNERS if corners else 0, _stream_ptr(stream))
+            raise
         _check(lib.gpuwire_darray_halo_exchange_axes(self.handle, w, HALO_CORNERS if corners else 0,
                                                      _stream_ptr(stream)))
 

@@ -327,6 +327,50 @@ def test_context_managers_free():
     assert _invalid(gpuwire.lib.gpuwire_buffer_count, h)
 
 
+def test_one_rank_refused_by_python_fails_every_rank_in_checking_mode():
+    # An argument the package itself refuses on one rank (a per-rank array of the wrong length, a
+    # per-axis list) goes to the C call as NULL there, so that in checking mode the other ranks'
+    # calls fail too (they waited for ever before: the package raised before its C call).
+    cfg = gpuwire.config_init()
+    cfg.check = 1
+    comm = gpuwire.Comm(WORLD, config=cfg)
+    x = np.full(2, RANK, np.int32)
+    out = np.zeros(2 * SIZE, np.int32)
+    counts = [2] * SIZE + ([2] if RANK == 0 else [])
+    for blocking in (True, False):
+        if RANK == 0:
+            with pytest.raises(ValueError, match="recvcounts"):
+                if blocking:
+                    comm.allgatherv(x, out, counts)
+                else:
+                    comm.iallgatherv(x, out, counts).wait()
+        elif blocking:
+            with pytest.raises(gpuwire.Error) as e:
+                comm.allgatherv(x, out, counts)
+            assert e.value.code == gpuwire.ERROR_REMOTE_ARGUMENT
+        else:
+            r = comm.iallgatherv(x, out, counts)
+            with pytest.raises(gpuwire.Error) as e:
+                r.wait()
+            assert e.value.code == gpuwire.ERROR_REMOTE_ARGUMENT
+        comm.barrier()  # still usable: the failure was agreed
+    sc = [1] * SIZE + ([1] if RANK == 0 else [])
+    a, b = np.full(SIZE, RANK, np.int32), np.zeros(SIZE, np.int32)
+    if RANK == 0:
+        with pytest.raises(ValueError, match="counts or displacements"):
+            comm.alltoallv(a, sc, None, b, [1] * SIZE, None)
+    else:
+        with pytest.raises(gpuwire.Error) as e:
+            comm.alltoallv(a, sc, None, b, [1] * SIZE, None)
+        assert e.value.code == gpuwire.ERROR_REMOTE_ARGUMENT
+    comm.barrier()
+    # A process grid: the creation fails on every rank whatever the checking mode.
+    periodic = (1, 0, 1) if RANK == 0 else (1, 0)
+    with pytest.raises((ValueError, gpuwire.Error)):
+        gpuwire.DArray(comm, (4 * SIZE, 3), gpuwire.INT32, procs=(0, 1), halo=(1, 0), periodic=periodic)
+    comm.free()
+
+
 def test_request_context_manager():
     # A timeout: gpuwire_request_free (the block raised) then waits for the request up to it,
     # where without one it would abandon it at once and break the communicator.
