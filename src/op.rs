@@ -517,6 +517,8 @@ pub fn route(c: &Communicator, op: &Op, nonblocking: bool, grouped: bool) -> Str
         "enqueued on the stream by NCCL; the request completes when the stream passes it"
     } else if nonblocking && op.is_p2p() {
         if nothing_before(c, op, device) { "started now" } else { "queued behind earlier operations of the communicator (progress engine)" }
+    } else if nonblocking && device && c.device() >= 0 && ordered::applies(c, true) && !ordered::returns_early(c) {
+        "stream-ordered, MPI on the calling thread (GPUWIRE_HOST_SYNC=1, checking mode, or below MPI_THREAD_MULTIPLE); the request completes when the outputs are in place"
     } else if nonblocking {
         if engine::available() { "queued on the communicator's progress engine" } else { "run now (below MPI_THREAD_MULTIPLE)" }
     } else if device && op.nccl_native(c) {
