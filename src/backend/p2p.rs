@@ -355,9 +355,13 @@ impl Earlier<'_> {
 
 /// One matching step of entry `i` (locked: `st`) in a pass of `progress`: true once its message
 /// matched. Where no earlier unmatched entry could take its messages, as `try_match`. Where one
-/// could, the entry's next message (MPI_Iprobe) goes to the earliest entry it matches (`gone`
-/// marks an earlier one that this completes), and the entry looks again; it stops when its own
-/// message matched, none is there, or the earliest is an entry not looked at.
+/// could, the entry looks at its next message (MPI_Iprobe), from a source s: if no earlier entry
+/// matches it, it is this entry's; else the earliest entry that matches it takes the earliest
+/// message of s that matches that entry (which may be earlier than the one looked at, of a tag
+/// this entry does not take) — unless an entry earlier still matches that one, which then takes
+/// its own earliest of s, and so on (each step goes to an earlier entry, so it ends). Then the
+/// entry looks again. It stops when its own message matched, none is there, or the earliest is an
+/// entry not looked at.
 fn step(entries: &[Arc<Entry>], gone: &mut [bool], earlier: &mut Earlier, i: usize, st: &mut Stage) -> Result<bool> {
     let e = &entries[i];
     let sig = e.sig();
@@ -376,13 +380,28 @@ fn step(entries: &[Arc<Entry>], gone: &mut [bool], earlier: &mut Earlier, i: usi
         return try_match(e, st, None, false);
     }
     for _ in 0..=earlier.len() {
-        let Some(from) = peek(e)? else { return Ok(false) };
-        let Some(k) = earlier.first_for(sig.0, from.0, from.1) else {
+        let Some((source, tag)) = peek(e, None)? else { return Ok(false) };
+        let Some(mut k) = earlier.first_for(sig.0, source, tag) else {
             // No earlier receive matches it: this one's.
-            return take(e, st, from, earlier, earlier.len());
+            return take(e, st, (source, tag), earlier, earlier.len());
         };
-        let Waiting::Unmatched(xsig, j) = earlier.get(k) else { return Ok(false) };
+        // The earliest entry k and the earliest message of `source` it matches, where no entry
+        // before k matches that message.
+        let (j, xsig, from) = loop {
+            let Waiting::Unmatched(xsig, j) = earlier.get(k) else { return Ok(false) };
+            let Some(m) = peek(&entries[j], Some(source))? else { return Ok(false) };
+            match earlier.first_for(sig.0, m.0, m.1) {
+                Some(k2) if k2 < k => k = k2,
+                _ => break (j, xsig, m),
+            }
+        };
         let Ok(mut other) = entries[j].state.try_lock() else { return Ok(false) };
+        if Arc::strong_count(&entries[j]) == 1 {
+            // Its request is gone since its turn: nothing may be written for it.
+            gone[j] = true;
+            earlier.set(k, Waiting::Taken);
+            continue;
+        }
         match take(&entries[j], &mut other, from, earlier, k) {
             Ok(true) => {
                 gone[j] = true;
@@ -419,13 +438,15 @@ fn take(e: &Entry, st: &mut Stage, from: (i32, i32), earlier: &Earlier, pos: usi
 }
 
 /// The source and tag (MPI's) of the next message that entry `e` could take (its header's, in
-/// checking mode), without taking it; `None` when none is there.
-fn peek(e: &Entry) -> Result<Option<(i32, i32)>> {
+/// checking mode; with `source`, of that source only, which `e` matches), without taking it;
+/// `None` when none is there.
+fn peek(e: &Entry, source: Option<i32>) -> Result<Option<(i32, i32)>> {
     let comm = e.check.map_or(e.comm, |(hdr, _)| hdr);
     let mut flag: c_int = 0;
     // SAFETY: plain out-parameters.
     let mut status: sys::MPI_Status = unsafe { std::mem::zeroed() };
-    mpisys::check(unsafe { sys::MPI_Iprobe(mpi_source(e.want.source), mpi_tag(e.want.tag), comm.0, &mut flag, &mut status) }, "MPI_Iprobe")?;
+    let from = source.unwrap_or_else(|| mpi_source(e.want.source));
+    mpisys::check(unsafe { sys::MPI_Iprobe(from, mpi_tag(e.want.tag), comm.0, &mut flag, &mut status) }, "MPI_Iprobe")?;
     Ok((flag != 0).then_some((status.MPI_SOURCE, status.MPI_TAG)))
 }
 

@@ -1302,6 +1302,55 @@ static void order_server(gpuwire_comm comm, int64_t n)
     gpuwire_buffer_free(go);
 }
 
+/* The earlier receive takes more tags than the later one: rank 1 posts A = (0, any tag), then
+ * receives on a second communicator (they widen the window), then B = (0, tag 5); rank 0 sends
+ * tag 4, then tag 5. MPI: A gets tag 4, B tag 5. (A matching step that gave A the message B had
+ * looked at gave A tag 5: Open MPI delivers both messages inside A's own failed probe.) */
+static void order_wider(gpuwire_comm comm, gpuwire_comm other, int rounds)
+{
+    enum { PAD = 16 };
+    gpuwire_buffer a = balloc(1, GPUWIRE_INT32), b = balloc(1, GPUWIRE_INT32), go = balloc(1, GPUWIRE_INT32);
+    gpuwire_buffer pad = balloc(PAD, GPUWIRE_INT32);
+    int32_t *pa = bptr(a), *pb = bptr(b);
+    for (int round = 0; round < rounds; round++) {
+        if (rank == 0) {
+            EXPECT_OK(gpuwire_recv(comm, go, 1, 99, NULL));
+            gpuwire_request q[2];
+            *pa = 4;
+            *pb = 5;
+            EXPECT_OK(gpuwire_isend(comm, a, 1, 4, NULL, &q[0]));
+            EXPECT_OK(gpuwire_isend(comm, b, 1, 5, NULL, &q[1]));
+            EXPECT_OK(gpuwire_waitall(2, q));
+        } else if (rank == 1) {
+            gpuwire_request ra, rb, rp[PAD], sp[PAD];
+            gpuwire_status_t sa, sb;
+            *pa = *pb = 0;
+            EXPECT_OK(gpuwire_irecv(comm, a, 0, GPUWIRE_ANY_TAG, NULL, &ra));
+            for (int i = 0; i < PAD; i++) {
+                gpuwire_buffer one = bview(pad, i, 1);
+                EXPECT_OK(gpuwire_irecv(other, one, 1, 1000 + i, NULL, &rp[i]));
+                gpuwire_buffer_free(one);
+            }
+            EXPECT_OK(gpuwire_irecv(comm, b, 0, 5, NULL, &rb));
+            EXPECT_OK(gpuwire_send(comm, go, 0, 99, NULL));
+            EXPECT_OK(gpuwire_wait_status(&ra, &sa));
+            EXPECT_OK(gpuwire_wait_status(&rb, &sb));
+            EXPECT(sa.tag == 4 && *pa == 4 && sb.tag == 5 && *pb == 5);
+            for (int i = 0; i < PAD; i++) {
+                gpuwire_buffer one = bview(pad, i, 1);
+                EXPECT_OK(gpuwire_isend(other, one, 1, 1000 + i, NULL, &sp[i]));
+                gpuwire_buffer_free(one);
+            }
+            EXPECT_OK(gpuwire_waitall(PAD, rp));
+            EXPECT_OK(gpuwire_waitall(PAD, sp));
+        }
+    }
+    gpuwire_buffer_free(a);
+    gpuwire_buffer_free(b);
+    gpuwire_buffer_free(go);
+    gpuwire_buffer_free(pad);
+}
+
 static void test_wildcard_order(gpuwire_comm comm)
 {
     if (size < 2)
@@ -1320,6 +1369,7 @@ static void test_wildcard_order(gpuwire_comm comm)
             if (size >= 3)
                 order_server(both[c], sizes[k]);
         }
+        order_wider(both[c], both[1 - c], 50);
     }
     EXPECT_OK(gpuwire_comm_free(cc));
 }
