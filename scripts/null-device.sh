@@ -85,6 +85,7 @@ for l in sys.stdin:
   # A stream-ordered send that times out, then the next call: it reports the send's TIMEOUT, once
   # (rank 0 only; its peer stays away 2 s past the deadline).
   run_cases staged-sendnext 2 sendnext GPUWIRE_BACKEND=staged
+  run_cases staged-sendwait 2 sendwait GPUWIRE_BACKEND=staged
   run_cases cuda_aware 2 ops,scan,c13,p2pstatus,reqfree,vcoll,nbc,nbcgroup,nbcmixed,views GPUWIRE_BACKEND=cuda_aware GPUWIRE_CUDA_AWARE=1
   # Memory kinds mixed across ranks in checking mode (refused there before, though the path takes them).
   run_cases cuda_aware-check 2 nbcmixed GPUWIRE_BACKEND=cuda_aware GPUWIRE_CUDA_AWARE=1 GPUWIRE_CHECK=1

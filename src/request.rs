@@ -320,7 +320,23 @@ impl Request {
         let mut i = self.lock();
         Self::ready(&i, wait)?;
         let done = if wait { self.wait_locked(&mut i).map(|()| true) } else { self.test_locked(&mut i) };
-        Ok((done, self.status_of(&i)))
+        Ok((done.map_err(|e| self.earlier(e)), self.status_of(&i)))
+    }
+
+    /// A request that failed because its communicator broke under it, by an earlier operation's
+    /// failure after that operation's call had returned (a stream-ordered send that timed out):
+    /// that failure is what the program hears, once (`op::issue` does the same for calls).
+    fn earlier(&self, e: Error) -> Error {
+        match e {
+            Error::CommBroken(_) => match self.comm.engine().take_async_error() {
+                Some(a) => Error::from_status(
+                    a.status(),
+                    format!("an earlier operation on this communicator failed after its call had returned, and this request's operation with it: {a}"),
+                ),
+                None => e,
+            },
+            e => e,
+        }
     }
 
     /// Blocks until complete. A second call returns at once. With a timeout configured on the
@@ -328,7 +344,7 @@ impl Request {
     /// then broken, TIMEOUT returned, and the operation abandoned: its buffer is never freed
     /// (MPI may still write it when the peer arrives).
     pub fn wait(&self) -> Result<()> {
-        self.wait_locked(&mut self.lock())
+        self.wait_locked(&mut self.lock()).map_err(|e| self.earlier(e))
     }
 
     fn wait_locked(&self, i: &mut Inner) -> Result<()> {

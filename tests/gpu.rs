@@ -829,48 +829,62 @@ fn send_timeout(cx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
-/// GPU case sendnext (timeout 2 s): rank 0's send nobody receives, then at once a barrier. Where
-/// the send returned success (stream-ordered, its failure later), the barrier, which waits behind
-/// it, reports the send's failure: TIMEOUT, once (a later query of the asynchronous error gives
-/// COMM_BROKEN). It gave COMM_BROKEN, and the query then TIMEOUT, before (a helper's bug hunt,
+/// GPU cases sendnext and sendwait (timeout 2 s): rank 0's send nobody receives, then at once a
+/// barrier (sendnext), or an ibarrier and its wait (sendwait). Where the send returned success (stream-ordered,
+/// its failure later), the barrier or the wait, which waits behind it, reports the send's
+/// failure: TIMEOUT, once (a later query of the asynchronous error gives COMM_BROKEN). They gave
+/// COMM_BROKEN, and the query then TIMEOUT, before (a helper's bug hunt and a review,
 /// 2026-12-05). Where the send itself timed out, the barrier gives COMM_BROKEN.
-fn send_then_next(cx: &Ctx) -> Result<(), String> {
-    let mut cfg: gpuwire_config = unsafe { std::mem::zeroed() };
-    ok(gpuwire_config_init(&mut cfg), "config_init");
-    cfg.timeout_seconds = 2.0;
-    let mut comm = 0;
-    ok(gpuwire_comm_world(&cfg, &mut comm), "comm_world");
-    let b = dev_alloc(1 << 20, Dtype::GPUWIRE_FLOAT32);
-    ok(gpuwire_barrier(comm, cx.stream as *mut c_void), "barrier");
-    let s = cx.stream as *mut c_void;
-    if cx.rank == 0 {
-        let sent = gpuwire_send(comm, b, 1, 7, s);
-        let next = gpuwire_barrier(comm, s);
-        let next_msg = last_error();
-        let mut later = Status::GPUWIRE_SUCCESS;
-        ok(gpuwire_comm_get_async_error(comm, &mut later), "get_async_error");
-        println!("rank 0: send {sent:?}, the next call {next:?} ({next_msg}), then the asynchronous error {later:?}");
-        let want = if sent == Status::GPUWIRE_SUCCESS { Status::GPUWIRE_ERROR_TIMEOUT } else { Status::GPUWIRE_ERROR_COMM_BROKEN };
-        if next != want {
-            return Err(format!("the call after a send that failed (send gave {sent:?}) gave {next:?}, expected {want:?}: {next_msg}"));
+fn send_then_next(cx: &Ctx, rounds: std::ops::Range<i32>) -> Result<(), String> {
+    for round in rounds {
+        let mut cfg: gpuwire_config = unsafe { std::mem::zeroed() };
+        ok(gpuwire_config_init(&mut cfg), "config_init");
+        cfg.timeout_seconds = 2.0;
+        let mut comm = 0;
+        ok(gpuwire_comm_world(&cfg, &mut comm), "comm_world");
+        let b = dev_alloc(1 << 20, Dtype::GPUWIRE_FLOAT32);
+        ok(gpuwire_barrier(comm, cx.stream as *mut c_void), "barrier");
+        let s = cx.stream as *mut c_void;
+        if cx.rank == 0 {
+            let sent = gpuwire_send(comm, b, 1, 7, s);
+            let next = if round == 0 {
+                gpuwire_barrier(comm, s)
+            } else {
+                // 1 s later: the wait's own deadline comes after the send's failure.
+                std::thread::sleep(std::time::Duration::from_millis(1000));
+                let mut req = 0;
+                match gpuwire_ibarrier(comm, s, &mut req) {
+                    Status::GPUWIRE_SUCCESS => gpuwire_wait(&mut req),
+                    st => st,
+                }
+            };
+            let next_msg = last_error();
+            let mut later = Status::GPUWIRE_SUCCESS;
+            ok(gpuwire_comm_get_async_error(comm, &mut later), "get_async_error");
+            let what = if round == 0 { "the next call (barrier)" } else { "the wait of the next call (ibarrier)" };
+            println!("rank 0: send {sent:?}, {what} {next:?} ({next_msg}), then the asynchronous error {later:?}");
+            let want = if sent == Status::GPUWIRE_SUCCESS { Status::GPUWIRE_ERROR_TIMEOUT } else { Status::GPUWIRE_ERROR_COMM_BROKEN };
+            if next != want {
+                return Err(format!("{what} after a send that failed (send gave {sent:?}) gave {next:?}, expected {want:?}: {next_msg}"));
+            }
+            if later != Status::GPUWIRE_ERROR_COMM_BROKEN {
+                return Err(format!("after {what} reported the failure, the asynchronous error is {later:?}, expected COMM_BROKEN (reported once)"));
+            }
+        } else if cx.rank == 1 {
+            // As send_timeout's rank 1: late, it finds the communicator broken or times out.
+            std::thread::sleep(std::time::Duration::from_millis(4000));
+            let mut st = gpuwire_allreduce(comm, b, b, ReduceOp::GPUWIRE_SUM as i32, s);
+            if st == Status::GPUWIRE_SUCCESS {
+                cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
+                st = gpuwire_comm_async_error(comm);
+            }
+            if st != Status::GPUWIRE_ERROR_COMM_BROKEN && st != Status::GPUWIRE_ERROR_TIMEOUT {
+                return Err(format!("rank 1's allreduce after rank 0's failure gave {st:?}, expected COMM_BROKEN or TIMEOUT"));
+            }
         }
-        if later != Status::GPUWIRE_ERROR_COMM_BROKEN {
-            return Err(format!("after the next call reported the failure, the asynchronous error is {later:?}, expected COMM_BROKEN (reported once)"));
-        }
-    } else if cx.rank == 1 {
-        // As send_timeout's rank 1: late, it finds the communicator broken or times out.
-        std::thread::sleep(std::time::Duration::from_millis(4000));
-        let mut st = gpuwire_allreduce(comm, b, b, ReduceOp::GPUWIRE_SUM as i32, s);
-        if st == Status::GPUWIRE_SUCCESS {
-            cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
-            st = gpuwire_comm_async_error(comm);
-        }
-        if st != Status::GPUWIRE_ERROR_COMM_BROKEN && st != Status::GPUWIRE_ERROR_TIMEOUT {
-            return Err(format!("rank 1's allreduce after rank 0's failure gave {st:?}, expected COMM_BROKEN or TIMEOUT"));
-        }
+        gpuwire_buffer_free(b);
+        gpuwire_comm_free(comm);
     }
-    gpuwire_buffer_free(b);
-    gpuwire_comm_free(comm);
     Ok(())
 }
 
@@ -4015,7 +4029,8 @@ fn main() {
             "timeout" => timeout_skipped_collective(&cx),
             "late" => late_rank(&cx),
             "sendtimeout" => send_timeout(&cx),
-            "sendnext" => send_then_next(&cx),
+            "sendnext" => send_then_next(&cx, 0..1),
+            "sendwait" => send_then_next(&cx, 1..2),
             "otherdev" => other_device_current(&cx),
             "c17" => c17_seed_demo(&cx),
             "ipcauto" => ipc_auto(&cx),
