@@ -173,6 +173,25 @@ thread_local! {
     static UNBOUNDED: Cell<bool> = const { Cell::new(false) };
 }
 
+/// While alive, this thread's gpuwire steps have no deadline (`call_deadline`): for the creation
+/// of a communicator (`Communicator::adopt`), whose agreements and backend setup (HIER's node
+/// and leaders communicators, IPC's segment) are as unbounded as the MPI_Comm_dup before them,
+/// on every rank alike (a rank that gave up would leave a late one blocked in them).
+pub(crate) struct Unbounded(bool);
+
+impl Unbounded {
+    pub(crate) fn enter() -> Unbounded {
+        Unbounded(UNBOUNDED.with(|u| u.replace(true)))
+    }
+}
+
+impl Drop for Unbounded {
+    fn drop(&mut self) {
+        let was = self.0;
+        UNBOUNDED.with(|u| u.set(was));
+    }
+}
+
 /// This thread's number for `Communicator::busy` (never 0); a progress engine's thread's is
 /// marked [`ENGINE_ENTRY`] (engine threads are marked before their first call).
 fn thread_id() -> u64 {

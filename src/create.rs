@@ -148,6 +148,8 @@ impl Communicator {
     /// or different configuration and fails the same way, instead of hanging. (Also the HIER
     /// backend's node and leaders communicators: `backend::hier`.)
     pub(crate) fn adopt(comm: MPI_Comm, config: Result<Config>) -> Result<Communicator> {
+        // Creation is not bounded by the timeout, on any rank (the README, Timeouts).
+        let _unbounded = crate::comm::Unbounded::enter();
         backend::register_progress();
         let mut owned = Owned(vec![comm]);
         // SAFETY: comm is a valid communicator owned by gpuwire.
