@@ -96,7 +96,7 @@ impl Layout {
             if l == 0 {
                 if let (Some(f), Some(s)) = (first.last(), sizes.last()) {
                     if r - f != *s {
-                        return Err(format!("the ranks of each node are not consecutive in rank order (the node of rank {f} has {s} ranks, ranks {f}..{} are on it)", r - 1));
+                        return Err(format!("the ranks of each node are not consecutive in rank order (the node of rank {f} has {s} ranks, but another node's first rank is rank {r}, after {} of them)", r - f));
                     }
                 }
                 first.push(r);
