@@ -406,7 +406,7 @@ impl Request {
     /// Whether complete; completes it when it is. On a communicator broken meanwhile, a request
     /// that has not completed is given up and COMM_BROKEN returned.
     pub fn test(&self) -> Result<bool> {
-        self.test_locked(&mut self.lock())
+        self.test_locked(&mut self.lock()).map_err(|e| self.earlier(e))
     }
 
     fn test_locked(&self, i: &mut Inner) -> Result<bool> {
