@@ -176,16 +176,22 @@ impl HierState {
     pub(crate) fn new(c: &Communicator, flat: &'static dyn Path, staged: &'static dyn Path) -> Result<HierState> {
         let layout = layout(c)?.map_err(|why| Error::BackendUnavailable(format!("HIER: {why}")))?;
         let shared = crate::backend::topology::shared_gpus(c, (c.device() >= 0).then_some(c.device()))?.is_some();
-        let m = i64::try_from(crate::config::hier_min_bytes(shared)).unwrap_or(i64::MAX);
+        // A value that is not a number is -1 here: every rank then fails (this one with its own
+        // error), none is left in HIER's setup.
+        let local = crate::config::hier_min_bytes(shared);
+        let m = local.as_ref().map_or(-1, |b| i64::try_from(*b).unwrap_or(i64::MAX));
         let mut v = [m, -m];
         c.allreduce_max_i64(&mut v, "agreeing on GPUWIRE_HIER_MIN_BYTES")?;
+        let min_bytes = local?;
+        if v[1] == 1 {
+            return Err(Error::InvalidArgument("another rank's GPUWIRE_HIER_MIN_BYTES is not a number of bytes >= 0 (its error says which)".into()));
+        }
         if v[0] != -v[1] {
             return Err(Error::InvalidArgument(format!(
                 "the ranks have different GPUWIRE_HIER_MIN_BYTES (from {} to {}): set it the same on every rank",
                 -v[1], v[0]
             )));
         }
-        let min_bytes = m as usize;
         let mut config = c.config().clone();
         config.backend = BackendKind::GPUWIRE_BACKEND_AUTO;
         config.check = false;

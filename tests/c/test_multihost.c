@@ -443,6 +443,28 @@ static void hier_create_tiny_timeout(void)
     }
 }
 
+/* GPUWIRE_HIER_MIN_BYTES set after gpuwire_config_init to something that is not a number, on
+ * rank 0 only: HIER's creation fails on every rank (it silently took the default before). */
+static void hier_min_bytes_bad_at_run_time(void)
+{
+    gpuwire_config cfg;
+    gpuwire_comm h = GPUWIRE_COMM_NULL;
+    EXPECT_OK(gpuwire_config_init(&cfg));
+    cfg.backend = GPUWIRE_BACKEND_HIER;
+    if (rank == 0)
+        setenv("GPUWIRE_HIER_MIN_BYTES", "abc", 1);
+    gpuwire_status st = gpuwire_comm_world(&cfg, &h);
+    EXPECT(st != GPUWIRE_SUCCESS);
+    if (rank == 0) {
+        EXPECT_LAST_ERROR_HAS("GPUWIRE_HIER_MIN_BYTES");
+        unsetenv("GPUWIRE_HIER_MIN_BYTES");
+    }
+    if (st == GPUWIRE_SUCCESS)
+        EXPECT_OK(gpuwire_comm_free(h));
+    EXPECT_OK(gpuwire_comm_world(&cfg, &h));
+    EXPECT_OK(gpuwire_comm_free(h));
+}
+
 static void hier_across(void)
 {
     enum { N = 7 };
@@ -789,6 +811,7 @@ int main(int argc, char **argv)
     timeout_across(1);
     hier_across();
     hier_create_tiny_timeout();
+    hier_min_bytes_bad_at_run_time();
     EXPECT_OK(gpuwire_comm_free(comm));
     EXPECT_OK(gpuwire_finalize());
 
