@@ -240,6 +240,17 @@ impl Engine {
         a.take()
     }
 
+    /// `e`, unless it is COMM_BROKEN and this engine holds an asynchronous failure (that of an
+    /// operation which failed after its call had returned, and broke the communicator): then
+    /// that failure, taken, so that the program hears it once (`op::issue` for calls,
+    /// `Request` for waits and tests). `this`: what the failure did to the caller, in words.
+    pub fn or_earlier_failure(&self, e: Error, this: &str) -> Error {
+        match e {
+            Error::CommBroken(_) => self.take_async_error().map_or(e, |a| earlier_failure(a, this)),
+            e => e,
+        }
+    }
+
     /// Queues `work`; it runs after everything queued before it. Below MPI_THREAD_MULTIPLE it
     /// runs now, on this thread. `detached`: nobody will wait for the result, so a failure
     /// becomes the communicator's asynchronous error. `p2p`: it may make point-to-point calls
@@ -537,4 +548,10 @@ mod tests {
         }
         assert!(!x.mine() && !y.mine());
     }
+}
+
+/// The error of a call or request that met an earlier operation's asynchronous failure `a`.
+#[cold]
+pub fn earlier_failure(a: Error, this: &str) -> Error {
+    Error::from_status(a.status(), format!("an earlier operation on this communicator failed after its call had returned ({this}): {a}"))
 }

@@ -135,35 +135,32 @@ pub fn start() -> Result<()> {
 /// The entry of every exported operation: inside a group, `op` is validated and recorded
 /// (started at the outermost end); outside, issued now (`op::issue`).
 pub fn submit(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -> Result<Option<Request>> {
-    if crate::op::tracing() {
-        let route = crate::op::route(c, &op, nonblocking, is_open());
-        let t = std::time::Instant::now();
-        let traced = op.clone();
-        let r = submit_now(c, op, stream, nonblocking);
-        crate::op::trace_line(c, &traced, None, &route, nonblocking, t.elapsed(), r.as_ref().map(|_| ()));
-        return r;
-    }
-    submit_now(c, op, stream, nonblocking)
+    traced(c, op, nonblocking, None, |op| submit_now(c, op, stream, nonblocking))
 }
 
 /// A blocking call made of the nonblocking form of `op` and its wait (`gpuwire_recv_status`):
 /// outside a group, with one `GPUWIRE_TRACE` line named `name` for the whole call. What the
 /// completed request tells (`then`).
 pub fn submit_and_wait<T>(c: &Arc<Communicator>, op: Op, stream: Stream, name: &str, then: impl FnOnce(&Request) -> T) -> Result<T> {
-    let run = |op: Op| -> Result<T> {
+    traced(c, op, false, Some(name), |op| {
         let r = submit_now(c, op, stream, true)?.ok_or_else(|| Error::Internal(format!("{name}: a nonblocking operation gave no request")))?;
         r.wait()?;
         Ok(then(&r))
-    };
-    if crate::op::tracing() {
-        let route = crate::op::route(c, &op, false, false);
-        let t = std::time::Instant::now();
-        let traced = op.clone();
-        let r = run(op);
-        crate::op::trace_line(c, &traced, Some(name), &route, false, t.elapsed(), r.as_ref().map(|_| ()));
-        return r;
+    })
+}
+
+/// `run(op)`, with its `GPUWIRE_TRACE` line when tracing (`name` in place of the operation's).
+#[inline]
+fn traced<T>(c: &Arc<Communicator>, op: Op, nonblocking: bool, name: Option<&str>, run: impl FnOnce(Op) -> Result<T>) -> Result<T> {
+    if !crate::op::tracing() {
+        return run(op);
     }
-    run(op)
+    let route = crate::op::route(c, &op, nonblocking, is_open());
+    let t = std::time::Instant::now();
+    let traced = op.clone();
+    let r = run(op);
+    crate::op::trace_line(c, &traced, name, &route, nonblocking, t.elapsed(), r.as_ref().map(|_| ()));
+    r
 }
 
 #[inline]

@@ -572,22 +572,12 @@ pub fn trace_call(c: &Communicator, name: &str, bytes: usize, route: &str, took:
 /// entry that also records operations in groups.
 pub fn issue(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -> Result<Option<Request>> {
     engine::free_dropped();
+    const NOTHING: &str = "nothing was done by this call";
     if let Some(e) = c.engine().take_async_error() {
-        return Err(earlier_failure(e));
+        return Err(engine::earlier_failure(e, NOTHING));
     }
-    issue_now(c, op, stream, nonblocking).map_err(|e| match e {
-        // The communicator broke under this call by an earlier operation's failure after its
-        // call had returned (this call waited behind it): that failure is what the program
-        // hears, once, as the README promises of the next call.
-        Error::CommBroken(_) => c.engine().take_async_error().map_or(e, earlier_failure),
-        e => e,
-    })
-}
-
-/// The error of a call that found an earlier operation's asynchronous failure `e`.
-#[cold]
-fn earlier_failure(e: Error) -> Error {
-    Error::from_status(e.status(), format!("an earlier operation on this communicator failed after its call had returned (nothing was done by this call): {e}"))
+    // The communicator may break under this call by that failure (it waited behind it).
+    issue_now(c, op, stream, nonblocking).map_err(|e| c.engine().or_earlier_failure(e, NOTHING))
 }
 
 fn issue_now(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -> Result<Option<Request>> {

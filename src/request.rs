@@ -324,19 +324,10 @@ impl Request {
     }
 
     /// A request that failed because its communicator broke under it, by an earlier operation's
-    /// failure after that operation's call had returned (a stream-ordered send that timed out):
-    /// that failure is what the program hears, once (`op::issue` does the same for calls).
+    /// failure after that operation's call had returned: that failure, once
+    /// (`Engine::or_earlier_failure`).
     fn earlier(&self, e: Error) -> Error {
-        match e {
-            Error::CommBroken(_) => match self.comm.engine().take_async_error() {
-                Some(a) => Error::from_status(
-                    a.status(),
-                    format!("an earlier operation on this communicator failed after its call had returned, and this request's operation with it: {a}"),
-                ),
-                None => e,
-            },
-            e => e,
-        }
+        self.comm.engine().or_earlier_failure(e, "and this request's operation with it")
     }
 
     /// Blocks until complete. A second call returns at once. With a timeout configured on the

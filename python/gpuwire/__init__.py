@@ -1069,11 +1069,7 @@ class Comm:
         """`_refuse` of gpuwire_NAME (or its nonblocking form), args(0, 0) its arguments with
         NULL buffers."""
         fn = getattr(lib, ("gpuwire_i" if nonblocking else "gpuwire_") + name)
-        extra = (ctypes.byref(_handle()),) if nonblocking else ()
-        try:
-            fn(self.handle, *args(0, 0), None, *extra)
-        except Exception:
-            pass
+        self._refuse(fn, 0, args(0, 0), nonblocking)
 
     def _vargs(self, name, nonblocking, nulls, make):
         """make(): the per-rank arrays of gpuwire_NAME; one refused fails the call on every
