@@ -592,7 +592,11 @@ fn fall_back_from(c: &mut Communicator, failed: BackendKind, why: &str) -> Resul
 /// Releases backend state before the MPI communicators are freed.
 pub fn teardown(c: &mut Communicator) {
     if let Some(mut k) = c.backend_state.take::<p2p::Check>() {
-        k.free();
+        // A broken communicator's checking-mode duplicates stay allocated, as its own (a late
+        // rank's header on them would reach a later communicator of the same context id).
+        if !c.is_broken() {
+            k.free();
+        }
     }
     for b in BACKENDS.iter() {
         (b.teardown)(c);

@@ -264,8 +264,12 @@ impl IpcState {
                     sys::MPI_Win_free(&mut w.0);
                 }
             }
+            // A broken communicator's duplicates stay allocated, as its own (`Communicator`'s
+            // drop): a timeout may have abandoned requests on them, and a message a late rank
+            // sent on them would otherwise reach a later communicator that MPI gives the same
+            // context id (a new communicator's creation then hung).
             for comm in [&mut self.ctrl, &mut self.data] {
-                if comm.0 != mpisys::comm_null() {
+                if comm.0 != mpisys::comm_null() && !c.is_broken() {
                     sys::MPI_Comm_free(&mut comm.0);
                 }
             }
