@@ -1502,12 +1502,12 @@ impl DArray {
                 if let Some(dest) = to {
                     lo[a] = send_at;
                     let face = Arc::new(self.storage_box(&lo, &len)?);
-                    crate::group::submit(&self.wire, crate::op::Op::Send { buf: face, dest, tag }, stream, false)?;
+                    crate::group::submit_disjoint(&self.wire, crate::op::Op::Send { buf: face, dest, tag }, stream)?;
                 }
                 if let Some(source) = from {
                     lo[a] = recv_at;
                     let ghost = Arc::new(self.storage_box(&lo, &len)?);
-                    crate::group::submit(&self.wire, crate::op::Op::Recv { buf: ghost, source, tag }, stream, false)?;
+                    crate::group::submit_disjoint(&self.wire, crate::op::Op::Recv { buf: ghost, source, tag }, stream)?;
                 }
             }
         }

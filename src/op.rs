@@ -226,6 +226,24 @@ impl Op {
         matches!(self, Op::Send { .. } | Op::Recv { .. } | Op::Isend { .. } | Op::Irecv { .. } | Op::Sendrecv { .. })
     }
 
+    /// The buffers this rank's part of the operation reads or writes while it runs, and whether
+    /// it writes each (`crate::view::Slotted::roles`); none of a send to or receive from
+    /// GPUWIRE_PROC_NULL, which touches nothing. What a group compares across its operations.
+    pub fn touched(&self, rank: i32) -> [Option<(&Arc<Buffer>, bool)>; 2] {
+        use crate::view::Slotted;
+        let idle = |r: i32| crate::ops::peer(r) == crate::types::PROC_NULL;
+        match self {
+            // The point-to-point forms without the table (a group's per-operation cost).
+            Op::Send { buf, dest, .. } | Op::Isend { buf, dest, .. } => [(!idle(*dest)).then_some((buf, false)), None],
+            Op::Recv { buf, source, .. } | Op::Irecv { buf, source, .. } => [(!idle(*source)).then_some((buf, true)), None],
+            Op::Sendrecv { send, dest, recv, source, .. } => [(!idle(*dest)).then_some((send, false)), (!idle(*source)).then_some((recv, true))],
+            _ => {
+                let [(a, ra), (b, rb)] = self.roles(rank);
+                [(a, ra), (b, rb)].map(|(x, role)| x.filter(|_| role != Role::Unused).map(|x| (x, role != Role::In)))
+            }
+        }
+    }
+
     /// Whether any of this rank's significant buffers is device (or managed) memory (a
     /// non-root's receive buffer of reduce and gather, send buffer of scatter, is not).
     pub fn on_device(&self, c: &Communicator) -> bool {

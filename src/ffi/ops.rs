@@ -1453,7 +1453,10 @@ pub extern "C" fn gpuwire_iscatter(
 /// outermost end starts anything. Inside a group a blocking form returns at once; a
 /// nonblocking form returns a request that may be waited for only after the group ended
 /// (earlier, gpuwire_wait / gpuwire_test / gpuwire_waitall return GPUWIRE_ERROR_INVALID_ARGUMENT
-/// and leave the request as it was).
+/// and leave the request as it was). The group's operations run together: one whose buffer
+/// overlaps an earlier operation's of the group where either writes it (a receive into what a
+/// send reads, two receives into the same bytes) is refused at its call with
+/// GPUWIRE_ERROR_INVALID_ARGUMENT and not added.
 ///
 /// Errors: GPUWIRE_ERROR_NOT_INITIALIZED, GPUWIRE_ERROR_INVALID_ARGUMENT (65536 levels deep).
 #[unsafe(no_mangle)]

@@ -1406,6 +1406,58 @@ static void group_first_error(gpuwire_comm c)
     bfree(s5), bfree(r6);
 }
 
+/* Operations of one group whose buffers overlap where one writes are refused at their call
+ * (INVALID_ARGUMENT, as gpuwire_sendrecv's overlapping buffers): a receive into the buffer a
+ * send of the group reads was accepted, and above the eager size one rank kept its own data
+ * (its receive landed before the send read the buffer). The group's other operations still
+ * run, with their data right. Sends reading the same buffer, a send to GPUWIRE_PROC_NULL and
+ * disjoint views of one allocation are fine. */
+static void group_overlap(gpuwire_comm c)
+{
+    const int64_t n = 1 << 20; /* 4 MiB: above every eager size */
+    gpuwire_buffer a = balloc(2 * n, GPUWIRE_INT32), r = balloc(n, GPUWIRE_INT32), r2 = balloc(n, GPUWIRE_INT32);
+    gpuwire_buffer lo = bview(a, 0, n), mid = bview(a, n / 2, n), hi = bview(a, n, n);
+    int32_t *p = bptr(a);
+    const char *what;
+    for (int64_t i = 0; i < 2 * n; i++)
+        p[i] = w(rank, 6, i);
+    memset(bptr(r), FILL, (size_t)n * 4);
+    memset(bptr(r2), FILL, (size_t)n * 4);
+    EXPECT_OK(gpuwire_group_start());
+    EXPECT_OK(gpuwire_send(c, lo, next, 61, NULL));
+    EXPECT_OK(gpuwire_send(c, lo, prev, 62, NULL)); /* reads the same buffer: fine */
+    EXPECT_STATUS(gpuwire_recv(c, lo, prev, 61, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_HAS("overlap");
+    EXPECT_STATUS(gpuwire_recv(c, mid, prev, 61, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT); /* a view half over it */
+    gpuwire_request q = {77};
+    EXPECT_STATUS(gpuwire_irecv(c, a, prev, 61, NULL, &q), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT(q.h == 77);
+    EXPECT_OK(gpuwire_recv(c, r, prev, 61, NULL));
+    EXPECT_STATUS(gpuwire_recv(c, r, next, 62, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT); /* two receives into r */
+    EXPECT_OK(gpuwire_recv(c, r2, next, 62, NULL));
+    EXPECT_STATUS(gpuwire_send(c, r2, next, 63, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT); /* reads what a receive writes */
+    EXPECT_OK(gpuwire_send(c, hi, GPUWIRE_PROC_NULL, 64, NULL));
+    EXPECT_OK(gpuwire_recv(c, hi, GPUWIRE_PROC_NULL, 64, NULL)); /* PROC_NULL touches nothing */
+    EXPECT_OK(gpuwire_group_end());
+    what = "the group's receive beside refused overlapping ones";
+    EXPECT_SEQ((int32_t *)bptr(r), n, w(prev, 6, i));
+    what = "the group's second receive";
+    EXPECT_SEQ((int32_t *)bptr(r2), n, w(next, 6, i));
+    what = "the group's send buffer, not overwritten";
+    EXPECT_SEQ(p, 2 * n, w(rank, 6, i));
+    /* A collective of the group writing what a send of it reads: refused on every rank alike. */
+    EXPECT_OK(gpuwire_group_start());
+    EXPECT_OK(gpuwire_send(c, hi, next, 65, NULL));
+    EXPECT_STATUS(gpuwire_allreduce(c, lo, hi, GPUWIRE_SUM, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_HAS("overlap");
+    EXPECT_OK(gpuwire_recv(c, r, prev, 65, NULL));
+    EXPECT_OK(gpuwire_group_end());
+    what = "the group's receive beside a refused allreduce";
+    EXPECT_SEQ((int32_t *)bptr(r), n, w(prev, 6, n + i));
+    in_step(c, "after groups with overlapping buffers refused");
+    bfree(lo), bfree(mid), bfree(hi), bfree(a), bfree(r), bfree(r2);
+}
+
 static void groups(void)
 {
     /* A timeout: a group that deadlocks fails within it instead of hanging the test. */
@@ -1422,6 +1474,7 @@ static void groups(void)
     group_sends_then_recvs(c, 4, 1 << 20, 1);
     group_mixed(c);
     group_halo(c);
+    group_overlap(c);
     group_errors(c);
     group_first_error(c);
     group_per_thread();
