@@ -1041,7 +1041,11 @@ gpuwire_status gpuwire_comm_world(const gpuwire_config *cfg,
  * others wait, up to the communicator's timeout on IPC). Pending requests on it still complete;
  * operations still queued on its progress engine (a nonblocking collective, say) run first, so
  * the free waits for them, and a nonblocking collective then waits for the other ranks' matching
- * calls (as MPI_Comm_free may synchronize). The handle, and every copy of it, becomes invalid. A communicator broken by a timeout is
+ * calls (as MPI_Comm_free may synchronize). Where something else still holds the communicator (a
+ * distributed array created on it, a pending request, another thread's call), it is released
+ * with the last of them (gpuwire_darray_free, the request's completion: local calls), which
+ * then waits for no other rank: what needs the other ranks is settled by this free (on IPC the
+ * shared segment is then left to MPI_Finalize). The handle, and every copy of it, becomes invalid. A communicator broken by a timeout is
  * freed locally; its MPI communicators are left to MPI_Finalize (MPI may still progress the
  * operations the timeout abandoned).
  *

@@ -108,14 +108,14 @@ if has nbc; then
 fi
 if has darray; then
   # Distributed arrays on device memory: every backend, and NCCL on one rank.
-  dcases=dops,dmove,dhalo,dstream,dtags,dgrid
+  dcases=dops,dmove,dhalo,dstream,dtags,dgrid,dfree
   GPU_BIN=gpu-darray-tests gputest darray-stock-auto stock $dcases
   GPUWIRE_BACKEND=mpi_staged GPU_BIN=gpu-darray-tests gputest darray-kit-staged kit $dcases -x GPUWIRE_BACKEND
   GPUWIRE_BACKEND=mpi_cuda_aware GPU_BIN=gpu-darray-tests gputest darray-kit-cuda-aware kit $dcases -x GPUWIRE_BACKEND
   GPUWIRE_BACKEND=nccl GPUWIRE_GPU_TEST_NP=1 np2=$np1 GPU_BIN=gpu-darray-tests gputest darray-nccl-1rank stock $dcases -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP
   # IPC: the arrays' internal communicator has its own IPC channel (dtags: program messages
   # with the arrays' old tags around a halo exchange and a gather).
-  GPUWIRE_BACKEND=ipc GPU_BIN=gpu-darray-tests gputest darray-ipc stock dhalo,dtags,dgrid -x GPUWIRE_BACKEND
+  GPUWIRE_BACKEND=ipc GPU_BIN=gpu-darray-tests gputest darray-ipc stock dhalo,dtags,dgrid,dfree -x GPUWIRE_BACKEND
   # Process grids and wrapped device memory (dgrid) on 1 and 3 ranks too (2 above), the ranks
   # sharing the GPU: one rank's periodic axes exchange with itself.
   np3="mpirun -np 3 --oversubscribe --bind-to none"

@@ -292,6 +292,27 @@ impl Communicator {
     }
 }
 
+impl Communicator {
+    /// At gpuwire_comm_free (collective), `self` being the caller's reference: where other
+    /// holders keep the communicator (a distributed array, a pending request, another thread's
+    /// call), or keep its arrays' internal duplicate, the last release comes later at a point of
+    /// this rank alone (a local gpuwire_darray_free, a wait): what of the teardown waits for the
+    /// other ranks is settled now (`backend::freed_while_held`).
+    pub(crate) fn freed(self: &Arc<Self>) {
+        let internal = self.internal.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let held = Arc::strong_count(self) > 1;
+        if held {
+            backend::freed_while_held(self);
+        }
+        if let Some(i) = internal {
+            // Held by `self` and here, and by anything else.
+            if held || Arc::strong_count(&i) > 2 {
+                backend::freed_while_held(&i);
+            }
+        }
+    }
+}
+
 impl Drop for Communicator {
     fn drop(&mut self) {
         // The internal duplicate first (it is freed on every rank where this one is).

@@ -12,7 +12,7 @@
 //! `GPUWIRE_GPU_TEST_SPACE=host` runs the same checks on host arrays (a dry run of the test
 //! itself where there is no GPU; it proves nothing about the device code). On the GPU
 //! machine scripts/gpu-run.sh runs it under `mpirun -np 2` (and with NCCL on one rank) with
-//! `GPUWIRE_GPU_TEST=dops,dmove,dhalo,dstream,dtags,dgrid` and reads its `RESULT` lines.
+//! `GPUWIRE_GPU_TEST=dops,dmove,dhalo,dstream,dtags,dgrid,dfree` and reads its `RESULT` lines.
 
 mod common;
 
@@ -25,7 +25,7 @@ use gpuwire::Status;
 use gpuwire::ffi::buffer::*;
 use gpuwire::ffi::comm::*;
 use gpuwire::ffi::darray::*;
-use gpuwire::ffi::ops::{gpuwire_isend, gpuwire_recv, gpuwire_wait};
+use gpuwire::ffi::ops::{gpuwire_barrier, gpuwire_irecv, gpuwire_isend, gpuwire_recv, gpuwire_wait};
 use gpuwire::ffi::GPUWIRE_DECIDE;
 use gpuwire::types::{Dtype, NormKind, Partition, Space};
 
@@ -614,10 +614,71 @@ fn dstream(ctx: &Ctx, stream: cu::CUstream) {
     ctx.ok(gpuwire_darray_free(y), "free");
 }
 
+/// gpuwire_darray_free is local, also when it releases a communicator that gpuwire_comm_free
+/// (every rank) left to the array: rank 0 frees its array, then every rank enters a barrier on
+/// the world communicator, then the other ranks free theirs. On IPC rank 0's free tore the
+/// communicator down and waited there for the other ranks' teardown, which came only after the
+/// barrier (for ever without a timeout; here, with 4 s, it took the 4 s). The same with a
+/// pending request as the holder, waited for by one rank first. Each release must take well
+/// under the communicator's timeout.
+fn dfree(ctx: &Ctx) {
+    ctx.section("dfree: the last release of a freed communicator, by a local call of one rank");
+    let r = ctx.rank;
+    let mut cfg: gpuwire_config = unsafe { std::mem::zeroed() };
+    ctx.ok(gpuwire_config_init(&mut cfg), "config_init");
+    cfg.timeout_seconds = 4.0;
+    let quick = |what: &str, t: Instant| {
+        let s = t.elapsed().as_secs_f64();
+        ctx.check(s < 2.0, || format!("{what} took {s:.2} s: it waited for the other ranks (the communicator's timeout is 4 s)"));
+    };
+    for holder in ["array", "request"] {
+        let mut c = 0;
+        if !ctx.ok(gpuwire_comm_world(&cfg, &mut c), "comm_world") {
+            return;
+        }
+        let (mut h, mut b, mut q) = (0u64, 0u64, 0u64);
+        if holder == "array" {
+            ctx.ok(gpuwire_darray_create(c, 100, GPUWIRE_DECIDE, Dtype::GPUWIRE_FLOAT64 as i32, dev() as i32, SCATTER, &mut h), "create");
+        } else {
+            let mut device = -1;
+            ctx.ok(gpuwire_comm_device(c, &mut device), "device");
+            ctx.ok(gpuwire_buffer_alloc(8, Dtype::GPUWIRE_FLOAT64 as i32, dev() as i32, device, &mut b), "buffer_alloc");
+            // Rank 0 receives from the last rank, which sends; the others take no part.
+            let last = ctx.size as i32 - 1;
+            if r == 0 && last > 0 {
+                ctx.ok(gpuwire_irecv(c, b, last, 5, null(), &mut q), "irecv");
+            } else if r as i32 == last && last > 0 {
+                ctx.ok(gpuwire_isend(c, b, 0, 5, null(), &mut q), "isend");
+            }
+        }
+        ctx.ok(gpuwire_comm_free(c), &format!("comm_free while {holder}s hold it"));
+        let mut release = |what: &str| {
+            let t = Instant::now();
+            if holder == "array" {
+                ctx.ok(gpuwire_darray_free(h), what);
+            } else if q != 0 {
+                ctx.ok(gpuwire_wait(&mut q), what);
+            }
+            quick(what, t);
+        };
+        if r == 0 {
+            release(&format!("rank 0's release of the {holder}, before the others"));
+        }
+        ctx.ok(gpuwire_barrier(ctx.world, null()), "barrier");
+        if r != 0 {
+            release(&format!("the {holder}'s release after rank 0's"));
+        }
+        if b != 0 {
+            gpuwire_buffer_free(b);
+        }
+        ctx.ok(gpuwire_barrier(ctx.world, null()), "barrier");
+    }
+}
+
 fn main() {
     let Ok(cases) = std::env::var("GPUWIRE_GPU_TEST") else {
         println!(
-            "GPU darray tests NOT RUN here: they need a GPU. scripts/gpu-run.sh runs them on the GPU machine (GPUWIRE_GPU_TEST=dops,dmove,dhalo,dstream,dtags,dgrid under mpirun)."
+            "GPU darray tests NOT RUN here: they need a GPU. scripts/gpu-run.sh runs them on the GPU machine (GPUWIRE_GPU_TEST=dops,dmove,dhalo,dstream,dtags,dgrid,dfree under mpirun)."
         );
         return;
     };
@@ -647,6 +708,7 @@ fn main() {
             "dstream" => dstream(&ctx, stream),
             "dtags" => dtags(&ctx),
             "dgrid" => dgrid(&ctx, stream),
+            "dfree" => dfree(&ctx),
             other => {
                 ctx.check(false, || format!("unknown case {other}"));
             }

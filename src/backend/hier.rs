@@ -169,6 +169,15 @@ pub(crate) struct HierState {
 }
 
 impl HierState {
+    /// `backend::freed_while_held` of the node and leaders communicators, which are released
+    /// with this one.
+    pub(crate) fn freed_while_held(&self) {
+        crate::backend::freed_while_held(&self.node);
+        if let Some(l) = &self.leaders {
+            crate::backend::freed_while_held(l);
+        }
+    }
+
     /// Collective over `c` (every rank agreed on HIER): makes the node and leaders communicators,
     /// each choosing its own backend under AUTO (with `c`'s timeout, device and staging;
     /// checking mode is `c`'s, done before the parts start), broken when `c` is. `staged`:

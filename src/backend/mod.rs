@@ -129,6 +129,10 @@ pub(crate) struct Backend {
     setup: fn(&mut Communicator) -> Result<()>,
     /// Releases its state, if the communicator has it (every entry's runs at a free).
     teardown: fn(&mut Communicator),
+    /// At gpuwire_comm_free, when other holders keep the communicator (`freed_while_held`):
+    /// settles now, at the collective free, what of its teardown waits for the other ranks,
+    /// since the teardown itself comes later at a point of this rank alone.
+    freed_while_held: fn(&Communicator),
     path: &'static dyn Path,
     pub native: Native,
     /// What does, on the same communicator, what this one does not natively.
@@ -197,6 +201,7 @@ fn no_state(_: &mut Communicator) -> Result<()> {
     Ok(())
 }
 fn no_teardown(_: &mut Communicator) {}
+fn nothing_to_settle(_: &Communicator) {}
 fn eligible_always(_: &Probe) -> Result<std::result::Result<String, String>> {
     Ok(Ok(String::new()))
 }
@@ -224,6 +229,8 @@ pub(crate) static BACKENDS: [Backend; 6] = [
                 n.destroy(c.is_broken());
             }
         },
+        // ncclCommDestroy waits for no other rank.
+        freed_while_held: nothing_to_settle,
         path: &nccl::NcclPath,
         // A host-memory rank takes plain MPI, a device rank NCCL (or the fallback's ring).
         native: Native { ops: Ops::Only(NCCL_OPS), reduces: nccl::reduces, mixed: false, kinds_per_rank: false, host: &[], at_call: "" },
@@ -240,6 +247,11 @@ pub(crate) static BACKENDS: [Backend; 6] = [
         passed: |why| format!("hierarchical not used ({why})"),
         setup: setup_hier,
         teardown: |c| drop(c.backend_state.take::<hier::HierState>()),
+        freed_while_held: |c| {
+            if let Some(h) = c.backend_state.get::<hier::HierState>() {
+                h.freed_while_held();
+            }
+        },
         path: &hier::HierPath,
         native: Native {
             ops: Ops::Only(HIER_OPS),
@@ -272,6 +284,11 @@ pub(crate) static BACKENDS: [Backend; 6] = [
         teardown: |c| {
             if let Some(mut s) = c.backend_state.take::<ipc::IpcState>() {
                 s.destroy(c);
+            }
+        },
+        freed_while_held: |c| {
+            if let Some(s) = c.backend_state.get::<ipc::IpcState>() {
+                s.leave_now();
             }
         },
         path: &ipc::IpcPath,
@@ -310,6 +327,7 @@ pub(crate) static BACKENDS: [Backend; 6] = [
         passed: |source| format!("the MPI is not known to be CUDA-aware ({source}), so device data is staged through host memory"),
         setup: no_state,
         teardown: no_teardown,
+        freed_while_held: nothing_to_settle,
         path: &mpi_cuda_aware::CudaAwarePath,
         // Reductions on host memory too: a large one takes the ring on every rank whatever its
         // memory (device chunks by the CUDA-aware MPI and GPU kernels, host ones by the CPU), so
@@ -334,6 +352,7 @@ pub(crate) static BACKENDS: [Backend; 6] = [
         passed: |why| format!("MPI_STAGED not used ({why})"),
         setup: no_state,
         teardown: no_teardown,
+        freed_while_held: nothing_to_settle,
         path: &mpi_staged::StagedPath,
         // Allreduce on host memory too: a large one is made in two phases on every rank whatever
         // its memory (`split`), so that a rank's host buffers meet another's device buffers.
@@ -349,6 +368,7 @@ pub(crate) static BACKENDS: [Backend; 6] = [
         passed: |why| format!("HOST not used ({why})"),
         setup: no_state,
         teardown: no_teardown,
+        freed_while_held: nothing_to_settle,
         path: &host::HostPath,
         native: Native { ops: Ops::Only(&[]), reduces: every_reduction, mixed: false, kinds_per_rank: false, host: &[], at_call: "" },
         fallback: None,
@@ -587,6 +607,15 @@ fn fall_back_from(c: &mut Communicator, failed: BackendKind, why: &str) -> Resul
     let reason = device_reason(&reason, c.device(), c.config().device >= 0);
     c.fall_back(kind, reason);
     Ok(())
+}
+
+/// gpuwire_comm_free left other holders of `c` (a distributed array, a pending request, another
+/// thread's call): each backend's `freed_while_held`, so that the teardown that comes with the
+/// last release, at a point of this rank alone, waits for no other rank.
+pub fn freed_while_held(c: &Communicator) {
+    for b in BACKENDS.iter() {
+        (b.freed_while_held)(c);
+    }
 }
 
 /// Releases backend state before the MPI communicators are freed.

@@ -161,7 +161,11 @@ pub extern "C" fn gpuwire_comm_world(cfg: *const gpuwire_config, out: *mut gpuwi
 /// others wait, up to the communicator's timeout on IPC). Pending requests on it still complete;
 /// operations still queued on its progress engine (a nonblocking collective, say) run first, so
 /// the free waits for them, and a nonblocking collective then waits for the other ranks' matching
-/// calls (as MPI_Comm_free may synchronize). The handle, and every copy of it, becomes invalid. A communicator broken by a timeout is
+/// calls (as MPI_Comm_free may synchronize). Where something else still holds the communicator (a
+/// distributed array created on it, a pending request, another thread's call), it is released
+/// with the last of them (gpuwire_darray_free, the request's completion: local calls), which
+/// then waits for no other rank: what needs the other ranks is settled by this free (on IPC the
+/// shared segment is then left to MPI_Finalize). The handle, and every copy of it, becomes invalid. A communicator broken by a timeout is
 /// freed locally; its MPI communicators are left to MPI_Finalize (MPI may still progress the
 /// operations the timeout abandoned).
 ///
@@ -184,6 +188,7 @@ pub extern "C" fn gpuwire_comm_free(comm: gpuwire_comm) -> gpuwire_status {
             }
             drop(COMMS.remove(comm)?);
             drop(call);
+            c.freed();
             // The last reference, unless a call of another thread still holds one: freed here.
             drop(c);
             return Ok(());

@@ -69,6 +69,9 @@ pub struct IpcState {
     pub(super) send_order: Mutex<()>,
     /// Counted in `Maps::states` (set up completely; `destroy` uncounts it).
     counted: bool,
+    /// This rank left at gpuwire_comm_free while other holders kept the communicator
+    /// ([`IpcState::leave_now`]): `destroy` then waits for no rank.
+    left: std::sync::atomic::AtomicBool,
     /// Tags of data messages (K_DATA), rotating through 0..=MPI_TAG_UB.
     pub(super) data_tag: std::sync::atomic::AtomicU64,
     /// Point-to-point headers taken off MPI by a probe, not yet received, in arrival order
@@ -121,6 +124,7 @@ impl IpcState {
             inner: Mutex::new(Inner { exports: HashMap::new(), cells: Cells::default() }),
             send_order: Mutex::new(()),
             counted: false,
+            left: std::sync::atomic::AtomicBool::new(false),
             data_tag: std::sync::atomic::AtomicU64::new(0),
             probed: Mutex::default(),
         };
@@ -215,6 +219,19 @@ impl IpcState {
         self.seg_dev + (w as *const std::sync::atomic::AtomicU32 as usize - self.seg.base) as u64
     }
 
+    /// gpuwire_comm_free while other holders keep the communicator (a distributed array, a
+    /// pending request): this rank's leave word says it abandoned the segment's collective
+    /// release now, at the collective free, so that the other ranks' teardowns do not wait
+    /// for its last release (which comes at a point of this rank alone: it hung there, waiting
+    /// for ranks that were waiting for it), and its own `destroy` then waits for none. The
+    /// window is left to MPI_Finalize, as after a timeout.
+    pub fn leave_now(&self) {
+        if self.seg.base != 0 {
+            self.seg.slot(self.me).leave.0.store(shm::LEAVE_ABANDONED, Ordering::Release);
+        }
+        self.left.store(true, Ordering::Release);
+    }
+
     /// Collective teardown (at communicator free): closes every mapping when this was the
     /// process's last IPC communicator, then leaves in two phases (`ipc_shm::leave`) and frees
     /// the window only if every rank left in time; else the window is left to MPI_Finalize.
@@ -249,7 +266,7 @@ impl IpcState {
         if self.seg.base != 0 {
             let seg = self.seg;
             let words: Vec<&std::sync::atomic::AtomicU64> = (0..seg.p).map(|r| &seg.slot(r).leave.0).collect();
-            free_win = shm::leave(&words, self.me, c.config().timeout, c.is_broken());
+            free_win = shm::leave(&words, self.me, c.config().timeout, c.is_broken() || self.left.load(Ordering::Acquire));
             if !free_win {
                 crate::trace!(
                     "ipc: not every rank left the communicator in time (leave words {:?}); the window is left to MPI_Finalize",
