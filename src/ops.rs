@@ -352,6 +352,17 @@ impl Communicator {
         let kind = collective_id(what);
         let mut v = [err_flag, vals[0], -vals[0], vals[1], -vals[1], vals[2], -vals[2], vals[3], -vals[3], vals[4], -vals[4], kind, -kind];
         self.allreduce_max_i64(&mut v, what)?;
+        if !(0..=self.size() as i64).contains(&v[0]) {
+            // No rank's flag: what met this agreement was no agreement of gpuwire's (another
+            // rank's gpuwire_comm_dup or comm_split, whose MPI calls use this communicator's MPI
+            // communicator): its values mean nothing, that rank may be left waiting, and the
+            // ranks' MPI calls on the communicator are out of step for good.
+            let msg = format!(
+                "{what}: the ranks' calls did not match: another rank is in a call of another kind on this communicator (gpuwire_comm_dup, gpuwire_comm_split, ...?); nothing was done on this rank, the others may be left waiting, and the communicator is now broken"
+            );
+            self.mark_broken(msg.clone());
+            return Err(Error::InvalidArgument(msg));
+        }
         if v[11] != -v[12] {
             // Different collectives met (a gather against a scatter, a bcast against an
             // allreduce): nothing else can be compared, and nothing is done.
