@@ -233,10 +233,13 @@ impl Op {
         use crate::view::Slotted;
         let idle = |r: i32| crate::ops::peer(r) == crate::types::PROC_NULL;
         match self {
-            // The point-to-point forms without the table (a group's per-operation cost).
+            // The point-to-point forms without the table (a group's per-operation cost). A view
+            // that a receive from PROC_NULL keeps by copying it out and back (gpuwire_sendrecv's,
+            // gpuwire_irecv_status's: `roles`) is written.
             Op::Send { buf, dest, .. } | Op::Isend { buf, dest, .. } => [(!idle(*dest)).then_some((buf, false)), None],
+            Op::Irecv { buf, source, upto: true, .. } => [(!idle(*source) || buf.shape().is_some()).then_some((buf, true)), None],
             Op::Recv { buf, source, .. } | Op::Irecv { buf, source, .. } => [(!idle(*source)).then_some((buf, true)), None],
-            Op::Sendrecv { send, dest, recv, source, .. } => [(!idle(*dest)).then_some((send, false)), (!idle(*source)).then_some((recv, true))],
+            Op::Sendrecv { send, dest, recv, source, .. } => [(!idle(*dest)).then_some((send, false)), (!idle(*source) || recv.shape().is_some()).then_some((recv, true))],
             _ => {
                 let [(a, ra), (b, rb)] = self.roles(rank);
                 [(a, ra), (b, rb)].map(|(x, role)| x.filter(|_| role != Role::Unused).map(|x| (x, role != Role::In)))
@@ -428,10 +431,11 @@ impl crate::view::Slotted for Op {
         match op {
             Op::Send { buf, .. } | Op::Isend { buf, .. } => [(Some(buf), In), (None, Unused)],
             // A receive of up to its count (irecv_status): what a shorter message leaves is kept
-            // (packed or staged in and out); so is the whole view of one from PROC_NULL, which
-            // receives nothing (as MPI, which writes nothing).
+            // (packed or staged in and out). One from PROC_NULL receives nothing and writes
+            // nothing (as MPI): not packed, nor unpacked (which rewrote the view's elements with
+            // their values at the start, over what another operation of its group wrote there).
             Op::Irecv { buf, upto: true, .. } => [(Some(buf), InOut), (None, Unused)],
-            Op::Recv { buf, source, .. } | Op::Irecv { buf, source, .. } if from_nobody(*source) => [(Some(buf), InOut), (None, Unused)],
+            Op::Recv { buf, source, .. } | Op::Irecv { buf, source, .. } if from_nobody(*source) => [(Some(buf), Unused), (None, Unused)],
             Op::Recv { buf, .. } | Op::Irecv { buf, .. } => [(Some(buf), Out), (None, Unused)],
             Op::Bcast { buf, root } => [(Some(buf), if rank == *root { In } else { Out }), (None, Unused)],
             Op::Sendrecv { send, recv, source, .. } => [(Some(send), In), (Some(recv), if from_nobody(*source) { InOut } else { Out })],

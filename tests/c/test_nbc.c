@@ -1454,6 +1454,46 @@ static void group_overlap(gpuwire_comm c)
     EXPECT_OK(gpuwire_group_end());
     what = "the group's receive beside a refused allreduce";
     EXPECT_SEQ((int32_t *)bptr(r), n, w(prev, 6, n + i));
+
+    /* Interleaved strided views of one matrix (m rows of 4 columns): a send of column 1 and a
+     * receive into column 0 (above the last row) share no element, so both run. A receive from GPUWIRE_PROC_NULL
+     * into column 2 beside a receive into the (contiguous) last row, which meets column 2 there,
+     * writes nothing: the column's view was copied out and back at the group's end, over what
+     * the other receive wrote. */
+    const int64_t m = 4096;
+    gpuwire_buffer mat = balloc(4 * m, GPUWIRE_INT32), col0, col1, col2, rowl, four = balloc(4, GPUWIRE_INT32);
+    EXPECT_OK(gpuwire_buffer_view_strided(mat, 0, m - 1, 1, 4, &col0)); /* above the last row */
+    EXPECT_OK(gpuwire_buffer_view_strided(mat, 1, m - 1, 1, 4, &col1));
+    EXPECT_OK(gpuwire_buffer_view_strided(mat, 2, m, 1, 4, &col2));
+    EXPECT_OK(gpuwire_buffer_view(mat, 4 * (m - 1), 4, &rowl));
+    int32_t *mq = bptr(mat), *fq = bptr(four);
+    for (int64_t k = 0; k < 4; k++)
+        fq[k] = w(rank, 8, k);
+    for (int order = 0; order < 2; order++) {
+        for (int64_t k = 0; k < 4 * m; k++)
+            mq[k] = k % 4 == 1 ? w(rank, 7, k / 4) : -1;
+        EXPECT_OK(gpuwire_group_start());
+        if (order == 0)
+            EXPECT_OK(gpuwire_recv(c, col2, GPUWIRE_PROC_NULL, 66, NULL));
+        EXPECT_OK(gpuwire_recv(c, col0, prev, 66, NULL));
+        EXPECT_OK(gpuwire_recv(c, rowl, prev, 67, NULL));
+        if (order == 1)
+            EXPECT_OK(gpuwire_recv(c, col2, GPUWIRE_PROC_NULL, 66, NULL));
+        EXPECT_OK(gpuwire_send(c, col1, next, 66, NULL));
+        EXPECT_OK(gpuwire_send(c, four, next, 67, NULL));
+        EXPECT_OK(gpuwire_group_end());
+        int good = 1;
+        for (int64_t k = 0; k < m - 1 && good; k++)
+            good = mq[4 * k] == w(prev, 7, k) && mq[4 * k + 1] == w(rank, 7, k) && mq[4 * k + 2] == -1 && mq[4 * k + 3] == -1;
+        for (int64_t k = 0; k < 4 && good; k++)
+            good = mq[4 * (m - 1) + k] == w(prev, 8, k);
+        EXPECT(good);
+        if (!good)
+            fprintf(stderr, "rank %d (order %d): last row %d %d %d %d, want %d %d %d %d\n", rank, order, mq[4 * (m - 1)], mq[4 * (m - 1) + 1],
+                    mq[4 * (m - 1) + 2], mq[4 * (m - 1) + 3], w(prev, 8, 0), w(prev, 8, 1), w(prev, 8, 2), w(prev, 8, 3));
+    }
+    bfree(col2), bfree(rowl), bfree(four);
+    bfree(col0), bfree(col1), bfree(mat);
     in_step(c, "after groups with overlapping buffers refused");
     bfree(lo), bfree(mid), bfree(hi), bfree(a), bfree(r), bfree(r2);
 }
