@@ -40,6 +40,8 @@ use crate::op::Op;
 use crate::request::{Pending, Request, Status};
 use std::sync::Mutex;
 
+mod overlap;
+
 /// Deepest nesting accepted (a program that never ends its groups fails instead of growing).
 const MAX_DEPTH: u32 = 1 << 16;
 
@@ -56,8 +58,8 @@ struct Entry {
     packed: Option<Box<crate::view::Packed<Op>>>,
     /// Issued at its call into the group's NCCL group (`direct`): the end only launches it.
     issued: bool,
-    /// The memory it touches ([`Touch`]), compared with each later operation's (`disjoint`).
-    touch: Touch,
+    /// The memory it touches, compared with each later operation's (`overlap`).
+    touch: overlap::Touch,
     /// A collective whose arguments did not resolve at its call (`fail_collective`): its name
     /// and error, told to the other ranks in the group's call order (`op` is a placeholder).
     failed: Option<Box<(String, Error)>>,
@@ -67,6 +69,8 @@ struct Entry {
 struct Open {
     depth: u32,
     entries: Vec<Entry>,
+    /// What `entries` touch, indexed for large groups.
+    memory: overlap::Memory,
     /// Set when the group has been started (its requests may then be waited for).
     ended: Arc<AtomicBool>,
 }
@@ -179,73 +183,22 @@ fn submit_now(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool, 
     }
     c.ensure_usable()?;
     op.check_at_call(c)?;
-    let touch = touch(&op, c.rank());
+    let touch = overlap::touch(&op, c.rank());
     // One reach of the thread's group for the comparison and the record; no borrow of it held
     // while the operation is issued or an error reported (`fail_collective` records one).
     GROUP.with(|g| {
-        let overlap = if compare { disjoint(&g.borrow().entries, c, &op, &touch) } else { Ok(()) };
+        let overlap = if compare {
+            let g = g.borrow();
+            g.memory.check(&g.entries, c, &op, &touch)
+        } else {
+            Ok(())
+        };
         if let Err(e) = overlap {
             return Err(if op.is_p2p() { e } else { fail_collective(c, op.name(), e) });
         }
         let issued = direct(c, &op, stream)?;
         Ok(add(&mut g.borrow_mut(), c, op, stream, nonblocking, issued, touch))
     })
-}
-
-/// Of each buffer an operation touches on this rank (`Op::touched`), its byte range (a shaped
-/// view's bounding range) and whether the operation writes it; none for an empty one.
-type Touch = [Option<(usize, usize, bool)>; 2];
-
-#[inline]
-fn touch(op: &Op, rank: i32) -> Touch {
-    let [a, b] = op.touched(rank);
-    let one = |t: Option<(&Arc<crate::buffer::Buffer>, bool)>| {
-        let (x, writes) = t?;
-        let (lo, hi) = x.range();
-        (hi > lo).then_some((lo, hi, writes))
-    };
-    [one(a), one(b)]
-}
-
-/// Refuses an operation whose buffer overlaps one of the open group's earlier operations' where
-/// either writes it: the group's operations run together (a receive would land in a buffer
-/// another one still sends from, or two receives in the same bytes), so their memory must be
-/// disjoint as MPI's for requests outstanding at once (MPI leaves it erroneous, NCCL undefined;
-/// here it is refused, as gpuwire_sendrecv's overlapping buffers are). Sends reading the same
-/// buffer are fine.
-fn disjoint(entries: &[Entry], c: &Communicator, op: &Op, mine: &Touch) -> Result<()> {
-    for (i, e) in entries.iter().enumerate() {
-        for (k, t) in mine.iter().enumerate() {
-            let Some((lo, hi, writes)) = *t else { continue };
-            for (j, o) in e.touch.iter().enumerate() {
-                let Some((olo, ohi, other_writes)) = *o else { continue };
-                if (writes | other_writes) & (lo < ohi) & (olo < hi) {
-                    overlapping(i, e, c, op, k, j)?;
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The ranges of `op`'s buffer `k` and entry `i`'s buffer `j` meet, one of them written:
-/// whether elements do (shaped views may interleave), and then the error.
-#[cold]
-#[inline(never)]
-fn overlapping(i: usize, e: &Entry, c: &Communicator, op: &Op, k: usize, j: usize) -> Result<()> {
-    let (Some((a, writes)), Some((b, other_writes))) = (op.touched(c.rank())[k], e.op.touched(e.c.rank())[j]) else { return Ok(()) };
-    if !a.overlaps(b) {
-        return Ok(());
-    }
-    let how = |w: bool| if w { "writes" } else { "reads" };
-    Err(Error::InvalidArgument(format!(
-        "{}: a buffer it {} overlaps one the group's operation {} ({}) {}: operations of one group run together, so their buffers must not overlap where one writes (use disjoint buffers, or another group)",
-        op.name(),
-        how(writes),
-        i + 1,
-        e.op.name(),
-        how(other_writes)
-    )))
 }
 
 /// A point-to-point operation on NCCL is issued at its call into the NCCL group of this
@@ -297,7 +250,7 @@ pub fn fail_collective(c: &Arc<Communicator>, what: &str, e: Error) -> Error {
 
 /// Records `op` in this thread's open group; the request of a nonblocking form.
 #[inline(always)]
-fn add(g: &mut Open, c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool, issued: bool, touch: Touch) -> Option<Request> {
+fn add(g: &mut Open, c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool, issued: bool, touch: overlap::Touch) -> Option<Request> {
     if !issued && op.is_p2p() {
         // Its later point-to-point operations are recorded too, in call order.
         crate::backend::nccl::defer_direct(true);
@@ -305,6 +258,7 @@ fn add(g: &mut Open, c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking:
     if !nonblocking {
         // No request: nothing else to make (a group's per-operation cost).
         g.entries.push(Entry { c: c.clone(), op, stream, done: None, matched: None, packed: None, issued, touch, failed: None });
+        g.memory.added(&g.entries);
         return None;
     }
     let bufs = op.buffers();
@@ -313,6 +267,7 @@ fn add(g: &mut Open, c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking:
     let matched = Arc::new(Mutex::new(None));
     let known = op.known_status();
     g.entries.push(Entry { c: c.clone(), op, stream, done: Some(done.clone()), matched: Some(matched.clone()), packed: None, issued, touch, failed: None });
+    g.memory.added(&g.entries);
     Some(done).map(|d| {
         let r = Request::new(Box::new(Grouped { done: d, ended, matched }), c.clone(), bufs);
         match known {
@@ -335,6 +290,7 @@ pub fn end() -> Result<()> {
             return Ok(None);
         }
         g.ended.store(true, Ordering::Release);
+        g.memory = overlap::Memory::default();
         Ok(Some(std::mem::take(&mut g.entries)))
     })?;
     let Some(mut entries) = entries else { return Ok(()) };

@@ -1449,7 +1449,7 @@ fn thread_wait(cx: &Ctx) -> Result<(), String> {
     let (to, from) = ((r + 1) % p, (r + p - 1) % p);
     let n = 1usize << 12;
     let f32buf = || dev_alloc(n, Dtype::GPUWIRE_FLOAT32);
-    let (a, b, x, a2, b2) = (f32buf(), f32buf(), f32buf(), f32buf(), f32buf());
+    let (a, b, x, a2, b2, y) = (f32buf(), f32buf(), f32buf(), f32buf(), f32buf(), f32buf());
     fill_f32(&cx.kernels, ptr_of(a), n, (r + 1) as f32, cx.stream);
     fill_f32(&cx.kernels, ptr_of(b), n, -1.0, cx.stream);
     fill_f32(&cx.kernels, ptr_of(x), n, 1.0, cx.stream);
@@ -1480,7 +1480,7 @@ fn thread_wait(cx: &Ctx) -> Result<(), String> {
             gpuwire_isend(comm, a, to, 9, s, &mut sq2),
             gpuwire_group_start(),
             gpuwire_send(comm, x, to, 10, s),
-            gpuwire_recv(comm, x, from, 10, s),
+            gpuwire_recv(comm, y, from, 10, s),
             gpuwire_group_end(),
             gpuwire_wait(&mut rq2),
             gpuwire_wait(&mut sq2),
@@ -1503,17 +1503,18 @@ fn thread_wait(cx: &Ctx) -> Result<(), String> {
     ok(gpuwire_group_start(), "group_start");
     ok(gpuwire_send(cx.comm, a, to, 7, s), "send (group)");
     ok(gpuwire_recv(cx.comm, b, from, 7, s), "recv (group)");
+    fill_f32(&cx.kernels, ptr_of(y), n, -1.0, cx.stream);
     ok(gpuwire_send(dup, x, to, 8, s), "send (group, duplicate)");
-    ok(gpuwire_recv(dup, x, from, 8, s), "recv (group, duplicate)");
+    ok(gpuwire_recv(dup, y, from, 8, s), "recv (group, duplicate)");
     ok(gpuwire_group_end(), "group_end");
     ok(gpuwire_wait(&mut rq), "wait(irecv, duplicate)");
     ok(gpuwire_wait(&mut sq), "wait(isend, duplicate)");
     cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
     all_f32(&download(b, n * 4), (from + 1) as f32).map_err(|e| format!("recv in the group: {e}"))?;
     all_f32(&download(b2, n * 4), (10 * from + 3) as f32).map_err(|e| format!("irecv on the duplicate, posted before the group: {e}"))?;
-    all_f32(&download(x, n * 4), size as f32).map_err(|e| format!("send/recv of the duplicate in the group: {e}"))?;
+    all_f32(&download(y, n * 4), size as f32).map_err(|e| format!("send/recv of the duplicate in the group: {e}"))?;
     ok(gpuwire_comm_free(dup), "comm_free (duplicate)");
-    for q in [a, b, x, a2, b2] {
+    for q in [a, b, x, a2, b2, y] {
         gpuwire_buffer_free(q);
     }
     println!("rank {r}: threadwait: another thread's allreduce and wait right; isend/irecv posted before a group right");
@@ -1757,7 +1758,7 @@ fn thread_posts(cx: &Ctx) -> Result<(), String> {
     let (to, from) = ((r + 1) % p, (r + p - 1) % p);
     let n = 64usize;
     let f32buf = || dev_alloc(n, Dtype::GPUWIRE_FLOAT32);
-    let (a, b, x, hx, hy) = (f32buf(), f32buf(), f32buf(), f32buf(), f32buf());
+    let (a, b, x, hx, hy, y) = (f32buf(), f32buf(), f32buf(), f32buf(), f32buf(), f32buf());
     fill_f32(&cx.kernels, ptr_of(a), n, (r + 1) as f32, cx.stream);
     fill_f32(&cx.kernels, ptr_of(x), n, 1.0, cx.stream);
     fill_f32(&cx.kernels, ptr_of(hx), n, 5.0, cx.stream);
@@ -1822,7 +1823,7 @@ fn thread_posts(cx: &Ctx) -> Result<(), String> {
     ok(gpuwire_isend(cx.comm, a, to, 2, s, &mut sq), "isend");
     ok(gpuwire_group_start(), "group_start");
     ok(gpuwire_send(cx.comm, x, to, 3, s), "send (group)");
-    ok(gpuwire_recv(cx.comm, x, from, 3, s), "recv (group)");
+    ok(gpuwire_recv(cx.comm, y, from, 3, s), "recv (group)");
     other_posts()?;
     let st = gpuwire_wait(&mut rq);
     if st != Status::GPUWIRE_SUCCESS {
@@ -1860,9 +1861,10 @@ fn thread_posts(cx: &Ctx) -> Result<(), String> {
         return Err(errs.join("; "));
     }
     all_f32(&download(b, n * 4), (from + 1) as f32).map_err(|e| format!("(c) irecv: {e}"))?;
-    all_f32(&download(x, n * 4), p as f32).map_err(|e| format!("(a) allreduce, then (c) its ring: {e}"))?;
+    all_f32(&download(x, n * 4), p as f32).map_err(|e| format!("(a) allreduce: {e}"))?;
+    all_f32(&download(y, n * 4), p as f32).map_err(|e| format!("(a) allreduce, then (c) its ring: {e}"))?;
     all_f32(&download(hy, n * 4), 5.0).map_err(|e| format!("the other thread's irecv: {e}"))?;
-    for q in [a, b, x, hx, hy] {
+    for q in [a, b, x, hx, hy, y] {
         gpuwire_buffer_free(q);
     }
     println!("rank {r}: threadposts: another thread's posts beside this thread's groups: every call right, a wait for one inside a group refused");
@@ -2123,10 +2125,22 @@ fn thread_exit_turn(cx: &Ctx) -> Result<(), String> {
         return Ok(());
     }
     let n = 16usize;
-    let (a, b, c) = (dev_alloc(n, Dtype::GPUWIRE_FLOAT32), dev_alloc(n, Dtype::GPUWIRE_FLOAT32), dev_alloc(n, Dtype::GPUWIRE_FLOAT32));
+    let (a, c) = (dev_alloc(n, Dtype::GPUWIRE_FLOAT32), dev_alloc(n, Dtype::GPUWIRE_FLOAT32));
+    // Each receive and each in-place iallreduce of the group on its own part of `b` (a group's
+    // operations must not write the same memory).
+    let (recvs, reductions) = (200usize, 20000usize);
+    let b = dev_alloc(n * (recvs + reductions), Dtype::GPUWIRE_FLOAT32);
+    let part = |k: usize| {
+        let mut v = 0;
+        ok(gpuwire_buffer_view(b, (k * n) as i64, n as i64, &mut v), "buffer_view");
+        v
+    };
+    let parts: Vec<u64> = (0..recvs + reductions).map(part).collect();
+    let parts = std::sync::Arc::new(parts);
     let (comm, me) = (cx.comm, cx.rank);
     for round in 0..5 {
         let (tx, rx) = std::sync::mpsc::channel::<Result<(), String>>();
+        let parts = parts.clone();
         let exiting = std::thread::spawn(move || {
             primary_context_current();
             let mut s2: cu::CUstream = std::ptr::null_mut();
@@ -2135,17 +2149,17 @@ fn thread_exit_turn(cx: &Ctx) -> Result<(), String> {
             if gpuwire_group_start() != Status::GPUWIRE_SUCCESS {
                 r = Err(format!("group_start: {}", last_error()));
             }
-            for _ in 0..200 {
+            for k in 0..recvs {
                 let (mut q1, mut q2) = (0, 0);
                 let x = gpuwire_isend(comm, a, me, 1, s2.cast(), &mut q1);
-                let y = gpuwire_irecv(comm, b, me, 1, s2.cast(), &mut q2);
+                let y = gpuwire_irecv(comm, parts[k], me, 1, s2.cast(), &mut q2);
                 if (x != Status::GPUWIRE_SUCCESS || y != Status::GPUWIRE_SUCCESS) && r.is_ok() {
                     r = Err(format!("isend, irecv in the group: {x:?} {y:?}: {}", last_error()));
                 }
             }
-            for _ in 0..20000 {
+            for k in recvs..recvs + reductions {
                 let mut q = 0;
-                let x = gpuwire_iallreduce(comm, b, b, ReduceOp::GPUWIRE_SUM as i32, s2.cast(), &mut q);
+                let x = gpuwire_iallreduce(comm, parts[k], parts[k], ReduceOp::GPUWIRE_SUM as i32, s2.cast(), &mut q);
                 if x != Status::GPUWIRE_SUCCESS && r.is_ok() {
                     r = Err(format!("iallreduce in the group: {x:?}: {}", last_error()));
                 }
@@ -2169,7 +2183,7 @@ fn thread_exit_turn(cx: &Ctx) -> Result<(), String> {
         }
     }
     cuok(unsafe { cu::cuCtxSynchronize() }, "cuCtxSynchronize");
-    for q in [a, b, c] {
+    for q in parts.iter().copied().chain([a, b, c]) {
         gpuwire_buffer_free(q);
     }
     println!("rank {me}: threadexitturn: 5 threads exited inside their groups; the turn was free only after their NCCL groups ended");

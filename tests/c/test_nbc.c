@@ -1493,6 +1493,57 @@ static void group_overlap(gpuwire_comm c)
                     mq[4 * (m - 1) + 2], mq[4 * (m - 1) + 3], w(prev, 8, 0), w(prev, 8, 1), w(prev, 8, 2), w(prev, 8, 3));
     }
     bfree(col2), bfree(rowl), bfree(four);
+
+    /* A group of more than 32 operations (compared through ordered maps of ranges): 40
+     * receives into the even chunks of `rb`, 40 sends of the chunks of `sb`; then a receive
+     * into chunk 4 again, one across chunks 9 and 10, and a send of chunk 6 of `rb` are refused;
+     * a second send of chunk 3 of `sb` (reads only) and a send of the odd chunks of `rb` (a
+     * strided view interleaved with the received chunks, no element shared) run. */
+    {
+        const int64_t K = 1024, NC = 40;
+        gpuwire_buffer sb = balloc(NC * K, GPUWIRE_INT32), rb = balloc(2 * NC * K, GPUWIRE_INT32);
+        gpuwire_buffer extra = balloc(K, GPUWIRE_INT32), odd_in = balloc(NC * K, GPUWIRE_INT32);
+        gpuwire_buffer sv[40], rv[40], bad1, bad2, bad3, s3, odd;
+        int32_t *sp = bptr(sb), *rp = bptr(rb);
+        for (int64_t k = 0; k < NC * K; k++)
+            sp[k] = w(rank, 9, k);
+        for (int64_t k = 0; k < 2 * NC * K; k++)
+            rp[k] = k / K % 2 ? w(rank, 10, k) : -1;
+        for (int j = 0; j < NC; j++) {
+            EXPECT_OK(gpuwire_buffer_view(sb, j * K, K, &sv[j]));
+            EXPECT_OK(gpuwire_buffer_view(rb, 2 * j * K, K, &rv[j]));
+        }
+        EXPECT_OK(gpuwire_buffer_view(rb, 4 * K, K, &bad1));
+        EXPECT_OK(gpuwire_buffer_view(rb, 9 * K + K / 2, K, &bad2));
+        EXPECT_OK(gpuwire_buffer_view(rb, 6 * K, 8, &bad3));
+        EXPECT_OK(gpuwire_buffer_view(sb, 3 * K, K, &s3));
+        EXPECT_OK(gpuwire_buffer_view_strided(rb, K, NC, K, 2 * K, &odd));
+        EXPECT_OK(gpuwire_group_start());
+        for (int j = 0; j < NC; j++) {
+            EXPECT_OK(gpuwire_recv(c, rv[j], prev, 100 + j, NULL));
+            EXPECT_OK(gpuwire_send(c, sv[j], next, 100 + j, NULL));
+        }
+        EXPECT_STATUS(gpuwire_recv(c, bad1, prev, 98, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+        EXPECT_LAST_ERROR_HAS("overlap");
+        EXPECT_STATUS(gpuwire_recv(c, bad2, prev, 98, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+        EXPECT_STATUS(gpuwire_send(c, bad3, next, 98, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+        EXPECT_OK(gpuwire_send(c, s3, next, 99, NULL));
+        EXPECT_OK(gpuwire_recv(c, extra, prev, 99, NULL));
+        EXPECT_OK(gpuwire_send(c, odd, next, 97, NULL));
+        EXPECT_OK(gpuwire_recv(c, odd_in, prev, 97, NULL));
+        EXPECT_OK(gpuwire_group_end());
+        int good = 1;
+        for (int64_t k = 0; k < 2 * NC * K && good; k++)
+            good = rp[k] == (k / K % 2 ? w(rank, 10, k) : w(prev, 9, k / (2 * K) * K + k % K));
+        EXPECT(good);
+        what = "a second send of a chunk, in a large group";
+        EXPECT_SEQ((int32_t *)bptr(extra), K, w(prev, 9, 3 * K + i));
+        what = "a strided send interleaved with the group's receives";
+        EXPECT_SEQ((int32_t *)bptr(odd_in), NC * K, w(prev, 10, (2 * (i / K) + 1) * K + i % K));
+        for (int j = 0; j < NC; j++)
+            bfree(sv[j]), bfree(rv[j]);
+        bfree(bad1), bfree(bad2), bfree(bad3), bfree(s3), bfree(odd), bfree(sb), bfree(rb), bfree(extra), bfree(odd_in);
+    }
     bfree(col0), bfree(col1), bfree(mat);
     in_step(c, "after groups with overlapping buffers refused");
     bfree(lo), bfree(mid), bfree(hi), bfree(a), bfree(r), bfree(r2);
