@@ -348,11 +348,14 @@ impl Communicator {
             // MPI_STAGED, MPI_CUDA_AWARE: `backend::kinds_per_rank`); NCCL and HIER route by kind.
             opt(sig.device.filter(|_| !crate::backend::kinds_per_rank(self)).map(|d| d as i64)),
         ];
-        let err_flag = if local.is_err() { self.rank() as i64 + 1 } else { 0 };
+        // The failing rank + 1, or 0, far below zero: what another MPI call's data puts there
+        // (counts, context ids: small and not negative) is then out of its range.
+        const FLAG: i64 = i64::MIN / 2;
+        let err_flag = FLAG + if local.is_err() { self.rank() as i64 + 1 } else { 0 };
         let kind = collective_id(what);
         let mut v = [err_flag, vals[0], -vals[0], vals[1], -vals[1], vals[2], -vals[2], vals[3], -vals[3], vals[4], -vals[4], kind, -kind];
         self.allreduce_max_i64(&mut v, what)?;
-        if !(0..=self.size() as i64).contains(&v[0]) {
+        if !(FLAG..=FLAG + self.size() as i64).contains(&v[0]) {
             // No rank's flag: what met this agreement was no agreement of gpuwire's (another
             // rank's gpuwire_comm_dup or comm_split, whose MPI calls use this communicator's MPI
             // communicator): its values mean nothing, that rank may be left waiting, and the
@@ -372,12 +375,12 @@ impl Communicator {
                 collective_name(other)
             )));
         }
-        if v[0] != 0 {
+        if v[0] != FLAG {
             return match local {
                 Err(e) => Err(e),
                 Ok(_) => Err(Error::RemoteArgument(format!(
                     "{what}: rank {} rejected its arguments (its own error says why); nothing was done on any rank",
-                    v[0] - 1
+                    v[0] - FLAG - 1
                 ))),
             };
         }
