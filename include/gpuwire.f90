@@ -406,6 +406,9 @@ module gpuwire
   interface gpuwire_group_end
     module procedure gw_group_end
   end interface
+  interface gpuwire_group_depth
+    module procedure gw_group_depth
+  end interface
   interface gpuwire_comm_async_error
     module procedure gw_comm_async_error
   end interface
@@ -623,7 +626,7 @@ module gpuwire
     gw_scatterv_i4, gw_iallgatherv_i4, gw_ireduce_scatterv_i4, gw_ialltoallv_i4, gw_igatherv_i4, &
     gw_iscatterv_i4
   private :: gw_ibarrier, gw_ibcast, gw_ireduce, gw_iallreduce, gw_iallgather, gw_iallgatherv, &
-    gw_ireduce_scatter, gw_ialltoall, gw_igather, gw_iscatter, gw_group_start, gw_group_end, &
+    gw_ireduce_scatter, gw_ialltoall, gw_igather, gw_iscatter, gw_group_start, gw_group_end, gw_group_depth, &
     gw_comm_async_error, gw_comm_get_async_error, gw_comm_abort
   private :: gw_recv_status, gw_irecv_status, gw_probe, gw_iprobe, gw_wait_status, gw_test_status, &
     gw_waitany, gw_testany, gw_testall, gw_darray_comm
@@ -829,7 +832,7 @@ contains
   subroutine host_collective(which, comm, ps, ns, pr, nr, dtype, op, root, stream, ierror)
     use gpuwire_c, only: c_wrap => gpuwire_buffer_wrap, c_free => gpuwire_buffer_free, &
       c_rank => gpuwire_comm_rank, c_allreduce => gpuwire_allreduce, c_reduce => gpuwire_reduce, &
-      c_allgather => gpuwire_allgather, c_bcast => gpuwire_bcast
+      c_allgather => gpuwire_allgather, c_bcast => gpuwire_bcast, c_depth => gpuwire_group_depth
     integer, intent(in) :: which
     type(gpuwire_comm), intent(in) :: comm
     type(c_ptr), intent(in) :: ps, pr
@@ -840,7 +843,7 @@ contains
     integer, intent(out), optional :: ierror
     character(len=:), allocatable :: name
     integer(gpuwire_handle_kind) :: sb, rb
-    integer(c_int32_t) :: me
+    integer(c_int32_t) :: me, depth
     integer(c_int) :: st, wst, fst
     logical :: two
     select case (which)
@@ -849,6 +852,17 @@ contains
     case (4); name = 'gpuwire_allgather'
     case default; name = 'gpuwire_bcast'
     end select
+    ! Inside a group the operation would run at the group's end, after this call returned and
+    ! the arguments it wrapped (perhaps the compiler's copies of them) were gone: refused, on
+    ! every rank alike (the ranks' groups hold the same calls).
+    depth = 0
+    if (c_depth(depth) == GPUWIRE_SUCCESS .and. depth > 0) then
+      call fail(GPUWIRE_ERROR_INVALID_ARGUMENT, name, 'the forms on plain variables (without ' // &
+        'TARGET) cannot be used inside a group, which runs its operations at its end, after ' // &
+        'their arguments (perhaps the compiler''s copies) are gone: wrap TARGET arrays with ' // &
+        'gpuwire_buffer_wrap and pass the buffers, or make the call outside the group', ierror)
+      return
+    end if
     sb = 0
     rb = 0
     wst = c_wrap(ps, ns, dtype, GPUWIRE_SPACE_HOST, sb)
@@ -1869,6 +1883,19 @@ contains
     integer, intent(out), optional :: ierror
     call finish(c(), 'gpuwire_group_end', ierror)
   end subroutine gw_group_end
+
+  ! depth: how deep this thread's groups are nested (0: outside a group).
+  subroutine gw_group_depth(depth, ierror)
+    use gpuwire_c, only: c => gpuwire_group_depth
+    integer, intent(out) :: depth
+    integer, intent(out), optional :: ierror
+    integer(c_int32_t) :: v
+    integer(c_int) :: st
+    v = 0
+    st = c(v)
+    depth = int(v)
+    call finish(st, 'gpuwire_group_depth', ierror)
+  end subroutine gw_group_depth
 
   ! status: GPUWIRE_SUCCESS, or the error of an operation that failed after its call returned
   ! (reported once; its message by gpuwire_last_error). Never stops the program.

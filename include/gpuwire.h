@@ -2565,6 +2565,17 @@ gpuwire_status gpuwire_group_start(void);
 gpuwire_status gpuwire_group_end(void);
 
 /**
+ * Writes to `*depth` how deep the calling thread's groups are nested: 0 outside a group, 1
+ * between a gpuwire_group_start and its gpuwire_group_end, 2 in a group nested in another, and
+ * so on. Local; any thread. For code that must not defer an operation into an open group (its
+ * buffers would have to outlive the call: the Fortran module's forms on plain variables check
+ * it).
+ *
+ * Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`depth` NULL), GPUWIRE_ERROR_NOT_INITIALIZED.
+ */
+gpuwire_status gpuwire_group_depth(int32_t *depth);
+
+/**
  * Writes the communicator's asynchronous error to `*async_error`, as ncclCommGetAsyncError:
  * the code of an operation on `comm` that failed after its call had returned (a
  * stream-ordered device operation: see gpuwire_ibarrier), reported once, with its message as

@@ -116,6 +116,14 @@ pub fn is_open() -> bool {
     OPEN.with(|o| o.get())
 }
 
+/// How deep this thread's groups are nested (0: none is open).
+pub fn depth() -> u32 {
+    if !is_open() {
+        return 0;
+    }
+    GROUP.with(|g| g.borrow().depth)
+}
+
 /// gpuwire_group_start.
 pub fn start() -> Result<()> {
     GROUP.with(|g| {

@@ -810,6 +810,13 @@ class group:
             _check(st)
 
 
+def group_depth():
+    """How deep this thread's groups are nested (gpuwire_group_depth): 0 outside a group."""
+    d = c_int32()
+    _check(lib.gpuwire_group_depth(ctypes.byref(d)))
+    return d.value
+
+
 # ---- communicators -----------------------------------------------------------------------------
 
 

@@ -321,14 +321,17 @@ def nonblocking(world):
                 world.send(np.full(1 << 18, 100 * rank + q, np.int32), q, tag=7)
             if nest:
                 with gw.group():
+                    check(gw.group_depth() == 2, "group_depth in a nested group")
                     for q, buf in zip(peers, ins):
                         world.recv(buf, q, tag=7)
             else:
                 for q, buf in zip(peers, ins):
                     world.recv(buf, q, tag=7)
         check(all((buf == 100 * q + rank).all() for q, buf in zip(peers, ins)), f"group of sends then receives (nested {nest})")
+    check(gw.group_depth() == 0, "group_depth outside a group")
     x = np.full(10, rank + 1.0)
     with gw.group():
+        check(gw.group_depth() == 1, "group_depth in a group")
         r = world.iallreduce(x, op=gw.SUM)
     r.wait()
     check((x == size * (size + 1) / 2).all(), "iallreduce in a group")
