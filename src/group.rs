@@ -60,6 +60,9 @@ struct Entry {
     issued: bool,
     /// The memory it touches, compared with each later operation's (`overlap`).
     touch: overlap::Touch,
+    /// Made by gpuwire disjoint from the others it made (`submit_disjoint`): not compared with
+    /// those.
+    made: bool,
     /// A collective whose arguments did not resolve at its call (`fail_collective`): its name
     /// and error, told to the other ranks in the group's call order (`op` is a placeholder).
     failed: Option<Box<(String, Error)>>,
@@ -152,9 +155,10 @@ pub fn submit(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) 
     traced(c, op, nonblocking, None, |op| submit_now(c, op, stream, nonblocking, true))
 }
 
-/// `submit` of a blocking operation gpuwire built whose buffers are disjoint from the group's
-/// others by construction (a distributed array's faces and ghosts: strided views, whose
-/// comparison would cost more than their exchange): not compared with the group's others.
+/// `submit` of a blocking operation gpuwire built whose buffers are disjoint by construction
+/// from the others it so built (a distributed array's faces and ghosts: strided views, whose
+/// comparison would cost more than their exchange): compared only with the group's other
+/// operations (the program's own, in a group the exchange joined).
 pub(crate) fn submit_disjoint(c: &Arc<Communicator>, op: Op, stream: Stream) -> Result<()> {
     traced(c, op, false, None, |op| submit_now(c, op, stream, false, false)).map(|_| ())
 }
@@ -195,17 +199,15 @@ fn submit_now(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool, 
     // One reach of the thread's group for the comparison and the record; no borrow of it held
     // while the operation is issued or an error reported (`fail_collective` records one).
     GROUP.with(|g| {
-        let overlap = if compare {
+        let overlap = {
             let g = g.borrow();
-            g.memory.check(&g.entries, c, &op, &touch)
-        } else {
-            Ok(())
+            g.memory.check(&g.entries, c, &op, &touch, !compare)
         };
         if let Err(e) = overlap {
             return Err(if op.is_p2p() { e } else { fail_collective(c, op.name(), e) });
         }
         let issued = direct(c, &op, stream)?;
-        Ok(add(&mut g.borrow_mut(), c, op, stream, nonblocking, issued, touch))
+        Ok(add(&mut g.borrow_mut(), c, op, stream, nonblocking, issued, touch, !compare))
     })
 }
 
@@ -251,21 +253,22 @@ pub fn fail_collective(c: &Arc<Communicator>, what: &str, e: Error) -> Error {
     }
     GROUP.with(|g| {
         let failed = Some(Box::new((what.to_string(), e.clone())));
-        g.borrow_mut().entries.push(Entry { c: c.clone(), op: Op::Barrier, stream: Stream(0), done: None, matched: None, packed: None, issued: false, touch: [None; 2], failed });
+        g.borrow_mut().entries.push(Entry { c: c.clone(), op: Op::Barrier, stream: Stream(0), done: None, matched: None, packed: None, issued: false, touch: [None; 2], made: false, failed });
     });
     e
 }
 
 /// Records `op` in this thread's open group; the request of a nonblocking form.
 #[inline(always)]
-fn add(g: &mut Open, c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool, issued: bool, touch: overlap::Touch) -> Option<Request> {
+#[allow(clippy::too_many_arguments)]
+fn add(g: &mut Open, c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool, issued: bool, touch: overlap::Touch, made: bool) -> Option<Request> {
     if !issued && op.is_p2p() {
         // Its later point-to-point operations are recorded too, in call order.
         crate::backend::nccl::defer_direct(true);
     }
     if !nonblocking {
         // No request: nothing else to make (a group's per-operation cost).
-        g.entries.push(Entry { c: c.clone(), op, stream, done: None, matched: None, packed: None, issued, touch, failed: None });
+        g.entries.push(Entry { c: c.clone(), op, stream, done: None, matched: None, packed: None, issued, touch, made, failed: None });
         g.memory.added(&g.entries);
         return None;
     }
@@ -274,7 +277,7 @@ fn add(g: &mut Open, c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking:
     let ended = g.ended.clone();
     let matched = Arc::new(Mutex::new(None));
     let known = op.known_status();
-    g.entries.push(Entry { c: c.clone(), op, stream, done: Some(done.clone()), matched: Some(matched.clone()), packed: None, issued, touch, failed: None });
+    g.entries.push(Entry { c: c.clone(), op, stream, done: Some(done.clone()), matched: Some(matched.clone()), packed: None, issued, touch, made, failed: None });
     g.memory.added(&g.entries);
     Some(done).map(|d| {
         let r = Request::new(Box::new(Grouped { done: d, ended, matched }), c.clone(), bufs);

@@ -65,10 +65,14 @@ pub(super) struct Memory {
 }
 
 impl Memory {
-    /// Refuses `op` (whose spans are `mine`) where it meets an earlier operation of `entries`.
+    /// Refuses `op` (whose spans are `mine`) where it meets an earlier operation of `entries`;
+    /// one gpuwire `made` (`group::submit_disjoint`) only where it meets one it did not make.
     #[inline]
-    pub(super) fn check(&self, entries: &[Entry], c: &Communicator, op: &Op, mine: &Touch) -> Result<()> {
-        let Some(ix) = &self.index else { return scan(entries, c, op, mine) };
+    pub(super) fn check(&self, entries: &[Entry], c: &Communicator, op: &Op, mine: &Touch, made: bool) -> Result<()> {
+        if made {
+            return scan(entries.iter().enumerate().filter(|(_, e)| !e.made), c, op, mine);
+        }
+        let Some(ix) = &self.index else { return scan(entries.iter().enumerate(), c, op, mine) };
         for (k, s) in mine.iter().enumerate() {
             let Some(s) = *s else { continue };
             // The maps' ranges are disjoint and ordered: only the last one starting below the
@@ -76,7 +80,7 @@ impl Memory {
             // for several entries): compared with every entry (rare in a correct program).
             let meets = |m: &BTreeMap<usize, (usize, usize)>| m.range(..s.hi).next_back().is_some_and(|(_, (hi, _))| *hi > s.lo);
             if s.shaped || meets(&ix.written) || (s.writes && meets(&ix.read)) {
-                scan_one(entries, c, op, k, s)?;
+                scan_one(entries.iter().enumerate(), c, op, k, s)?;
                 continue;
             }
             for &i in &ix.shaped {
@@ -134,18 +138,18 @@ fn merge(m: &mut BTreeMap<usize, (usize, usize)>, mut lo: usize, mut hi: usize, 
     m.insert(lo, (hi, i));
 }
 
-/// `check` entry by entry.
-fn scan(entries: &[Entry], c: &Communicator, op: &Op, mine: &Touch) -> Result<()> {
+/// `check` entry by entry (each with its index in the group).
+fn scan<'a>(entries: impl Iterator<Item = (usize, &'a Entry)> + Clone, c: &Communicator, op: &Op, mine: &Touch) -> Result<()> {
     for (k, s) in mine.iter().enumerate() {
         if let Some(s) = *s {
-            scan_one(entries, c, op, k, s)?;
+            scan_one(entries.clone(), c, op, k, s)?;
         }
     }
     Ok(())
 }
 
-fn scan_one(entries: &[Entry], c: &Communicator, op: &Op, k: usize, s: Span) -> Result<()> {
-    for (i, e) in entries.iter().enumerate() {
+fn scan_one<'a>(entries: impl Iterator<Item = (usize, &'a Entry)>, c: &Communicator, op: &Op, k: usize, s: Span) -> Result<()> {
+    for (i, e) in entries {
         for o in e.touch.iter().flatten() {
             if (s.writes | o.writes) & (s.lo < o.hi) & (o.lo < s.hi) {
                 overlapping(i, e, c, op, k)?;
