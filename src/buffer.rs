@@ -494,6 +494,19 @@ impl Buffer {
     }
 
     /// The sorted byte ranges of the view's runs (contiguous: one).
+    /// Each contiguous piece of the buffer's elements, as a byte range (`lo`, `hi`): one for a
+    /// contiguous buffer, a view's runs in its order.
+    pub(crate) fn each_byte_run(&self, mut f: impl FnMut(usize, usize)) {
+        let es = self.dtype.size();
+        match &self.shape {
+            None => {
+                let (lo, hi) = self.range();
+                f(lo, hi)
+            }
+            Some(s) => s.each_run(|off, n| f(self.ptr + off * es, self.ptr + (off + n) * es)),
+        }
+    }
+
     fn runs(&self) -> Vec<(usize, usize)> {
         let es = self.dtype.size();
         let mut v = Vec::new();

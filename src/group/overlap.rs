@@ -8,10 +8,12 @@
 //! Each operation's buffers are byte ranges ([`Touch`]; a shaped view's is its bounding range,
 //! compared element by element only where two ranges meet). A small group is scanned entry by
 //! entry (a halo exchange's few operations: the cheapest). From [`INDEXED`] operations on, the
-//! ranges of contiguous buffers are also kept in two ordered maps, so that each call costs
-//! O(log n) instead of a pass over the group (NCCL groups of thousands of sends and receives):
-//! written ranges, which are disjoint (overlapping writes are refused), and read ranges, merged
-//! where they meet; views are compared one by one.
+//! contiguous pieces of their buffers (a view's runs) are also kept in two ordered maps, so that
+//! each call costs O(r log n) for its r pieces instead of a pass over the group (NCCL groups of
+//! thousands of sends and receives, a transpose into columns): written pieces, which are
+//! disjoint (overlapping writes are refused), and read pieces, merged where they meet. The
+//! operations gpuwire made disjoint by construction (a distributed array's faces) are not in
+//! the maps: the program's operations are compared with them one by one.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -26,13 +28,12 @@ use crate::op::Op;
 const INDEXED: usize = 32;
 
 /// One buffer an operation touches on this rank: its bytes `lo..hi` (a shaped view's bounding
-/// range), whether the operation writes it, and whether it is a shaped view.
+/// range), and whether the operation writes it.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Span {
     lo: usize,
     hi: usize,
     writes: bool,
-    shaped: bool,
 }
 
 /// The buffers an operation touches on this rank (`Op::touched`); none for an empty one.
@@ -44,18 +45,18 @@ pub(super) fn touch(op: &Op, rank: i32) -> Touch {
     let one = |t: Option<(&Arc<Buffer>, bool)>| {
         let (x, writes) = t?;
         let (lo, hi) = x.range();
-        (hi > lo).then_some(Span { lo, hi, writes, shaped: x.shape().is_some() })
+        (hi > lo).then_some(Span { lo, hi, writes })
     };
     [one(a), one(b)]
 }
 
-/// The ordered maps of a large group (module comment): range start -> (end, an entry of it).
+/// The ordered maps of a large group (module comment): piece start -> (end, an entry of it).
 #[derive(Default)]
 struct Index {
     written: BTreeMap<usize, (usize, usize)>,
     read: BTreeMap<usize, (usize, usize)>,
-    /// The entries with a view (their spans are compared one by one).
-    shaped: Vec<usize>,
+    /// The entries gpuwire made (compared one by one).
+    made: Vec<usize>,
 }
 
 /// What an open group's operations touch, beside their entries' [`Touch`].
@@ -73,17 +74,20 @@ impl Memory {
             return scan(entries.iter().enumerate().filter(|(_, e)| !e.made), c, op, mine);
         }
         let Some(ix) = &self.index else { return scan(entries.iter().enumerate(), c, op, mine) };
+        let touched = op.touched(c.rank());
         for (k, s) in mine.iter().enumerate() {
-            let Some(s) = *s else { continue };
-            // The maps' ranges are disjoint and ordered: only the last one starting below the
-            // span's end can meet it. A view, or a range that meets one (a merged range stands
-            // for several entries): compared with every entry (rare in a correct program).
-            let meets = |m: &BTreeMap<usize, (usize, usize)>| m.range(..s.hi).next_back().is_some_and(|(_, (hi, _))| *hi > s.lo);
-            if s.shaped || meets(&ix.written) || (s.writes && meets(&ix.read)) {
+            let (Some(s), Some((b, _))) = (*s, touched[k]) else { continue };
+            // The maps' pieces are disjoint and ordered: only the last one starting below a
+            // piece's end can meet it. A piece that meets one (a merged piece stands for several
+            // entries): compared with every entry (rare in a correct program).
+            let meets = |m: &BTreeMap<usize, (usize, usize)>, lo: usize, hi: usize| m.range(..hi).next_back().is_some_and(|(_, (h, _))| *h > lo);
+            let mut near = false;
+            b.each_byte_run(|lo, hi| near |= meets(&ix.written, lo, hi) || (s.writes && meets(&ix.read, lo, hi)));
+            if near {
                 scan_one(entries.iter().enumerate(), c, op, k, s)?;
                 continue;
             }
-            for &i in &ix.shaped {
+            for &i in &ix.made {
                 for o in entries[i].touch.iter().flatten() {
                     if (s.writes | o.writes) & (s.lo < o.hi) & (o.lo < s.hi) {
                         overlapping(i, &entries[i], c, op, k)?;
@@ -98,11 +102,11 @@ impl Memory {
     #[inline]
     pub(super) fn added(&mut self, entries: &[Entry]) {
         match &mut self.index {
-            Some(ix) => ix.add(entries.len() - 1, &entries[entries.len() - 1].touch),
+            Some(ix) => ix.add(entries.len() - 1, &entries[entries.len() - 1]),
             None if entries.len() >= INDEXED => {
                 let mut ix = Index::default();
                 for (i, e) in entries.iter().enumerate() {
-                    ix.add(i, &e.touch);
+                    ix.add(i, e);
                 }
                 self.index = Some(ix);
             }
@@ -112,18 +116,19 @@ impl Memory {
 }
 
 impl Index {
-    fn add(&mut self, i: usize, touch: &Touch) {
-        if touch.iter().flatten().any(|s| s.shaped) {
-            self.shaped.push(i);
+    fn add(&mut self, i: usize, e: &Entry) {
+        if e.made {
+            self.made.push(i);
+            return;
         }
-        for s in touch.iter().flatten().filter(|s| !s.shaped) {
-            if s.writes {
-                // Disjoint from the written ranges (refused otherwise), but for operations gpuwire
-                // made without the comparison (`submit_disjoint`): those are merged in too.
-                merge(&mut self.written, s.lo, s.hi, i);
-            } else {
-                merge(&mut self.read, s.lo, s.hi, i);
-            }
+        for (b, writes) in e.op.touched(e.c.rank()).into_iter().flatten() {
+            // Written pieces are disjoint (refused otherwise); merged anyway, as read ones.
+            let m = if writes { &mut self.written } else { &mut self.read };
+            b.each_byte_run(|lo, hi| {
+                if hi > lo {
+                    merge(m, lo, hi, i)
+                }
+            });
         }
     }
 }

@@ -1496,14 +1496,15 @@ static void group_overlap(gpuwire_comm c)
 
     /* A group of more than 32 operations (compared through ordered maps of ranges): 40
      * receives into the even chunks of `rb`, 40 sends of the chunks of `sb`; then a receive
-     * into chunk 4 again, one across chunks 9 and 10, and a send of chunk 6 of `rb` are refused;
+     * into chunk 4 again, one across chunks 9 and 10, a send of chunk 6 of `rb` and a receive
+     * into a strided view over chunks 1, 4 and 7 are refused;
      * a second send of chunk 3 of `sb` (reads only) and a send of the odd chunks of `rb` (a
      * strided view interleaved with the received chunks, no element shared) run. */
     {
         const int64_t K = 1024, NC = 40;
         gpuwire_buffer sb = balloc(NC * K, GPUWIRE_INT32), rb = balloc(2 * NC * K, GPUWIRE_INT32);
         gpuwire_buffer extra = balloc(K, GPUWIRE_INT32), odd_in = balloc(NC * K, GPUWIRE_INT32);
-        gpuwire_buffer sv[40], rv[40], bad1, bad2, bad3, s3, odd;
+        gpuwire_buffer sv[40], rv[40], bad1, bad2, bad3, bad4, s3, odd;
         int32_t *sp = bptr(sb), *rp = bptr(rb);
         for (int64_t k = 0; k < NC * K; k++)
             sp[k] = w(rank, 9, k);
@@ -1516,6 +1517,7 @@ static void group_overlap(gpuwire_comm c)
         EXPECT_OK(gpuwire_buffer_view(rb, 4 * K, K, &bad1));
         EXPECT_OK(gpuwire_buffer_view(rb, 9 * K + K / 2, K, &bad2));
         EXPECT_OK(gpuwire_buffer_view(rb, 6 * K, 8, &bad3));
+        EXPECT_OK(gpuwire_buffer_view_strided(rb, K, 3, 8, 3 * K, &bad4)); /* chunks 1, 4, 7 */
         EXPECT_OK(gpuwire_buffer_view(sb, 3 * K, K, &s3));
         EXPECT_OK(gpuwire_buffer_view_strided(rb, K, NC, K, 2 * K, &odd));
         EXPECT_OK(gpuwire_group_start());
@@ -1527,6 +1529,7 @@ static void group_overlap(gpuwire_comm c)
         EXPECT_LAST_ERROR_HAS("overlap");
         EXPECT_STATUS(gpuwire_recv(c, bad2, prev, 98, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
         EXPECT_STATUS(gpuwire_send(c, bad3, next, 98, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+        EXPECT_STATUS(gpuwire_recv(c, bad4, prev, 98, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
         EXPECT_OK(gpuwire_send(c, s3, next, 99, NULL));
         EXPECT_OK(gpuwire_recv(c, extra, prev, 99, NULL));
         EXPECT_OK(gpuwire_send(c, odd, next, 97, NULL));
@@ -1542,7 +1545,7 @@ static void group_overlap(gpuwire_comm c)
         EXPECT_SEQ((int32_t *)bptr(odd_in), NC * K, w(prev, 10, (2 * (i / K) + 1) * K + i % K));
         for (int j = 0; j < NC; j++)
             bfree(sv[j]), bfree(rv[j]);
-        bfree(bad1), bfree(bad2), bfree(bad3), bfree(s3), bfree(odd), bfree(sb), bfree(rb), bfree(extra), bfree(odd_in);
+        bfree(bad1), bfree(bad2), bfree(bad3), bfree(bad4), bfree(s3), bfree(odd), bfree(sb), bfree(rb), bfree(extra), bfree(odd_in);
     }
     bfree(col0), bfree(col1), bfree(mat);
     in_step(c, "after groups with overlapping buffers refused");
