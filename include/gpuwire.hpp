@@ -1261,6 +1261,13 @@ public:
             detail::check(gpuwire_group_end());
         }
     }
+    /** gpuwire_group_depth: how deep the calling thread's groups are nested (0: none open). */
+    static int depth()
+    {
+        int32_t d = 0;
+        detail::check(gpuwire_group_depth(&d));
+        return d;
+    }
 
 private:
     bool open_ = true;

@@ -174,8 +174,10 @@ static void test_groups(const gw::comm &world)
             gw::group g;
             for (std::size_t j = 0; j < peers.size(); j++)
                 world.send(gw::buffer::wrap(out[j]), peers[j], 10 + nest);
+            EXPECT(gw::group::depth() == 1);
             if (nest) {
                 gw::group inner; // ended by its destructor: not the outermost, starts nothing
+                EXPECT(gw::group::depth() == 2);
                 for (std::size_t j = 0; j < peers.size(); j++)
                     world.recv(gw::buffer::wrap(in[j]), peers[j], 10 + nest);
             } else {
