@@ -1423,7 +1423,13 @@ static void group_overlap(gpuwire_comm c)
         p[i] = w(rank, 6, i);
     memset(bptr(r), FILL, (size_t)n * 4);
     memset(bptr(r2), FILL, (size_t)n * 4);
+    int32_t depth = -1;
+    EXPECT_OK(gpuwire_group_depth(&depth));
+    EXPECT(depth == 0);
+    EXPECT_STATUS(gpuwire_group_depth(NULL), GPUWIRE_ERROR_NULL_ARGUMENT);
     EXPECT_OK(gpuwire_group_start());
+    EXPECT_OK(gpuwire_group_depth(&depth));
+    EXPECT(depth == 1);
     EXPECT_OK(gpuwire_send(c, lo, next, 61, NULL));
     EXPECT_OK(gpuwire_send(c, lo, prev, 62, NULL)); /* reads the same buffer: fine */
     EXPECT_STATUS(gpuwire_recv(c, lo, prev, 61, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
