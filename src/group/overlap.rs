@@ -50,11 +50,11 @@ pub(super) fn touch(op: &Op, rank: i32) -> Touch {
     [one(a), one(b)]
 }
 
-/// The ordered maps of a large group (module comment): piece start -> (end, an entry of it).
+/// The ordered maps of a large group (module comment): piece start -> end.
 #[derive(Default)]
 struct Index {
-    written: BTreeMap<usize, (usize, usize)>,
-    read: BTreeMap<usize, (usize, usize)>,
+    written: BTreeMap<usize, usize>,
+    read: BTreeMap<usize, usize>,
     /// The entries gpuwire made (compared one by one).
     made: Vec<usize>,
 }
@@ -80,7 +80,7 @@ impl Memory {
             // The maps' pieces are disjoint and ordered: only the last one starting below a
             // piece's end can meet it. A piece that meets one (a merged piece stands for several
             // entries): compared with every entry (rare in a correct program).
-            let meets = |m: &BTreeMap<usize, (usize, usize)>, lo: usize, hi: usize| m.range(..hi).next_back().is_some_and(|(_, (h, _))| *h > lo);
+            let meets = |m: &BTreeMap<usize, usize>, lo: usize, hi: usize| m.range(..hi).next_back().is_some_and(|(_, h)| *h > lo);
             let mut near = false;
             b.each_byte_run(|lo, hi| near |= meets(&ix.written, lo, hi) || (s.writes && meets(&ix.read, lo, hi)));
             if near {
@@ -126,21 +126,21 @@ impl Index {
             let m = if writes { &mut self.written } else { &mut self.read };
             b.each_byte_run(|lo, hi| {
                 if hi > lo {
-                    merge(m, lo, hi, i)
+                    merge(m, lo, hi)
                 }
             });
         }
     }
 }
 
-/// Adds `lo..hi` of entry `i` to `m`, merged with the ranges it meets (the merged range keeps
-/// one entry: a meeting range then makes `check` compare with every entry).
-fn merge(m: &mut BTreeMap<usize, (usize, usize)>, mut lo: usize, mut hi: usize, mut i: usize) {
-    while let Some((&l, &(h, j))) = m.range(..hi).next_back().filter(|(_, (h, _))| *h > lo) {
+/// Adds `lo..hi` to `m`, merged with the pieces it meets (a meeting piece then makes `check`
+/// compare with every entry, which names the one it meets).
+fn merge(m: &mut BTreeMap<usize, usize>, mut lo: usize, mut hi: usize) {
+    while let Some((&l, &h)) = m.range(..hi).next_back().filter(|(_, h)| **h > lo) {
         m.remove(&l);
-        (lo, hi, i) = (lo.min(l), hi.max(h), i.min(j));
+        (lo, hi) = (lo.min(l), hi.max(h));
     }
-    m.insert(lo, (hi, i));
+    m.insert(lo, hi);
 }
 
 /// `check` entry by entry (each with its index in the group).
