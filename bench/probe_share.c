@@ -12,6 +12,18 @@
  *   14: HtoD by cuMemcpy2DAsync (rows of 64 B); 15: DtoD by cuMemcpy2DAsync (rows of 64 B)
  *   16: HtoD by cuMemcpy2DAsync (two rows of bytes/2)
  *   (all ranks at the same time)
+ *   17: the chain of a stream-ordered staged allreduce of `bytes` (float32 sum), as
+ *       src/backend/ordered.rs enqueues it, without gpuwire: on the stream DtoH into pinned
+ *       memory, cuStreamWriteValue32 of a `ready` word in mapped host memory,
+ *       cuStreamWaitValue32 of a `done` word, then the result HtoD as two rows (a plain copy
+ *       from 32 KiB); on the host, spinning on `ready`, MPI_Allreduce, writing `done`. The
+ *       stream work of the next call is enqueued while this call's result copy is pending, as
+ *       a program's next call would be; the time per iteration is the median interval between
+ *       two `ready`s seen by the host (all ranks at the same time)
+ *   18: as 17, with only rank 0 looping (MPI_Allreduce on MPI_COMM_SELF; the others hold a
+ *       context and wait in MPI_Barrier)
+ *   19: as 17, the host waiting for the DtoH with cuStreamSynchronize and the result copied
+ *       HtoD + cuStreamSynchronize (the host-blocking form: no flags)
  * Prints the median per-iteration time on rank 0. */
 #include <dlfcn.h>
 #include <mpi.h>
@@ -39,6 +51,9 @@ typedef struct {
   size_t dstXInBytes, dstY; int dstMemoryType; void *dstHost; CUdeviceptr dstDevice; void *dstArray; size_t dstPitch;
   size_t WidthInBytes, Height;
 } Copy2D;
+static CUresult (*cuStreamWaitValue32)(CUstream, CUdeviceptr, unsigned, unsigned);
+static CUresult (*cuStreamWriteValue32)(CUstream, CUdeviceptr, unsigned, unsigned);
+static CUresult (*cuMemHostAlloc)(void **, size_t, unsigned);
 static CUresult (*cuMemcpy2DAsync)(const Copy2D *, CUstream);
 #define L(f) do { *(void **)&f = dlsym(h, #f "_v2"); if (!f) *(void **)&f = dlsym(h, #f); if (!f) { fprintf(stderr, "no %s\n", #f); return 1; } } while (0)
 #define C(x) do { CUresult r_ = (x); if (r_) { fprintf(stderr, "%s = %d\n", #x, r_); MPI_Abort(MPI_COMM_WORLD, 1); } } while (0)
@@ -52,7 +67,7 @@ int main(int argc, char **argv) {
   L(cuInit); L(cuDeviceGet); L(cuDevicePrimaryCtxRetain); L(cuCtxSetCurrent); L(cuMemAlloc); L(cuMemAllocHost);
   L(cuMemcpyDtoHAsync); L(cuMemcpyHtoDAsync); L(cuStreamSynchronize); L(cuStreamCreate); L(cuDevicePrimaryCtxSetFlags); L(cuMemcpyDtoDAsync); L(cuMemsetD8Async); L(cuMemcpyHtoD); L(cuStreamWriteValue64); L(cuMemHostGetDevicePointer);
   *(void **)&batch = dlsym(h, "cuMemcpyBatchAsync");
-  L(cuMemcpy2DAsync);
+  L(cuMemcpy2DAsync); L(cuStreamWaitValue32); L(cuStreamWriteValue32); L(cuMemHostAlloc);
   C(cuInit(0)); CUdevice dev; C(cuDeviceGet(&dev, 0));
   if (flags) C(cuDevicePrimaryCtxSetFlags(dev, flags));
   CUcontext ctx; C(cuDevicePrimaryCtxRetain(&ctx, dev)); C(cuCtxSetCurrent(ctx));
@@ -61,6 +76,37 @@ int main(int argc, char **argv) {
   char *pageable = malloc(bytes); memset(pageable, 1, bytes);
   enum { N = 2000 }; static double t[N];
   MPI_Barrier(MPI_COMM_WORLD);
+  if (mode >= 17 && mode <= 19) { /* the staged allreduce's chain: see the header */
+    volatile unsigned *w; C(cuMemHostAlloc((void **)&w, 64, 1 | 2)); /* portable, device-mapped */
+    w[0] = w[8] = 0; CUdeviceptr ready_d, done_d;
+    C(cuMemHostGetDevicePointer(&ready_d, (void *)&w[0], 0)); C(cuMemHostGetDevicePointer(&done_d, (void *)&w[8], 0));
+    MPI_Comm mc = mode == 18 ? MPI_COMM_SELF : MPI_COMM_WORLD;
+    int n = bytes >= 4 ? (int)(bytes / 4) : 1; size_t nb = (size_t)n * 4;
+    Copy2D m; memset(&m, 0, sizeof m); m.WidthInBytes = nb / 2; m.Height = 2; m.srcPitch = m.dstPitch = nb / 2;
+    m.srcMemoryType = 1; m.srcHost = q; m.dstMemoryType = 2; m.dstDevice = d;
+    double last = 0;
+    for (int i = 0; i <= N && !(mode == 18 && rank != 0); i++) {
+      unsigned g = (unsigned)i + 1;
+      C(cuMemcpyDtoHAsync(p, d, nb, s));
+      if (mode == 19) C(cuStreamSynchronize(s));
+      else { C(cuStreamWriteValue32(s, ready_d, g, 0)); C(cuStreamWaitValue32(s, done_d, g, 0)); } /* 0: GEQ */
+      if (mode != 19) {
+        if (nb < 32768 && nb >= 2) C(cuMemcpy2DAsync(&m, s)); else C(cuMemcpyHtoDAsync(d, q, nb, s));
+        while (w[0] < g) ;
+      }
+      double now = MPI_Wtime();
+      if (i > 0) t[i - 1] = now - last;
+      last = now;
+      MPI_Allreduce(p, q, n, MPI_FLOAT, MPI_SUM, mc);
+      if (mode == 19) { C(cuMemcpy2DAsync(&m, s)); C(cuStreamSynchronize(s)); }
+      else { __atomic_store_n(&w[8], g, __ATOMIC_RELEASE); }
+    }
+    C(cuStreamSynchronize(s));
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) { qsort(t, N, sizeof t[0], cmp); printf("np=%d bytes=%zu mode=%d flags=%u: median %.1f us p10 %.1f p90 %.1f\n", np, nb, mode, flags, t[N / 2] * 1e6, t[N / 10] * 1e6, t[N * 9 / 10] * 1e6); }
+    MPI_Finalize();
+    return 0;
+  }
   for (int i = 0; i < N; i++) {
     if (mode == 1 && rank != 0) continue;
     double t0 = MPI_Wtime();
