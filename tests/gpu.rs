@@ -734,14 +734,43 @@ fn mismatch_checked(cx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
+/// A communicator over the job's ranks with a deadline of `secs` seconds on every call, checking
+/// mode `check` (0 or 1): the timeout cases' own communicator.
+fn world_with_timeout(secs: f64, check: i32) -> gpuwire_comm {
+    let mut cfg: gpuwire_config = unsafe { std::mem::zeroed() };
+    ok(gpuwire_config_init(&mut cfg), "config_init");
+    cfg.timeout_seconds = secs;
+    cfg.check = check;
+    let mut comm = 0;
+    ok(gpuwire_comm_world(&cfg, &mut comm), "comm_world (with a timeout)");
+    comm
+}
+
+/// The late rank of send_timeout and send_then_next: 4 s after the others, an allreduce on `comm`
+/// finds it broken or times out, within 10 s.
+fn late_allreduce(cx: &Ctx, comm: gpuwire_comm, b: gpuwire_buffer) -> Result<Status, String> {
+    std::thread::sleep(std::time::Duration::from_millis(4000));
+    let t0 = Instant::now();
+    let mut st = gpuwire_allreduce(comm, b, b, ReduceOp::GPUWIRE_SUM as i32, cx.stream as *mut c_void);
+    if st == Status::GPUWIRE_SUCCESS {
+        cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
+        st = gpuwire_comm_async_error(comm);
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    if st != Status::GPUWIRE_ERROR_COMM_BROKEN && st != Status::GPUWIRE_ERROR_TIMEOUT {
+        return Err(format!("rank {}'s allreduce 4 s after the others' failure gave {st:?}, expected COMM_BROKEN or TIMEOUT", cx.rank));
+    }
+    if secs > 10.0 {
+        return Err(format!("rank {}'s allreduce 4 s after the others' failure took {secs:.2} s", cx.rank));
+    }
+    println!("rank {}: {st:?} after {secs:.2} s: {}", cx.rank, last_error());
+    Ok(st)
+}
+
 fn timeout_skipped_collective(cx: &Ctx) -> Result<(), String> {
     // Timeout 2 s: the last rank skips an allreduce; the others must get TIMEOUT within about the
     // deadline (no hang), and the communicator is broken afterwards.
-    let mut cfg: gpuwire_config = unsafe { std::mem::zeroed() };
-    ok(gpuwire_config_init(&mut cfg), "config_init");
-    cfg.timeout_seconds = 2.0;
-    let mut comm = 0;
-    ok(gpuwire_comm_world(&cfg, &mut comm), "comm_world");
+    let comm = world_with_timeout(2.0, 0);
     let b = dev_alloc(1 << 20, Dtype::GPUWIRE_FLOAT32);
     let skipper = cx.size - 1;
     if cx.rank != skipper {
@@ -774,11 +803,7 @@ fn timeout_skipped_collective(cx: &Ctx) -> Result<(), String> {
 /// a blocking send itself gives TIMEOUT. Rank 1,
 /// 4 s later, finds the communicator broken or times out: no rank hangs.
 fn send_timeout(cx: &Ctx) -> Result<(), String> {
-    let mut cfg: gpuwire_config = unsafe { std::mem::zeroed() };
-    ok(gpuwire_config_init(&mut cfg), "config_init");
-    cfg.timeout_seconds = 2.0;
-    let mut comm = 0;
-    ok(gpuwire_comm_world(&cfg, &mut comm), "comm_world");
+    let comm = world_with_timeout(2.0, 0);
     let b = dev_alloc(1 << 20, Dtype::GPUWIRE_FLOAT32);
     ok(gpuwire_barrier(comm, cx.stream as *mut c_void), "barrier");
     if cx.rank == 0 {
@@ -808,21 +833,7 @@ fn send_timeout(cx: &Ctx) -> Result<(), String> {
             return Err(format!("a send after the timeout gave {st:?}, expected COMM_BROKEN"));
         }
     } else if cx.rank == 1 {
-        std::thread::sleep(std::time::Duration::from_millis(4000));
-        let t0 = Instant::now();
-        let mut st = gpuwire_allreduce(comm, b, b, ReduceOp::GPUWIRE_SUM as i32, cx.stream as *mut c_void);
-        if st == Status::GPUWIRE_SUCCESS {
-            cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
-            st = gpuwire_comm_async_error(comm);
-        }
-        let secs = t0.elapsed().as_secs_f64();
-        if st != Status::GPUWIRE_ERROR_COMM_BROKEN && st != Status::GPUWIRE_ERROR_TIMEOUT {
-            return Err(format!("rank 1's call after rank 0's timeout gave {st:?}, expected COMM_BROKEN or TIMEOUT"));
-        }
-        if secs > 10.0 {
-            return Err(format!("rank 1's call after rank 0's timeout took {secs:.2} s"));
-        }
-        println!("rank 1: {st:?} after {secs:.2} s: {}", last_error());
+        late_allreduce(cx, comm, b)?;
     }
     gpuwire_buffer_free(b);
     gpuwire_comm_free(comm);
@@ -837,11 +848,7 @@ fn send_timeout(cx: &Ctx) -> Result<(), String> {
 /// 2026-12-05). Where the send itself timed out, the barrier gives COMM_BROKEN.
 fn send_then_next(cx: &Ctx, rounds: std::ops::Range<i32>) -> Result<(), String> {
     for round in rounds {
-        let mut cfg: gpuwire_config = unsafe { std::mem::zeroed() };
-        ok(gpuwire_config_init(&mut cfg), "config_init");
-        cfg.timeout_seconds = 2.0;
-        let mut comm = 0;
-        ok(gpuwire_comm_world(&cfg, &mut comm), "comm_world");
+        let comm = world_with_timeout(2.0, 0);
         let b = dev_alloc(1 << 20, Dtype::GPUWIRE_FLOAT32);
         ok(gpuwire_barrier(comm, cx.stream as *mut c_void), "barrier");
         let s = cx.stream as *mut c_void;
@@ -872,15 +879,7 @@ fn send_then_next(cx: &Ctx, rounds: std::ops::Range<i32>) -> Result<(), String> 
             }
         } else if cx.rank == 1 {
             // As send_timeout's rank 1: late, it finds the communicator broken or times out.
-            std::thread::sleep(std::time::Duration::from_millis(4000));
-            let mut st = gpuwire_allreduce(comm, b, b, ReduceOp::GPUWIRE_SUM as i32, s);
-            if st == Status::GPUWIRE_SUCCESS {
-                cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
-                st = gpuwire_comm_async_error(comm);
-            }
-            if st != Status::GPUWIRE_ERROR_COMM_BROKEN && st != Status::GPUWIRE_ERROR_TIMEOUT {
-                return Err(format!("rank 1's allreduce after rank 0's failure gave {st:?}, expected COMM_BROKEN or TIMEOUT"));
-            }
+            late_allreduce(cx, comm, b)?;
         }
         gpuwire_buffer_free(b);
         gpuwire_comm_free(comm);
@@ -896,12 +895,7 @@ fn late_rank(cx: &Ctx) -> Result<(), String> {
     // COMM_BROKEN. Before every step had a deadline the late rank blocked for ever in the data
     // step (seen on MPI_STAGED).
     for check in [0, 1] {
-        let mut cfg: gpuwire_config = unsafe { std::mem::zeroed() };
-        ok(gpuwire_config_init(&mut cfg), "config_init");
-        cfg.timeout_seconds = 2.0;
-        cfg.check = check;
-        let mut comm = 0;
-        ok(gpuwire_comm_world(&cfg, &mut comm), "comm_world");
+        let comm = world_with_timeout(2.0, check);
         let b = dev_alloc(1 << 16, Dtype::GPUWIRE_FLOAT32);
         ok(gpuwire_barrier(comm, cx.stream as *mut c_void), "barrier");
         let late = cx.rank == cx.size - 1;
@@ -3547,11 +3541,7 @@ fn p2p_status(cx: &Ctx) -> Result<(), String> {
     }
     gpuwire_buffer_free(r);
     // Abort while the peers wait in a collective.
-    let mut cfg: gpuwire_config = unsafe { std::mem::zeroed() };
-    ok(gpuwire_config_init(&mut cfg), "config_init");
-    cfg.timeout_seconds = 3.0;
-    let mut ac = 0;
-    ok(gpuwire_comm_world(&cfg, &mut ac), "comm_world(timeout)");
+    let ac = world_with_timeout(3.0, 0);
     ok(gpuwire_barrier(ac, st), "barrier");
     let b = dev_alloc(4, Dtype::GPUWIRE_FLOAT32);
     // A stream of its own: a collective left hanging on it (NCCL) holds no later case up.
