@@ -287,6 +287,81 @@ def hier_targets(rows):
     return out
 
 
+def issue19_targets(rows, pairs):
+    """Issue 19's targets, where this run has the rows (two ranks sharing one GPU for IPC and
+    staged; host mode on the same machine's CPU; NCCL on one GPU, 1 rank). Each line says MET,
+    MISSED or NO DATA; docs/PERFORMANCE.md says which targets are shown out of reach and why."""
+    out = ["## issue 19 (close to the hardware's limits)"]
+
+    def at(label, op, nbytes):
+        r = rows.get((label, op, nbytes))
+        return None if r is None else r[0]
+
+    def limit(name, label, op, nbytes, us):
+        t = at(label, op, nbytes)
+        if t is None:
+            out.append(f"- {name}: NO DATA (missing {label} {op} {human_size(nbytes)})")
+        else:
+            out.append(f"- {name}: {human_time(t)}; target <= {human_time(us)}: {'MET' if t <= us else 'MISSED'}")
+
+    limit("IPC allreduce 256 MiB", "gpuwire-ipc", "allreduce", 256 * MIB, 350.0)
+    limit("IPC allreduce 16 MiB", "gpuwire-ipc", "allreduce", 16 * MIB, 40.0)
+    t = at("gpuwire-ipc", "sendrecv", 256 * MIB)
+    if t is None:
+        out.append("- IPC send/recv 256 MiB: NO DATA")
+    else:
+        gbps = 256 * MIB / (t * 1e3)
+        out.append(f"- IPC send/recv 256 MiB: {gbps:.0f} GB/s one way ({human_time(t)}); target >= 1500 GB/s: {'MET' if gbps >= 1500 else 'MISSED'}")
+    mid = [(s, at("gpuwire-ipc", "sendrecv", s)) for s in (1 * MIB, 2 * MIB, 4 * MIB, 8 * MIB, 16 * MIB)]
+    mid = [(s, t) for s, t in mid if t is not None]
+    if mid:
+        worst = max(mid, key=lambda x: x[1])
+        v = "MET" if all(t <= 30.0 for _, t in mid) else "MISSED"
+        out.append(f"- IPC send/recv 1-16 MiB one way: worst {human_time(worst[1])} at {human_size(worst[0])} ({len(mid)} sizes); target <= 30 us: {v}")
+    else:
+        out.append("- IPC send/recv 1-16 MiB one way: NO DATA")
+    limit("IPC allreduce 8 B", "gpuwire-ipc", "allreduce", 8, 15.0)
+    limit("staged allreduce 8 B", "gpuwire-staged", "allreduce", 8, 15.0)
+    both = [(s, at("gpuwire-staged", "allreduce", s), at("mpi4py-cupy-careful", "allreduce", s))
+            for s in sorted({k[2] for k in rows if k[1] == "allreduce"}) if s >= MIB]
+    both = [(s, g, c) for s, g, c in both if g is not None and c is not None]
+    if both:
+        slower = [human_size(s) for s, g, c in both if g >= c]
+        out.append(f"- staged allreduce faster than careful staging by hand at every size from 1 MiB ({len(both)} sizes): "
+                   + ("MET" if not slower else f"MISSED (slower at {', '.join(slower)})"))
+        big = [(g, c) for s, g, c in both if s == 256 * MIB]
+        if big:
+            g, c = big[0]
+            out.append(f"- staged allreduce 256 MiB: {c / g:.2f}x careful staging by hand ({human_time(c)} / {human_time(g)}); target >= 1.3x: {'MET' if c / g >= 1.3 else 'MISSED'}")
+    else:
+        out.append("- staged allreduce against careful staging by hand from 1 MiB: NO DATA")
+    for op in ("sendrecv", "allreduce"):
+        g, r = at("host-gpuwire", op, 8), at("host-raw", op, 8)
+        if g is None or r is None:
+            out.append(f"- host {op} 8 B: NO DATA")
+        else:
+            out.append(f"- host {op} 8 B: gpuwire adds {g - r:.3f} us (medians); target <= 0.15 us: {'MET' if g - r <= 0.15 else 'MISSED'}")
+        big = [(s, at("host-gpuwire", op, s) / at("host-raw", op, s))
+               for s in sorted({k[2] for k in rows if k[1] == op})
+               if s >= 64 << 10 and at("host-gpuwire", op, s) is not None and at("host-raw", op, s)]
+        if big:
+            worst = max(big, key=lambda x: x[1])
+            n_ok = sum(1 for _, q in big if q <= 1.01)
+            out.append(f"- host {op} >= 64 KiB: {n_ok}/{len(big)} sizes within 1 % (worst {worst[1]:.4f} at {human_size(worst[0])}): "
+                       + ("MET" if n_ok == len(big) else "MISSED"))
+    one = {k: v for k, v in pair_groups(pairs).items() if k[2] == 1}
+    if not one:
+        out.append("- NCCL 8 B, one GPU: NO DATA")
+    for (gw, raw, _), ops in sorted(one.items()):
+        for op in [o for o in OPS if o in ops]:
+            pts = ops[op]
+            smallest = min(pts)
+            if smallest <= 64:
+                added = pts[smallest][1]
+                out.append(f"- NCCL {op} {human_size(smallest)} ({gw} vs {raw}): adds {added:.3f} us; target <= 0.15 us: {'MET' if added <= 0.15 else 'MISSED'}")
+    return out
+
+
 def targets(rows, pairs=None):
     out = ["## targets (ratios of median times)"]
     for name, num, den, op, nbytes, need, what in TARGETS:
@@ -314,6 +389,7 @@ def targets(rows, pairs=None):
     out += abs_targets(rows)
     out += nccl_targets(pairs or {})
     out += hier_targets(rows)
+    out += issue19_targets(rows, pairs or {})
     return out
 
 
