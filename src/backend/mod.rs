@@ -29,7 +29,7 @@ pub mod split;
 pub mod topology;
 pub mod turn;
 
-pub use path::{Blocks, Input, Operation, Path};
+pub use path::{Blocks, Input, OpSet, Operation, Path};
 
 use std::sync::Mutex;
 
@@ -77,14 +77,14 @@ pub(crate) enum Ops {
     /// Every operation of [`Path`] (a new one too: the MPI paths, which have no fallback).
     Every,
     /// These; a new operation goes to the fallback until it is listed.
-    Only(&'static [Operation]),
+    Only(OpSet),
 }
 
 impl Ops {
     fn contains(&self, op: Operation) -> bool {
         match self {
             Ops::Every => true,
-            Ops::Only(l) => l.contains(&op),
+            Ops::Only(l) => l.contains(op),
         }
     }
 }
@@ -104,7 +104,7 @@ pub(crate) struct Native {
     /// the memory kinds (`Communicator::agree`) and refuses a mix on every rank.
     pub kinds_per_rank: bool,
     /// The operations it does with host memory only, or with no buffer, too (else plain MPI).
-    pub host: &'static [Operation],
+    pub host: OpSet,
     /// What goes to the fallback at the call, decided there by every rank together, in words.
     pub at_call: &'static str,
 }
@@ -148,7 +148,7 @@ pub(crate) struct Fallback {
 
 /// Every operation but barrier (which has no buffer: plain MPI unless a backend does it itself)
 /// and scan, as NCCL does them.
-const NCCL_OPS: &[Operation] = &[
+const NCCL_OPS: OpSet = OpSet::of(&[
     Operation::Send,
     Operation::Recv,
     Operation::Isend,
@@ -167,9 +167,9 @@ const NCCL_OPS: &[Operation] = &[
     Operation::Gatherv,
     Operation::Scatterv,
     Operation::ReduceScatterv,
-];
+]);
 /// NCCL's and scan: every operation with buffers, as IPC does them.
-const IPC_OPS: &[Operation] = &[
+const IPC_OPS: OpSet = OpSet::of(&[
     Operation::Send,
     Operation::Recv,
     Operation::Isend,
@@ -190,9 +190,9 @@ const IPC_OPS: &[Operation] = &[
     Operation::Scatterv,
     Operation::ReduceScatterv,
     Operation::Barrier,
-];
+]);
 /// What HIER composes from its node and leaders communicators (on host memory too).
-const HIER_OPS: &[Operation] = &[Operation::Bcast, Operation::Reduce, Operation::Allreduce, Operation::Allgather, Operation::Allgatherv, Operation::ReduceScatter];
+const HIER_OPS: OpSet = OpSet::of(&[Operation::Bcast, Operation::Reduce, Operation::Allreduce, Operation::Allgather, Operation::Allgatherv, Operation::ReduceScatter]);
 
 fn every_reduction(_: Dtype, _: ReduceOp) -> bool {
     true
@@ -233,7 +233,7 @@ pub(crate) static BACKENDS: [Backend; 6] = [
         freed_while_held: nothing_to_settle,
         path: &nccl::NcclPath,
         // A host-memory rank takes plain MPI, a device rank NCCL (or the fallback's ring).
-        native: Native { ops: Ops::Only(NCCL_OPS), reduces: nccl::reduces, mixed: false, kinds_per_rank: false, host: &[], at_call: "" },
+        native: Native { ops: Ops::Only(NCCL_OPS), reduces: nccl::reduces, mixed: false, kinds_per_rank: false, host: OpSet::of(&[]), at_call: "" },
         fallback: Some(Fallback { kind: BackendKind::GPUWIRE_BACKEND_MPI_STAGED, path: &FROM_NCCL }),
     },
     Backend {
@@ -338,7 +338,7 @@ pub(crate) static BACKENDS: [Backend; 6] = [
             reduces: every_reduction,
             mixed: true,
             kinds_per_rank: true,
-            host: &[Operation::Reduce, Operation::Allreduce, Operation::ReduceScatter],
+            host: OpSet::of(&[Operation::Reduce, Operation::Allreduce, Operation::ReduceScatter]),
             at_call: "",
         },
         fallback: None,
@@ -356,7 +356,7 @@ pub(crate) static BACKENDS: [Backend; 6] = [
         path: &mpi_staged::StagedPath,
         // Allreduce on host memory too: a large one is made in two phases on every rank whatever
         // its memory (`split`), so that a rank's host buffers meet another's device buffers.
-        native: Native { ops: Ops::Every, reduces: every_reduction, mixed: true, kinds_per_rank: true, host: &[Operation::Allreduce], at_call: "" },
+        native: Native { ops: Ops::Every, reduces: every_reduction, mixed: true, kinds_per_rank: true, host: OpSet::of(&[Operation::Allreduce]), at_call: "" },
         fallback: None,
     },
     Backend {
@@ -370,7 +370,7 @@ pub(crate) static BACKENDS: [Backend; 6] = [
         teardown: no_teardown,
         freed_while_held: nothing_to_settle,
         path: &host::HostPath,
-        native: Native { ops: Ops::Only(&[]), reduces: every_reduction, mixed: false, kinds_per_rank: false, host: &[], at_call: "" },
+        native: Native { ops: Ops::Only(OpSet::of(&[])), reduces: every_reduction, mixed: false, kinds_per_rank: false, host: OpSet::of(&[]), at_call: "" },
         fallback: None,
     },
 ];
@@ -687,7 +687,7 @@ impl Memory {
 pub(crate) fn decide(b: &Backend, op: Operation, reduction: Option<(Dtype, ReduceOp)>, memory: Memory) -> Route {
     let n = &b.native;
     if memory == Memory::Host {
-        return if n.host.contains(&op) { Route::Native } else { Route::Host };
+        return if n.host.contains(op) { Route::Native } else { Route::Host };
     }
     if b.kind == BackendKind::GPUWIRE_BACKEND_HOST {
         return Route::Refused;
@@ -707,7 +707,7 @@ pub fn kinds_per_rank(c: &Communicator) -> bool {
 /// Whether `c`'s backend does `op` on host memory itself (`decide`'s `Route::Native` for host
 /// buffers), rather than plain MPI: what `GPUWIRE_TRACE` names.
 pub fn native_on_host(c: &Communicator, op: Operation) -> bool {
-    entry(c.backend()).is_ok_and(|b| b.native.host.contains(&op))
+    entry(c.backend()).is_ok_and(|b| b.native.host.contains(op))
 }
 
 /// The path of a call of `op` (with `reduction`, for the reductions) on these buffers of this
@@ -803,7 +803,7 @@ pub(crate) fn routing_table(b: &Backend) -> String {
     }
     let n = &b.native;
     let device: Vec<Operation> = Operation::ALL.into_iter().filter(|o| *o != Operation::Barrier && n.ops.contains(*o)).collect();
-    let host_too: Vec<Operation> = n.host.iter().copied().filter(|o| *o != Operation::Barrier).collect();
+    let host_too: Vec<Operation> = n.host.iter().filter(|o| *o != Operation::Barrier).collect();
     let mut parts = if !device.is_empty() && device.iter().all(|o| host_too.contains(o)) {
         vec![format!("{name} does {} on device and host memory", names(device.into_iter()))]
     } else {
@@ -813,12 +813,12 @@ pub(crate) fn routing_table(b: &Backend) -> String {
         }
         p
     };
-    if n.host.contains(&Operation::Barrier) {
+    if n.host.contains(Operation::Barrier) {
         parts[0].push_str(", and barrier");
     }
     if let Some(fb) = b.fallback.as_ref().map(|f| f.kind) {
         let mut to = Vec::new();
-        let missing: Vec<Operation> = Operation::ALL.into_iter().filter(|o| !n.ops.contains(*o) && !n.host.contains(o) && *o != Operation::Barrier).collect();
+        let missing: Vec<Operation> = Operation::ALL.into_iter().filter(|o| !n.ops.contains(*o) && !n.host.contains(*o) && *o != Operation::Barrier).collect();
         if !missing.is_empty() {
             to.push(names(missing.into_iter()));
         }
@@ -837,8 +837,8 @@ pub(crate) fn routing_table(b: &Backend) -> String {
         }
     }
     let calls = if n.host.is_empty() { "calls" } else { "the other calls" };
-    let barrier = if n.host.contains(&Operation::Barrier) { "" } else { ", and barrier" };
-    if !Operation::ALL.iter().all(|o| n.host.contains(o)) {
+    let barrier = if n.host.contains(Operation::Barrier) { "" } else { ", and barrier" };
+    if !Operation::ALL.iter().all(|o| n.host.contains(*o)) {
         parts.push(format!("HOST (plain MPI) does {calls} on host memory only{barrier}"));
     }
     format!("routing: {}", parts.join("; "))

@@ -91,6 +91,38 @@ impl Operation {
     }
 }
 
+/// A set of operations, one bit each: what the registry's tables list (a call's routing tests
+/// one bit instead of searching a list).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpSet(u32);
+
+impl OpSet {
+    /// The set of `ops`.
+    pub const fn of(ops: &[Operation]) -> OpSet {
+        let mut bits = 0;
+        let mut i = 0;
+        while i < ops.len() {
+            bits |= 1 << ops[i] as u32;
+            i += 1;
+        }
+        OpSet(bits)
+    }
+
+    #[inline]
+    pub fn contains(self, op: Operation) -> bool {
+        self.0 & (1 << op as u32) != 0
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// The operations in the set, in [`Operation::ALL`]'s order.
+    pub fn iter(self) -> impl Iterator<Item = Operation> {
+        Operation::ALL.into_iter().filter(move |o| self.contains(*o))
+    }
+}
+
 /// The send-side data of a collective: a buffer, or the receive buffer itself (MPI_IN_PLACE).
 #[derive(Clone, Copy, Debug)]
 pub enum Input<'a> {
