@@ -1025,6 +1025,9 @@ struct Ctx<'a> {
     api: &'static Api,
     stream: Stream,
     _g: CtxGuard,
+    /// Inside [`Ctx::group`]: the NCCL communicator, locked with the turn taken for the whole
+    /// group (its calls take neither again).
+    grouped: std::cell::Cell<Option<NcclComm>>,
 }
 
 fn enter<'a>(c: &'a Communicator, bufs: &[Option<&Buffer>], stream: Stream) -> Result<Ctx<'a>> {
@@ -1035,18 +1038,26 @@ fn enter<'a>(c: &'a Communicator, bufs: &[Option<&Buffer>], stream: Stream) -> R
     let g = CtxGuard::enter(st.device)?;
     st.close_group();
     // An aborted communicator (null) is refused by `Ctx::call`, under the lock it takes anyway.
-    Ok(Ctx { c, st, api: api()?, stream, _g: g })
+    Ok(Ctx { c, st, api: api()?, stream, _g: g, grouped: std::cell::Cell::new(None) })
 }
 
 impl Ctx<'_> {
     fn call(&self, what: &str, f: impl FnOnce(NcclComm) -> c_int) -> Result<()> {
+        if let Some(comm) = self.grouped.get() {
+            return self.call_on(comm, what, f);
+        }
         let _turn = self.st.turn.take()?;
         let comm = self.st.comm();
+        self.call_on(*comm, what, f)
+    }
+    /// `call` on `comm`, locked by the caller with the turn taken.
+    #[inline]
+    fn call_on(&self, comm: NcclComm, what: &str, f: impl FnOnce(NcclComm) -> c_int) -> Result<()> {
         if comm.is_null() {
             return Err(Error::CommBroken(format!("{what}: the NCCL communicator was aborted")));
         }
-        let r = f(*comm);
-        check(self.api, *comm, r, what)
+        let r = f(comm);
+        check(self.api, comm, r, what)
     }
     fn done(&self, what: &str) -> Result<()> {
         self.st.finish(self.c, self.stream, what)
@@ -1065,10 +1076,14 @@ impl Ctx<'_> {
         let _turn = self.st.turn.take()?;
         // SAFETY: paired with group_end below on this thread.
         check(self.api, std::ptr::null_mut(), unsafe { (self.api.group_start)() }, "ncclGroupStart")?;
+        // Locked from here to the group's end (the calls inside use it: `Ctx::call`).
+        let comm = self.st.comm();
+        self.grouped.set(Some(*comm));
         let r = f();
+        self.grouped.set(None);
         // SAFETY: closes the group opened above. Its ncclInProgress (nonblocking) is waited for on
         // the communicator.
-        let e = check(self.api, *self.st.comm(), unsafe { (self.api.group_end)() }, "ncclGroupEnd");
+        let e = check(self.api, *comm, unsafe { (self.api.group_end)() }, "ncclGroupEnd");
         let v = r?;
         e?;
         Ok(v)

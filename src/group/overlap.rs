@@ -144,6 +144,7 @@ fn merge(m: &mut BTreeMap<usize, usize>, mut lo: usize, mut hi: usize) {
 }
 
 /// `check` entry by entry (each with its index in the group).
+#[inline]
 fn scan<'a>(entries: impl Iterator<Item = (usize, &'a Entry)> + Clone, c: &Communicator, op: &Op, mine: &Touch) -> Result<()> {
     for (k, s) in mine.iter().enumerate() {
         if let Some(s) = *s {
