@@ -565,7 +565,19 @@ impl Buffer {
 
     /// Whether the two buffers' memory overlaps (empty buffers overlap nothing); of shaped views,
     /// whether an element of one shares a byte with an element of the other.
+    #[inline]
     pub fn overlaps(&self, other: &Buffer) -> bool {
+        if self.shape.is_none() && other.shape.is_none() {
+            // Contiguous: their byte ranges (an empty one shares no byte, as below).
+            let (a, b) = (self.bytes(), other.bytes());
+            return a != 0 && b != 0 && self.ptr < other.ptr + b && other.ptr < self.ptr + a;
+        }
+        self.overlaps_shaped(other)
+    }
+
+    /// `overlaps` where a buffer is a shaped view.
+    #[inline(never)]
+    fn overlaps_shaped(&self, other: &Buffer) -> bool {
         if self.bytes() == 0 || other.bytes() == 0 {
             return false; // an empty range inside another one still shares no byte with it
         }

@@ -111,17 +111,25 @@ fn same_dtype(what: &str, a: &Buffer, b: &Buffer) -> Result<Dtype> {
 
 /// `send` as a collective input: `InPlace` when it is exactly `recv`'s block starting at element
 /// `block`; an error when it overlaps `recv` otherwise (MPI forbids aliased buffers).
+#[inline]
 fn input<'a>(what: &str, send: &'a Buffer, recv: &Buffer, block: usize) -> Result<Input<'a>> {
     if send.count() > 0 && send.ptr() == recv.ptr() + block * recv.dtype().size() && send.dtype() == recv.dtype() {
         return Ok(Input::InPlace);
     }
     if send.overlaps(recv) {
-        return Err(Error::InvalidArgument(format!(
-            "{what}: the send and receive buffers overlap; use disjoint buffers, or for in-place pass exactly {}",
-            if block == 0 && send.count() == recv.count() { "the same buffer as send and receive".to_string() } else { "a view of this rank's own block of the receive buffer as the send buffer".to_string() }
-        )));
+        return Err(overlapping_input(what, send, recv, block));
     }
     Ok(Input::Buf(send))
+}
+
+/// Why `input` refused `send`.
+#[cold]
+#[inline(never)]
+fn overlapping_input(what: &str, send: &Buffer, recv: &Buffer, block: usize) -> Error {
+    Error::InvalidArgument(format!(
+        "{what}: the send and receive buffers overlap; use disjoint buffers, or for in-place pass exactly {}",
+        if block == 0 && send.count() == recv.count() { "the same buffer as send and receive".to_string() } else { "a view of this rank's own block of the receive buffer as the send buffer".to_string() }
+    ))
 }
 
 /// Why `Communicator::check_tag` refused `tag` (`ub`: MPI_TAG_UB).
@@ -332,11 +340,18 @@ impl Communicator {
 
     /// Runs checking mode's agreement (when on) and returns the locally validated value, or the
     /// error every rank returns.
+    #[inline]
     pub fn agree<T>(&self, what: &str, sig: Sig, local: Result<T>) -> Result<T> {
         self.ensure_usable()?;
         if !self.config().check {
             return local;
         }
+        self.agree_checked(what, sig, local)
+    }
+
+    /// `agree` in checking mode: the exchange.
+    #[inline(never)]
+    fn agree_checked<T>(&self, what: &str, sig: Sig, local: Result<T>) -> Result<T> {
         let opt = |v: Option<i64>| v.unwrap_or(-1);
         let vals = [
             // A count beyond i64 (a sum of caller counts) fails its local check anyway.

@@ -387,9 +387,21 @@ impl ReduceOp {
     /// Whether this operation is defined on `dtype`. The same answer on every backend: MIN/MAX
     /// have no meaning on complex numbers, bitwise and logical operations none on floating
     /// point; MINLOC/MAXLOC are the pair datatypes' only operations, and theirs only.
+    #[inline]
     pub fn check_supported(self, dtype: Dtype) -> Result<()> {
+        let complex_order = dtype.is_complex() && matches!(self, ReduceOp::GPUWIRE_MIN | ReduceOp::GPUWIRE_MAX);
+        if dtype.is_pair() != self.is_loc() || complex_order || ((self.is_bitwise() || self.is_logical()) && !dtype.is_integer()) {
+            return Err(self.unsupported(dtype));
+        }
+        Ok(())
+    }
+
+    /// Why `check_supported` refused this operation on `dtype`.
+    #[cold]
+    #[inline(never)]
+    fn unsupported(self, dtype: Dtype) -> Error {
         if dtype.is_pair() != self.is_loc() {
-            return Err(Error::UnsupportedOp(if self.is_loc() {
+            return Error::UnsupportedOp(if self.is_loc() {
                 format!(
                     "{} is defined on the (value, index) pair datatypes only (GPUWIRE_FLOAT32_INT32, GPUWIRE_FLOAT64_INT32, GPUWIRE_INT32_INT32, as MPI_FLOAT_INT, MPI_DOUBLE_INT, MPI_2INT), not on {}",
                     self.name(),
@@ -397,23 +409,21 @@ impl ReduceOp {
                 )
             } else {
                 format!("{} is not defined on the pair datatype {} (its reductions are MINLOC and MAXLOC)", self.name(), dtype.name())
-            }));
+            });
         }
         if dtype.is_complex() && matches!(self, ReduceOp::GPUWIRE_MIN | ReduceOp::GPUWIRE_MAX) {
-            return Err(Error::UnsupportedOp(format!(
+            return Error::UnsupportedOp(format!(
                 "{} is not defined on {} (complex numbers are not ordered)",
                 self.name(),
                 dtype.name()
-            )));
+            ));
         }
-        if (self.is_bitwise() || self.is_logical()) && !dtype.is_integer() {
-            return Err(Error::UnsupportedOp(format!(
-                "{} is defined on integer datatypes only, not on {}",
-                self.name(),
-                dtype.name()
-            )));
-        }
-        Ok(())
+        // A bitwise or logical operation on a datatype that is not an integer.
+        Error::UnsupportedOp(format!(
+            "{} is defined on integer datatypes only, not on {}",
+            self.name(),
+            dtype.name()
+        ))
     }
 }
 

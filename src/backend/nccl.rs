@@ -672,8 +672,17 @@ impl NcclState {
 
     /// Waits for `stream` (up to the call's deadline, polling NCCL's async error). Inside a
     /// gpuwire group ([`with_group`]) nothing is launched before the group ends: no wait then.
+    #[inline]
     fn finish(&self, c: &Communicator, stream: Stream, what: &str) -> Result<()> {
-        let Some(t) = c.config().timeout else { return Ok(()) };
+        match c.config().timeout {
+            None => Ok(()),
+            Some(t) => self.finish_by(c, stream, what, t),
+        }
+    }
+
+    /// `finish` with a timeout `t`.
+    #[inline(never)]
+    fn finish_by(&self, c: &Communicator, stream: Stream, what: &str, t: Duration) -> Result<()> {
         if IN_GROUP.with(|g| g.get()) {
             return Ok(());
         }
@@ -1059,6 +1068,7 @@ impl Ctx<'_> {
         let r = f(comm);
         check(self.api, comm, r, what)
     }
+    #[inline]
     fn done(&self, what: &str) -> Result<()> {
         self.st.finish(self.c, self.stream, what)
     }

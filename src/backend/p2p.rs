@@ -840,7 +840,7 @@ pub fn wait_until(c: &Communicator, what: &str, mut done: impl FnMut() -> Result
 /// Posts a receive: matched now when its message is there and no earlier receive of the same
 /// communicator, source and tag waits, else deferred.
 pub fn post(c: &Communicator, w: Want) -> Result<Recv> {
-    let check = c.backend_state.get::<Check>().map(|k| (k.hdr, k.ack));
+    let check = check_of(c).map(|k| (k.hdr, k.ack));
     let e = new_entry(Entry { want: w, comm: RawComm(c.raw()), key: c as *const Communicator as usize, check, state: Mutex::new(Stage::POSTED) });
     let mut q = lock(&QUEUE);
     let behind = q.overlaps(e.key, w.source, w.tag);
@@ -878,7 +878,7 @@ pub fn post(c: &Communicator, w: Want) -> Result<Recv> {
 /// the blocked receive waited for ever).
 pub fn recv(c: &Communicator, w: Want) -> Result<Matched> {
     // (`nb_p2p`: no timeout, not MPI_THREAD_SERIALIZED, no IPC receive pending.)
-    if !deferred() && !c.nb_p2p() && c.backend_state.get::<Check>().is_none() {
+    if !deferred() && !c.nb_p2p() && check_of(c).is_none() {
         let mut q = lock(&QUEUE);
         if q.len() == 0 {
             // `progress` never tries what it blocks, nor does `post` match such a receive at
@@ -989,7 +989,7 @@ fn spoken_for(queue: &Queue, c: &Communicator, source: i32, tag: i32) -> bool {
 /// deadline is set (as `Sending::finish` would wait with MPI_Wait then), else a send in flight
 /// waited for.
 pub fn send(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, dest: i32, tag: i32) -> Result<()> {
-    if c.backend_state.get::<Check>().is_none() && !deferred() && !c.nb_p2p() {
+    if check_of(c).is_none() && !deferred() && !c.nb_p2p() {
         let n = mpisys::Count::new(dtype, count)?;
         let p = if ptr == 0 { std::ptr::null() } else { ptr as *const c_void };
         // SAFETY: ptr is valid for count elements (validated by the caller); no lock is needed
@@ -1028,9 +1028,9 @@ static SEND_ORDER: Mutex<()> = Mutex::new(());
 pub fn isend(c: &Communicator, ptr: usize, count: usize, dtype: Dtype, dest: i32, tag: i32) -> Result<Sending> {
     let n = mpisys::Count::new(dtype, count)?;
     let mut s = Sending { req: RawRequest(mpisys::request_null()), check: None, comm: c, done: false };
-    let _order = c.backend_state.get::<Check>().map(|_| lock(&SEND_ORDER));
+    let _order = check_of(c).map(|_| lock(&SEND_ORDER));
     let _mpi = crate::runtime::mpi_lock();
-    if let Some(k) = c.backend_state.get::<Check>() {
+    if let Some(k) = check_of(c) {
         let mut sc = Box::new(SendCheck {
             hdr: Hdr { dtype: dtype as i64, count: count as i64 },
             ack: Ack::default(),
@@ -1125,6 +1125,16 @@ impl Pending for Sending {
     }
 }
 
+/// `c`'s checking-mode duplicates ([`check_comms`]), made at its creation in checking mode only
+/// (`backend::setup`): without checking mode, no search of its backend state.
+#[inline]
+fn check_of(c: &Communicator) -> Option<&Check> {
+    if !c.config().check {
+        return None;
+    }
+    c.backend_state.get::<Check>()
+}
+
 /// Collective over `c` (checking mode): the two duplicates of checking mode.
 pub fn check_comms(c: &Communicator) -> Result<Check> {
     let (mut hdr, mut ack) = (mpisys::comm_null(), mpisys::comm_null());
@@ -1158,7 +1168,7 @@ impl Check {
 /// order per peer, not by tag) and each compares: a mismatch fails on both sides, and nothing is
 /// enqueued. `send` and `recv` are (peer, datatype, count).
 pub fn agree_peer(c: &Communicator, send: Option<(i32, Dtype, usize)>, recv: Option<(i32, Dtype, usize)>) -> Result<()> {
-    let Some(k) = c.backend_state.get::<Check>() else { return Ok(()) };
+    let Some(k) = check_of(c) else { return Ok(()) };
     // On the heap: leaked if abandoned at a deadline (MPI may still write them).
     let mut hb = Box::new(([Hdr::default(); 2], [Hdr::default(); 2]));
     let (mine, theirs) = &mut *hb;
