@@ -970,10 +970,10 @@ mod tests {
         let (i32_, f32_, c64) = (Dtype::GPUWIRE_INT32, Dtype::GPUWIRE_FLOAT32, Dtype::GPUWIRE_COMPLEX64);
         // NCCL: device memory natively, but bitwise ops, complex PROD and mixed memory go to the
         // staged path; barrier and host memory to plain MPI.
-        for op in NCCL_OPS {
-            assert_eq!(at(GPUWIRE_BACKEND_NCCL, *op, None, Device), Route::Native, "{op:?}");
-            assert_eq!(at(GPUWIRE_BACKEND_NCCL, *op, None, Host), Route::Host, "{op:?}");
-            assert_eq!(at(GPUWIRE_BACKEND_NCCL, *op, None, Mixed), staged, "{op:?}");
+        for op in NCCL_OPS.iter() {
+            assert_eq!(at(GPUWIRE_BACKEND_NCCL, op, None, Device), Route::Native, "{op:?}");
+            assert_eq!(at(GPUWIRE_BACKEND_NCCL, op, None, Host), Route::Host, "{op:?}");
+            assert_eq!(at(GPUWIRE_BACKEND_NCCL, op, None, Mixed), staged, "{op:?}");
         }
         for op in [Reduce, Allreduce, ReduceScatter] {
             assert_eq!(at(GPUWIRE_BACKEND_NCCL, op, Some((f32_, sum)), Device), Route::Native);
@@ -1016,7 +1016,7 @@ mod tests {
         // HIER: its six collectives on device and host memory; the rest (and mixed memory) to the
         // staged path on device memory, to plain MPI on host memory.
         for op in Operation::ALL {
-            let mine = HIER_OPS.contains(&op);
+            let mine = HIER_OPS.contains(op);
             assert_eq!(at(GPUWIRE_BACKEND_HIER, op, Some((f32_, sum)), Device), if mine { Route::Native } else { staged }, "{op:?}");
             assert_eq!(at(GPUWIRE_BACKEND_HIER, op, Some((i32_, band)), Host), if mine { Route::Native } else { Route::Host }, "{op:?}");
             if op != Barrier {
