@@ -141,16 +141,25 @@ impl Shape {
 
     /// Calls `f(element offset, elements)` for every contiguous run of the view, in order.
     pub fn each_run(&self, mut f: impl FnMut(usize, usize)) {
-        let (inner_len, inner_stride) = *self.dims.last().expect("a shape has a dimension");
-        let (run, runs) = if inner_stride == 1 { (inner_len, 1) } else { (1, inner_len) };
-        let outer = &self.dims[..self.dims.len() - 1];
+        self.each_piece(|off, run, stride, runs| {
+            for j in 0..runs {
+                f(off + j * stride, run);
+            }
+        });
+    }
+
+    /// Calls `f(element offset, run elements, stride, runs)` for each series of the view's
+    /// contiguous runs that its innermost strided dimension steps through (`runs` runs of `run`
+    /// elements, `stride` elements apart), in order: the runs of `each_run`, grouped.
+    pub fn each_piece(&self, mut f: impl FnMut(usize, usize, usize, usize)) {
+        let (run, stepped) = self.stepped();
+        let (runs, stride) = self.dims[stepped];
+        let outer = &self.dims[..stepped];
         let n_outer: usize = outer.iter().map(|x| x.0).product();
         let mut idx = [0usize; 8];
         for _ in 0..n_outer {
             let base: usize = outer.iter().zip(idx.iter()).map(|((_, s), i)| s * i).sum();
-            for j in 0..runs {
-                f(base + j * inner_stride, run);
-            }
+            f(base, run, stride, runs);
             for k in (0..outer.len()).rev() {
                 idx[k] += 1;
                 if idx[k] < outer[k].0 {
@@ -158,6 +167,108 @@ impl Shape {
                 }
                 idx[k] = 0;
             }
+        }
+    }
+
+    /// The elements of a run, and the index in `dims` of the dimension that steps from run to
+    /// run (the innermost one of stride other than 1; a normalized shape has one).
+    fn stepped(&self) -> (usize, usize) {
+        match self.dims[..] {
+            [.., (l, 1)] if self.dims.len() >= 2 => (l, self.dims.len() - 2),
+            _ => (1, self.dims.len() - 1),
+        }
+    }
+
+    /// The number of `each_piece` series.
+    fn pieces(&self) -> usize {
+        self.dims[..self.stepped().1].iter().map(|x| x.0).product()
+    }
+}
+
+/// Bytes in `count` runs of `len` bytes, the first at `lo`, each `stride` bytes after the
+/// previous one: a buffer's contiguous range (`count` 1, `stride` 0), or a series of a view's
+/// runs (`Shape::each_piece`). Whether two meet is arithmetic: O(1) for one stride.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Piece {
+    pub lo: usize,
+    pub len: usize,
+    pub stride: usize,
+    pub count: usize,
+}
+
+impl Piece {
+    /// Runs that touch or overlap one another (`stride <= len`) are one range. The values come
+    /// from a buffer's checked shape: the last run ends inside the buffer's range.
+    pub fn new(lo: usize, len: usize, stride: usize, count: usize) -> Piece {
+        if count <= 1 || stride <= len {
+            return Piece::range(lo, lo + (count.max(1) - 1) * stride + len);
+        }
+        Piece { lo, len, stride, count }
+    }
+
+    pub fn range(lo: usize, hi: usize) -> Piece {
+        Piece { lo, len: hi - lo, stride: 0, count: 1 }
+    }
+
+    /// One past the last byte.
+    pub fn hi(&self) -> usize {
+        self.lo + (self.count - 1) * self.stride + self.len
+    }
+
+    /// The first run that ends after byte `a` (`count` when none does).
+    fn first_ending_after(&self, a: usize) -> usize {
+        match a.checked_sub(self.lo + self.len) {
+            None => 0,
+            Some(_) if self.count == 1 => 1,
+            Some(past) => (past / self.stride + 1).min(self.count),
+        }
+    }
+
+    /// Whether a run shares a byte with `a..b`.
+    pub fn meets_range(&self, a: usize, b: usize) -> bool {
+        let i = self.first_ending_after(a);
+        a < b && self.len > 0 && i < self.count && self.lo + i * self.stride < b
+    }
+
+    /// Whether a run of one shares a byte with a run of the other.
+    pub fn meets(&self, o: &Piece) -> bool {
+        if self.count == 1 {
+            return o.meets_range(self.lo, self.lo + self.len);
+        }
+        if o.count == 1 {
+            return self.meets_range(o.lo, o.lo + o.len);
+        }
+        if self.lo >= o.hi() || o.lo >= self.hi() {
+            return false;
+        }
+        if self.stride == o.stride {
+            // Run i (at lo + i s) and run j (at o.lo + j s) meet iff -len < d + k s < o.len, with
+            // d = lo - o.lo and k = i - j in -(o.count - 1)..=count - 1; d + k s grows with k, so
+            // the least k above -len - d (or the range's least) decides.
+            let (s, d) = (self.stride as i128, self.lo as i128 - o.lo as i128);
+            let k = ((-(self.len as i128) - d).div_euclid(s) + 1).max(1 - o.count as i128);
+            return k < self.count as i128 && d + k * s < o.len as i128;
+        }
+        // Strides that differ: each run of the series with fewer runs, within the other's range.
+        let (x, y) = if self.count <= o.count { (self, o) } else { (o, self) };
+        let hi = y.hi();
+        for i in x.first_ending_after(y.lo)..x.count {
+            let a = x.lo + i * x.stride;
+            if a >= hi {
+                break;
+            }
+            if y.meets_range(a, a + x.len) {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Calls `f(lo, hi)` for each run, in order.
+    pub fn each_run(&self, mut f: impl FnMut(usize, usize)) {
+        for i in 0..self.count {
+            let a = self.lo + i * self.stride;
+            f(a, a + self.len);
         }
     }
 }
@@ -493,20 +604,30 @@ impl Buffer {
         }
     }
 
-    /// The sorted byte ranges of the view's runs (contiguous: one).
-    /// Each contiguous piece of the buffer's elements, as a byte range (`lo`, `hi`): one for a
-    /// contiguous buffer, a view's runs in its order.
-    pub(crate) fn each_byte_run(&self, mut f: impl FnMut(usize, usize)) {
+    /// The buffer's bytes as [`Piece`]s: one range for a contiguous buffer, a view's series of
+    /// runs (`Shape::each_piece`) in its order.
+    pub(crate) fn each_piece(&self, mut f: impl FnMut(Piece)) {
         let es = self.dtype.size();
         match &self.shape {
             None => {
                 let (lo, hi) = self.range();
-                f(lo, hi)
+                f(Piece::range(lo, hi))
             }
-            Some(s) => s.each_run(|off, n| f(self.ptr + off * es, self.ptr + (off + n) * es)),
+            Some(s) => s.each_piece(|off, run, stride, runs| f(Piece::new(self.ptr + off * es, run * es, stride * es, runs))),
         }
     }
 
+    /// The buffer's bytes as one [`Piece`], where they are one (contiguous, or a view whose runs
+    /// one dimension steps through).
+    fn piece(&self) -> Option<Piece> {
+        let mut one = None;
+        if self.shape.as_ref().is_none_or(|s| s.pieces() == 1) {
+            self.each_piece(|p| one = Some(p));
+        }
+        one
+    }
+
+    /// The sorted byte ranges of the view's runs (contiguous: one).
     fn runs(&self) -> Vec<(usize, usize)> {
         let es = self.dtype.size();
         let mut v = Vec::new();
@@ -589,6 +710,14 @@ impl Buffer {
         if self.shape.is_none() && other.shape.is_none() {
             return true;
         }
+        // Series against series where one buffer is a single one (`Piece::meets`); else run by run.
+        for (one, many) in [(self, other), (other, self)] {
+            if let Some(p) = one.piece() {
+                let mut meets = false;
+                many.each_piece(|q| meets = meets || p.meets(&q));
+                return meets;
+            }
+        }
         let (x, y) = (self.runs(), other.runs());
         let (mut i, mut j) = (0, 0);
         while i < x.len() && j < y.len() {
@@ -657,5 +786,118 @@ impl Buffer {
             return Err(Error::NullArgument(format!("{what} is NULL but the buffer has {} elements", self.count)));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A deterministic generator for randomized comparisons (xorshift64*).
+    pub(crate) struct Rng(pub u64);
+
+    impl Rng {
+        /// A value in 0..n (n > 0).
+        pub fn below(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n
+        }
+
+        /// A series of runs inside bytes 0..room: a range, or runs of one of `strides` (0: any).
+        pub fn piece(&mut self, room: usize, strides: &[usize]) -> Piece {
+            let len = 1 + self.below(24);
+            let stride = match strides[self.below(strides.len())] {
+                0 => 1 + self.below(64),
+                s => s,
+            };
+            let count = 1 + self.below(12);
+            let lo = self.below(room - (count - 1) * stride - len);
+            Piece::new(lo, len, stride, count)
+        }
+    }
+
+    pub(crate) fn byte_set(p: &Piece) -> std::collections::BTreeSet<usize> {
+        let mut s = std::collections::BTreeSet::new();
+        p.each_run(|a, b| s.extend(a..b));
+        s
+    }
+
+    /// `Piece::meets` and `meets_range` against the byte sets, same and different strides.
+    #[test]
+    fn piece_meets_is_the_byte_sets_meeting() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let (mut met, mut apart) = (0, 0);
+        for t in 0..40_000 {
+            let strides: &[usize] = if t % 2 == 0 { &[0] } else { &[8 + t % 29] };
+            let (a, b) = (rng.piece(1200, strides), rng.piece(1200, strides));
+            let want = !byte_set(&a).is_disjoint(&byte_set(&b));
+            assert_eq!(a.meets(&b), want, "{a:?} {b:?}");
+            assert_eq!(b.meets(&a), want, "{b:?} {a:?}");
+            if want { met += 1 } else { apart += 1 }
+            let (lo, hi) = (rng.below(1200), rng.below(1200));
+            let r = Piece::range(lo.min(hi), lo.max(hi));
+            assert_eq!(a.meets_range(r.lo, r.hi()), !byte_set(&a).is_disjoint(&byte_set(&r)), "{a:?} {lo}..{hi}");
+        }
+        assert!(met > 4_000 && apart > 4_000, "both answers are tested: {met} {apart}");
+    }
+
+    /// `Buffer::overlaps` of strided and subarray views (one or several series of runs) against
+    /// their elements' byte sets, computed from the views' definitions.
+    #[test]
+    fn overlaps_is_the_elements_meeting() {
+        let parent = Arc::new(Buffer::alloc(4096, Dtype::GPUWIRE_INT32, Space::GPUWIRE_SPACE_HOST, -1).unwrap());
+        let mut rng = Rng(7);
+        let view = |rng: &mut Rng| -> (Buffer, std::collections::BTreeSet<usize>) {
+            let mut set = std::collections::BTreeSet::new();
+            let mut add = |e: usize| set.extend(parent.ptr() + 4 * e..parent.ptr() + 4 * e + 4);
+            match rng.below(3) {
+                0 => {
+                    let (n, bl) = (1 + rng.below(40), 1 + rng.below(6));
+                    let st = rng.below(50);
+                    let off = rng.below(4096 - (n - 1) * st - bl);
+                    for e in 0..n * bl {
+                        add(off + e / bl * st + e % bl);
+                    }
+                    (Buffer::view_strided(&parent, off as i64, n as i64, bl as i64, st as i64).unwrap(), set)
+                }
+                1 => {
+                    let (r, c) = (1 + rng.below(64), 1 + rng.below(64));
+                    let (sr, sc) = (1 + rng.below(r), 1 + rng.below(c));
+                    let (a, b) = (rng.below(r - sr + 1), rng.below(c - sc + 1));
+                    for i in a..a + sr {
+                        for j in b..b + sc {
+                            add(i * c + j);
+                        }
+                    }
+                    let v = Buffer::view_subarray(&parent, &[r as i64, c as i64], &[sr as i64, sc as i64], &[a as i64, b as i64], Order::C);
+                    (v.unwrap(), set)
+                }
+                _ => {
+                    let d = [1 + rng.below(16), 1 + rng.below(16), 1 + rng.below(16)];
+                    let s = [1 + rng.below(d[0]), 1 + rng.below(d[1]), 1 + rng.below(d[2])];
+                    let a = [rng.below(d[0] - s[0] + 1), rng.below(d[1] - s[1] + 1), rng.below(d[2] - s[2] + 1)];
+                    for i in a[0]..a[0] + s[0] {
+                        for j in a[1]..a[1] + s[1] {
+                            for k in a[2]..a[2] + s[2] {
+                                add((i * d[1] + j) * d[2] + k);
+                            }
+                        }
+                    }
+                    let i64s = |x: [usize; 3]| x.map(|v| v as i64);
+                    (Buffer::view_subarray(&parent, &i64s(d), &i64s(s), &i64s(a), Order::C).unwrap(), set)
+                }
+            }
+        };
+        let (mut met, mut apart) = (0, 0);
+        for _ in 0..4_000 {
+            let ((x, xs), (y, ys)) = (view(&mut rng), view(&mut rng));
+            let want = !xs.is_disjoint(&ys);
+            assert_eq!(x.overlaps(&y), want, "{:?} {:?} / {:?} {:?}", x.ptr(), x.shape(), y.ptr(), y.shape());
+            assert_eq!(y.overlaps(&x), want);
+            if want { met += 1 } else { apart += 1 }
+        }
+        assert!(met > 400 && apart > 400, "both answers are tested: {met} {apart}");
     }
 }

@@ -82,7 +82,7 @@ impl Memory {
             // entries): compared with every entry (rare in a correct program).
             let meets = |m: &BTreeMap<usize, usize>, lo: usize, hi: usize| m.range(..hi).next_back().is_some_and(|(_, h)| *h > lo);
             let mut near = false;
-            b.each_byte_run(|lo, hi| near |= meets(&ix.written, lo, hi) || (s.writes && meets(&ix.read, lo, hi)));
+            b.each_piece(|p| p.each_run(|lo, hi| near |= meets(&ix.written, lo, hi) || (s.writes && meets(&ix.read, lo, hi))));
             if near {
                 scan_one(entries.iter().enumerate(), c, op, k, s)?;
                 continue;
@@ -124,10 +124,12 @@ impl Index {
         for (b, writes) in e.op.touched(e.c.rank()).into_iter().flatten() {
             // Written pieces are disjoint (refused otherwise); merged anyway, as read ones.
             let m = if writes { &mut self.written } else { &mut self.read };
-            b.each_byte_run(|lo, hi| {
-                if hi > lo {
-                    merge(m, lo, hi)
-                }
+            b.each_piece(|p| {
+                p.each_run(|lo, hi| {
+                    if hi > lo {
+                        merge(m, lo, hi)
+                    }
+                })
             });
         }
     }
