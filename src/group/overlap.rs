@@ -6,26 +6,31 @@
 //! Sends reading the same buffer are fine.
 //!
 //! Each operation's buffers are byte ranges ([`Touch`]; a shaped view's is its bounding range,
-//! compared element by element only where two ranges meet). A small group is scanned entry by
-//! entry (a halo exchange's few operations: the cheapest). From [`INDEXED`] operations on, the
-//! contiguous pieces of their buffers (a view's runs) are also kept in two ordered maps, so that
-//! each call costs O(r log n) for its r pieces instead of a pass over the group (NCCL groups of
-//! thousands of sends and receives, a transpose into columns): written pieces, which are
-//! disjoint (overlapping writes are refused), and read pieces, merged where they meet. The
-//! operations gpuwire made disjoint by construction (a distributed array's faces) are not in
-//! the maps: the program's operations are compared with them one by one.
+//! compared series of runs by series only where two ranges meet: `Buffer::overlaps`). A small
+//! group is scanned entry by entry (a halo exchange's few operations: the cheapest). From
+//! [`INDEXED`] operations on, their buffers' bytes are also kept in ordered sets (written bytes,
+//! read bytes), so that each call costs O(log n) instead of a pass over the group (NCCL groups
+//! of thousands of sends and receives, a transpose into columns): contiguous ranges in a map,
+//! merged where they meet; a view's series of runs of one stride ([`Piece`]) as a rectangle of
+//! the grid whose rows are that stride long ([`Grid`]: a column view is one rectangle, not one
+//! range per row). The operations gpuwire made disjoint by construction (a distributed array's
+//! faces) are not in the sets: the program's operations are compared with them one by one.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::Entry;
-use crate::buffer::Buffer;
+use crate::buffer::{Buffer, Piece};
 use crate::comm::Communicator;
 use crate::error::{Error, Result};
 use crate::op::Op;
 
-/// From this many operations in a group on, the ordered maps.
+/// From this many operations in a group on, the ordered sets.
 const INDEXED: usize = 32;
+
+/// At most this many strides have a [`Grid`] of each kind; the runs of other strides are kept
+/// as ranges (a lookup compares a series with every grid of another stride run by run).
+const GRIDS: usize = 8;
 
 /// One buffer an operation touches on this rank: its bytes `lo..hi` (a shaped view's bounding
 /// range), and whether the operation writes it.
@@ -50,11 +55,11 @@ pub(super) fn touch(op: &Op, rank: i32) -> Touch {
     [one(a), one(b)]
 }
 
-/// The ordered maps of a large group (module comment): piece start -> end.
+/// The ordered sets of a large group (module comment).
 #[derive(Default)]
 struct Index {
-    written: BTreeMap<usize, usize>,
-    read: BTreeMap<usize, usize>,
+    written: Bytes,
+    read: Bytes,
     /// The entries gpuwire made (compared one by one).
     made: Vec<usize>,
 }
@@ -77,12 +82,10 @@ impl Memory {
         let touched = op.touched(c.rank());
         for (k, s) in mine.iter().enumerate() {
             let (Some(s), Some((b, _))) = (*s, touched[k]) else { continue };
-            // The maps' pieces are disjoint and ordered: only the last one starting below a
-            // piece's end can meet it. A piece that meets one (a merged piece stands for several
-            // entries): compared with every entry (rare in a correct program).
-            let meets = |m: &BTreeMap<usize, usize>, lo: usize, hi: usize| m.range(..hi).next_back().is_some_and(|(_, h)| *h > lo);
+            // A buffer that meets the sets' bytes (which stand for several entries): compared
+            // with every entry (rare in a correct program).
             let mut near = false;
-            b.each_piece(|p| p.each_run(|lo, hi| near |= meets(&ix.written, lo, hi) || (s.writes && meets(&ix.read, lo, hi))));
+            b.each_piece(|p| near = near || ix.written.meets(&p) || (s.writes && ix.read.meets(&p)));
             if near {
                 scan_one(entries.iter().enumerate(), c, op, k, s)?;
                 continue;
@@ -122,21 +125,163 @@ impl Index {
             return;
         }
         for (b, writes) in e.op.touched(e.c.rank()).into_iter().flatten() {
-            // Written pieces are disjoint (refused otherwise); merged anyway, as read ones.
+            // Written bytes are disjoint (refused otherwise); merged anyway, as read ones.
             let m = if writes { &mut self.written } else { &mut self.read };
             b.each_piece(|p| {
-                p.each_run(|lo, hi| {
-                    if hi > lo {
-                        merge(m, lo, hi)
-                    }
-                })
+                if p.len > 0 {
+                    m.add(&p)
+                }
             });
         }
     }
 }
 
-/// Adds `lo..hi` to `m`, merged with the pieces it meets (a meeting piece then makes `check`
-/// compare with every entry, which names the one it meets).
+/// The bytes of some of a large group's buffers (written or read): exactly the union of the
+/// pieces added.
+#[derive(Default)]
+struct Bytes {
+    /// Contiguous pieces, merged where they meet: start -> end.
+    ranges: BTreeMap<usize, usize>,
+    /// Series of runs, by stride (at most [`GRIDS`]).
+    grids: Vec<Grid>,
+}
+
+impl Bytes {
+    fn add(&mut self, p: &Piece) {
+        if p.count == 1 {
+            return merge(&mut self.ranges, p.lo, p.hi());
+        }
+        if let Some(g) = self.grids.iter_mut().find(|g| g.stride == p.stride) {
+            return g.add(p);
+        }
+        if self.grids.len() < GRIDS {
+            let mut g = Grid { stride: p.stride, rects: BTreeSet::new(), wide: 1, tall: 1, span: BTreeMap::new() };
+            g.add(p);
+            return self.grids.push(g);
+        }
+        p.each_run(|lo, hi| merge(&mut self.ranges, lo, hi));
+    }
+
+    /// Whether `p` shares a byte with them.
+    fn meets(&self, p: &Piece) -> bool {
+        let (lo, hi) = (p.lo, p.hi());
+        if p.count == 1 {
+            return meets(&self.ranges, lo, hi) || self.grids.iter().any(|g| g.meets_range(lo, hi));
+        }
+        // The ranges within the series' span, each in O(1); run by run past as many as it has
+        // runs (ranges in its gaps: not in a correct program's usual groups).
+        let mut seen = 0;
+        let before = self.ranges.range(..lo).next_back().filter(|x| *x.1 > lo);
+        for (&a, &b) in before.into_iter().chain(self.ranges.range(lo..hi)) {
+            if p.meets_range(a, b) {
+                return true;
+            }
+            seen += 1;
+            if seen > p.count {
+                let mut m = false;
+                p.each_run(|a, b| m = m || meets(&self.ranges, a, b));
+                if m {
+                    return true;
+                }
+                break;
+            }
+        }
+        self.grids.iter().any(|g| {
+            if g.stride == p.stride {
+                return g.rects(p).into_iter().flatten().any(|r| g.holds(r));
+            }
+            let mut m = false;
+            if meets(&g.span, lo, hi) {
+                p.each_run(|a, b| m = m || g.meets_range(a, b));
+            }
+            m
+        })
+    }
+}
+
+/// A rectangle of a [`Grid`]: (first column, first row, end column, end row).
+type Rect = (usize, usize, usize, usize);
+
+/// Series of runs of one stride S, as rectangles of the grid whose row r holds bytes
+/// r S..(r + 1) S: run i of a series from byte `lo` lies in row lo / S + i, columns lo % S up to
+/// lo % S + len (those past S continue in the next row from column 0: a second rectangle).
+/// Two series of stride S share a byte iff their rectangles meet.
+struct Grid {
+    stride: usize,
+    /// Ordered by first column, then first row; a series read twice is kept once.
+    rects: BTreeSet<Rect>,
+    /// The widest rectangle's columns and the tallest's rows (how far back a lookup starts).
+    wide: usize,
+    tall: usize,
+    /// The series' spans (first byte to one past the last), merged: start -> end.
+    span: BTreeMap<usize, usize>,
+}
+
+impl Grid {
+    fn add(&mut self, p: &Piece) {
+        for r in self.rects(p).into_iter().flatten() {
+            self.wide = self.wide.max(r.2 - r.0);
+            self.tall = self.tall.max(r.3 - r.1);
+            self.rects.insert(r);
+        }
+        merge(&mut self.span, p.lo, p.hi());
+    }
+
+    /// The rectangles of a series of this grid's stride (len < stride).
+    fn rects(&self, p: &Piece) -> [Option<Rect>; 2] {
+        let s = self.stride;
+        let (row, col) = (p.lo / s, p.lo % s);
+        if col + p.len <= s {
+            return [Some((col, row, col + p.len, row + p.count)), None];
+        }
+        [Some((col, row, s, row + p.count)), Some((0, row + 1, col + p.len - s, row + p.count + 1))]
+    }
+
+    /// Whether bytes `lo..hi` meet a series: the range's rectangles (its first row's part, the
+    /// whole rows, its last row's part).
+    fn meets_range(&self, lo: usize, hi: usize) -> bool {
+        if !meets(&self.span, lo, hi) {
+            return false;
+        }
+        let s = self.stride;
+        let (r0, c0, r1, c1) = (lo / s, lo % s, hi / s, hi % s);
+        if r0 == r1 {
+            return self.holds((c0, r0, c1, r0 + 1));
+        }
+        self.holds((c0, r0, s, r0 + 1)) || (r1 > r0 + 1 && self.holds((0, r0 + 1, s, r1))) || (c1 > 0 && self.holds((0, r1, c1, r1 + 1)))
+    }
+
+    /// Whether a rectangle meets `q`: those starting in the columns from `wide` before q's
+    /// first up to its end, and in each such column, in the rows from `tall` before q's first.
+    fn holds(&self, q: Rect) -> bool {
+        let (qc0, qr0, qc1, qr1) = q;
+        let from_row = qr0.saturating_sub(self.tall - 1);
+        let mut c = qc0.saturating_sub(self.wide - 1);
+        while c < qc1 {
+            let Some(&(col, ..)) = self.rects.range((c, from_row, 0, 0)..).next() else { return false };
+            if col >= qc1 {
+                return false;
+            }
+            if col > c {
+                c = col;
+                continue;
+            }
+            if self.rects.range((c, from_row, 0, 0)..(c, qr1, 0, 0)).any(|r| r.2 > qc0 && r.3 > qr0) {
+                return true;
+            }
+            c += 1;
+        }
+        false
+    }
+}
+
+/// Whether a range of `m` (disjoint, ordered: only the last one starting below `hi` can) meets
+/// `lo..hi`.
+fn meets(m: &BTreeMap<usize, usize>, lo: usize, hi: usize) -> bool {
+    m.range(..hi).next_back().is_some_and(|(_, h)| *h > lo)
+}
+
+/// Adds `lo..hi` to `m`, merged with the ranges it meets.
 fn merge(m: &mut BTreeMap<usize, usize>, mut lo: usize, mut hi: usize) {
     while let Some((&l, &h)) = m.range(..hi).next_back().filter(|(_, h)| **h > lo) {
         m.remove(&l);
@@ -187,4 +332,40 @@ fn overlapping(i: usize, e: &Entry, c: &Communicator, op: &Op, k: usize) -> Resu
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::buffer::tests::{byte_set, Rng};
+
+    /// `Bytes::meets` against the byte set of the pieces added: ranges, series of a few strides
+    /// (one grid each, rectangles crossing rows among them) and of more strides than there are
+    /// grids (kept run by run).
+    #[test]
+    fn bytes_meet_as_their_byte_set() {
+        let mut rng = Rng(0x5eed);
+        let (mut met, mut apart) = (0, 0);
+        for t in 0..600 {
+            let strides: &[usize] = match t % 3 {
+                0 => &[64, 64, 64, 0],
+                1 => &[40, 64, 24, 1],
+                _ => &[0],
+            };
+            let mut bytes = Bytes::default();
+            let mut set = BTreeSet::new();
+            for _ in 0..1 + rng.below(48) {
+                let p = rng.piece(3000, strides);
+                bytes.add(&p);
+                set.extend(byte_set(&p));
+                for _ in 0..8 {
+                    let q = rng.piece(3000, strides);
+                    let want = !set.is_disjoint(&byte_set(&q));
+                    assert_eq!(bytes.meets(&q), want, "{q:?} after {set:?}");
+                    if want { met += 1 } else { apart += 1 }
+                }
+            }
+        }
+        assert!(met > 10_000 && apart > 10_000, "both answers are tested: {met} {apart}");
+    }
 }
