@@ -1553,6 +1553,86 @@ static void group_overlap(gpuwire_comm c)
             bfree(sv[j]), bfree(rv[j]);
         bfree(bad1), bfree(bad2), bfree(bad3), bfree(bad4), bfree(s3), bfree(odd), bfree(sb), bfree(rb), bfree(extra), bfree(odd_in);
     }
+    /* A large group of column views (compared as rectangles of a grid whose rows are the
+     * matrix's: src/group/overlap.rs): receives into the top halves of columns 0..39 of an R x C
+     * matrix, beside their sends. Then, run: a receive into the bottom half of column 0 (same
+     * column, other rows), into all of column 41, into a piece of the last row, a send of the
+     * even rows of column 45 (another stride, over that piece of the last row); refused: a
+     * receive into rows H - 1 and H of column 5, into a piece of row 7 across column 3, a
+     * send of the even rows of column 10, and a receive into runs of two elements from the
+     * last column of row H (each run continues in column 0 of the next row: only those meet). */
+    {
+        enum { R = 64, C = 48, H = R / 2, NC = 40 };
+        gpuwire_buffer cm = balloc(R * C, GPUWIRE_INT32), cs = balloc(NC * H, GPUWIRE_INT32), top[NC], src[NC];
+        gpuwire_buffer s12 = balloc(H, GPUWIRE_INT32), s13 = balloc(6, GPUWIRE_INT32), s15 = balloc(R, GPUWIRE_INT32);
+        gpuwire_buffer r45 = balloc(R / 2, GPUWIRE_INT32), bottom0, col41, lastrow, even45, straddle, rowbit, odd10, wrap;
+        int32_t *mp = bptr(cm), *sp = bptr(cs), *p12 = bptr(s12), *p13 = bptr(s13), *p15 = bptr(s15);
+        for (int64_t k = 0; k < R * C; k++)
+            mp[k] = k % C >= 42 ? w(rank, 14, k / C) : -1;
+        for (int64_t k = 0; k < NC * H; k++)
+            sp[k] = w(rank, 11, k);
+        for (int64_t k = 0; k < R; k++) {
+            if (k < H)
+                p12[k] = w(rank, 12, k);
+            if (k < 6)
+                p13[k] = w(rank, 13, k);
+            p15[k] = w(rank, 15, k);
+        }
+        for (int j = 0; j < NC; j++) {
+            EXPECT_OK(gpuwire_buffer_view_strided(cm, j, H, 1, C, &top[j]));
+            src[j] = bview(cs, j * H, H);
+        }
+        EXPECT_OK(gpuwire_buffer_view_strided(cm, H * C, H, 1, C, &bottom0));
+        EXPECT_OK(gpuwire_buffer_view_strided(cm, 41, R, 1, C, &col41));
+        lastrow = bview(cm, (R - 1) * C + 42, 6);
+        EXPECT_OK(gpuwire_buffer_view_strided(cm, 45, R / 2, 1, 2 * C, &even45));
+        EXPECT_OK(gpuwire_buffer_view_strided(cm, (H - 1) * C + 5, 2, 1, C, &straddle));
+        rowbit = bview(cm, 7 * C + 2, 3);
+        EXPECT_OK(gpuwire_buffer_view_strided(cm, 10, H / 2, 1, 2 * C, &odd10));
+        EXPECT_OK(gpuwire_buffer_view_strided(cm, H * C + C - 1, 3, 2, C, &wrap));
+        EXPECT_OK(gpuwire_group_start());
+        for (int j = 0; j < NC; j++) {
+            EXPECT_OK(gpuwire_recv(c, top[j], prev, 200 + j, NULL));
+            EXPECT_OK(gpuwire_send(c, src[j], next, 200 + j, NULL));
+        }
+        EXPECT_OK(gpuwire_recv(c, bottom0, prev, 190, NULL));
+        EXPECT_OK(gpuwire_send(c, s12, next, 190, NULL));
+        EXPECT_OK(gpuwire_recv(c, col41, prev, 191, NULL));
+        EXPECT_OK(gpuwire_send(c, s15, next, 191, NULL));
+        EXPECT_OK(gpuwire_recv(c, lastrow, prev, 192, NULL));
+        EXPECT_OK(gpuwire_send(c, s13, next, 192, NULL));
+        EXPECT_OK(gpuwire_send(c, even45, next, 193, NULL));
+        EXPECT_OK(gpuwire_recv(c, r45, prev, 193, NULL));
+        EXPECT_STATUS(gpuwire_recv(c, straddle, prev, 194, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+        EXPECT_LAST_ERROR_HAS("overlap");
+        EXPECT_STATUS(gpuwire_recv(c, rowbit, prev, 194, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+        EXPECT_STATUS(gpuwire_send(c, odd10, next, 194, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+        EXPECT_STATUS(gpuwire_recv(c, wrap, prev, 194, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+        EXPECT_OK(gpuwire_group_end());
+        int good = 1;
+        for (int64_t i = 0; i < R && good; i++)
+            for (int64_t j = 0; j < C && good; j++) {
+                int32_t want = j >= 42 ? w(rank, 14, i) : -1;
+                if (i < H && j < NC)
+                    want = w(prev, 11, j * H + i);
+                else if (j == 0)
+                    want = w(prev, 12, i - H);
+                else if (j == 41)
+                    want = w(prev, 15, i);
+                else if (i == R - 1 && j >= 42)
+                    want = w(prev, 13, j - 42);
+                good = mp[i * C + j] == want;
+                if (!good)
+                    fprintf(stderr, "rank %d: column views, element (%lld, %lld) = %d, want %d\n", rank, (long long)i, (long long)j, mp[i * C + j], want);
+            }
+        EXPECT(good);
+        what = "the even rows of a column, sent beside a receive into the last row";
+        EXPECT_SEQ((int32_t *)bptr(r45), R / 2, w(prev, 14, 2 * i));
+        for (int j = 0; j < NC; j++)
+            bfree(top[j]), bfree(src[j]);
+        bfree(bottom0), bfree(col41), bfree(lastrow), bfree(even45), bfree(straddle), bfree(rowbit), bfree(odd10), bfree(wrap);
+        bfree(cm), bfree(cs), bfree(s12), bfree(s13), bfree(s15), bfree(r45);
+    }
     bfree(col0), bfree(col1), bfree(mat);
     in_step(c, "after groups with overlapping buffers refused");
     bfree(lo), bfree(mid), bfree(hi), bfree(a), bfree(r), bfree(r2);
