@@ -78,30 +78,13 @@ impl Memory {
         if made {
             return scan(entries.iter().enumerate().filter(|(_, e)| !e.made), c, op, mine);
         }
-        let Some(ix) = &self.index else { return scan(entries.iter().enumerate(), c, op, mine) };
-        let touched = op.touched(c.rank());
-        for (k, s) in mine.iter().enumerate() {
-            let (Some(s), Some((b, _))) = (*s, touched[k]) else { continue };
-            // A buffer that meets the sets' bytes (which stand for several entries): compared
-            // with every entry (rare in a correct program).
-            let mut near = false;
-            b.each_piece(|p| near = near || ix.written.meets(&p) || (s.writes && ix.read.meets(&p)));
-            if near {
-                scan_one(entries.iter().enumerate(), c, op, k, s)?;
-                continue;
-            }
-            for &i in &ix.made {
-                for o in entries[i].touch.iter().flatten() {
-                    if (s.writes | o.writes) & (s.lo < o.hi) & (o.lo < s.hi) {
-                        overlapping(i, &entries[i], c, op, k)?;
-                    }
-                }
-            }
+        match &self.index {
+            None => scan(entries.iter().enumerate(), c, op, mine),
+            Some(ix) => ix.check(entries, c, op, mine),
         }
-        Ok(())
     }
 
-    /// `entries`' last entry was just added: kept in the maps (made at [`INDEXED`] entries).
+    /// `entries`' last entry was just added: kept in the sets (made at [`INDEXED`] entries).
     #[inline]
     pub(super) fn added(&mut self, entries: &[Entry]) {
         match &mut self.index {
@@ -119,6 +102,35 @@ impl Memory {
 }
 
 impl Index {
+    /// `Memory::check` in a large group (apart from the small group's scan: its cost).
+    #[inline(never)]
+    fn check(&self, entries: &[Entry], c: &Communicator, op: &Op, mine: &Touch) -> Result<()> {
+        let touched = op.touched(c.rank());
+        for (k, s) in mine.iter().enumerate() {
+            let (Some(s), Some((b, _))) = (*s, touched[k]) else { continue };
+            // A buffer that meets the sets' bytes (which stand for several entries): compared
+            // with every entry (rare in a correct program).
+            let meets = |p: &Piece| self.written.meets(p) || (s.writes && self.read.meets(p));
+            let mut near = false;
+            match b.shape() {
+                None => near = meets(&Piece::range(s.lo, s.hi)),
+                Some(_) => b.each_piece(|p| near = near || meets(&p)),
+            }
+            if near {
+                scan_one(entries.iter().enumerate(), c, op, k, s)?;
+                continue;
+            }
+            for &i in &self.made {
+                for o in entries[i].touch.iter().flatten() {
+                    if (s.writes | o.writes) & (s.lo < o.hi) & (o.lo < s.hi) {
+                        overlapping(i, &entries[i], c, op, k)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn add(&mut self, i: usize, e: &Entry) {
         if e.made {
             self.made.push(i);
@@ -127,11 +139,11 @@ impl Index {
         for (b, writes) in e.op.touched(e.c.rank()).into_iter().flatten() {
             // Written bytes are disjoint (refused otherwise); merged anyway, as read ones.
             let m = if writes { &mut self.written } else { &mut self.read };
-            b.each_piece(|p| {
-                if p.len > 0 {
-                    m.add(&p)
-                }
-            });
+            match b.shape() {
+                None if b.bytes() > 0 => m.add(&Piece::range(b.ptr(), b.ptr() + b.bytes())),
+                None => {}
+                Some(_) => b.each_piece(|p| m.add(&p)),
+            }
         }
     }
 }
@@ -147,10 +159,16 @@ struct Bytes {
 }
 
 impl Bytes {
+    #[inline]
     fn add(&mut self, p: &Piece) {
         if p.count == 1 {
-            return merge(&mut self.ranges, p.lo, p.hi());
+            return merge(&mut self.ranges, p.lo, p.lo + p.len);
         }
+        self.add_series(p)
+    }
+
+    #[inline(never)]
+    fn add_series(&mut self, p: &Piece) {
         if let Some(g) = self.grids.iter_mut().find(|g| g.stride == p.stride) {
             return g.add(p);
         }
@@ -163,11 +181,18 @@ impl Bytes {
     }
 
     /// Whether `p` shares a byte with them.
+    #[inline]
     fn meets(&self, p: &Piece) -> bool {
-        let (lo, hi) = (p.lo, p.hi());
         if p.count == 1 {
-            return meets(&self.ranges, lo, hi) || self.grids.iter().any(|g| g.meets_range(lo, hi));
+            let (lo, hi) = (p.lo, p.lo + p.len);
+            return meets(&self.ranges, lo, hi) || (!self.grids.is_empty() && self.grids.iter().any(|g| g.meets_range(lo, hi)));
         }
+        self.meets_series(p)
+    }
+
+    #[inline(never)]
+    fn meets_series(&self, p: &Piece) -> bool {
+        let (lo, hi) = (p.lo, p.hi());
         // The ranges within the series' span, each in O(1); run by run past as many as it has
         // runs (ranges in its gaps: not in a correct program's usual groups).
         let mut seen = 0;
@@ -277,6 +302,7 @@ impl Grid {
 
 /// Whether a range of `m` (disjoint, ordered: only the last one starting below `hi` can) meets
 /// `lo..hi`.
+#[inline]
 fn meets(m: &BTreeMap<usize, usize>, lo: usize, hi: usize) -> bool {
     m.range(..hi).next_back().is_some_and(|(_, h)| *h > lo)
 }
