@@ -102,7 +102,7 @@ impl Memory {
 }
 
 impl Index {
-    /// `Memory::check` in a large group (apart from the small group's scan: its cost).
+    /// `Memory::check` in a large group (a function of its own: a small group's check stays small).
     #[inline(never)]
     fn check(&self, entries: &[Entry], c: &Communicator, op: &Op, mine: &Touch) -> Result<()> {
         let touched = op.touched(c.rank());
