@@ -32,6 +32,11 @@ const INDEXED: usize = 32;
 /// as ranges (a lookup compares a series with every grid of another stride run by run).
 const GRIDS: usize = 8;
 
+/// Series of runs longer than this many bytes are kept as ranges, run by run, not in a [`Grid`]:
+/// a lookup there walks the columns as far back as its widest rectangle is wide (a 2-D block's
+/// rows would make every later lookup walk the whole row: quadratic; a review, 2026-12-06).
+const GRID_RUN_MAX: usize = 64;
+
 /// One buffer an operation touches on this rank: its bytes `lo..hi` (a shaped view's bounding
 /// range), and whether the operation writes it.
 #[derive(Clone, Copy, Debug)]
@@ -169,13 +174,15 @@ impl Bytes {
 
     #[inline(never)]
     fn add_series(&mut self, p: &Piece) {
-        if let Some(g) = self.grids.iter_mut().find(|g| g.stride == p.stride) {
-            return g.add(p);
-        }
-        if self.grids.len() < GRIDS {
-            let mut g = Grid { stride: p.stride, rects: BTreeSet::new(), wide: 1, tall: 1, span: BTreeMap::new() };
-            g.add(p);
-            return self.grids.push(g);
+        if p.len <= GRID_RUN_MAX {
+            if let Some(g) = self.grids.iter_mut().find(|g| g.stride == p.stride) {
+                return g.add(p);
+            }
+            if self.grids.len() < GRIDS {
+                let mut g = Grid { stride: p.stride, levels: Vec::new(), span: BTreeMap::new() };
+                g.add(p);
+                return self.grids.push(g);
+            }
         }
         p.each_run(|lo, hi| merge(&mut self.ranges, lo, hi));
     }
@@ -227,27 +234,45 @@ impl Bytes {
 /// A rectangle of a [`Grid`]: (first column, first row, end column, end row).
 type Rect = (usize, usize, usize, usize);
 
-/// Series of runs of one stride S, as rectangles of the grid whose row r holds bytes
-/// r S..(r + 1) S: run i of a series from byte `lo` lies in row lo / S + i, columns lo % S up to
-/// lo % S + len (those past S continue in the next row from column 0: a second rectangle).
-/// Two series of stride S share a byte iff their rectangles meet.
+/// Series of runs of one stride S (runs of at most [`GRID_RUN_MAX`] bytes), as rectangles of the
+/// grid whose row r holds bytes r S..(r + 1) S: run i of a series from byte `lo` lies in row
+/// lo / S + i, columns lo % S up to lo % S + len (those past S continue in the next row from
+/// column 0: a second rectangle). Two series of stride S share a byte iff their rectangles meet.
+/// The rectangles are kept by height, in [`Level`]s of heights up to a power of two, so that a
+/// tall one does not make the lookups of short ones walk far up their columns.
 struct Grid {
     stride: usize,
+    levels: Vec<Level>,
+    /// The series' spans (first byte to one past the last), merged: start -> end.
+    span: BTreeMap<usize, usize>,
+}
+
+/// The rectangles of a [`Grid`] whose heights are in (2^(class - 1), 2^class].
+struct Level {
+    class: u32,
     /// Ordered by first column, then first row; a series read twice is kept once.
     rects: BTreeSet<Rect>,
     /// The widest rectangle's columns and the tallest's rows (how far back a lookup starts).
     wide: usize,
     tall: usize,
-    /// The series' spans (first byte to one past the last), merged: start -> end.
-    span: BTreeMap<usize, usize>,
 }
 
 impl Grid {
     fn add(&mut self, p: &Piece) {
         for r in self.rects(p).into_iter().flatten() {
-            self.wide = self.wide.max(r.2 - r.0);
-            self.tall = self.tall.max(r.3 - r.1);
-            self.rects.insert(r);
+            let h = r.3 - r.1;
+            let class = usize::BITS - h.saturating_sub(1).leading_zeros();
+            let i = match self.levels.iter().position(|l| l.class == class) {
+                Some(i) => i,
+                None => {
+                    self.levels.push(Level { class, rects: BTreeSet::new(), wide: 1, tall: 1 });
+                    self.levels.len() - 1
+                }
+            };
+            let l = &mut self.levels[i];
+            l.wide = l.wide.max(r.2 - r.0);
+            l.tall = l.tall.max(h);
+            l.rects.insert(r);
         }
         merge(&mut self.span, p.lo, p.hi());
     }
@@ -276,8 +301,16 @@ impl Grid {
         self.holds((c0, r0, s, r0 + 1)) || (r1 > r0 + 1 && self.holds((0, r0 + 1, s, r1))) || (c1 > 0 && self.holds((0, r1, c1, r1 + 1)))
     }
 
-    /// Whether a rectangle meets `q`: those starting in the columns from `wide` before q's
-    /// first up to its end, and in each such column, in the rows from `tall` before q's first.
+    /// Whether a rectangle meets `q`.
+    fn holds(&self, q: Rect) -> bool {
+        self.levels.iter().any(|l| l.holds(q))
+    }
+}
+
+impl Level {
+    /// Whether a rectangle of this level meets `q`: those starting in the columns from `wide`
+    /// before q's first up to its end, and in each such column, in the rows from `tall` before
+    /// q's first.
     fn holds(&self, q: Rect) -> bool {
         let (qc0, qr0, qc1, qr1) = q;
         let from_row = qr0.saturating_sub(self.tall - 1);
@@ -393,5 +426,35 @@ mod tests {
             }
         }
         assert!(met > 10_000 && apart > 10_000, "both answers are tested: {met} {apart}");
+    }
+
+    /// As above, with runs longer than [`GRID_RUN_MAX`] (kept as ranges) beside short ones (in
+    /// grids), and series from 2 to 48 runs tall (several levels of one grid).
+    #[test]
+    fn long_runs_and_tall_series_meet_as_their_byte_set() {
+        let mut rng = Rng(0x7a11);
+        let (mut met, mut apart) = (0, 0);
+        let mut piece = |rng: &mut Rng| {
+            let stride = [128, 160, 256][rng.below(3)];
+            let len = 1 + rng.below(120);
+            let count = 1 + rng.below(48);
+            Piece::new(rng.below(60_000 - (count - 1) * stride - len), len, stride, count)
+        };
+        for _ in 0..150 {
+            let mut bytes = Bytes::default();
+            let mut set = BTreeSet::new();
+            for _ in 0..1 + rng.below(30) {
+                let p = piece(&mut rng);
+                bytes.add(&p);
+                set.extend(byte_set(&p));
+                for _ in 0..8 {
+                    let q = piece(&mut rng);
+                    let want = !set.is_disjoint(&byte_set(&q));
+                    assert_eq!(bytes.meets(&q), want, "{q:?}");
+                    if want { met += 1 } else { apart += 1 }
+                }
+            }
+        }
+        assert!(met > 3_000 && apart > 3_000, "both answers are tested: {met} {apart}");
     }
 }
