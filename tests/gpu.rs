@@ -767,6 +767,52 @@ fn late_allreduce(cx: &Ctx, comm: gpuwire_comm, b: gpuwire_buffer) -> Result<Sta
     Ok(st)
 }
 
+/// GPU case zerocount: v-collectives where rank 0's own part is empty, on device memory, each
+/// followed at once by an allreduce on the same (legacy) stream, 4 rounds, values checked. On
+/// MPI_STAGED (stream-ordered) the empty part took the staged path on rank 0 only: its engine
+/// synchronized the stream, which waited for the engine's next flag (a hang at the first round
+/// on the null device; a helper's bug hunt, 2026-12-06).
+fn zero_count(cx: &Ctx) -> Result<(), String> {
+    let (p, me) = (cx.size as usize, cx.rank as usize);
+    // 1 MiB a rank but rank 0's: the staging copies give the caller time to issue the next call.
+    let n = 1usize << 18;
+    let counts: Vec<i64> = (0..p).map(|r| if r == 0 { 0 } else { n as i64 }).collect();
+    let total = n * (p - 1);
+    let f = Dtype::GPUWIRE_FLOAT32;
+    let (send, part, gathered, a, b) = (dev_alloc(total, f), dev_alloc(counts[me] as usize, f), dev_alloc(total, f), dev_alloc(4, f), dev_alloc(4, f));
+    let s: *mut c_void = std::ptr::null_mut();
+    let floats = |v: f32, k: usize| (0..k).flat_map(|_| v.to_le_bytes()).collect::<Vec<u8>>();
+    let back = |buf: gpuwire_buffer, k: usize| -> Vec<f32> {
+        let mut v = vec![0f32; k];
+        ok(gpuwire_buffer_copy_to_host(buf, v.as_mut_ptr().cast(), s), "copy_to_host");
+        v
+    };
+    for round in 0..4 {
+        let r = round as f32;
+        ok(gpuwire_buffer_copy_from_host(send, floats(me as f32 + 1.0 + r, total).as_ptr().cast(), s), "copy_from_host");
+        ok(gpuwire_buffer_copy_from_host(a, floats(me as f32 + r, 4).as_ptr().cast(), s), "copy_from_host");
+        ok(gpuwire_reduce_scatterv(cx.comm, send, part, counts.as_ptr(), ReduceOp::GPUWIRE_SUM as i32, s), "reduce_scatterv");
+        ok(gpuwire_allreduce(cx.comm, a, b, ReduceOp::GPUWIRE_SUM as i32, s), "allreduce after reduce_scatterv");
+        ok(gpuwire_allgatherv(cx.comm, part, gathered, counts.as_ptr(), s), "allgatherv");
+        ok(gpuwire_allreduce(cx.comm, a, b, ReduceOp::GPUWIRE_SUM as i32, s), "allreduce after allgatherv");
+        let sum = (p * (p + 1) / 2) as f32 + p as f32 * r;
+        let ranks = (p * (p - 1) / 2) as f32 + p as f32 * r;
+        if let Some(x) = back(b, 4).iter().find(|x| **x != ranks) {
+            return Err(format!("round {round}: allreduce gave {x}, expected {ranks}"));
+        }
+        if let Some(x) = back(part, counts[me] as usize).iter().find(|x| **x != sum) {
+            return Err(format!("round {round}: reduce_scatterv gave {x}, expected {sum}"));
+        }
+        if let Some(x) = back(gathered, total).iter().find(|x| **x != sum) {
+            return Err(format!("round {round}: allgatherv gave {x}, expected {sum}"));
+        }
+    }
+    for buf in [send, part, gathered, a, b] {
+        gpuwire_buffer_free(buf);
+    }
+    Ok(())
+}
+
 fn timeout_skipped_collective(cx: &Ctx) -> Result<(), String> {
     // Timeout 2 s: the last rank skips an allreduce; the others must get TIMEOUT within about the
     // deadline (no hang), and the communicator is broken afterwards.
@@ -4053,6 +4099,7 @@ fn main() {
             "nbcmixed" => mixed_memory_kinds(&cx),
             "split" => split_allreduce(&cx),
             "vcoll" => vcoll_device(&cx),
+            "zerocount" => zero_count(&cx),
             "directrefused" => direct_refused(&cx),
             "groupblame" => group_blame(&cx),
             "views" => views_device(&cx),

@@ -118,8 +118,15 @@ fn plan(c: &Communicator, parts: &[(Arc<Buffer>, Role)], ticket: &Arc<Ticket>) -
     let mut staged: Vec<usize> = Vec::new();
     for (i, (b, role)) in parts.iter().enumerate() {
         crate::backend::devstate::check_device(c, b)?;
-        if b.is_host() || *role == Role::Unused || b.bytes() == 0 {
+        if b.is_host() || *role == Role::Unused {
             subs[i] = Some(b.clone());
+        } else if b.bytes() == 0 {
+            // Nothing to stage; but host memory on the host side, as the staged parts are, so
+            // that its MPI calls are plain MPI's as on every other rank and it never waits for a
+            // stream (an empty device part took the staged path there, on one rank only: its
+            // engine synchronized the caller's stream, which waited for the engine's next flag;
+            // a helper's bug hunt, 2026-12-06).
+            subs[i] = Some(Arc::new(Buffer::staging(b.ptr(), 0, b.dtype(), device)));
         } else {
             staged.push(i);
         }
