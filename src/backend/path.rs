@@ -96,6 +96,9 @@ impl Operation {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OpSet(u32);
 
+// One bit per operation.
+const _: () = assert!(Operation::ALL.len() <= 32);
+
 impl OpSet {
     /// The set of `ops`.
     pub const fn of(ops: &[Operation]) -> OpSet {
