@@ -87,7 +87,10 @@ def generate(text):
         out += ["", f"class {class_name(sname)}(ctypes.Structure):", f'    """{sname}, field for field."""', "",
                 "    _fields_ = ["]
         out += [f'        ("{f}", {ctype(k, h.structs)}),' for f, k in fields]
-        out += ["    ]", ""]
+        out += ["    ]", "",
+                "    def __repr__(self):",
+                '        return f"{type(self).__name__}(" + ", ".join(f"{n}={getattr(self, n)!r}" for n, *_ in self._fields_) + ")"',
+                ""]
     out += [
         "",
         "# ---- functions ---------------------------------------------------------------------------------",

@@ -210,6 +210,9 @@ class Config(ctypes.Structure):
         ("p2p_matching", c_int32),
     ]
 
+    def __repr__(self):
+        return f"{type(self).__name__}(" + ", ".join(f"{n}={getattr(self, n)!r}" for n, *_ in self._fields_) + ")"
+
 
 class StatusT(ctypes.Structure):
     """gpuwire_status_t, field for field."""
@@ -220,6 +223,9 @@ class StatusT(ctypes.Structure):
         ("count", c_int64),
         ("error", c_int32),
     ]
+
+    def __repr__(self):
+        return f"{type(self).__name__}(" + ", ".join(f"{n}={getattr(self, n)!r}" for n, *_ in self._fields_) + ")"
 
 
 # ---- functions ---------------------------------------------------------------------------------

@@ -475,6 +475,7 @@ def status(world):
     wide = np.full(5, -1, np.int32)
     st = world.recv_status(wide)
     check(st.source == left and st.tag == 23 and st.count == 3, "recv_status with wildcards")
+    check(repr(st) == f"StatusT(source={left}, tag=23, count=3, error=0)", f"a status prints its fields: {st!r}")
     check((wide[:3] == np.arange(3) + 10 * left).all() and (wide[3:] == -1).all(), "a shorter message")
     r.wait()
     rq = [world.irecv_status(wide, left, 24), world.isend(out, right, 24)]
