@@ -804,8 +804,8 @@ gpuwire_status gpuwire_buffer_alloc(int64_t count,
  * explicit space is checked against CUDA's answer. `ptr` may be NULL only when `count` is 0.
  *
  * Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`out`, or `ptr` NULL with
- * count > 0), GPUWIRE_ERROR_INVALID_ARGUMENT (negative count, misaligned pointer, space that
- * contradicts CUDA), GPUWIRE_ERROR_BACKEND_UNAVAILABLE (GPUWIRE_SPACE_DEVICE without a
+ * count > 0), GPUWIRE_ERROR_INVALID_ARGUMENT (negative count, a pointer not aligned as the
+ * element is in C: complex64 and the 32-bit pairs to 4 bytes; space that contradicts CUDA), GPUWIRE_ERROR_BACKEND_UNAVAILABLE (GPUWIRE_SPACE_DEVICE without a
  * CUDA driver), GPUWIRE_ERROR_UNSUPPORTED_DTYPE, GPUWIRE_ERROR_NOT_INITIALIZED.
  */
 gpuwire_status gpuwire_buffer_wrap(void *ptr,
@@ -1303,7 +1303,8 @@ gpuwire_status gpuwire_darray_create_cart(gpuwire_comm comm,
  * Ownership: the program keeps the memory; gpuwire never frees it (gpuwire_darray_free frees
  * the handle only); it must stay valid, and hold that many elements, until the array and every
  * view of it are freed. Requirements checked: `ptr` is not NULL unless the storage has no
- * elements; it is aligned to its element size (up to 8 bytes); a declared space matches what
+ * elements; it is aligned as its element is in C (complex64 and the 32-bit pairs to 4 bytes,
+ * complex128 and float64_int32 to 8, the others to their size); a declared space matches what
  * CUDA reports; every rank passes the same kind of memory (host or device). The size cannot
  * be checked: a smaller allocation is the program's error. Nothing is written to the memory
  * at creation (it is not zeroed).

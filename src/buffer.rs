@@ -356,11 +356,12 @@ impl Buffer {
         if ptr == 0 && count > 0 {
             return Err(Error::NullArgument(format!("the pointer is NULL but count is {count} (NULL is only allowed with count 0)")));
         }
-        if ptr % dtype.size().min(8) != 0 && dtype.size() > 1 {
+        if ptr % dtype.align() != 0 {
             return Err(Error::InvalidArgument(format!(
-                "pointer {ptr:#x} is not aligned for {} ({}-byte elements)",
+                "pointer {ptr:#x} is not aligned for {} ({}-byte elements, aligned to {} bytes)",
                 dtype.name(),
-                dtype.size()
+                dtype.size(),
+                dtype.align()
             )));
         }
         let (detected, device) = device::detect_space(ptr)?;

@@ -285,6 +285,18 @@ impl Dtype {
         }
     }
 
+    /// The alignment of an element in C, C++ and Fortran: its component's (a complex's real
+    /// part's; a pair's wider member's), so 4 for complex64 and the float32 and int32 pairs,
+    /// whose elements are 8 bytes.
+    pub fn align(self) -> usize {
+        use Dtype::*;
+        match self {
+            GPUWIRE_COMPLEX64 | GPUWIRE_FLOAT32_INT32 | GPUWIRE_INT32_INT32 => 4,
+            GPUWIRE_COMPLEX128 | GPUWIRE_FLOAT64_INT32 => 8,
+            d => d.size(),
+        }
+    }
+
     pub fn is_integer(self) -> bool {
         (self as i32) <= Dtype::GPUWIRE_UINT64 as i32
     }

@@ -39,8 +39,8 @@ pub extern "C" fn gpuwire_buffer_alloc(count: i64, dtype: i32, space: i32, devic
 /// explicit space is checked against CUDA's answer. `ptr` may be NULL only when `count` is 0.
 ///
 /// Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`out`, or `ptr` NULL with
-/// count > 0), GPUWIRE_ERROR_INVALID_ARGUMENT (negative count, misaligned pointer, space that
-/// contradicts CUDA), GPUWIRE_ERROR_BACKEND_UNAVAILABLE (GPUWIRE_SPACE_DEVICE without a
+/// count > 0), GPUWIRE_ERROR_INVALID_ARGUMENT (negative count, a pointer not aligned as the
+/// element is in C: complex64 and the 32-bit pairs to 4 bytes; space that contradicts CUDA), GPUWIRE_ERROR_BACKEND_UNAVAILABLE (GPUWIRE_SPACE_DEVICE without a
 /// CUDA driver), GPUWIRE_ERROR_UNSUPPORTED_DTYPE, GPUWIRE_ERROR_NOT_INITIALIZED.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_buffer_wrap(ptr: *mut c_void, count: i64, dtype: i32, space: i32, out: *mut gpuwire_buffer) -> gpuwire_status {

@@ -262,7 +262,8 @@ pub extern "C" fn gpuwire_darray_create_cart(
 /// Ownership: the program keeps the memory; gpuwire never frees it (gpuwire_darray_free frees
 /// the handle only); it must stay valid, and hold that many elements, until the array and every
 /// view of it are freed. Requirements checked: `ptr` is not NULL unless the storage has no
-/// elements; it is aligned to its element size (up to 8 bytes); a declared space matches what
+/// elements; it is aligned as its element is in C (complex64 and the 32-bit pairs to 4 bytes,
+/// complex128 and float64_int32 to 8, the others to their size); a declared space matches what
 /// CUDA reports; every rank passes the same kind of memory (host or device). The size cannot
 /// be checked: a smaller allocation is the program's error. Nothing is written to the memory
 /// at creation (it is not zeroed).

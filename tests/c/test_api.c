@@ -384,6 +384,27 @@ static void buffers(void)
                                       GPUWIRE_FLOAT32, GPUWIRE_SPACE_HOST, &w),
                   GPUWIRE_ERROR_INVALID_ARGUMENT);
     EXPECT_LAST_ERROR_HAS("not aligned");
+    /* Elements are aligned as in C: a complex64 (two floats) and the 32-bit pairs to 4 bytes
+     * (a Fortran complex(real32) or a std::complex<float> at an address 4 mod 8 was refused),
+     * a complex128 and the float64 pair to 8. `wrapped` is 8-byte aligned. */
+    {
+        char *at4 = (char *)wrapped + 4, *at2 = (char *)wrapped + 2;
+        EXPECT_OK(gpuwire_buffer_wrap(at4, 1, GPUWIRE_COMPLEX64, GPUWIRE_SPACE_HOST, &w));
+        EXPECT_OK(gpuwire_buffer_free(w));
+        EXPECT_OK(gpuwire_buffer_wrap(at4, 1, GPUWIRE_FLOAT32_INT32, GPUWIRE_SPACE_HOST, &w));
+        EXPECT_OK(gpuwire_buffer_free(w));
+        EXPECT_OK(gpuwire_buffer_wrap(at4, 1, GPUWIRE_INT32_INT32, GPUWIRE_SPACE_HOST, &w));
+        EXPECT_OK(gpuwire_buffer_free(w));
+        EXPECT_STATUS(gpuwire_buffer_wrap(at2, 1, GPUWIRE_COMPLEX64, GPUWIRE_SPACE_HOST, &w),
+                      GPUWIRE_ERROR_INVALID_ARGUMENT);
+        EXPECT_LAST_ERROR_HAS("aligned to 4 bytes");
+        EXPECT_STATUS(gpuwire_buffer_wrap(at4, 1, GPUWIRE_COMPLEX128, GPUWIRE_SPACE_HOST, &w),
+                      GPUWIRE_ERROR_INVALID_ARGUMENT);
+        EXPECT_STATUS(gpuwire_buffer_wrap(at4, 1, GPUWIRE_FLOAT64_INT32, GPUWIRE_SPACE_HOST, &w),
+                      GPUWIRE_ERROR_INVALID_ARGUMENT);
+        EXPECT_STATUS(gpuwire_buffer_wrap(at4, 1, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, &w),
+                      GPUWIRE_ERROR_INVALID_ARGUMENT);
+    }
     EXPECT_STATUS(gpuwire_buffer_wrap(storage, 4, GPUWIRE_INT8, 7, &w),
                   GPUWIRE_ERROR_INVALID_ARGUMENT);
 

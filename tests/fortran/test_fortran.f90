@@ -55,6 +55,7 @@ program test_fortran
   call test_vcollectives()
   call test_nonblocking_and_groups()
   call test_group_plain_variables()
+  call test_complex_alignment()
   call test_scans_and_pairs()
   call test_darray()
   call test_every_kind()
@@ -687,6 +688,29 @@ contains
   ! gpuwire_group_depth, and the forms on plain variables inside a group: refused (the group
   ! would run them at its end, after the compiler freed its copy of y(2,:): the result was lost,
   ! and the next copy at the same address was refused as overlapping), as they work outside.
+  ! A complex(real32) needs 4-byte alignment only: the component z below lies at 4 mod 8 (after
+  ! a real64 and a real32), and the plain-variable forms take it (refused as "not aligned"
+  ! before: a new user's bug hunt, 2026-12-06).
+  subroutine test_complex_alignment()
+    use iso_c_binding, only: c_loc, c_intptr_t
+    type :: holder
+      real(real64) :: a
+      real(real32) :: w
+      complex(real32) :: z(2)
+    end type holder
+    type(holder), target :: h
+    complex(real32) :: s(2)
+    integer :: st
+    h%a = 0
+    h%w = 0
+    h%z = cmplx(rank + 1, 2 * (rank + 1), real32)
+    s = h%z
+    call expect(mod(transfer(c_loc(h%z), 0_c_intptr_t), 8_c_intptr_t) == 4, 'the complex(real32) component lies at 4 mod 8')
+    call gpuwire_allreduce(world, s, h%z, GPUWIRE_SUM, ierror=st)
+    call expect_status(st, int(GPUWIRE_SUCCESS), 'allreduce into a complex(real32) at 4 mod 8')
+    call expect(all(h%z == cmplx(nranks * (nranks + 1) / 2, nranks * (nranks + 1), real32)), 'its sum')
+  end subroutine test_complex_alignment
+
   subroutine test_group_plain_variables()
     real(real64) :: x(4), y(3, 4), z(3, 4)
     integer :: depth, st
