@@ -846,6 +846,7 @@ contains
     integer(c_int32_t) :: me, depth
     integer(c_int) :: st, wst, fst
     logical :: two
+    character(len=1024) :: wmsg
     select case (which)
     case (1, 2); name = 'gpuwire_allreduce'
     case (3); name = 'gpuwire_reduce'
@@ -873,6 +874,10 @@ contains
     end if
     if (wst == GPUWIRE_SUCCESS .and. two) wst = c_wrap(pr, nr, dtype, GPUWIRE_SPACE_HOST, rb)
     if (wst /= GPUWIRE_SUCCESS) then
+      ! The wrap's message, before the collective below (with no buffers, so that the other
+      ! ranks do not wait) replaces it.
+      f_message_newer = .false.
+      call gw_last_error(wmsg)
       if (sb /= 0) fst = c_free(sb)
       sb = 0
       rb = 0
@@ -887,7 +892,7 @@ contains
     case default; st = c_bcast(comm%handle, sb, int(root, c_int32_t), stream_or_null(stream))
     end select
     if (wst /= GPUWIRE_SUCCESS) then
-      call finish(wst, name, ierror)
+      call fail(wst, name, trim(wmsg), ierror)
       return
     end if
     fst = c_free(sb)
