@@ -100,6 +100,9 @@ for l in sys.stdin:
     GPUWIRE_BACKEND=ipc NULLDEV_IPC=1
   run_cases ipc-np3 3 nbcmixed,nbc GPUWIRE_BACKEND=ipc NULLDEV_IPC=1
   run_cases ipc-check 2 nbcmixed GPUWIRE_BACKEND=ipc NULLDEV_IPC=1 GPUWIRE_CHECK=1
+  # Without the progress thread, pending receives progress only in gpuwire's calls (ipcprogress
+  # part E: a test of an irecv must not wait there for its sender's stream).
+  run_cases ipc-nothread 2 ipcprogress,p2pstatus GPUWIRE_BACKEND=ipc NULLDEV_IPC=1 GPUWIRE_PROGRESS_THREAD=0
   # Two communicators broken by a timeout one after the other, each created after the last was
   # freed: the second's creation hung when the first's IPC duplicates were freed (a late rank's
   # message on them reached the second, which MPI gave the same context id).

@@ -2542,6 +2542,7 @@ fn ipc_mixed(cx: &Ctx) -> Result<(), String> {
 /// C. a device allreduce on another (dup'ed) IPC communicator.
 /// Rank 1 sends, then makes the same call. Every part must finish, with the right data.
 /// D. (the other way round) host isends in flight while their sender waits in a gpuwire barrier.
+/// E. a test of an irecv whose sender's stream has not reached the send returns at once.
 fn ipc_progress(cx: &Ctx) -> Result<(), String> {
     let (r, s) = (cx.rank, cx.stream as *mut c_void);
     let n = 1usize << 20;
@@ -2634,6 +2635,41 @@ fn ipc_progress(cx: &Ctx) -> Result<(), String> {
     }
     gpuwire_buffer_free(hb);
     println!("rank {r}: ipcprogress part D: {:.1} ms", t0.elapsed().as_secs_f64() * 1e3);
+    // E. An irecv whose sender's stream has not reached its send yet: rank 1 runs a 500 ms
+    // kernel, then isends 4 MiB (stream-ordered: the header goes at once, the data is ready
+    // after the kernel). Rank 0's test of its irecv, 50 ms after a raw barrier that follows the
+    // isend, returns at once, not complete (it waited on the host for the sender's stream
+    // before); the wait then completes with the data.
+    let b = dev_alloc(n, Dtype::GPUWIRE_FLOAT32);
+    let mut rq = 0u64;
+    if r == 1 {
+        upload(b, &f32s(&vec![11.0; n]));
+        spin(&cx.kernels, 500_000_000, cx.stream);
+        ok(gpuwire_isend(cx.comm, b, 0, 68, s, &mut rq), "isend after a kernel");
+    } else if r == 0 {
+        upload(b, &f32s(&vec![0.0; n]));
+        ok(gpuwire_irecv(cx.comm, b, 1, 68, s, &mut rq), "irecv");
+    }
+    let rc = unsafe { mpi::ffi::MPI_Barrier(mpi::ffi::RSMPI_COMM_WORLD) };
+    if rc != 0 {
+        return Err(format!("part E: MPI_Barrier returned {rc}"));
+    }
+    if r == 0 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let mut flag = 0;
+        let t0 = Instant::now();
+        ok(gpuwire_test(&mut rq, &mut flag), "test(irecv)");
+        let took = t0.elapsed().as_secs_f64() * 1e3;
+        if took > 100.0 {
+            return Err(format!("part E: a test of an irecv took {took:.1} ms (it waited for the sender's stream)"));
+        }
+        ok(gpuwire_wait(&mut rq), "wait(irecv)");
+        all_f32(&download(b, n * 4), 11.0).map_err(|e| format!("part E: received: {e}"))?;
+        println!("rank 0: ipcprogress part E: the test took {took:.2} ms (flag {flag})");
+    } else if r == 1 {
+        ok(gpuwire_wait(&mut rq), "wait(isend)");
+    }
+    gpuwire_buffer_free(b);
     Ok(())
 }
 

@@ -578,6 +578,21 @@ impl RecvOp {
                         K_INLINE if refused => Ok(()),
                         K_INLINE => deliver(self.dst, &h.data[..n.min(SMALL)], self.stream, self.shared),
                         K_LOCAL | K_HANDLE => {
+                            let sender_ok = (h.src as usize) < s.p && (h.cell as usize) < shm::CELLS;
+                            if !sender_ok {
+                                self.state = RState::Done;
+                                return Err(Error::Internal(format!("recv: a header from rank {} names completion cell {}", h.src, h.cell)));
+                            }
+                            // A stream-ordered send's data is ready once the sender's stream wrote
+                            // its `ready` word. A receive that completes on the host (not `so`)
+                            // comes back until then, with nothing claimed: it never blocks the
+                            // progress of other operations, and its call keeps its deadline.
+                            let gw = &s.seg.slot(h.src as usize).cgpu[h.cell as usize];
+                            let ordered = h.ordered != 0 && h.kind == K_HANDLE;
+                            let g32 = h.generation as u32;
+                            if ordered && !refused && !self.so && !shm::reached(&gw.ready, g32) {
+                                return Ok(());
+                            }
                             // The mapping lock before the claim: a caller for another owner
                             // that cannot take it now comes back later, with nothing claimed.
                             let mut mapg = if h.kind == K_HANDLE {
@@ -590,11 +605,6 @@ impl RecvOp {
                             } else {
                                 None
                             };
-                            let sender_ok = (h.src as usize) < s.p && (h.cell as usize) < shm::CELLS;
-                            if !sender_ok {
-                                self.state = RState::Done;
-                                return Err(Error::Internal(format!("recv: a header from rank {} names completion cell {}", h.src, h.cell)));
-                            }
                             let word = &s.seg.slot(h.src as usize).cells[h.cell as usize];
                             // Claimed before the sender's memory is read: a sender that gave up
                             // first (timed out) has returned, and its buffer may be gone.
@@ -605,9 +615,6 @@ impl RecvOp {
                                     h.src
                                 )));
                             }
-                            let gw = &s.seg.slot(h.src as usize).cgpu[h.cell as usize];
-                            let ordered = h.ordered != 0 && h.kind == K_HANDLE;
-                            let g32 = h.generation as u32;
                             if let Some((st, e)) = self.verdict(&h) {
                                 drop(mapg);
                                 if ordered {
@@ -633,8 +640,7 @@ impl RecvOp {
                                 })
                             } else if ordered {
                                 // Complete on return: after the sender's stream reached the send
-                                // (its `ready` word, read on the host), copy and wait.
-                                let _ = shm::spin_until(None, || false, || Ok(shm::reached(&gw.ready, g32)));
+                                // (its `ready` word, read on the host above), copy and wait.
                                 let m = mapg.as_mut().expect("taken for K_HANDLE");
                                 s.import(m, h.src as usize, &h.rec).and_then(|src| {
                                     self.copy_mapped(src, n)?;
