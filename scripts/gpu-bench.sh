@@ -50,6 +50,11 @@
 #   two ranks sharing GPU 0, 1 KiB .. 16 MiB, receives copying through the mapping as one linear
 #   copy and as 2-D copies (GPUWIRE_IPC_COPY_ROWS=0 / 1), same run, to decide its default:
 #   ipc-linear, ipc-rows  gpuwire-ipc-linear, gpuwire-ipc-rows                            stock
+# p2pstaged (issue 19; only when named in GPUWIRE_BENCH_STEPS): IPC send/recv and the halo group,
+#   two ranks sharing GPU 0, 1 KiB .. 16 MiB, device messages above 1 KiB never staged through
+#   host memory (GPUWIRE_IPC_STAGED_MAX=0: copied through the mapping) and always (16 MiB),
+#   alternately, same run, to place the default:
+#   ipc-mapped, ipc-staged  gpuwire-ipc-mapped, gpuwire-ipc-staged                         stock
 # then one combined table (size x method, median), bus bandwidth tables, the gpuwire-nccl vs
 # raw-nccl tables and the target checks (bench/summarize.py).
 #
@@ -196,6 +201,12 @@ if [[ " ${STEPS//,/ } " == *" copyrows "* ]]; then
   for r in 0 1 0 1; do
     name=$([ "$r" = 1 ] && echo rows || echo linear)
     CUDA_VISIBLE_DEVICES=0 GPUWIRE_IPC_COPY_ROWS=$r step "ipc-$name" 60 stock -x GPUWIRE_IPC_COPY_ROWS "$B/gpuwire-bench" device --backend ipc --op sendrecv,halo --min-bytes 1K --max-bytes 16M --target-ms 5 --reps 3 --tag "$name"
+  done
+fi
+if [[ " ${STEPS//,/ } " == *" p2pstaged "* ]]; then
+  for m in 0 16777216 0 16777216; do
+    name=$([ "$m" = 0 ] && echo mapped || echo staged)
+    CUDA_VISIBLE_DEVICES=0 GPUWIRE_IPC_STAGED_MAX=$m step "ipc-$name" 60 stock -x GPUWIRE_IPC_STAGED_MAX "$B/gpuwire-bench" device --backend ipc --op sendrecv,halo --min-bytes 1K --max-bytes 16M --target-ms 5 --reps 3 --tag "$name"
   done
 fi
 if [[ " ${STEPS//,/ } " == *" halo3d "* ]]; then

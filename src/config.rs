@@ -11,6 +11,7 @@
 //! | `GPUWIRE_CUDA_AWARE` | 0 or 1: override the MPI's answer to "does it accept device pointers?" | unset |
 //! | `GPUWIRE_P2P_MATCHING` | backend or mpi: how device point-to-point messages are matched (`P2pMatching`) | backend |
 //! | `GPUWIRE_HIER_MIN_BYTES` | bytes: HIER's device calls below it take the flat staged path (0 = none) | 65536 |
+//! | `GPUWIRE_IPC_STAGED_MAX` | bytes: between ranks sharing a GPU, IPC device sends above 1 KiB up to it are staged through host memory (0 = none) | 262144 |
 
 use std::time::Duration;
 
@@ -31,7 +32,8 @@ pub(crate) const DEFAULT_HIER_MIN_BYTES: usize = 64 << 10;
 /// 1.22 against 1.00 ms at 1 MiB, 1.62 against 1.85 ms at 2 MiB.
 pub(crate) const DEFAULT_HIER_MIN_BYTES_SHARED_GPU: usize = 2 << 20;
 
-fn parse_hier_min(v: &str) -> Option<usize> {
+/// A number of bytes >= 0 (`GPUWIRE_HIER_MIN_BYTES`, `GPUWIRE_IPC_STAGED_MAX`).
+fn parse_byte_count(v: &str) -> Option<usize> {
     v.trim().parse::<usize>().ok()
 }
 
@@ -41,9 +43,24 @@ fn parse_hier_min(v: &str) -> Option<usize> {
 pub(crate) fn hier_min_bytes(shared_gpu: bool) -> Result<usize> {
     let default = if shared_gpu { DEFAULT_HIER_MIN_BYTES_SHARED_GPU } else { DEFAULT_HIER_MIN_BYTES };
     match std::env::var("GPUWIRE_HIER_MIN_BYTES") {
-        Ok(v) => parse_hier_min(&v).ok_or_else(|| bad_env("GPUWIRE_HIER_MIN_BYTES", &v, "a number of bytes >= 0")),
+        Ok(v) => parse_byte_count(&v).ok_or_else(|| bad_env("GPUWIRE_HIER_MIN_BYTES", &v, "a number of bytes >= 0")),
         Err(_) => Ok(default),
     }
+}
+
+/// `GPUWIRE_IPC_STAGED_MAX`'s default: between ranks sharing a GPU, IPC sends of device memory
+/// from 1 KiB + 1 up to this many bytes go as MPI messages staged through pinned host memory
+/// (`backend::ipc::p2p`). Measured on an H100 (18th session, `GPUWIRE_BENCH_STEPS=p2pstaged
+/// bash scripts/gpu-bench.sh`, docs/PERFORMANCE.md): send/recv one way 21–73 µs staged against
+/// 150 µs through the mapping from 2 KiB to 256 KiB; at 512 KiB 116 against 151 µs for one
+/// message but 2.3 ms against 0.32 ms for a halo group's two, and from 1 MiB 2.8 ms and more.
+pub(crate) const DEFAULT_IPC_STAGED_MAX: usize = 256 << 10;
+
+/// `GPUWIRE_IPC_STAGED_MAX` of this process (read once; a bad value fails the configuration
+/// first, see `Config::from_lookup`), else the default.
+pub(crate) fn ipc_staged_max() -> usize {
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| std::env::var("GPUWIRE_IPC_STAGED_MAX").ok().and_then(|v| parse_byte_count(&v)).unwrap_or(DEFAULT_IPC_STAGED_MAX))
 }
 
 /// A validated configuration.
@@ -160,7 +177,12 @@ impl Config {
         if let Some(v) = lookup("GPUWIRE_HIER_MIN_BYTES") {
             // Read by the HIER backend (`hier_min_bytes`); checked here so that a bad value is an
             // error also where HIER is not used.
-            parse_hier_min(&v).ok_or_else(|| bad_env("GPUWIRE_HIER_MIN_BYTES", &v, "a number of bytes >= 0"))?;
+            parse_byte_count(&v).ok_or_else(|| bad_env("GPUWIRE_HIER_MIN_BYTES", &v, "a number of bytes >= 0"))?;
+        }
+        if let Some(v) = lookup("GPUWIRE_IPC_STAGED_MAX") {
+            // Read by the IPC backend (`ipc_staged_max`); checked here so that a bad value is an
+            // error, not the default.
+            parse_byte_count(&v).ok_or_else(|| bad_env("GPUWIRE_IPC_STAGED_MAX", &v, "a number of bytes >= 0"))?;
         }
         if let Some(v) = lookup("GPUWIRE_CHUNK_BYTES") {
             c.chunk_bytes = v
@@ -277,6 +299,8 @@ mod tests {
         assert!(with(&[("GPUWIRE_CHUNK_BYTES", "9223372036854775807")]).is_ok());
         assert!(with(&[("GPUWIRE_HIER_MIN_BYTES", "-1")]).is_err());
         assert!(with(&[("GPUWIRE_HIER_MIN_BYTES", "0")]).is_ok());
+        assert!(with(&[("GPUWIRE_IPC_STAGED_MAX", "256K")]).unwrap_err().to_string().contains("GPUWIRE_IPC_STAGED_MAX"));
+        assert!(with(&[("GPUWIRE_IPC_STAGED_MAX", "0")]).is_ok() && with(&[("GPUWIRE_IPC_STAGED_MAX", "1048576")]).is_ok());
         assert!(with(&[("GPUWIRE_STAGING", "mapped")]).is_err());
         assert_eq!(with(&[("GPUWIRE_P2P_MATCHING", " MPI ")]).unwrap().p2p_matching, P2pMatching::GPUWIRE_P2P_MATCHING_MPI);
         assert_eq!(with(&[("GPUWIRE_P2P_MATCHING", "backend")]).unwrap().p2p_matching, P2pMatching::GPUWIRE_P2P_MATCHING_BACKEND);

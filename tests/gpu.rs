@@ -3179,19 +3179,10 @@ fn nbc_two_streams(cx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
-/// Point-to-point of more than 1 KiB across ranks, every pairing of stream-ordered blocking
-/// forms (send, recv, sendrecv) with host-completing ones (isend, irecv), the data produced by a
-/// kernel behind a 20 ms spin on the sender's stream and read after a stream synchronization;
-/// then a receive of the wrong size of a blocking send refused on the receiver, the sender's
-/// stream not left waiting. Values: rank r sends r + 1 + k in round k.
-fn p2p_stream_ordered(cx: &Ctx) -> Result<(), String> {
+/// `p2p_stream_ordered`'s forms with messages of `n` float32.
+fn p2p_stream_ordered_forms(cx: &Ctx, n: usize) -> Result<(), String> {
     let (r, p, s) = (cx.rank, cx.size, cx.stream as *mut c_void);
-    if p < 2 {
-        println!("rank {r}: p2pordered: needs 2 ranks, skipped (NOT RUN)");
-        return Ok(());
-    }
     let (to, from) = ((r + 1) % p, (r + p - 1) % p);
-    let n = 1usize << 16;
     let (a, b) = (dev_alloc(n, Dtype::GPUWIRE_FLOAT32), dev_alloc(n, Dtype::GPUWIRE_FLOAT32));
     let forms = ["send/recv", "send/irecv", "isend/recv", "sendrecv"];
     for (k, form) in forms.iter().enumerate() {
@@ -3230,9 +3221,33 @@ fn p2p_stream_ordered(cx: &Ctx) -> Result<(), String> {
             }
         }
         let took = t0.elapsed().as_secs_f64() * 1e3;
-        all_f32(&download(b, n * 4), (from as usize + 1 + k) as f32).map_err(|e| format!("{form}: {e}"))?;
-        println!("rank {r}: p2pordered: {form} right, the calls took {took:.1} ms on the host (a 20 ms kernel before)");
+        all_f32(&download(b, n * 4), (from as usize + 1 + k) as f32).map_err(|e| format!("{form} of {n} float32: {e}"))?;
+        println!("rank {r}: p2pordered: {form} of {n} float32 right, the calls took {took:.1} ms on the host (a 20 ms kernel before)");
     }
+    gpuwire_buffer_free(a);
+    gpuwire_buffer_free(b);
+    Ok(())
+}
+
+/// Point-to-point of more than 1 KiB across ranks, every pairing of stream-ordered blocking
+/// forms (send, recv, sendrecv) with host-completing ones (isend, irecv), the data produced by a
+/// kernel behind a 20 ms spin on the sender's stream and read after a stream synchronization;
+/// then a receive of the wrong size of a blocking send refused on the receiver, the sender's
+/// stream not left waiting. Values: rank r sends r + 1 + k in round k. The forms with two sizes:
+/// 256 KiB (on IPC between ranks sharing a GPU staged through host memory,
+/// `GPUWIRE_IPC_STAGED_MAX`) and 1 MiB (there copied through the mapping, stream-ordered).
+fn p2p_stream_ordered(cx: &Ctx) -> Result<(), String> {
+    let (r, p, s) = (cx.rank, cx.size, cx.stream as *mut c_void);
+    if p < 2 {
+        println!("rank {r}: p2pordered: needs 2 ranks, skipped (NOT RUN)");
+        return Ok(());
+    }
+    for n in [1usize << 16, 1 << 18] {
+        p2p_stream_ordered_forms(cx, n)?;
+    }
+    // 1 MiB: stream-ordered through the mapping also between ranks sharing a GPU.
+    let n = 1usize << 18;
+    let (a, b) = (dev_alloc(n, Dtype::GPUWIRE_FLOAT32), dev_alloc(n, Dtype::GPUWIRE_FLOAT32));
     // The wrong size: rank 0 sends n to rank 1, which receives n / 2: refused there (at the
     // call, or as the asynchronous error), and rank 0's stream goes on.
     let half = {

@@ -275,7 +275,7 @@ pub(crate) static BACKENDS: [Backend; 6] = [
             let st = ipc::IpcState::new(c, c.device())?;
             if st.collectives_stream_ordered() {
                 c.backend_state.set(crate::comm::StreamNote(
-                    "; device collectives, and blocking sends, receives and sendrecvs of more than 1 KiB (also in groups), stream-ordered: enqueued on their stream around words of the shared segment, the call returning before the data moves (isend and irecv return at once and complete on the host; messages of at most 1 KiB wait for their stream)",
+                    "; device collectives, and blocking sends, receives and sendrecvs of more than 1 KiB (also in groups), stream-ordered: enqueued on their stream around words of the shared segment, the call returning before the data moves (isend and irecv return at once and complete on the host; messages of at most 1 KiB wait for their stream, as do those staged through host memory between ranks sharing a GPU: up to GPUWIRE_IPC_STAGED_MAX, 256 KiB unless set)",
                 ));
             }
             c.backend_state.set(st);

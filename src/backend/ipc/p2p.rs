@@ -38,9 +38,9 @@ const K_INLINE: u32 = 1;
 const K_HANDLE: u32 = 2;
 const K_LOCAL: u32 = 3;
 const K_DATA: u32 = 4;
-/// Device sends in this range go as K_DATA (staged through host memory) when ranks share a GPU.
+/// Device sends from this size up to `GPUWIRE_IPC_STAGED_MAX` bytes (`config::ipc_staged_max`)
+/// go as K_DATA (staged through host memory) when ranks share a GPU.
 const STAGED_P2P_MIN: usize = SMALL + 1;
-const STAGED_P2P_MAX: usize = 512 << 10;
 
 /// A control message (only the first HDR_FIXED + inline bytes travel).
 #[repr(C)]
@@ -165,7 +165,15 @@ impl SendOp {
         h.count = buf.count() as u64;
         h.dtype = buf.dtype() as i32;
         let mut op = SendOp { reqs: Vec::new(), _hdr: zeroed_header(), cell: None, staged: None, pool: devstate::pool(c)?, state: s, dest, ordered: None };
-        if order != Order::No && s.so && !crate::engine::on_engine_thread() && !v.host() && v.bytes > SMALL && dest as usize != s.me {
+        // Ranks sharing a GPU: above 1 KiB and up to `GPUWIRE_IPC_STAGED_MAX` (256 KiB) the data
+        // goes as an MPI message staged through pinned host memory (two copy-engine copies; below
+        // 32 KiB the receiver's as device::htod_shared) rather than the receiver's
+        // device-to-device copy through the mapping, which waits for the other process's time
+        // slice (~150 µs, whether that process's streams wait on the GPU or not; staged 21–73 µs,
+        // `config::DEFAULT_IPC_STAGED_MAX`). Such a send waits for its stream on the host, also
+        // where it could be stream-ordered.
+        let staged = dest as usize != s.me && !v.host() && (STAGED_P2P_MIN..=crate::config::ipc_staged_max()).contains(&v.bytes) && devstate::dev(c)?.gpu_shared;
+        if order != Order::No && s.so && !staged && !crate::engine::on_engine_thread() && !v.host() && v.bytes > SMALL && dest as usize != s.me {
             if op.start_ordered(c, s, &mut h, v, stream, order)? {
                 return Ok(op);
             }
@@ -187,12 +195,6 @@ impl SendOp {
             }
             len += v.bytes;
         } else {
-            // Ranks sharing a GPU: above 1 KiB and up to 512 KiB the data goes as an MPI message
-            // staged through pinned host memory (two copy-engine copies; below 32 KiB the
-            // receiver's as device::htod_shared) rather than the receiver's device-to-device
-            // copy, which waits for the other process's time slice on the compute engine
-            // (~150 µs; staged 31–118 µs from 32 KiB, measured on the H200).
-            let staged = dest as usize != s.me && !v.host() && (STAGED_P2P_MIN..=STAGED_P2P_MAX).contains(&v.bytes) && devstate::dev(c)?.gpu_shared;
             let mut rec = if dest as usize == s.me || staged { BufRecord::default() } else { s.export(Some(v)) };
             // A send through a mapping needs a completion cell; with all of them taken (sends
             // waiting for their receivers) it goes as a data message instead, which MPI completes.
