@@ -166,6 +166,16 @@ template <class T, class = void> struct has_dtype : std::false_type {};
 template <class T>
 struct has_dtype<T, std::void_t<decltype(dtype_of<std::remove_cv_t<T>>::value)>>
     : std::true_type {};
+
+template <class C, class = void> struct has_element_type : std::false_type {};
+template <class C>
+struct has_element_type<C, std::void_t<typename C::element_type>> : std::true_type {};
+/** Whether a container argument (C as a forwarding reference deduces it) may be used: an lvalue,
+ * or a temporary view (std::span, gpuwire::span: types with element_type), whose elements
+ * outlive it; a temporary container's elements (a std::vector's) would go with it. */
+template <class C>
+constexpr bool usable_container_v =
+    std::is_lvalue_reference<C>::value || has_element_type<std::remove_cv_t<C>>::value;
 } // namespace detail
 
 /** The size of one element of `dtype` in bytes (gpuwire_dtype_size). */
@@ -368,10 +378,12 @@ public:
         return wrap(static_cast<void *>(s.data()), static_cast<int64_t>(s.size()), dtype_v<T>,
                     space);
     }
-    /** The elements of a container with data() and size() (std::vector, std::array, ...). */
+    /** The elements of a container with data() and size() (std::vector, std::array, ...; also a
+     * temporary std::span). */
     template <class C, class T = std::remove_pointer_t<decltype(std::data(std::declval<C &>()))>,
-              class = std::enable_if_t<detail::has_dtype<T>::value>>
-    static buffer wrap(C &container, gpuwire_space space = GPUWIRE_SPACE_AUTO)
+              class = std::enable_if_t<detail::has_dtype<T>::value &&
+                                       detail::usable_container_v<C>>>
+    static buffer wrap(C &&container, gpuwire_space space = GPUWIRE_SPACE_AUTO)
     {
         return wrap(span<T>(std::data(container), std::size(container)), space);
     }
@@ -441,10 +453,12 @@ public:
         check_shape(dtype_v<T>, dst.size(), "gpuwire_buffer_copy_to_host");
         copy_to_host(static_cast<void *>(dst.data()), stream);
     }
-    /** Into a container with data() and size() (std::vector, std::array, ...). */
+    /** Into a container with data() and size() (std::vector, std::array, ...; also a temporary
+     * std::span). */
     template <class C, class T = std::remove_pointer_t<decltype(std::data(std::declval<C &>()))>,
-              class = std::enable_if_t<detail::has_dtype<T>::value && !std::is_const<T>::value>>
-    void copy_to_host(C &dst, void *stream = nullptr) const
+              class = std::enable_if_t<detail::has_dtype<T>::value && !std::is_const<T>::value &&
+                                       detail::usable_container_v<C>>>
+    void copy_to_host(C &&dst, void *stream = nullptr) const
     {
         copy_to_host(span<T>(std::data(dst), std::size(dst)), stream);
     }
@@ -844,10 +858,12 @@ public:
     {
         bcast(buffer::wrap(data), root);
     }
-    /** Broadcasts a container's elements (std::vector, std::array, ...; wrapped for the call). */
+    /** Broadcasts a container's elements (std::vector, std::array, ...; also a temporary
+     * std::span; wrapped for the call). */
     template <class C, class T = std::remove_pointer_t<decltype(std::data(std::declval<C &>()))>,
-              class = std::enable_if_t<detail::has_dtype<T>::value>>
-    void bcast(C &data, int32_t root) const
+              class = std::enable_if_t<detail::has_dtype<T>::value &&
+                                       detail::usable_container_v<C>>>
+    void bcast(C &&data, int32_t root) const
     {
         bcast(span<T>(std::data(data), std::size(data)), root);
     }
@@ -872,10 +888,12 @@ public:
         buffer b = buffer::wrap(data);
         allreduce(b, b, op);
     }
-    /** In place on a container's elements (std::vector, std::array, ...; wrapped for the call). */
+    /** In place on a container's elements (std::vector, std::array, ...; also a temporary
+     * std::span; wrapped for the call). */
     template <class C, class T = std::remove_pointer_t<decltype(std::data(std::declval<C &>()))>,
-              class = std::enable_if_t<detail::has_dtype<T>::value>>
-    void allreduce(C &data, gpuwire_op op) const
+              class = std::enable_if_t<detail::has_dtype<T>::value &&
+                                       detail::usable_container_v<C>>>
+    void allreduce(C &&data, gpuwire_op op) const
     {
         allreduce(span<T>(std::data(data), std::size(data)), op);
     }

@@ -232,6 +232,9 @@ compile "test_hpp (C++17)" "$build/test_hpp" "$CXX" "${cxxflags[@]}" "$root/test
 compile "test_hpp_unwind (C++17)" "$build/test_hpp_unwind" "$CXX" "${cxxflags[@]}" \
     "$root/tests/cpp/test_hpp_unwind.cpp"
 compile "test_hpp_nbc (C++17)" "$build/test_hpp_nbc" "$CXX" "${cxxflags[@]}" "$root/tests/cpp/test_hpp_nbc.cpp"
+# C++20's std::span temporaries in the container overloads (the rest of the header is C++17's).
+compile "test_hpp_span (C++20)" "$build/test_hpp_span" "$CXX" "${cxxflags[@]/-std=c++17/-std=c++20}" \
+    "$root/tests/cpp/test_hpp_span.cpp"
 compile "ring (C++17 example)" "$build/ring" "$CXX" "${cxxflags[@]}" "$root/examples-cpp/ring.cpp"
 
 # Fortran: the modules (built first, beside the C programs: the longest build), then the
@@ -563,6 +566,10 @@ timeout_s=$saved_timeout
 for n in 1 2 3 4; do
     check "test_hpp_nbc (C++: nonblocking collectives, group guard) -n $n" 0 "$n" \
         "^test_hpp_nbc: PASS \\($n ranks" "$build/test_hpp_nbc" "$n"
+done
+for n in 1 2; do
+    check "test_hpp_span (C++20: temporary std::span) -n $n" 0 "$n" "^test_hpp_span: PASS \\($n ranks" \
+        "$build/test_hpp_span" "$n"
 done
 for n in 2 3; do
     check "ring (C++) -n $n" 0 "$n" "^ring: PASS \\($n ranks" "$build/ring" "$n"
