@@ -440,18 +440,28 @@ impl<T> Registry<T> {
     /// One `Recent` per registry: its entries point into this registry's slots.
     #[inline]
     pub fn get_recent(&'static self, recent: &'static LocalKey<Recent<T>>, h: u64) -> Result<Arc<T>> {
-        match recent.try_with(|r| r.hit(h)) {
-            Ok(Some(a)) => Ok(a),
-            _ => self.get_noted(recent, h),
+        recent.try_with(|r| self.get_in(Some(r), h)).unwrap_or_else(|_| self.get(h))
+    }
+
+    /// `get_recent` in the thread's recent handles reached already (`None` once its
+    /// thread-locals are destroyed: `get` alone), for a caller that looks up several handles
+    /// with one reach of its thread-local.
+    #[inline]
+    pub fn get_in(&'static self, recent: Option<&Recent<T>>, h: u64) -> Result<Arc<T>> {
+        match recent.and_then(|r| r.hit(h)) {
+            Some(a) => Ok(a),
+            None => self.get_noted(recent, h),
         }
     }
 
-    /// `get_recent` of a handle that is not in `recent` (or is there, but freed).
+    /// `get_in` of a handle that is not in `recent` (or is there, but freed).
     #[inline(never)]
-    fn get_noted(&self, recent: &'static LocalKey<Recent<T>>, h: u64) -> Result<Arc<T>> {
+    fn get_noted(&self, recent: Option<&Recent<T>>, h: u64) -> Result<Arc<T>> {
         let found = self.get(h);
-        let slot = found.as_ref().ok().and_then(|_| self.slot((h & 0xFFFF_FFFF) as usize));
-        let _ = recent.try_with(|r| r.note(h, slot.map(|s| &s.state), found.as_ref().ok()));
+        if let Some(r) = recent {
+            let slot = found.as_ref().ok().and_then(|_| self.slot((h & 0xFFFF_FFFF) as usize));
+            r.note(h, slot.map(|s| &s.state), found.as_ref().ok());
+        }
         found
     }
 

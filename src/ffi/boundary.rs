@@ -13,9 +13,25 @@ use crate::runtime;
 
 thread_local! {
     static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
-    /// The communicators and buffers this thread looked up recently (`Registry::get_recent`).
-    static RECENT_COMMS: Recent<Communicator> = const { Recent::new() };
-    static RECENT_BUFFERS: Recent<Buffer> = const { Recent::new() };
+    /// The communicators and buffers this thread looked up recently (`Registry::get_in`), in
+    /// one thread-local: a call that resolves a communicator and its buffers reaches it once
+    /// (each reach from the shared library calls __tls_get_addr, and checks its state).
+    static RECENT: Recents = const { Recents { comms: Recent::new(), buffers: Recent::new() } };
+}
+
+struct Recents {
+    comms: Recent<Communicator>,
+    buffers: Recent<Buffer>,
+}
+
+/// `f` of this thread's recent handles (`None` once its thread-locals are destroyed).
+#[inline]
+fn with_recent<R>(f: impl FnOnce(Option<&Recents>) -> R) -> R {
+    let mut f = Some(f);
+    match RECENT.try_with(|r| f.take().map(|f| f(Some(r)))) {
+        Ok(Some(v)) => v,
+        _ => (f.take().expect("not run"))(None),
+    }
 }
 
 /// Records `msg` as this thread's last error. Once the thread's thread-locals are destroyed (a
@@ -69,13 +85,35 @@ pub fn write<T>(p: *mut T, v: T) {
 /// The communicator behind a handle.
 pub fn comm(h: u64) -> Result<Arc<Communicator>> {
     runtime::ensure_ready()?;
-    COMMS.get_recent(&RECENT_COMMS, h)
+    with_recent(|r| COMMS.get_in(r.map(|r| &r.comms), h))
 }
 
 /// The buffer behind a handle.
 pub fn buffer(h: u64) -> Result<Arc<Buffer>> {
     runtime::ensure_ready()?;
-    BUFFERS.get_recent(&RECENT_BUFFERS, h)
+    with_recent(|r| BUFFERS.get_in(r.map(|r| &r.buffers), h))
+}
+
+/// `comm(c)`, then `buffer(a)` and `buffer(b)` for the caller to report (a collective's
+/// `prepare`), in one reach of the thread's recent handles; the buffers are not looked up when
+/// the communicator fails.
+pub fn comm_and_buffers(c: u64, a: u64, b: u64) -> Result<(Arc<Communicator>, Result<Arc<Buffer>>, Result<Arc<Buffer>>)> {
+    runtime::ensure_ready()?;
+    with_recent(|r| {
+        let comm = COMMS.get_in(r.map(|r| &r.comms), c)?;
+        let buffers = r.map(|r| &r.buffers);
+        Ok((comm, BUFFERS.get_in(buffers, a), BUFFERS.get_in(buffers, b)))
+    })
+}
+
+/// `buffer(b)`, then `comm(c)` (the order of a send's or receive's errors), in one reach of
+/// the thread's recent handles.
+pub fn buffer_and_comm(b: u64, c: u64) -> Result<(Arc<Buffer>, Arc<Communicator>)> {
+    runtime::ensure_ready()?;
+    with_recent(|r| {
+        let buf = BUFFERS.get_in(r.map(|r| &r.buffers), b)?;
+        Ok((buf, COMMS.get_in(r.map(|r| &r.comms), c)?))
+    })
 }
 
 /// The buffer behind a handle, or `None` for the NULL handle (arguments that are not

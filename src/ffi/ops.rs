@@ -42,8 +42,8 @@ fn st(stream: *mut c_void) -> Stream {
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_send(comm: gpuwire_comm, buf: gpuwire_buffer, dest: i32, tag: i32, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_send", || {
-        let b = boundary::buffer(buf)?;
-        issue(&boundary::comm(comm)?, Op::Send { buf: b, dest, tag }, st(stream), false).map(|_| ())
+        let (b, c) = boundary::buffer_and_comm(buf, comm)?;
+        issue(&c, Op::Send { buf: b, dest, tag }, st(stream), false).map(|_| ())
     })
 }
 
@@ -59,8 +59,8 @@ pub extern "C" fn gpuwire_send(comm: gpuwire_comm, buf: gpuwire_buffer, dest: i3
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_recv(comm: gpuwire_comm, buf: gpuwire_buffer, source: i32, tag: i32, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_recv", || {
-        let b = boundary::buffer(buf)?;
-        issue(&boundary::comm(comm)?, Op::Recv { buf: b, source, tag }, st(stream), false).map(|_| ())
+        let (b, c) = boundary::buffer_and_comm(buf, comm)?;
+        issue(&c, Op::Recv { buf: b, source, tag }, st(stream), false).map(|_| ())
     })
 }
 
@@ -705,8 +705,8 @@ pub extern "C" fn gpuwire_sendrecv(
     stream: *mut c_void,
 ) -> gpuwire_status {
     call("gpuwire_sendrecv", || {
-        let c = boundary::comm(comm)?;
-        let (s, r) = (boundary::buffer(sendbuf)?, boundary::buffer(recvbuf)?);
+        let (c, s, r) = boundary::comm_and_buffers(comm, sendbuf, recvbuf)?;
+        let (s, r) = (s?, r?);
         issue(&c, Op::Sendrecv { send: s, dest, sendtag, recv: r, source, recvtag }, st(stream), false).map(|_| ())
     })
 }
@@ -778,11 +778,11 @@ pub extern "C" fn gpuwire_allreduce(
     stream: *mut c_void,
 ) -> gpuwire_status {
     call("gpuwire_allreduce", || {
-        let c = boundary::comm(comm)?;
+        let (c, s, r) = boundary::comm_and_buffers(comm, sendbuf, recvbuf)?;
         collective(
             &c,
             "allreduce",
-            || Ok((boundary::buffer(sendbuf)?, boundary::buffer(recvbuf)?, ReduceOp::from_c(op)?)),
+            || Ok((s?, r?, ReduceOp::from_c(op)?)),
             |(s, r, op)| issue(&c, Op::Allreduce { send: s, recv: r, op }, st(stream), false).map(|_| ()),
         )
     })
@@ -797,11 +797,11 @@ pub extern "C" fn gpuwire_allreduce(
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_allgather(comm: gpuwire_comm, sendbuf: gpuwire_buffer, recvbuf: gpuwire_buffer, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_allgather", || {
-        let c = boundary::comm(comm)?;
+        let (c, s, r) = boundary::comm_and_buffers(comm, sendbuf, recvbuf)?;
         collective(
             &c,
             "allgather",
-            || Ok((boundary::buffer(sendbuf)?, boundary::buffer(recvbuf)?)),
+            || Ok((s?, r?)),
             |(s, r)| issue(&c, Op::Allgather { send: s, recv: r }, st(stream), false).map(|_| ()),
         )
     })
@@ -874,11 +874,11 @@ pub extern "C" fn gpuwire_reduce_scatter(
 
 fn reduce_scatter_block(name: &'static str, comm: gpuwire_comm, sendbuf: gpuwire_buffer, recvbuf: gpuwire_buffer, op: i32, stream: *mut c_void) -> gpuwire_status {
     call(name, || {
-        let c = boundary::comm(comm)?;
+        let (c, s, r) = boundary::comm_and_buffers(comm, sendbuf, recvbuf)?;
         collective(
             &c,
             "reduce_scatter",
-            || Ok((boundary::buffer(sendbuf)?, boundary::buffer(recvbuf)?, ReduceOp::from_c(op)?)),
+            || Ok((s?, r?, ReduceOp::from_c(op)?)),
             |(s, r, op)| issue(&c, Op::ReduceScatter { send: s, recv: r, op }, st(stream), false).map(|_| ()),
         )
     })
@@ -1081,11 +1081,11 @@ pub extern "C" fn gpuwire_reduce_scatterv(
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_alltoall(comm: gpuwire_comm, sendbuf: gpuwire_buffer, recvbuf: gpuwire_buffer, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_alltoall", || {
-        let c = boundary::comm(comm)?;
+        let (c, s, r) = boundary::comm_and_buffers(comm, sendbuf, recvbuf)?;
         collective(
             &c,
             "alltoall",
-            || Ok((boundary::buffer(sendbuf)?, boundary::buffer(recvbuf)?)),
+            || Ok((s?, r?)),
             |(s, r)| issue(&c, Op::Alltoall { send: s, recv: r }, st(stream), false).map(|_| ()),
         )
     })
