@@ -3877,6 +3877,30 @@ fn p2p_wild(cx: &Ctx, c: gpuwire_comm, on: &str) -> Result<(), String> {
     ok(gpuwire_wait(&mut q2), "wait(isend)");
     gpuwire_buffer_free(b1);
     gpuwire_buffer_free(b2);
+    // A probe of one tag does not let a later message pass an earlier one of another tag: the
+    // sender's tag 98 (staged size) then tag 99 (mapped size); probe (from, 99); then two
+    // receives of (from, GPUWIRE_ANY_TAG) take tag 98 first, as MPI's (a probe receives
+    // nothing). The barrier lets both headers arrive before the probe.
+    let (n98, n99) = (300, 70_003);
+    let (b98, b99) = (dev_msg(me, 98, n98), dev_msg(me, 99, n99));
+    let (mut q98, mut q99) = (0, 0);
+    ok(gpuwire_isend(c, b98, to, 98, st, &mut q98), "isend(98)");
+    ok(gpuwire_isend(c, b99, to, 99, st, &mut q99), "isend(99)");
+    ok(gpuwire_barrier(c, st), "barrier");
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    ok(gpuwire_probe(c, from, 99, f64d as i32, &mut ps), "probe(99)");
+    let (ra, rb2) = (dev_alloc(n99, f64d), dev_alloc(n99, f64d));
+    let (mut sa, mut sb) = (blank(), blank());
+    ok(gpuwire_recv_status(c, ra, from, any_t, st, &mut sa), "recv_status(ANY_TAG) after probe(99)");
+    ok(gpuwire_recv_status(c, rb2, from, any_t, st, &mut sb), "recv_status(ANY_TAG)");
+    if sa.tag != 98 || sa.count != n98 as i64 || sb.tag != 99 || sb.count != n99 as i64 || download(ra, n99 * 8)[..n98 * 8] != msg(from, 98, n98)[..] || download(rb2, n99 * 8) != msg(from, 99, n99) {
+        return Err(format!("after probe(tag 99){on}, receives of ANY_TAG took tags {} ({}) then {} ({}), expected 98 ({n98}) then 99 ({n99}): MPI's order", sa.tag, sa.count, sb.tag, sb.count));
+    }
+    ok(gpuwire_wait(&mut q98), "wait(isend 98)");
+    ok(gpuwire_wait(&mut q99), "wait(isend 99)");
+    for b in [b98, b99, ra, rb2] {
+        gpuwire_buffer_free(b);
+    }
     ok(gpuwire_barrier(c, st), "barrier");
     Ok(())
 }

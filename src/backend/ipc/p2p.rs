@@ -1087,7 +1087,7 @@ pub(super) fn batch(c: &Communicator, sends: &[(&Buffer, i32, i32)], recvs: &[(&
 /// the call's deadline.
 pub(super) fn probe(c: &Communicator, source: i32, tag: i32, block: bool) -> Result<Option<crate::backend::p2p::Matched>> {
     let s = state(c)?;
-    let (ms, mt) = mpi_source_tag(source, tag);
+    let (ms, _) = mpi_source_tag(source, tag);
     let found = |h: &Header| crate::backend::p2p::Matched { source: h.src, tag: h.tag, bytes: h.bytes };
     let look = || -> Result<Option<crate::backend::p2p::Matched>> {
         let mut probed = lock(&s.probed);
@@ -1095,26 +1095,36 @@ pub(super) fn probe(c: &Communicator, source: i32, tag: i32, block: bool) -> Res
             return Ok(Some(found(h)));
         }
         let _mpi = crate::runtime::mpi_lock();
-        // SAFETY: reading a constant; plain out-parameters.
-        let mut msg = unsafe { sys::RSMPI_MESSAGE_NULL };
-        let mut flag: c_int = 0;
-        let mut status: sys::MPI_Status = unsafe { std::mem::zeroed() };
-        mpisys::check(unsafe { sys::MPI_Improbe(ms, mt, s.ctrl.0, &mut flag, &mut msg, &mut status) }, "MPI_Improbe (IPC control)")?;
-        if flag == 0 {
-            return Ok(None);
+        // Every header from the probed source(s) is taken off MPI in arrival order, whatever its
+        // tag, up to the first that matches: a receive takes a probed header before any still in
+        // MPI, so none that a sender sent before the matching one may stay behind in MPI (a
+        // probe of tag 5, then a receive of MPI_ANY_TAG, must receive an earlier tag 6 first).
+        let any_tag = mpisys::any_tag();
+        loop {
+            // SAFETY: reading a constant; plain out-parameters.
+            let mut msg = unsafe { sys::RSMPI_MESSAGE_NULL };
+            let mut flag: c_int = 0;
+            let mut status: sys::MPI_Status = unsafe { std::mem::zeroed() };
+            mpisys::check(unsafe { sys::MPI_Improbe(ms, any_tag, s.ctrl.0, &mut flag, &mut msg, &mut status) }, "MPI_Improbe (IPC control)")?;
+            if flag == 0 {
+                return Ok(None);
+            }
+            let mut h = zeroed_header();
+            // SAFETY: a control message is at most a Header.
+            mpisys::check(
+                unsafe { sys::MPI_Mrecv((&mut *h as *mut Header).cast(), std::mem::size_of::<Header>() as c_int, sys::RSMPI_UINT8_T, &mut msg, mpisys::status_ignore()) },
+                "MPI_Mrecv (IPC control)",
+            )?;
+            if h.magic != MAGIC {
+                return Err(Error::Internal("probe: a control message without gpuwire's header arrived".into()));
+            }
+            let m = found(&h);
+            let hit = takes(&h, source, tag);
+            probed.push(h);
+            if hit {
+                return Ok(Some(m));
+            }
         }
-        let mut h = zeroed_header();
-        // SAFETY: a control message is at most a Header.
-        mpisys::check(
-            unsafe { sys::MPI_Mrecv((&mut *h as *mut Header).cast(), std::mem::size_of::<Header>() as c_int, sys::RSMPI_UINT8_T, &mut msg, mpisys::status_ignore()) },
-            "MPI_Mrecv (IPC control)",
-        )?;
-        if h.magic != MAGIC {
-            return Err(Error::Internal("probe: a control message without gpuwire's header arrived".into()));
-        }
-        let m = found(&h);
-        probed.push(h);
-        Ok(Some(m))
     };
     if !block {
         progress_all();
