@@ -79,7 +79,7 @@ if has ipc; then
   gputest ipc-auto stock ipcauto,c15
   # A timeout configured: a collective one rank skips fails on every rank within it; a
   # stream-ordered send nobody receives releases its stream at the deadline (sendtimeout).
-  GPUWIRE_BACKEND=ipc gputest ipc-timeout stock timeout,late,sendtimeout,sendnext,sendwait -x GPUWIRE_BACKEND
+  GPUWIRE_BACKEND=ipc gputest ipc-timeout stock timeout,late,sendtimeout,sendnext,sendwait,sendisend -x GPUWIRE_BACKEND
 fi
 if has nbc; then
   # Issue 18 on device buffers, every device backend: each nonblocking collective, 11 outstanding,

@@ -106,7 +106,7 @@ for l in sys.stdin:
   # Two communicators broken by a timeout one after the other, each created after the last was
   # freed: the second's creation hung when the first's IPC duplicates were freed (a late rank's
   # message on them reached the second, which MPI gave the same context id).
-  run_cases ipc-sendnext 2 sendnext,sendwait GPUWIRE_BACKEND=ipc NULLDEV_IPC=1
+  run_cases ipc-sendnext 2 sendnext,sendwait,sendisend GPUWIRE_BACKEND=ipc NULLDEV_IPC=1
   [ "$failed" = 0 ] || exit 1
   echo "null-device: the NCCL, MPI_STAGED, MPI_CUDA_AWARE and IPC paths passed on the null device (emulated kernels and CUDA IPC; the GPU machine runs them on a GPU)"
   exit 0

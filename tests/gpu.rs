@@ -886,8 +886,9 @@ fn send_timeout(cx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
-/// GPU cases sendnext and sendwait (timeout 2 s): rank 0's send nobody receives, then at once a
-/// barrier (sendnext), or an ibarrier and its wait (sendwait). Where the send returned success (stream-ordered,
+/// GPU cases sendnext, sendwait and sendisend (timeout 2 s): rank 0's send nobody receives, then
+/// at once a barrier (sendnext), an ibarrier and its wait (sendwait), or an isend of 2000 B and its
+/// wait (sendisend). Where the send returned success (stream-ordered,
 /// its failure later), the barrier or the wait, which waits behind it, reports the send's
 /// failure: TIMEOUT, once (a later query of the asynchronous error gives COMM_BROKEN). They gave
 /// COMM_BROKEN, and the query then TIMEOUT, before (a helper's bug hunt and a review,
@@ -900,8 +901,25 @@ fn send_then_next(cx: &Ctx, rounds: std::ops::Range<i32>) -> Result<(), String> 
         let s = cx.stream as *mut c_void;
         if cx.rank == 0 {
             let sent = gpuwire_send(comm, b, 1, 7, s);
+            let small = dev_alloc(500, Dtype::GPUWIRE_FLOAT32);
             let next = if round == 0 {
                 gpuwire_barrier(comm, s)
+            } else if round == 2 {
+                // An isend of 2000 B on the same stream: on IPC between ranks sharing a GPU it
+                // is staged through host memory and waits for its stream on the host, behind the
+                // send; it went out on the broken communicator before (a helper's bug hunt).
+                // There the call itself must fail: it sees the communicator broken once its stream
+                // passed the send.
+                let mut req = 0;
+                let mut kind = 0;
+                ok(gpuwire_comm_backend(comm, &mut kind), "backend");
+                match gpuwire_isend(comm, small, 1, 8, s, &mut req) {
+                    Status::GPUWIRE_SUCCESS if kind == BackendKind::GPUWIRE_BACKEND_IPC as i32 => {
+                        return Err("an isend of 2000 B behind a send that timed out, on IPC, returned success (its data went out on the broken communicator)".into());
+                    }
+                    Status::GPUWIRE_SUCCESS => gpuwire_wait(&mut req),
+                    st => st,
+                }
             } else {
                 // 1 s later: the wait's own deadline comes after the send's failure.
                 std::thread::sleep(std::time::Duration::from_millis(1000));
@@ -914,7 +932,8 @@ fn send_then_next(cx: &Ctx, rounds: std::ops::Range<i32>) -> Result<(), String> 
             let next_msg = last_error();
             let mut later = Status::GPUWIRE_SUCCESS;
             ok(gpuwire_comm_get_async_error(comm, &mut later), "get_async_error");
-            let what = if round == 0 { "the next call (barrier)" } else { "the wait of the next call (ibarrier)" };
+            gpuwire_buffer_free(small);
+            let what = ["the next call (barrier)", "the wait of the next call (ibarrier)", "the next call (isend of 2000 B) or its wait"][round as usize];
             println!("rank 0: send {sent:?}, {what} {next:?} ({next_msg}), then the asynchronous error {later:?}");
             let want = if sent == Status::GPUWIRE_SUCCESS { Status::GPUWIRE_ERROR_TIMEOUT } else { Status::GPUWIRE_ERROR_COMM_BROKEN };
             if next != want {
@@ -4160,6 +4179,7 @@ fn main() {
             "sendtimeout" => send_timeout(&cx),
             "sendnext" => send_then_next(&cx, 0..1),
             "sendwait" => send_then_next(&cx, 1..2),
+            "sendisend" => send_then_next(&cx, 2..3),
             "otherdev" => other_device_current(&cx),
             "c17" => c17_seed_demo(&cx),
             "ipcauto" => ipc_auto(&cx),

@@ -179,6 +179,10 @@ impl SendOp {
             }
         }
         device::sync(stream)?;
+        // The stream may have passed an earlier call that failed meanwhile (a stream-ordered send
+        // whose receiver never came, released at its deadline): nothing goes out on a broken
+        // communicator.
+        c.ensure_usable()?;
         let mut len = HDR_FIXED;
         let mut data: Option<(usize, usize, i32)> = None;
         if v.bytes <= SMALL {
