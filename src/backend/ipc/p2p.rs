@@ -12,8 +12,10 @@
 //! shorter message of whole elements into its buffer's start; a longer one is
 //! GPUWIRE_ERROR_TRUNCATE, with nothing written. A probe (`probe`) takes the header it finds off
 //! MPI (MPI_Improbe, MPI_Mrecv) into the communicator's `IpcState::probed` list, in arrival order, to
-//! read its size; a receive that starts later takes the first header of that list that it
-//! matches before it posts its own (under the list's lock, so that no header passes between).
+//! read its size, with every earlier header of the probed source(s), whatever its tag (so that
+//! none is left behind in MPI); a receive that starts later takes the first header of that list
+//! that it matches before it posts its own (under the list's lock, so that no header passes
+//! between).
 
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::Ordering;
@@ -136,6 +138,20 @@ struct SendOp {
     ordered: Option<(usize, u64)>,
 }
 
+/// Waits (at most 1 s) until a communicator whose segment this rank aborted is marked broken:
+/// the deadline watch (`watch::run`) releases the streams' waits first and marks the
+/// communicator only after, so a call whose stream wait just returned may come between the two
+/// (a review found such a send going out on the broken communicator, 2 runs in 6).
+fn settle_abort(c: &Communicator, s: &IpcState) {
+    if s.seg.slot(s.me).aborted.0.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    let t0 = std::time::Instant::now();
+    while !c.is_broken() && t0.elapsed() < std::time::Duration::from_secs(1) {
+        std::thread::yield_now();
+    }
+}
+
 /// How a send may be stream-ordered ([`SendOp::start`]).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Order {
@@ -182,6 +198,7 @@ impl SendOp {
         // The stream may have passed an earlier call that failed meanwhile (a stream-ordered send
         // whose receiver never came, released at its deadline): nothing goes out on a broken
         // communicator.
+        settle_abort(c, s);
         c.ensure_usable()?;
         let mut len = HDR_FIXED;
         let mut data: Option<(usize, usize, i32)> = None;
