@@ -36,7 +36,7 @@ macro_rules! collective {
                 // completes (waited for below; at a timeout see above).
                 crate::mpisys::check(unsafe { crate::mpisys::sys::$nb($($a),*, &mut req) }, $what)?;
             }
-            $c.wait_mpi(&mut req, crate::mpisys::status_ignore(), $what, crate::comm::Waited::Collective)
+            $c.wait_mpi(&mut req, $what, crate::comm::Waited::Collective)
         } else {
             // SAFETY: as documented at the call.
             crate::mpisys::check(unsafe { crate::mpisys::sys::$b($($a),*) }, $what)
@@ -547,7 +547,7 @@ impl Communicator {
             let _mpi = runtime::mpi_lock();
             mpisys::check(post(bptr, &mut req), what)?;
         }
-        self.wait_mpi(&mut req, mpisys::status_ignore(), what, Waited::Collective)?;
+        self.wait_mpi(&mut req, what, Waited::Collective)?;
         v.copy_from_slice(buf);
         // SAFETY: the request completed: MPI no longer uses buf, which came from the Box leaked
         // above.
@@ -565,7 +565,7 @@ impl Communicator {
     /// abandoned (MPI cannot cancel a collective): MPI may still read its send buffer and write
     /// its receive buffer if the peer arrives later. The communicator is then broken, and
     /// TIMEOUT returned.
-    pub fn wait_mpi(&self, req: &mut sys::MPI_Request, status: *mut sys::MPI_Status, what: &str, kind: Waited) -> Result<()> {
+    pub fn wait_mpi(&self, req: &mut sys::MPI_Request, what: &str, kind: Waited) -> Result<()> {
         let deadline = self.call_deadline();
         let cancel = kind == Waited::Receive;
         let mut spins = 0u32;
@@ -575,8 +575,8 @@ impl Communicator {
                 let _mpi = runtime::mpi_lock();
                 // SAFETY: an active request of ours, or MPI_REQUEST_NULL.
                 let rc = match kind {
-                    Waited::Collective => mpisys::test_collective(req, &mut flag, status),
-                    _ => unsafe { sys::MPI_Test(req, &mut flag, status) },
+                    Waited::Collective => mpisys::test_collective(req, &mut flag),
+                    _ => unsafe { sys::MPI_Test(req, &mut flag, mpisys::status_ignore()) },
                 };
                 mpisys::check(rc, what)?;
             }

@@ -56,7 +56,12 @@ pub type Spares<T> = RefCell<Vec<Box<MaybeUninit<T>>>>;
 #[inline]
 pub fn boxed<T>(spares: &'static LocalKey<Spares<T>>, value: T) -> Box<T> {
     match spares.try_with(|s| s.try_borrow_mut().ok().and_then(|mut s| s.pop())).ok().flatten() {
-        Some(b) => Box::write(b, value),
+        Some(mut b) => {
+            // (`Box::write` would say this, but needs Rust 1.87; the crate builds with 1.85.)
+            b.write(value);
+            // SAFETY: just initialized.
+            unsafe { b.assume_init() }
+        }
         None => Box::new(value),
     }
 }

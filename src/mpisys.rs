@@ -414,7 +414,7 @@ fn collective_errors_elsewhere() -> bool {
 static HANDLER_SWAP: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// MPI_Test of a nonblocking collective's request on one of gpuwire's communicators (which
-/// return errors: MPI_ERRORS_RETURN): its return code, `flag` and `status` as MPI_Test's.
+/// return errors: MPI_ERRORS_RETURN): its return code and `flag` as MPI_Test's (no status).
 ///
 /// Open MPI invokes the error of a collective request (a message truncated because ranks passed
 /// different counts, a peer gone) on MPI_COMM_WORLD's or MPI_COMM_SELF's error handler, fatal by
@@ -423,7 +423,8 @@ static HANDLER_SWAP: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// MPI_Request_get_status, which invokes no handler, and completed by MPI_Test with both
 /// handlers set to MPI_ERRORS_RETURN for that one call (the program's handlers are restored at
 /// once; another thread's error on those communicators in that instant returns instead).
-pub fn test_collective(req: &mut MPI_Request, flag: &mut c_int, status: *mut sys::MPI_Status) -> c_int {
+pub fn test_collective(req: &mut MPI_Request, flag: &mut c_int) -> c_int {
+    let status = status_ignore();
     // SAFETY: an active request of the caller's (or MPI_REQUEST_NULL); plain out-parameters.
     unsafe {
         if !collective_errors_elsewhere() {

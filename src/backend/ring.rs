@@ -126,7 +126,7 @@ fn wait_all(c: &Communicator, reqs: &mut Vec<RawRequest>) -> Result<()> {
     }
     if c.nb_p2p() {
         for r in raw.iter_mut() {
-            c.wait_mpi(r, mpisys::status_ignore(), "MPI_Waitall (ring step)", crate::comm::Waited::PointToPoint)?;
+            c.wait_mpi(r, "MPI_Waitall (ring step)", crate::comm::Waited::PointToPoint)?;
         }
         return Ok(());
     }
