@@ -1097,7 +1097,8 @@ gpuwire_status gpuwire_comm_abort(gpuwire_comm comm);
  * passing GPUWIRE_UNDEFINED (or the MPI_UNDEFINED of the MPI gpuwire was built with) get
  * GPUWIRE_COMM_NULL in `*out`.
  *
- * Collective over `comm`. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE,
+ * Collective over `comm`. Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`out` NULL on any rank: the
+ * ranks agree on it, so it is the error of every rank), GPUWIRE_ERROR_INVALID_HANDLE,
  * GPUWIRE_ERROR_INVALID_ARGUMENT (a negative color other than those two),
  * GPUWIRE_ERROR_MPI, and the errors of gpuwire_comm_create.
  */

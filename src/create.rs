@@ -231,15 +231,18 @@ impl Communicator {
     /// Collective: MPI_Comm_split of this communicator; ranks passing GPUWIRE_UNDEFINED (-1), or
     /// the MPI_UNDEFINED of the MPI gpuwire was built with (as MPI_PROC_NULL is taken for
     /// GPUWIRE_PROC_NULL), get `None`. A bad color on any rank is an error on every rank. The
-    /// new communicator inherits this one's configuration.
-    pub fn split(&self, color: i32, key: i32) -> Result<Option<Communicator>> {
+    /// new communicator inherits this one's configuration. `local`: this rank's own verdict on
+    /// its other arguments (the C call's output pointer), an error on every rank if it fails.
+    pub fn split(&self, color: i32, key: i32, local: Result<()>) -> Result<Option<Communicator>> {
         let _call = self.enter_unbounded("gpuwire_comm_split")?;
         let none = color == -1 || color == mpisys::undefined();
-        let valid = if color < 0 && !none {
-            Err(Error::InvalidArgument(format!("color {color}: colors are >= 0, or GPUWIRE_UNDEFINED (MPI_UNDEFINED)")))
-        } else {
-            Ok(())
-        };
+        let valid = local.and_then(|()| {
+            if color < 0 && !none {
+                Err(Error::InvalidArgument(format!("color {color}: colors are >= 0, or GPUWIRE_UNDEFINED (MPI_UNDEFINED)")))
+            } else {
+                Ok(())
+            }
+        });
         self.agree_on_result(valid, "gpuwire_comm_split")?;
         let color = if none { None } else { Some(color) };
         let mut out = mpisys::comm_null();
@@ -252,9 +255,13 @@ impl Communicator {
         Self::adopt(out, Ok(self.config.clone())).map(Some)
     }
 
-    /// Collective: a new communicator with the same ranks and configuration.
-    pub fn dup(&self) -> Result<Communicator> {
+    /// Collective: a new communicator with the same ranks and configuration. `local`: this
+    /// rank's own verdict on its other arguments (the C call's output pointer): the ranks agree
+    /// on it first, so that a bad one is an error on every rank, not a hang of the others in
+    /// MPI_Comm_dup.
+    pub fn dup(&self, local: Result<()>) -> Result<Communicator> {
         let _call = self.enter_unbounded("gpuwire_comm_dup")?;
+        self.agree_on_result(local, "gpuwire_comm_dup")?;
         let mut out = mpisys::comm_null();
         // SAFETY: raw is valid.
         mpisys::check(unsafe { sys::MPI_Comm_dup(self.raw.0, &mut out) }, "MPI_Comm_dup")?;

@@ -242,15 +242,16 @@ pub extern "C" fn gpuwire_comm_abort(comm: gpuwire_comm) -> gpuwire_status {
 /// passing GPUWIRE_UNDEFINED (or the MPI_UNDEFINED of the MPI gpuwire was built with) get
 /// GPUWIRE_COMM_NULL in `*out`.
 ///
-/// Collective over `comm`. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE,
+/// Collective over `comm`. Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`out` NULL on any rank: the
+/// ranks agree on it, so it is the error of every rank), GPUWIRE_ERROR_INVALID_HANDLE,
 /// GPUWIRE_ERROR_INVALID_ARGUMENT (a negative color other than those two),
 /// GPUWIRE_ERROR_MPI, and the errors of gpuwire_comm_create.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_comm_split(comm: gpuwire_comm, color: i32, key: i32, out: *mut gpuwire_comm) -> gpuwire_status {
     call("gpuwire_comm_split", || {
-        non_null(out, "out")?;
         let c = boundary::comm(comm)?;
-        match c.split(color, key)? {
+        // A NULL `out` fails on every rank (the ranks agree on it: none waits in MPI).
+        match c.split(color, key, non_null(out, "out"))? {
             Some(n) => register(n, out)?,
             None => write(out, 0),
         }
@@ -263,9 +264,9 @@ pub extern "C" fn gpuwire_comm_split(comm: gpuwire_comm, color: i32, key: i32, o
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_comm_dup(comm: gpuwire_comm, out: *mut gpuwire_comm) -> gpuwire_status {
     call("gpuwire_comm_dup", || {
-        non_null(out, "out")?;
         let c = boundary::comm(comm)?;
-        register(c.dup()?, out)?;
+        // A NULL `out` fails on every rank (the ranks agree on it: none waits in MPI).
+        register(c.dup(non_null(out, "out"))?, out)?;
         Ok(())
     })
 }

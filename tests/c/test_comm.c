@@ -1068,6 +1068,20 @@ static void split(void)
     }
     bfree(b);
     EXPECT_OK(gpuwire_comm_free(half));
+
+    /* A NULL output pointer on the last rank only: NULL_ARGUMENT on every rank (the ranks agree
+     * on it), never the others waiting in MPI_Comm_split / MPI_Comm_dup; nothing is made. */
+    sub.h = 77;
+    EXPECT_STATUS(gpuwire_comm_split(comm, 0, 0, rank == size - 1 ? NULL : &sub),
+                  GPUWIRE_ERROR_NULL_ARGUMENT);
+    EXPECT_LAST_ERROR_HAS("out");
+    EXPECT(sub.h == 77);
+    EXPECT_STATUS(gpuwire_comm_dup(comm, rank == size - 1 ? NULL : &sub), GPUWIRE_ERROR_NULL_ARGUMENT);
+    EXPECT_LAST_ERROR_HAS("out");
+    EXPECT(sub.h == 77);
+    /* And the communicator still works. */
+    EXPECT_OK(gpuwire_comm_dup(comm, &sub));
+    EXPECT_OK(gpuwire_comm_free(sub));
 }
 
 /* ---- checking mode ------------------------------------------------------------------------ */
