@@ -138,20 +138,6 @@ struct SendOp {
     ordered: Option<(usize, u64)>,
 }
 
-/// Waits (at most 1 s) until a communicator whose segment this rank aborted is marked broken:
-/// the deadline watch (`watch::run`) releases the streams' waits first and marks the
-/// communicator only after, so a call whose stream wait just returned may come between the two
-/// (a review found such a send going out on the broken communicator, 2 runs in 6).
-fn settle_abort(c: &Communicator, s: &IpcState) {
-    if s.seg.slot(s.me).aborted.0.load(Ordering::Acquire) == 0 {
-        return;
-    }
-    let t0 = std::time::Instant::now();
-    while !c.is_broken() && t0.elapsed() < std::time::Duration::from_secs(1) {
-        std::thread::yield_now();
-    }
-}
-
 /// How a send may be stream-ordered ([`SendOp::start`]).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Order {
@@ -198,7 +184,6 @@ impl SendOp {
         // The stream may have passed an earlier call that failed meanwhile (a stream-ordered send
         // whose receiver never came, released at its deadline): nothing goes out on a broken
         // communicator.
-        settle_abort(c, s);
         c.ensure_usable()?;
         let mut len = HDR_FIXED;
         let mut data: Option<(usize, usize, i32)> = None;

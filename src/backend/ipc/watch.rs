@@ -76,7 +76,6 @@ fn run() {
         std::thread::sleep(POLL);
         let mut g = lock(&WATCHES);
         let now = Instant::now();
-        let mut fired = Vec::new();
         g.list.retain(|w| {
             if arrived(w) {
                 return false;
@@ -84,9 +83,14 @@ fn run() {
             if now < w.deadline {
                 return true;
             }
+            // Marked broken before the streams' waits are released: a call whose stream wait
+            // returns then finds the communicator broken (a send staged behind this one went
+            // out on it when the mark came after; both locks taken here are leaves).
+            let why = format!("{}: timeout: the receiver did not take the stream-ordered message before the deadline; the stream's wait for it was released and the communicator aborted", w.what);
+            w.engine.note_error(&Error::Timeout(why.clone()));
+            w.broken.mark(why);
             w.seg.slot(w.me).aborted.0.store(1, Ordering::Release);
             w.seg.release_all();
-            fired.push((w.broken.clone(), w.engine.clone(), w.what));
             false
         });
         if g.list.is_empty() {
@@ -94,11 +98,6 @@ fn run() {
         }
         let running = g.running;
         drop(g);
-        for (broken, engine, what) in fired {
-            let why = format!("{what}: timeout: the receiver did not take the stream-ordered message before the deadline; the stream's wait for it was released and the communicator aborted");
-            engine.note_error(&Error::Timeout(why.clone()));
-            broken.mark(why);
-        }
         if !running {
             return;
         }
