@@ -2,10 +2,12 @@
 //! returns once its header is out and leaves its stream waiting for the receiver's copy (the
 //! `done` word of its completion cell, `p2p::SendOp::order_after`). With a timeout configured,
 //! that wait is watched here: should the word not have come by the call's deadline (a receiver
-//! that never posts its receive), the watch ends it as `gpuwire_comm_abort` would — this rank's
-//! `aborted` word set, every stream wait on the segment released — and the communicator is
-//! broken on this rank with GPUWIRE_ERROR_TIMEOUT as its asynchronous error, which the next call
-//! or `gpuwire_comm_get_async_error` reports (the peers' calls see the abort: COMM_BROKEN).
+//! that never posts its receive), the watch breaks the communicator on this rank with
+//! GPUWIRE_ERROR_TIMEOUT as its asynchronous error, which the next call or
+//! `gpuwire_comm_get_async_error` reports, then ends the wait as `gpuwire_comm_abort` would —
+//! this rank's `aborted` word set, every stream wait on the segment released (the peers' calls
+//! see the abort: COMM_BROKEN). In that order: a call whose stream wait returns finds the
+//! communicator broken.
 //!
 //! One thread for the process, running while a watch is pending (it touches only words of the
 //! shared segments: no MPI, no CUDA), polling every [`POLL`]. A communicator's watches are
