@@ -60,7 +60,9 @@ def exchange_and_reduce(comm, xp, label, failures, sync=lambda: None):
     want = [float(100 + 10 * i) for i in range(10)] if rank <= 1 else [0.0] * 10
     check(got == want, f"{label}: rank {rank} holds {got}", failures)
     if rank == 1:
-        print(f"rank 1 received ({label}): " + " ".join(f"{e:g}" for e in got), flush=True)
+        # One write, so that mpirun cannot forward another rank's line between text and newline.
+        sys.stdout.write(f"rank 1 received ({label}): " + " ".join(f"{e:g}" for e in got) + "\n")
+        sys.stdout.flush()
     buf.free()
 
 
