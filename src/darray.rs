@@ -662,6 +662,28 @@ impl DArray {
         Ok(local)
     }
 
+    /// A call of two arrays (dot, axpy, redistribute) whose other array's handle was refused
+    /// on this rank (`e`), this one standing in for it: where the call is collective for arrays
+    /// of this one's partition, its agreement runs with the error, so that in checking mode the
+    /// other ranks return an error (GPUWIRE_ERROR_REMOTE_ARGUMENT) instead of waiting for this
+    /// one; `e` is this rank's error. `what` is the call's own name in its agreement.
+    pub fn refused_other(&self, what: &str, e: Error) -> Error {
+        let collective = match what {
+            // Collective for SCATTER arrays (a reduction of the parts; a move of blocks).
+            "dot" | "redistribute" => self.scattered(),
+            // Collective for BROADCAST arrays (rank 0's alpha).
+            "axpy" => !self.scattered(),
+            _ => false,
+        };
+        if !collective {
+            return e;
+        }
+        match self.agree(what, Sig::default(), None, &[], Err::<(), _>(e)) {
+            Err(e) => e,
+            Ok(()) => Error::Internal(format!("{what}: an agreement of an error succeeded")),
+        }
+    }
+
     /// `x` and `y` can be combined elementwise.
     fn compatible(&self, what: &str, other: &DArray) -> Result<()> {
         if !Arc::ptr_eq(&self.comm, &other.comm) {

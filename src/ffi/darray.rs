@@ -14,7 +14,11 @@
 //! (GPUWIRE_CHECK=1) every collective call is agreed across ranks first, as the plain
 //! collectives are: any rank's argument error, ranks in different calls, and a datatype, root,
 //! halo width, norm kind or array (shape, split, halo, kind of memory) that differs between
-//! ranks are then an error on every rank, before anything moves.
+//! ranks are then an error on every rank, before anything moves. A handle refused on one rank
+//! (freed, never made) is that rank's argument error too where the call takes two arrays and
+//! the other resolves (dot, axpy, redistribute: the call's agreement runs on the other's
+//! communicator); a call of one array cannot reach the communicator of a refused handle, and
+//! returns GPUWIRE_ERROR_INVALID_HANDLE on that rank alone, as a missing call would be.
 //!
 //! The messages of distributed arrays travel on an internal duplicate of the array's
 //! communicator, made when the first array on that communicator is created and freed with it:
@@ -39,6 +43,18 @@ fn st(stream: *mut c_void) -> Stream {
 fn darray(h: gpuwire_darray) -> Result<Arc<DArray>> {
     runtime::ensure_ready()?;
     DARRAYS.get(h)
+}
+
+/// The two arrays of a call of two (dot, axpy, redistribute, named `what` as in their
+/// agreement): where one handle is refused and the other resolves, the call's agreement runs on
+/// the other's communicator with the error (`DArray::refused_other`: in checking mode no other
+/// rank waits for this one).
+fn two_darrays(a: gpuwire_darray, b: gpuwire_darray, what: &str) -> Result<(Arc<DArray>, Arc<DArray>)> {
+    match (darray(a), darray(b)) {
+        (Ok(x), Ok(y)) => Ok((x, y)),
+        (Err(e), Ok(other)) | (Ok(other), Err(e)) => Err(other.refused_other(what, e)),
+        (Err(e), Err(_)) => Err(e),
+    }
 }
 
 fn nonneg(v: i64, what: &str) -> Result<usize> {
@@ -602,7 +618,7 @@ pub extern "C" fn gpuwire_darray_gather(d: gpuwire_darray, dst: *mut c_void, roo
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_darray_redistribute(src: gpuwire_darray, dst: gpuwire_darray, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_darray_redistribute", || {
-        let (s, d) = (darray(src)?, darray(dst)?);
+        let (s, d) = two_darrays(src, dst, "redistribute")?;
         DArray::redistribute(&s, &d, st(stream))
     })
 }
@@ -631,7 +647,7 @@ pub extern "C" fn gpuwire_darray_bcast(d: gpuwire_darray, root: i32, stream: *mu
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_darray_axpy(alpha: *const c_void, x: gpuwire_darray, y: gpuwire_darray, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_darray_axpy", || {
-        let (xa, ya) = (darray(x)?, darray(y)?);
+        let (xa, ya) = two_darrays(x, y, "axpy")?;
         DArray::axpy(element(alpha, &ya, "alpha"), &xa, &ya, st(stream))
     })
 }
@@ -668,7 +684,7 @@ fn result_ptr(p: *const c_void, arg: &str) -> Result<()> {
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_darray_dot(x: gpuwire_darray, y: gpuwire_darray, result: *mut c_void, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_darray_dot", || {
-        let (xa, ya) = (darray(x)?, darray(y)?);
+        let (xa, ya) = two_darrays(x, y, "dot")?;
         let v = DArray::dot(&xa, &ya, result_ptr(result, "result"), st(stream))?;
         write_bytes(result, &v);
         Ok(())

@@ -194,9 +194,9 @@ static void tags_do_not_collide(gpuwire_comm comm)
 /* 2. Arguments that differ between ranks, in checking mode. */
 static void checking_mode_agrees(void)
 {
-    gpuwire_darray d = grid(checked, 2), other, small, bc, skew;
+    gpuwire_darray d = grid(checked, 2), other, small, bc, skew, gone;
     int64_t shape[2] = {ROWS + 1, COLS}, shape0[2] = {ROWS, COLS};
-    double gathered[(ROWS + 1) * COLS], result = 0.0;
+    double gathered[(ROWS + 1) * COLS], result = 0.0, zero = 0.0;
 
     /* A halo width that differs: width 1 on rank 0, 2 elsewhere. Nothing moves. */
     EXPECT_ALL(gpuwire_darray_halo_exchange(d, rank == 0 ? 1 : 2, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
@@ -235,6 +235,29 @@ static void checking_mode_agrees(void)
                                        GPUWIRE_SPACE_HOST, GPUWIRE_PARTITION_SCATTER, &skew));
     EXPECT_ALL(gpuwire_darray_redistribute(d, rank == 0 ? skew : d, NULL), GPUWIRE_ERROR_COUNT_MISMATCH);
     EXPECT_LAST_ERROR_HAS("second array");
+
+    /* A freed array on rank 0 in a call of two arrays: INVALID_HANDLE there, and the other
+     * array's communicator tells the other ranks (REMOTE_ARGUMENT), which waited for rank 0 in
+     * the call's agreement before. */
+    EXPECT_OK(gpuwire_darray_create_nd(checked, 2, shape0, GPUWIRE_DECIDE, 2, GPUWIRE_FLOAT64,
+                                       GPUWIRE_SPACE_HOST, GPUWIRE_PARTITION_SCATTER, &gone));
+    EXPECT_OK(gpuwire_darray_free(gone));
+    {
+        gpuwire_status want = rank == 0 ? GPUWIRE_ERROR_INVALID_HANDLE : GPUWIRE_ERROR_REMOTE_ARGUMENT;
+        EXPECT_ALL(gpuwire_darray_dot(d, rank == 0 ? gone : d, &result, NULL), want);
+        EXPECT_ALL(gpuwire_darray_dot(rank == 0 ? gone : d, d, &result, NULL), want);
+        EXPECT_ALL(gpuwire_darray_redistribute(d, rank == 0 ? gone : d, NULL), want);
+        EXPECT_ALL(gpuwire_darray_redistribute(rank == 0 ? gone : d, d, NULL), want);
+        /* axpy of SCATTER arrays is local: only rank 0 fails. BROADCAST arrays agree on alpha.
+         * (alpha 0 leaves y as it is.) */
+        EXPECT_ALL(gpuwire_darray_axpy(&zero, d, rank == 0 ? gone : d, NULL),
+                   rank == 0 ? GPUWIRE_ERROR_INVALID_HANDLE : GPUWIRE_SUCCESS);
+        EXPECT_OK(gpuwire_darray_create(checked, 4, GPUWIRE_DECIDE, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST,
+                                        GPUWIRE_PARTITION_BROADCAST, &gone));
+        EXPECT_OK(gpuwire_darray_free(gone));
+        EXPECT_ALL(gpuwire_darray_axpy(&zero, bc, rank == 0 ? gone : bc, NULL), want);
+        EXPECT_ALL(gpuwire_darray_axpy(&zero, rank == 0 ? gone : bc, bc, NULL), want);
+    }
 
     /* After every mismatch the communicator still works. */
     EXPECT_OK(gpuwire_darray_halo_exchange(d, 2, NULL));
