@@ -411,16 +411,21 @@ fn run(entries: Vec<Entry>) -> Result<()> {
                 comms.push(&e.c);
             }
         }
+        // Checking mode: the sends' and receives' agreements, made together before any runs.
+        let agreed = agree_together(&nccl);
         let mut ran: Vec<Result<()>> = Vec::new();
         let launched = crate::backend::nccl::with_group(&comms, || {
-            for e in nccl.iter().filter(|e| !e.issued) {
-                ran.push(e.op.run(&e.c, e.stream));
-            }
+            crate::backend::p2p::agreed_together(|| {
+                for (e, a) in nccl.iter().zip(&agreed).filter(|(e, _)| !e.issued) {
+                    ran.push(a.clone().and_then(|()| e.op.run(&e.c, e.stream)));
+                }
+            });
             Ok(())
         });
         // Each operation's outcome: its own error, else the launch's (an operation issued at its
         // call, or one that ran, is not failed by another operation of the group).
         let mut ran = ran.into_iter();
+        let mut results = Vec::with_capacity(nccl.len());
         for e in &nccl {
             let own = if e.issued { None } else { ran.next() };
             let r = match own {
@@ -429,9 +434,10 @@ fn run(entries: Vec<Entry>) -> Result<()> {
             };
             finish(e, &r);
             note(&r, &mut first);
+            results.push(r.is_ok());
         }
-        // Unpacked on each stream after the NCCL group's launch.
-        for e in &nccl {
+        // Unpacked on each stream after the NCCL group's launch (what failed moved nothing).
+        for (e, _) in nccl.iter().zip(results).filter(|(_, ok)| *ok) {
             if let Some(p) = &e.packed {
                 note(&p.unpack(e.stream), &mut first);
             }
@@ -642,6 +648,63 @@ fn issue_batch(c: &Arc<Communicator>, es: &[&Entry]) -> Result<()> {
         first.map_or(Ok(()), Err)
     }));
     ordered::issue(c, es[0].stream, parts, false, side).map(|_| ())
+}
+
+/// Checking mode on NCCL (`p2p::agree_peer`): the agreements of the NCCL entries' blocking
+/// sends, receives and sendrecvs (isend and irecv are not checked there), every
+/// communicator's posted before any is waited for, in call order. One at a time, a send's
+/// would wait for its receiver's, which the peer's group may issue only after its own send.
+/// Each entry's outcome (Ok for those not agreed).
+fn agree_together(nccl: &[&Entry]) -> Vec<Result<()>> {
+    use crate::backend::p2p::{Agreement, Side};
+    use crate::ops::peer;
+    use crate::types::PROC_NULL;
+    let sides = |op: &Op| -> Vec<Side> {
+        let side = |send: bool, b: &crate::buffer::Buffer, r: i32| (peer(r) != PROC_NULL).then(|| (send, r, b.dtype(), b.count()));
+        match op {
+            Op::Send { buf, dest, .. } => side(true, buf, *dest).into_iter().collect(),
+            Op::Recv { buf, source, .. } => side(false, buf, *source).into_iter().collect(),
+            Op::Sendrecv { send, dest, recv, source, .. } => [side(true, send, *dest), side(false, recv, *source)].into_iter().flatten().collect(),
+            _ => Vec::new(),
+        }
+    };
+    let mut out: Vec<Result<()>> = nccl.iter().map(|_| Ok(())).collect();
+    if !nccl.iter().any(|e| e.c.config().check) {
+        return out;
+    }
+    // Per communicator: its entries' indices and the number of sides of each.
+    let mut posted: Vec<(Vec<(usize, usize)>, Result<Agreement>)> = Vec::new();
+    for es in by_comm(nccl) {
+        let c = &es[0].c;
+        let mut of = Vec::new();
+        let mut all = Vec::new();
+        for e in es.iter().filter(|e| !e.issued) {
+            let i = nccl.iter().position(|x| std::ptr::eq(*x, *e)).unwrap_or(0);
+            let s = sides(&e.op);
+            of.push((i, s.len()));
+            all.extend(s);
+        }
+        if c.config().check && !all.is_empty() {
+            posted.push((of, Agreement::post(c, all)));
+        }
+    }
+    for (of, a) in posted {
+        let c = &nccl[of[0].0].c;
+        match a.and_then(|a| a.finish(c)) {
+            Ok(each) => {
+                let mut each = each.into_iter();
+                for (i, n) in of {
+                    out[i] = each.by_ref().take(n).collect();
+                }
+            }
+            Err(x) => {
+                for (i, _) in of {
+                    out[i] = Err(x.clone());
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Whether an entry goes to NCCL: device buffers only, on an NCCL communicator.

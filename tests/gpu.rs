@@ -1809,6 +1809,60 @@ fn group_comms(cx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
+/// Checking mode: a halo exchange in one group on device memory (each rank sends to the right,
+/// then receives from the left), an allreduce among its operations, and a send and receive
+/// whose counts differ (n into n + 1): the matching operations move their data, the mismatched
+/// pair fails on both sides (the group's end returns COUNT_MISMATCH on every rank) and its
+/// receive buffer stays untouched. On NCCL each send's agreement waited for its receiver's,
+/// which that rank's group issues only after its own send: the group hung (a helper's program on
+/// the null device, one rank sending to itself).
+fn group_check(cx: &Ctx) -> Result<(), String> {
+    let (r, p, s) = (cx.rank, cx.size, cx.stream as *mut c_void);
+    let (left, right) = ((r + p - 1) % p, (r + 1) % p);
+    let mut cfg: gpuwire_config = unsafe { std::mem::zeroed() };
+    ok(gpuwire_config_init(&mut cfg), "config_init");
+    cfg.check = 1;
+    let mut cc = 0;
+    ok(gpuwire_comm_world(&cfg, &mut cc), "comm_world(check)");
+    let n = 1000usize;
+    let f32buf = |k: usize, v: f32| {
+        let b = dev_alloc(k, Dtype::GPUWIRE_FLOAT32);
+        upload(b, &f32s(&vec![v; k]));
+        b
+    };
+    let (x, y, a, b) = (f32buf(n, r as f32 + 1.0), f32buf(n, -1.0), f32buf(n, r as f32 + 1.0), f32buf(n, -1.0));
+    let (m, z) = (f32buf(n, r as f32 + 100.0), f32buf(n + 1, -2.0));
+    for round in 0..2 {
+        ok(gpuwire_group_start(), "group_start");
+        ok(gpuwire_send(cc, x, right, 1, s), "send in a group (checking mode)");
+        ok(gpuwire_allreduce(cc, a, b, ReduceOp::GPUWIRE_SUM as i32, s), "allreduce in a group (checking mode)");
+        if round == 1 {
+            ok(gpuwire_send(cc, m, right, 2, s), "send of n in a group (checking mode)");
+        }
+        ok(gpuwire_recv(cc, y, left, 1, s), "recv in a group (checking mode)");
+        if round == 1 {
+            ok(gpuwire_recv(cc, z, left, 2, s), "recv of n + 1 in a group (checking mode)");
+        }
+        let got = gpuwire_group_end();
+        let want = if round == 1 { Status::GPUWIRE_ERROR_COUNT_MISMATCH } else { Status::GPUWIRE_SUCCESS };
+        if got != want {
+            return Err(format!("round {round}: group_end gave {got:?} ({}), expected {want:?}", last_error()));
+        }
+        all_f32(&download(y, n * 4), left as f32 + 1.0).map_err(|e| format!("round {round}: the halo receive: {e}"))?;
+        all_f32(&download(b, n * 4), (p * (p + 1) / 2) as f32).map_err(|e| format!("round {round}: the allreduce: {e}"))?;
+        all_f32(&download(z, (n + 1) * 4), -2.0).map_err(|e| format!("round {round}: the refused receive wrote its buffer: {e}"))?;
+        upload(y, &f32s(&vec![-1.0; n]));
+        upload(b, &f32s(&vec![-1.0; n]));
+    }
+    ok(gpuwire_barrier(cc, s), "barrier");
+    for q in [x, y, a, b, m, z] {
+        gpuwire_buffer_free(q);
+    }
+    ok(gpuwire_comm_free(cc), "comm_free");
+    println!("rank {r}: groupcheck: checking mode, a halo exchange and an allreduce in one group, then with a mismatched pair");
+    Ok(())
+}
+
 /// NCCL: another thread's isend/irecv posted on the communicator while this thread's group is
 /// open fail none of this thread's calls and stay posted for their own thread: (a) a group's
 /// allreduce run at its end, (b) a group's recv issued at its call after its send, (c) a wait
@@ -4165,6 +4219,7 @@ fn main() {
             "threadgroup" => thread_group(&cx),
             "grouporder" => group_order(&cx),
             "groupcomms" => group_comms(&cx),
+            "groupcheck" => group_check(&cx),
             "threadposts" => thread_posts(&cx),
             "threadexit" => thread_exit(&cx),
             "threadexitturn" => thread_exit_turn(&cx),

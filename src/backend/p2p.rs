@@ -1166,46 +1166,111 @@ impl Check {
 /// moves, the sender and the receiver of each message exchange their (datatype, count) by MPI
 /// (the sender's on `Check::hdr`, the receiver's on `Check::ack`, tag 0, as NCCL matches by
 /// order per peer, not by tag) and each compares: a mismatch fails on both sides, and nothing is
-/// enqueued. `send` and `recv` are (peer, datatype, count).
+/// enqueued. `send` and `recv` are (peer, datatype, count). Inside [`agreed_together`] it agrees
+/// nothing (the group's agreements were made together).
 pub fn agree_peer(c: &Communicator, send: Option<(i32, Dtype, usize)>, recv: Option<(i32, Dtype, usize)>) -> Result<()> {
-    let Some(k) = check_of(c) else { return Ok(()) };
-    // On the heap: leaked if abandoned at a deadline (MPI may still write them).
-    let mut hb = Box::new(([Hdr::default(); 2], [Hdr::default(); 2]));
-    let (mine, theirs) = &mut *hb;
-    let mut reqs = [RawRequest(mpisys::request_null()); 4];
-    let sides = [send.map(|s| (s, k.hdr, k.ack)), recv.map(|r| (r, k.ack, k.hdr))];
-    for (i, side) in sides.iter().enumerate() {
-        let Some(((peer, dtype, count), out, inp)) = *side else { continue };
-        mine[i] = Hdr { dtype: dtype as i64, count: count as i64 };
-        // SAFETY: mine and theirs live until the requests completed (waited for below; leaked on
-        // a timeout, as the communicator is then broken).
-        unsafe {
-            mpisys::check(sys::MPI_Irecv((&mut theirs[i] as *mut Hdr).cast(), HDR_WORDS, sys::RSMPI_INT64_T, peer, 0, inp.0, &mut reqs[2 * i].0), "MPI_Irecv (checking mode)")?;
-            mpisys::check(sys::MPI_Isend((&mine[i] as *const Hdr).cast(), HDR_WORDS, sys::RSMPI_INT64_T, peer, 0, out.0, &mut reqs[2 * i + 1].0), "MPI_Isend (checking mode)")?;
+    if check_of(c).is_none() || AGREED.with(|a| a.get()) {
+        return Ok(());
+    }
+    let sides: Vec<Side> = [send.map(|(p, d, n)| (true, p, d, n)), recv.map(|(p, d, n)| (false, p, d, n))].into_iter().flatten().collect();
+    Agreement::post(c, sides)?.finish(c)?.into_iter().collect()
+}
+
+/// One side of a message in a checking-mode agreement: whether this rank sends it, the peer,
+/// the datatype and the count.
+pub type Side = (bool, i32, Dtype, usize);
+
+thread_local! {
+    /// Set while operations run whose agreements were made together (`agreed_together`).
+    static AGREED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with `agree_peer` agreeing nothing on this thread: for a group's point-to-point
+/// operations whose agreements were posted together ([`Agreement::post`], every communicator's
+/// before any is waited for) and passed. One at a time, a send's agreement would wait for its
+/// receiver's, which the peer's group may issue after its own send to this rank (a halo
+/// exchange in a group hung in checking mode).
+pub fn agreed_together<T>(f: impl FnOnce() -> T) -> T {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            AGREED.with(|a| a.set(self.0));
         }
     }
-    let r = wait_until(c, "point-to-point agreement (checking mode)", || {
-        for q in reqs.iter_mut() {
-            if !test_req(q, "MPI_Test (checking mode)")? {
-                return Ok(false);
+    let _reset = Reset(AGREED.with(|a| a.replace(true)));
+    f()
+}
+
+/// A checking-mode agreement of several messages (see `agree_peer`), posted: its headers sent
+/// and the peers' being received.
+pub struct Agreement {
+    sides: Vec<Side>,
+    /// This rank's headers and the peers', one each per side; on the heap, leaked if abandoned
+    /// at a deadline (MPI may still write them).
+    hb: Box<(Vec<Hdr>, Vec<Hdr>)>,
+    reqs: Vec<RawRequest>,
+}
+
+impl Agreement {
+    /// Posts the exchanges of `sides`, in their order (NCCL's order per peer). Without checking
+    /// mode, an agreement that passes every side.
+    pub fn post(c: &Communicator, sides: Vec<Side>) -> Result<Agreement> {
+        let n = sides.len();
+        let mut a = Agreement { hb: Box::new((vec![Hdr::default(); n], vec![Hdr::default(); n])), reqs: Vec::new(), sides };
+        let Some(k) = check_of(c) else {
+            a.sides.clear();
+            return Ok(a);
+        };
+        a.reqs = vec![RawRequest(mpisys::request_null()); 2 * n];
+        let (mine, theirs) = &mut *a.hb;
+        for (i, &(send, peer, dtype, count)) in a.sides.iter().enumerate() {
+            let (out, inp) = if send { (k.hdr, k.ack) } else { (k.ack, k.hdr) };
+            mine[i] = Hdr { dtype: dtype as i64, count: count as i64 };
+            // SAFETY: mine and theirs live until the requests completed (waited for by `finish`;
+            // leaked on a failure, as MPI may still use them).
+            let posted = unsafe {
+                mpisys::check(sys::MPI_Irecv((&mut theirs[i] as *mut Hdr).cast(), HDR_WORDS, sys::RSMPI_INT64_T, peer, 0, inp.0, &mut a.reqs[2 * i].0), "MPI_Irecv (checking mode)")
+                    .and_then(|()| mpisys::check(sys::MPI_Isend((&mine[i] as *const Hdr).cast(), HDR_WORDS, sys::RSMPI_INT64_T, peer, 0, out.0, &mut a.reqs[2 * i + 1].0), "MPI_Isend (checking mode)"))
+            };
+            if let Err(e) = posted {
+                std::mem::forget(a);
+                return Err(e);
             }
         }
-        Ok(true)
-    });
-    if r.is_err() {
-        std::mem::forget(hb);
-        return r;
+        Ok(a)
     }
-    let theirs = hb.1;
-    for (i, side) in sides.iter().enumerate() {
-        let Some(((peer, dtype, count), _, _)) = *side else { continue };
-        let t = theirs[i];
-        if t.dtype != dtype as i64 || t.count != count as i64 {
-            let name = Dtype::from_c(t.dtype as i32).map(|d| d.name()).unwrap_or("?");
-            let (me, other) = if i == 0 { ("send", "receives") } else { ("recv", "sends") };
-            let msg = format!("{me}: rank {peer} {other} {} {name} elements but this {me} is of {count} {} elements (checking mode); nothing was moved", t.count, dtype.name());
-            return Err(if t.dtype != dtype as i64 { Error::DtypeMismatch(msg) } else { Error::CountMismatch(msg) });
+
+    /// Waits for the exchanges (up to the communicator's timeout) and compares: each side's
+    /// outcome, in order (a mismatch is DTYPE_MISMATCH or COUNT_MISMATCH, as on the peer).
+    pub fn finish(mut self, c: &Communicator) -> Result<Vec<Result<()>>> {
+        let reqs = &mut self.reqs;
+        let r = wait_until(c, "point-to-point agreement (checking mode)", || {
+            for q in reqs.iter_mut() {
+                if !test_req(q, "MPI_Test (checking mode)")? {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        });
+        if let Err(e) = r {
+            std::mem::forget(self);
+            return Err(e);
         }
+        let theirs = &self.hb.1;
+        Ok(self
+            .sides
+            .iter()
+            .enumerate()
+            .map(|(i, &(send, peer, dtype, count))| {
+                let t = theirs[i];
+                if t.dtype == dtype as i64 && t.count == count as i64 {
+                    return Ok(());
+                }
+                let name = Dtype::from_c(t.dtype as i32).map(|d| d.name()).unwrap_or("?");
+                let (me, other) = if send { ("send", "receives") } else { ("recv", "sends") };
+                let msg = format!("{me}: rank {peer} {other} {} {name} elements but this {me} is of {count} {} elements (checking mode); nothing was moved", t.count, dtype.name());
+                Err(if t.dtype != dtype as i64 { Error::DtypeMismatch(msg) } else { Error::CountMismatch(msg) })
+            })
+            .collect())
     }
-    Ok(())
 }
