@@ -398,9 +398,15 @@ def _check_byte_order(order, typestr):
     """Refuses an element type whose byte order ('<', '>'; '|' and '=' are native) is not this
     machine's: its bytes would be reduced and sent as native values."""
     if order not in ("|", "=", _NATIVE_ORDER):
-        raise ValueError(f"gpuwire: the array's elements ({typestr}) are in {'big' if order == '>' else 'little'}-endian "
-                         f"byte order, not this machine's ({sys.byteorder}-endian): gpuwire would reduce and send "
-                         f"their bytes as native values. Convert it first: a.astype(a.dtype.newbyteorder('='))")
+        raise ValueError(_byte_order_message(typestr))
+
+
+def _byte_order_message(typestr):
+    """Why an array of elements `typestr` in the other byte order than this machine's is refused."""
+    other = "little" if sys.byteorder == "big" else "big"
+    return (f"gpuwire: the array's elements ({typestr}) are in {other}-endian byte order, not this machine's "
+            f"({sys.byteorder}-endian): gpuwire would reduce and send their bytes as native values. Convert it "
+            f"first: a.astype(a.dtype.newbyteorder('='))")
 
 
 def _stream_ptr(stream):
@@ -1380,8 +1386,9 @@ class DArray:
     @classmethod
     def wrap(cls, comm, memory, shape, dtype=None, procs=None, halo=0, periodic=None, space=SPACE_AUTO):
         """A SCATTER array over the program's memory (gpuwire_darray_wrap): `memory` a NumPy array
-        (C-contiguous, writable, at least this rank's block with its ghosts; its dtype unless
-        `dtype` is given) or an address (then pass `dtype`; its size cannot be checked). The
+        (C-contiguous, writable, in native byte order, at least this rank's block with its ghosts;
+        its dtype unless `dtype` is given) or an address (then pass `dtype`; its size cannot be
+        checked). The
         memory stays the program's. Collective: an array refused on one rank (ValueError) is
         refused on every rank."""
         procs = procs if procs is not None else [0] * (1 if isinstance(shape, numbers.Integral) else len(shape))
@@ -1398,8 +1405,15 @@ class DArray:
             problem = "gpuwire: DArray.wrap takes a C-contiguous NumPy array or an address"
         elif not memory.flags.writeable:
             problem = _READ_ONLY
+        elif not memory.dtype.isnative:
+            problem = _byte_order_message(memory.dtype.str)
         keep = memory if isinstance(memory, np.ndarray) else np.empty(1)
         dtype = keep.dtype if dtype is None else dtype
+        try:
+            _dtype_code(dtype)
+        except (ValueError, TypeError) as e:  # an element type gpuwire has not: a placeholder's
+            problem = problem or str(e)
+            dtype = FLOAT64
         space = SPACE_HOST if space == SPACE_AUTO else space
         d = cls(comm, shape, dtype, space, halo=halo, procs=procs, periodic=periodic, _wrap=(keep.ctypes.data, keep))
         if problem is None:

@@ -212,6 +212,15 @@ def test_process_grid_and_wrapped_memory(comm):
     with pytest.raises(ValueError, match="read-only"):
         gpuwire.DArray.wrap(comm, ro, (rows, cols), procs=(0, 1), halo=(1, 0))
     assert not ro.any()
+    # Memory in the other byte order (its bytes were taken as native values), or of an element
+    # type gpuwire has not on the last rank only (it raised before the collective creation, the
+    # other ranks waited for ever): refused on every rank.
+    swapped = np.zeros((nr + 2, cols), np.dtype(np.float64).newbyteorder())
+    with pytest.raises(ValueError, match="byte order"):
+        gpuwire.DArray.wrap(comm, swapped, (rows, cols), procs=(0, 1), halo=(1, 0))
+    odd = np.zeros((nr + 2, cols), np.int16 if RANK == SIZE - 1 else np.float64)
+    with pytest.raises(ValueError, match="int16" if RANK == SIZE - 1 else "another rank"):
+        gpuwire.DArray.wrap(comm, odd, (rows, cols), procs=(0, 1), halo=(1, 0))
 
 
 def test_darray_numpy_integers_and_grid_arguments(comm):
