@@ -1322,8 +1322,9 @@ class DArray:
     array's owned elements. Scalars (fill, axpy, scale) have the array's dtype (a Python number
     of its kind is taken); results (dot, sum, min, max) come back as NumPy scalars of it, norm as
     a float. An `out` of
-    another dtype or size is checked where the C function uses it: it goes to the C call as NULL,
-    so that the call fails there (agreed across ranks in checking mode) and raises the mismatch.
+    another dtype or size, read-only or not an array, is checked where the C function uses it: it
+    goes to the C call as NULL, so that the call fails there (agreed across ranks in checking mode)
+    and raises the mismatch.
     """
 
     def __init__(self, comm, shape, dtype=FLOAT64, space=SPACE_HOST, partition=PARTITION_SCATTER, local=DECIDE,
@@ -1589,18 +1590,18 @@ class DArray:
         return self._result(lib.gpuwire_darray_max, self.handle, stream=stream)
 
     # data movement
-    def _host(self, what, array, call):
-        """Calls `call(address)` with a host NumPy array of the array's dtype and global size, or
-        with NULL when `array` is None or does not fit (the C call then fails where it uses it)."""
+    def _host(self, what, array, call, writes=False):
+        """Calls `call(address)` with a host NumPy array of the array's dtype and global size
+        (writable where the call `writes` it), or with NULL when `array` is None or does not fit
+        (the C call then fails where it uses it)."""
         fits = False
-        if array is not None:
-            np = _numpy()
-            if not isinstance(array, np.ndarray):
-                raise TypeError(f"{what}: expected a NumPy array")
+        if array is not None and isinstance(array, _numpy().ndarray):
             fits = (array.dtype == self._np_dtype() and array.size == self.global_len()
-                    and array.flags.c_contiguous)
+                    and array.flags.c_contiguous and (array.flags.writeable or not writes))
         st = call(array.ctypes.data if fits and array.size else None)
         if st == ERROR_NULL_ARGUMENT and array is not None and not fits:
+            if not isinstance(array, _numpy().ndarray):
+                raise TypeError(f"{what}: expected a NumPy array, got {type(array).__name__}")
             if not array.dtype.isnative and array.dtype.newbyteorder("=") == self._np_dtype():
                 raise Error(ERROR_DTYPE_MISMATCH, f"{what}: the array's elements ({array.dtype.str}) are not in "
                                                   f"this machine's byte order ({sys.byteorder}-endian); the "
@@ -1610,6 +1611,8 @@ class DArray:
                                                   f"array {self._np_dtype()}")
             if not array.flags.c_contiguous:
                 raise Error(ERROR_INVALID_ARGUMENT, f"{what}: the array is not C-contiguous")
+            if writes and not array.flags.writeable:
+                raise Error(ERROR_INVALID_ARGUMENT, f"{what}: the array is read-only, and the call writes it")
             raise Error(ERROR_COUNT_MISMATCH, f"{what}: the array has {array.size} elements, the "
                                               f"distributed array {self.global_len()}")
         _check(st)
@@ -1635,7 +1638,7 @@ class DArray:
         if out is None:
             out = _numpy().empty(self.shape(), dtype=self._np_dtype())
         self._host("gpuwire_darray_allgather", out,
-                   lambda p: lib.gpuwire_darray_allgather(self.handle, p, _stream_ptr(stream)))
+                   lambda p: lib.gpuwire_darray_allgather(self.handle, p, _stream_ptr(stream)), writes=True)
         return out
 
     def gather(self, root=0, out=None, stream=None):
@@ -1643,7 +1646,7 @@ class DArray:
         if out is None and self._rank == root:
             out = _numpy().empty(self.shape(), dtype=self._np_dtype())
         self._host("gpuwire_darray_gather", out,
-                   lambda p: lib.gpuwire_darray_gather(self.handle, p, root, _stream_ptr(stream)))
+                   lambda p: lib.gpuwire_darray_gather(self.handle, p, root, _stream_ptr(stream)), writes=True)
         return out
 
     def redistribute(self, dst, stream=None):

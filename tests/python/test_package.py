@@ -168,6 +168,16 @@ def test_the_datatype_is_refused_not_converted(comm):
         with pytest.raises(gpuwire.Error) as e:
             d.allgather(out=np.zeros(3 * SIZE, np.float32))
         assert e.value.code == gpuwire.ERROR_DTYPE_MISMATCH
+        # A read-only out (an immutable bytes object's memory) is refused, never written.
+        raw = bytes(8 * 3 * SIZE)
+        for ro in (np.frombuffer(raw, np.float64), np.zeros(3 * SIZE)):
+            ro.flags.writeable = False
+            with pytest.raises(gpuwire.Error, match="read-only") as e:
+                d.allgather(out=ro)
+            assert e.value.code == gpuwire.ERROR_INVALID_ARGUMENT and not ro.any()
+        assert raw == bytes(8 * 3 * SIZE)
+        with pytest.raises(TypeError, match="list"):
+            d.allgather(out=[0.0] * 3 * SIZE)
     with gpuwire.DArray(comm, 2 * SIZE, np.int32) as i:
         with pytest.raises(gpuwire.Error) as e:
             i.fill(1.5)  # a float for an integer array
