@@ -17,7 +17,8 @@
 //  - gpuwire::error: the exception every failing call throws, carrying the status code (code())
 //    and the detailed message of gpuwire_last_error (what(), which names the C function);
 //  - gpuwire::span<T>: a std::span-style view (pointer + element count) that converts from
-//    std::vector, std::array, C arrays, std::span and anything with data() and size(); buffers
+//    std::vector, std::array, C arrays, std::span and anything with data() and size(), and (a
+//    span of const T, as an argument) from a braced list: procs {0, 2}, widths {1, 0}; buffers
 //    wrap spans, and buffer::host_span<T>() views a host buffer's memory as a span;
 //  - gpuwire::darray: a distributed array (gpuwire_darray_*), with host data as spans and scalars
 //    of its element type, checked against the array's datatype and global length.
@@ -199,7 +200,20 @@ public:
     using iterator = T *;
 
     constexpr span() noexcept = default;
-    constexpr span(T *data, size_type size) noexcept : data_(data), size_(size) {}
+    /** `size` elements from `data`, a pointer (not the literal 0, which a braced list such as
+     * {0, 2} would otherwise pass here as the null pointer). */
+    template <class P, class = std::enable_if_t<std::is_pointer<P>::value &&
+                                                std::is_convertible<P, T *>::value>>
+    constexpr span(P data, size_type size) noexcept : data_(data), size_(size)
+    {
+    }
+    /** The values of a braced list, for a span of const elements given as an argument:
+     * f({0, 2}) (the list lives until the call's full expression ends; as C++26's std::span). */
+    template <class U = T, class = std::enable_if_t<std::is_const<U>::value>>
+    constexpr span(std::initializer_list<value_type> list) noexcept
+        : data_(std::data(list)), size_(list.size())
+    {
+    }
     template <std::size_t N> constexpr span(T (&array)[N]) noexcept : data_(array), size_(N) {}
     /** From std::vector, std::array, std::span, another span, ...: anything with data() and
      * size() whose elements convert to T (a span<const T> from const containers). */

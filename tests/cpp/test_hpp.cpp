@@ -119,6 +119,13 @@ static void test_buffers_and_spans()
     int64_t n = -1;
     EXPECT(gpuwire_buffer_count(raw, &n) == GPUWIRE_ERROR_INVALID_HANDLE);
 
+    // A braced list is a span of its values ({0, 2} was span(nullptr, 2): the literal 0 went to
+    // span(T *, size) as the null pointer, so procs {0, 2} of create_cart became NULL, all 0).
+    auto listed = [](gw::span<const int64_t> s) {
+        return s.size() == 2 && s.data() != nullptr && s[0] == 0 && s[1] == 2;
+    };
+    EXPECT(listed({0, 2}));
+
     // Spans over std::vector, std::array and C arrays; wrap borrows their memory.
     std::vector<int32_t> v(6);
     std::iota(v.begin(), v.end(), 10);
@@ -702,6 +709,9 @@ static void test_darray(const gw::comm &world)
                                           gw::span<const int64_t>(procs), gw::span<const int64_t>(halo),
                                           gw::span<const int32_t>(periodic), GPUWIRE_INT32,
                                           GPUWIRE_SPACE_HOST);
+    // Widths {0, 0} exchange nothing (they were the empty list: the array's halos).
+    wrapped.halo_exchange_axes({0, 0});
+    EXPECT(own.front() == -1 && own.back() == -1);
     wrapped.halo_exchange_axes({}, GPUWIRE_HALO_CORNERS);
     // One width per axis (a shorter span was read past its end): refused on every rank.
     std::array<int64_t, 1> one_width{{1}};
@@ -712,6 +722,9 @@ static void test_darray(const gw::comm &world)
     EXPECT(ci.procs[0] == size && ci.coords[0] == rank && ci.starts[0] == r0 && ci.periodic[0] == 1);
     gw::darray cart = gw::darray::create_cart(world, gw::span<const int64_t>(shape), {}, {}, {},
                                               GPUWIRE_INT32);
+    // Per-axis braced lists (procs {0, 1} was span(nullptr, 1): one entry for two axes).
+    EXPECT(gw::darray::create_cart(world, gw::span<const int64_t>(shape), {0, 1}, {1, 0}, {1, 0},
+                                   GPUWIRE_INT32).cart().procs == std::vector<int64_t>({size, 1}));
     EXPECT(cart.cart().halo[0] == 0);
     EXPECT(wrapped.host_span<int32_t>().size() == static_cast<std::size_t>(nr * cols));
     // A halo on the second axis: the owned elements are not consecutive (host_span gave the
