@@ -617,35 +617,43 @@ fn issue_batch(c: &Arc<Communicator>, es: &[&Entry]) -> Result<()> {
         parts.extend(p);
     }
     let c2 = c.clone();
-    let side = HostSide::Run(Box::new(move |subs| {
+    // A failed operation's parts are named, so that the others' results are still delivered
+    // where the host side runs on this thread (a refused receive lost the group's other
+    // receives there: a helper's bug hunt, 2026-12-06).
+    let side = HostSide::Parts(Box::new(move |subs| {
         let mut k = 0;
-        let ops: Vec<Op> = ops
+        let ops: Vec<(Op, std::ops::Range<usize>)> = ops
             .iter()
             .zip(&counts)
             .map(|(op, n)| {
-                let o = op.rebind(&subs[k..k + n]);
+                let o = (op.rebind(&subs[k..k + n]), k..k + n);
                 k += n;
                 o
             })
             .collect();
-        let (mut reqs, mut first) = (Vec::new(), None);
+        let (mut reqs, mut first, mut failed) = (Vec::new(), None, Vec::new());
+        let mut fail = |x: Error, parts: &std::ops::Range<usize>, failed: &mut Vec<usize>| {
+            first.get_or_insert(x);
+            failed.extend(parts.clone());
+        };
         for pass in [true, false] {
-            for op in &ops {
+            for (op, parts) in &ops {
                 match start_part(&c2, op, Stream(0), pass) {
-                    Some(Ok(q)) => reqs.push(q),
-                    Some(Err(x)) => {
-                        first.get_or_insert(x);
-                    }
+                    Some(Ok(q)) => reqs.push((q, parts)),
+                    Some(Err(x)) => fail(x, parts, &mut failed),
                     None => {}
                 }
             }
         }
-        for q in reqs {
-            if let (Err(x), None) = (q.wait(), &first) {
-                first = Some(x);
+        for (q, parts) in reqs {
+            if let Err(x) = q.wait() {
+                fail(x, parts, &mut failed);
             }
         }
-        first.map_or(Ok(()), Err)
+        match first {
+            None => Ok(()),
+            Some(x) => Err((x, failed)),
+        }
     }));
     ordered::issue(c, es[0].stream, parts, false, side).map(|_| ())
 }

@@ -1815,7 +1815,8 @@ fn group_comms(cx: &Ctx) -> Result<(), String> {
 /// pair fails on both sides (the group's end returns COUNT_MISMATCH on every rank) and its
 /// receive buffer stays untouched. On NCCL each send's agreement waited for its receiver's,
 /// which that rank's group issues only after its own send: the group hung (a helper's program on
-/// the null device, one rank sending to itself).
+/// the null device, one rank sending to itself). Then a group of point-to-point operations only
+/// whose refused receive comes first: the other receive gets its message.
 fn group_check(cx: &Ctx) -> Result<(), String> {
     let (r, p, s) = (cx.rank, cx.size, cx.stream as *mut c_void);
     let (left, right) = ((r + p - 1) % p, (r + 1) % p);
@@ -1853,6 +1854,41 @@ fn group_check(cx: &Ctx) -> Result<(), String> {
         all_f32(&download(z, (n + 1) * 4), -2.0).map_err(|e| format!("round {round}: the refused receive wrote its buffer: {e}"))?;
         upload(y, &f32s(&vec![-1.0; n]));
         upload(b, &f32s(&vec![-1.0; n]));
+    }
+    // Point-to-point only (MPI_STAGED's stream-ordered batch: one host side), the refused
+    // receive first: the receive after it still gets its message. The batch's failure dropped
+    // every result of the group (a helper's bug hunt).
+    ok(gpuwire_group_start(), "group_start");
+    ok(gpuwire_send(cc, x, right, 1, s), "send of n in a group (checking mode)");
+    ok(gpuwire_send(cc, m, right, 2, s), "send of n in a group (checking mode)");
+    ok(gpuwire_recv(cc, z, left, 1, s), "recv of n + 1 in a group (checking mode)");
+    ok(gpuwire_recv(cc, y, left, 2, s), "recv of n in a group (checking mode)");
+    let got = gpuwire_group_end();
+    if got != Status::GPUWIRE_ERROR_COUNT_MISMATCH {
+        return Err(format!("point-to-point group: group_end gave {got:?} ({}), expected COUNT_MISMATCH", last_error()));
+    }
+    all_f32(&download(y, n * 4), left as f32 + 100.0).map_err(|e| format!("point-to-point group: the receive after the refused one: {e}"))?;
+    all_f32(&download(z, (n + 1) * 4), -2.0).map_err(|e| format!("point-to-point group: the refused receive wrote its buffer: {e}"))?;
+    // The same without checking mode on IPC, whose group of point-to-point operations is one
+    // batch (the refused receive is found by the receiver alone): the batch gave up at the
+    // refusal and the other receive's message was lost.
+    let mut backend = 0;
+    ok(gpuwire_comm_backend(cx.comm, &mut backend), "comm_backend");
+    if backend == BackendKind::GPUWIRE_BACKEND_IPC as i32 {
+        upload(y, &f32s(&vec![-1.0; n]));
+        ok(gpuwire_group_start(), "group_start");
+        ok(gpuwire_send(cx.comm, x, right, 1, s), "send of n in a group");
+        ok(gpuwire_send(cx.comm, m, right, 2, s), "send of n in a group");
+        ok(gpuwire_recv(cx.comm, z, left, 1, s), "recv of n + 1 in a group");
+        ok(gpuwire_recv(cx.comm, y, left, 2, s), "recv of n in a group");
+        let got = gpuwire_group_end();
+        if got != Status::GPUWIRE_ERROR_COUNT_MISMATCH {
+            return Err(format!("IPC point-to-point group: group_end gave {got:?} ({}), expected COUNT_MISMATCH", last_error()));
+        }
+        cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
+        all_f32(&download(y, n * 4), left as f32 + 100.0).map_err(|e| format!("IPC point-to-point group: the receive after the refused one: {e}"))?;
+        all_f32(&download(z, (n + 1) * 4), -2.0).map_err(|e| format!("IPC point-to-point group: the refused receive wrote its buffer: {e}"))?;
+        ok(gpuwire_barrier(cx.comm, s), "barrier");
     }
     ok(gpuwire_barrier(cc, s), "barrier");
     for q in [x, y, a, b, m, z] {

@@ -43,6 +43,10 @@ use crate::types::BackendKind;
 /// return its pending half.
 pub enum HostSide {
     Run(Box<dyn FnOnce(&[Arc<Buffer>]) -> Result<()> + Send>),
+    /// As `Run`, for several operations in one (a group's batch): a failure names the parts
+    /// that failed with it (their staging holds no result). Run on the calling thread, the
+    /// other parts' results are still delivered, then the failure returned.
+    Parts(Box<dyn FnOnce(&[Arc<Buffer>]) -> std::result::Result<(), (Error, Vec<usize>)> + Send>),
     Start(Box<dyn FnOnce(&[Arc<Buffer>]) -> Result<Box<dyn Pending>> + Send>),
 }
 
@@ -85,6 +89,9 @@ struct Plan {
     /// (staging, device, bytes) copies before the host side, and after it.
     before: Vec<(usize, usize, usize)>,
     after: Vec<After>,
+    /// The parts each copy of `after` holds the results of (a part staged inside another's
+    /// staging, in place, shares its copy).
+    after_parts: Vec<Vec<usize>>,
 }
 
 /// A copy of a result from its staging block into the device buffer, after the host side.
@@ -112,7 +119,7 @@ impl After {
 fn plan(c: &Communicator, parts: &[(Arc<Buffer>, Role)], ticket: &Arc<Ticket>) -> Result<Plan> {
     let device = c.device();
     let mut subs: Vec<Option<Arc<Buffer>>> = vec![None; parts.len()];
-    let (mut before, mut after) = (Vec::new(), Vec::new());
+    let (mut before, mut after, mut after_parts) = (Vec::new(), Vec::new(), Vec::new());
     // Staged parts, the largest ranges first: a part inside another (an in-place block) is a
     // view of the other's staging, so in-place stays in-place.
     let mut staged: Vec<usize> = Vec::new();
@@ -132,8 +139,9 @@ fn plan(c: &Communicator, parts: &[(Arc<Buffer>, Role)], ticket: &Arc<Ticket>) -
         }
     }
     staged.sort_by_key(|&i| (parts[i].0.range().0, std::cmp::Reverse(parts[i].0.bytes())));
-    // (container index, its staging pointer, its role so far)
+    // (container index, its staging pointer, its role so far), and the parts inside each
     let mut outer: Vec<(usize, usize, Role)> = Vec::new();
+    let mut inside: Vec<Vec<usize>> = Vec::new();
     for &i in &staged {
         let (b, role) = (&parts[i].0, parts[i].1);
         let (lo, hi) = b.range();
@@ -143,16 +151,18 @@ fn plan(c: &Communicator, parts: &[(Arc<Buffer>, Role)], ticket: &Arc<Ticket>) -
         }) {
             let (j, sp, r) = outer[k];
             outer[k].2 = r.join(role);
+            inside[k].push(i);
             let ptr = sp + (lo - parts[j].0.range().0);
             subs[i] = Some(Arc::new(Buffer::staging(ptr, b.count(), b.dtype(), device)));
         } else {
             let sp = staging::take(device, b.bytes(), ticket)?;
             outer.push((i, sp, role));
+            inside.push(vec![i]);
             subs[i] = Some(Arc::new(Buffer::staging(sp, b.count(), b.dtype(), device)));
         }
     }
     let shared = !outer.is_empty() && crate::backend::devstate::dev(c)?.gpu_shared;
-    for (j, sp, role) in outer {
+    for ((j, sp, role), parts_in) in outer.into_iter().zip(inside) {
         let b = &parts[j].0;
         if role.reads() {
             before.push((sp, b.ptr(), b.bytes()));
@@ -160,9 +170,10 @@ fn plan(c: &Communicator, parts: &[(Arc<Buffer>, Role)], ticket: &Arc<Ticket>) -
         if role.writes() {
             let rows = shared && b.space() == crate::types::Space::GPUWIRE_SPACE_DEVICE;
             after.push(After { staging: sp, dst: b.ptr(), bytes: b.bytes(), rows });
+            after_parts.push(parts_in);
         }
     }
-    Ok(Plan { subs: subs.into_iter().map(|s| s.expect("every part planned")).collect(), before, after })
+    Ok(Plan { subs: subs.into_iter().map(|s| s.expect("every part planned")).collect(), before, after, after_parts })
 }
 
 /// Issues one stream-ordered operation with these `parts` on `stream` (see the module's
@@ -237,7 +248,10 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
     // A receive delivered later keeps its staging until its delivery (`Ordered::deliver`), not
     // only until its MPI receive completed.
     let t_started = if deliver_later { Arc::new(Ticket::default()) } else { ticket.clone() };
-    let after = p.after;
+    let (after, after_parts) = (p.after, p.after_parts);
+    // The parts a batch's host side failed (`HostSide::Parts`).
+    let failed_parts: Arc<Mutex<Vec<usize>>> = Arc::default();
+    let failed2 = failed_parts.clone();
     let (eng2, report) = (eng.clone(), engine_side && !nonblocking);
     // Inline and blocking, the results are copied after the host side: the staging is free
     // once the stream has been waited for, below.
@@ -252,6 +266,10 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
             crate::trace!("ordered: host side runs (flag {})", flag.value);
             match side {
                 HostSide::Run(f) => f(&subs),
+                HostSide::Parts(f) => f(&subs).map_err(|(e, failed)| {
+                    *failed2.lock().unwrap_or_else(|p| p.into_inner()) = failed;
+                    e
+                }),
                 HostSide::Start(f) => {
                     let pend = f(&subs)?;
                     *s2.lock().unwrap_or_else(|p| p.into_inner()) = Some(Started { pending: Some(pend), flag: None, matched: None });
@@ -288,6 +306,21 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
         let r = host();
         if !nonblocking {
             if let Err(e) = r {
+                // A batch's other parts succeeded: their results are delivered (their messages
+                // were received; only the failed parts' buffers are left as they were).
+                let failed = std::mem::take(&mut *failed_parts.lock().unwrap_or_else(|p| p.into_inner()));
+                if !failed.is_empty() {
+                    let delivered = (|| {
+                        for (a, parts) in after.iter().zip(&after_parts) {
+                            if !parts.iter().any(|i| failed.contains(i)) {
+                                a.enqueue(stream)?;
+                            }
+                        }
+                        device::sync(stream)
+                    })();
+                    ticket.finish();
+                    return Err(delivered.err().unwrap_or(e));
+                }
                 ticket.finish();
                 return Err(e);
             }

@@ -1064,13 +1064,24 @@ pub(super) fn batch(c: &Communicator, sends: &[(&Buffer, i32, i32)], recvs: &[(&
     }
     let qs: Vec<Quitter> = ws.iter().map(|w| w.quitter()).collect();
     let give_up = || qs.iter().all(|q| q.give_up() || q.wait_finished());
+    // An operation that fails (a receive refusing its message, a send its receiver refused) is
+    // done; the others go on to completion, so that a refused message loses no other of the
+    // group (they were all lost: a helper's bug hunt, 2026-12-06). The first failure is the
+    // group's.
+    let (mut rfail, mut wfail): (Vec<Option<Error>>, Vec<Option<Error>>) = (rs.iter().map(|_| None).collect(), ws.iter().map(|_| None).collect());
     let res = wait_p2p(c, "group", || {
         let mut all = true;
-        for op in rs.iter_mut() {
-            all &= op.poll()?;
+        for (op, f) in rs.iter_mut().zip(rfail.iter_mut()).filter(|(_, f)| f.is_none()) {
+            match op.poll() {
+                Ok(done) => all &= done,
+                Err(e) => *f = Some(e),
+            }
         }
-        for op in ws.iter_mut() {
-            all &= op.test()?;
+        for (op, f) in ws.iter_mut().zip(wfail.iter_mut()).filter(|(_, f)| f.is_none()) {
+            match op.test() {
+                Ok(done) => all &= done,
+                Err(e) => *f = Some(e),
+            }
         }
         Ok(all)
     }, give_up);
@@ -1078,10 +1089,29 @@ pub(super) fn batch(c: &Communicator, sends: &[(&Buffer, i32, i32)], recvs: &[(&
         std::mem::forget((rs, ws));
         return res;
     }
-    for w in &ws {
+    // Failed operations are left to the process (forgotten), as a failed single send or
+    // receive is; the others are ended as in a group without failure.
+    let mut first = None;
+    for (op, f) in rs.into_iter().zip(rfail) {
+        if let Some(e) = f {
+            first.get_or_insert(e);
+            std::mem::forget(op);
+        }
+    }
+    let mut sent = Vec::new();
+    for (w, f) in ws.into_iter().zip(wfail) {
+        match f {
+            Some(e) => {
+                first.get_or_insert(e);
+                std::mem::forget(w);
+            }
+            None => sent.push(w),
+        }
+    }
+    for w in &sent {
         w.order_after(c, stream, "group")?;
     }
-    Ok(())
+    first.map_or(Ok(()), Err)
 }
 
 /// As MPI_Probe (`block`) / MPI_Iprobe of (`source`, `tag`) on an IPC communicator (wildcards
