@@ -256,6 +256,10 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
     // Inline and blocking, the results are copied after the host side: the staging is free
     // once the stream has been waited for, below.
     let finish_here = engine_side || nonblocking;
+    // Outputs copied from staging by the stream whatever the host side does (enqueued at the
+    // call): a failed receive's buffer gets its staging's bytes, which its error must not call
+    // untouched.
+    let copied_anyway = !after.is_empty() && !deliver_later && (engine_side || nonblocking);
     let host = move || -> Result<()> {
         let flag = flag;
         let r = (|| {
@@ -277,6 +281,7 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
                 }
             }
         })();
+        let r = if copied_anyway { r.map_err(outputs_undefined) } else { r };
         crate::trace!("ordered: host side ran (flag {}): {r:?}", flag.value);
         // The buffers go before the stream is released: no CUDA memory is freed here (an engine
         // thread never frees: see `engine::free_dropped`).
@@ -341,6 +346,17 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
         return Ok(None);
     }
     Ok(Some(Box::new(Ordered { done, started, out_event, deliver, device })))
+}
+
+/// `e` of a host side whose outputs the stream copies out of staging anyway: what a failed
+/// receive left in its buffer, said.
+fn outputs_undefined(e: Error) -> Error {
+    let text = e.to_string();
+    let detail = text.split_once(": ").map_or(text.as_str(), |(_, d)| d);
+    Error::from_status(
+        e.status(),
+        format!("{detail} (stream-ordered: that is its staging; the stream then copied the staging into the device buffer all the same, as enqueued at the call, so the buffer's contents are undefined)"),
+    )
 }
 
 /// The private stream that delivers nonblocking operations' outputs on `device` (non-blocking:
