@@ -37,14 +37,14 @@ fn parse_byte_count(v: &str) -> Option<usize> {
     v.trim().parse::<usize>().ok()
 }
 
-/// `GPUWIRE_HIER_MIN_BYTES` of this process, else the default. Read when a HIER communicator is
-/// made, so a value set after `gpuwire_config_init` is checked here too (it was the default,
-/// silently, when not a number).
+/// `GPUWIRE_HIER_MIN_BYTES` of this process, else (unset or empty, as every variable) the
+/// default. Read when a HIER communicator is made, so a value set after `gpuwire_config_init` is
+/// checked here too (it was the default, silently, when not a number).
 pub(crate) fn hier_min_bytes(shared_gpu: bool) -> Result<usize> {
     let default = if shared_gpu { DEFAULT_HIER_MIN_BYTES_SHARED_GPU } else { DEFAULT_HIER_MIN_BYTES };
-    match std::env::var("GPUWIRE_HIER_MIN_BYTES") {
-        Ok(v) => parse_byte_count(&v).ok_or_else(|| bad_env("GPUWIRE_HIER_MIN_BYTES", &v, "a number of bytes >= 0")),
-        Err(_) => Ok(default),
+    match env("GPUWIRE_HIER_MIN_BYTES") {
+        Some(v) => parse_byte_count(&v).ok_or_else(|| bad_env("GPUWIRE_HIER_MIN_BYTES", &v, "a number of bytes >= 0")),
+        None => Ok(default),
     }
 }
 

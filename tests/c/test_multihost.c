@@ -444,7 +444,8 @@ static void hier_create_tiny_timeout(void)
 }
 
 /* GPUWIRE_HIER_MIN_BYTES set after gpuwire_config_init to something that is not a number, on
- * rank 0 only: HIER's creation fails on every rank (it silently took the default before). */
+ * rank 0 only: HIER's creation fails on every rank (it silently took the default before); set
+ * empty, it is unset. */
 static void hier_min_bytes_bad_at_run_time(void)
 {
     gpuwire_config cfg;
@@ -463,6 +464,18 @@ static void hier_min_bytes_bad_at_run_time(void)
         EXPECT_OK(gpuwire_comm_free(h));
     EXPECT_OK(gpuwire_comm_world(&cfg, &h));
     EXPECT_OK(gpuwire_comm_free(h));
+    /* Empty on rank 0 only: unset, as for every variable (gpuwire_config_init takes it so), the
+     * default on every rank (HIER's creation failed on every rank before). */
+    if (rank == 0)
+        setenv("GPUWIRE_HIER_MIN_BYTES", "", 1);
+    EXPECT_OK(gpuwire_config_init(&cfg));
+    cfg.backend = GPUWIRE_BACKEND_HIER;
+    st = gpuwire_comm_world(&cfg, &h);
+    EXPECT(st == GPUWIRE_SUCCESS);
+    if (rank == 0)
+        unsetenv("GPUWIRE_HIER_MIN_BYTES");
+    if (st == GPUWIRE_SUCCESS)
+        EXPECT_OK(gpuwire_comm_free(h));
 }
 
 static void hier_across(void)
