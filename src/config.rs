@@ -179,6 +179,11 @@ impl Config {
             // error also where HIER is not used.
             parse_byte_count(&v).ok_or_else(|| bad_env("GPUWIRE_HIER_MIN_BYTES", &v, "a number of bytes >= 0"))?;
         }
+        if let Some(v) = lookup("GPUWIRE_NCCL_INIT_TIMEOUT") {
+            // Read by the NCCL backend when it makes a communicator; checked here so that a bad
+            // value is an error also where NCCL is not used.
+            nccl_init_timeout(&v)?;
+        }
         if let Some(v) = lookup("GPUWIRE_IPC_STAGED_MAX") {
             // Read by the IPC backend (`ipc_staged_max`); checked here so that a bad value is an
             // error, not the default.
@@ -238,6 +243,12 @@ fn timeout_in_range(s: f64) -> Option<Option<Duration>> {
     } else {
         None
     }
+}
+
+/// `GPUWIRE_NCCL_INIT_TIMEOUT`'s value `v`: 0 = no limit, else seconds as a timeout (0.001 to
+/// 1e9).
+pub(crate) fn nccl_init_timeout(v: &str) -> Result<Option<Duration>> {
+    v.trim().parse::<f64>().ok().and_then(timeout_in_range).ok_or_else(|| bad_env("GPUWIRE_NCCL_INIT_TIMEOUT", v, TIMEOUT_FORMS))
 }
 
 /// As `timeout_in_range`, an invalid value an error that names `field`.
@@ -302,6 +313,16 @@ mod tests {
         assert!(with(&[("GPUWIRE_IPC_STAGED_MAX", "256K")]).unwrap_err().to_string().contains("GPUWIRE_IPC_STAGED_MAX"));
         assert!(with(&[("GPUWIRE_IPC_STAGED_MAX", "0")]).is_ok() && with(&[("GPUWIRE_IPC_STAGED_MAX", "1048576")]).is_ok());
         assert!(with(&[("GPUWIRE_STAGING", "mapped")]).is_err());
+        // Read by the NCCL backend only; refused here also where NCCL is not used.
+        for bad in ["-1", "abc", "nan", "inf", "0.0001", "2e9"] {
+            let e = with(&[("GPUWIRE_NCCL_INIT_TIMEOUT", bad)]).unwrap_err().to_string();
+            assert!(e.contains("GPUWIRE_NCCL_INIT_TIMEOUT") && e.contains("0.001 (1 ms) to 1e9"), "{bad}: {e}");
+            assert!(nccl_init_timeout(bad).is_err(), "{bad}");
+        }
+        assert!(nccl_init_timeout("").is_err());
+        assert!(with(&[("GPUWIRE_NCCL_INIT_TIMEOUT", "0")]).is_ok() && with(&[("GPUWIRE_NCCL_INIT_TIMEOUT", "120")]).is_ok());
+        assert_eq!(nccl_init_timeout("0").unwrap(), None);
+        assert_eq!(nccl_init_timeout(" 2.5 ").unwrap(), Some(Duration::from_millis(2500)));
         assert_eq!(with(&[("GPUWIRE_P2P_MATCHING", " MPI ")]).unwrap().p2p_matching, P2pMatching::GPUWIRE_P2P_MATCHING_MPI);
         assert_eq!(with(&[("GPUWIRE_P2P_MATCHING", "backend")]).unwrap().p2p_matching, P2pMatching::GPUWIRE_P2P_MATCHING_BACKEND);
         let e = with(&[("GPUWIRE_P2P_MATCHING", "nccl")]).unwrap_err().to_string();

@@ -822,21 +822,8 @@ fn finish_joined(launched: &Result<()>) {
 /// communicator's timeout (`comm_timeout`). `None`: no limit.
 fn init_timeout(comm_timeout: Option<Duration>) -> Result<Option<Duration>> {
     match std::env::var("GPUWIRE_NCCL_INIT_TIMEOUT") {
-        Ok(v) if !v.trim().is_empty() => parse_init_timeout(&v),
+        Ok(v) if !v.trim().is_empty() => crate::config::nccl_init_timeout(&v),
         _ => Ok(Some(comm_timeout.map_or(DEFAULT_INIT_TIMEOUT, |t| t.max(DEFAULT_INIT_TIMEOUT)))),
-    }
-}
-
-/// GPUWIRE_NCCL_INIT_TIMEOUT's value: 0 = no limit, else seconds as a timeout (0.001 to 1e9).
-fn parse_init_timeout(v: &str) -> Result<Option<Duration>> {
-    use crate::config::{MAX_TIMEOUT_SECONDS, MIN_TIMEOUT_SECONDS, TIMEOUT_FORMS};
-    match v.trim().parse::<f64>() {
-        Ok(s) if s == 0.0 => Ok(None),
-        Ok(s) if (MIN_TIMEOUT_SECONDS..=MAX_TIMEOUT_SECONDS).contains(&s) => Ok(Some(Duration::from_secs_f64(s))),
-        _ => {
-            let shown: String = v.chars().take(64).collect();
-            Err(Error::InvalidArgument(format!("environment variable GPUWIRE_NCCL_INIT_TIMEOUT={shown:?} is not valid: expected {TIMEOUT_FORMS}")))
-        }
     }
 }
 
@@ -1601,9 +1588,8 @@ impl Path for NcclPath {
 
 #[cfg(test)]
 mod tests {
-    use super::{NcclConfig, parse_init_timeout};
+    use super::NcclConfig;
     use std::mem::{offset_of, size_of};
-    use std::time::Duration;
 
     #[test]
     fn config_has_the_layout_of_nccl_2_18() {
@@ -1623,15 +1609,5 @@ mod tests {
         assert_eq!((c.size, c.magic, c.version, c.blocking), (48, 0xcafebeef, 21800, 0));
         assert_eq!((c.cga_cluster_size, c.min_ctas, c.max_ctas, c.split_share), (i32::MIN, i32::MIN, i32::MIN, i32::MIN));
         assert!(c.net_name.is_null());
-    }
-
-    #[test]
-    fn init_timeout_values() {
-        assert_eq!(parse_init_timeout("0").unwrap(), None);
-        assert_eq!(parse_init_timeout(" 2.5 ").unwrap(), Some(Duration::from_millis(2500)));
-        for bad in ["-1", "abc", "nan", "inf", "0.0001", "2e9", ""] {
-            let e = parse_init_timeout(bad).unwrap_err().to_string();
-            assert!(e.contains("GPUWIRE_NCCL_INIT_TIMEOUT"), "{bad}: {e}");
-        }
     }
 }

@@ -25,7 +25,7 @@
 
 static const char *const env_vars[] = {"GPUWIRE_BACKEND", "GPUWIRE_DEVICE",  "GPUWIRE_CHECK",
                                        "GPUWIRE_TIMEOUT", "GPUWIRE_STAGING", "GPUWIRE_CHUNK_BYTES",
-                                       "GPUWIRE_P2P_MATCHING"};
+                                       "GPUWIRE_P2P_MATCHING", "GPUWIRE_NCCL_INIT_TIMEOUT"};
 
 static void clear_env(void)
 {
@@ -566,6 +566,16 @@ static void config(void)
     setenv("GPUWIRE_BACKEND", "gpu", 1);
     EXPECT_STATUS(gpuwire_config_init(&cfg), GPUWIRE_ERROR_INVALID_ARGUMENT);
     EXPECT_LAST_ERROR_HAS("GPUWIRE_BACKEND");
+    clear_env();
+    /* Read by the NCCL backend only, and refused where NCCL is not used too (it was taken
+     * without a look there, and failed only the first NCCL communicator). */
+    setenv("GPUWIRE_NCCL_INIT_TIMEOUT", "-5", 1);
+    EXPECT_STATUS(gpuwire_config_init(&cfg), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_HAS("GPUWIRE_NCCL_INIT_TIMEOUT");
+    EXPECT_UNTOUCHED_H(gpuwire_comm_world(NULL, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
+    EXPECT_LAST_ERROR_HAS("GPUWIRE_NCCL_INIT_TIMEOUT");
+    setenv("GPUWIRE_NCCL_INIT_TIMEOUT", "0", 1);
+    EXPECT_OK(gpuwire_config_init(&cfg));
     clear_env();
 
     /* Fields set by the caller are validated by gpuwire_comm_create. */
