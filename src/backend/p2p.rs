@@ -1167,13 +1167,30 @@ impl Check {
 /// (the sender's on `Check::hdr`, the receiver's on `Check::ack`, tag 0, as NCCL matches by
 /// order per peer, not by tag) and each compares: a mismatch fails on both sides, and nothing is
 /// enqueued. `send` and `recv` are (peer, datatype, count). Inside [`agreed_together`] it agrees
-/// nothing (the group's agreements were made together).
+/// nothing (the group's agreements were made together). The nonblocking forms take part too
+/// ([`agree_later`]), so blocking and nonblocking forms may be mixed.
 pub fn agree_peer(c: &Communicator, send: Option<(i32, Dtype, usize)>, recv: Option<(i32, Dtype, usize)>) -> Result<()> {
     if check_of(c).is_none() || AGREED.with(|a| a.get()) {
         return Ok(());
     }
     let sides: Vec<Side> = [send.map(|(p, d, n)| (true, p, d, n)), recv.map(|(p, d, n)| (false, p, d, n))].into_iter().flatten().collect();
     Agreement::post(c, sides)?.finish(c)?.into_iter().collect()
+}
+
+/// Checking mode on NCCL for a nonblocking form (isend, irecv): its side of the exchange of
+/// `agree_peer`, posted at its call (in call order with the blocking forms' agreements, so each
+/// peer's headers come in NCCL's order of messages) and finished when its request is waited for
+/// or tested ([`Agreement::poll`], [`Agreement::finish`]); its NCCL operation is enqueued at the
+/// call all the same, so a mismatch found then is too late to stop it (the error says so; the
+/// caller aborts the NCCL communicator). `None` without checking mode and inside
+/// [`agreed_together`].
+pub fn agree_later(c: &Communicator, side: Side) -> Result<Option<Agreement>> {
+    if check_of(c).is_none() || AGREED.with(|a| a.get()) {
+        return Ok(None);
+    }
+    let mut a = Agreement::post(c, vec![side])?;
+    a.late = true;
+    Ok(Some(a))
 }
 
 /// One side of a message in a checking-mode agreement: whether this rank sends it, the peer,
@@ -1202,13 +1219,16 @@ pub fn agreed_together<T>(f: impl FnOnce() -> T) -> T {
 }
 
 /// A checking-mode agreement of several messages (see `agree_peer`), posted: its headers sent
-/// and the peers' being received.
+/// and the peers' being received. Dropped before its exchanges completed (abandoned at a
+/// deadline, or its request's operation failed first), its headers are leaked: MPI may still
+/// write them.
 pub struct Agreement {
     sides: Vec<Side>,
-    /// This rank's headers and the peers', one each per side; on the heap, leaked if abandoned
-    /// at a deadline (MPI may still write them).
-    hb: Box<(Vec<Hdr>, Vec<Hdr>)>,
+    /// This rank's headers and the peers', one each per side.
+    hb: ManuallyDrop<Box<(Vec<Hdr>, Vec<Hdr>)>>,
     reqs: Vec<RawRequest>,
+    /// Finished after its NCCL operation was enqueued ([`agree_later`]).
+    late: bool,
 }
 
 impl Agreement {
@@ -1216,46 +1236,40 @@ impl Agreement {
     /// mode, an agreement that passes every side.
     pub fn post(c: &Communicator, sides: Vec<Side>) -> Result<Agreement> {
         let n = sides.len();
-        let mut a = Agreement { hb: Box::new((vec![Hdr::default(); n], vec![Hdr::default(); n])), reqs: Vec::new(), sides };
+        let mut a = Agreement { hb: ManuallyDrop::new(Box::new((vec![Hdr::default(); n], vec![Hdr::default(); n]))), reqs: Vec::new(), sides, late: false };
         let Some(k) = check_of(c) else {
             a.sides.clear();
             return Ok(a);
         };
         a.reqs = vec![RawRequest(mpisys::request_null()); 2 * n];
-        let (mine, theirs) = &mut *a.hb;
+        let (mine, theirs) = &mut **a.hb;
         for (i, &(send, peer, dtype, count)) in a.sides.iter().enumerate() {
             let (out, inp) = if send { (k.hdr, k.ack) } else { (k.ack, k.hdr) };
             mine[i] = Hdr { dtype: dtype as i64, count: count as i64 };
-            // SAFETY: mine and theirs live until the requests completed (waited for by `finish`;
-            // leaked on a failure, as MPI may still use them).
-            let posted = unsafe {
-                mpisys::check(sys::MPI_Irecv((&mut theirs[i] as *mut Hdr).cast(), HDR_WORDS, sys::RSMPI_INT64_T, peer, 0, inp.0, &mut a.reqs[2 * i].0), "MPI_Irecv (checking mode)")
-                    .and_then(|()| mpisys::check(sys::MPI_Isend((&mine[i] as *const Hdr).cast(), HDR_WORDS, sys::RSMPI_INT64_T, peer, 0, out.0, &mut a.reqs[2 * i + 1].0), "MPI_Isend (checking mode)"))
-            };
-            if let Err(e) = posted {
-                std::mem::forget(a);
-                return Err(e);
+            // SAFETY: mine and theirs live until the requests completed (leaked by the drop
+            // otherwise, as MPI may still use them).
+            unsafe {
+                mpisys::check(sys::MPI_Irecv((&mut theirs[i] as *mut Hdr).cast(), HDR_WORDS, sys::RSMPI_INT64_T, peer, 0, inp.0, &mut a.reqs[2 * i].0), "MPI_Irecv (checking mode)")?;
+                mpisys::check(sys::MPI_Isend((&mine[i] as *const Hdr).cast(), HDR_WORDS, sys::RSMPI_INT64_T, peer, 0, out.0, &mut a.reqs[2 * i + 1].0), "MPI_Isend (checking mode)")?;
             }
         }
         Ok(a)
     }
 
+    /// Whether the exchanges completed (MPI_Test; never blocks).
+    pub fn poll(&mut self) -> Result<bool> {
+        for q in self.reqs.iter_mut() {
+            if !test_req(q, "MPI_Test (checking mode)")? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     /// Waits for the exchanges (up to the communicator's timeout) and compares: each side's
     /// outcome, in order (a mismatch is DTYPE_MISMATCH or COUNT_MISMATCH, as on the peer).
     pub fn finish(mut self, c: &Communicator) -> Result<Vec<Result<()>>> {
-        let reqs = &mut self.reqs;
-        let r = wait_until(c, "point-to-point agreement (checking mode)", || {
-            for q in reqs.iter_mut() {
-                if !test_req(q, "MPI_Test (checking mode)")? {
-                    return Ok(false);
-                }
-            }
-            Ok(true)
-        });
-        if let Err(e) = r {
-            std::mem::forget(self);
-            return Err(e);
-        }
+        wait_until(c, "point-to-point agreement (checking mode)", || self.poll())?;
         let theirs = &self.hb.1;
         Ok(self
             .sides
@@ -1267,10 +1281,29 @@ impl Agreement {
                     return Ok(());
                 }
                 let name = Dtype::from_c(t.dtype as i32).map(|d| d.name()).unwrap_or("?");
-                let (me, other) = if send { ("send", "receives") } else { ("recv", "sends") };
-                let msg = format!("{me}: rank {peer} {other} {} {name} elements but this {me} is of {count} {} elements (checking mode); nothing was moved", t.count, dtype.name());
+                let (me, other) = match (send, self.late) {
+                    (true, false) => ("send", "receives"),
+                    (false, false) => ("recv", "sends"),
+                    (true, true) => ("isend", "receives"),
+                    (false, true) => ("irecv", "sends"),
+                };
+                let moved = if self.late {
+                    "its NCCL operation was enqueued at the call, before the mismatch was known: the NCCL communicator was aborted and this communicator is now broken"
+                } else {
+                    "nothing was moved"
+                };
+                let msg = format!("{me}: rank {peer} {other} {} {name} elements but this {me} is of {count} {} elements (checking mode); {moved}", t.count, dtype.name());
                 Err(if t.dtype != dtype as i64 { Error::DtypeMismatch(msg) } else { Error::CountMismatch(msg) })
             })
             .collect())
+    }
+}
+
+impl Drop for Agreement {
+    fn drop(&mut self) {
+        if self.reqs.iter().all(|q| q.0 == mpisys::request_null()) {
+            // SAFETY: dropped once, here; MPI no longer uses the headers.
+            unsafe { ManuallyDrop::drop(&mut self.hb) };
+        }
     }
 }
