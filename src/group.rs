@@ -658,9 +658,10 @@ fn issue_batch(c: &Arc<Communicator>, es: &[&Entry]) -> Result<()> {
     ordered::issue(c, es[0].stream, parts, false, side).map(|_| ())
 }
 
-/// Checking mode on NCCL (`p2p::agree_peer`): the agreements of the NCCL entries' blocking
-/// sends, receives and sendrecvs (isend and irecv are not checked there), every
-/// communicator's posted before any is waited for, in call order. One at a time, a send's
+/// Checking mode on NCCL (`p2p::agree_peer`): the agreements of the NCCL entries' sends,
+/// receives and sendrecvs, blocking and nonblocking alike (as the peer's forms, in a group or
+/// not, each take part: `p2p::agree_later`), every communicator's posted before any is waited
+/// for, in call order; a mismatched operation is not run. One at a time, a send's
 /// would wait for its receiver's, which the peer's group may issue only after its own send.
 /// Each entry's outcome (Ok for those not agreed).
 fn agree_together(nccl: &[&Entry]) -> Vec<Result<()>> {
@@ -670,8 +671,8 @@ fn agree_together(nccl: &[&Entry]) -> Vec<Result<()>> {
     let sides = |op: &Op| -> Vec<Side> {
         let side = |send: bool, b: &crate::buffer::Buffer, r: i32| (peer(r) != PROC_NULL).then(|| (send, r, b.dtype(), b.count()));
         match op {
-            Op::Send { buf, dest, .. } => side(true, buf, *dest).into_iter().collect(),
-            Op::Recv { buf, source, .. } => side(false, buf, *source).into_iter().collect(),
+            Op::Send { buf, dest, .. } | Op::Isend { buf, dest, .. } => side(true, buf, *dest).into_iter().collect(),
+            Op::Recv { buf, source, .. } | Op::Irecv { buf, source, .. } => side(false, buf, *source).into_iter().collect(),
             Op::Sendrecv { send, dest, recv, source, .. } => [side(true, send, *dest), side(false, recv, *source)].into_iter().flatten().collect(),
             _ => Vec::new(),
         }

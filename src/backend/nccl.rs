@@ -40,6 +40,7 @@ use std::time::{Duration, Instant};
 
 use crate::backend::devstate;
 use crate::backend::mpi_staged;
+use crate::backend::p2p::{self, Agreement};
 use crate::backend::ring::{self, Loc};
 use crate::backend::turn::{self, TurnLock};
 use crate::backend::path::{Blocks, Input, Path};
@@ -1101,6 +1102,9 @@ struct GroupedPending {
     stream: Stream,
     state: *const NcclState,
     device: i32,
+    /// Checking mode: its agreement (`p2p::agree_later`) and communicator, until finished
+    /// ([`GroupedPending::agreed`]).
+    agreement: Option<Box<(Agreement, *const Communicator)>>,
 }
 // SAFETY: the NCCL state belongs to the communicator the request keeps alive.
 unsafe impl Send for GroupedPending {}
@@ -1118,6 +1122,32 @@ impl GroupedPending {
             Some(Err(e)) => Err(e.clone()),
             Some(Ok(evs)) => Ok(Some(evs.iter().find(|(s, _)| *s == self.stream).map(|(_, e)| e.clone()))),
         }
+    }
+
+    /// Checking mode, once its operation is launched: whether its agreement completed
+    /// (`block`: waited for, up to the communicator's timeout). A mismatch, or the timeout, is
+    /// its error; its operation, launched without the peer's, would never complete: the NCCL
+    /// communicator is aborted (as at a timeout: [`abort`]) and the communicator broken.
+    fn agreed(&mut self, block: bool) -> Result<bool> {
+        let Some(a) = self.agreement.as_mut() else { return Ok(true) };
+        // SAFETY: the request keeps its communicator alive.
+        let c = unsafe { &*a.1 };
+        let r = match a.0.poll() {
+            Ok(false) if !block => return Ok(false),
+            Err(e) => Err(e),
+            _ => self.agreement.take().map_or(Ok(()), |a| a.0.finish(c).and_then(|each| each.into_iter().collect())),
+        };
+        if let Err(e) = &r {
+            // SAFETY: see the Send impl.
+            abort(unsafe { &*self.state }, c, e.to_string());
+        }
+        r.map(|()| true)
+    }
+
+    /// [`Self::launched`]; where the launch failed, a mismatch its agreement has already found
+    /// is the error instead (the cause: an operation without its match may fail to launch).
+    fn launched_or_mismatch(&mut self) -> Result<Option<Option<Arc<Event>>>> {
+        self.launched().or_else(|e| self.agreed(false).and(Err(e)))
     }
 
     /// Its operation joined this thread's open gpuwire group's NCCL group: launched at that
@@ -1145,8 +1175,11 @@ impl Pending for GroupedPending {
         let _g = CtxGuard::enter(self.device)?;
         self.ready_to_wait()?;
         loop {
-            match self.launched()? {
-                Some(ev) => return ev.map_or(Ok(()), |e| e.wait_host()),
+            match self.launched_or_mismatch()? {
+                Some(ev) => {
+                    self.agreed(true)?;
+                    return ev.map_or(Ok(()), |e| e.wait_host());
+                }
                 None => {
                     // Another thread launches it (its gpuwire group's end, or its next call);
                     // where this thread's own open group would have to: refused.
@@ -1159,8 +1192,9 @@ impl Pending for GroupedPending {
     fn test(&mut self) -> Result<bool> {
         let _g = CtxGuard::enter(self.device)?;
         self.ready_to_wait()?;
-        match self.launched()? {
+        match self.launched_or_mismatch()? {
             None => Ok(false),
+            Some(_) if !self.agreed(false)? => Ok(false),
             Some(None) => Ok(true),
             Some(Some(e)) => e.query(),
         }
@@ -1181,7 +1215,9 @@ impl Pending for InGroup {
     }
 }
 
-fn grouped(c: &Communicator, post: Post) -> Result<Box<dyn Pending>> {
+/// `post` posted on `c` (launched by the next call: `NcclState::close_group`), with its
+/// checking-mode agreement if any.
+fn grouped(c: &Communicator, post: Post, agreement: Option<Agreement>) -> Result<Box<dyn Pending>> {
     let st = state(c)?;
     if st.comm().is_null() {
         return Err(Error::CommBroken("the NCCL communicator was aborted".into()));
@@ -1202,7 +1238,8 @@ fn grouped(c: &Communicator, post: Post) -> Result<Box<dyn Pending>> {
     open.posts.push(post);
     st.maybe_open.store(true, std::sync::atomic::Ordering::Release);
     drop(open);
-    Ok(Box::new(GroupedPending { group, stream, state: st as *const NcclState, device: st.device }))
+    let agreement = agreement.map(|a| Box::new((a, c as *const Communicator)));
+    Ok(Box::new(GroupedPending { group, stream, state: st as *const NcclState, device: st.device, agreement }))
 }
 
 /// Before a call of this communicator leaves NCCL for the fallback path (`backend::route`):
@@ -1210,6 +1247,16 @@ fn grouped(c: &Communicator, post: Post) -> Result<Box<dyn Pending>> {
 pub fn leave(c: &Communicator) -> Result<()> {
     state(c)?.close_group();
     Ok(())
+}
+
+/// Checking mode's agreement of a blocking send or receive (`p2p::agree_peer`), made after `c`'s
+/// posted isend/irecv operations were launched (as its `enter` would, a step later): the peer
+/// may make the call this agreement waits for only once one of them completed.
+fn agree(c: &Communicator, send: Option<(i32, Dtype, usize)>, recv: Option<(i32, Dtype, usize)>) -> Result<()> {
+    if c.config().check {
+        state(c)?.close_group();
+    }
+    p2p::agree_peer(c, send, recv)
 }
 
 /// A reduction NCCL does not do reached its path (the registry routes those elsewhere).
@@ -1227,14 +1274,14 @@ fn inp<'a>(i: Input<'a>, recv: &'a Buffer) -> &'a Buffer {
 impl Path for NcclPath {
     fn send(&self, c: &Communicator, buf: &Buffer, dest: i32, _tag: i32, stream: Stream) -> Result<()> {
         // NCCL cannot detect a count or datatype mismatch (it hangs or corrupts): checking mode
-        // compares them first (`p2p::agree_peer`).
-        crate::backend::p2p::agree_peer(c, Some((dest, buf.dtype(), buf.count())), None)?;
+        // compares them first (`agree`).
+        agree(c, Some((dest, buf.dtype(), buf.count())), None)?;
         let cx = enter(c, &[Some(buf)], stream)?;
         cx.group(|| cx.send(buf.ptr(), buf.count(), buf.dtype(), dest))?;
         cx.done("ncclSend")
     }
     fn recv(&self, c: &Communicator, buf: &Buffer, source: i32, _tag: i32, stream: Stream) -> Result<()> {
-        crate::backend::p2p::agree_peer(c, None, Some((source, buf.dtype(), buf.count())))?;
+        agree(c, None, Some((source, buf.dtype(), buf.count())))?;
         let cx = enter(c, &[Some(buf)], stream)?;
         cx.group(|| cx.recv(buf.ptr(), buf.count(), buf.dtype(), source))?;
         cx.done("ncclRecv")
@@ -1246,7 +1293,8 @@ impl Path for NcclPath {
             cx.send(buf.ptr(), buf.count(), buf.dtype(), dest)?;
             return Ok(Box::new(InGroup));
         }
-        grouped(c, Post { ptr: buf.ptr(), count: buf.count(), dtype: buf.dtype(), peer: dest, send: true, stream, thread: std::thread::current().id() })
+        let agreement = p2p::agree_later(c, (true, dest, buf.dtype(), buf.count()))?;
+        grouped(c, Post { ptr: buf.ptr(), count: buf.count(), dtype: buf.dtype(), peer: dest, send: true, stream, thread: std::thread::current().id() }, agreement)
     }
     fn irecv(&self, c: &Communicator, buf: &Buffer, source: i32, _tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
         devstate::check_device(c, buf)?;
@@ -1255,11 +1303,12 @@ impl Path for NcclPath {
             cx.recv(buf.ptr(), buf.count(), buf.dtype(), source)?;
             return Ok(Box::new(InGroup));
         }
-        grouped(c, Post { ptr: buf.ptr(), count: buf.count(), dtype: buf.dtype(), peer: source, send: false, stream, thread: std::thread::current().id() })
+        let agreement = p2p::agree_later(c, (false, source, buf.dtype(), buf.count()))?;
+        grouped(c, Post { ptr: buf.ptr(), count: buf.count(), dtype: buf.dtype(), peer: source, send: false, stream, thread: std::thread::current().id() }, agreement)
     }
     fn sendrecv(&self, c: &Communicator, s: &Buffer, dest: i32, _st: i32, r: &Buffer, source: i32, _rt: i32, stream: Stream) -> Result<()> {
         let proc_null = crate::types::PROC_NULL;
-        crate::backend::p2p::agree_peer(
+        agree(
             c,
             (dest != proc_null).then(|| (dest, s.dtype(), s.count())),
             (source != proc_null).then(|| (source, r.dtype(), r.count())),
