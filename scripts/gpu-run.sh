@@ -53,7 +53,7 @@ if has tests; then
 fi
 if has nccl || has tests; then
   # One GPU: NCCL on 1-rank communicators (every operation, datatype and op); C15 with 2 ranks.
-  GPUWIRE_BACKEND=nccl GPUWIRE_GPU_TEST_NP=1 np2=$np1 gputest nccl-1rank stock ops,opswrap,scan,c13,c14,c16,c17,p2pexact,p2pstatus,capture,vcoll,views,threadwait,threadorder,threadgroup,threadposts,threadexit,threadexitturn,turndrain,grouporder,groupcomms,groupcheck,abortgroup -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP
+  GPUWIRE_BACKEND=nccl GPUWIRE_GPU_TEST_NP=1 np2=$np1 gputest nccl-1rank stock ops,opswrap,scan,c13,c14,c16,c17,p2pexact,p2pstatus,capture,vcoll,views,threadwait,threadorder,threadgroup,threadposts,threadexit,threadexitturn,turndrain,grouporder,groupcomms,groupcheck,checkmixed,abortgroup -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP
   gputest stock-c15 stock c15
   # NCCL's initialization deadline (1 ms: never kept): NCCL requested fails with TIMEOUT, AUTO
   # falls back and says why (one rank, so AUTO tries NCCL).
@@ -141,7 +141,7 @@ if has multi; then
     # other cases, mismatched counts with checking on, another device current, then a timeout.
     all=$(seq -s, 0 $((NGPU - 1)))
     CUDA_VISIBLE_DEVICES=$all GPUWIRE_GPU_TEST_NP=$NGPU np2="mpirun -np $NGPU --oversubscribe --bind-to none" \
-      gputest multi-nccl stock "${GPUWIRE_MULTI_CASES:-ops,opswrap,scan,c12,c13,c14,c16,c17,mismatch,p2pexact,p2pstatus,otherdev,timeout,late,vcoll,views,directrefused,groupblame,threadwait,threadorder,threadgroup,threadposts,threadexit,threadexitturn,turndrain,grouporder,groupcomms,groupcheck,abortgroup}" -x GPUWIRE_GPU_TEST_NP
+      gputest multi-nccl stock "${GPUWIRE_MULTI_CASES:-ops,opswrap,scan,c12,c13,c14,c16,c17,mismatch,p2pexact,p2pstatus,otherdev,timeout,late,vcoll,views,directrefused,groupblame,threadwait,threadorder,threadgroup,threadposts,threadexit,threadexitturn,turndrain,grouporder,groupcomms,groupcheck,checkmixed,abortgroup}" -x GPUWIRE_GPU_TEST_NP
     # The library loaded where libnccl is absent: AUTO falls back, NCCL requested says why.
     CUDA_VISIBLE_DEVICES=$all GPUWIRE_NCCL_LIBRARY=/nonexistent/libnccl.so.2 GPUWIRE_GPU_TEST_NP=$NGPU np2="mpirun -np $NGPU --oversubscribe --bind-to none" \
       gputest multi-no-nccl stock nonccl -x GPUWIRE_GPU_TEST_NP -x GPUWIRE_NCCL_LIBRARY

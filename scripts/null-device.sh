@@ -75,10 +75,10 @@ for l in sys.stdin:
   # sendtimeout, nbcearly: run on the GPU machine; on a loaded CI machine they could fail) and
   # `timeout`, whose blocking TIMEOUT holds on IPC and NCCL, not on the
   # stream-ordered MPI paths (their timeout is the communicator's asynchronous error).
-  run_cases nccl 1 ops,opswrap,scan,c13,c16,p2pstatus,vcoll,nbc,nbcgroup,nbcstreams,views,threadwait,threadorder,threadgroup,threadposts,threadexit,threadexitturn,turndrain,grouporder,groupcomms,groupcheck,abortgroup GPUWIRE_BACKEND=nccl
+  run_cases nccl 1 ops,opswrap,scan,c13,c16,p2pstatus,vcoll,nbc,nbcgroup,nbcstreams,views,threadwait,threadorder,threadgroup,threadposts,threadexit,threadexitturn,turndrain,grouporder,groupcomms,groupcheck,checkmixed,abortgroup GPUWIRE_BACKEND=nccl
   run_cases nccl-two-devices 1 directrefused,groupblame GPUWIRE_BACKEND=nccl NULLDEV_DEVICES=2
   # Nonblocking NCCL communicators: every call may answer ncclInProgress, which gpuwire settles.
-  run_cases nccl-nonblocking 1 ops,c16,nbc,nbcgroup,threadwait,threadorder,threadgroup,threadposts,threadexit,threadexitturn,turndrain,grouporder,groupcomms,groupcheck,abortgroup GPUWIRE_BACKEND=nccl GPUWIRE_NCCL_NONBLOCKING=1
+  run_cases nccl-nonblocking 1 ops,c16,nbc,nbcgroup,threadwait,threadorder,threadgroup,threadposts,threadexit,threadexitturn,turndrain,grouporder,groupcomms,groupcheck,checkmixed,abortgroup GPUWIRE_BACKEND=nccl GPUWIRE_NCCL_NONBLOCKING=1
   run_cases staged 2 ops,opswrap,scan,c12,c13,mismatch,p2pexact,p2pstatus,reqfree,vcoll,zerocount,split,nbcmixed,nbc,nbcgroup,p2pordered,views,threadwait,grouporder,groupcomms,groupcheck,deliverorder \
     GPUWIRE_BACKEND=staged
   run_cases staged-np3 3 split,nbcmixed,nbc GPUWIRE_BACKEND=staged

@@ -1899,6 +1899,131 @@ fn group_check(cx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
+/// Checking mode, blocking and nonblocking point-to-point forms mixed, on a communicator with a
+/// 5 s timeout (each rank sends to the right and receives from the left; one rank: to itself).
+/// With two ranks or more, or off NCCL: (a) isend, then a blocking recv; (b) irecv, then a
+/// blocking send; (c) two isends of n and 2n, then two blocking recvs (the agreements pair in
+/// call order); (d) an isend whose request is freed, then a blocking recv. NCCL with one rank
+/// cannot run those (a send to oneself and its receive must be in one NCCL group): there (a1)
+/// an isend and an irecv, then a blocking sendrecv, and (d1) a freed isend with an irecv. Then
+/// (e) an isend and a recv in one group; (f) a mismatched pair, an isend of n and a recv of
+/// n + 1: the recv returns COUNT_MISMATCH and leaves its buffer untouched, the isend's wait
+/// COUNT_MISMATCH (on NCCL its send was enqueued without a receive: the communicator is then
+/// broken, a barrier returns COMM_BROKEN). The nonblocking forms outside the group run on a
+/// second stream. On NCCL the isend and irecv took no part in checking mode's agreement: the
+/// blocking side waited for a header that never came, until the timeout (a helper's bug hunt on
+/// the null device: "NCCL checking mode, isend paired with recv hangs").
+fn check_mixed(cx: &Ctx) -> Result<(), String> {
+    let (r, p, s) = (cx.rank, cx.size, cx.stream as *mut c_void);
+    let (to, from) = ((r + 1) % p, (r + p - 1) % p);
+    let mut cfg: gpuwire_config = unsafe { std::mem::zeroed() };
+    ok(gpuwire_config_init(&mut cfg), "config_init");
+    cfg.check = 1;
+    cfg.timeout_seconds = 5.0;
+    let mut cc = 0;
+    ok(gpuwire_comm_world(&cfg, &mut cc), "comm_world(check, timeout)");
+    let mut backend = 0;
+    ok(gpuwire_comm_backend(cc, &mut backend), "comm_backend");
+    let nccl = backend == BackendKind::GPUWIRE_BACKEND_NCCL as i32;
+    let mut s2: cu::CUstream = std::ptr::null_mut();
+    cuok(unsafe { cu::cuStreamCreate(&mut s2, 1) }, "cuStreamCreate");
+    let nb = s2 as *mut c_void;
+    let sync = || {
+        cuok(unsafe { cu::cuStreamSynchronize(s2) }, "cuStreamSynchronize");
+        cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
+    };
+    let n = 1000usize;
+    let f32buf = |k: usize, v: f32| {
+        let b = dev_alloc(k, Dtype::GPUWIRE_FLOAT32);
+        upload(b, &f32s(&vec![v; k]));
+        b
+    };
+    let (a, b, a2, b2) = (f32buf(n, r as f32 + 1.0), f32buf(n, -1.0), f32buf(2 * n, r as f32 + 10.0), f32buf(2 * n, -1.0));
+    let mine = |want: f32, got: gpuwire_buffer, k: usize, what: &str| -> Result<(), String> {
+        sync();
+        all_f32(&download(got, k * 4), want).map_err(|e| format!("{what}: {e}"))?;
+        upload(got, &f32s(&vec![-1.0; k]));
+        Ok(())
+    };
+    let st = |got: Status, what: &str| if got == Status::GPUWIRE_SUCCESS { Ok(()) } else { Err(format!("{what}: {got:?}: {}", last_error())) };
+    let mut q = 0u64;
+    let mut q2 = 0u64;
+    if !nccl || p > 1 {
+        // (a)
+        st(gpuwire_isend(cc, a, to, 1, nb, &mut q), "(a) isend")?;
+        st(gpuwire_recv(cc, b, from, 1, s), "(a) recv after an isend (checking mode)")?;
+        st(gpuwire_wait(&mut q), "(a) wait(isend)")?;
+        mine(from as f32 + 1.0, b, n, "(a) isend/recv")?;
+        // (b)
+        st(gpuwire_irecv(cc, b, from, 2, nb, &mut q), "(b) irecv")?;
+        st(gpuwire_send(cc, a, to, 2, s), "(b) send after an irecv (checking mode)")?;
+        st(gpuwire_wait(&mut q), "(b) wait(irecv)")?;
+        mine(from as f32 + 1.0, b, n, "(b) irecv/send")?;
+        // (c)
+        st(gpuwire_isend(cc, a, to, 3, nb, &mut q), "(c) isend of n")?;
+        st(gpuwire_isend(cc, a2, to, 3, nb, &mut q2), "(c) isend of 2n")?;
+        st(gpuwire_recv(cc, b, from, 3, s), "(c) recv of n")?;
+        st(gpuwire_recv(cc, b2, from, 3, s), "(c) recv of 2n")?;
+        st(gpuwire_wait(&mut q), "(c) wait(isend of n)")?;
+        st(gpuwire_wait(&mut q2), "(c) wait(isend of 2n)")?;
+        mine(from as f32 + 1.0, b, n, "(c) the recv of n")?;
+        mine(from as f32 + 10.0, b2, 2 * n, "(c) the recv of 2n")?;
+        // (d)
+        st(gpuwire_isend(cc, a, to, 4, nb, &mut q), "(d) isend")?;
+        st(gpuwire_request_free(&mut q), "(d) request_free(isend)")?;
+        st(gpuwire_recv(cc, b, from, 4, s), "(d) recv after a freed isend")?;
+        mine(from as f32 + 1.0, b, n, "(d) freed isend/recv")?;
+    } else {
+        // (a1)
+        st(gpuwire_isend(cc, a, to, 1, nb, &mut q), "(a1) isend")?;
+        st(gpuwire_irecv(cc, b, from, 1, nb, &mut q2), "(a1) irecv")?;
+        st(gpuwire_sendrecv(cc, a2, to, 1, b2, from, 1, s), "(a1) sendrecv after an isend and an irecv (checking mode)")?;
+        st(gpuwire_wait(&mut q), "(a1) wait(isend)")?;
+        st(gpuwire_wait(&mut q2), "(a1) wait(irecv)")?;
+        mine(from as f32 + 1.0, b, n, "(a1) isend/irecv")?;
+        mine(from as f32 + 10.0, b2, 2 * n, "(a1) the sendrecv")?;
+        // (d1)
+        st(gpuwire_isend(cc, a, to, 4, nb, &mut q), "(d1) isend")?;
+        st(gpuwire_irecv(cc, b, from, 4, nb, &mut q2), "(d1) irecv")?;
+        st(gpuwire_request_free(&mut q), "(d1) request_free(isend)")?;
+        st(gpuwire_wait(&mut q2), "(d1) wait(irecv)")?;
+        mine(from as f32 + 1.0, b, n, "(d1) freed isend/irecv")?;
+    }
+    st(gpuwire_barrier(cc, s), "barrier")?;
+    // (e)
+    st(gpuwire_group_start(), "(e) group_start")?;
+    st(gpuwire_isend(cc, a, to, 5, s, &mut q), "(e) isend in a group")?;
+    st(gpuwire_recv(cc, b, from, 5, s), "(e) recv in a group")?;
+    st(gpuwire_group_end(), "(e) group_end")?;
+    st(gpuwire_wait(&mut q), "(e) wait(isend of the group)")?;
+    mine(from as f32 + 1.0, b, n, "(e) isend/recv in a group")?;
+    // (f)
+    let z = f32buf(n + 1, -2.0);
+    st(gpuwire_isend(cc, a, to, 6, nb, &mut q), "(f) isend of n")?;
+    let got = gpuwire_recv(cc, z, from, 6, s);
+    if got != Status::GPUWIRE_ERROR_COUNT_MISMATCH {
+        return Err(format!("(f) recv of n + 1 after an isend of n gave {got:?} ({}), expected COUNT_MISMATCH", last_error()));
+    }
+    let got = gpuwire_wait(&mut q);
+    if got != Status::GPUWIRE_ERROR_COUNT_MISMATCH {
+        return Err(format!("(f) wait(isend of n) matched by a recv of n + 1 gave {got:?} ({}), expected COUNT_MISMATCH", last_error()));
+    }
+    println!("rank {r}: checkmixed: (f) the isend's error: {}", last_error());
+    cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
+    all_f32(&download(z, (n + 1) * 4), -2.0).map_err(|e| format!("(f) the refused receive wrote its buffer: {e}"))?;
+    let got = gpuwire_barrier(cc, s);
+    if nccl && got != Status::GPUWIRE_ERROR_COMM_BROKEN {
+        return Err(format!("(f) barrier after the mismatched isend gave {got:?} ({}), expected COMM_BROKEN", last_error()));
+    }
+    for x in [a, b, a2, b2, z] {
+        gpuwire_buffer_free(x);
+    }
+    ok(gpuwire_comm_free(cc), "comm_free");
+    cuok(unsafe { cu::cuStreamDestroy_v2(s2) }, "cuStreamDestroy");
+    println!("rank {r}: checkmixed: checking mode, isend/irecv mixed with blocking recv/send, alone, freed and in a group, then a mismatched pair");
+    Ok(())
+}
+
 /// NCCL: another thread's isend/irecv posted on the communicator while this thread's group is
 /// open fail none of this thread's calls and stay posted for their own thread: (a) a group's
 /// allreduce run at its end, (b) a group's recv issued at its call after its send, (c) a wait
@@ -4260,6 +4385,7 @@ fn main() {
             "grouporder" => group_order(&cx),
             "groupcomms" => group_comms(&cx),
             "groupcheck" => group_check(&cx),
+            "checkmixed" => check_mixed(&cx),
             "threadposts" => thread_posts(&cx),
             "threadexit" => thread_exit(&cx),
             "threadexitturn" => thread_exit_turn(&cx),
