@@ -208,7 +208,9 @@ public:
     {
     }
     /** The values of a braced list, for a span of const elements given as an argument:
-     * f({0, 2}) (the list lives until the call's full expression ends; as C++26's std::span). */
+     * f({0, 2}) (the list lives until the call's full expression ends; as C++26's std::span).
+     * A list is values, never a pointer: {NULL, 0} is two zeros (pass {} for no array), and
+     * a span kept in a variable from a braced list dangles once the statement ends. */
     template <class U = T, class = std::enable_if_t<std::is_const<U>::value>>
     constexpr span(std::initializer_list<value_type> list) noexcept
         : data_(std::data(list)), size_(list.size())

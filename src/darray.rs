@@ -669,7 +669,8 @@ impl DArray {
     /// one; `e` is this rank's error. `what` is the call's own name in its agreement.
     pub fn refused_other(&self, what: &str, e: Error) -> Error {
         let collective = match what {
-            // Collective for SCATTER arrays (a reduction of the parts; a move of blocks).
+            // Collective for SCATTER arrays (a reduction of the parts; a move of blocks: this is
+            // the source, whose partition decides).
             "dot" | "redistribute" => self.scattered(),
             // Collective for BROADCAST arrays (rank 0's alpha).
             "axpy" => !self.scattered(),

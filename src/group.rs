@@ -694,16 +694,19 @@ fn agree_together(nccl: &[&Entry]) -> Vec<Result<()>> {
             all.extend(s);
         }
         if c.config().check && !all.is_empty() {
-            posted.push((of, Agreement::post(c, all)));
+            // The communicator's isend/irecv posted before the group are launched first (as a
+            // blocking send's agreement does: `nccl::launch_posted`): the peer may answer this
+            // group's agreements only once one of them completed (a review found the hang).
+            let posted_first = crate::backend::nccl::launch_posted(c);
+            posted.push((of, posted_first.and_then(|()| Agreement::post(c, all))));
         }
     }
     for (of, a) in posted {
         let c = &nccl[of[0].0].c;
         match a.and_then(|a| a.finish(c)) {
             Ok(each) => {
-                let mut each = each.into_iter();
-                for (i, n) in of {
-                    out[i] = each.by_ref().take(n).collect();
+                for ((i, _), r) in of.iter().zip(per_entry(each, of.iter().map(|(_, n)| *n))) {
+                    out[*i] = r;
                 }
             }
             Err(x) => {
@@ -714,6 +717,19 @@ fn agree_together(nccl: &[&Entry]) -> Vec<Result<()>> {
         }
     }
     out
+}
+
+/// The outcomes of entries of `sides` sides each, from the outcomes of all their sides in order:
+/// an entry's is its first failing side's. (Collecting each entry's sides straight into a
+/// `Result` stopped at the first error, and the next entry took the rest: a review found it.)
+fn per_entry(each: Vec<Result<()>>, sides: impl Iterator<Item = usize>) -> Vec<Result<()>> {
+    let mut each = each.into_iter();
+    sides
+        .map(|n| {
+            let mine: Vec<Result<()>> = each.by_ref().take(n).collect();
+            mine.into_iter().collect()
+        })
+        .collect()
 }
 
 /// Whether an entry goes to NCCL: device buffers only, on an NCCL communicator.
@@ -797,5 +813,22 @@ impl Pending for Grouped {
         self.not_started()?;
         self.done.wait_until(Some(until));
         self.test()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::per_entry;
+    use crate::error::Error;
+
+    /// A sendrecv whose send failed and receive passed, then a send that passed: the send keeps
+    /// its own outcome (it took the sendrecv's receive's).
+    #[test]
+    fn each_entry_gets_its_own_sides() {
+        let bad = || Err(Error::CountMismatch("send".into()));
+        let got = per_entry(vec![bad(), Ok(()), bad(), Ok(())], [2, 1, 1].into_iter());
+        assert!(got[0].is_err() && got[1].is_err() && got[2].is_ok(), "{got:?}");
+        let got = per_entry(vec![Ok(()), bad(), Ok(())], [2, 1].into_iter());
+        assert!(got[0].is_err() && got[1].is_ok(), "{got:?}");
     }
 }

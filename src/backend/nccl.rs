@@ -1254,9 +1254,17 @@ pub fn leave(c: &Communicator) -> Result<()> {
 /// may make the call this agreement waits for only once one of them completed.
 fn agree(c: &Communicator, send: Option<(i32, Dtype, usize)>, recv: Option<(i32, Dtype, usize)>) -> Result<()> {
     if c.config().check {
-        state(c)?.close_group();
+        launch_posted(c)?;
     }
     p2p::agree_peer(c, send, recv)
+}
+
+/// Launches `c`'s posted isend/irecv operations now (those its next call would launch): before
+/// a checking-mode agreement that the peer may answer only once one of them completed (a
+/// blocking send's, `agree`; a group's, `group::agree_together`).
+pub(crate) fn launch_posted(c: &Communicator) -> Result<()> {
+    state(c)?.close_group();
+    Ok(())
 }
 
 /// A reduction NCCL does not do reached its path (the registry routes those elsewhere).

@@ -16,9 +16,10 @@
 //! halo width, norm kind or array (shape, split, halo, kind of memory) that differs between
 //! ranks are then an error on every rank, before anything moves. A handle refused on one rank
 //! (freed, never made) is that rank's argument error too where the call takes two arrays and
-//! the other resolves (dot, axpy, redistribute: the call's agreement runs on the other's
-//! communicator); a call of one array cannot reach the communicator of a refused handle, and
-//! returns GPUWIRE_ERROR_INVALID_HANDLE on that rank alone, as a missing call would be.
+//! the other resolves (dot, axpy, redistribute's destination: the call's agreement runs on the
+//! other's communicator); a call of one array, or a redistribute whose source is refused (its
+//! partition decides whether the call is collective), cannot reach the agreement, and returns
+//! GPUWIRE_ERROR_INVALID_HANDLE on that rank alone, as a missing call would be.
 //!
 //! The messages of distributed arrays travel on an internal duplicate of the array's
 //! communicator, made when the first array on that communicator is created and freed with it:
@@ -52,6 +53,10 @@ fn darray(h: gpuwire_darray) -> Result<Arc<DArray>> {
 fn two_darrays(a: gpuwire_darray, b: gpuwire_darray, what: &str) -> Result<(Arc<DArray>, Arc<DArray>)> {
     match (darray(a), darray(b)) {
         (Ok(x), Ok(y)) => Ok((x, y)),
+        // Whether redistribute is collective is the source's partition, which the destination
+        // cannot tell (their partitions may differ): a refused source agrees nothing (a review
+        // found the rank alone in an agreement). dot's and axpy's arrays share a partition.
+        (Err(e), Ok(_)) if what == "redistribute" => Err(e),
         (Err(e), Ok(other)) | (Ok(other), Err(e)) => Err(other.refused_other(what, e)),
         (Err(e), Err(_)) => Err(e),
     }
