@@ -461,10 +461,12 @@ fn run(entries: Vec<Entry>) -> Result<()> {
     let (batched, rest): (Vec<&Entry>, Vec<&Entry>) = rest.into_iter().partition(|e| batchable(e, &entries));
     for es in by_comm(&batched) {
         let c = &es[0].c;
-        let r = issue_batch(c, &es);
+        let (r, failed) = issue_batch(c, &es);
         note(&r, &mut first);
-        for e in &es {
-            if let (Ok(()), Some(p)) = (&r, &e.packed) {
+        // The entries that did not fail are unpacked also where another failed (their data is
+        // in their scratch: a review found the views' messages lost).
+        for (e, failed) in es.iter().zip(failed) {
+            if let (false, Some(p)) = (failed, &e.packed) {
                 note(&p.unpack(e.stream), &mut first);
             }
         }
@@ -606,8 +608,9 @@ fn ipc_batchable(e: &Entry, all: &[Entry]) -> bool {
 }
 
 /// Issues a communicator's batch: one stream-ordered operation whose host side starts the
-/// receives, then the sends, on the staging, and completes them all.
-fn issue_batch(c: &Arc<Communicator>, es: &[&Entry]) -> Result<()> {
+/// receives, then the sends, on the staging, and completes them all. Its outcome, and for each
+/// entry whether it failed (all of them where the batch failed before its host side ran).
+fn issue_batch(c: &Arc<Communicator>, es: &[&Entry]) -> (Result<()>, Vec<bool>) {
     use crate::backend::ordered::{self, HostSide};
     let ops: Vec<Op> = es.iter().map(|e| e.op.clone()).collect();
     let (mut parts, mut counts) = (Vec::new(), Vec::new());
@@ -616,7 +619,9 @@ fn issue_batch(c: &Arc<Communicator>, es: &[&Entry]) -> Result<()> {
         counts.push(p.len());
         parts.extend(p);
     }
-    let c2 = c.clone();
+    let (c2, entry_counts) = (c.clone(), counts.clone());
+    let named: Arc<Mutex<Option<Vec<usize>>>> = Arc::default();
+    let named2 = named.clone();
     // A failed operation's parts are named, so that the others' results are still delivered
     // where the host side runs on this thread (a refused receive lost the group's other
     // receives there: a helper's bug hunt, 2026-12-06).
@@ -652,11 +657,31 @@ fn issue_batch(c: &Arc<Communicator>, es: &[&Entry]) -> Result<()> {
         }
         match first {
             None => Ok(()),
-            Some(x) => Err((x, failed)),
+            Some(x) => {
+                *named2.lock().unwrap_or_else(|p| p.into_inner()) = Some(failed.clone());
+                Err((x, failed))
+            }
         }
     }));
-    ordered::issue(c, es[0].stream, parts, false, side).map(|_| ())
+    let r = ordered::issue(c, es[0].stream, parts, false, side).map(|_| ());
+    let failed = match (&r, named.lock().unwrap_or_else(|p| p.into_inner()).take()) {
+        (Ok(()), _) => vec![false; es.len()],
+        (Err(_), None) => vec![true; es.len()],
+        (Err(_), Some(parts)) => {
+            let mut k = 0;
+            entry_counts
+                .into_iter()
+                .map(|n| {
+                    let hit = (k..k + n).any(|i| parts.contains(&i));
+                    k += n;
+                    hit
+                })
+                .collect()
+        }
+    };
+    (r, failed)
 }
+
 
 /// Checking mode on NCCL (`p2p::agree_peer`): the agreements of the NCCL entries' sends,
 /// receives and sendrecvs, blocking and nonblocking alike (as the peer's forms, in a group or
