@@ -438,6 +438,11 @@ for m in "late" "late check" "concurrent" "concurrent check" "funneled" "seriali
     # shellcheck disable=SC2086 # the mode is one or two words
     check "test_threads $m -n 2" 0 2 "^test_threads $m: PASS" "$build/test_threads" $m
 done
+# The progress thread starts for a pending host receive, and not where disabled by the old
+# variable name with the new one set empty (unset, as every variable; the empty one hid it).
+check "test_threads progress on -n 2" 0 2 "^test_threads progress on: PASS" "$build/test_threads" progress on
+GPUWIRE_PROGRESS_THREAD= GPUWIRE_IPC_PROGRESS_THREAD=0 \
+    check "test_threads progress off -n 2" 0 2 "^test_threads progress off: PASS" "$build/test_threads" progress off
 
 # Several hosts on this one machine (scripts/multihost.sh: each host its own host name, so MPI
 # and gpuwire see separate nodes; TCP between them): 2 hosts x 2 ranks, and 3 hosts with 1, 2

@@ -91,7 +91,8 @@ impl Default for Config {
     }
 }
 
-fn env(name: &str) -> Option<String> {
+/// Variable `name`, `None` when unset or empty (every variable's rule).
+pub(crate) fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 

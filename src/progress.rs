@@ -216,8 +216,10 @@ fn progress_thread() {
 pub fn thread_allowed() -> bool {
     static ENV_OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let off = *ENV_OFF.get_or_init(|| {
-        let v = std::env::var("GPUWIRE_PROGRESS_THREAD").or_else(|_| std::env::var("GPUWIRE_IPC_PROGRESS_THREAD"));
-        v.ok().and_then(|v| crate::config::parse_bool(&v)) == Some(false)
+        // The old name is read where the new one is unset (or empty, as every variable: an empty
+        // new name hid the old name's 0; a helper's hunt).
+        let v = crate::config::env("GPUWIRE_PROGRESS_THREAD").or_else(|| crate::config::env("GPUWIRE_IPC_PROGRESS_THREAD"));
+        v.and_then(|v| crate::config::parse_bool(&v)) == Some(false)
     });
     !off && crate::runtime::ensure_ready().is_ok_and(|i| i.thread_level == ThreadLevel::GPUWIRE_THREAD_MULTIPLE)
 }

@@ -25,10 +25,16 @@
  *                     thread's MPI_Mprobe as a posted receive: the later receive took the first).
  *                     And a later receive of any tag takes a message of another tag that the
  *                     blocked receive does not match, past the eager size (no hang).
+ *   progress on|off   a host irecv whose message has not arrived starts gpuwire's progress
+ *                     thread ("gpuwire-progress") with "on", and not with "off", which the
+ *                     launcher runs with GPUWIRE_PROGRESS_THREAD set empty and the old name
+ *                     GPUWIRE_IPC_PROGRESS_THREAD=0 (an empty variable is unset: the old name
+ *                     applies; the empty new name hid it).
  *
  * Prints "test_threads MODE: PASS" on rank 0 when every check on every rank passed.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
 #include <mpi.h>
 #include <pthread.h>
 #include <sched.h>
@@ -507,6 +513,59 @@ static void order(int rank)
     EXPECT_OK(gpuwire_comm_free(order_comm));
 }
 
+/* Whether this process runs a thread whose name starts with `name` (Linux:
+ * /proc/self/task/TID/comm); -1 when that cannot be read. */
+static int thread_named(const char *name)
+{
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+    int found = 0;
+    if (d == NULL)
+        return -1;
+    while ((e = readdir(d)) != NULL) {
+        char path[300], comm[64] = "";
+        FILE *f;
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        if ((f = fopen(path, "r")) == NULL)
+            continue;
+        if (fgets(comm, sizeof comm, f) != NULL && strncmp(comm, name, strlen(name)) == 0)
+            found = 1;
+        fclose(f);
+    }
+    closedir(d);
+    return found;
+}
+
+/* A host irecv whose message has not arrived: the progress thread starts, or not (`on`). */
+static void progress(int rank, int on)
+{
+    gpuwire_comm comm;
+    gpuwire_buffer b;
+    gpuwire_request r = GPUWIRE_REQUEST_NULL;
+    double v = rank == 1 ? 42.0 : 0.0;
+    int runs = -1;
+    EXPECT_OK(gpuwire_comm_world(NULL, &comm));
+    EXPECT_OK(gpuwire_buffer_wrap(&v, 1, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, &b));
+    if (rank == 0) {
+        EXPECT_OK(gpuwire_irecv(comm, b, 1, 7, NULL, &r));
+        runs = thread_named("gpuwire-progres"); /* "gpuwire-progress" (Linux keeps 15 characters) */
+        printf("rank 0: progress thread %s while a receive is pending (expected %s)\n",
+               runs < 0 ? "unknown" : runs ? "running" : "not running", on ? "running" : "not running");
+        fflush(stdout);
+        EXPECT(runs == on);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 1)
+        EXPECT_OK(gpuwire_send(comm, b, 0, 7, NULL));
+    else
+        EXPECT_OK(gpuwire_wait(&r));
+    EXPECT(v == 42.0);
+    EXPECT_OK(gpuwire_buffer_free(b));
+    EXPECT_OK(gpuwire_comm_free(comm));
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -516,8 +575,9 @@ int main(int argc, char **argv)
         want = MPI_THREAD_FUNNELED;
     else if (strcmp(mode, "serialized") == 0)
         want = MPI_THREAD_SERIALIZED;
-    else if (strcmp(mode, "late") != 0 && strcmp(mode, "concurrent") != 0 && strcmp(mode, "order") != 0) {
-        fprintf(stderr, "usage: test_threads late|concurrent|funneled|serialized|order [check]\n");
+    else if (strcmp(mode, "late") != 0 && strcmp(mode, "concurrent") != 0 && strcmp(mode, "order") != 0 &&
+             strcmp(mode, "progress") != 0) {
+        fprintf(stderr, "usage: test_threads late|concurrent|funneled|serialized|order [check] | progress on|off\n");
         return 2;
     }
     MPI_Init_thread(&argc, &argv, want, &provided);
@@ -537,13 +597,17 @@ int main(int argc, char **argv)
         concurrent(check);
     else if (strcmp(mode, "order") == 0)
         order(rank);
+    else if (strcmp(mode, "progress") == 0)
+        progress(rank, !(argc > 2 && strcmp(argv[2], "off") == 0));
     else
         levels(want == MPI_THREAD_FUNNELED);
     EXPECT_OK(gpuwire_finalize());
     long failed = gwt_failures(), total = 0;
     MPI_Allreduce(&failed, &total, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0)
-        printf("test_threads %s%s: %s (%ld failed checks)\n", mode, check ? " check" : "", total == 0 ? "PASS" : "FAIL", total);
+        printf("test_threads %s%s%s: %s (%ld failed checks)\n", mode, check ? " check" : "",
+               strcmp(mode, "progress") == 0 ? (argc > 2 && strcmp(argv[2], "off") == 0 ? " off" : " on") : "",
+               total == 0 ? "PASS" : "FAIL", total);
     MPI_Finalize();
     return total == 0 ? 0 : 1;
 }
