@@ -323,7 +323,11 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
                         }
                         device::sync(stream)
                     })();
-                    ticket.finish();
+                    // A failed copy or wait may leave copies queued that read the staging: it is
+                    // then never reused (as where the copies below fail).
+                    if delivered.is_ok() {
+                        ticket.finish();
+                    }
                     return Err(delivered.err().unwrap_or(e));
                 }
                 ticket.finish();
