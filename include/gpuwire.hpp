@@ -1324,11 +1324,12 @@ private:
 class darray {
 public:
     darray() noexcept = default;
-    /** Adopts a C handle (freed by this object). `comm_size`, the size of the array's
-     * communicator, lets local_lens() size its result (0: unknown). */
-    explicit darray(gpuwire_darray handle, int32_t comm_size = 0) noexcept
-        : h_(handle), nranks_(comm_size)
+    /** Adopts a C handle (freed by this object). `comm_size` is not used: local_lens() asks
+     * the array's communicator for its size (gpuwire_darray_comm), since a wrong one would
+     * size its result wrong (kept so that code passing it compiles). */
+    explicit darray(gpuwire_darray handle, int32_t comm_size = 0) noexcept : h_(handle), nranks_(0)
     {
+        (void)comm_size;
     }
     darray(const darray &) = delete;
     darray &operator=(const darray &) = delete;
@@ -1495,8 +1496,8 @@ public:
         return span<T>(static_cast<T *>(data()), static_cast<std::size_t>(local_len()));
     }
     /** Every rank's number of owned elements, in rank order (gpuwire_darray_local_lens), one
-     * per rank of the array's communicator (its size from create, create_nd, the constructor,
-     * else gpuwire_darray_comm). */
+     * per rank of the array's communicator (its size from create or create_nd, else
+     * gpuwire_darray_comm). */
     std::vector<int64_t> local_lens() const
     {
         int32_t n = nranks_;

@@ -584,6 +584,11 @@ static void test_darray(const gw::comm &world)
         gw::darray adopted(y.get(), size);
         EXPECT(adopted.local_lens() == lens);
         EXPECT(adopted.release().h == y.get().h && !adopted);
+        // A comm_size too small is not trusted: local_lens wrote size entries into a vector of
+        // comm_size (a heap overflow; a helper's hunt).
+        gw::darray wrong(y.get(), 1);
+        EXPECT(wrong.local_lens() == lens);
+        EXPECT(wrong.release().h == y.get().h);
     }
 
     // Data: set_global, allgather, gather; arithmetic; reductions.
