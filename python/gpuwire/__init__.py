@@ -1329,7 +1329,22 @@ class DArray:
 
     def __init__(self, comm, shape, dtype=FLOAT64, space=SPACE_HOST, partition=PARTITION_SCATTER, local=DECIDE,
                  halo=0, procs=None, periodic=None, _wrap=None):
-        code = _dtype_code(dtype)
+        refused = None
+        try:
+            code = _dtype_code(dtype)
+        except (ValueError, TypeError) as e:
+            # Refused on this rank: the collective creation still runs, with no datatype (-1),
+            # so that it fails on every rank and none waits for this one (a helper's hunt).
+            code, refused = -1, e
+        try:
+            self._create(comm, shape, code, space, partition, local, halo, procs, periodic, _wrap)
+        except Error:
+            if refused is not None:
+                raise refused from None
+            raise
+
+    def _create(self, comm, shape, code, space, partition, local, halo, procs, periodic, _wrap):
+        """`__init__`'s collective creation, of datatype `code`."""
         # A number is any integer, NumPy's too (numbers.Integral), never taken for a per-axis list.
         if isinstance(shape, numbers.Integral):
             shape = int(shape)

@@ -233,6 +233,19 @@ def test_process_grid_and_wrapped_memory(comm):
         gpuwire.DArray.wrap(comm, odd, (rows, cols), procs=(0, 1), halo=(1, 0))
 
 
+def test_darray_of_an_unsupported_dtype_on_one_rank(comm):
+    # The last rank asks for a datatype gpuwire has not: it raised before the collective
+    # creation and the other ranks waited for ever. Now the creation fails on every rank: that
+    # rank's ValueError, the others' gpuwire.Error naming it.
+    for kw in ({}, {"halo": 1}, {"procs": (0,)}):
+        dtype = np.int16 if RANK == SIZE - 1 else np.float64
+        with pytest.raises(ValueError if RANK == SIZE - 1 else gpuwire.Error, match="int16" if RANK == SIZE - 1 else "datatype"):
+            gpuwire.DArray(comm, 4 * SIZE, dtype, **kw)
+    d = gpuwire.DArray(comm, 4 * SIZE, np.float64)  # the communicator still works
+    assert d.global_len() == 4 * SIZE
+    d.free()
+
+
 def test_darray_numpy_integers_and_grid_arguments(comm):
     """NumPy integers are numbers (a halo of np.int64(1) is the row split's halo, as 1 is); a
     process grid refuses a partition or a local length it would otherwise ignore."""
