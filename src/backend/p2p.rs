@@ -1243,6 +1243,9 @@ impl Agreement {
         };
         a.reqs = vec![RawRequest(mpisys::request_null()); 2 * n];
         let (mine, theirs) = &mut **a.hb;
+        // Under MPI_THREAD_SERIALIZED, gpuwire's MPI lock for the posting calls (as its other MPI
+        // calls; the tests take it each: `test_req`). A review noticed it missing.
+        let _mpi = crate::runtime::mpi_lock();
         for (i, &(send, peer, dtype, count)) in a.sides.iter().enumerate() {
             let (out, inp) = if send { (k.hdr, k.ack) } else { (k.ack, k.hdr) };
             mine[i] = Hdr { dtype: dtype as i64, count: count as i64 };
