@@ -2032,9 +2032,12 @@ gpuwire_status gpuwire_testany(int32_t count,
  * leaving every request active (those that completed stay so: a later test or wait returns at
  * once with their status). GPUWIRE_REQUEST_NULL entries count as complete (empty status). A
  * request that failed is released at once (set to GPUWIRE_REQUEST_NULL; its status entry
- * says its error) and the first error is returned, naming its index.
+ * says its error) and the first error is returned, naming its index. An array with a freed
+ * or foreign handle, or a request of a group that has not ended, is refused before anything is
+ * tested, and left as it was.
  *
- * Errors as gpuwire_waitall, plus GPUWIRE_ERROR_NULL_ARGUMENT (`flag`).
+ * Errors as gpuwire_waitall, plus GPUWIRE_ERROR_NULL_ARGUMENT (`flag`),
+ * GPUWIRE_ERROR_INVALID_HANDLE.
  */
 gpuwire_status gpuwire_testall(int32_t count,
                                gpuwire_request *requests,

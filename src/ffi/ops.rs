@@ -571,23 +571,33 @@ pub extern "C" fn gpuwire_testany(count: i32, requests: *mut gpuwire_request, in
 /// leaving every request active (those that completed stay so: a later test or wait returns at
 /// once with their status). GPUWIRE_REQUEST_NULL entries count as complete (empty status). A
 /// request that failed is released at once (set to GPUWIRE_REQUEST_NULL; its status entry
-/// says its error) and the first error is returned, naming its index.
+/// says its error) and the first error is returned, naming its index. An array with a freed
+/// or foreign handle, or a request of a group that has not ended, is refused before anything is
+/// tested, and left as it was.
 ///
-/// Errors as gpuwire_waitall, plus GPUWIRE_ERROR_NULL_ARGUMENT (`flag`).
+/// Errors as gpuwire_waitall, plus GPUWIRE_ERROR_NULL_ARGUMENT (`flag`),
+/// GPUWIRE_ERROR_INVALID_HANDLE.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_testall(count: i32, requests: *mut gpuwire_request, flag: *mut i32, statuses: *mut gpuwire_status_t) -> gpuwire_status {
     call("gpuwire_testall", || {
         non_null(flag, "flag")?;
         let reqs = request_array(count, requests)?;
+        // Every handle resolved, and every request ready to test, before any is tested: a bad
+        // entry refuses the array as it was (a failure tested before it is not released unseen).
+        let mut resolved = Vec::with_capacity(reqs.len());
+        for (i, h) in reqs.iter().enumerate() {
+            if *h == 0 {
+                resolved.push(None);
+                continue;
+            }
+            let r = REQUESTS.get(*h).and_then(|r| r.ready_to_wait().map(|()| r));
+            resolved.push(Some(r.map_err(|e| with_index(i as i32, e))?));
+        }
         let mut out = vec![c_status(crate::request::Status::EMPTY, gpuwire_status::GPUWIRE_SUCCESS); reqs.len()];
         let mut first: Option<Error> = None;
         let mut all = true;
-        for (i, h) in reqs.iter_mut().enumerate() {
-            if *h == 0 {
-                continue;
-            }
-            let r = REQUESTS.get(*h)?;
-            r.ready_to_wait()?;
+        for (i, (h, r)) in reqs.iter_mut().zip(resolved).enumerate() {
+            let Some(r) = r else { continue };
             match r.test() {
                 Ok(true) => out[i] = c_status(r.status(), gpuwire_status::GPUWIRE_SUCCESS),
                 Ok(false) => all = false,

@@ -809,6 +809,25 @@ static void test_status(gpuwire_comm comm)
     EXPECT_STATUS(gpuwire_testany(1, NULL, &idx, &flag, &st), GPUWIRE_ERROR_NULL_ARGUMENT);
     EXPECT_STATUS(gpuwire_testall(1, dup, NULL, NULL), GPUWIRE_ERROR_NULL_ARGUMENT);
     EXPECT(dup[0].h != 0);
+    /* A failed receive before a freed handle: testall refuses the array before it tests
+     * anything, so the failure is still reported by its own wait (testall released it and
+     * returned only the freed handle's INVALID_HANDLE: the COUNT_MISMATCH was lost). */
+    gpuwire_buffer four = balloc(4, GPUWIRE_INT32);
+    gpuwire_request bad[2], gone = GPUWIRE_REQUEST_NULL;
+    EXPECT_OK(gpuwire_isend(comm, s, rank, 45, NULL, &set[0]));
+    EXPECT_OK(gpuwire_irecv(comm, four, rank, 45, NULL, &bad[0]));
+    EXPECT_OK(gpuwire_irecv(comm, four, GPUWIRE_PROC_NULL, 45, NULL, &gone));
+    bad[1] = gone;
+    EXPECT_OK(gpuwire_wait(&gone));
+    EXPECT_OK(gpuwire_wait(&set[0]));
+    gpuwire_status_t bsts[2] = {blank_status(), blank_status()};
+    flag = 77;
+    EXPECT_STATUS(gpuwire_testall(2, bad, &flag, bsts), GPUWIRE_ERROR_INVALID_HANDLE);
+    EXPECT_LAST_ERROR_HAS("request 1");
+    EXPECT(flag == 77 && bad[0].h != 0 && bsts[0].source == 55 && bsts[1].source == 55);
+    EXPECT_STATUS(gpuwire_wait(&bad[0]), GPUWIRE_ERROR_COUNT_MISMATCH);
+    EXPECT(bad[0].h == 0);
+    EXPECT_OK(gpuwire_buffer_free(four));
     /* A wildcard receive in a group: posted at the group's end, after dup[0] (which alone can
      * take tag 42), and matched in MPI's order: the earliest message it can take (tag 44, sent
      * before the group); its status after the end. */
