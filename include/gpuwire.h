@@ -1999,8 +1999,9 @@ gpuwire_status gpuwire_test_status(gpuwire_request *request,
  * the one that completed: its error is returned, `*index` names it and it is released.
  * Requests are tested in array order (the lowest completed index wins). With timeouts: once
  * the shortest timeout among the requests' communicators has passed with none complete, the
- * first active request is waited for as by gpuwire_wait (up to its own timeout: its
- * TIMEOUT then names its index).
+ * first request of a communicator with a timeout is waited for as by gpuwire_wait (up to its
+ * own timeout: its TIMEOUT then names its index); requests of communicators without one do
+ * not extend the wait.
  *
  * Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`requests` with count > 0, `index`),
  * GPUWIRE_ERROR_INVALID_ARGUMENT (negative count, a request twice, a request of a group that

@@ -471,8 +471,9 @@ fn with_index(i: i32, e: Error) -> Error {
 /// the one that completed: its error is returned, `*index` names it and it is released.
 /// Requests are tested in array order (the lowest completed index wins). With timeouts: once
 /// the shortest timeout among the requests' communicators has passed with none complete, the
-/// first active request is waited for as by gpuwire_wait (up to its own timeout: its
-/// TIMEOUT then names its index).
+/// first request of a communicator with a timeout is waited for as by gpuwire_wait (up to its
+/// own timeout: its TIMEOUT then names its index); requests of communicators without one do
+/// not extend the wait.
 ///
 /// Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`requests` with count > 0, `index`),
 /// GPUWIRE_ERROR_INVALID_ARGUMENT (negative count, a request twice, a request of a group that
@@ -486,11 +487,14 @@ pub extern "C" fn gpuwire_waitany(count: i32, requests: *mut gpuwire_request, in
         let mut at = crate::types::GPUWIRE_UNDEFINED;
         // The earliest deadline among the requests' communicators.
         let mut deadline: Option<std::time::Instant> = None;
-        for h in reqs.iter().filter(|h| **h != 0) {
+        // The first request of a communicator with a timeout: the one waited for at the deadline.
+        let mut first_timed = 0;
+        for (i, h) in reqs.iter().enumerate().filter(|(_, h)| **h != 0) {
             let r = REQUESTS.get(*h)?;
             r.ready_to_block()?;
             if let Some(t) = r.comm().config().timeout {
                 let d = std::time::Instant::now() + t;
+                first_timed = if deadline.is_none() { i } else { first_timed };
                 deadline = Some(deadline.map_or(d, |x: std::time::Instant| x.min(d)));
             }
         }
@@ -518,8 +522,10 @@ pub extern "C" fn gpuwire_waitany(count: i32, requests: *mut gpuwire_request, in
                 }
             }
             if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
-                // Each request's own wait gives up at its timeout (and breaks its communicator).
-                let first = reqs.iter().position(|h| *h != 0).expect("an active request");
+                // Each request's own wait gives up at its timeout (and breaks its communicator);
+                // that one has one (none completed: it is still active). A request of a
+                // communicator without a timeout waited for here blocked for ever.
+                let first = first_timed;
                 let r = finish(&mut reqs[first], true);
                 write(index, first as i32);
                 return r.map(|_| ()).map_err(|e| with_index(first as i32, e));

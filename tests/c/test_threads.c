@@ -170,7 +170,8 @@ static void late_case(int op, int check, int rank)
 
 /* One timeout breaks a waitall once (not once per request), and later waits and tests on the
  * broken communicator return COMM_BROKEN at once; a rank late to a communicator creation (split,
- * the first distributed array) is waited for, not left blocked in MPI_Comm_split/dup. */
+ * the first distributed array) is waited for, not left blocked in MPI_Comm_split/dup; a waitany
+ * over requests of a communicator with a timeout and of one without returns at the timeout. */
 static void late_extras(int rank)
 {
     gpuwire_comm c = world(0, T);
@@ -192,7 +193,30 @@ static void late_extras(int rank)
             EXPECT(now() - t0 < 1.0);
         }
     }
+    EXPECT_OK(gpuwire_comm_free(c));
+    MPI_Barrier(MPI_COMM_WORLD);
+    /* waitany over a request of a communicator without a timeout (its message comes only after
+     * this rank's reply) and one of a communicator with one (never sent): TIMEOUT within about
+     * the timeout, naming the timed request (it waited for the untimed one, for ever). */
+    c = world(0, T);
+    gpuwire_comm a = world(0, 0);
+    if (rank == 0) {
+        gpuwire_request q[2];
+        int32_t idx = 77;
+        EXPECT_OK(gpuwire_irecv(a, b, 1, 80, NULL, &q[0]));
+        EXPECT_OK(gpuwire_irecv(c, b, 1, 81, NULL, &q[1]));
+        double t0 = now();
+        EXPECT_STATUS(gpuwire_waitany(2, q, &idx, NULL), GPUWIRE_ERROR_TIMEOUT);
+        EXPECT(now() - t0 < 2 * T + SLACK);
+        EXPECT(idx == 1 && q[0].h != 0);
+        EXPECT_OK(gpuwire_send(a, b, 1, 82, NULL));
+        EXPECT_OK(gpuwire_wait(&q[0]));
+    } else {
+        EXPECT_OK(gpuwire_recv(a, b, 0, 82, NULL));
+        EXPECT_OK(gpuwire_send(a, b, 0, 80, NULL));
+    }
     EXPECT_OK(gpuwire_buffer_free(b));
+    EXPECT_OK(gpuwire_comm_free(a));
     EXPECT_OK(gpuwire_comm_free(c));
     MPI_Barrier(MPI_COMM_WORLD);
     c = world(0, T);
