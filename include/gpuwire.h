@@ -2050,12 +2050,13 @@ gpuwire_status gpuwire_testall(int32_t count,
  * GPUWIRE_REQUEST_NULL. Every request is waited for even when one fails; the first failure is
  * returned. NULL requests in the array are skipped. A request may appear only once (as in
  * MPI): an array that holds the same request twice is refused before anything is waited for,
- * and left as it was; so is an array with a request of a group that has not ended (as
- * gpuwire_wait refuses it).
+ * and left as it was; so is an array with a freed or foreign handle, or with a request of a
+ * group that has not ended (as gpuwire_wait refuses it).
  *
  * Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`requests` NULL with count > 0),
  * GPUWIRE_ERROR_INVALID_ARGUMENT (negative count, a request twice, a request of an open group),
- * and those of gpuwire_wait.
+ * GPUWIRE_ERROR_INVALID_HANDLE (a freed or foreign handle, naming its index), and those of
+ * gpuwire_wait.
  */
 gpuwire_status gpuwire_waitall(int32_t count,
                                gpuwire_request *requests);

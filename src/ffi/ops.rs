@@ -641,12 +641,13 @@ pub extern "C" fn gpuwire_testall(count: i32, requests: *mut gpuwire_request, fl
 /// GPUWIRE_REQUEST_NULL. Every request is waited for even when one fails; the first failure is
 /// returned. NULL requests in the array are skipped. A request may appear only once (as in
 /// MPI): an array that holds the same request twice is refused before anything is waited for,
-/// and left as it was; so is an array with a request of a group that has not ended (as
-/// gpuwire_wait refuses it).
+/// and left as it was; so is an array with a freed or foreign handle, or with a request of a
+/// group that has not ended (as gpuwire_wait refuses it).
 ///
 /// Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`requests` NULL with count > 0),
 /// GPUWIRE_ERROR_INVALID_ARGUMENT (negative count, a request twice, a request of an open group),
-/// and those of gpuwire_wait.
+/// GPUWIRE_ERROR_INVALID_HANDLE (a freed or foreign handle, naming its index), and those of
+/// gpuwire_wait.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_waitall(count: i32, requests: *mut gpuwire_request) -> gpuwire_status {
     call("gpuwire_waitall", || {
@@ -681,14 +682,18 @@ pub extern "C" fn gpuwire_waitall(count: i32, requests: *mut gpuwire_request) ->
                 w[0].1, w[1].1, w[0].0
             )));
         }
-        // A request of a group that has not ended (or one queued behind this thread's group)
-        // refuses the array before anything is waited for, as gpuwire_waitany does: waiting for
-        // the others first could block for ever (their peers' operations may come after the
-        // group), and would complete some of them in a call that is refused.
+        // A freed or foreign handle, or a request of a group that has not ended (or one queued
+        // behind this thread's group), refuses the array before anything is waited for, as
+        // gpuwire_waitany and gpuwire_testall do: waiting for the others first could block for
+        // ever (their peers' operations may come after the group, or after this call), and
+        // would complete some of them in a call that is refused.
         for (i, h) in given.iter().enumerate().filter(|(_, h)| **h != 0) {
-            if let Ok(r) = REQUESTS.get(*h) {
-                r.ready_to_block().map_err(|e| Error::from_status(e.status(), format!("request {i}: {e}; nothing was waited for")))?;
-            }
+            REQUESTS.get(*h).and_then(|r| r.ready_to_block()).map_err(|e| {
+                let e = with_index(i as i32, e);
+                let text = e.to_string();
+                let detail = text.split_once(": ").map_or(text.as_str(), |(_, d)| d);
+                Error::from_status(e.status(), format!("{detail}; nothing was waited for"))
+            })?;
         }
         let mut first: Option<Error> = None;
         for i in 0..count as usize {

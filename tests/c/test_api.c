@@ -648,7 +648,7 @@ static void config(void)
 
 /* Copies of a freed buffer or request handle stay invalid however many handles come after
  * (the registry never issues a handle twice; its unit tests drive one slot through all 2^24
- * generations), and waitall refuses a request given twice. */
+ * generations), and waitall refuses a request given twice, or a stale or foreign handle. */
 static void stale_handles_and_waitall(gpuwire_comm comm)
 {
     gpuwire_buffer b, stale, live, sb, rb;
@@ -723,6 +723,20 @@ static void stale_handles_and_waitall(gpuwire_comm comm)
     arr[4] = s;
     EXPECT_STATUS(gpuwire_waitall(5, arr), GPUWIRE_ERROR_INVALID_ARGUMENT);
     EXPECT_LAST_ERROR_HAS("requests[2] and requests[4] are the same request");
+    /* A freed request's handle, or a buffer's, is refused before anything is waited for, as
+     * in gpuwire_waitany and gpuwire_testall (the two live requests were completed and
+     * released first, and the array changed, in a call that returned INVALID_HANDLE). */
+    arr[4] = stale_r;
+    memcpy(saved, arr, sizeof arr);
+    EXPECT_STATUS(gpuwire_waitall(5, arr), GPUWIRE_ERROR_INVALID_HANDLE);
+    EXPECT_LAST_ERROR_HAS("request 4: ");
+    EXPECT_LAST_ERROR_HAS("nothing was waited for");
+    EXPECT(memcmp(arr, saved, sizeof arr) == 0);
+    arr[4].h = sb.h;
+    memcpy(saved, arr, sizeof arr);
+    EXPECT_STATUS(gpuwire_waitall(5, arr), GPUWIRE_ERROR_INVALID_HANDLE);
+    EXPECT_LAST_ERROR_HAS("not a request handle");
+    EXPECT(memcmp(arr, saved, sizeof arr) == 0);
     arr[4] = GPUWIRE_REQUEST_NULL;
     EXPECT_OK(gpuwire_waitall(5, arr));
     for (i = 0; i < 5; i++)
