@@ -2018,7 +2018,9 @@ gpuwire_status gpuwire_waitany(int32_t count,
  * else 0 to `*flag` and GPUWIRE_UNDEFINED to `*index`. When every request is
  * GPUWIRE_REQUEST_NULL (or `count` is 0): `*flag` 1, `*index` GPUWIRE_UNDEFINED, MPI's empty
  * status (as MPI). A request that failed is released, `*index` names it and its error is
- * returned. Errors as gpuwire_waitany, plus GPUWIRE_ERROR_NULL_ARGUMENT (`flag`).
+ * returned. An array with a freed or foreign handle, or a request of a group that has not
+ * ended, is refused before anything is tested (`*index` and `*flag` unwritten). Errors as
+ * gpuwire_waitany, plus GPUWIRE_ERROR_NULL_ARGUMENT (`flag`).
  */
 gpuwire_status gpuwire_testany(int32_t count,
                                gpuwire_request *requests,

@@ -490,8 +490,8 @@ pub extern "C" fn gpuwire_waitany(count: i32, requests: *mut gpuwire_request, in
         // The first request of a communicator with a timeout: the one waited for at the deadline.
         let mut first_timed = 0;
         for (i, h) in reqs.iter().enumerate().filter(|(_, h)| **h != 0) {
-            let r = REQUESTS.get(*h)?;
-            r.ready_to_block()?;
+            let r = REQUESTS.get(*h).map_err(|e| with_index(i as i32, e))?;
+            r.ready_to_block().map_err(|e| with_index(i as i32, e))?;
             if let Some(t) = r.comm().config().timeout {
                 let d = std::time::Instant::now() + t;
                 first_timed = if deadline.is_none() { i } else { first_timed };
@@ -545,13 +545,21 @@ pub extern "C" fn gpuwire_waitany(count: i32, requests: *mut gpuwire_request, in
 /// else 0 to `*flag` and GPUWIRE_UNDEFINED to `*index`. When every request is
 /// GPUWIRE_REQUEST_NULL (or `count` is 0): `*flag` 1, `*index` GPUWIRE_UNDEFINED, MPI's empty
 /// status (as MPI). A request that failed is released, `*index` names it and its error is
-/// returned. Errors as gpuwire_waitany, plus GPUWIRE_ERROR_NULL_ARGUMENT (`flag`).
+/// returned. An array with a freed or foreign handle, or a request of a group that has not
+/// ended, is refused before anything is tested (`*index` and `*flag` unwritten). Errors as
+/// gpuwire_waitany, plus GPUWIRE_ERROR_NULL_ARGUMENT (`flag`).
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_testany(count: i32, requests: *mut gpuwire_request, index: *mut i32, flag: *mut i32, status: *mut gpuwire_status_t) -> gpuwire_status {
     call("gpuwire_testany", || {
         non_null(index, "index")?;
         non_null(flag, "flag")?;
         let reqs = request_array(count, requests)?;
+        // Every handle resolved, and every request ready to test, before any is tested, as in
+        // gpuwire_waitany: a freed or foreign handle refuses the array, `*index` unwritten,
+        // wherever it stands.
+        for (i, h) in reqs.iter().enumerate().filter(|(_, h)| **h != 0) {
+            REQUESTS.get(*h).and_then(|r| r.ready_to_wait()).map_err(|e| with_index(i as i32, e))?;
+        }
         let mut s = crate::request::Status::EMPTY;
         let mut at = crate::types::GPUWIRE_UNDEFINED;
         let all_null = reqs.iter().all(|h| *h == 0);

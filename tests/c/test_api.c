@@ -653,7 +653,7 @@ static void stale_handles_and_waitall(gpuwire_comm comm)
 {
     gpuwire_buffer b, stale, live, sb, rb;
     gpuwire_request r, s, stale_r, arr[5], saved[5];
-    int32_t rank, *sp, *rp, i32;
+    int32_t rank, *sp, *rp, i32, fl;
     int64_t n;
     void *p;
     int i, k;
@@ -742,6 +742,26 @@ static void stale_handles_and_waitall(gpuwire_comm comm)
     for (i = 0; i < 5; i++)
         EXPECT(arr[i].h == 0);
     EXPECT(rp[0] == 299 * 4);
+
+    /* testany and waitany refuse a stale handle wherever it stands, before testing anything:
+     * `*index` and `*flag` unwritten, the array as it was (testany tested the pending receive
+     * first, then wrote index 1 with INVALID_HANDLE). */
+    EXPECT_OK(gpuwire_irecv(comm, rb, rank, 7, NULL, &r));
+    arr[0] = r;
+    arr[1] = stale_r;
+    memcpy(saved, arr, sizeof arr);
+    i32 = -7;
+    fl = -7;
+    EXPECT_STATUS(gpuwire_testany(2, arr, &i32, &fl, NULL), GPUWIRE_ERROR_INVALID_HANDLE);
+    EXPECT_LAST_ERROR_HAS("request 1: ");
+    EXPECT(i32 == -7 && fl == -7);
+    EXPECT(memcmp(arr, saved, sizeof arr) == 0);
+    EXPECT_STATUS(gpuwire_waitany(2, arr, &i32, NULL), GPUWIRE_ERROR_INVALID_HANDLE);
+    EXPECT_LAST_ERROR_HAS("request 1: ");
+    EXPECT(i32 == -7);
+    EXPECT(memcmp(arr, saved, sizeof arr) == 0);
+    EXPECT_OK(gpuwire_send(comm, sb, rank, 7, NULL));
+    EXPECT_OK(gpuwire_wait(&arr[0]));
     EXPECT_OK(gpuwire_buffer_free(sb));
     EXPECT_OK(gpuwire_buffer_free(rb));
 }
