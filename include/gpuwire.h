@@ -2081,8 +2081,9 @@ gpuwire_status gpuwire_sendrecv(gpuwire_comm comm,
 /**
  * Blocks until every rank has called it, as MPI_Barrier. Collective.
  *
- * Errors: GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_TIMEOUT (checking mode
- * with a timeout).
+ * Errors: GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_TIMEOUT (with a
+ * timeout on the communicator, checking mode on or off: another rank did not call it in time;
+ * the communicator is then broken), GPUWIRE_ERROR_COMM_BROKEN.
  */
 gpuwire_status gpuwire_barrier(gpuwire_comm comm,
                                void *stream);

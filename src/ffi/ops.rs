@@ -742,8 +742,9 @@ pub extern "C" fn gpuwire_sendrecv(
 
 /// Blocks until every rank has called it, as MPI_Barrier. Collective.
 ///
-/// Errors: GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_TIMEOUT (checking mode
-/// with a timeout).
+/// Errors: GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_TIMEOUT (with a
+/// timeout on the communicator, checking mode on or off: another rank did not call it in time;
+/// the communicator is then broken), GPUWIRE_ERROR_COMM_BROKEN.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_barrier(comm: gpuwire_comm, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_barrier", || issue(&boundary::comm(comm)?, Op::Barrier, st(stream), false).map(|_| ()))
