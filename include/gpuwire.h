@@ -1930,7 +1930,11 @@ gpuwire_status gpuwire_iprobe(gpuwire_comm comm,
  * ends, since MPI may still write it).
  *
  * Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE (freed or foreign handle),
- * GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_CUDA, GPUWIRE_ERROR_TIMEOUT.
+ * GPUWIRE_ERROR_INVALID_ARGUMENT (a request of a group that has not ended; `*request`
+ * unchanged), GPUWIRE_ERROR_COMM_BROKEN (the communicator was broken by a timeout, an abandoned
+ * request or gpuwire_comm_abort before the request completed), GPUWIRE_ERROR_MPI,
+ * GPUWIRE_ERROR_CUDA, GPUWIRE_ERROR_TIMEOUT, and the operation's own errors (a receive's
+ * GPUWIRE_ERROR_COUNT_MISMATCH or GPUWIRE_ERROR_TRUNCATE, a checking-mode mismatch, ...).
  */
 gpuwire_status gpuwire_wait(gpuwire_request *request);
 
