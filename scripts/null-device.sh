@@ -79,14 +79,14 @@ for l in sys.stdin:
   run_cases nccl-two-devices 1 directrefused,groupblame GPUWIRE_BACKEND=nccl NULLDEV_DEVICES=2
   # Nonblocking NCCL communicators: every call may answer ncclInProgress, which gpuwire settles.
   run_cases nccl-nonblocking 1 ops,c16,nbc,nbcgroup,threadwait,threadorder,threadgroup,threadposts,threadexit,threadexitturn,turndrain,grouporder,groupcomms,groupcheck,checkmixed,abortgroup GPUWIRE_BACKEND=nccl GPUWIRE_NCCL_NONBLOCKING=1
-  run_cases staged 2 ops,opswrap,scan,c12,c13,mismatch,p2pexact,p2pstatus,reqfree,vcoll,zerocount,split,nbcmixed,nbc,nbcgroup,p2pordered,views,threadwait,grouporder,groupcomms,groupcheck,checkmixed,deliverorder \
+  run_cases staged 2 ops,opswrap,scan,c12,c13,mismatch,p2pexact,p2pstatus,reqfree,vcoll,zerocount,split,nbcmixed,nbc,nbcgroup,p2pordered,views,threadwait,grouporder,groupcomms,groupcheck,checkmixed,deliverorder,hostside \
     GPUWIRE_BACKEND=staged
-  run_cases staged-np3 3 split,nbcmixed,nbc GPUWIRE_BACKEND=staged
+  run_cases staged-np3 3 split,nbcmixed,nbc,hostside GPUWIRE_BACKEND=staged
   # A stream-ordered send that times out, then the next call: it reports the send's TIMEOUT, once
   # (rank 0 only; its peer stays away 2 s past the deadline).
   run_cases staged-sendnext 2 sendnext GPUWIRE_BACKEND=staged
   run_cases staged-sendwait 2 sendwait GPUWIRE_BACKEND=staged
-  run_cases cuda_aware 2 ops,scan,c13,p2pstatus,reqfree,vcoll,zerocount,nbc,nbcgroup,nbcmixed,views GPUWIRE_BACKEND=cuda_aware GPUWIRE_CUDA_AWARE=1
+  run_cases cuda_aware 2 ops,scan,c13,p2pstatus,reqfree,vcoll,zerocount,nbc,nbcgroup,nbcmixed,views,hostside GPUWIRE_BACKEND=cuda_aware GPUWIRE_CUDA_AWARE=1
   # Memory kinds mixed across ranks in checking mode (refused there before, though the path takes them).
   run_cases cuda_aware-check 2 nbcmixed GPUWIRE_BACKEND=cuda_aware GPUWIRE_CUDA_AWARE=1 GPUWIRE_CHECK=1
   # Distributed arrays on device memory (tests/gpu_darray.rs; their kernels emulated too).
@@ -98,7 +98,7 @@ for l in sys.stdin:
   # CUDA IPC between the ranks' processes (NULLDEV_IPC=1: device memory in a shared memfd).
   run_cases ipc 2 ops,opswrap,scan,c13,ipcprogress,ipcdup,ipcfree,ipcexit,ipcmixed,reqfree,p2pexact,p2pstatus,vcoll,zerocount,views,nbc,nbcgroup,p2pordered,nbcmixed,threadwait,grouporder,groupcomms,groupcheck,checkmixed \
     GPUWIRE_BACKEND=ipc NULLDEV_IPC=1
-  run_cases ipc-np3 3 nbcmixed,nbc GPUWIRE_BACKEND=ipc NULLDEV_IPC=1
+  run_cases ipc-np3 3 nbcmixed,nbc,hostside GPUWIRE_BACKEND=ipc NULLDEV_IPC=1
   run_cases ipc-check 2 nbcmixed GPUWIRE_BACKEND=ipc NULLDEV_IPC=1 GPUWIRE_CHECK=1
   # Without the progress thread, pending receives progress only in gpuwire's calls (ipcprogress
   # part E: a test of an irecv must not wait there for its sender's stream).

@@ -4332,6 +4332,92 @@ fn views_device(cx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
+/// n elements of d in host memory (`host`) or on the communicator's device.
+fn halloc(n: usize, d: Dtype, host: bool) -> gpuwire_buffer {
+    if !host {
+        return dev_alloc(n, d);
+    }
+    let mut b = 0;
+    let dev = DEVICE.load(std::sync::atomic::Ordering::Relaxed);
+    ok(gpuwire_buffer_alloc(n as i64, d as i32, Space::GPUWIRE_SPACE_HOST as i32, dev, &mut b), "gpuwire_buffer_alloc(host)");
+    b
+}
+
+/// The view of elements off..off + n of b.
+fn hview(b: gpuwire_buffer, off: usize, n: usize) -> gpuwire_buffer {
+    let mut v = 0;
+    ok(gpuwire_buffer_view(b, off as i64, n as i64, &mut v), "view");
+    v
+}
+
+/// One rank's host buffer against device buffers in a blocking call (memory kinds are each
+/// rank's own, also input against output: README "Backends"): as MPI's blocking meaning for host
+/// memory, a host receive buffer holds the result when the call returns, and a host send buffer
+/// may be rewritten as soon as it returned. Device input with host output and host input with
+/// device output on every rank, for allreduce, allgather, reduce and sendrecv.
+fn host_side_blocking(cx: &Ctx) -> Result<(), String> {
+    let (r, p, s) = (cx.rank, cx.size, cx.stream as *mut c_void);
+    if p < 2 {
+        println!("rank {r}: hostside: needs 2 ranks, skipped (NOT RUN)");
+        return Ok(());
+    }
+    let pu = p as usize;
+    let d = Dtype::GPUWIRE_FLOAT32;
+    let sum = ReduceOp::GPUWIRE_SUM as i32;
+    let junk = |n: usize| f32s(&vec![-7.0; n]);
+    // A kernel of 20 ms before each call: the stream's earlier work, which the MPI calls wait for.
+    for n in [1000usize, 70_000] {
+        for host_in in [false, true] {
+            let what = |v: &str| format!("{v} of {n} float32, {} (rank {r})", if host_in { "host input, device output" } else { "device input, host output" });
+            let a = halloc(n, d, host_in);
+            let b = halloc(n * pu, d, !host_in);
+            let b0 = hview(b, 0, n);
+            let fresh = |x: gpuwire_buffer, len: usize, v: f32| upload(x, &f32s(&vec![v; len]));
+            let settle = || {
+                // Rewrite a host input at once, as a caller may after a blocking call.
+                if host_in {
+                    upload(a, &junk(n));
+                }
+            };
+            fresh(a, n, (r + 1) as f32);
+            fresh(b, n * pu, 0.0);
+            spin(&cx.kernels, 20_000_000, cx.stream);
+            ok(gpuwire_allreduce(cx.comm, a, b0, sum, s), &what("allreduce"));
+            settle();
+            all_f32(&download(b, n * pu * 4)[..n * 4], (p * (p + 1) / 2) as f32).map_err(|e| what(&format!("allreduce: {e}")))?;
+            fresh(a, n, (r + 1) as f32);
+            spin(&cx.kernels, 20_000_000, cx.stream);
+            ok(gpuwire_allgather(cx.comm, a, b, s), &what("allgather"));
+            settle();
+            let got = download(b, n * pu * 4);
+            for q in 0..pu {
+                all_f32(&got[q * n * 4..(q + 1) * n * 4], (q + 1) as f32).map_err(|e| what(&format!("allgather block {q}: {e}")))?;
+            }
+            fresh(a, n, (r + 1) as f32);
+            fresh(b, n * pu, 0.0);
+            spin(&cx.kernels, 20_000_000, cx.stream);
+            let root = p - 1;
+            ok(gpuwire_reduce(cx.comm, a, if r == root { b0 } else { 0 }, sum, root, s), &what("reduce"));
+            settle();
+            if r == root {
+                all_f32(&download(b, n * pu * 4)[..n * 4], (p * (p + 1) / 2) as f32).map_err(|e| what(&format!("reduce: {e}")))?;
+            }
+            let (left, right) = ((r + p - 1) % p, (r + 1) % p);
+            fresh(a, n, (r + 1) as f32);
+            fresh(b, n * pu, 0.0);
+            spin(&cx.kernels, 20_000_000, cx.stream);
+            ok(gpuwire_sendrecv(cx.comm, a, right, 9, b0, left, 9, s), &what("sendrecv"));
+            settle();
+            all_f32(&download(b, n * pu * 4)[..n * 4], (left + 1) as f32).map_err(|e| what(&format!("sendrecv: {e}")))?;
+            for x in [a, b0, b] {
+                gpuwire_buffer_free(x);
+            }
+        }
+    }
+    println!("rank {r}: hostside: blocking calls with a host input or a host output against device memory");
+    Ok(())
+}
+
 fn main() {
     let Ok(cases) = std::env::var("GPUWIRE_GPU_TEST") else {
         println!(
@@ -4439,6 +4525,7 @@ fn main() {
             "directrefused" => direct_refused(&cx),
             "groupblame" => group_blame(&cx),
             "views" => views_device(&cx),
+            "hostside" => host_side_blocking(&cx),
             other => Err(format!("unknown case {other}")),
         };
         let ms = t0.elapsed().as_millis();

@@ -200,6 +200,11 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
     let mut out_event = None;
     let mut deliver = None;
     let engine_side = on_engine(c, nonblocking);
+    // A blocking call with host memory among its parts (memory kinds are the rank's own, input
+    // against output too) waits for its host side, which reads and writes host memory in place:
+    // as MPI's blocking meaning, a host output holds the result and a host input may be
+    // rewritten once the call returned (the stream waits only for staged outputs).
+    let host_wait = !nonblocking && engine_side && parts.iter().any(|(b, role)| b.is_host() && *role != Role::Unused);
     // A nonblocking receive's outputs: delivered once it succeeded (`Ordered::deliver`).
     let deliver_later = nonblocking && matches!(side, HostSide::Start(_)) && !p.after.is_empty();
     if !nonblocking && !engine_side {
@@ -252,7 +257,7 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
     // The parts a batch's host side failed (`HostSide::Parts`).
     let failed_parts: Arc<Mutex<Vec<usize>>> = Arc::default();
     let failed2 = failed_parts.clone();
-    let (eng2, report) = (eng.clone(), engine_side && !nonblocking);
+    let (eng2, report) = (eng.clone(), engine_side && !nonblocking && !host_wait);
     // Inline and blocking, the results are copied after the host side: the staging is free
     // once the stream has been waited for, below.
     let finish_here = engine_side || nonblocking;
@@ -346,6 +351,9 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
     // Counted as point-to-point whatever it is: a device operation's host side keeps its place
     // before every later operation of the communicator (its stream waits for it in call order).
     let done = eng.submit(Box::new(host), false, true);
+    if host_wait {
+        return done.wait_until(None).unwrap_or_else(|| Err(Error::Internal("engine wait without deadline ended".into()))).map(|()| None);
+    }
     if !nonblocking {
         return Ok(None);
     }
