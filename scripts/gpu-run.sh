@@ -93,12 +93,12 @@ if has nbc; then
   nbccases=nbc,nbcgroup
   # MPI_STAGED's large allreduces in two phases (split), stream-ordered and with the host
   # waiting (hostsync: the CPU reduces), on 2 and 3 ranks.
-  GPUWIRE_BACKEND=mpi_staged gputest nbc-kit-staged kit $nbccases,nbcearly,nbcstreams,p2pordered,nbcmixed,split,deliverorder,hostside -x GPUWIRE_BACKEND
+  GPUWIRE_BACKEND=mpi_staged gputest nbc-kit-staged kit $nbccases,nbcearly,nbcstreams,p2pordered,nbcmixed,split,deliverorder,hostside,mismatch -x GPUWIRE_BACKEND
   GPUWIRE_BACKEND=mpi_cuda_aware gputest nbc-kit-cuda-aware kit $nbccases -x GPUWIRE_BACKEND
   GPUWIRE_BACKEND=mpi_staged GPUWIRE_HOST_SYNC=1 gputest nbc-kit-staged-hostsync kit $nbccases,nbcmixed,split -x GPUWIRE_BACKEND -x GPUWIRE_HOST_SYNC
   GPUWIRE_BACKEND=mpi_staged GPUWIRE_GPU_TEST_NP=3 np2="mpirun -np 3 --oversubscribe --bind-to none" \
     gputest nbc-staged-np3 stock nbcmixed,split,hostside -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP
-  GPUWIRE_BACKEND=ipc gputest nbc-ipc-np2 stock $nbccases,nbcearly,nbcstreams,p2pordered,nbcmixed -x GPUWIRE_BACKEND
+  GPUWIRE_BACKEND=ipc gputest nbc-ipc-np2 stock $nbccases,nbcearly,nbcstreams,p2pordered,nbcmixed,mismatch -x GPUWIRE_BACKEND
   GPUWIRE_BACKEND=ipc GPUWIRE_GPU_TEST_NP=3 np2="mpirun -np 3 --oversubscribe --bind-to none" \
     gputest nbc-ipc-np3 stock $nbccases,nbcearly,nbcstreams,p2pordered,nbcmixed,hostside -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP
   # IPC collectives blocking the host, as before (GPUWIRE_IPC_STREAM_ORDERED=0).

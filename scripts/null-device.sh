@@ -96,7 +96,7 @@ for l in sys.stdin:
   runbin=$dbin run_cases darray-cuda_aware 2 $dcases GPUWIRE_BACKEND=cuda_aware GPUWIRE_CUDA_AWARE=1
   runbin=$dbin run_cases darray-ipc 2 $dcases GPUWIRE_BACKEND=ipc NULLDEV_IPC=1
   # CUDA IPC between the ranks' processes (NULLDEV_IPC=1: device memory in a shared memfd).
-  run_cases ipc 2 ops,opswrap,scan,c13,ipcprogress,ipcdup,ipcfree,ipcexit,ipcmixed,reqfree,p2pexact,p2pstatus,vcoll,zerocount,views,nbc,nbcgroup,p2pordered,nbcmixed,threadwait,grouporder,groupcomms,groupcheck,checkmixed \
+  run_cases ipc 2 ops,opswrap,scan,c13,mismatch,ipcprogress,ipcdup,ipcfree,ipcexit,ipcmixed,reqfree,p2pexact,p2pstatus,vcoll,zerocount,views,nbc,nbcgroup,p2pordered,nbcmixed,threadwait,grouporder,groupcomms,groupcheck,checkmixed \
     GPUWIRE_BACKEND=ipc NULLDEV_IPC=1
   run_cases ipc-np3 3 nbcmixed,nbc,hostside GPUWIRE_BACKEND=ipc NULLDEV_IPC=1
   run_cases ipc-check 2 nbcmixed GPUWIRE_BACKEND=ipc NULLDEV_IPC=1 GPUWIRE_CHECK=1

@@ -724,6 +724,16 @@ fn issue_ordered_contiguous(c: &Arc<Communicator>, op: Op, stream: Stream, nonbl
     c.ensure_usable()?;
     if !c.config().check {
         op.check(c)?;
+    } else if let Err(e) = op.check(c) {
+        // Checking mode agrees in the host side, on the staging, which need not show this rank's
+        // refusal of its own buffers (a send buffer overlapping the receive buffer is staged
+        // apart from it): the call on the caller's buffers agrees the refusal with the other
+        // ranks' host sides instead, in call order, and returns it on every rank.
+        c.engine().drain()?;
+        return match op.run(c, stream) {
+            Ok(()) => Err(e),
+            Err(agreed) => Err(agreed),
+        };
     }
     let inline = ordered::inline(c, nonblocking);
     if inline {

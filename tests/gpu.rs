@@ -730,6 +730,38 @@ fn mismatch_checked(cx: &Ctx) -> Result<(), String> {
         return Err("data was reduced despite the mismatch".into());
     }
     gpuwire_buffer_free(b);
+    // Rank 0's send buffer overlaps its receive buffer (one element apart in one device buffer):
+    // INVALID_ARGUMENT there, REMOTE_ARGUMENT elsewhere, nothing written, blocking and
+    // nonblocking (on MPI_STAGED the agreement ran on the staging, where the two lay apart, and
+    // the call succeeded).
+    let m = 300usize;
+    let g = dev_alloc(m + 1, Dtype::GPUWIRE_FLOAT64);
+    let before = f64s(&(0..=m).map(|i| i as f64).collect::<Vec<_>>());
+    upload(g, &before);
+    let mut v = [0; 2];
+    ok(gpuwire_buffer_view(g, 0, m as i64, &mut v[0]), "view");
+    ok(gpuwire_buffer_view(g, if cx.rank == 0 { 1 } else { 0 }, m as i64, &mut v[1]), "view");
+    let other = dev_alloc(m, Dtype::GPUWIRE_FLOAT64);
+    let recv = if cx.rank == 0 { v[1] } else { other };
+    let want = if cx.rank == 0 { Status::GPUWIRE_ERROR_INVALID_ARGUMENT } else { Status::GPUWIRE_ERROR_REMOTE_ARGUMENT };
+    for nonblocking in [false, true] {
+        let st = if nonblocking {
+            let mut q = 0u64;
+            let st = gpuwire_iallreduce(comm, v[0], recv, ReduceOp::GPUWIRE_SUM as i32, cx.stream as *mut c_void, &mut q);
+            if st == Status::GPUWIRE_SUCCESS { gpuwire_wait(&mut q) } else { st }
+        } else {
+            gpuwire_allreduce(comm, v[0], recv, ReduceOp::GPUWIRE_SUM as i32, cx.stream as *mut c_void)
+        };
+        if cx.size > 1 && st != want {
+            return Err(format!("allreduce with overlapping buffers on rank 0 (nonblocking {nonblocking}) gave {st:?} ({}), expected {want:?}", last_error()));
+        }
+        if cx.size > 1 && download(g, (m + 1) * 8) != before {
+            return Err(format!("allreduce with overlapping buffers on rank 0 (nonblocking {nonblocking}) wrote its buffer"));
+        }
+    }
+    for x in [v[0], v[1], g, other] {
+        gpuwire_buffer_free(x);
+    }
     gpuwire_comm_free(comm);
     Ok(())
 }
