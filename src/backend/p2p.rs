@@ -694,10 +694,12 @@ unsafe impl Send for Recv {}
 impl Drop for Recv {
     fn drop(&mut self) {
         // An unmatched receive is withdrawn (`progress` drops entries nobody holds); a matched
-        // one whose scratch MPI may still write keeps it (the entry is leaked with its request).
+        // one not finished (dropped at a timeout or an abort) may still have MPI writing its
+        // scratch or sending its checking-mode answer from the entry: the entry is leaked with
+        // its requests (the answer's box was freed under its MPI_Isend: a helper's reading).
         // SAFETY: `e` is never used again.
         let e = unsafe { ManuallyDrop::take(&mut self.e) };
-        if self.finished.is_none() && matches!(&lock(&e.state).now, State::Receiving { scratch: Some(_), .. }) {
+        if self.finished.is_none() && matches!(&lock(&e.state).now, State::Receiving { .. } | State::Checked { .. }) {
             std::mem::forget(e);
             return;
         }
