@@ -839,7 +839,24 @@ fn zero_count(cx: &Ctx) -> Result<(), String> {
             return Err(format!("round {round}: allgatherv gave {x}, expected {sum}"));
         }
     }
-    for buf in [send, part, gathered, a, b] {
+    // In place with every count zero (the same empty buffer as send and receive buffer, so
+    // sendcounts are ignored and may be NULL): MPI_STAGED's host side got two substitutes for
+    // the one buffer, the call was no longer in place there, and it refused the NULL sendcounts
+    // (INVALID_ARGUMENT, "sendcounts is NULL but significant"; a helper's bug hunt).
+    let empty = dev_alloc(0, f);
+    let zeros = vec![0i64; p];
+    for nonblocking in [false, true] {
+        let what = if nonblocking { "ialltoallv in place, empty" } else { "alltoallv in place, empty" };
+        let z = zeros.as_ptr();
+        if nonblocking {
+            let mut q = gpuwire::ffi::GPUWIRE_REQUEST_NULL;
+            ok(gpuwire_ialltoallv(cx.comm, empty, std::ptr::null(), std::ptr::null(), empty, z, z, s, &mut q), what);
+            ok(gpuwire_wait(&mut q), what);
+        } else {
+            ok(gpuwire_alltoallv(cx.comm, empty, std::ptr::null(), std::ptr::null(), empty, z, z, s), what);
+        }
+    }
+    for buf in [send, part, gathered, a, b, empty] {
         gpuwire_buffer_free(buf);
     }
     Ok(())

@@ -133,7 +133,10 @@ fn plan(c: &Communicator, parts: &[(Arc<Buffer>, Role)], ticket: &Arc<Ticket>) -
             // stream (an empty device part took the staged path there, on one rank only: its
             // engine synchronized the caller's stream, which waited for the engine's next flag;
             // a helper's bug hunt, 2026-12-06).
-            subs[i] = Some(Arc::new(Buffer::staging(b.ptr(), 0, b.dtype(), device)));
+            // One substitute for one buffer: an empty in-place call (the same buffer as send and
+            // receive, which only its identity marks in place) stays in place on the host side.
+            let same = (0..i).find(|&j| Arc::ptr_eq(&parts[j].0, b)).and_then(|j| subs[j].clone());
+            subs[i] = Some(same.unwrap_or_else(|| Arc::new(Buffer::staging(b.ptr(), 0, b.dtype(), device))));
         } else {
             staged.push(i);
         }
