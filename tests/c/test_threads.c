@@ -574,7 +574,15 @@ static void progress(int rank, int on)
     EXPECT_OK(gpuwire_buffer_wrap(&v, 1, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, &b));
     if (rank == 0) {
         EXPECT_OK(gpuwire_irecv(comm, b, 1, 7, NULL, &r));
-        runs = thread_named("gpuwire-progres"); /* "gpuwire-progress" (Linux keeps 15 characters) */
+        /* The thread names itself once it runs: looked for up to 2 s (on), or for 0.3 s (off).
+         * "gpuwire-progress": Linux keeps 15 characters. */
+        for (int i = 0; i < (on ? 200 : 30); i++) {
+            struct timespec pause = {0, 10 * 1000 * 1000};
+            runs = thread_named("gpuwire-progres");
+            if (runs != 0)
+                break;
+            nanosleep(&pause, NULL);
+        }
         printf("rank 0: progress thread %s while a receive is pending (expected %s)\n",
                runs < 0 ? "unknown" : runs ? "running" : "not running", on ? "running" : "not running");
         fflush(stdout);
