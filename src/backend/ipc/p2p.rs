@@ -136,6 +136,9 @@ struct SendOp {
     /// request completes once the receiver's copy wrote the cell's `done` word (its host `cell`
     /// is the same cell, for giving up at a timeout).
     ordered: Option<(usize, u64)>,
+    /// Checking mode: a refusal by the receiver is this send's error too (as MPI_Ssend's
+    /// answer); outside it the send completes as MPI_Send does, and only the receive fails.
+    check: bool,
 }
 
 /// How a send may be stream-ordered ([`SendOp::start`]).
@@ -166,7 +169,7 @@ impl SendOp {
         h.bytes = v.bytes as u64;
         h.count = buf.count() as u64;
         h.dtype = buf.dtype() as i32;
-        let mut op = SendOp { reqs: Vec::new(), _hdr: zeroed_header(), cell: None, staged: None, pool: devstate::pool(c)?, state: s, dest, ordered: None };
+        let mut op = SendOp { reqs: Vec::new(), _hdr: zeroed_header(), cell: None, staged: None, pool: devstate::pool(c)?, state: s, dest, ordered: None, check: c.config().check };
         // Ranks sharing a GPU: above 1 KiB and up to `GPUWIRE_IPC_STAGED_MAX` (256 KiB) the data
         // goes as an MPI message staged through pinned host memory (two copy-engine copies; below
         // 32 KiB the receiver's as device::htod_shared) rather than the receiver's
@@ -353,6 +356,7 @@ impl SendOp {
             match shm::cell_end(&s.seg.slot(s.me).cells, cell, generation) {
                 None => return Ok(false),
                 Some(shm::DONE) => {}
+                Some(shm::REFUSED_COUNT | shm::REFUSED_DTYPE) if !self.check => self.cell = None,
                 Some(st @ (shm::REFUSED_COUNT | shm::REFUSED_DTYPE)) => {
                     self.cell = None;
                     let what = if st == shm::REFUSED_DTYPE { "datatype" } else { "size (element count)" };
