@@ -110,6 +110,7 @@ def main():
         check(nr == 0 or r0 + nr == rows or np.array_equal(whole[nr + 1], np.full(cols, r0 + nr)),
               "the ghost row below")
         b.free()
+        del whole  # it kept the grid's memory alive; gw.finalize() refuses while such a view lives
         check(grid.sum() == cols * rows * (rows - 1) // 2, "int32 sum")
 
     # 4. complex128: dot(x, x) = ||x||^2 (the first argument conjugated).

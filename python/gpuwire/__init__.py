@@ -48,6 +48,12 @@ one that does not complete by then is abandoned (the communicator is then broken
 ResourceWarning, and its array is kept alive for good, since MPI may still use its memory.
 `with comm.irecv(x, 0) as r:` waits for r at the end of the block (frees it if the block raised).
 
+NumPy views: Buffer.numpy() and DArray.numpy() view host memory (no copy) and keep it alive, also
+past free(); gpuwire.finalize() releases the memory gpuwire allocated, so it refuses (gpuwire.Error
+ERROR_INVALID_ARGUMENT, nothing finalized) while a view of such memory is alive: del them first.
+numpy() after free() or finalize() raises gpuwire.Error (ERROR_INVALID_HANDLE,
+ERROR_ALREADY_FINALIZED).
+
 The library: see gpuwire._library (GPUWIRE_LIBRARY, the install prefix, pkg-config, sys.prefix,
 the loader's path); gpuwire.LIBRARY says which was loaded. It must link the same MPI as mpi4py.
 
@@ -59,10 +65,12 @@ Errors raise gpuwire.Error with .code (the gpuwire_status) and the detailed mess
 
 import collections
 import ctypes
+import gc
 import numbers
 import sys
 import threading
 import warnings
+import weakref
 from ctypes import POINTER, c_double, c_int32, c_int64, c_uint64, c_void_p
 
 from . import _library
@@ -71,7 +79,7 @@ from ._capi import (BFLOAT16, COMPLEX64, COMPLEX128, DECIDE, ERROR_ALREADY_FINAL
                     ERROR_DTYPE_MISMATCH, ERROR_INVALID_ARGUMENT, ERROR_NULL_ARGUMENT, ERROR_TIMEOUT, FLOAT16,
                     FLOAT32, FLOAT32_INT32, FLOAT64, FLOAT64_INT32, INT8, INT32, INT32_INT32, INT64, HALO_CORNERS, NORM_2, PARTITION_SCATTER, SPACE_AUTO, SPACE_DEVICE,
                     MAX, ORDER_C, SPACE_HOST, SUCCESS, SUM, UINT8, UINT32, UINT64, ANY_SOURCE, ANY_TAG, Config, StatusT,
-                    _handle)
+                    ERROR_INVALID_HANDLE, _handle)
 
 # NumPy/CuPy dtype names (numpy.dtype(...).name) -> gpuwire datatypes.
 _DTYPES = {
@@ -164,7 +172,19 @@ def init():
 
 
 def finalize():
-    """gpuwire_finalize: call it before MPI is finalized (mpi4py does that at exit)."""
+    """gpuwire_finalize: call it before MPI is finalized (mpi4py does that at exit). It releases
+    every handle and the memory gpuwire allocated (Buffer.alloc, DArray), so it refuses while a
+    NumPy array from Buffer.numpy() or DArray.numpy() over such memory (or a view of one) is
+    alive: gpuwire.Error ERROR_INVALID_ARGUMENT, nothing finalized; delete those arrays (or keep
+    copies, a.copy()) and call it again. Arrays over the program's memory (Buffer.wrap,
+    DArray.wrap) do not count: finalize leaves that memory alone."""
+    if _VIEWS:
+        gc.collect()  # arrays left in reference cycles are gone, the same on every rank
+    if _VIEWS:
+        raise Error(ERROR_INVALID_ARGUMENT, f"gpuwire.finalize: {len(_VIEWS)} NumPy array(s) from Buffer.numpy() or "
+                                            "DArray.numpy() (or views of them) still use memory that gpuwire "
+                                            "allocated, which finalize releases: delete them (del a) or keep copies "
+                                            "(a.copy()) first; nothing was finalized")
     _check(lib.gpuwire_finalize())
 
 
@@ -409,6 +429,39 @@ def _byte_order_message(typestr):
             f"first: a.astype(a.dtype.newbyteorder('='))")
 
 
+# The views that arrays from numpy() hold (_numpy_over), those over memory gpuwire allocated,
+# which finalize releases: a view leaves the set when the last array over it is collected.
+_VIEWS = weakref.WeakSet()
+
+
+def _usable(handle, count, what, kind):
+    """Refuses a freed handle, or any once gpuwire is finalized (finalize released the memory
+    gpuwire allocated), with gpuwire.Error naming `what`, before any memory is touched; else the
+    element count (`count`: gpuwire_buffer_count or gpuwire_darray_local_len)."""
+    if not handle:
+        raise Error(ERROR_INVALID_HANDLE, f"{what}: the {kind} was freed (free(), or the end of its `with` block)")
+    n = c_int64()
+    st = count(handle, ctypes.byref(n))
+    if st == ERROR_ALREADY_FINALIZED:
+        raise Error(st, f"{what}: gpuwire is finalized (gpuwire.finalize(), or MPI was finalized): the {kind} is "
+                        "invalid, and the memory gpuwire allocated is released")
+    _check(st)
+    return n.value
+
+
+def _numpy_over(pin, nbytes, dt):
+    """A NumPy array of `dt` over the `nbytes` bytes of buffer `pin`, a view that only the array
+    holds: the array keeps it, and so the memory, alive (a gpuwire view shares its original's
+    memory past the original's free); finalize refuses while it lives over gpuwire's memory."""
+    import numpy
+
+    raw = (ctypes.c_char * nbytes).from_address(pin.pointer())
+    raw._owner = pin  # the array's base: the view lives as long as the array (and its own views)
+    if pin.owned():
+        _VIEWS.add(pin)
+    return numpy.frombuffer(raw, dtype=dt)
+
+
 def _stream_ptr(stream):
     if stream is None:
         return None
@@ -505,12 +558,18 @@ class Buffer:
         return _out(c_int32, lib.gpuwire_buffer_contiguous, self.handle) != 0
 
     def numpy(self):
-        """A NumPy array over a host buffer's memory (no copy). It keeps this Buffer object
-        alive, but not past free(): after free() the memory of gpuwire_buffer_alloc is gone."""
+        """A NumPy array over a host buffer's memory (no copy: writes go to the buffer). The
+        array keeps that memory alive, past free() too (the buffer's, or its DArray's): memory of
+        gpuwire_buffer_alloc is released once it is freed and no such array is left. Not past
+        gpuwire.finalize(), which releases it: finalize refuses while an array over memory
+        gpuwire allocated is alive (one over a wrapped array's memory is the program's, and may
+        stay). Called after free() or finalize(), raises gpuwire.Error ERROR_INVALID_HANDLE or
+        ERROR_ALREADY_FINALIZED."""
         import numpy
 
         names = {v: k for k, v in _DTYPES.items()}
-        n, d = self.count(), self.dtype()
+        n = _usable(self.handle, lib.gpuwire_buffer_count, "gpuwire.Buffer.numpy", "buffer")
+        d = self.dtype()
         if self.space() == SPACE_DEVICE:
             raise ValueError("gpuwire: a device buffer has no NumPy view")
         if not self.contiguous():
@@ -524,9 +583,8 @@ class Buffer:
             raise ValueError(f"gpuwire: datatype {d} has no NumPy dtype")
         if n == 0:
             return numpy.empty(0, dtype=dt)
-        raw = (ctypes.c_char * (n * dtype_size(d))).from_address(self.pointer())
-        raw._owner = self  # the array's base: the memory's owner lives as long as the view
-        return numpy.frombuffer(raw, dtype=dt)
+        pin = Buffer(_out(_handle, lib.gpuwire_buffer_view, self.handle, 0, n), keep=self)
+        return _numpy_over(pin, n * dt.itemsize, dt)
 
     def free(self):
         """gpuwire_buffer_free. The array (or parent) stays referenced until this object is
@@ -1526,22 +1584,24 @@ class DArray:
 
     def numpy(self):
         """A NumPy view of a host array's owned elements, in the local shape (no copy). It keeps
-        this DArray object alive, but not past free()."""
+        the array's memory alive, past free() too, but not past gpuwire.finalize(), which
+        refuses while such a view of a DArray that gpuwire allocated is alive (Buffer.numpy says
+        more). Called after free() or finalize(), raises gpuwire.Error ERROR_INVALID_HANDLE or
+        ERROR_ALREADY_FINALIZED."""
         np = _numpy()
+        n = _usable(self.handle, lib.gpuwire_darray_local_len, "gpuwire.DArray.numpy", "distributed array")
         if self.space() == SPACE_DEVICE:
             raise ValueError("gpuwire: a device array has no NumPy view")
         shape, dt = self.local_shape(), self._np_dtype()
-        n = self.local_len()
         if n == 0:
             return np.empty(shape, dtype=dt)
         halo = self.cart()["halo"]
         if any(halo[1:]):
             # A halo beyond axis 0: the owned elements are a box of the padded storage.
-            whole = self.local_with_halo().numpy().reshape([d + 2 * h for d, h in zip(shape, halo)])
+            b = self.local_with_halo()
+            whole = _numpy_over(b, b.count() * dt.itemsize, dt).reshape([d + 2 * h for d, h in zip(shape, halo)])
             return whole[tuple(slice(h, h + d) for d, h in zip(shape, halo))]
-        raw = (ctypes.c_char * (n * dt.itemsize)).from_address(self.data())
-        raw._owner = self  # the array's base: the distributed array lives as long as the view
-        return np.frombuffer(raw, dtype=dt).reshape(shape)
+        return _numpy_over(self.local(), n * dt.itemsize, dt).reshape(shape)
 
     # scalars: of the array's dtype (results come back as NumPy scalars of it)
     def _scalar(self, value, what="the scalar"):

@@ -34,6 +34,11 @@ RANK_SUM = SIZE * (SIZE + 1) // 2  # the sum of rank + 1 over the ranks
 @pytest.fixture(scope="session", autouse=True)
 def _finalize():
     yield
+    # pytest keeps the last failure's traceback for pdb (sys.last_*): its frames may hold NumPy
+    # views of gpuwire's memory, which finalize refuses to release.
+    for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+        if hasattr(sys, name):
+            setattr(sys, name, None)
     gpuwire.finalize()  # before mpi4py finalizes MPI at exit
 
 
@@ -500,6 +505,108 @@ def test_memory_stays_alive(comm):
     comm.isend(np.zeros(1), RANK, tag=24).wait()  # a new request looks at the released ones
     comm.recv(np.zeros(1), RANK, tag=24)
     assert len(gpuwire._DETACHED) == 0, len(gpuwire._DETACHED)
+
+
+def test_numpy_after_free_raises(comm):
+    # numpy() of a freed Buffer or DArray: gpuwire.Error naming the call and saying why (it named
+    # gpuwire_buffer_count and "the NULL buffer handle" before).
+    b = gpuwire.Buffer.alloc(4, gpuwire.FLOAT64)
+    b.free()
+    with pytest.raises(gpuwire.Error, match=r"gpuwire\.Buffer\.numpy: the buffer was freed") as e:
+        b.numpy()
+    assert e.value.code == gpuwire.ERROR_INVALID_HANDLE
+    with gpuwire.DArray(comm, 4 * SIZE, np.float64) as d:
+        pass
+    with pytest.raises(gpuwire.Error, match=r"gpuwire\.DArray\.numpy: the distributed array was freed") as e:
+        d.numpy()
+    assert e.value.code == gpuwire.ERROR_INVALID_HANDLE
+
+
+def test_numpy_views_outlive_free(comm):
+    # A NumPy view (and a view of it) keeps the memory it views alive past free() of its Buffer
+    # or DArray (the end of a with block): it read freed memory before, which the allocations
+    # below took over.
+    n = 1 << 10
+    b = gpuwire.Buffer.alloc(n, gpuwire.FLOAT64)
+    a = b.numpy()[1:]
+    a[:] = 5.0
+    b.free()
+    with gpuwire.DArray(comm, (4 * SIZE, 8), np.float64, halo=1) as d:
+        v = d.numpy()
+        d.fill(3.0)
+    with gpuwire.DArray(comm, (4 * SIZE, 8), np.float64, procs=(0, 1), halo=(1, 1)) as g:
+        box = g.numpy()  # the owned box of the storage, ghosts on both axes
+        g.fill(4.0)
+    junk = [gpuwire.Buffer.alloc(n, gpuwire.FLOAT64) for _ in range(8)]
+    junk += [gpuwire.DArray(comm, (4 * SIZE, 8), np.float64, halo=1) for _ in range(4)]
+    junk += [gpuwire.DArray(comm, (4 * SIZE, 8), np.float64, procs=(0, 1), halo=(1, 1)) for _ in range(4)]
+    for j in junk:
+        j.numpy()[:] = 7.0
+    assert (a == 5.0).all() and (v == 3.0).all() and (box == 4.0).all()
+    for j in junk:
+        j.free()
+
+
+# Run in a process of its own (a singleton MPI): gpuwire.finalize() cannot be undone.
+_FINALIZE_WITH_VIEWS = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from mpi4py import MPI
+import numpy as np
+import gpuwire
+
+gpuwire.init()
+comm = gpuwire.Comm(MPI.COMM_WORLD)
+b = gpuwire.Buffer.alloc(1 << 17, gpuwire.FLOAT64)  # 1 MiB: a mapping of its own, unmapped when freed
+a = b.numpy()[2:]
+a[:] = 1.0
+d = gpuwire.DArray(comm, (4, 3), np.float64, halo=1)
+v = d.numpy()
+own = np.arange(4.0)
+w = gpuwire.Buffer.wrap(own).numpy()  # the program's memory: finalize leaves it alone
+comm.free()
+try:
+    gpuwire.finalize()
+    print("finalized")
+except gpuwire.Error as e:
+    print("refused", e.code, e)
+print("initialized", gpuwire.initialized(), "sum", a.sum())
+del a, v
+gpuwire.finalize()
+print("initialized", gpuwire.initialized())
+for x in (b, d):
+    try:
+        x.numpy()
+        print("read")
+    except gpuwire.Error as e:
+        print("after", e.code, e)
+print("wrapped", w.tolist())
+"""
+
+
+def test_finalize_refuses_while_numpy_views_live():
+    # finalize() releases gpuwire's memory: it refuses while a NumPy view of it lives (the view
+    # read freed memory after it before: a crash here), and works once they are gone; numpy()
+    # afterwards raises ALREADY_FINALIZED naming the call; a view of a wrapped array stays.
+    import subprocess
+
+    # Every rank the same: a process of its own, without this job's launcher identity.
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OMPI_", "PMIX_", "PRTE_", "PMI_", "HYDRA_")) or k.startswith("OMPI_ALLOW_RUN_AS_ROOT")}
+    env["GPUWIRE_LIBRARY"] = gpuwire.lib._name
+    package = os.path.dirname(os.path.dirname(os.path.abspath(gpuwire.__file__)))
+    r = subprocess.run([sys.executable, "-c", _FINALIZE_WITH_VIEWS, package], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr[-2000:])
+    lines = r.stdout.splitlines()
+    assert len(lines) == 6, r.stdout
+    assert lines[0].startswith(f"refused {gpuwire.ERROR_INVALID_ARGUMENT} gpuwire.finalize: 2 NumPy array(s)"), lines[0]
+    assert lines[1] == f"initialized True sum {float((1 << 17) - 2)}", lines[1]
+    assert lines[2] == "initialized False", lines[2]
+    for line, call in zip(lines[3:5], ("Buffer", "DArray")):
+        want = f"after {gpuwire.ERROR_ALREADY_FINALIZED} gpuwire.{call}.numpy: gpuwire is finalized"
+        assert line.startswith(want), line
+    assert lines[5] == "wrapped [0.0, 1.0, 2.0, 3.0]", lines[5]
 
 
 def test_p2p_matching_config():
