@@ -128,10 +128,10 @@ impl Config {
             // Read by `debug_enabled`; checked here so that a value it would ignore is an error.
             parse_bool(&v).ok_or_else(|| bad_env("GPUWIRE_DEBUG", &v, BOOL_FORMS))?;
         }
-        for name in ["GPUWIRE_PROGRESS_THREAD", "GPUWIRE_IPC_PROGRESS_THREAD", "GPUWIRE_IPC_KERNELS", "GPUWIRE_IPC_COPY_ROWS"] {
+        for name in ["GPUWIRE_PROGRESS_THREAD", "GPUWIRE_IPC_PROGRESS_THREAD", "GPUWIRE_IPC_KERNELS", "GPUWIRE_IPC_COPY_ROWS", "GPUWIRE_IPC_STREAM_ORDERED"] {
             if let Some(v) = lookup(name) {
-                // Read by `progress::thread_allowed` and the IPC backend; checked here so that a
-                // value they would ignore is an error.
+                // Read by `progress::thread_allowed`, `ipc_stream_ordered` and the IPC backend;
+                // checked here so that a value they would ignore is an error.
                 parse_bool(&v).ok_or_else(|| bad_env(name, &v, BOOL_FORMS))?;
             }
         }
@@ -217,6 +217,13 @@ pub(crate) fn env_flag(name: &str) -> bool {
     env(name).and_then(|v| parse_bool(&v)).unwrap_or(false)
 }
 
+/// `GPUWIRE_IPC_STREAM_ORDERED` of this process: whether IPC collectives may be stream-ordered.
+/// Unset or empty is on; a value that is not an on/off form makes every communicator's creation
+/// fail naming it (`Config::from_lookup`), so reading it as on here never goes unnoticed.
+pub(crate) fn ipc_stream_ordered() -> bool {
+    env("GPUWIRE_IPC_STREAM_ORDERED").and_then(|v| parse_bool(&v)) != Some(false)
+}
+
 /// An on/off value of a GPUWIRE_* variable: 1/on/yes/true or 0/off/no/false, any case.
 pub(crate) fn parse_bool(v: &str) -> Option<bool> {
     match v.trim().to_ascii_lowercase().as_str() {
@@ -293,11 +300,21 @@ mod tests {
             assert!(with(&[(name, "off")]).is_ok() && with(&[(name, "1")]).is_ok());
         }
         // Read outside the configuration; a value they would ignore is an error at creation.
-        for name in ["GPUWIRE_PROGRESS_THREAD", "GPUWIRE_IPC_PROGRESS_THREAD", "GPUWIRE_IPC_KERNELS", "GPUWIRE_IPC_COPY_ROWS"] {
+        for name in ["GPUWIRE_PROGRESS_THREAD", "GPUWIRE_IPC_PROGRESS_THREAD", "GPUWIRE_IPC_KERNELS", "GPUWIRE_IPC_COPY_ROWS", "GPUWIRE_IPC_STREAM_ORDERED"] {
             let e = with(&[(name, "fused")]).unwrap_err();
             assert_eq!(e.status(), crate::error::gpuwire_status::GPUWIRE_ERROR_INVALID_ARGUMENT, "{name}");
             assert!(e.to_string().contains(name), "{e}");
             assert!(with(&[(name, "0")]).is_ok() && with(&[(name, "yes")]).is_ok());
+        }
+        // GPUWIRE_IPC_STREAM_ORDERED: any value but "0" was on ("off", "false", "no" too).
+        for bad in ["2", "-1", "disabled", "0 0"] {
+            let e = with(&[("GPUWIRE_IPC_STREAM_ORDERED", bad)]).unwrap_err();
+            assert_eq!(e.status(), crate::error::gpuwire_status::GPUWIRE_ERROR_INVALID_ARGUMENT, "{bad}");
+            let m = e.to_string();
+            assert!(m.contains("GPUWIRE_IPC_STREAM_ORDERED") && m.contains(BOOL_FORMS), "{bad}: {m}");
+        }
+        for good in ["0", "1", "off", "ON", " no ", "Yes", "false", "TRUE"] {
+            assert!(with(&[("GPUWIRE_IPC_STREAM_ORDERED", good)]).is_ok(), "{good}");
         }
         assert!(with(&[("GPUWIRE_DEBUG", "yes")]).is_ok() && with(&[("GPUWIRE_CHECK", "On")]).unwrap().check);
         // GPUWIRE_CUDA_AWARE is 0 or 1 only (its reader, mpisys::cuda_support, takes no other form).

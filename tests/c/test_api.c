@@ -25,7 +25,8 @@
 
 static const char *const env_vars[] = {"GPUWIRE_BACKEND", "GPUWIRE_DEVICE",  "GPUWIRE_CHECK",
                                        "GPUWIRE_TIMEOUT", "GPUWIRE_STAGING", "GPUWIRE_CHUNK_BYTES",
-                                       "GPUWIRE_P2P_MATCHING", "GPUWIRE_NCCL_INIT_TIMEOUT"};
+                                       "GPUWIRE_P2P_MATCHING", "GPUWIRE_NCCL_INIT_TIMEOUT",
+                                       "GPUWIRE_IPC_STREAM_ORDERED"};
 
 static void clear_env(void)
 {
@@ -575,6 +576,19 @@ static void config(void)
     EXPECT_UNTOUCHED_H(gpuwire_comm_world(NULL, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
     EXPECT_LAST_ERROR_HAS("GPUWIRE_NCCL_INIT_TIMEOUT");
     setenv("GPUWIRE_NCCL_INIT_TIMEOUT", "0", 1);
+    EXPECT_OK(gpuwire_config_init(&cfg));
+    clear_env();
+    /* Read by the IPC backend only, where any value but "0" was taken for on ("off", "no",
+     * "false", "2"): the on/off forms of the other switches, anything else refused everywhere. */
+    setenv("GPUWIRE_IPC_STREAM_ORDERED", "2", 1);
+    EXPECT_STATUS(gpuwire_config_init(&cfg), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT_LAST_ERROR_HAS("GPUWIRE_IPC_STREAM_ORDERED");
+    EXPECT_LAST_ERROR_HAS("0 or 1 (also off/on, no/yes, false/true)");
+    EXPECT_UNTOUCHED_H(gpuwire_comm_world(NULL, &c), GPUWIRE_ERROR_INVALID_ARGUMENT, c, 77u);
+    EXPECT_LAST_ERROR_HAS("GPUWIRE_IPC_STREAM_ORDERED");
+    setenv("GPUWIRE_IPC_STREAM_ORDERED", "Off", 1);
+    EXPECT_OK(gpuwire_config_init(&cfg));
+    setenv("GPUWIRE_IPC_STREAM_ORDERED", "", 1); /* empty: unset, as every variable */
     EXPECT_OK(gpuwire_config_init(&cfg));
     clear_env();
 

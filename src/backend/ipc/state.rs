@@ -196,10 +196,9 @@ impl IpcState {
     /// Whether this rank can stream-order its device collectives: the progress engine can run
     /// (MPI_THREAD_MULTIPLE: nonblocking forms run there and complete on the host), the host
     /// is not asked to wait (GPUWIRE_HOST_SYNC=1), not in checking mode (whose verdicts come
-    /// from the call), and not turned off (`GPUWIRE_IPC_STREAM_ORDERED=0`).
+    /// from the call), and not turned off (`GPUWIRE_IPC_STREAM_ORDERED=0`, or off/no/false).
     fn stream_ordered(c: &Communicator) -> bool {
-        let off = std::env::var("GPUWIRE_IPC_STREAM_ORDERED").is_ok_and(|v| v.trim() == "0");
-        crate::engine::available() && !crate::engine::host_sync() && !c.config().check && !off
+        crate::engine::available() && !crate::engine::host_sync() && !c.config().check && crate::config::ipc_stream_ordered()
     }
 
     /// Notes a stream-ordered send's wait (its event, recorded after it); forgets those passed.
