@@ -55,6 +55,11 @@
 #   host memory (GPUWIRE_IPC_STAGED_MAX=0: copied through the mapping) and always (16 MiB),
 #   alternately, same run, to place the default:
 #   ipc-mapped, ipc-staged  gpuwire-ipc-mapped, gpuwire-ipc-staged                         stock
+# bw (issue 19; only when named in GPUWIRE_BENCH_STEPS): streaming bandwidth (OSU osu_bw: a window
+#   of isends, then an acknowledgement; time per message) and the ping-pong one way, two ranks
+#   sharing GPU 0, 1 MiB .. 256 MiB, beside the CUDA-aware MPI's own (raw) in the same call:
+#   ipc-bw, staged-bw       gpuwire-ipc-bw, gpuwire-staged-bw                               stock
+#   raw-cuda-aware-bw       raw-cuda-aware-bw                                               the kit
 # then one combined table (size x method, median), bus bandwidth tables, the gpuwire-nccl vs
 # raw-nccl tables and the target checks (bench/summarize.py).
 #
@@ -208,6 +213,11 @@ if [[ " ${STEPS//,/ } " == *" p2pstaged "* ]]; then
     name=$([ "$m" = 0 ] && echo mapped || echo staged)
     CUDA_VISIBLE_DEVICES=0 GPUWIRE_IPC_STAGED_MAX=$m step "ipc-$name" 60 stock -x GPUWIRE_IPC_STAGED_MAX "$B/gpuwire-bench" device --backend ipc --op sendrecv,halo --min-bytes 1K --max-bytes 16M --target-ms 5 --reps 3 --tag "$name"
   done
+fi
+if [[ " ${STEPS//,/ } " == *" bw "* ]]; then
+  CUDA_VISIBLE_DEVICES=0 step ipc-bw 90 stock "$B/gpuwire-bench" device --backend ipc --op bw,sendrecv --min-bytes 1M --max-bytes 256M --target-ms 20 --reps 5 --tag bw
+  CUDA_VISIBLE_DEVICES=0 step staged-bw 90 stock "$B/gpuwire-bench" device --backend staged --op bw --min-bytes 1M --max-bytes 256M --target-ms 20 --reps 3 --tag bw
+  CUDA_VISIBLE_DEVICES=0 step raw-cuda-aware-bw 90 kit "$B/gpuwire-bench" device --backend raw-cuda-aware --op bw,sendrecv --min-bytes 1M --max-bytes 256M --target-ms 20 --reps 3 --tag bw
 fi
 if [[ " ${STEPS//,/ } " == *" halo3d "* ]]; then
   # AUTO under the kit on two ranks sharing a GPU is IPC (its `# gpuwire:` line says so).

@@ -78,7 +78,7 @@ const USAGE: &str = "usage:
   mpirun -np 2 gpuwire-bench host [--op sendrecv|allreduce|bw|split|all] [--max-bytes N] [--min-bytes N]
                                   [--iters-scale F] [--reps R] [--dtype float32,float64]
   mpirun -np 2 gpuwire-bench device --backend staged|cuda_aware|ipc|hier|raw-cuda-aware
-                                  [--op allreduce,allgather,reduce_scatter,sendrecv,exchange,halo|all]
+                                  [--op allreduce,allgather,reduce_scatter,sendrecv,exchange,halo,bw|all]
                                   [--max-bytes N] [--min-bytes N] [--target-ms T] [--reps R]
                                   [--sync each|end] [--label L | --tag T]
   mpirun -np N gpuwire-bench device --backend nccl   (gpuwire-nccl and raw-nccl in one run;
@@ -93,6 +93,9 @@ const USAGE: &str = "usage:
 (split::allreduce_host) against MPI_Allreduce, in each --dtype (float32, float64; default float32).
 `halo` (not in `all`): two rows each way in one gpuwire group (raw: one NCCL group of two
 ncclSend and two ncclRecv; raw-cuda-aware: two MPI_Sendrecv); sizes are one row's bytes.
+`bw` (device, not in `all`; host: in `all`): streaming bandwidth as OSU osu_bw, rank 0 sending
+a window of isends (up to 64 messages, on the device at most 1 GiB of them, each in its own
+slice) that rank 1 receives and acknowledges; the time printed is per message.
 Sizes are bytes of float32 data, powers of two from --min-bytes (default 8) to --max-bytes
 (default 64 MiB on the host, 256 MiB on the device; 1G is fine on the GPU machine); N takes
 K, M, G suffixes (powers of 1024). --tag T appends -T to the labels (e.g. --tag 2gpu).
@@ -387,13 +390,13 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         None => &["sendrecv", "allreduce", "bw", "split"],
         // NCCL's send/recv is the grouped ring exchange (nccl-tests' sendrecv): op `exchange`.
         Some(DevBackend::Nccl) => &["allreduce", "allgather", "reduce_scatter", "exchange", "halo", "alltoallv"],
-        Some(_) => &["allreduce", "allgather", "reduce_scatter", "sendrecv", "exchange", "halo", "alltoallv"],
+        Some(_) => &["allreduce", "allgather", "reduce_scatter", "sendrecv", "exchange", "halo", "alltoallv", "bw"],
     };
     o.ops = vec![];
     if op == "all" {
-        // `halo` (issue 18's group benchmark), `alltoallv` (issue 13's) and `split` are asked for
-        // by name.
-        o.ops = valid.iter().copied().filter(|v| !matches!(*v, "halo" | "alltoallv" | "split")).collect();
+        // `halo` (issue 18's group benchmark), `alltoallv` (issue 13's), `split` and, on the
+        // device, `bw` (issue 19's streaming bandwidth) are asked for by name.
+        o.ops = valid.iter().copied().filter(|v| !matches!(*v, "halo" | "alltoallv" | "split") && !(*v == "bw" && o.device.is_some())).collect();
     } else {
         for x in op.split(',') {
             let mut x = x.trim().replace('-', "_");
@@ -536,6 +539,15 @@ struct HostRow {
 const SMALL_TARGET: usize = 8;
 /// Bytes in flight in one window of the bw test (at most 64 messages).
 const BW_WINDOW_BYTES: usize = 16 << 20;
+
+/// Device mode's `bw`: the bytes of one window of messages (at most 64 of them, at least one),
+/// each message in its own slice of the send and receive buffers.
+const DEV_BW_WINDOW_BYTES: usize = 1 << 30;
+
+/// Messages in one window of device mode's `bw` for messages of `bytes`.
+fn dev_bw_window(bytes: usize) -> usize {
+    (DEV_BW_WINDOW_BYTES / bytes.max(1)).clamp(1, 64)
+}
 const LARGE_TARGET: usize = 64 << 10;
 
 /// Paired statistics of interleaved blocks: (median of gw_i / raw_i, median of gw_i - raw_i).
@@ -894,6 +906,8 @@ fn expected(op: &str, rank: usize, ranks: usize, recv: usize, i: usize) -> Optio
         "halo" if i < recv / 2 => Some(((rank + ranks - 1) % ranks) as f32 + 1.0),
         "halo" => Some(((rank + 1) % ranks) as f32 + 1.0),
         "sendrecv" if rank <= 1 => Some(1.0),
+        // Streaming from rank 0 to rank 1 (the first message's slice is checked).
+        "bw" if rank == 1 => Some(1.0),
         _ => None,
     }
 }
@@ -1291,6 +1305,8 @@ fn device_mode(o: &Opts, backend: DevBackend) {
     let ranks = m.size as usize;
     // Room for every op's layout (allgather and reduce_scatter take at least one float per rank).
     let n_max = (max / 4).max(ranks) * if o.ops.contains(&"alltoallv") { ranks } else { 1 };
+    // `bw`: a window of messages, each in its own slice.
+    let n_max = if o.ops.contains(&"bw") { n_max.max(dev_bw_window(max) * max / 4) } else { n_max };
     let target_s = o.target_ms * 1e-3;
     if m.rank == 0 {
         let what = match raw {
@@ -1385,6 +1401,28 @@ fn device_mode(o: &Opts, backend: DevBackend) {
                         }
                     }
                 }),
+                ("bw", DevBackend::RawCudaAware) => {
+                    let window = dev_bw_window(bytes);
+                    let mut reqs = vec![unsafe { msys::RSMPI_REQUEST_NULL }; window];
+                    Box::new(move || {
+                        // SAFETY: distinct slices of device buffers under a CUDA-aware MPI.
+                        unsafe {
+                            if rank == 0 {
+                                for (i, q) in reqs.iter_mut().enumerate() {
+                                    mok(msys::MPI_Isend((sp + i * bytes) as *const c_void, sc as c_int, dt, 1, TAG, mc, q), "MPI_Isend");
+                                }
+                                mok(msys::MPI_Waitall(window as c_int, reqs.as_mut_ptr(), msys::RSMPI_STATUSES_IGNORE), "MPI_Waitall");
+                                mok(msys::MPI_Recv(rp as *mut c_void, 1, dt, 1, ACK_TAG, mc, msys::RSMPI_STATUS_IGNORE), "MPI_Recv(ack)");
+                            } else if rank == 1 {
+                                for (i, q) in reqs.iter_mut().enumerate() {
+                                    mok(msys::MPI_Irecv((rp + i * bytes) as *mut c_void, rcount as c_int, dt, 0, TAG, mc, q), "MPI_Irecv");
+                                }
+                                mok(msys::MPI_Waitall(window as c_int, reqs.as_mut_ptr(), msys::RSMPI_STATUSES_IGNORE), "MPI_Waitall");
+                                mok(msys::MPI_Send(sp as *const c_void, 1, dt, 0, ACK_TAG, mc), "MPI_Send(ack)");
+                            }
+                        }
+                    })
+                }
                 ("alltoallv", DevBackend::RawCudaAware) => {
                     let k = rcount * 2 / (ranks * (ranks + 1));
                     let (sc, sd, rc, rd) = alltoallv_counts(rank as usize, ranks, k);
@@ -1418,6 +1456,31 @@ fn device_mode(o: &Opts, backend: DevBackend) {
                         ok(gpuwire_recv(comm, rows[2], prev, TAG, s_void), "gpuwire_recv");
                         ok(gpuwire_recv(comm, rows[3], next, HALO_TAG, s_void), "gpuwire_recv");
                         ok(gpuwire_group_end(), "gpuwire_group_end");
+                    })
+                }
+                ("bw", _) => {
+                    // OSU osu_bw on the device: rank 0 streams a window of isends (each from its
+                    // own slice), rank 1 receives them (each into its own slice) and acknowledges
+                    // the window with one element; the time per message is the block's / window.
+                    let window = dev_bw_window(bytes);
+                    let (sv, rv): (Vec<gpuwire_buffer>, Vec<gpuwire_buffer>) = (0..window).map(|i| (view(sb, i * sc, sc), view(rb, i * rcount, rcount))).unzip();
+                    let (ack, ackr) = (view(sb, 0, 1), view(rb, 0, 1));
+                    halo_views.extend(sv.iter().chain(&rv).copied().chain([ack, ackr]));
+                    let mut reqs: Vec<gpuwire_request> = vec![0; window];
+                    Box::new(move || {
+                        if rank == 0 {
+                            for (i, q) in reqs.iter_mut().enumerate() {
+                                ok(gpuwire_isend(comm, sv[i], 1, TAG, s_void, q), "gpuwire_isend");
+                            }
+                            ok(gpuwire_waitall(window as i32, reqs.as_mut_ptr()), "gpuwire_waitall");
+                            ok(gpuwire_recv(comm, ackr, 1, ACK_TAG, s_void), "gpuwire_recv(ack)");
+                        } else if rank == 1 {
+                            for (i, q) in reqs.iter_mut().enumerate() {
+                                ok(gpuwire_irecv(comm, rv[i], 0, TAG, s_void, q), "gpuwire_irecv");
+                            }
+                            ok(gpuwire_waitall(window as i32, reqs.as_mut_ptr()), "gpuwire_waitall");
+                            ok(gpuwire_send(comm, ack, 0, ACK_TAG, s_void), "gpuwire_send(ack)");
+                        }
                     })
                 }
                 ("sendrecv", _) => Box::new(move || {
@@ -1519,7 +1582,11 @@ fn device_mode(o: &Opts, backend: DevBackend) {
                 let reps = o.reps.unwrap_or(if t > 0.05 { 3 } else { 7 });
                 let reps = m.bcast_u64(reps as u64) as usize;
                 let times = repeated(&m, reps, iters, &mut f);
-                let times: Vec<f64> = if op == "sendrecv" { times.iter().map(|t| t / 2.0).collect() } else { times };
+                let times: Vec<f64> = match op {
+                    "sendrecv" => times.iter().map(|t| t / 2.0).collect(),
+                    "bw" => times.iter().map(|t| t / dev_bw_window(bytes) as f64).collect(),
+                    _ => times,
+                };
                 dev_line(&m, &label, op, bytes, &times);
             }
             drop(f);
@@ -1667,6 +1734,9 @@ mod tests {
         assert_eq!(o.ops, vec!["allgather", "sendrecv"]);
         let o = parse(&args("device --backend cuda_aware")).unwrap();
         assert_eq!(o.ops, vec!["allreduce", "allgather", "reduce_scatter", "sendrecv", "exchange"]);
+        let o = parse(&args("device --backend ipc --op bw,sendrecv")).unwrap();
+        assert_eq!(o.ops, vec!["bw", "sendrecv"], "bw on the device is asked for by name");
+        assert_eq!((dev_bw_window(8), dev_bw_window(16 << 20), dev_bw_window(256 << 20), dev_bw_window(2 << 30)), (64, 64, 4, 1));
         assert!(parse(&args("host --tag x")).is_err(), "--tag is for device mode");
         assert!(parse(&args("host --op exchange")).is_err());
     }
