@@ -620,11 +620,9 @@ fn issue_batch(c: &Arc<Communicator>, es: &[&Entry]) -> (Result<()>, Vec<bool>) 
         parts.extend(p);
     }
     let (c2, entry_counts) = (c.clone(), counts.clone());
-    let named: Arc<Mutex<Option<Vec<usize>>>> = Arc::default();
-    let named2 = named.clone();
     // A failed operation's parts are named, so that the others' results are still delivered
     // where the host side runs on this thread (a refused receive lost the group's other
-    // receives there: a helper's bug hunt, 2026-12-06).
+    // receives there: a helper's bug hunt, 2026-12-06); `ordered::issue` returns them.
     let side = HostSide::Parts(Box::new(move |subs| {
         let mut k = 0;
         let ops: Vec<(Op, std::ops::Range<usize>)> = ops
@@ -657,17 +655,14 @@ fn issue_batch(c: &Arc<Communicator>, es: &[&Entry]) -> (Result<()>, Vec<bool>) 
         }
         match first {
             None => Ok(()),
-            Some(x) => {
-                *named2.lock().unwrap_or_else(|p| p.into_inner()) = Some(failed.clone());
-                Err((x, failed))
-            }
+            Some(x) => Err((x, failed)),
         }
     }));
     let r = ordered::issue(c, es[0].stream, parts, false, side).map(|_| ());
-    let failed = match (&r, named.lock().unwrap_or_else(|p| p.into_inner()).take()) {
-        (Ok(()), _) => vec![false; es.len()],
-        (Err(_), None) => vec![true; es.len()],
-        (Err(_), Some(parts)) => {
+    let failed = match &r {
+        Ok(()) => vec![false; es.len()],
+        Err(ordered::Failed { parts: None, .. }) => vec![true; es.len()],
+        Err(ordered::Failed { parts: Some(parts), .. }) => {
             let mut k = 0;
             entry_counts
                 .into_iter()
@@ -679,7 +674,7 @@ fn issue_batch(c: &Arc<Communicator>, es: &[&Entry]) -> (Result<()>, Vec<bool>) 
                 .collect()
         }
     };
-    (r, failed)
+    (r.map_err(Error::from), failed)
 }
 
 

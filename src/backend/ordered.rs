@@ -45,9 +45,31 @@ pub enum HostSide {
     Run(Box<dyn FnOnce(&[Arc<Buffer>]) -> Result<()> + Send>),
     /// As `Run`, for several operations in one (a group's batch): a failure names the parts
     /// that failed with it (their staging holds no result). Run on the calling thread, the
-    /// other parts' results are still delivered, then the failure returned.
+    /// other parts' results are still delivered, then the failure returned with those parts
+    /// ([`Failed`]).
     Parts(Box<dyn FnOnce(&[Arc<Buffer>]) -> std::result::Result<(), (Error, Vec<usize>)> + Send>),
     Start(Box<dyn FnOnce(&[Arc<Buffer>]) -> Result<Box<dyn Pending>> + Send>),
+}
+
+/// A failure of [`issue`]: its error, and the parts that failed where a batch's host side
+/// (`HostSide::Parts`) ran on the calling thread and failed in some of its parts, whose other
+/// parts' results were then delivered; `None` where the operation failed as a whole.
+#[derive(Debug)]
+pub struct Failed {
+    pub error: Error,
+    pub parts: Option<Vec<usize>>,
+}
+
+impl From<Error> for Failed {
+    fn from(error: Error) -> Failed {
+        Failed { error, parts: None }
+    }
+}
+
+impl From<Failed> for Error {
+    fn from(f: Failed) -> Error {
+        f.error
+    }
 }
 
 /// Whether device operations on `c` go through here: on MPI_STAGED and on NCCL's mixed calls.
@@ -184,7 +206,7 @@ fn plan(c: &Communicator, parts: &[(Arc<Buffer>, Role)], ticket: &Arc<Ticket>) -
 /// communicator's asynchronous error) or after its host side (on the caller's thread: then the
 /// stream is also waited for, as MPI's blocking meaning); a nonblocking form returns its pending
 /// half. Arguments are validated (`Op::check`) before.
-pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Role)>, nonblocking: bool, side: HostSide) -> Result<Option<Box<dyn Pending>>> {
+pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Role)>, nonblocking: bool, side: HostSide) -> std::result::Result<Option<Box<dyn Pending>>, Failed> {
     let device = c.device();
     let _ctx = CtxGuard::enter(device)?;
     engine::refuse_capture(stream)?;
@@ -257,9 +279,6 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
     // only until its MPI receive completed.
     let t_started = if deliver_later { Arc::new(Ticket::default()) } else { ticket.clone() };
     let (after, after_parts) = (p.after, p.after_parts);
-    // The parts a batch's host side failed (`HostSide::Parts`).
-    let failed_parts: Arc<Mutex<Vec<usize>>> = Arc::default();
-    let failed2 = failed_parts.clone();
     let (eng2, report) = (eng.clone(), engine_side && !nonblocking && !host_wait);
     // Inline and blocking, the results are copied after the host side: the staging is free
     // once the stream has been waited for, below.
@@ -268,28 +287,25 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
     // call): a failed receive's buffer gets its staging's bytes, which its error must not call
     // untouched.
     let copied_anyway = !after.is_empty() && !deliver_later && (engine_side || nonblocking);
-    let host = move || -> Result<()> {
+    let host = move || -> std::result::Result<(), Failed> {
         let flag = flag;
-        let r = (|| {
+        let r = (|| -> std::result::Result<(), Failed> {
             if wait_ready {
                 crate::trace!("ordered: host side waits for its stream (flag {})", flag.value);
                 flag.wait_ready(&stop)?;
             }
             crate::trace!("ordered: host side runs (flag {})", flag.value);
             match side {
-                HostSide::Run(f) => f(&subs),
-                HostSide::Parts(f) => f(&subs).map_err(|(e, failed)| {
-                    *failed2.lock().unwrap_or_else(|p| p.into_inner()) = failed;
-                    e
-                }),
+                HostSide::Run(f) => f(&subs)?,
+                HostSide::Parts(f) => f(&subs).map_err(|(error, parts)| Failed { error, parts: Some(parts) })?,
                 HostSide::Start(f) => {
                     let pend = f(&subs)?;
                     *s2.lock().unwrap_or_else(|p| p.into_inner()) = Some(Started { pending: Some(pend), flag: None, matched: None });
-                    Ok(())
                 }
             }
+            Ok(())
         })();
-        let r = if copied_anyway { r.map_err(outputs_undefined) } else { r };
+        let r = if copied_anyway { r.map_err(|f| Failed { error: outputs_undefined(f.error), parts: f.parts }) } else { r };
         crate::trace!("ordered: host side ran (flag {}): {r:?}", flag.value);
         // The buffers go before the stream is released: no CUDA memory is freed here (an engine
         // thread never frees: see `engine::free_dropped`).
@@ -298,8 +314,8 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
         // asynchronous error, recorded before the stream is released (a program that
         // synchronizes the stream, then asks, sees it).
         if report {
-            if let Err(e) = &r {
-                eng2.note_error(e);
+            if let Err(f) = &r {
+                eng2.note_error(&f.error);
             }
         }
         // A started operation releases its flag when it completes; everything else now.
@@ -318,44 +334,47 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
     if !engine_side {
         let r = host();
         if !nonblocking {
-            if let Err(e) = r {
+            if let Err(f) = r {
+                let Some(failed) = &f.parts else {
+                    ticket.finish();
+                    return Err(f);
+                };
                 // A batch's other parts succeeded: their results are delivered (their messages
                 // were received; only the failed parts' buffers are left as they were).
-                let failed = std::mem::take(&mut *failed_parts.lock().unwrap_or_else(|p| p.into_inner()));
-                if !failed.is_empty() {
-                    let delivered = (|| {
-                        for (a, parts) in after.iter().zip(&after_parts) {
-                            if !parts.iter().any(|i| failed.contains(i)) {
-                                a.enqueue(stream)?;
-                            }
+                let delivered = (|| {
+                    for (a, parts) in after.iter().zip(&after_parts) {
+                        if !parts.iter().any(|i| failed.contains(i)) {
+                            a.enqueue(stream)?;
                         }
-                        device::sync(stream)
-                    })();
-                    // A failed copy or wait may leave copies queued that read the staging: it is
-                    // then never reused (as where the copies below fail).
-                    if delivered.is_ok() {
-                        ticket.finish();
                     }
-                    return Err(delivered.err().unwrap_or(e));
-                }
-                ticket.finish();
-                return Err(e);
+                    device::sync(stream)
+                })();
+                // A failed copy or wait may leave copies queued that read the staging: it is
+                // then never reused (as where the copies below fail). Nothing was delivered for
+                // certain then: the batch failed as a whole.
+                return Err(match delivered {
+                    Ok(()) => {
+                        ticket.finish();
+                        f
+                    }
+                    Err(e) => e.into(),
+                });
             }
             for a in &after {
                 a.enqueue(stream)?;
             }
             let r = device::sync(stream);
             ticket.finish();
-            return r.map(|()| None);
+            return r.map(|()| None).map_err(Failed::from);
         }
-        let done = Done::finished(r);
+        let done = Done::finished(r.map_err(Error::from));
         return Ok(Some(Box::new(Ordered { done, started, out_event, deliver, device })));
     }
     // Counted as point-to-point whatever it is: a device operation's host side keeps its place
     // before every later operation of the communicator (its stream waits for it in call order).
-    let done = eng.submit(Box::new(host), false, true);
+    let done = eng.submit(Box::new(move || host().map_err(Error::from)), false, true);
     if host_wait {
-        return done.wait_until(None).unwrap_or_else(|| Err(Error::Internal("engine wait without deadline ended".into()))).map(|()| None);
+        return done.wait_until(None).unwrap_or_else(|| Err(Error::Internal("engine wait without deadline ended".into()))).map(|()| None).map_err(Failed::from);
     }
     if !nonblocking {
         return Ok(None);
