@@ -729,6 +729,28 @@ fn mismatch_checked(cx: &Ctx) -> Result<(), String> {
     if download(b, n * 8).chunks(8).any(|c| f64::from_le_bytes(c.try_into().unwrap()) != 1.0) && cx.size > 1 {
         return Err("data was reduced despite the mismatch".into());
     }
+    // The same nonblocking, into another buffer. On MPI_STAGED its host side refuses it (the
+    // agreement, on the staging) and the stream copies the staging into the receive buffer all
+    // the same: the error says that buffer's contents are undefined (said of receives only, by
+    // their message's words, before).
+    let mut backend = 0;
+    ok(gpuwire_comm_backend(comm, &mut backend), "comm_backend");
+    let staged = backend == BackendKind::GPUWIRE_BACKEND_MPI_STAGED as i32;
+    if cx.size > 1 {
+        let o = dev_alloc(n, Dtype::GPUWIRE_FLOAT64);
+        let mut q = 0u64;
+        let mut st = gpuwire_iallreduce(comm, b, o, ReduceOp::GPUWIRE_SUM as i32, cx.stream as *mut c_void, &mut q);
+        if st == Status::GPUWIRE_SUCCESS {
+            st = gpuwire_wait(&mut q);
+        }
+        if st != Status::GPUWIRE_ERROR_COUNT_MISMATCH {
+            return Err(format!("iallreduce with mismatched counts gave {st:?} ({}), expected COUNT_MISMATCH", last_error()));
+        }
+        if staged && !last_error().contains("contents are undefined") {
+            return Err(format!("iallreduce with mismatched counts: the error does not say the receive buffer is undefined: {}", last_error()));
+        }
+        gpuwire_buffer_free(o);
+    }
     gpuwire_buffer_free(b);
     // Rank 0's send buffer overlaps its receive buffer (one element apart in one device buffer):
     // INVALID_ARGUMENT there, REMOTE_ARGUMENT elsewhere, nothing written, blocking and
@@ -757,6 +779,13 @@ fn mismatch_checked(cx: &Ctx) -> Result<(), String> {
         }
         if cx.size > 1 && download(g, (m + 1) * 8) != before {
             return Err(format!("allreduce with overlapping buffers on rank 0 (nonblocking {nonblocking}) wrote its buffer"));
+        }
+        // On MPI_STAGED the other ranks' nonblocking refusal comes from its host side, after
+        // which the stream copied the staging into `other`: said. Not for rank 0's, refused at
+        // the call, nor for a blocking call, whose outputs are copied only once it succeeded.
+        let noted = last_error().contains("contents are undefined");
+        if cx.size > 1 && noted != (staged && nonblocking && cx.rank != 0) {
+            return Err(format!("allreduce with overlapping buffers on rank 0 (nonblocking {nonblocking}): the error {} the receive buffer undefined: {}", if noted { "calls" } else { "does not call" }, last_error()));
         }
     }
     for x in [v[0], v[1], g, other] {
@@ -1952,6 +1981,29 @@ fn group_check(cx: &Ctx) -> Result<(), String> {
         all_f32(&download(z, (n + 1) * 4), -2.0).map_err(|e| format!("IPC point-to-point group: the refused receive wrote its buffer: {e}"))?;
         ok(gpuwire_barrier(cx.comm, s), "barrier");
     }
+    // The same on MPI_STAGED stream-ordered (one batch whose host side runs on the engine after
+    // the group returned): the refusal is the communicator's asynchronous error, which says
+    // that a buffer's contents are undefined (the stream copied the refused receive's staging
+    // all the same); the other receive gets its message.
+    if backend == BackendKind::GPUWIRE_BACKEND_MPI_STAGED as i32 && returns_early(cx.comm) {
+        upload(y, &f32s(&vec![-1.0; n]));
+        ok(gpuwire_group_start(), "group_start");
+        ok(gpuwire_send(cx.comm, x, right, 1, s), "send of n in a group");
+        ok(gpuwire_send(cx.comm, m, right, 2, s), "send of n in a group");
+        ok(gpuwire_recv(cx.comm, z, left, 1, s), "recv of n + 1 in a group");
+        ok(gpuwire_recv(cx.comm, y, left, 2, s), "recv of n in a group");
+        ok(gpuwire_group_end(), "group_end (stream-ordered)");
+        cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
+        let got = gpuwire_comm_async_error(cx.comm);
+        if got != Status::GPUWIRE_ERROR_COUNT_MISMATCH {
+            return Err(format!("stream-ordered point-to-point group: the asynchronous error is {got:?} ({}), expected COUNT_MISMATCH", last_error()));
+        }
+        if !last_error().contains("contents are undefined") {
+            return Err(format!("stream-ordered point-to-point group: the asynchronous error does not say the refused receive's buffer is undefined: {}", last_error()));
+        }
+        all_f32(&download(y, n * 4), left as f32 + 100.0).map_err(|e| format!("stream-ordered point-to-point group: the receive after the refused one: {e}"))?;
+        ok(gpuwire_barrier(cx.comm, s), "barrier");
+    }
     ok(gpuwire_barrier(cc, s), "barrier");
     for q in [x, y, a, b, m, z] {
         gpuwire_buffer_free(q);
@@ -3104,6 +3156,10 @@ fn p2p_exact(cx: &Ctx) -> Result<(), String> {
         };
         if got != want {
             return Err(format!("{what}: the {side} got {got:?} ({}), expected {want:?}", last_error()));
+        }
+        // A refused send has no output: nothing of it is undefined.
+        if want != Status::GPUWIRE_SUCCESS && side == "sender" && last_error().contains("contents are undefined") {
+            return Err(format!("{what}: the refused send's error calls a buffer undefined: {}", last_error()));
         }
         if want != Status::GPUWIRE_SUCCESS && side != "sender" && download(r, rn * rd.size()) != fill[..rn * rd.size()] {
             return Err(format!("{what}: the refused receive wrote its buffer"));

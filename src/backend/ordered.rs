@@ -283,10 +283,13 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
     // Inline and blocking, the results are copied after the host side: the staging is free
     // once the stream has been waited for, below.
     let finish_here = engine_side || nonblocking;
-    // Outputs copied from staging by the stream whatever the host side does (enqueued at the
-    // call): a failed receive's buffer gets its staging's bytes, which its error must not call
-    // untouched.
-    let copied_anyway = !after.is_empty() && !deliver_later && (engine_side || nonblocking);
+    // The outputs (each copy's parts) that the stream copies from staging whatever the host side
+    // does (enqueued at the call): a failed operation's output gets its staging's bytes, which
+    // its error must not call untouched. Also where it failed before its MPI calls (a
+    // communicator broken while it waited for `ready`): the flag is released on every way out
+    // of the host side (`Flag`'s drop writes `done`), so the stream copies all the same
+    // (whatever earlier operations left in the staging).
+    let copied_anyway = if !deliver_later && (engine_side || nonblocking) { after_parts.clone() } else { Vec::new() };
     let host = move || -> std::result::Result<(), Failed> {
         let flag = flag;
         let r = (|| -> std::result::Result<(), Failed> {
@@ -305,7 +308,10 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
             }
             Ok(())
         })();
-        let r = if copied_anyway { r.map_err(|f| Failed { error: outputs_undefined(f.error), parts: f.parts }) } else { r };
+        let r = r.map_err(|f| match undefined_outputs(&copied_anyway, f.parts.as_deref()) {
+            0 => f,
+            n => Failed { error: outputs_undefined(f.error, n), parts: f.parts },
+        });
         crate::trace!("ordered: host side ran (flag {}): {r:?}", flag.value);
         // The buffers go before the stream is released: no CUDA memory is freed here (an engine
         // thread never frees: see `engine::free_dropped`).
@@ -382,20 +388,24 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
     Ok(Some(Box::new(Ordered { done, started, out_event, deliver, device })))
 }
 
-/// `e` of a host side whose outputs the stream copies out of staging anyway: what a failed
-/// receive left in its buffer, said.
-fn outputs_undefined(e: Error) -> Error {
+/// How many of the output copies `copied` (each its parts), which the stream makes whatever the
+/// host side does, a failure of the parts `failed` (`None`: of the whole operation) leaves
+/// undefined: those holding a failed part. None for a failed send (it has no output).
+fn undefined_outputs(copied: &[Vec<usize>], failed: Option<&[usize]>) -> usize {
+    copied.iter().filter(|parts| failed.is_none_or(|f| parts.iter().any(|i| f.contains(i)))).count()
+}
+
+/// `e` of a host side that failed with `n` (at least one) of its device outputs copied out of
+/// staging all the same ([`undefined_outputs`]): their contents, said.
+fn outputs_undefined(e: Error, n: usize) -> Error {
     let text = e.to_string();
     let detail = text.split_once(": ").map_or(text.as_str(), |(_, d)| d);
-    // A receive's own refusal only (its words are of its staging); not a send's, a collective's
-    // or a broken communicator's (a review found the note on those).
-    if !(detail.starts_with("recv") || detail.starts_with("irecv")) {
-        return e;
-    }
-    Error::from_status(
-        e.status(),
-        format!("{detail} (stream-ordered: that is its staging; the stream then copied the staging into the device buffer all the same, as enqueued at the call, so the buffer's contents are undefined)"),
-    )
+    let note = if n == 1 {
+        "the failed operation's MPI calls use staging, which the stream copied into its device output buffer all the same, as enqueued at the call, so that buffer's contents are undefined"
+    } else {
+        "the failed operations' MPI calls use staging, which the stream copied into their device output buffers all the same, as enqueued at the call, so those buffers' contents are undefined"
+    };
+    Error::from_status(e.status(), format!("{detail} (stream-ordered: {note})"))
 }
 
 /// The private stream that delivers nonblocking operations' outputs on `device` (non-blocking:
@@ -594,5 +604,37 @@ impl Pending for Ordered {
         }
         std::mem::forget(this.out_event);
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn undefined_outputs_are_the_failed_parts_copied_anyway() {
+        // A receive (part 0 copied out), a send (no output): failed as a whole.
+        assert_eq!(undefined_outputs(&[vec![0]], None), 1);
+        assert_eq!(undefined_outputs(&[], None), 0);
+        // A batch: send 0, recv 1, send 2, recv 3 (copies of parts 1 and 3).
+        let copied = [vec![1], vec![3]];
+        assert_eq!(undefined_outputs(&copied, Some(&[0, 2])), 0);
+        assert_eq!(undefined_outputs(&copied, Some(&[0, 3])), 1);
+        assert_eq!(undefined_outputs(&copied, Some(&[1, 3])), 2);
+        // In place: one copy holds parts 0 and 1.
+        assert_eq!(undefined_outputs(&[vec![0, 1]], Some(&[1])), 1);
+        // Outputs delivered only after success (inline, or a nonblocking receive's delivery).
+        assert_eq!(undefined_outputs(&[], Some(&[1])), 0);
+    }
+
+    #[test]
+    fn the_note_keeps_the_error() {
+        let e = outputs_undefined(Error::CountMismatch("allreduce: counts differ".into()), 1);
+        assert_eq!(e.status(), crate::error::Status::GPUWIRE_ERROR_COUNT_MISMATCH);
+        let t = e.to_string();
+        assert!(t.starts_with("count mismatch: allreduce: counts differ (stream-ordered: "), "{t}");
+        assert!(t.contains("its device output buffer") && t.contains("contents are undefined"), "{t}");
+        let t = outputs_undefined(Error::CommBroken("x".into()), 2).to_string();
+        assert!(t.starts_with("communicator broken: x (") && t.contains("those buffers' contents are undefined"), "{t}");
     }
 }
