@@ -3,9 +3,12 @@
  * with no GPU and no reduction: on host memory, per segment of S bytes, phase 1 exchanges the
  * half that the other rank reduces (MPI_Sendrecv of S / 2 bytes each way), phase 2 exchanges
  * the reduced halves (again S / 2 each way); N / S segments. So each rank sends N bytes and
- * receives N bytes, as the two-phase allreduce of N bytes on two ranks does. Also prints
+ * receives N bytes, as the two-phase allreduce of N bytes on two ranks does. Mode 1 makes the
+ * same exchanges as gpuwire's own calls do (`split::exchange`, `split::gather`): phase 1 one
+ * MPI_Alltoallw of float blocks (byte displacements, nothing to itself), phase 2 one in-place
+ * MPI_Allgatherv. Also prints
  * MPI_Allreduce (MPI_FLOAT, MPI_SUM) of the same N bytes on the same host memory for scale.
- *   mpirun -np 2 probe_exchange [N bytes, default 256 MiB] [S bytes, default 4 MiB] [repetitions, default 5]
+ *   mpirun -np 2 probe_exchange [N bytes, default 256 MiB] [S bytes, default 4 MiB] [repetitions, default 5] [mode 0|1, default 0]
  * Memory: plain malloc, or page-locked with cudaHostAlloc in the real path; a host-only probe
  * cannot page-lock, and MPI's shared-memory transport copies either the same way.
  * Prints the median (and min) ms of the two phases and of MPI_Allreduce, and the implied rate
@@ -35,13 +38,15 @@ int main(int argc, char **argv) {
     size_t n = argc > 1 ? strtoull(argv[1], NULL, 0) : (size_t)256 << 20;
     size_t seg = argc > 2 ? strtoull(argv[2], NULL, 0) : (size_t)4 << 20;
     int reps = argc > 3 ? atoi(argv[3]) : 5;
-    if (seg < 8 || seg > n || reps < 1 || reps > 100 || n / 4 > (size_t)1 << 30) {
+    int mode = argc > 4 ? atoi(argv[4]) : 0;
+    if (seg < 8 || seg > n || reps < 1 || reps > 100 || n >= (size_t)1 << 31 || mode < 0 || mode > 1) {
         if (rank == 0)
-            fprintf(stderr, "probe_exchange: need 8 <= S <= N, N <= 4 GiB, 1..100 repetitions\n");
+            fprintf(stderr, "probe_exchange: need 8 <= S <= N < 2 GiB, 1..100 repetitions, mode 0 or 1\n");
         MPI_Finalize();
         return 2;
     }
     seg &= ~(size_t)7;
+    n &= ~(size_t)7;
     char *a = malloc(n), *b = malloc(n), *c = malloc(n);
     if (!a || !b || !c) {
         fprintf(stderr, "probe_exchange: out of memory\n");
@@ -55,7 +60,20 @@ int main(int argc, char **argv) {
     for (int r = -1; r < reps; r++) { /* r = -1: warm-up (first touch of every page) */
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = MPI_Wtime();
-        for (size_t off = 0; off < n; off += seg) {
+        for (size_t off = 0; off < n && mode == 1; off += seg) {
+            /* In floats: rank 0's block [0, h), rank 1's [h, s). */
+            int s = (int)((n - off < seg ? n - off : seg) / 4), h = s / 2, at = (int)(off / 4);
+            int len[2] = {h, s - h}, start[2] = {at, at + h};
+            int sc[2] = {0, 0}, sd[2] = {0, 0}, rc[2] = {0, 0}, rd[2] = {0, 0};
+            MPI_Datatype ts[2] = {MPI_FLOAT, MPI_FLOAT};
+            sc[peer] = len[peer];
+            sd[peer] = start[peer] * 4;
+            rc[peer] = len[rank];
+            rd[peer] = 0;
+            MPI_Alltoallw(a, sc, sd, ts, b + off, rc, rd, ts, MPI_COMM_WORLD);
+            MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, (float *)c, len, start, MPI_FLOAT, MPI_COMM_WORLD);
+        }
+        for (size_t off = 0; off < n && mode == 0; off += seg) {
             size_t s = n - off < seg ? n - off : seg, h = s / 2;
             /* Phase 1: rank 0 reduces the first half, rank 1 the second: send the other's. */
             char *mine = a + off + (rank ? h : 0), *theirs = a + off + (rank ? 0 : h);
@@ -85,9 +103,9 @@ int main(int argc, char **argv) {
         qsort(tx, reps, sizeof(double), cmpd);
         qsort(ta, reps, sizeof(double), cmpd);
         double medx = tx[reps / 2], meda = ta[reps / 2];
-        printf("probe_exchange: N %zu bytes, segments of %zu, %d repetitions\n", n, seg, reps);
-        printf("  two phases (MPI_Sendrecv of the halves, no reduction): median %.2f ms, min %.2f ms, %.2f GB/s sent per rank\n", medx,
-               mx, n / (medx * 1e-3) / 1e9);
+        printf("probe_exchange: N %zu bytes, segments of %zu, %d repetitions, mode %d\n", n, seg, reps, mode);
+        printf("  two phases (%s, no reduction): median %.2f ms, min %.2f ms, %.2f GB/s sent per rank\n",
+               mode ? "MPI_Alltoallw, MPI_Allgatherv in place" : "MPI_Sendrecv of the halves", medx, mx, n / (medx * 1e-3) / 1e9);
         printf("  MPI_Allreduce (float, sum):                            median %.2f ms, min %.2f ms\n", meda, ma);
     }
     free(a);

@@ -6,7 +6,7 @@
 # instead runs bench/probe_d2d.c once: device-to-device copies through a CUDA IPC mapping with
 # the other rank idle or busy, one table (default 2 KiB, 64 KiB, 1 MiB, 16 MiB, 256 MiB; under 100 s; also
 # written to $OUT/probe_d2d.txt when OUT is set).
-#   bash scripts/gpu-probe.sh exchange [N bytes] [segment bytes] [repetitions]
+#   bash scripts/gpu-probe.sh exchange [N bytes] [segment bytes] [repetitions] [mode]
 # instead runs bench/probe_exchange.c: the MPI floor of a two-phase allreduce of N bytes on two
 # ranks (host memory, no reduction), beside MPI_Allreduce (MPI_STAGED's large allreduces, issue 19).
 set -u
