@@ -60,6 +60,10 @@
 #   sharing GPU 0, 1 MiB .. 256 MiB, beside the CUDA-aware MPI's own (raw) in the same call:
 #   ipc-bw, staged-bw       gpuwire-ipc-bw, gpuwire-staged-bw                               stock
 #   raw-cuda-aware-bw       raw-cuda-aware-bw                                               the kit
+# floor (issue 19; only when named in GPUWIRE_BENCH_STEPS): MPI's floor under the staged two-phase
+#   allreduce (bench/probe_exchange.c, mode 1, 256 MiB), gpuwire's staged allreduce and careful
+#   staging by hand, 64 .. 256 MiB, three rounds in turn (hosts differ: compare within the call):
+#   floor-probe, staged-floor, careful-floor                                              stock
 # then one combined table (size x method, median), bus bandwidth tables, the gpuwire-nccl vs
 # raw-nccl tables and the target checks (bench/summarize.py).
 #
@@ -218,6 +222,14 @@ if [[ " ${STEPS//,/ } " == *" bw "* ]]; then
   CUDA_VISIBLE_DEVICES=0 step ipc-bw 90 stock "$B/gpuwire-bench" device --backend ipc --op bw,sendrecv --min-bytes 1M --max-bytes 256M --target-ms 20 --reps 5 --tag bw
   CUDA_VISIBLE_DEVICES=0 step staged-bw 90 stock "$B/gpuwire-bench" device --backend staged --op bw --min-bytes 1M --max-bytes 256M --target-ms 20 --reps 3 --tag bw
   CUDA_VISIBLE_DEVICES=0 step raw-cuda-aware-bw 90 kit "$B/gpuwire-bench" device --backend raw-cuda-aware --op bw,sendrecv --min-bytes 1M --max-bytes 256M --target-ms 20 --reps 3 --tag bw
+fi
+if [[ " ${STEPS//,/ } " == *" floor "* ]]; then
+  for round in 1 2 3; do
+    CUDA_VISIBLE_DEVICES=0 step floor-probe 60 stock "$B/probe_exchange" 268435456 4194304 5 1
+    CUDA_VISIBLE_DEVICES=0 step staged-floor 90 stock "$B/gpuwire-bench" device --backend staged --op allreduce --min-bytes 64M --max-bytes 256M --target-ms 100 --reps 3
+    # shellcheck disable=SC2086
+    CUDA_VISIBLE_DEVICES=0 step careful-floor 90 stock_py "$PY" "$BENCH_DIR/mpi4py_cupy.py" --method careful --op allreduce --min-bytes 64M --max-bytes 256M --reps 3 $PY_EXTRA
+  done
 fi
 if [[ " ${STEPS//,/ } " == *" halo3d "* ]]; then
   # AUTO under the kit on two ranks sharing a GPU is IPC (its `# gpuwire:` line says so).
