@@ -429,6 +429,8 @@ impl crate::view::Slotted for Op {
         use Role::*;
         let root_role = |root: i32, at_root: Role| if rank == root { at_root } else { Unused };
         match op {
+            // A send to PROC_NULL reads nothing (as MPI): its view is not packed.
+            Op::Send { buf, dest, .. } | Op::Isend { buf, dest, .. } if from_nobody(*dest) => [(Some(buf), Unused), (None, Unused)],
             Op::Send { buf, .. } | Op::Isend { buf, .. } => [(Some(buf), In), (None, Unused)],
             // A receive of up to its count (irecv_status): what a shorter message leaves is kept
             // (packed or staged in and out). One from PROC_NULL receives nothing and writes
@@ -438,7 +440,7 @@ impl crate::view::Slotted for Op {
             Op::Recv { buf, source, .. } | Op::Irecv { buf, source, .. } if from_nobody(*source) => [(Some(buf), Unused), (None, Unused)],
             Op::Recv { buf, .. } | Op::Irecv { buf, .. } => [(Some(buf), Out), (None, Unused)],
             Op::Bcast { buf, root } => [(Some(buf), if rank == *root { In } else { Out }), (None, Unused)],
-            Op::Sendrecv { send, recv, source, .. } => [(Some(send), In), (Some(recv), if from_nobody(*source) { InOut } else { Out })],
+            Op::Sendrecv { send, dest, recv, source, .. } => [(Some(send), if from_nobody(*dest) { Unused } else { In }), (Some(recv), if from_nobody(*source) { InOut } else { Out })],
             Op::Barrier => [(None, Unused), (None, Unused)],
             Op::Reduce { send, recv, root, .. } | Op::Gather { send, recv, root } => [(Some(send), In), (recv.as_ref(), root_role(*root, Out))],
             Op::Scatter { send, recv, root } | Op::Scatterv { send, recv, root, .. } => [(send.as_ref(), root_role(*root, In)), (Some(recv), Out)],

@@ -174,6 +174,27 @@ static void test_ranks(gpuwire_comm comm)
         gpuwire_buffer_free(col);
         gpuwire_buffer_free(big);
     }
+    /* From a strided view: a send to the null rank reads nothing, so the view is not packed. A
+     * stride-0 view of 2^40 elements (8 TiB packed) is sent "from" at once, as MPI_Send to
+     * MPI_PROC_NULL (it was INVALID_ARGUMENT, "out of host memory allocating 8796093022208
+     * bytes"), also by isend, sendrecv and inside a group. */
+    {
+        gpuwire_buffer one = balloc(1, GPUWIRE_FLOAT64), huge = GPUWIRE_BUFFER_NULL;
+        EXPECT_OK(gpuwire_buffer_view_strided(one, 0, (int64_t)1 << 40, 1, 0, &huge));
+        for (int i = 0; i < 2; i++) {
+            memset(p, FILL, 16);
+            EXPECT_OK(gpuwire_send(comm, huge, nulls[i], 0, NULL));
+            EXPECT_OK(gpuwire_isend(comm, huge, nulls[i], 3, NULL, &rq));
+            EXPECT_OK(gpuwire_wait(&rq));
+            EXPECT_OK(gpuwire_sendrecv(comm, huge, nulls[i], 0, b, nulls[i], 0, NULL));
+            EXPECT_OK(gpuwire_group_start());
+            EXPECT_OK(gpuwire_send(comm, huge, nulls[i], 0, NULL));
+            EXPECT_OK(gpuwire_group_end());
+            EXPECT(all_bytes(p, 16, FILL));
+        }
+        gpuwire_buffer_free(huge);
+        gpuwire_buffer_free(one);
+    }
     /* Mixed: a real exchange around the ring with the null rank on one side. */
     gpuwire_buffer s = balloc(4, GPUWIRE_INT32);
     fill_seq(bptr(s), 4, 100 * rank);
