@@ -70,17 +70,22 @@ inline std::string last_error()
 /** What every failing call throws: the status code and the detailed message. */
 class error : public std::runtime_error {
 public:
-    error(gpuwire_status code, const std::string &message)
+    error(gpuwire_status code, const std::string &message, int32_t index = GPUWIRE_UNDEFINED)
         : std::runtime_error(message + " (status " + std::to_string(static_cast<int>(code)) +
                              ": " + status_string(code) + ")"),
-          code_(code)
+          code_(code), index_(index)
     {
     }
     /** The gpuwire_status of the failed call. */
     gpuwire_status code() const noexcept { return code_; }
+    /** From wait_any / test_any: the index of the request that failed (as MPI_Waitany's
+     * `index`; that request is released); GPUWIRE_UNDEFINED where no request is named (an
+     * argument error) and from every other call. */
+    int32_t index() const noexcept { return index_; }
 
 private:
     gpuwire_status code_;
+    int32_t index_;
 };
 
 namespace detail {
@@ -667,7 +672,9 @@ inline void wait_all(span<request> requests)
 }
 
 /** gpuwire_waitany: waits until one request completes; its index (GPUWIRE_UNDEFINED when every
- * request is NULL), with its status in `status` when given. That request is NULL afterwards. */
+ * request is NULL), with its status in `status` when given. That request is NULL afterwards.
+ * A request that failed is the one that completed: its error is thrown, error::index() names it,
+ * and it is NULL afterwards. */
 inline int32_t wait_any(span<request> requests, gpuwire_status_t *status = nullptr)
 {
     std::vector<gpuwire_request> handles;
@@ -678,12 +685,14 @@ inline int32_t wait_any(span<request> requests, gpuwire_status_t *status = nullp
     gpuwire_status st = gpuwire_waitany(static_cast<int32_t>(handles.size()), handles.data(), &index, status);
     for (std::size_t i = 0; i < handles.size(); i++)
         requests[i] = request(handles[i]);
-    detail::check(st);
+    if (st != GPUWIRE_SUCCESS)
+        throw error(st, last_error(), index);
     return index;
 }
 
 /** gpuwire_testany: whether one request completed (or all are NULL), its index in `index`
- * (GPUWIRE_UNDEFINED when none), its status in `status` when given. */
+ * (GPUWIRE_UNDEFINED when none), its status in `status` when given. As wait_any, a
+ * request that failed is thrown with error::index() naming it. */
 inline bool test_any(span<request> requests, int32_t &index, gpuwire_status_t *status = nullptr)
 {
     std::vector<gpuwire_request> handles;
@@ -695,7 +704,8 @@ inline bool test_any(span<request> requests, int32_t &index, gpuwire_status_t *s
     gpuwire_status st = gpuwire_testany(static_cast<int32_t>(handles.size()), handles.data(), &index, &flag, status);
     for (std::size_t i = 0; i < handles.size(); i++)
         requests[i] = request(handles[i]);
-    detail::check(st);
+    if (st != GPUWIRE_SUCCESS)
+        throw error(st, last_error(), index);
     return flag != 0;
 }
 

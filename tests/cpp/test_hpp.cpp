@@ -520,6 +520,33 @@ static void test_operations(const gw::comm &world)
     gw::request wsend = world.isend(bout, right, 10);
     EXPECT(wreq.wait_status().tag == 10);
     wsend.wait();
+    // A request that fails: wait_any's and test_any's error names its index (as MPI_Waitany's
+    // `index`), and the request is released. A receive of 5 elements of a message of 3 is
+    // refused (COUNT_MISMATCH); index 0 is a NULL request.
+    for (int form = 0; form < 2; form++) {
+        std::vector<double> five(5, -1.0);
+        gw::buffer bfive = gw::buffer::wrap(five);
+        std::vector<gw::request> fr;
+        fr.emplace_back();
+        fr.push_back(world.irecv(bfive, left, 11 + form));
+        gw::request fsend = world.isend(bout, right, 11 + form);
+        int32_t at = -5;
+        gpuwire_status code = GPUWIRE_SUCCESS;
+        try {
+            if (form == 0) {
+                (void)gw::wait_any(fr);
+            } else {
+                int32_t unused = 0;
+                while (!gw::test_any(fr, unused)) {
+                }
+            }
+        } catch (const gw::error &e) {
+            at = e.index();
+            code = e.code();
+        }
+        EXPECT(at == 1 && code == GPUWIRE_ERROR_COUNT_MISMATCH && !fr[1].active());
+        fsend.wait();
+    }
     {
         gw::comm doomed = gw::comm::world();
         EXPECT(doomed.async_error() == GPUWIRE_SUCCESS);
