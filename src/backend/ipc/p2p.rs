@@ -1026,13 +1026,27 @@ pub(super) fn sendrecv(c: &Communicator, send: &Buffer, dest: i32, sendtag: i32,
     // At a timeout the send part gives up, or (its receiver copying) ends first; the call
     // then fails as a whole, also when the receive part was complete.
     let give_up = || q.is_none_or(|q| q.give_up() || q.wait_finished());
+    // A part that fails (a receive refusing its message, a send its receiver refused in
+    // checking mode) is done; the other goes on to completion, as MPI_Sendrecv's: a send part
+    // left behind by a refused receive was still read (through the mapping) after the call
+    // returned, and a receive part left behind by a refused send stayed posted in MPI, taking
+    // a later message (a helper's bug hunt). The first failure is the call's.
+    let (mut rfail, mut wfail): (Option<Error>, Option<Error>) = (None, None);
     let res = wait_p2p(c, "sendrecv", || {
         let rd = match r.as_mut() {
-            Some(op) => op.poll()?,
+            Some(_) if rfail.is_some() => true,
+            Some(op) => op.poll().unwrap_or_else(|e| {
+                rfail = Some(e);
+                true
+            }),
             None => true,
         };
         let sd = match w.as_mut() {
-            Some(op) => op.test()?,
+            Some(_) if wfail.is_some() => true,
+            Some(op) => op.test().unwrap_or_else(|e| {
+                wfail = Some(e);
+                true
+            }),
             None => true,
         };
         Ok(rd && sd)
@@ -1042,8 +1056,13 @@ pub(super) fn sendrecv(c: &Communicator, send: &Buffer, dest: i32, sendtag: i32,
         std::mem::forget(w);
         return res;
     }
+    if wfail.is_some() {
+        // Left to the process, as a failed single send is.
+        std::mem::forget(w.take());
+    }
     // A stream-ordered send part waits for its receiver after this rank's receive was enqueued.
-    w.as_ref().map_or(Ok(()), |w| w.order_after(c, stream, "sendrecv"))
+    w.as_ref().map_or(Ok(()), |w| w.order_after(c, stream, "sendrecv"))?;
+    rfail.or(wfail).map_or(Ok(()), Err)
 }
 
 /// A group's point-to-point part on a stream-ordered IPC communicator (`crate::group`): every
