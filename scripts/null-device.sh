@@ -96,9 +96,11 @@ for l in sys.stdin:
   runbin=$dbin run_cases darray-cuda_aware 2 $dcases GPUWIRE_BACKEND=cuda_aware GPUWIRE_CUDA_AWARE=1
   runbin=$dbin run_cases darray-ipc 2 $dcases GPUWIRE_BACKEND=ipc NULLDEV_IPC=1
   # CUDA IPC between the ranks' processes (NULLDEV_IPC=1: device memory in a shared memfd).
-  run_cases ipc 2 ops,opswrap,scan,c13,mismatch,ipcprogress,ipcdup,ipcfree,ipcexit,ipcmixed,reqfree,p2pexact,p2pstatus,vcoll,zerocount,views,nbc,nbcgroup,p2pordered,nbcmixed,threadwait,grouporder,groupcomms,groupcheck,checkmixed \
+  # nbcstreams: collectives on two streams, among them a barrier and an empty bcast (no device
+  # work) whose place on their stream a later call on the other must wait for.
+  run_cases ipc 2 ops,opswrap,scan,c13,mismatch,ipcprogress,ipcdup,ipcfree,ipcexit,ipcmixed,reqfree,p2pexact,p2pstatus,vcoll,zerocount,views,nbc,nbcgroup,nbcstreams,p2pordered,nbcmixed,threadwait,grouporder,groupcomms,groupcheck,checkmixed \
     GPUWIRE_BACKEND=ipc NULLDEV_IPC=1
-  run_cases ipc-np3 3 nbcmixed,nbc,hostside GPUWIRE_BACKEND=ipc NULLDEV_IPC=1
+  run_cases ipc-np3 3 nbcmixed,nbc,nbcstreams,hostside GPUWIRE_BACKEND=ipc NULLDEV_IPC=1
   # Collectives and point-to-point blocking the host (no stream ordering): a blocking send
   # whose receiver refused it (another size) completes outside checking mode, as MPI_Send.
   run_cases ipc-blocking 2 p2pordered,p2pexact GPUWIRE_BACKEND=ipc NULLDEV_IPC=1 GPUWIRE_IPC_STREAM_ORDERED=0

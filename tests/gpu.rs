@@ -3600,6 +3600,39 @@ fn nbc_two_streams(cx: &Ctx) -> Result<(), String> {
         all_f32(&download(b, n * 4), (100 + rep) as f32).map_err(|e| format!("repetition {rep}: bcast on stream 2: {e}"))?;
         all_f32(&download(c, n * 4), (0..p).map(|q| (2 * q + rep) as f32).sum::<f32>()).map_err(|e| format!("repetition {rep}: iallreduce on stream 2: {e}"))?;
     }
+    // A collective without device work (a barrier, an empty bcast) on stream 1, behind a kernel
+    // on every rank but the leader, then an allreduce on stream 2, whose leader's stream is busy
+    // longer: the allreduce comes after the first call on the GPU too. On IPC the first call's
+    // `ready` word, written on stream 1 without its place recorded, landed after the
+    // allreduce's on stream 2, and the leader's stream waited for ever for the newer value; at
+    // the communicator's free the write could also land after the segment was freed (a helper's
+    // bug hunt). Each stream is waited for up to 20 s, not for ever.
+    let empty = dev_alloc(0, Dtype::GPUWIRE_FLOAT32);
+    for (k, what) in ["barrier", "empty bcast"].into_iter().enumerate() {
+        if r == 0 {
+            spin(&cx.kernels, 300_000_000, s2);
+        } else {
+            spin(&cx.kernels, 100_000_000, s1);
+        }
+        match k {
+            0 => ok(gpuwire_barrier(cx.comm, s1.cast()), "barrier on stream 1"),
+            _ => ok(gpuwire_bcast(cx.comm, empty, 0, s1.cast()), "empty bcast on stream 1"),
+        }
+        fill_f32(&cx.kernels, ptr_of(a), n, (r + 1) as f32, s2);
+        ok(gpuwire_allreduce(cx.comm, a, a, sum, s2.cast()), "allreduce on stream 2");
+        for (st, name) in [(s2, "stream 2"), (s1, "stream 1")] {
+            let t0 = Instant::now();
+            loop {
+                match unsafe { cu::cuStreamQuery(st) } {
+                    cu::CUresult::CUDA_SUCCESS => break,
+                    cu::CUresult::CUDA_ERROR_NOT_READY if t0.elapsed().as_secs() < 20 => std::thread::sleep(std::time::Duration::from_millis(1)),
+                    e => return Err(format!("a {what} on stream 1, then an allreduce on stream 2: {name} not done after 20 s ({e:?})")),
+                }
+            }
+        }
+        all_f32(&download(a, n * 4), (0..p).map(|q| (q + 1) as f32).sum::<f32>()).map_err(|e| format!("allreduce on stream 2 after a {what} on stream 1: {e}"))?;
+    }
+    gpuwire_buffer_free(empty);
     cuok(unsafe { cu::cuStreamDestroy_v2(s2) }, "cuStreamDestroy");
     for x in [a, b, c] {
         gpuwire_buffer_free(x);

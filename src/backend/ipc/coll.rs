@@ -457,7 +457,17 @@ fn arrive_ordered(s: &IpcState, stream: Stream, so: bool, seq: u64) -> Result<()
     }
     let w = &s.seg.slot(s.me).gpu.ready;
     if so {
-        return device::stream_write(stream, s.word_dev(w), seq as u32);
+        device::stream_write(stream, s.word_dev(w), seq as u32)?;
+        // This write is the call's place on its stream, also for a call without device work
+        // (a barrier, empty buffers, a call that takes the staged path): a later call on another
+        // stream waits for it, and the segment's teardown too. Without it a follower's `ready`
+        // word could go back (this write landing after a later call's on another stream: the
+        // leader's stream then waited for ever), and the write could land after the segment was
+        // unregistered and freed (a helper's bug hunt, null device).
+        let e = std::sync::Arc::new(device::Event::new()?);
+        e.record(stream)?;
+        *lock(&s.last_stream) = Some((stream, e));
+        return Ok(());
     }
     device::sync(stream)?;
     w.store(seq as u32, Ordering::Release);
