@@ -476,7 +476,10 @@ fn run(entries: Vec<Entry>) -> Result<()> {
     for es in by_comm(&ipc) {
         let c = &es[0].c;
         let (mut sends, mut recvs) = (Vec::new(), Vec::new());
+        // Each entry's send and receive (their indices in `sends` and `recvs`).
+        let mut at: Vec<(Option<usize>, Option<usize>)> = Vec::new();
         for e in &es {
+            let (s, r) = (sends.len(), recvs.len());
             match &e.op {
                 Op::Send { buf, dest, tag } => sends.push((&**buf, *dest, *tag)),
                 Op::Recv { buf, source, tag } => recvs.push((&**buf, *source, *tag)),
@@ -486,11 +489,16 @@ fn run(entries: Vec<Entry>) -> Result<()> {
                 }
                 _ => {}
             }
+            at.push(((sends.len() > s).then_some(s), (recvs.len() > r).then_some(r)));
         }
-        let r = crate::backend::ipc::group_p2p(c, &sends, &recvs, es[0].stream);
+        let (r, sfailed, rfailed) = crate::backend::ipc::group_p2p(c, &sends, &recvs, es[0].stream);
         note(&r, &mut first);
-        for e in &es {
-            if let (Ok(()), Some(p)) = (&r, &e.packed) {
+        // The entries that did not fail are unpacked also where another failed (their data is
+        // in their scratch: a strided receive's data was lost when another receive of the batch
+        // refused its message, a helper's bug hunt), as for the MPI_STAGED batches above.
+        for (e, (s, rv)) in es.iter().zip(at) {
+            let failed = s.is_some_and(|i| sfailed[i]) || rv.is_some_and(|i| rfailed[i]);
+            if let (false, Some(p)) = (failed, &e.packed) {
                 note(&p.unpack(e.stream), &mut first);
             }
         }

@@ -1962,22 +1962,36 @@ fn group_check(cx: &Ctx) -> Result<(), String> {
     all_f32(&download(z, (n + 1) * 4), -2.0).map_err(|e| format!("point-to-point group: the refused receive wrote its buffer: {e}"))?;
     // The same without checking mode on IPC, whose group of point-to-point operations is one
     // batch (the refused receive is found by the receiver alone): the batch gave up at the
-    // refusal and the other receive's message was lost.
+    // refusal and the other receive's message was lost. A third receive into a strided view:
+    // its data stayed in its scratch, not unpacked, because another receive of the batch failed
+    // (a helper's bug hunt).
     let mut backend = 0;
     ok(gpuwire_comm_backend(cx.comm, &mut backend), "comm_backend");
     if backend == BackendKind::GPUWIRE_BACKEND_IPC as i32 {
         upload(y, &f32s(&vec![-1.0; n]));
+        let wide = f32buf(2 * n, -3.0);
+        let mut wv = 0;
+        ok(gpuwire_buffer_view_strided(wide, 0, n as i64, 1, 2, &mut wv), "view_strided");
         ok(gpuwire_group_start(), "group_start");
         ok(gpuwire_send(cx.comm, x, right, 1, s), "send of n in a group");
         ok(gpuwire_send(cx.comm, m, right, 2, s), "send of n in a group");
+        ok(gpuwire_send(cx.comm, a, right, 3, s), "send of n in a group");
         ok(gpuwire_recv(cx.comm, z, left, 1, s), "recv of n + 1 in a group");
         ok(gpuwire_recv(cx.comm, y, left, 2, s), "recv of n in a group");
+        ok(gpuwire_recv(cx.comm, wv, left, 3, s), "recv of n into a strided view in a group");
         let got = gpuwire_group_end();
         if got != Status::GPUWIRE_ERROR_COUNT_MISMATCH {
             return Err(format!("IPC point-to-point group: group_end gave {got:?} ({}), expected COUNT_MISMATCH", last_error()));
         }
         cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
         all_f32(&download(y, n * 4), left as f32 + 100.0).map_err(|e| format!("IPC point-to-point group: the receive after the refused one: {e}"))?;
+        let w = download(wide, 2 * n * 4);
+        let even: Vec<u8> = w.chunks(8).flat_map(|c| c[..4].to_vec()).collect();
+        let odd: Vec<u8> = w.chunks(8).flat_map(|c| c[4..].to_vec()).collect();
+        all_f32(&even, left as f32 + 1.0).map_err(|e| format!("IPC point-to-point group: the receive into a view: {e}"))?;
+        all_f32(&odd, -3.0).map_err(|e| format!("IPC point-to-point group: the view's gaps: {e}"))?;
+        gpuwire_buffer_free(wv);
+        gpuwire_buffer_free(wide);
         all_f32(&download(z, (n + 1) * 4), -2.0).map_err(|e| format!("IPC point-to-point group: the refused receive wrote its buffer: {e}"))?;
         ok(gpuwire_barrier(cx.comm, s), "barrier");
     }

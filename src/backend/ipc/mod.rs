@@ -93,8 +93,9 @@ pub fn p2p_stream_ordered(c: &Communicator) -> bool {
 }
 
 /// A group's blocking sends (buffer, dest, tag) and receives (buffer, source, tag) on `c`,
-/// started together and stream-ordered (`p2p::batch`).
-pub fn group_p2p(c: &Communicator, sends: &[(&Buffer, i32, i32)], recvs: &[(&Buffer, i32, i32)], stream: Stream) -> Result<()> {
+/// started together and stream-ordered (`p2p::batch`): the outcome, and which sends and which
+/// receives failed.
+pub fn group_p2p(c: &Communicator, sends: &[(&Buffer, i32, i32)], recvs: &[(&Buffer, i32, i32)], stream: Stream) -> (Result<()>, Vec<bool>, Vec<bool>) {
     p2p::batch(c, sends, recvs, stream)
 }
 

@@ -1068,20 +1068,34 @@ pub(super) fn sendrecv(c: &Communicator, send: &Buffer, dest: i32, sendtag: i32,
 /// A group's point-to-point part on a stream-ordered IPC communicator (`crate::group`): every
 /// receive started, then every send (each stream-ordered where it can be, as in [`sendrecv`]),
 /// all completed on the host (their headers; the copies enqueued), then the sends' waits for
-/// their receivers enqueued on `stream`. GPUWIRE_PROC_NULL peers are skipped.
-pub(super) fn batch(c: &Communicator, sends: &[(&Buffer, i32, i32)], recvs: &[(&Buffer, i32, i32)], stream: Stream) -> Result<()> {
+/// their receivers enqueued on `stream`. GPUWIRE_PROC_NULL peers are skipped. Also says which
+/// sends and receives failed (in the order given; all of them where the batch as a whole
+/// failed), so that the caller still delivers the others' results (their views' unpacking).
+pub(super) fn batch(c: &Communicator, sends: &[(&Buffer, i32, i32)], recvs: &[(&Buffer, i32, i32)], stream: Stream) -> (Result<()>, Vec<bool>, Vec<bool>) {
     let proc_null = crate::types::PROC_NULL;
+    let all_failed = |e: Error| (Err(e), vec![true; sends.len()], vec![true; recvs.len()]);
+    let rix: Vec<usize> = (0..recvs.len()).filter(|i| recvs[*i].1 != proc_null).collect();
+    let six: Vec<usize> = (0..sends.len()).filter(|i| sends[*i].1 != proc_null).collect();
     let mut rs = Vec::new();
-    for (b, source, tag) in recvs.iter().filter(|r| r.1 != proc_null) {
-        rs.push(RecvOp::start(c, b, *source, *tag, stream, true, false)?);
+    for &i in &rix {
+        let (b, source, tag) = recvs[i];
+        match RecvOp::start(c, b, source, tag, stream, true, false) {
+            Ok(r) => rs.push(r),
+            Err(e) => {
+                // The receives started are posted in MPI: never freed.
+                std::mem::forget(rs);
+                return all_failed(e);
+            }
+        }
     }
     let mut ws = Vec::new();
-    for (b, dest, tag) in sends.iter().filter(|s| s.1 != proc_null) {
-        match SendOp::start(c, b, *dest, *tag, stream, Order::Stream) {
+    for &i in &six {
+        let (b, dest, tag) = sends[i];
+        match SendOp::start(c, b, dest, tag, stream, Order::Stream) {
             Ok(w) => ws.push(w),
             Err(e) => {
                 std::mem::forget((rs, ws));
-                return Err(e);
+                return all_failed(e);
             }
         }
     }
@@ -1108,33 +1122,39 @@ pub(super) fn batch(c: &Communicator, sends: &[(&Buffer, i32, i32)], recvs: &[(&
         }
         Ok(all)
     }, give_up);
-    if res.is_err() {
+    if let Err(e) = res {
         std::mem::forget((rs, ws));
-        return res;
+        return all_failed(e);
     }
+    let (mut sfailed, mut rfailed) = (vec![false; sends.len()], vec![false; recvs.len()]);
     // Failed operations are left to the process (forgotten), as a failed single send or
     // receive is; the others are ended as in a group without failure.
     let mut first = None;
-    for (op, f) in rs.into_iter().zip(rfail) {
+    for ((op, f), &i) in rs.into_iter().zip(rfail).zip(&rix) {
         if let Some(e) = f {
             first.get_or_insert(e);
+            rfailed[i] = true;
             std::mem::forget(op);
         }
     }
     let mut sent = Vec::new();
-    for (w, f) in ws.into_iter().zip(wfail) {
+    for ((w, f), &i) in ws.into_iter().zip(wfail).zip(&six) {
         match f {
             Some(e) => {
                 first.get_or_insert(e);
+                sfailed[i] = true;
                 std::mem::forget(w);
             }
-            None => sent.push(w),
+            None => sent.push((w, i)),
         }
     }
-    for w in &sent {
-        w.order_after(c, stream, "group")?;
+    for (w, i) in &sent {
+        if let Err(e) = w.order_after(c, stream, "group") {
+            sfailed[*i] = true;
+            first.get_or_insert(e);
+        }
     }
-    first.map_or(Ok(()), Err)
+    (first.map_or(Ok(()), Err), sfailed, rfailed)
 }
 
 /// As MPI_Probe (`block`) / MPI_Iprobe of (`source`, `tag`) on an IPC communicator (wildcards
