@@ -552,6 +552,7 @@ _FINALIZE_WITH_VIEWS = """
 import sys
 sys.path.insert(0, sys.argv[1])
 from mpi4py import MPI
+print("started", flush=True)
 import numpy as np
 import gpuwire
 
@@ -592,13 +593,20 @@ def test_finalize_refuses_while_numpy_views_live():
 
     # Every rank the same: a process of its own, without this job's launcher identity.
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("OMPI_", "PMIX_", "PRTE_", "PMI_", "HYDRA_")) or k.startswith("OMPI_ALLOW_RUN_AS_ROOT")}
+           if not k.startswith(("OMPI_", "OPAL_", "ORTE_", "PMIX_", "PRTE_", "PMI_", "HYDRA_"))
+           or k.startswith(("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_MCA_plm", "OMPI_MCA_btl"))}
+    # (Kept: the machine's own Open MPI settings a singleton needs, e.g. OMPI_MCA_plm=isolated
+    # where there is no ssh: without it the singleton's daemon did not start on the GPU machine.)
     env["GPUWIRE_LIBRARY"] = gpuwire.lib._name
     package = os.path.dirname(os.path.dirname(os.path.abspath(gpuwire.__file__)))
     r = subprocess.run([sys.executable, "-c", _FINALIZE_WITH_VIEWS, package], env=env, capture_output=True,
                        text=True, timeout=120)
+    if r.returncode != 0 and not r.stdout.startswith("started"):
+        # Its MPI did not start: a singleton (a process not launched by mpirun) is not supported
+        # by every MPI installation (the GPU machine's stock Open MPI refused it). Not run.
+        pytest.skip("NOT RUN: a single-process MPI (singleton) could not start here: " + r.stderr.strip()[-300:])
     assert r.returncode == 0, (r.returncode, r.stdout, r.stderr[-2000:])
-    lines = r.stdout.splitlines()
+    lines = r.stdout.splitlines()[1:]
     assert len(lines) == 6, r.stdout
     assert lines[0].startswith(f"refused {gpuwire.ERROR_INVALID_ARGUMENT} gpuwire.finalize: 2 NumPy array(s)"), lines[0]
     assert lines[1] == f"initialized True sum {float((1 << 17) - 2)}", lines[1]
