@@ -548,6 +548,14 @@ const DEV_BW_WINDOW_BYTES: usize = 1 << 30;
 fn dev_bw_window(bytes: usize) -> usize {
     (DEV_BW_WINDOW_BYTES / bytes.max(1)).clamp(1, 64)
 }
+
+/// Float32 elements that device mode's `bw` needs in each buffer for messages of these `sizes`
+/// (bytes): the largest window of them, not the largest size's, which may be smaller (sizes
+/// from a --min-bytes that is not a power of two: 40 MiB takes 25 messages, 1000 MiB; 80 MiB 12,
+/// 960 MiB).
+fn dev_bw_elems(sizes: &[usize]) -> usize {
+    sizes.iter().map(|&b| dev_bw_window(b) * (b / 4)).max().unwrap_or(0)
+}
 const LARGE_TARGET: usize = 64 << 10;
 
 /// Paired statistics of interleaved blocks: (median of gw_i / raw_i, median of gw_i - raw_i).
@@ -1306,7 +1314,7 @@ fn device_mode(o: &Opts, backend: DevBackend) {
     // Room for every op's layout (allgather and reduce_scatter take at least one float per rank).
     let n_max = (max / 4).max(ranks) * if o.ops.contains(&"alltoallv") { ranks } else { 1 };
     // `bw`: a window of messages, each in its own slice.
-    let n_max = if o.ops.contains(&"bw") { n_max.max(dev_bw_window(max) * max / 4) } else { n_max };
+    let n_max = if o.ops.contains(&"bw") { n_max.max(dev_bw_elems(&sizes)) } else { n_max };
     let target_s = o.target_ms * 1e-3;
     if m.rank == 0 {
         let what = match raw {
@@ -1737,6 +1745,16 @@ mod tests {
         let o = parse(&args("device --backend ipc --op bw,sendrecv")).unwrap();
         assert_eq!(o.ops, vec!["bw", "sendrecv"], "bw on the device is asked for by name");
         assert_eq!((dev_bw_window(8), dev_bw_window(16 << 20), dev_bw_window(256 << 20), dev_bw_window(2 << 30)), (64, 64, 4, 1));
+        // Every size's window fits the buffers, also where the largest size's window is not the
+        // largest (sizes of 20 MiB * 2^k: 20 MiB is 51 messages, 1020 MiB; 80 MiB 12, 960 MiB).
+        for a in ["device --backend ipc --op bw", "device --backend ipc --op bw --min-bytes 20M --max-bytes 80M", "device --backend ipc --op bw --min-bytes 12 --max-bytes 1G"] {
+            let s = sizes(&parse(&args(a)).unwrap());
+            let need = dev_bw_elems(&s);
+            for &b in &s {
+                let (sc, rc, _) = layout("bw", b, 2);
+                assert!(dev_bw_window(b) * sc.max(rc) <= need, "{a}: {b} bytes: {} messages of {sc} elements, buffers of {need}", dev_bw_window(b));
+            }
+        }
         assert!(parse(&args("host --tag x")).is_err(), "--tag is for device mode");
         assert!(parse(&args("host --op exchange")).is_err());
     }
