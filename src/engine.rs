@@ -9,7 +9,10 @@
 //! call order, the same on every rank; a point-to-point operation on host memory waits only for
 //! queued point-to-point operations: [`Engine::no_p2p`]). An operation runs on the engine exactly as its blocking
 //! form runs on the caller's thread (the same code: `Communicator::allreduce` and its
-//! neighbours), so a nonblocking form matches the blocking form on another rank.
+//! neighbours), so a nonblocking form matches the blocking form on another rank. A job may
+//! leave an operation it started to the engine to complete ([`Engine::watch`]: a stream-ordered
+//! blocking send or receive, whose stream waits for its flag), polled between jobs and while a
+//! job waits for its stream: such operations reach MPI in call order and complete in any order.
 //!
 //! The engine calls MPI from its own thread: it needs MPI_THREAD_MULTIPLE. Below that level
 //! ([`available`] false) every operation runs on the caller's thread before the call returns.
@@ -29,6 +32,16 @@ use crate::error::{Error, Result};
 
 /// How long an idle engine thread waits for more work before it ends.
 const IDLE: Duration = Duration::from_millis(50);
+
+/// How long the engine thread waits for more work between polls of its watched operations
+/// ([`Engine::watch`]), once none has started or completed for [`SPIN`]; until then it polls
+/// them without waiting (a small message completes within microseconds).
+const POLL: Duration = Duration::from_micros(20);
+const SPIN: Duration = Duration::from_micros(200);
+
+/// An operation a job started and left to the engine to complete ([`Engine::watch`]): polled
+/// until it returns its outcome.
+pub type Watched = Box<dyn FnMut() -> Option<Result<()>> + Send>;
 
 /// Operations queued on any engine and not finished (`drain_all`, before MPI_Finalize).
 static OUTSTANDING: Mutex<usize> = Mutex::new(0);
@@ -54,6 +67,18 @@ pub fn available() -> bool {
 thread_local! {
     /// Whether this thread runs an engine's jobs (`on_engine_thread`).
     static ON_ENGINE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The engine whose thread this is (`Engine::run`): a job waiting here for its stream polls
+    /// that engine's watched operations meanwhile (`poll_this_engine`).
+    static THIS_ENGINE: std::cell::RefCell<std::sync::Weak<Engine>> = const { std::cell::RefCell::new(std::sync::Weak::new()) };
+}
+
+/// Polls the watched operations of the engine whose thread this is, if any (`Engine::watch`):
+/// called where a job waits for its stream, which may itself wait for a watched operation's
+/// flag (a send enqueued after a blocking receive on the same stream), so that the wait ends.
+fn poll_this_engine() {
+    if let Some(e) = THIS_ENGINE.with(|t| t.borrow().upgrade()) {
+        let _ = e.poll_watched();
+    }
 }
 
 /// Whether the calling thread is running an engine's job: an operation called there must be
@@ -171,6 +196,8 @@ pub struct Engine {
     has_async_error: std::sync::atomic::AtomicBool,
     /// The communicator's NCCL turn, where it has one (`crate::backend::turn`).
     turn: std::sync::OnceLock<Arc<AtomicUsize>>,
+    /// Operations started by jobs and completed here ([`Engine::watch`]).
+    watched: Mutex<Vec<Watched>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -275,6 +302,61 @@ impl Engine {
         done
     }
 
+    /// Called by a job on the engine thread: `poll` completes an operation the job started (a
+    /// blocking point-to-point operation's MPI request, whose stream waits for its flag), so
+    /// that the queue goes on meanwhile: one thread's blocking receive no longer holds back
+    /// another thread's send on the same communicator (each rank's threads waiting for the
+    /// other's messages deadlocked). The engine polls it between jobs until it returns its
+    /// outcome (a failure is the communicator's asynchronous error, as a blocking form's is). It
+    /// counts as an outstanding point-to-point operation until then (`idle`, `drain`, `no_p2p`).
+    /// Off the engine thread (no engine thread could start) it is completed here.
+    pub fn watch(&self, mut poll: Watched) {
+        if !on_engine_thread() || !lock(&self.q).thread {
+            let r = loop {
+                if let Some(r) = poll() {
+                    break r;
+                }
+                std::thread::yield_now();
+            };
+            if let Err(e) = &r {
+                self.note_error(e);
+            }
+            return;
+        }
+        self.reserve();
+        self.p2p.fetch_add(1, Ordering::AcqRel);
+        lock(&self.watched).push(poll);
+    }
+
+    /// Polls the watched operations once: (whether some are left, how many completed).
+    fn poll_watched(&self) -> (bool, usize) {
+        let mut list = std::mem::take(&mut *lock(&self.watched));
+        if list.is_empty() {
+            return (false, 0);
+        }
+        let mut finished = 0;
+        list.retain_mut(|poll| match poll() {
+            None => true,
+            Some(r) => {
+                if let Err(e) = &r {
+                    self.note_error(e);
+                }
+                finished += 1;
+                false
+            }
+        });
+        let mut g = lock(&self.watched);
+        // Those a job watched meanwhile (none: jobs run on this thread) after the older ones.
+        list.append(&mut g);
+        *g = list;
+        let left = !g.is_empty();
+        drop(g);
+        for _ in 0..finished {
+            self.finish_one(true);
+        }
+        (left, finished)
+    }
+
     /// The next pair of stream flags of this communicator on `device` ([`Flags`]).
     pub fn flag(&self, device: i32) -> Result<Flag> {
         let mut g = lock(&self.flags);
@@ -331,6 +413,11 @@ impl Engine {
             }
         }
         done.set(r);
+        self.finish_one(p2p);
+    }
+
+    /// One outstanding operation (`p2p`: of those, a point-to-point one) less.
+    fn finish_one(&self, p2p: bool) {
         if p2p {
             self.p2p.fetch_sub(1, Ordering::AcqRel);
         }
@@ -347,13 +434,34 @@ impl Engine {
     fn run(self: Arc<Self>) {
         device::defer_frees_on_this_thread();
         ON_ENGINE.with(|c| c.set(true));
+        THIS_ENGINE.with(|t| *t.borrow_mut() = Arc::downgrade(&self));
+        // Until when watched operations are polled without waiting (`SPIN`).
+        let mut spin_until = Instant::now();
         loop {
+            // Watched operations progress between jobs, and while none is queued.
+            let (watching, completed) = self.poll_watched();
+            if completed > 0 {
+                spin_until = Instant::now() + SPIN;
+            }
             let job = {
                 let mut q = lock(&self.q);
                 let mut since = Instant::now();
                 loop {
                     if let Some(j) = q.jobs.pop_front() {
-                        break j;
+                        break Some(j);
+                    }
+                    if watching && Instant::now() < spin_until {
+                        drop(q);
+                        std::thread::yield_now();
+                        break None;
+                    }
+                    if watching {
+                        let (g, _) = self.cv.wait_timeout(q, POLL).unwrap_or_else(|p| p.into_inner());
+                        q = g;
+                        match q.jobs.pop_front() {
+                            Some(j) => break Some(j),
+                            None => break None,
+                        }
                     }
                     if since.elapsed() >= IDLE {
                         q.thread = false;
@@ -366,7 +474,11 @@ impl Engine {
                     }
                 }
             };
-            self.run_job(job);
+            if let Some(job) = job {
+                self.run_job(job);
+                // It may have started an operation to watch.
+                spin_until = Instant::now() + SPIN;
+            }
         }
     }
 }
@@ -473,6 +585,8 @@ impl Flag {
                         return Err(e);
                     }
                 }
+                // The stream may wait for a watched operation's flag (`poll_this_engine`).
+                poll_this_engine();
                 std::thread::sleep(Duration::from_micros(50));
             }
         }

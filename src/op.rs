@@ -754,7 +754,12 @@ fn issue_ordered_contiguous(c: &Arc<Communicator>, op: Op, stream: Stream, nonbl
     let bufs = op.buffers();
     let parts = op.parts(c);
     let c2 = c.clone();
-    let side = if nonblocking && op.is_p2p() {
+    // A blocking send or receive whose host side runs on the engine is started there and
+    // completed by the engine (`ordered::starts_blocking`), so that it does not hold up the
+    // engine's later operations: another thread's send on the same communicator, which the peer
+    // may need before it sends this receive's message.
+    let started_blocking = !nonblocking && matches!(op, Op::Send { .. } | Op::Recv { .. }) && ordered::starts_blocking(c, &parts);
+    let side = if (nonblocking && op.is_p2p()) || started_blocking {
         HostSide::Start(Box::new(move |subs| {
             let r = op.rebind(subs).start(&c2, Stream(0))?;
             Ok(Box::new(Started(r)) as Box<dyn Pending>)

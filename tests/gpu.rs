@@ -1665,6 +1665,75 @@ fn thread_wait(cx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
+/// Blocking device point-to-point from two threads on one communicator, each rank's threads
+/// waiting for the other rank's (MPI allows it; tags keep the threads' messages apart): rank 0's
+/// thread 0 receives tag 1 at once, which rank 1's thread 0 sends after 0.5 s; rank 1's thread 1
+/// receives tag 2 at once, which rank 0's thread 1 sends after 0.2 s. Each thread has a stream
+/// of its own; three rounds. On MPI_STAGED the blocking forms' MPI calls ran one at a time on the
+/// communicator's progress engine: each rank's receive held back its own send, for ever (a
+/// helper's thread hunt). A communicator with a 20 s timeout: a regression fails, not hangs.
+fn thread_p2p(cx: &Ctx) -> Result<(), String> {
+    let (r, p) = (cx.rank, cx.size);
+    if p < 2 {
+        println!("rank {r}: threadp2p: needs 2 ranks, skipped (NOT RUN)");
+        return Ok(());
+    }
+    let mut cfg: gpuwire_config = unsafe { std::mem::zeroed() };
+    ok(gpuwire_config_init(&mut cfg), "config_init");
+    cfg.timeout_seconds = 20.0;
+    let mut cc = 0;
+    ok(gpuwire_comm_world(&cfg, &mut cc), "comm_world(timeout 20 s)");
+    let n = 1usize << 16;
+    let t0 = std::time::Instant::now();
+    for round in 0..3u32 {
+        let threads: Vec<_> = (0..2i32)
+            .map(|t| {
+                std::thread::spawn(move || -> Result<(), String> {
+                    if r >= 2 {
+                        return Ok(());
+                    }
+                    primary_context_current();
+                    let mut st: cu::CUstream = std::ptr::null_mut();
+                    cuok(unsafe { cu::cuStreamCreate(&mut st, 1) }, "cuStreamCreate");
+                    let b = dev_alloc(n, Dtype::GPUWIRE_FLOAT32);
+                    let peer = 1 - r;
+                    // Rank 0's thread 0 and rank 1's thread 1 receive first.
+                    let receives = (r == 0) == (t == 0);
+                    let value = |sender: i32| (100 * round as i32 + 10 * sender + t) as f32;
+                    let res = if receives {
+                        let got = gpuwire_recv(cc, b, peer, t + 1, st as *mut c_void);
+                        cuok(unsafe { cu::cuStreamSynchronize(st) }, "cuStreamSynchronize");
+                        if got != Status::GPUWIRE_SUCCESS {
+                            Err(format!("thread {t}'s recv: {got:?}: {}", last_error()))
+                        } else if gpuwire_comm_async_error(cc) != Status::GPUWIRE_SUCCESS {
+                            Err(format!("thread {t}'s recv failed after its call: {}", last_error()))
+                        } else {
+                            all_f32(&download(b, n * 4), value(peer)).map_err(|e| format!("thread {t}'s recv: {e}"))
+                        }
+                    } else {
+                        std::thread::sleep(std::time::Duration::from_millis(if t == 0 { 500 } else { 200 }));
+                        let bytes: Vec<u8> = std::iter::repeat_n(value(r).to_ne_bytes(), n).flatten().collect();
+                        upload(b, &bytes);
+                        let got = gpuwire_send(cc, b, peer, t + 1, st as *mut c_void);
+                        cuok(unsafe { cu::cuStreamSynchronize(st) }, "cuStreamSynchronize");
+                        if got != Status::GPUWIRE_SUCCESS { Err(format!("thread {t}'s send: {got:?}: {}", last_error())) } else { Ok(()) }
+                    };
+                    gpuwire_buffer_free(b);
+                    cuok(unsafe { cu::cuStreamDestroy_v2(st) }, "cuStreamDestroy");
+                    res.map_err(|e| format!("round {round}: {e}"))
+                })
+            })
+            .collect();
+        for h in threads {
+            h.join().map_err(|_| "thread panicked".to_string())??;
+        }
+    }
+    ok(gpuwire_barrier(cc, cx.stream as *mut c_void), "barrier");
+    ok(gpuwire_comm_free(cc), "comm_free");
+    println!("rank {r}: threadp2p: two threads' blocking device send/recv depending on each other across ranks, 3 rounds right ({:.1} s)", t0.elapsed().as_secs_f64());
+    Ok(())
+}
+
 /// Makes the device's primary context current on this (new) thread, as the main thread's: CUDA
 /// makes streams only in a current context.
 fn primary_context_current() {
@@ -4701,6 +4770,7 @@ fn main() {
             }
             "c15" => c15_shared_gpu_nccl(&cx),
             "threadwait" => thread_wait(&cx),
+            "threadp2p" => thread_p2p(&cx),
             "threadorder" => thread_order(&cx),
             "threadgroup" => thread_group(&cx),
             "grouporder" => group_order(&cx),

@@ -99,6 +99,14 @@ pub fn inline(c: &Communicator, nonblocking: bool) -> bool {
     !on_engine(c, nonblocking)
 }
 
+/// Whether a blocking point-to-point call on `c` with these parts is started by its host side
+/// and completed by the engine ([`HostSide::Start`], `Engine::watch`): a host side on the engine
+/// (the call returns before its data moves) with no host memory among its parts (whose call
+/// waits for its host side to complete).
+pub fn starts_blocking(c: &Communicator, parts: &[(Arc<Buffer>, Role)]) -> bool {
+    on_engine(c, false) && !parts.iter().any(|(b, role)| b.is_host() && *role != Role::Unused)
+}
+
 /// Whether the blocking device calls of `c` return before their data moved ([`on_engine`]).
 pub fn returns_early(c: &Communicator) -> bool {
     on_engine(c, false)
@@ -280,6 +288,11 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
     let t_started = if deliver_later { Arc::new(Ticket::default()) } else { ticket.clone() };
     let (after, after_parts) = (p.after, p.after_parts);
     let (eng2, report) = (eng.clone(), engine_side && !nonblocking && !host_wait);
+    // A blocking operation started on the engine (`starts_blocking`): the engine completes it
+    // (`Engine::watch`), its flag released then; its failure the communicator's asynchronous
+    // error, as a blocking form's host side's is.
+    let watched = engine_side && !nonblocking && !host_wait && matches!(side, HostSide::Start(_));
+    let (s3, c3) = (started.clone(), c.clone());
     // Inline and blocking, the results are copied after the host side: the staging is free
     // once the stream has been waited for, below.
     let finish_here = engine_side || nonblocking;
@@ -327,7 +340,13 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
         // A started operation releases its flag when it completes; everything else now.
         let mut g = s2.lock().unwrap_or_else(|p| p.into_inner());
         match g.as_mut() {
-            Some(st) if r.is_ok() => st.flag = Some((flag, t_started)),
+            Some(st) if r.is_ok() => {
+                st.flag = Some((flag, t_started));
+                if watched {
+                    drop(g);
+                    eng2.watch(complete_started(s3, c3, undefined_outputs(&copied_anyway, None)));
+                }
+            }
             _ => {
                 drop(flag);
                 if finish_here {
@@ -386,6 +405,49 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
         return Ok(None);
     }
     Ok(Some(Box::new(Ordered { done, started, out_event, deliver, device })))
+}
+
+/// The engine's poll of a blocking operation its host side started (`Engine::watch`): its
+/// outcome once complete (its flag released, its staging free); at the communicator's timeout
+/// (counted from the start) or once the communicator broke, the operation is abandoned: its flag
+/// released (the stream goes on), its staging kept for good (MPI may still write it), the
+/// communicator broken with GPUWIRE_ERROR_TIMEOUT.
+/// `undefined`: its outputs the stream copies out of staging all the same (a receive's), which
+/// its failure leaves undefined (`outputs_undefined`).
+fn complete_started(started: Arc<Mutex<Option<Started>>>, c: Arc<Communicator>, undefined: usize) -> engine::Watched {
+    let deadline = c.config().timeout.map(|t| (std::time::Instant::now() + t, t));
+    let failed = move |e: Error| Some(Err(if undefined > 0 { outputs_undefined(e, undefined) } else { e }));
+    Box::new(move || {
+        let mut g = started.lock().unwrap_or_else(|p| p.into_inner());
+        let st = g.as_mut()?;
+        match st.test() {
+            Ok(false) => {}
+            Ok(true) => return Some(Ok(())),
+            Err(e) => return failed(e),
+        }
+        let why = match deadline {
+            Some((d, t)) if std::time::Instant::now() >= d => {
+                let msg = format!(
+                    "a blocking point-to-point operation did not complete within the communicator's timeout of {:.3} s (no matching call on the other rank?); its stream's wait was released and the communicator is now broken",
+                    t.as_secs_f64()
+                );
+                c.mark_broken(msg.clone());
+                Error::Timeout(msg)
+            }
+            _ if c.is_broken() => Error::CommBroken("the communicator broke while a blocking point-to-point operation was in progress; its stream's wait was released".into()),
+            _ => return None,
+        };
+        // Abandoned: MPI may still use the staging, which is never taken again (the ticket is
+        // not finished); the stream goes on.
+        if let Some(p) = st.pending.take() {
+            let _ = p.abandon();
+        }
+        if let Some((flag, ticket)) = st.flag.take() {
+            drop(flag);
+            std::mem::forget(ticket);
+        }
+        failed(why)
+    })
 }
 
 /// How many of the output copies `copied` (each its parts), which the stream makes whatever the
