@@ -540,6 +540,35 @@ const SMALL_TARGET: usize = 8;
 /// Bytes in flight in one window of the bw test (at most 64 messages).
 const BW_WINDOW_BYTES: usize = 16 << 20;
 
+/// One window of OSU osu_bw with raw MPI (host mode's `bw`, and device mode's raw CUDA-aware
+/// one): rank 0 isends `reqs.len()` messages of `n` elements from consecutive slices of `sp`,
+/// `bytes` apart (`at` = (sp, rp, bytes)), and waits for one element back; rank 1 receives them
+/// into the same slices of `rp` and sends that element.
+///
+/// # Safety
+/// `sp` and `rp` hold `reqs.len()` slices of `bytes` (memory MPI may use: host memory, or device
+/// memory under a CUDA-aware MPI); `comm` is a valid communicator of 2 or more ranks.
+unsafe fn raw_bw_window(rank: i32, reqs: &mut [msys::MPI_Request], at: (usize, usize, usize), n: c_int, dt: msys::MPI_Datatype, comm: msys::MPI_Comm) {
+    let (sp, rp, bytes) = at;
+    let window = reqs.len() as c_int;
+    // SAFETY: as the caller promises.
+    unsafe {
+        if rank == 0 {
+            for (i, q) in reqs.iter_mut().enumerate() {
+                mok(msys::MPI_Isend((sp + i * bytes) as *const c_void, n, dt, 1, TAG, comm, q), "MPI_Isend");
+            }
+            mok(msys::MPI_Waitall(window, reqs.as_mut_ptr(), msys::RSMPI_STATUSES_IGNORE), "MPI_Waitall");
+            mok(msys::MPI_Recv(rp as *mut c_void, 1, dt, 1, ACK_TAG, comm, msys::RSMPI_STATUS_IGNORE), "MPI_Recv(ack)");
+        } else if rank == 1 {
+            for (i, q) in reqs.iter_mut().enumerate() {
+                mok(msys::MPI_Irecv((rp + i * bytes) as *mut c_void, n, dt, 0, TAG, comm, q), "MPI_Irecv");
+            }
+            mok(msys::MPI_Waitall(window, reqs.as_mut_ptr(), msys::RSMPI_STATUSES_IGNORE), "MPI_Waitall");
+            mok(msys::MPI_Send(sp as *const c_void, 1, dt, 0, ACK_TAG, comm), "MPI_Send(ack)");
+        }
+    }
+}
+
 /// Device mode's `bw`: the bytes of one window of messages (at most 64 of them, at least one),
 /// each message in its own slice of the send and receive buffers.
 const DEV_BW_WINDOW_BYTES: usize = 1 << 30;
@@ -772,21 +801,7 @@ fn host_mode(o: &Opts) {
                         let mut reqs = vec![unsafe { msys::RSMPI_REQUEST_NULL }; window];
                         for _ in 0..k {
                             // SAFETY: distinct slices of host buffers; a valid communicator.
-                            unsafe {
-                                if rank == 0 {
-                                    for (i, q) in reqs.iter_mut().enumerate() {
-                                        mok(msys::MPI_Isend((sp + i * bytes) as *const c_void, n as c_int, dt, 1, TAG, rc, q), "MPI_Isend");
-                                    }
-                                    mok(msys::MPI_Waitall(window as c_int, reqs.as_mut_ptr(), msys::RSMPI_STATUSES_IGNORE), "MPI_Waitall");
-                                    mok(msys::MPI_Recv(rp as *mut c_void, 1, dt, 1, ACK_TAG, rc, msys::RSMPI_STATUS_IGNORE), "MPI_Recv(ack)");
-                                } else if rank == 1 {
-                                    for (i, q) in reqs.iter_mut().enumerate() {
-                                        mok(msys::MPI_Irecv((rp + i * bytes) as *mut c_void, n as c_int, dt, 0, TAG, rc, q), "MPI_Irecv");
-                                    }
-                                    mok(msys::MPI_Waitall(window as c_int, reqs.as_mut_ptr(), msys::RSMPI_STATUSES_IGNORE), "MPI_Waitall");
-                                    mok(msys::MPI_Send(sp as *const c_void, 1, dt, 0, ACK_TAG, rc), "MPI_Send(ack)");
-                                }
-                            }
+                            unsafe { raw_bw_window(rank, &mut reqs, (sp, rp, bytes), n as c_int, dt, rc) };
                         }
                     };
                     // Longer blocks: a window is one long burst, fewer of them fit in a block.
@@ -1412,24 +1427,8 @@ fn device_mode(o: &Opts, backend: DevBackend) {
                 ("bw", DevBackend::RawCudaAware) => {
                     let window = dev_bw_window(bytes);
                     let mut reqs = vec![unsafe { msys::RSMPI_REQUEST_NULL }; window];
-                    Box::new(move || {
-                        // SAFETY: distinct slices of device buffers under a CUDA-aware MPI.
-                        unsafe {
-                            if rank == 0 {
-                                for (i, q) in reqs.iter_mut().enumerate() {
-                                    mok(msys::MPI_Isend((sp + i * bytes) as *const c_void, sc as c_int, dt, 1, TAG, mc, q), "MPI_Isend");
-                                }
-                                mok(msys::MPI_Waitall(window as c_int, reqs.as_mut_ptr(), msys::RSMPI_STATUSES_IGNORE), "MPI_Waitall");
-                                mok(msys::MPI_Recv(rp as *mut c_void, 1, dt, 1, ACK_TAG, mc, msys::RSMPI_STATUS_IGNORE), "MPI_Recv(ack)");
-                            } else if rank == 1 {
-                                for (i, q) in reqs.iter_mut().enumerate() {
-                                    mok(msys::MPI_Irecv((rp + i * bytes) as *mut c_void, rcount as c_int, dt, 0, TAG, mc, q), "MPI_Irecv");
-                                }
-                                mok(msys::MPI_Waitall(window as c_int, reqs.as_mut_ptr(), msys::RSMPI_STATUSES_IGNORE), "MPI_Waitall");
-                                mok(msys::MPI_Send(sp as *const c_void, 1, dt, 0, ACK_TAG, mc), "MPI_Send(ack)");
-                            }
-                        }
-                    })
+                    // SAFETY: distinct slices of device buffers under a CUDA-aware MPI.
+                    Box::new(move || unsafe { raw_bw_window(rank, &mut reqs, (sp, rp, bytes), sc as c_int, dt, mc) })
                 }
                 ("alltoallv", DevBackend::RawCudaAware) => {
                     let k = rcount * 2 / (ranks * (ranks + 1));
