@@ -575,6 +575,12 @@ impl Flag {
                 return Ok(());
             }
             n += 1;
+            if n % 16 == 0 {
+                // The stream may wait for a watched operation's flag (a send enqueued behind a
+                // blocking receive on the same stream): polled from the start, not only once the
+                // wait sleeps (2 ms each blocking ping-pong on MPI_STAGED otherwise).
+                poll_this_engine();
+            }
             if n < 2000 {
                 std::hint::spin_loop();
             } else if t0.elapsed() < Duration::from_millis(2) {
@@ -585,8 +591,6 @@ impl Flag {
                         return Err(e);
                     }
                 }
-                // The stream may wait for a watched operation's flag (`poll_this_engine`).
-                poll_this_engine();
                 std::thread::sleep(Duration::from_micros(50));
             }
         }
