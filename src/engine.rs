@@ -307,19 +307,14 @@ impl Engine {
     /// that the queue goes on meanwhile: one thread's blocking receive no longer holds back
     /// another thread's send on the same communicator (each rank's threads waiting for the
     /// other's messages deadlocked). The engine polls it between jobs until it returns its
-    /// outcome (a failure is the communicator's asynchronous error, as a blocking form's is). It
+    /// outcome; `poll` itself records a failure as the communicator's asynchronous error (as a
+    /// blocking form's is), before it releases what waits for the operation. It
     /// counts as an outstanding point-to-point operation until then (`idle`, `drain`, `no_p2p`).
     /// Off the engine thread (no engine thread could start) it is completed here.
     pub fn watch(&self, mut poll: Watched) {
         if !on_engine_thread() || !lock(&self.q).thread {
-            let r = loop {
-                if let Some(r) = poll() {
-                    break r;
-                }
+            while poll().is_none() {
                 std::thread::yield_now();
-            };
-            if let Err(e) = &r {
-                self.note_error(e);
             }
             return;
         }
@@ -337,10 +332,7 @@ impl Engine {
         let mut finished = 0;
         list.retain_mut(|poll| match poll() {
             None => true,
-            Some(r) => {
-                if let Err(e) = &r {
-                    self.note_error(e);
-                }
+            Some(_) => {
                 finished += 1;
                 false
             }

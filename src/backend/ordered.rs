@@ -416,14 +416,29 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
 /// its failure leaves undefined (`outputs_undefined`).
 fn complete_started(started: Arc<Mutex<Option<Started>>>, c: Arc<Communicator>, undefined: usize) -> engine::Watched {
     let deadline = c.config().timeout.map(|t| (std::time::Instant::now() + t, t));
-    let failed = move |e: Error| Some(Err(if undefined > 0 { outputs_undefined(e, undefined) } else { e }));
+    // A failure is the communicator's asynchronous error before the flag is released: a program
+    // that synchronizes the stream, then asks, sees it (`Engine::watch` leaves it to the poll).
+    let note = move |c: &Communicator, e: Error| {
+        let e = if undefined > 0 { outputs_undefined(e, undefined) } else { e };
+        c.engine().note_error(&e);
+        e
+    };
     Box::new(move || {
         let mut g = started.lock().unwrap_or_else(|p| p.into_inner());
         let st = g.as_mut()?;
-        match st.test() {
+        match st.pending.as_mut().map_or(Ok(true), |p| p.test()) {
             Ok(false) => {}
-            Ok(true) => return Some(Ok(())),
-            Err(e) => return failed(e),
+            Ok(true) => {
+                st.pending = None;
+                st.finish();
+                return Some(Ok(()));
+            }
+            Err(e) => {
+                let e = note(&c, e);
+                st.pending = None;
+                st.finish();
+                return Some(Err(e));
+            }
         }
         let why = match deadline {
             Some((d, t)) if std::time::Instant::now() >= d => {
@@ -437,6 +452,7 @@ fn complete_started(started: Arc<Mutex<Option<Started>>>, c: Arc<Communicator>, 
             _ if c.is_broken() => Error::CommBroken("the communicator broke while a blocking point-to-point operation was in progress; its stream's wait was released".into()),
             _ => return None,
         };
+        let why = note(&c, why);
         // Abandoned: MPI may still use the staging, which is never taken again (the ticket is
         // not finished); the stream goes on.
         if let Some(p) = st.pending.take() {
@@ -446,7 +462,7 @@ fn complete_started(started: Arc<Mutex<Option<Started>>>, c: Arc<Communicator>, 
             drop(flag);
             std::mem::forget(ticket);
         }
-        failed(why)
+        Some(Err(why))
     })
 }
 
