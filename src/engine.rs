@@ -323,6 +323,10 @@ impl Engine {
             }
             return;
         }
+        // Often complete at once (a small send): then nothing is left to watch.
+        if poll().is_some() {
+            return;
+        }
         self.reserve();
         self.p2p.fetch_add(1, Ordering::AcqRel);
         lock(&self.watched).push(poll);
