@@ -191,6 +191,8 @@ impl Communicator {
             // Until agreed below: the same (nonblocking) form on every rank.
             nb_coll: true,
             busy: AtomicU64::new(0),
+            // Until the configuration and backend are settled below.
+            lean: false,
             engine: Arc::new(crate::engine::Engine::default()),
             backend_state: BackendState::default(),
         };
@@ -224,6 +226,7 @@ impl Communicator {
         crate::trace!("agreed backend {}; setting up", c.choice.kind.name());
         let set = backend::setup(&mut c);
         c.agree_on_result(set, "setting up the backend")?;
+        c.lean = crate::lean::applies(&c);
         crate::trace!("communicator ready: {}", c.choice.reason);
         Ok(c)
     }

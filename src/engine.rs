@@ -262,6 +262,12 @@ impl Engine {
         }
     }
 
+    /// Whether an asynchronous error waits to be taken (`take_async_error`), without taking it.
+    #[inline]
+    pub fn has_async_error(&self) -> bool {
+        self.has_async_error.load(Ordering::Acquire)
+    }
+
     /// Takes the asynchronous error (reported once).
     pub fn take_async_error(&self) -> Option<Error> {
         if !self.has_async_error.load(Ordering::Acquire) {

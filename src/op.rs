@@ -515,8 +515,15 @@ pub fn tracing() -> bool {
 /// request behind (abandoned at its deadline): MPI may still write its buffers when a late peer
 /// arrives (in MPI_Finalize at the latest), so they are never freed.
 fn keep_if_abandoned(op: &Op, e: &Error) {
+    keep_slots_if_abandoned(op.slots(), e);
+}
+
+/// `keep_if_abandoned` of an operation's buffers (`Op::slots`) held apart from an `Op`.
+pub(crate) fn keep_slots_if_abandoned(slots: [Option<&Arc<Buffer>>; 2], e: &Error) {
     if e.abandons() {
-        std::mem::forget(op.buffers());
+        for b in slots.into_iter().flatten() {
+            std::mem::forget(b.clone());
+        }
     }
 }
 
@@ -596,12 +603,22 @@ pub fn trace_call(c: &Communicator, name: &str, bytes: usize, route: &str, took:
 /// entry that also records operations in groups.
 pub fn issue(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -> Result<Option<Request>> {
     engine::free_dropped();
-    const NOTHING: &str = "nothing was done by this call";
     if let Some(e) = c.engine().take_async_error() {
         return Err(engine::earlier_failure(e, NOTHING));
     }
     // The communicator may break under this call by that failure (it waited behind it).
-    issue_now(c, op, stream, nonblocking).map_err(|e| c.engine().or_earlier_failure(e, NOTHING))
+    issue_now(c, op, stream, nonblocking).map_err(|e| issued_error(c, e))
+}
+
+/// What a call that fails before doing anything says of itself when it reports an earlier
+/// asynchronous failure instead.
+const NOTHING: &str = "nothing was done by this call";
+
+/// The error `issue` returns for `e`, an error of the issued operation: the communicator's
+/// asynchronous failure instead where that failure broke it (`Engine::or_earlier_failure`).
+#[inline]
+pub(crate) fn issued_error(c: &Communicator, e: Error) -> Error {
+    c.engine().or_earlier_failure(e, NOTHING)
 }
 
 fn issue_now(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -> Result<Option<Request>> {

@@ -122,6 +122,20 @@ fn input<'a>(what: &str, send: &'a Buffer, recv: &Buffer, block: usize) -> Resul
     Ok(Input::Buf(send))
 }
 
+/// An allreduce's own checks of its arguments on this rank (datatypes, the operation on that
+/// datatype, counts, overlap), in the order their errors are reported: its input (in place or
+/// `send`). `plan_allreduce` and the lean path (`crate::lean`) both call it.
+#[inline]
+pub(crate) fn allreduce_args<'a>(send: &'a Buffer, recv: &Buffer, op: ReduceOp) -> Result<Input<'a>> {
+    let what = "allreduce";
+    let dtype = same_dtype(what, send, recv)?;
+    op.check_supported(dtype)?;
+    if send.count() != recv.count() {
+        return Err(count_mismatch(what, format!("send has {} elements, receive {}", send.count(), recv.count())));
+    }
+    input(what, send, recv, 0)
+}
+
 /// Why `input` refused `send`.
 #[cold]
 #[inline(never)]
@@ -601,14 +615,9 @@ impl Communicator {
     }
 
     pub(crate) fn plan_allreduce<'a>(&self, send: &'a Buffer, recv: &Buffer, op: ReduceOp) -> (Sig, Result<(Input<'a>, &'static dyn Path)>) {
-        let what = "allreduce";
         let local = (|| {
-            let dtype = same_dtype(what, send, recv)?;
-            op.check_supported(dtype)?;
-            if send.count() != recv.count() {
-                return Err(count_mismatch(what, format!("send has {} elements, receive {}", send.count(), recv.count())));
-            }
-            Ok((input(what, send, recv, 0)?, self.reduce_path(Operation::Allreduce, dtype, op, &[Some(send), Some(recv)])?))
+            let input = allreduce_args(send, recv, op)?;
+            Ok((input, self.reduce_path(Operation::Allreduce, send.dtype(), op, &[Some(send), Some(recv)])?))
         })();
         let sig = Sig { count: Some(recv.count()), dtype: Some(recv.dtype()), op: Some(op), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
         (sig, local)

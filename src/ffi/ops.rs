@@ -813,10 +813,17 @@ pub extern "C" fn gpuwire_allreduce(
 ) -> gpuwire_status {
     call("gpuwire_allreduce", || {
         let (c, s, r) = boundary::comm_and_buffers(comm, sendbuf, recvbuf)?;
+        let op = ReduceOp::from_c(op);
+        if let (Ok(s), Ok(r), Ok(op)) = (&s, &r, &op) {
+            // The common case's short path, where it is the same as the general one (`lean`).
+            if let Some(done) = crate::lean::allreduce(&c, s, r, *op) {
+                return done;
+            }
+        }
         collective(
             &c,
             "allreduce",
-            || Ok((s?, r?, ReduceOp::from_c(op)?)),
+            || Ok((s?, r?, op?)),
             |(s, r, op)| issue(&c, Op::Allreduce { send: s, recv: r, op }, st(stream), false).map(|_| ()),
         )
     })
