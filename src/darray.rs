@@ -97,7 +97,7 @@ impl Cart {
 pub fn dims_create(size: usize, asked: &[usize]) -> Result<Vec<usize>> {
     let fixed = asked.iter().filter(|d| **d > 0).try_fold(1usize, |a, d| a.checked_mul(*d));
     let free = asked.iter().filter(|d| **d == 0).count();
-    let bad = || Error::InvalidArgument(format!("process grid {asked:?} (0 = chosen by gpuwire): the numbers of processes per axis must multiply to the communicator's size, {size}"));
+    let bad = || Error::InvalidArgument(format!("process grid {} (0 = chosen by gpuwire): the numbers of processes per axis must multiply to the communicator's size, {size}", brief(asked)));
     let fixed = fixed.filter(|f| size % f == 0 && (free > 0 || *f == size)).ok_or_else(bad)?;
     let mut rest = size / fixed;
     let mut primes = Vec::new();
@@ -136,15 +136,17 @@ impl Spec {
             let padded = self.shape.iter().zip(&c.halo).try_fold(1usize, |a, (n, h)| h.checked_mul(2).and_then(|h| h.checked_add(*n)).and_then(|d| a.checked_mul(d)));
             if padded.and_then(|e| e.checked_mul(self.dtype.size())).is_none_or(|b| b > isize::MAX as usize) {
                 return Err(Error::InvalidArgument(format!(
-                    "the shape {:?} with halo widths {:?} needs more memory than the address space holds",
-                    self.shape, c.halo
+                    "the shape {} with halo widths {} needs more memory than the address space holds",
+                    brief(&self.shape),
+                    brief(&c.halo)
                 )));
             }
             let nd = self.shape.len();
             if nd > 4 && !(procs[1..].iter().all(|p| *p == 1) && c.halo[1..].iter().all(|h| *h == 0)) {
                 return Err(Error::InvalidArgument(format!(
-                    "ndim = {nd} with processes {procs:?} and halo widths {:?}: a decomposition or halo on an axis other than the first needs ndim <= 4 (strided views have at most 4 dimensions)",
-                    c.halo
+                    "ndim = {nd} with processes {} and halo widths {}: a decomposition or halo on an axis other than the first needs ndim <= 4 (strided views have at most 4 dimensions)",
+                    brief(&procs),
+                    brief(&c.halo)
                 )));
             }
         }
@@ -189,7 +191,20 @@ impl Spec {
 }
 
 fn overflow(shape: &[usize]) -> Error {
-    Error::InvalidArgument(format!("the shape {shape:?} has more elements than the address space holds"))
+    Error::InvalidArgument(format!("the shape {} has more elements than the address space holds", brief(shape)))
+}
+
+/// A list (a shape, a process grid, halo widths, the ranks' lengths) for an error message:
+/// whole up to 8 entries, else its first 4 and last 2 entries and how many it has. Such lists
+/// grow with the number of dimensions or ranks; printed whole they pushed messages past the
+/// 1024 bytes that hold every message (gpuwire_last_error), and the cross-rank agreement cut
+/// them there, losing the message's end (what was wrong).
+pub(crate) fn brief<T: std::fmt::Debug>(v: &[T]) -> String {
+    if v.len() <= 8 {
+        return format!("{v:?}");
+    }
+    let show = |xs: &[T]| xs.iter().map(|x| format!("{x:?}")).collect::<Vec<_>>().join(", ");
+    format!("[{}, ..., {}] ({} entries)", show(&v[..4]), show(&v[v.len() - 2..]), v.len())
 }
 
 /// FNV-1a of the shape: ranks compare it to find a shape that differs in any dimension.
@@ -338,13 +353,16 @@ impl DArray {
                 } else if decided > 0 {
                     let which: Vec<usize> = (0..p).filter(|r| asked[*r] < 0).collect();
                     return Err(Error::InvalidArgument(format!(
-                        "ranks {which:?} passed GPUWIRE_DECIDE and the others a local length ({asked:?}); pass GPUWIRE_DECIDE on every rank, or a length on every rank"
+                        "ranks {} passed GPUWIRE_DECIDE and the others a local length ({}); pass GPUWIRE_DECIDE on every rank, or a length on every rank",
+                        brief(&which),
+                        brief(&asked)
                     )));
                 } else {
                     let sum = asked.iter().try_fold(0usize, |s, v| s.checked_add(*v as usize));
                     if sum != Some(n) {
                         return Err(Error::CountMismatch(format!(
-                            "the local lengths {asked:?} ({unit} per rank) add up to {} but the global length along axis 0 is {n}",
+                            "the local lengths {} ({unit} per rank) add up to {} but the global length along axis 0 is {n}",
+                            brief(&asked),
                             sum.map_or("more than the address space holds".to_string(), |s| s.to_string())
                         )));
                     }
@@ -696,7 +714,7 @@ impl DArray {
             return Err(Error::DtypeMismatch(format!("{what}: one array holds {} and the other {}", self.dtype.name(), other.dtype.name())));
         }
         if self.shape != other.shape {
-            return Err(Error::CountMismatch(format!("{what}: the global shapes differ ({:?} and {:?})", self.shape, other.shape)));
+            return Err(Error::CountMismatch(format!("{what}: the global shapes differ ({} and {})", brief(&self.shape), brief(&other.shape))));
         }
         if self.partition != other.partition {
             return Err(Error::InvalidArgument(format!(
@@ -706,10 +724,12 @@ impl DArray {
             )));
         }
         if self.rows != other.rows || self.procs != other.procs || self.counts != other.counts {
+            let (a, b) = (self.local_lens(), other.local_lens());
+            let first = a.iter().zip(&b).position(|(x, y)| x != y).map_or(String::new(), |r| format!(", first on rank {r}: {} and {}", a[r], b[r]));
             return Err(Error::CountMismatch(format!(
-                "{what}: the arrays are split differently (local lengths {:?} and {:?}); redistribute one of them first",
-                self.local_lens(),
-                other.local_lens()
+                "{what}: the arrays are split differently (local lengths {} and {}{first}); redistribute one of them first",
+                brief(&a),
+                brief(&b)
             )));
         }
         if self.is_host() != other.is_host() || (!self.is_host() && self.storage.device() != other.storage.device()) {
@@ -1308,7 +1328,7 @@ impl DArray {
                 return Err(Error::DtypeMismatch(format!("{what}: the source holds {} and the destination {}", src.dtype.name(), dst.dtype.name())));
             }
             if src.shape != dst.shape {
-                return Err(Error::CountMismatch(format!("{what}: the global shapes differ ({:?} and {:?})", src.shape, dst.shape)));
+                return Err(Error::CountMismatch(format!("{what}: the global shapes differ ({} and {})", brief(&src.shape), brief(&dst.shape))));
             }
             if src.is_host() != dst.is_host() || (!src.is_host() && src.storage.device() != dst.storage.device()) {
                 return Err(Error::InvalidArgument(format!(

@@ -9,7 +9,8 @@
  * gpuwire_finalize; arrays on a process grid (gpuwire_darray_create_cart): the 3-D halo
  * exchange of faces and of corners, periodic and not, every ghost checked against the value of
  * its global index, and every operation on such an array; gpuwire_darray_wrap over this
- * program's own memory (a periodic row split, as a Jacobi solver's); bad decompositions. The Rust test tests/mpi_darray.rs covers every datatype and more splits.
+ * program's own memory (a periodic row split, as a Jacobi solver's); bad decompositions; error
+ * messages about shapes of 100 and 150 axes within 1024 bytes. The Rust test tests/mpi_darray.rs covers every datatype and more splits.
  *
  * Usage: mpirun -n P test_darray P   (any P >= 1; the argument is the rank count expected)
  * Prints "test_darray: PASS (...)" from rank 0 and exits 0 when every check on every rank passed.
@@ -596,6 +597,43 @@ static void cart_errors(void)
     EXPECT_OK(gpuwire_darray_free(d));
 }
 
+/* Error messages that print a shape stay whole within the 1024 bytes gpuwire_last_error
+ * promises, however many dimensions: a 100-axis shape was printed whole (1300 bytes), and the
+ * cross-rank agreement cut the message at 1024, losing its end (what was wrong). Found by a
+ * helper's hunt (2026-12-06) with a 100-axis gpuwire_darray_create_nd. */
+static void long_messages(void)
+{
+    int64_t shape[150];
+    char msg[8192];
+    gpuwire_darray d = GPUWIRE_DARRAY_NULL, a = GPUWIRE_DARRAY_NULL, b = GPUWIRE_DARRAY_NULL;
+    float one = 1.0f;
+    for (int i = 0; i < 150; i++)
+        shape[i] = 1000000000000LL;
+    EXPECT_STATUS(gpuwire_darray_create_nd(comm, 100, shape, GPUWIRE_DECIDE, 0, GPUWIRE_INT8, GPUWIRE_SPACE_HOST,
+                                           GPUWIRE_PARTITION_SCATTER, &d),
+                  GPUWIRE_ERROR_INVALID_ARGUMENT);
+    EXPECT_OK(gpuwire_last_error(msg, sizeof msg));
+    EXPECT(strlen(msg) < 1024);
+    EXPECT(strstr(msg, "more elements than the address space holds") != NULL);
+    EXPECT(strstr(msg, "(100 entries)") != NULL);
+    /* Two 150-axis arrays of different shapes: both shapes named, the message whole. */
+    for (int i = 0; i < 150; i++)
+        shape[i] = 1;
+    shape[0] = 2 * size;
+    EXPECT_OK(gpuwire_darray_create_nd(comm, 150, shape, GPUWIRE_DECIDE, 0, GPUWIRE_FLOAT32, GPUWIRE_SPACE_HOST,
+                                       GPUWIRE_PARTITION_SCATTER, &a));
+    shape[0] = size;
+    shape[1] = 2;
+    EXPECT_OK(gpuwire_darray_create_nd(comm, 150, shape, GPUWIRE_DECIDE, 0, GPUWIRE_FLOAT32, GPUWIRE_SPACE_HOST,
+                                       GPUWIRE_PARTITION_SCATTER, &b));
+    EXPECT_STATUS(gpuwire_darray_axpy(&one, a, b, NULL), GPUWIRE_ERROR_COUNT_MISMATCH);
+    EXPECT_OK(gpuwire_last_error(msg, sizeof msg));
+    EXPECT(strlen(msg) < 1024);
+    EXPECT(strstr(msg, "the global shapes differ") != NULL && strstr(msg, "(150 entries))") != NULL);
+    EXPECT_OK(gpuwire_darray_free(a));
+    EXPECT_OK(gpuwire_darray_free(b));
+}
+
 static void process_grids(void)
 {
     /* The middle (strided) axis split, periodic outer axes: self-exchange on them. */
@@ -638,6 +676,7 @@ int main(int argc, char **argv)
     redistribution();
     halo_exchange();
     process_grids();
+    long_messages();
 
     /* The ranks' failure counts, added up by a distributed array of one element per rank. */
     fails = make(size, 1, GPUWIRE_INT64, GPUWIRE_PARTITION_SCATTER);
