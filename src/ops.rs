@@ -190,7 +190,7 @@ impl OwnedBlocks {
 }
 
 /// Validates `l` for a buffer of `len` elements on a communicator of `p` ranks: every count and
-/// displacement non-negative, every block inside the buffer (overflow checked), and receive
+/// displacement non-negative, every non-empty block inside the buffer (overflow checked), and receive
 /// blocks (`disjoint`) not overlapping one another (MPI forbids writing an element twice).
 /// `role` names the arrays in messages ("send", "recv").
 fn layout(what: &str, role: &str, l: &Layout, p: usize, len: usize, disjoint: bool) -> Result<OwnedBlocks> {
@@ -208,6 +208,13 @@ fn layout(what: &str, role: &str, l: &Layout, p: usize, len: usize, disjoint: bo
             Some(ds) => usize::try_from(ds[j]).map_err(|_| Error::InvalidArgument(format!("{what}: {role} displacement [{j}] = {} is negative", ds[j])))?,
             None => next,
         };
+        if n == 0 {
+            // An empty block reads and writes nothing, wherever it is (as in MPI): kept inside
+            // the buffer, so that no path computes an address past it.
+            b.counts.push(0);
+            b.displs.push(d.min(len));
+            continue;
+        }
         let end = d.checked_add(n).filter(|e| *e <= len).ok_or_else(|| {
             Error::InvalidArgument(format!(
                 "{what}: {role} block {j} ({n} elements at displacement {d}) ends past the {role} buffer's {len} elements; nothing was sent"

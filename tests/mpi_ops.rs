@@ -599,7 +599,7 @@ fn i64s(v: &[usize]) -> Vec<i64> {
 /// `buf` (sentinel elsewhere) with `blocks[j]` written at `displs[j]`.
 fn place(d: Dtype, len: usize, displs: &[i64], blocks: &[Vec<u8>]) -> Vec<u8> {
     let mut out = sentinel(len * d.size());
-    for (b, &o) in blocks.iter().zip(displs) {
+    for (b, &o) in blocks.iter().zip(displs).filter(|(b, _)| !b.is_empty()) {
         let o = o as usize * d.size();
         out[o..o + b.len()].copy_from_slice(b);
     }
@@ -616,13 +616,24 @@ fn vcollectives(ctx: &Ctx, checking: bool) {
 }
 
 /// One alltoallv with count matrix `cnt(from, to)`, gappy displacements on both sides; checks
-/// the received blocks, the gaps (left as they were) and the send buffer (unchanged).
-fn alltoallv_case(ctx: &Ctx, d: Dtype, name: &str, cnt: &dyn Fn(usize, usize) -> usize) {
+/// the received blocks, the gaps (left as they were) and the send buffer (unchanged). With
+/// `far`, every empty block's displacement lies past its buffer's end (MPI reads and writes
+/// nothing of an empty block, wherever it is).
+fn alltoallv_case(ctx: &Ctx, d: Dtype, name: &str, cnt: &dyn Fn(usize, usize) -> usize, far: bool) {
     let (r, p) = (ctx.rank, ctx.size);
     let scounts: Vec<usize> = (0..p).map(|j| cnt(r, j)).collect();
     let rcounts: Vec<usize> = (0..p).map(|j| cnt(j, r)).collect();
-    let (sd, slen) = gappy(&scounts, 7 + r);
-    let (rd, rlen) = gappy(&rcounts, 11 + r);
+    let (mut sd, slen) = gappy(&scounts, 7 + r);
+    let (mut rd, rlen) = gappy(&rcounts, 11 + r);
+    if far {
+        let past = |displs: &mut Vec<i64>, counts: &[usize], len: usize| {
+            for j in (0..p).filter(|j| counts[*j] == 0) {
+                displs[j] = (len + 1000 + j) as i64;
+            }
+        };
+        past(&mut sd, &scounts, slen);
+        past(&mut rd, &rcounts, rlen);
+    }
     let sblocks: Vec<Vec<u8>> = (0..p).map(|j| data(120, d, r, j, scounts[j])).collect();
     let rblocks: Vec<Vec<u8>> = (0..p).map(|j| data(120, d, j, r, rcounts[j])).collect();
     let mine = place(d, slen, &sd, &sblocks);
@@ -648,9 +659,10 @@ fn alltoallv(ctx: &Ctx) {
     let (r, p) = (ctx.rank, ctx.size);
     for d in [Dtype::GPUWIRE_INT32, Dtype::GPUWIRE_FLOAT64, Dtype::GPUWIRE_UINT8] {
         // Rank 0 sends nothing (a zero row), nobody sends to the last rank (a zero column).
-        alltoallv_case(ctx, d, "zero row and column", &|i, j| if i == 0 || j == p - 1 { 0 } else { 1 + (i + 2 * j) % 3 });
-        alltoallv_case(ctx, d, "random counts (seed 5)", &|i, j| rnd(&[5, i, j], 5));
-        alltoallv_case(ctx, d, "all zero", &|_, _| 0);
+        alltoallv_case(ctx, d, "zero row and column", &|i, j| if i == 0 || j == p - 1 { 0 } else { 1 + (i + 2 * j) % 3 }, false);
+        alltoallv_case(ctx, d, "zero row and column, empty blocks past the buffers' ends", &|i, j| if i == 0 || j == p - 1 { 0 } else { 1 + (i + 2 * j) % 3 }, true);
+        alltoallv_case(ctx, d, "random counts (seed 5)", &|i, j| rnd(&[5, i, j], 5), false);
+        alltoallv_case(ctx, d, "all zero", &|_, _| 0, false);
 
         // In place (sendbuf = recvbuf, send arrays NULL): symmetric counts, rank r's block j
         // holds its data for j and is replaced by j's data for r.
