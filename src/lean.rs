@@ -26,12 +26,28 @@
 //!
 //! What the lean path leaves out is the building and dropping of the `Op`, the dispatch on it,
 //! the per-call routing, the checking-mode signature and the second usability check.
+//!
+//! A blocking sendrecv on host memory ([`sendrecv`]) is shorter still: where the general path
+//! runs it at once, it comes down to `Communicator::sendrecv` (the call's own checks, its path
+//! and the receive that takes exactly its buffer), which the lean path calls too.
+//!
+//! | general path (`group::submit` → `op::issue` → `Op::run` → `Communicator::sendrecv`) | lean path ([`sendrecv`]) |
+//! |---|---|
+//! | `group::traced`: a `GPUWIRE_TRACE` line | tested per call: not tracing (`op::tracing`, read once per process) |
+//! | `group::submit_now`: inside a group the operation is recorded, issued at the end | tested: no group open on this thread |
+//! | `op::issue`: `engine::free_dropped`; an asynchronous error returned, nothing done | done too; tested: none |
+//! | `issue_now`: device or managed memory → stream-ordered or NCCL paths | tested: both buffers host-accessible |
+//! | `issue_now`: another point-to-point operation of the communicator still queued on its engine → queued behind it | tested: none (`Engine::no_p2p`, the general path's own test for host point-to-point) |
+//! | `Op::run`: strided or subarray views packed and unpacked | tested: neither buffer has a shape |
+//! | `Op::run` → `Communicator::sendrecv`: `enter` (broken communicator, deadline), ranks, tags, wildcards, overlap, path, checking mode's header exchange | the same call |
+//! | `keep_if_abandoned`, and the asynchronous failure that broke the communicator reported instead of COMM_BROKEN | the same (`keep_slots_if_abandoned`, `issued_error`) |
 
 use std::sync::Arc;
 
 use crate::backend::host::{self, Src};
 use crate::buffer::Buffer;
 use crate::comm::Communicator;
+use crate::device::Stream;
 use crate::error::Result;
 use crate::types::ReduceOp;
 
@@ -64,6 +80,30 @@ pub fn allreduce(c: &Arc<Communicator>, send: &Arc<Buffer>, recv: &Arc<Buffer>, 
         let _call = c.enter("allreduce", true)?;
         host::allreduce(c, Src::of(input), recv.ptr(), recv.count(), recv.dtype(), op, true)
     })();
+    Some(r.map_err(|e| {
+        crate::op::keep_slots_if_abandoned([Some(send), Some(recv)], &e);
+        crate::op::issued_error(c, e)
+    }))
+}
+
+/// A blocking sendrecv of `send` to `dest` and into `recv` from `source` on `c`, on the lean
+/// path (see the second table above): `None` where one of its tests fails (the caller then
+/// takes the general path), else the call's result, as the general path's.
+#[inline]
+#[allow(clippy::too_many_arguments)]
+pub fn sendrecv(c: &Arc<Communicator>, send: &Arc<Buffer>, dest: i32, sendtag: i32, recv: &Arc<Buffer>, source: i32, recvtag: i32, stream: Stream) -> Option<Result<()>> {
+    if crate::op::tracing() || crate::group::is_open() {
+        return None;
+    }
+    if !send.is_host() || !recv.is_host() || send.shape().is_some() || recv.shape().is_some() {
+        return None;
+    }
+    let eng = c.engine();
+    if !eng.no_p2p() || eng.has_async_error() {
+        return None;
+    }
+    crate::engine::free_dropped();
+    let r = c.sendrecv(send, dest, sendtag, recv, source, recvtag, stream);
     Some(r.map_err(|e| {
         crate::op::keep_slots_if_abandoned([Some(send), Some(recv)], &e);
         crate::op::issued_error(c, e)

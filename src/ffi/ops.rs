@@ -740,6 +740,10 @@ pub extern "C" fn gpuwire_sendrecv(
     call("gpuwire_sendrecv", || {
         let (c, s, r) = boundary::comm_and_buffers(comm, sendbuf, recvbuf)?;
         let (s, r) = (s?, r?);
+        // The common case's short path, where it is the same as the general one (`lean`).
+        if let Some(done) = crate::lean::sendrecv(&c, &s, dest, sendtag, &r, source, recvtag, st(stream)) {
+            return done;
+        }
         issue(&c, Op::Sendrecv { send: s, dest, sendtag, recv: r, source, recvtag }, st(stream), false).map(|_| ())
     })
 }
