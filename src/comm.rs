@@ -83,8 +83,8 @@ pub struct Communicator {
     pub(crate) nb_coll: bool,
     /// The thread (`thread_id`) inside a collective on this communicator, 0 when none.
     pub(crate) busy: AtomicU64,
-    /// Whether a blocking allreduce on host memory may take `crate::lean`'s path (`lean::applies`,
-    /// fixed at creation).
+    /// Whether a blocking allreduce (on host memory, or on device memory that NCCL does) may take
+    /// `crate::lean`'s path (`lean::applies`, fixed at creation).
     pub(crate) lean: bool,
     /// The progress engine of the operations that complete after their call (`crate::op`).
     pub(crate) engine: Arc<crate::engine::Engine>,

@@ -1,27 +1,31 @@
-//! The lean path of a blocking allreduce on host memory (issue 19): what the general path comes
-//! down to in the common case, taken only where a few cheap tests show that the general path
-//! would do exactly that; otherwise the call takes the general path, unchanged.
+//! The lean path of a blocking allreduce on host memory, and of one on device memory that NCCL
+//! does (issue 19): what the general path comes down to in the common case, taken only where a
+//! few cheap tests show that the general path would do exactly that; otherwise the call takes
+//! the general path, unchanged.
 //!
 //! The general path of `gpuwire_allreduce`, once its handles and op resolved, and why the lean
 //! path may leave each step out (or does it too):
 //!
 //! | general path (`group::submit` → `op::issue` → `Op::run` → `Communicator::allreduce` →
-//! `HostPath::allreduce`) | lean path ([`allreduce`]) |
+//! `HostPath::allreduce` / `NcclPath::allreduce`) | lean path ([`allreduce`]) |
 //! |---|---|
 //! | `group::traced`: a `GPUWIRE_TRACE` line | `Communicator::lean` is false when tracing (fixed for the process at its first read, at the latest when the communicator was created) |
-//! | `group::submit_now`: inside a group the operation is recorded, issued at the end | tested per call: no group open on this thread (`group::is_open`) |
+//! | `group::submit_now`: inside a group the operation is recorded, issued at the end (on NCCL: into the group's NCCL group) | tested per call: no group open on this thread (`group::is_open`) |
 //! | `op::issue`: `engine::free_dropped` | done too |
 //! | `op::issue`: an asynchronous error is returned, nothing done | tested: none (`Engine::has_async_error`); else the general path |
-//! | `issue_now`: another thread's collective on the communicator refused (`collective_elsewhere`) | refused by `enter`'s claim of the collective slot: the same error, with the same words ("allreduce: ...") |
-//! | `issue_now`: device or managed memory → stream-ordered, NCCL, device syncs | tested: both buffers host-accessible (`Buffer::is_host`) |
+//! | `issue_now`: another thread's collective on the communicator refused (`collective_elsewhere`) | tested: none (the same call); else the general path. One that begins after the test is refused by `enter`'s claim of the collective slot, as in the general path, whose own claim comes after its test too |
+//! | `issue_now`: device memory not done by NCCL → stream-ordered MPI paths (`issue_ordered`: flags, staging, the two-phase reductions), `refuse_capture` | tested: both buffers host-accessible (`Buffer::is_host`), or NCCL does it (`Op::nccl_native`'s tests: `nccl::reduces` of the send datatype and op, `op::nccl_takes`: backend NCCL, both buffers device memory); a mixed call, or another backend's device call, takes the general path |
 //! | `issue_now`: engine busy → queued behind its work and waited for | tested: engine idle (`Engine::idle`); work another thread queues after the test is drained by `enter`, as in the general path, which tests at the same point |
-//! | `Op::run`: strided or subarray views packed and unpacked | tested: neither buffer has a shape (contiguous) |
-//! | `enter`: broken communicator, finalized MPI, collective slot, deadline of a timeout | the same call |
+//! | `Op::run`: strided or subarray views packed and unpacked (on device: kernels on the stream) | tested: neither buffer has a shape (contiguous) |
+//! | `enter`: broken communicator, finalized MPI, collective slot, deadline of a timeout (which NCCL's `finish` waits by) | the same call |
 //! | `plan_allreduce`: datatype, op on that datatype, counts, overlap, in-place | the same checks (`ops::allreduce_args`), made before `enter`: they read only the buffers, which never change. A failure takes the general path, which returns the same error after what comes before it there (an asynchronous error, a broken communicator, a busy slot) |
 //! | `plan_allreduce`: route → `HostPath` | host buffers route to `HostPath` unless the backend does allreduce on host memory itself (MPI_STAGED, MPI_CUDA_AWARE, HIER, IPC): `Communicator::lean` is false there |
+//! | `plan_allreduce`: route → `NcclPath` | device buffers (both) on NCCL with a reduction NCCL does route to the backend itself (`backend::decide`: allreduce is in NCCL's operations, `nccl::reduces`, memory `Device`; the test below checks this for every datatype and op) |
 //! | `agree`: `ensure_usable` again; checking mode's exchange | `enter` just checked usability; `Communicator::lean` is false in checking mode |
 //! | `HostPath::allreduce` → `host::allreduce(.., divide: true)` (chunks past 2^30 elements, AVG, timeouts by `collective!`) | the same call |
+//! | `NcclPath::allreduce`: NCCL's op (AVG: SUM, then a division kernel), `nccl::enter` (each buffer on the communicator's device, `check_device`; the device's context; posted isend/irecv launched first, `close_group`), the turn and lock of the NCCL communicator, an aborted one refused, ncclAllReduce, its result (a nonblocking communicator's ncclInProgress settled), `finish` (under a timeout: the wait for the stream, NCCL's asynchronous errors polled, the abort at the deadline) | the same call |
 //! | `keep_if_abandoned`: buffers kept alive after a timeout | the same (`keep_slots_if_abandoned`) |
+//! | `issue_now`, device memory: `GPUWIRE_HOST_SYNC=1`'s wait for the stream | the same (`op::host_sync_after`) |
 //! | `op::issue`: a COMM_BROKEN error replaced by the asynchronous failure that broke it | the same (`issued_error`) |
 //!
 //! What the lean path leaves out is the building and dropping of the `Op`, the dispatch on it,
@@ -45,45 +49,76 @@
 use std::sync::Arc;
 
 use crate::backend::host::{self, Src};
+use crate::backend::nccl::{self, NcclPath};
+use crate::backend::path::Path;
 use crate::buffer::Buffer;
 use crate::comm::Communicator;
 use crate::device::Stream;
 use crate::error::Result;
 use crate::types::ReduceOp;
 
-/// Whether `c`'s blocking allreduce on host memory may take the lean path at all (the
-/// communicator's part of the tests above): not checking mode, not tracing, and its backend
-/// leaves allreduce on host memory to plain MPI (`HostPath`). Read once, when `c` is created
-/// (`Communicator::adopt`, after its backend is set up): none of these changes afterwards.
+/// Whether `c`'s blocking allreduce may take the lean path at all (the communicator's part of
+/// the tests above): not checking mode, not tracing, and its backend leaves allreduce on host
+/// memory to plain MPI (`HostPath`; NCCL does: its device calls are tested per call). Read once,
+/// when `c` is created (`Communicator::adopt`, after its backend is set up): none of these
+/// changes afterwards.
 pub(crate) fn applies(c: &Communicator) -> bool {
     !c.config().check && !crate::op::tracing() && !crate::backend::native_on_host(c, crate::backend::path::Operation::Allreduce)
 }
 
-/// A blocking allreduce of `send` into `recv` with `op` on `c`, on the lean path: `None` where
-/// one of the tests above fails (the caller then takes the general path), else the call's
-/// result, as the general path's.
+/// A blocking allreduce of `send` into `recv` with `op` on `c` (device work on `stream`), on
+/// the lean path: `None` where one of the tests above fails (the caller then takes the general
+/// path), else the call's result, as the general path's.
 #[inline]
-pub fn allreduce(c: &Arc<Communicator>, send: &Arc<Buffer>, recv: &Arc<Buffer>, op: ReduceOp) -> Option<Result<()>> {
-    if !c.lean || crate::group::is_open() {
+pub fn allreduce(c: &Arc<Communicator>, send: &Arc<Buffer>, recv: &Arc<Buffer>, op: ReduceOp, stream: Stream) -> Option<Result<()>> {
+    if !c.lean || crate::group::is_open() || send.shape().is_some() || recv.shape().is_some() {
         return None;
     }
-    if !send.is_host() || !recv.is_host() || send.shape().is_some() || recv.shape().is_some() {
+    let on_host = send.is_host() && recv.is_host();
+    if !on_host && !(nccl::reduces(send.dtype(), op) && crate::op::nccl_takes(c, [Some(send), Some(recv)])) {
         return None;
     }
     let eng = c.engine();
-    if !eng.idle() || eng.has_async_error() {
+    if !eng.idle() || eng.has_async_error() || c.collective_elsewhere(|| "allreduce").is_err() {
         return None;
     }
     let input = crate::ops::allreduce_args(send, recv, op).ok()?;
     crate::engine::free_dropped();
     let r = (|| {
         let _call = c.enter("allreduce", true)?;
-        host::allreduce(c, Src::of(input), recv.ptr(), recv.count(), recv.dtype(), op, true)
-    })();
-    Some(r.map_err(|e| {
-        crate::op::keep_slots_if_abandoned([Some(send), Some(recv)], &e);
-        crate::op::issued_error(c, e)
-    }))
+        if on_host {
+            host::allreduce(c, Src::of(input), recv.ptr(), recv.count(), recv.dtype(), op, true)
+        } else {
+            NcclPath.allreduce(c, input, recv, op, stream)
+        }
+    })()
+    .inspect_err(|e| crate::op::keep_slots_if_abandoned([Some(send), Some(recv)], e));
+    let r = if on_host { r } else { r.and_then(|()| crate::op::host_sync_after(c, stream)) };
+    Some(r.map_err(|e| crate::op::issued_error(c, e)))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::backend::path::Operation;
+    use crate::backend::{BACKENDS, Memory, Route, decide, nccl};
+    use crate::types::{BackendKind, Dtype, ReduceOp};
+
+    /// What the lean path sends to `NcclPath` (device buffers on NCCL, a reduction NCCL does),
+    /// the registry routes to the NCCL backend itself, for every datatype and op.
+    #[test]
+    fn nccl_routes_what_the_lean_path_takes() {
+        let b = BACKENDS.iter().find(|b| b.kind == BackendKind::GPUWIRE_BACKEND_NCCL).expect("NCCL's entry");
+        let mut n = 0;
+        for d in Dtype::ALL {
+            for op in ReduceOp::ALL {
+                if nccl::reduces(d, op) {
+                    assert_eq!(decide(b, Operation::Allreduce, Some((d, op)), Memory::Device), Route::Native, "{d:?} {op:?}");
+                    n += 1;
+                }
+            }
+        }
+        assert!(n > 0);
+    }
 }
 
 /// A blocking sendrecv of `send` to `dest` and into `recv` from `source` on `c`, on the lean

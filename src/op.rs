@@ -406,8 +406,16 @@ impl Op {
             Op::Reduce { send, op, .. } | Op::Allreduce { send, op, .. } | Op::ReduceScatter { send, op, .. } => crate::backend::nccl::reduces(send.dtype(), *op),
             _ => true,
         };
-        served && c.backend() == crate::types::BackendKind::GPUWIRE_BACKEND_NCCL && self.slots().into_iter().flatten().all(|b| !b.is_host())
+        served && nccl_takes(c, self.slots())
     }
+}
+
+/// Whether an operation that NCCL serves (`Op::nccl_native`'s first test) on `bufs` goes to
+/// NCCL on `c`: its backend is NCCL and every buffer is device memory. `Op::nccl_native` and the
+/// lean path (`crate::lean`) both call it.
+#[inline]
+pub(crate) fn nccl_takes(c: &Communicator, bufs: [Option<&Arc<Buffer>>; 2]) -> bool {
+    c.backend() == crate::types::BackendKind::GPUWIRE_BACKEND_NCCL && bufs.into_iter().flatten().all(|b| !b.is_host())
 }
 
 /// Whether a receive's source is GPUWIRE_PROC_NULL (or MPI_PROC_NULL): it receives nothing.
@@ -642,9 +650,8 @@ fn issue_now(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -
             refuse_capture(c, stream)?;
         }
         op.run(c, stream).inspect_err(|e| keep_if_abandoned(&op, e))?;
-        if device && engine::host_sync() {
-            let _ctx = CtxGuard::enter(c.device())?;
-            crate::device::sync(stream)?;
+        if device {
+            host_sync_after(c, stream)?;
         }
         return Ok(None);
     }
@@ -695,11 +702,22 @@ fn issue_now(c: &Arc<Communicator>, op: Op, stream: Stream, nonblocking: bool) -
     done.wait_until(None)
         .unwrap_or_else(|| Err(Error::Internal("engine wait without deadline ended".into())))
         .inspect_err(|e| keep_if_abandoned(&op, e))?;
-    if device && engine::host_sync() {
+    if device {
+        host_sync_after(c, stream)?;
+    }
+    Ok(None)
+}
+
+/// After a blocking operation on device memory has run (`issue_now`, the lean path:
+/// `crate::lean`): under `GPUWIRE_HOST_SYNC=1` (`engine::host_sync`) the host also waits for
+/// `stream`, in `c`'s device's context.
+#[inline]
+pub(crate) fn host_sync_after(c: &Communicator, stream: Stream) -> Result<()> {
+    if engine::host_sync() {
         let _ctx = CtxGuard::enter(c.device())?;
         crate::device::sync(stream)?;
     }
-    Ok(None)
+    Ok(())
 }
 
 /// A device operation of an MPI path, stream-ordered (`crate::backend::ordered`): validated at

@@ -820,7 +820,7 @@ pub extern "C" fn gpuwire_allreduce(
         let op = ReduceOp::from_c(op);
         if let (Ok(s), Ok(r), Ok(op)) = (&s, &r, &op) {
             // The common case's short path, where it is the same as the general one (`lean`).
-            if let Some(done) = crate::lean::allreduce(&c, s, r, *op) {
+            if let Some(done) = crate::lean::allreduce(&c, s, r, *op, st(stream)) {
                 return done;
             }
         }
