@@ -430,14 +430,14 @@ fn complete_started(started: Arc<Mutex<Option<Started>>>, c: Arc<Communicator>, 
             Ok(false) => {}
             Ok(true) => {
                 st.pending = None;
-                st.finish();
+                st.finish(&Ok(()));
                 return Some(Ok(()));
             }
             Err(e) => {
-                let e = note(&c, e);
                 st.pending = None;
-                st.finish();
-                return Some(Err(e));
+                let r = Err(note(&c, e));
+                st.finish(&r);
+                return Some(r);
             }
         }
         let why = match deadline {
@@ -521,10 +521,17 @@ struct Started {
 }
 
 impl Started {
-    fn finish(&mut self) {
+    /// The operation ended with `outcome`: its flag released (the stream goes on), its staging
+    /// free again, unless the failure left its MPI request behind (`Error::abandons`: a late
+    /// peer may still write the staging, which is then never taken again).
+    fn finish<T>(&mut self, outcome: &Result<T>) {
         if let Some((flag, ticket)) = self.flag.take() {
             drop(flag);
-            ticket.finish();
+            if outcome.as_ref().err().is_some_and(|e| e.abandons()) {
+                std::mem::forget(ticket);
+            } else {
+                ticket.finish();
+            }
         }
     }
 }
@@ -540,7 +547,7 @@ impl Pending for Started {
         };
         self.matched = self.status();
         self.pending = None;
-        self.finish();
+        self.finish(&r);
         r
     }
     fn test(&mut self) -> Result<bool> {
@@ -550,7 +557,7 @@ impl Pending for Started {
             r => {
                 self.matched = self.status();
                 self.pending = None;
-                self.finish();
+                self.finish(&r);
                 r
             }
         }
