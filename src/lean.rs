@@ -31,9 +31,12 @@
 //! What the lean path leaves out is the building and dropping of the `Op`, the dispatch on it,
 //! the per-call routing, the checking-mode signature and the second usability check.
 //!
-//! A blocking sendrecv on host memory ([`sendrecv`]) is shorter still: where the general path
-//! runs it at once, it comes down to `Communicator::sendrecv` (the call's own checks, its path
-//! and the receive that takes exactly its buffer), which the lean path calls too.
+//! Point-to-point on host memory is shorter still: where the general path runs a blocking
+//! sendrecv or starts an isend or irecv at once ([`host_p2p_now`]), it comes down to
+//! `Communicator::sendrecv` (the call's own checks, its path and the receive that takes exactly
+//! its buffer), `Communicator::isend` or `Communicator::irecv`, which the lean path calls too
+//! ([`sendrecv`], [`isend`], [`irecv`]; for the nonblocking two, read `Op::start` for
+//! `Op::run` below; they keep no buffers after a failure, as `Op::start` keeps none).
 //!
 //! | general path (`group::submit` → `op::issue` → `Op::run` → `Communicator::sendrecv`) | lean path ([`sendrecv`]) |
 //! |---|---|
@@ -55,6 +58,7 @@ use crate::buffer::Buffer;
 use crate::comm::Communicator;
 use crate::device::Stream;
 use crate::error::Result;
+use crate::request::Request;
 use crate::types::ReduceOp;
 
 /// Whether `c`'s blocking allreduce may take the lean path at all (the communicator's part of
@@ -121,20 +125,26 @@ mod tests {
     }
 }
 
+/// Whether a point-to-point operation on the host buffers `bufs` runs at once on the general
+/// path, which the lean one then may replace (see the second table above): not tracing, no
+/// group open on this thread, every buffer host-accessible and contiguous, no point-to-point
+/// operation of `c` queued on its engine, no asynchronous error waiting.
+#[inline]
+pub fn host_p2p_now(c: &Communicator, bufs: &[&Arc<Buffer>]) -> bool {
+    if crate::op::tracing() || crate::group::is_open() || bufs.iter().any(|b| !b.is_host() || b.shape().is_some()) {
+        return false;
+    }
+    let eng = c.engine();
+    eng.no_p2p() && !eng.has_async_error()
+}
+
 /// A blocking sendrecv of `send` to `dest` and into `recv` from `source` on `c`, on the lean
 /// path (see the second table above): `None` where one of its tests fails (the caller then
 /// takes the general path), else the call's result, as the general path's.
 #[inline]
 #[allow(clippy::too_many_arguments)]
 pub fn sendrecv(c: &Arc<Communicator>, send: &Arc<Buffer>, dest: i32, sendtag: i32, recv: &Arc<Buffer>, source: i32, recvtag: i32, stream: Stream) -> Option<Result<()>> {
-    if crate::op::tracing() || crate::group::is_open() {
-        return None;
-    }
-    if !send.is_host() || !recv.is_host() || send.shape().is_some() || recv.shape().is_some() {
-        return None;
-    }
-    let eng = c.engine();
-    if !eng.no_p2p() || eng.has_async_error() {
+    if !host_p2p_now(c, &[send, recv]) {
         return None;
     }
     crate::engine::free_dropped();
@@ -143,4 +153,20 @@ pub fn sendrecv(c: &Arc<Communicator>, send: &Arc<Buffer>, dest: i32, sendtag: i
         crate::op::keep_slots_if_abandoned([Some(send), Some(recv)], &e);
         crate::op::issued_error(c, e)
     }))
+}
+
+/// An isend of `buf` on the lean path, where `host_p2p_now(c, &[&buf])` holds: started now, as
+/// the general path's `Op::start` starts it (`Communicator::isend`).
+#[inline]
+pub fn isend(c: &Arc<Communicator>, buf: Arc<Buffer>, dest: i32, tag: i32, stream: Stream) -> Result<Request> {
+    crate::engine::free_dropped();
+    c.isend(buf, dest, tag, stream).map_err(|e| crate::op::issued_error(c, e))
+}
+
+/// An irecv of exactly `buf`'s count on the lean path, where `host_p2p_now(c, &[&buf])` holds:
+/// posted now, as the general path's `Op::start` posts it (`Communicator::irecv`).
+#[inline]
+pub fn irecv(c: &Arc<Communicator>, buf: Arc<Buffer>, source: i32, tag: i32, stream: Stream) -> Result<Request> {
+    crate::engine::free_dropped();
+    c.irecv(buf, source, tag, false, stream).map_err(|e| crate::op::issued_error(c, e))
 }

@@ -79,7 +79,13 @@ pub extern "C" fn gpuwire_isend(
 ) -> gpuwire_status {
     call("gpuwire_isend", || {
         non_null(request, "request")?;
-        let r = issue(&boundary::comm(comm)?, Op::Isend { buf: boundary::buffer(buf)?, dest, tag }, st(stream), true)?.ok_or_else(no_request)?;
+        let (c, b) = (boundary::comm(comm)?, boundary::buffer(buf)?);
+        // The common case's short path, where it is the same as the general one (`lean`).
+        let r = if crate::lean::host_p2p_now(&c, &[&b]) {
+            crate::lean::isend(&c, b, dest, tag, st(stream))?
+        } else {
+            issue(&c, Op::Isend { buf: b, dest, tag }, st(stream), true)?.ok_or_else(no_request)?
+        };
         write(request, crate::request::register(r.going_on())?);
         Ok(())
     })
@@ -101,7 +107,13 @@ pub extern "C" fn gpuwire_irecv(
 ) -> gpuwire_status {
     call("gpuwire_irecv", || {
         non_null(request, "request")?;
-        let r = issue(&boundary::comm(comm)?, Op::Irecv { buf: boundary::buffer(buf)?, source, tag, upto: false }, st(stream), true)?.ok_or_else(no_request)?;
+        let (c, b) = (boundary::comm(comm)?, boundary::buffer(buf)?);
+        // The common case's short path, where it is the same as the general one (`lean`).
+        let r = if crate::lean::host_p2p_now(&c, &[&b]) {
+            crate::lean::irecv(&c, b, source, tag, st(stream))?
+        } else {
+            issue(&c, Op::Irecv { buf: b, source, tag, upto: false }, st(stream), true)?.ok_or_else(no_request)?
+        };
         write(request, crate::request::register(r)?);
         Ok(())
     })
