@@ -408,6 +408,11 @@ check "test_p2p status -n 2 (GPUWIRE_TRACE=1)" 0 2 $'test_p2p: PASS \\(2 ranks
 : recv_status [0-9]+ B; HOST \\(host memory\\): run now on the calling thread; [0-9.]+ us; ok
 : probe 0 B; MPI \\(the communicator.s MPI messages\\): found a message from rank [0-9]+ with tag [0-9]+; [0-9.]+ us; ok
 : iprobe 0 B; MPI \\(the communicator.s MPI messages\\): ' /usr/bin/env GPUWIRE_TRACE=1 "$build/test_p2p" status
+# GPUWIRE_TRACE=1 set by the program after creating its communicator, before its first
+# operation: that operation is traced (the lean path of gpuwire_allreduce read the variable at
+# the communicator's creation, and no line came).
+check "test_p2p tracelate -n 2" 0 2 $'test_p2p: PASS \\(2 ranks
+: allreduce 8 B; [A-Z_]+ \\(host memory\\): run now on the calling thread; [0-9.]+ us; ok' "$build/test_p2p" tracelate
 # Nonblocking collectives and groups (4 ranks oversubscribe the machine: fine), and below
 # MPI_THREAD_MULTIPLE, where each operation completes inside its call.
 for n in 1 2 3 4; do

@@ -9,7 +9,7 @@
 //! | general path (`group::submit` → `op::issue` → `Op::run` → `Communicator::allreduce` →
 //! `HostPath::allreduce` / `NcclPath::allreduce`) | lean path ([`allreduce`]) |
 //! |---|---|
-//! | `group::traced`: a `GPUWIRE_TRACE` line | `Communicator::lean` is false when tracing (fixed for the process at its first read, at the latest when the communicator was created) |
+//! | `group::traced`: a `GPUWIRE_TRACE` line | tested per call: not tracing (`op::tracing`, read once per process, at its first operation: not at the communicator's creation, so that a program may still set the variable after creating its communicators, as before the lean paths) |
 //! | `group::submit_now`: inside a group the operation is recorded, issued at the end (on NCCL: into the group's NCCL group) | tested per call: no group open on this thread (`group::is_open`) |
 //! | `op::issue`: `engine::free_dropped` | done too |
 //! | `op::issue`: an asynchronous error is returned, nothing done | tested: none (`Engine::has_async_error`); else the general path |
@@ -62,12 +62,14 @@ use crate::request::Request;
 use crate::types::ReduceOp;
 
 /// Whether `c`'s blocking allreduce may take the lean path at all (the communicator's part of
-/// the tests above): not checking mode, not tracing, and its backend leaves allreduce on host
-/// memory to plain MPI (`HostPath`; NCCL does: its device calls are tested per call). Read once,
-/// when `c` is created (`Communicator::adopt`, after its backend is set up): none of these
-/// changes afterwards.
+/// the tests above): not checking mode, and its backend leaves allreduce on host memory to
+/// plain MPI (`HostPath`; NCCL does: its device calls are tested per call). Read once, when `c`
+/// is created (`Communicator::adopt`, after its backend is set up): neither changes afterwards.
+/// Tracing is tested per call instead ([`allreduce`]): reading `GPUWIRE_TRACE` here fixed it for
+/// the process at the first communicator's creation, and a program that set it afterwards (but
+/// before its first operation, which read it until then) got no trace lines at all.
 pub(crate) fn applies(c: &Communicator) -> bool {
-    !c.config().check && !crate::op::tracing() && !crate::backend::native_on_host(c, crate::backend::path::Operation::Allreduce)
+    !c.config().check && !crate::backend::native_on_host(c, crate::backend::path::Operation::Allreduce)
 }
 
 /// A blocking allreduce of `send` into `recv` with `op` on `c` (device work on `stream`), on
@@ -75,7 +77,7 @@ pub(crate) fn applies(c: &Communicator) -> bool {
 /// path), else the call's result, as the general path's.
 #[inline]
 pub fn allreduce(c: &Arc<Communicator>, send: &Arc<Buffer>, recv: &Arc<Buffer>, op: ReduceOp, stream: Stream) -> Option<Result<()>> {
-    if !c.lean || crate::group::is_open() || send.shape().is_some() || recv.shape().is_some() {
+    if !c.lean || crate::op::tracing() || crate::group::is_open() || send.shape().is_some() || recv.shape().is_some() {
         return None;
     }
     let on_host = send.is_host() && recv.is_host();
