@@ -32,11 +32,12 @@
 //! the per-call routing, the checking-mode signature and the second usability check.
 //!
 //! Point-to-point on host memory is shorter still: where the general path runs a blocking
-//! sendrecv or starts an isend or irecv at once ([`host_p2p_now`]), it comes down to
-//! `Communicator::sendrecv` (the call's own checks, its path and the receive that takes exactly
-//! its buffer), `Communicator::isend` or `Communicator::irecv`, which the lean path calls too
-//! ([`sendrecv`], [`isend`], [`irecv`]; for the nonblocking two, read `Op::start` for
-//! `Op::run` below; they keep no buffers after a failure, as `Op::start` keeps none).
+//! sendrecv, send or receive, or starts an isend or irecv, at once ([`host_p2p_now`]), it comes
+//! down to `Communicator::sendrecv` (the call's own checks, its path and the receive that takes
+//! exactly its buffer), `send`, `recv`, `isend` or `irecv`, which the lean path calls too
+//! ([`sendrecv`], [`send`], [`recv`], [`isend`], [`irecv`]; the table below is sendrecv's, the
+//! same for send and recv; for the nonblocking two, read `Op::start` for `Op::run`: they keep
+//! no buffers after a failure, as `Op::start` keeps none).
 //!
 //! | general path (`group::submit` → `op::issue` → `Op::run` → `Communicator::sendrecv`) | lean path ([`sendrecv`]) |
 //! |---|---|
@@ -140,21 +141,42 @@ pub fn host_p2p_now(c: &Communicator, bufs: &[&Arc<Buffer>]) -> bool {
     eng.no_p2p() && !eng.has_async_error()
 }
 
+/// A blocking point-to-point call on the host buffers `slots` (`Op::slots`) on the lean path: `run` (the
+/// `Communicator` call that `Op::run` makes) where `host_p2p_now` holds, else `None` (the caller
+/// then takes the general path); its error as the general path's.
+#[inline]
+fn host_p2p_blocking(c: &Arc<Communicator>, slots: [Option<&Arc<Buffer>>; 2], run: impl FnOnce() -> Result<()>) -> Option<Result<()>> {
+    // (`host_p2p_now`'s buffer test, on the slots.)
+    if slots.iter().flatten().any(|b| !b.is_host() || b.shape().is_some()) || !host_p2p_now(c, &[]) {
+        return None;
+    }
+    crate::engine::free_dropped();
+    Some(run().map_err(|e| {
+        crate::op::keep_slots_if_abandoned(slots, &e);
+        crate::op::issued_error(c, e)
+    }))
+}
+
 /// A blocking sendrecv of `send` to `dest` and into `recv` from `source` on `c`, on the lean
 /// path (see the second table above): `None` where one of its tests fails (the caller then
 /// takes the general path), else the call's result, as the general path's.
 #[inline]
 #[allow(clippy::too_many_arguments)]
 pub fn sendrecv(c: &Arc<Communicator>, send: &Arc<Buffer>, dest: i32, sendtag: i32, recv: &Arc<Buffer>, source: i32, recvtag: i32, stream: Stream) -> Option<Result<()>> {
-    if !host_p2p_now(c, &[send, recv]) {
-        return None;
-    }
-    crate::engine::free_dropped();
-    let r = c.sendrecv(send, dest, sendtag, recv, source, recvtag, stream);
-    Some(r.map_err(|e| {
-        crate::op::keep_slots_if_abandoned([Some(send), Some(recv)], &e);
-        crate::op::issued_error(c, e)
-    }))
+    host_p2p_blocking(c, [Some(send), Some(recv)], || c.sendrecv(send, dest, sendtag, recv, source, recvtag, stream))
+}
+
+/// A blocking send of `buf` to `dest` on the lean path, as [`sendrecv`] (`Communicator::send`).
+#[inline]
+pub fn send(c: &Arc<Communicator>, buf: &Arc<Buffer>, dest: i32, tag: i32, stream: Stream) -> Option<Result<()>> {
+    host_p2p_blocking(c, [Some(buf), None], || c.send(buf, dest, tag, stream))
+}
+
+/// A blocking receive into `buf` from `source` on the lean path, as [`sendrecv`]
+/// (`Communicator::recv`).
+#[inline]
+pub fn recv(c: &Arc<Communicator>, buf: &Arc<Buffer>, source: i32, tag: i32, stream: Stream) -> Option<Result<()>> {
+    host_p2p_blocking(c, [Some(buf), None], || c.recv(buf, source, tag, stream))
 }
 
 /// An isend of `buf` on the lean path, where `host_p2p_now(c, &[&buf])` holds: started now, as

@@ -43,6 +43,10 @@ fn st(stream: *mut c_void) -> Stream {
 pub extern "C" fn gpuwire_send(comm: gpuwire_comm, buf: gpuwire_buffer, dest: i32, tag: i32, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_send", || {
         let (b, c) = boundary::buffer_and_comm(buf, comm)?;
+        // The common case's short path, where it is the same as the general one (`lean`).
+        if let Some(done) = crate::lean::send(&c, &b, dest, tag, st(stream)) {
+            return done;
+        }
         issue(&c, Op::Send { buf: b, dest, tag }, st(stream), false).map(|_| ())
     })
 }
@@ -60,6 +64,10 @@ pub extern "C" fn gpuwire_send(comm: gpuwire_comm, buf: gpuwire_buffer, dest: i3
 pub extern "C" fn gpuwire_recv(comm: gpuwire_comm, buf: gpuwire_buffer, source: i32, tag: i32, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_recv", || {
         let (b, c) = boundary::buffer_and_comm(buf, comm)?;
+        // The common case's short path, where it is the same as the general one (`lean`).
+        if let Some(done) = crate::lean::recv(&c, &b, source, tag, st(stream)) {
+            return done;
+        }
         issue(&c, Op::Recv { buf: b, source, tag }, st(stream), false).map(|_| ())
     })
 }
