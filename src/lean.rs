@@ -1,7 +1,8 @@
 //! The lean paths (issue 19) of a blocking allreduce on host memory or on device memory that
-//! NCCL does, and of a blocking sendrecv on host memory: what the general path comes down to in
-//! the common case, taken only where a few cheap tests show that the general path would do
-//! exactly that; otherwise the call takes the general path, unchanged.
+//! NCCL does, and of point-to-point calls on host memory (sendrecv, send, recv, isend, irecv):
+//! what the general path comes down to in the common case, taken only where a few cheap tests
+//! show that the general path would do exactly that; otherwise the call takes the general path,
+//! unchanged.
 //!
 //! The general path of `gpuwire_allreduce`, once its handles and op resolved, and why the lean
 //! path may leave each step out (or does it too):
