@@ -166,6 +166,20 @@ static int device_setup(void) {
     return 0;
 }
 
+/* A world communicator of this mode's backend (NCCL on device memory, else HOST), in checking
+ * mode or not, with a timeout of `timeout` seconds (0: none). */
+static gpuwire_comm world(int check, double timeout) {
+    gpuwire_config cfg;
+    gpuwire_comm c;
+    memset(&c, 0, sizeof c);
+    gpuwire_config_init(&cfg);
+    cfg.backend = dev ? GPUWIRE_BACKEND_NCCL : GPUWIRE_BACKEND_HOST;
+    cfg.check = check;
+    cfg.timeout_seconds = timeout;
+    gpuwire_comm_world(&cfg, &c);
+    return c;
+}
+
 int main(int argc, char **argv) {
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -176,24 +190,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "equiv: no CUDA device\n");
         return 2;
     }
-    int backend = dev ? GPUWIRE_BACKEND_NCCL : GPUWIRE_BACKEND_HOST;
-    gpuwire_config cfg;
-    gpuwire_comm c;
-    gpuwire_config_init(&cfg);
-    cfg.backend = backend;
-    gpuwire_comm_world(&cfg, &c);
+    gpuwire_comm c = world(0, 0);
     cases(c, "plain");
     gpuwire_comm_free(c);
-    gpuwire_config_init(&cfg);
-    cfg.backend = backend;
-    cfg.check = 1;
-    gpuwire_comm_world(&cfg, &c);
+    c = world(1, 0);
     cases(c, "check");
     gpuwire_comm_free(c);
-    gpuwire_config_init(&cfg);
-    cfg.backend = backend;
-    cfg.timeout_seconds = 5;
-    gpuwire_comm_world(&cfg, &c);
+    c = world(0, 5);
     cases(c, "timeout");
     /* Aborted: broken. */
     float *a = mem.a, *b = mem.b;

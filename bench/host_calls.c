@@ -107,50 +107,38 @@ static int by_value(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* Cases `a` and `b` alternately, `reps` blocks of `iters` iterations (`per` calls or message
+ * pairs each): prints the medians per call of `b` (raw), of `a` and of their difference. */
+static void compare(const char *name, int a, int b, int iters, double per, int reps, const char *who, const char *note) {
+    double g[201], w[201], d[201];
+    run_loop(a, iters);
+    run_loop(b, iters);
+    for (int k = 0; k < reps; k++) {
+        double t0 = now_ns();
+        run_loop(a, iters);
+        double t1 = now_ns();
+        run_loop(b, iters);
+        double t2 = now_ns();
+        g[k] = (t1 - t0) / per;
+        w[k] = (t2 - t1) / per;
+        d[k] = g[k] - w[k];
+    }
+    qsort(g, reps, sizeof g[0], by_value);
+    qsort(w, reps, sizeof w[0], by_value);
+    qsort(d, reps, sizeof d[0], by_value);
+    printf("%-17s raw %8.1f ns  %s %8.1f ns  added %8.1f ns%s\n", name, w[reps / 2], who, g[reps / 2], d[reps / 2], note);
+}
+
 static void wall_clock(int reps) {
     static const char *names[4] = {"isend+wait", "allreduce 8 B", "sendrecv 8 B", "window, per pair"};
     static const int iters[4] = {20000, 20000, 10000, 300};
-    double g[201], w[201], d[201];
     if (reps < 1 || reps > 201) reps = 31;
-    for (int c = 0; c < 4; c++) {
-        double per = c == 3 ? iters[c] * (double)W : iters[c];
-        run_loop(c, iters[c]);
-        run_loop(c + 4, iters[c]);
-        for (int k = 0; k < reps; k++) {
-            double t0 = now_ns();
-            run_loop(c, iters[c]);
-            double t1 = now_ns();
-            run_loop(c + 4, iters[c]);
-            double t2 = now_ns();
-            g[k] = (t1 - t0) / per;
-            w[k] = (t2 - t1) / per;
-            d[k] = g[k] - w[k];
-        }
-        qsort(g, reps, sizeof g[0], by_value);
-        qsort(w, reps, sizeof w[0], by_value);
-        qsort(d, reps, sizeof d[0], by_value);
-        printf("%-17s raw %8.1f ns  gpuwire %8.1f ns  added %8.1f ns\n", names[c], w[reps / 2], g[reps / 2], d[reps / 2]);
-    }
+    for (int c = 0; c < 4; c++)
+        compare(names[c], c, c + 4, iters[c], c == 3 ? iters[c] * (double)W : iters[c], reps, "gpuwire", "");
     /* gpuwire's receive semantics in raw MPI (cases 8 and 9) against plain MPI (6 and 7): what
      * matching before receiving costs MPI itself, and so the least gpuwire can add. */
-    for (int c = 2; c < 4; c++) {
-        double per = c == 3 ? iters[c] * (double)W : iters[c];
-        run_loop(c + 6, iters[c]);
-        for (int k = 0; k < reps; k++) {
-            double t0 = now_ns();
-            run_loop(c + 6, iters[c]);
-            double t1 = now_ns();
-            run_loop(c + 4, iters[c]);
-            double t2 = now_ns();
-            g[k] = (t1 - t0) / per;
-            w[k] = (t2 - t1) / per;
-            d[k] = g[k] - w[k];
-        }
-        qsort(g, reps, sizeof g[0], by_value);
-        qsort(w, reps, sizeof w[0], by_value);
-        qsort(d, reps, sizeof d[0], by_value);
-        printf("%-17s raw %8.1f ns  matched %8.1f ns  added %8.1f ns  (raw MPI, gpuwire's matching)\n", names[c], w[reps / 2], g[reps / 2], d[reps / 2]);
-    }
+    for (int c = 2; c < 4; c++)
+        compare(names[c], c + 6, c + 4, iters[c], c == 3 ? iters[c] * (double)W : iters[c], reps, "matched", "  (raw MPI, gpuwire's matching)");
 }
 
 int main(int argc, char **argv) {
