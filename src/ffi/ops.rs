@@ -1043,10 +1043,11 @@ fn reduce_scatterv_op(c: &Communicator, sendbuf: gpuwire_buffer, recvbuf: gpuwir
 /// Collective. Errors: GPUWIRE_ERROR_INVALID_HANDLE; GPUWIRE_ERROR_INVALID_ARGUMENT (a NULL
 /// count array where significant, a negative count or displacement, a non-empty block past
 /// its buffer's end or past the address space, overlapping receive blocks, buffers that
-/// overlap without being the same memory: nothing is sent); GPUWIRE_ERROR_DTYPE_MISMATCH; in checking mode, on
-/// every rank, GPUWIRE_ERROR_COUNT_MISMATCH when a receive count differs from its sender's send
-/// count (NCCL would hang or corrupt otherwise), REMOTE_ARGUMENT for another rank's argument
-/// error; GPUWIRE_ERROR_BACKEND_UNAVAILABLE, GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_CUDA.
+/// overlap without being the same memory: nothing is sent); GPUWIRE_ERROR_DTYPE_MISMATCH; in
+/// checking mode, on every rank, GPUWIRE_ERROR_COUNT_MISMATCH when a receive count differs from
+/// its sender's send count (NCCL would hang or corrupt otherwise), REMOTE_ARGUMENT for another
+/// rank's argument error; GPUWIRE_ERROR_BACKEND_UNAVAILABLE, GPUWIRE_ERROR_MPI,
+/// GPUWIRE_ERROR_CUDA.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub extern "C" fn gpuwire_alltoallv(
