@@ -1466,7 +1466,9 @@ impl DArray {
         let w = local.as_ref().map_or(-1, |w| shape_hash(&w.iter().copied().chain([corners as usize]).collect::<Vec<_>>()));
         let widths = self.agree(what, Sig::default(), None, &[("halo width", w)], local)?;
         let axes: Vec<usize> = (0..nd).filter(|a| widths[*a] > 0 && (self.procs[*a] > 1 || self.periodic[*a])).collect();
-        if axes.is_empty() {
+        // An array without elements (an axis of length 0) has no ghost to fill; its blocks, all
+        // empty, would fail the width test below.
+        if axes.is_empty() || self.shape.contains(&0) {
             return Ok(());
         }
         // Each ghost comes from one neighbouring block: every block along an exchanged axis

@@ -799,7 +799,8 @@ pub const GPUWIRE_HALO_CORNERS: i32 = 1;
 /// Every block along an exchanged axis must hold at least the width there (a ghost is filled
 /// from one neighbour), except for a row split along axis 0, not periodic (as
 /// gpuwire_darray_halo_exchange). Ghosts past a non-periodic global edge are not touched.
-/// Axes of width 0, and non-periodic axes with one process, move nothing.
+/// Axes of width 0, non-periodic axes with one process, and arrays without elements (an axis
+/// of length 0) move nothing.
 ///
 /// Collective; SCATTER arrays only; every rank passes the same widths and flags (checking mode
 /// makes a difference an error on every rank). Errors: GPUWIRE_ERROR_INVALID_HANDLE,

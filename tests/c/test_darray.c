@@ -634,6 +634,34 @@ static void long_messages(void)
     EXPECT_OK(gpuwire_darray_free(b));
 }
 
+/* Arrays without elements (an axis of length 0), periodic or not: halo exchanges have nothing
+ * to fill and succeed on every rank. They were refused ("the blocks ... hold 0 elements along
+ * it, fewer than the width 1") wherever an empty axis was split or periodic. */
+static void empty_arrays(void)
+{
+    int64_t shapes[4][3] = {{0, 4, 4}, {4, 0, 4}, {4, 4, 0}, {0, 0, 0}}, h[3] = {1, 1, 1}, zero[1] = {0};
+    int64_t two[1] = {2}, got[3];
+    int32_t per[3] = {1, 1, 1};
+    gpuwire_darray d = GPUWIRE_DARRAY_NULL;
+    for (int s = 0; s < 4; s++)
+        for (int p = 0; p < 2; p++) {
+            EXPECT_OK(gpuwire_darray_create_cart(comm, 3, shapes[s], NULL, h, p ? per : NULL, GPUWIRE_FLOAT64,
+                                                 GPUWIRE_SPACE_HOST, &d));
+            EXPECT_OK(gpuwire_darray_local_shape(d, got));
+            EXPECT(got[0] * got[1] * got[2] == 0);
+            EXPECT_OK(gpuwire_darray_halo_exchange(d, 1, NULL));
+            EXPECT_OK(gpuwire_darray_halo_exchange_axes(d, NULL, 0, NULL));
+            EXPECT_OK(gpuwire_darray_halo_exchange_axes(d, NULL, GPUWIRE_HALO_CORNERS, NULL));
+            /* A width past the halo is still refused. */
+            EXPECT_STATUS(gpuwire_darray_halo_exchange(d, 2, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+            EXPECT_OK(gpuwire_darray_free(d));
+        }
+    /* One axis, periodic, halo 2. */
+    EXPECT_OK(gpuwire_darray_create_cart(comm, 1, zero, NULL, two, per, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, &d));
+    EXPECT_OK(gpuwire_darray_halo_exchange(d, 2, NULL));
+    EXPECT_OK(gpuwire_darray_free(d));
+}
+
 static void process_grids(void)
 {
     /* The middle (strided) axis split, periodic outer axes: self-exchange on them. */
@@ -647,6 +675,7 @@ static void process_grids(void)
     cart_ops();
     wrap_periodic();
     cart_errors();
+    empty_arrays();
 }
 
 int main(int argc, char **argv)
