@@ -30,19 +30,25 @@ use crate::error::{Error, Result};
 /// The allocation of `a`'s object, the object dropped, when `a` is its only reference (no other
 /// `Arc`, no `Weak`): kept for a later object of the same type ([`refill`]), so that an object
 /// made and dropped once per operation (a request) need not cost an allocation each. Otherwise
-/// `a` is dropped as usual and `None` returned.
+/// `a` is dropped as usual and `None` returned. One atomic instruction (`Arc::get_mut`'s).
 #[inline]
-pub fn vacate<T>(mut a: Arc<T>) -> Option<Arc<MaybeUninit<T>>> {
+pub fn vacate<T>(mut a: Arc<T>) -> Option<Spare<T>> {
     Arc::get_mut(&mut a)?;
-    // SAFETY: `a` is the only reference (checked above), and MaybeUninit<T> has T's size and
-    // alignment (what Arc::from_raw asks of another type).
-    let mut m: Arc<MaybeUninit<T>> = unsafe { Arc::from_raw(Arc::into_raw(a).cast::<MaybeUninit<T>>()) };
-    let p = Arc::get_mut(&mut m).expect("the only reference").as_mut_ptr();
-    // SAFETY: the object is initialized and is never used as a T again (`m` is a MaybeUninit now:
-    // should the object's drop panic, nothing is dropped twice).
-    unsafe { std::ptr::drop_in_place(p) };
-    Some(m)
+    // SAFETY: `a` is the only reference (checked above; this thread owns it, so nothing makes
+    // another meanwhile), and MaybeUninit<T> has T's size and alignment (what Arc::from_raw asks
+    // of another type). The object is initialized and is never used as a T again (`m` is a
+    // MaybeUninit now: should the object's drop panic, nothing is dropped twice); the only
+    // reference may write through its pointer, as `refill` does.
+    unsafe {
+        let m: Arc<MaybeUninit<T>> = Arc::from_raw(Arc::into_raw(a).cast::<MaybeUninit<T>>());
+        std::ptr::drop_in_place(Arc::as_ptr(&m).cast_mut().cast::<T>());
+        Some(Spare(m))
+    }
 }
+
+/// The allocation of an object that [`vacate`] dropped: the only reference to it (not `Clone`),
+/// for [`refill`].
+pub struct Spare<T>(Arc<MaybeUninit<T>>);
 
 /// Most allocations of one type a thread keeps for its next objects ([`boxed`], [`unbox`], and
 /// the `Arc`s of [`vacate`] where their owners keep them).
@@ -84,17 +90,18 @@ pub fn unbox<T>(spares: &'static LocalKey<Spares<T>>, b: Box<T>) {
     });
 }
 
-/// `value` in an allocation that [`vacate`] returned.
+/// `value` in an allocation that [`vacate`] returned. No atomic instruction.
 #[inline]
-pub fn refill<T>(mut spare: Arc<MaybeUninit<T>>, value: T) -> Arc<T> {
-    match Arc::get_mut(&mut spare) {
-        Some(slot) => {
-            slot.write(value);
-            // SAFETY: written just above.
-            unsafe { spare.assume_init() }
-        }
-        // Not reachable (vacate returns the only reference); a new allocation is right anyway.
-        None => Arc::new(value),
+pub fn refill<T>(Spare(spare): Spare<T>, value: T) -> Arc<T> {
+    debug_assert!(Arc::strong_count(&spare) == 1 && Arc::weak_count(&spare) == 0, "a spare is never shared");
+    let p = Arc::into_raw(spare).cast_mut();
+    // SAFETY: `vacate` made the spare from the only reference to its allocation, and a `Spare`
+    // cannot be cloned or downgraded: this is still the only reference, so writing through it
+    // is what `Arc::get_mut` would allow, without its check. The write initializes the object,
+    // as Arc<T> asks.
+    unsafe {
+        (*p).write(value);
+        Arc::from_raw(p.cast_const().cast::<T>())
     }
 }
 

@@ -180,18 +180,21 @@ pub fn recv(c: &Arc<Communicator>, buf: &Arc<Buffer>, source: i32, tag: i32, str
     host_p2p_blocking(c, [Some(buf), None], || c.recv(buf, source, tag, stream))
 }
 
-/// An isend of `buf` on the lean path, where `host_p2p_now(c, &[&buf])` holds: started now, as
-/// the general path's `Op::start` starts it (`Communicator::isend`).
+/// An isend of `buf` on the lean path, where `host_p2p_now(&c, &[&buf])` holds: started now, as
+/// the general path's `Op::start` starts it (`Communicator::isend`). The request takes `c`.
 #[inline]
-pub fn isend(c: &Arc<Communicator>, buf: Arc<Buffer>, dest: i32, tag: i32, stream: Stream) -> Result<Request> {
+pub fn isend(c: Arc<Communicator>, buf: Arc<Buffer>, dest: i32, tag: i32, stream: Stream) -> Result<Request> {
     crate::engine::free_dropped();
-    c.isend(buf, dest, tag, stream).map_err(|e| crate::op::issued_error(c, e))
+    let pending = c.start_isend(&buf, dest, tag, stream).map_err(|e| crate::op::issued_error(&c, e))?;
+    Ok(Request::of_one(pending, c, buf))
 }
 
-/// An irecv of exactly `buf`'s count on the lean path, where `host_p2p_now(c, &[&buf])` holds:
-/// posted now, as the general path's `Op::start` posts it (`Communicator::irecv`).
+/// An irecv of exactly `buf`'s count on the lean path, where `host_p2p_now(&c, &[&buf])` holds:
+/// posted now, as the general path's `Op::start` posts it (`Communicator::irecv`). The request
+/// takes `c`.
 #[inline]
-pub fn irecv(c: &Arc<Communicator>, buf: Arc<Buffer>, source: i32, tag: i32, stream: Stream) -> Result<Request> {
+pub fn irecv(c: Arc<Communicator>, buf: Arc<Buffer>, source: i32, tag: i32, stream: Stream) -> Result<Request> {
     crate::engine::free_dropped();
-    c.irecv(buf, source, tag, false, stream).map_err(|e| crate::op::issued_error(c, e))
+    let (pending, s) = c.start_irecv(&buf, source, tag, false, stream).map_err(|e| crate::op::issued_error(&c, e))?;
+    Ok(Request::of_one(pending, c, buf).with_status(s))
 }

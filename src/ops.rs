@@ -510,35 +510,45 @@ impl Communicator {
 
     /// As MPI_Isend; the request keeps the communicator and the buffer alive (it takes `buf`).
     pub fn isend(self: &Arc<Self>, buf: Arc<Buffer>, dest: i32, tag: i32, stream: Stream) -> Result<Request> {
+        let pending = self.start_isend(&buf, dest, tag, stream)?;
+        Ok(Request::of_one(pending, self.clone(), buf))
+    }
+
+    /// [`Self::isend`]'s operation, started, for a request that the caller makes (taking an
+    /// `Arc` of the communicator that it owns: `lean::isend`).
+    pub(crate) fn start_isend(&self, buf: &Arc<Buffer>, dest: i32, tag: i32, stream: Stream) -> Result<Box<dyn crate::request::Pending>> {
         self.ensure_usable()?;
         self.check_rank("isend", "destination", dest, true)?;
         self.check_tag("isend", tag)?;
         let dest = peer(dest);
-        let pending: Box<dyn crate::request::Pending> = if dest == PROC_NULL {
-            Box::new(Done)
-        } else {
-            self.path(Operation::Isend, &[Some(&buf)])?.isend(self, &buf, dest, tag, stream)?
-        };
-        Ok(Request::of_one(pending, self.clone(), buf))
+        if dest == PROC_NULL {
+            return Ok(Box::new(Done));
+        }
+        self.path(Operation::Isend, &[Some(buf)])?.isend(self, buf, dest, tag, stream)
     }
 
     /// As MPI_Irecv of exactly `buf.count()` elements, or with `upto` of up to them. The
     /// request reports what it matched (a GPUWIRE_PROC_NULL receive: GPUWIRE_PROC_NULL,
     /// GPUWIRE_ANY_TAG, 0 elements, as MPI). The request takes `buf`.
     pub fn irecv(self: &Arc<Self>, buf: Arc<Buffer>, source: i32, tag: i32, upto: bool, stream: Stream) -> Result<Request> {
+        let (pending, s) = self.start_irecv(&buf, source, tag, upto, stream)?;
+        Ok(Request::of_one(pending, self.clone(), buf).with_status(s))
+    }
+
+    /// [`Self::irecv`]'s operation, posted, and the status its request reports when the path
+    /// reports none, for a request that the caller makes (as [`Self::start_isend`]).
+    pub(crate) fn start_irecv(&self, buf: &Arc<Buffer>, source: i32, tag: i32, upto: bool, stream: Stream) -> Result<(Box<dyn crate::request::Pending>, crate::request::Status)> {
         self.ensure_usable()?;
         self.check_source_tag("irecv", source, tag)?;
-        self.check_wildcard_path("irecv", &buf, source, tag)?;
+        self.check_wildcard_path("irecv", buf, source, tag)?;
         let (source, tag) = (recv_source(source), recv_tag(tag));
         if source == PROC_NULL {
-            let s = crate::request::Status { source: PROC_NULL, tag: ANY_TAG, count: 0 };
-            return Ok(Request::of_one(Box::new(Done), self.clone(), buf).with_status(s));
+            return Ok((Box::new(Done), crate::request::Status { source: PROC_NULL, tag: ANY_TAG, count: 0 }));
         }
-        let path = self.path(Operation::Irecv, &[Some(&buf)])?;
-        let pending = if upto { path.irecv_upto(self, &buf, source, tag, stream)? } else { path.irecv(self, &buf, source, tag, stream)? };
+        let path = self.path(Operation::Irecv, &[Some(buf)])?;
+        let pending = if upto { path.irecv_upto(self, buf, source, tag, stream)? } else { path.irecv(self, buf, source, tag, stream)? };
         // Paths without wildcards report nothing: the source and tag are the given ones.
-        let s = crate::request::Status { source, tag, count: buf.count() as i64 };
-        Ok(Request::of_one(pending, self.clone(), buf).with_status(s))
+        Ok((pending, crate::request::Status { source, tag, count: buf.count() as i64 }))
     }
 
     /// As MPI_Sendrecv (either side may be GPUWIRE_PROC_NULL).
@@ -1120,6 +1130,9 @@ impl Communicator {
 pub(crate) struct Done;
 
 impl crate::request::Pending for Done {
+    fn always_ready(&self) -> bool {
+        true
+    }
     fn wait(&mut self) -> Result<()> {
         Ok(())
     }

@@ -8,7 +8,6 @@
 //! then is abandoned, and the communicator is broken.
 
 use std::cell::RefCell;
-use std::mem::MaybeUninit;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -41,7 +40,7 @@ const SPARE_REQUESTS: usize = handles::SPARES;
 
 thread_local! {
     /// Allocations of this thread's completed requests, for its next ones.
-    static SPARE: RefCell<Vec<Arc<MaybeUninit<Request>>>> = const { RefCell::new(Vec::new()) };
+    static SPARE: RefCell<Vec<handles::Spare<Request>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Registers `r` and returns its handle: in the allocation of a request that this thread
@@ -100,6 +99,12 @@ pub trait Pending: Send {
     /// yes.
     fn ready_to_block(&self) -> Result<()> {
         Ok(())
+    }
+    /// Whether [`Self::ready_to_wait`] and [`Self::ready_to_block`] are the defaults, which
+    /// always allow: the request then answers them without taking its lock. The default is no
+    /// (an implementation that overrides either must leave this so).
+    fn always_ready(&self) -> bool {
+        false
     }
     /// What the receive matched, once it has (also when it failed after matching, e.g. a
     /// truncated message); `None` for other operations and where the path does not know (the
@@ -168,6 +173,8 @@ pub struct Request {
     /// An isend's or a nonblocking collective's request: gpuwire_request_free lets its operation
     /// go on (`Detached`).
     goes_on: bool,
+    /// The operation's [`Pending::always_ready`].
+    always_ready: bool,
 }
 
 /// An isend or a nonblocking collective whose request gpuwire_request_free released while it was
@@ -247,12 +254,18 @@ impl Detached {
 
 impl Request {
     pub fn new(pending: Box<dyn Pending>, comm: Arc<Communicator>, bufs: Vec<Arc<Buffer>>) -> Request {
-        Request { inner: Mutex::new(Inner { pending: Some(pending), matched: None }), comm, bufs: Held::Many(bufs), default_status: Status::EMPTY, goes_on: false }
+        Self::holding(pending, comm, Held::Many(bufs))
     }
 
     /// A request of an operation on one buffer (isend, irecv).
     pub fn of_one(pending: Box<dyn Pending>, comm: Arc<Communicator>, buf: Arc<Buffer>) -> Request {
-        Request { inner: Mutex::new(Inner { pending: Some(pending), matched: None }), comm, bufs: Held::One(buf), default_status: Status::EMPTY, goes_on: false }
+        Self::holding(pending, comm, Held::One(buf))
+    }
+
+    #[inline]
+    fn holding(pending: Box<dyn Pending>, comm: Arc<Communicator>, bufs: Held) -> Request {
+        let always_ready = pending.always_ready();
+        Request { inner: Mutex::new(Inner { pending: Some(pending), matched: None }), comm, bufs, default_status: Status::EMPTY, goes_on: false, always_ready }
     }
 
     /// The request of an isend or a nonblocking collective: `free` lets its operation go on.
@@ -297,11 +310,17 @@ impl Request {
     /// Whether the request may be waited for or tested now ([`Pending::ready_to_wait`]); a
     /// completed request may.
     pub fn ready_to_wait(&self) -> Result<()> {
+        if self.always_ready {
+            return Ok(());
+        }
         Self::ready(&self.lock(), false)
     }
 
     /// [`Self::ready_to_wait`], for a blocking wait ([`Pending::ready_to_block`]).
     pub fn ready_to_block(&self) -> Result<()> {
+        if self.always_ready {
+            return Ok(());
+        }
         Self::ready(&self.lock(), true)
     }
 

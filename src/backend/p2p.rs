@@ -33,7 +33,7 @@
 //! answer (`Check::ack`) arrived: a datatype or count mismatch fails on both sides.
 
 use std::ffi::{c_int, c_void};
-use std::mem::{ManuallyDrop, MaybeUninit};
+use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -668,7 +668,7 @@ thread_local! {
     /// per request in a loop of isends, irecvs and waits).
     static SPARE_SENDS: Spares<Sending> = const { std::cell::RefCell::new(Vec::new()) };
     static SPARE_RECVS: Spares<Recv> = const { std::cell::RefCell::new(Vec::new()) };
-    static SPARE_ENTRIES: std::cell::RefCell<Vec<Arc<MaybeUninit<Entry>>>> = const { std::cell::RefCell::new(Vec::new()) };
+    static SPARE_ENTRIES: std::cell::RefCell<Vec<handles::Spare<Entry>>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// A send's request, boxed in an allocation of an earlier one when the thread has one.
@@ -773,6 +773,9 @@ impl Recv {
 impl Pending for Recv {
     fn recycle(self: Box<Self>) {
         handles::unbox(&SPARE_RECVS, self)
+    }
+    fn always_ready(&self) -> bool {
+        true
     }
     fn wait(&mut self) -> Result<()> {
         let c = self.comm;
@@ -1108,6 +1111,9 @@ impl Sending {
 impl Pending for Sending {
     fn recycle(self: Box<Self>) {
         handles::unbox(&SPARE_SENDS, self)
+    }
+    fn always_ready(&self) -> bool {
+        true
     }
     fn wait(&mut self) -> Result<()> {
         // SAFETY: see the Send impl.

@@ -90,7 +90,7 @@ pub extern "C" fn gpuwire_isend(
         let (c, b) = (boundary::comm(comm)?, boundary::buffer(buf)?);
         // The common case's short path, where it is the same as the general one (`lean`).
         let r = if crate::lean::host_p2p_now(&c, &[&b]) {
-            crate::lean::isend(&c, b, dest, tag, st(stream))?
+            crate::lean::isend(c, b, dest, tag, st(stream))?
         } else {
             issue(&c, Op::Isend { buf: b, dest, tag }, st(stream), true)?.ok_or_else(no_request)?
         };
@@ -118,7 +118,7 @@ pub extern "C" fn gpuwire_irecv(
         let (c, b) = (boundary::comm(comm)?, boundary::buffer(buf)?);
         // The common case's short path, where it is the same as the general one (`lean`).
         let r = if crate::lean::host_p2p_now(&c, &[&b]) {
-            crate::lean::irecv(&c, b, source, tag, st(stream))?
+            crate::lean::irecv(c, b, source, tag, st(stream))?
         } else {
             issue(&c, Op::Irecv { buf: b, source, tag, upto: false }, st(stream), true)?.ok_or_else(no_request)?
         };
@@ -582,7 +582,7 @@ pub extern "C" fn gpuwire_testany(count: i32, requests: *mut gpuwire_request, in
         // gpuwire_waitany: a freed or foreign handle refuses the array, `*index` unwritten,
         // wherever it stands.
         for (i, h) in reqs.iter().enumerate().filter(|(_, h)| **h != 0) {
-            REQUESTS.get(*h).and_then(|r| r.ready_to_wait()).map_err(|e| with_index(i as i32, e))?;
+            REQUESTS.with(*h, |r| r.ready_to_wait()).and_then(|r| r).map_err(|e| with_index(i as i32, e))?;
         }
         let mut s = crate::request::Status::EMPTY;
         let mut at = crate::types::GPUWIRE_UNDEFINED;
@@ -720,7 +720,7 @@ pub extern "C" fn gpuwire_waitall(count: i32, requests: *mut gpuwire_request) ->
         // ever (their peers' operations may come after the group, or after this call), and
         // would complete some of them in a call that is refused.
         for (i, h) in given.iter().enumerate().filter(|(_, h)| **h != 0) {
-            REQUESTS.get(*h).and_then(|r| r.ready_to_block()).map_err(|e| {
+            REQUESTS.with(*h, |r| r.ready_to_block()).and_then(|r| r).map_err(|e| {
                 let e = with_index(i as i32, e);
                 let text = e.to_string();
                 let detail = text.split_once(": ").map_or(text.as_str(), |(_, d)| d);
