@@ -1967,7 +1967,8 @@ gpuwire_status gpuwire_wait(gpuwire_request *request);
  *
  * Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE (freed or foreign handle;
  * `*request` unchanged), GPUWIRE_ERROR_INVALID_ARGUMENT (a request of a group that has not
- * ended; `*request` unchanged), GPUWIRE_ERROR_TIMEOUT (abandoned at the communicator's timeout),
+ * ended, or one that another thread is waiting for or testing at that moment; `*request`
+ * unchanged), GPUWIRE_ERROR_TIMEOUT (abandoned at the communicator's timeout),
  * GPUWIRE_ERROR_COMM_BROKEN (abandoned at once: no timeout, or the communicator was already
  * broken), and those of gpuwire_wait for a request that completed with an error.
  */

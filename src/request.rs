@@ -324,6 +324,19 @@ impl Request {
         Self::ready(&self.lock(), true)
     }
 
+    /// gpuwire_request_free's test before it releases the handle: [`Self::ready_to_wait`], and
+    /// `Err` while another thread waits for or tests the request (MPI: erroneous; the free
+    /// would block until that wait ends, for ever if it never does).
+    pub fn ready_to_free(&self) -> Result<()> {
+        match self.inner.try_lock() {
+            Ok(i) => Self::ready(&i, false),
+            Err(std::sync::TryLockError::Poisoned(p)) => Self::ready(&p.into_inner(), false),
+            Err(std::sync::TryLockError::WouldBlock) => Err(Error::InvalidArgument(
+                "another thread is waiting for or testing this request: a request may be completed or freed by one thread at a time (as in MPI); the request was left as it was".into(),
+            )),
+        }
+    }
+
     fn ready(i: &Inner, block: bool) -> Result<()> {
         match i.pending.as_ref() {
             Some(p) if block => p.ready_to_wait().and_then(|()| p.ready_to_block()),

@@ -373,7 +373,8 @@ pub extern "C" fn gpuwire_wait(request: *mut gpuwire_request) -> gpuwire_status 
 ///
 /// Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE (freed or foreign handle;
 /// `*request` unchanged), GPUWIRE_ERROR_INVALID_ARGUMENT (a request of a group that has not
-/// ended; `*request` unchanged), GPUWIRE_ERROR_TIMEOUT (abandoned at the communicator's timeout),
+/// ended, or one that another thread is waiting for or testing at that moment; `*request`
+/// unchanged), GPUWIRE_ERROR_TIMEOUT (abandoned at the communicator's timeout),
 /// GPUWIRE_ERROR_COMM_BROKEN (abandoned at once: no timeout, or the communicator was already
 /// broken), and those of gpuwire_wait for a request that completed with an error.
 #[unsafe(no_mangle)]
@@ -388,8 +389,8 @@ pub extern "C" fn gpuwire_request_free(request: *mut gpuwire_request) -> gpuwire
         }
         let r: Arc<Request> = REQUESTS.get(h)?;
         // A request of a group that has not ended is left as it was (as gpuwire_wait leaves it):
-        // its operation starts at the group's end.
-        r.ready_to_wait()?;
+        // its operation starts at the group's end. So is one that another thread waits for.
+        r.ready_to_free()?;
         let _ = REQUESTS.remove(h);
         write(request, 0);
         r.free()

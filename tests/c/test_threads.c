@@ -25,6 +25,8 @@
  *                     thread's MPI_Mprobe as a posted receive: the later receive took the first).
  *                     And a later receive of any tag takes a message of another tag that the
  *                     blocked receive does not match, past the eager size (no hang).
+ *                     gpuwire_request_free of a request another thread waits for is refused at
+ *                     once (INVALID_ARGUMENT), and that wait completes.
  *   progress on|off   a host irecv whose message has not arrived starts gpuwire's progress
  *                     thread ("gpuwire-progress") with "on", and not with "off", which the
  *                     launcher runs with GPUWIRE_PROGRESS_THREAD set empty and the old name
@@ -486,6 +488,53 @@ static void order_wildcard(int rank)
     free(big);
 }
 
+/* gpuwire_request_free of a request that another thread is waiting for: refused at once with
+ * INVALID_ARGUMENT, the request left as it was, and the wait completes when the message comes.
+ * It blocked until that wait ended (for ever, had the message never come). Rank 1 sends 1 s
+ * later, so the old behaviour shows as a free that took 1 s and returned SUCCESS. */
+static gpuwire_request waited = GPUWIRE_REQUEST_NULL;
+static volatile int waiting;
+
+static void *wait_waited(void *arg)
+{
+    (void)arg;
+    gpuwire_request mine = waited;
+    waiting = 1;
+    EXPECT_OK(gpuwire_wait(&mine));
+    EXPECT(mine.h == 0);
+    return NULL;
+}
+
+static void free_while_waited(int rank)
+{
+    int64_t v[4] = {0, 0, 0, 0};
+    gpuwire_buffer b = wrap(v, 4);
+    if (rank == 0) {
+        EXPECT_OK(gpuwire_irecv(order_comm, b, 1, 9, NULL, &waited));
+        waiting = 0;
+        pthread_t th;
+        EXPECT(pthread_create(&th, NULL, wait_waited, NULL) == 0);
+        while (!waiting)
+            sched_yield();
+        sleep_s(0.1); /* the thread is inside gpuwire_wait */
+        gpuwire_request copy = waited;
+        double t0 = now();
+        EXPECT_STATUS(gpuwire_request_free(&copy), GPUWIRE_ERROR_INVALID_ARGUMENT);
+        EXPECT_LAST_ERROR_HAS("another thread");
+        EXPECT(now() - t0 < 0.5);
+        EXPECT(copy.h == waited.h);
+        pthread_join(th, NULL);
+        EXPECT(v[0] == 9 && v[3] == 9);
+    } else {
+        sleep_s(1.0);
+        for (int j = 0; j < 4; j++)
+            v[j] = 9;
+        EXPECT_OK(gpuwire_send(order_comm, b, 0, 9, NULL));
+    }
+    gpuwire_buffer_free(b);
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
 static void order(int rank)
 {
     order_comm = world(0, 0.0);
@@ -534,6 +583,7 @@ static void order(int rank)
     fflush(stdout);
     EXPECT(wrong == 0);
     order_wildcard(rank);
+    free_while_waited(rank);
     EXPECT_OK(gpuwire_comm_free(order_comm));
 }
 
