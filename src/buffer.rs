@@ -538,7 +538,10 @@ impl Buffer {
         }
         // The elements' bytes, packed, must be addressable too (a stride of 0 repeats one element
         // any number of times within a small extent).
-        bytes_of(count, dtype).map_err(|e| Error::InvalidArgument(format!("{what}: lengths {lens:?}: {e}")))?;
+        bytes_of(count, dtype).map_err(|e| match e {
+            Error::InvalidArgument(m) => Error::InvalidArgument(format!("{what}: lengths {lens:?}: {m}")),
+            e => e,
+        })?;
         let root = Arc::new(Buffer::wrap(ptr, i64::try_from(extent).map_err(|_| overflow())?, dtype, space)?);
         dims.reverse(); // outermost first
         let shape = Shape::of(&dims);

@@ -1224,6 +1224,13 @@ static void test_views(gpuwire_comm comm)
         int64_t wide[1] = {(int64_t)1 << 61}, zero[2] = {0, 0}, half[2] = {(int64_t)1 << 31, (int64_t)1 << 31};
         EXPECT_UNTOUCHED_H(gpuwire_buffer_wrap_strided(bp, 1, wide, zero, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, &v), GPUWIRE_ERROR_INVALID_ARGUMENT, v, 77);
         EXPECT_LAST_ERROR_HAS("overflow");
+        {
+            /* Said once ("...: invalid argument: ...: invalid argument: ..." before). */
+            char m[1024];
+            EXPECT_OK(gpuwire_last_error(m, sizeof m));
+            const char *said = strstr(m, "invalid argument");
+            EXPECT(said != NULL && strstr(said + 1, "invalid argument") == NULL);
+        }
         EXPECT_UNTOUCHED_H(gpuwire_buffer_wrap_strided(bp, 2, half, zero, GPUWIRE_INT32, GPUWIRE_SPACE_HOST, &v), GPUWIRE_ERROR_INVALID_ARGUMENT, v, 77);
         EXPECT_LAST_ERROR_HAS("overflow");
         gpuwire_buffer_free(w);
