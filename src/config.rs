@@ -146,10 +146,7 @@ impl Config {
             c.check = parse_bool(&v).ok_or_else(|| bad_env("GPUWIRE_CHECK", &v, BOOL_FORMS))?;
         }
         if let Some(v) = lookup("GPUWIRE_TIMEOUT") {
-            c.timeout = v
-                .trim()
-                .parse::<f64>()
-                .ok()
+            c.timeout = seconds(&v)
                 .and_then(timeout_in_range)
                 .ok_or_else(|| bad_env("GPUWIRE_TIMEOUT", &v, TIMEOUT_FORMS))?;
         }
@@ -241,6 +238,18 @@ pub(crate) const MAX_TIMEOUT_SECONDS: f64 = 1e9;
 /// What a timeout may be (for messages).
 pub(crate) const TIMEOUT_FORMS: &str = "0 (no timeout) or a number of seconds from 0.001 (1 ms) to 1e9 (about 31.7 years)";
 
+/// The decimal number of seconds `v`; `None` where it is no number, or a number other than 0 that
+/// underflows to 0 (1e-400 is a timeout too short to keep, not "no timeout").
+fn seconds(v: &str) -> Option<f64> {
+    let v = v.trim();
+    let s = v.parse::<f64>().ok()?;
+    let mantissa = v.split(['e', 'E']).next().unwrap_or("");
+    if s == 0.0 && mantissa.contains(|c: char| ('1'..='9').contains(&c)) {
+        return None;
+    }
+    Some(s)
+}
+
 /// Seconds to an optional timeout: 0 = none, else MIN_TIMEOUT_SECONDS..=MAX_TIMEOUT_SECONDS;
 /// `None` for any other value (negative, NaN, infinite, too short or too long).
 fn timeout_in_range(s: f64) -> Option<Option<Duration>> {
@@ -256,7 +265,7 @@ fn timeout_in_range(s: f64) -> Option<Option<Duration>> {
 /// `GPUWIRE_NCCL_INIT_TIMEOUT`'s value `v`: 0 = no limit, else seconds as a timeout (0.001 to
 /// 1e9).
 pub(crate) fn nccl_init_timeout(v: &str) -> Result<Option<Duration>> {
-    v.trim().parse::<f64>().ok().and_then(timeout_in_range).ok_or_else(|| bad_env("GPUWIRE_NCCL_INIT_TIMEOUT", v, TIMEOUT_FORMS))
+    seconds(v).and_then(timeout_in_range).ok_or_else(|| bad_env("GPUWIRE_NCCL_INIT_TIMEOUT", v, TIMEOUT_FORMS))
 }
 
 /// As `timeout_in_range`, an invalid value an error that names `field`.
@@ -321,6 +330,16 @@ mod tests {
         let e = with(&[("GPUWIRE_CUDA_AWARE", "yes")]).unwrap_err().to_string();
         assert!(e.contains("GPUWIRE_CUDA_AWARE") && e.contains("0 or 1"), "{e}");
         assert!(with(&[("GPUWIRE_TIMEOUT", "-1")]).is_err());
+        // A number that underflows to 0 is not "no timeout": too short, refused (it was taken as
+        // 0). Zero written otherwise is 0.
+        for bad in ["1e-400", "0.5e-330", "2E-999"] {
+            let e = with(&[("GPUWIRE_TIMEOUT", bad)]).unwrap_err().to_string();
+            assert!(e.contains("GPUWIRE_TIMEOUT") && e.contains("0.001 (1 ms)"), "{bad}: {e}");
+            assert!(nccl_init_timeout(bad).is_err(), "{bad}");
+        }
+        for zero in ["0", "0.0", "0e5", "-0", " 0.000 "] {
+            assert_eq!(with(&[("GPUWIRE_TIMEOUT", zero)]).unwrap().timeout, None, "{zero}");
+        }
         assert!(with(&[("GPUWIRE_DEVICE", "-2")]).is_err());
         assert!(with(&[("GPUWIRE_CHUNK_BYTES", "12")]).is_err());
         // Beyond int64_t (the C field, the agreement across ranks): refused, not wrapped negative.
