@@ -81,6 +81,10 @@ from ._capi import (BFLOAT16, COMPLEX64, COMPLEX128, DECIDE, ERROR_ALREADY_FINAL
                     MAX, ORDER_C, SPACE_HOST, SUCCESS, SUM, UINT8, UINT32, UINT64, ANY_SOURCE, ANY_TAG, Config, StatusT,
                     ERROR_INVALID_HANDLE, _handle)
 
+# What a call raises when one of its arguments is refused before the C function runs: an integer
+# that does not fit its C type (`_library._checking`), a value ctypes cannot convert.
+_UNCONVERTED = (OverflowError, ctypes.ArgumentError)
+
 # NumPy/CuPy dtype names (numpy.dtype(...).name) -> gpuwire datatypes.
 _DTYPES = {
     "int8": INT8,
@@ -1007,7 +1011,13 @@ class Comm:
         return _out(c_int32, lib.gpuwire_comm_get_async_error, self.handle)
 
     def sendrecv(self, sendbuf, dest, sendtag, recvbuf, source, recvtag, stream=None):
-        (s, sn), (r, rn) = _as_buffer(sendbuf), _as_buffer(recvbuf)
+        s, sn = _one_buffer(sendbuf)
+        try:
+            r, rn = _one_buffer(recvbuf)
+        except BaseException:
+            if sn:
+                _done(s)
+            raise
         try:
             _check(lib.gpuwire_sendrecv(self.handle, s.handle, dest, sendtag, r.handle, source, recvtag,
                                         _stream_ptr(stream or s.stream)))
@@ -1021,11 +1031,46 @@ class Comm:
         C call is made with NULL buffer handles, so that it fails here too and, in checking mode,
         the other ranks fail instead of waiting for this one (as the C++ and Fortran bindings do).
         The caller then raises its own error."""
+        extra = (ctypes.byref(_handle()),) if nonblocking else ()
         try:
-            extra = (ctypes.byref(_handle()),) if nonblocking else ()
             fn(self.handle, *([0] * nbufs), *args, None, *extra)
-        except Exception:  # an argument ctypes cannot convert: nothing more can be done here
-            pass
+        except _UNCONVERTED:
+            # The refused argument was one of `args` (a root past int32_t, a string): 0 in its
+            # place, and in every other plain argument's (the NULL buffers fail the call anyway).
+            plain = [a if a is None or isinstance(a, (ctypes._SimpleCData, ctypes.Array)) else 0 for a in args]
+            try:
+                fn(self.handle, *([0] * nbufs), *plain, None, *extra)
+            except _UNCONVERTED:  # nothing more can be done here
+                pass
+
+    def _or_refuse(self, fn, nbufs, args, call, nonblocking=False):
+        """call() (the C call of gpuwire function `fn`, with `nbufs` buffers and then `args`); an
+        argument refused before the C call (an integer that does not fit its C type, one ctypes
+        cannot convert) fails the call on every rank (`_refuse`) before it is raised."""
+        try:
+            return call()
+        except _UNCONVERTED:
+            self._refuse(fn, nbufs, args, nonblocking)
+            raise
+
+    def _in_place(self, fn, buf, args, stream, nonblocking=False):
+        """The in-place form of collective `fn` (one buffer as both): its result (a request's
+        handle when `nonblocking`) and the buffer; a buffer or argument refused here fails the
+        call on every rank (`_refuse`)."""
+        try:
+            b, new = _one_buffer(buf)
+        except (ValueError, TypeError, OverflowError):
+            self._refuse(fn, 2, args, nonblocking)
+            raise
+        try:
+            if nonblocking:
+                return self._or_refuse(fn, 2, args, lambda: _out(_handle, fn, self.handle, b.handle, b.handle, *args,
+                                                                  _stream_ptr(stream or b.stream)), True), b
+            self._or_refuse(fn, 2, args, lambda: _check(fn(self.handle, b.handle, b.handle, *args, _stream_ptr(stream or b.stream))))
+            return None, b
+        finally:
+            if new and not nonblocking:
+                _done(b)
 
     def _wrap_all(self, fn, bufs, args, nonblocking=False):
         """`_as_buffer` of each of `bufs`; one refused fails the call on every rank (`_refuse`)."""
@@ -1048,7 +1093,7 @@ class Comm:
             if s is None:
                 s = next((b.stream for b, _ in wrapped if b is not None and b.stream is not None), None)
             handles = [b.handle if b is not None else 0 for b, _ in wrapped]
-            _check(fn(self.handle, *handles, *args, _stream_ptr(s)))
+            self._or_refuse(fn, len(bufs), args, lambda: _check(fn(self.handle, *handles, *args, _stream_ptr(s))))
         finally:
             for b, new in wrapped:
                 if new:
@@ -1063,24 +1108,14 @@ class Comm:
     def reduce(self, sendbuf, recvbuf, op=SUM, root=0, stream=None):
         """recvbuf matters at the root only (None elsewhere); the same object as sendbuf = in place."""
         if recvbuf is sendbuf:
-            b, new = _one_buffer(sendbuf)
-            try:
-                _check(lib.gpuwire_reduce(self.handle, b.handle, b.handle, op, root, _stream_ptr(stream or b.stream)))
-            finally:
-                if new:
-                    _done(b)
+            self._in_place(lib.gpuwire_reduce, sendbuf, [op, root], stream)
             return
         self._collective(lib.gpuwire_reduce, [sendbuf, recvbuf], [op, root], stream)
 
     def allreduce(self, sendbuf, recvbuf=None, op=SUM, stream=None):
         """In place when recvbuf is None (or the same object)."""
         if recvbuf is None or recvbuf is sendbuf:
-            b, new = _one_buffer(sendbuf)
-            try:
-                _check(lib.gpuwire_allreduce(self.handle, b.handle, b.handle, op, _stream_ptr(stream or b.stream)))
-            finally:
-                if new:
-                    _done(b)
+            self._in_place(lib.gpuwire_allreduce, sendbuf, [op], stream)
             return
         self._collective(lib.gpuwire_allreduce, [sendbuf, recvbuf], [op], stream)
 
@@ -1094,12 +1129,7 @@ class Comm:
 
     def _scan(self, fn, sendbuf, recvbuf, op, stream):
         if recvbuf is None or recvbuf is sendbuf:
-            b, new = _one_buffer(sendbuf)
-            try:
-                _check(fn(self.handle, b.handle, b.handle, op, _stream_ptr(stream or b.stream)))
-            finally:
-                if new:
-                    _done(b)
+            self._in_place(fn, sendbuf, [op], stream)
             return
         self._collective(fn, [sendbuf, recvbuf], [op], stream)
 
@@ -1170,11 +1200,12 @@ class Comm:
         if st is None:
             st = next((b.stream for b in (s, r) if b is not None and b.stream is not None), None)
         sh, rh = (s.handle if s is not None else 0), (r.handle if r is not None else 0)
+        fn = getattr(lib, ("gpuwire_i" if nonblocking else "gpuwire_") + name)
         if nonblocking:
-            req = _out(_handle, getattr(lib, "gpuwire_i" + name), self.handle, *args(sh, rh), _stream_ptr(st))
+            req = self._or_refuse(fn, 0, args(0, 0), lambda: _out(_handle, fn, self.handle, *args(sh, rh), _stream_ptr(st)), True)
             return Request(req, keep=[s, r], goes_on=True)
         try:
-            _check(getattr(lib, "gpuwire_" + name)(self.handle, *args(sh, rh), _stream_ptr(st)))
+            self._or_refuse(fn, 0, args(0, 0), lambda: _check(fn(self.handle, *args(sh, rh), _stream_ptr(st))))
         finally:
             for b, new in ((s, sn), (r, rn)):
                 if new:
@@ -1223,7 +1254,7 @@ class Comm:
         if s is None:
             s = next((b.stream for b in wrapped if b is not None and b.stream is not None), None)
         handles = [b.handle if b is not None else 0 for b in wrapped]
-        r = _out(_handle, fn, self.handle, *handles, *args, _stream_ptr(s))
+        r = self._or_refuse(fn, len(bufs), args, lambda: _out(_handle, fn, self.handle, *handles, *args, _stream_ptr(s)), True)
         return Request(r, keep=wrapped, goes_on=True)
 
     def ibarrier(self, stream=None):
@@ -1235,16 +1266,14 @@ class Comm:
     def ireduce(self, sendbuf, recvbuf, op=SUM, root=0, stream=None):
         """recvbuf matters at the root only (None elsewhere); the same object as sendbuf = in place."""
         if recvbuf is sendbuf:
-            b, _ = _one_buffer(sendbuf)
-            r = _out(_handle, lib.gpuwire_ireduce, self.handle, b.handle, b.handle, op, root, _stream_ptr(stream or b.stream))
+            r, b = self._in_place(lib.gpuwire_ireduce, sendbuf, [op, root], stream, nonblocking=True)
             return Request(r, keep=b, goes_on=True)
         return self._icollective(lib.gpuwire_ireduce, [sendbuf, recvbuf], [op, root], stream)
 
     def iallreduce(self, sendbuf, recvbuf=None, op=SUM, stream=None):
         """In place when recvbuf is None (or the same object)."""
         if recvbuf is None or recvbuf is sendbuf:
-            b, _ = _one_buffer(sendbuf)
-            r = _out(_handle, lib.gpuwire_iallreduce, self.handle, b.handle, b.handle, op, _stream_ptr(stream or b.stream))
+            r, b = self._in_place(lib.gpuwire_iallreduce, sendbuf, [op], stream, nonblocking=True)
             return Request(r, keep=b, goes_on=True)
         return self._icollective(lib.gpuwire_iallreduce, [sendbuf, recvbuf], [op], stream)
 
@@ -1258,8 +1287,8 @@ class Comm:
 
     def _iscan(self, fn, sendbuf, recvbuf, op, stream):
         if recvbuf is None or recvbuf is sendbuf:
-            b, _ = _one_buffer(sendbuf)
-            return Request(_out(_handle, fn, self.handle, b.handle, b.handle, op, _stream_ptr(stream or b.stream)), keep=b, goes_on=True)
+            r, b = self._in_place(fn, sendbuf, [op], stream, nonblocking=True)
+            return Request(r, keep=b, goes_on=True)
         return self._icollective(fn, [sendbuf, recvbuf], [op], stream)
 
     def iallgather(self, sendbuf, recvbuf, stream=None):
@@ -1632,18 +1661,29 @@ class DArray:
         _check(fn(*args, r.ctypes.data, _stream_ptr(stream)))
         return r[0]
 
+    def _with_scalar(self, value, what, call):
+        """call(pointer) of `value` as the array's dtype (`_scalar`). A value refused there goes to
+        the C call as NULL, so that where the call is collective the other ranks fail too in
+        checking mode instead of waiting (as C++'s darray::scalar); then the refusal is raised (or
+        the C call's own error, had it another)."""
+        try:
+            v = self._scalar(value, what)
+        except (Error, OverflowError):
+            st = call(None)
+            if st != ERROR_NULL_ARGUMENT:
+                _check(st)
+            raise
+        _check(call(v.ctypes.data))
+
     def fill(self, value, stream=None):
-        v = self._scalar(value, "gpuwire_darray_fill")
-        _check(lib.gpuwire_darray_fill(self.handle, v.ctypes.data, _stream_ptr(stream)))
+        self._with_scalar(value, "gpuwire_darray_fill", lambda p: lib.gpuwire_darray_fill(self.handle, p, _stream_ptr(stream)))
 
     def axpy(self, alpha, x, stream=None):
         """self = alpha x + self (gpuwire_darray_axpy(alpha, x, self))."""
-        a = self._scalar(alpha, "gpuwire_darray_axpy")
-        _check(lib.gpuwire_darray_axpy(a.ctypes.data, x.handle, self.handle, _stream_ptr(stream)))
+        self._with_scalar(alpha, "gpuwire_darray_axpy", lambda p: lib.gpuwire_darray_axpy(p, x.handle, self.handle, _stream_ptr(stream)))
 
     def scale(self, alpha, stream=None):
-        a = self._scalar(alpha, "gpuwire_darray_scale")
-        _check(lib.gpuwire_darray_scale(self.handle, a.ctypes.data, _stream_ptr(stream)))
+        self._with_scalar(alpha, "gpuwire_darray_scale", lambda p: lib.gpuwire_darray_scale(self.handle, p, _stream_ptr(stream)))
 
     def dot(self, y, stream=None):
         """sum_i conj(self_i) y_i."""

@@ -408,6 +408,65 @@ def test_one_rank_refused_by_python_fails_every_rank_in_checking_mode():
     comm.free()
 
 
+def test_in_place_integers_and_scalars_refused_by_python_fail_every_rank_in_checking_mode():
+    # The same for the paths that raised before their C call (found by a helper's new-user hunt;
+    # the other ranks waited for ever): an in-place collective's read-only array, an integer
+    # argument past its C type (a root of 2**40), a DArray scalar of another type. A timeout
+    # makes a rank left waiting fail with TIMEOUT instead of hanging the test.
+    cfg = gpuwire.config_init()
+    cfg.check = 1
+    cfg.timeout_seconds = 30.0
+    comm = gpuwire.Comm(WORLD, config=cfg)
+
+    def everywhere(refused, call):
+        # `call` raises `refused` on rank 0 and REMOTE_ARGUMENT on the others; the communicator
+        # stays usable (the failure was agreed, no rank timed out).
+        if RANK == 0:
+            with pytest.raises(refused):
+                call()
+        else:
+            with pytest.raises(gpuwire.Error) as e:
+                call()
+            assert e.value.code == gpuwire.ERROR_REMOTE_ARGUMENT, e.value
+        comm.barrier()
+
+    x = np.full(2, RANK, np.int32)
+    if RANK == 0:
+        x.flags.writeable = False
+    everywhere(ValueError, lambda: comm.allreduce(x))
+    everywhere(ValueError, lambda: comm.scan(x))
+    everywhere(ValueError, lambda: comm.reduce(x, x))
+    everywhere(ValueError, lambda: comm.iallreduce(x).wait())
+    everywhere(ValueError, lambda: comm.iexscan(x).wait())
+    everywhere(ValueError, lambda: comm.ireduce(x, x).wait())
+    y = np.full(2, RANK, np.int32)
+    root = 2 ** 40 if RANK == 0 else 0
+    everywhere(OverflowError, lambda: comm.bcast(y, root=root))
+    everywhere(OverflowError, lambda: comm.ibcast(y, root=root).wait())
+    everywhere(OverflowError, lambda: comm.allreduce(y, op=2 ** 40 if RANK == 0 else gpuwire.SUM))
+    out = np.zeros(2 * SIZE, np.int32)
+    everywhere(OverflowError, lambda: comm.gatherv(y, out, [2] * SIZE, None, root=root))
+    everywhere(OverflowError, lambda: comm.igatherv(y, out, [2] * SIZE, None, root=root).wait())
+    d = gpuwire.DArray(comm, (4,), gpuwire.INT32, partition=gpuwire.PARTITION_BROADCAST)
+    everywhere(gpuwire.Error, lambda: d.fill(1.5 if RANK == 0 else 7))
+    d.fill(3)
+    assert bool((d.numpy() == 3).all())
+    d.free()
+    f = gpuwire.DArray(comm, (4,), gpuwire.FLOAT32, partition=gpuwire.PARTITION_BROADCAST)
+    f.fill(2.0)
+    everywhere(gpuwire.Error, lambda: f.scale(1j if RANK == 0 else 2.0))
+    everywhere(gpuwire.Error, lambda: f.axpy(1j if RANK == 0 else 1.0, f))
+    f.scale(1.5)
+    assert bool((f.numpy() == 3.0).all())
+    f.free()
+    # Not collective: a None buffer is refused as by send and recv (it was an AttributeError).
+    with pytest.raises(TypeError, match="got None"):
+        comm.sendrecv(y, gpuwire.PROC_NULL, 0, None, gpuwire.PROC_NULL, 0)
+    with pytest.raises(TypeError, match="got None"):
+        comm.sendrecv(None, gpuwire.PROC_NULL, 0, y, gpuwire.PROC_NULL, 0)
+    comm.free()
+
+
 def test_request_context_manager():
     # A timeout: gpuwire_request_free (the block raised) then waits for the request up to it,
     # where without one it would abandon it at once and break the communicator.
