@@ -102,8 +102,9 @@ for l in sys.stdin:
     GPUWIRE_BACKEND=ipc NULLDEV_IPC=1
   run_cases ipc-np3 3 nbcmixed,nbc,nbcstreams,hostside GPUWIRE_BACKEND=ipc NULLDEV_IPC=1
   # Collectives and point-to-point blocking the host (no stream ordering): a blocking send
-  # whose receiver refused it (another size) completes outside checking mode, as MPI_Send.
-  run_cases ipc-blocking 2 p2pordered,p2pexact GPUWIRE_BACKEND=ipc NULLDEV_IPC=1 GPUWIRE_IPC_STREAM_ORDERED=0
+  # whose receiver refused it (another size) completes outside checking mode, as MPI_Send; a
+  # sendrecv whose receive part failed before its send part timed out reports the receive's error.
+  run_cases ipc-blocking 2 p2pordered,p2pexact,sendrecvfail GPUWIRE_BACKEND=ipc NULLDEV_IPC=1 GPUWIRE_IPC_STREAM_ORDERED=0
   run_cases ipc-check 2 nbcmixed GPUWIRE_BACKEND=ipc NULLDEV_IPC=1 GPUWIRE_CHECK=1
   # Without the progress thread, pending receives progress only in gpuwire's calls (ipcprogress
   # part E: a test of an irecv must not wait there for its sender's stream).

@@ -964,6 +964,60 @@ fn send_timeout(cx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
+/// GPU case sendrecvfail (timeout 2 s): rank 0's sendrecv sends 4 MiB to rank 1, which never
+/// receives it, and receives into 4 elements the 8 that rank 1 sends: the receive part fails at
+/// once (the message does not fit), the send part at the deadline. The call (or, where it is
+/// stream-ordered, the communicator's asynchronous error) reports the part that failed first,
+/// the receive's error, as a host sendrecv does; the timeout still broke the communicator (the
+/// next call: COMM_BROKEN). IPC reported TIMEOUT, hiding the receive's error.
+fn sendrecv_part_fails(cx: &Ctx) -> Result<(), String> {
+    let comm = world_with_timeout(2.0, 0);
+    let big = dev_alloc(1 << 20, Dtype::GPUWIRE_FLOAT32);
+    let small = dev_alloc(4, Dtype::GPUWIRE_FLOAT32);
+    let eight = dev_alloc(8, Dtype::GPUWIRE_FLOAT32);
+    let s = cx.stream as *mut c_void;
+    ok(gpuwire_barrier(comm, s), "barrier");
+    let mut failed = None;
+    if cx.rank == 0 {
+        let t0 = Instant::now();
+        let mut st = gpuwire_sendrecv(comm, big, 1, 7, small, 1, 5, s);
+        let mut msg = last_error();
+        if st == Status::GPUWIRE_SUCCESS {
+            // Stream-ordered (MPI_STAGED, IPC's larger messages): the call returned before the
+            // data moved; its failure is the communicator's asynchronous error.
+            cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
+            while st == Status::GPUWIRE_SUCCESS && t0.elapsed().as_secs_f64() < 10.0 {
+                st = gpuwire_comm_async_error(comm);
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            msg = last_error();
+        }
+        let secs = t0.elapsed().as_secs_f64();
+        println!("rank 0: sendrecv gave {st:?} after {secs:.2} s: {msg}");
+        if st != Status::GPUWIRE_ERROR_TRUNCATE && st != Status::GPUWIRE_ERROR_COUNT_MISMATCH {
+            failed = Some(format!("a sendrecv whose receive part refused its message and whose send part timed out gave {st:?} ({msg}), expected the receive's TRUNCATE or COUNT_MISMATCH"));
+        } else if secs > 10.0 {
+            failed = Some(format!("the sendrecv returned after {secs:.2} s (deadline 2 s)"));
+        } else {
+            let st = gpuwire_barrier(comm, s);
+            if st != Status::GPUWIRE_ERROR_COMM_BROKEN && st != Status::GPUWIRE_ERROR_TIMEOUT {
+                failed = Some(format!("a barrier after the sendrecv gave {st:?}, expected COMM_BROKEN (its send part timed out)"));
+            }
+        }
+    } else if cx.rank == 1 {
+        // Its send is refused by rank 0's receive; whatever it returns, rank 1 never receives
+        // rank 0's message, and leaves after rank 0's deadline.
+        let st = gpuwire_send(comm, eight, 0, 5, s);
+        println!("rank 1: send gave {st:?}");
+        std::thread::sleep(std::time::Duration::from_secs(4));
+    }
+    for b in [big, small, eight] {
+        gpuwire_buffer_free(b);
+    }
+    gpuwire_comm_free(comm);
+    failed.map_or(Ok(()), Err)
+}
+
 /// GPU cases sendnext, sendwait and sendisend (timeout 2 s): rank 0's send nobody receives, then
 /// at once a barrier (sendnext), an ibarrier and its wait (sendwait), or an isend of 2000 B and its
 /// wait (sendisend). Where the send returned success (stream-ordered,
@@ -4792,6 +4846,7 @@ fn main() {
             "timeout" => timeout_skipped_collective(&cx),
             "late" => late_rank(&cx),
             "sendtimeout" => send_timeout(&cx),
+            "sendrecvfail" => sendrecv_part_fails(&cx),
             "sendnext" => send_then_next(&cx, 0..1),
             "sendwait" => send_then_next(&cx, 1..2),
             "sendisend" => send_then_next(&cx, 2..3),

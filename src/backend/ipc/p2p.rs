@@ -1051,10 +1051,19 @@ pub(super) fn sendrecv(c: &Communicator, send: &Buffer, dest: i32, sendtag: i32,
         };
         Ok(rd && sd)
     }, give_up);
-    if res.is_err() {
+    if let Err(e) = res {
         std::mem::forget(r);
         std::mem::forget(w);
-        return res;
+        // A part that failed before the other timed out: its error is the call's (the first
+        // failure, as a host sendrecv's); the timeout has broken the communicator all the same.
+        return Err(match rfail.or(wfail) {
+            Some(first) => {
+                let text = first.to_string();
+                let detail = text.split_once(": ").map_or(text.as_str(), |(_, d)| d);
+                Error::from_status(first.status(), format!("{detail}; then {e}"))
+            }
+            None => e,
+        });
     }
     if wfail.is_some() {
         // Left to the process, as a failed single send is.
