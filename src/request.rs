@@ -488,6 +488,19 @@ impl Request {
         }
     }
 
+    /// Gives the operation up at once, as [`Pending::abandon`], for a request that is part of
+    /// another's operation abandoned at its timeout (`view::Unpacking`): true when nothing is left
+    /// in flight (it had completed, or was cancelled); else its buffers are kept for ever. Never
+    /// waits (`free` would wait for the communicator's timeout once more).
+    pub fn abandon(&self) -> bool {
+        let Some(op) = self.lock().pending.take() else { return true };
+        let done = op.abandon();
+        if !done {
+            self.bufs.keep_for_ever();
+        }
+        done
+    }
+
     /// gpuwire_request_free: an isend's or a nonblocking collective's operation not yet complete
     /// goes on (`Detached`: Ok(())). Any other request is completed if it completes within the
     /// communicator's timeout (without a timeout: if it has already completed), else abandoned (see

@@ -307,6 +307,16 @@ impl<O: Send> Pending for Unpacking<O> {
         }
         self.finish().map(|()| true)
     }
+    fn abandon(mut self: Box<Self>) -> bool {
+        // The inner operation is given up with it (a receive withdrawn or cancelled where its
+        // path can: it then takes no later message). Otherwise it may still read or write the
+        // scratch, which the inner request then keeps for ever; the views are not unpacked.
+        let done = self.inner.take().is_none_or(|r| r.abandon());
+        if !done {
+            std::mem::forget(self.packed.take());
+        }
+        done
+    }
 }
 
 #[cfg(test)]

@@ -9,6 +9,8 @@
  *                     COMM_BROKEN; the late rank gets TIMEOUT or COMM_BROKEN at the latest in its
  *                     second call (its first may complete against the half the early rank left
  *                     posted), in checking mode already in its first allreduce.
+ *                     A receive into a strided view abandoned at the timeout takes no later
+ *                     message (the sender times out).
  *   concurrent [check]  two threads per rank run allreduces on one communicator: each call gives
  *                     the right value (this rank's contribution plus one whole contribution of
  *                     the other rank) or INVALID_ARGUMENT "a collective is already in progress on
@@ -232,6 +234,51 @@ static void late_extras(int rank)
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* A receive into a strided view abandoned at the timeout (gpuwire_request_free, then
+ * gpuwire_wait's own timeout): withdrawn, as a receive into contiguous memory is. It stayed
+ * queued (the view's request forgot its inner receive): a message sent later (1 MiB, past the
+ * eager size) was taken into its scratch and the sender's send succeeded, and the progress
+ * thread kept polling. Found by a helper's bug hunt (2026-12-06). Now the late send finds no
+ * receive: TIMEOUT on the sender, and the receive's memory is not written. */
+static void abandoned_view_receive(int rank)
+{
+    enum { M = 1 << 17 };
+    int64_t *mem = malloc(2 * M * sizeof *mem);
+    for (int how = 0; how < 2; how++) {
+        gpuwire_comm c = world(0, T);
+        for (int j = 0; j < 2 * M; j++)
+            mem[j] = rank == 0 ? -1 : j;
+        gpuwire_buffer all = wrap(mem, 2 * M), v = GPUWIRE_BUFFER_NULL;
+        if (rank == 0) {
+            EXPECT_OK(gpuwire_buffer_view_strided(all, 0, M, 1, 2, &v));
+            gpuwire_request r = GPUWIRE_REQUEST_NULL;
+            EXPECT_OK(gpuwire_irecv(c, v, 1, 21, NULL, &r));
+            EXPECT_STATUS(how == 0 ? gpuwire_request_free(&r) : gpuwire_wait(&r), GPUWIRE_ERROR_TIMEOUT);
+            MPI_Barrier(MPI_COMM_WORLD); /* rank 1 sends now */
+            MPI_Barrier(MPI_COMM_WORLD);
+            long written = 0;
+            for (int j = 0; j < 2 * M; j++)
+                written += mem[j] != -1;
+            EXPECT(written == 0);
+        } else {
+            EXPECT_OK(gpuwire_buffer_view(all, 0, M, &v));
+            MPI_Barrier(MPI_COMM_WORLD);
+            double t0 = now();
+            gpuwire_status st = gpuwire_send(c, v, 0, 21, NULL);
+            if (st != GPUWIRE_ERROR_TIMEOUT)
+                printf("rank 1: a send to an abandoned receive into a strided view (%s) gave %d after %.2f s, expected TIMEOUT\n",
+                       how == 0 ? "request_free" : "wait at the timeout", (int)st, now() - t0);
+            EXPECT(st == GPUWIRE_ERROR_TIMEOUT);
+            MPI_Barrier(MPI_COMM_WORLD);
+        }
+        EXPECT_OK(gpuwire_buffer_free(v));
+        EXPECT_OK(gpuwire_buffer_free(all));
+        EXPECT_OK(gpuwire_comm_free(c));
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
+    free(mem);
+}
+
 static void late(int rank, int check)
 {
     late_case(ALLREDUCE, check, rank);
@@ -241,6 +288,7 @@ static void late(int rank, int check)
         late_case(RECV, 0, rank);
         late_case(IRECV_WAIT, 0, rank);
         late_extras(rank);
+        abandoned_view_receive(rank);
     } else {
         late_case(BCAST, 1, rank);
     }
