@@ -540,7 +540,7 @@ static void order_wildcard(int rank)
  * INVALID_ARGUMENT, the request left as it was, and the wait completes when the message comes.
  * It blocked until that wait ended (for ever, had the message never come). Rank 1 sends 1 s
  * later, so the old behaviour shows as a free that took 1 s and returned SUCCESS. */
-static gpuwire_request waited = GPUWIRE_REQUEST_NULL;
+static gpuwire_request waited; /* GPUWIRE_REQUEST_NULL (zero) */
 static volatile int waiting;
 
 static void *wait_waited(void *arg)
