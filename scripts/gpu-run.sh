@@ -45,7 +45,7 @@ if has tests; then
   gputest stock-auto stock c17,c14,c16,c11,c15,ops,opswrap,scan,c13,c12,p2pexact,p2pstatus,capture,vcoll,zerocount,views
   GPUWIRE_BACKEND=mpi_staged gputest kit-staged kit ops,opswrap,scan,c13,c14,c17,reqfree,p2pexact,p2pstatus,capture,vcoll,zerocount,views,threadp2p -x GPUWIRE_BACKEND
   # A rank merely late to an allreduce, timeout 2 s, checking off and on: no rank blocks longer.
-  GPUWIRE_BACKEND=mpi_staged gputest staged-late stock late,sendtimeout,sendnext,sendwait,sendisend,sendrecvfail -x GPUWIRE_BACKEND
+  GPUWIRE_BACKEND=mpi_staged gputest staged-late stock late,sendtimeout,sendnext,sendwait,sendisend,sendrecvfail,irecvtimeout -x GPUWIRE_BACKEND
   GPUWIRE_BACKEND=mpi_cuda_aware gputest kit-cuda-aware kit ops,opswrap,scan,c12,c13,c14,c16,c17,reqfree,p2pexact,p2pstatus,capture,vcoll,zerocount,views,nbcmixed -x GPUWIRE_BACKEND
   # Memory kinds mixed across ranks, checking mode on (it refused such calls on IPC and CUDA-aware before).
   GPUWIRE_CHECK=1 GPUWIRE_BACKEND=mpi_cuda_aware gputest kit-cuda-aware-check kit nbcmixed -x GPUWIRE_BACKEND -x GPUWIRE_CHECK
@@ -79,7 +79,7 @@ if has ipc; then
   gputest ipc-auto stock ipcauto,c15
   # A timeout configured: a collective one rank skips fails on every rank within it; a
   # stream-ordered send nobody receives releases its stream at the deadline (sendtimeout).
-  GPUWIRE_BACKEND=ipc gputest ipc-timeout stock timeout,late,sendtimeout,sendnext,sendwait,sendisend,sendrecvfail -x GPUWIRE_BACKEND
+  GPUWIRE_BACKEND=ipc gputest ipc-timeout stock timeout,late,sendtimeout,sendnext,sendwait,sendisend,sendrecvfail,irecvtimeout -x GPUWIRE_BACKEND
   # A sendrecv blocking the host whose receive part failed before its send part timed out: the
   # receive's error is the call's (it was TIMEOUT).
   GPUWIRE_BACKEND=ipc GPUWIRE_IPC_STREAM_ORDERED=0 gputest ipc-timeout-blocking stock sendrecvfail -x GPUWIRE_BACKEND -x GPUWIRE_IPC_STREAM_ORDERED

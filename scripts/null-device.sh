@@ -86,6 +86,9 @@ for l in sys.stdin:
   # (rank 0 only; its peer stays away 2 s past the deadline).
   run_cases staged-sendnext 2 sendnext GPUWIRE_BACKEND=staged
   run_cases staged-sendwait 2 sendwait GPUWIRE_BACKEND=staged
+  # A device irecv nothing matches, waited for or freed: TIMEOUT after the timeout, not twice it
+  # (the started receive's request was freed, waiting again).
+  run_cases staged-irecvtimeout 2 irecvtimeout GPUWIRE_BACKEND=staged
   run_cases cuda_aware 2 ops,scan,c13,p2pstatus,reqfree,vcoll,zerocount,nbc,nbcgroup,nbcmixed,views,hostside GPUWIRE_BACKEND=cuda_aware GPUWIRE_CUDA_AWARE=1
   # Memory kinds mixed across ranks in checking mode (refused there before, though the path takes them).
   run_cases cuda_aware-check 2 nbcmixed GPUWIRE_BACKEND=cuda_aware GPUWIRE_CUDA_AWARE=1 GPUWIRE_CHECK=1

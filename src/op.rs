@@ -933,7 +933,10 @@ impl Pending for Started {
         self.0.test()
     }
     fn abandon(self: Box<Self>) -> bool {
-        self.0.free().is_ok()
+        // An isend goes on, as after gpuwire_request_free (detached); a receive is given up at
+        // once: `free` would first wait for the communicator's timeout again, which the caller's
+        // wait has just used up (an unmatched device irecv's wait took twice the timeout).
+        if self.0.goes_on() { self.0.free().is_ok() } else { self.0.abandon() }
     }
 }
 

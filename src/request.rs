@@ -275,6 +275,11 @@ impl Request {
         self
     }
 
+    /// Whether `free` lets the operation go on ([`Self::going_on`]).
+    pub fn goes_on(&self) -> bool {
+        self.goes_on
+    }
+
     /// The request with the status it reports when its path reports none.
     pub fn with_status(mut self, s: Status) -> Request {
         self.default_status = s;

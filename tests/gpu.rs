@@ -1018,6 +1018,39 @@ fn sendrecv_part_fails(cx: &Ctx) -> Result<(), String> {
     failed.map_or(Ok(()), Err)
 }
 
+/// GPU case irecvtimeout (timeout 2 s): rank 0's device irecv that nothing matches, waited for
+/// (round 0) or freed (round 1): TIMEOUT within about the timeout, once, and the communicator
+/// broken. On the stream-ordered paths the request's operation wraps the started receive's own
+/// request (`op::Started`), whose abandon freed that request: a second wait for the timeout on a
+/// communicator not yet broken.
+fn irecv_timeout(cx: &Ctx) -> Result<(), String> {
+    let mut failed = None;
+    for round in 0..2 {
+        let comm = world_with_timeout(2.0, 0);
+        let b = dev_alloc(1024, Dtype::GPUWIRE_FLOAT32);
+        let s = cx.stream as *mut c_void;
+        ok(gpuwire_barrier(comm, s), "barrier");
+        if cx.rank == 0 {
+            let mut req = 0;
+            ok(gpuwire_irecv(comm, b, 1, 9, s, &mut req), "irecv");
+            let t0 = Instant::now();
+            let st = if round == 0 { gpuwire_wait(&mut req) } else { gpuwire_request_free(&mut req) };
+            let secs = t0.elapsed().as_secs_f64();
+            println!("rank 0: {} of an unmatched irecv gave {st:?} after {secs:.2} s", if round == 0 { "wait" } else { "request_free" });
+            if st != Status::GPUWIRE_ERROR_TIMEOUT && st != Status::GPUWIRE_ERROR_COMM_BROKEN {
+                failed.get_or_insert(format!("round {round}: {st:?} ({}), expected TIMEOUT", last_error()));
+            } else if !(1.5..3.5).contains(&secs) {
+                failed.get_or_insert(format!("round {round}: the timeout of 2 s came after {secs:.2} s"));
+            }
+        } else {
+            std::thread::sleep(std::time::Duration::from_secs(4));
+        }
+        gpuwire_buffer_free(b);
+        gpuwire_comm_free(comm);
+    }
+    failed.map_or(Ok(()), Err)
+}
+
 /// GPU cases sendnext, sendwait and sendisend (timeout 2 s): rank 0's send nobody receives, then
 /// at once a barrier (sendnext), an ibarrier and its wait (sendwait), or an isend of 2000 B and its
 /// wait (sendisend). Where the send returned success (stream-ordered,
@@ -4847,6 +4880,7 @@ fn main() {
             "late" => late_rank(&cx),
             "sendtimeout" => send_timeout(&cx),
             "sendrecvfail" => sendrecv_part_fails(&cx),
+            "irecvtimeout" => irecv_timeout(&cx),
             "sendnext" => send_then_next(&cx, 0..1),
             "sendwait" => send_then_next(&cx, 1..2),
             "sendisend" => send_then_next(&cx, 2..3),
