@@ -408,10 +408,8 @@ impl Request {
                 return self.give_up_broken(matched, op, e);
             }
             if Instant::now() >= deadline {
-                if !op.abandon() {
-                    // MPI may still write the buffer when the peer arrives: never freed.
-                    self.bufs.keep_for_ever();
-                }
+                // MPI may still write the buffer when the peer arrives: never freed then.
+                self.give_up(op);
                 let msg = format!(
                     "wait: the request did not complete within the communicator's timeout of {:.3} s (no matching call on the other rank?); the communicator is now broken",
                     t.as_secs_f64()
@@ -478,9 +476,7 @@ impl Request {
         if done? {
             return Ok(());
         }
-        if !op.abandon() {
-            self.bufs.keep_for_ever();
-        }
+        self.give_up(op);
         Err(broken)
     }
 
@@ -499,6 +495,13 @@ impl Request {
     /// waits (`free` would wait for the communicator's timeout once more).
     pub fn abandon(&self) -> bool {
         let Some(op) = self.lock().pending.take() else { return true };
+        self.give_up(op)
+    }
+
+    /// [`Pending::abandon`] of `op`, this request's operation: true when nothing is left in
+    /// flight; else the request's buffers are kept for ever (MPI, a peer or a device may still
+    /// read or write them).
+    fn give_up(&self, op: Box<dyn Pending>) -> bool {
         let done = op.abandon();
         if !done {
             self.bufs.keep_for_ever();
@@ -552,10 +555,8 @@ impl Request {
                 std::hint::spin_loop();
             }
         }
-        if !op.abandon() {
-            // MPI (or a peer, a device) may still read or write the buffer: keep it for ever.
-            self.bufs.keep_for_ever();
-        }
+        // MPI (or a peer, a device) may still read or write the buffer: kept for ever then.
+        self.give_up(op);
         let msg = match deadline.and(timeout) {
             Some(t) => format!(
                 "a request that did not complete within the communicator's timeout of {:.3} s was abandoned (gpuwire_request_free: its receive cancelled or its send left to MPI); the communicator is now broken",

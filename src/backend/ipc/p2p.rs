@@ -1057,11 +1057,7 @@ pub(super) fn sendrecv(c: &Communicator, send: &Buffer, dest: i32, sendtag: i32,
         // A part that failed before the other timed out: its error is the call's (the first
         // failure, as a host sendrecv's); the timeout has broken the communicator all the same.
         return Err(match rfail.or(wfail) {
-            Some(first) => {
-                let text = first.to_string();
-                let detail = text.split_once(": ").map_or(text.as_str(), |(_, d)| d);
-                Error::from_status(first.status(), format!("{detail}; then {e}"))
-            }
+            Some(first) => Error::from_status(first.status(), format!("{}; then {e}", crate::backend::strip_kind(&first))),
             None => e,
         });
     }
