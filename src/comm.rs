@@ -659,8 +659,7 @@ impl Communicator {
         let text = String::from_utf8_lossy(&msg[..end]).into_owned();
         let status = Status::from_i32(code).unwrap_or(Status::GPUWIRE_ERROR_INTERNAL);
         // The rank's message already names its kind ("backend unavailable: ..."): strip that.
-        let detail = text.split_once(": ").map(|(_, d)| d.to_string()).unwrap_or(text);
-        Err(Error::from_status(status, format!("{what} failed on rank {lowest}: {detail}")))
+        Err(Error::from_status(status, format!("{what} failed on rank {lowest}: {}", crate::error::without_kind(&text))))
     }
 }
 

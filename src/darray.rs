@@ -1607,9 +1607,7 @@ impl DArray {
 
 /// Puts the argument's name in front of a wrapped pointer's error.
 fn prefix(what: &str, arg: &str, e: Error) -> Error {
-    let msg = e.to_string();
-    let detail = msg.split_once(": ").map(|(_, d)| d.to_string()).unwrap_or(msg);
-    Error::from_status(e.status(), format!("{what}: `{arg}`: {detail}"))
+    e.reworded(format!("{what}: `{arg}`: {}", e.detail()))
 }
 
 /// Host computations on raw element pointers (the owned elements of host-accessible arrays).

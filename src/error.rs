@@ -175,7 +175,46 @@ pub enum Error {
     Truncate(String),
 }
 
+/// `text`, an error's message as `Display` writes it ("count mismatch: ..."), without its kind:
+/// for a message that came as text (another rank's, or shared memory's) and is given again in
+/// an error that adds its own kind.
+pub fn without_kind(text: &str) -> &str {
+    text.split_once(": ").map_or(text, |(_, d)| d)
+}
+
 impl Error {
+    /// The message without its kind ("count mismatch: " and the like), for a message of the
+    /// caller's own around it ([`Error::reworded`]).
+    pub fn detail(&self) -> &str {
+        match self {
+            Error::NullArgument(m)
+            | Error::InvalidArgument(m)
+            | Error::InvalidHandle(m)
+            | Error::CountMismatch(m)
+            | Error::DtypeMismatch(m)
+            | Error::OpMismatch(m)
+            | Error::RootMismatch(m)
+            | Error::UnsupportedDtype(m)
+            | Error::UnsupportedOp(m)
+            | Error::BackendUnavailable(m)
+            | Error::Mpi(m)
+            | Error::Cuda(m)
+            | Error::Nccl(m)
+            | Error::Timeout(m)
+            | Error::NotInitialized(m)
+            | Error::AlreadyFinalized(m)
+            | Error::Internal(m)
+            | Error::RemoteArgument(m)
+            | Error::CommBroken(m)
+            | Error::Truncate(m) => m,
+        }
+    }
+
+    /// An error of the same kind with the message `msg` (which usually quotes [`Error::detail`]).
+    pub fn reworded(&self, msg: String) -> Error {
+        Error::from_status(self.status(), msg)
+    }
+
     /// Whether an operation that failed with this error may have left an MPI request behind
     /// (abandoned at a timeout, or given up on a broken communicator): MPI may still read and
     /// write its buffers, which must then never be freed.
@@ -255,5 +294,17 @@ mod tests {
         }
         assert_eq!(Status::from_i32(-1), None);
         assert_eq!(Status::from_i32(21), None);
+    }
+
+    #[test]
+    fn detail_is_the_message_without_its_kind() {
+        for s in Status::ALL.iter().skip(1) {
+            let e = Error::from_status(*s, "rank 1: the message: with colons".into());
+            assert_eq!(e.detail(), "rank 1: the message: with colons");
+            assert_eq!(without_kind(&e.to_string()), e.detail());
+            let r = e.reworded(format!("gather: {}", e.detail()));
+            assert_eq!((r.status(), r.detail()), (e.status(), "gather: rank 1: the message: with colons"));
+        }
+        assert_eq!(without_kind("no kind"), "no kind");
     }
 }

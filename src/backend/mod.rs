@@ -431,18 +431,18 @@ pub fn choose(c: &Communicator) -> Result<Choice> {
     }
     if let Err(e) = cuda {
         if auto {
-            return Ok(Choice { kind: BackendKind::GPUWIRE_BACKEND_HOST, reason: format!("auto: {}", strip_kind(&e)), device: -1, ..Choice::default() });
+            return Ok(Choice { kind: BackendKind::GPUWIRE_BACKEND_HOST, reason: format!("auto: {}", e.detail()), device: -1, ..Choice::default() });
         }
         if let [(b, judged)] = &judged[..] {
             if b.kind == BackendKind::GPUWIRE_BACKEND_HIER {
                 // HIER composes communicators of its own: without CUDA, for host memory.
                 return match judged {
-                    Ok(v) => Ok(Choice { kind: b.kind, reason: format!("{}; host memory only ({})", (b.requested)(v), strip_kind(&e)), device: -1, ..Choice::default() }),
+                    Ok(v) => Ok(Choice { kind: b.kind, reason: format!("{}; host memory only ({})", (b.requested)(v), e.detail()), device: -1, ..Choice::default() }),
                     Err(why) => Err(Error::BackendUnavailable((b.refused)(why))),
                 };
             }
         }
-        return Err(Error::BackendUnavailable(format!("{} was requested but cannot be used: {}", requested.name(), strip_kind(&e))));
+        return Err(Error::BackendUnavailable(format!("{} was requested but cannot be used: {}", requested.name(), e.detail())));
     }
     let device = device.unwrap_or(0);
     let (kind, reason) = if auto {
@@ -476,11 +476,6 @@ fn auto_pick(judged: &[(&'static Backend, std::result::Result<String, String>)],
 fn device_reason(reason: &str, device: i32, configured: bool) -> String {
     let how = if configured { "as configured (GPUWIRE_DEVICE or config.device)" } else { "the node-local rank modulo the device count" };
     format!("{reason}; device {device}, {how}")
-}
-
-fn strip_kind(e: &Error) -> String {
-    let s = e.to_string();
-    s.split_once(": ").map(|(_, d)| d.to_string()).unwrap_or(s)
 }
 
 /// Collective: sets up the chosen backend's state once every rank agreed on the choice (a
@@ -534,7 +529,7 @@ fn setup_hier(c: &mut Communicator) -> Result<()> {
     let st = match (made, agreed) {
         (Ok(st), Ok(())) => st,
         (_, Err(e)) if c.config().backend != GPUWIRE_BACKEND_AUTO || e.status() == crate::error::Status::GPUWIRE_ERROR_INVALID_ARGUMENT => return Err(e),
-        (_, Err(e)) => return fall_back_from(c, GPUWIRE_BACKEND_HIER, &format!("making its communicators failed: {}", strip_kind(&e))),
+        (_, Err(e)) => return fall_back_from(c, GPUWIRE_BACKEND_HIER, &format!("making its communicators failed: {}", e.detail())),
         (Err(e), Ok(())) => return Err(e),
     };
     // Every rank learns whether some node is not direct, whether the nodes chose alike, and the
@@ -579,7 +574,7 @@ fn setup_nccl(c: &mut Communicator) -> Result<()> {
     if c.config().backend != BackendKind::GPUWIRE_BACKEND_AUTO || e.status() == crate::error::Status::GPUWIRE_ERROR_INVALID_ARGUMENT {
         return Err(e);
     }
-    fall_back_from(c, BackendKind::GPUWIRE_BACKEND_NCCL, &format!("creating its communicator failed: {}", strip_kind(&e)))
+    fall_back_from(c, BackendKind::GPUWIRE_BACKEND_NCCL, &format!("creating its communicator failed: {}", e.detail()))
 }
 
 /// Collective, under AUTO once every rank knows that backend `failed` cannot be set up (`why`):

@@ -476,8 +476,7 @@ fn undefined_outputs(copied: &[Vec<usize>], failed: Option<&[usize]>) -> usize {
 /// `e` of a host side that failed with `n` (at least one) of its device outputs copied out of
 /// staging all the same ([`undefined_outputs`]): their contents, said.
 fn outputs_undefined(e: Error, n: usize) -> Error {
-    let text = e.to_string();
-    let detail = text.split_once(": ").map_or(text.as_str(), |(_, d)| d);
+    let detail = e.detail();
     let note = if n == 1 {
         "the failed operation's MPI calls use staging, which the stream copied into its device output buffer all the same, as enqueued at the call, so that buffer's contents are undefined"
     } else {

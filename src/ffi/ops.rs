@@ -484,9 +484,7 @@ fn test_any(reqs: &mut [gpuwire_request], s: &mut crate::request::Status, index:
 }
 
 fn with_index(i: i32, e: Error) -> Error {
-    let text = e.to_string();
-    let detail = text.split_once(": ").map_or(text.as_str(), |(_, d)| d).to_string();
-    Error::from_status(e.status(), format!("request {i}: {detail}"))
+    e.reworded(format!("request {i}: {}", e.detail()))
 }
 
 /// Waits until one of the `count` requests completes, as MPI_Waitany: writes its index to
@@ -723,9 +721,7 @@ pub extern "C" fn gpuwire_waitall(count: i32, requests: *mut gpuwire_request) ->
         for (i, h) in given.iter().enumerate().filter(|(_, h)| **h != 0) {
             REQUESTS.with(*h, |r| r.ready_to_block()).and_then(|r| r).map_err(|e| {
                 let e = with_index(i as i32, e);
-                let text = e.to_string();
-                let detail = text.split_once(": ").map_or(text.as_str(), |(_, d)| d);
-                Error::from_status(e.status(), format!("{detail}; nothing was waited for"))
+                e.reworded(format!("{}; nothing was waited for", e.detail()))
             })?;
         }
         let mut first: Option<Error> = None;
@@ -733,9 +729,7 @@ pub extern "C" fn gpuwire_waitall(count: i32, requests: *mut gpuwire_request) ->
             // SAFETY: the caller promises `count` requests.
             let r = unsafe { requests.add(i) };
             if let Err(e) = finish(r, true) {
-                let text = e.to_string();
-                let detail = text.split_once(": ").map_or(text.as_str(), |(_, d)| d);
-                first.get_or_insert(Error::from_status(e.status(), format!("request {i}: {detail}")));
+                first.get_or_insert(with_index(i as i32, e));
             }
         }
         first.map_or(Ok(()), Err)

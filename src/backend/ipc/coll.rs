@@ -145,7 +145,7 @@ impl<'a> Coll<'a> {
             if st == ST_ERROR {
                 // SAFETY: as above.
                 let msg = shm::get_text(unsafe { &*std::ptr::addr_of!((*a).msg) });
-                let detail = msg.split_once(": ").map(|(_, d)| d.to_string()).unwrap_or(msg);
+                let detail = crate::error::without_kind(&msg);
                 let status = Status::from_i32(code).unwrap_or(Status::GPUWIRE_ERROR_INTERNAL);
                 return Err(Error::from_status(status, format!("{} failed on rank {r}: {detail}", self.what)));
             }
@@ -283,11 +283,7 @@ impl<'a> Coll<'a> {
                 work(&mut l).and_then(|()| device::sync(self.stream))
             }
         };
-        let r = r.map_err(|e| {
-            let detail = e.to_string();
-            let detail = detail.split_once(": ").map(|(_, d)| d.to_string()).unwrap_or(detail);
-            Error::from_status(e.status(), format!("{} failed on rank 0 (the leader of the device work): {detail}", self.what))
-        });
+        let r = r.map_err(|e| e.reworded(format!("{} failed on rank 0 (the leader of the device work): {}", self.what, e.detail())));
         self.publish_result(&r);
         r
     }
@@ -330,9 +326,7 @@ impl<'a> Coll<'a> {
                     (*a).rcode = e.status() as i32;
                     // Without the kind's prefix ("CUDA error: "): the followers' Error adds it
                     // again, and every rank must show the same message.
-                    let text = e.to_string();
-                    let detail = text.split_once(": ").map_or(text.as_str(), |(_, d)| d);
-                    shm::put_text(&mut (*std::ptr::addr_of_mut!((*a).rmsg)), detail);
+                    shm::put_text(&mut (*std::ptr::addr_of_mut!((*a).rmsg)), e.detail());
                 }
             }
         }

@@ -1057,7 +1057,7 @@ pub(super) fn sendrecv(c: &Communicator, send: &Buffer, dest: i32, sendtag: i32,
         // A part that failed before the other timed out: its error is the call's (the first
         // failure, as a host sendrecv's); the timeout has broken the communicator all the same.
         return Err(match rfail.or(wfail) {
-            Some(first) => Error::from_status(first.status(), format!("{}; then {e}", crate::backend::strip_kind(&first))),
+            Some(first) => first.reworded(format!("{}; then {e}", first.detail())),
             None => e,
         });
     }
