@@ -835,7 +835,8 @@ gpuwire_status gpuwire_buffer_view(gpuwire_buffer buf,
  * before the transfer and unpack the received ones after it: on device memory one GPU kernel
  * per view on the operation's stream, on host memory a loop; the scratch is reused across calls.
  * `stride` may be below `blocklen` (blocks overlap): such a view can be sent from, not received
- * into (the operation returns GPUWIRE_ERROR_INVALID_ARGUMENT and sends nothing). A view whose
+ * or copied into (the operation returns GPUWIRE_ERROR_INVALID_ARGUMENT and sends nothing; a
+ * bcast of it on every rank, the root included). A view whose
  * elements turn out contiguous (stride == blocklen, or one block) is an ordinary view. `buf` must
  * be contiguous (not itself a strided or subarray view). Device views need NVRTC (the reduction
  * kernels' compiler) to be moved.
@@ -881,8 +882,12 @@ gpuwire_status gpuwire_buffer_view_subarray(gpuwire_buffer buf,
  * array element order: an array section `A(2, :)` is lens {n}, strides {leading dimension}; a
  * NumPy array gives its shape and strides / itemsize reversed). Operations take it as a
  * gpuwire_buffer_view_strided view (packed and unpacked around the transfer; a layout whose
- * elements may coincide, as a stride 0, can be sent from but not received into). 1 <= ndim <=
- * 15; dimensions that are contiguous together are merged, and at most 4 may remain.
+ * elements may coincide, as a stride 0, can be sent from but not received or copied into). A
+ * layout is taken as one whose elements may coincide unless each dimension, by increasing
+ * stride, steps past all that the dimensions of smaller strides span: a sufficient test, so a
+ * few layouts of distinct elements are refused too (lens {3, 2} with strides {2, 3}: elements
+ * 0 2 4 3 5 7). 1 <= ndim <= 15; dimensions that are contiguous together are merged, and at
+ * most 4 may remain.
  *
  * Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`out`, `lens` or `strides`, `ptr`
  * NULL with elements), GPUWIRE_ERROR_INVALID_ARGUMENT (ndim outside 1..15, a negative length or
@@ -912,7 +917,8 @@ gpuwire_status gpuwire_buffer_free(gpuwire_buffer buf);
  * default stream; ignored for host buffers). Blocks until the copy is complete.
  *
  * Local. Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`src` NULL with count > 0),
- * GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_CUDA.
+ * GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_INVALID_ARGUMENT (a strided view whose elements
+ * may coincide, as gpuwire_buffer_view_strided says; nothing copied), GPUWIRE_ERROR_CUDA.
  */
 gpuwire_status gpuwire_buffer_copy_from_host(gpuwire_buffer buf,
                                              const void *src,

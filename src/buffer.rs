@@ -98,12 +98,17 @@ pub struct Shape {
     pub dims: Vec<(usize, usize)>,
     /// Elements from the first to one past the last one the view touches.
     pub extent: usize,
-    /// Whether two of the view's elements are the same memory (a strided view whose stride is
-    /// below its block length): such a view can be sent, never received into.
+    /// Whether two of the view's elements may be the same memory: such a view can be sent,
+    /// never received into. True unless each dimension, by increasing stride, steps past all
+    /// that the smaller ones span (a sufficient test, not an exact one: a layout such as lengths
+    /// {3, 2} with strides {2, 3} has distinct elements and is taken as coinciding all the same).
     pub self_overlapping: bool,
 }
 
 impl Shape {
+    /// What a refusal of a [`Shape::self_overlapping`] view says of it, after "the buffer ".
+    pub const MAY_COINCIDE: &'static str = "is a strided view whose elements may coincide (a stride below what the dimensions of smaller strides span, e.g. blocks that overlap or a stride 0): received elements could overwrite each other";
+
     /// The normalized shape of `dims` (lengths > 0, strides >= 0, the extent checked by the
     /// caller), `None` when contiguous.
     fn of(dims: &[(usize, usize)]) -> Option<Shape> {
@@ -737,6 +742,11 @@ impl Buffer {
     /// `src` must be readable for `self.bytes()` bytes.
     pub unsafe fn copy_from_host(&self, src: usize, stream: Stream) -> Result<()> {
         self.copy_checked(src, "the source")?;
+        if self.shape.as_ref().is_some_and(|s| s.self_overlapping) {
+            // As every operation that receives into it: which value would land is undefined
+            // (the last on the host, any of them on a device).
+            return Err(Error::InvalidArgument(format!("the buffer {}; nothing was copied", Shape::MAY_COINCIDE)));
+        }
         if self.shape.is_some() {
             if self.is_host() {
                 // SAFETY: caller guarantees src.

@@ -465,6 +465,10 @@ impl crate::view::Slotted for Op {
         }
     }
 
+    fn received_somewhere(&self) -> [bool; 2] {
+        [matches!(self, Op::Bcast { .. }), false]
+    }
+
     fn replace(&self, a: Option<Arc<Buffer>>, b: Option<Arc<Buffer>>) -> Op {
         let mut op = self.clone();
         let pick = |slot: &mut Arc<Buffer>, with: &Option<Arc<Buffer>>| {

@@ -163,6 +163,11 @@ pub(crate) trait Slotted: Clone {
     /// The two buffer slots, whatever this rank's role in them.
     fn slots(&self) -> [Option<&Arc<Buffer>>; 2];
     fn roles(&self, rank: i32) -> [(Option<&Arc<Buffer>>, Role); 2];
+    /// The slots that some rank receives into where others send from them: bcast's buffer (read
+    /// at the root, written elsewhere). Every rank passes the same view there, so each refuses
+    /// what the receivers refuse ([`check`]); a root that sent what the others refused left its
+    /// message to their next bcast.
+    fn received_somewhere(&self) -> [bool; 2];
     /// The operation with its two buffer slots replaced (`None` keeps a slot).
     fn replace(&self, a: Option<Arc<Buffer>>, b: Option<Arc<Buffer>>) -> Self;
 }
@@ -182,12 +187,11 @@ fn same_view(a: &Buffer, b: &Buffer) -> bool {
 pub(crate) fn check<O: Slotted>(op: &O, rank: i32) -> Result<()> {
     let what = op.what();
     let [(a, ra), (b, rb)] = op.roles(rank);
-    for (buf, role) in [(a, ra), (b, rb)] {
-        if let (Some(v), Role::Out | Role::InOut) = (buf, role) {
+    for ((buf, role), somewhere) in [(a, ra), (b, rb)].into_iter().zip(op.received_somewhere()) {
+        let received = matches!(role, Role::Out | Role::InOut) || (somewhere && role != Role::Unused);
+        if let (Some(v), true) = (buf, received) {
             if v.shape().is_some_and(|s: &Shape| s.self_overlapping) {
-                return Err(Error::InvalidArgument(format!(
-                    "{what}: the receive buffer is a strided view whose blocks overlap (stride below the block length): received elements would overwrite each other; nothing was sent"
-                )));
+                return Err(Error::InvalidArgument(format!("{what}: the receive buffer {}; nothing was sent", Shape::MAY_COINCIDE)));
             }
         }
     }
