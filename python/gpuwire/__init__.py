@@ -357,12 +357,14 @@ class _Strided(ValueError):
 
     def layout(self):
         """(lens, strides in elements), the first axis fastest (gpuwire_buffer_wrap_strided's
-        order: NumPy's axes reversed)."""
-        for s in self.strides:
+        order: NumPy's axes reversed). Axes of length 1 are left out: they move no element (and
+        their strides may be anything), and wrap_strided takes at most 15 axes."""
+        axes = [(int(n), s) for n, s in zip(self.shape, self.strides) if int(n) != 1] or [(1, self.itemsize)]
+        for _, s in axes:
             if s < 0 or s % self.itemsize:
                 raise ValueError(f"gpuwire: the array's strides {self.strides} (bytes) are not non-negative "
                                  f"multiples of its element size {self.itemsize}: it cannot be a strided buffer")
-        return [int(n) for n in self.shape[::-1]], [s // self.itemsize for s in self.strides[::-1]]
+        return [n for n, _ in axes[::-1]], [s // self.itemsize for _, s in axes[::-1]]
 
 
 def _describe_array(array):

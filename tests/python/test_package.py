@@ -104,6 +104,23 @@ def test_arrays_are_wrapped_without_a_copy(comm, name):
     assert (view == RANK_SUM).all(), f"{name}: {view}"
 
 
+def test_axes_of_length_one_are_left_out_of_a_strided_array(comm):
+    # 15 axes of length 1 around a strided one: 16 axes, which wrap_strided (at most 15) refused
+    # (a helper's bug hunt); they move no element, and their strides may be anything.
+    x = np.zeros(20)
+    y = x[::2].reshape((1,) * 15 + (10,))
+    y[...] = np.arange(10) + RANK
+    with gpuwire.Buffer.wrap(y) as b:
+        assert b.count() == 10 and b.pointer() == x.ctypes.data
+    comm.allreduce(y, op=gpuwire.SUM)
+    assert (x[::2] == SIZE * np.arange(10) + RANK_SUM - SIZE).all() and (x[1::2] == 0).all(), x
+    # A negative stride on an axis of length 1 moves nothing either.
+    z = np.zeros((3, 1, 4))[:, :, ::2]
+    odd = np.lib.stride_tricks.as_strided(z, strides=(z.strides[0], -8, z.strides[2]))
+    with gpuwire.Buffer.wrap(odd) as b:
+        assert b.count() == 6 and b.pointer() == z.ctypes.data
+
+
 def test_refused_arrays(comm):
     a = np.arange(12, dtype=np.float64).reshape(3, 4)
     with gpuwire.Buffer.wrap(a[:, 1]) as b:  # a NumPy column: a strided buffer where it is
