@@ -1410,9 +1410,12 @@ public:
                               gpuwire_dtype dtype, gpuwire_space space = GPUWIRE_SPACE_HOST)
     {
         gpuwire_darray h = GPUWIRE_DARRAY_NULL;
-        detail::check(gpuwire_darray_create_cart(c.get(), axes(shape, procs, halo, periodic),
-                                                 shape.data(), opt(procs), opt(halo), opt(periodic),
-                                                 dtype, space, &h));
+        const int32_t nd = axes(shape, procs, halo, periodic);
+        const gpuwire_status s = gpuwire_darray_create_cart(c.get(), nd, shape.data(), opt(procs),
+                                                            opt(halo), opt(periodic), dtype, space, &h);
+        if (nd < 0)
+            throw axes_error("gpuwire_darray_create_cart", shape, procs, halo, periodic);
+        detail::check(s);
         darray d(h);
         d.nranks_ = c.size();
         return d;
@@ -1424,9 +1427,12 @@ public:
                        gpuwire_space space = GPUWIRE_SPACE_AUTO)
     {
         gpuwire_darray h = GPUWIRE_DARRAY_NULL;
-        detail::check(gpuwire_darray_wrap(c.get(), ptr, axes(shape, procs, halo, periodic),
-                                          shape.data(), opt(procs), opt(halo), opt(periodic), dtype,
-                                          space, &h));
+        const int32_t nd = axes(shape, procs, halo, periodic);
+        const gpuwire_status s = gpuwire_darray_wrap(c.get(), ptr, nd, shape.data(), opt(procs),
+                                                     opt(halo), opt(periodic), dtype, space, &h);
+        if (nd < 0)
+            throw axes_error("gpuwire_darray_wrap", shape, procs, halo, periodic);
+        detail::check(s);
         darray d(h);
         d.nranks_ = c.size();
         return d;
@@ -1448,7 +1454,9 @@ public:
 
   private:
     template <class T> static const T *opt(span<const T> v) { return v.size() ? v.data() : nullptr; }
-    /** ndim: shape's size; every non-empty list must match it (else the C call sees ndim -1). */
+    /** ndim: shape's size; every non-empty list must match it (else -1: the C call fails on
+     * every rank, in checking mode the others too, instead of their waiting; the caller then
+     * throws axes_error, which names the lengths, not the ndim of -1). */
     static int32_t axes(span<const int64_t> shape, span<const int64_t> procs, span<const int64_t> halo,
                         span<const int32_t> periodic)
     {
@@ -1456,6 +1464,14 @@ public:
         bool ok = (procs.size() == 0 || procs.size() == n) && (halo.size() == 0 || halo.size() == n) &&
                   (periodic.size() == 0 || periodic.size() == n);
         return ok ? static_cast<int32_t>(n) : -1;
+    }
+    static error axes_error(const char *fn, span<const int64_t> shape, span<const int64_t> procs,
+                            span<const int64_t> halo, span<const int32_t> periodic)
+    {
+        return error(GPUWIRE_ERROR_INVALID_ARGUMENT,
+                     std::string(fn) + ": shape has " + std::to_string(shape.size()) + " axes but procs has " +
+                         std::to_string(procs.size()) + ", halo " + std::to_string(halo.size()) + " and periodic " +
+                         std::to_string(periodic.size()) + " entries (one per axis each, or none)");
     }
 
   public:

@@ -758,6 +758,12 @@ static void test_darray(const gw::comm &world)
     EXPECT(gw::darray::create_cart(world, gw::span<const int64_t>(shape), {0, 1}, {1, 0}, {1, 0},
                                    GPUWIRE_INT32).cart().procs == std::vector<int64_t>({size, 1}));
     EXPECT(cart.cart().halo[0] == 0);
+    // Lists of another length than shape: named, on every rank (the message said "ndim = -1").
+    EXPECT_THROW(gw::darray::create_cart(world, gw::span<const int64_t>(shape), {}, {1}, {}, GPUWIRE_INT32),
+                 GPUWIRE_ERROR_INVALID_ARGUMENT, "shape has 2 axes but procs has 0, halo 1 and periodic 0");
+    EXPECT_THROW(gw::darray::wrap(world, own.data(), gw::span<const int64_t>(shape), {0, 1, 1}, {}, {},
+                                  GPUWIRE_INT32),
+                 GPUWIRE_ERROR_INVALID_ARGUMENT, "gpuwire_darray_wrap: shape has 2 axes but procs has 3");
     EXPECT(wrapped.host_span<int32_t>().size() == static_cast<std::size_t>(nr * cols));
     // A halo on the second axis: the owned elements are not consecutive (host_span gave the
     // local_len() elements from the first owned one, ghosts among them).
