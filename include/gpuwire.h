@@ -1931,7 +1931,9 @@ gpuwire_status gpuwire_iprobe(gpuwire_comm comm,
 /**
  * Blocks until the request completes (as MPI_Wait), then sets `*request` to
  * GPUWIRE_REQUEST_NULL. Waiting on GPUWIRE_REQUEST_NULL returns at once. A request that
- * failed is also released. Thread-safe for different requests. With a timeout on the
+ * failed is also released. Thread-safe for different requests; a second thread's wait for the
+ * same request blocks behind the first and then returns GPUWIRE_ERROR_INVALID_HANDLE (the first
+ * reported the completion and released the request). With a timeout on the
  * request's communicator the wait gives up after it (GPUWIRE_ERROR_TIMEOUT; the communicator
  * is then broken and the operation abandoned: its buffer stays allocated until the process
  * ends, since MPI may still write it).
@@ -1982,7 +1984,9 @@ gpuwire_status gpuwire_request_free(gpuwire_request *request);
 
 /**
  * Writes 1 to `*flag` and sets `*request` to GPUWIRE_REQUEST_NULL if the request has
- * completed, else writes 0 (as MPI_Test). Never blocks. Errors as gpuwire_wait.
+ * completed, else writes 0 (as MPI_Test). Never blocks: a request that another thread waits
+ * for or tests meanwhile is GPUWIRE_ERROR_INVALID_ARGUMENT (erroneous in MPI), `*flag` and the
+ * request left as they were. Errors as gpuwire_wait.
  */
 gpuwire_status gpuwire_test(gpuwire_request *request,
                             int32_t *flag);

@@ -156,6 +156,9 @@ struct Inner {
     pending: Option<Box<dyn Pending>>,
     /// What the operation matched, noted when it completed (or failed).
     matched: Option<Status>,
+    /// A wait or test of the C API ([`Request::finish`]) reported the request complete (or
+    /// failed): its handle is released next, and another thread's wait that raced it finds this.
+    reported: bool,
 }
 
 type Locked<'a> = std::sync::MutexGuard<'a, Inner>;
@@ -265,7 +268,7 @@ impl Request {
     #[inline]
     fn holding(pending: Box<dyn Pending>, comm: Arc<Communicator>, bufs: Held) -> Request {
         let always_ready = pending.always_ready();
-        Request { inner: Mutex::new(Inner { pending: Some(pending), matched: None }), comm, bufs, default_status: Status::EMPTY, goes_on: false, always_ready }
+        Request { inner: Mutex::new(Inner { pending: Some(pending), matched: None, reported: false }), comm, bufs, default_status: Status::EMPTY, goes_on: false, always_ready }
     }
 
     /// The request of an isend or a nonblocking collective: `free` lets its operation go on.
@@ -333,11 +336,23 @@ impl Request {
     /// `Err` while another thread waits for or tests the request (MPI: erroneous; the free
     /// would block until that wait ends, for ever if it never does).
     pub fn ready_to_free(&self) -> Result<()> {
+        Self::ready(&*self.try_lock()?, false)
+    }
+
+    /// [`Self::ready_to_wait`] for a test (gpuwire_testany, gpuwire_testall), which never blocks:
+    /// `Err` while another thread waits for or tests the request, as [`Self::ready_to_free`].
+    pub fn ready_to_test(&self) -> Result<()> {
+        Self::ready(&*self.try_lock()?, false)
+    }
+
+    /// The request's lock, unless another thread holds it (it waits for or tests the request:
+    /// erroneous in MPI): then INVALID_ARGUMENT, the request left as it was.
+    fn try_lock(&self) -> Result<Locked<'_>> {
         match self.inner.try_lock() {
-            Ok(i) => Self::ready(&i, false),
-            Err(std::sync::TryLockError::Poisoned(p)) => Self::ready(&p.into_inner(), false),
+            Ok(i) => Ok(i),
+            Err(std::sync::TryLockError::Poisoned(p)) => Ok(p.into_inner()),
             Err(std::sync::TryLockError::WouldBlock) => Err(Error::InvalidArgument(
-                "another thread is waiting for or testing this request: a request may be completed or freed by one thread at a time (as in MPI); the request was left as it was".into(),
+                "another thread is waiting for or testing this request: a request may be completed, tested or freed by one thread at a time (as in MPI); the request was left as it was".into(),
             )),
         }
     }
@@ -353,10 +368,21 @@ impl Request {
     /// gpuwire_wait (`wait`) or gpuwire_test of the request, under one lock: `Err` when it may
     /// not be waited for yet ([`Self::ready_to_wait`]: left as it was); else the outcome of
     /// [`Self::wait`] (as `Ok(true)`) or [`Self::test`], with the request's status then.
+    ///
+    /// A test never blocks: `Err` while another thread waits for or tests the request (it
+    /// blocked until that wait ended). A wait blocks behind another thread's wait or test of the
+    /// request, and then fails with INVALID_HANDLE where that one reported the request complete
+    /// (both reported the completion).
     pub fn finish(&self, wait: bool) -> Result<(Result<bool>, Status)> {
-        let mut i = self.lock();
+        let mut i = if wait { self.lock() } else { self.try_lock()? };
+        if i.reported {
+            return Err(Error::InvalidHandle(
+                "another thread's wait or test completed this request meanwhile, and released it (a request may be completed by one thread at a time, as in MPI)".into(),
+            ));
+        }
         Self::ready(&i, wait)?;
         let done = if wait { self.wait_locked(&mut i).map(|()| true) } else { self.test_locked(&mut i) };
+        i.reported = !matches!(done, Ok(false));
         Ok((done.map_err(|e| self.earlier(e)), self.status_of(&i)))
     }
 
@@ -436,7 +462,7 @@ impl Request {
     }
 
     fn test_locked(&self, i: &mut Inner) -> Result<bool> {
-        let Inner { pending: p, matched } = i;
+        let Inner { pending: p, matched, .. } = i;
         match p.as_mut() {
             None => Ok(true),
             Some(op) => {

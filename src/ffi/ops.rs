@@ -327,7 +327,9 @@ fn finish_status(request: *mut gpuwire_request, wait: bool, status: &mut crate::
 
 /// Blocks until the request completes (as MPI_Wait), then sets `*request` to
 /// GPUWIRE_REQUEST_NULL. Waiting on GPUWIRE_REQUEST_NULL returns at once. A request that
-/// failed is also released. Thread-safe for different requests. With a timeout on the
+/// failed is also released. Thread-safe for different requests; a second thread's wait for the
+/// same request blocks behind the first and then returns GPUWIRE_ERROR_INVALID_HANDLE (the first
+/// reported the completion and released the request). With a timeout on the
 /// request's communicator the wait gives up after it (GPUWIRE_ERROR_TIMEOUT; the communicator
 /// is then broken and the operation abandoned: its buffer stays allocated until the process
 /// ends, since MPI may still write it).
@@ -398,7 +400,9 @@ pub extern "C" fn gpuwire_request_free(request: *mut gpuwire_request) -> gpuwire
 }
 
 /// Writes 1 to `*flag` and sets `*request` to GPUWIRE_REQUEST_NULL if the request has
-/// completed, else writes 0 (as MPI_Test). Never blocks. Errors as gpuwire_wait.
+/// completed, else writes 0 (as MPI_Test). Never blocks: a request that another thread waits
+/// for or tests meanwhile is GPUWIRE_ERROR_INVALID_ARGUMENT (erroneous in MPI), `*flag` and the
+/// request left as they were. Errors as gpuwire_wait.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_test(request: *mut gpuwire_request, flag: *mut i32) -> gpuwire_status {
     call("gpuwire_test", || {
@@ -581,7 +585,7 @@ pub extern "C" fn gpuwire_testany(count: i32, requests: *mut gpuwire_request, in
         // gpuwire_waitany: a freed or foreign handle refuses the array, `*index` unwritten,
         // wherever it stands.
         for (i, h) in reqs.iter().enumerate().filter(|(_, h)| **h != 0) {
-            REQUESTS.with(*h, |r| r.ready_to_wait()).and_then(|r| r).map_err(|e| with_index(i as i32, e))?;
+            REQUESTS.with(*h, |r| r.ready_to_test()).and_then(|r| r).map_err(|e| with_index(i as i32, e))?;
         }
         let mut s = crate::request::Status::EMPTY;
         let mut at = crate::types::GPUWIRE_UNDEFINED;
@@ -627,7 +631,7 @@ pub extern "C" fn gpuwire_testall(count: i32, requests: *mut gpuwire_request, fl
                 resolved.push(None);
                 continue;
             }
-            let r = REQUESTS.get(*h).and_then(|r| r.ready_to_wait().map(|()| r));
+            let r = REQUESTS.get(*h).and_then(|r| r.ready_to_test().map(|()| r));
             resolved.push(Some(r.map_err(|e| with_index(i as i32, e))?));
         }
         let mut out = vec![c_status(crate::request::Status::EMPTY, gpuwire_status::GPUWIRE_SUCCESS); reqs.len()];

@@ -536,8 +536,9 @@ static void order_wildcard(int rank)
     free(big);
 }
 
-/* gpuwire_request_free of a request that another thread is waiting for: refused at once with
- * INVALID_ARGUMENT, the request left as it was, and the wait completes when the message comes.
+/* gpuwire_request_free (and gpuwire_test, testany, testall) of a request that another thread is
+ * waiting for: refused at once with INVALID_ARGUMENT, the request left as it was, and the wait
+ * completes when the message comes; a second wait then fails with INVALID_HANDLE.
  * It blocked until that wait ended (for ever, had the message never come). Rank 1 sends 1 s
  * later, so the old behaviour shows as a free that took 1 s and returned SUCCESS. */
 static gpuwire_request waited; /* GPUWIRE_REQUEST_NULL (zero) */
@@ -571,6 +572,18 @@ static void free_while_waited(int rank)
         EXPECT_LAST_ERROR_HAS("another thread");
         EXPECT(now() - t0 < 0.5);
         EXPECT(copy.h == waited.h);
+        /* Nor is a test of it made: a test never blocks (gpuwire_test blocked until the wait
+           ended, then reported the completion a second time; a helper's bug hunt). */
+        int flag = 7, index = 7;
+        t0 = now();
+        EXPECT_STATUS(gpuwire_test(&copy, &flag), GPUWIRE_ERROR_INVALID_ARGUMENT);
+        EXPECT_LAST_ERROR_HAS("another thread");
+        EXPECT_STATUS(gpuwire_testany(1, &copy, &index, &flag, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+        EXPECT_STATUS(gpuwire_testall(1, &copy, &flag, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+        EXPECT(now() - t0 < 0.5);
+        EXPECT(flag == 7 && copy.h == waited.h);
+        /* A second wait blocks behind the first, and does not report the completion again. */
+        EXPECT_STATUS(gpuwire_wait(&copy), GPUWIRE_ERROR_INVALID_HANDLE);
         pthread_join(th, NULL);
         EXPECT(v[0] == 9 && v[3] == 9);
     } else {
