@@ -43,17 +43,17 @@ if has smoke; then
 fi
 if has tests; then
   gputest stock-auto stock c17,c14,c16,c11,c15,ops,opswrap,scan,c13,c12,p2pexact,p2pstatus,capture,vcoll,zerocount,views
-  GPUWIRE_BACKEND=mpi_staged gputest kit-staged kit ops,opswrap,scan,c13,c14,c17,reqfree,p2pexact,p2pstatus,capture,vcoll,zerocount,views,threadp2p -x GPUWIRE_BACKEND
+  GPUWIRE_BACKEND=mpi_staged gputest kit-staged kit ops,opswrap,scan,c13,c14,c17,reqfree,p2pexact,p2pstatus,capture,vcoll,zerocount,views,threadp2p,nbccomms -x GPUWIRE_BACKEND
   # A rank merely late to an allreduce, timeout 2 s, checking off and on: no rank blocks longer.
   GPUWIRE_BACKEND=mpi_staged gputest staged-late stock late,sendtimeout,sendnext,sendwait,sendisend,sendrecvfail,irecvtimeout -x GPUWIRE_BACKEND
-  GPUWIRE_BACKEND=mpi_cuda_aware gputest kit-cuda-aware kit ops,opswrap,scan,c12,c13,c14,c16,c17,reqfree,p2pexact,p2pstatus,capture,vcoll,zerocount,views,nbcmixed -x GPUWIRE_BACKEND
+  GPUWIRE_BACKEND=mpi_cuda_aware gputest kit-cuda-aware kit ops,opswrap,scan,c12,c13,c14,c16,c17,reqfree,p2pexact,p2pstatus,capture,vcoll,zerocount,views,nbcmixed,nbccomms,threadp2p,threadsendrecv -x GPUWIRE_BACKEND
   # Memory kinds mixed across ranks, checking mode on (it refused such calls on IPC and CUDA-aware before).
   GPUWIRE_CHECK=1 GPUWIRE_BACKEND=mpi_cuda_aware gputest kit-cuda-aware-check kit nbcmixed -x GPUWIRE_BACKEND -x GPUWIRE_CHECK
   GPUWIRE_CHECK=1 GPUWIRE_BACKEND=ipc gputest ipc-check stock nbcmixed -x GPUWIRE_BACKEND -x GPUWIRE_CHECK
 fi
 if has nccl || has tests; then
   # One GPU: NCCL on 1-rank communicators (every operation, datatype and op); C15 with 2 ranks.
-  GPUWIRE_BACKEND=nccl GPUWIRE_GPU_TEST_NP=1 np2=$np1 gputest nccl-1rank stock ops,opswrap,scan,c13,c14,c16,c17,p2pexact,p2pstatus,capture,vcoll,views,threadwait,threadorder,threadgroup,threadposts,threadexit,threadexitturn,turndrain,grouporder,groupcomms,groupcheck,checkmixed,abortgroup -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP
+  GPUWIRE_BACKEND=nccl GPUWIRE_GPU_TEST_NP=1 np2=$np1 gputest nccl-1rank stock ops,opswrap,scan,c13,c14,c16,c17,p2pexact,p2pstatus,capture,vcoll,views,nbccomms,threadwait,threadorder,threadgroup,threadposts,threadexit,threadexitturn,turndrain,grouporder,groupcomms,groupcheck,checkmixed,abortgroup -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP
   gputest stock-c15 stock c15
   # NCCL's initialization deadline (1 ms: never kept): NCCL requested fails with TIMEOUT, AUTO
   # falls back and says why (one rank, so AUTO tries NCCL).
@@ -66,7 +66,7 @@ if has ipc; then
   # IPC cannot export; pending receives progressing outside IPC waits (ipcprogress); mappings
   # shared by a dup'ed communicator (ipcdup); with 2 and with 3 ranks. Then AUTO picks IPC
   # (2 ranks, no GPUWIRE_BACKEND).
-  ipccases=${GPUWIRE_IPC_CASES:-ipcprogress,ipcdup,ops,opswrap,scan,c12,c13,c14,c17,ipcfree,ipcexit,ipcmixed,reqfree,p2pexact,p2pstatus,capture,vcoll,views,threadwait,grouporder,groupcomms,groupcheck,checkmixed}
+  ipccases=${GPUWIRE_IPC_CASES:-ipcprogress,ipcdup,ops,opswrap,scan,c12,c13,c14,c17,ipcfree,ipcexit,ipcmixed,reqfree,p2pexact,p2pstatus,capture,vcoll,views,nbccomms,threadwait,threadp2p,threadsendrecv,grouporder,groupcomms,groupcheck,checkmixed}
   GPUWIRE_BACKEND=ipc gputest ipc-np2 stock "$ipccases" -x GPUWIRE_BACKEND
   GPUWIRE_BACKEND=ipc GPUWIRE_GPU_TEST_NP=3 np2="mpirun -np 3 --oversubscribe --bind-to none" \
     gputest ipc-np3 stock "$ipccases" -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP

@@ -75,11 +75,11 @@ for l in sys.stdin:
   # sendtimeout, nbcearly: run on the GPU machine; on a loaded CI machine they could fail) and
   # `timeout`, whose blocking TIMEOUT holds on IPC and NCCL, not on the
   # stream-ordered MPI paths (their timeout is the communicator's asynchronous error).
-  run_cases nccl 1 ops,opswrap,scan,c13,c16,p2pstatus,vcoll,nbc,nbcgroup,nbcstreams,views,threadwait,threadorder,threadgroup,threadposts,threadexit,threadexitturn,turndrain,grouporder,groupcomms,groupcheck,checkmixed,abortgroup GPUWIRE_BACKEND=nccl
+  run_cases nccl 1 ops,opswrap,scan,c13,c16,p2pstatus,vcoll,nbc,nbcgroup,nbcstreams,nbccomms,views,threadwait,threadorder,threadgroup,threadposts,threadexit,threadexitturn,turndrain,grouporder,groupcomms,groupcheck,checkmixed,abortgroup GPUWIRE_BACKEND=nccl
   run_cases nccl-two-devices 1 directrefused,groupblame GPUWIRE_BACKEND=nccl NULLDEV_DEVICES=2
   # Nonblocking NCCL communicators: every call may answer ncclInProgress, which gpuwire settles.
   run_cases nccl-nonblocking 1 ops,c16,nbc,nbcgroup,threadwait,threadorder,threadgroup,threadposts,threadexit,threadexitturn,turndrain,grouporder,groupcomms,groupcheck,checkmixed,abortgroup GPUWIRE_BACKEND=nccl GPUWIRE_NCCL_NONBLOCKING=1
-  run_cases staged 2 ops,opswrap,scan,c12,c13,mismatch,p2pexact,p2pstatus,reqfree,vcoll,zerocount,split,nbcmixed,nbc,nbcgroup,p2pordered,views,threadwait,grouporder,groupcomms,groupcheck,checkmixed,deliverorder,hostside,threadp2p \
+  run_cases staged 2 ops,opswrap,scan,c12,c13,mismatch,p2pexact,p2pstatus,reqfree,vcoll,zerocount,split,nbcmixed,nbc,nbcgroup,p2pordered,views,threadwait,grouporder,groupcomms,groupcheck,checkmixed,deliverorder,hostside,threadp2p,nbccomms \
     GPUWIRE_BACKEND=staged
   run_cases staged-np3 3 split,nbcmixed,nbc,hostside GPUWIRE_BACKEND=staged
   # A stream-ordered send that times out, then the next call: it reports the send's TIMEOUT, once
@@ -89,7 +89,10 @@ for l in sys.stdin:
   # A device irecv nothing matches, waited for or freed: TIMEOUT after the timeout, not twice it
   # (the started receive's request was freed, waiting again).
   run_cases staged-irecvtimeout 2 irecvtimeout GPUWIRE_BACKEND=staged
-  run_cases cuda_aware 2 ops,scan,c13,p2pstatus,reqfree,vcoll,zerocount,nbc,nbcgroup,nbcmixed,views,hostside GPUWIRE_BACKEND=cuda_aware GPUWIRE_CUDA_AWARE=1
+  # threadp2p, threadsendrecv: two threads' blocking device point-to-point, each waiting for the
+  # other rank's other thread (one thread's receive held the communicator's device state, and
+  # with it the other thread's send: a hang).
+  run_cases cuda_aware 2 ops,scan,c13,p2pstatus,reqfree,vcoll,zerocount,nbc,nbcgroup,nbcmixed,nbccomms,views,hostside,threadp2p,threadsendrecv GPUWIRE_BACKEND=cuda_aware GPUWIRE_CUDA_AWARE=1
   # Memory kinds mixed across ranks in checking mode (refused there before, though the path takes them).
   run_cases cuda_aware-check 2 nbcmixed GPUWIRE_BACKEND=cuda_aware GPUWIRE_CUDA_AWARE=1 GPUWIRE_CHECK=1
   # Distributed arrays on device memory (tests/gpu_darray.rs; their kernels emulated too).
@@ -101,7 +104,7 @@ for l in sys.stdin:
   # CUDA IPC between the ranks' processes (NULLDEV_IPC=1: device memory in a shared memfd).
   # nbcstreams: collectives on two streams, among them a barrier and an empty bcast (no device
   # work) whose place on their stream a later call on the other must wait for.
-  run_cases ipc 2 ops,opswrap,scan,c13,mismatch,ipcprogress,ipcdup,ipcfree,ipcexit,ipcmixed,reqfree,p2pexact,p2pstatus,vcoll,zerocount,views,nbc,nbcgroup,nbcstreams,p2pordered,nbcmixed,threadwait,grouporder,groupcomms,groupcheck,checkmixed \
+  run_cases ipc 2 ops,opswrap,scan,c13,mismatch,ipcprogress,ipcdup,ipcfree,ipcexit,ipcmixed,reqfree,p2pexact,p2pstatus,vcoll,zerocount,views,nbc,nbcgroup,nbcstreams,nbccomms,p2pordered,nbcmixed,threadwait,threadp2p,threadsendrecv,grouporder,groupcomms,groupcheck,checkmixed \
     GPUWIRE_BACKEND=ipc NULLDEV_IPC=1
   run_cases ipc-np3 3 nbcmixed,nbc,nbcstreams,hostside GPUWIRE_BACKEND=ipc NULLDEV_IPC=1
   # Collectives and point-to-point blocking the host (no stream ordering): a blocking send

@@ -1821,6 +1821,127 @@ fn thread_p2p(cx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
+/// GPU case threadsendrecv: device sendrecv from two threads of each rank on one communicator,
+/// thread t exchanging with the other rank under tag t + 1; rank 0's thread 0 calls at once and
+/// its thread 1 0.2 s later, rank 1's the other way round. MPI allows it (the tags keep the
+/// threads' messages apart). On MPI_STAGED a stream-ordered sendrecv's receive part ran as a
+/// blocking receive on the communicator's engine, which runs one host side at a time in call
+/// order: each rank's first sendrecv waited for a message that the other rank's engine held
+/// behind its own first one, for ever (a helper's bug hunt, 2026-12-06). Three rounds, values
+/// checked; a 20 s timeout, so that a regression fails instead of hanging.
+fn thread_sendrecv(cx: &Ctx) -> Result<(), String> {
+    let (r, p) = (cx.rank, cx.size);
+    if p < 2 {
+        println!("rank {r}: threadsendrecv: needs 2 ranks, skipped (NOT RUN)");
+        return Ok(());
+    }
+    let cc = world_with_timeout(20.0, 0);
+    let n = 1usize << 16;
+    let t0 = std::time::Instant::now();
+    for round in 0..3u32 {
+        let threads: Vec<_> = (0..2i32)
+            .map(|t| {
+                std::thread::spawn(move || -> Result<(), String> {
+                    if r >= 2 {
+                        return Ok(());
+                    }
+                    primary_context_current();
+                    let mut st: cu::CUstream = std::ptr::null_mut();
+                    cuok(unsafe { cu::cuStreamCreate(&mut st, 1) }, "cuStreamCreate");
+                    let (sb, rb) = (dev_alloc(n, Dtype::GPUWIRE_FLOAT32), dev_alloc(n, Dtype::GPUWIRE_FLOAT32));
+                    let peer = 1 - r;
+                    if (r == 0) != (t == 0) {
+                        std::thread::sleep(std::time::Duration::from_millis(200));
+                    }
+                    let value = |sender: i32| (100 * round as i32 + 10 * sender + t) as f32;
+                    let bytes: Vec<u8> = std::iter::repeat_n(value(r).to_ne_bytes(), n).flatten().collect();
+                    upload(sb, &bytes);
+                    let got = gpuwire_sendrecv(cc, sb, peer, t + 1, rb, peer, t + 1, st as *mut c_void);
+                    cuok(unsafe { cu::cuStreamSynchronize(st) }, "cuStreamSynchronize");
+                    let res = if got != Status::GPUWIRE_SUCCESS {
+                        Err(format!("thread {t}'s sendrecv: {got:?}: {}", last_error()))
+                    } else if gpuwire_comm_async_error(cc) != Status::GPUWIRE_SUCCESS {
+                        Err(format!("thread {t}'s sendrecv failed after its call: {}", last_error()))
+                    } else {
+                        all_f32(&download(rb, n * 4), value(peer)).map_err(|e| format!("thread {t}'s sendrecv: {e}"))
+                    };
+                    gpuwire_buffer_free(sb);
+                    gpuwire_buffer_free(rb);
+                    cuok(unsafe { cu::cuStreamDestroy_v2(st) }, "cuStreamDestroy");
+                    res.map_err(|e| format!("round {round}: {e}"))
+                })
+            })
+            .collect();
+        for h in threads {
+            h.join().map_err(|_| "thread panicked".to_string())??;
+        }
+    }
+    ok(gpuwire_barrier(cc, cx.stream as *mut c_void), "barrier");
+    ok(gpuwire_comm_free(cc), "comm_free");
+    println!("rank {r}: threadsendrecv: two threads' device sendrecv called in opposite orders on the two ranks, 3 rounds right ({:.1} s)", t0.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// GPU case nbccomms: nonblocking device collectives of two communicators, completed in another
+/// order than they were started (valid MPI: collectives are ordered per communicator). Rank 0
+/// starts iallreduce A on c1 and B on c2, waits for B, sends a message on c3, then waits for A;
+/// rank 1 starts B, waits for it, receives that message, then starts A and waits for it. Every
+/// rank's outputs were delivered by one private stream of the process, where B's delivery waited
+/// behind A's, which needs rank 1's A, which comes after rank 0's message: rank 0's wait for B
+/// never returned (MPI_STAGED; a helper's bug hunt, 2026-12-06). Values checked; timeout 20 s.
+fn nbc_comms(cx: &Ctx) -> Result<(), String> {
+    let (r, p) = (cx.rank, cx.size);
+    let c1 = world_with_timeout(20.0, 0);
+    let (mut c2, mut c3) = (0, 0);
+    ok(gpuwire_comm_dup(c1, &mut c2), "comm_dup");
+    ok(gpuwire_comm_dup(c1, &mut c3), "comm_dup");
+    let n = 4096usize;
+    let s = cx.stream as *mut c_void;
+    let (a, ar, b, br) = (dev_alloc(n, Dtype::GPUWIRE_FLOAT32), dev_alloc(n, Dtype::GPUWIRE_FLOAT32), dev_alloc(n, Dtype::GPUWIRE_FLOAT32), dev_alloc(n, Dtype::GPUWIRE_FLOAT32));
+    let m = dev_alloc(1, Dtype::GPUWIRE_FLOAT32);
+    upload(a, &f32s(&vec![(r + 1) as f32; n]));
+    upload(b, &f32s(&vec![(10 * (r + 1)) as f32; n]));
+    let (mut ra, mut rb) = (0, 0);
+    let t0 = Instant::now();
+    let mut failed = None;
+    let mut step = |st: Status, what: &str| {
+        if st != Status::GPUWIRE_SUCCESS && failed.is_none() {
+            failed = Some(format!("{what}: {st:?}: {}", last_error()));
+        }
+    };
+    let sum = (p * (p + 1) / 2) as f32;
+    if r == 0 {
+        step(gpuwire_iallreduce(c1, a, ar, ReduceOp::GPUWIRE_SUM as i32, s, &mut ra), "iallreduce A (c1)");
+        step(gpuwire_iallreduce(c2, b, br, ReduceOp::GPUWIRE_SUM as i32, s, &mut rb), "iallreduce B (c2)");
+        step(gpuwire_wait(&mut rb), "wait B");
+        let waited_b = t0.elapsed().as_secs_f64();
+        if p > 1 {
+            step(gpuwire_send(c3, m, 1, 0, s), "send on c3");
+        }
+        step(gpuwire_wait(&mut ra), "wait A");
+        println!("rank 0: B waited for after {waited_b:.2} s, A after {:.2} s", t0.elapsed().as_secs_f64());
+    } else {
+        step(gpuwire_iallreduce(c2, b, br, ReduceOp::GPUWIRE_SUM as i32, s, &mut rb), "iallreduce B (c2)");
+        step(gpuwire_wait(&mut rb), "wait B");
+        if r == 1 {
+            step(gpuwire_recv(c3, m, 0, 0, s), "recv on c3");
+        }
+        step(gpuwire_iallreduce(c1, a, ar, ReduceOp::GPUWIRE_SUM as i32, s, &mut ra), "iallreduce A (c1)");
+        step(gpuwire_wait(&mut ra), "wait A");
+    }
+    cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "cuStreamSynchronize");
+    let failed = failed
+        .map(Err)
+        .unwrap_or_else(|| all_f32(&download(ar, n * 4), sum).and_then(|()| all_f32(&download(br, n * 4), 10.0 * sum)).map_err(|e| format!("rank {r}: {e}")));
+    for x in [a, ar, b, br, m] {
+        gpuwire_buffer_free(x);
+    }
+    for c in [c3, c2, c1] {
+        gpuwire_comm_free(c);
+    }
+    failed
+}
+
 /// Makes the device's primary context current on this (new) thread, as the main thread's: CUDA
 /// makes streams only in a current context.
 fn primary_context_current() {
@@ -4858,6 +4979,8 @@ fn main() {
             "c15" => c15_shared_gpu_nccl(&cx),
             "threadwait" => thread_wait(&cx),
             "threadp2p" => thread_p2p(&cx),
+            "threadsendrecv" => thread_sendrecv(&cx),
+            "nbccomms" => nbc_comms(&cx),
             "threadorder" => thread_order(&cx),
             "threadgroup" => thread_group(&cx),
             "grouporder" => group_order(&cx),

@@ -8,12 +8,13 @@
 //! run the ring of `ring` with CUDA-aware point-to-point and GPU kernels. scan and exscan reduce
 //! a host copy with one MPI call at every size.
 
+use crate::backend::devstate;
 use crate::backend::host::{self, Src};
 use crate::backend::mpi_staged::{self, Call, input_buf};
 use crate::backend::path::{Blocks, Input, Path};
 use crate::buffer::Buffer;
 use crate::comm::Communicator;
-use crate::device::Stream;
+use crate::device::{CtxGuard, Stream};
 use crate::error::{Error, Result};
 use crate::request::Pending;
 use crate::types::ReduceOp;
@@ -28,35 +29,50 @@ fn src(i: Input) -> Src {
     }
 }
 
+/// A point-to-point call's [`Call::begin`] without the communicator's device state, whose lock
+/// `Call` holds to its end: point-to-point uses none of that state (no staging, no ring), and a
+/// blocking receive that held the lock held up every other thread's send on the communicator,
+/// which the peer may need before it sends that receive's message (a hang; a helper's bug hunt,
+/// 2026-12-06). Checks the buffers' devices, enters the device, waits for `stream`.
+fn begin_p2p(c: &Communicator, bufs: &[&Buffer], stream: Stream) -> Result<CtxGuard> {
+    for b in bufs {
+        devstate::check_device(c, b)?;
+    }
+    let device = devstate::dev(c)?.device;
+    let ctx = CtxGuard::enter(device)?;
+    crate::device::sync(stream)?;
+    Ok(ctx)
+}
+
 impl Path for CudaAwarePath {
     fn send(&self, c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<()> {
-        let _call = Call::begin(c, &[Some(buf)], stream)?;
+        let _ctx = begin_p2p(c, &[buf], stream)?;
         host::send(c, buf.ptr(), buf.count(), buf.dtype(), dest, tag)
     }
 
     fn recv(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<()> {
-        let _call = Call::begin(c, &[Some(buf)], stream)?;
+        let _ctx = begin_p2p(c, &[buf], stream)?;
         host::recv(c, buf.ptr(), buf.count(), buf.dtype(), source, tag)
     }
 
     fn isend(&self, c: &Communicator, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
-        let _call = Call::begin(c, &[Some(buf)], stream)?;
+        let _ctx = begin_p2p(c, &[buf], stream)?;
         let p: host::SendPending = host::isend(c, buf.ptr(), buf.count(), buf.dtype(), dest, tag)?;
         Ok(Box::new(p))
     }
 
     fn irecv(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
-        let _call = Call::begin(c, &[Some(buf)], stream)?;
+        let _ctx = begin_p2p(c, &[buf], stream)?;
         Ok(Box::new(host::irecv(c, buf.ptr(), buf.count(), buf.dtype(), source, tag)?))
     }
 
     fn irecv_upto(&self, c: &Communicator, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<Box<dyn Pending>> {
-        let _call = Call::begin(c, &[Some(buf)], stream)?;
+        let _ctx = begin_p2p(c, &[buf], stream)?;
         Ok(Box::new(host::irecv_upto(c, buf.ptr(), buf.count(), buf.dtype(), source, tag)?))
     }
 
     fn sendrecv(&self, c: &Communicator, s: &Buffer, dest: i32, stag: i32, r: &Buffer, source: i32, rtag: i32, stream: Stream) -> Result<()> {
-        let _call = Call::begin(c, &[Some(s), Some(r)], stream)?;
+        let _ctx = begin_p2p(c, &[s, r], stream)?;
         host::sendrecv(c, s.ptr(), s.count(), s.dtype(), dest, stag, r.ptr(), r.count(), r.dtype(), source, rtag)
     }
 

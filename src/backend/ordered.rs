@@ -254,23 +254,25 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
         ev.record(stream)?;
         ticket.set_event(ev);
     } else if deliver_later {
-        let ps = delivery_stream(device)?;
         let at_call = Event::new()?;
         at_call.record(stream)?;
-        deliver = Some(Deliver { after: p.after.clone(), at_call, ps, ticket: ticket.clone() });
+        deliver = Some(Deliver { after: p.after.clone(), at_call, ticket: ticket.clone() });
     } else if !p.after.is_empty() {
         // Delivered by a private stream, after the work before the call and the host side.
-        let ps = private_stream(device)?;
         let at_call = Event::new()?;
         at_call.record(stream)?;
-        device::stream_wait_event(ps, &at_call)?;
-        device::stream_wait_geq(ps, flag.done_dev, flag.value)?;
-        for a in &p.after {
-            a.enqueue(ps)?;
-        }
-        let (ev, ev2) = (Event::new()?, Event::new()?);
-        ev.record(ps)?;
-        ev2.record(ps)?;
+        let (_, enqueued) = on_idle_stream(device, |ps| -> Result<(Event, Event)> {
+            device::stream_wait_event(ps, &at_call)?;
+            device::stream_wait_geq(ps, flag.done_dev, flag.value)?;
+            for a in &p.after {
+                a.enqueue(ps)?;
+            }
+            let (ev, ev2) = (Event::new()?, Event::new()?);
+            ev.record(ps)?;
+            ev2.record(ps)?;
+            Ok((ev, ev2))
+        })?;
+        let (ev, ev2) = enqueued?;
         ticket.set_event(ev2);
         out_event = Some(ev);
     } else {
@@ -485,29 +487,43 @@ fn outputs_undefined(e: Error, n: usize) -> Error {
     Error::from_status(e.status(), format!("{detail} (stream-ordered: {note})"))
 }
 
-/// The private stream that delivers nonblocking operations' outputs on `device` (non-blocking:
-/// never waits for the legacy stream), one per device for the process.
-fn private_stream(device: i32) -> Result<Stream> {
-    static STREAMS: Mutex<Vec<(i32, usize)>> = Mutex::new(Vec::new());
-    stream_of(&STREAMS, device)
-}
+/// Most private streams [`on_idle_stream`] makes on one device.
+const DELIVERY_STREAMS: usize = 64;
 
-/// The private stream of nonblocking receives' deliveries on `device` (`Ordered::deliver`):
-/// apart from [`private_stream`], whose deliveries wait for their host sides' flags, so that a
-/// receive that completed never waits behind an unrelated operation still in progress.
-fn delivery_stream(device: i32) -> Result<Stream> {
+/// Runs `f` (which enqueues a delivery of nonblocking operations' outputs) on a private stream of
+/// `device` (non-blocking: never waits for the legacy stream) that has no work left, a new one
+/// where none is idle (up to [`DELIVERY_STREAMS`]; past that the streams are taken in turn),
+/// under the list's lock, so that no other delivery takes the stream before `f`'s work is on it.
+/// A delivery waits for its own operation only: operations of different communicators, and
+/// receives from different ranks, complete in any order. One stream per device made a wait
+/// for a later operation wait for every earlier one's delivery, and a valid program (rank 0
+/// iallreduce on c1, iallreduce on c2, waits for c2's, then sends to rank 1, which joins c1
+/// only after that message) hung (a helper's bug hunt, 2026-12-06). Returns the stream too.
+fn on_idle_stream<R>(device: i32, f: impl FnOnce(Stream) -> R) -> Result<(Stream, R)> {
     static STREAMS: Mutex<Vec<(i32, usize)>> = Mutex::new(Vec::new());
-    stream_of(&STREAMS, device)
-}
-
-fn stream_of(streams: &Mutex<Vec<(i32, usize)>>, device: i32) -> Result<Stream> {
-    let mut g = streams.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some((_, s)) = g.iter().find(|(d, _)| *d == device) {
-        return Ok(Stream(*s));
+    static TURN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let mut g = STREAMS.lock().unwrap_or_else(|p| p.into_inner());
+    let mut idle = None;
+    for &(_, s) in g.iter().filter(|(d, _)| *d == device) {
+        if device::stream_idle(Stream(s))? {
+            idle = Some(Stream(s));
+            break;
+        }
     }
-    let s = device::private_stream(device)?;
-    g.push((device, s.0));
-    Ok(s)
+    let ps = match idle {
+        Some(s) => s,
+        None => {
+            let mine: Vec<usize> = g.iter().filter(|(d, _)| *d == device).map(|(_, s)| *s).collect();
+            if mine.len() >= DELIVERY_STREAMS {
+                Stream(mine[TURN.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % mine.len()])
+            } else {
+                let s = device::private_stream(device)?;
+                g.push((device, s.0));
+                s
+            }
+        }
+    };
+    Ok((ps, f(ps)))
 }
 
 /// A started nonblocking point-to-point operation: its MPI request, then the flag and ticket it
@@ -575,12 +591,11 @@ struct Ordered {
 }
 
 /// The copies of a nonblocking receive's staging into its device buffers, enqueued on the
-/// delivery stream `ps` after the caller's stream's work before the call (`at_call`) once the
-/// receive succeeded; its staging is the ticket's until they ran.
+/// delivery stream ([`on_idle_stream`]) after the caller's stream's work before the call
+/// (`at_call`) once the receive succeeded; its staging is the ticket's until they ran.
 struct Deliver {
     after: Vec<After>,
     at_call: Event,
-    ps: Stream,
     ticket: Arc<Ticket>,
 }
 
@@ -592,21 +607,29 @@ impl Ordered {
     fn deliver(&mut self) -> Result<()> {
         let Some(d) = self.deliver.take() else { return Ok(()) };
         let _g = CtxGuard::enter(self.device)?;
-        let r = (|| {
-            device::stream_wait_event(d.ps, &d.at_call)?;
+        let picked = on_idle_stream(self.device, |ps| -> Result<()> {
+            device::stream_wait_event(ps, &d.at_call)?;
             for a in &d.after {
-                a.enqueue(d.ps)?;
+                a.enqueue(ps)?;
             }
             let (ev, ev2) = (Event::new()?, Event::new()?);
-            ev.record(d.ps)?;
-            ev2.record(d.ps)?;
+            ev.record(ps)?;
+            ev2.record(ps)?;
             d.ticket.set_event(ev2);
             self.out_event = Some(ev);
             Ok(())
-        })();
+        });
+        let (ps, r) = match picked {
+            Ok(x) => x,
+            Err(e) => {
+                // Nothing was enqueued: the staging is free.
+                d.ticket.finish();
+                return Err(e);
+            }
+        };
         if r.is_err() {
             // Copies enqueued before the failure still read the staging: done before it is free.
-            let _ = device::sync(d.ps);
+            let _ = device::sync(ps);
         }
         d.ticket.finish();
         r

@@ -663,6 +663,16 @@ pub fn stream_wait_event(stream: Stream, ev: &Event) -> Result<()> {
     check(unsafe { sys::cuStreamWaitEvent(stream.raw(), ev.0, 0) }, "cuStreamWaitEvent")
 }
 
+/// Whether all the work enqueued on `stream` has finished (never blocks).
+pub fn stream_idle(stream: Stream) -> Result<bool> {
+    // SAFETY: a stream handle of gpuwire's.
+    match unsafe { sys::cuStreamQuery(stream.raw()) } {
+        sys::CUresult::CUDA_SUCCESS => Ok(true),
+        sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+        r => check(r, "cuStreamQuery").map(|_| false),
+    }
+}
+
 /// A new non-blocking stream on `device` (it never waits for the legacy stream), never
 /// destroyed.
 pub fn private_stream(device: i32) -> Result<Stream> {
