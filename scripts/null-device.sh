@@ -79,7 +79,7 @@ for l in sys.stdin:
   run_cases nccl-two-devices 1 directrefused,groupblame GPUWIRE_BACKEND=nccl NULLDEV_DEVICES=2
   # Nonblocking NCCL communicators: every call may answer ncclInProgress, which gpuwire settles.
   run_cases nccl-nonblocking 1 ops,c16,nbc,nbcgroup,threadwait,threadorder,threadgroup,threadposts,threadexit,threadexitturn,turndrain,grouporder,groupcomms,groupcheck,checkmixed,abortgroup GPUWIRE_BACKEND=nccl GPUWIRE_NCCL_NONBLOCKING=1
-  run_cases staged 2 ops,opswrap,scan,c12,c13,mismatch,p2pexact,p2pstatus,reqfree,vcoll,zerocount,split,nbcmixed,nbc,nbcgroup,p2pordered,views,threadwait,grouporder,groupcomms,groupcheck,checkmixed,deliverorder,hostside,threadp2p,nbccomms \
+  run_cases staged 2 ops,opswrap,scan,c12,c13,mismatch,p2pexact,p2pstatus,reqfree,vcoll,zerocount,split,nbcmixed,nbc,nbcgroup,p2pordered,views,threadwait,grouporder,groupcomms,groupcheck,checkmixed,deliverorder,hostside,threadp2p,threadsendrecv,nbccomms \
     GPUWIRE_BACKEND=staged
   run_cases staged-np3 3 split,nbcmixed,nbc,hostside GPUWIRE_BACKEND=staged
   # A stream-ordered send that times out, then the next call: it reports the send's TIMEOUT, once
@@ -89,6 +89,9 @@ for l in sys.stdin:
   # A device irecv nothing matches, waited for or freed: TIMEOUT after the timeout, not twice it
   # (the started receive's request was freed, waiting again).
   run_cases staged-irecvtimeout 2 irecvtimeout GPUWIRE_BACKEND=staged
+  # A sendrecv whose receive part fails at once and whose send part times out: the receive's
+  # error, the timeout appended (its parts now start on the engine, completed by it).
+  run_cases staged-sendrecvfail 2 sendrecvfail GPUWIRE_BACKEND=staged
   # threadp2p, threadsendrecv: two threads' blocking device point-to-point, each waiting for the
   # other rank's other thread (one thread's receive held the communicator's device state, and
   # with it the other thread's send: a hang).

@@ -798,7 +798,16 @@ fn issue_ordered_contiguous(c: &Arc<Communicator>, op: Op, stream: Stream, nonbl
     // engine's later operations: another thread's send on the same communicator, which the peer
     // may need before it sends this receive's message.
     let started_blocking = !nonblocking && matches!(op, Op::Send { .. } | Op::Recv { .. }) && ordered::starts_blocking(c, &parts);
-    let side = if (nonblocking && op.is_p2p()) || started_blocking {
+    // A blocking sendrecv too, as its two parts (it ran a blocking receive on the engine, which
+    // held up the communicator's later host sides: two threads' sendrecvs called in opposite
+    // orders on two ranks waited for each other for ever).
+    let started_pair = !nonblocking && matches!(op, Op::Sendrecv { .. }) && ordered::starts_blocking(c, &parts);
+    let side = if started_pair {
+        HostSide::Start(Box::new(move |subs| {
+            let Op::Sendrecv { send, dest, sendtag, recv, source, recvtag } = op.rebind(subs) else { unreachable!("a sendrecv") };
+            StartedPair::start(&c2, Op::Isend { buf: send, dest, tag: sendtag }, Op::Recv { buf: recv, source, tag: recvtag })
+        }))
+    } else if (nonblocking && op.is_p2p()) || started_blocking {
         HostSide::Start(Box::new(move |subs| {
             let r = op.rebind(subs).start(&c2, Stream(0))?;
             Ok(Box::new(Started(r)) as Box<dyn Pending>)
@@ -941,6 +950,80 @@ impl Pending for Started {
         // once: `free` would first wait for the communicator's timeout again, which the caller's
         // wait has just used up (an unmatched device irecv's wait took twice the timeout).
         if self.0.goes_on() { self.0.free().is_ok() } else { self.0.abandon() }
+    }
+}
+
+/// A blocking sendrecv's send and receive parts, started by its host side on the engine and
+/// completed by the engine (`ordered::starts_blocking`), as a blocking send's or receive's. Its
+/// parts fail apart, as `host::sendrecv`'s: a part that failed to start leaves the other going
+/// (a receive whose message came is delivered); the outcome is the receive's failure, else the
+/// send's.
+struct StartedPair {
+    send: Option<Request>,
+    recv: Option<Request>,
+    /// The parts' outcomes once known: [send, receive].
+    outcome: [Option<Result<()>>; 2],
+}
+
+impl StartedPair {
+    /// Starts `send` (an isend), then `recv` (a receive that takes exactly its buffer), on `c`.
+    fn start(c: &Arc<Communicator>, send: Op, recv: Op) -> Result<Box<dyn Pending>> {
+        let sending = send.start(c, Stream(0));
+        let receiving = recv.start(c, Stream(0));
+        let mut p = StartedPair { send: None, recv: None, outcome: [None, None] };
+        match sending {
+            Ok(r) => p.send = Some(r),
+            Err(e) => p.outcome[0] = Some(Err(e)),
+        }
+        match receiving {
+            Ok(r) => p.recv = Some(r),
+            // Neither started: the call fails now, with the receive's error.
+            Err(e) if p.send.is_none() => return Err(e),
+            Err(e) => p.outcome[1] = Some(Err(e)),
+        }
+        Ok(Box::new(p))
+    }
+
+    fn result(&mut self) -> Result<()> {
+        let [s, r] = std::mem::take(&mut self.outcome);
+        r.unwrap_or(Ok(())).and(s.unwrap_or(Ok(())))
+    }
+}
+
+impl Pending for StartedPair {
+    fn wait(&mut self) -> Result<()> {
+        if let Some(r) = self.recv.take() {
+            self.outcome[1] = Some(r.wait());
+        }
+        if let Some(s) = self.send.take() {
+            self.outcome[0] = Some(s.wait());
+        }
+        self.result()
+    }
+    fn test(&mut self) -> Result<bool> {
+        for (part, slot) in [&mut self.send, &mut self.recv].into_iter().enumerate() {
+            let Some(r) = slot.as_ref() else { continue };
+            match r.test() {
+                Ok(false) => {}
+                done => {
+                    self.outcome[part] = Some(done.map(|_| ()));
+                    *slot = None;
+                }
+            }
+        }
+        if self.send.is_some() || self.recv.is_some() {
+            return Ok(false);
+        }
+        self.result().map(|()| true)
+    }
+    fn failed_part(&self) -> Option<Error> {
+        self.outcome.iter().rev().flatten().find_map(|o| o.as_ref().err().cloned())
+    }
+    fn abandon(self: Box<Self>) -> bool {
+        // As `Started`'s: the send goes on (detached), the receive is given up at once.
+        let sent = self.send.is_none_or(|s| s.free().is_ok());
+        let received = self.recv.is_none_or(|r| r.abandon());
+        sent && received
     }
 }
 

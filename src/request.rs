@@ -112,6 +112,13 @@ pub trait Pending: Send {
     fn status(&self) -> Option<Status> {
         None
     }
+    /// A failure of a part of the operation known before the whole completed (a sendrecv whose
+    /// receive part failed while its send part goes on): what a timeout that gives up the rest
+    /// reports first, the timeout appended (as a host sendrecv returns its receive's failure).
+    /// The default: none.
+    fn failed_part(&self) -> Option<Error> {
+        None
+    }
     /// Drops the completed operation; a path may keep its allocation for the thread's next
     /// operation ([`handles::unbox`]). The default drops it.
     fn recycle(self: Box<Self>) {}

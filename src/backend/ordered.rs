@@ -454,6 +454,12 @@ fn complete_started(started: Arc<Mutex<Option<Started>>>, c: Arc<Communicator>, 
             _ if c.is_broken() => Error::CommBroken("the communicator broke while a blocking point-to-point operation was in progress; its stream's wait was released".into()),
             _ => return None,
         };
+        // A part that failed first is the error (with the timeout after it), as a host
+        // sendrecv's receive failure is.
+        let why = match st.pending.as_ref().and_then(|p| p.failed_part()) {
+            Some(first) => first.reworded(format!("{}; then {}", first.detail(), why)),
+            None => why,
+        };
         let why = note(&c, why);
         // Abandoned: MPI may still use the staging, which is never taken again (the ticket is
         // not finished); the stream goes on.
