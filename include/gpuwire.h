@@ -1051,7 +1051,9 @@ gpuwire_status gpuwire_comm_world(const gpuwire_config *cfg,
  * distributed array created on it, a pending request, another thread's call), it is released
  * with the last of them (gpuwire_darray_free, the request's completion: local calls), which
  * then waits for no other rank: what needs the other ranks is settled by this free (on IPC the
- * shared segment is then left to MPI_Finalize). The handle, and every copy of it, becomes invalid. A communicator broken by a timeout is
+ * shared segment is then left to MPI_Finalize). The handle, and every copy of it, becomes invalid.
+ * A communicator with several handles (gpuwire_darray_comm makes more) is freed by each rank's
+ * free of its last one; freeing any other handle releases that handle only (local). A communicator broken by a timeout is
  * freed locally; its MPI communicators are left to MPI_Finalize (MPI may still progress the
  * operations the timeout abandoned).
  *
@@ -1441,9 +1443,9 @@ gpuwire_status gpuwire_darray_data(gpuwire_darray d,
  * Writes a new handle to the array's communicator to `*comm` and its number of ranks to
  * `*size` (the entries of gpuwire_darray_local_lens): so an array's caller can size the
  * arrays it passes without knowing which communicator made it. The handle refers to the
- * communicator the array keeps alive; free it with gpuwire_comm_free (which then frees
- * nothing else while the array or another handle holds the communicator). Local;
- * thread-safe.
+ * communicator the array keeps alive; free it with gpuwire_comm_free, which releases that
+ * handle only (a local call) while the communicator has another handle, and is the collective
+ * free where it is the rank's last. Local; thread-safe.
  *
  * Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
  */

@@ -111,7 +111,7 @@ if has nbc; then
 fi
 if has darray; then
   # Distributed arrays on device memory: every backend, and NCCL on one rank.
-  dcases=dops,dmove,dhalo,dstream,dtags,dgrid,dfree
+  dcases=dops,dmove,dhalo,dstream,dtags,dgrid,dfree,dcomm
   GPU_BIN=gpu-darray-tests gputest darray-stock-auto stock $dcases
   GPUWIRE_BACKEND=mpi_staged GPU_BIN=gpu-darray-tests gputest darray-kit-staged kit $dcases -x GPUWIRE_BACKEND
   GPUWIRE_BACKEND=mpi_cuda_aware GPU_BIN=gpu-darray-tests gputest darray-kit-cuda-aware kit $dcases -x GPUWIRE_BACKEND

@@ -99,7 +99,7 @@ for l in sys.stdin:
   # Memory kinds mixed across ranks in checking mode (refused there before, though the path takes them).
   run_cases cuda_aware-check 2 nbcmixed GPUWIRE_BACKEND=cuda_aware GPUWIRE_CUDA_AWARE=1 GPUWIRE_CHECK=1
   # Distributed arrays on device memory (tests/gpu_darray.rs; their kernels emulated too).
-  dcases=dops,dmove,dhalo,dstream,dtags,dgrid,dfree
+  dcases=dops,dmove,dhalo,dstream,dtags,dgrid,dfree,dcomm
   runbin=$dbin run_cases darray-nccl 1 $dcases GPUWIRE_BACKEND=nccl
   runbin=$dbin run_cases darray-staged 2 $dcases GPUWIRE_BACKEND=staged
   runbin=$dbin run_cases darray-cuda_aware 2 $dcases GPUWIRE_BACKEND=cuda_aware GPUWIRE_CUDA_AWARE=1
