@@ -188,6 +188,8 @@ struct Queue {
     /// beyond the first few (kept: no allocation per pass).
     gone: Vec<bool>,
     spill: Vec<Waiting>,
+    /// `progress`'s [`Index`] of many unmatched entries (kept: its tables are reused).
+    index: Option<Box<Index>>,
 }
 
 impl Queue {
@@ -203,7 +205,7 @@ impl Queue {
     }
 }
 
-static QUEUE: Mutex<Queue> = Mutex::new(Queue { entries: Vec::new(), probing: None, gone: Vec::new(), spill: Vec::new() });
+static QUEUE: Mutex<Queue> = Mutex::new(Queue { entries: Vec::new(), probing: None, gone: Vec::new(), spill: Vec::new(), index: None });
 /// Receives queued (`Queue::len`; read without the lock).
 static QUEUED: AtomicUsize = AtomicUsize::new(0);
 
@@ -229,11 +231,14 @@ pub fn progress() {
     let mut q = lock(&QUEUE);
     // Under MPI_THREAD_SERIALIZED, gpuwire's MPI lock for the matching calls below.
     let _mpi = crate::runtime::mpi_lock();
-    let Queue { entries, probing, gone, spill } = &mut *q;
+    let Queue { entries, probing, gone, spill, index } = &mut *q;
     gone.clear();
     gone.resize(entries.len(), false);
     spill.clear();
-    let mut earlier = Earlier { few: [Waiting::Taken; 4], n: 0, more: spill };
+    if let Some(x) = index.as_mut() {
+        x.clear();
+    }
+    let mut earlier = Earlier { few: [Waiting::Taken; 4], n: 0, more: spill, index, indexed: false };
     // A blocking receive in MPI_Mprobe is earlier than every entry.
     if let Some(sig) = *probing {
         earlier.push(Waiting::Opaque(sig));
@@ -296,6 +301,85 @@ struct Earlier<'a> {
     few: [Waiting; 4],
     n: usize,
     more: &'a mut Vec<Waiting>,
+    /// Past [`INDEXED`] entries, their counts by signature (`competes` without a scan).
+    index: &'a mut Option<Box<Index>>,
+    indexed: bool,
+}
+
+/// How many entries an [`Earlier`] scans; past that it keeps an [`Index`]. Each entry of a pass
+/// asks `competes`: with N deferred receives of distinct signatures a pass took N^2 steps under
+/// the queue's lock (16000 receives: a quarter of a second per pass, and posting them took 24 s
+/// while the progress thread ran passes; a helper's hunt, 2026-12-06).
+const INDEXED: usize = 32;
+
+/// The counts of [`Waiting`] entries by what they could take.
+#[derive(Default)]
+struct Index {
+    /// Unmatched and not looked-at entries (`Waiting::Unmatched`, `Waiting::Opaque`).
+    takes: Counts,
+    /// Checking mode's waits for a sender's data (`Waiting::Data`).
+    data: Counts,
+}
+
+impl Index {
+    fn clear(&mut self) {
+        self.takes.clear();
+        self.data.clear();
+    }
+
+    fn count(&mut self, w: Waiting, by: i32) {
+        match w {
+            Waiting::Unmatched(x, _) | Waiting::Opaque(x) => self.takes.count(x, by),
+            Waiting::Data(x) => self.data.count(x, by),
+            Waiting::Taken => {}
+        }
+    }
+}
+
+/// Signatures counted four ways, so that "does any counted signature `overlap` this one" is four
+/// lookups at most: an exact (source, tag) matches the four combinations of itself and the
+/// wildcards; a wildcard source any source with that tag or the wildcard tag; and so on.
+#[derive(Default)]
+struct Counts {
+    exact: std::collections::HashMap<Sig, i32>,
+    by_source: std::collections::HashMap<(usize, i32), i32>,
+    by_tag: std::collections::HashMap<(usize, i32), i32>,
+    by_key: std::collections::HashMap<usize, i32>,
+}
+
+impl Counts {
+    fn clear(&mut self) {
+        self.exact.clear();
+        self.by_source.clear();
+        self.by_tag.clear();
+        self.by_key.clear();
+    }
+
+    fn count(&mut self, x: Sig, by: i32) {
+        *self.exact.entry(x).or_default() += by;
+        *self.by_source.entry((x.0, x.1)).or_default() += by;
+        *self.by_tag.entry((x.0, x.2)).or_default() += by;
+        *self.by_key.entry(x.0).or_default() += by;
+    }
+
+    /// Whether one of the same signature is counted.
+    fn has(&self, x: Sig) -> bool {
+        self.exact.get(&x).is_some_and(|n| *n > 0)
+    }
+
+    /// Whether one that `overlap`s `x` (on its communicator) is counted.
+    fn overlapping(&self, x: Sig) -> bool {
+        use crate::types::{ANY_SOURCE, ANY_TAG};
+        let (key, s, t) = x;
+        let n = |m: &std::collections::HashMap<(usize, i32), i32>, k: (usize, i32)| m.get(&k).copied().unwrap_or(0);
+        let e = |k: Sig| self.exact.get(&k).copied().unwrap_or(0);
+        match (s == ANY_SOURCE, t == ANY_TAG) {
+            (true, true) => self.by_key.get(&key).is_some_and(|n| *n > 0),
+            (true, false) => n(&self.by_tag, (key, t)) + n(&self.by_tag, (key, ANY_TAG)) > 0,
+            (false, true) => n(&self.by_source, (key, s)) + n(&self.by_source, (key, ANY_SOURCE)) > 0,
+            (false, false) => e((key, s, t)) + e((key, ANY_SOURCE, t)) + e((key, s, ANY_TAG)) + e((key, ANY_SOURCE, ANY_TAG)) > 0,
+        }
+    }
 }
 
 impl Earlier<'_> {
@@ -305,6 +389,19 @@ impl Earlier<'_> {
             self.n += 1;
         } else {
             self.more.push(w);
+        }
+        if self.indexed {
+            self.index.as_mut().expect("indexed").count(w, 1);
+        } else if self.len() > INDEXED {
+            let x = self.index.get_or_insert_with(Box::default);
+            x.clear();
+            for k in 0..self.n {
+                x.count(self.few[k], 1);
+            }
+            for w in self.more.iter() {
+                x.count(*w, 1);
+            }
+            self.indexed = true;
         }
     }
 
@@ -317,6 +414,12 @@ impl Earlier<'_> {
     }
 
     fn set(&mut self, k: usize, w: Waiting) {
+        if self.indexed {
+            let old = self.get(k);
+            let x = self.index.as_mut().expect("indexed");
+            x.count(old, -1);
+            x.count(w, 1);
+        }
         if k < self.n { self.few[k] = w } else { self.more[k - self.few.len()] = w }
     }
 
@@ -324,6 +427,9 @@ impl Earlier<'_> {
     /// data message) that unmatched receive `sig` matches; with `same`, whether an unmatched one
     /// has exactly `sig` (it takes all of `sig`'s messages first).
     fn competes(&self, sig: Sig, same: bool) -> bool {
+        if let (true, Some(x)) = (self.indexed, self.index.as_ref()) {
+            return if same { x.takes.has(sig) } else { x.takes.overlapping(sig) || x.data.overlapping(sig) };
+        }
         (0..self.len()).any(|k| match self.get(k) {
             Waiting::Unmatched(x, _) | Waiting::Opaque(x) => if same { x == sig } else { x.0 == sig.0 && overlap((x.1, x.2), (sig.1, sig.2)) },
             Waiting::Data(x) => !same && x.0 == sig.0 && overlap((x.1, x.2), (sig.1, sig.2)),
@@ -1315,6 +1421,61 @@ impl Drop for Agreement {
         if self.reqs.iter().all(|q| q.0 == mpisys::request_null()) {
             // SAFETY: dropped once, here; MPI no longer uses the headers.
             unsafe { ManuallyDrop::drop(&mut self.hb) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{ANY_SOURCE, ANY_TAG};
+
+    /// `competes` with the index (past `INDEXED` entries) answers as the scan does, for entries
+    /// and queries of every kind: exact, wildcard source, tag or both, two communicators,
+    /// entries taken since.
+    #[test]
+    fn indexed_competes_is_the_scan() {
+        let seed = std::cell::Cell::new(12345u64);
+        let next = |n: u64| {
+            seed.set(seed.get().wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407));
+            (seed.get() >> 33) % n
+        };
+        let pick = |n: u64| {
+            let key = next(2) as usize;
+            let s = if next(4) == 0 { ANY_SOURCE } else { next(n) as i32 };
+            let t = if next(4) == 0 { ANY_TAG } else { next(n) as i32 };
+            (key, s, t)
+        };
+        for round in 0..20 {
+            let (mut spill, mut index) = (Vec::new(), None);
+            let mut e = Earlier { few: [Waiting::Taken; 4], n: 0, more: &mut spill, index: &mut index, indexed: false };
+            let mut scan: Vec<Waiting> = Vec::new();
+            for i in 0..(10 + 10 * round) {
+                let w = match next(3) {
+                    0 => Waiting::Unmatched(pick(5), i),
+                    1 => Waiting::Opaque(pick(5)),
+                    _ => Waiting::Data(pick(5)),
+                };
+                e.push(w);
+                scan.push(w);
+                if next(5) == 0 {
+                    let k = next(scan.len() as u64) as usize;
+                    e.set(k, Waiting::Taken);
+                    scan[k] = Waiting::Taken;
+                }
+            }
+            assert_eq!(e.indexed, scan.len() > INDEXED);
+            for _ in 0..200 {
+                let q = pick(5);
+                for same in [true, false] {
+                    let want = scan.iter().any(|w| match *w {
+                        Waiting::Unmatched(x, _) | Waiting::Opaque(x) => if same { x == q } else { x.0 == q.0 && overlap((x.1, x.2), (q.1, q.2)) },
+                        Waiting::Data(x) => !same && x.0 == q.0 && overlap((x.1, x.2), (q.1, q.2)),
+                        Waiting::Taken => false,
+                    });
+                    assert_eq!(e.competes(q, same), want, "round {round}, query {q:?}, same {same}");
+                }
+            }
         }
     }
 }
