@@ -43,7 +43,7 @@ if has smoke; then
 fi
 if has tests; then
   gputest stock-auto stock c17,c14,c16,c11,c15,ops,opswrap,scan,c13,c12,p2pexact,p2pstatus,capture,vcoll,zerocount,views
-  GPUWIRE_BACKEND=mpi_staged gputest kit-staged kit ops,opswrap,scan,c13,c14,c17,reqfree,p2pexact,p2pstatus,capture,vcoll,zerocount,views,threadp2p,threadsendrecv,nbccomms -x GPUWIRE_BACKEND
+  GPUWIRE_BACKEND=mpi_staged gputest kit-staged kit ops,opswrap,scan,c13,c14,c17,reqfree,p2pexact,p2pstatus,capture,vcoll,zerocount,views,threadp2p,threadsendrecv,nbccomms,commloop -x GPUWIRE_BACKEND
   # A rank merely late to an allreduce, timeout 2 s, checking off and on: no rank blocks longer.
   GPUWIRE_BACKEND=mpi_staged gputest staged-late stock late,sendtimeout,sendnext,sendwait,sendisend,sendrecvfail,irecvtimeout -x GPUWIRE_BACKEND
   GPUWIRE_BACKEND=mpi_cuda_aware gputest kit-cuda-aware kit ops,opswrap,scan,c12,c13,c14,c16,c17,reqfree,p2pexact,p2pstatus,capture,vcoll,zerocount,views,nbcmixed,nbccomms,threadp2p,threadsendrecv -x GPUWIRE_BACKEND

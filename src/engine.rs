@@ -519,6 +519,13 @@ const FLAG_SLOTS: usize = 8192;
 /// call has finished (`cuStreamWriteValue32`); the host side waits for it, moves the data, and
 /// writes the value into `done`, which the stream waits for before the work after the call
 /// (`cuStreamWaitValue32`, cyclic GEQ: a later operation's value in the slot also releases it).
+///
+/// The words are never freed (a stream may wait on them until the process ends): a dropped
+/// engine's block goes to the next engine of its device ([`SPARE_FLAGS`]), its values going on
+/// from where they stopped, so that a stream's wait enqueued before stays released. Not where
+/// an operation may still be in flight, or a stream may still write a `ready` that no host side
+/// saw (`tainted`): that block is kept for good, as every block was (64 KiB of page-locked memory
+/// per communicator that did device work on MPI_STAGED; a helper's lifecycle hunt).
 struct Flags {
     host: *mut u32,
     dev: u64,
@@ -526,16 +533,31 @@ struct Flags {
     next: u32,
     /// Whether each slot's last operation has finished (written its `done`).
     finished: Vec<Arc<std::sync::atomic::AtomicBool>>,
+    /// A `Flag` of the block was dropped while a stream's write of its `ready` was enqueued and
+    /// not yet seen: the stream may still write it, over a later operation's.
+    tainted: Arc<std::sync::atomic::AtomicBool>,
 }
 
 // SAFETY: the mapped words are written by the host through `Flag`s and read by the device.
 unsafe impl Send for Flags {}
 
+/// Blocks of dropped engines, for the next engines of their devices ([`Flags`]).
+static SPARE_FLAGS: Mutex<Vec<Flags>> = Mutex::new(Vec::new());
+
 impl Flags {
     fn new(device: i32) -> Result<Flags> {
+        {
+            let mut spare = lock(&SPARE_FLAGS);
+            if let Some(i) = spare.iter().position(|f| f.device == device) {
+                return Ok(spare.swap_remove(i));
+            }
+        }
         let (host, dev) = device::mapped_words(device, 2 * FLAG_SLOTS)?;
-        let finished = (0..FLAG_SLOTS).map(|_| Arc::new(std::sync::atomic::AtomicBool::new(true))).collect();
-        Ok(Flags { host, dev, device, next: 0, finished })
+        // One "finished" for every slot not used yet (`next` gives each operation its own): one
+        // allocation, not one per slot (8192 of them, 260 KB per block).
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let finished = vec![done; FLAG_SLOTS];
+        Ok(Flags { host, dev, device, next: 0, finished, tainted: Arc::default() })
     }
 
     fn next(&mut self) -> Result<Flag> {
@@ -555,7 +577,26 @@ impl Flags {
         // SAFETY: slot i of 2 * FLAG_SLOTS words.
         let (ready, done) = unsafe { (self.host.add(2 * i), self.host.add(2 * i + 1)) };
         let dev = self.dev + 8 * i as u64;
-        Ok(Flag { value: v, ready, done, ready_dev: dev, done_dev: dev + 4, finished })
+        Ok(Flag { value: v, ready, done, ready_dev: dev, done_dev: dev + 4, finished, ready_pending: std::sync::atomic::AtomicBool::new(false), tainted: self.tainted.clone() })
+    }
+}
+
+impl Drop for Flags {
+    fn drop(&mut self) {
+        if self.tainted.load(Ordering::Acquire) || !self.finished.iter().all(|f| f.load(Ordering::Acquire)) {
+            return;
+        }
+        let spare = Flags {
+            host: self.host,
+            dev: self.dev,
+            device: self.device,
+            next: self.next,
+            finished: std::mem::take(&mut self.finished),
+            tainted: self.tainted.clone(),
+        };
+        // (The spare's own drop, should the list be dropped, would only push it back: the list
+        // is a static, never dropped.)
+        lock(&SPARE_FLAGS).push(spare);
     }
 }
 
@@ -566,26 +607,43 @@ pub struct Flag {
     pub value: u32,
     ready: *const u32,
     done: *mut u32,
-    /// The device addresses of the pair, for `device::stream_write` / `stream_wait_geq`.
-    pub ready_dev: u64,
+    /// The device addresses of the pair, for `device::stream_write` ([`Flag::ready_word`]) and
+    /// `stream_wait_geq`.
+    ready_dev: u64,
     pub done_dev: u64,
     finished: Arc<std::sync::atomic::AtomicBool>,
+    /// A stream's write of `ready` is enqueued ([`Flag::ready_word`]) and no host side saw it yet.
+    ready_pending: std::sync::atomic::AtomicBool,
+    tainted: Arc<std::sync::atomic::AtomicBool>,
 }
 
 // SAFETY: the words are mapped host memory, alive for the process, read and written volatile.
 unsafe impl Send for Flag {}
 
 impl Flag {
+    /// The device address of `ready`, for the stream's write of it (`device::stream_write`),
+    /// which [`Flag::wait_ready`] then waits for.
+    pub fn ready_word(&self) -> u64 {
+        self.ready_pending.store(true, Ordering::Release);
+        self.ready_dev
+    }
+
+    /// Whether the stream has written `ready`.
+    fn ready_reached(&self) -> bool {
+        // SAFETY: a mapped word (see `Flags`).
+        let now = unsafe { std::ptr::read_volatile(self.ready) };
+        (now.wrapping_sub(self.value) as i32) >= 0 && now != 0
+    }
+
     /// Waits on the host until the stream has written `ready` (the work before the call has
     /// finished), or `stop` gives a reason to give up (the communicator broken). No CUDA call.
     pub fn wait_ready(&self, stop: &dyn Fn() -> Option<Error>) -> Result<()> {
         let t0 = Instant::now();
         let mut n = 0u32;
         loop {
-            // SAFETY: a mapped word (see `Flags`).
-            let now = unsafe { std::ptr::read_volatile(self.ready) };
-            if (now.wrapping_sub(self.value) as i32) >= 0 && now != 0 {
+            if self.ready_reached() {
                 std::sync::atomic::fence(Ordering::Acquire);
+                self.ready_pending.store(false, Ordering::Release);
                 return Ok(());
             }
             n += 1;
@@ -613,6 +671,9 @@ impl Flag {
 
 impl Drop for Flag {
     fn drop(&mut self) {
+        if self.ready_pending.load(Ordering::Acquire) && !self.ready_reached() {
+            self.tainted.store(true, Ordering::Release);
+        }
         std::sync::atomic::fence(Ordering::Release);
         // SAFETY: a mapped word (see `Flags`).
         unsafe { std::ptr::write_volatile(self.done, self.value) };

@@ -228,7 +228,7 @@ pub fn issue(c: &Arc<Communicator>, stream: Stream, parts: Vec<(Arc<Buffer>, Rol
         device::copy_async(sp, dp, n, stream)?;
     }
     if wait_ready {
-        device::stream_write(stream, flag.ready_dev, flag.value)?;
+        device::stream_write(stream, flag.ready_word(), flag.value)?;
     }
     let mut out_event = None;
     let mut deliver = None;

@@ -388,7 +388,10 @@ fn prepare(c: &Communicator, send: &Buffer, recv: &Buffer, op: ReduceOp, stream:
 /// from staging into `dst` (`rows`: small ones as two-row copies, device memory of a shared GPU).
 fn enqueue(pr: &Prepared, src: usize, dst: usize, op: ReduceOp, p: usize, rows: bool, stream: Stream) -> Result<()> {
     let (me, es, staged, got) = (pr.me, pr.dtype.size(), pr.staged, pr.got);
-    let flag = |f: &Option<Flag>| f.as_ref().map(|f| (f.ready_dev, f.done_dev, f.value)).expect("taken above");
+    // A flag's `ready` address marks it written by the stream (`Flag::ready_word`): taken only
+    // for the writes.
+    let ready = |f: &Option<Flag>| f.as_ref().map(|f| (f.ready_word(), f.value)).expect("taken above");
+    let done = |f: &Option<Flag>| f.as_ref().map(|f| (f.done_dev, f.value)).expect("taken above");
     // (first byte, own block's first byte, own block's bytes, last byte + 1) of segment s.
     let span = |s: usize| {
         let seg = &pr.segs[s];
@@ -399,26 +402,26 @@ fn enqueue(pr: &Prepared, src: usize, dst: usize, op: ReduceOp, p: usize, rows: 
         let (a, own, len, b) = span(s);
         device::copy_async(staged + a, src + a, own - a, stream)?;
         device::copy_async(staged + own + len, src + own + len, b - own - len, stream)?;
-        let (ready, _, value) = flag(&pr.first[s]);
-        device::stream_write(stream, ready, value)?;
+        let (word, value) = ready(&pr.first[s]);
+        device::stream_write(stream, word, value)?;
     }
     let deliver = |s: usize| -> Result<()> {
         let (a, own, len, b) = span(s);
-        let (_, done, value) = flag(&pr.second[s]);
-        device::stream_wait_geq(stream, done, value)?;
+        let (word, value) = done(&pr.second[s]);
+        device::stream_wait_geq(stream, word, value)?;
         for (from, bytes) in [(a, own - a), (own + len, b - own - len)] {
             After { staging: staged + from, dst: dst + from, bytes, rows: rows && bytes < device::SHARED_HTOD_2D_MAX }.enqueue(stream)?;
         }
         Ok(())
     };
     for s in 0..pr.segs.len() {
-        let (_, done, value) = flag(&pr.first[s]);
-        device::stream_wait_geq(stream, done, value)?;
+        let (word, value) = done(&pr.first[s]);
+        device::stream_wait_geq(stream, word, value)?;
         let (_, own, len, _) = span(s);
         let ins: Vec<usize> = std::iter::once(src + own).chain((0..p).filter(|&j| j != me).map(|j| got + pr.got_at[s] + j * len)).collect();
         reduce_block(pr.device, pr.dtype, op, &ins, dst + own, staged + own, len / es, p, stream)?;
-        let (ready, _, value) = flag(&pr.second[s]);
-        device::stream_write(stream, ready, value)?;
+        let (word, value) = ready(&pr.second[s]);
+        device::stream_write(stream, word, value)?;
         if s > 0 {
             deliver(s - 1)?;
         }
