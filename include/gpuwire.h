@@ -836,7 +836,7 @@ gpuwire_status gpuwire_buffer_view(gpuwire_buffer buf,
  * per view on the operation's stream, on host memory a loop; the scratch is reused across calls.
  * `stride` may be below `blocklen` (blocks overlap): such a view can be sent from, not received
  * or copied into (the operation returns GPUWIRE_ERROR_INVALID_ARGUMENT and sends nothing; a
- * bcast of it on every rank, the root included). A view whose
+ * bcast's receiving rank takes the root's message and then fails, its view not written). A view whose
  * elements turn out contiguous (stride == blocklen, or one block) is an ordinary view. `buf` must
  * be contiguous (not itself a strided or subarray view). Device views need NVRTC (the reduction
  * kernels' compiler) to be moved.

@@ -98,6 +98,10 @@ pub(crate) struct Packed<O> {
     /// Views this rank receives into, with their scratch; scratch of views only sent from.
     unpack: Vec<(Arc<Buffer>, Scratch)>,
     keep: Vec<Scratch>,
+    /// A view this rank receives into that may not be received into, where another rank sends
+    /// from the slot ([`Slotted::received_somewhere`]): the operation runs (the message is
+    /// received into scratch and dropped, the view not written), then [`Packed::unpack`] fails.
+    refused: Option<Error>,
 }
 
 impl<O> Packed<O> {
@@ -127,12 +131,13 @@ impl<O> Packed<O> {
         Ok(())
     }
 
-    /// Copies each received scratch into its view (device views: one kernel each on `stream`).
+    /// Copies each received scratch into its view (device views: one kernel each on `stream`);
+    /// then the refusal of a view that could not be received into, if any.
     pub fn unpack(&self, stream: Stream) -> Result<()> {
         for (view, s) in &self.unpack {
             unpack_one(view, s.buf(), stream)?;
         }
-        Ok(())
+        self.refused.clone().map_or(Ok(()), Err)
     }
 }
 
@@ -163,10 +168,11 @@ pub(crate) trait Slotted: Clone {
     /// The two buffer slots, whatever this rank's role in them.
     fn slots(&self) -> [Option<&Arc<Buffer>>; 2];
     fn roles(&self, rank: i32) -> [(Option<&Arc<Buffer>>, Role); 2];
-    /// The slots that some rank receives into where others send from them: bcast's buffer (read
-    /// at the root, written elsewhere). Every rank passes the same view there, so each refuses
-    /// what the receivers refuse ([`check`]); a root that sent what the others refused left its
-    /// message to their next bcast.
+    /// The slots that some rank sends from and the others receive into: bcast's buffer (read at
+    /// the root, written elsewhere). A receiving rank's view there that may not be received into
+    /// is refused after the operation, not before it ([`pack`]): the root, which may send from
+    /// any view, sends, and a receiver that refused before it left the root's message to its next
+    /// bcast (old data as success; a helper's bug hunt, 2026-12-06).
     fn received_somewhere(&self) -> [bool; 2];
     /// The operation with its two buffer slots replaced (`None` keeps a slot).
     fn replace(&self, a: Option<Arc<Buffer>>, b: Option<Arc<Buffer>>) -> Self;
@@ -188,8 +194,8 @@ pub(crate) fn check<O: Slotted>(op: &O, rank: i32) -> Result<()> {
     let what = op.what();
     let [(a, ra), (b, rb)] = op.roles(rank);
     for ((buf, role), somewhere) in [(a, ra), (b, rb)].into_iter().zip(op.received_somewhere()) {
-        let received = matches!(role, Role::Out | Role::InOut) || (somewhere && role != Role::Unused);
-        if let (Some(v), true) = (buf, received) {
+        // (A slot that another rank sends from is refused after the operation: `pack`.)
+        if let (Some(v), Role::Out | Role::InOut, false) = (buf, role, somewhere) {
             if v.shape().is_some_and(|s: &Shape| s.self_overlapping) {
                 return Err(Error::InvalidArgument(format!("{what}: the receive buffer {}; nothing was sent", Shape::MAY_COINCIDE)));
             }
@@ -212,7 +218,8 @@ pub(crate) fn pack<O: Slotted>(op: &O, c: &Communicator, stream: Stream) -> Resu
     let rank = c.rank();
     check(op, rank)?;
     let [(a, ra), (b, rb)] = op.roles(rank);
-    let mut out = Packed { op: op.clone(), unpack: Vec::new(), keep: Vec::new() };
+    let mut out = Packed { op: op.clone(), unpack: Vec::new(), keep: Vec::new(), refused: None };
+    let somewhere = op.received_somewhere();
     let in_place = ra != Role::Unused && rb != Role::Unused && matches!((a, b), (Some(x), Some(y)) if x.shape().is_some() && same_view(x, y));
     let mut subs: [Option<Arc<Buffer>>; 2] = [None, None];
     for (i, (buf, role)) in [(a, ra), (b, rb)].into_iter().enumerate() {
@@ -235,7 +242,14 @@ pub(crate) fn pack<O: Slotted>(op: &O, c: &Communicator, stream: Stream) -> Resu
             pack_one(v, s.buf(), stream)?;
         }
         subs[i] = Some(s.buf().clone());
-        if matches!(role, Role::Out | Role::InOut) {
+        if somewhere[i] && matches!(role, Role::Out | Role::InOut) && v.shape().is_some_and(|s| s.self_overlapping) {
+            out.refused = Some(Error::InvalidArgument(format!(
+                "{}: the receive buffer {}; the message was received (every rank takes part in the operation) and dropped, the buffer not written",
+                op.what(),
+                Shape::MAY_COINCIDE
+            )));
+            out.keep.push(s);
+        } else if matches!(role, Role::Out | Role::InOut) {
             out.unpack.push((v.clone(), s));
         } else {
             out.keep.push(s);
