@@ -1052,8 +1052,8 @@ gpuwire_status gpuwire_comm_world(const gpuwire_config *cfg,
  * with the last of them (gpuwire_darray_free, the request's completion: local calls), which
  * then waits for no other rank: what needs the other ranks is settled by this free (on IPC the
  * shared segment is then left to MPI_Finalize). The handle, and every copy of it, becomes invalid.
- * A communicator with several handles (gpuwire_darray_comm makes more) is freed by each rank's
- * free of its last one; freeing any other handle releases that handle only (local). A communicator broken by a timeout is
+ * A handle that gpuwire_darray_comm made is released by its free alone (local); the
+ * communicator's own handle's free is the collective one. A communicator broken by a timeout is
  * freed locally; its MPI communicators are left to MPI_Finalize (MPI may still progress the
  * operations the timeout abandoned).
  *
@@ -1444,8 +1444,8 @@ gpuwire_status gpuwire_darray_data(gpuwire_darray d,
  * `*size` (the entries of gpuwire_darray_local_lens): so an array's caller can size the
  * arrays it passes without knowing which communicator made it. The handle refers to the
  * communicator the array keeps alive; free it with gpuwire_comm_free, which releases that
- * handle only (a local call) while the communicator has another handle, and is the collective
- * free where it is the rank's last. Local; thread-safe.
+ * handle only (a local call; the free of the communicator's own handle is the collective one).
+ * Local; thread-safe.
  *
  * Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
  */

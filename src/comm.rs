@@ -89,9 +89,9 @@ pub struct Communicator {
     /// The progress engine of the operations that complete after their call (`crate::op`).
     pub(crate) engine: Arc<crate::engine::Engine>,
     pub(crate) backend_state: BackendState,
-    /// The C API's handles of this communicator not yet freed (gpuwire_darray_comm makes more):
-    /// gpuwire_comm_free of the last one is the collective free, of the others a local release.
-    pub(crate) handles: std::sync::atomic::AtomicUsize,
+    /// The handle that created the communicator made (0 until registered): gpuwire_comm_free of
+    /// it is the collective free; of another (gpuwire_darray_comm's) a local release.
+    pub(crate) primary: AtomicU64,
 }
 
 /// Why a communicator is broken (`None`: it is not), with a flag that every call reads without
@@ -103,20 +103,20 @@ pub struct Broken {
 }
 
 impl Communicator {
-    /// Registers a new C API handle of `c` (`COMMS.insert`, counted in [`Communicator::handles`]).
-    pub(crate) fn new_handle(c: Arc<Communicator>) -> crate::error::Result<u64> {
-        c.handles.fetch_add(1, Ordering::AcqRel);
-        let counted = c.clone();
-        COMMS.insert(c).inspect_err(|_| {
-            counted.handles.fetch_sub(1, Ordering::AcqRel);
-        })
+    /// Registers a new C API handle of `c` (`COMMS.insert`): its primary one (made by the call
+    /// that created the communicator), or another (gpuwire_darray_comm's).
+    pub(crate) fn new_handle(c: Arc<Communicator>, primary: bool) -> crate::error::Result<u64> {
+        let me = c.clone();
+        let h = COMMS.insert(c)?;
+        if primary {
+            me.primary.store(h, Ordering::Release);
+        }
+        Ok(h)
     }
 
-    /// One of the C API's handles of the communicator is being freed: true where others remain
-    /// (the count is taken down by one: the free releases that handle only), false for the last
-    /// (the count left: the caller's collective free takes it down once the handle is gone).
-    pub(crate) fn release_handle_unless_last(&self) -> bool {
-        self.handles.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n > 1).then(|| n - 1)).is_ok()
+    /// Whether `h` is the communicator's primary handle, whose free is the collective one.
+    pub(crate) fn is_primary(&self, h: u64) -> bool {
+        self.primary.load(Ordering::Acquire) == h
     }
 }
 

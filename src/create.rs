@@ -195,7 +195,7 @@ impl Communicator {
             lean: false,
             engine: Arc::new(crate::engine::Engine::default()),
             backend_state: BackendState::default(),
-            handles: std::sync::atomic::AtomicUsize::new(0),
+            primary: AtomicU64::new(0),
         };
         // From here on `c` frees both communicators when dropped (also on the error paths below).
         owned.release();

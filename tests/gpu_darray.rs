@@ -656,6 +656,28 @@ fn dcomm(ctx: &Ctx) {
     }
     let grown = maps() as i64 - before as i64;
     ctx.check(grown < 10, || format!("the process's mappings grew by {grown} over 25 communicators"));
+    // Only rank 0 takes the extra handle, and frees it after the array and the communicator,
+    // past a barrier: every rank's free of the communicator's own handle is the collective free
+    // (a count of the handles made rank 0's the local one and the extra handle's, after the
+    // barrier, the collective one, while the others' free waited for it there: on IPC, for ever).
+    for _ in 0..3 {
+        let mut c = 0;
+        if !ctx.ok(gpuwire_comm_world(std::ptr::null(), &mut c), "comm_world") {
+            return;
+        }
+        let mut h = 0;
+        ctx.ok(gpuwire_darray_create(c, 100, GPUWIRE_DECIDE, Dtype::GPUWIRE_FLOAT64 as i32, dev() as i32, SCATTER, &mut h), "create");
+        let (mut extra, mut size) = (0u64, 0i32);
+        if ctx.rank == 0 {
+            ctx.ok(gpuwire_darray_comm(h, &mut extra, &mut size), "darray_comm");
+        }
+        ctx.ok(gpuwire_darray_free(h), "darray_free");
+        ctx.ok(gpuwire_comm_free(c), "comm_free of the communicator's own handle");
+        ctx.ok(gpuwire_barrier(ctx.world, null()), "barrier");
+        if extra != 0 {
+            ctx.ok(gpuwire_comm_free(extra), "comm_free of darray_comm's handle, last");
+        }
+    }
 }
 
 /// gpuwire_darray_free is local, also when it releases a communicator that gpuwire_comm_free

@@ -113,7 +113,7 @@ pub extern "C" fn gpuwire_config_init(cfg: *mut gpuwire_config) -> gpuwire_statu
 }
 
 fn register(c: Communicator, out: *mut gpuwire_comm) -> Result<()> {
-    write(out, Communicator::new_handle(Arc::new(c))?);
+    write(out, Communicator::new_handle(Arc::new(c), true)?);
     Ok(())
 }
 
@@ -166,8 +166,8 @@ pub extern "C" fn gpuwire_comm_world(cfg: *const gpuwire_config, out: *mut gpuwi
 /// with the last of them (gpuwire_darray_free, the request's completion: local calls), which
 /// then waits for no other rank: what needs the other ranks is settled by this free (on IPC the
 /// shared segment is then left to MPI_Finalize). The handle, and every copy of it, becomes invalid.
-/// A communicator with several handles (gpuwire_darray_comm makes more) is freed by each rank's
-/// free of its last one; freeing any other handle releases that handle only (local). A communicator broken by a timeout is
+/// A handle that gpuwire_darray_comm made is released by its free alone (local); the
+/// communicator's own handle's free is the collective one. A communicator broken by a timeout is
 /// freed locally; its MPI communicators are left to MPI_Finalize (MPI may still progress the
 /// operations the timeout abandoned).
 ///
@@ -180,15 +180,14 @@ pub extern "C" fn gpuwire_comm_free(comm: gpuwire_comm) -> gpuwire_status {
     call("gpuwire_comm_free", || {
         runtime::ensure_ready()?;
         if let Ok(c) = boundary::comm(comm) {
-            // Another handle of it remains (gpuwire_darray_comm's): only this one is released, a
-            // local call. Each rank's last handle's free is the collective one (it treated every
-            // free as the collective one, and on IPC the first of two left the shared segment to
-            // MPI_Finalize, held by the other: a leak per communicator; a helper's bug hunt).
-            if c.release_handle_unless_last() {
-                return COMMS.remove(comm).map(drop).inspect_err(|_| {
-                    // Freed meanwhile by another thread: counted by that free.
-                    c.handles.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-                });
+            // A handle of gpuwire_darray_comm's: only it is released, a local call, as documented
+            // there; the free of the communicator's own handle is the collective one. (Every free
+            // was taken as the collective one, and on IPC the first of two, the communicator held
+            // by the other, left the shared segment to MPI_Finalize: a leak per communicator; a
+            // helper's hunt. Deciding by which free is a rank's last made a local call decide
+            // which free is collective: ranks could disagree, and IPC's teardown then waited.)
+            if !c.is_primary(comm) {
+                return COMMS.remove(comm).map(drop);
             }
             // Operations still queued on its progress engine run first (the requests keep the
             // communicator alive; a collective of the engine is not another thread's).
@@ -199,7 +198,6 @@ pub extern "C" fn gpuwire_comm_free(comm: gpuwire_comm) -> gpuwire_status {
                 return Err(e);
             }
             drop(COMMS.remove(comm)?);
-            c.handles.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
             drop(call);
             c.freed();
             // The last reference, unless a call of another thread still holds one: freed here.

@@ -452,8 +452,8 @@ fn write_array(out: *mut i64, vals: impl IntoIterator<Item = usize>) {
 /// `*size` (the entries of gpuwire_darray_local_lens): so an array's caller can size the
 /// arrays it passes without knowing which communicator made it. The handle refers to the
 /// communicator the array keeps alive; free it with gpuwire_comm_free, which releases that
-/// handle only (a local call) while the communicator has another handle, and is the collective
-/// free where it is the rank's last. Local; thread-safe.
+/// handle only (a local call; the free of the communicator's own handle is the collective one).
+/// Local; thread-safe.
 ///
 /// Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE.
 #[unsafe(no_mangle)]
@@ -464,7 +464,7 @@ pub extern "C" fn gpuwire_darray_comm(d: gpuwire_darray, comm: *mut gpuwire_comm
         let a = darray(d)?;
         let c = a.comm().clone();
         let n = c.size();
-        write(comm, crate::comm::Communicator::new_handle(c)?);
+        write(comm, crate::comm::Communicator::new_handle(c, false)?);
         write(size, n);
         Ok(())
     })
