@@ -583,7 +583,9 @@ impl Flags {
 
 impl Drop for Flags {
     fn drop(&mut self) {
-        if self.tainted.load(Ordering::Acquire) || !self.finished.iter().all(|f| f.load(Ordering::Acquire)) {
+        // `finished` first: a `Flag` sets `tainted` before `finished` (so a taint is seen once
+        // every flag is seen finished).
+        if !self.finished.iter().all(|f| f.load(Ordering::Acquire)) || self.tainted.load(Ordering::Acquire) {
             return;
         }
         let spare = Flags {

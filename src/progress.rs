@@ -143,6 +143,8 @@ const QUIET: Duration = Duration::from_millis(1);
 /// The longest the thread sleeps between looks while gpuwire's waits progress (BACKOFF_MAX plus
 /// QUIET bounds how late it takes over when the process then blocks in a plain MPI call).
 const BACKOFF_MAX: Duration = Duration::from_millis(1);
+/// The longest the thread sleeps after a long pass ([`progress_thread`]).
+const LONG_NAP: Duration = Duration::from_millis(20);
 
 /// The progress thread: runs while any source has something pending (and gpuwire is not
 /// finalized). Started by [`posted`], joined by [`shutdown`].
@@ -198,8 +200,9 @@ fn progress_thread() {
                 backoff = POLL;
                 // A long pass (thousands of deferred receives) holds their queue's lock, which
                 // each new receive takes: the thread holds it at most a fifth of the time (it
-                // held it almost always, and posting 16000 receives took 24 s; a helper's hunt).
-                POLL.max(t.elapsed() * 4)
+                // held it almost always, and posting 16000 receives took 24 s; a helper's hunt),
+                // up to LONG_NAP, and not while an urgent source (an IPC receive) is pending.
+                if urgent { POLL } else { (t.elapsed() * 4).clamp(POLL, LONG_NAP) }
             } else if idle.is_some() {
                 IDLE_POLL
             } else {

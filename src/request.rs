@@ -383,9 +383,7 @@ impl Request {
     pub fn finish(&self, wait: bool) -> Result<(Result<bool>, Status)> {
         let mut i = if wait { self.lock() } else { self.try_lock()? };
         if i.reported {
-            return Err(Error::InvalidHandle(
-                "another thread's wait or test completed this request meanwhile, and released it (a request may be completed by one thread at a time, as in MPI)".into(),
-            ));
+            return Err(Self::reported_elsewhere());
         }
         Self::ready(&i, wait)?;
         let done = if wait { self.wait_locked(&mut i).map(|()| true) } else { self.test_locked(&mut i) };
@@ -460,6 +458,29 @@ impl Request {
         Self::note(matched, &*op);
         op.recycle();
         Ok(())
+    }
+
+    /// [`Self::test`] for gpuwire_testall, which never blocks: `Err` (the request left as it
+    /// was) while another thread waits for or tests it, or where another thread's wait or test
+    /// reported it complete; else the test's outcome.
+    pub fn try_test(&self) -> Result<Result<bool>> {
+        let mut i = self.try_lock()?;
+        if i.reported {
+            return Err(Self::reported_elsewhere());
+        }
+        Ok(self.test_locked(&mut i).map_err(|e| self.earlier(e)))
+    }
+
+    /// A completion that gpuwire_testall reported (and then released the request): another
+    /// thread's wait that raced it finds this ([`Self::finish`]).
+    pub fn mark_reported(&self) {
+        self.lock().reported = true;
+    }
+
+    fn reported_elsewhere() -> Error {
+        Error::InvalidHandle(
+            "another thread's wait or test completed this request meanwhile, and released it (a request may be completed by one thread at a time, as in MPI)".into(),
+        )
     }
 
     /// Whether complete; completes it when it is. On a communicator broken meanwhile, a request

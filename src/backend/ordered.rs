@@ -493,13 +493,11 @@ fn outputs_undefined(e: Error, n: usize) -> Error {
     Error::from_status(e.status(), format!("{detail} (stream-ordered: {note})"))
 }
 
-/// Most private streams [`on_idle_stream`] makes on one device.
-const DELIVERY_STREAMS: usize = 64;
-
 /// Runs `f` (which enqueues a delivery of nonblocking operations' outputs) on a private stream of
 /// `device` (non-blocking: never waits for the legacy stream) that has no work left, a new one
-/// where none is idle (up to [`DELIVERY_STREAMS`]; past that the streams are taken in turn),
-/// under the list's lock, so that no other delivery takes the stream before `f`'s work is on it.
+/// where none is idle (so as many as deliveries are ever pending at once: a busy one shared
+/// would bring the wait behind another operation back), under the list's lock, so that no other
+/// delivery takes the stream before `f`'s work is on it.
 /// A delivery waits for its own operation only: operations of different communicators, and
 /// receives from different ranks, complete in any order. One stream per device made a wait
 /// for a later operation wait for every earlier one's delivery, and a valid program (rank 0
@@ -507,7 +505,6 @@ const DELIVERY_STREAMS: usize = 64;
 /// only after that message) hung (a helper's bug hunt, 2026-12-06). Returns the stream too.
 fn on_idle_stream<R>(device: i32, f: impl FnOnce(Stream) -> R) -> Result<(Stream, R)> {
     static STREAMS: Mutex<Vec<(i32, usize)>> = Mutex::new(Vec::new());
-    static TURN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let mut g = STREAMS.lock().unwrap_or_else(|p| p.into_inner());
     let mut idle = None;
     for &(_, s) in g.iter().filter(|(d, _)| *d == device) {
@@ -519,14 +516,9 @@ fn on_idle_stream<R>(device: i32, f: impl FnOnce(Stream) -> R) -> Result<(Stream
     let ps = match idle {
         Some(s) => s,
         None => {
-            let mine: Vec<usize> = g.iter().filter(|(d, _)| *d == device).map(|(_, s)| *s).collect();
-            if mine.len() >= DELIVERY_STREAMS {
-                Stream(mine[TURN.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % mine.len()])
-            } else {
-                let s = device::private_stream(device)?;
-                g.push((device, s.0));
-                s
-            }
+            let s = device::private_stream(device)?;
+            g.push((device, s.0));
+            s
         }
     };
     Ok((ps, f(ps)))

@@ -637,13 +637,16 @@ pub extern "C" fn gpuwire_testall(count: i32, requests: *mut gpuwire_request, fl
         let mut out = vec![c_status(crate::request::Status::EMPTY, gpuwire_status::GPUWIRE_SUCCESS); reqs.len()];
         let mut first: Option<Error> = None;
         let mut all = true;
-        for (i, (h, r)) in reqs.iter_mut().zip(resolved).enumerate() {
+        for (i, (h, r)) in reqs.iter_mut().zip(&resolved).enumerate() {
             let Some(r) = r else { continue };
-            match r.test() {
+            // Never blocks: a request another thread waits for or tests meanwhile refuses the
+            // call (those completed before it stay active, as where not all completed).
+            match r.try_test().map_err(|e| with_index(i as i32, e))? {
                 Ok(true) => out[i] = c_status(r.status(), gpuwire_status::GPUWIRE_SUCCESS),
                 Ok(false) => all = false,
                 Err(e) => {
                     out[i] = c_status(r.status(), e.status());
+                    r.mark_reported();
                     let _ = REQUESTS.remove(*h);
                     *h = 0;
                     first.get_or_insert(with_index(i as i32, e));
@@ -651,7 +654,10 @@ pub extern "C" fn gpuwire_testall(count: i32, requests: *mut gpuwire_request, fl
             }
         }
         if all {
-            for h in reqs.iter_mut().filter(|h| **h != 0) {
+            for (h, r) in reqs.iter_mut().zip(&resolved).filter(|(h, _)| **h != 0) {
+                if let Some(r) = r {
+                    r.mark_reported();
+                }
                 let _ = REQUESTS.remove(*h);
                 *h = 0;
             }
