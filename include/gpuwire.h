@@ -65,6 +65,11 @@
 #define GPUWIRE_HALO_CORNERS 1
 
 /**
+ * Most handles one pin names.
+ */
+#define PINNED 2
+
+/**
  * A rank that sends and receives nothing: point-to-point calls with it return at once (as
  * MPI_PROC_NULL). Its value, -1000, is no MPI's constant (Open MPI's MPI_ANY_SOURCE is -1 and
  * MPI_PROC_NULL -2, MPICH's the other way round); the MPI_PROC_NULL of the MPI gpuwire was
@@ -903,8 +908,8 @@ gpuwire_status gpuwire_buffer_wrap_strided(void *ptr,
                                            gpuwire_buffer *out);
 
 /**
- * Frees a buffer handle; owned memory is released once no view or pending request uses it.
- * Freeing twice, or a copy of a freed handle, returns GPUWIRE_ERROR_INVALID_HANDLE and touches
+ * Frees a buffer handle; owned memory is released once no view, pending request or call of
+ * another thread uses it (then at that call's return). Freeing twice, or a copy of a freed handle, returns GPUWIRE_ERROR_INVALID_HANDLE and touches
  * nothing.
  *
  * Local; thread-safe. Errors: GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_ALREADY_FINALIZED.

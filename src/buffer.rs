@@ -46,7 +46,7 @@ impl Role {
 }
 
 /// All live buffers, by handle.
-pub static BUFFERS: Registry<Buffer> = Registry::new(Kind::Buffer);
+pub static BUFFERS: Registry<Buffer> = Registry::pinnable(Kind::Buffer);
 
 const HOST_ALIGN: usize = 64;
 

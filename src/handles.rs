@@ -16,7 +16,9 @@
 //! and removals take no lock (see [`Registry`]): threads that use different handles do not
 //! wait for each other. The C API's lookups of communicators and buffers go through the
 //! thread's recent handles ([`Recent`]: a weak reference per handle, checked against its slot),
-//! which halves the atomic instructions of a lookup, the most of what it costs.
+//! which halves the atomic instructions of a lookup, the most of what it costs. The calls whose
+//! common case keeps no buffer past the call (a blocking allreduce, sendrecv, send, recv)
+//! borrow their buffers instead, counting no reference ([`Registry::get_pinned`], `crate::pin`).
 
 use std::cell::{RefCell, UnsafeCell};
 use std::marker::PhantomData;
@@ -26,6 +28,7 @@ use std::thread::LocalKey;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::error::{Error, Result};
+use crate::pin::{Borrowed, Pin};
 
 /// The allocation of `a`'s object, the object dropped, when `a` is its only reference (no other
 /// `Arc`, no `Weak`): kept for a later object of the same type ([`refill`]), so that an object
@@ -282,6 +285,9 @@ pub struct Registry<T> {
     /// The free list's head: its count of changes (bits 32..64), the top slot's index + 1
     /// (bits 0..32; 0 when empty).
     free: AtomicU64,
+    /// What a removal does with the registry's reference where lookups may be pinned
+    /// ([`Registry::pinnable`]: `pin::retire`); `None` where they are not.
+    retire: Option<fn(Arc<T>, u64) -> Arc<T>>,
     /// The registry owns `Arc<T>`s: Send and Sync as they are.
     _owns: PhantomData<Arc<T>>,
 }
@@ -289,6 +295,17 @@ pub struct Registry<T> {
 impl<T> Registry<T> {
     pub const fn new(kind: Kind) -> Self {
         Self::with_limits(kind, GEN_MASK, 1 << 32)
+    }
+
+    /// A registry whose lookups may be pinned ([`Registry::get_pinned`]): a removal keeps the
+    /// registry's reference while threads are pinned (`crate::pin::retire`).
+    pub const fn pinnable(kind: Kind) -> Self
+    where
+        T: Send + Sync + 'static,
+    {
+        let mut r = Self::new(kind);
+        r.retire = Some(crate::pin::retire::<T>);
+        r
     }
 
     /// A registry whose slots retire after `last_generation` objects and which has `max_slots`
@@ -301,6 +318,7 @@ impl<T> Registry<T> {
             chunks: [const { AtomicPtr::new(std::ptr::null_mut()) }; CHUNKS],
             used: AtomicUsize::new(0),
             free: AtomicU64::new(0),
+            retire: None,
             _owns: PhantomData,
         }
     }
@@ -390,7 +408,9 @@ impl<T> Registry<T> {
             },
         };
         let slot = self.slot_or_allocate(index);
-        slot.value.store(Arc::into_raw(value).cast_mut(), Ordering::Relaxed);
+        // Release: a pinned lookup that reads this pointer then sees the slot's state changed
+        // (`get_pinned`'s second read of it).
+        slot.value.store(Arc::into_raw(value).cast_mut(), Ordering::Release);
         // Free slots have a generation left (see `remove`): the new one is 1..=last_generation,
         // never 0. Lookups may be counted in the word meanwhile: one addition keeps their count.
         let s = slot.state.fetch_add((1 << GEN_SHIFT) | OCCUPIED, Ordering::Release);
@@ -453,6 +473,34 @@ impl<T> Registry<T> {
     #[inline]
     pub fn get_recent(&'static self, recent: &'static LocalKey<Recent<T>>, h: u64) -> Result<Arc<T>> {
         recent.try_with(|r| self.get_in(Some(r), h)).unwrap_or_else(|_| self.get(h))
+    }
+
+    /// The object behind `h`, borrowed for as long as `pin` lives, without counting a reference
+    /// (`crate::pin`), where the registry is [`Registry::pinnable`] and `pin` names `h`;
+    /// otherwise (and for a handle refused) as [`Registry::get`].
+    #[inline]
+    pub fn get_pinned<'p>(&self, pin: &'p Pin, h: u64) -> Result<Borrowed<'p, T>> {
+        if self.retire.is_some() && pin.covers(h) && h >> 56 == self.kind as u64 {
+            let (index, generation) = ((h & 0xFFFF_FFFF) as usize, (h >> 32) & GEN_MASK);
+            if let Some(slot) = self.slot(index) {
+                // Sequentially consistent after the pin's store (`crate::pin`).
+                let s = slot.state.load(Ordering::SeqCst);
+                if s >> 32 == (generation << 1) | 1 {
+                    let p = slot.value.load(Ordering::Acquire);
+                    // The state again: unchanged, `p` is this generation's (an insert of a later
+                    // one stores its pointer after the removal changed the state, with Release).
+                    std::sync::atomic::fence(Ordering::Acquire);
+                    if slot.state.load(Ordering::Relaxed) >> 32 == s >> 32 {
+                        // SAFETY: the registry's reference of this generation, read under `pin`,
+                        // which names `h`: its removal came after the pin's store (the state was
+                        // still occupied after it), so `retire` keeps the reference until the pin
+                        // is dropped.
+                        return Ok(unsafe { Borrowed::pinned(p) });
+                    }
+                }
+            }
+        }
+        self.get(h).map(Borrowed::owned)
     }
 
     /// `get_recent` in the thread's recent handles reached already (`None` once its
@@ -529,7 +577,9 @@ impl<T> Registry<T> {
             if s >> 32 != (generation << 1) | 1 {
                 return None;
             }
-            match slot.state.compare_exchange_weak(s, s & !OCCUPIED, Ordering::Acquire, Ordering::Relaxed) {
+            // Sequentially consistent: either a pinned lookup sees the slot cleared, or `retire`
+            // (below) sees its pin (`crate::pin`).
+            match slot.state.compare_exchange_weak(s, s & !OCCUPIED, Ordering::SeqCst, Ordering::Relaxed) {
                 Ok(_) => break,
                 Err(now) => s = now,
             }
@@ -552,9 +602,14 @@ impl<T> Registry<T> {
         if generation < self.last_generation {
             self.push_free(index);
         }
-        // SAFETY: `p` is the `Arc::into_raw` that `insert` stored for this generation; no lookup
-        // reads it any more and no other `take` won the exchange above.
-        Some(unsafe { Arc::from_raw(p) })
+        // SAFETY: `p` is the `Arc::into_raw` that `insert` stored for this generation; no counted
+        // lookup reads it any more and no other `take` won the exchange above (pinned lookups
+        // may: `retire` keeps it for them).
+        let a = unsafe { Arc::from_raw(p) };
+        Some(match self.retire {
+            Some(retire) => retire(a, ((self.kind as u64) << 56) | (generation << 32) | index as u64),
+            None => a,
+        })
     }
 
     /// Unregisters `h` and returns its object; later lookups of `h` fail.

@@ -53,6 +53,9 @@ fn release_all() {
     drop(crate::darray::DARRAYS.drain());
     drop(crate::buffer::BUFFERS.drain());
     drop(crate::comm::COMMS.drain());
+    // Objects freed while another thread was inside a call (`crate::pin`): dropped now, unless
+    // a thread is still inside one.
+    crate::pin::reclaim();
     // IPC mappings are shared by communicators; whatever the last free left open closes here.
     crate::backend::ipc::close_all_mappings();
 }

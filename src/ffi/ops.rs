@@ -42,12 +42,13 @@ fn st(stream: *mut c_void) -> Stream {
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_send(comm: gpuwire_comm, buf: gpuwire_buffer, dest: i32, tag: i32, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_send", || {
-        let (b, c) = boundary::buffer_and_comm(buf, comm)?;
+        let pin = crate::pin::pin([buf, 0]);
+        let (b, c) = boundary::buffer_and_comm_pinned(&pin, buf, comm)?;
         // The common case's short path, where it is the same as the general one (`lean`).
         if let Some(done) = crate::lean::send(&c, &b, dest, tag, st(stream)) {
             return done;
         }
-        issue(&c, Op::Send { buf: b, dest, tag }, st(stream), false).map(|_| ())
+        issue(&c, Op::Send { buf: b.to_arc(), dest, tag }, st(stream), false).map(|_| ())
     })
 }
 
@@ -63,12 +64,13 @@ pub extern "C" fn gpuwire_send(comm: gpuwire_comm, buf: gpuwire_buffer, dest: i3
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_recv(comm: gpuwire_comm, buf: gpuwire_buffer, source: i32, tag: i32, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_recv", || {
-        let (b, c) = boundary::buffer_and_comm(buf, comm)?;
+        let pin = crate::pin::pin([buf, 0]);
+        let (b, c) = boundary::buffer_and_comm_pinned(&pin, buf, comm)?;
         // The common case's short path, where it is the same as the general one (`lean`).
         if let Some(done) = crate::lean::recv(&c, &b, source, tag, st(stream)) {
             return done;
         }
-        issue(&c, Op::Recv { buf: b, source, tag }, st(stream), false).map(|_| ())
+        issue(&c, Op::Recv { buf: b.to_arc(), source, tag }, st(stream), false).map(|_| ())
     })
 }
 
@@ -763,13 +765,14 @@ pub extern "C" fn gpuwire_sendrecv(
     stream: *mut c_void,
 ) -> gpuwire_status {
     call("gpuwire_sendrecv", || {
-        let (c, s, r) = boundary::comm_and_buffers(comm, sendbuf, recvbuf)?;
+        let pin = crate::pin::pin([sendbuf, recvbuf]);
+        let (c, s, r) = boundary::comm_and_buffers_pinned(&pin, comm, sendbuf, recvbuf)?;
         let (s, r) = (s?, r?);
         // The common case's short path, where it is the same as the general one (`lean`).
         if let Some(done) = crate::lean::sendrecv(&c, &s, dest, sendtag, &r, source, recvtag, st(stream)) {
             return done;
         }
-        issue(&c, Op::Sendrecv { send: s, dest, sendtag, recv: r, source, recvtag }, st(stream), false).map(|_| ())
+        issue(&c, Op::Sendrecv { send: s.to_arc(), dest, sendtag, recv: r.to_arc(), source, recvtag }, st(stream), false).map(|_| ())
     })
 }
 
@@ -841,7 +844,8 @@ pub extern "C" fn gpuwire_allreduce(
     stream: *mut c_void,
 ) -> gpuwire_status {
     call("gpuwire_allreduce", || {
-        let (c, s, r) = boundary::comm_and_buffers(comm, sendbuf, recvbuf)?;
+        let pin = crate::pin::pin([sendbuf, recvbuf]);
+        let (c, s, r) = boundary::comm_and_buffers_pinned(&pin, comm, sendbuf, recvbuf)?;
         let op = ReduceOp::from_c(op);
         if let (Ok(s), Ok(r), Ok(op)) = (&s, &r, &op) {
             // The common case's short path, where it is the same as the general one (`lean`).
@@ -852,7 +856,7 @@ pub extern "C" fn gpuwire_allreduce(
         collective(
             &c,
             "allreduce",
-            || Ok((s?, r?, op?)),
+            || Ok((s?.to_arc(), r?.to_arc(), op?)),
             |(s, r, op)| issue(&c, Op::Allreduce { send: s, recv: r, op }, st(stream), false).map(|_| ()),
         )
     })

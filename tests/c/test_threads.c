@@ -596,6 +596,59 @@ static void free_while_waited(int rank)
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* Buffers made, used and freed while another thread is inside gpuwire_recv, whose buffer is
+ * borrowed without a reference (src/pin.rs: an object freed meanwhile is kept until that call
+ * returns). Rank 0: a thread blocks in gpuwire_recv; the main thread meanwhile makes 2000
+ * buffers (owned and wrapped, their handles' slots reused), runs a sendrecv to itself on each
+ * (the same borrowed lookups), and frees them; a freed handle is refused. Rank 1 sends once
+ * they are done. The blocked receive and every sendrecv get their own values. */
+static int64_t pinned_v[4];
+static gpuwire_buffer pinned_b;
+
+static void *recv_pinned(void *arg)
+{
+    (void)arg;
+    EXPECT_OK(gpuwire_recv(order_comm, pinned_b, 1, 12, NULL));
+    return NULL;
+}
+
+static void free_while_pinned(int rank)
+{
+    memset(pinned_v, 0, sizeof pinned_v);
+    pinned_b = wrap(pinned_v, 4);
+    if (rank == 0) {
+        pthread_t th;
+        EXPECT(pthread_create(&th, NULL, recv_pinned, NULL) == 0);
+        sleep_s(0.1); /* the thread is inside gpuwire_recv */
+        long wrong = 0;
+        for (int i = 0; i < 2000; i++) {
+            int64_t in[4], out[4] = {0, 0, 0, 0};
+            for (int j = 0; j < 4; j++)
+                in[j] = 100 * i + j;
+            gpuwire_buffer s = GPUWIRE_BUFFER_NULL, r = wrap(out, 4);
+            EXPECT_OK(gpuwire_buffer_alloc(4, GPUWIRE_INT64, GPUWIRE_SPACE_HOST, 0, &s));
+            EXPECT_OK(gpuwire_buffer_copy_from_host(s, in, NULL));
+            EXPECT_OK(gpuwire_sendrecv(order_comm, s, 0, 13, r, 0, 13, NULL));
+            for (int j = 0; j < 4; j++)
+                wrong += out[j] != 100 * i + j;
+            EXPECT_OK(gpuwire_buffer_free(s));
+            EXPECT_OK(gpuwire_buffer_free(r));
+            EXPECT_STATUS(gpuwire_sendrecv(order_comm, s, 0, 13, r, 0, 13, NULL), GPUWIRE_ERROR_INVALID_HANDLE);
+        }
+        EXPECT(wrong == 0);
+        MPI_Barrier(MPI_COMM_WORLD); /* rank 1 sends now */
+        pthread_join(th, NULL);
+        EXPECT(pinned_v[0] == 12 && pinned_v[3] == 15);
+    } else {
+        MPI_Barrier(MPI_COMM_WORLD);
+        for (int j = 0; j < 4; j++)
+            pinned_v[j] = 12 + j;
+        EXPECT_OK(gpuwire_send(order_comm, pinned_b, 0, 12, NULL));
+    }
+    EXPECT_OK(gpuwire_buffer_free(pinned_b));
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
 static void order(int rank)
 {
     order_comm = world(0, 0.0);
@@ -645,6 +698,7 @@ static void order(int rank)
     EXPECT(wrong == 0);
     order_wildcard(rank);
     free_while_waited(rank);
+    free_while_pinned(rank);
     EXPECT_OK(gpuwire_comm_free(order_comm));
 }
 

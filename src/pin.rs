@@ -1,0 +1,440 @@
+//! Pins: a call's use of the buffers behind its handles without counting references (issue 19).
+//!
+//! A lookup that returns an `Arc` costs two atomic instructions (the count taken, then given
+//! back): on the Intel hosts of the GPU machines about 6 ns each, where gpuwire's whole share of
+//! an NCCL call of 8 B is meant to stay under 150 ns. A pinned call instead announces itself
+//! once, with the handles of the buffers it names ([`pin`]: plain stores, then one store made
+//! visible to every thread before the call reads a handle's slot), and borrows those buffers
+//! from their registry (`Registry::get_pinned`): no count is taken.
+//!
+//! What keeps a borrowed object alive: a registry whose lookups may be pinned (`Registry::
+//! pinnable`: buffers) does not drop the reference it gives up when a handle is freed while a
+//! thread is pinned with that handle ([`retire`]: a free by the program while another thread's
+//! call uses the buffer); that reference waits in a list until every such thread has unpinned,
+//! and the thread that finds this (at its unpin, or at the next free) drops it. A thread pinned
+//! with the handle then may have looked it up before the free; a thread that pins later finds
+//! the slot empty. So a buffer is dropped at its free, as without pins, unless another thread's
+//! call is using it; then at the end of that call (or, where that call ended just as the free
+//! was made, at the next pinned call or free of any thread, or at gpuwire_finalize). A thread
+//! blocked in a call for long (a receive waiting for a rare message) holds back only the
+//! buffers of that call, never the memory of buffers that other threads make and free
+//! meanwhile. A buffer's drop is local (its memory released), so when it comes changes nothing
+//! else. Communicators are not pinned: a
+//! communicator's free settles at once what of its teardown needs the other ranks only where
+//! nothing else holds it (`Communicator::freed`), and a reference kept for another thread's pin
+//! on another communicator would count as held.
+//!
+//! Each thread's pin word ([`Record`]) counts up: odd while pinned; the handles of the pin are
+//! stored before it. A freeing thread notes the odd words of the records that name its handle;
+//! the reference may be dropped once each of them has changed. The memory orderings are the
+//! pair of a Dekker exchange: a pin's store and its reads of slot states are sequentially
+//! consistent, as are a free's clearing of the state and its reads of pin words, so that either
+//! the pinned lookup sees the handle freed, or the free sees the pin (and, reading its word,
+//! the handles stored before it).
+
+use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
+use std::ops::Deref;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize};
+use std::sync::{Arc, Mutex};
+
+/// One thread's pin word and nesting depth; records are never freed (a thread that exits
+/// leaves its record to the next thread that starts pinning).
+struct Record {
+    /// Odd while the thread is pinned; only its thread writes it.
+    word: AtomicU64,
+    /// The handles the thread's outermost pin may borrow (0: none), stored before `word`.
+    handles: [AtomicU64; PINNED],
+    /// Pins nested inside the outermost one (its thread's alone: relaxed).
+    depth: AtomicU32,
+    /// Whether a thread has this record.
+    taken: AtomicBool,
+    /// The next record of the list ([`RECORDS`]), set before the record is published.
+    next: AtomicPtr<Record>,
+}
+
+/// Every record ever made (a list that only grows, at its head).
+static RECORDS: AtomicPtr<Record> = AtomicPtr::new(std::ptr::null_mut());
+
+/// A record for this thread: a free one, or a new one.
+fn claim() -> &'static Record {
+    let mut p = RECORDS.load(Acquire);
+    while !p.is_null() {
+        // SAFETY: records are leaked, never freed.
+        let r = unsafe { &*p };
+        if !r.taken.load(Relaxed) && r.taken.compare_exchange(false, true, Acquire, Relaxed).is_ok() {
+            return r;
+        }
+        p = r.next.load(Relaxed);
+    }
+    let r: &'static Record = Box::leak(Box::new(Record {
+        word: AtomicU64::new(0),
+        handles: [const { AtomicU64::new(0) }; PINNED],
+        depth: AtomicU32::new(0),
+        taken: AtomicBool::new(true),
+        next: AtomicPtr::new(std::ptr::null_mut()),
+    }));
+    let mut head = RECORDS.load(Relaxed);
+    loop {
+        r.next.store(head, Relaxed);
+        match RECORDS.compare_exchange_weak(head, (r as *const Record).cast_mut(), Release, Relaxed) {
+            Ok(_) => return r,
+            Err(h) => head = h,
+        }
+    }
+}
+
+/// This thread's record, given back at its exit.
+struct Mine(&'static Record);
+
+impl Drop for Mine {
+    fn drop(&mut self) {
+        self.0.taken.store(false, Release);
+    }
+}
+
+thread_local! {
+    static MINE: Mine = Mine(claim());
+}
+
+/// Most handles one pin names.
+pub const PINNED: usize = 2;
+
+/// A thread's pin ([`pin`]): while it lives, the objects of its handles looked up through it
+/// stay alive. Not `Send`: it is its thread's.
+pub struct Pin {
+    /// `None` once the thread's thread-locals are destroyed (a call from an atexit handler):
+    /// lookups then count references, as without pins.
+    record: Option<&'static Record>,
+    /// The handles it may borrow (none for a nested pin: the outermost's are published).
+    handles: [u64; PINNED],
+    _thread: PhantomData<*const ()>,
+}
+
+/// Pins this thread, for borrowing the objects of `handles` (0: none), until the guard is
+/// dropped. A pin inside another (nested) borrows nothing: its lookups count references.
+#[inline]
+pub fn pin(handles: [u64; PINNED]) -> Pin {
+    let record = MINE.try_with(|m| m.0).ok();
+    let mut mine = [0; PINNED];
+    if let Some(r) = record {
+        let d = r.depth.load(Relaxed);
+        if d == 0 {
+            for (slot, h) in r.handles.iter().zip(handles) {
+                slot.store(h, Relaxed);
+            }
+            // Sequentially consistent (so also a release of the handles above).
+            r.word.store(r.word.load(Relaxed) + 1, SeqCst);
+            mine = handles;
+        }
+        r.depth.store(d + 1, Relaxed);
+    }
+    Pin { record, handles: mine, _thread: PhantomData }
+}
+
+impl Pin {
+    /// Whether a lookup of `h` may borrow: the pin names it (and the thread has its record).
+    #[inline]
+    pub(crate) fn covers(&self, h: u64) -> bool {
+        self.record.is_some() && h != 0 && self.handles.contains(&h)
+    }
+}
+
+impl Drop for Pin {
+    #[inline]
+    fn drop(&mut self) {
+        let Some(r) = self.record else { return };
+        let d = r.depth.load(Relaxed) - 1;
+        r.depth.store(d, Relaxed);
+        if d == 0 {
+            r.word.store(r.word.load(Relaxed) + 1, Release);
+            if WAITING.load(Relaxed) != 0 {
+                reclaim();
+            }
+        }
+    }
+}
+
+/// An object borrowed through a pin (or, without one, owned): derefs to its `Arc`, which a
+/// caller clones where it keeps the object past the call.
+pub struct Borrowed<'p, T> {
+    arc: ManuallyDrop<Arc<T>>,
+    owned: bool,
+    _pin: PhantomData<&'p Pin>,
+}
+
+impl<'p, T> Borrowed<'p, T> {
+    /// The registry's reference `p` (`Arc::into_raw`), not counted: alive while `'p`'s pin is.
+    ///
+    /// # Safety
+    /// `p` must stay a live `Arc`'s pointer for `'p`: a pinnable registry's, read under the pin.
+    #[inline]
+    pub(crate) unsafe fn pinned(p: *const T) -> Self {
+        // SAFETY: the caller's promise; never dropped (ManuallyDrop, `owned` false).
+        Borrowed { arc: ManuallyDrop::new(unsafe { Arc::from_raw(p) }), owned: false, _pin: PhantomData }
+    }
+
+    #[inline]
+    pub(crate) fn owned(a: Arc<T>) -> Self {
+        Borrowed { arc: ManuallyDrop::new(a), owned: true, _pin: PhantomData }
+    }
+}
+
+impl<T> Borrowed<'_, T> {
+    /// A reference of the caller's own, to keep past the call.
+    #[inline]
+    pub fn to_arc(&self) -> Arc<T> {
+        Arc::clone(&self.arc)
+    }
+}
+
+impl<T> Deref for Borrowed<'_, T> {
+    type Target = Arc<T>;
+    #[inline]
+    fn deref(&self) -> &Arc<T> {
+        &self.arc
+    }
+}
+
+impl<T> Drop for Borrowed<'_, T> {
+    #[inline]
+    fn drop(&mut self) {
+        if self.owned {
+            // SAFETY: an owned reference, dropped once.
+            unsafe { ManuallyDrop::drop(&mut self.arc) }
+        }
+    }
+}
+
+/// A reference given up by a free while threads were pinned, and the pin words it waits on.
+struct Retired {
+    /// Kept only to be dropped.
+    _object: Box<dyn Send>,
+    waits: Vec<(&'static Record, u64)>,
+}
+
+/// The retired references not yet dropped, and their number (what an unpin reads).
+static RETIRED: Mutex<Vec<Retired>> = Mutex::new(Vec::new());
+static WAITING: AtomicUsize = AtomicUsize::new(0);
+
+/// The odd pin words of the records pinned now with handle `h`, read after the caller made its
+/// free visible (a sequentially consistent clearing of the slot). A record's handles read after
+/// its word are that pin's (stored before it), or a later pin's: then that pin is over, and
+/// waiting for the word to change costs nothing.
+fn pinned_with(h: u64) -> Vec<(&'static Record, u64)> {
+    let mut out = Vec::new();
+    let mut p = RECORDS.load(Acquire);
+    while !p.is_null() {
+        // SAFETY: records are never freed.
+        let r = unsafe { &*p };
+        let w = r.word.load(SeqCst);
+        if w & 1 == 1 && r.handles.iter().any(|x| x.load(Relaxed) == h) {
+            out.push((r, w));
+        }
+        p = r.next.load(Relaxed);
+    }
+    out
+}
+
+/// The registry's reference `a` to the object of handle `h`, just freed (its slot cleared):
+/// returned for the caller to drop where no thread is pinned with `h`; else a new reference is
+/// returned and `a` waits until each of those threads has unpinned ([`reclaim`]).
+pub(crate) fn retire<T: Send + Sync + 'static>(a: Arc<T>, h: u64) -> Arc<T> {
+    let waits = pinned_with(h);
+    if waits.is_empty() {
+        return a;
+    }
+    let keep = a.clone();
+    RETIRED.lock().unwrap_or_else(|p| p.into_inner()).push(Retired { _object: Box::new(a), waits });
+    WAITING.fetch_add(1, SeqCst);
+    // Threads that unpinned meanwhile may not have seen WAITING: look now.
+    reclaim();
+    keep
+}
+
+/// Drops the retired references whose pinned threads have all unpinned since (outside the
+/// list's lock: a drop may free a communicator, which may free more).
+pub(crate) fn reclaim() {
+    let done: Vec<Retired> = {
+        let mut list = match RETIRED.try_lock() {
+            Ok(l) => l,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            // Another thread reclaims (or retires, and then reclaims).
+            Err(std::sync::TryLockError::WouldBlock) => return,
+        };
+        let (done, wait): (Vec<Retired>, Vec<Retired>) =
+            std::mem::take(&mut *list).into_iter().partition(|x| x.waits.iter().all(|(r, w)| r.word.load(SeqCst) != *w));
+        *list = wait;
+        WAITING.fetch_sub(done.len(), SeqCst);
+        done
+    };
+    drop(done);
+}
+
+/// Retired references still waiting (tests).
+#[cfg(test)]
+pub(crate) fn waiting() -> usize {
+    WAITING.load(SeqCst)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::handles::{Kind, Registry};
+    use std::sync::atomic::AtomicBool;
+    use std::sync::atomic::Ordering::AcqRel;
+
+    // Each test has its registry of its own kind: pins name handles, and two registries of one
+    // kind issue the same handles.
+
+    /// An object that knows its handle and says when it is dropped.
+    struct Probe {
+        handle: AtomicU64,
+        dropped: Arc<AtomicBool>,
+    }
+
+    impl Drop for Probe {
+        fn drop(&mut self) {
+            self.dropped.store(true, SeqCst);
+        }
+    }
+
+    fn probe() -> (Arc<Probe>, Arc<AtomicBool>) {
+        let dropped = Arc::new(AtomicBool::new(false));
+        (Arc::new(Probe { handle: AtomicU64::new(0), dropped: dropped.clone() }), dropped)
+    }
+
+    /// Until `f` holds, reclaiming meanwhile (other tests' threads may be pinned at a free, and
+    /// hold its drop until they unpin); false after 10 s.
+    fn eventually(f: impl Fn() -> bool) -> bool {
+        let t0 = std::time::Instant::now();
+        while !f() {
+            if t0.elapsed() > std::time::Duration::from_secs(10) {
+                return false;
+            }
+            reclaim();
+            std::thread::yield_now();
+        }
+        true
+    }
+
+    /// A handle freed while another thread holds its object through a pin: the object lives
+    /// until that thread unpins, then is dropped; the handle is refused at once.
+    #[test]
+    fn a_free_waits_for_the_pinned_thread() {
+        static R: Registry<Probe> = Registry::pinnable(Kind::Buffer);
+        let (p, dropped) = probe();
+        let h = R.insert(p).unwrap();
+        let (pinned_tx, pinned_rx) = std::sync::mpsc::channel();
+        let (freed_tx, freed_rx) = std::sync::mpsc::channel::<()>();
+        let d = dropped.clone();
+        let t = std::thread::spawn(move || {
+            let pin = pin([h, 0]);
+            let b = R.get_pinned(&pin, h).unwrap();
+            pinned_tx.send(()).unwrap();
+            freed_rx.recv().unwrap();
+            // Freed, and still here.
+            assert!(!d.load(SeqCst));
+            assert!(R.get_pinned(&pin, h).is_err());
+            drop(b);
+        });
+        pinned_rx.recv().unwrap();
+        drop(R.remove(h).unwrap());
+        assert!(!dropped.load(SeqCst), "dropped under another thread's pin");
+        assert!(R.get(h).is_err());
+        freed_tx.send(()).unwrap();
+        t.join().unwrap();
+        assert!(eventually(|| dropped.load(SeqCst)), "not dropped after the unpin");
+    }
+
+    /// A free while other threads are pinned with other handles (a receive blocked for long)
+    /// drops the object at once; so does a free after the freeing thread's own pinned lookup.
+    #[test]
+    fn a_free_under_other_pins_drops_at_once() {
+        static R: Registry<Probe> = Registry::pinnable(Kind::Comm);
+        let (p, dropped) = probe();
+        let h = R.insert(p).unwrap();
+        let (q, _) = probe();
+        let other = R.insert(q).unwrap();
+        {
+            let pin = pin([h, 0]);
+            let b = R.get_pinned(&pin, h).unwrap();
+            assert!(!b.dropped.load(SeqCst));
+            // Nested pins: the inner one's drop leaves the thread pinned.
+            drop(super::pin([0, 0]));
+            assert!(R.get_pinned(&pin, h).is_ok());
+        }
+        let (pinned_tx, pinned_rx) = std::sync::mpsc::channel();
+        let (freed_tx, freed_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            let pin = pin([other, 0]);
+            let b = R.get_pinned(&pin, other).unwrap();
+            pinned_tx.send(()).unwrap();
+            freed_rx.recv().unwrap();
+            drop(b);
+        });
+        pinned_rx.recv().unwrap();
+        drop(R.remove(h).unwrap());
+        assert!(dropped.load(SeqCst), "held for another thread's pin of another handle");
+        freed_tx.send(()).unwrap();
+        t.join().unwrap();
+        drop(R.remove(other).unwrap());
+    }
+
+    /// Threads that look handles up under pins while another frees them and inserts new ones
+    /// (reusing the slots): every lookup that succeeds finds the handle's own object, never a
+    /// dropped one nor the next object of its slot.
+    #[test]
+    fn pinned_lookups_race_frees() {
+        static R: Registry<Probe> = Registry::pinnable(Kind::DArray);
+        const N: usize = 8;
+        let handles: Arc<Vec<AtomicU64>> = Arc::new((0..N).map(|_| AtomicU64::new(0)).collect());
+        let stop = Arc::new(AtomicBool::new(false));
+        let found = Arc::new(AtomicUsize::new(0));
+        let readers: Vec<_> = (0..3)
+            .map(|_| {
+                let (handles, stop, found) = (handles.clone(), stop.clone(), found.clone());
+                std::thread::spawn(move || {
+                    while !stop.load(Relaxed) {
+                        for pair in handles.chunks(PINNED) {
+                            let hs = [pair[0].load(Acquire), pair[1].load(Acquire)];
+                            let pin = pin(hs);
+                            for h in hs {
+                                if let Ok(b) = R.get_pinned(&pin, h) {
+                                    assert_eq!(b.handle.load(Acquire), h, "another handle's object");
+                                    assert!(!b.dropped.load(SeqCst), "a dropped object");
+                                    found.fetch_add(1, Relaxed);
+                                }
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        let mut drops = Vec::new();
+        let t0 = std::time::Instant::now();
+        let mut i = 0;
+        while t0.elapsed() < std::time::Duration::from_millis(300) {
+            let (p, dropped) = probe();
+            let h = R.insert(p.clone()).unwrap();
+            p.handle.store(h, Release);
+            drop(p);
+            let old = handles[i % N].swap(h, AcqRel);
+            if old != 0 {
+                drop(R.remove(old).unwrap());
+            }
+            drops.push(dropped);
+            i += 1;
+        }
+        stop.store(true, Relaxed);
+        for r in readers {
+            r.join().unwrap();
+        }
+        for h in handles.iter() {
+            drop(R.remove(h.load(Acquire)).unwrap());
+        }
+        assert!(found.load(Relaxed) > 0);
+        assert!(eventually(|| drops.iter().all(|d| d.load(SeqCst))), "objects never dropped");
+    }
+}
