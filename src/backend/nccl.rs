@@ -135,7 +135,8 @@ fn settle_all(api: &Api, comms: &[&Communicator]) -> c_int {
     let mut e = 0;
     for c in comms {
         let Ok(st) = state(c) else { continue };
-        let comm = *st.comm();
+        // (The group keeps its turn.)
+        let comm = st.comm_turned();
         let s = settle(api, comm, IN_PROGRESS);
         if s != 0 && e == 0 {
             e = s;
@@ -212,13 +213,13 @@ pub fn issue_direct(c: &Communicator, buf: &Buffer, peer: i32, send: bool, strea
     }
     // The communicator's turn, this thread's until the group's end.
     let _turn = st.turn.take()?;
-    let comm = st.comm();
+    let comm = st.comm_turned();
     if comm.is_null() {
         return Err(Error::CommBroken(format!("{}: the NCCL communicator was aborted", if send { "ncclSend" } else { "ncclRecv" })));
     }
     // SAFETY: device memory of the buffer's elements on `c`'s device (checked above), kept alive
     // by the group's entry until its end and by the caller until the stream has passed it.
-    unsafe { send_or_recv(api, *comm, buf.ptr(), buf.count(), buf.dtype(), peer, send, stream) }
+    unsafe { send_or_recv(api, comm, buf.ptr(), buf.count(), buf.dtype(), peer, send, stream) }
 }
 
 /// One ncclSend (`send`) or ncclRecv of `count` elements of `dtype` at `ptr` with `peer` on
@@ -449,7 +450,11 @@ fn nccl_op(d: Dtype, op: ReduceOp) -> Option<c_int> {
 
 /// Per-communicator NCCL state.
 pub struct NcclState {
-    comm: Mutex<NcclComm>,
+    /// The NCCL communicator (null once aborted or destroyed). Changed only by a thread that
+    /// has the turn and holds `comm_lock`: a thread with the turn reads it as it is
+    /// ([`NcclState::comm_turned`]), others under the lock ([`NcclState::comm_locked`]).
+    comm: std::sync::atomic::AtomicPtr<c_void>,
+    comm_lock: Mutex<()>,
     device: i32,
     /// Made by ncclCommInitRankConfig with `blocking = 0`.
     nonblocking: bool,
@@ -468,7 +473,9 @@ pub struct NcclState {
 /// How many communicators have an abort pending (their groups' ends check: [`aborts_pending`]).
 static ABORTS_PENDING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-// SAFETY: the NCCL communicator is only used under the mutex (NCCL allows one thread at a time).
+// SAFETY: the NCCL communicator is used by the thread that has the turn (NCCL allows one thread
+// at a time), and polled for asynchronous errors (which NCCL allows from any thread) under
+// `comm_lock`.
 unsafe impl Send for NcclState {}
 unsafe impl Sync for NcclState {}
 
@@ -569,7 +576,8 @@ impl NcclState {
         // The engine's drains skip what waits for this thread's group (`Engine::drain`).
         c.engine().set_turn(turn.share());
         Ok(NcclState {
-            comm: Mutex::new(comm),
+            comm: std::sync::atomic::AtomicPtr::new(comm),
+            comm_lock: Mutex::new(()),
             device,
             nonblocking,
             open: Mutex::new(Posted { posts: Vec::new(), groups: Vec::new() }),
@@ -579,8 +587,24 @@ impl NcclState {
         })
     }
 
-    fn comm(&self) -> std::sync::MutexGuard<'_, NcclComm> {
-        self.comm.lock().unwrap_or_else(|p| p.into_inner())
+    /// The NCCL communicator, for a thread that has the turn (every change of it is made with
+    /// the turn: no lock needed).
+    #[inline]
+    fn comm_turned(&self) -> NcclComm {
+        self.comm.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The NCCL communicator for a thread without the turn, locked against its abort (null
+    /// once aborted).
+    fn comm_locked(&self) -> (std::sync::MutexGuard<'_, ()>, NcclComm) {
+        let g = self.comm_lock.lock().unwrap_or_else(|p| p.into_inner());
+        (g, self.comm.load(std::sync::atomic::Ordering::Acquire))
+    }
+
+    /// Takes the NCCL communicator out (null left), by a thread that has the turn.
+    fn take_comm(&self) -> NcclComm {
+        let _g = self.comm_lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.comm.swap(std::ptr::null_mut(), std::sync::atomic::Ordering::AcqRel)
     }
 
     /// Launches the posted isend/irecv operations, if any, from whichever thread calls: one
@@ -641,7 +665,8 @@ impl NcclState {
     /// `posts` in one NCCL group on this thread (in the device's context: `close_group`).
     fn launch(&self, posts: &[Post]) -> Result<()> {
         let api = api()?;
-        let comm = self.comm();
+        // (`close_group` took the turn.)
+        let comm = self.comm_turned();
         if comm.is_null() {
             return Err(Error::CommBroken("ncclSend/ncclRecv: the NCCL communicator was aborted".into()));
         }
@@ -651,23 +676,23 @@ impl NcclState {
         for p in posts {
             // SAFETY: device memory of `count` elements on this communicator's device (checked at
             // the call), kept alive by the request until the stream has passed the operation.
-            let r = unsafe { send_or_recv(api, *comm, p.ptr, p.count, p.dtype, p.peer, p.send, p.stream) };
+            let r = unsafe { send_or_recv(api, comm, p.ptr, p.count, p.dtype, p.peer, p.send, p.stream) };
             if first.is_ok() {
                 first = r;
             }
         }
         // SAFETY: closes the group opened above.
-        let e = check(api, *comm, unsafe { (api.group_end)() }, "ncclGroupEnd");
+        let e = check(api, comm, unsafe { (api.group_end)() }, "ncclGroupEnd");
         first.and(e)
     }
 
     /// The async error of the NCCL communicator (ncclSuccess = 0).
     pub fn async_error(&self) -> Result<c_int> {
         let api = api()?;
-        let comm = self.comm();
+        let (_g, comm) = self.comm_locked();
         let mut e: c_int = 0;
-        // SAFETY: valid communicator.
-        check(api, *comm, unsafe { (api.comm_get_async_error)(*comm, &mut e) }, "ncclCommGetAsyncError")?;
+        // SAFETY: valid communicator (not aborted while the lock is held).
+        check(api, comm, unsafe { (api.comm_get_async_error)(comm, &mut e) }, "ncclCommGetAsyncError")?;
         Ok(e)
     }
 
@@ -707,7 +732,7 @@ impl NcclState {
     /// again (its calls find it aborted).
     fn abort_now(&self) {
         if let Ok(api) = api() {
-            let comm = std::mem::replace(&mut *self.comm(), std::ptr::null_mut());
+            let comm = self.take_comm();
             if !comm.is_null() {
                 // SAFETY: aborting a communicator whose operations hang; never used again.
                 unsafe { (api.comm_abort)(comm) };
@@ -721,7 +746,7 @@ impl NcclState {
         let Ok(api) = api() else { return };
         // Posted operations are launched (or, on an aborted communicator, fail) first.
         self.close_group();
-        let comm = std::mem::replace(&mut *self.comm(), std::ptr::null_mut());
+        let comm = std::mem::replace(self.comm.get_mut(), std::ptr::null_mut());
         if comm.is_null() {
             return;
         }
@@ -924,7 +949,7 @@ fn wait_event(st: &NcclState, c: &Communicator, ev: &Event, deadline: Instant, w
         let e = st.async_error()?;
         if e != 0 && e != 7 {
             let api = api()?;
-            let err = check(api, *st.comm(), e, what).err().unwrap_or_else(|| Error::Nccl(what.into()));
+            let err = check(api, st.comm_locked().1, e, what).err().unwrap_or_else(|| Error::Nccl(what.into()));
             abort(st, c, format!("{what}: NCCL reported an asynchronous error: {err}"));
             return Err(err);
         }
@@ -1044,8 +1069,7 @@ impl Ctx<'_> {
             return self.call_on(comm, what, f);
         }
         let _turn = self.st.turn.take()?;
-        let comm = self.st.comm();
-        self.call_on(*comm, what, f)
+        self.call_on(self.st.comm_turned(), what, f)
     }
     /// `call` on `comm`, locked by the caller with the turn taken.
     #[inline]
@@ -1074,14 +1098,14 @@ impl Ctx<'_> {
         let _turn = self.st.turn.take()?;
         // SAFETY: paired with group_end below on this thread.
         check(self.api, std::ptr::null_mut(), unsafe { (self.api.group_start)() }, "ncclGroupStart")?;
-        // Locked from here to the group's end (the calls inside use it: `Ctx::call`).
-        let comm = self.st.comm();
-        self.grouped.set(Some(*comm));
+        // The turn is this thread's to the group's end (the calls inside use it: `Ctx::call`).
+        let comm = self.st.comm_turned();
+        self.grouped.set(Some(comm));
         let r = f();
         self.grouped.set(None);
         // SAFETY: closes the group opened above. Its ncclInProgress (nonblocking) is waited for on
         // the communicator.
-        let e = check(self.api, *comm, unsafe { (self.api.group_end)() }, "ncclGroupEnd");
+        let e = check(self.api, comm, unsafe { (self.api.group_end)() }, "ncclGroupEnd");
         let v = r?;
         e?;
         Ok(v)
@@ -1219,7 +1243,7 @@ impl Pending for InGroup {
 /// checking-mode agreement if any.
 fn grouped(c: &Communicator, post: Post, agreement: Option<Agreement>) -> Result<Box<dyn Pending>> {
     let st = state(c)?;
-    if st.comm().is_null() {
+    if st.comm_locked().1.is_null() {
         return Err(Error::CommBroken("the NCCL communicator was aborted".into()));
     }
     let (stream, me) = (post.stream, post.thread);
