@@ -58,7 +58,7 @@ pub enum Waited {
 }
 
 /// All live communicators, by handle.
-pub static COMMS: Registry<Communicator> = Registry::new(Kind::Comm);
+pub static COMMS: Registry<Communicator> = Registry::pinnable(Kind::Comm);
 
 /// A gpuwire communicator.
 #[derive(Debug)]

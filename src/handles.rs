@@ -17,8 +17,8 @@
 //! wait for each other. The C API's lookups of communicators and buffers go through the
 //! thread's recent handles ([`Recent`]: a weak reference per handle, checked against its slot),
 //! which halves the atomic instructions of a lookup, the most of what it costs. The calls whose
-//! common case keeps no buffer past the call (a blocking allreduce, sendrecv, send, recv)
-//! borrow their buffers instead, counting no reference ([`Registry::get_pinned`], `crate::pin`).
+//! common case keeps no object past the call (a blocking allreduce, sendrecv, send, recv)
+//! borrow instead, counting no reference ([`Registry::get_pinned`], `crate::pin`).
 
 use std::cell::{RefCell, UnsafeCell};
 use std::marker::PhantomData;

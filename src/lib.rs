@@ -12,7 +12,7 @@
 //! - [`config`]: communicator configuration and the GPUWIRE_* environment variables
 //! - [`runtime`]: init/finalize, who owns MPI, gpuwire's own MPI operations
 //! - [`handles`]: generation-checked handle registries
-//! - [`pin`]: borrowed lookups of buffers (no reference counted), and when a freed one is dropped
+//! - [`pin`]: borrowed lookups of a call's communicator and buffers (no reference counted), and when a freed one is dropped
 //! - [`comm`], [`buffer`], [`request`]: the objects behind the handles
 //! - [`darray`]: distributed arrays (a global array split over the ranks, host or device)
 //! - [`ops`]: validation, checking-mode agreement and dispatch of every operation

@@ -1,28 +1,29 @@
-//! Pins: a call's use of the buffers behind its handles without counting references (issue 19).
+//! Pins: a call's use of the objects behind its handles without counting references (issue 19).
 //!
 //! A lookup that returns an `Arc` costs two atomic instructions (the count taken, then given
 //! back): on the Intel hosts of the GPU machines about 6 ns each, where gpuwire's whole share of
 //! an NCCL call of 8 B is meant to stay under 150 ns. A pinned call instead announces itself
-//! once, with the handles of the buffers it names ([`pin`]: plain stores, then one store made
-//! visible to every thread before the call reads a handle's slot), and borrows those buffers
-//! from their registry (`Registry::get_pinned`): no count is taken.
+//! once, with the handles it names ([`pin`]: plain stores, then one store made visible to every
+//! thread before the call reads a handle's slot), and borrows their communicator and buffers
+//! from the registries (`Registry::get_pinned`): no count is taken.
 //!
 //! What keeps a borrowed object alive: a registry whose lookups may be pinned (`Registry::
-//! pinnable`: buffers) does not drop the reference it gives up when a handle is freed while a
-//! thread is pinned with that handle ([`retire`]: a free by the program while another thread's
-//! call uses the buffer); that reference waits in a list until every such thread has unpinned,
-//! and the thread that finds this (at its unpin, or at the next free) drops it. A thread pinned
-//! with the handle then may have looked it up before the free; a thread that pins later finds
-//! the slot empty. So a buffer is dropped at its free, as without pins, unless another thread's
-//! call is using it; then at the end of that call (or, where that call ended just as the free
-//! was made, at the next pinned call or free of any thread, or at gpuwire_finalize). A thread
-//! blocked in a call for long (a receive waiting for a rare message) holds back only the
-//! buffers of that call, never the memory of buffers that other threads make and free
-//! meanwhile. A buffer's drop is local (its memory released), so when it comes changes nothing
-//! else. Communicators are not pinned: a
-//! communicator's free settles at once what of its teardown needs the other ranks only where
-//! nothing else holds it (`Communicator::freed`), and a reference kept for another thread's pin
-//! on another communicator would count as held.
+//! pinnable`: communicators and buffers) does not drop the reference it gives up when a handle
+//! is freed while a thread is pinned with that handle ([`retire`]: a free by the program while
+//! another thread's call uses the object); that reference waits in a list until every such
+//! thread has unpinned, and the thread that finds this (at its unpin, or at the next free)
+//! drops it. A thread pinned with the handle then may have looked it up before the free; a
+//! thread that pins later finds the slot empty.
+//!
+//! So an object is dropped at its free, as without pins, unless another thread's call is using
+//! it; then at the end of that call (or, where that call ended just as the free was made, at the
+//! next pinned call or free of any thread, or at gpuwire_finalize). A thread blocked in a call
+//! for long (a receive waiting for a rare message) holds back only the objects of that call,
+//! never the memory of buffers that other threads make and free meanwhile. A buffer's drop is
+//! local (its memory released). A communicator freed while another thread's call uses it is
+//! held as that call's reference held it before pins: its free finds it held
+//! (`Communicator::freed`) and settles at once what of its teardown needs the other ranks; the
+//! rest comes with the drop.
 //!
 //! Each thread's pin word ([`Record`]) counts up: odd while pinned; the handles of the pin are
 //! stored before it. A freeing thread notes the odd words of the records that name its handle;
@@ -99,7 +100,7 @@ thread_local! {
 }
 
 /// Most handles one pin names.
-pub const PINNED: usize = 2;
+pub const PINNED: usize = 3;
 
 /// A thread's pin ([`pin`]): while it lives, the objects of its handles looked up through it
 /// stay alive. Not `Send`: it is its thread's.
@@ -330,7 +331,7 @@ mod tests {
         let (freed_tx, freed_rx) = std::sync::mpsc::channel::<()>();
         let d = dropped.clone();
         let t = std::thread::spawn(move || {
-            let pin = pin([h, 0]);
+            let pin = pin([h, 0, 0]);
             let b = R.get_pinned(&pin, h).unwrap();
             pinned_tx.send(()).unwrap();
             freed_rx.recv().unwrap();
@@ -358,17 +359,17 @@ mod tests {
         let (q, _) = probe();
         let other = R.insert(q).unwrap();
         {
-            let pin = pin([h, 0]);
+            let pin = pin([h, 0, 0]);
             let b = R.get_pinned(&pin, h).unwrap();
             assert!(!b.dropped.load(SeqCst));
             // Nested pins: the inner one's drop leaves the thread pinned.
-            drop(super::pin([0, 0]));
+            drop(super::pin([0, 0, 0]));
             assert!(R.get_pinned(&pin, h).is_ok());
         }
         let (pinned_tx, pinned_rx) = std::sync::mpsc::channel();
         let (freed_tx, freed_rx) = std::sync::mpsc::channel::<()>();
         let t = std::thread::spawn(move || {
-            let pin = pin([other, 0]);
+            let pin = pin([other, 0, 0]);
             let b = R.get_pinned(&pin, other).unwrap();
             pinned_tx.send(()).unwrap();
             freed_rx.recv().unwrap();
@@ -388,7 +389,7 @@ mod tests {
     #[test]
     fn pinned_lookups_race_frees() {
         static R: Registry<Probe> = Registry::pinnable(Kind::DArray);
-        const N: usize = 8;
+        const N: usize = 9;
         let handles: Arc<Vec<AtomicU64>> = Arc::new((0..N).map(|_| AtomicU64::new(0)).collect());
         let stop = Arc::new(AtomicBool::new(false));
         let found = Arc::new(AtomicUsize::new(0));
@@ -398,7 +399,7 @@ mod tests {
                 std::thread::spawn(move || {
                     while !stop.load(Relaxed) {
                         for pair in handles.chunks(PINNED) {
-                            let hs = [pair[0].load(Acquire), pair[1].load(Acquire)];
+                            let hs = [pair[0].load(Acquire), pair[1].load(Acquire), pair[2].load(Acquire)];
                             let pin = pin(hs);
                             for h in hs {
                                 if let Ok(b) = R.get_pinned(&pin, h) {

@@ -117,19 +117,19 @@ pub fn buffer_and_comm(b: u64, c: u64) -> Result<(Arc<Buffer>, Arc<Communicator>
     })
 }
 
-/// `comm_and_buffers` with the buffers borrowed through `pin` (no reference counted:
-/// `crate::pin`), for the calls whose common case keeps neither past the call.
-pub fn comm_and_buffers_pinned<'p>(pin: &'p Pin, c: u64, a: u64, b: u64) -> Result<(Arc<Communicator>, Result<Borrowed<'p, Buffer>>, Result<Borrowed<'p, Buffer>>)> {
+/// `comm_and_buffers` borrowed through `pin` (no reference counted: `crate::pin`), for the
+/// calls whose common case keeps none of them past the call; `pin` names the three handles.
+pub fn comm_and_buffers_pinned<'p>(pin: &'p Pin, c: u64, a: u64, b: u64) -> Result<(Borrowed<'p, Communicator>, Result<Borrowed<'p, Buffer>>, Result<Borrowed<'p, Buffer>>)> {
     runtime::ensure_ready()?;
-    let comm = with_recent(|r| COMMS.get_in(r.map(|r| &r.comms), c))?;
+    let comm = COMMS.get_pinned(pin, c)?;
     Ok((comm, BUFFERS.get_pinned(pin, a), BUFFERS.get_pinned(pin, b)))
 }
 
-/// `buffer_and_comm` with the buffer borrowed through `pin`, as `comm_and_buffers_pinned`.
-pub fn buffer_and_comm_pinned(pin: &Pin, b: u64, c: u64) -> Result<(Borrowed<'_, Buffer>, Arc<Communicator>)> {
+/// `buffer_and_comm` borrowed through `pin`, as `comm_and_buffers_pinned`.
+pub fn buffer_and_comm_pinned(pin: &Pin, b: u64, c: u64) -> Result<(Borrowed<'_, Buffer>, Borrowed<'_, Communicator>)> {
     runtime::ensure_ready()?;
     let buf = BUFFERS.get_pinned(pin, b)?;
-    Ok((buf, with_recent(|r| COMMS.get_in(r.map(|r| &r.comms), c))?))
+    Ok((buf, COMMS.get_pinned(pin, c)?))
 }
 
 /// The buffer behind a handle, or `None` for the NULL handle (arguments that are not

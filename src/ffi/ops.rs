@@ -42,7 +42,7 @@ fn st(stream: *mut c_void) -> Stream {
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_send(comm: gpuwire_comm, buf: gpuwire_buffer, dest: i32, tag: i32, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_send", || {
-        let pin = crate::pin::pin([buf, 0]);
+        let pin = crate::pin::pin([comm, buf, 0]);
         let (b, c) = boundary::buffer_and_comm_pinned(&pin, buf, comm)?;
         // The common case's short path, where it is the same as the general one (`lean`).
         if let Some(done) = crate::lean::send(&c, &b, dest, tag, st(stream)) {
@@ -64,7 +64,7 @@ pub extern "C" fn gpuwire_send(comm: gpuwire_comm, buf: gpuwire_buffer, dest: i3
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_recv(comm: gpuwire_comm, buf: gpuwire_buffer, source: i32, tag: i32, stream: *mut c_void) -> gpuwire_status {
     call("gpuwire_recv", || {
-        let pin = crate::pin::pin([buf, 0]);
+        let pin = crate::pin::pin([comm, buf, 0]);
         let (b, c) = boundary::buffer_and_comm_pinned(&pin, buf, comm)?;
         // The common case's short path, where it is the same as the general one (`lean`).
         if let Some(done) = crate::lean::recv(&c, &b, source, tag, st(stream)) {
@@ -765,7 +765,7 @@ pub extern "C" fn gpuwire_sendrecv(
     stream: *mut c_void,
 ) -> gpuwire_status {
     call("gpuwire_sendrecv", || {
-        let pin = crate::pin::pin([sendbuf, recvbuf]);
+        let pin = crate::pin::pin([comm, sendbuf, recvbuf]);
         let (c, s, r) = boundary::comm_and_buffers_pinned(&pin, comm, sendbuf, recvbuf)?;
         let (s, r) = (s?, r?);
         // The common case's short path, where it is the same as the general one (`lean`).
@@ -844,7 +844,7 @@ pub extern "C" fn gpuwire_allreduce(
     stream: *mut c_void,
 ) -> gpuwire_status {
     call("gpuwire_allreduce", || {
-        let pin = crate::pin::pin([sendbuf, recvbuf]);
+        let pin = crate::pin::pin([comm, sendbuf, recvbuf]);
         let (c, s, r) = boundary::comm_and_buffers_pinned(&pin, comm, sendbuf, recvbuf)?;
         let op = ReduceOp::from_c(op);
         if let (Ok(s), Ok(r), Ok(op)) = (&s, &r, &op) {

@@ -612,6 +612,39 @@ static void *recv_pinned(void *arg)
     return NULL;
 }
 
+/* A communicator freed (collectively) while another thread of rank 0 waits in a receive on
+ * it, its communicator borrowed: held by that call (the free settles what needs rank 1 and
+ * succeeds at once), the receive ends by the communicator's timeout (1 s), and the
+ * communicator is released when that call returns. */
+static gpuwire_comm pinned_comm;
+
+static void *recv_on_freed(void *arg)
+{
+    (void)arg;
+    int64_t v[2] = {0, 0};
+    gpuwire_buffer b = wrap(v, 2);
+    EXPECT_STATUS(gpuwire_recv(pinned_comm, b, 0, 22, NULL), GPUWIRE_ERROR_TIMEOUT);
+    EXPECT_OK(gpuwire_buffer_free(b));
+    return NULL;
+}
+
+static void comm_free_while_pinned(int rank)
+{
+    pinned_comm = world(0, 1.0);
+    pthread_t th;
+    if (rank == 0)
+        EXPECT(pthread_create(&th, NULL, recv_on_freed, NULL) == 0);
+    sleep_s(0.2); /* rank 0's thread is inside gpuwire_recv */
+    double t0 = now();
+    EXPECT_OK(gpuwire_comm_free(pinned_comm));
+    EXPECT(now() - t0 < 0.7);
+    if (rank == 0) {
+        EXPECT_STATUS(gpuwire_comm_free(pinned_comm), GPUWIRE_ERROR_INVALID_HANDLE);
+        pthread_join(th, NULL);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
 static void free_while_pinned(int rank)
 {
     memset(pinned_v, 0, sizeof pinned_v);
@@ -699,6 +732,7 @@ static void order(int rank)
     order_wildcard(rank);
     free_while_waited(rank);
     free_while_pinned(rank);
+    comm_free_while_pinned(rank);
     EXPECT_OK(gpuwire_comm_free(order_comm));
 }
 
