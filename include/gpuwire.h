@@ -65,11 +65,6 @@
 #define GPUWIRE_HALO_CORNERS 1
 
 /**
- * Most handles one pin names.
- */
-#define PINNED 2
-
-/**
  * A rank that sends and receives nothing: point-to-point calls with it return at once (as
  * MPI_PROC_NULL). Its value, -1000, is no MPI's constant (Open MPI's MPI_ANY_SOURCE is -1 and
  * MPI_PROC_NULL -2, MPICH's the other way round); the MPI_PROC_NULL of the MPI gpuwire was

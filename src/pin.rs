@@ -100,7 +100,7 @@ thread_local! {
 }
 
 /// Most handles one pin names.
-pub const PINNED: usize = 3;
+pub(crate) const PINNED: usize = 3;
 
 /// A thread's pin ([`pin`]): while it lives, the objects of its handles looked up through it
 /// stay alive. Not `Send`: it is its thread's.
