@@ -1499,8 +1499,27 @@ static int answer(ncclComm_t c, int r) {
     }
     return depth ? r : in_progress(c, r);
 }
+/* NULLDEV_THRASH=BYTES: each launch (a collective, a send or receive outside a group, a group's
+ * end) writes that many bytes of other memory, as a real NCCL launch (driver, kernel arguments)
+ * replaces much of the CPU's caches: what the rest of the caller's call, and its next call, then
+ * find cold (`null-device.sh cold` counts those cache misses, with callgrind's collection
+ * toggled off inside this function). */
+__attribute__((noinline)) void nulldev_thrash(void) {
+    static long bytes = -1;
+    static char *junk;
+    if (bytes < 0) {
+        const char *e = getenv("NULLDEV_THRASH");
+        bytes = e ? atol(e) : 0;
+        if (bytes > 0 && !(junk = malloc((size_t)bytes)))
+            bytes = 0;
+    }
+    if (bytes > 0)
+        memset(junk, (int)(bytes & 0x7f), (size_t)bytes);
+}
+
 /* A collective: `c` used by this thread for the call (or its group). */
 static int collective(const void *s, void *r, size_t n, int dt, ncclComm_t c, CUstream st, const char *what) {
+    nulldev_thrash();
     int u = use_comm(c, what);
     if (u)
         return u;
@@ -1567,6 +1586,8 @@ static int post(struct p2p *q, int *n, void *ptr, size_t count, int dt, int peer
     if (u)
         return u;
     q[(*n)++] = (struct p2p){ptr, count * nccl_size(dt), st, c};
+    if (!depth)
+        nulldev_thrash();
     int x = answer(c, depth ? ncclSuccess : match());
     done_comm(c);
     return x;
@@ -1579,6 +1600,7 @@ int ncclGroupEnd(void) {
         return ncclInvalidUsage;
     if (--depth)
         return ncclSuccess;
+    nulldev_thrash();
     ncclComm_t nb = group_nonblocking;
     group_nonblocking = NULL;
     int r = in_progress(nb, match());

@@ -2,7 +2,8 @@
 # The null device (bench/null_device.c: libcuda, libnccl for one rank and libnvrtc answered on
 # the CPU), built into .nulldev/, for two jobs on machines without a GPU.
 #
-# Usage: bash scripts/null-device.sh [count|time|all]   (default all; needs `cargo build --release`)
+# Usage: bash scripts/null-device.sh [count|time|cold|all]   (default all: count and time; needs
+#   `cargo build --release`)
 #   The host cost of gpuwire's NCCL calls: builds bench/device_calls.c against target/release and
 #   prints instructions per call (callgrind, deterministic) and the wall clock of the same loops
 #   (`device_calls time`: medians, ns added per call) for gpuwire_allreduce of 8 B,
@@ -151,4 +152,33 @@ fi
 if [ "$what" = all ] || [ "$what" = time ]; then
   echo "wall clock (medians of 31 blocks, gpuwire and raw NCCL alternately):"
   $run .nulldev/device_calls time
+fi
+if [ "$what" = cold ]; then
+  # A real NCCL launch (driver, kernel arguments) replaces much of the CPU's caches, so the
+  # rest of gpuwire's call, and its next call, find their data cold: on the GPU machines'
+  # hosts that, not the instruction count, is most of what gpuwire adds. Each null NCCL
+  # launch here writes 2 MiB (NULLDEV_THRASH; callgrind counts nothing inside it) and callgrind
+  # simulates a 1 MiB last-level cache: the data misses per call are the cache lines the call
+  # touches (distinct lines; a line touched before and after a launch counts twice). Then the
+  # wall clock of the same.
+  command -v valgrind >/dev/null || { echo "valgrind is needed for the counts (apt-get install valgrind)"; exit 2; }
+  declare -A miss
+  for c in 0 1 2 3 4 5; do
+    for n in 0 100; do
+      NULLDEV_THRASH=2097152 $run -x NULLDEV_THRASH valgrind --tool=callgrind --cache-sim=yes --D1=32768,8,64 --LL=1048576,16,64 \
+        --collect-atstart=no --toggle-collect=run_loop --toggle-collect=nulldev_thrash --callgrind-out-file=.nulldev/cc.$c.$n .nulldev/device_calls $c $n >/dev/null 2>&1
+    done
+    # events: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw: data lines missed in the last level
+    a=$(awk '/^(summary|totals):/ {print $9 + $10; exit}' .nulldev/cc.$c.0)
+    b=$(awk '/^(summary|totals):/ {print $9 + $10; exit}' .nulldev/cc.$c.100)
+    miss[$c]=$(( (b - a) / 100 ))
+  done
+  echo "cold data cache lines per call (callgrind's cache simulation, caches replaced at each NCCL call;"
+  echo "profiles in .nulldev/cc.C.100, callgrind_annotate --show=DLmr,DLmw --sort=DLmr):"
+  names=("allreduce 8 B" "sendrecv 8 B" "halo group 8 B")
+  for c in 0 1 2; do
+    printf "%-15s raw NCCL %5d  gpuwire %5d  added %5d\n" "${names[$c]}" "${miss[$((c + 3))]}" "${miss[$c]}" $(( miss[$c] - miss[$((c + 3))] ))
+  done
+  echo "wall clock with the caches replaced at each NCCL call (medians of 15 blocks):"
+  NULLDEV_THRASH=2097152 $run -x NULLDEV_THRASH .nulldev/device_calls time 15
 fi

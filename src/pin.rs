@@ -16,11 +16,14 @@
 //! thread that pins later finds the slot empty.
 //!
 //! So an object is dropped at its free, as without pins, unless another thread's call is using
-//! it; then at the end of that call (or, where that call ended just as the free was made, at the
-//! next pinned call or free of any thread, or at gpuwire_finalize). A thread blocked in a call
-//! for long (a receive waiting for a rare message) holds back only the objects of that call,
-//! never the memory of buffers that other threads make and free meanwhile. A buffer's drop is
-//! local (its memory released). A communicator freed while another thread's call uses it is
+//! it; then at the end of that call (or, where that call ended just as the free was made, at
+//! that thread's next pinned call or exit, the next free of any thread, or gpuwire_finalize).
+//! The unpin learns of it from its own record (`notify`), not from a word that every thread's
+//! every call would read: on the GPU machines' hosts each cache line a call touches costs more
+//! than its instructions (an NCCL launch replaces much of the CPU's caches). A thread blocked
+//! in a call for long (a receive waiting for a rare message) holds back only the objects of
+//! that call, never the memory of buffers that other threads make and free meanwhile. A
+//! buffer's drop is local (its memory released). A communicator freed while another thread's call uses it is
 //! held as that call's reference held it before pins: its free finds it held
 //! (`Communicator::freed`) and settles at once what of its teardown needs the other ranks; the
 //! rest comes with the drop.
@@ -37,7 +40,7 @@ use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::ops::Deref;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64};
 use std::sync::{Arc, Mutex};
 
 /// One thread's pin word and nesting depth; records are never freed (a thread that exits
@@ -49,6 +52,9 @@ struct Record {
     handles: [AtomicU64; PINNED],
     /// Pins nested inside the outermost one (its thread's alone: relaxed).
     depth: AtomicU32,
+    /// Whether a free left a reference waiting for this thread's unpin ([`retire`]): read by
+    /// the unpin, in the record's line (not a shared word that every call would read).
+    notify: AtomicBool,
     /// Whether a thread has this record.
     taken: AtomicBool,
     /// The next record of the list ([`RECORDS`]), set before the record is published.
@@ -73,6 +79,7 @@ fn claim() -> &'static Record {
         word: AtomicU64::new(0),
         handles: [const { AtomicU64::new(0) }; PINNED],
         depth: AtomicU32::new(0),
+        notify: AtomicBool::new(false),
         taken: AtomicBool::new(true),
         next: AtomicPtr::new(std::ptr::null_mut()),
     }));
@@ -91,6 +98,9 @@ struct Mine(&'static Record);
 
 impl Drop for Mine {
     fn drop(&mut self) {
+        if self.0.notify.swap(false, Relaxed) {
+            reclaim();
+        }
         self.0.taken.store(false, Release);
     }
 }
@@ -150,7 +160,8 @@ impl Drop for Pin {
         r.depth.store(d, Relaxed);
         if d == 0 {
             r.word.store(r.word.load(Relaxed) + 1, Release);
-            if WAITING.load(Relaxed) != 0 {
+            if r.notify.load(Relaxed) {
+                r.notify.store(false, Relaxed);
                 reclaim();
             }
         }
@@ -215,9 +226,8 @@ struct Retired {
     waits: Vec<(&'static Record, u64)>,
 }
 
-/// The retired references not yet dropped, and their number (what an unpin reads).
+/// The retired references not yet dropped.
 static RETIRED: Mutex<Vec<Retired>> = Mutex::new(Vec::new());
-static WAITING: AtomicUsize = AtomicUsize::new(0);
 
 /// The odd pin words of the records pinned now with handle `h`, read after the caller made its
 /// free visible (a sequentially consistent clearing of the slot). A record's handles read after
@@ -247,9 +257,11 @@ pub(crate) fn retire<T: Send + Sync + 'static>(a: Arc<T>, h: u64) -> Arc<T> {
         return a;
     }
     let keep = a.clone();
+    for (r, _) in &waits {
+        r.notify.store(true, Relaxed);
+    }
     RETIRED.lock().unwrap_or_else(|p| p.into_inner()).push(Retired { _object: Box::new(a), waits });
-    WAITING.fetch_add(1, SeqCst);
-    // Threads that unpinned meanwhile may not have seen WAITING: look now.
+    // Threads that unpinned meanwhile may not have seen `notify`: look now.
     reclaim();
     keep
 }
@@ -267,16 +279,9 @@ pub(crate) fn reclaim() {
         let (done, wait): (Vec<Retired>, Vec<Retired>) =
             std::mem::take(&mut *list).into_iter().partition(|x| x.waits.iter().all(|(r, w)| r.word.load(SeqCst) != *w));
         *list = wait;
-        WAITING.fetch_sub(done.len(), SeqCst);
         done
     };
     drop(done);
-}
-
-/// Retired references still waiting (tests).
-#[cfg(test)]
-pub(crate) fn waiting() -> usize {
-    WAITING.load(SeqCst)
 }
 
 #[cfg(test)]
@@ -284,6 +289,7 @@ mod tests {
     use super::*;
     use crate::handles::{Kind, Registry};
     use std::sync::atomic::AtomicBool;
+    use std::sync::atomic::AtomicUsize;
     use std::sync::atomic::Ordering::AcqRel;
 
     // Each test has its registry of its own kind: pins name handles, and two registries of one
