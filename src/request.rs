@@ -339,11 +339,22 @@ impl Request {
         Self::ready(&self.lock(), true)
     }
 
-    /// gpuwire_request_free's test before it releases the handle: [`Self::ready_to_wait`], and
-    /// `Err` while another thread waits for or tests the request (MPI: erroneous; the free
-    /// would block until that wait ends, for ever if it never does).
-    pub fn ready_to_free(&self) -> Result<()> {
-        Self::ready(&*self.try_lock()?, false)
+    /// gpuwire_request_free's claim of the request before it releases the handle, under one
+    /// lock: `Err` where [`Self::ready_to_wait`] refuses, while another thread waits for or
+    /// tests the request (MPI: erroneous; the free would block until that wait ends, for ever if
+    /// it never does), and where another thread's wait or test reported it complete. Else the
+    /// request is marked reported, so that a wait or test that another thread begins meanwhile
+    /// fails (INVALID_HANDLE) instead of completing it too, and its operation, if any, is
+    /// returned for [`Self::free_op`]. (A test, then the free, let such a wait in between: both
+    /// calls then succeeded, the free after that wait.)
+    pub fn claim_for_free(&self) -> Result<Option<Box<dyn Pending>>> {
+        let mut i = self.try_lock()?;
+        if i.reported {
+            return Err(Self::reported_elsewhere());
+        }
+        Self::ready(&i, false)?;
+        i.reported = true;
+        Ok(i.pending.take())
     }
 
     /// [`Self::ready_to_wait`] for a test (gpuwire_testany, gpuwire_testall), which never blocks:
@@ -479,7 +490,7 @@ impl Request {
 
     fn reported_elsewhere() -> Error {
         Error::InvalidHandle(
-            "another thread's wait or test completed this request meanwhile, and released it (a request may be completed by one thread at a time, as in MPI)".into(),
+            "another thread's wait, test or gpuwire_request_free completed or freed this request meanwhile, and released it (a request may be completed or freed by one thread at a time, as in MPI)".into(),
         )
     }
 
@@ -571,8 +582,12 @@ impl Request {
     /// Error::Timeout or Error::CommBroken when it was abandoned. Never blocks longer than the
     /// timeout.
     pub fn free(&self) -> Result<()> {
-        let mut i = self.lock();
-        let Some(mut op) = i.pending.take() else { return Ok(()) };
+        let op = self.lock().pending.take();
+        op.map_or(Ok(()), |op| self.free_op(op))
+    }
+
+    /// [`Self::free`] of the operation taken out of the request (`claim_for_free`).
+    pub fn free_op(&self, mut op: Box<dyn Pending>) -> Result<()> {
         reap_detached();
         // An isend or a nonblocking collective goes on, as a send after MPI_Request_free (a
         // collective, which MPI forbids to free, too: the other ranks meet it).

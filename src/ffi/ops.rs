@@ -373,10 +373,12 @@ pub extern "C" fn gpuwire_wait(request: *mut gpuwire_request) -> gpuwire_status 
 /// gpuwire_buffer_alloc is then kept for ever); and the communicator is marked broken on this
 /// rank: every later call on it returns GPUWIRE_ERROR_COMM_BROKEN, because the other ranks'
 /// messages no longer meet what this rank expects. Without a timeout it does not wait at all.
-/// Freeing GPUWIRE_REQUEST_NULL returns at once. Local; thread-safe for different requests.
+/// Freeing GPUWIRE_REQUEST_NULL returns at once. Local; thread-safe for different requests (a
+/// wait or test of the same request that another thread begins during the free fails with
+/// GPUWIRE_ERROR_INVALID_HANDLE).
 ///
-/// Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE (freed or foreign handle;
-/// `*request` unchanged), GPUWIRE_ERROR_INVALID_ARGUMENT (a request of a group that has not
+/// Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE (freed or foreign handle,
+/// or completed meanwhile by another thread's wait or test; `*request` unchanged), GPUWIRE_ERROR_INVALID_ARGUMENT (a request of a group that has not
 /// ended, or one that another thread is waiting for or testing at that moment; `*request`
 /// unchanged), GPUWIRE_ERROR_TIMEOUT (abandoned at the communicator's timeout),
 /// GPUWIRE_ERROR_COMM_BROKEN (abandoned at once: no timeout, or the communicator was already
@@ -394,10 +396,10 @@ pub extern "C" fn gpuwire_request_free(request: *mut gpuwire_request) -> gpuwire
         let r: Arc<Request> = REQUESTS.get(h)?;
         // A request of a group that has not ended is left as it was (as gpuwire_wait leaves it):
         // its operation starts at the group's end. So is one that another thread waits for.
-        r.ready_to_free()?;
+        let op = r.claim_for_free()?;
         let _ = REQUESTS.remove(h);
         write(request, 0);
-        r.free()
+        op.map_or(Ok(()), |op| r.free_op(op))
     })
 }
 

@@ -596,6 +596,61 @@ static void free_while_waited(int rank)
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* gpuwire_request_free of a request that another thread waits for at the same moment (a copy
+ * of its handle): one of the two calls completes the request, the other fails (the wait with
+ * INVALID_HANDLE, the free with INVALID_HANDLE or INVALID_ARGUMENT). The free tested the request
+ * and then released it, so a wait could begin in between and both calls succeed (a reviewer's
+ * finding): a window of a few instructions, which 18000 rounds of this test never hit; the free
+ * now claims the request under its lock (Request::claim_for_free). Requests of isends to
+ * GPUWIRE_PROC_NULL: complete at once. */
+#define RACE_ROUNDS 3000
+static pthread_barrier_t race_start;
+static gpuwire_request race_req;
+static gpuwire_status race_wait_st[RACE_ROUNDS];
+
+static void *race_waiter(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < RACE_ROUNDS; i++) {
+        pthread_barrier_wait(&race_start);
+        gpuwire_request copy = race_req;
+        race_wait_st[i] = gpuwire_wait(&copy);
+        pthread_barrier_wait(&race_start);
+    }
+    return NULL;
+}
+
+static void free_races_wait(void)
+{
+    int64_t v[1] = {0};
+    gpuwire_buffer b = wrap(v, 1);
+    pthread_t th;
+    pthread_barrier_init(&race_start, NULL, 2);
+    EXPECT(pthread_create(&th, NULL, race_waiter, NULL) == 0);
+    long both = 0, neither = 0, other = 0;
+    for (int i = 0; i < RACE_ROUNDS; i++) {
+        EXPECT_OK(gpuwire_isend(order_comm, b, GPUWIRE_PROC_NULL, 1, NULL, &race_req));
+        pthread_barrier_wait(&race_start);
+        gpuwire_request copy = race_req;
+        gpuwire_status f = gpuwire_request_free(&copy);
+        pthread_barrier_wait(&race_start);
+        gpuwire_status w = race_wait_st[i];
+        int fok = f == GPUWIRE_SUCCESS, wok = w == GPUWIRE_SUCCESS;
+        both += fok && wok;
+        neither += !fok && !wok;
+        other += (!fok && f != GPUWIRE_ERROR_INVALID_HANDLE && f != GPUWIRE_ERROR_INVALID_ARGUMENT) ||
+                 (!wok && w != GPUWIRE_ERROR_INVALID_HANDLE);
+        if (!fok && !wok) /* nobody released it: freed here */
+            gpuwire_request_free(&race_req);
+    }
+    pthread_join(th, NULL);
+    pthread_barrier_destroy(&race_start);
+    printf("request_free racing a wait: %ld rounds both succeeded, %ld neither, %ld other errors, of %d\n", both, neither, other,
+           RACE_ROUNDS);
+    EXPECT(both == 0 && neither == 0 && other == 0);
+    EXPECT_OK(gpuwire_buffer_free(b));
+}
+
 /* Buffers made, used and freed while another thread is inside gpuwire_recv, whose buffer is
  * borrowed without a reference (src/pin.rs: an object freed meanwhile is kept until that call
  * returns). Rank 0: a thread blocks in gpuwire_recv; the main thread meanwhile makes 2000
@@ -733,6 +788,7 @@ static void order(int rank)
     free_while_waited(rank);
     free_while_pinned(rank);
     comm_free_while_pinned(rank);
+    free_races_wait();
     EXPECT_OK(gpuwire_comm_free(order_comm));
 }
 
