@@ -904,8 +904,9 @@ gpuwire_status gpuwire_buffer_wrap_strided(void *ptr,
 
 /**
  * Frees a buffer handle; owned memory is released once no view, pending request or call of
- * another thread uses it (then at that call's return). Freeing twice, or a copy of a freed
- * handle, returns GPUWIRE_ERROR_INVALID_HANDLE and touches nothing.
+ * another thread uses it (then at that call's return, or at the latest at the next free of a
+ * buffer or communicator, or gpuwire_finalize). Freeing twice, or a copy of a freed handle,
+ * returns GPUWIRE_ERROR_INVALID_HANDLE and touches nothing.
  *
  * Local; thread-safe. Errors: GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_ALREADY_FINALIZED.
  */
@@ -1978,7 +1979,7 @@ gpuwire_status gpuwire_wait(gpuwire_request *request);
  * GPUWIRE_ERROR_INVALID_HANDLE).
  *
  * Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE (freed or foreign handle,
- * or completed meanwhile by another thread's wait or test; `*request` unchanged), GPUWIRE_ERROR_INVALID_ARGUMENT (a request of a group that has not
+ * or completed or freed meanwhile by another thread; `*request` unchanged), GPUWIRE_ERROR_INVALID_ARGUMENT (a request of a group that has not
  * ended, or one that another thread is waiting for or testing at that moment; `*request`
  * unchanged), GPUWIRE_ERROR_TIMEOUT (abandoned at the communicator's timeout),
  * GPUWIRE_ERROR_COMM_BROKEN (abandoned at once: no timeout, or the communicator was already

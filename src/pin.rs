@@ -11,23 +11,23 @@
 //! pinnable`: communicators and buffers) does not drop the reference it gives up when a handle
 //! is freed while a thread is pinned with that handle ([`retire`]: a free by the program while
 //! another thread's call uses the object); that reference waits in a list until every such
-//! thread has unpinned, and the thread that finds this (at its unpin, or at the next free)
-//! drops it. A thread pinned with the handle then may have looked it up before the free; a
-//! thread that pins later finds the slot empty.
+//! thread has unpinned, and is dropped by the thread that finds this: one of those threads at
+//! its unpin (told by its own record's `notify`, not by a word that every call of every thread
+//! would read: on the GPU machines' hosts each cache line a call touches costs more than its
+//! instructions), or the next free of any handle, or gpuwire_finalize. A thread pinned with
+//! the handle then may have looked it up before the free; a thread that pins later finds the
+//! slot empty.
 //!
 //! So an object is dropped at its free, as without pins, unless another thread's call is using
-//! it; then at the end of that call (or, where that call ended just as the free was made, at
-//! that thread's next pinned call or exit, the next free of any thread, or gpuwire_finalize).
-//! The unpin learns of it from its own record (`notify`), not from a word that every thread's
-//! every call would read: on the GPU machines' hosts each cache line a call touches costs more
-//! than its instructions (an NCCL launch replaces much of the CPU's caches). A thread blocked
-//! in a call for long (a receive waiting for a rare message) holds back only the objects of
-//! that call, never the memory of buffers that other threads make and free meanwhile. A
-//! buffer's drop is local (its memory released). A communicator freed while another thread's call uses it is
-//! held as that call's reference held it before pins: its free finds it held
-//! (`Communicator::freed`) and settles at once what of its teardown needs the other ranks; the
-//! rest comes with the drop.
-//!
+//! it; then at the end of that call, or at the latest (where that call ended just as the free
+//! was made, or its thread exited) at the next free of a communicator or buffer, or at
+//! gpuwire_finalize. A thread blocked in a call for long (a receive waiting for a rare message)
+//! holds back only the objects of that call, never the memory of buffers that other threads
+//! make and free meanwhile. A buffer's drop is local (its memory released). A communicator
+//! freed while another thread's call uses it is held as that call's reference held it before
+//! pins: its free finds it held (`Communicator::freed`) and settles at once what of its
+//! teardown needs the other ranks; the rest comes with the drop, in the thread that drops it.
+
 //! Each thread's pin word ([`Record`]) counts up: odd while pinned; the handles of the pin are
 //! stored before it. A freeing thread notes the odd words of the records that name its handle;
 //! the reference may be dropped once each of them has changed. The memory orderings are the
@@ -97,10 +97,10 @@ fn claim() -> &'static Record {
 struct Mine(&'static Record);
 
 impl Drop for Mine {
+    /// No reclaim here: a drop of a communicator needs thread-locals that may be destroyed
+    /// already (the next free or gpuwire_finalize reclaims what waited for this thread).
     fn drop(&mut self) {
-        if self.0.notify.swap(false, Relaxed) {
-            reclaim();
-        }
+        self.0.notify.store(false, Relaxed);
         self.0.taken.store(false, Release);
     }
 }
@@ -240,7 +240,9 @@ fn pinned_with(h: u64) -> Vec<(&'static Record, u64)> {
         // SAFETY: records are never freed.
         let r = unsafe { &*p };
         let w = r.word.load(SeqCst);
-        if w & 1 == 1 && r.handles.iter().any(|x| x.load(Relaxed) == h) {
+        // The word read again after the handles: unchanged, they are that pin's; changed, that
+        // pin is over (and its end, a Release store, ordered before this Acquire load).
+        if w & 1 == 1 && r.handles.iter().any(|x| x.load(Relaxed) == h) && r.word.load(Acquire) == w {
             out.push((r, w));
         }
         p = r.next.load(Relaxed);
@@ -254,6 +256,8 @@ fn pinned_with(h: u64) -> Vec<(&'static Record, u64)> {
 pub(crate) fn retire<T: Send + Sync + 'static>(a: Arc<T>, h: u64) -> Arc<T> {
     let waits = pinned_with(h);
     if waits.is_empty() {
+        // What waited for threads that have unpinned since, and missed their `notify`.
+        reclaim();
         return a;
     }
     let keep = a.clone();
@@ -270,12 +274,12 @@ pub(crate) fn retire<T: Send + Sync + 'static>(a: Arc<T>, h: u64) -> Arc<T> {
 /// list's lock: a drop may free a communicator, which may free more).
 pub(crate) fn reclaim() {
     let done: Vec<Retired> = {
-        let mut list = match RETIRED.try_lock() {
-            Ok(l) => l,
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-            // Another thread reclaims (or retires, and then reclaims).
-            Err(std::sync::TryLockError::WouldBlock) => return,
-        };
+        // Waited for, not tried: a reclaim running now may have read this thread's word before
+        // its unpin, and this one must then look again.
+        let mut list = RETIRED.lock().unwrap_or_else(|p| p.into_inner());
+        if list.is_empty() {
+            return;
+        }
         let (done, wait): (Vec<Retired>, Vec<Retired>) =
             std::mem::take(&mut *list).into_iter().partition(|x| x.waits.iter().all(|(r, w)| r.word.load(SeqCst) != *w));
         *list = wait;
@@ -352,7 +356,8 @@ mod tests {
         assert!(R.get(h).is_err());
         freed_tx.send(()).unwrap();
         t.join().unwrap();
-        assert!(eventually(|| dropped.load(SeqCst)), "not dropped after the unpin");
+        // Dropped by that thread's unpin (its record's `notify`, set before the free returned).
+        assert!(dropped.load(SeqCst), "not dropped at the unpin");
     }
 
     /// A free while other threads are pinned with other handles (a receive blocked for long)

@@ -358,7 +358,7 @@ impl Request {
     }
 
     /// [`Self::ready_to_wait`] for a test (gpuwire_testany, gpuwire_testall), which never blocks:
-    /// `Err` while another thread waits for or tests the request, as [`Self::ready_to_free`].
+    /// `Err` while another thread waits for or tests the request, as [`Self::claim_for_free`].
     pub fn ready_to_test(&self) -> Result<()> {
         Self::ready(&*self.try_lock()?, false)
     }

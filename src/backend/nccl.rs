@@ -135,8 +135,9 @@ fn settle_all(api: &Api, comms: &[&Communicator]) -> c_int {
     let mut e = 0;
     for c in comms {
         let Ok(st) = state(c) else { continue };
-        // (The group keeps its turn.)
-        let comm = st.comm_turned();
+        // The group keeps the turns of the communicators it issued operations on; one whose
+        // operation failed before it took the turn is read under the lock.
+        let (_locked, comm) = if st.turn.mine() { (None, st.comm_turned()) } else { let (g, comm) = st.comm_locked(); (Some(g), comm) };
         let s = settle(api, comm, IN_PROGRESS);
         if s != 0 && e == 0 {
             e = s;
@@ -647,7 +648,13 @@ impl NcclState {
         };
         // The launch and the events in the device's context, whatever the calling thread holds.
         let ctx = CtxGuard::enter(self.device);
-        let launched = turn.and(ctx.as_ref().map_err(|e| e.clone())).and_then(|_| self.launch(&posts));
+        // The turn held until the launch has returned (`Result::and` would drop it first, and
+        // the launch reads the communicator as the turn's holder: `comm_turned`).
+        let launched = match (&turn, &ctx) {
+            (Ok(_), Ok(_)) => self.launch(&posts),
+            (Err(e), _) | (_, Err(e)) => Err(e.clone()),
+        };
+        drop(turn);
         for (t, g) in groups {
             let streams = posts.iter().filter(|p| p.thread == t).map(|p| p.stream);
             match &launched {
@@ -1026,6 +1033,9 @@ fn aborts_pending_now(comms: &[&Communicator], after: bool) {
             continue;
         }
         let _turn = match after {
+            // Only where this thread's group keeps the turn: another thread's group that keeps
+            // it aborts it at its own end (the communicator's pointer is changed with the turn).
+            false if !st.turn.mine() => continue,
             false => None,
             true => match st.turn.for_abort(Duration::MAX) {
                 turn::ForAbort::Now(t) => Some(t),

@@ -187,8 +187,9 @@ pub extern "C" fn gpuwire_buffer_wrap_strided(
 }
 
 /// Frees a buffer handle; owned memory is released once no view, pending request or call of
-/// another thread uses it (then at that call's return). Freeing twice, or a copy of a freed
-/// handle, returns GPUWIRE_ERROR_INVALID_HANDLE and touches nothing.
+/// another thread uses it (then at that call's return, or at the latest at the next free of a
+/// buffer or communicator, or gpuwire_finalize). Freeing twice, or a copy of a freed handle,
+/// returns GPUWIRE_ERROR_INVALID_HANDLE and touches nothing.
 ///
 /// Local; thread-safe. Errors: GPUWIRE_ERROR_INVALID_HANDLE, GPUWIRE_ERROR_ALREADY_FINALIZED.
 #[unsafe(no_mangle)]

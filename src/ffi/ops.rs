@@ -378,7 +378,7 @@ pub extern "C" fn gpuwire_wait(request: *mut gpuwire_request) -> gpuwire_status 
 /// GPUWIRE_ERROR_INVALID_HANDLE).
 ///
 /// Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE (freed or foreign handle,
-/// or completed meanwhile by another thread's wait or test; `*request` unchanged), GPUWIRE_ERROR_INVALID_ARGUMENT (a request of a group that has not
+/// or completed or freed meanwhile by another thread; `*request` unchanged), GPUWIRE_ERROR_INVALID_ARGUMENT (a request of a group that has not
 /// ended, or one that another thread is waiting for or testing at that moment; `*request`
 /// unchanged), GPUWIRE_ERROR_TIMEOUT (abandoned at the communicator's timeout),
 /// GPUWIRE_ERROR_COMM_BROKEN (abandoned at once: no timeout, or the communicator was already
