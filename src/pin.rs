@@ -14,7 +14,7 @@
 //! thread has unpinned, and is dropped by the thread that finds this: one of those threads at
 //! its unpin (told by its own record's `notify`, not by a word that every call of every thread
 //! would read: on the GPU machines' hosts each cache line a call touches costs more than its
-//! instructions), or the next free of any handle, or gpuwire_finalize. A thread pinned with
+//! instructions), or the next free of a communicator or buffer, or gpuwire_finalize. A thread pinned with
 //! the handle then may have looked it up before the free; a thread that pins later finds the
 //! slot empty.
 //!
@@ -40,7 +40,7 @@ use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::ops::Deref;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex};
 
 /// One thread's pin word and nesting depth; records are never freed (a thread that exits
@@ -133,7 +133,9 @@ pub fn pin(handles: [u64; PINNED]) -> Pin {
         let d = r.depth.load(Relaxed);
         if d == 0 {
             for (slot, h) in r.handles.iter().zip(handles) {
-                slot.store(h, Relaxed);
+                // Release (a plain store on x86): a free that reads these then the word again
+                // knows the previous pin's end came first (`pinned_with`).
+                slot.store(h, Release);
             }
             // Sequentially consistent (so also a release of the handles above).
             r.word.store(r.word.load(Relaxed) + 1, SeqCst);
@@ -226,8 +228,10 @@ struct Retired {
     waits: Vec<(&'static Record, u64)>,
 }
 
-/// The retired references not yet dropped.
+/// The retired references not yet dropped, and their number (read before the lock is taken:
+/// every free of a communicator or buffer reclaims).
 static RETIRED: Mutex<Vec<Retired>> = Mutex::new(Vec::new());
+static N_RETIRED: AtomicUsize = AtomicUsize::new(0);
 
 /// The odd pin words of the records pinned now with handle `h`, read after the caller made its
 /// free visible (a sequentially consistent clearing of the slot). A record's handles read after
@@ -242,7 +246,7 @@ fn pinned_with(h: u64) -> Vec<(&'static Record, u64)> {
         let w = r.word.load(SeqCst);
         // The word read again after the handles: unchanged, they are that pin's; changed, that
         // pin is over (and its end, a Release store, ordered before this Acquire load).
-        if w & 1 == 1 && r.handles.iter().any(|x| x.load(Relaxed) == h) && r.word.load(Acquire) == w {
+        if w & 1 == 1 && r.handles.iter().any(|x| x.load(Acquire) == h) && r.word.load(Acquire) == w {
             out.push((r, w));
         }
         p = r.next.load(Relaxed);
@@ -264,7 +268,11 @@ pub(crate) fn retire<T: Send + Sync + 'static>(a: Arc<T>, h: u64) -> Arc<T> {
     for (r, _) in &waits {
         r.notify.store(true, Relaxed);
     }
-    RETIRED.lock().unwrap_or_else(|p| p.into_inner()).push(Retired { _object: Box::new(a), waits });
+    {
+        let mut list = RETIRED.lock().unwrap_or_else(|p| p.into_inner());
+        list.push(Retired { _object: Box::new(a), waits });
+        N_RETIRED.store(list.len(), Release);
+    }
     // Threads that unpinned meanwhile may not have seen `notify`: look now.
     reclaim();
     keep
@@ -273,6 +281,10 @@ pub(crate) fn retire<T: Send + Sync + 'static>(a: Arc<T>, h: u64) -> Arc<T> {
 /// Drops the retired references whose pinned threads have all unpinned since (outside the
 /// list's lock: a drop may free a communicator, which may free more).
 pub(crate) fn reclaim() {
+    // (A retire that this reads as 0 had not pushed yet: it reclaims itself after its push.)
+    if N_RETIRED.load(Acquire) == 0 {
+        return;
+    }
     let done: Vec<Retired> = {
         // Waited for, not tried: a reclaim running now may have read this thread's word before
         // its unpin, and this one must then look again.
@@ -283,6 +295,7 @@ pub(crate) fn reclaim() {
         let (done, wait): (Vec<Retired>, Vec<Retired>) =
             std::mem::take(&mut *list).into_iter().partition(|x| x.waits.iter().all(|(r, w)| r.word.load(SeqCst) != *w));
         *list = wait;
+        N_RETIRED.store(list.len(), Release);
         done
     };
     drop(done);
@@ -293,7 +306,6 @@ mod tests {
     use super::*;
     use crate::handles::{Kind, Registry};
     use std::sync::atomic::AtomicBool;
-    use std::sync::atomic::AtomicUsize;
     use std::sync::atomic::Ordering::AcqRel;
 
     // Each test has its registry of its own kind: pins name handles, and two registries of one

@@ -136,9 +136,11 @@ fn settle_all(api: &Api, comms: &[&Communicator]) -> c_int {
     for c in comms {
         let Ok(st) = state(c) else { continue };
         // The group keeps the turns of the communicators it issued operations on; one whose
-        // operation failed before it took the turn is read under the lock.
-        let (_locked, comm) = if st.turn.mine() { (None, st.comm_turned()) } else { let (g, comm) = st.comm_locked(); (Some(g), comm) };
-        let s = settle(api, comm, IN_PROGRESS);
+        // operation failed before it took the turn has nothing of this group in progress.
+        if !st.turn.mine() {
+            continue;
+        }
+        let s = settle(api, st.comm_turned(), IN_PROGRESS);
         if s != 0 && e == 0 {
             e = s;
         }
