@@ -280,14 +280,18 @@ impl Piece {
 
 /// A typed span of memory.
 #[derive(Debug)]
+///
+/// Laid out in order: what every call reads first, in the allocation's first cache line
+/// (`crate::hot`'s reason), `storage` last.
+#[repr(C)]
 pub struct Buffer {
     ptr: usize,
     count: usize,
+    shape: Option<Box<Shape>>,
     dtype: Dtype,
     space: Space,
     device: i32,
     storage: Storage,
-    shape: Option<Box<Shape>>,
 }
 
 /// Subarray element order (`gpuwire_buffer_view_subarray`), as MPI_ORDER_C / MPI_ORDER_FORTRAN.

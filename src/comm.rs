@@ -60,35 +60,38 @@ pub enum Waited {
 /// All live communicators, by handle.
 pub static COMMS: Registry<Communicator> = Registry::pinnable(Kind::Comm);
 
-/// A gpuwire communicator.
+///
+/// Laid out in order, aligned to a cache line: the words every call reads in the first two
+/// lines (`crate::hot`'s reason), what only some calls read after them.
 #[derive(Debug)]
+#[repr(C, align(64))]
 pub struct Communicator {
-    pub(crate) raw: RawComm,
-    pub(crate) node: RawComm,
-    pub(crate) rank: i32,
-    pub(crate) size: i32,
-    pub(crate) local_rank: i32,
-    pub(crate) local_size: i32,
-    /// The number of nodes the ranks are on (of MPI_Comm_split_type SHARED).
-    pub(crate) nodes: i32,
     pub(crate) config: Config,
-    pub(crate) choice: Choice,
+    /// The thread (`thread_id`) inside a collective on this communicator, 0 when none.
+    pub(crate) busy: AtomicU64,
+    /// The progress engine of the operations that complete after their call (`crate::op`).
+    pub(crate) engine: Arc<crate::engine::Engine>,
     /// Why the communicator is broken; shared with its internal duplicate ([`Self::internal`]).
     pub(crate) broken: Arc<Broken>,
-    /// The duplicate that carries gpuwire's own messages on behalf of this communicator.
-    pub(crate) internal: Mutex<Option<Arc<Communicator>>>,
+    pub(crate) backend_state: BackendState,
+    pub(crate) raw: RawComm,
+    pub(crate) rank: i32,
+    pub(crate) size: i32,
+    /// Whether a blocking allreduce (on host memory, or on device memory that NCCL does) may take
+    /// `crate::lean`'s path (`lean::applies`, fixed at creation).
+    pub(crate) lean: bool,
     /// MPI collectives in their nonblocking form with a test loop that progresses pending IPC
     /// receives (agreed at creation, the same on every rank: `progress::collectives_must_progress`,
     /// MPI_THREAD_SERIALIZED).
     pub(crate) nb_coll: bool,
-    /// The thread (`thread_id`) inside a collective on this communicator, 0 when none.
-    pub(crate) busy: AtomicU64,
-    /// Whether a blocking allreduce (on host memory, or on device memory that NCCL does) may take
-    /// `crate::lean`'s path (`lean::applies`, fixed at creation).
-    pub(crate) lean: bool,
-    /// The progress engine of the operations that complete after their call (`crate::op`).
-    pub(crate) engine: Arc<crate::engine::Engine>,
-    pub(crate) backend_state: BackendState,
+    pub(crate) node: RawComm,
+    pub(crate) local_rank: i32,
+    pub(crate) local_size: i32,
+    /// The number of nodes the ranks are on (of MPI_Comm_split_type SHARED).
+    pub(crate) nodes: i32,
+    pub(crate) choice: Choice,
+    /// The duplicate that carries gpuwire's own messages on behalf of this communicator.
+    pub(crate) internal: Mutex<Option<Arc<Communicator>>>,
     /// The handle that created the communicator made (0 until registered): gpuwire_comm_free of
     /// it is the collective free; of another (gpuwire_darray_comm's) a local release.
     pub(crate) primary: AtomicU64,
@@ -194,8 +197,6 @@ impl std::fmt::Debug for BackendState {
 static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
 
 thread_local! {
-    /// This thread's number for `Communicator::busy` (0 until its first use).
-    static THREAD_ID: Cell<u64> = const { Cell::new(0) };
     /// The deadline of the gpuwire call this thread is in (set by `Communicator::enter`): every
     /// MPI step of one call (its agreement, its chunks, its sends and receives) shares it.
     static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
@@ -226,7 +227,9 @@ impl Drop for Unbounded {
 /// This thread's number for `Communicator::busy` (never 0); a progress engine's thread's is
 /// marked [`ENGINE_ENTRY`] (engine threads are marked before their first call).
 fn thread_id() -> u64 {
-    THREAD_ID.with(|t| {
+    // This thread's number for `Communicator::busy` (0 until its first use).
+    crate::hot::with_thread(|t| {
+        let t = &t.comm_id;
         let v = t.get();
         if v != 0 {
             return v;

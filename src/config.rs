@@ -214,6 +214,20 @@ pub(crate) fn env_flag(name: &str) -> bool {
     env(name).and_then(|v| parse_bool(&v)).unwrap_or(false)
 }
 
+/// `env_flag(name)`, read once per process and kept in `word` (0 until read, then 1 for off,
+/// 2 for on): a per-call flag's word in `hot::PROCESS`.
+#[inline]
+pub(crate) fn env_flag_once(word: &std::sync::atomic::AtomicU8, name: &str) -> bool {
+    match word.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => {
+            let on = env_flag(name);
+            word.store(if on { 2 } else { 1 }, std::sync::atomic::Ordering::Relaxed);
+            on
+        }
+        v => v == 2,
+    }
+}
+
 /// `GPUWIRE_IPC_STREAM_ORDERED` of this process: whether IPC collectives may be stream-ordered.
 /// Unset or empty is on; a value that is not an on/off form makes every communicator's creation
 /// fail naming it (`Config::from_lookup`), so reading it as on here never goes unnoticed.

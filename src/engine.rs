@@ -95,9 +95,9 @@ pub fn on_engine_thread() -> bool {
 
 /// Whether `GPUWIRE_HOST_SYNC=1`: every device operation also waits for its completion on the
 /// host (MPI's blocking meaning; for debugging).
+#[inline]
 pub fn host_sync() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| crate::config::env_flag("GPUWIRE_HOST_SYNC"))
+    crate::config::env_flag_once(&crate::hot::PROCESS.host_sync, "GPUWIRE_HOST_SYNC")
 }
 
 /// Blocks until no engine has an operation queued or running (gpuwire_finalize, before MPI is
@@ -185,20 +185,22 @@ struct Queue {
     thread: bool,
 }
 
-/// A communicator's engine.
+/// A communicator's engine. Laid out in order: the words every call reads first, in the
+/// allocation's first cache line (`crate::hot`'s reason).
 #[derive(Default)]
+#[repr(C)]
 pub struct Engine {
-    q: Mutex<Queue>,
-    cv: Condvar,
     /// Queued or running operations.
     outstanding: AtomicUsize,
     /// Of those, the ones that may make point-to-point calls (`no_p2p`).
     p2p: AtomicUsize,
+    /// Whether `async_error` is set (read without the lock on every call).
+    has_async_error: std::sync::atomic::AtomicBool,
+    q: Mutex<Queue>,
+    cv: Condvar,
     flags: Mutex<Option<Flags>>,
     /// The first failure of an operation that nobody waits for, until reported.
     async_error: Mutex<Option<Error>>,
-    /// Whether `async_error` is set (read without the lock on every call).
-    has_async_error: std::sync::atomic::AtomicBool,
     /// The communicator's NCCL turn, where it has one (`crate::backend::turn`).
     turn: std::sync::OnceLock<Arc<AtomicUsize>>,
     /// Operations started by jobs and completed here ([`Engine::watch`]).

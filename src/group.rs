@@ -83,7 +83,7 @@ impl Drop for Open {
     /// requests fail (another thread's wait or free of them returns instead of being refused
     /// for good).
     fn drop(&mut self) {
-        OPEN.with(|o| o.set(false));
+        set_open(false);
         if self.depth == 0 {
             return;
         }
@@ -107,16 +107,16 @@ thread_local! {
     };
 }
 
-thread_local! {
-    /// Whether [`GROUP`]'s depth is above 0: read by every operation (a thread-local without a
-    /// destructor costs the least to reach).
-    static OPEN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+/// Sets whether [`GROUP`]'s depth is above 0 (`hot::Thread::group_open`): read by every
+/// operation (a thread-local without a destructor costs the least to reach).
+fn set_open(open: bool) {
+    crate::hot::with_thread(|t| t.group_open.set(open));
 }
 
 /// Whether this thread is inside a group.
 #[inline]
 pub fn is_open() -> bool {
-    OPEN.with(|o| o.get())
+    crate::hot::with_thread(|t| t.group_open.get())
 }
 
 /// How deep this thread's groups are nested (0: none is open).
@@ -144,7 +144,7 @@ pub fn start() -> Result<()> {
             crate::backend::nccl::defer_direct(false);
         }
         g.depth += 1;
-        OPEN.with(|o| o.set(true));
+        set_open(true);
         Ok(())
     })
 }
@@ -296,7 +296,7 @@ pub fn end() -> Result<()> {
             return Err(Error::InvalidArgument("gpuwire_group_end without a matching gpuwire_group_start".into()));
         }
         g.depth -= 1;
-        OPEN.with(|o| o.set(g.depth > 0));
+        set_open(g.depth > 0);
         if g.depth > 0 {
             return Ok(None);
         }

@@ -273,21 +273,25 @@ impl<T> Recent<T> {
 /// in chunks that are never freed while the registry exists, so a garbage handle that names an
 /// allocated slot reads only the registry's memory. Free slots are on a lock-free stack whose
 /// head carries a 32-bit count of its changes (ABA: a pop fails unless the head is unchanged).
+///
+/// Laid out in order, aligned to a cache line: what a lookup reads (the kind, `retire`, the
+/// first chunks' pointers) in the first line (`crate::hot`'s reason).
+#[repr(C, align(64))]
 pub struct Registry<T> {
+    /// What a removal does with the registry's reference where lookups may be pinned
+    /// ([`Registry::pinnable`]: `pin::retire`); `None` where they are not.
+    retire: Option<fn(Arc<T>, u64) -> Arc<T>>,
     kind: Kind,
+    chunks: [AtomicPtr<Slot<T>>; CHUNKS],
     /// The last generation a slot issues before it is retired (GEN_MASK; less in tests).
     last_generation: u64,
     /// The number of slots (2^32; less in tests).
     max_slots: usize,
-    chunks: [AtomicPtr<Slot<T>>; CHUNKS],
     /// Slots taken into use so far (the next new slot's index).
     used: AtomicUsize,
     /// The free list's head: its count of changes (bits 32..64), the top slot's index + 1
     /// (bits 0..32; 0 when empty).
     free: AtomicU64,
-    /// What a removal does with the registry's reference where lookups may be pinned
-    /// ([`Registry::pinnable`]: `pin::retire`); `None` where they are not.
-    retire: Option<fn(Arc<T>, u64) -> Arc<T>>,
     /// The registry owns `Arc<T>`s: Send and Sync as they are.
     _owns: PhantomData<Arc<T>>,
 }

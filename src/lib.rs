@@ -12,6 +12,7 @@
 //! - [`config`]: communicator configuration and the GPUWIRE_* environment variables
 //! - [`runtime`]: init/finalize, who owns MPI, gpuwire's own MPI operations
 //! - [`handles`]: generation-checked handle registries
+//! - `hot`: the words every call reads, of the process and of the thread, packed in a cache line each
 //! - [`pin`]: borrowed lookups of a call's communicator and buffers (no reference counted), and when a freed one is dropped
 //! - [`comm`], [`buffer`], [`request`]: the objects behind the handles
 //! - [`darray`]: distributed arrays (a global array split over the ranks, host or device)
@@ -54,6 +55,7 @@ pub mod error;
 pub mod group;
 pub mod ffi;
 pub mod handles;
+pub(crate) mod hot;
 pub mod lean;
 pub mod mpisys;
 pub mod op;

@@ -518,9 +518,9 @@ impl crate::view::Slotted for Op {
 }
 
 /// Whether `GPUWIRE_TRACE=1`: one line per exported operation on stderr ([`trace_line`]).
+#[inline]
 pub fn tracing() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| crate::config::env_flag("GPUWIRE_TRACE"))
+    crate::config::env_flag_once(&crate::hot::PROCESS.tracing, "GPUWIRE_TRACE")
 }
 
 /// A blocking call that failed by a timeout or a broken communicator may have left an MPI

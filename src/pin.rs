@@ -100,6 +100,7 @@ impl Drop for Mine {
     /// No reclaim here: a drop of a communicator needs thread-locals that may be destroyed
     /// already (the next free or gpuwire_finalize reclaims what waited for this thread).
     fn drop(&mut self) {
+        crate::hot::with_thread(|t| t.pin_record.set(std::ptr::null()));
         self.0.notify.store(false, Relaxed);
         self.0.taken.store(false, Release);
     }
@@ -107,6 +108,28 @@ impl Drop for Mine {
 
 thread_local! {
     static MINE: Mine = Mine(claim());
+}
+
+/// This thread's record (`None` once its thread-locals are destroyed): in the common case read
+/// from `hot::Thread::pin_record` (a thread-local without a destructor, in the line of the
+/// thread's other per-call words), set at the claim and cleared by `Mine`'s drop.
+#[inline]
+fn record() -> Option<&'static Record> {
+    let p = crate::hot::with_thread(|t| t.pin_record.get());
+    if !p.is_null() {
+        // SAFETY: set from this thread's `Mine`, which keeps the record (leaked: never freed)
+        // taken until its drop clears the pointer first.
+        return Some(unsafe { &*p.cast::<Record>() });
+    }
+    record_slow()
+}
+
+#[cold]
+#[inline(never)]
+fn record_slow() -> Option<&'static Record> {
+    let r = MINE.try_with(|m| m.0).ok()?;
+    crate::hot::with_thread(|t| t.pin_record.set((r as *const Record).cast()));
+    Some(r)
 }
 
 /// Most handles one pin names.
@@ -127,7 +150,7 @@ pub struct Pin {
 /// dropped. A pin inside another (nested) borrows nothing: its lookups count references.
 #[inline]
 pub fn pin(handles: [u64; PINNED]) -> Pin {
-    let record = MINE.try_with(|m| m.0).ok();
+    let record = record();
     let mut mine = [0; PINNED];
     if let Some(r) = record {
         let d = r.depth.load(Relaxed);

@@ -7,10 +7,11 @@
 //! initialized it.
 
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use crate::error::{Error, Result};
+use crate::hot::PROCESS;
 use crate::mpisys::{self, RawOp, sys};
 use crate::types::{Dtype, ReduceOp, ThreadLevel};
 
@@ -18,18 +19,17 @@ const UNINIT: u8 = 0;
 const READY: u8 = 1;
 const FINALIZED: u8 = 2;
 
-static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+// The state, UNINIT, READY or FINALIZED, is `hot::PROCESS.state`.
 static INFO: OnceLock<RuntimeInfo> = OnceLock::new();
 static LIFECYCLE: Mutex<()> = Mutex::new(());
-/// Set by MPI itself when MPI_Finalize starts (see `watch_finalize`): one atomic load per call
-/// instead of an MPI_Finalized call (which takes a lock in Open MPI) on every operation.
-static MPI_GONE: AtomicBool = AtomicBool::new(false);
+// `PROCESS.mpi_gone`: set by MPI itself when MPI_Finalize starts (see `watch_finalize`): one
+// atomic load per call instead of an MPI_Finalized call (which takes a lock in Open MPI) on
+// every operation.
 /// MPI provides MPI_THREAD_SERIALIZED: gpuwire's MPI calls hold `MPI_LOCK` (`mpi_lock`).
 static SERIALIZED: AtomicBool = AtomicBool::new(false);
 static MPI_LOCK: Mutex<()> = Mutex::new(());
-/// MPI provides MPI_THREAD_FUNNELED or MPI_THREAD_SINGLE: only MPI's main thread (the one
-/// that called gpuwire_init, checked there) may call gpuwire (`ensure_ready`).
-static MAIN_ONLY: AtomicBool = AtomicBool::new(false);
+// `PROCESS.main_only`: MPI provides MPI_THREAD_FUNNELED or MPI_THREAD_SINGLE: only MPI's main
+// thread (the one that called gpuwire_init, checked there) may call gpuwire (`ensure_ready`).
 static MAIN_THREAD: OnceLock<std::thread::ThreadId> = OnceLock::new();
 
 thread_local! {
@@ -106,7 +106,7 @@ fn check_thread(level: ThreadLevel) -> Result<()> {
 }
 
 unsafe extern "C" fn finalize_started(_c: sys::MPI_Comm, _k: c_int, _v: *mut c_void, _x: *mut c_void) -> c_int {
-    MPI_GONE.store(true, Ordering::Release);
+    PROCESS.mpi_gone.store(true, Ordering::Release);
     0
 }
 
@@ -156,7 +156,7 @@ pub struct RuntimeInfo {
 #[inline]
 pub fn ensure_ready() -> Result<&'static RuntimeInfo> {
     // Every call's case, inlined at each of its several checks per operation.
-    if STATE.load(Ordering::Acquire) == READY && !MPI_GONE.load(Ordering::Acquire) && !MAIN_ONLY.load(Ordering::Relaxed) {
+    if open() {
         if let Some(info) = INFO.get() {
             return Ok(info);
         }
@@ -164,18 +164,34 @@ pub fn ensure_ready() -> Result<&'static RuntimeInfo> {
     ensure_ready_slow()
 }
 
+/// `ensure_ready` for a caller that needs no `RuntimeInfo`: its common case reads one cache
+/// line (`hot::PROCESS`), not `INFO`'s too.
+#[inline]
+pub fn check_ready() -> Result<()> {
+    if open() {
+        return Ok(());
+    }
+    ensure_ready_slow().map(|_| ())
+}
+
+/// The common case of `ensure_ready`: ready, MPI not finalized, any thread may call.
+#[inline(always)]
+fn open() -> bool {
+    PROCESS.state.load(Ordering::Acquire) == READY && !PROCESS.mpi_gone.load(Ordering::Acquire) && !PROCESS.main_only.load(Ordering::Relaxed)
+}
+
 #[cold]
 #[inline(never)]
 fn ensure_ready_slow() -> Result<&'static RuntimeInfo> {
-    match STATE.load(Ordering::Acquire) {
+    match PROCESS.state.load(Ordering::Acquire) {
         // A program that initialized MPI itself may have finalized it under gpuwire's feet: any
         // MPI call now would abort the process.
-        READY if MPI_GONE.load(Ordering::Acquire) => Err(Error::AlreadyFinalized(
+        READY if PROCESS.mpi_gone.load(Ordering::Acquire) => Err(Error::AlreadyFinalized(
             "the program called MPI_Finalize; gpuwire can make no MPI call any more (call gpuwire_finalize before MPI_Finalize)".into(),
         )),
         READY => {
             let info = INFO.get().expect("INFO is set before READY");
-            if MAIN_ONLY.load(Ordering::Relaxed) {
+            if PROCESS.main_only.load(Ordering::Relaxed) {
                 check_thread(info.thread_level)?;
             }
             Ok(info)
@@ -187,7 +203,7 @@ fn ensure_ready_slow() -> Result<&'static RuntimeInfo> {
 
 /// Whether `init` ran and `finalize` did not.
 pub fn is_ready() -> bool {
-    STATE.load(Ordering::Acquire) == READY
+    PROCESS.state.load(Ordering::Acquire) == READY
 }
 
 fn thread_level_from_mpi(provided: c_int) -> ThreadLevel {
@@ -224,7 +240,7 @@ fn library_version() -> String {
 /// gpuwire_init.
 pub fn init() -> Result<()> {
     let _guard = LIFECYCLE.lock().unwrap_or_else(|p| p.into_inner());
-    match STATE.load(Ordering::Acquire) {
+    match PROCESS.state.load(Ordering::Acquire) {
         READY => return Ok(()),
         FINALIZED => {
             return Err(Error::AlreadyFinalized(
@@ -268,7 +284,7 @@ pub fn init() -> Result<()> {
             )));
         }
         let _ = MAIN_THREAD.set(std::thread::current().id());
-        MAIN_ONLY.store(true, Ordering::Relaxed);
+        PROCESS.main_only.store(true, Ordering::Relaxed);
     }
     SERIALIZED.store(level == ThreadLevel::GPUWIRE_THREAD_SERIALIZED, Ordering::Relaxed);
     watch_finalize()?;
@@ -294,7 +310,7 @@ pub fn init() -> Result<()> {
         .collect();
     crate::trace!("init: gpuwire's own MPI operations for {} (the MPI's own differ from gpuwire's semantics); in-place reduce at a non-zero root {}", if replaced.is_empty() { "none".into() } else { replaced.join(", ") }, if info.reduce_in_place_root_broken { "avoided (MPICH before 4.1)" } else { "passed to MPI" });
     INFO.set(info).map_err(|_| Error::Internal("runtime info set twice".into()))?;
-    STATE.store(READY, Ordering::Release);
+    PROCESS.state.store(READY, Ordering::Release);
     Ok(())
 }
 
@@ -330,7 +346,7 @@ pub fn finalize(drain: impl FnOnce(), release: impl FnOnce()) -> Result<()> {
     drain();
     // Invalidate every handle first; then objects release their MPI resources as their last
     // reference drops (here, unless an operation on another thread still holds one).
-    STATE.store(FINALIZED, Ordering::Release);
+    PROCESS.state.store(FINALIZED, Ordering::Release);
     release();
     let mut finalized: c_int = 0;
     // SAFETY: may be called at any time.

@@ -274,7 +274,24 @@ impl Dtype {
     }
 
     /// Size of one element in bytes.
+    #[inline]
     pub fn size(self) -> usize {
+        // From a constant, not the table in memory that `size_by_match` compiles to (a cache
+        // line per call: `crate::hot`): 4 bits of log2 per datatype code, code 0 lowest.
+        const LOG2: u64 = {
+            let (mut v, mut i) = (0u64, 0);
+            while i < Dtype::ALL.len() {
+                assert!(Dtype::ALL[i] as usize == i);
+                v |= (Dtype::ALL[i].size_by_match().trailing_zeros() as u64) << (4 * i);
+                i += 1;
+            }
+            v
+        };
+        1 << ((LOG2 >> (4 * self as u32)) & 15)
+    }
+
+    /// Size of one element in bytes: the definition ([`Dtype::size`] reads it from a constant).
+    const fn size_by_match(self) -> usize {
         use Dtype::*;
         match self {
             GPUWIRE_INT8 | GPUWIRE_UINT8 => 1,
@@ -356,11 +373,26 @@ impl ReduceOp {
     ];
 
     /// Checked conversion from the C integer.
+    #[inline]
     pub fn from_c(v: i32) -> Result<ReduceOp> {
-        Self::ALL.get(usize::try_from(v).unwrap_or(usize::MAX)).copied().ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "reduction code {v} is not a gpuwire_op (valid codes are 0..=12)"
-            ))
+        // A match, not an index into `ALL` (a table in memory, a cache line per call:
+        // `crate::hot`): the compiler turns it into a range check.
+        use ReduceOp::*;
+        Ok(match v {
+            0 => GPUWIRE_SUM,
+            1 => GPUWIRE_PROD,
+            2 => GPUWIRE_MAX,
+            3 => GPUWIRE_MIN,
+            4 => GPUWIRE_AVG,
+            5 => GPUWIRE_BAND,
+            6 => GPUWIRE_BOR,
+            7 => GPUWIRE_BXOR,
+            8 => GPUWIRE_LAND,
+            9 => GPUWIRE_LOR,
+            10 => GPUWIRE_LXOR,
+            11 => GPUWIRE_MINLOC,
+            12 => GPUWIRE_MAXLOC,
+            _ => return Err(Error::InvalidArgument(format!("reduction code {v} is not a gpuwire_op (valid codes are 0..=12)"))),
         })
     }
 
@@ -605,6 +637,22 @@ mod tests {
         assert_eq!(Dtype::GPUWIRE_BFLOAT16.size(), 2);
         assert!(Dtype::GPUWIRE_UINT64.is_integer());
         assert!(!Dtype::GPUWIRE_FLOAT16.is_integer());
+        // Every size (read from a constant), written out in `ALL`'s order.
+        let sizes = [1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 8, 16, 8, 16, 8];
+        for (d, want) in Dtype::ALL.iter().zip(sizes) {
+            assert_eq!(d.size(), want, "{d:?}");
+        }
+    }
+
+    #[test]
+    fn op_codes_roundtrip() {
+        for (i, op) in ReduceOp::ALL.iter().enumerate() {
+            assert_eq!(*op as i32, i as i32);
+            assert_eq!(ReduceOp::from_c(i as i32).unwrap(), *op);
+        }
+        for bad in [-1, 13, i32::MAX, i32::MIN] {
+            assert!(ReduceOp::from_c(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -410,7 +410,24 @@ fn check_outcome(api: &Api, comm: NcclComm, r: c_int, what: &str) -> Result<()> 
 }
 
 /// NCCL's datatype for `d` (complex types go as their real component type).
+#[inline]
 fn nccl_dtype(d: Dtype) -> c_int {
+    // From a constant, not the table in memory that `nccl_dtype_by_match` compiles to (a cache
+    // line per call: `crate::hot`): 4 bits per datatype code, code 0 lowest.
+    const CODES: u64 = {
+        let (mut v, mut i) = (0u64, 0);
+        while i < Dtype::ALL.len() {
+            assert!(Dtype::ALL[i] as usize == i && nccl_dtype_by_match(Dtype::ALL[i]) < 16);
+            v |= (nccl_dtype_by_match(Dtype::ALL[i]) as u64) << (4 * i);
+            i += 1;
+        }
+        v
+    };
+    ((CODES >> (4 * d as u32)) & 15) as c_int
+}
+
+/// `nccl_dtype`'s definition.
+const fn nccl_dtype_by_match(d: Dtype) -> c_int {
     use Dtype::*;
     match d {
         GPUWIRE_INT8 => 0,
@@ -441,36 +458,46 @@ pub fn reduces(d: Dtype, op: ReduceOp) -> bool {
 }
 
 /// NCCL's op for a reduction it performs correctly, or None when gpuwire must route it.
+#[inline]
 fn nccl_op(d: Dtype, op: ReduceOp) -> Option<c_int> {
-    match op {
-        ReduceOp::GPUWIRE_SUM | ReduceOp::GPUWIRE_AVG => Some(0), // AVG: SUM, then divide
-        ReduceOp::GPUWIRE_PROD if !d.is_complex() => Some(1),
-        ReduceOp::GPUWIRE_MAX if !d.is_complex() => Some(2),
-        ReduceOp::GPUWIRE_MIN if !d.is_complex() => Some(3),
-        _ => None, // complex PROD, bitwise and logical ops, MINLOC/MAXLOC
+    // Tests on the codes, not a `match` on `op` (a table in memory, a cache line per call:
+    // `crate::hot`): gpuwire's PROD, MAX and MIN are NCCL's 1, 2 and 3 (ncclProd, ncclMax,
+    // ncclMin; the test below checks every pair).
+    if op == ReduceOp::GPUWIRE_SUM || op == ReduceOp::GPUWIRE_AVG {
+        Some(0) // ncclSum; AVG: SUM, then divide
+    } else if (1..=3).contains(&(op as c_int)) && !d.is_complex() {
+        Some(op as c_int)
+    } else {
+        None // complex PROD, MAX and MIN, bitwise and logical ops, MINLOC/MAXLOC
     }
 }
 
 /// Per-communicator NCCL state.
+///
+/// Laid out in order, what every call reads first (in the first cache line: `crate::hot`'s
+/// reason), `open` last.
+#[repr(C)]
 pub struct NcclState {
     /// The NCCL communicator (null once aborted or destroyed). Changed only by a thread that
     /// has the turn and holds `comm_lock`: a thread with the turn reads it as it is
     /// ([`NcclState::comm_turned`]), others under the lock ([`NcclState::comm_locked`]).
     comm: std::sync::atomic::AtomicPtr<c_void>,
-    comm_lock: Mutex<()>,
+    /// Which thread makes NCCL calls on it (`turn`).
+    turn: TurnLock,
+    /// libnccl's entry points (loaded before the state is made).
+    api: &'static Api,
     device: i32,
     /// Made by ncclCommInitRankConfig with `blocking = 0`.
     nonblocking: bool,
-    /// The isend/irecv operations posted and not yet launched, and their group; the next call
-    /// on this communicator, from any thread, launches them (`close_group`).
-    open: Mutex<Posted>,
     /// Whether `open` may hold a group (set under its lock when one is opened, cleared when it is
     /// taken): lets every other call skip that lock when no isend/irecv is pending.
     maybe_open: std::sync::atomic::AtomicBool,
-    /// Which thread makes NCCL calls on it (`turn`).
-    turn: TurnLock,
     /// An abort waits for the end of the group that keeps the turn ([`abort`]).
     abort_pending: std::sync::atomic::AtomicBool,
+    comm_lock: Mutex<()>,
+    /// The isend/irecv operations posted and not yet launched, and their group; the next call
+    /// on this communicator, from any thread, launches them (`close_group`).
+    open: Mutex<Posted>,
 }
 
 /// How many communicators have an abort pending (their groups' ends check: [`aborts_pending`]).
@@ -581,6 +608,7 @@ impl NcclState {
         Ok(NcclState {
             comm: std::sync::atomic::AtomicPtr::new(comm),
             comm_lock: Mutex::new(()),
+            api,
             device,
             nonblocking,
             open: Mutex::new(Posted { posts: Vec::new(), groups: Vec::new() }),
@@ -1072,7 +1100,7 @@ fn enter<'a>(c: &'a Communicator, bufs: &[Option<&Buffer>], stream: Stream) -> R
     let g = CtxGuard::enter(st.device)?;
     st.close_group();
     // An aborted communicator (null) is refused by `Ctx::call`, under the lock it takes anyway.
-    Ok(Ctx { c, st, api: api()?, stream, _g: g, grouped: std::cell::Cell::new(None) })
+    Ok(Ctx { c, st, api: st.api, stream, _g: g, grouped: std::cell::Cell::new(None) })
 }
 
 impl Ctx<'_> {
@@ -1702,5 +1730,32 @@ mod tests {
         assert_eq!((c.size, c.magic, c.version, c.blocking), (48, 0xcafebeef, 21800, 0));
         assert_eq!((c.cga_cluster_size, c.min_ctas, c.max_ctas, c.split_share), (i32::MIN, i32::MIN, i32::MIN, i32::MIN));
         assert!(c.net_name.is_null());
+    }
+
+    /// The datatype and op codes read from constants (`nccl_dtype`, `nccl_op`) against nccl.h's
+    /// values, written out here: ncclInt8 0, ncclUint8 1, ncclInt32 2, ncclUint32 3, ncclInt64
+    /// 4, ncclUint64 5, ncclFloat16 6, ncclFloat32 7, ncclFloat64 8, ncclBfloat16 9; ncclSum 0,
+    /// ncclProd 1, ncclMax 2, ncclMin 3.
+    #[test]
+    fn nccl_codes_of_every_datatype_and_op() {
+        use crate::types::{Dtype, ReduceOp};
+        // In `Dtype::ALL`'s order: complex as their component, pairs as two words.
+        let dtypes = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 7, 8, 3, 5, 3];
+        for (d, want) in Dtype::ALL.iter().zip(dtypes) {
+            assert_eq!(super::nccl_dtype(*d), want, "{d:?}");
+        }
+        for d in Dtype::ALL {
+            let complex = matches!(d, Dtype::GPUWIRE_COMPLEX64 | Dtype::GPUWIRE_COMPLEX128);
+            for op in ReduceOp::ALL {
+                let want = match op {
+                    ReduceOp::GPUWIRE_SUM | ReduceOp::GPUWIRE_AVG => Some(0),
+                    ReduceOp::GPUWIRE_PROD if !complex => Some(1),
+                    ReduceOp::GPUWIRE_MAX if !complex => Some(2),
+                    ReduceOp::GPUWIRE_MIN if !complex => Some(3),
+                    _ => None,
+                };
+                assert_eq!(super::nccl_op(d, op), want, "{d:?} {op:?}");
+            }
+        }
     }
 }

@@ -14,7 +14,7 @@
 //! opposite orders — is refused with `GPUWIRE_ERROR_INVALID_ARGUMENT` instead of waiting for
 //! ever.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::{Arc, Condvar, Mutex};
@@ -51,13 +51,19 @@ thread_local! {
     static MINE: RefCell<Mine> = const { RefCell::new(Mine { token: 0, in_group: false, kept: Vec::new() }) };
 }
 
-thread_local! {
-    /// [`Mine`]'s token, and [`IN_GROUP`] while `in_group`: readable without its borrow (and
-    /// after its destruction at the thread's exit, when its turns have been given back).
-    static TOKEN: Cell<usize> = const { Cell::new(0) };
+/// [`Mine`]'s token, and [`IN_GROUP`] while `in_group` (`hot::Thread::turn_token`): readable
+/// without its borrow (and after its destruction at the thread's exit, when its turns have been
+/// given back).
+#[inline(always)]
+fn token() -> usize {
+    crate::hot::with_thread(|t| t.turn_token.get())
 }
 
-/// Tokens are even: [`TOKEN`]'s lowest bit says whether the thread is inside its group, a turn
+fn set_token(v: usize) {
+    crate::hot::with_thread(|t| t.turn_token.set(v));
+}
+
+/// Tokens are even: [`token`]'s lowest bit says whether the thread is inside its group, a turn
 /// word's whether a group keeps it ([`KEPT`]).
 static NEXT_TOKEN: AtomicUsize = AtomicUsize::new(4);
 const IN_GROUP: usize = 1;
@@ -67,7 +73,7 @@ const ABORTING: usize = 2;
 /// The threads waiting for a turn, and which (thread token, lock address): what [`wait_for`]
 /// follows to refuse a cycle. Its lock also orders the signal of a release.
 static WAITS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
-static WAITING: AtomicUsize = AtomicUsize::new(0);
+// How many threads wait: `hot::PROCESS.turn_waiting` (every release reads it).
 static FREED: Condvar = Condvar::new();
 
 /// A turn taken for one call, given back when dropped (inside a group: kept to its end).
@@ -94,7 +100,7 @@ impl TurnLock {
         // The common cases without [`MINE`]'s borrow: this thread has the turn already (a
         // group's later operations on the communicator), or nobody has it and this call takes it
         // outside a group.
-        let t = TOKEN.with(Cell::get);
+        let t = token();
         let me = t & !IN_GROUP;
         if me != 0 {
             let o = self.owner.load(Relaxed);
@@ -114,7 +120,7 @@ impl TurnLock {
             let mut m = m.borrow_mut();
             if m.token == 0 {
                 m.token = NEXT_TOKEN.fetch_add(2, Relaxed);
-                TOKEN.with(|t| t.set(m.token | if m.in_group { IN_GROUP } else { 0 }));
+                set_token(m.token | if m.in_group { IN_GROUP } else { 0 });
             }
             let me = m.token;
             if self.owner.load(Relaxed) & !KEPT == me {
@@ -154,7 +160,7 @@ impl TurnLock {
 /// Whether this thread has the turn whose word is `owner` ([`TurnLock::share`]).
 pub fn held_here(owner: &AtomicUsize) -> bool {
     let o = owner.load(Relaxed);
-    o != 0 && TOKEN.with(Cell::get) & !IN_GROUP == o & !KEPT
+    o != 0 && token() & !IN_GROUP == o & !KEPT
 }
 
 /// What [`abort_turn`] found.
@@ -174,7 +180,7 @@ pub enum ForAbort {
 /// `patience`); never while a group keeps it (the group's end must abort it after its NCCL
 /// group: NCCL's communicators take one thread at a time, and an abort frees the communicator).
 fn abort_turn(owner: &AtomicUsize, patience: Duration) -> ForAbort {
-    let me = TOKEN.with(Cell::get) & !IN_GROUP;
+    let me = token() & !IN_GROUP;
     let t0 = std::time::Instant::now();
     loop {
         let o = owner.load(SeqCst);
@@ -226,11 +232,11 @@ fn wait_for(lock: &TurnLock, me: usize) -> Result<()> {
         return Err(cycle_refused());
     }
     w.push((me, addr));
-    WAITING.fetch_add(1, SeqCst);
+    crate::hot::PROCESS.turn_waiting.fetch_add(1, SeqCst);
     while lock.owner.compare_exchange(0, me, SeqCst, Relaxed).is_err() {
         w = FREED.wait_timeout(w, Duration::from_millis(1)).unwrap_or_else(|p| p.into_inner()).0;
     }
-    WAITING.fetch_sub(1, SeqCst);
+    crate::hot::PROCESS.turn_waiting.fetch_sub(1, SeqCst);
     if let Some(i) = w.iter().position(|&(t, l)| t == me && l == addr) {
         w.swap_remove(i);
     }
@@ -276,7 +282,7 @@ pub fn engine_wait(owner: &Arc<AtomicUsize>) -> Result<Option<EngineWait>> {
 /// Gives the turn of `owner` back (signalling only where some thread waits).
 fn release(owner: &AtomicUsize) {
     owner.store(0, SeqCst);
-    if WAITING.load(SeqCst) > 0 {
+    if crate::hot::PROCESS.turn_waiting.load(SeqCst) > 0 {
         let _w = WAITS.lock().unwrap_or_else(|p| p.into_inner());
         FREED.notify_all();
     }
@@ -295,7 +301,7 @@ pub fn touch() {
 /// kept until [`end_group`].
 pub fn begin_group() {
     MINE.with(|m| m.borrow_mut().in_group = true);
-    TOKEN.with(|t| t.set(t.get() | IN_GROUP));
+    set_token(token() | IN_GROUP);
 }
 
 /// This thread's NCCL group ended: the turns it kept are given back.
@@ -303,7 +309,7 @@ pub fn end_group() {
     let _ = MINE.try_with(|m| {
         let mut m = m.borrow_mut();
         m.in_group = false;
-        TOKEN.with(|t| t.set(t.get() & !IN_GROUP));
+        set_token(token() & !IN_GROUP);
         for l in m.kept.drain(..) {
             release(&l);
         }

@@ -18,6 +18,7 @@ use std::sync::OnceLock;
 use cudarc::driver::sys;
 
 use crate::error::{Error, Result};
+use crate::hot::PROCESS;
 use crate::types::Space;
 
 /// Facts about the CUDA driver of this process.
@@ -77,20 +78,51 @@ unsafe impl Sync for Primary {}
 
 static PRIMARY: OnceLock<Vec<OnceLock<std::result::Result<Primary, String>>>> = OnceLock::new();
 
-/// The primary contexts of the first devices once retained (every gpuwire call on a device
-/// looks its context up: [`CtxGuard::enter`]).
-static PRIMARY_FAST: [std::sync::atomic::AtomicPtr<sys::CUctx_st>; 16] = [const { std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()) }; 16];
+/// The primary contexts of devices 5 to 15 once retained (every gpuwire call on a device looks
+/// its context up: [`CtxGuard::enter`]); those of devices 0 to 4 are in `hot::PROCESS`.
+static PRIMARY_FAST: [std::sync::atomic::AtomicPtr<()>; 16] = [const { std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()) }; 16];
+
+/// Where the primary context of `device` is kept once retained, if it has a place.
+#[inline]
+fn primary_fast(device: i32) -> Option<&'static std::sync::atomic::AtomicPtr<()>> {
+    let d = usize::try_from(device).ok()?;
+    PROCESS.primary.get(d).or_else(|| PRIMARY_FAST.get(d))
+}
 
 /// The primary context of `device` (retained once for the life of the process).
 #[inline]
 pub fn primary_context(device: i32) -> Result<sys::CUcontext> {
-    if let Some(fast) = usize::try_from(device).ok().and_then(|d| PRIMARY_FAST.get(d)) {
+    if let Some(fast) = primary_fast(device) {
         let ctx = fast.load(std::sync::atomic::Ordering::Acquire);
         if !ctx.is_null() {
-            return Ok(ctx);
+            return Ok(ctx.cast());
         }
     }
     primary_context_slow(device)
+}
+
+type CtxGetCurrent = unsafe extern "C" fn(*mut sys::CUcontext) -> sys::CUresult;
+
+/// cuCtxGetCurrent through the pointer kept in `hot::PROCESS` (cudarc's wrapper reads a
+/// `OnceLock` of its own, another cache line per call), resolved by `primary_context_slow`.
+#[inline]
+fn ctx_get_current(cur: &mut sys::CUcontext) -> sys::CUresult {
+    let f = PROCESS.ctx_get_current.load(std::sync::atomic::Ordering::Acquire);
+    if f.is_null() {
+        // SAFETY: writes one handle.
+        return unsafe { sys::cuCtxGetCurrent(cur) };
+    }
+    // SAFETY: `f` is the driver's cuCtxGetCurrent (`resolve_ctx_get_current`); it writes one
+    // handle.
+    unsafe { std::mem::transmute::<*mut (), CtxGetCurrent>(f)(cur) }
+}
+
+/// Keeps the driver's cuCtxGetCurrent for [`ctx_get_current`] (once the driver is loaded).
+fn resolve_ctx_get_current() {
+    // SAFETY: the driver is loaded (`cuda` succeeded); the symbol has cuCtxGetCurrent's type.
+    if let Ok(f) = unsafe { sys::culib().get::<CtxGetCurrent>(b"cuCtxGetCurrent\0") } {
+        PROCESS.ctx_get_current.store(*f as *mut (), std::sync::atomic::Ordering::Release);
+    }
 }
 
 #[cold]
@@ -112,8 +144,9 @@ fn primary_context_slow(device: i32) -> Result<sys::CUcontext> {
         Ok(Primary(ctx))
     });
     let ctx = slot.as_ref().map(|p| p.0).map_err(|m| Error::Cuda(m.clone()))?;
-    if let Some(fast) = PRIMARY_FAST.get(device as usize) {
-        fast.store(ctx, std::sync::atomic::Ordering::Release);
+    resolve_ctx_get_current();
+    if let Some(fast) = primary_fast(device) {
+        fast.store(ctx.cast(), std::sync::atomic::Ordering::Release);
     }
     Ok(ctx)
 }
@@ -143,8 +176,7 @@ impl CtxGuard {
     pub fn enter(device: i32) -> Result<CtxGuard> {
         let ctx = primary_context(device)?;
         let mut cur: sys::CUcontext = std::ptr::null_mut();
-        // SAFETY: writes one handle.
-        check(unsafe { sys::cuCtxGetCurrent(&mut cur) }, "cuCtxGetCurrent")?;
+        check(ctx_get_current(&mut cur), "cuCtxGetCurrent")?;
         if cur == ctx {
             return Ok(CtxGuard { pushed: false });
         }
@@ -225,8 +257,8 @@ impl CudaAlloc {
 /// cuMemFree and cuMemFreeHost synchronize the device, and a caller's stream may be waiting for
 /// the very thread that frees (`crate::engine`).
 static GRAVEYARD: std::sync::Mutex<Vec<CudaAlloc>> = std::sync::Mutex::new(Vec::new());
-/// Whether GRAVEYARD may hold something (read without its lock on every call).
-static DEAD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+// Whether GRAVEYARD may hold something (read without its lock on every call):
+// `hot::PROCESS.device_dead`.
 
 thread_local! {
     static DEFER_FREES: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
@@ -239,12 +271,12 @@ pub fn defer_frees_on_this_thread() {
 
 /// Whether allocations wait in the graveyard (`free_deferred`); one atomic load.
 pub fn has_deferred() -> bool {
-    DEAD.load(std::sync::atomic::Ordering::Acquire)
+    PROCESS.device_dead.load(std::sync::atomic::Ordering::Acquire)
 }
 
 /// Frees the allocations deferred so far (call when no stream waits on engine work).
 pub fn free_deferred() {
-    if !DEAD.swap(false, std::sync::atomic::Ordering::AcqRel) {
+    if !PROCESS.device_dead.swap(false, std::sync::atomic::Ordering::AcqRel) {
         return;
     }
     let dead: Vec<CudaAlloc> = std::mem::take(&mut *GRAVEYARD.lock().unwrap_or_else(|p| p.into_inner()));
@@ -259,7 +291,7 @@ impl Drop for CudaAlloc {
             let a = CudaAlloc { ptr: self.ptr, bytes: self.bytes, device: self.device, space: self.space };
             self.ptr = 0;
             GRAVEYARD.lock().unwrap_or_else(|p| p.into_inner()).push(a);
-            DEAD.store(true, std::sync::atomic::Ordering::Release);
+            PROCESS.device_dead.store(true, std::sync::atomic::Ordering::Release);
             return;
         }
         if self.ptr == 0 {

@@ -49,23 +49,34 @@ pub fn last_error() -> String {
 
 /// Runs an exported function's body: `Ok` is GPUWIRE_SUCCESS; an error becomes its code and the
 /// thread's last error "function: message"; a panic becomes GPUWIRE_ERROR_INTERNAL.
+/// The error and panic cases are out of line: their locals would otherwise widen every
+/// exported function's frame, whose lines a call reads again after an NCCL launch (`crate::hot`).
+#[inline]
 pub fn call(name: &'static str, f: impl FnOnce() -> Result<()>) -> Status {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => Status::GPUWIRE_SUCCESS,
-        Ok(Err(e)) => {
-            set_last_error(format!("{name}: {e}"));
-            e.status()
-        }
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            set_last_error(format!("{name}: internal error (a bug in gpuwire, please report it): {what}"));
-            Status::GPUWIRE_ERROR_INTERNAL
-        }
+        Ok(Err(e)) => failed(name, e),
+        Err(panic) => panicked(name, panic),
     }
+}
+
+#[cold]
+#[inline(never)]
+fn failed(name: &'static str, e: Error) -> Status {
+    set_last_error(format!("{name}: {e}"));
+    e.status()
+}
+
+#[cold]
+#[inline(never)]
+fn panicked(name: &'static str, panic: Box<dyn std::any::Any + Send>) -> Status {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into());
+    set_last_error(format!("{name}: internal error (a bug in gpuwire, please report it): {what}"));
+    Status::GPUWIRE_ERROR_INTERNAL
 }
 
 /// Fails with GPUWIRE_ERROR_NULL_ARGUMENT naming `arg` when `p` is NULL.

@@ -19,6 +19,7 @@ use crate::group::submit as issue;
 use crate::buffer::Buffer;
 use crate::comm::Communicator;
 use crate::op::Op;
+use crate::pin::Borrowed;
 use crate::ops::Layout;
 use crate::request::{REQUESTS, Request};
 use crate::types::ReduceOp;
@@ -855,13 +856,20 @@ pub extern "C" fn gpuwire_allreduce(
                 return done;
             }
         }
-        collective(
-            &c,
-            "allreduce",
-            || Ok((s?.to_arc(), r?.to_arc(), op?)),
-            |(s, r, op)| issue(&c, Op::Allreduce { send: s, recv: r, op }, st(stream), false).map(|_| ()),
-        )
+        allreduce_general(&c, s, r, op, st(stream))
     })
+}
+
+/// `gpuwire_allreduce`'s general path, out of line: its locals stay out of the frame that the
+/// lean path's launch returns to (each of that frame's lines is read again after a launch).
+#[inline(never)]
+fn allreduce_general(c: &Arc<Communicator>, s: Result<Borrowed<'_, Buffer>>, r: Result<Borrowed<'_, Buffer>>, op: Result<ReduceOp>, stream: Stream) -> Result<()> {
+    collective(
+        c,
+        "allreduce",
+        || Ok((s?.to_arc(), r?.to_arc(), op?)),
+        |(s, r, op)| issue(c, Op::Allreduce { send: s, recv: r, op }, stream, false).map(|_| ()),
+    )
 }
 
 /// Gathers every rank's `sendbuf` (n elements, the same n on every rank) into every rank's

@@ -1,0 +1,79 @@
+//! The words that every call reads, of the process and of the calling thread, each set packed
+//! in one cache line (issue 19).
+//!
+//! A real NCCL launch (the driver, the kernel's arguments), and any long wait, leaves the CPU's
+//! caches full of other data: each line a call reads after it comes from further away, about
+//! 3 ns or more (docs/PERFORMANCE.md, "24th session" and "25th session"; `bash
+//! scripts/null-device.sh cold` counts them). Statics of their own modules, these words lay in as
+//! many lines as modules, wherever the linker put them; here the process's lie in one 64-byte
+//! line ([`PROCESS`]) and the thread's in one more ([`with_thread`]).
+//!
+//! Each word belongs to the module its doc names, which alone writes it and reads it through
+//! its own functions (`runtime::ensure_ready`, `op::tracing`, `turn`, ...): this module only
+//! lays them out, and imports nothing (no circle).
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicUsize};
+
+/// The process's per-call words (see the module doc). 64 bytes, aligned to a cache line.
+#[repr(C, align(64))]
+pub(crate) struct Process {
+    /// `runtime`: its state (UNINIT, READY, FINALIZED).
+    pub(crate) state: AtomicU8,
+    /// `runtime`: MPI_Finalize has begun (set by MPI itself).
+    pub(crate) mpi_gone: AtomicBool,
+    /// `runtime`: only MPI's main thread may call gpuwire (MPI_THREAD_FUNNELED or SINGLE).
+    pub(crate) main_only: AtomicBool,
+    /// `op::tracing`: GPUWIRE_TRACE, 0 until read, then 1 (off) or 2 (on).
+    pub(crate) tracing: AtomicU8,
+    /// `engine::host_sync`: GPUWIRE_HOST_SYNC, as `tracing`.
+    pub(crate) host_sync: AtomicU8,
+    /// `device`: whether allocations that engine threads dropped wait to be freed.
+    pub(crate) device_dead: AtomicBool,
+    /// `backend::turn`: how many threads wait for a turn (a release signals only where some do).
+    pub(crate) turn_waiting: AtomicUsize,
+    /// `device`: the driver's cuCtxGetCurrent (null until resolved).
+    pub(crate) ctx_get_current: AtomicPtr<()>,
+    /// `device`: the primary contexts of devices 0 to 4 once retained (null until then).
+    pub(crate) primary: [AtomicPtr<()>; 5],
+}
+
+const _: () = assert!(std::mem::size_of::<Process>() == 64);
+
+pub(crate) static PROCESS: Process = Process {
+    state: AtomicU8::new(0),
+    mpi_gone: AtomicBool::new(false),
+    main_only: AtomicBool::new(false),
+    tracing: AtomicU8::new(0),
+    host_sync: AtomicU8::new(0),
+    device_dead: AtomicBool::new(false),
+    turn_waiting: AtomicUsize::new(0),
+    ctx_get_current: AtomicPtr::new(std::ptr::null_mut()),
+    primary: [const { AtomicPtr::new(std::ptr::null_mut()) }; 5],
+};
+
+/// The calling thread's per-call words (see the module doc); no destructor, so reachable
+/// until the thread's end (after its other thread-locals are destroyed too).
+#[repr(C, align(32))]
+pub(crate) struct Thread {
+    /// `comm`: this thread's number for `Communicator::busy` (0 until its first use).
+    pub(crate) comm_id: Cell<u64>,
+    /// `backend::turn`: the thread's turn token, with the in-group bit (0 until its first use).
+    pub(crate) turn_token: Cell<usize>,
+    /// `pin`: this thread's pin record (null until claimed, and again once given back).
+    pub(crate) pin_record: Cell<*const ()>,
+    /// `group`: whether this thread is inside a group.
+    pub(crate) group_open: Cell<bool>,
+}
+
+thread_local! {
+    static THREAD: Thread = const {
+        Thread { comm_id: Cell::new(0), turn_token: Cell::new(0), pin_record: Cell::new(std::ptr::null()), group_open: Cell::new(false) }
+    };
+}
+
+/// `f` of the calling thread's words.
+#[inline(always)]
+pub(crate) fn with_thread<R>(f: impl FnOnce(&Thread) -> R) -> R {
+    THREAD.with(f)
+}
