@@ -84,12 +84,13 @@ pub struct Communicator {
     /// receives (agreed at creation, the same on every rank: `progress::collectives_must_progress`,
     /// MPI_THREAD_SERIALIZED).
     pub(crate) nb_coll: bool,
+    /// Its backend and device first, in the second line (`Choice`'s layout).
+    pub(crate) choice: Choice,
     pub(crate) node: RawComm,
     pub(crate) local_rank: i32,
     pub(crate) local_size: i32,
     /// The number of nodes the ranks are on (of MPI_Comm_split_type SHARED).
     pub(crate) nodes: i32,
-    pub(crate) choice: Choice,
     /// The duplicate that carries gpuwire's own messages on behalf of this communicator.
     pub(crate) internal: Mutex<Option<Arc<Communicator>>>,
     /// The handle that created the communicator made (0 until registered): gpuwire_comm_free of
@@ -137,13 +138,15 @@ impl Broken {
     }
 }
 
-/// The backend chosen for a communicator's device buffers, its device, and why.
+/// The backend chosen for a communicator's device buffers, its device, and why. In order: the
+/// words calls read first (`Communicator`'s layout).
 #[derive(Clone, Debug)]
+#[repr(C)]
 pub struct Choice {
     pub kind: BackendKind,
-    pub reason: String,
     /// CUDA device of this rank, or -1.
     pub device: i32,
+    pub reason: String,
     /// The routing table of the backend, in words (`backend::routing_table`; describe).
     pub routing: String,
 }
@@ -176,9 +179,11 @@ impl BackendState {
         Some(unsafe { &*(&**v as *const (dyn Any + Send + Sync)).cast::<T>() })
     }
     /// Sets the value of type `T` (replacing one set before).
+    /// The value set last is found first: a backend sets its own state (the one its every
+    /// call looks up) after the shared ones.
     pub fn set<T: Any + Send + Sync>(&mut self, v: T) {
         drop(self.take::<T>());
-        self.0.push((std::any::TypeId::of::<T>(), Box::new(v)));
+        self.0.insert(0, (std::any::TypeId::of::<T>(), Box::new(v)));
     }
     /// Takes the value of type `T` out, if set.
     pub fn take<T: Any>(&mut self) -> Option<T> {
@@ -260,10 +265,21 @@ pub struct CallGuard<'a> {
 }
 
 impl Drop for CallGuard<'_> {
+    #[inline]
     fn drop(&mut self) {
         if self.release {
             self.c.busy.store(0, Ordering::Release);
         }
+        if self.clear_deadline || self.clear_unbounded {
+            self.clear_thread();
+        }
+    }
+}
+
+impl CallGuard<'_> {
+    #[cold]
+    #[inline(never)]
+    fn clear_thread(&self) {
         if self.clear_deadline {
             DEADLINE.with(|d| d.set(None));
         }
@@ -448,6 +464,7 @@ impl Communicator {
     /// With a timeout configured, the call's deadline starts here (unless this thread is already
     /// inside a call that has one): every MPI step of the call shares it (`wait_mpi`). A
     /// collective first waits for what the communicator's engine has queued.
+    #[inline]
     pub fn enter(&self, what: &str, collective: bool) -> Result<CallGuard<'_>> {
         self.ensure_usable()?;
         let mut release = false;
@@ -696,4 +713,34 @@ pub(crate) fn host_name() -> String {
     }
     let end = host.iter().position(|b| *b == 0).unwrap_or(host.len());
     String::from_utf8_lossy(&host[..end]).into_owned()
+}
+
+#[cfg(test)]
+mod layout_tests {
+    use super::{Choice, Communicator};
+    use std::mem::{align_of, offset_of};
+
+    /// What every call reads of a communicator lies in its first two cache lines (`crate::hot`
+    /// says why): the configuration (timeout, checking), the collective slot, the engine, the
+    /// broken flag's `Arc`, the backend state, the raw communicator, rank and size, the lean
+    /// flag, the backend and the device.
+    #[test]
+    fn per_call_fields_in_the_first_two_lines() {
+        assert_eq!(align_of::<Communicator>(), 64);
+        let end = |off: usize, len: usize| off + len;
+        for (what, last) in [
+            ("config", end(offset_of!(Communicator, config), std::mem::size_of::<crate::config::Config>())),
+            ("busy", end(offset_of!(Communicator, busy), 8)),
+            ("engine", end(offset_of!(Communicator, engine), 8)),
+            ("broken", end(offset_of!(Communicator, broken), 8)),
+            ("backend_state", end(offset_of!(Communicator, backend_state), 24)),
+            ("raw", end(offset_of!(Communicator, raw), std::mem::size_of::<crate::mpisys::RawComm>())),
+            ("size", end(offset_of!(Communicator, size), 4)),
+            ("lean", end(offset_of!(Communicator, lean), 1)),
+            ("choice.kind", end(offset_of!(Communicator, choice) + offset_of!(Choice, kind), 4)),
+            ("choice.device", end(offset_of!(Communicator, choice) + offset_of!(Choice, device), 4)),
+        ] {
+            assert!(last <= 128, "{what} ends at byte {last}");
+        }
+    }
 }

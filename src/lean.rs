@@ -1,5 +1,6 @@
 //! The lean paths (issue 19) of a blocking allreduce on host memory or on device memory that
-//! NCCL does, and of point-to-point calls on host memory (sendrecv, send, recv, isend, irecv):
+//! NCCL does, of point-to-point calls on host memory (sendrecv, send, recv, isend, irecv), and
+//! of blocking point-to-point calls on device memory that NCCL does (sendrecv, send, recv):
 //! what the general path comes down to in the common case, taken only where a few cheap tests
 //! show that the general path would do exactly that; otherwise the call takes the general path,
 //! unchanged.
@@ -50,6 +51,19 @@
 //! | `Op::run`: strided or subarray views packed and unpacked | tested: neither buffer has a shape |
 //! | `Op::run` → `Communicator::sendrecv`: `enter` (broken communicator, deadline), ranks, tags, wildcards, overlap, path, checking mode's header exchange | the same call |
 //! | `keep_if_abandoned`, and the asynchronous failure that broke the communicator reported instead of COMM_BROKEN | the same (`keep_slots_if_abandoned`, `issued_error`) |
+//!
+//! A blocking sendrecv, send or receive on device memory that NCCL does comes down to the same
+//! `Communicator` call (whose path is `NcclPath`), then `GPUWIRE_HOST_SYNC=1`'s wait:
+//!
+//! | general path (`group::submit` → `op::issue` → `issue_now` → `Op::run` → `Communicator::sendrecv`) | lean path ([`sendrecv`], [`send`], [`recv`] on device buffers) |
+//! |---|---|
+//! | `group::traced`; `group::submit_now` inside a group | tested: not tracing, no group open on this thread |
+//! | `op::issue`: `engine::free_dropped`; an asynchronous error returned, nothing done | done too; tested: none |
+//! | `issue_now`: `Op::nccl_native` (not GPUWIRE_P2P_MATCHING=mpi: `backend::mpi_matched_p2p`; `op::nccl_takes`: backend NCCL, every buffer device memory), else the stream-ordered MPI paths | tested: every buffer device memory, `nccl_takes`, not `mpi_matched_p2p`; a mixed call takes the general path |
+//! | `issue_now`: engine busy (`nothing_before`: `Engine::idle` for device memory) → queued behind its work and waited for | tested: engine idle |
+//! | `Op::run`: strided or subarray views packed and unpacked | tested: no buffer has a shape |
+//! | `Op::run` → `Communicator::sendrecv` (its checks, its path, NCCL's launch) | the same call |
+//! | `keep_if_abandoned`; `host_sync_after`; `issued_error` | the same |
 
 use std::sync::Arc;
 
@@ -92,15 +106,16 @@ pub fn allreduce(c: &Arc<Communicator>, send: &Arc<Buffer>, recv: &Arc<Buffer>, 
     }
     let input = crate::ops::allreduce_args(send, recv, op).ok()?;
     crate::engine::free_dropped();
-    let r = (|| {
-        let _call = c.enter("allreduce", true)?;
-        if on_host {
-            host::allreduce(c, Src::of(input), recv.ptr(), recv.count(), recv.dtype(), op, true)
-        } else {
-            NcclPath.allreduce(c, input, recv, op, stream)
-        }
-    })()
-    .inspect_err(|e| crate::op::keep_slots_if_abandoned([Some(send), Some(recv)], e));
+    // A block, not a closure, and `if let` for the failure: no frame or call of their own, whose
+    // stack lines a call reads again after an NCCL launch (`crate::hot`).
+    let r = match c.enter("allreduce", true) {
+        Ok(_call) if on_host => host::allreduce(c, Src::of(input), recv.ptr(), recv.count(), recv.dtype(), op, true),
+        Ok(_call) => NcclPath.allreduce(c, input, recv, op, stream),
+        Err(e) => Err(e),
+    };
+    if let Err(e) = &r {
+        crate::op::keep_slots_if_abandoned([Some(send), Some(recv)], e);
+    }
     let r = if on_host { r } else { r.and_then(|()| crate::op::host_sync_after(c, stream)) };
     Some(r.map_err(|e| crate::op::issued_error(c, e)))
 }
@@ -158,26 +173,60 @@ fn host_p2p_blocking(c: &Arc<Communicator>, slots: [Option<&Arc<Buffer>>; 2], ru
     }))
 }
 
+/// A blocking point-to-point call on the device buffers `slots` that NCCL does, on the lean
+/// path (the third table above): `run` (the `Communicator` call that `Op::run` makes) where the
+/// tests hold, else `None` (the caller then takes the general path); its error as the general
+/// path's.
+#[inline]
+fn nccl_p2p_blocking(c: &Arc<Communicator>, slots: [Option<&Arc<Buffer>>; 2], stream: Stream, run: impl FnOnce() -> Result<()>) -> Option<Result<()>> {
+    if crate::op::tracing() || crate::group::is_open() || slots.iter().flatten().any(|b| b.is_host() || b.shape().is_some()) {
+        return None;
+    }
+    if !crate::op::nccl_takes(c, slots) || crate::backend::mpi_matched_p2p(c) {
+        return None;
+    }
+    let eng = c.engine();
+    if !eng.idle() || eng.has_async_error() {
+        return None;
+    }
+    crate::engine::free_dropped();
+    let r = run();
+    if let Err(e) = &r {
+        crate::op::keep_slots_if_abandoned(slots, e);
+    }
+    Some(r.and_then(|()| crate::op::host_sync_after(c, stream)).map_err(|e| crate::op::issued_error(c, e)))
+}
+
+/// A blocking point-to-point call on the lean path: on host buffers ([`host_p2p_blocking`]) or
+/// on device buffers that NCCL does ([`nccl_p2p_blocking`]).
+#[inline]
+fn p2p_blocking(c: &Arc<Communicator>, slots: [Option<&Arc<Buffer>>; 2], stream: Stream, run: impl FnOnce() -> Result<()>) -> Option<Result<()>> {
+    match slots[0].is_some_and(|b| b.is_host()) {
+        true => host_p2p_blocking(c, slots, run),
+        false => nccl_p2p_blocking(c, slots, stream, run),
+    }
+}
+
 /// A blocking sendrecv of `send` to `dest` and into `recv` from `source` on `c`, on the lean
-/// path (see the second table above): `None` where one of its tests fails (the caller then
-/// takes the general path), else the call's result, as the general path's.
+/// path (see the second and third tables above): `None` where one of its tests fails (the
+/// caller then takes the general path), else the call's result, as the general path's.
 #[inline]
 #[allow(clippy::too_many_arguments)]
 pub fn sendrecv(c: &Arc<Communicator>, send: &Arc<Buffer>, dest: i32, sendtag: i32, recv: &Arc<Buffer>, source: i32, recvtag: i32, stream: Stream) -> Option<Result<()>> {
-    host_p2p_blocking(c, [Some(send), Some(recv)], || c.sendrecv(send, dest, sendtag, recv, source, recvtag, stream))
+    p2p_blocking(c, [Some(send), Some(recv)], stream, || c.sendrecv(send, dest, sendtag, recv, source, recvtag, stream))
 }
 
 /// A blocking send of `buf` to `dest` on the lean path, as [`sendrecv`] (`Communicator::send`).
 #[inline]
 pub fn send(c: &Arc<Communicator>, buf: &Arc<Buffer>, dest: i32, tag: i32, stream: Stream) -> Option<Result<()>> {
-    host_p2p_blocking(c, [Some(buf), None], || c.send(buf, dest, tag, stream))
+    p2p_blocking(c, [Some(buf), None], stream, || c.send(buf, dest, tag, stream))
 }
 
 /// A blocking receive into `buf` from `source` on the lean path, as [`sendrecv`]
 /// (`Communicator::recv`).
 #[inline]
 pub fn recv(c: &Arc<Communicator>, buf: &Arc<Buffer>, source: i32, tag: i32, stream: Stream) -> Option<Result<()>> {
-    host_p2p_blocking(c, [Some(buf), None], || c.recv(buf, source, tag, stream))
+    p2p_blocking(c, [Some(buf), None], stream, || c.recv(buf, source, tag, stream))
 }
 
 /// An isend of `buf` on the lean path, where `host_p2p_now(&c, &[&buf])` holds: started now, as

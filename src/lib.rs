@@ -17,7 +17,7 @@
 //! - [`comm`], [`buffer`], [`request`]: the objects behind the handles
 //! - [`darray`]: distributed arrays (a global array split over the ranks, host or device)
 //! - [`ops`]: validation, checking-mode agreement and dispatch of every operation
-//! - [`lean`]: the short path of a blocking allreduce (host memory or NCCL) and of point-to-point calls (host), where it is the same
+//! - [`lean`]: the short path of a blocking allreduce (host memory or NCCL) and of point-to-point calls (host; blocking ones on NCCL), where it is the same
 //! - [`backend`]: one module per data path, and the choice among them
 //! - [`device`]: CUDA through cudarc (dynamically loaded)
 //! - [`reduce`]: host-side elementwise reductions

@@ -98,6 +98,7 @@ fn recv_tag(t: i32) -> i32 {
     if is_any_tag(t) { ANY_TAG } else { t }
 }
 
+#[inline]
 fn same_dtype(what: &str, a: &Buffer, b: &Buffer) -> Result<Dtype> {
     if a.dtype() != b.dtype() {
         return Err(Error::DtypeMismatch(format!(

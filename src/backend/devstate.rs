@@ -194,12 +194,14 @@ impl Pool {
 
 /// Checks that a device-resident buffer lives on the communicator's device.
 pub fn check_device(c: &Communicator, b: &Buffer) -> Result<()> {
-    if !b.is_host() && b.device() != c.device() {
-        return Err(Error::InvalidArgument(format!(
-            "the buffer lives on CUDA device {} but this communicator uses device {}",
-            b.device(),
-            c.device()
-        )));
+    check_device_of(c.device(), b)
+}
+
+/// `check_device` on a communicator whose device is `device`.
+#[inline]
+pub fn check_device_of(device: i32, b: &Buffer) -> Result<()> {
+    if !b.is_host() && b.device() != device {
+        return Err(Error::InvalidArgument(format!("the buffer lives on CUDA device {} but this communicator uses device {device}", b.device())));
     }
     Ok(())
 }

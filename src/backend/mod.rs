@@ -89,8 +89,12 @@ impl Ops {
     }
 }
 
-/// What a backend does itself; the rest goes to its fallback.
+/// What a backend does itself; the rest goes to its fallback. In order: what [`decide`] reads
+/// first (`Backend`'s layout).
+#[repr(C)]
 pub(crate) struct Native {
+    /// The operations it does with host memory only, or with no buffer, too (else plain MPI).
+    pub host: OpSet,
     /// The operations it does on device memory.
     pub ops: Ops,
     /// The reductions (datatype, op) it does.
@@ -103,15 +107,19 @@ pub(crate) struct Native {
     /// also where the device rank's call goes to the fallback. Where not, checking mode compares
     /// the memory kinds (`Communicator::agree`) and refuses a mix on every rank.
     pub kinds_per_rank: bool,
-    /// The operations it does with host memory only, or with no buffer, too (else plain MPI).
-    pub host: OpSet,
     /// What goes to the fallback at the call, decided there by every rank together, in words.
     pub at_call: &'static str,
 }
 
-/// One backend.
+/// One backend. In order, aligned to a cache line: what every call's routing reads ([`entry`],
+/// [`decide`], [`route`]) in the entry's first two lines (`crate::hot`'s reason).
+#[repr(C, align(64))]
 pub(crate) struct Backend {
     pub kind: BackendKind,
+    path: &'static dyn Path,
+    /// What does, on the same communicator, what this one does not natively.
+    pub fallback: Option<Fallback>,
+    pub native: Native,
     /// Whether it can be used, with its words for the reason, or why not. Collective over the
     /// communicator when the agreed configuration may take this backend (so every rank calls
     /// it, whatever its own state).
@@ -133,10 +141,6 @@ pub(crate) struct Backend {
     /// settles now, at the collective free, what of its teardown waits for the other ranks,
     /// since the teardown itself comes later at a point of this rank alone.
     freed_while_held: fn(&Communicator),
-    path: &'static dyn Path,
-    pub native: Native,
-    /// What does, on the same communicator, what this one does not natively.
-    pub fallback: Option<Fallback>,
 }
 
 /// A backend's fallback: another backend of the same communicator, and the path that takes a

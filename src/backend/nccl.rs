@@ -1092,11 +1092,13 @@ struct Ctx<'a> {
     grouped: std::cell::Cell<Option<NcclComm>>,
 }
 
+#[inline]
 fn enter<'a>(c: &'a Communicator, bufs: &[Option<&Buffer>], stream: Stream) -> Result<Ctx<'a>> {
-    for b in bufs.iter().flatten() {
-        devstate::check_device(c, b)?;
-    }
     let st = state(c)?;
+    for b in bufs.iter().flatten() {
+        // The communicator's device, as the state keeps it (in the line that this call reads).
+        devstate::check_device_of(st.device, b)?;
+    }
     let g = CtxGuard::enter(st.device)?;
     st.close_group();
     // An aborted communicator (null) is refused by `Ctx::call`, under the lock it takes anyway.

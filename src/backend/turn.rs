@@ -280,6 +280,7 @@ pub fn engine_wait(owner: &Arc<AtomicUsize>) -> Result<Option<EngineWait>> {
 }
 
 /// Gives the turn of `owner` back (signalling only where some thread waits).
+#[inline]
 fn release(owner: &AtomicUsize) {
     owner.store(0, SeqCst);
     if crate::hot::PROCESS.turn_waiting.load(SeqCst) > 0 {

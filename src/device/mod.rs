@@ -173,6 +173,7 @@ pub struct CtxGuard {
 }
 
 impl CtxGuard {
+    #[inline]
     pub fn enter(device: i32) -> Result<CtxGuard> {
         let ctx = primary_context(device)?;
         let mut cur: sys::CUcontext = std::ptr::null_mut();

@@ -130,6 +130,7 @@ pub fn buffer_and_comm(b: u64, c: u64) -> Result<(Arc<Buffer>, Arc<Communicator>
 
 /// `comm_and_buffers` borrowed through `pin` (no reference counted: `crate::pin`), for the
 /// calls whose common case keeps none of them past the call; `pin` names the three handles.
+#[inline]
 pub fn comm_and_buffers_pinned<'p>(pin: &'p Pin, c: u64, a: u64, b: u64) -> Result<(Borrowed<'p, Communicator>, Result<Borrowed<'p, Buffer>>, Result<Borrowed<'p, Buffer>>)> {
     runtime::ensure_ready()?;
     let comm = COMMS.get_pinned(pin, c)?;
@@ -137,6 +138,7 @@ pub fn comm_and_buffers_pinned<'p>(pin: &'p Pin, c: u64, a: u64, b: u64) -> Resu
 }
 
 /// `buffer_and_comm` borrowed through `pin`, as `comm_and_buffers_pinned`.
+#[inline]
 pub fn buffer_and_comm_pinned(pin: &Pin, b: u64, c: u64) -> Result<(Borrowed<'_, Buffer>, Borrowed<'_, Communicator>)> {
     runtime::ensure_ready()?;
     let buf = BUFFERS.get_pinned(pin, b)?;

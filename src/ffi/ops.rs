@@ -849,14 +849,14 @@ pub extern "C" fn gpuwire_allreduce(
     call("gpuwire_allreduce", || {
         let pin = crate::pin::pin([comm, sendbuf, recvbuf]);
         let (c, s, r) = boundary::comm_and_buffers_pinned(&pin, comm, sendbuf, recvbuf)?;
-        let op = ReduceOp::from_c(op);
-        if let (Ok(s), Ok(r), Ok(op)) = (&s, &r, &op) {
+        match (s, r, ReduceOp::from_c(op)) {
             // The common case's short path, where it is the same as the general one (`lean`).
-            if let Some(done) = crate::lean::allreduce(&c, s, r, *op, st(stream)) {
-                return done;
-            }
+            (Ok(s), Ok(r), Ok(op)) => match crate::lean::allreduce(&c, &s, &r, op, st(stream)) {
+                Some(done) => done,
+                None => allreduce_general(&c, Ok(s), Ok(r), Ok(op), st(stream)),
+            },
+            (s, r, op) => allreduce_general(&c, s, r, op, st(stream)),
         }
-        allreduce_general(&c, s, r, op, st(stream))
     })
 }
 
