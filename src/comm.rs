@@ -428,7 +428,7 @@ impl Communicator {
     /// Fails if an earlier timeout or abort broke this communicator.
     #[inline]
     pub fn ensure_usable(&self) -> Result<()> {
-        runtime::ensure_ready()?;
+        runtime::check_ready()?;
         if self.is_broken() {
             return self.broken_error();
         }

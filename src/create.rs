@@ -123,7 +123,7 @@ impl Drop for Owned {
 impl Communicator {
     /// Collective over `parent`: duplicates it and builds a communicator.
     pub fn create(parent: MPI_Comm, config: Result<Config>) -> Result<Communicator> {
-        runtime::ensure_ready()?;
+        runtime::check_ready()?;
         if parent == mpisys::comm_null() {
             return Err(Error::InvalidArgument("the MPI communicator is MPI_COMM_NULL (or an invalid Fortran handle)".into()));
         }

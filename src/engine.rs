@@ -202,7 +202,7 @@ pub struct Engine {
     /// The first failure of an operation that nobody waits for, until reported.
     async_error: Mutex<Option<Error>>,
     /// The communicator's NCCL turn, where it has one (`crate::backend::turn`).
-    turn: std::sync::OnceLock<Arc<AtomicUsize>>,
+    turn: std::sync::OnceLock<Arc<crate::backend::turn::Word>>,
     /// Operations started by jobs and completed here ([`Engine::watch`]).
     watched: Mutex<Vec<Watched>>,
 }
@@ -230,7 +230,7 @@ impl Engine {
     }
 
     /// The communicator's NCCL turn (set once, at the NCCL backend's setup).
-    pub fn set_turn(&self, turn: Arc<AtomicUsize>) {
+    pub fn set_turn(&self, turn: Arc<crate::backend::turn::Word>) {
         let _ = self.turn.set(turn);
     }
 

@@ -9,13 +9,15 @@
 //! line ([`PROCESS`]) and the thread's in one more ([`with_thread`]).
 //!
 //! Each word belongs to the module its doc names, which alone writes it and reads it through
-//! its own functions (`runtime::ensure_ready`, `op::tracing`, `turn`, ...): this module only
-//! lays them out, and imports nothing (no circle).
+//! its own functions (`runtime::ensure_ready`, `op::tracing`, `mpisys::any_source`, ...): this
+//! module only lays them out, and imports nothing (no circle). The process's words are written
+//! once (at init, at their first read) or where they change, rarely: a write takes the line
+//! from every other core, and every call on every thread reads it.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU8};
 
-/// The process's per-call words (see the module doc). 64 bytes, aligned to a cache line.
+/// The process's per-call words (see the module doc). At most 64 bytes, aligned to a cache line.
 #[repr(C, align(64))]
 pub(crate) struct Process {
     /// `runtime`: its state (UNINIT, READY, FINALIZED).
@@ -30,15 +32,15 @@ pub(crate) struct Process {
     pub(crate) host_sync: AtomicU8,
     /// `device`: whether allocations that engine threads dropped wait to be freed.
     pub(crate) device_dead: AtomicBool,
-    /// `backend::turn`: how many threads wait for a turn (a release signals only where some do).
-    pub(crate) turn_waiting: AtomicUsize,
+    /// `runtime`: MPI_TAG_UB (set by `runtime::init`).
+    pub(crate) tag_ub: AtomicI32,
+    /// `mpisys`: this MPI's MPI_PROC_NULL, MPI_ANY_SOURCE and MPI_ANY_TAG (`i32::MIN` until read).
+    pub(crate) mpi_constants: [AtomicI32; 3],
     /// `device`: the driver's cuCtxGetCurrent (null until resolved).
     pub(crate) ctx_get_current: AtomicPtr<()>,
-    /// `device`: the primary contexts of devices 0 to 4 once retained (null until then).
-    pub(crate) primary: [AtomicPtr<()>; 5],
 }
 
-const _: () = assert!(std::mem::size_of::<Process>() == 64);
+const _: () = assert!(std::mem::size_of::<Process>() <= 64 && std::mem::align_of::<Process>() == 64);
 
 pub(crate) static PROCESS: Process = Process {
     state: AtomicU8::new(0),
@@ -47,9 +49,9 @@ pub(crate) static PROCESS: Process = Process {
     tracing: AtomicU8::new(0),
     host_sync: AtomicU8::new(0),
     device_dead: AtomicBool::new(false),
-    turn_waiting: AtomicUsize::new(0),
+    tag_ub: AtomicI32::new(0),
+    mpi_constants: [const { AtomicI32::new(i32::MIN) }; 3],
     ctx_get_current: AtomicPtr::new(std::ptr::null_mut()),
-    primary: [const { AtomicPtr::new(std::ptr::null_mut()) }; 5],
 };
 
 /// The calling thread's per-call words (see the module doc); no destructor, so reachable

@@ -94,19 +94,38 @@ pub fn request_null() -> MPI_Request {
     unsafe { sys::RSMPI_REQUEST_NULL }
 }
 
+/// `read()` kept in `hot::PROCESS.mpi_constants[i]` once read: every point-to-point call
+/// compares its ranks and tags with these, which then lie in the line of the process's other
+/// per-call words (`crate::hot`) instead of the MPI shim's data.
+#[inline]
+fn constant(i: usize, read: fn() -> c_int) -> c_int {
+    let w = &crate::hot::PROCESS.mpi_constants[i];
+    match w.load(std::sync::atomic::Ordering::Relaxed) {
+        i32::MIN => {
+            let v = read();
+            w.store(v, std::sync::atomic::Ordering::Relaxed);
+            v
+        }
+        v => v,
+    }
+}
+
+#[inline]
 pub fn proc_null() -> c_int {
     // SAFETY: as above.
-    unsafe { sys::RSMPI_PROC_NULL }
+    constant(0, || unsafe { sys::RSMPI_PROC_NULL })
 }
 
+#[inline]
 pub fn any_source() -> c_int {
     // SAFETY: as above.
-    unsafe { sys::RSMPI_ANY_SOURCE }
+    constant(1, || unsafe { sys::RSMPI_ANY_SOURCE })
 }
 
+#[inline]
 pub fn any_tag() -> c_int {
     // SAFETY: as above.
-    unsafe { sys::RSMPI_ANY_TAG }
+    constant(2, || unsafe { sys::RSMPI_ANY_TAG })
 }
 
 pub fn undefined() -> c_int {

@@ -289,7 +289,8 @@ impl Communicator {
 
     #[inline]
     pub(crate) fn check_tag(&self, what: &str, tag: i32) -> Result<()> {
-        let ub = runtime::ensure_ready()?.tag_ub;
+        runtime::check_ready()?;
+        let ub = runtime::tag_ub();
         if (0..=ub).contains(&tag) {
             return Ok(());
         }

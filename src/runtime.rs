@@ -164,6 +164,13 @@ pub fn ensure_ready() -> Result<&'static RuntimeInfo> {
     ensure_ready_slow()
 }
 
+/// MPI_TAG_UB, once `ensure_ready` or `check_ready` succeeded (`RuntimeInfo::tag_ub`, kept in
+/// `hot::PROCESS`).
+#[inline]
+pub fn tag_ub() -> i32 {
+    PROCESS.tag_ub.load(Ordering::Relaxed)
+}
+
 /// `ensure_ready` for a caller that needs no `RuntimeInfo`: its common case reads one cache
 /// line (`hot::PROCESS`), not `INFO`'s too.
 #[inline]
@@ -309,6 +316,7 @@ pub fn init() -> Result<()> {
         .flat_map(|d| ReduceOp::ALL.iter().filter(|o| info.own[*d as usize][**o as usize]).map(move |o| format!("{} {}", d.name(), o.name())))
         .collect();
     crate::trace!("init: gpuwire's own MPI operations for {} (the MPI's own differ from gpuwire's semantics); in-place reduce at a non-zero root {}", if replaced.is_empty() { "none".into() } else { replaced.join(", ") }, if info.reduce_in_place_root_broken { "avoided (MPICH before 4.1)" } else { "passed to MPI" });
+    PROCESS.tag_ub.store(info.tag_ub, Ordering::Relaxed);
     INFO.set(info).map_err(|_| Error::Internal("runtime info set twice".into()))?;
     PROCESS.state.store(READY, Ordering::Release);
     Ok(())

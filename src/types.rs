@@ -281,7 +281,7 @@ impl Dtype {
         const LOG2: u64 = {
             let (mut v, mut i) = (0u64, 0);
             while i < Dtype::ALL.len() {
-                assert!(Dtype::ALL[i] as usize == i);
+                assert!(Dtype::ALL[i] as usize == i && Dtype::ALL[i].size_by_match().is_power_of_two());
                 v |= (Dtype::ALL[i].size_by_match().trailing_zeros() as u64) << (4 * i);
                 i += 1;
             }

@@ -486,6 +486,8 @@ pub struct NcclState {
     turn: TurnLock,
     /// libnccl's entry points (loaded before the state is made).
     api: &'static Api,
+    /// The primary context of `device` (retained for the life of the process).
+    ctx: cudarc::driver::sys::CUcontext,
     device: i32,
     /// Made by ncclCommInitRankConfig with `blocking = 0`.
     nonblocking: bool,
@@ -505,7 +507,8 @@ static ABORTS_PENDING: std::sync::atomic::AtomicUsize = std::sync::atomic::Atomi
 
 // SAFETY: the NCCL communicator is used by the thread that has the turn (NCCL allows one thread
 // at a time), and polled for asynchronous errors (which NCCL allows from any thread) under
-// `comm_lock`.
+// `comm_lock`; `ctx`, a primary context retained for the life of the process, may be made
+// current on any thread.
 unsafe impl Send for NcclState {}
 unsafe impl Sync for NcclState {}
 
@@ -578,7 +581,7 @@ impl NcclState {
     pub fn new(c: &Communicator, device: i32) -> Result<NcclState> {
         // Any rank's failure before the bootstrap (libnccl, GPUWIRE_NCCL_INIT_TIMEOUT, its device) is
         // every rank's, so no rank waits in it alone.
-        let (api, timeout, ctx) = (api(), init_timeout(c.config().timeout), CtxGuard::enter(device));
+        let (api, timeout, ctx) = (api(), init_timeout(c.config().timeout), crate::device::primary_context(device).and_then(|p| CtxGuard::enter_primary(p).map(|g| (p, g))));
         let mut id = UniqueId { internal: [0; 128] };
         let got = match (&api, &timeout, &ctx) {
             (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => Err(e.clone()),
@@ -587,7 +590,7 @@ impl NcclState {
             _ => Ok(()),
         };
         c.agree_on_result(got, "making the NCCL unique id")?;
-        let (api, timeout, _g) = (api?, timeout?, ctx?);
+        let (api, timeout, (primary, _g)) = (api?, timeout?, ctx?);
         // SAFETY: 128 bytes from rank 0 to all.
         mpisys::check(
             unsafe { sys::MPI_Bcast(id.internal.as_mut_ptr().cast(), 128, sys::RSMPI_UINT8_T, 0, c.raw()) },
@@ -609,6 +612,7 @@ impl NcclState {
             comm: std::sync::atomic::AtomicPtr::new(comm),
             comm_lock: Mutex::new(()),
             api,
+            ctx: primary,
             device,
             nonblocking,
             open: Mutex::new(Posted { posts: Vec::new(), groups: Vec::new() }),
@@ -1099,7 +1103,7 @@ fn enter<'a>(c: &'a Communicator, bufs: &[Option<&Buffer>], stream: Stream) -> R
         // The communicator's device, as the state keeps it (in the line that this call reads).
         devstate::check_device_of(st.device, b)?;
     }
-    let g = CtxGuard::enter(st.device)?;
+    let g = CtxGuard::enter_primary(st.ctx)?;
     st.close_group();
     // An aborted communicator (null) is refused by `Ctx::call`, under the lock it takes anyway.
     Ok(Ctx { c, st, api: st.api, stream, _g: g, grouped: std::cell::Cell::new(None) })

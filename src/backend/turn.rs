@@ -26,7 +26,25 @@ use crate::error::{Error, Result};
 /// groups that keep it (a communicator freed inside a group leaves nothing dangling).
 #[derive(Debug, Default)]
 pub struct TurnLock {
-    owner: Arc<AtomicUsize>,
+    owner: Arc<Word>,
+}
+
+/// A turn's word: the token of the thread that has it (0: none; it derefs to this word), and
+/// how many threads wait for it, in one allocation: a release reads both, one cache line
+/// (`crate::hot`'s reason), and a wait writes nothing that other communicators' calls read.
+#[derive(Debug, Default)]
+#[repr(C)]
+pub struct Word {
+    owner: AtomicUsize,
+    /// Threads waiting for this turn ([`wait_for`]): a release signals only where some do.
+    waiting: AtomicUsize,
+}
+
+impl std::ops::Deref for Word {
+    type Target = AtomicUsize;
+    fn deref(&self) -> &AtomicUsize {
+        &self.owner
+    }
 }
 
 /// This thread's token and the turns it keeps until its group's end.
@@ -34,7 +52,7 @@ struct Mine {
     token: usize,
     /// Inside a group: turns taken are kept until [`end_group`].
     in_group: bool,
-    kept: Vec<Arc<AtomicUsize>>,
+    kept: Vec<Arc<Word>>,
 }
 
 impl Drop for Mine {
@@ -73,12 +91,11 @@ const ABORTING: usize = 2;
 /// The threads waiting for a turn, and which (thread token, lock address): what [`wait_for`]
 /// follows to refuse a cycle. Its lock also orders the signal of a release.
 static WAITS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
-// How many threads wait: `hot::PROCESS.turn_waiting` (every release reads it).
 static FREED: Condvar = Condvar::new();
 
 /// A turn taken for one call, given back when dropped (inside a group: kept to its end).
 pub struct Turn {
-    lock: *const AtomicUsize,
+    lock: *const Word,
 }
 
 impl Drop for Turn {
@@ -152,7 +169,7 @@ impl TurnLock {
     }
 
     /// The turn's word, for the communicator's engine (`Engine::set_turn`).
-    pub fn share(&self) -> Arc<AtomicUsize> {
+    pub fn share(&self) -> Arc<Word> {
         self.owner.clone()
     }
 }
@@ -179,7 +196,7 @@ pub enum ForAbort {
 /// free or this thread's outside a group, after another thread's call outside a group (up to
 /// `patience`); never while a group keeps it (the group's end must abort it after its NCCL
 /// group: NCCL's communicators take one thread at a time, and an abort frees the communicator).
-fn abort_turn(owner: &AtomicUsize, patience: Duration) -> ForAbort {
+fn abort_turn(owner: &Word, patience: Duration) -> ForAbort {
     let me = token() & !IN_GROUP;
     let t0 = std::time::Instant::now();
     loop {
@@ -208,7 +225,7 @@ fn closes_cycle(w: &[(usize, usize)], owner: &AtomicUsize, me: usize) -> bool {
         let Some(&(_, other)) = w.iter().find(|(t, _)| *t == holder && holder != 0) else { return false };
         // SAFETY: a turn some thread waits for is alive while its entry is listed (the waiter
         // removes it under this mutex before its call returns).
-        holder = unsafe { &*(other as *const AtomicUsize) }.load(SeqCst) & !KEPT;
+        holder = unsafe { &*(other as *const Word) }.load(SeqCst) & !KEPT;
         if holder == me {
             return true;
         }
@@ -226,17 +243,17 @@ fn cycle_refused() -> Error {
 #[cold]
 #[inline(never)]
 fn wait_for(lock: &TurnLock, me: usize) -> Result<()> {
-    let addr = &*lock.owner as *const AtomicUsize as usize;
+    let addr = &*lock.owner as *const Word as usize;
     let mut w = WAITS.lock().unwrap_or_else(|p| p.into_inner());
     if closes_cycle(&w, &lock.owner, me) {
         return Err(cycle_refused());
     }
     w.push((me, addr));
-    crate::hot::PROCESS.turn_waiting.fetch_add(1, SeqCst);
+    lock.owner.waiting.fetch_add(1, SeqCst);
     while lock.owner.compare_exchange(0, me, SeqCst, Relaxed).is_err() {
         w = FREED.wait_timeout(w, Duration::from_millis(1)).unwrap_or_else(|p| p.into_inner()).0;
     }
-    crate::hot::PROCESS.turn_waiting.fetch_sub(1, SeqCst);
+    lock.owner.waiting.fetch_sub(1, SeqCst);
     if let Some(i) = w.iter().position(|&(t, l)| t == me && l == addr) {
         w.swap_remove(i);
     }
@@ -267,23 +284,23 @@ impl Drop for EngineWait {
 /// third thread's calls are queued on both engines would otherwise wait for each other for
 /// ever; else listed until the returned guard is dropped (`None`: this thread keeps no turns,
 /// so nobody can be waiting for it).
-pub fn engine_wait(owner: &Arc<AtomicUsize>) -> Result<Option<EngineWait>> {
+pub fn engine_wait(owner: &Arc<Word>) -> Result<Option<EngineWait>> {
     let me = MINE.try_with(|m| m.try_borrow().ok().filter(|m| !m.kept.is_empty()).map(|m| m.token)).ok().flatten();
     let Some(me) = me else { return Ok(None) };
     let mut w = WAITS.lock().unwrap_or_else(|p| p.into_inner());
     if closes_cycle(&w, owner, me) {
         return Err(cycle_refused());
     }
-    let addr = &**owner as *const AtomicUsize as usize;
+    let addr = &**owner as *const Word as usize;
     w.push((me, addr));
     Ok(Some(EngineWait { me, addr }))
 }
 
 /// Gives the turn of `owner` back (signalling only where some thread waits).
 #[inline]
-fn release(owner: &AtomicUsize) {
+fn release(owner: &Word) {
     owner.store(0, SeqCst);
-    if crate::hot::PROCESS.turn_waiting.load(SeqCst) > 0 {
+    if owner.waiting.load(SeqCst) > 0 {
         let _w = WAITS.lock().unwrap_or_else(|p| p.into_inner());
         FREED.notify_all();
     }
@@ -360,7 +377,7 @@ mod tests {
         });
         rx.recv().unwrap();
         // Until the other thread is listed as waiting for x (not any thread: other tests' too).
-        let xa = &*x.owner as *const AtomicUsize as usize;
+        let xa = &*x.owner as *const Word as usize;
         while !WAITS.lock().unwrap().iter().any(|&(_, l)| l == xa) {
             std::thread::yield_now();
         }

@@ -78,15 +78,14 @@ unsafe impl Sync for Primary {}
 
 static PRIMARY: OnceLock<Vec<OnceLock<std::result::Result<Primary, String>>>> = OnceLock::new();
 
-/// The primary contexts of devices 5 to 15 once retained (every gpuwire call on a device looks
-/// its context up: [`CtxGuard::enter`]); those of devices 0 to 4 are in `hot::PROCESS`.
-static PRIMARY_FAST: [std::sync::atomic::AtomicPtr<()>; 16] = [const { std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()) }; 16];
+/// The primary contexts of the first devices once retained (every gpuwire call on a device
+/// looks its context up: [`CtxGuard::enter`]; NCCL's keep theirs: [`CtxGuard::enter_primary`]).
+static PRIMARY_FAST: [std::sync::atomic::AtomicPtr<sys::CUctx_st>; 16] = [const { std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()) }; 16];
 
 /// Where the primary context of `device` is kept once retained, if it has a place.
 #[inline]
-fn primary_fast(device: i32) -> Option<&'static std::sync::atomic::AtomicPtr<()>> {
-    let d = usize::try_from(device).ok()?;
-    PROCESS.primary.get(d).or_else(|| PRIMARY_FAST.get(d))
+fn primary_fast(device: i32) -> Option<&'static std::sync::atomic::AtomicPtr<sys::CUctx_st>> {
+    usize::try_from(device).ok().and_then(|d| PRIMARY_FAST.get(d))
 }
 
 /// The primary context of `device` (retained once for the life of the process).
@@ -95,7 +94,7 @@ pub fn primary_context(device: i32) -> Result<sys::CUcontext> {
     if let Some(fast) = primary_fast(device) {
         let ctx = fast.load(std::sync::atomic::Ordering::Acquire);
         if !ctx.is_null() {
-            return Ok(ctx.cast());
+            return Ok(ctx);
         }
     }
     primary_context_slow(device)
@@ -146,7 +145,7 @@ fn primary_context_slow(device: i32) -> Result<sys::CUcontext> {
     let ctx = slot.as_ref().map(|p| p.0).map_err(|m| Error::Cuda(m.clone()))?;
     resolve_ctx_get_current();
     if let Some(fast) = primary_fast(device) {
-        fast.store(ctx.cast(), std::sync::atomic::Ordering::Release);
+        fast.store(ctx, std::sync::atomic::Ordering::Release);
     }
     Ok(ctx)
 }
@@ -175,7 +174,12 @@ pub struct CtxGuard {
 impl CtxGuard {
     #[inline]
     pub fn enter(device: i32) -> Result<CtxGuard> {
-        let ctx = primary_context(device)?;
+        Self::enter_primary(primary_context(device)?)
+    }
+
+    /// `enter` with the device's primary context `ctx` (from [`primary_context`]) at hand.
+    #[inline]
+    pub fn enter_primary(ctx: sys::CUcontext) -> Result<CtxGuard> {
         let mut cur: sys::CUcontext = std::ptr::null_mut();
         check(ctx_get_current(&mut cur), "cuCtxGetCurrent")?;
         if cur == ctx {
@@ -292,7 +296,10 @@ impl Drop for CudaAlloc {
             let a = CudaAlloc { ptr: self.ptr, bytes: self.bytes, device: self.device, space: self.space };
             self.ptr = 0;
             GRAVEYARD.lock().unwrap_or_else(|p| p.into_inner()).push(a);
-            PROCESS.device_dead.store(true, std::sync::atomic::Ordering::Release);
+            // Written only where it changes: every call reads its line (`crate::hot`).
+            if !PROCESS.device_dead.load(std::sync::atomic::Ordering::Relaxed) {
+                PROCESS.device_dead.store(true, std::sync::atomic::Ordering::Release);
+            }
             return;
         }
         if self.ptr == 0 {

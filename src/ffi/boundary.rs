@@ -96,13 +96,13 @@ pub fn write<T>(p: *mut T, v: T) {
 
 /// The communicator behind a handle.
 pub fn comm(h: u64) -> Result<Arc<Communicator>> {
-    runtime::ensure_ready()?;
+    runtime::check_ready()?;
     with_recent(|r| COMMS.get_in(r.map(|r| &r.comms), h))
 }
 
 /// The buffer behind a handle.
 pub fn buffer(h: u64) -> Result<Arc<Buffer>> {
-    runtime::ensure_ready()?;
+    runtime::check_ready()?;
     with_recent(|r| BUFFERS.get_in(r.map(|r| &r.buffers), h))
 }
 
@@ -110,7 +110,7 @@ pub fn buffer(h: u64) -> Result<Arc<Buffer>> {
 /// `prepare`), in one reach of the thread's recent handles; the buffers are not looked up when
 /// the communicator fails.
 pub fn comm_and_buffers(c: u64, a: u64, b: u64) -> Result<(Arc<Communicator>, Result<Arc<Buffer>>, Result<Arc<Buffer>>)> {
-    runtime::ensure_ready()?;
+    runtime::check_ready()?;
     with_recent(|r| {
         let comm = COMMS.get_in(r.map(|r| &r.comms), c)?;
         let buffers = r.map(|r| &r.buffers);
@@ -121,7 +121,7 @@ pub fn comm_and_buffers(c: u64, a: u64, b: u64) -> Result<(Arc<Communicator>, Re
 /// `buffer(b)`, then `comm(c)` (the order of a send's or receive's errors), in one reach of
 /// the thread's recent handles.
 pub fn buffer_and_comm(b: u64, c: u64) -> Result<(Arc<Buffer>, Arc<Communicator>)> {
-    runtime::ensure_ready()?;
+    runtime::check_ready()?;
     with_recent(|r| {
         let buf = BUFFERS.get_in(r.map(|r| &r.buffers), b)?;
         Ok((buf, COMMS.get_in(r.map(|r| &r.comms), c)?))
@@ -132,7 +132,7 @@ pub fn buffer_and_comm(b: u64, c: u64) -> Result<(Arc<Buffer>, Arc<Communicator>
 /// calls whose common case keeps none of them past the call; `pin` names the three handles.
 #[inline]
 pub fn comm_and_buffers_pinned<'p>(pin: &'p Pin, c: u64, a: u64, b: u64) -> Result<(Borrowed<'p, Communicator>, Result<Borrowed<'p, Buffer>>, Result<Borrowed<'p, Buffer>>)> {
-    runtime::ensure_ready()?;
+    runtime::check_ready()?;
     let comm = COMMS.get_pinned(pin, c)?;
     Ok((comm, BUFFERS.get_pinned(pin, a), BUFFERS.get_pinned(pin, b)))
 }
@@ -140,7 +140,7 @@ pub fn comm_and_buffers_pinned<'p>(pin: &'p Pin, c: u64, a: u64, b: u64) -> Resu
 /// `buffer_and_comm` borrowed through `pin`, as `comm_and_buffers_pinned`.
 #[inline]
 pub fn buffer_and_comm_pinned(pin: &Pin, b: u64, c: u64) -> Result<(Borrowed<'_, Buffer>, Borrowed<'_, Communicator>)> {
-    runtime::ensure_ready()?;
+    runtime::check_ready()?;
     let buf = BUFFERS.get_pinned(pin, b)?;
     Ok((buf, COMMS.get_pinned(pin, c)?))
 }
@@ -149,7 +149,7 @@ pub fn buffer_and_comm_pinned(pin: &Pin, b: u64, c: u64) -> Result<(Borrowed<'_,
 /// significant on this rank, such as a non-root's receive buffer of gather).
 pub fn buffer_opt(h: u64) -> Result<Option<Arc<Buffer>>> {
     if h == 0 {
-        runtime::ensure_ready()?;
+        runtime::check_ready()?;
         return Ok(None);
     }
     buffer(h).map(Some)

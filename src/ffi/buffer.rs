@@ -25,7 +25,7 @@ use crate::types::{Dtype, GPUWIRE_ORDER_C, GPUWIRE_ORDER_FORTRAN, Space};
 pub extern "C" fn gpuwire_buffer_alloc(count: i64, dtype: i32, space: i32, device: i32, out: *mut gpuwire_buffer) -> gpuwire_status {
     call("gpuwire_buffer_alloc", || {
         non_null(out, "out")?;
-        runtime::ensure_ready()?;
+        runtime::check_ready()?;
         let b = Buffer::alloc(count, Dtype::from_c(dtype)?, Space::from_c(space)?, device)?;
         write(out, BUFFERS.insert(Arc::new(b))?);
         Ok(())
@@ -46,7 +46,7 @@ pub extern "C" fn gpuwire_buffer_alloc(count: i64, dtype: i32, space: i32, devic
 pub extern "C" fn gpuwire_buffer_wrap(ptr: *mut c_void, count: i64, dtype: i32, space: i32, out: *mut gpuwire_buffer) -> gpuwire_status {
     call("gpuwire_buffer_wrap", || {
         non_null(out, "out")?;
-        runtime::ensure_ready()?;
+        runtime::check_ready()?;
         let b = Buffer::wrap(ptr as usize, count, Dtype::from_c(dtype)?, Space::from_c(space)?)?;
         write(out, BUFFERS.insert(Arc::new(b))?);
         Ok(())
@@ -174,7 +174,7 @@ pub extern "C" fn gpuwire_buffer_wrap_strided(
         non_null(out, "out")?;
         non_null(lens, "lens")?;
         non_null(strides, "strides")?;
-        runtime::ensure_ready()?;
+        runtime::check_ready()?;
         if !(1..=15).contains(&ndim) {
             return Err(Error::InvalidArgument(format!("wrap_strided: ndim {ndim}: expected 1 to 15")));
         }
@@ -195,7 +195,7 @@ pub extern "C" fn gpuwire_buffer_wrap_strided(
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_buffer_free(buf: gpuwire_buffer) -> gpuwire_status {
     call("gpuwire_buffer_free", || {
-        runtime::ensure_ready()?;
+        runtime::check_ready()?;
         drop(BUFFERS.remove(buf)?);
         Ok(())
     })

@@ -136,7 +136,7 @@ fn register(c: Communicator, out: *mut gpuwire_comm) -> Result<()> {
 pub extern "C" fn gpuwire_comm_create(mpi_comm: i32, cfg: *const gpuwire_config, out: *mut gpuwire_comm) -> gpuwire_status {
     call("gpuwire_comm_create", || {
         non_null(out, "out")?;
-        runtime::ensure_ready()?;
+        runtime::check_ready()?;
         // A bad configuration is reported on every rank by the creation itself (no hang).
         register(Communicator::create(mpisys::comm_f2c(mpi_comm)?, resolve_config(cfg))?, out)?;
         Ok(())
@@ -149,7 +149,7 @@ pub extern "C" fn gpuwire_comm_create(mpi_comm: i32, cfg: *const gpuwire_config,
 pub extern "C" fn gpuwire_comm_world(cfg: *const gpuwire_config, out: *mut gpuwire_comm) -> gpuwire_status {
     call("gpuwire_comm_world", || {
         non_null(out, "out")?;
-        runtime::ensure_ready()?;
+        runtime::check_ready()?;
         register(Communicator::create(mpisys::comm_world(), resolve_config(cfg))?, out)?;
         Ok(())
     })
@@ -178,7 +178,7 @@ pub extern "C" fn gpuwire_comm_world(cfg: *const gpuwire_config, out: *mut gpuwi
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_comm_free(comm: gpuwire_comm) -> gpuwire_status {
     call("gpuwire_comm_free", || {
-        runtime::ensure_ready()?;
+        runtime::check_ready()?;
         if let Ok(c) = boundary::comm(comm) {
             // A handle of gpuwire_darray_comm's: only it is released, a local call, as documented
             // there; the free of the communicator's own handle is the collective one. (Every free
@@ -243,7 +243,7 @@ pub extern "C" fn gpuwire_comm_free(comm: gpuwire_comm) -> gpuwire_status {
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_comm_abort(comm: gpuwire_comm) -> gpuwire_status {
     call("gpuwire_comm_abort", || {
-        runtime::ensure_ready()?;
+        runtime::check_ready()?;
         boundary::comm(comm)?.abort()
     })
 }

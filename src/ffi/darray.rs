@@ -42,7 +42,7 @@ fn st(stream: *mut c_void) -> Stream {
 }
 
 fn darray(h: gpuwire_darray) -> Result<Arc<DArray>> {
-    runtime::ensure_ready()?;
+    runtime::check_ready()?;
     DARRAYS.get(h)
 }
 
@@ -345,7 +345,7 @@ pub extern "C" fn gpuwire_darray_cart(d: gpuwire_darray, procs: *mut i64, coords
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_darray_free(d: gpuwire_darray) -> gpuwire_status {
     call("gpuwire_darray_free", || {
-        runtime::ensure_ready()?;
+        runtime::check_ready()?;
         drop(DARRAYS.remove(d)?);
         Ok(())
     })

@@ -308,11 +308,11 @@ fn finish_status(request: *mut gpuwire_request, wait: bool, status: &mut crate::
     // SAFETY: checked non-NULL by the caller.
     let h = unsafe { *request };
     if h == 0 {
-        crate::runtime::ensure_ready()?;
+        crate::runtime::check_ready()?;
         *status = crate::request::Status::EMPTY;
         return Ok(true);
     }
-    crate::runtime::ensure_ready()?;
+    crate::runtime::check_ready()?;
     // Borrowed, not cloned: this thread alone removes the request (below, once it completed).
     // A request of a group that has not ended: an error, and the request left as it was.
     let (done, s) = REQUESTS.with(h, |r| r.finish(wait))??;
@@ -390,7 +390,7 @@ pub extern "C" fn gpuwire_request_free(request: *mut gpuwire_request) -> gpuwire
         non_null(request, "request")?;
         // SAFETY: checked non-NULL above.
         let h = unsafe { *request };
-        crate::runtime::ensure_ready()?;
+        crate::runtime::check_ready()?;
         if h == 0 {
             return Ok(());
         }
@@ -455,7 +455,7 @@ pub extern "C" fn gpuwire_test_status(request: *mut gpuwire_request, flag: *mut 
 /// The requests of an array (`count` of them; NULL allowed for count 0), with a request that
 /// appears twice refused before anything is done (as MPI: each request once).
 fn request_array<'a>(count: i32, requests: *mut gpuwire_request) -> Result<&'a mut [gpuwire_request]> {
-    crate::runtime::ensure_ready()?;
+    crate::runtime::check_ready()?;
     if count < 0 {
         return Err(Error::InvalidArgument(format!("count {count} is negative")));
     }
@@ -697,7 +697,7 @@ pub extern "C" fn gpuwire_testall(count: i32, requests: *mut gpuwire_request, fl
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_waitall(count: i32, requests: *mut gpuwire_request) -> gpuwire_status {
     call("gpuwire_waitall", || {
-        crate::runtime::ensure_ready()?;
+        crate::runtime::check_ready()?;
         if count < 0 {
             return Err(Error::InvalidArgument(format!("count {count} is negative")));
         }
@@ -1547,7 +1547,7 @@ pub extern "C" fn gpuwire_iscatter(
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_group_start() -> gpuwire_status {
     call("gpuwire_group_start", || {
-        crate::runtime::ensure_ready()?;
+        crate::runtime::check_ready()?;
         crate::group::start()
     })
 }
@@ -1565,7 +1565,7 @@ pub extern "C" fn gpuwire_group_start() -> gpuwire_status {
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_group_end() -> gpuwire_status {
     call("gpuwire_group_end", || {
-        crate::runtime::ensure_ready()?;
+        crate::runtime::check_ready()?;
         crate::group::end()
     })
 }
@@ -1581,7 +1581,7 @@ pub extern "C" fn gpuwire_group_end() -> gpuwire_status {
 pub extern "C" fn gpuwire_group_depth(depth: *mut i32) -> gpuwire_status {
     call("gpuwire_group_depth", || {
         non_null(depth, "depth")?;
-        crate::runtime::ensure_ready()?;
+        crate::runtime::check_ready()?;
         write(depth, crate::group::depth() as i32);
         Ok(())
     })
