@@ -179,7 +179,8 @@ fn host_p2p_blocking(c: &Arc<Communicator>, slots: [Option<&Arc<Buffer>>; 2], ru
 /// path's.
 #[inline]
 fn nccl_p2p_blocking(c: &Arc<Communicator>, slots: [Option<&Arc<Buffer>>; 2], stream: Stream, run: impl FnOnce() -> Result<()>) -> Option<Result<()>> {
-    if crate::op::tracing() || crate::group::is_open() || slots.iter().flatten().any(|b| b.is_host() || b.shape().is_some()) {
+    // (Not tracing and no group open: `p2p_blocking` tested.)
+    if slots.iter().flatten().any(|b| b.is_host() || b.shape().is_some()) {
         return None;
     }
     if !crate::op::nccl_takes(c, slots) || crate::backend::mpi_matched_p2p(c) {
@@ -201,6 +202,11 @@ fn nccl_p2p_blocking(c: &Arc<Communicator>, slots: [Option<&Arc<Buffer>>; 2], st
 /// on device buffers that NCCL does ([`nccl_p2p_blocking`]).
 #[inline]
 fn p2p_blocking(c: &Arc<Communicator>, slots: [Option<&Arc<Buffer>>; 2], stream: Stream, run: impl FnOnce() -> Result<()>) -> Option<Result<()>> {
+    // Inside a group (a halo exchange's sends and receives) the general path records the call:
+    // the first test, before anything else is read.
+    if crate::group::is_open() || crate::op::tracing() {
+        return None;
+    }
     match slots[0].is_some_and(|b| b.is_host()) {
         true => host_p2p_blocking(c, slots, run),
         false => nccl_p2p_blocking(c, slots, stream, run),
