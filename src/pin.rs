@@ -44,7 +44,9 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize
 use std::sync::{Arc, Mutex};
 
 /// One thread's pin word and nesting depth; records are never freed (a thread that exits
-/// leaves its record to the next thread that starts pinning).
+/// leaves its record to the next thread that starts pinning). One cache line each: a call
+/// reads one, and no thread's writes share another's line.
+#[repr(align(64))]
 struct Record {
     /// Odd while the thread is pinned; only its thread writes it.
     word: AtomicU64,

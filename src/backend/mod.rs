@@ -282,7 +282,7 @@ pub(crate) static BACKENDS: [Backend; 6] = [
                     "; device collectives, and blocking sends, receives and sendrecvs of more than 1 KiB (also in groups), stream-ordered: enqueued on their stream around words of the shared segment, the call returning before the data moves (isend and irecv return at once and complete on the host; messages of at most 1 KiB wait for their stream, as do those staged through host memory between ranks sharing a GPU: up to GPUWIRE_IPC_STAGED_MAX, 256 KiB unless set)",
                 ));
             }
-            c.backend_state.set(st);
+            c.backend_state.set_first(st);
             Ok(())
         },
         teardown: |c| {
@@ -552,7 +552,7 @@ fn setup_hier(c: &mut Communicator) -> Result<()> {
     let inside = if v[1] == -v[2] { format!("{} inside each", node.name()) } else { format!("{} inside this one (other nodes differ)", node.name()) };
     let note = format!("; hierarchical: {} nodes, {inside}, {leaders} between leaders{words}", st.nodes());
     c.append_reason(&note);
-    c.backend_state.set(st);
+    c.backend_state.set_first(st);
     Ok(())
 }
 
@@ -566,7 +566,7 @@ fn setup_nccl(c: &mut Communicator) -> Result<()> {
     let agreed = c.agree_on_result(made.as_ref().map(|_| ()).map_err(Clone::clone), "creating the NCCL communicator");
     let e = match (made, agreed) {
         (Ok(st), Ok(())) => {
-            c.backend_state.set(st);
+            c.backend_state.set_first(st);
             return Ok(());
         }
         (Ok(mut st), Err(e)) => {

@@ -474,9 +474,9 @@ fn nccl_op(d: Dtype, op: ReduceOp) -> Option<c_int> {
 
 /// Per-communicator NCCL state.
 ///
-/// Laid out in order, what every call reads first (in the first cache line: `crate::hot`'s
-/// reason), `open` last.
-#[repr(C)]
+/// Laid out in order and aligned to a cache line, what every call reads first (in one line:
+/// `crate::hot`'s reason), `open` last.
+#[repr(C, align(64))]
 pub struct NcclState {
     /// The NCCL communicator (null once aborted or destroyed). Changed only by a thread that
     /// has the turn and holds `comm_lock`: a thread with the turn reads it as it is

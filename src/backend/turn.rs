@@ -33,7 +33,7 @@ pub struct TurnLock {
 /// how many threads wait for it, in one allocation: a release reads both, one cache line
 /// (`crate::hot`'s reason), and a wait writes nothing that other communicators' calls read.
 #[derive(Debug, Default)]
-#[repr(C)]
+#[repr(C, align(64))]
 pub struct Word {
     owner: AtomicUsize,
     /// Threads waiting for this turn ([`wait_for`]): a release signals only where some do.
