@@ -317,6 +317,8 @@ pub fn init() -> Result<()> {
         .collect();
     crate::trace!("init: gpuwire's own MPI operations for {} (the MPI's own differ from gpuwire's semantics); in-place reduce at a non-zero root {}", if replaced.is_empty() { "none".into() } else { replaced.join(", ") }, if info.reduce_in_place_root_broken { "avoided (MPICH before 4.1)" } else { "passed to MPI" });
     PROCESS.tag_ub.store(info.tag_ub, Ordering::Relaxed);
+    // MPI's constants read once here, so the per-call line is written before any call.
+    let _ = (mpisys::proc_null(), mpisys::any_source(), mpisys::any_tag());
     INFO.set(info).map_err(|_| Error::Internal("runtime info set twice".into()))?;
     PROCESS.state.store(READY, Ordering::Release);
     Ok(())
