@@ -214,18 +214,11 @@ pub(crate) fn env_flag(name: &str) -> bool {
     env(name).and_then(|v| parse_bool(&v)).unwrap_or(false)
 }
 
-/// `env_flag(name)`, read once per process and kept in `word` (0 until read, then 1 for off,
-/// 2 for on): a per-call flag's word in `hot::PROCESS`.
+/// `env_flag(name)`, read once per process and kept in `word` (`hot::read_once`): a per-call
+/// flag's word in `hot::PROCESS`.
 #[inline]
-pub(crate) fn env_flag_once(word: &std::sync::atomic::AtomicU8, name: &str) -> bool {
-    match word.load(std::sync::atomic::Ordering::Relaxed) {
-        0 => {
-            let on = env_flag(name);
-            word.store(if on { 2 } else { 1 }, std::sync::atomic::Ordering::Relaxed);
-            on
-        }
-        v => v == 2,
-    }
+pub(crate) fn env_flag_once(word: &std::sync::atomic::AtomicI32, name: &str) -> bool {
+    crate::hot::read_once(word, || env_flag(name) as i32) != 0
 }
 
 /// `GPUWIRE_IPC_STREAM_ORDERED` of this process: whether IPC collectives may be stream-ordered.

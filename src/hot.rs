@@ -15,7 +15,7 @@
 //! from every other core, and every call on every thread reads it.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU8};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU8, Ordering};
 
 /// The process's per-call words (see the module doc). At most 64 bytes, aligned to a cache line.
 #[repr(C, align(64))]
@@ -26,15 +26,15 @@ pub(crate) struct Process {
     pub(crate) mpi_gone: AtomicBool,
     /// `runtime`: only MPI's main thread may call gpuwire (MPI_THREAD_FUNNELED or SINGLE).
     pub(crate) main_only: AtomicBool,
-    /// `op::tracing`: GPUWIRE_TRACE, 0 until read, then 1 (off) or 2 (on).
-    pub(crate) tracing: AtomicU8,
+    /// `op::tracing`: GPUWIRE_TRACE, 0 (off) or 1 (on), [`UNREAD`] until read ([`read_once`]).
+    pub(crate) tracing: AtomicI32,
     /// `engine::host_sync`: GPUWIRE_HOST_SYNC, as `tracing`.
-    pub(crate) host_sync: AtomicU8,
+    pub(crate) host_sync: AtomicI32,
     /// `device`: whether allocations that engine threads dropped wait to be freed.
     pub(crate) device_dead: AtomicBool,
     /// `runtime`: MPI_TAG_UB (set by `runtime::init`).
     pub(crate) tag_ub: AtomicI32,
-    /// `mpisys`: this MPI's MPI_PROC_NULL, MPI_ANY_SOURCE and MPI_ANY_TAG (`i32::MIN` until read).
+    /// `mpisys`: this MPI's MPI_PROC_NULL, MPI_ANY_SOURCE and MPI_ANY_TAG ([`UNREAD`] until read).
     pub(crate) mpi_constants: [AtomicI32; 3],
     /// `device`: the driver's cuCtxGetCurrent (null until resolved).
     pub(crate) ctx_get_current: AtomicPtr<()>,
@@ -46,13 +46,30 @@ pub(crate) static PROCESS: Process = Process {
     state: AtomicU8::new(0),
     mpi_gone: AtomicBool::new(false),
     main_only: AtomicBool::new(false),
-    tracing: AtomicU8::new(0),
-    host_sync: AtomicU8::new(0),
+    tracing: AtomicI32::new(UNREAD),
+    host_sync: AtomicI32::new(UNREAD),
     device_dead: AtomicBool::new(false),
     tag_ub: AtomicI32::new(0),
-    mpi_constants: [const { AtomicI32::new(i32::MIN) }; 3],
+    mpi_constants: [const { AtomicI32::new(UNREAD) }; 3],
     ctx_get_current: AtomicPtr::new(std::ptr::null_mut()),
 };
+
+/// A word of [`PROCESS`] not yet read (no MPI constant and no flag has this value).
+pub(crate) const UNREAD: i32 = i32::MIN;
+
+/// The value kept in `word`: `read()` at the first call, kept for the process (two threads may
+/// both read it at first; they store the same value).
+#[inline]
+pub(crate) fn read_once(word: &AtomicI32, read: impl FnOnce() -> i32) -> i32 {
+    match word.load(Ordering::Relaxed) {
+        UNREAD => {
+            let v = read();
+            word.store(v, Ordering::Relaxed);
+            v
+        }
+        v => v,
+    }
+}
 
 /// The calling thread's per-call words (see the module doc); no destructor, so reachable
 /// until the thread's end (after its other thread-locals are destroyed too).

@@ -94,20 +94,12 @@ pub fn request_null() -> MPI_Request {
     unsafe { sys::RSMPI_REQUEST_NULL }
 }
 
-/// `read()` kept in `hot::PROCESS.mpi_constants[i]` once read: every point-to-point call
-/// compares its ranks and tags with these, which then lie in the line of the process's other
-/// per-call words (`crate::hot`) instead of the MPI shim's data.
+/// `read()` kept in `hot::PROCESS.mpi_constants[i]` once read (`hot::read_once`): every
+/// point-to-point call compares its ranks and tags with these, which then lie in the line of the
+/// process's other per-call words (`crate::hot`) instead of the MPI shim's data.
 #[inline]
 fn constant(i: usize, read: fn() -> c_int) -> c_int {
-    let w = &crate::hot::PROCESS.mpi_constants[i];
-    match w.load(std::sync::atomic::Ordering::Relaxed) {
-        i32::MIN => {
-            let v = read();
-            w.store(v, std::sync::atomic::Ordering::Relaxed);
-            v
-        }
-        v => v,
-    }
+    crate::hot::read_once(&crate::hot::PROCESS.mpi_constants[i], read)
 }
 
 #[inline]
