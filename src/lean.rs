@@ -62,7 +62,7 @@
 //! | `issue_now`: `Op::nccl_native` (not GPUWIRE_P2P_MATCHING=mpi: `backend::mpi_matched_p2p`; `op::nccl_takes`: backend NCCL, every buffer device memory), else the stream-ordered MPI paths | tested: every buffer device memory, `nccl_takes`, not `mpi_matched_p2p`; a mixed call takes the general path |
 //! | `issue_now`: engine busy (`nothing_before`: `Engine::idle` for device memory) → queued behind its work and waited for | tested: engine idle |
 //! | `Op::run`: strided or subarray views packed and unpacked | tested: no buffer has a shape |
-//! | `Op::run` → `Communicator::sendrecv` (its checks, its path, NCCL's launch) | the same call |
+//! | `Op::run` → `Communicator::sendrecv`: its checks, its path (`backend::route`), NCCL's launch | the same checks and launch (`Communicator::sendrecv_on`), on `NcclPath`: what routing gives every buffer device memory on NCCL without GPUWIRE_P2P_MATCHING=mpi (checked by the test below) |
 //! | `keep_if_abandoned`; `host_sync_after`; `issued_error` | the same |
 
 use std::sync::Arc;
@@ -126,8 +126,9 @@ mod tests {
     use crate::backend::{BACKENDS, Memory, Route, decide, nccl};
     use crate::types::{BackendKind, Dtype, ReduceOp};
 
-    /// What the lean path sends to `NcclPath` (device buffers on NCCL, a reduction NCCL does),
-    /// the registry routes to the NCCL backend itself, for every datatype and op.
+    /// What the lean path sends to `NcclPath` (device buffers on NCCL, a reduction NCCL does;
+    /// a blocking sendrecv, send or receive), the registry routes to the NCCL backend itself,
+    /// for every datatype and op.
     #[test]
     fn nccl_routes_what_the_lean_path_takes() {
         let b = BACKENDS.iter().find(|b| b.kind == BackendKind::GPUWIRE_BACKEND_NCCL).expect("NCCL's entry");
@@ -141,76 +142,78 @@ mod tests {
             }
         }
         assert!(n > 0);
+        // Its blocking point-to-point calls on device buffers (`p2p_blocking`; routing
+        // sends GPUWIRE_P2P_MATCHING=mpi elsewhere first, which the lean path tests).
+        for op in [Operation::Sendrecv, Operation::Send, Operation::Recv] {
+            assert_eq!(decide(b, op, None, Memory::Device), Route::Native, "{op:?}");
+        }
     }
 }
 
 /// Whether a point-to-point operation on the host buffers `bufs` runs at once on the general
 /// path, which the lean one then may replace (see the second table above): not tracing, no
-/// group open on this thread, every buffer host-accessible and contiguous, no point-to-point
-/// operation of `c` queued on its engine, no asynchronous error waiting.
+/// group open on this thread, and [`host_p2p_ready`].
 #[inline]
 pub fn host_p2p_now(c: &Communicator, bufs: &[&Arc<Buffer>]) -> bool {
-    if crate::op::tracing() || crate::group::is_open() || bufs.iter().any(|b| !b.is_host() || b.shape().is_some()) {
+    !crate::op::tracing() && !crate::group::is_open() && host_p2p_ready(c, bufs.iter().copied())
+}
+
+/// `host_p2p_now`'s tests after tracing and the group (`p2p_blocking`'s on host buffers): every buffer host-accessible and
+/// contiguous, no point-to-point operation of `c` queued on its engine, no asynchronous error
+/// waiting.
+#[inline]
+fn host_p2p_ready<'a>(c: &Communicator, mut bufs: impl Iterator<Item = &'a Arc<Buffer>>) -> bool {
+    if bufs.any(|b| !b.is_host() || b.shape().is_some()) {
         return false;
     }
     let eng = c.engine();
     eng.no_p2p() && !eng.has_async_error()
 }
 
-/// A blocking point-to-point call on the host buffers `slots` (`Op::slots`) on the lean path: `run` (the
-/// `Communicator` call that `Op::run` makes) where `host_p2p_now` holds, else `None` (the caller
-/// then takes the general path); its error as the general path's.
+/// `p2p_blocking`'s tests on device buffers (the third table above) after tracing and the group: every
+/// buffer device memory and contiguous, `nccl_takes`, not `mpi_matched_p2p`, the engine idle,
+/// no asynchronous error waiting.
 #[inline]
-fn host_p2p_blocking(c: &Arc<Communicator>, slots: [Option<&Arc<Buffer>>; 2], run: impl FnOnce() -> Result<()>) -> Option<Result<()>> {
-    // (`host_p2p_now`'s buffer test, on the slots.)
-    if slots.iter().flatten().any(|b| !b.is_host() || b.shape().is_some()) || !host_p2p_now(c, &[]) {
-        return None;
-    }
-    crate::engine::free_dropped();
-    Some(run().map_err(|e| {
-        crate::op::keep_slots_if_abandoned(slots, &e);
-        crate::op::issued_error(c, e)
-    }))
-}
-
-/// A blocking point-to-point call on the device buffers `slots` that NCCL does, on the lean
-/// path (the third table above): `run` (the `Communicator` call that `Op::run` makes) where the
-/// tests hold, else `None` (the caller then takes the general path); its error as the general
-/// path's.
-#[inline]
-fn nccl_p2p_blocking(c: &Arc<Communicator>, slots: [Option<&Arc<Buffer>>; 2], stream: Stream, run: impl FnOnce() -> Result<()>) -> Option<Result<()>> {
-    // (Not tracing and no group open: `p2p_blocking` tested.)
+fn nccl_p2p_ready(c: &Communicator, slots: [Option<&Arc<Buffer>>; 2]) -> bool {
     if slots.iter().flatten().any(|b| b.is_host() || b.shape().is_some()) {
-        return None;
+        return false;
     }
     if !crate::op::nccl_takes(c, slots) || crate::backend::mpi_matched_p2p(c) {
-        return None;
+        return false;
     }
     let eng = c.engine();
-    if !eng.idle() || eng.has_async_error() {
-        return None;
-    }
-    crate::engine::free_dropped();
-    let r = run();
-    if let Err(e) = &r {
-        crate::op::keep_slots_if_abandoned(slots, e);
-    }
-    Some(r.and_then(|()| crate::op::host_sync_after(c, stream)).map_err(|e| crate::op::issued_error(c, e)))
+    eng.idle() && !eng.has_async_error()
 }
 
-/// A blocking point-to-point call on the lean path: on host buffers ([`host_p2p_blocking`]) or
-/// on device buffers that NCCL does ([`nccl_p2p_blocking`]).
+/// A blocking point-to-point call on the buffers `slots` (`Op::slots`) on the lean path: on host
+/// buffers where [`host_p2p_ready`] holds (the second table above), on device buffers that NCCL
+/// does where [`nccl_p2p_ready`] holds (the third); `run` (the `Communicator` call that `Op::run`
+/// makes, on the path given, or routed where `None`), else `None` (the caller then takes the
+/// general path). Its error as the general path's.
 #[inline]
-fn p2p_blocking(c: &Arc<Communicator>, slots: [Option<&Arc<Buffer>>; 2], stream: Stream, run: impl FnOnce() -> Result<()>) -> Option<Result<()>> {
+fn p2p_blocking(c: &Arc<Communicator>, slots: [Option<&Arc<Buffer>>; 2], stream: Stream, run: impl FnOnce(Option<&'static dyn Path>) -> Result<()>) -> Option<Result<()>> {
     // Inside a group (a halo exchange's sends and receives) the general path records the call:
     // the first test, before anything else is read.
     if crate::group::is_open() || crate::op::tracing() {
         return None;
     }
-    match slots[0].is_some_and(|b| b.is_host()) {
-        true => host_p2p_blocking(c, slots, run),
-        false => nccl_p2p_blocking(c, slots, stream, run),
+    let on_host = slots[0].is_some_and(|b| b.is_host());
+    let ready = if on_host { host_p2p_ready(c, slots.iter().flatten().copied()) } else { nccl_p2p_ready(c, slots) };
+    if !ready {
+        return None;
     }
+    crate::engine::free_dropped();
+    // On host memory routed as the general path routes it (a backend may do host point-to-point
+    // itself); on device memory NCCL's own path, which routing gives device buffers on NCCL
+    // without GPUWIRE_P2P_MATCHING=mpi (`backend::route`; the test
+    // `nccl_routes_what_the_lean_path_takes` checks the table). One call of `run`: its code is
+    // inlined here, no frame of its own.
+    let r = run(if on_host { None } else { Some(&NcclPath) });
+    if let Err(e) = &r {
+        crate::op::keep_slots_if_abandoned(slots, e);
+    }
+    let r = if on_host { r } else { r.and_then(|()| crate::op::host_sync_after(c, stream)) };
+    Some(r.map_err(|e| crate::op::issued_error(c, e)))
 }
 
 /// A blocking sendrecv of `send` to `dest` and into `recv` from `source` on `c`, on the lean
@@ -219,20 +222,20 @@ fn p2p_blocking(c: &Arc<Communicator>, slots: [Option<&Arc<Buffer>>; 2], stream:
 #[inline]
 #[allow(clippy::too_many_arguments)]
 pub fn sendrecv(c: &Arc<Communicator>, send: &Arc<Buffer>, dest: i32, sendtag: i32, recv: &Arc<Buffer>, source: i32, recvtag: i32, stream: Stream) -> Option<Result<()>> {
-    p2p_blocking(c, [Some(send), Some(recv)], stream, || c.sendrecv(send, dest, sendtag, recv, source, recvtag, stream))
+    p2p_blocking(c, [Some(send), Some(recv)], stream, |p| c.sendrecv_on(p, send, dest, sendtag, recv, source, recvtag, stream))
 }
 
 /// A blocking send of `buf` to `dest` on the lean path, as [`sendrecv`] (`Communicator::send`).
 #[inline]
 pub fn send(c: &Arc<Communicator>, buf: &Arc<Buffer>, dest: i32, tag: i32, stream: Stream) -> Option<Result<()>> {
-    p2p_blocking(c, [Some(buf), None], stream, || c.send(buf, dest, tag, stream))
+    p2p_blocking(c, [Some(buf), None], stream, |p| c.send_on(p, buf, dest, tag, stream))
 }
 
 /// A blocking receive into `buf` from `source` on the lean path, as [`sendrecv`]
 /// (`Communicator::recv`).
 #[inline]
 pub fn recv(c: &Arc<Communicator>, buf: &Arc<Buffer>, source: i32, tag: i32, stream: Stream) -> Option<Result<()>> {
-    p2p_blocking(c, [Some(buf), None], stream, || c.recv(buf, source, tag, stream))
+    p2p_blocking(c, [Some(buf), None], stream, |p| c.recv_on(p, buf, source, tag, stream))
 }
 
 /// An isend of `buf` on the lean path, where `host_p2p_now(&c, &[&buf])` holds: started now, as

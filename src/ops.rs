@@ -488,6 +488,13 @@ impl Communicator {
 
     /// As MPI_Send of all of `buf`'s elements to `dest` (GPUWIRE_PROC_NULL: no-op).
     pub fn send(&self, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<()> {
+        self.send_on(None, buf, dest, tag, stream)
+    }
+
+    /// [`Self::send`] on `path` where the caller knows the path that routing would give (the
+    /// lean path's NCCL device calls: `lean::send`), routed here where `None`.
+    #[inline]
+    pub(crate) fn send_on(&self, path: Option<&'static dyn Path>, buf: &Buffer, dest: i32, tag: i32, stream: Stream) -> Result<()> {
         let _call = self.enter("send", false)?;
         self.check_rank("send", "destination", dest, true)?;
         self.check_tag("send", tag)?;
@@ -495,11 +502,21 @@ impl Communicator {
         if dest == PROC_NULL {
             return Ok(());
         }
-        self.path(Operation::Send, &[Some(buf)])?.send(self, buf, dest, tag, stream)
+        let p = match path {
+            Some(p) => p,
+            None => self.path(Operation::Send, &[Some(buf)])?,
+        };
+        p.send(self, buf, dest, tag, stream)
     }
 
     /// As MPI_Recv of exactly `buf.count()` elements from `source`.
     pub fn recv(&self, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<()> {
+        self.recv_on(None, buf, source, tag, stream)
+    }
+
+    /// [`Self::recv`] on `path`, as [`Self::send_on`] (`lean::recv`).
+    #[inline]
+    pub(crate) fn recv_on(&self, path: Option<&'static dyn Path>, buf: &Buffer, source: i32, tag: i32, stream: Stream) -> Result<()> {
         let _call = self.enter("recv", false)?;
         self.check_source_tag("recv", source, tag)?;
         self.check_wildcard_path("recv", buf, source, tag)?;
@@ -507,7 +524,11 @@ impl Communicator {
         if source == PROC_NULL {
             return Ok(());
         }
-        self.path(Operation::Recv, &[Some(buf)])?.recv(self, buf, source, tag, stream)
+        let p = match path {
+            Some(p) => p,
+            None => self.path(Operation::Recv, &[Some(buf)])?,
+        };
+        p.recv(self, buf, source, tag, stream)
     }
 
     /// As MPI_Isend; the request keeps the communicator and the buffer alive (it takes `buf`).
@@ -556,6 +577,13 @@ impl Communicator {
     /// As MPI_Sendrecv (either side may be GPUWIRE_PROC_NULL).
     #[allow(clippy::too_many_arguments)]
     pub fn sendrecv(&self, send: &Buffer, dest: i32, sendtag: i32, recv: &Buffer, source: i32, recvtag: i32, stream: Stream) -> Result<()> {
+        self.sendrecv_on(None, send, dest, sendtag, recv, source, recvtag, stream)
+    }
+
+    /// [`Self::sendrecv`] on `path`, as [`Self::send_on`] (`lean::sendrecv`).
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn sendrecv_on(&self, path: Option<&'static dyn Path>, send: &Buffer, dest: i32, sendtag: i32, recv: &Buffer, source: i32, recvtag: i32, stream: Stream) -> Result<()> {
         let _call = self.enter("sendrecv", false)?;
         self.check_rank("sendrecv", "destination", dest, true)?;
         self.check_tag("sendrecv", sendtag)?;
@@ -565,7 +593,10 @@ impl Communicator {
         if send.overlaps(recv) {
             return Err(Error::InvalidArgument("sendrecv: the send and receive buffers overlap".into()));
         }
-        let p = self.path(Operation::Sendrecv, &[Some(send), Some(recv)])?;
+        let p = match path {
+            Some(p) => p,
+            None => self.path(Operation::Sendrecv, &[Some(send), Some(recv)])?,
+        };
         p.sendrecv(self, send, dest, sendtag, recv, source, recvtag, stream)
     }
 
