@@ -1753,12 +1753,21 @@ gpuwire_status gpuwire_init(void);
 
 /**
  * Finalizes gpuwire: every handle becomes invalid (communicators are freed, buffers and
- * pending requests released), then MPI is finalized if and only if gpuwire initialized it.
+ * completed requests released), then MPI is finalized if and only if gpuwire initialized it.
  * gpuwire cannot be initialized again in the same process.
+ *
+ * Every request should be completed (a wait or test) or freed first, as MPI_Finalize requires.
+ * A request still in flight is given up: a receive whose message has not come is posted to MPI
+ * as a plain receive (as a plain MPI program's receive left pending, it may still take its
+ * sender's message, so that a sender blocked on it completes), and the buffers of every
+ * operation that MPI or a peer may still read or write are kept, never freed, for the rest of
+ * the process (also where the program freed their handles; a receive of checking mode is
+ * withdrawn); gpuwire (and MPI, where gpuwire initialized it) is finalized all the same, and the
+ * call returns GPUWIRE_ERROR_INVALID_ARGUMENT saying how many there were.
  *
  * Collective over MPI_COMM_WORLD (as MPI_Finalize); call it from one thread once no other thread
  * uses gpuwire. Errors: GPUWIRE_ERROR_NOT_INITIALIZED, GPUWIRE_ERROR_ALREADY_FINALIZED,
- * GPUWIRE_ERROR_MPI.
+ * GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_INVALID_ARGUMENT (requests in flight, above).
  */
 gpuwire_status gpuwire_finalize(void);
 

@@ -250,6 +250,45 @@ pub fn finish_detached() {
     }
 }
 
+/// At gpuwire_finalize (after the engines ran their queues and [`finish_detached`]), the
+/// requests whose handles were never completed or freed (`list`: the registry's, drained): a
+/// completed one is released; then `before_abandon` runs (`ffi::lifecycle`: the receives still
+/// deferred are posted to MPI, `p2p::post_deferred_at_finalize`, which returns how many); then
+/// each one still in flight is given up ([`Pending::abandon`]: a receive not yet matched is
+/// withdrawn; whatever MPI, a peer or a device may still read or write keeps its buffers for the
+/// rest of the process, never freed under it). A request that another thread still waits for
+/// (erroneous: gpuwire_finalize is called once no other thread uses gpuwire) counts as in flight
+/// and is kept whole. Returns how many were in flight, and `before_abandon`'s count, which
+/// gpuwire_finalize reports as an error once it has finalized.
+pub fn settle_at_finalize(list: Vec<Arc<Request>>, before_abandon: impl FnOnce() -> usize) -> (usize, usize) {
+    let mut in_flight = Vec::new();
+    let mut busy = 0;
+    for r in list {
+        let taken = match r.inner.try_lock() {
+            Ok(mut i) => Some(i.pending.take()),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner().pending.take()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        };
+        let Some(op) = taken else {
+            busy += 1;
+            std::mem::forget(r);
+            continue;
+        };
+        let Some(mut op) = op else { continue };
+        match op.test() {
+            Ok(true) => op.recycle(),
+            Err(e) => r.keep_if_abandoned(&e),
+            Ok(false) => in_flight.push((r, op)),
+        }
+    }
+    let n = in_flight.len() + busy;
+    let posted = before_abandon();
+    for (r, op) in in_flight {
+        r.give_up(op);
+    }
+    (n, posted)
+}
+
 impl Detached {
     /// It failed: its buffers are kept for ever if MPI may still use them (a timeout), and the
     /// error, which has no caller to go to, is a line on stderr.

@@ -105,7 +105,22 @@ fn check_thread(level: ThreadLevel) -> Result<()> {
     )))
 }
 
+/// What finishes gpuwire's MPI work when MPI_Finalize begins (`init`'s argument).
+static AT_MPI_FINALIZE: OnceLock<fn()> = OnceLock::new();
+
+/// MPI_COMM_SELF's attribute, deleted by MPI at the start of MPI_Finalize (the program's, or
+/// gpuwire_finalize's): MPI still works here. `init`'s `at_mpi_finalize` runs first
+/// (`ffi::lifecycle`: operations queued on progress engines run, the progress thread stops; at
+/// gpuwire_finalize's own MPI_Finalize nothing is left). Without it an engine was inside MPI
+/// while MPI_Finalize tore MPI down (a segfault in 1 to 2 of 10 runs of a program that queued a
+/// nonblocking barrier and allreduce, then called MPI_Finalize without gpuwire_finalize), or
+/// skipped its queued collective on one rank and not on another. Then no gpuwire call makes an
+/// MPI call any more (`mpi_gone`).
 unsafe extern "C" fn finalize_started(_c: sys::MPI_Comm, _k: c_int, _v: *mut c_void, _x: *mut c_void) -> c_int {
+    if let Some(f) = AT_MPI_FINALIZE.get() {
+        // No panic may unwind into MPI.
+        let _ = std::panic::catch_unwind(f);
+    }
     PROCESS.mpi_gone.store(true, Ordering::Release);
     0
 }
@@ -244,9 +259,11 @@ fn library_version() -> String {
     if first.is_empty() { "unknown MPI".into() } else { first }
 }
 
-/// gpuwire_init.
-pub fn init() -> Result<()> {
+/// gpuwire_init. `at_mpi_finalize` runs when MPI_Finalize begins, while MPI still works (see
+/// `finalize_started`).
+pub fn init(at_mpi_finalize: fn()) -> Result<()> {
     let _guard = LIFECYCLE.lock().unwrap_or_else(|p| p.into_inner());
+    let _ = AT_MPI_FINALIZE.set(at_mpi_finalize);
     match PROCESS.state.load(Ordering::Acquire) {
         READY => return Ok(()),
         FINALIZED => {
@@ -349,20 +366,21 @@ fn check_mpi_flavour() -> Result<()> {
 
 /// gpuwire_finalize: `drain` finishes what still needs MPI and the handles, then every handle is
 /// invalidated, `release` frees gpuwire's objects (`ffi::lifecycle`, which knows them), and MPI's
-/// part follows.
-pub fn finalize(drain: impl FnOnce(), release: impl FnOnce()) -> Result<()> {
+/// part follows; then `release`'s error, if any (requests still in flight), is returned.
+pub fn finalize(drain: impl FnOnce(), release: impl FnOnce() -> Result<()>) -> Result<()> {
     let _guard = LIFECYCLE.lock().unwrap_or_else(|p| p.into_inner());
     let info = ensure_ready()?;
     drain();
     // Invalidate every handle first; then objects release their MPI resources as their last
     // reference drops (here, unless an operation on another thread still holds one).
     PROCESS.state.store(FINALIZED, Ordering::Release);
-    release();
+    // Its error (requests still in flight) is returned once MPI is finalized.
+    let released = release();
     let mut finalized: c_int = 0;
     // SAFETY: may be called at any time.
     unsafe { mpisys::check(sys::MPI_Finalized(&mut finalized), "MPI_Finalized")? };
     if finalized != 0 {
-        return Ok(()); // the program finalized MPI already; nothing of ours is left to free
+        return released; // the program finalized MPI already; nothing of ours is left to free
     }
     for op in info.half_ops.iter().flatten().chain(info.own_ops.iter()) {
         let mut o = op.0;
@@ -373,7 +391,13 @@ pub fn finalize(drain: impl FnOnce(), release: impl FnOnce()) -> Result<()> {
         // SAFETY: gpuwire initialized MPI and nothing of gpuwire uses it any more.
         mpisys::check(unsafe { sys::MPI_Finalize() }, "MPI_Finalize")?;
     }
-    Ok(())
+    released
+}
+
+/// Whether gpuwire initialized MPI (and finalizes it at gpuwire_finalize); readable after
+/// gpuwire_finalize too. False before gpuwire_init.
+pub fn owns_mpi() -> bool {
+    INFO.get().is_some_and(|i| i.owns_mpi)
 }
 
 /// Whether MPI is finalized (objects check this before freeing MPI handles in `Drop`).

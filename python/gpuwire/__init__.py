@@ -181,7 +181,9 @@ def finalize():
     NumPy array from Buffer.numpy() or DArray.numpy() over such memory (or a view of one) is
     alive: gpuwire.Error ERROR_INVALID_ARGUMENT, nothing finalized; delete those arrays (or keep
     copies, a.copy()) and call it again. Arrays over the program's memory (Buffer.wrap,
-    DArray.wrap) do not count: finalize leaves that memory alone."""
+    DArray.wrap) do not count: finalize leaves that memory alone. Requests still in flight (not
+    waited for, tested to completion or freed) are given up and their memory kept: finalize then
+    completes and raises gpuwire.Error ERROR_INVALID_ARGUMENT saying how many (gpuwire_finalize)."""
     if _VIEWS:
         gc.collect()  # arrays left in reference cycles are gone, the same on every rank
     if _VIEWS:

@@ -141,6 +141,9 @@ enum State {
     Receiving { req: RawRequest, scratch: Option<Vec<u8>>, err: Option<Error>, ack_req: RawRequest, _ack: Option<Box<Ack>> },
     /// Complete (its error, taken once).
     Done(Option<Error>),
+    /// Posted to MPI as a plain receive at gpuwire_finalize, its request given up
+    /// ([`post_deferred_at_finalize`]): never complete for gpuwire.
+    Posted,
 }
 
 struct Entry {
@@ -805,7 +808,7 @@ impl Drop for Recv {
         // its requests (the answer's box was freed under its MPI_Isend: a helper's reading).
         // SAFETY: `e` is never used again.
         let e = unsafe { ManuallyDrop::take(&mut self.e) };
-        if self.finished.is_none() && matches!(&lock(&e.state).now, State::Receiving { .. } | State::Checked { .. }) {
+        if self.finished.is_none() && matches!(&lock(&e.state).now, State::Receiving { .. } | State::Checked { .. } | State::Posted) {
             std::mem::forget(e);
             return;
         }
@@ -861,7 +864,7 @@ impl Recv {
             st = lock(&self.e.state);
         }
         let outcome = match &mut st.now {
-            State::Unmatched | State::Checked { .. } => return Ok(false),
+            State::Unmatched | State::Checked { .. } | State::Posted => return Ok(false),
             State::Receiving { req, ack_req, .. } => {
                 if !test_req(req, "MPI_Test (recv)")? || !test_req(ack_req, "MPI_Test (checking-mode answer)")? {
                     return Ok(false);
@@ -915,6 +918,54 @@ impl Pending for Recv {
         }
         unmatched
     }
+}
+
+/// At gpuwire_finalize, between the test of every request still held and the abandon of those
+/// in flight (`request::settle_at_finalize`): each receive still deferred, which its abandon
+/// would withdraw, is posted to MPI instead, in posting order, as a plain MPI_Irecv of exactly
+/// its buffer (kept for the rest of the process by the abandon), its MPI request freed. As a
+/// plain MPI program's receive left pending, it takes its sender's message: a sender blocked on
+/// it (a message past the eager size) completes, and MPI_Finalize returns on both ranks.
+/// Withdrawn, the receive left both hung there (a helper's hunt: 14 of 14 runs). The exact-size
+/// protocol (module doc) is not kept for these: a longer message is left to MPI, in a program
+/// that left its receive in flight: a longer message past this MPI's eager size is written past
+/// the buffer's end by Open MPI 4.1 (module doc), as in the plain MPI program. Receives of
+/// checking mode (whose senders wait for an answer that no one sends) and those whose request
+/// is gone are withdrawn, as before. Returns how many were posted.
+pub fn post_deferred_at_finalize() -> usize {
+    let mut q = lock(&QUEUE);
+    let entries = std::mem::take(&mut q.entries);
+    let mut posted = 0;
+    for e in entries {
+        // Held by a request (the queue's reference and the `Recv`'s).
+        let held = Arc::strong_count(&e) > 1;
+        let mut st = lock(&e.state);
+        if held && e.check.is_none() && matches!(st.now, State::Unmatched) && post_plain(&e.want, &e.comm) {
+            st.now = State::Posted;
+            posted += 1;
+        } else {
+            drop(st);
+            q.entries.push(e);
+        }
+    }
+    QUEUED.store(q.len(), Ordering::Release);
+    posted
+}
+
+/// MPI_Irecv of exactly `w`'s buffer on `comm`, its request freed (the receive goes on): true
+/// once MPI_Irecv succeeded (MPI then may write the buffer, whatever MPI_Request_free returns).
+fn post_plain(w: &Want, comm: &RawComm) -> bool {
+    let Ok(n) = mpisys::Count::new(w.dtype, w.count) else { return false };
+    let mut req = mpisys::request_null();
+    // SAFETY: the buffer holds `count` elements and is kept for the rest of the process (the
+    // request's abandon keeps it: the receive is not unmatched any more).
+    unsafe {
+        if sys::MPI_Irecv(w.ptr as *mut c_void, n.n, n.dt, mpi_source(w.source), mpi_tag(w.tag), comm.0, &mut req) != 0 {
+            return false;
+        }
+        sys::MPI_Request_free(&mut req);
+    }
+    true
 }
 
 /// Polls `done` until true, progressing deferred and IPC receives, up to the communicator's

@@ -20,7 +20,7 @@ use crate::types::ThreadLevel;
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_init() -> gpuwire_status {
     call("gpuwire_init", || {
-        runtime::init()?;
+        runtime::init(at_mpi_finalize)?;
         // The progress engine runs only where MPI allows calls from its thread.
         crate::engine::set_thread_multiple(runtime::ensure_ready()?.thread_level == ThreadLevel::GPUWIRE_THREAD_MULTIPLE);
         Ok(())
@@ -28,12 +28,21 @@ pub extern "C" fn gpuwire_init() -> gpuwire_status {
 }
 
 /// Finalizes gpuwire: every handle becomes invalid (communicators are freed, buffers and
-/// pending requests released), then MPI is finalized if and only if gpuwire initialized it.
+/// completed requests released), then MPI is finalized if and only if gpuwire initialized it.
 /// gpuwire cannot be initialized again in the same process.
+///
+/// Every request should be completed (a wait or test) or freed first, as MPI_Finalize requires.
+/// A request still in flight is given up: a receive whose message has not come is posted to MPI
+/// as a plain receive (as a plain MPI program's receive left pending, it may still take its
+/// sender's message, so that a sender blocked on it completes), and the buffers of every
+/// operation that MPI or a peer may still read or write are kept, never freed, for the rest of
+/// the process (also where the program freed their handles; a receive of checking mode is
+/// withdrawn); gpuwire (and MPI, where gpuwire initialized it) is finalized all the same, and the
+/// call returns GPUWIRE_ERROR_INVALID_ARGUMENT saying how many there were.
 ///
 /// Collective over MPI_COMM_WORLD (as MPI_Finalize); call it from one thread once no other thread
 /// uses gpuwire. Errors: GPUWIRE_ERROR_NOT_INITIALIZED, GPUWIRE_ERROR_ALREADY_FINALIZED,
-/// GPUWIRE_ERROR_MPI.
+/// GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_INVALID_ARGUMENT (requests in flight, above).
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_finalize() -> gpuwire_status {
     call("gpuwire_finalize", || runtime::finalize(drain, release_all))
@@ -44,12 +53,26 @@ fn drain() {
     crate::engine::drain_all();
 }
 
-/// gpuwire_finalize, once every handle is invalid: releases every object of gpuwire.
-fn release_all() {
+/// MPI_Finalize began (the program's, without gpuwire_finalize, or gpuwire_finalize's own, with
+/// nothing left), while MPI still works: the engines' queued operations run and the progress
+/// thread stops, so that neither is inside MPI while MPI_Finalize tears it down.
+fn at_mpi_finalize() {
+    // The progress thread first: the engines' waits progress their own receives.
+    crate::progress::shutdown();
+    drain();
+}
+
+/// gpuwire_finalize, once every handle is invalid: releases every object of gpuwire. A request
+/// still in flight is an error, returned once MPI is finalized (`runtime::finalize`).
+fn release_all() -> crate::error::Result<()> {
     // The progress thread makes MPI calls: joined before anything is released.
     crate::progress::shutdown();
     crate::request::finish_detached();
-    drop(crate::request::REQUESTS.drain());
+    // Dropping a request in flight would free its buffers under MPI (a send read from freed
+    // memory: a segfault, or another allocation's data sent).
+    // A receive still deferred is posted to MPI rather than withdrawn: its sender may be
+    // waiting for it (both ranks hung in MPI_Finalize).
+    let (in_flight, posted) = crate::request::settle_at_finalize(crate::request::REQUESTS.drain(), crate::backend::p2p::post_deferred_at_finalize);
     drop(crate::darray::DARRAYS.drain());
     drop(crate::buffer::BUFFERS.drain());
     drop(crate::comm::COMMS.drain());
@@ -58,6 +81,20 @@ fn release_all() {
     crate::pin::reclaim();
     // IPC mappings are shared by communicators; whatever the last free left open closes here.
     crate::backend::ipc::close_all_mappings();
+    if in_flight == 0 {
+        return Ok(());
+    }
+    let owns_mpi = runtime::owns_mpi();
+    Err(crate::error::Error::InvalidArgument(format!(
+        "{in_flight} request{} still in flight (neither completed by a wait or test nor freed): given up, the buffers that MPI or a peer may still use kept for the rest of the process{}. gpuwire{} finalized all the same; complete or free every request first, as MPI_Finalize requires",
+        if in_flight == 1 { " was" } else { "s were" },
+        match posted {
+            0 => String::new(),
+            1 => "; 1 receive still waiting for its message was posted to MPI as a plain receive".into(),
+            k => format!("; {k} receives still waiting for their messages were posted to MPI as plain receives"),
+        },
+        if owns_mpi { " and MPI were" } else { " was" }
+    )))
 }
 
 /// Writes 1 to `*flag` if gpuwire is initialized and not finalized, else 0. Works at any time.
