@@ -356,6 +356,16 @@ impl Communicator {
         backend::route(self, op, None, bufs)
     }
 
+    /// `given`, the path of a call of `op` on these buffers where the caller knows it (the lean
+    /// path's NCCL device calls), else [`Self::path`].
+    #[inline]
+    fn path_or(&self, given: Option<&'static dyn Path>, op: Operation, bufs: &[Option<&Buffer>]) -> Result<&'static dyn Path> {
+        match given {
+            Some(p) => Ok(p),
+            None => self.path(op, bufs),
+        }
+    }
+
     /// The path of a reduction of `dtype` with `rop` on these buffers (`backend::route`).
     pub(crate) fn reduce_path(&self, op: Operation, dtype: Dtype, rop: ReduceOp, bufs: &[Option<&Buffer>]) -> Result<&'static dyn Path> {
         backend::route(self, op, Some((dtype, rop)), bufs)
@@ -502,11 +512,7 @@ impl Communicator {
         if dest == PROC_NULL {
             return Ok(());
         }
-        let p = match path {
-            Some(p) => p,
-            None => self.path(Operation::Send, &[Some(buf)])?,
-        };
-        p.send(self, buf, dest, tag, stream)
+        self.path_or(path, Operation::Send, &[Some(buf)])?.send(self, buf, dest, tag, stream)
     }
 
     /// As MPI_Recv of exactly `buf.count()` elements from `source`.
@@ -524,11 +530,7 @@ impl Communicator {
         if source == PROC_NULL {
             return Ok(());
         }
-        let p = match path {
-            Some(p) => p,
-            None => self.path(Operation::Recv, &[Some(buf)])?,
-        };
-        p.recv(self, buf, source, tag, stream)
+        self.path_or(path, Operation::Recv, &[Some(buf)])?.recv(self, buf, source, tag, stream)
     }
 
     /// As MPI_Isend; the request keeps the communicator and the buffer alive (it takes `buf`).
@@ -593,10 +595,7 @@ impl Communicator {
         if send.overlaps(recv) {
             return Err(Error::InvalidArgument("sendrecv: the send and receive buffers overlap".into()));
         }
-        let p = match path {
-            Some(p) => p,
-            None => self.path(Operation::Sendrecv, &[Some(send), Some(recv)])?,
-        };
+        let p = self.path_or(path, Operation::Sendrecv, &[Some(send), Some(recv)])?;
         p.sendrecv(self, send, dest, sendtag, recv, source, recvtag, stream)
     }
 

@@ -40,22 +40,32 @@ static void sleep_ms(long ms)
     nanosleep(&t, NULL);
 }
 
+/* gpuwire_init (gpuwire initializes MPI) and MPI_COMM_WORLD's communicator: this rank, or -1
+ * unless there are 2 ranks. */
+static int32_t world(gpuwire_comm *comm)
+{
+    int32_t rank = -1, size = 0;
+    EXPECT_OK(gpuwire_init());
+    EXPECT_OK(gpuwire_comm_world(NULL, comm));
+    EXPECT_OK(gpuwire_comm_rank(*comm, &rank));
+    EXPECT_OK(gpuwire_comm_size(*comm, &size));
+    gwt_rank = rank;
+    if (size != 2) {
+        fprintf(stderr, "test_finalize: run with 2 ranks\n");
+        return -1;
+    }
+    return rank;
+}
+
 static int inflight(void)
 {
     gpuwire_comm comm;
     gpuwire_buffer buf, other;
     gpuwire_request send_req, recv_req;
     void *p = NULL;
-    int32_t rank = -1, size = 0;
-    EXPECT_OK(gpuwire_init());
-    EXPECT_OK(gpuwire_comm_world(NULL, &comm));
-    EXPECT_OK(gpuwire_comm_rank(comm, &rank));
-    EXPECT_OK(gpuwire_comm_size(comm, &size));
-    gwt_rank = rank;
-    if (size != 2) {
-        fprintf(stderr, "test_finalize: run with 2 ranks\n");
+    int32_t rank = world(&comm);
+    if (rank < 0)
         return 1;
-    }
     EXPECT_OK(gpuwire_buffer_alloc(N, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, -1, &buf));
     EXPECT_OK(gpuwire_buffer_pointer(buf, &p));
     double *d = p;
@@ -93,16 +103,9 @@ static int irecvlate(void)
     gpuwire_buffer buf;
     gpuwire_request req;
     void *p = NULL;
-    int32_t rank = -1, size = 0;
-    EXPECT_OK(gpuwire_init());
-    EXPECT_OK(gpuwire_comm_world(NULL, &comm));
-    EXPECT_OK(gpuwire_comm_rank(comm, &rank));
-    EXPECT_OK(gpuwire_comm_size(comm, &size));
-    gwt_rank = rank;
-    if (size != 2) {
-        fprintf(stderr, "test_finalize: run with 2 ranks\n");
+    int32_t rank = world(&comm);
+    if (rank < 0)
         return 1;
-    }
     EXPECT_OK(gpuwire_buffer_alloc(N, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, -1, &buf));
     if (rank == 0) {
         EXPECT_OK(gpuwire_irecv(comm, buf, 1, 5, NULL, &req));
