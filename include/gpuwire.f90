@@ -306,6 +306,9 @@ module gpuwire
   interface gpuwire_request_free
     module procedure gw_request_free
   end interface
+  interface gpuwire_cancel
+    module procedure gw_cancel
+  end interface
   interface gpuwire_waitall
     module procedure gw_waitall
   end interface
@@ -313,7 +316,7 @@ module gpuwire
     module procedure gw_sendrecv
   end interface
   ! Receive status, wildcards and probes (as MPI_Recv with a status, MPI_Probe ...); status is
-  ! type(gpuwire_status_t) (fields source, tag, count, error).
+  ! type(gpuwire_status_t) (fields source, tag, count, error, cancelled).
   interface gpuwire_recv_status
     module procedure gw_recv_status
   end interface
@@ -1523,15 +1526,24 @@ contains
     call finish(st, 'gpuwire_test', ierror)
   end subroutine gw_test
 
-  ! Frees a request without blocking longer than its communicator's timeout (an isend's or a
-  ! nonblocking collective's goes on, as MPI_Request_free a send; a receive still pending then is
-  ! abandoned, which breaks the communicator: see gpuwire.h); it is GPUWIRE_REQUEST_NULL after.
+  ! Frees a request without blocking, as MPI_Request_free: an operation in flight goes on (a
+  ! receive takes its message when it comes: see gpuwire.h); it is GPUWIRE_REQUEST_NULL after.
   subroutine gw_request_free(request, ierror)
     use gpuwire_c, only: c => gpuwire_request_free
     type(gpuwire_request), intent(inout) :: request
     integer, intent(out), optional :: ierror
     call finish(c(request%handle), 'gpuwire_request_free', ierror)
   end subroutine gw_request_free
+
+  ! Cancels a receive whose message has not matched, as MPI_Cancel: it completes at once, its
+  ! status%cancelled 1; anything else completes as it would have. Complete or free the request
+  ! afterwards (see gpuwire.h).
+  subroutine gw_cancel(request, ierror)
+    use gpuwire_c, only: c => gpuwire_cancel
+    type(gpuwire_request), intent(inout) :: request
+    integer, intent(out), optional :: ierror
+    call finish(c(request%handle), 'gpuwire_cancel', ierror)
+  end subroutine gw_cancel
 
   ! Waits for every request of the array (any shape of section); each becomes
   ! GPUWIRE_REQUEST_NULL, a failed one too; the first failure is returned.

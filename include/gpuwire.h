@@ -739,11 +739,12 @@ typedef struct {
  * GPUWIRE_PROC_NULL for a receive from GPUWIRE_PROC_NULL), `tag` (the message's tag),
  * `count` (the elements received, of the receive buffer's datatype, or a probe's datatype) and
  * `error` (a gpuwire_status code: GPUWIRE_SUCCESS, or in the arrays of gpuwire_testall, the
- * request's own error). The status of an operation that is no receive, of
+ * request's own error) and `cancelled` (1 for a receive that gpuwire_cancel withdrew, as
+ * MPI_Test_cancelled; else 0). The status of an operation that is no receive, of
  * GPUWIRE_REQUEST_NULL, and of a receive that never matched, is MPI's empty status:
- * GPUWIRE_ANY_SOURCE, GPUWIRE_ANY_TAG, count 0. Written only by a call that succeeds (but
- * for the arrays of gpuwire_testall, which say each request's error). Fortran: the bind(C)
- * type gpuwire_status_t, the same fields.
+ * GPUWIRE_ANY_SOURCE, GPUWIRE_ANY_TAG, count 0 (and `cancelled` 1 where it was cancelled).
+ * Written only by a call that succeeds (but for the arrays of gpuwire_testall, which say each
+ * request's error). Fortran: the bind(C) type gpuwire_status_t, the same fields.
  */
 typedef struct {
   /**
@@ -762,7 +763,13 @@ typedef struct {
    * A gpuwire_status code (MPI_ERROR).
    */
   int32_t error;
+  /**
+   * 1 where gpuwire_cancel withdrew the receive (MPI_Test_cancelled), else 0.
+   */
+  int32_t cancelled;
 } gpuwire_status_t;
+
+
 
 
 
@@ -1952,49 +1959,71 @@ gpuwire_status gpuwire_iprobe(gpuwire_comm comm,
  *
  * Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE (freed or foreign handle),
  * GPUWIRE_ERROR_INVALID_ARGUMENT (a request of a group that has not ended; `*request`
- * unchanged), GPUWIRE_ERROR_COMM_BROKEN (the communicator was broken by a timeout, an abandoned
- * request or gpuwire_comm_abort before the request completed), GPUWIRE_ERROR_MPI,
+ * unchanged), GPUWIRE_ERROR_COMM_BROKEN (the communicator was broken by a timeout or
+ * gpuwire_comm_abort before the request completed), GPUWIRE_ERROR_MPI,
  * GPUWIRE_ERROR_CUDA, GPUWIRE_ERROR_TIMEOUT, and the operation's own errors (a receive's
  * GPUWIRE_ERROR_COUNT_MISMATCH or GPUWIRE_ERROR_TRUNCATE, a checking-mode mismatch, ...).
  */
 gpuwire_status gpuwire_wait(gpuwire_request *request);
 
 /**
- * Frees a request without blocking longer than its communicator's timeout, and sets
- * `*request` to GPUWIRE_REQUEST_NULL (also when it returns an error, but for the two argument
- * errors below): what destructors and finalizers call (gpuwire.hpp's `~request`, Python's
- * `Request.__del__`). The request of a gpuwire_isend or of a nonblocking collective still in
- * flight is released at once and its operation goes on, as a send after MPI_Request_free (the
- * fire-and-forget idiom: learn of its completion otherwise, e.g. from a reply; MPI forbids
- * freeing a collective's request, here the other ranks simply meet it): gpuwire keeps its
- * buffers alive until it completes (the program may free the buffers' handles; wrapped memory
- * must stay valid until then, and a receive buffer is written when it completes), and releases
- * them at a later wait, test or request free of this rank. As in MPI, a failure of such an
- * operation has no caller to go to: it is lost, but for a warning line on stderr (a timeout
- * still breaks the communicator). At gpuwire_finalize one still in flight is left to MPI (a
- * send whose receive never comes may then block MPICH's MPI_Finalize).
- * Any other request (a receive's) that has completed, or completes within the communicator's
- * timeout, is
- * released as by gpuwire_wait (GPUWIRE_SUCCESS, or the operation's error). One that has not is
- * abandoned, as MPI_Request_free abandons a request, but louder: on the HOST and
- * MPI_CUDA_AWARE paths a receive not yet matched is cancelled (MPI_Cancel) and will not write
- * its buffer; a send the MPI cannot cancel, and operations of the other backends, are left as
- * they are and may still read or write the buffer, so keep that memory valid (a buffer from
- * gpuwire_buffer_alloc is then kept for ever); and the communicator is marked broken on this
- * rank: every later call on it returns GPUWIRE_ERROR_COMM_BROKEN, because the other ranks'
- * messages no longer meet what this rank expects. Without a timeout it does not wait at all.
- * Freeing GPUWIRE_REQUEST_NULL returns at once. Local; thread-safe for different requests (a
- * wait or test of the same request that another thread begins during the free fails with
+ * Frees a request without blocking, as MPI_Request_free, and sets `*request` to
+ * GPUWIRE_REQUEST_NULL (also when it returns an error, but for the two argument errors below):
+ * what destructors and finalizers call (gpuwire.hpp's `~request`, Python's `Request.__del__`).
+ * A request whose operation is still in flight is released at once and its operation goes on,
+ * as after MPI_Request_free: a send (the fire-and-forget idiom: learn of its completion
+ * otherwise, e.g. from a reply) or a nonblocking collective (MPI forbids freeing a collective's
+ * request; here the other ranks simply meet it) until its peers meet it, a receive until its
+ * message comes, which it then takes in MPI's matching order (its buffer is written then; the
+ * program learns of it otherwise, e.g. from a later message of the same sender, or a barrier
+ * after the sender's send completed). gpuwire keeps the operation's buffers alive until it
+ * completes (the program may free the buffers' handles; wrapped memory must stay valid until
+ * then), and releases them at a later wait, test or request free of this rank. As in MPI, a
+ * failure of such an operation (a receive's message of another size, a checking-mode mismatch)
+ * has no caller to go to: it is lost, but for a warning line on stderr. Nothing times such an
+ * operation out. At gpuwire_finalize one still in flight is left to MPI (a receive still waiting
+ * for its message is posted to MPI as a plain receive; a send whose receive never comes may then
+ * block MPICH's MPI_Finalize). A request that has completed is released as by gpuwire_wait
+ * (GPUWIRE_SUCCESS, or the operation's error). On a communicator already broken (a timeout,
+ * gpuwire_comm_abort), which completes nothing more, a request not complete is abandoned: on the
+ * HOST and MPI_CUDA_AWARE paths a receive not yet matched is cancelled and will not write its
+ * buffer; a send the MPI cannot cancel, and operations of the other backends, are left as they
+ * are and may still read or write the buffer, so keep that memory valid (a buffer from
+ * gpuwire_buffer_alloc is then kept for ever); GPUWIRE_ERROR_COMM_BROKEN. Freeing
+ * GPUWIRE_REQUEST_NULL returns at once. Local; thread-safe for different requests (a wait or
+ * test of the same request that another thread begins during the free fails with
  * GPUWIRE_ERROR_INVALID_HANDLE).
  *
  * Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE (freed or foreign handle,
  * or completed or freed meanwhile by another thread; `*request` unchanged), GPUWIRE_ERROR_INVALID_ARGUMENT (a request of a group that has not
  * ended, or one that another thread is waiting for or testing at that moment; `*request`
- * unchanged), GPUWIRE_ERROR_TIMEOUT (abandoned at the communicator's timeout),
- * GPUWIRE_ERROR_COMM_BROKEN (abandoned at once: no timeout, or the communicator was already
- * broken), and those of gpuwire_wait for a request that completed with an error.
+ * unchanged), GPUWIRE_ERROR_COMM_BROKEN (abandoned: the communicator was broken), and those of
+ * gpuwire_wait for a request that completed with an error.
  */
 gpuwire_status gpuwire_request_free(gpuwire_request *request);
+
+/**
+ * Cancels a receive, as MPI_Cancel: a receive whose message has not matched yet is withdrawn
+ * (it will take no message, and its buffer is not written), and its request completes at once:
+ * the request must still be completed (gpuwire_wait, gpuwire_test, ...) or freed, as in MPI;
+ * its status (gpuwire_wait_status, ...) has `cancelled` 1, MPI's empty source, tag and count
+ * otherwise. A receive whose message has matched, a send (MPI-4 deprecates cancelling sends), a
+ * nonblocking collective, and a request already complete are not cancelled: the request
+ * completes as it would have, its status `cancelled` 0. Withdrawn are the receives into host
+ * memory (on every backend) and into device memory on the MPI_CUDA_AWARE path, contiguous or
+ * views (a receive queued on gpuwire's engine behind earlier operations of its communicator
+ * once the engine has started it); the device receives of the NCCL and IPC paths and of the
+ * stream-ordered MPI_STAGED path are not (their data movement is already enqueued on a stream):
+ * they complete when their messages come. A common use: receives posted ahead (e.g. from
+ * GPUWIRE_ANY_SOURCE) that no message will come for, cancelled and waited for at the end.
+ * Never blocks; local; `*request` is not changed. Thread-safe for different requests.
+ *
+ * Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE (freed or foreign handle,
+ * or completed meanwhile by another thread), GPUWIRE_ERROR_INVALID_ARGUMENT (a request of a
+ * group that has not ended, or one that another thread is waiting for or testing at that
+ * moment: the request left as it was). GPUWIRE_REQUEST_NULL: GPUWIRE_SUCCESS, nothing done.
+ */
+gpuwire_status gpuwire_cancel(gpuwire_request *request);
 
 /**
  * Writes 1 to `*flag` and sets `*request` to GPUWIRE_REQUEST_NULL if the request has

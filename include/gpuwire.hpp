@@ -4,13 +4,12 @@
 //  - gpuwire::environment   gpuwire_init in its constructor, gpuwire_finalize in its destructor
 //    (that of the environment that initialized gpuwire: a nested one does not finalize);
 //  - gpuwire::comm, gpuwire::buffer, gpuwire::request, gpuwire::darray: RAII owners of the C
-//    handles, move-only; the destructor frees the handle. A request's destructor never blocks
-//    longer than its communicator's timeout, and without a timeout never blocks: it calls
-//    gpuwire_request_free, which lets an isend or a nonblocking collective in flight go on (as
-//    MPI_Request_free a send), and waits for a pending receive up to the timeout and then (or
-//    at once, without a timeout) abandons it: the receive is cancelled, and the
-//    communicator is broken (every later call on it throws GPUWIRE_ERROR_COMM_BROKEN). So an
-//    exception thrown while a request is pending reaches its catch; wait() for requests whose
+//    handles, move-only; the destructor frees the handle. A request's destructor never blocks:
+//    it cancels a receive whose message has not matched (gpuwire_cancel: withdrawn, nothing
+//    written) and frees the request (gpuwire_request_free), so that what was not cancelled (an
+//    isend, a nonblocking collective, a receive already matched or on a path that cannot
+//    withdraw it) goes on, as after MPI_Request_free. So an exception thrown while a request is
+//    pending reaches its catch, and the communicator stays usable; wait() for requests whose
 //    results you need. get() gives the C handle, release() gives it up; a default-constructed
 //    or moved-from object holds the NULL handle;
 //  - gpuwire::group: gpuwire_group_start / gpuwire_group_end around a scope (RAII);
@@ -588,12 +587,13 @@ private:
 
 // ---- request -----------------------------------------------------------------------------------
 
-/** Owns a gpuwire_request. The destructor (and move assignment over a pending request) calls
- * gpuwire_request_free, ignoring its errors: it never blocks longer than the communicator's
- * timeout (without a timeout: not at all); an isend's or a nonblocking collective's goes on, a
- * receive still pending then is abandoned and its communicator broken (see
- * gpuwire_request_free in gpuwire.h), also
- * while an exception unwinds the stack. */
+/** Owns a gpuwire_request. The destructor (and move assignment over a pending request) never
+ * blocks, also while an exception unwinds the stack: it cancels the request (gpuwire_cancel: a
+ * receive whose message has not matched is withdrawn and writes nothing) and frees it
+ * (gpuwire_request_free), ignoring their errors. What was not cancelled goes on, as after
+ * MPI_Request_free (an isend, a nonblocking collective, a receive already matched or on a path
+ * that cannot withdraw it: see gpuwire_cancel in gpuwire.h): keep its memory valid until it
+ * completes. */
 class request {
 public:
     request() noexcept = default;
@@ -634,12 +634,21 @@ public:
         detail::check(gpuwire_test(&h_, &flag));
         return flag != 0;
     }
-    /** gpuwire_request_free now, reporting its errors (GPUWIRE_ERROR_TIMEOUT or
-     * GPUWIRE_ERROR_COMM_BROKEN when the request was abandoned); NULL afterwards. */
+    /** gpuwire_request_free now, reporting its errors (GPUWIRE_ERROR_COMM_BROKEN when the
+     * request was abandoned on a broken communicator); NULL afterwards. An operation in flight
+     * goes on, as after MPI_Request_free. */
     void free()
     {
         if (h_.h != 0)
             detail::check(gpuwire_request_free(&h_));
+    }
+    /** gpuwire_cancel: a receive whose message has not matched is withdrawn, and the request
+     * then completes at once, its status cancelled; anything else completes as it would have.
+     * Complete (wait(), test()) or free() the request afterwards, as in MPI. */
+    void cancel()
+    {
+        if (h_.h != 0)
+            detail::check(gpuwire_cancel(&h_));
     }
     /** Whether an operation is still attached (false once completed). */
     bool active() const noexcept { return h_.h != 0; }
@@ -649,8 +658,10 @@ public:
 private:
     void finish_quietly() noexcept
     {
-        if (h_.h != 0)
+        if (h_.h != 0) {
+            (void)gpuwire_cancel(&h_);
             (void)gpuwire_request_free(&h_);
+        }
         h_ = GPUWIRE_REQUEST_NULL;
     }
 

@@ -387,9 +387,9 @@ impl Op {
     pub(crate) fn known_status(&self) -> Option<crate::request::Status> {
         let Op::Irecv { buf, source, tag, .. } = self else { return None };
         if *source == crate::types::PROC_NULL || *source == crate::mpisys::proc_null() {
-            return Some(crate::request::Status { source: crate::types::PROC_NULL, tag: crate::types::ANY_TAG, count: 0 });
+            return Some(crate::request::Status { source: crate::types::PROC_NULL, tag: crate::types::ANY_TAG, count: 0, cancelled: false });
         }
-        Some(crate::request::Status { source: *source, tag: *tag, count: buf.count() as i64 })
+        Some(crate::request::Status { source: *source, tag: *tag, count: buf.count() as i64, cancelled: false })
     }
 
     /// Whether this operation, with device memory, goes to NCCL (which orders it on its stream
@@ -930,6 +930,12 @@ impl Pending for Queued {
         self.done.wait_until(Some(until));
         self.test()
     }
+    /// The receive the engine has started, where it has (one still queued is not withdrawn).
+    fn cancel(&mut self) -> bool {
+        let Some(slot) = self.started() else { return false };
+        let r = slot.lock().unwrap_or_else(|p| p.into_inner());
+        r.as_ref().is_some_and(|r| r.cancel().unwrap_or(false))
+    }
 }
 
 /// A started point-to-point operation's request, as the pending half of another request.
@@ -939,6 +945,9 @@ impl Pending for Started {
     fn status(&self) -> Option<crate::request::Status> {
         Some(self.0.status())
     }
+    fn cancel(&mut self) -> bool {
+        self.0.cancel().unwrap_or(false)
+    }
     fn wait(&mut self) -> Result<()> {
         self.0.wait()
     }
@@ -946,10 +955,8 @@ impl Pending for Started {
         self.0.test()
     }
     fn abandon(self: Box<Self>) -> bool {
-        // An isend goes on, as after gpuwire_request_free (detached); a receive is given up at
-        // once: `free` would first wait for the communicator's timeout again, which the caller's
-        // wait has just used up (an unmatched device irecv's wait took twice the timeout).
-        if self.0.goes_on() { self.0.free().is_ok() } else { self.0.abandon() }
+        // Given up at once (the caller's wait failed: its timeout is used up).
+        self.0.abandon()
     }
 }
 
@@ -1020,7 +1027,8 @@ impl Pending for StartedPair {
         self.outcome.iter().rev().flatten().find_map(|o| o.as_ref().err().cloned())
     }
     fn abandon(self: Box<Self>) -> bool {
-        // As `Started`'s: the send goes on (detached), the receive is given up at once.
+        // The send goes on (detached: its buffers kept until it completes, or given up on a
+        // broken communicator); the receive is given up at once.
         let sent = self.send.is_none_or(|s| s.free().is_ok());
         let received = self.recv.is_none_or(|r| r.abandon());
         sent && received

@@ -346,7 +346,7 @@ impl Communicator {
         self.check_source_tag(what, source, tag)?;
         let source = recv_source(source);
         if source == PROC_NULL {
-            return Ok(Some(crate::request::Status { source: PROC_NULL, tag: ANY_TAG, count: 0 }));
+            return Ok(Some(crate::request::Status { source: PROC_NULL, tag: ANY_TAG, count: 0, cancelled: false }));
         }
         Ok(crate::backend::probe(self, source, recv_tag(tag), block)?.map(|m| m.status(dtype)))
     }
@@ -568,12 +568,12 @@ impl Communicator {
         self.check_wildcard_path("irecv", buf, source, tag)?;
         let (source, tag) = (recv_source(source), recv_tag(tag));
         if source == PROC_NULL {
-            return Ok((Box::new(Done), crate::request::Status { source: PROC_NULL, tag: ANY_TAG, count: 0 }));
+            return Ok((Box::new(Done), crate::request::Status { source: PROC_NULL, tag: ANY_TAG, count: 0, cancelled: false }));
         }
         let path = self.path(Operation::Irecv, &[Some(buf)])?;
         let pending = if upto { path.irecv_upto(self, buf, source, tag, stream)? } else { path.irecv(self, buf, source, tag, stream)? };
         // Paths without wildcards report nothing: the source and tag are the given ones.
-        Ok((pending, crate::request::Status { source, tag, count: buf.count() as i64 }))
+        Ok((pending, crate::request::Status { source, tag, count: buf.count() as i64, cancelled: false }))
     }
 
     /// As MPI_Sendrecv (either side may be GPUWIRE_PROC_NULL).

@@ -4,8 +4,10 @@
 //! handle while a transfer is in flight is safe. Completing a request (wait, or a test that
 //! reports completion) frees its handle, as MPI sets a completed request to MPI_REQUEST_NULL.
 //! Freeing a request that has not completed (gpuwire_request_free, the C++ destructor, Python's
-//! garbage collector) never blocks longer than its communicator's timeout: what is still pending
-//! then is abandoned, and the communicator is broken.
+//! garbage collector) never blocks: its operation goes on (`Detached`), as after
+//! MPI_Request_free. Cancelling one (gpuwire_cancel, MPI_Cancel) withdraws a receive whose
+//! message has not matched, where its path can (`Pending::cancel`); the C++ destructor and
+//! Python's collector cancel before they free.
 
 use std::cell::RefCell;
 use std::sync::{Arc, Mutex};
@@ -24,11 +26,15 @@ pub struct Status {
     pub source: i32,
     pub tag: i32,
     pub count: i64,
+    /// The request was cancelled (gpuwire_cancel): nothing was received (MPI_Test_cancelled).
+    pub cancelled: bool,
 }
 
 impl Status {
     /// MPI's empty status: any source, any tag, no elements.
-    pub const EMPTY: Status = Status { source: crate::types::ANY_SOURCE, tag: crate::types::ANY_TAG, count: 0 };
+    pub const EMPTY: Status = Status { source: crate::types::ANY_SOURCE, tag: crate::types::ANY_TAG, count: 0, cancelled: false };
+    /// The status of a cancelled receive: the empty status, cancelled.
+    pub const CANCELLED: Status = Status { cancelled: true, ..Status::EMPTY };
 }
 
 /// All live requests, by handle.
@@ -119,6 +125,14 @@ pub trait Pending: Send {
     fn failed_part(&self) -> Option<Error> {
         None
     }
+    /// gpuwire_cancel (MPI_Cancel): withdraws the operation if it can be withdrawn without
+    /// effect (a receive whose message has not matched): true, and the operation then tests
+    /// complete, nothing written, nothing matched. Otherwise false, the operation left as it was
+    /// to complete as it would have (a send, a collective, a receive already matched, and the
+    /// paths that cannot withdraw a receive: the default).
+    fn cancel(&mut self) -> bool {
+        false
+    }
     /// Drops the completed operation; a path may keep its allocation for the thread's next
     /// operation ([`handles::unbox`]). The default drops it.
     fn recycle(self: Box<Self>) {}
@@ -166,6 +180,8 @@ struct Inner {
     /// A wait or test of the C API ([`Request::finish`]) reported the request complete (or
     /// failed): its handle is released next, and another thread's wait that raced it finds this.
     reported: bool,
+    /// gpuwire_cancel withdrew the operation ([`Pending::cancel`]): its status says so.
+    cancelled: bool,
 }
 
 type Locked<'a> = std::sync::MutexGuard<'a, Inner>;
@@ -180,16 +196,13 @@ pub struct Request {
     /// count: the NCCL and IPC paths, whose receives take exactly their buffer).
     /// (Status::EMPTY where the path reports its own.)
     default_status: Status,
-    /// An isend's or a nonblocking collective's request: gpuwire_request_free lets its operation
-    /// go on (`Detached`).
-    goes_on: bool,
     /// The operation's [`Pending::always_ready`].
     always_ready: bool,
 }
 
-/// An isend or a nonblocking collective whose request gpuwire_request_free released while it was
-/// in flight: it goes on, as a send after MPI_Request_free, and its buffers and communicator stay
-/// alive until it completes.
+/// An operation whose request gpuwire_request_free released while it was in flight: it goes on,
+/// as after MPI_Request_free (a send, a receive, a nonblocking collective), and its buffers and
+/// communicator stay alive until it completes.
 struct Detached {
     op: Box<dyn Pending>,
     bufs: Held,
@@ -209,10 +222,11 @@ static N_DETACHED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsi
 /// as success in checking mode, or a hang). A failure that breaks the communicator (a timeout)
 /// still breaks it.
 ///
-/// Run after every progress pass of gpuwire's waits and tests (`progress::register`), never by
-/// the progress thread or an engine thread (a device operation's test makes CUDA calls, which an
-/// engine thread must not); none of them needs gpuwire to progress it (MPI, the stream, the
-/// receiving peer or the engine completes it).
+/// Run at every gpuwire wait or test of a request (`Request::finish`) and after every progress
+/// pass of gpuwire's waits and tests (`progress::register`), never by the progress thread or an
+/// engine thread (a device operation's test makes CUDA calls, which an engine thread must not).
+/// MPI, the stream, the peer, the engine or the progress of deferred receives moves them on;
+/// what completes here is the last step of some (a receive into a view unpacks its message).
 pub fn reap_detached() {
     use std::sync::atomic::Ordering;
     if N_DETACHED.load(Ordering::Relaxed) == 0 || crate::engine::on_engine_thread() {
@@ -231,36 +245,28 @@ pub fn reap_detached() {
     N_DETACHED.store(list.len(), Ordering::Relaxed);
 }
 
-/// At gpuwire_finalize (before MPI_Finalize, after the engines ran their queues): the detached
-/// operations still in flight are left to MPI, their buffers kept for the rest of the process.
-pub fn finish_detached() {
-    let list = std::mem::take(&mut *DETACHED.lock().unwrap_or_else(|e| e.into_inner()));
+/// At gpuwire_finalize (after the engines ran their queues), the requests whose handles were
+/// never completed or freed (`list`: the registry's, drained) and the operations of freed ones
+/// (`Detached`): a completed one is released; then `before_abandon` runs (`ffi::lifecycle`: the
+/// receives still deferred are posted to MPI, `p2p::post_deferred_at_finalize`, which returns
+/// how many); then each one still in flight is given up ([`Pending::abandon`]: a receive not yet
+/// matched is withdrawn; whatever MPI, a peer or a device may still read or write keeps its
+/// buffers for the rest of the process, never freed under it). A request that another thread
+/// still waits for (erroneous: gpuwire_finalize is called once no other thread uses gpuwire)
+/// counts as in flight and is kept whole. Returns how many of `list` were in flight (a freed
+/// request's operation is left to MPI as MPI_Request_free leaves it, not counted), and
+/// `before_abandon`'s count, which gpuwire_finalize reports as an error once it has finalized.
+pub fn settle_at_finalize(list: Vec<Arc<Request>>, before_abandon: impl FnOnce() -> usize) -> (usize, usize) {
+    let detached = std::mem::take(&mut *DETACHED.lock().unwrap_or_else(|e| e.into_inner()));
     N_DETACHED.store(0, std::sync::atomic::Ordering::Relaxed);
-    for mut d in list {
+    let mut going = Vec::new();
+    for mut d in detached {
         match d.op.test() {
             Ok(true) => {}
             Err(e) => d.failed(&e),
-            Ok(false) => {
-                let bufs = d.bufs.share();
-                if !d.op.abandon() {
-                    bufs.keep_for_ever();
-                }
-            }
+            Ok(false) => going.push(d),
         }
     }
-}
-
-/// At gpuwire_finalize (after the engines ran their queues and [`finish_detached`]), the
-/// requests whose handles were never completed or freed (`list`: the registry's, drained): a
-/// completed one is released; then `before_abandon` runs (`ffi::lifecycle`: the receives still
-/// deferred are posted to MPI, `p2p::post_deferred_at_finalize`, which returns how many); then
-/// each one still in flight is given up ([`Pending::abandon`]: a receive not yet matched is
-/// withdrawn; whatever MPI, a peer or a device may still read or write keeps its buffers for the
-/// rest of the process, never freed under it). A request that another thread still waits for
-/// (erroneous: gpuwire_finalize is called once no other thread uses gpuwire) counts as in flight
-/// and is kept whole. Returns how many were in flight, and `before_abandon`'s count, which
-/// gpuwire_finalize reports as an error once it has finalized.
-pub fn settle_at_finalize(list: Vec<Arc<Request>>, before_abandon: impl FnOnce() -> usize) -> (usize, usize) {
     let mut in_flight = Vec::new();
     let mut busy = 0;
     for r in list {
@@ -283,6 +289,12 @@ pub fn settle_at_finalize(list: Vec<Arc<Request>>, before_abandon: impl FnOnce()
     }
     let n = in_flight.len() + busy;
     let posted = before_abandon();
+    for d in going {
+        let bufs = d.bufs.share();
+        if !d.op.abandon() {
+            bufs.keep_for_ever();
+        }
+    }
     for (r, op) in in_flight {
         r.give_up(op);
     }
@@ -314,19 +326,7 @@ impl Request {
     #[inline]
     fn holding(pending: Box<dyn Pending>, comm: Arc<Communicator>, bufs: Held) -> Request {
         let always_ready = pending.always_ready();
-        Request { inner: Mutex::new(Inner { pending: Some(pending), matched: None, reported: false }), comm, bufs, default_status: Status::EMPTY, goes_on: false, always_ready }
-    }
-
-    /// The request of an isend or a nonblocking collective: `free` lets its operation go on.
-    #[inline(always)]
-    pub fn going_on(mut self) -> Request {
-        self.goes_on = true;
-        self
-    }
-
-    /// Whether `free` lets the operation go on ([`Self::going_on`]).
-    pub fn goes_on(&self) -> bool {
-        self.goes_on
+        Request { inner: Mutex::new(Inner { pending: Some(pending), matched: None, reported: false, cancelled: false }), comm, bufs, default_status: Status::EMPTY, always_ready }
     }
 
     /// The request with the status it reports when its path reports none.
@@ -342,7 +342,28 @@ impl Request {
     }
 
     fn status_of(&self, i: &Inner) -> Status {
+        if i.cancelled {
+            return Status::CANCELLED;
+        }
         i.matched.unwrap_or(self.default_status)
+    }
+
+    /// gpuwire_cancel: the operation is withdrawn where it can be ([`Pending::cancel`]: a
+    /// receive whose message has not matched), and then completes at once, its status cancelled;
+    /// else it is left to complete as it would have. Never blocks. A request already complete
+    /// is left as it is. `Err` (the request left as it was): a request of a group that has not
+    /// ended, one that another thread waits for or tests, one already reported complete.
+    /// `Ok(true)` where it was withdrawn.
+    pub fn cancel(&self) -> Result<bool> {
+        let mut i = self.try_lock()?;
+        if i.reported {
+            return Err(Self::reported_elsewhere());
+        }
+        Self::ready(&i, false)?;
+        if let Some(op) = i.pending.as_mut() {
+            i.cancelled |= op.cancel();
+        }
+        Ok(i.cancelled)
     }
 
     fn lock(&self) -> Locked<'_> {
@@ -431,6 +452,9 @@ impl Request {
     /// request, and then fails with INVALID_HANDLE where that one reported the request complete
     /// (both reported the completion).
     pub fn finish(&self, wait: bool) -> Result<(Result<bool>, Status)> {
+        // Operations of freed requests that have completed are released (a receive into a view
+        // unpacks then), also where this request's own first step completes it.
+        reap_detached();
         let mut i = if wait { self.lock() } else { self.try_lock()? };
         if i.reported {
             return Err(Self::reported_elsewhere());
@@ -613,13 +637,13 @@ impl Request {
         done
     }
 
-    /// gpuwire_request_free: an isend's or a nonblocking collective's operation not yet complete
-    /// goes on (`Detached`: Ok(())). Any other request is completed if it completes within the
-    /// communicator's timeout (without a timeout: if it has already completed), else abandoned (see
-    /// [`Pending::abandon`]; the buffer is then kept for ever if MPI may still use it) and
-    /// breaks the communicator: Ok(()) when it completed, its error when it failed,
-    /// Error::Timeout or Error::CommBroken when it was abandoned. Never blocks longer than the
-    /// timeout.
+    /// gpuwire_request_free: an operation not yet complete goes on (`Detached`: Ok(())), as after
+    /// MPI_Request_free: a send or a nonblocking collective until its peers meet it, a receive
+    /// until its message comes (which it then takes, in MPI's matching order). One that has
+    /// completed is released as gpuwire_wait releases it (Ok(()), or its error). On a broken
+    /// communicator, which completes nothing more, one not complete is abandoned at once (see
+    /// [`Pending::abandon`]; the buffer is then kept for ever if MPI may still use it):
+    /// Error::CommBroken. Never blocks.
     pub fn free(&self) -> Result<()> {
         let op = self.lock().pending.take();
         op.map_or(Ok(()), |op| self.free_op(op))
@@ -628,51 +652,26 @@ impl Request {
     /// [`Self::free`] of the operation taken out of the request (`claim_for_free`).
     pub fn free_op(&self, mut op: Box<dyn Pending>) -> Result<()> {
         reap_detached();
-        // An isend or a nonblocking collective goes on, as a send after MPI_Request_free (a
-        // collective, which MPI forbids to free, too: the other ranks meet it).
-        let detach = self.goes_on && !self.comm.is_broken();
-        let timeout = self.comm.config().timeout;
-        // A broken communicator completes nothing more: no waiting then.
-        let deadline = timeout.filter(|_| !self.comm.is_broken()).map(|t| Instant::now() + t);
-        let mut spins = 0u32;
-        loop {
-            match op.test() {
-                Ok(true) => return Ok(()),
-                Err(e) => {
-                    // Failed: finished, released as gpuwire_wait releases it.
-                    self.keep_if_abandoned(&e);
-                    return Err(e);
-                }
-                Ok(false) => {}
+        match op.test() {
+            Ok(true) => return Ok(()),
+            Err(e) => {
+                // Failed: finished, released as gpuwire_wait releases it.
+                self.keep_if_abandoned(&e);
+                return Err(e);
             }
-            if detach {
-                // Its buffers are kept until it completes (`reap_detached`).
-                let mut list = DETACHED.lock().unwrap_or_else(|e| e.into_inner());
-                list.push(Detached { op, bufs: self.bufs.share(), _comm: self.comm.clone() });
-                N_DETACHED.store(list.len(), std::sync::atomic::Ordering::Relaxed);
-                return Ok(());
-            }
-            match deadline {
-                Some(d) if Instant::now() < d => {}
-                _ => break,
-            }
-            spins += 1;
-            if spins > 1000 {
-                std::thread::sleep(Duration::from_micros(50));
-            } else {
-                std::hint::spin_loop();
-            }
+            Ok(false) => {}
         }
-        // MPI (or a peer, a device) may still read or write the buffer: kept for ever then.
-        self.give_up(op);
-        let msg = match deadline.and(timeout) {
-            Some(t) => format!(
-                "a request that did not complete within the communicator's timeout of {:.3} s was abandoned (gpuwire_request_free: its receive cancelled or its send left to MPI); the communicator is now broken",
-                t.as_secs_f64()
-            ),
-            None => "a request that had not completed was abandoned (gpuwire_request_free, on a communicator without a timeout or already broken: its receive cancelled or its send left to MPI); the communicator is now broken".to_string(),
-        };
-        self.comm.mark_broken(msg.clone());
-        Err(if deadline.is_some() { Error::Timeout(msg) } else { Error::CommBroken(msg) })
+        if self.comm.is_broken() {
+            // MPI (or a peer, a device) may still read or write the buffer: kept for ever then.
+            self.give_up(op);
+            return Err(Error::CommBroken(
+                "a request on a broken communicator that had not completed was abandoned (gpuwire_request_free: its receive cancelled or its send left to MPI)".into(),
+            ));
+        }
+        // Its buffers are kept until it completes (`reap_detached`).
+        let mut list = DETACHED.lock().unwrap_or_else(|e| e.into_inner());
+        list.push(Detached { op, bufs: self.bufs.share(), _comm: self.comm.clone() });
+        N_DETACHED.store(list.len(), std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 }

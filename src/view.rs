@@ -325,6 +325,14 @@ impl<O: Send> Pending for Unpacking<O> {
         }
         self.finish().map(|()| true)
     }
+    /// The inner receive withdrawn: the views are not unpacked (nothing was received).
+    fn cancel(&mut self) -> bool {
+        let done = self.inner.as_ref().is_some_and(|r| r.cancel().unwrap_or(false));
+        if done {
+            self.packed = None;
+        }
+        done
+    }
     fn abandon(mut self: Box<Self>) -> bool {
         // The inner operation is given up with it (a receive withdrawn or cancelled where its
         // path can: it then takes no later message). Otherwise it may still read or write the

@@ -1019,15 +1019,19 @@ fn sendrecv_part_fails(cx: &Ctx) -> Result<(), String> {
 }
 
 /// GPU case irecvtimeout (timeout 2 s): rank 0's device irecv that nothing matches, waited for
-/// (round 0) or freed (round 1): TIMEOUT within about the timeout, once, and the communicator
-/// broken. On the stream-ordered paths the request's operation wraps the started receive's own
-/// request (`op::Started`), whose abandon freed that request: a second wait for the timeout on a
-/// communicator not yet broken.
+/// (round 0): TIMEOUT within about the timeout, once, and the communicator broken. On the
+/// stream-ordered paths the request's operation wraps the started receive's own request
+/// (`op::Started`), whose abandon freed that request: a second wait for the timeout on a
+/// communicator not yet broken. Freed (round 1): SUCCESS at once, and the receive goes on, as
+/// after MPI_Request_free, past the timeout (which does not apply to it): rank 1's message, sent
+/// 3 s later, lands in its buffer (it was abandoned at the timeout until 2026-12-07).
 fn irecv_timeout(cx: &Ctx) -> Result<(), String> {
     let mut failed = None;
+    let n = 1024;
     for round in 0..2 {
         let comm = world_with_timeout(2.0, 0);
-        let b = dev_alloc(1024, Dtype::GPUWIRE_FLOAT32);
+        let b = dev_alloc(n, Dtype::GPUWIRE_FLOAT32);
+        upload(b, &f32s(&vec![-1.0; n]));
         let s = cx.stream as *mut c_void;
         ok(gpuwire_barrier(comm, s), "barrier");
         if cx.rank == 0 {
@@ -1037,14 +1041,28 @@ fn irecv_timeout(cx: &Ctx) -> Result<(), String> {
             let st = if round == 0 { gpuwire_wait(&mut req) } else { gpuwire_request_free(&mut req) };
             let secs = t0.elapsed().as_secs_f64();
             println!("rank 0: {} of an unmatched irecv gave {st:?} after {secs:.2} s", if round == 0 { "wait" } else { "request_free" });
-            if st != Status::GPUWIRE_ERROR_TIMEOUT && st != Status::GPUWIRE_ERROR_COMM_BROKEN {
-                failed.get_or_insert(format!("round {round}: {st:?} ({}), expected TIMEOUT", last_error()));
-            } else if !(1.5..3.5).contains(&secs) {
-                failed.get_or_insert(format!("round {round}: the timeout of 2 s came after {secs:.2} s"));
+            if round == 0 {
+                if st != Status::GPUWIRE_ERROR_TIMEOUT && st != Status::GPUWIRE_ERROR_COMM_BROKEN {
+                    failed.get_or_insert(format!("round 0: {st:?} ({}), expected TIMEOUT", last_error()));
+                } else if !(1.5..3.5).contains(&secs) {
+                    failed.get_or_insert(format!("round 0: the timeout of 2 s came after {secs:.2} s"));
+                }
+            } else if st != Status::GPUWIRE_SUCCESS || secs > 1.0 {
+                failed.get_or_insert(format!("round 1: request_free gave {st:?} after {secs:.2} s ({}), expected SUCCESS at once", last_error()));
+            } else if let Err(e) = device_values_arrive(comm, b, n, 2.0, s) {
+                failed.get_or_insert(format!("round 1: the freed receive's buffer after rank 1's late send: {e}"));
             }
         } else {
-            std::thread::sleep(std::time::Duration::from_secs(4));
+            std::thread::sleep(std::time::Duration::from_secs(if round == 0 { 4 } else { 3 }));
+            if round == 1 {
+                upload(b, &f32s(&vec![2.0; n]));
+                let st = gpuwire_send(comm, b, 0, 9, s);
+                if st != Status::GPUWIRE_SUCCESS {
+                    failed.get_or_insert(format!("round 1: rank 1's late send to the freed receive: {st:?} ({})", last_error()));
+                }
+            }
         }
+        ok(gpuwire_barrier(cx.comm, s), "barrier (world)");
         gpuwire_buffer_free(b);
         gpuwire_comm_free(comm);
     }
@@ -3092,10 +3110,33 @@ fn ipc_free_realloc(cx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
-/// gpuwire_request_free of a device receive that nobody matches, on a communicator without a
-/// timeout: abandoned at once with GPUWIRE_ERROR_COMM_BROKEN, the request NULL, the device buffer
-/// untouched, later calls on the communicator broken, and the communicator still freed. Not on
-/// NCCL (an unmatched NCCL receive keeps its kernel, and so the stream, busy).
+/// Polls (a test of an isend to PROC_NULL, which completes what freed requests received) until
+/// the `n` floats of device buffer `b` all equal `want`, up to 10 s.
+fn device_values_arrive(c: gpuwire_comm, b: gpuwire_buffer, n: usize, want: f32, s: *mut c_void) -> Result<(), String> {
+    let t0 = Instant::now();
+    loop {
+        let mut q = 0;
+        ok(gpuwire_isend(c, b, gpuwire::ffi::GPUWIRE_PROC_NULL, 0, s, &mut q), "isend to PROC_NULL");
+        let mut flag = 0;
+        ok(gpuwire_test(&mut q, &mut flag), "test");
+        match all_f32(&download(b, n * 4), want) {
+            Ok(()) => return Ok(()),
+            Err(e) if t0.elapsed().as_secs_f64() > 10.0 => return Err(e),
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(5)),
+        }
+    }
+}
+
+/// gpuwire_cancel and gpuwire_request_free of device receives whose messages have not been sent,
+/// on a communicator without a timeout. Not on NCCL (an unmatched NCCL receive keeps its kernel,
+/// and so the stream, busy).
+/// (a) Cancelled: on MPI_CUDA_AWARE withdrawn (it completes at once, its status cancelled, the
+///     buffer untouched, and the message sent afterwards goes to the next receive); on
+///     MPI_STAGED and IPC, whose device receives are not withdrawn (their delivery is enqueued on
+///     a stream), not complete until the message sent afterwards completes it, not cancelled.
+/// (b) Freed: SUCCESS at once, the request NULL, the communicator usable, and the message sent
+///     afterwards lands in its buffer (as after MPI_Request_free). It was abandoned, the
+///     communicator broken, until 2026-12-07.
 fn request_free_device(cx: &Ctx) -> Result<(), String> {
     let s = cx.stream as *mut c_void;
     let mut c = 0;
@@ -3107,32 +3148,65 @@ fn request_free_device(cx: &Ctx) -> Result<(), String> {
         ok(gpuwire_comm_free(c), "comm_free");
         return Ok(());
     }
+    let cuda_aware = backend == BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE as i32;
     let n = 1usize << 16;
-    let b = dev_alloc(n, Dtype::GPUWIRE_FLOAT32);
+    let (b, out, next) = (dev_alloc(n, Dtype::GPUWIRE_FLOAT32), dev_alloc(n, Dtype::GPUWIRE_FLOAT32), dev_alloc(n, Dtype::GPUWIRE_FLOAT32));
     upload(b, &f32s(&vec![-1.0; n]));
-    let left = (cx.rank + cx.size - 1) % cx.size;
+    upload(out, &f32s(&vec![cx.rank as f32 + 1.0; n]));
+    let (left, right) = ((cx.rank + cx.size - 1) % cx.size, (cx.rank + 1) % cx.size);
+    let from_left = left as f32 + 1.0;
+    // (a)
     let mut req = 0;
     ok(gpuwire_irecv(c, b, left, 77, s, &mut req), "irecv");
+    ok(gpuwire_cancel(&mut req), "cancel");
+    let mut st = gpuwire_status_t::default();
+    let mut flag = 0;
+    let t0 = Instant::now();
+    while flag == 0 && t0.elapsed().as_secs_f64() < 2.0 {
+        ok(gpuwire_test_status(&mut req, &mut flag, &mut st), "test_status");
+    }
+    println!("rank {}: reqfree: backend {backend}: a device receive cancelled: complete {flag}, status {st:?}", cx.rank);
+    ok(gpuwire_barrier(c, s), "barrier");
+    if cuda_aware {
+        if flag == 0 || st.cancelled != 1 || st.count != 0 {
+            return Err(format!("a cancelled MPI_CUDA_AWARE receive: complete {flag}, status {st:?}"));
+        }
+        let mut sreq = 0;
+        ok(gpuwire_isend(c, out, right, 77, s, &mut sreq), "isend");
+        ok(gpuwire_recv(c, next, left, 77, s), "the next receive");
+        ok(gpuwire_wait(&mut sreq), "wait (isend)");
+        all_f32(&download(next, n * 4), from_left).map_err(|e| format!("the next receive: {e}"))?;
+        all_f32(&download(b, n * 4), -1.0).map_err(|e| format!("the cancelled receive's buffer: {e}"))?;
+    } else {
+        if flag != 0 {
+            return Err(format!("a device receive of backend {backend} with no message completed after its cancel: {st:?}"));
+        }
+        ok(gpuwire_send(c, out, right, 77, s), "send");
+        ok(gpuwire_wait_status(&mut req, &mut st), "wait_status");
+        cuok(unsafe { cu::cuStreamSynchronize(cx.stream) }, "sync");
+        if st.cancelled != 0 {
+            return Err(format!("backend {backend}: the receive reported cancelled: {st:?}"));
+        }
+        all_f32(&download(b, n * 4), from_left).map_err(|e| format!("the receive not cancelled: {e}"))?;
+    }
+    // (b)
+    upload(b, &f32s(&vec![-1.0; n]));
+    ok(gpuwire_irecv(c, b, left, 78, s, &mut req), "irecv");
     let t0 = Instant::now();
     let st = gpuwire_request_free(&mut req);
     let dt = t0.elapsed().as_secs_f64();
-    if st != Status::GPUWIRE_ERROR_COMM_BROKEN || req != 0 || dt > 5.0 {
+    if st != Status::GPUWIRE_SUCCESS || req != 0 || dt > 1.0 {
         return Err(format!("gpuwire_request_free of a pending device receive (backend {backend}): {st:?} after {dt:.3} s, request {req:#x}: {}", last_error()));
     }
-    let st = gpuwire_barrier(c, s);
-    if st != Status::GPUWIRE_ERROR_COMM_BROKEN {
-        return Err(format!("a call after the abandoned request: {st:?}, expected COMM_BROKEN"));
+    ok(gpuwire_barrier(c, s), "barrier after the free");
+    ok(gpuwire_send(c, out, right, 78, s), "send to the freed receive");
+    device_values_arrive(c, b, n, from_left, s).map_err(|e| format!("backend {backend}: the freed receive's buffer: {e}"))?;
+    ok(gpuwire_barrier(c, s), "barrier");
+    for x in [b, out, next] {
+        gpuwire_buffer_free(x);
     }
-    // The MPI_CUDA_AWARE path cancels the receive, which then never writes its buffer; on the
-    // others (MPI_STAGED, IPC) the operation is left as it is and may still write it (the
-    // documented contract of gpuwire_request_free): a stream-ordered receive's delivery from
-    // staging is already enqueued, and runs once the flag is released.
-    if backend == BackendKind::GPUWIRE_BACKEND_MPI_CUDA_AWARE as i32 {
-        all_f32(&download(b, n * 4), -1.0).map_err(|e| format!("the abandoned receive's buffer: {e}"))?;
-    }
-    gpuwire_buffer_free(b);
-    ok(gpuwire_comm_free(c), "comm_free (broken)");
-    ok(gpuwire_barrier(cx.comm, s), "barrier (world still works)");
+    ok(gpuwire_comm_free(c), "comm_free");
+    ok(gpuwire_barrier(cx.comm, s), "barrier (world)");
     Ok(())
 }
 
@@ -4382,7 +4456,7 @@ fn p2p_status(cx: &Ctx) -> Result<(), String> {
     let s = dev_alloc(3, Dtype::GPUWIRE_FLOAT64);
     upload(s, &(0..3).flat_map(|i| val(cx.rank, i).to_le_bytes()).collect::<Vec<u8>>());
     let r = dev_alloc(13, Dtype::GPUWIRE_FLOAT64);
-    let blank = || gpuwire_status_t { source: 55, tag: 55, count: 55, error: 55 };
+    let blank = || gpuwire_status_t { source: 55, tag: 55, count: 55, error: 55, cancelled: 55 };
     let any_s = gpuwire::types::GPUWIRE_ANY_SOURCE;
     let mut q = 0;
     if mpi_matching {
@@ -4482,7 +4556,7 @@ fn p2p_wild(cx: &Ctx, c: gpuwire_comm, on: &str) -> Result<(), String> {
     let (me, p) = (cx.rank, cx.size);
     let (to, from) = ((me + 1) % p, (me + p - 1) % p);
     let f64d = Dtype::GPUWIRE_FLOAT64;
-    let blank = || gpuwire_status_t { source: 55, tag: 55, count: 55, error: 55 };
+    let blank = || gpuwire_status_t { source: 55, tag: 55, count: 55, error: 55, cancelled: 55 };
     let (any_s, any_t) = (gpuwire::types::GPUWIRE_ANY_SOURCE, gpuwire::types::GPUWIRE_ANY_TAG);
     // Element i of the message of rank `src` with tag `tag`.
     let v = |src: i32, tag: i32, i: usize| (src * 1000 + tag * 10) as f64 + (i % 7) as f64;

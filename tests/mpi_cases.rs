@@ -972,7 +972,7 @@ fn one_rank_differs(np: usize) -> ! {
     let got = Buf::from_bytes(F64, &f64s(&[0.0; 2]));
     let mut q = 0u64;
     ctx.ok(gpuwire_isend(cm, mine.h, ((r + 1) % np) as i32, 40 + r as i32, st(), &mut q), "isend (p2p_matching = mpi)");
-    let mut rs = gpuwire_status_t { source: 55, tag: 55, count: 55, error: 55 };
+    let mut rs = gpuwire_status_t { source: 55, tag: 55, count: 55, error: 55, cancelled: 55 };
     ctx.ok(gpuwire_recv_status(cm, got.h, gpuwire::types::GPUWIRE_ANY_SOURCE, gpuwire::types::GPUWIRE_ANY_TAG, st(), &mut rs), "wildcard recv_status (p2p_matching = mpi)");
     ctx.ok(gpuwire_wait(&mut q), "wait(isend)");
     let from = (r + np - 1) % np;

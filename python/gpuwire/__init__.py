@@ -43,10 +43,10 @@ rank. A Comm collected without free() is not freed: a ResourceWarning says so (s
 python -W default::ResourceWarning or -X dev), and gpuwire.finalize() releases it. Buffers and
 distributed arrays free locally (gpuwire_buffer_free, gpuwire_darray_free are not collective),
 so the collector frees them; `with` frees them at once. A Request collected while pending is
-released through gpuwire_request_free, which never blocks longer than its communicator's timeout:
-one that does not complete by then is abandoned (the communicator is then broken), with a
-ResourceWarning, and its array is kept alive for good, since MPI may still use its memory.
-`with comm.irecv(x, 0) as r:` waits for r at the end of the block (frees it if the block raised).
+cancelled (gpuwire_cancel: a receive whose message has not matched is withdrawn) and released
+without blocking: what was not cancelled goes on, as after MPI_Request_free, its arrays kept
+alive until it completes. `with comm.irecv(x, 0) as r:` waits for r at the end of the block
+(cancels and releases it if the block raised).
 
 NumPy views: Buffer.numpy() and DArray.numpy() view host memory (no copy) and keep it alive, also
 past free(); gpuwire.finalize() releases the memory gpuwire allocated, so it refuses (gpuwire.Error
@@ -191,6 +191,13 @@ def finalize():
                                             "DArray.numpy() (or views of them) still use memory that gpuwire "
                                             "allocated, which finalize releases: delete them (del a) or keep copies "
                                             "(a.copy()) first; nothing was finalized")
+    # Requests released while in flight: freed in C (their operations go on, as after
+    # MPI_Request_free, and gpuwire_finalize leaves them to MPI), their arrays kept for good.
+    while _DETACHED:
+        h, keep = _DETACHED.popleft()
+        lib.gpuwire_request_free(ctypes.byref(h))
+        if keep is not None:
+            _ABANDONED.append(keep)
     _check(lib.gpuwire_finalize())
 
 
@@ -656,12 +663,13 @@ def _done(b):
         b.free()
 
 
-# Arrays of requests abandoned by the garbage collector: MPI may still read or write them.
+# Arrays of requests abandoned (a timeout, a broken communicator) or left in flight at finalize:
+# MPI may still read or write them.
 _ABANDONED = []
 
-# Requests released (free(), or collected) while their isend or nonblocking collective was in
-# flight: the operation goes on, as a send after MPI_Request_free, and its arrays stay
-# referenced until a later look (_reap, at every new request) finds it complete.
+# Requests released (free(), or collected) while their operation was in flight: it goes on, as
+# after MPI_Request_free, and its arrays stay referenced until a later look (_reap, at every new
+# request) finds it complete.
 _DETACHED = collections.deque()
 
 
@@ -684,38 +692,29 @@ def _reap():
 
 class Request:
     """A nonblocking operation; keeps its buffer alive until it completes. Collected while still
-    pending, it is released through gpuwire_request_free (never blocking longer than the
-    communicator's timeout); one abandoned then warns (ResourceWarning), breaks its communicator
-    and keeps its array alive for good."""
+    pending, it is cancelled (gpuwire_cancel: a receive whose message has not matched is
+    withdrawn) and released without blocking; what was not cancelled goes on, as after
+    MPI_Request_free, its arrays kept alive until it completes."""
 
-    def __init__(self, handle, keep, goes_on=False):
+    def __init__(self, handle, keep):
         self.handle = _handle(handle)
         self._keep = keep
-        self._goes_on = goes_on
         if _DETACHED:
             _reap()
 
     def _release(self):
-        """Releases the request. An isend's or a nonblocking collective's still in flight goes on,
-        as a send after MPI_Request_free: it joins _DETACHED with its arrays. Any other goes
-        through gpuwire_request_free, its arrays kept alive for good if it was abandoned
-        (TIMEOUT, COMM_BROKEN: MPI may still use them). Returns the status."""
-        if self._goes_on:
-            flag = c_int32()
-            st = lib.gpuwire_test(ctypes.byref(self.handle), ctypes.byref(flag))
-            if st != SUCCESS or flag.value:
-                self._settle(st)
-                return st
-            _DETACHED.append((self.handle, self._keep))
-            self.handle, self._keep = _handle(0), None
-            return SUCCESS
-        st = lib.gpuwire_request_free(ctypes.byref(self.handle))
-        if st == ERROR_INVALID_ARGUMENT and self.handle.value:
-            return st  # refused, left as it was (a request of a group that has not ended)
-        if self._keep is not None and st in (ERROR_TIMEOUT, ERROR_COMM_BROKEN):
-            _ABANDONED.append(self._keep)
-        self._keep = None
-        return st
+        """Releases the request: one still in flight goes on, as after MPI_Request_free (a send, a
+        receive, a nonblocking collective): it joins _DETACHED with its arrays, which a later
+        look lets go once it completed. Returns the status (of the completion, where the test
+        found it complete)."""
+        flag = c_int32()
+        st = lib.gpuwire_test(ctypes.byref(self.handle), ctypes.byref(flag))
+        if st != SUCCESS or flag.value:
+            self._settle(st)
+            return st
+        _DETACHED.append((self.handle, self._keep))
+        self.handle, self._keep = _handle(0), None
+        return SUCCESS
 
     def _settle(self, st):
         """After a call that may have finished the request (its handle is then NULL): its array is
@@ -758,27 +757,31 @@ class Request:
         return self.handle.value != 0
 
     def free(self):
-        """gpuwire_request_free: an isend's or a nonblocking collective's request still in flight
-        is released and its operation goes on (as a send after MPI_Request_free; its arrays are
-        let go once a later request finds it complete). A receive's is completed within the
-        communicator's timeout,
-        else abandoned (raising Error
-        ERROR_TIMEOUT or ERROR_COMM_BROKEN; the communicator is then broken and the array kept
-        alive for good)."""
+        """gpuwire_request_free: the request is released and its operation, if still in flight,
+        goes on, as after MPI_Request_free (a receive takes its message when it comes); its
+        arrays are let go once a later request finds it complete."""
         if not self.handle.value:
             return
         _check(self._release())
+
+    def cancel(self):
+        """gpuwire_cancel (MPI_Cancel): a receive whose message has not matched is withdrawn (its
+        array not written) and completes at once, its status's `cancelled` 1; anything else
+        completes as it would have. Wait for, test or free the request afterwards."""
+        if self.handle.value:
+            _check(lib.gpuwire_cancel(ctypes.byref(self.handle)))
 
     def __enter__(self):
         return self
 
     def __exit__(self, exc_type, *exc):
-        """Waits for the request; after an exception in the block, frees it instead
-        (gpuwire_request_free: within the communicator's timeout, else abandoned)."""
+        """Waits for the request; after an exception in the block, cancels and frees it instead
+        (a receive whose message has not matched is withdrawn; anything else goes on)."""
         if exc_type is None:
             self.wait()
         elif self.handle.value:
             try:
+                self.cancel()
                 self.free()
             except Error:
                 pass  # the block's exception is the one to see
@@ -787,13 +790,14 @@ class Request:
         if getattr(self, "handle", None) is None or not self.handle.value or lib is None:
             return
         try:
+            lib.gpuwire_cancel(ctypes.byref(self.handle))
             st = self._release()
             if st == ERROR_INVALID_ARGUMENT and self.handle.value:
                 # Refused: a request of a group that has not ended. Its operation starts at the
                 # group's end, so its arrays wait in _DETACHED until a later look finds it complete.
                 _DETACHED.append((self.handle, self._keep))
             elif st in (ERROR_TIMEOUT, ERROR_COMM_BROKEN):
-                warnings.warn(f"gpuwire.Request collected while pending: abandoned ({last_error()}); wait() for "
+                warnings.warn(f"gpuwire.Request collected while pending: it failed ({last_error()}); wait() for "
                               "requests before dropping them", ResourceWarning, stacklevel=2)
         except Exception:
             pass
@@ -963,7 +967,7 @@ class Comm:
         """Returns a Request; the array stays referenced until it completes."""
         b, _ = _one_buffer(buf)
         r = _out(_handle, lib.gpuwire_isend, self.handle, b.handle, dest, tag, _stream_ptr(stream or b.stream))
-        return Request(r, keep=b, goes_on=True)
+        return Request(r, keep=b)
 
     def irecv(self, buf, source, tag=0, stream=None):
         b, _ = _one_buffer(buf)
@@ -1207,7 +1211,7 @@ class Comm:
         fn = getattr(lib, ("gpuwire_i" if nonblocking else "gpuwire_") + name)
         if nonblocking:
             req = self._or_refuse(fn, 0, args(0, 0), lambda: _out(_handle, fn, self.handle, *args(sh, rh), _stream_ptr(st)), True)
-            return Request(req, keep=[s, r], goes_on=True)
+            return Request(req, keep=[s, r])
         try:
             self._or_refuse(fn, 0, args(0, 0), lambda: _check(fn(self.handle, *args(sh, rh), _stream_ptr(st))))
         finally:
@@ -1259,10 +1263,10 @@ class Comm:
             s = next((b.stream for b in wrapped if b is not None and b.stream is not None), None)
         handles = [b.handle if b is not None else 0 for b in wrapped]
         r = self._or_refuse(fn, len(bufs), args, lambda: _out(_handle, fn, self.handle, *handles, *args, _stream_ptr(s)), True)
-        return Request(r, keep=wrapped, goes_on=True)
+        return Request(r, keep=wrapped)
 
     def ibarrier(self, stream=None):
-        return Request(_out(_handle, lib.gpuwire_ibarrier, self.handle, _stream_ptr(stream)), keep=None, goes_on=True)
+        return Request(_out(_handle, lib.gpuwire_ibarrier, self.handle, _stream_ptr(stream)), keep=None)
 
     def ibcast(self, buf, root=0, stream=None):
         return self._icollective(lib.gpuwire_ibcast, [buf], [root], stream)
@@ -1271,14 +1275,14 @@ class Comm:
         """recvbuf matters at the root only (None elsewhere); the same object as sendbuf = in place."""
         if recvbuf is sendbuf:
             r, b = self._in_place(lib.gpuwire_ireduce, sendbuf, [op, root], stream, nonblocking=True)
-            return Request(r, keep=b, goes_on=True)
+            return Request(r, keep=b)
         return self._icollective(lib.gpuwire_ireduce, [sendbuf, recvbuf], [op, root], stream)
 
     def iallreduce(self, sendbuf, recvbuf=None, op=SUM, stream=None):
         """In place when recvbuf is None (or the same object)."""
         if recvbuf is None or recvbuf is sendbuf:
             r, b = self._in_place(lib.gpuwire_iallreduce, sendbuf, [op], stream, nonblocking=True)
-            return Request(r, keep=b, goes_on=True)
+            return Request(r, keep=b)
         return self._icollective(lib.gpuwire_iallreduce, [sendbuf, recvbuf], [op], stream)
 
     def iscan(self, sendbuf, recvbuf=None, op=SUM, stream=None):
@@ -1292,7 +1296,7 @@ class Comm:
     def _iscan(self, fn, sendbuf, recvbuf, op, stream):
         if recvbuf is None or recvbuf is sendbuf:
             r, b = self._in_place(fn, sendbuf, [op], stream, nonblocking=True)
-            return Request(r, keep=b, goes_on=True)
+            return Request(r, keep=b)
         return self._icollective(fn, [sendbuf, recvbuf], [op], stream)
 
     def iallgather(self, sendbuf, recvbuf, stream=None):

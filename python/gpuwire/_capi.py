@@ -222,6 +222,7 @@ class StatusT(ctypes.Structure):
         ("tag", c_int32),
         ("count", c_int64),
         ("error", c_int32),
+        ("cancelled", c_int32),
     ]
 
     def __repr__(self):
@@ -318,6 +319,7 @@ _PROTOTYPES = {
     "gpuwire_iprobe": (_status, [_handle, c_int32, c_int32, c_int32, POINTER(c_int32), POINTER(StatusT)]),
     "gpuwire_wait": (_status, [POINTER(_handle)]),
     "gpuwire_request_free": (_status, [POINTER(_handle)]),
+    "gpuwire_cancel": (_status, [POINTER(_handle)]),
     "gpuwire_test": (_status, [POINTER(_handle), POINTER(c_int32)]),
     "gpuwire_wait_status": (_status, [POINTER(_handle), POINTER(StatusT)]),
     "gpuwire_test_status": (_status, [POINTER(_handle), POINTER(c_int32), POINTER(StatusT)]),
@@ -455,6 +457,7 @@ _ARGUMENTS = {
     "gpuwire_iprobe": ("comm", "source", "tag", "dtype", "flag", "status"),
     "gpuwire_wait": ("request",),
     "gpuwire_request_free": ("request",),
+    "gpuwire_cancel": ("request",),
     "gpuwire_test": ("request", "flag"),
     "gpuwire_wait_status": ("request", "status"),
     "gpuwire_test_status": ("request", "flag", "status"),

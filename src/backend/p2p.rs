@@ -127,7 +127,7 @@ impl Matched {
 
     /// As a request's status, in elements of `dtype` (whole elements only).
     pub fn status(&self, dtype: Dtype) -> crate::request::Status {
-        crate::request::Status { source: self.source, tag: self.tag, count: (self.bytes / dtype.size() as u64) as i64 }
+        crate::request::Status { source: self.source, tag: self.tag, count: (self.bytes / dtype.size() as u64) as i64, cancelled: false }
     }
 }
 
@@ -900,6 +900,25 @@ impl Pending for Recv {
     }
     fn status(&self) -> Option<crate::request::Status> {
         self.matched().map(|m| m.status(self.e.want.dtype))
+    }
+    /// A receive whose message has not matched (in checking mode: whose header has not) leaves
+    /// the queue; its step then reports it complete, nothing matched or written.
+    fn cancel(&mut self) -> bool {
+        if self.finished.is_some() {
+            return false;
+        }
+        // Under the queue's lock (taken before the entry's, as `progress` does), so that no
+        // other thread matches the entry between the look and the withdrawal.
+        let mut q = lock(&QUEUE);
+        let mut st = lock(&self.e.state);
+        if !matches!(st.now, State::Unmatched) {
+            return false;
+        }
+        st.now = State::Done(None);
+        drop(st);
+        q.entries.retain(|e| !Arc::ptr_eq(e, &*self.e));
+        QUEUED.store(q.len(), Ordering::Release);
+        true
     }
     /// An unmatched receive is withdrawn (nothing will ever be written for it: true); one whose
     /// message matched, or whose checking-mode answer is in flight, is left to MPI (false).

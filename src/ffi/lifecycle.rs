@@ -67,7 +67,6 @@ fn at_mpi_finalize() {
 fn release_all() -> crate::error::Result<()> {
     // The progress thread makes MPI calls: joined before anything is released.
     crate::progress::shutdown();
-    crate::request::finish_detached();
     // Dropping a request in flight would free its buffers under MPI (a send read from freed
     // memory: a segfault, or another allocation's data sent).
     // A receive still deferred is posted to MPI rather than withdrawn: its sender may be

@@ -267,6 +267,24 @@ static void point_to_point(void)
 /* gpuwire_request_free: a completed request is released; a pending one is waited for up to the
  * communicator's timeout, else abandoned at once: its receive cancelled (a message sent later is
  * not written into the buffer), the communicator broken on this rank. */
+/* Runs gpuwire's progress (every wait and test progresses the operations of freed requests)
+ * until p[i] == base + i for i < 4, or 10 s passed: whether a freed receive took its message. */
+static int freed_receive_arrived(volatile int64_t *p, int64_t base)
+{
+    gpuwire_buffer z = balloc(0, GPUWIRE_INT64);
+    gpuwire_request q = GPUWIRE_REQUEST_NULL;
+    int32_t flag = 0, i, all = 0;
+    double t0 = MPI_Wtime();
+    while (!all && MPI_Wtime() - t0 < 10.0) {
+        EXPECT_OK(gpuwire_isend(comm, z, GPUWIRE_PROC_NULL, 0, NULL, &q));
+        EXPECT_OK(gpuwire_test(&q, &flag));
+        for (all = 1, i = 0; i < 4; i++)
+            all &= p[i] == base + i;
+    }
+    bfree(z);
+    return all;
+}
+
 static void request_free(void)
 {
     int next = (rank + 1) % size, prev = (rank + size - 1) % size;
@@ -287,8 +305,8 @@ static void request_free(void)
     EXPECT_STATUS(gpuwire_request_free(&req), GPUWIRE_ERROR_INVALID_HANDLE);
     EXPECT(req.h == 0x1234567);
 
-    /* Completed (a send to PROC_NULL), and completing within the timeout (a ring exchange):
-     * released, the data in place, the communicator usable. */
+    /* Completed (a send to PROC_NULL), and in flight (a ring exchange): released at once, the
+     * operations going on, the data in place once they complete, the communicator usable. */
     EXPECT_OK(gpuwire_isend(comm, s, GPUWIRE_PROC_NULL, 8, NULL, &req));
     EXPECT_OK(gpuwire_request_free(&req));
     EXPECT(req.h == 0);
@@ -304,8 +322,7 @@ static void request_free(void)
     EXPECT_OK(gpuwire_request_free(&reqs[0]));
     EXPECT_OK(gpuwire_request_free(&reqs[1]));
     EXPECT(reqs[0].h == 0 && reqs[1].h == 0);
-    for (i = 0; i < 4; i++)
-        EXPECT(rp[i] == prev * 10 + i);
+    EXPECT(freed_receive_arrived(rp, prev * 10));
     EXPECT_OK(gpuwire_barrier(tc, NULL));
     EXPECT_OK(gpuwire_comm_free(tc));
 
@@ -410,48 +427,181 @@ static void request_free(void)
         bfree(z);
     }
 
-    /* No timeout: a receive nobody sends to is abandoned at once, and cancelled. */
-    EXPECT_OK(gpuwire_comm_dup(comm, &dc));
-    for (i = 0; i < 4; i++)
-        rp[i] = -1;
-    EXPECT_OK(gpuwire_irecv(dc, r, prev, 9, NULL, &req));
-    t0 = MPI_Wtime();
-    EXPECT_STATUS(gpuwire_request_free(&req), GPUWIRE_ERROR_COMM_BROKEN);
-    EXPECT_LAST_ERROR_HAS("abandoned");
-    EXPECT(req.h == 0);
-    EXPECT(MPI_Wtime() - t0 < 10.0);
-    EXPECT_STATUS(gpuwire_barrier(dc, NULL), GPUWIRE_ERROR_COMM_BROKEN);
-    EXPECT_STATUS(gpuwire_send(dc, s, next, 9, NULL), GPUWIRE_ERROR_COMM_BROKEN);
-    EXPECT_STATUS(gpuwire_irecv(dc, r, prev, 9, NULL, &req), GPUWIRE_ERROR_COMM_BROKEN);
-    /* The message the abandoned receive expected, sent on gpuwire's own MPI communicator once
-     * every rank has abandoned its receive, is not written into its buffer: it is there for a
-     * new receive. */
-    EXPECT_OK(gpuwire_comm_mpi(dc, &fint));
-    mc = MPI_Comm_f2c(fint);
-    MPI_Barrier(MPI_COMM_WORLD);
-    EXPECT(MPI_Isend(sp, 4, MPI_INT64_T, next, 9, mc, &mr) == MPI_SUCCESS);
-    EXPECT(MPI_Recv(late, 4, MPI_INT64_T, prev, 9, mc, MPI_STATUS_IGNORE) == MPI_SUCCESS);
-    EXPECT(MPI_Wait(&mr, MPI_STATUS_IGNORE) == MPI_SUCCESS);
-    for (i = 0; i < 4; i++)
-        EXPECT(late[i] == prev * 10 + i && rp[i] == -1);
-    EXPECT_OK(gpuwire_comm_free(dc));
+    /* A receive whose message has not come, freed, goes on, as after MPI_Request_free: the free
+     * returns at once (also with a timeout, which does not apply to it: the message comes after
+     * it), the communicator stays usable, and the message sent later lands in the buffer, ahead of
+     * a second message of the same sender and tag (MPI's order). */
+    for (int timed = 0; timed < 2; timed++) {
+        gpuwire_buffer s2 = balloc(4, GPUWIRE_INT64), r2 = balloc(4, GPUWIRE_INT64);
+        int64_t *second = (int64_t *)bptr(r2);
+        EXPECT_OK(gpuwire_config_init(&cfg));
+        cfg.timeout_seconds = timed ? 1.0 : 0.0;
+        EXPECT_OK(gpuwire_comm_world(&cfg, &dc));
+        for (i = 0; i < 4; i++) {
+            sp[i] = rank * 100 + i;
+            ((int64_t *)bptr(s2))[i] = rank * 1000 + i;
+            rp[i] = second[i] = -1;
+        }
+        EXPECT_OK(gpuwire_irecv(dc, r, prev, 9, NULL, &req));
+        t0 = MPI_Wtime();
+        EXPECT_OK(gpuwire_request_free(&req));
+        EXPECT(req.h == 0);
+        EXPECT(MPI_Wtime() - t0 < 0.5);
+        EXPECT(rp[0] == -1);
+        EXPECT_OK(gpuwire_barrier(dc, NULL));
+        if (timed) {
+            t0 = MPI_Wtime();
+            while (MPI_Wtime() - t0 < 1.5)
+                ;
+        }
+        EXPECT_OK(gpuwire_send(dc, s, next, 9, NULL));
+        EXPECT_OK(gpuwire_send(dc, s2, next, 9, NULL));
+        EXPECT_OK(gpuwire_recv(dc, r2, prev, 9, NULL));
+        for (i = 0; i < 4; i++)
+            EXPECT(second[i] == prev * 1000 + i);
+        EXPECT(freed_receive_arrived(rp, prev * 100));
+        EXPECT_OK(gpuwire_barrier(dc, NULL));
+        EXPECT_OK(gpuwire_comm_free(dc));
+        bfree(s2);
+        bfree(r2);
+    }
 
-    /* With a timeout: waited for up to it, then abandoned (TIMEOUT), the communicator broken. */
+    /* On a broken communicator (a wait's timeout broke it), a receive not yet matched is
+     * abandoned at once and cancelled: the message sent later on gpuwire's own MPI communicator is
+     * not written into its buffer. */
     EXPECT_OK(gpuwire_config_init(&cfg));
     cfg.timeout_seconds = 1.0;
     EXPECT_OK(gpuwire_comm_world(&cfg, &tc));
-    EXPECT_OK(gpuwire_irecv(tc, r, prev, 10, NULL, &req));
+    for (i = 0; i < 4; i++)
+        rp[i] = -1;
+    EXPECT_OK(gpuwire_irecv(tc, r, prev, 10, NULL, &reqs[0]));
+    EXPECT_OK(gpuwire_irecv(tc, s, prev, 11, NULL, &reqs[1]));
+    EXPECT_STATUS(gpuwire_wait(&reqs[1]), GPUWIRE_ERROR_TIMEOUT);
     t0 = MPI_Wtime();
-    EXPECT_STATUS(gpuwire_request_free(&req), GPUWIRE_ERROR_TIMEOUT);
-    EXPECT_LAST_ERROR_HAS("timeout");
-    EXPECT(req.h == 0);
-    EXPECT(MPI_Wtime() - t0 >= 0.9 && MPI_Wtime() - t0 < 30.0);
+    EXPECT_STATUS(gpuwire_request_free(&reqs[0]), GPUWIRE_ERROR_COMM_BROKEN);
+    EXPECT_LAST_ERROR_HAS("abandoned");
+    EXPECT(reqs[0].h == 0);
+    EXPECT(MPI_Wtime() - t0 < 0.5);
     EXPECT_STATUS(gpuwire_barrier(tc, NULL), GPUWIRE_ERROR_COMM_BROKEN);
+    EXPECT_OK(gpuwire_comm_mpi(tc, &fint));
+    mc = MPI_Comm_f2c(fint);
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (i = 0; i < 4; i++)
+        sp[i] = rank * 10 + i;
+    EXPECT(MPI_Isend(sp, 4, MPI_INT64_T, next, 10, mc, &mr) == MPI_SUCCESS);
+    EXPECT(MPI_Recv(late, 4, MPI_INT64_T, prev, 10, mc, MPI_STATUS_IGNORE) == MPI_SUCCESS);
+    EXPECT(MPI_Wait(&mr, MPI_STATUS_IGNORE) == MPI_SUCCESS);
+    for (i = 0; i < 4; i++)
+        EXPECT(late[i] == prev * 10 + i && rp[i] == -1);
     EXPECT_OK(gpuwire_comm_free(tc));
-    EXPECT(rp[0] == -1);
 
     bfree(s);
     bfree(r);
+}
+
+/* gpuwire_cancel, as MPI_Cancel: a receive whose message has not come is withdrawn and completes
+ * at once, its status cancelled, its buffer untouched, and the message sent afterwards goes to
+ * the next receive; contiguous and strided (a view), without and with checking mode, waited for
+ * by gpuwire_wait_status, gpuwire_waitany and gpuwire_testall. Sends and completed requests are
+ * not cancelled; the argument errors. A wait that hung (a receive not withdrawn) times out. */
+static void cancel_requests(void)
+{
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    gpuwire_request req = GPUWIRE_REQUEST_NULL, reqs[2];
+    gpuwire_status_t st, sts[2];
+    gpuwire_config cfg;
+    gpuwire_comm cc;
+    int32_t idx = -1, flag = 0;
+    int i, pp;
+
+    EXPECT_STATUS(gpuwire_cancel(NULL), GPUWIRE_ERROR_NULL_ARGUMENT);
+    EXPECT_OK(gpuwire_cancel(&req)); /* NULL: nothing */
+    req.h = 0x1234567;
+    EXPECT_STATUS(gpuwire_cancel(&req), GPUWIRE_ERROR_INVALID_HANDLE);
+    req.h = 0;
+
+    for (int check = 0; check < 2; check++) {
+        gpuwire_buffer s = balloc(8, GPUWIRE_INT64), r = balloc(8, GPUWIRE_INT64), got = balloc(4, GPUWIRE_INT64), v;
+        int64_t *sp = (int64_t *)bptr(s), *rp = (int64_t *)bptr(r), *gp = (int64_t *)bptr(got);
+        EXPECT_OK(gpuwire_config_init(&cfg));
+        cfg.check = check;
+        cfg.timeout_seconds = 20.0;
+        EXPECT_OK(gpuwire_comm_world(&cfg, &cc));
+        for (i = 0; i < 8; i++) {
+            sp[i] = rank * 10 + i;
+            rp[i] = -1;
+        }
+        /* Contiguous, wildcards: waited for with its status. */
+        EXPECT_OK(gpuwire_irecv_status(cc, r, GPUWIRE_ANY_SOURCE, GPUWIRE_ANY_TAG, NULL, &req));
+        EXPECT_OK(gpuwire_cancel(&req));
+        EXPECT(req.h != 0); /* still to be completed, as in MPI */
+        memset(&st, 0x5a, sizeof st);
+        EXPECT_OK(gpuwire_wait_status(&req, &st));
+        EXPECT(req.h == 0 && st.cancelled == 1 && st.count == 0 && st.source == GPUWIRE_ANY_SOURCE && st.tag == GPUWIRE_ANY_TAG);
+        /* Two, one of them into a strided view (every other element of r), by waitany and
+         * testall. */
+        EXPECT_OK(gpuwire_buffer_view_strided(r, 0, 4, 1, 2, &v));
+        EXPECT_OK(gpuwire_irecv(cc, v, prev, 5, NULL, &reqs[0]));
+        EXPECT_OK(gpuwire_irecv(cc, got, prev, 6, NULL, &reqs[1]));
+        EXPECT_OK(gpuwire_cancel(&reqs[0]));
+        EXPECT_OK(gpuwire_cancel(&reqs[1]));
+        EXPECT_OK(gpuwire_waitany(2, reqs, &idx, &st));
+        EXPECT(idx >= 0 && idx < 2 && st.cancelled == 1);
+        for (flag = 0, i = 0; i < 200 && !flag; i++)
+            EXPECT_OK(gpuwire_testall(2, reqs, &flag, sts));
+        EXPECT(flag && reqs[0].h == 0 && reqs[1].h == 0);
+        EXPECT(sts[1 - idx].cancelled == 1);
+        EXPECT_OK(gpuwire_buffer_free(v));
+        for (i = 0; i < 8; i++)
+            EXPECT(rp[i] == -1);
+        /* The messages sent now go to the next receives. */
+        EXPECT_OK(gpuwire_barrier(cc, NULL));
+        for (int tag = 5; tag <= 6; tag++) {
+            EXPECT_OK(gpuwire_buffer_view(s, 0, 4, &v));
+            EXPECT_OK(gpuwire_isend(cc, v, next, tag, NULL, &req));
+            for (i = 0; i < 4; i++)
+                gp[i] = -1;
+            EXPECT_OK(gpuwire_recv(cc, got, prev, tag, NULL));
+            EXPECT_OK(gpuwire_wait(&req));
+            EXPECT_OK(gpuwire_buffer_free(v));
+            for (i = 0; i < 4; i++)
+                EXPECT(gp[i] == prev * 10 + i);
+        }
+        for (i = 0; i < 8; i++)
+            EXPECT(rp[i] == -1);
+        /* Not cancelled: a send (it completes as sent, the peer receives it). */
+        pp = (prev + size - 1) % size;
+        EXPECT_OK(gpuwire_isend(cc, got, next, 7, NULL, &reqs[0]));
+        EXPECT_OK(gpuwire_cancel(&reqs[0]));
+        EXPECT_OK(gpuwire_buffer_view(r, 0, 4, &v));
+        EXPECT_OK(gpuwire_recv(cc, v, prev, 7, NULL));
+        EXPECT_OK(gpuwire_wait_status(&reqs[0], &st));
+        EXPECT(st.cancelled == 0);
+        for (i = 0; i < 4; i++)
+            EXPECT(rp[i] == pp * 10 + i);
+        /* A receive whose message may have matched meanwhile: it took the message (not
+         * cancelled), or it did not and the next receive takes it; never both, never neither. */
+        EXPECT_OK(gpuwire_buffer_free(v));
+        for (i = 0; i < 8; i++)
+            rp[i] = -1;
+        EXPECT_OK(gpuwire_irecv_status(cc, r, prev, 8, NULL, &req));
+        EXPECT_OK(gpuwire_send(cc, s, next, 8, NULL));
+        EXPECT_OK(gpuwire_cancel(&req));
+        EXPECT_OK(gpuwire_wait_status(&req, &st));
+        if (st.cancelled) {
+            EXPECT(rp[0] == -1 && st.count == 0);
+            EXPECT_OK(gpuwire_recv_status(cc, r, prev, 8, NULL, &st));
+            EXPECT(st.cancelled == 0);
+        }
+        EXPECT(st.count == 8 && st.source == prev && st.tag == 8);
+        for (i = 0; i < 8; i++)
+            EXPECT(rp[i] == prev * 10 + i);
+        EXPECT_OK(gpuwire_barrier(cc, NULL));
+        EXPECT_OK(gpuwire_comm_free(cc));
+        bfree(s);
+        bfree(r);
+        bfree(got);
+    }
 }
 
 /* ---- allreduce, against answers computed here --------------------------------------------- */
@@ -1200,6 +1350,7 @@ int main(int argc, char **argv)
     from_mpi_handles();
     point_to_point();
     request_free();
+    cancel_requests();
     allreduce_i8(GPUWIRE_SUM);
     allreduce_i8(GPUWIRE_AVG);
     allreduce_i8(GPUWIRE_MIN);

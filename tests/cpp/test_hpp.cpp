@@ -477,10 +477,23 @@ static void test_operations(const gw::comm &world)
         cfg.timeout_seconds = 60.0;
         gw::comm timed = gw::comm::world(cfg);
         std::fill(in.begin(), in.end(), -1.0);
-        gw::request pending_recv = timed.irecv(bin, left, 5);
+        // request::cancel (gpuwire_cancel): the receive is withdrawn unless its message matched
+        // already; then the message goes to the next receive. A send is not cancelled.
+        gw::request pending_recv = timed.irecv_status(bin, left, 5);
         gw::request pending_send = timed.isend(bout, right, 5);
-    } // both destructors wait, up to the communicator's timeout
-    EXPECT(in[0] == left);
+        pending_recv.cancel();
+        pending_send.cancel();
+        const gpuwire_status_t cst = pending_recv.wait_status();
+        if (cst.cancelled) {
+            EXPECT(in[0] == -1.0 && cst.count == 0);
+            timed.recv(bin, left, 5);
+        } else {
+            EXPECT(cst.count == 3 && cst.source == left);
+        }
+        EXPECT(in[0] == left && in[2] == left);
+        const gpuwire_status_t sst = pending_send.wait_status();
+        EXPECT(sst.cancelled == 0);
+    }
 
     // Receive status, wildcards and probes (issue 13): from the left neighbour, any tag.
     std::vector<double> wide(5, -1.0);

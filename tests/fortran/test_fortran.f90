@@ -748,6 +748,7 @@ contains
     real(real64), target, asynchronous :: out(3), in(3)
     type(gpuwire_buffer) :: bout, bin
     type(gpuwire_request) :: reqs(3), req
+    type(gpuwire_status_t) :: st
     type(gpuwire_comm) :: dc
     right = mod(rank + 1, nranks)
     left = mod(rank + nranks - 1, nranks)
@@ -788,21 +789,31 @@ contains
     call gpuwire_wait(reqs(1)) ! NULL: returns at once
     call gpuwire_isend(world, bout, nranks, 5, req, ierror=ierr)
     call expect_status(ierr, int(GPUWIRE_ERROR_INVALID_ARGUMENT), 'isend to a rank out of range')
-    ! gpuwire_request_free: a completed request is released; a pending one (no timeout) is
-    ! abandoned at once, which breaks its communicator.
+    ! gpuwire_request_free: a completed request is released; a pending receive goes on, as after
+    ! MPI_Request_free, and takes the message sent later. gpuwire_cancel withdraws a receive
+    ! whose message has not matched: it completes at once, cancelled, its buffer untouched.
     call gpuwire_isend(world, bout, GPUWIRE_PROC_NULL, 5, req)
     call gpuwire_request_free(req)
     call expect(req == GPUWIRE_REQUEST_NULL, 'gpuwire_request_free of a completed request')
     call gpuwire_comm_dup(world, dc)
     in = -1
     call gpuwire_irecv(dc, bin, left, 6, req)
-    call gpuwire_request_free(req, ierror=ierr)
-    call expect_status(ierr, int(GPUWIRE_ERROR_COMM_BROKEN), &
-      'gpuwire_request_free of a pending receive')
-    call expect(req == GPUWIRE_REQUEST_NULL .and. all(in == -1), &
-      'the abandoned receive is NULL, its buffer untouched')
-    call gpuwire_barrier(dc, ierror=ierr)
-    call expect_status(ierr, int(GPUWIRE_ERROR_COMM_BROKEN), 'a call after an abandoned request')
+    call gpuwire_cancel(req)
+    call gpuwire_wait_status(req, st)
+    call expect(req == GPUWIRE_REQUEST_NULL .and. st%cancelled == 1 .and. all(in == -1), &
+      'a cancelled receive completes, cancelled, its buffer untouched')
+    call gpuwire_irecv(dc, bin, left, 7, req)
+    call gpuwire_request_free(req)
+    call expect(req == GPUWIRE_REQUEST_NULL, 'gpuwire_request_free of a pending receive')
+    call gpuwire_barrier(dc) ! usable
+    call gpuwire_send(dc, bout, right, 7)
+    ! Each test of a request (here one to PROC_NULL) completes what freed requests received.
+    do j = 1, 1000000
+      call gpuwire_isend(dc, bout, GPUWIRE_PROC_NULL, 8, req)
+      call gpuwire_test(req, flag)
+      if (all(in == left)) exit
+    end do
+    call expect(all(in == left), 'the freed receive took the message sent after its free')
     call gpuwire_comm_free(dc)
     call gpuwire_buffer_free(bout)
     call gpuwire_buffer_free(bin)

@@ -485,22 +485,48 @@ def test_in_place_integers_and_scalars_refused_by_python_fail_every_rank_in_chec
 
 
 def test_request_context_manager():
-    # A timeout: gpuwire_request_free (the block raised) then waits for the request up to it,
-    # where without one it would abandon it at once and break the communicator.
-    cfg = gpuwire.config_init()
-    cfg.timeout_seconds = 60.0
-    comm = gpuwire.Comm(WORLD, config=cfg)
+    comm = gpuwire.Comm(WORLD)
     dest, source = (RANK + 1) % SIZE, (RANK - 1) % SIZE
     x, y = np.full(4, RANK, np.int32), np.full(4, -1, np.int32)
     with comm.irecv(y, source, tag=3) as r:
         comm.send(x, dest, tag=3)
     assert not r.active() and (y == source).all(), "the with block waited for the receive"
+    # After an exception in the block, the receive (whose message is sent only later) is
+    # cancelled and released: its array is not written, the message goes to the next receive.
     y[:] = -1
     with pytest.raises(KeyError):
         with comm.irecv(y, source, tag=4) as r:
-            comm.send(x, dest, tag=4)
             raise KeyError("the block's own exception")
-    assert not r.active() and (y == source).all(), "after an exception the request is freed (completed here)"
+    assert not r.active(), "after an exception the request is released"
+    comm.barrier()
+    z = np.full(4, -1, np.int32)
+    comm.send(x, dest, tag=4)
+    comm.recv(z, source, tag=4)
+    assert (z == source).all() and (y == -1).all(), "the cancelled receive took nothing"
+    comm.free()
+
+
+def test_cancel():
+    # gpuwire_cancel (MPI_Cancel): a receive whose message has not come completes at once,
+    # cancelled, its array untouched; a completed one is not cancelled.
+    comm = gpuwire.Comm(WORLD)
+    y = np.full(3, -1, np.int64)
+    r = comm.irecv_status(y, gpuwire.ANY_SOURCE, tag=77)
+    r.cancel()
+    st = r.wait_status()
+    assert st.cancelled == 1 and st.count == 0 and (y == -1).all(), f"cancelled: {st}"
+    # A message to oneself, then the cancel: the receive either took it (not cancelled) or not
+    # (cancelled, the message left for the next receive); never both, never neither.
+    r = comm.irecv_status(y, RANK, tag=78)
+    comm.send(np.arange(3, dtype=np.int64), RANK, tag=78)
+    r.cancel()
+    st = r.wait_status()
+    if st.cancelled:
+        z = np.full(3, -1, np.int64)
+        comm.recv(z, RANK, tag=78)
+        assert (y == -1).all() and (z == np.arange(3)).all()
+    else:
+        assert st.count == 3 and (y == np.arange(3)).all(), f"completed: {st}"
     comm.free()
 
 

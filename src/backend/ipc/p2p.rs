@@ -532,7 +532,7 @@ impl RecvOp {
 
     /// What the receive matched, once its header arrived (also when it then failed).
     fn status(&self) -> Option<crate::request::Status> {
-        self.matched.map(|(source, tag, bytes)| crate::request::Status { source, tag, count: (bytes / self.dtype.size() as u64) as i64 })
+        self.matched.map(|(source, tag, bytes)| crate::request::Status { source, tag, count: (bytes / self.dtype.size() as u64) as i64, cancelled: false })
     }
 
     /// Whether another thread may progress it (the owner's request is alive, not finished).
