@@ -344,6 +344,12 @@ module gpuwire
   interface gpuwire_testall
     module procedure gw_testall
   end interface
+  interface gpuwire_waitsome
+    module procedure gw_waitsome
+  end interface
+  interface gpuwire_testsome
+    module procedure gw_testsome
+  end interface
 
   ! -- collectives --------------------------------------------------------------------------------
   interface gpuwire_barrier
@@ -1706,6 +1712,70 @@ contains
     if (present(statuses)) statuses(1:size(requests)) = s
     call finish(st, 'gpuwire_testall', ierror)
   end subroutine gw_testall
+
+  ! gpuwire_waitsome: outcount requests completed (GPUWIRE_UNDEFINED when all are NULL), their
+  ! indices (1-based) in indices(1:outcount), their statuses in statuses(1:outcount) when present;
+  ! indices (and statuses) need one entry per request.
+  subroutine gw_waitsome(requests, outcount, indices, statuses, ierror)
+    type(gpuwire_request), intent(inout) :: requests(:)
+    integer, intent(out) :: outcount
+    integer, intent(inout) :: indices(:)
+    type(gpuwire_status_t), intent(inout), optional :: statuses(:)
+    integer, intent(out), optional :: ierror
+    call gw_some(requests, outcount, indices, .true., 'gpuwire_waitsome', statuses, ierror)
+  end subroutine gw_waitsome
+
+  ! gpuwire_testsome: as gpuwire_waitsome without blocking (outcount 0 when none completed).
+  subroutine gw_testsome(requests, outcount, indices, statuses, ierror)
+    type(gpuwire_request), intent(inout) :: requests(:)
+    integer, intent(out) :: outcount
+    integer, intent(inout) :: indices(:)
+    type(gpuwire_status_t), intent(inout), optional :: statuses(:)
+    integer, intent(out), optional :: ierror
+    call gw_some(requests, outcount, indices, .false., 'gpuwire_testsome', statuses, ierror)
+  end subroutine gw_testsome
+
+  subroutine gw_some(requests, outcount, indices, wait, name, statuses, ierror)
+    use gpuwire_c, only: cw => gpuwire_waitsome, ct => gpuwire_testsome
+    type(gpuwire_request), intent(inout) :: requests(:)
+    integer, intent(out) :: outcount
+    integer, intent(inout) :: indices(:)
+    logical, intent(in) :: wait
+    character(*), intent(in) :: name
+    type(gpuwire_status_t), intent(inout), optional :: statuses(:)
+    integer, intent(out), optional :: ierror
+    integer(gpuwire_handle_kind) :: handles(size(requests))
+    type(gpuwire_status_t) :: s(size(requests))
+    integer(c_int32_t) :: idx(size(requests)), n
+    integer(c_int) :: st
+    outcount = 0
+    if (size(indices) < size(requests)) then
+      call fail(GPUWIRE_ERROR_INVALID_ARGUMENT, name, 'indices has ' // itoa(int(size(indices), int64)) &
+        // ' entries for ' // itoa(int(size(requests), int64)) // ' requests', ierror)
+      return
+    end if
+    if (present(statuses)) then
+      if (size(statuses) < size(requests)) then
+        call fail(GPUWIRE_ERROR_INVALID_ARGUMENT, name, 'statuses has ' // itoa(int(size(statuses), int64)) &
+          // ' entries for ' // itoa(int(size(requests), int64)) // ' requests', ierror)
+        return
+      end if
+    end if
+    handles = requests%handle
+    n = 0
+    if (wait) then
+      st = cw(int(size(requests), c_int32_t), handles, n, idx, s)
+    else
+      st = ct(int(size(requests), c_int32_t), handles, n, idx, s)
+    end if
+    requests%handle = handles
+    outcount = int(n)
+    if (n > 0) then
+      indices(1:n) = int(idx(1:n)) + 1
+      if (present(statuses)) statuses(1:n) = s(1:n)
+    end if
+    call finish(st, name, ierror)
+  end subroutine gw_some
 
   subroutine gw_sendrecv(comm, sendbuf, dest, sendtag, recvbuf, source, recvtag, stream, ierror)
     use gpuwire_c, only: c => gpuwire_sendrecv

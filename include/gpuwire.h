@@ -2107,6 +2107,44 @@ gpuwire_status gpuwire_testall(int32_t count,
                                gpuwire_status_t *statuses);
 
 /**
+ * As MPI_Testsome, without blocking: tests every request of the array once and releases each
+ * that has completed (sets it to GPUWIRE_REQUEST_NULL), writing how many to `*outcount`, their
+ * indices, in array order, to `indices[0 .. *outcount]` and their statuses to
+ * `statuses[0 .. *outcount]` (`statuses` may be NULL: ignored; each status's `error` is the
+ * request's own). `*outcount` is 0 when none has completed, and GPUWIRE_UNDEFINED when every
+ * request is GPUWIRE_REQUEST_NULL (or `count` is 0), as MPI. `indices` (and `statuses`) must
+ * hold `count` entries. A request that failed is among those completed (released, its status
+ * saying its error): the first failure is returned, naming its index, with every array written
+ * as on success. An array with a freed or foreign handle, or a request of a group that has not
+ * ended, is refused before anything is tested (nothing written). Local; never blocks.
+ *
+ * Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`requests` or `indices` with count > 0, `outcount`),
+ * GPUWIRE_ERROR_INVALID_ARGUMENT (negative count, a request twice, a request of a group that
+ * has not ended, one another thread waits for or tests), GPUWIRE_ERROR_INVALID_HANDLE, and
+ * those of gpuwire_wait for a request that failed.
+ */
+gpuwire_status gpuwire_testsome(int32_t count,
+                                gpuwire_request *requests,
+                                int32_t *outcount,
+                                int32_t *indices,
+                                gpuwire_status_t *statuses);
+
+/**
+ * As MPI_Waitsome: waits until at least one of the requests completes, then releases every
+ * one that has completed by then, writing `*outcount`, `indices` and `statuses` as
+ * gpuwire_testsome (GPUWIRE_UNDEFINED at once when every request is GPUWIRE_REQUEST_NULL).
+ * Timeouts as gpuwire_waitany: once the shortest timeout among the requests' communicators has
+ * passed with none complete, the first request of a communicator with a timeout is waited for as
+ * by gpuwire_wait (its TIMEOUT then names its index, `*outcount` 1). Errors as
+ * gpuwire_testsome, plus GPUWIRE_ERROR_TIMEOUT.
+ */
+gpuwire_status gpuwire_waitsome(int32_t count,
+                                gpuwire_request *requests,
+                                int32_t *outcount,
+                                int32_t *indices,
+                                gpuwire_status_t *statuses);
+
+/**
  * Waits for all `count` requests of the array `requests` (as MPI_Waitall), setting each to
  * GPUWIRE_REQUEST_NULL. Every request is waited for even when one fails; the first failure is
  * returned. NULL requests in the array are skipped. A request may appear only once (as in

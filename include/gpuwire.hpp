@@ -736,6 +736,57 @@ inline bool test_all(span<request> requests, gpuwire_status_t *statuses = nullpt
     return flag != 0;
 }
 
+namespace detail {
+/** gpuwire_waitsome or gpuwire_testsome (`fn`) over `requests`: the indices of those that
+ * completed, their statuses in `statuses` when given. */
+template <class Fn>
+inline std::vector<int32_t> some(Fn fn, span<request> requests, std::vector<gpuwire_status_t> *statuses)
+{
+    std::vector<gpuwire_request> handles;
+    handles.reserve(requests.size());
+    for (request &r : requests)
+        handles.push_back(r.release());
+    std::vector<int32_t> indices(handles.size());
+    std::vector<gpuwire_status_t> st(handles.size());
+    int32_t out = 0;
+    gpuwire_status rc = fn(static_cast<int32_t>(handles.size()), handles.data(), &out, indices.data(),
+                           statuses ? st.data() : nullptr);
+    for (std::size_t i = 0; i < handles.size(); i++)
+        requests[i] = request(handles[i]);
+    const std::size_t n = out > 0 ? static_cast<std::size_t>(out) : 0;
+    indices.resize(n);
+    if (statuses) {
+        st.resize(n);
+        *statuses = st;
+    }
+    if (rc != GPUWIRE_SUCCESS) {
+        int32_t at = GPUWIRE_UNDEFINED;
+        for (std::size_t k = 0; k < n && statuses; k++)
+            if ((*statuses)[k].error != GPUWIRE_SUCCESS) {
+                at = indices[k];
+                break;
+            }
+        throw error(rc, last_error(), at);
+    }
+    return indices;
+}
+} // namespace detail
+
+/** gpuwire_waitsome: waits until at least one request completes; the indices of every request
+ * that has completed by then (each NULL afterwards), in array order; empty when every request
+ * is NULL. Their statuses in `statuses` when given (one per index). A request that failed is
+ * among them: its error is thrown (error::index() naming it where `statuses` is given). */
+inline std::vector<int32_t> wait_some(span<request> requests, std::vector<gpuwire_status_t> *statuses = nullptr)
+{
+    return detail::some(gpuwire_waitsome, requests, statuses);
+}
+
+/** gpuwire_testsome: as wait_some without blocking (empty when none has completed). */
+inline std::vector<int32_t> test_some(span<request> requests, std::vector<gpuwire_status_t> *statuses = nullptr)
+{
+    return detail::some(gpuwire_testsome, requests, statuses);
+}
+
 // ---- comm --------------------------------------------------------------------------------------
 
 /** Owns a gpuwire_comm (freed by the destructor). Operations are methods; each names its C

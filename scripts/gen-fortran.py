@@ -54,6 +54,7 @@ ARRAYS = {
     ("gpuwire_testany", "requests"),
     ("gpuwire_testall", "requests"),
     ("gpuwire_testall", "statuses"),
+    *[(f, a) for f in ("gpuwire_waitsome", "gpuwire_testsome") for a in ("requests", "indices", "statuses")],
     ("gpuwire_buffer_view_subarray", "sizes"),
     ("gpuwire_buffer_view_subarray", "subsizes"),
     ("gpuwire_buffer_view_subarray", "starts"),
@@ -69,6 +70,8 @@ OPTIONAL = {
     ("gpuwire_waitany", "status"),
     ("gpuwire_testany", "status"),
     ("gpuwire_testall", "statuses"),
+    ("gpuwire_waitsome", "statuses"),
+    ("gpuwire_testsome", "statuses"),
 }
 # Non-const pointer arguments that are read and written (intent(inout)); the others are
 # outputs (intent(out)).
@@ -82,6 +85,9 @@ INOUT = {
     ("gpuwire_waitany", "requests"),
     ("gpuwire_testany", "requests"),
     ("gpuwire_testall", "requests"),
+    ("gpuwire_waitsome", "requests"),
+    ("gpuwire_testsome", "requests"),
+    ("gpuwire_cancel", "request"),
 }
 
 # The Fortran types of gpuwire's datatypes: (suffix, Fortran type, datatype constant, class).

@@ -856,6 +856,29 @@ def testall(requests):
     return flag.value != 0, (list(sts)[:len(requests)] if flag.value else None)
 
 
+def _some(fn, requests):
+    arr, out = _request_array(requests), c_int32()
+    idx, sts = (c_int32 * max(len(requests), 1))(), (StatusT * max(len(requests), 1))()
+    rc = fn(len(requests), arr, ctypes.byref(out), idx, sts)
+    _back(requests, arr, rc)
+    _check(rc)
+    if out.value == UNDEFINED:
+        return None
+    return [(idx[k], sts[k]) for k in range(out.value)]
+
+
+def waitsome(requests):
+    """gpuwire_waitsome: waits until at least one request completes; [(index, StatusT)] of every
+    request that has completed by then, in list order; None when every request is already
+    complete (NULL)."""
+    return _some(lib.gpuwire_waitsome, requests)
+
+
+def testsome(requests):
+    """gpuwire_testsome: as waitsome without blocking ([] when none has completed)."""
+    return _some(lib.gpuwire_testsome, requests)
+
+
 class group:
     """Operations started together (gpuwire_group_start / gpuwire_group_end, as ncclGroupStart/End):
     every operation this thread issues inside `with gpuwire.group():` starts at the end of the

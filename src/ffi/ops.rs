@@ -552,19 +552,7 @@ pub extern "C" fn gpuwire_waitany(count: i32, requests: *mut gpuwire_request, in
         let reqs = request_array(count, requests)?;
         let mut s = crate::request::Status::EMPTY;
         let mut at = crate::types::GPUWIRE_UNDEFINED;
-        // The earliest deadline among the requests' communicators.
-        let mut deadline: Option<std::time::Instant> = None;
-        // The first request of a communicator with a timeout: the one waited for at the deadline.
-        let mut first_timed = 0;
-        for (i, h) in reqs.iter().enumerate().filter(|(_, h)| **h != 0) {
-            let r = REQUESTS.get(*h).map_err(|e| with_index(i as i32, e))?;
-            r.ready_to_block().map_err(|e| with_index(i as i32, e))?;
-            if let Some(t) = r.comm().config().timeout {
-                let d = std::time::Instant::now() + t;
-                first_timed = if deadline.is_none() { i } else { first_timed };
-                deadline = Some(deadline.map_or(d, |x: std::time::Instant| x.min(d)));
-            }
-        }
+        let (deadline, first_timed) = ready_to_block_any(reqs)?;
         let mut spins = 0u32;
         loop {
             if reqs.iter().all(|h| *h == 0) {
@@ -597,14 +585,38 @@ pub extern "C" fn gpuwire_waitany(count: i32, requests: *mut gpuwire_request, in
                 write(index, first as i32);
                 return r.map(|_| ()).map_err(|e| with_index(first as i32, e));
             }
-            spins += 1;
-            if spins > 1000 {
-                std::thread::sleep(std::time::Duration::from_micros(20));
-            } else {
-                std::hint::spin_loop();
-            }
+            backoff(&mut spins);
         }
     })
+}
+
+/// Before gpuwire_waitany or gpuwire_waitsome blocks: every active request resolved and ready
+/// to be waited for (else the error, naming its index, and nothing done); the earliest deadline
+/// among their communicators' timeouts, and the first request of a communicator with a timeout
+/// (the one waited for at that deadline, by gpuwire_wait's rules).
+fn ready_to_block_any(reqs: &[gpuwire_request]) -> Result<(Option<std::time::Instant>, usize)> {
+    let mut deadline: Option<std::time::Instant> = None;
+    let mut first_timed = 0;
+    for (i, h) in reqs.iter().enumerate().filter(|(_, h)| **h != 0) {
+        let r = REQUESTS.get(*h).map_err(|e| with_index(i as i32, e))?;
+        r.ready_to_block().map_err(|e| with_index(i as i32, e))?;
+        if let Some(t) = r.comm().config().timeout {
+            let d = std::time::Instant::now() + t;
+            first_timed = if deadline.is_none() { i } else { first_timed };
+            deadline = Some(deadline.map_or(d, |x: std::time::Instant| x.min(d)));
+        }
+    }
+    Ok((deadline, first_timed))
+}
+
+/// The pause between two passes of a waiting loop: a spin, then 20 µs sleeps.
+fn backoff(spins: &mut u32) {
+    *spins += 1;
+    if *spins > 1000 {
+        std::thread::sleep(std::time::Duration::from_micros(20));
+    } else {
+        std::hint::spin_loop();
+    }
 }
 
 /// As MPI_Testany, without blocking: when one of the `count` requests has completed, writes 1
@@ -715,6 +727,125 @@ pub extern "C" fn gpuwire_testall(count: i32, requests: *mut gpuwire_request, fl
         }
         write(flag, all as i32);
         first.map_or(Ok(()), Err)
+    })
+}
+
+/// One pass of gpuwire_testsome / gpuwire_waitsome: every active request tested once; each that
+/// completed (or failed) is released, its index appended to `indices` and its status (with its
+/// own error in `error`) to `statuses` (when not NULL), in array order. Returns how many, and
+/// the first failure, naming its index (also of a request refused, which stays active and is not
+/// listed).
+fn test_some(reqs: &mut [gpuwire_request], indices: *mut i32, statuses: *mut gpuwire_status_t) -> (usize, Option<Error>) {
+    let (mut n, mut first) = (0, None);
+    for i in 0..reqs.len() {
+        if reqs[i] == 0 {
+            continue;
+        }
+        let mut s = crate::request::Status::EMPTY;
+        let code = match finish_status(&mut reqs[i], false, &mut s) {
+            Ok(false) => continue,
+            Ok(true) => gpuwire_status::GPUWIRE_SUCCESS,
+            Err(e) => {
+                let code = e.status();
+                let released = reqs[i] == 0;
+                first.get_or_insert(with_index(i as i32, e));
+                if !released {
+                    // Refused (another thread waits for it meanwhile): left as it was.
+                    continue;
+                }
+                code
+            }
+        };
+        // SAFETY: the caller promises `count` entries in `indices` (and `statuses` when not
+        // NULL); n < count.
+        unsafe {
+            indices.add(n).write(i as i32);
+            if !statuses.is_null() {
+                statuses.add(n).write(c_status(s, code));
+            }
+        }
+        n += 1;
+    }
+    (n, first)
+}
+
+/// As MPI_Testsome, without blocking: tests every request of the array once and releases each
+/// that has completed (sets it to GPUWIRE_REQUEST_NULL), writing how many to `*outcount`, their
+/// indices, in array order, to `indices[0 .. *outcount]` and their statuses to
+/// `statuses[0 .. *outcount]` (`statuses` may be NULL: ignored; each status's `error` is the
+/// request's own). `*outcount` is 0 when none has completed, and GPUWIRE_UNDEFINED when every
+/// request is GPUWIRE_REQUEST_NULL (or `count` is 0), as MPI. `indices` (and `statuses`) must
+/// hold `count` entries. A request that failed is among those completed (released, its status
+/// saying its error): the first failure is returned, naming its index, with every array written
+/// as on success. An array with a freed or foreign handle, or a request of a group that has not
+/// ended, is refused before anything is tested (nothing written). Local; never blocks.
+///
+/// Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`requests` or `indices` with count > 0, `outcount`),
+/// GPUWIRE_ERROR_INVALID_ARGUMENT (negative count, a request twice, a request of a group that
+/// has not ended, one another thread waits for or tests), GPUWIRE_ERROR_INVALID_HANDLE, and
+/// those of gpuwire_wait for a request that failed.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_testsome(count: i32, requests: *mut gpuwire_request, outcount: *mut i32, indices: *mut i32, statuses: *mut gpuwire_status_t) -> gpuwire_status {
+    call("gpuwire_testsome", || {
+        non_null(outcount, "outcount")?;
+        let reqs = request_array(count, requests)?;
+        if reqs.iter().all(|h| *h == 0) {
+            write(outcount, crate::types::GPUWIRE_UNDEFINED);
+            return Ok(());
+        }
+        non_null(indices, "indices")?;
+        for (i, h) in reqs.iter().enumerate().filter(|(_, h)| **h != 0) {
+            REQUESTS.with(*h, |r| r.ready_to_test()).and_then(|r| r).map_err(|e| with_index(i as i32, e))?;
+        }
+        let (n, first) = test_some(reqs, indices, statuses);
+        write(outcount, n as i32);
+        first.map_or(Ok(()), Err)
+    })
+}
+
+/// As MPI_Waitsome: waits until at least one of the requests completes, then releases every
+/// one that has completed by then, writing `*outcount`, `indices` and `statuses` as
+/// gpuwire_testsome (GPUWIRE_UNDEFINED at once when every request is GPUWIRE_REQUEST_NULL).
+/// Timeouts as gpuwire_waitany: once the shortest timeout among the requests' communicators has
+/// passed with none complete, the first request of a communicator with a timeout is waited for as
+/// by gpuwire_wait (its TIMEOUT then names its index, `*outcount` 1). Errors as
+/// gpuwire_testsome, plus GPUWIRE_ERROR_TIMEOUT.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwire_waitsome(count: i32, requests: *mut gpuwire_request, outcount: *mut i32, indices: *mut i32, statuses: *mut gpuwire_status_t) -> gpuwire_status {
+    call("gpuwire_waitsome", || {
+        non_null(outcount, "outcount")?;
+        let reqs = request_array(count, requests)?;
+        if reqs.iter().all(|h| *h == 0) {
+            write(outcount, crate::types::GPUWIRE_UNDEFINED);
+            return Ok(());
+        }
+        non_null(indices, "indices")?;
+        let (deadline, first_timed) = ready_to_block_any(reqs)?;
+        let mut spins = 0u32;
+        loop {
+            let (n, first) = test_some(reqs, indices, statuses);
+            if n > 0 || first.is_some() {
+                write(outcount, n as i32);
+                return first.map_or(Ok(()), Err);
+            }
+            if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                // As gpuwire_waitany: that request's own wait gives up at its timeout.
+                let i = first_timed;
+                let mut s = crate::request::Status::EMPTY;
+                let r = finish_status(&mut reqs[i], true, &mut s);
+                let code = r.as_ref().map_or_else(|e| e.status(), |_| gpuwire_status::GPUWIRE_SUCCESS);
+                // SAFETY: as in `test_some`.
+                unsafe {
+                    indices.write(i as i32);
+                    if !statuses.is_null() {
+                        statuses.write(c_status(s, code));
+                    }
+                }
+                write(outcount, 1);
+                return r.map(|_| ()).map_err(|e| with_index(i as i32, e));
+            }
+            backoff(&mut spins);
+        }
     })
 }
 

@@ -604,6 +604,96 @@ static void cancel_requests(void)
     }
 }
 
+/* gpuwire_waitsome and gpuwire_testsome, as MPI_Waitsome / MPI_Testsome: messages to oneself,
+ * values and statuses checked; every completed request released and listed in array order;
+ * GPUWIRE_UNDEFINED when all are NULL; a failed request listed with its error in its status and
+ * returned; the argument errors. */
+static void some_requests(void)
+{
+    gpuwire_buffer z = balloc(0, GPUWIRE_INT64), a = balloc(2, GPUWIRE_INT64), b = balloc(3, GPUWIRE_INT64);
+    int64_t *ap = (int64_t *)bptr(a), *bp = (int64_t *)bptr(b);
+    gpuwire_request reqs[4] = {GPUWIRE_REQUEST_NULL, GPUWIRE_REQUEST_NULL, GPUWIRE_REQUEST_NULL, GPUWIRE_REQUEST_NULL};
+    gpuwire_status_t sts[4];
+    int32_t out = -7, idx[4] = {-7, -7, -7, -7};
+    int i;
+
+    EXPECT_OK(gpuwire_testsome(4, reqs, &out, idx, sts));
+    EXPECT(out == GPUWIRE_UNDEFINED);
+    out = -7;
+    EXPECT_OK(gpuwire_waitsome(0, NULL, &out, NULL, NULL));
+    EXPECT(out == GPUWIRE_UNDEFINED);
+    EXPECT_STATUS(gpuwire_waitsome(4, reqs, NULL, idx, sts), GPUWIRE_ERROR_NULL_ARGUMENT);
+    EXPECT_STATUS(gpuwire_testsome(-1, reqs, &out, idx, sts), GPUWIRE_ERROR_INVALID_ARGUMENT);
+
+    /* [0] complete at once (to PROC_NULL), [1] NULL, [2] and [3] receives from oneself. */
+    ap[0] = -1;
+    ap[1] = -1;
+    for (i = 0; i < 3; i++)
+        bp[i] = -1;
+    EXPECT_OK(gpuwire_isend(comm, z, GPUWIRE_PROC_NULL, 0, NULL, &reqs[0]));
+    EXPECT_OK(gpuwire_irecv_status(comm, a, rank, 31, NULL, &reqs[2]));
+    EXPECT_OK(gpuwire_irecv(comm, b, rank, 32, NULL, &reqs[3]));
+    EXPECT_STATUS(gpuwire_testsome(4, reqs, &out, NULL, sts), GPUWIRE_ERROR_NULL_ARGUMENT);
+    EXPECT_OK(gpuwire_testsome(4, reqs, &out, idx, sts));
+    EXPECT(out == 1 && idx[0] == 0 && reqs[0].h == 0 && reqs[2].h != 0 && reqs[3].h != 0);
+    EXPECT(sts[0].error == GPUWIRE_SUCCESS && sts[0].cancelled == 0);
+    reqs[1] = reqs[2];
+    EXPECT_STATUS(gpuwire_testsome(4, reqs, &out, idx, sts), GPUWIRE_ERROR_INVALID_ARGUMENT); /* twice */
+    reqs[1] = GPUWIRE_REQUEST_NULL;
+    {
+        int64_t one = 11, three[3] = {21, 22, 23};
+        gpuwire_buffer o = GPUWIRE_BUFFER_NULL, t = GPUWIRE_BUFFER_NULL;
+        EXPECT_OK(gpuwire_buffer_wrap(&one, 1, GPUWIRE_INT64, GPUWIRE_SPACE_HOST, &o));
+        EXPECT_OK(gpuwire_buffer_wrap(three, 3, GPUWIRE_INT64, GPUWIRE_SPACE_HOST, &t));
+        EXPECT_OK(gpuwire_send(comm, o, rank, 31, NULL)); /* shorter: irecv_status takes it */
+        EXPECT_OK(gpuwire_send(comm, t, rank, 32, NULL));
+        int32_t got = 0, seen[4] = {0, 0, 0, 0};
+        double t0 = MPI_Wtime();
+        while (got < 2 && MPI_Wtime() - t0 < 10.0) {
+            EXPECT_OK(gpuwire_waitsome(4, reqs, &out, idx, sts));
+            EXPECT(out >= 1 && out <= 2);
+            for (i = 0; i < out; i++) {
+                EXPECT(idx[i] == 2 || idx[i] == 3);
+                EXPECT(i == 0 || idx[i] > idx[i - 1]);
+                seen[idx[i]]++;
+                if (idx[i] == 2)
+                    EXPECT(sts[i].source == rank && sts[i].tag == 31 && sts[i].count == 1 && sts[i].error == GPUWIRE_SUCCESS);
+                else
+                    EXPECT(sts[i].source == rank && sts[i].tag == 32 && sts[i].count == 3);
+            }
+            got += out;
+        }
+        EXPECT(got == 2 && seen[2] == 1 && seen[3] == 1 && reqs[2].h == 0 && reqs[3].h == 0);
+        EXPECT(ap[0] == 11 && ap[1] == -1 && bp[0] == 21 && bp[2] == 23);
+        EXPECT_OK(gpuwire_waitsome(4, reqs, &out, idx, sts));
+        EXPECT(out == GPUWIRE_UNDEFINED);
+        /* A failure: an exact receive of 2 elements given 3 (COUNT_MISMATCH), listed with its
+         * error, beside a success. */
+        EXPECT_OK(gpuwire_irecv(comm, a, rank, 33, NULL, &reqs[1]));
+        EXPECT_OK(gpuwire_isend(comm, z, GPUWIRE_PROC_NULL, 0, NULL, &reqs[3]));
+        EXPECT_OK(gpuwire_send(comm, t, rank, 33, NULL));
+        out = 0;
+        gpuwire_status st = GPUWIRE_SUCCESS;
+        for (t0 = MPI_Wtime(); out < 2 && MPI_Wtime() - t0 < 10.0;) {
+            int32_t n = 0;
+            gpuwire_status r = gpuwire_waitsome(4, reqs, &n, idx, sts);
+            for (i = 0; i < n; i++)
+                if (idx[i] == 1) {
+                    EXPECT(sts[i].error == GPUWIRE_ERROR_COUNT_MISMATCH);
+                    st = r;
+                }
+            out += n;
+        }
+        EXPECT(out == 2 && st == GPUWIRE_ERROR_COUNT_MISMATCH && reqs[1].h == 0 && reqs[3].h == 0);
+        EXPECT_LAST_ERROR_HAS("request 1");
+        EXPECT_OK(gpuwire_buffer_free(o));
+        EXPECT_OK(gpuwire_buffer_free(t));
+    }
+    bfree(z);
+    bfree(a);
+    bfree(b);
+}
+
 /* ---- allreduce, against answers computed here --------------------------------------------- */
 
 /* What rank q contributes at element i: small values, so every sum and product is exact. */
@@ -1351,6 +1441,7 @@ int main(int argc, char **argv)
     point_to_point();
     request_free();
     cancel_requests();
+    some_requests();
     allreduce_i8(GPUWIRE_SUM);
     allreduce_i8(GPUWIRE_AVG);
     allreduce_i8(GPUWIRE_MIN);

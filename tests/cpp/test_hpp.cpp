@@ -522,6 +522,22 @@ static void test_operations(const gw::comm &world)
     while (!gw::test_all(st_reqs, all_st)) {
     }
     EXPECT(all_st[0].source == left && all_st[0].count == 3 && all_st[1].count == 0);
+    // wait_some / test_some: the indices of those completed, in order, with their statuses.
+    st_reqs[0] = world.irecv_status(bwide, left, 13);
+    st_reqs[1] = world.isend(bout, right, 13);
+    std::vector<int32_t> done_idx;
+    for (int pass = 0; pass < 1000000 && done_idx.size() < 2; pass++) {
+        std::vector<gpuwire_status_t> some_st;
+        std::vector<int32_t> got = pass % 2 ? gw::test_some(st_reqs, &some_st) : gw::wait_some(st_reqs, &some_st);
+        EXPECT(got.size() == some_st.size());
+        for (std::size_t k = 0; k < got.size(); k++) {
+            done_idx.push_back(got[k]);
+            if (got[k] == 0)
+                EXPECT(some_st[k].source == left && some_st[k].tag == 13 && some_st[k].count == 3);
+        }
+    }
+    EXPECT(done_idx.size() == 2 && done_idx[0] != done_idx[1] && !st_reqs[0].active() && !st_reqs[1].active());
+    EXPECT(gw::wait_some(st_reqs).empty()); // every request NULL
     gw::request one_req = world.irecv_status(bwide, left, 9);
     gw::request one_send = world.isend(bout, right, 9);
     gpuwire_status_t ts{};

@@ -829,7 +829,7 @@ contains
     type(gpuwire_comm) :: dc, ac
     type(gpuwire_darray) :: d
     integer(int64), allocatable :: lens(:)
-    integer :: idx, j, n, aerr
+    integer :: idx, j, n, aerr, somei(2)
     logical :: flag
     out = [7, 8, 9]
     in = -1
@@ -894,6 +894,27 @@ contains
       'gpuwire_testall')
     call gpuwire_testall(reqs(1:1), flag, sts, ierror=ierr)
     call expect(flag .and. ierr == 0, 'gpuwire_testall of nulls')
+    ! gpuwire_testsome / gpuwire_waitsome: 1-based indices, in order, with their statuses.
+    call gpuwire_isend(world, bout, rank, 19, reqs(1))
+    call gpuwire_irecv_status(world, bin, rank, 19, reqs(2))
+    n = 0
+    do j = 1, 100000000
+      call gpuwire_testsome(reqs, idx, somei, sts)
+      if (idx > 0) n = n + idx
+      if (idx > 0) then
+        if (somei(idx) == 2) call expect(sts(idx)%tag == 19 .and. sts(idx)%count == 3, 'gpuwire_testsome status')
+      end if
+      if (n == 2) exit
+    end do
+    call expect(n == 2 .and. all(reqs == GPUWIRE_REQUEST_NULL), 'gpuwire_testsome')
+    call gpuwire_waitsome(reqs, idx, somei)
+    call expect(idx == GPUWIRE_UNDEFINED, 'gpuwire_waitsome of nulls')
+    call gpuwire_irecv_status(world, bin, rank, 20, reqs(2))
+    call gpuwire_send(world, bout, rank, 20)
+    call gpuwire_waitsome(reqs, idx, somei, sts)
+    call expect(idx == 1 .and. somei(1) == 2 .and. sts(1)%tag == 20 .and. all(in(1:3) == out), 'gpuwire_waitsome')
+    call gpuwire_waitsome(reqs, idx, somei(1:1), ierror=ierr)
+    call expect_status(ierr, int(GPUWIRE_ERROR_INVALID_ARGUMENT), 'gpuwire_waitsome with too few indices')
     call gpuwire_recv_status(world, bin, -5, 0, st, ierror=ierr)
     call expect_status(ierr, int(GPUWIRE_ERROR_INVALID_ARGUMENT), 'a bad source')
     ! Abort: later calls fail at once; the asynchronous error says broken.

@@ -780,3 +780,23 @@ def test_torch_tensors_are_wrapped_without_a_copy(comm):
     comm.allreduce(dev)
     torch.cuda.synchronize()
     assert (dev.cpu() == RANK_SUM).all()
+
+
+def test_waitsome_testsome():
+    # gpuwire_waitsome / gpuwire_testsome: [(index, StatusT)] in list order; None when all are
+    # complete (NULL); messages to oneself.
+    comm = gpuwire.Comm(WORLD)
+    x, y = np.arange(3, dtype=np.int64) + 10 * RANK, np.full(5, -1, np.int64)
+    reqs = [comm.irecv_status(y, RANK, tag=81), comm.isend(x, gpuwire.PROC_NULL, tag=81)]
+    got = gpuwire.testsome(reqs)
+    assert [i for i, _ in got] in ([1], [0, 1]), got
+    comm.send(x, RANK, tag=81)
+    seen = [i for i, _ in got]
+    while len(seen) < 2:
+        for i, st in gpuwire.waitsome(reqs):
+            seen.append(i)
+            assert i != 0 or (st.tag == 81 and st.count == 3 and st.cancelled == 0), st
+    assert sorted(seen) == [0, 1] and not any(r.active() for r in reqs)
+    assert (y[:3] == x).all() and (y[3:] == -1).all()
+    assert gpuwire.waitsome(reqs) is None and gpuwire.testsome(reqs) is None
+    comm.free()
