@@ -6,7 +6,7 @@
 //  - gpuwire::comm, gpuwire::buffer, gpuwire::request, gpuwire::darray: RAII owners of the C
 //    handles, move-only; the destructor frees the handle. A request's destructor never blocks:
 //    it cancels a receive whose message has not matched (gpuwire_cancel: withdrawn, nothing
-//    written) and frees the request (gpuwire_request_free), so that what was not cancelled (an
+//    written; where its path can: see gpuwire_cancel) and frees the request (gpuwire_request_free), so that what was not cancelled (an
 //    isend, a nonblocking collective, a receive already matched or on a path that cannot
 //    withdraw it) goes on, as after MPI_Request_free. So an exception thrown while a request is
 //    pending reaches its catch, and the communicator stays usable; wait() for requests whose

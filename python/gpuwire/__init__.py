@@ -157,8 +157,13 @@ class Error(Exception):
 
 
 def _check(st):
-    if st != SUCCESS:
-        raise Error(st, last_error())
+    """Raises the call's error; first, as after every call, tests the requests released while in
+    flight (_reap: their arrays let go once complete, a receive into a view unpacked)."""
+    e = Error(st, last_error()) if st != SUCCESS else None
+    if _DETACHED:
+        _reap()
+    if e is not None:
+        raise e
 
 
 def _out(ctype, fn, *args):
@@ -668,8 +673,8 @@ def _done(b):
 _ABANDONED = []
 
 # Requests released (free(), or collected) while their operation was in flight: it goes on, as
-# after MPI_Request_free, and its arrays stay referenced until a later look (_reap, at every new
-# request) finds it complete.
+# after MPI_Request_free, and its arrays stay referenced until a later look (_reap, after every
+# call of the package) finds it complete.
 _DETACHED = collections.deque()
 
 
@@ -757,9 +762,10 @@ class Request:
         return self.handle.value != 0
 
     def free(self):
-        """gpuwire_request_free: the request is released and its operation, if still in flight,
-        goes on, as after MPI_Request_free (a receive takes its message when it comes); its
-        arrays are let go once a later request finds it complete."""
+        """Releases the request (as gpuwire_request_free, MPI_Request_free): its operation, if
+        still in flight, goes on (a receive takes its message when it comes). The package keeps
+        its handle and arrays and tests it after every later call of the package, which lets
+        the arrays go once it completed (and unpacks a receive into a strided view then)."""
         if not self.handle.value:
             return
         _check(self._release())

@@ -89,8 +89,8 @@ fn release_all() -> crate::error::Result<()> {
         if in_flight == 1 { " was" } else { "s were" },
         match posted {
             0 => String::new(),
-            1 => "; 1 receive still waiting for its message was posted to MPI as a plain receive".into(),
-            k => format!("; {k} receives still waiting for their messages were posted to MPI as plain receives"),
+            1 => "; 1 receive still waiting for its message (of these, or of a freed request) was posted to MPI as a plain receive".into(),
+            k => format!("; {k} receives still waiting for their messages (of these, or of freed requests) were posted to MPI as plain receives"),
         },
         if owns_mpi { " and MPI were" } else { " was" }
     )))

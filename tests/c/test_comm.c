@@ -264,9 +264,6 @@ static void point_to_point(void)
     bfree(r);
 }
 
-/* gpuwire_request_free: a completed request is released; a pending one is waited for up to the
- * communicator's timeout, else abandoned at once: its receive cancelled (a message sent later is
- * not written into the buffer), the communicator broken on this rank. */
 /* Runs gpuwire's progress (every wait and test progresses the operations of freed requests)
  * until p[i] == base + i for i < 4, or 10 s passed: whether a freed receive took its message. */
 static int freed_receive_arrived(volatile int64_t *p, int64_t base)
@@ -285,6 +282,9 @@ static int freed_receive_arrived(volatile int64_t *p, int64_t base)
     return all;
 }
 
+/* gpuwire_request_free, as MPI_Request_free: a completed request is released; a pending one goes
+ * on (a receive takes the message sent later, the communicator usable); on a broken
+ * communicator one not complete is abandoned at once, its receive cancelled. */
 static void request_free(void)
 {
     int next = (rank + 1) % size, prev = (rank + size - 1) % size;

@@ -76,6 +76,11 @@ static int inflight(void)
         EXPECT_OK(gpuwire_buffer_free(buf)); /* the request keeps the memory */
         EXPECT_OK(gpuwire_buffer_alloc(16, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, -1, &other));
         EXPECT_OK(gpuwire_irecv(comm, other, 1, 9, NULL, &recv_req)); /* nobody sends tag 9 */
+        /* A freed receive nobody sends to (tag 10): left to MPI, as after MPI_Request_free, and
+         * not counted. */
+        gpuwire_request freed;
+        EXPECT_OK(gpuwire_irecv(comm, other, 1, 10, NULL, &freed));
+        EXPECT_OK(gpuwire_request_free(&freed));
         EXPECT_STATUS(gpuwire_finalize(), GPUWIRE_ERROR_INVALID_ARGUMENT);
         EXPECT_LAST_ERROR_HAS("2 requests were still in flight");
         /* Finalized all the same. */

@@ -245,6 +245,22 @@ def garbage_collection(world):
         while y.tolist() != [float(left + 1)] * 2 and time.time() - t0 < 10:
             dc2.isend(np.ones(1), gw.PROC_NULL).wait()  # a new request looks at the freed ones
         check(y.tolist() == [float(left + 1)] * 2, f"the freed receive took the message sent later: {y}")
+        # Into a strided array (a view, unpacked once the receive completes): after the later
+        # message of the same sender, and any call of the package, the view holds it.
+        z = np.full(8, -1.0)
+        r = dc2.irecv(z[::2], left, tag=43)
+        r.free()
+        del r
+        dc2.barrier()
+        dc2.send(np.full(4, float(rank + 1)), right, tag=43)
+        dc2.send(np.full(1, 7.0), right, tag=44)
+        w = np.zeros(1)
+        dc2.recv(w, left, tag=44)
+        t0 = time.time()
+        while z[::2].tolist() != [float(left + 1)] * 4 and time.time() - t0 < 10:
+            dc2.barrier()
+        check(z[::2].tolist() == [float(left + 1)] * 4 and z[1::2].tolist() == [-1.0] * 4,
+              f"a freed receive into a strided array: {z}")
         dc2.free()
 
 
