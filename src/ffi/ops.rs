@@ -636,9 +636,7 @@ pub extern "C" fn gpuwire_testany(count: i32, requests: *mut gpuwire_request, in
         // Every handle resolved, and every request ready to test, before any is tested, as in
         // gpuwire_waitany: a freed or foreign handle refuses the array, `*index` unwritten,
         // wherever it stands.
-        for (i, h) in reqs.iter().enumerate().filter(|(_, h)| **h != 0) {
-            REQUESTS.with(*h, |r| r.ready_to_test()).and_then(|r| r).map_err(|e| with_index(i as i32, e))?;
-        }
+        ready_to_test_all(reqs)?;
         let mut s = crate::request::Status::EMPTY;
         let mut at = crate::types::GPUWIRE_UNDEFINED;
         let all_null = reqs.iter().all(|h| *h == 0);
@@ -769,6 +767,28 @@ fn test_some(reqs: &mut [gpuwire_request], indices: *mut i32, statuses: *mut gpu
     (n, first)
 }
 
+/// The arrays of gpuwire_testsome / gpuwire_waitsome, checked: `None` when every request is
+/// GPUWIRE_REQUEST_NULL (`*outcount` then GPUWIRE_UNDEFINED, as MPI).
+fn some_array<'a>(count: i32, requests: *mut gpuwire_request, outcount: *mut i32, indices: *mut i32) -> Result<Option<&'a mut [gpuwire_request]>> {
+    non_null(outcount, "outcount")?;
+    let reqs = request_array(count, requests)?;
+    if reqs.iter().all(|h| *h == 0) {
+        write(outcount, crate::types::GPUWIRE_UNDEFINED);
+        return Ok(None);
+    }
+    non_null(indices, "indices")?;
+    Ok(Some(reqs))
+}
+
+/// Every active request of the array ready to be tested (resolved, not of a group that has not
+/// ended), before any is tested: else the error, naming its index, and nothing done.
+fn ready_to_test_all(reqs: &[gpuwire_request]) -> Result<()> {
+    for (i, h) in reqs.iter().enumerate().filter(|(_, h)| **h != 0) {
+        REQUESTS.with(*h, |r| r.ready_to_test()).and_then(|r| r).map_err(|e| with_index(i as i32, e))?;
+    }
+    Ok(())
+}
+
 /// As MPI_Testsome, without blocking: tests every request of the array once and releases each
 /// that has completed (sets it to GPUWIRE_REQUEST_NULL), writing how many to `*outcount`, their
 /// indices, in array order, to `indices[0 .. *outcount]` and their statuses to
@@ -787,16 +807,8 @@ fn test_some(reqs: &mut [gpuwire_request], indices: *mut i32, statuses: *mut gpu
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_testsome(count: i32, requests: *mut gpuwire_request, outcount: *mut i32, indices: *mut i32, statuses: *mut gpuwire_status_t) -> gpuwire_status {
     call("gpuwire_testsome", || {
-        non_null(outcount, "outcount")?;
-        let reqs = request_array(count, requests)?;
-        if reqs.iter().all(|h| *h == 0) {
-            write(outcount, crate::types::GPUWIRE_UNDEFINED);
-            return Ok(());
-        }
-        non_null(indices, "indices")?;
-        for (i, h) in reqs.iter().enumerate().filter(|(_, h)| **h != 0) {
-            REQUESTS.with(*h, |r| r.ready_to_test()).and_then(|r| r).map_err(|e| with_index(i as i32, e))?;
-        }
+        let Some(reqs) = some_array(count, requests, outcount, indices)? else { return Ok(()) };
+        ready_to_test_all(reqs)?;
         let (n, first) = test_some(reqs, indices, statuses);
         write(outcount, n as i32);
         first.map_or(Ok(()), Err)
@@ -813,13 +825,7 @@ pub extern "C" fn gpuwire_testsome(count: i32, requests: *mut gpuwire_request, o
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_waitsome(count: i32, requests: *mut gpuwire_request, outcount: *mut i32, indices: *mut i32, statuses: *mut gpuwire_status_t) -> gpuwire_status {
     call("gpuwire_waitsome", || {
-        non_null(outcount, "outcount")?;
-        let reqs = request_array(count, requests)?;
-        if reqs.iter().all(|h| *h == 0) {
-            write(outcount, crate::types::GPUWIRE_UNDEFINED);
-            return Ok(());
-        }
-        non_null(indices, "indices")?;
+        let Some(reqs) = some_array(count, requests, outcount, indices)? else { return Ok(()) };
         let (deadline, first_timed) = ready_to_block_any(reqs)?;
         let mut spins = 0u32;
         loop {
