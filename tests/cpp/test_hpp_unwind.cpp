@@ -83,8 +83,11 @@ static bool message_goes_to_next_receive(const gw::comm &c, const std::vector<do
                                          int32_t right, int32_t tag)
 {
     std::vector<double> out(4, 10.0 * tag + rank_), got(4, -1.0);
-    c.send(gw::buffer::wrap(out), right, tag);
+    // An isend: a blocking send to oneself (one rank) before its receive is posted may block
+    // for ever (MPICH does).
+    gw::request s = c.isend(gw::buffer::wrap(out), right, tag);
     c.recv(gw::buffer::wrap(got), left, tag);
+    s.wait();
     return got[0] == 10.0 * tag + left && got[3] == 10.0 * tag + left && in[0] == -1.0 && in[3] == -1.0;
 }
 
@@ -140,13 +143,14 @@ int main(int argc, char **argv)
                 EXPECT(!r.active());
                 c.barrier();
                 std::vector<double> out(4, 100.0 + rank_);
-                c.send(gw::buffer::wrap(out), right, 4);
+                gw::request s = c.isend(gw::buffer::wrap(out), right, 4);
                 // Each test of a request (here an isend to PROC_NULL) completes what freed
                 // requests received.
                 const double t0 = now();
                 while (in[0] != 100.0 + left && now() - t0 < 10.0)
                     (void)c.isend(gw::buffer::wrap(out), GPUWIRE_PROC_NULL, 5).test();
                 EXPECT(in[0] == 100.0 + left && in[3] == 100.0 + left);
+                s.wait();
                 c.barrier();
             }
             // 4. A comm destroyed by unwinding is left alone (no collective free).

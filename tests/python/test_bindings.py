@@ -228,8 +228,9 @@ def garbage_collection(world):
         check(not caught, f"no warning for a cancelled receive: {[str(w.message) for w in caught]}")
         dc.barrier()
         got = np.zeros(3)
-        dc.send(np.full(3, float(rank)), right, tag=41)
+        s = dc.isend(np.full(3, float(rank)), right, tag=41)  # a blocking send to oneself may block
         dc.recv(got, left, tag=41)
+        s.wait()
         check(got.tolist() == [float(left)] * 3, f"the next receive took the message: {got}")
         check(buf.tolist() == [-1.0] * 3, "the cancelled receive did not write its array")
         dc.free()
@@ -253,9 +254,10 @@ def garbage_collection(world):
         del r
         dc2.barrier()
         dc2.send(np.full(4, float(rank + 1)), right, tag=43)
-        dc2.send(np.full(1, 7.0), right, tag=44)
+        s = dc2.isend(np.full(1, 7.0), right, tag=44)
         w = np.zeros(1)
         dc2.recv(w, left, tag=44)
+        s.wait()
         t0 = time.time()
         while z[::2].tolist() != [float(left + 1)] * 4 and time.time() - t0 < 10:
             dc2.barrier()
