@@ -105,9 +105,12 @@ pub const GPUWIRE_DECIDE: i64 = -1;
 
 /// A nonblocking operation in flight (`h` = 0: GPUWIRE_REQUEST_NULL).
 ///
-/// Lifecycle: 1. `gpuwire_isend` / `gpuwire_irecv` make one; 2. `gpuwire_wait`, `gpuwire_waitall`
-/// or a `gpuwire_test` that reports completion finishes it and sets the caller's handle to
-/// GPUWIRE_REQUEST_NULL.
+/// Lifecycle: 1. `gpuwire_isend` / `gpuwire_irecv` (and the other nonblocking calls) make one;
+/// 2. a wait (`gpuwire_wait`, `gpuwire_waitall`, `gpuwire_waitany`, `gpuwire_waitsome`, their
+/// `_status` forms) or a test that reports completion (`gpuwire_test`, `gpuwire_testany`,
+/// `gpuwire_testall`, `gpuwire_testsome`) finishes it and sets the caller's handle to
+/// GPUWIRE_REQUEST_NULL, also after `gpuwire_cancel` (which only withdraws); or
+/// `gpuwire_request_free` releases it while its operation goes on.
 #[cfg(cbindgen)]
 #[repr(C)]
 pub struct gpuwire_request {

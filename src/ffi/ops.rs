@@ -138,8 +138,9 @@ pub extern "C" fn gpuwire_irecv(
 /// MPI_Test_cancelled; else 0). The status of an operation that is no receive, of
 /// GPUWIRE_REQUEST_NULL, and of a receive that never matched, is MPI's empty status:
 /// GPUWIRE_ANY_SOURCE, GPUWIRE_ANY_TAG, count 0 (and `cancelled` 1 where it was cancelled).
-/// Written only by a call that succeeds (but for the arrays of gpuwire_testall, which say each
-/// request's error). Fortran: the bind(C) type gpuwire_status_t, the same fields.
+/// Written only by a call that succeeds (but for the arrays of gpuwire_testall, gpuwire_waitsome
+/// and gpuwire_testsome, which say each request's error). Fortran: the bind(C) type
+/// gpuwire_status_t, the same fields.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 #[allow(non_camel_case_types)]
@@ -361,10 +362,12 @@ pub extern "C" fn gpuwire_wait(request: *mut gpuwire_request) -> gpuwire_status 
 /// as after MPI_Request_free: a send (the fire-and-forget idiom: learn of its completion
 /// otherwise, e.g. from a reply) or a nonblocking collective (MPI forbids freeing a collective's
 /// request; here the other ranks simply meet it) until its peers meet it, a receive until its
-/// message comes, which it then takes in MPI's matching order (its buffer is written then; the
-/// program learns of it otherwise, e.g. from a later message of the same sender, or a barrier
-/// after the sender's send completed). gpuwire keeps the operation's buffers alive until it
-/// completes (the program may free the buffers' handles; wrapped memory must stay valid until
+/// message comes, which it then takes in MPI's matching order. Its buffer is written some time
+/// after the message came, as gpuwire progresses it (the progress thread, or this process's
+/// later gpuwire calls; a receive into a view is unpacked by a later wait or test of this
+/// process): as MPI warns, the program cannot tell when, so free a receive's request only where
+/// its data is not needed (use gpuwire_cancel, then a wait, to end a receive). gpuwire keeps the
+/// operation's buffers alive until it completes (the program may free the buffers' handles; wrapped memory must stay valid until
 /// then), and releases them at a later wait, test or request free of this rank. As in MPI, a
 /// failure of such an operation (a receive's message of another size, a checking-mode mismatch)
 /// has no caller to go to: it is lost, but for a warning line on stderr. Nothing times such an
@@ -418,7 +421,8 @@ pub extern "C" fn gpuwire_request_free(request: *mut gpuwire_request) -> gpuwire
 /// once the engine has started it); the device receives of the NCCL and IPC paths and of the
 /// stream-ordered MPI_STAGED path are not (their data movement is already enqueued on a stream):
 /// they complete when their messages come. A common use: receives posted ahead (e.g. from
-/// GPUWIRE_ANY_SOURCE) that no message will come for, cancelled and waited for at the end.
+/// GPUWIRE_ANY_SOURCE) that no message will come for, cancelled and waited for at the end (not
+/// inside a group: a group's end waits for its receives, and cancel is refused until then).
 /// Never blocks; local; `*request` is not changed. Thread-safe for different requests.
 ///
 /// Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE (freed or foreign handle,
