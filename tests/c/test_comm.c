@@ -523,6 +523,29 @@ static void cancel_requests(void)
     EXPECT_STATUS(gpuwire_cancel(&req), GPUWIRE_ERROR_INVALID_HANDLE);
     req.h = 0;
 
+    /* A request of a group that has not ended: cancel and testsome refuse it (INVALID_ARGUMENT,
+     * nothing written), and it completes after the group's end as it would have. */
+    {
+        gpuwire_buffer gs = balloc(2, GPUWIRE_INT64), gr = balloc(2, GPUWIRE_INT64);
+        int64_t *gsp = (int64_t *)bptr(gs), *grp = (int64_t *)bptr(gr);
+        int32_t n = -7, at[2] = {-7, -7};
+        gsp[0] = 40 + rank;
+        gsp[1] = 41 + rank;
+        grp[0] = grp[1] = -1;
+        EXPECT_OK(gpuwire_group_start());
+        EXPECT_OK(gpuwire_irecv(comm, gr, rank, 40, NULL, &reqs[0]));
+        EXPECT_OK(gpuwire_isend(comm, gs, rank, 40, NULL, &reqs[1]));
+        EXPECT_STATUS(gpuwire_cancel(&reqs[0]), GPUWIRE_ERROR_INVALID_ARGUMENT);
+        EXPECT_LAST_ERROR_HAS("group");
+        EXPECT_STATUS(gpuwire_testsome(2, reqs, &n, at, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+        EXPECT(n == -7 && at[0] == -7 && reqs[0].h != 0 && reqs[1].h != 0);
+        EXPECT_OK(gpuwire_group_end());
+        EXPECT_OK(gpuwire_waitall(2, reqs));
+        EXPECT(grp[0] == 40 + rank && grp[1] == 41 + rank);
+        bfree(gs);
+        bfree(gr);
+    }
+
     for (int check = 0; check < 2; check++) {
         gpuwire_buffer s = balloc(8, GPUWIRE_INT64), r = balloc(8, GPUWIRE_INT64), got = balloc(4, GPUWIRE_INT64), v;
         int64_t *sp = (int64_t *)bptr(s), *rp = (int64_t *)bptr(r), *gp = (int64_t *)bptr(got);
