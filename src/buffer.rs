@@ -46,7 +46,11 @@ impl Role {
 }
 
 /// All live buffers, by handle.
-pub static BUFFERS: Registry<Buffer> = Registry::pinnable(Kind::Buffer);
+pub static BUFFERS: Registry<Buffer> = Registry::pinnable();
+
+impl crate::handles::Pinnable for Buffer {
+    const KIND: Kind = Kind::Buffer;
+}
 
 const HOST_ALIGN: usize = 64;
 

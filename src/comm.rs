@@ -58,7 +58,11 @@ pub enum Waited {
 }
 
 /// All live communicators, by handle.
-pub static COMMS: Registry<Communicator> = Registry::pinnable(Kind::Comm);
+pub static COMMS: Registry<Communicator> = Registry::pinnable();
+
+impl crate::handles::Pinnable for Communicator {
+    const KIND: Kind = Kind::Comm;
+}
 
 ///
 /// Laid out in order, aligned to a cache line: the words every call reads in the first two

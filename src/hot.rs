@@ -15,7 +15,7 @@
 //! from every other core, and every call on every thread reads it.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU8, AtomicU64, Ordering};
 
 /// The process's per-call words (see the module doc). At most 64 bytes, aligned to a cache line.
 #[repr(C, align(64))]
@@ -38,6 +38,9 @@ pub(crate) struct Process {
     pub(crate) mpi_constants: [AtomicI32; 3],
     /// `device`: the driver's cuCtxGetCurrent (null until resolved).
     pub(crate) ctx_get_current: AtomicPtr<()>,
+    /// `pin`: how many communicator and buffer handles have been freed (`pin::retire`); a
+    /// thread's remembered lookups are valid while it is unchanged.
+    pub(crate) frees: AtomicU64,
 }
 
 const _: () = assert!(std::mem::size_of::<Process>() <= 64 && std::mem::align_of::<Process>() == 64);
@@ -52,6 +55,7 @@ pub(crate) static PROCESS: Process = Process {
     tag_ub: AtomicI32::new(0),
     mpi_constants: [const { AtomicI32::new(UNREAD) }; 3],
     ctx_get_current: AtomicPtr::new(std::ptr::null_mut()),
+    frees: AtomicU64::new(0),
 };
 
 /// A word of [`PROCESS`] not yet read (no MPI constant and no flag has this value).
@@ -73,7 +77,7 @@ pub(crate) fn read_once(word: &AtomicI32, read: impl FnOnce() -> i32) -> i32 {
 
 /// The calling thread's per-call words (see the module doc); no destructor, so reachable
 /// until the thread's end (after its other thread-locals are destroyed too).
-#[repr(C, align(32))]
+#[repr(C, align(64))]
 pub(crate) struct Thread {
     /// `comm`: this thread's number for `Communicator::busy` (0 until its first use).
     pub(crate) comm_id: Cell<u64>,
@@ -81,13 +85,26 @@ pub(crate) struct Thread {
     pub(crate) turn_token: Cell<usize>,
     /// `pin`: this thread's pin record (null until claimed, and again once given back).
     pub(crate) pin_record: Cell<*const ()>,
+    /// `pin`: the objects that this thread's last pinned lookups found for the handles of its
+    /// record (null: none), and `Process::frees` then (`u64::MAX`: remembers nothing).
+    pub(crate) pinned_objects: [Cell<*const ()>; 3],
+    pub(crate) pinned_frees: Cell<u64>,
     /// `group`: whether this thread is inside a group.
     pub(crate) group_open: Cell<bool>,
 }
 
+const _: () = assert!(std::mem::size_of::<Thread>() == 64);
+
 thread_local! {
     static THREAD: Thread = const {
-        Thread { comm_id: Cell::new(0), turn_token: Cell::new(0), pin_record: Cell::new(std::ptr::null()), group_open: Cell::new(false) }
+        Thread {
+            comm_id: Cell::new(0),
+            turn_token: Cell::new(0),
+            pin_record: Cell::new(std::ptr::null()),
+            pinned_objects: [const { Cell::new(std::ptr::null()) }; 3],
+            pinned_frees: Cell::new(u64::MAX),
+            group_open: Cell::new(false),
+        }
     };
 }
 

@@ -35,6 +35,16 @@
 //! consistent, as are a free's clearing of the state and its reads of pin words, so that either
 //! the pinned lookup sees the handle freed, or the free sees the pin (and, reading its word,
 //! the handles stored before it).
+//!
+//! Remembered objects (issue 19, 28th session): a program calls with the same handles again
+//! and again (an allreduce of the same buffers each iteration). A thread remembers what its
+//! pinned lookups found (`hot::Thread::pinned_objects`, per place of its record's handles) with
+//! the process's count of communicator and buffer frees then (`hot::Process::frees`, which
+//! every free increments between its clearing of the slot and its reading of pin words); its
+//! next pin with the same handle in the same place, the count unchanged, borrows the object
+//! without a lookup ([`remember`] has the argument). A lookup reads the handle's registry and
+//! slot, two cache lines more after an NCCL launch than the thread's own line, which a pin reads
+//! anyway.
 
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
@@ -113,11 +123,12 @@ thread_local! {
 }
 
 /// This thread's record (`None` once its thread-locals are destroyed): in the common case read
-/// from `hot::Thread::pin_record` (a thread-local without a destructor, in the line of the
-/// thread's other per-call words), set at the claim and cleared by `Mine`'s drop.
+/// from `hot::Thread::pin_record` (`t`, the thread's words: a thread-local without a destructor,
+/// in the line of the thread's other per-call words), set at the claim and cleared by `Mine`'s
+/// drop.
 #[inline]
-fn record() -> Option<&'static Record> {
-    let p = crate::hot::with_thread(|t| t.pin_record.get());
+fn record(t: &crate::hot::Thread) -> Option<&'static Record> {
+    let p = t.pin_record.get();
     if !p.is_null() {
         // SAFETY: set from this thread's `Mine`, which keeps the record (leaked: never freed)
         // taken until its drop clears the pointer first.
@@ -145,37 +156,101 @@ pub struct Pin {
     record: Option<&'static Record>,
     /// The handles it may borrow (none for a nested pin: the outermost's are published).
     handles: [u64; PINNED],
-    _thread: PhantomData<*const ()>,
+    /// The objects of `handles` that the thread's earlier pins found, where they named the same
+    /// handle in the same place and no communicator or buffer handle was freed since
+    /// ([`remember`]); null: not known, looked up.
+    known: [*const (); PINNED],
+    /// The thread's words (`hot::Thread`), valid until the thread ends: the pin is its thread's.
+    thread: *const crate::hot::Thread,
 }
 
 /// Pins this thread, for borrowing the objects of `handles` (0: none), until the guard is
 /// dropped. A pin inside another (nested) borrows nothing: its lookups count references.
 #[inline]
 pub fn pin(handles: [u64; PINNED]) -> Pin {
-    let record = record();
+    let thread = crate::hot::with_thread(|t| t as *const crate::hot::Thread);
+    // SAFETY: the calling thread's words, which have no destructor: valid until it ends.
+    let t = unsafe { &*thread };
+    let record = record(t);
     let mut mine = [0; PINNED];
+    let mut known = [std::ptr::null(); PINNED];
     if let Some(r) = record {
         let d = r.depth.load(Relaxed);
         if d == 0 {
-            for (slot, h) in r.handles.iter().zip(handles) {
+            let mut same = [false; PINNED];
+            for ((slot, h), same) in r.handles.iter().zip(handles).zip(&mut same) {
+                *same = slot.load(Relaxed) == h;
                 // Release (a plain store on x86): a free that reads these then the word again
                 // knows the previous pin's end came first (`pinned_with`).
                 slot.store(h, Release);
             }
             // Sequentially consistent (so also a release of the handles above).
             r.word.store(r.word.load(Relaxed) + 1, SeqCst);
+            known = remember(t, same);
             mine = handles;
         }
         r.depth.store(d + 1, Relaxed);
     }
-    Pin { record, handles: mine, _thread: PhantomData }
+    Pin { record, handles: mine, known, thread }
+}
+
+/// The objects that the thread's earlier pins found for its record's handles, in the places
+/// where the new pin names the `same` handle, where no communicator or buffer handle has been
+/// freed since they were found: the thread's remembered objects (`hot::Thread::pinned_objects`,
+/// for the handles in the same places of its record) while `Process::frees` is unchanged
+/// (`hot::Thread::pinned_frees`). The others are forgotten, and the thread remembers what this
+/// pin's lookups find ([`Pin::found`]).
+///
+/// Why a remembered object is alive and its handle's: it was found by a pinned lookup made
+/// after its pin read `Process::frees` as `frees`. A free clears the handle's slot, then
+/// increments `Process::frees`, then reads the pin words (`retire`), each sequentially
+/// consistent. A free whose increment came before that read had cleared the slot before the
+/// lookup, which then found nothing; so every free of the handle since the lookup increments
+/// `frees` later. This pin read `frees` unchanged after its own store (the Dekker pair of
+/// `retire`'s increment and reading of pin words): no such free has incremented it yet, and
+/// each one that will reads this pin's word after its increment, finds the thread pinned with
+/// the handle, and keeps the object until the unpin.
+#[inline]
+fn remember(t: &crate::hot::Thread, same: [bool; PINNED]) -> [*const (); PINNED] {
+    // Sequentially consistent after the pin's store.
+    let frees = crate::hot::PROCESS.frees.load(SeqCst);
+    let valid = t.pinned_frees.get() == frees;
+    t.pinned_frees.set(frees);
+    std::array::from_fn(|i| {
+        let k = &t.pinned_objects[i];
+        if valid && same[i] {
+            k.get()
+        } else {
+            k.set(std::ptr::null());
+            std::ptr::null()
+        }
+    })
 }
 
 impl Pin {
-    /// Whether a lookup of `h` may borrow: the pin names it (and the thread has its record).
+    /// Where a lookup of `h` may borrow: the index of `h` among the pin's handles, where the
+    /// pin names it (and the thread has its record).
     #[inline]
-    pub(crate) fn covers(&self, h: u64) -> bool {
-        self.record.is_some() && h != 0 && self.handles.contains(&h)
+    pub(crate) fn position(&self, h: u64) -> Option<usize> {
+        if self.record.is_none() || h == 0 {
+            return None;
+        }
+        self.handles.iter().position(|&x| x == h)
+    }
+
+    /// The object of the pin's handle `i` if the thread remembers it ([`remember`]).
+    #[inline]
+    pub(crate) fn known(&self, i: usize) -> Option<*const ()> {
+        let p = self.known[i];
+        (!p.is_null()).then_some(p)
+    }
+
+    /// A pinned lookup found `p` for the pin's handle `i`: the thread remembers it for its next
+    /// pins with the same handle in that place ([`remember`]).
+    #[inline]
+    pub(crate) fn found(&self, i: usize, p: *const ()) {
+        // SAFETY: the words of this pin's thread (a `Pin` is not `Send`), valid until it ends.
+        unsafe { &*self.thread }.pinned_objects[i].set(p);
     }
 }
 
@@ -283,6 +358,9 @@ fn pinned_with(h: u64) -> Vec<(&'static Record, u64)> {
 /// returned for the caller to drop where no thread is pinned with `h`; else a new reference is
 /// returned and `a` waits until each of those threads has unpinned ([`reclaim`]).
 pub(crate) fn retire<T: Send + Sync + 'static>(a: Arc<T>, h: u64) -> Arc<T> {
+    // Every thread's remembered objects (`remembered`) are forgotten from here: sequentially
+    // consistent, after the caller's clearing of the slot and before the pin words are read.
+    crate::hot::PROCESS.frees.fetch_add(1, SeqCst);
     let waits = pinned_with(h);
     if waits.is_empty() {
         // What waited for threads that have unpinned since, and missed their `notify`.
@@ -336,19 +414,29 @@ mod tests {
     // Each test has its registry of its own kind: pins name handles, and two registries of one
     // kind issue the same handles.
 
-    /// An object that knows its handle and says when it is dropped.
-    struct Probe {
+    /// An object that knows its handle and says when it is dropped; kept in a registry of
+    /// the kind whose tag is `K`.
+    struct Probe<const K: u8> {
         handle: AtomicU64,
         dropped: Arc<AtomicBool>,
     }
 
-    impl Drop for Probe {
+    impl<const K: u8> Drop for Probe<K> {
         fn drop(&mut self) {
             self.dropped.store(true, SeqCst);
         }
     }
 
-    fn probe() -> (Arc<Probe>, Arc<AtomicBool>) {
+    impl<const K: u8> crate::handles::Pinnable for Probe<K> {
+        const KIND: Kind = match K {
+            0xB0 => Kind::Buffer,
+            0xC0 => Kind::Comm,
+            0xD0 => Kind::DArray,
+            _ => Kind::Request,
+        };
+    }
+
+    fn probe<const K: u8>() -> (Arc<Probe<K>>, Arc<AtomicBool>) {
         let dropped = Arc::new(AtomicBool::new(false));
         (Arc::new(Probe { handle: AtomicU64::new(0), dropped: dropped.clone() }), dropped)
     }
@@ -371,7 +459,7 @@ mod tests {
     /// until that thread unpins, then is dropped; the handle is refused at once.
     #[test]
     fn a_free_waits_for_the_pinned_thread() {
-        static R: Registry<Probe> = Registry::pinnable(Kind::Buffer);
+        static R: Registry<Probe<0xB0>> = Registry::pinnable();
         let (p, dropped) = probe();
         let h = R.insert(p).unwrap();
         let (pinned_tx, pinned_rx) = std::sync::mpsc::channel();
@@ -401,7 +489,7 @@ mod tests {
     /// drops the object at once; so does a free after the freeing thread's own pinned lookup.
     #[test]
     fn a_free_under_other_pins_drops_at_once() {
-        static R: Registry<Probe> = Registry::pinnable(Kind::Comm);
+        static R: Registry<Probe<0xC0>> = Registry::pinnable();
         let (p, dropped) = probe();
         let h = R.insert(p).unwrap();
         let (q, _) = probe();
@@ -436,7 +524,7 @@ mod tests {
     /// dropped one nor the next object of its slot.
     #[test]
     fn pinned_lookups_race_frees() {
-        static R: Registry<Probe> = Registry::pinnable(Kind::DArray);
+        static R: Registry<Probe<0xD0>> = Registry::pinnable();
         const N: usize = 9;
         let handles: Arc<Vec<AtomicU64>> = Arc::new((0..N).map(|_| AtomicU64::new(0)).collect());
         let stop = Arc::new(AtomicBool::new(false));
@@ -485,5 +573,68 @@ mod tests {
         }
         assert!(found.load(Relaxed) > 0);
         assert!(eventually(|| drops.iter().all(|d| d.load(SeqCst))), "objects never dropped");
+    }
+    /// A thread's next pin with the same handle in the same place borrows the object that its
+    /// earlier pin's lookup found, while no handle is freed; a free of any handle, another
+    /// thread's or its own, and a pin with another handle in that place make it look it up
+    /// again, and a freed handle is then refused.
+    #[test]
+    fn remembered_objects_until_a_free() {
+        static R: Registry<Probe<0xA0>> = Registry::pinnable();
+        let (p, dropped) = probe();
+        let h = R.insert(p).unwrap();
+        let (q, _) = probe();
+        let other = R.insert(q).unwrap();
+        {
+            let pin = pin([other, h, 0]);
+            assert!(pin.known(1).is_none(), "remembered before any lookup");
+            assert!(R.get_pinned(&pin, h).is_ok());
+        }
+        {
+            let pin = pin([other, h, 0]);
+            assert!(pin.known(1).is_some(), "not remembered");
+            assert!(pin.known(0).is_none(), "remembered without a lookup");
+            assert!(R.get_pinned(&pin, h).is_ok());
+        }
+        {
+            // Other handles: forgotten.
+            let pin = pin([h, other, 0]);
+            assert!(pin.known(0).is_none() && pin.known(1).is_none(), "remembered for other handles");
+            assert!(R.get_pinned(&pin, h).is_ok() && R.get_pinned(&pin, other).is_ok());
+        }
+        {
+            let pin = pin([h, other, 0]);
+            assert!(pin.known(0).is_some() && pin.known(1).is_some());
+        }
+        {
+            // The same handle in the same place stays remembered; a place named otherwise
+            // meanwhile is forgotten.
+            let pin = pin([h, 0, 0]);
+            assert!(pin.known(0).is_some());
+        }
+        {
+            let pin = pin([h, other, 0]);
+            assert!(pin.known(0).is_some() && pin.known(1).is_none());
+            assert!(R.get_pinned(&pin, other).is_ok());
+        }
+        // Another handle freed by another thread: forgotten, and found again by a lookup.
+        let (x, _) = probe();
+        let unrelated = R.insert(x).unwrap();
+        std::thread::spawn(move || drop(R.remove(unrelated).unwrap())).join().unwrap();
+        {
+            let pin = pin([h, other, 0]);
+            assert!(pin.known(0).is_none(), "remembered across a free");
+            assert!(R.get_pinned(&pin, h).is_ok());
+        }
+        // `h` freed: refused at the next pin, and dropped (no pin holds it).
+        drop(R.remove(h).unwrap());
+        assert!(dropped.load(SeqCst));
+        {
+            let pin = pin([h, other, 0]);
+            assert!(pin.known(0).is_none());
+            assert!(R.get_pinned(&pin, h).is_err(), "a freed handle borrowed");
+            assert!(R.get_pinned(&pin, other).is_ok());
+        }
+        drop(R.remove(other).unwrap());
     }
 }
