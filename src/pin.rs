@@ -156,12 +156,13 @@ pub struct Pin {
     record: Option<&'static Record>,
     /// The handles it may borrow (none for a nested pin: the outermost's are published).
     handles: [u64; PINNED],
-    /// The objects of `handles` that the thread's earlier pins found, where they named the same
-    /// handle in the same place and no communicator or buffer handle was freed since
-    /// ([`remember`]); null: not known, looked up.
-    known: [*const (); PINNED],
     /// The thread's words (`hot::Thread`), valid until the thread ends: the pin is its thread's.
     thread: *const crate::hot::Thread,
+    /// Bit i: the thread's remembered object for `handles[i]` (`hot::Thread::pinned_objects`)
+    /// is valid: its earlier pins named the same handle in the same place and no communicator
+    /// or buffer handle was freed since ([`remember`]). (Not copied here: each word of the pin
+    /// is a word of its caller's frame, read again after an NCCL launch.)
+    known: u8,
 }
 
 /// Pins this thread, for borrowing the objects of `handles` (0: none), until the guard is
@@ -173,7 +174,7 @@ pub fn pin(handles: [u64; PINNED]) -> Pin {
     let t = unsafe { &*thread };
     let record = record(t);
     let mut mine = [0; PINNED];
-    let mut known = [std::ptr::null(); PINNED];
+    let mut known = 0;
     if let Some(r) = record {
         let d = r.depth.load(Relaxed);
         if d == 0 {
@@ -194,12 +195,12 @@ pub fn pin(handles: [u64; PINNED]) -> Pin {
     Pin { record, handles: mine, known, thread }
 }
 
-/// The objects that the thread's earlier pins found for its record's handles, in the places
-/// where the new pin names the `same` handle, where no communicator or buffer handle has been
-/// freed since they were found: the thread's remembered objects (`hot::Thread::pinned_objects`,
-/// for the handles in the same places of its record) while `Process::frees` is unchanged
-/// (`hot::Thread::pinned_frees`). The others are forgotten, and the thread remembers what this
-/// pin's lookups find ([`Pin::found`]).
+/// Which of the objects that the thread's earlier pins found for its record's handles are
+/// valid for the new pin (a bit per place): those in the places where it names the `same`
+/// handle, where no communicator or buffer handle has been freed since they were found (the
+/// thread's remembered objects, `hot::Thread::pinned_objects`, for the handles in the same
+/// places of its record, while `Process::frees` is unchanged: `hot::Thread::pinned_frees`). The
+/// others are forgotten, and the thread remembers what this pin's lookups find ([`Pin::found`]).
 ///
 /// Why a remembered object is alive and its handle's: it was found by a pinned lookup made
 /// after its pin read `Process::frees` as `frees`. A free clears the handle's slot, then
@@ -211,20 +212,20 @@ pub fn pin(handles: [u64; PINNED]) -> Pin {
 /// each one that will reads this pin's word after its increment, finds the thread pinned with
 /// the handle, and keeps the object until the unpin.
 #[inline]
-fn remember(t: &crate::hot::Thread, same: [bool; PINNED]) -> [*const (); PINNED] {
+fn remember(t: &crate::hot::Thread, same: [bool; PINNED]) -> u8 {
     // Sequentially consistent after the pin's store.
     let frees = crate::hot::PROCESS.frees.load(SeqCst);
     let valid = t.pinned_frees.get() == frees;
     t.pinned_frees.set(frees);
-    std::array::from_fn(|i| {
-        let k = &t.pinned_objects[i];
-        if valid && same[i] {
-            k.get()
+    let mut known = 0;
+    for (i, (k, same)) in t.pinned_objects.iter().zip(same).enumerate() {
+        if valid && same {
+            known |= 1 << i;
         } else {
             k.set(std::ptr::null());
-            std::ptr::null()
         }
-    })
+    }
+    known
 }
 
 impl Pin {
@@ -241,7 +242,11 @@ impl Pin {
     /// The object of the pin's handle `i` if the thread remembers it ([`remember`]).
     #[inline]
     pub(crate) fn known(&self, i: usize) -> Option<*const ()> {
-        let p = self.known[i];
+        if self.known & (1 << i) == 0 {
+            return None;
+        }
+        // SAFETY: the words of this pin's thread (a `Pin` is not `Send`), valid until it ends.
+        let p = unsafe { &*self.thread }.pinned_objects[i].get();
         (!p.is_null()).then_some(p)
     }
 
