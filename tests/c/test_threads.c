@@ -28,7 +28,9 @@
  *                     And a later receive of any tag takes a message of another tag that the
  *                     blocked receive does not match, past the eager size (no hang).
  *                     gpuwire_request_free of a request another thread waits for is refused at
- *                     once (INVALID_ARGUMENT), and that wait completes.
+ *                     once (INVALID_ARGUMENT), and that wait completes. Buffers freed while
+ *                     another thread's calls use them, and calls with the same handles while
+ *                     another thread makes and frees buffers (remembered lookups).
  *   progress on|off   a host irecv whose message has not arrived starts gpuwire's progress
  *                     thread ("gpuwire-progress") with "on", and not with "off", which the
  *                     launcher runs with GPUWIRE_PROGRESS_THREAD set empty and the old name
@@ -764,6 +766,82 @@ static void free_while_pinned(int rank)
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* A thread's calls with the same handles borrow the objects that its earlier calls found
+ * (src/pin.rs: remembered objects) until a communicator or buffer handle is freed. Rank 0:
+ * 20000 sendrecvs to itself with the same three handles, the values changed each time, while
+ * another thread makes buffers, runs a sendrecv on each and frees them (each free forgets what
+ * every thread remembers; the slots are reused): every call gets its own values. Then a
+ * remembered handle freed by this thread, and one freed by another thread, are refused at the
+ * next call, and the buffer made next (in a freed slot) is used with its own memory. */
+static volatile int churn_stop;
+static long churn_wrong, churn_calls;
+static gpuwire_buffer freed_elsewhere;
+
+static void *churn(void *arg)
+{
+    (void)arg;
+    for (long i = 0; !churn_stop; i++) {
+        int64_t in[2] = {7 * i, 7 * i + 1}, out[2] = {-1, -1};
+        gpuwire_buffer s = wrap(in, 2), r = wrap(out, 2);
+        EXPECT_OK(gpuwire_sendrecv(order_comm, s, 0, 31, r, 0, 31, NULL));
+        churn_wrong += out[0] != 7 * i || out[1] != 7 * i + 1;
+        EXPECT_OK(gpuwire_buffer_free(s));
+        EXPECT_OK(gpuwire_buffer_free(r));
+        churn_calls++;
+    }
+    return NULL;
+}
+
+static void *free_elsewhere(void *arg)
+{
+    (void)arg;
+    EXPECT_OK(gpuwire_buffer_free(freed_elsewhere));
+    return NULL;
+}
+
+static void remembered(int rank)
+{
+    if (rank == 0) {
+        int64_t a[2], b[2];
+        gpuwire_buffer s = wrap(a, 2), r = wrap(b, 2);
+        pthread_t th;
+        churn_stop = 0;
+        EXPECT(pthread_create(&th, NULL, churn, NULL) == 0);
+        long wrong = 0;
+        for (long i = 0; i < 20000; i++) {
+            a[0] = 3 * i;
+            a[1] = 3 * i + 2;
+            b[0] = b[1] = -1;
+            EXPECT_OK(gpuwire_sendrecv(order_comm, s, 0, 32, r, 0, 32, NULL));
+            wrong += b[0] != 3 * i || b[1] != 3 * i + 2;
+        }
+        churn_stop = 1;
+        pthread_join(th, NULL);
+        printf("rank 0: remembered lookups: %ld wrong values in 20000 calls, %ld in the other thread's %ld\n", wrong, churn_wrong, churn_calls);
+        fflush(stdout);
+        EXPECT(wrong == 0 && churn_wrong == 0 && churn_calls > 0);
+        /* Freed by this thread after a call that remembered it. */
+        EXPECT_OK(gpuwire_sendrecv(order_comm, s, 0, 33, r, 0, 33, NULL));
+        EXPECT_OK(gpuwire_buffer_free(s));
+        EXPECT_STATUS(gpuwire_sendrecv(order_comm, s, 0, 33, r, 0, 33, NULL), GPUWIRE_ERROR_INVALID_HANDLE);
+        int64_t c[2] = {41, 42};
+        gpuwire_buffer s2 = wrap(c, 2);
+        b[0] = b[1] = 0;
+        EXPECT_OK(gpuwire_sendrecv(order_comm, s2, 0, 33, r, 0, 33, NULL));
+        EXPECT(b[0] == 41 && b[1] == 42);
+        EXPECT_STATUS(gpuwire_sendrecv(order_comm, s, 0, 33, r, 0, 33, NULL), GPUWIRE_ERROR_INVALID_HANDLE);
+        /* Freed by another thread after a call of this one that remembered it. */
+        EXPECT_OK(gpuwire_sendrecv(order_comm, s2, 0, 34, r, 0, 34, NULL));
+        freed_elsewhere = s2;
+        EXPECT(pthread_create(&th, NULL, free_elsewhere, NULL) == 0);
+        pthread_join(th, NULL);
+        EXPECT_STATUS(gpuwire_sendrecv(order_comm, s2, 0, 34, r, 0, 34, NULL), GPUWIRE_ERROR_INVALID_HANDLE);
+        EXPECT_STATUS(gpuwire_allreduce(order_comm, s2, r, GPUWIRE_SUM, NULL), GPUWIRE_ERROR_INVALID_HANDLE);
+        EXPECT_OK(gpuwire_buffer_free(r));
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
 static void order(int rank)
 {
     order_comm = world(0, 0.0);
@@ -814,6 +892,7 @@ static void order(int rank)
     order_wildcard(rank);
     free_while_waited(rank);
     free_while_pinned(rank);
+    remembered(rank);
     comm_free_while_pinned(rank);
     free_races_wait();
     EXPECT_OK(gpuwire_comm_free(order_comm));
