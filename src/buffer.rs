@@ -50,6 +50,9 @@ pub static BUFFERS: Registry<Buffer> = Registry::pinnable();
 
 impl crate::handles::Pinnable for Buffer {
     const KIND: Kind = Kind::Buffer;
+    fn registry() -> &'static Registry<Self> {
+        &BUFFERS
+    }
 }
 
 const HOST_ALIGN: usize = 64;

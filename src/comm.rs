@@ -62,6 +62,9 @@ pub static COMMS: Registry<Communicator> = Registry::pinnable();
 
 impl crate::handles::Pinnable for Communicator {
     const KIND: Kind = Kind::Comm;
+    fn registry() -> &'static Registry<Self> {
+        &COMMS
+    }
 }
 
 ///

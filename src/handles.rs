@@ -118,6 +118,15 @@ pub enum Kind {
     Buffer = 0xB0,
     Request = 0xA0,
     DArray = 0xD0,
+    /// The unit tests' pinnable registries (`pin`'s tests): kinds no object of the process has.
+    #[cfg(test)]
+    TestA = 0x1A,
+    #[cfg(test)]
+    TestB = 0x1B,
+    #[cfg(test)]
+    TestC = 0x1C,
+    #[cfg(test)]
+    TestD = 0x1D,
 }
 
 impl Kind {
@@ -127,6 +136,8 @@ impl Kind {
             Kind::Buffer => "buffer",
             Kind::Request => "request",
             Kind::DArray => "distributed array",
+            #[cfg(test)]
+            Kind::TestA | Kind::TestB | Kind::TestC | Kind::TestD => "test object",
         }
     }
 
@@ -136,14 +147,29 @@ impl Kind {
             0xB0 => Some(Kind::Buffer),
             0xA0 => Some(Kind::Request),
             0xD0 => Some(Kind::DArray),
+            #[cfg(test)]
+            0x1A => Some(Kind::TestA),
+            #[cfg(test)]
+            0x1B => Some(Kind::TestB),
+            #[cfg(test)]
+            0x1C => Some(Kind::TestC),
+            #[cfg(test)]
+            0x1D => Some(Kind::TestD),
             _ => None,
         }
     }
 }
 
-/// An object kept in a pinnable registry ([`Registry::pinnable`]), of one kind.
-pub trait Pinnable: Send + Sync + 'static {
+/// An object kept in a pinnable registry: the one registry of its type ([`Pinnable::registry`]),
+/// whose handles are of its kind. Within the crate, one type per kind: a thread remembers its
+/// pins' objects by handle (`crate::pin::remember`), and only the type's own registry borrows
+/// them (`Registry::get_pinned`), so a remembered object is of the type and the registry that
+/// look it up. The process's are `Communicator` and `Buffer`; the unit tests' have kinds of
+/// their own.
+pub(crate) trait Pinnable: Send + Sync + Sized + 'static {
     const KIND: Kind;
+    /// The type's registry, made by [`Registry::pinnable`].
+    fn registry() -> &'static Registry<Self>;
 }
 
 /// A slot's state word: its generation (bits 33..), whether it holds an object (bit 32) and
@@ -307,11 +333,9 @@ impl<T> Registry<T> {
     }
 
     /// A registry whose lookups may be pinned ([`Registry::get_pinned`]): a removal keeps the
-    /// registry's reference while threads are pinned (`crate::pin::retire`). A thread remembers
-    /// its last pin's objects by their handles alone (`crate::pin::remember`), so it may use only
-    /// one pinnable registry of each kind (the process's are `COMMS` and `BUFFERS`; each test's
-    /// registry has a kind that its threads use nowhere else).
-    pub const fn pinnable() -> Self
+    /// registry's reference while threads are pinned (`crate::pin::retire`). The registry of a
+    /// [`Pinnable`] type (its `registry()`); only that one borrows the objects a thread remembers.
+    pub(crate) const fn pinnable() -> Self
     where
         T: Pinnable,
     {
@@ -491,19 +515,21 @@ impl<T> Registry<T> {
     /// (`crate::pin`), where the registry is [`Registry::pinnable`] and `pin` names `h`;
     /// otherwise (and for a handle refused) as [`Registry::get`].
     #[inline]
-    pub fn get_pinned<'p>(&self, pin: &'p Pin, h: u64) -> Result<Borrowed<'p, T>>
+    pub(crate) fn get_pinned<'p>(&self, pin: &'p Pin, h: u64) -> Result<Borrowed<'p, T>>
     where
         T: Pinnable,
     {
-        // The kind is the type's (a constant): a remembered object is borrowed without reading
-        // the registry, one cache line fewer after an NCCL launch (`crate::hot`).
-        if h >> 56 == T::KIND as u64 {
+        // The kind and the registry are the type's (constants): a remembered object is borrowed
+        // without reading the registry, one cache line fewer after an NCCL launch
+        // (`crate::hot`). Another registry of the type (none in the process) looks up and
+        // counts a reference, as `get`.
+        if h >> 56 == T::KIND as u64 && std::ptr::eq(self, T::registry()) {
             if let Some(i) = pin.position(h) {
                 if let Some(p) = pin.known(i) {
-                    // SAFETY: found by a pinned lookup of `h` in the pinnable registry of `h`'s
-                    // kind (this one: the only one of that kind that this thread uses,
-                    // `Registry::pinnable`), and no handle has been freed since
-                    // (`pin::remember`): the registry's reference, alive while `pin` is, as below.
+                    // SAFETY: found by a pinned lookup of `h` in this registry (the only one
+                    // that remembers objects of `h`'s kind: `Pinnable`), and no handle has been
+                    // freed since (`pin::remember`): the registry's reference, alive while `pin`
+                    // is, as below.
                     return Ok(unsafe { Borrowed::pinned(p.cast::<T>()) });
                 }
                 let (index, generation) = ((h & 0xFFFF_FFFF) as usize, (h >> 32) & GEN_MASK);

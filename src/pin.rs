@@ -110,9 +110,13 @@ struct Mine(&'static Record);
 
 impl Drop for Mine {
     /// No reclaim here: a drop of a communicator needs thread-locals that may be destroyed
-    /// already (the next free or gpuwire_finalize reclaims what waited for this thread).
+    /// already (the next free or gpuwire_finalize reclaims what waited for this thread). The
+    /// thread's remembered objects are its record's handles': forgotten with it.
     fn drop(&mut self) {
-        crate::hot::with_thread(|t| t.pin_record.set(std::ptr::null()));
+        crate::hot::with_thread(|t| {
+            t.pin_record.set(std::ptr::null());
+            t.pinned_frees.set(u64::MAX);
+        });
         self.0.notify.store(false, Relaxed);
         self.0.taken.store(false, Release);
     }
@@ -141,7 +145,12 @@ fn record(t: &crate::hot::Thread) -> Option<&'static Record> {
 #[inline(never)]
 fn record_slow() -> Option<&'static Record> {
     let r = MINE.try_with(|m| m.0).ok()?;
-    crate::hot::with_thread(|t| t.pin_record.set((r as *const Record).cast()));
+    // A record of another thread's last handles: nothing this thread remembers is for them
+    // (where thread-locals may come back after their destruction, a second record).
+    crate::hot::with_thread(|t| {
+        t.pin_record.set((r as *const Record).cast());
+        t.pinned_frees.set(u64::MAX);
+    });
     Some(r)
 }
 
@@ -363,7 +372,7 @@ fn pinned_with(h: u64) -> Vec<(&'static Record, u64)> {
 /// returned for the caller to drop where no thread is pinned with `h`; else a new reference is
 /// returned and `a` waits until each of those threads has unpinned ([`reclaim`]).
 pub(crate) fn retire<T: Send + Sync + 'static>(a: Arc<T>, h: u64) -> Arc<T> {
-    // Every thread's remembered objects (`remembered`) are forgotten from here: sequentially
+    // Every thread's remembered objects (`remember`) are forgotten from here: sequentially
     // consistent, after the caller's clearing of the slot and before the pin words are read.
     crate::hot::PROCESS.frees.fetch_add(1, SeqCst);
     let waits = pinned_with(h);
@@ -412,38 +421,52 @@ pub(crate) fn reclaim() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::handles::{Kind, Registry};
+    use crate::handles::{Kind, Pinnable, Registry};
     use std::sync::atomic::AtomicBool;
     use std::sync::atomic::Ordering::AcqRel;
 
-    // Each test has its registry of its own kind: pins name handles, and two registries of one
-    // kind issue the same handles.
+    // Each test has its registry, of a type and a kind of its own (`Pinnable`): pins name
+    // handles, and two registries of one kind issue the same handles.
 
-    /// An object that knows its handle and says when it is dropped; kept in a registry of
-    /// the kind whose tag is `K`.
-    struct Probe<const K: u8> {
-        handle: AtomicU64,
-        dropped: Arc<AtomicBool>,
+    /// The objects of the tests: each knows its handle and says when it is dropped. A type per
+    /// test, each with its registry and a kind that no object of the process has.
+    trait MakeProbe: Sized {
+        fn make(dropped: Arc<AtomicBool>) -> Self;
     }
 
-    impl<const K: u8> Drop for Probe<K> {
-        fn drop(&mut self) {
-            self.dropped.store(true, SeqCst);
-        }
-    }
-
-    impl<const K: u8> crate::handles::Pinnable for Probe<K> {
-        const KIND: Kind = match K {
-            0xB0 => Kind::Buffer,
-            0xC0 => Kind::Comm,
-            0xD0 => Kind::DArray,
-            _ => Kind::Request,
+    macro_rules! probe_type {
+        ($t:ident, $kind:ident) => {
+            struct $t {
+                handle: AtomicU64,
+                dropped: Arc<AtomicBool>,
+            }
+            impl Drop for $t {
+                fn drop(&mut self) {
+                    self.dropped.store(true, SeqCst);
+                }
+            }
+            impl crate::handles::Pinnable for $t {
+                const KIND: Kind = Kind::$kind;
+                fn registry() -> &'static Registry<Self> {
+                    static R: Registry<$t> = Registry::pinnable();
+                    &R
+                }
+            }
+            impl MakeProbe for $t {
+                fn make(dropped: Arc<AtomicBool>) -> Self {
+                    $t { handle: AtomicU64::new(0), dropped }
+                }
+            }
         };
     }
+    probe_type!(ProbeA, TestA);
+    probe_type!(ProbeB, TestB);
+    probe_type!(ProbeC, TestC);
+    probe_type!(ProbeD, TestD);
 
-    fn probe<const K: u8>() -> (Arc<Probe<K>>, Arc<AtomicBool>) {
+    fn probe<T: MakeProbe>() -> (Arc<T>, Arc<AtomicBool>) {
         let dropped = Arc::new(AtomicBool::new(false));
-        (Arc::new(Probe { handle: AtomicU64::new(0), dropped: dropped.clone() }), dropped)
+        (Arc::new(T::make(dropped.clone())), dropped)
     }
 
     /// Until `f` holds, reclaiming meanwhile (other tests' threads may be pinned at a free, and
@@ -464,26 +487,26 @@ mod tests {
     /// until that thread unpins, then is dropped; the handle is refused at once.
     #[test]
     fn a_free_waits_for_the_pinned_thread() {
-        static R: Registry<Probe<0xB0>> = Registry::pinnable();
+        let reg = ProbeA::registry();
         let (p, dropped) = probe();
-        let h = R.insert(p).unwrap();
+        let h = reg.insert(p).unwrap();
         let (pinned_tx, pinned_rx) = std::sync::mpsc::channel();
         let (freed_tx, freed_rx) = std::sync::mpsc::channel::<()>();
         let d = dropped.clone();
         let t = std::thread::spawn(move || {
             let pin = pin([h, 0, 0]);
-            let b = R.get_pinned(&pin, h).unwrap();
+            let b = reg.get_pinned(&pin, h).unwrap();
             pinned_tx.send(()).unwrap();
             freed_rx.recv().unwrap();
             // Freed, and still here.
             assert!(!d.load(SeqCst));
-            assert!(R.get_pinned(&pin, h).is_err());
+            assert!(reg.get_pinned(&pin, h).is_err());
             drop(b);
         });
         pinned_rx.recv().unwrap();
-        drop(R.remove(h).unwrap());
+        drop(reg.remove(h).unwrap());
         assert!(!dropped.load(SeqCst), "dropped under another thread's pin");
-        assert!(R.get(h).is_err());
+        assert!(reg.get(h).is_err());
         freed_tx.send(()).unwrap();
         t.join().unwrap();
         // Dropped by that thread's unpin (its record's `notify`, set before the free returned).
@@ -494,34 +517,34 @@ mod tests {
     /// drops the object at once; so does a free after the freeing thread's own pinned lookup.
     #[test]
     fn a_free_under_other_pins_drops_at_once() {
-        static R: Registry<Probe<0xC0>> = Registry::pinnable();
+        let reg = ProbeB::registry();
         let (p, dropped) = probe();
-        let h = R.insert(p).unwrap();
+        let h = reg.insert(p).unwrap();
         let (q, _) = probe();
-        let other = R.insert(q).unwrap();
+        let other = reg.insert(q).unwrap();
         {
             let pin = pin([h, 0, 0]);
-            let b = R.get_pinned(&pin, h).unwrap();
+            let b = reg.get_pinned(&pin, h).unwrap();
             assert!(!b.dropped.load(SeqCst));
             // Nested pins: the inner one's drop leaves the thread pinned.
             drop(super::pin([0, 0, 0]));
-            assert!(R.get_pinned(&pin, h).is_ok());
+            assert!(reg.get_pinned(&pin, h).is_ok());
         }
         let (pinned_tx, pinned_rx) = std::sync::mpsc::channel();
         let (freed_tx, freed_rx) = std::sync::mpsc::channel::<()>();
         let t = std::thread::spawn(move || {
             let pin = pin([other, 0, 0]);
-            let b = R.get_pinned(&pin, other).unwrap();
+            let b = reg.get_pinned(&pin, other).unwrap();
             pinned_tx.send(()).unwrap();
             freed_rx.recv().unwrap();
             drop(b);
         });
         pinned_rx.recv().unwrap();
-        drop(R.remove(h).unwrap());
+        drop(reg.remove(h).unwrap());
         assert!(dropped.load(SeqCst), "held for another thread's pin of another handle");
         freed_tx.send(()).unwrap();
         t.join().unwrap();
-        drop(R.remove(other).unwrap());
+        drop(reg.remove(other).unwrap());
     }
 
     /// Threads that look handles up under pins while another frees them and inserts new ones
@@ -529,7 +552,7 @@ mod tests {
     /// dropped one nor the next object of its slot.
     #[test]
     fn pinned_lookups_race_frees() {
-        static R: Registry<Probe<0xD0>> = Registry::pinnable();
+        let reg = ProbeC::registry();
         const N: usize = 9;
         let handles: Arc<Vec<AtomicU64>> = Arc::new((0..N).map(|_| AtomicU64::new(0)).collect());
         let stop = Arc::new(AtomicBool::new(false));
@@ -543,7 +566,7 @@ mod tests {
                             let hs = [pair[0].load(Acquire), pair[1].load(Acquire), pair[2].load(Acquire)];
                             let pin = pin(hs);
                             for h in hs {
-                                if let Ok(b) = R.get_pinned(&pin, h) {
+                                if let Ok(b) = reg.get_pinned(&pin, h) {
                                     assert_eq!(b.handle.load(Acquire), h, "another handle's object");
                                     assert!(!b.dropped.load(SeqCst), "a dropped object");
                                     found.fetch_add(1, Relaxed);
@@ -558,13 +581,13 @@ mod tests {
         let t0 = std::time::Instant::now();
         let mut i = 0;
         while t0.elapsed() < std::time::Duration::from_millis(300) {
-            let (p, dropped) = probe();
-            let h = R.insert(p.clone()).unwrap();
+            let (p, dropped) = probe::<ProbeC>();
+            let h = reg.insert(p.clone()).unwrap();
             p.handle.store(h, Release);
             drop(p);
             let old = handles[i % N].swap(h, AcqRel);
             if old != 0 {
-                drop(R.remove(old).unwrap());
+                drop(reg.remove(old).unwrap());
             }
             drops.push(dropped);
             i += 1;
@@ -574,72 +597,100 @@ mod tests {
             r.join().unwrap();
         }
         for h in handles.iter() {
-            drop(R.remove(h.load(Acquire)).unwrap());
+            drop(reg.remove(h.load(Acquire)).unwrap());
         }
         assert!(found.load(Relaxed) > 0);
         assert!(eventually(|| drops.iter().all(|d| d.load(SeqCst))), "objects never dropped");
     }
+    /// `f` again until no communicator or buffer handle was freed while it ran (other tests
+    /// free theirs meanwhile, and each free makes every thread forget what it remembers): its
+    /// last result; false after 10000 tries.
+    fn without_frees(f: impl Fn() -> bool) -> bool {
+        for _ in 0..10000 {
+            let before = crate::hot::PROCESS.frees.load(SeqCst);
+            let ok = f();
+            if crate::hot::PROCESS.frees.load(SeqCst) == before {
+                return ok;
+            }
+            std::thread::yield_now();
+        }
+        false
+    }
+
     /// A thread's next pin with the same handle in the same place borrows the object that its
     /// earlier pin's lookup found, while no handle is freed; a free of any handle, another
     /// thread's or its own, and a pin with another handle in that place make it look it up
-    /// again, and a freed handle is then refused.
+    /// again, and a freed handle is then refused. Another registry of the same type borrows no
+    /// remembered object.
     #[test]
     fn remembered_objects_until_a_free() {
-        static R: Registry<Probe<0xA0>> = Registry::pinnable();
+        let reg = ProbeD::registry();
         let (p, dropped) = probe();
-        let h = R.insert(p).unwrap();
+        let h = reg.insert(p).unwrap();
         let (q, _) = probe();
-        let other = R.insert(q).unwrap();
+        let other = reg.insert(q).unwrap();
+        let lookup = |hs: [u64; PINNED]| {
+            let pin = pin(hs);
+            hs.iter().filter(|&&x| x != 0).all(|&x| reg.get_pinned(&pin, x).is_ok())
+        };
         {
+            let pin = pin([0, 0, other]);
+            assert!(pin.known(2).is_none(), "remembered before any lookup");
+        }
+        // Remembered by the next pin with the same handle in the same place.
+        assert!(without_frees(|| {
+            lookup([other, h, 0]);
             let pin = pin([other, h, 0]);
-            assert!(pin.known(1).is_none(), "remembered before any lookup");
-            assert!(R.get_pinned(&pin, h).is_ok());
-        }
-        {
-            let pin = pin([other, h, 0]);
-            assert!(pin.known(1).is_some(), "not remembered");
-            assert!(pin.known(0).is_none(), "remembered without a lookup");
-            assert!(R.get_pinned(&pin, h).is_ok());
-        }
-        {
-            // Other handles: forgotten.
+            pin.known(0).is_some() && pin.known(1).is_some() && reg.get_pinned(&pin, h).is_ok()
+        }));
+        assert!(without_frees(|| {
+            lookup([0, h, 0]);
+            let pin = pin([0, h, 0]);
+            pin.known(0).is_none() && pin.known(1).is_some()
+        }));
+        // Other handles in those places: forgotten.
+        assert!(without_frees(|| {
+            lookup([other, h, 0]);
             let pin = pin([h, other, 0]);
-            assert!(pin.known(0).is_none() && pin.known(1).is_none(), "remembered for other handles");
-            assert!(R.get_pinned(&pin, h).is_ok() && R.get_pinned(&pin, other).is_ok());
-        }
-        {
+            pin.known(0).is_none() && pin.known(1).is_none()
+        }));
+        // The same handle in the same place stays remembered; a place named otherwise meanwhile
+        // is forgotten.
+        assert!(without_frees(|| {
+            lookup([h, other, 0]);
+            lookup([h, 0, 0]);
             let pin = pin([h, other, 0]);
-            assert!(pin.known(0).is_some() && pin.known(1).is_some());
-        }
+            pin.known(0).is_some() && pin.known(1).is_none()
+        }));
+        // Another registry of the type (not the type's own) borrows nothing remembered.
         {
-            // The same handle in the same place stays remembered; a place named otherwise
-            // meanwhile is forgotten.
-            let pin = pin([h, 0, 0]);
-            assert!(pin.known(0).is_some());
-        }
-        {
-            let pin = pin([h, other, 0]);
-            assert!(pin.known(0).is_some() && pin.known(1).is_none());
-            assert!(R.get_pinned(&pin, other).is_ok());
+            static ELSEWHERE: Registry<ProbeD> = Registry::pinnable();
+            assert!(without_frees(|| {
+                lookup([h, 0, 0]);
+                let pin = pin([h, 0, 0]);
+                pin.known(0).is_some() && ELSEWHERE.get_pinned(&pin, h).is_err()
+            }));
         }
         // Another handle freed by another thread: forgotten, and found again by a lookup.
-        let (x, _) = probe();
-        let unrelated = R.insert(x).unwrap();
-        std::thread::spawn(move || drop(R.remove(unrelated).unwrap())).join().unwrap();
+        lookup([h, other, 0]);
+        let (x, _) = probe::<ProbeD>();
+        let unrelated = reg.insert(x).unwrap();
+        std::thread::spawn(move || drop(reg.remove(unrelated).unwrap())).join().unwrap();
         {
             let pin = pin([h, other, 0]);
             assert!(pin.known(0).is_none(), "remembered across a free");
-            assert!(R.get_pinned(&pin, h).is_ok());
+            assert!(reg.get_pinned(&pin, h).is_ok());
         }
-        // `h` freed: refused at the next pin, and dropped (no pin holds it).
-        drop(R.remove(h).unwrap());
+        // `h` freed by this thread: refused at the next pin, and dropped (no pin holds it).
+        lookup([h, other, 0]);
+        drop(reg.remove(h).unwrap());
         assert!(dropped.load(SeqCst));
         {
             let pin = pin([h, other, 0]);
             assert!(pin.known(0).is_none());
-            assert!(R.get_pinned(&pin, h).is_err(), "a freed handle borrowed");
-            assert!(R.get_pinned(&pin, other).is_ok());
+            assert!(reg.get_pinned(&pin, h).is_err(), "a freed handle borrowed");
+            assert!(reg.get_pinned(&pin, other).is_ok());
         }
-        drop(R.remove(other).unwrap());
+        drop(reg.remove(other).unwrap());
     }
 }
