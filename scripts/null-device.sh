@@ -160,7 +160,8 @@ if [ "$what" = cold ]; then
   # launch here writes 2 MiB (NULLDEV_THRASH; callgrind counts nothing inside it) and callgrind
   # simulates a 1 MiB last-level cache: the data misses per call are the cache lines the call
   # touches (distinct lines; a line touched before and after a launch counts twice). Then the
-  # wall clock of the same.
+  # wall clock of the same. Which instructions miss, and their source lines:
+  # scripts/cold-lines.py (its doc has the profiling command).
   command -v valgrind >/dev/null || { echo "valgrind is needed for the counts (apt-get install valgrind)"; exit 2; }
   declare -A miss
   for c in 0 1 2 3 4 5; do
