@@ -512,8 +512,8 @@ impl<T> Registry<T> {
     }
 
     /// The object behind `h`, borrowed for as long as `pin` lives, without counting a reference
-    /// (`crate::pin`), where the registry is [`Registry::pinnable`] and `pin` names `h`;
-    /// otherwise (and for a handle refused) as [`Registry::get`].
+    /// (`crate::pin`), where the registry is its type's own ([`Pinnable::registry`]) and `pin`
+    /// names `h`; otherwise (and for a handle refused) as [`Registry::get`].
     #[inline]
     pub(crate) fn get_pinned<'p>(&self, pin: &'p Pin, h: u64) -> Result<Borrowed<'p, T>>
     where

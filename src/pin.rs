@@ -225,7 +225,9 @@ fn remember(t: &crate::hot::Thread, same: [bool; PINNED]) -> u8 {
     // Sequentially consistent after the pin's store.
     let frees = crate::hot::PROCESS.frees.load(SeqCst);
     let valid = t.pinned_frees.get() == frees;
-    t.pinned_frees.set(frees);
+    if !valid {
+        t.pinned_frees.set(frees);
+    }
     let mut known = 0;
     for (i, (k, same)) in t.pinned_objects.iter().zip(same).enumerate() {
         if valid && same {
