@@ -830,7 +830,9 @@ gpuwire_status gpuwire_buffer_wrap(void *ptr,
  * keeps the memory alive even if `buf` is freed first. Views of views refer to the original.
  *
  * Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE,
- * GPUWIRE_ERROR_INVALID_ARGUMENT (negative or out-of-range offset/count).
+ * GPUWIRE_ERROR_INVALID_ARGUMENT (negative or out-of-range offset/count; `buf` a view with a
+ * shape, from gpuwire_buffer_view_strided, gpuwire_buffer_view_subarray or
+ * gpuwire_buffer_wrap_strided: a view of it would not be contiguous).
  */
 gpuwire_status gpuwire_buffer_view(gpuwire_buffer buf,
                                    int64_t offset,

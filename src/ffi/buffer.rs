@@ -57,7 +57,9 @@ pub extern "C" fn gpuwire_buffer_wrap(ptr: *mut c_void, count: i64, dtype: i32, 
 /// keeps the memory alive even if `buf` is freed first. Views of views refer to the original.
 ///
 /// Local; thread-safe. Errors: GPUWIRE_ERROR_NULL_ARGUMENT, GPUWIRE_ERROR_INVALID_HANDLE,
-/// GPUWIRE_ERROR_INVALID_ARGUMENT (negative or out-of-range offset/count).
+/// GPUWIRE_ERROR_INVALID_ARGUMENT (negative or out-of-range offset/count; `buf` a view with a
+/// shape, from gpuwire_buffer_view_strided, gpuwire_buffer_view_subarray or
+/// gpuwire_buffer_wrap_strided: a view of it would not be contiguous).
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_buffer_view(buf: gpuwire_buffer, offset: i64, count: i64, out: *mut gpuwire_buffer) -> gpuwire_status {
     call("gpuwire_buffer_view", || {
