@@ -66,7 +66,7 @@ if has ipc; then
   # IPC cannot export; pending receives progressing outside IPC waits (ipcprogress); mappings
   # shared by a dup'ed communicator (ipcdup); with 2 and with 3 ranks. Then AUTO picks IPC
   # (2 ranks, no GPUWIRE_BACKEND).
-  ipccases=${GPUWIRE_IPC_CASES:-ipcprogress,ipcdup,ops,opswrap,scan,c12,c13,c14,c17,ipcfree,ipcexit,ipcmixed,reqfree,p2pexact,p2pstatus,capture,vcoll,views,nbccomms,threadwait,threadp2p,threadsendrecv,grouporder,groupcomms,groupcheck,checkmixed}
+  ipccases=${GPUWIRE_IPC_CASES:-ipcprogress,ipcdup,ops,opswrap,scan,c12,c13,c14,c17,ipcfree,ipcexit,ipcmixed,ipchostorder,reqfree,p2pexact,p2pstatus,capture,vcoll,views,nbccomms,threadwait,threadp2p,threadsendrecv,grouporder,groupcomms,groupcheck,checkmixed}
   GPUWIRE_BACKEND=ipc gputest ipc-np2 stock "$ipccases" -x GPUWIRE_BACKEND
   GPUWIRE_BACKEND=ipc GPUWIRE_GPU_TEST_NP=3 np2="mpirun -np 3 --oversubscribe --bind-to none" \
     gputest ipc-np3 stock "$ipccases" -x GPUWIRE_BACKEND -x GPUWIRE_GPU_TEST_NP

@@ -108,7 +108,7 @@ for l in sys.stdin:
   # CUDA IPC between the ranks' processes (NULLDEV_IPC=1: device memory in a shared memfd).
   # nbcstreams: collectives on two streams, among them a barrier and an empty bcast (no device
   # work) whose place on their stream a later call on the other must wait for.
-  run_cases ipc 2 ops,opswrap,scan,c13,mismatch,ipcprogress,ipcdup,ipcfree,ipcexit,ipcmixed,reqfree,p2pexact,p2pstatus,vcoll,zerocount,views,nbc,nbcgroup,nbcstreams,nbccomms,p2pordered,nbcmixed,threadwait,threadp2p,threadsendrecv,grouporder,groupcomms,groupcheck,checkmixed \
+  run_cases ipc 2 ops,opswrap,scan,c13,mismatch,ipcprogress,ipcdup,ipcfree,ipcexit,ipcmixed,ipchostorder,reqfree,p2pexact,p2pstatus,vcoll,zerocount,views,nbc,nbcgroup,nbcstreams,nbccomms,p2pordered,nbcmixed,threadwait,threadp2p,threadsendrecv,grouporder,groupcomms,groupcheck,checkmixed \
     GPUWIRE_BACKEND=ipc NULLDEV_IPC=1
   run_cases ipc-np3 3 nbcmixed,nbc,nbcstreams,hostside GPUWIRE_BACKEND=ipc NULLDEV_IPC=1
   # Collectives and point-to-point blocking the host (no stream ordering): a blocking send

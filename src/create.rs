@@ -196,6 +196,7 @@ impl Communicator {
             engine: Arc::new(crate::engine::Engine::default()),
             backend_state: BackendState::default(),
             primary: AtomicU64::new(0),
+            host_p2p: Default::default(),
         };
         // From here on `c` frees both communicators when dropped (also on the error paths below).
         owned.release();
@@ -228,6 +229,7 @@ impl Communicator {
         let set = backend::setup(&mut c);
         c.agree_on_result(set, "setting up the backend")?;
         c.lean = crate::lean::applies(&c);
+        c.host_p2p = crate::comm::HostP2p(backend::host_p2p_path(&c));
         crate::trace!("communicator ready: {}", c.choice.reason);
         Ok(c)
     }

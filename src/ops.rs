@@ -352,7 +352,14 @@ impl Communicator {
     }
 
     /// The path of a call of `op` on these buffers (`backend::route`).
+    #[inline]
     pub(crate) fn path(&self, op: Operation, bufs: &[Option<&Buffer>]) -> Result<&'static dyn Path> {
+        // Point-to-point on host memory: routed once, at creation (`Communicator::host_p2p`).
+        if let Some(p) = self.host_p2p.0 {
+            if op.is_p2p() && bufs.iter().flatten().all(|b| b.is_host()) {
+                return Ok(p);
+            }
+        }
         backend::route(self, op, None, bufs)
     }
 

@@ -3283,6 +3283,57 @@ fn ipc_mixed(cx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
+/// Host and device messages between two ranks on IPC are one sequence in MPI's order: IPC
+/// carries host point-to-point itself (its table's host operations; `backend::host_p2p_path`
+/// routes them once per communicator), so a probe sees a host message before the device message
+/// sent after it with the same tag, a device receive takes the host message and a host receive
+/// the device one. Rank 0 sends, rank 1 receives (ranks past 1 take no part). Host messages sent
+/// by plain MPI instead would pass the probe (which reads IPC's headers) and arrive out of order.
+fn ipc_host_order(cx: &Ctx) -> Result<(), String> {
+    let (r, s) = (cx.rank, cx.stream as *mut c_void);
+    let f32t = Dtype::GPUWIRE_FLOAT32 as i32;
+    let host_space = Space::GPUWIRE_SPACE_HOST as i32;
+    if r == 0 {
+        let mut first = vec![1f32, 2.0, 3.0];
+        let mut hb = 0;
+        ok(gpuwire_buffer_wrap(first.as_mut_ptr().cast(), 3, f32t, host_space, &mut hb), "wrap host");
+        let d5 = dev_alloc(5, Dtype::GPUWIRE_FLOAT32);
+        upload(d5, &f32s(&[10.0, 11.0, 12.0, 13.0, 14.0]));
+        ok(gpuwire_send(cx.comm, hb, 1, 77, s), "send host (3)");
+        ok(gpuwire_send(cx.comm, d5, 1, 77, s), "send device (5)");
+        gpuwire_buffer_free(hb);
+        gpuwire_buffer_free(d5);
+    } else if r == 1 {
+        let mut st = gpuwire_status_t { source: 55, tag: 55, count: 55, error: 55, cancelled: 55 };
+        let mut flag = 0;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while flag == 0 {
+            ok(gpuwire_iprobe(cx.comm, gpuwire::types::GPUWIRE_ANY_SOURCE, 77, f32t, &mut flag, &mut st), "iprobe");
+            if flag == 0 && std::time::Instant::now() > deadline {
+                return Err("iprobe found no message of tag 77 from rank 0 in 30 s".into());
+            }
+        }
+        if (st.source, st.tag, st.count) != (0, 77, 3) {
+            return Err(format!("iprobe found ({}, {}, {}): expected the host message first, (0, 77, 3)", st.source, st.tag, st.count));
+        }
+        let d3 = dev_alloc(3, Dtype::GPUWIRE_FLOAT32);
+        ok(gpuwire_recv(cx.comm, d3, 0, 77, s), "recv the host message into device memory");
+        if download(d3, 12) != f32s(&[1.0, 2.0, 3.0]) {
+            return Err(format!("the host message, received into device memory: {:?}", download(d3, 12)));
+        }
+        let mut second = vec![0f32; 5];
+        let mut hb = 0;
+        ok(gpuwire_buffer_wrap(second.as_mut_ptr().cast(), 5, f32t, host_space, &mut hb), "wrap host");
+        ok(gpuwire_recv(cx.comm, hb, 0, 77, s), "recv the device message into host memory");
+        if second != [10.0, 11.0, 12.0, 13.0, 14.0] {
+            return Err(format!("the device message, received into host memory: {second:?}"));
+        }
+        gpuwire_buffer_free(hb);
+        gpuwire_buffer_free(d3);
+    }
+    Ok(())
+}
+
 /// Pending IPC receives progress outside gpuwire's IPC waits. Rank 0 posts an irecv of 4 MiB
 /// from rank 1 (a send through a mapping: it completes only when rank 0 copies), then:
 /// A. a raw MPI_Barrier (needs the progress thread: MPI_THREAD_MULTIPLE, not disabled);
@@ -5120,6 +5171,7 @@ fn main() {
             "ipcfree" => ipc_free_realloc(&cx),
             "ipcexit" => ipc_exit(&cx),
             "ipcmixed" => ipc_mixed(&cx),
+            "ipchostorder" => ipc_host_order(&cx),
             "ipcprogress" => ipc_progress(&cx),
             "ipcdup" => ipc_dup(&cx),
             "reqfree" => request_free_device(&cx),

@@ -733,6 +733,17 @@ pub fn route(c: &Communicator, op: Operation, reduction: Option<(Dtype, ReduceOp
     }
 }
 
+/// The path that [`route`] gives every point-to-point operation on host memory on `c`, where it
+/// gives them all the same one (`Communicator::host_p2p`, fixed once the backend is set up:
+/// routing a host buffer reads nothing but the backend's table); `None` otherwise.
+pub(crate) fn host_p2p_path(c: &Communicator) -> Option<&'static dyn Path> {
+    let first = route(c, Operation::Send, None, &[]).ok()?;
+    let same = [Operation::Recv, Operation::Isend, Operation::Irecv, Operation::Sendrecv]
+        .into_iter()
+        .all(|op| route(c, op, None, &[]).is_ok_and(|p| std::ptr::addr_eq(p, first)));
+    same.then_some(first)
+}
+
 /// As MPI_Probe (`block`) / MPI_Iprobe of (`source`, `tag`) on `c`: IPC's point-to-point
 /// messages are headers on its own control communicator (`ipc::probe`); every other backend's
 /// that a probe can see are MPI messages on `c` itself (`p2p::probe`: host memory, and device
