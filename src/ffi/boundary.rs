@@ -106,6 +106,14 @@ pub fn buffer(h: u64) -> Result<Arc<Buffer>> {
     with_recent(|r| BUFFERS.get_in(r.map(|r| &r.buffers), h))
 }
 
+/// `comm(c)`, then `buffer(b)` (not looked up when the communicator fails), in one reach of the
+/// thread's recent handles: an isend's or irecv's two lookups.
+#[inline]
+pub fn comm_and_buffer(c: u64, b: u64) -> Result<(Arc<Communicator>, Arc<Buffer>)> {
+    runtime::check_ready()?;
+    with_recent(|r| Ok((COMMS.get_in(r.map(|r| &r.comms), c)?, BUFFERS.get_in(r.map(|r| &r.buffers), b)?)))
+}
+
 /// `comm(c)`, then `buffer(a)` and `buffer(b)` for the caller to report (a collective's
 /// `prepare`), in one reach of the thread's recent handles; the buffers are not looked up when
 /// the communicator fails.

@@ -90,7 +90,7 @@ pub extern "C" fn gpuwire_isend(
 ) -> gpuwire_status {
     call("gpuwire_isend", || {
         non_null(request, "request")?;
-        let (c, b) = (boundary::comm(comm)?, boundary::buffer(buf)?);
+        let (c, b) = boundary::comm_and_buffer(comm, buf)?;
         // The common case's short path, where it is the same as the general one (`lean`).
         let r = if crate::lean::host_p2p_now(&c, &[&b]) {
             crate::lean::isend(c, b, dest, tag, st(stream))?
@@ -118,7 +118,7 @@ pub extern "C" fn gpuwire_irecv(
 ) -> gpuwire_status {
     call("gpuwire_irecv", || {
         non_null(request, "request")?;
-        let (c, b) = (boundary::comm(comm)?, boundary::buffer(buf)?);
+        let (c, b) = boundary::comm_and_buffer(comm, buf)?;
         // The common case's short path, where it is the same as the general one (`lean`).
         let r = if crate::lean::host_p2p_now(&c, &[&b]) {
             crate::lean::irecv(c, b, source, tag, st(stream))?
