@@ -439,6 +439,8 @@ mod tests {
     macro_rules! probe_type {
         ($t:ident, $kind:ident) => {
             struct $t {
+                // Read by the test that uses this type from several threads (the others leave it).
+                #[allow(dead_code)]
                 handle: AtomicU64,
                 dropped: Arc<AtomicBool>,
             }
