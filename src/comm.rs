@@ -103,19 +103,19 @@ pub struct Communicator {
     /// The handle that created the communicator made (0 until registered): gpuwire_comm_free of
     /// it is the collective free; of another (gpuwire_darray_comm's) a local release.
     pub(crate) primary: AtomicU64,
-    /// The path of point-to-point calls on host memory, routed once when the backend is set up
-    /// (`backend::host_p2p_path`; `None` until then): what `backend::route` gives every such call.
+    /// Where point-to-point calls on host memory go, routed once when the backend is set up
+    /// (`backend::host_p2p`): what `backend::route` gives every such call.
     pub(crate) host_p2p: HostP2p,
 }
 
-/// [`Communicator::host_p2p`]: a path (not `Debug` itself).
-#[derive(Clone, Copy, Default)]
-pub(crate) struct HostP2p(pub(crate) Option<&'static dyn crate::backend::path::Path>);
-
-impl std::fmt::Debug for HostP2p {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() { "HostP2p(routed)" } else { "HostP2p(None)" })
-    }
+/// [`Communicator::host_p2p`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum HostP2p {
+    /// Routed at each call (until the backend is set up, and where the operations differ).
+    #[default]
+    EachCall,
+    /// Plain MPI (`backend::host::HostPath`), every point-to-point operation.
+    Mpi,
 }
 
 /// Why a communicator is broken (`None`: it is not), with a flag that every call reads without

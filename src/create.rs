@@ -229,7 +229,7 @@ impl Communicator {
         let set = backend::setup(&mut c);
         c.agree_on_result(set, "setting up the backend")?;
         c.lean = crate::lean::applies(&c);
-        c.host_p2p = crate::comm::HostP2p(backend::host_p2p_path(&c));
+        c.host_p2p = backend::host_p2p(&c);
         crate::trace!("communicator ready: {}", c.choice.reason);
         Ok(c)
     }

@@ -355,10 +355,8 @@ impl Communicator {
     #[inline]
     pub(crate) fn path(&self, op: Operation, bufs: &[Option<&Buffer>]) -> Result<&'static dyn Path> {
         // Point-to-point on host memory: routed once, at creation (`Communicator::host_p2p`).
-        if let Some(p) = self.host_p2p.0 {
-            if op.is_p2p() && bufs.iter().flatten().all(|b| b.is_host()) {
-                return Ok(p);
-            }
+        if self.host_p2p == crate::comm::HostP2p::Mpi && op.is_p2p() && bufs.iter().flatten().all(|b| b.is_host()) {
+            return Ok(&backend::host::HostPath);
         }
         backend::route(self, op, None, bufs)
     }

@@ -34,7 +34,7 @@ pub use path::{Blocks, Input, OpSet, Operation, Path};
 use std::sync::Mutex;
 
 use crate::buffer::Buffer;
-use crate::comm::{Choice, Communicator};
+use crate::comm::{Choice, Communicator, HostP2p};
 use crate::device::{self, Stream};
 use crate::mpisys;
 use crate::error::{Error, Result};
@@ -733,15 +733,18 @@ pub fn route(c: &Communicator, op: Operation, reduction: Option<(Dtype, ReduceOp
     }
 }
 
-/// The path that [`route`] gives every point-to-point operation on host memory on `c`, where it
-/// gives them all the same one (`Communicator::host_p2p`, fixed once the backend is set up:
-/// routing a host buffer reads nothing but the backend's table); `None` otherwise.
-pub(crate) fn host_p2p_path(c: &Communicator) -> Option<&'static dyn Path> {
-    let first = route(c, Operation::Send, None, &[]).ok()?;
-    let same = [Operation::Recv, Operation::Isend, Operation::Irecv, Operation::Sendrecv]
+/// Where [`route`] sends point-to-point operations on host memory on `c`
+/// (`Communicator::host_p2p`, fixed once the backend is set up: routing a host buffer reads
+/// nothing but the backend's table): `Mpi` where it gives every one plain MPI (every backend but
+/// IPC, which carries host messages itself), else `EachCall`.
+/// (The table's decision is compared, not the paths: they are zero-sized, and two references to
+/// different zero-sized statics may have the same address.)
+pub(crate) fn host_p2p(c: &Communicator) -> HostP2p {
+    let Ok(b) = entry(c.backend()) else { return HostP2p::EachCall };
+    let all = [Operation::Send, Operation::Recv, Operation::Isend, Operation::Irecv, Operation::Sendrecv]
         .into_iter()
-        .all(|op| route(c, op, None, &[]).is_ok_and(|p| std::ptr::addr_eq(p, first)));
-    same.then_some(first)
+        .all(|op| matches!(decide(b, op, None, Memory::Host), Route::Host));
+    if all { HostP2p::Mpi } else { HostP2p::EachCall }
 }
 
 /// As MPI_Probe (`block`) / MPI_Iprobe of (`source`, `tag`) on `c`: IPC's point-to-point
@@ -956,6 +959,24 @@ impl Path for Leaving {
 mod tests {
     use super::*;
     use BackendKind::*;
+
+    /// Point-to-point on host memory: plain MPI for every operation on every backend but IPC,
+    /// which does every one itself (`host_p2p` gives `Mpi` on all the others, and `ipchostorder`
+    /// in tests/gpu.rs checks IPC's order of host and device messages).
+    #[test]
+    fn host_point_to_point_is_plain_mpi_but_on_ipc() {
+        let p2p = [Operation::Send, Operation::Recv, Operation::Isend, Operation::Irecv, Operation::Sendrecv];
+        for b in BACKENDS.iter() {
+            for op in p2p {
+                let r = decide(b, op, None, Memory::Host);
+                if b.kind == GPUWIRE_BACKEND_IPC {
+                    assert!(matches!(r, Route::Native), "IPC, {}: {r:?}", op.name());
+                } else {
+                    assert!(matches!(r, Route::Host), "{}, {}: {r:?}", b.kind.name(), op.name());
+                }
+            }
+        }
+    }
 
     #[test]
     fn auto_falls_back_to_a_backend_every_rank_can_use() {
