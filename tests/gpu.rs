@@ -3284,8 +3284,8 @@ fn ipc_mixed(cx: &Ctx) -> Result<(), String> {
 }
 
 /// Host and device messages between two ranks on IPC are one sequence in MPI's order: IPC
-/// carries host point-to-point itself (its table's host operations; `backend::host_p2p_path`
-/// routes them once per communicator), so a probe sees a host message before the device message
+/// carries host point-to-point itself (its table's host operations, routed at every call;
+/// `backend::host_p2p` sends them to plain MPI on every other backend), so a probe sees a host message before the device message
 /// sent after it with the same tag, a device receive takes the host message and a host receive
 /// the device one. Rank 0 sends, rank 1 receives (ranks past 1 take no part). Host messages sent
 /// by plain MPI instead would pass the probe (which reads IPC's headers) and arrive out of order.
