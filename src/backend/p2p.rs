@@ -831,6 +831,11 @@ fn spare_entry(e: Arc<Entry>) {
 }
 
 fn test_req(req: &mut RawRequest, what: &str) -> Result<bool> {
+    // MPI_REQUEST_NULL tests complete: no MPI call (a receive's checking-mode answer, which
+    // every receive tests, is null outside checking mode).
+    if req.0 == mpisys::request_null() {
+        return Ok(true);
+    }
     let _mpi = crate::runtime::mpi_lock();
     let mut flag: c_int = 0;
     // SAFETY: a request of ours, or MPI_REQUEST_NULL (then flag is true).
