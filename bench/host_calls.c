@@ -21,7 +21,19 @@
  * Wall clock of the same loops: `./host_calls time [REPS]` prints, per case, the medians of
  * REPS (default 31) blocks of gpuwire and raw MPI timed alternately, and the median of the
  * blocks' differences (ns added per call; per message pair for the window). Atomic instructions
- * weigh more there than in the counts (about 6 ns each on the development machine). */
+ * weigh more there than in the counts (about 6 ns each on the development machine).
+ *
+ * HOST_CALLS_THRASH=BYTES (environment) writes BYTES of other memory before each call, in
+ * `host_thrash`, as a message of that size copied between calls would: the call then finds its
+ * data colder. Counted, the data lines a call touches (callgrind's cache simulation, collection
+ * off inside `host_thrash`):
+ *   HOST_CALLS_THRASH=2097152 valgrind --tool=callgrind --cache-sim=yes --D1=32768,8,64 \
+ *     --LL=1048576,16,64 --collect-atstart=no --toggle-collect=run_loop \
+ *     --toggle-collect=host_thrash --callgrind-out-file=cc.$c.$n ./host_calls $c $n
+ * lines per call = (DLmr + DLmw of cc.C.100 - of cc.C.0) / 100 (n = 0 and 100); which ones:
+ * scripts/cold-lines.py. Timed: HOST_CALLS_THRASH=65536 ./host_calls time (each block's time
+ * includes the writes, for gpuwire and raw MPI alike; the difference is what colder data
+ * costs the call). */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <mpi.h>
 #include <stdio.h>
@@ -37,8 +49,17 @@ static MPI_Comm raw;
 static float sb[2 * W], rb[2 * W];
 static gpuwire_buffer s[W], r[W];
 
+/* HOST_CALLS_THRASH (see the header). */
+static size_t thrash_bytes;
+static char *thrash_mem;
+
+__attribute__((noinline)) void host_thrash(void) {
+    if (thrash_bytes) memset(thrash_mem, (int)(thrash_bytes & 0x7f), thrash_bytes);
+}
+
 __attribute__((noinline)) void run_loop(int which, int n) {
     for (int k = 0; k < n; k++) {
+        host_thrash();
         switch (which) {
         case 0: {
             gpuwire_request q;
@@ -144,6 +165,12 @@ static void wall_clock(int reps) {
 int main(int argc, char **argv) {
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    const char *thrash = getenv("HOST_CALLS_THRASH");
+    if (thrash && atol(thrash) > 0) {
+        thrash_bytes = (size_t)atol(thrash);
+        thrash_mem = malloc(thrash_bytes);
+        if (!thrash_mem) return 2;
+    }
     int timing = argc >= 2 && strcmp(argv[1], "time") == 0;
     if ((!timing && argc != 3) || gpuwire_init() != GPUWIRE_SUCCESS) return 2;
     gpuwire_config cfg;
