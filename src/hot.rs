@@ -91,6 +91,9 @@ pub(crate) struct Thread {
     pub(crate) pinned_frees: Cell<u64>,
     /// `group`: whether this thread is inside a group.
     pub(crate) group_open: Cell<bool>,
+    /// `pin`: what a call noted of its pin's handles (`Pin::set_checked`, 0: nothing), kept while
+    /// the thread's pins name the same handles in the same places.
+    pub(crate) checked: Cell<u8>,
 }
 
 const _: () = assert!(std::mem::size_of::<Thread>() == 64);
@@ -104,6 +107,7 @@ thread_local! {
             pinned_objects: [const { Cell::new(std::ptr::null()) }; 3],
             pinned_frees: Cell::new(u64::MAX),
             group_open: Cell::new(false),
+            checked: Cell::new(0),
         }
     };
 }

@@ -69,7 +69,7 @@ use std::sync::Arc;
 
 use crate::backend::host::{self, Src};
 use crate::backend::nccl::{self, NcclPath};
-use crate::backend::path::Path;
+use crate::backend::path::{Input, Path};
 use crate::buffer::Buffer;
 use crate::comm::Communicator;
 use crate::device::Stream;
@@ -88,23 +88,51 @@ pub(crate) fn applies(c: &Communicator) -> bool {
     !c.config().check && !crate::backend::native_on_host(c, crate::backend::path::Operation::Allreduce)
 }
 
+/// What [`allreduce`] notes of its pin's handles once its tests of the arguments passed
+/// (`Pin::set_checked`): [`NOTED`], the op's code (below 32), and whether the call is in place
+/// and on host memory.
+const NOTED: u8 = 0x80;
+const ON_HOST: u8 = 0x40;
+const IN_PLACE: u8 = 0x20;
+const OP_BITS: u8 = 0x1F;
+const _: () = assert!(ReduceOp::GPUWIRE_MAXLOC as i32 <= OP_BITS as i32 && ReduceOp::GPUWIRE_MINLOC as i32 <= OP_BITS as i32);
+
 /// A blocking allreduce of `send` into `recv` with `op` on `c` (device work on `stream`), on
 /// the lean path: `None` where one of the tests above fails (the caller then takes the general
-/// path), else the call's result, as the general path's.
+/// path), else the call's result, as the general path's. `pin` is the call's, naming `c`,
+/// `send` and `recv`'s handles.
+///
+/// The tests of the arguments themselves (no views, NCCL's datatype, op and memory, the
+/// datatypes, counts and overlap of `ops::allreduce_args`) depend on nothing but the three
+/// objects' fixed properties and `op`; a handle names the same object as long as it lives. So
+/// once they passed, the call notes it of its pin's handles (`Pin::set_checked`), and the
+/// thread's next allreduce with the same handles and op takes the note instead (`Pin::checked`:
+/// forgotten as soon as a pin names another handle in any place).
 #[inline]
-pub fn allreduce(c: &Arc<Communicator>, send: &Arc<Buffer>, recv: &Arc<Buffer>, op: ReduceOp, stream: Stream) -> Option<Result<()>> {
-    if !c.lean || crate::op::tracing() || crate::group::is_open() || send.shape().is_some() || recv.shape().is_some() {
+pub fn allreduce(pin: &crate::pin::Pin, c: &Arc<Communicator>, send: &Arc<Buffer>, recv: &Arc<Buffer>, op: ReduceOp, stream: Stream) -> Option<Result<()>> {
+    if !c.lean || crate::op::tracing() || crate::group::is_open() {
         return None;
     }
-    let on_host = send.is_host() && recv.is_host();
-    if !on_host && !(nccl::reduces(send.dtype(), op) && crate::op::nccl_takes(c, [Some(send), Some(recv)])) {
-        return None;
-    }
+    let noted = pin.checked();
+    let (on_host, in_place) = if noted & (NOTED | OP_BITS) == NOTED | op as i32 as u8 {
+        (noted & ON_HOST != 0, noted & IN_PLACE != 0)
+    } else {
+        if send.shape().is_some() || recv.shape().is_some() {
+            return None;
+        }
+        let on_host = send.is_host() && recv.is_host();
+        if !on_host && !(nccl::reduces(send.dtype(), op) && crate::op::nccl_takes(c, [Some(send), Some(recv)])) {
+            return None;
+        }
+        let in_place = matches!(crate::ops::allreduce_args(send, recv, op).ok()?, Input::InPlace);
+        pin.set_checked(NOTED | if on_host { ON_HOST } else { 0 } | if in_place { IN_PLACE } else { 0 } | op as i32 as u8);
+        (on_host, in_place)
+    };
     let eng = c.engine();
     if !eng.idle() || eng.has_async_error() || c.collective_elsewhere(|| "allreduce").is_err() {
         return None;
     }
-    let input = crate::ops::allreduce_args(send, recv, op).ok()?;
+    let input = if in_place { Input::InPlace } else { Input::Buf(send) };
     crate::engine::free_dropped();
     // A block, not a closure, and `if let` for the failure: no frame or call of their own, whose
     // stack lines a call reads again after an NCCL launch (`crate::hot`).

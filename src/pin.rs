@@ -116,6 +116,7 @@ impl Drop for Mine {
         crate::hot::with_thread(|t| {
             t.pin_record.set(std::ptr::null());
             t.pinned_frees.set(u64::MAX);
+            t.checked.set(0);
         });
         self.0.notify.store(false, Relaxed);
         self.0.taken.store(false, Release);
@@ -150,6 +151,7 @@ fn record_slow() -> Option<&'static Record> {
     crate::hot::with_thread(|t| {
         t.pin_record.set((r as *const Record).cast());
         t.pinned_frees.set(u64::MAX);
+        t.checked.set(0);
     });
     Some(r)
 }
@@ -220,6 +222,10 @@ pub fn pin(handles: [u64; PINNED]) -> Pin {
 /// `retire`'s increment and reading of pin words): no such free has incremented it yet, and
 /// each one that will reads this pin's word after its increment, finds the thread pinned with
 /// the handle, and keeps the object until the unpin.
+///
+/// What a call noted of the handles (`Pin::set_checked`) is forgotten where a place's handle
+/// differs; it does not depend on frees (a handle is never issued twice: a live one names the
+/// same object as when it was noted).
 #[inline]
 fn remember(t: &crate::hot::Thread, same: [bool; PINNED]) -> u8 {
     // Sequentially consistent after the pin's store.
@@ -234,6 +240,9 @@ fn remember(t: &crate::hot::Thread, same: [bool; PINNED]) -> u8 {
             known |= 1 << i;
         } else {
             k.set(std::ptr::null());
+            if !same {
+                t.checked.set(0);
+            }
         }
     }
     known
@@ -259,6 +268,31 @@ impl Pin {
         // SAFETY: the words of this pin's thread (a `Pin` is not `Send`), valid until it ends.
         let p = unsafe { &*self.thread }.pinned_objects[i].get();
         (!p.is_null()).then_some(p)
+    }
+
+    /// What a call noted of this pin's handles with [`Self::set_checked`] while the thread's
+    /// pins since (this one too) named the same handles in the same places: a note that
+    /// depends on nothing but the handles (their objects' fixed properties: a live handle names
+    /// the same object for ever, `handles::Registry::insert`). 0: nothing noted, or the pin is
+    /// nested or has no record (it names no handles).
+    #[inline]
+    pub(crate) fn checked(&self) -> u8 {
+        if self.record.is_none() || self.handles[0] == 0 {
+            return 0;
+        }
+        // SAFETY: the words of this pin's thread (a `Pin` is not `Send`), valid until it ends.
+        unsafe { &*self.thread }.checked.get()
+    }
+
+    /// Notes `v` (not 0) of this pin's handles, for [`Self::checked`] of the thread's next pins
+    /// with the same handles (one note per thread: the last replaces it). Nothing for a nested
+    /// pin or one without a record.
+    #[inline]
+    pub(crate) fn set_checked(&self, v: u8) {
+        if self.record.is_some() && self.handles[0] != 0 {
+            // SAFETY: as in `checked`.
+            unsafe { &*self.thread }.checked.set(v);
+        }
     }
 
     /// A pinned lookup found `p` for the pin's handle `i`: the thread remembers it for its next

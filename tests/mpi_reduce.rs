@@ -22,6 +22,7 @@
 mod common;
 
 use common::*;
+use gpuwire::Status;
 use gpuwire::ffi::GPUWIRE_REQUEST_NULL;
 use gpuwire::ffi::ops::*;
 use gpuwire::types::{Dtype, ReduceOp};
@@ -44,6 +45,7 @@ fn main() {
                 Job::new("split_np2", 2, "split"),
                 Job::new("split_np3", 3, "split"),
                 Job::new("split_np4", 4, "split"),
+                Job::new("noted_np2", 2, "noted"),
             ],
         );
     }
@@ -63,6 +65,7 @@ fn main() {
         }
         "in_place_root" => in_place_root(&ctx),
         "split" => split(&ctx),
+        "noted" => noted(&ctx),
         m => die(Some(ctx.rank), &format!("unknown mode {m}")),
     }
     ctx.finish();
@@ -176,6 +179,54 @@ fn allreduce(ctx: &Ctx) {
         ctx.ok(gpuwire_allreduce(ctx.world, send.h, send.h, op as i32, st()), &what("in place"));
         check_bytes(ctx, d, &send.read(), &want(d, op, 0, N, p, salt), &what("in place"));
     }
+}
+
+/// What the lean allreduce notes of its handles (`lean::allreduce`: the tests of its arguments
+/// passed for these handles and op, taken again at the thread's next allreduce with the same
+/// ones): repeated calls reduce right, and a call that names another handle in any place, or
+/// another op, is tested again, also after another call named those handles in between.
+fn noted(ctx: &Ctx) {
+    ctx.section("allreduce: the same handles again, then another handle in each place");
+    let (r, p) = (ctx.rank, ctx.size);
+    let f = Dtype::GPUWIRE_FLOAT32;
+    let floats = |v: Vec<f32>| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    let read = |b: &Buf| -> Vec<f32> { b.read().chunks(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect() };
+    // Rank r holds r + i at i: the sum over the ranks is p (p - 1) / 2 + p i, the maximum p - 1 + i.
+    let a = Buf::from_bytes(f, &floats((0..8).map(|i| (r + i) as f32).collect()));
+    let sum: Vec<f32> = (0..8).map(|i| (p * (p - 1) / 2 + p * i) as f32).collect();
+    let max: Vec<f32> = (0..8).map(|i| (p - 1 + i) as f32).collect();
+    let b = Buf::new(f, 8);
+    let other = Buf::new(f, 8);
+    let short = Buf::new(f, 7);
+    let ints = Buf::new(Dtype::GPUWIRE_INT32, 8);
+    let sum_op = ReduceOp::GPUWIRE_SUM as i32;
+    for k in 0..3 {
+        ctx.ok(gpuwire_allreduce(ctx.world, a.h, b.h, sum_op, st()), &format!("allreduce SUM, call {k}"));
+        ctx.check(read(&b) == sum, || format!("allreduce SUM, call {k}: {:?}, expected {sum:?}", read(&b)));
+    }
+    ctx.ok(gpuwire_allreduce(ctx.world, a.h, b.h, ReduceOp::GPUWIRE_MAX as i32, st()), "allreduce MAX, the same handles");
+    ctx.check(read(&b) == max, || format!("allreduce MAX: {:?}, expected {max:?}", read(&b)));
+    ctx.error(gpuwire_allreduce(ctx.world, a.h, short.h, sum_op, st()), Status::GPUWIRE_ERROR_COUNT_MISMATCH, &["8", "7"], "a receive buffer of 7 after one of 8");
+    ctx.ok(gpuwire_allreduce(ctx.world, a.h, b.h, sum_op, st()), "allreduce SUM after the refused call");
+    ctx.error(gpuwire_allreduce(ctx.world, a.h, ints.h, sum_op, st()), Status::GPUWIRE_ERROR_DTYPE_MISMATCH, &["int32"], "an int32 receive buffer after a float32 one");
+    ctx.ok(gpuwire_allreduce(ctx.world, a.h, b.h, sum_op, st()), "allreduce SUM again");
+    ctx.error(gpuwire_allreduce(ctx.world, a.h, b.h, ReduceOp::GPUWIRE_BAND as i32, st()), Status::GPUWIRE_ERROR_UNSUPPORTED_OP, &["float32"], "BAND on float32 after SUM with the same handles");
+    ctx.ok(gpuwire_allreduce(ctx.world, other.h, b.h, sum_op, st()), "another send buffer (zeros)");
+    ctx.check(read(&b) == vec![0.0; 8], || format!("allreduce of zeros: {:?}", read(&b)));
+    // A sendrecv naming (a, short) in between: the allreduce with those handles is tested.
+    ctx.ok(gpuwire_allreduce(ctx.world, a.h, b.h, sum_op, st()), "allreduce SUM before the sendrecv");
+    ctx.error(gpuwire_sendrecv(ctx.world, a.h, r as i32, 3, short.h, r as i32, 3, st()), Status::GPUWIRE_ERROR_COUNT_MISMATCH, &["7"], "sendrecv of 8 into 7");
+    ctx.error(gpuwire_allreduce(ctx.world, a.h, short.h, sum_op, st()), Status::GPUWIRE_ERROR_COUNT_MISMATCH, &["8", "7"], "allreduce with the sendrecv's handles");
+    // In place after separate buffers, with one of the same handles.
+    ctx.ok(gpuwire_allreduce(ctx.world, a.h, b.h, sum_op, st()), "allreduce SUM into b");
+    ctx.ok(gpuwire_allreduce(ctx.world, b.h, b.h, sum_op, st()), "allreduce SUM in place");
+    let twice: Vec<f32> = sum.iter().map(|x| x * p as f32).collect();
+    ctx.check(read(&b) == twice, || format!("in place: {:?}, expected {twice:?}", read(&b)));
+    // A freed handle is refused, and a new buffer of another count (a new handle) tested.
+    ctx.ok(b.free(), "free b");
+    ctx.error(gpuwire_allreduce(ctx.world, a.h, b.h, sum_op, st()), Status::GPUWIRE_ERROR_INVALID_HANDLE, &["freed"], "allreduce into a freed buffer");
+    let nine = Buf::new(f, 9);
+    ctx.error(gpuwire_allreduce(ctx.world, a.h, nine.h, sum_op, st()), Status::GPUWIRE_ERROR_COUNT_MISMATCH, &["8", "9"], "a new receive buffer of 9");
 }
 
 fn reduce(ctx: &Ctx) {

@@ -1027,7 +1027,7 @@ pub extern "C" fn gpuwire_allreduce(
         let (c, s, r) = boundary::comm_and_buffers_pinned(&pin, comm, sendbuf, recvbuf)?;
         match (s, r, ReduceOp::from_c(op)) {
             // The common case's short path, where it is the same as the general one (`lean`).
-            (Ok(s), Ok(r), Ok(op)) => match crate::lean::allreduce(&c, &s, &r, op, st(stream)) {
+            (Ok(s), Ok(r), Ok(op)) => match crate::lean::allreduce(&pin, &c, &s, &r, op, st(stream)) {
                 Some(done) => done,
                 None => allreduce_general(&c, Ok(s), Ok(r), Ok(op), st(stream)),
             },
