@@ -149,20 +149,33 @@ def last_error():
 
 
 class Error(Exception):
-    """A failed gpuwire call: .code is the gpuwire_status, the message gpuwire's."""
+    """A failed gpuwire call: .code is the gpuwire_status, the message gpuwire's.
 
-    def __init__(self, code, message):
+    From the calls on several requests, what the C call wrote before it returned the error (the
+    other requests' outcomes are not lost with it): .index, the index of the request that failed
+    (waitany, testany, testall, waitsome, testsome, as C++'s error::index(); UNDEFINED where no
+    request is named, and from every other call); from waitsome and testsome .completed, the
+    [(index, StatusT)] of every request that completed or failed in the call (each released, the
+    failed one's StatusT.error its error), as their return value; from testall .statuses, a
+    StatusT per request (all of them when every request completed; else those that failed, the
+    rest empty)."""
+
+    def __init__(self, code, message, index=UNDEFINED):
         super().__init__(f"{message} (status {code}: {status_string(code)})")
         self.code = code
+        self.index = index
 
 
-def _check(st):
-    """Raises the call's error; first, as after every call, tests the requests released while in
-    flight (_reap: their arrays let go once complete, a receive into a view unpacked)."""
+def _check(st, **details):
+    """Raises the call's error (its `details` as attributes, see Error); first, as after every
+    call, tests the requests released while in flight (_reap: their arrays let go once complete,
+    a receive into a view unpacked)."""
     e = Error(st, last_error()) if st != SUCCESS else None
     if _DETACHED:
         _reap()
     if e is not None:
+        for k, v in details.items():
+            setattr(e, k, v)
         raise e
 
 
@@ -838,7 +851,7 @@ def waitany(requests):
     arr, index, st = _request_array(requests), c_int32(), StatusT()
     rc = lib.gpuwire_waitany(len(requests), arr, ctypes.byref(index), ctypes.byref(st))
     _back(requests, arr, rc)
-    _check(rc)
+    _check(rc, index=index.value)
     return index.value, st
 
 
@@ -848,18 +861,20 @@ def testany(requests):
     arr, index, flag, st = _request_array(requests), c_int32(), c_int32(), StatusT()
     rc = lib.gpuwire_testany(len(requests), arr, ctypes.byref(index), ctypes.byref(flag), ctypes.byref(st))
     _back(requests, arr, rc)
-    _check(rc)
+    _check(rc, index=index.value)
     return flag.value != 0, index.value, st
 
 
 def testall(requests):
-    """gpuwire_testall: (all completed, [StatusT per request] or None)."""
+    """gpuwire_testall: (all completed, [StatusT per request] or None). A request that failed
+    raises gpuwire.Error with .index naming it and .statuses (see Error)."""
     arr, flag = _request_array(requests), c_int32()
     sts = (StatusT * max(len(requests), 1))()
     rc = lib.gpuwire_testall(len(requests), arr, ctypes.byref(flag), sts)
     _back(requests, arr, rc)
-    _check(rc)
-    return flag.value != 0, (list(sts)[:len(requests)] if flag.value else None)
+    statuses = list(sts)[:len(requests)]
+    _check(rc, index=next((i for i, s in enumerate(statuses) if s.error != SUCCESS), UNDEFINED), statuses=statuses)
+    return flag.value != 0, (statuses if flag.value else None)
 
 
 def _some(fn, requests):
@@ -867,16 +882,18 @@ def _some(fn, requests):
     idx, sts = (c_int32 * max(len(requests), 1))(), (StatusT * max(len(requests), 1))()
     rc = fn(len(requests), arr, ctypes.byref(out), idx, sts)
     _back(requests, arr, rc)
-    _check(rc)
+    done = [(idx[k], sts[k]) for k in range(max(out.value, 0))]
+    _check(rc, index=next((i for i, s in done if s.error != SUCCESS), UNDEFINED), completed=done)
     if out.value == UNDEFINED:
         return None
-    return [(idx[k], sts[k]) for k in range(out.value)]
+    return done
 
 
 def waitsome(requests):
     """gpuwire_waitsome: waits until at least one request completes; [(index, StatusT)] of every
     request that has completed by then, in list order; None when every request is already
-    complete (NULL)."""
+    complete (NULL). A request that failed is among them: gpuwire.Error is raised, with .index
+    naming it and .completed the whole list (see Error)."""
     return _some(lib.gpuwire_waitsome, requests)
 
 

@@ -801,3 +801,39 @@ def test_waitsome_testsome():
     assert (y[:3] == x).all() and (y[3:] == -1).all()
     assert gpuwire.waitsome(reqs) is None and gpuwire.testsome(reqs) is None
     comm.free()
+
+
+def test_a_failed_request_leaves_the_others_outcomes():
+    # waitsome, testsome, testall, waitany: a request that fails (a message longer than its
+    # irecv_status buffer: ERROR_TRUNCATE) raises gpuwire.Error naming its index, and what the
+    # C call wrote of the other requests comes with it (Error.completed, Error.statuses).
+    comm = gpuwire.Comm(WORLD)
+    x, long = np.arange(3, dtype=np.int64) + 10 * RANK, np.arange(6, dtype=np.int64)
+    for call in ("waitsome", "testsome", "testall", "waitany"):
+        a, b = np.full(3, -1, np.int64), np.full(3, -1, np.int64)
+        comm.send(x, RANK, tag=91)
+        comm.send(long, RANK, tag=92)
+        reqs = [comm.irecv_status(a, RANK, tag=91), comm.irecv_status(b, RANK, tag=92)]
+        if call == "waitany":
+            i, st = gpuwire.waitany(reqs)
+            assert i == 0 and st.count == 3 and st.tag == 91, (i, st)
+        err = None
+        for _ in range(100000):
+            try:
+                getattr(gpuwire, call)(reqs)
+            except gpuwire.Error as e:
+                err = e
+                break
+        assert err is not None and err.code == gpuwire.ERROR_TRUNCATE and err.index == 1, (call, err)
+        if call in ("waitsome", "testsome"):
+            got = dict(err.completed)
+            assert set(got) <= {0, 1} and 1 in got, (call, err.completed)
+            assert got[1].error == gpuwire.ERROR_TRUNCATE, got[1]
+            if 0 in got:
+                assert got[0].error == gpuwire.SUCCESS and got[0].count == 3 and got[0].tag == 91, got[0]
+        elif call == "testall":
+            assert err.statuses[1].error == gpuwire.ERROR_TRUNCATE, err.statuses[1]
+        while any(r.active() for r in reqs):
+            gpuwire.waitall(reqs)
+        assert (a == x).all() and (b == -1).all(), (a, b)
+    comm.free()
