@@ -630,7 +630,7 @@ module gpuwire
   private :: gw_iscan, gw_iexscan
   private :: gw_reduce_scatter_block, gw_reduce_scatterv, gw_alltoallv, gw_gatherv, gw_scatterv, &
     gw_ireduce_scatter_block, gw_ireduce_scatterv, gw_ialltoallv, gw_igatherv, gw_iscatterv, &
-    per_rank_ok
+    per_rank_ok, same_memory
   private :: gw_allgatherv_i4, gw_reduce_scatterv_i4, gw_alltoallv_i4, gw_gatherv_i4, &
     gw_scatterv_i4, gw_iallgatherv_i4, gw_ireduce_scatterv_i4, gw_ialltoallv_i4, gw_igatherv_i4, &
     gw_iscatterv_i4
@@ -2206,6 +2206,31 @@ contains
       stream_or_null(stream)), 'gpuwire_reduce_scatterv', ierror)
   end subroutine gw_reduce_scatterv
 
+  ! Whether the C call takes `a` and `b` as one buffer (in place, as `same_memory` in
+  ! src/ops.rs): the same handle, or the same pointer, count and datatype (not empty). A query
+  ! that fails answers no (the C call then reports the handle).
+  logical function same_memory(a, b) result(same)
+    use gpuwire_c, only: c_pointer => gpuwire_buffer_pointer, c_count => gpuwire_buffer_count, &
+      c_dtype => gpuwire_buffer_dtype
+    type(gpuwire_buffer), intent(in) :: a, b
+    type(c_ptr) :: pa, pb
+    integer(c_int64_t) :: na, nb
+    integer(c_int32_t) :: da, db
+    integer(c_int) :: st(6)
+    same = a%handle == b%handle
+    if (same) return
+    st(1) = c_pointer(a%handle, pa)
+    st(2) = c_pointer(b%handle, pb)
+    st(3) = c_count(a%handle, na)
+    st(4) = c_count(b%handle, nb)
+    st(5) = c_dtype(a%handle, da)
+    st(6) = c_dtype(b%handle, db)
+    if (any(st /= GPUWIRE_SUCCESS)) return
+    same = na > 0 .and. na == nb .and. da == db .and. c_associated(pa, pb)
+  end function same_memory
+
+  ! In place (`sendbuf` the same buffer as `recvbuf`) `sendcounts` and `sdispls` are not read,
+  ! as in C (any arrays will do, empty ones too).
   subroutine gw_alltoallv(comm, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, &
       stream, ierror)
     use gpuwire_c, only: c => gpuwire_alltoallv
@@ -2215,6 +2240,17 @@ contains
     type(c_ptr), intent(in), optional :: stream
     integer, intent(out), optional :: ierror
     integer(c_int) :: st
+    if (same_memory(sendbuf, recvbuf)) then
+      ! The receive arrays stand in for the send ones, which the C call ignores in place.
+      if (.not. per_rank_ok(comm, 'gpuwire_alltoallv', ierror, recvcounts, rdispls)) then
+        st = c(comm%handle, GPUWIRE_BUFFER_NULL%handle, recvcounts, rdispls, recvbuf%handle, &
+          recvcounts, rdispls, stream_or_null(stream))
+        return
+      end if
+      call finish(c(comm%handle, sendbuf%handle, recvcounts, rdispls, recvbuf%handle, recvcounts, &
+        rdispls, stream_or_null(stream)), 'gpuwire_alltoallv', ierror)
+      return
+    end if
     if (.not. per_rank_ok(comm, 'gpuwire_alltoallv', ierror, sendcounts, sdispls, recvcounts, &
         rdispls)) then
       st = c(comm%handle, GPUWIRE_BUFFER_NULL%handle, sendcounts, sdispls, recvbuf%handle, &
@@ -2429,6 +2465,17 @@ contains
     integer, intent(out), optional :: ierror
     integer(c_int) :: st
     request = GPUWIRE_REQUEST_NULL
+    if (same_memory(sendbuf, recvbuf)) then
+      ! In place: as gw_alltoallv.
+      if (.not. per_rank_ok(comm, 'gpuwire_ialltoallv', ierror, recvcounts, rdispls)) then
+        st = c(comm%handle, GPUWIRE_BUFFER_NULL%handle, recvcounts, rdispls, recvbuf%handle, &
+          recvcounts, rdispls, stream_or_null(stream), request%handle)
+        return
+      end if
+      call finish(c(comm%handle, sendbuf%handle, recvcounts, rdispls, recvbuf%handle, recvcounts, &
+        rdispls, stream_or_null(stream), request%handle), 'gpuwire_ialltoallv', ierror)
+      return
+    end if
     if (.not. per_rank_ok(comm, 'gpuwire_ialltoallv', ierror, sendcounts, sdispls, recvcounts, &
         rdispls)) then
       st = c(comm%handle, GPUWIRE_BUFFER_NULL%handle, sendcounts, sdispls, recvbuf%handle, &

@@ -1086,9 +1086,10 @@ contains
   ! j + 1 elements placed in reverse rank order; reduce_scatterv with rank j's block j + 1
   ! elements.
   subroutine test_vcollectives()
-    integer(int32), target, allocatable :: s(:), r(:), g(:), rs(:), out(:)
+    integer(int32), target, allocatable :: s(:), r(:), g(:), rs(:), out(:), ip(:)
     integer(int64) :: sc(nranks), sd(nranks), rc(nranks), rd(nranks), gc(nranks), gd(nranks)
-    integer(int64) :: short(1)
+    integer(int64) :: short(1), none(0)
+    integer :: none4(0)
     integer(int32), target :: blk(2), sent(nranks)
     type(gpuwire_buffer) :: b1, b2, bnull
     type(gpuwire_request) :: req
@@ -1133,6 +1134,40 @@ contains
     call gpuwire_alltoallv(world, b1, short, sd, b2, rc, rd, ierror=ierr)
     if (nranks /= 1) call expect_status(ierr, int(GPUWIRE_ERROR_INVALID_ARGUMENT), &
       'alltoallv with a short sendcounts')
+    call gpuwire_buffer_free(b1)
+    call gpuwire_buffer_free(b2)
+    ! In place (the send buffer is the receive buffer, or a second handle of its memory): the
+    ! send arrays are not read, as in C, so empty ones will do. Block j (2 elements at 2 j)
+    ! holds 100 rank + j before, 100 j + rank after.
+    allocate (ip(2 * nranks))
+    call gpuwire_buffer_wrap(ip, b1)
+    call gpuwire_buffer_wrap(ip, b2)
+    do j = 0, nranks - 1
+      rc(j + 1) = 2
+      rd(j + 1) = 2 * j
+    end do
+    do pass = 1, 4 ! pass 3 with default-integer arrays; passes 3 and 4 through the second handle
+      do j = 0, nranks - 1
+        ip(2 * j + 1:2 * j + 2) = 100 * rank + j
+      end do
+      if (pass == 1) then
+        call gpuwire_alltoallv(world, b1, none, none, b1, rc, rd, ierror=ierr)
+      else if (pass == 2) then
+        call gpuwire_ialltoallv(world, b1, none, none, b1, rc, rd, req, ierror=ierr)
+        call gpuwire_wait(req)
+      else if (pass == 3) then
+        call gpuwire_alltoallv(world, b2, none4, none4, b1, int(rc), int(rd), ierror=ierr)
+      else
+        call gpuwire_ialltoallv(world, b1, none, none, b2, rc, rd, req, ierror=ierr)
+        call gpuwire_wait(req)
+      end if
+      call expect_ok(ierr, 'alltoallv in place')
+      good = .true.
+      do j = 0, nranks - 1
+        good = good .and. all(ip(2 * j + 1:2 * j + 2) == 100 * j + rank)
+      end do
+      call expect(good, 'alltoallv / ialltoallv in place, empty send arrays')
+    end do
     call gpuwire_buffer_free(b1)
     call gpuwire_buffer_free(b2)
     ! gatherv and igatherv to the last rank, blocks in reverse rank order.
