@@ -2071,6 +2071,11 @@ gpuwire_status gpuwire_test_status(gpuwire_request *request,
  * own timeout: its TIMEOUT then names its index); requests of communicators without one do
  * not extend the wait.
  *
+ * Every request of the array is waited for during the whole call, as gpuwire_wait waits for its
+ * one: another thread's cancel, free or test of one of them is refused meanwhile
+ * (GPUWIRE_ERROR_INVALID_ARGUMENT, the request left as it was), and its wait of one blocks until
+ * this call returns (then GPUWIRE_ERROR_INVALID_HANDLE where this call completed it).
+ *
  * Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`requests` with count > 0, `index`),
  * GPUWIRE_ERROR_INVALID_ARGUMENT (negative count, a request twice, a request of a group that
  * has not ended), GPUWIRE_ERROR_TIMEOUT, and those of gpuwire_wait.
@@ -2144,7 +2149,8 @@ gpuwire_status gpuwire_testsome(int32_t count,
  * gpuwire_testsome (GPUWIRE_UNDEFINED at once when every request is GPUWIRE_REQUEST_NULL).
  * Timeouts as gpuwire_waitany: once the shortest timeout among the requests' communicators has
  * passed with none complete, the first request of a communicator with a timeout is waited for as
- * by gpuwire_wait (its TIMEOUT then names its index, `*outcount` 1). Errors as
+ * by gpuwire_wait (its TIMEOUT then names its index, `*outcount` 1). Every request of the
+ * array is waited for during the whole call, as by gpuwire_waitany. Errors as
  * gpuwire_testsome, plus GPUWIRE_ERROR_TIMEOUT.
  */
 gpuwire_status gpuwire_waitsome(int32_t count,
@@ -2159,7 +2165,8 @@ gpuwire_status gpuwire_waitsome(int32_t count,
  * returned. NULL requests in the array are skipped. A request may appear only once (as in
  * MPI): an array that holds the same request twice is refused before anything is waited for,
  * and left as it was; so is an array with a freed or foreign handle, or with a request of a
- * group that has not ended (as gpuwire_wait refuses it).
+ * group that has not ended (as gpuwire_wait refuses it). Every request of the array is waited
+ * for during the whole call, as by gpuwire_waitany.
  *
  * Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`requests` NULL with count > 0),
  * GPUWIRE_ERROR_INVALID_ARGUMENT (negative count, a request twice, a request of an open group),

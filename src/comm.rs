@@ -258,9 +258,10 @@ impl Drop for Unbounded {
     }
 }
 
-/// This thread's number for `Communicator::busy` (never 0); a progress engine's thread's is
-/// marked [`ENGINE_ENTRY`] (engine threads are marked before their first call).
-fn thread_id() -> u64 {
+/// This thread's number for `Communicator::busy` and `Request::hold` (never 0); a progress
+/// engine's thread's is marked [`ENGINE_ENTRY`] (engine threads are marked before their first
+/// call).
+pub(crate) fn thread_id() -> u64 {
     // This thread's number for `Communicator::busy` (0 until its first use).
     crate::hot::with_thread(|t| {
         let t = &t.comm_id;

@@ -198,6 +198,11 @@ pub struct Request {
     default_status: Status,
     /// The operation's [`Pending::always_ready`].
     always_ready: bool,
+    /// The thread (`comm::thread_id`) of a gpuwire_waitany, gpuwire_waitsome or gpuwire_waitall
+    /// that holds the request for its whole call, as gpuwire_wait holds its request (0: none):
+    /// meanwhile another thread's cancel, free or test of it is refused, and its wait waits until
+    /// the call lets go ([`Self::hold`]).
+    held: std::sync::atomic::AtomicU64,
 }
 
 /// An operation whose request gpuwire_request_free released while it was in flight: it goes on,
@@ -326,7 +331,14 @@ impl Request {
     #[inline]
     fn holding(pending: Box<dyn Pending>, comm: Arc<Communicator>, bufs: Held) -> Request {
         let always_ready = pending.always_ready();
-        Request { inner: Mutex::new(Inner { pending: Some(pending), matched: None, reported: false, cancelled: false }), comm, bufs, default_status: Status::EMPTY, always_ready }
+        Request {
+            inner: Mutex::new(Inner { pending: Some(pending), matched: None, reported: false, cancelled: false }),
+            comm,
+            bufs,
+            default_status: Status::EMPTY,
+            always_ready,
+            held: std::sync::atomic::AtomicU64::new(0),
+        }
     }
 
     /// The request with the status it reports when its path reports none.
@@ -355,7 +367,7 @@ impl Request {
     /// ended, one that another thread waits for or tests, one already reported complete.
     /// `Ok(true)` where it was withdrawn.
     pub fn cancel(&self) -> Result<bool> {
-        let mut i = self.try_lock()?;
+        let mut i = self.try_lock(0)?;
         if i.reported {
             return Err(Self::reported_elsewhere());
         }
@@ -408,7 +420,7 @@ impl Request {
     /// returned for [`Self::free_op`]. (A test, then the free, let such a wait in between: both
     /// calls then succeeded, the free after that wait.)
     pub fn claim_for_free(&self) -> Result<Option<Box<dyn Pending>>> {
-        let mut i = self.try_lock()?;
+        let mut i = self.try_lock(0)?;
         if i.reported {
             return Err(Self::reported_elsewhere());
         }
@@ -420,19 +432,53 @@ impl Request {
     /// [`Self::ready_to_wait`] for a test (gpuwire_testany, gpuwire_testall), which never blocks:
     /// `Err` while another thread waits for or tests the request, as [`Self::claim_for_free`].
     pub fn ready_to_test(&self) -> Result<()> {
-        Self::ready(&*self.try_lock()?, false)
+        Self::ready(&*self.try_lock(0)?, false)
     }
 
-    /// The request's lock, unless another thread holds it (it waits for or tests the request:
-    /// erroneous in MPI): then INVALID_ARGUMENT, the request left as it was.
-    fn try_lock(&self) -> Result<Locked<'_>> {
+    /// The request's lock, unless another thread holds it or the request (it waits for or
+    /// tests the request: erroneous in MPI): then INVALID_ARGUMENT, the request left as it was.
+    /// `me`: as in [`Self::finish`].
+    fn try_lock(&self, me: u64) -> Result<Locked<'_>> {
+        if self.held_by_other(me) {
+            return Err(Self::busy());
+        }
         match self.inner.try_lock() {
             Ok(i) => Ok(i),
             Err(std::sync::TryLockError::Poisoned(p)) => Ok(p.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => Err(Error::InvalidArgument(
-                "another thread is waiting for or testing this request: a request may be completed, tested or freed by one thread at a time (as in MPI); the request was left as it was".into(),
-            )),
+            Err(std::sync::TryLockError::WouldBlock) => Err(Self::busy()),
         }
+    }
+
+    fn busy() -> Error {
+        Error::InvalidArgument(
+            "another thread is waiting for or testing this request: a request may be completed, tested or freed by one thread at a time (as in MPI); the request was left as it was".into(),
+        )
+    }
+
+    /// gpuwire_waitany, gpuwire_waitsome and gpuwire_waitall hold each of their requests for
+    /// their whole call, by their thread `me` (`comm::thread_id`), as gpuwire_wait holds its
+    /// request by its lock (theirs they take one at a time, to test or wait): another thread's
+    /// cancel, free or test is refused meanwhile (`try_lock`), and its wait waits until the call
+    /// lets go ([`Self::finish`]), then finds the request reported complete by the call
+    /// (INVALID_HANDLE) or waits for it. The call lets go of those it did not complete
+    /// ([`Self::unhold`]).
+    pub fn hold(&self, me: u64) {
+        self.held.store(me, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Lets go of the request held by thread `me` ([`Self::hold`]).
+    pub fn unhold(&self, me: u64) {
+        use std::sync::atomic::Ordering;
+        let _ = self.held.compare_exchange(me, 0, Ordering::Release, Ordering::Relaxed);
+    }
+
+    /// Whether a gpuwire_waitany, gpuwire_waitsome or gpuwire_waitall holds the request
+    /// ([`Self::hold`]), other than the caller's own (`me`, 0 for a call that holds none: the
+    /// calls of a thread inside such a call are that call's).
+    #[inline]
+    fn held_by_other(&self, me: u64) -> bool {
+        let h = self.held.load(std::sync::atomic::Ordering::Acquire);
+        h != 0 && h != me
     }
 
     fn ready(i: &Inner, block: bool) -> Result<()> {
@@ -451,11 +497,29 @@ impl Request {
     /// blocked until that wait ended). A wait blocks behind another thread's wait or test of the
     /// request, and then fails with INVALID_HANDLE where that one reported the request complete
     /// (both reported the completion).
-    pub fn finish(&self, wait: bool) -> Result<(Result<bool>, Status)> {
+    ///
+    /// `me`: the thread of the gpuwire_waitany, waitsome or waitall that holds the request
+    /// ([`Self::hold`]), 0 for a call that holds none. A request that another thread's such call
+    /// holds: a wait waits until that call lets go of it (then finds it reported complete by
+    /// that call, INVALID_HANDLE, or waits for it), a test is refused.
+    pub fn finish(&self, wait: bool, me: u64) -> Result<(Result<bool>, Status)> {
         // Operations of freed requests that have completed are released (a receive into a view
         // unpacks then), also where this request's own first step completes it.
         reap_detached();
-        let mut i = if wait { self.lock() } else { self.try_lock()? };
+        if wait && self.held_by_other(me) {
+            self.wait_unheld(me)?;
+        }
+        let mut i = if wait {
+            self.lock()
+        } else {
+            match self.try_lock(me) {
+                Ok(i) => i,
+                // The call that holds the request tests it while another thread looks at it (a
+                // wait of it, waiting for the hold to end: `wait_unheld`): not complete yet.
+                Err(_) if me != 0 => return Ok((Ok(false), Status::EMPTY)),
+                Err(e) => return Err(e),
+            }
+        };
         if i.reported {
             return Err(Self::reported_elsewhere());
         }
@@ -463,6 +527,29 @@ impl Request {
         let done = if wait { self.wait_locked(&mut i).map(|()| true) } else { self.test_locked(&mut i) };
         i.reported = !matches!(done, Ok(false));
         Ok((done.map_err(|e| self.earlier(e)), self.status_of(&i)))
+    }
+
+    /// Waits until no other thread's call holds the request ([`Self::hold`]), or until that call
+    /// reported it complete: then INVALID_HANDLE (the caller leaves the registry's slot, which the
+    /// release of the handle waits for).
+    #[cold]
+    #[inline(never)]
+    fn wait_unheld(&self, me: u64) -> Result<()> {
+        let mut spins = 0u32;
+        while self.held_by_other(me) {
+            if let Ok(i) = self.inner.try_lock() {
+                if i.reported {
+                    return Err(Self::reported_elsewhere());
+                }
+            }
+            spins += 1;
+            if spins < 1000 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(Duration::from_micros(20));
+            }
+        }
+        Ok(())
     }
 
     /// A request that failed because its communicator broke under it, by an earlier operation's
@@ -538,7 +625,7 @@ impl Request {
     /// was) while another thread waits for or tests it, or where another thread's wait or test
     /// reported it complete; else the test's outcome.
     pub fn try_test(&self) -> Result<Result<bool>> {
-        let mut i = self.try_lock()?;
+        let mut i = self.try_lock(0)?;
         if i.reported {
             return Err(Self::reported_elsewhere());
         }

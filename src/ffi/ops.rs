@@ -303,12 +303,18 @@ fn traced_probe(c: &Communicator, source: i32, tag: i32, d: crate::types::Dtype,
 }
 
 fn finish(request: *mut gpuwire_request, wait: bool) -> Result<bool> {
-    let mut ignored = crate::request::Status::EMPTY;
-    finish_status(request, wait, &mut ignored)
+    finish_by(request, wait, 0)
 }
 
-/// `finish`, writing the request's status to `status` once it completed (or failed).
-fn finish_status(request: *mut gpuwire_request, wait: bool, status: &mut crate::request::Status) -> Result<bool> {
+/// `finish` by a gpuwire_waitany, waitsome or waitall that holds the request (`me`: its
+/// `Holding`'s thread; 0 for a call that holds none).
+fn finish_by(request: *mut gpuwire_request, wait: bool, me: u64) -> Result<bool> {
+    let mut ignored = crate::request::Status::EMPTY;
+    finish_status(request, wait, &mut ignored, me)
+}
+
+/// `finish_by`, writing the request's status to `status` once it completed (or failed).
+fn finish_status(request: *mut gpuwire_request, wait: bool, status: &mut crate::request::Status, me: u64) -> Result<bool> {
     // SAFETY: checked non-NULL by the caller.
     let h = unsafe { *request };
     if h == 0 {
@@ -319,7 +325,7 @@ fn finish_status(request: *mut gpuwire_request, wait: bool, status: &mut crate::
     crate::runtime::check_ready()?;
     // Borrowed, not cloned: this thread alone removes the request (below, once it completed).
     // A request of a group that has not ended: an error, and the request left as it was.
-    let (done, s) = REQUESTS.with(h, |r| r.finish(wait))??;
+    let (done, s) = REQUESTS.with(h, |r| r.finish(wait, me))??;
     match done {
         Ok(true) | Err(_) => {
             *status = s;
@@ -467,7 +473,7 @@ pub extern "C" fn gpuwire_wait_status(request: *mut gpuwire_request, status: *mu
         non_null(request, "request")?;
         non_null(status, "status")?;
         let mut s = crate::request::Status::EMPTY;
-        finish_status(request, true, &mut s)?;
+        finish_status(request, true, &mut s, 0)?;
         write(status, c_status(s, gpuwire_status::GPUWIRE_SUCCESS));
         Ok(())
     })
@@ -482,7 +488,7 @@ pub extern "C" fn gpuwire_test_status(request: *mut gpuwire_request, flag: *mut 
         non_null(flag, "flag")?;
         non_null(status, "status")?;
         let mut s = crate::request::Status::EMPTY;
-        let done = finish_status(request, false, &mut s)?;
+        let done = finish_status(request, false, &mut s, 0)?;
         if done {
             write(status, c_status(s, gpuwire_status::GPUWIRE_SUCCESS));
         }
@@ -517,14 +523,14 @@ fn request_array<'a>(count: i32, requests: *mut gpuwire_request) -> Result<&'a m
 
 /// One pass of gpuwire_testany / gpuwire_waitany: the index of the first request of the array
 /// that completed (released, its status in `s`), `Ok(None)` when none did; an error names its
-/// index in `index`.
-fn test_any(reqs: &mut [gpuwire_request], s: &mut crate::request::Status, index: &mut i32) -> Result<Option<usize>> {
+/// index in `index`. `me`: the `Holding` of gpuwire_waitany, 0 for gpuwire_testany.
+fn test_any(reqs: &mut [gpuwire_request], s: &mut crate::request::Status, index: &mut i32, me: u64) -> Result<Option<usize>> {
     for i in 0..reqs.len() {
         if reqs[i] == 0 {
             continue;
         }
         *index = i as i32;
-        if finish_status(&mut reqs[i], false, s)? {
+        if finish_status(&mut reqs[i], false, s, me)? {
             return Ok(Some(i));
         }
     }
@@ -546,6 +552,11 @@ fn with_index(i: i32, e: Error) -> Error {
 /// own timeout: its TIMEOUT then names its index); requests of communicators without one do
 /// not extend the wait.
 ///
+/// Every request of the array is waited for during the whole call, as gpuwire_wait waits for its
+/// one: another thread's cancel, free or test of one of them is refused meanwhile
+/// (GPUWIRE_ERROR_INVALID_ARGUMENT, the request left as it was), and its wait of one blocks until
+/// this call returns (then GPUWIRE_ERROR_INVALID_HANDLE where this call completed it).
+///
 /// Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`requests` with count > 0, `index`),
 /// GPUWIRE_ERROR_INVALID_ARGUMENT (negative count, a request twice, a request of a group that
 /// has not ended), GPUWIRE_ERROR_TIMEOUT, and those of gpuwire_wait.
@@ -556,7 +567,8 @@ pub extern "C" fn gpuwire_waitany(count: i32, requests: *mut gpuwire_request, in
         let reqs = request_array(count, requests)?;
         let mut s = crate::request::Status::EMPTY;
         let mut at = crate::types::GPUWIRE_UNDEFINED;
-        let (deadline, first_timed) = ready_to_block_any(reqs)?;
+        let holding = Holding::new(requests, count);
+        let (deadline, first_timed) = ready_to_block_any(reqs, &holding)?;
         let mut spins = 0u32;
         loop {
             if reqs.iter().all(|h| *h == 0) {
@@ -566,7 +578,7 @@ pub extern "C" fn gpuwire_waitany(count: i32, requests: *mut gpuwire_request, in
                 }
                 return Ok(());
             }
-            match test_any(reqs, &mut s, &mut at) {
+            match test_any(reqs, &mut s, &mut at, holding.me) {
                 Ok(Some(i)) => {
                     write(index, i as i32);
                     if !status.is_null() {
@@ -585,7 +597,7 @@ pub extern "C" fn gpuwire_waitany(count: i32, requests: *mut gpuwire_request, in
                 // that one has one (none completed: it is still active). A request of a
                 // communicator without a timeout waited for here blocked for ever.
                 let first = first_timed;
-                let r = finish(&mut reqs[first], true);
+                let r = finish_by(&mut reqs[first], true, holding.me);
                 write(index, first as i32);
                 return r.map(|_| ()).map_err(|e| with_index(first as i32, e));
             }
@@ -595,15 +607,17 @@ pub extern "C" fn gpuwire_waitany(count: i32, requests: *mut gpuwire_request, in
 }
 
 /// Before gpuwire_waitany or gpuwire_waitsome blocks: every active request resolved and ready
-/// to be waited for (else the error, naming its index, and nothing done); the earliest deadline
-/// among their communicators' timeouts, and the first request of a communicator with a timeout
-/// (the one waited for at that deadline, by gpuwire_wait's rules).
-fn ready_to_block_any(reqs: &[gpuwire_request]) -> Result<(Option<std::time::Instant>, usize)> {
+/// to be waited for (else the error, naming its index, and nothing done), and held for the call
+/// (`holding`); the earliest deadline among their communicators' timeouts, and the first request
+/// of a communicator with a timeout (the one waited for at that deadline, by gpuwire_wait's
+/// rules).
+fn ready_to_block_any(reqs: &[gpuwire_request], holding: &Holding) -> Result<(Option<std::time::Instant>, usize)> {
     let mut deadline: Option<std::time::Instant> = None;
     let mut first_timed = 0;
     for (i, h) in reqs.iter().enumerate().filter(|(_, h)| **h != 0) {
         let r = REQUESTS.get(*h).map_err(|e| with_index(i as i32, e))?;
         r.ready_to_block().map_err(|e| with_index(i as i32, e))?;
+        holding.hold(&r);
         if let Some(t) = r.comm().config().timeout {
             let d = std::time::Instant::now() + t;
             first_timed = if deadline.is_none() { i } else { first_timed };
@@ -611,6 +625,38 @@ fn ready_to_block_any(reqs: &[gpuwire_request]) -> Result<(Option<std::time::Ins
         }
     }
     Ok((deadline, first_timed))
+}
+
+/// The hold of a gpuwire_waitany, gpuwire_waitsome or gpuwire_waitall on its requests for its
+/// whole call (`Request::hold`), by the calling thread: when dropped (at every return, and
+/// unwinding) it lets go of those still in the caller's array (the call did not complete them).
+struct Holding {
+    requests: *mut gpuwire_request,
+    count: usize,
+    me: u64,
+}
+
+impl Holding {
+    /// For the caller's array of `count` requests (`request_array` accepted it).
+    fn new(requests: *mut gpuwire_request, count: i32) -> Holding {
+        Holding { requests, count: count.max(0) as usize, me: crate::comm::thread_id() }
+    }
+
+    fn hold(&self, r: &crate::request::Request) {
+        r.hold(self.me);
+    }
+}
+
+impl Drop for Holding {
+    fn drop(&mut self) {
+        for i in 0..self.count {
+            // SAFETY: the caller's array of `count` requests, valid for the call.
+            let h = unsafe { *self.requests.add(i) };
+            if h != 0 {
+                let _ = REQUESTS.with(h, |r| r.unhold(self.me));
+            }
+        }
+    }
 }
 
 /// The pause between two passes of a waiting loop: a spin, then 20 µs sleeps.
@@ -644,7 +690,7 @@ pub extern "C" fn gpuwire_testany(count: i32, requests: *mut gpuwire_request, in
         let mut s = crate::request::Status::EMPTY;
         let mut at = crate::types::GPUWIRE_UNDEFINED;
         let all_null = reqs.iter().all(|h| *h == 0);
-        let found = match test_any(reqs, &mut s, &mut at) {
+        let found = match test_any(reqs, &mut s, &mut at, 0) {
             Ok(f) => f,
             Err(e) => {
                 write(index, at);
@@ -736,15 +782,15 @@ pub extern "C" fn gpuwire_testall(count: i32, requests: *mut gpuwire_request, fl
 /// completed (or failed) is released, its index appended to `indices` and its status (with its
 /// own error in `error`) to `statuses` (when not NULL), in array order. Returns how many, and
 /// the first failure, naming its index (also of a request refused, which stays active and is not
-/// listed).
-fn test_some(reqs: &mut [gpuwire_request], indices: *mut i32, statuses: *mut gpuwire_status_t) -> (usize, Option<Error>) {
+/// listed). `me`: the `Holding` of gpuwire_waitsome, 0 for gpuwire_testsome.
+fn test_some(reqs: &mut [gpuwire_request], indices: *mut i32, statuses: *mut gpuwire_status_t, me: u64) -> (usize, Option<Error>) {
     let (mut n, mut first) = (0, None);
     for i in 0..reqs.len() {
         if reqs[i] == 0 {
             continue;
         }
         let mut s = crate::request::Status::EMPTY;
-        let code = match finish_status(&mut reqs[i], false, &mut s) {
+        let code = match finish_status(&mut reqs[i], false, &mut s, me) {
             Ok(false) => continue,
             Ok(true) => gpuwire_status::GPUWIRE_SUCCESS,
             Err(e) => {
@@ -813,7 +859,7 @@ pub extern "C" fn gpuwire_testsome(count: i32, requests: *mut gpuwire_request, o
     call("gpuwire_testsome", || {
         let Some(reqs) = some_array(count, requests, outcount, indices)? else { return Ok(()) };
         ready_to_test_all(reqs)?;
-        let (n, first) = test_some(reqs, indices, statuses);
+        let (n, first) = test_some(reqs, indices, statuses, 0);
         write(outcount, n as i32);
         first.map_or(Ok(()), Err)
     })
@@ -824,16 +870,18 @@ pub extern "C" fn gpuwire_testsome(count: i32, requests: *mut gpuwire_request, o
 /// gpuwire_testsome (GPUWIRE_UNDEFINED at once when every request is GPUWIRE_REQUEST_NULL).
 /// Timeouts as gpuwire_waitany: once the shortest timeout among the requests' communicators has
 /// passed with none complete, the first request of a communicator with a timeout is waited for as
-/// by gpuwire_wait (its TIMEOUT then names its index, `*outcount` 1). Errors as
+/// by gpuwire_wait (its TIMEOUT then names its index, `*outcount` 1). Every request of the
+/// array is waited for during the whole call, as by gpuwire_waitany. Errors as
 /// gpuwire_testsome, plus GPUWIRE_ERROR_TIMEOUT.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_waitsome(count: i32, requests: *mut gpuwire_request, outcount: *mut i32, indices: *mut i32, statuses: *mut gpuwire_status_t) -> gpuwire_status {
     call("gpuwire_waitsome", || {
         let Some(reqs) = some_array(count, requests, outcount, indices)? else { return Ok(()) };
-        let (deadline, first_timed) = ready_to_block_any(reqs)?;
+        let holding = Holding::new(requests, count);
+        let (deadline, first_timed) = ready_to_block_any(reqs, &holding)?;
         let mut spins = 0u32;
         loop {
-            let (n, first) = test_some(reqs, indices, statuses);
+            let (n, first) = test_some(reqs, indices, statuses, holding.me);
             if n > 0 || first.is_some() {
                 write(outcount, n as i32);
                 return first.map_or(Ok(()), Err);
@@ -842,7 +890,7 @@ pub extern "C" fn gpuwire_waitsome(count: i32, requests: *mut gpuwire_request, o
                 // As gpuwire_waitany: that request's own wait gives up at its timeout.
                 let i = first_timed;
                 let mut s = crate::request::Status::EMPTY;
-                let r = finish_status(&mut reqs[i], true, &mut s);
+                let r = finish_status(&mut reqs[i], true, &mut s, holding.me);
                 let code = r.as_ref().map_or_else(|e| e.status(), |_| gpuwire_status::GPUWIRE_SUCCESS);
                 // SAFETY: as in `test_some`.
                 unsafe {
@@ -864,7 +912,8 @@ pub extern "C" fn gpuwire_waitsome(count: i32, requests: *mut gpuwire_request, o
 /// returned. NULL requests in the array are skipped. A request may appear only once (as in
 /// MPI): an array that holds the same request twice is refused before anything is waited for,
 /// and left as it was; so is an array with a freed or foreign handle, or with a request of a
-/// group that has not ended (as gpuwire_wait refuses it).
+/// group that has not ended (as gpuwire_wait refuses it). Every request of the array is waited
+/// for during the whole call, as by gpuwire_waitany.
 ///
 /// Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`requests` NULL with count > 0),
 /// GPUWIRE_ERROR_INVALID_ARGUMENT (negative count, a request twice, a request of an open group),
@@ -908,9 +957,10 @@ pub extern "C" fn gpuwire_waitall(count: i32, requests: *mut gpuwire_request) ->
         // behind this thread's group), refuses the array before anything is waited for, as
         // gpuwire_waitany and gpuwire_testall do: waiting for the others first could block for
         // ever (their peers' operations may come after the group, or after this call), and
-        // would complete some of them in a call that is refused.
+        // would complete some of them in a call that is refused. Each is held for the call.
+        let holding = Holding::new(requests, count);
         for (i, h) in given.iter().enumerate().filter(|(_, h)| **h != 0) {
-            REQUESTS.with(*h, |r| r.ready_to_block()).and_then(|r| r).map_err(|e| {
+            REQUESTS.with(*h, |r| r.ready_to_block().map(|()| holding.hold(r))).and_then(|r| r).map_err(|e| {
                 let e = with_index(i as i32, e);
                 e.reworded(format!("{}; nothing was waited for", e.detail()))
             })?;
@@ -919,7 +969,7 @@ pub extern "C" fn gpuwire_waitall(count: i32, requests: *mut gpuwire_request) ->
         for i in 0..count as usize {
             // SAFETY: the caller promises `count` requests.
             let r = unsafe { requests.add(i) };
-            if let Err(e) = finish(r, true) {
+            if let Err(e) = finish_by(r, true, holding.me) {
                 first.get_or_insert(with_index(i as i32, e));
             }
         }

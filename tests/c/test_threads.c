@@ -31,6 +31,9 @@
  *                     once (INVALID_ARGUMENT), and that wait completes. Buffers freed while
  *                     another thread's calls use them, and calls with the same handles while
  *                     another thread makes and frees buffers (remembered lookups).
+ *                     gpuwire_waitany, waitsome and waitall wait for all their requests for
+ *                     their whole call: another thread's cancel, free and test of one are
+ *                     refused, its wait blocks until the call returns.
  *   progress on|off   a host irecv whose message has not arrived starts gpuwire's progress
  *                     thread ("gpuwire-progress") with "on", and not with "off", which the
  *                     launcher runs with GPUWIRE_PROGRESS_THREAD set empty and the old name
@@ -842,6 +845,8 @@ static void remembered(int rank)
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
+static void wait_many_holds(int rank);
+
 static void order(int rank)
 {
     order_comm = world(0, 0.0);
@@ -895,7 +900,100 @@ static void order(int rank)
     remembered(rank);
     comm_free_while_pinned(rank);
     free_races_wait();
+    wait_many_holds(rank);
     EXPECT_OK(gpuwire_comm_free(order_comm));
+}
+
+/* gpuwire_waitany, gpuwire_waitsome and gpuwire_waitall wait for every request of their array for
+ * their whole call, as gpuwire_wait for its one (a new user's hunt: between their tests another
+ * thread's cancel withdrew a receive that waitall then reported done, unwritten; a free made
+ * waitany fail; a wait took a request from waitany). On rank 0, messages to itself: thread A
+ * waits for two receives; meanwhile another thread's cancel, free and tests of them are refused
+ * (INVALID_ARGUMENT), nothing withdrawn, and a third thread's wait of receive 1 blocks until A's
+ * call returns, then INVALID_HANDLE (A completed it). A waitany or waitsome lets go of receive 0,
+ * which it did not complete: then it can be cancelled. */
+static gpuwire_request held_req[2];
+static int held_kind; /* 0 waitany, 1 waitsome, 2 waitall */
+static gpuwire_status held_st, held_wait_st;
+static int32_t held_index, held_out, held_indices[2];
+static volatile int held_in, held_wait_done;
+
+static void *held_waiter(void *arg)
+{
+    (void)arg;
+    held_in = 1;
+    if (held_kind == 0)
+        held_st = gpuwire_waitany(2, held_req, &held_index, NULL);
+    else if (held_kind == 1)
+        held_st = gpuwire_waitsome(2, held_req, &held_out, held_indices, NULL);
+    else
+        held_st = gpuwire_waitall(2, held_req);
+    return NULL;
+}
+
+static void *held_second_wait(void *arg)
+{
+    gpuwire_request copy = *(gpuwire_request *)arg;
+    held_wait_st = gpuwire_wait(&copy);
+    held_wait_done = 1;
+    return NULL;
+}
+
+static void wait_many_holds(int rank)
+{
+    if (rank == 0) {
+        for (held_kind = 0; held_kind < 3; held_kind++) {
+            int64_t v0[2] = {-1, -1}, v1[2] = {-1, -1}, s0[2] = {5, 5}, s1[2] = {6, 6};
+            gpuwire_buffer r0 = wrap(v0, 2), r1 = wrap(v1, 2), b0 = wrap(s0, 2), b1 = wrap(s1, 2);
+            EXPECT_OK(gpuwire_irecv(order_comm, r0, 0, 31, NULL, &held_req[0]));
+            EXPECT_OK(gpuwire_irecv(order_comm, r1, 0, 32, NULL, &held_req[1]));
+            gpuwire_request c0 = held_req[0], c1 = held_req[1];
+            held_in = held_wait_done = 0;
+            pthread_t a, w;
+            EXPECT(pthread_create(&a, NULL, held_waiter, NULL) == 0);
+            while (!held_in)
+                sched_yield();
+            sleep_s(0.3); /* A is inside its call */
+            int flag = 7, index = 7;
+            EXPECT_STATUS(gpuwire_cancel(&c1), GPUWIRE_ERROR_INVALID_ARGUMENT);
+            EXPECT_LAST_ERROR_HAS("another thread");
+            EXPECT_STATUS(gpuwire_request_free(&c0), GPUWIRE_ERROR_INVALID_ARGUMENT);
+            EXPECT_STATUS(gpuwire_test(&c1, &flag), GPUWIRE_ERROR_INVALID_ARGUMENT);
+            EXPECT_STATUS(gpuwire_testany(2, held_req, &index, &flag, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+            EXPECT(flag == 7 && c0.h == held_req[0].h && c1.h == held_req[1].h);
+            EXPECT(pthread_create(&w, NULL, held_second_wait, &c1) == 0);
+            sleep_s(0.2);
+            EXPECT(!held_wait_done); /* blocked behind A's call */
+            EXPECT_OK(gpuwire_send(order_comm, b1, 0, 32, NULL));
+            if (held_kind == 2)
+                EXPECT_OK(gpuwire_send(order_comm, b0, 0, 31, NULL));
+            pthread_join(a, NULL);
+            pthread_join(w, NULL);
+            EXPECT_OK(held_st);
+            EXPECT_STATUS(held_wait_st, GPUWIRE_ERROR_INVALID_HANDLE);
+            EXPECT(v1[0] == 6 && v1[1] == 6);
+            if (held_kind == 0)
+                EXPECT(held_index == 1);
+            if (held_kind == 1)
+                EXPECT(held_out == 1 && held_indices[0] == 1);
+            if (held_kind == 2) {
+                EXPECT(v0[0] == 5 && v0[1] == 5);
+            } else {
+                /* Receive 0 was let go: another thread's cancel of it works now. */
+                EXPECT(held_req[0].h == c0.h);
+                EXPECT_OK(gpuwire_cancel(&c0));
+                gpuwire_status_t st;
+                EXPECT_OK(gpuwire_wait_status(&held_req[0], &st));
+                EXPECT(st.cancelled == 1 && v0[0] == -1);
+            }
+            EXPECT(held_req[0].h == 0 && held_req[1].h == 0);
+            gpuwire_buffer_free(r0);
+            gpuwire_buffer_free(r1);
+            gpuwire_buffer_free(b0);
+            gpuwire_buffer_free(b1);
+        }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
 }
 
 /* Whether this process runs a thread whose name starts with `name` (Linux:
