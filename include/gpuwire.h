@@ -2321,8 +2321,9 @@ gpuwire_status gpuwire_scan(gpuwire_comm comm,
 /**
  * Exclusive prefix reduction in rank order, as MPI_Exscan: rank r > 0's `recvbuf` receives
  * the reduction with `op` of the `sendbuf`s of ranks 0..r-1 (rank 1: rank 0's data). Rank 0's
- * `recvbuf` is left untouched (MPI leaves it undefined). AVG divides by r. Otherwise as
- * gpuwire_scan (in place when both are the same buffer).
+ * `recvbuf` is left untouched (MPI leaves it undefined); it is not significant there, as in
+ * MPI, and may be GPUWIRE_BUFFER_NULL. AVG divides by r. Otherwise as gpuwire_scan (in place
+ * when both are the same buffer).
  *
  * Collective. Errors as gpuwire_allreduce.
  */
@@ -2564,7 +2565,7 @@ gpuwire_status gpuwire_iscan(gpuwire_comm comm,
 
 /**
  * Starts an exclusive scan, as MPI_Iexscan (arguments as gpuwire_exscan: rank 0's `recvbuf`
- * is left untouched; see gpuwire_ibarrier).
+ * is left untouched and may be GPUWIRE_BUFFER_NULL; see gpuwire_ibarrier).
  */
 gpuwire_status gpuwire_iexscan(gpuwire_comm comm,
                                gpuwire_buffer sendbuf,

@@ -1210,8 +1210,9 @@ pub extern "C" fn gpuwire_scan(comm: gpuwire_comm, sendbuf: gpuwire_buffer, recv
 
 /// Exclusive prefix reduction in rank order, as MPI_Exscan: rank r > 0's `recvbuf` receives
 /// the reduction with `op` of the `sendbuf`s of ranks 0..r-1 (rank 1: rank 0's data). Rank 0's
-/// `recvbuf` is left untouched (MPI leaves it undefined). AVG divides by r. Otherwise as
-/// gpuwire_scan (in place when both are the same buffer).
+/// `recvbuf` is left untouched (MPI leaves it undefined); it is not significant there, as in
+/// MPI, and may be GPUWIRE_BUFFER_NULL. AVG divides by r. Otherwise as gpuwire_scan (in place
+/// when both are the same buffer).
 ///
 /// Collective. Errors as gpuwire_allreduce.
 #[unsafe(no_mangle)]
@@ -1225,10 +1226,24 @@ fn scan(name: &'static str, comm: gpuwire_comm, sendbuf: gpuwire_buffer, recvbuf
         collective(
             &c,
             name.trim_start_matches("gpuwire_"),
-            || Ok((boundary::buffer(sendbuf)?, boundary::buffer(recvbuf)?, ReduceOp::from_c(op)?)),
+            || {
+                let s = boundary::buffer(sendbuf)?;
+                let r = scan_recv(&c, &s, recvbuf, exclusive)?;
+                Ok((s, r, ReduceOp::from_c(op)?))
+            },
             |(s, r, op)| issue(&c, Op::Scan { send: s, recv: r, op, exclusive }, st(stream), false).map(|_| ()),
         )
     })
+}
+
+/// A scan's receive buffer. An exscan's is not significant on rank 0 (MPI_Exscan): there
+/// GPUWIRE_BUFFER_NULL stands for the send buffer, an in-place call, which leaves it untouched.
+fn scan_recv(c: &Communicator, send: &Arc<Buffer>, recvbuf: gpuwire_buffer, exclusive: bool) -> Result<Arc<Buffer>> {
+    match boundary::buffer_opt(recvbuf)? {
+        Some(r) => Ok(r),
+        None if exclusive && c.rank() == 0 => Ok(send.clone()),
+        None => boundary::buffer(recvbuf),
+    }
 }
 
 /// One entry per rank of a caller's array (`None` for NULL, or where not `significant`).
@@ -1634,7 +1649,7 @@ pub extern "C" fn gpuwire_iscan(
 }
 
 /// Starts an exclusive scan, as MPI_Iexscan (arguments as gpuwire_exscan: rank 0's `recvbuf`
-/// is left untouched; see gpuwire_ibarrier).
+/// is left untouched and may be GPUWIRE_BUFFER_NULL; see gpuwire_ibarrier).
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_iexscan(
     comm: gpuwire_comm,
@@ -1645,7 +1660,9 @@ pub extern "C" fn gpuwire_iexscan(
     request: *mut gpuwire_request,
 ) -> gpuwire_status {
     nonblocking("gpuwire_iexscan", comm, request, stream, || {
-        Ok(Op::Scan { send: boundary::buffer(sendbuf)?, recv: boundary::buffer(recvbuf)?, op: ReduceOp::from_c(op)?, exclusive: true })
+        let send = boundary::buffer(sendbuf)?;
+        let recv = scan_recv(&*boundary::comm(comm)?, &send, recvbuf, true)?;
+        Ok(Op::Scan { send, recv, op: ReduceOp::from_c(op)?, exclusive: true })
     })
 }
 

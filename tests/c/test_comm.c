@@ -902,6 +902,21 @@ static void logical_scans_and_locs(void)
         EXPECT(rp[i] == 10 * rank * (rank + 1) / 2 + (rank + 1) * i);
         EXPECT(ep[i] == (rank == 0 ? i : 10 * (rank - 1) * rank / 2 + rank * i));
     }
+    /* Rank 0's exscan receive buffer is not significant (MPI_Exscan): GPUWIRE_BUFFER_NULL there,
+     * blocking and nonblocking; rank 0's send buffer stays as it was. */
+    for (i = 0; i < n; i++) {
+        sp[i] = rank * 10 + i;
+        ep[i] = -5;
+    }
+    EXPECT_OK(gpuwire_exscan(comm, s, rank == 0 ? GPUWIRE_BUFFER_NULL : e, GPUWIRE_SUM, NULL));
+    for (i = 0; i < n; i++)
+        EXPECT(ep[i] == (rank == 0 ? -5 : 10 * (rank - 1) * rank / 2 + rank * i) && sp[i] == rank * 10 + i);
+    EXPECT_OK(gpuwire_iexscan(comm, s, rank == 0 ? GPUWIRE_BUFFER_NULL : e, GPUWIRE_MAX, NULL, &q[0]));
+    EXPECT_OK(gpuwire_wait(&q[0]));
+    for (i = 0; i < n; i++)
+        EXPECT(ep[i] == (rank == 0 ? -5 : (rank - 1) * 10 + i) && sp[i] == rank * 10 + i);
+    /* A scan's is significant on every rank. */
+    EXPECT_STATUS(gpuwire_scan(comm, s, GPUWIRE_BUFFER_NULL, GPUWIRE_SUM, NULL), GPUWIRE_ERROR_INVALID_HANDLE);
     /* MINLOC on MPI_DOUBLE_INT's C layout, against MPI's own MPI_MINLOC and a serial loop:
      * values tie on even and odd ranks; the lowest index wins. */
     for (i = 0; i < 3; i++) {
