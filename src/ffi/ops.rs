@@ -822,11 +822,13 @@ fn test_some(reqs: &mut [gpuwire_request], indices: *mut i32, statuses: *mut gpu
 fn some_array<'a>(count: i32, requests: *mut gpuwire_request, outcount: *mut i32, indices: *mut i32) -> Result<Option<&'a mut [gpuwire_request]>> {
     non_null(outcount, "outcount")?;
     let reqs = request_array(count, requests)?;
+    if !reqs.is_empty() {
+        non_null(indices, "indices")?;
+    }
     if reqs.iter().all(|h| *h == 0) {
         write(outcount, crate::types::GPUWIRE_UNDEFINED);
         return Ok(None);
     }
-    non_null(indices, "indices")?;
     Ok(Some(reqs))
 }
 

@@ -650,6 +650,11 @@ static void some_requests(void)
     EXPECT(out == GPUWIRE_UNDEFINED);
     EXPECT_STATUS(gpuwire_waitsome(4, reqs, NULL, idx, sts), GPUWIRE_ERROR_NULL_ARGUMENT);
     EXPECT_STATUS(gpuwire_testsome(-1, reqs, &out, idx, sts), GPUWIRE_ERROR_INVALID_ARGUMENT);
+    /* `indices` is required with count > 0, also where every request is NULL. */
+    out = -7;
+    EXPECT_STATUS(gpuwire_testsome(4, reqs, &out, NULL, sts), GPUWIRE_ERROR_NULL_ARGUMENT);
+    EXPECT_STATUS(gpuwire_waitsome(4, reqs, &out, NULL, sts), GPUWIRE_ERROR_NULL_ARGUMENT);
+    EXPECT(out == -7);
 
     /* [0] complete at once (to PROC_NULL), [1] NULL, [2] and [3] receives from oneself. */
     ap[0] = -1;
