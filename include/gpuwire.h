@@ -1776,11 +1776,15 @@ gpuwire_status gpuwire_init(void);
  * operation that MPI or a peer may still read or write are kept, never freed, for the rest of
  * the process (also where the program freed their handles; a receive of checking mode is
  * withdrawn); gpuwire (and MPI, where gpuwire initialized it) is finalized all the same, and the
- * call returns GPUWIRE_ERROR_INVALID_ARGUMENT saying how many there were.
+ * call returns GPUWIRE_ERROR_INVALID_ARGUMENT saying how many there were. So it does where the
+ * calling thread's group is still open (gpuwire_group_start without its gpuwire_group_end): the
+ * group's operations never start (on NCCL, those issued at their calls are launched), their
+ * requests fail, and the message says how many there were.
  *
  * Collective over MPI_COMM_WORLD (as MPI_Finalize); call it from one thread once no other thread
  * uses gpuwire. Errors: GPUWIRE_ERROR_NOT_INITIALIZED, GPUWIRE_ERROR_ALREADY_FINALIZED,
- * GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_INVALID_ARGUMENT (requests in flight, above).
+ * GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_INVALID_ARGUMENT (requests in flight, a group left open,
+ * above).
  */
 gpuwire_status gpuwire_finalize(void);
 

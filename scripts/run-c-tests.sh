@@ -428,15 +428,16 @@ for n in 2 3; do
 done
 timeout_s=$saved_timeout
 # The end of a program with operations in flight: gpuwire_finalize with an isend (its buffer's
-# handle freed) and an irecv never waited for, and with an irecv whose sender comes later; the
-# program's MPI_Finalize with nonblocking collectives queued on the progress engine
+# handle freed) and an irecv never waited for, with an irecv whose sender comes later, and
+# inside a group never ended; the program's MPI_Finalize with nonblocking collectives queued on
+# the progress engine
 # (tests/c/test_finalize.c; a hang is a failure within 120 s). irecvlate with Open MPI only:
 # MPICH's MPI_Finalize hangs the same way in the plain MPI program (MPI_Irecv left pending, the
 # peer's MPI_Send of 64 KiB: 3 of 3 runs, 2026-12-07), which gpuwire's plain receive then is.
 saved_timeout=$timeout_s
 timeout_s=120
-finalize_modes="inflight mpifinalize"
-[[ $mpi == openmpi ]] && finalize_modes="inflight irecvlate mpifinalize"
+finalize_modes="inflight opengroup mpifinalize"
+[[ $mpi == openmpi ]] && finalize_modes="inflight irecvlate opengroup mpifinalize"
 for m in $finalize_modes; do
     check "test_finalize $m -n 2" 0 2 "^test_finalize: PASS \\(rank 0, $m\\)
 ^test_finalize: PASS \\(rank 1, $m\\)" "$build/test_finalize" "$m"

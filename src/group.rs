@@ -78,25 +78,48 @@ struct Open {
     ended: Arc<AtomicBool>,
 }
 
-impl Drop for Open {
-    /// A group its thread left open when it exited never starts: its nonblocking operations'
-    /// requests fail (another thread's wait or free of them returns instead of being refused
-    /// for good).
-    fn drop(&mut self) {
+impl Open {
+    /// Closes a group that will never end (`why`: its thread exits, or gpuwire is finalized):
+    /// it never starts, its nonblocking operations' requests fail with `why` (another thread's
+    /// wait or free of them returns instead of being refused for good). The number of its
+    /// operations.
+    fn abandon(&mut self, why: &str) -> usize {
         set_open(false);
         if self.depth == 0 {
-            return;
+            return 0;
         }
-        let e = Err(Error::InvalidArgument(
-            "the group's thread exited before its gpuwire_group_end: its operations did not run as a group (on NCCL, those issued at their calls were launched at the thread's exit; the others never started)".into(),
-        ));
-        for x in &self.entries {
+        self.depth = 0;
+        self.memory = overlap::Memory::default();
+        let entries = std::mem::take(&mut self.entries);
+        let e = Err(Error::InvalidArgument(why.into()));
+        for x in &entries {
             finish(x, &e);
         }
         self.ended.store(true, Ordering::Release);
-        let comms: Vec<&Communicator> = self.entries.iter().map(|x| &*x.c).collect();
+        let comms: Vec<&Communicator> = entries.iter().map(|x| &*x.c).collect();
         crate::backend::nccl::thread_exits_in_group(&comms);
+        entries.len()
     }
+}
+
+impl Drop for Open {
+    /// A group its thread left open when it exited never starts.
+    fn drop(&mut self) {
+        self.abandon("the group's thread exited before its gpuwire_group_end: its operations did not run as a group (on NCCL, those issued at their calls were launched at the thread's exit; the others never started)");
+    }
+}
+
+/// gpuwire_finalize on a thread whose group is open: the group is abandoned as at its thread's
+/// exit (`Open::abandon`); the number of its operations, which finalize reports.
+pub fn abandon_at_finalize() -> usize {
+    if !is_open() {
+        return 0;
+    }
+    GROUP.with(|g| {
+        g.borrow_mut().abandon(
+            "gpuwire_finalize was called inside the group, before its gpuwire_group_end: its operations did not run as a group (on NCCL, those issued at their calls were launched at the finalize; the others never started)",
+        )
+    })
 }
 
 thread_local! {

@@ -38,14 +38,26 @@ pub extern "C" fn gpuwire_init() -> gpuwire_status {
 /// operation that MPI or a peer may still read or write are kept, never freed, for the rest of
 /// the process (also where the program freed their handles; a receive of checking mode is
 /// withdrawn); gpuwire (and MPI, where gpuwire initialized it) is finalized all the same, and the
-/// call returns GPUWIRE_ERROR_INVALID_ARGUMENT saying how many there were.
+/// call returns GPUWIRE_ERROR_INVALID_ARGUMENT saying how many there were. So it does where the
+/// calling thread's group is still open (gpuwire_group_start without its gpuwire_group_end): the
+/// group's operations never start (on NCCL, those issued at their calls are launched), their
+/// requests fail, and the message says how many there were.
 ///
 /// Collective over MPI_COMM_WORLD (as MPI_Finalize); call it from one thread once no other thread
 /// uses gpuwire. Errors: GPUWIRE_ERROR_NOT_INITIALIZED, GPUWIRE_ERROR_ALREADY_FINALIZED,
-/// GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_INVALID_ARGUMENT (requests in flight, above).
+/// GPUWIRE_ERROR_MPI, GPUWIRE_ERROR_INVALID_ARGUMENT (requests in flight, a group left open,
+/// above).
 #[unsafe(no_mangle)]
 pub extern "C" fn gpuwire_finalize() -> gpuwire_status {
-    call("gpuwire_finalize", || runtime::finalize(drain, release_all))
+    call("gpuwire_finalize", || {
+        // The operations of a group the calling thread left open never start (`group::abandon_at_finalize`).
+        let abandoned = std::cell::Cell::new(0);
+        let drain_first = || {
+            abandoned.set(crate::group::abandon_at_finalize());
+            drain();
+        };
+        runtime::finalize(drain_first, || release_all(abandoned.get()))
+    })
 }
 
 /// Operations still queued on progress engines finish first (they need MPI and the handles).
@@ -63,8 +75,9 @@ fn at_mpi_finalize() {
 }
 
 /// gpuwire_finalize, once every handle is invalid: releases every object of gpuwire. A request
-/// still in flight is an error, returned once MPI is finalized (`runtime::finalize`).
-fn release_all() -> crate::error::Result<()> {
+/// still in flight, or `abandoned` operations of a group left open, are an error, returned once
+/// MPI is finalized (`runtime::finalize`).
+fn release_all(abandoned: usize) -> crate::error::Result<()> {
     // The progress thread makes MPI calls: joined before anything is released.
     crate::progress::shutdown();
     // Dropping a request in flight would free its buffers under MPI (a send read from freed
@@ -80,18 +93,29 @@ fn release_all() -> crate::error::Result<()> {
     crate::pin::reclaim();
     // IPC mappings are shared by communicators; whatever the last free left open closes here.
     crate::backend::ipc::close_all_mappings();
-    if in_flight == 0 {
+    if in_flight == 0 && abandoned == 0 {
         return Ok(());
     }
     let owns_mpi = runtime::owns_mpi();
+    let group = match abandoned {
+        0 => String::new(),
+        1 => "1 operation of a group left open (gpuwire_group_start without its gpuwire_group_end) never started; ".into(),
+        k => format!("{k} operations of a group left open (gpuwire_group_start without its gpuwire_group_end) never started; "),
+    };
+    let requests = match in_flight {
+        0 => String::new(),
+        k => format!(
+            "{k} request{} still in flight (neither completed by a wait or test nor freed): given up, the buffers that MPI or a peer may still use kept for the rest of the process{}. ",
+            if k == 1 { " was" } else { "s were" },
+            match posted {
+                0 => String::new(),
+                1 => "; 1 receive still waiting for its message (of these, or of a freed request) was posted to MPI as a plain receive".into(),
+                k => format!("; {k} receives still waiting for their messages (of these, or of freed requests) were posted to MPI as plain receives"),
+            },
+        ),
+    };
     Err(crate::error::Error::InvalidArgument(format!(
-        "{in_flight} request{} still in flight (neither completed by a wait or test nor freed): given up, the buffers that MPI or a peer may still use kept for the rest of the process{}. gpuwire{} finalized all the same; complete or free every request first, as MPI_Finalize requires",
-        if in_flight == 1 { " was" } else { "s were" },
-        match posted {
-            0 => String::new(),
-            1 => "; 1 receive still waiting for its message (of these, or of a freed request) was posted to MPI as a plain receive".into(),
-            k => format!("; {k} receives still waiting for their messages (of these, or of freed requests) were posted to MPI as plain receives"),
-        },
+        "{group}{requests}gpuwire{} finalized all the same; end every group and complete or free every request first, as MPI_Finalize requires",
         if owns_mpi { " and MPI were" } else { " was" }
     )))
 }

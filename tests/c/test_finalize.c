@@ -17,6 +17,12 @@
  *                MPI_Finalize for ever (14 of 14 runs); it is posted to MPI now. Open MPI only
  *                (scripts/run-c-tests.sh): MPICH's MPI_Finalize hangs the same way in the plain
  *                MPI program.
+ *   opengroup:   rank 0 opens a group (nested in another), puts an irecv, an isend and a blocking
+ *                send to rank 1 in it and calls gpuwire_finalize without ending it: the
+ *                operations never start, and finalize must say so (GPUWIRE_ERROR_INVALID_ARGUMENT,
+ *                3 operations), finalize all the same, and count no request in flight. It
+ *                returned GPUWIRE_SUCCESS and dropped them without a word (helper-100's hunt,
+ *                2026-12-07). Rank 1 finalizes.
  *   mpifinalize: the program initializes MPI (MPI_THREAD_MULTIPLE); both ranks queue a
  *                nonblocking barrier and allreduce of 8 MiB on the progress engine, rank 1 after
  *                100 ms, wait for neither, and call MPI_Finalize without gpuwire_finalize: the
@@ -128,6 +134,38 @@ static int irecvlate(void)
     return gwt_failures() != 0;
 }
 
+static int opengroup(void)
+{
+    gpuwire_comm comm;
+    gpuwire_buffer a, b, c;
+    gpuwire_request rr, sr;
+    int32_t rank = world(&comm);
+    if (rank < 0)
+        return 1;
+    if (rank == 0) {
+        EXPECT_OK(gpuwire_buffer_alloc(16, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, -1, &a));
+        EXPECT_OK(gpuwire_buffer_alloc(16, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, -1, &b));
+        EXPECT_OK(gpuwire_buffer_alloc(16, GPUWIRE_FLOAT64, GPUWIRE_SPACE_HOST, -1, &c));
+        EXPECT_OK(gpuwire_group_start());
+        EXPECT_OK(gpuwire_group_start());
+        EXPECT_OK(gpuwire_irecv(comm, a, 1, 11, NULL, &rr));
+        EXPECT_OK(gpuwire_isend(comm, b, 1, 12, NULL, &sr));
+        EXPECT_OK(gpuwire_send(comm, c, 1, 13, NULL));
+        EXPECT_OK(gpuwire_group_end()); /* the inner one: the outer stays open */
+        EXPECT_STATUS(gpuwire_finalize(), GPUWIRE_ERROR_INVALID_ARGUMENT);
+        EXPECT_LAST_ERROR_HAS("3 operations of a group left open");
+        char msg[1024] = "";
+        gpuwire_last_error(msg, sizeof msg);
+        EXPECT(strstr(msg, "in flight") == NULL);
+        int32_t flag = -1;
+        EXPECT_OK(gpuwire_initialized(&flag));
+        EXPECT(flag == 0);
+    } else {
+        EXPECT_OK(gpuwire_finalize());
+    }
+    return gwt_failures() != 0;
+}
+
 static int mpifinalize(int *argc, char ***argv)
 {
     int provided = 0, rank = -1, size = 0;
@@ -177,10 +215,12 @@ int main(int argc, char **argv)
         failed = inflight();
     } else if (!strcmp(mode, "irecvlate")) {
         failed = irecvlate();
+    } else if (!strcmp(mode, "opengroup")) {
+        failed = opengroup();
     } else if (!strcmp(mode, "mpifinalize")) {
         failed = mpifinalize(&argc, &argv);
     } else {
-        fprintf(stderr, "usage: test_finalize inflight|irecvlate|mpifinalize\n");
+        fprintf(stderr, "usage: test_finalize inflight|irecvlate|opengroup|mpifinalize\n");
         return 2;
     }
     if (failed)
