@@ -29,6 +29,24 @@ fn main() {
     }
     cc.compile("gpuwire_shim");
 
+    // cfg(mpich): built against MPICH (`backend::p2p::through_scratch`), as its mpi.h says.
+    println!("cargo::rustc-check-cfg=cfg(mpich)");
+    let probe = PathBuf::from(env::var("OUT_DIR").unwrap()).join("flavour.c");
+    std::fs::write(&probe, "#include <mpi.h>\n#ifdef MPICH_VERSION\ngpuwire_built_with_mpich\n#endif\n").unwrap();
+    let mut pp = cc::Build::new();
+    pp.file(&probe);
+    if let Some(mpicc) = &mpi.mpicc {
+        pp.compiler(mpicc);
+    }
+    for inc in &mpi.include_paths {
+        pp.include(inc);
+    }
+    match pp.try_expand() {
+        Ok(out) if String::from_utf8_lossy(&out).contains("gpuwire_built_with_mpich") => println!("cargo:rustc-cfg=mpich"),
+        Ok(_) => {}
+        Err(e) => println!("cargo:warning=MPI flavour probe: {e}"),
+    }
+
     let version = env::var("CARGO_PKG_VERSION").unwrap();
     let major = env::var("CARGO_PKG_VERSION_MAJOR").unwrap();
     let minor = env::var("CARGO_PKG_VERSION_MINOR").unwrap();

@@ -137,8 +137,9 @@ enum State {
     /// Checking mode: the header from `source` with `tag` matched and was answered; that
     /// sender's data message is next.
     Checked { err: Option<Error>, ack: Box<Ack>, ack_req: RawRequest, source: i32, tag: i32 },
-    /// Matched; MPI receives it (into `scratch` when its size is wrong: `err` says so).
-    Receiving { req: RawRequest, scratch: Option<Vec<u8>>, err: Option<Error>, ack_req: RawRequest, _ack: Option<Box<Ack>> },
+    /// Matched; MPI receives it (into `scratch` when its size is wrong: `err` says so; or, with
+    /// `into` the buffer, when it goes through scratch memory: `through_scratch`).
+    Receiving { req: RawRequest, scratch: Option<Vec<u8>>, err: Option<Error>, ack_req: RawRequest, _ack: Option<Box<Ack>>, into: usize },
     /// Complete (its error, taken once).
     Done(Option<Error>),
     /// Posted to MPI as a plain receive at gpuwire_finalize, its request given up
@@ -591,7 +592,7 @@ fn try_match(e: &Entry, stage: &mut Stage, from: Option<(i32, i32)>, header_only
                 let Some((mut msg, status)) = improbe(e, want_source, want_tag)? else { return Ok(false) };
                 let m = Matched::of(&status)?;
                 *matched = Some(m);
-                *st = receive(&e.want, &mut msg, m, None, RawRequest(mpisys::request_null()), None)?;
+                *st = receive(&e.want, || comm_rank(e.comm), &mut msg, m, None, RawRequest(mpisys::request_null()), None)?;
                 return Ok(true);
             }
             State::Checked { source, tag, .. } => {
@@ -600,7 +601,7 @@ fn try_match(e: &Entry, stage: &mut Stage, from: Option<(i32, i32)>, header_only
                 let m = Matched::of(&status)?;
                 *matched = Some(m);
                 let State::Checked { err, ack, ack_req, .. } = std::mem::replace(st, State::Unmatched) else { unreachable!() };
-                *st = receive(&e.want, &mut msg, m, err, ack_req, Some(ack))?;
+                *st = receive(&e.want, || comm_rank(e.comm), &mut msg, m, err, ack_req, Some(ack))?;
                 return Ok(true);
             }
             _ => return Ok(true),
@@ -718,20 +719,22 @@ fn bytes_type(bytes: u64) -> Result<(sys::MPI_Datatype, c_int, bool)> {
 }
 
 /// Starts the receive of a matched message: into the buffer when it fits (`fits`: and checking
-/// mode found no mismatch), else into scratch memory, with the error.
-fn receive(w: &Want, msg: &mut sys::MPI_Message, m: Matched, err: Option<Error>, ack_req: RawRequest, ack: Option<Box<Ack>>) -> Result<State> {
+/// mode found no mismatch), else into scratch memory, with the error. `me`: this process's rank
+/// (`through_scratch`).
+fn receive(w: &Want, me: impl FnOnce() -> i32, msg: &mut sys::MPI_Message, m: Matched, err: Option<Error>, ack_req: RawRequest, ack: Option<Box<Ack>>) -> Result<State> {
     let got = m.bytes;
     let mut req = mpisys::request_null();
-    if fits(w, got) && err.is_none() {
+    let fit = fits(w, got) && err.is_none();
+    if fit && !through_scratch(me, m) {
         // Past MPI's int count as one element of a derived type (freed once posted: MPI keeps
         // it alive for the receive).
         let n = mpisys::Count::new(w.dtype, (got / w.dtype.size() as u64) as usize)?;
         // SAFETY: the buffer holds exactly the message (validated by the caller, kept alive by
         // the request).
         mpisys::check(unsafe { sys::MPI_Imrecv(w.ptr as *mut c_void, n.n, n.dt, msg, &mut req) }, "MPI_Imrecv")?;
-        return Ok(State::Receiving { req: RawRequest(req), scratch: None, err: None, ack_req, _ack: ack });
+        return Ok(State::Receiving { req: RawRequest(req), scratch: None, err: None, ack_req, _ack: ack, into: 0 });
     }
-    let err = err.unwrap_or_else(|| size_error(w, m));
+    let (err, into) = if fit { (None, w.ptr) } else { (Some(err.unwrap_or_else(|| size_error(w, m))), 0) };
     let mut scratch = vec![0u8; got.max(1) as usize];
     let (t, n, free) = bytes_type(got)?;
     // SAFETY: scratch holds the whole message.
@@ -741,8 +744,38 @@ fn receive(w: &Want, msg: &mut sys::MPI_Message, m: Matched, err: Option<Error>,
         // SAFETY: a type of ours; MPI keeps it alive for the pending receive.
         unsafe { sys::MPI_Type_free(&mut t) };
     }
-    mpisys::check(rc, "MPI_Imrecv (a message of the wrong size, discarded)")?;
-    Ok(State::Receiving { req: RawRequest(req), scratch: Some(scratch), err: Some(err), ack_req, _ack: ack })
+    mpisys::check(rc, "MPI_Imrecv (through scratch memory)")?;
+    Ok(State::Receiving { req: RawRequest(req), scratch: Some(scratch), err, ack_req, _ack: ack, into })
+}
+
+/// Whether a message that fits its receive goes through scratch memory first (`receive`'s
+/// `into`). MPICH copies a message of the process to itself straight from the send buffer, with
+/// a memcpy that asserts, aborting the process, where the two overlap: a receive into the
+/// memory of the process's own pending send (erroneous in MPI, but a gpuwire error never
+/// aborts). On MPICH such a message is received into scratch memory and copied into the buffer.
+#[inline]
+fn through_scratch(me: impl FnOnce() -> i32, m: Matched) -> bool {
+    cfg!(mpich) && m.source == me()
+}
+
+/// This process's rank in `comm` (-1 if MPI cannot say; called on MPICH only, `through_scratch`).
+fn comm_rank(comm: RawComm) -> i32 {
+    let mut rank: c_int = -1;
+    // SAFETY: a live communicator of the receive; a plain out-parameter.
+    if unsafe { sys::MPI_Comm_rank(comm.0, &mut rank) } != 0 {
+        return -1;
+    }
+    rank
+}
+
+/// A completed `State::Receiving`'s data copied from its scratch memory into the buffer, when
+/// it went through scratch (`through_scratch`) and succeeded.
+fn copy_in(scratch: Option<Vec<u8>>, into: usize, err: &Option<Error>, bytes: u64) {
+    if let (Some(s), true, None) = (scratch, into != 0, err) {
+        // SAFETY: `into` is the receive's buffer, which holds the message (`fits`), kept alive
+        // by the request; the scratch memory is gpuwire's own.
+        unsafe { std::ptr::copy_nonoverlapping(s.as_ptr(), into as *mut u8, bytes as usize) };
+    }
 }
 
 fn size_error(w: &Want, m: Matched) -> Error {
@@ -874,7 +907,8 @@ impl Recv {
                 if !test_req(req, "MPI_Test (recv)")? || !test_req(ack_req, "MPI_Test (checking-mode answer)")? {
                     return Ok(false);
                 }
-                let State::Receiving { err, .. } = std::mem::replace(&mut st.now, State::Done(None)) else { unreachable!() };
+                let State::Receiving { err, scratch, into, .. } = std::mem::replace(&mut st.now, State::Done(None)) else { unreachable!() };
+                copy_in(scratch, into, &err, st.matched.map_or(0, |m| m.bytes));
                 err.map_or(Ok(true), Err)
             }
             State::Done(e) => e.take().map_or(Ok(true), Err),
@@ -1081,7 +1115,7 @@ pub fn recv(c: &Communicator, w: Want) -> Result<Matched> {
             QUEUED.store(q.len(), Ordering::Release);
             drop(q);
             r?;
-            return recv_probed(w, msg, &status);
+            return recv_probed(w, c, msg, &status);
         }
         // Another thread deferred a receive meanwhile: posted below, behind it where it overlaps.
     }
@@ -1092,20 +1126,20 @@ pub fn recv(c: &Communicator, w: Want) -> Result<Matched> {
 
 /// The rest of `recv` once MPI_Mprobe matched `msg`: received into the buffer when its size is
 /// exact, else into scratch memory and the size error returned.
-fn recv_probed(w: Want, mut msg: sys::MPI_Message, status: &sys::MPI_Status) -> Result<Matched> {
+fn recv_probed(w: Want, c: &Communicator, mut msg: sys::MPI_Message, status: &sys::MPI_Status) -> Result<Matched> {
     let m = Matched::of(status)?;
-    if m.bytes == w.bytes() as u64 {
+    if m.bytes == w.bytes() as u64 && !through_scratch(|| c.rank(), m) {
         let n = mpisys::Count::new(w.dtype, w.count)?;
         // SAFETY: the buffer holds exactly the matched message (validated by the caller).
         mpisys::check(unsafe { sys::MPI_Mrecv(w.ptr as *mut c_void, n.n, n.dt, &mut msg, mpisys::status_ignore()) }, "MPI_Mrecv")?;
         return Ok(m);
     }
-    let st = receive(&w, &mut msg, m, None, RawRequest(mpisys::request_null()), None)?;
-    let State::Receiving { mut req, err, scratch, .. } = st else { unreachable!() };
+    let st = receive(&w, || c.rank(), &mut msg, m, None, RawRequest(mpisys::request_null()), None)?;
+    let State::Receiving { mut req, err, scratch, into, .. } = st else { unreachable!() };
     // SAFETY: the receive just started; its memory (buffer or scratch) lives until it ends.
     let r = mpisys::check(unsafe { sys::MPI_Wait(&mut req.0, mpisys::status_ignore()) }, "MPI_Wait (recv)");
-    drop(scratch);
     r?;
+    copy_in(scratch, into, &err, m.bytes);
     err.map_or(Ok(m), Err)
 }
 

@@ -783,6 +783,53 @@ static uint32_t contrib_bits(int q, int i)
 
 /* Integer AVG forms the sum in the datatype, wrapping on overflow, then divides (truncating
  * toward zero): the header's rule, computed here in unsigned arithmetic. */
+/* Messages to oneself whose receive buffer overlaps the send's (erroneous in MPI: a pending
+ * send's buffer written): MPICH copies them with a memcpy that asserts on overlap and aborted
+ * the process (helper-100's hunt, 2026-12-07). Each receive gets the send's data, as from any
+ * other memory: a blocking receive into a pending isend's own buffer, after a probe too; an
+ * irecv posted first, into the memory that a later isend reads; a view overlapping half of the
+ * send's, of 16 B and 512 KiB. */
+static void self_overlap(void)
+{
+    enum { big = 1 << 17 };
+    gpuwire_buffer b = balloc(big, GPUWIRE_INT64), v;
+    int64_t *p = (int64_t *)bptr(b);
+    gpuwire_request q[2];
+    gpuwire_status_t st;
+    int64_t n, i, bad;
+    EXPECT_OK(gpuwire_buffer_view(b, 0, 1, &v));
+    p[0] = 77 + rank;
+    EXPECT_OK(gpuwire_isend(comm, v, rank, 41, NULL, &q[0]));
+    EXPECT_OK(gpuwire_recv(comm, v, rank, 41, NULL));
+    EXPECT_OK(gpuwire_wait(&q[0]));
+    EXPECT(p[0] == 77 + rank);
+    EXPECT_OK(gpuwire_isend(comm, v, rank, 42, NULL, &q[0]));
+    EXPECT_OK(gpuwire_probe(comm, rank, 42, GPUWIRE_INT64, &st));
+    EXPECT(st.count == 1);
+    EXPECT_OK(gpuwire_recv(comm, v, rank, 42, NULL));
+    EXPECT_OK(gpuwire_wait(&q[0]));
+    EXPECT(p[0] == 77 + rank);
+    EXPECT_OK(gpuwire_irecv(comm, v, rank, 43, NULL, &q[0]));
+    EXPECT_OK(gpuwire_isend(comm, v, rank, 43, NULL, &q[1]));
+    EXPECT_OK(gpuwire_waitall(2, q));
+    EXPECT(p[0] == 77 + rank);
+    bfree(v);
+    for (n = 2; n <= big / 2; n *= big / 4) {
+        gpuwire_buffer s = bview(b, 0, n), r = bview(b, n / 2, n);
+        for (i = 0; i < big; i++)
+            p[i] = i * 3 + rank;
+        EXPECT_OK(gpuwire_isend(comm, s, rank, 44, NULL, &q[0]));
+        EXPECT_OK(gpuwire_irecv(comm, r, rank, 44, NULL, &q[1]));
+        EXPECT_OK(gpuwire_waitall(2, q));
+        for (i = 0, bad = 0; i < n; i++)
+            bad += p[n / 2 + i] != i * 3 + rank;
+        EXPECT(bad == 0);
+        bfree(s);
+        bfree(r);
+    }
+    bfree(b);
+}
+
 static void allreduce_avg_wraps(void)
 {
     gpuwire_buffer b32 = balloc(2, GPUWIRE_INT32), b64 = balloc(2, GPUWIRE_INT64);
@@ -1488,6 +1535,7 @@ int main(int argc, char **argv)
     request_free();
     cancel_requests();
     some_requests();
+    self_overlap();
     allreduce_i8(GPUWIRE_SUM);
     allreduce_i8(GPUWIRE_AVG);
     allreduce_i8(GPUWIRE_MIN);
