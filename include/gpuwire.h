@@ -2170,7 +2170,9 @@ gpuwire_status gpuwire_waitsome(int32_t count,
  * MPI): an array that holds the same request twice is refused before anything is waited for,
  * and left as it was; so is an array with a freed or foreign handle, or with a request of a
  * group that has not ended (as gpuwire_wait refuses it). Every request of the array is waited
- * for during the whole call, as by gpuwire_waitany.
+ * for during the whole call, as by gpuwire_waitany. A request of a communicator with a timeout
+ * times out that long after the call began (not after the requests before it): the call blocks
+ * at most the longest timeout of its requests' communicators.
  *
  * Errors: GPUWIRE_ERROR_NULL_ARGUMENT (`requests` NULL with count > 0),
  * GPUWIRE_ERROR_INVALID_ARGUMENT (negative count, a request twice, a request of an open group),

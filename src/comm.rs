@@ -237,6 +237,37 @@ thread_local! {
     /// Whether this thread is in a call that creates a communicator (`enter_unbounded`): its
     /// steps have no deadline, as MPI_Comm_split and MPI_Comm_dup have none.
     static UNBOUNDED: Cell<bool> = const { Cell::new(false) };
+    /// When the call on several requests this thread is in began (`Since`): each request's
+    /// deadline counts from then, not from the moment its turn comes.
+    static SINCE: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// While alive, the deadlines of this thread's gpuwire steps count from its making, not from
+/// each step's start (`Communicator::enter`, `call_deadline`): gpuwire_waitall waits for its
+/// requests one after another, each against its own communicator's timeout from the call's
+/// start, so that the call is bounded by one timeout (the longest), not one per request.
+pub(crate) struct Since(bool);
+
+impl Since {
+    pub(crate) fn now() -> Since {
+        Since(SINCE.with(|s| s.get().is_none() && {
+            s.set(Some(Instant::now()));
+            true
+        }))
+    }
+}
+
+impl Drop for Since {
+    fn drop(&mut self) {
+        if self.0 {
+            SINCE.with(|s| s.set(None));
+        }
+    }
+}
+
+/// The start that a deadline counts from now: the current `Since`, else now.
+pub(crate) fn since() -> Instant {
+    SINCE.with(|s| s.get()).unwrap_or_else(Instant::now)
 }
 
 /// While alive, this thread's gpuwire steps have no deadline (`call_deadline`): for the creation
@@ -517,7 +548,7 @@ impl Communicator {
         }
         let clear_deadline = match self.config.timeout {
             Some(t) => DEADLINE.with(|d| d.get().is_none() && {
-                d.set(Some(Instant::now() + t));
+                d.set(Some(since() + t));
                 true
             }),
             None => false,
@@ -568,13 +599,13 @@ impl Communicator {
         self.internal.lock().unwrap_or_else(|p| p.into_inner()).is_some()
     }
 
-    /// The deadline of this thread's current gpuwire call (`enter`), else one timeout from now;
-    /// `None` without a timeout.
+    /// The deadline of this thread's current gpuwire call (`enter`), else one timeout from now
+    /// (from the start of a wait on several requests: `Since`); `None` without a timeout.
     pub fn call_deadline(&self) -> Option<Instant> {
         if UNBOUNDED.with(|u| u.get()) {
             return None;
         }
-        DEADLINE.with(|d| d.get()).or_else(|| self.config.timeout.map(|t| Instant::now() + t))
+        DEADLINE.with(|d| d.get()).or_else(|| self.config.timeout.map(|t| since() + t))
     }
 
     /// What is left of this thread's current call's deadline (`call_deadline`), for waits that

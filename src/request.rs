@@ -584,7 +584,8 @@ impl Request {
             }
             return r;
         };
-        let deadline = Instant::now() + t;
+        // From the start of a gpuwire_waitall (`comm::Since`), else from now.
+        let deadline = crate::comm::since() + t;
         let mut spins = 0u32;
         loop {
             match op.test() {

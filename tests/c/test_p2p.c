@@ -662,6 +662,38 @@ static void test_abort(void)
     EXPECT_OK(gpuwire_comm_free(c));
 }
 
+/* gpuwire_waitall over requests of three communicators, each with a timeout of 1 s, none of
+ * which completes (receives from this rank that it never sends): one timeout, not one per
+ * communicator (it took 3 s, each request's timeout counted from its turn; helper-101's hunt,
+ * 2026-12-07). */
+static void test_waitall_timeouts(void)
+{
+    enum { nc = 3 };
+    gpuwire_config cfg;
+    gpuwire_comm c[nc];
+    gpuwire_buffer b[nc];
+    gpuwire_request rq[nc];
+    int i;
+    EXPECT_OK(gpuwire_config_init(&cfg));
+    cfg.timeout_seconds = 1.0;
+    for (i = 0; i < nc; i++) {
+        EXPECT_OK(gpuwire_comm_create((int32_t)MPI_Comm_c2f(MPI_COMM_WORLD), &cfg, &c[i]));
+        b[i] = balloc(4, GPUWIRE_INT32);
+        EXPECT_OK(gpuwire_irecv(c[i], b[i], rank, 77, NULL, &rq[i]));
+    }
+    double t0 = MPI_Wtime();
+    EXPECT_STATUS(gpuwire_waitall(nc, rq), GPUWIRE_ERROR_TIMEOUT);
+    double took = MPI_Wtime() - t0;
+    EXPECT(took >= 0.9 && took < 2.0);
+    if (took >= 2.0)
+        fprintf(stderr, "rank %d: waitall took %.2f s over %d communicators with 1 s timeouts\n", rank, took, nc);
+    for (i = 0; i < nc; i++) {
+        EXPECT(rq[i].h == 0);
+        EXPECT_OK(gpuwire_buffer_free(b[i]));
+        EXPECT_OK(gpuwire_comm_free(c[i]));
+    }
+}
+
 static void test_status(gpuwire_comm comm)
 {
     /* The wildcards collide with no constant of this MPI nor with each other. */
@@ -915,6 +947,7 @@ static void test_status(gpuwire_comm comm)
     EXPECT_OK(gpuwire_buffer_free(small));
     EXPECT_OK(gpuwire_buffer_free(big));
     test_abort();
+    test_waitall_timeouts();
 }
 
 /* ---- issue 15: strided and subarray views ----------------------------------------------- */
