@@ -376,8 +376,11 @@ pub extern "C" fn gpuwire_wait(request: *mut gpuwire_request) -> gpuwire_status 
 /// operation's buffers alive until it completes (the program may free the buffers' handles; wrapped memory must stay valid until
 /// then), and releases them at a later wait, test or request free of this rank. As in MPI, a
 /// failure of such an operation (a receive's message of another size, a checking-mode mismatch)
-/// has no caller to go to: it is lost, but for a warning line on stderr. Nothing times such an
-/// operation out. At gpuwire_finalize one still in flight is left to MPI (a receive still waiting
+/// has no caller to go to: it is lost, but for a warning line on stderr. Nothing times a freed
+/// send or receive out; a nonblocking collective keeps its deadline, which starts at its call:
+/// on a communicator with a timeout, peers that do not meet it within the timeout break the
+/// communicator (GPUWIRE_ERROR_COMM_BROKEN from its next call), as when it is waited for. At
+/// gpuwire_finalize one still in flight is left to MPI (a receive still waiting
 /// for its message is posted to MPI as a plain receive; a send whose receive never comes may then
 /// block MPICH's MPI_Finalize). A request that has completed is released as by gpuwire_wait
 /// (GPUWIRE_SUCCESS, or the operation's error). On a communicator already broken (a timeout,
