@@ -967,6 +967,18 @@ static void logical_scans_and_locs(void)
     EXPECT_OK(gpuwire_wait(&q[0]));
     for (i = 0; i < n; i++)
         EXPECT(ep[i] == (rank == 0 ? -5 : (rank - 1) * 10 + i) && sp[i] == rank * 10 + i);
+    /* ... also where rank 0 sends from a view that cannot be received into (stride 0: its 7
+     * elements are sp[0], 0). */
+    {
+        gpuwire_buffer z;
+        for (i = 0; i < n; i++)
+            ep[i] = -5;
+        EXPECT_OK(gpuwire_buffer_view_strided(s, 0, n, 1, 0, &z));
+        EXPECT_OK(gpuwire_exscan(comm, rank == 0 ? z : s, rank == 0 ? GPUWIRE_BUFFER_NULL : e, GPUWIRE_SUM, NULL));
+        for (i = 0; i < n; i++)
+            EXPECT(ep[i] == (rank == 0 ? -5 : 10 * (rank - 1) * rank / 2 + (rank - 1) * i) && sp[i] == rank * 10 + i);
+        bfree(z);
+    }
     /* A scan's is significant on every rank. */
     EXPECT_STATUS(gpuwire_scan(comm, s, GPUWIRE_BUFFER_NULL, GPUWIRE_SUM, NULL), GPUWIRE_ERROR_INVALID_HANDLE);
     /* MINLOC on MPI_DOUBLE_INT's C layout, against MPI's own MPI_MINLOC and a serial loop:
