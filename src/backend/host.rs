@@ -361,6 +361,20 @@ pub fn alltoall(c: &Communicator, send: Src, recv: usize, count: usize, dtype: D
     collective!(c, "MPI_Alltoall", MPI_Alltoall(s, sn, dt, at(recv, 0, dtype), n.n, dt, c.raw()), MPI_Ialltoall)
 }
 
+/// `alltoall` of host memory: in place from a copy of `recv` (`in_place_copy`), not with
+/// MPI_IN_PLACE, which MPI requires on every rank or none (MPICH hangs where ranks mix them
+/// above its short-message sizes), so that ranks may mix in place and not, as in alltoallv.
+pub fn alltoall_host(c: &Communicator, send: Src, recv: usize, count: usize, dtype: Dtype) -> Result<()> {
+    let Src::InPlace = send else { return alltoall(c, send, recv, count, dtype) };
+    // `recv` holds size x count elements (validated by the caller).
+    let copy = in_place_copy(recv, count * c.size() as usize, dtype);
+    let r = alltoall(c, Src::Ptr(copy.as_ptr() as usize), recv, count, dtype);
+    if r.is_err() {
+        std::mem::forget(copy); // an abandoned request may still read it
+    }
+    r
+}
+
 /// MPI_Gather of `count` elements per rank; `recv` significant at the root.
 pub fn gather(c: &Communicator, send: Src, recv: usize, count: usize, dtype: Dtype, root: i32) -> Result<()> {
     let n = mpisys::Count::new(dtype, count)?;
@@ -668,7 +682,7 @@ impl Path for HostPath {
         scan(c, Src::of(send), recv.ptr(), recv.count(), recv.dtype(), op, exclusive, true)
     }
     fn alltoall(&self, c: &Communicator, send: Input, recv: &Buffer, _s: Stream) -> Result<()> {
-        alltoall(c, Src::of(send), recv.ptr(), recv.count() / c.size() as usize, recv.dtype())
+        alltoall_host(c, Src::of(send), recv.ptr(), recv.count() / c.size() as usize, recv.dtype())
     }
     fn gather(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, root: i32, _s: Stream) -> Result<()> {
         let (count, dtype) = match (send, recv) {

@@ -530,7 +530,7 @@ impl Path for StagedPath {
             }
             Input::Buf(b) => Src::Ptr(call.to_host(loc(b), bytes, 0)?),
         };
-        host::alltoall(c, s, h_out, recv.count() / c.size() as usize, recv.dtype())?;
+        host::alltoall_host(c, s, h_out, recv.count() / c.size() as usize, recv.dtype())?;
         call.from_host(loc(recv), h_out, bytes)
     }
 

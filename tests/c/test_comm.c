@@ -1298,6 +1298,27 @@ static void scatters_and_alltoall(void)
     bfree(a2a_r);
     bfree(a2a_s);
     bfree(r);
+
+    /* In place on one rank only (the last), with blocks of 99132 bytes: MPI_IN_PLACE must be on
+     * every rank or none, and MPICH hung on 4 ranks (helper-102's differential tester,
+     * 2026-12-07); gpuwire's in place sends from a copy. */
+    {
+        enum { big = 99132 };
+        int inplace = rank == size - 1;
+        gpuwire_buffer bs = balloc((int64_t)big * size, GPUWIRE_INT8), br = inplace ? bs : balloc((int64_t)big * size, GPUWIRE_INT8);
+        int8_t *sp = (int8_t *)bptr(bs), *rp8 = (int8_t *)bptr(br);
+        long bad = 0, k;
+        for (k = 0; k < (long)big * size; k++)
+            sp[k] = (int8_t)(rank * 16 + k / big + k % 3);
+        EXPECT_OK(gpuwire_alltoall(comm, bs, br, NULL));
+        for (q = 0; q < size; q++)
+            for (k = 0; k < big; k++)
+                bad += rp8[(long)q * big + k] != (int8_t)(q * 16 + rank + ((long)rank * big + k) % 3);
+        EXPECT(bad == 0);
+        if (!inplace)
+            bfree(br);
+        bfree(bs);
+    }
 }
 
 /* allgatherv with rank r sending count(r) elements; counts given, or exchanged by gpuwire. */
