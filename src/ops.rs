@@ -30,11 +30,21 @@ pub struct Sig {
     /// Whether this rank's buffers need the device path (ranks must agree: the host and device
     /// paths use different MPI message patterns).
     pub device: Option<bool>,
+    /// Whether this rank's call is in place, where MPI requires MPI_IN_PLACE on every rank or
+    /// none (allreduce, scan, exscan, allgather, allgatherv: `in_place_of`).
+    pub in_place: Option<bool>,
 }
 
 impl Sig {
     fn with_bufs(mut self, bufs: &[Option<&Buffer>]) -> Sig {
         self.device = Some(bufs.iter().flatten().any(|b| !b.is_host()));
+        self
+    }
+
+    /// With whether the call is in place on this rank, where its arguments resolved and it
+    /// sends something (an empty send buffer is either).
+    fn in_place_of(mut self, input: Option<&Input>, send: &Buffer) -> Sig {
+        self.in_place = input.filter(|_| send.count() > 0).map(|i| matches!(i, Input::InPlace));
         self
     }
 }
@@ -406,7 +416,9 @@ impl Communicator {
         const FLAG: i64 = i64::MIN / 2;
         let err_flag = FLAG + if local.is_err() { self.rank() as i64 + 1 } else { 0 };
         let kind = collective_id(what);
-        let mut v = [err_flag, vals[0], -vals[0], vals[1], -vals[1], vals[2], -vals[2], vals[3], -vals[3], vals[4], -vals[4], kind, -kind];
+        // Whether some rank is in place, and whether some rank is not (neither: no buffer sent).
+        let (inp, notp) = (sig.in_place.is_some_and(|b| b) as i64, sig.in_place.is_some_and(|b| !b) as i64);
+        let mut v = [err_flag, vals[0], -vals[0], vals[1], -vals[1], vals[2], -vals[2], vals[3], -vals[3], vals[4], -vals[4], kind, -kind, inp, notp];
         self.allreduce_max_i64(&mut v, what)?;
         if !(FLAG..=FLAG + self.size() as i64).contains(&v[0]) {
             // No rank's flag: what met this agreement was no agreement of gpuwire's (another
@@ -481,6 +493,11 @@ impl Communicator {
             return Err(Error::InvalidArgument(format!(
                 "{what}: some ranks passed device buffers and others host buffers; on a {} communicator every rank of a collective must pass the same kind (IPC, MPI_STAGED and MPI_CUDA_AWARE take a mix); nothing was done on any rank",
                 self.backend().name()
+            )));
+        }
+        if v[13] == 1 && v[14] == 1 {
+            return Err(Error::InvalidArgument(format!(
+                "{what}: some ranks called it in place and others not; MPI_IN_PLACE must be given on every rank or none (as MPI requires); nothing was done on any rank"
             )));
         }
         local
@@ -673,7 +690,9 @@ impl Communicator {
             let input = allreduce_args(send, recv, op)?;
             Ok((input, self.reduce_path(Operation::Allreduce, send.dtype(), op, &[Some(send), Some(recv)])?))
         })();
-        let sig = Sig { count: Some(recv.count()), dtype: Some(recv.dtype()), op: Some(op), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
+        let sig = Sig { count: Some(recv.count()), dtype: Some(recv.dtype()), op: Some(op), ..Sig::default() }
+            .with_bufs(&[Some(send), Some(recv)])
+            .in_place_of(local.as_ref().ok().map(|l| &l.0), send);
         (sig, local)
     }
 
@@ -695,7 +714,9 @@ impl Communicator {
             }
             Ok((input(what, send, recv, 0)?, self.reduce_path(Operation::Scan, dtype, op, &[Some(send), Some(recv)])?))
         })();
-        let sig = Sig { count: Some(recv.count()), dtype: Some(recv.dtype()), op: Some(op), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
+        let sig = Sig { count: Some(recv.count()), dtype: Some(recv.dtype()), op: Some(op), ..Sig::default() }
+            .with_bufs(&[Some(send), Some(recv)])
+            .in_place_of(local.as_ref().ok().map(|l| &l.0), send);
         (sig, local)
     }
 
@@ -723,7 +744,9 @@ impl Communicator {
             }
             Ok((input(what, send, recv, self.rank() as usize * n)?, self.path(Operation::Allgather, &[Some(send), Some(recv)])?))
         })();
-        let sig = Sig { count: Some(n), dtype: Some(send.dtype()), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
+        let sig = Sig { count: Some(n), dtype: Some(send.dtype()), ..Sig::default() }
+            .with_bufs(&[Some(send), Some(recv)])
+            .in_place_of(local.as_ref().ok().map(|l| &l.0), send);
         (sig, local)
     }
 
@@ -769,7 +792,9 @@ impl Communicator {
             let block: usize = ucounts[..me].iter().sum();
             Ok((input(what, send, recv, block)?, ucounts, self.path(Operation::Allgatherv, &[Some(send), Some(recv)])?))
         })();
-        let sig = Sig { count: Some(counts.iter().map(|c| *c as usize).fold(0usize, usize::wrapping_add)), dtype: Some(send.dtype()), ..Sig::default() }.with_bufs(&[Some(send), Some(recv)]);
+        let sig = Sig { count: Some(counts.iter().map(|c| *c as usize).fold(0usize, usize::wrapping_add)), dtype: Some(send.dtype()), ..Sig::default() }
+            .with_bufs(&[Some(send), Some(recv)])
+            .in_place_of(local.as_ref().ok().map(|l| &l.0), send);
         (sig, local)
     }
 

@@ -1246,18 +1246,13 @@ fn scan(name: &'static str, comm: gpuwire_comm, sendbuf: gpuwire_buffer, recvbuf
 }
 
 /// A scan's receive buffer. An exscan's is not significant on rank 0 (MPI_Exscan): there
-/// GPUWIRE_BUFFER_NULL stands for the send buffer, an in-place call, which leaves it untouched;
-/// or, where the send buffer is a view that cannot be received into (`Shape::self_overlapping`),
-/// for an allocation of its size, which nothing writes.
+/// GPUWIRE_BUFFER_NULL stands for an allocation of the send buffer's size, which gpuwire leaves
+/// as it is (not the send buffer in place: MPI_IN_PLACE must be on every rank or none, and a
+/// send view may be one that cannot be received into).
 fn scan_recv(c: &Communicator, send: &Arc<Buffer>, recvbuf: gpuwire_buffer, exclusive: bool) -> Result<Arc<Buffer>> {
     match boundary::buffer_opt(recvbuf)? {
         Some(r) => Ok(r),
-        None if exclusive && c.rank() == 0 => {
-            if send.shape().is_some_and(|s| s.self_overlapping) {
-                return Ok(Arc::new(Buffer::alloc(send.count() as i64, send.dtype(), send.space(), send.device())?));
-            }
-            Ok(send.clone())
-        }
+        None if exclusive && c.rank() == 0 => Ok(Arc::new(Buffer::alloc(send.count() as i64, send.dtype(), send.space(), send.device())?)),
         None => boundary::buffer(recvbuf),
     }
 }

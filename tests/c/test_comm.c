@@ -1493,6 +1493,19 @@ static void checking_mode(void)
         EXPECT_STATUS(gpuwire_allreduce(cc, a, a, rank == 0 ? GPUWIRE_MAX : GPUWIRE_SUM, NULL),
                       GPUWIRE_ERROR_OP_MISMATCH);
         EXPECT_STATUS(gpuwire_bcast(cc, a, rank % 2, NULL), GPUWIRE_ERROR_ROOT_MISMATCH);
+        /* In place on rank 0 only: MPI_IN_PLACE must be on every rank or none (a mix hung or
+         * corrupted the heap in Open MPI's nonblocking allreduce; helper-102). */
+        {
+            gpuwire_buffer c4 = balloc(4, GPUWIRE_FLOAT64);
+            double *cp = (double *)bptr(c4);
+            for (i = 0; i < 4; i++)
+                cp[i] = -2.0;
+            EXPECT_STATUS(gpuwire_allreduce(cc, a, rank == 0 ? a : c4, GPUWIRE_SUM, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+            EXPECT_LAST_ERROR_HAS("in place and others not");
+            EXPECT(cp[0] == -2.0);
+            EXPECT_STATUS(gpuwire_scan(cc, a, rank == 0 ? a : c4, GPUWIRE_SUM, NULL), GPUWIRE_ERROR_INVALID_ARGUMENT);
+            bfree(c4);
+        }
         /* One rank's bad argument: it gets its own error, the others REMOTE_ARGUMENT. */
         EXPECT_STATUS(gpuwire_allreduce(cc, a, a, rank == 0 ? 99 : GPUWIRE_SUM, NULL),
                       rank == 0 ? GPUWIRE_ERROR_INVALID_ARGUMENT : GPUWIRE_ERROR_REMOTE_ARGUMENT);
