@@ -749,16 +749,19 @@ fn receive(w: &Want, me: impl FnOnce() -> i32, msg: &mut sys::MPI_Message, m: Ma
 }
 
 /// Whether a message that fits its receive goes through scratch memory first (`receive`'s
-/// `into`). MPICH copies a message of the process to itself straight from the send buffer, with
-/// a memcpy that asserts, aborting the process, where the two overlap: a receive into the
-/// memory of the process's own pending send (erroneous in MPI, but a gpuwire error never
-/// aborts). On MPICH such a message is received into scratch memory and copied into the buffer.
+/// `into`): a message of the process to itself (`me`: its rank), which MPI copies straight from the send
+/// buffer with a memcpy, wrong where the two overlap (a receive into the memory of the
+/// process's own pending send: erroneous in MPI, but gpuwire never aborts or writes garbage).
+/// MPICH asserts there, aborting the process; Open MPI's memcpy (its self transport above its
+/// eager size, `SELF_EAGER`; below it the send copied the message already) is undefined
+/// behaviour (ASan: memcpy-param-overlap). Such a message is received into scratch memory and
+/// copied into the buffer.
 #[inline]
 fn through_scratch(me: impl FnOnce() -> i32, m: Matched) -> bool {
-    cfg!(mpich) && m.source == me()
+    (cfg!(mpich) || m.bytes > SELF_EAGER) && m.source == me()
 }
 
-/// This process's rank in `comm` (-1 if MPI cannot say; called on MPICH only, `through_scratch`).
+/// This process's rank in `comm` (-1 if MPI cannot say), for `through_scratch`.
 fn comm_rank(comm: RawComm) -> i32 {
     let mut rank: c_int = -1;
     // SAFETY: a live communicator of the receive; a plain out-parameter.
@@ -767,6 +770,10 @@ fn comm_rank(comm: RawComm) -> i32 {
     }
     rank
 }
+
+/// Open MPI's btl_self_eager_limit by default: a message to oneself up to this size is copied
+/// at its send (a larger configured limit only costs the scratch copy).
+const SELF_EAGER: u64 = 1024;
 
 /// A completed `State::Receiving`'s data copied from its scratch memory into the buffer, when
 /// it went through scratch (`through_scratch`) and succeeded.
