@@ -367,12 +367,7 @@ pub fn alltoall(c: &Communicator, send: Src, recv: usize, count: usize, dtype: D
 pub fn alltoall_host(c: &Communicator, send: Src, recv: usize, count: usize, dtype: Dtype) -> Result<()> {
     let Src::InPlace = send else { return alltoall(c, send, recv, count, dtype) };
     // `recv` holds size x count elements (validated by the caller).
-    let copy = in_place_copy(recv, count * c.size() as usize, dtype);
-    let r = alltoall(c, Src::Ptr(copy.as_ptr() as usize), recv, count, dtype);
-    if r.is_err() {
-        std::mem::forget(copy); // an abandoned request may still read it
-    }
-    r
+    from_copy(recv, count * c.size() as usize, dtype, |copy| alltoall(c, Src::Ptr(copy), recv, count, dtype))
 }
 
 /// MPI_Gather of `count` elements per rank; `recv` significant at the root.
@@ -537,6 +532,18 @@ pub fn in_place_copy(ptr: usize, elems: usize, dtype: Dtype) -> Vec<u64> {
     // SAFETY: host memory of `elems` elements (validated by the caller).
     unsafe { std::ptr::copy_nonoverlapping(ptr as *const u8, v.as_mut_ptr().cast::<u8>(), bytes) };
     v
+}
+
+/// `f` of the address of an `in_place_copy` of `elems` elements at `ptr`: an in-place exchange
+/// sent from the copy. Where `f` fails, the copy is never freed (an abandoned request may still
+/// read it).
+pub fn from_copy(ptr: usize, elems: usize, dtype: Dtype, f: impl FnOnce(usize) -> Result<()>) -> Result<()> {
+    let copy = in_place_copy(ptr, elems, dtype);
+    let r = f(copy.as_ptr() as usize);
+    if r.is_err() {
+        std::mem::forget(copy);
+    }
+    r
 }
 
 /// MPI_Gatherv to `root` of `count` elements from `send` (`Src::InPlace`: the root's block is
@@ -709,14 +716,7 @@ impl Path for HostPath {
             Input::InPlace if !recv.is_host() => {
                 alltoallw(c, "MPI_Alltoallw (alltoallv in place)", IN_PLACE, &pairs(rb), recv.ptr(), &pairs(rb), recv.dtype())
             }
-            Input::InPlace => {
-                let copy = in_place_copy(recv.ptr(), rb.extent(), recv.dtype());
-                let r = alltoallv(c, copy.as_ptr() as usize, rb, recv.ptr(), rb, recv.dtype());
-                if r.is_err() {
-                    std::mem::forget(copy); // an abandoned request may still read it
-                }
-                r
-            }
+            Input::InPlace => from_copy(recv.ptr(), rb.extent(), recv.dtype(), |copy| alltoallv(c, copy, rb, recv.ptr(), rb, recv.dtype())),
         }
     }
     fn gatherv(&self, c: &Communicator, send: Input, recv: Option<&Buffer>, rb: Option<Blocks>, root: i32, _s: Stream) -> Result<()> {

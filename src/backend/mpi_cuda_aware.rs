@@ -163,14 +163,7 @@ impl Path for CudaAwarePath {
         let dtype = recv.dtype();
         match send {
             Input::Buf(b) => host::alltoallv(c, b.ptr(), sb, recv.ptr(), rb, dtype),
-            Input::InPlace if recv.is_host() => {
-                let copy = host::in_place_copy(recv.ptr(), rb.extent(), dtype);
-                let r = host::alltoallv(c, copy.as_ptr() as usize, rb, recv.ptr(), rb, dtype);
-                if r.is_err() {
-                    std::mem::forget(copy); // an abandoned request may still read it
-                }
-                r
-            }
+            Input::InPlace if recv.is_host() => host::from_copy(recv.ptr(), rb.extent(), dtype, |copy| host::alltoallv(c, copy, rb, recv.ptr(), rb, dtype)),
             Input::InPlace => {
                 // The input copied aside on the device, which the receives then overwrite.
                 let bytes = rb.extent() * dtype.size();
