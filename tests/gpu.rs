@@ -3717,6 +3717,12 @@ fn complete(reqs: &mut [u64], order: usize) -> Result<(), String> {
                     let mut flag = 0;
                     ok(gpuwire_test(q, &mut flag), "test");
                 }
+                // A pause between passes, as a program's loop has its own work: a loop that
+                // never sleeps is a second busy thread beside the engine's MPI polling, and on
+                // the 2-core CI machine Linux then starved the other rank for up to a minute
+                // (MPICH's ranks each in a session of their own, so in autogroups of their
+                // own: `bench/probe_starve.c`).
+                std::thread::sleep(std::time::Duration::from_micros(20));
             }
         }
         _ => ok(gpuwire_waitall(reqs.len() as i32, reqs.as_mut_ptr()), "waitall"),
