@@ -440,8 +440,30 @@ saved_timeout=$timeout_s
 timeout_s=120
 finalize_modes="inflight opengroup mpifinalize"
 [[ $mpi == openmpi ]] && finalize_modes="inflight irecvlate opengroup mpifinalize"
+# With MPICH, mpifinalize runs again (twice at most) when what failed is MPICH's own assertion
+# "pthread_mutex_destroy: Device or resource busy" in MPI_Finalize: gpuwire's engine thread runs
+# the queued operations while MPI_Finalize runs its callbacks, and MPICH 4.0.2 then asserts in
+# some runs, as a plain MPI program does (bench/probe_finalize.c). Each such run is printed.
+check_finalize_now() {
+    local id=$1 log=$logs/$1.log attempt out
+    for attempt in 1 2 3; do
+        out=$(check_now "$@")
+        if [[ $out == PASS* || $mpi != mpich || $id != *mpifinalize* || $attempt == 3 ]] || ! grep -q "pthread_mutex_destroy: Device or resource busy" "$log"; then
+            break
+        fi
+        echo "NOTE [$flavour] $id: run $attempt met MPICH's MPI_Finalize assertion (bench/probe_finalize.c); run again"
+    done
+    if [[ $out == PASS* ]]; then
+        record PASS "$id"
+    else
+        local first=${out%%$'\n'*}
+        local detail=${first#*"$id" (}
+        record FAIL "$id" "${detail%)}"
+        show_log "$log"
+    fi
+}
 for m in $finalize_modes; do
-    check "test_finalize $m -n 2" 0 2 "^test_finalize: PASS \\(rank 0, $m\\)
+    run_job check_finalize_now "test_finalize $m -n 2" 0 2 "^test_finalize: PASS \\(rank 0, $m\\)
 ^test_finalize: PASS \\(rank 1, $m\\)" "$build/test_finalize" "$m"
 done
 timeout_s=$saved_timeout
